@@ -1,0 +1,172 @@
+"""`AsyncEngine`: the step loop on one background thread, streams on the caller's asyncio loop."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import queue
+import threading
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from engine.chat_template import Message, encode_chat, is_conversation
+from engine.config import EngineConfig
+from engine.errors import EngineDeadError
+from engine.llm_engine import EngineStats, LLMEngine
+from engine.outputs import RequestOutput
+from engine.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Add:
+    request_id: str
+    prompt: str | list[int]
+    params: SamplingParams
+    sink: _Sink
+
+
+@dataclass(slots=True)
+class _Abort:
+    request_id: str
+
+
+_STOP = object()
+
+
+class _Sink:
+    """Delivers one request's outputs (or its error) onto the loop that awaits them."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
+
+    def put(self, item: RequestOutput | BaseException) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the caller's loop is closed: nobody is listening any more
+            pass
+
+
+class AsyncEngine:
+    """One engine thread serves every stream. Use `async for out in engine.stream(...)`."""
+
+    def __init__(self, model: str | os.PathLike | None = None, config: EngineConfig | None = None,
+                 *, engine: LLMEngine | None = None) -> None:
+        self.engine = engine or LLMEngine(None if model is None else str(model), config)
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._sinks: dict[str, _Sink] = {}
+        self._ids = itertools.count()
+        self._stats = self.engine.stats()
+        self._dead: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="pagoda-engine", daemon=True)
+        self._thread.start()
+
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    async def stream(self, prompt: str | list[int] | Sequence[Message],
+                     params: SamplingParams | None = None,
+                     request_id: str | None = None) -> AsyncIterator[RequestOutput]:
+        """Yield incremental outputs until the request finishes (the last has finished=True)."""
+        self._check_alive()
+        if is_conversation(prompt):
+            prompt = encode_chat(self.tokenizer, prompt)
+        request_id = request_id or f"stream-{next(self._ids)}"
+        sink = _Sink(asyncio.get_running_loop())
+        self._inbox.put(_Add(request_id, prompt, params or SamplingParams(), sink))
+        finished = False
+        try:
+            while not finished:
+                item = await sink.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                finished = item.finished
+                yield item
+        finally:
+            if not finished:
+                self.abort(request_id)
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request at once; its stream ends with finish_reason "abort"."""
+        self._inbox.put(_Abort(request_id))
+
+    def stats(self) -> EngineStats:
+        return self._stats
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Abort everything in flight and stop the engine thread."""
+        if self._thread.is_alive():
+            self._inbox.put(_STOP)
+            self._thread.join(timeout)
+
+    def __enter__(self) -> AsyncEngine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    def _check_alive(self) -> None:
+        if self._dead is not None or not self._thread.is_alive():
+            raise EngineDeadError(f"the engine thread has stopped ({self._dead!r}); restart it")
+
+    def _run(self) -> None:
+        try:
+            while self._handle_inbox():
+                if self.engine.has_unfinished_requests():
+                    self._deliver(self.engine.step())
+                self._stats = self.engine.stats()
+        except BaseException as exc:  # noqa: BLE001 - every stream must hear about it
+            logger.exception("engine thread died")
+            self._dead = exc
+            for sink in self._sinks.values():
+                sink.put(EngineDeadError(f"the engine thread died: {exc!r}"))
+        finally:
+            self._abort_all()
+
+    def _handle_inbox(self) -> bool:
+        """Apply pending adds and aborts; block only while there is nothing to compute."""
+        block = not self.engine.has_unfinished_requests()
+        while True:
+            try:
+                msg = self._inbox.get(block=block)
+            except queue.Empty:
+                return True
+            block = False
+            if msg is _STOP:
+                return False
+            if isinstance(msg, _Add):
+                self._add(msg)
+            else:
+                self._abort(msg.request_id)
+
+    def _add(self, msg: _Add) -> None:
+        try:
+            self.engine.add_request(msg.request_id, msg.prompt, msg.params)
+        except Exception as exc:  # a bad request fails its own stream only
+            msg.sink.put(exc)
+            return
+        self._sinks[msg.request_id] = msg.sink
+
+    def _abort(self, request_id: str) -> None:
+        out = self.engine.abort_request(request_id)
+        sink = self._sinks.pop(request_id, None)
+        if out is not None and sink is not None:
+            sink.put(out)
+
+    def _deliver(self, outputs: list[RequestOutput]) -> None:
+        for out in outputs:
+            sink = self._sinks.get(out.request_id)
+            if sink is None:
+                continue
+            sink.put(out)
+            if out.finished:
+                del self._sinks[out.request_id]
+
+    def _abort_all(self) -> None:
+        for request_id in list(self._sinks):
+            self._abort(request_id)

@@ -1,0 +1,108 @@
+"""Which blocks each sequence holds, prefix-cache hits, and the counters about them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.block_pool import BlockPool, KVCacheBlock, hash_block_tokens
+from engine.sequence import Sequence
+
+
+@dataclass(slots=True, frozen=True)
+class KVCacheStats:
+    num_blocks: int
+    num_free_blocks: int
+    num_cached_blocks: int
+    usage: float
+    prefix_queried_tokens: int
+    prefix_hit_tokens: int
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        return self.prefix_hit_tokens / self.prefix_queried_tokens if self.prefix_queried_tokens else 0.0
+
+
+class KVCacheManager:
+    """Pure bookkeeping on block ids: no tensors live here."""
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.pool = BlockPool(num_blocks)
+        self._blocks: dict[str, list[KVCacheBlock]] = {}
+        self._num_cached: dict[str, int] = {}
+        self._queried_tokens = 0
+        self._hit_tokens = 0
+
+    def get_computed_blocks(self, seq: Sequence) -> list[KVCacheBlock]:
+        """The longest cached prefix of a sequence that has computed nothing yet.
+
+        At least one token is always left to compute, since sampling needs its logits.
+        """
+        if not self.enable_prefix_caching or seq.num_computed_tokens:
+            return []
+        self._update_block_hashes(seq)
+        max_blocks = (seq.num_tokens - 1) // self.block_size
+        hits = []
+        for i in range(max_blocks):
+            block = self.pool.lookup(seq.block_hashes[i], self._block_tokens(seq, i))
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
+    def record_prefix_query(self, num_tokens: int, num_hit_tokens: int) -> None:
+        self._queried_tokens += num_tokens
+        self._hit_tokens += num_hit_tokens
+
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int,
+                       computed_blocks: list[KVCacheBlock] | tuple = ()) -> bool:
+        """Reserve room for `num_new_tokens` more; False (and nothing changed) if it does not fit."""
+        held = self._blocks.setdefault(seq.request_id, [])
+        num_computed = seq.num_computed_tokens + len(computed_blocks) * self.block_size
+        num_required = -(-(num_computed + num_new_tokens) // self.block_size)
+        num_new_blocks = max(0, num_required - len(held) - len(computed_blocks))
+        num_reviving = sum(1 for b in computed_blocks if self.pool.is_free(b))
+        if num_new_blocks + num_reviving > self.pool.num_free_blocks:
+            return False
+        self.pool.touch(list(computed_blocks))
+        held.extend(computed_blocks)
+        held.extend(self.pool.allocate(num_new_blocks))
+        seq.block_ids = [b.block_id for b in held]
+        return True
+
+    def cache_full_blocks(self, seq: Sequence) -> None:
+        """Register the blocks that became full and computed, so later prompts can hit them."""
+        if not self.enable_prefix_caching:
+            return
+        held = self._blocks.get(seq.request_id, [])
+        num_full = min(seq.num_computed_tokens // self.block_size, len(held))
+        start = self._num_cached.get(seq.request_id, 0)
+        if num_full <= start:
+            return
+        self._update_block_hashes(seq)
+        for i in range(start, num_full):
+            self.pool.cache(held[i], seq.block_hashes[i], self._block_tokens(seq, i))
+        self._num_cached[seq.request_id] = num_full
+
+    def free(self, seq: Sequence) -> None:
+        """Release every block; tail blocks are evicted first, the shared prefix last."""
+        held = self._blocks.pop(seq.request_id, [])
+        self._num_cached.pop(seq.request_id, None)
+        self.pool.free(list(reversed(held)))
+        seq.block_ids = []
+
+    def stats(self) -> KVCacheStats:
+        n = self.pool.num_blocks
+        free = self.pool.num_free_blocks
+        return KVCacheStats(n, free, self.pool.num_cached_blocks, 1.0 - free / n,
+                            self._queried_tokens, self._hit_tokens)
+
+    def _block_tokens(self, seq: Sequence, i: int) -> tuple[int, ...]:
+        return tuple(seq.all_token_ids[i * self.block_size:(i + 1) * self.block_size])
+
+    def _update_block_hashes(self, seq: Sequence) -> None:
+        hashes = seq.block_hashes
+        for i in range(len(hashes), seq.num_tokens // self.block_size):
+            parent = hashes[-1] if hashes else None
+            hashes.append(hash_block_tokens(parent, self._block_tokens(seq, i)))

@@ -1,0 +1,86 @@
+"""`LLM`: offline batch generation in vLLM's shape."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Sequence
+
+from tqdm import tqdm
+
+from engine.chat_template import Message, encode_chat, is_conversation
+from engine.config import EngineConfig
+from engine.llm_engine import EngineStats, LLMEngine
+from engine.outputs import RequestOutput
+from engine.sampling_params import SamplingParams
+
+Prompt = str | list[int]
+
+
+class LLM:
+    """`LLM()` loads the default model; `LLM("path/to/model", max_num_seqs=32)` another.
+
+    Keyword arguments are EngineConfig fields.
+    """
+
+    def __init__(self, model: str | os.PathLike | None = None, **engine_kwargs) -> None:
+        self.engine = LLMEngine(None if model is None else str(model), EngineConfig(**engine_kwargs))
+        self._ids = itertools.count()
+
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    def generate(self, prompts: Prompt | Sequence[Prompt],
+                 params: SamplingParams | Sequence[SamplingParams] | None = None,
+                 use_tqdm: bool = False) -> list[RequestOutput]:
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        return self._run(list(prompts), params, use_tqdm)
+
+    def chat(self, messages: Sequence[Message] | Sequence[Sequence[Message]],
+             params: SamplingParams | Sequence[SamplingParams] | None = None,
+             use_tqdm: bool = False) -> RequestOutput | list[RequestOutput]:
+        """One conversation gives one output; a list of conversations gives a list."""
+        single = is_conversation(messages)
+        conversations = [messages] if single else list(messages)
+        prompts = [encode_chat(self.tokenizer, c) for c in conversations]
+        outputs = self._run(prompts, params, use_tqdm)
+        return outputs[0] if single else outputs
+
+    def stats(self) -> EngineStats:
+        return self.engine.stats()
+
+    def _run(self, prompts: list[Prompt], params, use_tqdm: bool) -> list[RequestOutput]:
+        params_list = _broadcast_params(params, len(prompts))
+        ids = []
+        try:
+            for prompt, p in zip(prompts, params_list, strict=True):
+                request_id = f"llm-{next(self._ids)}"
+                self.engine.add_request(request_id, prompt, p)
+                ids.append(request_id)
+            return self._drain(ids, use_tqdm)
+        finally:
+            for request_id in ids:
+                self.engine.abort_request(request_id)
+
+    def _drain(self, ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
+        finished: dict[str, RequestOutput] = {}
+        with tqdm(total=len(ids), disable=not use_tqdm, desc="generating") as bar:
+            while self.engine.has_unfinished_requests():
+                for out in self.engine.step():
+                    if out.finished:
+                        finished[out.request_id] = out
+                        bar.update(1)
+        return [finished[i] for i in ids]
+
+
+def _broadcast_params(params, n: int) -> list[SamplingParams]:
+    if params is None:
+        return [SamplingParams() for _ in range(n)]
+    if isinstance(params, SamplingParams):
+        return [params] * n
+    params = list(params)
+    if len(params) != n:
+        raise ValueError(f"got {len(params)} SamplingParams for {n} prompts: give one or one each")
+    return params

