@@ -27,6 +27,14 @@ class LLM:
         self.engine = LLMEngine(None if model is None else str(model), EngineConfig(**engine_kwargs))
         self._ids = itertools.count()
 
+    @classmethod
+    def from_engine(cls, engine: LLMEngine) -> LLM:
+        """Wrap an engine that is already built (e.g. one sharing loaded weights)."""
+        llm = cls.__new__(cls)
+        llm.engine = engine
+        llm._ids = itertools.count()
+        return llm
+
     @property
     def tokenizer(self):
         return self.engine.tokenizer

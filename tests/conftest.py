@@ -1,0 +1,32 @@
+"""Shared fixtures: the default model is loaded once per test session."""
+
+import pytest
+
+from engine.loader import LoadedModel, load_model
+
+
+@pytest.fixture(scope="session")
+def default_model() -> LoadedModel:
+    """The default SmolLM2-135M-Instruct (config, tokenizer, fp32 weights), loaded once."""
+    return load_model()
+
+
+@pytest.fixture(scope="session")
+def make_engine(default_model):
+    """Build an LLMEngine over the already-loaded default model: make_engine(num_kv_blocks=64)."""
+    from engine.config import EngineConfig
+    from engine.llm_engine import LLMEngine
+
+    def build(**config) -> LLMEngine:
+        config.setdefault("num_kv_blocks", 256)
+        return LLMEngine(config=EngineConfig(**config), loaded=default_model)
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def make_llm(make_engine):
+    """An `LLM` over the shared default model: make_llm(max_num_batched_tokens=32)."""
+    from engine.llm import LLM
+
+    return lambda **config: LLM.from_engine(make_engine(**config))
