@@ -17,7 +17,6 @@ import argparse
 import json
 import platform
 import random
-import statistics
 import time
 from dataclasses import asdict, dataclass
 
@@ -186,7 +185,7 @@ def print_table(results: list[RunResult], baseline: dict[int, RunResult]) -> Non
     for r in results:
         base = baseline.get(r.num_requests)
         ratio = f"{r.tok_per_s / base.tok_per_s:.2f}x" if base and base is not r else ""
-        ms = lambda v: "" if v is None else f"{v * 1000:.0f} ms"  # noqa: E731
+        ms = lambda v: "" if v is None else f"{v * 1000:.0f} ms"
         print(f"| {r.label} | {r.num_requests} | {r.output_tokens} | {r.seconds:.1f} | "
               f"{r.tok_per_s:.1f} | {ratio} | {ms(r.ttft_p50)} | {ms(r.ttft_p99)} | "
               f"{ms(r.tpot_p50)} |")

@@ -9,7 +9,17 @@ from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from engine.sampling_params import SamplingParams
 
 __all__ = [
-    "LLM", "AsyncEngine", "LLMEngine", "EngineConfig", "EngineStats", "SamplingParams",
-    "RequestOutput", "CompletionOutput", "RequestMetrics", "ModelLoadError", "PromptTooLongError",
-    "EngineDeadError", "PagodaError",
+    "LLM",
+    "AsyncEngine",
+    "CompletionOutput",
+    "EngineConfig",
+    "EngineDeadError",
+    "EngineStats",
+    "LLMEngine",
+    "ModelLoadError",
+    "PagodaError",
+    "PromptTooLongError",
+    "RequestMetrics",
+    "RequestOutput",
+    "SamplingParams",
 ]

@@ -10,6 +10,7 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import Self
 
 from engine.chat_template import Message, encode_chat, is_conversation
 from engine.config import EngineConfig
@@ -84,6 +85,9 @@ class AsyncEngine:
             while not finished:
                 item = await sink.queue.get()
                 if isinstance(item, BaseException):
+                    # The request was never added (a duplicate id names someone else's request)
+                    # or the engine died: there is nothing of ours to abort.
+                    finished = True
                     raise item
                 finished = item.finished
                 yield item
@@ -104,7 +108,7 @@ class AsyncEngine:
             self._inbox.put(_STOP)
             self._thread.join(timeout)
 
-    def __enter__(self) -> AsyncEngine:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -120,7 +124,7 @@ class AsyncEngine:
                 if self.engine.has_unfinished_requests():
                     self._deliver(self.engine.step())
                 self._stats = self.engine.stats()
-        except BaseException as exc:  # noqa: BLE001 - every stream must hear about it
+        except BaseException as exc:
             logger.exception("engine thread died")
             self._dead = exc
             for sink in self._sinks.values():
@@ -147,7 +151,7 @@ class AsyncEngine:
     def _add(self, msg: _Add) -> None:
         try:
             self.engine.add_request(msg.request_id, msg.prompt, msg.params)
-        except Exception as exc:  # a bad request fails its own stream only
+        except Exception as exc:  # noqa: BLE001 - a bad request fails its own stream only
             msg.sink.put(exc)
             return
         self._sinks[msg.request_id] = msg.sink

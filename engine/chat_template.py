@@ -17,7 +17,7 @@ def validate_messages(messages: Sequence[Message]) -> None:
         if m["role"] not in _ROLES:
             raise ValueError(f"messages[{i}].role={m['role']!r} must be one of {sorted(_ROLES)}")
         if not isinstance(m["content"], str):
-            raise ValueError(f"messages[{i}].content must be a string")
+            raise ValueError(f"messages[{i}].content must be a string")  # noqa: TRY004
 
 
 def is_conversation(value: object) -> bool:

@@ -16,7 +16,7 @@ from engine.errors import PromptTooLongError
 from engine.kv_cache_manager import KVCacheManager
 from engine.loader import LoadedModel, load_model
 from engine.model_runner import ModelRunner
-from engine.outputs import CompletionOutput, FinishReason, RequestOutput
+from engine.outputs import CompletionOutput, RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
@@ -129,8 +129,10 @@ class LLMEngine:
             outputs.append(self._output(*seq_detok, new_tokens))
         reported = {o.request_id for o in outputs}
         for seq in self.scheduler.take_finished():
-            if seq.request_id not in reported and seq.request_id in self._requests:
-                outputs.append(self._output(seq, self._requests[seq.request_id][1], []))
+            entry = self._requests.get(seq.request_id)
+            # By identity: an aborted request's id may already name a new request.
+            if seq.request_id not in reported and entry is not None and entry[0] is seq:
+                outputs.append(self._output(seq, entry[1], []))
         for out in outputs:
             if out.finished:
                 self._requests.pop(out.request_id, None)

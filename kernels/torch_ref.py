@@ -91,5 +91,12 @@ def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cach
     return o.squeeze(0).transpose(0, 1).reshape(seg.end - seg.start, -1)
 
 
-__all__ = ["rms_norm", "add_rms_norm", "rotary_embedding", "silu_and_mul", "write_kv_cache",
-           "paged_attention", "PrefillSegment"]
+__all__ = [
+    "PrefillSegment",
+    "add_rms_norm",
+    "paged_attention",
+    "rms_norm",
+    "rotary_embedding",
+    "silu_and_mul",
+    "write_kv_cache",
+]
