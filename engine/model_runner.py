@@ -12,9 +12,14 @@ from engine.loader import LoadedModel
 from engine.models.llama import LlamaForCausalLM
 from engine.sampler import Sampler, SamplingMetadata, SamplingRow
 from engine.scheduler import ScheduledSequence, SchedulerOutput
-from kernels.attention_metadata import AttentionMetadata, PrefillSegment
+from kernels.attention_metadata import AttentionMetadata, DecodeGroup, PrefillSegment
 
 logger = logging.getLogger(__name__)
+
+
+# Decodes are attended in groups of similar length, since each group pads to its longest.
+_MAX_DECODE_GROUPS = 4
+_GROUP_LENGTH_RATIO = 0.75
 
 
 @dataclass(slots=True)
@@ -23,9 +28,22 @@ class ModelInputs:
     positions: torch.Tensor
     attn: AttentionMetadata
     logits_indices: torch.Tensor
-    order: list[int]  # scheduler index of each flat sequence (decodes first)
     sampling_rows: list[SamplingRow]
     sampling_order: list[int]  # scheduler index of each logits row
+
+
+def group_by_length(lengths: list[int]) -> list[tuple[int, int]]:
+    """Split lengths sorted longest first into [start, end) runs that pad little."""
+    groups: list[tuple[int, int]] = []
+    start = 0
+    for i in range(1, len(lengths)):
+        if (lengths[i] < lengths[start] * _GROUP_LENGTH_RATIO
+                and len(groups) < _MAX_DECODE_GROUPS - 1):
+            groups.append((start, i))
+            start = i
+    if lengths:
+        groups.append((start, len(lengths)))
+    return groups
 
 
 class ModelRunner:
@@ -60,54 +78,53 @@ class ModelRunner:
         return sampled
 
     def prepare_inputs(self, scheduled: list[ScheduledSequence]) -> ModelInputs:
-        order = sorted(range(len(scheduled)), key=lambda i: scheduled[i].num_new_tokens > 1)
+        """Flatten the step: decodes (longest context first), then prefill chunks."""
+        decode_idx = sorted((i for i, s in enumerate(scheduled) if s.num_new_tokens == 1),
+                            key=lambda i: -scheduled[i].num_computed_tokens)
+        order = decode_idx + [i for i, s in enumerate(scheduled) if s.num_new_tokens > 1]
         items = [scheduled[i] for i in order]
-        decodes = [s for s in items if s.num_new_tokens == 1]
         input_ids, positions, slots = [], [], []
-        for s in items:
+        logits_indices, rows, sampling_order = [], [], []
+        for i, s in zip(order, items, strict=True):
             start, end = s.num_computed_tokens, s.num_computed_tokens + s.num_new_tokens
             input_ids.extend(s.seq.all_token_ids[start:end])
             positions.extend(range(start, end))
             slots.extend(self._slots(s.seq.block_ids, start, end))
-        logits_indices, rows, sampling_order = [], [], []
-        offset = 0
-        for i, s in zip(order, items, strict=True):
-            offset += s.num_new_tokens
             if s.samples:
-                logits_indices.append(offset - 1)
+                logits_indices.append(len(input_ids) - 1)
                 rows.append(SamplingRow(s.seq.params, s.seq.prompt_token_ids,
                                         s.seq.output_token_ids, s.seq.generator))
                 sampling_order.append(i)
-        attn = AttentionMetadata(
-            slot_mapping=self._tensor(slots),
-            num_decode_tokens=len(decodes),
-            decode_block_tables=None,
-            decode_mask=None,
-            prefills=self._prefill_segments(items[len(decodes):], len(decodes)),
-        )
-        if decodes:
-            attn.decode_block_tables, attn.decode_mask = self._decode_tables(decodes)
+        num_decodes = len(decode_idx)
+        attn = AttentionMetadata(self._tensor(slots), self._decode_groups(items[:num_decodes]),
+                                 self._prefill_segments(items[num_decodes:], num_decodes))
         return ModelInputs(self._tensor(input_ids), self._tensor(positions), attn,
-                           self._tensor(logits_indices), order, rows, sampling_order)
+                           self._tensor(logits_indices), rows, sampling_order)
 
     def _slots(self, block_ids: list[int], start: int, end: int) -> list[int]:
         bs = self.block_size
         return [block_ids[p // bs] * bs + p % bs for p in range(start, end)]
 
-    def _decode_tables(self, decodes: list[ScheduledSequence]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _decode_groups(self, decodes: list[ScheduledSequence]) -> list[DecodeGroup]:
         bs = self.block_size
         context_lens = [s.num_computed_tokens + 1 for s in decodes]
-        max_blocks = -(-max(context_lens) // bs)
-        tables = self._tensor([s.seq.block_ids[:max_blocks]
-                               + [0] * (max_blocks - len(s.seq.block_ids[:max_blocks]))
-                               for s in decodes])
+        groups = []
+        for start, end in group_by_length(context_lens):
+            lens = context_lens[start:end]
+            num_blocks = -(-lens[0] // bs)
+            tables = self._tensor([_padded(s.seq.block_ids, num_blocks)
+                                   for s in decodes[start:end]])
+            groups.append(DecodeGroup(start, end, tables, self._decode_mask(lens, num_blocks)))
+        return groups
+
+    def _decode_mask(self, context_lens: list[int], num_blocks: int) -> torch.Tensor:
         lens = self._tensor(context_lens).unsqueeze(1)
-        key_pos = torch.arange(max_blocks * bs, device=self.device).unsqueeze(0)
+        key_pos = torch.arange(num_blocks * self.block_size, device=self.device).unsqueeze(0)
         mask = key_pos < lens
         window = self.model.shape.sliding_window
         if window is not None:
             mask &= key_pos >= lens - window
-        return tables, mask.view(len(decodes), 1, 1, -1)
+        return mask.view(len(context_lens), 1, 1, -1)
 
     def _prefill_segments(self, prefills: list[ScheduledSequence],
                           offset: int) -> list[PrefillSegment]:
@@ -150,3 +167,8 @@ class ModelRunner:
         return [(torch.zeros(shape, dtype=self.dtype, device=self.device),
                  torch.zeros(shape, dtype=self.dtype, device=self.device))
                 for _ in range(s.num_layers)]
+
+
+def _padded(block_ids: list[int], n: int) -> list[int]:
+    """The first n block ids, padded with block 0 (masked out) for shorter sequences."""
+    return block_ids[:n] + [0] * (n - len(block_ids[:n]))

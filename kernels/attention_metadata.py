@@ -8,6 +8,20 @@ import torch
 
 
 @dataclass(slots=True)
+class DecodeGroup:
+    """Single-token queries [start, end) of similar context length, attended together.
+
+    block_tables [n, max_blocks] (padded with any valid id); mask [n, 1, 1, max_blocks *
+    block_size], True where a key takes part.
+    """
+
+    start: int
+    end: int
+    block_tables: torch.Tensor
+    mask: torch.Tensor
+
+
+@dataclass(slots=True)
 class PrefillSegment:
     """A run of query tokens [start, end) of one sequence, attending to `context_len` keys.
 
@@ -24,14 +38,18 @@ class PrefillSegment:
 
 @dataclass(slots=True)
 class AttentionMetadata:
-    """The flat batch holds `num_decode_tokens` single-token queries first, then prefill segments.
+    """The flat batch holds the decode groups' tokens first, then the prefill segments.
 
     slot_mapping [num_tokens]: where each token's key and value are written in the cache.
-    decode_block_tables [num_decodes, max_blocks] and decode_mask [num_decodes, 1, 1, keys].
     """
 
     slot_mapping: torch.Tensor
-    num_decode_tokens: int
-    decode_block_tables: torch.Tensor | None
-    decode_mask: torch.Tensor | None
+    decode_groups: list[DecodeGroup] = field(default_factory=list)
     prefills: list[PrefillSegment] = field(default_factory=list)
+    # Scratch space for gathered decode keys and values, made by the first layer and reused by
+    # the rest: a fresh multi-MB buffer per layer costs more in page faults than the copy itself.
+    decode_workspace: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @property
+    def num_decode_tokens(self) -> int:
+        return self.decode_groups[-1].end if self.decode_groups else 0
