@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PretrainedConfig
 
+from engine.loader import head_dim
 from engine.models.rotary import RotaryTables
 from kernels import ops
 from kernels.attention_metadata import AttentionMetadata
@@ -41,13 +42,12 @@ class LlamaShape:
 
     @classmethod
     def from_config(cls, config: PretrainedConfig) -> LlamaShape:
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         window = getattr(config, "sliding_window", None)
         if not getattr(config, "use_sliding_window", True):
             window = None
         return cls(config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
                    getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
-                   head_dim, config.vocab_size, config.rms_norm_eps, window,
+                   head_dim(config), config.vocab_size, config.rms_norm_eps, window,
                    config.max_position_embeddings)
 
 
