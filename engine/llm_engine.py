@@ -18,7 +18,7 @@ from engine.loader import LoadedModel, load_model
 from engine.model_runner import ModelRunner
 from engine.outputs import CompletionOutput, RequestOutput
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 
 logger = logging.getLogger(__name__)
@@ -150,7 +150,7 @@ class LLMEngine:
         return RequestOutput(seq.request_id, seq.prompt, seq.prompt_token_ids, [completion],
                              seq.is_finished, seq.num_cached_tokens, seq.metrics)
 
-    def _fail(self, sched, exc: Exception) -> list[RequestOutput]:
+    def _fail(self, sched: SchedulerOutput, exc: Exception) -> list[RequestOutput]:
         outputs = []
         for item in sched.scheduled:
             seq = item.seq

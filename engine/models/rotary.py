@@ -17,7 +17,8 @@ def _rope_parameters(config: PretrainedConfig) -> dict:
 
 def inverse_frequencies(config: PretrainedConfig, head_dim: int) -> tuple[torch.Tensor, float]:
     """Per-pair inverse frequencies and the attention scaling, for every rope type HF knows."""
-    rope_type = _rope_parameters(config).get("rope_type", _rope_parameters(config).get("type"))
+    params = _rope_parameters(config)
+    rope_type = params.get("rope_type", params.get("type"))
     if rope_type in (None, "default"):
         # fp32 like Hugging Face, so positions rotate bit-identically.
         exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
