@@ -208,3 +208,12 @@ def test_llm_generate_stops_at_max_tokens_with_length(llm):
                                                           ignore_eos=True))[0].outputs[0]
     assert out.finish_reason == "length"
     assert len(out.token_ids) == 5
+
+
+def test_async_engine_satisfies_the_chat_backend_protocol():
+    from engine.async_engine import AsyncEngine
+    from engine.protocol import ChatBackend
+
+    for name in ("stream", "abort", "stats", "shutdown"):
+        assert callable(getattr(AsyncEngine, name))
+    assert issubclass(AsyncEngine, ChatBackend)
