@@ -106,11 +106,28 @@ def model_name(path: Path) -> str:
 
 
 def converted_folder(gguf: Path) -> Path:
-    """Where a GGUF file's conversion lives; a changed or moved file gets a new folder."""
-    stat = gguf.stat()
-    key = f"{gguf.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}"
-    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    return cache_dir() / "models" / f"{gguf.stem}-{digest}"
+    """Where a GGUF file's conversion lives, keyed by its content.
+
+    A copy of the same file (the package reinstalled into a new venv, a moved download) reuses the
+    conversion; a changed file gets a new folder.
+    """
+    return cache_dir() / "models" / f"{gguf.stem}-{_content_key(gguf)}"
+
+
+def _content_key(path: Path, samples: int = 16, chunk: int = 1 << 16) -> str:
+    """Hash of the size, the header and evenly spaced chunks: milliseconds, not a full read.
+
+    Two different models of one architecture and quantization share their size and header but
+    not their tensor bytes, which the spaced chunks sample.
+    """
+    size = path.stat().st_size
+    digest = hashlib.blake2b(str(size).encode(), digest_size=6)
+    with path.open("rb") as f:
+        digest.update(f.read(1 << 20))
+        for i in range(samples):
+            f.seek(size * i // samples)
+            digest.update(f.read(chunk))
+    return digest.hexdigest()
 
 
 def convert_gguf(gguf: Path, target: Path) -> None:

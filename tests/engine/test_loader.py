@@ -320,3 +320,21 @@ def test_expected_shapes_use_an_explicit_head_dim():
     assert shapes["model.layers.0.self_attn.k_proj.weight"] == (64, 64)
     assert shapes["model.layers.0.self_attn.o_proj.weight"] == (64, 128)
     assert shapes["lm_head.weight"] == (100, 64)
+
+
+def test_a_copy_of_the_same_gguf_reuses_its_conversion(tmp_path):
+    copy = tmp_path / "elsewhere" / default_model_file().name
+    copy.parent.mkdir()
+    shutil.copyfile(default_model_file(), copy)
+    assert converted_folder(copy) == converted_folder(default_model_file())
+
+
+def test_a_changed_gguf_gets_its_own_conversion(tmp_path):
+    original = tmp_path / "a.gguf"
+    original.write_bytes(bytes(range(256)) * 16384)  # 4 MiB: past the 1 MiB header read
+    changed = tmp_path / "b" / "a.gguf"
+    changed.parent.mkdir()
+    data = bytearray(original.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    changed.write_bytes(bytes(data))
+    assert converted_folder(original) != converted_folder(changed)
