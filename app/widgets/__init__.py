@@ -1,0 +1,1 @@
+"""Qt widgets: they render view models and emit signals; they never call the engine or the store."""
