@@ -1,0 +1,206 @@
+"""The side panel that edits one conversation's system prompt and sampling settings."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from PySide6.QtCore import QRegularExpression, Qt, QTimer, Signal
+from PySide6.QtGui import QRegularExpressionValidator
+from PySide6.QtWidgets import (
+    QAbstractSpinBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.view_models import SamplingView
+
+TEXT_DEBOUNCE_MS = 300
+MAX_TOKENS_CEILING = 32768
+SEED_MAX = 2**31 - 1
+TOP_K_MAX = 1_000_000
+
+TOOLTIPS = {
+    "system_prompt": "Instructions the model sees before every message of this conversation.",
+    "temperature": "Randomness: 0 always picks the likeliest token, higher values vary more.",
+    "top_p": "Sample only from the likeliest tokens whose probabilities add up to this share.",
+    "top_k": "Sample only from this many likeliest tokens; 0 turns the limit off.",
+    "min_p": "Drop tokens less likely than this fraction of the likeliest token; 0 turns it off.",
+    "repetition_penalty": "Makes tokens that already appeared less likely; 1.0 turns it off.",
+    "max_tokens": "The longest reply the model may write, in tokens.",
+    "seed": "Fixes the random choices so a reply can be reproduced; empty picks a new one each time.",
+}
+
+
+def _double_spin(minimum: float, maximum: float, step: float, decimals: int) -> QDoubleSpinBox:
+    box = QDoubleSpinBox()
+    box.setRange(minimum, maximum)
+    box.setSingleStep(step)
+    box.setDecimals(decimals)
+    box.setKeyboardTracking(False)  # one change per finished edit, not one per keystroke
+    box.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
+    return box
+
+
+def _int_spin(minimum: int, maximum: int) -> QSpinBox:
+    box = QSpinBox()
+    box.setRange(minimum, maximum)
+    box.setKeyboardTracking(False)
+    box.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
+    return box
+
+
+class SettingsPanel(QWidget):
+    """Edits a SamplingView; emits `settings_changed(SamplingView)` only for the user's edits."""
+
+    settings_changed = Signal(object)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("settingsPanel")
+        self._applying = False
+        self._build_widgets()
+        self._build_layout()
+        self._debounce = QTimer(self)
+        self._debounce.setSingleShot(True)
+        self._debounce.setInterval(TEXT_DEBOUNCE_MS)
+        self._debounce.timeout.connect(self._emit_settings)
+        self._connect_edits()
+        self.set_settings(SamplingView())
+
+    def _build_widgets(self) -> None:
+        self.system_prompt_edit = QPlainTextEdit()
+        self.system_prompt_edit.setPlaceholderText("You are a helpful assistant.")
+        self.temperature_spin = _double_spin(0.0, 2.0, 0.05, 2)
+        self.top_p_spin = _double_spin(0.01, 1.0, 0.05, 2)
+        self.top_k_spin = _int_spin(0, TOP_K_MAX)
+        self.top_k_spin.setSpecialValueText("Off")
+        self.min_p_spin = _double_spin(0.0, 1.0, 0.01, 2)
+        self.repetition_penalty_spin = _double_spin(1.0, 2.0, 0.05, 2)
+        self.max_tokens_spin = _int_spin(1, MAX_TOKENS_CEILING)
+        self.max_tokens_spin.setSingleStep(64)
+        self.seed_edit = QLineEdit()
+        self.seed_edit.setPlaceholderText("Random")
+        self.seed_edit.setValidator(
+            QRegularExpressionValidator(QRegularExpression(r"\d{0,10}"), self.seed_edit)
+        )
+        self.reset_button = QPushButton("Reset to defaults")
+        self.reset_button.setToolTip(
+            "Restore the default sampling settings; keeps the system prompt."
+        )
+
+    def _fields(self) -> list[tuple[str, str, QWidget]]:
+        return [
+            ("system_prompt", "System prompt", self.system_prompt_edit),
+            ("temperature", "Temperature", self.temperature_spin),
+            ("top_p", "Top P", self.top_p_spin),
+            ("top_k", "Top K", self.top_k_spin),
+            ("min_p", "Min P", self.min_p_spin),
+            ("repetition_penalty", "Repetition penalty", self.repetition_penalty_spin),
+            ("max_tokens", "Max tokens", self.max_tokens_spin),
+            ("seed", "Seed", self.seed_edit),
+        ]
+
+    def _build_layout(self) -> None:
+        form = QFormLayout()
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        for key, text, widget in self._fields():
+            label = QLabel(text)
+            label.setObjectName(f"{key}Label")
+            label.setToolTip(TOOLTIPS[key])
+            label.setBuddy(widget)
+            widget.setObjectName(key)
+            widget.setToolTip(TOOLTIPS[key])
+            if key == "system_prompt":
+                form.addRow(label)
+                form.addRow(widget)
+            else:
+                form.addRow(label, widget)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.reset_button, 0, Qt.AlignmentFlag.AlignRight)
+        layout.addStretch(1)
+
+    def _connect_edits(self) -> None:
+        self.system_prompt_edit.textChanged.connect(self._on_text_edited)
+        self.seed_edit.textEdited.connect(self._on_text_edited)
+        for box in (
+            self.temperature_spin,
+            self.top_p_spin,
+            self.top_k_spin,
+            self.min_p_spin,
+            self.repetition_penalty_spin,
+            self.max_tokens_spin,
+        ):
+            box.valueChanged.connect(self._on_value_edited)
+        self.reset_button.clicked.connect(self.reset_to_defaults)
+
+    def set_settings(self, settings: SamplingView) -> None:
+        """Show `settings` without emitting `settings_changed`; out-of-range values are clamped."""
+        self._debounce.stop()
+        self._applying = True
+        try:
+            self._apply_to_widgets(settings)
+        finally:
+            self._applying = False
+
+    def _apply_to_widgets(self, settings: SamplingView) -> None:
+        if self.system_prompt_edit.toPlainText() != settings.system_prompt:
+            self.system_prompt_edit.setPlainText(settings.system_prompt)
+        self.temperature_spin.setValue(settings.temperature)
+        self.top_p_spin.setValue(settings.top_p)
+        self.top_k_spin.setValue(settings.top_k)
+        self.min_p_spin.setValue(settings.min_p)
+        self.repetition_penalty_spin.setValue(settings.repetition_penalty)
+        self.max_tokens_spin.setValue(settings.max_tokens)
+        seed = None if settings.seed is None else min(max(settings.seed, 0), SEED_MAX)
+        self.seed_edit.setText("" if seed is None else str(seed))
+
+    def settings(self) -> SamplingView:
+        """The settings as the widgets show them now."""
+        return SamplingView(
+            system_prompt=self.system_prompt_edit.toPlainText(),
+            temperature=round(self.temperature_spin.value(), 2),
+            top_p=round(self.top_p_spin.value(), 2),
+            top_k=self.top_k_spin.value(),
+            min_p=round(self.min_p_spin.value(), 2),
+            repetition_penalty=round(self.repetition_penalty_spin.value(), 2),
+            max_tokens=self.max_tokens_spin.value(),
+            seed=self._seed(),
+        )
+
+    def _seed(self) -> int | None:
+        text = self.seed_edit.text().strip()
+        return min(int(text), SEED_MAX) if text else None
+
+    def set_max_tokens_limit(self, limit: int) -> None:
+        """Cap max tokens at the model's context; a larger value is lowered without a signal."""
+        self._applying = True
+        try:
+            self.max_tokens_spin.setMaximum(min(max(limit, 1), MAX_TOKENS_CEILING))
+        finally:
+            self._applying = False
+
+    def reset_to_defaults(self) -> None:
+        """Restore the default sampling settings (the system prompt stays) and emit them."""
+        defaults = replace(SamplingView(), system_prompt=self.system_prompt_edit.toPlainText())
+        self.set_settings(defaults)
+        self._emit_settings()
+
+    def _on_text_edited(self) -> None:
+        if not self._applying:
+            self._debounce.start()
+
+    def _on_value_edited(self) -> None:
+        if not self._applying:
+            self._emit_settings()
+
+    def _emit_settings(self) -> None:
+        self._debounce.stop()  # what is emitted now already includes any pending text edit
+        self.settings_changed.emit(self.settings())

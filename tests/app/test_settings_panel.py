@@ -1,0 +1,166 @@
+"""The settings panel: what the user edits becomes one SamplingView signal; what code sets stays quiet."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel
+
+from app.view_models import SamplingView
+from app.widgets.settings_panel import TEXT_DEBOUNCE_MS, SettingsPanel
+
+CUSTOM = SamplingView(
+    system_prompt="Answer in French.\nBe brief.",
+    temperature=1.3,
+    top_p=0.5,
+    top_k=40,
+    min_p=0.05,
+    repetition_penalty=1.25,
+    max_tokens=300,
+    seed=1234,
+)
+
+
+def make_panel(qtbot) -> SettingsPanel:
+    panel = SettingsPanel()
+    qtbot.addWidget(panel)
+    return panel
+
+
+def test_settings_round_trip(qtbot):
+    panel = make_panel(qtbot)
+    panel.set_settings(CUSTOM)
+    assert panel.settings() == CUSTOM
+    assert panel.objectName() == "settingsPanel"
+
+
+def test_new_panel_shows_defaults(qtbot):
+    assert make_panel(qtbot).settings() == SamplingView()
+
+
+def test_empty_seed_round_trips_as_random(qtbot):
+    panel = make_panel(qtbot)
+    panel.set_settings(SamplingView(seed=None))
+    assert panel.seed_edit.text() == ""
+    assert panel.settings().seed is None
+
+
+def test_programmatic_set_settings_does_not_emit(qtbot):
+    panel = make_panel(qtbot)
+    received: list[SamplingView] = []
+    panel.settings_changed.connect(received.append)
+    panel.set_settings(CUSTOM)
+    panel.set_settings(SamplingView())
+    qtbot.wait(TEXT_DEBOUNCE_MS + 100)
+    assert received == []
+
+
+def test_typing_a_system_prompt_emits_once_after_debounce(qtbot):
+    panel = make_panel(qtbot)
+    received: list[SamplingView] = []
+    panel.settings_changed.connect(received.append)
+    qtbot.keyClicks(panel.system_prompt_edit, "Be terse.")
+    assert received == []  # still typing
+    qtbot.waitUntil(lambda: len(received) == 1, timeout=2000)
+    qtbot.wait(TEXT_DEBOUNCE_MS + 100)
+    assert len(received) == 1
+    assert received[0].system_prompt == "Be terse."
+
+
+def test_spin_box_edit_emits_immediately(qtbot):
+    panel = make_panel(qtbot)
+    with qtbot.waitSignal(panel.settings_changed, timeout=100) as blocker:
+        qtbot.keyClick(panel.temperature_spin, Qt.Key.Key_Up)
+    assert blocker.args[0].temperature == 0.75
+
+
+def test_typing_a_number_emits_when_the_edit_is_finished(qtbot):
+    panel = make_panel(qtbot)
+    received: list[SamplingView] = []
+    panel.settings_changed.connect(received.append)
+    panel.max_tokens_spin.lineEdit().selectAll()
+    qtbot.keyClicks(panel.max_tokens_spin, "2048")
+    assert received == []
+    qtbot.keyClick(panel.max_tokens_spin, Qt.Key.Key_Return)
+    assert [s.max_tokens for s in received] == [2048]
+
+
+def test_spin_edit_flushes_a_pending_prompt_edit_into_one_signal(qtbot):
+    panel = make_panel(qtbot)
+    received: list[SamplingView] = []
+    panel.settings_changed.connect(received.append)
+    qtbot.keyClicks(panel.system_prompt_edit, "Hi")
+    qtbot.keyClick(panel.top_k_spin, Qt.Key.Key_Up)
+    qtbot.wait(TEXT_DEBOUNCE_MS + 100)
+    assert len(received) == 1
+    assert (received[0].system_prompt, received[0].top_k) == ("Hi", 1)
+
+
+def test_typing_a_seed_emits_debounced(qtbot):
+    panel = make_panel(qtbot)
+    with qtbot.waitSignal(panel.settings_changed, timeout=2000) as blocker:
+        qtbot.keyClicks(panel.seed_edit, "42x")
+    assert blocker.args[0].seed == 42
+    assert panel.seed_edit.text() == "42"
+
+
+def test_out_of_range_values_are_clamped(qtbot):
+    panel = make_panel(qtbot)
+    panel.set_settings(
+        SamplingView(
+            temperature=5.0,
+            top_p=0.0,
+            top_k=-3,
+            min_p=2.0,
+            repetition_penalty=0.5,
+            max_tokens=10**9,
+            seed=2**40,
+        )
+    )
+    got = panel.settings()
+    assert got.temperature == 2.0
+    assert got.top_p == 0.01
+    assert got.top_k == 0
+    assert got.min_p == 1.0
+    assert got.repetition_penalty == 1.0
+    assert got.max_tokens == 32768
+    assert got.seed == 2**31 - 1
+
+
+def test_typed_seed_beyond_int32_is_clamped(qtbot):
+    panel = make_panel(qtbot)
+    qtbot.keyClicks(panel.seed_edit, "9999999999")
+    assert panel.settings().seed == 2**31 - 1
+
+
+def test_max_tokens_limit_caps_the_value_without_emitting(qtbot):
+    panel = make_panel(qtbot)
+    panel.set_settings(SamplingView(max_tokens=4096))
+    received: list[SamplingView] = []
+    panel.settings_changed.connect(received.append)
+    panel.set_max_tokens_limit(2048)
+    assert panel.settings().max_tokens == 2048
+    assert panel.max_tokens_spin.maximum() == 2048
+    assert received == []
+    panel.set_max_tokens_limit(10**6)
+    assert panel.max_tokens_spin.maximum() == 32768
+
+
+def test_reset_restores_defaults_keeps_prompt_and_emits_once(qtbot):
+    panel = make_panel(qtbot)
+    panel.set_settings(CUSTOM)
+    received: list[SamplingView] = []
+    panel.settings_changed.connect(received.append)
+    qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
+    expected = SamplingView(system_prompt=CUSTOM.system_prompt)
+    assert panel.settings() == expected
+    qtbot.wait(TEXT_DEBOUNCE_MS + 100)
+    assert received == [expected]
+
+
+def test_every_knob_has_a_label_with_a_one_line_tooltip(qtbot):
+    panel = make_panel(qtbot)
+    labels = panel.findChildren(QLabel)
+    assert len(labels) == 8
+    for label in labels:
+        assert label.toolTip()
+        assert "\n" not in label.toolTip()
