@@ -1,0 +1,128 @@
+"""The main window's status bar: engine state, device, load and cache figures."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
+
+from app.view_models import EngineStatusView
+
+SEPARATOR = " · "
+ERROR_STYLE = 'QLabel[severity="error"] { color: #e5484d; }'
+
+
+def state_text(status: EngineStatusView) -> str:
+    """The engine's state in words, e.g. "Ready · cpu"."""
+    if status.state == "loading":
+        text = f"Loading {status.model or 'model'}…"
+        return f"{text} {status.detail}" if status.detail else text
+    if status.state == "error":
+        return f"Error: {status.detail}" if status.detail else "Engine error"
+    return f"Ready{SEPARATOR}{status.device}" if status.device else "Ready"
+
+
+def requests_text(status: EngineStatusView) -> str:
+    return f"{status.num_running} running{SEPARATOR}{status.num_waiting} waiting"
+
+
+def throughput_text(tokens_per_s: float) -> str:
+    if tokens_per_s >= 100:
+        return f"{tokens_per_s:,.0f} tok/s"
+    return f"{tokens_per_s:.1f} tok/s"
+
+
+def percent(fraction: float) -> str:
+    return f"{min(max(fraction, 0.0), 1.0) * 100:.0f}%"
+
+
+class EngineStatusBar(QStatusBar):
+    """Renders an EngineStatusView; cheap to call often: only changed text reaches Qt."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("statusBar")
+        self.setStyleSheet(ERROR_STYLE)
+        self.state_label = self._add_label("engineState")
+        self.progress = QProgressBar()
+        self.progress.setObjectName("loadingProgress")
+        self.progress.setRange(0, 0)  # indeterminate: loading has no reliable percentage
+        self.progress.setTextVisible(False)
+        self.progress.setFixedWidth(120)
+        self.addPermanentWidget(self.progress)
+        self.requests_label = self._add_label("engineRequests")
+        self.throughput_label = self._add_label("engineThroughput")
+        self.kv_cache_label = self._add_label("engineKvCache")
+        self.prefix_cache_label = self._add_label("enginePrefixCache")
+        self._metric_labels = (
+            self.requests_label,
+            self.throughput_label,
+            self.kv_cache_label,
+            self.prefix_cache_label,
+        )
+        self._texts: dict[str, str] = {}  # objectName -> text last given to Qt
+        self._visible: dict[str, bool] = {}
+        self._tooltip = ""
+        self._severity = ""
+        for widget in (self.progress, *self._metric_labels):
+            self._set_visible(widget, False)
+
+    def _add_label(self, name: str) -> QLabel:
+        label = QLabel()
+        label.setObjectName(name)
+        self.addPermanentWidget(label)
+        return label
+
+    def show_status(self, status: EngineStatusView) -> None:
+        """Show `status`; parts that did not change since the last call are left alone."""
+        self._set_text(self.state_label, state_text(status))
+        self._set_tooltip(status.model)
+        self._set_severity("error" if status.state == "error" else "")
+        self._set_visible(self.progress, status.state == "loading")
+        ready = status.state == "ready"
+        for label in self._metric_labels:
+            self._set_visible(label, ready)
+        if ready:
+            self._set_text(self.requests_label, requests_text(status))
+            self._set_text(self.throughput_label, throughput_text(status.tokens_per_s))
+            self._set_text(self.kv_cache_label, f"KV cache {percent(status.kv_cache_usage)}")
+            self._set_text(
+                self.prefix_cache_label, f"Prefix hits {percent(status.prefix_cache_hit_rate)}"
+            )
+
+    def summary_text(self) -> str:
+        """Everything the bar shows now, as one line."""
+        shown = [label for label in self._metric_labels if self._is_shown(label)]
+        return " | ".join(label.text() for label in (self.state_label, *shown))
+
+    def is_loading(self) -> bool:
+        """Whether the indeterminate progress bar is showing."""
+        return self._is_shown(self.progress)
+
+    def is_error(self) -> bool:
+        """Whether the state is shown as an error (in red)."""
+        return self._severity == "error"
+
+    def _is_shown(self, widget: QWidget) -> bool:
+        return self._visible.get(widget.objectName(), False)
+
+    def _set_text(self, label: QLabel, text: str) -> None:
+        if self._texts.get(label.objectName()) != text:
+            self._texts[label.objectName()] = text
+            label.setText(text)
+
+    def _set_tooltip(self, model: str) -> None:
+        if self._tooltip != model:
+            self._tooltip = model
+            self.state_label.setToolTip(model)
+
+    def _set_visible(self, widget: QWidget, visible: bool) -> None:
+        if self._visible.get(widget.objectName()) != visible:
+            self._visible[widget.objectName()] = visible
+            widget.setVisible(visible)
+
+    def _set_severity(self, severity: str) -> None:
+        if severity == self._severity:
+            return
+        self._severity = severity
+        self.state_label.setProperty("severity", severity)
+        self.state_label.style().unpolish(self.state_label)
+        self.state_label.style().polish(self.state_label)

@@ -1,0 +1,106 @@
+"""The status bar: engine state in words, figures formatted, and no needless repaints."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtWidgets import QLabel
+
+from app.view_models import EngineStatusView
+from app.widgets.status_bar import EngineStatusBar
+
+MODEL = "SmolLM2-135M-Instruct"
+
+
+def ready(**figures) -> EngineStatusView:
+    return EngineStatusView(state="ready", device="cpu", model=MODEL, **figures)
+
+
+@pytest.fixture
+def bar(qtbot) -> EngineStatusBar:
+    widget = EngineStatusBar()
+    qtbot.addWidget(widget)
+    return widget
+
+
+def test_loading_shows_the_model_and_an_indeterminate_progress_bar(bar):
+    bar.show_status(EngineStatusView(state="loading", device="cpu", model=MODEL))
+    assert bar.summary_text() == "Loading SmolLM2-135M-Instruct…"
+    assert bar.is_loading()
+    assert (bar.progress.minimum(), bar.progress.maximum()) == (0, 0)
+    assert not bar.is_error()
+
+
+def test_loading_names_its_phase(bar):
+    bar.show_status(
+        EngineStatusView(state="loading", device="cpu", model=MODEL, detail="converting weights")
+    )
+    assert bar.summary_text() == "Loading SmolLM2-135M-Instruct… converting weights"
+
+
+def test_ready_shows_device_and_hides_progress(bar):
+    bar.show_status(EngineStatusView(state="loading", device="cpu", model=MODEL))
+    bar.show_status(ready())
+    assert bar.state_label.text() == "Ready · cpu"
+    assert not bar.is_loading()
+    assert bar.objectName() == "statusBar"
+
+
+def test_error_shows_the_message_in_red(bar):
+    bar.show_status(
+        EngineStatusView(state="error", device="cpu", model=MODEL, detail="model file not found")
+    )
+    assert bar.summary_text() == "Error: model file not found"
+    assert bar.is_error()
+    assert bar.state_label.property("severity") == "error"
+    bar.show()
+    color = bar.state_label.palette().color(bar.state_label.foregroundRole())
+    assert color.red() > 200 and color.green() < 120
+    bar.show_status(ready())
+    assert not bar.is_error()
+
+
+def test_ready_formats_requests_throughput_and_cache_figures(bar):
+    bar.show_status(
+        ready(
+            num_running=3,
+            num_waiting=1,
+            tokens_per_s=61.234,
+            kv_cache_usage=0.123,
+            prefix_cache_hit_rate=0.4,
+        )
+    )
+    assert bar.summary_text() == (
+        "Ready · cpu | 3 running · 1 waiting | 61.2 tok/s | KV cache 12% | Prefix hits 40%"
+    )
+
+
+def test_large_throughput_drops_decimals_and_fractions_are_clamped(bar):
+    bar.show_status(ready(tokens_per_s=1234.5, kv_cache_usage=1.7, prefix_cache_hit_rate=-0.2))
+    assert "1,234 tok/s" in bar.summary_text()
+    assert "KV cache 100%" in bar.summary_text()
+    assert "Prefix hits 0%" in bar.summary_text()
+
+
+def test_figures_are_hidden_while_loading(bar):
+    bar.show_status(ready(num_running=2))
+    bar.show_status(EngineStatusView(state="loading", device="cuda", model=MODEL))
+    assert "running" not in bar.summary_text()
+    assert bar.requests_label.isHidden()
+
+
+def test_unchanged_status_does_not_set_text_again(bar, monkeypatch):
+    calls: list[str] = []
+    for label in bar.findChildren(QLabel):
+        original = label.setText
+        monkeypatch.setattr(
+            label, "setText", lambda text, _set=original: (calls.append(text), _set(text))
+        )
+    status = ready(num_running=1, tokens_per_s=40.0)
+    bar.show_status(status)
+    first = len(calls)
+    for _ in range(10):
+        bar.show_status(status)
+    assert first == 5
+    assert len(calls) == first
+    bar.show_status(ready(num_running=1, tokens_per_s=41.0))
+    assert calls[first:] == ["41.0 tok/s"]
