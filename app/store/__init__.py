@@ -1,0 +1,27 @@
+"""The conversation store: conversations, message trees, search, settings and tabs in SQLite.
+
+Imports no torch and no Qt. `ConversationStore` is the only code that opens a database session.
+"""
+
+from .errors import ConversationNotFound, DatabaseTooNewError, MessageNotFound, StoreError
+from .location import add_db_argument, default_db_path, resolve_db_path
+from .records import Conversation, GenerationStats, Message, SamplingSettings, SearchHit
+from .store import ConversationStore
+from .streaming import StreamingWriter
+
+__all__ = [
+    "Conversation",
+    "ConversationNotFound",
+    "ConversationStore",
+    "DatabaseTooNewError",
+    "GenerationStats",
+    "Message",
+    "MessageNotFound",
+    "SamplingSettings",
+    "SearchHit",
+    "StoreError",
+    "StreamingWriter",
+    "add_db_argument",
+    "default_db_path",
+    "resolve_db_path",
+]

@@ -1,0 +1,100 @@
+"""The ORM tables. Migrations in `migrations/versions` create exactly these."""
+
+from datetime import UTC, datetime
+
+from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Integer, String, Text, TypeDecorator
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stores naive UTC (SQLite has no time zones) and hands back aware UTC datetimes."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: the store only accepts aware datetimes")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ConversationRow(Base):
+    __tablename__ = "conversations"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    title: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    model: Mapped[str | None] = mapped_column(Text)
+    system_prompt: Mapped[str | None] = mapped_column(Text)
+    sampling: Mapped[str] = mapped_column(Text)  # SamplingSettings as JSON
+    pinned: Mapped[bool] = mapped_column(default=False)
+    archived: Mapped[bool] = mapped_column(default=False)
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class MessageRow(Base):
+    __tablename__ = "messages"
+    __table_args__ = (
+        CheckConstraint("role IN ('system', 'user', 'assistant')", name="ck_messages_role"),
+        CheckConstraint(
+            "status IN ('complete', 'streaming', 'interrupted', 'error')", name="ck_messages_status"
+        ),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    conversation_id: Mapped[int] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), index=True
+    )
+    parent_id: Mapped[int | None] = mapped_column(
+        ForeignKey("messages.id", ondelete="CASCADE"), index=True
+    )
+    role: Mapped[str] = mapped_column(String(16))
+    content: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    status: Mapped[str] = mapped_column(String(16), default="complete")
+    finish_reason: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    prompt_tokens: Mapped[int | None]
+    completion_tokens: Mapped[int | None]
+    gen_model: Mapped[str | None] = mapped_column(Text)
+    ttft_s: Mapped[float | None]
+    tokens_per_s: Mapped[float | None]
+    cached_tokens: Mapped[int | None]
+
+
+class LeafRow(Base):
+    """Which branch a conversation shows: the message at the bottom of it."""
+
+    __tablename__ = "conversation_leaves"
+
+    conversation_id: Mapped[int] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
+    )
+    message_id: Mapped[int] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"))
+
+
+class SettingRow(Base):
+    __tablename__ = "settings"
+
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    value: Mapped[str] = mapped_column(Text)  # JSON
+
+
+class OpenTabRow(Base):
+    __tablename__ = "open_tabs"
+
+    position: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    conversation_id: Mapped[int] = mapped_column(ForeignKey("conversations.id", ondelete="CASCADE"))
+    active: Mapped[bool] = mapped_column(default=False)

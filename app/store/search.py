@@ -1,0 +1,60 @@
+"""Turning what the user typed into a safe FTS5 query or a LIKE fallback, and rendering snippets.
+
+The trigram tokenizer indexes every 3-character substring, so a term shorter than 3 characters
+(a 2-character Chinese word such as 北京) cannot be matched by FTS5; those queries use LIKE.
+"""
+
+import html
+import re
+
+MIN_FTS_TERM = 3
+# Private-use characters mark hits inside SQL and Python snippets; they are swapped for the
+# caller's markers only after the text has been escaped, so markers never get escaped.
+HIT_OPEN = "\ue000"
+HIT_CLOSE = "\ue001"
+ELLIPSIS = "…"
+SNIPPET_TOKENS = 64
+SNIPPET_CONTEXT = 20
+SNIPPET_WIDTH = 80
+
+
+def search_terms(query: str) -> list[str]:
+    return query.split()
+
+
+def needs_like_fallback(terms: list[str]) -> bool:
+    return any(len(term) < MIN_FTS_TERM for term in terms)
+
+
+def fts_match_expression(terms: list[str]) -> str:
+    """Every term as a quoted string, so `"`, `AND(`, `*` or `NEAR` are plain text; all must match."""
+    return " ".join('"' + term.replace('"', '""') + '"' for term in terms)
+
+
+def like_pattern(term: str) -> str:
+    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def python_snippet(text: str, terms: list[str]) -> str:
+    """A window around the first hit with every hit in it marked, like FTS5's snippet()."""
+    pattern = _terms_pattern(terms)
+    first = pattern.search(text)
+    start = max(0, first.start() - SNIPPET_CONTEXT) if first else 0
+    end = min(len(text), start + SNIPPET_WIDTH)
+    window = pattern.sub(lambda hit: f"{HIT_OPEN}{hit.group(0)}{HIT_CLOSE}", text[start:end])
+    prefix = ELLIPSIS if start > 0 else ""
+    suffix = ELLIPSIS if end < len(text) else ""
+    return prefix + window + suffix
+
+
+def render_snippet(raw: str, markers: tuple[str, str], escape_html: bool) -> str:
+    text = " ".join(raw.split())
+    if escape_html:
+        text = html.escape(text, quote=False)
+    return text.replace(HIT_OPEN, markers[0]).replace(HIT_CLOSE, markers[1])
+
+
+def _terms_pattern(terms: list[str]) -> re.Pattern[str]:
+    longest_first = sorted(set(terms), key=len, reverse=True)
+    return re.compile("|".join(re.escape(term) for term in longest_first), re.IGNORECASE)

@@ -1,0 +1,740 @@
+"""ConversationStore: the only code that opens a database session. Plain dataclasses out."""
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Self
+
+from sqlalchemy import Engine, delete, select, text, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from . import migrate, recovery, search, transfer
+from .connection import create_store_engine, read_only
+from .errors import ConversationNotFound, DatabaseTooNewError, MessageNotFound, StoreError
+from .location import resolve_db_path
+from .records import Conversation, GenerationStats, Message, SamplingSettings, SearchHit
+from .schema import ConversationRow, LeafRow, MessageRow, OpenTabRow, SettingRow
+from .titles import auto_title
+
+log = logging.getLogger(__name__)
+
+_UNSET: Any = object()
+DEFAULT_MARKERS = ("<b>", "</b>")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class ConversationStore:
+    """Conversations, their message trees, settings and open tabs in one SQLite file.
+
+    Safe to share between threads: every call runs its own short transaction.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        engine: Engine,
+        *,
+        recovered_from: Path | None = None,
+        backup_path: Path | None = None,
+    ) -> None:
+        self.path = path
+        self.recovered_from = recovered_from
+        self.backup_path = backup_path
+        self._engine = engine
+        self._write_sessions = sessionmaker(bind=engine, expire_on_commit=False)
+        self._read_sessions = sessionmaker(bind=read_only(engine), expire_on_commit=False)
+
+    # -- opening and closing -------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: Path | str | None = None) -> Self:
+        """Open (creating, recovering or upgrading as needed) the database at `path`.
+
+        `None` means $PAGODA_DB, else `pagoda.db` in the user data directory.
+        """
+        db_path = resolve_db_path(path)
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+        recovered_from = cls._move_aside_if_corrupt(db_path)
+        backup_path = cls._migrate(db_path)
+        store = cls(
+            db_path,
+            create_store_engine(db_path),
+            recovered_from=recovered_from,
+            backup_path=backup_path,
+        )
+        store._interrupt_leftover_streams()
+        return store
+
+    @staticmethod
+    def _move_aside_if_corrupt(path: Path) -> Path | None:
+        if path.exists() and recovery.is_corrupt(path):
+            return recovery.move_aside(path)
+        return None
+
+    @staticmethod
+    def _migrate(path: Path) -> Path | None:
+        revision = migrate.current_revision(path) if path.exists() else None
+        head = migrate.head_revision()
+        if revision == head:
+            return None
+        if revision is not None and not migrate.is_known_revision(revision):
+            raise DatabaseTooNewError(path, revision, head)
+        backup = recovery.write_backup(path, revision) if revision is not None else None
+        migrate.upgrade(path)
+        return backup
+
+    def _interrupt_leftover_streams(self) -> None:
+        with self._writing() as s:
+            result = s.execute(
+                update(MessageRow)
+                .where(MessageRow.status == "streaming")
+                .values(status="interrupted")
+            )
+        if result.rowcount:
+            log.warning(
+                "%d reply(ies) cut off by the last exit marked interrupted", result.rowcount
+            )
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _writing(self) -> Iterator[Session]:
+        with self._write_sessions() as s, s.begin():
+            yield s
+
+    @contextmanager
+    def _reading(self) -> Iterator[Session]:
+        with self._read_sessions() as s, s.begin():
+            yield s
+
+    # -- conversations -------------------------------------------------------------------
+
+    def create_conversation(
+        self,
+        title: str | None = None,
+        model: str | None = None,
+        system_prompt: str | None = None,
+        sampling: SamplingSettings | None = None,
+    ) -> Conversation:
+        now = _now()
+        row = ConversationRow(
+            title=title,
+            created_at=now,
+            updated_at=now,
+            model=model,
+            system_prompt=system_prompt,
+            sampling=_sampling_json(sampling or SamplingSettings()),
+            pinned=False,
+            archived=False,
+        )
+        with self._writing() as s:
+            s.add(row)
+            s.flush()
+            return _conversation(row, None)
+
+    def get_conversation(self, cid: int) -> Conversation:
+        with self._reading() as s:
+            return _conversation(_conversation_row(s, cid), _leaf_id(s, cid))
+
+    def list_conversations(self, include_archived: bool = False) -> list[Conversation]:
+        """Not deleted; pinned first, then the most recently active."""
+        query = (
+            select(ConversationRow, LeafRow.message_id)
+            .outerjoin(LeafRow, LeafRow.conversation_id == ConversationRow.id)
+            .where(ConversationRow.deleted_at.is_(None))
+            .order_by(
+                ConversationRow.pinned.desc(),
+                ConversationRow.updated_at.desc(),
+                ConversationRow.id.desc(),
+            )
+        )
+        if not include_archived:
+            query = query.where(ConversationRow.archived.is_(False))
+        with self._reading() as s:
+            return [_conversation(row, leaf) for row, leaf in s.execute(query)]
+
+    def rename(self, cid: int, title: str) -> None:
+        self._set_conversation_fields(cid, title=title.strip() or None)
+
+    def set_pinned(self, cid: int, pinned: bool) -> None:
+        self._set_conversation_fields(cid, pinned=pinned)
+
+    def set_archived(self, cid: int, archived: bool) -> None:
+        self._set_conversation_fields(cid, archived=archived)
+
+    def delete(self, cid: int) -> None:
+        """Soft delete: hidden from lists and search until `undo_delete` or a purge."""
+        self._set_conversation_fields(cid, deleted_at=_now())
+
+    def undo_delete(self, cid: int) -> None:
+        self._set_conversation_fields(cid, deleted_at=None)
+
+    def update_settings(
+        self,
+        cid: int,
+        *,
+        system_prompt: str | None = _UNSET,
+        sampling: SamplingSettings = _UNSET,
+        model: str | None = _UNSET,
+    ) -> None:
+        changes: dict[str, Any] = {"updated_at": _now()}
+        if system_prompt is not _UNSET:
+            changes["system_prompt"] = system_prompt
+        if sampling is not _UNSET:
+            changes["sampling"] = _sampling_json(sampling)
+        if model is not _UNSET:
+            changes["model"] = model
+        self._set_conversation_fields(cid, **changes)
+
+    def purge(self, cid: int) -> None:
+        """Delete for good, with every message."""
+        with self._writing() as s:
+            s.delete(_conversation_row(s, cid))
+
+    def purge_deleted(self, older_than: timedelta | None = None) -> int:
+        """Purge soft-deleted conversations (deleted more than `older_than` ago); returns the count."""
+        query = delete(ConversationRow).where(ConversationRow.deleted_at.is_not(None))
+        if older_than is not None:
+            query = query.where(ConversationRow.deleted_at <= _now() - older_than)
+        with self._writing() as s:
+            return s.execute(query).rowcount
+
+    def _set_conversation_fields(self, cid: int, **values: Any) -> None:
+        with self._writing() as s:
+            row = _conversation_row(s, cid)
+            for name, value in values.items():
+                setattr(row, name, value)
+
+    # -- messages and branches -----------------------------------------------------------
+
+    def get_message(self, mid: int) -> Message:
+        with self._reading() as s:
+            return _message(_message_row(s, mid))
+
+    def messages(self, cid: int) -> list[Message]:
+        """Every message of the conversation, all branches, oldest first."""
+        with self._reading() as s:
+            _conversation_row(s, cid)
+            return [_message(row) for row in _all_message_rows(s, cid)]
+
+    def append_user_message(self, cid: int, content: str) -> Message:
+        """A child of the current leaf that becomes the leaf; titles an untitled conversation."""
+        with self._writing() as s:
+            conversation = _conversation_row(s, cid)
+            row = _add_message(s, conversation, _leaf_id(s, cid), "user", content)
+            if conversation.title is None:
+                conversation.title = auto_title(content)
+            return _message(row)
+
+    def start_assistant_message(
+        self, cid: int, parent_id: int | None = None, model: str | None = None
+    ) -> Message:
+        """An empty 'streaming' reply under `parent_id` (default: the leaf); it becomes the leaf.
+
+        A parent that already has a reply gets a second one: that is a regeneration.
+        """
+        with self._writing() as s:
+            conversation = _conversation_row(s, cid)
+            if parent_id is None:
+                parent_id = _leaf_id(s, cid)
+            else:
+                _check_in_conversation(_message_row(s, parent_id), cid)
+            return _message(_start_reply(s, conversation, parent_id, model))
+
+    def update_streaming(self, mid: int, content: str) -> None:
+        with self._writing() as s:
+            result = s.execute(
+                update(MessageRow)
+                .where(MessageRow.id == mid, MessageRow.status == "streaming")
+                .values(content=content)
+            )
+            if result.rowcount == 0:
+                _check_streaming(_message_row(s, mid))
+
+    def finish_message(
+        self,
+        mid: int,
+        content: str,
+        finish_reason: str,
+        stats: GenerationStats | None = None,
+        *,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+    ) -> None:
+        with self._writing() as s:
+            row = self._end_stream(s, mid, content, "complete")
+            row.finish_reason = finish_reason
+            row.prompt_tokens = prompt_tokens
+            row.completion_tokens = completion_tokens
+            if stats is not None:
+                _apply_stats(row, stats)
+
+    def interrupt_message(self, mid: int, content: str) -> None:
+        with self._writing() as s:
+            self._end_stream(s, mid, content, "interrupted")
+
+    def fail_message(self, mid: int, content: str, error: str) -> None:
+        with self._writing() as s:
+            self._end_stream(s, mid, content, "error").error = error
+
+    @staticmethod
+    def _end_stream(s: Session, mid: int, content: str, status: str) -> MessageRow:
+        row = _message_row(s, mid)
+        _check_streaming(row)
+        row.content = content
+        row.status = status
+        _conversation_row(s, row.conversation_id).updated_at = _now()
+        return row
+
+    def edit_user_message(self, mid: int, new_content: str) -> Message:
+        """A new sibling with the edited text becomes the leaf; the old branch stays as it was."""
+        with self._writing() as s:
+            original = _message_row(s, mid)
+            _check_role(original, "user")
+            conversation = _conversation_row(s, original.conversation_id)
+            return _message(_add_message(s, conversation, original.parent_id, "user", new_content))
+
+    def regenerate(self, assistant_mid: int) -> Message:
+        """A new streaming reply next to `assistant_mid`, under the same user message."""
+        with self._writing() as s:
+            original = _message_row(s, assistant_mid)
+            _check_role(original, "assistant")
+            conversation = _conversation_row(s, original.conversation_id)
+            return _message(_start_reply(s, conversation, original.parent_id, None))
+
+    def siblings(self, mid: int) -> list[Message]:
+        """The message and its alternatives (same parent), oldest first."""
+        with self._reading() as s:
+            row = _message_row(s, mid)
+            query = _children_query(row.conversation_id, row.parent_id)
+            return [_message(r) for r in s.scalars(query)]
+
+    def switch_branch(self, mid: int) -> Message:
+        """Show the branch through `mid`: the leaf becomes its newest deepest descendant."""
+        with self._writing() as s:
+            leaf = _message_row(s, mid)
+            while (child := _newest_child(s, leaf)) is not None:
+                leaf = child
+            _set_leaf(s, leaf.conversation_id, leaf.id)
+            return _message(leaf)
+
+    def current_path(self, cid: int) -> list[Message]:
+        """Root to leaf: the branch on screen and what the model is given."""
+        with self._reading() as s:
+            _conversation_row(s, cid)
+            by_id = {row.id: row for row in _all_message_rows(s, cid)}
+            path: list[Message] = []
+            mid = _leaf_id(s, cid)
+            while mid is not None:
+                row = by_id[mid]
+                path.append(_message(row))
+                mid = row.parent_id
+            return path[::-1]
+
+    # -- search --------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        limit: int = 50,
+        *,
+        markers: tuple[str, str] = DEFAULT_MARKERS,
+        escape_html: bool = True,
+    ) -> list[SearchHit]:
+        """Messages containing every term of `query`, newest first, with a marked snippet.
+
+        The snippet text is HTML-escaped unless `escape_html` is False; hits are wrapped in
+        `markers`. Deleted conversations are left out.
+        """
+        terms = search.search_terms(query)
+        if not terms:
+            return []
+        with self._reading() as s:
+            if search.needs_like_fallback(terms):
+                rows = self._search_like(s, terms, limit)
+            else:
+                rows = self._search_fts(s, terms, limit)
+            return [_search_hit(row, markers, escape_html) for row in rows]
+
+    @staticmethod
+    def _search_fts(s: Session, terms: list[str], limit: int) -> list[tuple]:
+        sql = text(
+            f"""SELECT m.conversation_id, c.title, m.id, m.role,
+                   snippet(messages_fts, 0, :open, :close, :ellipsis, {search.SNIPPET_TOKENS}),
+                   m.created_at
+            FROM messages_fts
+            JOIN messages AS m ON m.id = messages_fts.rowid
+            JOIN conversations AS c ON c.id = m.conversation_id
+            WHERE messages_fts MATCH :match AND c.deleted_at IS NULL
+            ORDER BY m.created_at DESC, m.id DESC
+            LIMIT :limit"""
+        )
+        params = {
+            "open": search.HIT_OPEN,
+            "close": search.HIT_CLOSE,
+            "ellipsis": search.ELLIPSIS,
+            "match": search.fts_match_expression(terms),
+            "limit": limit,
+        }
+        return list(s.execute(sql, params))
+
+    @staticmethod
+    def _search_like(s: Session, terms: list[str], limit: int) -> list[tuple]:
+        query = (
+            select(
+                MessageRow.conversation_id,
+                ConversationRow.title,
+                MessageRow.id,
+                MessageRow.role,
+                MessageRow.content,
+                MessageRow.created_at,
+            )
+            .join(ConversationRow, ConversationRow.id == MessageRow.conversation_id)
+            .where(ConversationRow.deleted_at.is_(None))
+            .order_by(MessageRow.created_at.desc(), MessageRow.id.desc())
+            .limit(limit)
+        )
+        for term in terms:
+            query = query.where(MessageRow.content.like(search.like_pattern(term), escape="\\"))
+        return [
+            (cid, title, mid, role, search.python_snippet(content, terms), created)
+            for cid, title, mid, role, content, created in s.execute(query)
+        ]
+
+    # -- export and import ---------------------------------------------------------------
+
+    def export_json(self, cids: list[int] | None = None) -> str:
+        """Lossless JSON of the given conversations (default: all, deleted ones included)."""
+        with self._reading() as s:
+            if cids is None:
+                cids = list(s.scalars(select(ConversationRow.id).order_by(ConversationRow.id)))
+            threads = [self._thread(s, cid) for cid in cids]
+        return transfer.threads_to_json(threads)
+
+    def import_json(self, text: str) -> list[int]:
+        """Add the conversations of an export; ids are kept where they are free. Returns new ids."""
+        threads = transfer.threads_from_json(text)
+        with self._writing() as s:
+            return [_import_thread(s, conversation, messages) for conversation, messages in threads]
+
+    def export_markdown(self, cid: int) -> str:
+        """The current branch as Markdown."""
+        return transfer.thread_to_markdown(self.get_conversation(cid), self.current_path(cid))
+
+    @staticmethod
+    def _thread(s: Session, cid: int) -> transfer.Thread:
+        conversation = _conversation(_conversation_row(s, cid), _leaf_id(s, cid))
+        return conversation, [_message(row) for row in _all_message_rows(s, cid)]
+
+    # -- app settings and open tabs ------------------------------------------------------
+
+    def get_setting(self, key: str, default: Any = None) -> Any:
+        with self._reading() as s:
+            row = s.get(SettingRow, key)
+            return default if row is None else json.loads(row.value)
+
+    def set_setting(self, key: str, value: Any) -> None:
+        try:
+            encoded = json.dumps(value)
+        except (TypeError, ValueError) as error:
+            raise StoreError(
+                f"setting {key!r}: value is not JSON-serializable ({error})"
+            ) from error
+        with self._writing() as s:
+            s.merge(SettingRow(key=key, value=encoded))
+
+    def save_open_tabs(self, cids: list[int], active: int | None) -> None:
+        """Remember the tabs, in order, and which one is active, for the next start."""
+        ordered = list(dict.fromkeys(cids))
+        with self._writing() as s:
+            for cid in ordered:
+                _conversation_row(s, cid)
+            s.execute(delete(OpenTabRow))
+            for position, cid in enumerate(ordered):
+                s.add(OpenTabRow(position=position, conversation_id=cid, active=cid == active))
+
+    def load_open_tabs(self) -> tuple[list[int], int | None]:
+        """The saved tabs that still exist (not deleted) and the active one."""
+        query = (
+            select(OpenTabRow.conversation_id, OpenTabRow.active)
+            .join(ConversationRow, ConversationRow.id == OpenTabRow.conversation_id)
+            .where(ConversationRow.deleted_at.is_(None))
+            .order_by(OpenTabRow.position)
+        )
+        with self._reading() as s:
+            rows = s.execute(query).all()
+        active = next((cid for cid, is_active in rows if is_active), None)
+        return [cid for cid, _ in rows], active
+
+
+# -- rows <-> records ----------------------------------------------------------------------
+
+
+def _sampling_json(sampling: SamplingSettings) -> str:
+    return json.dumps(asdict(sampling), sort_keys=True)
+
+
+def _conversation(row: ConversationRow, leaf_id: int | None) -> Conversation:
+    return Conversation(
+        id=row.id,
+        title=row.title,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        model=row.model,
+        system_prompt=row.system_prompt,
+        sampling=SamplingSettings(**json.loads(row.sampling)),
+        pinned=row.pinned,
+        archived=row.archived,
+        deleted_at=row.deleted_at,
+        leaf_id=leaf_id,
+    )
+
+
+def _message(row: MessageRow) -> Message:
+    return Message(
+        id=row.id,
+        conversation_id=row.conversation_id,
+        parent_id=row.parent_id,
+        role=row.role,  # type: ignore[arg-type]
+        content=row.content,
+        created_at=row.created_at,
+        status=row.status,  # type: ignore[arg-type]
+        finish_reason=row.finish_reason,
+        prompt_tokens=row.prompt_tokens,
+        completion_tokens=row.completion_tokens,
+        stats=_stats(row),
+        error=row.error,
+    )
+
+
+def _stats(row: MessageRow) -> GenerationStats | None:
+    stats = GenerationStats(row.gen_model, row.ttft_s, row.tokens_per_s, row.cached_tokens)
+    return None if stats == GenerationStats() else stats
+
+
+def _apply_stats(row: MessageRow, stats: GenerationStats) -> None:
+    if stats.model is not None:
+        row.gen_model = stats.model
+    row.ttft_s = stats.ttft_s
+    row.tokens_per_s = stats.tokens_per_s
+    row.cached_tokens = stats.cached_tokens
+
+
+def _search_hit(row: tuple, markers: tuple[str, str], escape_html: bool) -> SearchHit:
+    cid, title, mid, role, raw_snippet, created_at = row
+    if isinstance(created_at, str):  # the FTS query is raw SQL: no type conversion
+        created_at = datetime.fromisoformat(created_at).replace(tzinfo=UTC)
+    return SearchHit(
+        conversation_id=cid,
+        conversation_title=title,
+        message_id=mid,
+        role=role,
+        snippet=search.render_snippet(raw_snippet or "", markers, escape_html),
+        created_at=created_at,
+    )
+
+
+# -- queries inside a session --------------------------------------------------------------
+
+
+def _conversation_row(s: Session, cid: int) -> ConversationRow:
+    row = s.get(ConversationRow, cid)
+    if row is None:
+        raise ConversationNotFound(cid)
+    return row
+
+
+def _message_row(s: Session, mid: int) -> MessageRow:
+    row = s.get(MessageRow, mid)
+    if row is None:
+        raise MessageNotFound(mid)
+    return row
+
+
+def _leaf_id(s: Session, cid: int) -> int | None:
+    leaf = s.get(LeafRow, cid)
+    return None if leaf is None else leaf.message_id
+
+
+def _set_leaf(s: Session, cid: int, mid: int) -> None:
+    leaf = s.get(LeafRow, cid)
+    if leaf is None:
+        s.add(LeafRow(conversation_id=cid, message_id=mid))
+    else:
+        leaf.message_id = mid
+
+
+def _all_message_rows(s: Session, cid: int) -> list[MessageRow]:
+    query = select(MessageRow).where(MessageRow.conversation_id == cid).order_by(MessageRow.id)
+    return list(s.scalars(query))
+
+
+def _children_query(cid: int, parent_id: int | None):
+    parent = (
+        MessageRow.parent_id.is_(None) if parent_id is None else MessageRow.parent_id == parent_id
+    )
+    return (
+        select(MessageRow)
+        .where(MessageRow.conversation_id == cid, parent)
+        .order_by(MessageRow.created_at, MessageRow.id)
+    )
+
+
+def _newest_child(s: Session, row: MessageRow) -> MessageRow | None:
+    query = (
+        select(MessageRow)
+        .where(MessageRow.parent_id == row.id)
+        .order_by(MessageRow.created_at.desc(), MessageRow.id.desc())
+        .limit(1)
+    )
+    return s.scalars(query).first()
+
+
+def _add_message(
+    s: Session,
+    conversation: ConversationRow,
+    parent_id: int | None,
+    role: str,
+    content: str,
+    **fields: Any,
+) -> MessageRow:
+    now = _now()
+    row = MessageRow(
+        conversation_id=conversation.id,
+        parent_id=parent_id,
+        role=role,
+        content=content,
+        created_at=now,
+        status=fields.pop("status", "complete"),
+        **fields,
+    )
+    s.add(row)
+    s.flush()
+    _set_leaf(s, conversation.id, row.id)
+    conversation.updated_at = now
+    return row
+
+
+def _start_reply(
+    s: Session, conversation: ConversationRow, parent_id: int | None, model: str | None
+) -> MessageRow:
+    return _add_message(
+        s,
+        conversation,
+        parent_id,
+        "assistant",
+        "",
+        status="streaming",
+        gen_model=model if model is not None else conversation.model,
+    )
+
+
+def _check_in_conversation(row: MessageRow, cid: int) -> None:
+    if row.conversation_id != cid:
+        raise StoreError(
+            f"message {row.id} belongs to conversation {row.conversation_id}, not {cid}"
+        )
+
+
+def _check_role(row: MessageRow, role: str) -> None:
+    if row.role != role:
+        raise StoreError(f"message {row.id} is a {row.role} message, expected a {role} message")
+
+
+def _check_streaming(row: MessageRow) -> None:
+    if row.status != "streaming":
+        raise StoreError(f"message {row.id} is {row.status}, no longer streaming")
+
+
+# -- import --------------------------------------------------------------------------------
+
+
+def _import_thread(s: Session, conversation: Conversation, messages: list[Message]) -> int:
+    ordered = _parents_first(messages)
+    keep_ids = _ids_free(s, conversation, messages)
+    row = ConversationRow(
+        id=conversation.id if keep_ids else None,
+        title=conversation.title,
+        created_at=conversation.created_at,
+        updated_at=conversation.updated_at,
+        model=conversation.model,
+        system_prompt=conversation.system_prompt,
+        sampling=_sampling_json(conversation.sampling),
+        pinned=conversation.pinned,
+        archived=conversation.archived,
+        deleted_at=conversation.deleted_at,
+    )
+    s.add(row)
+    s.flush()
+    new_ids: dict[int, int] = {}
+    for message in ordered:
+        new_ids[message.id] = _import_message(s, row.id, message, new_ids, keep_ids)
+    if conversation.leaf_id is not None:
+        if conversation.leaf_id not in new_ids:
+            raise StoreError(
+                f"conversation {conversation.id}: leaf {conversation.leaf_id} is missing"
+            )
+        s.add(LeafRow(conversation_id=row.id, message_id=new_ids[conversation.leaf_id]))
+    return row.id
+
+
+def _import_message(
+    s: Session, cid: int, message: Message, new_ids: dict[int, int], keep_id: bool
+) -> int:
+    stats = message.stats or GenerationStats()
+    row = MessageRow(
+        id=message.id if keep_id else None,
+        conversation_id=cid,
+        parent_id=None if message.parent_id is None else new_ids[message.parent_id],
+        role=message.role,
+        content=message.content,
+        created_at=message.created_at,
+        status=message.status,
+        finish_reason=message.finish_reason,
+        error=message.error,
+        prompt_tokens=message.prompt_tokens,
+        completion_tokens=message.completion_tokens,
+        gen_model=stats.model,
+        ttft_s=stats.ttft_s,
+        tokens_per_s=stats.tokens_per_s,
+        cached_tokens=stats.cached_tokens,
+    )
+    s.add(row)
+    s.flush()
+    return row.id
+
+
+def _parents_first(messages: list[Message]) -> list[Message]:
+    pending = {m.id: m for m in messages}
+    placed: set[int] = set()
+    ordered: list[Message] = []
+    while pending:
+        ready = [m for m in pending.values() if m.parent_id is None or m.parent_id in placed]
+        if not ready:
+            raise StoreError(f"messages {sorted(pending)} have missing parents or form a cycle")
+        for message in ready:
+            ordered.append(pending.pop(message.id))
+            placed.add(message.id)
+    return ordered
+
+
+def _ids_free(s: Session, conversation: Conversation, messages: list[Message]) -> bool:
+    if s.get(ConversationRow, conversation.id) is not None:
+        return False
+    ids = [m.id for m in messages]
+    taken = s.scalars(select(MessageRow.id).where(MessageRow.id.in_(ids)).limit(1)).first()
+    return taken is None

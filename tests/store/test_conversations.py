@@ -1,0 +1,166 @@
+"""Conversations: create, list, rename, pin, archive, soft delete, purge, settings, tabs."""
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from app.store import (
+    ConversationNotFound,
+    ConversationStore,
+    SamplingSettings,
+    StoreError,
+    default_db_path,
+    resolve_db_path,
+)
+
+
+def test_new_conversation_round_trips_every_field(store: ConversationStore) -> None:
+    sampling = SamplingSettings(temperature=0.2, top_k=40, seed=7)
+    created = store.create_conversation(
+        "Plans", model="smollm2", system_prompt="Be brief.", sampling=sampling
+    )
+    loaded = store.get_conversation(created.id)
+    assert loaded == created
+    assert (loaded.title, loaded.model, loaded.system_prompt) == ("Plans", "smollm2", "Be brief.")
+    assert loaded.sampling == sampling
+    assert not loaded.pinned and not loaded.archived and loaded.deleted_at is None
+    assert loaded.leaf_id is None
+    assert loaded.created_at.tzinfo is UTC
+    assert abs(loaded.created_at - datetime.now(UTC)) < timedelta(seconds=5)
+
+
+def test_default_sampling_settings(store: ConversationStore) -> None:
+    assert store.create_conversation().sampling == SamplingSettings()
+
+
+def test_list_shows_pinned_first_then_most_recent(store: ConversationStore) -> None:
+    old, middle, _new = (store.create_conversation(t) for t in ("old", "middle", "new"))
+    store.append_user_message(middle.id, "bump")  # activity makes it the most recent
+    store.set_pinned(old.id, True)
+    assert [c.title for c in store.list_conversations()] == ["old", "middle", "new"]
+    store.set_pinned(old.id, False)
+    assert [c.title for c in store.list_conversations()] == ["middle", "new", "old"]
+
+
+def test_archived_conversations_are_listed_only_on_request(store: ConversationStore) -> None:
+    kept, archived = store.create_conversation("kept"), store.create_conversation("archived")
+    store.set_archived(archived.id, True)
+    assert [c.id for c in store.list_conversations()] == [kept.id]
+    assert {c.id for c in store.list_conversations(include_archived=True)} == {kept.id, archived.id}
+    assert store.get_conversation(archived.id).archived
+
+
+def test_rename(store: ConversationStore) -> None:
+    c = store.create_conversation("before")
+    store.rename(c.id, "  after  ")
+    assert store.get_conversation(c.id).title == "after"
+
+
+def test_soft_delete_hides_and_undo_restores(store: ConversationStore) -> None:
+    c = store.create_conversation("oops")
+    store.delete(c.id)
+    assert store.list_conversations(include_archived=True) == []
+    assert store.get_conversation(c.id).deleted_at is not None
+    store.undo_delete(c.id)
+    assert [x.id for x in store.list_conversations()] == [c.id]
+    assert store.get_conversation(c.id).deleted_at is None
+
+
+def test_purge_removes_conversation_and_its_messages(store: ConversationStore) -> None:
+    c = store.create_conversation()
+    m = store.append_user_message(c.id, "hello there")
+    store.purge(c.id)
+    with pytest.raises(ConversationNotFound):
+        store.get_conversation(c.id)
+    with pytest.raises(StoreError, match=str(m.id)):
+        store.get_message(m.id)
+    assert store.search("hello") == []
+
+
+def test_purge_deleted_respects_age(store: ConversationStore) -> None:
+    recent, alive = store.create_conversation("recent"), store.create_conversation("alive")
+    store.delete(recent.id)
+    assert store.purge_deleted(older_than=timedelta(days=30)) == 0
+    assert store.purge_deleted() == 1
+    assert [c.id for c in store.list_conversations()] == [alive.id]
+    with pytest.raises(ConversationNotFound):
+        store.get_conversation(recent.id)
+
+
+def test_update_settings_changes_only_what_is_given(store: ConversationStore) -> None:
+    c = store.create_conversation(model="a", system_prompt="old prompt")
+    store.update_settings(c.id, sampling=SamplingSettings(temperature=1.0))
+    loaded = store.get_conversation(c.id)
+    assert (loaded.model, loaded.system_prompt) == ("a", "old prompt")
+    assert loaded.sampling.temperature == 1.0
+    store.update_settings(c.id, system_prompt=None, model="b")
+    loaded = store.get_conversation(c.id)
+    assert (loaded.model, loaded.system_prompt) == ("b", None)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.get_conversation(999),
+        lambda s: s.rename(999, "x"),
+        lambda s: s.delete(999),
+        lambda s: s.purge(999),
+        lambda s: s.append_user_message(999, "hi"),
+        lambda s: s.current_path(999),
+        lambda s: s.save_open_tabs([999], None),
+    ],
+)
+def test_unknown_conversation_id_raises_naming_it(store: ConversationStore, call) -> None:
+    with pytest.raises(ConversationNotFound, match="999"):
+        call(store)
+
+
+def test_settings_round_trip_json_values(store: ConversationStore) -> None:
+    assert store.get_setting("theme", "light") == "light"
+    store.set_setting("theme", "dark")
+    store.set_setting("window", {"w": 800, "h": 600, "panes": [1, 2]})
+    store.set_setting("theme", "solarized")
+    assert store.get_setting("theme") == "solarized"
+    assert store.get_setting("window") == {"w": 800, "h": 600, "panes": [1, 2]}
+
+
+def test_setting_that_is_not_json_raises(store: ConversationStore) -> None:
+    with pytest.raises(StoreError, match="'bad'"):
+        store.set_setting("bad", object())
+
+
+def test_open_tabs_survive_a_restart_in_order(db_path: Path) -> None:
+    with ConversationStore.open(db_path) as store:
+        a, b, c = (store.create_conversation(t).id for t in "abc")
+        store.save_open_tabs([c, a, b], active=a)
+    with ConversationStore.open(db_path) as store:
+        assert store.load_open_tabs() == ([c, a, b], a)
+
+
+def test_open_tabs_skip_deleted_and_purged_conversations(store: ConversationStore) -> None:
+    a, b, c = (store.create_conversation(t).id for t in "abc")
+    store.save_open_tabs([a, b, c], active=b)
+    store.delete(b)
+    store.purge(c)
+    assert store.load_open_tabs() == ([a], None)
+    store.save_open_tabs([], None)
+    assert store.load_open_tabs() == ([], None)
+
+
+def test_db_path_comes_from_argument_then_env_then_user_data_dir(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("PAGODA_DB", str(tmp_path / "env.db"))
+    assert resolve_db_path(tmp_path / "flag.db") == tmp_path / "flag.db"
+    assert resolve_db_path() == tmp_path / "env.db"
+    monkeypatch.delenv("PAGODA_DB")
+    assert resolve_db_path() == default_db_path()
+    assert default_db_path().name == "pagoda.db"
+    assert "pagoda" in default_db_path().parent.name.lower()
+
+
+def test_open_without_path_uses_pagoda_db_env(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("PAGODA_DB", str(tmp_path / "nested" / "env.db"))
+    with ConversationStore.open() as store:
+        assert store.path == tmp_path / "nested" / "env.db"
+        store.create_conversation("x")
+    assert (tmp_path / "nested" / "env.db").exists()
