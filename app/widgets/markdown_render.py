@@ -1,0 +1,240 @@
+"""Markdown into a QTextDocument: prose through Qt's own Markdown, fenced code through pygments.
+
+Qt renders prose, lists and tables well but does not highlight code, so a message is split at its
+fenced code blocks first. Raw HTML in a message is shown as text (`MarkdownNoHTML`): model output is
+never interpreted as markup.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+from pygments.lexer import Lexer
+from pygments.lexers import TextLexer, get_lexer_by_name
+from pygments.styles import get_style_by_name
+from pygments.token import _TokenType
+from pygments.util import ClassNotFound
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontDatabase,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+)
+
+MARKDOWN_FEATURES = (
+    QTextDocument.MarkdownFeature.MarkdownDialectGitHub
+    | QTextDocument.MarkdownFeature.MarkdownNoHTML
+)
+LIGHT_CODE_STYLE = "default"
+DARK_CODE_STYLE = "monokai"
+
+_FENCE_OPEN = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>.*)$")
+
+
+@dataclass(slots=True, frozen=True)
+class Segment:
+    """A run of a message: prose (language is None) or the body of one fenced code block."""
+
+    text: str
+    language: str | None = None
+
+    @property
+    def is_code(self) -> bool:
+        return self.language is not None
+
+
+def split_fenced_code(markdown: str) -> list[Segment]:
+    """Cut Markdown at its top-level fenced code blocks; an unclosed fence runs to the end."""
+    segments: list[Segment] = []
+    prose: list[str] = []
+    lines = markdown.split("\n")
+    i = 0
+    while i < len(lines):
+        opening = _match_fence_open(lines[i])
+        if opening is None:
+            prose.append(lines[i])
+            i += 1
+            continue
+        _flush_prose(prose, segments)
+        indent, fence, language = opening
+        body, i = _read_fence_body(lines, i + 1, indent, fence)
+        segments.append(Segment("\n".join(body), language))
+    _flush_prose(prose, segments)
+    return segments
+
+
+def _match_fence_open(line: str) -> tuple[int, str, str] | None:
+    match = _FENCE_OPEN.match(line)
+    if match is None:
+        return None
+    fence, info = match["fence"], match["info"].strip()
+    if fence[0] == "`" and "`" in info:
+        return None  # CommonMark: a backtick fence's info string has no backticks
+    language = info.split()[0] if info else ""
+    return len(match["indent"]), fence, language
+
+
+def _read_fence_body(lines: list[str], start: int, indent: int, fence: str) -> tuple[list[str], int]:
+    closing = re.compile(rf"^ {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$")
+    body: list[str] = []
+    i = start
+    while i < len(lines) and not closing.match(lines[i]):
+        body.append(_strip_indent(lines[i], indent))
+        i += 1
+    return body, i + 1
+
+
+def _strip_indent(line: str, indent: int) -> str:
+    removable = len(line) - len(line.lstrip(" "))
+    return line[min(indent, removable):]
+
+
+def _flush_prose(prose: list[str], segments: list[Segment]) -> None:
+    text = "\n".join(prose)
+    if text.strip():
+        segments.append(Segment(text))
+    prose.clear()
+
+
+@dataclass(slots=True, frozen=True)
+class RenderStyle:
+    """What the renderer needs from the palette: code colors and how code-block headers look."""
+
+    dark: bool
+    muted_text: QColor
+    link: QColor
+
+
+def insert_markdown(
+    cursor: QTextCursor, markdown: str, style: RenderStyle, copy_href: Callable[[int], str]
+) -> list[str]:
+    """Insert `markdown` at `cursor` as new blocks; return the code of each fenced block, in order.
+
+    `copy_href(n)` is the link placed above the n-th code block to copy it.
+    """
+    codes: list[str] = []
+    for segment in split_fenced_code(markdown):
+        if segment.is_code:
+            _insert_code_block(cursor, segment, style, copy_href(len(codes)))
+            codes.append(segment.text)
+        else:
+            _insert_prose(cursor, segment.text)
+    return codes
+
+
+def _insert_prose(cursor: QTextCursor, text: str) -> None:
+    cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+    start = cursor.position()
+    cursor.insertMarkdown(_hard_line_breaks(text), MARKDOWN_FEATURES)
+    if cursor.position() > start and not cursor.block().text():
+        cursor.deletePreviousChar()  # Qt may end the fragment with an empty paragraph
+
+
+def _hard_line_breaks(text: str) -> str:
+    """Keep the model's single newlines as line breaks, as they looked while streaming."""
+    return text.replace("\n", "  \n")
+
+
+def _insert_code_block(
+    cursor: QTextCursor, segment: Segment, style: RenderStyle, copy_href: str
+) -> None:
+    style_name = DARK_CODE_STYLE if style.dark else LIGHT_CODE_STYLE
+    background = QColor(get_style_by_name(style_name).background_color)
+    _insert_code_header(cursor, segment.language or "", style, background, copy_href)
+    cursor.insertBlock(_code_block_format(background), _code_char_format())
+    formats = _token_formats(style_name)
+    for token_type, value in _lexer_for(segment.language or "").get_tokens(segment.text):
+        cursor.insertText(value, _format_for(formats, token_type))
+    if not cursor.block().text():
+        cursor.deletePreviousChar()  # pygments always ends with a newline
+    last_line = cursor.blockFormat()
+    last_line.setBottomMargin(6)
+    cursor.setBlockFormat(last_line)
+
+
+def _insert_code_header(
+    cursor: QTextCursor, language: str, style: RenderStyle, background: QColor, copy_href: str
+) -> None:
+    header = _code_block_format(background)
+    header.setTopMargin(6)
+    cursor.insertBlock(header, QTextCharFormat())
+    label = QTextCharFormat()
+    label.setForeground(style.muted_text)
+    label.setFontPointSize(_small_point_size())
+    cursor.insertText(f"{language or 'code'}  ", label)
+    cursor.insertText("Copy", link_format(copy_href, style.link))
+
+
+def link_format(href: str, color: QColor) -> QTextCharFormat:
+    """A clickable rich-text anchor (used for every action link in the transcript)."""
+    fmt = QTextCharFormat()
+    fmt.setAnchor(True)
+    fmt.setAnchorHref(href)
+    fmt.setForeground(color)
+    fmt.setFontUnderline(False)
+    fmt.setFontPointSize(_small_point_size())
+    return fmt
+
+
+def _small_point_size() -> float:
+    return max(QFontDatabase.systemFont(QFontDatabase.SystemFont.GeneralFont).pointSizeF() - 1, 7)
+
+
+def _code_block_format(background: QColor) -> QTextBlockFormat:
+    fmt = QTextBlockFormat()
+    fmt.setBackground(background)
+    fmt.setNonBreakableLines(True)
+    fmt.setLeftMargin(4)
+    fmt.setRightMargin(4)
+    return fmt
+
+
+def _code_char_format() -> QTextCharFormat:
+    fmt = QTextCharFormat()
+    fixed = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+    fmt.setFontFamilies([fixed.family()])
+    fmt.setFontFixedPitch(True)
+    fmt.setFontStyleHint(QFont.StyleHint.Monospace)
+    return fmt
+
+
+@lru_cache(maxsize=64)
+def _lexer_for(language: str) -> Lexer:
+    try:
+        return get_lexer_by_name(language, stripnl=False, ensurenl=True)
+    except ClassNotFound:
+        return TextLexer(stripnl=False, ensurenl=True)
+
+
+@lru_cache(maxsize=4)
+def _token_formats(style_name: str) -> dict[_TokenType, QTextCharFormat]:
+    style = get_style_by_name(style_name)
+    return {token_type: _char_format(spec) for token_type, spec in style}
+
+
+def _format_for(formats: dict[_TokenType, QTextCharFormat], token_type: _TokenType) -> QTextCharFormat:
+    while token_type not in formats and token_type.parent is not None:
+        token_type = token_type.parent
+    return formats.get(token_type, _code_char_format())
+
+
+def _char_format(spec: dict) -> QTextCharFormat:
+    fmt = _code_char_format()
+    if spec["color"]:
+        fmt.setForeground(QColor(f"#{spec['color']}"))
+    if spec["bgcolor"]:
+        fmt.setBackground(QColor(f"#{spec['bgcolor']}"))
+    if spec["bold"]:
+        fmt.setFontWeight(QFont.Weight.Bold)
+    if spec["italic"]:
+        fmt.setFontItalic(True)
+    if spec["underline"]:
+        fmt.setFontUnderline(True)
+    return fmt
+

@@ -1,0 +1,379 @@
+"""The transcript: what a user sees of a conversation and what its links do."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+from PySide6.QtCore import QPoint, Qt, QUrl
+from PySide6.QtGui import QFont, QGuiApplication, QTextCursor, QTextDocumentFragment, QTextFrame
+from PySide6.QtWidgets import QMainWindow, QTextBrowser, QWidget
+
+from app.view_models import MessageView
+from app.widgets.transcript import TranscriptView
+
+NOW = datetime(2026, 11, 29, 14, 3)
+ANSWER = """Here is a **bold** word and a list:
+
+- first item
+- second item
+
+```python
+def greet(name):
+    return f"hello {name}"
+```
+
+Done.
+"""
+
+
+def message(message_id: int, role: str, content: str, **fields) -> MessageView:
+    return MessageView(message_id, role, content, NOW, **fields)
+
+
+@pytest.fixture
+def view(qtbot) -> TranscriptView:
+    widget = TranscriptView()
+    widget.resize(640, 480)
+    qtbot.addWidget(widget)
+    widget.show()
+    return widget
+
+
+def browser(view: TranscriptView) -> QTextBrowser:
+    return view.findChild(QTextBrowser)
+
+
+def frames(view: TranscriptView) -> list[QTextFrame]:
+    return browser(view).document().rootFrame().childFrames()
+
+
+def frame_text(view: TranscriptView, index: int) -> str:
+    return _frame_fragment(view, frames(view)[index]).toPlainText()
+
+
+def frame_html(view: TranscriptView, index: int) -> str:
+    return _frame_fragment(view, frames(view)[index]).toHtml()
+
+
+def _frame_fragment(view: TranscriptView, frame: QTextFrame) -> QTextDocumentFragment:
+    # Never frame.document(): PySide6 then ties the document's life to the frame's wrapper.
+    cursor = QTextCursor(browser(view).document())
+    cursor.setPosition(frame.firstPosition())
+    cursor.setPosition(frame.lastPosition(), QTextCursor.MoveMode.KeepAnchor)
+    return cursor.selection()
+
+
+def fragments(view: TranscriptView, message_id: int):
+    """(text, char format) of every run of text inside one message's block."""
+    frame = frames(view)[view.message_ids().index(message_id)]
+    block = browser(view).document().findBlock(frame.firstPosition())
+    while block.isValid() and block.position() < frame.lastPosition():
+        iterator = block.begin()
+        while not iterator.atEnd():
+            fragment = iterator.fragment()
+            yield fragment.text(), fragment.charFormat()
+            iterator += 1
+        block = block.next()
+
+
+def links(view: TranscriptView, message_id: int) -> dict[str, list[QUrl]]:
+    found: dict[str, list[QUrl]] = {}
+    for text, fmt in fragments(view, message_id):
+        if fmt.isAnchor():
+            found.setdefault(text, []).append(QUrl(fmt.anchorHref()))
+    return found
+
+
+def click(view: TranscriptView, message_id: int, label: str, nth: int = 0) -> None:
+    browser(view).anchorClicked.emit(links(view, message_id)[label][nth])
+
+
+def conversation() -> list[MessageView]:
+    return [
+        message(1, "user", "What is Python?"),
+        message(2, "assistant", "A programming language.", stats_text="38.2 tok/s"),
+        message(3, "user", "Show me code"),
+        message(4, "assistant", ANSWER, sibling_index=1, sibling_count=3),
+    ]
+
+
+def test_window_finds_the_transcript_by_object_name(qtbot):
+    window = QMainWindow()
+    qtbot.addWidget(window)
+    transcript = TranscriptView()
+    window.setCentralWidget(transcript)
+    assert window.findChild(QWidget, "transcript") is transcript
+
+
+def test_set_messages_shows_every_message_in_order(view):
+    view.set_messages(conversation())
+
+    assert view.message_ids() == [1, 2, 3, 4]
+    text = view.plain_text()
+    positions = [text.index(s) for s in ("What is Python?", "A programming", "Show me code", "def greet")]
+    assert positions == sorted(positions)
+    assert "38.2 tok/s" in text
+    assert view.message_text(4) == ANSWER
+
+
+def test_set_messages_replaces_a_previous_branch(view):
+    view.set_messages(conversation())
+    view.set_messages([message(1, "user", "What is Python?"), message(7, "assistant", "A snake.")])
+
+    assert view.message_ids() == [1, 7]
+    assert "A snake." in view.plain_text()
+    assert "Show me code" not in view.plain_text()
+    assert len(frames(view)) == 2
+
+
+def test_set_messages_keeps_the_unchanged_start_of_the_branch(view):
+    view.set_messages(conversation())
+    first_html = frame_html(view, 0)
+    changes: list[int] = []
+    browser(view).document().contentsChange.connect(lambda pos, removed, added: changes.append(pos))
+
+    other_reply = message(9, "assistant", "Another answer", sibling_index=2, sibling_count=3)
+    view.set_messages(conversation()[:3] + [other_reply])
+
+    assert view.message_ids() == [1, 2, 3, 9]
+    assert min(changes) > frames(view)[2].lastPosition()
+    assert frame_html(view, 0) == first_html
+
+
+def test_streamed_deltas_concatenate_exactly(view):
+    view.set_messages(conversation()[:3])
+    view.begin_stream(message(5, "assistant", "", status="streaming"))
+    deltas = ["Py", "thon 是一种", "编程语言 🐍", "\n", "第二行 👍🏽 done"]
+
+    for delta in deltas:
+        view.append_delta(5, delta)
+
+    assert view.message_text(5) == "".join(deltas)
+    assert "".join(deltas) in frame_text(view, -1)
+
+
+def test_begin_stream_shows_partial_content(view):
+    view.begin_stream(message(5, "assistant", "Already here", status="streaming"))
+    view.append_delta(5, ", and more")
+
+    assert view.message_text(5) == "Already here, and more"
+    assert "Already here, and more" in view.plain_text()
+
+
+def test_delta_for_a_message_not_streaming_is_ignored(view):
+    view.set_messages(conversation())
+
+    view.append_delta(2, "late")
+    view.append_delta(99, "unknown")
+
+    assert view.message_text(2) == "A programming language."
+    assert "late" not in view.plain_text()
+
+
+def test_end_stream_renders_markdown(view):
+    view.begin_stream(message(5, "assistant", "", status="streaming"))
+    view.append_delta(5, ANSWER)
+    view.end_stream(message(5, "assistant", ANSWER, stats_text="40.0 tok/s · TTFT 0.2 s"))
+
+    runs = list(fragments(view, 5))
+    assert any(text == "bold" and fmt.fontWeight() == QFont.Weight.Bold for text, fmt in runs)
+    assert "**" not in view.plain_text()
+    document = browser(view).document()
+    listed = [document.findBlock(document.find("first item").position()).textList()]
+    assert listed[0] is not None and listed[0].count() == 2
+    assert "40.0 tok/s · TTFT 0.2 s" in view.plain_text()
+
+
+def test_end_stream_highlights_fenced_code_in_monospace(view):
+    view.begin_stream(message(5, "assistant", "", status="streaming"))
+    view.end_stream(message(5, "assistant", ANSWER))
+
+    code_runs = [(t, fmt) for t, fmt in fragments(view, 5) if fmt.fontFixedPitch()]
+    assert "def" in [t.strip() for t, _ in code_runs]
+    assert any(fmt.foreground().color().name() != "#000000" for t, fmt in code_runs if t == "def")
+    html = frame_html(view, 0)
+    code_html = html[html.index("greet") - 300 : html.index("greet")]
+    assert "color:#" in code_html
+    assert 'def greet(name):\n    return f"hello {name}"' in view.plain_text()
+
+
+def test_html_in_content_is_shown_as_text(view):
+    view.begin_stream(message(5, "assistant", "", status="streaming"))
+    view.append_delta(5, "say <b>hi</b>")
+    assert "say <b>hi</b>" in view.plain_text()
+
+    view.end_stream(message(5, "assistant", "say <b>hi</b>\n\n<div>block</div>"))
+    assert "say <b>hi</b>" in view.plain_text()
+    assert "<div>block</div>" in view.plain_text()
+    assert not any(t == "hi" and fmt.fontWeight() == QFont.Weight.Bold for t, fmt in fragments(view, 5))
+
+
+def test_remote_images_and_links_in_markdown_render_without_fetching(view):
+    content = '![pic](http://example.invalid/a.png) [site](https://example.invalid) <img src="x.png">'
+    view.set_messages([message(1, "assistant", content)])
+    browser(view).viewport().repaint()
+
+    assert "[site]" not in view.plain_text()
+    assert "site" in view.plain_text()
+
+
+def test_action_links_written_by_the_model_do_nothing(view, qtbot):
+    view.set_messages([message(1, "user", "hi"), message(2, "assistant", "[edit](pagoda://x/edit/1)")])
+    forged = links(view, 2)["edit"][0]
+
+    with qtbot.assertNotEmitted(view.edit_requested):
+        browser(view).anchorClicked.emit(forged)
+
+
+def test_copy_puts_the_message_on_the_clipboard(view, qtbot):
+    view.set_messages(conversation())
+
+    with qtbot.waitSignal(view.copied) as copied:
+        click(view, 4, "Copy")
+
+    assert copied.args == [ANSWER]
+    assert QGuiApplication.clipboard().text() == ANSWER
+
+
+def test_copy_on_a_code_block_copies_only_that_code(view):
+    content = "One:\n\n```\nfirst()\n```\n\nTwo:\n\n~~~js\nsecond();\nthird();\n~~~\n"
+    view.set_messages([message(1, "assistant", content)])
+
+    click(view, 1, "Copy", nth=2)  # the message's own Copy comes first
+
+    assert QGuiApplication.clipboard().text() == "second();\nthird();"
+
+
+def test_switcher_emits_branch_requested_with_direction(view, qtbot):
+    view.set_messages(conversation())
+
+    with qtbot.waitSignal(view.branch_requested) as previous:
+        click(view, 4, "‹")
+    with qtbot.waitSignal(view.branch_requested) as following:
+        click(view, 4, "›")
+
+    assert previous.args == [4, -1]
+    assert following.args == [4, 1]
+    assert "2/3" in frame_text(view, 3)
+
+
+def test_switcher_has_no_link_past_either_end(view):
+    view.set_messages([message(1, "user", "a", sibling_index=0, sibling_count=2)])
+    assert "›" in links(view, 1) and "‹" not in links(view, 1)
+
+    view.set_messages([message(1, "user", "a", sibling_index=1, sibling_count=2)])
+    assert "‹" in links(view, 1) and "›" not in links(view, 1)
+
+
+def test_no_switcher_for_a_message_without_siblings(view):
+    view.set_messages(conversation()[:1])
+    assert "‹" not in view.plain_text()
+
+
+def test_edit_emits_edit_requested_for_user_messages_only(view, qtbot):
+    view.set_messages(conversation())
+
+    with qtbot.waitSignal(view.edit_requested) as edit:
+        click(view, 3, "Edit")
+
+    assert edit.args == [3]
+    assert "Edit" not in links(view, 2)
+
+
+def test_regenerate_is_offered_on_the_last_assistant_message_only(view, qtbot):
+    view.set_messages(conversation())
+    assert "Regenerate" not in links(view, 2)
+
+    with qtbot.waitSignal(view.regenerate_requested) as regenerate:
+        click(view, 4, "Regenerate")
+
+    assert regenerate.args == [4]
+
+
+def test_regenerate_moves_to_a_new_reply_once_it_finishes(view):
+    view.set_messages(conversation()[:2])
+    view.set_messages(conversation()[:3])
+    view.begin_stream(message(5, "assistant", "", status="streaming"))
+    assert "Regenerate" not in links(view, 2)
+    assert "Regenerate" not in links(view, 5)
+
+    view.end_stream(message(5, "assistant", "Done"))
+    assert "Regenerate" in links(view, 5)
+
+
+def test_end_stream_leaves_other_blocks_untouched(view):
+    view.set_messages(conversation())
+    view.begin_stream(message(5, "assistant", "", status="streaming"))
+    view.append_delta(5, ANSWER)
+    before = [frame_html(view, i) for i in range(len(frames(view)) - 1)]
+    changes: list[tuple[int, int]] = []
+    document = browser(view).document()
+    document.contentsChange.connect(lambda pos, removed, added: changes.append((pos, added)))
+
+    view.end_stream(message(5, "assistant", ANSWER))
+
+    target = frames(view)[-1]
+    assert changes
+    assert all(target.firstPosition() <= pos and pos + added <= target.lastPosition() + 1
+               for pos, added in changes)
+    assert [frame_html(view, i) for i in range(len(frames(view)) - 1)] == before
+
+
+def test_update_message_shows_stats_that_arrive_later(view):
+    view.set_messages(conversation())
+    view.update_message(message(2, "assistant", "A programming language.", stats_text="99 tok/s"))
+
+    assert "99 tok/s" in frame_text(view, 1)
+    assert "38.2 tok/s" not in view.plain_text()
+
+
+def test_interrupted_and_failed_messages_say_so(view):
+    view.set_messages([
+        message(1, "assistant", "Half an ans", status="interrupted"),
+        message(2, "assistant", "", status="error", error="Out of KV cache blocks"),
+    ])
+
+    assert "stopped" in frame_text(view, 0)
+    assert "Out of KV cache blocks" in frame_text(view, 1)
+
+
+def test_streaming_keeps_the_view_at_the_bottom(view, qtbot):
+    view.set_messages([message(i, "user", f"message {i}\n" * 5) for i in range(1, 30)])
+    view.begin_stream(message(100, "assistant", "", status="streaming"))
+    bar = browser(view).verticalScrollBar()
+    assert bar.maximum() > 0
+
+    for _ in range(20):
+        view.append_delta(100, "more text\n")
+
+    assert bar.value() == bar.maximum()
+
+
+def test_streaming_leaves_a_scrolled_up_view_where_it_is(view):
+    view.set_messages([message(i, "user", f"message {i}\n" * 5) for i in range(1, 30)])
+    view.begin_stream(message(100, "assistant", "", status="streaming"))
+    bar = browser(view).verticalScrollBar()
+    bar.setValue(10)
+
+    for _ in range(20):
+        view.append_delta(100, "more text\n")
+
+    assert bar.value() == 10
+
+
+def test_clicking_a_link_with_the_mouse_triggers_it(view, qtbot):
+    view.set_messages(conversation()[:1])
+    text_view = browser(view)
+    document = text_view.document()
+    cursor = QTextCursor(document.find("Edit", document.find("Copy").position()))
+    cursor.setPosition(cursor.selectionStart() + 1)
+    point = text_view.cursorRect(cursor).center()
+
+    with qtbot.waitSignal(view.edit_requested):
+        qtbot.mouseClick(text_view.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(point))
+
+
+def test_message_text_is_selectable(view):
+    flags = browser(view).textInteractionFlags()
+    assert flags & Qt.TextInteractionFlag.TextSelectableByMouse
