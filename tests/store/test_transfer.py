@@ -1,0 +1,86 @@
+"""Export and import: lossless JSON round trips, Markdown of the current branch."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.store import ConversationStore, GenerationStats, SamplingSettings, StoreError
+
+
+def populate(store: ConversationStore) -> list[int]:
+    chat = store.create_conversation(
+        model="smollm2", system_prompt="Be kind.", sampling=SamplingSettings(seed=3, top_k=20)
+    ).id
+    store.append_user_message(chat, "北京 is the capital of?")
+    first = store.start_assistant_message(chat)
+    stats = GenerationStats(model="smollm2", ttft_s=0.123456789, tokens_per_s=42.5, cached_tokens=7)
+    store.finish_message(first.id, "China.", "stop", stats, prompt_tokens=11, completion_tokens=2)
+    second = store.regenerate(first.id)
+    store.interrupt_message(second.id, "It is")
+    store.switch_branch(first.id)
+    broken = store.start_assistant_message(chat)
+    store.fail_message(broken.id, "x", "engine failed")
+    pinned = store.create_conversation("Pinned and archived")
+    store.set_pinned(pinned.id, True)
+    store.set_archived(pinned.id, True)
+    trashed = store.create_conversation("In the trash")
+    store.append_user_message(trashed.id, "bye")
+    store.delete(trashed.id)
+    store.create_conversation()
+    return [chat, pinned.id, trashed.id]
+
+
+def test_export_import_into_empty_database_exports_identically(store, tmp_path: Path) -> None:
+    populate(store)
+    exported = store.export_json()
+    with ConversationStore.open(tmp_path / "empty.db") as empty:
+        ids = empty.import_json(exported)
+        assert ids == [c["id"] for c in json.loads(exported)["conversations"]]
+        assert empty.export_json() == exported
+
+
+def test_export_is_lossless_for_tree_statuses_and_stats(store) -> None:
+    chat, *_ = populate(store)
+    document = json.loads(store.export_json([chat]))
+    (conversation,) = document["conversations"]
+    statuses = [m["status"] for m in conversation["messages"]]
+    assert statuses == ["complete", "complete", "interrupted", "error"]
+    assert conversation["messages"][1]["stats"]["ttft_s"] == 0.123456789
+    assert conversation["leaf_id"] == conversation["messages"][3]["id"]
+    assert conversation["sampling"]["seed"] == 3
+    assert conversation["created_at"].endswith("+00:00")
+
+
+def test_import_into_a_used_database_gives_new_ids_and_keeps_the_tree(store, tmp_path) -> None:
+    chat, *_ = populate(store)
+    exported = store.export_json([chat])
+    (new_id,) = store.import_json(exported)
+    assert new_id != chat
+    original = [(m.role, m.content, m.status) for m in store.current_path(chat)]
+    copied = store.current_path(new_id)
+    assert [(m.role, m.content, m.status) for m in copied] == original
+    assert all(m.conversation_id == new_id for m in copied)
+    assert len(store.messages(new_id)) == len(store.messages(chat))
+    assert [h.conversation_id for h in store.search("北京")] == [new_id, chat]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["not json", "[]", '{"format": "something else"}', '{"format": "pagoda-conversations"}'],
+)
+def test_import_of_something_else_raises_a_clear_error(store, text: str) -> None:
+    with pytest.raises(StoreError, match="not a valid Pagoda export"):
+        store.import_json(text)
+    assert store.list_conversations() == []
+
+
+def test_markdown_export_shows_the_current_branch_only(store) -> None:
+    chat, *_ = populate(store)
+    markdown = store.export_markdown(chat)
+    assert markdown.startswith("# 北京 is the capital of?\n")
+    assert "## System\n\nBe kind." in markdown
+    assert "## User\n\n北京 is the capital of?" in markdown
+    assert "China." in markdown
+    assert "It is" not in markdown  # the interrupted regeneration is another branch
+    assert "*(error: engine failed)*" in markdown
