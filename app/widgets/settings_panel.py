@@ -44,6 +44,7 @@ def _double_spin(minimum: float, maximum: float, step: float, decimals: int) -> 
     box.setSingleStep(step)
     box.setDecimals(decimals)
     box.setKeyboardTracking(False)  # one change per finished edit, not one per keystroke
+    box.lineEdit().setTextMargins(6, 0, 0, 0)
     box.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
     return box
 
@@ -52,6 +53,7 @@ def _int_spin(minimum: int, maximum: int) -> QSpinBox:
     box = QSpinBox()
     box.setRange(minimum, maximum)
     box.setKeyboardTracking(False)
+    box.lineEdit().setTextMargins(6, 0, 0, 0)
     box.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
     return box
 
@@ -64,6 +66,7 @@ class SettingsPanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("settingsPanel")
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground)  # let the theme paint it
         self._applying = False
         self._build_widgets()
         self._build_layout()
@@ -110,6 +113,7 @@ class SettingsPanel(QWidget):
     def _build_layout(self) -> None:
         form = QFormLayout()
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        form.setLabelAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         for key, text, widget in self._fields():
             label = QLabel(text)
             label.setObjectName(f"{key}Label")
