@@ -1,0 +1,164 @@
+"""Where the user writes: Enter sends, Shift+Enter breaks the line, Esc stops or cancels an edit."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeyEvent, QTextCursor
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+
+EDIT_BANNER = "Editing a message — Enter to save as a new branch, Esc to cancel"
+PLACEHOLDER = "Message (Enter to send, Shift+Enter for a new line)"
+MIN_LINES = 2
+MAX_LINES = 8
+ENTER_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
+
+
+class _InputBox(QPlainTextEdit):
+    """A plain-text box that turns Enter and Esc into signals instead of editing keys."""
+
+    submitted = Signal()
+    escaped = Signal()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() in ENTER_KEYS:
+            if event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+                self.textCursor().insertText("\n")  # Qt's own Shift+Enter inserts U+2028
+            else:
+                self.submitted.emit()
+            return
+        if event.key() == Qt.Key.Key_Escape:
+            self.escaped.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class Composer(QWidget):
+    """The message box with Send and Stop buttons, and an edit mode for re-asking a question."""
+
+    send_requested = Signal(str)
+    stop_requested = Signal()
+    edit_submitted = Signal(int, str)  # message_id, new text
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._engine_ready = True
+        self._streaming = False
+        self._editing_id: int | None = None
+        self._saved_draft = ""
+        self._banner = self._build_banner()
+        self._input = self._build_input()
+        self._send = self._build_button("Send", "sendButton", self._submit)
+        self._stop = self._build_button("Stop", "stopButton", self.stop_requested.emit)
+        self._lay_out()
+        self._refresh_buttons()
+        self._fit_height()
+
+    # -- what the controller calls ----------------------------------------------------------------
+
+    def set_engine_ready(self, ready: bool) -> None:
+        """Sending needs a loaded engine; typing does not."""
+        self._engine_ready = ready
+        self._refresh_buttons()
+
+    def set_streaming(self, streaming: bool) -> None:
+        """While this tab's reply streams, Stop replaces Send and Esc stops it."""
+        self._streaming = streaming
+        self._refresh_buttons()
+
+    def begin_edit(self, message_id: int, text: str) -> None:
+        """Put a sent message back in the box; the next send becomes `edit_submitted`."""
+        if self._editing_id is None:
+            self._saved_draft = self.text()
+        self._editing_id = message_id
+        self._banner.show()
+        self.set_text(text)
+        self.focus_input()
+
+    def cancel_edit(self) -> None:
+        """Leave edit mode and bring back the draft that was in the box before it."""
+        self._editing_id = None
+        self._banner.hide()
+        self.set_text(self._saved_draft)
+        self._saved_draft = ""
+
+    def text(self) -> str:
+        return self._input.toPlainText()
+
+    def set_text(self, text: str) -> None:
+        self._input.setPlainText(text)
+        self._input.moveCursor(QTextCursor.MoveOperation.End)
+
+    def focus_input(self) -> None:
+        self._input.setFocus(Qt.FocusReason.OtherFocusReason)
+
+    # -- behaviour --------------------------------------------------------------------------------
+
+    def _submit(self) -> None:
+        text = self.text()
+        if self._streaming or not self._engine_ready or not text.strip():
+            return
+        if self._editing_id is not None:
+            message_id = self._editing_id
+            self.cancel_edit()
+            self.edit_submitted.emit(message_id, text)
+        else:
+            self._input.clear()
+            self.send_requested.emit(text)
+
+    def _escape(self) -> None:
+        if self._editing_id is not None:
+            self.cancel_edit()
+        elif self._streaming:
+            self.stop_requested.emit()
+
+    def _refresh_buttons(self) -> None:
+        self._send.setVisible(not self._streaming)
+        self._stop.setVisible(self._streaming)
+        self._send.setEnabled(self._engine_ready)
+        tip = "" if self._engine_ready else "The model is still loading"
+        self._send.setToolTip(tip)
+
+    def _fit_height(self) -> None:
+        """Grow with the text from MIN_LINES up to MAX_LINES, then scroll."""
+        lines = int(self._input.document().size().height())
+        lines = max(MIN_LINES, min(MAX_LINES, lines))
+        margins = self._input.contentsMargins()
+        chrome = 2 * self._input.document().documentMargin() + margins.top() + margins.bottom()
+        self._input.setFixedHeight(int(lines * self._input.fontMetrics().lineSpacing() + chrome))
+
+    # -- construction -----------------------------------------------------------------------------
+
+    def _build_banner(self) -> QLabel:
+        banner = QLabel(EDIT_BANNER, self)
+        banner.setObjectName("editBanner")
+        banner.setWordWrap(True)
+        banner.setStyleSheet("padding: 2px 4px; font-style: italic;")
+        banner.hide()
+        return banner
+
+    def _build_input(self) -> _InputBox:
+        box = _InputBox(self)
+        box.setObjectName("composer")
+        box.setPlaceholderText(PLACEHOLDER)
+        box.setTabChangesFocus(True)
+        box.submitted.connect(self._submit)
+        box.escaped.connect(self._escape)
+        box.document().contentsChanged.connect(self._fit_height)
+        return box
+
+    def _build_button(self, label: str, name: str, slot: object) -> QPushButton:
+        button = QPushButton(label, self)
+        button.setObjectName(name)
+        button.setAutoDefault(False)
+        button.clicked.connect(slot)
+        return button
+
+    def _lay_out(self) -> None:
+        row = QHBoxLayout()
+        row.addWidget(self._input, 1)
+        row.addWidget(self._send, 0, Qt.AlignmentFlag.AlignBottom)
+        row.addWidget(self._stop, 0, Qt.AlignmentFlag.AlignBottom)
+        column = QVBoxLayout(self)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self._banner)
+        column.addLayout(row)
