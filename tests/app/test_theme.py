@@ -235,3 +235,20 @@ def test_desktop_file_has_the_required_keys():
     assert entry["Categories"] == "Utility;Development;"
     assert entry["Terminal"] == "false"
     assert (theme.resources_dir() / "icons" / f"{entry['Icon']}.svg").is_file()
+
+
+def test_resources_dir_finds_an_installed_wheels_data_files(tmp_path, monkeypatch):
+    installed = tmp_path / "share" / "pagoda" / "resources"
+    for folder in ("themes", "icons"):
+        (installed / folder).mkdir(parents=True)
+    monkeypatch.setattr(theme, "__file__", str(tmp_path / "site-packages" / "app" / "theme.py"))
+    monkeypatch.setattr(theme.sys, "prefix", str(tmp_path))
+    assert theme.resources_dir() == installed
+
+
+def test_missing_resources_name_the_folders_searched(tmp_path, monkeypatch):
+    monkeypatch.setattr(theme, "__file__", str(tmp_path / "app" / "theme.py"))
+    monkeypatch.setattr(theme.sys, "prefix", str(tmp_path))
+    monkeypatch.setattr(theme.site, "getuserbase", lambda: str(tmp_path))
+    with pytest.raises(theme.ResourcesNotFoundError, match="share/pagoda/resources"):
+        theme.resources_dir()
