@@ -1,5 +1,7 @@
 """The throttled writer: on disk from the first token, at most twice a second, always at the end."""
 
+from itertools import pairwise
+
 import pytest
 
 from app.store import ConversationStore, GenerationStats, StoreError, StreamingWriter
@@ -49,7 +51,7 @@ def test_flushes_at_most_twice_per_second(store: ConversationStore, reply) -> No
     for i in range(300):  # 3 seconds of tokens every 10 ms
         clock.now = i * 0.01
         writer.append(f"t{i} ")
-    gaps = [b - a for a, b in zip(recorder.flush_times, recorder.flush_times[1:], strict=False)]
+    gaps = [b - a for a, b in pairwise(recorder.flush_times)]
     assert all(gap >= 0.5 - 1e-9 for gap in gaps)
     assert 6 <= len(recorder.flush_times) <= 7
     assert store.get_message(reply.id).content == writer.flushed_text
