@@ -53,3 +53,42 @@ class AttentionMetadata:
     @property
     def num_decode_tokens(self) -> int:
         return self.decode_groups[-1].end if self.decode_groups else 0
+
+
+@dataclass(slots=True)
+class TritonAttentionMetadata:
+    """The flat layout the Triton kernels read, one row per sequence (vLLM's varlen layout).
+
+    slot_mapping [num_tokens] int64: cache slot of each new token; -1 skips the write (padding).
+    query_start_loc [num_seqs + 1] int32: sequence i's tokens are [loc[i], loc[i + 1]).
+    seq_lens [num_seqs] int32: keys each sequence attends, cached ones and this step's.
+    block_tables [num_seqs, max_blocks] int32: blocks holding keys 0..seq_len-1, padded.
+    max_query_len: 1 for a decode-only batch, which may then split keys across programs.
+    num_kv_splits: programs per (sequence, kv head) over the keys of a decode (flash-decoding);
+    a power of two, 1 to attend in one pass.
+    sliding_window: keys farther back than this are masked; 0 for none.
+    """
+
+    slot_mapping: torch.Tensor
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+    block_tables: torch.Tensor
+    max_query_len: int
+    max_seq_len: int
+    num_kv_splits: int = 1
+    sliding_window: int = 0
+
+    @property
+    def num_seqs(self) -> int:
+        return self.seq_lens.shape[0]
+
+
+def choose_num_kv_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int,
+                         num_sms: int) -> int:
+    """Splits per decode for flash-decoding: enough (sequence, kv head, split) programs to fill
+    twice the GPU's multiprocessors, each split at least 256 keys long; a power of two <= 32."""
+    programs = num_seqs * num_kv_heads
+    by_length = -(-max_seq_len // 256)
+    by_occupancy = -(-2 * num_sms // programs)
+    wanted = max(1, min(by_length, by_occupancy))
+    return min(1 << (wanted - 1).bit_length(), 32)

@@ -1,12 +1,80 @@
-"""The one dispatch point for kernels: Triton on CUDA tensors (issue 5), torch elsewhere."""
+"""The one dispatch point for kernels: Triton on CUDA, the torch reference elsewhere.
+
+The backend is resolved once, when a model is built (`select_ops`), into a `KernelOps` of plain
+functions: a call through it costs one attribute lookup, as a module function would.
+Force a backend with `select_ops(device, "torch" | "triton")`, `EngineConfig.kernel_backend`, or
+the PAGODA_KERNEL_BACKEND environment variable (e.g. Triton on CPU tensors under
+TRITON_INTERPRET=1 for tests, or the torch path on CUDA for parity).
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
 from kernels import torch_ref
 
-rms_norm = torch_ref.rms_norm
-add_rms_norm = torch_ref.add_rms_norm
-rotary_embedding = torch_ref.rotary_embedding
-silu_and_mul = torch_ref.silu_and_mul
-write_kv_cache = torch_ref.write_kv_cache
-paged_attention = torch_ref.paged_attention
+BACKEND_ENV = "PAGODA_KERNEL_BACKEND"
+BACKENDS = ("auto", "torch", "triton")
+
+
+@dataclass(frozen=True, slots=True)
+class KernelOps:
+    """One backend's kernels. `name` tells the model runner which attention metadata to build:
+    decode groups and prefill segments for "torch", the flat varlen layout for "triton"."""
+
+    name: str
+    rms_norm: Callable[..., torch.Tensor]
+    add_rms_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+    rotary_embedding: Callable[..., torch.Tensor]
+    silu_and_mul: Callable[..., torch.Tensor]
+    write_kv_cache: Callable[..., None]
+    paged_attention: Callable[..., torch.Tensor]
+
+
+TORCH_OPS = KernelOps(
+    name="torch",
+    rms_norm=torch_ref.rms_norm,
+    add_rms_norm=torch_ref.add_rms_norm,
+    rotary_embedding=torch_ref.rotary_embedding,
+    silu_and_mul=torch_ref.silu_and_mul,
+    write_kv_cache=torch_ref.write_kv_cache,
+    paged_attention=torch_ref.paged_attention,
+)
+
+
+def resolve_backend(device: torch.device, backend: str | None = None) -> str:
+    """"torch" or "triton": the argument, else PAGODA_KERNEL_BACKEND, else by device."""
+    choice = backend or os.environ.get(BACKEND_ENV) or "auto"
+    if choice not in BACKENDS:
+        raise ValueError(f"kernel backend {choice!r} is unknown; choose one of {BACKENDS}")
+    if choice == "auto":
+        return "triton" if device.type == "cuda" else "torch"
+    return choice
+
+
+def select_ops(device: torch.device, backend: str | None = None) -> KernelOps:
+    if resolve_backend(device, backend) == "torch":
+        return TORCH_OPS
+    return triton_ops()
+
+
+def triton_ops() -> KernelOps:
+    """The Triton kernels, imported only now: the engine runs without triton installed."""
+    try:
+        from kernels import triton_attention, triton_layers
+    except ImportError as exc:
+        raise ImportError(f"the Triton kernel backend needs triton ({exc}); install it with "
+                          "`pip install triton`, or choose kernel_backend='torch'") from exc
+    return KernelOps(
+        name="triton",
+        rms_norm=triton_layers.rms_norm,
+        add_rms_norm=triton_layers.add_rms_norm,
+        rotary_embedding=triton_layers.rotary_embedding,
+        silu_and_mul=triton_layers.silu_and_mul,
+        write_kv_cache=triton_layers.write_kv_cache,
+        paged_attention=triton_attention.paged_attention,
+    )

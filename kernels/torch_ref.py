@@ -5,7 +5,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels.attention_metadata import AttentionMetadata, DecodeGroup, PrefillSegment
+from kernels.attention_metadata import (
+    AttentionMetadata,
+    DecodeGroup,
+    PrefillSegment,
+    TritonAttentionMetadata,
+)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -107,3 +112,26 @@ def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cach
         o = F.scaled_dot_product_attention(qs, keys, values, attn_mask=seg.mask, scale=scale,
                                            enable_gqa=True)
     return o.squeeze(0).transpose(0, 1).reshape(seg.end - seg.start, -1)
+
+
+def varlen_paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           meta: TritonAttentionMetadata, scale: float) -> torch.Tensor:
+    """The reference for the Triton kernels: same flat metadata, one sequence at a time, fp32."""
+    write_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping)
+    out = torch.zeros(q.shape[0], q.shape[1] * q.shape[2], dtype=q.dtype, device=q.device)
+    starts = meta.query_start_loc.tolist()
+    for i, seq_len in enumerate(meta.seq_lens.tolist()):
+        start, end = starts[i], starts[i + 1]
+        keys = _gather_blocks(k_cache, meta.block_tables[i])[:, :seq_len].float()
+        values = _gather_blocks(v_cache, meta.block_tables[i])[:, :seq_len].float()
+        q_pos = torch.arange(seq_len - (end - start), seq_len, device=q.device).unsqueeze(1)
+        k_pos = torch.arange(seq_len, device=q.device).unsqueeze(0)
+        mask = k_pos <= q_pos
+        if meta.sliding_window:
+            mask &= k_pos > q_pos - meta.sliding_window
+        qs = q[start:end].transpose(0, 1).float()
+        o = F.scaled_dot_product_attention(qs, keys, values, attn_mask=mask, scale=scale,
+                                           enable_gqa=True)
+        out[start:end] = o.transpose(0, 1).reshape(end - start, -1).to(q.dtype)
+    return out

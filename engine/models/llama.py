@@ -10,8 +10,8 @@ from transformers import PretrainedConfig
 
 from engine.loader import head_dim
 from engine.models.rotary import RotaryTables
-from kernels import ops
-from kernels.attention_metadata import AttentionMetadata
+from kernels.attention_metadata import AttentionMetadata, TritonAttentionMetadata
+from kernels.ops import TORCH_OPS, KernelOps
 
 
 @dataclass(slots=True)
@@ -55,8 +55,9 @@ class LlamaForCausalLM:
     """Plain tensors and functions: no nn.Module, since per-call overhead is per-step cost here."""
 
     def __init__(self, config: PretrainedConfig, weights: dict[str, torch.Tensor],
-                 device: torch.device, dtype: torch.dtype) -> None:
+                 device: torch.device, dtype: torch.dtype, ops: KernelOps = TORCH_OPS) -> None:
         self.shape = LlamaShape.from_config(config)
+        self.ops = ops
         s = self.shape
         w = {k: v.to(device=device, dtype=dtype) for k, v in weights.items()}
         self.embed_tokens = w["model.embed_tokens.weight"]
@@ -66,11 +67,12 @@ class LlamaForCausalLM:
         self.rotary = RotaryTables(config, s.head_dim, s.max_position_embeddings, dtype, device)
         self.scale = s.head_dim ** -0.5
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                meta: AttentionMetadata | TritonAttentionMetadata,
                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
                 logits_indices: torch.Tensor) -> torch.Tensor:
         """Flat tokens of a mixed batch -> logits [len(logits_indices), vocab]."""
-        s = self.shape
+        s, ops = self.shape, self.ops
         cos, sin = self.rotary.lookup(positions)
         hidden = F.embedding(input_ids, self.embed_tokens)
         residual = None
@@ -91,8 +93,8 @@ class LlamaForCausalLM:
 
     def _attention(self, layer: LlamaLayer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                    k_cache: torch.Tensor, v_cache: torch.Tensor,
-                   meta: AttentionMetadata) -> torch.Tensor:
-        s = self.shape
+                   meta: AttentionMetadata | TritonAttentionMetadata) -> torch.Tensor:
+        s, ops = self.shape, self.ops
         n = x.shape[0]
         qkv = F.linear(x, layer.qkv_weight, layer.qkv_bias)
         q_and_k = qkv[:, :(s.num_heads + s.num_kv_heads) * s.head_dim].view(n, -1, s.head_dim)

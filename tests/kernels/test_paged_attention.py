@@ -2,8 +2,8 @@
 
 import torch
 
-from kernels import ops
 from kernels.attention_metadata import AttentionMetadata, DecodeGroup, PrefillSegment
+from kernels.ops import TORCH_OPS as ops
 
 BLOCK_SIZE = 4
 NUM_BLOCKS = 32
