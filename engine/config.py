@@ -1,4 +1,4 @@
-"""Engine settings, with defaults chosen for a laptop CPU."""
+"""Engine settings, with defaults chosen for a laptop CPU (and for CUDA when device="cuda")."""
 
 from __future__ import annotations
 
@@ -19,8 +19,13 @@ class SchedulerConfig:
 class EngineConfig:
     """What `LLM(...)` and `AsyncEngine(...)` accept besides the model.
 
-    kv_cache_memory: bytes for the KV pool; num_kv_blocks overrides it when given.
+    kv_cache_memory: bytes for the KV pool on CPU; num_kv_blocks overrides it when given.
     max_num_batched_tokens: the per-step token budget shared by decodes and prefill chunks.
+    dtype: weights and KV cache; None picks float32 on CPU and bfloat16 on CUDA.
+    gpu_memory_utilization: on CUDA, the fraction of the GPU's total memory this engine may hold
+    (weights, activations, CUDA graphs and the KV pool, which takes what is left).
+    kernel_backend: "auto" (Triton on CUDA, torch elsewhere), "torch" or "triton".
+    enforce_eager: on CUDA, run decode steps without capturing CUDA graphs.
     """
 
     block_size: int = 16
@@ -30,9 +35,12 @@ class EngineConfig:
     max_num_batched_tokens: int = 512
     max_model_len: int | None = None
     enable_prefix_caching: bool = True
-    dtype: torch.dtype = torch.float32
+    dtype: torch.dtype | None = None
     device: str = "cpu"
     num_threads: int | None = None
+    gpu_memory_utilization: float = 0.9
+    kernel_backend: str = "auto"
+    enforce_eager: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_size", "kv_cache_memory", "max_num_seqs", "max_num_batched_tokens"):
@@ -42,6 +50,14 @@ class EngineConfig:
             raise ValueError(f"EngineConfig.num_kv_blocks={self.num_kv_blocks!r} must be >= 1")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"EngineConfig.max_model_len={self.max_model_len!r} must be >= 2")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"EngineConfig.gpu_memory_utilization={self.gpu_memory_utilization!r}"
+                             " must be in (0, 1]")
+        if self.kernel_backend not in ("auto", "torch", "triton"):
+            raise ValueError(f"EngineConfig.kernel_backend={self.kernel_backend!r} must be "
+                             "'auto', 'torch' or 'triton'")
+        if self.dtype is None:
+            self.dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
 
     def resolved_num_threads(self) -> int:
         return self.num_threads or len(os.sched_getaffinity(0))

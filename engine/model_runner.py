@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -12,7 +13,14 @@ from engine.loader import LoadedModel
 from engine.models.llama import LlamaForCausalLM
 from engine.sampler import Sampler, SamplingMetadata, SamplingRow
 from engine.scheduler import ScheduledSequence, SchedulerOutput
-from kernels.attention_metadata import AttentionMetadata, DecodeGroup, PrefillSegment
+from kernels.attention_metadata import (
+    AttentionMetadata,
+    DecodeGroup,
+    PrefillSegment,
+    TritonAttentionMetadata,
+    choose_num_kv_splits,
+)
+from kernels.ops import select_ops
 
 logger = logging.getLogger(__name__)
 
@@ -20,13 +28,15 @@ logger = logging.getLogger(__name__)
 # Decodes are attended in groups of similar length, since each group pads to its longest.
 _MAX_DECODE_GROUPS = 4
 _GROUP_LENGTH_RATIO = 0.75
+# GPU memory kept out of the KV pool for cuBLAS workspaces, CUDA graphs and fragmentation.
+_GPU_RESERVE_BYTES = 512 << 20
 
 
 @dataclass(slots=True)
 class ModelInputs:
     input_ids: torch.Tensor
     positions: torch.Tensor
-    attn: AttentionMetadata
+    attn: AttentionMetadata | TritonAttentionMetadata
     logits_indices: torch.Tensor
     sampling_rows: list[SamplingRow]
     sampling_order: list[int]  # scheduler index of each logits row
@@ -51,12 +61,18 @@ class ModelRunner:
         self.config = config
         self.device = torch.device(config.device)
         self.dtype = config.dtype
-        self.model = LlamaForCausalLM(loaded.config, loaded.weights, self.device, self.dtype)
+        backend = None if config.kernel_backend == "auto" else config.kernel_backend
+        ops = select_ops(self.device, backend)
+        self.model = LlamaForCausalLM(loaded.config, loaded.weights, self.device, self.dtype, ops)
+        # Chosen once: the Triton kernels read the flat varlen layout, the torch path groups.
+        self._attention_metadata = (self._triton_metadata if ops.name == "triton"
+                                    else self._grouped_metadata)
         self.block_size = config.block_size
         self.num_blocks = self._num_blocks()
         self.kv_caches = self._allocate_kv_cache()
         self.sampler = Sampler()
         self.vocab_size = self.model.shape.vocab_size
+        self.graphs = self._capture_graphs() if self._uses_cuda_graphs() else None
 
     def bytes_per_block(self) -> int:
         s = self.model.shape
@@ -67,8 +83,12 @@ class ModelRunner:
     def execute(self, sched: SchedulerOutput) -> list[int | None]:
         """Run one step; returns the sampled token per scheduled sequence (None: mid-prefill)."""
         inputs = self.prepare_inputs(sched.scheduled)
-        logits = self.model.forward(inputs.input_ids, inputs.positions, inputs.attn,
-                                    self.kv_caches, inputs.logits_indices)
+        if self.graphs is not None and self.graphs.can_run(inputs.attn):
+            logits = self.graphs.run(inputs.input_ids, inputs.positions, inputs.attn,
+                                     inputs.logits_indices)
+        else:
+            logits = self.model.forward(inputs.input_ids, inputs.positions, inputs.attn,
+                                        self.kv_caches, inputs.logits_indices)
         sampled: list[int | None] = [None] * len(sched.scheduled)
         if inputs.sampling_rows:
             meta = SamplingMetadata.build(inputs.sampling_rows, self.vocab_size, self.device)
@@ -95,11 +115,35 @@ class ModelRunner:
                 rows.append(SamplingRow(s.seq.params, s.seq.prompt_token_ids,
                                         s.seq.output_token_ids, s.seq.generator))
                 sampling_order.append(i)
-        num_decodes = len(decode_idx)
-        attn = AttentionMetadata(self._tensor(slots), self._decode_groups(items[:num_decodes]),
-                                 self._prefill_segments(items[num_decodes:], num_decodes))
+        attn = self._attention_metadata(items, len(decode_idx), slots)
         return ModelInputs(self._tensor(input_ids), self._tensor(positions), attn,
                            self._tensor(logits_indices), rows, sampling_order)
+
+    def _grouped_metadata(self, items: list[ScheduledSequence], num_decodes: int,
+                          slots: list[int]) -> AttentionMetadata:
+        return AttentionMetadata(self._tensor(slots), self._decode_groups(items[:num_decodes]),
+                                 self._prefill_segments(items[num_decodes:], num_decodes))
+
+    def _triton_metadata(self, items: list[ScheduledSequence], num_decodes: int,
+                         slots: list[int]) -> TritonAttentionMetadata:
+        query_lens = [s.num_new_tokens for s in items]
+        seq_lens = [s.num_computed_tokens + s.num_new_tokens for s in items]
+        width = -(-max(seq_lens) // self.block_size)
+        query_start_loc = [0]
+        for n in query_lens:
+            query_start_loc.append(query_start_loc[-1] + n)
+        max_query_len = max(query_lens)
+        splits = 1
+        if max_query_len == 1 and self.device.type == "cuda":
+            splits = choose_num_kv_splits(len(items), self.model.shape.num_kv_heads,
+                                          max(seq_lens), self._num_sms)
+        return TritonAttentionMetadata(
+            slot_mapping=self._tensor(slots),
+            query_start_loc=self._int32(query_start_loc),
+            seq_lens=self._int32(seq_lens),
+            block_tables=self._int32([_padded(s.seq.block_ids, width) for s in items]),
+            max_query_len=max_query_len, max_seq_len=max(seq_lens), num_kv_splits=splits,
+            sliding_window=self.model.shape.sliding_window or 0)
 
     def _slots(self, block_ids: list[int], start: int, end: int) -> list[int]:
         bs = self.block_size
@@ -151,14 +195,61 @@ class ModelRunner:
     def _tensor(self, values: list) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)
 
+    def _int32(self, values: list) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int32, device=self.device)
+
     def _num_blocks(self) -> int:
         if self.config.num_kv_blocks is not None:
             return self.config.num_kv_blocks
+        if self.device.type == "cuda":
+            return self._num_blocks_from_free_gpu_memory()
         n = self.config.kv_cache_memory // self.bytes_per_block()
         if n < 1:
             raise ValueError(f"EngineConfig.kv_cache_memory={self.config.kv_cache_memory} holds no "
                              f"block of {self.bytes_per_block()} bytes; raise it")
         return n
+
+    def _num_blocks_from_free_gpu_memory(self) -> int:
+        """What is left of gpu_memory_utilization x total memory after the weights (already
+        loaded), a step's activations and a fixed reserve."""
+        free, total = torch.cuda.mem_get_info(self.device)
+        budget = (total * self.config.gpu_memory_utilization - (total - free)
+                  - self._peak_activation_bytes() - _GPU_RESERVE_BYTES)
+        n = int(budget // self.bytes_per_block())
+        if n < 1:
+            raise ValueError(
+                f"EngineConfig.gpu_memory_utilization={self.config.gpu_memory_utilization} leaves "
+                f"no room for the KV cache ({free / 2**30:.1f} of {total / 2**30:.1f} GiB free "
+                "after loading the weights): raise it, or free GPU memory")
+        return n
+
+    def _peak_activation_bytes(self) -> int:
+        """A bound on one step's live tensors: the widest layer intermediates for the token
+        budget, and the fp32 logits and sampler copies for every sequence."""
+        s = self.model.shape
+        layer = self.model.layers[0]
+        elem = torch.empty((), dtype=self.dtype).element_size()
+        width = (4 * s.hidden_size + layer.qkv_weight.shape[0] + 2 * layer.gate_up_weight.shape[0])
+        logits = self.config.max_num_seqs * s.vocab_size * (elem + 3 * 4)
+        return 2 * self.config.max_num_batched_tokens * width * elem + logits
+
+    def _uses_cuda_graphs(self) -> bool:
+        return (self.device.type == "cuda" and self.model.ops.name == "triton"
+                and not self.config.enforce_eager)
+
+    def _capture_graphs(self):
+        from engine.cuda_graphs import DecodeGraphs
+
+        max_model_len = min(self.config.max_model_len or 1 << 62,
+                            self.model.shape.max_position_embeddings)
+        graphs = DecodeGraphs(self.model, self.kv_caches, self.config.max_num_seqs,
+                              max_model_len, self.block_size, self.device)
+        graphs.capture()
+        return graphs
+
+    @functools.cached_property
+    def _num_sms(self) -> int:
+        return torch.cuda.get_device_properties(self.device).multi_processor_count
 
     def _allocate_kv_cache(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         s = self.model.shape

@@ -1,0 +1,49 @@
+"""The engine forced onto the Triton kernels gives the torch path's greedy tokens.
+
+Without a GPU the kernels run on CPU tensors under Triton's interpreter, so the model is tiny;
+the prompts still cover chunked prefill (chunks starting mid-block), prefix cache hits and
+batched decodes of ragged lengths.
+"""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before kernels.triton_* are imported
+
+import pytest
+from tiny_models import save_tiny_model
+
+from engine import LLM, SamplingParams
+
+SHARED_PREFIX = list(range(100, 140))
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def tiny_model_dir(request, tmp_path_factory, default_model):
+    return save_tiny_model(tmp_path_factory.mktemp(request.param), request.param,
+                           default_model.path)
+
+
+def prompts() -> list[list[int]]:
+    """Ragged lengths; two share a 40-token prefix, so the second reads it from the cache."""
+    return [SHARED_PREFIX + [7, 8, 9], list(range(300, 305)), SHARED_PREFIX + [11],
+            list(range(500, 533))]
+
+
+def greedy(model_dir, backend: str) -> list[list[int]]:
+    # A 24-token budget splits the longer prompts into chunks that start mid-block.
+    llm = LLM(str(model_dir), num_kv_blocks=64, num_threads=1, kernel_backend=backend,
+              max_num_batched_tokens=24)
+    assert llm.engine.runner.model.ops.name == backend
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    first = llm.generate(prompts()[:2], params)
+    second = llm.generate(prompts()[2:], params)  # after the first: a prefix cache hit
+    assert second[0].num_cached_tokens >= 32
+    return [o.outputs[0].token_ids for o in first + second]
+
+
+@pytest.mark.slow
+def test_triton_kernels_give_the_torch_paths_greedy_tokens(tiny_model_dir):
+    assert greedy(tiny_model_dir, "triton") == greedy(tiny_model_dir, "torch")
