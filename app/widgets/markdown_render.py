@@ -34,6 +34,7 @@ MARKDOWN_FEATURES = (
 LIGHT_CODE_STYLE = "default"
 DARK_CODE_STYLE = "monokai"
 
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,9}[.)])\s")
 _FENCE_OPEN = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>.*)$")
 
 
@@ -137,8 +138,21 @@ def _insert_prose(cursor: QTextCursor, text: str) -> None:
 
 
 def _hard_line_breaks(text: str) -> str:
-    """Keep the model's single newlines as line breaks, as they looked while streaming."""
-    return text.replace("\n", "  \n")
+    """Keep the model's single newlines as line breaks, as they looked while streaming.
+
+    Not inside lists: Qt turns a hard break in a list item into a new item.
+    """
+    lines = text.split("\n")
+    following = [*lines[1:], ""]
+    return "\n".join(
+        f"{line}  " if _breaks_after(line, after) else line for line, after in zip(lines, following)
+    )
+
+
+def _breaks_after(line: str, after: str) -> bool:
+    if not line.strip() or not after.strip():
+        return False
+    return not (line[0].isspace() or after[0].isspace() or _LIST_ITEM.match(line))
 
 
 def _insert_code_block(

@@ -6,10 +6,19 @@ from datetime import datetime
 
 import pytest
 from PySide6.QtCore import QPoint, Qt, QUrl
-from PySide6.QtGui import QFont, QGuiApplication, QTextCursor, QTextDocumentFragment, QTextFrame
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QGuiApplication,
+    QPalette,
+    QTextCursor,
+    QTextDocumentFragment,
+    QTextFrame,
+)
 from PySide6.QtWidgets import QMainWindow, QTextBrowser, QWidget
 
 from app.view_models import MessageView
+from app.widgets.markdown_render import Segment, split_fenced_code
 from app.widgets.transcript import TranscriptView
 
 NOW = datetime(2026, 11, 29, 14, 3)
@@ -377,3 +386,58 @@ def test_clicking_a_link_with_the_mouse_triggers_it(view, qtbot):
 def test_message_text_is_selectable(view):
     flags = browser(view).textInteractionFlags()
     assert flags & Qt.TextInteractionFlag.TextSelectableByMouse
+
+
+def test_user_and_assistant_blocks_look_different_and_follow_a_dark_palette(view):
+    view.set_messages(conversation())
+    light = [frame.frameFormat().background().color() for frame in frames(view)]
+    assert light[0] != light[1]
+
+    dark = QPalette()
+    for role, color in [(QPalette.ColorRole.Base, "#1e1e1e"), (QPalette.ColorRole.Text, "#e0e0e0"),
+                        (QPalette.ColorRole.Highlight, "#3d7bd9")]:
+        dark.setColor(role, QColor(color))
+    view.setPalette(dark)
+
+    backgrounds = [frame.frameFormat().background().color() for frame in frames(view)]
+    assert all(color.lightnessF() < 0.5 for color in backgrounds)
+    assert backgrounds[0] != backgrounds[1]
+    assert view.message_ids() == [1, 2, 3, 4]
+    assert "def greet" in view.plain_text()
+
+
+def test_single_newlines_stay_line_breaks_once_rendered(view):
+    view.set_messages([message(1, "assistant", "Roses are red\nViolets are blue\n\n- a\n  b")])
+
+    assert "Roses are red\nViolets are blue" in view.plain_text()
+    document = browser(view).document()
+    item = document.findBlock(document.find("a b").position())
+    assert item.textList() is not None and item.textList().count() == 1
+
+
+def test_fenced_code_is_cut_out_of_the_prose():
+    text = "Intro\n\n```python\nx = 1\n\ny = 2\n```\nOutro\n~~~\nraw ``` inside\n~~~"
+
+    assert split_fenced_code(text) == [
+        Segment("Intro\n"),
+        Segment("x = 1\n\ny = 2", "python"),
+        Segment("Outro"),
+        Segment("raw ``` inside", ""),
+    ]
+
+
+def test_an_unclosed_fence_runs_to_the_end():
+    assert split_fenced_code("Look:\n```js\nlet a;\n") == [
+        Segment("Look:"),
+        Segment("let a;\n", "js"),
+    ]
+
+
+def test_an_indented_fence_strips_its_indent_and_needs_a_long_enough_close():
+    text = "  ````\n  code\n   ```\n  ````\nafter"
+
+    assert split_fenced_code(text) == [Segment("code\n ```", ""), Segment("after")]
+
+
+def test_inline_triple_backticks_are_not_a_fence():
+    assert split_fenced_code("use ```a``` inline") == [Segment("use ```a``` inline")]
