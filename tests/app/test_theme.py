@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import configparser
+import shutil
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -235,6 +237,18 @@ def test_desktop_file_has_the_required_keys():
     assert entry["Categories"] == "Utility;Development;"
     assert entry["Terminal"] == "false"
     assert (theme.resources_dir() / "icons" / f"{entry['Icon']}.svg").is_file()
+
+
+@pytest.mark.skipif(shutil.which("desktop-file-validate") is None, reason="desktop-file-utils")
+def test_desktop_file_passes_desktop_file_validate():
+    result = subprocess.run(
+        ["desktop-file-validate", str(theme.resources_dir() / "pagoda.desktop")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "error" not in result.stdout
 
 
 def test_resources_dir_finds_an_installed_wheels_data_files(tmp_path, monkeypatch):
