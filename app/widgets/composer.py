@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeyEvent, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
@@ -146,7 +148,7 @@ class Composer(QWidget):
         box.document().contentsChanged.connect(self._fit_height)
         return box
 
-    def _build_button(self, label: str, name: str, slot: object) -> QPushButton:
+    def _build_button(self, label: str, name: str, slot: Callable[[], None]) -> QPushButton:
         button = QPushButton(label, self)
         button.setObjectName(name)
         button.setAutoDefault(False)

@@ -361,9 +361,8 @@ class TranscriptView(QWidget):
         super().changeEvent(event)
         if event.type() == QEvent.Type.PaletteChange:
             self._colors = self._palette_colors()
-            views = [self._blocks[i].view for i in self._order]
-            self._truncate(0)
-            self.set_messages(views)
+            for message_id in self._order:
+                self._rerender(self._blocks[message_id])
 
     # -- actions and scrolling ------------------------------------------------------------------
 

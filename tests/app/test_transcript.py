@@ -406,6 +406,16 @@ def test_user_and_assistant_blocks_look_different_and_follow_a_dark_palette(view
     assert "def greet" in view.plain_text()
 
 
+def test_a_palette_change_mid_stream_keeps_the_streamed_text(view):
+    view.begin_stream(message(5, "assistant", "", status="streaming"))
+    view.append_delta(5, "so far")
+
+    view.setPalette(QPalette(QColor("#202020")))
+    view.append_delta(5, ", and on")
+
+    assert "so far, and on" in view.plain_text()
+
+
 def test_single_newlines_stay_line_breaks_once_rendered(view):
     view.set_messages([message(1, "assistant", "Roses are red\nViolets are blue\n\n- a\n  b")])
 
