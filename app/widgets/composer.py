@@ -52,6 +52,7 @@ class Composer(QWidget):
         self._send = self._build_button("Send", "sendButton", self._submit)
         self._stop = self._build_button("Stop", "stopButton", self.stop_requested.emit)
         self._lay_out()
+        self.setFocusProxy(self._input)
         self._refresh_buttons()
         self._fit_height()
 

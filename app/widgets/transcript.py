@@ -105,6 +105,7 @@ class TranscriptView(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self._browser)
+        self.setFocusProxy(self._browser)
 
     # -- what the controller calls ------------------------------------------------------------
 
