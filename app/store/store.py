@@ -4,7 +4,6 @@ import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Self
@@ -12,7 +11,7 @@ from typing import Any, Self
 from sqlalchemy import Engine, delete, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from . import migrate, recovery, search, transfer
+from . import convert, migrate, recovery, search, transfer
 from .connection import create_store_engine, read_only
 from .errors import ConversationNotFound, DatabaseTooNewError, MessageNotFound, StoreError
 from .location import resolve_db_path
@@ -98,9 +97,7 @@ class ConversationStore:
                 .values(status="interrupted")
             )
         if result.rowcount:
-            log.warning(
-                "%d reply(ies) cut off by the last exit marked interrupted", result.rowcount
-            )
+            log.warning("marked %d reply(s) cut off by the last exit interrupted", result.rowcount)
 
     def close(self) -> None:
         self._engine.dispose()
@@ -137,18 +134,18 @@ class ConversationStore:
             updated_at=now,
             model=model,
             system_prompt=system_prompt,
-            sampling=_sampling_json(sampling or SamplingSettings()),
+            sampling=convert.sampling_json(sampling or SamplingSettings()),
             pinned=False,
             archived=False,
         )
         with self._writing() as s:
             s.add(row)
             s.flush()
-            return _conversation(row, None)
+            return convert.to_conversation(row, None)
 
     def get_conversation(self, cid: int) -> Conversation:
         with self._reading() as s:
-            return _conversation(_conversation_row(s, cid), _leaf_id(s, cid))
+            return convert.to_conversation(_conversation_row(s, cid), _leaf_id(s, cid))
 
     def list_conversations(self, include_archived: bool = False) -> list[Conversation]:
         """Not deleted; pinned first, then the most recently active."""
@@ -165,7 +162,7 @@ class ConversationStore:
         if not include_archived:
             query = query.where(ConversationRow.archived.is_(False))
         with self._reading() as s:
-            return [_conversation(row, leaf) for row, leaf in s.execute(query)]
+            return [convert.to_conversation(row, leaf) for row, leaf in s.execute(query)]
 
     def rename(self, cid: int, title: str) -> None:
         self._set_conversation_fields(cid, title=title.strip() or None)
@@ -195,7 +192,7 @@ class ConversationStore:
         if system_prompt is not _UNSET:
             changes["system_prompt"] = system_prompt
         if sampling is not _UNSET:
-            changes["sampling"] = _sampling_json(sampling)
+            changes["sampling"] = convert.sampling_json(sampling)
         if model is not _UNSET:
             changes["model"] = model
         self._set_conversation_fields(cid, **changes)
@@ -223,13 +220,13 @@ class ConversationStore:
 
     def get_message(self, mid: int) -> Message:
         with self._reading() as s:
-            return _message(_message_row(s, mid))
+            return convert.to_message(_message_row(s, mid))
 
     def messages(self, cid: int) -> list[Message]:
         """Every message of the conversation, all branches, oldest first."""
         with self._reading() as s:
             _conversation_row(s, cid)
-            return [_message(row) for row in _all_message_rows(s, cid)]
+            return [convert.to_message(row) for row in _all_message_rows(s, cid)]
 
     def append_user_message(self, cid: int, content: str) -> Message:
         """A child of the current leaf that becomes the leaf; titles an untitled conversation."""
@@ -238,7 +235,7 @@ class ConversationStore:
             row = _add_message(s, conversation, _leaf_id(s, cid), "user", content)
             if conversation.title is None:
                 conversation.title = auto_title(content)
-            return _message(row)
+            return convert.to_message(row)
 
     def start_assistant_message(
         self, cid: int, parent_id: int | None = None, model: str | None = None
@@ -253,7 +250,7 @@ class ConversationStore:
                 parent_id = _leaf_id(s, cid)
             else:
                 _check_in_conversation(_message_row(s, parent_id), cid)
-            return _message(_start_reply(s, conversation, parent_id, model))
+            return convert.to_message(_start_reply(s, conversation, parent_id, model))
 
     def update_streaming(self, mid: int, content: str) -> None:
         with self._writing() as s:
@@ -281,7 +278,7 @@ class ConversationStore:
             row.prompt_tokens = prompt_tokens
             row.completion_tokens = completion_tokens
             if stats is not None:
-                _apply_stats(row, stats)
+                convert.apply_stats(row, stats)
 
     def interrupt_message(self, mid: int, content: str) -> None:
         with self._writing() as s:
@@ -306,7 +303,9 @@ class ConversationStore:
             original = _message_row(s, mid)
             _check_role(original, "user")
             conversation = _conversation_row(s, original.conversation_id)
-            return _message(_add_message(s, conversation, original.parent_id, "user", new_content))
+            return convert.to_message(
+                _add_message(s, conversation, original.parent_id, "user", new_content)
+            )
 
     def regenerate(self, assistant_mid: int) -> Message:
         """A new streaming reply next to `assistant_mid`, under the same user message."""
@@ -314,14 +313,14 @@ class ConversationStore:
             original = _message_row(s, assistant_mid)
             _check_role(original, "assistant")
             conversation = _conversation_row(s, original.conversation_id)
-            return _message(_start_reply(s, conversation, original.parent_id, None))
+            return convert.to_message(_start_reply(s, conversation, original.parent_id, None))
 
     def siblings(self, mid: int) -> list[Message]:
         """The message and its alternatives (same parent), oldest first."""
         with self._reading() as s:
             row = _message_row(s, mid)
             query = _children_query(row.conversation_id, row.parent_id)
-            return [_message(r) for r in s.scalars(query)]
+            return [convert.to_message(r) for r in s.scalars(query)]
 
     def switch_branch(self, mid: int) -> Message:
         """Show the branch through `mid`: the leaf becomes its newest deepest descendant."""
@@ -330,7 +329,7 @@ class ConversationStore:
             while (child := _newest_child(s, leaf)) is not None:
                 leaf = child
             _set_leaf(s, leaf.conversation_id, leaf.id)
-            return _message(leaf)
+            return convert.to_message(leaf)
 
     def current_path(self, cid: int) -> list[Message]:
         """Root to leaf: the branch on screen and what the model is given."""
@@ -341,7 +340,7 @@ class ConversationStore:
             mid = _leaf_id(s, cid)
             while mid is not None:
                 row = by_id[mid]
-                path.append(_message(row))
+                path.append(convert.to_message(row))
                 mid = row.parent_id
             return path[::-1]
 
@@ -368,7 +367,7 @@ class ConversationStore:
                 rows = self._search_like(s, terms, limit)
             else:
                 rows = self._search_fts(s, terms, limit)
-            return [_search_hit(row, markers, escape_html) for row in rows]
+            return [convert.to_search_hit(row, markers, escape_html) for row in rows]
 
     @staticmethod
     def _search_fts(s: Session, terms: list[str], limit: int) -> list[tuple]:
@@ -437,8 +436,8 @@ class ConversationStore:
 
     @staticmethod
     def _thread(s: Session, cid: int) -> transfer.Thread:
-        conversation = _conversation(_conversation_row(s, cid), _leaf_id(s, cid))
-        return conversation, [_message(row) for row in _all_message_rows(s, cid)]
+        conversation = convert.to_conversation(_conversation_row(s, cid), _leaf_id(s, cid))
+        return conversation, [convert.to_message(row) for row in _all_message_rows(s, cid)]
 
     # -- app settings and open tabs ------------------------------------------------------
 
@@ -479,73 +478,6 @@ class ConversationStore:
             rows = s.execute(query).all()
         active = next((cid for cid, is_active in rows if is_active), None)
         return [cid for cid, _ in rows], active
-
-
-# -- rows <-> records ----------------------------------------------------------------------
-
-
-def _sampling_json(sampling: SamplingSettings) -> str:
-    return json.dumps(asdict(sampling), sort_keys=True)
-
-
-def _conversation(row: ConversationRow, leaf_id: int | None) -> Conversation:
-    return Conversation(
-        id=row.id,
-        title=row.title,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        model=row.model,
-        system_prompt=row.system_prompt,
-        sampling=SamplingSettings(**json.loads(row.sampling)),
-        pinned=row.pinned,
-        archived=row.archived,
-        deleted_at=row.deleted_at,
-        leaf_id=leaf_id,
-    )
-
-
-def _message(row: MessageRow) -> Message:
-    return Message(
-        id=row.id,
-        conversation_id=row.conversation_id,
-        parent_id=row.parent_id,
-        role=row.role,  # type: ignore[arg-type]
-        content=row.content,
-        created_at=row.created_at,
-        status=row.status,  # type: ignore[arg-type]
-        finish_reason=row.finish_reason,
-        prompt_tokens=row.prompt_tokens,
-        completion_tokens=row.completion_tokens,
-        stats=_stats(row),
-        error=row.error,
-    )
-
-
-def _stats(row: MessageRow) -> GenerationStats | None:
-    stats = GenerationStats(row.gen_model, row.ttft_s, row.tokens_per_s, row.cached_tokens)
-    return None if stats == GenerationStats() else stats
-
-
-def _apply_stats(row: MessageRow, stats: GenerationStats) -> None:
-    if stats.model is not None:
-        row.gen_model = stats.model
-    row.ttft_s = stats.ttft_s
-    row.tokens_per_s = stats.tokens_per_s
-    row.cached_tokens = stats.cached_tokens
-
-
-def _search_hit(row: tuple, markers: tuple[str, str], escape_html: bool) -> SearchHit:
-    cid, title, mid, role, raw_snippet, created_at = row
-    if isinstance(created_at, str):  # the FTS query is raw SQL: no type conversion
-        created_at = datetime.fromisoformat(created_at).replace(tzinfo=UTC)
-    return SearchHit(
-        conversation_id=cid,
-        conversation_title=title,
-        message_id=mid,
-        role=role,
-        snippet=search.render_snippet(raw_snippet or "", markers, escape_html),
-        created_at=created_at,
-    )
 
 
 # -- queries inside a session --------------------------------------------------------------
@@ -673,7 +605,7 @@ def _import_thread(s: Session, conversation: Conversation, messages: list[Messag
         updated_at=conversation.updated_at,
         model=conversation.model,
         system_prompt=conversation.system_prompt,
-        sampling=_sampling_json(conversation.sampling),
+        sampling=convert.sampling_json(conversation.sampling),
         pinned=conversation.pinned,
         archived=conversation.archived,
         deleted_at=conversation.deleted_at,

@@ -1,0 +1,73 @@
+"""Between ORM rows and the plain records callers receive. No sessions here."""
+
+import json
+from dataclasses import asdict
+from datetime import UTC, datetime
+
+from . import search
+from .records import Conversation, GenerationStats, Message, SamplingSettings, SearchHit
+from .schema import ConversationRow, MessageRow
+
+
+def sampling_json(sampling: SamplingSettings) -> str:
+    return json.dumps(asdict(sampling), sort_keys=True)
+
+
+def to_conversation(row: ConversationRow, leaf_id: int | None) -> Conversation:
+    return Conversation(
+        id=row.id,
+        title=row.title,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        model=row.model,
+        system_prompt=row.system_prompt,
+        sampling=SamplingSettings(**json.loads(row.sampling)),
+        pinned=row.pinned,
+        archived=row.archived,
+        deleted_at=row.deleted_at,
+        leaf_id=leaf_id,
+    )
+
+
+def to_message(row: MessageRow) -> Message:
+    return Message(
+        id=row.id,
+        conversation_id=row.conversation_id,
+        parent_id=row.parent_id,
+        role=row.role,  # type: ignore[arg-type]
+        content=row.content,
+        created_at=row.created_at,
+        status=row.status,  # type: ignore[arg-type]
+        finish_reason=row.finish_reason,
+        prompt_tokens=row.prompt_tokens,
+        completion_tokens=row.completion_tokens,
+        stats=stats_of(row),
+        error=row.error,
+    )
+
+
+def stats_of(row: MessageRow) -> GenerationStats | None:
+    stats = GenerationStats(row.gen_model, row.ttft_s, row.tokens_per_s, row.cached_tokens)
+    return None if stats == GenerationStats() else stats
+
+
+def apply_stats(row: MessageRow, stats: GenerationStats) -> None:
+    if stats.model is not None:
+        row.gen_model = stats.model
+    row.ttft_s = stats.ttft_s
+    row.tokens_per_s = stats.tokens_per_s
+    row.cached_tokens = stats.cached_tokens
+
+
+def to_search_hit(row: tuple, markers: tuple[str, str], escape_html: bool) -> SearchHit:
+    cid, title, mid, role, raw_snippet, created_at = row
+    if isinstance(created_at, str):  # the FTS query is raw SQL: no type conversion
+        created_at = datetime.fromisoformat(created_at).replace(tzinfo=UTC)
+    return SearchHit(
+        conversation_id=cid,
+        conversation_title=title,
+        message_id=mid,
+        role=role,
+        snippet=search.render_snippet(raw_snippet or "", markers, escape_html),
+        created_at=created_at,
+    )
