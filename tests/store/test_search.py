@@ -2,7 +2,7 @@
 
 import pytest
 
-from app.store import ConversationStore
+from app.store import ConversationStore, search
 
 
 @pytest.fixture
@@ -32,11 +32,21 @@ def test_trigram_search_is_case_insensitive_and_matches_substrings(filled) -> No
 
 
 def test_chinese_three_characters_use_the_trigram_index(filled) -> None:
-    hits = filled.search("首都是") + filled.search("中国的首都")
-    assert len(hits) == 1
     hits = filled.search("中国的首都")
-    assert hits[0].conversation_title == "Geography"
+    assert [h.conversation_title for h in hits] == ["Geography"]
     assert "<b>中国的首都</b>" in hits[0].snippet
+    assert "<b>天安门</b>" in filled.search("天安门")[0].snippet
+    assert filled.search("首都是") == []  # a substring that is not in the text
+
+
+def test_terms_shorter_than_a_trigram_take_the_like_path() -> None:
+    assert search.needs_like_fallback(["北京"]) and search.needs_like_fallback(["天安门", "a"])
+    assert not search.needs_like_fallback(["天安门", "capital"])
+
+
+def test_match_expression_quotes_every_term() -> None:
+    assert search.fts_match_expression(["AND(", 'say "hi"']) == '"AND(" "say ""hi"""'
+    assert search.like_pattern("50%_off\\") == r"%50\%\_off\\%"
 
 
 def test_chinese_two_characters_fall_back_and_mark_every_hit(filled) -> None:
