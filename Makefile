@@ -20,9 +20,8 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
-# Until the desktop app exists, `make run` opens the streaming terminal chat.
 run: $(STAMP)
-	$(PY) -m engine chat
+	$(PY) -m app
 
 chat: $(STAMP)
 	$(PY) -m engine chat

@@ -1,1 +1,3 @@
-"""The PySide6 desktop application (issue 4)."""
+"""Pagoda's desktop application (PySide6): windows, tabs and their controllers; the store."""
+
+__version__ = "0.1.0"

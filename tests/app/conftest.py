@@ -1,5 +1,71 @@
-"""Qt tests run offscreen; set before pytest-qt creates the QApplication."""
+"""Qt tests run offscreen, on one qasync loop that is never stopped (see ../shared/NOTES.md)."""
 
+import asyncio
 import os
 
+import pytest
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+@pytest.fixture(scope="session")
+def _session_loop(qapp):
+    import qasync
+
+    # Stopping a qasync loop quits the QApplication, and every later waitUntil would time out.
+    return qasync.QEventLoop(qapp, already_running=True)
+
+
+@pytest.fixture
+def qloop(_session_loop):
+    """The qasync loop, set as the running loop for this test; tests stay synchronous."""
+    asyncio.set_event_loop(_session_loop)
+    asyncio.events._set_running_loop(_session_loop)
+    yield _session_loop
+    asyncio.events._set_running_loop(None)
+
+
+@pytest.fixture
+def make_window(qloop, qtbot, tmp_path, make_engine):
+    """A MainWindow on a fresh database (or the given one), over the shared default model."""
+    from app.async_store import AsyncStore
+    from app.engine_host import EngineHost
+    from app.main_window import MainWindow
+    from app.store import ConversationStore
+    from engine import AsyncEngine
+
+    def factory(model, _config):
+        if model is not None:
+            return AsyncEngine(model)
+        return AsyncEngine(engine=make_engine(num_kv_blocks=512, num_threads=1))
+
+    windows = []
+
+    def build(db_path=None, load=True):
+        store = ConversationStore.open(db_path or tmp_path / "chats.db")
+        window = MainWindow(AsyncStore(store), EngineHost(factory=factory))
+        qtbot.addWidget(window)
+        window.show()
+        if load:
+            window.host.load(None)
+            qtbot.waitUntil(lambda: window.host.is_ready, timeout=60_000)
+        windows.append(window)
+        return window
+
+    yield build
+    for window in windows:
+        if not window._closing:
+            window.close()
+        window.db.close()
+
+
+@pytest.fixture
+def run_async(qloop, qtbot):
+    """run_async(coro) runs it on the qasync loop from a synchronous test and returns its result."""
+
+    def run(coro, timeout=60_000):
+        task = asyncio.ensure_future(coro)
+        qtbot.waitUntil(task.done, timeout=timeout)
+        return task.result()
+
+    return run

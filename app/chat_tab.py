@@ -1,0 +1,80 @@
+"""One open conversation: the transcript, the context meter, notices and the composer."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout, QWidget
+
+from app.view_models import SamplingView
+from app.widgets.composer import Composer
+from app.widgets.context_meter import ContextMeter
+from app.widgets.transcript import TranscriptView
+
+
+class ChatTab(QWidget):
+    """Widgets only: its ChatController fills it and listens to it.
+
+    `title_changed(str)` asks the tab bar to relabel; `settings_changed(SamplingView)` carries
+    edits from the window's settings panel while this tab is the current one.
+    """
+
+    title_changed = Signal(str)
+    settings_changed = Signal(object)
+
+    def __init__(self, conversation_id: int, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.conversation_id = conversation_id
+        self.title = "New chat"
+        self.settings = SamplingView()
+        self.transcript = TranscriptView(self)
+        self.context_meter = ContextMeter(self)
+        self.composer = Composer(self)
+        self.regenerate_button = QPushButton("Regenerate", self, objectName="regenerateButton")
+        self.regenerate_button.setToolTip("Answer the last message again, as a new branch")
+        self.regenerate_button.setEnabled(False)
+        self._notice = QLabel(self, objectName="notice", wordWrap=True,
+                              textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
+        self._notice_close = QToolButton(self, text="✕", autoRaise=True)
+        self._notice_close.clicked.connect(self.clear_notice)
+        self._layout()
+        self.clear_notice()
+
+    def _layout(self) -> None:
+        notice_row = QHBoxLayout()
+        notice_row.addWidget(self._notice, 1)
+        notice_row.addWidget(self._notice_close)
+        tools = QHBoxLayout()
+        tools.addWidget(self.context_meter, 1)
+        tools.addWidget(self.regenerate_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 8, 8, 8)
+        layout.addWidget(self.transcript, 1)
+        layout.addLayout(notice_row)
+        layout.addLayout(tools)
+        layout.addWidget(self.composer)
+
+    def set_title(self, title: str) -> None:
+        if title != self.title:
+            self.title = title
+            self.title_changed.emit(title)
+
+    def set_settings(self, settings: SamplingView) -> None:
+        self.settings = settings
+
+    def set_can_regenerate(self, enabled: bool) -> None:
+        self.regenerate_button.setEnabled(enabled)
+
+    def show_notice(self, text: str, error: bool = False) -> None:
+        self._notice.setProperty("error", error)
+        self._notice.setStyleSheet("color: #c62828;" if error else "")
+        self._notice.setText(text)
+        self._notice.setVisible(True)
+        self._notice_close.setVisible(True)
+
+    def notice_text(self) -> str:
+        return self._notice.text()
+
+    def clear_notice(self) -> None:
+        self._notice.clear()
+        self._notice.setVisible(False)
+        self._notice_close.setVisible(False)

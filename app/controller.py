@@ -1,0 +1,354 @@
+"""One controller per tab: joins the conversation's branch in the store with the engine's stream."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from PySide6.QtCore import QObject, Signal
+
+from app.async_store import AsyncStore
+from app.engine_host import EngineHost
+from app.prompting import (
+    ContextOverflowError,
+    FittedPrompt,
+    chat_messages,
+    fit_to_context,
+    sampling_params,
+    stats_text,
+)
+from app.store import Conversation, ConversationStore, GenerationStats, Message, StreamingWriter
+from app.view_models import MessageView, SamplingView
+from engine import PagodaError, RequestOutput
+from engine.chat_template import encode_chat
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Reply:
+    """The reply being streamed: its message, request, text so far and its throttled writer.
+
+    The writer is only touched on the store's worker thread.
+    """
+
+    message: Message
+    request_id: str
+    writer: StreamingWriter
+    text: str = ""
+    last_output: RequestOutput | None = None
+
+
+def message_view(m: Message, sibling_index: int = 0, sibling_count: int = 1) -> MessageView:
+    stats = stats_text(m.stats, m.completion_tokens) if m.role == "assistant" else ""
+    return MessageView(id=m.id, role=m.role, content=m.content, created_at=m.created_at,
+                       status=m.status, sibling_index=sibling_index, sibling_count=sibling_count,
+                       stats_text=stats, error=m.finish_reason if m.status == "error" else None)
+
+
+def load_branch(store: ConversationStore, cid: int) -> tuple[Conversation, list[Message],
+                                                               list[MessageView]]:
+    """The conversation, its branch root to leaf, and the views with their sibling positions."""
+    conversation = store.get_conversation(cid)
+    path = store.current_path(cid)
+    views = []
+    for m in path:
+        ids = [s.id for s in store.siblings(m.id)]
+        views.append(message_view(m, ids.index(m.id), len(ids)))
+    return conversation, path, views
+
+
+class ChatController(QObject):
+    """Drives one ChatTab. Every store call goes through AsyncStore; the GUI thread never waits.
+
+    Signals: `conversation_changed(int)` when the sidebar should refresh (title, order);
+    `streaming_changed(bool)`.
+    """
+
+    conversation_changed = Signal(int)
+    streaming_changed = Signal(bool)
+
+    def __init__(self, conversation_id: int, db: AsyncStore, host: EngineHost, view,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.conversation_id = conversation_id
+        self.db = db
+        self.host = host
+        self.view = view
+        self.conversation: Conversation | None = None
+        self.path: list[Message] = []
+        self.reply: _Reply | None = None
+        self._views: list[MessageView] = []
+        self._tasks: set[asyncio.Task] = set()
+        self._closed = False
+        self._connect_view()
+
+    # -- wiring --------------------------------------------------------------------------------
+
+    def _connect_view(self) -> None:
+        v = self.view
+        v.composer.send_requested.connect(lambda text: self.spawn(self.send(text)))
+        v.composer.edit_submitted.connect(lambda mid, text: self.spawn(self.edit(mid, text)))
+        v.composer.stop_requested.connect(self.stop)
+        v.transcript.branch_requested.connect(lambda mid, d: self.spawn(self.switch_branch(mid, d)))
+        v.transcript.edit_requested.connect(self._begin_edit)
+        v.transcript.regenerate_requested.connect(lambda mid: self.spawn(self.regenerate(mid)))
+        v.regenerate_button.clicked.connect(lambda: self.spawn(self.regenerate_last()))
+        v.settings_changed.connect(lambda s: self.spawn(self.save_settings(s)))
+
+    def spawn(self, coro) -> asyncio.Task:
+        """Run a coroutine for this tab; a failure is shown in the tab, never lost in a log."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        logger.error("tab %s: %s", self.conversation_id, exc, exc_info=exc)
+        if not self._closed:
+            self.view.show_notice(f"Something went wrong: {exc}", error=True)
+
+    @property
+    def is_streaming(self) -> bool:
+        return self.reply is not None
+
+    # -- loading and settings --------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Show the conversation as stored: its current branch and its settings."""
+        await self._reload()
+        c = self.conversation
+        s = c.sampling
+        self.view.set_settings(SamplingView(
+            system_prompt=c.system_prompt or "", temperature=s.temperature, top_p=s.top_p,
+            top_k=s.top_k, min_p=s.min_p, repetition_penalty=s.repetition_penalty,
+            max_tokens=s.max_tokens, seed=s.seed))
+        await self.refresh_context_meter()
+
+    async def _reload(self, *, streaming: int | None = None, ending: int | None = None) -> None:
+        """Re-read the branch and redraw what changed. `streaming` leaves that (new, empty) reply
+        out for begin_stream to draw; `ending` is the reply whose stream just ended.
+        """
+        self.conversation, self.path, views = await self.db.run(
+            lambda store: load_branch(store, self.conversation_id))
+        if self._closed:
+            return
+        if streaming is not None:
+            views = [v for v in views if v.id != streaming]
+        self._render(views, ending)
+        self.view.set_title(self.conversation.title or "New chat")
+        self.view.set_can_regenerate(self._last_assistant() is not None and not self.is_streaming)
+
+    def _render(self, views: list[MessageView], ending: int | None = None) -> None:
+        """Redraw only the messages that changed: a full render of a long chat is slow."""
+        transcript = self.view.transcript
+        if [v.id for v in views] != [v.id for v in self._views]:
+            transcript.set_messages(views)
+        else:
+            for new, old in zip(views, self._views, strict=True):
+                if new.id == ending:
+                    transcript.end_stream(new)
+                elif new != old:
+                    transcript.update_message(new)
+        self._views = views
+
+    async def save_settings(self, s: SamplingView) -> None:
+        sampling = type(self.conversation.sampling)(
+            temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p,
+            repetition_penalty=s.repetition_penalty, max_tokens=s.max_tokens, seed=s.seed)
+        await self.db.update_settings(self.conversation_id, system_prompt=s.system_prompt or None,
+                                      sampling=sampling)
+        self.conversation = await self.db.get_conversation(self.conversation_id)
+        await self.refresh_context_meter()
+
+    async def refresh_context_meter(self) -> None:
+        backend = self.host.backend
+        if backend is None or self.conversation is None:
+            return
+        messages = chat_messages(self.conversation.system_prompt, self.path)
+        used = 0
+        if messages:
+            loop = asyncio.get_running_loop()
+            used = await loop.run_in_executor(self.host.executor, _count_tokens, backend.tokenizer, messages)
+        self.view.context_meter.set_usage(used, self.host.max_model_len,
+                                          self.conversation.sampling.max_tokens)
+
+    # -- user actions ----------------------------------------------------------------------------
+
+    async def send(self, text: str) -> None:
+        if self.is_streaming or not self._check_engine():
+            self.view.composer.set_text(text)
+            return
+        user = await self.db.append_user_message(self.conversation_id, text)
+        self.conversation_changed.emit(self.conversation_id)
+        await self._generate(user.id)
+
+    async def edit(self, message_id: int, text: str) -> None:
+        if self.is_streaming or not self._check_engine():
+            return
+        user = await self.db.edit_user_message(message_id, text)
+        await self._generate(user.id)
+
+    async def regenerate(self, assistant_id: int) -> None:
+        if self.is_streaming or not self._check_engine():
+            return
+        message = next((m for m in self.path if m.id == assistant_id), None)
+        if message is None or message.parent_id is None:
+            return
+        await self._generate(message.parent_id)
+
+    async def regenerate_last(self) -> None:
+        last = self._last_assistant()
+        if last is not None:
+            await self.regenerate(last.id)
+
+    async def switch_branch(self, message_id: int, direction: int) -> None:
+        if self.is_streaming:
+            self.view.show_notice("Wait for the reply to finish (or stop it) to switch branches.")
+            return
+        siblings = await self.db.siblings(message_id)
+        ids = [s.id for s in siblings]
+        target = ids[(ids.index(message_id) + direction) % len(ids)]
+        await self.db.switch_branch(target)
+        await self._reload()
+        await self.refresh_context_meter()
+
+    def stop(self) -> None:
+        if self.reply is not None and self.host.backend is not None:
+            self.host.backend.abort(self.reply.request_id)
+
+    def _begin_edit(self, message_id: int) -> None:
+        message = next((m for m in self.path if m.id == message_id), None)
+        if message is not None and not self.is_streaming:
+            self.view.composer.begin_edit(message_id, message.content)
+
+    def _last_assistant(self) -> Message | None:
+        return next((m for m in reversed(self.path) if m.role == "assistant"), None)
+
+    def _check_engine(self) -> bool:
+        if self.host.backend is None:
+            self.view.show_notice("The model is still loading: your message is kept in the box.")
+            return False
+        return True
+
+    # -- generation ------------------------------------------------------------------------------
+
+    async def _generate(self, parent_id: int) -> None:
+        backend = self.host.backend
+        model = self.host.model_name
+        message = await self.db.start_assistant_message(self.conversation_id, parent_id=parent_id,
+                                                        model=model)
+        self.reply = reply = _Reply(message, f"conv{self.conversation_id}-msg{message.id}",
+                                    StreamingWriter(self.db.store, message.id))
+        self._set_streaming(True)
+        try:
+            await self._reload(streaming=message.id)
+            fitted = await self._fit_prompt(backend)
+            if fitted is None:
+                return
+            params = sampling_params(self.conversation.sampling, fitted.max_tokens)
+            view = message_view(message)
+            self.view.transcript.begin_stream(view)
+            self._views = [*self._views, view]
+            async for out in backend.stream(fitted.messages, params, reply.request_id):
+                await self._on_output(out)
+            await self._finish(model)
+        except PagodaError as exc:
+            await self._fail(str(exc))
+        finally:
+            self.reply = None
+            if not self._closed:
+                self._set_streaming(False)
+                await self._reload(ending=message.id)
+                await self.refresh_context_meter()
+                self.conversation_changed.emit(self.conversation_id)
+
+    async def _fit_prompt(self, backend) -> FittedPrompt | None:
+        messages = chat_messages(self.conversation.system_prompt, self.path[:-1])
+        loop = asyncio.get_running_loop()
+
+        def fit() -> FittedPrompt:
+            return fit_to_context(messages, lambda m: _count_tokens(backend.tokenizer, m),
+                                  self.host.max_model_len, self.conversation.sampling.max_tokens)
+        try:
+            fitted = await loop.run_in_executor(self.host.executor, fit)
+        except ContextOverflowError as exc:
+            await self._fail(str(exc))
+            return None
+        if fitted.num_dropped:
+            self.view.show_notice(
+                f"This chat is longer than the model's context ({self.host.max_model_len} "
+                f"tokens): the {fitted.num_dropped} oldest messages were left out of what the "
+                "model sees for this reply. They stay in the chat.")
+        return fitted
+
+    async def _on_output(self, out: RequestOutput) -> None:
+        reply = self.reply
+        delta = out.outputs[0].delta_text
+        reply.last_output = out
+        if not delta or self._closed:
+            return
+        reply.text += delta
+        self.view.transcript.append_delta(reply.message.id, delta)
+        # Not awaited: the worker applies writes in order, and the stream need not wait for disk.
+        self.db.submit(lambda _store, d=delta: reply.writer.append(d))
+
+    async def _finish(self, model: str) -> None:
+        reply = self.reply
+        out = reply.last_output
+        completion = out.outputs[0] if out else None
+        if self._closed:
+            return
+        if completion is None or completion.finish_reason == "abort":
+            await self.db.run(lambda _store: reply.writer.interrupt())
+        elif completion.finish_reason == "error":
+            await self._fail(completion.error or "the engine failed this request")
+        else:
+            await self.db.run(lambda _store: reply.writer.finish(
+                completion.finish_reason, _generation_stats(out, model),
+                prompt_tokens=len(out.prompt_token_ids),
+                completion_tokens=len(completion.token_ids)))
+
+    async def _fail(self, error: str) -> None:
+        writer = self.reply.writer
+        await self.db.run(lambda _store: writer.closed or writer.fail(error))
+        self.view.show_notice(error, error=True)
+
+    def _set_streaming(self, streaming: bool) -> None:
+        self.view.composer.set_streaming(streaming)
+        self.view.set_can_regenerate(not streaming and self._last_assistant() is not None)
+        self.streaming_changed.emit(streaming)
+
+    # -- closing ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Keep a streaming reply as interrupted, synchronously: the app may exit right after."""
+        self._closed = True
+        reply = self.reply
+        if reply is None:
+            return
+        if self.host.backend is not None:
+            self.host.backend.abort(reply.request_id)
+        self.db.drain()
+        if not reply.writer.closed:
+            reply.writer.interrupt()
+
+
+def _count_tokens(tokenizer, messages) -> int:
+    return len(encode_chat(tokenizer, messages))
+
+
+def _generation_stats(out: RequestOutput, model: str) -> GenerationStats:
+    m = out.metrics
+    tokens = len(out.outputs[0].token_ids)
+    tok_s = None
+    if m.first_token_time is not None and m.finished_time is not None and tokens > 1:
+        elapsed = m.finished_time - m.first_token_time
+        tok_s = (tokens - 1) / elapsed if elapsed > 0 else None
+    return GenerationStats(model=model, ttft_s=m.time_to_first_token, tokens_per_s=tok_s,
+                           cached_tokens=out.num_cached_tokens)

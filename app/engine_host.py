@@ -1,0 +1,145 @@
+"""Owns the app's one engine: loads it off the GUI thread, swaps models, reports its status."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from app.view_models import EngineStatusView
+from engine import AsyncEngine, EngineConfig, PagodaError
+from engine.loader import converted_folder, default_model_file, model_name
+
+logger = logging.getLogger(__name__)
+
+EngineFactory = Callable[[str | None, EngineConfig], AsyncEngine]
+STATS_INTERVAL_MS = 250
+
+
+def _make_engine(model: str | None, config: EngineConfig) -> AsyncEngine:
+    return AsyncEngine(model, config)
+
+
+class EngineHost(QObject):
+    """The GUI's handle on the engine. `backend` is None until a model has loaded.
+
+    Signals: `status_changed(EngineStatusView)` a few times a second and on every state change;
+    `model_loaded(str)` with the model's name; `load_failed(str)` with the loader's message.
+    """
+
+    status_changed = Signal(object)
+    model_loaded = Signal(str)
+    load_failed = Signal(str)
+
+    def __init__(self, device: str = "cpu", factory: EngineFactory = _make_engine,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.device = device
+        self.backend: AsyncEngine | None = None
+        self.model_path: str | None = None
+        self._factory = factory
+        # Our own threads, not the loop's default executor: loading, swapping, tokenizing.
+        self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pagoda-host")
+        self._loading: asyncio.Task | None = None
+        self._status = EngineStatusView(state="loading", device=device, detail="Starting")
+        self._timer = QTimer(self, interval=STATS_INTERVAL_MS, timeout=self._poll_stats)
+
+    @property
+    def status(self) -> EngineStatusView:
+        return self._status
+
+    @property
+    def is_ready(self) -> bool:
+        return self.backend is not None
+
+    @property
+    def model_name(self) -> str:
+        return self.backend.engine.loaded.name if self.backend else ""
+
+    @property
+    def max_model_len(self) -> int:
+        return self.backend.engine.max_model_len if self.backend else 0
+
+    @property
+    def is_loading(self) -> bool:
+        return self._loading is not None and not self._loading.done()
+
+    def load(self, model: str | None = None) -> asyncio.Task:
+        """Load a model in the background; the current one keeps serving until it succeeds."""
+        if self.is_loading:
+            raise PagodaError("a model is already loading: wait for it to finish")
+        self._loading = asyncio.ensure_future(self._load(model))
+        return self._loading
+
+    async def _load(self, model: str | None) -> None:
+        self._set_status(state="loading", model=_display_name(model), detail=_loading_phase(model))
+        config = EngineConfig(device=self.device)
+        loop = asyncio.get_running_loop()
+        try:
+            engine = await loop.run_in_executor(self.executor, self._factory, model, config)
+        except Exception as exc:  # noqa: BLE001 - any load failure is reported, the old model stays
+            logger.warning("could not load model %s: %s", model or "(default)", exc)
+            self._after_failed_load(str(exc))
+            return
+        await self._swap(engine, model)
+
+    def _after_failed_load(self, message: str) -> None:
+        if self.backend is None:
+            self._set_status(state="error", model="", detail=message)
+        else:
+            self._set_status(state="ready", model=self.model_name, detail="")
+        self.load_failed.emit(message)
+
+    async def _swap(self, engine: AsyncEngine, model: str | None) -> None:
+        old, self.backend, self.model_path = self.backend, engine, model
+        if old is not None:
+            # Streams on the old engine end with "abort"; their tabs keep the partial replies.
+            await asyncio.get_running_loop().run_in_executor(self.executor, old.shutdown)
+        self._set_status(state="ready", model=self.model_name, detail="")
+        self._timer.start()
+        self.model_loaded.emit(self.model_name)
+
+    def shutdown(self) -> None:
+        self._timer.stop()
+        if self.backend is not None:
+            self.backend.shutdown()
+            self.backend = None
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def _poll_stats(self) -> None:
+        if self.backend is None:
+            return
+        s = self.backend.stats()
+        self._set_status(num_running=s.num_running, num_waiting=s.num_waiting,
+                         tokens_per_s=s.generation_tokens_per_s,
+                         kv_cache_usage=s.kv_cache_usage,
+                         prefix_cache_hit_rate=s.prefix_cache_hit_rate)
+
+    def _set_status(self, **changes) -> None:
+        status = dataclasses.replace(self._status, **changes)
+        if status != self._status:
+            self._status = status
+            self.status_changed.emit(status)
+
+
+def _display_name(model: str | None) -> str:
+    try:
+        return model_name(Path(model) if model else default_model_file())
+    except PagodaError:
+        return model or "the default model"
+
+
+def _loading_phase(model: str | None) -> str:
+    """What the user waits for: a first-launch conversion takes much longer than a load."""
+    try:
+        path = Path(model).expanduser() if model else default_model_file()
+    except PagodaError:
+        return "Loading"
+    if path.suffix.lower() == ".gguf" and path.is_file() and not converted_folder(path).is_dir():
+        return "Converting the model for first use (about half a minute, once)"
+    return "Loading"

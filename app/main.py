@@ -1,0 +1,77 @@
+"""`pagoda`: open the window at once, load the model behind it, bring every chat back."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from app import __version__
+
+logger = logging.getLogger("pagoda")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="pagoda", description="Chat with local language models.")
+    parser.add_argument("--model", help="a Hugging Face model folder or a .gguf file "
+                                        "(default: the bundled SmolLM2-135M-Instruct)")
+    parser.add_argument("--db", type=Path, help="the conversation database "
+                                                "(default: $PAGODA_DB, else the user data folder)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--theme", choices=["system", "light", "dark"], default="system")
+    parser.add_argument("--version", action="version", version=f"Pagoda {__version__}")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    # Imported here so that --help and --version answer without loading Qt and torch.
+    import qasync
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("Pagoda")
+    app.setDesktopFileName("pagoda")
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    window = build_window(app, args)
+    signal.signal(signal.SIGINT, lambda *_: window.close())
+    with loop:
+        loop.run_until_complete(_run(window, args))
+    return 0
+
+
+def build_window(app, args: argparse.Namespace):
+    from app.async_store import AsyncStore
+    from app.engine_host import EngineHost
+    from app.main_window import MainWindow
+    from app.store import ConversationStore
+    from app.theme import app_icon, apply_theme
+
+    apply_theme(app, args.theme)
+    app.setWindowIcon(app_icon())
+    store = ConversationStore.open(args.db)
+    window = MainWindow(AsyncStore(store), EngineHost(device=args.device))
+    window.recovered_from = store.recovered_from
+    return window
+
+
+async def _run(window, args: argparse.Namespace) -> None:
+    closed = asyncio.Event()
+    window.destroyed.connect(closed.set)
+    window.closed.connect(closed.set)
+    window.show()
+    if window.recovered_from is not None:
+        window.notify_recovered(window.recovered_from)
+    window.host.load(args.model)
+    await window.restore()
+    await closed.wait()
+    window.db.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,390 @@
+"""The main window: sidebar, conversation tabs, settings panel, model picker and status bar."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import logging
+from pathlib import Path
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDockWidget,
+    QFileDialog,
+    QMainWindow,
+    QMessageBox,
+    QPushButton,
+    QSplitter,
+    QTabWidget,
+    QToolBar,
+)
+
+from app.async_store import AsyncStore
+from app.chat_tab import ChatTab
+from app.controller import ChatController
+from app.engine_host import EngineHost
+from app.store import SearchHit
+from app.widgets.settings_panel import SettingsPanel
+from app.widgets.sidebar import ConversationItem, SearchResultItem, Sidebar
+from app.widgets.status_bar import EngineStatusBar
+
+logger = logging.getLogger(__name__)
+
+UNDO_SECONDS = 10
+SHORTCUTS = {
+    "Ctrl+N": "New chat",
+    "Ctrl+W": "Close the current tab",
+    "Ctrl+Tab / Ctrl+Shift+Tab": "Next / previous tab",
+    "Ctrl+F": "Search all chats",
+    "Ctrl+,": "Show or hide the settings panel",
+    "Enter / Shift+Enter": "Send / new line",
+    "Esc": "Stop the reply (or cancel an edit)",
+}
+_MODEL_DEFAULT, _MODEL_FOLDER, _MODEL_FILE = range(3)
+
+
+class MainWindow(QMainWindow):
+    """`closed` fires once every partial reply is saved and the engine has stopped."""
+
+    closed = Signal()
+
+    def __init__(self, db: AsyncStore, host: EngineHost) -> None:
+        super().__init__()
+        self.recovered_from: Path | None = None
+        self.setWindowTitle("Pagoda")
+        self.resize(1200, 800)
+        self.db = db
+        self.host = host
+        self.controllers: dict[int, ChatController] = {}
+        self.sidebar = Sidebar(self)
+        self.tabs = QTabWidget(self, objectName="chatTabs", tabsClosable=True, movable=True,
+                               documentMode=True)
+        self.settings_panel = SettingsPanel(self)
+        self.status = EngineStatusBar(self)
+        self.model_picker = QComboBox(self, objectName="modelPicker")
+        self._undo_button = QPushButton("Undo", self, objectName="undoButton")
+        self._undo_timer = QTimer(self, singleShot=True, interval=UNDO_SECONDS * 1000)
+        self._restoring = False
+        self._closing = False
+        self._build()
+        self._connect()
+
+    # -- construction ----------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        splitter = QSplitter(Qt.Orientation.Horizontal, self)
+        splitter.addWidget(self.sidebar)
+        splitter.addWidget(self.tabs)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([260, 940])
+        self.setCentralWidget(splitter)
+        dock = QDockWidget("Settings", self, objectName="settingsDock")
+        dock.setWidget(self.settings_panel)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
+        self.settings_dock = dock
+        self.setStatusBar(self.status)
+        self.status.addPermanentWidget(self._undo_button)
+        self._undo_button.hide()
+        self._build_toolbar()
+        self._build_shortcuts()
+
+    def _build_toolbar(self) -> None:
+        toolbar = QToolBar("Model", self, objectName="modelToolbar", movable=False)
+        self.model_picker.addItems(["Default model (bundled)", "Open a model folder…",
+                                    "Open a .gguf file…"])
+        self.model_picker.setToolTip("The model every tab talks to")
+        toolbar.addWidget(self.model_picker)
+        toolbar.addSeparator()
+        toolbar.addAction("Settings", self.toggle_settings)
+        toolbar.addAction("Shortcuts", self.show_shortcuts)
+        self.addToolBar(toolbar)
+
+    def _build_shortcuts(self) -> None:
+        for keys, slot in [("Ctrl+N", lambda: self.spawn(self.new_chat())),
+                           ("Ctrl+W", lambda: self.close_tab(self.tabs.currentIndex())),
+                           ("Ctrl+Tab", lambda: self._cycle_tabs(1)),
+                           ("Ctrl+Shift+Tab", lambda: self._cycle_tabs(-1)),
+                           ("Ctrl+F", self.sidebar.search_box.setFocus),
+                           ("Ctrl+,", self.toggle_settings)]:
+            QShortcut(QKeySequence(keys), self, slot,
+                      context=Qt.ShortcutContext.ApplicationShortcut)
+
+    def _connect(self) -> None:
+        s = self.sidebar
+        s.new_requested.connect(lambda: self.spawn(self.new_chat()))
+        s.open_requested.connect(lambda cid, _mid: self.spawn(self.open_conversation(cid)))
+        s.search_requested.connect(lambda q: self.spawn(self.search(q)))
+        s.rename_requested.connect(lambda cid, t: self.spawn(self.rename(cid, t)))
+        s.pin_requested.connect(lambda cid, p: self.spawn(self.pin(cid, p)))
+        s.delete_requested.connect(lambda cid: self.spawn(self.delete(cid)))
+        s.export_requested.connect(self.export_conversation)
+        self.tabs.tabCloseRequested.connect(self.close_tab)
+        self.tabs.currentChanged.connect(self._tab_changed)
+        self.tabs.tabBar().tabMoved.connect(lambda *_: self.spawn(self.save_open_tabs()))
+        self.settings_panel.settings_changed.connect(self._settings_edited)
+        self.model_picker.activated.connect(self._model_picked)
+        self._undo_timer.timeout.connect(self._undo_button.hide)
+        self.host.status_changed.connect(self.status.show_status)
+        self.host.model_loaded.connect(self._model_loaded)
+        self.host.load_failed.connect(self._model_failed)
+        self.status.show_status(self.host.status)
+
+    def spawn(self, coro) -> asyncio.Task:
+        """Run a coroutine; its failure is shown in a message box instead of a log line only."""
+        task = asyncio.ensure_future(coro)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        if task.cancelled() or task.exception() is None or self._closing:
+            return
+        exc = task.exception()
+        logger.error("window task failed: %s", exc, exc_info=exc)
+        self._message_box(QMessageBox.Icon.Warning, "Pagoda", str(exc))
+
+    # -- start-up and tabs -----------------------------------------------------------------------
+
+    async def restore(self) -> None:
+        """Reopen the tabs of the last session (or a new chat) and show the conversation list."""
+        self._restoring = True
+        try:
+            await self.refresh_conversations()
+            ids, active = await self.db.load_open_tabs()
+            known = {c.id for c in await self.db.list_conversations()}
+            for cid in ids:
+                if cid in known:
+                    await self.open_conversation(cid)
+            if not self.controllers:
+                await self.new_chat()
+            if active in self.controllers:
+                self.tabs.setCurrentWidget(self.controllers[active].view)
+        finally:
+            self._restoring = False
+        await self.save_open_tabs()
+
+    async def new_chat(self) -> None:
+        conversation = await self.db.create_conversation(model=self.host.model_name or None)
+        await self.open_conversation(conversation.id)
+        await self.refresh_conversations()
+
+    async def open_conversation(self, cid: int) -> ChatTab:
+        if cid in self.controllers:
+            tab = self.controllers[cid].view
+            self.tabs.setCurrentWidget(tab)
+            return tab
+        tab = ChatTab(cid)
+        controller = ChatController(cid, self.db, self.host, tab, parent=self)
+        self.controllers[cid] = controller
+        tab.composer.set_engine_ready(self.host.is_ready)
+        tab.title_changed.connect(lambda title, t=tab: self._retitle(t, title))
+        controller.conversation_changed.connect(lambda _cid: self.spawn(self.refresh_conversations()))
+        index = self.tabs.addTab(tab, "New chat")
+        await controller.open()
+        self.tabs.setTabText(index, _elide(tab.title))
+        self.tabs.setCurrentWidget(tab)
+        tab.composer.focus_input()
+        if not self._restoring:
+            await self.save_open_tabs()
+        return tab
+
+    def close_tab(self, index: int) -> None:
+        tab = self.tabs.widget(index)
+        if not isinstance(tab, ChatTab):
+            return
+        controller = self.controllers.pop(tab.conversation_id)
+        controller.close()
+        self.tabs.removeTab(index)
+        tab.deleteLater()
+        self.spawn(self.save_open_tabs())
+
+    def open_tabs(self) -> list[ChatTab]:
+        return [self.tabs.widget(i) for i in range(self.tabs.count())]
+
+    async def save_open_tabs(self) -> None:
+        current = self.tabs.currentWidget()
+        await self.db.save_open_tabs([t.conversation_id for t in self.open_tabs()],
+                                     current.conversation_id if current else None)
+
+    def _retitle(self, tab: ChatTab, title: str) -> None:
+        index = self.tabs.indexOf(tab)
+        if index >= 0:
+            self.tabs.setTabText(index, _elide(title))
+            self.tabs.setTabToolTip(index, title)
+
+    def _cycle_tabs(self, step: int) -> None:
+        if self.tabs.count():
+            self.tabs.setCurrentIndex((self.tabs.currentIndex() + step) % self.tabs.count())
+
+    def _tab_changed(self, _index: int) -> None:
+        tab = self.tabs.currentWidget()
+        if isinstance(tab, ChatTab):
+            self.settings_panel.set_settings(tab.settings)
+            self.sidebar.select_conversation(tab.conversation_id)
+        if not self._restoring and not self._closing:
+            self.spawn(self.save_open_tabs())
+
+    def _settings_edited(self, settings) -> None:
+        tab = self.tabs.currentWidget()
+        if isinstance(tab, ChatTab):
+            tab.settings = settings
+            tab.settings_changed.emit(settings)
+
+    def toggle_settings(self) -> None:
+        self.settings_dock.setVisible(not self.settings_dock.isVisible())
+
+    # -- the conversation list -------------------------------------------------------------------
+
+    async def refresh_conversations(self) -> None:
+        conversations = await self.db.list_conversations()
+        self.sidebar.set_conversations([
+            ConversationItem(c.id, c.title or "New chat", c.updated_at, c.pinned)
+            for c in conversations])
+
+    async def search(self, query: str) -> None:
+        if not query:
+            return
+        hits = await self.db.search(query)
+        if query == self.sidebar.search_box.text().strip():
+            self.sidebar.set_search_results([_result_item(h) for h in hits])
+
+    async def rename(self, cid: int, title: str) -> None:
+        await self.db.rename(cid, title)
+        if cid in self.controllers:
+            self.controllers[cid].view.set_title(title)
+        await self.refresh_conversations()
+
+    async def pin(self, cid: int, pinned: bool) -> None:
+        await self.db.set_pinned(cid, pinned)
+        await self.refresh_conversations()
+
+    async def delete(self, cid: int) -> None:
+        if cid in self.controllers:
+            self.close_tab(self.tabs.indexOf(self.controllers[cid].view))
+        conversation = await self.db.get_conversation(cid)
+        await self.db.delete(cid)
+        await self.refresh_conversations()
+        self._offer_undo(cid, conversation.title or "New chat")
+
+    def _offer_undo(self, cid: int, title: str) -> None:
+        self.status.showMessage(f"Deleted “{title}”.", UNDO_SECONDS * 1000)
+        try:
+            self._undo_button.clicked.disconnect()
+        except (RuntimeError, TypeError):
+            pass
+        self._undo_button.clicked.connect(lambda: self.spawn(self.undo_delete(cid)))
+        self._undo_button.show()
+        self._undo_timer.start()
+
+    async def undo_delete(self, cid: int) -> None:
+        self._undo_button.hide()
+        self.status.clearMessage()
+        await self.db.undo_delete(cid)
+        await self.refresh_conversations()
+        await self.open_conversation(cid)
+
+    def export_conversation(self, cid: int) -> None:
+        dialog = QFileDialog(self, "Export chat", str(Path.home()),
+                             "Markdown (*.md);;JSON (*.json)")
+        dialog.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
+        dialog.fileSelected.connect(lambda path: self.spawn(self._export_to(cid, path)))
+        dialog.open()
+
+    async def _export_to(self, cid: int, path: str) -> None:
+        if path.endswith(".json"):
+            text = await self.db.export_json([cid])
+        else:
+            text = await self.db.export_markdown(cid)
+        await asyncio.get_running_loop().run_in_executor(
+            self.host.executor, lambda: Path(path).write_text(text, encoding="utf-8"))
+        self.status.showMessage(f"Exported to {path}", 5000)
+
+    # -- the model -------------------------------------------------------------------------------
+
+    def _model_picked(self, index: int) -> None:
+        if index == _MODEL_DEFAULT:
+            self.load_model(None)
+        elif index == _MODEL_FOLDER:
+            dialog = QFileDialog(self, "Open a model folder")
+            dialog.setFileMode(QFileDialog.FileMode.Directory)
+            dialog.fileSelected.connect(self.load_model)
+            dialog.open()
+        elif index == _MODEL_FILE:
+            dialog = QFileDialog(self, "Open a GGUF model", str(Path.home()), "GGUF (*.gguf)")
+            dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
+            dialog.fileSelected.connect(self.load_model)
+            dialog.open()
+
+    def load_model(self, path: str | None) -> None:
+        if self.host.is_loading:
+            self._message_box(QMessageBox.Icon.Information, "Pagoda",
+                              "A model is already loading: wait for it to finish.")
+            return
+        for tab in self.open_tabs():
+            tab.composer.set_engine_ready(False)
+        self.host.load(path)
+
+    def _model_loaded(self, name: str) -> None:
+        self.setWindowTitle(f"Pagoda · {name}")
+        self.model_picker.setItemText(_MODEL_DEFAULT, f"{name}" if self.host.model_path is None
+                                      else "Default model (bundled)")
+        self.model_picker.setToolTip(f"Running: {name}")
+        self._ready_tabs()
+
+    def _model_failed(self, message: str) -> None:
+        self._ready_tabs()
+        self._message_box(QMessageBox.Icon.Critical, "Could not load the model", message,
+                          object_name="modelErrorDialog")
+
+    def _ready_tabs(self) -> None:
+        for tab in self.open_tabs():
+            tab.composer.set_engine_ready(self.host.is_ready)
+        for controller in self.controllers.values():
+            self.spawn(controller.refresh_context_meter())
+
+    def _message_box(self, icon: QMessageBox.Icon, title: str, text: str,
+                     object_name: str = "messageBox") -> QMessageBox:
+        """Non-blocking: never exec() a dialog while coroutines run on this loop."""
+        box = QMessageBox(icon, title, text, QMessageBox.StandardButton.Ok, self)
+        box.setObjectName(object_name)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.open()
+        return box
+
+    def show_shortcuts(self) -> None:
+        rows = "".join(f"<tr><td><b>{html.escape(k)}</b></td><td>{html.escape(v)}</td></tr>"
+                       for k, v in SHORTCUTS.items())
+        self._message_box(QMessageBox.Icon.Information, "Keyboard shortcuts",
+                          f"<table cellspacing=6>{rows}</table>", object_name="shortcutsDialog")
+
+    # -- closing ---------------------------------------------------------------------------------
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        """Keep every partial reply (as interrupted), remember the tabs, stop the engine."""
+        self._closing = True
+        tabs = [t.conversation_id for t in self.open_tabs()]
+        current = self.tabs.currentWidget()
+        for controller in self.controllers.values():
+            controller.close()
+        self.db.drain()
+        self.db.store.save_open_tabs(tabs, current.conversation_id if current else None)
+        self.host.shutdown()
+        event.accept()
+        self.closed.emit()
+
+    def notify_recovered(self, moved_to: Path) -> None:
+        self._message_box(
+            QMessageBox.Icon.Warning, "The chat database was damaged",
+            f"Pagoda could not read its database, so it started a fresh one. The damaged file "
+            f"was kept, untouched, at:\n{moved_to}", object_name="recoveredDialog")
+
+
+def _elide(title: str, limit: int = 28) -> str:
+    return title if len(title) <= limit else title[: limit - 1] + "…"
+
+
+def _result_item(hit: SearchHit) -> SearchResultItem:
+    """The store's snippet is already HTML-escaped, with matches in <b>…</b>."""
+    return SearchResultItem(hit.conversation_id, hit.message_id,
+                            hit.conversation_title or "New chat", hit.snippet)

@@ -1,0 +1,86 @@
+"""From a conversation's branch to what the model sees: messages, context fitting, sampling."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from app.store import GenerationStats, Message, SamplingSettings
+from engine import SamplingParams
+
+ChatMessage = dict[str, str]
+
+
+class ContextOverflowError(ValueError):
+    """The newest message alone does not fit the model's context."""
+
+
+@dataclass(slots=True, frozen=True)
+class FittedPrompt:
+    """The messages sent to the model, how many old ones were left out, and the reply budget."""
+
+    messages: list[ChatMessage]
+    num_dropped: int
+    prompt_tokens: int
+    max_tokens: int
+
+
+def chat_messages(system_prompt: str | None, path: Sequence[Message]) -> list[ChatMessage]:
+    """The branch as role/content pairs: what the user saw, partial replies included."""
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    for m in path:
+        if m.role == "assistant" and not m.content:
+            continue  # a reply that failed before its first token, or the one being started
+        messages.append({"role": m.role, "content": m.content})
+    return messages
+
+
+def fit_to_context(messages: list[ChatMessage], count_tokens: Callable[[list[ChatMessage]], int],
+                   max_model_len: int, max_tokens: int, min_reply_tokens: int = 64) -> FittedPrompt:
+    """Leave out the oldest turns (never the system prompt or the newest message) until the prompt
+    and at least `min_reply_tokens` of reply fit; the reply budget is what remains, up to
+    max_tokens. Nothing is truncated silently: the caller tells the user `num_dropped`.
+    """
+    head = 1 if messages and messages[0]["role"] == "system" else 0
+    dropped = 0
+    while True:
+        kept = messages[:head] + messages[head + dropped:]
+        prompt_tokens = count_tokens(kept)
+        room = max_model_len - prompt_tokens
+        if room >= min(min_reply_tokens, max_tokens):
+            return FittedPrompt(kept, dropped, prompt_tokens, min(max_tokens, room))
+        if len(kept) - head <= 1:
+            raise ContextOverflowError(
+                f"The message is {prompt_tokens} tokens long with the system prompt, and the "
+                f"model's context holds {max_model_len}: shorten it or start a new chat.")
+        dropped += 1
+
+
+def sampling_params(settings: SamplingSettings, max_tokens: int) -> SamplingParams:
+    return SamplingParams(
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        top_k=settings.top_k if settings.top_k > 0 else -1,
+        min_p=settings.min_p,
+        repetition_penalty=settings.repetition_penalty,
+        max_tokens=max_tokens,
+        seed=settings.seed,
+    )
+
+
+def stats_text(stats: GenerationStats | None, completion_tokens: int | None = None) -> str:
+    """One line under a reply: speed, time to first token, reused prefix."""
+    if stats is None:
+        return ""
+    parts = []
+    if stats.tokens_per_s is not None:
+        parts.append(f"{stats.tokens_per_s:.1f} tok/s")
+    if completion_tokens:
+        parts.append(f"{completion_tokens} tokens")
+    if stats.ttft_s is not None:
+        parts.append(f"TTFT {stats.ttft_s:.2f} s")
+    if stats.cached_tokens:
+        parts.append(f"{stats.cached_tokens} cached")
+    if stats.model:
+        parts.append(stats.model)
+    return " · ".join(parts)

@@ -1,0 +1,187 @@
+"""The conversation list with search: pinned first, then recent; a context menu per chat."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from datetime import datetime
+
+from PySide6.QtCore import QPoint, Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMenu,
+    QPushButton,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+SEARCH_DEBOUNCE_MS = 250
+ID_ROLE = Qt.ItemDataRole.UserRole
+MESSAGE_ROLE = Qt.ItemDataRole.UserRole + 1
+
+
+@dataclass(slots=True, frozen=True)
+class ConversationItem:
+    id: int
+    title: str
+    updated_at: datetime
+    pinned: bool
+
+
+@dataclass(slots=True, frozen=True)
+class SearchResultItem:
+    conversation_id: int
+    message_id: int
+    title: str
+    snippet_html: str  # already escaped, matches in <b>
+
+
+class Sidebar(QWidget):
+    """Signals: open_requested(conversation id, message id or 0), new_requested(),
+    search_requested(str) (debounced; "" clears), rename_requested(id, title),
+    pin_requested(id, bool), delete_requested(id), export_requested(id).
+    """
+
+    open_requested = Signal(int, int)
+    new_requested = Signal()
+    search_requested = Signal(str)
+    rename_requested = Signal(int, str)
+    pin_requested = Signal(int, bool)
+    delete_requested = Signal(int)
+    export_requested = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.new_button = QPushButton("New chat", self, objectName="newChatButton")
+        self.new_button.setToolTip("Start a new conversation (Ctrl+N)")
+        self.search_box = QLineEdit(self, objectName="searchBox", clearButtonEnabled=True)
+        self.search_box.setPlaceholderText("Search all chats")
+        self.conversation_list = QListWidget(self, objectName="conversationList")
+        self.results_list = QListWidget(self, objectName="searchResults")
+        self._stack = QStackedWidget(self)
+        self._stack.addWidget(self.conversation_list)
+        self._stack.addWidget(self.results_list)
+        self._items: dict[int, ConversationItem] = {}
+        self._debounce = QTimer(self, singleShot=True, interval=SEARCH_DEBOUNCE_MS)
+        self._layout()
+        self._connect()
+
+    def _layout(self) -> None:
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addWidget(self.new_button)
+        layout.addWidget(self.search_box)
+        layout.addWidget(self._stack, 1)
+
+    def _connect(self) -> None:
+        self.new_button.clicked.connect(self.new_requested)
+        self.search_box.textChanged.connect(lambda _text: self._debounce.start())
+        self._debounce.timeout.connect(self._search_now)
+        self.conversation_list.itemActivated.connect(self._open_item)
+        self.conversation_list.itemClicked.connect(self._open_item)
+        self.results_list.itemActivated.connect(self._open_item)
+        self.results_list.itemClicked.connect(self._open_item)
+        self.conversation_list.itemChanged.connect(self._renamed)
+        self.conversation_list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.conversation_list.customContextMenuRequested.connect(self._context_menu)
+
+    def _search_now(self) -> None:
+        query = self.search_box.text().strip()
+        self._stack.setCurrentWidget(self.results_list if query else self.conversation_list)
+        self.search_requested.emit(query)
+
+    # -- conversations -----------------------------------------------------------------------
+
+    def set_conversations(self, items: list[ConversationItem]) -> None:
+        """Show the list as given (the store orders it: pinned first, then most recent)."""
+        current = self.current_conversation_id()
+        self.conversation_list.blockSignals(True)
+        self.conversation_list.clear()
+        self._items = {item.id: item for item in items}
+        for item in items:
+            row = QListWidgetItem(("📌 " if item.pinned else "") + item.title)
+            row.setData(ID_ROLE, item.id)
+            row.setToolTip(f"{item.title}\nLast active {item.updated_at.astimezone():%Y-%m-%d %H:%M}")
+            row.setFlags(row.flags() | Qt.ItemFlag.ItemIsEditable)
+            self.conversation_list.addItem(row)
+        self.conversation_list.blockSignals(False)
+        self.select_conversation(current)
+
+    def select_conversation(self, conversation_id: int | None) -> None:
+        for row in range(self.conversation_list.count()):
+            item = self.conversation_list.item(row)
+            if item.data(ID_ROLE) == conversation_id:
+                self.conversation_list.blockSignals(True)
+                self.conversation_list.setCurrentItem(item)
+                self.conversation_list.blockSignals(False)
+                return
+
+    def current_conversation_id(self) -> int | None:
+        item = self.conversation_list.currentItem()
+        return None if item is None else item.data(ID_ROLE)
+
+    def conversation_titles(self) -> list[str]:
+        return [self._items[self.conversation_list.item(r).data(ID_ROLE)].title
+                for r in range(self.conversation_list.count())]
+
+    def _open_item(self, item: QListWidgetItem) -> None:
+        message_id = item.data(MESSAGE_ROLE) or 0
+        self.open_requested.emit(item.data(ID_ROLE), message_id)
+
+    def _renamed(self, item: QListWidgetItem) -> None:
+        cid = item.data(ID_ROLE)
+        title = item.text().removeprefix("📌 ").strip()
+        if cid in self._items and title and title != self._items[cid].title:
+            self.rename_requested.emit(cid, title)
+
+    def _context_menu(self, pos: QPoint) -> None:
+        item = self.conversation_list.itemAt(pos)
+        if item is None:
+            return
+        menu = self.build_context_menu(item.data(ID_ROLE))
+        menu.popup(self.conversation_list.viewport().mapToGlobal(pos))
+
+    def build_context_menu(self, conversation_id: int) -> QMenu:
+        conversation = self._items[conversation_id]
+        menu = QMenu(self)
+        menu.addAction("Rename", lambda: self._edit_title(conversation_id))
+        menu.addAction("Unpin" if conversation.pinned else "Pin",
+                       lambda: self.pin_requested.emit(conversation_id, not conversation.pinned))
+        menu.addAction("Export…", lambda: self.export_requested.emit(conversation_id))
+        menu.addSeparator()
+        menu.addAction("Delete", lambda: self.delete_requested.emit(conversation_id))
+        return menu
+
+    def _edit_title(self, conversation_id: int) -> None:
+        for row in range(self.conversation_list.count()):
+            item = self.conversation_list.item(row)
+            if item.data(ID_ROLE) == conversation_id:
+                self.conversation_list.editItem(item)
+
+    # -- search ------------------------------------------------------------------------------
+
+    def set_search_results(self, results: list[SearchResultItem]) -> None:
+        self.results_list.clear()
+        if not results:
+            empty = QListWidgetItem("No messages match.")
+            empty.setFlags(Qt.ItemFlag.NoItemFlags)
+            self.results_list.addItem(empty)
+            return
+        for result in results:
+            row = QListWidgetItem()
+            row.setData(ID_ROLE, result.conversation_id)
+            row.setData(MESSAGE_ROLE, result.message_id)
+            label = QLabel(f"<b>{html.escape(result.title)}</b><br>{result.snippet_html}",
+                           wordWrap=True, textFormat=Qt.TextFormat.RichText)
+            label.setContentsMargins(4, 4, 4, 4)
+            row.setSizeHint(label.sizeHint())
+            self.results_list.addItem(row)
+            self.results_list.setItemWidget(row, label)
+
+    def search_result_count(self) -> int:
+        return sum(1 for r in range(self.results_list.count())
+                   if self.results_list.item(r).data(ID_ROLE) is not None)
