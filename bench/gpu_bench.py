@@ -1,0 +1,429 @@
+"""The GPU stages of bench/gpu_check.sh: engine parity, decode roofline, throughput vs HF.
+
+Each stage runs in its own process (so one crash or timeout spares the others) and writes
+OUT/<stage>.json; `report` merges them into OUT/gpu_check.json and OUT/gpu_check.md.
+Random weights, configs built in code: the device machine has no network and no model files.
+
+  python bench/gpu_bench.py parity|decode|throughput|report --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+
+import torch
+import transformers
+
+if "platformdirs" not in sys.modules:
+    try:
+        import platformdirs  # noqa: F401  (the loader imports it; not every GPU image has it)
+    except ImportError:
+        sys.modules["platformdirs"] = types.SimpleNamespace(user_cache_dir=tempfile.gettempdir)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.loader import LoadedModel
+from kernels.attention_metadata import (
+    AttentionMetadata,
+    PrefillSegment,
+    TritonAttentionMetadata,
+)
+
+STAGES = ("parity", "decode", "throughput")
+# fp32 on a GPU: two logits this close are a tie (reduction order differs between kernels).
+FP32_NEAR_TIE = 1e-3
+
+
+def smollm2_config() -> transformers.LlamaConfig:
+    """SmolLM2-135M's shape; a larger init than 0.02 so greedy picks are not near ties."""
+    return _llama_config(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                         num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                         rope_theta=100000.0, tie_word_embeddings=True, initializer_range=0.1)
+
+
+def llama3_8b_config() -> transformers.LlamaConfig:
+    return _llama_config(vocab_size=128256, hidden_size=4096, intermediate_size=14336,
+                         num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                         rope_theta=500000.0, tie_word_embeddings=False, initializer_range=0.02)
+
+
+def _llama_config(rope_theta: float, **shape) -> transformers.LlamaConfig:
+    config = transformers.LlamaConfig(
+        max_position_embeddings=8192, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2,
+        pad_token_id=2, rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
+        **shape)
+    config.rope_theta = rope_theta  # transformers 4.x reads this one
+    return config
+
+
+def synthetic_tokenizer(vocab_size: int) -> transformers.PreTrainedTokenizerFast:
+    """Token i is the word "t{i}": enough for the detokenizer, no files or network."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="t2",
+                                                pad_token="t2")
+
+
+def hf_model(config, dtype: torch.dtype, device: str, seed: int = 0):
+    torch.manual_seed(seed)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # build in the target dtype: an fp32 8B model is 32 GB
+    try:
+        with torch.device(device):
+            model = transformers.LlamaForCausalLM(config).to(dtype)
+    finally:
+        torch.set_default_dtype(default)
+    model.generation_config.eos_token_id = None  # generate exactly max_new_tokens
+    return model.eval()
+
+
+def loaded_model(config, weights: dict[str, torch.Tensor]) -> LoadedModel:
+    return LoadedModel("random", Path(tempfile.mkdtemp()), config,
+                       synthetic_tokenizer(config.vocab_size), weights)
+
+
+def engine(loaded: LoadedModel, **config) -> LLMEngine:
+    return LLMEngine(config=EngineConfig(device="cuda", **config), loaded=loaded)
+
+
+def run_requests(eng: LLMEngine, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    for i, p in enumerate(prompts):
+        eng.add_request(str(i), p, params)
+    done: dict[str, list[int]] = {}
+    while eng.has_unfinished_requests():
+        for out in eng.step():
+            if out.finished:
+                done[out.request_id] = out.outputs[0].token_ids
+    return [done[str(i)] for i in range(len(prompts))]
+
+
+# ---------------------------------------------------------------- parity
+
+
+def parity_prompts(vocab_size: int) -> list[list[int]]:
+    """Ragged lengths, two sharing a 64-token prefix, one long enough for several chunks."""
+    rng = random.Random(0)
+    prefix = [rng.randrange(3, vocab_size) for _ in range(64)]
+    lengths = [5, 17, 40, 100, 250, 600]
+    prompts = [[rng.randrange(3, vocab_size) for _ in range(n)] for n in lengths]
+    return prompts + [prefix + [7, 8, 9], prefix + [10]]
+
+
+@torch.inference_mode()
+def hf_greedy(model, prompt: list[int], n: int) -> tuple[list[int], list[torch.Tensor]]:
+    ids = torch.tensor([prompt], device=model.device)
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                         max_new_tokens=n, min_new_tokens=n, output_logits=True,
+                         return_dict_in_generate=True, pad_token_id=0)
+    return out.sequences[0, len(prompt):].tolist(), [s[0].float().cpu() for s in out.logits]
+
+
+def compare_greedy(ours: list[int], ref: list[int], ref_logits: list[torch.Tensor] | None,
+                   near_tie: float) -> dict:
+    """Where the token streams first differ, and whether the reference nearly tied there."""
+    for pos, (a, b) in enumerate(zip(ours, ref, strict=False)):
+        if a == b:
+            continue
+        if ref_logits is None:
+            return {"verdict": "diverged", "at": pos}
+        top2 = ref_logits[pos].topk(2)
+        gap = float(top2.values[0] - top2.values[1])
+        ok = gap <= near_tie and a in top2.indices.tolist()
+        return {"verdict": "near_tie" if ok else "mismatch", "at": pos, "top2_gap": gap}
+    return {"verdict": "exact" if len(ours) == len(ref) else "length", "at": None}
+
+
+@torch.inference_mode()
+def prefill_logits(eng: LLMEngine, prompt: list[int]) -> torch.Tensor:
+    """Logits at every prompt position, one sequence in blocks 0.., through the engine's model."""
+    runner = eng.runner
+    n, bs = len(prompt), runner.block_size
+    dev = runner.device
+    table = torch.arange(-(-n // bs), device=dev, dtype=torch.int32)
+    slots = torch.arange(n, device=dev)
+    if runner.model.ops.name == "triton":
+        meta = TritonAttentionMetadata(slots, torch.tensor([0, n], device=dev, dtype=torch.int32),
+                                       torch.tensor([n], device=dev, dtype=torch.int32),
+                                       table.unsqueeze(0), n, n)
+    else:
+        meta = AttentionMetadata(slots, prefills=[PrefillSegment(0, n, n, table.long(), None)])
+    ids = torch.tensor(prompt, device=dev)
+    return runner.model.forward(ids, torch.arange(n, device=dev), meta, runner.kv_caches,
+                                torch.arange(n, device=dev)).float()
+
+
+def logits_error(ours: torch.Tensor, ref: torch.Tensor) -> dict:
+    diff = (ours - ref).abs()
+    return {"max_abs": float(diff.max()), "max_abs_over_max_logit": float(diff.max() / ref.abs().max()),
+            "argmax_agreement": float((ours.argmax(-1) == ref.argmax(-1)).float().mean())}
+
+
+def stage_parity(out: Path) -> dict:
+    config = smollm2_config()
+    ref = hf_model(config, torch.float32, "cuda")
+    weights = {k: v.detach() for k, v in ref.state_dict().items()}
+    loaded = loaded_model(config, weights)
+    prompts = parity_prompts(config.vocab_size)
+    n_new = 32
+    hf = [hf_greedy(ref, p, n_new) for p in prompts]
+    with torch.inference_mode():
+        hf_logits = ref(torch.tensor([prompts[4]], device="cuda")).logits[0].float()
+    small = {"num_kv_blocks": 1024, "max_num_seqs": 16, "max_num_batched_tokens": 256}
+    result: dict = {"model": "SmolLM2-135M shape, random weights", "prompts": [len(p) for p in prompts],
+                    "new_tokens": n_new, "runs": {}}
+    streams = {}
+    for label, kw in {"triton_fp32": {"dtype": torch.float32},
+                      "triton_fp32_eager": {"dtype": torch.float32, "enforce_eager": True},
+                      "torch_fp32": {"dtype": torch.float32, "kernel_backend": "torch"},
+                      "triton_bf16": {"dtype": torch.bfloat16},
+                      "torch_bf16": {"dtype": torch.bfloat16, "kernel_backend": "torch"}}.items():
+        eng = engine(loaded, **small, **kw)
+        streams[label] = run_requests(eng, prompts, n_new)
+        run = {"prefill_logits_vs_hf_fp32": logits_error(prefill_logits(eng, prompts[4]), hf_logits)}
+        if "fp32" in label:
+            run["greedy_vs_hf"] = [compare_greedy(o, h[0], h[1], FP32_NEAR_TIE)
+                                   for o, h in zip(streams[label], hf, strict=True)]
+        result["runs"][label] = run
+        del eng
+        torch.cuda.empty_cache()
+    result["triton_bf16_vs_torch_bf16"] = [compare_greedy(a, b, None, 0) for a, b in
+                                           zip(streams["triton_bf16"], streams["torch_bf16"],
+                                               strict=True)]
+    result["graphs_vs_eager_fp32_identical"] = streams["triton_fp32"] == streams["triton_fp32_eager"]
+    fp32_ok = all(c["verdict"] in ("exact", "near_tie") for label in ("triton_fp32", "torch_fp32")
+                  for c in result["runs"][label]["greedy_vs_hf"])
+    result["passed"] = fp32_ok
+    return result
+
+
+# ---------------------------------------------------------------- decode roofline
+
+
+def random_weights(config, dtype: torch.dtype, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Llama weights under HF names, drawn on the GPU (an 8B model in a few seconds)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    h, i = config.hidden_size, config.intermediate_size
+    d = h // config.num_attention_heads
+    kv = config.num_key_value_heads * d
+
+    def rand(*shape):
+        return (torch.randn(shape, generator=gen, device="cuda", dtype=dtype)
+                * config.initializer_range)
+
+    w = {"model.embed_tokens.weight": rand(config.vocab_size, h),
+         "model.norm.weight": torch.ones(h, device="cuda", dtype=dtype),
+         "lm_head.weight": rand(config.vocab_size, h)}
+    for n in range(config.num_hidden_layers):
+        p = f"model.layers.{n}."
+        w |= {p + "self_attn.q_proj.weight": rand(h, h), p + "self_attn.k_proj.weight": rand(kv, h),
+              p + "self_attn.v_proj.weight": rand(kv, h), p + "self_attn.o_proj.weight": rand(h, h),
+              p + "mlp.gate_proj.weight": rand(i, h), p + "mlp.up_proj.weight": rand(i, h),
+              p + "mlp.down_proj.weight": rand(h, i),
+              p + "input_layernorm.weight": torch.ones(h, device="cuda", dtype=dtype),
+              p + "post_attention_layernorm.weight": torch.ones(h, device="cuda", dtype=dtype)}
+    return w
+
+
+def copy_bandwidth(nbytes: int = 4 << 30) -> float:
+    """Device-to-device copy, bytes read + written per second (best of 10)."""
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda")
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(10):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        dst.copy_(src)
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t)
+    return 2 * nbytes / best
+
+
+def weight_bytes_read_per_step(eng: LLMEngine) -> int:
+    """Every weight a decode step streams: layers, final norm, lm_head (not the embedding)."""
+    m = eng.runner.model
+    tensors = [m.norm, m.lm_head] + [t for layer in m.layers for t in
+                                     (layer.input_norm, layer.qkv_weight, layer.o_weight,
+                                      layer.post_attention_norm, layer.gate_up_weight,
+                                      layer.down_weight)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def decode_step_times(eng: LLMEngine, prompt_len: int, steps: int) -> list[float]:
+    rng = random.Random(1)
+    eng.add_request("one", [rng.randrange(3, 1000) for _ in range(prompt_len)],
+                    SamplingParams(temperature=0, max_tokens=steps, ignore_eos=True))
+    eng.step()  # prefill
+    times = []
+    while eng.has_unfinished_requests():
+        t = time.perf_counter()
+        eng.step()  # ends in .tolist() of the sampled token: synchronous
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def stage_decode(out: Path) -> dict:
+    config = llama3_8b_config()
+    eng = engine(loaded_model(config, random_weights(config, torch.bfloat16)),
+                 max_num_seqs=64, max_num_batched_tokens=2048, max_model_len=4096)
+    bandwidth = copy_bandwidth()
+    weight_bytes = weight_bytes_read_per_step(eng)
+    result = {"model": "Llama-3-8B shape, random bf16 weights", "batch": 1,
+              "copy_bandwidth_GBps": bandwidth / 1e9, "weight_GB": weight_bytes / 1e9,
+              "roofline_ms": 1e3 * weight_bytes / bandwidth, "num_kv_blocks": eng.runner.num_blocks}
+    for context in (128, 2048):
+        times = decode_step_times(eng, context, 128)[8:]
+        result[f"context_{context}"] = {"step_ms_p50": 1e3 * statistics.median(times),
+                                        "step_ms_min": 1e3 * min(times),
+                                        "of_roofline": result["roofline_ms"]
+                                        / (1e3 * statistics.median(times))}
+    return result
+
+
+# ---------------------------------------------------------------- throughput
+
+
+def throughput_workload(vocab_size: int, n: int) -> tuple[list[list[int]], int]:
+    rng = random.Random(2)
+    return [[rng.randrange(3, vocab_size) for _ in range(rng.randint(128, 1024))]
+            for _ in range(n)], 256
+
+
+def run_hf_generate_batch(model, prompts: list[list[int]], max_new: int) -> dict:
+    if not hasattr(model, "generate_batch"):
+        return {"error": f"transformers {transformers.__version__} has no generate_batch"}
+    gen = transformers.GenerationConfig(max_new_tokens=max_new, do_sample=False,
+                                        eos_token_id=None, pad_token_id=0)
+    try:
+        model.generate_batch(inputs=prompts[:2], generation_config=gen)  # warm up
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        outputs = model.generate_batch(inputs=prompts, generation_config=gen)
+        seconds = time.perf_counter() - t
+    except Exception as exc:  # noqa: BLE001  (a failing baseline must not hide our numbers)
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    tokens = sum(len(o.generated_tokens) for o in outputs.values())
+    return {"seconds": seconds, "output_tokens": tokens, "tok_per_s": tokens / seconds}
+
+
+def run_ours(eng: LLMEngine, prompts: list[list[int]], max_new: int) -> dict:
+    run_requests(eng, prompts[:2], 8)  # warm up
+    t = time.perf_counter()
+    streams = run_requests(eng, prompts, max_new)
+    seconds = time.perf_counter() - t
+    tokens = sum(len(s) for s in streams)
+    return {"seconds": seconds, "output_tokens": tokens, "tok_per_s": tokens / seconds}
+
+
+def stage_throughput(out: Path) -> dict:
+    config = llama3_8b_config()
+    prompts, max_new = throughput_workload(config.vocab_size, 64)
+    result = {"model": "Llama-3-8B shape, random bf16 weights", "requests": len(prompts),
+              "prompt_tokens": sum(map(len, prompts)), "max_new_tokens": max_new,
+              "transformers": transformers.__version__}
+    ref = hf_model(config, torch.bfloat16, "cuda")
+    result["hf_generate_batch"] = run_hf_generate_batch(ref, prompts, max_new)
+    weights = {k: v.detach() for k, v in ref.state_dict().items()}
+    torch.cuda.empty_cache()
+    eng = engine(loaded_model(config, weights), max_num_seqs=64, max_num_batched_tokens=2048,
+                 max_model_len=4096)
+    result["pagoda"] = run_ours(eng, prompts, max_new)
+    hf = result["hf_generate_batch"].get("tok_per_s")
+    if hf:
+        result["speedup_vs_hf"] = result["pagoda"]["tok_per_s"] / hf
+    return result
+
+
+# ---------------------------------------------------------------- report
+
+
+def environment() -> dict:
+    import triton
+
+    props = torch.cuda.get_device_properties(0)
+    return {"gpu": props.name, "memory_GiB": props.total_memory / 2**30, "sms": props.multi_processor_count,
+            "torch": torch.__version__, "triton": triton.__version__,
+            "transformers": transformers.__version__, "python": sys.version.split()[0]}
+
+
+def report(out: Path) -> None:
+    merged: dict = {}
+    for stage in ("environment", "kernel_tests", *STAGES):
+        path = out / f"{stage}.json"
+        status = out / f"{stage}.status"
+        entry = json.loads(path.read_text()) if path.exists() else {}
+        if status.exists():
+            entry["exit_code"] = int(status.read_text().strip() or -1)
+        log = out / f"{stage}.log"
+        if stage == "kernel_tests" and log.exists():
+            entry["summary"] = (log.read_text().strip().splitlines() or [""])[-1]
+        merged[stage] = entry
+    (out / "gpu_check.json").write_text(json.dumps(merged, indent=2))
+    (out / "gpu_check.md").write_text(markdown(merged))
+    print(markdown(merged))
+
+
+def markdown(r: dict) -> str:
+    env, p, d, t = (r.get(k, {}) for k in ("environment", "parity", "decode", "throughput"))
+    lines = [(f"GPU: {env.get('gpu', '?')}; torch {env.get('torch', '?')}, triton "
+             f"{env.get('triton', '?')}, transformers {env.get('transformers', '?')}."), "",
+             "| stage | result |", "|---|---|",
+             f"| kernel tests on CUDA | {r.get('kernel_tests', {}).get('summary', 'not run')} |"]
+    if "runs" in p:
+        for label, run in p["runs"].items():
+            err = run["prefill_logits_vs_hf_fp32"]
+            greedy = run.get("greedy_vs_hf")
+            verdicts = ", ".join(c["verdict"] for c in greedy) if greedy else "-"
+            lines.append(f"| parity {label} | prefill logits max err {err['max_abs']:.2e} "
+                         f"(argmax agree {err['argmax_agreement']:.3f}); greedy vs HF: {verdicts} |")
+        bf16 = ", ".join(c["verdict"] for c in p["triton_bf16_vs_torch_bf16"])
+        lines.append(f"| parity triton bf16 vs torch bf16 | {bf16} |")
+        lines.append(f"| CUDA graphs vs eager, fp32 | identical: {p['graphs_vs_eager_fp32_identical']} |")
+    else:
+        lines.append(f"| parity | failed (exit {p.get('exit_code', '?')}) |")
+    for ctx in ("context_128", "context_2048"):
+        if ctx in d:
+            lines.append(f"| decode batch 1, {ctx.split('_')[1]} tokens of context | "
+                         f"{d[ctx]['step_ms_p50']:.2f} ms/step; roofline {d['roofline_ms']:.2f} ms "
+                         f"({d['weight_GB']:.1f} GB at {d['copy_bandwidth_GBps']:.0f} GB/s): "
+                         f"{100 * d[ctx]['of_roofline']:.0f}% |")
+    if "context_128" not in d:
+        lines.append(f"| decode | failed (exit {d.get('exit_code', '?')}) |")
+    if "pagoda" in t:
+        hf = t["hf_generate_batch"]
+        hf_text = f"{hf['tok_per_s']:.0f} tok/s" if "tok_per_s" in hf else hf.get("error")
+        lines.append(f"| 64 concurrent, output tok/s | pagoda {t['pagoda']['tok_per_s']:.0f}; "
+                     f"HF generate_batch {hf_text}; speedup {t.get('speedup_vs_hf', 0):.2f}x |")
+    else:
+        lines.append(f"| throughput | failed (exit {t.get('exit_code', '?')}) |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("stage", choices=[*STAGES, "environment", "report"])
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.stage == "report":
+        report(args.out)
+        return
+    run = {"parity": stage_parity, "decode": stage_decode, "throughput": stage_throughput,
+           "environment": lambda out: environment()}[args.stage]
+    result = run(args.out)
+    (args.out / f"{args.stage}.json").write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
