@@ -28,7 +28,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    for name in ("app", "engine", "pagoda"):
+        logging.getLogger(name).setLevel(logging.INFO)
     # Imported here so that --help and --version answer without loading Qt and torch.
     import qasync
     from PySide6.QtWidgets import QApplication

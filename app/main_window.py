@@ -197,7 +197,15 @@ class MainWindow(QMainWindow):
         controller.close()
         self.tabs.removeTab(index)
         tab.deleteLater()
-        self.spawn(self.save_open_tabs())
+        self.spawn(self._after_tab_closed(controller))
+
+    async def _after_tab_closed(self, controller: ChatController) -> None:
+        """An untouched new chat leaves nothing behind; every other chat stays in the list."""
+        conversation = controller.conversation
+        if conversation is not None and not controller.path and not conversation.title:
+            await self.db.purge(conversation.id)
+            await self.refresh_conversations()
+        await self.save_open_tabs()
 
     def open_tabs(self) -> list[ChatTab]:
         return [self.tabs.widget(i) for i in range(self.tabs.count())]
@@ -241,6 +249,9 @@ class MainWindow(QMainWindow):
         self.sidebar.set_conversations([
             ConversationItem(c.id, c.title or "New chat", c.updated_at, c.pinned)
             for c in conversations])
+        current = self.tabs.currentWidget()
+        if isinstance(current, ChatTab):
+            self.sidebar.select_conversation(current.conversation_id)
 
     async def search(self, query: str) -> None:
         if not query:

@@ -62,6 +62,10 @@ class Sidebar(QWidget):
         self.search_box.setPlaceholderText("Search all chats")
         self.conversation_list = QListWidget(self, objectName="conversationList")
         self.results_list = QListWidget(self, objectName="searchResults")
+        for view in (self.conversation_list, self.results_list):
+            view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+            view.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.results_list.setWordWrap(True)
         self._stack = QStackedWidget(self)
         self._stack.addWidget(self.conversation_list)
         self._stack.addWidget(self.results_list)
