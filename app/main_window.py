@@ -184,6 +184,7 @@ class MainWindow(QMainWindow):
         await controller.open()
         self.tabs.setTabText(index, _elide(tab.title))
         self.tabs.setCurrentWidget(tab)
+        self.settings_panel.set_settings(tab.settings)
         tab.composer.focus_input()
         if not self._restoring:
             await self.save_open_tabs()
@@ -338,6 +339,7 @@ class MainWindow(QMainWindow):
 
     def _model_loaded(self, name: str) -> None:
         self.setWindowTitle(f"Pagoda · {name}")
+        self.settings_panel.set_max_tokens_limit(self.host.max_model_len)
         self.model_picker.setItemText(_MODEL_DEFAULT, f"{name}" if self.host.model_path is None
                                       else "Default model (bundled)")
         self.model_picker.setToolTip(f"Running: {name}")

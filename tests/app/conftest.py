@@ -27,21 +27,23 @@ def qloop(_session_loop):
 
 @pytest.fixture
 def make_window(qloop, qtbot, tmp_path, make_engine):
-    """A MainWindow on a fresh database (or the given one), over the shared default model."""
+    """A MainWindow on a fresh database (or the given one), over the shared default model;
+    keyword arguments go to the EngineConfig."""
     from app.async_store import AsyncStore
     from app.engine_host import EngineHost
     from app.main_window import MainWindow
     from app.store import ConversationStore
     from engine import AsyncEngine
 
-    def factory(model, _config):
-        if model is not None:
-            return AsyncEngine(model)
-        return AsyncEngine(engine=make_engine(num_kv_blocks=512, num_threads=1))
-
     windows = []
 
-    def build(db_path=None, load=True):
+    def build(db_path=None, load=True, **engine_config):
+        def factory(model, _config):
+            if model is not None:
+                return AsyncEngine(model)
+            engine_config.setdefault("num_kv_blocks", 512)
+            return AsyncEngine(engine=make_engine(num_threads=1, **engine_config))
+
         store = ConversationStore.open(db_path or tmp_path / "chats.db")
         window = MainWindow(AsyncStore(store), EngineHost(factory=factory))
         qtbot.addWidget(window)

@@ -1,9 +1,12 @@
 """The whole app on the real default model: tabs stream, stop, branch, restore, search."""
 
+import dataclasses
+
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QPlainTextEdit
 
+from app.chat_tab import ChatTab
 from app.store import SamplingSettings
 
 pytestmark = pytest.mark.slow
@@ -23,6 +26,7 @@ def _input(tab):
 
 
 def _send(qtbot, tab, text):
+    tab.last_sent = text
     qtbot.keyClicks(_input(tab), text)
     qtbot.keyClick(_input(tab), Qt.Key.Key_Return)
 
@@ -32,11 +36,17 @@ def _controller(window, tab):
 
 
 def _wait_reply_done(qtbot, window, tab, timeout=60_000):
+    """The reply to the newest user message, once it has ended (complete, stopped or failed)."""
     controller = _controller(window, tab)
-    qtbot.waitUntil(lambda: bool(not controller.is_streaming and controller.path
-                                 and controller.path[-1].role == "assistant"
-                                 and controller.path[-1].status != "streaming"),
-                    timeout=timeout)
+    asked = tab.last_sent
+
+    def done() -> bool:
+        path = controller.path
+        return bool(not controller.is_streaming and len(path) >= 2
+                    and path[-2].role == "user" and path[-2].content == asked
+                    and path[-1].role == "assistant" and path[-1].status != "streaming")
+
+    qtbot.waitUntil(done, timeout=timeout)
     return controller.path[-1]
 
 
@@ -167,3 +177,48 @@ def test_closing_while_streaming_saves_the_partial_reply(make_window, qtbot, run
     last = window.db.store.current_path(tab.conversation_id)[-1]
     assert last.role == "assistant" and last.status == "interrupted"
     assert last.content and controller.reply.text.startswith(last.content)
+
+
+def test_every_automation_name_is_present(make_window):
+    from PySide6.QtWidgets import QWidget
+
+    window = make_window(load=False)
+    names = ["conversationList", "searchBox", "newChatButton", "chatTabs", "settingsPanel",
+             "statusBar", "modelPicker"]
+    for name in names:
+        assert window.findChild(QWidget, name) is not None, name
+    tab = ChatTab(0)
+    for name in ["composer", "sendButton", "stopButton", "regenerateButton", "transcript",
+                 "contextMeter"]:
+        assert tab.findChild(QWidget, name) is not None, name
+    tab.deleteLater()
+
+
+def test_the_settings_panel_edits_the_current_conversation(make_window, qtbot, run_async):
+    window = make_window(load=False)
+    tab = _chat(window, run_async, SamplingSettings(temperature=0.3, max_tokens=77))
+    assert window.settings_panel.settings().max_tokens == 77
+    edited = dataclasses.replace(window.settings_panel.settings(), temperature=1.2,
+                                 system_prompt="You are terse.")
+    window.settings_panel.settings_changed.emit(edited)
+    store = window.db.store
+    qtbot.waitUntil(lambda: store.get_conversation(tab.conversation_id).sampling.temperature
+                    == 1.2, timeout=5_000)
+    assert store.get_conversation(tab.conversation_id).system_prompt == "You are terse."
+
+
+def test_a_long_chat_leaves_out_its_oldest_turns_and_says_so(make_window, qtbot, run_async):
+    window = make_window(max_model_len=1024)
+    store = window.db.store
+    conversation = store.create_conversation(sampling=GREEDY_SHORT)
+    filler = "The quick brown fox jumps over the lazy dog. " * 30  # ~300 tokens per turn
+    for i in range(8):
+        store.append_user_message(conversation.id, f"Note {i}: {filler}")
+        reply = store.start_assistant_message(conversation.id)
+        store.finish_message(reply.id, "Noted.", "stop")
+    tab = run_async(window.open_conversation(conversation.id))
+    _send(qtbot, tab, "What is the capital of France?")
+    reply = _wait_reply_done(qtbot, window, tab, timeout=120_000)
+    assert reply.status == "complete"
+    assert "oldest messages were left out" in tab.notice_text()
+    assert len(store.current_path(conversation.id)) == 18  # nothing was deleted
