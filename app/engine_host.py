@@ -12,17 +12,25 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.view_models import EngineStatusView
-from engine import AsyncEngine, EngineConfig, PagodaError
-from engine.loader import converted_folder, default_model_file, model_name
+from engine import AsyncEngine, EngineConfig, LLMEngine, PagodaError
+from engine.loader import (
+    ProgressCallback,
+    converted_folder,
+    default_model_file,
+    load_model,
+    model_name,
+)
 
 logger = logging.getLogger(__name__)
 
-EngineFactory = Callable[[str | None, EngineConfig], AsyncEngine]
+EngineFactory = Callable[[str | None, EngineConfig, ProgressCallback], AsyncEngine]
 STATS_INTERVAL_MS = 250
 
 
-def _make_engine(model: str | None, config: EngineConfig) -> AsyncEngine:
-    return AsyncEngine(model, config)
+def _make_engine(model: str | None, config: EngineConfig,
+                 on_progress: ProgressCallback) -> AsyncEngine:
+    loaded = load_model(model, config.dtype, on_progress)
+    return AsyncEngine(engine=LLMEngine(config=config, loaded=loaded))
 
 
 class EngineHost(QObject):
@@ -35,6 +43,8 @@ class EngineHost(QObject):
     status_changed = Signal(object)
     model_loaded = Signal(str)
     load_failed = Signal(str)
+    # Emitted from the loading thread; Qt queues it onto the GUI thread.
+    _progress = Signal(str, int, int)
 
     def __init__(self, device: str = "cpu", factory: EngineFactory = _make_engine,
                  parent: QObject | None = None) -> None:
@@ -48,6 +58,7 @@ class EngineHost(QObject):
         self._loading: asyncio.Task | None = None
         self._status = EngineStatusView(state="loading", device=device, detail="Starting")
         self._timer = QTimer(self, interval=STATS_INTERVAL_MS, timeout=self._poll_stats)
+        self._progress.connect(self._show_progress)
 
     @property
     def status(self) -> EngineStatusView:
@@ -81,7 +92,8 @@ class EngineHost(QObject):
         config = EngineConfig(device=self.device)
         loop = asyncio.get_running_loop()
         try:
-            engine = await loop.run_in_executor(self.executor, self._factory, model, config)
+            engine = await loop.run_in_executor(self.executor, self._factory, model, config,
+                                                self._progress.emit)
         except Exception as exc:  # noqa: BLE001 - any load failure is reported, the old model stays
             logger.warning("could not load model %s: %s", model or "(default)", exc)
             self._after_failed_load(str(exc))
@@ -103,6 +115,10 @@ class EngineHost(QObject):
         self._set_status(state="ready", model=self.model_name, detail="")
         self._timer.start()
         self.model_loaded.emit(self.model_name)
+
+    def _show_progress(self, step: str, done: int, total: int) -> None:
+        if self.is_loading:
+            self._set_status(detail=f"Converting the model for first use: {step} ({done}/{total})")
 
     def shutdown(self) -> None:
         self._timer.stop()

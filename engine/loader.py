@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,9 @@ from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 
 from engine.errors import ModelLoadError
+
+# step name, steps done, steps in all
+ProgressCallback = Callable[[str, int, int], None]
 
 logger = logging.getLogger(__name__)
 
@@ -68,10 +72,12 @@ def cache_dir() -> Path:
 
 
 def load_model(
-    source: str | os.PathLike | None = None, dtype: torch.dtype = torch.float32
+    source: str | os.PathLike | None = None, dtype: torch.dtype = torch.float32,
+    on_progress: ProgressCallback | None = None,
 ) -> LoadedModel:
+    """on_progress(step, done, total) reports a first-use GGUF conversion, step by step."""
     path = _source_path(source)
-    folder = model_folder(path)
+    folder = model_folder(path, on_progress)
     name = model_name(path)
     if folder == path:
         return _load_folder(folder, name, dtype)
@@ -83,7 +89,8 @@ def load_model(
         ) from error
 
 
-def model_folder(source: str | os.PathLike | None = None) -> Path:
+def model_folder(source: str | os.PathLike | None = None,
+                 on_progress: ProgressCallback | None = None) -> Path:
     """The Hugging Face folder for a source, converting a GGUF file on first use."""
     path = _source_path(source)
     if path.is_dir():
@@ -95,7 +102,7 @@ def model_folder(source: str | os.PathLike | None = None) -> Path:
         )
     folder = converted_folder(path)
     if not folder.is_dir():
-        convert_gguf(path, folder)
+        convert_gguf(path, folder, on_progress)
     return folder
 
 
@@ -130,14 +137,14 @@ def _content_key(path: Path, samples: int = 16, chunk: int = 1 << 16) -> str:
     return digest.hexdigest()
 
 
-def convert_gguf(gguf: Path, target: Path) -> None:
+def convert_gguf(gguf: Path, target: Path, on_progress: ProgressCallback | None = None) -> None:
     """Dequantize a GGUF file into an HF folder at target, which appears complete or not at all."""
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_partial_conversions(target)
     partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
     logger.info("Converting %s into %s (once; this takes about half a minute)", gguf, target)
     try:
-        _write_hf_folder(gguf, partial)
+        _write_hf_folder(gguf, partial, on_progress)
         _move_into_place(partial, target)
     except Exception as error:
         raise ModelLoadError(
@@ -150,27 +157,39 @@ def convert_gguf(gguf: Path, target: Path) -> None:
     logger.info("Converted %s", gguf.name)
 
 
-def _write_hf_folder(gguf: Path, out: Path) -> None:
-    steps = ["tokenizer", "dequantizing weights", "writing weights", "writing tokenizer"]
-    with tqdm(total=len(steps), desc=f"Converting {gguf.name}", unit="step") as bar:
-        bar.set_postfix_str(steps[0])
+_CONVERSION_STEPS = ("reading the tokenizer", "dequantizing the weights", "writing the weights",
+                     "writing the tokenizer")
+
+
+def _write_hf_folder(gguf: Path, out: Path, on_progress: ProgressCallback | None = None) -> None:
+    total = len(_CONVERSION_STEPS)
+    with tqdm(total=total, desc=f"Converting {gguf.name}", unit="step") as bar:
+
+        def step(done: int) -> None:
+            if done < total:
+                bar.set_postfix_str(_CONVERSION_STEPS[done])
+            if on_progress is not None:
+                on_progress(_CONVERSION_STEPS[min(done, total - 1)], done, total)
+
+        step(0)
         tokenizer = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         bar.update()
-        bar.set_postfix_str(steps[1])
+        step(1)
         model = transformers.AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, dtype=torch.float32
         )
         bar.update()
-        bar.set_postfix_str(steps[2])
+        step(2)
         # The weights are plain fp32 now; without this save_pretrained writes a GGUF-quantized config.
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.save_pretrained(out)
         bar.update()
-        bar.set_postfix_str(steps[3])
+        step(3)
         tokenizer.save_pretrained(out)
         bar.update()
+        step(4)
 
 
 def _move_into_place(partial: Path, target: Path) -> None:

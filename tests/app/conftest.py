@@ -38,7 +38,7 @@ def make_window(qloop, qtbot, tmp_path, make_engine):
     windows = []
 
     def build(db_path=None, load=True, **engine_config):
-        def factory(model, _config):
+        def factory(model, _config, _on_progress):
             if model is not None:
                 return AsyncEngine(model)
             engine_config.setdefault("num_kv_blocks", 512)

@@ -124,7 +124,7 @@ def test_interrupted_conversion_leaves_no_half_folder(tmp_path, monkeypatch):
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"GGUF")
 
-    def write_then_interrupt(gguf, out):
+    def write_then_interrupt(gguf, out, on_progress=None):
         (out / "config.json").write_text("{}")
         raise KeyboardInterrupt
 
@@ -143,7 +143,8 @@ def test_conversion_removes_what_a_killed_conversion_left(tmp_path, monkeypatch)
     leftover.mkdir(parents=True)
     (leftover / "config.json").write_text("{}")
     monkeypatch.setattr(
-        loader, "_write_hf_folder", lambda gguf, out: (out / "config.json").write_text("{}")
+        loader, "_write_hf_folder",
+        lambda gguf, out, on_progress=None: (out / "config.json").write_text("{}")
     )
     assert loader.model_folder(gguf) == target
     assert (target / "config.json").is_file()

@@ -1,0 +1,65 @@
+"""The engine host: loading off the GUI thread, first-use conversion progress, failed loads."""
+
+import threading
+
+from app.engine_host import EngineHost
+
+
+class _FakeBackend:
+    def __init__(self, name):
+        self.engine = type("E", (), {"loaded": type("L", (), {"name": name})(),
+                                     "max_model_len": 2048})()
+        self.stopped = False
+
+    def shutdown(self, timeout=10.0):
+        self.stopped = True
+
+    def stats(self):
+        raise AssertionError("not polled in these tests")
+
+
+def test_conversion_progress_reaches_the_status_while_loading(qloop, qtbot):
+    release = threading.Event()
+
+    def factory(model, config, on_progress):
+        on_progress("dequantizing the weights", 1, 4)
+        release.wait(10)
+        return _FakeBackend("tiny")
+
+    host = EngineHost(factory=factory)
+    task = host.load("whatever.gguf")
+    qtbot.waitUntil(lambda: "dequantizing the weights (1/4)" in host.status.detail, timeout=5000)
+    assert host.status.state == "loading" and not host.is_ready
+    release.set()
+    qtbot.waitUntil(task.done, timeout=5000)
+    assert host.is_ready and host.status.state == "ready" and host.model_name == "tiny"
+    host._timer.stop()
+
+
+def test_a_failed_load_keeps_the_running_model(qloop, qtbot):
+    backends = iter([_FakeBackend("first")])
+
+    def factory(model, config, on_progress):
+        if model == "bad":
+            raise ValueError("bad is not a model")
+        return next(backends)
+
+    host = EngineHost(factory=factory)
+    qtbot.waitUntil(host.load(None).done, timeout=5000)
+    running = host.backend
+    with qtbot.waitSignal(host.load_failed, timeout=5000) as failed:
+        host.load("bad")
+    assert failed.args == ["bad is not a model"]
+    assert host.backend is running and not running.stopped
+    assert host.status.state == "ready"
+    host._timer.stop()
+
+
+def test_a_failed_first_load_shows_the_error_state(qloop, qtbot):
+    def factory(model, config, on_progress):
+        raise ValueError("no such file")
+
+    host = EngineHost(factory=factory)
+    qtbot.waitUntil(host.load("x").done, timeout=5000)
+    assert host.status.state == "error" and "no such file" in host.status.detail
+    assert host.backend is None
