@@ -36,8 +36,8 @@ def make_batch(shapes, num_heads, num_kv_heads, head_dim, block_size, dtype, num
     num_blocks = sum(len(t) for t in tables) + 2
     k_cache = torch.zeros(num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype)
     v_cache = torch.zeros_like(k_cache)
-    full_k = [torch.randn(c + n, num_kv_heads, head_dim, generator=gen).to(dtype) for c, n in shapes]
-    full_v = [torch.randn(c + n, num_kv_heads, head_dim, generator=gen).to(dtype) for c, n in shapes]
+    full_k, full_v = ([torch.randn(c + n, num_kv_heads, head_dim, generator=gen).to(dtype)
+                       for c, n in shapes] for _ in range(2))
     for i, (cached, _) in enumerate(shapes):  # earlier steps wrote the cached prefix
         for p in range(cached):
             k_cache[tables[i][p // block_size], p % block_size] = full_k[i][p]
