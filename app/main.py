@@ -23,6 +23,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--theme", choices=["system", "light", "dark"], default="system")
     parser.add_argument("--version", action="version", version=f"Pagoda {__version__}")
+    parser.add_argument("--selftest", action="store_true",
+                        help="check this installation: answer one question offscreen on a "
+                             "temporary database, print what happened, exit 0 if it worked")
     return parser.parse_args(argv)
 
 
@@ -31,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     for name in ("app", "engine", "pagoda"):
         logging.getLogger(name).setLevel(logging.INFO)
+    if args.selftest:
+        from app.selftest import run_selftest
+
+        return run_selftest(args)
     # Imported here so that --help and --version answer without loading Qt and torch.
     import qasync
     from PySide6.QtWidgets import QApplication
