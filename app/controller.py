@@ -218,6 +218,14 @@ class ChatController(QObject):
         await self._reload()
         await self.refresh_context_meter()
 
+    async def show_branch_of(self, message_id: int) -> None:
+        """Make the branch holding `message_id` the one shown (a search hit on another branch)."""
+        if self.is_streaming:
+            return
+        await self.db.switch_branch(message_id)
+        await self._reload()
+        await self.refresh_context_meter()
+
     def stop(self) -> None:
         if self.reply is not None and self.host.backend is not None:
             self.host.backend.abort(self.reply.request_id)

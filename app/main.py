@@ -76,10 +76,19 @@ async def _run(window, args: argparse.Namespace) -> None:
     window.show()
     if window.recovered_from is not None:
         window.notify_recovered(window.recovered_from)
-    window.host.load(args.model)
+    model = args.model or await _last_model(window)
+    window.host.load(model)
     await window.restore()
     await closed.wait()
     window.db.close()
+
+
+async def _last_model(window) -> str | None:
+    """The model the user last chose, if it is still there; else the bundled one."""
+    from app.main_window import LAST_MODEL_SETTING
+
+    path = await window.db.get_setting(LAST_MODEL_SETTING)
+    return path if path and Path(path).exists() else None
 
 
 if __name__ == "__main__":

@@ -42,7 +42,8 @@ SHORTCUTS = {
     "Enter / Shift+Enter": "Send / new line",
     "Esc": "Stop the reply (or cancel an edit)",
 }
-_MODEL_DEFAULT, _MODEL_FOLDER, _MODEL_FILE = range(3)
+_MODEL_DEFAULT, _MODEL_FOLDER, _MODEL_FILE, _MODEL_OTHER = range(4)
+LAST_MODEL_SETTING = "last_model"
 
 
 class MainWindow(QMainWindow):
@@ -92,7 +93,7 @@ class MainWindow(QMainWindow):
 
     def _build_toolbar(self) -> None:
         toolbar = QToolBar("Model", self, objectName="modelToolbar", movable=False)
-        self.model_picker.addItems(["Default model (bundled)", "Open a model folder…",
+        self.model_picker.addItems(["SmolLM2-135M-Instruct (bundled)", "Open a model folder…",
                                     "Open a .gguf file…"])
         self.model_picker.setToolTip("The model every tab talks to")
         toolbar.addWidget(self.model_picker)
@@ -114,7 +115,7 @@ class MainWindow(QMainWindow):
     def _connect(self) -> None:
         s = self.sidebar
         s.new_requested.connect(lambda: self.spawn(self.new_chat()))
-        s.open_requested.connect(lambda cid, _mid: self.spawn(self.open_conversation(cid)))
+        s.open_requested.connect(lambda cid, mid: self.spawn(self.show_message(cid, mid)))
         s.search_requested.connect(lambda q: self.spawn(self.search(q)))
         s.rename_requested.connect(lambda cid, t: self.spawn(self.rename(cid, t)))
         s.pin_requested.connect(lambda cid, p: self.spawn(self.pin(cid, p)))
@@ -189,6 +190,13 @@ class MainWindow(QMainWindow):
         if not self._restoring:
             await self.save_open_tabs()
         return tab
+
+    async def show_message(self, cid: int, message_id: int = 0) -> None:
+        """Open a conversation; for a search hit, on the branch that holds the message."""
+        await self.open_conversation(cid)
+        controller = self.controllers[cid]
+        if message_id and message_id not in {m.id for m in controller.path}:
+            await controller.show_branch_of(message_id)
 
     def close_tab(self, index: int) -> None:
         tab = self.tabs.widget(index)
@@ -315,18 +323,33 @@ class MainWindow(QMainWindow):
     # -- the model -------------------------------------------------------------------------------
 
     def _model_picked(self, index: int) -> None:
-        if index == _MODEL_DEFAULT:
+        if index == _MODEL_DEFAULT and self.host.model_path is not None:
             self.load_model(None)
-        elif index == _MODEL_FOLDER:
+        elif index in (_MODEL_FOLDER, _MODEL_FILE):
+            self._open_model_dialog(folder=index == _MODEL_FOLDER)
+        self._sync_model_picker()  # until a new model loads, the picker shows the running one
+
+    def _open_model_dialog(self, folder: bool) -> None:
+        if folder:
             dialog = QFileDialog(self, "Open a model folder")
             dialog.setFileMode(QFileDialog.FileMode.Directory)
-            dialog.fileSelected.connect(self.load_model)
-            dialog.open()
-        elif index == _MODEL_FILE:
+        else:
             dialog = QFileDialog(self, "Open a GGUF model", str(Path.home()), "GGUF (*.gguf)")
             dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
-            dialog.fileSelected.connect(self.load_model)
-            dialog.open()
+        dialog.setObjectName("modelDialog")
+        dialog.fileSelected.connect(self.load_model)
+        dialog.open()
+
+    def _sync_model_picker(self) -> None:
+        picker = self.model_picker
+        while picker.count() > _MODEL_OTHER:
+            picker.removeItem(_MODEL_OTHER)
+        if self.host.model_path is None:
+            picker.setCurrentIndex(_MODEL_DEFAULT)
+        else:
+            picker.addItem(self.host.model_name)
+            picker.setItemData(_MODEL_OTHER, self.host.model_path, Qt.ItemDataRole.ToolTipRole)
+            picker.setCurrentIndex(_MODEL_OTHER)
 
     def load_model(self, path: str | None) -> None:
         if self.host.is_loading:
@@ -340,9 +363,9 @@ class MainWindow(QMainWindow):
     def _model_loaded(self, name: str) -> None:
         self.setWindowTitle(f"Pagoda · {name}")
         self.settings_panel.set_max_tokens_limit(self.host.max_model_len)
-        self.model_picker.setItemText(_MODEL_DEFAULT, f"{name}" if self.host.model_path is None
-                                      else "Default model (bundled)")
         self.model_picker.setToolTip(f"Running: {name}")
+        self._sync_model_picker()
+        self.spawn(self.db.set_setting(LAST_MODEL_SETTING, self.host.model_path))
         self._ready_tabs()
 
     def _model_failed(self, message: str) -> None:

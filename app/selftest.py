@@ -3,7 +3,8 @@
 It builds the real window offscreen on a temporary database, loads the model (by default the
 bundled one), sends one question through a tab's controller, waits for the streamed reply, and checks
 that it is complete and saved. It prints what it did; the exit status is 0 on success, 1 on any
-failure (one line on stderr says which step failed), 2 if it ran past its time limit.
+failure (one line on stderr says which step failed; PAGODA_SELFTEST_TRACEBACK=1 adds the
+traceback), 2 if it ran past its time limit (PAGODA_SELFTEST_TIMEOUT seconds, default 300).
 
 The converted model goes to a temporary cache, so every run converts the GGUF file afresh: that is
 the path a new user's first start takes, and the one most likely to break in a frozen bundle (it
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +31,7 @@ TIMEOUT_S = 300.0
 # The event loop checks its own deadline; this one ends the process if the loop itself is stuck.
 WATCHDOG_GRACE_S = 30.0
 EXIT_FAILED = 1
+TRACEBACK_ENV = "PAGODA_SELFTEST_TRACEBACK"
 EXIT_TIMED_OUT = 2
 
 
@@ -70,7 +73,10 @@ def run_selftest(args: argparse.Namespace) -> int:
             print(f"pagoda --selftest: timed out after {timeout_s:.0f} s", file=sys.stderr)
             return EXIT_TIMED_OUT
         except Exception as error:  # noqa: BLE001 - any failure is the answer, on one line
-            print(f"pagoda --selftest: FAILED: {error}", file=sys.stderr)
+            if os.environ.get(TRACEBACK_ENV) == "1":
+                traceback.print_exc()
+            print(f"pagoda --selftest: FAILED: {type(error).__name__}: {error} "
+                  f"(set {TRACEBACK_ENV}=1 for the traceback)", file=sys.stderr)
             return EXIT_FAILED
     _print_report(report)
     print("selftest passed", flush=True)

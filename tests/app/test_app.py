@@ -222,3 +222,18 @@ def test_a_long_chat_leaves_out_its_oldest_turns_and_says_so(make_window, qtbot,
     assert reply.status == "complete"
     assert "oldest messages were left out" in tab.notice_text()
     assert len(store.current_path(conversation.id)) == 18  # nothing was deleted
+
+
+def test_a_search_hit_on_an_older_branch_opens_that_branch(make_window, qtbot, run_async):
+    window = make_window(load=False)
+    store = window.db.store
+    conversation = store.create_conversation(title="Edited")
+    original = store.append_user_message(conversation.id, "Tell me about Kyoto temples")
+    store.edit_user_message(original.id, "Tell me about Osaka castles")
+    run_async(window.restore())
+    qtbot.keyClicks(window.sidebar.search_box, "Kyoto")
+    qtbot.waitUntil(lambda: window.sidebar.search_result_count() == 1, timeout=5_000)
+    window.sidebar.results_list.itemClicked.emit(window.sidebar.results_list.item(0))
+    qtbot.waitUntil(lambda: conversation.id in window.controllers and [
+        m.id for m in window.controllers[conversation.id].path] == [original.id], timeout=5_000)
+    assert original.id in window.controllers[conversation.id].view.transcript.message_ids()
