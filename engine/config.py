@@ -26,6 +26,9 @@ class EngineConfig:
     (weights, activations, CUDA graphs and the KV pool, which takes what is left).
     kernel_backend: "auto" (Triton on CUDA, torch elsewhere), "torch" or "triton".
     enforce_eager: on CUDA, run decode steps without capturing CUDA graphs.
+    num_speculative_tokens: draft tokens proposed per decoding sequence by n-gram prompt lookup
+    and verified in the same step (0 turns speculation off).
+    ngram_max, ngram_min: the longest and shortest suffix (in tokens) looked up in the context.
     """
 
     block_size: int = 16
@@ -41,6 +44,9 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9
     kernel_backend: str = "auto"
     enforce_eager: bool = False
+    num_speculative_tokens: int = 0
+    ngram_max: int = 4
+    ngram_min: int = 1
 
     def __post_init__(self) -> None:
         for name in ("block_size", "kv_cache_memory", "max_num_seqs", "max_num_batched_tokens"):
@@ -56,6 +62,12 @@ class EngineConfig:
         if self.kernel_backend not in ("auto", "torch", "triton"):
             raise ValueError(f"EngineConfig.kernel_backend={self.kernel_backend!r} must be "
                              "'auto', 'torch' or 'triton'")
+        if self.num_speculative_tokens < 0:
+            raise ValueError(f"EngineConfig.num_speculative_tokens={self.num_speculative_tokens!r}"
+                             " must be >= 0 (0 turns speculation off)")
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            raise ValueError(f"EngineConfig.ngram_min={self.ngram_min!r} and ngram_max="
+                             f"{self.ngram_max!r} must satisfy 1 <= ngram_min <= ngram_max")
         if self.dtype is None:
             self.dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
 

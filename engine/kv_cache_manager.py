@@ -85,6 +85,17 @@ class KVCacheManager:
             self.pool.cache(held[i], seq.block_hashes[i], self._block_tokens(seq, i))
         self._num_cached[seq.request_id] = num_full
 
+    def trim(self, seq: Sequence) -> None:
+        """Release the blocks past the computed tokens: those that held rejected drafts."""
+        held = self._blocks.get(seq.request_id, [])
+        keep = -(-seq.num_computed_tokens // self.block_size)
+        if len(held) <= keep:
+            return
+        released = held[keep:]
+        del held[keep:]
+        self.pool.free(list(reversed(released)))
+        seq.block_ids = seq.block_ids[:keep]
+
     def free(self, seq: Sequence) -> None:
         """Release every block; tail blocks are evicted first, the shared prefix last."""
         held = self._blocks.pop(seq.request_id, [])

@@ -20,6 +20,7 @@ from engine.outputs import CompletionOutput, RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
+from engine.spec_decode.ngram_proposer import NgramProposer
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +29,12 @@ _THROUGHPUT_WINDOW_S = 10.0
 
 @dataclass(slots=True, frozen=True)
 class EngineStats:
-    """An immutable snapshot, safe to hand to another thread."""
+    """An immutable snapshot, safe to hand to another thread.
+
+    spec_draft_tokens / spec_accepted_tokens: tokens proposed by speculative decoding and those the
+    model kept; spec_acceptance_rate is their ratio, None while speculation is off or has proposed
+    nothing yet.
+    """
 
     num_running: int
     num_waiting: int
@@ -37,6 +43,9 @@ class EngineStats:
     prefix_cache_hit_rate: float
     generation_tokens_per_s: float
     num_preemptions: int
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
+    spec_acceptance_rate: float | None = None
 
 
 class LLMEngine:
@@ -54,7 +63,7 @@ class LLMEngine:
         self.scheduler = Scheduler(
             SchedulerConfig(self.config.max_num_seqs, self.config.max_num_batched_tokens,
                             self.max_model_len),
-            self.kv_cache)
+            self.kv_cache, _proposer(self.config))
         self.eos_token_ids = _eos_token_ids(self.loaded)
         self._requests: dict[str, tuple[Sequence, IncrementalDetokenizer]] = {}
         self._token_times: deque[tuple[float, int]] = deque()
@@ -95,14 +104,18 @@ class LLMEngine:
                 logger.exception("engine step failed")
                 return self._fail(sched, exc)
             advanced = self.scheduler.update_from_output(sched, sampled)
-            self._record_tokens(len(advanced))
+            self._record_tokens(sum(n for _, n in advanced))
         return self._collect_outputs(advanced)
 
     def stats(self) -> EngineStats:
         kv = self.kv_cache.stats()
+        spec = self.scheduler.proposer
         return EngineStats(len(self.scheduler.running), len(self.scheduler.waiting), kv.usage,
                            kv.num_blocks, kv.prefix_hit_rate, self._recent_throughput(),
-                           self._num_preemptions)
+                           self._num_preemptions,
+                           spec_draft_tokens=spec.num_draft_tokens if spec else 0,
+                           spec_accepted_tokens=spec.num_accepted_tokens if spec else 0,
+                           spec_acceptance_rate=spec.acceptance_rate if spec else None)
 
     def _validate_prompt(self, token_ids: list[int]) -> None:
         if not token_ids:
@@ -121,12 +134,11 @@ class LLMEngine:
                 f"the prompt has {len(token_ids)} tokens but the KV cache holds {capacity}: "
                 "raise EngineConfig.kv_cache_memory or shorten the prompt")
 
-    def _collect_outputs(self, advanced: list[Sequence]) -> list[RequestOutput]:
+    def _collect_outputs(self, advanced: list[tuple[Sequence, int]]) -> list[RequestOutput]:
         outputs = []
-        for seq in advanced:
+        for seq, num_new in advanced:
             seq_detok = self._requests[seq.request_id]
-            new_tokens = seq.output_token_ids[-1:]
-            outputs.append(self._output(*seq_detok, new_tokens))
+            outputs.append(self._output(*seq_detok, seq.output_token_ids[-num_new:]))
         reported = {o.request_id for o in outputs}
         for seq in self.scheduler.take_finished():
             entry = self._requests.get(seq.request_id)
@@ -142,13 +154,35 @@ class LLMEngine:
                 new_tokens: list[int]) -> RequestOutput:
         if new_tokens and seq.metrics.first_token_time is None:
             seq.metrics.first_token_time = time.monotonic()
-        update = detok.update(new_tokens, finished=seq.is_finished)
-        if update.stop_string is not None and not seq.is_finished:
-            self.scheduler.finish(seq, "stop")
+        delta_text, new_tokens = self._detokenize(seq, detok, new_tokens)
         completion = CompletionOutput(0, detok.text, list(seq.output_token_ids),
-                                      seq.finish_reason, update.delta_text, list(new_tokens))
+                                      seq.finish_reason, delta_text, list(new_tokens))
         return RequestOutput(seq.request_id, seq.prompt, seq.prompt_token_ids, [completion],
                              seq.is_finished, seq.num_cached_tokens, seq.metrics)
+
+    def _detokenize(self, seq: Sequence, detok: IncrementalDetokenizer,
+                    new_tokens: list[int]) -> tuple[str, list[int]]:
+        """The new text and the new tokens that count, fed one token at a time as without
+        speculation: a stop string completed inside a run of kept drafts ends the output at the
+        token that completed it, and the tokens after it are dropped."""
+        deltas = []
+        for n, token in enumerate(new_tokens or [None], 1):
+            last = n >= len(new_tokens)
+            update = detok.update([] if token is None else [token],
+                                  finished=seq.is_finished and last)
+            deltas.append(update.delta_text)
+            if update.stop_string is not None:
+                self._stop_at_string(seq, seq.num_output_tokens - len(new_tokens) + n)
+                return "".join(deltas), new_tokens[:n]
+        return "".join(deltas), new_tokens
+
+    def _stop_at_string(self, seq: Sequence, num_output_tokens: int) -> None:
+        if num_output_tokens < seq.num_output_tokens:
+            seq.truncate_output(num_output_tokens)
+            # It may have ended later for another reason (EOS, max_tokens) in the dropped part.
+            if seq.is_finished:
+                seq.finish_reason = "stop"
+        self.scheduler.finish(seq, "stop")
 
     def _fail(self, sched: SchedulerOutput, exc: Exception) -> list[RequestOutput]:
         outputs = []
@@ -172,6 +206,12 @@ class LLMEngine:
         span = self._token_times[-1][0] - self._token_times[0][0]
         tokens = sum(n for _, n in list(self._token_times)[1:])
         return tokens / span if span > 0 else 0.0
+
+
+def _proposer(config: EngineConfig) -> NgramProposer | None:
+    if config.num_speculative_tokens == 0:
+        return None
+    return NgramProposer(config.num_speculative_tokens, config.ngram_min, config.ngram_max)
 
 
 def _eos_token_ids(loaded: LoadedModel) -> frozenset[int]:

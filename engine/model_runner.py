@@ -13,6 +13,8 @@ from engine.loader import LoadedModel
 from engine.models.llama import LlamaForCausalLM
 from engine.sampler import Sampler, SamplingMetadata, SamplingRow
 from engine.scheduler import ScheduledSequence, SchedulerOutput
+from engine.sequence import Sequence
+from engine.spec_decode.rejection_sampler import RejectionSampler
 from kernels.attention_metadata import (
     AttentionMetadata,
     DecodeGroup,
@@ -39,7 +41,9 @@ class ModelInputs:
     attn: AttentionMetadata | TritonAttentionMetadata
     logits_indices: torch.Tensor
     sampling_rows: list[SamplingRow]
-    sampling_order: list[int]  # scheduler index of each logits row
+    sampling_order: list[int]  # scheduler index of each sampling sequence
+    # Per sampling sequence, the drafts its rows verify; None when no sequence speculates.
+    draft_token_ids: list[list[int]] | None
 
 
 def group_by_length(lengths: list[int]) -> list[tuple[int, int]]:
@@ -71,6 +75,7 @@ class ModelRunner:
         self.num_blocks = self._num_blocks()
         self.kv_caches = self._allocate_kv_cache()
         self.sampler = Sampler()
+        self.rejection_sampler = RejectionSampler()
         self.vocab_size = self.model.shape.vocab_size
         self.graphs = self._capture_graphs() if self._uses_cuda_graphs() else None
 
@@ -80,8 +85,9 @@ class ModelRunner:
         return 2 * s.num_layers * self.block_size * s.num_kv_heads * s.head_dim * elem
 
     @torch.inference_mode()
-    def execute(self, sched: SchedulerOutput) -> list[int | None]:
-        """Run one step; returns the sampled token per scheduled sequence (None: mid-prefill)."""
+    def execute(self, sched: SchedulerOutput) -> list[list[int]]:
+        """Run one step; returns the new tokens per scheduled sequence: none mid-prefill, one
+        sampled token, or after speculation the kept drafts and the model's next token."""
         inputs = self.prepare_inputs(sched.scheduled)
         if self.graphs is not None and self.graphs.can_run(inputs.attn):
             logits = self.graphs.run(inputs.input_ids, inputs.positions, inputs.attn,
@@ -89,35 +95,44 @@ class ModelRunner:
         else:
             logits = self.model.forward(inputs.input_ids, inputs.positions, inputs.attn,
                                         self.kv_caches, inputs.logits_indices)
-        sampled: list[int | None] = [None] * len(sched.scheduled)
-        if inputs.sampling_rows:
-            meta = SamplingMetadata.build(inputs.sampling_rows, self.vocab_size, self.device)
-            tokens = self.sampler(logits.float(), meta).tolist()
-            for idx, token in zip(inputs.sampling_order, tokens, strict=True):
-                sampled[idx] = token
+        sampled: list[list[int]] = [[] for _ in sched.scheduled]
+        if not inputs.sampling_rows:
+            return sampled
+        meta = SamplingMetadata.build(inputs.sampling_rows, self.vocab_size, self.device)
+        if inputs.draft_token_ids is None:
+            runs = [[token] for token in self.sampler(logits.float(), meta).tolist()]
+        else:
+            runs = self.rejection_sampler(logits.float(), meta, inputs.draft_token_ids)
+        for idx, run in zip(inputs.sampling_order, runs, strict=True):
+            sampled[idx] = run
         return sampled
 
     def prepare_inputs(self, scheduled: list[ScheduledSequence]) -> ModelInputs:
-        """Flatten the step: decodes (longest context first), then prefill chunks."""
+        """Flatten the step: decodes (longest context first), then prefill chunks and
+        speculating sequences (their last token and drafts, attended like a prefill chunk)."""
         decode_idx = sorted((i for i, s in enumerate(scheduled) if s.num_new_tokens == 1),
                             key=lambda i: -scheduled[i].num_computed_tokens)
         order = decode_idx + [i for i, s in enumerate(scheduled) if s.num_new_tokens > 1]
         items = [scheduled[i] for i in order]
         input_ids, positions, slots = [], [], []
-        logits_indices, rows, sampling_order = [], [], []
+        logits_indices, rows, sampling_order, drafts = [], [], [], []
         for i, s in zip(order, items, strict=True):
             start, end = s.num_computed_tokens, s.num_computed_tokens + s.num_new_tokens
-            input_ids.extend(s.seq.all_token_ids[start:end])
+            spec = s.spec_token_ids
+            input_ids.extend(s.seq.all_token_ids[start:end - len(spec)])
+            input_ids.extend(spec)
             positions.extend(range(start, end))
             slots.extend(self._slots(s.seq.block_ids, start, end))
             if s.samples:
-                logits_indices.append(len(input_ids) - 1)
-                rows.append(SamplingRow(s.seq.params, s.seq.prompt_token_ids,
-                                        s.seq.output_token_ids, s.seq.generator))
+                logits_indices.extend(range(len(input_ids) - len(spec) - 1, len(input_ids)))
+                rows.extend(_sampling_rows(s.seq, spec))
                 sampling_order.append(i)
+                drafts.append(spec)
         attn = self._attention_metadata(items, len(decode_idx), slots)
+        speculates = any(drafts)
         return ModelInputs(self._tensor(input_ids), self._tensor(positions), attn,
-                           self._tensor(logits_indices), rows, sampling_order)
+                           self._tensor(logits_indices), rows, sampling_order,
+                           drafts if speculates else None)
 
     def _grouped_metadata(self, items: list[ScheduledSequence], num_decodes: int,
                           slots: list[int]) -> AttentionMetadata:
@@ -260,6 +275,16 @@ class ModelRunner:
         return [(torch.zeros(shape, dtype=self.dtype, device=self.device),
                  torch.zeros(shape, dtype=self.dtype, device=self.device))
                 for _ in range(s.num_layers)]
+
+
+def _sampling_rows(seq: Sequence, drafts: list[int]) -> list[SamplingRow]:
+    """One row per position that samples: after the last token, then after each draft, whose
+    penalties count the drafts before it as output."""
+    params, prompt, output = seq.params, seq.prompt_token_ids, seq.output_token_ids
+    if not drafts or not params.uses_penalties:
+        return [SamplingRow(params, prompt, output, seq.generator)] * (len(drafts) + 1)
+    return [SamplingRow(params, prompt, output + drafts[:j], seq.generator)
+            for j in range(len(drafts) + 1)]
 
 
 def _padded(block_ids: list[int], n: int) -> list[int]:

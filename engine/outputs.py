@@ -10,18 +10,31 @@ FinishReason = Literal["stop", "length", "abort", "error"]
 
 @dataclass(slots=True)
 class RequestMetrics:
-    """Wall-clock times (time.monotonic seconds) of one request's life."""
+    """Wall-clock times (time.monotonic seconds) of one request's life, and its speculation.
+
+    num_draft_tokens: tokens proposed by speculative decoding; num_accepted_tokens: how many of
+    them the model confirmed.
+    """
 
     arrival_time: float
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
     finished_time: float | None = None
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
 
     @property
     def time_to_first_token(self) -> float | None:
         if self.first_token_time is None:
             return None
         return self.first_token_time - self.arrival_time
+
+    @property
+    def spec_acceptance_rate(self) -> float | None:
+        """Accepted over proposed draft tokens; None when nothing was proposed."""
+        if not self.num_draft_tokens:
+            return None
+        return self.num_accepted_tokens / self.num_draft_tokens
 
 
 @dataclass(slots=True)

@@ -119,10 +119,7 @@ class Sampler:
 
         The logits are modified in place, which saves a copy of [num_rows, vocab] per step.
         """
-        assert logits.shape[0] == metadata.num_rows, "one logits row per sampling row"
-        assert logits.dtype == torch.float32, "penalties and noise need float32 logits"
-        if metadata.repetition is not None or metadata.output_penalty is not None:
-            logits = _apply_penalties(logits, metadata.repetition, metadata.output_penalty)
+        logits = apply_penalties(logits, metadata)
         if metadata.sampling is None:
             return logits.argmax(dim=-1)
         if metadata.sampled_rows is None:
@@ -237,6 +234,15 @@ def _long_tensor(values: list[int], device: torch.device) -> torch.Tensor:
     return torch.frombuffer(array("q", values), dtype=torch.long).to(device)
 
 
+def apply_penalties(logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
+    """Every row's penalties, in place where possible; what greedy rows take the argmax of."""
+    assert logits.shape[0] == metadata.num_rows, "one logits row per sampling row"
+    assert logits.dtype == torch.float32, "penalties and noise need float32 logits"
+    if metadata.repetition is None and metadata.output_penalty is None:
+        return logits
+    return _apply_penalties(logits, metadata.repetition, metadata.output_penalty)
+
+
 def _apply_penalties(
     logits: torch.Tensor, repetition: RepetitionPenalty | None, output: OutputPenalty | None
 ) -> torch.Tensor:
@@ -260,12 +266,24 @@ def _apply_penalties(
 
 
 def _sample(logits: torch.Tensor, sampling: RandomSampling) -> torch.Tensor:
-    """Temperature, then top-k, top-p and min-p as one cut-off per row, then the random draw."""
+    return draw(filter_logits(logits, sampling), sampling)
+
+
+def filter_logits(logits: torch.Tensor, sampling: RandomSampling) -> torch.Tensor:
+    """Temperature, then top-k, top-p and min-p as one cut-off per row (-inf below it), in place.
+
+    The result is the log of the distribution each random row draws from, up to a constant.
+    """
     if sampling.temperature is not None:
         logits.div_(sampling.temperature)
     threshold = _keep_threshold(logits, sampling)
     if threshold is not None:
         logits.masked_fill_(logits < threshold, _NEG_INF)
+    return logits
+
+
+def draw(logits: torch.Tensor, sampling: RandomSampling) -> torch.Tensor:
+    """One token per row from softmax(logits), consuming the logits."""
     # Exponential race: argmax(p / q) with q ~ Exp(1) is a draw from p, and in log space it
     # needs no softmax: argmax(logit - log q).
     logits.sub_(_log_exponential_noise(logits, sampling))
@@ -334,12 +352,17 @@ def _cutoff(
 
 
 def _log_exponential_noise(logits: torch.Tensor, sampling: RandomSampling) -> torch.Tensor:
-    """log q with q ~ Exp(1) per logit; seeded rows draw theirs from their own generator.
+    """log q with q ~ Exp(1) per logit.
 
     q = -log(u) with u ~ U[0, 1): on CPU uniform_ is several times faster than exponential_.
     u = 0 gives q = inf, which only removes that token from the race.
     """
-    noise = torch.empty_like(logits)
+    return uniform_like(logits, sampling).log_().neg_().log_()
+
+
+def uniform_like(x: torch.Tensor, sampling: RandomSampling) -> torch.Tensor:
+    """U[0, 1) in x's shape [rows, n]; seeded rows draw theirs from their own generator."""
+    noise = torch.empty_like(x)
     if sampling.any_unseeded:
         noise.uniform_()
     for row, generator in enumerate(sampling.generators):
@@ -352,4 +375,4 @@ def _log_exponential_noise(logits: torch.Tensor, sampling: RandomSampling) -> to
             # tokens whichever device runs the model.
             drawn = torch.empty(noise.shape[-1], device=generator.device)
             noise[row].copy_(drawn.uniform_(generator=generator))
-    return noise.log_().neg_().log_()
+    return noise

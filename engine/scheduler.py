@@ -10,18 +10,22 @@ from engine.config import SchedulerConfig
 from engine.kv_cache_manager import KVCacheManager
 from engine.outputs import FinishReason
 from engine.sequence import Sequence, SequenceStatus
+from engine.spec_decode.ngram_proposer import NgramProposer
 
 
 @dataclass(slots=True)
 class ScheduledSequence:
     seq: Sequence
     num_computed_tokens: int  # where this step's tokens start
-    num_new_tokens: int
+    num_new_tokens: int  # including the drafts
+    # Proposed tokens to verify after the sequence's last one; they are not in the sequence yet.
+    spec_token_ids: list[int] = field(default_factory=list)
 
     @property
     def samples(self) -> bool:
         """Whether this step reaches the end of the sequence, so a next token is sampled."""
-        return self.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
+        end = self.num_computed_tokens + self.num_new_tokens - len(self.spec_token_ids)
+        return end == self.seq.num_tokens
 
 
 @dataclass(slots=True)
@@ -41,9 +45,11 @@ class SchedulerOutput:
 class Scheduler:
     """Running sequences first (decodes and unfinished prefills), then new prompts, in chunks."""
 
-    def __init__(self, config: SchedulerConfig, kv_cache: KVCacheManager) -> None:
+    def __init__(self, config: SchedulerConfig, kv_cache: KVCacheManager,
+                 proposer: NgramProposer | None = None) -> None:
         self.config = config
         self.kv_cache = kv_cache
+        self.proposer = proposer
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._finished: list[Sequence] = []
@@ -63,23 +69,41 @@ class Scheduler:
         return out
 
     def update_from_output(self, out: SchedulerOutput,
-                           sampled: list[int | None]) -> list[Sequence]:
-        """Apply one step's results; returns the sequences that received a token."""
+                           sampled: list[list[int]]) -> list[tuple[Sequence, int]]:
+        """Apply one step's results: per scheduled sequence the tokens it produced (none
+        mid-prefill; after speculation, the kept drafts and one more). Returns the sequences that
+        received tokens, each with how many."""
         advanced = []
-        for item, token_id in zip(out.scheduled, sampled, strict=True):
+        for item, token_ids in zip(out.scheduled, sampled, strict=True):
             seq = item.seq
             if seq.is_finished:  # aborted while the step ran
                 continue
-            seq.num_computed_tokens = item.num_computed_tokens + item.num_new_tokens
+            if item.spec_token_ids:
+                self.proposer.record(seq, len(item.spec_token_ids), len(token_ids) - 1)
+            num_appended, reason = self._append_until_stop(seq, token_ids)
+            # The KV cache holds every token before the last one appended: the step's own
+            # tokens and the kept drafts. Rejected drafts' blocks go back before anything is
+            # hashed, so the prefix cache only ever sees tokens of the sequence.
+            seq.num_computed_tokens = (item.num_computed_tokens + item.num_new_tokens
+                                       - len(item.spec_token_ids) + max(num_appended - 1, 0))
+            if item.spec_token_ids:
+                self.kv_cache.trim(seq)
             self.kv_cache.cache_full_blocks(seq)
-            if token_id is None:
-                continue
-            seq.append_token(token_id)
-            advanced.append(seq)
-            reason = seq.token_stop_reason(self.config.max_model_len)
+            if num_appended:
+                advanced.append((seq, num_appended))
             if reason is not None:
                 self.finish(seq, reason)
         return advanced
+
+    def _append_until_stop(self, seq: Sequence,
+                           token_ids: list[int]) -> tuple[int, FinishReason | None]:
+        """Append one token at a time; those after the first that ends the sequence are dropped."""
+        for n, token_id in enumerate(token_ids, 1):
+            seq.append_token(token_id)
+            reason = seq.token_stop_reason(self.config.max_model_len)
+            if reason is not None:
+                return n, reason
+        return len(token_ids), None
 
     def finish(self, seq: Sequence, reason: FinishReason) -> None:
         """End a sequence now and give its blocks back."""
@@ -93,6 +117,8 @@ class Scheduler:
         seq.finish_reason = reason
         seq.metrics.finished_time = time.monotonic()
         self.kv_cache.free(seq)
+        if self.proposer is not None:
+            self.proposer.forget(seq)
         self._finished.append(seq)
 
     def take_finished(self) -> list[Sequence]:
@@ -105,12 +131,26 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = min(seq.num_tokens - seq.num_computed_tokens, budget)
-            if not self._allocate_or_preempt(seq, n, out):
-                break  # seq itself left: everything after it already was preempted
-            out.scheduled.append(ScheduledSequence(seq, seq.num_computed_tokens, n))
+            drafts = self._propose(seq, budget) if n == 1 and self.proposer is not None else []
+            # Drafts only take blocks that are free: speculation never preempts anyone.
+            if drafts and self.kv_cache.allocate_slots(seq, n + len(drafts)):
+                n += len(drafts)
+            else:
+                drafts = []
+                if not self._allocate_or_preempt(seq, n, out):
+                    break  # seq itself left: everything after it already was preempted
+            out.scheduled.append(ScheduledSequence(seq, seq.num_computed_tokens, n, drafts))
             budget -= n
             i += 1
         return budget
+
+    def _propose(self, seq: Sequence, budget: int) -> list[int]:
+        """Drafts for a decoding sequence, never more than max_tokens, the context or the token
+        budget leave room for (the step's own token and a bonus token come on top)."""
+        limit = min(budget - 1, self.config.max_model_len - seq.num_tokens - 1)
+        if seq.params.max_tokens is not None:
+            limit = min(limit, seq.params.max_tokens - seq.num_output_tokens - 1)
+        return self.proposer.propose(seq, limit)
 
     def _allocate_or_preempt(self, seq: Sequence, n: int, out: SchedulerOutput) -> bool:
         while not self.kv_cache.allocate_slots(seq, n):

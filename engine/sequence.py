@@ -65,6 +65,11 @@ class Sequence:
         self.output_token_ids.append(token_id)
         self.all_token_ids.append(token_id)
 
+    def truncate_output(self, num_output_tokens: int) -> None:
+        """Drop the output tokens after the first `num_output_tokens` (a stop string ended it)."""
+        del self.output_token_ids[num_output_tokens:]
+        del self.all_token_ids[self.num_prompt_tokens + num_output_tokens:]
+
     def token_stop_reason(self, max_model_len: int) -> FinishReason | None:
         """Why the last sampled token ends this sequence, if it does (stop strings are elsewhere)."""
         last = self.output_token_ids[-1]

@@ -44,7 +44,7 @@ def step(sched: Scheduler, tokens: list[int]) -> None:
     out = sched.schedule()
     for seq in out.preempted:
         assert seq.block_ids == []
-    sampled = [tokens.pop() if tokens and item.samples else (EOS if item.samples else None)
+    sampled = [[tokens.pop() if tokens else EOS] if item.samples else []
                for item in out.scheduled]
     sched.update_from_output(out, sampled)
 
@@ -110,7 +110,7 @@ def test_preemption_frees_newest_first_and_recomputes_later():
     for _ in range(12):
         out = sched.schedule()
         preempted += [s.request_id for s in out.preempted]
-        sched.update_from_output(out, [7 if i.samples else None for i in out.scheduled])
+        sched.update_from_output(out, [[7] if i.samples else [] for i in out.scheduled])
     assert preempted and preempted[0] == "new"
     assert old.num_output_tokens > new.num_output_tokens
 
@@ -121,7 +121,7 @@ def test_a_sequence_that_outgrows_the_whole_cache_ends_with_length():
     sched.add(seq)
     for _ in range(20):
         out = sched.schedule()
-        sched.update_from_output(out, [7 if i.samples else None for i in out.scheduled])
+        sched.update_from_output(out, [[7] if i.samples else [] for i in out.scheduled])
     assert seq.finish_reason == "length"
     # Every token whose KV fits was computed; the last sampled one needs no KV of its own.
     assert seq.num_computed_tokens == 2 * BLOCK_SIZE
