@@ -1,0 +1,185 @@
+"""Speculative decoding by n-gram prompt lookup: tok/s with and without it, and acceptance.
+
+Not a test: run `python bench/speculative.py` on a quiet machine and copy the printed table into
+docs/BENCHMARKS.md.
+
+Workloads (greedy, chat template, the default model):
+  grounded   replies that copy their input: repeat a given code file with one change, answer by
+             quoting a given passage. Prompt lookup should find most of the reply in the prompt.
+  open       open-ended short stories: little to look up; speculation must not slow them down.
+Each workload runs as one stream (requests one after another) and as 8 concurrent requests, with
+speculation off and on; the greedy tokens of both runs must be identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.chat_template import encode_chat
+from engine.loader import LoadedModel, load_model
+
+ROOT = Path(__file__).resolve().parent.parent
+CODE_FILES = ["engine/block_pool.py", "engine/detokenizer.py", "engine/sampling_params.py"]
+CODE_CHANGES = [("hash_block_tokens", "block_digest"), ("_release", "_flush"),
+                ("_check", "_require")]
+PASSAGES = [
+    ("The lighthouse keeper climbed the spiral stairs every evening to light the lamp. Ships "
+    "passing the rocky cape at night looked for its beam, and for thirty years none was lost "
+    "while he kept it burning. In winter the stairs froze, and he carried a bucket of sand to "
+    "throw on the steps before he climbed."),
+    ("Honeybees tell each other where flowers are with a waggle dance. The angle of the dance "
+    "against the vertical comb gives the direction of the flowers relative to the sun, and the "
+    "length of the waggle run tells how far away they are. Other bees follow the dancer and then "
+    "fly straight to the source."),
+    ("The first trains through the Gotthard base tunnel ran in 2016. At 57 kilometres it is the "
+    "longest railway tunnel in the world, and it lets freight trains cross the Alps without "
+    "climbing, since its highest point is only 549 metres above the sea."),
+]
+QUESTIONS = ["What did the keeper do every evening, and why?",
+             "How do honeybees say where flowers are?",
+             "Why can freight trains cross the Alps without climbing?"]
+TOPICS = ["a dragon who learns to bake", "a lost robot", "a lighthouse in a storm",
+          "a jazz musician on the moon", "a time traveller at a market", "an origami crane",
+          "a chess game in the rain", "a volcano that sings"]
+
+
+@dataclass(slots=True)
+class RunResult:
+    workload: str
+    streams: int
+    speculation: bool
+    output_tokens: int
+    seconds: float
+    decode_tok_per_s: float
+    draft_tokens: int
+    accepted_tokens: int
+
+    @property
+    def tok_per_s(self) -> float:
+        return self.output_tokens / self.seconds
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+
+def grounded_messages(n: int) -> list[list[dict]]:
+    prompts = []
+    for i in range(n):
+        if i % 2 == 0:
+            j = (i // 2) % len(CODE_FILES)
+            code = "\n".join((ROOT / CODE_FILES[j]).read_text().splitlines()[:40])
+            old, new = CODE_CHANGES[j]
+            text = (f"Repeat this code exactly, with one change: rename `{old}` to `{new}`."
+                    f"\n\n```python\n{code}\n```")
+        else:
+            j = (i // 2) % len(PASSAGES)
+            text = (f"Answer by quoting the passage word for word.\n\nPassage: {PASSAGES[j]}\n\n"
+                    f"Question: {QUESTIONS[j]}")
+        prompts.append([{"role": "user", "content": text}])
+    return prompts
+
+
+def open_messages(n: int) -> list[list[dict]]:
+    return [[{"role": "user", "content": f"Write a short story about {TOPICS[i % len(TOPICS)]}."}]
+            for i in range(n)]
+
+
+def run(engine: LLMEngine, prompts: list[list[int]], streams: int,
+        params: SamplingParams) -> tuple[list[list[int]], float, float]:
+    """Token ids per request, wall seconds, and decode tok/s (tokens after the first over the
+    time after the first, summed over waves of `streams` concurrent requests)."""
+    tokens: dict[str, list[int]] = {}
+    decode_tokens, decode_seconds = 0, 0.0
+    start = time.perf_counter()
+    for wave in range(0, len(prompts), streams):
+        ids = [f"r{i}" for i in range(wave, min(wave + streams, len(prompts)))]
+        for request_id, prompt in zip(ids, prompts[wave:wave + streams], strict=True):
+            engine.add_request(request_id, prompt, params)
+        firsts, lasts = [], []
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                if out.finished:
+                    tokens[out.request_id] = out.outputs[0].token_ids
+                    firsts.append(out.metrics.first_token_time)
+                    lasts.append(out.metrics.finished_time)
+        decode_tokens += sum(len(tokens[i]) - 1 for i in ids)
+        decode_seconds += max(lasts) - min(firsts)
+    seconds = time.perf_counter() - start
+    return [tokens[f"r{i}"] for i in range(len(prompts))], seconds, decode_tokens / decode_seconds
+
+
+def bench(loaded: LoadedModel, workload: str, messages: list[list[dict]], streams: int,
+          args: argparse.Namespace) -> list[RunResult]:
+    prompts = [encode_chat(loaded.tokenizer, m) for m in messages]
+    params = SamplingParams(temperature=0, max_tokens=args.max_tokens)
+    results, outputs = [], []
+    for k in (0, args.num_spec):
+        config = EngineConfig(num_threads=args.threads, num_speculative_tokens=k)
+        engine = LLMEngine(config=config, loaded=loaded)
+        run(engine, prompts[:1], 1, SamplingParams(temperature=0, max_tokens=4))  # warm up
+        base = engine.stats()
+        token_ids, seconds, decode = run(engine, prompts, streams, params)
+        stats = engine.stats()
+        outputs.append(token_ids)
+        results.append(RunResult(workload, streams, k > 0, sum(map(len, token_ids)), seconds,
+                                 decode, stats.spec_draft_tokens - base.spec_draft_tokens,
+                                 stats.spec_accepted_tokens - base.spec_accepted_tokens))
+    if outputs[0] != outputs[1]:
+        raise SystemExit(f"{workload}, {streams} streams: greedy output differs with speculation")
+    return results
+
+
+def print_table(results: list[RunResult]) -> None:
+    print("| workload | streams | speculation | output tokens | seconds | output tok/s "
+          "| decode tok/s | speedup | acceptance |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    off = {}
+    for r in results:
+        if not r.speculation:
+            off[(r.workload, r.streams)] = r
+        base = off.get((r.workload, r.streams))
+        speedup = f"{r.decode_tok_per_s / base.decode_tok_per_s:.2f}x" if r.speculation else ""
+        rate = f"{r.acceptance_rate:.0%}" if r.acceptance_rate is not None else ""
+        print(f"| {r.workload} | {r.streams} | {'on' if r.speculation else 'off'} "
+              f"| {r.output_tokens} | {r.seconds:.1f} | {r.tok_per_s:.1f} "
+              f"| {r.decode_tok_per_s:.1f} | {speedup} | {rate} |")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=8, help="requests per workload")
+    parser.add_argument("--max-tokens", type=int, default=192)
+    parser.add_argument("--num-spec", type=int, default=4, help="num_speculative_tokens when on")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--streams", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["grounded", "open"])
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args(argv)
+    loaded = load_model(None, torch.float32)
+    print(f"{platform.processor() or platform.machine()}, torch {torch.__version__}, "
+          f"{args.threads} threads, fp32, max_tokens {args.max_tokens}, k={args.num_spec}")
+    workloads = {"grounded": grounded_messages, "open": open_messages}
+    results = []
+    for name, make in workloads.items():
+        if name in args.skip:
+            continue
+        for streams in args.streams:
+            results += bench(loaded, name, make(args.requests), streams, args)
+    print_table(results)
+    if args.json:
+        rows = [asdict(r) | {"tok_per_s": r.tok_per_s, "acceptance_rate": r.acceptance_rate}
+                for r in results]
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
