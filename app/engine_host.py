@@ -134,7 +134,8 @@ class EngineHost(QObject):
         self._set_status(num_running=s.num_running, num_waiting=s.num_waiting,
                          tokens_per_s=s.generation_tokens_per_s,
                          kv_cache_usage=s.kv_cache_usage,
-                         prefix_cache_hit_rate=s.prefix_cache_hit_rate)
+                         prefix_cache_hit_rate=s.prefix_cache_hit_rate,
+                         spec_acceptance_rate=s.spec_acceptance_rate)
 
     def _set_status(self, **changes) -> None:
         status = dataclasses.replace(self._status, **changes)

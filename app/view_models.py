@@ -52,3 +52,4 @@ class EngineStatusView:
     tokens_per_s: float = 0.0
     kv_cache_usage: float = 0.0  # 0..1
     prefix_cache_hit_rate: float = 0.0  # 0..1
+    spec_acceptance_rate: float | None = None  # 0..1; None while speculative decoding is off

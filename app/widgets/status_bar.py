@@ -52,11 +52,13 @@ class EngineStatusBar(QStatusBar):
         self.throughput_label = self._add_label("engineThroughput")
         self.kv_cache_label = self._add_label("engineKvCache")
         self.prefix_cache_label = self._add_label("enginePrefixCache")
+        self.spec_label = self._add_label("engineSpecAcceptance")
         self._metric_labels = (
             self.requests_label,
             self.throughput_label,
             self.kv_cache_label,
             self.prefix_cache_label,
+            self.spec_label,
         )
         self._texts: dict[str, str] = {}  # objectName -> text last given to Qt
         self._visible: dict[str, bool] = {}
@@ -78,8 +80,9 @@ class EngineStatusBar(QStatusBar):
         self._set_severity("error" if status.state == "error" else "")
         self._set_visible(self.progress, status.state == "loading")
         ready = status.state == "ready"
+        speculating = status.spec_acceptance_rate is not None
         for label in self._metric_labels:
-            self._set_visible(label, ready)
+            self._set_visible(label, ready and (speculating or label is not self.spec_label))
         if ready:
             self._set_text(self.requests_label, requests_text(status))
             self._set_text(self.throughput_label, throughput_text(status.tokens_per_s))
@@ -87,6 +90,10 @@ class EngineStatusBar(QStatusBar):
             self._set_text(
                 self.prefix_cache_label, f"Prefix hits {percent(status.prefix_cache_hit_rate)}"
             )
+            if speculating:
+                self._set_text(
+                    self.spec_label, f"Spec accept {percent(status.spec_acceptance_rate)}"
+                )
 
     def summary_text(self) -> str:
         """Everything the bar shows now, as one line."""

@@ -74,6 +74,14 @@ def test_ready_formats_requests_throughput_and_cache_figures(bar):
     )
 
 
+def test_speculation_acceptance_shows_only_while_speculating(bar):
+    bar.show_status(ready(spec_acceptance_rate=0.634))
+    assert bar.summary_text().endswith("Prefix hits 0% | Spec accept 63%")
+    bar.show_status(ready())
+    assert "Spec" not in bar.summary_text()
+    assert bar.spec_label.isHidden()
+
+
 def test_large_throughput_drops_decimals_and_fractions_are_clamped(bar):
     bar.show_status(ready(tokens_per_s=1234.5, kv_cache_usage=1.7, prefix_cache_hit_rate=-0.2))
     assert "1,234 tok/s" in bar.summary_text()
