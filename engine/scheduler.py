@@ -65,7 +65,9 @@ class Scheduler:
         budget = self._schedule_running(out, self.config.max_num_batched_tokens)
         # A step that had to preempt is short of blocks: admitting new prompts would thrash.
         if not out.preempted:
-            self._schedule_waiting(out, budget)
+            budget = self._schedule_waiting(out, budget)
+        if self.proposer is not None:
+            self._add_drafts(out, budget)
         return out
 
     def update_from_output(self, out: SchedulerOutput,
@@ -131,23 +133,31 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = min(seq.num_tokens - seq.num_computed_tokens, budget)
-            drafts = self._propose(seq, budget) if n == 1 and self.proposer is not None else []
-            # Drafts only take blocks that are free: speculation never preempts anyone.
-            if drafts and self.kv_cache.allocate_slots(seq, n + len(drafts)):
-                n += len(drafts)
-            else:
-                drafts = []
-                if not self._allocate_or_preempt(seq, n, out):
-                    break  # seq itself left: everything after it already was preempted
-            out.scheduled.append(ScheduledSequence(seq, seq.num_computed_tokens, n, drafts))
+            if not self._allocate_or_preempt(seq, n, out):
+                break  # seq itself left: everything after it already was preempted
+            out.scheduled.append(ScheduledSequence(seq, seq.num_computed_tokens, n))
             budget -= n
             i += 1
         return budget
 
-    def _propose(self, seq: Sequence, budget: int) -> list[int]:
-        """Drafts for a decoding sequence, never more than max_tokens, the context or the token
-        budget leave room for (the step's own token and a bonus token come on top)."""
-        limit = min(budget - 1, self.config.max_model_len - seq.num_tokens - 1)
+    def _add_drafts(self, out: SchedulerOutput, budget: int) -> None:
+        """Speculate with what the step leaves over: the token budget no decode or prompt chunk
+        wanted and blocks that are free, so speculation never delays or preempts anyone."""
+        for item in out.scheduled:
+            if budget <= 0:
+                return
+            if item.num_new_tokens != 1 or not item.samples:
+                continue
+            drafts = self._propose(item.seq, budget)
+            if drafts and self.kv_cache.allocate_slots(item.seq, 1 + len(drafts)):
+                item.spec_token_ids = drafts
+                item.num_new_tokens += len(drafts)
+                budget -= len(drafts)
+
+    def _propose(self, seq: Sequence, max_drafts: int) -> list[int]:
+        """Drafts for a decoding sequence, never more than max_tokens or the context leave room
+        for (a bonus token comes on top of them)."""
+        limit = min(max_drafts, self.config.max_model_len - seq.num_tokens - 1)
         if seq.params.max_tokens is not None:
             limit = min(limit, seq.params.max_tokens - seq.num_output_tokens - 1)
         return self.proposer.propose(seq, limit)
@@ -174,7 +184,7 @@ class Scheduler:
         seq.num_preemptions += 1
         self.waiting.appendleft(seq)
 
-    def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
+    def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> int:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
             computed = self.kv_cache.get_computed_blocks(seq)
@@ -193,3 +203,4 @@ class Scheduler:
             self.running.append(seq)
             out.scheduled.append(ScheduledSequence(seq, num_hit, n))
             budget -= n
+        return budget

@@ -158,3 +158,17 @@ def test_drafts_stop_at_max_tokens_and_a_stop_token_drops_the_rest():
     sched.update_from_output(out, [[EOS, 5, 1, 2, EOS]])  # all kept, but the first one ends it
     assert seq.finish_reason == "stop" and seq.output_token_ids == [2, EOS]
     assert kv.pool.num_free_blocks == 16
+
+
+def test_drafts_take_only_the_budget_decodes_and_prompts_leave_over():
+    kv = KVCacheManager(32, BLOCK_SIZE, enable_prefix_caching=False)
+    sched = Scheduler(SchedulerConfig(4, 8, max_model_len=64), kv, NgramProposer(4, 1, 3))
+    first = Sequence("a", [1, 2, 3, 1, 2, 3, 1], SamplingParams(max_tokens=20), frozenset({EOS}))
+    sched.add(first)
+    sched.update_from_output(sched.schedule(), [[2]])
+    second = Sequence("b", [5, 6, 7, 8, 9], SamplingParams(max_tokens=20), frozenset({EOS}))
+    sched.add(second)
+    out = sched.schedule()
+    # The decode's token and the whole prompt come first; the 2 tokens left go to drafts.
+    assert [(s.seq, s.num_new_tokens) for s in out.scheduled] == [(first, 3), (second, 5)]
+    assert out.scheduled[0].spec_token_ids == [3, 1]

@@ -16,6 +16,7 @@ import pytest
 from tiny_models import save_tiny_model
 
 from engine import LLM, SamplingParams
+from engine.spec_decode.ngram_proposer import NgramProposer
 
 SHARED_PREFIX = list(range(100, 140))
 
@@ -32,18 +33,37 @@ def prompts() -> list[list[int]]:
             list(range(500, 533))]
 
 
-def greedy(model_dir, backend: str) -> list[list[int]]:
+def greedy(model_dir, backend: str, num_speculative_tokens: int = 0) -> list[list[int]]:
     # A 24-token budget splits the longer prompts into chunks that start mid-block.
     llm = LLM(str(model_dir), num_kv_blocks=64, num_threads=1, kernel_backend=backend,
-              max_num_batched_tokens=24)
+              max_num_batched_tokens=24, num_speculative_tokens=num_speculative_tokens)
     assert llm.engine.runner.model.ops.name == backend
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
     first = llm.generate(prompts()[:2], params)
     second = llm.generate(prompts()[2:], params)  # after the first: a prefix cache hit
     assert second[0].num_cached_tokens >= 32
+    if num_speculative_tokens:
+        stats = llm.stats()
+        assert 0 < stats.spec_accepted_tokens < stats.spec_draft_tokens, "nothing was verified"
     return [o.outputs[0].token_ids for o in first + second]
 
 
 @pytest.mark.slow
 def test_triton_kernels_give_the_torch_paths_greedy_tokens(tiny_model_dir):
     assert greedy(tiny_model_dir, "triton") == greedy(tiny_model_dir, "torch")
+
+
+@pytest.mark.slow
+def test_triton_kernels_verify_drafts_as_the_torch_path_decodes(tiny_model_dir, monkeypatch):
+    want = greedy(tiny_model_dir, "torch")
+    future = {tuple(p): tokens for p, tokens in zip(prompts(), want, strict=True)}
+
+    def oracle(self, seq, max_drafts):
+        """A tiny random model never repeats itself, so draft its known reply instead."""
+        drafts = future[tuple(seq.prompt_token_ids)][seq.num_output_tokens:][:min(max_drafts, 3)]
+        if seq.num_output_tokens % 3 == 0 and drafts:  # and sometimes a wrong last draft
+            drafts[-1] = drafts[-1] - 1 if drafts[-1] > 0 else 1
+        return drafts
+
+    monkeypatch.setattr(NgramProposer, "propose", oracle)
+    assert greedy(tiny_model_dir, "triton", 4) == want
