@@ -24,6 +24,16 @@ from engine.spec_decode.ngram_proposer import NgramProposer
 PREFIXES = [[1, 2, 3, 1, 2, 3, 1, 2], [1, 2, 3, 4, 1, 2], [5, 6, 5, 6, 5, 6, 5, 6, 5]]
 
 
+def make_scheduler(num_blocks: int, budget: int, num_spec: int) -> Scheduler:
+    kv = KVCacheManager(num_blocks, BLOCK_SIZE, enable_prefix_caching=True)
+    return Scheduler(SchedulerConfig(4, budget, max_model_len=64), kv,
+                     NgramProposer(num_spec, 1, 3))
+
+
+def prompt_seq(request_id: str, prompt: list[int], max_tokens: int) -> Sequence:
+    return Sequence(request_id, prompt, SamplingParams(max_tokens=max_tokens), frozenset({EOS}))
+
+
 class FakeModel:
     """Writes each scheduled token into its slot, as the model runner does with keys/values."""
 
@@ -85,9 +95,8 @@ ops = st.lists(
        num_spec=st.integers(1, 4))
 def test_rollback_of_rejected_drafts_keeps_block_accounting_exact(ops, num_blocks, budget,
                                                                   num_spec):
-    kv = KVCacheManager(num_blocks, BLOCK_SIZE, enable_prefix_caching=True)
-    sched = Scheduler(SchedulerConfig(4, budget, max_model_len=64), kv,
-                      NgramProposer(num_spec, 1, 3))
+    sched = make_scheduler(num_blocks, budget, num_spec)
+    kv = sched.kv_cache
     model = FakeModel()
     seqs: list[Sequence] = []
     for op in ops:
@@ -118,9 +127,8 @@ def test_rollback_of_rejected_drafts_keeps_block_accounting_exact(ops, num_block
 
 
 def test_a_sequence_drafts_after_its_prompt_and_keeps_what_was_accepted():
-    kv = KVCacheManager(16, BLOCK_SIZE, enable_prefix_caching=True)
-    sched = Scheduler(SchedulerConfig(4, 32, max_model_len=64), kv, NgramProposer(3, 1, 3))
-    seq = Sequence("a", [1, 2, 3, 1, 2, 3, 1], SamplingParams(max_tokens=10), frozenset({EOS}))
+    sched = make_scheduler(16, 32, 3)
+    seq = prompt_seq("a", [1, 2, 3, 1, 2, 3, 1], max_tokens=10)
     sched.add(seq)
     out = sched.schedule()
     assert out.scheduled[0].spec_token_ids == []
@@ -138,9 +146,8 @@ def test_a_sequence_drafts_after_its_prompt_and_keeps_what_was_accepted():
 
 
 def test_drafts_stop_at_max_tokens_and_a_stop_token_drops_the_rest():
-    kv = KVCacheManager(16, BLOCK_SIZE, enable_prefix_caching=True)
-    sched = Scheduler(SchedulerConfig(4, 32, max_model_len=64), kv, NgramProposer(4, 1, 3))
-    seq = Sequence("a", [1, 2, 3, 1, 2, 3, 1], SamplingParams(max_tokens=3), frozenset({EOS}))
+    sched = make_scheduler(16, 32, 4)
+    seq = prompt_seq("a", [1, 2, 3, 1, 2, 3, 1], max_tokens=3)
     sched.add(seq)
     sched.update_from_output(sched.schedule(), [[2]])
     out = sched.schedule()
@@ -149,24 +156,22 @@ def test_drafts_stop_at_max_tokens_and_a_stop_token_drops_the_rest():
     sched.update_from_output(out, [[3, 1]])
     assert seq.finish_reason == "length" and seq.output_token_ids == [2, 3, 1]
 
-    seq = Sequence("b", [1, 2, EOS, 5, 1, 2, EOS, 5, 1], SamplingParams(max_tokens=9),
-                   frozenset({EOS}))
+    seq = prompt_seq("b", [1, 2, EOS, 5, 1, 2, EOS, 5, 1], max_tokens=9)
     sched.add(seq)
     sched.update_from_output(sched.schedule(), [[2]])
     out = sched.schedule()
     assert out.scheduled[0].spec_token_ids == [EOS, 5, 1, 2]
     sched.update_from_output(out, [[EOS, 5, 1, 2, EOS]])  # all kept, but the first one ends it
     assert seq.finish_reason == "stop" and seq.output_token_ids == [2, EOS]
-    assert kv.pool.num_free_blocks == 16
+    assert sched.kv_cache.pool.num_free_blocks == 16
 
 
 def test_drafts_take_only_the_budget_decodes_and_prompts_leave_over():
-    kv = KVCacheManager(32, BLOCK_SIZE, enable_prefix_caching=False)
-    sched = Scheduler(SchedulerConfig(4, 8, max_model_len=64), kv, NgramProposer(4, 1, 3))
-    first = Sequence("a", [1, 2, 3, 1, 2, 3, 1], SamplingParams(max_tokens=20), frozenset({EOS}))
+    sched = make_scheduler(32, 8, 4)
+    first = prompt_seq("a", [1, 2, 3, 1, 2, 3, 1], max_tokens=20)
     sched.add(first)
     sched.update_from_output(sched.schedule(), [[2]])
-    second = Sequence("b", [5, 6, 7, 8, 9], SamplingParams(max_tokens=20), frozenset({EOS}))
+    second = prompt_seq("b", [5, 6, 7, 8, 9], max_tokens=20)
     sched.add(second)
     out = sched.schedule()
     # The decode's token and the whole prompt come first; the 2 tokens left go to drafts.
