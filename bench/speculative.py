@@ -55,7 +55,7 @@ TOPICS = ["a dragon who learns to bake", "a lost robot", "a lighthouse in a stor
 class RunResult:
     workload: str
     streams: int
-    speculation: bool
+    num_spec: int  # num_speculative_tokens; 0 is off
     output_tokens: int
     seconds: float
     decode_tok_per_s: float
@@ -122,7 +122,7 @@ def bench(loaded: LoadedModel, workload: str, messages: list[list[dict]], stream
     prompts = [encode_chat(loaded.tokenizer, m) for m in messages]
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens)
     results, outputs = [], []
-    for k in (0, args.num_spec):
+    for k in (0, *args.num_spec):
         config = EngineConfig(num_threads=args.threads, num_speculative_tokens=k)
         engine = LLMEngine(config=config, loaded=loaded)
         run(engine, prompts[:1], 1, SamplingParams(temperature=0, max_tokens=4))  # warm up
@@ -130,26 +130,26 @@ def bench(loaded: LoadedModel, workload: str, messages: list[list[dict]], stream
         token_ids, seconds, decode = run(engine, prompts, streams, params)
         stats = engine.stats()
         outputs.append(token_ids)
-        results.append(RunResult(workload, streams, k > 0, sum(map(len, token_ids)), seconds,
+        results.append(RunResult(workload, streams, k, sum(map(len, token_ids)), seconds,
                                  decode, stats.spec_draft_tokens - base.spec_draft_tokens,
                                  stats.spec_accepted_tokens - base.spec_accepted_tokens))
-    if outputs[0] != outputs[1]:
+    if any(out != outputs[0] for out in outputs):
         raise SystemExit(f"{workload}, {streams} streams: greedy output differs with speculation")
     return results
 
 
 def print_table(results: list[RunResult]) -> None:
-    print("| workload | streams | speculation | output tokens | seconds | output tok/s "
+    print("| workload | streams | drafts (k) | output tokens | seconds | output tok/s "
           "| decode tok/s | speedup | acceptance |")
     print("|---|---|---|---|---|---|---|---|---|")
     off = {}
     for r in results:
-        if not r.speculation:
+        if not r.num_spec:
             off[(r.workload, r.streams)] = r
-        base = off.get((r.workload, r.streams))
-        speedup = f"{r.decode_tok_per_s / base.decode_tok_per_s:.2f}x" if r.speculation else ""
+        base = off[(r.workload, r.streams)]
+        speedup = f"{r.decode_tok_per_s / base.decode_tok_per_s:.2f}x" if r.num_spec else ""
         rate = f"{r.acceptance_rate:.0%}" if r.acceptance_rate is not None else ""
-        print(f"| {r.workload} | {r.streams} | {'on' if r.speculation else 'off'} "
+        print(f"| {r.workload} | {r.streams} | {r.num_spec or 'off'} "
               f"| {r.output_tokens} | {r.seconds:.1f} | {r.tok_per_s:.1f} "
               f"| {r.decode_tok_per_s:.1f} | {speedup} | {rate} |")
 
@@ -158,7 +158,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=8, help="requests per workload")
     parser.add_argument("--max-tokens", type=int, default=192)
-    parser.add_argument("--num-spec", type=int, default=4, help="num_speculative_tokens when on")
+    parser.add_argument("--num-spec", type=int, nargs="+", default=[2, 4],
+                        help="num_speculative_tokens values to compare with speculation off")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--skip", nargs="*", default=[], choices=["grounded", "open"])
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     loaded = load_model(None, torch.float32)
     print(f"{platform.processor() or platform.machine()}, torch {torch.__version__}, "
-          f"{args.threads} threads, fp32, max_tokens {args.max_tokens}, k={args.num_spec}")
+          f"{args.threads} threads, fp32, max_tokens {args.max_tokens}")
     workloads = {"grounded": grounded_messages, "open": open_messages}
     results = []
     for name, make in workloads.items():

@@ -93,6 +93,8 @@ def _add_common_options(parser: argparse.ArgumentParser, *, temperature: float, 
                         help="memory for the KV cache (default: 1024)")
     engine.add_argument("--max-num-seqs", type=_positive_int, metavar="N",
                         help="the most requests computed together (default: 64)")
+    engine.add_argument("--speculative-tokens", type=int, metavar="K",
+                        help="draft K tokens per step by prompt lookup (default: 0, off)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log progress (model conversion, loading)")
 
@@ -117,6 +119,8 @@ def engine_options(args: argparse.Namespace) -> dict[str, int]:
         options["kv_cache_memory"] = args.kv_cache_mb << 20
     if args.max_num_seqs is not None:
         options["max_num_seqs"] = args.max_num_seqs
+    if args.speculative_tokens is not None:
+        options["num_speculative_tokens"] = args.speculative_tokens
     return options
 
 

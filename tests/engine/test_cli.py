@@ -69,3 +69,10 @@ def test_negative_temperature_is_rejected_by_name():
     assert result.returncode == 2
     assert "temperature" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_speculative_tokens_option_reaches_the_engine_config():
+    from engine.cli import build_parser, engine_options
+
+    args = build_parser().parse_args(["generate", "hi", "--speculative-tokens", "4"])
+    assert engine_options(args) == {"num_speculative_tokens": 4}
