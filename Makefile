@@ -6,7 +6,11 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: run test chat bench install clean
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' app/__init__.py)
+PYINSTALLER_SPEC ?= pyinstaller==6.22.3
+DIST_TOOLS := $(VENV)/.dist-tools
+
+.PHONY: run test chat bench install clean dist dist-test
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -32,5 +36,19 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/throughput.py
 
+$(DIST_TOOLS): $(STAMP)
+	$(PY) -m pip install "$(PYINSTALLER_SPEC)"
+	touch $(DIST_TOOLS)
+
+# One folder (dist/pagoda) with Python, Qt, torch, the app and the default model; on Linux also
+# the .deb and the .tar.gz. See packaging/pagoda.spec for Windows and macOS.
+dist: $(DIST_TOOLS)
+	$(PY) -m PyInstaller packaging/pagoda.spec --noconfirm --distpath dist --workpath build/pyinstaller
+	packaging/linux_packages.sh dist/pagoda $(VERSION) dist
+
+# Installs the .deb into a scratch root and runs the installed `pagoda --selftest`.
+dist-test: dist
+	packaging/dist_test.sh dist/pagoda_$(VERSION)_*.deb dist/pagoda-$(VERSION)-linux-*.tar.gz $(VERSION)
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
