@@ -119,23 +119,30 @@ def run(engine: LLMEngine, prompts: list[list[int]], streams: int,
 
 def bench(loaded: LoadedModel, workload: str, messages: list[list[dict]], streams: int,
           args: argparse.Namespace) -> list[RunResult]:
+    """Each setting `args.rounds` times, interleaved so that a noisy neighbour hurts all settings
+    alike; each setting keeps its fastest round."""
     prompts = [encode_chat(loaded.tokenizer, m) for m in messages]
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens)
-    results, outputs = [], []
-    for k in (0, *args.num_spec):
-        config = EngineConfig(num_threads=args.threads, num_speculative_tokens=k)
-        engine = LLMEngine(config=config, loaded=loaded)
-        run(engine, prompts[:1], 1, SamplingParams(temperature=0, max_tokens=4))  # warm up
-        base = engine.stats()
-        token_ids, seconds, decode = run(engine, prompts, streams, params)
-        stats = engine.stats()
-        outputs.append(token_ids)
-        results.append(RunResult(workload, streams, k, sum(map(len, token_ids)), seconds,
-                                 decode, stats.spec_draft_tokens - base.spec_draft_tokens,
-                                 stats.spec_accepted_tokens - base.spec_accepted_tokens))
+    settings = (0, *args.num_spec)
+    engines = [LLMEngine(config=EngineConfig(num_threads=args.threads, num_speculative_tokens=k),
+                         loaded=loaded) for k in settings]
+    best: dict[int, RunResult] = {}
+    outputs = []
+    for _ in range(args.rounds):
+        for k, engine in zip(settings, engines, strict=True):
+            run(engine, prompts[:1], 1, SamplingParams(temperature=0, max_tokens=4))  # warm up
+            base = engine.stats()
+            token_ids, seconds, decode = run(engine, prompts, streams, params)
+            stats = engine.stats()
+            outputs.append(token_ids)
+            result = RunResult(workload, streams, k, sum(map(len, token_ids)), seconds, decode,
+                               stats.spec_draft_tokens - base.spec_draft_tokens,
+                               stats.spec_accepted_tokens - base.spec_accepted_tokens)
+            if k not in best or result.decode_tok_per_s > best[k].decode_tok_per_s:
+                best[k] = result
     if any(out != outputs[0] for out in outputs):
         raise SystemExit(f"{workload}, {streams} streams: greedy output differs with speculation")
-    return results
+    return [best[k] for k in settings]
 
 
 def print_table(results: list[RunResult]) -> None:
@@ -161,13 +168,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-spec", type=int, nargs="+", default=[2, 4],
                         help="num_speculative_tokens values to compare with speculation off")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run each setting this many times, interleaved; keep the fastest")
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--skip", nargs="*", default=[], choices=["grounded", "open"])
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     loaded = load_model(None, torch.float32)
     print(f"{platform.processor() or platform.machine()}, torch {torch.__version__}, "
-          f"{args.threads} threads, fp32, max_tokens {args.max_tokens}")
+          f"{args.threads} threads, fp32, max_tokens {args.max_tokens}, best of {args.rounds}")
     workloads = {"grounded": grounded_messages, "open": open_messages}
     results = []
     for name, make in workloads.items():

@@ -165,11 +165,14 @@ class LLMEngine:
         """The new text and the new tokens that count, fed one token at a time as without
         speculation: a stop string completed inside a run of kept drafts ends the output at the
         token that completed it, and the tokens after it are dropped."""
+        if len(new_tokens) <= 1:
+            update = detok.update(new_tokens, finished=seq.is_finished)
+            if update.stop_string is not None:
+                self.scheduler.finish(seq, "stop")
+            return update.delta_text, new_tokens
         deltas = []
-        for n, token in enumerate(new_tokens or [None], 1):
-            last = n >= len(new_tokens)
-            update = detok.update([] if token is None else [token],
-                                  finished=seq.is_finished and last)
+        for n, token in enumerate(new_tokens, 1):
+            update = detok.update([token], finished=seq.is_finished and n == len(new_tokens))
             deltas.append(update.delta_text)
             if update.stop_string is not None:
                 self._stop_at_string(seq, seq.num_output_tokens - len(new_tokens) + n)
