@@ -240,12 +240,16 @@ class ModelRunner:
 
     def _peak_activation_bytes(self) -> int:
         """A bound on one step's live tensors: the widest layer intermediates for the token
-        budget, and the fp32 logits and sampler copies for every sequence."""
+        budget, and the fp32 logits and sampler copies for every sequence (for each of its
+        positions when it speculates)."""
         s = self.model.shape
         layer = self.model.layers[0]
         elem = torch.empty((), dtype=self.dtype).element_size()
         width = (4 * s.hidden_size + layer.qkv_weight.shape[0] + 2 * layer.gate_up_weight.shape[0])
-        logits = self.config.max_num_seqs * s.vocab_size * (elem + 3 * 4)
+        c = self.config
+        rows = min(c.max_num_seqs * (1 + c.num_speculative_tokens),
+                   max(c.max_num_seqs, c.max_num_batched_tokens))
+        logits = rows * s.vocab_size * (elem + 3 * 4)
         return 2 * self.config.max_num_batched_tokens * width * elem + logits
 
     def _uses_cuda_graphs(self) -> bool:
