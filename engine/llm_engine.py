@@ -62,7 +62,7 @@ class LLMEngine:
                                        self.config.enable_prefix_caching)
         self.scheduler = Scheduler(
             SchedulerConfig(self.config.max_num_seqs, self.config.max_num_batched_tokens,
-                            self.max_model_len),
+                            self.max_model_len, self.config.speculative_disable_by_batch_size),
             self.kv_cache, _proposer(self.config))
         self.eos_token_ids = _eos_token_ids(self.loaded)
         self._requests: dict[str, tuple[Sequence, IncrementalDetokenizer]] = {}

@@ -143,6 +143,9 @@ class Scheduler:
     def _add_drafts(self, out: SchedulerOutput, budget: int) -> None:
         """Speculate with what the step leaves over: the token budget no decode or prompt chunk
         wanted and blocks that are free, so speculation never delays or preempts anyone."""
+        max_batch = self.config.speculative_disable_by_batch_size
+        if max_batch is not None and len(self.running) > max_batch:
+            return
         for item in out.scheduled:
             if budget <= 0:
                 return

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.config import EngineConfig
+from engine.config import CPU_SPECULATIVE_MAX_BATCH_SIZE, EngineConfig
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
 from engine.spec_decode.ngram_proposer import (
@@ -120,3 +120,9 @@ def test_counts_feed_the_request_metrics_and_the_overall_rate():
 def test_bad_speculation_settings_name_the_field(config):
     with pytest.raises(ValueError, match=next(iter(config))):
         EngineConfig(**config)
+
+
+def test_cpu_speculates_only_in_small_batches_and_cuda_always():
+    assert EngineConfig().speculative_disable_by_batch_size == CPU_SPECULATIVE_MAX_BATCH_SIZE
+    assert EngineConfig(device="cuda").speculative_disable_by_batch_size is None
+    assert EngineConfig(speculative_disable_by_batch_size=16).speculative_disable_by_batch_size == 16

@@ -177,3 +177,18 @@ def test_drafts_take_only_the_budget_decodes_and_prompts_leave_over():
     # The decode's token and the whole prompt come first; the 2 tokens left go to drafts.
     assert [(s.seq, s.num_new_tokens) for s in out.scheduled] == [(first, 3), (second, 5)]
     assert out.scheduled[0].spec_token_ids == [3, 1]
+
+
+def test_no_drafts_while_more_sequences_run_than_the_batch_size_limit():
+    kv = KVCacheManager(32, BLOCK_SIZE, enable_prefix_caching=False)
+    config = SchedulerConfig(4, 64, max_model_len=64, speculative_disable_by_batch_size=1)
+    sched = Scheduler(config, kv, NgramProposer(4, 1, 3))
+    first = prompt_seq("a", [1, 2, 3, 1, 2, 3, 1], max_tokens=20)
+    sched.add(first)
+    sched.update_from_output(sched.schedule(), [[2]])
+    out = sched.schedule()
+    assert out.scheduled[0].spec_token_ids == [3, 1, 2, 3]
+    sched.update_from_output(out, [[3, 1, 2, 3, 1]])
+    sched.add(prompt_seq("b", [1, 2, 3, 1, 2, 3, 1], max_tokens=20))
+    sched.update_from_output(sched.schedule(), [[2], [2]])
+    assert [s.spec_token_ids for s in sched.schedule().scheduled] == [[], []]
