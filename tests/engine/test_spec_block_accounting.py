@@ -192,3 +192,15 @@ def test_no_drafts_while_more_sequences_run_than_the_batch_size_limit():
     sched.add(prompt_seq("b", [1, 2, 3, 1, 2, 3, 1], max_tokens=20))
     sched.update_from_output(sched.schedule(), [[2], [2]])
     assert [s.spec_token_ids for s in sched.schedule().scheduled] == [[], []]
+
+
+def test_drafts_never_reach_past_the_context_length():
+    sched = Scheduler(SchedulerConfig(4, 32, max_model_len=12),
+                      KVCacheManager(16, BLOCK_SIZE), NgramProposer(4, 1, 3))
+    seq = prompt_seq("a", [1, 2, 3, 1, 2, 3, 1, 2, 3], max_tokens=20)
+    sched.add(seq)
+    sched.update_from_output(sched.schedule(), [[1]])
+    out = sched.schedule()
+    assert out.scheduled[0].spec_token_ids == [2]  # 10 tokens, room for 2 more: a draft + bonus
+    sched.update_from_output(out, [[2, 3]])
+    assert seq.num_tokens == 12 and seq.finish_reason == "length"
