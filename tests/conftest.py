@@ -1,6 +1,15 @@
 """Shared fixtures: the default model is loaded once per test session."""
 
-import pytest
+import os
+
+import torch
+
+# Triton decides whether to interpret when it is first imported, and transformers or torch may
+# import it while other test modules are collected: without a GPU, say so before anything runs.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
 
 from engine.loader import LoadedModel, load_model
 
