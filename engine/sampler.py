@@ -357,15 +357,16 @@ def _log_exponential_noise(logits: torch.Tensor, sampling: RandomSampling) -> to
     q = -log(u) with u ~ U[0, 1): on CPU uniform_ is several times faster than exponential_.
     u = 0 gives q = inf, which only removes that token from the race.
     """
-    return uniform_like(logits, sampling).log_().neg_().log_()
+    return uniform_like(logits, sampling.generators, sampling.any_unseeded).log_().neg_().log_()
 
 
-def uniform_like(x: torch.Tensor, sampling: RandomSampling) -> torch.Tensor:
+def uniform_like(x: torch.Tensor, generators: list[torch.Generator | None],
+                 any_unseeded: bool = True) -> torch.Tensor:
     """U[0, 1) in x's shape [rows, n]; seeded rows draw theirs from their own generator."""
     noise = torch.empty_like(x)
-    if sampling.any_unseeded:
+    if any_unseeded:
         noise.uniform_()
-    for row, generator in enumerate(sampling.generators):
+    for row, generator in enumerate(generators):
         if generator is None:
             continue
         if generator.device == noise.device:

@@ -67,10 +67,13 @@ def _verify_random(logits: torch.Tensor, draft_ids: torch.Tensor,
     p_draft = torch.softmax(filtered, dim=-1).gather(1, safe_ids).squeeze(1)
     rows = has_draft.nonzero().squeeze(1)
     filtered[rows, draft_ids[rows]] = _NEG_INF
-    # Rows without a draft keep all of p: their draw is the bonus token.
+    # Rows without a draft keep all of p: their draw is the bonus token, from the same random
+    # numbers `Sampler` would use, so a seeded request that does not speculate draws as usual.
     fallback = draw(filtered, sampling)
-    u = uniform_like(p_draft.unsqueeze(1), sampling).squeeze(1)
-    return fallback, has_draft & (u < p_draft)
+    u = torch.ones_like(p_draft)
+    generators = [sampling.generators[r] for r in rows.tolist()]
+    u[rows] = uniform_like(p_draft[rows].unsqueeze(1), generators).squeeze(1)
+    return fallback, u < p_draft
 
 
 def _accepted_runs(drafts: list[list[int]], targets: list[int],

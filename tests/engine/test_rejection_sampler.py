@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.sampler import SamplingMetadata, SamplingRow
+from engine.sampler import Sampler, SamplingMetadata, SamplingRow
 from engine.sampling_params import SamplingParams
 from engine.spec_decode.rejection_sampler import RejectionSampler
 
@@ -106,3 +106,16 @@ def test_a_seed_gives_the_same_verification_every_time():
     params = SamplingParams(temperature=1.0, seed=7)
     results = {str(verify(logits, rows_for(params, 5, seed=7), [[1, 2, 3, 4]])) for _ in range(5)}
     assert len(results) == 1
+
+
+def test_a_seeded_row_without_drafts_draws_what_the_sampler_draws():
+    logits = torch.randn(4, VOCAB, generator=torch.Generator().manual_seed(1))
+    params = SamplingParams(temperature=0.9, seed=5)
+    alone_row = rows_for(params, 1, seed=5)
+    alone = Sampler()(logits[3:].clone(), SamplingMetadata.build(alone_row, VOCAB, CPU))
+    # Next to a sequence verifying two drafts, the same seeded row gets the same token and
+    # leaves its generator where the sampler leaves it, so its later tokens match too.
+    beside_row = rows_for(params, 1, seed=5)
+    rows = rows_for(SamplingParams(temperature=1.0), 3) + beside_row
+    assert verify(logits, rows, [[1, 2], []])[1] == alone.tolist()
+    assert torch.equal(beside_row[0].generator.get_state(), alone_row[0].generator.get_state())
