@@ -3,13 +3,15 @@
 #   pagoda_<version>_<arch>.deb          installs to /opt/pagoda, /usr/bin/pagoda, menu entry, icon
 #   pagoda-<version>-linux-<machine>.tar.gz   the folder itself: unpack anywhere, run pagoda/pagoda
 # Usage: packaging/linux_packages.sh BUNDLE_DIR VERSION OUT_DIR   (make dist calls it)
-# DEB_COMPRESSION (default xz) is passed to dpkg-deb -Z; gzip builds faster and is larger.
+# DEB_COMPRESSION (default zstd) is passed to dpkg-deb -Z: xz makes a 17% smaller .deb (297 MiB
+# against 358) but took 11 minutes here instead of 7 s; every dpkg on a system this bundle runs on
+# (glibc >= 2.36) reads zstd.
 set -euo pipefail
 
 bundle=${1:?the PyInstaller folder, e.g. dist/pagoda}
 version=${2:?the version, e.g. 0.1.0}
 out=${3:?the output folder, e.g. dist}
-compression=${DEB_COMPRESSION:-xz}
+compression=${DEB_COMPRESSION:-zstd}
 root=$(cd "$(dirname "$0")/.." && pwd)
 arch=$(dpkg --print-architecture)
 machine=$(uname -m)
