@@ -27,8 +27,8 @@ from engine.chat_template import encode_chat
 from engine.loader import LoadedModel, load_model
 
 ROOT = Path(__file__).resolve().parent.parent
-CODE_FILES = ["engine/block_pool.py", "engine/detokenizer.py", "engine/sampling_params.py"]
-CODE_CHANGES = [("hash_block_tokens", "block_digest"), ("_release", "_flush"),
+CODE_FILES = ["engine/block_pool.py", "engine/kv_cache_manager.py", "engine/sampling_params.py"]
+CODE_CHANGES = [("hash_block_tokens", "block_digest"), ("KVCacheStats", "CacheStats"),
                 ("_check", "_require")]
 PASSAGES = [
     ("The lighthouse keeper climbed the spiral stairs every evening to light the lamp. Ships "

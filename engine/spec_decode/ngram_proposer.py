@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from engine.sequence import Sequence
 
 # A sequence whose drafts are rarely accepted pauses, so open-ended text pays for few failed
-# verifications. The rate is judged over windows of at least this many drafted tokens...
+# verifications; only a match of the longest n-gram, strong evidence that the text is being
+# copied again, drafts during a pause. The rate is judged over windows of at least this many
+# drafted tokens...
 ADAPTIVE_WINDOW_DRAFTS = 8
 # ...and a window accepting less than this fraction starts a pause...
 ADAPTIVE_MIN_ACCEPTANCE = 0.3
@@ -57,15 +59,16 @@ class NgramProposer:
         state = self._states.get(seq)
         if state is None:
             state = self._states[seq] = _SequenceState()
+        shortest = self.ngram_min
         if state.pause_steps > 0:
             state.pause_steps -= 1
-            return []
+            shortest = self.ngram_max
         limit = min(max_drafts, self.num_speculative_tokens)
         if limit <= 0:
             return []
         tokens = seq.all_token_ids
         self._index(state, tokens)
-        follower = self._latest_match(state, tokens)
+        follower = self._latest_match(state, tokens, shortest)
         if follower is None:
             return []
         return _continuation(tokens, follower, limit)
@@ -100,9 +103,11 @@ class NgramProposer:
                 index[tuple(tokens[follower - n:follower])] = follower
         state.num_indexed = len(tokens)
 
-    def _latest_match(self, state: _SequenceState, tokens: list[int]) -> int | None:
-        """Where the token after the latest earlier occurrence of the longest matching tail is."""
-        for n in range(min(self.ngram_max, len(tokens) - 1), self.ngram_min - 1, -1):
+    def _latest_match(self, state: _SequenceState, tokens: list[int],
+                      shortest: int) -> int | None:
+        """Where the token after the latest earlier occurrence of the longest matching tail (of
+        at least `shortest` tokens) is."""
+        for n in range(min(self.ngram_max, len(tokens) - 1), shortest - 1, -1):
             follower = state.index.get(tuple(tokens[-n:]))
             if follower is not None:
                 return follower

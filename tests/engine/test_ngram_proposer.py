@@ -87,7 +87,7 @@ def test_incremental_index_matches_a_brute_force_search(prompt, appended, ngram_
 
 def test_low_acceptance_pauses_drafting_longer_each_time_and_a_good_window_resets_it():
     proposer = NgramProposer(4, 1, 4)
-    s = seq([1, 2, 3, 1, 2, 3, 1, 2])
+    s = seq([1, 2, 3, 4, 5, 6, 7, 1])  # only a 1-gram matches
     pauses = []
     for _ in range(3):
         while proposer.propose(s, 4):
@@ -101,6 +101,16 @@ def test_low_acceptance_pauses_drafting_longer_each_time_and_a_good_window_reset
     proposer.record(s, ADAPTIVE_WINDOW_DRAFTS, 0)
     assert sum(1 for _ in range(ADAPTIVE_MAX_PAUSE_STEPS) if not proposer.propose(s, 4)) == (
         ADAPTIVE_PAUSE_STEPS)
+
+
+def test_a_match_of_the_longest_ngram_drafts_even_during_a_pause():
+    proposer = NgramProposer(2, 1, 3)
+    s = seq([1, 2, 3, 9, 1, 2])
+    proposer.propose(s, 2)
+    proposer.record(s, ADAPTIVE_WINDOW_DRAFTS, 0)
+    assert proposer.propose(s, 2) == []  # paused: "1 2" is only a 2-gram match
+    s.append_token(3)
+    assert proposer.propose(s, 2) == [9, 1]  # "1 2 3" matches in full
 
 
 def test_counts_feed_the_request_metrics_and_the_overall_rate():
