@@ -8,7 +8,9 @@ from dataclasses import dataclass
 import torch
 
 # Measured on a 2-core CPU: drafts paid off 2x and more for one stream and not at all for 8.
-CPU_SPECULATIVE_MAX_BATCH_SIZE = 4
+# Measured on 2 cores (docs/BENCHMARKS.md): drafts pay off for one stream; with two or more
+# running, a step is already several rows and open-ended text ran 7-17% slower.
+CPU_SPECULATIVE_MAX_BATCH_SIZE = 1
 
 
 @dataclass(slots=True, frozen=True)
@@ -35,8 +37,8 @@ class EngineConfig:
     and verified in the same step (0 turns speculation off).
     ngram_max, ngram_min: the longest and shortest suffix (in tokens) looked up in the context.
     speculative_disable_by_batch_size: steps with more running sequences than this do not
-    speculate; None picks 4 on CPU, where a batch of a few decodes is no longer bound by reading
-    the weights so drafts stop being nearly free, and no limit on CUDA.
+    speculate; None picks 1 on CPU, where a step of two or more decodes is no longer bound by
+    reading the weights so drafts stop being nearly free, and no limit on CUDA.
     """
 
     block_size: int = 16
