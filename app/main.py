@@ -48,7 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
     window = build_window(app, args)
-    signal.signal(signal.SIGINT, lambda *_: window.close())
+    # Ctrl+C in a terminal or a logout's SIGTERM: close like the window's close button, which
+    # keeps every partial reply.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: window.close())
     with loop:
         loop.run_until_complete(_run(window, args))
     return 0
