@@ -123,11 +123,7 @@ class ChatController(QObject):
         """Show the conversation as stored: its current branch and its settings."""
         await self._reload()
         c = self.conversation
-        s = c.sampling
-        self.view.set_settings(SamplingView(
-            system_prompt=c.system_prompt or "", temperature=s.temperature, top_p=s.top_p,
-            top_k=s.top_k, min_p=s.min_p, repetition_penalty=s.repetition_penalty,
-            max_tokens=s.max_tokens, seed=s.seed))
+        self.view.set_settings(SamplingView.of(c.system_prompt, c.sampling))
         await self.refresh_context_meter()
 
     async def _reload(self, *, streaming: int | None = None, ending: int | None = None) -> None:
@@ -158,11 +154,8 @@ class ChatController(QObject):
         self._views = views
 
     async def save_settings(self, s: SamplingView) -> None:
-        sampling = type(self.conversation.sampling)(
-            temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p,
-            repetition_penalty=s.repetition_penalty, max_tokens=s.max_tokens, seed=s.seed)
         await self.db.update_settings(self.conversation_id, system_prompt=s.system_prompt or None,
-                                      sampling=sampling)
+                                      sampling=s.sampling())
         self.conversation = await self.db.get_conversation(self.conversation_id)
         await self.refresh_context_meter()
 

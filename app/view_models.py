@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from typing import Literal
+
+from app.store import SamplingSettings
+
+_DEFAULT_SAMPLING = SamplingSettings()
 
 Role = Literal["system", "user", "assistant"]
 MessageStatus = Literal["complete", "streaming", "interrupted", "error"]
@@ -27,16 +31,24 @@ class MessageView:
 
 @dataclass(slots=True, frozen=True)
 class SamplingView:
-    """The per-conversation settings the side panel edits."""
+    """The per-conversation settings the side panel edits: the system prompt and the stored
+    SamplingSettings, flattened for the widgets (defaults are the store's)."""
 
     system_prompt: str = ""
-    temperature: float = 0.7
-    top_p: float = 0.9
-    top_k: int = 0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.1
-    max_tokens: int = 1024
-    seed: int | None = None
+    temperature: float = _DEFAULT_SAMPLING.temperature
+    top_p: float = _DEFAULT_SAMPLING.top_p
+    top_k: int = _DEFAULT_SAMPLING.top_k
+    min_p: float = _DEFAULT_SAMPLING.min_p
+    repetition_penalty: float = _DEFAULT_SAMPLING.repetition_penalty
+    max_tokens: int = _DEFAULT_SAMPLING.max_tokens
+    seed: int | None = _DEFAULT_SAMPLING.seed
+
+    @classmethod
+    def of(cls, system_prompt: str | None, sampling: SamplingSettings) -> SamplingView:
+        return cls(system_prompt=system_prompt or "", **asdict(sampling))
+
+    def sampling(self) -> SamplingSettings:
+        return SamplingSettings(**{f.name: getattr(self, f.name) for f in fields(SamplingSettings)})
 
 
 @dataclass(slots=True, frozen=True)

@@ -164,3 +164,12 @@ def test_every_knob_has_a_label_with_a_one_line_tooltip(qtbot):
     for label in labels:
         assert label.toolTip()
         assert "\n" not in label.toolTip()
+
+
+def test_view_defaults_and_round_trip_follow_the_stores_sampling_settings():
+    from app.store import SamplingSettings
+
+    assert SamplingView().sampling() == SamplingSettings()
+    stored = SamplingSettings(temperature=0.2, top_k=40, max_tokens=77, seed=3)
+    view = SamplingView.of("Be brief.", stored)
+    assert view.system_prompt == "Be brief." and view.sampling() == stored
