@@ -1,0 +1,1 @@
+"""Quantized weights: canonical layouts (`tensors`) and how each layer stores and applies them."""

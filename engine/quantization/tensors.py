@@ -1,0 +1,150 @@
+"""Quantized weights in the engine's own layouts, independent of device and kernel.
+
+Loaders produce these (from GGUF blocks, or by quantizing float weights on load); a linear
+method turns one into whatever its kernel wants (`engine.quantization.methods`).
+
+- `Int4Weight`: 4-bit values in groups along the input dimension, one scale and one min per
+  group: w[n, k] = q[n, k] * scales[n, k // g] + mins[n, k // g], q in 0..15. GGUF's Q4_0, Q4_1
+  and Q4_K all map onto it exactly with g = 32.
+- `Int8Weight`: 8-bit values, one scale per output channel: w[n, k] = q[n, k] * scales[n].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+INT4_GROUP_SIZE = 32
+
+
+@dataclass(slots=True)
+class Int4Weight:
+    """packed: uint8 [N, K // 2], element k = 2j in the low nibble of byte j, k = 2j + 1 in the
+    high nibble. scales, mins: float32 [N, K // group_size]."""
+
+    packed: torch.Tensor
+    scales: torch.Tensor
+    mins: torch.Tensor
+    group_size: int = INT4_GROUP_SIZE
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.packed.shape[0], self.packed.shape[1] * 2
+
+    @property
+    def nbytes(self) -> int:
+        return _nbytes(self.packed, self.scales, self.mins)
+
+
+@dataclass(slots=True)
+class Int8Weight:
+    """q: int8 [N, K]; scales: float32 [N]."""
+
+    q: torch.Tensor
+    scales: torch.Tensor
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.q.shape[0], self.q.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        return _nbytes(self.q, self.scales)
+
+
+QuantizedWeight = Int4Weight | Int8Weight
+Weight = torch.Tensor | Int4Weight | Int8Weight
+
+
+def weight_nbytes(weight: Weight) -> int:
+    if isinstance(weight, torch.Tensor):
+        return weight.numel() * weight.element_size()
+    return weight.nbytes
+
+
+def weight_shape(weight: Weight) -> tuple[int, ...]:
+    return tuple(weight.shape)
+
+
+def pack_int4(q: torch.Tensor) -> torch.Tensor:
+    """uint8 values 0..15 [N, K] -> the packed [N, K // 2] layout."""
+    q = q.to(torch.uint8)
+    return q[:, 0::2] | (q[:, 1::2] << 4)
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """The packed [N, K // 2] layout -> uint8 values 0..15 [N, K]."""
+    return torch.stack((packed & 15, packed >> 4), dim=-1).view(packed.shape[0], -1)
+
+
+def dequantize(weight: Weight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    if isinstance(weight, torch.Tensor):
+        return weight.to(dtype)
+    if isinstance(weight, Int8Weight):
+        return (weight.q.float() * weight.scales.float().unsqueeze(1)).to(dtype)
+    n, k = weight.shape
+    groups = k // weight.group_size
+    q = unpack_int4(weight.packed).view(n, groups, weight.group_size).float()
+    w = torch.addcmul(weight.mins.float().unsqueeze(-1), q, weight.scales.float().unsqueeze(-1))
+    return w.view(n, k).to(dtype)
+
+
+def dequantize_rows(weight: Weight, rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Only the gathered rows, dequantized: an embedding lookup on a quantized table."""
+    if isinstance(weight, torch.Tensor):
+        return torch.nn.functional.embedding(rows, weight).to(dtype)
+    return dequantize(select_rows(weight, rows.reshape(-1)), dtype).view(*rows.shape, -1)
+
+
+def select_rows(weight: Weight, index: torch.Tensor) -> Weight:
+    """The output channels (rows) at index, in that order; exact for every layout."""
+    if isinstance(weight, torch.Tensor):
+        return weight.index_select(0, index)
+    if isinstance(weight, Int8Weight):
+        return Int8Weight(weight.q.index_select(0, index), weight.scales.index_select(0, index))
+    return Int4Weight(weight.packed.index_select(0, index), weight.scales.index_select(0, index),
+                      weight.mins.index_select(0, index), weight.group_size)
+
+
+def quantize_int8(w: torch.Tensor) -> Int8Weight:
+    """Symmetric, per output channel: scale = max |w| / 127 over the row."""
+    w = w.float()
+    scales = w.abs().amax(dim=1).clamp_min(1e-12) / 127
+    q = torch.round(w / scales.unsqueeze(1)).clamp_(-127, 127).to(torch.int8)
+    return Int8Weight(q, scales)
+
+
+def quantize_int4(w: torch.Tensor, group_size: int = INT4_GROUP_SIZE) -> Int4Weight:
+    """Asymmetric min/max per group of group_size inputs (Q4_1's scheme)."""
+    n, k = w.shape
+    if k % group_size:
+        raise ValueError(f"int4 needs the input dimension ({k}) to be a multiple of {group_size}")
+    groups = w.float().view(n, k // group_size, group_size)
+    lo = groups.amin(dim=-1)
+    hi = groups.amax(dim=-1)
+    scales = ((hi - lo) / 15).clamp_min(1e-12)
+    q = torch.round((groups - lo.unsqueeze(-1)) / scales.unsqueeze(-1)).clamp_(0, 15)
+    return Int4Weight(pack_int4(q.view(n, k).to(torch.uint8)), scales, lo, group_size)
+
+
+def concat(weights: list[Weight]) -> Weight:
+    """Weights that share an input, stacked along the output dimension (fused QKV, gate/up).
+
+    Parts of different layouts (a Q4_K_M file keeps some v projections in Q6_K) are brought to
+    the one that keeps them all: float stays float when every part is float, else int8.
+    """
+    kinds = {type(w) for w in weights}
+    if kinds == {torch.Tensor} or all(isinstance(w, torch.Tensor) for w in weights):
+        return torch.cat(weights)
+    if kinds == {Int8Weight}:
+        return Int8Weight(torch.cat([w.q for w in weights]), torch.cat([w.scales for w in weights]))
+    if kinds == {Int4Weight} and len({w.group_size for w in weights}) == 1:
+        return Int4Weight(torch.cat([w.packed for w in weights]),
+                          torch.cat([w.scales for w in weights]),
+                          torch.cat([w.mins for w in weights]), weights[0].group_size)
+    return quantize_int8(torch.cat([dequantize(w) for w in weights]))
+
+
+def _nbytes(*tensors: torch.Tensor) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
