@@ -11,6 +11,9 @@ import torch
 # Measured on 2 cores (docs/BENCHMARKS.md): drafts pay off for one stream; with two or more
 # running, a step is already several rows and open-ended text ran 7-17% slower.
 CPU_SPECULATIVE_MAX_BATCH_SIZE = 1
+# "auto": a GGUF file keeps its own quantization, a Hugging Face folder loads as it is.
+# "none": every weight dequantized to the compute dtype (the parity reference).
+QUANTIZATIONS = ("auto", "none", "int8", "int4")
 
 
 @dataclass(slots=True, frozen=True)
@@ -39,6 +42,9 @@ class EngineConfig:
     speculative_disable_by_batch_size: steps with more running sequences than this do not
     speculate; None picks 1 on CPU, where a step of two or more decodes is no longer bound by
     reading the weights so drafts stop being nearly free, and no limit on CUDA.
+    quantization: how weights are kept in memory: "auto" (a GGUF file keeps its own
+    quantization, a Hugging Face folder loads as it is), "none" (everything dequantized to
+    dtype), "int8" (per output channel) or "int4" (groups of 32) quantized on load.
     """
 
     block_size: int = 16
@@ -58,6 +64,7 @@ class EngineConfig:
     ngram_max: int = 4
     ngram_min: int = 1
     speculative_disable_by_batch_size: int | None = None
+    quantization: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("block_size", "kv_cache_memory", "max_num_seqs", "max_num_batched_tokens"):
@@ -85,6 +92,9 @@ class EngineConfig:
         elif self.speculative_disable_by_batch_size < 1:
             raise ValueError("EngineConfig.speculative_disable_by_batch_size="
                              f"{self.speculative_disable_by_batch_size!r} must be >= 1 or None")
+        if self.quantization not in QUANTIZATIONS:
+            raise ValueError(f"EngineConfig.quantization={self.quantization!r} must be one of "
+                             f"{', '.join(QUANTIZATIONS)}")
         if self.dtype is None:
             self.dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
 
