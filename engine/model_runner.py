@@ -11,6 +11,7 @@ import torch
 from engine.config import EngineConfig
 from engine.loader import LoadedModel
 from engine.models.llama import LlamaForCausalLM
+from engine.quantization import cpu_paths
 from engine.sampler import Sampler, SamplingMetadata, SamplingRow
 from engine.scheduler import ScheduledSequence, SchedulerOutput
 from engine.sequence import Sequence
@@ -68,6 +69,8 @@ class ModelRunner:
         backend = None if config.kernel_backend == "auto" else config.kernel_backend
         ops = select_ops(self.device, backend)
         self.model = LlamaForCausalLM(loaded.config, loaded.weights, self.device, self.dtype, ops)
+        if self.device.type == "cpu":
+            self._calibrate_cpu_linears()
         # Chosen once: the Triton kernels read the flat varlen layout, the torch path groups.
         self._attention_metadata = (self._triton_metadata if ops.name == "triton"
                                     else self._grouped_metadata)
@@ -78,6 +81,16 @@ class ModelRunner:
         self.rejection_sampler = RejectionSampler()
         self.vocab_size = self.model.shape.vocab_size
         self.graphs = self._capture_graphs() if self._uses_cuda_graphs() else None
+
+    def _calibrate_cpu_linears(self) -> None:
+        """Each quantized format's layers learn, by timing one of them, when a step has rows
+        enough to dequantize and run one GEMM rather than the weight-only kernel."""
+        by_format: dict[type, list] = {}
+        for linear in self.model.linears():
+            if isinstance(linear.method, cpu_paths.CpuQuantizedMethod):
+                by_format.setdefault(type(linear.method), []).append(linear.method)
+        for methods in by_format.values():
+            cpu_paths.calibrate(methods, self.config.max_num_batched_tokens)
 
     def bytes_per_block(self) -> int:
         s = self.model.shape
@@ -245,7 +258,8 @@ class ModelRunner:
         s = self.model.shape
         layer = self.model.layers[0]
         elem = torch.empty((), dtype=self.dtype).element_size()
-        width = (4 * s.hidden_size + layer.qkv_weight.shape[0] + 2 * layer.gate_up_weight.shape[0])
+        width = (4 * s.hidden_size + layer.qkv_proj.out_features
+                 + 2 * layer.gate_up_proj.out_features)
         c = self.config
         rows = min(c.max_num_seqs * (1 + c.num_speculative_tokens),
                    max(c.max_num_seqs, c.max_num_batched_tokens))

@@ -1,15 +1,17 @@
-"""The Llama family (Llama 2/3, SmolLM, Qwen2 with QKV bias, Mistral) over a paged KV cache."""
+"""The Llama family (Llama 2/3, SmolLM, Qwen2 with QKV bias, Qwen3, Mistral) on a paged KV cache."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from transformers import PretrainedConfig
 
+from engine.errors import ModelLoadError
+from engine.layers.linear import Linear, make_embedding, make_linear
 from engine.loader import head_dim
 from engine.models.rotary import RotaryTables
+from engine.quantization.tensors import Weight, concat
 from kernels.attention_metadata import AttentionMetadata, TritonAttentionMetadata
 from kernels.ops import TORCH_OPS, KernelOps
 
@@ -17,15 +19,17 @@ from kernels.ops import TORCH_OPS, KernelOps
 @dataclass(slots=True)
 class LlamaLayer:
     input_norm: torch.Tensor
-    qkv_weight: torch.Tensor  # q, k and v projections fused into one matmul
-    qkv_bias: torch.Tensor | None
-    o_weight: torch.Tensor
-    o_bias: torch.Tensor | None
+    qkv_proj: Linear  # q, k and v projections fused into one matmul
+    o_proj: Linear
     post_attention_norm: torch.Tensor
-    gate_up_weight: torch.Tensor  # gate and up fused
-    gate_up_bias: torch.Tensor | None
-    down_weight: torch.Tensor
-    down_bias: torch.Tensor | None
+    gate_up_proj: Linear  # gate and up fused
+    down_proj: Linear
+    # Qwen3 RMS-normalises every query and key head (over head_dim) before RoPE.
+    q_norm: torch.Tensor | None = None
+    k_norm: torch.Tensor | None = None
+
+    def linears(self) -> list[Linear]:
+        return [self.qkv_proj, self.o_proj, self.gate_up_proj, self.down_proj]
 
 
 @dataclass(slots=True, frozen=True)
@@ -42,28 +46,27 @@ class LlamaShape:
 
     @classmethod
     def from_config(cls, config: PretrainedConfig) -> LlamaShape:
-        window = getattr(config, "sliding_window", None)
-        if not getattr(config, "use_sliding_window", True):
-            window = None
         return cls(config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
                    getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
-                   head_dim(config), config.vocab_size, config.rms_norm_eps, window,
+                   head_dim(config), config.vocab_size, config.rms_norm_eps,
+                   _sliding_window(config),
                    config.max_position_embeddings)
 
 
 class LlamaForCausalLM:
     """Plain tensors and functions: no nn.Module, since per-call overhead is per-step cost here."""
 
-    def __init__(self, config: PretrainedConfig, weights: dict[str, torch.Tensor],
+    def __init__(self, config: PretrainedConfig, weights: dict[str, Weight],
                  device: torch.device, dtype: torch.dtype, ops: KernelOps = TORCH_OPS) -> None:
         self.shape = LlamaShape.from_config(config)
         self.ops = ops
         s = self.shape
-        w = {k: v.to(device=device, dtype=dtype) for k, v in weights.items()}
-        self.embed_tokens = w["model.embed_tokens.weight"]
-        self.lm_head = w.get("lm_head.weight", self.embed_tokens)
-        self.norm = w["model.norm.weight"]
-        self.layers = [_load_layer(w, f"model.layers.{i}.") for i in range(s.num_layers)]
+        embed = weights["model.embed_tokens.weight"]
+        self.embed_tokens = make_embedding(embed, device, dtype)
+        self.lm_head = make_linear(weights.get("lm_head.weight", embed), None, device, dtype, ops)
+        self.norm = weights["model.norm.weight"].to(device=device, dtype=dtype)
+        self.layers = [_load_layer(weights, f"model.layers.{i}.", device, dtype, ops)
+                       for i in range(s.num_layers)]
         self.rotary = RotaryTables(config, s.head_dim, s.max_position_embeddings, dtype, device)
         self.scale = s.head_dim ** -0.5
 
@@ -74,7 +77,7 @@ class LlamaForCausalLM:
         """Flat tokens of a mixed batch -> logits [len(logits_indices), vocab]."""
         s, ops = self.shape, self.ops
         cos, sin = self.rotary.lookup(positions)
-        hidden = F.embedding(input_ids, self.embed_tokens)
+        hidden = self.embed_tokens(input_ids)
         residual = None
         for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
             if residual is None:
@@ -85,44 +88,88 @@ class LlamaForCausalLM:
             hidden = self._attention(layer, x, cos, sin, k_cache, v_cache, meta)
             x, residual = ops.add_rms_norm(hidden, residual, layer.post_attention_norm,
                                            s.rms_norm_eps)
-            gate_up = F.linear(x, layer.gate_up_weight, layer.gate_up_bias)
-            hidden = F.linear(ops.silu_and_mul(gate_up), layer.down_weight, layer.down_bias)
+            hidden = layer.down_proj(ops.silu_and_mul(layer.gate_up_proj(x)))
         # Only the rows that sample need the final norm and the (large) vocabulary projection.
         hidden = (hidden + residual)[logits_indices]
-        return F.linear(ops.rms_norm(hidden, self.norm, s.rms_norm_eps), self.lm_head)
+        return self.lm_head(ops.rms_norm(hidden, self.norm, s.rms_norm_eps))
+
+    def linears(self) -> list[Linear]:
+        return [linear for layer in self.layers for linear in layer.linears()] + [self.lm_head]
 
     def _attention(self, layer: LlamaLayer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                    k_cache: torch.Tensor, v_cache: torch.Tensor,
                    meta: AttentionMetadata | TritonAttentionMetadata) -> torch.Tensor:
         s, ops = self.shape, self.ops
         n = x.shape[0]
-        qkv = F.linear(x, layer.qkv_weight, layer.qkv_bias)
+        qkv = layer.qkv_proj(x)
         q_and_k = qkv[:, :(s.num_heads + s.num_kv_heads) * s.head_dim].view(n, -1, s.head_dim)
+        if layer.q_norm is not None:
+            q_and_k = self._norm_heads(layer, q_and_k)
         q_and_k = ops.rotary_embedding(q_and_k, cos, sin)
         q, k = q_and_k.split((s.num_heads, s.num_kv_heads), dim=1)
         v = qkv[:, (s.num_heads + s.num_kv_heads) * s.head_dim:].view(n, s.num_kv_heads, s.head_dim)
         attn = ops.paged_attention(q, k, v, k_cache, v_cache, meta, self.scale)
-        return F.linear(attn, layer.o_weight, layer.o_bias)
+        return layer.o_proj(attn)
+
+    def _norm_heads(self, layer: LlamaLayer, q_and_k: torch.Tensor) -> torch.Tensor:
+        """Qwen3's per-head RMSNorm of [tokens, heads + kv_heads, head_dim] queries and keys."""
+        s = self.shape
+        q, k = q_and_k.split((s.num_heads, s.num_kv_heads), dim=1)
+        # 2-D rows of head_dim: the shape every rms_norm backend takes.
+        q = self.ops.rms_norm(q.reshape(-1, s.head_dim), layer.q_norm, s.rms_norm_eps)
+        k = self.ops.rms_norm(k.reshape(-1, s.head_dim), layer.k_norm, s.rms_norm_eps)
+        n = q_and_k.shape[0]
+        return torch.cat((q.view(n, -1, s.head_dim), k.view(n, -1, s.head_dim)), dim=1)
 
 
-def _load_layer(w: dict[str, torch.Tensor], prefix: str) -> LlamaLayer:
+def _load_layer(w: dict[str, Weight], prefix: str, device: torch.device, dtype: torch.dtype,
+                ops: KernelOps) -> LlamaLayer:
     attn, mlp = prefix + "self_attn.", prefix + "mlp."
+
+    def linear(names: list[str]) -> Linear:
+        bias = _fused(w, [name.replace(".weight", ".bias") for name in names])
+        return make_linear(_fused(w, names), bias, device, dtype, ops)
+
     return LlamaLayer(
-        input_norm=w[prefix + "input_layernorm.weight"],
-        qkv_weight=_fused(w, [f"{attn}{p}_proj.weight" for p in "qkv"]),
-        qkv_bias=_fused(w, [f"{attn}{p}_proj.bias" for p in "qkv"]),
-        o_weight=w[attn + "o_proj.weight"],
-        o_bias=w.get(attn + "o_proj.bias"),
-        post_attention_norm=w[prefix + "post_attention_layernorm.weight"],
-        gate_up_weight=_fused(w, [mlp + "gate_proj.weight", mlp + "up_proj.weight"]),
-        gate_up_bias=_fused(w, [mlp + "gate_proj.bias", mlp + "up_proj.bias"]),
-        down_weight=w[mlp + "down_proj.weight"],
-        down_bias=w.get(mlp + "down_proj.bias"),
+        input_norm=w[prefix + "input_layernorm.weight"].to(device=device, dtype=dtype),
+        qkv_proj=linear([f"{attn}{p}_proj.weight" for p in "qkv"]),
+        o_proj=linear([attn + "o_proj.weight"]),
+        post_attention_norm=w[prefix + "post_attention_layernorm.weight"].to(device=device,
+                                                                             dtype=dtype),
+        gate_up_proj=linear([mlp + "gate_proj.weight", mlp + "up_proj.weight"]),
+        down_proj=linear([mlp + "down_proj.weight"]),
+        q_norm=_optional_norm(w, attn + "q_norm.weight", device, dtype),
+        k_norm=_optional_norm(w, attn + "k_norm.weight", device, dtype),
     )
 
 
-def _fused(w: dict[str, torch.Tensor], names: list[str]) -> torch.Tensor | None:
+def _optional_norm(w: dict[str, Weight], name: str, device: torch.device,
+                   dtype: torch.dtype) -> torch.Tensor | None:
+    return w[name].to(device=device, dtype=dtype) if name in w else None
+
+
+def _sliding_window(config: PretrainedConfig) -> int | None:
+    """The one attention window all layers share, or None.
+
+    Qwen2/3 configs name each layer's kind (`layer_types`, derived from `max_window_layers` when
+    absent): Hugging Face windows only the "sliding_attention" layers.
+    """
+    window = getattr(config, "sliding_window", None)
+    if not getattr(config, "use_sliding_window", True):
+        window = None
+    kinds = set(getattr(config, "layer_types", None) or [])
+    if window is None or not kinds or kinds == {"sliding_attention"}:
+        return window
+    if "sliding_attention" not in kinds:
+        return None
+    raise ModelLoadError(
+        f"This {config.model_type} model's config.json windows attention in some layers only "
+        f"(sliding_window {window}, layer_types {config.layer_types}), which Pagoda does not "
+        "run. Set use_sliding_window to false, or window every layer (max_window_layers 0).")
+
+
+def _fused(w: dict[str, Weight], names: list[str]) -> Weight | None:
     """Concatenate projections that share an input into one matmul (None if absent)."""
     if names[0] not in w:
         return None
-    return torch.cat([w[n] for n in names])
+    return concat([w[n] for n in names]) if len(names) > 1 else w[names[0]]

@@ -1,0 +1,1 @@
+"""Model building blocks whose storage depends on the weights' format (vLLM's layers)."""

@@ -1,0 +1,34 @@
+"""int8 weights (per output channel) on the CPU through PyTorch's `_weight_int8pack_mm`,
+vectorized for bfloat16 activations only, like the int4 kernel."""
+
+from __future__ import annotations
+
+import torch
+
+from engine.quantization import cpu_paths
+from engine.quantization.cpu_paths import CpuPathPolicy
+from engine.quantization.tensors import Int8Weight, dequantize
+
+
+class CpuInt8Method:
+    __slots__ = ("numel", "policy", "scales_bf16", "weight")
+
+    def __init__(self, weight: Int8Weight) -> None:
+        self.weight = Int8Weight(weight.q.contiguous(), weight.scales.float())
+        self.scales_bf16 = weight.scales.to(torch.bfloat16)
+        self.policy = CpuPathPolicy()
+        self.numel = weight.q.numel()
+
+    def apply(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return cpu_paths.apply(self, x, bias)
+
+    def kernel(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), self.weight.q,
+                                               self.scales_bf16)
+        return y.to(x.dtype)
+
+    def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
+        return dequantize(self.weight, dtype)
+
+    def drop_dequantize_source(self) -> None:
+        """The kernel reads the same int8 values: nothing extra is kept."""

@@ -1,0 +1,41 @@
+"""Bring loaded weights to the layout `EngineConfig.quantization` asks for."""
+
+from __future__ import annotations
+
+import torch
+
+from engine.quantization.tensors import (
+    INT4_GROUP_SIZE,
+    Int4Weight,
+    Int8Weight,
+    Weight,
+    dequantize,
+    quantize_int4,
+    quantize_int8,
+)
+
+# The token table and the vocabulary projection stay int8 under "int4", as llama.cpp's Q4_K_M
+# keeps its output layer at 6 bits: 4-bit logits cost more quality than 4-bit layers.
+_VOCABULARY_MATRICES = ("model.embed_tokens.weight", "lm_head.weight")
+
+
+def apply_quantization(weights: dict[str, Weight], quantization: str) -> dict[str, Weight]:
+    """"auto" keeps what the loader gave, "none" dequantizes everything to float32,
+    "int8"/"int4" quantize every matrix that is not already in that layout."""
+    if quantization == "auto":
+        return weights
+    if quantization == "none":
+        return {name: w if isinstance(w, torch.Tensor) else dequantize(w)
+                for name, w in weights.items()}
+    if quantization not in ("int8", "int4"):
+        raise ValueError(f"unknown quantization {quantization!r}")
+    return {name: _quantized(name, w, quantization) for name, w in weights.items()}
+
+
+def _quantized(name: str, weight: Weight, quantization: str) -> Weight:
+    if isinstance(weight, torch.Tensor) and weight.ndim != 2:
+        return weight  # norms and biases stay float
+    if (quantization == "int4" and name not in _VOCABULARY_MATRICES
+            and weight.shape[1] % INT4_GROUP_SIZE == 0):
+        return weight if isinstance(weight, Int4Weight) else quantize_int4(dequantize(weight))
+    return weight if isinstance(weight, Int8Weight) else quantize_int8(dequantize(weight))
