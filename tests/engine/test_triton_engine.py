@@ -21,7 +21,7 @@ from engine.spec_decode.ngram_proposer import NgramProposer
 SHARED_PREFIX = list(range(100, 140))
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2"])
+@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3"])
 def tiny_model_dir(request, tmp_path_factory, default_model):
     return save_tiny_model(tmp_path_factory.mktemp(request.param), request.param,
                            default_model.path)
