@@ -20,6 +20,7 @@ from engine.loader import (
     load_model,
     model_name,
 )
+from engine.model_info import ModelInfo, check_fits_memory, describe_model
 
 logger = logging.getLogger(__name__)
 
@@ -28,14 +29,31 @@ STATS_INTERVAL_MS = 250
 SPECULATIVE_TOKENS = 2
 
 
+def check_model_fits(model: str | None, config: EngineConfig,
+                     available: int | None = None) -> ModelInfo:
+    """Refuse, from its headers and before anything is loaded, a model whose weights and KV
+    cache would not fit in the memory available (raises ModelLoadError saying what to do).
+
+    On CUDA the weights and the KV pool live on the GPU, which sizes its pool by itself.
+    """
+    info = describe_model(model, config.quantization, config.dtype)
+    if not config.device.startswith("cuda"):
+        check_fits_memory(info, config.kv_cache_memory, available)
+    return info
+
+
 def _make_engine(model: str | None, config: EngineConfig,
                  on_progress: ProgressCallback) -> AsyncEngine:
+    check_model_fits(model, config)
     loaded = load_model(model, config.dtype, on_progress)
     return AsyncEngine(engine=LLMEngine(config=config, loaded=loaded))
 
 
 class EngineHost(QObject):
     """The GUI's handle on the engine. `backend` is None until a model has loaded.
+
+    `quantization` is the setting the next load uses; `loaded_quantization` the one the running
+    model was loaded with.
 
     Signals: `status_changed(EngineStatusView)` a few times a second and on every state change;
     `model_loaded(str)` with the model's name; `load_failed(str)` with the loader's message.
@@ -53,6 +71,8 @@ class EngineHost(QObject):
         self.device = device
         self.backend: AsyncEngine | None = None
         self.model_path: str | None = None
+        self.quantization = "auto"
+        self.loaded_quantization = "auto"
         self._factory = factory
         # Our own threads, not the loop's default executor: loading, swapping, tokenizing.
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pagoda-host")
@@ -81,6 +101,13 @@ class EngineHost(QObject):
     def is_loading(self) -> bool:
         return self._loading is not None and not self._loading.done()
 
+    def engine_config(self) -> EngineConfig:
+        """The EngineConfig the next load builds its engine with."""
+        # Prompt lookup with 2 drafts: 1.8x on text the reply copies, no slower on the rest
+        # (docs/BENCHMARKS.md); the engine turns it off by itself when several tabs generate.
+        return EngineConfig(device=self.device, num_speculative_tokens=SPECULATIVE_TOKENS,
+                            quantization=self.quantization)
+
     def load(self, model: str | None = None) -> asyncio.Task:
         """Load a model in the background; the current one keeps serving until it succeeds."""
         if self.is_loading:
@@ -90,9 +117,7 @@ class EngineHost(QObject):
 
     async def _load(self, model: str | None) -> None:
         self._set_status(state="loading", model=_display_name(model), detail=_loading_phase(model))
-        # Prompt lookup with 2 drafts: 1.8x on text the reply copies, no slower on the rest
-        # (docs/BENCHMARKS.md); the engine turns it off by itself when several tabs generate.
-        config = EngineConfig(device=self.device, num_speculative_tokens=SPECULATIVE_TOKENS)
+        config = self.engine_config()
         loop = asyncio.get_running_loop()
         try:
             engine = await loop.run_in_executor(self.executor, self._factory, model, config,
@@ -101,7 +126,7 @@ class EngineHost(QObject):
             logger.warning("could not load model %s: %s", model or "(default)", exc)
             self._after_failed_load(str(exc))
             return
-        await self._swap(engine, model)
+        await self._swap(engine, model, config.quantization)
 
     def _after_failed_load(self, message: str) -> None:
         if self.backend is None:
@@ -110,8 +135,9 @@ class EngineHost(QObject):
             self._set_status(state="ready", model=self.model_name, detail="")
         self.load_failed.emit(message)
 
-    async def _swap(self, engine: AsyncEngine, model: str | None) -> None:
+    async def _swap(self, engine: AsyncEngine, model: str | None, quantization: str) -> None:
         old, self.backend, self.model_path = self.backend, engine, model
+        self.loaded_quantization = quantization
         if old is not None:
             # Streams on the old engine end with "abort"; their tabs keep the partial replies.
             await asyncio.get_running_loop().run_in_executor(self.executor, old.shutdown)

@@ -79,6 +79,7 @@ async def _run(window, args: argparse.Namespace) -> None:
     window.show()
     if window.recovered_from is not None:
         window.notify_recovered(window.recovered_from)
+    await window.restore_model_settings()
     model = args.model or await _last_model(window)
     window.host.load(model)
     await window.restore()

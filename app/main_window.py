@@ -19,16 +19,27 @@ from PySide6.QtWidgets import (
     QSplitter,
     QTabWidget,
     QToolBar,
+    QVBoxLayout,
+    QWidget,
 )
 
 from app.async_store import AsyncStore
 from app.chat_tab import ChatTab
 from app.controller import ChatController
 from app.engine_host import EngineHost
+from app.model_choices import (
+    MODEL_FILE_FILTER,
+    ModelChoice,
+    ModelChoices,
+    model_source_from_selection,
+)
 from app.store import SearchHit
+from app.widgets.model_settings import ModelSettingsPanel
 from app.widgets.settings_panel import SettingsPanel
 from app.widgets.sidebar import ConversationItem, SearchResultItem, Sidebar
 from app.widgets.status_bar import EngineStatusBar
+from engine import PagodaError
+from engine.config import QUANTIZATIONS
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +53,10 @@ SHORTCUTS = {
     "Enter / Shift+Enter": "Send / new line",
     "Esc": "Stop the reply (or cancel an edit)",
 }
-_MODEL_DEFAULT, _MODEL_FOLDER, _MODEL_FILE, _MODEL_OTHER = range(4)
+# Item data of the picker's last entry; a model's entry holds its path ("" for the default).
+OPEN_MODEL_ITEM = "open-model-file"
 LAST_MODEL_SETTING = "last_model"
+QUANTIZATION_SETTING = "quantization"
 
 
 class MainWindow(QMainWindow):
@@ -63,6 +76,9 @@ class MainWindow(QMainWindow):
         self.tabs = QTabWidget(self, objectName="chatTabs", tabsClosable=True, movable=True,
                                documentMode=True)
         self.settings_panel = SettingsPanel(self)
+        self.model_settings = ModelSettingsPanel(self)
+        self.model_choices = ModelChoices(host.engine_config().dtype)
+        self._describing: asyncio.Task | None = None
         self.status = EngineStatusBar(self)
         self.model_picker = QComboBox(self, objectName="modelPicker")
         self._undo_button = QPushButton("Undo", self, objectName="undoButton")
@@ -82,7 +98,7 @@ class MainWindow(QMainWindow):
         splitter.setSizes([260, 940])
         self.setCentralWidget(splitter)
         dock = QDockWidget("Settings", self, objectName="settingsDock")
-        dock.setWidget(self.settings_panel)
+        dock.setWidget(self._settings_column())
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
         self.settings_dock = dock
         self.setStatusBar(self.status)
@@ -91,11 +107,20 @@ class MainWindow(QMainWindow):
         self._build_toolbar()
         self._build_shortcuts()
 
+    def _settings_column(self) -> QWidget:
+        """This chat's settings above the model's, which every chat shares."""
+        column = QWidget(self)
+        layout = QVBoxLayout(column)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.settings_panel, 1)
+        layout.addWidget(self.model_settings)
+        return column
+
     def _build_toolbar(self) -> None:
         toolbar = QToolBar("Model", self, objectName="modelToolbar", movable=False)
-        self.model_picker.addItems(["SmolLM2-135M-Instruct (bundled)", "Open a model folder…",
-                                    "Open a .gguf file…"])
+        self.model_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.model_picker.setToolTip("The model every tab talks to")
+        self._render_model_picker([self.model_choices.known(None, self.host.quantization)])
         toolbar.addWidget(self.model_picker)
         toolbar.addSeparator()
         toolbar.addAction("Settings", self.toggle_settings)
@@ -126,6 +151,7 @@ class MainWindow(QMainWindow):
         self.tabs.tabBar().tabMoved.connect(lambda *_: self.spawn(self.save_open_tabs()))
         self.settings_panel.settings_changed.connect(self._settings_edited)
         self.model_picker.activated.connect(self._model_picked)
+        self.model_settings.quantization_changed.connect(self.set_quantization)
         self._undo_timer.timeout.connect(self._undo_button.hide)
         self.host.status_changed.connect(self.status.show_status)
         self.host.model_loaded.connect(self._model_loaded)
@@ -323,33 +349,81 @@ class MainWindow(QMainWindow):
     # -- the model -------------------------------------------------------------------------------
 
     def _model_picked(self, index: int) -> None:
-        if index == _MODEL_DEFAULT and self.host.model_path is not None:
-            self.load_model(None)
-        elif index in (_MODEL_FOLDER, _MODEL_FILE):
-            self._open_model_dialog(folder=index == _MODEL_FOLDER)
-        self._sync_model_picker()  # until a new model loads, the picker shows the running one
+        data = self.model_picker.itemData(index)
+        if data == OPEN_MODEL_ITEM:
+            self.open_model_dialog()
+        elif ((data or None) != self.host.model_path or not self.host.is_ready
+              or self._quantization_differs_from_running()):
+            self.load_model(data or None)
+        self.refresh_model_picker()  # until a new model loads, the picker shows the running one
 
-    def _open_model_dialog(self, folder: bool) -> None:
-        if folder:
-            dialog = QFileDialog(self, "Open a model folder")
-            dialog.setFileMode(QFileDialog.FileMode.Directory)
-        else:
-            dialog = QFileDialog(self, "Open a GGUF model", str(Path.home()), "GGUF (*.gguf)")
-            dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
+    def _quantization_differs_from_running(self) -> bool:
+        return self.host.quantization != self.host.loaded_quantization
+
+    def open_model_dialog(self) -> QFileDialog:
+        """Non-blocking: a .gguf file, or a model folder chosen by its config.json."""
+        dialog = QFileDialog(self, "Open a model: a .gguf file, or a model folder's config.json",
+                             str(Path.home()), MODEL_FILE_FILTER)
+        dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
         dialog.setObjectName("modelDialog")
-        dialog.fileSelected.connect(self.load_model)
+        dialog.fileSelected.connect(self.open_model_file)
         dialog.open()
+        return dialog
 
-    def _sync_model_picker(self) -> None:
+    def open_model_file(self, selected: str) -> None:
+        try:
+            source = model_source_from_selection(selected)
+        except PagodaError as error:
+            self._message_box(QMessageBox.Icon.Warning, "Not a model", str(error),
+                              object_name="modelErrorDialog")
+            return
+        self.load_model(source)
+
+    def refresh_model_picker(self) -> None:
+        """Show the models as far as they are known, then describe them off the GUI thread."""
+        sources, quantization = self._picker_sources(), self.host.quantization
+        self._render_model_picker([self.model_choices.known(s, quantization) for s in sources])
+        if self._describing is not None:
+            self._describing.cancel()  # superseded: it would show an older list
+        self._describing = self.spawn(self._describe_models(sources, quantization))
+
+    def _picker_sources(self) -> list[str | None]:
+        """The bundled model, and the running one when it is another."""
+        return [None] if self.host.model_path is None else [None, self.host.model_path]
+
+    async def _describe_models(self, sources: list[str | None], quantization: str) -> None:
+        self._render_model_picker(
+            [await self.model_choices.describe(s, quantization) for s in sources])
+
+    def _render_model_picker(self, choices: list[ModelChoice]) -> None:
         picker = self.model_picker
-        while picker.count() > _MODEL_OTHER:
-            picker.removeItem(_MODEL_OTHER)
-        if self.host.model_path is None:
-            picker.setCurrentIndex(_MODEL_DEFAULT)
-        else:
-            picker.addItem(self.host.model_name)
-            picker.setItemData(_MODEL_OTHER, self.host.model_path, Qt.ItemDataRole.ToolTipRole)
-            picker.setCurrentIndex(_MODEL_OTHER)
+        picker.clear()
+        for choice in choices:
+            picker.addItem(choice.text, choice.source or "")
+            picker.setItemData(picker.count() - 1, choice.tooltip, Qt.ItemDataRole.ToolTipRole)
+        picker.addItem("Open model file…", OPEN_MODEL_ITEM)
+        picker.setItemData(picker.count() - 1, "A .gguf file, or a Hugging Face model folder",
+                           Qt.ItemDataRole.ToolTipRole)
+        running = self.host.model_path or ""
+        picker.setCurrentIndex(max(picker.findData(running), 0))
+
+    async def restore_model_settings(self) -> None:
+        """Before the first load: the quantization the user chose last time."""
+        quantization = await self.db.get_setting(QUANTIZATION_SETTING, "auto")
+        if quantization not in QUANTIZATIONS:
+            quantization = "auto"
+        self.host.quantization = quantization
+        self.model_settings.set_quantization(quantization)
+        self.refresh_model_picker()
+
+    def set_quantization(self, quantization: str) -> None:
+        """Kept for the next load; the picker shows each model's memory under it."""
+        self.host.quantization = quantization
+        self.spawn(self.db.set_setting(QUANTIZATION_SETTING, quantization))
+        self.refresh_model_picker()
+        if self.host.is_ready and self._quantization_differs_from_running():
+            self.status.showMessage(f"Quantization {quantization} applies when a model next "
+                                    "loads: pick the model again to reload it.", 10_000)
 
     def load_model(self, path: str | None) -> None:
         if self.host.is_loading:
@@ -364,7 +438,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"Pagoda · {name}")
         self.settings_panel.set_max_tokens_limit(self.host.max_model_len)
         self.model_picker.setToolTip(f"Running: {name}")
-        self._sync_model_picker()
+        self.refresh_model_picker()
         self.spawn(self.db.set_setting(LAST_MODEL_SETTING, self.host.model_path))
         self._ready_tabs()
 
@@ -406,6 +480,9 @@ class MainWindow(QMainWindow):
         self.db.drain()
         self.db.store.save_open_tabs(tabs, current.conversation_id if current else None)
         self.host.shutdown()
+        if self._describing is not None:
+            self._describing.cancel()
+        self.model_choices.close()
         event.accept()
         self.closed.emit()
 
