@@ -15,7 +15,6 @@ from app.view_models import EngineStatusView
 from engine import AsyncEngine, EngineConfig, LLMEngine, PagodaError
 from engine.loader import (
     ProgressCallback,
-    converted_folder,
     default_model_file,
     load_model,
     model_name,
@@ -116,7 +115,7 @@ class EngineHost(QObject):
         return self._loading
 
     async def _load(self, model: str | None) -> None:
-        self._set_status(state="loading", model=_display_name(model), detail=_loading_phase(model))
+        self._set_status(state="loading", model=_display_name(model), detail="Loading")
         config = self.engine_config()
         loop = asyncio.get_running_loop()
         try:
@@ -147,7 +146,7 @@ class EngineHost(QObject):
 
     def _show_progress(self, step: str, done: int, total: int) -> None:
         if self.is_loading:
-            self._set_status(detail=f"Converting the model for first use: {step} ({done}/{total})")
+            self._set_status(detail=f"Loading the model: {step} ({done}/{total})")
 
     def shutdown(self) -> None:
         self._timer.stop()
@@ -179,13 +178,3 @@ def _display_name(model: str | None) -> str:
     except PagodaError:
         return model or "the default model"
 
-
-def _loading_phase(model: str | None) -> str:
-    """What the user waits for: a first-launch conversion takes much longer than a load."""
-    try:
-        path = Path(model).expanduser() if model else default_model_file()
-    except PagodaError:
-        return "Loading"
-    if path.suffix.lower() == ".gguf" and path.is_file() and not converted_folder(path).is_dir():
-        return "Converting the model for first use (about half a minute, once)"
-    return "Loading"

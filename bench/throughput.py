@@ -113,7 +113,11 @@ def run_hf(model, requests: list[Request], batch_size: int, pad_id: int, label: 
 def load_hf(loaded: LoadedModel):
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(loaded.path, dtype=torch.float32)
+    if loaded.path.suffix == ".gguf":  # transformers dequantizes it (about 20 s)
+        model = AutoModelForCausalLM.from_pretrained(loaded.path.parent, gguf_file=loaded.path.name,
+                                                     dtype=torch.float32)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(loaded.path, dtype=torch.float32)
     model.generation_config.eos_token_id = None
     return model.eval()
 

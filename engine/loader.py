@@ -1,7 +1,8 @@
 """Turn a model source (nothing, a .gguf file or a Hugging Face folder) into config, tokenizer and weights.
 
-A GGUF file is dequantized once into an HF folder under the user cache dir and loaded from there
-afterwards: the dequantization takes tens of seconds, reading safetensors about one.
+A GGUF file is read as it is (`engine.gguf_loader`): its quantized tensors stay quantized, and
+its config and tokenizer are cached by content under the user cache dir after the first load.
+A Hugging Face folder gives float tensors.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +23,10 @@ import platformdirs
 import torch
 import transformers
 from safetensors import SafetensorError, safe_open
-from tqdm.auto import tqdm
 
 from engine.errors import ModelLoadError
+from engine.gguf_loader import GGUFModelFile
+from engine.quantization.tensors import Weight, weight_shape
 
 # step name, steps done, steps in all
 ProgressCallback = Callable[[str, int, int], None]
@@ -44,11 +45,13 @@ _QUANT_SUFFIX = re.compile(r"[.\-_](?:I?Q\d\w*|BF16|F16|F32)$", re.IGNORECASE)
 
 @dataclass(slots=True)
 class LoadedModel:
+    """path: the .gguf file or the model folder. weights: by Hugging Face parameter name."""
+
     name: str
     path: Path
     config: transformers.PretrainedConfig
     tokenizer: transformers.PreTrainedTokenizerBase
-    weights: dict[str, torch.Tensor]
+    weights: dict[str, Weight]
 
 
 def default_model_file() -> Path:
@@ -92,37 +95,61 @@ def cache_dir() -> Path:
 
 def load_model(
     source: str | os.PathLike | None = None, dtype: torch.dtype = torch.float32,
-    on_progress: ProgressCallback | None = None,
+    on_progress: ProgressCallback | None = None, quantization: str = "auto",
 ) -> LoadedModel:
-    """on_progress(step, done, total) reports a first-use GGUF conversion, step by step."""
+    """quantization: "auto" keeps a GGUF file's quantized tensors in the engine's layouts,
+    "none" dequantizes them to dtype; "int8"/"int4" load as "auto" (requantizing is
+    `engine.quantization.on_load`'s step). on_progress(step, done, total) reports a GGUF
+    file's load steps."""
+    _remove_old_conversions()
     path = _source_path(source)
-    folder = model_folder(path, on_progress)
-    name = model_name(path)
-    if folder == path:
-        return _load_folder(folder, name, dtype)
-    try:
-        return _load_folder(folder, name, dtype)
-    except ModelLoadError as error:
-        raise ModelLoadError(
-            f"{error} This folder was converted from {path}: delete {folder} to convert it again."
-        ) from error
+    if path.is_dir():
+        # A folder's weights are float as stored; quantizing them is a separate step after this.
+        return _load_folder(path, model_name(path), dtype)
+    return _load_gguf(_gguf_path(path), dtype, quantization, on_progress)
 
 
-def model_folder(source: str | os.PathLike | None = None,
-                 on_progress: ProgressCallback | None = None) -> Path:
-    """The Hugging Face folder for a source, converting a GGUF file on first use."""
+def tokenizer_folder(source: str | os.PathLike | None = None) -> Path:
+    """A folder with the source's tokenizer files (and config.json): a model folder itself, or
+    a GGUF file's cached copy, written on first use."""
     path = _source_path(source)
     if path.is_dir():
         return path
+    gguf = _gguf_path(path)
+    cache = metadata_cache_folder(gguf)
+    GGUFModelFile(gguf).config_and_tokenizer(cache)
+    return cache
+
+
+def _gguf_path(path: Path) -> Path:
     if path.suffix.lower() != ".gguf":
         raise ModelLoadError(
             f"{path} is neither a model folder nor a .gguf file. Pass a Hugging Face model folder "
             "(config.json, *.safetensors, tokenizer files) or a .gguf file."
         )
-    folder = converted_folder(path)
-    if not folder.is_dir():
-        convert_gguf(path, folder, on_progress)
-    return folder
+    return path
+
+
+_GGUF_STEPS = ("reading the model file", "reading the tokenizer", "decoding the weights")
+
+
+def _load_gguf(path: Path, dtype: torch.dtype, quantization: str,
+               on_progress: ProgressCallback | None) -> LoadedModel:
+    def step(done: int) -> None:
+        if on_progress is not None:
+            on_progress(_GGUF_STEPS[min(done, len(_GGUF_STEPS) - 1)], done, len(_GGUF_STEPS))
+
+    step(0)
+    gguf = GGUFModelFile(path)
+    step(1)
+    config, tokenizer = gguf.config_and_tokenizer(metadata_cache_folder(path))
+    _check_supported(config.to_dict(), path)
+    step(2)
+    expected = expected_weight_shapes(config)
+    weights = gguf.weights(expected, config, quantization, dtype)
+    step(3)
+    return LoadedModel(name=model_name(path), path=path, config=config, tokenizer=tokenizer,
+                       weights=weights)
 
 
 def model_name(path: Path) -> str:
@@ -131,13 +158,13 @@ def model_name(path: Path) -> str:
     return _QUANT_SUFFIX.sub("", path.stem)
 
 
-def converted_folder(gguf: Path) -> Path:
-    """Where a GGUF file's conversion lives, keyed by its content.
+def metadata_cache_folder(gguf: Path) -> Path:
+    """Where a GGUF file's config and tokenizer are cached, keyed by its content.
 
-    A copy of the same file (the package reinstalled into a new venv, a moved download) reuses the
-    conversion; a changed file gets a new folder.
+    A copy of the same file (the package reinstalled into a new venv, a moved download) reuses
+    the cache; a changed file gets a new folder.
     """
-    return cache_dir() / "models" / f"{gguf.stem}-{_content_key(gguf)}"
+    return cache_dir() / "gguf" / f"{gguf.stem}-{_content_key(gguf)}"
 
 
 def _content_key(path: Path, samples: int = 16, chunk: int = 1 << 16) -> str:
@@ -156,75 +183,12 @@ def _content_key(path: Path, samples: int = 16, chunk: int = 1 << 16) -> str:
     return digest.hexdigest()
 
 
-def convert_gguf(gguf: Path, target: Path, on_progress: ProgressCallback | None = None) -> None:
-    """Dequantize a GGUF file into an HF folder at target, which appears complete or not at all."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _remove_partial_conversions(target)
-    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
-    logger.info("Converting %s into %s (once; this takes about half a minute)", gguf, target)
-    try:
-        _write_hf_folder(gguf, partial, on_progress)
-        _move_into_place(partial, target)
-    except Exception as error:
-        raise ModelLoadError(
-            f"Could not convert the GGUF file {gguf}: {error}. Check that it is a complete "
-            f"GGUF file of a {'/'.join(sorted(SUPPORTED_MODEL_TYPES))} model "
-            "(re-download it if it was cut short)."
-        ) from error
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-    logger.info("Converted %s", gguf.name)
-
-
-_CONVERSION_STEPS = ("reading the tokenizer", "dequantizing the weights", "writing the weights",
-                     "writing the tokenizer")
-
-
-def _write_hf_folder(gguf: Path, out: Path, on_progress: ProgressCallback | None = None) -> None:
-    total = len(_CONVERSION_STEPS)
-    with tqdm(total=total, desc=f"Converting {gguf.name}", unit="step") as bar:
-
-        def step(done: int) -> None:
-            if done < total:
-                bar.set_postfix_str(_CONVERSION_STEPS[done])
-            if on_progress is not None:
-                on_progress(_CONVERSION_STEPS[min(done, total - 1)], done, total)
-
-        step(0)
-        tokenizer = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        bar.update()
-        step(1)
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-        )
-        bar.update()
-        step(2)
-        # The weights are plain fp32 now; without this save_pretrained writes a GGUF-quantized config.
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        model.save_pretrained(out)
-        bar.update()
-        step(3)
-        tokenizer.save_pretrained(out)
-        bar.update()
-        step(4)
-
-
-def _move_into_place(partial: Path, target: Path) -> None:
-    try:
-        os.replace(partial, target)
-    except OSError:
-        # Another process finished the same conversion first; its folder is as good as ours.
-        if not (target / "config.json").is_file():
-            raise
-
-
-def _remove_partial_conversions(target: Path) -> None:
-    """Remove what a killed conversion left; an interrupted one cleans up after itself."""
-    for leftover in target.parent.glob(f".{target.name}.partial-*"):
-        logger.info("Removing an interrupted conversion: %s", leftover)
-        shutil.rmtree(leftover, ignore_errors=True)
+def _remove_old_conversions() -> None:
+    """Earlier versions dequantized GGUF files into fp32 folders here (about 500 MB each)."""
+    old = cache_dir() / "models"
+    if old.is_dir():
+        logger.info("Removing %s: GGUF files load directly now, these conversions are unused", old)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _source_path(source: str | os.PathLike | None) -> Path:
@@ -354,7 +318,7 @@ def _read_weights(
 
 
 def _check_weights(
-    weights: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]], folder: Path
+    weights: dict[str, Weight], expected: dict[str, tuple[int, ...]], folder: Path
 ) -> None:
     missing = [name for name in expected if name not in weights]
     if missing:
@@ -366,7 +330,7 @@ def _check_weights(
             "config.json; re-download the model."
         )
     for name, shape in expected.items():
-        got = tuple(weights[name].shape)
+        got = weight_shape(weights[name])
         if got != shape:
             raise ModelLoadError(
                 f"Tensor {name} in {folder} has shape {got}, but config.json implies {shape}. "

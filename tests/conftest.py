@@ -16,8 +16,10 @@ from engine.loader import LoadedModel, load_model
 
 @pytest.fixture(scope="session")
 def default_model() -> LoadedModel:
-    """The default SmolLM2-135M-Instruct (config, tokenizer, fp32 weights), loaded once."""
-    return load_model()
+    """The default SmolLM2-135M-Instruct (config, tokenizer, fp32 weights), loaded once.
+
+    Dequantized ("none"): the parity tests compare it with transformers' own dequantization."""
+    return load_model(quantization="none")
 
 
 @pytest.fixture(scope="session")

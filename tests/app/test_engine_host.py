@@ -1,4 +1,4 @@
-"""The engine host: loading off the GUI thread, first-use conversion progress, failed loads."""
+"""The engine host: loading off the GUI thread, load progress, failed loads."""
 
 import threading
 
@@ -18,17 +18,17 @@ class _FakeBackend:
         raise AssertionError("not polled in these tests")
 
 
-def test_conversion_progress_reaches_the_status_while_loading(qloop, qtbot):
+def test_load_progress_reaches_the_status_while_loading(qloop, qtbot):
     release = threading.Event()
 
     def factory(model, config, on_progress):
-        on_progress("dequantizing the weights", 1, 4)
+        on_progress("decoding the weights", 2, 3)
         release.wait(10)
         return _FakeBackend("tiny")
 
     host = EngineHost(factory=factory)
     task = host.load("whatever.gguf")
-    qtbot.waitUntil(lambda: "dequantizing the weights (1/4)" in host.status.detail, timeout=5000)
+    qtbot.waitUntil(lambda: "decoding the weights (2/3)" in host.status.detail, timeout=5000)
     assert host.status.state == "loading" and not host.is_ready
     release.set()
     qtbot.waitUntil(task.done, timeout=5000)

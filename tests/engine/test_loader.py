@@ -9,23 +9,15 @@ import transformers
 from safetensors.torch import load_file, save_file
 from tiny_models import save_tiny_model
 
-from engine import loader
 from engine.errors import ModelLoadError
 from engine.loader import (
-    cache_dir,
-    converted_folder,
     default_model_file,
     expected_weight_shapes,
     load_model,
+    metadata_cache_folder,
     rope_theta,
 )
 from engine.models.llama import LlamaShape
-
-
-@pytest.fixture(scope="session")
-def default_model():
-    # The first run on a machine converts the GGUF into the user cache (~20 s); later runs reuse it.
-    return load_model()
 
 
 @pytest.fixture(scope="session")
@@ -94,68 +86,16 @@ def test_default_model_weights_are_float32_and_tied(default_model):
     assert default_model.weights["model.embed_tokens.weight"].shape == (49152, 576)
 
 
-def test_gguf_is_converted_into_the_cache_folder(default_model):
-    folder = default_model.path
-    assert folder == converted_folder(default_model_file())
-    assert folder.parent == cache_dir() / "models"
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json"):
-        assert (folder / name).is_file()
-    assert not list(folder.parent.glob(f".{folder.name}.partial-*"))
+def test_default_model_loads_from_its_gguf_file(default_model):
+    assert default_model.path == default_model_file()
 
 
-def test_second_load_reuses_the_cache_without_converting(default_model, monkeypatch):
-    def convert_again(*args):
-        raise AssertionError("the GGUF file was converted a second time")
-
-    monkeypatch.setattr(loader, "convert_gguf", convert_again)
-    weights_mtime = (default_model.path / "model.safetensors").stat().st_mtime_ns
-    again = load_model(default_model_file())
-    assert again.path == default_model.path
-    assert (again.path / "model.safetensors").stat().st_mtime_ns == weights_mtime
-    assert torch.equal(
-        again.weights["model.norm.weight"], default_model.weights["model.norm.weight"]
-    )
-
-
-def test_failed_conversion_leaves_no_cache_folder(tmp_path, monkeypatch):
+def test_broken_gguf_names_the_file(tmp_path, monkeypatch):
     monkeypatch.setenv("PAGODA_CACHE_DIR", str(tmp_path / "cache"))
     gguf = tmp_path / "broken.Q4_0.gguf"
     gguf.write_bytes(b"GGUF" + b"\0" * 64)
     with pytest.raises(ModelLoadError, match="broken.Q4_0.gguf"):
         load_model(gguf)
-    assert list((tmp_path / "cache" / "models").iterdir()) == []
-
-
-def test_interrupted_conversion_leaves_no_half_folder(tmp_path, monkeypatch):
-    monkeypatch.setenv("PAGODA_CACHE_DIR", str(tmp_path / "cache"))
-    gguf = tmp_path / "model.gguf"
-    gguf.write_bytes(b"GGUF")
-
-    def write_then_interrupt(gguf, out, on_progress=None):
-        (out / "config.json").write_text("{}")
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(loader, "_write_hf_folder", write_then_interrupt)
-    with pytest.raises(KeyboardInterrupt):
-        load_model(gguf)
-    assert list((tmp_path / "cache" / "models").iterdir()) == []
-
-
-def test_conversion_removes_what_a_killed_conversion_left(tmp_path, monkeypatch):
-    monkeypatch.setenv("PAGODA_CACHE_DIR", str(tmp_path / "cache"))
-    gguf = tmp_path / "model.gguf"
-    gguf.write_bytes(b"GGUF")
-    target = converted_folder(gguf)
-    leftover = target.parent / f".{target.name}.partial-killed"
-    leftover.mkdir(parents=True)
-    (leftover / "config.json").write_text("{}")
-    monkeypatch.setattr(
-        loader, "_write_hf_folder",
-        lambda gguf, out, on_progress=None: (out / "config.json").write_text("{}")
-    )
-    assert loader.model_folder(gguf) == target
-    assert (target / "config.json").is_file()
-    assert [p.name for p in target.parent.iterdir()] == [target.name]
 
 
 # Hugging Face folders
@@ -376,14 +316,14 @@ def test_expected_shapes_use_an_explicit_head_dim():
     assert shapes["lm_head.weight"] == (100, 64)
 
 
-def test_a_copy_of_the_same_gguf_reuses_its_conversion(tmp_path):
+def test_a_copy_of_the_same_gguf_reuses_its_tokenizer_cache(tmp_path):
     copy = tmp_path / "elsewhere" / default_model_file().name
     copy.parent.mkdir()
     shutil.copyfile(default_model_file(), copy)
-    assert converted_folder(copy) == converted_folder(default_model_file())
+    assert metadata_cache_folder(copy) == metadata_cache_folder(default_model_file())
 
 
-def test_a_changed_gguf_gets_its_own_conversion(tmp_path):
+def test_a_changed_gguf_gets_its_own_tokenizer_cache(tmp_path):
     original = tmp_path / "a.gguf"
     original.write_bytes(bytes(range(256)) * 16384)  # 4 MiB: past the 1 MiB header read
     changed = tmp_path / "b" / "a.gguf"
@@ -391,4 +331,4 @@ def test_a_changed_gguf_gets_its_own_conversion(tmp_path):
     data = bytearray(original.read_bytes())
     data[len(data) // 2] ^= 0xFF
     changed.write_bytes(bytes(data))
-    assert converted_folder(original) != converted_folder(changed)
+    assert metadata_cache_folder(original) != metadata_cache_folder(changed)
