@@ -1,16 +1,19 @@
-"""The GPU stages of bench/gpu_check.sh: engine parity, decode roofline, throughput vs HF.
+"""The GPU stages of bench/gpu_check.sh: engine parity, decode roofline, throughput vs HF, and
+the quantized linears against bf16 `F.linear`.
 
 Each stage runs in its own process (so one crash or timeout spares the others) and writes
 OUT/<stage>.json; `report` merges them into OUT/gpu_check.json and OUT/gpu_check.md.
 Random weights, configs built in code: the device machine has no network and no model files.
 
-  python bench/gpu_bench.py parity|decode|throughput|report --out DIR
+  python bench/gpu_bench.py parity|decode|throughput|quant|report --out DIR
+  TRITON_INTERPRET=1 python bench/gpu_bench.py quant --dry-run --out DIR   (CPU, tiny shapes)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -20,6 +23,7 @@ import types
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 import transformers
 
 if "platformdirs" not in sys.modules:
@@ -31,13 +35,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.loader import LoadedModel
+from engine.quantization.tensors import Int4Weight, Int8Weight, quantize_int4, quantize_int8
 from kernels.attention_metadata import (
     AttentionMetadata,
     PrefillSegment,
     TritonAttentionMetadata,
 )
 
-STAGES = ("parity", "decode", "throughput")
+STAGES = ("parity", "decode", "throughput", "quant")
 # fp32 on a GPU: two logits this close are a tie (reduction order differs between kernels).
 FP32_NEAR_TIE = 1e-3
 
@@ -344,6 +349,99 @@ def stage_throughput(out: Path) -> dict:
     return result
 
 
+# ---------------------------------------------------------------- quantized linears
+
+# 7B-shaped layers (N, K): attention projections, Llama-2 and Llama-3 MLP up, Llama-3 MLP down.
+QUANT_LAYERS = [(4096, 4096), (11008, 4096), (14336, 4096), (4096, 14336)]
+QUANT_ROWS = (1, 512)  # a decode step of one sequence; a prefill chunk
+
+
+def gpu_time_ms(fn) -> float:
+    """Median time of fn on the GPU, with L2 flushed before every call: a decode step reads its
+    weights from HBM, and a 4096 x 4096 int4 layer (8 MB) would otherwise sit in L2."""
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
+
+
+def cpu_time_ms(fn) -> float:
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return 1e3 * best
+
+
+def quantized_layer(n: int, k: int, device: str) -> tuple[Int4Weight, Int8Weight]:
+    """Both layouts of one random layer, scales and mins in fp16 as on the GPU."""
+    gen = torch.Generator(device=device).manual_seed(n * 7 + k)
+    w = torch.randn(n, k, generator=gen, device=device) * 0.02
+    w4, w8 = quantize_int4(w), quantize_int8(w)
+    return (Int4Weight(w4.packed, w4.scales.half(), w4.mins.half(), w4.group_size),
+            Int8Weight(w8.q, w8.scales.half()))
+
+
+def quant_calls(x: torch.Tensor, w4: Int4Weight, w8: Int8Weight,
+                dense: torch.Tensor) -> dict[str, tuple]:
+    """name -> (the call, the weight bytes it reads)."""
+    from kernels import triton_quant
+
+    return {"dense": (lambda: F.linear(x, dense), dense.numel() * dense.element_size()),
+            "int8": (lambda: triton_quant.int8_linear(x, w8.q, w8.scales), w8.nbytes),
+            "int4": (lambda: triton_quant.int4_linear(x, w4.packed, w4.scales, w4.mins,
+                                                      w4.group_size), w4.nbytes)}
+
+
+def quant_error(x: torch.Tensor, w4: Int4Weight, w8: Int8Weight) -> dict:
+    """Each Triton kernel against its torch reference: max |diff| / max |reference|."""
+    from kernels import torch_ref, triton_quant
+
+    def rel(ours: torch.Tensor, ref: torch.Tensor) -> float:
+        return float((ours.float() - ref.float()).abs().max() / ref.float().abs().max())
+
+    int4 = (w4.packed, w4.scales, w4.mins, w4.group_size)
+    return {"int4_max_rel_err": rel(triton_quant.int4_linear(x, *int4),
+                                    torch_ref.int4_linear(x, *int4)),
+            "int8_max_rel_err": rel(triton_quant.int8_linear(x, w8.q, w8.scales),
+                                    torch_ref.int8_linear(x, w8.q, w8.scales))}
+
+
+def time_quant_layer(n: int, k: int, rows: tuple[int, ...], dtype: torch.dtype, device: str,
+                     timer) -> dict:
+    w4, w8 = quantized_layer(n, k, device)
+    dense = torch.randn(n, k, device=device, dtype=dtype) * 0.02
+    layer: dict = {"N": n, "K": k}
+    for m in rows:
+        x = torch.randn(m, k, device=device, dtype=dtype)
+        entry = quant_error(x, w4, w8)
+        for name, (call, nbytes) in quant_calls(x, w4, w8, dense).items():
+            ms = timer(call)
+            entry[name] = {"us": 1e3 * ms, "TFLOPs": 2 * m * n * k / (ms * 1e9),
+                           "weight_GBps": nbytes / (ms * 1e6)}
+        layer[f"M{m}"] = entry
+    return layer
+
+
+def stage_quant(out: Path, dry_run: bool = False) -> dict:
+    """int4 and int8 GEMV (M=1) and GEMM (M=512) against bf16 F.linear on 7B-shaped layers.
+    dry_run: CPU tensors under TRITON_INTERPRET=1, fp32 and tiny shapes, to check the code."""
+    if dry_run:
+        device, dtype, layers, rows, timer = "cpu", torch.float32, [(48, 96)], (1, 17), cpu_time_ms
+    else:
+        device, dtype, layers, rows, timer = ("cuda", torch.bfloat16, QUANT_LAYERS, QUANT_ROWS,
+                                              gpu_time_ms)
+    result: dict = {"activations": str(dtype).removeprefix("torch."), "scales": "float16",
+                    "rows": list(rows), "dry_run": dry_run}
+    if not dry_run:
+        result["copy_bandwidth_GBps"] = copy_bandwidth() / 1e9
+    result["layers"] = [time_quant_layer(n, k, rows, dtype, device, timer) for n, k in layers]
+    errors = [layer[f"M{m}"][key] for layer in result["layers"] for m in rows
+              for key in ("int4_max_rel_err", "int8_max_rel_err")]
+    result["passed"] = max(errors) < (1e-5 if dtype == torch.float32 else 2e-2)
+    return result
+
+
 # ---------------------------------------------------------------- report
 
 
@@ -374,7 +472,8 @@ def report(out: Path) -> None:
 
 
 def markdown(r: dict) -> str:
-    env, p, d, t = (r.get(k, {}) for k in ("environment", "parity", "decode", "throughput"))
+    env, p, d, t, q = (r.get(k, {}) for k in ("environment", "parity", "decode", "throughput",
+                                              "quant"))
     lines = [(f"GPU: {env.get('gpu', '?')}; torch {env.get('torch', '?')}, triton "
              f"{env.get('triton', '?')}, transformers {env.get('transformers', '?')}."), "",
              "| stage | result |", "|---|---|",
@@ -406,19 +505,45 @@ def markdown(r: dict) -> str:
                      f"HF generate_batch {hf_text}; speedup {t.get('speedup_vs_hf', 0):.2f}x |")
     else:
         lines.append(f"| throughput | failed (exit {t.get('exit_code', '?')}) |")
+    lines += quant_lines(q)
     return "\n".join(lines) + "\n"
+
+
+def quant_lines(q: dict) -> list[str]:
+    if "layers" not in q:
+        return [f"| quantized linears | failed (exit {q.get('exit_code', '?')}) |"]
+    lines = []
+    for layer in q["layers"]:
+        for m in q["rows"]:
+            e = layer[f"M{m}"]
+            per_kernel = "; ".join(
+                f"{name} {e[name]['us']:.1f} us ("
+                + (f"{e[name]['weight_GBps']:.0f} GB/s" if m == 1 else
+                   f"{e[name]['TFLOPs']:.0f} TFLOP/s") + ")" for name in ("dense", "int8", "int4"))
+            lines.append(f"| {q['activations']} x {layer['N']}x{layer['K']}, M={m} | {per_kernel}; "
+                         f"max rel err int4 {e['int4_max_rel_err']:.1e}, "
+                         f"int8 {e['int8_max_rel_err']:.1e} |")
+    if "copy_bandwidth_GBps" in q:
+        lines.append(f"| copy bandwidth (read + write) | {q['copy_bandwidth_GBps']:.0f} GB/s |")
+    return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("stage", choices=[*STAGES, "environment", "report"])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--dry-run", action="store_true",
+                        help="quant only: CPU tensors under TRITON_INTERPRET=1, tiny shapes")
     args = parser.parse_args()
+    if args.dry_run and (args.stage != "quant" or os.environ.get("TRITON_INTERPRET") != "1"):
+        parser.error("--dry-run is for the quant stage, with TRITON_INTERPRET=1 set before "
+                     "python starts (triton reads it at import)")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.stage == "report":
         report(args.out)
         return
     run = {"parity": stage_parity, "decode": stage_decode, "throughput": stage_throughput,
+           "quant": lambda out: stage_quant(out, args.dry_run),
            "environment": lambda out: environment()}[args.stage]
     result = run(args.out)
     (args.out / f"{args.stage}.json").write_text(json.dumps(result, indent=2))

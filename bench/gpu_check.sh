@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One prepared GPU check for a lent machine (an H200): under 6 minutes, every stage time-limited,
-# a failing stage reported while the others still run.
+# One prepared GPU check for a lent machine (an H200): about 7 minutes at most, every stage
+# time-limited, a failing stage reported while the others still run.
 #   bash bench/gpu_check.sh [OUT_DIR]      (default: $OUT, else ./gpu_check_out)
 # Needs torch, triton and transformers on the machine's python (pytest for the kernel tests);
 # no .venv, no network. Writes OUT_DIR/gpu_check.json and OUT_DIR/gpu_check.md (the table for
@@ -26,9 +26,11 @@ stage() {  # stage NAME SECONDS COMMAND...: run, log, record the exit code
 
 stage environment 20 "$PY" bench/gpu_bench.py environment --out "$OUT_DIR"
 # Kernel tests on CUDA tensors, compiled (no interpreter), bf16 included; root conftest skipped.
-stage kernel_tests 70 "$PY" -m pytest -q -p no:cacheprovider --confcutdir=tests/kernels \
+# Includes tests/kernels/test_triton_quant.py (about 60 kernel variants to compile).
+stage kernel_tests 110 "$PY" -m pytest -q -p no:cacheprovider --confcutdir=tests/kernels \
     tests/kernels
 stage parity 75 "$PY" bench/gpu_bench.py parity --out "$OUT_DIR"
 stage decode 60 "$PY" bench/gpu_bench.py decode --out "$OUT_DIR"
+stage quant 50 "$PY" bench/gpu_bench.py quant --out "$OUT_DIR"
 stage throughput 120 "$PY" bench/gpu_bench.py throughput --out "$OUT_DIR"
 "$PY" bench/gpu_bench.py report --out "$OUT_DIR"

@@ -33,6 +33,8 @@ class KernelOps:
     silu_and_mul: Callable[..., torch.Tensor]
     write_kv_cache: Callable[..., None]
     paged_attention: Callable[..., torch.Tensor]
+    int4_linear: Callable[..., torch.Tensor]
+    int8_linear: Callable[..., torch.Tensor]
 
 
 TORCH_OPS = KernelOps(
@@ -43,6 +45,8 @@ TORCH_OPS = KernelOps(
     silu_and_mul=torch_ref.silu_and_mul,
     write_kv_cache=torch_ref.write_kv_cache,
     paged_attention=torch_ref.paged_attention,
+    int4_linear=torch_ref.int4_linear,
+    int8_linear=torch_ref.int8_linear,
 )
 
 
@@ -65,7 +69,7 @@ def select_ops(device: torch.device, backend: str | None = None) -> KernelOps:
 def triton_ops() -> KernelOps:
     """The Triton kernels, imported only now: the engine runs without triton installed."""
     try:
-        from kernels import triton_attention, triton_layers
+        from kernels import triton_attention, triton_layers, triton_quant
     except ImportError as exc:
         raise ImportError(f"the Triton kernel backend needs triton ({exc}); install it with "
                           "`pip install triton`, or choose kernel_backend='torch'") from exc
@@ -77,4 +81,6 @@ def triton_ops() -> KernelOps:
         silu_and_mul=triton_layers.silu_and_mul,
         write_kv_cache=triton_layers.write_kv_cache,
         paged_attention=triton_attention.paged_attention,
+        int4_linear=triton_quant.int4_linear,
+        int8_linear=triton_quant.int8_linear,
     )

@@ -135,3 +135,32 @@ def varlen_paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                            enable_gqa=True)
         out[start:end] = o.transpose(0, 1).reshape(end - start, -1).to(q.dtype)
     return out
+
+
+def dequantize_int4(packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
+                    group_size: int) -> torch.Tensor:
+    """The int4 layout (engine.quantization.tensors.Int4Weight) -> fp32 weights [N, K]:
+    w[n, k] = q[n, k] * scales[n, k // g] + mins[n, k // g], q the k-th nibble of row n."""
+    n = packed.shape[0]
+    q = torch.stack((packed & 15, packed >> 4), dim=-1).reshape(n, -1, group_size).float()
+    w = torch.addcmul(mins.float().unsqueeze(-1), q, scales.float().unsqueeze(-1))
+    return w.reshape(n, -1)
+
+
+def int4_linear(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
+                group_size: int, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [..., K] times the int4 weight [N, K] transposed, plus bias: dequantized, then a matmul
+    in fp32, returned in x's dtype."""
+    return _linear_in_fp32(x, dequantize_int4(packed, scales, mins, group_size), bias)
+
+
+def int8_linear(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [..., K] times the int8 weight (q [N, K], one scale per row) transposed, plus bias:
+    dequantized, then a matmul in fp32, returned in x's dtype."""
+    return _linear_in_fp32(x, q.float() * scales.float().unsqueeze(1), bias)
+
+
+def _linear_in_fp32(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    out = F.linear(x.float(), w, None if bias is None else bias.float())
+    return out.to(x.dtype)

@@ -1,0 +1,229 @@
+"""Weight-only int4 and int8 matmuls: the Triton GEMV (a few rows) and GEMM (more rows) match
+the torch reference, and the torch reference is the engine's dequantize followed by a matmul."""
+
+import inspect
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from kernel_device import DEVICE, KERNEL_DTYPES, assert_close
+from triton.compiler import ASTSource
+
+from kernels import torch_ref, triton_quant
+from kernels.ops import TORCH_OPS, triton_ops
+
+GROUP = 32
+# M = 1 and 3 take the GEMV (3 with a padded row), 17 the GEMM (padded rows, columns and K).
+SHAPES = list(itertools.product([1, 3, 17], [32, 48], [64, 96]))
+# bf16 scales only where bf16 is trusted: a real GPU (see kernel_device).
+SCALE_DTYPES = [d for d in KERNEL_DTYPES if d != torch.float32]
+
+
+def randn(*shape, dtype=torch.float32, gen=None):
+    return torch.randn(*shape, generator=gen).to(device=DEVICE, dtype=dtype)
+
+
+def int4_weight(n: int, k: int, scale_dtype=torch.float32, seed=0):
+    """Random packed bytes with scales and mins like a quantized layer's: w in about [-0.4, 0.4]."""
+    gen = torch.Generator().manual_seed(seed)
+    packed = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=gen)
+    scales = torch.rand(n, k // GROUP, generator=gen) * 0.04 + 0.02
+    mins = -7.5 * scales + torch.randn(n, k // GROUP, generator=gen) * 0.05
+    return packed.to(DEVICE), scales.to(DEVICE, scale_dtype), mins.to(DEVICE, scale_dtype)
+
+
+def int8_weight(n: int, k: int, scale_dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=gen)
+    scales = torch.rand(n, generator=gen) * 0.003 + 0.001
+    return q.to(DEVICE), scales.to(DEVICE, scale_dtype)
+
+
+def bias_or_none(with_bias: bool, n: int, dtype) -> torch.Tensor | None:
+    return randn(n, dtype=dtype) if with_bias else None
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES)
+def test_int4_linear_matches_reference(m, n, k, dtype, with_bias):
+    packed, scales, mins = int4_weight(n, k)
+    x, bias = randn(m, k, dtype=dtype), bias_or_none(with_bias, n, dtype)
+    out = triton_quant.int4_linear(x, packed, scales, mins, GROUP, bias)
+    assert out.shape == (m, n) and out.dtype == dtype
+    assert_close(out, torch_ref.int4_linear(x, packed, scales, mins, GROUP, bias))
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES)
+def test_int8_linear_matches_reference(m, n, k, dtype, with_bias):
+    q, scales = int8_weight(n, k)
+    x, bias = randn(m, k, dtype=dtype), bias_or_none(with_bias, n, dtype)
+    out = triton_quant.int8_linear(x, q, scales, bias)
+    assert out.shape == (m, n) and out.dtype == dtype
+    assert_close(out, torch_ref.int8_linear(x, q, scales, bias))
+
+
+@pytest.mark.parametrize("scale_dtype", SCALE_DTYPES)
+@pytest.mark.parametrize("m", [1, 17])
+def test_half_precision_scales_give_the_reference_result(m, scale_dtype):
+    x = randn(m, 64, dtype=torch.float16)
+    packed, scales, mins = int4_weight(48, 64, scale_dtype)
+    assert_close(triton_quant.int4_linear(x, packed, scales, mins, GROUP),
+                 torch_ref.int4_linear(x, packed, scales, mins, GROUP))
+    q, scales8 = int8_weight(48, 64, scale_dtype)
+    assert_close(triton_quant.int8_linear(x, q, scales8), torch_ref.int8_linear(x, q, scales8))
+
+
+@pytest.mark.parametrize("m", [1, 3, 17])
+def test_strided_activations_and_weight_rows(m):
+    """x a column slice of a wider tensor and a transposed one; weights a row slice of a fused
+    (larger) layer, so neither has its contiguous strides."""
+    wide = randn(m, 160)
+    packed, scales, mins = int4_weight(80, 96)
+    q, scales8 = int8_weight(80, 96)
+    weights4 = packed[16:64], scales[16:64], mins[16:64]
+    for x in (wide[:, 32:128], randn(96, m).t()):
+        assert_close(triton_quant.int4_linear(x, *weights4, GROUP),
+                     torch_ref.int4_linear(x, *weights4, GROUP))
+        assert_close(triton_quant.int8_linear(x, q[16:64], scales8[16:64]),
+                     torch_ref.int8_linear(x, q[16:64], scales8[16:64]))
+
+
+def test_leading_dimensions_are_kept():
+    x = randn(2, 3, 64)
+    packed, scales, mins = int4_weight(32, 64)
+    q, scales8 = int8_weight(32, 64)
+    out4 = triton_quant.int4_linear(x, packed, scales, mins, GROUP)
+    out8 = triton_quant.int8_linear(x, q, scales8)
+    assert out4.shape == out8.shape == (2, 3, 32)
+    assert_close(out4, torch_ref.int4_linear(x, packed, scales, mins, GROUP))
+    assert_close(out8, torch_ref.int8_linear(x, q, scales8))
+
+
+def test_torch_int4_linear_is_dequantize_then_matmul():
+    # engine is imported here, not at the top: importing it pulls in the loader's dependencies,
+    # which the GPU check's kernel-test stage does not need to have.
+    from engine.quantization.tensors import dequantize, quantize_int4
+
+    gen = torch.Generator().manual_seed(1)
+    w, x, bias = (torch.randn(*s, generator=gen) for s in ((48, 96), (5, 96), (48,)))
+    weight = quantize_int4(w)
+    out = torch_ref.int4_linear(x, weight.packed, weight.scales, weight.mins, weight.group_size,
+                                bias)
+    torch.testing.assert_close(out, x @ dequantize(weight).t() + bias)
+
+
+def test_torch_int8_linear_is_dequantize_then_matmul():
+    from engine.quantization.tensors import dequantize, quantize_int8
+
+    gen = torch.Generator().manual_seed(2)
+    w, x, bias = (torch.randn(*s, generator=gen) for s in ((48, 96), (5, 96), (48,)))
+    weight = quantize_int8(w)
+    torch.testing.assert_close(torch_ref.int8_linear(x, weight.q, weight.scales, bias),
+                               x @ dequantize(weight).t() + bias)
+
+
+def test_torch_reference_returns_half_inputs_in_half():
+    from engine.quantization.tensors import dequantize, quantize_int4
+
+    weight = quantize_int4(torch.randn(32, 64))
+    x = torch.randn(3, 64)
+    out = torch_ref.int4_linear(x.half(), weight.packed, weight.scales, weight.mins, GROUP)
+    assert out.dtype == torch.float16
+    torch.testing.assert_close(out.float(), x.half().float() @ dequantize(weight).t(),
+                               atol=2e-3, rtol=2e-3)
+
+
+def test_ops_dispatch_the_quantized_linears():
+    assert TORCH_OPS.int4_linear is torch_ref.int4_linear
+    assert TORCH_OPS.int8_linear is torch_ref.int8_linear
+    ops = triton_ops()
+    assert ops.int4_linear is triton_quant.int4_linear
+    assert ops.int8_linear is triton_quant.int8_linear
+
+
+# Compiles what the wrappers would launch on an H200, through Triton's own compiler and the
+# ptxas it bundles: no GPU needed. Run in a fresh process, where TRITON_INTERPRET is unset.
+_COMPILE_FOR_HOPPER = r'''
+import inspect, os, re, subprocess, sys, tempfile
+import torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kernels import triton_quant as tq
+
+TYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
+         torch.uint8: "u8", torch.int8: "i8"}
+CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+launches = []
+
+class Record:
+    def __init__(self, kernel):
+        self.kernel = kernel
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: launches.append((self.kernel, args, kwargs))
+
+def compile_as_launched(kernel, args, kwargs):
+    """As the JIT specializes: 16-byte aligned pointers, ints of 1 constant, multiples of 16."""
+    options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
+    signature, constexprs, attrs = {}, dict(kwargs), {}
+    positional = iter(args)
+    for i, name in enumerate(inspect.signature(kernel.fn).parameters):
+        if name in kwargs:
+            signature[name] = "constexpr"
+            continue
+        value = next(positional)
+        if isinstance(value, torch.Tensor):
+            signature[name], attrs[(i,)] = "*" + TYPES[value.dtype], [["tt.divisibility", 16]]
+        elif value == 1:
+            signature[name], constexprs[name] = "constexpr", 1
+        else:
+            signature[name] = "i32"
+            if value % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(kernel, signature, constexprs, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+
+def stack_bytes(compiled):
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        usage = subprocess.run([CUOBJDUMP, "-res-usage", f.name], capture_output=True,
+                               text=True, check=True).stdout
+    return int(re.search(r"STACK:(\d+)", usage).group(1))
+
+for name in ("_int4_gemv_kernel", "_int4_gemm_kernel", "_int8_gemv_kernel", "_int8_gemm_kernel"):
+    setattr(tq, name, Record(getattr(tq, name)))
+tq._sm_count = lambda device: 132  # an H200
+meta = torch.device("meta")
+for dtype in (torch.bfloat16, torch.float32):
+    for m, n in ((1, 4096), (1, 14336), (3, 4096), (512, 4096)):
+        x = torch.empty(m, 4096, device=meta, dtype=dtype)
+        bias = torch.empty(n, device=meta, dtype=dtype)
+        s = torch.empty(n, 128, device=meta, dtype=torch.float16)
+        tq.int4_linear(x, torch.empty(n, 2048, device=meta, dtype=torch.uint8), s, s, 32, bias)
+        tq.int8_linear(x, torch.empty(n, 4096, device=meta, dtype=torch.int8), s[:, 0], bias)
+for kernel, args, kwargs in launches:
+    label = f"{kernel.fn.__name__} {args[1].dtype} {kwargs}"
+    spilled = stack_bytes(compile_as_launched(kernel, args, dict(kwargs)))
+    print(label, "spills" if spilled else "ok", flush=True)
+'''
+
+
+@pytest.mark.skipif(DEVICE.type == "cuda", reason="on a GPU every other test compiles them")
+def test_kernels_compile_for_hopper_without_spilling():
+    """The interpreter skips Triton's type checks and register allocation: compile for sm_90."""
+    if "attrs" not in inspect.signature(ASTSource).parameters:
+        pytest.skip("this triton's ASTSource predates the attrs argument")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"  # the default; set to silence triton's warning
+    result = subprocess.run([sys.executable, "-c", _COMPILE_FOR_HOPPER], check=False, env=env,
+                            capture_output=True, text=True, timeout=600,
+                            cwd=Path(__file__).parents[2])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "spills" not in result.stdout, result.stdout
