@@ -6,9 +6,9 @@ that it is complete and saved. It prints what it did; the exit status is 0 on su
 failure (one line on stderr says which step failed; PAGODA_SELFTEST_TRACEBACK=1 adds the
 traceback), 2 if it ran past its time limit (PAGODA_SELFTEST_TIMEOUT seconds, default 300).
 
-The converted model goes to a temporary cache, so every run converts the GGUF file afresh: that is
-the path a new user's first start takes, and the one most likely to break in a frozen bundle (it
-needs transformers' GGUF reader, gguf and accelerate). Set PAGODA_CACHE_DIR to reuse a conversion.
+The GGUF file's config and tokenizer are cached in a temporary folder, so every run builds them
+afresh: that is the path a new user's first start takes, and the one most likely to break in a
+frozen bundle (it needs transformers' GGUF support and gguf). Set PAGODA_CACHE_DIR to reuse a cache.
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ def run_selftest(args: argparse.Namespace) -> int:
         scratch_dir = Path(scratch)
         if not os.environ.get("PAGODA_CACHE_DIR"):
             os.environ["PAGODA_CACHE_DIR"] = str(scratch_dir / "cache")
-            cache_note = "temporary: the model is converted afresh"
+            cache_note = "temporary: the tokenizer is built afresh"
         else:
-            cache_note = "PAGODA_CACHE_DIR: an earlier conversion is reused"
+            cache_note = "PAGODA_CACHE_DIR: an earlier tokenizer cache is reused"
         db_path = scratch_dir / "selftest.db"
         _line("database", f"{db_path} (temporary)")
         _line("cache", f"{os.environ['PAGODA_CACHE_DIR']} ({cache_note})")
