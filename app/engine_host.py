@@ -44,7 +44,7 @@ def check_model_fits(model: str | None, config: EngineConfig,
 def _make_engine(model: str | None, config: EngineConfig,
                  on_progress: ProgressCallback) -> AsyncEngine:
     check_model_fits(model, config)
-    loaded = load_model(model, config.dtype, on_progress)
+    loaded = load_model(model, config.dtype, on_progress, quantization=config.quantization)
     return AsyncEngine(engine=LLMEngine(config=config, loaded=loaded))
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from engine.async_engine import AsyncEngine
 from engine.chat_template import Message
-from engine.config import EngineConfig
+from engine.config import QUANTIZATIONS, EngineConfig
 from engine.errors import PagodaError, PromptTooLongError
 from engine.llm import LLM
 from engine.outputs import RequestOutput
@@ -95,6 +95,10 @@ def _add_common_options(parser: argparse.ArgumentParser, *, temperature: float, 
                         help="the most requests computed together (default: 64)")
     engine.add_argument("--speculative-tokens", type=int, metavar="K",
                         help="draft K tokens per step by prompt lookup (default: 0, off)")
+    engine.add_argument("--quantization", choices=QUANTIZATIONS,
+                        help="how weights are kept: auto (a .gguf keeps its own quantization, a "
+                             "folder loads as stored), none (all float), int8 or int4 "
+                             "(quantized on load) (default: auto)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log progress (model conversion, loading)")
 
@@ -112,7 +116,7 @@ def sampling_params(args: argparse.Namespace) -> SamplingParams:
                           max_tokens=args.max_tokens, seed=args.seed)
 
 
-def engine_options(args: argparse.Namespace) -> dict[str, int]:
+def engine_options(args: argparse.Namespace) -> dict[str, int | str]:
     """The EngineConfig fields set on the command line; the rest keep EngineConfig's defaults."""
     options = {}
     if args.kv_cache_mb is not None:
@@ -121,6 +125,8 @@ def engine_options(args: argparse.Namespace) -> dict[str, int]:
         options["max_num_seqs"] = args.max_num_seqs
     if args.speculative_tokens is not None:
         options["num_speculative_tokens"] = args.speculative_tokens
+    if args.quantization is not None:
+        options["quantization"] = args.quantization
     return options
 
 

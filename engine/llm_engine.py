@@ -53,7 +53,8 @@ class LLMEngine:
                  loaded: LoadedModel | None = None) -> None:
         self.config = config or EngineConfig()
         torch.set_num_threads(self.config.resolved_num_threads())
-        self.loaded = loaded or load_model(model, self.config.dtype)
+        self.loaded = loaded or load_model(model, self.config.dtype,
+                                           quantization=self.config.quantization)
         self.tokenizer = self.loaded.tokenizer
         self.runner = ModelRunner(self.loaded, self.config)
         self.max_model_len = min(self.config.max_model_len or 1 << 62,

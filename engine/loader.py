@@ -26,6 +26,7 @@ from safetensors import SafetensorError, safe_open
 
 from engine.errors import ModelLoadError
 from engine.gguf_loader import GGUFModelFile
+from engine.quantization.on_load import apply_quantization
 from engine.quantization.tensors import Weight, weight_shape
 
 # step name, steps done, steps in all
@@ -97,16 +98,18 @@ def load_model(
     source: str | os.PathLike | None = None, dtype: torch.dtype = torch.float32,
     on_progress: ProgressCallback | None = None, quantization: str = "auto",
 ) -> LoadedModel:
-    """quantization: "auto" keeps a GGUF file's quantized tensors in the engine's layouts,
-    "none" dequantizes them to dtype; "int8"/"int4" load as "auto" (requantizing is
-    `engine.quantization.on_load`'s step). on_progress(step, done, total) reports a GGUF
-    file's load steps."""
+    """quantization (EngineConfig.quantization): "auto" keeps a GGUF file's quantized tensors
+    in the engine's layouts and a folder's float weights as they are, "none" dequantizes
+    everything to dtype, "int8"/"int4" quantize every matrix on load. on_progress(step, done,
+    total) reports a GGUF file's load steps."""
     _remove_old_conversions()
     path = _source_path(source)
     if path.is_dir():
-        # A folder's weights are float as stored; quantizing them is a separate step after this.
-        return _load_folder(path, model_name(path), dtype)
-    return _load_gguf(_gguf_path(path), dtype, quantization, on_progress)
+        loaded = _load_folder(path, model_name(path), dtype)
+    else:
+        loaded = _load_gguf(_gguf_path(path), dtype, quantization, on_progress)
+    loaded.weights = apply_quantization(loaded.weights, quantization)
+    return loaded
 
 
 def tokenizer_folder(source: str | os.PathLike | None = None) -> Path:
