@@ -45,7 +45,9 @@ def _make_engine(model: str | None, config: EngineConfig,
                  on_progress: ProgressCallback) -> AsyncEngine:
     check_model_fits(model, config)
     loaded = load_model(model, config.dtype, on_progress, quantization=config.quantization)
-    return AsyncEngine(engine=LLMEngine(config=config, loaded=loaded))
+    engine = LLMEngine(config=config, loaded=loaded)
+    loaded.release_weights()
+    return AsyncEngine(engine=engine)
 
 
 class EngineHost(QObject):

@@ -33,6 +33,8 @@ if "platformdirs" not in sys.modules:
         sys.modules["platformdirs"] = types.SimpleNamespace(user_cache_dir=tempfile.gettempdir)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from weight_bytes import tensor_bytes
+
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.loader import LoadedModel
 from engine.quantization.tensors import Int4Weight, Int8Weight, quantize_int4, quantize_int8
@@ -257,11 +259,7 @@ def copy_bandwidth(nbytes: int = 4 << 30) -> float:
 def weight_bytes_read_per_step(eng: LLMEngine) -> int:
     """Every weight a decode step streams: layers, final norm, lm_head (not the embedding)."""
     m = eng.runner.model
-    tensors = [m.norm, m.lm_head] + [t for layer in m.layers for t in
-                                     (layer.input_norm, layer.qkv_weight, layer.o_weight,
-                                      layer.post_attention_norm, layer.gate_up_weight,
-                                      layer.down_weight)]
-    return sum(t.numel() * t.element_size() for t in tensors)
+    return tensor_bytes([m.norm, m.lm_head, m.layers])
 
 
 def decode_step_times(eng: LLMEngine, prompt_len: int, steps: int) -> list[float]:

@@ -57,6 +57,8 @@ class LLMEngine:
                                            quantization=self.config.quantization)
         self.tokenizer = self.loaded.tokenizer
         self.runner = ModelRunner(self.loaded, self.config)
+        if loaded is None:  # a caller that passed `loaded` may build more engines from it
+            self.loaded.release_weights()
         self.max_model_len = min(self.config.max_model_len or 1 << 62,
                                  self.runner.model.shape.max_position_embeddings)
         self.kv_cache = KVCacheManager(self.runner.num_blocks, self.config.block_size,

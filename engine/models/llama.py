@@ -63,7 +63,9 @@ class LlamaForCausalLM:
         s = self.shape
         embed = weights["model.embed_tokens.weight"]
         self.embed_tokens = make_embedding(embed, device, dtype)
-        self.lm_head = make_linear(weights.get("lm_head.weight", embed), None, device, dtype, ops)
+        # A tied lm_head shares the embedding's tensors on the device, not a second copy.
+        lm_head = weights.get("lm_head.weight", self.embed_tokens.weight)
+        self.lm_head = make_linear(lm_head, None, device, dtype, ops)
         self.norm = weights["model.norm.weight"].to(device=device, dtype=dtype)
         self.layers = [_load_layer(weights, f"model.layers.{i}.", device, dtype, ops)
                        for i in range(s.num_layers)]
