@@ -259,7 +259,7 @@ def copy_bandwidth(nbytes: int = 4 << 30) -> float:
 def weight_bytes_read_per_step(eng: LLMEngine) -> int:
     """Every weight a decode step streams: layers, final norm, lm_head (not the embedding)."""
     m = eng.runner.model
-    return tensor_bytes([m.norm, m.lm_head, m.layers])
+    return tensor_bytes([m.norm, m.lm_head.linear, m.layers])
 
 
 def decode_step_times(eng: LLMEngine, prompt_len: int, steps: int) -> list[float]:

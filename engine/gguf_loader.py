@@ -2,7 +2,7 @@
 
 Quantized tensors stay quantized (`engine.quantization.tensors`): Q4_0, Q4_1 and Q4_K blocks map
 exactly onto `Int4Weight` (groups of 32 with a scale and a min), the other block types the engine
-reads become `Int8Weight`, float tensors stay float. Decoding works on every block of a tensor at
+reads become `Int8Weight` in groups of 32 (Q8_0 exactly), float tensors stay float. Decoding works on every block of a tensor at
 once, so the default model's 211 matrices take about a second.
 
 The config and tokenizer come from transformers' GGUF support, which takes seconds on a 49k-token
@@ -29,6 +29,7 @@ from engine.errors import ModelLoadError
 from engine.quantization.tensors import (
     INT4_GROUP_SIZE,
     Int4Weight,
+    Int8Weight,
     Weight,
     quantize_int8,
 )
@@ -38,6 +39,7 @@ logger = logging.getLogger(__name__)
 # GGUF's name for an architecture; Mistral files say "llama".
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3")
 INT4_TYPES = frozenset({QType.Q4_0, QType.Q4_1, QType.Q4_K})
+INT8_GROUP_SIZE = 32
 INT8_TYPES = frozenset({QType.Q5_0, QType.Q5_1, QType.Q5_K, QType.Q6_K, QType.Q8_0})
 FLOAT_TYPES = frozenset({QType.F32, QType.F16, QType.BF16})
 QUANTIZATIONS = ("auto", "none", "int8", "int4")
@@ -200,8 +202,10 @@ def _decode(data: np.ndarray, kind: QType, shape: tuple[int, ...], quantization:
         return dequantize_to_float(data, kind, shape)  # norms and biases: float32
     if kind in INT4_TYPES:
         return decode_int4(data, kind)
-    if kind in INT8_TYPES:
-        return quantize_int8(dequantize_to_float(data, kind, shape))
+    if kind == QType.Q8_0:
+        return decode_q8_0(data)
+    if kind in INT8_TYPES:  # 5 and 6 bits: int8 in groups of 32 is finer than their own steps
+        return quantize_int8(dequantize_to_float(data, kind, shape), INT8_GROUP_SIZE)
     return _float_tensor(data, kind, shape).to(dtype)
 
 
@@ -237,6 +241,15 @@ def decode_int4(data: np.ndarray, kind: QType) -> Int4Weight:
         mins=torch.from_numpy(mins.reshape(rows, -1)),
         group_size=INT4_GROUP_SIZE,
     )
+
+
+def decode_q8_0(data: np.ndarray) -> Int8Weight:
+    """Raw Q8_0 rows (blocks of an fp16 scale and 32 int8 values) -> the exact Int8Weight."""
+    type_size = gguf.GGML_QUANT_SIZES[QType.Q8_0][1]
+    rows = data.shape[0]
+    blocks = np.asarray(data).reshape(rows, -1, type_size)
+    q = np.ascontiguousarray(blocks[..., 2:]).view(np.int8).reshape(rows, -1)
+    return Int8Weight(torch.from_numpy(q), torch.from_numpy(_f16(blocks, 0)), INT8_GROUP_SIZE)
 
 
 def _q4_k_parts(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -51,7 +51,7 @@ def make_linear(weight: Weight, bias: torch.Tensor | None, device: torch.device,
 
 
 def make_embedding(weight: Weight, device: torch.device, dtype: torch.dtype) -> Embedding:
-    return Embedding(_to_device(weight, device, dtype), dtype)
+    return Embedding(to_device(weight, device, dtype), dtype)
 
 
 def _method_for(weight: Weight, device: torch.device, dtype: torch.dtype,
@@ -65,21 +65,22 @@ def _method_for(weight: Weight, device: torch.device, dtype: torch.dtype,
     if isinstance(weight, Int4Weight):
         if on_cpu_torch:
             return cpu_int4.CpuInt4Method(weight)
-        return kernel_methods.KernelInt4Method(_to_device(weight, device, dtype), ops)
+        return kernel_methods.KernelInt4Method(to_device(weight, device, dtype), ops)
     if isinstance(weight, Int8Weight):
         if on_cpu_torch:
             return cpu_int8.CpuInt8Method(weight)
-        return kernel_methods.KernelInt8Method(_to_device(weight, device, dtype), ops)
+        return kernel_methods.KernelInt8Method(to_device(weight, device, dtype), ops)
     raise TypeError(f"no linear method for weights of type {type(weight).__name__}")
 
 
-def _to_device(weight: Weight, device: torch.device, dtype: torch.dtype) -> Weight:
+def to_device(weight: Weight, device: torch.device, dtype: torch.dtype) -> Weight:
     """Float tables move at the compute dtype; quantized ones keep their integers, with scales
     at the compute dtype on a GPU (fp16/bf16 there) and float32 on a CPU."""
     if isinstance(weight, torch.Tensor):
         return weight.to(device=device, dtype=dtype)
     scale_dtype = torch.float32 if device.type == "cpu" else dtype
     if isinstance(weight, Int8Weight):
-        return Int8Weight(weight.q.to(device), weight.scales.to(device, scale_dtype))
+        return Int8Weight(weight.q.to(device), weight.scales.to(device, scale_dtype),
+                          weight.group_size)
     return Int4Weight(weight.packed.to(device), weight.scales.to(device, scale_dtype),
                       weight.mins.to(device, scale_dtype), weight.group_size)

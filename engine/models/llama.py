@@ -8,7 +8,8 @@ import torch
 from transformers import PretrainedConfig
 
 from engine.errors import ModelLoadError
-from engine.layers.linear import Linear, make_embedding, make_linear
+from engine.layers.linear import Linear, make_embedding, make_linear, to_device
+from engine.layers.lm_head import LMHead
 from engine.loader import head_dim
 from engine.models.rotary import RotaryTables
 from engine.quantization.tensors import Weight, concat
@@ -65,7 +66,8 @@ class LlamaForCausalLM:
         self.embed_tokens = make_embedding(embed, device, dtype)
         # A tied lm_head shares the embedding's tensors on the device, not a second copy.
         lm_head = weights.get("lm_head.weight", self.embed_tokens.weight)
-        self.lm_head = make_linear(lm_head, None, device, dtype, ops)
+        exact = None if isinstance(lm_head, torch.Tensor) else to_device(lm_head, device, dtype)
+        self.lm_head = LMHead(make_linear(lm_head, None, device, dtype, ops), exact)
         self.norm = weights["model.norm.weight"].to(device=device, dtype=dtype)
         self.layers = [_load_layer(weights, f"model.layers.{i}.", device, dtype, ops)
                        for i in range(s.num_layers)]
@@ -96,7 +98,7 @@ class LlamaForCausalLM:
         return self.lm_head(ops.rms_norm(hidden, self.norm, s.rms_norm_eps))
 
     def linears(self) -> list[Linear]:
-        return [linear for layer in self.layers for linear in layer.linears()] + [self.lm_head]
+        return [linear for layer in self.layers for linear in layer.linears()] + [self.lm_head.linear]
 
     def _attention(self, layer: LlamaLayer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                    k_cache: torch.Tensor, v_cache: torch.Tensor,

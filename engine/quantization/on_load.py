@@ -15,9 +15,10 @@ from engine.quantization.tensors import (
 )
 
 # The token table and the vocabulary projection stay int8 under "int4", as llama.cpp's Q4_K_M
-# keeps its output layer at 6 bits: 4-bit logits cost more quality than 4-bit layers.
+# keeps its output layer at 6 bits: 4-bit logits cost more quality than 4-bit layers. They are
+# int8 in groups of 32, the layout the lm_head's exact top candidates are recomputed from.
 _VOCABULARY_MATRICES = ("model.embed_tokens.weight", "lm_head.weight")
-
+_VOCABULARY_GROUP_SIZE = 32
 
 def apply_quantization(weights: dict[str, Weight], quantization: str) -> dict[str, Weight]:
     """"auto" keeps what the loader gave, "none" dequantizes everything to float32,
@@ -35,7 +36,12 @@ def apply_quantization(weights: dict[str, Weight], quantization: str) -> dict[st
 def _quantized(name: str, weight: Weight, quantization: str) -> Weight:
     if isinstance(weight, torch.Tensor) and weight.ndim != 2:
         return weight  # norms and biases stay float
-    if (quantization == "int4" and name not in _VOCABULARY_MATRICES
-            and weight.shape[1] % INT4_GROUP_SIZE == 0):
+    inputs = weight.shape[1]
+    if quantization == "int4" and name not in _VOCABULARY_MATRICES and inputs % INT4_GROUP_SIZE == 0:
         return weight if isinstance(weight, Int4Weight) else quantize_int4(dequantize(weight))
-    return weight if isinstance(weight, Int8Weight) else quantize_int8(dequantize(weight))
+    if isinstance(weight, Int8Weight):
+        return weight
+    group = None
+    if name in _VOCABULARY_MATRICES and inputs % _VOCABULARY_GROUP_SIZE == 0:
+        group = _VOCABULARY_GROUP_SIZE
+    return quantize_int8(dequantize(weight), group)

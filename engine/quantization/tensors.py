@@ -6,7 +6,8 @@ method turns one into whatever its kernel wants (`engine.quantization.methods`).
 - `Int4Weight`: 4-bit values in groups along the input dimension, one scale and one min per
   group: w[n, k] = q[n, k] * scales[n, k // g] + mins[n, k // g], q in 0..15. GGUF's Q4_0, Q4_1
   and Q4_K all map onto it exactly with g = 32.
-- `Int8Weight`: 8-bit values, one scale per output channel: w[n, k] = q[n, k] * scales[n].
+- `Int8Weight`: 8-bit values with one scale per output channel, w[n, k] = q[n, k] * scales[n],
+  or per group of inputs, w[n, k] = q[n, k] * scales[n, k // g] (GGUF's Q8_0 exactly, g = 32).
 """
 
 from __future__ import annotations
@@ -39,10 +40,11 @@ class Int4Weight:
 
 @dataclass(slots=True)
 class Int8Weight:
-    """q: int8 [N, K]; scales: float32 [N]."""
+    """q: int8 [N, K]; scales: float32 [N], or [N, K // group_size] when group_size is set."""
 
     q: torch.Tensor
     scales: torch.Tensor
+    group_size: int | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -82,7 +84,7 @@ def dequantize(weight: Weight, dtype: torch.dtype = torch.float32) -> torch.Tens
     if isinstance(weight, torch.Tensor):
         return weight.to(dtype)
     if isinstance(weight, Int8Weight):
-        return (weight.q.float() * weight.scales.float().unsqueeze(1)).to(dtype)
+        return _dequantize_int8(weight).to(dtype)
     n, k = weight.shape
     groups = k // weight.group_size
     q = unpack_int4(weight.packed).view(n, groups, weight.group_size).float()
@@ -102,17 +104,34 @@ def select_rows(weight: Weight, index: torch.Tensor) -> Weight:
     if isinstance(weight, torch.Tensor):
         return weight.index_select(0, index)
     if isinstance(weight, Int8Weight):
-        return Int8Weight(weight.q.index_select(0, index), weight.scales.index_select(0, index))
+        return Int8Weight(weight.q.index_select(0, index), weight.scales.index_select(0, index),
+                          weight.group_size)
     return Int4Weight(weight.packed.index_select(0, index), weight.scales.index_select(0, index),
                       weight.mins.index_select(0, index), weight.group_size)
 
 
-def quantize_int8(w: torch.Tensor) -> Int8Weight:
-    """Symmetric, per output channel: scale = max |w| / 127 over the row."""
-    w = w.float()
-    scales = w.abs().amax(dim=1).clamp_min(1e-12) / 127
-    q = torch.round(w / scales.unsqueeze(1)).clamp_(-127, 127).to(torch.int8)
-    return Int8Weight(q, scales)
+def quantize_int8(w: torch.Tensor, group_size: int | None = None) -> Int8Weight:
+    """Symmetric: scale = max |w| / 127 over each row, or over each group of a row."""
+    n, k = w.shape
+    if group_size is not None and k % group_size:
+        raise ValueError(f"int8 groups of {group_size} need the input dimension ({k}) to be a "
+                         "multiple of it")
+    groups = w.float().view(n, -1, group_size or k)
+    scales = groups.abs().amax(dim=-1).clamp_min(1e-12) / 127
+    q = torch.round(groups / scales.unsqueeze(-1)).clamp_(-127, 127).to(torch.int8)
+    return Int8Weight(q.view(n, k), scales if group_size else scales.view(n), group_size)
+
+
+def per_channel_int8(weight: Int8Weight) -> Int8Weight:
+    """The per-channel form PyTorch's and our int8 kernels take (requantized if grouped)."""
+    return weight if weight.group_size is None else quantize_int8(dequantize(weight))
+
+
+def _dequantize_int8(weight: Int8Weight) -> torch.Tensor:
+    n, k = weight.shape
+    q = weight.q.float().view(n, -1, weight.group_size or k)
+    scales = weight.scales.float().view(n, -1, 1)
+    return (q * scales).view(n, k)
 
 
 def quantize_int4(w: torch.Tensor, group_size: int = INT4_GROUP_SIZE) -> Int4Weight:
@@ -137,8 +156,9 @@ def concat(weights: list[Weight]) -> Weight:
     kinds = {type(w) for w in weights}
     if kinds == {torch.Tensor} or all(isinstance(w, torch.Tensor) for w in weights):
         return torch.cat(weights)
-    if kinds == {Int8Weight}:
-        return Int8Weight(torch.cat([w.q for w in weights]), torch.cat([w.scales for w in weights]))
+    if kinds == {Int8Weight} and len({w.group_size for w in weights}) == 1:
+        return Int8Weight(torch.cat([w.q for w in weights]), torch.cat([w.scales for w in weights]),
+                          weights[0].group_size)
     if kinds == {Int4Weight} and len({w.group_size for w in weights}) == 1:
         return Int4Weight(torch.cat([w.packed for w in weights]),
                           torch.cat([w.scales for w in weights]),

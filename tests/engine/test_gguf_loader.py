@@ -93,10 +93,14 @@ def test_each_supported_type_loads_in_its_layout_and_matches_ggufs_dequantizatio
     if kind in INT4_TYPES:
         assert isinstance(weights[name], Int4Weight)
         assert torch.equal(dequantize(weights[name]), expected)
+    elif kind == QType.Q8_0:
+        assert isinstance(weights[name], Int8Weight) and weights[name].group_size == 32
+        assert torch.equal(dequantize(weights[name]), expected)
     elif kind in INT8_TYPES:
-        assert isinstance(weights[name], Int8Weight)
-        half_step = weights[name].scales.unsqueeze(1) / 2
-        assert ((dequantize(weights[name]) - expected).abs() <= half_step * 1.001).all()
+        weight = weights[name]
+        assert isinstance(weight, Int8Weight) and weight.group_size == 32
+        half_step = weight.scales.repeat_interleave(weight.group_size, dim=1) / 2
+        assert ((dequantize(weight) - expected).abs() <= half_step * 1.001).all()
     else:
         assert isinstance(weights[name], torch.Tensor)
         assert torch.equal(weights[name], expected)
@@ -177,11 +181,11 @@ def test_none_dequantizes_every_weight_to_the_requested_dtype(tmp_path):
                for w in model.weights.values())
 
 
-@pytest.mark.parametrize("quantization", ["int8", "int4"])
-def test_int8_and_int4_load_what_auto_loads(tmp_path, quantization):
+@pytest.mark.parametrize("quantization, layout", [("int8", Int8Weight), ("int4", Int4Weight)])
+def test_int8_and_int4_requantize_the_layers_of_another_type(tmp_path, quantization, layout):
     path = write_tiny_gguf(tmp_path / "tiny.gguf", matrix_type=QType.Q5_0).path
     model = load_model(path, quantization=quantization)
-    assert isinstance(model.weights[Q_PROJ], Int8Weight)
+    assert isinstance(model.weights[Q_PROJ], layout)
 
 
 def test_load_reports_its_steps(tmp_path):
