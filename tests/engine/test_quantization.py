@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from engine.config import EngineConfig
 from engine.evaluation import compare, prompt_logits
 from engine.layers.linear import make_linear
+from engine.layers.lm_head import refine_top_logits
 from engine.loader import load_model, tokenizer_folder
 from engine.model_runner import ModelRunner
 from engine.quantization import cpu_paths
@@ -173,9 +174,8 @@ def test_int8_on_load_stays_close_to_the_float_model(tiny_llama):
 
 @pytest.mark.slow
 def test_default_model_in_its_own_quantization_predicts_like_dequantized(default_model):
-    """Teacher-forced over ~2,500 tokens of English and Chinese. Measured: 96.2% top-1
-    agreement, perplexity +0.4% (issue 11 asks 98%: the int8 vocabulary projection with bf16
-    outputs is the loss; its int4 layers alone agree 99.0%)."""
+    """Teacher-forced over ~2,500 tokens of English and Chinese (issue 11: top-1 agreement of at
+    least 98%, perplexity within 2%). Measured: 99.0%, +0.03%."""
     config = EngineConfig(num_kv_blocks=200)
     token_ids = default_model.tokenizer.encode(QUALITY_TEXT.read_text(encoding="utf-8"))
     assert len(token_ids) >= 2000
@@ -183,5 +183,24 @@ def test_default_model_in_its_own_quantization_predicts_like_dequantized(default
     quantized = load_model(quantization="auto")
     assert isinstance(quantized.weights["model.layers.0.mlp.up_proj.weight"], Int4Weight)
     report = compare(want, prompt_logits(ModelRunner(quantized, config), token_ids), token_ids)
-    assert report.top1_agreement >= 0.95
-    assert report.perplexity_ratio < 1.02
+    assert report.top1_agreement >= 0.98
+    assert abs(report.perplexity_ratio - 1) < 0.02
+
+
+def test_refined_logits_are_exact_for_the_top_candidates():
+    torch.manual_seed(5)
+    exact = quantize_int8(torch.randn(500, 64), group_size=32)
+    x = torch.randn(3, 64)
+    want = F.linear(x, dequantize(exact))
+    coarse = (want + 0.3 * torch.randn_like(want)).bfloat16().float()  # rounded, noisy logits
+    top = coarse.topk(32, dim=-1).indices
+    refined = refine_top_logits(coarse.clone(), x, exact, k=32)
+    torch.testing.assert_close(refined.gather(1, top), want.gather(1, top))
+    assert torch.equal(refined.argmax(-1), want.argmax(-1))
+
+
+def test_tied_quantized_vocabulary_is_refined_from_the_embedding_itself(tiny_llama):
+    model = ModelRunner(load_model(tiny_llama, quantization="int8"),
+                        EngineConfig(num_kv_blocks=8)).model
+    assert isinstance(model.lm_head.exact, Int8Weight)
+    assert model.lm_head.exact.q is model.embed_tokens.weight.q
