@@ -87,8 +87,9 @@ class ModelRunner:
         enough to dequantize and run one GEMM rather than the weight-only kernel."""
         by_format: dict[type, list] = {}
         for linear in self.model.linears():
-            if isinstance(linear.method, cpu_paths.CpuQuantizedMethod):
-                by_format.setdefault(type(linear.method), []).append(linear.method)
+            method = getattr(linear.method, "inner", linear.method)  # a split int8 layer's int4
+            if isinstance(method, cpu_paths.CpuQuantizedMethod):
+                by_format.setdefault(type(method), []).append(method)
         for methods in by_format.values():
             cpu_paths.calibrate(methods, self.config.max_num_batched_tokens)
 

@@ -12,7 +12,13 @@ from typing import Protocol
 
 import torch
 
-from engine.quantization.tensors import Int4Weight, Int8Weight, Weight, dequantize_rows
+from engine.quantization.tensors import (
+    Int4Weight,
+    Int8Weight,
+    Weight,
+    dequantize_rows,
+    split_int8_into_int4,
+)
 from kernels.ops import KernelOps
 
 
@@ -57,7 +63,7 @@ def make_embedding(weight: Weight, device: torch.device, dtype: torch.dtype) -> 
 def _method_for(weight: Weight, device: torch.device, dtype: torch.dtype,
                 ops: KernelOps) -> LinearMethod:
     # Imported here: each format's file imports this module's types.
-    from engine.quantization import cpu_int4, cpu_int8, kernel_methods, unquantized
+    from engine.quantization import cpu_int4, cpu_int8, kernel_methods, split_int8, unquantized
 
     if isinstance(weight, torch.Tensor):
         return unquantized.UnquantizedMethod(weight.to(device=device, dtype=dtype))
@@ -66,6 +72,9 @@ def _method_for(weight: Weight, device: torch.device, dtype: torch.dtype,
         if on_cpu_torch:
             return cpu_int4.CpuInt4Method(weight)
         return kernel_methods.KernelInt4Method(to_device(weight, device, dtype), ops)
+    if isinstance(weight, Int8Weight) and weight.group_size is not None:
+        inner = _method_for(split_int8_into_int4(weight), device, dtype, ops)
+        return split_int8.SplitInt8Method(inner, weight.shape[0])
     if isinstance(weight, Int8Weight):
         if on_cpu_torch:
             return cpu_int8.CpuInt8Method(weight)

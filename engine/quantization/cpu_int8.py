@@ -1,6 +1,5 @@
-"""int8 weights on the CPU through PyTorch's `_weight_int8pack_mm`, vectorized for bfloat16
-activations only, like the int4 kernel. It takes one scale per output channel: grouped int8
-(GGUF's Q8_0) is requantized per channel for it."""
+"""Per-channel int8 weights on the CPU through PyTorch's `_weight_int8pack_mm`, vectorized for
+bfloat16 activations only, like the int4 kernel (grouped int8 goes through `split_int8`)."""
 
 from __future__ import annotations
 
@@ -8,16 +7,15 @@ import torch
 
 from engine.quantization import cpu_paths
 from engine.quantization.cpu_paths import CpuPathPolicy
-from engine.quantization.tensors import Int8Weight, dequantize, per_channel_int8
+from engine.quantization.tensors import Int8Weight, dequantize
 
 
 class CpuInt8Method:
     __slots__ = ("numel", "policy", "scales_bf16", "weight")
 
     def __init__(self, weight: Int8Weight) -> None:
-        per_channel = per_channel_int8(weight)
-        self.weight = Int8Weight(per_channel.q.contiguous(), per_channel.scales.float())
-        self.scales_bf16 = per_channel.scales.to(torch.bfloat16)
+        self.weight = Int8Weight(weight.q.contiguous(), weight.scales.float())
+        self.scales_bf16 = weight.scales.to(torch.bfloat16)
         self.policy = CpuPathPolicy()
         self.numel = weight.q.numel()
 

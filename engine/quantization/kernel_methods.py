@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.quantization.tensors import Int4Weight, Int8Weight, per_channel_int8
+from engine.quantization.tensors import Int4Weight, Int8Weight
 from kernels.ops import KernelOps
 
 
@@ -25,7 +25,7 @@ class KernelInt8Method:
     __slots__ = ("kernel", "weight")
 
     def __init__(self, weight: Int8Weight, ops: KernelOps) -> None:
-        self.weight = per_channel_int8(weight)
+        self.weight = weight
         self.kernel = ops.int8_linear
 
     def apply(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -122,9 +122,18 @@ def quantize_int8(w: torch.Tensor, group_size: int | None = None) -> Int8Weight:
     return Int8Weight(q.view(n, k), scales if group_size else scales.view(n), group_size)
 
 
-def per_channel_int8(weight: Int8Weight) -> Int8Weight:
-    """The per-channel form PyTorch's and our int8 kernels take (requantized if grouped)."""
-    return weight if weight.group_size is None else quantize_int8(dequantize(weight))
+def split_int8_into_int4(weight: Int8Weight) -> Int4Weight:
+    """Grouped int8 as two int4 halves stacked along the output dimension, [high; low], whose
+    products add up to the int8 one: q + 128 = 16 h + l, so w = (16 s h - 120 s) + (s l - 8 s).
+    Each half is centred on zero, so adding their (bf16-rounded) outputs cancels little.
+    Int4 kernels then compute grouped int8 exactly, reading the same bytes as int8 would."""
+    assert weight.group_size is not None, "a per-channel int8 weight has no groups to split"
+    shifted = weight.q.to(torch.int16) + 128
+    high, low = (shifted >> 4).to(torch.uint8), (shifted & 15).to(torch.uint8)
+    scales = weight.scales.float()
+    return Int4Weight(torch.cat([pack_int4(high), pack_int4(low)]),
+                      torch.cat([16 * scales, scales]),
+                      torch.cat([-120 * scales, -8 * scales]), weight.group_size)
 
 
 def _dequantize_int8(weight: Int8Weight) -> torch.Tensor:
