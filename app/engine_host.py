@@ -45,9 +45,7 @@ def _make_engine(model: str | None, config: EngineConfig,
                  on_progress: ProgressCallback) -> AsyncEngine:
     check_model_fits(model, config)
     loaded = load_model(model, config.dtype, on_progress, quantization=config.quantization)
-    engine = LLMEngine(config=config, loaded=loaded)
-    loaded.release_weights()
-    return AsyncEngine(engine=engine)
+    return AsyncEngine(engine=LLMEngine(config=config, loaded=loaded, release_weights=True))
 
 
 class EngineHost(QObject):

@@ -50,15 +50,17 @@ class EngineStats:
 
 class LLMEngine:
     def __init__(self, model: str | None = None, config: EngineConfig | None = None,
-                 loaded: LoadedModel | None = None) -> None:
+                 loaded: LoadedModel | None = None, release_weights: bool | None = None) -> None:
+        """release_weights: hand loaded.weights over to the model, emptying it as layers are
+        built (the default when the engine loads the model itself); a caller that builds more
+        engines from one LoadedModel keeps it."""
         self.config = config or EngineConfig()
         torch.set_num_threads(self.config.resolved_num_threads())
         self.loaded = loaded or load_model(model, self.config.dtype,
                                            quantization=self.config.quantization)
         self.tokenizer = self.loaded.tokenizer
-        self.runner = ModelRunner(self.loaded, self.config)
-        if loaded is None:  # a caller that passed `loaded` may build more engines from it
-            self.loaded.release_weights()
+        release = loaded is None if release_weights is None else release_weights
+        self.runner = ModelRunner(self.loaded, self.config, release)
         self.max_model_len = min(self.config.max_model_len or 1 << 62,
                                  self.runner.model.shape.max_position_embeddings)
         self.kv_cache = KVCacheManager(self.runner.num_blocks, self.config.block_size,

@@ -54,11 +54,6 @@ class LoadedModel:
     tokenizer: transformers.PreTrainedTokenizerBase
     weights: dict[str, Weight]
 
-    def release_weights(self) -> None:
-        """Drop the loader's copy once an engine is built: its layers keep the weights in their
-        kernels' own forms (a CPU int4 layer repacks them), so keeping both doubles the memory."""
-        self.weights = {}
-
 
 def default_model_file() -> Path:
     bundled = _bundled_model_file()

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from engine.config import EngineConfig
+from engine.layers.linear import Placement
 from engine.loader import LoadedModel
 from engine.models.llama import LlamaForCausalLM
 from engine.quantization import cpu_paths
+from engine.quantization.cpu_int4 import CpuInt4Method
+from engine.quantization.cpu_paths import CpuPathPolicy
+from engine.quantization.tensors import Int4Weight, Int8Weight, Weight, split_int8_into_int4
 from engine.sampler import Sampler, SamplingMetadata, SamplingRow
 from engine.scheduler import ScheduledSequence, SchedulerOutput
 from engine.sequence import Sequence
@@ -62,15 +66,18 @@ def group_by_length(lengths: list[int]) -> list[tuple[int, int]]:
 
 
 class ModelRunner:
-    def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
+    def __init__(self, loaded: LoadedModel, config: EngineConfig,
+                 release_weights: bool = False) -> None:
+        """release_weights: the model takes loaded.weights over, emptying it as it goes."""
         self.config = config
         self.device = torch.device(config.device)
         self.dtype = config.dtype
         backend = None if config.kernel_backend == "auto" else config.kernel_backend
         ops = select_ops(self.device, backend)
-        self.model = LlamaForCausalLM(loaded.config, loaded.weights, self.device, self.dtype, ops)
-        if self.device.type == "cpu":
-            self._calibrate_cpu_linears()
+        placement = Placement(self.device, self.dtype, ops)
+        if placement.uses_cpu_kernels:
+            placement = replace(placement, cpu_int4_policy=self._cpu_int4_policy(loaded.weights))
+        self.model = LlamaForCausalLM(loaded.config, loaded.weights, placement, release_weights)
         # Chosen once: the Triton kernels read the flat varlen layout, the torch path groups.
         self._attention_metadata = (self._triton_metadata if ops.name == "triton"
                                     else self._grouped_metadata)
@@ -82,16 +89,20 @@ class ModelRunner:
         self.vocab_size = self.model.shape.vocab_size
         self.graphs = self._capture_graphs() if self._uses_cuda_graphs() else None
 
-    def _calibrate_cpu_linears(self) -> None:
-        """Each quantized format's layers learn, by timing one of them, when a step has rows
-        enough to dequantize and run one GEMM rather than the weight-only kernel."""
-        by_format: dict[type, list] = {}
-        for linear in self.model.linears():
-            method = getattr(linear.method, "inner", linear.method)  # a split int8 layer's int4
-            if isinstance(method, cpu_paths.CpuQuantizedMethod):
-                by_format.setdefault(type(method), []).append(method)
-        for methods in by_format.values():
-            cpu_paths.calibrate(methods, self.config.max_num_batched_tokens)
+    def _cpu_int4_policy(self, weights: dict[str, Weight]) -> CpuPathPolicy:
+        """From how many rows a step dequantizes int4 layers (and grouped int8 ones, which run
+        on the int4 kernel) and runs one GEMM, timed on the largest int4 matrix before any layer
+        is built, so that layers which never dequantize never keep a copy to do it from."""
+        int4 = [w for w in weights.values() if isinstance(w, Int4Weight)]
+        if not int4:
+            int4 = [split_int8_into_int4(w) for w in weights.values()
+                    if isinstance(w, Int8Weight) and w.group_size is not None][:1]
+        if not int4:
+            return CpuPathPolicy()
+        probe = max(int4, key=lambda w: w.shape[0] * w.shape[1])
+        keeps_source = CpuPathPolicy(dequantize_from_rows=1)
+        return cpu_paths.calibrate(CpuInt4Method(probe, keeps_source),
+                                   self.config.max_num_batched_tokens)
 
     def bytes_per_block(self) -> int:
         s = self.model.shape

@@ -7,11 +7,12 @@ weight's layout, the device and the kernel backend, owns how the weight is kept 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
 
+from engine.quantization.cpu_paths import CpuPathPolicy
 from engine.quantization.tensors import (
     Int4Weight,
     Int8Weight,
@@ -49,34 +50,48 @@ class Embedding:
         return dequantize_rows(self.weight, token_ids, self.dtype)
 
 
-def make_linear(weight: Weight, bias: torch.Tensor | None, device: torch.device,
-                dtype: torch.dtype, ops: KernelOps) -> Linear:
+@dataclass(slots=True, frozen=True)
+class Placement:
+    """Where layers are built and with what: the device, the compute dtype, the kernels, and on
+    a CPU the int4 path policy measured at load (`engine.quantization.cpu_paths`)."""
+
+    device: torch.device
+    dtype: torch.dtype
+    ops: KernelOps
+    cpu_int4_policy: CpuPathPolicy = field(default_factory=CpuPathPolicy)
+
+    @property
+    def uses_cpu_kernels(self) -> bool:
+        """PyTorch's own CPU kernels (the torch backend on a CPU), not the dispatch point's."""
+        return self.device.type == "cpu" and self.ops.name == "torch"
+
+
+def make_linear(weight: Weight, bias: torch.Tensor | None, placement: Placement) -> Linear:
     if bias is not None:
-        bias = bias.to(device=device, dtype=dtype)
-    return Linear(_method_for(weight, device, dtype, ops), bias, weight.shape[0])
+        bias = bias.to(device=placement.device, dtype=placement.dtype)
+    return Linear(_method_for(weight, placement), bias, weight.shape[0])
 
 
-def make_embedding(weight: Weight, device: torch.device, dtype: torch.dtype) -> Embedding:
-    return Embedding(to_device(weight, device, dtype), dtype)
+def make_embedding(weight: Weight, placement: Placement) -> Embedding:
+    return Embedding(to_device(weight, placement.device, placement.dtype), placement.dtype)
 
 
-def _method_for(weight: Weight, device: torch.device, dtype: torch.dtype,
-                ops: KernelOps) -> LinearMethod:
+def _method_for(weight: Weight, placement: Placement) -> LinearMethod:
     # Imported here: each format's file imports this module's types.
     from engine.quantization import cpu_int4, cpu_int8, kernel_methods, split_int8, unquantized
 
+    device, dtype, ops = placement.device, placement.dtype, placement.ops
     if isinstance(weight, torch.Tensor):
         return unquantized.UnquantizedMethod(weight.to(device=device, dtype=dtype))
-    on_cpu_torch = device.type == "cpu" and ops.name == "torch"
     if isinstance(weight, Int4Weight):
-        if on_cpu_torch:
-            return cpu_int4.CpuInt4Method(weight)
+        if placement.uses_cpu_kernels:
+            return cpu_int4.CpuInt4Method(weight, placement.cpu_int4_policy)
         return kernel_methods.KernelInt4Method(to_device(weight, device, dtype), ops)
     if isinstance(weight, Int8Weight) and weight.group_size is not None:
-        inner = _method_for(split_int8_into_int4(weight), device, dtype, ops)
+        inner = _method_for(split_int8_into_int4(weight), placement)
         return split_int8.SplitInt8Method(inner, weight.shape[0])
     if isinstance(weight, Int8Weight):
-        if on_cpu_torch:
+        if placement.uses_cpu_kernels:
             return cpu_int8.CpuInt8Method(weight)
         return kernel_methods.KernelInt8Method(to_device(weight, device, dtype), ops)
     raise TypeError(f"no linear method for weights of type {type(weight).__name__}")

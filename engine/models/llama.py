@@ -8,13 +8,12 @@ import torch
 from transformers import PretrainedConfig
 
 from engine.errors import ModelLoadError
-from engine.layers.linear import Linear, make_embedding, make_linear, to_device
+from engine.layers.linear import Linear, Placement, make_embedding, make_linear, to_device
 from engine.layers.lm_head import LMHead
 from engine.loader import head_dim
 from engine.models.rotary import RotaryTables
 from engine.quantization.tensors import Weight, concat
 from kernels.attention_metadata import AttentionMetadata, TritonAttentionMetadata
-from kernels.ops import TORCH_OPS, KernelOps
 
 
 @dataclass(slots=True)
@@ -58,19 +57,29 @@ class LlamaForCausalLM:
     """Plain tensors and functions: no nn.Module, since per-call overhead is per-step cost here."""
 
     def __init__(self, config: PretrainedConfig, weights: dict[str, Weight],
-                 device: torch.device, dtype: torch.dtype, ops: KernelOps = TORCH_OPS) -> None:
+                 placement: Placement, release_weights: bool = False) -> None:
+        """release_weights: empty `weights` as the layers take them, so the loader's layout and
+        the kernels' never both hold the whole model (a CPU int4 layer repacks its weight)."""
         self.shape = LlamaShape.from_config(config)
-        self.ops = ops
+        self.ops = placement.ops
         s = self.shape
+        device, dtype = placement.device, placement.dtype
         embed = weights["model.embed_tokens.weight"]
-        self.embed_tokens = make_embedding(embed, device, dtype)
+        self.embed_tokens = make_embedding(embed, placement)
         # A tied lm_head shares the embedding's tensors on the device, not a second copy.
         lm_head = weights.get("lm_head.weight", self.embed_tokens.weight)
         exact = None if isinstance(lm_head, torch.Tensor) else to_device(lm_head, device, dtype)
-        self.lm_head = LMHead(make_linear(lm_head, None, device, dtype, ops), exact)
+        self.lm_head = LMHead(make_linear(lm_head, None, placement), exact)
         self.norm = weights["model.norm.weight"].to(device=device, dtype=dtype)
-        self.layers = [_load_layer(weights, f"model.layers.{i}.", device, dtype, ops)
-                       for i in range(s.num_layers)]
+        self.layers = []
+        for i in range(s.num_layers):
+            prefix = f"model.layers.{i}."
+            self.layers.append(_load_layer(weights, prefix, placement))
+            if release_weights:
+                for name in [n for n in weights if n.startswith(prefix)]:
+                    del weights[name]
+        if release_weights:
+            weights.clear()
         self.rotary = RotaryTables(config, s.head_dim, s.max_position_embeddings, dtype, device)
         self.scale = s.head_dim ** -0.5
 
@@ -126,13 +135,13 @@ class LlamaForCausalLM:
         return torch.cat((q.view(n, -1, s.head_dim), k.view(n, -1, s.head_dim)), dim=1)
 
 
-def _load_layer(w: dict[str, Weight], prefix: str, device: torch.device, dtype: torch.dtype,
-                ops: KernelOps) -> LlamaLayer:
+def _load_layer(w: dict[str, Weight], prefix: str, placement: Placement) -> LlamaLayer:
     attn, mlp = prefix + "self_attn.", prefix + "mlp."
+    device, dtype = placement.device, placement.dtype
 
     def linear(names: list[str]) -> Linear:
         bias = _fused(w, [name.replace(".weight", ".bias") for name in names])
-        return make_linear(_fused(w, names), bias, device, dtype, ops)
+        return make_linear(_fused(w, names), bias, placement)
 
     return LlamaLayer(
         input_norm=w[prefix + "input_layernorm.weight"].to(device=device, dtype=dtype),

@@ -11,13 +11,12 @@ from engine.quantization.tensors import Int8Weight, dequantize
 
 
 class CpuInt8Method:
-    __slots__ = ("numel", "policy", "scales_bf16", "weight")
+    __slots__ = ("policy", "scales_bf16", "weight")
 
-    def __init__(self, weight: Int8Weight) -> None:
+    def __init__(self, weight: Int8Weight, policy: CpuPathPolicy | None = None) -> None:
         self.weight = Int8Weight(weight.q.contiguous(), weight.scales.float())
         self.scales_bf16 = weight.scales.to(torch.bfloat16)
-        self.policy = CpuPathPolicy()
-        self.numel = weight.q.numel()
+        self.policy = policy or CpuPathPolicy()
 
     def apply(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         return cpu_paths.apply(self, x, bias)
@@ -29,6 +28,3 @@ class CpuInt8Method:
 
     def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
         return dequantize(self.weight, dtype)
-
-    def drop_dequantize_source(self) -> None:
-        """The kernel reads the same int8 values: nothing extra is kept."""

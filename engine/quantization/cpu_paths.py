@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 import torch
 
@@ -38,16 +38,11 @@ class CpuPathPolicy:
     reason: str = "not calibrated"
 
 
-@runtime_checkable
 class CpuQuantizedMethod(Protocol):
     policy: CpuPathPolicy
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor: ...
     def dequantized(self, dtype: torch.dtype) -> torch.Tensor: ...
-    def drop_dequantize_source(self) -> None: ...
-
-    @property
-    def numel(self) -> int: ...
 
 
 def apply(method: CpuQuantizedMethod, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -60,17 +55,10 @@ def apply(method: CpuQuantizedMethod, x: torch.Tensor, bias: torch.Tensor | None
     return y if bias is None else y.add_(bias)
 
 
-def calibrate(methods: Sequence[CpuQuantizedMethod], max_rows: int) -> CpuPathPolicy:
-    """Time the kernel against dequantize-and-GEMM on the largest layer; give every layer the
-    resulting policy, and free what the kernel path alone does not need."""
-    policy = CpuPathPolicy()
-    if methods:
-        probe = max(methods, key=lambda m: m.numel)
-        policy = _choose(probe, [r for r in CALIBRATION_ROWS if r <= max_rows] or [max_rows])
-    for method in methods:
-        method.policy = policy
-        if policy.dequantize_from_rows is None:
-            method.drop_dequantize_source()
+def calibrate(probe: CpuQuantizedMethod, max_rows: int) -> CpuPathPolicy:
+    """Time the kernel against dequantize-and-GEMM on one layer (built with a policy that keeps
+    its dequantizing source); the result is every layer of its format's policy."""
+    policy = _choose(probe, [r for r in CALIBRATION_ROWS if r <= max_rows] or [max_rows])
     logger.info("CPU quantized linears: %s", policy.reason)
     return policy
 

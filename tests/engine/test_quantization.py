@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from engine.config import EngineConfig
 from engine.evaluation import compare, prompt_logits
-from engine.layers.linear import make_linear
+from engine.layers.linear import Placement, make_linear
 from engine.layers.lm_head import refine_top_logits
 from engine.loader import load_model, tokenizer_folder
 from engine.model_runner import ModelRunner
@@ -61,16 +61,15 @@ def test_cpu_quantized_linear_matches_dequantize_then_matmul(quantize, method, r
 def test_dequantizing_path_in_fp32_is_the_exact_product(quantize, method):
     torch.manual_seed(1)
     weight = quantize(torch.randn(48, 64))
-    layer = method(weight)
-    layer.policy = CpuPathPolicy(dequantize_from_rows=4, gemm_dtype=torch.float32)
+    layer = method(weight, CpuPathPolicy(dequantize_from_rows=4, gemm_dtype=torch.float32))
     x = torch.randn(5, 64)
     torch.testing.assert_close(layer.apply(x, None), _reference(x, weight, None))
 
 
 def test_steps_below_the_threshold_use_the_kernel():
     torch.manual_seed(2)
-    layer = CpuInt4Method(quantize_int4(torch.randn(32, 64)))
-    layer.policy = CpuPathPolicy(dequantize_from_rows=4, gemm_dtype=torch.float32)
+    layer = CpuInt4Method(quantize_int4(torch.randn(32, 64)),
+                          CpuPathPolicy(dequantize_from_rows=4, gemm_dtype=torch.float32))
     x = torch.randn(3, 64)
     torch.testing.assert_close(layer.apply(x, None), layer.kernel(x))
 
@@ -92,13 +91,17 @@ def test_policy_runs_the_faster_gemm_dtype_once_dequantizing():
     assert policy.dequantize_from_rows == 16 and policy.gemm_dtype == torch.bfloat16
 
 
-def test_calibration_frees_the_int4_copy_when_the_kernel_is_kept(monkeypatch):
-    layers = [CpuInt4Method(quantize_int4(torch.randn(32, 64))) for _ in range(2)]
-    monkeypatch.setattr(cpu_paths, "_choose", lambda probe, rows: CpuPathPolicy())
-    cpu_paths.calibrate(layers, max_rows=512)
-    assert all(layer.source is None for layer in layers)
+def test_a_layer_that_never_dequantizes_keeps_no_copy_to_dequantize_from():
+    layer = CpuInt4Method(quantize_int4(torch.randn(32, 64)), CpuPathPolicy())
+    assert layer.source is None
     x = torch.randn(300, 64)
-    torch.testing.assert_close(layers[0].apply(x, None), layers[0].kernel(x))
+    torch.testing.assert_close(layer.apply(x, None), layer.kernel(x))
+
+
+def test_engine_that_loads_its_model_hands_the_loaders_weights_to_the_layers(tiny_llama):
+    loaded = load_model(tiny_llama, quantization="int4")
+    ModelRunner(loaded, EngineConfig(num_kv_blocks=8), release_weights=True)
+    assert loaded.weights == {}
 
 
 def test_int4_on_load_keeps_the_vocabulary_int8_and_norms_float():
@@ -133,8 +136,9 @@ def test_fusing_parts_of_different_layouts_keeps_every_value_close():
 def test_linear_off_the_fast_cpu_path_goes_through_the_kernel_dispatch():
     torch.manual_seed(4)
     weight = quantize_int4(torch.randn(32, 64))
-    layer = make_linear(weight, None, torch.device("cpu"), torch.float32,
-                        dataclasses.replace(TORCH_OPS, name="triton-like"))
+    placement = Placement(torch.device("cpu"), torch.float32,
+                          dataclasses.replace(TORCH_OPS, name="triton-like"))
+    layer = make_linear(weight, None, placement)
     x = torch.randn(2, 64)
     torch.testing.assert_close(layer(x), _reference(x, weight, None))
 
