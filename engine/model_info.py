@@ -28,11 +28,16 @@ from engine.quantization.tensors import INT4_GROUP_SIZE
 logger = logging.getLogger(__name__)
 
 GIB = 1 << 30
-# Resident bytes per weight element in the layouts the engine keeps (engine/quantization/).
-# int4: the packed nibbles twice on CPU (our canonical layout and the kernel's), plus scales.
-INT4_BYTES_PER_ELEMENT = 1.0
-# int8: one byte per value, plus per-channel scales.
-INT8_BYTES_PER_ELEMENT = 1.07
+# Resident bytes per weight element in the layouts the engine keeps (engine/quantization/),
+# measured with bench/quantized.py. int4: the CPU kernel's packed nibbles with a bf16 scale and
+# zero per 32 values.
+INT4_BYTES_PER_ELEMENT = 0.625
+# int8, in groups of 32: run as two int4 halves (engine/quantization/split_int8.py).
+INT8_BYTES_PER_ELEMENT = 1.25
+# The vocabulary (embedding, lm_head) also keeps its exact layout, for embedding lookups and to
+# recompute the top logits (engine/layers/lm_head.py): int8 values with fp32 scales per 32, or
+# int4 nibbles with fp32 scale and min per 32.
+VOCABULARY_EXACT_BYTES = {"int8": 1.125, "int4": 0.75}
 # Beyond weights and KV cache: activations of a step, the tokenizer, a tensor being converted.
 MEMORY_OVERHEAD_BYTES = 512 << 20
 
@@ -193,11 +198,11 @@ def resident_layout(tensor: TensorHeader, quantization: str, model_format: Model
 def resident_bytes(tensor: TensorHeader, quantization: str, dtype: torch.dtype,
                    model_format: ModelFormat) -> float:
     layout = resident_layout(tensor, quantization, model_format)
-    if layout == "int4":
-        return tensor.numel * INT4_BYTES_PER_ELEMENT
-    if layout == "int8":
-        return tensor.numel * INT8_BYTES_PER_ELEMENT
-    return tensor.numel * dtype.itemsize
+    if layout == "float":
+        return tensor.numel * dtype.itemsize
+    kernel = INT4_BYTES_PER_ELEMENT if layout == "int4" else INT8_BYTES_PER_ELEMENT
+    exact = VOCABULARY_EXACT_BYTES[layout] if tensor.name in _EMBEDDING_NAMES else 0
+    return tensor.numel * (kernel + exact)
 
 
 def memory_needed(info: ModelInfo, kv_cache_bytes: int) -> int:

@@ -92,10 +92,12 @@ class ModelRunner:
     def _cpu_int4_policy(self, weights: dict[str, Weight]) -> CpuPathPolicy:
         """From how many rows a step dequantizes int4 layers (and grouped int8 ones, which run
         on the int4 kernel) and runs one GEMM, timed on the largest int4 matrix before any layer
-        is built, so that layers which never dequantize never keep a copy to do it from."""
-        int4 = [w for w in weights.values() if isinstance(w, Int4Weight)]
+        is built, so that layers which never dequantize never keep a copy to do it from. The probe
+        is a layer's matrix: the vocabulary's is the largest, but no step runs it on many rows."""
+        layers = [w for name, w in weights.items() if name.startswith("model.layers.")]
+        int4 = [w for w in layers if isinstance(w, Int4Weight)]
         if not int4:
-            int4 = [split_int8_into_int4(w) for w in weights.values()
+            int4 = [split_int8_into_int4(w) for w in layers
                     if isinstance(w, Int8Weight) and w.group_size is not None][:1]
         if not int4:
             return CpuPathPolicy()

@@ -111,7 +111,7 @@ def _error_box(qtbot, window) -> QMessageBox:
 def test_picker_shows_format_quantization_and_memory(picker_window, qtbot):
     window, _ = picker_window()
     _wait_described(qtbot, window)
-    assert _items(window) == ["SmolLM2-135M-Instruct (bundled) · GGUF · Q4_1 · 130 MiB",
+    assert _items(window) == ["SmolLM2-135M-Instruct (bundled) · GGUF · Q4_1 · 128 MiB",
                               "Open model file…"]
     tooltip = window.model_picker.itemData(0, Qt.ItemDataRole.ToolTipRole)
     assert "135M parameters" in tooltip and str(default_model_file()) in tooltip

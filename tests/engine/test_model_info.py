@@ -15,6 +15,7 @@ from engine.model_info import (
     INT4_BYTES_PER_ELEMENT,
     INT8_BYTES_PER_ELEMENT,
     MEMORY_OVERHEAD_BYTES,
+    VOCABULARY_EXACT_BYTES,
     available_memory,
     check_fits_memory,
     describe_model,
@@ -25,6 +26,8 @@ VOCAB, HIDDEN, INTER = 64, 32, 96
 EMBEDDING = VOCAB * HIDDEN
 MATRICES = 2 * HIDDEN * INTER  # two Q4_0 matrices: [INTER, HIDDEN] and [HIDDEN, INTER]
 NORM = HIDDEN
+
+VOCABULARY_INT8 = INT8_BYTES_PER_ELEMENT + VOCABULARY_EXACT_BYTES["int8"]
 
 
 def _add(writer: gguf.GGUFWriter, name: str, out_features: int, in_features: int,
@@ -72,7 +75,7 @@ def test_a_gguf_is_described_by_its_most_common_matrix_type(tiny_gguf):
 
 
 def test_gguf_blocks_keep_their_layout_under_auto(tiny_gguf):
-    expected = (MATRICES * INT4_BYTES_PER_ELEMENT + EMBEDDING * INT8_BYTES_PER_ELEMENT
+    expected = (MATRICES * INT4_BYTES_PER_ELEMENT + EMBEDDING * VOCABULARY_INT8
                 + NORM * 4)
     assert describe_model(tiny_gguf, "auto").weight_bytes == round(expected)
 
@@ -88,14 +91,14 @@ def test_none_keeps_every_weight_at_the_compute_dtype(tiny_gguf):
 def test_int8_quantizes_every_matrix(tiny_gguf):
     info = describe_model(tiny_gguf, "int8")
     assert info.quantization == "int8"
-    assert info.weight_bytes == round((EMBEDDING + MATRICES) * INT8_BYTES_PER_ELEMENT + NORM * 4)
+    assert info.weight_bytes == round(EMBEDDING * VOCABULARY_INT8 + MATRICES * INT8_BYTES_PER_ELEMENT + NORM * 4)
 
 
 def test_int4_keeps_the_embedding_at_int8(tiny_gguf):
     info = describe_model(tiny_gguf, "int4")
     assert info.quantization == "int4"
     assert info.weight_bytes == round(MATRICES * INT4_BYTES_PER_ELEMENT
-                                      + EMBEDDING * INT8_BYTES_PER_ELEMENT + NORM * 4)
+                                      + EMBEDDING * VOCABULARY_INT8 + NORM * 4)
 
 
 def test_a_safetensors_folder_is_read_from_its_headers(tiny_folder):
@@ -108,7 +111,7 @@ def test_a_safetensors_folder_is_read_from_its_headers(tiny_folder):
 
 def test_a_safetensors_folder_under_int4(tiny_folder):
     info = describe_model(tiny_folder, "int4")
-    assert info.weight_bytes == round(2 * EMBEDDING * INT8_BYTES_PER_ELEMENT
+    assert info.weight_bytes == round(2 * EMBEDDING * VOCABULARY_INT8
                                       + INTER * HIDDEN * INT4_BYTES_PER_ELEMENT + HIDDEN * 4)
 
 
