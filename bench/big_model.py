@@ -16,6 +16,7 @@ import argparse
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -125,9 +126,11 @@ def measure(path: Path, tokens: int) -> dict[str, float]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from engine import EngineConfig, LLMEngine, SamplingParams
 
+    peak = _PeakAnonymousMemory()
     start = time.perf_counter()
     engine = LLMEngine(str(path), EngineConfig(kv_cache_memory=512 << 20, max_model_len=2048))
     load_s = time.perf_counter() - start
+    peak_anon = peak.stop()
     engine.add_request("one", list(range(10, 42)),
                        SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True))
     engine.step()  # the prompt
@@ -137,8 +140,28 @@ def measure(path: Path, tokens: int) -> dict[str, float]:
     decode_s = time.perf_counter() - start
     status = _memory_status()
     return {"load_s": load_s, "decode_tok_per_s": (tokens - 1) / decode_s,
-            "peak_rss_gib": status["VmHWM"] / 2**20, "anon_gib_after_load": status["RssAnon"] / 2**20,
+            "peak_rss_gib": status["VmHWM"] / 2**20, "peak_anon_gib": peak_anon / 2**20,
+            "anon_gib_after_load": status["RssAnon"] / 2**20,
             "file_pages_gib": status["RssFile"] / 2**20}
+
+
+class _PeakAnonymousMemory:
+    """The largest RssAnon (KiB) seen while loading, sampled every 50 ms on a thread."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.05):
+            self.peak = max(self.peak, _memory_status()["RssAnon"])
+
+    def stop(self) -> int:
+        self._done.set()
+        self._thread.join()
+        return self.peak
 
 
 def _memory_status() -> dict[str, int]:

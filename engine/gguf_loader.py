@@ -26,6 +26,7 @@ import transformers
 from gguf import GGMLQuantizationType as QType
 
 from engine.errors import ModelLoadError
+from engine.lazy_weights import LazyWeights
 from engine.quantization.tensors import (
     INT4_GROUP_SIZE,
     Int4Weight,
@@ -113,8 +114,9 @@ class GGUFModelFile:
     def weights(
         self, expected: dict[str, tuple[int, ...]], config: transformers.PretrainedConfig,
         quantization: str = "auto", dtype: torch.dtype = torch.float32,
-    ) -> dict[str, Weight]:
-        """The parameters named in expected (HF name -> shape), checked before any is decoded.
+    ) -> LazyWeights:
+        """The parameters named in expected (HF name -> shape), all checked now and each decoded
+        when first asked for (`engine.lazy_weights`).
 
         "auto", "int8" and "int4" keep blocks in the engine's layouts (requantizing to int8/int4
         is a later, shared step); "none" dequantizes every tensor to dtype. Float matrices are
@@ -123,9 +125,13 @@ class GGUFModelFile:
         if quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization={quantization!r} must be one of {QUANTIZATIONS}")
         tensors = {name: self._checked_tensor(name, shape) for name, shape in expected.items()}
-        return {name: _decode(self._rows_in_hf_order(name, tensor, config), tensor.tensor_type,
-                              expected[name], quantization, dtype)
-                for name, tensor in tensors.items()}
+
+        def decode(name: str) -> Weight:
+            tensor = tensors[name]
+            return _decode(self._rows_in_hf_order(name, tensor, config), tensor.tensor_type,
+                           expected[name], quantization, dtype)
+
+        return LazyWeights(tensors, decode)
 
     def _checked_tensor(self, hf_name: str, shape: tuple[int, ...]) -> gguf.ReaderTensor:
         name = gguf_tensor_name(hf_name)

@@ -15,7 +15,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +52,7 @@ class LoadedModel:
     path: Path
     config: transformers.PretrainedConfig
     tokenizer: transformers.PreTrainedTokenizerBase
-    weights: dict[str, Weight]
+    weights: MutableMapping[str, Weight]  # possibly decoded lazily (engine.lazy_weights)
 
 
 def default_model_file() -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import torch
@@ -89,12 +90,14 @@ class ModelRunner:
         self.vocab_size = self.model.shape.vocab_size
         self.graphs = self._capture_graphs() if self._uses_cuda_graphs() else None
 
-    def _cpu_int4_policy(self, weights: dict[str, Weight]) -> CpuPathPolicy:
+    def _cpu_int4_policy(self, weights: Mapping[str, Weight]) -> CpuPathPolicy:
         """From how many rows a step dequantizes int4 layers (and grouped int8 ones, which run
         on the int4 kernel) and runs one GEMM, timed on the largest int4 matrix before any layer
         is built, so that layers which never dequantize never keep a copy to do it from. The probe
-        is a layer's matrix: the vocabulary's is the largest, but no step runs it on many rows."""
-        layers = [w for name, w in weights.items() if name.startswith("model.layers.")]
+        is the first layer's largest matrix: the vocabulary's is larger, but no step runs it on
+        many rows."""
+        # The first layer only: weights may be decoded lazily, layer by layer.
+        layers = [weights[name] for name in weights if name.startswith("model.layers.0.")]
         int4 = [w for w in layers if isinstance(w, Int4Weight)]
         if not int4:
             int4 = [split_int8_into_int4(w) for w in layers

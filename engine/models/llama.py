@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 
 import torch
@@ -56,7 +57,7 @@ class LlamaShape:
 class LlamaForCausalLM:
     """Plain tensors and functions: no nn.Module, since per-call overhead is per-step cost here."""
 
-    def __init__(self, config: PretrainedConfig, weights: dict[str, Weight],
+    def __init__(self, config: PretrainedConfig, weights: MutableMapping[str, Weight],
                  placement: Placement, release_weights: bool = False) -> None:
         """release_weights: empty `weights` as the layers take them, so the loader's layout and
         the kernels' never both hold the whole model (a CPU int4 layer repacks its weight)."""

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+
 import torch
 
+from engine.lazy_weights import LazyWeights
 from engine.quantization.tensors import (
     INT4_GROUP_SIZE,
     Int4Weight,
@@ -21,17 +24,22 @@ _VOCABULARY_MATRICES = ("model.embed_tokens.weight", "lm_head.weight")
 # on the default model, and the int4 kernels run groups at int8's bytes (`split_int8`).
 INT8_GROUP_SIZE = 32
 
-def apply_quantization(weights: dict[str, Weight], quantization: str) -> dict[str, Weight]:
+def apply_quantization(weights: MutableMapping[str, Weight],
+                       quantization: str) -> MutableMapping[str, Weight]:
     """"auto" keeps what the loader gave, "none" dequantizes everything to float32,
-    "int8"/"int4" quantize every matrix that is not already in that layout."""
+    "int8"/"int4" quantize every matrix that is not already in that layout. Each weight is
+    converted when first asked for, so a model built layer by layer converts layer by layer."""
     if quantization == "auto":
         return weights
     if quantization == "none":
-        return {name: w if isinstance(w, torch.Tensor) else dequantize(w)
-                for name, w in weights.items()}
+        return LazyWeights(weights, lambda name: _dequantized(weights.pop(name)))
     if quantization not in ("int8", "int4"):
         raise ValueError(f"unknown quantization {quantization!r}")
-    return {name: _quantized(name, w, quantization) for name, w in weights.items()}
+    return LazyWeights(weights, lambda name: _quantized(name, weights.pop(name), quantization))
+
+
+def _dequantized(weight: Weight) -> torch.Tensor:
+    return weight if isinstance(weight, torch.Tensor) else dequantize(weight)
 
 
 def _quantized(name: str, weight: Weight, quantization: str) -> Weight:

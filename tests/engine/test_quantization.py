@@ -105,16 +105,25 @@ def test_engine_that_loads_its_model_hands_the_loaders_weights_to_the_layers(tin
 
 
 def test_int4_on_load_keeps_the_vocabulary_int8_and_norms_float():
+    norm = torch.randn(32)
     weights = {"model.embed_tokens.weight": torch.randn(64, 32),
                "model.layers.0.mlp.up_proj.weight": torch.randn(48, 64),
                "model.layers.0.mlp.odd_proj.weight": torch.randn(48, 40),  # 40 % 32 != 0
-               "model.layers.0.input_layernorm.weight": torch.randn(32)}
+               "model.layers.0.input_layernorm.weight": norm}
     out = apply_quantization(weights, "int4")
     assert isinstance(out["model.embed_tokens.weight"], Int8Weight)
     assert isinstance(out["model.layers.0.mlp.up_proj.weight"], Int4Weight)
     assert isinstance(out["model.layers.0.mlp.odd_proj.weight"], Int8Weight)
-    assert out["model.layers.0.input_layernorm.weight"] is weights[
-        "model.layers.0.input_layernorm.weight"]
+    assert out["model.layers.0.input_layernorm.weight"] is norm
+
+
+def test_quantization_on_load_converts_each_weight_when_first_asked_for():
+    weights = {"a": torch.randn(32, 64), "b": torch.randn(32, 64)}
+    out = apply_quantization(weights, "int8")
+    assert set(out) == {"a", "b"} and len(weights) == 2
+    assert isinstance(out["a"], Int8Weight) and set(weights) == {"b"}  # the float copy let go
+    del out["a"]
+    assert set(out) == {"b"}
 
 
 def test_none_dequantizes_every_quantized_weight():
