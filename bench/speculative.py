@@ -173,8 +173,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--skip", nargs="*", default=[], choices=["grounded", "open"])
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--quantization", default="auto",
+                        choices=["auto", "none", "int8", "int4"],
+                        help="how the default model's weights are kept (default: auto, its Q4_1)")
     args = parser.parse_args(argv)
-    loaded = load_model(None, torch.float32)
+    loaded = load_model(None, torch.float32, quantization=args.quantization)
     print(f"{platform.processor() or platform.machine()}, torch {torch.__version__}, "
           f"{args.threads} threads, fp32, max_tokens {args.max_tokens}, best of {args.rounds}")
     workloads = {"grounded": grounded_messages, "open": open_messages}

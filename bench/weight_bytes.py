@@ -16,7 +16,7 @@ def _visit(value: object, seen: dict[int, int], depth: int) -> None:
     if isinstance(value, torch.Tensor):
         storage = value.untyped_storage()
         seen[storage.data_ptr()] = storage.nbytes()
-    elif depth >= 5:
+    elif depth >= 10:
         return
     elif isinstance(value, (list, tuple)):
         for item in value:

@@ -12,6 +12,7 @@ from engine.errors import ModelLoadError
 from engine.layers.linear import Linear, Placement, make_embedding, make_linear, to_device
 from engine.layers.lm_head import LMHead
 from engine.loader import head_dim
+from engine.memory import release_freed_memory
 from engine.models.rotary import RotaryTables
 from engine.quantization.tensors import Weight, concat
 from kernels.attention_metadata import AttentionMetadata, TritonAttentionMetadata
@@ -79,8 +80,10 @@ class LlamaForCausalLM:
             if release_weights:
                 for name in [n for n in weights if n.startswith(prefix)]:
                     del weights[name]
+                release_freed_memory()
         if release_weights:
             weights.clear()
+            release_freed_memory()
         self.rotary = RotaryTables(config, s.head_dim, s.max_position_embeddings, dtype, device)
         self.scale = s.head_dim ** -0.5
 
