@@ -5,7 +5,7 @@ from pathlib import Path
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.pool import NullPool
 
-BUSY_TIMEOUT_S = 5.0
+BUSY_TIMEOUT_S = 30.0
 # Read sessions use a deferred BEGIN so the GUI never queues behind a writer (WAL readers
 # see the last commit); write sessions take the write lock up front so they wait on the busy
 # timeout instead of failing with "database is locked" when upgrading a read lock.

@@ -23,7 +23,7 @@ def test_new_database_is_migrated_from_empty_to_head(db_path: Path) -> None:
 
 
 def test_connections_use_wal_foreign_keys_and_a_busy_timeout(store: ConversationStore) -> None:
-    expected = {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 5000}
+    expected = {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 30000}
     with store._engine.connect() as connection:
         for name, value in expected.items():
             assert connection.execute(text(f"PRAGMA {name}")).scalar() == value
