@@ -104,7 +104,8 @@ def to_device(weight: Weight, device: torch.device, dtype: torch.dtype) -> Weigh
         return weight.to(device=device, dtype=dtype)
     scale_dtype = torch.float32 if device.type == "cpu" else dtype
     if isinstance(weight, Int8Weight):
+        mins = None if weight.mins is None else weight.mins.to(device, scale_dtype)
         return Int8Weight(weight.q.to(device), weight.scales.to(device, scale_dtype),
-                          weight.group_size)
+                          weight.group_size, mins)
     return Int4Weight(weight.packed.to(device), weight.scales.to(device, scale_dtype),
                       weight.mins.to(device, scale_dtype), weight.group_size)

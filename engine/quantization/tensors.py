@@ -7,7 +7,8 @@ method turns one into whatever its kernel wants (`engine.quantization.methods`).
   group: w[n, k] = q[n, k] * scales[n, k // g] + mins[n, k // g], q in 0..15. GGUF's Q4_0, Q4_1
   and Q4_K all map onto it exactly with g = 32.
 - `Int8Weight`: 8-bit values with one scale per output channel, w[n, k] = q[n, k] * scales[n],
-  or per group of inputs, w[n, k] = q[n, k] * scales[n, k // g] (GGUF's Q8_0 exactly, g = 32).
+  or per group of inputs, w[n, k] = q[n, k] * scales[n, k // g] (GGUF's Q8_0 exactly, g = 32),
+  optionally with a min per group too: + mins[n, k // g].
 """
 
 from __future__ import annotations
@@ -40,11 +41,13 @@ class Int4Weight:
 
 @dataclass(slots=True)
 class Int8Weight:
-    """q: int8 [N, K]; scales: float32 [N], or [N, K // group_size] when group_size is set."""
+    """q: int8 [N, K]; scales: float32 [N], or [N, K // group_size] when group_size is set;
+    mins: None (symmetric), or float32 [N, K // group_size]."""
 
     q: torch.Tensor
     scales: torch.Tensor
     group_size: int | None = None
+    mins: torch.Tensor | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -52,7 +55,7 @@ class Int8Weight:
 
     @property
     def nbytes(self) -> int:
-        return _nbytes(self.q, self.scales)
+        return _nbytes(self.q, self.scales, *([] if self.mins is None else [self.mins]))
 
 
 QuantizedWeight = Int4Weight | Int8Weight
@@ -104,19 +107,31 @@ def select_rows(weight: Weight, index: torch.Tensor) -> Weight:
     if isinstance(weight, torch.Tensor):
         return weight.index_select(0, index)
     if isinstance(weight, Int8Weight):
+        mins = None if weight.mins is None else weight.mins.index_select(0, index)
         return Int8Weight(weight.q.index_select(0, index), weight.scales.index_select(0, index),
-                          weight.group_size)
+                          weight.group_size, mins)
     return Int4Weight(weight.packed.index_select(0, index), weight.scales.index_select(0, index),
                       weight.mins.index_select(0, index), weight.group_size)
 
 
-def quantize_int8(w: torch.Tensor, group_size: int | None = None) -> Int8Weight:
-    """Symmetric: scale = max |w| / 127 over each row, or over each group of a row."""
+def quantize_int8(w: torch.Tensor, group_size: int | None = None,
+                  asymmetric: bool = False) -> Int8Weight:
+    """Symmetric: scale = max |w| / 127 over each row, or over each group of a row.
+    Asymmetric (groups only): 256 levels from each group's min to its max, which halves the
+    step of a group whose values sit off zero."""
     n, k = w.shape
     if group_size is not None and k % group_size:
         raise ValueError(f"int8 groups of {group_size} need the input dimension ({k}) to be a "
                          "multiple of it")
+    if asymmetric and group_size is None:
+        raise ValueError("asymmetric int8 needs groups")
     groups = w.float().view(n, -1, group_size or k)
+    if asymmetric:
+        lo, hi = groups.amin(dim=-1), groups.amax(dim=-1)
+        scales = ((hi - lo) / 255).clamp_min(1e-12)
+        mins = lo + 128 * scales  # q = level - 128, so that q fits int8
+        q = torch.round((groups - lo.unsqueeze(-1)) / scales.unsqueeze(-1)).clamp_(0, 255) - 128
+        return Int8Weight(q.to(torch.int8).view(n, k), scales, group_size, mins)
     scales = groups.abs().amax(dim=-1).clamp_min(1e-12) / 127
     q = torch.round(groups / scales.unsqueeze(-1)).clamp_(-127, 127).to(torch.int8)
     return Int8Weight(q.view(n, k), scales if group_size else scales.view(n), group_size)
@@ -124,23 +139,27 @@ def quantize_int8(w: torch.Tensor, group_size: int | None = None) -> Int8Weight:
 
 def split_int8_into_int4(weight: Int8Weight) -> Int4Weight:
     """Grouped int8 as two int4 halves stacked along the output dimension, [high; low], whose
-    products add up to the int8 one: q + 128 = 16 h + l, so w = (16 s h - 120 s) + (s l - 8 s).
+    products add up to the int8 one: q + 128 = 16 h + l, so w = (16 s h - 120 s + m) + (s l - 8 s),
+    m being the min (0 when symmetric).
     Each half is centred on zero, so adding their (bf16-rounded) outputs cancels little.
     Int4 kernels then compute grouped int8 exactly, reading the same bytes as int8 would."""
     assert weight.group_size is not None, "a per-channel int8 weight has no groups to split"
     shifted = weight.q.to(torch.int16) + 128
     high, low = (shifted >> 4).to(torch.uint8), (shifted & 15).to(torch.uint8)
     scales = weight.scales.float()
+    offset = -120 * scales if weight.mins is None else weight.mins.float() - 120 * scales
     return Int4Weight(torch.cat([pack_int4(high), pack_int4(low)]),
                       torch.cat([16 * scales, scales]),
-                      torch.cat([-120 * scales, -8 * scales]), weight.group_size)
+                      torch.cat([offset, -8 * scales]), weight.group_size)
 
 
 def _dequantize_int8(weight: Int8Weight) -> torch.Tensor:
     n, k = weight.shape
     q = weight.q.float().view(n, -1, weight.group_size or k)
     scales = weight.scales.float().view(n, -1, 1)
-    return (q * scales).view(n, k)
+    if weight.mins is None:
+        return (q * scales).view(n, k)
+    return torch.addcmul(weight.mins.float().view(n, -1, 1), q, scales).view(n, k)
 
 
 def quantize_int4(w: torch.Tensor, group_size: int = INT4_GROUP_SIZE) -> Int4Weight:
@@ -165,9 +184,10 @@ def concat(weights: list[Weight]) -> Weight:
     kinds = {type(w) for w in weights}
     if kinds == {torch.Tensor} or all(isinstance(w, torch.Tensor) for w in weights):
         return torch.cat(weights)
-    if kinds == {Int8Weight} and len({w.group_size for w in weights}) == 1:
+    if kinds == {Int8Weight} and len({(w.group_size, w.mins is None) for w in weights}) == 1:
+        mins = None if weights[0].mins is None else torch.cat([w.mins for w in weights])
         return Int8Weight(torch.cat([w.q for w in weights]), torch.cat([w.scales for w in weights]),
-                          weights[0].group_size)
+                          weights[0].group_size, mins)
     if kinds == {Int4Weight} and len({w.group_size for w in weights}) == 1:
         return Int4Weight(torch.cat([w.packed for w in weights]),
                           torch.cat([w.scales for w in weights]),

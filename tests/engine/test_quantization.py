@@ -28,6 +28,7 @@ from engine.quantization.tensors import (
     dequantize,
     quantize_int4,
     quantize_int8,
+    split_int8_into_int4,
 )
 from kernels.ops import TORCH_OPS
 from tests.engine.tiny_models import save_tiny_model
@@ -217,3 +218,27 @@ def test_tied_quantized_vocabulary_is_refined_from_the_embedding_itself(tiny_lla
                         EngineConfig(num_kv_blocks=8)).model
     assert isinstance(model.lm_head.exact, Int8Weight)
     assert model.lm_head.exact.q is model.embed_tokens.weight.q
+
+
+@pytest.mark.parametrize("asymmetric", [False, True])
+def test_grouped_int8_split_into_int4_halves_adds_up_to_the_same_weights(asymmetric):
+    torch.manual_seed(6)
+    weight = quantize_int8(torch.randn(40, 64) + 2, group_size=32, asymmetric=asymmetric)
+    halves = dequantize(split_int8_into_int4(weight))
+    torch.testing.assert_close(halves[:40] + halves[40:], dequantize(weight))
+
+
+def test_asymmetric_int8_groups_halve_the_error_of_values_off_zero():
+    torch.manual_seed(7)
+    w = torch.randn(64, 128) * 0.1 + 1.0
+    symmetric = (dequantize(quantize_int8(w, 32)) - w).abs().max()
+    asymmetric = (dequantize(quantize_int8(w, 32, asymmetric=True)) - w).abs().max()
+    assert asymmetric < 0.6 * symmetric
+
+
+def test_grouped_int8_linear_matches_dequantize_then_matmul():
+    torch.manual_seed(8)
+    weight = quantize_int8(torch.randn(40, 64), group_size=32, asymmetric=True)
+    layer = make_linear(weight, None, Placement(torch.device("cpu"), torch.float32, TORCH_OPS))
+    x = torch.randn(3, 64)
+    _assert_close_at_bf16(layer(x), _reference(x, weight, None))
