@@ -76,7 +76,8 @@ def make_embedding(weight: Weight, placement: Placement) -> Embedding:
     return Embedding(to_device(weight, placement.device, placement.dtype), placement.dtype)
 
 
-def _method_for(weight: Weight, placement: Placement) -> LinearMethod:
+def _method_for(weight: Weight, placement: Placement,
+                split_activations: bool = False) -> LinearMethod:
     # Imported here: each format's file imports this module's types.
     from engine.quantization import cpu_int4, cpu_int8, kernel_methods, split_int8, unquantized
 
@@ -85,10 +86,11 @@ def _method_for(weight: Weight, placement: Placement) -> LinearMethod:
         return unquantized.UnquantizedMethod(weight.to(device=device, dtype=dtype))
     if isinstance(weight, Int4Weight):
         if placement.uses_cpu_kernels:
-            return cpu_int4.CpuInt4Method(weight, placement.cpu_int4_policy)
+            return cpu_int4.CpuInt4Method(weight, placement.cpu_int4_policy, split_activations)
         return kernel_methods.KernelInt4Method(to_device(weight, device, dtype), ops)
     if isinstance(weight, Int8Weight) and weight.group_size is not None:
-        inner = _method_for(split_int8_into_int4(weight), placement)
+        # int8 is chosen for precision: its activations get 16 bits as well.
+        inner = _method_for(split_int8_into_int4(weight), placement, split_activations=True)
         return split_int8.SplitInt8Method(inner, weight.shape[0])
     if isinstance(weight, Int8Weight):
         if placement.uses_cpu_kernels:

@@ -242,3 +242,13 @@ def test_grouped_int8_linear_matches_dequantize_then_matmul():
     layer = make_linear(weight, None, Placement(torch.device("cpu"), torch.float32, TORCH_OPS))
     x = torch.randn(3, 64)
     _assert_close_at_bf16(layer(x), _reference(x, weight, None))
+
+
+def test_split_activations_bring_the_int4_kernel_closer_to_the_exact_product():
+    torch.manual_seed(9)
+    weight = quantize_int4(torch.randn(64, 256))
+    x = torch.randn(4, 256)
+    want = _reference(x, weight, None)
+    plain = (CpuInt4Method(weight).kernel(x) - want).abs().max()
+    split = (CpuInt4Method(weight, split_activations=True).kernel(x) - want).abs().max()
+    assert split < 0.5 * plain
