@@ -66,17 +66,20 @@ class Placement:
         return self.device.type == "cpu" and self.ops.name == "torch"
 
 
-def make_linear(weight: Weight, bias: torch.Tensor | None, placement: Placement) -> Linear:
+def make_linear(weight: Weight, bias: torch.Tensor | None, placement: Placement,
+                precise_int8: bool = True) -> Linear:
+    """precise_int8: grouped int8 weights get 16-bit activations too (`split_activations`);
+    the vocabulary projection, whose top logits are recomputed exactly, does without."""
     if bias is not None:
         bias = bias.to(device=placement.device, dtype=placement.dtype)
-    return Linear(_method_for(weight, placement), bias, weight.shape[0])
+    return Linear(_method_for(weight, placement, precise_int8), bias, weight.shape[0])
 
 
 def make_embedding(weight: Weight, placement: Placement) -> Embedding:
     return Embedding(to_device(weight, placement.device, placement.dtype), placement.dtype)
 
 
-def _method_for(weight: Weight, placement: Placement,
+def _method_for(weight: Weight, placement: Placement, precise_int8: bool,
                 split_activations: bool = False) -> LinearMethod:
     # Imported here: each format's file imports this module's types.
     from engine.quantization import cpu_int4, cpu_int8, kernel_methods, split_int8, unquantized
@@ -90,7 +93,8 @@ def _method_for(weight: Weight, placement: Placement,
         return kernel_methods.KernelInt4Method(to_device(weight, device, dtype), ops)
     if isinstance(weight, Int8Weight) and weight.group_size is not None:
         # int8 is chosen for precision: its activations get 16 bits as well.
-        inner = _method_for(split_int8_into_int4(weight), placement, split_activations=True)
+        inner = _method_for(split_int8_into_int4(weight), placement, precise_int8,
+                            split_activations=precise_int8)
         return split_int8.SplitInt8Method(inner, weight.shape[0])
     if isinstance(weight, Int8Weight):
         if placement.uses_cpu_kernels:

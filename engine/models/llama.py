@@ -71,7 +71,7 @@ class LlamaForCausalLM:
         # A tied lm_head shares the embedding's tensors on the device, not a second copy.
         lm_head = weights.get("lm_head.weight", self.embed_tokens.weight)
         exact = None if isinstance(lm_head, torch.Tensor) else to_device(lm_head, device, dtype)
-        self.lm_head = LMHead(make_linear(lm_head, None, placement), exact)
+        self.lm_head = LMHead(make_linear(lm_head, None, placement, precise_int8=False), exact)
         self.norm = weights["model.norm.weight"].to(device=device, dtype=dtype)
         self.layers = []
         for i in range(s.num_layers):
