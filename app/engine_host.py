@@ -19,26 +19,13 @@ from engine.loader import (
     load_model,
     model_name,
 )
-from engine.model_info import ModelInfo, check_fits_memory, describe_model
+from engine.model_info import check_model_fits
 
 logger = logging.getLogger(__name__)
 
 EngineFactory = Callable[[str | None, EngineConfig, ProgressCallback], AsyncEngine]
 STATS_INTERVAL_MS = 250
 SPECULATIVE_TOKENS = 2
-
-
-def check_model_fits(model: str | None, config: EngineConfig,
-                     available: int | None = None) -> ModelInfo:
-    """Refuse, from its headers and before anything is loaded, a model whose weights and KV
-    cache would not fit in the memory available (raises ModelLoadError saying what to do).
-
-    On CUDA the weights and the KV pool live on the GPU, which sizes its pool by itself.
-    """
-    info = describe_model(model, config.quantization, config.dtype)
-    if not config.device.startswith("cuda"):
-        check_fits_memory(info, config.kv_cache_memory, available)
-    return info
 
 
 def _make_engine(model: str | None, config: EngineConfig,

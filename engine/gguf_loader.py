@@ -63,7 +63,7 @@ class GGUFModelFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._reader = _open_reader(path)
+        self._reader = open_gguf_reader(path)
         self.architecture = self._read_architecture()
         self.tensors = {t.name: t for t in self._reader.tensors}
 
@@ -315,7 +315,7 @@ class _PlainArrayReader(gguf.GGUFReader):
         self._plain_data = value.view(np.ndarray)
 
 
-def _open_reader(path: Path) -> gguf.GGUFReader:
+def open_gguf_reader(path: Path) -> gguf.GGUFReader:
     try:
         return _PlainArrayReader(path)
     except Exception as error:  # every parse failure means the same to a user

@@ -15,6 +15,7 @@ from engine.detokenizer import IncrementalDetokenizer
 from engine.errors import PromptTooLongError
 from engine.kv_cache_manager import KVCacheManager
 from engine.loader import LoadedModel, load_model
+from engine.model_info import check_model_fits
 from engine.model_runner import ModelRunner
 from engine.outputs import CompletionOutput, RequestOutput
 from engine.sampling_params import SamplingParams
@@ -56,6 +57,8 @@ class LLMEngine:
         engines from one LoadedModel keeps it."""
         self.config = config or EngineConfig()
         torch.set_num_threads(self.config.resolved_num_threads())
+        if loaded is None:
+            check_model_fits(model, self.config)
         self.loaded = loaded or load_model(model, self.config.dtype,
                                            quantization=self.config.quantization)
         self.tokenizer = self.loaded.tokenizer

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import gguf
 import torch
 from safetensors import SafetensorError, safe_open
 
-from engine.config import QUANTIZATIONS
+from engine.config import QUANTIZATIONS, EngineConfig
 from engine.errors import ModelLoadError
+from engine.gguf_loader import open_gguf_reader
 from engine.loader import default_model_file, model_name
 from engine.quantization.tensors import INT4_GROUP_SIZE
 
@@ -133,14 +133,10 @@ def describe_headers(headers: ModelHeaders, quantization: str = "auto",
 
 
 def read_gguf_headers(path: Path) -> list[TensorHeader]:
-    try:
-        reader = gguf.GGUFReader(path)
-        return [TensorHeader(t.name, _gguf_kind(t.tensor_type.name),
-                             tuple(int(d) for d in reversed(t.shape)))
-                for t in reader.tensors]
-    except Exception as error:  # any parse failure means the same to the user
-        raise ModelLoadError(
-            f"{path} is not a readable GGUF file ({error}). Re-download it.") from error
+    reader = open_gguf_reader(path)
+    return [TensorHeader(t.name, _gguf_kind(t.tensor_type.name),
+                         tuple(int(d) for d in reversed(t.shape)))
+            for t in reader.tensors]
 
 
 def read_safetensors_headers(folder: Path) -> list[TensorHeader]:
@@ -207,6 +203,19 @@ def resident_bytes(tensor: TensorHeader, quantization: str, dtype: torch.dtype,
 
 def memory_needed(info: ModelInfo, kv_cache_bytes: int) -> int:
     return info.weight_bytes + kv_cache_bytes + MEMORY_OVERHEAD_BYTES
+
+
+def check_model_fits(model: str | os.PathLike | None, config: EngineConfig,
+                     available: int | None = None) -> ModelInfo:
+    """Refuse, from its headers and before anything is loaded, a model whose weights and KV
+    cache would not fit in the memory available (raises ModelLoadError saying what to do).
+
+    On CUDA the weights and the KV pool live on the GPU, which sizes its pool by itself.
+    """
+    info = describe_model(model, config.quantization, config.dtype)
+    if not config.device.startswith("cuda"):
+        check_fits_memory(info, config.kv_cache_memory, available)
+    return info
 
 
 def check_fits_memory(info: ModelInfo, kv_cache_bytes: int, available: int | None = None) -> None:

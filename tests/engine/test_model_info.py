@@ -162,7 +162,7 @@ def test_an_unsupported_file_names_the_file(tmp_path):
 def test_a_truncated_gguf_names_the_file(tmp_path, tiny_gguf):
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(tiny_gguf.read_bytes()[:100])
-    with pytest.raises(ModelLoadError, match="cut.gguf is not a readable GGUF file"):
+    with pytest.raises(ModelLoadError, match="cut.gguf is not a complete GGUF file"):
         describe_model(cut)
 
 
@@ -174,3 +174,14 @@ def test_a_folder_without_config_is_not_a_model(tmp_path):
 def test_an_unknown_quantization_is_refused(tiny_gguf):
     with pytest.raises(ValueError, match="int3"):
         describe_model(tiny_gguf, "int3")
+
+
+def test_an_engine_refuses_a_model_too_large_before_loading_it(monkeypatch, tiny_gguf):
+    from engine import EngineConfig, LLMEngine, model_info
+
+    loads = []
+    monkeypatch.setattr(model_info, "available_memory", lambda: 64 << 20)
+    monkeypatch.setattr("engine.llm_engine.load_model", lambda *args, **kw: loads.append(args))
+    with pytest.raises(ModelLoadError, match="needs about"):
+        LLMEngine(str(tiny_gguf), EngineConfig(num_kv_blocks=8))
+    assert loads == []
