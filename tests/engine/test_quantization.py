@@ -186,18 +186,31 @@ def test_int8_on_load_stays_close_to_the_float_model(tiny_llama):
     assert error < 0.1
 
 
-@pytest.mark.slow
-def test_default_model_in_its_own_quantization_predicts_like_dequantized(default_model):
-    """Teacher-forced over ~2,500 tokens of English and Chinese (issue 11: top-1 agreement of at
-    least 98%, perplexity within 2%). Measured: 99.0%, +0.03%."""
-    config = EngineConfig(num_kv_blocks=200)
+@pytest.fixture(scope="module")
+def quality_reference(default_model) -> tuple[list[int], torch.Tensor]:
+    """The quality text's token ids and the dequantized default model's logits after each."""
     token_ids = default_model.tokenizer.encode(QUALITY_TEXT.read_text(encoding="utf-8"))
     assert len(token_ids) >= 2000
-    want = prompt_logits(ModelRunner(default_model, config), token_ids)
-    quantized = load_model(quantization="auto")
-    assert isinstance(quantized.weights["model.layers.0.mlp.up_proj.weight"], Int4Weight)
-    report = compare(want, prompt_logits(ModelRunner(quantized, config), token_ids), token_ids)
-    assert report.top1_agreement >= 0.98
+    return token_ids, prompt_logits(ModelRunner(default_model, EngineConfig(num_kv_blocks=200)),
+                                    token_ids)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quantization, layers, min_agreement", [
+    ("auto", Int4Weight, 0.98),  # its own Q4_1 bits; measured 99.0%
+    ("int8", Int8Weight, 0.99),  # quantized on load; measured 99.3%
+])
+def test_default_model_quantized_predicts_like_dequantized(quality_reference, quantization, layers,
+                                                           min_agreement):
+    """Teacher-forced over ~2,500 tokens of English and Chinese, against the same model with
+    every weight dequantized (issue 11's targets: 98% top-1 in its own quantization, 99% at
+    int8, perplexity within 2%)."""
+    token_ids, want = quality_reference
+    quantized = load_model(quantization=quantization)
+    assert isinstance(quantized.weights["model.layers.0.mlp.up_proj.weight"], layers)
+    got = prompt_logits(ModelRunner(quantized, EngineConfig(num_kv_blocks=200)), token_ids)
+    report = compare(want, got, token_ids)
+    assert report.top1_agreement >= min_agreement
     assert abs(report.perplexity_ratio - 1) < 0.02
 
 
