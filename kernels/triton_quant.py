@@ -179,7 +179,9 @@ def int4_linear(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, min
     rows = x.reshape(-1, x.shape[-1])
     _check_int4(rows, packed, scales, mins, group_size)
     out = torch.empty(rows.shape[0], packed.shape[0], dtype=x.dtype, device=x.device)
-    if rows.shape[0] <= GEMV_MAX_ROWS:
+    if rows.shape[0] == 0:  # a step where no sequence samples reaches the lm_head with none
+        pass
+    elif rows.shape[0] <= GEMV_MAX_ROWS:
         _launch_int4_gemv(out, rows, packed, scales, mins, group_size, bias)
     else:
         _launch_int4_gemm(out, rows, packed, scales, mins, group_size, bias)
@@ -192,7 +194,9 @@ def int8_linear(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor,
     rows = x.reshape(-1, x.shape[-1])
     assert q.shape[1] == rows.shape[1] and q.stride(1) == 1 and scales.shape == q.shape[:1]
     out = torch.empty(rows.shape[0], q.shape[0], dtype=x.dtype, device=x.device)
-    if rows.shape[0] <= GEMV_MAX_ROWS:
+    if rows.shape[0] == 0:
+        pass
+    elif rows.shape[0] <= GEMV_MAX_ROWS:
         _launch_int8_gemv(out, rows, q, scales, bias)
     else:
         _launch_int8_gemm(out, rows, q, scales, bias)

@@ -69,3 +69,21 @@ def test_triton_kernels_verify_drafts_as_the_torch_path_decodes(tiny_model_dir, 
 
     monkeypatch.setattr(NgramProposer, "propose", oracle)
     assert greedy(tiny_model_dir, "triton", 4) == want
+
+
+@pytest.mark.slow
+def test_triton_quantized_linears_give_the_torch_paths_greedy_tokens(tmp_path_factory,
+                                                                     default_model):
+    """int4 layers through the Triton int4 kernel and the int8 vocabulary through its split
+    into int4 halves, against PyTorch's CPU kernels on the same weights; a chunked prompt
+    includes a step where nothing samples (the lm_head gets no rows)."""
+    model_dir = save_tiny_model(tmp_path_factory.mktemp("llama-q"), "llama", default_model.path)
+    params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+
+    def quantized_greedy(backend: str) -> list[list[int]]:
+        llm = LLM(str(model_dir), num_kv_blocks=16, num_threads=1, kernel_backend=backend,
+                  max_num_batched_tokens=24, quantization="int4")
+        outputs = llm.generate([list(range(100, 143)), list(range(300, 305))], params)
+        return [o.outputs[0].token_ids for o in outputs]
+
+    assert quantized_greedy("triton") == quantized_greedy("torch")

@@ -69,6 +69,15 @@ def test_int8_linear_matches_reference(m, n, k, dtype, with_bias):
     assert_close(out, torch_ref.int8_linear(x, q, scales, bias))
 
 
+def test_no_rows_give_an_empty_product():
+    """A step where no sequence samples calls the lm_head with zero rows."""
+    packed, scales, mins = int4_weight(32, 64)
+    q, q_scales = int8_weight(32, 64)
+    x = randn(0, 64)
+    assert triton_quant.int4_linear(x, packed, scales, mins, GROUP).shape == (0, 32)
+    assert triton_quant.int8_linear(x, q, q_scales).shape == (0, 32)
+
+
 @pytest.mark.parametrize("scale_dtype", SCALE_DTYPES)
 @pytest.mark.parametrize("m", [1, 17])
 def test_half_precision_scales_give_the_reference_result(m, scale_dtype):
