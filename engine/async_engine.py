@@ -63,6 +63,10 @@ class AsyncEngine:
         self._ids = itertools.count()
         self._stats = self.engine.stats()
         self._dead: BaseException | None = None
+        # Held while a request enters the inbox and while the exiting thread closes it, so no
+        # request can slip in after the thread's last look (its stream would never end).
+        self._inbox_lock = threading.Lock()
+        self._closed = False
         self._thread = threading.Thread(target=self._run, name="pagoda-engine", daemon=True)
         self._thread.start()
 
@@ -73,13 +77,14 @@ class AsyncEngine:
     async def stream(self, prompt: str | list[int] | Sequence[Message],
                      params: SamplingParams | None = None,
                      request_id: str | None = None) -> AsyncIterator[RequestOutput]:
-        """Yield incremental outputs until the request finishes (the last has finished=True)."""
+        """Yield incremental outputs until the request finishes (the last has finished=True).
+        Raises EngineDeadError at once when the engine has stopped or is stopping."""
         self._check_alive()
         if is_conversation(prompt):
             prompt = encode_chat(self.tokenizer, prompt)
         request_id = request_id or f"stream-{next(self._ids)}"
         sink = _Sink(asyncio.get_running_loop())
-        self._inbox.put(_Add(request_id, prompt, params or SamplingParams(), sink))
+        self._submit(_Add(request_id, prompt, params or SamplingParams(), sink))
         finished = False
         try:
             while not finished:
@@ -103,7 +108,11 @@ class AsyncEngine:
         return self._stats
 
     def shutdown(self, timeout: float = 10.0) -> None:
-        """Abort everything in flight and stop the engine thread."""
+        """Abort everything in flight and stop the engine thread; from now on `stream` raises
+        EngineDeadError, even while the thread finishes its last step."""
+        with self._inbox_lock:
+            if self._dead is None:
+                self._dead = EngineDeadError("the engine was shut down")
         if self._thread.is_alive():
             self._inbox.put(_STOP)
             self._thread.join(timeout)
@@ -118,6 +127,13 @@ class AsyncEngine:
         if self._dead is not None or not self._thread.is_alive():
             raise EngineDeadError(f"the engine thread has stopped ({self._dead!r}); restart it")
 
+    def _submit(self, msg: _Add) -> None:
+        with self._inbox_lock:
+            if self._closed or self._dead is not None:
+                raise EngineDeadError(f"the engine thread has stopped ({self._dead!r}); "
+                                      "restart it")
+            self._inbox.put(msg)
+
     def _run(self) -> None:
         try:
             while self._handle_inbox():
@@ -131,6 +147,23 @@ class AsyncEngine:
                 sink.put(EngineDeadError(f"the engine thread died: {exc!r}"))
         finally:
             self._abort_all()
+            self._close_inbox()
+
+    def _close_inbox(self) -> None:
+        """Fail every request still queued: nothing will run it."""
+        with self._inbox_lock:
+            self._closed = True
+            if self._dead is None:
+                self._dead = EngineDeadError("the engine thread stopped")
+        reason = self._dead if isinstance(self._dead, EngineDeadError) else EngineDeadError(
+            f"the engine thread died: {self._dead!r}")
+        while True:
+            try:
+                msg = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(msg, _Add):
+                msg.sink.put(reason)
 
     def _handle_inbox(self) -> bool:
         """Apply pending adds and aborts; block only while there is nothing to compute."""
