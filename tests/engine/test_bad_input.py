@@ -68,10 +68,30 @@ def test_prompt_too_long_is_a_value_error():
     ("frequency_penalty", -3.0),
     ("stop", [""]),
     ("stop_token_ids", [-1]),
+    ("temperature", float("inf")),
+    ("temperature", float("nan")),
+    ("temperature", "0.5"),
+    ("top_p", None),
+    ("top_k", 2.0),
+    ("top_k", True),
+    ("max_tokens", 8.0),
+    ("seed", 1 << 64),
+    ("seed", -1),
+    ("seed", 3.0),
+    ("stop", 5),
+    ("stop", [b"bytes"]),
+    ("stop_token_ids", [1.0]),
+    ("stop_token_ids", "12"),
+    ("ignore_eos", "yes"),
 ])
 def test_invalid_sampling_value_names_its_field(field, value):
     with pytest.raises(ValueError, match=f"SamplingParams.{field}="):
         SamplingParams(**{field: value})
+
+
+def test_no_stop_strings_or_stop_tokens_may_be_given_as_none():
+    params = SamplingParams(stop=None, stop_token_ids=None)
+    assert params.stop == [] and params.stop_token_ids == []
 
 
 @pytest.mark.parametrize("token_id", [49152, -1, 10**9])
