@@ -50,6 +50,9 @@ class LLM:
              params: SamplingParams | Sequence[SamplingParams] | None = None,
              use_tqdm: bool = False) -> RequestOutput | list[RequestOutput]:
         """One conversation gives one output; a list of conversations gives a list."""
+        if not messages:
+            raise ValueError("chat() needs messages: a conversation (a list of role/content "
+                             "messages) or a list of conversations")
         single = is_conversation(messages)
         conversations = [messages] if single else list(messages)
         prompts = [encode_chat(self.tokenizer, c) for c in conversations]

@@ -140,7 +140,15 @@ class LLMEngine:
         if len(token_ids) >= capacity:
             raise PromptTooLongError(
                 f"the prompt has {len(token_ids)} tokens but the KV cache holds {capacity}: "
-                "raise EngineConfig.kv_cache_memory or shorten the prompt")
+                f"raise EngineConfig.{self._kv_cache_setting()} or shorten the prompt")
+
+    def _kv_cache_setting(self) -> str:
+        """The setting that sizes the KV cache here."""
+        if self.config.num_kv_blocks is not None:
+            return "num_kv_blocks"
+        if self.config.device.startswith("cuda"):
+            return "gpu_memory_utilization"
+        return "kv_cache_memory"
 
     def _collect_outputs(self, advanced: list[tuple[Sequence, int]]) -> list[RequestOutput]:
         outputs = []

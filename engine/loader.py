@@ -232,7 +232,11 @@ def _read_config(folder: Path) -> transformers.PretrainedConfig:
         ) from error
 
 
-def _check_supported(raw: dict, config_file: Path) -> None:
+def _check_supported(raw: object, config_file: Path) -> None:
+    if not isinstance(raw, dict):
+        raise ModelLoadError(
+            f"{config_file} holds a JSON {type(raw).__name__}, not an object of settings. "
+            "Re-download the model.")
     model_type = raw.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ModelLoadError(

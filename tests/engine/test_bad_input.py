@@ -48,8 +48,19 @@ def test_prompt_longer_than_the_default_context_window_is_refused(llm):
 
 def test_prompt_larger_than_the_kv_cache_names_the_setting_to_raise(llm):
     capacity = 64 * 16
-    with pytest.raises(PromptTooLongError, match=f"KV cache holds {capacity}.*kv_cache_memory"):
+    with pytest.raises(PromptTooLongError, match=f"KV cache holds {capacity}.*num_kv_blocks"):
         llm.generate([1000] * 2000)
+
+
+def test_prompt_larger_than_a_cache_sized_in_bytes_names_kv_cache_memory(make_llm):
+    llm = make_llm(num_kv_blocks=None, kv_cache_memory=8 << 20)
+    with pytest.raises(PromptTooLongError, match="raise EngineConfig.kv_cache_memory"):
+        llm.generate([1000] * 2000)
+
+
+def test_chat_without_messages_is_refused(llm):
+    with pytest.raises(ValueError, match="chat\\(\\) needs messages"):
+        llm.chat([])
 
 
 def test_prompt_too_long_is_a_value_error():

@@ -161,6 +161,12 @@ def test_weights_are_cast_to_the_requested_dtype(tiny_mistral):
     assert all(w.dtype == torch.bfloat16 for w in model.weights.values())
 
 
+def test_config_that_is_not_a_json_object_is_a_load_error(model_copy):
+    (model_copy / "config.json").write_text("[1, 2, 3]")
+    with pytest.raises(ModelLoadError, match="config.json holds a JSON list"):
+        load_model(model_copy)
+
+
 def test_sharded_folder_loads(model_copy):
     tensors = load_file(model_copy / "model.safetensors")
     (model_copy / "model.safetensors").unlink()
