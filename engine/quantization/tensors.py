@@ -58,14 +58,7 @@ class Int8Weight:
         return _nbytes(self.q, self.scales, *([] if self.mins is None else [self.mins]))
 
 
-QuantizedWeight = Int4Weight | Int8Weight
 Weight = torch.Tensor | Int4Weight | Int8Weight
-
-
-def weight_nbytes(weight: Weight) -> int:
-    if isinstance(weight, torch.Tensor):
-        return weight.numel() * weight.element_size()
-    return weight.nbytes
 
 
 def weight_shape(weight: Weight) -> tuple[int, ...]:
