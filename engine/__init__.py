@@ -2,7 +2,13 @@
 
 from engine.async_engine import AsyncEngine
 from engine.config import EngineConfig
-from engine.errors import EngineDeadError, ModelLoadError, PagodaError, PromptTooLongError
+from engine.errors import (
+    EngineDeadError,
+    InvalidTextError,
+    ModelLoadError,
+    PagodaError,
+    PromptTooLongError,
+)
 from engine.llm import LLM
 from engine.llm_engine import EngineStats, LLMEngine
 from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
@@ -17,6 +23,7 @@ __all__ = [
     "EngineConfig",
     "EngineDeadError",
     "EngineStats",
+    "InvalidTextError",
     "LLMEngine",
     "ModelLoadError",
     "PagodaError",

@@ -52,6 +52,33 @@ class _Sink:
             pass
 
 
+class _Consumer:
+    """Ties a stream's request to the task reading it: when that task ends with the request
+    unfinished (it broke out of `async for` and kept the generator), the request is aborted."""
+
+    def __init__(self, engine: AsyncEngine, request_id: str) -> None:
+        self._engine = engine
+        self._request_id = request_id
+        self._task: asyncio.Task | None = None
+
+    def follow(self, task: asyncio.Task | None) -> None:
+        if task is self._task:
+            return
+        self.release()
+        self._task = task
+        if task is not None:
+            task.add_done_callback(self._task_done)
+
+    def release(self) -> None:
+        if self._task is not None:
+            self._task.remove_done_callback(self._task_done)
+            self._task = None
+
+    def _task_done(self, _task: asyncio.Task) -> None:
+        self._task = None
+        self._engine.abort(self._request_id)
+
+
 class AsyncEngine:
     """One engine thread serves every stream. Use `async for out in engine.stream(...)`."""
 
@@ -78,16 +105,21 @@ class AsyncEngine:
                      params: SamplingParams | None = None,
                      request_id: str | None = None) -> AsyncIterator[RequestOutput]:
         """Yield incremental outputs until the request finishes (the last has finished=True).
-        Raises EngineDeadError at once when the engine has stopped or is stopping."""
+
+        Raises EngineDeadError at once when the engine has stopped or is stopping. The request
+        belongs to the task reading the stream: it is aborted when that task ends, or the stream
+        is closed or collected, before the last output."""
         self._check_alive()
         if is_conversation(prompt):
             prompt = encode_chat(self.tokenizer, prompt)
         request_id = request_id or f"stream-{next(self._ids)}"
         sink = _Sink(asyncio.get_running_loop())
         self._submit(_Add(request_id, prompt, params or SamplingParams(), sink))
+        consumer = _Consumer(self, request_id)
         finished = False
         try:
             while not finished:
+                consumer.follow(asyncio.current_task())
                 item = await sink.queue.get()
                 if isinstance(item, BaseException):
                     # The request was never added (a duplicate id names someone else's request)
@@ -97,6 +129,7 @@ class AsyncEngine:
                 finished = item.finished
                 yield item
         finally:
+            consumer.release()
             if not finished:
                 self.abort(request_id)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from engine.text import check_encodable
+
 Message = Mapping[str, str]
 _ROLES = {"system", "user", "assistant", "tool"}
 
@@ -18,6 +20,7 @@ def validate_messages(messages: Sequence[Message]) -> None:
             raise ValueError(f"messages[{i}].role={m['role']!r} must be one of {sorted(_ROLES)}")
         if not isinstance(m["content"], str):
             raise ValueError(f"messages[{i}].content must be a string")  # noqa: TRY004
+        check_encodable(m["content"], f"messages[{i}].content")
 
 
 def is_conversation(value: object) -> bool:

@@ -75,7 +75,10 @@ class IncrementalDetokenizer:
         # keeps each step's cost independent of the output's length.
         del self._tokens[:self._read_offset]
         self._read_offset = len(self._tokens)
-        return window_text[len(prefix_text):]
+        new_text = window_text[len(prefix_text):]
+        # A request ending (max_tokens, abort) between the bytes of one character ends at the last
+        # whole character: the bytes that never completed are not text.
+        return new_text.rstrip(_REPLACEMENT_CHAR) if flush else new_text
 
     def _release(self, finished: bool) -> DetokenizerUpdate:
         hit = self._find_stop()

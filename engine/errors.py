@@ -15,3 +15,7 @@ class PromptTooLongError(PagodaError, ValueError):
 
 class EngineDeadError(PagodaError, RuntimeError):
     """The engine thread has stopped; no new requests can be served."""
+
+
+class InvalidTextError(PagodaError, ValueError):
+    """Text handed to the engine is not valid Unicode (a lone surrogate)."""

@@ -22,6 +22,7 @@ from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.spec_decode.ngram_proposer import NgramProposer
+from engine.text import check_encodable
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,8 @@ class LLMEngine:
         if request_id in self._requests:
             raise ValueError(f"request_id {request_id!r} is already running")
         prompt_text = prompt if isinstance(prompt, str) else None
+        if prompt_text is not None:
+            check_encodable(prompt_text, "the prompt")
         token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         self._validate_prompt(token_ids)
         seq = Sequence(request_id, token_ids, params, self.eos_token_ids, prompt=prompt_text)

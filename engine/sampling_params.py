@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from engine.text import lone_surrogate_at
+
 _GREEDY_EPS = 1e-5
 # torch.Generator.manual_seed takes a 64-bit unsigned seed.
 _SEED_LIMIT = 1 << 64
@@ -66,8 +68,8 @@ class SamplingParams:
                "max_tokens", self.max_tokens, "must be a positive integer or None")
         _check(self.seed is None or (_is_int(self.seed) and 0 <= self.seed < _SEED_LIMIT),
                "seed", self.seed, "must be None or an integer from 0 to 2**64 - 1")
-        _check(all(isinstance(s, str) and s for s in self.stop), "stop", self.stop,
-               "must be non-empty strings")
+        _check(all(isinstance(s, str) and s and lone_surrogate_at(s) is None for s in self.stop), "stop",
+               self.stop, "must be non-empty strings of valid Unicode (no lone surrogates)")
         _check(all(_is_int(t) and t >= 0 for t in self.stop_token_ids), "stop_token_ids",
                self.stop_token_ids, "must be non-negative integers")
         _check(isinstance(self.ignore_eos, bool), "ignore_eos", self.ignore_eos,

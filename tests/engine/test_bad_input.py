@@ -1,8 +1,17 @@
 """Input a user can get wrong is refused with an error that names the culprit, before any compute."""
 
+import asyncio
+
 import pytest
 
-from engine import LLM, ModelLoadError, PromptTooLongError, SamplingParams
+from engine import (
+    LLM,
+    AsyncEngine,
+    InvalidTextError,
+    ModelLoadError,
+    PromptTooLongError,
+    SamplingParams,
+)
 
 # One thread: with the two cores shared by other processes, two OpenMP threads spin against each
 # other and a step gets ~30x slower.
@@ -92,6 +101,7 @@ def test_prompt_too_long_is_a_value_error():
     ("stop", 5),
     ("stop", [b"bytes"]),
     ("stop_token_ids", [1.0]),
+    ("stop", ["end\ud83d"]),
     ("stop_token_ids", "12"),
     ("ignore_eos", "yes"),
 ])
@@ -121,6 +131,43 @@ def test_token_id_outside_the_vocabulary_is_refused(llm, token_id):
 def test_invalid_chat_message_is_refused(llm, messages, message):
     with pytest.raises(ValueError, match=message):
         llm.chat(messages)
+
+
+def test_prompt_with_a_lone_surrogate_is_refused_naming_where(llm):
+    with pytest.raises(InvalidTextError, match=r"the prompt holds a lone surrogate U\+D83D at "
+                                               r"character 6"):
+        llm.generate("Hello \ud83d world")
+    assert not llm.engine.has_unfinished_requests()
+
+
+def test_chat_message_with_a_lone_surrogate_is_refused_naming_the_message(llm):
+    messages = [{"role": "user", "content": "hi"}, {"role": "user", "content": "\udc00"}]
+    with pytest.raises(InvalidTextError, match=r"messages\[1\]\.content holds a lone surrogate"):
+        llm.chat(messages)
+
+
+def test_stream_with_a_lone_surrogate_fails_that_stream_only(make_engine):
+    engine = AsyncEngine(engine=make_engine(**ENGINE))
+    params = SamplingParams(temperature=0, max_tokens=2, ignore_eos=True)
+
+    async def scenario() -> str:
+        with pytest.raises(InvalidTextError):
+            [out async for out in engine.stream("bad \ud800", params)]
+        with pytest.raises(InvalidTextError):
+            [out async for out in engine.stream([{"role": "user", "content": "\ud800"}], params)]
+        return [out async for out in engine.stream("good", params)][-1].outputs[0].finish_reason
+
+    try:
+        assert asyncio.run(asyncio.wait_for(scenario(), 30)) == "length"
+    finally:
+        engine.shutdown()
+
+
+@pytest.mark.parametrize("prompt", ["a\x00b", "\x00"], ids=["inside", "alone"])
+def test_nul_character_in_a_prompt_is_ordinary_text(llm, prompt):
+    out = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))[0]
+    assert out.prompt_token_ids == llm.tokenizer.encode(prompt)
+    assert out.outputs[0].finish_reason == "length"
 
 
 def test_wrong_number_of_sampling_params_is_refused(llm):

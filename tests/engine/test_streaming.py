@@ -134,6 +134,39 @@ def test_breaking_out_of_a_stream_aborts_its_request(engine):
     asyncio.run(scenario())
 
 
+def test_a_stream_kept_after_break_is_aborted_when_its_task_ends(engine):
+    kept = []  # outlives the task: the generator is never closed nor collected
+
+    async def reader() -> None:
+        stream = engine.stream("Once upon a time", ENDLESS)
+        kept.append(stream)
+        async for out in stream:
+            if len(out.outputs[0].token_ids) >= 2:
+                break
+
+    async def scenario() -> RequestOutput:
+        await asyncio.create_task(reader())
+        await wait_until_idle(engine)
+        return [out async for out in kept[0]][-1]
+
+    final = asyncio.run(scenario())
+    assert final.finished and final.outputs[0].finish_reason == "abort"
+    assert len(final.outputs[0].token_ids) < ENDLESS.max_tokens
+
+
+def test_a_stream_read_to_its_end_is_not_aborted_when_its_task_ends(engine):
+    params = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
+
+    async def scenario() -> list[RequestOutput]:
+        outputs = await asyncio.create_task(collect(engine, "Hello", params))
+        await asyncio.sleep(0.05)  # a stray abort would reach the engine by now
+        return outputs
+
+    outputs = asyncio.run(scenario())
+    assert outputs[-1].outputs[0].finish_reason == "length"
+    assert not engine._inbox.qsize()
+
+
 @pytest.mark.slow
 def test_concurrent_streams_all_finish_and_match_llm_generate(engine, llm):
     prompts = ["The capital of France is", "def fibonacci(n):", "My favourite colour is",
