@@ -3,7 +3,15 @@
 Imports no torch and no Qt. `ConversationStore` is the only code that opens a database session.
 """
 
-from .errors import ConversationNotFound, DatabaseTooNewError, MessageNotFound, StoreError
+from .errors import (
+    ConversationNotFound,
+    DatabaseLocationError,
+    DatabaseTooNewError,
+    ImportValidationError,
+    MessageNotFound,
+    NotAPagodaDatabaseError,
+    StoreError,
+)
 from .location import add_db_argument, default_db_path, resolve_db_path
 from .records import Conversation, GenerationStats, Message, SamplingSettings, SearchHit
 from .store import ConversationStore
@@ -13,10 +21,13 @@ __all__ = [
     "Conversation",
     "ConversationNotFound",
     "ConversationStore",
+    "DatabaseLocationError",
     "DatabaseTooNewError",
     "GenerationStats",
+    "ImportValidationError",
     "Message",
     "MessageNotFound",
+    "NotAPagodaDatabaseError",
     "SamplingSettings",
     "SearchHit",
     "StoreError",

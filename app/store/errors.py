@@ -31,3 +31,47 @@ class DatabaseTooNewError(StoreError):
         self.path = path
         self.revision = revision
         self.head = head
+
+
+class DatabaseLocationError(StoreError):
+    """Pagoda cannot keep its database at this path: a permission, a file in the way, a bad file."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(self.describe(path, problem))
+        self.path = path
+        self.problem = problem
+
+    @staticmethod
+    def describe(path: Path, problem: str) -> str:
+        return (
+            f"Pagoda cannot use the database {path}: {problem}. Fix that, or choose another "
+            f"file with --db PATH or PAGODA_DB."
+        )
+
+
+class NotAPagodaDatabaseError(DatabaseLocationError):
+    """The file holds something else, or a Pagoda schema only half there; it is never changed."""
+
+    @staticmethod
+    def describe(path: Path, problem: str) -> str:
+        return (
+            f"{path} is not a Pagoda database ({problem}). It was left untouched: choose "
+            f"another file with --db PATH or PAGODA_DB."
+        )
+
+
+class ImportValidationError(StoreError):
+    """An export document with a wrong field; `where` is its path, e.g. conversations[2].id."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(f"not a valid Pagoda export: {where} {problem}")
+        self.where = where
+        self.problem = problem
+
+
+def reason_of(error: BaseException) -> str:
+    """The short reason inside an OS, SQLite or SQLAlchemy error (without SQL or links)."""
+    cause = getattr(error, "orig", None) or error
+    if isinstance(cause, OSError) and cause.strerror:
+        return f"{cause.strerror}: {cause.filename}" if cause.filename else cause.strerror
+    return str(cause)

@@ -7,11 +7,70 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
+from sqlalchemy.exc import SQLAlchemyError
 
+from . import recovery
 from .connection import create_store_engine
-from .errors import StoreError
+from .errors import DatabaseLocationError, DatabaseTooNewError, NotAPagodaDatabaseError, reason_of
+from .schema import Base
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+VERSION_TABLE = "alembic_version"
+# Made by revision 0002 with raw SQL, so not in the ORM metadata.
+FTS_TABLE = "messages_fts"
+
+
+def migrate_to_head(path: Path) -> Path | None:
+    """Create or upgrade the database; returns the backup written before an upgrade, if any."""
+    revision = current_revision(path) if path.exists() else None
+    head = head_revision()
+    backup = None if revision == head else _upgrade(path, revision, head)
+    check_tables(path, head)
+    return backup
+
+
+def _upgrade(path: Path, revision: str | None, head: str) -> Path | None:
+    if revision is not None and not is_known_revision(revision):
+        raise DatabaseTooNewError(path, revision, head)
+    backup = recovery.write_backup(path, revision) if revision is not None else None
+    try:
+        upgrade(path)
+    except (sqlite3.Error, SQLAlchemyError) as error:
+        raise DatabaseLocationError(path, _failed_upgrade(revision, backup, error)) from error
+    return backup
+
+
+def _failed_upgrade(revision: str | None, backup: Path | None, error: Exception) -> str:
+    if revision is None:
+        return f"creating its tables failed ({reason_of(error)})"
+    return (
+        f"upgrading it from schema revision {revision} failed ({reason_of(error)}); the "
+        f"upgrade was rolled back and a copy from before it is at {backup}"
+    )
+
+
+def check_tables(path: Path, revision: str) -> None:
+    """Refuse a database stamped with `revision` that lacks some of its tables (half-created)."""
+    missing = sorted(_expected_tables() - _tables(path))
+    if missing:
+        raise NotAPagodaDatabaseError(
+            path,
+            f"it is stamped with Pagoda schema revision {revision} but the tables "
+            f"{', '.join(missing)} are missing: it is damaged or was only half created",
+        )
+
+
+def _expected_tables() -> set[str]:
+    return {*Base.metadata.tables, VERSION_TABLE, FTS_TABLE}
+
+
+def _tables(path: Path) -> set[str]:
+    connection = sqlite3.connect(path)
+    try:
+        rows = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        return {name for (name,) in rows}
+    finally:
+        connection.close()
 
 
 def alembic_config() -> Config:
@@ -34,29 +93,39 @@ def is_known_revision(revision: str) -> bool:
 
 
 def current_revision(path: Path) -> str | None:
-    """The stamped revision, read without changing the file (no pragmas, no journal mode)."""
+    """The stamped revision, read without changing the file (no pragmas, no journal mode).
+
+    None for a database with no tables; a database with tables but no revision is refused.
+    """
     connection = sqlite3.connect(path)
     try:
-        has_table = connection.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
-        ).fetchone()
-        if not has_table:
+        row = None
+        if _has_version_table(connection):
+            row = connection.execute(f"SELECT version_num FROM {VERSION_TABLE}").fetchone()
+        if row is None:
             _check_empty(connection, path)
             return None
-        row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
-        return row[0] if row else None
+        return row[0]
     finally:
         connection.close()
 
 
+def _has_version_table(connection: sqlite3.Connection) -> bool:
+    query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+    return connection.execute(query, (VERSION_TABLE,)).fetchone() is not None
+
+
 def _check_empty(connection: sqlite3.Connection, path: Path) -> None:
     tables = connection.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+        "AND name != ?",
+        (VERSION_TABLE,),
     ).fetchall()
     if tables:
-        raise StoreError(
-            f"{path} is an SQLite database but not a Pagoda one (it has tables and no schema "
-            f"revision); choose another file with --db PATH or PAGODA_DB"
+        raise NotAPagodaDatabaseError(
+            path,
+            "it is an SQLite database with tables but no Pagoda schema revision: another "
+            "program's database, or one whose creation was cut short",
         )
 
 

@@ -1,20 +1,45 @@
-"""File-level care of the database: health checks, moving a corrupt file aside, backups."""
+"""File-level care of the database: health checks, moving a corrupt file aside, backups.
+
+Only a file that starts like an SQLite database is ever moved aside: anything else at the
+database path (a text file given to --db by mistake) is refused and left where it is.
+"""
 
 import logging
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .errors import StoreError
+from .errors import NotAPagodaDatabaseError
 
 log = logging.getLogger(__name__)
 
 CORRUPTION_CODES = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
 SIDE_FILES = ("-wal", "-shm")
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def move_aside_if_damaged(path: Path) -> Path | None:
+    """Move a damaged SQLite database aside and return where it went; refuse any other file.
+
+    A missing or empty file is a new database (SQLite itself creates an empty file).
+    """
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    if not starts_like_sqlite(path):
+        raise NotAPagodaDatabaseError(path, "it is not an SQLite file")
+    return move_aside(path) if is_corrupt(path) else None
+
+
+def starts_like_sqlite(path: Path) -> bool:
+    with path.open("rb") as file:
+        return file.read(len(SQLITE_HEADER)) == SQLITE_HEADER
 
 
 def is_corrupt(path: Path) -> bool:
-    """True when SQLite says the file is not a database or fails its quick check."""
+    """True when SQLite says the file is not a database or fails its quick check.
+
+    Other SQLite errors (the file cannot be opened at all) are raised as they are.
+    """
     try:
         connection = sqlite3.connect(path)
         try:
@@ -24,7 +49,7 @@ def is_corrupt(path: Path) -> bool:
     except sqlite3.DatabaseError as error:
         if getattr(error, "sqlite_errorcode", None) in CORRUPTION_CODES:
             return True
-        raise StoreError(f"cannot open the database {path}: {error}") from error
+        raise
     return rows != [("ok",)]
 
 

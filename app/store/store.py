@@ -2,6 +2,7 @@
 
 import json
 import logging
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -9,12 +10,19 @@ from pathlib import Path
 from typing import Any, Self
 
 from sqlalchemy import Engine, delete, select, text, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import convert, migrate, recovery, search, transfer
 from .connection import create_store_engine, read_only
-from .errors import ConversationNotFound, DatabaseTooNewError, MessageNotFound, StoreError
-from .location import resolve_db_path
+from .errors import (
+    ConversationNotFound,
+    DatabaseLocationError,
+    MessageNotFound,
+    StoreError,
+    reason_of,
+)
+from .location import prepare_location, resolve_db_path
 from .records import Conversation, GenerationStats, Message, SamplingSettings, SearchHit
 from .schema import ConversationRow, LeafRow, MessageRow, OpenTabRow, SettingRow
 from .titles import auto_title
@@ -56,38 +64,32 @@ class ConversationStore:
     def open(cls, path: Path | str | None = None) -> Self:
         """Open (creating, recovering or upgrading as needed) the database at `path`.
 
-        `None` means $PAGODA_DB, else `pagoda.db` in the user data directory.
+        `None` means $PAGODA_DB, else `pagoda.db` in the user data directory. A path that
+        cannot hold the database raises `DatabaseLocationError`, naming it and the fix.
         """
         db_path = resolve_db_path(path)
-        db_path.parent.mkdir(parents=True, exist_ok=True)
-        recovered_from = cls._move_aside_if_corrupt(db_path)
-        backup_path = cls._migrate(db_path)
+        try:
+            return cls._open(db_path)
+        except (OSError, sqlite3.Error, SQLAlchemyError) as error:
+            raise DatabaseLocationError(db_path, reason_of(error)) from error
+
+    @classmethod
+    def _open(cls, path: Path) -> Self:
+        prepare_location(path)
+        recovered_from = recovery.move_aside_if_damaged(path)
+        backup_path = migrate.migrate_to_head(path)
         store = cls(
-            db_path,
-            create_store_engine(db_path),
+            path,
+            create_store_engine(path),
             recovered_from=recovered_from,
             backup_path=backup_path,
         )
-        store._interrupt_leftover_streams()
+        try:
+            store._interrupt_leftover_streams()
+        except BaseException:
+            store.close()
+            raise
         return store
-
-    @staticmethod
-    def _move_aside_if_corrupt(path: Path) -> Path | None:
-        if path.exists() and recovery.is_corrupt(path):
-            return recovery.move_aside(path)
-        return None
-
-    @staticmethod
-    def _migrate(path: Path) -> Path | None:
-        revision = migrate.current_revision(path) if path.exists() else None
-        head = migrate.head_revision()
-        if revision == head:
-            return None
-        if revision is not None and not migrate.is_known_revision(revision):
-            raise DatabaseTooNewError(path, revision, head)
-        backup = recovery.write_backup(path, revision) if revision is not None else None
-        migrate.upgrade(path)
-        return backup
 
     def _interrupt_leftover_streams(self) -> None:
         with self._writing() as s:

@@ -84,18 +84,47 @@ def test_newer_database_refuses_to_open_and_is_left_untouched(db_path: Path) -> 
     assert sorted(p.name for p in db_path.parent.iterdir()) == files_before
 
 
-def test_garbage_file_is_moved_aside_and_a_fresh_database_created(db_path: Path) -> None:
+@pytest.mark.parametrize(
+    "content",
+    [b"my shopping list\nmilk\n", b"this is not an sqlite database \x00\xff" * 100, b"SQLite"],
+)
+def test_file_that_is_not_sqlite_is_refused_and_kept_byte_for_byte(
+    db_path: Path, content: bytes
+) -> None:
     db_path.parent.mkdir(parents=True)
-    garbage = b"this is not an sqlite database \x00\xff" * 100
-    db_path.write_bytes(garbage)
+    db_path.write_bytes(content)
+
+    with pytest.raises(StoreError) as error:
+        ConversationStore.open(db_path)
+
+    message = str(error.value)
+    assert str(db_path) in message and "not a Pagoda database" in message
+    assert "left untouched" in message
+    assert db_path.read_bytes() == content
+    assert [p.name for p in db_path.parent.iterdir()] == [db_path.name]
+
+
+def test_damaged_file_with_the_sqlite_header_is_moved_aside(db_path: Path) -> None:
+    db_path.parent.mkdir(parents=True)
+    damaged = b"SQLite format 3\x00" + b"\xa5" * 5000
+    db_path.write_bytes(damaged)
 
     with ConversationStore.open(db_path) as store:
         moved = store.recovered_from
         assert moved is not None and moved.parent == db_path.parent
         assert moved.name.startswith("pagoda.db.corrupt-")
-        assert moved.read_bytes() == garbage
+        assert moved.read_bytes() == damaged
         c = store.create_conversation("fresh start")
         assert [x.id for x in store.list_conversations()] == [c.id]
+
+
+def test_empty_file_becomes_a_new_database(db_path: Path) -> None:
+    db_path.parent.mkdir(parents=True)
+    db_path.touch()
+    with ConversationStore.open(db_path) as store:
+        assert store.recovered_from is None
+        assert store.list_conversations() == []
+    assert current_revision(db_path) == head_revision()
 
 
 def test_database_failing_its_integrity_check_is_moved_aside(db_path: Path) -> None:
@@ -120,7 +149,7 @@ def test_sqlite_file_of_another_app_is_refused_not_overwritten(db_path: Path) ->
     with sqlite3.connect(db_path) as raw:
         raw.execute("CREATE TABLE photos (id INTEGER PRIMARY KEY)")
     raw.close()
-    with pytest.raises(StoreError, match="not a Pagoda one"):
+    with pytest.raises(StoreError, match="not a Pagoda database"):
         ConversationStore.open(db_path)
     with sqlite3.connect(db_path) as raw:
         assert raw.execute("SELECT name FROM sqlite_master").fetchall() == [("photos",)]
