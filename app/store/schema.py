@@ -3,7 +3,9 @@
 from datetime import UTC, datetime
 
 from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Integer, String, Text, TypeDecorator
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
+
+from .sanitize import replace_lone_surrogates
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -21,6 +23,16 @@ class UTCDateTime(TypeDecorator[datetime]):
 
     def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
         return None if value is None else value.replace(tzinfo=UTC)
+
+
+def _text_columns(*names: str):
+    """A validator for a table's free-text columns: whatever is set is text SQLite can store."""
+
+    @validates(*names)
+    def clean(self, key: str, value: str | None) -> str | None:
+        return None if value is None else replace_lone_surrogates(value)
+
+    return clean
 
 
 class Base(DeclarativeBase):
@@ -41,6 +53,8 @@ class ConversationRow(Base):
     pinned: Mapped[bool] = mapped_column(default=False)
     archived: Mapped[bool] = mapped_column(default=False)
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    _clean_text = _text_columns("title", "model", "system_prompt")
 
 
 class MessageRow(Base):
@@ -73,6 +87,8 @@ class MessageRow(Base):
     tokens_per_s: Mapped[float | None]
     cached_tokens: Mapped[int | None]
 
+    _clean_text = _text_columns("role", "content", "status", "finish_reason", "error", "gen_model")
+
 
 class LeafRow(Base):
     """Which branch a conversation shows: the message at the bottom of it."""
@@ -90,6 +106,8 @@ class SettingRow(Base):
 
     key: Mapped[str] = mapped_column(Text, primary_key=True)
     value: Mapped[str] = mapped_column(Text)  # JSON
+
+    _clean_text = _text_columns("key")
 
 
 class OpenTabRow(Base):

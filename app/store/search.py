@@ -1,11 +1,14 @@
-"""Turning what the user typed into a safe FTS5 query or a LIKE fallback, and rendering snippets.
+"""Turning what the user typed into a safe FTS5 query or a substring scan, and rendering snippets.
 
 The trigram tokenizer indexes every 3-character substring, so a term shorter than 3 characters
-(a 2-character Chinese word such as 北京) cannot be matched by FTS5; those queries use LIKE.
+(a 2-character Chinese word such as 北京) cannot be matched by FTS5. FTS5 also reads its query
+as a C string, which a NUL character would cut short. Such queries scan for substrings instead.
 """
 
 import html
 import re
+
+from .sanitize import replace_lone_surrogates
 
 MIN_FTS_TERM = 3
 # Private-use characters mark hits inside SQL and Python snippets; they are swapped for the
@@ -19,21 +22,16 @@ SNIPPET_WIDTH = 80
 
 
 def search_terms(query: str) -> list[str]:
-    return query.split()
+    return replace_lone_surrogates(query).split()
 
 
-def needs_like_fallback(terms: list[str]) -> bool:
-    return any(len(term) < MIN_FTS_TERM for term in terms)
+def needs_substring_scan(terms: list[str]) -> bool:
+    return any(len(term) < MIN_FTS_TERM or "\x00" in term for term in terms)
 
 
 def fts_match_expression(terms: list[str]) -> str:
     """Every term as a quoted string, so `"`, `AND(`, `*` or `NEAR` are plain text; all must match."""
     return " ".join('"' + term.replace('"', '""') + '"' for term in terms)
-
-
-def like_pattern(term: str) -> str:
-    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
 
 
 def python_snippet(text: str, terms: list[str]) -> str:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Self
 
-from sqlalchemy import Engine, delete, select, text, update
+from sqlalchemy import Engine, delete, func, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -256,13 +256,9 @@ class ConversationStore:
 
     def update_streaming(self, mid: int, content: str) -> None:
         with self._writing() as s:
-            result = s.execute(
-                update(MessageRow)
-                .where(MessageRow.id == mid, MessageRow.status == "streaming")
-                .values(content=content)
-            )
-            if result.rowcount == 0:
-                _check_streaming(_message_row(s, mid))
+            row = _message_row(s, mid)
+            _check_streaming(row)
+            row.content = content
 
     def finish_message(
         self,
@@ -365,8 +361,8 @@ class ConversationStore:
         if not terms:
             return []
         with self._reading() as s:
-            if search.needs_like_fallback(terms):
-                rows = self._search_like(s, terms, limit)
+            if search.needs_substring_scan(terms):
+                rows = self._search_substrings(s, terms, limit)
             else:
                 rows = self._search_fts(s, terms, limit)
             return [convert.to_search_hit(row, markers, escape_html) for row in rows]
@@ -394,7 +390,7 @@ class ConversationStore:
         return list(s.execute(sql, params))
 
     @staticmethod
-    def _search_like(s: Session, terms: list[str], limit: int) -> list[tuple]:
+    def _search_substrings(s: Session, terms: list[str], limit: int) -> list[tuple]:
         query = (
             select(
                 MessageRow.conversation_id,
@@ -409,8 +405,10 @@ class ConversationStore:
             .order_by(MessageRow.created_at.desc(), MessageRow.id.desc())
             .limit(limit)
         )
+        # instr() compares lengths, not C strings, so a NUL in a term or the text is matched
+        # as itself; lower() folds ASCII case as LIKE would.
         for term in terms:
-            query = query.where(MessageRow.content.like(search.like_pattern(term), escape="\\"))
+            query = query.where(func.instr(func.lower(MessageRow.content), func.lower(term)) > 0)
         return [
             (cid, title, mid, role, search.python_snippet(content, terms), created)
             for cid, title, mid, role, content, created in s.execute(query)

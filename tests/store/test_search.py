@@ -1,4 +1,4 @@
-"""Search: FTS5 trigram for 3+ characters, LIKE for shorter terms; English and Chinese."""
+"""Search: FTS5 trigram for 3+ characters, a substring scan for shorter terms; English, Chinese."""
 
 import pytest
 
@@ -39,14 +39,14 @@ def test_chinese_three_characters_use_the_trigram_index(filled) -> None:
     assert filled.search("首都是") == []  # a substring that is not in the text
 
 
-def test_terms_shorter_than_a_trigram_take_the_like_path() -> None:
-    assert search.needs_like_fallback(["北京"]) and search.needs_like_fallback(["天安门", "a"])
-    assert not search.needs_like_fallback(["天安门", "capital"])
+def test_terms_shorter_than_a_trigram_or_with_nul_take_the_substring_scan() -> None:
+    assert search.needs_substring_scan(["北京"]) and search.needs_substring_scan(["天安门", "a"])
+    assert search.needs_substring_scan(["long\x00term"])
+    assert not search.needs_substring_scan(["天安门", "capital"])
 
 
 def test_match_expression_quotes_every_term() -> None:
     assert search.fts_match_expression(["AND(", 'say "hi"']) == '"AND(" "say ""hi"""'
-    assert search.like_pattern("50%_off\\") == r"%50\%\_off\\%"
 
 
 def test_chinese_two_characters_fall_back_and_mark_every_hit(filled) -> None:
@@ -90,8 +90,8 @@ def test_long_messages_get_a_window_around_the_hit(store: ConversationStore) -> 
     cid = store.create_conversation().id
     store.append_user_message(cid, "lorem ipsum " * 40 + "北京 needle " + "dolor sit " * 40)
     fts = store.search("needle")[0].snippet
-    like = store.search("北京")[0].snippet
-    for snippet in (fts, like):
+    scanned = store.search("北京")[0].snippet
+    for snippet in (fts, scanned):
         assert snippet.startswith("…") and snippet.endswith("…")
         assert len(snippet) < 200
 
