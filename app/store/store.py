@@ -1,5 +1,6 @@
 """ConversationStore: the only code that opens a database session. Plain dataclasses out."""
 
+import heapq
 import json
 import logging
 import sqlite3
@@ -651,16 +652,22 @@ def _import_message(
 
 
 def _parents_first(messages: list[Message]) -> list[Message]:
-    pending = {m.id: m for m in messages}
-    placed: set[int] = set()
+    """Parents before children, otherwise oldest (smallest id) first: new ids keep the order."""
+    by_id = {m.id: m for m in messages}
+    children: dict[int | None, list[int]] = {}
+    for message in messages:
+        children.setdefault(message.parent_id, []).append(message.id)
+    ready = list(children.get(None, []))
+    heapq.heapify(ready)
     ordered: list[Message] = []
-    while pending:
-        ready = [m for m in pending.values() if m.parent_id is None or m.parent_id in placed]
-        if not ready:
-            raise StoreError(f"messages {sorted(pending)} have missing parents or form a cycle")
-        for message in ready:
-            ordered.append(pending.pop(message.id))
-            placed.add(message.id)
+    while ready:
+        mid = heapq.heappop(ready)
+        ordered.append(by_id[mid])
+        for child in children.get(mid, []):
+            heapq.heappush(ready, child)
+    if len(ordered) != len(messages):
+        missing = sorted(by_id.keys() - {m.id for m in ordered})
+        raise StoreError(f"messages {missing} have missing parents or form a cycle")
     return ordered
 
 

@@ -84,3 +84,23 @@ def test_markdown_export_shows_the_current_branch_only(store) -> None:
     assert "China." in markdown
     assert "It is" not in markdown  # the interrupted regeneration is another branch
     assert "*(error: engine failed)*" in markdown
+
+
+def test_reimport_with_taken_ids_keeps_messages_oldest_first(store) -> None:
+    cid = store.create_conversation().id
+    first = store.append_user_message(cid, "q1")
+    answer = store.start_assistant_message(cid)
+    store.finish_message(answer.id, "a1", "stop")
+    store.append_user_message(cid, "q2")
+    second = store.start_assistant_message(cid)
+    store.finish_message(second.id, "a2", "stop")
+    again = store.regenerate(answer.id)  # a branch near the root, written last
+    store.finish_message(again.id, "a1 again", "stop")
+    assert store.get_message(again.id).parent_id == first.id
+
+    (copy,) = store.import_json(store.export_json([cid]))
+
+    original = [(m.role, m.content) for m in store.messages(cid)]
+    assert [(m.role, m.content) for m in store.messages(copy)] == original
+    created = [m.created_at for m in store.messages(copy)]
+    assert created == sorted(created)
