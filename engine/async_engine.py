@@ -109,7 +109,7 @@ class AsyncEngine:
         Raises EngineDeadError at once when the engine has stopped or is stopping. The request
         belongs to the task reading the stream: it is aborted when that task ends, or the stream
         is closed or collected, before the last output."""
-        self._check_alive()
+        self.check_health()
         if is_conversation(prompt):
             prompt = encode_chat(self.tokenizer, prompt)
         request_id = request_id or f"stream-{next(self._ids)}"
@@ -156,7 +156,8 @@ class AsyncEngine:
     def __exit__(self, *exc) -> None:
         self.shutdown()
 
-    def _check_alive(self) -> None:
+    def check_health(self) -> None:
+        """Raises EngineDeadError when the engine can serve no more requests."""
         if self._dead is not None or not self._thread.is_alive():
             raise EngineDeadError(f"the engine thread has stopped ({self._dead!r}); restart it")
 

@@ -19,6 +19,7 @@ from engine.errors import PagodaError, PromptTooLongError
 from engine.llm import LLM
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
+from engine.server.command import add_serve_options, run_serve
 
 logger = logging.getLogger(__name__)
 
@@ -69,14 +70,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common_options(generate, temperature=0.0, top_p=1.0, max_tokens=256,
                         repetition_penalty=1.0)
     generate.set_defaults(run=run_generate)
+
+    serve = commands.add_parser("serve", help="an OpenAI-compatible HTTP API on localhost",
+                                description="Serve the model over OpenAI's API (/v1/chat/"
+                                            "completions, /v1/completions, /v1/models), with "
+                                            "/health and Prometheus /metrics.")
+    add_model_options(serve)
+    add_serve_options(serve)
+    serve.set_defaults(run=run_serve)
     return parser
 
 
 def _add_common_options(parser: argparse.ArgumentParser, *, temperature: float, top_p: float,
                         max_tokens: int, repetition_penalty: float) -> None:
-    parser.add_argument("--model", metavar="PATH",
-                        help="a Hugging Face model folder or a .gguf file "
-                             "(default: the bundled SmolLM2-135M-Instruct)")
+    add_model_options(parser)
     sampling = parser.add_argument_group("sampling")
     sampling.add_argument("--temperature", type=float, default=temperature,
                           help=f"0 is greedy (default: {temperature})")
@@ -88,7 +95,16 @@ def _add_common_options(parser: argparse.ArgumentParser, *, temperature: float, 
     sampling.add_argument("--max-tokens", type=int, default=max_tokens,
                           help=f"the most tokens per reply (default: {max_tokens})")
     sampling.add_argument("--seed", type=int, help="make sampling reproducible")
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """Which model to load and how the engine holds it: shared by every command."""
+    parser.add_argument("--model", metavar="PATH",
+                        help="a Hugging Face model folder or a .gguf file "
+                             "(default: the bundled SmolLM2-135M-Instruct)")
     engine = parser.add_argument_group("engine")
+    engine.add_argument("--device", default=None, metavar="DEVICE",
+                        help="cpu or cuda (default: cpu)")
     engine.add_argument("--kv-cache-mb", type=_positive_int, metavar="MB",
                         help="memory for the KV cache (default: 1024)")
     engine.add_argument("--max-num-seqs", type=_positive_int, metavar="N",
@@ -119,6 +135,8 @@ def sampling_params(args: argparse.Namespace) -> SamplingParams:
 def engine_options(args: argparse.Namespace) -> dict[str, int | str]:
     """The EngineConfig fields set on the command line; the rest keep EngineConfig's defaults."""
     options = {}
+    if args.device is not None:
+        options["device"] = args.device
     if args.kv_cache_mb is not None:
         options["kv_cache_memory"] = args.kv_cache_mb << 20
     if args.max_num_seqs is not None:

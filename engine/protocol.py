@@ -25,4 +25,7 @@ class ChatBackend(Protocol):
 
     def stats(self) -> EngineStats: ...
 
+    def check_health(self) -> None:
+        """Raise (EngineDeadError) when the backend can serve no more requests."""
+
     def shutdown(self, timeout: float = 10.0) -> None: ...

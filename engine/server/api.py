@@ -1,0 +1,102 @@
+"""The FastAPI application: routes, error shapes, key, body limit and CORS over a model source."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse, Response
+
+from engine.server.chat import create_chat_completion
+from engine.server.completions import create_completion
+from engine.server.errors import APIError, install_handlers
+from engine.server.metrics import CONTENT_TYPE, CountingMiddleware, ServerMetrics
+from engine.server.protocol import ChatCompletionRequest, CompletionRequest
+from engine.server.security import DEFAULT_MAX_BODY_BYTES, APIKeyMiddleware, BodyLimitMiddleware
+from engine.server.served import ModelSource, ServedModel
+from engine.server.streams import ClientDisconnected
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    api_key: str | None = None
+    allowed_origins: tuple[str, ...] = ()
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+
+def build_app(source: ModelSource, settings: ServerSettings | None = None) -> FastAPI:
+    settings = settings or ServerSettings()
+    app = FastAPI(title="Pagoda", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.metrics = ServerMetrics(source)
+    install_handlers(app)
+    _add_routes(app, source)
+    _add_middleware(app, settings)
+    return app
+
+
+def running_requests(app: FastAPI) -> int:
+    """API requests in progress (a streamed one until its last chunk)."""
+    return app.state.metrics.running.value
+
+
+def _add_middleware(app: FastAPI, settings: ServerSettings) -> None:
+    # The last added runs first: CORS answers preflights, then the key, then the body limit.
+    app.add_middleware(CountingMiddleware, counter=app.state.metrics.running)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    if settings.api_key:
+        app.add_middleware(APIKeyMiddleware, api_key=settings.api_key)
+    if settings.allowed_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins),
+                           allow_methods=["GET", "POST", "OPTIONS"],
+                           allow_headers=["Authorization", "Content-Type"])
+
+
+def _served(source: ModelSource, requested: str | None) -> ServedModel:
+    served = source()
+    if served is None:
+        raise APIError(503, "no model is loaded yet: try again in a moment", code="model_loading")
+    if requested is not None and requested != served.name:
+        raise APIError(404, f"the model {requested!r} does not exist: this server serves "
+                            f"{served.name!r} (see GET /v1/models)", param="model",
+                       code="model_not_found")
+    return served
+
+
+def _add_routes(app: FastAPI, source: ModelSource) -> None:
+    metrics: ServerMetrics = app.state.metrics
+
+    @app.get("/health")
+    async def health() -> Response:
+        served = source()
+        if served is None:
+            return JSONResponse({"status": "loading"}, status_code=503)
+        try:
+            served.backend.check_health()
+        except Exception as exc:  # noqa: BLE001 - a dead engine is what /health reports
+            return JSONResponse({"status": "error", "reason": str(exc)}, status_code=503)
+        return JSONResponse({"status": "ok", "model": served.name})
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        served = source()
+        data = [] if served is None else [{
+            "id": served.name, "object": "model", "created": 0, "owned_by": served.owned_by,
+            "max_model_len": served.max_model_len}]
+        return {"object": "list", "data": data}
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatCompletionRequest, request: Request):
+        return await create_chat_completion(body, request, _served(source, body.model), metrics)
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request):
+        return await create_completion(body, request, _served(source, body.model), metrics)
+
+    @app.exception_handler(ClientDisconnected)
+    async def _gone(_request: Request, _exc: ClientDisconnected) -> Response:
+        return Response(status_code=499)  # nobody reads it; the requests were aborted

@@ -1,0 +1,86 @@
+"""POST /v1/chat/completions: OpenAI's chat completion, whole or streamed as SSE chunks."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.requests import Request
+
+from engine.server.errors import APIError, as_api_errors
+from engine.server.generation import (
+    Choice,
+    Generation,
+    finish_reason,
+    new_id,
+    sse,
+    sse_events,
+    usage,
+)
+from engine.server.metrics import ServerMetrics
+from engine.server.protocol import ChatCompletionRequest
+from engine.server.served import ServedModel
+
+# "developer" is OpenAI's newer name for the system role.
+_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
+          "tool": "tool"}
+
+
+def engine_messages(body: ChatCompletionRequest) -> list[dict[str, str]]:
+    if not body.messages:
+        raise APIError(400, "messages is empty: give at least one message", param="messages")
+    messages = []
+    for i, message in enumerate(body.messages):
+        role = _ROLES.get(message.role)
+        if role is None:
+            raise APIError(400, f"messages[{i}].role={message.role!r} must be one of "
+                                f"{sorted(_ROLES)}", param=f"messages[{i}].role")
+        messages.append({"role": role, "content": message.text()})
+    return messages
+
+
+async def create_chat_completion(body: ChatCompletionRequest, request: Request,
+                                 served: ServedModel, metrics: ServerMetrics):
+    if (field := body.unsupported()) is not None:
+        raise APIError(400, f"{field} is not supported by this server", param=field)
+    messages = engine_messages(body)
+    with as_api_errors("messages"):
+        choices = [Choice(messages, body.sampling_params(body.resolved_max_tokens(), i))
+                   for i in range(body.n)]
+    generation = Generation(served, metrics, choices, new_id("chatcmpl"), "messages")
+    await generation.start()
+    if body.stream:
+        return StreamingResponse(_chunks(generation, body.include_usage),
+                                 media_type="text/event-stream")
+    finals = await generation.collect(request)
+    return JSONResponse(_completion(generation, finals))
+
+
+def _completion(generation: Generation, finals) -> dict:
+    return {
+        "id": generation.request_id, "object": "chat.completion", "created": generation.created,
+        "model": generation.served.name,
+        "choices": [{"index": i, "message": {"role": "assistant", "content": out.outputs[0].text},
+                     "finish_reason": finish_reason(out), "logprobs": None}
+                    for i, out in enumerate(finals)],
+        "usage": usage(finals, generation.choices),
+    }
+
+
+async def _chunks(generation: Generation, include_usage: bool) -> AsyncIterator[str]:
+    def chunk(choices: list[dict], **extra) -> dict:
+        body = {"id": generation.request_id, "object": "chat.completion.chunk",
+                "created": generation.created, "model": generation.served.name,
+                "choices": choices}
+        return {**body, "usage": None, **extra} if include_usage else body
+
+    def choice_chunk(index: int, delta: str, reason: str | None) -> dict:
+        return chunk([{"index": index, "delta": {"content": delta} if delta else {},
+                       "finish_reason": reason, "logprobs": None}])
+
+    for index in range(len(generation.choices)):
+        yield sse(chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
+                          "finish_reason": None, "logprobs": None}]))
+    usage_chunk = (lambda counts: chunk([], usage=counts)) if include_usage else None
+    async for event in sse_events(generation, choice_chunk, usage_chunk):
+        yield event

@@ -1,0 +1,59 @@
+"""POST /v1/completions: OpenAI's text completion of a prompt (text or token ids, or a batch)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.requests import Request
+
+from engine.server.errors import APIError, as_api_errors
+from engine.server.generation import Choice, Generation, finish_reason, new_id, sse_events, usage
+from engine.server.metrics import ServerMetrics
+from engine.server.protocol import CompletionRequest
+from engine.server.served import ServedModel
+
+
+async def create_completion(body: CompletionRequest, request: Request, served: ServedModel,
+                            metrics: ServerMetrics):
+    if (field := body.unsupported()) is not None:
+        raise APIError(400, f"{field} is not supported by this server", param=field)
+    prompts = body.prompts()
+    if not prompts:
+        raise APIError(400, "prompt is empty: give a text or a list of token ids", param="prompt")
+    # Choice i*n+j is the j-th completion of prompt i, as OpenAI numbers them.
+    with as_api_errors("prompt"):
+        choices = [Choice(prompt, body.sampling_params(body.resolved_max_tokens(), j), i)
+                   for i, prompt in enumerate(prompts) for j in range(body.n)]
+    generation = Generation(served, metrics, choices, new_id("cmpl"), "prompt")
+    await generation.start()
+    if body.stream:
+        return StreamingResponse(_chunks(generation, body.include_usage),
+                                 media_type="text/event-stream")
+    finals = await generation.collect(request)
+    return JSONResponse({
+        **_header(generation),
+        "choices": [{"index": i, "text": out.outputs[0].text, "finish_reason": finish_reason(out),
+                     "logprobs": None} for i, out in enumerate(finals)],
+        "usage": usage(finals, generation.choices),
+    })
+
+
+def _header(generation: Generation) -> dict:
+    return {"id": generation.request_id, "object": "text_completion",
+            "created": generation.created, "model": generation.served.name}
+
+
+async def _chunks(generation: Generation, include_usage: bool) -> AsyncIterator[str]:
+    extra = {"usage": None} if include_usage else {}
+
+    def choice_chunk(index: int, delta: str, reason: str | None) -> dict:
+        return {**_header(generation), **extra, "choices": [
+            {"index": index, "text": delta, "finish_reason": reason, "logprobs": None}]}
+
+    def usage_chunk(counts: dict) -> dict:
+        return {**_header(generation), "choices": [], "usage": counts}
+
+    async for event in sse_events(generation, choice_chunk,
+                                  usage_chunk if include_usage else None):
+        yield event

@@ -1,0 +1,116 @@
+"""Errors in OpenAI's JSON shape: {"error": {"message", "type", "param", "code"}}."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from engine.errors import EngineDeadError, PromptTooLongError
+
+_TYPES = {
+    400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+    405: "invalid_request_error", 413: "invalid_request_error", 500: "server_error",
+    503: "service_unavailable",
+}
+_SAMPLING_FIELD = re.compile(r"SamplingParams\.(\w+)=")
+_MESSAGES_FIELD = re.compile(r"^(messages\[\d+\](?:\.\w+)?)")
+
+
+class APIError(Exception):
+    """An error answered to the client, with the HTTP status and the field at fault."""
+
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": _TYPES.get(self.status, "error"),
+                          "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status)
+
+
+def from_engine_error(exc: Exception, prompt_field: str) -> APIError:
+    """The API error for what the engine raised about a request."""
+    if isinstance(exc, EngineDeadError):
+        return APIError(503, f"the engine is not running: {exc}", code="engine_dead")
+    if isinstance(exc, PromptTooLongError):
+        return APIError(400, str(exc), param=prompt_field, code="context_length_exceeded")
+    if isinstance(exc, ValueError):
+        return APIError(400, str(exc), param=_param_of(str(exc), prompt_field))
+    return APIError(500, f"{type(exc).__name__}: {exc}")
+
+
+@contextmanager
+def as_api_errors(prompt_field: str) -> Iterator[None]:
+    """Turn what the engine raises about a request into the API's error for it."""
+    try:
+        yield
+    except APIError:
+        raise
+    except Exception as exc:
+        raise from_engine_error(exc, prompt_field) from exc
+
+
+def _param_of(message: str, prompt_field: str) -> str | None:
+    if match := _SAMPLING_FIELD.search(message):
+        return match.group(1)
+    if match := _MESSAGES_FIELD.match(message):
+        return match.group(1)
+    if "prompt" in message:
+        return prompt_field
+    return None
+
+
+def validation_error(exc: RequestValidationError) -> APIError:
+    """Pydantic's first complaint, with the path of the field (`messages[2].role`)."""
+    errors = exc.errors()
+    if not errors:
+        return APIError(400, "the request body is invalid")
+    first = errors[0]
+    location = [part for part in first.get("loc", ()) if part != "body"]
+    path = _path(location)
+    detail = first.get("msg", "invalid")
+    if first.get("type") == "json_invalid":
+        return APIError(400, f"the request body is not valid JSON: {detail}")
+    if not path:
+        return APIError(400, f"the request body is invalid: {detail}")
+    return APIError(400, f"{path}: {detail}", param=path)
+
+
+def _path(location: list) -> str:
+    path = ""
+    for part in location:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in {"str", "int", "float", "bool", "list[int]", "list[str]", "list[TextPart]",
+                      "list[list[int]]", "TextPart"} or "[" in str(part):
+            break  # the union member pydantic tried, not a field
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(_request: Request, exc: APIError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return validation_error(exc).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return APIError(exc.status_code, str(exc.detail)).response()

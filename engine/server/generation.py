@@ -1,0 +1,140 @@
+"""One API request's choices run on the engine: started, streamed or collected, and counted."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+
+from starlette.requests import Request
+
+from engine.chat_template import Message
+from engine.outputs import RequestOutput
+from engine.sampling_params import SamplingParams
+from engine.server.errors import APIError, as_api_errors
+from engine.server.metrics import ServerMetrics
+from engine.server.served import ServedModel
+from engine.server.streams import merge, peek, until_disconnected
+
+Prompt = str | list[int] | Sequence[Message]
+# Finish reasons the API knows; an engine abort (a shutdown) is reported as such.
+_FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+@dataclass(slots=True)
+class Choice:
+    prompt: Prompt
+    params: SamplingParams
+    prompt_index: int = 0  # which prompt of a batch (completions), for usage
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def finish_reason(out: RequestOutput) -> str | None:
+    completion = out.outputs[0]
+    if completion.finish_reason == "error":
+        raise APIError(500, f"generation failed: {completion.error}", code="generation_failed")
+    return _FINISH.get(completion.finish_reason) if completion.finish_reason else None
+
+
+def usage(finals: list[RequestOutput], choices: list[Choice]) -> dict:
+    """OpenAI's usage block: each prompt counted once, however many choices it has."""
+    first_of_prompt = {}
+    for out, choice in zip(finals, choices, strict=True):
+        first_of_prompt.setdefault(choice.prompt_index, out)
+    prompt_tokens = sum(len(out.prompt_token_ids) for out in first_of_prompt.values())
+    cached = sum(out.num_cached_tokens for out in first_of_prompt.values())
+    completion_tokens = sum(len(out.outputs[0].token_ids) for out in finals)
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def sse(payload: dict | str) -> str:
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    return f"data: {data}\n\n"
+
+
+class Generation:
+    """Runs `choices` for one request id; `prompt_field` names the prompt in error messages."""
+
+    def __init__(self, served: ServedModel, metrics: ServerMetrics, choices: list[Choice],
+                 request_id: str, prompt_field: str) -> None:
+        self.served = served
+        self.metrics = metrics
+        self.choices = choices
+        self.request_id = request_id
+        self.created = int(time.time())
+        self._prompt_field = prompt_field
+        self._events: AsyncIterator[tuple[int, RequestOutput]] | None = None
+
+    async def start(self) -> None:
+        """Submit every choice and wait for the first output, so a request the engine refuses
+        becomes an error response rather than a broken stream."""
+        streams = [
+            self.served.backend.stream(choice.prompt, choice.params, f"{self.request_id}-{i}")
+            for i, choice in enumerate(self.choices)
+        ]
+        merged = self._counted(merge(streams))
+        try:
+            with as_api_errors(self._prompt_field):
+                _, self._events = await peek(merged)
+        except StopAsyncIteration:
+            raise APIError(500, "the engine returned no output") from None
+
+    async def events(self) -> AsyncIterator[tuple[int, RequestOutput]]:
+        """Every output of every choice, as it comes; engine failures become APIError."""
+        try:
+            with as_api_errors(self._prompt_field):
+                async for item in self._events:
+                    yield item
+        finally:
+            await self._events.aclose()
+
+    async def collect(self, request: Request) -> list[RequestOutput]:
+        """The final output of each choice; the client leaving aborts them all."""
+        async def gather() -> list[RequestOutput]:
+            finals: list[RequestOutput | None] = [None] * len(self.choices)
+            async for index, out in self.events():
+                if out.finished:
+                    finals[index] = out
+            return finals
+        return await until_disconnected(request, gather)
+
+    async def _counted(self, merged: AsyncIterator[tuple[int, RequestOutput]],
+                       ) -> AsyncIterator[tuple[int, RequestOutput]]:
+        try:
+            async for index, out in merged:
+                if out.finished:
+                    self.metrics.observe_finished(out)
+                yield index, out
+        finally:
+            await merged.aclose()
+
+
+ChunkOf = Callable[[int, str, str | None], dict]
+
+
+async def sse_events(generation: Generation, chunk_of: ChunkOf,
+                     usage_chunk: Callable[[dict], dict] | None) -> AsyncIterator[str]:
+    """A streamed reply: one `data:` chunk per choice's new text or finish, the usage chunk when
+    asked for, and `data: [DONE]`. An engine failure mid-stream is sent as an error chunk."""
+    finals: list[RequestOutput | None] = [None] * len(generation.choices)
+    try:
+        async for index, out in generation.events():
+            delta = out.outputs[0].delta_text
+            reason = finish_reason(out)
+            if out.finished:
+                finals[index] = out
+            if delta or reason:
+                yield sse(chunk_of(index, delta, reason))
+    except APIError as exc:
+        yield sse(exc.body())
+    else:
+        if usage_chunk is not None:
+            yield sse(usage_chunk(usage(finals, generation.choices)))
+    yield sse("[DONE]")

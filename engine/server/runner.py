@@ -1,0 +1,103 @@
+"""Running the API: a checked bind address, and uvicorn in the foreground or on its own thread."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import threading
+
+import uvicorn
+from fastapi import FastAPI
+
+from engine.errors import PagodaError
+
+_LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
+
+
+class BindRefused(PagodaError, ValueError):
+    """Serving on a reachable address without an API key."""
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind_address(host: str, api_key: str | None) -> None:
+    """Only this machine may reach a server without a key."""
+    if not is_loopback(host) and not api_key:
+        raise BindRefused(
+            f"refusing to serve on {host} without an API key: any machine that can reach this "
+            "address could use the model. Pass --api-key KEY (or set PAGODA_API_KEY), or bind "
+            "127.0.0.1 to serve this machine only")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket; port 0 picks a free one (read it back with getsockname)."""
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(2048)
+    return sock
+
+
+def _server(app: FastAPI) -> uvicorn.Server:
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
+                            timeout_graceful_shutdown=2)
+    return uvicorn.Server(config)
+
+
+def serve_forever(app: FastAPI, sock: socket.socket) -> None:
+    """Serve until interrupted (Ctrl-C or SIGTERM)."""
+    asyncio.run(_server(app).serve(sockets=[sock]))
+
+
+class ServerThread:
+    """The API on a daemon thread with its own event loop: the app's server, and tests'."""
+
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.app = app
+        self._sock = bind(host, port)
+        self.host, self.port = self._sock.getsockname()[:2]
+        self._server = _server(app)
+        # uvicorn installs signal handlers only on the main thread; this one is not.
+        self._thread = threading.Thread(target=self._run, name="pagoda-api", daemon=True)
+        self._error: BaseException | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> ServerThread:
+        self._thread.start()
+        for _ in range(int(timeout / 0.01)):
+            if self._server.started or self._error is not None or not self._thread.is_alive():
+                break
+            threading.Event().wait(0.01)
+        if not self._server.started:
+            self.stop()
+            raise RuntimeError(f"the API server did not start: {self._error!r}")
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        self._sock.close()
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._server.serve(sockets=[self._sock]))
+        except BaseException as exc:  # noqa: BLE001 - reported by start()
+            self._error = exc
