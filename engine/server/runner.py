@@ -15,7 +15,11 @@ from engine.errors import PagodaError
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 
-class BindRefused(PagodaError, ValueError):
+class ServeError(PagodaError):
+    """The server cannot start where it was asked to."""
+
+
+class BindRefused(ServeError, ValueError):
     """Serving on a reachable address without an API key."""
 
 
@@ -46,7 +50,8 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host.strip("[]"), port))
     except OSError as exc:
         sock.close()
-        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror} (is another server "
+                         "using that port? pick another with --port)") from None
     sock.listen(2048)
     return sock
 
@@ -58,8 +63,11 @@ def _server(app: FastAPI) -> uvicorn.Server:
 
 
 def serve_forever(app: FastAPI, sock: socket.socket) -> None:
-    """Serve until interrupted (Ctrl-C or SIGTERM)."""
-    asyncio.run(_server(app).serve(sockets=[sock]))
+    """Serve until interrupted (Ctrl-C or SIGTERM): a clean stop, not an error."""
+    try:
+        asyncio.run(_server(app).serve(sockets=[sock]))
+    except KeyboardInterrupt:  # uvicorn raises the signal again once it has shut down
+        pass
 
 
 class ServerThread:

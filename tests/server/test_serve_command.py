@@ -1,0 +1,51 @@
+"""`python -m engine serve`: refuses what it should before loading anything, then serves."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from engine.cli import main
+
+
+def test_serving_a_reachable_address_without_a_key_is_refused(capsys, monkeypatch):
+    monkeypatch.delenv("PAGODA_API_KEY", raising=False)
+    assert main(["serve", "--host", "0.0.0.0"]) == 2
+    assert "refusing to serve on 0.0.0.0 without an API key" in capsys.readouterr().err
+
+
+def test_a_port_in_use_is_a_clear_error(capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--port", str(port)]) == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_serve_answers_until_interrupted():
+    env = {**os.environ, "PAGODA_API_KEY": "sk-local"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "engine", "serve", "--port", "0", "--served-model-name", "tiny",
+         "--kv-cache-mb", "64"], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = process.stderr.readline()
+        match = re.search(r"Serving tiny on (http://127\.0\.0\.1:\d+)/v1", line)
+        assert match, line
+        headers = {"Authorization": "Bearer sk-local"}
+        url = match.group(1)
+        models = httpx.get(f"{url}/v1/models", headers=headers, timeout=30).json()
+        assert models["data"][0]["id"] == "tiny"
+        reply = httpx.post(f"{url}/v1/completions", headers=headers, timeout=120,
+                           json={"prompt": "Hello", "max_tokens": 3, "ignore_eos": True})
+        assert reply.json()["usage"]["completion_tokens"] == 3
+    finally:
+        process.send_signal(signal.SIGINT)
+        code = process.wait(timeout=60)
+    assert code == 0
