@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.requests import Request
 
 from engine.server.errors import APIError, as_api_errors
@@ -13,6 +12,7 @@ from engine.server.generation import (
     Generation,
     finish_reason,
     new_id,
+    respond,
     sse,
     sse_events,
     usage,
@@ -48,12 +48,9 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
         choices = [Choice(messages, body.sampling_params(body.resolved_max_tokens(), i))
                    for i in range(body.n)]
     generation = Generation(served, metrics, choices, new_id("chatcmpl"), "messages")
-    await generation.start()
-    if body.stream:
-        return StreamingResponse(_chunks(generation, body.include_usage),
-                                 media_type="text/event-stream")
-    finals = await generation.collect(request)
-    return JSONResponse(_completion(generation, finals))
+    return await respond(generation, request, body.stream,
+                         lambda: _chunks(generation, body.include_usage),
+                         lambda finals: _completion(generation, finals))
 
 
 def _completion(generation: Generation, finals) -> dict:

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.requests import Request
 
 from engine.server.errors import APIError, as_api_errors
-from engine.server.generation import Choice, Generation, finish_reason, new_id, sse_events, usage
+from engine.server.generation import (
+    Choice,
+    Generation,
+    finish_reason,
+    new_id,
+    respond,
+    sse_events,
+    usage,
+)
 from engine.server.metrics import ServerMetrics
 from engine.server.protocol import CompletionRequest
 from engine.server.served import ServedModel
@@ -26,17 +33,18 @@ async def create_completion(body: CompletionRequest, request: Request, served: S
         choices = [Choice(prompt, body.sampling_params(body.resolved_max_tokens(), j), i)
                    for i, prompt in enumerate(prompts) for j in range(body.n)]
     generation = Generation(served, metrics, choices, new_id("cmpl"), "prompt")
-    await generation.start()
-    if body.stream:
-        return StreamingResponse(_chunks(generation, body.include_usage),
-                                 media_type="text/event-stream")
-    finals = await generation.collect(request)
-    return JSONResponse({
+    return await respond(generation, request, body.stream,
+                         lambda: _chunks(generation, body.include_usage),
+                         lambda finals: _completion(generation, finals))
+
+
+def _completion(generation: Generation, finals) -> dict:
+    return {
         **_header(generation),
         "choices": [{"index": i, "text": out.outputs[0].text, "finish_reason": finish_reason(out),
                      "logprobs": None} for i, out in enumerate(finals)],
         "usage": usage(finals, generation.choices),
-    })
+    }
 
 
 def _header(generation: Generation) -> dict:

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import Request
 
 from engine.chat_template import Message
@@ -138,3 +139,13 @@ async def sse_events(generation: Generation, chunk_of: ChunkOf,
         if usage_chunk is not None:
             yield sse(usage_chunk(usage(finals, generation.choices)))
     yield sse("[DONE]")
+
+
+async def respond(generation: Generation, request: Request, stream: bool,
+                  chunks: Callable[[], AsyncIterator[str]],
+                  whole: Callable[[list[RequestOutput]], dict]) -> Response:
+    """Start the generation, then answer with SSE chunks or, once all is done, one JSON body."""
+    await generation.start()
+    if stream:
+        return StreamingResponse(chunks(), media_type="text/event-stream")
+    return JSONResponse(whole(await generation.collect(request)))
