@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, Signal
 
 from app.async_store import AsyncStore
-from app.engine_host import EngineHost
+from app.engine_host import EngineHost, ModelLoadingError
 from app.prompting import (
     ContextOverflowError,
     FittedPrompt,
@@ -20,15 +20,19 @@ from app.prompting import (
 )
 from app.store import Conversation, ConversationStore, GenerationStats, Message, StreamingWriter
 from app.view_models import MessageView, SamplingView
-from engine import PagodaError, RequestOutput
+from engine import AsyncEngine, PagodaError, RequestOutput
 from engine.chat_template import encode_chat
 
 logger = logging.getLogger(__name__)
 
+MODEL_SWITCHED = ("The model was switched while this reply was being written: what it had "
+                  "written is kept, marked interrupted. Regenerate to answer with the new model.")
+
 
 @dataclass(slots=True)
 class _Reply:
-    """The reply being streamed: its message, request, text so far and its throttled writer.
+    """The reply being streamed: its message, request, text so far, its throttled writer and the
+    engine its request runs on (None until it starts).
 
     The writer is only touched on the store's worker thread.
     """
@@ -38,6 +42,7 @@ class _Reply:
     writer: StreamingWriter
     text: str = ""
     last_output: RequestOutput | None = None
+    backend: AsyncEngine | None = None
 
 
 def message_view(m: Message, sibling_index: int = 0, sibling_count: int = 1) -> MessageView:
@@ -220,8 +225,8 @@ class ChatController(QObject):
         await self.refresh_context_meter()
 
     def stop(self) -> None:
-        if self.reply is not None and self.host.backend is not None:
-            self.host.backend.abort(self.reply.request_id)
+        if self.reply is not None and self.reply.backend is not None:
+            self.reply.backend.abort(self.reply.request_id)
 
     def _begin_edit(self, message_id: int) -> None:
         message = next((m for m in self.path if m.id == message_id), None)
@@ -232,35 +237,28 @@ class ChatController(QObject):
         return next((m for m in reversed(self.path) if m.role == "assistant"), None)
 
     def _check_engine(self) -> bool:
-        if self.host.backend is None:
-            self.view.show_notice("The model is still loading: your message is kept in the box.")
+        try:
+            self.host.engine_for_new_request()
+        except ModelLoadingError as exc:
+            self.view.show_notice(str(exc))
             return False
         return True
 
     # -- generation ------------------------------------------------------------------------------
 
     async def _generate(self, parent_id: int) -> None:
-        backend = self.host.backend
-        model = self.host.model_name
         message = await self.db.start_assistant_message(self.conversation_id, parent_id=parent_id,
-                                                        model=model)
-        self.reply = reply = _Reply(message, f"conv{self.conversation_id}-msg{message.id}",
-                                    StreamingWriter(self.db.store, message.id))
+                                                        model=self.host.model_name)
+        self.reply = _Reply(message, f"conv{self.conversation_id}-msg{message.id}",
+                            StreamingWriter(self.db.store, message.id))
         self._set_streaming(True)
         try:
             await self._reload(streaming=message.id)
-            fitted = await self._fit_prompt(backend)
-            if fitted is None:
-                return
-            params = sampling_params(self.conversation.sampling, fitted.max_tokens)
-            view = message_view(message)
-            self.view.transcript.begin_stream(view)
-            self._views = [*self._views, view]
-            async for out in backend.stream(fitted.messages, params, reply.request_id):
-                await self._on_output(out)
-            await self._finish(model)
+            backend, fitted = await self._fit_on_current_engine()
+            if fitted is not None:
+                await self._stream(backend, fitted)
         except PagodaError as exc:
-            await self._fail(str(exc))
+            await self._end_on_error(exc)
         finally:
             self.reply = None
             if not self._closed:
@@ -269,13 +267,36 @@ class ChatController(QObject):
                 await self.refresh_context_meter()
                 self.conversation_changed.emit(self.conversation_id)
 
-    async def _fit_prompt(self, backend) -> FittedPrompt | None:
+    async def _fit_on_current_engine(self) -> tuple[AsyncEngine, FittedPrompt | None]:
+        """The engine to stream on and the prompt fitted to it, fitted again when the model was
+        switched meanwhile. Raises ModelLoadingError once a model is loading."""
+        while True:
+            backend = self.host.engine_for_new_request()
+            fitted = await self._fit_prompt(backend)
+            if fitted is None or self.host.engine_for_new_request() is backend:
+                return backend, fitted
+
+    async def _stream(self, backend: AsyncEngine, fitted: FittedPrompt) -> None:
+        # No await between the caller's check that `backend` is current and the request entering
+        # it: a model switch cannot come between.
+        reply = self.reply
+        params = sampling_params(self.conversation.sampling, fitted.max_tokens)
+        view = message_view(reply.message)
+        self.view.transcript.begin_stream(view)
+        self._views = [*self._views, view]
+        reply.backend = backend
+        async for out in backend.stream(fitted.messages, params, reply.request_id):
+            await self._on_output(out)
+        await self._finish(backend.engine.loaded.name)
+
+    async def _fit_prompt(self, backend: AsyncEngine) -> FittedPrompt | None:
         messages = chat_messages(self.conversation.system_prompt, self.path[:-1])
+        max_model_len = backend.engine.max_model_len
         loop = asyncio.get_running_loop()
 
         def fit() -> FittedPrompt:
             return fit_to_context(messages, lambda m: _count_tokens(backend.tokenizer, m),
-                                  self.host.max_model_len, self.conversation.sampling.max_tokens)
+                                  max_model_len, self.conversation.sampling.max_tokens)
         try:
             fitted = await loop.run_in_executor(self.host.executor, fit)
         except ContextOverflowError as exc:
@@ -283,7 +304,7 @@ class ChatController(QObject):
             return None
         if fitted.num_dropped:
             self.view.show_notice(
-                f"This chat is longer than the model's context ({self.host.max_model_len} "
+                f"This chat is longer than the model's context ({max_model_len} "
                 f"tokens): the {fitted.num_dropped} oldest messages were left out of what the "
                 "model sees for this reply. They stay in the chat.")
         return fitted
@@ -306,7 +327,7 @@ class ChatController(QObject):
         if self._closed:
             return
         if completion is None or completion.finish_reason == "abort":
-            await self.db.run(lambda _store: reply.writer.interrupt())
+            await self._keep_interrupted()
         elif completion.finish_reason == "error":
             await self._fail(completion.error or "the engine failed this request")
         else:
@@ -319,6 +340,23 @@ class ChatController(QObject):
         writer = self.reply.writer
         await self.db.run(lambda _store: writer.closed or writer.fail(error))
         self.view.show_notice(error, error=True)
+
+    async def _end_on_error(self, exc: PagodaError) -> None:
+        if self._engine_was_switched():
+            await self._keep_interrupted()
+        else:
+            await self._fail(str(exc))
+
+    async def _keep_interrupted(self) -> None:
+        """Keep the reply so far; say why when it was not the user's Stop."""
+        writer = self.reply.writer
+        await self.db.run(lambda _store: writer.closed or writer.interrupt())
+        if self._engine_was_switched() and not self._closed:
+            self.view.show_notice(MODEL_SWITCHED, error=True)
+
+    def _engine_was_switched(self) -> bool:
+        backend = self.reply.backend
+        return backend is not None and backend is not self.host.backend
 
     def _set_streaming(self, streaming: bool) -> None:
         self.view.composer.set_streaming(streaming)
@@ -333,8 +371,8 @@ class ChatController(QObject):
         reply = self.reply
         if reply is None:
             return
-        if self.host.backend is not None:
-            self.host.backend.abort(reply.request_id)
+        if reply.backend is not None:
+            reply.backend.abort(reply.request_id)
         self.db.drain()
         if not reply.writer.closed:
             reply.writer.interrupt()

@@ -28,6 +28,10 @@ STATS_INTERVAL_MS = 250
 SPECULATIVE_TOKENS = 2
 
 
+class ModelLoadingError(PagodaError):
+    """No request can start now: a model is loading, or none has loaded."""
+
+
 def _make_engine(model: str | None, config: EngineConfig,
                  on_progress: ProgressCallback) -> AsyncEngine:
     check_model_fits(model, config)
@@ -37,6 +41,10 @@ def _make_engine(model: str | None, config: EngineConfig,
 
 class EngineHost(QObject):
     """The GUI's handle on the engine. `backend` is None until a model has loaded.
+
+    A request starts on `engine_for_new_request()`, never on a kept reference: from the start of
+    a load until the old engine has shut down it hands out no engine, so no tab starts a request
+    on an engine about to stop.
 
     `quantization` is the setting the next load uses; `loaded_quantization` the one the running
     model was loaded with.
@@ -87,6 +95,14 @@ class EngineHost(QObject):
     def is_loading(self) -> bool:
         return self._loading is not None and not self._loading.done()
 
+    def engine_for_new_request(self) -> AsyncEngine:
+        """The engine to start a request on now; raises ModelLoadingError while there is none."""
+        if self.is_loading:
+            raise ModelLoadingError("A model is loading: send again once it is ready.")
+        if self.backend is None:
+            raise ModelLoadingError("No model is loaded: choose one in the model picker.")
+        return self.backend
+
     def engine_config(self) -> EngineConfig:
         """The EngineConfig the next load builds its engine with."""
         # Prompt lookup with 2 drafts: 1.8x on text the reply copies, no slower on the rest
@@ -122,6 +138,8 @@ class EngineHost(QObject):
         self.load_failed.emit(message)
 
     async def _swap(self, engine: AsyncEngine, model: str | None, quantization: str) -> None:
+        """Publish the new engine, then retire the old one; the load is not over until it has
+        stopped, so `engine_for_new_request` never hands out the old engine while it stops."""
         old, self.backend, self.model_path = self.backend, engine, model
         self.loaded_quantization = quantization
         if old is not None:

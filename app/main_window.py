@@ -204,7 +204,7 @@ class MainWindow(QMainWindow):
         tab = ChatTab(cid)
         controller = ChatController(cid, self.db, self.host, tab, parent=self)
         self.controllers[cid] = controller
-        tab.composer.set_engine_ready(self.host.is_ready)
+        tab.composer.set_engine_ready(self.host.is_ready and not self.host.is_loading)
         tab.title_changed.connect(lambda title, t=tab: self._retitle(t, title))
         controller.conversation_changed.connect(lambda _cid: self.spawn(self.refresh_conversations()))
         index = self.tabs.addTab(tab, "New chat")

@@ -99,6 +99,23 @@ def test_stop_keeps_the_partial_reply_marked_interrupted(make_window, qtbot, run
     assert window.db.store.current_path(tab.conversation_id)[-1].content == reply.content
 
 
+def test_switching_the_model_mid_reply_keeps_it_interrupted_and_says_so(make_window, qtbot,
+                                                                         run_async):
+    window = make_window()
+    tab = _chat(window, run_async, SamplingSettings(temperature=0.0, max_tokens=400))
+    _send(qtbot, tab, "Write a long story about a dragon.")
+    controller = _controller(window, tab)
+    qtbot.waitUntil(lambda: controller.reply is not None and len(controller.reply.text) > 20,
+                    timeout=60_000)
+    old = window.host.backend
+    window.load_model(None)
+    reply = _wait_reply_done(qtbot, window, tab)
+    qtbot.waitUntil(lambda: not window.host.is_loading, timeout=60_000)
+    assert window.host.backend is not old
+    assert reply.status == "interrupted" and len(reply.content) > 20
+    assert "model was switched" in tab.notice_text()
+
+
 def test_regenerate_makes_a_second_branch_and_back_returns_to_the_first(make_window, qtbot,
                                                                         run_async):
     window = make_window()
