@@ -8,10 +8,19 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app import __version__
 
+if TYPE_CHECKING:
+    from PySide6.QtWidgets import QApplication
+
+    from app.main_window import MainWindow
+    from app.store import ConversationStore
+
 logger = logging.getLogger("pagoda")
+
+EXIT_NO_DATABASE = 1
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,9 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Pagoda")
     app.setDesktopFileName("pagoda")
+    style_app(app, args.theme)
+    store = open_store_or_say_why(args.db)
+    if store is None:
+        return EXIT_NO_DATABASE
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
-    window = build_window(app, args)
+    window = build_window(args, store)
     # Ctrl+C in a terminal or a logout's SIGTERM: close like the window's close button, which
     # keeps every partial reply.
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -57,16 +70,33 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def build_window(app, args: argparse.Namespace):
+def style_app(app: QApplication, theme: str) -> None:
+    from app.theme import app_icon, apply_theme
+
+    apply_theme(app, theme)
+    app.setWindowIcon(app_icon())
+
+
+def open_store_or_say_why(path: Path | None) -> ConversationStore | None:
+    """The store, at `path` or at a file the user chooses instead; None when they quit (said on
+    stderr). Modal dialogs: call it before the event loop runs."""
+    from app.open_store import open_store
+    from app.store.errors import StoreError
+    from app.widgets.database_dialog import ask_for_another_database
+
+    try:
+        return open_store(path, ask_for_another_database)
+    except StoreError as error:
+        print(f"pagoda: no conversation database, quitting. {error}", file=sys.stderr)
+        return None
+
+
+def build_window(args: argparse.Namespace, store: ConversationStore) -> MainWindow:
+    """The main window over an open store; style the app first (`style_app`)."""
     from app.async_store import AsyncStore
     from app.engine_host import EngineHost
     from app.main_window import MainWindow
-    from app.store import ConversationStore
-    from app.theme import app_icon, apply_theme
 
-    apply_theme(app, args.theme)
-    app.setWindowIcon(app_icon())
-    store = ConversationStore.open(args.db)
     window = MainWindow(AsyncStore(store), EngineHost(device=args.device))
     window.recovered_from = store.recovered_from
     return window

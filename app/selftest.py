@@ -87,14 +87,15 @@ def _run_in_window(db_path: Path, args: argparse.Namespace, timeout_s: float) ->
     import qasync
     from PySide6.QtWidgets import QApplication
 
-    from app.main import build_window
+    from app.main import build_window, style_app
+    from app.store import ConversationStore
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Pagoda")
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
-    window_args = argparse.Namespace(**{**vars(args), "db": db_path})
-    window = build_window(app, window_args)
+    style_app(app, args.theme)
+    window = build_window(args, ConversationStore.open(db_path))
     try:
         with loop:
             return loop.run_until_complete(_exercise_then_close(window, args.model, timeout_s))
