@@ -13,16 +13,29 @@ from engine.server.completions import create_completion
 from engine.server.errors import APIError, install_handlers
 from engine.server.metrics import CONTENT_TYPE, CountingMiddleware, ServerMetrics
 from engine.server.protocol import ChatCompletionRequest, CompletionRequest
-from engine.server.security import DEFAULT_MAX_BODY_BYTES, APIKeyMiddleware, BodyLimitMiddleware
+from engine.server.security import (
+    DEFAULT_MAX_BODY_BYTES,
+    APIKeyMiddleware,
+    BodyLimitMiddleware,
+    key_digest,
+)
 from engine.server.served import ModelSource, ServedModel
 from engine.server.streams import ClientDisconnected
 
 
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
+    """api_key, or only its SHA-256 (api_key_sha256, what the app keeps): either turns the key
+    check on for /v1 routes."""
+
     api_key: str | None = None
+    api_key_sha256: str | None = None
     allowed_origins: tuple[str, ...] = ()
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+    @property
+    def key_sha256(self) -> str | None:
+        return key_digest(self.api_key) if self.api_key else self.api_key_sha256
 
 
 def build_app(source: ModelSource, settings: ServerSettings | None = None) -> FastAPI:
@@ -44,8 +57,8 @@ def _add_middleware(app: FastAPI, settings: ServerSettings) -> None:
     # The last added runs first: CORS answers preflights, then the key, then the body limit.
     app.add_middleware(CountingMiddleware, counter=app.state.metrics.running)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    if settings.api_key:
-        app.add_middleware(APIKeyMiddleware, api_key=settings.api_key)
+    if settings.key_sha256:
+        app.add_middleware(APIKeyMiddleware, key_sha256=settings.key_sha256)
     if settings.allowed_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins),
                            allow_methods=["GET", "POST", "OPTIONS"],

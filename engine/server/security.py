@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -11,12 +12,18 @@ from engine.server.errors import APIError
 DEFAULT_MAX_BODY_BYTES = 8 << 20
 
 
-class APIKeyMiddleware:
-    """Requests to /v1 must carry `Authorization: Bearer <key>`; compared in constant time."""
+def key_digest(api_key: str) -> str:
+    """What a server needs to check a key without keeping it (the app stores only this)."""
+    return hashlib.sha256(api_key.encode()).hexdigest()
 
-    def __init__(self, app: ASGIApp, api_key: str) -> None:
+
+class APIKeyMiddleware:
+    """Requests to /v1 must carry `Authorization: Bearer <key>`. The key's SHA-256 is compared
+    in constant time with the one the server was given."""
+
+    def __init__(self, app: ASGIApp, key_sha256: str) -> None:
         self.app = app
-        self._key = api_key.encode()
+        self._digest = key_sha256.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/v1") \
@@ -31,7 +38,8 @@ class APIKeyMiddleware:
     def _authorized(self, scope: Scope) -> bool:
         header = dict(scope["headers"]).get(b"authorization", b"")
         scheme, _, token = header.partition(b" ")
-        return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self._key)
+        given = hashlib.sha256(token.strip()).hexdigest().encode()
+        return scheme.lower() == b"bearer" and hmac.compare_digest(given, self._digest)
 
 
 class BodyLimitMiddleware:

@@ -7,6 +7,7 @@ from engine.async_engine import AsyncEngine
 from engine.errors import PromptTooLongError
 from engine.server.api import ServerSettings
 from engine.server.runner import BindRefused, check_bind_address
+from engine.server.security import key_digest
 from engine.server.served import ServedModel
 from tests.server.conftest import MODEL
 
@@ -142,6 +143,15 @@ def test_api_key_is_required_on_v1_routes_when_set(start_server):
     assert post(guarded, "/v1/completions", {"prompt": "Hi", "max_tokens": 1}, right) \
         .status_code == 200
     assert httpx.get(f"{guarded.url}/health").status_code == 200
+
+
+def test_a_server_given_only_the_keys_digest_checks_the_key(start_server):
+    guarded = start_server(ServerSettings(api_key_sha256=key_digest(KEY)))
+    error_of(post(guarded, "/v1/completions", {"prompt": "Hi"},
+                  {"Authorization": f"Bearer {key_digest(KEY)}"}), 401)
+    right = {"Authorization": f"Bearer {KEY}"}
+    assert post(guarded, "/v1/completions", {"prompt": "Hi", "max_tokens": 1}, right) \
+        .status_code == 200
 
 
 def test_without_a_key_any_caller_is_served(server):
