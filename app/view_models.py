@@ -65,3 +65,14 @@ class EngineStatusView:
     kv_cache_usage: float = 0.0  # 0..1
     prefix_cache_hit_rate: float = 0.0  # 0..1
     spec_acceptance_rate: float | None = None  # 0..1; None while speculative decoding is off
+
+
+@dataclass(slots=True, frozen=True)
+class LocalServerView:
+    """What the settings and the status bar show of the local API server."""
+
+    port: int
+    address: str | None = None  # e.g. "http://127.0.0.1:8000" while it serves; None when off
+    running_requests: int = 0
+    error: str = ""  # why it is off, when it failed to start
+    key_set: bool = False

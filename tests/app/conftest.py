@@ -8,6 +8,12 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
+@pytest.fixture(autouse=True)
+def _private_config_dir(tmp_path, monkeypatch):
+    """No test reads or writes the user's own config folder (where the API key's digest lives)."""
+    monkeypatch.setenv("PAGODA_CONFIG_DIR", str(tmp_path / "config"))
+
+
 @pytest.fixture(scope="session")
 def _session_loop(qapp):
     import qasync
