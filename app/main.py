@@ -24,7 +24,10 @@ EXIT_NO_DATABASE = 1
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="pagoda", description="Chat with local language models.")
+    parser = argparse.ArgumentParser(
+        prog="pagoda", description="Chat with local language models.",
+        epilog="pagoda serve [--model M] [--port N] …: the model over OpenAI's API, without the "
+               "window (see pagoda serve --help)")
     parser.add_argument("--model", help="a Hugging Face model folder or a .gguf file "
                                         "(default: the bundled SmolLM2-135M-Instruct)")
     parser.add_argument("--db", type=Path, help="the conversation database "
@@ -39,6 +42,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        return serve(argv[1:])
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     for name in ("app", "engine", "pagoda"):
@@ -68,6 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     with loop:
         loop.run_until_complete(_run(window, args))
     return 0
+
+
+def serve(argv: list[str]) -> int:
+    """`pagoda serve …`: the engine's `serve` command (an installed Pagoda has no `python -m
+    engine`); no window, no Qt."""
+    from engine.cli import main as engine_main
+
+    return engine_main(["serve", *argv])
 
 
 def style_app(app: QApplication, theme: str) -> None:
@@ -112,6 +126,7 @@ async def _run(window, args: argparse.Namespace) -> None:
     await window.restore_model_settings()
     model = args.model or await _last_model(window)
     window.host.load(model)
+    await window.server_controller.restore()
     await window.restore()
     await closed.wait()
     window.db.close()

@@ -1,4 +1,5 @@
-"""The main window: sidebar, conversation tabs, settings panel, model picker and status bar."""
+"""The main window: sidebar, conversation tabs, settings panel, model picker, local server and
+status bar."""
 
 from __future__ import annotations
 
@@ -23,18 +24,22 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.api_key import ApiKeyFile
 from app.async_store import AsyncStore
 from app.chat_tab import ChatTab
 from app.controller import ChatController
 from app.engine_host import EngineHost
+from app.local_server import LocalServer
 from app.model_choices import (
     MODEL_FILE_FILTER,
     ModelChoice,
     ModelChoices,
     model_source_from_selection,
 )
+from app.server_controller import LocalServerController
 from app.store import SearchHit
 from app.widgets.model_settings import ModelSettingsPanel
+from app.widgets.server_settings import LocalServerPanel
 from app.widgets.settings_panel import SettingsPanel
 from app.widgets.sidebar import ConversationItem, SearchResultItem, Sidebar
 from app.widgets.status_bar import EngineStatusBar
@@ -64,7 +69,8 @@ class MainWindow(QMainWindow):
 
     closed = Signal()
 
-    def __init__(self, db: AsyncStore, host: EngineHost) -> None:
+    def __init__(self, db: AsyncStore, host: EngineHost,
+                 api_key_file: ApiKeyFile | None = None) -> None:
         super().__init__()
         self.recovered_from: Path | None = None
         self.setWindowTitle("Pagoda")
@@ -77,6 +83,7 @@ class MainWindow(QMainWindow):
                                documentMode=True)
         self.settings_panel = SettingsPanel(self)
         self.model_settings = ModelSettingsPanel(self)
+        self.server_panel = LocalServerPanel(self)
         self.model_choices = ModelChoices(host.engine_config().dtype)
         self._describing: asyncio.Task | None = None
         self.status = EngineStatusBar(self)
@@ -87,6 +94,9 @@ class MainWindow(QMainWindow):
         self._closing = False
         self._build()
         self._connect()
+        self.local_server = LocalServer(host, api_key_file or ApiKeyFile.default())
+        self.server_controller = LocalServerController(self.local_server, self.server_panel,
+                                                       self.status, db, self.spawn, self)
 
     # -- construction ----------------------------------------------------------------------------
 
@@ -108,12 +118,14 @@ class MainWindow(QMainWindow):
         self._build_shortcuts()
 
     def _settings_column(self) -> QWidget:
-        """This chat's settings above the model's, which every chat shares."""
+        """This chat's settings above the model's and the local server's, which every chat
+        shares."""
         column = QWidget(self)
         layout = QVBoxLayout(column)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.settings_panel, 1)
         layout.addWidget(self.model_settings)
+        layout.addWidget(self.server_panel)
         return column
 
     def _build_toolbar(self) -> None:
@@ -479,6 +491,7 @@ class MainWindow(QMainWindow):
             controller.close()
         self.db.drain()
         self.db.store.save_open_tabs(tabs, current.conversation_id if current else None)
+        self.server_controller.shutdown()  # API requests end before the engine they run on
         self.host.shutdown()
         if self._describing is not None:
             self._describing.cancel()

@@ -1,10 +1,11 @@
-"""The main window's status bar: engine state, device, load and cache figures."""
+"""The main window's status bar: engine state, device, load and cache figures, and the local
+API server's address while it serves."""
 
 from __future__ import annotations
 
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
 
-from app.view_models import EngineStatusView
+from app.view_models import EngineStatusView, LocalServerView
 
 SEPARATOR = " · "
 ERROR_STYLE = 'QLabel[severity="error"] { color: #e5484d; }'
@@ -28,6 +29,14 @@ def throughput_text(tokens_per_s: float) -> str:
     if tokens_per_s >= 100:
         return f"{tokens_per_s:,.0f} tok/s"
     return f"{tokens_per_s:.1f} tok/s"
+
+
+def server_text(server: LocalServerView) -> str:
+    """E.g. "API: http://127.0.0.1:8000 · 2 requests"; empty while the server is off."""
+    if server.address is None:
+        return ""
+    count = server.running_requests
+    return f"API: {server.address}{SEPARATOR}{count} request{'' if count == 1 else 's'}"
 
 
 def percent(fraction: float) -> str:
@@ -60,11 +69,14 @@ class EngineStatusBar(QStatusBar):
             self.prefix_cache_label,
             self.spec_label,
         )
+        self.server_label = self._add_label("apiServer")
+        self.server_label.setToolTip("Pagoda's local OpenAI-compatible server (Settings) and "
+                                     "the API requests it is answering")
         self._texts: dict[str, str] = {}  # objectName -> text last given to Qt
         self._visible: dict[str, bool] = {}
         self._tooltip = ""
         self._severity = ""
-        for widget in (self.progress, *self._metric_labels):
+        for widget in (self.progress, *self._metric_labels, self.server_label):
             self._set_visible(widget, False)
 
     def _add_label(self, name: str) -> QLabel:
@@ -95,9 +107,17 @@ class EngineStatusBar(QStatusBar):
                     self.spec_label, f"Spec accept {percent(status.spec_acceptance_rate)}"
                 )
 
+    def show_server(self, server: LocalServerView) -> None:
+        """Show the local server's address and running API requests, or nothing while it is off."""
+        text = server_text(server)
+        self._set_visible(self.server_label, bool(text))
+        if text:
+            self._set_text(self.server_label, text)
+
     def summary_text(self) -> str:
         """Everything the bar shows now, as one line."""
-        shown = [label for label in self._metric_labels if self._is_shown(label)]
+        shown = [label for label in (*self._metric_labels, self.server_label)
+                 if self._is_shown(label)]
         return " | ".join(label.text() for label in (self.state_label, *shown))
 
     def is_loading(self) -> bool:

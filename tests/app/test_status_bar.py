@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtWidgets import QLabel
 
-from app.view_models import EngineStatusView
+from app.view_models import EngineStatusView, LocalServerView
 from app.widgets.status_bar import EngineStatusBar
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -112,3 +112,21 @@ def test_unchanged_status_does_not_set_text_again(bar, monkeypatch):
     assert len(calls) == first
     bar.show_status(ready(num_running=1, tokens_per_s=41.0))
     assert calls[first:] == ["41.0 tok/s"]
+
+
+def test_the_local_server_shows_its_address_and_running_api_requests(bar):
+    bar.show_status(ready())
+    bar.show_server(LocalServerView(port=8000, address="http://127.0.0.1:8000",
+                                    running_requests=2))
+    assert bar.server_label.text() == "API: http://127.0.0.1:8000 · 2 requests"
+    assert bar.summary_text().endswith("| API: http://127.0.0.1:8000 · 2 requests")
+    bar.show_server(LocalServerView(port=8000, address="http://127.0.0.1:8000",
+                                    running_requests=1))
+    assert bar.server_label.text() == "API: http://127.0.0.1:8000 · 1 request"
+
+
+def test_the_local_server_shows_nothing_while_off(bar):
+    bar.show_server(LocalServerView(port=8000, address="http://127.0.0.1:8000"))
+    bar.show_server(LocalServerView(port=8000, error="Port 8000 is in use"))
+    assert bar.server_label.isHidden()
+    assert "API" not in bar.summary_text()
