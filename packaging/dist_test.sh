@@ -2,8 +2,9 @@
 # The smoke test of the Linux downloads (make dist-test):
 # unpack the .deb into a scratch root, check its layout, run the installed `pagoda --version` and
 # `pagoda --selftest` with HOME in the scratch folder, check the reply, and check that the run
-# wrote nothing under /opt/pagoda (user data lives elsewhere); then unpack the tarball and run
-# its --version.
+# wrote nothing under /opt/pagoda (user data lives elsewhere); check that `pagoda serve` answers
+# /v1/models on 127.0.0.1 (the bundle holds the API stack uvicorn imports by name) and stops on
+# Ctrl-C; then unpack the tarball and run its --version.
 # Usage: packaging/dist_test.sh DEB TARBALL VERSION
 set -euo pipefail
 
@@ -52,6 +53,35 @@ grep -E '^  reply +.*Paris' "$scratch/selftest.out" > /dev/null \
     || fail "the reply does not name Paris"
 written=$(find "$root/opt/pagoda" -newer "$scratch/before-selftest" | head -n 5)
 [[ -z $written ]] || fail "the run wrote into the install folder: $written"
+
+echo "== $pagoda serve --help"
+"$pagoda" serve --help > "$scratch/serve-help.out" || fail "pagoda serve --help exited $?"
+grep -q -- '--api-key' "$scratch/serve-help.out" || fail "pagoda serve --help lists no --api-key"
+
+echo "== $pagoda serve --port 0"
+# Job control on: a background job of a script would otherwise ignore SIGINT (Ctrl-C).
+set -m
+"$pagoda" serve --port 0 2> "$scratch/serve.err" &
+server=$!
+set +m
+address=""
+for _ in $(seq 1 120); do
+    address=$(grep -o 'http://127\.0\.0\.1:[0-9]*/v1' "$scratch/serve.err" | head -n 1 || true)
+    [[ -n $address ]] && break
+    kill -0 "$server" 2> /dev/null || break
+    sleep 1
+done
+if [[ -z $address ]] || ! models=$(curl -sf --max-time 30 "$address/models"); then
+    kill "$server" 2> /dev/null || true
+    tail -n 20 "$scratch/serve.err" >&2
+    fail "pagoda serve did not answer GET /v1/models"
+fi
+echo "$models"
+[[ $models == *'"object":"model"'* ]] || fail "/v1/models lists no model"
+kill -INT "$server"
+status=0
+wait "$server" || status=$?
+[[ $status -eq 0 ]] || fail "pagoda serve exited $status on Ctrl-C"
 
 echo "== unpacking $tarball"
 mkdir "$scratch/tar"
