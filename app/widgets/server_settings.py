@@ -78,10 +78,11 @@ class LocalServerPanel(QWidget):
 
     def show_server(self, view: LocalServerView) -> None:
         """Show whether it serves, where, why not, and whether a key is set."""
+        # Always: a click that failed again, with the same message, left the box checked.
+        self.enabled_box.setChecked(view.address is not None)
         if view == self._shown:
             return
         self._shown = view
-        self.enabled_box.setChecked(view.address is not None)
         if not self.port_box.hasFocus():
             self.port_box.setValue(view.port)
         self._show_state(view)

@@ -46,7 +46,8 @@ def server_window(qloop, qtbot, tmp_path):
 
     def build(db_path=None):
         store = ConversationStore.open(db_path or tmp_path / "chats.db")
-        host = EngineHost(factory=lambda model, config, progress: _FakeBackend(RUNNING))
+        host = EngineHost(factory=lambda model, config, progress:
+                          _FakeBackend(Path(model).name if model else RUNNING))
         window = MainWindow(AsyncStore(store), host,
                             ApiKeyFile(tmp_path / "config" / KEY_FILENAME))
         qtbot.addWidget(window)
@@ -146,6 +147,30 @@ def test_a_taken_port_unchecks_serve_and_says_to_choose_another(server_window, q
     assert "API:" not in window.status.summary_text()
     qtbot.waitUntil(lambda: _stored_settings(window)[SERVER_ENABLED_SETTING] is False,
                     timeout=WAIT_MS)
+
+
+def test_serve_stays_unchecked_when_it_fails_again_the_same_way(server_window, qtbot):
+    window = server_window()
+    box = window.server_panel.enabled_box
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        _choose_port(qtbot, window, taken.getsockname()[1])
+        for _ in range(2):
+            qtbot.mouseClick(box, Qt.MouseButton.LeftButton)
+            qtbot.waitUntil(lambda: not box.isChecked(), timeout=WAIT_MS)
+            qtbot.wait(100)
+            assert not box.isChecked() and "is in use" in window.server_panel.state_label.text()
+
+
+def test_switching_models_in_the_window_shows_in_v1_models(server_window, qtbot):
+    window = server_window()
+    _choose_port(qtbot, window, _free_port())
+    _turn_on(qtbot, window)
+    window.load_model("/models/other-model")
+    qtbot.waitUntil(lambda: not window.host.is_loading, timeout=WAIT_MS)
+    models = httpx.get(f"{window.local_server.address}/v1/models", timeout=10).json()["data"]
+    assert [m["id"] for m in models] == ["other-model"]
 
 
 def _database_bytes(path: Path) -> bytes:
