@@ -113,6 +113,7 @@ def _port_spin() -> QSpinBox:
     box = QSpinBox(objectName="serverPort")
     box.setRange(MIN_PORT, MAX_PORT)
     box.setKeyboardTracking(False)
+    box.lineEdit().setTextMargins(6, 0, 0, 0)  # as the settings panel's spin boxes
     box.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
     box.setToolTip("The TCP port on 127.0.0.1 the server listens on")
     return box
