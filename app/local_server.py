@@ -150,9 +150,10 @@ class LocalServer:
 
     async def _key_changed(self) -> None:
         # The key is part of the server's app: a running server restarts with the new one.
-        self._key_set = self.key_file.is_set()
+        # The view says the key changed only once the server checks the new one.
         if self.is_running:
             await self._in_worker(self.start)
+        self._key_set = self.key_file.is_set()
 
     async def _in_worker(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._worker, fn)
