@@ -19,6 +19,8 @@ from engine.server.runner import ServeError, ServerThread
 from engine.server.served import ServedModel
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from app.engine_host import EngineHost
 
 logger = logging.getLogger(__name__)
@@ -110,7 +112,7 @@ class LocalServer:
             thread.stop()
             logger.info("local server on %s stopped", thread.url)
 
-    def _build_app(self):
+    def _build_app(self) -> FastAPI:
         return build_app(self.served, ServerSettings(api_key_sha256=self.key_file.digest()))
 
     def shutdown(self) -> None:
