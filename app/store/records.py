@@ -68,3 +68,7 @@ class SearchHit:
     role: Role
     snippet: str
     created_at: datetime
+
+
+Thread = tuple[Conversation, list[Message]]
+"""A conversation and all its messages, as exported and imported."""

@@ -24,13 +24,21 @@ from .errors import (
     reason_of,
 )
 from .location import prepare_location, resolve_db_path
-from .records import Conversation, GenerationStats, Message, SamplingSettings, SearchHit
+from .records import (
+    Conversation,
+    GenerationStats,
+    Message,
+    SamplingSettings,
+    SearchHit,
+    Thread,
+)
 from .schema import ConversationRow, LeafRow, MessageRow, OpenTabRow, SettingRow
 from .titles import auto_title
 
 log = logging.getLogger(__name__)
 
 _UNSET: Any = object()
+KEEPABLE_ID_LIMIT = 2**53
 DEFAULT_MARKERS = ("<b>", "</b>")
 
 
@@ -436,7 +444,7 @@ class ConversationStore:
         return transfer.thread_to_markdown(self.get_conversation(cid), self.current_path(cid))
 
     @staticmethod
-    def _thread(s: Session, cid: int) -> transfer.Thread:
+    def _thread(s: Session, cid: int) -> Thread:
         conversation = convert.to_conversation(_conversation_row(s, cid), _leaf_id(s, cid))
         return conversation, [convert.to_message(row) for row in _all_message_rows(s, cid)]
 
@@ -617,10 +625,6 @@ def _import_thread(s: Session, conversation: Conversation, messages: list[Messag
     for message in ordered:
         new_ids[message.id] = _import_message(s, row.id, message, new_ids, keep_ids)
     if conversation.leaf_id is not None:
-        if conversation.leaf_id not in new_ids:
-            raise StoreError(
-                f"conversation {conversation.id}: leaf {conversation.leaf_id} is missing"
-            )
         s.add(LeafRow(conversation_id=row.id, message_id=new_ids[conversation.leaf_id]))
     return row.id
 
@@ -652,7 +656,10 @@ def _import_message(
 
 
 def _parents_first(messages: list[Message]) -> list[Message]:
-    """Parents before children, otherwise oldest (smallest id) first: new ids keep the order."""
+    """Parents before children, otherwise oldest (smallest id) first: new ids keep the order.
+
+    The import's validation has made sure every parent is among `messages` and nothing cycles.
+    """
     by_id = {m.id: m for m in messages}
     children: dict[int | None, list[int]] = {}
     for message in messages:
@@ -665,15 +672,17 @@ def _parents_first(messages: list[Message]) -> list[Message]:
         ordered.append(by_id[mid])
         for child in children.get(mid, []):
             heapq.heappush(ready, child)
-    if len(ordered) != len(messages):
-        missing = sorted(by_id.keys() - {m.id for m in ordered})
-        raise StoreError(f"messages {missing} have missing parents or form a cycle")
+    assert len(ordered) == len(messages), "validated: every message descends from a root"
     return ordered
 
 
 def _ids_free(s: Session, conversation: Conversation, messages: list[Message]) -> bool:
+    """Whether the export's ids can be kept: all free, and low enough not to exhaust the
+    AUTOINCREMENT counter that later conversations and messages draw from."""
+    ids = [m.id for m in messages]
+    if max([conversation.id, *ids]) > KEEPABLE_ID_LIMIT:
+        return False
     if s.get(ConversationRow, conversation.id) is not None:
         return False
-    ids = [m.id for m in messages]
     taken = s.scalars(select(MessageRow.id).where(MessageRow.id.in_(ids)).limit(1)).first()
     return taken is None

@@ -1,18 +1,18 @@
 """The JSON export format (lossless, versioned) and the Markdown export (current branch)."""
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from .errors import StoreError
-from .records import Conversation, GenerationStats, Message, SamplingSettings
+from . import validation
+from .errors import ImportValidationError
+from .records import Conversation, Message, Thread
 
 FORMAT_NAME = "pagoda-conversations"
 FORMAT_VERSION = 1
 UNTITLED = "Untitled conversation"
-
-Thread = tuple[Conversation, list[Message]]
+DOCUMENT = "the document"
 
 
 def threads_to_json(threads: list[Thread]) -> str:
@@ -25,12 +25,34 @@ def threads_to_json(threads: list[Thread]) -> str:
 
 
 def threads_from_json(text: str) -> list[Thread]:
+    """Every conversation of an export, checked field by field; ImportValidationError if not."""
+    document = validation.OBJECT.check(_parse(text), DOCUMENT)
+    _check_header(document)
+    return validation.threads_of(validation.required(document, "conversations"))
+
+
+def _parse(text: str) -> Any:
     try:
-        document = json.loads(text)
-        _check_header(document)
-        return [_thread_from_dict(item) for item in document["conversations"]]
-    except (ValueError, KeyError, TypeError) as error:
-        raise StoreError(f"not a valid Pagoda export: {error}") from error
+        return json.loads(text)
+    except RecursionError:
+        raise ImportValidationError(DOCUMENT, "is nested too deeply to be an export") from None
+    except ValueError as error:
+        raise ImportValidationError(DOCUMENT, f"is not JSON ({error})") from error
+
+
+def _check_header(document: dict[str, Any]) -> None:
+    name = validation.required(document, "format")
+    if name != FORMAT_NAME:
+        raise ImportValidationError(
+            "format", f"must be {FORMAT_NAME!r}, not {validation.describe(name)}"
+        )
+    version = validation.required(document, "version")
+    if type(version) is not int or version != FORMAT_VERSION:
+        raise ImportValidationError(
+            "version",
+            f"must be {FORMAT_VERSION}, the version this Pagoda reads, not "
+            f"{validation.describe(version)}",
+        )
 
 
 def thread_to_markdown(conversation: Conversation, path: list[Message]) -> str:
@@ -63,32 +85,6 @@ def _thread_to_dict(conversation: Conversation, messages: list[Message]) -> dict
     return _encode_times(item)
 
 
-def _thread_from_dict(item: dict[str, Any]) -> Thread:
-    item = _decode_times(dict(item))
-    messages = [_message_from_dict(m) for m in item.pop("messages")]
-    item["sampling"] = SamplingSettings(**item["sampling"])
-    return Conversation(**_only_fields(Conversation, item)), messages
-
-
-def _message_from_dict(item: dict[str, Any]) -> Message:
-    item = _decode_times(dict(item))
-    stats = item.get("stats")
-    item["stats"] = GenerationStats(**stats) if stats is not None else None
-    return Message(**_only_fields(Message, item))
-
-
-def _check_header(document: Any) -> None:
-    if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
-        raise ValueError(f"the file does not say it is a {FORMAT_NAME!r} document")
-    if document.get("version") != FORMAT_VERSION:
-        raise ValueError(f"unsupported format version {document.get('version')!r}")
-
-
-def _only_fields(cls: type, item: dict[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in fields(cls)}
-    return {key: value for key, value in item.items() if key in names}
-
-
 TIME_KEYS = ("created_at", "updated_at", "deleted_at")
 
 
@@ -97,17 +93,3 @@ def _encode_times(item: dict[str, Any]) -> dict[str, Any]:
         if isinstance(item.get(key), datetime):
             item[key] = item[key].isoformat(timespec="microseconds")
     return item
-
-
-def _decode_times(item: dict[str, Any]) -> dict[str, Any]:
-    for key in TIME_KEYS:
-        if isinstance(item.get(key), str):
-            item[key] = _parse_time(item[key])
-    return item
-
-
-def _parse_time(text: str) -> datetime:
-    value = datetime.fromisoformat(text)
-    if value.tzinfo is None:
-        raise ValueError(f"timestamp {text!r} has no time zone")
-    return value

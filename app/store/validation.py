@@ -1,0 +1,285 @@
+"""Checking an export document before anything is imported: every field, every id, the tree.
+
+A problem is an ImportValidationError naming the field's path, such as
+`conversations[2].messages[5].role`. The checks are written here rather than with a schema
+library so the store depends on nothing more. Nothing recurses over the document: its shape is
+fixed, and deeper nesting in a field is just a value of the wrong type.
+"""
+
+import math
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, fields, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from .errors import ImportValidationError
+from .records import (
+    ROLES,
+    STATUSES,
+    Conversation,
+    GenerationStats,
+    Message,
+    SamplingSettings,
+    Thread,
+)
+
+MAX_ID = 2**63 - 1  # SQLite's INTEGER
+SHOWN_CHARS = 40
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """What a field may hold: `expected` names it in errors, `read` checks range and converts."""
+
+    expected: str
+    is_type: Callable[[Any], bool]
+    read: Callable[[Any, str], Any] = lambda value, where: value
+    nullable: bool = False
+
+    def check(self, value: Any, where: str) -> Any:
+        if value is None and self.nullable:
+            return None
+        if not self.is_type(value):
+            null = " or null" if self.nullable else ""
+            raise ImportValidationError(
+                where, f"must be {self.expected}{null}, not {describe(value)}"
+            )
+        return self.read(value, where)
+
+
+def maybe(kind: Kind) -> Kind:
+    return replace(kind, nullable=True)
+
+
+def threads_of(conversations: Any) -> list[Thread]:
+    """The document's `conversations`, checked, or ImportValidationError for the first problem."""
+    items = ARRAY.check(conversations, "conversations")
+    claims: Claims = {}
+    return [_thread(item, f"conversations[{i}]", claims) for i, item in enumerate(items)]
+
+
+def describe(value: Any) -> str:
+    """A value as it looks in JSON, short, and never by walking a nested one."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    if value == "":
+        return "an empty string"
+    shown = _shortened(repr(value))
+    return f"a string {shown}" if isinstance(value, str) and value[0].isdigit() else shown
+
+
+def _shortened(text: str) -> str:
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
+
+
+# -- kinds of field --------------------------------------------------------------------------
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _finite(value: float, where: str) -> float:
+    try:
+        number = float(value)
+    except OverflowError:
+        raise ImportValidationError(where, f"is too large ({describe(value)})") from None
+    if not math.isfinite(number):
+        raise ImportValidationError(where, f"must be a finite number, not {number!r}")
+    return number
+
+
+def _in_column(minimum: int) -> Callable[[int, str], int]:
+    def read(value: int, where: str) -> int:
+        if value < minimum:
+            raise ImportValidationError(where, f"must be at least {minimum}, not {value}")
+        if value > MAX_ID:
+            raise ImportValidationError(where, f"is too large ({describe(value)}; at most 2^63-1)")
+        return value
+
+    return read
+
+
+def _time(value: str, where: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ImportValidationError(
+            where, f"must be an ISO 8601 time, not {describe(value)}"
+        ) from None
+    if parsed.tzinfo is None:
+        raise ImportValidationError(where, f"has no time zone ({value!r})")
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise ImportValidationError(where, f"is out of range ({value!r})") from None
+
+
+def _one_of(options: tuple[str, ...]) -> Kind:
+    names = ", ".join(repr(option) for option in options)
+    return Kind(f"one of {names}", lambda value: isinstance(value, str) and value in options)
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+OBJECT = Kind("an object", lambda value: isinstance(value, dict))
+ARRAY = Kind("an array", lambda value: isinstance(value, list))
+TEXT = Kind("a string", _is_text)
+FLAG = Kind("true or false", lambda value: isinstance(value, bool))
+NUMBER = Kind("a number", _is_number, _finite)
+INTEGER = Kind("a whole number", _is_int)
+COUNT = Kind("a whole number", _is_int, _in_column(0))
+ID = Kind("a whole number", _is_int, _in_column(1))
+TIME = Kind("an ISO 8601 time", _is_text, _time)
+
+
+def _record(cls: type, kinds: dict[str, Kind], item: dict[str, Any], where: str) -> Any:
+    """`cls` from the fields of `item` named in `kinds`; a field with a default may be missing."""
+    values = {}
+    for name, has_default in ((f.name, f.default is not MISSING) for f in fields(cls)):
+        if name in item:
+            values[name] = kinds[name].check(item[name], f"{where}.{name}")
+        elif not has_default:
+            raise ImportValidationError(f"{where}.{name}", "is missing")
+    return cls(**values)
+
+
+def _sampling(value: dict[str, Any], where: str) -> SamplingSettings:
+    return _record(SamplingSettings, SAMPLING, value, where)
+
+
+def _stats(value: dict[str, Any], where: str) -> GenerationStats:
+    return _record(GenerationStats, STATS, value, where)
+
+
+SAMPLING = {
+    "temperature": NUMBER,
+    "top_p": NUMBER,
+    "top_k": INTEGER,
+    "min_p": NUMBER,
+    "repetition_penalty": NUMBER,
+    "max_tokens": INTEGER,
+    "seed": maybe(INTEGER),
+}
+STATS = {
+    "model": maybe(TEXT),
+    "ttft_s": maybe(NUMBER),
+    "tokens_per_s": maybe(NUMBER),
+    "cached_tokens": maybe(COUNT),
+}
+CONVERSATION = {
+    "id": ID,
+    "title": maybe(TEXT),
+    "created_at": TIME,
+    "updated_at": TIME,
+    "model": maybe(TEXT),
+    "system_prompt": maybe(TEXT),
+    "sampling": Kind("an object", OBJECT.is_type, _sampling),
+    "pinned": FLAG,
+    "archived": FLAG,
+    "deleted_at": maybe(TIME),
+    "leaf_id": maybe(ID),
+}
+MESSAGE = {
+    "id": ID,
+    "conversation_id": ID,
+    "parent_id": maybe(ID),
+    "role": _one_of(ROLES),
+    "content": TEXT,
+    "created_at": TIME,
+    "status": _one_of(STATUSES),
+    "finish_reason": maybe(TEXT),
+    "prompt_tokens": maybe(COUNT),
+    "completion_tokens": maybe(COUNT),
+    "stats": maybe(Kind("an object", OBJECT.is_type, _stats)),
+    "error": maybe(TEXT),
+}
+
+
+# -- the document, its conversations and their trees -----------------------------------------
+
+
+def required(item: dict[str, Any], name: str, where: str = "") -> Any:
+    if name not in item:
+        raise ImportValidationError(f"{where}.{name}".lstrip("."), "is missing")
+    return item[name]
+
+
+Claims = dict[tuple[str, int], str]
+"""Where each conversation id and each message id was first seen: each is unique in a document."""
+
+
+def _claim(claims: Claims, kind: str, key: int, where: str) -> None:
+    if (kind, key) in claims:
+        raise ImportValidationError(f"{where}.id", f"{key} is also the id of {claims[kind, key]}")
+    claims[kind, key] = where
+
+
+def _thread(item: Any, where: str, claims: Claims) -> Thread:
+    OBJECT.check(item, where)
+    conversation: Conversation = _record(Conversation, CONVERSATION, item, where)
+    _claim(claims, "conversation", conversation.id, where)
+    items = ARRAY.check(required(item, "messages", where), f"{where}.messages")
+    places = [f"{where}.messages[{i}]" for i in range(len(items))]
+    messages = [_message(one, place) for one, place in zip(items, places, strict=True)]
+    for message, place in zip(messages, places, strict=True):
+        _claim(claims, "message", message.id, place)
+    _check_tree(conversation, messages, places, where)
+    return conversation, messages
+
+
+def _message(item: Any, where: str) -> Message:
+    OBJECT.check(item, where)
+    return _record(Message, MESSAGE, item, where)
+
+
+def _check_tree(
+    conversation: Conversation, messages: list[Message], places: list[str], where: str
+) -> None:
+    ids = {m.id for m in messages}
+    for message, place in zip(messages, places, strict=True):
+        if message.conversation_id != conversation.id:
+            raise ImportValidationError(
+                f"{place}.conversation_id",
+                f"{message.conversation_id} is not this conversation's id ({conversation.id})",
+            )
+        if message.parent_id is not None and message.parent_id not in ids:
+            raise ImportValidationError(
+                f"{place}.parent_id", f"{message.parent_id} is not a message of this conversation"
+            )
+    if conversation.leaf_id is not None and conversation.leaf_id not in ids:
+        raise ImportValidationError(
+            f"{where}.leaf_id", f"{conversation.leaf_id} is not a message of this conversation"
+        )
+    _check_no_cycles(messages, places)
+
+
+def _check_no_cycles(messages: list[Message], places: list[str]) -> None:
+    """Walk up from every message, iteratively, remembering the ones known to reach a root."""
+    parent_of = {m.id: m.parent_id for m in messages}
+    place_of = {m.id: place for m, place in zip(messages, places, strict=True)}
+    reaches_root: set[int] = set()
+    for start in parent_of:
+        trail: dict[int, None] = {}
+        mid: int | None = start
+        while mid is not None and mid not in reaches_root:
+            if mid in trail:
+                raise ImportValidationError(
+                    f"{place_of[mid]}.parent_id",
+                    f"makes a cycle: message {mid} would be its own ancestor",
+                )
+            trail[mid] = None
+            mid = parent_of[mid]
+        reaches_root.update(trail)
