@@ -104,3 +104,19 @@ def test_reimport_with_taken_ids_keeps_messages_oldest_first(store) -> None:
     assert [(m.role, m.content) for m in store.messages(copy)] == original
     created = [m.created_at for m in store.messages(copy)]
     assert created == sorted(created)
+
+
+def test_import_with_ids_near_the_limit_gives_new_ids_so_later_ones_still_fit(store) -> None:
+    cid = store.create_conversation().id
+    store.append_user_message(cid, "hello")
+    document = json.loads(store.export_json([cid]))
+    (conversation,) = document["conversations"]
+    top = 2**63 - 1
+    conversation["id"] = top
+    conversation["leaf_id"] = conversation["messages"][0]["id"] = top
+    conversation["messages"][0]["conversation_id"] = top
+    with ConversationStore.open(store.path.with_name("other.db")) as other:
+        (new_id,) = other.import_json(json.dumps(document))
+        assert new_id < top and [m.id < top for m in other.messages(new_id)] == [True]
+        later = other.create_conversation().id
+        assert other.append_user_message(later, "still room").conversation_id == later
