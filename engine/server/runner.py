@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import signal
 import socket
 import threading
 
@@ -16,7 +17,12 @@ _LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 
 class ServeError(PagodaError):
-    """The server cannot start where it was asked to."""
+    """The server cannot start where it was asked to. `errno` is the OS's reason, when there
+    was one (errno.EADDRINUSE: another program has the port)."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
 
 
 class BindRefused(ServeError, ValueError):
@@ -50,8 +56,8 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host.strip("[]"), port))
     except OSError as exc:
         sock.close()
-        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror} (is another server "
-                         "using that port? pick another with --port)") from None
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror} (another program "
+                         "may be using that port: choose another)", exc.errno) from None
     sock.listen(2048)
     return sock
 
@@ -64,10 +70,19 @@ def _server(app: FastAPI) -> uvicorn.Server:
 
 def serve_forever(app: FastAPI, sock: socket.socket) -> None:
     """Serve until interrupted (Ctrl-C or SIGTERM): a clean stop, not an error."""
+    # uvicorn shuts down on either signal, then raises it again for the handler it found: make
+    # that one end the run quietly, so the caller still shuts the engine down and exits 0.
+    previous = signal.signal(signal.SIGTERM, _stop_quietly)
     try:
         asyncio.run(_server(app).serve(sockets=[sock]))
-    except KeyboardInterrupt:  # uvicorn raises the signal again once it has shut down
+    except KeyboardInterrupt:
         pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_quietly(_signum, _frame) -> None:
+    raise KeyboardInterrupt
 
 
 class ServerThread:

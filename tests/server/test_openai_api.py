@@ -207,3 +207,21 @@ def test_health_and_metrics_report_the_engine(client, server):
 def test_openai_client_raises_on_errors(client):
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model=MODEL, messages=CHAT, temperature=-1)
+
+
+def test_a_stream_cut_by_an_engine_shutdown_ends_with_abort(start_server, make_engine):
+    from engine.async_engine import AsyncEngine
+    from engine.server.served import ServedModel
+
+    engine = AsyncEngine(engine=make_engine(**ENGINE))
+    server = start_server(source=lambda: ServedModel(MODEL, engine, 2048))
+    body = {"prompt": "Once upon a time", "max_tokens": 1500, "stream": True,
+            "ignore_eos": True, "temperature": 0}
+    with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=60) as response:
+        lines = (line for line in response.iter_lines() if line.startswith("data: "))
+        next(lines)
+        engine.shutdown()  # what a model switch in the app does to the old engine
+        rest = list(lines)
+    assert rest[-1] == "data: [DONE]"
+    last = json.loads(rest[-2][6:])
+    assert last["choices"][0]["finish_reason"] == "abort"

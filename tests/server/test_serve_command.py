@@ -29,7 +29,8 @@ def test_a_port_in_use_is_a_clear_error(capsys):
 
 
 @pytest.mark.slow
-def test_serve_answers_until_interrupted():
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_serve_answers_until_interrupted(stop):
     env = {**os.environ, "PAGODA_API_KEY": "sk-local"}
     process = subprocess.Popen(
         [sys.executable, "-m", "engine", "serve", "--port", "0", "--served-model-name", "tiny",
@@ -46,6 +47,6 @@ def test_serve_answers_until_interrupted():
                            json={"prompt": "Hello", "max_tokens": 3, "ignore_eos": True})
         assert reply.json()["usage"]["completion_tokens"] == 3
     finally:
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         code = process.wait(timeout=60)
     assert code == 0
