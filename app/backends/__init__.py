@@ -1,0 +1,52 @@
+"""The app's backends: the seam (ChatBackend), the data it passes and the errors it raises.
+
+The backends themselves are imported from their modules: app.backends.local (the engine in
+this process) and app.backends.openai_remote (an OpenAI-compatible server), so that using one
+never loads the other's dependencies (torch, httpx).
+"""
+
+from app.backends.errors import (
+    BackendError,
+    BackendNotAnsweringError,
+    BackendStoppedError,
+    BackendUnreachableError,
+    ConnectionDroppedError,
+    InvalidAddressError,
+    InvalidRequestError,
+    MalformedStreamError,
+    ModelNotFoundError,
+    PromptTooLongError,
+    ServerError,
+    UnauthorizedError,
+)
+from app.backends.protocol import ChatBackend
+from app.backends.types import (
+    BackendStats,
+    ChatMessage,
+    FinishReason,
+    ReplyChunk,
+    SamplingOptions,
+    TokenCount,
+)
+
+__all__ = [
+    "BackendError",
+    "BackendNotAnsweringError",
+    "BackendStats",
+    "BackendStoppedError",
+    "BackendUnreachableError",
+    "ChatBackend",
+    "ChatMessage",
+    "ConnectionDroppedError",
+    "FinishReason",
+    "InvalidAddressError",
+    "InvalidRequestError",
+    "MalformedStreamError",
+    "ModelNotFoundError",
+    "PromptTooLongError",
+    "ReplyChunk",
+    "SamplingOptions",
+    "ServerError",
+    "TokenCount",
+    "UnauthorizedError",
+]

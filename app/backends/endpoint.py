@@ -1,0 +1,115 @@
+"""One OpenAI-compatible server: its API address, key and timeouts, and the requests to it.
+
+A connection gets `connect_timeout`; a request then waits `response_timeout` for the answer to
+begin. A stream that has begun has no timeout: a long reply may pause, and the user can Stop.
+Each request opens its own client, so a backend can serve any event loop (the app's, a test's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import httpx
+
+from app.backends.errors import BackendError, InvalidAddressError, MalformedStreamError
+from app.backends.http_errors import error_for_status, error_for_transport
+from app.backends.sse import sse_data
+
+CONNECT_TIMEOUT_S = 10.0
+# Pagoda's server begins its answer with the first token, after the whole prompt is read: long.
+RESPONSE_TIMEOUT_S = 300.0
+
+
+def api_base(address: str) -> str:
+    """The API's base URL: "host:8000" and "http://host:8000" mean http://host:8000/v1; an
+    address with a path ("https://host/api/v1") is kept as given."""
+    text = address.strip()
+    if "://" not in text:
+        text = f"http://{text}"
+    try:
+        url = httpx.URL(text)
+    except httpx.InvalidURL as exc:
+        raise InvalidAddressError(f"{address!r} is not a server address ({exc}): write it like "
+                                  "http://host:8000/v1") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise InvalidAddressError(f"{address!r} is not a server address: write it like "
+                                  "http://host:8000/v1 (http or https)")
+    path = url.path.rstrip("/") or "/v1"
+    return str(url.copy_with(path=path, query=None, fragment=None))
+
+
+class Endpoint:
+    def __init__(self, address: str, api_key: str | None = None, *,
+                 connect_timeout: float = CONNECT_TIMEOUT_S,
+                 response_timeout: float = RESPONSE_TIMEOUT_S) -> None:
+        self.url = api_base(address)
+        self.connect_timeout = connect_timeout
+        self.response_timeout = response_timeout
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def root_url(self, path: str) -> str | None:
+        """`path` at the server's root, beside /v1 (where vLLM serves /tokenize); None when
+        the API is not at /v1."""
+        base = httpx.URL(self.url)
+        if not base.path.endswith("/v1"):
+            return None
+        return str(base.copy_with(path=base.path.removesuffix("/v1") + path))
+
+    async def get_json(self, path: str) -> object:
+        return await self._request_json("GET", path)
+
+    async def post_json(self, url: str, body: dict) -> object:
+        return await self._request_json("POST", url, body)
+
+    async def stream_events(self, path: str, body: dict) -> AsyncIterator[str]:
+        """POST `body` and yield the data of each server-sent event of the answer."""
+        answered = False
+        try:
+            async with self._client(read_timeout=None) as client:
+                response = await self._send(client, client.build_request("POST", path, json=body))
+                try:
+                    await self._check_status(response)
+                    answered = True
+                    async for data in sse_data(response.aiter_lines()):
+                        yield data
+                finally:
+                    await response.aclose()
+        except (httpx.TransportError, TimeoutError) as exc:
+            raise self._transport_error(exc, answered) from exc
+
+    async def _request_json(self, method: str, path: str, body: dict | None = None) -> object:
+        try:
+            async with self._client(read_timeout=self.response_timeout) as client:
+                request = client.build_request(method, path, json=body)
+                response = await self._send(client, request)
+                await response.aread()
+                await self._check_status(response)
+        except (httpx.TransportError, TimeoutError) as exc:
+            raise self._transport_error(exc, answered=False) from exc
+        try:
+            return json.loads(response.content)
+        except ValueError:
+            raise MalformedStreamError(
+                f"{self.url} answered {method} {response.url.path} with something that is not "
+                "JSON. Is the address that of an OpenAI-compatible API?") from None
+
+    def _client(self, read_timeout: float | None) -> httpx.AsyncClient:
+        timeout = httpx.Timeout(self.connect_timeout, read=read_timeout,
+                                write=self.connect_timeout, pool=None)
+        return httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=timeout)
+
+    async def _send(self, client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+        """Send and wait for the answer's headers, for `response_timeout` at most."""
+        async with asyncio.timeout(self.response_timeout):
+            return await client.send(request, stream=True)
+
+    async def _check_status(self, response: httpx.Response) -> None:
+        if response.status_code != 200:
+            raise error_for_status(response.status_code, await response.aread(), self.url)
+
+    def _transport_error(self, exc: Exception, answered: bool) -> BackendError:
+        return error_for_transport(exc, self.url, connect_timeout=self.connect_timeout,
+                                   response_timeout=self.response_timeout, answered=answered)
+

@@ -1,0 +1,24 @@
+"""A chat's prompt length guessed without its tokenizer, for servers that cannot count it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from app.backends.types import ChatMessage, TokenCount
+
+# English runs about four characters a token; other scripts nearer one. The template wraps each
+# message in a few tokens of its own, and the generation prompt adds a few more.
+_ASCII_CHARS_PER_TOKEN = 4
+_TOKENS_PER_MESSAGE = 4
+_GENERATION_PROMPT_TOKENS = 3
+
+
+def estimate_tokens(messages: Sequence[ChatMessage]) -> TokenCount:
+    total = _GENERATION_PROMPT_TOKENS
+    for m in messages:
+        ascii_chars = sum(1 for ch in m.content if ch.isascii())
+        other_chars = len(m.content) - ascii_chars
+        total += (_TOKENS_PER_MESSAGE + math.ceil(ascii_chars / _ASCII_CHARS_PER_TOKEN)
+                  + other_chars)
+    return TokenCount(total, exact=False)

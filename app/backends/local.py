@@ -1,0 +1,127 @@
+"""LocalBackend: replies from the engine in this process. With the model picker's file
+handling, the only part of the app that imports the engine."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Sequence
+
+from app.backends.errors import (
+    BackendStoppedError,
+    InvalidRequestError,
+    PromptTooLongError,
+    ServerError,
+)
+from app.backends.local_tokens import ChatTokenizer
+from app.backends.starting import StartingReplies
+from app.backends.types import BackendStats, ChatMessage, ReplyChunk, SamplingOptions, TokenCount
+from engine import AsyncEngine, EngineDeadError, RequestOutput, SamplingParams
+from engine import PromptTooLongError as EnginePromptTooLongError
+from engine.outputs import RequestMetrics
+
+
+class LocalBackend:
+    """A ChatBackend over an AsyncEngine, which it owns: `shutdown` stops the engine.
+
+    A chat is tokenized off the event loop (see ChatTokenizer) and the engine gets its tokens.
+    """
+
+    location = "this computer"
+    max_model_len_known = True
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.model_name = engine.engine.loaded.name
+        self.max_model_len = engine.engine.max_model_len
+        self._tokenizer = ChatTokenizer(engine.tokenizer)
+        self._last_ttft: float | None = None
+        self._starting = StartingReplies()
+        self._ids = itertools.count()
+
+    async def stream(self, messages: Sequence[ChatMessage], options: SamplingOptions,
+                     request_id: str | None = None) -> AsyncIterator[ReplyChunk]:
+        params = _sampling_params(options)
+        request_id = request_id or f"local-{next(self._ids)}"
+        with self._starting.starting(request_id):
+            prompt = await self._encode(messages)
+        if self._starting.was_aborted(request_id):
+            yield ReplyChunk("", "", "abort")
+            return
+        text = ""
+        try:
+            async for out in self.engine.stream(prompt, params, request_id):
+                text = out.outputs[0].text
+                yield self._chunk(out)
+        except EngineDeadError as exc:
+            raise _stopped(exc, text) from exc
+        except EnginePromptTooLongError as exc:
+            raise PromptTooLongError(f"The chat is too long for the model: {exc}.") from exc
+        except ValueError as exc:
+            raise InvalidRequestError(f"The engine refused the request: {exc}.") from exc
+
+    def abort(self, request_id: str) -> None:
+        self._starting.abort(request_id)
+        self.engine.abort(request_id)
+
+    def stats(self) -> BackendStats:
+        s = self.engine.stats()
+        return BackendStats(num_running=s.num_running, num_waiting=s.num_waiting,
+                            kv_cache_usage=s.kv_cache_usage,
+                            prefix_cache_hit_rate=s.prefix_cache_hit_rate,
+                            tokens_per_s=s.generation_tokens_per_s,
+                            time_to_first_token=self._last_ttft,
+                            spec_acceptance_rate=s.spec_acceptance_rate)
+
+    async def count_tokens(self, messages: Sequence[ChatMessage]) -> TokenCount:
+        return TokenCount(len(await self._encode(messages)), exact=True)
+
+    def shutdown(self) -> None:
+        self._tokenizer.close()
+        self.engine.shutdown()
+
+    async def _encode(self, messages: Sequence[ChatMessage]) -> list[int]:
+        try:
+            return await self._tokenizer.encode(messages)
+        except RuntimeError as exc:  # the tokenizer's thread is gone: we were shut down
+            raise _stopped(exc, "") from exc
+        except ValueError as exc:
+            raise InvalidRequestError(f"The chat cannot be given to the model: {exc}.") from exc
+
+    def _chunk(self, out: RequestOutput) -> ReplyChunk:
+        completion = out.outputs[0]
+        if completion.finish_reason == "error":
+            raise ServerError(f"The engine failed this reply: {completion.error}. What arrived "
+                              "is kept; regenerate to try again.", partial_text=completion.text)
+        if not out.finished:
+            return ReplyChunk(completion.delta_text, completion.text)
+        m = out.metrics
+        num_output = len(completion.token_ids)
+        self._last_ttft = m.time_to_first_token
+        return ReplyChunk(completion.delta_text, completion.text, completion.finish_reason,
+                          len(out.prompt_token_ids), out.num_cached_tokens, num_output,
+                          m.time_to_first_token, _tokens_per_s(m, num_output))
+
+
+def _sampling_params(options: SamplingOptions) -> SamplingParams:
+    try:
+        return SamplingParams(
+            temperature=options.temperature, top_p=options.top_p,
+            top_k=options.top_k if options.top_k > 0 else -1, min_p=options.min_p,
+            repetition_penalty=options.repetition_penalty,
+            presence_penalty=options.presence_penalty,
+            frequency_penalty=options.frequency_penalty, max_tokens=options.max_tokens,
+            seed=options.seed, stop=list(options.stop))
+    except ValueError as exc:
+        raise InvalidRequestError(f"This chat's sampling settings are invalid: {exc}.") from exc
+
+
+def _tokens_per_s(m: RequestMetrics, num_tokens: int) -> float | None:
+    if m.first_token_time is None or m.finished_time is None or num_tokens < 2:
+        return None
+    elapsed = m.finished_time - m.first_token_time
+    return (num_tokens - 1) / elapsed if elapsed > 0 else None
+
+
+def _stopped(exc: Exception, text: str) -> BackendStoppedError:
+    return BackendStoppedError(f"The engine on this computer has stopped ({exc}): load a model "
+                               "again to go on.", partial_text=text)

@@ -1,0 +1,61 @@
+"""A chat's streamed request to an OpenAI-compatible server, with our sampling in its words."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from app.backends.types import ChatMessage, SamplingOptions
+
+Flavor = Literal["vllm", "sglang", "pagoda", "llama.cpp", "openai"]
+FLAVORS: tuple[Flavor, ...] = ("vllm", "sglang", "pagoda", "llama.cpp", "openai")
+
+# The sampling fields beyond OpenAI's that each kind of server reads, under its own names;
+# "openai" (OpenAI's API, Ollama, anything unknown) gets the standard fields only.
+_VLLM_EXTRAS = {"top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty"}
+_EXTRAS: dict[Flavor, dict[str, str]] = {
+    "vllm": _VLLM_EXTRAS,
+    "sglang": _VLLM_EXTRAS,
+    "pagoda": _VLLM_EXTRAS,
+    "llama.cpp": {"top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repeat_penalty"},
+    "openai": {},
+}
+# The value that turns each option off: left out of the request, so a server's own default
+# applies and a server that does not know the field never sees it.
+_NEUTRAL = {"top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0,
+            "frequency_penalty": 0.0}
+
+
+def flavor_of(owned_by: object) -> Flavor:
+    """The kind of server, from the `owned_by` of its /v1/models entries."""
+    return {"vllm": "vllm", "sglang": "sglang", "pagoda": "pagoda",
+            "llamacpp": "llama.cpp"}.get(str(owned_by).lower(), "openai")
+
+
+def chat_request(model: str, messages: Sequence[ChatMessage], options: SamplingOptions,
+                 flavor: Flavor) -> dict:
+    """The JSON body of POST /v1/chat/completions, streamed, with usage at the end."""
+    body: dict = {
+        "model": model,
+        "messages": [m.as_dict() for m in messages],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": options.max_tokens,
+        "temperature": options.temperature,
+        "top_p": options.top_p,
+    }
+    for name in ("presence_penalty", "frequency_penalty"):
+        _set_unless_neutral(body, name, name, options)
+    for name, wire_name in _EXTRAS[flavor].items():
+        _set_unless_neutral(body, name, wire_name, options)
+    if options.seed is not None:
+        body["seed"] = options.seed
+    if options.stop:
+        body["stop"] = list(options.stop)
+    return body
+
+
+def _set_unless_neutral(body: dict, name: str, wire_name: str, options: SamplingOptions) -> None:
+    value = getattr(options, name)
+    if value != _NEUTRAL[name]:
+        body[wire_name] = value

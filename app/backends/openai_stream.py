@@ -1,0 +1,147 @@
+"""Reading a server's chat.completion.chunk events into ReplyChunks.
+
+The shapes met in the wild: the role in a first chunk with empty content; finish_reason on the
+last content chunk (vLLM) or on a chunk of its own (llama.cpp); usage in a last chunk with no
+choices, after the finish; an error object in place of a chunk when generation fails midway.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from app.backends.errors import ConnectionDroppedError, MalformedStreamError, ServerError
+from app.backends.http_errors import server_message
+from app.backends.types import FinishReason, ReplyChunk
+
+DONE = "[DONE]"
+# Any other reason a server gives (stop, eos, tool_calls, content_filter) ends the reply as "stop".
+_FINISH: dict[str, FinishReason] = {"length": "length", "abort": "abort"}
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+
+
+class ReplyReader:
+    """The reply so far, built from the data of each event; `url` names the server in errors.
+
+    Every piece of new text counts as one token for the speed until usage says how many there
+    were: servers stream a token at a time.
+    """
+
+    def __init__(self, url: str, started: float) -> None:
+        self.url = url
+        self.started = started
+        self.text = ""
+        self.finish_reason: FinishReason | None = None
+        self.done = False
+        self.num_events = 0
+        self.num_deltas = 0
+        self.first_token_time: float | None = None
+        self.last_token_time: float | None = None
+        self.usage = Usage()
+
+    def read(self, data: str) -> ReplyChunk | None:
+        """The chunk for one event's data; None when it brings no new text."""
+        self.num_events += 1
+        if data.strip() == DONE:
+            self.done = True
+            return None
+        payload = self._parse(data)
+        self._read_usage(payload.get("usage"))
+        choice = self._first_choice(payload)
+        if choice is None:
+            return None
+        delta = choice.get("delta") or {}
+        content = delta.get("content") if isinstance(delta, dict) else None
+        if choice.get("finish_reason"):
+            self.finish_reason = _FINISH.get(choice["finish_reason"], "stop")
+        if not isinstance(content, str) or not content:
+            return None
+        self._add_text(content)
+        return ReplyChunk(content, self.text)
+
+    def final(self, finish_reason: FinishReason | None = None) -> ReplyChunk:
+        """The last chunk, with the counts and timings; `finish_reason` overrides the server's
+        (an abort)."""
+        reason = self.finish_reason or finish_reason or "stop"
+        num_output = self.usage.completion_tokens
+        return ReplyChunk("", self.text, reason, self.usage.prompt_tokens,
+                          self.usage.cached_tokens, num_output, self.time_to_first_token,
+                          self._tokens_per_s(num_output or self.num_deltas))
+
+    def at_end_of_stream(self) -> ReplyChunk:
+        """The last chunk once the server closed the stream; a reply it never finished is a
+        dropped connection, and a stream without a single event is no chat stream at all."""
+        if self.finish_reason is not None or self.done:
+            return self.final()
+        if self.num_events == 0:
+            raise MalformedStreamError(
+                f"{self.url} answered without a stream of events. Is the address that of an "
+                "OpenAI-compatible API (it usually ends in /v1)?")
+        raise ConnectionDroppedError(
+            f"{self.url} closed the stream before the reply was complete. What arrived is "
+            "kept; check the server, then regenerate.", partial_text=self.text)
+
+    @property
+    def time_to_first_token(self) -> float | None:
+        if self.first_token_time is None:
+            return None
+        return self.first_token_time - self.started
+
+    def _add_text(self, content: str) -> None:
+        now = time.monotonic()
+        self.first_token_time = self.first_token_time or now
+        self.last_token_time = now
+        self.num_deltas += 1
+        self.text += content
+
+    def _tokens_per_s(self, num_tokens: int) -> float | None:
+        if self.first_token_time is None or num_tokens < 2:
+            return None
+        elapsed = self.last_token_time - self.first_token_time
+        return (num_tokens - 1) / elapsed if elapsed > 0 else None
+
+    def _parse(self, data: str) -> dict:
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            raise self._malformed(f"a line that is not JSON: {data[:80]!r}") from None
+        if not isinstance(payload, dict):
+            raise self._malformed(f"a line that is not a JSON object: {data[:80]!r}")
+        if payload.get("error") or payload.get("object") == "error":
+            message, _ = server_message(data)
+            raise ServerError(f"{self.url} failed in the middle of the reply: {message}. What "
+                              "arrived is kept; regenerate to try again.", partial_text=self.text)
+        return payload
+
+    def _first_choice(self, payload: dict) -> dict | None:
+        choices = payload.get("choices")
+        if choices is None:
+            return None
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise self._malformed("a chunk whose choices are not a list of objects")
+        return next((c for c in choices if c.get("index", 0) == 0), None)
+
+    def _read_usage(self, usage: object) -> None:
+        if not isinstance(usage, dict):
+            return
+        details = usage.get("prompt_tokens_details")
+        self.usage = Usage(_count(usage.get("prompt_tokens")),
+                           _count(usage.get("completion_tokens")),
+                           _count(details.get("cached_tokens")) if isinstance(details, dict)
+                           else None)
+
+    def _malformed(self, what: str) -> MalformedStreamError:
+        return MalformedStreamError(
+            f"{self.url} sent {what}. Pagoda cannot read this reply: is the server "
+            "OpenAI-compatible? What arrived is kept.", partial_text=self.text)
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

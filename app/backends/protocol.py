@@ -1,0 +1,48 @@
+"""The seam between the app and whatever writes its replies: the engine in this process, or an
+OpenAI-compatible server elsewhere. The app asks nothing of a backend that is not here."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol, runtime_checkable
+
+from app.backends.types import BackendStats, ChatMessage, ReplyChunk, SamplingOptions, TokenCount
+
+
+@runtime_checkable
+class ChatBackend(Protocol):
+    """Every method is called on the app's event loop thread, except `abort` and `stats`, which
+    any thread may call. Nothing here blocks the loop.
+
+    model_name: the model's name, as the backend reports it.
+    location: where replies are written, in words ("this computer", or the server's address).
+    max_model_len: the context length, prompt and reply together; `max_model_len_known` is
+    False when the backend did not report it and it is a guess.
+    """
+
+    model_name: str
+    location: str
+    max_model_len: int
+    max_model_len_known: bool
+
+    def stream(self, messages: Sequence[ChatMessage], options: SamplingOptions,
+               request_id: str | None = None) -> AsyncIterator[ReplyChunk]:
+        """Yield the reply as it is written; the last chunk is finished and nothing follows it.
+
+        Raises a BackendError subclass when no reply can be had or the reply is cut short
+        (its `partial_text` holds what had arrived). Closing the iterator early aborts the reply.
+        """
+
+    def abort(self, request_id: str) -> None:
+        """Stop that reply soon; its stream ends with finish_reason "abort". A request that is
+        not running is ignored."""
+
+    def stats(self) -> BackendStats: ...
+
+    async def count_tokens(self, messages: Sequence[ChatMessage]) -> TokenCount:
+        """The chat's length as a prompt (with the generation prompt), exact where the backend
+        can tokenize it, else an estimate (`exact` False)."""
+
+    def shutdown(self) -> None:
+        """Abort every reply in flight and release the backend; later streams raise
+        BackendStoppedError."""
