@@ -33,7 +33,8 @@ def api_base(address: str) -> str:
     except httpx.InvalidURL as exc:
         raise InvalidAddressError(f"{address!r} is not a server address ({exc}): write it like "
                                   "http://host:8000/v1") from None
-    if url.scheme not in ("http", "https") or not url.host:
+    if (url.scheme not in ("http", "https") or not url.host or any(c.isspace() for c in text)
+            or not 0 < (url.port or 80) < 65536):
         raise InvalidAddressError(f"{address!r} is not a server address: write it like "
                                   "http://host:8000/v1 (http or https)")
     path = url.path.rstrip("/") or "/v1"

@@ -1,6 +1,7 @@
 """The ChatBackend contract, proved alike by the engine in this process, by Pagoda's own server
 on 127.0.0.1 and by the fake server in vLLM's and llama.cpp's streaming shapes."""
 
+import asyncio
 import itertools
 import time
 from dataclasses import dataclass
@@ -170,3 +171,15 @@ def test_local_engine_and_pagoda_server_write_the_same_greedy_reply(local_backen
     assert served.text == local.text
     assert (served.num_prompt_tokens, served.num_output_tokens) == (
         local.num_prompt_tokens, local.num_output_tokens)
+
+
+def test_abort_while_the_reply_is_starting_still_stops_it(case):
+    async def abort_before_first_chunk() -> list[ReplyChunk]:
+        stream = case.backend.stream(CHAT, GREEDY, "early")
+        first = asyncio.ensure_future(anext(stream))
+        await asyncio.sleep(0)  # the stream runs to its first wait: tokenizing, or connecting
+        case.backend.abort("early")
+        return [await first] + [chunk async for chunk in stream]
+
+    chunks = run(abort_before_first_chunk())
+    assert chunks == [ReplyChunk("", "", "abort")]

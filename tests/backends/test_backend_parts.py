@@ -1,0 +1,77 @@
+"""The small parts under the backends: reading server-sent events, measuring speed, guessing a
+chat's length, and tokenizing beside the engine thread."""
+
+import asyncio
+
+from conftest import run
+
+from app.backends import ChatMessage, SamplingOptions
+from app.backends.estimate import estimate_tokens
+from app.backends.meter import ThroughputMeter
+from app.backends.sse import sse_data
+from engine.chat_template import encode_chat
+
+
+async def events(lines: list[str]) -> list[str]:
+    async def source():
+        for line in lines:
+            yield line
+
+    return [data async for data in sse_data(source())]
+
+
+def test_events_are_split_on_blank_lines_and_comments_skipped():
+    lines = [": ping", "", "data: {\"a\": 1}", "", "event: message", "id: 7", "data:{\"b\": 2}",
+             "", ": keep-alive", "data: [DONE]", ""]
+    assert run(events(lines)) == ['{"a": 1}', '{"b": 2}', "[DONE]"]
+
+
+def test_data_lines_of_one_event_are_joined_with_newlines():
+    assert run(events(["data: first", "data: second", ""])) == ["first\nsecond"]
+
+
+def test_event_cut_off_by_the_end_of_the_stream_is_still_read():
+    assert run(events(["data: last"])) == ["last"]
+
+
+def test_speed_is_measured_over_the_recent_arrivals():
+    meter = ThroughputMeter(window_s=5.0)
+    for i in range(11):
+        meter.add(1, now=100.0 + i * 0.1)
+    assert abs(meter.rate(now=101.0) - 10.0) < 1e-6
+    assert meter.rate(now=107.0) == 0.0
+
+
+def test_speed_is_zero_before_two_arrivals():
+    meter = ThroughputMeter()
+    meter.add(1, now=1.0)
+    assert meter.rate(now=1.0) == 0.0
+
+
+def test_estimate_is_marked_as_such_and_counts_other_scripts_per_character():
+    english = estimate_tokens([ChatMessage("user", "a" * 400)])
+    chinese = estimate_tokens([ChatMessage("user", "猫" * 400)])
+    assert not english.exact and not chinese.exact
+    assert 100 <= english.n < chinese.n
+
+
+def test_counting_tokens_while_the_engine_streams_is_safe_and_exact(local_backend):
+    chat = [ChatMessage("user", "Write a long poem about the sea, " * 20)]
+
+    async def count_while_streaming() -> tuple[set[int], str]:
+        async def reply() -> str:
+            text = ""
+            async for chunk in local_backend.stream(chat, SamplingOptions(temperature=0.0,
+                                                                          max_tokens=24)):
+                text = chunk.text
+            return text
+
+        streaming = asyncio.ensure_future(reply())
+        counts = set()
+        while not streaming.done():
+            counts.add((await local_backend.count_tokens(chat)).n)
+        return counts, await streaming
+
+    counts, text = run(count_while_streaming())
+    expected = len(encode_chat(local_backend.engine.tokenizer, [m.as_dict() for m in chat]))
+    assert counts == {expected} and text
