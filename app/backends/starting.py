@@ -19,6 +19,9 @@ class StartingReplies:
         self._starting.add(request_id)
         try:
             yield
+        except BaseException:
+            self._aborted.discard(request_id)  # it never started: nothing is left to stop
+            raise
         finally:
             self._starting.discard(request_id)
 
