@@ -8,7 +8,8 @@ HTTP so drift of the machine falls on both. The prefix cache is emptied between 
   concurrent  N streaming clients at once: aggregate output tok/s, median TTFT
   single      one request alone, repeated: the time to first token the HTTP layer adds
   --peer-url  the same concurrent workload against another OpenAI-compatible server (llama.cpp's
-              `llama-server`, say), as one more row; it must serve the same model
+              `llama-server`, or `python -m llama_cpp.server --model X.gguf --n_threads 2
+              --interrupt_requests False` with --peer-text), as one more row; same model
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import platform
 import statistics
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
 import httpx
@@ -48,17 +51,21 @@ async def one_in_process(engine: AsyncEngine, prompt: list[int], max_tokens: int
     start = time.monotonic()
     first, tokens = None, 0
     async for out in engine.stream(prompt, params):
-        first = first or time.monotonic() - start
+        if out.outputs[0].delta_text:  # as over HTTP: the first text a client can show
+            first = first or time.monotonic() - start
         tokens = len(out.outputs[0].token_ids)
     return first, tokens
 
 
-async def one_http(client: httpx.AsyncClient, url: str, model: str, prompt: list[int],
+async def one_http(client: httpx.AsyncClient, url: str, model: str, prompt: list[int] | str,
                    max_tokens: int) -> tuple[float, int]:
+    """A text prompt (for a peer that takes no token ids) asks for `min_tokens` instead of
+    ignore_eos; without a usage chunk, tokens are counted as chunks (one token each)."""
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+            "stream": True, "stream_options": {"include_usage": True}}
+    body.update({"min_tokens": max_tokens} if isinstance(prompt, str) else {"ignore_eos": True})
     start = time.monotonic()
-    first, tokens = None, 0
+    first, chunks, tokens = None, 0, None
     async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
         response.raise_for_status()
         async for line in response.aiter_lines():
@@ -67,22 +74,51 @@ async def one_http(client: httpx.AsyncClient, url: str, model: str, prompt: list
             chunk = json.loads(line[6:])
             if chunk.get("choices") and chunk["choices"][0].get("text"):
                 first = first or time.monotonic() - start
+                chunks += 1
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
-    return first, tokens
+    return first, chunks if tokens is None else tokens
 
 
-async def concurrent(label: str, requests, run_one) -> Run:
+async def in_process_batch(engine: AsyncEngine, requests, at_once: bool,
+                           ) -> tuple[float, list[tuple[float, int]]]:
     start = time.monotonic()
-    results = await asyncio.gather(*(run_one(r.prompt_token_ids, r.max_tokens) for r in requests))
-    seconds = time.monotonic() - start
-    return Run(label, sum(n for _, n in results), seconds, [t for t, _ in results])
+    if at_once:
+        results = await asyncio.gather(*(one_in_process(engine, r.prompt_token_ids, r.max_tokens)
+                                         for r in requests))
+    else:
+        results = [await one_in_process(engine, r.prompt_token_ids, r.max_tokens)
+                   for r in requests]
+    return time.monotonic() - start, results
+
+
+def http_batch(url: str, model: str, prompts: list[tuple[list[int], int]], at_once: bool,
+               ) -> tuple[float, list[tuple[float, int]]]:
+    """Run in a client process of its own, as a real client is: its parsing then takes no
+    time (nor the GIL) from the server and the engine."""
+    async def run() -> tuple[float, list[tuple[float, int]]]:
+        limits = httpx.Limits(max_connections=len(prompts) + 4)
+        async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+            start = time.monotonic()
+            if at_once:
+                results = await asyncio.gather(*(one_http(client, url, model, p, n)
+                                                 for p, n in prompts))
+            else:
+                results = [await one_http(client, url, model, p, n) for p, n in prompts]
+            return time.monotonic() - start, results
+    return asyncio.run(run())
 
 
 def salted(requests, salt: int):
     """The requests with one distinct leading token per run, so no run reuses another's cached
     prefixes (within a run, shared prefixes are cached alike on both paths)."""
     return [replace(r, prompt_token_ids=[1000 + salt, *r.prompt_token_ids]) for r in requests]
+
+
+def as_run(label: str, measured: tuple[float, list[tuple[float, int]]], counted: bool) -> Run:
+    seconds, results = measured
+    tokens = sum(n for _, n in results) if counted else 0
+    return Run(label, tokens, seconds, [t for t, _ in results])
 
 
 async def bench(args) -> list[Run]:
@@ -93,32 +129,42 @@ async def bench(args) -> list[Run]:
     requests = make_workload(engine.tokenizer, args.clients, seed=0)
     for r in requests:
         r.max_tokens = min(r.max_tokens, args.max_tokens)
+    loop = asyncio.get_running_loop()
+    client = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    salts = iter(range(10_000))
+
+    async def over_http(url: str, model: str, batch, at_once: bool):
+        prompts = [(r.prompt_token_ids, r.max_tokens) for r in batch]
+        return await loop.run_in_executor(client, http_batch, url, model, prompts, at_once)
+
     runs: list[Run] = []
-    limits = httpx.Limits(max_connections=args.clients + 4)
-    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
-        def in_process(p, n):
-            return one_in_process(engine, p, n)
-
-        def over_http(p, n):
-            return one_http(client, server.url, name, p, n)
-
-        salts = iter(range(10_000))
-        await concurrent("warm-up", salted(requests[:4], next(salts)), in_process)
-        for _ in range(args.repeats):
-            for label, run_one in (("in-process", in_process), ("HTTP", over_http)):
-                runs.append(await concurrent(f"{label}, {args.clients} streams",
-                                             salted(requests, next(salts)), run_one))
-        for label, run_one in (("in-process", in_process), ("HTTP", over_http)):
-            ttft = []
-            for _ in range(args.single):
-                single = salted(requests[:1], next(salts))[0]
-                ttft.append((await run_one(single.prompt_token_ids, 8))[0])
-            runs.append(Run(f"{label}, one request alone", 0, 1.0, ttft))
-        if args.peer_url:
-            async def peer(p, n):
-                return await one_http(client, args.peer_url, args.peer_model or name, p, n)
-            runs.append(await concurrent(f"peer {args.peer_url}, {args.clients} streams",
-                                         salted(requests, next(salts)), peer))
+    await in_process_batch(engine, salted(requests[:4], next(salts)), True)  # warm-up
+    await over_http(server.url, name, salted(requests[:4], next(salts)), True)
+    for _ in range(args.repeats):
+        runs.append(as_run(f"in-process, {args.clients} streams", await in_process_batch(
+            engine, salted(requests, next(salts)), True), True))
+        runs.append(as_run(f"HTTP, {args.clients} streams", await over_http(
+            server.url, name, salted(requests, next(salts)), True), True))
+    lone = [replace(salted(requests[:1], next(salts))[0], max_tokens=8)
+            for _ in range(args.single)]
+    lone_http = [replace(salted(requests[:1], next(salts))[0], max_tokens=8)
+                 for _ in range(args.single)]
+    runs.append(as_run("in-process, one request alone",
+                       await in_process_batch(engine, lone, False), False))
+    runs.append(as_run("HTTP, one request alone",
+                       await over_http(server.url, name, lone_http, False), False))
+    if args.peer_url:
+        batch = salted(requests, next(salts))
+        if args.peer_text:
+            batch = [replace(r, prompt_token_ids=engine.tokenizer.decode(r.prompt_token_ids))
+                     for r in batch]
+        label = f"peer {args.peer_url}, {args.clients} streams"
+        try:
+            runs.append(as_run(label, await over_http(args.peer_url, args.peer_model or name,
+                                                      batch, True), True))
+        except httpx.HTTPError as error:
+            print(f"{label}: failed: {error!r}")
+    client.shutdown()
     server.stop()
     engine.shutdown()
     return runs
@@ -162,6 +208,9 @@ def main() -> None:
     parser.add_argument("--peer-url", help="another OpenAI-compatible server, e.g. "
                                            "http://127.0.0.1:8080 (llama.cpp's llama-server)")
     parser.add_argument("--peer-model", help="the model name the peer expects")
+    parser.add_argument("--peer-text", action="store_true",
+                        help="send the peer text prompts (llama-cpp-python's server takes no "
+                             "token ids)")
     args = parser.parse_args()
     report(asyncio.run(bench(args)), args)
 
