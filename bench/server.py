@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import json
 import multiprocessing
 import platform
@@ -25,7 +26,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
 import httpx
-from throughput import make_workload
+from throughput import make_workload, percentile
 
 from engine import AsyncEngine, EngineConfig, SamplingParams
 from engine.server.api import build_app
@@ -39,6 +40,10 @@ class Run:
     tokens: int
     seconds: float
     ttft: list[float]
+    # Per HTTP request: the server's own part of TTFT (arrival to the call into the engine, and
+    # the engine's first text to the client reading it), and the client's send before that.
+    added: list[float] | None = None
+    client_send: list[float] | None = None
 
     @property
     def tok_per_s(self) -> float:
@@ -46,7 +51,7 @@ class Run:
 
 
 async def one_in_process(engine: AsyncEngine, prompt: list[int], max_tokens: int,
-                         ) -> tuple[float, int]:
+                         ) -> tuple[float, int, None, float]:
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
     start = time.monotonic()
     first, tokens = None, 0
@@ -54,34 +59,69 @@ async def one_in_process(engine: AsyncEngine, prompt: list[int], max_tokens: int
         if out.outputs[0].delta_text:  # as over HTTP: the first text a client can show
             first = first or time.monotonic() - start
         tokens = len(out.outputs[0].token_ids)
-    return first, tokens
+    return first, tokens, None, start
+
+
+# When the request reached the server's ASGI app; the handler's task inherits it.
+ARRIVED: contextvars.ContextVar[float] = contextvars.ContextVar("arrived")
+
+
+def arrival_noted(app):
+    async def noted(scope, receive, send):
+        ARRIVED.set(time.monotonic())
+        await app(scope, receive, send)
+    return noted
+
+
+class EngineClock:
+    """Stands in for the engine behind the server and notes, per request (time.monotonic, one
+    clock for all processes here): when it reached the server, when the handler called into the
+    engine, and when the engine's first text came back."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.arrived: dict[str, float] = {}
+        self.called: dict[str, float] = {}
+        self.first: dict[str, float] = {}
+
+    async def stream(self, prompt, params=None, request_id=None):
+        start = self.called[request_id] = time.monotonic()
+        self.arrived[request_id] = ARRIVED.get(start)
+        async for out in self.engine.stream(prompt, params, request_id):
+            if out.outputs[0].delta_text and request_id not in self.first:
+                self.first[request_id] = time.monotonic()
+            yield out
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
 
 
 async def one_http(client: httpx.AsyncClient, url: str, model: str, prompt: list[int] | str,
-                   max_tokens: int) -> tuple[float, int]:
+                   max_tokens: int) -> tuple[float, int, str | None, float]:
     """A text prompt (for a peer that takes no token ids) asks for `min_tokens` instead of
     ignore_eos; without a usage chunk, tokens are counted as chunks (one token each)."""
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
             "stream": True, "stream_options": {"include_usage": True}}
     body.update({"min_tokens": max_tokens} if isinstance(prompt, str) else {"ignore_eos": True})
     start = time.monotonic()
-    first, chunks, tokens = None, 0, None
+    first, chunks, tokens, reply_id = None, 0, None, None
     async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
         response.raise_for_status()
         async for line in response.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
+            reply_id = reply_id or chunk.get("id")
             if chunk.get("choices") and chunk["choices"][0].get("text"):
                 first = first or time.monotonic() - start
                 chunks += 1
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
-    return first, chunks if tokens is None else tokens
+    return first, chunks if tokens is None else tokens, reply_id, start
 
 
 async def in_process_batch(engine: AsyncEngine, requests, at_once: bool,
-                           ) -> tuple[float, list[tuple[float, int]]]:
+                           ) -> tuple[float, list[tuple]]:
     start = time.monotonic()
     if at_once:
         results = await asyncio.gather(*(one_in_process(engine, r.prompt_token_ids, r.max_tokens)
@@ -93,12 +133,15 @@ async def in_process_batch(engine: AsyncEngine, requests, at_once: bool,
 
 
 def http_batch(url: str, model: str, prompts: list[tuple[list[int], int]], at_once: bool,
-               ) -> tuple[float, list[tuple[float, int]]]:
+               ) -> tuple[float, list[tuple]]:
     """Run in a client process of its own, as a real client is: its parsing then takes no
     time (nor the GIL) from the server and the engine."""
-    async def run() -> tuple[float, list[tuple[float, int]]]:
+    async def run() -> tuple[float, list[tuple]]:
         limits = httpx.Limits(max_connections=len(prompts) + 4)
         async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+            # Open the connections first, as a client that keeps them (the openai client does)
+            # has them: TCP set-up is not the server's time to first token.
+            await asyncio.gather(*(client.get(f"{url}/v1/models") for _ in prompts))
             start = time.monotonic()
             if at_once:
                 results = await asyncio.gather(*(one_http(client, url, model, p, n)
@@ -115,17 +158,28 @@ def salted(requests, salt: int):
     return [replace(r, prompt_token_ids=[1000 + salt, *r.prompt_token_ids]) for r in requests]
 
 
-def as_run(label: str, measured: tuple[float, list[tuple[float, int]]], counted: bool) -> Run:
+def as_run(label: str, measured: tuple[float, list[tuple]], counted: bool,
+           clock: EngineClock | None = None) -> Run:
     seconds, results = measured
-    tokens = sum(n for _, n in results) if counted else 0
-    return Run(label, tokens, seconds, [t for t, _ in results])
+    tokens = sum(n for _, n, _, _ in results) if counted else 0
+    run = Run(label, tokens, seconds, [t for t, _, _, _ in results])
+    if clock is not None:  # our server names its requests "<reply id>-<choice>"
+        run.added, run.client_send = [], []
+        for ttft, _, reply_id, sent in results:
+            key = f"{reply_id}-0"
+            intake = clock.called[key] - clock.arrived[key]
+            delivery = sent + ttft - clock.first[key]
+            run.added.append(intake + delivery)
+            run.client_send.append(clock.arrived[key] - sent)
+    return run
 
 
 async def bench(args) -> list[Run]:
     engine = AsyncEngine(args.model, EngineConfig(max_num_seqs=args.clients))
     name = engine.engine.loaded.name
-    served = ServedModel(name, engine, engine.engine.max_model_len)
-    server = ServerThread(build_app(lambda: served)).start()
+    clock = EngineClock(engine)
+    served = ServedModel(name, clock, engine.engine.max_model_len)
+    server = ServerThread(arrival_noted(build_app(lambda: served))).start()
     requests = make_workload(engine.tokenizer, args.clients, seed=0)
     for r in requests:
         r.max_tokens = min(r.max_tokens, args.max_tokens)
@@ -144,7 +198,7 @@ async def bench(args) -> list[Run]:
         runs.append(as_run(f"in-process, {args.clients} streams", await in_process_batch(
             engine, salted(requests, next(salts)), True), True))
         runs.append(as_run(f"HTTP, {args.clients} streams", await over_http(
-            server.url, name, salted(requests, next(salts)), True), True))
+            server.url, name, salted(requests, next(salts)), True), True, clock))
     lone = [replace(salted(requests[:1], next(salts))[0], max_tokens=8)
             for _ in range(args.single)]
     lone_http = [replace(salted(requests[:1], next(salts))[0], max_tokens=8)
@@ -152,7 +206,7 @@ async def bench(args) -> list[Run]:
     runs.append(as_run("in-process, one request alone",
                        await in_process_batch(engine, lone, False), False))
     runs.append(as_run("HTTP, one request alone",
-                       await over_http(server.url, name, lone_http, False), False))
+                       await over_http(server.url, name, lone_http, False), False, clock))
     if args.peer_url:
         batch = salted(requests, next(salts))
         if args.peer_text:
@@ -181,20 +235,25 @@ def cpu_name() -> str:
 
 def report(runs: list[Run], args) -> None:
     print(f"\n{cpu_name()}, {args.clients} clients, up to {args.max_tokens} tokens each\n")
-    print("| run | output tok/s | median TTFT (ms) |")
-    print("|---|---|---|")
+    print("| run | output tok/s | median TTFT (ms) | TTFT added by the server, median / p90 (ms) |")
+    print("|---|---|---|---|")
     for run in runs:
         rate = f"{run.tok_per_s:.1f}" if run.tokens else "-"
-        print(f"| {run.label} | {rate} | {statistics.median(run.ttft) * 1000:.1f} |")
+        added = "-"
+        if run.added:
+            added = f"{statistics.median(run.added) * 1000:.1f} / " \
+                    f"{percentile(run.added, 0.9) * 1000:.1f}"
+        print(f"| {run.label} | {rate} | {statistics.median(run.ttft) * 1000:.1f} | {added} |")
     pairs = [(a, b) for a, b in zip(runs[::2], runs[1::2], strict=False)
-             if a.label.startswith("in-process") and b.label.startswith("HTTP")]
+             if a.label.startswith("in-process") and b.label.startswith("HTTP") and a.tokens]
     for a, b in pairs:
-        added_ms = (statistics.median(b.ttft) - statistics.median(a.ttft)) * 1000
-        if a.tokens:
-            print(f"\nHTTP / in-process throughput: {b.tok_per_s / a.tok_per_s:.3f}x; "
-                  f"median TTFT added: {added_ms:.1f} ms")
-        else:
-            print(f"\nOne request alone, median TTFT added by HTTP: {added_ms:.1f} ms")
+        print(f"\nHTTP / in-process throughput: {b.tok_per_s / a.tok_per_s:.3f}x")
+    print("\nTTFT added by the server: per request, from its arrival at the server to the call "
+          "into the engine, plus from the engine's first text to the client reading it.")
+    for run in runs:
+        if run.client_send:
+            print(f"{run.label}: the client's own sending (before the server sees the request) "
+                  f"median {statistics.median(run.client_send) * 1e3:.1f} ms")
 
 
 def main() -> None:

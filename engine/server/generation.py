@@ -17,7 +17,7 @@ from engine.sampling_params import SamplingParams
 from engine.server.errors import APIError, as_api_errors
 from engine.server.metrics import ServerMetrics
 from engine.server.served import ServedModel
-from engine.server.streams import merge, peek, until_disconnected
+from engine.server.streams import merge, peek, tagged, until_disconnected
 
 Prompt = str | list[int] | Sequence[Message]
 # Finish reasons the API knows; an engine abort (a shutdown) is reported as such.
@@ -80,7 +80,8 @@ class Generation:
             self.served.backend.stream(choice.prompt, choice.params, f"{self.request_id}-{i}")
             for i, choice in enumerate(self.choices)
         ]
-        merged = self._counted(merge(streams))
+        # One choice (nearly every request) is read directly: no task or queue per token.
+        merged = self._counted(merge(streams) if len(streams) > 1 else tagged(streams[0]))
         try:
             with as_api_errors(self._prompt_field):
                 _, self._events = await peek(merged)

@@ -65,6 +65,16 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _loop_factory():
+    """uvloop where it is installed (its callbacks and socket writes cost a fraction of
+    asyncio's, which shows at dozens of streams); asyncio's own loop otherwise."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 def _server(app: FastAPI) -> uvicorn.Server:
     config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
                             timeout_graceful_shutdown=2)
@@ -77,7 +87,8 @@ def serve_forever(app: FastAPI, sock: socket.socket) -> None:
     # that one end the run quietly, so the caller still shuts the engine down and exits 0.
     previous = signal.signal(signal.SIGTERM, _stop_quietly)
     try:
-        asyncio.run(_server(app).serve(sockets=[sock]))
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(_server(app).serve(sockets=[sock]))
     except KeyboardInterrupt:
         pass
     finally:
@@ -124,6 +135,7 @@ class ServerThread:
 
     def _run(self) -> None:
         try:
-            asyncio.run(self._server.serve(sockets=[self._sock]))
+            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+                runner.run(self._server.serve(sockets=[self._sock]))
         except BaseException as exc:  # noqa: BLE001 - reported by start()
             self._error = exc

@@ -52,6 +52,16 @@ async def merge(streams: Sequence[AsyncIterator[RequestOutput]],
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def tagged(stream: AsyncIterator[RequestOutput]) -> AsyncIterator[tuple[int, RequestOutput]]:
+    """One stream's outputs tagged as choice 0, read by whoever reads this: closing it (the
+    client went away) closes the stream, which aborts the request."""
+    try:
+        async for out in stream:
+            yield 0, out
+    finally:
+        await stream.aclose()
+
+
 async def peek(stream: AsyncIterator[Any]) -> tuple[Any, AsyncIterator[Any]]:
     """The first item (raising what the request raised) and a stream that yields it again."""
     first = await anext(stream)
