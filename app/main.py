@@ -13,9 +13,6 @@ from typing import TYPE_CHECKING
 from app import __version__
 
 if TYPE_CHECKING:
-    from PySide6.QtWidgets import QApplication
-
-    from app.main_window import MainWindow
     from app.store import ConversationStore
 
 logger = logging.getLogger("pagoda")
@@ -54,25 +51,19 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_selftest(args)
     # Imported here so that --help and --version answer without loading Qt and torch.
-    import qasync
-    from PySide6.QtWidgets import QApplication
+    from app.bootstrap import build_window, create_app, install_event_loop, run_until_done
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    app.setApplicationName("Pagoda")
-    app.setDesktopFileName("pagoda")
-    style_app(app, args.theme)
+    app = create_app(args.theme)
     store = open_store_or_say_why(args.db)
     if store is None:
         return EXIT_NO_DATABASE
-    loop = qasync.QEventLoop(app)
-    asyncio.set_event_loop(loop)
-    window = build_window(args, store)
+    loop = install_event_loop(app)
+    window = build_window(store, args.device)
     # Ctrl+C in a terminal or a logout's SIGTERM: close like the window's close button, which
     # keeps every partial reply.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: window.close())
-    with loop:
-        loop.run_until_complete(_run(window, args))
+    run_until_done(loop, _run(window, args))
     return 0
 
 
@@ -82,13 +73,6 @@ def serve(argv: list[str]) -> int:
     from engine.cli import main as engine_main
 
     return engine_main(["serve", *argv])
-
-
-def style_app(app: QApplication, theme: str) -> None:
-    from app.theme import app_icon, apply_theme
-
-    apply_theme(app, theme)
-    app.setWindowIcon(app_icon())
 
 
 def open_store_or_say_why(path: Path | None) -> ConversationStore | None:
@@ -103,17 +87,6 @@ def open_store_or_say_why(path: Path | None) -> ConversationStore | None:
     except StoreError as error:
         print(f"pagoda: no conversation database, quitting. {error}", file=sys.stderr)
         return None
-
-
-def build_window(args: argparse.Namespace, store: ConversationStore) -> MainWindow:
-    """The main window over an open store; style the app first (`style_app`)."""
-    from app.async_store import AsyncStore
-    from app.engine_host import EngineHost
-    from app.main_window import MainWindow
-
-    window = MainWindow(AsyncStore(store), EngineHost(device=args.device))
-    window.recovered_from = store.recovered_from
-    return window
 
 
 async def _run(window, args: argparse.Namespace) -> None:

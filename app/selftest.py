@@ -84,21 +84,14 @@ def run_selftest(args: argparse.Namespace) -> int:
 
 
 def _run_in_window(db_path: Path, args: argparse.Namespace, timeout_s: float) -> SelftestReport:
-    import qasync
-    from PySide6.QtWidgets import QApplication
-
-    from app.main import build_window, style_app
+    # Imported here, inside run_selftest's try: a bundle missing a module fails on one line.
+    from app.bootstrap import build_window, create_app, install_event_loop, run_until_done
     from app.store import ConversationStore
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    app.setApplicationName("Pagoda")
-    loop = qasync.QEventLoop(app)
-    asyncio.set_event_loop(loop)
-    style_app(app, args.theme)
-    window = build_window(args, ConversationStore.open(db_path))
+    loop = install_event_loop(create_app(args.theme))
+    window = build_window(ConversationStore.open(db_path), args.device)
     try:
-        with loop:
-            return loop.run_until_complete(_exercise_then_close(window, args.model, timeout_s))
+        return run_until_done(loop, _exercise_then_close(window, args.model, timeout_s))
     finally:
         window.db.close()
 

@@ -6,6 +6,7 @@ import pytest
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QFileDialog, QLineEdit, QMessageBox
 
+from app import bootstrap
 from app import main as app_main
 from app.open_store import open_store
 from app.store import ConversationStore, DatabaseTooNewError, StoreError
@@ -87,7 +88,7 @@ def test_quitting_raises_the_last_error(tmp_path):
 def test_quitting_at_start_exits_non_zero_with_the_reason_and_no_traceback(qapp, tmp_path,
                                                                          monkeypatch, capsys):
     bad = _written_by_a_newer_pagoda(tmp_path / "new.db")
-    monkeypatch.setattr(app_main, "style_app", lambda app, theme: None)
+    monkeypatch.setattr(bootstrap, "style_app", lambda app, theme: None)
     monkeypatch.setattr(database_dialog, "ask_for_another_database", _Asker(None))
     status = app_main.main(["--db", str(bad)])
     err = capsys.readouterr().err
