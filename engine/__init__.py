@@ -12,13 +12,11 @@ from engine.errors import (
 from engine.llm import LLM
 from engine.llm_engine import EngineStats, LLMEngine
 from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
-from engine.protocol import ChatBackend
 from engine.sampling_params import SamplingParams
 
 __all__ = [
     "LLM",
     "AsyncEngine",
-    "ChatBackend",
     "CompletionOutput",
     "EngineConfig",
     "EngineDeadError",

@@ -2,10 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
-from engine.protocol import ChatBackend
+from engine.chat_template import Message
+from engine.llm_engine import EngineStats
+from engine.outputs import RequestOutput
+from engine.sampling_params import SamplingParams
+
+
+@runtime_checkable
+class EngineBackend(Protocol):
+    """What the server asks of the engine behind it: AsyncEngine, in this process."""
+
+    def stream(self, prompt: str | list[int] | Sequence[Message],
+               params: SamplingParams | None = None,
+               request_id: str | None = None) -> AsyncIterator[RequestOutput]: ...
+
+    def abort(self, request_id: str) -> None: ...
+
+    def stats(self) -> EngineStats: ...
+
+    def check_health(self) -> None:
+        """Raise (EngineDeadError) when the engine can serve no more requests."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,7 +33,7 @@ class ServedModel:
     """One loaded model behind the API. `name` is its id in /v1/models and in requests."""
 
     name: str
-    backend: ChatBackend
+    backend: EngineBackend
     max_model_len: int
     owned_by: str = "pagoda"
 

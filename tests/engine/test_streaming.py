@@ -243,10 +243,10 @@ def test_llm_generate_stops_at_max_tokens_with_length(llm):
     assert len(out.token_ids) == 5
 
 
-def test_async_engine_satisfies_the_chat_backend_protocol():
+def test_async_engine_is_what_the_server_serves():
     from engine.async_engine import AsyncEngine
-    from engine.protocol import ChatBackend
+    from engine.server.served import EngineBackend
 
-    for name in ("stream", "abort", "stats", "shutdown"):
+    for name in ("stream", "abort", "stats", "check_health"):
         assert callable(getattr(AsyncEngine, name))
-    assert issubclass(AsyncEngine, ChatBackend)
+    assert issubclass(AsyncEngine, EngineBackend)
