@@ -1,4 +1,4 @@
-"""One controller per tab: joins the conversation's branch in the store with the engine's stream."""
+"""One controller per tab: joins the conversation's branch in the store with a backend's stream."""
 
 from __future__ import annotations
 
@@ -9,19 +9,18 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, Signal
 
 from app.async_store import AsyncStore
+from app.backends import BackendError, ChatBackend, ReplyChunk
 from app.engine_host import EngineHost, ModelLoadingError
 from app.prompting import (
     ContextOverflowError,
     FittedPrompt,
     chat_messages,
     fit_to_context,
-    sampling_params,
+    sampling_options,
     stats_text,
 )
 from app.store import Conversation, ConversationStore, GenerationStats, Message, StreamingWriter
 from app.view_models import MessageView, SamplingView
-from engine import AsyncEngine, PagodaError, RequestOutput
-from engine.chat_template import encode_chat
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +30,8 @@ MODEL_SWITCHED = ("The model was switched while this reply was being written: wh
 
 @dataclass(slots=True)
 class _Reply:
-    """The reply being streamed: its message, request, text so far, its throttled writer and the
-    engine its request runs on (None until it starts).
+    """The reply being streamed: its message, request, text so far, its throttled writer, its
+    last chunk and the backend its request runs on (None until it starts).
 
     The writer is only touched on the store's worker thread.
     """
@@ -41,8 +40,8 @@ class _Reply:
     request_id: str
     writer: StreamingWriter
     text: str = ""
-    last_output: RequestOutput | None = None
-    backend: AsyncEngine | None = None
+    last_chunk: ReplyChunk | None = None
+    backend: ChatBackend | None = None
 
 
 def message_view(m: Message, sibling_index: int = 0, sibling_count: int = 1) -> MessageView:
@@ -171,15 +170,18 @@ class ChatController(QObject):
         messages = chat_messages(self.conversation.system_prompt, self.path)
         used = 0
         if messages:
-            loop = asyncio.get_running_loop()
-            used = await loop.run_in_executor(self.host.executor, _count_tokens, backend.tokenizer, messages)
-        self.view.context_meter.set_usage(used, self.host.max_model_len,
-                                          self.conversation.sampling.max_tokens)
+            try:
+                used = (await backend.count_tokens(messages)).n
+            except BackendError:
+                return  # the model is being switched: the new one's load refreshes the meter
+        if not self._closed:
+            self.view.context_meter.set_usage(used, backend.max_model_len,
+                                              self.conversation.sampling.max_tokens)
 
     # -- user actions ----------------------------------------------------------------------------
 
     async def send(self, text: str) -> None:
-        if self.is_streaming or not self._check_engine():
+        if self.is_streaming or not self._check_backend():
             self.view.composer.set_text(text)
             return
         user = await self.db.append_user_message(self.conversation_id, text)
@@ -187,13 +189,13 @@ class ChatController(QObject):
         await self._generate(user.id)
 
     async def edit(self, message_id: int, text: str) -> None:
-        if self.is_streaming or not self._check_engine():
+        if self.is_streaming or not self._check_backend():
             return
         user = await self.db.edit_user_message(message_id, text)
         await self._generate(user.id)
 
     async def regenerate(self, assistant_id: int) -> None:
-        if self.is_streaming or not self._check_engine():
+        if self.is_streaming or not self._check_backend():
             return
         message = next((m for m in self.path if m.id == assistant_id), None)
         if message is None or message.parent_id is None:
@@ -236,9 +238,9 @@ class ChatController(QObject):
     def _last_assistant(self) -> Message | None:
         return next((m for m in reversed(self.path) if m.role == "assistant"), None)
 
-    def _check_engine(self) -> bool:
+    def _check_backend(self) -> bool:
         try:
-            self.host.engine_for_new_request()
+            self.host.backend_for_new_request()
         except ModelLoadingError as exc:
             self.view.show_notice(str(exc))
             return False
@@ -254,10 +256,10 @@ class ChatController(QObject):
         self._set_streaming(True)
         try:
             await self._reload(streaming=message.id)
-            backend, fitted = await self._fit_on_current_engine()
+            backend, fitted = await self._fit_on_current_backend()
             if fitted is not None:
                 await self._stream(backend, fitted)
-        except PagodaError as exc:
+        except BackendError as exc:
             await self._end_on_error(exc)
         finally:
             self.reply = None
@@ -267,38 +269,39 @@ class ChatController(QObject):
                 await self.refresh_context_meter()
                 self.conversation_changed.emit(self.conversation_id)
 
-    async def _fit_on_current_engine(self) -> tuple[AsyncEngine, FittedPrompt | None]:
-        """The engine to stream on and the prompt fitted to it, fitted again when the model was
+    async def _fit_on_current_backend(self) -> tuple[ChatBackend, FittedPrompt | None]:
+        """The backend to stream on and the prompt fitted to it, fitted again when the model was
         switched meanwhile. Raises ModelLoadingError once a model is loading."""
         while True:
-            backend = self.host.engine_for_new_request()
-            fitted = await self._fit_prompt(backend)
-            if fitted is None or self.host.engine_for_new_request() is backend:
+            backend = self.host.backend_for_new_request()
+            try:
+                fitted = await self._fit_prompt(backend)
+            except BackendError:
+                if self.host.backend_for_new_request() is backend:
+                    raise
+                continue  # the backend stopped as the model was switched: fit to the new one
+            if fitted is None or self.host.backend_for_new_request() is backend:
                 return backend, fitted
 
-    async def _stream(self, backend: AsyncEngine, fitted: FittedPrompt) -> None:
-        # No await between the caller's check that `backend` is current and the request entering
-        # it: a model switch cannot come between.
+    async def _stream(self, backend: ChatBackend, fitted: FittedPrompt) -> None:
+        # A switch can still come while the backend tokenizes the chat: the stream then ends
+        # with "abort" or raises BackendStoppedError, and the tab says the model was switched.
         reply = self.reply
-        params = sampling_params(self.conversation.sampling, fitted.max_tokens)
+        options = sampling_options(self.conversation.sampling, fitted.max_tokens)
         view = message_view(reply.message)
         self.view.transcript.begin_stream(view)
         self._views = [*self._views, view]
         reply.backend = backend
-        async for out in backend.stream(fitted.messages, params, reply.request_id):
-            await self._on_output(out)
-        await self._finish(backend.engine.loaded.name)
+        async for chunk in backend.stream(fitted.messages, options, reply.request_id):
+            await self._on_chunk(chunk)
+        await self._finish(backend.model_name)
 
-    async def _fit_prompt(self, backend: AsyncEngine) -> FittedPrompt | None:
+    async def _fit_prompt(self, backend: ChatBackend) -> FittedPrompt | None:
         messages = chat_messages(self.conversation.system_prompt, self.path[:-1])
-        max_model_len = backend.engine.max_model_len
-        loop = asyncio.get_running_loop()
-
-        def fit() -> FittedPrompt:
-            return fit_to_context(messages, lambda m: _count_tokens(backend.tokenizer, m),
-                                  max_model_len, self.conversation.sampling.max_tokens)
+        max_model_len = backend.max_model_len
         try:
-            fitted = await loop.run_in_executor(self.host.executor, fit)
+            fitted = await fit_to_context(messages, backend.count_tokens, max_model_len,
+                                          self.conversation.sampling.max_tokens)
         except ContextOverflowError as exc:
             await self._fail(str(exc))
             return None
@@ -309,10 +312,10 @@ class ChatController(QObject):
                 "model sees for this reply. They stay in the chat.")
         return fitted
 
-    async def _on_output(self, out: RequestOutput) -> None:
+    async def _on_chunk(self, chunk: ReplyChunk) -> None:
         reply = self.reply
-        delta = out.outputs[0].delta_text
-        reply.last_output = out
+        delta = chunk.delta_text
+        reply.last_chunk = chunk
         if not delta or self._closed:
             return
         reply.text += delta
@@ -322,28 +325,30 @@ class ChatController(QObject):
 
     async def _finish(self, model: str) -> None:
         reply = self.reply
-        out = reply.last_output
-        completion = out.outputs[0] if out else None
+        last = reply.last_chunk
         if self._closed:
             return
-        if completion is None or completion.finish_reason == "abort":
+        if last is None or last.finish_reason in (None, "abort"):
             await self._keep_interrupted()
-        elif completion.finish_reason == "error":
-            await self._fail(completion.error or "the engine failed this request")
         else:
             await self.db.run(lambda _store: reply.writer.finish(
-                completion.finish_reason, _generation_stats(out, model),
-                prompt_tokens=len(out.prompt_token_ids),
-                completion_tokens=len(completion.token_ids)))
+                last.finish_reason, _generation_stats(last, model),
+                prompt_tokens=last.num_prompt_tokens, completion_tokens=last.num_output_tokens))
 
     async def _fail(self, error: str) -> None:
         writer = self.reply.writer
         await self.db.run(lambda _store: writer.closed or writer.fail(error))
         self.view.show_notice(error, error=True)
 
-    async def _end_on_error(self, exc: PagodaError) -> None:
-        if self._engine_was_switched():
+    async def _end_on_error(self, exc: BackendError) -> None:
+        """A reply cut by a model switch is kept, and said so; one cut by a failure after text
+        arrived is kept too, with the failure shown; one that never began fails."""
+        if self._backend_was_switched():
             await self._keep_interrupted()
+        elif exc.partial_text or self.reply.text:
+            await self._keep_interrupted()
+            if not self._closed:
+                self.view.show_notice(str(exc), error=True)
         else:
             await self._fail(str(exc))
 
@@ -351,10 +356,10 @@ class ChatController(QObject):
         """Keep the reply so far; say why when it was not the user's Stop."""
         writer = self.reply.writer
         await self.db.run(lambda _store: writer.closed or writer.interrupt())
-        if self._engine_was_switched() and not self._closed:
+        if self._backend_was_switched() and not self._closed:
             self.view.show_notice(MODEL_SWITCHED, error=True)
 
-    def _engine_was_switched(self) -> bool:
+    def _backend_was_switched(self) -> bool:
         backend = self.reply.backend
         return backend is not None and backend is not self.host.backend
 
@@ -378,16 +383,6 @@ class ChatController(QObject):
             reply.writer.interrupt()
 
 
-def _count_tokens(tokenizer, messages) -> int:
-    return len(encode_chat(tokenizer, messages))
-
-
-def _generation_stats(out: RequestOutput, model: str) -> GenerationStats:
-    m = out.metrics
-    tokens = len(out.outputs[0].token_ids)
-    tok_s = None
-    if m.first_token_time is not None and m.finished_time is not None and tokens > 1:
-        elapsed = m.finished_time - m.first_token_time
-        tok_s = (tokens - 1) / elapsed if elapsed > 0 else None
-    return GenerationStats(model=model, ttft_s=m.time_to_first_token, tokens_per_s=tok_s,
-                           cached_tokens=out.num_cached_tokens)
+def _generation_stats(last: ReplyChunk, model: str) -> GenerationStats:
+    return GenerationStats(model=model, ttft_s=last.time_to_first_token,
+                           tokens_per_s=last.tokens_per_s, cached_tokens=last.num_cached_tokens)

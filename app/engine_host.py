@@ -1,4 +1,5 @@
-"""Owns the app's one engine: loads it off the GUI thread, swaps models, reports its status."""
+"""Owns the app's one engine: loads it off the GUI thread, swaps models, reports its status.
+The rest of the app reaches it through the ChatBackend seam (a LocalBackend over it)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from app.backends import BackendError, ChatBackend
+from app.backends.local import LocalBackend
 from app.view_models import EngineStatusView
 from engine import AsyncEngine, EngineConfig, LLMEngine, PagodaError
 from engine.loader import (
@@ -28,7 +31,7 @@ STATS_INTERVAL_MS = 250
 SPECULATIVE_TOKENS = 2
 
 
-class ModelLoadingError(PagodaError):
+class ModelLoadingError(BackendError):
     """No request can start now: a model is loading, or none has loaded."""
 
 
@@ -40,11 +43,12 @@ def _make_engine(model: str | None, config: EngineConfig,
 
 
 class EngineHost(QObject):
-    """The GUI's handle on the engine. `backend` is None until a model has loaded.
+    """The GUI's handle on the engine. `backend`, the loaded engine behind a LocalBackend, is
+    None until a model has loaded.
 
-    A request starts on `engine_for_new_request()`, never on a kept reference: from the start of
-    a load until the old engine has shut down it hands out no engine, so no tab starts a request
-    on an engine about to stop.
+    A request starts on `backend_for_new_request()`, never on a kept reference: from the start
+    of a load until the old engine has shut down it hands out no backend, so no tab starts a
+    request on an engine about to stop.
 
     `quantization` is the setting the next load uses; `loaded_quantization` the one the running
     model was loaded with.
@@ -63,12 +67,12 @@ class EngineHost(QObject):
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.device = device
-        self.backend: AsyncEngine | None = None
+        self.backend: ChatBackend | None = None
         self.model_path: str | None = None
         self.quantization = "auto"
         self.loaded_quantization = "auto"
         self._factory = factory
-        # Our own threads, not the loop's default executor: loading, swapping, tokenizing.
+        # Our own threads, not the loop's default executor: loading, swapping, writing files.
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pagoda-host")
         self._loading: asyncio.Task | None = None
         self._status = EngineStatusView(state="loading", device=device, detail="Starting")
@@ -85,18 +89,18 @@ class EngineHost(QObject):
 
     @property
     def model_name(self) -> str:
-        return self.backend.engine.loaded.name if self.backend else ""
+        return self.backend.model_name if self.backend else ""
 
     @property
     def max_model_len(self) -> int:
-        return self.backend.engine.max_model_len if self.backend else 0
+        return self.backend.max_model_len if self.backend else 0
 
     @property
     def is_loading(self) -> bool:
         return self._loading is not None and not self._loading.done()
 
-    def engine_for_new_request(self) -> AsyncEngine:
-        """The engine to start a request on now; raises ModelLoadingError while there is none."""
+    def backend_for_new_request(self) -> ChatBackend:
+        """The backend to start a request on now; raises ModelLoadingError while there is none."""
         if self.is_loading:
             raise ModelLoadingError("A model is loading: send again once it is ready.")
         if self.backend is None:
@@ -128,7 +132,7 @@ class EngineHost(QObject):
             logger.warning("could not load model %s: %s", model or "(default)", exc)
             self._after_failed_load(str(exc))
             return
-        await self._swap(engine, model, config.quantization)
+        await self._swap(LocalBackend(engine), model, config.quantization)
 
     def _after_failed_load(self, message: str) -> None:
         if self.backend is None:
@@ -137,13 +141,14 @@ class EngineHost(QObject):
             self._set_status(state="ready", model=self.model_name, detail="")
         self.load_failed.emit(message)
 
-    async def _swap(self, engine: AsyncEngine, model: str | None, quantization: str) -> None:
-        """Publish the new engine, then retire the old one; the load is not over until it has
-        stopped, so `engine_for_new_request` never hands out the old engine while it stops."""
-        old, self.backend, self.model_path = self.backend, engine, model
+    async def _swap(self, backend: ChatBackend, model: str | None, quantization: str) -> None:
+        """Publish the new backend, then retire the old one; the load is not over until it has
+        stopped, so `backend_for_new_request` never hands out the old one while it stops."""
+        old, self.backend, self.model_path = self.backend, backend, model
         self.loaded_quantization = quantization
         if old is not None:
-            # Streams on the old engine end with "abort"; their tabs keep the partial replies.
+            # Streams on the old engine end with "abort" (or BackendStoppedError, when still
+            # tokenizing); their tabs keep the partial replies.
             await asyncio.get_running_loop().run_in_executor(self.executor, old.shutdown)
         self._set_status(state="ready", model=self.model_name, detail="")
         self._timer.start()
@@ -164,10 +169,10 @@ class EngineHost(QObject):
         if self.backend is None:
             return
         s = self.backend.stats()
-        self._set_status(num_running=s.num_running, num_waiting=s.num_waiting,
-                         tokens_per_s=s.generation_tokens_per_s,
-                         kv_cache_usage=s.kv_cache_usage,
-                         prefix_cache_hit_rate=s.prefix_cache_hit_rate,
+        self._set_status(num_running=s.num_running, num_waiting=s.num_waiting or 0,
+                         tokens_per_s=s.tokens_per_s,
+                         kv_cache_usage=s.kv_cache_usage or 0.0,
+                         prefix_cache_hit_rate=s.prefix_cache_hit_rate or 0.0,
                          spec_acceptance_rate=s.spec_acceptance_rate)
 
     def _set_status(self, **changes) -> None:

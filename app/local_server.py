@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
 from app.api_key import ApiKeyFile
+from app.backends.local import LocalBackend
 from app.engine_host import ModelLoadingError
 from app.view_models import LocalServerView
 from engine import PagodaError
@@ -34,9 +35,10 @@ class LocalServer:
     """Serves the host's engine on 127.0.0.1:`port` while on; thread-safe.
 
     The model behind the API is looked up on every request (`served`): while the host loads a
-    model, or an old engine shuts down, there is none and requests get 503. A key, when one is
-    set, is read from `key_file` at each start. A failed start leaves the server off and says
-    why in `error`.
+    model, or an old engine shuts down, there is none and requests get 503. The API serves the
+    engine itself, the one behind the host's LocalBackend, so its requests and the tabs' batch
+    together. A key, when one is set, is read from `key_file` at each start. A failed start
+    leaves the server off and says why in `error`.
 
     `turn_on`, `turn_off`, `new_key` and `remove_key` wait on sockets and threads: they run, in
     the order called, on the server's own worker thread.
@@ -57,10 +59,12 @@ class LocalServer:
     def served(self) -> ServedModel | None:
         """The model to answer a request with now; None while none can take one."""
         try:
-            backend = self._host.engine_for_new_request()
+            backend = self._host.backend_for_new_request()
         except ModelLoadingError:
             return None
-        return ServedModel(backend.engine.loaded.name, backend, backend.engine.max_model_len)
+        if not isinstance(backend, LocalBackend):
+            return None  # replies written elsewhere: there is no engine here to serve
+        return ServedModel(backend.model_name, backend.engine, backend.max_model_len)
 
     @property
     def is_running(self) -> bool:

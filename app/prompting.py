@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from app.backends import ChatMessage, SamplingOptions, TokenCount
 from app.store import GenerationStats, Message, SamplingSettings
-from engine import SamplingParams
 
-ChatMessage = dict[str, str]
+TokenCounter = Callable[[list[ChatMessage]], Awaitable[TokenCount]]
 
 
 class ContextOverflowError(ValueError):
@@ -27,25 +27,27 @@ class FittedPrompt:
 
 def chat_messages(system_prompt: str | None, path: Sequence[Message]) -> list[ChatMessage]:
     """The branch as role/content pairs: what the user saw, partial replies included."""
-    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    messages = [ChatMessage("system", system_prompt)] if system_prompt else []
     for m in path:
         if m.role == "assistant" and not m.content:
             continue  # a reply that failed before its first token, or the one being started
-        messages.append({"role": m.role, "content": m.content})
+        messages.append(ChatMessage(m.role, m.content))
     return messages
 
 
-def fit_to_context(messages: list[ChatMessage], count_tokens: Callable[[list[ChatMessage]], int],
-                   max_model_len: int, max_tokens: int, min_reply_tokens: int = 64) -> FittedPrompt:
+async def fit_to_context(messages: list[ChatMessage], count_tokens: TokenCounter,
+                         max_model_len: int, max_tokens: int,
+                         min_reply_tokens: int = 64) -> FittedPrompt:
     """Leave out the oldest turns (never the system prompt or the newest message) until the prompt
     and at least `min_reply_tokens` of reply fit; the reply budget is what remains, up to
-    max_tokens. Nothing is truncated silently: the caller tells the user `num_dropped`.
+    max_tokens. A chat that fits is counted once. Nothing is truncated silently: the caller
+    tells the user `num_dropped`.
     """
-    head = 1 if messages and messages[0]["role"] == "system" else 0
+    head = 1 if messages and messages[0].role == "system" else 0
     dropped = 0
     while True:
         kept = messages[:head] + messages[head + dropped:]
-        prompt_tokens = count_tokens(kept)
+        prompt_tokens = (await count_tokens(kept)).n
         room = max_model_len - prompt_tokens
         if room >= min(min_reply_tokens, max_tokens):
             return FittedPrompt(kept, dropped, prompt_tokens, min(max_tokens, room))
@@ -56,11 +58,11 @@ def fit_to_context(messages: list[ChatMessage], count_tokens: Callable[[list[Cha
         dropped += 1
 
 
-def sampling_params(settings: SamplingSettings, max_tokens: int) -> SamplingParams:
-    return SamplingParams(
+def sampling_options(settings: SamplingSettings, max_tokens: int) -> SamplingOptions:
+    return SamplingOptions(
         temperature=settings.temperature,
         top_p=settings.top_p,
-        top_k=settings.top_k if settings.top_k > 0 else -1,
+        top_k=settings.top_k,
         min_p=settings.min_p,
         repetition_penalty=settings.repetition_penalty,
         max_tokens=max_tokens,

@@ -30,13 +30,18 @@ class LocalBackend:
     max_model_len_known = True
 
     def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
+        self._engine = engine
         self.model_name = engine.engine.loaded.name
         self.max_model_len = engine.engine.max_model_len
         self._tokenizer = ChatTokenizer(engine.tokenizer)
         self._last_ttft: float | None = None
         self._starting = StartingReplies()
         self._ids = itertools.count()
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine behind this backend, for what serves it further (the local API server)."""
+        return self._engine
 
     async def stream(self, messages: Sequence[ChatMessage], options: SamplingOptions,
                      request_id: str | None = None) -> AsyncIterator[ReplyChunk]:
@@ -49,7 +54,7 @@ class LocalBackend:
             return
         text = ""
         try:
-            async for out in self.engine.stream(prompt, params, request_id):
+            async for out in self._engine.stream(prompt, params, request_id):
                 text = out.outputs[0].text
                 yield self._chunk(out)
         except EngineDeadError as exc:
@@ -61,10 +66,10 @@ class LocalBackend:
 
     def abort(self, request_id: str) -> None:
         self._starting.abort(request_id)
-        self.engine.abort(request_id)
+        self._engine.abort(request_id)
 
     def stats(self) -> BackendStats:
-        s = self.engine.stats()
+        s = self._engine.stats()
         return BackendStats(num_running=s.num_running, num_waiting=s.num_waiting,
                             kv_cache_usage=s.kv_cache_usage,
                             prefix_cache_hit_rate=s.prefix_cache_hit_rate,
@@ -77,7 +82,7 @@ class LocalBackend:
 
     def shutdown(self) -> None:
         self._tokenizer.close()
-        self.engine.shutdown()
+        self._engine.shutdown()
 
     async def _encode(self, messages: Sequence[ChatMessage]) -> list[int]:
         try:

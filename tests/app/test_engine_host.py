@@ -9,6 +9,7 @@ class _FakeBackend:
     def __init__(self, name):
         self.engine = type("E", (), {"loaded": type("L", (), {"name": name})(),
                                      "max_model_len": 2048})()
+        self.tokenizer = None
         self.stopped = False
 
     def shutdown(self, timeout=10.0):
@@ -50,7 +51,7 @@ def test_a_failed_load_keeps_the_running_model(qloop, qtbot):
     with qtbot.waitSignal(host.load_failed, timeout=5000) as failed:
         host.load("bad")
     assert failed.args == ["bad is not a model"]
-    assert host.backend is running and not running.stopped
+    assert host.backend is running and not running.engine.stopped
     assert host.status.state == "ready"
     host._timer.stop()
 

@@ -24,6 +24,7 @@ class _FakeBackend:
     def __init__(self, name: str) -> None:
         self.engine = type("E", (), {"loaded": type("L", (), {"name": name})(),
                                      "max_model_len": 2048})()
+        self.tokenizer = None  # these tests send no chat, so nothing is tokenized
 
     def shutdown(self, timeout: float = 10.0) -> None:
         pass

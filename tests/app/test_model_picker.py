@@ -21,6 +21,7 @@ class _FakeBackend:
     def __init__(self, name: str) -> None:
         self.engine = type("E", (), {"loaded": type("L", (), {"name": name})(),
                                      "max_model_len": 2048})()
+        self.tokenizer = None  # these tests send no chat, so nothing is tokenized
         self.stopped = False
 
     def shutdown(self, timeout: float = 10.0) -> None:
@@ -174,7 +175,7 @@ def test_a_model_too_large_for_memory_is_refused_and_the_running_one_stays(picke
     message = _error_box(qtbot, window).text()
     assert "SmolLM2-135M-Instruct" in message and "only 0.1 GiB is available" in message
     assert "int4" in message and "smaller" in message
-    assert window.host.backend is running and not running.stopped
+    assert window.host.backend is running and not running.engine.stopped
     assert window.host.model_path is None and window.host.status.state == "ready"
     assert window.windowTitle() == f"Pagoda · {RUNNING}"
     assert loads.models == [None]

@@ -1,122 +1,18 @@
 """Switching models while tabs generate: no tab is handed the engine being shut down, and a reply
-on that engine ends (kept, and said so) instead of hanging. Over a fake engine the test drives."""
+on that engine ends (kept, and said so) instead of hanging. Over a fake engine the test drives,
+behind the host's LocalBackend."""
 
 import asyncio
-import threading
 
 import pytest
+from fake_engine import WAIT_MS, open_tab
 
-from app.async_store import AsyncStore
-from app.chat_tab import ChatTab
-from app.controller import ChatController
-from app.engine_host import EngineHost, ModelLoadingError
-from app.store import ConversationStore, SamplingSettings
-from engine import EngineDeadError
-from engine.llm_engine import EngineStats
-from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
-
-WAIT_MS = 5_000
-
-
-class _Tokenizer:
-    chat_template = "plain"
-
-    def apply_chat_template(self, messages, tokenize, add_generation_prompt):
-        return " ".join(m["content"] for m in messages)
-
-    def encode(self, text, add_special_tokens):
-        return list(range(len(text.split())))
-
-
-class _FakeEngine:
-    """Streams what the test says; shutdown ends its streams with "abort", as AsyncEngine's does."""
-
-    def __init__(self, name: str) -> None:
-        self.engine = type("E", (), {"loaded": type("L", (), {"name": name})(),
-                                     "max_model_len": 2048})()
-        self.tokenizer = _Tokenizer()
-        self.requests: list[str] = []
-        self.stopped = False
-        self.shutdown_started = threading.Event()
-        self.release_shutdown = threading.Event()
-        self.release_shutdown.set()
-        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
-
-    async def stream(self, prompt, params, request_id):
-        if self.stopped:
-            raise EngineDeadError("the engine was shut down")
-        loop, queue = asyncio.get_running_loop(), asyncio.Queue()
-        self._streams[request_id] = (loop, queue)
-        self.requests.append(request_id)
-        text = ""
-        while True:
-            delta, reason = await queue.get()
-            text += delta
-            yield _output(request_id, text, delta, reason)
-            if reason is not None:
-                return
-
-    def say(self, request_id: str, delta: str, reason: str | None = None) -> None:
-        loop, queue = self._streams[request_id]
-        loop.call_soon_threadsafe(queue.put_nowait, (delta, reason))
-
-    def abort(self, request_id: str) -> None:
-        if request_id in self._streams:
-            self.say(request_id, "", "abort")
-
-    def shutdown(self, timeout: float = 10.0) -> None:
-        self.shutdown_started.set()
-        self.stopped = True
-        for request_id in list(self._streams):
-            self.abort(request_id)
-        self.release_shutdown.wait(timeout)
-
-    def stats(self) -> EngineStats:
-        return EngineStats(num_running=len(self._streams), num_waiting=0, kv_cache_usage=0.0,
-                           num_kv_blocks=64, prefix_cache_hit_rate=0.0,
-                           generation_tokens_per_s=0.0, num_preemptions=0)
-
-
-def _output(request_id, text, delta, reason):
-    completion = CompletionOutput(0, text, list(range(len(text.split()))), reason, delta)
-    return RequestOutput(request_id, None, [1, 2, 3], [completion], reason is not None, 0,
-                         RequestMetrics(arrival_time=0.0, first_token_time=0.0,
-                                        finished_time=1.0))
-
-
-class _Models:
-    """The host's factory: one fake engine per model name; a load waits while `gate` is clear."""
-
-    def __init__(self) -> None:
-        self.built: dict[str | None, _FakeEngine] = {}
-        self.gate = threading.Event()
-        self.gate.set()
-
-    def __call__(self, model, config, on_progress):
-        self.gate.wait(WAIT_MS / 1000)
-        engine = _FakeEngine(model or "first")
-        self.built[model] = engine
-        return engine
+from app.engine_host import ModelLoadingError
 
 
 @pytest.fixture
 def tab(qloop, qtbot, tmp_path, run_async):
-    """A tab's controller over a fresh database and a host serving the fake "first" model."""
-    models = _Models()
-    host = EngineHost(factory=models)
-    db = AsyncStore(ConversationStore.open(tmp_path / "chats.db"))
-    conversation = db.store.create_conversation(
-        sampling=SamplingSettings(temperature=0.0, max_tokens=16))
-    view = ChatTab(conversation.id)
-    qtbot.addWidget(view)
-    controller = ChatController(conversation.id, db, host, view)
-    qtbot.waitUntil(host.load(None).done, timeout=WAIT_MS)
-    run_async(controller.open())
-    controller.models = models
-    yield controller
-    controller.close()
-    host.shutdown()
-    db.close()
+    yield from open_tab(qtbot, tmp_path, run_async)
 
 
 def _gate_assistant_start(controller) -> asyncio.Event:
@@ -144,7 +40,7 @@ def _last(controller):
 
 
 def test_a_reply_held_up_while_the_model_switched_streams_on_the_new_model(tab, qtbot):
-    first = tab.host.backend
+    first = tab.models.built[None]
     go = _gate_assistant_start(tab)
     tab.spawn(tab.send("Hello"))
     qtbot.waitUntil(lambda: _last(tab) is not None and _last(tab).role == "user",
@@ -160,7 +56,7 @@ def test_a_reply_held_up_while_the_model_switched_streams_on_the_new_model(tab, 
 
 
 def test_a_reply_due_to_start_while_a_model_loads_is_refused_and_kept(tab, qtbot):
-    first = tab.host.backend
+    first = tab.models.built[None]
     go = _gate_assistant_start(tab)
     tab.spawn(tab.send("Hello"))
     qtbot.waitUntil(lambda: _last(tab) is not None and _last(tab).role == "user",
@@ -180,7 +76,7 @@ def test_a_reply_due_to_start_while_a_model_loads_is_refused_and_kept(tab, qtbot
 
 
 def test_a_reply_streaming_when_the_model_switches_ends_interrupted_and_says_so(tab, qtbot):
-    first = tab.host.backend
+    first = tab.models.built[None]
     tab.spawn(tab.send("Tell me a story"))
     request_id = _wait_streaming_on(qtbot, first)
     first.say(request_id, "Once upon")
@@ -195,17 +91,30 @@ def test_a_reply_streaming_when_the_model_switches_ends_interrupted_and_says_so(
 
 
 def test_no_engine_is_handed_out_while_a_model_loads_or_the_old_one_shuts_down(tab, qtbot):
-    host, first = tab.host, tab.host.backend
-    assert host.engine_for_new_request() is first
+    host, first = tab.host, tab.models.built[None]
+    assert host.backend_for_new_request().engine is first
     tab.models.gate.clear()
     first.release_shutdown.clear()
     loading = host.load("second")
     with pytest.raises(ModelLoadingError, match="model is loading"):
-        host.engine_for_new_request()
+        host.backend_for_new_request()
     tab.models.gate.set()
     qtbot.waitUntil(first.shutdown_started.is_set, timeout=WAIT_MS)
     with pytest.raises(ModelLoadingError, match="model is loading"):
-        host.engine_for_new_request()
+        host.backend_for_new_request()
     first.release_shutdown.set()
     qtbot.waitUntil(loading.done, timeout=WAIT_MS)
-    assert host.engine_for_new_request() is tab.models.built["second"]
+    assert host.backend_for_new_request().engine is tab.models.built["second"]
+
+
+def test_a_reply_whose_chat_was_being_tokenized_when_the_model_switched_is_kept_and_says_so(
+        tab, qtbot):
+    first = tab.models.built[None]
+    first.tokenizer.gate.hold_call = 2  # the chat is counted to fit it, then tokenized to send
+    tab.spawn(tab.send("Hello"))
+    qtbot.waitUntil(first.tokenizer.gate.holding.is_set, timeout=WAIT_MS)
+    qtbot.waitUntil(tab.host.load("second").done, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=WAIT_MS)
+    assert first.requests == [] and tab.models.built["second"].requests == []
+    assert _last(tab).status == "interrupted"
+    assert "model was switched" in tab.view.notice_text()

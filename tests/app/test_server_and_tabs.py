@@ -39,7 +39,7 @@ def test_the_windows_server_and_a_tab_stream_at_the_same_time_from_one_engine(
     window.local_server.port = 0  # any free port
     run_async(window.server_controller.set_enabled(True))
     assert window.local_server.is_running, window.local_server.error
-    engine = window.host.backend
+    engine = window.host.backend.engine
     assert window.local_server.served().backend is engine
     conversation = window.db.store.create_conversation(
         sampling=SamplingSettings(temperature=0.0, max_tokens=24, repetition_penalty=1.0))
