@@ -1,5 +1,5 @@
-"""LocalBackend: replies from the engine in this process. With the model picker's file
-handling, the only part of the app that imports the engine."""
+"""LocalBackend: replies from the engine in this process. The app's tabs reach the engine only
+through it (docs/APP.md lists the few files that build or serve the engine)."""
 
 from __future__ import annotations
 
