@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Self
 
-from engine.chat_template import Message, encode_chat, is_conversation
+from engine.chat_template import Message, is_conversation
+from engine.chat_tokenizer import ChatTokenizer
 from engine.config import EngineConfig
 from engine.errors import EngineDeadError
 from engine.llm_engine import EngineStats, LLMEngine
@@ -89,6 +90,8 @@ class AsyncEngine:
         self._sinks: dict[str, _Sink] = {}
         self._ids = itertools.count()
         self._stats = self.engine.stats()
+        # Chats are encoded on a thread of its own, never on the caller's loop (see the module).
+        self.chat_tokenizer = ChatTokenizer(self.engine.tokenizer)
         self._dead: BaseException | None = None
         # Held while a request enters the inbox and while the exiting thread closes it, so no
         # request can slip in after the thread's last look (its stream would never end).
@@ -111,7 +114,7 @@ class AsyncEngine:
         is closed or collected, before the last output."""
         self.check_health()
         if is_conversation(prompt):
-            prompt = encode_chat(self.tokenizer, prompt)
+            prompt = await self.chat_tokenizer.encode_chat(prompt)
         request_id = request_id or f"stream-{next(self._ids)}"
         sink = _Sink(asyncio.get_running_loop())
         self._submit(_Add(request_id, prompt, params or SamplingParams(), sink))
@@ -146,6 +149,7 @@ class AsyncEngine:
         with self._inbox_lock:
             if self._dead is None:
                 self._dead = EngineDeadError("the engine was shut down")
+        self.chat_tokenizer.close()
         if self._thread.is_alive():
             self._inbox.put(_STOP)
             self._thread.join(timeout)

@@ -12,7 +12,6 @@ from app.backends.errors import (
     PromptTooLongError,
     ServerError,
 )
-from app.backends.local_tokens import ChatTokenizer
 from app.backends.starting import StartingReplies
 from app.backends.types import BackendStats, ChatMessage, ReplyChunk, SamplingOptions, TokenCount
 from engine import AsyncEngine, EngineDeadError, RequestOutput, SamplingParams
@@ -23,7 +22,8 @@ from engine.outputs import RequestMetrics
 class LocalBackend:
     """A ChatBackend over an AsyncEngine, which it owns: `shutdown` stops the engine.
 
-    A chat is tokenized off the event loop (see ChatTokenizer) and the engine gets its tokens.
+    A chat is tokenized off the event loop by the engine's ChatTokenizer (a thread and a
+    tokenizer copy of its own) and the engine gets its tokens.
     """
 
     location = "this computer"
@@ -33,7 +33,6 @@ class LocalBackend:
         self._engine = engine
         self.model_name = engine.engine.loaded.name
         self.max_model_len = engine.engine.max_model_len
-        self._tokenizer = ChatTokenizer(engine.tokenizer)
         self._last_ttft: float | None = None
         self._starting = StartingReplies()
         self._ids = itertools.count()
@@ -81,13 +80,12 @@ class LocalBackend:
         return TokenCount(len(await self._encode(messages)), exact=True)
 
     def shutdown(self) -> None:
-        self._tokenizer.close()
         self._engine.shutdown()
 
     async def _encode(self, messages: Sequence[ChatMessage]) -> list[int]:
         try:
-            return await self._tokenizer.encode(messages)
-        except RuntimeError as exc:  # the tokenizer's thread is gone: we were shut down
+            return await self._engine.chat_tokenizer.encode_chat([m.as_dict() for m in messages])
+        except EngineDeadError as exc:  # the tokenizer's thread is gone: we were shut down
             raise _stopped(exc, "") from exc
         except ValueError as exc:
             raise InvalidRequestError(f"The chat cannot be given to the model: {exc}.") from exc

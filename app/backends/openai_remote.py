@@ -25,6 +25,9 @@ _ABORT = object()
 _END = object()
 
 
+# Servers with vLLM's POST /tokenize, which counts a chat in the model's own template.
+_COUNTING_FLAVORS = ("vllm", "pagoda")
+
 class _Reply:
     """One streaming reply. A task of its own reads the server's events into a queue, so an
     abort (from any thread) can stop the reading at once: cancelling it closes the connection,
@@ -143,10 +146,10 @@ class OpenAIBackend:
                             time_to_first_token=self._last_ttft)
 
     async def count_tokens(self, messages: Sequence[ChatMessage]) -> TokenCount:
-        """Exact from vLLM's /tokenize; from other servers, an estimate."""
+        """Exact from vLLM's (and Pagoda's) /tokenize; from other servers, an estimate."""
         if not self._connected:
             await self.connect()
-        if self.flavor == "vllm":
+        if self.flavor in _COUNTING_FLAVORS:
             n = await tokenize_chat(self.endpoint, self.model_name, messages)
             if n is not None:
                 return TokenCount(n, exact=True)

@@ -12,7 +12,7 @@ from engine.server.chat import create_chat_completion
 from engine.server.completions import create_completion
 from engine.server.errors import APIError, install_handlers
 from engine.server.metrics import CONTENT_TYPE, CountingMiddleware, ServerMetrics
-from engine.server.protocol import ChatCompletionRequest, CompletionRequest
+from engine.server.protocol import ChatCompletionRequest, CompletionRequest, TokenizeRequest
 from engine.server.security import (
     DEFAULT_MAX_BODY_BYTES,
     APIKeyMiddleware,
@@ -21,6 +21,7 @@ from engine.server.security import (
 )
 from engine.server.served import ModelSource, ServedModel
 from engine.server.streams import ClientDisconnected
+from engine.server.tokenize import tokenize
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,10 @@ def _add_routes(app: FastAPI, source: ModelSource) -> None:
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
         return await create_completion(body, request, _served(source, body.model), metrics)
+
+    @app.post("/tokenize")
+    async def count_tokens(body: TokenizeRequest) -> dict:
+        return await tokenize(body, _served(source, body.model))
 
     @app.exception_handler(ClientDisconnected)
     async def _gone(_request: Request, _exc: ClientDisconnected) -> Response:

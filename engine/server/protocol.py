@@ -124,3 +124,12 @@ class CompletionRequest(_SamplingRequest):
         if prompt and all(isinstance(p, int) for p in prompt):
             return [list(prompt)]
         return list(prompt)
+
+
+class TokenizeRequest(_Strict):
+    """vLLM's POST /tokenize: a text prompt, or a chat in the model's template."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_generation_prompt: bool = True

@@ -10,6 +10,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from engine.server.errors import APIError
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
+# What a key guards: everything that runs the model. /health and /metrics stay open (probes).
+GUARDED_PATHS = ("/v1", "/tokenize")
 
 
 def key_digest(api_key: str) -> str:
@@ -18,7 +20,7 @@ def key_digest(api_key: str) -> str:
 
 
 class APIKeyMiddleware:
-    """Requests to /v1 must carry `Authorization: Bearer <key>`. The key's SHA-256 is compared
+    """Requests to /v1 and /tokenize must carry `Authorization: Bearer <key>`. The key's SHA-256 is compared
     in constant time with the one the server was given."""
 
     def __init__(self, app: ASGIApp, key_sha256: str) -> None:
@@ -26,7 +28,7 @@ class APIKeyMiddleware:
         self._digest = key_sha256.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/v1") \
+        if scope["type"] == "http" and scope["path"].startswith(GUARDED_PATHS) \
                 and scope["method"] != "OPTIONS" and not self._authorized(scope):
             error = APIError(401, "a valid API key is required: send 'Authorization: Bearer "
                                   "<key>' (the key the server was started with)",

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from engine.chat_template import Message
+from engine.chat_tokenizer import ChatTokenizer
 from engine.llm_engine import EngineStats
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
@@ -15,6 +16,8 @@ from engine.sampling_params import SamplingParams
 @runtime_checkable
 class EngineBackend(Protocol):
     """What the server asks of the engine behind it: AsyncEngine, in this process."""
+
+    chat_tokenizer: ChatTokenizer  # for POST /tokenize, off the server's loop
 
     def stream(self, prompt: str | list[int] | Sequence[Message],
                params: SamplingParams | None = None,

@@ -10,6 +10,7 @@ from app.controller import ChatController
 from app.engine_host import EngineHost
 from app.store import ConversationStore, SamplingSettings
 from engine import EngineDeadError
+from engine.chat_tokenizer import ChatTokenizer
 from engine.llm_engine import EngineStats
 from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 
@@ -56,6 +57,7 @@ class FakeEngine:
         self.engine = type("E", (), {"loaded": type("L", (), {"name": name})(),
                                      "max_model_len": 2048})()
         self.tokenizer = FakeTokenizer()
+        self.chat_tokenizer = ChatTokenizer(self.tokenizer)
         self.requests: list[str] = []
         self.stopped = False
         self.shutdown_started = threading.Event()
@@ -90,6 +92,7 @@ class FakeEngine:
     def shutdown(self, timeout: float = 10.0) -> None:
         self.shutdown_started.set()
         self.stopped = True
+        self.chat_tokenizer.close()
         self.tokenizer.gate.release.set()
         for request_id in list(self._streams):
             self.abort(request_id)

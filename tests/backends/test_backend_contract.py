@@ -48,7 +48,7 @@ def case(request) -> Case:
         return Case(backend, backend.engine.engine.loaded.name, True, True)
     if kind == "pagoda-server":
         server = request.getfixturevalue("pagoda_server")
-        return Case(remote(f"{server.url}/v1"), SERVED_NAME, False, True)
+        return Case(remote(f"{server.url}/v1"), SERVED_NAME, True, True)
     fake, url = request.getfixturevalue("fake_vllm" if kind == "fake-vllm" else "fake_llama_cpp")
 
     def slow_down() -> None:

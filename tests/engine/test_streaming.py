@@ -4,12 +4,14 @@ pytest-asyncio is not a dependency, so each test drives its coroutine with async
 """
 
 import asyncio
+import threading
 import time
 import unicodedata
 
 import pytest
 
 from engine import AsyncEngine, RequestOutput, SamplingParams
+from engine.chat_template import encode_chat
 
 # One thread: with the two cores shared by other processes, two OpenMP threads spin against each
 # other and a step gets ~30x slower.
@@ -243,10 +245,24 @@ def test_llm_generate_stops_at_max_tokens_with_length(llm):
     assert len(out.token_ids) == 5
 
 
-def test_async_engine_is_what_the_server_serves():
-    from engine.async_engine import AsyncEngine
+def test_async_engine_is_what_the_server_serves(engine):
     from engine.server.served import EngineBackend
 
     for name in ("stream", "abort", "stats", "check_health"):
-        assert callable(getattr(AsyncEngine, name))
-    assert issubclass(AsyncEngine, EngineBackend)
+        assert callable(getattr(engine, name))
+    assert isinstance(engine, EngineBackend)
+
+
+def test_a_chat_is_tokenized_off_the_callers_event_loop(engine, monkeypatch):
+    threads = []
+    encode = engine.chat_tokenizer._call
+
+    def noting_thread(work):
+        threads.append(threading.current_thread())
+        return encode(work)
+
+    monkeypatch.setattr(engine.chat_tokenizer, "_call", noting_thread)
+    messages = [{"role": "user", "content": "Hi"}]
+    outputs = run(engine, messages, SamplingParams(temperature=0, max_tokens=1))
+    assert threads and threading.main_thread() not in threads
+    assert outputs[-1].prompt_token_ids == encode_chat(engine.tokenizer, messages)

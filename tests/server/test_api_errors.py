@@ -139,6 +139,7 @@ def test_api_key_is_required_on_v1_routes_when_set(start_server):
     wrong = {"Authorization": "Bearer sk-wrong"}
     error_of(post(guarded, "/v1/completions", {"prompt": "Hi"}, wrong), 401)
     error_of(httpx.get(f"{guarded.url}/v1/models"), 401)
+    error_of(post(guarded, "/tokenize", {"prompt": "Hi"}), 401)
     right = {"Authorization": f"Bearer {KEY}"}
     assert post(guarded, "/v1/completions", {"prompt": "Hi", "max_tokens": 1}, right) \
         .status_code == 200

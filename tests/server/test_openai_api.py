@@ -225,3 +225,26 @@ def test_a_stream_cut_by_an_engine_shutdown_ends_with_abort(start_server, make_e
     assert rest[-1] == "data: [DONE]"
     last = json.loads(rest[-2][6:])
     assert last["choices"][0]["finish_reason"] == "abort"
+
+
+def test_tokenize_counts_a_chat_as_the_reply_will_see_it(client, server):
+    reply = client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=1)
+    counted = httpx.post(f"{server.url}/tokenize", json={"model": MODEL, "messages": CHAT},
+                         timeout=30).json()
+    assert counted["count"] == reply.usage.prompt_tokens == len(counted["tokens"])
+    assert counted["max_model_len"] > counted["count"]
+
+
+def test_tokenize_counts_a_text_prompt(server, llm):
+    counted = httpx.post(f"{server.url}/tokenize", json={"prompt": "Water boils at"},
+                         timeout=30).json()
+    assert counted["tokens"] == llm.tokenizer.encode("Water boils at")
+
+
+@pytest.mark.parametrize("body", [{}, {"prompt": "a", "messages": [{"role": "user",
+                                                                   "content": "a"}]}],
+                         ids=["neither", "both"])
+def test_tokenize_needs_a_prompt_or_a_chat(server, body):
+    response = httpx.post(f"{server.url}/tokenize", json=body, timeout=30)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "prompt"

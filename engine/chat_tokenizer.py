@@ -1,0 +1,50 @@
+"""Prompts tokenized off the caller's event loop, with a tokenizer of their own.
+
+The engine thread detokenizes with the model's tokenizer all the time; a Hugging Face fast
+tokenizer used by two threads at once can fail ("Already borrowed"), and a long chat encoded on an
+event loop holds up everything else on it (the app's window, the server's other clients).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from engine.chat_template import encode_chat
+from engine.errors import EngineDeadError
+
+
+class ChatTokenizer:
+    """Encodes on one thread of its own with a copy of the tokenizer made there (on first use,
+    so building one costs nothing). Raises EngineDeadError once closed."""
+
+    def __init__(self, tokenizer) -> None:
+        self._source = tokenizer
+        self._tokenizer = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagoda-tokenize")
+
+    async def encode_chat(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+        """The prompt for the assistant's next reply; ValueError for a chat the template
+        refuses (see engine.chat_template)."""
+        chat = [dict(m) for m in messages]
+        return await self._run(lambda tokenizer: encode_chat(tokenizer, chat))
+
+    async def encode_text(self, text: str) -> list[int]:
+        return await self._run(lambda tokenizer: tokenizer.encode(text))
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _run(self, work) -> list[int]:
+        try:
+            future = asyncio.get_running_loop().run_in_executor(self._executor, self._call, work)
+        except RuntimeError as exc:  # "cannot schedule new futures after shutdown"
+            raise EngineDeadError("the engine was shut down") from exc
+        return await future
+
+    def _call(self, work) -> list[int]:
+        if self._tokenizer is None:
+            self._tokenizer = copy.deepcopy(self._source)
+        return work(self._tokenizer)

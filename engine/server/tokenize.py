@@ -1,0 +1,24 @@
+"""POST /tokenize (vLLM's shape): how many tokens a prompt or a chat is, for clients that fit
+chats to the context (the app's remote backend counts exactly with it)."""
+
+from __future__ import annotations
+
+from engine.server.errors import APIError, as_api_errors
+from engine.server.protocol import TokenizeRequest
+from engine.server.served import ServedModel
+
+
+async def tokenize(body: TokenizeRequest, served: ServedModel) -> dict:
+    if (body.prompt is None) == (body.messages is None):
+        raise APIError(400, "give either prompt or messages", param="prompt")
+    tokenizer = served.backend.chat_tokenizer
+    with as_api_errors("messages" if body.messages is not None else "prompt"):
+        if body.messages is not None:
+            if not body.add_generation_prompt:
+                raise APIError(400, "add_generation_prompt=false is not supported by this server",
+                               param="add_generation_prompt")
+            tokens = await tokenizer.encode_chat(
+                [{"role": m.role, "content": m.text()} for m in body.messages])
+        else:
+            tokens = await tokenizer.encode_text(body.prompt)
+    return {"count": len(tokens), "max_model_len": served.max_model_len, "tokens": tokens}
