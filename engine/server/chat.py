@@ -18,32 +18,15 @@ from engine.server.generation import (
     usage,
 )
 from engine.server.metrics import ServerMetrics
-from engine.server.protocol import ChatCompletionRequest
+from engine.server.protocol import ChatCompletionRequest, engine_chat
 from engine.server.served import ServedModel
-
-# "developer" is OpenAI's newer name for the system role.
-_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
-          "tool": "tool"}
-
-
-def engine_messages(body: ChatCompletionRequest) -> list[dict[str, str]]:
-    if not body.messages:
-        raise APIError(400, "messages is empty: give at least one message", param="messages")
-    messages = []
-    for i, message in enumerate(body.messages):
-        role = _ROLES.get(message.role)
-        if role is None:
-            raise APIError(400, f"messages[{i}].role={message.role!r} must be one of "
-                                f"{sorted(_ROLES)}", param=f"messages[{i}].role")
-        messages.append({"role": role, "content": message.text()})
-    return messages
 
 
 async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                                  served: ServedModel, metrics: ServerMetrics):
     if (field := body.unsupported()) is not None:
         raise APIError(400, f"{field} is not supported by this server", param=field)
-    messages = engine_messages(body)
+    messages = engine_chat(body.messages)
     with as_api_errors("messages"):
         choices = [Choice(messages, body.sampling_params(body.resolved_max_tokens(), i))
                    for i in range(body.n)]

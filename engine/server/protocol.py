@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.sampling_params import SamplingParams
+from engine.server.errors import APIError
 
 MAX_N = 16
 
@@ -34,6 +35,17 @@ class ChatMessage(_Strict):
         if isinstance(self.content, list):
             return "".join(part.text for part in self.content)
         return self.content or ""
+
+
+# OpenAI's newer name for the system role; every other role is the engine's to check.
+_ROLE_NAMES = {"developer": "system"}
+
+
+def engine_chat(messages: list[ChatMessage]) -> list[dict[str, str]]:
+    """The chat as the engine takes it; roles and contents are validated there."""
+    if not messages:
+        raise APIError(400, "messages is empty: give at least one message", param="messages")
+    return [{"role": _ROLE_NAMES.get(m.role, m.role), "content": m.text()} for m in messages]
 
 
 class StreamOptions(_Strict):

@@ -7,6 +7,7 @@ import ipaddress
 import signal
 import socket
 import threading
+import time
 
 import uvicorn
 from fastapi import FastAPI
@@ -75,6 +76,11 @@ def _loop_factory():
     return uvloop.new_event_loop
 
 
+def _serve(server: uvicorn.Server, sock: socket.socket) -> None:
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(server.serve(sockets=[sock]))
+
+
 def _server(app: FastAPI) -> uvicorn.Server:
     config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
                             timeout_graceful_shutdown=2)
@@ -87,8 +93,7 @@ def serve_forever(app: FastAPI, sock: socket.socket) -> None:
     # that one end the run quietly, so the caller still shuts the engine down and exits 0.
     previous = signal.signal(signal.SIGTERM, _stop_quietly)
     try:
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(_server(app).serve(sockets=[sock]))
+        _serve(_server(app), sock)
     except KeyboardInterrupt:
         pass
     finally:
@@ -121,7 +126,7 @@ class ServerThread:
         for _ in range(int(timeout / 0.01)):
             if self._server.started or self._error is not None or not self._thread.is_alive():
                 break
-            threading.Event().wait(0.01)
+            time.sleep(0.01)
         if not self._server.started:
             self.stop()
             raise RuntimeError(f"the API server did not start: {self._error!r}")
@@ -135,7 +140,6 @@ class ServerThread:
 
     def _run(self) -> None:
         try:
-            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-                runner.run(self._server.serve(sockets=[self._sock]))
+            _serve(self._server, self._sock)
         except BaseException as exc:  # noqa: BLE001 - reported by start()
             self._error = exc

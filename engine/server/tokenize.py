@@ -4,7 +4,7 @@ chats to the context (the app's remote backend counts exactly with it)."""
 from __future__ import annotations
 
 from engine.server.errors import APIError, as_api_errors
-from engine.server.protocol import TokenizeRequest
+from engine.server.protocol import TokenizeRequest, engine_chat
 from engine.server.served import ServedModel
 
 
@@ -17,8 +17,7 @@ async def tokenize(body: TokenizeRequest, served: ServedModel) -> dict:
             if not body.add_generation_prompt:
                 raise APIError(400, "add_generation_prompt=false is not supported by this server",
                                param="add_generation_prompt")
-            tokens = await tokenizer.encode_chat(
-                [{"role": m.role, "content": m.text()} for m in body.messages])
+            tokens = await tokenizer.encode_chat(engine_chat(body.messages))
         else:
             tokens = await tokenizer.encode_text(body.prompt)
     return {"count": len(tokens), "max_model_len": served.max_model_len, "tokens": tokens}

@@ -104,6 +104,27 @@ class FakeEngine:
                            generation_tokens_per_s=0.0, num_preemptions=0)
 
 
+class IdleEngine:
+    """An engine that is loaded and never asked for a reply: for tests of loading, switching and
+    serving, which only need its name, its stats and its shutdown."""
+
+    def __init__(self, name: str) -> None:
+        self.engine = type("E", (), {"loaded": type("L", (), {"name": name})(),
+                                     "max_model_len": 2048})()
+        self.stopped = False
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        self.stopped = True
+
+    def check_health(self) -> None:
+        pass
+
+    def stats(self) -> EngineStats:
+        return EngineStats(num_running=0, num_waiting=0, kv_cache_usage=0.0, num_kv_blocks=1,
+                           prefix_cache_hit_rate=0.0, generation_tokens_per_s=0.0,
+                           num_preemptions=0)
+
+
 def output(request_id, text, delta, reason, error=None):
     completion = CompletionOutput(0, text, list(range(len(text.split()))), reason, delta,
                                   error=error)

@@ -9,7 +9,6 @@ class _FakeBackend:
     def __init__(self, name):
         self.engine = type("E", (), {"loaded": type("L", (), {"name": name})(),
                                      "max_model_len": 2048})()
-        self.tokenizer = None
         self.stopped = False
 
     def shutdown(self, timeout=10.0):

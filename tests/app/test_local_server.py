@@ -14,28 +14,12 @@ import pytest
 from app.api_key import KEY_FILENAME, ApiKeyFile
 from app.engine_host import EngineHost
 from app.local_server import LocalServer
-from engine.llm_engine import EngineStats
+from tests.app.fake_engine import IdleEngine
 
 WAIT_MS = 5_000
 FIRST = "first-model"
 
 
-class _FakeBackend:
-    def __init__(self, name: str) -> None:
-        self.engine = type("E", (), {"loaded": type("L", (), {"name": name})(),
-                                     "max_model_len": 2048})()
-        self.tokenizer = None  # these tests send no chat, so nothing is tokenized
-
-    def shutdown(self, timeout: float = 10.0) -> None:
-        pass
-
-    def check_health(self) -> None:
-        pass
-
-    def stats(self) -> EngineStats:
-        return EngineStats(num_running=0, num_waiting=0, kv_cache_usage=0.0, num_kv_blocks=1,
-                           prefix_cache_hit_rate=0.0, generation_tokens_per_s=0.0,
-                           num_preemptions=0)
 
 
 class _Models:
@@ -48,7 +32,7 @@ class _Models:
 
     def __call__(self, model, config, on_progress):
         self.gate.wait(WAIT_MS / 1000)
-        return _FakeBackend(model or FIRST)
+        return IdleEngine(model or FIRST)
 
 
 @pytest.fixture

@@ -11,26 +11,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QLabel, QMessageBox
 from safetensors.torch import save_file
 
-from engine.llm_engine import EngineStats
 from engine.loader import default_model_file
+from tests.app.fake_engine import IdleEngine
 
 RUNNING = "running-model"
-
-
-class _FakeBackend:
-    def __init__(self, name: str) -> None:
-        self.engine = type("E", (), {"loaded": type("L", (), {"name": name})(),
-                                     "max_model_len": 2048})()
-        self.tokenizer = None  # these tests send no chat, so nothing is tokenized
-        self.stopped = False
-
-    def shutdown(self, timeout: float = 10.0) -> None:
-        self.stopped = True
-
-    def stats(self) -> EngineStats:
-        return EngineStats(num_running=0, num_waiting=0, kv_cache_usage=0.0, num_kv_blocks=1,
-                           prefix_cache_hit_rate=0.0, generation_tokens_per_s=0.0,
-                           num_preemptions=0)
 
 
 class _Loads:
@@ -49,7 +33,7 @@ class _Loads:
             check_model_fits(model, config, self.available)
         self.models.append(model)
         self.configs.append(config)
-        return _FakeBackend(Path(model).name if model else RUNNING)
+        return IdleEngine(Path(model).name if model else RUNNING)
 
 
 @pytest.fixture

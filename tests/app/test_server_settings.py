@@ -13,25 +13,10 @@ from PySide6.QtWidgets import QDialog, QLineEdit
 
 from app.api_key import KEY_FILENAME, ApiKeyFile
 from app.server_controller import SERVER_ENABLED_SETTING, SERVER_PORT_SETTING
-from engine.llm_engine import EngineStats
+from tests.app.fake_engine import IdleEngine
 
 WAIT_MS = 5_000
 RUNNING = "running-model"
-
-
-class _FakeBackend:
-    def __init__(self, name: str) -> None:
-        self.engine = type("E", (), {"loaded": type("L", (), {"name": name})(),
-                                     "max_model_len": 2048})()
-        self.tokenizer = None  # these tests send no chat, so nothing is tokenized
-
-    def shutdown(self, timeout: float = 10.0) -> None:
-        pass
-
-    def stats(self) -> EngineStats:
-        return EngineStats(num_running=0, num_waiting=0, kv_cache_usage=0.0, num_kv_blocks=1,
-                           prefix_cache_hit_rate=0.0, generation_tokens_per_s=0.0,
-                           num_preemptions=0)
 
 
 @pytest.fixture
@@ -48,7 +33,7 @@ def server_window(qloop, qtbot, tmp_path):
     def build(db_path=None):
         store = ConversationStore.open(db_path or tmp_path / "chats.db")
         host = EngineHost(factory=lambda model, config, progress:
-                          _FakeBackend(Path(model).name if model else RUNNING))
+                          IdleEngine(Path(model).name if model else RUNNING))
         window = MainWindow(AsyncStore(store), host,
                             ApiKeyFile(tmp_path / "config" / KEY_FILENAME))
         qtbot.addWidget(window)
