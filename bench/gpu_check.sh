@@ -3,7 +3,9 @@
 # time-limited, a failing stage reported while the others still run.
 #   bash bench/gpu_check.sh [OUT_DIR]      (default: $OUT, else ./gpu_check_out)
 # Needs torch, triton and transformers on the machine's python (pytest for the kernel tests);
-# no .venv, no network. Writes OUT_DIR/gpu_check.json and OUT_DIR/gpu_check.md (the table for
+# no .venv, no network. The engine also imports gguf and platformdirs, which the lent H200 lacks:
+# carry them as wheels (pip download --no-deps ... -d .whl gguf platformdirs, then
+# pip install --no-index --target /tmp/site .whl/*.whl and PYTHONPATH=/tmp/site), see the device README. Writes OUT_DIR/gpu_check.json and OUT_DIR/gpu_check.md (the table for
 # docs/BENCHMARKS.md), plus one log per stage.
 set -u
 cd "$(dirname "$0")/.."
