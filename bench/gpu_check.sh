@@ -5,8 +5,9 @@
 # Needs torch, triton and transformers on the machine's python (pytest for the kernel tests);
 # no .venv, no network. The engine also imports gguf and platformdirs, which the lent H200 lacks:
 # carry them as wheels (pip download --no-deps ... -d .whl gguf platformdirs, then
-# pip install --no-index --target /tmp/site .whl/*.whl and PYTHONPATH=/tmp/site), see the device README. Writes OUT_DIR/gpu_check.json and OUT_DIR/gpu_check.md (the table for
-# docs/BENCHMARKS.md), plus one log per stage.
+# pip install --no-index --target /tmp/site .whl/*.whl and PYTHONPATH=/tmp/site), see the device README.
+# Writes OUT_DIR/gpu_check.json and OUT_DIR/gpu_check.md (the table for docs/BENCHMARKS.md), plus
+# one log per stage: 14 files, more than a lent machine sends back, so write to /tmp and tar them.
 set -u
 cd "$(dirname "$0")/.."
 OUT_DIR="${1:-${OUT:-gpu_check_out}}"
