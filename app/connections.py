@@ -291,7 +291,12 @@ class AddServerFlow:
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call `listener()` after each change; returns the function that stops it."""
         self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
 
     async def probe(self, url: str, api_key: str) -> None:
         """Ask the server at `url` for its models. The only model of a server is chosen."""
