@@ -1,25 +1,28 @@
-"""One open conversation: the transcript, the context meter, notices and the composer."""
+"""One open conversation's widgets: the transcript, the context meter, notices and the composer.
+It is the ChatView its ChatSession renders into (app/chat_session.py)."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout, QWidget
 
-from app.view_models import SamplingView
+from app.view_models import MessageView, SamplingView
 from app.widgets.composer import Composer
 from app.widgets.context_meter import ContextMeter
 from app.widgets.transcript import TranscriptView
 
 
 class ChatTab(QWidget):
-    """Widgets only: its ChatController fills it and listens to it.
+    """Widgets only: its ChatSession tells it what to show; its ChatController forwards its input.
 
     `title_changed(str)` asks the tab bar to relabel; `settings_changed(SamplingView)` carries
-    edits from the window's settings panel while this tab is the current one.
+    edits from the window's settings panel while this tab is the current one;
+    `notice_dismissed()` when the notice's ✕ is clicked.
     """
 
     title_changed = Signal(str)
     settings_changed = Signal(object)
+    notice_dismissed = Signal()
 
     def __init__(self, conversation_id: int, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -36,6 +39,7 @@ class ChatTab(QWidget):
                               textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
         self._notice_close = QToolButton(self, text="✕", autoRaise=True)
         self._notice_close.clicked.connect(self.clear_notice)
+        self._notice_close.clicked.connect(self.notice_dismissed)
         self._layout()
         self.clear_notice()
 
@@ -52,6 +56,46 @@ class ChatTab(QWidget):
         layout.addLayout(notice_row)
         layout.addLayout(tools)
         layout.addWidget(self.composer)
+
+    # -- the ChatView a session renders into ---------------------------------------------------
+
+    def show_messages(self, views: list[MessageView]) -> None:
+        self.transcript.set_messages(views)
+
+    def update_message(self, view: MessageView) -> None:
+        self.transcript.update_message(view)
+
+    def begin_stream(self, view: MessageView) -> None:
+        self.transcript.begin_stream(view)
+
+    def append_delta(self, message_id: int, delta: str) -> None:
+        self.transcript.append_delta(message_id, delta)
+
+    def end_stream(self, view: MessageView) -> None:
+        self.transcript.end_stream(view)
+
+    def show_title(self, title: str) -> None:
+        self.set_title(title)
+
+    def show_streaming(self, streaming: bool) -> None:
+        self.composer.set_streaming(streaming)
+
+    def show_can_regenerate(self, enabled: bool) -> None:
+        self.set_can_regenerate(enabled)
+
+    def show_settings(self, settings: SamplingView) -> None:
+        self.set_settings(settings)
+
+    def show_context_usage(self, used: int, max_model_len: int, max_tokens: int) -> None:
+        self.context_meter.set_usage(used, max_model_len, max_tokens)
+
+    def restore_draft(self, text: str) -> None:
+        self.composer.set_text(text)
+
+    def begin_edit(self, message_id: int, content: str) -> None:
+        self.composer.begin_edit(message_id, content)
+
+    # -- its own widgets ---------------------------------------------------------------------------
 
     def set_title(self, title: str) -> None:
         if title != self.title:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.backends import BackendError, ChatBackend
+from app.backends import ChatBackend, ModelLoadingError
 from app.backends.local import LocalBackend
 from app.view_models import EngineStatusView
 from engine import AsyncEngine, EngineConfig, LLMEngine, PagodaError
@@ -29,10 +29,6 @@ logger = logging.getLogger(__name__)
 EngineFactory = Callable[[str | None, EngineConfig, ProgressCallback], AsyncEngine]
 STATS_INTERVAL_MS = 250
 SPECULATIVE_TOKENS = 2
-
-
-class ModelLoadingError(BackendError):
-    """No request can start now: a model is loading, or none has loaded."""
 
 
 def _make_engine(model: str | None, config: EngineConfig,

@@ -310,7 +310,7 @@ class MainWindow(QMainWindow):
     async def rename(self, cid: int, title: str) -> None:
         await self.db.rename(cid, title)
         if cid in self.controllers:
-            self.controllers[cid].view.set_title(title)
+            self.controllers[cid].session.rename(title)
         await self.refresh_conversations()
 
     async def pin(self, cid: int, pinned: bool) -> None:
@@ -488,9 +488,10 @@ class MainWindow(QMainWindow):
         tabs = [t.conversation_id for t in self.open_tabs()]
         current = self.tabs.currentWidget()
         for controller in self.controllers.values():
-            controller.close()
-        self.db.drain()
-        self.db.store.save_open_tabs(tabs, current.conversation_id if current else None)
+            controller.close()  # queues each partial reply's ending on the store's worker
+        active = current.conversation_id if current else None
+        self.db.submit(lambda store: store.save_open_tabs(tabs, active))
+        self.db.drain()  # the app may exit as soon as this returns
         self.server_controller.shutdown()  # API requests end before the engine they run on
         self.host.shutdown()
         if self._describing is not None:

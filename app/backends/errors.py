@@ -16,6 +16,10 @@ class BackendError(Exception):
         self.partial_text = partial_text
 
 
+class ModelLoadingError(BackendError):
+    """No request can start now: a model is loading, or none has loaded."""
+
+
 class BackendUnreachableError(BackendError):
     """No connection: refused, no such host, or the connect timed out."""
 

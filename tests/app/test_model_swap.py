@@ -42,10 +42,10 @@ def _last(controller):
 def test_a_reply_held_up_while_the_model_switched_streams_on_the_new_model(tab, qtbot):
     first = tab.models.built[None]
     go = _gate_assistant_start(tab)
-    tab.spawn(tab.send("Hello"))
+    tab.spawn(tab.session.send("Hello"))
     qtbot.waitUntil(lambda: _last(tab) is not None and _last(tab).role == "user",
                     timeout=WAIT_MS)
-    qtbot.waitUntil(tab.host.load("second").done, timeout=WAIT_MS)
+    qtbot.waitUntil(tab.session.source.load("second").done, timeout=WAIT_MS)
     go.set()
     second = tab.models.built["second"]
     request_id = _wait_streaming_on(qtbot, second)
@@ -58,11 +58,11 @@ def test_a_reply_held_up_while_the_model_switched_streams_on_the_new_model(tab, 
 def test_a_reply_due_to_start_while_a_model_loads_is_refused_and_kept(tab, qtbot):
     first = tab.models.built[None]
     go = _gate_assistant_start(tab)
-    tab.spawn(tab.send("Hello"))
+    tab.spawn(tab.session.send("Hello"))
     qtbot.waitUntil(lambda: _last(tab) is not None and _last(tab).role == "user",
                     timeout=WAIT_MS)
     tab.models.gate.clear()
-    loading = tab.host.load("second")
+    loading = tab.session.source.load("second")
     go.set()
     qtbot.waitUntil(lambda: _last(tab).role == "assistant" and _last(tab).status != "streaming",
                     timeout=WAIT_MS)
@@ -77,12 +77,12 @@ def test_a_reply_due_to_start_while_a_model_loads_is_refused_and_kept(tab, qtbot
 
 def test_a_reply_streaming_when_the_model_switches_ends_interrupted_and_says_so(tab, qtbot):
     first = tab.models.built[None]
-    tab.spawn(tab.send("Tell me a story"))
+    tab.spawn(tab.session.send("Tell me a story"))
     request_id = _wait_streaming_on(qtbot, first)
     first.say(request_id, "Once upon")
     qtbot.waitUntil(lambda: tab.reply is not None and tab.reply.text == "Once upon",
                     timeout=WAIT_MS)
-    qtbot.waitUntil(tab.host.load("second").done, timeout=WAIT_MS)
+    qtbot.waitUntil(tab.session.source.load("second").done, timeout=WAIT_MS)
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=WAIT_MS)
     reply = _last(tab)
     assert reply.status == "interrupted" and reply.content == "Once upon"
@@ -91,7 +91,7 @@ def test_a_reply_streaming_when_the_model_switches_ends_interrupted_and_says_so(
 
 
 def test_no_engine_is_handed_out_while_a_model_loads_or_the_old_one_shuts_down(tab, qtbot):
-    host, first = tab.host, tab.models.built[None]
+    host, first = tab.session.source, tab.models.built[None]
     assert host.backend_for_new_request().engine is first
     tab.models.gate.clear()
     first.release_shutdown.clear()
@@ -111,9 +111,9 @@ def test_a_reply_whose_chat_was_being_tokenized_when_the_model_switched_is_kept_
         tab, qtbot):
     first = tab.models.built[None]
     first.tokenizer.gate.hold_call = 2  # the chat is counted to fit it, then tokenized to send
-    tab.spawn(tab.send("Hello"))
+    tab.spawn(tab.session.send("Hello"))
     qtbot.waitUntil(first.tokenizer.gate.holding.is_set, timeout=WAIT_MS)
-    qtbot.waitUntil(tab.host.load("second").done, timeout=WAIT_MS)
+    qtbot.waitUntil(tab.session.source.load("second").done, timeout=WAIT_MS)
     qtbot.waitUntil(lambda: not tab.is_streaming, timeout=WAIT_MS)
     assert first.requests == [] and tab.models.built["second"].requests == []
     assert _last(tab).status == "interrupted"

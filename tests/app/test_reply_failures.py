@@ -15,7 +15,7 @@ def tab(qloop, qtbot, tmp_path, run_async):
 def _start_reply(tab, qtbot, text="Tell me a story"):
     """Send `text`; the fake engine's request id once the reply streams."""
     engine = tab.models.built[None]
-    tab.spawn(tab.send(text))
+    tab.spawn(tab.session.send(text))
     qtbot.waitUntil(lambda: bool(engine.requests), timeout=WAIT_MS)
     return engine, engine.requests[-1]
 

@@ -1,0 +1,478 @@
+"""One open chat, without a window: its branch, its streaming reply, its settings, the notice it
+shows. It joins the conversation in the store with a backend's stream and tells a `ChatView`
+what changed; the tab's widgets are one such view, the tests another."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from app.async_store import AsyncStore
+from app.backends import BackendError, ChatBackend, ModelLoadingError, ReplyChunk
+from app.prompting import (
+    ContextOverflowError,
+    FittedPrompt,
+    chat_messages,
+    fit_to_context,
+    sampling_options,
+    stats_text,
+)
+from app.store import Conversation, ConversationStore, GenerationStats, Message, StreamingWriter
+from app.view_models import MessageView, SamplingView
+
+logger = logging.getLogger(__name__)
+
+MODEL_SWITCHED = ("The model was switched while this reply was being written: what it had "
+                  "written is kept, marked interrupted. Regenerate to answer with the new model.")
+WAIT_TO_SWITCH = "Wait for the reply to finish (or stop it) to switch branches."
+
+
+class BackendSource(Protocol):
+    """Where a chat's replies come from: the engine host, or a saved remote connection.
+
+    `backend_for_new_request()` raises ModelLoadingError while there is none; `backend` is the
+    one in service now (None while none is), so a reply can tell it was switched.
+    """
+
+    @property
+    def backend(self) -> ChatBackend | None: ...
+
+    def backend_for_new_request(self) -> ChatBackend: ...
+
+
+class ChatView(Protocol):
+    """What a session tells whoever shows it. Every method is called on the event loop."""
+
+    def show_messages(self, views: list[MessageView]) -> None: ...
+    def update_message(self, view: MessageView) -> None: ...
+    def begin_stream(self, view: MessageView) -> None: ...
+    def append_delta(self, message_id: int, delta: str) -> None: ...
+    def end_stream(self, view: MessageView) -> None: ...
+    def show_title(self, title: str) -> None: ...
+    def show_notice(self, text: str, error: bool = False) -> None: ...
+    def show_streaming(self, streaming: bool) -> None: ...
+    def show_can_regenerate(self, enabled: bool) -> None: ...
+    def show_settings(self, settings: SamplingView) -> None: ...
+    def show_context_usage(self, used: int, max_model_len: int, max_tokens: int) -> None: ...
+    def restore_draft(self, text: str) -> None: ...
+    def begin_edit(self, message_id: int, content: str) -> None: ...
+
+
+class NullView:
+    """Shows nothing: a session's view until one is attached."""
+
+    def __getattr__(self, _name: str) -> Callable[..., None]:
+        return lambda *_args, **_kwargs: None
+
+
+@dataclass(slots=True)
+class Reply:
+    """The reply being streamed: its message, request, text so far, its throttled writer, its
+    last chunk and the backend its request runs on (None until it starts).
+
+    The writer is only touched on the store's worker thread.
+    """
+
+    message: Message
+    request_id: str
+    writer: StreamingWriter
+    text: str = ""
+    last_chunk: ReplyChunk | None = None
+    backend: ChatBackend | None = None
+
+
+def message_view(m: Message, sibling_index: int = 0, sibling_count: int = 1) -> MessageView:
+    stats = stats_text(m.stats, m.completion_tokens) if m.role == "assistant" else ""
+    return MessageView(id=m.id, role=m.role, content=m.content, created_at=m.created_at,
+                       status=m.status, sibling_index=sibling_index, sibling_count=sibling_count,
+                       stats_text=stats, error=m.finish_reason if m.status == "error" else None)
+
+
+def load_branch(store: ConversationStore, cid: int) -> tuple[Conversation, list[Message],
+                                                               list[MessageView]]:
+    """The conversation, its branch root to leaf, and the views with their sibling positions."""
+    conversation = store.get_conversation(cid)
+    path = store.current_path(cid)
+    views = []
+    for m in path:
+        ids = [s.id for s in store.siblings(m.id)]
+        views.append(message_view(m, ids.index(m.id), len(ids)))
+    return conversation, path, views
+
+
+class ChatSession:
+    """One open chat. Every store call goes through AsyncStore; nothing here waits on a thread.
+
+    State the view renders: `views` (the branch shown), `title`, `notice` ((text, is_error) or
+    None), `is_streaming`, `can_regenerate`, `settings`, `context_usage` ((used, context,
+    max_tokens) or None). `on_conversation_changed(cid)` fires when the chat list should
+    refresh (a new message, a reply ended); `on_streaming_changed(bool)` when a reply starts or
+    ends.
+    """
+
+    def __init__(self, conversation_id: int, db: AsyncStore, source: BackendSource,
+                 view: ChatView | None = None) -> None:
+        self.conversation_id = conversation_id
+        self.db = db
+        self.source = source
+        self.view: ChatView = view or NullView()
+        self.conversation: Conversation | None = None
+        self.path: list[Message] = []
+        self.views: list[MessageView] = []
+        self.reply: Reply | None = None
+        self.title = "New chat"
+        self.notice: tuple[str, bool] | None = None
+        self.can_regenerate = False
+        self.settings = SamplingView()
+        self.context_usage: tuple[int, int, int] | None = None
+        self.on_conversation_changed: Callable[[int], None] = lambda _cid: None
+        self.on_streaming_changed: Callable[[bool], None] = lambda _streaming: None
+        self._tasks: set[asyncio.Task] = set()
+        self.closed = False
+
+    @property
+    def is_streaming(self) -> bool:
+        return self.reply is not None
+
+    # -- running the user's actions --------------------------------------------------------------
+
+    def spawn(self, coro) -> asyncio.Task:
+        """Run a coroutine for this chat; a failure is shown in the chat, never lost in a log."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        logger.error("chat %s: %s", self.conversation_id, exc, exc_info=exc)
+        if not self.closed:
+            self._notify(f"Something went wrong: {exc}", error=True)
+
+    async def wait_idle(self) -> None:
+        """Wait for every action started with `spawn` (tests, and closing in order)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # -- loading and settings --------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Show the conversation as stored: its current branch and its settings."""
+        await self._reload()
+        if self.closed:
+            return
+        c = self.conversation
+        self.settings = SamplingView.of(c.system_prompt, c.sampling)
+        self.view.show_settings(self.settings)
+        await self.refresh_context_meter()
+
+    async def _reload(self, *, streaming: int | None = None, ending: int | None = None) -> None:
+        """Re-read the branch and redraw what changed. `streaming` leaves that (new, empty) reply
+        out for begin_stream to draw; `ending` is the reply whose stream just ended.
+        """
+        conversation, path, views = await self.db.run(
+            lambda store: load_branch(store, self.conversation_id))
+        if self.closed:
+            return
+        self.conversation, self.path = conversation, path
+        if streaming is not None:
+            views = [v for v in views if v.id != streaming]
+        self._render(views, ending)
+        self._set_title(conversation.title or "New chat")
+        self._set_can_regenerate()
+
+    def _render(self, views: list[MessageView], ending: int | None = None) -> None:
+        """Redraw only the messages that changed: a full render of a long chat is slow."""
+        if [v.id for v in views] != [v.id for v in self.views]:
+            self.view.show_messages(views)
+        else:
+            for new, old in zip(views, self.views, strict=True):
+                if new.id == ending:
+                    self.view.end_stream(new)
+                elif new != old:
+                    self.view.update_message(new)
+        self.views = views
+
+    def rename(self, title: str) -> None:
+        """The title as stored elsewhere (the sidebar's rename)."""
+        self._set_title(title)
+
+    async def save_settings(self, settings: SamplingView) -> None:
+        self.settings = settings
+        await self.db.update_settings(self.conversation_id,
+                                      system_prompt=settings.system_prompt or None,
+                                      sampling=settings.sampling())
+        self.conversation = await self.db.get_conversation(self.conversation_id)
+        await self.refresh_context_meter()
+
+    async def refresh_context_meter(self) -> None:
+        backend = self.source.backend
+        if backend is None or self.conversation is None:
+            return
+        messages = chat_messages(self.conversation.system_prompt, self.path)
+        used = 0
+        if messages:
+            try:
+                used = (await backend.count_tokens(messages)).n
+            except BackendError:
+                return  # the model is being switched: the new one's load refreshes the meter
+        if not self.closed:
+            self.context_usage = (used, backend.max_model_len,
+                                  self.conversation.sampling.max_tokens)
+            self.view.show_context_usage(*self.context_usage)
+
+    # -- the user's actions ----------------------------------------------------------------------
+
+    async def send(self, text: str) -> None:
+        if self.is_streaming or not self._check_backend():
+            self.view.restore_draft(text)
+            return
+        user = await self.db.append_user_message(self.conversation_id, text)
+        self.on_conversation_changed(self.conversation_id)
+        await self._generate(user.id)
+
+    async def edit(self, message_id: int, text: str) -> None:
+        if self.is_streaming or not self._check_backend():
+            return
+        user = await self.db.edit_user_message(message_id, text)
+        await self._generate(user.id)
+
+    async def regenerate(self, assistant_id: int) -> None:
+        if self.is_streaming or not self._check_backend():
+            return
+        message = next((m for m in self.path if m.id == assistant_id), None)
+        if message is None or message.parent_id is None:
+            return
+        await self._generate(message.parent_id)
+
+    async def regenerate_last(self) -> None:
+        last = self._last_assistant()
+        if last is not None:
+            await self.regenerate(last.id)
+
+    async def switch_branch(self, message_id: int, direction: int) -> None:
+        if self.is_streaming:
+            self._notify(WAIT_TO_SWITCH)
+            return
+        siblings = await self.db.siblings(message_id)
+        ids = [s.id for s in siblings]
+        target = ids[(ids.index(message_id) + direction) % len(ids)]
+        await self.db.switch_branch(target)
+        await self._reload()
+        await self.refresh_context_meter()
+
+    async def show_branch_of(self, message_id: int) -> None:
+        """Make the branch holding `message_id` the one shown (a search hit on another branch)."""
+        if self.is_streaming:
+            return
+        await self.db.switch_branch(message_id)
+        await self._reload()
+        await self.refresh_context_meter()
+
+    def stop(self) -> None:
+        if self.reply is not None and self.reply.backend is not None:
+            self.reply.backend.abort(self.reply.request_id)
+
+    def begin_edit(self, message_id: int) -> None:
+        message = next((m for m in self.path if m.id == message_id), None)
+        if message is not None and not self.is_streaming:
+            self.view.begin_edit(message_id, message.content)
+
+    def use_source(self, source: BackendSource) -> bool:
+        """Answer this chat's next replies from `source`; refused (False) while one streams."""
+        if self.is_streaming:
+            self._notify("Wait for the reply to finish (or stop it) to change where this chat's "
+                         "replies come from.")
+            return False
+        self.source = source
+        self.spawn(self.refresh_context_meter())
+        return True
+
+    def _last_assistant(self) -> Message | None:
+        return next((m for m in reversed(self.path) if m.role == "assistant"), None)
+
+    def _check_backend(self) -> bool:
+        try:
+            self.source.backend_for_new_request()
+        except ModelLoadingError as exc:
+            self._notify(str(exc))
+            return False
+        return True
+
+    # -- generation ------------------------------------------------------------------------------
+
+    async def _generate(self, parent_id: int) -> None:
+        if self.closed:
+            return
+        model = self._model_name()
+        message = await self.db.start_assistant_message(self.conversation_id, parent_id=parent_id,
+                                                        model=model)
+        writer = StreamingWriter(self.db.store, message.id)
+        self.reply = Reply(message, f"conv{self.conversation_id}-msg{message.id}", writer)
+        self._set_streaming(True)
+        try:
+            await self._reload(streaming=message.id)
+            if self.closed:
+                return  # closed while the branch was read: kept interrupted below
+            backend, fitted = await self._fit_on_current_backend()
+            if fitted is not None and not self.closed:
+                await self._stream(backend, fitted)
+        except BackendError as exc:
+            await self._end_on_error(exc)
+        finally:
+            self.reply = None
+            if self.closed:  # closed at any await above: the reply is kept, interrupted
+                self.db.submit(lambda _store: writer.closed or writer.interrupt())
+            else:
+                self._set_streaming(False)
+                await self._reload(ending=message.id)
+                await self.refresh_context_meter()
+                self.on_conversation_changed(self.conversation_id)
+
+    def _model_name(self) -> str:
+        backend = self.source.backend
+        return backend.model_name if backend is not None else ""
+
+    async def _fit_on_current_backend(self) -> tuple[ChatBackend, FittedPrompt | None]:
+        """The backend to stream on and the prompt fitted to it, fitted again when the model was
+        switched meanwhile. Raises ModelLoadingError once a model is loading."""
+        while True:
+            backend = self.source.backend_for_new_request()
+            try:
+                fitted = await self._fit_prompt(backend)
+            except BackendError:
+                if self.source.backend_for_new_request() is backend:
+                    raise
+                continue  # the backend stopped as the model was switched: fit to the new one
+            if fitted is None or self.source.backend_for_new_request() is backend:
+                return backend, fitted
+
+    async def _stream(self, backend: ChatBackend, fitted: FittedPrompt) -> None:
+        # A switch can still come while the backend tokenizes the chat: the stream then ends
+        # with "abort" or raises BackendStoppedError, and the tab says the model was switched.
+        reply = self.reply
+        options = sampling_options(self.conversation.sampling, fitted.max_tokens)
+        view = message_view(reply.message)
+        self.view.begin_stream(view)
+        self.views = [*self.views, view]
+        reply.backend = backend
+        async for chunk in backend.stream(fitted.messages, options, reply.request_id):
+            self._on_chunk(chunk)
+        await self._finish(backend.model_name)
+
+    async def _fit_prompt(self, backend: ChatBackend) -> FittedPrompt | None:
+        messages = chat_messages(self.conversation.system_prompt, self.path[:-1])
+        max_model_len = backend.max_model_len
+        try:
+            fitted = await fit_to_context(messages, backend.count_tokens, max_model_len,
+                                          self.conversation.sampling.max_tokens)
+        except ContextOverflowError as exc:
+            await self._fail(str(exc))
+            return None
+        if fitted.num_dropped:
+            self._notify(
+                f"This chat is longer than the model's context ({max_model_len} "
+                f"tokens): the {fitted.num_dropped} oldest messages were left out of what the "
+                "model sees for this reply. They stay in the chat.")
+        return fitted
+
+    def _on_chunk(self, chunk: ReplyChunk) -> None:
+        reply = self.reply
+        delta = chunk.delta_text
+        reply.last_chunk = chunk
+        if not delta or self.closed:
+            return
+        reply.text += delta
+        self.view.append_delta(reply.message.id, delta)
+        # Not awaited: the worker applies writes in order, and the stream need not wait for disk.
+        self.db.submit(lambda _store, d=delta: reply.writer.append(d))
+
+    async def _finish(self, model: str) -> None:
+        reply = self.reply
+        last = reply.last_chunk
+        if self.closed:
+            return
+        if last is None or last.finish_reason in (None, "abort"):
+            await self._keep_interrupted()
+        else:
+            await self.db.run(lambda _store: reply.writer.finish(
+                last.finish_reason, _generation_stats(last, model),
+                prompt_tokens=last.num_prompt_tokens, completion_tokens=last.num_output_tokens))
+
+    async def _fail(self, error: str) -> None:
+        writer = self.reply.writer
+        await self.db.run(lambda _store: writer.closed or writer.fail(error))
+        if not self.closed:
+            self._notify(error, error=True)
+
+    async def _end_on_error(self, exc: BackendError) -> None:
+        """A reply cut by a model switch is kept, and said so; one cut by a failure after text
+        arrived is kept too, with the failure shown; one that never began fails."""
+        if self._backend_was_switched():
+            await self._keep_interrupted()
+        elif exc.partial_text or self.reply.text:
+            await self._keep_interrupted()
+            if not self.closed:
+                self._notify(str(exc), error=True)
+        else:
+            await self._fail(str(exc))
+
+    async def _keep_interrupted(self) -> None:
+        """Keep the reply so far; say why when it was not the user's Stop."""
+        writer = self.reply.writer
+        await self.db.run(lambda _store: writer.closed or writer.interrupt())
+        if self._backend_was_switched() and not self.closed:
+            self._notify(MODEL_SWITCHED, error=True)
+
+    def _backend_was_switched(self) -> bool:
+        backend = self.reply.backend
+        return backend is not None and backend is not self.source.backend
+
+    # -- what the view shows ---------------------------------------------------------------------
+
+    def _notify(self, text: str, error: bool = False) -> None:
+        self.notice = (text, error)
+        self.view.show_notice(text, error)
+
+    def clear_notice(self) -> None:
+        self.notice = None
+
+    def _set_title(self, title: str) -> None:
+        if title != self.title:
+            self.title = title
+        self.view.show_title(title)
+
+    def _set_can_regenerate(self) -> None:
+        self.can_regenerate = self._last_assistant() is not None and not self.is_streaming
+        self.view.show_can_regenerate(self.can_regenerate)
+
+    def _set_streaming(self, streaming: bool) -> None:
+        self.view.show_streaming(streaming)
+        self._set_can_regenerate()
+        self.on_streaming_changed(streaming)
+
+    # -- closing ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop for good: abort a streaming reply and queue its ending as interrupted on the
+        store's worker (the window drains the worker before the app exits)."""
+        self.closed = True
+        self.view = NullView()  # its widgets may be gone by the time a stream ends
+        reply = self.reply
+        if reply is None:
+            return
+        if reply.backend is not None:
+            reply.backend.abort(reply.request_id)
+        writer = reply.writer
+        self.db.submit(lambda _store: writer.closed or writer.interrupt())
+
+
+def _generation_stats(last: ReplyChunk, model: str) -> GenerationStats:
+    return GenerationStats(model=model, ttft_s=last.time_to_first_token,
+                           tokens_per_s=last.tokens_per_s, cached_tokens=last.num_cached_tokens)
