@@ -56,7 +56,8 @@ class ChatView(Protocol):
     def show_streaming(self, streaming: bool) -> None: ...
     def show_can_regenerate(self, enabled: bool) -> None: ...
     def show_settings(self, settings: SamplingView) -> None: ...
-    def show_context_usage(self, used: int, max_model_len: int, max_tokens: int) -> None: ...
+    def show_context_usage(self, used: int, max_model_len: int, max_tokens: int, *,
+                           exact: bool = True) -> None: ...
     def restore_draft(self, text: str) -> None: ...
     def begin_edit(self, message_id: int, content: str) -> None: ...
 
@@ -216,16 +217,17 @@ class ChatSession:
         if backend is None or self.conversation is None:
             return
         messages = chat_messages(self.conversation.system_prompt, self.path)
-        used = 0
+        used, exact = 0, True
         if messages:
             try:
-                used = (await backend.count_tokens(messages)).n
+                count = await backend.count_tokens(messages)
             except BackendError:
                 return  # the model is being switched: the new one's load refreshes the meter
+            used, exact = count.n, count.exact and backend.max_model_len_known
         if not self.closed:
             self.context_usage = (used, backend.max_model_len,
                                   self.conversation.sampling.max_tokens)
-            self.view.show_context_usage(*self.context_usage)
+            self.view.show_context_usage(*self.context_usage, exact=exact)
 
     # -- the user's actions ----------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ class ChatTab(QWidget):
         self.regenerate_button = QPushButton("Regenerate", self, objectName="regenerateButton")
         self.regenerate_button.setToolTip("Answer the last message again, as a new branch")
         self.regenerate_button.setEnabled(False)
+        self.source_label = QLabel(self, objectName="chatSource")
         self._notice = QLabel(self, objectName="notice", wordWrap=True,
                               textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
         self._notice_close = QToolButton(self, text="✕", autoRaise=True)
@@ -48,6 +49,7 @@ class ChatTab(QWidget):
         notice_row.addWidget(self._notice, 1)
         notice_row.addWidget(self._notice_close)
         tools = QHBoxLayout()
+        tools.addWidget(self.source_label)
         tools.addWidget(self.context_meter, 1)
         tools.addWidget(self.regenerate_button)
         layout = QVBoxLayout(self)
@@ -86,8 +88,15 @@ class ChatTab(QWidget):
     def show_settings(self, settings: SamplingView) -> None:
         self.set_settings(settings)
 
-    def show_context_usage(self, used: int, max_model_len: int, max_tokens: int) -> None:
-        self.context_meter.set_usage(used, max_model_len, max_tokens)
+    def show_context_usage(self, used: int, max_model_len: int, max_tokens: int, *,
+                           exact: bool = True) -> None:
+        self.context_meter.set_usage(used, max_model_len, max_tokens, exact=exact)
+
+    def show_source(self, text: str) -> None:
+        """Where this chat's replies come from, e.g. "llama-3-8b · gpu-box:8000"."""
+        self.source_label.setText(text)
+        self.source_label.setToolTip(f"Replies in this chat come from {text}. Choose another "
+                                     "model or server in the model picker.")
 
     def restore_draft(self, text: str) -> None:
         self.composer.set_text(text)

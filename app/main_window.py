@@ -24,9 +24,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.add_server import open_add_server_dialog
 from app.api_key import ApiKeyFile
 from app.async_store import AsyncStore
+from app.chat_sources import LOCAL, ChatSources, RemoteSource
 from app.chat_tab import ChatTab
+from app.connections import AddServerFlow, ConnectionKeys, SavedConnections, ServerConnection
 from app.controller import ChatController
 from app.engine_host import EngineHost
 from app.local_server import LocalServer
@@ -60,6 +63,9 @@ SHORTCUTS = {
 }
 # Item data of the picker's last entry; a model's entry holds its path ("" for the default).
 OPEN_MODEL_ITEM = "open-model-file"
+ADD_SERVER_ITEM = "add-server"
+SERVER_ITEM_PREFIX = "server:"  # + a saved connection's id
+REMOTE_STATS_INTERVAL_MS = 500
 LAST_MODEL_SETTING = "last_model"
 QUANTIZATION_SETTING = "quantization"
 
@@ -70,7 +76,8 @@ class MainWindow(QMainWindow):
     closed = Signal()
 
     def __init__(self, db: AsyncStore, host: EngineHost,
-                 api_key_file: ApiKeyFile | None = None) -> None:
+                 api_key_file: ApiKeyFile | None = None,
+                 connection_keys: ConnectionKeys | None = None) -> None:
         super().__init__()
         self.recovered_from: Path | None = None
         self.setWindowTitle("Pagoda")
@@ -78,6 +85,8 @@ class MainWindow(QMainWindow):
         self.db = db
         self.host = host
         self.controllers: dict[int, ChatController] = {}
+        self.sources = ChatSources(host, SavedConnections(db, connection_keys or ConnectionKeys()),
+                                   db)
         self.sidebar = Sidebar(self)
         self.tabs = QTabWidget(self, objectName="chatTabs", tabsClosable=True, movable=True,
                                documentMode=True)
@@ -90,6 +99,8 @@ class MainWindow(QMainWindow):
         self.model_picker = QComboBox(self, objectName="modelPicker")
         self._undo_button = QPushButton("Undo", self, objectName="undoButton")
         self._undo_timer = QTimer(self, singleShot=True, interval=UNDO_SECONDS * 1000)
+        self._remote_stats_timer = QTimer(self, interval=REMOTE_STATS_INTERVAL_MS,
+                                          timeout=self._show_remote_stats)
         self._restoring = False
         self._closing = False
         self._build()
@@ -131,7 +142,8 @@ class MainWindow(QMainWindow):
     def _build_toolbar(self) -> None:
         toolbar = QToolBar("Model", self, objectName="modelToolbar", movable=False)
         self.model_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
-        self.model_picker.setToolTip("The model every tab talks to")
+        self.model_picker.setToolTip("Where this chat's replies come from: a model on this "
+                                     "computer (shared by every local chat) or a server")
         self._render_model_picker([self.model_choices.known(None, self.host.quantization)])
         toolbar.addWidget(self.model_picker)
         toolbar.addSeparator()
@@ -165,7 +177,7 @@ class MainWindow(QMainWindow):
         self.model_picker.activated.connect(self._model_picked)
         self.model_settings.quantization_changed.connect(self.set_quantization)
         self._undo_timer.timeout.connect(self._undo_button.hide)
-        self.host.status_changed.connect(self.status.show_status)
+        self.host.status_changed.connect(self._host_status_changed)
         self.host.model_loaded.connect(self._model_loaded)
         self.host.load_failed.connect(self._model_failed)
         self.status.show_status(self.host.status)
@@ -189,6 +201,8 @@ class MainWindow(QMainWindow):
         """Reopen the tabs of the last session (or a new chat) and show the conversation list."""
         self._restoring = True
         try:
+            await self.sources.load()
+            self.refresh_model_picker()
             await self.refresh_conversations()
             ids, active = await self.db.load_open_tabs()
             known = {c.id for c in await self.db.list_conversations()}
@@ -204,7 +218,14 @@ class MainWindow(QMainWindow):
         await self.save_open_tabs()
 
     async def new_chat(self) -> None:
-        conversation = await self.db.create_conversation(model=self.host.model_name or None)
+        """A new chat answers from where the current one does."""
+        current = self.current_controller()
+        source_id = self.sources.id_of(current.session.source) if current else LOCAL
+        source = self.sources.source(source_id)
+        model = source.backend.model_name if source.backend is not None else None
+        conversation = await self.db.create_conversation(model=model or None)
+        if source_id != LOCAL:
+            await self.sources.choose(conversation.id, source_id)
         await self.open_conversation(conversation.id)
         await self.refresh_conversations()
 
@@ -214,9 +235,10 @@ class MainWindow(QMainWindow):
             self.tabs.setCurrentWidget(tab)
             return tab
         tab = ChatTab(cid)
-        controller = ChatController(cid, self.db, self.host, tab, parent=self)
+        source = self.sources.source(self.sources.chosen_for(cid))
+        controller = ChatController(cid, self.db, source, tab, parent=self)
         self.controllers[cid] = controller
-        tab.composer.set_engine_ready(self.host.is_ready and not self.host.is_loading)
+        self._show_source(controller)
         tab.title_changed.connect(lambda title, t=tab: self._retitle(t, title))
         controller.conversation_changed.connect(lambda _cid: self.spawn(self.refresh_conversations()))
         index = self.tabs.addTab(tab, "New chat")
@@ -257,6 +279,21 @@ class MainWindow(QMainWindow):
     def open_tabs(self) -> list[ChatTab]:
         return [self.tabs.widget(i) for i in range(self.tabs.count())]
 
+    def current_controller(self) -> ChatController | None:
+        tab = self.tabs.currentWidget()
+        return self.controllers.get(tab.conversation_id) if isinstance(tab, ChatTab) else None
+
+    def _is_local(self, controller: ChatController) -> bool:
+        return controller.session.source is self.host
+
+    def _show_source(self, controller: ChatController) -> None:
+        """The tab's label and whether it can send: a local chat waits for the model to load."""
+        tab, source = controller.view, controller.session.source
+        tab.show_source(self.sources.describe(source))
+        ready = (self.host.is_ready and not self.host.is_loading) if self._is_local(controller) \
+            else source.backend is not None
+        tab.composer.set_engine_ready(ready)
+
     async def save_open_tabs(self) -> None:
         current = self.tabs.currentWidget()
         await self.db.save_open_tabs([t.conversation_id for t in self.open_tabs()],
@@ -277,6 +314,8 @@ class MainWindow(QMainWindow):
         if isinstance(tab, ChatTab):
             self.settings_panel.set_settings(tab.settings)
             self.sidebar.select_conversation(tab.conversation_id)
+            self._select_in_picker()
+            self._show_backend_status()
         if not self._restoring and not self._closing:
             self.spawn(self.save_open_tabs())
 
@@ -361,13 +400,43 @@ class MainWindow(QMainWindow):
     # -- the model -------------------------------------------------------------------------------
 
     def _model_picked(self, index: int) -> None:
-        data = self.model_picker.itemData(index)
+        data = self.model_picker.itemData(index) or ""
         if data == OPEN_MODEL_ITEM:
             self.open_model_dialog()
-        elif ((data or None) != self.host.model_path or not self.host.is_ready
-              or self._quantization_differs_from_running()):
-            self.load_model(data or None)
+        elif data == ADD_SERVER_ITEM:
+            self.open_add_server_dialog()
+        elif data.startswith(SERVER_ITEM_PREFIX):
+            self.use_source_in_current_chat(data.removeprefix(SERVER_ITEM_PREFIX))
+        else:
+            self.use_source_in_current_chat(LOCAL)
+            if ((data or None) != self.host.model_path or not self.host.is_ready
+                    or self._quantization_differs_from_running()):
+                self.load_model(data or None)
         self.refresh_model_picker()  # until a new model loads, the picker shows the running one
+
+    def use_source_in_current_chat(self, source_id: str) -> None:
+        """Answer the current chat from the engine here (LOCAL) or a saved server."""
+        controller = self.current_controller()
+        if controller is None:
+            return
+        source = self.sources.source(source_id)
+        if source is controller.session.source or not controller.session.use_source(source):
+            return
+        self._show_source(controller)
+        self._show_backend_status()
+        self.spawn(self.sources.choose(controller.conversation_id, source_id))
+
+    def open_add_server_dialog(self):
+        """Non-blocking: the server's address, its key, and one of its models."""
+        return open_add_server_dialog(self, AddServerFlow(self.sources.saved),
+                                      self._server_added)
+
+    def _server_added(self, connection: ServerConnection) -> None:
+        self.sources.forget(connection.id)  # a server added again may have a new key
+        self.use_source_in_current_chat(connection.id)
+        self.refresh_model_picker()
+        self.status.showMessage(f"Added {connection.label}: this chat now answers from it.",
+                                5000)
 
     def _quantization_differs_from_running(self) -> bool:
         return self.host.quantization != self.host.loaded_quantization
@@ -409,15 +478,36 @@ class MainWindow(QMainWindow):
 
     def _render_model_picker(self, choices: list[ModelChoice]) -> None:
         picker = self.model_picker
+        picker.blockSignals(True)
         picker.clear()
         for choice in choices:
-            picker.addItem(choice.text, choice.source or "")
-            picker.setItemData(picker.count() - 1, choice.tooltip, Qt.ItemDataRole.ToolTipRole)
-        picker.addItem("Open model file…", OPEN_MODEL_ITEM)
-        picker.setItemData(picker.count() - 1, "A .gguf file, or a Hugging Face model folder",
-                           Qt.ItemDataRole.ToolTipRole)
-        running = self.host.model_path or ""
-        picker.setCurrentIndex(max(picker.findData(running), 0))
+            self._add_picker_item(choice.text, choice.source or "", choice.tooltip)
+        for connection in self.sources.saved.list():
+            self._add_picker_item(f"{connection.label} · server",
+                                  SERVER_ITEM_PREFIX + connection.id,
+                                  f"{connection.model} on the server at {connection.base_url}")
+        picker.insertSeparator(picker.count())
+        self._add_picker_item("Open model file…", OPEN_MODEL_ITEM,
+                              "A .gguf file, or a Hugging Face model folder")
+        self._add_picker_item("Add a server…", ADD_SERVER_ITEM,
+                              "An OpenAI-compatible server: vLLM, SGLang, llama.cpp, Ollama, "
+                              "or another Pagoda")
+        picker.blockSignals(False)
+        self._select_in_picker()
+
+    def _add_picker_item(self, text: str, data: str, tooltip: str) -> None:
+        self.model_picker.addItem(text, data)
+        self.model_picker.setItemData(self.model_picker.count() - 1, tooltip,
+                                      Qt.ItemDataRole.ToolTipRole)
+
+    def _select_in_picker(self) -> None:
+        """The current chat's source: its server, or the model running here."""
+        controller = self.current_controller()
+        if controller is not None and not self._is_local(controller):
+            data = SERVER_ITEM_PREFIX + self.sources.id_of(controller.session.source)
+        else:
+            data = self.host.model_path or ""
+        self.model_picker.setCurrentIndex(max(self.model_picker.findData(data), 0))
 
     async def restore_model_settings(self) -> None:
         """Before the first load: the quantization the user chose last time."""
@@ -442,8 +532,9 @@ class MainWindow(QMainWindow):
             self._message_box(QMessageBox.Icon.Information, "Pagoda",
                               "A model is already loading: wait for it to finish.")
             return
-        for tab in self.open_tabs():
-            tab.composer.set_engine_ready(False)
+        for controller in self.controllers.values():
+            if self._is_local(controller):
+                controller.view.composer.set_engine_ready(False)
         self.host.load(path)
 
     def _model_loaded(self, name: str) -> None:
@@ -460,10 +551,35 @@ class MainWindow(QMainWindow):
                           object_name="modelErrorDialog")
 
     def _ready_tabs(self) -> None:
-        for tab in self.open_tabs():
-            tab.composer.set_engine_ready(self.host.is_ready)
         for controller in self.controllers.values():
-            self.spawn(controller.refresh_context_meter())
+            if self._is_local(controller):
+                self._show_source(controller)
+                self.spawn(controller.refresh_context_meter())
+
+    # -- the status bar: the current chat's backend ----------------------------------------------
+
+    def _host_status_changed(self, status) -> None:
+        controller = self.current_controller()
+        if controller is None or self._is_local(controller):
+            self.status.show_status(status)
+
+    def _show_backend_status(self) -> None:
+        """The engine's figures for a local chat; what we measure of the server for a remote one."""
+        controller = self.current_controller()
+        if controller is None or self._is_local(controller):
+            self._remote_stats_timer.stop()
+            self.status.show_status(self.host.status)
+        else:
+            self._show_remote_stats()
+            self._remote_stats_timer.start()
+
+    def _show_remote_stats(self) -> None:
+        controller = self.current_controller()
+        source = controller.session.source if controller is not None else None
+        if not isinstance(source, RemoteSource) or source.backend is None:
+            self._remote_stats_timer.stop()
+            return
+        self.status.show_remote(source.connection.label, source.backend.stats())
 
     def _message_box(self, icon: QMessageBox.Icon, title: str, text: str,
                      object_name: str = "messageBox") -> QMessageBox:
@@ -492,6 +608,8 @@ class MainWindow(QMainWindow):
         active = current.conversation_id if current else None
         self.db.submit(lambda store: store.save_open_tabs(tabs, active))
         self.db.drain()  # the app may exit as soon as this returns
+        self._remote_stats_timer.stop()
+        self.sources.shutdown()  # remote replies end; their partial text is already kept
         self.server_controller.shutdown()  # API requests end before the engine they run on
         self.host.shutdown()
         if self._describing is not None:

@@ -32,10 +32,16 @@ def meter_state(used_tokens: int, context_len: int, reserve_tokens: int) -> Mete
     return "ok"
 
 
-def usage_text(used_tokens: int, context_len: int) -> str:
+ESTIMATED_HINT = ("Estimated: this server does not count tokens for clients (or does not say "
+                  "its context length), so the figures are approximate.")
+
+
+def usage_text(used_tokens: int, context_len: int, exact: bool = True) -> str:
+    """ "1,234 / 8,192 tokens", with "≈" before figures that are estimates."""
+    about = "" if exact else "≈ "
     if context_len <= 0:
-        return f"{used_tokens:,} tokens"
-    return f"{used_tokens:,} / {context_len:,} tokens"
+        return f"{about}{used_tokens:,} tokens"
+    return f"{about}{used_tokens:,} / {context_len:,} tokens"
 
 
 def meter_message(state: MeterState, used_tokens: int, context_len: int) -> str:
@@ -69,14 +75,17 @@ class ContextMeter(QWidget):
         self._message = ""
         self.set_usage(0, 0, 0)
 
-    def set_usage(self, used_tokens: int, context_len: int, reserve_tokens: int) -> None:
-        """Show `used_tokens` of `context_len`; `reserve_tokens` is the next reply's max tokens."""
+    def set_usage(self, used_tokens: int, context_len: int, reserve_tokens: int, *,
+                  exact: bool = True) -> None:
+        """Show `used_tokens` of `context_len`; `reserve_tokens` is the next reply's max tokens;
+        `exact` False marks the figures as estimates."""
         state = meter_state(used_tokens, context_len, reserve_tokens)
         self._message = meter_message(state, used_tokens, context_len)
-        self.label.setText(usage_text(used_tokens, context_len))
+        self.label.setText(usage_text(used_tokens, context_len, exact))
         self.bar.setRange(0, max(context_len, 1))
         self.bar.setValue(min(max(used_tokens, 0), max(context_len, 1)))
-        self.setToolTip(self._message or self._reserve_hint(reserve_tokens))
+        tooltip = self._message or self._reserve_hint(reserve_tokens)
+        self.setToolTip(tooltip if exact else f"{tooltip}\n{ESTIMATED_HINT}")
         self._set_state(state)
 
     def state(self) -> MeterState:

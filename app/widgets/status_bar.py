@@ -1,10 +1,12 @@
-"""The main window's status bar: engine state, device, load and cache figures, and the local
-API server's address while it serves."""
+"""The main window's status bar: the current chat's backend (the engine here: state, device,
+load and cache figures; a server: what this client measures of it), and the local API server's
+address while it serves."""
 
 from __future__ import annotations
 
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
 
+from app.backends import BackendStats
 from app.view_models import EngineStatusView, LocalServerView
 
 SEPARATOR = " · "
@@ -39,6 +41,12 @@ def server_text(server: LocalServerView) -> str:
     return f"API: {server.address}{SEPARATOR}{count} request{'' if count == 1 else 's'}"
 
 
+def remote_requests_text(stats: BackendStats) -> str:
+    """This client's replies running there; the server's queue only where it says."""
+    text = f"{stats.num_running} running"
+    return text if stats.num_waiting is None else f"{text}{SEPARATOR}{stats.num_waiting} waiting"
+
+
 def percent(fraction: float) -> str:
     return f"{min(max(fraction, 0.0), 1.0) * 100:.0f}%"
 
@@ -62,9 +70,11 @@ class EngineStatusBar(QStatusBar):
         self.kv_cache_label = self._add_label("engineKvCache")
         self.prefix_cache_label = self._add_label("enginePrefixCache")
         self.spec_label = self._add_label("engineSpecAcceptance")
+        self.ttft_label = self._add_label("backendTtft")
         self._metric_labels = (
             self.requests_label,
             self.throughput_label,
+            self.ttft_label,
             self.kv_cache_label,
             self.prefix_cache_label,
             self.spec_label,
@@ -94,7 +104,8 @@ class EngineStatusBar(QStatusBar):
         ready = status.state == "ready"
         speculating = status.spec_acceptance_rate is not None
         for label in self._metric_labels:
-            self._set_visible(label, ready and (speculating or label is not self.spec_label))
+            self._set_visible(label, ready and label is not self.ttft_label
+                              and (speculating or label is not self.spec_label))
         if ready:
             self._set_text(self.requests_label, requests_text(status))
             self._set_text(self.throughput_label, throughput_text(status.tokens_per_s))
@@ -106,6 +117,31 @@ class EngineStatusBar(QStatusBar):
                 self._set_text(
                     self.spec_label, f"Spec accept {percent(status.spec_acceptance_rate)}"
                 )
+
+    def show_remote(self, label: str, stats: BackendStats) -> None:
+        """The current chat's server: its name and what this client measures of it; figures the
+        server does not report (its KV cache, its queue) are not shown rather than shown as 0."""
+        self._set_text(self.state_label, f"Remote{SEPARATOR}{label}")
+        self._set_tooltip(f"Replies in this chat come from {label}; the figures are measured "
+                          "by Pagoda as they arrive.")
+        self._set_severity("")
+        self._set_visible(self.progress, False)
+        shown = {
+            self.requests_label: remote_requests_text(stats),
+            self.throughput_label: throughput_text(stats.tokens_per_s),
+            self.ttft_label: (None if stats.time_to_first_token is None
+                              else f"TTFT {stats.time_to_first_token:.2f} s"),
+            self.kv_cache_label: (None if stats.kv_cache_usage is None
+                                  else f"KV cache {percent(stats.kv_cache_usage)}"),
+            self.prefix_cache_label: (None if stats.prefix_cache_hit_rate is None
+                                      else f"Prefix hits {percent(stats.prefix_cache_hit_rate)}"),
+            self.spec_label: (None if stats.spec_acceptance_rate is None
+                              else f"Spec accept {percent(stats.spec_acceptance_rate)}"),
+        }
+        for widget, text in shown.items():
+            self._set_visible(widget, text is not None)
+            if text is not None:
+                self._set_text(widget, text)
 
     def show_server(self, server: LocalServerView) -> None:
         """Show the local server's address and running API requests, or nothing while it is off."""

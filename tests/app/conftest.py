@@ -14,6 +14,12 @@ def _private_config_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("PAGODA_CONFIG_DIR", str(tmp_path / "config"))
 
 
+@pytest.fixture(autouse=True)
+def _no_system_keyring(monkeypatch):
+    """No test reads or writes the user's keyring: saved servers' keys stay in memory."""
+    monkeypatch.setattr("app.connections._system_keyring", lambda: None)
+
+
 @pytest.fixture(scope="session")
 def _session_loop(qapp):
     import qasync

@@ -1,0 +1,116 @@
+"""Where each chat's replies come from: the engine on this computer, or a saved server.
+
+One `RemoteSource` (one OpenAIBackend, one HTTP client) per saved connection, shared by every
+tab that uses it, made on first use. Which source each chat uses is one app setting
+(`chat_sources`: conversation id -> connection id), so a reopened chat answers from the same
+place. No Qt here."""
+
+from __future__ import annotations
+
+import logging
+
+from app.backends import BackendError, ChatBackend, ModelLoadingError
+from app.chat_session import BackendSource
+from app.connections import ConnectionKeys, SavedConnections, ServerConnection, backend_for
+
+logger = logging.getLogger(__name__)
+
+CHAT_SOURCES_SETTING = "chat_sources"
+LOCAL = ""  # the id of the engine on this computer, where a connection id would be
+
+
+class RemoteSource:
+    """A saved connection as a BackendSource: its backend is there from the start (it connects
+    on the first request); a key that was lost gives every request the reason instead."""
+
+    def __init__(self, connection: ServerConnection, keys: ConnectionKeys) -> None:
+        self.connection = connection
+        self._backend: ChatBackend | None = None
+        self._error: BackendError | None = None
+        try:
+            self._backend = backend_for(connection, keys)
+        except BackendError as exc:
+            self._error = exc
+
+    @property
+    def backend(self) -> ChatBackend | None:
+        return self._backend
+
+    def backend_for_new_request(self) -> ChatBackend:
+        if self._backend is None:
+            raise ModelLoadingError(str(self._error))
+        return self._backend
+
+    def shutdown(self) -> None:
+        if self._backend is not None:
+            self._backend.shutdown()
+
+
+class ChatSources:
+    """The sources a chat can use, and which one each chat uses.
+
+    local: the engine host (a BackendSource). Unknown or removed connections fall back to it.
+    """
+
+    def __init__(self, local: BackendSource, saved: SavedConnections, db) -> None:
+        self.local = local
+        self.saved = saved
+        self._db = db
+        self._remote: dict[str, RemoteSource] = {}
+        self._retired: list[RemoteSource] = []  # replaced, maybe still used by open chats
+        self._by_chat: dict[int, str] = {}
+
+    async def load(self) -> None:
+        """The saved connections and each chat's choice, as last stored."""
+        await self.saved.load()
+        stored = await self._db.get_setting(CHAT_SOURCES_SETTING, {})
+        if not isinstance(stored, dict):
+            logger.warning("ignored a malformed %s setting", CHAT_SOURCES_SETTING)
+            stored = {}
+        self._by_chat = {int(cid): str(sid) for cid, sid in stored.items()
+                         if str(cid).isdigit() and self.saved.get(str(sid)) is not None}
+
+    def source(self, source_id: str) -> BackendSource:
+        """The source with that id: LOCAL, or a saved connection's id."""
+        connection = self.saved.get(source_id) if source_id != LOCAL else None
+        if connection is None:
+            return self.local
+        if source_id not in self._remote:
+            self._remote[source_id] = RemoteSource(connection, self.saved.keys)
+        return self._remote[source_id]
+
+    def id_of(self, source: BackendSource) -> str:
+        return source.connection.id if isinstance(source, RemoteSource) else LOCAL
+
+    def chosen_for(self, conversation_id: int) -> str:
+        return self._by_chat.get(conversation_id, LOCAL)
+
+    async def choose(self, conversation_id: int, source_id: str) -> None:
+        """Remember that chat's source (LOCAL forgets it)."""
+        if source_id == LOCAL:
+            self._by_chat.pop(conversation_id, None)
+        else:
+            self._by_chat[conversation_id] = source_id
+        await self._db.set_setting(CHAT_SOURCES_SETTING,
+                                   {str(k): v for k, v in self._by_chat.items()})
+
+    def describe(self, source: BackendSource) -> str:
+        """In words, for the tab: "SmolLM2-135M-Instruct · this computer"."""
+        if isinstance(source, RemoteSource):
+            return source.connection.label
+        backend = source.backend
+        return f"{backend.model_name} · {backend.location}" if backend else "no model loaded"
+
+    def forget(self, source_id: str) -> None:
+        """Drop the backend made for that connection (it was added again, maybe with a new key);
+        chats already using it keep it until they choose again."""
+        retired = self._remote.pop(source_id, None)
+        if retired is not None:
+            self._retired.append(retired)
+
+    def shutdown(self) -> None:
+        """Close every remote backend (their streams end, their HTTP clients close)."""
+        for remote in [*self._remote.values(), *self._retired]:
+            remote.shutdown()
+        self._remote.clear()
+        self._retired.clear()

@@ -1,0 +1,142 @@
+"""A chat that answers from a saved server, in the window: picked in the model picker, shown in
+the tab and the status bar, kept across a restart, and a server that fails mid-reply.
+The server is the fake one in vLLM's shape on 127.0.0.1; the local engine is a fake."""
+
+import sys
+from pathlib import Path
+
+import pytest
+from fake_engine import FakeModels
+
+from app.async_store import AsyncStore
+from app.engine_host import EngineHost
+from app.main_window import ADD_SERVER_ITEM, SERVER_ITEM_PREFIX, MainWindow
+from app.store import ConversationStore
+from engine.server.runner import ServerThread
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "backends"))
+from fake_server import MODEL, REPLY, VLLM, FakeServer
+
+WAIT_MS = 10_000
+
+
+@pytest.fixture(scope="module")
+def _fake_thread():
+    fake = FakeServer(VLLM)
+    thread = ServerThread(fake.app()).start()
+    yield fake, thread
+    thread.stop()
+
+
+@pytest.fixture
+def fake_vllm(_fake_thread):
+    fake, thread = _fake_thread
+    fake.reset()
+    return fake, f"{thread.url}/v1"
+
+
+@pytest.fixture
+def window_on(qtbot, qloop, run_async, tmp_path):
+    """window_on(db_path) -> a restored MainWindow over a fake local model."""
+    windows = []
+
+    def build(db_path: Path) -> MainWindow:
+        host = EngineHost(factory=FakeModels())
+        window = MainWindow(AsyncStore(ConversationStore.open(db_path)), host)
+        qtbot.addWidget(window)
+        window.show()
+        qtbot.waitUntil(host.load(None).done, timeout=WAIT_MS)
+        run_async(window.restore())
+        windows.append(window)
+        return window
+
+    yield build
+    for window in windows:
+        if not window.isHidden():
+            window.close()
+        window.db.close()
+
+
+def _add_and_pick(window, run_async, url: str):
+    connection = run_async(window.sources.saved.add(url, MODEL, None))
+    window.refresh_model_picker()
+    window._model_picked(window.model_picker.findData(SERVER_ITEM_PREFIX + connection.id))
+    return connection
+
+
+def _send(window, qtbot, text: str):
+    controller = window.current_controller()
+    controller.view.composer.send_requested.emit(text)
+    qtbot.waitUntil(lambda: controller.is_streaming, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not controller.is_streaming, timeout=WAIT_MS)
+    return controller
+
+
+def test_a_chat_picked_onto_a_server_answers_from_it_and_says_so(window_on, fake_vllm, qtbot,
+                                                                 run_async, tmp_path):
+    fake, url = fake_vllm
+    window = window_on(tmp_path / "chats.db")
+    connection = _add_and_pick(window, run_async, url)
+
+    controller = _send(window, qtbot, "Hello")
+
+    reply = window.db.store.current_path(controller.conversation_id)[-1]
+    assert (reply.status, reply.content) == ("complete", REPLY)
+    assert fake.requests and fake.requests[-1]["messages"][-1]["content"] == "Hello"
+    assert controller.view.source_label.text() == connection.label
+    assert window.model_picker.currentData() == SERVER_ITEM_PREFIX + connection.id
+    assert window.status.summary_text().startswith(f"Remote · {connection.label}")
+    qtbot.waitUntil(lambda: "TTFT" in window.status.summary_text(), timeout=WAIT_MS)
+    assert "KV cache" not in window.status.summary_text()  # the server does not say
+
+
+def test_a_chat_keeps_its_server_after_a_restart_and_new_chats_follow_it(
+        window_on, fake_vllm, qtbot, run_async, tmp_path):
+    _, url = fake_vllm
+    db_path = tmp_path / "chats.db"
+    window = window_on(db_path)
+    connection = _add_and_pick(window, run_async, url)
+    _send(window, qtbot, "Hello")
+    window.close()
+
+    again = window_on(db_path)
+    controller = again.current_controller()
+    assert controller.view.source_label.text() == connection.label
+    run_async(again.new_chat())
+    assert again.current_controller() is not controller
+    assert again.current_controller().view.source_label.text() == connection.label
+
+
+def test_picking_the_local_model_moves_the_chat_back_to_this_computer(
+        window_on, fake_vllm, run_async, tmp_path):
+    _, url = fake_vllm
+    window = window_on(tmp_path / "chats.db")
+    _add_and_pick(window, run_async, url)
+    window._model_picked(window.model_picker.findData(""))
+    controller = window.current_controller()
+    assert controller.session.source is window.host
+    assert controller.view.source_label.text().endswith("· this computer")
+    assert not window.status.summary_text().startswith("Remote")
+
+
+def test_a_server_that_drops_mid_reply_keeps_the_text_interrupted_with_the_reason(
+        window_on, fake_vllm, qtbot, run_async, tmp_path):
+    fake, url = fake_vllm
+    window = window_on(tmp_path / "chats.db")
+    _add_and_pick(window, run_async, url)
+    fake.fault.drop_after = 4
+
+    controller = _send(window, qtbot, "Hello")
+
+    reply = window.db.store.current_path(controller.conversation_id)[-1]
+    assert reply.status == "interrupted" and reply.content == "Hello there! I"
+    assert "connection" in controller.view.notice_text().lower()
+
+
+def test_add_a_server_opens_the_dialog(window_on, tmp_path):
+    from app.widgets.add_server_dialog import AddServerDialog
+
+    window = window_on(tmp_path / "chats.db")
+    window._model_picked(window.model_picker.findData(ADD_SERVER_ITEM))
+    dialog = window.findChild(AddServerDialog, "addServerDialog")
+    assert dialog is not None and dialog.isVisible()
