@@ -4,6 +4,7 @@ through it (docs/APP.md lists the few files that build or serve the engine)."""
 from __future__ import annotations
 
 import itertools
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 
 from app.backends.errors import (
@@ -18,12 +19,17 @@ from engine import AsyncEngine, EngineDeadError, RequestOutput, SamplingParams
 from engine import PromptTooLongError as EnginePromptTooLongError
 from engine.outputs import RequestMetrics
 
+# Chats counted and not yet streamed whose tokens are kept: a reply's fitting counts its chat,
+# and the stream that follows reuses those tokens instead of tokenizing the chat again.
+ENCODED_CHATS_KEPT = 8
+
 
 class LocalBackend:
     """A ChatBackend over an AsyncEngine, which it owns: `shutdown` stops the engine.
 
     A chat is tokenized off the event loop by the engine's ChatTokenizer (a thread and a
-    tokenizer copy of its own) and the engine gets its tokens.
+    tokenizer copy of its own) and the engine gets its tokens. A chat counted with
+    `count_tokens` is not tokenized again when it is streamed: once per reply.
     """
 
     location = "this computer"
@@ -36,6 +42,7 @@ class LocalBackend:
         self._last_ttft: float | None = None
         self._starting = StartingReplies()
         self._ids = itertools.count()
+        self._encoded: OrderedDict[tuple[ChatMessage, ...], list[int]] = OrderedDict()
 
     @property
     def engine(self) -> AsyncEngine:
@@ -47,7 +54,7 @@ class LocalBackend:
         params = _sampling_params(options)
         request_id = request_id or f"local-{next(self._ids)}"
         with self._starting.starting(request_id):
-            prompt = await self._encode(messages)
+            prompt = self._encoded.pop(tuple(messages), None) or await self._encode(messages)
         if self._starting.was_aborted(request_id):
             yield ReplyChunk("", "", "abort")
             return
@@ -77,7 +84,16 @@ class LocalBackend:
                             spec_acceptance_rate=s.spec_acceptance_rate)
 
     async def count_tokens(self, messages: Sequence[ChatMessage]) -> TokenCount:
-        return TokenCount(len(await self._encode(messages)), exact=True)
+        key = tuple(messages)
+        tokens = self._encoded.get(key)
+        if tokens is None:
+            tokens = await self._encode(messages)
+            self._encoded[key] = tokens
+            while len(self._encoded) > ENCODED_CHATS_KEPT:
+                self._encoded.popitem(last=False)
+        else:
+            self._encoded.move_to_end(key)
+        return TokenCount(len(tokens), exact=True)
 
     def shutdown(self) -> None:
         self._engine.shutdown()

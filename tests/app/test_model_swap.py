@@ -107,8 +107,20 @@ def test_no_engine_is_handed_out_while_a_model_loads_or_the_old_one_shuts_down(t
     assert host.backend_for_new_request().engine is tab.models.built["second"]
 
 
+def test_a_reply_tokenizes_its_chat_once(tab, qtbot):
+    first = tab.models.built[None]
+    tab.spawn(tab.session.send("Hello"))
+    request_id = _wait_streaming_on(qtbot, first)
+    assert first.tokenizer.gate.calls == 1  # counted to fit it; the stream reuses the tokens
+    first.say(request_id, "Hi there", "stop")
+    qtbot.waitUntil(lambda: not tab.is_streaming, timeout=WAIT_MS)
+    assert _last(tab).status == "complete"
+
+
 def test_a_reply_whose_chat_was_being_tokenized_when_the_model_switched_is_kept_and_says_so(
-        tab, qtbot):
+        tab, qtbot, monkeypatch):
+    # With no counted chat kept, the stream tokenizes the chat again: the second call.
+    monkeypatch.setattr("app.backends.local.ENCODED_CHATS_KEPT", 0)
     first = tab.models.built[None]
     first.tokenizer.gate.hold_call = 2  # the chat is counted to fit it, then tokenized to send
     tab.spawn(tab.session.send("Hello"))
