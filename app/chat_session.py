@@ -5,6 +5,7 @@ what changed; the tab's widgets are one such view, the tests another."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,7 +90,7 @@ def message_view(m: Message, sibling_index: int = 0, sibling_count: int = 1) -> 
     stats = stats_text(m.stats, m.completion_tokens) if m.role == "assistant" else ""
     return MessageView(id=m.id, role=m.role, content=m.content, created_at=m.created_at,
                        status=m.status, sibling_index=sibling_index, sibling_count=sibling_count,
-                       stats_text=stats, error=m.finish_reason if m.status == "error" else None)
+                       stats_text=stats, error=m.error if m.status == "error" else None)
 
 
 def load_branch(store: ConversationStore, cid: int) -> tuple[Conversation, list[Message],
@@ -132,11 +133,15 @@ class ChatSession:
         self.on_conversation_changed: Callable[[int], None] = lambda _cid: None
         self.on_streaming_changed: Callable[[bool], None] = lambda _streaming: None
         self._tasks: set[asyncio.Task] = set()
+        self._replying = False  # from the user's action until its reply has ended
+        self._stop_requested = False
         self.closed = False
 
     @property
     def is_streaming(self) -> bool:
-        return self.reply is not None
+        """A reply is on its way: from the moment the user's message is being stored until
+        the reply has ended. Sending, editing, regenerating and switching wait until then."""
+        return self._replying or self.reply is not None
 
     # -- running the user's actions --------------------------------------------------------------
 
@@ -235,15 +240,17 @@ class ChatSession:
         if self.is_streaming or not self._check_backend():
             self.view.restore_draft(text)
             return
-        user = await self.db.append_user_message(self.conversation_id, text)
-        self.on_conversation_changed(self.conversation_id)
-        await self._generate(user.id)
+        async with self._replying_now():
+            user = await self.db.append_user_message(self.conversation_id, text)
+            self.on_conversation_changed(self.conversation_id)
+            await self._generate(user.id)
 
     async def edit(self, message_id: int, text: str) -> None:
         if self.is_streaming or not self._check_backend():
             return
-        user = await self.db.edit_user_message(message_id, text)
-        await self._generate(user.id)
+        async with self._replying_now():
+            user = await self.db.edit_user_message(message_id, text)
+            await self._generate(user.id)
 
     async def regenerate(self, assistant_id: int) -> None:
         if self.is_streaming or not self._check_backend():
@@ -251,7 +258,18 @@ class ChatSession:
         message = next((m for m in self.path if m.id == assistant_id), None)
         if message is None or message.parent_id is None:
             return
-        await self._generate(message.parent_id)
+        async with self._replying_now():
+            await self._generate(message.parent_id)
+
+    @contextlib.asynccontextmanager
+    async def _replying_now(self):
+        """Mark the chat busy for one action, before its first await: a second action (or a
+        click on Regenerate) while the first stores its message is refused, not interleaved."""
+        self._replying, self._stop_requested = True, False
+        try:
+            yield
+        finally:
+            self._replying = False
 
     async def regenerate_last(self) -> None:
         last = self._last_assistant()
@@ -278,6 +296,10 @@ class ChatSession:
         await self.refresh_context_meter()
 
     def stop(self) -> None:
+        """Stop the reply: at once when it streams, else before it starts streaming."""
+        if not self.is_streaming:
+            return
+        self._stop_requested = True
         if self.reply is not None and self.reply.backend is not None:
             self.reply.backend.abort(self.reply.request_id)
 
@@ -323,12 +345,14 @@ class ChatSession:
             if self.closed:
                 return  # closed while the branch was read: kept interrupted below
             backend, fitted = await self._fit_on_current_backend()
-            if fitted is not None and not self.closed:
+            if fitted is not None and self._stop_requested:
+                await self._keep_interrupted()  # stopped before it began: kept, empty
+            elif fitted is not None and not self.closed:
                 await self._stream(backend, fitted)
         except BackendError as exc:
             await self._end_on_error(exc)
         finally:
-            self.reply = None
+            self.reply, self._replying = None, False
             if self.closed:  # closed at any await above: the reply is kept, interrupted
                 self.db.submit(lambda _store: writer.closed or writer.interrupt())
             else:

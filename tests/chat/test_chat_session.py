@@ -356,10 +356,6 @@ async def test_a_message_too_long_for_the_context_fails_the_reply_with_the_reaso
 # -- actions that overlap --------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="send checks is_streaming, but a reply only counts as "
-                   "streaming once start_assistant_message has returned: a second send while "
-                   "the first is still storing its message runs too, and one reply is left "
-                   "'streaming' with both requests named after the other")
 async def test_a_second_send_while_the_first_is_stored_is_refused(session, backend, view):
     first = session.spawn(session.send("First"))
     second = session.spawn(session.send("Second"))
@@ -376,9 +372,6 @@ async def test_a_second_send_while_the_first_is_stored_is_refused(session, backe
     assert view.drafts == ["Second"]
 
 
-@pytest.mark.xfail(strict=True, reason="stop() only aborts once the reply's backend is set in "
-                   "_stream: a Stop pressed while the chat is counted (fit) is lost and the "
-                   "reply streams in full")
 async def test_stop_while_the_chat_is_counted_stops_the_reply(session, backend):
     gate = backend.hold_next_count()
     task = session.spawn(session.send("Hi"))
@@ -565,8 +558,6 @@ async def test_a_failure_before_any_text_stores_the_reply_as_an_error(session, b
     assert session.views[-1].status == "error"
 
 
-@pytest.mark.xfail(strict=True, reason="message_view takes a failed reply's error from "
-                   "Message.finish_reason (None) instead of Message.error")
 async def test_a_failed_reply_shows_its_error_under_it(session, backend):
     backend.fail_next_stream(ServerError("The server answered 500: try again.", status=500))
     await session.send("Hi")
