@@ -7,9 +7,12 @@ place. No Qt here."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
 from app.backends import BackendError, ChatBackend, ModelLoadingError
+from app.backends.endpoint import tls_context
 from app.chat_session import BackendSource
 from app.connections import ConnectionKeys, SavedConnections, ServerConnection, backend_for
 
@@ -17,6 +20,13 @@ logger = logging.getLogger(__name__)
 
 CHAT_SOURCES_SETTING = "chat_sources"
 LOCAL = ""  # the id of the engine on this computer, where a connection id would be
+
+
+async def _off_the_loop(fn) -> None:
+    """On a thread of our own: the app's loop (qasync) would lend a QThread that must not
+    outlive the QApplication."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagoda-sources") as pool:
+        await asyncio.wrap_future(pool.submit(fn))
 
 
 class RemoteSource:
@@ -69,6 +79,8 @@ class ChatSources:
             stored = {}
         self._by_chat = {int(cid): str(sid) for cid, sid in stored.items()
                          if str(cid).isdigit() and self.saved.get(str(sid)) is not None}
+        if self.saved.list():  # built here, off the loop, not by a chat's first request
+            await _off_the_loop(tls_context)
 
     def source(self, source_id: str) -> BackendSource:
         """The source with that id: LOCAL, or a saved connection's id."""

@@ -17,12 +17,16 @@ from engine.errors import EngineDeadError
 
 
 class ChatTokenizer:
-    """Encodes on one thread of its own with a copy of the tokenizer made there (on first use,
-    so building one costs nothing). Raises EngineDeadError once closed."""
+    """Encodes on one thread of its own with a copy of the tokenizer. Raises EngineDeadError
+    once closed.
+
+    The copy is made here, by whoever builds the engine (the app does so on its loading
+    thread): copying a fast tokenizer round-trips it through JSON holding the GIL for about
+    0.1 s, which on a chat's first message would freeze the window that sent it.
+    """
 
     def __init__(self, tokenizer) -> None:
-        self._source = tokenizer
-        self._tokenizer = None
+        self._tokenizer = copy.deepcopy(tokenizer)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagoda-tokenize")
 
     async def encode_chat(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
@@ -45,6 +49,4 @@ class ChatTokenizer:
         return await future
 
     def _call(self, work) -> list[int]:
-        if self._tokenizer is None:
-            self._tokenizer = copy.deepcopy(self._source)
         return work(self._tokenizer)

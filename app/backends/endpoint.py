@@ -2,13 +2,16 @@
 
 A connection gets `connect_timeout`; a request then waits `response_timeout` for the answer to
 begin. A stream that has begun has no timeout: a long reply may pause, and the user can Stop.
-Each request opens its own client, so a backend can serve any event loop (the app's, a test's).
+Each request opens its own client, so a backend can serve any event loop (the app's, a test's);
+they share one TLS context, built once (see tls_context).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import ssl
 from collections.abc import AsyncIterator
 
 import httpx
@@ -20,6 +23,14 @@ from app.backends.sse import sse_data
 CONNECT_TIMEOUT_S = 10.0
 # Pagoda's server begins its answer with the first token, after the whole prompt is read: long.
 RESPONSE_TIMEOUT_S = 300.0
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The system's trusted certificates, loaded once per process: loading them takes 15-30 ms,
+    which every new client would otherwise spend on the caller's loop (the app's window). The
+    app calls this on a worker thread when it starts with saved servers."""
+    return httpx.create_ssl_context()
 
 
 def api_base(address: str) -> str:
@@ -99,7 +110,8 @@ class Endpoint:
     def _client(self, read_timeout: float | None) -> httpx.AsyncClient:
         timeout = httpx.Timeout(self.connect_timeout, read=read_timeout,
                                 write=self.connect_timeout, pool=None)
-        return httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=timeout)
+        return httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=timeout,
+                                 verify=tls_context())
 
     async def _send(self, client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
         """Send and wait for the answer's headers, for `response_timeout` at most."""
