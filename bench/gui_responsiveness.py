@@ -226,10 +226,13 @@ async def _open_tab(window, settings, prompt: str):
     return tab
 
 
-async def _answer_from_server(window, url: str, model: str):
-    """Saves the server and switches the current tab to it, as the model picker would."""
-    connection = await window.sources.saved.add(f"{url}/v1", model, None)
-    window.refresh_model_picker()
+async def _save_server(window, url: str, model: str):
+    """Saves the server, as "Add a server…" would have in an earlier session."""
+    return await window.sources.saved.add(f"{url}/v1", model, None)
+
+
+async def _answer_from_server(window, connection):
+    """Switches the current tab to the saved server, as the model picker would."""
     window.use_source_in_current_chat(connection.id)
     if window.current_controller().session.source is not window.sources.source(connection.id):
         raise RuntimeError("the tab did not switch to the server")
@@ -239,16 +242,17 @@ async def measure(window, tabs: int, remote_tabs: int, max_tokens: int,
                   server: RemoteServer | None, trace_stalls_ms: float | None) -> dict:
     from app.store import SamplingSettings
 
-    await window.restore()
+    model = await asyncio.to_thread(server.wait_ready) if server else None
+    connection = await _save_server(window, server.url, model) if server else None
+    await window.restore()  # as the app starts: with the server among the saved ones
     while not window.host.is_ready:
         await asyncio.sleep(0.05)
-    model = await asyncio.to_thread(server.wait_ready) if server else None
     settings = SamplingSettings(temperature=0.7, max_tokens=max_tokens, seed=1)
     local = [await _open_tab(window, settings, PROMPTS[i % len(PROMPTS)]) for i in range(tabs)]
     remote = []
     for i in range(tabs, tabs + remote_tabs):
         remote.append(await _open_tab(window, settings, PROMPTS[i % len(PROMPTS)]))
-        await _answer_from_server(window, server.url, model)
+        await _answer_from_server(window, connection)
     opened = local + remote
     load_before = os.getloadavg()
     meter = StallMeter()
