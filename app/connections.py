@@ -71,9 +71,16 @@ class ConnectionKeys:
     keyring: the keyring to use (a test's fake); None looks for the system's.
     """
 
-    def __init__(self, keyring: KeyringLike | None = None) -> None:
-        self._keyring = keyring if keyring is not None else _system_keyring()
+    def __init__(self, keyring: KeyringLike | None = None, *, system: bool = True) -> None:
+        if keyring is None and system:
+            keyring = _system_keyring()
+        self._keyring = keyring
         self._memory: dict[str, str] = {}
+
+    @classmethod
+    def in_memory(cls) -> ConnectionKeys:
+        """Keys for this process only, never the system keyring (benches, screenshots)."""
+        return cls(system=False)
 
     @property
     def persistent(self) -> bool:

@@ -423,6 +423,7 @@ class MainWindow(QMainWindow):
         if source is controller.session.source or not controller.session.use_source(source):
             return
         self._show_source(controller)
+        self._select_in_picker()
         self._show_backend_status()
         self.spawn(self.sources.choose(controller.conversation_id, source_id))
 

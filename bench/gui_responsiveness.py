@@ -133,22 +133,6 @@ def _is_idle(frame) -> bool:
         frame.f_code.co_filename).name in ("threading.py", "thread.py", "queue.py")
 
 
-class MemoryKeyring:
-    """Keeps the bench's saved server out of the user's system keyring."""
-
-    def __init__(self) -> None:
-        self._keys: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, username: str) -> str | None:
-        return self._keys.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self._keys[(service, username)] = password
-
-    def delete_password(self, service: str, username: str) -> None:
-        self._keys.pop((service, username), None)
-
-
 class RemoteServer:
     """`python -m engine serve` in a process of its own, pinned to `cpus`; stopped on exit."""
 
@@ -340,7 +324,7 @@ def main() -> int:
         try:
             window = MainWindow(AsyncStore(ConversationStore.open(Path(tmp) / "bench.db")),
                                 EngineHost(factory=_engine_with_threads(local_threads)),
-                                connection_keys=ConnectionKeys(MemoryKeyring()))
+                                connection_keys=ConnectionKeys.in_memory())
             window.show()
             window.host.load(None)
             with loop:

@@ -102,6 +102,7 @@ def test_a_chat_keeps_its_server_after_a_restart_and_new_chats_follow_it(
     again = window_on(db_path)
     controller = again.current_controller()
     assert controller.view.source_label.text() == connection.label
+    assert again.model_picker.currentData() == SERVER_ITEM_PREFIX + connection.id
     run_async(again.new_chat())
     assert again.current_controller() is not controller
     assert again.current_controller().view.source_label.text() == connection.label
@@ -113,6 +114,7 @@ def test_picking_the_local_model_moves_the_chat_back_to_this_computer(
     window = window_on(tmp_path / "chats.db")
     _add_and_pick(window, run_async, url)
     window._model_picked(window.model_picker.findData(""))
+    assert window.model_picker.currentData() == ""
     controller = window.current_controller()
     assert controller.session.source is window.host
     assert controller.view.source_label.text().endswith("· this computer")
