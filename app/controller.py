@@ -8,7 +8,7 @@ import asyncio
 from PySide6.QtCore import QObject, Signal
 
 from app.async_store import AsyncStore
-from app.chat_session import BackendSource, ChatSession, Reply
+from app.chat_session import ChatSession, Reply
 from app.chat_tab import ChatTab
 from app.store import Conversation, Message
 
@@ -23,11 +23,11 @@ class ChatController(QObject):
     conversation_changed = Signal(int)
     streaming_changed = Signal(bool)
 
-    def __init__(self, conversation_id: int, db: AsyncStore, source: BackendSource,
-                 view: ChatTab, parent: QObject | None = None) -> None:
+    def __init__(self, session: ChatSession, view: ChatTab, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.view = view
-        self.session = ChatSession(conversation_id, db, source, view)
+        self.session = session
+        session.view = view
         self.session.on_conversation_changed = self.conversation_changed.emit
         self.session.on_streaming_changed = self.streaming_changed.emit
         self._connect_view()

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 from app.add_server import open_add_server_dialog
 from app.api_key import ApiKeyFile
 from app.async_store import AsyncStore
+from app.chat_session import ChatSession
 from app.chat_sources import LOCAL, ChatSources, RemoteSource
 from app.chat_tab import ChatTab
 from app.connections import AddServerFlow, ConnectionKeys, SavedConnections, ServerConnection
@@ -39,6 +40,7 @@ from app.model_choices import (
     ModelChoices,
     model_source_from_selection,
 )
+from app.open_chats import OpenChats
 from app.server_controller import LocalServerController
 from app.store import SearchHit
 from app.widgets.model_settings import ModelSettingsPanel
@@ -87,6 +89,7 @@ class MainWindow(QMainWindow):
         self.controllers: dict[int, ChatController] = {}
         self.sources = ChatSources(host, SavedConnections(db, connection_keys or ConnectionKeys()),
                                    db)
+        self.chats = OpenChats(db, self.sources)
         self.sidebar = Sidebar(self)
         self.tabs = QTabWidget(self, objectName="chatTabs", tabsClosable=True, movable=True,
                                documentMode=True)
@@ -101,7 +104,6 @@ class MainWindow(QMainWindow):
         self._undo_timer = QTimer(self, singleShot=True, interval=UNDO_SECONDS * 1000)
         self._remote_stats_timer = QTimer(self, interval=REMOTE_STATS_INTERVAL_MS,
                                           timeout=self._show_remote_stats)
-        self._restoring = False
         self._closing = False
         self._build()
         self._connect()
@@ -172,7 +174,12 @@ class MainWindow(QMainWindow):
         s.export_requested.connect(self.export_conversation)
         self.tabs.tabCloseRequested.connect(self.close_tab)
         self.tabs.currentChanged.connect(self._tab_changed)
-        self.tabs.tabBar().tabMoved.connect(lambda *_: self.spawn(self.save_open_tabs()))
+        self.tabs.tabBar().tabMoved.connect(
+            lambda *_: self.chats.move([t.conversation_id for t in self.open_tabs()]))
+        self.chats.on_opened = self._add_tab
+        self.chats.on_closed = self._remove_tab
+        self.chats.on_current = self._show_tab
+        self.chats.on_purged = lambda _cid: self.spawn(self.refresh_conversations())
         self.settings_panel.settings_changed.connect(self._settings_edited)
         self.model_picker.activated.connect(self._model_picked)
         self.model_settings.quantization_changed.connect(self.set_quantization)
@@ -199,57 +206,19 @@ class MainWindow(QMainWindow):
 
     async def restore(self) -> None:
         """Reopen the tabs of the last session (or a new chat) and show the conversation list."""
-        self._restoring = True
-        try:
-            await self.sources.load()
-            self.refresh_model_picker()
-            await self.refresh_conversations()
-            ids, active = await self.db.load_open_tabs()
-            known = {c.id for c in await self.db.list_conversations()}
-            for cid in ids:
-                if cid in known:
-                    await self.open_conversation(cid)
-            if not self.controllers:
-                await self.new_chat()
-            if active in self.controllers:
-                self.tabs.setCurrentWidget(self.controllers[active].view)
-        finally:
-            self._restoring = False
-        await self.save_open_tabs()
+        await self.sources.load()
+        self.refresh_model_picker()
+        await self.refresh_conversations()
+        await self.chats.restore()
 
     async def new_chat(self) -> None:
         """A new chat answers from where the current one does."""
-        current = self.current_controller()
-        source_id = self.sources.id_of(current.session.source) if current else LOCAL
-        source = self.sources.source(source_id)
-        model = source.backend.model_name if source.backend is not None else None
-        conversation = await self.db.create_conversation(model=model or None)
-        if source_id != LOCAL:
-            await self.sources.choose(conversation.id, source_id)
-        await self.open_conversation(conversation.id)
+        await self.chats.new_chat()
         await self.refresh_conversations()
 
     async def open_conversation(self, cid: int) -> ChatTab:
-        if cid in self.controllers:
-            tab = self.controllers[cid].view
-            self.tabs.setCurrentWidget(tab)
-            return tab
-        tab = ChatTab(cid)
-        source = self.sources.source(self.sources.chosen_for(cid))
-        controller = ChatController(cid, self.db, source, tab, parent=self)
-        self.controllers[cid] = controller
-        self._show_source(controller)
-        tab.title_changed.connect(lambda title, t=tab: self._retitle(t, title))
-        controller.conversation_changed.connect(lambda _cid: self.spawn(self.refresh_conversations()))
-        index = self.tabs.addTab(tab, "New chat")
-        await controller.open()
-        self.tabs.setTabText(index, _elide(tab.title))
-        self.tabs.setCurrentWidget(tab)
-        self.settings_panel.set_settings(tab.settings)
-        tab.composer.focus_input()
-        if not self._restoring:
-            await self.save_open_tabs()
-        return tab
+        await self.chats.open(cid)
+        return self.controllers[cid].view
 
     async def show_message(self, cid: int, message_id: int = 0) -> None:
         """Open a conversation; for a search hit, on the branch that holds the message."""
@@ -258,30 +227,39 @@ class MainWindow(QMainWindow):
         if message_id and message_id not in {m.id for m in controller.path}:
             await controller.show_branch_of(message_id)
 
-    def close_tab(self, index: int) -> None:
+    def close_tab(self, index: int) -> asyncio.Task | None:
         tab = self.tabs.widget(index)
-        if not isinstance(tab, ChatTab):
-            return
-        controller = self.controllers.pop(tab.conversation_id)
-        controller.close()
-        self.tabs.removeTab(index)
-        tab.deleteLater()
-        self.spawn(self._after_tab_closed(controller))
+        return self.chats.close(tab.conversation_id) if isinstance(tab, ChatTab) else None
 
-    async def _after_tab_closed(self, controller: ChatController) -> None:
-        """An untouched new chat leaves nothing behind; every other chat stays in the list."""
-        conversation = controller.conversation
-        if conversation is not None and not controller.path and not conversation.title:
-            await self.db.purge(conversation.id)
-            await self.refresh_conversations()
-        await self.save_open_tabs()
+    # -- the tabs render OpenChats ------------------------------------------------------------------
+
+    def _add_tab(self, session: ChatSession) -> None:
+        cid = session.conversation_id
+        tab = ChatTab(cid)
+        controller = ChatController(session, tab, parent=self)
+        self.controllers[cid] = controller
+        self._show_source(controller)
+        tab.title_changed.connect(lambda title, t=tab: self._retitle(t, title))
+        controller.conversation_changed.connect(lambda _cid: self.spawn(self.refresh_conversations()))
+        self.tabs.addTab(tab, "New chat")
+
+    def _remove_tab(self, cid: int) -> None:
+        controller = self.controllers.pop(cid)
+        self.tabs.removeTab(self.tabs.indexOf(controller.view))
+        controller.view.deleteLater()
+
+    def _show_tab(self, cid: int) -> None:
+        tab = self.controllers[cid].view
+        self.tabs.setCurrentWidget(tab)
+        self.settings_panel.set_settings(tab.settings)
+        tab.composer.focus_input()
 
     def open_tabs(self) -> list[ChatTab]:
         return [self.tabs.widget(i) for i in range(self.tabs.count())]
 
     def current_controller(self) -> ChatController | None:
-        tab = self.tabs.currentWidget()
-        return self.controllers.get(tab.conversation_id) if isinstance(tab, ChatTab) else None
+        current = self.chats.current
+        return self.controllers.get(current) if current is not None else None
 
     def _is_local(self, controller: ChatController) -> bool:
         return controller.session.source is self.host
@@ -295,9 +273,7 @@ class MainWindow(QMainWindow):
         tab.composer.set_engine_ready(ready)
 
     async def save_open_tabs(self) -> None:
-        current = self.tabs.currentWidget()
-        await self.db.save_open_tabs([t.conversation_id for t in self.open_tabs()],
-                                     current.conversation_id if current else None)
+        await self.chats.save()
 
     def _retitle(self, tab: ChatTab, title: str) -> None:
         index = self.tabs.indexOf(tab)
@@ -311,13 +287,12 @@ class MainWindow(QMainWindow):
 
     def _tab_changed(self, _index: int) -> None:
         tab = self.tabs.currentWidget()
-        if isinstance(tab, ChatTab):
+        if isinstance(tab, ChatTab) and not self._closing:
+            self.chats.select(tab.conversation_id)
             self.settings_panel.set_settings(tab.settings)
             self.sidebar.select_conversation(tab.conversation_id)
             self._select_in_picker()
             self._show_backend_status()
-        if not self._restoring and not self._closing:
-            self.spawn(self.save_open_tabs())
 
     def _settings_edited(self, settings) -> None:
         tab = self.tabs.currentWidget()
@@ -357,8 +332,12 @@ class MainWindow(QMainWindow):
         await self.refresh_conversations()
 
     async def delete(self, cid: int) -> None:
-        if cid in self.controllers:
-            self.close_tab(self.tabs.indexOf(self.controllers[cid].view))
+        closing = self.chats.close(cid)
+        if closing is not None:
+            await closing  # an untouched new chat is gone after this: nothing to delete
+            if cid not in {c.id for c in await self.db.list_conversations()}:
+                await self.refresh_conversations()
+                return
         conversation = await self.db.get_conversation(cid)
         await self.db.delete(cid)
         await self.refresh_conversations()
@@ -602,12 +581,8 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:
         """Keep every partial reply (as interrupted), remember the tabs, stop the engine."""
         self._closing = True
-        tabs = [t.conversation_id for t in self.open_tabs()]
-        current = self.tabs.currentWidget()
-        for controller in self.controllers.values():
-            controller.close()  # queues each partial reply's ending on the store's worker
-        active = current.conversation_id if current else None
-        self.db.submit(lambda store: store.save_open_tabs(tabs, active))
+        self.chats.close_all()  # queues each partial reply's ending on the store's worker
+        self.chats.save_now()
         self.db.drain()  # the app may exit as soon as this returns
         self._remote_stats_timer.stop()
         self.sources.shutdown()  # remote replies end; their partial text is already kept

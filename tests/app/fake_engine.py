@@ -5,6 +5,7 @@ import asyncio
 import threading
 
 from app.async_store import AsyncStore
+from app.chat_session import ChatSession
 from app.chat_tab import ChatTab
 from app.controller import ChatController
 from app.engine_host import EngineHost
@@ -158,7 +159,7 @@ def open_tab(qtbot, tmp_path, run_async):
         sampling=SamplingSettings(temperature=0.0, max_tokens=16))
     view = ChatTab(conversation.id)
     qtbot.addWidget(view)
-    controller = ChatController(conversation.id, db, host, view)
+    controller = ChatController(ChatSession(conversation.id, db, host), view)
     qtbot.waitUntil(host.load(None).done, timeout=WAIT_MS)
     run_async(controller.open())
     controller.models = models
