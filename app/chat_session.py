@@ -22,6 +22,7 @@ from app.prompting import (
     stats_text,
 )
 from app.store import Conversation, ConversationStore, GenerationStats, Message, StreamingWriter
+from app.tasks import TaskSet
 from app.view_models import MessageView, SamplingView
 
 logger = logging.getLogger(__name__)
@@ -132,7 +133,7 @@ class ChatSession:
         self.context_usage: tuple[int, int, int] | None = None
         self.on_conversation_changed: Callable[[int], None] = lambda _cid: None
         self.on_streaming_changed: Callable[[bool], None] = lambda _streaming: None
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks = TaskSet(self._action_failed)
         self._replying = False  # from the user's action until its reply has ended
         self._stop_requested = False
         self.closed = False
@@ -147,24 +148,16 @@ class ChatSession:
 
     def spawn(self, coro) -> asyncio.Task:
         """Run a coroutine for this chat; a failure is shown in the chat, never lost in a log."""
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
+        return self._tasks.spawn(coro)
 
-    def _task_done(self, task: asyncio.Task) -> None:
-        self._tasks.discard(task)
-        if task.cancelled() or task.exception() is None:
-            return
-        exc = task.exception()
+    def _action_failed(self, exc: BaseException) -> None:
         logger.error("chat %s: %s", self.conversation_id, exc, exc_info=exc)
         if not self.closed:
             self._notify(f"Something went wrong: {exc}", error=True)
 
     async def wait_idle(self) -> None:
         """Wait for every action started with `spawn` (tests, and closing in order)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._tasks.wait_idle()
 
     # -- loading and settings --------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from app.async_store import AsyncStore
 from app.chat_session import ChatSession
 from app.chat_sources import LOCAL, ChatSources
+from app.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ class OpenChats:
         self.on_current: Callable[[int], None] = lambda _cid: None
         self.on_purged: Callable[[int], None] = lambda _cid: None
         self._restoring = False
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks = TaskSet(self._failed)
 
     @property
     def current_session(self) -> ChatSession | None:
@@ -136,16 +137,11 @@ class OpenChats:
         self.db.submit(lambda store: store.save_open_tabs(ids, current))
 
     async def wait_idle(self) -> None:
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._tasks.wait_idle()
 
     def _spawn(self, coro) -> asyncio.Task:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
+        return self._tasks.spawn(coro)
 
-    def _task_done(self, task: asyncio.Task) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            logger.error("open chats: %s", task.exception(), exc_info=task.exception())
+    @staticmethod
+    def _failed(exc: BaseException) -> None:
+        logger.error("saving the open tabs failed: %s", exc, exc_info=exc)

@@ -1,6 +1,11 @@
-"""Shared fixtures: the default model is loaded once per test session."""
+"""Shared fixtures: the default model is loaded once per test session; the fake
+OpenAI-compatible server (tests/backends/fake_server.py) is started once for the tests of the
+backends and of the app."""
 
 import os
+import socket
+import sys
+from pathlib import Path
 
 import torch
 
@@ -9,9 +14,11 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import pytest  # noqa: E402
+import pytest
 
 from engine.loader import LoadedModel, load_model
+
+sys.path.insert(0, str(Path(__file__).parent / "backends"))  # `from fake_server import ...`
 
 
 @pytest.fixture(scope="session")
@@ -41,3 +48,31 @@ def make_llm(make_engine):
     from engine.llm import LLM
 
     return lambda **config: LLM.from_engine(make_engine(**config))
+
+
+@pytest.fixture(scope="session")
+def _fake_vllm_thread():
+    from fake_server import VLLM, FakeServer
+
+    from engine.server.runner import ServerThread
+
+    fake = FakeServer(VLLM)
+    thread = ServerThread(fake.app()).start()
+    yield fake, thread
+    thread.stop()
+
+
+@pytest.fixture
+def fake_vllm(_fake_vllm_thread):
+    """The fake server in vLLM's shape, with no fault, and its API address."""
+    fake, thread = _fake_vllm_thread
+    fake.reset()
+    return fake, f"{thread.url}/v1"
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A port nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -1,10 +1,9 @@
 """The "Add a server" dialog, driven like a user would, against the fake OpenAI server."""
 
 import asyncio
-import sys
-from pathlib import Path
 
 import pytest
+from fake_server import MODEL
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QWidget
 
@@ -12,10 +11,6 @@ from app.add_server import open_add_server_dialog
 from app.async_store import AsyncStore
 from app.connections import AddServerFlow, ConnectionKeys, SavedConnections, ServerProbe
 from app.store import ConversationStore
-from engine.server.runner import ServerThread
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "backends"))
-from fake_server import MODEL, VLLM, FakeServer
 
 
 class MemoryKeyring:
@@ -38,21 +33,6 @@ class NoKeyring(MemoryKeyring):
 
     def get_password(self, service: str, username: str) -> str | None:
         raise RuntimeError("no keyring daemon")
-
-
-@pytest.fixture(scope="module")
-def _fake_thread():
-    fake = FakeServer(VLLM)
-    thread = ServerThread(fake.app()).start()
-    yield fake, thread
-    thread.stop()
-
-
-@pytest.fixture
-def fake_vllm(_fake_thread) -> tuple[FakeServer, str]:
-    fake, thread = _fake_thread
-    fake.reset()
-    return fake, f"{thread.url}/v1"
 
 
 @pytest.fixture

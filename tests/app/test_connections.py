@@ -3,13 +3,12 @@ memory when there is none), and asking a server for its models. No Qt."""
 
 import asyncio
 import logging
-import socket
-import sys
 import time
 from pathlib import Path
 
 import keyring.errors
 import pytest
+from fake_server import MODEL
 from keyring.backends import fail
 
 from app.async_store import AsyncStore
@@ -29,10 +28,6 @@ from app.connections import (
     probe_server,
 )
 from app.store import ConversationStore
-from engine.server.runner import ServerThread
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "backends"))
-from fake_server import MODEL, VLLM, FakeServer
 
 KEY = "sk-test-7f3a9c1e5b2d4f6a8e0c"
 
@@ -86,28 +81,6 @@ def open_db(db_path):
     yield open_
     for db in opened:
         db.close()
-
-
-@pytest.fixture(scope="module")
-def _fake_thread():
-    fake = FakeServer(VLLM)
-    thread = ServerThread(fake.app()).start()
-    yield fake, thread
-    thread.stop()
-
-
-@pytest.fixture
-def fake_vllm(_fake_thread) -> tuple[FakeServer, str]:
-    fake, thread = _fake_thread
-    fake.reset()
-    return fake, f"{thread.url}/v1"
-
-
-@pytest.fixture
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_connections_survive_a_restart(open_db):

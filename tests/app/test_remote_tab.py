@@ -2,37 +2,18 @@
 the tab and the status bar, kept across a restart, and a server that fails mid-reply.
 The server is the fake one in vLLM's shape on 127.0.0.1; the local engine is a fake."""
 
-import sys
 from pathlib import Path
 
 import pytest
 from fake_engine import FakeModels
+from fake_server import MODEL, REPLY
 
 from app.async_store import AsyncStore
 from app.engine_host import EngineHost
 from app.main_window import ADD_SERVER_ITEM, SERVER_ITEM_PREFIX, MainWindow
 from app.store import ConversationStore
-from engine.server.runner import ServerThread
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "backends"))
-from fake_server import MODEL, REPLY, VLLM, FakeServer
 
 WAIT_MS = 10_000
-
-
-@pytest.fixture(scope="module")
-def _fake_thread():
-    fake = FakeServer(VLLM)
-    thread = ServerThread(fake.app()).start()
-    yield fake, thread
-    thread.stop()
-
-
-@pytest.fixture
-def fake_vllm(_fake_thread):
-    fake, thread = _fake_thread
-    fake.reset()
-    return fake, f"{thread.url}/v1"
 
 
 @pytest.fixture

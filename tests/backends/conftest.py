@@ -2,10 +2,9 @@
 and the fake server in vLLM's and llama.cpp's shapes. Engines share the session's model."""
 
 import asyncio
-import socket
 
 import pytest
-from fake_server import LLAMA_CPP, VLLM, FakeServer
+from fake_server import LLAMA_CPP, FakeServer
 
 from app.backends.local import LocalBackend
 from app.backends.openai_remote import OpenAIBackend
@@ -74,13 +73,6 @@ def _serve(shape):
 
 
 @pytest.fixture(scope="session")
-def _fake_vllm_thread():
-    fake, thread = _serve(VLLM)
-    yield fake, thread
-    thread.stop()
-
-
-@pytest.fixture(scope="session")
 def _fake_llama_cpp_thread():
     fake, thread = _serve(LLAMA_CPP)
     yield fake, thread
@@ -88,23 +80,7 @@ def _fake_llama_cpp_thread():
 
 
 @pytest.fixture
-def fake_vllm(_fake_vllm_thread) -> tuple[FakeServer, str]:
-    """The fake in vLLM's shape, with no fault, and its API address."""
-    fake, thread = _fake_vllm_thread
-    fake.reset()
-    return fake, f"{thread.url}/v1"
-
-
-@pytest.fixture
 def fake_llama_cpp(_fake_llama_cpp_thread) -> tuple[FakeServer, str]:
     fake, thread = _fake_llama_cpp_thread
     fake.reset()
     return fake, f"{thread.url}/v1"
-
-
-@pytest.fixture
-def closed_port() -> int:
-    """A port nothing listens on."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
