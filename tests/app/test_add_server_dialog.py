@@ -3,6 +3,7 @@
 import asyncio
 
 import pytest
+from fake_keyring import FakeKeyring, LockedKeyring
 from fake_server import MODEL
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QWidget
@@ -13,32 +14,10 @@ from app.connections import AddServerFlow, ConnectionKeys, SavedConnections, Ser
 from app.store import ConversationStore
 
 
-class MemoryKeyring:
-    def __init__(self) -> None:
-        self.passwords: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, username: str) -> str | None:
-        return self.passwords.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self.passwords[(service, username)] = password
-
-    def delete_password(self, service: str, username: str) -> None:
-        self.passwords.pop((service, username))
-
-
-class NoKeyring(MemoryKeyring):
-    def set_password(self, service: str, username: str, password: str) -> None:
-        raise RuntimeError("no keyring daemon")
-
-    def get_password(self, service: str, username: str) -> str | None:
-        raise RuntimeError("no keyring daemon")
-
-
 @pytest.fixture
 def saved(tmp_path):
     db = AsyncStore(ConversationStore.open(tmp_path / "chats.db"))
-    yield SavedConnections(db, ConnectionKeys(MemoryKeyring()))
+    yield SavedConnections(db, ConnectionKeys(FakeKeyring()))
     db.close()
 
 
@@ -129,7 +108,7 @@ def test_the_dialog_says_when_the_key_is_kept_in_memory_only(open_dialog, saved)
     assert not dialog.notice_label.isVisible()
     dialog.close()
 
-    no_keyring = SavedConnections(saved.db, ConnectionKeys(NoKeyring()))
+    no_keyring = SavedConnections(saved.db, ConnectionKeys(LockedKeyring()))
     no_keyring.keys.get("probe")  # the keyring fails on first use
     dialog, _ = open_dialog(AddServerFlow(no_keyring))
     assert dialog.notice_label.isVisible()

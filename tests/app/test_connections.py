@@ -8,6 +8,7 @@ from pathlib import Path
 
 import keyring.errors
 import pytest
+from fake_keyring import FakeKeyring, LockedKeyring
 from fake_server import MODEL
 from keyring.backends import fail
 
@@ -30,33 +31,6 @@ from app.connections import (
 from app.store import ConversationStore
 
 KEY = "sk-test-7f3a9c1e5b2d4f6a8e0c"
-
-
-class FakeKeyring:
-    """An in-memory keyring with the system keyring's calls and its refusal to delete nothing."""
-
-    def __init__(self) -> None:
-        self.passwords: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, username: str) -> str | None:
-        return self.passwords.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self.passwords[(service, username)] = password
-
-    def delete_password(self, service: str, username: str) -> None:
-        if self.passwords.pop((service, username), None) is None:
-            raise keyring.errors.PasswordDeleteError("no such password")
-
-
-class LockedKeyring(FakeKeyring):
-    """A keyring that is there but fails on use (a locked or unreachable Secret Service)."""
-
-    def get_password(self, service: str, username: str) -> str | None:
-        raise keyring.errors.KeyringLocked("locked")
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        raise keyring.errors.KeyringLocked("locked")
 
 
 def run(coro, timeout: float = 20):
