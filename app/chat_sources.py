@@ -103,6 +103,19 @@ class ChatSources:
             self._by_chat.pop(conversation_id, None)
         else:
             self._by_chat[conversation_id] = source_id
+        await self._save_choices()
+
+    async def remove(self, source_id: str) -> None:
+        """Forget a saved server: its key, its backend, and every chat's choice of it (those
+        chats answer from this computer again). Open chats should leave it first."""
+        self._by_chat = {cid: sid for cid, sid in self._by_chat.items() if sid != source_id}
+        await self._save_choices()
+        remote = self._remote.pop(source_id, None)
+        if remote is not None:
+            remote.shutdown()
+        await self.saved.remove(source_id)
+
+    async def _save_choices(self) -> None:
         await self._db.set_setting(CHAT_SOURCES_SETTING,
                                    {str(k): v for k, v in self._by_chat.items()})
 

@@ -66,6 +66,7 @@ SHORTCUTS = {
 # Item data of the picker's last entry; a model's entry holds its path ("" for the default).
 OPEN_MODEL_ITEM = "open-model-file"
 ADD_SERVER_ITEM = "add-server"
+REMOVE_SERVER_ITEM = "remove-server"
 SERVER_ITEM_PREFIX = "server:"  # + a saved connection's id
 REMOTE_STATS_INTERVAL_MS = 500
 LAST_MODEL_SETTING = "last_model"
@@ -98,6 +99,7 @@ class MainWindow(QMainWindow):
         self.server_panel = LocalServerPanel(self)
         self.model_choices = ModelChoices(host.engine_config().dtype)
         self._describing: asyncio.Task | None = None
+        self._picker_choices: list[ModelChoice] = []
         self.status = EngineStatusBar(self)
         self.model_picker = QComboBox(self, objectName="modelPicker")
         self._undo_button = QPushButton("Undo", self, objectName="undoButton")
@@ -291,7 +293,7 @@ class MainWindow(QMainWindow):
             self.chats.select(tab.conversation_id)
             self.settings_panel.set_settings(tab.settings)
             self.sidebar.select_conversation(tab.conversation_id)
-            self._select_in_picker()
+            self._render_model_picker()
             self._show_backend_status()
 
     def _settings_edited(self, settings) -> None:
@@ -384,6 +386,8 @@ class MainWindow(QMainWindow):
             self.open_model_dialog()
         elif data == ADD_SERVER_ITEM:
             self.open_add_server_dialog()
+        elif data == REMOVE_SERVER_ITEM:
+            self.confirm_remove_server()
         elif data.startswith(SERVER_ITEM_PREFIX):
             self.use_source_in_current_chat(data.removeprefix(SERVER_ITEM_PREFIX))
         else:
@@ -402,7 +406,7 @@ class MainWindow(QMainWindow):
         if source is controller.session.source or not controller.session.use_source(source):
             return
         self._show_source(controller)
-        self._select_in_picker()
+        self._render_model_picker()
         self._show_backend_status()
         self.spawn(self.sources.choose(controller.conversation_id, source_id))
 
@@ -410,6 +414,40 @@ class MainWindow(QMainWindow):
         """Non-blocking: the server's address, its key, and one of its models."""
         return open_add_server_dialog(self, AddServerFlow(self.sources.saved),
                                       self._server_added)
+
+    def confirm_remove_server(self) -> QMessageBox | None:
+        """Asks first (non-blocking); removing forgets the server, its key and which chats used
+        it (they answer from this computer again). The chats themselves are kept."""
+        controller = self.current_controller()
+        source = controller.session.source if controller is not None else None
+        if not isinstance(source, RemoteSource):
+            return None
+        box = QMessageBox(QMessageBox.Icon.Question, "Remove the server",
+                          f"Remove {source.connection.label}? Its API key is forgotten and the "
+                          "chats that used it answer from this computer again. No chat is "
+                          "deleted.", QMessageBox.StandardButton.Yes
+                          | QMessageBox.StandardButton.Cancel, self)
+        box.setObjectName("removeServerDialog")
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.finished.connect(lambda answer, cid=source.connection.id: (
+            answer == QMessageBox.StandardButton.Yes and self.spawn(self.remove_server(cid))))
+        box.open()
+        return box
+
+    async def remove_server(self, source_id: str) -> None:
+        using = [c for c in self.controllers.values()
+                 if self.sources.id_of(c.session.source) == source_id]
+        if any(c.is_streaming for c in using):
+            self._message_box(QMessageBox.Icon.Information, "Pagoda",
+                              "A reply from that server is still being written: stop it or let "
+                              "it finish, then remove the server.")
+            return
+        for controller in using:
+            controller.session.use_source(self.host)
+            self._show_source(controller)
+        await self.sources.remove(source_id)
+        self.refresh_model_picker()
+        self._show_backend_status()
 
     def _server_added(self, connection: ServerConnection) -> None:
         self.sources.forget(connection.id)  # a server added again may have a new key
@@ -456,7 +494,12 @@ class MainWindow(QMainWindow):
         self._render_model_picker(
             [await self.model_choices.describe(s, quantization) for s in sources])
 
-    def _render_model_picker(self, choices: list[ModelChoice]) -> None:
+    def _render_model_picker(self, choices: list[ModelChoice] | None = None) -> None:
+        """The local models (`choices`, or the last ones shown), the saved servers, and the
+        actions; the entry of the current chat's source selected."""
+        if choices is None:
+            choices = self._picker_choices
+        self._picker_choices = choices
         picker = self.model_picker
         picker.blockSignals(True)
         picker.clear()
@@ -472,6 +515,10 @@ class MainWindow(QMainWindow):
         self._add_picker_item("Add a server…", ADD_SERVER_ITEM,
                               "An OpenAI-compatible server: vLLM, SGLang, llama.cpp, Ollama, "
                               "or another Pagoda")
+        controller = self.current_controller()
+        if controller is not None and not self._is_local(controller):
+            self._add_picker_item("Remove this chat's server…", REMOVE_SERVER_ITEM,
+                                  "Forget the server and its key; its chats are kept")
         picker.blockSignals(False)
         self._select_in_picker()
 

@@ -123,3 +123,29 @@ def test_add_a_server_opens_the_dialog(window_on, tmp_path):
     window._model_picked(window.model_picker.findData(ADD_SERVER_ITEM))
     dialog = window.findChild(AddServerDialog, "addServerDialog")
     assert dialog is not None and dialog.isVisible()
+
+
+def test_removing_a_server_forgets_it_and_its_chats_answer_here_again(
+        window_on, fake_vllm, qtbot, run_async, tmp_path):
+    from PySide6.QtWidgets import QMessageBox
+
+    from app.chat_sources import CHAT_SOURCES_SETTING
+    from app.connections import CONNECTIONS_SETTING
+    from app.main_window import REMOVE_SERVER_ITEM
+
+    _, url = fake_vllm
+    window = window_on(tmp_path / "chats.db")
+    connection = _add_and_pick(window, run_async, url)
+    window._model_picked(window.model_picker.findData(REMOVE_SERVER_ITEM))
+    box = window.findChild(QMessageBox, "removeServerDialog")
+    box.button(QMessageBox.StandardButton.Yes).click()
+
+    controller = window.current_controller()
+    qtbot.waitUntil(lambda: controller.session.source is window.host, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: window.model_picker.findData(SERVER_ITEM_PREFIX + connection.id) < 0,
+                    timeout=WAIT_MS)
+    assert window.model_picker.findData(REMOVE_SERVER_ITEM) < 0
+    store = window.db.store
+    assert store.get_setting(CONNECTIONS_SETTING) == []
+    assert store.get_setting(CHAT_SOURCES_SETTING) == {}
+    assert controller.view.source_label.text().endswith("· this computer")
