@@ -16,6 +16,7 @@ from app.backends import ChatBackend, ModelLoadingError
 from app.backends.local import LocalBackend
 from app.view_models import EngineStatusView
 from engine import AsyncEngine, EngineConfig, LLMEngine, PagodaError
+from engine.config import QUANTIZATIONS
 from engine.loader import (
     ProgressCallback,
     default_model_file,
@@ -102,6 +103,12 @@ class EngineHost(QObject):
         if self.backend is None:
             raise ModelLoadingError("No model is loaded: choose one in the model picker.")
         return self.backend
+
+    @staticmethod
+    def known_quantization(value: object) -> str:
+        """`value` when the engine knows it as a quantization setting, else "auto" (a setting
+        stored by another version)."""
+        return value if value in QUANTIZATIONS else "auto"
 
     def engine_config(self) -> EngineConfig:
         """The EngineConfig the next load builds its engine with."""

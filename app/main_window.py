@@ -38,6 +38,7 @@ from app.model_choices import (
     MODEL_FILE_FILTER,
     ModelChoice,
     ModelChoices,
+    ModelLoadError,
     model_source_from_selection,
 )
 from app.open_chats import OpenChats
@@ -48,8 +49,6 @@ from app.widgets.server_settings import LocalServerPanel
 from app.widgets.settings_panel import SettingsPanel
 from app.widgets.sidebar import ConversationItem, SearchResultItem, Sidebar
 from app.widgets.status_bar import EngineStatusBar
-from engine import PagodaError
-from engine.config import QUANTIZATIONS
 
 logger = logging.getLogger(__name__)
 
@@ -472,7 +471,7 @@ class MainWindow(QMainWindow):
     def open_model_file(self, selected: str) -> None:
         try:
             source = model_source_from_selection(selected)
-        except PagodaError as error:
+        except ModelLoadError as error:
             self._message_box(QMessageBox.Icon.Warning, "Not a model", str(error),
                               object_name="modelErrorDialog")
             return
@@ -538,9 +537,8 @@ class MainWindow(QMainWindow):
 
     async def restore_model_settings(self) -> None:
         """Before the first load: the quantization the user chose last time."""
-        quantization = await self.db.get_setting(QUANTIZATION_SETTING, "auto")
-        if quantization not in QUANTIZATIONS:
-            quantization = "auto"
+        quantization = self.host.known_quantization(
+            await self.db.get_setting(QUANTIZATION_SETTING, "auto"))
         self.host.quantization = quantization
         self.model_settings.set_quantization(quantization)
         self.refresh_model_picker()
