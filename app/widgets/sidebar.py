@@ -6,7 +6,8 @@ import html
 from dataclasses import dataclass
 from datetime import datetime
 
-from PySide6.QtCore import QPoint, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QModelIndex, QPoint, QRect, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
@@ -15,9 +16,13 @@ from PySide6.QtWidgets import (
     QMenu,
     QPushButton,
     QStackedWidget,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QVBoxLayout,
     QWidget,
 )
+
+from app.theme import icon
 
 SEARCH_DEBOUNCE_MS = 250
 ID_ROLE = Qt.ItemDataRole.UserRole
@@ -40,6 +45,34 @@ class SearchResultItem:
     snippet_html: str  # already escaped, matches in <b>
 
 
+class _SearchBox(QLineEdit):
+    """A line edit where Esc clears the query (and so leaves the results) before anything else."""
+
+    cleared = Signal()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() == Qt.Key.Key_Escape and self.text():
+            self.clear()
+            self.cleared.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class _TitleDelegate(QStyledItemDelegate):
+    """Gives the rename editor the whole row, and at least the height its own text needs.
+
+    The default puts it in the row's text rectangle, where the theme's padding leaves a strip
+    too thin to read.
+    """
+
+    def updateEditorGeometry(self, editor: QWidget, option: QStyleOptionViewItem,
+                             index: QModelIndex) -> None:
+        row = option.rect
+        height = max(row.height(), editor.sizeHint().height())
+        top = max(0, row.center().y() - (height - 1) // 2)  # the first row's stays whole
+        editor.setGeometry(QRect(row.left(), top, row.width(), height))
+
+
 class Sidebar(QWidget):
     """Signals: open_requested(conversation id, message id or 0), new_requested(),
     search_requested(str) (debounced; "" clears), rename_requested(id, title),
@@ -58,14 +91,17 @@ class Sidebar(QWidget):
         super().__init__(parent)
         self.new_button = QPushButton("New chat", self, objectName="newChatButton")
         self.new_button.setToolTip("Start a new conversation (Ctrl+N)")
-        self.search_box = QLineEdit(self, objectName="searchBox", clearButtonEnabled=True)
-        self.search_box.setPlaceholderText("Search all chats")
+        self.search_box = _SearchBox(self, objectName="searchBox", clearButtonEnabled=True)
+        self.search_box.setPlaceholderText("Search all chats (Esc clears)")
         self.conversation_list = QListWidget(self, objectName="conversationList")
         self.results_list = QListWidget(self, objectName="searchResults")
         for view in (self.conversation_list, self.results_list):
             view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
             view.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.results_list.setWordWrap(True)
+        self.conversation_list.setItemDelegate(_TitleDelegate(self.conversation_list))
+        line = self.conversation_list.fontMetrics().height()
+        self.conversation_list.setIconSize(QSize(line, line))  # the pin keeps rows one line tall
         self._stack = QStackedWidget(self)
         self._stack.addWidget(self.conversation_list)
         self._stack.addWidget(self.results_list)
@@ -85,6 +121,7 @@ class Sidebar(QWidget):
         self.new_button.clicked.connect(self.new_requested)
         self.search_box.textChanged.connect(lambda _text: self._debounce.start())
         self._debounce.timeout.connect(self._search_now)
+        self.search_box.cleared.connect(self._search_now)
         self.conversation_list.itemActivated.connect(self._open_item)
         self.conversation_list.itemClicked.connect(self._open_item)
         self.results_list.itemActivated.connect(self._open_item)
@@ -94,6 +131,7 @@ class Sidebar(QWidget):
         self.conversation_list.customContextMenuRequested.connect(self._context_menu)
 
     def _search_now(self) -> None:
+        self._debounce.stop()
         query = self.search_box.text().strip()
         self._stack.setCurrentWidget(self.results_list if query else self.conversation_list)
         self.search_requested.emit(query)
@@ -107,9 +145,13 @@ class Sidebar(QWidget):
         self.conversation_list.clear()
         self._items = {item.id: item for item in items}
         for item in items:
-            row = QListWidgetItem(("📌 " if item.pinned else "") + item.title)
+            row = QListWidgetItem(item.title)
             row.setData(ID_ROLE, item.id)
-            row.setToolTip(f"{item.title}\nLast active {item.updated_at.astimezone():%Y-%m-%d %H:%M}")
+            if item.pinned:
+                row.setIcon(icon("pin"))
+            pinned = "Pinned · " if item.pinned else ""
+            last_active = f"{item.updated_at.astimezone():%Y-%m-%d %H:%M}"
+            row.setToolTip(f"{item.title}\n{pinned}Last active {last_active}")
             row.setFlags(row.flags() | Qt.ItemFlag.ItemIsEditable)
             self.conversation_list.addItem(row)
         self.conversation_list.blockSignals(False)
@@ -132,13 +174,25 @@ class Sidebar(QWidget):
         return [self._items[self.conversation_list.item(r).data(ID_ROLE)].title
                 for r in range(self.conversation_list.count())]
 
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            self._repaint_pins()
+
+    def _repaint_pins(self) -> None:
+        """Icons are painted in the palette's text color, so a theme change needs new ones."""
+        for row in range(self.conversation_list.count()):
+            item = self.conversation_list.item(row)
+            if self._items[item.data(ID_ROLE)].pinned:
+                item.setIcon(icon("pin"))
+
     def _open_item(self, item: QListWidgetItem) -> None:
         message_id = item.data(MESSAGE_ROLE) or 0
         self.open_requested.emit(item.data(ID_ROLE), message_id)
 
     def _renamed(self, item: QListWidgetItem) -> None:
         cid = item.data(ID_ROLE)
-        title = item.text().removeprefix("📌 ").strip()
+        title = item.text().strip()
         if cid in self._items and title and title != self._items[cid].title:
             self.rename_requested.emit(cid, title)
 
