@@ -9,6 +9,7 @@ from PySide6.QtGui import QKeyEvent, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
 EDIT_BANNER = "Editing a message — Enter to save as a new branch, Esc to cancel"
+STREAMING_HINT = "A reply is being written: press Esc to stop it, or wait to send"
 PLACEHOLDER = "Message (Enter to send, Shift+Enter for a new line)"
 MIN_LINES = 2
 MAX_LINES = 8
@@ -48,6 +49,7 @@ class Composer(QWidget):
         self._editing_id: int | None = None
         self._saved_draft = ""
         self._banner = self._build_banner()
+        self._hint = self._build_hint()
         self._input = self._build_input()
         self._send = self._build_button("Send", "sendButton", self._submit)
         self._stop = self._build_button("Stop", "stopButton", self.stop_requested.emit)
@@ -66,6 +68,8 @@ class Composer(QWidget):
     def set_streaming(self, streaming: bool) -> None:
         """While this tab's reply streams, Stop replaces Send and Esc stops it."""
         self._streaming = streaming
+        if not streaming:
+            self._hint.hide()
         self._refresh_buttons()
 
     def begin_edit(self, message_id: int, text: str) -> None:
@@ -98,6 +102,9 @@ class Composer(QWidget):
 
     def _submit(self) -> None:
         text = self.text()
+        if self._streaming and text.strip():
+            self._hint.show()  # the text stays in the box for when the reply ends
+            return
         if self._streaming or not self._engine_ready or not text.strip():
             return
         if self._editing_id is not None:
@@ -139,6 +146,14 @@ class Composer(QWidget):
         banner.hide()
         return banner
 
+    def _build_hint(self) -> QLabel:
+        hint = QLabel(STREAMING_HINT, self)
+        hint.setObjectName("streamingHint")
+        hint.setWordWrap(True)
+        hint.setStyleSheet("padding: 2px 4px; font-style: italic;")
+        hint.hide()
+        return hint
+
     def _build_input(self) -> _InputBox:
         box = _InputBox(self)
         box.setObjectName("composer")
@@ -164,4 +179,5 @@ class Composer(QWidget):
         column = QVBoxLayout(self)
         column.setContentsMargins(0, 0, 0, 0)
         column.addWidget(self._banner)
+        column.addWidget(self._hint)
         column.addLayout(row)

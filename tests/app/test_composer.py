@@ -6,7 +6,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QPushButton
 
-from app.widgets.composer import EDIT_BANNER, Composer
+from app.widgets.composer import EDIT_BANNER, STREAMING_HINT, Composer
 
 
 @pytest.fixture
@@ -27,6 +27,10 @@ def button(composer: Composer, name: str) -> QPushButton:
 
 def banner(composer: Composer) -> QLabel:
     return composer.findChild(QLabel, "editBanner")
+
+
+def streaming_hint(composer: Composer) -> QLabel:
+    return composer.findChild(QLabel, "streamingHint")
 
 
 def test_enter_sends_the_text_and_clears_the_box(composer, qtbot):
@@ -132,6 +136,25 @@ def test_enter_while_streaming_keeps_the_text_for_later(composer, qtbot):
         qtbot.keyClick(box(composer), Qt.Key.Key_Return)
 
     assert composer.text() == "next question"
+
+
+def test_enter_while_streaming_says_how_to_send_then_sends_once_the_reply_ends(composer, qtbot):
+    assert not streaming_hint(composer).isVisible()
+    composer.set_streaming(True)
+    qtbot.keyClicks(box(composer), "next question")
+
+    with qtbot.assertNotEmitted(composer.send_requested):
+        qtbot.keyClick(box(composer), Qt.Key.Key_Return)
+
+    assert streaming_hint(composer).isVisible()
+    assert streaming_hint(composer).text() == STREAMING_HINT
+    assert composer.text() == "next question"
+
+    composer.set_streaming(False)
+    assert not streaming_hint(composer).isVisible()
+    with qtbot.waitSignal(composer.send_requested) as sent:
+        qtbot.keyClick(box(composer), Qt.Key.Key_Return)
+    assert sent.args == ["next question"]
 
 
 def test_edit_mode_submits_an_edit_instead_of_a_new_message(composer, qtbot):
