@@ -34,6 +34,11 @@ MARKDOWN_FEATURES = (
 LIGHT_CODE_STYLE = "default"
 DARK_CODE_STYLE = "monokai"
 
+LINE_SEPARATOR = "\u2028"
+
+# A line starting like this may open a block (heading, quote, list, rule, setext underline, table)
+# or begin with emphasis that a line separator before it would not let open.
+_MARKUP_START = re.compile(r"^ {0,3}(?:[#>*+\-_=~`<:|]|\d{1,9}[.)](?:\s|$))")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,9}[.)])\s")
 _FENCE_OPEN = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>.*)$")
 
@@ -140,19 +145,37 @@ def _insert_prose(cursor: QTextCursor, text: str) -> None:
 def _hard_line_breaks(text: str) -> str:
     """Keep the model's single newlines as line breaks, as they looked while streaming.
 
-    Not inside lists: Qt turns a hard break in a list item into a new item.
+    Between two lines of plain text the newline becomes a line separator (U+2028), which Qt keeps
+    inside the paragraph: a Markdown hard break would become a paragraph of its own, spaced like
+    any other, and a blank line between two stanzas would no longer stand out. Lines that could
+    start or end Markdown syntax get a Markdown hard break instead. Not inside lists: Qt turns a
+    hard break in a list item into a new item.
     """
     lines = text.split("\n")
-    following = [*lines[1:], ""]
-    return "\n".join(
-        f"{line}  " if _breaks_after(line, after) else line for line, after in zip(lines, following)
-    )
+    pieces: list[str] = []
+    for line, after in zip(lines, [*lines[1:], None]):
+        if after is None:
+            pieces.append(line)
+        elif not _breaks_after(line, after):
+            pieces.append(line + "\n")
+        elif _joins_in_paragraph(line, after):
+            pieces.append(line.rstrip(" \t") + LINE_SEPARATOR)
+        else:
+            pieces.append(line + "  \n")
+    return "".join(pieces)
 
 
 def _breaks_after(line: str, after: str) -> bool:
     if not line.strip() or not after.strip():
         return False
     return not (line[0].isspace() or after[0].isspace() or _LIST_ITEM.match(line))
+
+
+def _joins_in_paragraph(line: str, after: str) -> bool:
+    """Both lines are plain paragraph text, so joining them changes no Markdown structure."""
+    if _MARKUP_START.match(line) or _MARKUP_START.match(after) or "|" in line + after:
+        return False
+    return not line.endswith(("\\", "_", "~"))
 
 
 def _insert_code_block(

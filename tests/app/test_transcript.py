@@ -14,6 +14,7 @@ from PySide6.QtGui import (
     QTextCursor,
     QTextDocumentFragment,
     QTextFrame,
+    QTextTable,
 )
 from PySide6.QtWidgets import QMainWindow, QTextBrowser, QWidget
 
@@ -423,6 +424,36 @@ def test_single_newlines_stay_line_breaks_once_rendered(view):
     document = browser(view).document()
     item = document.findBlock(document.find("a b").position())
     assert item.textList() is not None and item.textList().count() == 1
+
+
+POEM = "Roses are red\nViolets are blue\n\nSugar is sweet\nAnd so are you"
+
+
+def test_a_poem_keeps_its_stanza_break_and_its_line_breaks_once_rendered(view):
+    view.set_messages([message(1, "assistant", POEM)])
+
+    document = browser(view).document()
+    first = document.findBlock(document.find("Roses").position())
+    second = first.next()
+    assert first.text() == "Roses are red\u2028Violets are blue"  # one paragraph, a line break
+    assert second.text() == "Sugar is sweet\u2028And so are you"
+    gap = first.blockFormat().bottomMargin() + second.blockFormat().topMargin()
+    assert gap > 0
+    assert "Roses are red\nViolets are blue\nSugar is sweet\nAnd so are you" in view.plain_text()
+
+
+def test_line_breaks_leave_headings_lists_tables_and_code_as_they_were(view):
+    content = "Intro\n# Title\nText\n- a\n- b\n\na | b\n--|--\n1 | 2\n\n```py\nx = 1\n\ny = 2\n```\nAfter"
+    view.set_messages([message(1, "assistant", content)])
+
+    document = browser(view).document()
+    title = document.findBlock(document.find("Title").position())
+    assert title.text() == "Title" and title.blockFormat().headingLevel() == 1
+    item = document.findBlock(document.find("b").position())
+    assert item.textList() is not None and item.textList().count() == 2
+    assert any(isinstance(child, QTextTable) for child in frames(view)[0].childFrames())
+    assert "x = 1\n\ny = 2" in view.plain_text()
+    assert view.message_text(1) == content
 
 
 def test_fenced_code_is_cut_out_of_the_prose():
