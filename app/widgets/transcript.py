@@ -12,8 +12,9 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from functools import partial
 
-from PySide6.QtCore import QEvent, QUrl, Signal
+from PySide6.QtCore import QEvent, QTimer, QUrl, Signal
 from PySide6.QtGui import (
     QColor,
     QDesktopServices,
@@ -38,6 +39,7 @@ EXTERNAL_SCHEMES = frozenset({"http", "https", "mailto"})
 ROLE_LABELS: dict[Role, str] = {"user": "You", "assistant": "Assistant", "system": "System"}
 GAP_HEIGHT = 6  # px between two messages
 BUBBLE_INDENT = 48  # px: user messages sit to the right, assistant messages to the left
+COPIED_FEEDBACK_MS = 1500  # how long a Copy link reads "Copied" after a click
 
 
 @dataclass(slots=True)
@@ -383,8 +385,10 @@ class TranscriptView(QWidget):
             return
         if action == "copy":
             self._copy(block.content())
+            self._show_copied(block.view.id, self._href(action, *args))
         elif action == "copy-code" and args[1] < len(block.codes):
             self._copy(block.codes[args[1]])
+            self._show_copied(block.view.id, self._href(action, *args))
         elif action == "edit":
             self.edit_requested.emit(block.view.id)
         elif action == "regenerate":
@@ -395,6 +399,41 @@ class TranscriptView(QWidget):
     def _copy(self, text: str) -> None:
         QGuiApplication.clipboard().setText(text)
         self.copied.emit(text)
+
+    def _show_copied(self, message_id: int, href: str) -> None:
+        """Let the clicked Copy link read "Copied" for a moment; a re-render meanwhile resets it."""
+        if self._relabel(message_id, href, "Copy", "Copied"):
+            restore = partial(self._relabel, message_id, href, "Copied", "Copy")
+            QTimer.singleShot(COPIED_FEEDBACK_MS, self, restore)
+
+    def _relabel(self, message_id: int, href: str, old: str, new: str) -> bool:
+        block = self._blocks.get(message_id)
+        found = self._find_link(block.frame, href, old) if block is not None else None
+        if found is None:
+            return False
+        cursor, fmt = found
+        cursor.insertText(new, fmt)
+        return True
+
+    def _find_link(
+        self, frame: QTextFrame, href: str, label: str
+    ) -> tuple[QTextCursor, QTextCharFormat] | None:
+        """A cursor selecting the link `label` to `href` inside `frame`, and the link's format."""
+        text_block = self._document.findBlock(frame.firstPosition())
+        while text_block.isValid() and text_block.position() <= frame.lastPosition():
+            fragments = text_block.begin()
+            while not fragments.atEnd():
+                fragment = fragments.fragment()
+                fmt = fragment.charFormat()
+                if fmt.anchorHref() == href and fragment.text() == label:
+                    cursor = QTextCursor(self._document)
+                    cursor.setPosition(fragment.position())
+                    end = fragment.position() + fragment.length()
+                    cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+                    return cursor, fmt
+                fragments += 1
+            text_block = text_block.next()
+        return None
 
     def _is_at_bottom(self) -> bool:
         bar = self._browser.verticalScrollBar()

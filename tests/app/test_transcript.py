@@ -19,6 +19,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QMainWindow, QTextBrowser, QWidget
 
 from app.view_models import MessageView
+from app.widgets import transcript
 from app.widgets.markdown_render import Segment, split_fenced_code
 from app.widgets.transcript import TranscriptView
 
@@ -244,6 +245,31 @@ def test_copy_puts_the_message_on_the_clipboard(view, qtbot):
 
     assert copied.args == [ANSWER]
     assert QGuiApplication.clipboard().text() == ANSWER
+
+
+def test_copy_reads_copied_for_a_moment(view, qtbot, monkeypatch):
+    monkeypatch.setattr(transcript, "COPIED_FEEDBACK_MS", 100)
+    view.set_messages(conversation())
+
+    click(view, 4, "Copy")
+
+    assert QGuiApplication.clipboard().text() == ANSWER
+    assert len(links(view, 4)["Copied"]) == 1  # the message's link; its code block's still says Copy
+    assert len(links(view, 4)["Copy"]) == 1
+    qtbot.waitUntil(lambda: "Copied" not in links(view, 4), timeout=2000)
+    assert len(links(view, 4)["Copy"]) == 2
+
+
+def test_copy_on_a_code_block_reads_copied_there(view, qtbot, monkeypatch):
+    monkeypatch.setattr(transcript, "COPIED_FEEDBACK_MS", 100)
+    view.set_messages(conversation())
+
+    click(view, 4, "Copy", nth=1)
+
+    assert QGuiApplication.clipboard().text() == 'def greet(name):\n    return f"hello {name}"'
+    assert len(links(view, 4)["Copied"]) == 1
+    assert "copy-code" in links(view, 4)["Copied"][0].path()
+    qtbot.waitUntil(lambda: "Copied" not in links(view, 4), timeout=2000)
 
 
 def test_copy_on_a_code_block_copies_only_that_code(view):
