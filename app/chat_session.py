@@ -395,10 +395,12 @@ class ChatSession:
             await self._fail(str(exc))
             return None
         if fitted.num_dropped:
+            dropped = ("the oldest message was" if fitted.num_dropped == 1
+                       else f"the {fitted.num_dropped} oldest messages were")
             self._notify(
-                f"This chat is longer than the model's context ({max_model_len} "
-                f"tokens): the {fitted.num_dropped} oldest messages were left out of what the "
-                "model sees for this reply. They stay in the chat.")
+                f"This chat is longer than the model's context ({max_model_len:,} "
+                f"tokens): {dropped} left out of what the model sees for this reply. They "
+                "stay in the chat.")
         return fitted
 
     def _on_chunk(self, chunk: ReplyChunk) -> None:

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 from app.add_server import open_add_server_dialog
 from app.api_key import ApiKeyFile
 from app.async_store import AsyncStore
+from app.chat_defaults import load_chat_defaults, save_chat_defaults
 from app.chat_session import ChatSession
 from app.chat_sources import LOCAL, ChatSources, RemoteSource
 from app.chat_tab import ChatTab
@@ -103,6 +104,7 @@ class MainWindow(QMainWindow):
         self.model_picker = QComboBox(self, objectName="modelPicker")
         self._undo_button = QPushButton("Undo", self, objectName="undoButton")
         self._undo_timer = QTimer(self, singleShot=True, interval=UNDO_SECONDS * 1000)
+        self._undo_connection = None
         self._remote_stats_timer = QTimer(self, interval=REMOTE_STATS_INTERVAL_MS,
                                           timeout=self._show_remote_stats)
         self._closing = False
@@ -182,6 +184,8 @@ class MainWindow(QMainWindow):
         self.chats.on_current = self._show_tab
         self.chats.on_purged = lambda _cid: self.spawn(self.refresh_conversations())
         self.settings_panel.settings_changed.connect(self._settings_edited)
+        self.settings_panel.defaults_requested.connect(
+            lambda settings: self.spawn(self.use_as_defaults(settings)))
         self.model_picker.activated.connect(self._model_picked)
         self.model_settings.quantization_changed.connect(self.set_quantization)
         self._undo_timer.timeout.connect(self._undo_button.hide)
@@ -208,6 +212,7 @@ class MainWindow(QMainWindow):
     async def restore(self) -> None:
         """Reopen the tabs of the last session (or a new chat) and show the conversation list."""
         await self.sources.load()
+        self.settings_panel.set_defaults(await load_chat_defaults(self.db))
         self.refresh_model_picker()
         await self.refresh_conversations()
         await self.chats.restore()
@@ -253,6 +258,7 @@ class MainWindow(QMainWindow):
         tab = self.controllers[cid].view
         self.tabs.setCurrentWidget(tab)
         self.settings_panel.set_settings(tab.settings)
+        self._show_chat_title(tab.title)
         tab.composer.focus_input()
 
     def open_tabs(self) -> list[ChatTab]:
@@ -281,6 +287,13 @@ class MainWindow(QMainWindow):
         if index >= 0:
             self.tabs.setTabText(index, _elide(title))
             self.tabs.setTabToolTip(index, title)
+        if tab is self.tabs.currentWidget():
+            self._show_chat_title(title)
+
+    def _show_chat_title(self, title: str) -> None:
+        """The window and the settings panel name the current chat."""
+        self.setWindowTitle(f"{title} · Pagoda")
+        self.settings_panel.set_target(title)
 
     def _cycle_tabs(self, step: int) -> None:
         if self.tabs.count():
@@ -291,6 +304,7 @@ class MainWindow(QMainWindow):
         if isinstance(tab, ChatTab) and not self._closing:
             self.chats.select(tab.conversation_id)
             self.settings_panel.set_settings(tab.settings)
+            self._show_chat_title(tab.title)
             self.sidebar.select_conversation(tab.conversation_id)
             self._render_model_picker()
             self._show_backend_status()
@@ -300,6 +314,12 @@ class MainWindow(QMainWindow):
         if isinstance(tab, ChatTab):
             tab.settings = settings
             tab.settings_changed.emit(settings)
+
+    async def use_as_defaults(self, settings) -> None:
+        """New chats start with these settings (the store keeps them); chats keep their own."""
+        await save_chat_defaults(self.db, settings)
+        self.settings_panel.set_defaults(settings)
+        self.status.showMessage("New chats will start with these settings.", 5000)
 
     def toggle_settings(self) -> None:
         self.settings_dock.setVisible(not self.settings_dock.isVisible())
@@ -346,11 +366,10 @@ class MainWindow(QMainWindow):
 
     def _offer_undo(self, cid: int, title: str) -> None:
         self.status.showMessage(f"Deleted “{title}”.", UNDO_SECONDS * 1000)
-        try:
-            self._undo_button.clicked.disconnect()
-        except (RuntimeError, TypeError):
-            pass
-        self._undo_button.clicked.connect(lambda: self.spawn(self.undo_delete(cid)))
+        if self._undo_connection is not None:  # only the newest delete can be undone
+            self._undo_button.clicked.disconnect(self._undo_connection)
+        self._undo_connection = self._undo_button.clicked.connect(
+            lambda: self.spawn(self.undo_delete(cid)))
         self._undo_button.show()
         self._undo_timer.start()
 
@@ -563,7 +582,6 @@ class MainWindow(QMainWindow):
         self.host.load(path)
 
     def _model_loaded(self, name: str) -> None:
-        self.setWindowTitle(f"Pagoda · {name}")
         self.settings_panel.set_max_tokens_limit(self.host.max_model_len)
         self.model_picker.setToolTip(f"Running: {name}")
         self.refresh_model_picker()

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 
 from app.async_store import AsyncStore
+from app.chat_defaults import load_chat_defaults
 from app.chat_session import ChatSession
 from app.chat_sources import LOCAL, ChatSources
 from app.tasks import TaskSet
@@ -58,12 +59,16 @@ class OpenChats:
         await self.save()
 
     async def new_chat(self) -> ChatSession:
-        """A new chat, answered from where the current one is."""
+        """A new chat with the user's defaults for new chats, answered from where the current
+        one is."""
         current = self.current_session
         source_id = self.sources.id_of(current.source) if current else LOCAL
         backend = self.sources.source(source_id).backend
         model = backend.model_name if backend is not None else None
-        conversation = await self.db.create_conversation(model=model or None)
+        defaults = await load_chat_defaults(self.db)
+        conversation = await self.db.create_conversation(
+            model=model or None, system_prompt=defaults.system_prompt or None,
+            sampling=defaults.sampling())
         if source_id != LOCAL:
             await self.sources.choose(conversation.id, source_id)
         return await self.open(conversation.id)

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import (
     QAbstractSpinBox,
     QDoubleSpinBox,
     QFormLayout,
+    QHBoxLayout,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
@@ -59,15 +60,19 @@ def _int_spin(minimum: int, maximum: int) -> QSpinBox:
 
 
 class SettingsPanel(QWidget):
-    """Edits a SamplingView; emits `settings_changed(SamplingView)` only for the user's edits."""
+    """Edits the current chat's SamplingView; emits `settings_changed(SamplingView)` only for the
+    user's edits, and `defaults_requested(SamplingView)` when the user makes them the defaults
+    for new chats. It says which chat it edits (`set_target`)."""
 
     settings_changed = Signal(object)
+    defaults_requested = Signal(object)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("settingsPanel")
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground)  # let the theme paint it
         self._applying = False
+        self._defaults = SamplingView()
         self._build_widgets()
         self._build_layout()
         self._debounce = QTimer(self)
@@ -93,9 +98,18 @@ class SettingsPanel(QWidget):
         self.seed_edit.setValidator(
             QRegularExpressionValidator(QRegularExpression(r"\d{0,10}"), self.seed_edit)
         )
+        self.target_label = QLabel("This chat")
+        self.target_label.setObjectName("settingsTarget")
+        self.target_label.setWordWrap(True)
         self.reset_button = QPushButton("Reset to defaults")
         self.reset_button.setToolTip(
-            "Restore the default sampling settings; keeps the system prompt."
+            "Restore the defaults for new chats' sampling settings; keeps the system prompt."
+        )
+        self.make_default_button = QPushButton("Use as default for new chats")
+        self.make_default_button.setObjectName("makeDefaultButton")
+        self.make_default_button.setToolTip(
+            "New chats will start with this system prompt and these sampling settings; "
+            "existing chats keep their own."
         )
 
     def _fields(self) -> list[tuple[str, str, QWidget]]:
@@ -127,8 +141,13 @@ class SettingsPanel(QWidget):
             else:
                 form.addRow(label, widget)
         layout = QVBoxLayout(self)
+        layout.addWidget(self.target_label)
         layout.addLayout(form)
-        layout.addWidget(self.reset_button, 0, Qt.AlignmentFlag.AlignRight)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.make_default_button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.reset_button)
+        layout.addLayout(buttons)
         layout.addStretch(1)
 
     def _connect_edits(self) -> None:
@@ -144,6 +163,16 @@ class SettingsPanel(QWidget):
         ):
             box.valueChanged.connect(self._on_value_edited)
         self.reset_button.clicked.connect(self.reset_to_defaults)
+        self.make_default_button.clicked.connect(
+            lambda: self.defaults_requested.emit(self.settings()))
+
+    def set_target(self, title: str) -> None:
+        """Name the chat these settings belong to."""
+        self.target_label.setText(f"Settings of “{title}” (this chat only)")
+
+    def set_defaults(self, defaults: SamplingView) -> None:
+        """The defaults for new chats, which "Reset to defaults" restores."""
+        self._defaults = defaults
 
     def set_settings(self, settings: SamplingView) -> None:
         """Show `settings` without emitting `settings_changed`; out-of-range values are clamped."""
@@ -192,8 +221,8 @@ class SettingsPanel(QWidget):
             self._applying = False
 
     def reset_to_defaults(self) -> None:
-        """Restore the default sampling settings (the system prompt stays) and emit them."""
-        defaults = replace(SamplingView(), system_prompt=self.system_prompt_edit.toPlainText())
+        """Restore the new chats' default sampling (the system prompt stays) and emit them."""
+        defaults = replace(self._defaults, system_prompt=self.system_prompt_edit.toPlainText())
         self.set_settings(defaults)
         self._emit_settings()
 

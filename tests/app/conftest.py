@@ -83,3 +83,32 @@ def run_async(qloop, qtbot):
         return task.result()
 
     return run
+
+
+@pytest.fixture
+def window_on(qtbot, qloop, run_async, tmp_path):
+    """window_on(db_path) -> a restored MainWindow over a fake local model (fast: no engine)."""
+    from fake_engine import FakeModels
+
+    from app.async_store import AsyncStore
+    from app.engine_host import EngineHost
+    from app.main_window import MainWindow
+    from app.store import ConversationStore
+
+    windows = []
+
+    def build(db_path):
+        host = EngineHost(factory=FakeModels())
+        window = MainWindow(AsyncStore(ConversationStore.open(db_path)), host)
+        qtbot.addWidget(window)
+        window.show()
+        qtbot.waitUntil(host.load(None).done, timeout=10_000)
+        run_async(window.restore())
+        windows.append(window)
+        return window
+
+    yield build
+    for window in windows:
+        if not window.isHidden():
+            window.close()
+        window.db.close()

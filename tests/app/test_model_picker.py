@@ -161,7 +161,7 @@ def test_a_model_too_large_for_memory_is_refused_and_the_running_one_stays(picke
     assert "int4" in message and "smaller" in message
     assert window.host.backend is running and not running.engine.stopped
     assert window.host.model_path is None and window.host.status.state == "ready"
-    assert window.windowTitle() == f"Pagoda · {RUNNING}"
+    assert window.host.model_name == RUNNING
     assert loads.models == [None]
 
 

@@ -2,40 +2,11 @@
 the tab and the status bar, kept across a restart, and a server that fails mid-reply.
 The server is the fake one in vLLM's shape on 127.0.0.1; the local engine is a fake."""
 
-from pathlib import Path
-
-import pytest
-from fake_engine import FakeModels
 from fake_server import MODEL, REPLY
 
-from app.async_store import AsyncStore
-from app.engine_host import EngineHost
-from app.main_window import ADD_SERVER_ITEM, SERVER_ITEM_PREFIX, MainWindow
-from app.store import ConversationStore
+from app.main_window import ADD_SERVER_ITEM, SERVER_ITEM_PREFIX
 
 WAIT_MS = 10_000
-
-
-@pytest.fixture
-def window_on(qtbot, qloop, run_async, tmp_path):
-    """window_on(db_path) -> a restored MainWindow over a fake local model."""
-    windows = []
-
-    def build(db_path: Path) -> MainWindow:
-        host = EngineHost(factory=FakeModels())
-        window = MainWindow(AsyncStore(ConversationStore.open(db_path)), host)
-        qtbot.addWidget(window)
-        window.show()
-        qtbot.waitUntil(host.load(None).done, timeout=WAIT_MS)
-        run_async(window.restore())
-        windows.append(window)
-        return window
-
-    yield build
-    for window in windows:
-        if not window.isHidden():
-            window.close()
-        window.db.close()
 
 
 def _add_and_pick(window, run_async, url: str):

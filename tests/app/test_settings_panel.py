@@ -159,7 +159,8 @@ def test_reset_restores_defaults_keeps_prompt_and_emits_once(qtbot):
 
 def test_every_knob_has_a_label_with_a_one_line_tooltip(qtbot):
     panel = make_panel(qtbot)
-    labels = panel.findChildren(QLabel)
+    labels = [label for label in panel.findChildren(QLabel)
+              if label is not panel.target_label]  # says which chat, not a knob
     assert len(labels) == 8
     for label in labels:
         assert label.toolTip()

@@ -1,0 +1,60 @@
+"""Defaults for new chats, in the window: the settings panel names the chat it edits, "Use as
+default for new chats" keeps its settings in the store, and new chats start with them."""
+
+from app.chat_defaults import NEW_CHAT_DEFAULTS_SETTING, load_chat_defaults
+from app.view_models import SamplingView
+
+
+def _edit(panel, **changes):
+    from dataclasses import replace
+
+    panel.set_settings(replace(panel.settings(), **changes))
+    panel.settings_changed.emit(panel.settings())
+
+
+def test_the_settings_panel_names_the_chat_it_edits(window_on, run_async, tmp_path):
+    window = window_on(tmp_path / "chats.db")
+    run_async(window.rename(window.chats.current, "Trip to Kyoto"))
+    assert "Trip to Kyoto" in window.settings_panel.target_label.text()
+    assert window.windowTitle() == "Trip to Kyoto · Pagoda"
+
+
+def test_a_new_chat_starts_with_the_settings_made_default(window_on, qtbot, run_async,
+                                                          tmp_path):
+    window = window_on(tmp_path / "chats.db")
+    panel = window.settings_panel
+    _edit(panel, system_prompt="Answer in French.", temperature=0.2, max_tokens=77)
+    panel.make_default_button.click()
+    qtbot.waitUntil(lambda: window.db.store.get_setting(NEW_CHAT_DEFAULTS_SETTING) is not None,
+                    timeout=5000)
+
+    run_async(window.new_chat())
+
+    conversation = window.db.store.get_conversation(window.chats.current)
+    assert conversation.system_prompt == "Answer in French."
+    assert (conversation.sampling.temperature, conversation.sampling.max_tokens) == (0.2, 77)
+    assert panel.settings().max_tokens == 77
+
+
+def test_defaults_survive_a_restart_and_reset_restores_them(window_on, qtbot, run_async,
+                                                            tmp_path):
+    db_path = tmp_path / "chats.db"
+    window = window_on(db_path)
+    _edit(window.settings_panel, top_p=0.5)
+    run_async(window.use_as_defaults(window.settings_panel.settings()))
+    window.close()
+
+    again = window_on(db_path)
+    _edit(again.settings_panel, top_p=0.95)
+    again.settings_panel.reset_to_defaults()
+    assert again.settings_panel.settings().top_p == 0.5
+
+
+def test_a_malformed_defaults_setting_gives_the_built_in_defaults(window_on, run_async,
+                                                                  tmp_path):
+    window = window_on(tmp_path / "chats.db")
+    window.db.store.set_setting(NEW_CHAT_DEFAULTS_SETTING, {"temperature": "hot", "top_k": 5})
+    defaults = run_async(load_chat_defaults(window.db))
+    assert defaults == SamplingView(top_k=5)
+    window.db.store.set_setting(NEW_CHAT_DEFAULTS_SETTING, [1, 2])
+    assert run_async(load_chat_defaults(window.db)) == SamplingView()
