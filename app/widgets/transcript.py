@@ -9,25 +9,28 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from functools import partial
 
-from PySide6.QtCore import QEvent, QTimer, QUrl, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (
     QColor,
     QDesktopServices,
     QFont,
     QGuiApplication,
     QPalette,
+    QResizeEvent,
+    QShowEvent,
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
     QTextFrame,
     QTextFrameFormat,
 )
-from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QTextBrowser, QToolButton, QVBoxLayout, QWidget
 
 from app.view_models import MessageView, Role
 from app.widgets.markdown_render import RenderStyle, insert_markdown, link_format
@@ -40,6 +43,8 @@ ROLE_LABELS: dict[Role, str] = {"user": "You", "assistant": "Assistant", "system
 GAP_HEIGHT = 6  # px between two messages
 BUBBLE_INDENT = 48  # px: user messages sit to the right, assistant messages to the left
 COPIED_FEEDBACK_MS = 1500  # how long a Copy link reads "Copied" after a click
+BOTTOM_SLACK = 4  # px from the end that still counts as "at the bottom"
+JUMP_MARGIN = 12  # px between the "Jump to latest" button and the transcript's bottom edge
 
 
 @dataclass(slots=True)
@@ -82,6 +87,16 @@ class _TranscriptBrowser(QTextBrowser):
     def loadResource(self, resource_type: int, name: QUrl) -> object:
         return None
 
+    def showEvent(self, event: QShowEvent) -> None:
+        # QTextEdit brings its text cursor into view on its first show; that is not the user
+        # scrolling, and the transcript may be following its newest message.
+        bar = self.verticalScrollBar()
+        value = bar.value()
+        was_blocked = bar.blockSignals(True)
+        super().showEvent(event)
+        bar.setValue(value)
+        bar.blockSignals(was_blocked)
+
 
 class TranscriptView(QWidget):
     """Renders the current branch of a conversation and emits what the user asks of a message."""
@@ -108,30 +123,48 @@ class TranscriptView(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self._browser)
         self.setFocusProxy(self._browser)
+        # Whether the view keeps to the newest text: cleared when the user scrolls up, set when
+        # they come back down, open a chat or send. Held as intent, not read off the scroll bar,
+        # so that it survives layouts that finish later (first show, a resize).
+        self._follows_bottom = True
+        self._editing = False  # our own edits move the scroll bar; that is not the user scrolling
+        bar = self._browser.verticalScrollBar()
+        bar.rangeChanged.connect(self._on_scroll_range_changed)
+        bar.valueChanged.connect(self._on_scrolled)
+        self._jump = QToolButton(self)
+        self._jump.setObjectName("jumpToLatest")
+        self._jump.setText("Jump to latest ↓")
+        self._jump.setCursor(Qt.CursorShape.PointingHandCursor)
+        self._jump.clicked.connect(self.scroll_to_bottom)
+        self._jump.hide()
 
     # -- what the controller calls ------------------------------------------------------------
 
     def set_messages(self, messages: Sequence[MessageView]) -> None:
         """Show `messages` (root to leaf); blocks already on screen and unchanged are kept."""
-        at_bottom = self._is_at_bottom()
         target = _regenerate_target([(view, view.status == "streaming") for view in messages])
         keep = self._unchanged_prefix(messages, target)
-        self._truncate(keep)
-        for view in messages[keep:]:
-            streaming = view.status == "streaming"
-            self._append_block(view, streaming, can_regenerate=view.id == target)
-        self._follow(at_bottom)
+        if keep == 0:
+            self._follows_bottom = True  # another chat, or this one opened: show its newest message
+        with self._own_edit():
+            self._truncate(keep)
+            for view in messages[keep:]:
+                streaming = view.status == "streaming"
+                self._append_block(view, streaming, can_regenerate=view.id == target)
+        self._follow(grew=len(messages) > keep)
 
     def begin_stream(self, message: MessageView) -> None:
         """Add (or reset) an assistant block that will receive deltas as plain text."""
-        at_bottom = self._is_at_bottom()
         block = self._blocks.get(message.id)
         if block is None:
-            self._append_block(message, streaming=True, can_regenerate=False)
-        else:
-            self._replace(block, message, streaming=True)
-        self._sync_regenerate()
-        self._follow(at_bottom)
+            self._follows_bottom = True  # a new reply: the user just sent, show it
+        with self._own_edit():
+            if block is None:
+                self._append_block(message, streaming=True, can_regenerate=False)
+            else:
+                self._replace(block, message, streaming=True)
+            self._sync_regenerate()
+        self._follow(grew=True)
 
     def append_delta(self, message_id: int, text: str) -> None:
         """Append streamed text to a streaming block, without re-rendering anything."""
@@ -139,12 +172,12 @@ class TranscriptView(QWidget):
         if block is None or not block.streaming:
             logger.debug("delta for message %s that is not streaming here", message_id)
             return
-        at_bottom = self._is_at_bottom()
-        cursor = QTextCursor(self._document)
-        cursor.setPosition(block.frame.lastPosition())
-        cursor.insertText(text, QTextCharFormat())
+        with self._own_edit():
+            cursor = QTextCursor(self._document)
+            cursor.setPosition(block.frame.lastPosition())
+            cursor.insertText(text, QTextCharFormat())
         block.chunks.append(text)
-        self._follow(at_bottom)
+        self._follow(grew=bool(text))
 
     def end_stream(self, message: MessageView) -> None:
         """Render the finished message as Markdown, with its stats and status; others stay as are."""
@@ -170,14 +203,14 @@ class TranscriptView(QWidget):
     # -- blocks ---------------------------------------------------------------------------------
 
     def _update(self, message: MessageView, streaming: bool) -> None:
-        at_bottom = self._is_at_bottom()
         block = self._blocks.get(message.id)
         if block is None:
             logger.debug("update for message %s that is not on screen", message.id)
             return
-        self._replace(block, message, streaming)
-        self._sync_regenerate()
-        self._follow(at_bottom)
+        with self._own_edit():
+            self._replace(block, message, streaming)
+            self._sync_regenerate()
+        self._follow(grew=False)
 
     def _unchanged_prefix(self, messages: Sequence[MessageView], target: int | None) -> int:
         keep = 0
@@ -435,14 +468,60 @@ class TranscriptView(QWidget):
             text_block = text_block.next()
         return None
 
+    def scroll_to_bottom(self) -> None:
+        """Show the newest text and keep following it (what "Jump to latest" does)."""
+        self._follows_bottom = True
+        bar = self._browser.verticalScrollBar()
+        bar.setValue(bar.maximum())
+        self._jump.hide()
+
+    @contextmanager
+    def _own_edit(self) -> Iterator[None]:
+        self._editing = True
+        try:
+            yield
+        finally:
+            self._editing = False
+
     def _is_at_bottom(self) -> bool:
         bar = self._browser.verticalScrollBar()
-        return bar.value() >= bar.maximum() - 4
+        return bar.value() >= bar.maximum() - BOTTOM_SLACK
 
-    def _follow(self, was_at_bottom: bool) -> None:
-        if was_at_bottom:
-            bar = self._browser.verticalScrollBar()
-            bar.setValue(bar.maximum())
+    def _follow(self, grew: bool) -> None:
+        """After an edit: stay at the newest text, or offer to jump there if text was added."""
+        if self._follows_bottom:
+            self.scroll_to_bottom()
+        elif grew and not self._is_at_bottom():
+            self._show_jump()
+
+    def _on_scroll_range_changed(self, _minimum: int, maximum: int) -> None:
+        # The document's height settles after it is laid out (first show, a resize, a long
+        # reply laid out in steps): keep to the bottom through all of it.
+        if self._follows_bottom:
+            self._browser.verticalScrollBar().setValue(maximum)
+
+    def _on_scrolled(self, _value: int) -> None:
+        if self._editing:
+            return
+        self._follows_bottom = self._is_at_bottom()
+        if self._follows_bottom:
+            self._jump.hide()
+
+    def _show_jump(self) -> None:
+        self._jump.adjustSize()
+        self._place_jump()
+        self._jump.show()
+        self._jump.raise_()
+
+    def _place_jump(self) -> None:
+        viewport = self._browser.viewport().geometry()
+        bottom = self._browser.geometry().top() + viewport.bottom()
+        x = self._browser.geometry().left() + viewport.center().x() - self._jump.width() // 2
+        self._jump.move(x, bottom - JUMP_MARGIN - self._jump.height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._place_jump()
 
 
 def _regenerate_target(entries: Sequence[tuple[MessageView, bool]]) -> int | None:

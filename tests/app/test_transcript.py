@@ -16,7 +16,7 @@ from PySide6.QtGui import (
     QTextFrame,
     QTextTable,
 )
-from PySide6.QtWidgets import QMainWindow, QTextBrowser, QWidget
+from PySide6.QtWidgets import QApplication, QMainWindow, QTextBrowser, QToolButton, QWidget
 
 from app.view_models import MessageView
 from app.widgets import transcript
@@ -396,6 +396,88 @@ def test_streaming_leaves_a_scrolled_up_view_where_it_is(view):
         view.append_delta(100, "more text\n")
 
     assert bar.value() == 10
+
+
+def long_chat(first_id: int = 1) -> list[MessageView]:
+    return [message(i, "user", f"message {i}\n" * 5) for i in range(first_id, first_id + 30)]
+
+
+def jump_button(view: TranscriptView) -> QToolButton:
+    return view.findChild(QToolButton, "jumpToLatest")
+
+
+def test_a_chat_opened_before_it_is_shown_shows_its_newest_message(qtbot):
+    widget = TranscriptView()
+    qtbot.addWidget(widget)
+    widget.set_messages(long_chat())
+
+    widget.resize(640, 480)
+    widget.show()
+    qtbot.waitExposed(widget)
+    QApplication.processEvents()
+
+    bar = browser(widget).verticalScrollBar()
+    assert bar.maximum() > 0
+    assert bar.value() == bar.maximum()
+
+
+def test_opening_another_chat_shows_its_newest_message_though_scrolled_up(view):
+    view.set_messages(long_chat())
+    bar = browser(view).verticalScrollBar()
+    bar.setValue(0)
+
+    view.set_messages(long_chat(first_id=100))
+
+    assert bar.value() == bar.maximum() > 0
+    assert not jump_button(view).isVisible()
+
+
+def test_a_scrolled_up_view_offers_to_jump_to_the_latest_text(view, qtbot):
+    view.set_messages(long_chat())
+    view.begin_stream(message(100, "assistant", "", status="streaming"))
+    bar = browser(view).verticalScrollBar()
+    bar.setValue(10)
+    assert not jump_button(view).isVisible()
+
+    view.append_delta(100, "more text\n" * 5)
+
+    assert bar.value() == 10
+    assert jump_button(view).isVisible()
+    assert view.rect().contains(jump_button(view).geometry())
+    qtbot.mouseClick(jump_button(view), Qt.MouseButton.LeftButton)
+    assert bar.value() == bar.maximum()
+    assert not jump_button(view).isVisible()
+    view.append_delta(100, "and more\n" * 5)
+    assert bar.value() == bar.maximum()  # following the bottom again
+
+
+def test_scrolling_back_down_by_hand_hides_the_jump_button(view):
+    view.set_messages(long_chat())
+    view.begin_stream(message(100, "assistant", "", status="streaming"))
+    bar = browser(view).verticalScrollBar()
+    bar.setValue(10)
+    view.append_delta(100, "more text\n" * 5)
+    assert jump_button(view).isVisible()
+
+    bar.setValue(bar.maximum())
+
+    assert not jump_button(view).isVisible()
+    view.append_delta(100, "and more\n" * 5)
+    assert bar.value() == bar.maximum()
+
+
+def test_sending_shows_the_new_reply_though_scrolled_up(view):
+    chat = long_chat()
+    view.set_messages(chat)
+    bar = browser(view).verticalScrollBar()
+    bar.setValue(10)
+
+    view.set_messages([*chat, message(50, "user", "a new question")])
+    view.begin_stream(message(51, "assistant", "", status="streaming"))
+    view.append_delta(51, "the answer\n" * 5)
+
+    assert bar.value() == bar.maximum()
+    assert not jump_button(view).isVisible()
 
 
 def test_clicking_a_link_with_the_mouse_triggers_it(view, qtbot):
