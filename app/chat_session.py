@@ -91,7 +91,8 @@ def message_view(m: Message, sibling_index: int = 0, sibling_count: int = 1) -> 
     stats = stats_text(m.stats, m.completion_tokens) if m.role == "assistant" else ""
     return MessageView(id=m.id, role=m.role, content=m.content, created_at=m.created_at,
                        status=m.status, sibling_index=sibling_index, sibling_count=sibling_count,
-                       stats_text=stats, error=m.error if m.status == "error" else None)
+                       stats_text=stats, error=m.error if m.status == "error" else None,
+                       finish_reason=m.finish_reason, completion_tokens=m.completion_tokens)
 
 
 def load_branch(store: ConversationStore, cid: int) -> tuple[Conversation, list[Message],
@@ -339,7 +340,7 @@ class ChatSession:
                 return  # closed while the branch was read: kept interrupted below
             backend, fitted = await self._fit_on_current_backend()
             if fitted is not None and self._stop_requested:
-                await self._keep_interrupted()  # stopped before it began: kept, empty
+                await self._keep_stopped(None, "")  # stopped before it began: kept, empty
             elif fitted is not None and not self.closed:
                 await self._stream(backend, fitted)
         except BackendError as exc:
@@ -419,7 +420,10 @@ class ChatSession:
         last = reply.last_chunk
         if self.closed:
             return
-        if last is None or last.finish_reason in (None, "abort"):
+        if last is not None and last.finish_reason == "abort" and self._stop_requested \
+                and not self._backend_was_switched():
+            await self._keep_stopped(last, model)
+        elif last is None or last.finish_reason in (None, "abort"):
             await self._keep_interrupted()
         else:
             await self.db.run(lambda _store: reply.writer.finish(
@@ -443,6 +447,14 @@ class ChatSession:
                 self._notify(str(exc), error=True)
         else:
             await self._fail(str(exc))
+
+    async def _keep_stopped(self, last: ReplyChunk | None, model: str) -> None:
+        """The user's Stop: kept as "stopped", with the figures the backend gave for it."""
+        writer = self.reply.writer
+        stats = _generation_stats(last, model) if last is not None else None
+        await self.db.run(lambda _store: writer.closed or writer.interrupt(
+            "stopped", stats, prompt_tokens=last and last.num_prompt_tokens,
+            completion_tokens=last and last.num_output_tokens))
 
     async def _keep_interrupted(self) -> None:
         """Keep the reply so far; say why when it was not the user's Stop."""

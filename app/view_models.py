@@ -27,6 +27,10 @@ class MessageView:
     sibling_count: int = 1
     stats_text: str = ""  # e.g. "38.2 tok/s · TTFT 0.21 s · 112 cached"
     error: str | None = None
+    # Why a reply ended: "stop", "length" (cut at max tokens), "stopped" (the user's Stop;
+    # status "interrupted"), None while streaming or when cut by closing, a switch or a failure.
+    finish_reason: str | None = None
+    completion_tokens: int | None = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -287,9 +287,25 @@ class ConversationStore:
             if stats is not None:
                 convert.apply_stats(row, stats)
 
-    def interrupt_message(self, mid: int, content: str) -> None:
+    def interrupt_message(
+        self,
+        mid: int,
+        content: str,
+        finish_reason: str | None = None,
+        stats: GenerationStats | None = None,
+        *,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+    ) -> None:
+        """Keep a reply cut short. `finish_reason` "stopped" when the user stopped it; None
+        when something else did (the app closing, a model switch, a failure)."""
         with self._writing() as s:
-            self._end_stream(s, mid, content, "interrupted")
+            row = self._end_stream(s, mid, content, "interrupted")
+            row.finish_reason = finish_reason
+            row.prompt_tokens = prompt_tokens
+            row.completion_tokens = completion_tokens
+            if stats is not None:
+                convert.apply_stats(row, stats)
 
     def fail_message(self, mid: int, content: str, error: str) -> None:
         with self._writing() as s:

@@ -92,9 +92,24 @@ class StreamingWriter:
         )
         self._close()
 
-    def interrupt(self) -> None:
+    def interrupt(
+        self,
+        finish_reason: str | None = None,
+        stats: GenerationStats | None = None,
+        *,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+    ) -> None:
+        """End as interrupted; `finish_reason` "stopped" when the user stopped it."""
         self._check_open()
-        self._store.interrupt_message(self.message_id, self._text)
+        self._store.interrupt_message(
+            self.message_id,
+            self._text,
+            finish_reason,
+            stats,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+        )
         self._close()
 
     def fail(self, error: str) -> None:

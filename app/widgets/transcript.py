@@ -98,6 +98,17 @@ class _TranscriptBrowser(QTextBrowser):
         bar.blockSignals(was_blocked)
 
 
+def ending_text(view: MessageView) -> str:
+    """How a reply ended, when it did not simply finish: stopped by the user, interrupted by
+    something else, or cut at the chat's max tokens."""
+    if view.status == "interrupted":
+        return "■ stopped" if view.finish_reason == "stopped" else "⚠ interrupted"
+    if view.status == "complete" and view.finish_reason == "length":
+        count = f"{view.completion_tokens:,} tokens" if view.completion_tokens else "max tokens"
+        return f"✂ cut at {count} (the chat's max tokens)"
+    return ""
+
+
 class TranscriptView(QWidget):
     """Renders the current branch of a conversation and emits what the user asks of a message."""
 
@@ -344,8 +355,9 @@ class TranscriptView(QWidget):
         parts: list[tuple[str, QTextCharFormat]] = []
         if view.stats_text:
             parts.append((view.stats_text, self._muted_format()))
-        if view.status == "interrupted":
-            parts.append(("■ stopped", self._muted_format()))
+        ending = ending_text(view)
+        if ending:
+            parts.append((ending, self._muted_format()))
         if view.status == "error":
             error = self._muted_format()
             error.setForeground(self._colors.error)

@@ -370,7 +370,7 @@ def test_interrupted_and_failed_messages_say_so(view):
         message(2, "assistant", "", status="error", error="Out of KV cache blocks"),
     ])
 
-    assert "stopped" in frame_text(view, 0)
+    assert "interrupted" in frame_text(view, 0)
     assert "Out of KV cache blocks" in frame_text(view, 1)
 
 
@@ -590,3 +590,17 @@ def test_an_indented_fence_strips_its_indent_and_needs_a_long_enough_close():
 
 def test_inline_triple_backticks_are_not_a_fence():
     assert split_fenced_code("use ```a``` inline") == [Segment("use ```a``` inline")]
+
+
+def test_a_reply_says_whether_it_was_stopped_interrupted_or_cut_at_max_tokens(view):
+    view.set_messages([
+        message(1, "assistant", "One, two", status="interrupted", finish_reason="stopped",
+                stats_text="8.0 tok/s"),
+        message(2, "assistant", "Half", status="interrupted"),
+        message(3, "assistant", "Everything is", finish_reason="length", completion_tokens=512),
+        message(4, "assistant", "Done.", finish_reason="stop"),
+    ])
+    assert "■ stopped" in frame_text(view, 0) and "8.0 tok/s" in frame_text(view, 0)
+    assert "⚠ interrupted" in frame_text(view, 1) and "stopped" not in frame_text(view, 1)
+    assert "cut at 512 tokens" in frame_text(view, 2)
+    assert not any(mark in frame_text(view, 3) for mark in ("stopped", "interrupted", "cut at"))
