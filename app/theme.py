@@ -9,7 +9,9 @@ Resources (QSS themes, SVG icons, the .desktop file) live in the top-level `reso
    where `[tool.setuptools.data-files]` in pyproject.toml puts it.
 
 Icons are line drawings stroked with `currentColor`; `icon(name)` paints them in the palette's
-text color, so ask for icons again after a theme change (a widget sees `QEvent.PaletteChange`).
+text color, so ask for icons again after a theme change. `apply_theme` may be called again at
+any time: every widget then gets `QEvent.PaletteChange`, and `theme_changed(app)` emits the
+look now shown ("light" or "dark"), also when "system" follows a change of the desktop's scheme.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from PySide6.QtCore import QByteArray, QDir, QObject, Qt
+from PySide6.QtCore import QByteArray, QDir, QObject, Qt, Signal, SignalInstance
 from PySide6.QtGui import (
     QColor,
     QFontDatabase,
@@ -40,6 +42,7 @@ from PySide6.QtWidgets import QApplication
 logger = logging.getLogger(__name__)
 
 ThemeMode = Literal["system", "light", "dark"]
+THEMES: tuple[ThemeMode, ...] = ("system", "light", "dark")
 
 ICON_SIZES = (16, 20, 24, 32, 40, 48, 64)
 CJK_FAMILY_HINTS = (
@@ -159,8 +162,17 @@ def system_prefers_dark(app: QGuiApplication) -> bool:
 
 
 def apply_theme(app: QApplication, mode: ThemeMode = "system") -> None:
-    """Style the application; with "system" it also follows the desktop's later changes."""
+    """Style the application, now or again at runtime; with "system" it also follows the
+    desktop's later changes."""
+    if mode not in THEMES:
+        raise ValueError(f"Unknown theme {mode!r}; choose one of {', '.join(THEMES)}.")
     _controller(app).apply(mode)
+
+
+def theme_changed(app: QApplication) -> SignalInstance:
+    """Emits "light" or "dark" after each application of a theme, for widgets that draw with
+    the theme's colors outside the palette (for those, `QEvent.PaletteChange` is enough)."""
+    return _controller(app).changed
 
 
 def cjk_font_family() -> str | None:
@@ -224,6 +236,8 @@ def _render(renderer: QSvgRenderer, size: int) -> QPixmap:
 class _ThemeController(QObject):
     """Remembers the chosen mode and the desktop's own palette; one per application."""
 
+    changed = Signal(str)
+
     def __init__(self, app: QApplication) -> None:
         super().__init__(app)
         self.setObjectName(_CONTROLLER_NAME)
@@ -239,9 +253,13 @@ class _ThemeController(QObject):
         self.mode = mode
         dark = system_prefers_dark(self.app) if mode == "system" else mode == "dark"
         QDir.setSearchPaths("pagoda", [str(resources_dir() / "icons")])  # url(pagoda:…) in QSS
+        look = "dark" if dark else "light"
         self.app.setPalette(build_palette(DARK if dark else LIGHT))
-        self.app.setStyleSheet(theme_stylesheet("dark" if dark else "light"))
+        sheet = theme_stylesheet(look)
+        if self.app.styleSheet() != sheet:  # setting it repolishes every widget
+            self.app.setStyleSheet(sheet)
         ensure_cjk_fallback(self.app)
+        self.changed.emit(look)
 
     def _on_system_scheme_changed(self, _scheme: Qt.ColorScheme) -> None:
         if self.mode == "system":

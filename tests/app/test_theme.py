@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 import shiboken6
-from PySide6.QtCore import QtMsgType, qInstallMessageHandler
+from PySide6.QtCore import QEvent, QtMsgType, qInstallMessageHandler
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import (
     QApplication,
@@ -144,6 +144,81 @@ def test_dark_mode_gives_a_dark_window_palette(app):
 def test_light_mode_gives_a_light_window_palette(app):
     theme.apply_theme(app, "light")
     assert app.palette().color(QPalette.ColorRole.Window).lightness() > 200
+
+
+def window_color(app: QApplication) -> str:
+    return app.palette().color(QPalette.ColorRole.Window).name()
+
+
+def test_switching_themes_at_runtime_changes_palette_and_stylesheet(app):
+    seen = []
+    for mode in ("light", "dark", "light"):
+        theme.apply_theme(app, mode)
+        seen.append((window_color(app), app.styleSheet()))
+    light, dark, light_again = seen
+    assert light == (theme.LIGHT.window, theme.theme_stylesheet("light"))
+    assert dark == (theme.DARK.window, theme.theme_stylesheet("dark"))
+    assert light_again == light
+
+
+def test_modes_are_the_start_flag_choices():
+    assert theme.THEMES == ("system", "light", "dark")
+
+
+def test_an_unknown_mode_names_the_choices(app):
+    with pytest.raises(ValueError, match="system, light, dark"):
+        theme.apply_theme(app, "sepia")
+
+
+class PaletteWatcher(QWidget):
+    def __init__(self) -> None:
+        super().__init__()
+        self.palette_changes = 0
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            self.palette_changes += 1
+
+
+def test_a_runtime_switch_tells_shown_widgets_their_palette_changed(qtbot, app):
+    theme.apply_theme(app, "light")
+    watcher = PaletteWatcher()
+    qtbot.addWidget(watcher)
+    watcher.show()
+    theme.apply_theme(app, "dark")
+    assert watcher.palette_changes > 0
+    assert watcher.palette().color(QPalette.ColorRole.Window).name() == theme.DARK.window
+
+
+def test_theme_changed_emits_the_look_shown(qtbot, app):
+    theme.apply_theme(app, "light")
+    with qtbot.waitSignal(theme.theme_changed(app)) as emitted:
+        theme.apply_theme(app, "dark")
+    assert emitted.args == ["dark"]
+
+
+def test_theme_changed_emits_when_the_system_scheme_changes(qtbot, app, monkeypatch):
+    monkeypatch.setattr(theme, "system_prefers_dark", lambda _app: False)
+    theme.apply_theme(app, "system")
+    monkeypatch.setattr(theme, "system_prefers_dark", lambda _app: True)
+    with qtbot.waitSignal(theme.theme_changed(app)) as emitted:
+        theme._controller(app)._on_system_scheme_changed(None)
+    assert emitted.args == ["dark"]
+
+
+def test_icons_asked_for_after_a_switch_use_the_new_text_color(app):
+    def stroke_colors() -> set[str]:
+        image = theme.icon("stop").pixmap(24, 24).toImage()
+        return {image.pixelColor(x, y).name() for x in range(24) for y in range(24)
+                if image.pixelColor(x, y).alpha() == 255}
+
+    theme.apply_theme(app, "light")
+    assert stroke_colors() == {theme.LIGHT.text}
+    theme.apply_theme(app, "dark")
+    assert stroke_colors() == {theme.DARK.text}
+    theme.apply_theme(app, "light")
+    assert stroke_colors() == {theme.LIGHT.text}
 
 
 def test_system_mode_follows_the_system_preference(app, monkeypatch):
