@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from app.async_store import AsyncStore
-from app.backends import BackendError, ChatBackend, ModelLoadingError, ReplyChunk
+from app.backends import BackendError, ChatBackend, ChatMessage, ModelLoadingError, ReplyChunk
 from app.prompting import (
     ContextOverflowError,
     FittedPrompt,
@@ -132,6 +132,8 @@ class ChatSession:
         self.can_regenerate = False
         self.settings = SamplingView()
         self.context_usage: tuple[int, int, int] | None = None
+        self.draft = ""  # the message being typed, counted in the context meter
+        self._meter_counts = 0
         self.on_conversation_changed: Callable[[int], None] = lambda _cid: None
         self.on_streaming_changed: Callable[[bool], None] = lambda _streaming: None
         self._tasks = TaskSet(self._action_failed)
@@ -211,11 +213,23 @@ class ChatSession:
         self.conversation = await self.db.get_conversation(self.conversation_id)
         await self.refresh_context_meter()
 
+    async def count_draft(self, text: str) -> None:
+        """The message being typed counts in the context meter (the caller debounces), so an
+        over-long paste is flagged before it is sent."""
+        self.draft = text
+        await self.refresh_context_meter()
+
     async def refresh_context_meter(self) -> None:
+        """Count the branch (and the draft, if any) with the backend's tokenizer, off the loop;
+        an older count that comes back after a newer one is dropped."""
         backend = self.source.backend
         if backend is None or self.conversation is None:
             return
+        self._meter_counts += 1
+        ticket = self._meter_counts
         messages = chat_messages(self.conversation.system_prompt, self.path)
+        if self.draft.strip() and not self.is_streaming:
+            messages.append(ChatMessage("user", self.draft))
         used, exact = 0, True
         if messages:
             try:
@@ -223,7 +237,7 @@ class ChatSession:
             except BackendError:
                 return  # the model is being switched: the new one's load refreshes the meter
             used, exact = count.n, count.exact and backend.max_model_len_known
-        if not self.closed:
+        if not self.closed and ticket == self._meter_counts:
             self.context_usage = (used, backend.max_model_len,
                                   self.conversation.sampling.max_tokens)
             self.view.show_context_usage(*self.context_usage, exact=exact)
@@ -234,6 +248,7 @@ class ChatSession:
         if self.is_streaming or not self._check_backend():
             self.view.restore_draft(text)
             return
+        self.draft = ""
         async with self._replying_now():
             user = await self.db.append_user_message(self.conversation_id, text)
             self.on_conversation_changed(self.conversation_id)

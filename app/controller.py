@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.async_store import AsyncStore
 from app.chat_session import ChatSession, Reply
 from app.chat_tab import ChatTab
 from app.store import Conversation, Message
+
+DRAFT_COUNT_DELAY_MS = 400
 
 
 class ChatController(QObject):
@@ -28,6 +30,8 @@ class ChatController(QObject):
         self.view = view
         self.session = session
         session.view = view
+        # Typing pauses this long before the draft is counted (tokenized off the GUI thread).
+        self._draft_timer = QTimer(self, singleShot=True, interval=DRAFT_COUNT_DELAY_MS)
         self.session.on_conversation_changed = self.conversation_changed.emit
         self.session.on_streaming_changed = self.streaming_changed.emit
         self._connect_view()
@@ -43,6 +47,9 @@ class ChatController(QObject):
         v.regenerate_button.clicked.connect(lambda: s.spawn(s.regenerate_last()))
         v.settings_changed.connect(lambda settings: s.spawn(s.save_settings(settings)))
         v.notice_dismissed.connect(s.clear_notice)
+        self._draft_timer.timeout.connect(
+            lambda: s.spawn(s.count_draft(v.composer.text())))
+        v.composer.draft_changed.connect(lambda _text: self._draft_timer.start())
 
     # -- the session, for the window ----------------------------------------------------------
 

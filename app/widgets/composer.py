@@ -41,6 +41,7 @@ class Composer(QWidget):
     send_requested = Signal(str)
     stop_requested = Signal()
     edit_submitted = Signal(int, str)  # message_id, new text
+    draft_changed = Signal(str)  # the new message's text as typed (not while editing an old one)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -162,7 +163,12 @@ class Composer(QWidget):
         box.submitted.connect(self._submit)
         box.escaped.connect(self._escape)
         box.document().contentsChanged.connect(self._fit_height)
+        box.textChanged.connect(self._text_changed)
         return box
+
+    def _text_changed(self) -> None:
+        if self._editing_id is None:
+            self.draft_changed.emit(self._input.toPlainText())
 
     def _build_button(self, label: str, name: str, slot: Callable[[], None]) -> QPushButton:
         button = QPushButton(label, self)
