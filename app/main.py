@@ -30,7 +30,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--db", type=Path, help="the conversation database "
                                                 "(default: $PAGODA_DB, else the user data folder)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--theme", choices=["system", "light", "dark"], default="system")
+    parser.add_argument("--theme", choices=["system", "light", "dark"],
+                        help="for this run only (default: as chosen in Settings, else the "
+                             "system's)")
     parser.add_argument("--version", action="version", version=f"Pagoda {__version__}")
     parser.add_argument("--selftest", action="store_true",
                         help="check this installation: answer one question offscreen on a "
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     # Imported here so that --help and --version answer without loading Qt and torch.
     from app.bootstrap import build_window, create_app, install_event_loop, run_until_done
 
-    app = create_app(args.theme)
+    app = create_app(args.theme or "system")
     store = open_store_or_say_why(args.db)
     if store is None:
         return EXIT_NO_DATABASE
@@ -96,6 +98,7 @@ async def _run(window, args: argparse.Namespace) -> None:
     window.show()
     if window.recovered_from is not None:
         window.notify_recovered(window.recovered_from)
+    await window.restore_appearance(args.theme)
     await window.restore_model_settings()
     model = args.model or await _last_model(window)
     window.host.load(model)

@@ -11,6 +11,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
+    QApplication,
     QComboBox,
     QDockWidget,
     QFileDialog,
@@ -45,6 +46,8 @@ from app.model_choices import (
 from app.open_chats import OpenChats
 from app.server_controller import LocalServerController
 from app.store import SearchHit
+from app.theme import THEMES, apply_theme
+from app.widgets.appearance_settings import AppearancePanel
 from app.widgets.model_settings import ModelSettingsPanel
 from app.widgets.server_settings import LocalServerPanel
 from app.widgets.settings_panel import SettingsPanel
@@ -71,6 +74,7 @@ SERVER_ITEM_PREFIX = "server:"  # + a saved connection's id
 REMOTE_STATS_INTERVAL_MS = 500
 LAST_MODEL_SETTING = "last_model"
 QUANTIZATION_SETTING = "quantization"
+THEME_SETTING = "theme"
 
 
 class MainWindow(QMainWindow):
@@ -97,6 +101,7 @@ class MainWindow(QMainWindow):
         self.settings_panel = SettingsPanel(self)
         self.model_settings = ModelSettingsPanel(self)
         self.server_panel = LocalServerPanel(self)
+        self.appearance_panel = AppearancePanel(self)
         self.model_choices = ModelChoices(host.engine_config().dtype)
         self._describing: asyncio.Task | None = None
         self._picker_choices: list[ModelChoice] = []
@@ -142,6 +147,7 @@ class MainWindow(QMainWindow):
         layout.addWidget(self.settings_panel, 1)
         layout.addWidget(self.model_settings)
         layout.addWidget(self.server_panel)
+        layout.addWidget(self.appearance_panel)
         return column
 
     def _build_toolbar(self) -> None:
@@ -188,6 +194,7 @@ class MainWindow(QMainWindow):
             lambda settings: self.spawn(self.use_as_defaults(settings)))
         self.model_picker.activated.connect(self._model_picked)
         self.model_settings.quantization_changed.connect(self.set_quantization)
+        self.appearance_panel.theme_changed.connect(self.set_theme)
         self._undo_timer.timeout.connect(self._undo_button.hide)
         self.host.status_changed.connect(self._host_status_changed)
         self.host.model_loaded.connect(self._model_loaded)
@@ -553,6 +560,19 @@ class MainWindow(QMainWindow):
         else:
             data = self.host.model_path or ""
         self.model_picker.setCurrentIndex(max(self.model_picker.findData(data), 0))
+
+    async def restore_appearance(self, for_this_run: str | None = None) -> None:
+        """The theme chosen in Settings last time, unless the start flag chose one for this run
+        (which is not saved)."""
+        stored = await self.db.get_setting(THEME_SETTING, "system")
+        mode = for_this_run or (stored if stored in THEMES else "system")
+        apply_theme(QApplication.instance(), mode)
+        self.appearance_panel.set_theme(mode)
+
+    def set_theme(self, mode: str) -> None:
+        """The user's pick in Settings: applied at once and kept for the next start."""
+        apply_theme(QApplication.instance(), mode)
+        self.spawn(self.db.set_setting(THEME_SETTING, mode))
 
     async def restore_model_settings(self) -> None:
         """Before the first load: the quantization the user chose last time."""

@@ -57,3 +57,28 @@ def test_set_theme_shows_the_mode_without_emitting(qtbot, panel):
 def test_set_theme_rejects_an_unknown_mode(panel):
     with pytest.raises(ValueError, match="sepia"):
         panel.set_theme("sepia")
+
+
+def test_the_theme_picked_in_settings_applies_at_once_and_comes_back(window_on, qtbot,
+                                                                     run_async, tmp_path):
+    from PySide6.QtWidgets import QApplication
+
+    db_path = tmp_path / "chats.db"
+    window = window_on(db_path)
+    app = QApplication.instance()
+    run_async(window.restore_appearance())
+    window.set_theme("dark")
+    dark = app.palette().window().color().lightness()
+    window.set_theme("light")
+    assert app.palette().window().color().lightness() > dark
+    window.set_theme("dark")
+    qtbot.waitUntil(lambda: window.db.store.get_setting("theme") == "dark", timeout=5000)
+    window.close()
+
+    again = window_on(db_path)
+    run_async(again.restore_appearance())
+    assert again.appearance_panel.theme() == "dark"
+    run_async(again.restore_appearance("light"))  # the start flag, for this run only
+    assert again.appearance_panel.theme() == "light"
+    assert again.db.store.get_setting("theme") == "dark"
+    again.set_theme("system")
