@@ -64,7 +64,7 @@ SHORTCUTS = {
     "Ctrl+F": "Search all chats",
     "Ctrl+,": "Show or hide the settings panel",
     "Enter / Shift+Enter": "Send / new line",
-    "Esc": "Stop the reply (or cancel an edit)",
+    "Esc": "Stop the reply (or cancel an edit); in the search box, clear it",
 }
 # Item data of the picker's last entry; a model's entry holds its path ("" for the default).
 OPEN_MODEL_ITEM = "open-model-file"
