@@ -279,13 +279,8 @@ class ConversationStore:
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
     ) -> None:
-        with self._writing() as s:
-            row = self._end_stream(s, mid, content, "complete")
-            row.finish_reason = finish_reason
-            row.prompt_tokens = prompt_tokens
-            row.completion_tokens = completion_tokens
-            if stats is not None:
-                convert.apply_stats(row, stats)
+        self._end_reply(mid, content, "complete", finish_reason, stats, prompt_tokens,
+                        completion_tokens)
 
     def interrupt_message(
         self,
@@ -299,8 +294,14 @@ class ConversationStore:
     ) -> None:
         """Keep a reply cut short. `finish_reason` "stopped" when the user stopped it; None
         when something else did (the app closing, a model switch, a failure)."""
+        self._end_reply(mid, content, "interrupted", finish_reason, stats, prompt_tokens,
+                        completion_tokens)
+
+    def _end_reply(self, mid: int, content: str, status: str, finish_reason: str | None,
+                   stats: GenerationStats | None, prompt_tokens: int | None,
+                   completion_tokens: int | None) -> None:
         with self._writing() as s:
-            row = self._end_stream(s, mid, content, "interrupted")
+            row = self._end_stream(s, mid, content, status)
             row.finish_reason = finish_reason
             row.prompt_tokens = prompt_tokens
             row.completion_tokens = completion_tokens

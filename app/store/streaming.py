@@ -22,7 +22,16 @@ class StreamingSink(Protocol):
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
     ) -> None: ...
-    def interrupt_message(self, mid: int, content: str) -> None: ...
+    def interrupt_message(
+        self,
+        mid: int,
+        content: str,
+        finish_reason: str | None = None,
+        stats: GenerationStats | None = None,
+        *,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+    ) -> None: ...
     def fail_message(self, mid: int, content: str, error: str) -> None: ...
 
 
@@ -81,16 +90,8 @@ class StreamingWriter:
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
     ) -> None:
-        self._check_open()
-        self._store.finish_message(
-            self.message_id,
-            self._text,
-            finish_reason,
-            stats,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-        )
-        self._close()
+        self._end(self._store.finish_message, finish_reason, stats, prompt_tokens,
+                  completion_tokens)
 
     def interrupt(
         self,
@@ -101,15 +102,13 @@ class StreamingWriter:
         completion_tokens: int | None = None,
     ) -> None:
         """End as interrupted; `finish_reason` "stopped" when the user stopped it."""
+        self._end(self._store.interrupt_message, finish_reason, stats, prompt_tokens,
+                  completion_tokens)
+
+    def _end(self, end_message, finish_reason, stats, prompt_tokens, completion_tokens) -> None:
         self._check_open()
-        self._store.interrupt_message(
-            self.message_id,
-            self._text,
-            finish_reason,
-            stats,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-        )
+        end_message(self.message_id, self._text, finish_reason, stats,
+                    prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
         self._close()
 
     def fail(self, error: str) -> None:
