@@ -10,6 +10,8 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, 
 
 EDIT_BANNER = "Editing a message — Enter to save as a new branch, Esc to cancel"
 STREAMING_HINT = "A reply is being written: press Esc to stop it, or wait to send"
+LOADING_HINT = ("The model is still loading (the status bar shows how far): your message stays "
+                "here; press Enter again once it is ready")
 PLACEHOLDER = "Message (Enter to send, Shift+Enter for a new line)"
 MIN_LINES = 2
 MAX_LINES = 8
@@ -64,6 +66,8 @@ class Composer(QWidget):
     def set_engine_ready(self, ready: bool) -> None:
         """Sending needs a loaded engine; typing does not."""
         self._engine_ready = ready
+        if ready and self._hint.text() == LOADING_HINT:
+            self._hint.hide()
         self._refresh_buttons()
 
     def set_streaming(self, streaming: bool) -> None:
@@ -104,7 +108,10 @@ class Composer(QWidget):
     def _submit(self) -> None:
         text = self.text()
         if self._streaming and text.strip():
-            self._hint.show()  # the text stays in the box for when the reply ends
+            self._show_hint(STREAMING_HINT)  # the text stays in the box for when it ends
+            return
+        if not self._engine_ready and text.strip():
+            self._show_hint(LOADING_HINT)
             return
         if self._streaming or not self._engine_ready or not text.strip():
             return
@@ -115,6 +122,10 @@ class Composer(QWidget):
         else:
             self._input.clear()
             self.send_requested.emit(text)
+
+    def _show_hint(self, text: str) -> None:
+        self._hint.setText(text)
+        self._hint.show()
 
     def _escape(self) -> None:
         if self._editing_id is not None:

@@ -6,7 +6,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QPushButton
 
-from app.widgets.composer import EDIT_BANNER, STREAMING_HINT, Composer
+from app.widgets.composer import EDIT_BANNER, LOADING_HINT, STREAMING_HINT, Composer
 
 
 @pytest.fixture
@@ -155,6 +155,20 @@ def test_enter_while_streaming_says_how_to_send_then_sends_once_the_reply_ends(c
     with qtbot.waitSignal(composer.send_requested) as sent:
         qtbot.keyClick(box(composer), Qt.Key.Key_Return)
     assert sent.args == ["next question"]
+
+
+def test_enter_while_the_model_loads_says_so_and_keeps_the_text(composer, qtbot):
+    composer.set_engine_ready(False)
+    qtbot.keyClicks(box(composer), "hello")
+
+    with qtbot.assertNotEmitted(composer.send_requested):
+        qtbot.keyClick(box(composer), Qt.Key.Key_Return)
+
+    assert streaming_hint(composer).isVisible()
+    assert streaming_hint(composer).text() == LOADING_HINT
+    assert composer.text() == "hello"
+    composer.set_engine_ready(True)
+    assert not streaming_hint(composer).isVisible()
 
 
 def test_edit_mode_submits_an_edit_instead_of_a_new_message(composer, qtbot):
