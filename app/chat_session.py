@@ -85,6 +85,7 @@ class Reply:
     text: str = ""
     last_chunk: ReplyChunk | None = None
     backend: ChatBackend | None = None
+    continuing: bool = False  # the message held a reply cut at its max tokens: it grows
 
 
 def message_view(m: Message, sibling_index: int = 0, sibling_count: int = 1) -> MessageView:
@@ -280,6 +281,19 @@ class ChatSession:
         finally:
             self._replying = False
 
+    async def continue_reply(self, message_id: int) -> None:
+        """Go on with a reply cut at its max tokens: the same message grows, on the same
+        branch, from where it stopped (the local engine reuses the cached prefix)."""
+        if self.is_streaming or not self._check_backend():
+            return
+        last = self.path[-1] if self.path else None
+        if last is None or last.id != message_id or last.finish_reason != "length":
+            self._notify("Only the newest reply, cut at its max tokens, can be continued.")
+            return
+        async with self._replying_now():
+            message = await self.db.resume_message(message_id)
+            await self._write_reply(message, continuing=True)
+
     async def regenerate_last(self) -> None:
         last = self._last_assistant()
         if last is not None:
@@ -343,11 +357,16 @@ class ChatSession:
     async def _generate(self, parent_id: int) -> None:
         if self.closed:
             return
-        model = self._model_name()
         message = await self.db.start_assistant_message(self.conversation_id, parent_id=parent_id,
-                                                        model=model)
-        writer = StreamingWriter(self.db.store, message.id)
-        self.reply = Reply(message, f"conv{self.conversation_id}-msg{message.id}", writer)
+                                                        model=self._model_name())
+        await self._write_reply(message)
+
+    async def _write_reply(self, message: Message, continuing: bool = False) -> None:
+        """Stream the reply into `message`: a new, empty one, or (`continuing`) one cut at its
+        max tokens, which grows."""
+        writer = StreamingWriter(self.db.store, message.id, text=message.content)
+        self.reply = Reply(message, f"conv{self.conversation_id}-msg{message.id}", writer,
+                           text=message.content, continuing=continuing)
         self._set_streaming(True)
         try:
             await self._reload(streaming=message.id)
@@ -397,12 +416,16 @@ class ChatSession:
         self.view.begin_stream(view)
         self.views = [*self.views, view]
         reply.backend = backend
-        async for chunk in backend.stream(fitted.messages, options, reply.request_id):
+        extra = {"continue_final_message": True} if reply.continuing else {}
+        async for chunk in backend.stream(fitted.messages, options, reply.request_id, **extra):
             self._on_chunk(chunk)
         await self._finish(backend.model_name)
 
     async def _fit_prompt(self, backend: ChatBackend) -> FittedPrompt | None:
-        messages = chat_messages(self.conversation.system_prompt, self.path[:-1])
+        # The branch without the reply being written; a reply being continued is kept, as the
+        # text the model goes on from.
+        branch = self.path if self.reply.continuing else self.path[:-1]
+        messages = chat_messages(self.conversation.system_prompt, branch)
         max_model_len = backend.max_model_len
         try:
             fitted = await fit_to_context(messages, backend.count_tokens, max_model_len,
@@ -443,7 +466,7 @@ class ChatSession:
         else:
             await self.db.run(lambda _store: reply.writer.finish(
                 last.finish_reason, _generation_stats(last, model),
-                prompt_tokens=last.num_prompt_tokens, completion_tokens=last.num_output_tokens))
+                prompt_tokens=last.num_prompt_tokens, completion_tokens=_written(reply, last)))
 
     async def _fail(self, error: str) -> None:
         writer = self.reply.writer
@@ -469,7 +492,7 @@ class ChatSession:
         stats = _generation_stats(last, model) if last is not None else None
         await self.db.run(lambda _store: writer.closed or writer.interrupt(
             "stopped", stats, prompt_tokens=last and last.num_prompt_tokens,
-            completion_tokens=last and last.num_output_tokens))
+            completion_tokens=last and _written(self.reply, last)))
 
     async def _keep_interrupted(self) -> None:
         """Keep the reply so far; say why when it was not the user's Stop."""
@@ -519,6 +542,13 @@ class ChatSession:
             reply.backend.abort(reply.request_id)
         writer = reply.writer
         self.db.submit(lambda _store: writer.closed or writer.interrupt())
+
+
+def _written(reply: Reply, last: ReplyChunk) -> int | None:
+    """The reply's tokens: a continued reply's earlier ones and the new ones together."""
+    if last.num_output_tokens is None or not reply.continuing:
+        return last.num_output_tokens
+    return (reply.message.completion_tokens or 0) + last.num_output_tokens
 
 
 def _generation_stats(last: ReplyChunk, model: str) -> GenerationStats:

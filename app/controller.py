@@ -44,6 +44,7 @@ class ChatController(QObject):
         v.transcript.branch_requested.connect(lambda mid, d: s.spawn(s.switch_branch(mid, d)))
         v.transcript.edit_requested.connect(s.begin_edit)
         v.transcript.regenerate_requested.connect(lambda mid: s.spawn(s.regenerate(mid)))
+        v.transcript.continue_requested.connect(lambda mid: s.spawn(s.continue_reply(mid)))
         v.regenerate_button.clicked.connect(lambda: s.spawn(s.regenerate_last()))
         v.settings_changed.connect(lambda settings: s.spawn(s.save_settings(settings)))
         v.notice_dismissed.connect(s.clear_notice)

@@ -28,12 +28,23 @@ def is_conversation(value: object) -> bool:
     return isinstance(value, Sequence) and bool(value) and isinstance(value[0], Mapping)
 
 
-def encode_chat(tokenizer, messages: Sequence[Message]) -> list[int]:
-    """Prompt tokens for the assistant's next reply."""
+def encode_chat(tokenizer, messages: Sequence[Message], *,
+                continue_final_message: bool = False) -> list[int]:
+    """Prompt tokens for the assistant's next reply; with `continue_final_message`, the last
+    message is the assistant's reply so far and the prompt ends inside it, so generation goes on
+    where it stopped (vLLM's parameter of that name)."""
     validate_messages(messages)
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("this model's tokenizer has no chat template: use generate() with a "
                          "plain prompt instead of chat()")
-    text = tokenizer.apply_chat_template([dict(m) for m in messages], tokenize=False,
-                                         add_generation_prompt=True)
-    return tokenizer.encode(text, add_special_tokens=False)
+    chat = [dict(m) for m in messages]
+    partial = ""
+    if continue_final_message:
+        if chat[-1]["role"] != "assistant" or len(chat) < 2:
+            raise ValueError("continue_final_message needs the assistant's reply so far as the "
+                             "last message, after the messages it answers")
+        partial = chat.pop()["content"]
+    # The template's own opening of the assistant's turn, then the reply so far: the same
+    # prompt the reply was written after, with its text.
+    text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    return tokenizer.encode(text + partial, add_special_tokens=False)

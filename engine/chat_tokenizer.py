@@ -29,11 +29,14 @@ class ChatTokenizer:
         self._tokenizer = copy.deepcopy(tokenizer)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagoda-tokenize")
 
-    async def encode_chat(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
-        """The prompt for the assistant's next reply; ValueError for a chat the template
-        refuses (see engine.chat_template)."""
+    async def encode_chat(self, messages: Sequence[Mapping[str, str]], *,
+                          continue_final_message: bool = False) -> list[int]:
+        """The prompt for the assistant's next reply (or, with `continue_final_message`, for
+        the rest of the last, unfinished one); ValueError for a chat the template refuses (see
+        engine.chat_template)."""
         chat = [dict(m) for m in messages]
-        return await self._run(lambda tokenizer: encode_chat(tokenizer, chat))
+        return await self._run(lambda tokenizer: encode_chat(
+            tokenizer, chat, continue_final_message=continue_final_message))
 
     async def encode_text(self, text: str) -> list[int]:
         return await self._run(lambda tokenizer: tokenizer.encode(text))

@@ -50,11 +50,15 @@ class LocalBackend:
         return self._engine
 
     async def stream(self, messages: Sequence[ChatMessage], options: SamplingOptions,
-                     request_id: str | None = None) -> AsyncIterator[ReplyChunk]:
+                     request_id: str | None = None, *,
+                     continue_final_message: bool = False) -> AsyncIterator[ReplyChunk]:
         params = _sampling_params(options)
         request_id = request_id or f"local-{next(self._ids)}"
         with self._starting.starting(request_id):
-            prompt = self._encoded.pop(tuple(messages), None) or await self._encode(messages)
+            if continue_final_message:
+                prompt = await self._encode(messages, continue_final_message=True)
+            else:
+                prompt = self._encoded.pop(tuple(messages), None) or await self._encode(messages)
         if self._starting.was_aborted(request_id):
             yield ReplyChunk("", "", "abort")
             return
@@ -98,9 +102,11 @@ class LocalBackend:
     def shutdown(self) -> None:
         self._engine.shutdown()
 
-    async def _encode(self, messages: Sequence[ChatMessage]) -> list[int]:
+    async def _encode(self, messages: Sequence[ChatMessage], *,
+                      continue_final_message: bool = False) -> list[int]:
         try:
-            return await self._engine.chat_tokenizer.encode_chat([m.as_dict() for m in messages])
+            return await self._engine.chat_tokenizer.encode_chat(
+                [m.as_dict() for m in messages], continue_final_message=continue_final_message)
         except EngineDeadError as exc:  # the tokenizer's thread is gone: we were shut down
             raise _stopped(exc, "") from exc
         except ValueError as exc:

@@ -12,7 +12,7 @@ from app.backends.endpoint import CONNECT_TIMEOUT_S, RESPONSE_TIMEOUT_S, Endpoin
 from app.backends.errors import BackendError, BackendStoppedError, InvalidRequestError
 from app.backends.estimate import estimate_tokens
 from app.backends.meter import ThroughputMeter
-from app.backends.openai_request import FLAVORS, Flavor, chat_request
+from app.backends.openai_request import CONTINUING_FLAVORS, FLAVORS, Flavor, chat_request
 from app.backends.openai_stream import ReplyReader
 from app.backends.server_info import fetch_server_info, tokenize_chat
 from app.backends.starting import StartingReplies
@@ -111,7 +111,8 @@ class OpenAIBackend:
         self._connected = True
 
     async def stream(self, messages: Sequence[ChatMessage], options: SamplingOptions,
-                     request_id: str | None = None) -> AsyncIterator[ReplyChunk]:
+                     request_id: str | None = None, *,
+                     continue_final_message: bool = False) -> AsyncIterator[ReplyChunk]:
         request_id = request_id or f"reply-{next(self._ids)}"
         with self._starting.starting(request_id):
             if not self._connected:
@@ -122,7 +123,12 @@ class OpenAIBackend:
             return
         if request_id in self._replies:
             raise InvalidRequestError(f"a reply with the id {request_id!r} is already streaming")
-        body = chat_request(self.model_name, messages, options, self.flavor)
+        if continue_final_message and self.flavor not in CONTINUING_FLAVORS:
+            raise InvalidRequestError(
+                f"{self.location} cannot continue a reply where it stopped (only vLLM, SGLang "
+                "and Pagoda can): regenerate it with a larger max tokens instead.")
+        body = chat_request(self.model_name, messages, options, self.flavor,
+                            continue_final_message)
         reader = ReplyReader(self.endpoint.url, time.monotonic())
         reply = _Reply(self.endpoint.stream_events("chat/completions", body))
         self._replies[request_id] = reply

@@ -32,9 +32,14 @@ def flavor_of(owned_by: object) -> Flavor:
             "llamacpp": "llama.cpp"}.get(str(owned_by).lower(), "openai")
 
 
+# Servers that can go on with an unfinished assistant message (vLLM's continue_final_message).
+CONTINUING_FLAVORS: tuple[Flavor, ...] = ("vllm", "sglang", "pagoda")
+
+
 def chat_request(model: str, messages: Sequence[ChatMessage], options: SamplingOptions,
-                 flavor: Flavor) -> dict:
-    """The JSON body of POST /v1/chat/completions, streamed, with usage at the end."""
+                 flavor: Flavor, continue_final_message: bool = False) -> dict:
+    """The JSON body of POST /v1/chat/completions, streamed, with usage at the end; with
+    `continue_final_message`, the last (assistant) message is continued."""
     body: dict = {
         "model": model,
         "messages": [m.as_dict() for m in messages],
@@ -52,6 +57,9 @@ def chat_request(model: str, messages: Sequence[ChatMessage], options: SamplingO
         body["seed"] = options.seed
     if options.stop:
         body["stop"] = list(options.stop)
+    if continue_final_message:
+        body["continue_final_message"] = True
+        body["add_generation_prompt"] = False
     return body
 
 

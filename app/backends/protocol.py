@@ -26,8 +26,11 @@ class ChatBackend(Protocol):
     max_model_len_known: bool
 
     def stream(self, messages: Sequence[ChatMessage], options: SamplingOptions,
-               request_id: str | None = None) -> AsyncIterator[ReplyChunk]:
+               request_id: str | None = None, *,
+               continue_final_message: bool = False) -> AsyncIterator[ReplyChunk]:
         """Yield the reply as it is written; the last chunk is finished and nothing follows it.
+        With `continue_final_message` the last message is the assistant's unfinished reply and
+        the chunks carry only what follows it (InvalidRequestError where the backend cannot).
 
         Raises a BackendError subclass when no reply can be had or the reply is cut short
         (its `partial_text` holds what had arrived). Closing the iterator early aborts the reply.

@@ -263,6 +263,22 @@ class ConversationStore:
                 _check_in_conversation(_message_row(s, parent_id), cid)
             return convert.to_message(_start_reply(s, conversation, parent_id, model))
 
+    def resume_message(self, mid: int) -> Message:
+        """Reopen a reply cut at its max tokens (finish reason "length") to stream its rest:
+        it becomes 'streaming' again, keeping its text. Only the newest message of its branch
+        can be continued."""
+        with self._writing() as s:
+            row = _message_row(s, mid)
+            _check_role(row, "assistant")
+            if row.status != "complete" or row.finish_reason != "length":
+                raise StoreError(f"message {mid} was not cut at its max tokens: only such a "
+                                 "reply can be continued")
+            if _leaf_id(s, row.conversation_id) != mid:
+                raise StoreError(f"message {mid} is not the newest of its branch")
+            row.status = "streaming"
+            row.finish_reason = None
+            return convert.to_message(row)
+
     def update_streaming(self, mid: int, content: str) -> None:
         with self._writing() as s:
             row = _message_row(s, mid)

@@ -49,13 +49,15 @@ class StreamingWriter:
         *,
         interval: float = FLUSH_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
+        text: str = "",
     ) -> None:
+        """`text`: what the message already holds (a reply being continued)."""
         self._store = store
         self.message_id = message_id
         self._interval = interval
         self._clock = clock
-        self._text = ""
-        self._flushed_text = ""
+        self._text = text
+        self._flushed_text = text
         self._last_flush: float | None = None
         self.flush_count = 0
         self.closed = False

@@ -115,6 +115,7 @@ class TranscriptView(QWidget):
     branch_requested = Signal(int, int)  # message_id, direction (-1 or +1)
     edit_requested = Signal(int)  # a user message's id
     regenerate_requested = Signal(int)  # an assistant message's id
+    continue_requested = Signal(int)  # a reply cut at its max tokens
     copied = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -369,6 +370,9 @@ class TranscriptView(QWidget):
         cursor.insertBlock(footer, QTextCharFormat())
         for i, (text, fmt) in enumerate(parts):
             cursor.insertText(("  ·  " if i else "") + text, fmt)
+        if view.status == "complete" and view.finish_reason == "length":
+            cursor.insertText("  ·  ", self._muted_format())
+            self._insert_action(cursor, "Continue", "continue", view.id)
 
     def _muted_format(self) -> QTextCharFormat:
         fmt = QTextCharFormat()
@@ -438,6 +442,8 @@ class TranscriptView(QWidget):
             self.edit_requested.emit(block.view.id)
         elif action == "regenerate":
             self.regenerate_requested.emit(block.view.id)
+        elif action == "continue":
+            self.continue_requested.emit(block.view.id)
         elif action == "branch":
             self.branch_requested.emit(block.view.id, args[1])
 

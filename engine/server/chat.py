@@ -27,8 +27,15 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     if (field := body.unsupported()) is not None:
         raise APIError(400, f"{field} is not supported by this server", param=field)
     messages = engine_chat(body.messages)
+    if body.continue_final_message and body.add_generation_prompt:
+        raise APIError(400, "continue_final_message needs add_generation_prompt=false",
+                       param="add_generation_prompt")
+    prompt = messages
     with as_api_errors("messages"):
-        choices = [Choice(messages, body.sampling_params(body.resolved_max_tokens(), i))
+        if body.continue_final_message:  # the rest of the last reply: its prompt ends inside it
+            prompt = await served.backend.chat_tokenizer.encode_chat(
+                messages, continue_final_message=True)
+        choices = [Choice(prompt, body.sampling_params(body.resolved_max_tokens(), i))
                    for i in range(body.n)]
     generation = Generation(served, metrics, choices, new_id("chatcmpl"), "messages")
     return await respond(generation, request, body.stream,

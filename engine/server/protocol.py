@@ -95,6 +95,9 @@ class ChatCompletionRequest(_SamplingRequest):
     messages: list[ChatMessage]
     max_completion_tokens: int | None = None
     tools: list[dict] | None = None
+    # vLLM's: go on with the last (assistant) message instead of starting a new reply.
+    continue_final_message: bool = False
+    add_generation_prompt: bool = True
 
     def unsupported(self) -> str | None:
         if self.logprobs:

@@ -604,3 +604,14 @@ def test_a_reply_says_whether_it_was_stopped_interrupted_or_cut_at_max_tokens(vi
     assert "⚠ interrupted" in frame_text(view, 1) and "stopped" not in frame_text(view, 1)
     assert "cut at 512 tokens" in frame_text(view, 2)
     assert not any(mark in frame_text(view, 3) for mark in ("stopped", "interrupted", "cut at"))
+
+
+def test_a_reply_cut_at_max_tokens_offers_continue(view, qtbot):
+    view.set_messages([message(1, "user", "Write a poem"),
+                       message(2, "assistant", "Roses are red,", finish_reason="length",
+                               completion_tokens=4),
+                       message(3, "assistant", "Done.", finish_reason="stop")])
+    assert "Continue" in links(view, 2) and "Continue" not in links(view, 3)
+    with qtbot.waitSignal(view.continue_requested) as asked:
+        click(view, 2, "Continue")
+    assert asked.args == [2]

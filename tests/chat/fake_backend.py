@@ -42,6 +42,7 @@ class Request:
     id: str
     messages: list[ChatMessage]
     options: SamplingOptions
+    continues: bool = False  # continue_final_message: goes on with the last (assistant) message
     text: str = ""
     ended: bool = False
     finish_reason: str | None = None
@@ -157,13 +158,15 @@ class ScriptedBackend:
     # -- ChatBackend ------------------------------------------------------------------------------
 
     async def stream(self, messages: Sequence[ChatMessage], options: SamplingOptions,
-                     request_id: str | None = None) -> AsyncIterator[ReplyChunk]:
+                     request_id: str | None = None, *,
+                     continue_final_message: bool = False) -> AsyncIterator[ReplyChunk]:
         if self.is_shut_down:
             raise BackendStoppedError(f"{self.model_name} was shut down.")
         if self._fail_next is not None:
             error, self._fail_next = self._fail_next, None
             raise error
-        request = Request(request_id or f"fake-{len(self.requests)}", list(messages), options)
+        request = Request(request_id or f"fake-{len(self.requests)}", list(messages), options,
+                          continue_final_message)
         self.requests.append(request)
         async for chunk in request.chunks():
             yield chunk
