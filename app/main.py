@@ -7,6 +7,7 @@ import asyncio
 import logging
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from app.store import ConversationStore
 
 logger = logging.getLogger("pagoda")
+STARTED = time.perf_counter()  # as this module is imported: `pagoda` has just started
 
 EXIT_NO_DATABASE = 1
 
@@ -96,6 +98,9 @@ async def _run(window, args: argparse.Namespace) -> None:
     window.destroyed.connect(closed.set)
     window.closed.connect(closed.set)
     window.show()
+    logger.info("window shown %.2f s after start", time.perf_counter() - STARTED)
+    window.host.model_loaded.connect(lambda name: logger.info(
+        "model %s ready %.2f s after start", name, time.perf_counter() - STARTED))
     if window.recovered_from is not None:
         window.notify_recovered(window.recovered_from)
     await window.restore_appearance(args.theme)
