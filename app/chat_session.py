@@ -515,8 +515,7 @@ class ChatSession:
         self.notice = None
 
     def _set_title(self, title: str) -> None:
-        if title != self.title:
-            self.title = title
+        self.title = title
         self.view.show_title(title)
 
     def _set_can_regenerate(self) -> None:

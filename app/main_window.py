@@ -262,10 +262,13 @@ class MainWindow(QMainWindow):
         controller.view.deleteLater()
 
     def _show_tab(self, cid: int) -> None:
+        """Make the chat's tab current; when it already was (a tab just opened), show its
+        settings and title again through the same path, now that its session has them."""
         tab = self.controllers[cid].view
-        self.tabs.setCurrentWidget(tab)
-        self.settings_panel.set_settings(tab.settings)
-        self._show_chat_title(tab.title)
+        if self.tabs.currentWidget() is tab:
+            self._tab_changed(self.tabs.currentIndex())
+        else:
+            self.tabs.setCurrentWidget(tab)  # currentChanged -> _tab_changed
         tab.composer.focus_input()
 
     def open_tabs(self) -> list[ChatTab]:

@@ -51,8 +51,8 @@ class Composer(QWidget):
         self._streaming = False
         self._editing_id: int | None = None
         self._saved_draft = ""
-        self._banner = self._build_banner()
-        self._hint = self._build_hint()
+        self._banner = self._build_note(EDIT_BANNER, "editBanner")
+        self._hint = self._build_note(STREAMING_HINT, "streamingHint")
         self._input = self._build_input()
         self._send = self._build_button("Send", "sendButton", self._submit)
         self._stop = self._build_button("Stop", "stopButton", self.stop_requested.emit)
@@ -150,21 +150,14 @@ class Composer(QWidget):
 
     # -- construction -----------------------------------------------------------------------------
 
-    def _build_banner(self) -> QLabel:
-        banner = QLabel(EDIT_BANNER, self)
-        banner.setObjectName("editBanner")
-        banner.setWordWrap(True)
-        banner.setStyleSheet("padding: 2px 4px; font-style: italic;")
-        banner.hide()
-        return banner
-
-    def _build_hint(self) -> QLabel:
-        hint = QLabel(STREAMING_HINT, self)
-        hint.setObjectName("streamingHint")
-        hint.setWordWrap(True)
-        hint.setStyleSheet("padding: 2px 4px; font-style: italic;")
-        hint.hide()
-        return hint
+    def _build_note(self, text: str, name: str) -> QLabel:
+        """A hidden line in italics above the box: the edit banner, or a hint."""
+        note = QLabel(text, self)
+        note.setObjectName(name)
+        note.setWordWrap(True)
+        note.setStyleSheet("padding: 2px 4px; font-style: italic;")
+        note.hide()
+        return note
 
     def _build_input(self) -> _InputBox:
         box = _InputBox(self)

@@ -47,6 +47,18 @@ def remote_requests_text(stats: BackendStats) -> str:
     return text if stats.num_waiting is None else f"{text}{SEPARATOR}{stats.num_waiting} waiting"
 
 
+def kv_cache_text(usage: float) -> str:
+    return f"KV cache {percent(usage)}"
+
+
+def prefix_hits_text(rate: float) -> str:
+    return f"Prefix hits {percent(rate)}"
+
+
+def spec_accept_text(rate: float) -> str:
+    return f"Spec accept {percent(rate)}"
+
+
 def percent(fraction: float) -> str:
     return f"{min(max(fraction, 0.0), 1.0) * 100:.0f}%"
 
@@ -109,14 +121,11 @@ class EngineStatusBar(QStatusBar):
         if ready:
             self._set_text(self.requests_label, requests_text(status))
             self._set_text(self.throughput_label, throughput_text(status.tokens_per_s))
-            self._set_text(self.kv_cache_label, f"KV cache {percent(status.kv_cache_usage)}")
-            self._set_text(
-                self.prefix_cache_label, f"Prefix hits {percent(status.prefix_cache_hit_rate)}"
-            )
+            self._set_text(self.kv_cache_label, kv_cache_text(status.kv_cache_usage))
+            self._set_text(self.prefix_cache_label,
+                           prefix_hits_text(status.prefix_cache_hit_rate))
             if speculating:
-                self._set_text(
-                    self.spec_label, f"Spec accept {percent(status.spec_acceptance_rate)}"
-                )
+                self._set_text(self.spec_label, spec_accept_text(status.spec_acceptance_rate))
 
     def show_remote(self, label: str, stats: BackendStats) -> None:
         """The current chat's server: its name and what this client measures of it; figures the
@@ -132,11 +141,11 @@ class EngineStatusBar(QStatusBar):
             self.ttft_label: (None if stats.time_to_first_token is None
                               else f"TTFT {stats.time_to_first_token:.2f} s"),
             self.kv_cache_label: (None if stats.kv_cache_usage is None
-                                  else f"KV cache {percent(stats.kv_cache_usage)}"),
+                                  else kv_cache_text(stats.kv_cache_usage)),
             self.prefix_cache_label: (None if stats.prefix_cache_hit_rate is None
-                                      else f"Prefix hits {percent(stats.prefix_cache_hit_rate)}"),
+                                      else prefix_hits_text(stats.prefix_cache_hit_rate)),
             self.spec_label: (None if stats.spec_acceptance_rate is None
-                              else f"Spec accept {percent(stats.spec_acceptance_rate)}"),
+                              else spec_accept_text(stats.spec_acceptance_rate)),
         }
         for widget, text in shown.items():
             self._set_visible(widget, text is not None)
