@@ -17,7 +17,7 @@ from engine.kv_cache_manager import KVCacheManager
 from engine.loader import LoadedModel, load_model
 from engine.model_info import check_model_fits
 from engine.model_runner import ModelRunner
-from engine.outputs import CompletionOutput, RequestOutput
+from engine.outputs import CompletionOutput, PromptProgress, RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
@@ -116,7 +116,7 @@ class LLMEngine:
                 return self._fail(sched, exc)
             advanced = self.scheduler.update_from_output(sched, sampled)
             self._record_tokens(sum(n for _, n in advanced))
-        return self._collect_outputs(advanced)
+        return self._collect_outputs(advanced) + self._progress_outputs(sched)
 
     def stats(self) -> EngineStats:
         kv = self.kv_cache.stats()
@@ -167,6 +167,24 @@ class LLMEngine:
         for out in outputs:
             if out.finished:
                 self._requests.pop(out.request_id, None)
+        return outputs
+
+    def _progress_outputs(self, sched: SchedulerOutput) -> list[RequestOutput]:
+        """An output without tokens for each prompt this step read a chunk of but not to its end
+        (it sampled nothing yet), saying how much of it is read. A sequence recomputed after
+        preemption has output already and reports nothing: its reader is past the prompt."""
+        outputs = []
+        now = time.monotonic()
+        for item in sched.scheduled:
+            seq = item.seq
+            entry = self._requests.get(seq.request_id)
+            if seq.is_finished or seq.num_output_tokens or entry is None or entry[0] is not seq:
+                continue
+            out = self._output(seq, entry[1], [])
+            started = seq.metrics.first_scheduled_time or seq.metrics.arrival_time
+            out.prompt_progress = PromptProgress(seq.num_prompt_tokens, seq.num_computed_tokens,
+                                                 seq.num_cached_tokens, now - started)
+            outputs.append(out)
         return outputs
 
     def _output(self, seq: Sequence, detok: IncrementalDetokenizer,

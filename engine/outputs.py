@@ -37,6 +37,19 @@ class RequestMetrics:
         return self.num_accepted_tokens / self.num_draft_tokens
 
 
+@dataclass(slots=True, frozen=True)
+class PromptProgress:
+    """How far the engine has read a prompt: `num_computed_tokens` of its `num_prompt_tokens`
+    are in the KV cache, `num_cached_tokens` of them found in the prefix cache; `elapsed` is the
+    seconds since the request was first scheduled. Reported after each prefill chunk that does
+    not finish the prompt, so a long prompt shows it is being read."""
+
+    num_prompt_tokens: int
+    num_computed_tokens: int
+    num_cached_tokens: int
+    elapsed: float
+
+
 @dataclass(slots=True)
 class CompletionOutput:
     """One generated sequence. `text` and `token_ids` are cumulative; `delta_text` is new."""
@@ -63,3 +76,5 @@ class RequestOutput:
     finished: bool
     num_cached_tokens: int
     metrics: RequestMetrics
+    # Set on the outputs sent mid-prefill (no new tokens): how much of the prompt is read.
+    prompt_progress: PromptProgress | None = None

@@ -39,7 +39,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                    for i in range(body.n)]
     generation = Generation(served, metrics, choices, new_id("chatcmpl"), "messages")
     return await respond(generation, request, body.stream,
-                         lambda: _chunks(generation, body.include_usage),
+                         lambda: _chunks(generation, body.include_usage, body.return_progress),
                          lambda finals: _completion(generation, finals))
 
 
@@ -54,7 +54,8 @@ def _completion(generation: Generation, finals) -> dict:
     }
 
 
-async def _chunks(generation: Generation, include_usage: bool) -> AsyncIterator[str]:
+async def _chunks(generation: Generation, include_usage: bool,
+                  return_progress: bool) -> AsyncIterator[str]:
     def chunk(choices: list[dict], **extra) -> dict:
         body = {"id": generation.request_id, "object": "chat.completion.chunk",
                 "created": generation.created, "model": generation.served.name,
@@ -69,5 +70,5 @@ async def _chunks(generation: Generation, include_usage: bool) -> AsyncIterator[
         yield sse(chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
                           "finish_reason": None, "logprobs": None}]))
     usage_chunk = (lambda counts: chunk([], usage=counts)) if include_usage else None
-    async for event in sse_events(generation, choice_chunk, usage_chunk):
+    async for event in sse_events(generation, choice_chunk, usage_chunk, return_progress):
         yield event

@@ -34,7 +34,7 @@ async def create_completion(body: CompletionRequest, request: Request, served: S
                    for i, prompt in enumerate(prompts) for j in range(body.n)]
     generation = Generation(served, metrics, choices, new_id("cmpl"), "prompt")
     return await respond(generation, request, body.stream,
-                         lambda: _chunks(generation, body.include_usage),
+                         lambda: _chunks(generation, body.include_usage, body.return_progress),
                          lambda finals: _completion(generation, finals))
 
 
@@ -52,7 +52,8 @@ def _header(generation: Generation) -> dict:
             "created": generation.created, "model": generation.served.name}
 
 
-async def _chunks(generation: Generation, include_usage: bool) -> AsyncIterator[str]:
+async def _chunks(generation: Generation, include_usage: bool,
+                  return_progress: bool) -> AsyncIterator[str]:
     extra = {"usage": None} if include_usage else {}
 
     def choice_chunk(index: int, delta: str, reason: str | None) -> dict:
@@ -63,5 +64,5 @@ async def _chunks(generation: Generation, include_usage: bool) -> AsyncIterator[
         return {**_header(generation), "choices": [], "usage": counts}
 
     async for event in sse_events(generation, choice_chunk,
-                                  usage_chunk if include_usage else None):
+                                  usage_chunk if include_usage else None, return_progress):
         yield event

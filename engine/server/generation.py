@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import Request
 
 from engine.chat_template import Message
-from engine.outputs import RequestOutput
+from engine.outputs import PromptProgress, RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.server.errors import APIError, as_api_errors
 from engine.server.metrics import ServerMetrics
@@ -53,6 +53,15 @@ def usage(finals: list[RequestOutput], choices: list[Choice]) -> dict:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
             "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def prompt_progress(progress: PromptProgress) -> dict:
+    """How far the prompt is read, in llama.cpp's `prompt_progress` shape (asked for with
+    `return_progress`), so its clients read ours as well: tokens in all, found cached, computed
+    so far (cached ones included), and milliseconds since the request was scheduled."""
+    return {"total": progress.num_prompt_tokens, "cache": progress.num_cached_tokens,
+            "processed": progress.num_computed_tokens,
+            "time_ms": round(progress.elapsed * 1000)}
 
 
 def sse(payload: dict | str) -> str:
@@ -122,9 +131,12 @@ ChunkOf = Callable[[int, str, str | None], dict]
 
 
 async def sse_events(generation: Generation, chunk_of: ChunkOf,
-                     usage_chunk: Callable[[dict], dict] | None) -> AsyncIterator[str]:
+                     usage_chunk: Callable[[dict], dict] | None,
+                     return_progress: bool = False) -> AsyncIterator[str]:
     """A streamed reply: one `data:` chunk per choice's new text or finish, the usage chunk when
-    asked for, and `data: [DONE]`. An engine failure mid-stream is sent as an error chunk."""
+    asked for, and `data: [DONE]`. With `return_progress`, a prompt read in several chunks sends
+    an empty chunk with its `prompt_progress` after each. An engine failure mid-stream is sent
+    as an error chunk."""
     finals: list[RequestOutput | None] = [None] * len(generation.choices)
     try:
         async for index, out in generation.events():
@@ -134,6 +146,9 @@ async def sse_events(generation: Generation, chunk_of: ChunkOf,
                 finals[index] = out
             if delta or reason:
                 yield sse(chunk_of(index, delta, reason))
+            elif return_progress and out.prompt_progress is not None:
+                yield sse({**chunk_of(index, "", None),
+                           "prompt_progress": prompt_progress(out.prompt_progress)})
     except APIError as exc:
         yield sse(exc.body())
     else:

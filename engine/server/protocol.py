@@ -70,6 +70,8 @@ class _SamplingRequest(_Strict):
     ignore_eos: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None
+    # llama.cpp's: while a long prompt is read, stream chunks with its `prompt_progress`.
+    return_progress: bool = False
     logprobs: bool | int | None = None
 
     @property
