@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from app.async_store import AsyncStore
-from app.backends import BackendError, ChatBackend, ChatMessage, ModelLoadingError, ReplyChunk
+from app.backends import (
+    BackendError,
+    ChatBackend,
+    ChatMessage,
+    ModelLoadingError,
+    PromptProgress,
+    ReplyChunk,
+)
 from app.prompting import (
     ContextOverflowError,
     FittedPrompt,
@@ -52,6 +59,9 @@ class ChatView(Protocol):
     def update_message(self, view: MessageView) -> None: ...
     def begin_stream(self, view: MessageView) -> None: ...
     def append_delta(self, message_id: int, delta: str) -> None: ...
+    def show_reading(self, message_id: int, text: str | None) -> None:
+        """What a streaming reply is doing before its text comes (how much of a long prompt the
+        model has read); None once it writes."""
     def end_stream(self, view: MessageView) -> None: ...
     def show_title(self, title: str) -> None: ...
     def show_notice(self, text: str, error: bool = False) -> None: ...
@@ -86,6 +96,7 @@ class Reply:
     last_chunk: ReplyChunk | None = None
     backend: ChatBackend | None = None
     continuing: bool = False  # the message held a reply cut at its max tokens: it grows
+    reading: str | None = None  # how far the backend has read the prompt, until text comes
 
 
 def message_view(m: Message, sibling_index: int = 0, sibling_count: int = 1) -> MessageView:
@@ -446,8 +457,16 @@ class ChatSession:
         reply = self.reply
         delta = chunk.delta_text
         reply.last_chunk = chunk
-        if not delta or self.closed:
+        if self.closed:
             return
+        if chunk.prompt_progress is not None:
+            reply.reading = reading_text(chunk.prompt_progress, reply.continuing)
+            self.view.show_reading(reply.message.id, reply.reading)
+        if not delta:
+            return
+        if reply.reading is not None:
+            reply.reading = None
+            self.view.show_reading(reply.message.id, None)
         reply.text += delta
         self.view.append_delta(reply.message.id, delta)
         # Not awaited: the worker applies writes in order, and the stream need not wait for disk.
@@ -541,6 +560,14 @@ class ChatSession:
             reply.backend.abort(reply.request_id)
         writer = reply.writer
         self.db.submit(lambda _store: writer.closed or writer.interrupt())
+
+
+def reading_text(progress: PromptProgress, continuing: bool = False) -> str:
+    """"reading your message: 1,200 / 3,300 tokens" (the whole chat is read, but what is new
+    to the model, and slow, is nearly always the message just sent)."""
+    what = "the chat" if continuing else "your message"
+    return (f"reading {what}: {progress.num_computed_tokens:,} / "
+            f"{progress.num_prompt_tokens:,} tokens")
 
 
 def _written(reply: Reply, last: ReplyChunk) -> int | None:

@@ -14,7 +14,14 @@ from app.backends.errors import (
     ServerError,
 )
 from app.backends.starting import StartingReplies
-from app.backends.types import BackendStats, ChatMessage, ReplyChunk, SamplingOptions, TokenCount
+from app.backends.types import (
+    BackendStats,
+    ChatMessage,
+    PromptProgress,
+    ReplyChunk,
+    SamplingOptions,
+    TokenCount,
+)
 from engine import AsyncEngine, EngineDeadError, RequestOutput, SamplingParams
 from engine import PromptTooLongError as EnginePromptTooLongError
 from engine.outputs import RequestMetrics
@@ -117,6 +124,10 @@ class LocalBackend:
         if completion.finish_reason == "error":
             raise ServerError(f"The engine failed this reply: {completion.error}. What arrived "
                               "is kept; regenerate to try again.", partial_text=completion.text)
+        if out.prompt_progress is not None:
+            read = out.prompt_progress
+            return ReplyChunk("", completion.text, prompt_progress=PromptProgress(
+                read.num_computed_tokens, read.num_prompt_tokens))
         if not out.finished:
             return ReplyChunk(completion.delta_text, completion.text)
         m = out.metrics

@@ -34,6 +34,8 @@ def flavor_of(owned_by: object) -> Flavor:
 
 # Servers that can go on with an unfinished assistant message (vLLM's continue_final_message).
 CONTINUING_FLAVORS: tuple[Flavor, ...] = ("vllm", "sglang", "pagoda")
+# Servers that say how far they have read a long prompt when asked (llama.cpp's return_progress).
+PROGRESS_FLAVORS: tuple[Flavor, ...] = ("pagoda", "llama.cpp")
 
 
 def chat_request(model: str, messages: Sequence[ChatMessage], options: SamplingOptions,
@@ -57,6 +59,8 @@ def chat_request(model: str, messages: Sequence[ChatMessage], options: SamplingO
         body["seed"] = options.seed
     if options.stop:
         body["stop"] = list(options.stop)
+    if flavor in PROGRESS_FLAVORS:
+        body["return_progress"] = True
     if continue_final_message:
         body["continue_final_message"] = True
         body["add_generation_prompt"] = False

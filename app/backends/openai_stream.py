@@ -2,7 +2,9 @@
 
 The shapes met in the wild: the role in a first chunk with empty content; finish_reason on the
 last content chunk (vLLM) or on a chunk of its own (llama.cpp); usage in a last chunk with no
-choices, after the finish; an error object in place of a chunk when generation fails midway.
+choices, after the finish; an error object in place of a chunk when generation fails midway;
+`prompt_progress` on the chunks sent while a long prompt is read (llama.cpp and Pagoda, asked
+with `return_progress`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 
 from app.backends.errors import ConnectionDroppedError, MalformedStreamError, ServerError
 from app.backends.http_errors import server_message
-from app.backends.types import FinishReason, ReplyChunk
+from app.backends.types import FinishReason, PromptProgress, ReplyChunk
 
 DONE = "[DONE]"
 # Any other reason a server gives (stop, eos, tool_calls, content_filter) ends the reply as "stop".
@@ -47,24 +49,21 @@ class ReplyReader:
         self.usage = Usage()
 
     def read(self, data: str) -> ReplyChunk | None:
-        """The chunk for one event's data; None when it brings no new text."""
+        """The chunk for one event's data; None when it brings neither new text nor progress."""
         self.num_events += 1
         if data.strip() == DONE:
             self.done = True
             return None
         payload = self._parse(data)
         self._read_usage(payload.get("usage"))
-        choice = self._first_choice(payload)
-        if choice is None:
-            return None
-        delta = choice.get("delta") or {}
-        content = delta.get("content") if isinstance(delta, dict) else None
-        if choice.get("finish_reason"):
-            self.finish_reason = _FINISH.get(choice["finish_reason"], "stop")
-        if not isinstance(content, str) or not content:
-            return None
-        self._add_text(content)
-        return ReplyChunk(content, self.text)
+        content = self._read_choice(payload)
+        if content:
+            self._add_text(content)
+            return ReplyChunk(content, self.text)
+        progress = _prompt_progress(payload.get("prompt_progress"))
+        if progress is not None and self.first_token_time is None:
+            return ReplyChunk("", self.text, prompt_progress=progress)
+        return None
 
     def final(self, finish_reason: FinishReason | None = None) -> ReplyChunk:
         """The last chunk, with the counts and timings; `finish_reason` overrides the server's
@@ -120,6 +119,17 @@ class ReplyReader:
                               "arrived is kept; regenerate to try again.", partial_text=self.text)
         return payload
 
+    def _read_choice(self, payload: dict) -> str | None:
+        """The first choice's new text, noting its finish reason."""
+        choice = self._first_choice(payload)
+        if choice is None:
+            return None
+        delta = choice.get("delta") or {}
+        content = delta.get("content") if isinstance(delta, dict) else None
+        if choice.get("finish_reason"):
+            self.finish_reason = _FINISH.get(choice["finish_reason"], "stop")
+        return content if isinstance(content, str) else None
+
     def _first_choice(self, payload: dict) -> dict | None:
         choices = payload.get("choices")
         if choices is None:
@@ -141,6 +151,17 @@ class ReplyReader:
         return MalformedStreamError(
             f"{self.url} sent {what}. Pagoda cannot read this reply: is the server "
             "OpenAI-compatible? What arrived is kept.", partial_text=self.text)
+
+
+def _prompt_progress(progress: object) -> PromptProgress | None:
+    """llama.cpp's {"total", "cache", "processed", "time_ms"}: read tokens (cached ones
+    included) of the prompt's total; None when it is not that."""
+    if not isinstance(progress, dict):
+        return None
+    total, processed = _count(progress.get("total")), _count(progress.get("processed"))
+    if total is None or processed is None or total <= 0:
+        return None
+    return PromptProgress(min(max(processed, 0), total), total)
 
 
 def _count(value: object) -> int | None:

@@ -41,12 +41,22 @@ class SamplingOptions:
 
 
 @dataclass(slots=True, frozen=True)
+class PromptProgress:
+    """How much of the prompt the backend has read before its reply begins: `num_computed_tokens`
+    of `num_prompt_tokens` (tokens found in its prefix cache count as read)."""
+
+    num_computed_tokens: int
+    num_prompt_tokens: int
+
+
+@dataclass(slots=True, frozen=True)
 class ReplyChunk:
     """One step of a streamed reply: the new text and all of it so far.
 
     The last chunk has `finish_reason` set; only it carries the counts and timings (any of which
     is None when the backend did not report it). `num_cached_tokens` is the prompt prefix the
-    backend reused from earlier requests.
+    backend reused from earlier requests. A chunk with `prompt_progress` brings no text: the
+    backend is still reading a long prompt, and says how far it is (where it can tell).
     """
 
     delta_text: str
@@ -57,6 +67,7 @@ class ReplyChunk:
     num_output_tokens: int | None = None
     time_to_first_token: float | None = None
     tokens_per_s: float | None = None
+    prompt_progress: PromptProgress | None = None
 
     @property
     def finished(self) -> bool:

@@ -42,6 +42,7 @@ EXTERNAL_SCHEMES = frozenset({"http", "https", "mailto"})
 ROLE_LABELS: dict[Role, str] = {"user": "You", "assistant": "Assistant", "system": "System"}
 GAP_HEIGHT = 6  # px between two messages
 BUBBLE_INDENT = 48  # px: user messages sit to the right, assistant messages to the left
+WRITING = "writing…"  # a streaming message's header, unless it says what it does instead
 COPIED_FEEDBACK_MS = 1500  # how long a Copy link reads "Copied" after a click
 BOTTOM_SLACK = 4  # px from the end that still counts as "at the bottom"
 JUMP_MARGIN = 12  # px between the "Jump to latest" button and the transcript's bottom edge
@@ -57,6 +58,7 @@ class _Block:
     streaming: bool
     can_regenerate: bool = False
     codes: list[str] = field(default_factory=list)
+    activity: str | None = None  # while streaming, in place of "writing…" (say, reading a prompt)
 
     def content(self) -> str:
         if len(self.chunks) > 1:
@@ -191,6 +193,23 @@ class TranscriptView(QWidget):
         block.chunks.append(text)
         self._follow(grew=bool(text))
 
+    def show_activity(self, message_id: int, text: str | None) -> None:
+        """Say in a streaming message's header what it is doing ("reading your message: 1,200 /
+        3,300 tokens"); None goes back to "writing…"."""
+        block = self._blocks.get(message_id)
+        if block is None or not block.streaming or block.activity == text:
+            return
+        block.activity = text
+        with self._own_edit():
+            self._rerender(block)
+
+    def activity_text(self, message_id: int) -> str | None:
+        """The header's activity of a streaming message, None when it is not streaming."""
+        block = self._blocks.get(message_id)
+        if block is None or not block.streaming:
+            return None
+        return block.activity or WRITING
+
     def end_stream(self, message: MessageView) -> None:
         """Render the finished message as Markdown, with its stats and status; others stay as are."""
         self._update(message, streaming=False)
@@ -268,6 +287,7 @@ class TranscriptView(QWidget):
 
     def _replace(self, block: _Block, view: MessageView, streaming: bool) -> None:
         block.view, block.chunks, block.streaming = view, [view.content], streaming
+        block.activity = None
         block.can_regenerate = self._regenerate_target() == view.id
         self._rerender(block)
 
@@ -320,7 +340,7 @@ class TranscriptView(QWidget):
         cursor.insertText(ROLE_LABELS.get(view.role, view.role), role)
         cursor.insertText(f"  {_format_time(view.created_at)}", self._muted_format())
         if block.streaming:
-            cursor.insertText("  · writing…", self._muted_format())
+            cursor.insertText(f"  · {block.activity or WRITING}", self._muted_format())
         if view.sibling_count > 1:
             self._insert_switcher(cursor, view)
         self._insert_actions(cursor, block)

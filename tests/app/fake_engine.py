@@ -13,7 +13,7 @@ from app.store import ConversationStore, SamplingSettings
 from engine import EngineDeadError
 from engine.chat_tokenizer import ChatTokenizer
 from engine.llm_engine import EngineStats
-from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from engine.outputs import CompletionOutput, PromptProgress, RequestMetrics, RequestOutput
 
 WAIT_MS = 5_000
 
@@ -74,17 +74,27 @@ class FakeEngine:
         self.requests.append(request_id)
         text = ""
         while True:
-            delta, reason, error = await queue.get()
+            delta, reason, error, progress = await queue.get()
             text += delta
-            yield output(request_id, text, delta, reason, error)
+            out = output(request_id, text, delta, reason, error)
+            out.prompt_progress = progress
+            yield out
             if reason is not None:
                 return
 
     def say(self, request_id: str, delta: str, reason: str | None = None,
             error: str | None = None) -> None:
         """Stream `delta`; a `reason` ends the reply ("error" with the engine's `error`)."""
+        self._put(request_id, (delta, reason, error, None))
+
+    def read(self, request_id: str, num_computed_tokens: int, num_prompt_tokens: int) -> None:
+        """Report a chunk of the prompt read, as the engine does mid-prefill."""
+        progress = PromptProgress(num_prompt_tokens, num_computed_tokens, 0, 0.1)
+        self._put(request_id, ("", None, None, progress))
+
+    def _put(self, request_id: str, item: tuple) -> None:
         loop, queue = self._streams[request_id]
-        loop.call_soon_threadsafe(queue.put_nowait, (delta, reason, error))
+        loop.call_soon_threadsafe(queue.put_nowait, item)
 
     def abort(self, request_id: str) -> None:
         if request_id in self._streams:

@@ -615,3 +615,27 @@ def test_a_reply_cut_at_max_tokens_offers_continue(view, qtbot):
     with qtbot.waitSignal(view.continue_requested) as asked:
         click(view, 2, "Continue")
     assert asked.args == [2]
+
+
+def test_a_streaming_reply_says_how_much_of_the_prompt_is_read_until_it_writes(view):
+    view.begin_stream(message(5, "assistant", "", status="streaming"))
+    assert view.activity_text(5) == "writing…"
+
+    view.show_activity(5, "reading your message: 1,200 / 3,300 tokens")
+    assert "reading your message: 1,200 / 3,300 tokens" in frame_text(view, -1)
+    assert "writing…" not in frame_text(view, -1)
+
+    view.show_activity(5, None)
+    view.append_delta(5, "Hello")
+    assert view.activity_text(5) == "writing…"
+    assert "writing…" in frame_text(view, -1) and "reading" not in frame_text(view, -1)
+    assert view.message_text(5) == "Hello"
+
+
+def test_reading_is_not_shown_on_a_finished_message(view):
+    view.set_messages(conversation())
+
+    view.show_activity(2, "reading your message: 1 / 2 tokens")
+
+    assert "reading" not in view.plain_text()
+    assert view.activity_text(2) is None

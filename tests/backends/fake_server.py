@@ -3,7 +3,8 @@
 Two shapes of the servers Pagoda meets: vLLM's (finish_reason on the last content chunk, usage
 in a chunk of its own with no choices, /tokenize, max_model_len in /v1/models) and llama.cpp's
 (finish_reason on a chunk of its own carrying the usage, no context length reported). Both send
-keep-alive comments. The reply is a fixed list of pieces, one token each, cut by max_tokens and
+keep-alive comments; llama.cpp's shape reports its reading of the prompt when asked
+(`return_progress`). The reply is a fixed list of pieces, one token each, cut by max_tokens and
 stop strings as a real server would.
 """
 
@@ -136,10 +137,19 @@ class FakeServer:
         try:
             yield ": ping\n\n"
             yield _sse(self._chunk({"role": "assistant", "content": ""}))
+            if body.get("return_progress") and self.shape is LLAMA_CPP:
+                for event in self._progress(prompt_tokens(body["messages"])):
+                    yield event
             async for event in self._pieces(body):
                 yield event
         finally:
             self.stream_closed.set()
+
+    def _progress(self, total: int):
+        """llama.cpp's chunks while it reads the prompt: half, then all of it."""
+        for processed in (total // 2, total):
+            yield _sse({**self._chunk({"role": "assistant", "content": None}), "prompt_progress": {
+                "total": total, "cache": 0, "processed": processed, "time_ms": 5}})
 
     async def _pieces(self, body: dict):
         f = self.fault

@@ -31,7 +31,8 @@ def test_llama_cpp_gets_repeat_penalty_under_its_own_name(fake_llama_cpp):
     backend = remote(url)
     run(_reply(backend, TUNED))
     assert backend.flavor == "llama.cpp"
-    assert fake.requests[-1] == {**STANDARD, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.1}
+    assert fake.requests[-1] == {**STANDARD, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.1,
+                                 "return_progress": True}
 
 
 def test_standard_server_gets_only_openais_fields(fake_vllm):

@@ -14,6 +14,7 @@ from app.backends import (
     ChatBackend,
     ChatMessage,
     ModelLoadingError,
+    PromptProgress,
     ReplyChunk,
     SamplingOptions,
     TokenCount,
@@ -57,6 +58,12 @@ class Request:
         timings in `stats`); returns once the chat took the chunk."""
         self.text += delta
         await self._hand_over(ReplyChunk(delta, self.text, finish_reason, **stats))
+
+    async def read(self, num_computed_tokens: int, num_prompt_tokens: int) -> None:
+        """Report how much of the prompt is read, as a backend does before a long prompt's
+        reply begins; returns once the chat took the chunk."""
+        await self._hand_over(ReplyChunk("", self.text, prompt_progress=PromptProgress(
+            num_computed_tokens, num_prompt_tokens)))
 
     async def finish(self, finish_reason: str = "stop", **stats) -> None:
         await self.say("", finish_reason, **stats)
@@ -260,6 +267,9 @@ class RecordingView:
 
     def append_delta(self, message_id: int, delta: str) -> None:
         self._record("append_delta", message_id, delta)
+
+    def show_reading(self, message_id: int, text: str | None) -> None:
+        self._record("show_reading", message_id, text)
 
     def end_stream(self, view: MessageView) -> None:
         self._record("end_stream", view)
