@@ -101,7 +101,8 @@ class GGUFModelFile:
             tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
         except Exception as error:
             raise ModelLoadError(
-                f"The config or tokenizer of {self.path} could not be read: {error}. "
+                f"The config or tokenizer of {self.path} could not be read: "
+                f"{str(error).rstrip('.')}. "
                 "Re-download the file."
             ) from error
         # transformers leaves head_dim at its class default for these architectures (Qwen3: 128),

@@ -4,6 +4,14 @@
 from __future__ import annotations
 
 
+def clause(said: object) -> str:
+    """Someone else's message (an exception's, a server's) to quote inside one of our
+    sentences: without its final full stop, so the sentence does not end in "..". An ellipsis
+    is kept."""
+    text = str(said).strip()
+    return text[:-1] if text.endswith(".") and not text.endswith("..") else text
+
+
 class BackendError(Exception):
     """A reply could not be had, or was cut short.
 

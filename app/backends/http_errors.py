@@ -17,6 +17,7 @@ from app.backends.errors import (
     PromptTooLongError,
     ServerError,
     UnauthorizedError,
+    clause,
 )
 
 _MAX_MESSAGE_CHARS = 300
@@ -116,5 +117,6 @@ def _code(value: object) -> str | None:
 
 
 def _shorten(text: str) -> str:
-    text = " ".join(text.split())
+    """The server's words, on one line and at most _MAX_MESSAGE_CHARS, to quote in a sentence."""
+    text = clause(" ".join(text.split()))
     return text if len(text) <= _MAX_MESSAGE_CHARS else text[:_MAX_MESSAGE_CHARS] + "…"

@@ -12,6 +12,7 @@ from app.backends.errors import (
     InvalidRequestError,
     PromptTooLongError,
     ServerError,
+    clause,
 )
 from app.backends.starting import StartingReplies
 from app.backends.types import (
@@ -77,9 +78,9 @@ class LocalBackend:
         except EngineDeadError as exc:
             raise _stopped(exc, text) from exc
         except EnginePromptTooLongError as exc:
-            raise PromptTooLongError(f"The chat is too long for the model: {exc}.") from exc
+            raise PromptTooLongError(f"The chat is too long for the model: {clause(exc)}.") from exc
         except ValueError as exc:
-            raise InvalidRequestError(f"The engine refused the request: {exc}.") from exc
+            raise InvalidRequestError(f"The engine refused the request: {clause(exc)}.") from exc
 
     def abort(self, request_id: str) -> None:
         self._starting.abort(request_id)
@@ -117,7 +118,7 @@ class LocalBackend:
         except EngineDeadError as exc:  # the tokenizer's thread is gone: we were shut down
             raise _stopped(exc, "") from exc
         except ValueError as exc:
-            raise InvalidRequestError(f"The chat cannot be given to the model: {exc}.") from exc
+            raise InvalidRequestError(f"The chat cannot be given to the model: {clause(exc)}.") from exc
 
     def _chunk(self, out: RequestOutput) -> ReplyChunk:
         completion = out.outputs[0]
@@ -148,7 +149,7 @@ def _sampling_params(options: SamplingOptions) -> SamplingParams:
             frequency_penalty=options.frequency_penalty, max_tokens=options.max_tokens,
             seed=options.seed, stop=list(options.stop))
     except ValueError as exc:
-        raise InvalidRequestError(f"This chat's sampling settings are invalid: {exc}.") from exc
+        raise InvalidRequestError(f"This chat's sampling settings are invalid: {clause(exc)}.") from exc
 
 
 def _tokens_per_s(m: RequestMetrics, num_tokens: int) -> float | None:

@@ -2,7 +2,9 @@
 chat's length, and tokenizing beside the engine thread."""
 
 import asyncio
+import json
 
+import pytest
 from conftest import run
 
 from app.backends import ChatMessage, SamplingOptions
@@ -76,3 +78,20 @@ def test_counting_tokens_while_the_engine_streams_is_safe_and_exact(local_backen
     counts, text = run(count_while_streaming())
     expected = len(encode_chat(local_backend.engine.tokenizer, [m.as_dict() for m in chat]))
     assert counts == {expected} and text
+
+
+@pytest.mark.parametrize("said", ["temperature must be at most 2.", "temperature must be at most 2"])
+def test_a_servers_message_is_quoted_without_a_doubled_full_stop(said):
+    from app.backends.http_errors import error_for_status
+
+    error = error_for_status(400, json.dumps({"error": {"message": said}}), "http://gpu:8000/v1")
+
+    assert "at most 2. Check" in str(error) and ".." not in str(error)
+
+
+def test_quoting_keeps_an_ellipsis_and_drops_one_full_stop():
+    from app.backends.errors import clause
+
+    assert clause("cut short...") == "cut short..."
+    assert clause(" no such file. ") == "no such file"
+    assert clause(ValueError("bad value.")) == "bad value"
