@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 # Measured on a 2-core CPU: drafts paid off 2x and more for one stream and not at all for 8.
 # Measured on 2 cores (docs/BENCHMARKS.md): drafts pay off for one stream; with two or more
@@ -96,6 +98,8 @@ class EngineConfig:
             raise ValueError(f"EngineConfig.quantization={self.quantization!r} must be one of "
                              f"{', '.join(QUANTIZATIONS)}")
         if self.dtype is None:
+            import torch  # here, not above: the app reads QUANTIZATIONS before torch is imported
+
             self.dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
 
     def resolved_num_threads(self) -> int:

