@@ -10,8 +10,8 @@ from pathlib import Path
 
 import platformdirs
 
-from engine import PagodaError
-from engine.server.security import key_digest
+from app.engine_import import ENGINE_IMPORT_LOCK
+from engine.errors import PagodaError
 
 KEY_PREFIX = "sk-pagoda-"
 KEY_FILENAME = "api_key.sha256"
@@ -62,7 +62,10 @@ class ApiKeyFile:
         return text
 
     def replace(self) -> str:
-        """Make a new key, keep its digest (readable by this user only), return the key."""
+        """Make a new key, keep its digest (readable by this user only), return the key. Off
+        the GUI thread: the server's module that digests keys imports fastapi."""
+        with ENGINE_IMPORT_LOCK:
+            from engine.server.security import key_digest
         key = new_api_key()
         self._write(key_digest(key))
         return key

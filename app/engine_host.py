@@ -9,31 +9,34 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.backends import ChatBackend, ModelLoadingError
-from app.backends.local import LocalBackend
+from app.engine_import import ENGINE_IMPORT_LOCK
 from app.view_models import EngineStatusView
-from engine import AsyncEngine, EngineConfig, LLMEngine, PagodaError
-from engine.config import QUANTIZATIONS
-from engine.loader import (
-    ProgressCallback,
-    default_model_file,
-    load_model,
-    model_name,
-)
-from engine.model_info import check_model_fits
+from engine.config import QUANTIZATIONS, EngineConfig
+from engine.errors import PagodaError
+from engine.model_files import default_model_file, model_name
+
+if TYPE_CHECKING:
+    from engine import AsyncEngine
+    from engine.loader import ProgressCallback
 
 logger = logging.getLogger(__name__)
 
-EngineFactory = Callable[[str | None, EngineConfig, ProgressCallback], AsyncEngine]
+EngineFactory = Callable[[str | None, EngineConfig, "ProgressCallback"], "AsyncEngine"]
 STATS_INTERVAL_MS = 250
 SPECULATIVE_TOKENS = 2
 
 
 def _make_engine(model: str | None, config: EngineConfig,
                  on_progress: ProgressCallback) -> AsyncEngine:
+    from engine import AsyncEngine, LLMEngine
+    from engine.loader import load_model
+    from engine.model_info import check_model_fits
+
     check_model_fits(model, config)
     loaded = load_model(model, config.dtype, on_progress, quantization=config.quantization)
     return AsyncEngine(engine=LLMEngine(config=config, loaded=loaded, release_weights=True))
@@ -110,12 +113,13 @@ class EngineHost(QObject):
         stored by another version)."""
         return value if value in QUANTIZATIONS else "auto"
 
-    def engine_config(self) -> EngineConfig:
-        """The EngineConfig the next load builds its engine with."""
+    def engine_config(self, quantization: str | None = None) -> EngineConfig:
+        """The EngineConfig a load builds its engine with: under `quantization`, else the
+        setting. It imports torch: call it on the GUI thread only once a model has loaded."""
         # Prompt lookup with 2 drafts: 1.8x on text the reply copies, no slower on the rest
         # (docs/BENCHMARKS.md); the engine turns it off by itself when several tabs generate.
         return EngineConfig(device=self.device, num_speculative_tokens=SPECULATIVE_TOKENS,
-                            quantization=self.quantization)
+                            quantization=quantization or self.quantization)
 
     def load(self, model: str | None = None) -> asyncio.Task:
         """Load a model in the background; the current one keeps serving until it succeeds."""
@@ -126,16 +130,25 @@ class EngineHost(QObject):
 
     async def _load(self, model: str | None) -> None:
         self._set_status(state="loading", model=_display_name(model), detail="Loading")
-        config = self.engine_config()
+        quantization = self.quantization
         loop = asyncio.get_running_loop()
         try:
-            engine = await loop.run_in_executor(self.executor, self._factory, model, config,
-                                                self._progress.emit)
+            engine = await loop.run_in_executor(self.executor, self._build_engine, model,
+                                                quantization)
         except Exception as exc:  # noqa: BLE001 - any load failure is reported, the old model stays
             logger.warning("could not load model %s: %s", model or "(default)", exc)
             self._after_failed_load(str(exc))
             return
-        await self._swap(LocalBackend(engine), model, config.quantization)
+        from app.backends.local import LocalBackend  # imported by _build_engine, off this thread
+
+        await self._swap(LocalBackend(engine), model, quantization)
+
+    def _build_engine(self, model: str | None, quantization: str) -> AsyncEngine:
+        """On the host's thread, where the first load imports the engine (seconds of torch and
+        transformers) while the window is already up."""
+        with ENGINE_IMPORT_LOCK:
+            import app.backends.local  # noqa: F401 - the engine behind it; _load wraps the result
+        return self._factory(model, self.engine_config(quantization), self._progress.emit)
 
     def _after_failed_load(self, message: str) -> None:
         if self.backend is None:

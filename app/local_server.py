@@ -11,18 +11,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
 from app.api_key import ApiKeyFile
-from app.backends.local import LocalBackend
 from app.engine_host import ModelLoadingError
+from app.engine_import import ENGINE_IMPORT_LOCK
 from app.view_models import LocalServerView
-from engine import PagodaError
-from engine.server.api import ServerSettings, build_app, running_requests
-from engine.server.runner import ServeError, ServerThread
-from engine.server.served import ServedModel
+from engine.errors import PagodaError
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
-
     from app.engine_host import EngineHost
+    from engine.server.runner import ServerThread
+    from engine.server.served import ServedModel
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +59,9 @@ class LocalServer:
             backend = self._host.backend_for_new_request()
         except ModelLoadingError:
             return None
+        from app.backends.local import LocalBackend  # imported with the engine behind `backend`
+        from engine.server.served import ServedModel  # imported by start()
+
         if not isinstance(backend, LocalBackend):
             return None  # replies written elsewhere: there is no engine here to serve
         return ServedModel(backend.model_name, backend.engine, backend.max_model_len)
@@ -78,7 +78,11 @@ class LocalServer:
     @property
     def running_requests(self) -> int:
         thread = self._thread
-        return running_requests(thread.app) if thread is not None else 0
+        if thread is None:
+            return 0
+        from engine.server.api import running_requests  # imported by start()
+
+        return running_requests(thread.app)
 
     def view(self) -> LocalServerView:
         return LocalServerView(port=self.port, address=self.address,
@@ -89,10 +93,15 @@ class LocalServer:
 
     def start(self) -> bool:
         """(Re)start on `port`; False when it could not, with the reason in `error`."""
+        with ENGINE_IMPORT_LOCK:  # on the server's worker thread: the first start imports fastapi
+            from engine.server.api import ServerSettings, build_app
+            from engine.server.runner import ServeError, ServerThread
         with self._lock:
             self._stop()
             try:
-                self._thread = ServerThread(self._build_app(), LOCAL_HOST, self.port).start()
+                settings = ServerSettings(api_key_sha256=self.key_file.digest())
+                app = build_app(self.served, settings)
+                self._thread = ServerThread(app, LOCAL_HOST, self.port).start()
             except ServeError as error:
                 logger.warning("local server: %s", error)
                 self.error = (f"Port {self.port} is in use by another program (or not allowed): "
@@ -115,9 +124,6 @@ class LocalServer:
         if thread is not None:
             thread.stop()
             logger.info("local server on %s stopped", thread.url)
-
-    def _build_app(self) -> FastAPI:
-        return build_app(self.served, ServerSettings(api_key_sha256=self.key_file.digest()))
 
     def shutdown(self) -> None:
         """At exit: wait for pending work, then stop serving."""

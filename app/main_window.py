@@ -102,7 +102,7 @@ class MainWindow(QMainWindow):
         self.model_settings = ModelSettingsPanel(self)
         self.server_panel = LocalServerPanel(self)
         self.appearance_panel = AppearancePanel(self)
-        self.model_choices = ModelChoices(host.engine_config().dtype)
+        self.model_choices = ModelChoices(host.engine_config)
         self._describing: asyncio.Task | None = None
         self._picker_choices: list[ModelChoice] = []
         self.status = EngineStatusBar(self)

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+from app.engine_import import ENGINE_IMPORT_LOCK
+from engine.config import EngineConfig
+from engine.errors import ModelLoadError, PagodaError
+from engine.model_files import default_model_file, model_name
 
-from engine import ModelLoadError, PagodaError
-from engine.loader import default_model_file, model_name
-from engine.model_info import GIB, ModelHeaders, ModelInfo, describe_headers, read_model_headers
+if TYPE_CHECKING:
+    from engine.model_info import ModelHeaders, ModelInfo
 
 # What the open dialog lists: a .gguf file, or a model folder picked by its config.json.
 MODEL_FILE_FILTER = "Models (*.gguf config.json);;GGUF files (*.gguf);;Model folders (config.json)"
@@ -59,7 +63,7 @@ def quantization_text(info: ModelInfo) -> str:
 
 
 def format_bytes(n: int) -> str:
-    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / 2**20:.0f} MiB"
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 def format_parameters(n: int) -> str:
@@ -86,10 +90,11 @@ def model_source_from_selection(selected: str) -> str:
 class ModelChoices:
     """Describes models under the quantization the next load will use. A model's headers are
     read once (seconds for a GGUF) on a thread of their own, so a read never holds up a load;
-    each setting then costs nothing."""
+    each setting then costs nothing. `engine_config` gives the compute dtype; it is called only
+    once a read has imported the engine."""
 
-    def __init__(self, dtype: torch.dtype) -> None:
-        self._dtype = dtype
+    def __init__(self, engine_config: Callable[[], EngineConfig]) -> None:
+        self._engine_config = engine_config
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagoda-models")
         self._reads: dict[str | None, asyncio.Future[ModelHeaders | str]] = {}
 
@@ -98,7 +103,7 @@ class ModelChoices:
         read = self._reads.get(source)
         if read is None or not read.done() or read.cancelled():
             return ModelChoice(source, _name_of(source))
-        return _choice(source, read.result(), quantization, self._dtype)
+        return self._choice(source, read.result(), quantization)
 
     async def describe(self, source: str | None, quantization: str) -> ModelChoice:
         if source not in self._reads:
@@ -106,25 +111,29 @@ class ModelChoices:
             self._reads[source] = loop.run_in_executor(self._executor, _read, source)
         # Shielded: a caller that gives up does not cancel the read others share.
         headers = await asyncio.shield(self._reads[source])
-        return _choice(source, headers, quantization, self._dtype)
+        return self._choice(source, headers, quantization)
+
+    def _choice(self, source: str | None, headers: ModelHeaders | str,
+                quantization: str) -> ModelChoice:
+        if isinstance(headers, str):
+            return ModelChoice(source, _name_of(source), error=headers)
+        from engine.model_info import describe_headers  # imported by _read, off this thread
+
+        info = describe_headers(headers, quantization, self._engine_config().dtype)
+        return ModelChoice(source, info.name, info)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
 def _read(source: str | None) -> ModelHeaders | str:
+    """On the reader's thread, which may be the first to import the engine."""
+    with ENGINE_IMPORT_LOCK:
+        from engine.model_info import read_model_headers
     try:
         return read_model_headers(source)
     except PagodaError as error:
         return str(error)
-
-
-def _choice(source: str | None, headers: ModelHeaders | str, quantization: str,
-            dtype: torch.dtype) -> ModelChoice:
-    if isinstance(headers, str):
-        return ModelChoice(source, _name_of(source), error=headers)
-    info = describe_headers(headers, quantization, dtype)
-    return ModelChoice(source, info.name, info)
 
 
 def _name_of(source: str | None) -> str:

@@ -27,7 +27,7 @@ class _Loads:
         self.available: int | None = None
 
     def __call__(self, model, config, on_progress):
-        from app.engine_host import check_model_fits
+        from engine.model_info import check_model_fits
 
         if self.available is not None:
             check_model_fits(model, config, self.available)
@@ -207,13 +207,12 @@ def test_the_quantization_setting_says_it_applies_on_the_next_load(qtbot):
 
 def test_the_hosts_own_loader_checks_memory_before_reading_any_weights(qloop, qtbot,
                                                                         monkeypatch):
-    from app import engine_host
     from app.engine_host import EngineHost
 
     def must_not_load(*args, **kwargs):
         raise AssertionError("the weights were read although the model cannot fit")
 
-    monkeypatch.setattr(engine_host, "load_model", must_not_load)
+    monkeypatch.setattr("engine.loader.load_model", must_not_load)
     monkeypatch.setattr("engine.model_info.available_memory", lambda: 64 << 20)
     host = EngineHost()
     with qtbot.waitSignal(host.load_failed, timeout=30_000) as failed:
