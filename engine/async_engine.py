@@ -186,6 +186,7 @@ class AsyncEngine:
         finally:
             self._abort_all()
             self._close_inbox()
+            self.engine.close()
 
     def _close_inbox(self) -> None:
         """Fail every request still queued: nothing will run it."""

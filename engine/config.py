@@ -27,6 +27,9 @@ class SchedulerConfig:
     speculative_disable_by_batch_size: int | None = None
 
 
+DEFAULT_DISK_CACHE_BYTES = 2 << 30
+
+
 @dataclass(slots=True)
 class EngineConfig:
     """What `LLM(...)` and `AsyncEngine(...)` accept besides the model.
@@ -47,6 +50,9 @@ class EngineConfig:
     quantization: how weights are kept in memory: "auto" (a GGUF file keeps its own
     quantization, a Hugging Face folder loads as it is), "none" (everything dequantized to
     dtype), "int8" (per output channel) or "int4" (groups of 32) quantized on load.
+    disk_cache_dir: a folder where full prefix-cache blocks are kept across restarts (None, the
+    default, keeps the prefix cache in memory only); disk_cache_bytes caps what it holds, least
+    recently used blocks going first.
     """
 
     block_size: int = 16
@@ -67,6 +73,8 @@ class EngineConfig:
     ngram_min: int = 1
     speculative_disable_by_batch_size: int | None = None
     quantization: str = "auto"
+    disk_cache_dir: str | os.PathLike | None = None
+    disk_cache_bytes: int = DEFAULT_DISK_CACHE_BYTES
 
     def __post_init__(self) -> None:
         for name in ("block_size", "kv_cache_memory", "max_num_seqs", "max_num_batched_tokens"):
@@ -94,6 +102,9 @@ class EngineConfig:
         elif self.speculative_disable_by_batch_size < 1:
             raise ValueError("EngineConfig.speculative_disable_by_batch_size="
                              f"{self.speculative_disable_by_batch_size!r} must be >= 1 or None")
+        if self.disk_cache_bytes < 0:
+            raise ValueError(f"EngineConfig.disk_cache_bytes={self.disk_cache_bytes!r} must be "
+                             ">= 0 (0 keeps nothing on disk)")
         if self.quantization not in QUANTIZATIONS:
             raise ValueError(f"EngineConfig.quantization={self.quantization!r} must be one of "
                              f"{', '.join(QUANTIZATIONS)}")

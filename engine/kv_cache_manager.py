@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.block_pool import BlockPool, KVCacheBlock, hash_block_tokens
+from engine.disk_prefix_cache import BlockRef, DiskPrefixCache
 from engine.sequence import Sequence
 
 
@@ -23,16 +24,20 @@ class KVCacheStats:
 
 
 class KVCacheManager:
-    """Pure bookkeeping on block ids: no tensors live here."""
+    """Bookkeeping on block ids: no tensors live here. With a disk tier (`disk`), blocks the
+    memory cache lacks are looked up and loaded from disk, and full blocks are saved to it."""
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
+                 disk: DiskPrefixCache | None = None) -> None:
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.pool = BlockPool(num_blocks)
+        self.disk = disk if enable_prefix_caching else None
         self._blocks: dict[str, list[KVCacheBlock]] = {}
         self._num_cached: dict[str, int] = {}
         self._queried_tokens = 0
         self._hit_tokens = 0
+        self._to_save: list[BlockRef] = []
 
     def get_computed_blocks(self, seq: Sequence) -> list[KVCacheBlock]:
         """The longest cached prefix of a sequence that has computed nothing yet.
@@ -49,7 +54,32 @@ class KVCacheManager:
             if block is None:
                 break
             hits.append(block)
+        if self.disk is not None and len(hits) < max_blocks:
+            hits += self._load_from_disk(seq, hits, max_blocks)
         return hits
+
+    def _load_from_disk(self, seq: Sequence, hits: list[KVCacheBlock],
+                        max_blocks: int) -> list[KVCacheBlock]:
+        """The blocks after the memory hits that the disk has, read into free blocks that join
+        the memory cache (free and cached, as a finished sequence leaves them)."""
+        start = len(hits)
+        n = self.disk.num_hits(seq.block_hashes[start:max_blocks])
+        if n == 0:
+            return []
+        self.pool.touch(hits)  # so that making room for the loaded blocks never evicts them
+        blocks = self.pool.allocate(min(n, self.pool.num_free_blocks))
+        num_loaded = 0
+        try:
+            refs = [BlockRef(b.block_id, seq.block_hashes[start + i],
+                             self._block_tokens(seq, start + i)) for i, b in enumerate(blocks)]
+            num_loaded = self.disk.load(refs)
+            for block, ref in zip(blocks[:num_loaded], refs, strict=False):
+                self.pool.cache(block, ref.block_hash, ref.token_ids)
+        finally:
+            # Unread blocks are reused first; the loaded ones tail first, as `free` does.
+            self.pool.free(blocks[num_loaded:] + list(reversed(blocks[:num_loaded])))
+            self.pool.free(hits)
+        return blocks[:num_loaded]
 
     def record_prefix_query(self, num_tokens: int, num_hit_tokens: int) -> None:
         self._queried_tokens += num_tokens
@@ -84,6 +114,16 @@ class KVCacheManager:
         for i in range(start, num_full):
             self.pool.cache(held[i], seq.block_hashes[i], self._block_tokens(seq, i))
         self._num_cached[seq.request_id] = num_full
+        if self.disk is not None:
+            self._to_save += [BlockRef(held[i].block_id, seq.block_hashes[i],
+                                       self._block_tokens(seq, i)) for i in range(start, num_full)]
+
+    def save_to_disk(self) -> None:
+        """Hand the blocks that became full this step to the disk tier (it copies them now and
+        writes them in the background): call once per step, before any block is reused."""
+        if self._to_save:
+            blocks, self._to_save = self._to_save, []
+            self.disk.save(blocks)
 
     def trim(self, seq: Sequence) -> None:
         """Release the blocks past the computed tokens: those that held rejected drafts."""

@@ -6,13 +6,17 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from transformers import GenerationConfig
 
 from engine.config import EngineConfig, SchedulerConfig
 from engine.detokenizer import IncrementalDetokenizer
+from engine.disk_cache import DiskCacheStats
+from engine.disk_prefix_cache import DiskPrefixCache, model_fingerprint, open_disk_prefix_cache
 from engine.errors import PromptTooLongError
+from engine.kv_block_io import KVBlockIO
 from engine.kv_cache_manager import KVCacheManager
 from engine.loader import LoadedModel, load_model
 from engine.model_info import check_model_fits
@@ -48,6 +52,7 @@ class EngineStats:
     spec_draft_tokens: int = 0
     spec_accepted_tokens: int = 0
     spec_acceptance_rate: float | None = None
+    disk_cache: DiskCacheStats | None = None  # the prefix cache's disk tier, when it has one
 
 
 class LLMEngine:
@@ -67,8 +72,9 @@ class LLMEngine:
         self.runner = ModelRunner(self.loaded, self.config, release)
         self.max_model_len = min(self.config.max_model_len or 1 << 62,
                                  self.runner.model.shape.max_position_embeddings)
+        self.disk_cache = self._open_disk_cache()
         self.kv_cache = KVCacheManager(self.runner.num_blocks, self.config.block_size,
-                                       self.config.enable_prefix_caching)
+                                       self.config.enable_prefix_caching, self.disk_cache)
         self.scheduler = Scheduler(
             SchedulerConfig(self.config.max_num_seqs, self.config.max_num_batched_tokens,
                             self.max_model_len, self.config.speculative_disable_by_batch_size),
@@ -118,6 +124,12 @@ class LLMEngine:
             self._record_tokens(sum(n for _, n in advanced))
         return self._collect_outputs(advanced) + self._progress_outputs(sched)
 
+    def close(self, timeout: float = 10.0) -> None:
+        """Write what the disk tier still has queued; the engine can still step afterwards, but
+        nothing more is saved. Idempotent."""
+        if self.disk_cache is not None:
+            self.disk_cache.close(timeout)
+
     def stats(self) -> EngineStats:
         kv = self.kv_cache.stats()
         spec = self.scheduler.proposer
@@ -126,7 +138,24 @@ class LLMEngine:
                            self._num_preemptions,
                            spec_draft_tokens=spec.num_draft_tokens if spec else 0,
                            spec_accepted_tokens=spec.num_accepted_tokens if spec else 0,
-                           spec_acceptance_rate=spec.acceptance_rate if spec else None)
+                           spec_acceptance_rate=spec.acceptance_rate if spec else None,
+                           disk_cache=self.disk_cache.stats() if self.disk_cache else None)
+
+    def _open_disk_cache(self) -> DiskPrefixCache | None:
+        """The prefix cache's disk tier, when config.disk_cache_dir names a folder, for this
+        model made this way (see engine.disk_prefix_cache)."""
+        c = self.config
+        if c.disk_cache_dir is None or not c.enable_prefix_caching:
+            return None
+        shape = self.runner.model.shape
+        settings = {"dtype": self.runner.dtype, "quantization": c.quantization,
+                    "kernels": self.runner.model.ops.name, "device": self.runner.device.type,
+                    "block_size": c.block_size, "layers": shape.num_layers,
+                    "kv_heads": shape.num_kv_heads, "head_dim": shape.head_dim,
+                    "architecture": type(self.runner.model).__name__}
+        fingerprint = model_fingerprint(self.loaded.path, settings)
+        return open_disk_prefix_cache(Path(c.disk_cache_dir), c.disk_cache_bytes, fingerprint,
+                                      KVBlockIO(self.runner.kv_caches))
 
     def _validate_prompt(self, token_ids: list[int]) -> None:
         if not token_ids:

@@ -95,6 +95,7 @@ class Scheduler:
                 advanced.append((seq, num_appended))
             if reason is not None:
                 self.finish(seq, reason)
+        self.kv_cache.save_to_disk()
         return advanced
 
     def _append_until_stop(self, seq: Sequence,

@@ -1,0 +1,61 @@
+"""Whole KV blocks copied out of the cache and back in as bytes, and the fingerprint that keeps
+one model's blocks from another's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.disk_prefix_cache import model_fingerprint
+from engine.kv_block_io import KVBlockIO
+
+SHAPE = (8, 4, 2, 3)  # blocks, block size, kv heads, head dim
+
+
+def caches(layers: int = 3, dtype=torch.float32) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(torch.randn(SHAPE).to(dtype), torch.randn(SHAPE).to(dtype)) for _ in range(layers)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_blocks_copied_out_and_in_elsewhere_are_the_same(dtype):
+    kv = caches(dtype=dtype)
+    io = KVBlockIO(kv)
+    payloads = io.copy_out([5, 1])
+    assert [len(p) for p in payloads] == [io.bytes_per_block] * 2
+
+    io.copy_in([2, 7], payloads)
+
+    for k, v in kv:
+        assert torch.equal(k[2], k[5]) and torch.equal(v[7], v[1])
+
+
+def test_a_copy_out_is_kept_when_the_block_changes_afterwards():
+    kv = caches()
+    io = KVBlockIO(kv)
+    before = kv[0][0][3].clone()
+    (payload,) = io.copy_out([3])
+    kv[0][0][3].zero_()
+
+    io.copy_in([3], [bytes(payload)])
+
+    assert torch.equal(kv[0][0][3], before)
+
+
+def test_bytes_of_another_size_are_refused():
+    io = KVBlockIO(caches())
+
+    with pytest.raises(ValueError, match="holds"):
+        io.copy_in([0], [b"\0" * (io.bytes_per_block - 4)])
+
+
+def test_the_fingerprint_follows_the_weights_and_the_settings(tmp_path):
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"a" * 5000)
+    settings = {"dtype": "float32", "block_size": 16}
+    first = model_fingerprint(tmp_path, settings)
+
+    assert model_fingerprint(tmp_path, dict(reversed(settings.items()))) == first
+    assert model_fingerprint(tmp_path, {**settings, "block_size": 32}) != first
+    weights.write_bytes(b"a" * 4999 + b"b")
+    assert model_fingerprint(tmp_path, settings) != first
+    assert all(c in "0123456789abcdef" for c in first)
