@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from hashlib import blake2b
 from pathlib import Path
@@ -167,14 +167,7 @@ class DiskBlockStore:
             self._index.clear()
             self._size = 0
             self._generation += 1
-        try:
-            with os.scandir(self.folder) as entries:
-                folders = [Path(e.path) for e in entries if _is_hex_folder(e)]
-        except OSError as exc:
-            self._report(f"could not list {self.folder}", exc)
-            return
-        for fingerprint_folder in folders:
-            self._clear_fingerprint(fingerprint_folder)
+        clear_folder(self.folder, self._report)
 
     def stats(self) -> DiskCacheStats:
         with self._lock:
@@ -322,20 +315,6 @@ class DiskBlockStore:
             self._unlink(path)
         return True
 
-    def _clear_fingerprint(self, fingerprint_folder: Path) -> None:
-        try:
-            with os.scandir(fingerprint_folder) as shards:
-                shard_paths = [Path(s.path) for s in shards if _is_shard_folder(s)]
-            for shard_path in shard_paths:
-                with os.scandir(shard_path) as entries:
-                    files = [Path(e.path) for e in entries if _is_block_or_temp_file(e)]
-                for file in files:
-                    self._unlink(file)
-                _remove_empty_folder(shard_path)
-        except OSError as exc:
-            self._report(f"could not clear {fingerprint_folder}", exc)
-        _remove_empty_folder(fingerprint_folder)
-
     def _unlink(self, path: Path) -> bool:
         try:
             path.unlink()
@@ -401,6 +380,51 @@ class DiskBlockStore:
             )
         else:
             logger.debug("Disk KV cache: %s: %s", what, exc)
+
+
+def folder_size(folder: Path) -> int:
+    """Bytes in block files under `folder`, every model's (what "Clear the cache" frees)."""
+    return sum(size for _path, size in _block_files(folder))
+
+
+def clear_folder(folder: Path, on_error: Callable[[str, Exception], None] | None = None) -> None:
+    """Delete every model's blocks under `folder` (and leftover temp files), leaving the folder
+    and anything in it that is not ours. Problems go to `on_error`, else to the log."""
+    report = on_error or (lambda what, exc: logger.warning("Disk KV cache: %s: %s", what, exc))
+    for path, _size in _block_files(folder, temp_files=True):
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            report(f"could not remove {path}", exc)
+    for fingerprint_folder in _subfolders(folder):
+        for shard in _subfolders(fingerprint_folder):
+            _remove_empty_folder(shard)
+        _remove_empty_folder(fingerprint_folder)
+
+
+def _block_files(folder: Path, temp_files: bool = False) -> Iterator[tuple[Path, int]]:
+    """(path, size) of each block file of every fingerprint under `folder`."""
+    for fingerprint_folder in _subfolders(folder):
+        for shard in _subfolders(fingerprint_folder):
+            try:
+                with os.scandir(shard) as entries:
+                    found = [(Path(e.path), e.stat(follow_symlinks=False).st_size)
+                             for e in entries if _is_block_or_temp_file(e)
+                             and (temp_files or e.name.endswith(_BLOCK_SUFFIX))]
+            except OSError:  # removed meanwhile (another Pagoda clearing): nothing to count
+                continue
+            yield from found
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    """The fingerprint (or shard) folders in `folder`; none when it cannot be listed."""
+    try:
+        with os.scandir(folder) as entries:
+            return [Path(e.path) for e in entries if _is_hex_folder(e)]
+    except OSError:
+        return []
 
 
 def _is_hex_folder(entry: os.DirEntry) -> bool:

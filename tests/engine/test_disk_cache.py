@@ -420,3 +420,19 @@ def test_block_larger_than_capacity_is_not_written(tmp_path):
 
     assert store.contains(hash_of(1)) and not store.contains(hash_of(2))
     assert store.stats().bytes_written == one_block
+
+
+def test_the_folder_size_and_clearing_cover_every_models_blocks_without_a_store(tmp_path):
+    from engine.disk_cache import clear_folder, folder_size
+
+    for fingerprint in ("aa11", "bb22"):
+        DiskBlockStore(tmp_path, fingerprint, 1 << 20).save(
+            [(bytes([n]) * 16, (n, n + 1), b"x" * 100) for n in range(3)])
+    (tmp_path / "notes.txt").write_text("not ours")
+    assert folder_size(tmp_path) == sum(f.stat().st_size for f in tmp_path.rglob("*.kv")) > 600
+
+    clear_folder(tmp_path)
+
+    assert folder_size(tmp_path) == 0 and not list(tmp_path.rglob("*.kv"))
+    assert (tmp_path / "notes.txt").exists()
+    assert folder_size(tmp_path / "missing") == 0
