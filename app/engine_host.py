@@ -16,9 +16,10 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from app.backends import ChatBackend, ModelLoadingError
 from app.engine_import import ENGINE_IMPORT_LOCK
 from app.view_models import EngineStatusView
-from engine.config import QUANTIZATIONS, EngineConfig
+from engine.config import DEFAULT_DISK_CACHE_BYTES, QUANTIZATIONS, EngineConfig
+from engine.disk_cache import clear_folder, folder_size
 from engine.errors import PagodaError
-from engine.model_files import default_model_file, model_name
+from engine.model_files import default_model_file, disk_kv_cache_dir, model_name
 
 if TYPE_CHECKING:
     from engine import AsyncEngine
@@ -51,7 +52,8 @@ class EngineHost(QObject):
     request on an engine about to stop.
 
     `quantization` is the setting the next load uses; `loaded_quantization` the one the running
-    model was loaded with.
+    model was loaded with. `disk_cache_dir` (None: off) and `disk_cache_bytes` are where the
+    next load keeps the prefix cache across restarts, and how much of it.
 
     Signals: `status_changed(EngineStatusView)` a few times a second and on every state change;
     `model_loaded(str)` with the model's name; `load_failed(str)` with the loader's message.
@@ -71,6 +73,8 @@ class EngineHost(QObject):
         self.model_path: str | None = None
         self.quantization = "auto"
         self.loaded_quantization = "auto"
+        self.disk_cache_dir: Path | None = disk_kv_cache_dir()
+        self.disk_cache_bytes = DEFAULT_DISK_CACHE_BYTES
         self._factory = factory
         # Our own threads, not the loop's default executor: loading, swapping, writing files.
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pagoda-host")
@@ -119,7 +123,31 @@ class EngineHost(QObject):
         # Prompt lookup with 2 drafts: 1.8x on text the reply copies, no slower on the rest
         # (docs/BENCHMARKS.md); the engine turns it off by itself when several tabs generate.
         return EngineConfig(device=self.device, num_speculative_tokens=SPECULATIVE_TOKENS,
-                            quantization=quantization or self.quantization)
+                            quantization=quantization or self.quantization,
+                            disk_cache_dir=self.disk_cache_dir if self.disk_cache_bytes else None,
+                            disk_cache_bytes=self.disk_cache_bytes)
+
+    async def disk_cache_usage(self) -> int:
+        """Bytes the prefix cache holds on disk, every model's (0 when it is off)."""
+        if self.disk_cache_dir is None:
+            return 0
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor, folder_size, self.disk_cache_dir)
+
+    async def clear_disk_cache(self) -> int:
+        """Remove every block the prefix cache keeps on disk, the running engine's queue
+        included; returns what is left on disk (0, unless a file could not be removed)."""
+        if self.disk_cache_dir is None:
+            return 0
+        backend = self.backend
+
+        def clear() -> None:
+            # The running engine also drops what it has queued; without one, the folder alone.
+            if backend is None or not backend.clear_disk_cache():
+                clear_folder(self.disk_cache_dir)
+
+        await asyncio.get_running_loop().run_in_executor(self.executor, clear)
+        return await self.disk_cache_usage()
 
     def load(self, model: str | None = None) -> asyncio.Task:
         """Load a model in the background; the current one keeps serving until it succeeds."""

@@ -34,6 +34,7 @@ from app.chat_sources import LOCAL, ChatSources, RemoteSource
 from app.chat_tab import ChatTab
 from app.connections import AddServerFlow, ConnectionKeys, SavedConnections, ServerConnection
 from app.controller import ChatController
+from app.disk_cache_settings import DiskCacheSettings
 from app.engine_host import EngineHost
 from app.local_server import LocalServer
 from app.model_choices import (
@@ -194,6 +195,8 @@ class MainWindow(QMainWindow):
             lambda settings: self.spawn(self.use_as_defaults(settings)))
         self.model_picker.activated.connect(self._model_picked)
         self.model_settings.quantization_changed.connect(self.set_quantization)
+        self.disk_cache = DiskCacheSettings(self.model_settings, self.host, self.db, self.spawn,
+                                            lambda text: self.status.showMessage(text, 10_000))
         self.appearance_panel.theme_changed.connect(self.set_theme)
         self._undo_timer.timeout.connect(self._undo_button.hide)
         self.host.status_changed.connect(self._host_status_changed)
@@ -584,6 +587,7 @@ class MainWindow(QMainWindow):
         self.host.quantization = quantization
         self.model_settings.set_quantization(quantization)
         self.refresh_model_picker()
+        await self.disk_cache.restore()
 
     def set_quantization(self, quantization: str) -> None:
         """Kept for the next load; the picker shows each model's memory under it."""
@@ -609,6 +613,7 @@ class MainWindow(QMainWindow):
         self.model_picker.setToolTip(f"Running: {name}")
         self.refresh_model_picker()
         self.spawn(self.db.set_setting(LAST_MODEL_SETTING, self.host.model_path))
+        self.spawn(self.disk_cache.refresh_usage())
         self._ready_tabs()
 
     def _model_failed(self, message: str) -> None:

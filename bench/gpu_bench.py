@@ -44,7 +44,7 @@ from kernels.attention_metadata import (
     TritonAttentionMetadata,
 )
 
-STAGES = ("parity", "decode", "throughput", "quant")
+STAGES = ("parity", "decode", "throughput", "quant", "disk_cache")
 # fp32 on a GPU: two logits this close are a tie (reduction order differs between kernels).
 FP32_NEAR_TIE = 1e-3
 
@@ -293,6 +293,76 @@ def stage_decode(out: Path) -> dict:
     return result
 
 
+# ---------------------------------------------------------------- disk tier of the prefix cache
+
+
+def greedy_turn(eng: LLMEngine, prompt: list[int], max_tokens: int) -> dict:
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    began = time.monotonic()
+    eng.add_request("turn", prompt, params)
+    final = None
+    while eng.has_unfinished_requests():
+        for o in eng.step():
+            final = o if o.finished else final
+    return {"tokens": final.outputs[0].token_ids, "cached_tokens": final.num_cached_tokens,
+            "ttft_ms": 1e3 * (final.metrics.first_token_time - began)}
+
+
+def block_round_trip_exact(dtype: torch.dtype) -> bool:
+    """KV blocks copied out to the host and back into other blocks on the GPU, byte for byte."""
+    from engine.kv_block_io import KVBlockIO
+
+    kv = [(torch.randn(64, 16, 8, 128, device="cuda").to(dtype),
+           torch.randn(64, 16, 8, 128, device="cuda").to(dtype)) for _ in range(4)]
+    io = KVBlockIO(kv)
+    io.copy_in([40, 41, 42], io.copy_out([3, 9, 27]))
+    torch.cuda.synchronize()
+    return all(torch.equal(t[40], t[3]) and torch.equal(t[42], t[27]) for k, v in kv for t in (k, v))
+
+
+def stage_disk_cache(out: Path) -> dict:
+    """The prefix cache's disk tier with the KV pool on CUDA: blocks one engine saved (copied to
+    the host at the end of a step) and a new engine restored give the tokens of recomputing
+    (fp32, SmolLM2 shape); time to first token after 2,000 tokens of history and the decode step,
+    tier on and off (bf16, Llama-3-8B shape)."""
+    result: dict = {"round_trip_exact": {str(d): block_round_trip_exact(d)
+                                         for d in (torch.bfloat16, torch.float32)}}
+    rng = random.Random(3)
+    history = [rng.randrange(3, 1000) for _ in range(2000)]
+    turn = history + [rng.randrange(3, 1000) for _ in range(30)]
+    small = {"num_kv_blocks": 1024, "max_num_seqs": 8, "max_num_batched_tokens": 2048,
+             "max_model_len": 4096, "enforce_eager": True}
+    for label, config, dtype in (("smollm2_fp32", smollm2_config(), torch.float32),
+                                 ("llama3_8b_bf16", llama3_8b_config(), torch.bfloat16)):
+        loaded = loaded_model(config, random_weights(config, dtype))
+        with tempfile.TemporaryDirectory() as folder:
+            writer = engine(loaded, dtype=dtype, disk_cache_dir=folder, **small)
+            greedy_turn(writer, history, 1)
+            writer.close()
+            del writer
+            restored = greedy_turn(engine(loaded, dtype=dtype, disk_cache_dir=folder, **small),
+                                   turn, 16)
+        recomputed = greedy_turn(engine(loaded, dtype=dtype, **small), turn, 16)
+        result[label] = {"cached_tokens": restored["cached_tokens"],
+                         "ttft_ms_restored": restored["ttft_ms"],
+                         "ttft_ms_recomputed": recomputed["ttft_ms"],
+                         "tokens_identical": restored["tokens"] == recomputed["tokens"]}
+        torch.cuda.empty_cache()
+    config = llama3_8b_config()
+    loaded = loaded_model(config, random_weights(config, torch.bfloat16))
+    graphs = {**small, "enforce_eager": False}
+    with tempfile.TemporaryDirectory() as folder:
+        on = decode_step_times(engine(loaded, disk_cache_dir=folder, **graphs), 128, 128)[8:]
+    off = decode_step_times(engine(loaded, **graphs), 128, 128)[8:]
+    result["decode_step_ms_p50"] = {"tier_on": 1e3 * statistics.median(on),
+                                    "tier_off": 1e3 * statistics.median(off)}
+    result["decode_step_ms_mean"] = {"tier_on": 1e3 * statistics.fmean(on),
+                                     "tier_off": 1e3 * statistics.fmean(off)}
+    result["passed"] = (all(result["round_trip_exact"].values())
+                        and result["smollm2_fp32"]["cached_tokens"] >= 1984)
+    return result
+
+
 # ---------------------------------------------------------------- throughput
 
 
@@ -504,7 +574,26 @@ def markdown(r: dict) -> str:
     else:
         lines.append(f"| throughput | failed (exit {t.get('exit_code', '?')}) |")
     lines += quant_lines(q)
+    lines += disk_cache_lines(r.get("disk_cache", {}))
     return "\n".join(lines) + "\n"
+
+
+def disk_cache_lines(c: dict) -> list[str]:
+    if "decode_step_ms_p50" not in c:
+        return [f"| prefix cache on disk | failed (exit {c.get('exit_code', '?')}) |"]
+    exact = ", ".join(f"{d}: {ok}" for d, ok in c["round_trip_exact"].items())
+    lines = [f"| disk tier: KV blocks to host and back, byte-exact | {exact} |"]
+    for label in ("smollm2_fp32", "llama3_8b_bf16"):
+        e = c[label]
+        lines.append(f"| disk tier, {label}, 2,000 tokens of history + 30 | "
+                     f"{e['cached_tokens']} tokens restored; TTFT {e['ttft_ms_restored']:.1f} ms "
+                     f"vs {e['ttft_ms_recomputed']:.1f} ms recomputed; greedy tokens identical: "
+                     f"{e['tokens_identical']} |")
+    d, m = c["decode_step_ms_p50"], c["decode_step_ms_mean"]
+    lines.append(f"| disk tier, decode step (8B shape, batch 1, graphs), p50 / mean | on "
+                 f"{d['tier_on']:.2f} / {m['tier_on']:.2f} ms, off {d['tier_off']:.2f} / "
+                 f"{m['tier_off']:.2f} ms |")
+    return lines
 
 
 def quant_lines(q: dict) -> list[str]:
@@ -541,6 +630,7 @@ def main() -> None:
         report(args.out)
         return
     run = {"parity": stage_parity, "decode": stage_decode, "throughput": stage_throughput,
+           "disk_cache": stage_disk_cache,
            "quant": lambda out: stage_quant(out, args.dry_run),
            "environment": lambda out: environment()}[args.stage]
     result = run(args.out)

@@ -81,6 +81,11 @@ class DiskPrefixCache:
     def stats(self) -> DiskCacheStats:
         return self.store.stats()
 
+    def clear(self) -> None:
+        """Forget every block on disk, every model's, and those still queued (privacy: the
+        keys and values are derived from the chats)."""
+        self.writer.clear()
+
     def close(self, timeout: float = 10.0) -> None:
         """Write what is still queued, then stop the writer."""
         self.writer.close(timeout)

@@ -16,14 +16,13 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
 import torch
 import transformers
 from safetensors import SafetensorError, safe_open
 
 from engine.errors import ModelLoadError
 from engine.gguf_loader import GGUFModelFile
-from engine.model_files import default_model_file, model_name
+from engine.model_files import cache_dir, default_model_file, model_name
 from engine.quantization.on_load import apply_quantization
 from engine.quantization.tensors import Weight, weight_shape
 
@@ -46,11 +45,6 @@ class LoadedModel:
     config: transformers.PretrainedConfig
     tokenizer: transformers.PreTrainedTokenizerBase
     weights: MutableMapping[str, Weight]  # possibly decoded lazily (engine.lazy_weights)
-
-
-def cache_dir() -> Path:
-    override = os.environ.get("PAGODA_CACHE_DIR")
-    return Path(override) if override else Path(platformdirs.user_cache_dir("pagoda"))
 
 
 def load_model(

@@ -1,12 +1,15 @@
-"""Where the bundled model is and what a model is called: only paths, no torch, so the app can
-name a model before the engine is imported."""
+"""Where the bundled model and Pagoda's caches are, and what a model is called: only paths, no
+torch, so the app can name a model before the engine is imported."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import sys
 from pathlib import Path
+
+import platformdirs
 
 from engine.errors import ModelLoadError
 
@@ -15,6 +18,23 @@ DEFAULT_MODEL_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BUNDLED_MODEL_FOLDER = "models"
 # "Model.Q4_1", "Model-Q4_K_M", "model-f16": the quantization tag is not part of a model's name.
 _QUANT_SUFFIX = re.compile(r"[.\-_](?:I?Q\d\w*|BF16|F16|F32)$", re.IGNORECASE)
+
+
+CACHE_DIR_ENV_VAR = "PAGODA_CACHE_DIR"
+DISK_KV_CACHE_ENV_VAR = "PAGODA_KV_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """$PAGODA_CACHE_DIR, else the user's cache folder for Pagoda."""
+    override = os.environ.get(CACHE_DIR_ENV_VAR)
+    return Path(override) if override else Path(platformdirs.user_cache_dir("pagoda"))
+
+
+def disk_kv_cache_dir() -> Path:
+    """Where the app keeps the prefix cache's blocks across restarts: $PAGODA_KV_CACHE_DIR, else
+    kv-blocks in the cache folder."""
+    override = os.environ.get(DISK_KV_CACHE_ENV_VAR)
+    return Path(override) if override else cache_dir() / "kv-blocks"
 
 
 def default_model_file() -> Path:

@@ -110,6 +110,15 @@ class LocalBackend:
     def shutdown(self) -> None:
         self._engine.shutdown()
 
+    def clear_disk_cache(self) -> bool:
+        """Drop the blocks the engine keeps on disk, and those queued for it; False when it keeps
+        none (no folder was configured). Any thread."""
+        disk = self._engine.engine.disk_cache
+        if disk is None:
+            return False
+        disk.clear()
+        return True
+
     async def _encode(self, messages: Sequence[ChatMessage], *,
                       continue_final_message: bool = False) -> list[int]:
         try:

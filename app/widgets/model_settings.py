@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 # (EngineConfig.quantization, what the user reads)
 QUANTIZATION_CHOICES = [
@@ -15,12 +24,21 @@ QUANTIZATION_CHOICES = [
 QUANTIZATION_TOOLTIP = ("How the weights are kept in memory. Auto keeps a GGUF file's own "
                         "quantization and loads a model folder as it is.")
 NEXT_LOAD_NOTE = "Applies the next time a model loads: pick the model again to reload it."
+GIB = 1 << 30
+MAX_DISK_CACHE_GIB = 1024
+DISK_CACHE_TOOLTIP = (
+    "Keeps the model's work on your chats (its keys and values, computed from their text) on "
+    "disk, so a long chat reopened after a restart answers at once instead of reading its "
+    "history again. Stored in {folder}; the oldest is removed past this size. 0 turns it off.")
 
 
 class ModelSettingsPanel(QWidget):
-    """Emits `quantization_changed(str)` only for the user's edits."""
+    """Emits `quantization_changed(str)` and `disk_cache_bytes_changed(int)` only for the
+    user's edits, `clear_disk_cache_requested()` for "Clear the cache"."""
 
     quantization_changed = Signal(str)
+    disk_cache_bytes_changed = Signal(int)
+    clear_disk_cache_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -31,10 +49,20 @@ class ModelSettingsPanel(QWidget):
             self.quantization_box.addItem(text, value)
         self.quantization_box.setToolTip(QUANTIZATION_TOOLTIP)
         self.note = QLabel(NEXT_LOAD_NOTE, objectName="quantizationNote", wordWrap=True)
+        self.disk_cache_box = QDoubleSpinBox(objectName="diskCacheSize", suffix=" GiB",
+                                             decimals=1, singleStep=0.5,
+                                             maximum=MAX_DISK_CACHE_GIB)
+        self.disk_cache_box.setSpecialValueText("Off")
+        self.disk_cache_usage = QLabel("", objectName="diskCacheUsage")
+        self.clear_disk_cache_button = QPushButton("Clear the cache", objectName="clearDiskCache")
+        self.show_disk_cache_folder("the cache folder")
         self._build_layout()
-        # activated, not currentIndexChanged: set_quantization stays quiet.
+        # activated and editingFinished, not the value signals: the setters stay quiet.
         self.quantization_box.activated.connect(
             lambda _index: self.quantization_changed.emit(self.quantization()))
+        self.disk_cache_box.editingFinished.connect(
+            lambda: self.disk_cache_bytes_changed.emit(self.disk_cache_bytes()))
+        self.clear_disk_cache_button.clicked.connect(self.clear_disk_cache_requested)
 
     def _build_layout(self) -> None:
         title = QLabel("Model (all chats)", objectName="modelSettingsTitle")
@@ -44,6 +72,13 @@ class ModelSettingsPanel(QWidget):
         form = QFormLayout()
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         form.addRow(label, self.quantization_box)
+        disk_label = QLabel("Disk cache", objectName="diskCacheLabel")
+        disk_label.setBuddy(self.disk_cache_box)
+        form.addRow(disk_label, self.disk_cache_box)
+        usage = QHBoxLayout()
+        usage.addWidget(self.disk_cache_usage, 1)
+        usage.addWidget(self.clear_disk_cache_button)
+        form.addRow(usage)
         layout = QVBoxLayout(self)
         layout.addWidget(title)
         layout.addLayout(form)
@@ -55,3 +90,28 @@ class ModelSettingsPanel(QWidget):
     def set_quantization(self, value: str) -> None:
         index = self.quantization_box.findData(value)
         self.quantization_box.setCurrentIndex(max(index, 0))
+
+    def disk_cache_bytes(self) -> int:
+        return round(self.disk_cache_box.value() * GIB)
+
+    def set_disk_cache_bytes(self, value: int) -> None:
+        self.disk_cache_box.setValue(value / GIB)
+
+    def show_disk_cache_folder(self, folder: str) -> None:
+        tooltip = DISK_CACHE_TOOLTIP.format(folder=folder)
+        for widget in (self.disk_cache_box, self.disk_cache_usage):
+            widget.setToolTip(tooltip)
+
+    def show_disk_cache_usage(self, num_bytes: int) -> None:
+        self.disk_cache_usage.setText(f"{format_bytes(num_bytes)} on disk")
+        self.clear_disk_cache_button.setEnabled(num_bytes > 0)
+
+
+def format_bytes(num_bytes: int) -> str:
+    """"0 bytes", "512 KiB", "1.5 GiB": what a cache holds, to one decimal past a MiB."""
+    if num_bytes < 1024:
+        return f"{num_bytes} bytes"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20)):
+        if num_bytes >= size:
+            return f"{num_bytes / size:.1f} {unit}"
+    return f"{num_bytes // 1024} KiB"

@@ -10,8 +10,10 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 @pytest.fixture(autouse=True)
 def _private_config_dir(tmp_path, monkeypatch):
-    """No test reads or writes the user's own config folder (where the API key's digest lives)."""
+    """No test reads or writes the user's own config folder (where the API key's digest lives),
+    nor the prefix cache the user's app keeps on disk (a test's engine starts with none)."""
     monkeypatch.setenv("PAGODA_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("PAGODA_KV_CACHE_DIR", str(tmp_path / "kv-blocks"))
 
 
 @pytest.fixture(autouse=True)

@@ -56,7 +56,7 @@ class FakeEngine:
 
     def __init__(self, name: str) -> None:
         self.engine = type("E", (), {"loaded": type("L", (), {"name": name})(),
-                                     "max_model_len": 2048})()
+                                     "max_model_len": 2048, "disk_cache": None})()
         self.tokenizer = FakeTokenizer()
         self.chat_tokenizer = ChatTokenizer(self.tokenizer)
         self.requests: list[str] = []
@@ -121,7 +121,7 @@ class IdleEngine:
 
     def __init__(self, name: str) -> None:
         self.engine = type("E", (), {"loaded": type("L", (), {"name": name})(),
-                                     "max_model_len": 2048})()
+                                     "max_model_len": 2048, "disk_cache": None})()
         self.stopped = False
 
     def shutdown(self, timeout: float = 10.0) -> None:

@@ -1,0 +1,130 @@
+"""The prefix cache on disk in the app: on by default in the user's cache folder, its size a
+setting kept for the next start, what it holds shown, and "Clear the cache" removing it all."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from app.disk_cache_settings import DISK_CACHE_SETTING
+from app.widgets.model_settings import GIB, format_bytes
+from engine.config import DEFAULT_DISK_CACHE_BYTES
+from engine.disk_cache import DiskBlockStore
+
+
+def kv_folder() -> Path:
+    return Path(os.environ["PAGODA_KV_CACHE_DIR"])
+
+
+def some_blocks_on_disk(n: int = 3) -> int:
+    store = DiskBlockStore(kv_folder(), "abc123", 1 << 30)
+    store.save([(bytes([i]) * 16, (i,), b"k" * 4000) for i in range(n)])
+    return store.stats().size_bytes
+
+
+def test_the_engine_keeps_its_prefix_cache_on_disk_by_default(window_on, tmp_path):
+    window = window_on(tmp_path / "chats.db")
+
+    config = window.host.engine_config()
+
+    assert config.disk_cache_dir == kv_folder()
+    assert config.disk_cache_bytes == DEFAULT_DISK_CACHE_BYTES
+    assert window.model_settings.disk_cache_bytes() == DEFAULT_DISK_CACHE_BYTES
+
+
+def test_a_new_size_is_kept_for_the_next_start_and_the_next_load(window_on, tmp_path, run_async,
+                                                                 qtbot):
+    window = window_on(tmp_path / "chats.db")
+    run_async(window.restore_model_settings())
+    box = window.model_settings.disk_cache_box
+
+    box.setValue(0.5)
+    box.editingFinished.emit()
+
+    assert window.host.engine_config().disk_cache_bytes == GIB // 2
+    qtbot.waitUntil(lambda: window.db.store.get_setting(DISK_CACHE_SETTING) == GIB // 2)
+    window.close()
+    again = window_on(tmp_path / "chats.db")
+    run_async(again.restore_model_settings())
+    assert again.model_settings.disk_cache_bytes() == GIB // 2
+
+
+def test_a_size_of_zero_turns_the_disk_cache_off(window_on, tmp_path):
+    window = window_on(tmp_path / "chats.db")
+    box = window.model_settings.disk_cache_box
+
+    box.setValue(0)
+    box.editingFinished.emit()
+
+    assert window.host.engine_config().disk_cache_dir is None
+    assert box.text() == "Off"
+
+
+def test_the_settings_say_what_is_on_disk_and_clearing_removes_it(window_on, tmp_path,
+                                                                   run_async):
+    size = some_blocks_on_disk()
+    window = window_on(tmp_path / "chats.db")
+    run_async(window.restore_model_settings())
+    panel = window.model_settings
+    assert panel.disk_cache_usage.text() == f"{format_bytes(size)} on disk"
+    assert panel.clear_disk_cache_button.isEnabled()
+    assert str(kv_folder()) in panel.disk_cache_box.toolTip()
+
+    run_async(window.disk_cache.clear())
+
+    assert not list(kv_folder().rglob("*.kv"))
+    assert panel.disk_cache_usage.text() == "0 bytes on disk"
+    assert not panel.clear_disk_cache_button.isEnabled()
+
+
+def test_a_stored_size_that_is_not_a_size_is_ignored(window_on, tmp_path, run_async):
+    window = window_on(tmp_path / "chats.db")
+    window.db.store.set_setting(DISK_CACHE_SETTING, "lots")
+
+    run_async(window.restore_model_settings())
+
+    assert window.host.disk_cache_bytes == DEFAULT_DISK_CACHE_BYTES
+
+
+def test_sizes_read_as_people_write_them():
+    assert format_bytes(0) == "0 bytes"
+    assert format_bytes(3000) == "2 KiB"
+    assert format_bytes(5 * (1 << 20) + 1) == "5.0 MiB"
+    assert format_bytes(3 * GIB // 2) == "1.5 GiB"
+
+
+def test_a_real_engine_saves_a_chats_blocks_and_clear_removes_them(qloop, qtbot, tmp_path,
+                                                                   run_async, default_model):
+    from app.async_store import AsyncStore
+    from app.engine_host import EngineHost
+    from app.main_window import MainWindow
+    from app.store import ConversationStore
+    from engine import AsyncEngine
+    from engine.config import EngineConfig
+    from engine.llm_engine import LLMEngine
+
+    def factory(_model, config: EngineConfig, _on_progress):
+        config.num_kv_blocks, config.num_threads, config.num_speculative_tokens = 256, 1, 0
+        return AsyncEngine(engine=LLMEngine(config=config, loaded=default_model))
+
+    window = MainWindow(AsyncStore(ConversationStore.open(tmp_path / "chats.db")),
+                        EngineHost(factory=factory))
+    qtbot.addWidget(window)
+    window.show()
+    try:
+        run_async(window.restore_model_settings())
+        window.host.load(None)
+        qtbot.waitUntil(lambda: window.host.is_ready, timeout=60_000)
+        run_async(window.restore())
+        controller = window.current_controller()
+        run_async(controller.session.send("Tell me about lighthouses. " * 12))
+        qtbot.waitUntil(lambda: not controller.is_streaming, timeout=60_000)
+        qtbot.waitUntil(lambda: any(kv_folder().rglob("*.kv")), timeout=10_000)
+
+        run_async(window.disk_cache.refresh_usage())
+        assert window.model_settings.disk_cache_usage.text() != "0 bytes on disk"
+        run_async(window.disk_cache.clear())
+        assert not list(kv_folder().rglob("*.kv"))
+    finally:
+        window.close()
+        window.db.close()
