@@ -13,6 +13,7 @@ engine thread when the prompt is scheduled, verified (checksum and token ids) by
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from hashlib import blake2b
@@ -25,6 +26,8 @@ from engine.kv_block_io import KVBlockIO
 logger = logging.getLogger(__name__)
 
 FINGERPRINT_VERSION = 1
+# Weight of the newest measurement in the running estimate of reading a block.
+_SMOOTHING = 0.3
 _SAMPLE_BYTES = 1 << 20  # read from the start, middle and end of each weight file
 _WEIGHT_FILES = (".safetensors", ".bin", ".gguf", ".pt", ".json")
 
@@ -39,14 +42,41 @@ class BlockRef:
 
 
 class DiskPrefixCache:
+    """Used only where it pays: reading a block must be faster than computing its tokens again.
+    Both are measured as the engine runs (a GPU recomputes 2,000 tokens of an 8B model faster
+    than it reads them from disk; a CPU is a hundred times slower at it): until both are known
+    the tier is used, then it loads and saves only while reading is the faster."""
+
     def __init__(self, store: DiskBlockStore, writer: DiskBlockWriter, io: KVBlockIO) -> None:
         self.store = store
         self.writer = writer
         self.io = io
+        self.block_size = io.block_shape[2]
         self.num_loaded_blocks = 0
+        self.read_s_per_block: float | None = None
+        self.compute_s_per_token: float | None = None
+
+    @property
+    def pays(self) -> bool:
+        """Whether reading a block is expected to be faster than recomputing it."""
+        if self.read_s_per_block is None or self.compute_s_per_token is None:
+            return True
+        return self.read_s_per_block < self.compute_s_per_token * self.block_size
+
+    def observe_prefill(self, num_tokens: int, seconds: float) -> None:
+        """A step that computed `num_tokens` prompt tokens took `seconds`. The fastest such step
+        is the estimate: a slow one says what else happened (a kernel compiled for a new shape,
+        another program on the cores), not what the tokens cost."""
+        if num_tokens > 0 and seconds > 0:
+            per_token = seconds / num_tokens
+            if self.compute_s_per_token is None or per_token < self.compute_s_per_token:
+                self.compute_s_per_token = per_token
 
     def num_hits(self, block_hashes: Sequence[bytes]) -> int:
-        """How many of these blocks, from the first, are on disk (an index lookup, no I/O)."""
+        """How many of these blocks, from the first, are on disk (an index lookup, no I/O); none
+        while reading does not pay."""
+        if not self.pays:
+            return 0
         n = 0
         for block_hash in block_hashes:
             if not self.store.contains(block_hash):
@@ -57,6 +87,7 @@ class DiskPrefixCache:
     def load(self, blocks: Sequence[BlockRef]) -> int:
         """Read the blocks into their places in the cache, from the first until one cannot be
         read (missing, corrupt, another's tokens); returns how many were loaded."""
+        began = time.perf_counter()
         payloads = []
         for block in blocks:
             payload = self.store.load(block.block_hash, block.token_ids)
@@ -66,13 +97,15 @@ class DiskPrefixCache:
         if payloads:
             self.io.copy_in([b.block_id for b in blocks[:len(payloads)]], payloads)
             self.num_loaded_blocks += len(payloads)
+            self.read_s_per_block = _smoothed(self.read_s_per_block,
+                                              (time.perf_counter() - began) / len(payloads))
         return len(payloads)
 
     def save(self, blocks: Sequence[BlockRef]) -> None:
         """Copy the blocks out now and have them written in the background (those already on
         disk are skipped)."""
         new = [b for b in blocks if not self.store.contains(b.block_hash)]
-        if not new:
+        if not new or not self.pays:
             return
         payloads = self.io.copy_out([b.block_id for b in new])
         self.writer.submit([(b.block_hash, b.token_ids, payload)
@@ -89,6 +122,10 @@ class DiskPrefixCache:
     def close(self, timeout: float = 10.0) -> None:
         """Write what is still queued, then stop the writer."""
         self.writer.close(timeout)
+
+
+def _smoothed(estimate: float | None, measured: float) -> float:
+    return measured if estimate is None else (1 - _SMOOTHING) * estimate + _SMOOTHING * measured
 
 
 def model_fingerprint(model_path: Path, settings: Mapping[str, object]) -> str:

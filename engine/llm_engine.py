@@ -115,11 +115,13 @@ class LLMEngine:
         self._num_preemptions += len(sched.preempted)
         advanced: list[Sequence] = []
         if not sched.is_empty:
+            began = time.perf_counter()
             try:
                 sampled = self.runner.execute(sched)
             except Exception as exc:  # a failed step fails its requests, never the engine
                 logger.exception("engine step failed")
                 return self._fail(sched, exc)
+            self._observe_prefill(sched, time.perf_counter() - began)
             advanced = self.scheduler.update_from_output(sched, sampled)
             self._record_tokens(sum(n for _, n in advanced))
         return self._collect_outputs(advanced) + self._progress_outputs(sched)
@@ -197,6 +199,19 @@ class LLMEngine:
             if out.finished:
                 self._requests.pop(out.request_id, None)
         return outputs
+
+    def _observe_prefill(self, sched: SchedulerOutput, seconds: float) -> None:
+        """Tell the disk tier what computing prompt tokens costs here, from steps that are
+        mostly prompt. On a GPU only a step that samples waits for its work (one that only reads
+        a chunk returns before it is done), so only those are timed there."""
+        if self.disk_cache is None:
+            return
+        if self.runner.device.type != "cpu" and not any(s.samples for s in sched.scheduled):
+            return
+        num_prompt = sum(s.num_new_tokens for s in sched.scheduled
+                         if s.num_computed_tokens < s.seq.num_prompt_tokens)
+        if num_prompt >= 4 * self.config.block_size:
+            self.disk_cache.observe_prefill(sched.num_batched_tokens, seconds)
 
     def _progress_outputs(self, sched: SchedulerOutput) -> list[RequestOutput]:
         """An output without tokens for each prompt this step read a chunk of but not to its end

@@ -163,3 +163,32 @@ def test_a_second_process_reuses_the_first_processes_blocks(tiny, tmp_path):
     out = generate(engine(tiny, tmp_path), prompt)
 
     assert out.num_cached_tokens == 96
+
+
+def test_the_disk_is_left_alone_where_recomputing_is_faster_than_reading(tiny, tmp_path):
+    prompt = history(100)
+    first = engine(tiny, tmp_path)
+    generate(first, prompt)
+    first.close()
+    eng = engine(tiny, tmp_path)
+    eng.disk_cache.read_s_per_block = 1.0  # as on a fast GPU: a block reads slower than it computes
+    eng.disk_cache.compute_s_per_token = 1e-6
+
+    out = generate(eng, prompt + history(20, start=700))
+
+    assert out.num_cached_tokens == 0
+    assert eng.stats().disk_cache.hits == 0
+
+
+def test_the_engine_measures_reading_and_recomputing_as_it_runs(tiny, tmp_path):
+    first = engine(tiny, tmp_path)
+    generate(first, history(100))
+    first.close()
+    eng = engine(tiny, tmp_path)
+
+    generate(eng, history(100))  # read from disk
+    generate(eng, history(130, start=5000))  # computed: 130 new tokens in chunks of 64
+
+    disk = eng.disk_cache
+    assert disk.read_s_per_block > 0 and disk.compute_s_per_token > 0
+    assert disk.pays == (disk.read_s_per_block < disk.compute_s_per_token * BLOCK)

@@ -59,3 +59,21 @@ def test_the_fingerprint_follows_the_weights_and_the_settings(tmp_path):
     weights.write_bytes(b"a" * 4999 + b"b")
     assert model_fingerprint(tmp_path, settings) != first
     assert all(c in "0123456789abcdef" for c in first)
+
+
+def test_recomputing_is_costed_by_its_fastest_step_and_reading_by_recent_ones():
+    from engine.disk_prefix_cache import DiskPrefixCache
+
+    io = KVBlockIO(caches())
+    disk = DiskPrefixCache(store=None, writer=None, io=io)
+    assert disk.pays  # nothing measured yet: try the disk
+
+    disk.observe_prefill(512, 0.8)  # the first step of a new shape: a kernel compiled
+    disk.observe_prefill(512, 0.02)
+    disk.observe_prefill(512, 0.5)  # something else ran meanwhile
+    disk.read_s_per_block = 0.003
+
+    assert disk.compute_s_per_token == pytest.approx(0.02 / 512)
+    assert not disk.pays  # 3 ms to read a block of 4 tokens, 0.16 ms to compute them
+    disk.read_s_per_block = 0.0001
+    assert disk.pays

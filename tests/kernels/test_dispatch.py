@@ -1,6 +1,7 @@
 """kernels.ops picks Triton on CUDA and torch elsewhere, can be forced, and needs no triton for
 the torch path."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +51,9 @@ except ImportError as exc:
 else:
     raise AssertionError("forcing Triton without triton must fail")
 """
+    # A bare environment (no TRITON_INTERPRET), but the packages a machine was lent with stay
+    # findable (PYTHONPATH).
+    env = {"PATH": "/usr/bin:/bin"} | {k: v for k, v in os.environ.items() if k == "PYTHONPATH"}
     result = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True,
-                            text=True, env={"PATH": "/usr/bin:/bin"}, timeout=120,
-                            cwd=Path(__file__).parents[2])
+                            text=True, env=env, timeout=120, cwd=Path(__file__).parents[2])
     assert result.returncode == 0, result.stderr
