@@ -422,6 +422,7 @@ class ChatSession:
         # A switch can still come while the backend tokenizes the chat: the stream then ends
         # with "abort" or raises BackendStoppedError, and the tab says the model was switched.
         reply = self.reply
+        self._show_prompt_usage(backend, fitted)
         options = sampling_options(self.conversation.sampling, fitted.max_tokens)
         view = message_view(reply.message)
         self.view.begin_stream(view)
@@ -431,6 +432,15 @@ class ChatSession:
         async for chunk in backend.stream(fitted.messages, options, reply.request_id, **extra):
             self._on_chunk(chunk)
         await self._finish(backend.model_name)
+
+    def _show_prompt_usage(self, backend: ChatBackend, fitted: FittedPrompt) -> None:
+        """The meter shows what this reply reads, as soon as it is counted: a long paste is
+        seen filling the context while it is read, not once the reply is done."""
+        self._meter_counts += 1  # a count still on its way is older than this one
+        self.context_usage = (fitted.prompt_tokens, backend.max_model_len,
+                              self.conversation.sampling.max_tokens)
+        self.view.show_context_usage(*self.context_usage,
+                                     exact=fitted.exact and backend.max_model_len_known)
 
     async def _fit_prompt(self, backend: ChatBackend) -> FittedPrompt | None:
         # The branch without the reply being written; a reply being continued is kept, as the

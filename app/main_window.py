@@ -197,6 +197,8 @@ class MainWindow(QMainWindow):
         self.model_settings.quantization_changed.connect(self.set_quantization)
         self.disk_cache = DiskCacheSettings(self.model_settings, self.host, self.db, self.spawn,
                                             lambda text: self.status.showMessage(text, 10_000))
+        self.settings_dock.visibilityChanged.connect(  # what is on disk, as the settings open
+            lambda shown: shown and self.spawn(self.disk_cache.refresh_usage()))
         self.appearance_panel.theme_changed.connect(self.set_theme)
         self._undo_timer.timeout.connect(self._undo_button.hide)
         self.host.status_changed.connect(self._host_status_changed)

@@ -23,6 +23,7 @@ class FittedPrompt:
     num_dropped: int
     prompt_tokens: int
     max_tokens: int
+    exact: bool = True  # prompt_tokens was counted by the model's tokenizer, not estimated
 
 
 def chat_messages(system_prompt: str | None, path: Sequence[Message]) -> list[ChatMessage]:
@@ -47,10 +48,11 @@ async def fit_to_context(messages: list[ChatMessage], count_tokens: TokenCounter
     dropped = 0
     while True:
         kept = messages[:head] + messages[head + dropped:]
-        prompt_tokens = (await count_tokens(kept)).n
+        count = await count_tokens(kept)
+        prompt_tokens = count.n
         room = max_model_len - prompt_tokens
         if room >= min(min_reply_tokens, max_tokens):
-            return FittedPrompt(kept, dropped, prompt_tokens, min(max_tokens, room))
+            return FittedPrompt(kept, dropped, prompt_tokens, min(max_tokens, room), count.exact)
         if len(kept) - head <= 1:
             raise ContextOverflowError(
                 f"The message is {prompt_tokens} tokens long with the system prompt, and the "

@@ -1,54 +1,69 @@
-"""Take docs/screenshot.png from the real window: two tabs with real replies, one in Chinese
-from the engine in the window, one from a saved server (Pagoda's own, started here in a process
-of its own on 127.0.0.1), with the model picker open on both.
+"""Take docs/screenshot.png from the real window, with the engine in it: one chat whose reply was
+cut at its max tokens (so it offers Continue), and the current chat reading a long paste, its
+reply saying how far it has read; the settings open beside it (which chat they edit, defaults for
+new chats, the model's quantization and disk cache).
 
 Run under a real X server, e.g. `xvfb-run -a -s "-screen 0 1400x900x24" .venv/bin/python
-docs/screenshot.py` (needs a CJK font such as fonts-wqy-microhei for the Chinese tab).
+docs/screenshot.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-os.environ.setdefault("QT_QPA_PLATFORM", "xcb")  # a real window, before the bench's default
+os.environ.setdefault("QT_QPA_PLATFORM", "xcb")  # a real window
 
-from gui_responsiveness import RemoteServer
+CUT_CHAT = "Write a short poem about a lighthouse keeper."
+WINDS = ("north-west", "south", "east", "west by south-west", "calm", "north")
+SHIPS = ("two trawlers", "a tanker bound for the strait", "the mail boat", "a yacht under sail",
+         "no ships", "a container ship and its pilot")
+PASTE = "\n".join(
+    f"Day {day}: wind {WINDS[day % 6]}, sea {('calm', 'moderate', 'rough')[day % 3]}; saw "
+    f"{SHIPS[(day * 5) % 6]}. Lamp lit at 18:{(day * 7) % 60:02d}, oil {40 - day % 9} litres."
+    for day in range(1, 91))
+LONG_CHAT = f"My notes from the season. Summarize them in three lines.\n\n{PASTE}"
+READ_AT_LEAST = 1024  # tokens of the paste read when the picture is taken
+READING = re.compile(r"reading your message: ([\d,]+) / ")
 
-LOCAL_CHAT = "你好！请用中文简单介绍一下北京。"
-REMOTE_CHAT = "What is the capital of France? Answer in two sentences."
 
-
-async def converse(window, server: RemoteServer) -> None:
+async def converse(window) -> None:
     from app.store import SamplingSettings
 
-    model = await asyncio.to_thread(server.wait_ready)
-    connection = await window.sources.saved.add(f"{server.url}/v1", model, None)
     await window.restore()
     while not window.host.is_ready:
         await asyncio.sleep(0.1)
     window.close_tab(0)  # the empty chat restore() opened
-    settings = SamplingSettings(temperature=0.3, max_tokens=120, seed=7)
-    tabs = []
-    for prompt, source in ((LOCAL_CHAT, None), (REMOTE_CHAT, connection.id)):
-        conversation = await window.db.create_conversation(sampling=settings)
-        tab = await window.open_conversation(conversation.id)
-        if source is not None:
-            window.use_source_in_current_chat(source)
-        tab.composer.send_requested.emit(prompt)
-        tabs.append(tab)
-    await asyncio.sleep(1)
-    while any(window.controllers[t.conversation_id].is_streaming for t in tabs):
-        await asyncio.sleep(0.2)
-    await asyncio.sleep(1)  # a status bar poll after the last token
-    window.model_picker.showPopup()
+    cut = await window.db.create_conversation(
+        title="A lighthouse poem", sampling=SamplingSettings(temperature=0.7, max_tokens=40,
+                                                             seed=3))
+    tab = await window.open_conversation(cut.id)
+    tab.composer.send_requested.emit(CUT_CHAT)
     await asyncio.sleep(0.5)
+    while window.controllers[cut.id].is_streaming:
+        await asyncio.sleep(0.2)
+    notes = await window.db.create_conversation(
+        title="Season notes", sampling=SamplingSettings(temperature=0.3, max_tokens=80))
+    tab = await window.open_conversation(notes.id)
+    window.settings_dock.setVisible(True)
+    tab.composer.send_requested.emit(LONG_CHAT)
+    while _tokens_read(window, notes.id) < READ_AT_LEAST:
+        await asyncio.sleep(0.05)
+
+
+def _tokens_read(window, conversation_id: int) -> int:
+    controller = window.controllers[conversation_id]
+    reply = controller.session.reply
+    if reply is None or reply.reading is None:
+        return 0
+    match = READING.match(reply.reading)
+    return int(match.group(1).replace(",", "")) if match else 0
 
 
 def main() -> int:
@@ -69,25 +84,19 @@ def main() -> int:
     asyncio.set_event_loop(loop)
     out = ROOT / "docs" / "screenshot.png"
     with tempfile.TemporaryDirectory() as tmp:
-        server = RemoteServer(set(os.sched_getaffinity(0)), Path(tmp) / "server.log")
-        window = MainWindow(AsyncStore(ConversationStore.open(Path(tmp) / "shot.db")),
-                            EngineHost(), connection_keys=ConnectionKeys.in_memory())
-        window.resize(1280, 800)
+        os.environ["PAGODA_KV_CACHE_DIR"] = str(Path(tmp) / "kv-blocks")
+        host = EngineHost()
+        window = MainWindow(AsyncStore(ConversationStore.open(Path(tmp) / "shot.db")), host,
+                            connection_keys=ConnectionKeys.in_memory())
+        window.resize(1360, 840)
         window.move(0, 0)
         window.show()
-        window.host.load(None)
-        try:
-            with loop:
-                loop.run_until_complete(converse(window, server))
-                # The screen, not the window: the picker's open list is a window of its own.
-                frame = window.frameGeometry()
-                app.primaryScreen().grabWindow(0, frame.x(), frame.y(), frame.width(),
-                                               frame.height()).save(str(out))
-                window.model_picker.hidePopup()
-                window.close()
-                window.db.close()
-        finally:
-            server.stop()
+        host.load(None)
+        with loop:
+            loop.run_until_complete(converse(window))
+            window.grab().save(str(out))
+            window.close()
+            window.db.close()
     print(f"saved {out}")
     return 0
 

@@ -128,3 +128,14 @@ def test_a_real_engine_saves_a_chats_blocks_and_clear_removes_them(qloop, qtbot,
     finally:
         window.close()
         window.db.close()
+
+
+def test_opening_the_settings_shows_what_is_on_disk_now(window_on, tmp_path, qtbot):
+    window = window_on(tmp_path / "chats.db")
+    window.settings_dock.setVisible(False)
+    size = some_blocks_on_disk()
+
+    window.settings_dock.setVisible(True)
+
+    qtbot.waitUntil(lambda: window.model_settings.disk_cache_usage.text()
+                    == f"{format_bytes(size)} on disk", timeout=5_000)

@@ -63,3 +63,16 @@ async def test_continuing_a_reply_reads_the_chat(session, backend, view):
 
     assert [text for _id, text in view.called("show_reading")] == [
         "reading the chat: 40 / 60 tokens", None]
+
+
+async def test_the_meter_shows_the_prompt_being_read_before_the_reply_ends(session, backend,
+                                                                           view):
+    paste = "word " * 300
+    task = session.spawn(session.send(paste))
+    request = await backend.next_request()
+    await request.read(100, 301)
+
+    used, max_model_len, _max_tokens = view.called("show_context_usage")[-1][:3]
+    assert used == 300 and max_model_len == backend.max_model_len
+    await request.finish()
+    await asyncio.wait_for(task, WAIT_S)
