@@ -29,6 +29,7 @@ class _Add:
     prompt: str | list[int]
     params: SamplingParams
     sink: _Sink
+    cache_tag: str | None = None
 
 
 @dataclass(slots=True)
@@ -106,8 +107,10 @@ class AsyncEngine:
 
     async def stream(self, prompt: str | list[int] | Sequence[Message],
                      params: SamplingParams | None = None,
-                     request_id: str | None = None) -> AsyncIterator[RequestOutput]:
+                     request_id: str | None = None,
+                     cache_tag: str | None = None) -> AsyncIterator[RequestOutput]:
         """Yield incremental outputs until the request finishes (the last has finished=True).
+        `cache_tag` names what the request belongs to (see LLMEngine.add_request).
 
         Raises EngineDeadError at once when the engine has stopped or is stopping. The request
         belongs to the task reading the stream: it is aborted when that task ends, or the stream
@@ -117,7 +120,7 @@ class AsyncEngine:
             prompt = await self.chat_tokenizer.encode_chat(prompt)
         request_id = request_id or f"stream-{next(self._ids)}"
         sink = _Sink(asyncio.get_running_loop())
-        self._submit(_Add(request_id, prompt, params or SamplingParams(), sink))
+        self._submit(_Add(request_id, prompt, params or SamplingParams(), sink, cache_tag))
         consumer = _Consumer(self, request_id)
         finished = False
         try:
@@ -222,7 +225,7 @@ class AsyncEngine:
 
     def _add(self, msg: _Add) -> None:
         try:
-            self.engine.add_request(msg.request_id, msg.prompt, msg.params)
+            self.engine.add_request(msg.request_id, msg.prompt, msg.params, msg.cache_tag)
         except Exception as exc:  # noqa: BLE001 - a bad request fails its own stream only
             msg.sink.put(exc)
             return

@@ -12,18 +12,23 @@ A file is a header, the fingerprint, the token ids and the payload::
 
 all little-endian. Every field is checked before a payload is handed out: a truncated, corrupt or
 foreign file is a miss (and is removed), never wrong data.
+
+Cache tags say which blocks a chat used: ``folder/<fingerprint>/tags/<tag>.hashes`` lists the
+hex hash of each block a request with that tag found or saved, one a line (appended to, so a
+hash may repeat). `forget_tag` removes the blocks only one tag used, when its chat is deleted.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import struct
 import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from hashlib import blake2b
 from pathlib import Path
@@ -39,6 +44,9 @@ _TEMP_SUFFIX = ".tmp"
 # A temp file this old belongs to a writer that died; a younger one may still be in use.
 _STALE_TEMP_NS = 60 * 1_000_000_000
 _HEX_DIGITS = frozenset("0123456789abcdef")
+TAGS_FOLDER = "tags"
+_TAG_SUFFIX = ".hashes"
+_TAG_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,100}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +85,13 @@ def _encode_header(fingerprint: bytes, token_ids: Sequence[int], payload: memory
 
 def _is_hex(name: str) -> bool:
     return bool(name) and set(name) <= _HEX_DIGITS
+
+
+def check_cache_tag(tag: str) -> None:
+    """Raise ValueError unless `tag` can name a tag file."""
+    if not isinstance(tag, str) or not _TAG_PATTERN.fullmatch(tag):
+        raise ValueError(f"cache_tag {tag!r} must be 1 to 100 letters, digits, '.', '_' or '-' "
+                         "(it names a file)")
 
 
 class DiskBlockStore:
@@ -153,6 +168,24 @@ class DiskBlockStore:
             if not self._write(block_hash, token_ids, payload, generation):
                 break
         self._evict_over_capacity()
+
+    def record_tags(self, tags: Mapping[str, Iterable[bytes]]) -> None:
+        """Append these block hashes to their tags' files (which blocks each tag used)."""
+        if not tags:
+            return
+        folder = self._root / TAGS_FOLDER
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            self._report(f"could not create {folder}", exc)
+            return
+        for tag, hashes in tags.items():
+            path = folder / (tag + _TAG_SUFFIX)
+            try:
+                with open(path, "a", encoding="ascii") as f:
+                    f.writelines(h.hex() + "\n" for h in hashes)
+            except OSError as exc:
+                self._report(f"could not write {path}", exc)
 
     def remove(self, hashes: Iterable[bytes]) -> int:
         """Delete these blocks' files (also ones only another process knew of); how many."""
@@ -388,20 +421,85 @@ def folder_size(folder: Path) -> int:
 
 
 def clear_folder(folder: Path, on_error: Callable[[str, Exception], None] | None = None) -> None:
-    """Delete every model's blocks under `folder` (and leftover temp files), leaving the folder
+    """Delete every model's blocks under `folder` (with leftover temp files and the tags' lists
+    of blocks), leaving the folder
     and anything in it that is not ours. Problems go to `on_error`, else to the log."""
-    report = on_error or (lambda what, exc: logger.warning("Disk KV cache: %s: %s", what, exc))
+    report = on_error or _log_problem
     for path, _size in _block_files(folder, temp_files=True):
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            report(f"could not remove {path}", exc)
+        _unlink_reported(path, report)
     for fingerprint_folder in _subfolders(folder):
+        tags = fingerprint_folder / TAGS_FOLDER
+        for path in _tag_files(tags):
+            _unlink_reported(path, report)
+        _remove_empty_folder(tags)
         for shard in _subfolders(fingerprint_folder):
             _remove_empty_folder(shard)
         _remove_empty_folder(fingerprint_folder)
+
+
+def forget_tag(folder: Path, tag: str) -> int:
+    """Delete the block files that `tag` used and no other tag did, every model's under
+    `folder`, and the tag's files; returns how many block files were removed. Blocks no tag
+    lists (saved by untagged requests) stay. Problems are logged, never raised."""
+    check_cache_tag(tag)
+    return sum(_forget_tag_in(fingerprint_folder, tag)
+               for fingerprint_folder in _subfolders(folder))
+
+
+def _forget_tag_in(fingerprint_folder: Path, tag: str) -> int:
+    tags = fingerprint_folder / TAGS_FOLDER
+    own_file = tags / (tag + _TAG_SUFFIX)
+    own = _read_tag_file(own_file)
+    if not own:
+        _unlink_reported(own_file, _log_problem)
+        return 0
+    for path in _tag_files(tags):
+        if path != own_file:
+            own -= _read_tag_file(path)
+    removed = 0
+    for block_hash in own:
+        name = block_hash.hex()
+        removed += _unlink_reported(fingerprint_folder / name[:2] / (name + _BLOCK_SUFFIX),
+                                    _log_problem)
+    _unlink_reported(own_file, _log_problem)
+    return removed
+
+
+def _read_tag_file(path: Path) -> set[bytes]:
+    """The block hashes a tag file lists; lines that are not a hash are skipped."""
+    try:
+        text = path.read_text(encoding="ascii", errors="replace")
+    except FileNotFoundError:
+        return set()
+    except OSError as exc:
+        _log_problem(f"could not read {path}", exc)
+        return set()
+    return {block_hash for line in text.splitlines()
+            if (block_hash := _hash_of_hex(line.strip())) is not None}
+
+
+def _tag_files(folder: Path) -> list[Path]:
+    try:
+        with os.scandir(folder) as entries:
+            return [Path(e.path) for e in entries
+                    if e.name.endswith(_TAG_SUFFIX) and e.is_file(follow_symlinks=False)]
+    except OSError:  # no tags here (or not readable: nothing we can act on)
+        return []
+
+
+def _unlink_reported(path: Path, report: Callable[[str, Exception], None]) -> bool:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        report(f"could not remove {path}", exc)
+        return False
+    return True
+
+
+def _log_problem(what: str, exc: Exception) -> None:
+    logger.warning("Disk KV cache: %s: %s", what, exc)
 
 
 def _block_files(folder: Path, temp_files: bool = False) -> Iterator[tuple[Path, int]]:
@@ -441,9 +539,13 @@ def _is_shard_folder(entry: os.DirEntry) -> bool:
 
 def _hash_of_block_file(name: str) -> bytes | None:
     hex_name = name.removesuffix(_BLOCK_SUFFIX)
-    if hex_name == name or not _is_hex(hex_name) or len(hex_name) % 2:
+    return None if hex_name == name else _hash_of_hex(hex_name)
+
+
+def _hash_of_hex(text: str) -> bytes | None:
+    if not _is_hex(text) or len(text) % 2:
         return None
-    return bytes.fromhex(hex_name)
+    return bytes.fromhex(text)
 
 
 def _is_block_or_temp_file(entry: os.DirEntry) -> bool:

@@ -7,7 +7,9 @@ their files), dtype, quantization, kernels, block size and KV layout. A block of
 or made another way, is never found. What is saved is copied out of the cache on the engine
 thread and written by a background thread (engine.disk_writer); what is loaded is read on the
 engine thread when the prompt is scheduled, verified (checksum and token ids) by the store
-(engine.disk_cache), and written into free blocks that then join the memory cache.
+(engine.disk_cache), and written into free blocks that then join the memory cache. The blocks a
+request with a cache tag found or saved are listed under its tag, written with the next batch,
+so that deleting a chat can remove the blocks only it used (engine.disk_cache.forget_tag).
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class DiskPrefixCache:
         self.num_loaded_blocks = 0
         self.read_s_per_block: float | None = None
         self.compute_s_per_token: float | None = None
+        # Tag -> hashes of the blocks it used since the last batch (engine thread only).
+        self._tagged: dict[str, dict[bytes, None]] = {}
 
     @property
     def pays(self) -> bool:
@@ -101,15 +105,25 @@ class DiskPrefixCache:
                                               (time.perf_counter() - began) / len(payloads))
         return len(payloads)
 
+    def record(self, tag: str, block_hashes: Sequence[bytes]) -> None:
+        """Requests tagged `tag` used these blocks; listed on disk with the next `save`."""
+        self._tagged.setdefault(tag, {}).update(dict.fromkeys(block_hashes))
+
     def save(self, blocks: Sequence[BlockRef]) -> None:
         """Copy the blocks out now and have them written in the background (those already on
-        disk are skipped)."""
-        new = [b for b in blocks if not self.store.contains(b.block_hash)]
-        if not new or not self.pays:
+        disk are skipped), with the blocks each tag used since the last call."""
+        new = [b for b in blocks if not self.store.contains(b.block_hash)] if self.pays else []
+        tags, self._tagged = self._tagged, {}
+        if not new and not tags:
             return
-        payloads = self.io.copy_out([b.block_id for b in new])
+        payloads = self.io.copy_out([b.block_id for b in new]) if new else []
         self.writer.submit([(b.block_hash, b.token_ids, payload)
-                            for b, payload in zip(new, payloads, strict=True)])
+                            for b, payload in zip(new, payloads, strict=True)],
+                           {tag: list(hashes) for tag, hashes in tags.items()})
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until what is queued is on disk; False if `timeout` ran out first. Any thread."""
+        return self.writer.flush(timeout)
 
     def stats(self) -> DiskCacheStats:
         return self.store.stats()

@@ -8,8 +8,8 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from engine.disk_cache import DiskBlockStore
 
@@ -20,8 +20,15 @@ THREAD_NAME = "pagoda-disk-cache"
 EXIT_FLUSH_SECONDS = 5.0
 
 Block = tuple[bytes, tuple[int, ...], bytes]
+Tags = Mapping[str, Sequence[bytes]]
 
 _STOP = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    blocks: list[Block]
+    tags: Tags = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,13 +60,15 @@ class DiskBlockWriter:
         self._thread.start()
         _open_writers.add(self)
 
-    def submit(self, blocks: Sequence[Block]) -> bool:
-        """Queue a batch of (hash, token_ids, payload) for saving; False if it was dropped."""
+    def submit(self, blocks: Sequence[Block], tags: Tags | None = None) -> bool:
+        """Queue a batch of (hash, token_ids, payload) for saving, with the hashes each cache tag
+        used (written first, so no saved block is missing from its tag's list); False if it was
+        dropped."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("DiskBlockWriter.submit after close(): the writer has stopped")
             try:
-                self._queue.put_nowait(list(blocks))
+                self._queue.put_nowait(_Batch(list(blocks), tags or {}))
             except queue.Full:
                 self._dropped += 1
                 return False
@@ -118,11 +127,13 @@ class DiskBlockWriter:
             if batch is _STOP:
                 return
             try:
-                self.store.save(batch)
+                self.store.record_tags(batch.tags)
+                self.store.save(batch.blocks)
             except Exception:
                 # The store reports its own I/O problems; this is a bug, and the thread must
                 # live on or flush() would wait forever.
-                logger.exception("Disk KV cache: saving a batch of %d blocks failed", len(batch))
+                logger.exception("Disk KV cache: saving a batch of %d blocks failed",
+                                 len(batch.blocks))
             with self._lock:
                 self._written += 1
                 self._finished += 1

@@ -117,11 +117,15 @@ class KVCacheManager:
         if self.disk is not None:
             self._to_save += [BlockRef(held[i].block_id, seq.block_hashes[i],
                                        self._block_tokens(seq, i)) for i in range(start, num_full)]
+            if seq.cache_tag is not None:
+                # From the first block: prefix hits (memory or disk) are this chat's blocks too.
+                self.disk.record(seq.cache_tag, seq.block_hashes[start:num_full])
 
     def save_to_disk(self) -> None:
         """Hand the blocks that became full this step to the disk tier (it copies them now and
-        writes them in the background): call once per step, before any block is reused."""
-        if self._to_save:
+        writes them in the background), and which blocks each cache tag used: call once per
+        step, before any block is reused."""
+        if self.disk is not None:
             blocks, self._to_save = self._to_save, []
             self.disk.save(blocks)
 

@@ -13,7 +13,7 @@ from transformers import GenerationConfig
 
 from engine.config import EngineConfig, SchedulerConfig
 from engine.detokenizer import IncrementalDetokenizer
-from engine.disk_cache import DiskCacheStats
+from engine.disk_cache import DiskCacheStats, check_cache_tag
 from engine.disk_prefix_cache import DiskPrefixCache, model_fingerprint, open_disk_prefix_cache
 from engine.errors import PromptTooLongError
 from engine.kv_block_io import KVBlockIO
@@ -85,16 +85,21 @@ class LLMEngine:
         self._num_preemptions = 0
 
     def add_request(self, request_id: str, prompt: str | list[int],
-                    params: SamplingParams | None = None) -> None:
+                    params: SamplingParams | None = None, cache_tag: str | None = None) -> None:
+        """cache_tag: a name for whatever this request belongs to (a chat); the blocks it uses
+        on disk are listed under it, so engine.disk_cache.forget_tag can remove them later."""
         params = params or SamplingParams()
         if request_id in self._requests:
             raise ValueError(f"request_id {request_id!r} is already running")
+        if cache_tag is not None:
+            check_cache_tag(cache_tag)
         prompt_text = prompt if isinstance(prompt, str) else None
         if prompt_text is not None:
             check_encodable(prompt_text, "the prompt")
         token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         self._validate_prompt(token_ids)
-        seq = Sequence(request_id, token_ids, params, self.eos_token_ids, prompt=prompt_text)
+        seq = Sequence(request_id, token_ids, params, self.eos_token_ids, prompt=prompt_text,
+                       cache_tag=cache_tag)
         detok = IncrementalDetokenizer(self.tokenizer, token_ids, params.stop)
         self._requests[request_id] = (seq, detok)
         self.scheduler.add(seq)

@@ -27,6 +27,8 @@ class Sequence:
     params: SamplingParams
     eos_token_ids: frozenset[int]
     prompt: str | None = None
+    # Names the blocks this request used on disk (a chat), so deleting it can remove them.
+    cache_tag: str | None = None
     output_token_ids: list[int] = field(default_factory=list)
     status: SequenceStatus = SequenceStatus.WAITING
     finish_reason: FinishReason | None = None
