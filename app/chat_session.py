@@ -19,6 +19,7 @@ from app.backends import (
     ModelLoadingError,
     PromptProgress,
     ReplyChunk,
+    chat_cache_tag,
 )
 from app.prompting import (
     ContextOverflowError,
@@ -429,7 +430,9 @@ class ChatSession:
         self.views = [*self.views, view]
         reply.backend = backend
         extra = {"continue_final_message": True} if reply.continuing else {}
-        async for chunk in backend.stream(fitted.messages, options, reply.request_id, **extra):
+        async for chunk in backend.stream(fitted.messages, options, reply.request_id,
+                                          cache_tag=chat_cache_tag(self.conversation_id),
+                                          **extra):
             self._on_chunk(chunk)
         await self._finish(backend.model_name)
 

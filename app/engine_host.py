@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.backends import ChatBackend, ModelLoadingError
+from app.backends import ChatBackend, ModelLoadingError, chat_cache_tag
 from app.engine_import import ENGINE_IMPORT_LOCK
 from app.view_models import EngineStatusView
 from engine.config import DEFAULT_DISK_CACHE_BYTES, QUANTIZATIONS, EngineConfig
-from engine.disk_cache import clear_folder, folder_size
+from engine.disk_cache import clear_folder, folder_size, forget_tag
 from engine.errors import PagodaError
 from engine.model_files import default_model_file, disk_kv_cache_dir, model_name
 
@@ -148,6 +148,28 @@ class EngineHost(QObject):
 
         await asyncio.get_running_loop().run_in_executor(self.executor, clear)
         return await self.disk_cache_usage()
+
+    async def forget_chat_blocks(self, conversation_id: int) -> int:
+        """Remove the blocks on disk that only this (deleted) conversation used, every model's;
+        returns how many. What the running engine has queued is written first, so none of the
+        chat's blocks comes back after."""
+        if self.disk_cache_dir is None:
+            return 0
+        backend, folder = self.backend, self.disk_cache_dir
+
+        def forget() -> int:
+            if backend is not None:
+                backend.flush_disk_cache()
+            return forget_tag(folder, chat_cache_tag(conversation_id))
+
+        return await asyncio.get_running_loop().run_in_executor(self.executor, forget)
+
+    def forget_chat_blocks_at_exit(self, conversation_id: int) -> int:
+        """`forget_chat_blocks` on this thread, for the app's exit, after `shutdown` (the engine
+        wrote what it had queued as it stopped)."""
+        if self.disk_cache_dir is None:
+            return 0
+        return forget_tag(self.disk_cache_dir, chat_cache_tag(conversation_id))
 
     def load(self, model: str | None = None) -> asyncio.Task:
         """Load a model in the background; the current one keeps serving until it succeeds."""

@@ -111,6 +111,7 @@ class MainWindow(QMainWindow):
         self._undo_button = QPushButton("Undo", self, objectName="undoButton")
         self._undo_timer = QTimer(self, singleShot=True, interval=UNDO_SECONDS * 1000)
         self._undo_connection = None
+        self._undoable_delete: int | None = None  # the conversation Undo would bring back
         self._remote_stats_timer = QTimer(self, interval=REMOTE_STATS_INTERVAL_MS,
                                           timeout=self._show_remote_stats)
         self._closing = False
@@ -200,7 +201,7 @@ class MainWindow(QMainWindow):
         self.settings_dock.visibilityChanged.connect(  # what is on disk, as the settings open
             lambda shown: shown and self.spawn(self.disk_cache.refresh_usage()))
         self.appearance_panel.theme_changed.connect(self.set_theme)
-        self._undo_timer.timeout.connect(self._undo_button.hide)
+        self._undo_timer.timeout.connect(self._undo_expired)
         self.host.status_changed.connect(self._host_status_changed)
         self.host.model_loaded.connect(self._model_loaded)
         self.host.load_failed.connect(self._model_failed)
@@ -381,14 +382,31 @@ class MainWindow(QMainWindow):
 
     def _offer_undo(self, cid: int, title: str) -> None:
         self.status.showMessage(f"Deleted “{title}”.", UNDO_SECONDS * 1000)
-        if self._undo_connection is not None:  # only the newest delete can be undone
+        if self._undoable_delete is not None:  # only the newest delete can be undone
+            self.spawn(self.delete_for_good(self._undoable_delete))
+        self._undoable_delete = cid
+        if self._undo_connection is not None:
             self._undo_button.clicked.disconnect(self._undo_connection)
         self._undo_connection = self._undo_button.clicked.connect(
             lambda: self.spawn(self.undo_delete(cid)))
         self._undo_button.show()
         self._undo_timer.start()
 
+    def _undo_expired(self) -> None:
+        self._undo_button.hide()
+        if self._undoable_delete is not None:
+            self.spawn(self.delete_for_good(self._undoable_delete))
+            self._undoable_delete = None
+
+    async def delete_for_good(self, cid: int) -> None:
+        """Once it can no longer be undone: the conversation leaves the store, and the blocks
+        of it the prefix cache keeps on disk that no other chat used leave the disk."""
+        await self.db.purge(cid)
+        await self.host.forget_chat_blocks(cid)
+
     async def undo_delete(self, cid: int) -> None:
+        self._undo_timer.stop()
+        self._undoable_delete = None
         self._undo_button.hide()
         self.status.clearMessage()
         await self.db.undo_delete(cid)
@@ -672,15 +690,21 @@ class MainWindow(QMainWindow):
     # -- closing ---------------------------------------------------------------------------------
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        """Keep every partial reply (as interrupted), remember the tabs, stop the engine."""
+        """Keep every partial reply (as interrupted), remember the tabs, delete for good what
+        could still be undone, stop the engine."""
         self._closing = True
         self.chats.close_all()  # queues each partial reply's ending on the store's worker
         self.chats.save_now()
+        deleted, self._undoable_delete = self._undoable_delete, None
+        if deleted is not None:  # closing ends the Undo window
+            self.db.submit(lambda store: store.purge(deleted))
         self.db.drain()  # the app may exit as soon as this returns
         self._remote_stats_timer.stop()
         self.sources.shutdown()  # remote replies end; their partial text is already kept
         self.server_controller.shutdown()  # API requests end before the engine they run on
         self.host.shutdown()
+        if deleted is not None:  # the engine has written all it had queued: none comes back
+            self.host.forget_chat_blocks_at_exit(deleted)
         if self._describing is not None:
             self._describing.cancel()
         self.model_choices.close()

@@ -29,6 +29,7 @@ from app.backends.types import (
     ReplyChunk,
     SamplingOptions,
     TokenCount,
+    chat_cache_tag,
 )
 
 __all__ = [
@@ -53,4 +54,5 @@ __all__ = [
     "ServerError",
     "TokenCount",
     "UnauthorizedError",
+    "chat_cache_tag",
 ]

@@ -58,8 +58,8 @@ class LocalBackend:
         return self._engine
 
     async def stream(self, messages: Sequence[ChatMessage], options: SamplingOptions,
-                     request_id: str | None = None, *,
-                     continue_final_message: bool = False) -> AsyncIterator[ReplyChunk]:
+                     request_id: str | None = None, *, continue_final_message: bool = False,
+                     cache_tag: str | None = None) -> AsyncIterator[ReplyChunk]:
         params = _sampling_params(options)
         request_id = request_id or f"local-{next(self._ids)}"
         with self._starting.starting(request_id):
@@ -72,7 +72,7 @@ class LocalBackend:
             return
         text = ""
         try:
-            async for out in self._engine.stream(prompt, params, request_id):
+            async for out in self._engine.stream(prompt, params, request_id, cache_tag):
                 text = out.outputs[0].text
                 yield self._chunk(out)
         except EngineDeadError as exc:
@@ -118,6 +118,12 @@ class LocalBackend:
             return False
         disk.clear()
         return True
+
+    def flush_disk_cache(self, timeout: float = 10.0) -> bool:
+        """Wait until the blocks the engine has queued for the disk are written, so none comes
+        back after its chat's blocks are removed; False when it keeps none. Any thread."""
+        disk = self._engine.engine.disk_cache
+        return disk is not None and disk.flush(timeout)
 
     async def _encode(self, messages: Sequence[ChatMessage], *,
                       continue_final_message: bool = False) -> list[int]:

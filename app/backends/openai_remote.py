@@ -111,8 +111,9 @@ class OpenAIBackend:
         self._connected = True
 
     async def stream(self, messages: Sequence[ChatMessage], options: SamplingOptions,
-                     request_id: str | None = None, *,
-                     continue_final_message: bool = False) -> AsyncIterator[ReplyChunk]:
+                     request_id: str | None = None, *, continue_final_message: bool = False,
+                     cache_tag: str | None = None) -> AsyncIterator[ReplyChunk]:
+        # cache_tag is not sent: the server keeps its own cache, out of our reach.
         request_id = request_id or f"reply-{next(self._ids)}"
         with self._starting.starting(request_id):
             if not self._connected:

@@ -26,11 +26,13 @@ class ChatBackend(Protocol):
     max_model_len_known: bool
 
     def stream(self, messages: Sequence[ChatMessage], options: SamplingOptions,
-               request_id: str | None = None, *,
-               continue_final_message: bool = False) -> AsyncIterator[ReplyChunk]:
+               request_id: str | None = None, *, continue_final_message: bool = False,
+               cache_tag: str | None = None) -> AsyncIterator[ReplyChunk]:
         """Yield the reply as it is written; the last chunk is finished and nothing follows it.
         With `continue_final_message` the last message is the assistant's unfinished reply and
         the chunks carry only what follows it (InvalidRequestError where the backend cannot).
+        `cache_tag` (see `chat_cache_tag`) names the chat the reply belongs to, so a backend
+        that keeps its cache on disk can remove what only that chat used; others ignore it.
 
         Raises a BackendError subclass when no reply can be had or the reply is cut short
         (its `partial_text` holds what had arrived). Closing the iterator early aborts the reply.

@@ -94,3 +94,8 @@ class BackendStats:
     tokens_per_s: float = 0.0
     time_to_first_token: float | None = None
     spec_acceptance_rate: float | None = None
+
+
+def chat_cache_tag(conversation_id: int) -> str:
+    """The cache tag of a chat's replies (ChatBackend.stream): one name per conversation."""
+    return f"conversation-{conversation_id}"

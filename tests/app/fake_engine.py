@@ -66,7 +66,7 @@ class FakeEngine:
         self.release_shutdown.set()
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
 
-    async def stream(self, prompt, params, request_id):
+    async def stream(self, prompt, params, request_id, cache_tag=None):
         if self.stopped:
             raise EngineDeadError("the engine was shut down")
         loop, queue = asyncio.get_running_loop(), asyncio.Queue()

@@ -44,6 +44,7 @@ class Request:
     messages: list[ChatMessage]
     options: SamplingOptions
     continues: bool = False  # continue_final_message: goes on with the last (assistant) message
+    cache_tag: str | None = None
     text: str = ""
     ended: bool = False
     finish_reason: str | None = None
@@ -165,15 +166,15 @@ class ScriptedBackend:
     # -- ChatBackend ------------------------------------------------------------------------------
 
     async def stream(self, messages: Sequence[ChatMessage], options: SamplingOptions,
-                     request_id: str | None = None, *,
-                     continue_final_message: bool = False) -> AsyncIterator[ReplyChunk]:
+                     request_id: str | None = None, *, continue_final_message: bool = False,
+                     cache_tag: str | None = None) -> AsyncIterator[ReplyChunk]:
         if self.is_shut_down:
             raise BackendStoppedError(f"{self.model_name} was shut down.")
         if self._fail_next is not None:
             error, self._fail_next = self._fail_next, None
             raise error
         request = Request(request_id or f"fake-{len(self.requests)}", list(messages), options,
-                          continue_final_message)
+                          continue_final_message, cache_tag)
         self.requests.append(request)
         async for chunk in request.chunks():
             yield chunk

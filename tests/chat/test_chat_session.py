@@ -136,6 +136,15 @@ async def test_the_model_sees_the_system_prompt_and_the_whole_branch(open_chat, 
     await finished(task)
 
 
+async def test_the_reply_is_tagged_with_its_conversation_for_the_cache(session, backend):
+    task = session.spawn(session.send("Hello"))
+    request = await backend.next_request()
+
+    assert request.cache_tag == f"conversation-{session.conversation_id}"
+    await request.finish()
+    await finished(task)
+
+
 async def test_the_first_message_titles_the_chat_and_the_list_is_told(session, backend):
     changed = []
     session.on_conversation_changed = changed.append
