@@ -223,12 +223,14 @@ class MainWindow(QMainWindow):
     # -- start-up and tabs -----------------------------------------------------------------------
 
     async def restore(self) -> None:
-        """Reopen the tabs of the last session (or a new chat) and show the conversation list."""
+        """Reopen the tabs of the last session (or a new chat), show the conversation list and
+        finish the deletes a crash left undoable."""
         await self.sources.load()
         self.settings_panel.set_defaults(await load_chat_defaults(self.db))
         self.refresh_model_picker()
         await self.refresh_conversations()
         await self.chats.restore()
+        await self._finish_deletes()
 
     async def new_chat(self) -> None:
         """A new chat answers from where the current one does."""
@@ -403,6 +405,12 @@ class MainWindow(QMainWindow):
         of it the prefix cache keeps on disk that no other chat used leave the disk."""
         await self.db.purge(cid)
         await self.host.forget_chat_blocks(cid)
+
+    async def _finish_deletes(self) -> None:
+        """Chats deleted in a run that ended before their Undo window did (a crash) are deleted
+        for good now."""
+        for cid in await self.db.deleted_conversation_ids():
+            await self.delete_for_good(cid)
 
     async def undo_delete(self, cid: int) -> None:
         self._undo_timer.stop()

@@ -213,6 +213,12 @@ class ConversationStore:
         with self._writing() as s:
             s.delete(_conversation_row(s, cid))
 
+    def deleted_conversation_ids(self) -> list[int]:
+        """The soft-deleted conversations, not purged yet."""
+        query = select(ConversationRow.id).where(ConversationRow.deleted_at.is_not(None))
+        with self._reading() as s:
+            return list(s.scalars(query.order_by(ConversationRow.id)))
+
     def purge_deleted(self, older_than: timedelta | None = None) -> int:
         """Purge soft-deleted conversations (deleted more than `older_than` ago); returns the count."""
         query = delete(ConversationRow).where(ConversationRow.deleted_at.is_not(None))

@@ -111,3 +111,23 @@ def test_closing_the_app_within_the_undo_window_deletes_for_good(window, qtbot, 
     assert not blocks & kv_files()
     with pytest.raises(ConversationNotFound):
         window.db.store.get_conversation(cid)
+
+
+def test_a_chat_a_crash_left_deleted_is_deleted_for_good_at_the_next_start(window_on, tmp_path,
+                                                                             qtbot):
+    from app.store import ConversationStore
+    from engine.disk_cache import DiskBlockStore
+
+    store = ConversationStore.open(tmp_path / "chats.db")
+    cid = store.create_conversation("deleted just before the crash").id
+    store.delete(cid)
+    store.close()
+    blocks = DiskBlockStore(Path(os.environ["PAGODA_KV_CACHE_DIR"]), "ab" * 16, 1 << 20)
+    blocks.save([(bytes([1]) * 16, (1,), b"kv" * 100)])
+    blocks.record_tags({f"conversation-{cid}": [bytes([1]) * 16]})
+
+    window = window_on(tmp_path / "chats.db")
+
+    qtbot.waitUntil(lambda: not kv_files(), timeout=10_000)
+    with pytest.raises(ConversationNotFound):
+        window.db.store.get_conversation(cid)

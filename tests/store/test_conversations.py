@@ -78,6 +78,16 @@ def test_purge_removes_conversation_and_its_messages(store: ConversationStore) -
     assert store.search("hello") == []
 
 
+def test_deleted_conversations_are_listed_until_purged(store: ConversationStore) -> None:
+    first, _alive, second = (store.create_conversation(t) for t in ("first", "alive", "second"))
+    store.delete(second.id)
+    store.delete(first.id)
+    assert store.deleted_conversation_ids() == [first.id, second.id]
+    store.purge(first.id)
+    store.undo_delete(second.id)
+    assert store.deleted_conversation_ids() == []
+
+
 def test_purge_deleted_respects_age(store: ConversationStore) -> None:
     recent, alive = store.create_conversation("recent"), store.create_conversation("alive")
     store.delete(recent.id)
