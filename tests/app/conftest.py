@@ -114,3 +114,39 @@ def window_on(qtbot, qloop, run_async, tmp_path):
         if not window.isHidden():
             window.close()
         window.db.close()
+
+
+@pytest.fixture
+def make_disk_window(qloop, qtbot, tmp_path, run_async, default_model):
+    """make_disk_window() -> a restored MainWindow over a real engine (the default model) that
+    keeps its prefix cache on disk (in this test's PAGODA_KV_CACHE_DIR); closed after."""
+    from app.async_store import AsyncStore
+    from app.engine_host import EngineHost
+    from app.main_window import MainWindow
+    from app.store import ConversationStore
+    from engine import AsyncEngine
+    from engine.config import EngineConfig
+    from engine.llm_engine import LLMEngine
+
+    def factory(_model, config: EngineConfig, _on_progress):
+        config.num_kv_blocks, config.num_threads, config.num_speculative_tokens = 256, 1, 0
+        return AsyncEngine(engine=LLMEngine(config=config, loaded=default_model))
+
+    windows = []
+
+    def build():
+        window = MainWindow(AsyncStore(ConversationStore.open(tmp_path / "chats.db")),
+                            EngineHost(factory=factory))
+        windows.append(window)
+        qtbot.addWidget(window)
+        window.show()
+        run_async(window.restore_model_settings())
+        window.host.load(None)
+        qtbot.waitUntil(lambda: window.host.is_ready, timeout=60_000)
+        run_async(window.restore())
+        return window
+
+    yield build
+    for window in windows:
+        window.close()
+        window.db.close()

@@ -29,34 +29,11 @@ def listed_blocks(conversation_id: int) -> set[Path]:
 
 
 @pytest.fixture
-def window(qloop, qtbot, tmp_path, run_async, default_model, monkeypatch):
-    """A window over a real engine (the default model) keeping its prefix cache on disk, with an
-    Undo window of one second."""
-    from app.async_store import AsyncStore
-    from app.engine_host import EngineHost
-    from app.main_window import MainWindow
-    from app.store import ConversationStore
-    from engine import AsyncEngine
-    from engine.config import EngineConfig
-    from engine.llm_engine import LLMEngine
-
+def window(make_disk_window, monkeypatch):
+    """A window over a real engine keeping its prefix cache on disk, with an Undo window of one
+    second."""
     monkeypatch.setattr("app.main_window.UNDO_SECONDS", UNDO_S)
-
-    def factory(_model, config: EngineConfig, _on_progress):
-        config.num_kv_blocks, config.num_threads, config.num_speculative_tokens = 256, 1, 0
-        return AsyncEngine(engine=LLMEngine(config=config, loaded=default_model))
-
-    window = MainWindow(AsyncStore(ConversationStore.open(tmp_path / "chats.db")),
-                        EngineHost(factory=factory))
-    qtbot.addWidget(window)
-    window.show()
-    run_async(window.restore_model_settings())
-    window.host.load(None)
-    qtbot.waitUntil(lambda: window.host.is_ready, timeout=60_000)
-    run_async(window.restore())
-    yield window
-    window.close()
-    window.db.close()
+    return make_disk_window()
 
 
 def chat(window, qtbot, run_async, text: str) -> int:

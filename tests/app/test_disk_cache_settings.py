@@ -93,41 +93,18 @@ def test_sizes_read_as_people_write_them():
     assert format_bytes(3 * GIB // 2) == "1.5 GiB"
 
 
-def test_a_real_engine_saves_a_chats_blocks_and_clear_removes_them(qloop, qtbot, tmp_path,
-                                                                   run_async, default_model):
-    from app.async_store import AsyncStore
-    from app.engine_host import EngineHost
-    from app.main_window import MainWindow
-    from app.store import ConversationStore
-    from engine import AsyncEngine
-    from engine.config import EngineConfig
-    from engine.llm_engine import LLMEngine
+def test_a_real_engine_saves_a_chats_blocks_and_clear_removes_them(make_disk_window, qtbot,
+                                                                   run_async):
+    window = make_disk_window()
+    controller = window.current_controller()
+    run_async(controller.session.send("Tell me about lighthouses. " * 12))
+    qtbot.waitUntil(lambda: not controller.is_streaming, timeout=60_000)
+    qtbot.waitUntil(lambda: any(kv_folder().rglob("*.kv")), timeout=10_000)
 
-    def factory(_model, config: EngineConfig, _on_progress):
-        config.num_kv_blocks, config.num_threads, config.num_speculative_tokens = 256, 1, 0
-        return AsyncEngine(engine=LLMEngine(config=config, loaded=default_model))
-
-    window = MainWindow(AsyncStore(ConversationStore.open(tmp_path / "chats.db")),
-                        EngineHost(factory=factory))
-    qtbot.addWidget(window)
-    window.show()
-    try:
-        run_async(window.restore_model_settings())
-        window.host.load(None)
-        qtbot.waitUntil(lambda: window.host.is_ready, timeout=60_000)
-        run_async(window.restore())
-        controller = window.current_controller()
-        run_async(controller.session.send("Tell me about lighthouses. " * 12))
-        qtbot.waitUntil(lambda: not controller.is_streaming, timeout=60_000)
-        qtbot.waitUntil(lambda: any(kv_folder().rglob("*.kv")), timeout=10_000)
-
-        run_async(window.disk_cache.refresh_usage())
-        assert window.model_settings.disk_cache_usage.text() != "0 bytes on disk"
-        run_async(window.disk_cache.clear())
-        assert not list(kv_folder().rglob("*.kv"))
-    finally:
-        window.close()
-        window.db.close()
+    run_async(window.disk_cache.refresh_usage())
+    assert window.model_settings.disk_cache_usage.text() != "0 bytes on disk"
+    run_async(window.disk_cache.clear())
+    assert not list(kv_folder().rglob("*.kv"))
 
 
 def test_opening_the_settings_shows_what_is_on_disk_now(window_on, tmp_path, qtbot):

@@ -51,12 +51,19 @@ def history(n: int, start: int = 200) -> list[int]:
     return [start + (i * 7) % 300 for i in range(n)]
 
 
+def saved_by_a_first_engine(model: Path, disk: Path, prompt: list[int]):
+    """Answer `prompt` on an engine keeping its blocks in `disk`, then close it: its blocks are
+    written. Returns the final output."""
+    first = engine(model, disk)
+    out = generate(first, prompt)
+    first.close()
+    return out
+
+
 def test_a_new_engine_finds_the_blocks_the_last_one_saved_and_gives_the_same_tokens(tiny,
                                                                                      tmp_path):
     prompt = history(100)
-    first = engine(tiny, tmp_path)
-    generate(first, prompt)
-    first.close()
+    saved_by_a_first_engine(tiny, tmp_path, prompt)
 
     again = engine(tiny, tmp_path)
     longer = prompt + history(20, start=700)
@@ -71,9 +78,7 @@ def test_a_new_engine_finds_the_blocks_the_last_one_saved_and_gives_the_same_tok
 
 def test_the_reply_is_saved_too_so_the_next_turn_finds_it(tiny, tmp_path):
     prompt = history(40)
-    first = engine(tiny, tmp_path)
-    reply = generate(first, prompt).outputs[0].token_ids
-    first.close()
+    reply = saved_by_a_first_engine(tiny, tmp_path, prompt).outputs[0].token_ids
 
     turn = generate(engine(tiny, tmp_path), prompt + reply + history(20, start=900))
 
@@ -81,9 +86,7 @@ def test_the_reply_is_saved_too_so_the_next_turn_finds_it(tiny, tmp_path):
 
 
 def test_another_model_of_the_same_shape_finds_nothing(tiny, tiny_twin, tmp_path):
-    first = engine(tiny, tmp_path)
-    generate(first, history(100))
-    first.close()
+    saved_by_a_first_engine(tiny, tmp_path, history(100))
 
     twin = engine(tiny_twin, tmp_path)
     out = generate(twin, history(100))
@@ -93,9 +96,7 @@ def test_another_model_of_the_same_shape_finds_nothing(tiny, tiny_twin, tmp_path
 
 
 def test_other_engine_settings_find_nothing(tiny, tmp_path):
-    first = engine(tiny, tmp_path)
-    generate(first, history(100))
-    first.close()
+    saved_by_a_first_engine(tiny, tmp_path, history(100))
 
     quantized = engine(tiny, tmp_path, quantization="int8")
 
@@ -104,9 +105,7 @@ def test_other_engine_settings_find_nothing(tiny, tmp_path):
 
 def test_a_corrupt_block_is_recomputed_and_the_reply_is_the_same(tiny, tmp_path):
     prompt = history(100)
-    first = engine(tiny, tmp_path)
-    generate(first, prompt)
-    first.close()
+    saved_by_a_first_engine(tiny, tmp_path, prompt)
     files = sorted(tmp_path.rglob("*.kv"), key=lambda f: f.stat().st_mtime_ns)
     assert len(files) >= 6
     for file in files:  # every block: the first one read fails, and all after it are unused
@@ -167,9 +166,7 @@ def test_a_second_process_reuses_the_first_processes_blocks(tiny, tmp_path):
 
 def test_the_disk_is_left_alone_where_recomputing_is_faster_than_reading(tiny, tmp_path):
     prompt = history(100)
-    first = engine(tiny, tmp_path)
-    generate(first, prompt)
-    first.close()
+    saved_by_a_first_engine(tiny, tmp_path, prompt)
     eng = engine(tiny, tmp_path)
     eng.disk_cache.read_s_per_block = 1.0  # as on a fast GPU: a block reads slower than it computes
     eng.disk_cache.compute_s_per_token = 1e-6
@@ -181,9 +178,7 @@ def test_the_disk_is_left_alone_where_recomputing_is_faster_than_reading(tiny, t
 
 
 def test_the_engine_measures_reading_and_recomputing_as_it_runs(tiny, tmp_path):
-    first = engine(tiny, tmp_path)
-    generate(first, history(100))
-    first.close()
+    saved_by_a_first_engine(tiny, tmp_path, history(100))
     eng = engine(tiny, tmp_path)
 
     generate(eng, history(100))  # read from disk
