@@ -114,8 +114,8 @@ def write_cost(rounds: int, max_tokens: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--histories", type=int, nargs="+", default=[500, 2000, 6000])
-    parser.add_argument("--rounds", type=int, default=3, help="write-cost rounds, on and off")
-    parser.add_argument("--decode-tokens", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=6, help="write-cost rounds, on and off")
+    parser.add_argument("--decode-tokens", type=int, default=512)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--history", type=int, help=argparse.SUPPRESS)
