@@ -19,3 +19,27 @@ class EngineDeadError(PagodaError, RuntimeError):
 
 class InvalidTextError(PagodaError, ValueError):
     """Text handed to the engine is not valid Unicode (a lone surrogate)."""
+
+
+class HubUnreachableError(PagodaError, ConnectionError):
+    """The Hugging Face Hub cannot be reached: no network, or offline mode is on."""
+
+
+class HubAccessError(PagodaError, PermissionError):
+    """A gated or private repository refused us: no token, or one without access."""
+
+
+class HubNotFoundError(PagodaError, LookupError):
+    """A repository, revision or file named by the user does not exist on the Hub."""
+
+
+class NotEnoughDiskError(PagodaError, OSError):
+    """A download would not fit in the free space of its folder."""
+
+
+class ChecksumMismatchError(PagodaError):
+    """A downloaded file's SHA-256 differs from the one the Hub published; the file was deleted."""
+
+
+class DownloadCancelledError(PagodaError):
+    """A download was cancelled; its partial file is kept so the next try resumes it."""

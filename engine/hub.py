@@ -1,0 +1,183 @@
+"""Finding models on the Hugging Face Hub: search, a repository's files, where downloads go.
+
+Everything goes through huggingface_hub's own client. Nothing is contacted at import: the endpoint
+(HF_ENDPOINT) and offline mode (HF_HUB_OFFLINE) are read when a function is called, so a setting
+changed after start-up (or by a test) is honoured. Downloads are in engine/hub_download.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import httpx2
+import platformdirs
+from huggingface_hub import HfApi, constants
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HfHubHTTPError,
+    OfflineModeIsEnabled,
+    RemoteEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+
+from engine.errors import HubAccessError, HubNotFoundError, HubUnreachableError
+
+MODELS_DIR_ENV_VAR = "PAGODA_MODELS_DIR"
+# model_type tags of the safetensors repositories the engine loads (engine.loader's list).
+ENGINE_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
+# The usual balance of size and quality for a chat model; without it, the smallest 4-bit file.
+PREFERRED_QUANTIZATION = "Q4_K_M"
+# "Model-Q4_K_M.gguf", "model.q8_0.gguf", "Model-IQ4_XS-00001-of-00002.gguf", "model-f16.gguf".
+_QUANTIZATION = re.compile(r"(?:^|[.\-_])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32)(?=[.\-_]|$)",
+                           re.IGNORECASE)
+_SPLIT_PART = re.compile(r"-\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)
+_SEARCH_FIELDS = ["downloads", "likes", "gated", "tags"]
+
+
+@dataclass(slots=True)
+class HubModel:
+    """One search result."""
+
+    repo_id: str
+    downloads: int
+    likes: int
+    has_gguf: bool
+    has_safetensors: bool
+    gated: bool
+
+
+@dataclass(slots=True)
+class HubFile:
+    """One file of a repository. sha256 is the Hub's LFS checksum (None for small files kept in
+    git itself, which are checked by their git blob id instead)."""
+
+    filename: str
+    size: int
+    sha256: str | None
+    blob_id: str | None
+    quantization: str | None
+
+    @property
+    def is_gguf(self) -> bool:
+        return self.filename.lower().endswith(".gguf")
+
+
+def default_models_dir() -> Path:
+    """$PAGODA_MODELS_DIR, else a models folder in the user's data folder for Pagoda."""
+    override = os.environ.get(MODELS_DIR_ENV_VAR)
+    return Path(override) if override else Path(platformdirs.user_data_dir("pagoda")) / "models"
+
+
+def hub_endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT", constants.ENDPOINT).rstrip("/")
+
+
+def hub_api(token: str | None = None) -> HfApi:
+    """A client for the endpoint configured now; token None means huggingface_hub's own
+    (HF_TOKEN, or a saved `hf auth login`)."""
+    _refuse_when_offline()
+    return HfApi(endpoint=hub_endpoint(), token=token)
+
+
+def search_models(query: str, limit: int = 20, token: str | None = None) -> list[HubModel]:
+    """GGUF repositories and safetensors repositories of model types the engine runs whose
+    names match query, most downloaded first. With no network huggingface_hub retries a search
+    for about 20 s before HubUnreachableError: call it off the UI thread."""
+    api = hub_api(token)
+    with hub_errors(query):
+        gguf = list(api.list_models(search=query, filter="gguf", sort="downloads", limit=limit,
+                                    expand=_SEARCH_FIELDS))
+        safetensors = [m for m in api.list_models(search=query, filter="safetensors",
+                                                  sort="downloads", limit=limit,
+                                                  expand=_SEARCH_FIELDS)
+                       if ENGINE_MODEL_TYPES & set(m.tags or ())]
+    found = {m.id: _hub_model(m) for m in [*gguf, *safetensors]}
+    return sorted(found.values(), key=lambda m: m.downloads, reverse=True)[:limit]
+
+
+def _hub_model(info) -> HubModel:
+    tags = set(info.tags or ())
+    return HubModel(repo_id=info.id, downloads=info.downloads or 0, likes=info.likes or 0,
+                    has_gguf="gguf" in tags, has_safetensors="safetensors" in tags,
+                    gated=bool(info.gated))
+
+
+def list_model_files(repo_id: str, revision: str | None = None,
+                     token: str | None = None) -> list[HubFile]:
+    return repo_files(repo_id, revision, token)[1]
+
+
+def repo_files(repo_id: str, revision: str | None = None,
+               token: str | None = None) -> tuple[str, list[HubFile]]:
+    """The commit a revision names now, and its files with sizes and checksums."""
+    api = hub_api(token)
+    with hub_errors(repo_id):
+        info = api.model_info(repo_id, revision=revision, files_metadata=True)
+    files = [HubFile(filename=s.rfilename, size=s.size or 0,
+                     sha256=s.lfs.sha256 if s.lfs else None, blob_id=s.blob_id,
+                     quantization=quantization_of(s.rfilename))
+             for s in info.siblings or ()]
+    return info.sha, files
+
+
+def quantization_of(filename: str) -> str | None:
+    """The quantization a GGUF file's name states (Q4_K_M, Q8_0, F16...), upper case."""
+    name = PurePosixPath(filename).name
+    if not name.lower().endswith(".gguf"):
+        return None
+    found = _QUANTIZATION.findall(name[: -len(".gguf")])
+    return found[-1].upper() if found else None
+
+
+def recommended_file(files: list[HubFile]) -> HubFile | None:
+    """Which GGUF file to fetch when the user names none: Q4_K_M, else the smallest 4-bit file,
+    else the only GGUF file there is. Split files (-00001-of-00003) are never chosen: one part
+    alone does not load. None when the choice is the user's."""
+    ggufs = [f for f in files if f.is_gguf and not _SPLIT_PART.search(f.filename)]
+    preferred = [f for f in ggufs if f.quantization == PREFERRED_QUANTIZATION]
+    four_bit = [f for f in ggufs if (f.quantization or "").lstrip("I").startswith("Q4")]
+    for choice in (preferred, four_bit, ggufs if len(ggufs) == 1 else []):
+        if choice:
+            return min(choice, key=lambda f: f.size)
+    return None
+
+
+@contextlib.contextmanager
+def hub_errors(subject: str, filename: str | None = None,
+               token: str | None = None) -> Iterator[None]:
+    """huggingface_hub's and the network's errors as ours, with a sentence a user can act on."""
+    where = f"{filename} in {subject}" if filename else subject
+    try:
+        yield
+    except GatedRepoError as exc:
+        fix = ("your token has no access to it" if token else
+               "pass a token with access (--token or HF_TOKEN)")
+        raise HubAccessError(f"{subject} is gated: accept its terms at "
+                             f"{hub_endpoint()}/{subject}, then {fix}.") from exc
+    except RepositoryNotFoundError as exc:
+        raise HubNotFoundError(f"there is no model repository {subject} on the Hugging Face Hub "
+                               "(or it is private: pass a token with --token or HF_TOKEN).") from exc
+    except RevisionNotFoundError as exc:
+        raise HubNotFoundError(f"{subject} has no such revision.") from exc
+    except RemoteEntryNotFoundError as exc:
+        raise HubNotFoundError(f"there is no file {where}.") from exc
+    except (OfflineModeIsEnabled, httpx2.TransportError) as exc:
+        raise HubUnreachableError(
+            f"Cannot reach the Hugging Face Hub ({hub_endpoint()}): check the network "
+            "connection and try again.") from exc
+    except HfHubHTTPError as exc:
+        raise HubUnreachableError(f"the Hugging Face Hub refused the request for {where}: "
+                                  f"{exc}") from exc
+
+
+def _refuse_when_offline() -> None:
+    if os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"} \
+            or constants.is_offline_mode():
+        raise HubUnreachableError("Offline mode is on (HF_HUB_OFFLINE): Pagoda does not contact "
+                                  "the Hugging Face Hub. Unset it to search or download models.")

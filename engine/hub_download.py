@@ -1,0 +1,258 @@
+"""Downloading one model file from the Hugging Face Hub: disk space checked first, progress
+reported, resumable, and checked against the Hub's SHA-256 before it takes its final name.
+
+huggingface_hub's hf_hub_download resumes only within one call (a partial file is deleted when
+it fails), so the bytes go through its http_get into a partial file of ours that outlives a
+cancel, a crash or a lost connection: the next call asks the Hub for the rest (a Range request).
+The partial's name carries the checksum it must end with, so a file changed on the Hub since
+is started afresh rather than completed with another version's bytes.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import hashlib
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
+
+from huggingface_hub import hf_hub_url
+from huggingface_hub.file_download import http_get
+from huggingface_hub.utils import build_hf_headers
+from tqdm import tqdm
+
+from engine.errors import (
+    ChecksumMismatchError,
+    DownloadCancelledError,
+    HubNotFoundError,
+    HubUnreachableError,
+    NotEnoughDiskError,
+    PagodaError,
+)
+from engine.hub import HubFile, default_models_dir, hub_endpoint, hub_errors, repo_files
+
+logger = logging.getLogger(__name__)
+
+_REPORT_INTERVAL_S = 0.1
+_HASH_CHUNK = 1 << 20
+
+
+@dataclass(slots=True)
+class DownloadProgress:
+    """done counts the bytes on disk, resumed ones included; speed is over this call's bytes."""
+
+    done: int
+    total: int
+    speed: float
+    seconds_left: float | None
+
+
+ProgressCallback = Callable[[DownloadProgress], None]
+
+
+def download_model_file(repo_id: str, filename: str, dest_dir: str | Path | None = None,
+                        on_progress: ProgressCallback | None = None, token: str | None = None,
+                        cancel: threading.Event | None = None,
+                        revision: str | None = None) -> Path:
+    """Fetch filename of repo_id into dest_dir/<owner>/<repo>/ (default: default_models_dir())
+    and return its path. A file already there complete is returned as it is. Setting cancel
+    stops the download with DownloadCancelledError and keeps the partial file for the next call."""
+    commit, files = repo_files(repo_id, revision, token)
+    remote = _find(files, repo_id, filename)
+    target = model_file_path(dest_dir or default_models_dir(), repo_id, remote.filename)
+    if target.is_file() and target.stat().st_size == remote.size:
+        return target
+    partial = partial_path(target, remote)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_other_partials(target, partial)
+    have = _usable_partial_size(partial, remote.size)
+    check_disk_space(target.parent, remote.size - have, remote.filename)
+    _fetch(repo_id, commit, remote, partial, have, on_progress, token, cancel)
+    _verify(partial, remote, repo_id)
+    partial.replace(target)
+    logger.info("downloaded %s from %s to %s", remote.filename, repo_id, target)
+    return target
+
+
+def model_file_path(dest_dir: str | Path, repo_id: str, filename: str) -> Path:
+    parts = [*repo_id.split("/"), *PurePosixPath(filename).parts]
+    if any(part in ("", ".", "..") or part.startswith("/") for part in parts):
+        raise ValueError(f"{repo_id}/{filename} is not a path inside the models folder")
+    return Path(dest_dir, *parts)
+
+
+def partial_path(target: Path, remote: HubFile) -> Path:
+    checksum = remote.sha256 or remote.blob_id or "unchecked"
+    return target.with_name(f"{target.name}.{checksum[:12]}.incomplete")
+
+
+def free_bytes(folder: Path) -> int:
+    return shutil.disk_usage(folder).free
+
+
+def check_disk_space(folder: Path, needed: int, filename: str) -> None:
+    free = free_bytes(folder)
+    if free < needed:
+        raise NotEnoughDiskError(
+            f"{filename} needs {_gb(needed)} ({needed:,} bytes) in {folder}, but only "
+            f"{_gb(free)} ({free:,} bytes) are free: free some space or choose another folder.")
+
+
+def _gb(size: int) -> str:
+    return f"{size / 1e9:.2f} GB"
+
+
+def _find(files: list[HubFile], repo_id: str, filename: str) -> HubFile:
+    for file in files:
+        if file.filename == filename:
+            return file
+    ggufs = ", ".join(f.filename for f in files if f.is_gguf) or "none"
+    raise HubNotFoundError(f"there is no file {filename} in {repo_id} (its GGUF files: {ggufs}).")
+
+
+def _remove_other_partials(target: Path, partial: Path) -> None:
+    """Partial files of versions the Hub no longer serves under this name."""
+    for other in target.parent.glob(f"{glob.escape(target.name)}.*.incomplete"):
+        if other != partial:
+            other.unlink()
+
+
+def _usable_partial_size(partial: Path, size: int) -> int:
+    if not partial.is_file():
+        return 0
+    have = partial.stat().st_size
+    if have > size:  # not a prefix of this file: start again
+        partial.unlink()
+        return 0
+    return have
+
+
+def _fetch(repo_id: str, commit: str, remote: HubFile, partial: Path, have: int,
+           on_progress: ProgressCallback | None, token: str | None,
+           cancel: threading.Event | None) -> None:
+    if have:
+        logger.info("resuming %s at byte %d of %d", remote.filename, have, remote.size)
+    url = hf_hub_url(repo_id, remote.filename, revision=commit, endpoint=hub_endpoint())
+    try:
+        with hub_errors(repo_id, remote.filename, token), partial.open("ab") as file:
+            writer = _ProgressFile(file, remote.size, on_progress, cancel)
+            writer.check_cancel()
+            http_get(url, writer, resume_size=have, headers=build_hf_headers(token=token),
+                     expected_size=remote.size, displayed_filename=remote.filename,
+                     tqdm_class=_NoBar)
+            writer.report(final=True)
+    except HubUnreachableError as exc:
+        raise HubUnreachableError(f"{exc} The {partial.stat().st_size:,} bytes of "
+                                  f"{remote.filename} fetched so far are kept: the next "
+                                  "download resumes from there.") from exc
+    except PagodaError:
+        raise
+    except _Cancelled:
+        raise DownloadCancelledError(
+            f"the download of {remote.filename} was cancelled: {partial.stat().st_size:,} of "
+            f"{remote.size:,} bytes are kept in {partial}, and the next download resumes "
+            "from there.") from None
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise NotEnoughDiskError(f"the disk filled up while downloading {remote.filename} "
+                                     f"into {partial.parent}: free some space and download "
+                                     "it again to resume.") from exc
+        if exc.errno is None:  # http_get's size check: the body ended early
+            raise HubUnreachableError(f"the Hub stopped sending {remote.filename} before its "
+                                      "end: the next download resumes from there.") from exc
+        raise
+
+
+def _verify(partial: Path, remote: HubFile, repo_id: str) -> None:
+    if remote.sha256:
+        kind, expected, actual = "SHA-256", remote.sha256, _sha256(partial)
+    elif remote.blob_id:
+        kind, expected, actual = "git blob id", remote.blob_id, _git_blob_id(partial)
+    else:
+        logger.warning("the Hub published no checksum for %s in %s", remote.filename, repo_id)
+        return
+    if actual != expected:
+        partial.unlink()
+        raise ChecksumMismatchError(
+            f"{remote.filename} from {repo_id} arrived damaged: its {kind} is {actual}, the Hub "
+            f"published {expected}. The file was deleted; download it again.")
+
+
+def _sha256(path: Path) -> str:
+    return _hash_file(path, hashlib.sha256())
+
+
+def _git_blob_id(path: Path) -> str:
+    return _hash_file(path, hashlib.sha1(f"blob {path.stat().st_size}\0".encode()))
+
+
+def _hash_file(path: Path, digest) -> str:
+    with path.open("rb") as file:
+        while chunk := file.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class _Cancelled(Exception):
+    """Raised from inside http_get's loop; not one of the network errors it retries."""
+
+
+class _NoBar(tqdm):
+    """http_get draws a progress bar of its own unless given a class; ours are the callbacks."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, disable=True, **kwargs)
+
+
+class _ProgressFile:
+    """The partial file as http_get writes to it: reports progress, stops on cancel."""
+
+    def __init__(self, file: BinaryIO, total: int, on_progress: ProgressCallback | None,
+                 cancel: threading.Event | None) -> None:
+        self._file = file
+        self._total = total
+        self._on_progress = on_progress
+        self._cancel = cancel
+        self._first = file.tell()
+        self._started = time.monotonic()
+        self._reported = 0.0
+        self._reported_done: int | None = None
+
+    def write(self, chunk: bytes) -> int:
+        written = self._file.write(chunk)
+        self.report()
+        self.check_cancel()
+        return written
+
+    def check_cancel(self) -> None:
+        if self._cancel is not None and self._cancel.is_set():
+            raise _Cancelled
+
+    def report(self, final: bool = False) -> None:
+        now = time.monotonic()
+        if self._on_progress is None or (not final and now - self._reported < _REPORT_INTERVAL_S
+                                         and self._file.tell() < self._total):
+            return
+        done = self._file.tell()
+        if done == self._reported_done:
+            return
+        self._reported, self._reported_done = now, done
+        speed = max(done - self._first, 0) / max(now - self._started, 1e-6)
+        left = (self._total - done) / speed if speed > 0 else None
+        self._on_progress(DownloadProgress(done, self._total, speed, left))
+
+    # http_get rewinds when a server ignores the Range header and sends the whole file.
+    def tell(self) -> int:
+        return self._file.tell()
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._file.seek(offset, whence)
+
+    def truncate(self, size: int | None = None) -> int:
+        return self._file.truncate(size)

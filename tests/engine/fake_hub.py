@@ -1,0 +1,178 @@
+"""A fake Hugging Face Hub: the routes huggingface_hub 2.4.0 calls to search models
+(GET /api/models), describe a repository with its files' sizes and LFS checksums
+(GET /api/models/{repo}[/revision/{rev}]?blobs=True) and download a file
+(GET/HEAD /{repo}/resolve/{rev}/{file}, with Range requests and the headers its download code
+reads: ETag, X-Repo-Commit, Content-Length, X-Linked-Size, Accept-Ranges). Errors carry the
+X-Error-Code header its hf_raise_for_status turns into RepositoryNotFoundError, GatedRepoError
+and the rest. A test chooses faults: a connection dropped mid-file, a corrupted body.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+TOKEN = "hf_fake_token"
+_PIECE = 16 << 10
+_LFS_SUFFIXES = (".gguf", ".safetensors")
+
+
+@dataclass(slots=True)
+class FakeRepo:
+    repo_id: str
+    tags: list[str]
+    files: dict[str, bytes]
+    downloads: int = 0
+    likes: int = 0
+    gated: bool = False
+    sha: str = "c0ffee" * 6 + "0000"
+
+    def sibling(self, name: str) -> dict:
+        data = self.files[name]
+        entry = {"rfilename": name, "size": len(data), "blobId": git_blob_id(data)}
+        if name.endswith(_LFS_SUFFIXES):
+            entry["lfs"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                            "pointerSize": 134}
+        return entry
+
+    def summary(self) -> dict:
+        return {"id": self.repo_id, "downloads": self.downloads, "likes": self.likes,
+                "gated": "manual" if self.gated else False, "tags": self.tags}
+
+
+@dataclass(slots=True)
+class Fault:
+    drop_at: int | None = None  # the file's byte at which a download's connection drops
+    drops: int = 1  # how many downloads (retries included) drop there
+    corrupt: bool = False  # every file served with one byte changed
+
+
+@dataclass(slots=True)
+class Download:
+    method: str
+    filename: str
+    range: str | None
+    authorization: str | None
+
+
+class _Dropped(Exception):
+    """Raised in the body to make uvicorn cut the connection mid-file."""
+
+
+@dataclass(slots=True)
+class FakeHub:
+    repos: dict[str, FakeRepo] = field(default_factory=dict)
+    fault: Fault = field(default_factory=Fault)
+    requests: list[str] = field(default_factory=list)
+    downloads: list[Download] = field(default_factory=list)
+    url: str = ""
+
+    def add(self, repo: FakeRepo) -> None:
+        self.repos[repo.repo_id] = repo
+
+    def reset(self) -> None:
+        self.fault = Fault()
+        self.requests.clear()
+        self.downloads.clear()
+
+    def gets(self, filename: str) -> list[Download]:
+        return [d for d in self.downloads if d.method == "GET" and d.filename == filename]
+
+    def app(self) -> FastAPI:
+        app = FastAPI()
+        app.middleware("http")(self._record)
+        app.get("/api/models")(self._search)
+        app.get("/api/models/{owner}/{name}")(self._info)
+        app.get("/api/models/{owner}/{name}/revision/{revision}")(self._info)
+        app.api_route("/{owner}/{name}/resolve/{revision}/{filename:path}",
+                      methods=["GET", "HEAD"])(self._resolve)
+        return app
+
+    async def _record(self, request: Request, call_next):
+        self.requests.append(f"{request.method} {request.url.path}")
+        return await call_next(request)
+
+    def _search(self, request: Request) -> list[dict]:
+        query = request.query_params.get("search", "").lower()
+        tags = request.query_params.getlist("filter")
+        limit = int(request.query_params.get("limit", 1000))
+        found = [r for r in self.repos.values()
+                 if query in r.repo_id.lower() and all(t in r.tags for t in tags)]
+        found.sort(key=lambda r: r.downloads, reverse=True)
+        return [r.summary() for r in found[:limit]]
+
+    def _info(self, owner: str, name: str, revision: str = "main") -> Response:
+        repo = self.repos.get(f"{owner}/{name}")
+        if repo is None:
+            return _error(404, "RepoNotFound", "Repository not found")
+        if revision not in ("main", repo.sha):
+            return _error(404, "RevisionNotFound", "Invalid rev id")
+        info = repo.summary() | {"sha": repo.sha,
+                                 "siblings": [repo.sibling(n) for n in repo.files]}
+        return JSONResponse(info)
+
+    def _resolve(self, request: Request, owner: str, name: str, revision: str,
+                 filename: str) -> Response:
+        repo = self.repos.get(f"{owner}/{name}")
+        authorization = request.headers.get("authorization")
+        self.downloads.append(Download(request.method, filename, request.headers.get("range"),
+                                       authorization))
+        if repo is None:
+            return _error(404, "RepoNotFound", "Repository not found")
+        if repo.gated and authorization != f"Bearer {TOKEN}":
+            return _error(401, "GatedRepo", "Access to this model is restricted.")
+        if revision not in ("main", repo.sha):
+            return _error(404, "RevisionNotFound", "Invalid rev id")
+        if filename not in repo.files:
+            return _error(404, "EntryNotFound", f"{filename} does not exist")
+        data = self._served_bytes(repo.files[filename])
+        start = _range_start(request.headers.get("range"))
+        headers = {"ETag": f'"{repo.sibling(filename).get("lfs", {}).get("sha256", "x")}"',
+                   "X-Repo-Commit": repo.sha, "Accept-Ranges": "bytes",
+                   "X-Linked-Size": str(len(data)), "Content-Length": str(len(data) - start)}
+        status = 200
+        if start:
+            status = 206
+            headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
+        if request.method == "HEAD":
+            return Response(status_code=status, headers=headers)
+        return StreamingResponse(_pieces(data, start, self._drop_at()), status_code=status,
+                                 headers=headers, media_type="application/octet-stream")
+
+    def _drop_at(self) -> int | None:
+        if self.fault.drop_at is None or self.fault.drops <= 0:
+            return None
+        self.fault.drops -= 1
+        return self.fault.drop_at
+
+    def _served_bytes(self, data: bytes) -> bytes:
+        if not self.fault.corrupt:
+            return data
+        middle = len(data) // 2
+        return data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:]
+
+
+def git_blob_id(data: bytes) -> str:
+    return hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
+
+
+def _range_start(header: str | None) -> int:
+    match = re.fullmatch(r"bytes=(\d+)-", header or "")
+    return int(match.group(1)) if match else 0
+
+
+async def _pieces(data: bytes, start: int, drop_at: int | None):
+    for offset in range(start, len(data), _PIECE):
+        end = offset + _PIECE if drop_at is None else min(offset + _PIECE, drop_at)
+        if end <= offset:
+            raise _Dropped
+        yield data[offset:end]
+
+
+def _error(status: int, code: str, message: str) -> Response:
+    return JSONResponse({"error": message}, status_code=status,
+                        headers={"X-Error-Code": code, "X-Error-Message": message})
