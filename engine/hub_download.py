@@ -142,11 +142,12 @@ def _fetch(repo_id: str, commit: str, remote: HubFile, partial: Path, have: int,
     try:
         with hub_errors(repo_id, remote.filename, token), partial.open("ab") as file:
             writer = _ProgressFile(file, remote.size, on_progress, cancel)
+            writer.report(force=True)  # where it starts: 0, or the bytes a partial file holds
             writer.check_cancel()
             http_get(url, writer, resume_size=have, headers=build_hf_headers(token=token),
                      expected_size=remote.size, displayed_filename=remote.filename,
                      tqdm_class=_NoBar)
-            writer.report(final=True)
+            writer.report(force=True)
     except HubUnreachableError as exc:
         raise HubUnreachableError(f"{exc} The {partial.stat().st_size:,} bytes of "
                                   f"{remote.filename} fetched so far are kept: the next "
@@ -234,9 +235,9 @@ class _ProgressFile:
         if self._cancel is not None and self._cancel.is_set():
             raise _Cancelled
 
-    def report(self, final: bool = False) -> None:
+    def report(self, force: bool = False) -> None:
         now = time.monotonic()
-        if self._on_progress is None or (not final and now - self._reported < _REPORT_INTERVAL_S
+        if self._on_progress is None or (not force and now - self._reported < _REPORT_INTERVAL_S
                                          and self._file.tell() < self._total):
             return
         done = self._file.tell()

@@ -194,11 +194,13 @@ def range_start(header: str) -> int:
 
 
 def test_a_cancelled_download_keeps_its_partial_and_the_next_one_fetches_only_the_rest(
-        hub, gguf_bytes, tmp_path):
+        hub, gguf_bytes, tmp_path, monkeypatch):
+    monkeypatch.setattr("engine.hub_download._REPORT_INTERVAL_S", 0.0)  # every piece reported
     cancel = threading.Event()
 
     with pytest.raises(DownloadCancelledError, match="resumes"):
-        download_model_file(GGUF_REPO, Q8, on_progress=lambda p: cancel.set(), cancel=cancel)
+        download_model_file(GGUF_REPO, Q8, cancel=cancel,
+                            on_progress=lambda p: cancel.set() if p.done else None)
 
     partials = list((models_dir(tmp_path) / "pagoda-test" / "tiny-GGUF").glob("*.incomplete"))
     assert len(partials) == 1
