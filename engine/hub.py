@@ -29,15 +29,17 @@ from huggingface_hub.errors import (
 from engine.errors import HubAccessError, HubNotFoundError, HubUnreachableError
 
 MODELS_DIR_ENV_VAR = "PAGODA_MODELS_DIR"
-# model_type tags of the safetensors repositories the engine loads (engine.loader's list).
+# What the engine loads: engine.loader's model types and engine.gguf_loader's architectures,
+# repeated so that this module imports no torch (a test keeps the lists equal).
 ENGINE_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
+GGUF_ARCHITECTURES = frozenset({"llama", "qwen2", "qwen3"})
 # The usual balance of size and quality for a chat model; without it, the smallest 4-bit file.
 PREFERRED_QUANTIZATION = "Q4_K_M"
 # "Model-Q4_K_M.gguf", "model.q8_0.gguf", "Model-IQ4_XS-00001-of-00002.gguf", "model-f16.gguf".
 _QUANTIZATION = re.compile(r"(?:^|[.\-_])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32)(?=[.\-_]|$)",
                            re.IGNORECASE)
 _SPLIT_PART = re.compile(r"-\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)
-_SEARCH_FIELDS = ["downloads", "likes", "gated", "tags"]
+_SEARCH_FIELDS = ["downloads", "likes", "gated", "tags", "gguf"]
 
 
 @dataclass(slots=True)
@@ -50,6 +52,7 @@ class HubModel:
     has_gguf: bool
     has_safetensors: bool
     gated: bool
+    architecture: str | None  # the GGUF files' architecture, else the model_type tag
 
 
 @dataclass(slots=True)
@@ -86,13 +89,15 @@ def hub_api(token: str | None = None) -> HfApi:
 
 
 def search_models(query: str, limit: int = 20, token: str | None = None) -> list[HubModel]:
-    """GGUF repositories and safetensors repositories of model types the engine runs whose
-    names match query, most downloaded first. With no network huggingface_hub retries a search
+    """Repositories whose names match query and whose GGUF files or safetensors the engine
+    runs, most downloaded first (a GGUF repository whose architecture the Hub does not report
+    is kept). With no network huggingface_hub retries a search
     for about 20 s before HubUnreachableError: call it off the UI thread."""
     api = hub_api(token)
     with hub_errors(query):
-        gguf = list(api.list_models(search=query, filter="gguf", sort="downloads", limit=limit,
-                                    expand=_SEARCH_FIELDS))
+        gguf = [m for m in api.list_models(search=query, filter="gguf", sort="downloads",
+                                           limit=limit, expand=_SEARCH_FIELDS)
+                if _gguf_architecture(m) in GGUF_ARCHITECTURES | {None}]
         safetensors = [m for m in api.list_models(search=query, filter="safetensors",
                                                   sort="downloads", limit=limit,
                                                   expand=_SEARCH_FIELDS)
@@ -103,9 +108,15 @@ def search_models(query: str, limit: int = 20, token: str | None = None) -> list
 
 def _hub_model(info) -> HubModel:
     tags = set(info.tags or ())
+    model_types = sorted(ENGINE_MODEL_TYPES & tags)
     return HubModel(repo_id=info.id, downloads=info.downloads or 0, likes=info.likes or 0,
                     has_gguf="gguf" in tags, has_safetensors="safetensors" in tags,
-                    gated=bool(info.gated))
+                    gated=bool(info.gated),
+                    architecture=_gguf_architecture(info) or next(iter(model_types), None))
+
+
+def _gguf_architecture(info) -> str | None:
+    return (info.gguf or {}).get("architecture")
 
 
 def list_model_files(repo_id: str, revision: str | None = None,

@@ -29,6 +29,7 @@ class FakeRepo:
     downloads: int = 0
     likes: int = 0
     gated: bool = False
+    architecture: str | None = None  # what the Hub reads from a GGUF file's header
     sha: str = "c0ffee" * 6 + "0000"
 
     def sibling(self, name: str) -> dict:
@@ -40,8 +41,11 @@ class FakeRepo:
         return entry
 
     def summary(self) -> dict:
-        return {"id": self.repo_id, "downloads": self.downloads, "likes": self.likes,
-                "gated": "manual" if self.gated else False, "tags": self.tags}
+        summary = {"id": self.repo_id, "downloads": self.downloads, "likes": self.likes,
+                   "gated": "manual" if self.gated else False, "tags": self.tags}
+        if self.architecture:
+            summary["gguf"] = {"architecture": self.architecture, "total": 1}
+        return summary
 
 
 @dataclass(slots=True)

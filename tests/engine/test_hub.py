@@ -57,7 +57,9 @@ def gguf_bytes(tmp_path_factory) -> dict[str, bytes]:
 def fake_hub(gguf_bytes):
     hub = FakeHub()
     hub.add(FakeRepo(GGUF_REPO, ["gguf", "llama"], {**gguf_bytes, "README.md": b"# tiny\n"},
-                     downloads=500, likes=7))
+                     downloads=500, likes=7, architecture="llama"))
+    hub.add(FakeRepo("pagoda-test/tiny-gemma-GGUF", ["gguf"], {"g-Q4_K_M.gguf": b"GGUF"},
+                     downloads=800, architecture="gemma3"))
     hub.add(FakeRepo("pagoda-test/tiny-llama", ["safetensors", "llama", "text-generation"],
                      {"model.safetensors": b"\0" * 64, "config.json": b"{}"}, downloads=900))
     hub.add(FakeRepo("pagoda-test/tiny-bert", ["safetensors", "bert"],
@@ -105,7 +107,15 @@ def test_search_finds_gguf_and_engine_safetensors_repositories_most_downloaded_f
     llama, gguf, gated = found
     assert (llama.has_safetensors, llama.has_gguf, llama.downloads) == (True, False, 900)
     assert (gguf.has_gguf, gguf.likes, gguf.gated) == (True, 7, False)
+    assert (llama.architecture, gguf.architecture, gated.architecture) == ("llama",) * 3
     assert gated.gated
+
+
+def test_the_hub_module_lists_what_the_loaders_load():
+    from engine import gguf_loader, hub, loader
+
+    assert hub.ENGINE_MODEL_TYPES == loader.SUPPORTED_MODEL_TYPES
+    assert hub.GGUF_ARCHITECTURES == set(gguf_loader.SUPPORTED_ARCHITECTURES)
 
 
 def test_a_repository_lists_its_files_with_size_checksum_and_quantization(hub, gguf_bytes):
