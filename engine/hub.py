@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 
 import httpx2
 import platformdirs
-from huggingface_hub import HfApi, constants
+from huggingface_hub import HfApi, ModelInfo, constants
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
@@ -91,10 +91,10 @@ def hub_api(token: str | None = None) -> HfApi:
 def search_models(query: str, limit: int = 20, token: str | None = None) -> list[HubModel]:
     """Repositories whose names match query and whose GGUF files or safetensors the engine
     runs, most downloaded first (a GGUF repository whose architecture the Hub does not report
-    is kept). With no network huggingface_hub retries a search
-    for about 20 s before HubUnreachableError: call it off the UI thread."""
+    is kept). With no network huggingface_hub retries a search for about 20 s before
+    HubUnreachableError: call it off the UI thread."""
     api = hub_api(token)
-    with hub_errors(query):
+    with hub_errors(query, token=token):
         gguf = [m for m in api.list_models(search=query, filter="gguf", sort="downloads",
                                            limit=limit, expand=_SEARCH_FIELDS)
                 if _gguf_architecture(m) in GGUF_ARCHITECTURES | {None}]
@@ -106,7 +106,7 @@ def search_models(query: str, limit: int = 20, token: str | None = None) -> list
     return sorted(found.values(), key=lambda m: m.downloads, reverse=True)[:limit]
 
 
-def _hub_model(info) -> HubModel:
+def _hub_model(info: ModelInfo) -> HubModel:
     tags = set(info.tags or ())
     model_types = sorted(ENGINE_MODEL_TYPES & tags)
     return HubModel(repo_id=info.id, downloads=info.downloads or 0, likes=info.likes or 0,
@@ -115,7 +115,7 @@ def _hub_model(info) -> HubModel:
                     architecture=_gguf_architecture(info) or next(iter(model_types), None))
 
 
-def _gguf_architecture(info) -> str | None:
+def _gguf_architecture(info: ModelInfo) -> str | None:
     return (info.gguf or {}).get("architecture")
 
 
@@ -128,7 +128,7 @@ def repo_files(repo_id: str, revision: str | None = None,
                token: str | None = None) -> tuple[str, list[HubFile]]:
     """The commit a revision names now, and its files with sizes and checksums."""
     api = hub_api(token)
-    with hub_errors(repo_id):
+    with hub_errors(repo_id, token=token):
         info = api.model_info(repo_id, revision=revision, files_metadata=True)
     files = [HubFile(filename=s.rfilename, size=s.size or 0,
                      sha256=s.lfs.sha256 if s.lfs else None, blob_id=s.blob_id,
