@@ -1,4 +1,4 @@
-"""The engine's command line: `python -m engine chat` and `python -m engine generate`."""
+"""The engine's command line: `python -m engine chat`, `generate`, `serve` and `pull`."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from engine.async_engine import AsyncEngine
 from engine.chat_template import Message
 from engine.config import QUANTIZATIONS, EngineConfig
 from engine.errors import PagodaError, PromptTooLongError
+from engine.hub_command import add_pull_options, run_pull
 from engine.llm import LLM
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
@@ -78,6 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_options(serve)
     add_serve_options(serve)
     serve.set_defaults(run=run_serve)
+
+    pull = commands.add_parser("pull", help="download a model from the Hugging Face Hub",
+                               description="Download a GGUF file from a Hugging Face Hub "
+                                           "repository into the models folder, check it against "
+                                           "the Hub's SHA-256, and print its path. An interrupted "
+                                           "download resumes where it stopped.")
+    add_pull_options(pull)
+    pull.set_defaults(run=run_pull)
     return parser
 
 

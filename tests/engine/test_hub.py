@@ -330,3 +330,37 @@ def test_the_downloaded_gguf_loads_and_answers(hub):
         outputs += engine.step()
 
     assert len(outputs[-1].outputs[0].token_ids) == 4
+
+
+def test_pull_without_a_file_fetches_the_recommended_one(hub, gguf_bytes, tmp_path):
+    env = os.environ | hub_environment(hub.url, tmp_path)
+    dest = tmp_path / "pulled"
+
+    result = subprocess.run([sys.executable, "-m", "engine", "pull", GGUF_REPO, "--dest",
+                             str(dest)], cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=300, check=False)
+
+    assert result.returncode == 0, result.stderr
+    path = Path(result.stdout.strip().splitlines()[-1])
+    assert path == dest / "pagoda-test" / "tiny-GGUF" / Q4
+    assert path.read_bytes() == gguf_bytes[Q4]
+    assert f"* {Q4}" in result.stderr and f"  {Q8}" in result.stderr
+    assert "B/s" in result.stderr  # the progress line: bytes, speed, time left
+
+
+def test_pull_with_a_file_fetches_that_file(hub, gguf_bytes, tmp_path, capsys):
+    from engine.cli import main
+
+    assert main(["pull", GGUF_REPO, Q8]) == 0
+
+    path = Path(capsys.readouterr().out.strip())
+    assert path == models_dir(tmp_path) / "pagoda-test" / "tiny-GGUF" / Q8
+    assert path.read_bytes() == gguf_bytes[Q8]
+
+
+def test_pull_says_why_a_gated_repository_refused(hub, capsys):
+    from engine.cli import main
+
+    assert main(["pull", GATED_REPO, Q4]) == 2
+
+    assert "is gated" in capsys.readouterr().err
