@@ -76,3 +76,38 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+# -- a fake Hugging Face Hub for the app's model library (tests/engine/test_hub.py has its own) --
+
+LIBRARY_REPO = "pagoda-test/tiny-GGUF"
+LIBRARY_FILES = {"tiny-Q4_K_M.gguf": bytes(range(256)) * 1200,
+                 "tiny-Q8_0.gguf": bytes(range(255, -1, -1)) * 2000,
+                 "README.md": b"# tiny\n"}
+
+
+@pytest.fixture(scope="session")
+def _library_hub():
+    from engine.server.runner import ServerThread
+    from tests.engine.fake_hub import FakeHub, FakeRepo
+
+    hub = FakeHub()
+    hub.add(FakeRepo(LIBRARY_REPO, ["gguf", "llama"], dict(LIBRARY_FILES), downloads=500,
+                     architecture="llama"))
+    hub.add(FakeRepo("pagoda-test/tiny-llama", ["safetensors", "llama"],
+                     {"model.safetensors": b"\0" * 64, "config.json": b"{}"}, downloads=900))
+    server = ServerThread(hub.app()).start()
+    hub.url = server.url
+    yield hub
+    server.stop()
+
+
+@pytest.fixture
+def library_hub(_library_hub, monkeypatch, tmp_path):
+    """The fake Hub as huggingface_hub's endpoint (files read in 16 kB pieces, so a tiny file
+    shows progress); downloads go to tmp_path/models."""
+    from tests.engine.fake_hub import point_client_at
+
+    _library_hub.reset()
+    point_client_at(_library_hub.url, monkeypatch, tmp_path, 16 << 10)
+    return _library_hub

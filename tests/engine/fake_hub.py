@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -180,3 +181,27 @@ async def _pieces(data: bytes, start: int, drop_at: int | None):
 def _error(status: int, code: str, message: str) -> Response:
     return JSONResponse({"error": message}, status_code=status,
                         headers={"X-Error-Code": code, "X-Error-Message": message})
+
+
+def point_client_at(url: str, monkeypatch, tmp_path: Path, chunk: int) -> None:
+    """huggingface_hub's endpoint set to url (the environment and the constants it read at
+    import), no token or offline mode from outside, downloads into tmp_path/models, read in
+    pieces of chunk bytes so a tiny file shows progress."""
+    from huggingface_hub import constants
+
+    for name, value in hub_environment(url, tmp_path).items():
+        monkeypatch.setenv(name, value)
+    for name in ("HF_HUB_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    # hf_hub_url builds from the template, then swaps a prefix equal to ENDPOINT: keep both.
+    monkeypatch.setattr(constants, "ENDPOINT", url)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                        url + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", chunk)
+
+
+def hub_environment(url: str, tmp_path: Path) -> dict[str, str]:
+    return {"HF_ENDPOINT": url, "HF_HUB_DISABLE_XET": "1", "HF_HOME": str(tmp_path / "hf-home"),
+            "PAGODA_MODELS_DIR": str(tmp_path / "models")}

@@ -11,9 +11,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from fake_hub import TOKEN, FakeHub, FakeRepo
+from fake_hub import TOKEN, FakeHub, FakeRepo, hub_environment, point_client_at
 from gguf import GGMLQuantizationType as QType
-from huggingface_hub import constants
 from tiny_gguf import write_tiny_gguf
 
 from engine.errors import (
@@ -76,24 +75,8 @@ def fake_hub(gguf_bytes):
 def hub(fake_hub, monkeypatch, tmp_path) -> FakeHub:
     """The fake Hub as the client's endpoint, with no token and no offline mode from outside."""
     fake_hub.reset()
-    for name, value in hub_environment(fake_hub.url, tmp_path).items():
-        monkeypatch.setenv(name, value)
-    for name in ("HF_HUB_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    # huggingface_hub read these when it was imported; anything reading them sees the fake too
-    # (hf_hub_url builds from the template, then swaps a prefix equal to ENDPOINT: keep both).
-    monkeypatch.setattr(constants, "ENDPOINT", fake_hub.url)
-    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
-                        fake_hub.url + "/{repo_id}/resolve/{revision}/{filename}")
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
-    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
-    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", CHUNK)
+    point_client_at(fake_hub.url, monkeypatch, tmp_path, CHUNK)
     return fake_hub
-
-
-def hub_environment(url: str, tmp_path: Path) -> dict[str, str]:
-    return {"HF_ENDPOINT": url, "HF_HUB_DISABLE_XET": "1", "HF_HOME": str(tmp_path / "hf-home"),
-            "PAGODA_MODELS_DIR": str(tmp_path / "models")}
 
 
 def models_dir(tmp_path: Path) -> Path:

@@ -1,0 +1,317 @@
+"""Finding and fetching models from the Hugging Face Hub, without a window: a search, the files
+of the chosen repository, and a queue of downloads fetched one at a time. It tells a
+`LibraryView` what changed; the "Get models" dialog is one such view, the tests another.
+
+engine.hub imports huggingface_hub, which is not light: it is imported on this library's own
+worker threads, under ENGINE_IMPORT_LOCK, the first time the Hub is asked anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from app.engine_import import ENGINE_IMPORT_LOCK
+from app.tasks import TaskSet
+
+if TYPE_CHECKING:
+    from engine.hub import HubFile, HubModel
+    from engine.hub_download import DownloadProgress
+
+logger = logging.getLogger(__name__)
+
+QUEUED, DOWNLOADING, DONE, FAILED, CANCELLED = (
+    "queued", "downloading", "done", "failed", "cancelled")
+
+
+@dataclass(slots=True, frozen=True)
+class FileChoice:
+    """One file of a repository as the library offers it."""
+
+    filename: str
+    quantization: str | None
+    size: int
+    recommended: bool
+
+
+@dataclass(slots=True)
+class Download:
+    """One queued, running or ended download. path is set once it is done; error says, in
+    words, why it failed or what a cancel kept."""
+
+    id: int
+    repo_id: str
+    filename: str
+    state: str = QUEUED
+    done: int = 0
+    total: int = 0
+    speed: float = 0.0
+    seconds_left: float | None = None
+    path: Path | None = None
+    error: str = ""
+    cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in (QUEUED, DOWNLOADING)
+
+    @property
+    def progress_text(self) -> str:
+        if self.state == QUEUED:
+            return "Waiting for the download before it"
+        if self.state == DONE:
+            return f"Downloaded: {self.path}"
+        if self.state in (FAILED, CANCELLED):
+            return self.error
+        text = f"{format_size(self.done)} of {format_size(self.total)}"
+        if self.speed > 0:
+            text += f" · {format_size(int(self.speed))}/s"
+        if self.seconds_left is not None:
+            text += f" · {format_duration(self.seconds_left)} left"
+        return text
+
+
+class LibraryView(Protocol):
+    """What the library tells whoever shows it. Every method is called on the event loop."""
+
+    def show_busy(self, text: str) -> None: ...
+    def show_results(self, models: list[HubModel]) -> None: ...
+    def show_files(self, repo_id: str, files: list[FileChoice]) -> None: ...
+    def show_download(self, download: Download) -> None: ...
+    def show_status(self, text: str, error: bool = False) -> None: ...
+
+
+class NullLibraryView:
+    """Shows nothing; a view that cares about only some news subclasses it."""
+
+    def show_busy(self, text: str) -> None: ...
+    def show_results(self, models: list[HubModel]) -> None: ...
+    def show_files(self, repo_id: str, files: list[FileChoice]) -> None: ...
+    def show_download(self, download: Download) -> None: ...
+    def show_status(self, text: str, error: bool = False) -> None: ...
+
+
+class ModelLibrary:
+    """Search and file listings run on one worker thread, downloads on another, so a slow
+    search (about 20 s to fail offline) never holds up a download, nor the event loop. A newer
+    search or repository choice makes the answer to an older one be dropped."""
+
+    def __init__(self, dest_dir: Path | None = None) -> None:
+        self.dest_dir = dest_dir
+        self.downloads: list[Download] = []
+        self._views: list[LibraryView] = []
+        self._lookups = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagoda-hub")
+        self._fetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagoda-download")
+        self._tasks = TaskSet(self._failed)
+        self._asked = 0  # the latest search or file listing; older answers are dropped
+        self._running: Download | None = None
+        self._next_id = 1
+
+    def attach(self, view: LibraryView) -> None:
+        self._views.append(view)
+        for download in self.downloads:
+            view.show_download(download)
+
+    def detach(self, view: LibraryView) -> None:
+        if view in self._views:
+            self._views.remove(view)
+
+    # -- finding -------------------------------------------------------------------------------
+
+    def search(self, query: str) -> asyncio.Task:
+        query = query.strip()
+        return self._tasks.spawn(self._ask(f"Searching the Hugging Face Hub for {query!r}…",
+                                           _search, query, self._show_results))
+
+    def choose_repo(self, repo_id: str) -> asyncio.Task:
+        return self._tasks.spawn(self._ask(f"Listing the files of {repo_id}…", _list_files,
+                                           repo_id, lambda files: self._show_files(repo_id,
+                                                                                   files)))
+
+    async def _ask(self, busy: str, work, argument: str, show) -> None:
+        self._asked += 1
+        asked = self._asked
+        self._tell("show_busy", busy)
+        loop = asyncio.get_running_loop()
+        answer = await loop.run_in_executor(self._lookups, work, argument)
+        if asked != self._asked:
+            return
+        if isinstance(answer, str):
+            self._tell("show_status", answer, True)
+        else:
+            self._tell("show_status", "")
+            show(answer)
+
+    def _show_results(self, models: list[HubModel]) -> None:
+        self._tell("show_results", models)
+        if not models:
+            self._tell("show_status", "No model the engine can run matches that search.")
+
+    def _show_files(self, repo_id: str, files: list[FileChoice]) -> None:
+        self._tell("show_files", repo_id, files)
+
+    # -- fetching ------------------------------------------------------------------------------
+
+    def download(self, repo_id: str, filename: str) -> Download:
+        """Queue a file; it starts once the downloads before it have ended. A file already
+        queued or downloading is not queued twice."""
+        for download in self.downloads:
+            if download.is_active and (download.repo_id, download.filename) == (repo_id,
+                                                                                 filename):
+                return download
+        download = Download(self._next_id, repo_id, filename)
+        self._next_id += 1
+        self.downloads.append(download)
+        self._tell("show_download", download)
+        self._start_next()
+        return download
+
+    def cancel(self, download: Download) -> None:
+        """A queued download leaves the queue; a running one stops and keeps its partial file,
+        so downloading it again resumes."""
+        if download.state == QUEUED:
+            download.state, download.error = CANCELLED, "Cancelled before it started."
+            self._tell("show_download", download)
+        elif download.state == DOWNLOADING:
+            download.cancel.set()
+
+    async def wait_idle(self) -> None:
+        await self._tasks.wait_idle()
+
+    def finished_paths(self) -> list[Path]:
+        return [d.path for d in self.downloads if d.state == DONE and d.path is not None]
+
+    def _start_next(self) -> None:
+        if self._running is not None:
+            return
+        download = next((d for d in self.downloads if d.state == QUEUED), None)
+        if download is None:
+            return
+        self._running = download
+        download.state = DOWNLOADING
+        self._tell("show_download", download)
+        self._tasks.spawn(self._fetch(download))
+
+    async def _fetch(self, download: Download) -> None:
+        loop = asyncio.get_running_loop()
+
+        def on_progress(progress: DownloadProgress) -> None:  # on the download thread
+            loop.call_soon_threadsafe(self._progressed, download, progress)
+
+        try:
+            outcome = await loop.run_in_executor(self._fetcher, _download, download,
+                                                 self.dest_dir, on_progress)
+        finally:
+            self._running = None
+        if isinstance(outcome, Path):
+            download.state, download.path = DONE, outcome
+            download.done = download.total = outcome.stat().st_size
+            download.seconds_left = None
+        else:
+            cancelled, download.error = outcome
+            download.state = CANCELLED if cancelled else FAILED
+        self._tell("show_download", download)
+        self._start_next()
+
+    def _progressed(self, download: Download, progress: DownloadProgress) -> None:
+        if download.state != DOWNLOADING:
+            return
+        download.done, download.total = progress.done, progress.total
+        download.speed, download.seconds_left = progress.speed, progress.seconds_left
+        self._tell("show_download", download)
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _tell(self, method: str, *args) -> None:
+        for view in list(self._views):
+            getattr(view, method)(*args)
+
+    def _failed(self, error: BaseException) -> None:
+        logger.error("the model library failed", exc_info=error)
+        self._tell("show_status", f"Something went wrong: {error}", True)
+
+    def close(self) -> None:
+        """Stops a running download (its partial file is kept) and drops the queue."""
+        for download in self.downloads:
+            download.cancel.set()
+        self._views.clear()
+        self._lookups.shutdown(wait=False, cancel_futures=True)
+        self._fetcher.shutdown(wait=False, cancel_futures=True)
+
+
+def format_size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    if seconds >= 60:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds} s"
+
+
+# -- on the worker threads: the only places that import engine.hub -----------------------------
+
+def _hub():
+    with ENGINE_IMPORT_LOCK:
+        import engine.hub
+        import engine.hub_download
+    return engine.hub, engine.hub_download
+
+
+def _search(query: str) -> list[HubModel] | str:
+    hub, _ = _hub()
+    from engine.errors import PagodaError
+
+    try:
+        return hub.search_models(query)
+    except PagodaError as error:
+        return _sentence(error)
+
+
+def _list_files(repo_id: str) -> list[FileChoice] | str:
+    hub, _ = _hub()
+    from engine.errors import PagodaError
+
+    try:
+        files = hub.list_model_files(repo_id)
+    except PagodaError as error:
+        return _sentence(error)
+    return file_choices(files, hub.recommended_file(files))
+
+
+def file_choices(files: list[HubFile], recommended: HubFile | None) -> list[FileChoice]:
+    """The model files of a repository (GGUF files and safetensors), the recommended first."""
+    models = [f for f in files if f.is_gguf or f.filename.endswith(".safetensors")]
+    models.sort(key=lambda f: (f is not recommended, f.filename))
+    return [FileChoice(f.filename, f.quantization, f.size, f is recommended) for f in models]
+
+
+def _download(download: Download, dest_dir: Path | None,
+              on_progress) -> Path | tuple[bool, str]:
+    _, hub_download = _hub()
+    from engine.errors import DownloadCancelledError, PagodaError
+
+    try:
+        return hub_download.download_model_file(download.repo_id, download.filename, dest_dir,
+                                                on_progress=on_progress,
+                                                cancel=download.cancel)
+    except DownloadCancelledError as error:
+        return True, _sentence(error)
+    except PagodaError as error:
+        return False, _sentence(error)
+
+
+def _sentence(error: Exception) -> str:
+    text = str(error)
+    return text[:1].upper() + text[1:]

@@ -1,0 +1,184 @@
+"""The model library without a window, against a fake Hub on 127.0.0.1: what a user searching,
+choosing a file, and downloading it sees."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from app.model_library import (
+    CANCELLED,
+    DONE,
+    DOWNLOADING,
+    FAILED,
+    QUEUED,
+    Download,
+    FileChoice,
+    ModelLibrary,
+    NullLibraryView,
+)
+from tests.conftest import LIBRARY_FILES, LIBRARY_REPO
+
+Q4, Q8 = "tiny-Q4_K_M.gguf", "tiny-Q8_0.gguf"
+
+
+class RecordingView(NullLibraryView):
+    def __init__(self) -> None:
+        self.results: list = []
+        self.files: dict[str, list[FileChoice]] = {}
+        self.updates: list[tuple[int, str, int]] = []
+        self.statuses: list[tuple[str, bool]] = []
+        self.busy: list[str] = []
+
+    def show_busy(self, text: str) -> None:
+        self.busy.append(text)
+
+    def show_results(self, models) -> None:
+        self.results = models
+
+    def show_files(self, repo_id: str, files: list[FileChoice]) -> None:
+        self.files[repo_id] = files
+
+    def show_download(self, download: Download) -> None:
+        self.updates.append((download.id, download.state, download.done))
+
+    def show_status(self, text: str, error: bool = False) -> None:
+        self.statuses.append((text, error))
+
+
+@pytest.fixture
+def library(library_hub, tmp_path):
+    library = ModelLibrary(tmp_path / "models")
+    yield library
+    library.close()
+
+
+@pytest.fixture
+def view(library) -> RecordingView:
+    view = RecordingView()
+    library.attach(view)
+    return view
+
+
+@pytest.fixture
+def slow_pieces(monkeypatch):
+    """Every piece reported, and written slowly enough for a cancel to land mid-file."""
+    from engine.hub_download import _ProgressFile
+
+    write = _ProgressFile.write
+    monkeypatch.setattr("engine.hub_download._REPORT_INTERVAL_S", 0.0)
+    monkeypatch.setattr(_ProgressFile, "write",
+                        lambda self, chunk: (time.sleep(0.02), write(self, chunk))[1])
+
+
+async def test_a_search_shows_the_repositories_the_engine_runs_most_downloaded_first(library,
+                                                                                   view):
+    await library.search("tiny")
+
+    assert [m.repo_id for m in view.results] == ["pagoda-test/tiny-llama", LIBRARY_REPO]
+    assert view.busy == ["Searching the Hugging Face Hub for 'tiny'…"]
+    assert view.statuses[-1] == ("", False)
+
+
+async def test_a_search_that_finds_nothing_says_so(library, view):
+    await library.search("no-such-model")
+
+    assert view.results == []
+    assert "No model" in view.statuses[-1][0]
+
+
+async def test_a_repository_lists_its_model_files_with_size_and_quantization_recommended_first(
+        library, view):
+    await library.choose_repo(LIBRARY_REPO)
+
+    assert view.files[LIBRARY_REPO] == [
+        FileChoice(Q4, "Q4_K_M", len(LIBRARY_FILES[Q4]), recommended=True),
+        FileChoice(Q8, "Q8_0", len(LIBRARY_FILES[Q8]), recommended=False)]
+
+
+async def test_an_unknown_repository_is_explained_in_words(library, view):
+    await library.choose_repo("pagoda-test/nothing-here")
+
+    text, error = view.statuses[-1]
+    assert error and "There is no model repository pagoda-test/nothing-here" in text
+
+
+async def test_offline_mode_is_said_plainly(library, view, monkeypatch, library_hub):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    await library.search("tiny")
+
+    text, error = view.statuses[-1]
+    assert error and text.startswith("Offline mode is on")
+    assert library_hub.requests == []
+
+
+async def test_a_download_reports_progress_and_ends_with_its_path(library, view, slow_pieces,
+                                                                  tmp_path):
+    download = library.download(LIBRARY_REPO, Q4)
+    await library.wait_idle()
+
+    assert download.state == DONE
+    assert download.path == tmp_path / "models" / "pagoda-test" / "tiny-GGUF" / Q4
+    assert download.path.read_bytes() == LIBRARY_FILES[Q4]
+    assert library.finished_paths() == [download.path]
+    progress = [done for _id, state, done in view.updates if state == DOWNLOADING]
+    assert progress[0] == 0 and len(progress) > 3 and progress == sorted(progress)
+    assert view.updates[-1] == (download.id, DONE, len(LIBRARY_FILES[Q4]))
+    assert "Downloaded" in download.progress_text
+
+
+async def test_downloads_run_one_at_a_time_in_the_order_queued(library, view, library_hub):
+    first = library.download(LIBRARY_REPO, Q4)
+    second = library.download(LIBRARY_REPO, Q8)
+
+    assert (first.state, second.state) == (DOWNLOADING, QUEUED)
+    assert library.download(LIBRARY_REPO, Q8) is second  # not queued twice
+    await library.wait_idle()
+
+    assert (first.state, second.state) == (DONE, DONE)
+    assert [d.filename for d in library_hub.downloads if d.method == "GET"] == [Q4, Q8]
+
+
+async def test_a_queued_download_cancelled_never_starts(library, view, library_hub):
+    library.download(LIBRARY_REPO, Q4)
+    second = library.download(LIBRARY_REPO, Q8)
+
+    library.cancel(second)
+    await library.wait_idle()
+
+    assert second.state == CANCELLED
+    assert library_hub.gets(Q8) == []
+
+
+async def test_a_cancelled_download_keeps_its_partial_and_the_next_one_resumes(
+        library, view, library_hub, slow_pieces):
+    class CancelMidFile(RecordingView):
+        def show_download(self, download: Download) -> None:
+            if download.state == DOWNLOADING and download.done > 0:
+                library.cancel(download)
+
+    library.attach(CancelMidFile())
+    download = library.download(LIBRARY_REPO, Q8)
+    await library.wait_idle()
+
+    assert download.state == CANCELLED
+    assert "resumes" in download.error and download.error in download.progress_text
+    assert 0 < download.done < len(LIBRARY_FILES[Q8])
+
+    library.detach(library._views[-1])
+    again = library.download(LIBRARY_REPO, Q8)
+    await library.wait_idle()
+
+    assert again.state == DONE and again.path.read_bytes() == LIBRARY_FILES[Q8]
+    assert library_hub.gets(Q8)[-1].range.startswith("bytes=")
+
+
+async def test_a_damaged_download_fails_and_says_why_in_words(library, view, library_hub):
+    library_hub.fault.corrupt = True
+    failed = library.download(LIBRARY_REPO, Q4)
+    await library.wait_idle()
+
+    assert failed.state == FAILED
+    assert "arrived damaged" in failed.error and failed.error[0].isupper()
