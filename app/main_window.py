@@ -44,11 +44,13 @@ from app.model_choices import (
     ModelLoadError,
     model_source_from_selection,
 )
+from app.model_library import DONE, Download, ModelLibrary, NullLibraryView
 from app.open_chats import OpenChats
 from app.server_controller import LocalServerController
 from app.store import SearchHit
 from app.theme import THEMES, apply_theme
 from app.widgets.appearance_settings import AppearancePanel
+from app.widgets.model_library_dialog import ModelLibraryDialog
 from app.widgets.model_settings import ModelSettingsPanel
 from app.widgets.server_settings import LocalServerPanel
 from app.widgets.settings_panel import SettingsPanel
@@ -69,6 +71,7 @@ SHORTCUTS = {
 }
 # Item data of the picker's last entry; a model's entry holds its path ("" for the default).
 OPEN_MODEL_ITEM = "open-model-file"
+GET_MODELS_ITEM = "get-models"
 ADD_SERVER_ITEM = "add-server"
 REMOVE_SERVER_ITEM = "remove-server"
 SERVER_ITEM_PREFIX = "server:"  # + a saved connection's id
@@ -104,6 +107,9 @@ class MainWindow(QMainWindow):
         self.server_panel = LocalServerPanel(self)
         self.appearance_panel = AppearancePanel(self)
         self.model_choices = ModelChoices(host.engine_config)
+        self.model_library = ModelLibrary()
+        self.model_library.attach(_DownloadsInPicker(self))
+        self._library_dialog: ModelLibraryDialog | None = None
         self._describing: asyncio.Task | None = None
         self._picker_choices: list[ModelChoice] = []
         self.status = EngineStatusBar(self)
@@ -443,6 +449,8 @@ class MainWindow(QMainWindow):
         data = self.model_picker.itemData(index) or ""
         if data == OPEN_MODEL_ITEM:
             self.open_model_dialog()
+        elif data == GET_MODELS_ITEM:
+            self.open_model_library()
         elif data == ADD_SERVER_ITEM:
             self.open_add_server_dialog()
         elif data == REMOVE_SERVER_ITEM:
@@ -528,6 +536,20 @@ class MainWindow(QMainWindow):
         dialog.open()
         return dialog
 
+    def open_model_library(self) -> ModelLibraryDialog:
+        """Non-blocking; one dialog, shown again if open. Its downloads go on when it closes."""
+        if self._library_dialog is None:
+            self._library_dialog = ModelLibraryDialog(
+                self.model_library, lambda path: self.load_model(str(path)), self)
+            self._library_dialog.finished.connect(self._library_closed)
+        self._library_dialog.show()
+        self._library_dialog.raise_()
+        return self._library_dialog
+
+    def _library_closed(self, _result: int) -> None:
+        self._library_dialog.deleteLater()
+        self._library_dialog = None
+
     def open_model_file(self, selected: str) -> None:
         try:
             source = model_source_from_selection(selected)
@@ -546,8 +568,12 @@ class MainWindow(QMainWindow):
         self._describing = self.spawn(self._describe_models(sources, quantization))
 
     def _picker_sources(self) -> list[str | None]:
-        """The bundled model, and the running one when it is another."""
-        return [None] if self.host.model_path is None else [None, self.host.model_path]
+        """The bundled model, the running one when it is another, and this run's downloads."""
+        sources: list[str | None] = [None]
+        for path in [self.host.model_path, *map(str, self.model_library.finished_paths())]:
+            if path is not None and path not in sources:
+                sources.append(path)
+        return sources
 
     async def _describe_models(self, sources: list[str | None], quantization: str) -> None:
         self._render_model_picker(
@@ -571,6 +597,8 @@ class MainWindow(QMainWindow):
         picker.insertSeparator(picker.count())
         self._add_picker_item("Open model file…", OPEN_MODEL_ITEM,
                               "A .gguf file, or a Hugging Face model folder")
+        self._add_picker_item("Get models…", GET_MODELS_ITEM,
+                              "Search the Hugging Face Hub and download GGUF models")
         self._add_picker_item("Add a server…", ADD_SERVER_ITEM,
                               "An OpenAI-compatible server: vLLM, SGLang, llama.cpp, Ollama, "
                               "or another Pagoda")
@@ -716,6 +744,7 @@ class MainWindow(QMainWindow):
         if self._describing is not None:
             self._describing.cancel()
         self.model_choices.close()
+        self.model_library.close()  # a running download keeps its partial file for next time
         event.accept()
         self.closed.emit()
 
@@ -724,6 +753,17 @@ class MainWindow(QMainWindow):
             QMessageBox.Icon.Warning, "The chat database was damaged",
             f"Pagoda could not read its database, so it started a fresh one. The damaged file "
             f"was kept, untouched, at:\n{moved_to}", object_name="recoveredDialog")
+
+
+class _DownloadsInPicker(NullLibraryView):
+    """A finished download joins the model picker."""
+
+    def __init__(self, window: MainWindow) -> None:
+        self._window = window
+
+    def show_download(self, download: Download) -> None:
+        if download.state == DONE:
+            self._window.refresh_model_picker()
 
 
 def _elide(title: str, limit: int = 28) -> str:

@@ -111,6 +111,7 @@ class ModelLibrary:
         self._asked = 0  # the latest search or file listing; older answers are dropped
         self._running: Download | None = None
         self._next_id = 1
+        self._closed = False
 
     def attach(self, view: LibraryView) -> None:
         self._views.append(view)
@@ -187,7 +188,7 @@ class ModelLibrary:
         return [d.path for d in self.downloads if d.state == DONE and d.path is not None]
 
     def _start_next(self) -> None:
-        if self._running is not None:
+        if self._running is not None or self._closed:
             return
         download = next((d for d in self.downloads if d.state == QUEUED), None)
         if download is None:
@@ -195,17 +196,21 @@ class ModelLibrary:
         self._running = download
         download.state = DOWNLOADING
         self._tell("show_download", download)
-        self._tasks.spawn(self._fetch(download))
-
-    async def _fetch(self, download: Download) -> None:
         loop = asyncio.get_running_loop()
 
         def on_progress(progress: DownloadProgress) -> None:  # on the download thread
             loop.call_soon_threadsafe(self._progressed, download, progress)
 
+        # Submitted now, so that close() cancels it whether or not it has started.
+        fetched = loop.run_in_executor(self._fetcher, _download, download, self.dest_dir,
+                                       on_progress)
+        self._tasks.spawn(self._fetched(download, fetched))
+
+    async def _fetched(self, download: Download, fetched: asyncio.Future) -> None:
         try:
-            outcome = await loop.run_in_executor(self._fetcher, _download, download,
-                                                 self.dest_dir, on_progress)
+            outcome = await fetched
+        except asyncio.CancelledError:  # close() shut the thread down before it began
+            outcome = (True, "Stopped when Pagoda closed: download it again to resume.")
         finally:
             self._running = None
         if isinstance(outcome, Path):
@@ -237,6 +242,7 @@ class ModelLibrary:
 
     def close(self) -> None:
         """Stops a running download (its partial file is kept) and drops the queue."""
+        self._closed = True
         for download in self.downloads:
             download.cancel.set()
         self._views.clear()
@@ -291,8 +297,9 @@ def _list_files(repo_id: str) -> list[FileChoice] | str:
 
 
 def file_choices(files: list[HubFile], recommended: HubFile | None) -> list[FileChoice]:
-    """The model files of a repository (GGUF files and safetensors), the recommended first."""
-    models = [f for f in files if f.is_gguf or f.filename.endswith(".safetensors")]
+    """The GGUF files of a repository, the recommended first. (A safetensors model is a
+    folder of files: fetching one file of it gives nothing that loads.)"""
+    models = [f for f in files if f.is_gguf]
     models.sort(key=lambda f: (f is not recommended, f.filename))
     return [FileChoice(f.filename, f.quantization, f.size, f is recommended) for f in models]
 

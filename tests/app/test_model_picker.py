@@ -97,7 +97,8 @@ def test_picker_shows_format_quantization_and_memory(picker_window, qtbot):
     window, _ = picker_window()
     _wait_described(qtbot, window)
     assert _items(window) == ["SmolLM2-135M-Instruct (bundled) · GGUF · Q4_1 · 128 MiB",
-                              "", "Open model file…", "Add a server…"]
+                              "", "Open model file…", "Get models…",
+                              "Add a server…"]
     tooltip = window.model_picker.itemData(0, Qt.ItemDataRole.ToolTipRole)
     assert "135M parameters" in tooltip and str(default_model_file()) in tooltip
 

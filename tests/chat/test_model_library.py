@@ -182,3 +182,15 @@ async def test_a_damaged_download_fails_and_says_why_in_words(library, view, lib
 
     assert failed.state == FAILED
     assert "arrived damaged" in failed.error and failed.error[0].isupper()
+
+
+async def test_closing_stops_the_running_download_and_starts_no_other(library, view,
+                                                                       library_hub, slow_pieces):
+    first = library.download(LIBRARY_REPO, Q4)
+    second = library.download(LIBRARY_REPO, Q8)
+
+    library.close()
+    await library.wait_idle()
+
+    assert first.state == CANCELLED and second.state == QUEUED
+    assert library_hub.gets(Q8) == []

@@ -1,0 +1,185 @@
+"""The "Get models" dialog: a view of app.model_library's ModelLibrary. It renders the search
+results, the chosen repository's files and the downloads, and forwards what the user does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QDialog,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.model_library import DONE, DOWNLOADING, Download, FileChoice, ModelLibrary, format_size
+
+_PROGRESS_STEPS = 1000  # a bar's range; byte counts overflow a QProgressBar's int
+
+
+class DownloadRow(QWidget):
+    """One download: its name, a progress bar with bytes, speed and time left, Cancel, and Load
+    once it is done."""
+
+    def __init__(self, download: Download, library: ModelLibrary,
+                 on_load: Callable[[Path], None], parent: QWidget) -> None:
+        super().__init__(parent, objectName="downloadRow")
+        self.download = download
+        self.name = QLabel(f"{download.repo_id} · {download.filename}", self)
+        self.bar = QProgressBar(self, objectName="downloadProgress", maximum=_PROGRESS_STEPS,
+                                textVisible=False)
+        self.detail = QLabel(self, objectName="downloadDetail", wordWrap=True)
+        self.cancel_button = QPushButton("Cancel", self, objectName="cancelDownloadButton")
+        self.load_button = QPushButton("Load", self, objectName="loadDownloadButton")
+        self.cancel_button.clicked.connect(lambda: library.cancel(self.download))
+        self.load_button.clicked.connect(lambda: on_load(self.download.path))
+        top = QHBoxLayout()
+        top.addWidget(self.name, 1)
+        top.addWidget(self.cancel_button)
+        top.addWidget(self.load_button)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(self.bar)
+        layout.addWidget(self.detail)
+        self.render()
+
+    def render(self) -> None:
+        download = self.download
+        if download.total:
+            self.bar.setValue(int(_PROGRESS_STEPS * download.done / download.total))
+        self.bar.setVisible(download.state in (DOWNLOADING, DONE))
+        self.detail.setText(download.progress_text)
+        self.cancel_button.setVisible(download.is_active)
+        self.load_button.setVisible(download.state == DONE)
+
+
+class ModelLibraryDialog(QDialog):
+    """Non-modal; closing it does not stop the downloads, which the window's library keeps."""
+
+    def __init__(self, library: ModelLibrary, on_load: Callable[[Path], None],
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent, objectName="modelLibraryDialog")
+        self.setWindowTitle("Get models from the Hugging Face Hub")
+        self.resize(760, 640)
+        self.library = library
+        self._on_load = on_load
+        self._repo_id: str | None = None
+        self._rows: dict[int, DownloadRow] = {}
+        self.query = QLineEdit(self, objectName="hubSearch",
+                               placeholderText="Search models, e.g. Qwen2.5 GGUF")
+        self.search_button = QPushButton("Search", self, objectName="hubSearchButton")
+        self.results = QListWidget(self, objectName="hubResults")
+        self.files = QTreeWidget(self, objectName="hubFiles")
+        self.files.setHeaderLabels(["File", "Quantization", "Size", ""])
+        self.files.setRootIsDecorated(False)
+        self.download_button = QPushButton("Download", self, objectName="downloadButton",
+                                           enabled=False)
+        self.status_line = QLabel(self, objectName="hubStatus", wordWrap=True)
+        self._downloads = QWidget(self)
+        self._downloads_layout = QVBoxLayout(self._downloads)
+        self._downloads_layout.addStretch(1)
+        self._build()
+        self._connect()
+        library.attach(self)
+
+    def _build(self) -> None:
+        search = QHBoxLayout()
+        search.addWidget(self.query, 1)
+        search.addWidget(self.search_button)
+        lists = QHBoxLayout()
+        lists.addWidget(self.results, 2)
+        lists.addWidget(self.files, 3)
+        scroll = QScrollArea(self, widgetResizable=True)
+        scroll.setWidget(self._downloads)
+        layout = QVBoxLayout(self)
+        layout.addLayout(search)
+        layout.addWidget(self.status_line)
+        layout.addLayout(lists, 3)
+        layout.addWidget(self.download_button, 0, Qt.AlignmentFlag.AlignRight)
+        layout.addWidget(QLabel("Downloads", self))
+        layout.addWidget(scroll, 2)
+
+    def _connect(self) -> None:
+        self.query.returnPressed.connect(self._search)
+        self.search_button.clicked.connect(self._search)
+        self.results.currentItemChanged.connect(self._repo_chosen)
+        self.files.currentItemChanged.connect(
+            lambda item, _old: self.download_button.setEnabled(item is not None))
+        self.download_button.clicked.connect(self._download_chosen)
+        self.finished.connect(lambda _result: self.library.detach(self))
+
+    # -- input ---------------------------------------------------------------------------------
+
+    def _search(self) -> None:
+        if self.query.text().strip():
+            self.library.search(self.query.text())
+
+    def _repo_chosen(self, item: QListWidgetItem | None, _old) -> None:
+        self.files.clear()
+        self.download_button.setEnabled(False)
+        if item is not None:
+            self._repo_id = item.data(Qt.ItemDataRole.UserRole)
+            self.library.choose_repo(self._repo_id)
+
+    def _download_chosen(self) -> None:
+        item = self.files.currentItem()
+        if item is not None and self._repo_id is not None:
+            self.library.download(self._repo_id, item.data(0, Qt.ItemDataRole.UserRole))
+
+    # -- LibraryView ---------------------------------------------------------------------------
+
+    def show_busy(self, text: str) -> None:
+        self.status_line.setText(text)
+
+    def show_status(self, text: str, error: bool = False) -> None:
+        self.status_line.setText(text)
+        self.status_line.setProperty("error", error)
+        self.status_line.setStyleSheet("color: #c0392b;" if error else "")
+
+    def show_results(self, models) -> None:
+        self.results.clear()
+        self.files.clear()
+        for model in models:
+            formats = " + ".join(name for name, has in (("GGUF", model.has_gguf),
+                                                        ("safetensors", model.has_safetensors))
+                                 if has)
+            text = f"{model.repo_id}\n{formats} · {model.architecture or '?'} · " \
+                   f"{model.downloads:,} downloads" + (" · gated" if model.gated else "")
+            item = QListWidgetItem(text, self.results)
+            item.setData(Qt.ItemDataRole.UserRole, model.repo_id)
+
+    def show_files(self, repo_id: str, files: list[FileChoice]) -> None:
+        if repo_id != self._repo_id:
+            return
+        self.files.clear()
+        for choice in files:
+            item = QTreeWidgetItem(self.files, [choice.filename, choice.quantization or "",
+                                                format_size(choice.size),
+                                                "recommended" if choice.recommended else ""])
+            item.setData(0, Qt.ItemDataRole.UserRole, choice.filename)
+            if choice.recommended:
+                self.files.setCurrentItem(item)
+        for column in range(self.files.columnCount()):
+            self.files.resizeColumnToContents(column)
+        if not files:
+            self.show_status(f"{repo_id} has no GGUF file: Pagoda fetches GGUF files only "
+                             "for now. Choose a repository with GGUF in its name.")
+
+    def show_download(self, download: Download) -> None:
+        row = self._rows.get(download.id)
+        if row is None:
+            row = DownloadRow(download, self.library, self._on_load, self._downloads)
+            self._rows[download.id] = row
+            self._downloads_layout.insertWidget(self._downloads_layout.count() - 1, row)
+        row.render()

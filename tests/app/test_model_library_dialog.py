@@ -1,0 +1,79 @@
+""""Get models…" in the window, against a fake Hub on 127.0.0.1 and a fake engine: the dialog
+opens from the model picker, shows what the Hub has, and a finished download joins the picker
+and loads at once."""
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QPushButton
+
+from app.main_window import GET_MODELS_ITEM
+from app.widgets.model_library_dialog import DownloadRow, ModelLibraryDialog
+from tests.conftest import LIBRARY_FILES, LIBRARY_REPO
+
+Q4 = "tiny-Q4_K_M.gguf"
+
+
+def _open_from_picker(window) -> ModelLibraryDialog:
+    picker = window.model_picker
+    window._model_picked(picker.findData(GET_MODELS_ITEM))
+    return window.findChild(ModelLibraryDialog, "modelLibraryDialog")
+
+
+def _search(qtbot, dialog: ModelLibraryDialog, query: str) -> None:
+    qtbot.keyClicks(dialog.query, query)
+    qtbot.mouseClick(dialog.search_button, Qt.MouseButton.LeftButton)
+
+
+def test_get_models_in_the_picker_opens_the_library(library_hub, window_on, tmp_path):
+    window = window_on(tmp_path / "chats.db")
+
+    assert window.model_picker.findText("Get models…") >= 0
+    dialog = _open_from_picker(window)
+
+    assert dialog is not None and dialog.isVisible()
+    assert window.open_model_library() is dialog  # one dialog, shown again
+
+
+def test_a_search_shows_the_hubs_models_and_a_repository_its_files(library_hub, window_on,
+                                                                   tmp_path, qtbot):
+    dialog = _open_from_picker(window_on(tmp_path / "chats.db"))
+    _search(qtbot, dialog, "tiny")
+
+    qtbot.waitUntil(lambda: dialog.results.count() == 2, timeout=10_000)
+    assert dialog.results.item(1).text().startswith(LIBRARY_REPO)
+    dialog.results.setCurrentRow(1)
+    qtbot.waitUntil(lambda: dialog.files.topLevelItemCount() == 2, timeout=10_000)
+    chosen = dialog.files.currentItem()
+    assert [chosen.text(c) for c in range(4)] == [Q4, "Q4_K_M", "307.2 kB", "recommended"]
+    assert dialog.download_button.isEnabled()
+
+
+def test_an_unreachable_hub_is_said_in_the_status_line(library_hub, window_on, tmp_path, qtbot,
+                                                       monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    dialog = _open_from_picker(window_on(tmp_path / "chats.db"))
+    _search(qtbot, dialog, "tiny")
+
+    status = dialog.findChild(QLabel, "hubStatus")
+    qtbot.waitUntil(lambda: status.text().startswith("Offline mode is on"), timeout=10_000)
+    assert dialog.results.count() == 0
+
+
+def test_a_finished_download_joins_the_picker_and_loads_at_once(library_hub, window_on,
+                                                                tmp_path, qtbot):
+    window = window_on(tmp_path / "chats.db")
+    dialog = _open_from_picker(window)
+    _search(qtbot, dialog, "GGUF")
+    qtbot.waitUntil(lambda: dialog.results.count() == 1, timeout=10_000)
+    dialog.results.setCurrentRow(0)
+    qtbot.waitUntil(lambda: dialog.download_button.isEnabled(), timeout=10_000)
+
+    qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
+
+    path = tmp_path / "models" / "pagoda-test" / "tiny-GGUF" / Q4
+    qtbot.waitUntil(lambda: window.model_picker.findData(str(path)) >= 0, timeout=10_000)
+    assert path.read_bytes() == LIBRARY_FILES[Q4]
+    row = dialog.findChild(DownloadRow, "downloadRow")
+    load = row.findChild(QPushButton, "loadDownloadButton")
+    assert row.bar.value() == row.bar.maximum() and not row.cancel_button.isVisibleTo(row)
+    qtbot.mouseClick(load, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.host.model_path == str(path), timeout=10_000)
