@@ -1,13 +1,13 @@
-"""`pagoda` shows its window before the engine is imported: torch, transformers and fastapi
-(seconds on a laptop) are imported after the window is up, on the app's worker threads, never
-on the GUI thread, which would freeze."""
+"""`pagoda` shows its window before the engine is imported: torch, transformers, fastapi and
+huggingface_hub (seconds on a laptop) are imported after the window is up, on the app's worker
+threads, never on the GUI thread, which would freeze."""
 
 import json
 import os
 import subprocess
 import sys
 
-HEAVY = ("torch", "transformers", "fastapi")
+HEAVY = ("torch", "transformers", "fastapi", "huggingface_hub")
 
 # Runs `pagoda --db DB` (app.main.main) as a user would, noting which modules are loaded when
 # the window is shown and which thread first imports each heavy one; closes the window once
