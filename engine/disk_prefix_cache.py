@@ -54,7 +54,6 @@ class DiskPrefixCache:
         self.writer = writer
         self.io = io
         self.block_size = io.block_shape[2]
-        self.num_loaded_blocks = 0
         self.read_s_per_block: float | None = None
         self.compute_s_per_token: float | None = None
         # Tag -> hashes of the blocks it used since the last batch (engine thread only).
@@ -100,7 +99,6 @@ class DiskPrefixCache:
             payloads.append(payload)
         if payloads:
             self.io.copy_in([b.block_id for b in blocks[:len(payloads)]], payloads)
-            self.num_loaded_blocks += len(payloads)
             self.read_s_per_block = _smoothed(self.read_s_per_block,
                                               (time.perf_counter() - began) / len(payloads))
         return len(payloads)

@@ -226,8 +226,10 @@ class LLMEngine:
         now = time.monotonic()
         for item in sched.scheduled:
             seq = item.seq
+            if seq.num_output_tokens or seq.is_finished:  # decoding (most rows), or done
+                continue
             entry = self._requests.get(seq.request_id)
-            if seq.is_finished or seq.num_output_tokens or entry is None or entry[0] is not seq:
+            if entry is None or entry[0] is not seq:
                 continue
             out = self._output(seq, entry[1], [])
             started = seq.metrics.first_scheduled_time or seq.metrics.arrival_time
