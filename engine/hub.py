@@ -12,10 +12,8 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
 
 import httpx2
-import platformdirs
 from huggingface_hub import HfApi, ModelInfo, constants
 from huggingface_hub.errors import (
     GatedRepoError,
@@ -27,17 +25,14 @@ from huggingface_hub.errors import (
 )
 
 from engine.errors import HubAccessError, HubNotFoundError, HubUnreachableError
+from engine.model_files import quantization_of
 
-MODELS_DIR_ENV_VAR = "PAGODA_MODELS_DIR"
 # What the engine loads: engine.loader's model types and engine.gguf_loader's architectures,
 # repeated so that this module imports no torch (a test keeps the lists equal).
 ENGINE_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
 GGUF_ARCHITECTURES = frozenset({"llama", "qwen2", "qwen3"})
 # The usual balance of size and quality for a chat model; without it, the smallest 4-bit file.
 PREFERRED_QUANTIZATION = "Q4_K_M"
-# "Model-Q4_K_M.gguf", "model.q8_0.gguf", "Model-IQ4_XS-00001-of-00002.gguf", "model-f16.gguf".
-_QUANTIZATION = re.compile(r"(?:^|[.\-_])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32)(?=[.\-_]|$)",
-                           re.IGNORECASE)
 _SPLIT_PART = re.compile(r"-\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)
 _SEARCH_FIELDS = ["downloads", "likes", "gated", "tags", "gguf"]
 
@@ -69,12 +64,6 @@ class HubFile:
     @property
     def is_gguf(self) -> bool:
         return self.filename.lower().endswith(".gguf")
-
-
-def default_models_dir() -> Path:
-    """$PAGODA_MODELS_DIR, else a models folder in the user's data folder for Pagoda."""
-    override = os.environ.get(MODELS_DIR_ENV_VAR)
-    return Path(override) if override else Path(platformdirs.user_data_dir("pagoda")) / "models"
 
 
 def hub_endpoint() -> str:
@@ -135,15 +124,6 @@ def repo_files(repo_id: str, revision: str | None = None,
                      quantization=quantization_of(s.rfilename))
              for s in info.siblings or ()]
     return info.sha, files
-
-
-def quantization_of(filename: str) -> str | None:
-    """The quantization a GGUF file's name states (Q4_K_M, Q8_0, F16...), upper case."""
-    name = PurePosixPath(filename).name
-    if not name.lower().endswith(".gguf"):
-        return None
-    found = _QUANTIZATION.findall(name[: -len(".gguf")])
-    return found[-1].upper() if found else None
 
 
 def recommended_file(files: list[HubFile]) -> HubFile | None:

@@ -9,8 +9,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from engine.errors import HubNotFoundError
-from engine.hub import MODELS_DIR_ENV_VAR, HubFile, list_model_files, recommended_file
+from engine.hub import HubFile, list_model_files, recommended_file
 from engine.hub_download import DownloadProgress, download_model_file
+from engine.model_files import MODELS_DIR_ENV_VAR
 
 
 def add_pull_options(parser: argparse.ArgumentParser) -> None:

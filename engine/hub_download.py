@@ -35,7 +35,8 @@ from engine.errors import (
     NotEnoughDiskError,
     PagodaError,
 )
-from engine.hub import HubFile, default_models_dir, hub_endpoint, hub_errors, repo_files
+from engine.hub import HubFile, hub_endpoint, hub_errors, repo_files
+from engine.model_files import default_models_dir
 
 logger = logging.getLogger(__name__)
 

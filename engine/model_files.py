@@ -7,7 +7,7 @@ import importlib.util
 import os
 import re
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import platformdirs
 
@@ -22,6 +22,10 @@ _QUANT_SUFFIX = re.compile(r"[.\-_](?:I?Q\d\w*|BF16|F16|F32)$", re.IGNORECASE)
 
 CACHE_DIR_ENV_VAR = "PAGODA_CACHE_DIR"
 DISK_KV_CACHE_ENV_VAR = "PAGODA_KV_CACHE_DIR"
+MODELS_DIR_ENV_VAR = "PAGODA_MODELS_DIR"
+# "Model-Q4_K_M.gguf", "model.q8_0.gguf", "Model-IQ4_XS-00001-of-00002.gguf", "model-f16.gguf".
+_QUANTIZATION = re.compile(r"(?:^|[.\-_])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32)(?=[.\-_]|$)",
+                           re.IGNORECASE)
 
 
 def cache_dir() -> Path:
@@ -35,6 +39,22 @@ def disk_kv_cache_dir() -> Path:
     kv-blocks in the cache folder."""
     override = os.environ.get(DISK_KV_CACHE_ENV_VAR)
     return Path(override) if override else cache_dir() / "kv-blocks"
+
+
+def default_models_dir() -> Path:
+    """Where downloaded models go by default: $PAGODA_MODELS_DIR, else a models folder in the
+    user's data folder for Pagoda."""
+    override = os.environ.get(MODELS_DIR_ENV_VAR)
+    return Path(override) if override else Path(platformdirs.user_data_dir("pagoda")) / "models"
+
+
+def quantization_of(filename: str) -> str | None:
+    """The quantization a GGUF file's name states (Q4_K_M, Q8_0, F16...), upper case."""
+    name = PurePosixPath(filename).name
+    if not name.lower().endswith(".gguf"):
+        return None
+    found = _QUANTIZATION.findall(name[: -len(".gguf")])
+    return found[-1].upper() if found else None
 
 
 def default_model_file() -> Path:

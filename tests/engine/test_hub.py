@@ -26,11 +26,11 @@ from engine.errors import (
 from engine.hub import (
     HubFile,
     list_model_files,
-    quantization_of,
     recommended_file,
     search_models,
 )
 from engine.hub_download import download_model_file
+from engine.model_files import quantization_of
 from engine.server.runner import ServerThread
 
 REPO = Path(__file__).resolve().parents[2]
