@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from app.connections import ConnectionKeys
 from app.engine_import import ENGINE_IMPORT_LOCK
 from app.tasks import TaskSet
 
@@ -27,6 +28,30 @@ logger = logging.getLogger(__name__)
 
 QUEUED, DOWNLOADING, DONE, FAILED, CANCELLED = (
     "queued", "downloading", "done", "failed", "cancelled")
+# The Hugging Face token's entry in ConnectionKeys (the system keyring, service "Pagoda").
+HUB_TOKEN_ID = "huggingface-hub-token"
+
+
+@dataclass(slots=True, frozen=True)
+class Recommendation:
+    """A chat model to start from, before any search: one per size."""
+
+    size: str
+    name: str
+    repo_id: str
+    note: str
+
+
+# Instruction-tuned Llama-family and Qwen models whose GGUF repositories hold single files
+# (one part of a split file does not load), the Q4_K_M of each about 1, 2 and 4.7 GB.
+RECOMMENDED_MODELS = (
+    Recommendation("Small", "Qwen2.5 1.5B Instruct", "bartowski/Qwen2.5-1.5B-Instruct-GGUF",
+                   "quick on any machine; about 1 GB"),
+    Recommendation("Medium", "Llama 3.2 3B Instruct", "bartowski/Llama-3.2-3B-Instruct-GGUF",
+                   "better answers, still quick on a laptop; about 2 GB"),
+    Recommendation("Large", "Qwen2.5 7B Instruct", "bartowski/Qwen2.5-7B-Instruct-GGUF",
+                   "the best of the three; needs 8 GB of free memory; about 4.7 GB"),
+)
 
 
 @dataclass(slots=True, frozen=True)
@@ -101,8 +126,9 @@ class ModelLibrary:
     search (about 20 s to fail offline) never holds up a download, nor the event loop. A newer
     search or repository choice makes the answer to an older one be dropped."""
 
-    def __init__(self, dest_dir: Path | None = None) -> None:
+    def __init__(self, dest_dir: Path | None = None, keys: ConnectionKeys | None = None) -> None:
         self.dest_dir = dest_dir
+        self.keys = keys or ConnectionKeys.in_memory()
         self.downloads: list[Download] = []
         self._views: list[LibraryView] = []
         self._lookups = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagoda-hub")
@@ -122,12 +148,39 @@ class ModelLibrary:
         if view in self._views:
             self._views.remove(view)
 
+    # -- the token for gated repositories -------------------------------------------------------
+
+    @property
+    def has_token(self) -> bool:
+        return self.keys.get(HUB_TOKEN_ID) is not None
+
+    def save_token(self, token: str) -> str:
+        """Keep a Hugging Face token in the system keyring (never in the chats database) for
+        the next searches and downloads; returns what to tell the user. Raises ValueError for
+        text that cannot be a token."""
+        token = token.strip()
+        if not token or any(c.isspace() for c in token):
+            raise ValueError("A Hugging Face token is one word, like hf_AbCd…: copy it again "
+                             "from your account's Access Tokens page.")
+        self.keys.set(HUB_TOKEN_ID, token)
+        return self.keys.notice or "The token is saved in the system keyring."
+
+    def forget_token(self) -> None:
+        self.keys.delete(HUB_TOKEN_ID)
+
+    def _token(self) -> str | None:
+        """The saved token, else None: huggingface_hub's own (HF_TOKEN, a saved login)."""
+        return self.keys.get(HUB_TOKEN_ID)
+
     # -- finding -------------------------------------------------------------------------------
 
     def search(self, query: str) -> asyncio.Task:
         query = query.strip()
         return self._tasks.spawn(self._ask(f"Searching the Hugging Face Hub for {query!r}…",
                                            _search, query, self._show_results))
+
+    def recommended(self) -> tuple[Recommendation, ...]:
+        return RECOMMENDED_MODELS
 
     def choose_repo(self, repo_id: str) -> asyncio.Task:
         return self._tasks.spawn(self._ask(f"Listing the files of {repo_id}…", _list_files,
@@ -139,7 +192,7 @@ class ModelLibrary:
         asked = self._asked
         self._tell("show_busy", busy)
         loop = asyncio.get_running_loop()
-        answer = await loop.run_in_executor(self._lookups, work, argument)
+        answer = await loop.run_in_executor(self._lookups, work, argument, self._token())
         if asked != self._asked:
             return
         if isinstance(answer, str):
@@ -203,7 +256,7 @@ class ModelLibrary:
 
         # Submitted now, so that close() cancels it whether or not it has started.
         fetched = loop.run_in_executor(self._fetcher, _download, download, self.dest_dir,
-                                       on_progress)
+                                       on_progress, self._token())
         self._tasks.spawn(self._fetched(download, fetched))
 
     async def _fetched(self, download: Download, fetched: asyncio.Future) -> None:
@@ -275,22 +328,24 @@ def _hub():
     return engine.hub, engine.hub_download
 
 
-def _search(query: str) -> list[HubModel] | str:
+def _search(query: str, token: str | None) -> list[HubModel] | str:
     hub, _ = _hub()
     from engine.errors import PagodaError
 
     try:
-        return hub.search_models(query)
+        return hub.search_models(query, token=token)
     except PagodaError as error:
         return _sentence(error)
 
 
-def _list_files(repo_id: str) -> list[FileChoice] | str:
+def _list_files(repo_id: str, token: str | None) -> list[FileChoice] | str:
     hub, _ = _hub()
-    from engine.errors import PagodaError
+    from engine.errors import HubAccessError, PagodaError
 
     try:
-        files = hub.list_model_files(repo_id)
+        files = hub.list_model_files(repo_id, token=token)
+    except HubAccessError:
+        return _gated(hub, repo_id, token)
     except PagodaError as error:
         return _sentence(error)
     return file_choices(files, hub.recommended_file(files))
@@ -304,19 +359,30 @@ def file_choices(files: list[HubFile], recommended: HubFile | None) -> list[File
     return [FileChoice(f.filename, f.quantization, f.size, f is recommended) for f in models]
 
 
-def _download(download: Download, dest_dir: Path | None,
-              on_progress) -> Path | tuple[bool, str]:
-    _, hub_download = _hub()
-    from engine.errors import DownloadCancelledError, PagodaError
+def _download(download: Download, dest_dir: Path | None, on_progress,
+              token: str | None) -> Path | tuple[bool, str]:
+    hub, hub_download = _hub()
+    from engine.errors import DownloadCancelledError, HubAccessError, PagodaError
 
     try:
         return hub_download.download_model_file(download.repo_id, download.filename, dest_dir,
-                                                on_progress=on_progress,
+                                                on_progress=on_progress, token=token,
                                                 cancel=download.cancel)
     except DownloadCancelledError as error:
         return True, _sentence(error)
+    except HubAccessError:
+        return False, _gated(hub, download.repo_id, token)
     except PagodaError as error:
         return False, _sentence(error)
+
+
+def _gated(hub, repo_id: str, token: str | None) -> str:
+    """A gated repository, in the window's words: where to accept its terms, and the token."""
+    terms = f"{repo_id} is gated: accept its terms at {hub.hub_endpoint()}/{repo_id}"
+    if token is None:
+        return f"{terms}, then save a Hugging Face token of that account below."
+    return f"{terms} with the saved token's account, or save a token of an account that has " \
+           "accepted them."
 
 
 def _sentence(error: Exception) -> str:

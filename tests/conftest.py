@@ -81,6 +81,7 @@ def closed_port() -> int:
 # -- a fake Hugging Face Hub for the app's model library (tests/engine/test_hub.py has its own) --
 
 LIBRARY_REPO = "pagoda-test/tiny-GGUF"
+LIBRARY_GATED_REPO = "pagoda-test/locked-GGUF"
 LIBRARY_FILES = {"tiny-Q4_K_M.gguf": bytes(range(256)) * 1200,
                  "tiny-Q8_0.gguf": bytes(range(255, -1, -1)) * 2000,
                  "README.md": b"# tiny\n"}
@@ -94,6 +95,8 @@ def _library_hub():
     hub = FakeHub()
     hub.add(FakeRepo(LIBRARY_REPO, ["gguf", "llama"], dict(LIBRARY_FILES), downloads=500,
                      architecture="llama"))
+    hub.add(FakeRepo(LIBRARY_GATED_REPO, ["gguf", "llama"], {"locked-Q4_K_M.gguf": b"\1" * 4096},
+                     gated=True, architecture="llama"))
     hub.add(FakeRepo("pagoda-test/tiny-llama", ["safetensors", "llama"],
                      {"model.safetensors": b"\0" * 64, "config.json": b"{}"}, downloads=900))
     server = ServerThread(hub.app()).start()

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QScrollArea,
+    QTabWidget,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -86,11 +87,19 @@ class ModelLibraryDialog(QDialog):
         self.download_button = QPushButton("Download", self, objectName="downloadButton",
                                            enabled=False)
         self.status_line = QLabel(self, objectName="hubStatus", wordWrap=True)
+        self.token = QLineEdit(self, objectName="hubToken", echoMode=QLineEdit.EchoMode.Password)
+        self.save_token_button = QPushButton("Save token", self, objectName="saveTokenButton")
+        self.forget_token_button = QPushButton("Forget token", self,
+                                               objectName="forgetTokenButton")
+        self.token_status = QLabel(self, objectName="tokenStatus", wordWrap=True)
+        self.tabs = QTabWidget(self, objectName="libraryTabs", documentMode=True)
         self._downloads = QWidget(self)
         self._downloads_layout = QVBoxLayout(self._downloads)
         self._downloads_layout.addStretch(1)
         self._build()
         self._connect()
+        self._render_token()
+        self.show_recommended()
         library.attach(self)
 
     def _build(self) -> None:
@@ -100,15 +109,25 @@ class ModelLibraryDialog(QDialog):
         lists = QHBoxLayout()
         lists.addWidget(self.results, 2)
         lists.addWidget(self.files, 3)
+        token = QHBoxLayout()
+        token.addWidget(self.token, 1)
+        token.addWidget(self.save_token_button)
+        token.addWidget(self.forget_token_button)
+        hub = QWidget(self.tabs)
+        hub_layout = QVBoxLayout(hub)
+        hub_layout.addLayout(search)
+        hub_layout.addWidget(self.status_line)
+        hub_layout.addLayout(lists, 1)
+        hub_layout.addWidget(self.download_button, 0, Qt.AlignmentFlag.AlignRight)
+        hub_layout.addLayout(token)
+        hub_layout.addWidget(self.token_status)
+        self.tabs.addTab(hub, "Hugging Face Hub")
         scroll = QScrollArea(self, widgetResizable=True)
         scroll.setWidget(self._downloads)
         layout = QVBoxLayout(self)
-        layout.addLayout(search)
-        layout.addWidget(self.status_line)
-        layout.addLayout(lists, 3)
-        layout.addWidget(self.download_button, 0, Qt.AlignmentFlag.AlignRight)
+        layout.addWidget(self.tabs, 3)
         layout.addWidget(QLabel("Downloads", self))
-        layout.addWidget(scroll, 2)
+        layout.addWidget(scroll, 1)
 
     def _connect(self) -> None:
         self.query.returnPressed.connect(self._search)
@@ -117,6 +136,9 @@ class ModelLibraryDialog(QDialog):
         self.files.currentItemChanged.connect(
             lambda item, _old: self.download_button.setEnabled(item is not None))
         self.download_button.clicked.connect(self._download_chosen)
+        self.token.returnPressed.connect(self._save_token)
+        self.save_token_button.clicked.connect(self._save_token)
+        self.forget_token_button.clicked.connect(self._forget_token)
         self.finished.connect(lambda _result: self.library.detach(self))
 
     # -- input ---------------------------------------------------------------------------------
@@ -132,6 +154,28 @@ class ModelLibraryDialog(QDialog):
             self._repo_id = item.data(Qt.ItemDataRole.UserRole)
             self.library.choose_repo(self._repo_id)
 
+    def _save_token(self) -> None:
+        try:
+            said = self.library.save_token(self.token.text())
+        except ValueError as error:
+            self.token_status.setText(str(error))
+            return
+        self.token.clear()
+        self._render_token(said)
+
+    def _forget_token(self) -> None:
+        self.library.forget_token()
+        self._render_token("The token is forgotten.")
+
+    def _render_token(self, said: str = "") -> None:
+        saved = self.library.has_token
+        self.token.setPlaceholderText(
+            "A token is saved: paste another to replace it" if saved else
+            "Hugging Face token, for gated models (kept in the system keyring)")
+        self.forget_token_button.setVisible(saved)
+        self.token_status.setText(said)
+        self.token_status.setVisible(bool(said))
+
     def _download_chosen(self) -> None:
         item = self.files.currentItem()
         if item is not None and self._repo_id is not None:
@@ -146,6 +190,15 @@ class ModelLibraryDialog(QDialog):
         self.status_line.setText(text)
         self.status_line.setProperty("error", error)
         self.status_line.setStyleSheet("color: #c0392b;" if error else "")
+
+    def show_recommended(self) -> None:
+        """Before any search: a small, a medium and a large chat model to start from."""
+        self.results.clear()
+        for choice in self.library.recommended():
+            item = QListWidgetItem(f"{choice.size}: {choice.name}\n{choice.repo_id} · "
+                                   f"{choice.note}", self.results)
+            item.setData(Qt.ItemDataRole.UserRole, choice.repo_id)
+        self.status_line.setText("Recommended to start with, or search for any model.")
 
     def show_results(self, models) -> None:
         self.results.clear()

@@ -6,8 +6,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QPushButton
 
 from app.main_window import GET_MODELS_ITEM
+from app.model_library import HUB_TOKEN_ID, Recommendation
 from app.widgets.model_library_dialog import DownloadRow, ModelLibraryDialog
 from tests.conftest import LIBRARY_FILES, LIBRARY_REPO
+from tests.engine.fake_hub import TOKEN
 
 Q4 = "tiny-Q4_K_M.gguf"
 
@@ -55,14 +57,14 @@ def test_an_unreachable_hub_is_said_in_the_status_line(library_hub, window_on, t
 
     status = dialog.findChild(QLabel, "hubStatus")
     qtbot.waitUntil(lambda: status.text().startswith("Offline mode is on"), timeout=10_000)
-    assert dialog.results.count() == 0
+    assert dialog.results.item(0).text().startswith("Small: ")  # the recommendations stay
 
 
 def test_a_finished_download_joins_the_picker_and_loads_at_once(library_hub, window_on,
                                                                 tmp_path, qtbot):
     window = window_on(tmp_path / "chats.db")
     dialog = _open_from_picker(window)
-    _search(qtbot, dialog, "GGUF")
+    _search(qtbot, dialog, "tiny-GGUF")
     qtbot.waitUntil(lambda: dialog.results.count() == 1, timeout=10_000)
     dialog.results.setCurrentRow(0)
     qtbot.waitUntil(lambda: dialog.download_button.isEnabled(), timeout=10_000)
@@ -77,3 +79,32 @@ def test_a_finished_download_joins_the_picker_and_loads_at_once(library_hub, win
     assert row.bar.value() == row.bar.maximum() and not row.cancel_button.isVisibleTo(row)
     qtbot.mouseClick(load, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.host.model_path == str(path), timeout=10_000)
+
+
+def test_the_recommended_models_are_listed_at_open_and_list_their_files(
+        library_hub, window_on, tmp_path, qtbot, monkeypatch):
+    monkeypatch.setattr("app.model_library.RECOMMENDED_MODELS",
+                        (Recommendation("Small", "Tiny", LIBRARY_REPO, "a test model"),))
+    dialog = _open_from_picker(window_on(tmp_path / "chats.db"))
+
+    assert dialog.results.item(0).text() == f"Small: Tiny\n{LIBRARY_REPO} · a test model"
+    dialog.results.setCurrentRow(0)
+    qtbot.waitUntil(lambda: dialog.files.topLevelItemCount() == 2, timeout=10_000)
+
+
+def test_a_token_saved_in_the_dialog_goes_to_the_keyring_never_to_the_chats_database(
+        library_hub, window_on, tmp_path, qtbot):
+    window = window_on(tmp_path / "chats.db")
+    dialog = _open_from_picker(window)
+    qtbot.keyClicks(dialog.token, TOKEN)
+    qtbot.mouseClick(dialog.save_token_button, Qt.MouseButton.LeftButton)
+
+    assert dialog.token.text() == "" and dialog.forget_token_button.isVisibleTo(dialog)
+    assert window.model_library.keys.get(HUB_TOKEN_ID) == TOKEN
+    assert "kept in memory" in dialog.token_status.text()  # the tests' keyring: none
+    for path in tmp_path.glob("chats.db*"):
+        assert TOKEN.encode() not in path.read_bytes()
+
+    qtbot.mouseClick(dialog.forget_token_button, Qt.MouseButton.LeftButton)
+    assert not window.model_library.has_token
+    assert not dialog.forget_token_button.isVisibleTo(dialog)

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from app.connections import ConnectionKeys
 from app.model_library import (
     CANCELLED,
     DONE,
@@ -18,7 +19,9 @@ from app.model_library import (
     ModelLibrary,
     NullLibraryView,
 )
-from tests.conftest import LIBRARY_FILES, LIBRARY_REPO
+from tests.app.fake_keyring import FakeKeyring
+from tests.conftest import LIBRARY_FILES, LIBRARY_GATED_REPO, LIBRARY_REPO
+from tests.engine.fake_hub import TOKEN
 
 Q4, Q8 = "tiny-Q4_K_M.gguf", "tiny-Q8_0.gguf"
 
@@ -194,3 +197,62 @@ async def test_closing_stops_the_running_download_and_starts_no_other(library, v
 
     assert first.state == CANCELLED and second.state == QUEUED
     assert library_hub.gets(Q8) == []
+
+
+async def test_a_gated_download_without_a_token_says_where_to_accept_and_what_to_save(
+        library, view):
+    failed = library.download(LIBRARY_GATED_REPO, "locked-Q4_K_M.gguf")
+    await library.wait_idle()
+
+    assert failed.state == FAILED
+    assert failed.error.startswith(f"{LIBRARY_GATED_REPO} is gated: accept its terms at http")
+    assert "save a Hugging Face token" in failed.error
+
+
+async def test_a_saved_token_is_kept_in_the_keyring_and_opens_a_gated_repository(
+        library_hub, tmp_path):
+    keyring = FakeKeyring()
+    library = ModelLibrary(tmp_path / "models", ConnectionKeys(keyring))
+    try:
+        assert library.save_token(f"  {TOKEN}\n") == "The token is saved in the system keyring."
+        assert keyring.passwords == {("Pagoda", "huggingface-hub-token"): TOKEN}
+
+        download = library.download(LIBRARY_GATED_REPO, "locked-Q4_K_M.gguf")
+        await library.wait_idle()
+
+        assert download.state == DONE
+        assert library_hub.gets("locked-Q4_K_M.gguf")[-1].authorization == f"Bearer {TOKEN}"
+    finally:
+        library.close()
+    assert ModelLibrary(keys=ConnectionKeys(keyring)).has_token  # the next run has it
+
+
+async def test_a_forgotten_token_is_no_longer_sent(library, library_hub):
+    library.save_token(TOKEN)
+    library.forget_token()
+
+    failed = library.download(LIBRARY_GATED_REPO, "locked-Q4_K_M.gguf")
+    await library.wait_idle()
+
+    assert not library.has_token and failed.state == FAILED
+    assert library_hub.gets("locked-Q4_K_M.gguf")[-1].authorization is None
+
+
+def test_text_that_cannot_be_a_token_is_refused(library):
+    for text in ["", "   ", "hf_abc def"]:
+        with pytest.raises(ValueError, match="one word"):
+            library.save_token(text)
+    assert not library.has_token
+
+
+def test_without_a_keyring_the_token_is_kept_for_this_run_and_that_is_said(library):
+    said = library.save_token(TOKEN)
+
+    assert library.has_token and "kept in memory until Pagoda closes" in said
+
+
+def test_a_small_a_medium_and_a_large_model_are_recommended_before_any_search(library):
+    sizes = [r.size for r in library.recommended()]
+
+    assert sizes == ["Small", "Medium", "Large"]
+    assert all(r.repo_id.endswith("-GGUF") for r in library.recommended())
