@@ -1,4 +1,5 @@
-"""`python -m engine pull REPO [FILE]`: fetch a model file from the Hugging Face Hub."""
+"""`python -m engine pull REPO [FILE]`: fetch a model file, or a safetensors model folder, from
+the Hugging Face Hub."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from engine.errors import HubNotFoundError
-from engine.hub import HubFile, list_model_files, recommended_file
-from engine.hub_download import DownloadProgress, download_model_file
+from engine.hub import HubFile, HubRepo, recommended_file, repo_info
+from engine.hub_download import DownloadProgress, download_model_file, download_model_folder
 from engine.model_files import MODELS_DIR_ENV_VAR
 
 
@@ -19,9 +20,10 @@ def add_pull_options(parser: argparse.ArgumentParser) -> None:
                         help="a model repository, e.g. Qwen/Qwen2.5-1.5B-Instruct-GGUF")
     parser.add_argument("file", nargs="?", metavar="FILE",
                         help="the file to fetch (default: the repository's Q4_K_M GGUF file, "
-                             "else its smallest 4-bit one, else its only GGUF file)")
+                             "else its smallest 4-bit one, else its only GGUF file; in a "
+                             "repository with no GGUF files, its safetensors model folder)")
     parser.add_argument("--dest", type=Path, metavar="DIR",
-                        help="the models folder; files go to DIR/OWNER/REPO/FILE (default: "
+                        help="the models folder; files go to DIR/OWNER/REPO/ (default: "
                              f"${MODELS_DIR_ENV_VAR}, else 'models' in Pagoda's data folder)")
     parser.add_argument("--token", help="a Hugging Face token for gated or private "
                                         "repositories (default: $HF_TOKEN or a saved login)")
@@ -30,11 +32,18 @@ def add_pull_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_pull(args: argparse.Namespace) -> int:
-    filename = args.file or _choose_file(args.repo, args.revision, args.token)
-    bar = _ProgressBar(filename)
+    filename = args.file
+    if filename is None:
+        repo = repo_info(args.repo, args.revision, args.token)
+        filename = None if _fetches_folder(repo) else _choose_file(repo)
+    bar = _ProgressBar(filename or args.repo)
     try:
-        path = download_model_file(args.repo, filename, args.dest, on_progress=bar.update,
-                                   token=args.token, revision=args.revision)
+        if filename is None:
+            path = download_model_folder(args.repo, args.dest, on_progress=bar.update,
+                                         token=args.token, revision=args.revision)
+        else:
+            path = download_model_file(args.repo, filename, args.dest, on_progress=bar.update,
+                                       token=args.token, revision=args.revision)
     except KeyboardInterrupt:
         bar.close()
         print("interrupted: the partial download is kept; run the same command again to "
@@ -45,17 +54,24 @@ def run_pull(args: argparse.Namespace) -> int:
     return 0
 
 
-def _choose_file(repo_id: str, revision: str | None, token: str | None) -> str:
-    files = [f for f in list_model_files(repo_id, revision, token) if f.is_gguf]
+def _fetches_folder(repo: HubRepo) -> bool:
+    """A repository with no GGUF files is fetched as its model folder, when it is one."""
+    return not any(f.is_gguf for f in repo.files) and bool(repo.folder_files)
+
+
+def _choose_file(repo: HubRepo) -> str:
+    files = [f for f in repo.files if f.is_gguf]
     if not files:
-        raise HubNotFoundError(f"{repo_id} has no GGUF files: name the file to fetch after "
-                               "the repository.")
+        raise HubNotFoundError(
+            f"{repo.repo_id} has no GGUF files, and is not a model folder Pagoda loads "
+            "(config.json, *.safetensors and tokenizer files at its top level): name the file "
+            "to fetch after the repository, or choose another repository.")
     choice = recommended_file(files)
     for file in files:
         mark = "*" if file is choice else " "
         print(f"{mark} {file.filename}  {_size(file)}", file=sys.stderr)
     if choice is None:
-        raise ValueError(f"{repo_id} has several GGUF files and none is 4-bit: name the one "
+        raise ValueError(f"{repo.repo_id} has several GGUF files and none is 4-bit: name the one "
                          "to fetch after the repository.")
     return choice.filename
 
@@ -65,7 +81,7 @@ def _size(file: HubFile) -> str:
 
 
 class _ProgressBar:
-    """Bytes, speed and time left on one line (tqdm), from download_model_file's callbacks."""
+    """Bytes, speed and time left on one line (tqdm), from a download's callbacks."""
 
     def __init__(self, filename: str) -> None:
         self._filename = filename

@@ -1,5 +1,6 @@
-"""Downloading one model file from the Hugging Face Hub: disk space checked first, progress
-reported, resumable, and checked against the Hub's SHA-256 before it takes its final name.
+"""Downloading a model file, or a safetensors model folder, from the Hugging Face Hub: disk
+space checked first, progress reported, resumable, and each file checked against the Hub's
+SHA-256 before it takes its final name.
 
 huggingface_hub's hf_hub_download resumes only within one call (a partial file is deleted when
 it fails), so the bytes go through its http_get into a partial file of ours that outlives a
@@ -35,7 +36,7 @@ from engine.errors import (
     NotEnoughDiskError,
     PagodaError,
 )
-from engine.hub import HubFile, hub_endpoint, hub_errors, repo_files
+from engine.hub import ENGINE_MODEL_TYPES, HubFile, HubRepo, hub_endpoint, hub_errors, repo_info
 from engine.model_files import default_models_dir
 
 logger = logging.getLogger(__name__)
@@ -64,21 +65,82 @@ def download_model_file(repo_id: str, filename: str, dest_dir: str | Path | None
     """Fetch filename of repo_id into dest_dir/<owner>/<repo>/ (default: default_models_dir())
     and return its path. A file already there complete is returned as it is. Setting cancel
     stops the download with DownloadCancelledError and keeps the partial file for the next call."""
-    commit, files = repo_files(repo_id, revision, token)
-    remote = _find(files, repo_id, filename)
-    target = model_file_path(dest_dir or default_models_dir(), repo_id, remote.filename)
-    if target.is_file() and target.stat().st_size == remote.size:
-        return target
+    repo = repo_info(repo_id, revision, token)
+    remote = _find(repo.files, repo_id, filename)
+    dest = Path(dest_dir or default_models_dir())
+    return _download(repo, [remote], dest, remote.filename, on_progress, token, cancel)[0]
+
+
+def download_model_folder(repo_id: str, dest_dir: str | Path | None = None,
+                          on_progress: ProgressCallback | None = None, token: str | None = None,
+                          revision: str | None = None,
+                          cancel: threading.Event | None = None) -> Path:
+    """Fetch the model folder of a safetensors repository (config.json, the weights, the
+    tokenizer: engine.hub.folder_files) into dest_dir/<owner>/<repo>/ and return the folder.
+    Each file is fetched as download_model_file fetches one; progress counts the whole folder.
+    config.json is written last, so the folder is not a model until everything else is there;
+    cancel or a lost connection keeps the partial files, and the next call resumes."""
+    repo = repo_info(repo_id, revision, token)
+    remotes = repo.folder_files
+    if not remotes:
+        raise HubNotFoundError(_not_a_folder_message(repo))
+    dest = Path(dest_dir or default_models_dir())
+    *rest, config = [model_file_path(dest, repo_id, f.filename) for f in remotes]
+    if not all(_is_complete(path, f) for path, f in zip(rest, remotes[:-1], strict=True)):
+        config.unlink(missing_ok=True)  # an update in progress is not a model either
+    return _download(repo, remotes, dest, repo_id, on_progress, token, cancel)[-1].parent
+
+
+def _not_a_folder_message(repo: HubRepo) -> str:
+    if repo.model_type not in ENGINE_MODEL_TYPES | {None}:
+        return (f"{repo.repo_id} holds a {repo.model_type} model, which Pagoda does not run "
+                f"(it runs {', '.join(sorted(ENGINE_MODEL_TYPES))}): choose another repository.")
+    return (f"{repo.repo_id} is not a model folder Pagoda loads: that needs config.json, "
+            "safetensors weights and a tokenizer (tokenizer.json or tokenizer.model) at its top "
+            "level. Choose a GGUF file or another repository.")
+
+
+def _download(repo: HubRepo, remotes: list[HubFile], dest: Path, what: str,
+              on_progress: ProgressCallback | None, token: str | None,
+              cancel: threading.Event | None) -> list[Path]:
+    """Fetch remotes in order (the ones not already complete), after one disk-space check for
+    all they still need; what names them in that check's error."""
+    targets = [model_file_path(dest, repo.repo_id, f.filename) for f in remotes]
+    pending = [_prepare(f, path) for f, path in zip(remotes, targets, strict=True)
+               if not _is_complete(path, f)]
+    if not pending:
+        return targets
+    check_disk_space(targets[0].parent, sum(p.remote.size - p.have for p in pending), what)
+    on_disk = sum(f.size for f in remotes) - sum(p.remote.size - p.have for p in pending)
+    progress = _Progress(sum(f.size for f in remotes), on_disk, on_progress, cancel)
+    for p in pending:
+        _fetch(repo.repo_id, repo.commit, p.remote, p.partial, p.have, progress, token)
+        _verify(p.partial, p.remote, repo.repo_id)
+        p.partial.replace(p.target)
+        logger.info("downloaded %s from %s to %s", p.remote.filename, repo.repo_id, p.target)
+    return targets
+
+
+def _is_complete(target: Path, remote: HubFile) -> bool:
+    return target.is_file() and target.stat().st_size == remote.size
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A file still to fetch; have: the bytes its partial file holds already."""
+
+    remote: HubFile
+    target: Path
+    partial: Path
+    have: int
+
+
+def _prepare(remote: HubFile, target: Path) -> _Pending:
+    """Make the file's folder and drop the partials of other versions of it."""
     partial = partial_path(target, remote)
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_other_partials(target, partial)
-    have = _usable_partial_size(partial, remote.size)
-    check_disk_space(target.parent, remote.size - have, remote.filename)
-    _fetch(repo_id, commit, remote, partial, have, on_progress, token, cancel)
-    _verify(partial, remote, repo_id)
-    partial.replace(target)
-    logger.info("downloaded %s from %s to %s", remote.filename, repo_id, target)
-    return target
+    return _Pending(remote, target, partial, _usable_partial_size(partial, remote.size))
 
 
 def model_file_path(dest_dir: str | Path, repo_id: str, filename: str) -> Path:
@@ -135,20 +197,20 @@ def _usable_partial_size(partial: Path, size: int) -> int:
 
 
 def _fetch(repo_id: str, commit: str, remote: HubFile, partial: Path, have: int,
-           on_progress: ProgressCallback | None, token: str | None,
-           cancel: threading.Event | None) -> None:
+           progress: _Progress, token: str | None) -> None:
     if have:
         logger.info("resuming %s at byte %d of %d", remote.filename, have, remote.size)
     url = hf_hub_url(repo_id, remote.filename, revision=commit, endpoint=hub_endpoint())
+    progress.start_file(have)
     try:
         with hub_errors(repo_id, remote.filename, token), partial.open("ab") as file:
-            writer = _ProgressFile(file, remote.size, on_progress, cancel)
-            writer.report(force=True)  # where it starts: 0, or the bytes a partial file holds
-            writer.check_cancel()
+            writer = _ProgressFile(file, progress)
+            progress.report(have, force=True)  # where it starts: 0, or what is on disk
+            progress.check_cancel()
             http_get(url, writer, resume_size=have, headers=build_hf_headers(token=token),
                      expected_size=remote.size, displayed_filename=remote.filename,
                      tqdm_class=_NoBar)
-            writer.report(force=True)
+            progress.report(file.tell(), force=True)
     except HubUnreachableError as exc:
         raise HubUnreachableError(f"{exc} The {partial.stat().st_size:,} bytes of "
                                   f"{remote.filename} fetched so far are kept: the next "
@@ -212,42 +274,54 @@ class _NoBar(tqdm):
         super().__init__(*args, disable=True, **kwargs)
 
 
-class _ProgressFile:
-    """The partial file as http_get writes to it: reports progress, stops on cancel."""
+class _Progress:
+    """The bytes on disk of everything one call fetches, told to on_progress at most every
+    _REPORT_INTERVAL_S (and at each file's start and end); the speed counts this call's bytes."""
 
-    def __init__(self, file: BinaryIO, total: int, on_progress: ProgressCallback | None,
+    def __init__(self, total: int, on_disk: int, on_progress: ProgressCallback | None,
                  cancel: threading.Event | None) -> None:
-        self._file = file
         self._total = total
+        self._on_disk = on_disk
+        self._others = on_disk  # the bytes on disk of the files other than the current one
+        self._first = on_disk
         self._on_progress = on_progress
         self._cancel = cancel
-        self._first = file.tell()
         self._started = time.monotonic()
         self._reported = 0.0
         self._reported_done: int | None = None
 
-    def write(self, chunk: bytes) -> int:
-        written = self._file.write(chunk)
-        self.report()
-        self.check_cancel()
-        return written
+    def start_file(self, have: int) -> None:
+        self._others = self._on_disk - have
 
     def check_cancel(self) -> None:
         if self._cancel is not None and self._cancel.is_set():
             raise _Cancelled
 
-    def report(self, force: bool = False) -> None:
+    def report(self, file_done: int, force: bool = False) -> None:
+        done = self._others + file_done
+        self._on_disk = done
         now = time.monotonic()
-        if self._on_progress is None or (not force and now - self._reported < _REPORT_INTERVAL_S
-                                         and self._file.tell() < self._total):
-            return
-        done = self._file.tell()
-        if done == self._reported_done:
+        if self._on_progress is None or done == self._reported_done or (
+                not force and now - self._reported < _REPORT_INTERVAL_S and done < self._total):
             return
         self._reported, self._reported_done = now, done
         speed = max(done - self._first, 0) / max(now - self._started, 1e-6)
         left = (self._total - done) / speed if speed > 0 else None
         self._on_progress(DownloadProgress(done, self._total, speed, left))
+
+
+class _ProgressFile:
+    """The partial file as http_get writes to it: reports progress, stops on cancel."""
+
+    def __init__(self, file: BinaryIO, progress: _Progress) -> None:
+        self._file = file
+        self._progress = progress
+
+    def write(self, chunk: bytes) -> int:
+        written = self._file.write(chunk)
+        self._progress.report(self._file.tell())
+        self._progress.check_cancel()
+        return written
 
     # http_get rewinds when a server ignores the Range header and sends the whole file.
     def tell(self) -> int:

@@ -134,7 +134,7 @@ def describe_headers(headers: ModelHeaders, quantization: str = "auto",
 
 def read_gguf_headers(path: Path) -> list[TensorHeader]:
     reader = open_gguf_reader(path)
-    return [TensorHeader(t.name, _gguf_kind(t.tensor_type.name),
+    return [TensorHeader(t.name, tensor_kind(t.tensor_type.name),
                          tuple(int(d) for d in reversed(t.shape)))
             for t in reader.tensors]
 
@@ -241,18 +241,27 @@ def available_memory() -> int | None:
     try:
         import psutil
     except ImportError:
-        return _meminfo_available()
+        return _meminfo_field("MemAvailable")
     return int(psutil.virtual_memory().available)
 
 
-def _meminfo_available(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+def total_memory() -> int | None:
+    """The machine's RAM: psutil's figure, else /proc/meminfo's MemTotal."""
+    try:
+        import psutil
+    except ImportError:
+        return _meminfo_field("MemTotal")
+    return int(psutil.virtual_memory().total)
+
+
+def _meminfo_field(name: str, meminfo: Path = Path("/proc/meminfo")) -> int | None:
     try:
         lines = meminfo.read_text(encoding="ascii").splitlines()
     except OSError:
         return None
     for line in lines:
         key, _, value = line.partition(":")
-        if key == "MemAvailable":
+        if key == name:
             return int(value.split()[0]) * 1024  # reported in kB
     return None
 
@@ -266,7 +275,8 @@ def _existing_path(source: str | os.PathLike | None) -> Path:
     return path
 
 
-def _gguf_kind(type_name: str) -> str:
+def tensor_kind(type_name: str) -> str:
+    """TensorHeader.kind for a GGUF tensor type or safetensors dtype name: "Q4_K", "fp16"."""
     return _FLOAT_LABELS.get(type_name, type_name)
 
 

@@ -1,5 +1,6 @@
 """A fake Hugging Face Hub: the routes huggingface_hub 2.4.0 calls to search models
-(GET /api/models), describe a repository with its files' sizes and LFS checksums
+(GET /api/models), describe a repository with its files' sizes and LFS checksums, its parameter
+count (the Hub's "gguf" and "safetensors" fields) and model type ("config")
 (GET /api/models/{repo}[/revision/{rev}]?blobs=True) and download a file
 (GET/HEAD /{repo}/resolve/{rev}/{file}, with Range requests and the headers its download code
 reads: ETag, X-Repo-Commit, Content-Length, X-Linked-Size, Accept-Ranges). Errors carry the
@@ -31,6 +32,9 @@ class FakeRepo:
     likes: int = 0
     gated: bool = False
     architecture: str | None = None  # what the Hub reads from a GGUF file's header
+    num_parameters: int | None = None  # what the Hub counts in the GGUF or safetensors headers
+    safetensors_dtype: str = "F32"
+    model_type: str | None = None  # what the Hub reads from config.json
     sha: str = "c0ffee" * 6 + "0000"
 
     def sibling(self, name: str) -> dict:
@@ -45,7 +49,14 @@ class FakeRepo:
         summary = {"id": self.repo_id, "downloads": self.downloads, "likes": self.likes,
                    "gated": "manual" if self.gated else False, "tags": self.tags}
         if self.architecture:
-            summary["gguf"] = {"architecture": self.architecture, "total": 1}
+            summary["gguf"] = {"architecture": self.architecture}
+            if self.num_parameters:
+                summary["gguf"]["total"] = self.num_parameters
+        if "safetensors" in self.tags and self.num_parameters:
+            summary["safetensors"] = {"parameters": {self.safetensors_dtype: self.num_parameters},
+                                      "total": self.num_parameters}
+        if self.model_type:
+            summary["config"] = {"model_type": self.model_type}
         return summary
 
 
@@ -54,6 +65,7 @@ class Fault:
     drop_at: int | None = None  # the file's byte at which a download's connection drops
     drops: int = 1  # how many downloads (retries included) drop there
     corrupt: bool = False  # every file served with one byte changed
+    only: str | None = None  # the one file the faults apply to; None: every file
 
 
 @dataclass(slots=True)
@@ -134,7 +146,8 @@ class FakeHub:
             return _error(404, "RevisionNotFound", "Invalid rev id")
         if filename not in repo.files:
             return _error(404, "EntryNotFound", f"{filename} does not exist")
-        data = self._served_bytes(repo.files[filename])
+        faulty = self.fault.only in (None, filename)
+        data = self._served_bytes(repo.files[filename]) if faulty else repo.files[filename]
         start = _range_start(request.headers.get("range"))
         headers = {"ETag": f'"{repo.sibling(filename).get("lfs", {}).get("sha256", "x")}"',
                    "X-Repo-Commit": repo.sha, "Accept-Ranges": "bytes",
@@ -145,7 +158,8 @@ class FakeHub:
             headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
         if request.method == "HEAD":
             return Response(status_code=status, headers=headers)
-        return StreamingResponse(_pieces(data, start, self._drop_at()), status_code=status,
+        drop_at = self._drop_at() if faulty else None
+        return StreamingResponse(_pieces(data, start, drop_at), status_code=status,
                                  headers=headers, media_type="application/octet-stream")
 
     def _drop_at(self) -> int | None:

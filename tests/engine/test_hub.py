@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -275,17 +276,34 @@ def test_offline_mode_refuses_before_any_request(hub, monkeypatch):
     assert hub.requests == []
 
 
-def test_no_network_is_said_plainly(hub, monkeypatch):
+def test_no_network_is_said_plainly_within_seconds(hub, monkeypatch):
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     monkeypatch.setenv("HF_ENDPOINT", url)
 
-    # Not search_models: huggingface_hub retries a search for ~23 s before giving up.
+    for call in (lambda: search_models("tiny"), lambda: list_model_files(GGUF_REPO),
+                 lambda: download_model_file(GGUF_REPO, Q8)):
+        started = time.monotonic()
+        with pytest.raises(HubUnreachableError, match="Cannot reach the Hugging Face Hub"):
+            call()
+        assert time.monotonic() - started < 10  # huggingface_hub alone retries for ~23 s
+
+
+def test_a_host_that_does_not_answer_is_given_up_on_after_the_probe(hub, monkeypatch):
+    monkeypatch.setattr("engine.hub._PROBE_TIMEOUT_S", 0.5)
+    monkeypatch.setattr("engine.hub._reached_at", {})
+    def answers_late(address, timeout):
+        time.sleep(2)
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr("engine.hub.socket.create_connection", answers_late)
+
+    started = time.monotonic()
     with pytest.raises(HubUnreachableError, match="Cannot reach the Hugging Face Hub"):
-        list_model_files(GGUF_REPO)
-    with pytest.raises(HubUnreachableError, match="Cannot reach the Hugging Face Hub"):
-        download_model_file(GGUF_REPO, Q8)
+        search_models("tiny")
+
+    assert time.monotonic() - started < 5
 
 
 def test_importing_fetches_nothing(hub, tmp_path):
