@@ -120,8 +120,8 @@ class EngineHost(QObject):
     def engine_config(self, quantization: str | None = None) -> EngineConfig:
         """The EngineConfig a load builds its engine with: under `quantization`, else the
         setting. It imports torch: call it on the GUI thread only once a model has loaded."""
-        # Prompt lookup with 2 drafts: 1.8x on text the reply copies, no slower on the rest
-        # (docs/BENCHMARKS.md); the engine turns it off by itself when several tabs generate.
+        # Prompt lookup with up to 2 drafts; each step the engine verifies them only where its
+        # measured step cost and the reply's acceptance say they pay (docs/BENCHMARKS.md).
         return EngineConfig(device=self.device, num_speculative_tokens=SPECULATIVE_TOKENS,
                             quantization=quantization or self.quantization,
                             disk_cache_dir=self.disk_cache_dir if self.disk_cache_bytes else None,
@@ -239,7 +239,8 @@ class EngineHost(QObject):
                          tokens_per_s=s.tokens_per_s,
                          kv_cache_usage=s.kv_cache_usage or 0.0,
                          prefix_cache_hit_rate=s.prefix_cache_hit_rate or 0.0,
-                         spec_acceptance_rate=s.spec_acceptance_rate)
+                         spec_acceptance_rate=s.spec_acceptance_rate,
+                         spec_status=s.spec_status, spec_reason=s.spec_reason)
 
     def _set_status(self, **changes) -> None:
         status = dataclasses.replace(self._status, **changes)

@@ -69,6 +69,8 @@ class EngineStatusView:
     kv_cache_usage: float = 0.0  # 0..1
     prefix_cache_hit_rate: float = 0.0  # 0..1
     spec_acceptance_rate: float | None = None  # 0..1; None while speculative decoding is off
+    spec_status: str | None = None  # "drafts off: 13% accepted"
+    spec_reason: str | None = None  # the same, and what verifying costs here
 
 
 @dataclass(slots=True, frozen=True)

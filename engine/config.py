@@ -9,10 +9,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-# Measured on a 2-core CPU: drafts paid off 2x and more for one stream and not at all for 8.
-# Measured on 2 cores (docs/BENCHMARKS.md): drafts pay off for one stream; with two or more
-# running, a step is already several rows and open-ended text ran 7-17% slower.
-CPU_SPECULATIVE_MAX_BATCH_SIZE = 1
 # "auto": a GGUF file keeps its own quantization, a Hugging Face folder loads as it is.
 # "none": every weight dequantized to the compute dtype (the parity reference).
 QUANTIZATIONS = ("auto", "none", "int8", "int4")
@@ -23,7 +19,7 @@ class SchedulerConfig:
     max_num_seqs: int
     max_num_batched_tokens: int
     max_model_len: int
-    # Steps with more running sequences than this propose no drafts; None for no limit.
+    # Steps with more running sequences than this propose no drafts; None: the step cost decides.
     speculative_disable_by_batch_size: int | None = None
 
 
@@ -41,12 +37,15 @@ class EngineConfig:
     (weights, activations, CUDA graphs and the KV pool, which takes what is left).
     kernel_backend: "auto" (Triton on CUDA, torch elsewhere), "torch" or "triton".
     enforce_eager: on CUDA, run decode steps without capturing CUDA graphs.
-    num_speculative_tokens: draft tokens proposed per decoding sequence by n-gram prompt lookup
-    and verified in the same step (0 turns speculation off).
+    num_speculative_tokens: the most draft tokens proposed per decoding sequence by n-gram prompt
+    lookup and verified in the same step (0 turns speculation off). How many are verified, from
+    none to this, is decided each step from what a step of that many rows costs here (timed at
+    load and as the engine runs) and how often each sequence's drafts are kept.
     ngram_max, ngram_min: the longest and shortest suffix (in tokens) looked up in the context.
     speculative_disable_by_batch_size: steps with more running sequences than this do not
-    speculate; None picks 1 on CPU, where a step of two or more decodes is no longer bound by
-    reading the weights so drafts stop being nearly free, and no limit on CUDA.
+    speculate; None (the default) leaves it to the step cost.
+    speculative_cost_model: False verifies every draft found, whatever it costs (rows taken as
+    free): for tests of verification itself, and to compare against the cost model.
     quantization: how weights are kept in memory: "auto" (a GGUF file keeps its own
     quantization, a Hugging Face folder loads as it is), "none" (everything dequantized to
     dtype), "int8" (per output channel) or "int4" (groups of 32) quantized on load.
@@ -72,6 +71,7 @@ class EngineConfig:
     ngram_max: int = 4
     ngram_min: int = 1
     speculative_disable_by_batch_size: int | None = None
+    speculative_cost_model: bool = True
     quantization: str = "auto"
     disk_cache_dir: str | os.PathLike | None = None
     disk_cache_bytes: int = DEFAULT_DISK_CACHE_BYTES
@@ -96,10 +96,8 @@ class EngineConfig:
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ValueError(f"EngineConfig.ngram_min={self.ngram_min!r} and ngram_max="
                              f"{self.ngram_max!r} must satisfy 1 <= ngram_min <= ngram_max")
-        if self.speculative_disable_by_batch_size is None:
-            if not self.device.startswith("cuda"):
-                self.speculative_disable_by_batch_size = CPU_SPECULATIVE_MAX_BATCH_SIZE
-        elif self.speculative_disable_by_batch_size < 1:
+        if (self.speculative_disable_by_batch_size is not None
+                and self.speculative_disable_by_batch_size < 1):
             raise ValueError("EngineConfig.speculative_disable_by_batch_size="
                              f"{self.speculative_disable_by_batch_size!r} must be >= 1 or None")
         if self.disk_cache_bytes < 0:

@@ -25,7 +25,9 @@ from engine.outputs import CompletionOutput, PromptProgress, RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
+from engine.spec_decode.calibration import calibrate_step_cost
 from engine.spec_decode.ngram_proposer import NgramProposer
+from engine.spec_decode.step_cost import StepCost
 from engine.text import check_encodable
 
 logger = logging.getLogger(__name__)
@@ -39,7 +41,9 @@ class EngineStats:
 
     spec_draft_tokens / spec_accepted_tokens: tokens proposed by speculative decoding and those the
     model kept; spec_acceptance_rate is their ratio, None while speculation is off or has proposed
-    nothing yet.
+    nothing yet. spec_status says whether the latest step that had drafts to offer verified
+    them ("drafts off: 13% accepted"), spec_reason why ("..., and a 2-row step costs 1.33x a
+    1-row step here"); both None until such a step.
     """
 
     num_running: int
@@ -53,6 +57,8 @@ class EngineStats:
     spec_accepted_tokens: int = 0
     spec_acceptance_rate: float | None = None
     disk_cache: DiskCacheStats | None = None  # the prefix cache's disk tier, when it has one
+    spec_status: str | None = None
+    spec_reason: str | None = None
 
 
 class LLMEngine:
@@ -75,10 +81,13 @@ class LLMEngine:
         self.disk_cache = self._open_disk_cache()
         self.kv_cache = KVCacheManager(self.runner.num_blocks, self.config.block_size,
                                        self.config.enable_prefix_caching, self.disk_cache)
+        proposer = _proposer(self.config)
+        measure = proposer is not None and self.config.speculative_cost_model
+        self.step_cost = self._calibrate() if measure else StepCost()
         self.scheduler = Scheduler(
             SchedulerConfig(self.config.max_num_seqs, self.config.max_num_batched_tokens,
                             self.max_model_len, self.config.speculative_disable_by_batch_size),
-            self.kv_cache, _proposer(self.config))
+            self.kv_cache, proposer, self.step_cost)
         self.eos_token_ids = _eos_token_ids(self.loaded)
         self._requests: dict[str, tuple[Sequence, IncrementalDetokenizer]] = {}
         self._token_times: deque[tuple[float, int]] = deque()
@@ -126,7 +135,9 @@ class LLMEngine:
             except Exception as exc:  # a failed step fails its requests, never the engine
                 logger.exception("engine step failed")
                 return self._fail(sched, exc)
-            self._observe_prefill(sched, time.perf_counter() - began)
+            seconds = time.perf_counter() - began
+            self._observe_prefill(sched, seconds)
+            self._observe_decode(sched, seconds)
             advanced = self.scheduler.update_from_output(sched, sampled)
             self._record_tokens(sum(n for _, n in advanced))
         return self._collect_outputs(advanced) + self._progress_outputs(sched)
@@ -139,14 +150,16 @@ class LLMEngine:
 
     def stats(self) -> EngineStats:
         kv = self.kv_cache.stats()
-        spec = self.scheduler.proposer
+        spec, plan = self.scheduler.proposer, self.scheduler.last_plan
         return EngineStats(len(self.scheduler.running), len(self.scheduler.waiting), kv.usage,
                            kv.num_blocks, kv.prefix_hit_rate, self._recent_throughput(),
                            self._num_preemptions,
                            spec_draft_tokens=spec.num_draft_tokens if spec else 0,
                            spec_accepted_tokens=spec.num_accepted_tokens if spec else 0,
                            spec_acceptance_rate=spec.acceptance_rate if spec else None,
-                           disk_cache=self.disk_cache.stats() if self.disk_cache else None)
+                           disk_cache=self.disk_cache.stats() if self.disk_cache else None,
+                           spec_status=plan.headline() if plan else None,
+                           spec_reason=plan.reason() if plan else None)
 
     def _open_disk_cache(self) -> DiskPrefixCache | None:
         """The prefix cache's disk tier, when config.disk_cache_dir names a folder, for this
@@ -217,6 +230,23 @@ class LLMEngine:
                          if s.num_computed_tokens < s.seq.num_prompt_tokens)
         if num_prompt >= 4 * self.config.block_size:
             self.disk_cache.observe_prefill(sched.num_batched_tokens, seconds)
+
+    def _calibrate(self) -> StepCost:
+        """The step cost table's first figures (engine.spec_decode.calibration), before any
+        request: a fraction of a second for the default model on a CPU."""
+        return calibrate_step_cost(self.runner, self.config.num_speculative_tokens,
+                                   self.config.max_num_batched_tokens)
+
+    def _observe_decode(self, sched: SchedulerOutput, seconds: float) -> None:
+        """Refine the step cost with a step of decodes only (each row one sequence's next
+        token or a draft): its time by rows. Steps that read prompt chunks are not rows of
+        the same cost."""
+        if not self.step_cost.is_known:  # no speculation, or no cost model
+            return
+        for item in sched.scheduled:
+            if not item.samples or item.num_computed_tokens < item.seq.num_tokens - 1:
+                return
+        self.step_cost.observe(sched.num_batched_tokens, seconds)
 
     def _progress_outputs(self, sched: SchedulerOutput) -> list[RequestOutput]:
         """An output without tokens for each prompt this step read a chunk of but not to its end

@@ -10,7 +10,9 @@ from engine.config import SchedulerConfig
 from engine.kv_cache_manager import KVCacheManager
 from engine.outputs import FinishReason
 from engine.sequence import Sequence, SequenceStatus
+from engine.spec_decode.draft_policy import DraftCandidate, DraftPlan, plan_drafts
 from engine.spec_decode.ngram_proposer import NgramProposer
+from engine.spec_decode.step_cost import StepCost
 
 
 @dataclass(slots=True)
@@ -20,6 +22,8 @@ class ScheduledSequence:
     num_new_tokens: int  # including the drafts
     # Proposed tokens to verify after the sequence's last one; they are not in the sequence yet.
     spec_token_ids: list[int] = field(default_factory=list)
+    # A proposal's first draft that was not worth verifying, checked against the sampled token.
+    shadow_draft: int | None = None
 
     @property
     def samples(self) -> bool:
@@ -46,10 +50,15 @@ class Scheduler:
     """Running sequences first (decodes and unfinished prefills), then new prompts, in chunks."""
 
     def __init__(self, config: SchedulerConfig, kv_cache: KVCacheManager,
-                 proposer: NgramProposer | None = None) -> None:
+                 proposer: NgramProposer | None = None,
+                 step_cost: StepCost | None = None) -> None:
+        """step_cost: what steps cost here by rows, which decides how many drafts pay (without
+        it, rows are taken as free: every draft found is verified)."""
         self.config = config
         self.kv_cache = kv_cache
         self.proposer = proposer
+        self.step_cost = step_cost or StepCost()
+        self.last_plan: DraftPlan | None = None  # the latest step's drafting decision
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._finished: list[Sequence] = []
@@ -82,6 +91,8 @@ class Scheduler:
                 continue
             if item.spec_token_ids:
                 self.proposer.record(seq, len(item.spec_token_ids), len(token_ids) - 1)
+            elif item.shadow_draft is not None and token_ids:
+                self.proposer.record_shadow(seq, token_ids[0] == item.shadow_draft)
             num_appended, reason = self._append_until_stop(seq, token_ids)
             # The KV cache holds every token before the last one appended: the step's own
             # tokens and the kept drafts. Rejected drafts' blocks go back before anything is
@@ -143,20 +154,27 @@ class Scheduler:
 
     def _add_drafts(self, out: SchedulerOutput, budget: int) -> None:
         """Speculate with what the step leaves over: the token budget no decode or prompt chunk
-        wanted and blocks that are free, so speculation never delays or preempts anyone."""
+        wanted and blocks that are free, so speculation never delays or preempts anyone. How
+        many drafts, if any, is plan_drafts' choice from the step cost and each sequence's
+        acceptance; a proposal left unverified is shadow-checked."""
         max_batch = self.config.speculative_disable_by_batch_size
-        if max_batch is not None and len(self.running) > max_batch:
+        if budget <= 0 or (max_batch is not None and len(self.running) > max_batch):
             return
-        for item in out.scheduled:
-            if budget <= 0:
-                return
-            if item.num_new_tokens != 1 or not item.samples:
-                continue
-            drafts = self._propose(item.seq, budget)
-            if drafts and self.kv_cache.allocate_slots(item.seq, 1 + len(drafts)):
-                item.spec_token_ids = drafts
-                item.num_new_tokens += len(drafts)
-                budget -= len(drafts)
+        items = [item for item in out.scheduled if item.num_new_tokens == 1 and item.samples]
+        proposals = [self._propose(item.seq, budget) for item in items]
+        if not any(proposals):
+            return
+        candidates = [DraftCandidate(self.proposer.acceptance(item.seq), len(drafts))
+                      for item, drafts in zip(items, proposals, strict=True)]
+        plan = plan_drafts(self.step_cost, out.num_batched_tokens,
+                           sum(1 for item in out.scheduled if item.samples), candidates, budget)
+        self.last_plan = plan
+        for item, drafts, num in zip(items, proposals, plan.num_drafts, strict=True):
+            if num and self.kv_cache.allocate_slots(item.seq, 1 + num):
+                item.spec_token_ids = drafts[:num]
+                item.num_new_tokens += num
+            elif drafts:
+                item.shadow_draft = drafts[0]
 
     def _propose(self, seq: Sequence, max_drafts: int) -> list[int]:
         """Drafts for a decoding sequence, never more than max_tokens or the context leave room

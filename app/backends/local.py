@@ -93,7 +93,8 @@ class LocalBackend:
                             prefix_cache_hit_rate=s.prefix_cache_hit_rate,
                             tokens_per_s=s.generation_tokens_per_s,
                             time_to_first_token=self._last_ttft,
-                            spec_acceptance_rate=s.spec_acceptance_rate)
+                            spec_acceptance_rate=s.spec_acceptance_rate,
+                            spec_status=s.spec_status, spec_reason=s.spec_reason)
 
     async def count_tokens(self, messages: Sequence[ChatMessage]) -> TokenCount:
         key = tuple(messages)

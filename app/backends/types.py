@@ -94,6 +94,9 @@ class BackendStats:
     tokens_per_s: float = 0.0
     time_to_first_token: float | None = None
     spec_acceptance_rate: float | None = None
+    # Whether drafts are verified now and why (engine.EngineStats.spec_status / spec_reason).
+    spec_status: str | None = None
+    spec_reason: str | None = None
 
 
 def chat_cache_tag(conversation_id: int) -> str:

@@ -59,6 +59,16 @@ def spec_accept_text(rate: float) -> str:
     return f"Spec accept {percent(rate)}"
 
 
+def spec_text(status: EngineStatusView) -> str | None:
+    """Whether drafts are verified now ("Drafts off: 13% accepted"), else the acceptance rate;
+    None while speculation is off."""
+    if status.spec_status:
+        return status.spec_status[:1].upper() + status.spec_status[1:]
+    if status.spec_acceptance_rate is not None:
+        return spec_accept_text(status.spec_acceptance_rate)
+    return None
+
+
 def percent(fraction: float) -> str:
     return f"{min(max(fraction, 0.0), 1.0) * 100:.0f}%"
 
@@ -114,7 +124,8 @@ class EngineStatusBar(QStatusBar):
         self._set_severity("error" if status.state == "error" else "")
         self._set_visible(self.progress, status.state == "loading")
         ready = status.state == "ready"
-        speculating = status.spec_acceptance_rate is not None
+        spec = spec_text(status)
+        speculating = spec is not None
         for label in self._metric_labels:
             self._set_visible(label, ready and label is not self.ttft_label
                               and (speculating or label is not self.spec_label))
@@ -125,7 +136,8 @@ class EngineStatusBar(QStatusBar):
             self._set_text(self.prefix_cache_label,
                            prefix_hits_text(status.prefix_cache_hit_rate))
             if speculating:
-                self._set_text(self.spec_label, spec_accept_text(status.spec_acceptance_rate))
+                self._set_text(self.spec_label, spec)
+                self._set_label_tooltip(self.spec_label, _sentence(status.spec_reason))
 
     def show_remote(self, label: str, stats: BackendStats) -> None:
         """The current chat's server: its name and what this client measures of it; figures the
@@ -186,6 +198,10 @@ class EngineStatusBar(QStatusBar):
             self._tooltip = model
             self.state_label.setToolTip(model)
 
+    def _set_label_tooltip(self, label: QLabel, text: str) -> None:
+        if label.toolTip() != text:
+            label.setToolTip(text)
+
     def _set_visible(self, widget: QWidget, visible: bool) -> None:
         if self._visible.get(widget.objectName()) != visible:
             self._visible[widget.objectName()] = visible
@@ -198,3 +214,8 @@ class EngineStatusBar(QStatusBar):
         self.state_label.setProperty("severity", severity)
         self.state_label.style().unpolish(self.state_label)
         self.state_label.style().polish(self.state_label)
+
+
+def _sentence(text: str | None) -> str:
+    """"drafts off: ... here" as a sentence for a tooltip; "" for none."""
+    return f"{text[:1].upper()}{text[1:]}." if text else ""

@@ -11,17 +11,14 @@ from dataclasses import dataclass, field
 
 from engine.sequence import Sequence
 
-# A sequence whose drafts are rarely accepted pauses, so open-ended text pays for few failed
-# verifications; only a match of the longest n-gram, strong evidence that the text is being
-# copied again, drafts during a pause. The rate is judged over windows of at least this many
-# drafted tokens...
-ADAPTIVE_WINDOW_DRAFTS = 8
-# ...and a window accepting less than this fraction starts a pause...
-ADAPTIVE_MIN_ACCEPTANCE = 0.3
-# ...of this many steps, doubled after each further failing window up to the maximum, and reset
-# by a window that passes.
-ADAPTIVE_PAUSE_STEPS = 16
-ADAPTIVE_MAX_PAUSE_STEPS = 256
+# Each sequence's acceptance (drafts kept over drafts tried) weighs recent trials most: every
+# verification or shadow check keeps this fraction of the weight of those before it...
+ACCEPTANCE_DECAY = 0.9
+# ...and starts from the engine's overall rate as if this many drafts had been tried with it.
+PRIOR_TRIALS = 2.0
+# The overall rate before any draft was tried, and how slowly it moves.
+DEFAULT_ACCEPTANCE = 0.5
+OVERALL_DECAY = 0.99
 
 
 @dataclass(slots=True)
@@ -29,14 +26,15 @@ class _SequenceState:
     # n-gram -> index of the token that followed its latest occurrence
     index: dict[tuple[int, ...], int] = field(default_factory=dict)
     num_indexed: int = 0  # tokens before this one have their n-grams in the index
-    window_drafted: int = 0
-    window_accepted: int = 0
-    pause_steps: int = 0  # steps left without proposing
-    next_pause: int = ADAPTIVE_PAUSE_STEPS
+    kept: float = 0.0  # drafts kept and tried, decayed (see ACCEPTANCE_DECAY)
+    tried: float = 0.0
 
 
 class NgramProposer:
-    """Proposes up to `num_speculative_tokens` drafts per sequence and learns when to stop."""
+    """Proposes up to `num_speculative_tokens` drafts per sequence and estimates how often each
+    sequence's drafts are kept: from the drafts verified, and from the first draft of a proposal
+    that was not verified, checked against the token the step sampled instead (a shadow check,
+    free), so a sequence whose drafts were not worth verifying is still measured."""
 
     def __init__(self, num_speculative_tokens: int, ngram_min: int, ngram_max: int) -> None:
         assert num_speculative_tokens > 0 and 1 <= ngram_min <= ngram_max
@@ -46,6 +44,8 @@ class NgramProposer:
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
         self._states: dict[Sequence, _SequenceState] = {}
+        self._overall_kept = DEFAULT_ACCEPTANCE
+        self._overall_tried = 1.0
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -59,39 +59,44 @@ class NgramProposer:
         state = self._states.get(seq)
         if state is None:
             state = self._states[seq] = _SequenceState()
-        shortest = self.ngram_min
-        if state.pause_steps > 0:
-            state.pause_steps -= 1
-            shortest = self.ngram_max
         limit = min(max_drafts, self.num_speculative_tokens)
         if limit <= 0:
             return []
         tokens = seq.all_token_ids
         self._index(state, tokens)
-        follower = self._latest_match(state, tokens, shortest)
+        follower = self._latest_match(state, tokens)
         if follower is None:
             return []
         return _continuation(tokens, follower, limit)
 
+    def acceptance(self, seq: Sequence) -> float:
+        """The estimated chance that each next draft of `seq` is kept."""
+        overall = self._overall_kept / self._overall_tried
+        state = self._states.get(seq)
+        if state is None:
+            return overall
+        return (state.kept + PRIOR_TRIALS * overall) / (state.tried + PRIOR_TRIALS)
+
     def record(self, seq: Sequence, num_drafted: int, num_accepted: int) -> None:
-        """What verification made of `seq`'s drafts this step."""
+        """What verification made of `seq`'s drafts this step. Drafts after the first rejected
+        one were not tried."""
         self.num_draft_tokens += num_drafted
         self.num_accepted_tokens += num_accepted
         seq.metrics.num_draft_tokens += num_drafted
         seq.metrics.num_accepted_tokens += num_accepted
+        self._learn(seq, num_accepted, min(num_accepted + 1, num_drafted))
+
+    def record_shadow(self, seq: Sequence, kept: bool) -> None:
+        """A proposal's first draft was not verified; the step sampled it (kept) or not."""
+        self._learn(seq, int(kept), 1)
+
+    def _learn(self, seq: Sequence, kept: int, tried: int) -> None:
+        self._overall_kept = OVERALL_DECAY * self._overall_kept + kept
+        self._overall_tried = OVERALL_DECAY * self._overall_tried + tried
         state = self._states.get(seq)
-        if state is None:
-            return
-        state.window_drafted += num_drafted
-        state.window_accepted += num_accepted
-        if state.window_drafted < ADAPTIVE_WINDOW_DRAFTS:
-            return
-        if state.window_accepted < ADAPTIVE_MIN_ACCEPTANCE * state.window_drafted:
-            state.pause_steps = state.next_pause
-            state.next_pause = min(2 * state.next_pause, ADAPTIVE_MAX_PAUSE_STEPS)
-        else:
-            state.next_pause = ADAPTIVE_PAUSE_STEPS
-        state.window_drafted = state.window_accepted = 0
+        if state is not None:
+            state.kept = ACCEPTANCE_DECAY * state.kept + kept
+            state.tried = ACCEPTANCE_DECAY * state.tried + tried
 
     def forget(self, seq: Sequence) -> None:
         self._states.pop(seq, None)
@@ -103,11 +108,10 @@ class NgramProposer:
                 index[tuple(tokens[follower - n:follower])] = follower
         state.num_indexed = len(tokens)
 
-    def _latest_match(self, state: _SequenceState, tokens: list[int],
-                      shortest: int) -> int | None:
+    def _latest_match(self, state: _SequenceState, tokens: list[int]) -> int | None:
         """Where the token after the latest earlier occurrence of the longest matching tail (of
-        at least `shortest` tokens) is."""
-        for n in range(min(self.ngram_max, len(tokens) - 1), shortest - 1, -1):
+        at least ngram_min tokens) is."""
+        for n in range(min(self.ngram_max, len(tokens) - 1), self.ngram_min - 1, -1):
             follower = state.index.get(tuple(tokens[-n:]))
             if follower is not None:
                 return follower

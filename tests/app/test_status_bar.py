@@ -82,6 +82,16 @@ def test_speculation_acceptance_shows_only_while_speculating(bar):
     assert bar.spec_label.isHidden()
 
 
+def test_whether_drafts_are_verified_shows_with_the_reason_in_its_tooltip(bar):
+    bar.show_status(ready(spec_acceptance_rate=0.2, spec_status="drafts off: 13% accepted",
+                          spec_reason="drafts off: 13% accepted, and a 2-row step costs 1.33x "
+                                      "a 1-row step here"))
+
+    assert bar.summary_text().endswith("Prefix hits 0% | Drafts off: 13% accepted")
+    assert bar.spec_label.toolTip() == ("Drafts off: 13% accepted, and a 2-row step costs "
+                                        "1.33x a 1-row step here.")
+
+
 def test_large_throughput_drops_decimals_and_fractions_are_clamped(bar):
     bar.show_status(ready(tokens_per_s=1234.5, kv_cache_usage=1.7, prefix_cache_hit_rate=-0.2))
     assert "1,234 tok/s" in bar.summary_text()

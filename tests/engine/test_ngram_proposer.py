@@ -1,4 +1,4 @@
-"""Prompt lookup: what the n-gram proposer drafts, and when it stops drafting."""
+"""Prompt lookup: what the n-gram proposer drafts, and how often it expects drafts to be kept."""
 
 from __future__ import annotations
 
@@ -6,15 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.config import CPU_SPECULATIVE_MAX_BATCH_SIZE, EngineConfig
+from engine.config import EngineConfig
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
-from engine.spec_decode.ngram_proposer import (
-    ADAPTIVE_MAX_PAUSE_STEPS,
-    ADAPTIVE_PAUSE_STEPS,
-    ADAPTIVE_WINDOW_DRAFTS,
-    NgramProposer,
-)
+from engine.spec_decode.ngram_proposer import DEFAULT_ACCEPTANCE, NgramProposer
 
 
 def seq(tokens: list[int]) -> Sequence:
@@ -85,32 +80,34 @@ def test_incremental_index_matches_a_brute_force_search(prompt, appended, ngram_
         assert proposer.propose(s, k) == want
 
 
-def test_low_acceptance_pauses_drafting_longer_each_time_and_a_good_window_resets_it():
+def test_acceptance_starts_from_the_overall_rate_and_follows_the_recent_trials():
     proposer = NgramProposer(4, 1, 4)
-    s = seq([1, 2, 3, 4, 5, 6, 7, 1])  # only a 1-gram matches
-    pauses = []
-    for _ in range(3):
-        while proposer.propose(s, 4):
-            proposer.record(s, 4, 0)
-        paused = 1  # the proposal that ended the loop above
-        while not proposer.propose(s, 4):
-            paused += 1
-        pauses.append(paused)
-    assert pauses == [ADAPTIVE_PAUSE_STEPS, 2 * ADAPTIVE_PAUSE_STEPS, 4 * ADAPTIVE_PAUSE_STEPS]
-    proposer.record(s, ADAPTIVE_WINDOW_DRAFTS, ADAPTIVE_WINDOW_DRAFTS)
-    proposer.record(s, ADAPTIVE_WINDOW_DRAFTS, 0)
-    assert sum(1 for _ in range(ADAPTIVE_MAX_PAUSE_STEPS) if not proposer.propose(s, 4)) == (
-        ADAPTIVE_PAUSE_STEPS)
+    s, other = seq([1, 2, 1]), seq([5, 6, 5])
+    proposer.propose(s, 4)
+    proposer.propose(other, 4)
+    assert proposer.acceptance(s) == DEFAULT_ACCEPTANCE
+
+    for _ in range(20):
+        proposer.record(s, 2, 2)  # both kept: 2 tried, 2 kept
+    assert proposer.acceptance(s) > 0.9
+    assert proposer.acceptance(other) > DEFAULT_ACCEPTANCE  # the overall rate rose with it
+    for _ in range(40):
+        proposer.record(s, 3, 0)  # the first rejected: 1 tried
+    assert proposer.acceptance(s) < 0.2
 
 
-def test_a_match_of_the_longest_ngram_drafts_even_during_a_pause():
-    proposer = NgramProposer(2, 1, 3)
-    s = seq([1, 2, 3, 9, 1, 2])
+def test_a_shadow_check_counts_as_one_draft_tried_without_touching_the_metrics():
+    proposer = NgramProposer(2, 1, 4)
+    s = seq([1, 2, 1])
     proposer.propose(s, 2)
-    proposer.record(s, ADAPTIVE_WINDOW_DRAFTS, 0)
-    assert proposer.propose(s, 2) == []  # paused: "1 2" is only a 2-gram match
-    s.append_token(3)
-    assert proposer.propose(s, 2) == [9, 1]  # "1 2 3" matches in full
+    for _ in range(30):
+        proposer.record_shadow(s, kept=False)
+    low = proposer.acceptance(s)
+    for _ in range(30):
+        proposer.record_shadow(s, kept=True)
+
+    assert low < 0.1 and proposer.acceptance(s) > 0.8
+    assert proposer.acceptance_rate is None and s.metrics.num_draft_tokens == 0
 
 
 def test_counts_feed_the_request_metrics_and_the_overall_rate():
@@ -132,7 +129,7 @@ def test_bad_speculation_settings_name_the_field(config):
         EngineConfig(**config)
 
 
-def test_cpu_speculates_only_in_small_batches_and_cuda_always():
-    assert EngineConfig().speculative_disable_by_batch_size == CPU_SPECULATIVE_MAX_BATCH_SIZE
+def test_no_batch_size_limit_unless_one_is_set():
+    assert EngineConfig().speculative_disable_by_batch_size is None
     assert EngineConfig(device="cuda").speculative_disable_by_batch_size is None
     assert EngineConfig(speculative_disable_by_batch_size=16).speculative_disable_by_batch_size == 16

@@ -16,9 +16,9 @@ from engine.chat_template import encode_chat
 
 # See test_parity: on a small shared machine one thread is several times faster than two.
 NUM_THREADS = 1
-# Every request speculates, however many run (the CPU default stops above 4).
-SPEC = {"num_speculative_tokens": 4, "speculative_disable_by_batch_size": 64,
-        "num_threads": NUM_THREADS}
+# Every draft found is verified, however many requests run and whatever it costs here: these
+# tests are about verification (tests/engine/test_draft_policy.py is about when it pays).
+SPEC = {"num_speculative_tokens": 4, "speculative_cost_model": False, "num_threads": NUM_THREADS}
 OFF = {"num_threads": NUM_THREADS}
 
 CODE = '''def allocate(self, seq, n):
