@@ -48,6 +48,7 @@ _SEARCH_FIELDS = ["downloads", "likes", "gated", "tags", "gguf"]
 # and the tokenizer files transformers' AutoTokenizer reads (one of _TOKENIZERS is required).
 _CONFIG = "config.json"
 _SHARD_INDEX = "model.safetensors.index.json"
+_SAFETENSORS_SHARD = re.compile(r"-\d{5}-of-\d{5}\.safetensors$")
 _TOKENIZERS = frozenset({"tokenizer.json", "tokenizer.model", "vocab.json"})
 _TOKENIZER_EXTRAS = frozenset({"tokenizer_config.json", "special_tokens_map.json",
                                "added_tokens.json", "merges.txt", "chat_template.jinja",
@@ -233,17 +234,18 @@ def _num_parameters(info: ModelInfo) -> int | None:
 
 def folder_files(files: list[HubFile]) -> list[HubFile]:
     """The files a model folder the engine loads needs: config.json, the safetensors weights
-    (all shards and their index, else model.safetensors), the tokenizer files. Only the top
+    (the shards and their index, else model.safetensors), the tokenizer files. Only the top
     level counts (the loader reads no subfolder); *.bin, *.pt, ONNX and consolidated.* are left
     out. Empty when config.json, the weights or a tokenizer is missing. config.json comes
     last: a folder without it is not a model yet, so it is written once the rest is there."""
     top = {f.filename: f for f in files if "/" not in f.filename}
-    weights = [f for name, f in top.items()
-               if name.endswith(".safetensors") and not _OTHER_FORMATS.match(name)]
-    if _SHARD_INDEX in top:
-        weights.append(top[_SHARD_INDEX])
-    elif "model.safetensors" in top:
-        weights = [top["model.safetensors"]]
+    safetensors = [f for name, f in top.items()
+                   if name.endswith(".safetensors") and not _OTHER_FORMATS.match(name)]
+    shards = [f for f in safetensors if _SAFETENSORS_SHARD.search(f.filename)] or safetensors
+    if _SHARD_INDEX in top and shards:
+        weights = [*shards, top[_SHARD_INDEX]]
+    else:
+        weights = [top["model.safetensors"]] if "model.safetensors" in top else safetensors
     if _CONFIG not in top or not weights or not _TOKENIZERS & top.keys():
         return []
     tokenizer = [f for name, f in top.items() if name in _TOKENIZERS | _TOKENIZER_EXTRAS]

@@ -87,6 +87,16 @@ def test_weights_are_priced_in_the_layout_the_loader_keeps(quantization, model_f
     assert fit.needed_bytes == fit.weight_bytes + KV + MEMORY_OVERHEAD_BYTES
 
 
+def test_a_q4_k_m_files_bytes_beyond_4_5_bits_per_weight_are_priced_as_q6_k_kept_int8():
+    size = 4_683_073_952  # Qwen2.5-7B-Instruct-Q4_K_M.gguf
+    in_q6_k = (size - B7 * 144 / 256) / (210 / 256 - 144 / 256)
+
+    fit = estimate_fit("Q4_K_M", size, B7, "gguf", KV, available=GIB, total=GIB)
+
+    expected = (B7 - in_q6_k) * INT4_BYTES_PER_ELEMENT + in_q6_k * INT8_BYTES_PER_ELEMENT
+    assert fit.weight_bytes == pytest.approx(expected, rel=1e-6)
+
+
 def test_without_the_hubs_count_parameters_come_from_the_size_and_bits_per_weight():
     assert parameters_from_size(34 * 1000, "Q8_0") == 32 * 1000  # 8.5 bits
     assert parameters_from_size(144 * 1000, "Q4_K") == 256 * 1000  # 4.5 bits

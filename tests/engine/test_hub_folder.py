@@ -181,7 +181,7 @@ def test_a_folder_is_config_weights_and_tokenizer_with_config_last():
 
 def test_a_sharded_folder_takes_every_shard_and_the_index():
     files = hub_files("config.json", *SHARDS, INDEX, "consolidated.safetensors",
-                      "tokenizer.model")
+                      "model.safetensors", "tokenizer.model")
 
     chosen = {f.filename for f in folder_files(files)}
 
@@ -190,7 +190,7 @@ def test_a_sharded_folder_takes_every_shard_and_the_index():
 
 @pytest.mark.parametrize("missing", ["config.json", "model.safetensors", "tokenizer.json"])
 def test_a_folder_missing_config_weights_or_tokenizer_is_none(missing):
-    names = {"config.json", "model.safetensors", "tokenizer.json", "model.bin"} - {missing}
+    names = {"config.json", "model.safetensors", INDEX, "tokenizer.json", "model.bin"} - {missing}
 
     assert folder_files(hub_files(*sorted(names))) == []
 
