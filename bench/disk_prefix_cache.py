@@ -21,17 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from cpu_info import cpu_name
+
 ROOT = Path(__file__).resolve().parents[1]
 NEW_MESSAGE_TOKENS = 30
 CHILD_TIMEOUT_S = 900
 SENTENCE = ("the keeper climbed the lighthouse stairs each evening to light the lamp and wrote "
             "down the ships she saw passing in the dark water below")
-
-
-def cpu_name() -> str:
-    with open("/proc/cpuinfo") as f:
-        return next((line.split(":", 1)[1].strip() for line in f
-                     if line.startswith("model name")), "unknown CPU")
 
 
 def history_tokens(tokenizer, n: int, seed: int) -> list[int]:

@@ -19,13 +19,13 @@ import asyncio
 import contextvars
 import json
 import multiprocessing
-import platform
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
 import httpx
+from cpu_info import cpu_name
 from throughput import make_workload, percentile
 
 from engine import AsyncEngine, EngineConfig, SamplingParams
@@ -222,15 +222,6 @@ async def bench(args) -> list[Run]:
     server.stop()
     engine.shutdown()
     return runs
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f
-                        if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def report(runs: list[Run], args) -> None:

@@ -3,6 +3,11 @@
 Not a test: run `python bench/speculative.py` on a quiet machine and copy the printed table into
 docs/BENCHMARKS.md.
 
+Settings: speculation off; up to k drafts decided each step by the engine's cost model (what it
+ships with); and, with --always, every draft found verified whatever it costs (the cost model
+off), to show what the model saves. The cost model's calibration (its time, and its step times
+by rows) and its last reason are printed for each k.
+
 Workloads (greedy, chat template, the default model):
   grounded   replies that copy their input: repeat a given code file with one change, answer by
              quoting a given passage. Prompt lookup should find most of the reply in the prompt.
@@ -16,16 +21,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from cpu_info import cpu_name
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.chat_template import encode_chat
 from engine.loader import LoadedModel, load_model
+from engine.spec_decode.calibration import calibrate_step_cost
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE_FILES = ["engine/block_pool.py", "engine/kv_cache_manager.py", "engine/sampling_params.py"]
@@ -57,6 +63,7 @@ class RunResult:
     workload: str
     streams: int
     num_spec: int  # num_speculative_tokens; 0 is off
+    mode: str  # "off", "cost model" or "always"
     output_tokens: int
     seconds: float
     decode_tok_per_s: float
@@ -124,23 +131,29 @@ def bench(loaded: LoadedModel, workload: str, messages: list[list[dict]], stream
     alike; each setting keeps its fastest round."""
     prompts = [encode_chat(loaded.tokenizer, m) for m in messages]
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens)
-    settings = (0, *args.num_spec)
-    engines = [LLMEngine(config=EngineConfig(num_threads=args.threads, num_speculative_tokens=k),
-                         loaded=loaded) for k in settings]
-    best: dict[int, RunResult] = {}
+    settings = [(0, "off")] + [(k, "cost model") for k in args.num_spec]
+    if args.always:
+        settings += [(k, "always") for k in args.num_spec]
+    engines = [make_engine(loaded, k, mode, args.threads) for k, mode in settings]
+    best: dict[tuple[int, str], RunResult] = {}
+    reasons: dict[tuple[int, str], str | None] = {}
     outputs = []
     for _ in range(args.rounds):
-        for k, engine in zip(settings, engines, strict=True):
+        for setting, engine in zip(settings, engines, strict=True):
             run(engine, prompts[:1], 1, SamplingParams(temperature=0, max_tokens=4))  # warm up
             base = engine.stats()
             token_ids, seconds, decode = run(engine, prompts, streams, params)
             stats = engine.stats()
             outputs.append(token_ids)
-            result = RunResult(workload, streams, k, sum(map(len, token_ids)), seconds, decode,
-                               stats.spec_draft_tokens - base.spec_draft_tokens,
+            result = RunResult(workload, streams, *setting, sum(map(len, token_ids)), seconds,
+                               decode, stats.spec_draft_tokens - base.spec_draft_tokens,
                                stats.spec_accepted_tokens - base.spec_accepted_tokens)
-            if k not in best or result.decode_tok_per_s > best[k].decode_tok_per_s:
-                best[k] = result
+            reasons[setting] = stats.spec_reason
+            if setting not in best or result.decode_tok_per_s > best[setting].decode_tok_per_s:
+                best[setting] = result
+    for (k, mode), reason in reasons.items():
+        if mode == "cost model":
+            print(f"{workload}, {streams} streams, k={k}: last decision: {reason}")
     if any(out != outputs[0] for out in outputs):
         message = f"{workload}, {streams} streams: greedy output differs with speculation"
         if args.quantization == "none":
@@ -148,7 +161,25 @@ def bench(loaded: LoadedModel, workload: str, messages: list[list[dict]], stream
         # Quantized kernels round activations to bf16, so the few-row verification step and a
         # one-row decode can flip a near tie (seen: logits 34.651 vs 34.646); fp32 must not.
         print(f"note: {message} (allowed for quantized kernels, whose bf16 activations can flip a near tie)")
-    return [best[k] for k in settings]
+    return [best[s] for s in settings]
+
+
+def make_engine(loaded: LoadedModel, k: int, mode: str, threads: int) -> LLMEngine:
+    config = EngineConfig(num_threads=threads, num_speculative_tokens=k,
+                          speculative_cost_model=mode != "always")
+    return LLMEngine(config=config, loaded=loaded)
+
+
+def print_calibration(loaded: LoadedModel, args: argparse.Namespace) -> None:
+    """What the cost model starts from: the calibration's time and its step times by rows."""
+    for k in args.num_spec:
+        engine = make_engine(loaded, k, "cost model", args.threads)
+        began = time.perf_counter()
+        cost = calibrate_step_cost(engine.runner, k, engine.config.max_num_batched_tokens)
+        seconds = time.perf_counter() - began
+        times = ", ".join(f"{rows} rows {t * 1e3:.1f} ms ({cost.ratio(rows, 1):.2f}x)"
+                          for rows, t in cost.table().items())
+        print(f"calibration, k={k}: {seconds:.2f} s: {times}")
 
 
 def print_table(results: list[RunResult]) -> None:
@@ -162,7 +193,8 @@ def print_table(results: list[RunResult]) -> None:
         base = off[(r.workload, r.streams)]
         speedup = f"{r.decode_tok_per_s / base.decode_tok_per_s:.2f}x" if r.num_spec else ""
         rate = f"{r.acceptance_rate:.0%}" if r.acceptance_rate is not None else ""
-        print(f"| {r.workload} | {r.streams} | {r.num_spec or 'off'} "
+        drafts = f"{r.num_spec}, {r.mode}" if r.num_spec else "off"
+        print(f"| {r.workload} | {r.streams} | {drafts} "
               f"| {r.output_tokens} | {r.seconds:.1f} | {r.tok_per_s:.1f} "
               f"| {r.decode_tok_per_s:.1f} | {speedup} | {rate} |")
 
@@ -178,14 +210,17 @@ def main(argv: list[str] | None = None) -> None:
                         help="run each setting this many times, interleaved; keep the fastest")
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--skip", nargs="*", default=[], choices=["grounded", "open"])
+    parser.add_argument("--always", action="store_true",
+                        help="also run each k with every draft verified (the cost model off)")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--quantization", default="auto",
                         choices=["auto", "none", "int8", "int4"],
                         help="how the default model's weights are kept (default: auto, its Q4_1)")
     args = parser.parse_args(argv)
     loaded = load_model(None, torch.float32, quantization=args.quantization)
-    print(f"{platform.processor() or platform.machine()}, torch {torch.__version__}, "
-          f"{args.threads} threads, fp32, max_tokens {args.max_tokens}, best of {args.rounds}")
+    print(f"{cpu_name()}, torch {torch.__version__}, {args.threads} threads, quantization "
+          f"{args.quantization}, max_tokens {args.max_tokens}, best of {args.rounds}")
+    print_calibration(loaded, args)
     workloads = {"grounded": grounded_messages, "open": open_messages}
     results = []
     for name, make in workloads.items():

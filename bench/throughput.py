@@ -21,6 +21,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 
 import torch
+from cpu_info import cpu_name
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.chat_template import encode_chat
@@ -168,13 +169,7 @@ def bench_multiturn(loaded, config: EngineConfig, turns: int, caching: bool) -> 
 
 
 def describe_machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return (f"{cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
+    return (f"{cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
             f"Python {platform.python_version()}, fp32")
 
 

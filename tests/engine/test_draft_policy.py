@@ -13,7 +13,7 @@ from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
 from engine.spec_decode.draft_policy import DraftCandidate, plan_drafts
 from engine.spec_decode.ngram_proposer import NgramProposer
-from engine.spec_decode.step_cost import OBSERVATION_WEIGHT, StepCost
+from engine.spec_decode.step_cost import FASTER_WEIGHT, SLOWER_WEIGHT, StepCost
 
 FREE_ROWS = StepCost({1: 0.0100, 2: 0.0101, 3: 0.0102, 6: 0.0110, 12: 0.0125})
 COSTLY_ROWS = StepCost({1: 0.0556, 4: 0.111})
@@ -34,13 +34,15 @@ def test_between_two_measured_row_counts_the_cost_is_interpolated_and_beyond_ext
     assert StepCost().seconds(3) == 0.0 and not StepCost().is_known
 
 
-def test_a_timed_step_moves_its_rows_estimate_part_of_the_way():
-    cost = StepCost({1: 0.010})
+def test_a_timed_step_moves_its_rows_estimate_part_of_the_way_and_a_slow_one_less():
+    cost = StepCost({1: 0.010, 2: 0.020})
     cost.observe(1, 0.020)
-    cost.observe(2, 0.030)  # a row count never timed takes the time as it is
+    cost.observe(2, 0.010)
+    cost.observe(3, 0.030)  # a row count never timed takes the time as it is
 
-    assert cost.seconds(1) == pytest.approx(0.010 + OBSERVATION_WEIGHT * 0.010)
-    assert cost.seconds(2) == 0.030
+    assert cost.seconds(1) == pytest.approx(0.010 + SLOWER_WEIGHT * 0.010)
+    assert cost.seconds(2) == pytest.approx(0.020 - FASTER_WEIGHT * 0.010)
+    assert cost.seconds(3) == 0.030
 
 
 def test_nearly_free_rows_verify_drafts_even_when_few_are_kept():

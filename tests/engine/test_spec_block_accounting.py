@@ -19,6 +19,7 @@ from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
 from engine.spec_decode.ngram_proposer import NgramProposer
+from engine.spec_decode.step_cost import StepCost
 
 # A small alphabet, so the context repeats and the proposer drafts often.
 PREFIXES = [[1, 2, 3, 1, 2, 3, 1, 2], [1, 2, 3, 4, 1, 2], [5, 6, 5, 6, 5, 6, 5, 6, 5]]
@@ -204,3 +205,23 @@ def test_drafts_never_reach_past_the_context_length():
     assert out.scheduled[0].spec_token_ids == [2]  # 10 tokens, room for 2 more: a draft + bonus
     sched.update_from_output(out, [[2, 3]])
     assert seq.num_tokens == 12 and seq.finish_reason == "length"
+
+
+def test_drafts_the_step_cost_refuses_are_shadow_checked_and_hold_no_blocks():
+    costly = StepCost({1: 0.050, 2: 0.100, 3: 0.150})  # each row a full step: never pays
+    sched = Scheduler(SchedulerConfig(4, 64, max_model_len=64),
+                      KVCacheManager(32, BLOCK_SIZE, enable_prefix_caching=False),
+                      NgramProposer(2, 1, 3), costly)
+    seq = prompt_seq("a", [1, 2, 3, 1, 2, 3, 1], max_tokens=20)
+    sched.add(seq)
+    sched.update_from_output(sched.schedule(), [[2]])
+    before = sched.proposer.acceptance(seq)
+
+    out = sched.schedule()
+    item = out.scheduled[0]
+    assert (item.spec_token_ids, item.shadow_draft, item.num_new_tokens) == ([], 3, 1)
+    assert len(seq.block_ids) == -(-seq.num_tokens // BLOCK_SIZE)  # none for drafts
+    assert sched.last_plan.reason().startswith("drafts off")
+    sched.update_from_output(out, [[3]])  # the shadow draft was right
+    assert sched.proposer.acceptance(seq) > before
+    assert (sched.proposer.num_draft_tokens, seq.metrics.num_draft_tokens) == (0, 0)
