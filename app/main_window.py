@@ -107,7 +107,8 @@ class MainWindow(QMainWindow):
         self.server_panel = LocalServerPanel(self)
         self.appearance_panel = AppearancePanel(self)
         self.model_choices = ModelChoices(host.engine_config)
-        self.model_library = ModelLibrary(keys=self.sources.saved.keys)
+        self.model_library = ModelLibrary(keys=self.sources.saved.keys,
+                                          quantization=lambda: self.host.quantization)
         self.model_library.attach(_DownloadsInPicker(self))
         self._library_dialog: ModelLibraryDialog | None = None
         self._describing: asyncio.Task | None = None

@@ -9,8 +9,10 @@ worker threads, under ENGINE_IMPORT_LOCK, the first time the Hub is asked anythi
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +23,9 @@ from app.engine_import import ENGINE_IMPORT_LOCK
 from app.tasks import TaskSet
 
 if TYPE_CHECKING:
-    from engine.hub import HubFile, HubModel
+    from engine.hub import HubModel, HubRepo
     from engine.hub_download import DownloadProgress
+    from engine.hub_fit import MemoryFit
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +33,8 @@ QUEUED, DOWNLOADING, DONE, FAILED, CANCELLED = (
     "queued", "downloading", "done", "failed", "cancelled")
 # The Hugging Face token's entry in ConnectionKeys (the system keyring, service "Pagoda").
 HUB_TOKEN_ID = "huggingface-hub-token"
+# A FileChoice's and a Download's filename for a safetensors repository's whole model folder.
+MODEL_FOLDER = ""
 
 
 @dataclass(slots=True, frozen=True)
@@ -56,12 +61,22 @@ RECOMMENDED_MODELS = (
 
 @dataclass(slots=True, frozen=True)
 class FileChoice:
-    """One file of a repository as the library offers it."""
+    """One file of a repository as the library offers it, or (filename MODEL_FOLDER) its whole
+    safetensors model folder. fit: whether it fits this machine's memory, in a few words
+    ("fits", "tight", "too big"); fit_detail: the figures behind it."""
 
     filename: str
     quantization: str | None
     size: int
     recommended: bool
+    fit: str = ""
+    fit_detail: str = ""
+    fit_verdict: str = "unknown"
+
+    @property
+    def label(self) -> str:
+        return "Whole model folder (safetensors)" if self.filename == MODEL_FOLDER \
+            else self.filename
 
 
 @dataclass(slots=True)
@@ -80,6 +95,10 @@ class Download:
     path: Path | None = None
     error: str = ""
     cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def label(self) -> str:
+        return "model folder" if self.filename == MODEL_FOLDER else self.filename
 
     @property
     def is_active(self) -> bool:
@@ -126,9 +145,12 @@ class ModelLibrary:
     search (about 20 s to fail offline) never holds up a download, nor the event loop. A newer
     search or repository choice makes the answer to an older one be dropped."""
 
-    def __init__(self, dest_dir: Path | None = None, keys: ConnectionKeys | None = None) -> None:
+    def __init__(self, dest_dir: Path | None = None, keys: ConnectionKeys | None = None,
+                 quantization: Callable[[], str] = lambda: "auto") -> None:
+        """quantization: the engine's setting now, which the memory a file takes depends on."""
         self.dest_dir = dest_dir
         self.keys = keys or ConnectionKeys.in_memory()
+        self._quantization = quantization
         self.downloads: list[Download] = []
         self._views: list[LibraryView] = []
         self._lookups = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagoda-hub")
@@ -183,7 +205,8 @@ class ModelLibrary:
         return RECOMMENDED_MODELS
 
     def choose_repo(self, repo_id: str) -> asyncio.Task:
-        return self._tasks.spawn(self._ask(f"Listing the files of {repo_id}…", _list_files,
+        list_files = functools.partial(_list_files, quantization=self._quantization())
+        return self._tasks.spawn(self._ask(f"Listing the files of {repo_id}…", list_files,
                                            repo_id, lambda files: self._show_files(repo_id,
                                                                                    files)))
 
@@ -212,8 +235,9 @@ class ModelLibrary:
     # -- fetching ------------------------------------------------------------------------------
 
     def download(self, repo_id: str, filename: str) -> Download:
-        """Queue a file; it starts once the downloads before it have ended. A file already
-        queued or downloading is not queued twice."""
+        """Queue a file (MODEL_FOLDER: the repository's model folder); it starts once the
+        downloads before it have ended. A file already queued or downloading is not queued
+        twice."""
         for download in self.downloads:
             if download.is_active and (download.repo_id, download.filename) == (repo_id,
                                                                                  filename):
@@ -338,25 +362,59 @@ def _search(query: str, token: str | None) -> list[HubModel] | str:
         return _sentence(error)
 
 
-def _list_files(repo_id: str, token: str | None) -> list[FileChoice] | str:
+def _list_files(repo_id: str, token: str | None, quantization: str) -> list[FileChoice] | str:
     hub, _ = _hub()
     from engine.errors import HubAccessError, PagodaError
 
     try:
-        files = hub.list_model_files(repo_id, token=token)
+        repo = hub.repo_info(repo_id, token=token)
     except HubAccessError:
         return _gated(hub, repo_id, token)
     except PagodaError as error:
         return _sentence(error)
-    return file_choices(files, hub.recommended_file(files))
+    return file_choices(repo, quantization)
 
 
-def file_choices(files: list[HubFile], recommended: HubFile | None) -> list[FileChoice]:
-    """The GGUF files of a repository, the recommended first. (A safetensors model is a
-    folder of files: fetching one file of it gives nothing that loads.)"""
-    models = [f for f in files if f.is_gguf]
-    models.sort(key=lambda f: (f is not recommended, f.filename))
-    return [FileChoice(f.filename, f.quantization, f.size, f is recommended) for f in models]
+def file_choices(repo: HubRepo, quantization: str = "auto") -> list[FileChoice]:
+    """The GGUF files of a repository, the recommended first, then its safetensors model folder
+    when it has one the engine loads (one file of a folder alone loads nothing), each with
+    whether it fits this machine's memory under the engine's quantization setting."""
+    from engine.config import EngineConfig
+    from engine.hub import recommended_file
+    from engine.hub_fit import file_fit, folder_fit
+
+    kv_cache_bytes = EngineConfig().kv_cache_memory
+    recommended = recommended_file(repo.files)
+    ggufs = sorted((f for f in repo.files if f.is_gguf),
+                   key=lambda f: (f is not recommended, f.filename))
+    choices = [_choice(f.filename, f.quantization, f.size, f is recommended,
+                       file_fit(repo, f, kv_cache_bytes, quantization=quantization))
+               for f in ggufs]
+    folder = folder_fit(repo, kv_cache_bytes, quantization=quantization)
+    if folder is not None:
+        size = sum(f.size for f in repo.folder_files)
+        choices.append(_choice(MODEL_FOLDER, repo.weights_dtype, size, not choices, folder))
+    return choices
+
+
+def _choice(filename: str, quantization: str | None, size: int, recommended: bool,
+            fit: MemoryFit) -> FileChoice:
+    return FileChoice(filename, quantization, size, recommended, *fit_words(fit), fit.verdict)
+
+
+def fit_words(fit: MemoryFit) -> tuple[str, str]:
+    """Whether it fits, in a few words, and the figures behind it."""
+    needed = format_size(fit.needed_bytes)
+    free = "" if fit.available_bytes is None else format_size(fit.available_bytes)
+    if fit.verdict == "fits":
+        return "fits", f"Needs about {needed} of memory; {free} is free now."
+    if fit.verdict == "tight":
+        return "tight", (f"Needs about {needed} of memory but only {free} is free now: close "
+                         "other programs first.")
+    if fit.verdict == "too_big":
+        return "too big", (f"Needs about {needed} of memory; this machine has "
+                           f"{format_size(fit.total_bytes or 0)} in all.")
+    return "", f"Needs about {needed} of memory."
 
 
 def _download(download: Download, dest_dir: Path | None, on_progress,
@@ -365,6 +423,10 @@ def _download(download: Download, dest_dir: Path | None, on_progress,
     from engine.errors import DownloadCancelledError, HubAccessError, PagodaError
 
     try:
+        if download.filename == MODEL_FOLDER:
+            return hub_download.download_model_folder(download.repo_id, dest_dir,
+                                                      on_progress=on_progress, token=token,
+                                                      cancel=download.cancel)
         return hub_download.download_model_file(download.repo_id, download.filename, dest_dir,
                                                 on_progress=on_progress, token=token,
                                                 cancel=download.cancel)

@@ -82,17 +82,23 @@ def closed_port() -> int:
 
 LIBRARY_REPO = "pagoda-test/tiny-GGUF"
 LIBRARY_GATED_REPO = "pagoda-test/locked-GGUF"
+LIBRARY_FOLDER_REPO = "pagoda-test/pocket-llama"  # a safetensors model folder that loads
 LIBRARY_FILES = {"tiny-Q4_K_M.gguf": bytes(range(256)) * 1200,
                  "tiny-Q8_0.gguf": bytes(range(255, -1, -1)) * 2000,
                  "README.md": b"# tiny\n"}
 
 
 @pytest.fixture(scope="session")
-def _library_hub():
+def _library_hub(tmp_path_factory):
     from engine.server.runner import ServerThread
     from tests.engine.fake_hub import FakeHub, FakeRepo
+    from tests.engine.tiny_models import save_tiny_model
 
+    folder = save_tiny_model(tmp_path_factory.mktemp("pocket-llama"), "llama")
     hub = FakeHub()
+    hub.add(FakeRepo(LIBRARY_FOLDER_REPO, ["safetensors", "llama"],
+                     {f.name: f.read_bytes() for f in folder.iterdir()}, model_type="llama",
+                     num_parameters=3_300_000))
     hub.add(FakeRepo(LIBRARY_REPO, ["gguf", "llama"], dict(LIBRARY_FILES), downloads=500,
                      architecture="llama"))
     hub.add(FakeRepo(LIBRARY_GATED_REPO, ["gguf", "llama"], {"locked-Q4_K_M.gguf": b"\1" * 4096},

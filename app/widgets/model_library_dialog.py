@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
@@ -27,6 +28,7 @@ from PySide6.QtWidgets import (
 from app.model_library import DONE, DOWNLOADING, Download, FileChoice, ModelLibrary, format_size
 
 _PROGRESS_STEPS = 1000  # a bar's range; byte counts overflow a QProgressBar's int
+_FIT_COLORS = {"tight": "#b9770e", "too_big": "#c0392b"}
 
 
 class DownloadRow(QWidget):
@@ -37,7 +39,7 @@ class DownloadRow(QWidget):
                  on_load: Callable[[Path], None], parent: QWidget) -> None:
         super().__init__(parent, objectName="downloadRow")
         self.download = download
-        self.name = QLabel(f"{download.repo_id} · {download.filename}", self)
+        self.name = QLabel(f"{download.repo_id} · {download.label}", self)
         self.bar = QProgressBar(self, objectName="downloadProgress", maximum=_PROGRESS_STEPS,
                                 textVisible=False)
         self.detail = QLabel(self, objectName="downloadDetail", wordWrap=True)
@@ -82,7 +84,7 @@ class ModelLibraryDialog(QDialog):
         self.search_button = QPushButton("Search", self, objectName="hubSearchButton")
         self.results = QListWidget(self, objectName="hubResults")
         self.files = QTreeWidget(self, objectName="hubFiles")
-        self.files.setHeaderLabels(["File", "Quantization", "Size", ""])
+        self.files.setHeaderLabels(["File", "Quantization", "Size", "Memory", ""])
         self.files.setRootIsDecorated(False)
         self.download_button = QPushButton("Download", self, objectName="downloadButton",
                                            enabled=False)
@@ -217,17 +219,20 @@ class ModelLibraryDialog(QDialog):
             return
         self.files.clear()
         for choice in files:
-            item = QTreeWidgetItem(self.files, [choice.filename, choice.quantization or "",
-                                                format_size(choice.size),
+            item = QTreeWidgetItem(self.files, [choice.label, choice.quantization or "",
+                                                format_size(choice.size), choice.fit,
                                                 "recommended" if choice.recommended else ""])
             item.setData(0, Qt.ItemDataRole.UserRole, choice.filename)
+            item.setToolTip(3, choice.fit_detail)
+            if choice.fit_verdict in _FIT_COLORS:
+                item.setForeground(3, QColor(_FIT_COLORS[choice.fit_verdict]))
             if choice.recommended:
                 self.files.setCurrentItem(item)
         for column in range(self.files.columnCount()):
             self.files.resizeColumnToContents(column)
         if not files:
-            self.show_status(f"{repo_id} has no GGUF file: Pagoda fetches GGUF files only "
-                             "for now. Choose a repository with GGUF in its name.")
+            self.show_status(f"{repo_id} has no GGUF file and no safetensors model folder "
+                             "Pagoda can load: choose another repository.")
 
     def show_download(self, download: Download) -> None:
         row = self._rows.get(download.id)

@@ -45,7 +45,8 @@ def test_a_search_shows_the_hubs_models_and_a_repository_its_files(library_hub, 
     dialog.results.setCurrentRow(1)
     qtbot.waitUntil(lambda: dialog.files.topLevelItemCount() == 2, timeout=10_000)
     chosen = dialog.files.currentItem()
-    assert [chosen.text(c) for c in range(4)] == [Q4, "Q4_K_M", "307.2 kB", "recommended"]
+    assert [chosen.text(c) for c in (0, 1, 2, 4)] == [Q4, "Q4_K_M", "307.2 kB", "recommended"]
+    assert chosen.text(3) in {"fits", "tight", "too big"} and chosen.toolTip(3)
     assert dialog.download_button.isEnabled()
 
 

@@ -13,6 +13,7 @@ from app.model_library import (
     DONE,
     DOWNLOADING,
     FAILED,
+    MODEL_FOLDER,
     QUEUED,
     Download,
     FileChoice,
@@ -20,7 +21,7 @@ from app.model_library import (
     NullLibraryView,
 )
 from tests.app.fake_keyring import FakeKeyring
-from tests.conftest import LIBRARY_FILES, LIBRARY_GATED_REPO, LIBRARY_REPO
+from tests.conftest import LIBRARY_FILES, LIBRARY_FOLDER_REPO, LIBRARY_GATED_REPO, LIBRARY_REPO
 from tests.engine.fake_hub import TOKEN
 
 Q4, Q8 = "tiny-Q4_K_M.gguf", "tiny-Q8_0.gguf"
@@ -95,9 +96,41 @@ async def test_a_repository_lists_its_model_files_with_size_and_quantization_rec
         library, view):
     await library.choose_repo(LIBRARY_REPO)
 
-    assert view.files[LIBRARY_REPO] == [
-        FileChoice(Q4, "Q4_K_M", len(LIBRARY_FILES[Q4]), recommended=True),
-        FileChoice(Q8, "Q8_0", len(LIBRARY_FILES[Q8]), recommended=False)]
+    assert [(f.filename, f.quantization, f.size, f.recommended)
+            for f in view.files[LIBRARY_REPO]] == [(Q4, "Q4_K_M", len(LIBRARY_FILES[Q4]), True),
+                                                   (Q8, "Q8_0", len(LIBRARY_FILES[Q8]), False)]
+
+
+@pytest.mark.parametrize(("available", "total", "fit"),
+                         [(8 << 30, 16 << 30, "fits"), (1 << 30, 16 << 30, "tight"),
+                          (1 << 30, 1 << 30, "too big")])
+async def test_each_file_says_whether_it_fits_this_machines_memory(
+        library, view, monkeypatch, available, total, fit):
+    monkeypatch.setattr("engine.hub_fit.available_memory", lambda: available)
+    monkeypatch.setattr("engine.hub_fit.total_memory", lambda: total)
+
+    await library.choose_repo(LIBRARY_REPO)
+
+    choice = view.files[LIBRARY_REPO][0]
+    assert choice.fit == fit and choice.fit_detail.startswith("Needs about 1.")
+
+
+async def test_a_safetensors_repository_is_offered_and_fetched_as_one_model_folder(
+        library, view, tmp_path):
+    from engine.model_info import describe_model
+
+    await library.choose_repo(LIBRARY_FOLDER_REPO)
+    [choice] = view.files[LIBRARY_FOLDER_REPO]
+    assert (choice.filename, choice.label) == (MODEL_FOLDER, "Whole model folder (safetensors)")
+    assert choice.recommended and choice.quantization == "F32"
+
+    download = library.download(LIBRARY_FOLDER_REPO, MODEL_FOLDER)
+    await library.wait_idle()
+
+    assert download.state == DONE and download.label == "model folder"
+    assert download.path == tmp_path / "models" / "pagoda-test" / "pocket-llama"
+    assert (download.path / "config.json").is_file()
+    assert describe_model(download.path).format == "safetensors"
 
 
 async def test_an_unknown_repository_is_explained_in_words(library, view):
