@@ -36,6 +36,7 @@ from app.connections import AddServerFlow, ConnectionKeys, SavedConnections, Ser
 from app.controller import ChatController
 from app.disk_cache_settings import DiskCacheSettings
 from app.engine_host import EngineHost
+from app.local_models import LocalListing, LocalModels
 from app.local_server import LocalServer
 from app.model_choices import (
     MODEL_FILE_FILTER,
@@ -45,6 +46,7 @@ from app.model_choices import (
     model_source_from_selection,
 )
 from app.model_library import DONE, Download, ModelLibrary, NullLibraryView
+from app.models_folder_settings import ModelsFolderSettings
 from app.open_chats import OpenChats
 from app.server_controller import LocalServerController
 from app.store import SearchHit
@@ -110,6 +112,8 @@ class MainWindow(QMainWindow):
         self.model_library = ModelLibrary(keys=self.sources.saved.keys,
                                           quantization=lambda: self.host.quantization)
         self.model_library.attach(_DownloadsInPicker(self))
+        self.local_models = LocalModels(loaded_model=lambda: self.host.model_path)
+        self.local_models.attach(_LocalModelsInPicker(self))
         self._library_dialog: ModelLibraryDialog | None = None
         self._describing: asyncio.Task | None = None
         self._picker_choices: list[ModelChoice] = []
@@ -205,6 +209,9 @@ class MainWindow(QMainWindow):
         self.model_settings.quantization_changed.connect(self.set_quantization)
         self.disk_cache = DiskCacheSettings(self.model_settings, self.host, self.db, self.spawn,
                                             lambda text: self.status.showMessage(text, 10_000))
+        self.models_folder = ModelsFolderSettings(
+            self.model_settings, self.model_library, self.local_models, self.db, self.spawn,
+            lambda text: self.status.showMessage(text, 10_000))
         self.settings_dock.visibilityChanged.connect(  # what is on disk, as the settings open
             lambda shown: shown and self.spawn(self.disk_cache.refresh_usage()))
         self.appearance_panel.theme_changed.connect(self.set_theme)
@@ -569,9 +576,11 @@ class MainWindow(QMainWindow):
         self._describing = self.spawn(self._describe_models(sources, quantization))
 
     def _picker_sources(self) -> list[str | None]:
-        """The bundled model, the running one when it is another, and this run's downloads."""
+        """The bundled model, the running one when it is another, the models folder's most
+        recently used, and this run's downloads."""
         sources: list[str | None] = [None]
-        for path in [self.host.model_path, *map(str, self.model_library.finished_paths())]:
+        for path in [self.host.model_path, *map(str, self.local_models.recent()),
+                     *map(str, self.model_library.finished_paths())]:
             if path is not None and path not in sources:
                 sources.append(path)
         return sources
@@ -638,13 +647,15 @@ class MainWindow(QMainWindow):
         self.spawn(self.db.set_setting(THEME_SETTING, mode))
 
     async def restore_model_settings(self) -> None:
-        """Before the first load: the quantization the user chose last time."""
+        """Before the first load: the quantization and the models folder the user chose last
+        time."""
         quantization = self.host.known_quantization(
             await self.db.get_setting(QUANTIZATION_SETTING, "auto"))
         self.host.quantization = quantization
         self.model_settings.set_quantization(quantization)
         self.refresh_model_picker()
         await self.disk_cache.restore()
+        await self.models_folder.restore()
 
     def set_quantization(self, quantization: str) -> None:
         """Kept for the next load; the picker shows each model's memory under it."""
@@ -670,6 +681,7 @@ class MainWindow(QMainWindow):
         self.model_picker.setToolTip(f"Running: {name}")
         self.refresh_model_picker()
         self.spawn(self.db.set_setting(LAST_MODEL_SETTING, self.host.model_path))
+        self.local_models.record_use(self.host.model_path)
         self.spawn(self.disk_cache.refresh_usage())
         self._ready_tabs()
 
@@ -746,6 +758,7 @@ class MainWindow(QMainWindow):
             self._describing.cancel()
         self.model_choices.close()
         self.model_library.close()  # a running download keeps its partial file for next time
+        self.local_models.close()
         event.accept()
         self.closed.emit()
 
@@ -765,6 +778,23 @@ class _DownloadsInPicker(NullLibraryView):
     def show_download(self, download: Download) -> None:
         if download.state == DONE:
             self._window.refresh_model_picker()
+            self._window.local_models.refresh()
+
+
+class _LocalModelsInPicker:
+    """The models folder's most recently used models join the picker."""
+
+    def __init__(self, window: MainWindow) -> None:
+        self._window = window
+        self._shown: list[Path] = []
+
+    def show_listing(self, listing: LocalListing) -> None:
+        recent = [m.path for m in listing.recent()]
+        if recent != self._shown:
+            self._shown = recent
+            self._window.refresh_model_picker()
+
+    def show_status(self, text: str, error: bool = False) -> None: ...
 
 
 def _elide(title: str, limit: int = 28) -> str:

@@ -1,4 +1,5 @@
-"""Settings of the model itself, shared by every chat: how its weights are kept in memory."""
+"""Settings of the model itself, shared by every chat: how its weights are kept in memory, the
+prefix cache on disk, and the folder models are downloaded to."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
+    QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QLabel,
@@ -30,15 +32,19 @@ DISK_CACHE_TOOLTIP = (
     "Keeps the model's work on your chats (its keys and values, computed from their text) on "
     "disk, so a long chat reopened after a restart answers at once instead of reading its "
     "history again. Stored in {folder}; the oldest is removed past this size. 0 turns it off.")
+MODELS_FOLDER_TOOLTIP = ("Where \"Get models\" downloads to, and the folder \"On this computer\" "
+                         "lists. Models already there stay when you choose another.")
 
 
 class ModelSettingsPanel(QWidget):
     """Emits `quantization_changed(str)` and `disk_cache_bytes_changed(int)` only for the
-    user's edits, `clear_disk_cache_requested()` for "Clear the cache"."""
+    user's edits, `clear_disk_cache_requested()` for "Clear the cache", and
+    `models_folder_chosen(str)` for a folder chosen with "Change…"."""
 
     quantization_changed = Signal(str)
     disk_cache_bytes_changed = Signal(int)
     clear_disk_cache_requested = Signal()
+    models_folder_chosen = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -56,6 +62,10 @@ class ModelSettingsPanel(QWidget):
         self.disk_cache_usage = QLabel("", objectName="diskCacheUsage")
         self.clear_disk_cache_button = QPushButton("Clear the cache", objectName="clearDiskCache")
         self.show_disk_cache_folder("the cache folder")
+        self.models_folder = QLabel("", objectName="modelsFolder", wordWrap=True)
+        self.models_folder.setToolTip(MODELS_FOLDER_TOOLTIP)
+        self.models_folder.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.change_models_folder_button = QPushButton("Change…", objectName="changeModelsFolder")
         self._build_layout()
         # activated and editingFinished, not the value signals: the setters stay quiet.
         self.quantization_box.activated.connect(
@@ -63,6 +73,7 @@ class ModelSettingsPanel(QWidget):
         self.disk_cache_box.editingFinished.connect(
             lambda: self.disk_cache_bytes_changed.emit(self.disk_cache_bytes()))
         self.clear_disk_cache_button.clicked.connect(self.clear_disk_cache_requested)
+        self.change_models_folder_button.clicked.connect(self.choose_models_folder)
 
     def _build_layout(self) -> None:
         title = QLabel("Model (all chats)", objectName="modelSettingsTitle")
@@ -79,6 +90,13 @@ class ModelSettingsPanel(QWidget):
         usage.addWidget(self.disk_cache_usage, 1)
         usage.addWidget(self.clear_disk_cache_button)
         form.addRow(usage)
+        folder_label = QLabel("Models folder", objectName="modelsFolderLabel")
+        folder_label.setToolTip(MODELS_FOLDER_TOOLTIP)
+        folder_label.setBuddy(self.change_models_folder_button)
+        folder = QHBoxLayout()
+        folder.addWidget(self.models_folder, 1)
+        folder.addWidget(self.change_models_folder_button)
+        form.addRow(folder_label, folder)
         layout = QVBoxLayout(self)
         layout.addWidget(title)
         layout.addLayout(form)
@@ -105,6 +123,20 @@ class ModelSettingsPanel(QWidget):
     def show_disk_cache_usage(self, num_bytes: int) -> None:
         self.disk_cache_usage.setText(f"{format_bytes(num_bytes)} on disk")
         self.clear_disk_cache_button.setEnabled(num_bytes > 0)
+
+    def show_models_folder(self, folder: str) -> None:
+        self.models_folder.setText(folder)
+
+    def choose_models_folder(self) -> QFileDialog:
+        """Non-blocking (no dialog runs its own loop while coroutines run on this one)."""
+        dialog = QFileDialog(self, "Choose the models folder", self.models_folder.text())
+        dialog.setObjectName("modelsFolderDialog")
+        dialog.setFileMode(QFileDialog.FileMode.Directory)
+        dialog.setOption(QFileDialog.Option.ShowDirsOnly)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.fileSelected.connect(self.models_folder_chosen)
+        dialog.open()
+        return dialog
 
 
 def format_bytes(num_bytes: int) -> str:

@@ -11,9 +11,11 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 @pytest.fixture(autouse=True)
 def _private_config_dir(tmp_path, monkeypatch):
     """No test reads or writes the user's own config folder (where the API key's digest lives),
-    nor the prefix cache the user's app keeps on disk (a test's engine starts with none)."""
+    the prefix cache the user's app keeps on disk (a test's engine starts with none), nor the
+    user's models folder."""
     monkeypatch.setenv("PAGODA_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("PAGODA_KV_CACHE_DIR", str(tmp_path / "kv-blocks"))
+    monkeypatch.setenv("PAGODA_MODELS_DIR", str(tmp_path / "models"))
 
 
 @pytest.fixture(autouse=True)
