@@ -353,7 +353,9 @@ def _is_model_folder(folder: Path, files: list[str]) -> bool:
     """A safetensors model, complete or still coming; a folder of GGUF files is not one."""
     if folder.name.endswith(PARTIAL_SUFFIX):
         return True
-    if any(name.endswith(".safetensors") for name in files):
+    if any(name.endswith(".safetensors") or (".safetensors." in name
+                                              and name.endswith(PARTIAL_SUFFIX))
+           for name in files):
         return True
     return "config.json" in files and not any(name.lower().endswith(".gguf") for name in files)
 

@@ -42,7 +42,8 @@ def write(path: Path, size: int) -> Path:
 @pytest.fixture
 def folder(tmp_path) -> Path:
     """Two GGUF files (one with an unfinished newer download beside it), a safetensors model
-    folder, a model folder still without its config.json, and a lone unfinished file."""
+    folder, two model folders still coming (config.json comes last), and a lone unfinished
+    file."""
     root = tmp_path / "models"
     write(root / "owner" / "tiny-GGUF" / "tiny-Q4_K_M.gguf", 4000)
     write(root / "owner" / "tiny-GGUF" / "tiny-Q4_K_M.gguf.0123456789ab.incomplete", 700)
@@ -51,6 +52,8 @@ def folder(tmp_path) -> Path:
     write(hf / "model.safetensors", 3000)
     (hf / "config.json").write_text(json.dumps({"torch_dtype": "bfloat16"}))
     write(root / "owner" / "coming" / "model.safetensors", 500)
+    write(root / "owner" / "starting" / "tokenizer.json", 100)
+    write(root / "owner" / "starting" / "model.safetensors.0123456789ab.incomplete", 200)
     write(root / "other" / "big-GGUF" / "big-Q6_K.gguf.fedcba987654.incomplete", 900)
     return root
 
@@ -83,6 +86,7 @@ def test_the_folder_lists_its_models_and_unfinished_downloads_apart(folder, make
         ("tiny-hf", SAFETENSORS, "BF16", 3000 + len('{"torch_dtype": "bfloat16"}')),
         ("big-Q6_K.gguf", PARTIAL, "Q6_K", 900),
         ("coming", PARTIAL, "", 500),
+        ("starting", PARTIAL, "", 300),
         ("tiny-Q4_K_M.gguf", PARTIAL, "Q4_K_M", 700),
     ]
     assert len(library.listing.models) == 3
@@ -236,8 +240,8 @@ def test_the_panel_lists_the_models_and_where_the_folder_is(folder, make_panel):
                                 ["tiny", "GGUF", "Q8_0", "8.0 kB", "never"],
                                 ["tiny-hf", "safetensors", "BF16", "3.0 kB", "never"]]
     assert table(panel)[4] == ["coming", "partial download", "", "500 B", ""]
-    assert panel.where.text() == (f"Models folder: {folder} · 3 models, 3 unfinished "
-                                  "downloads, 17.1 kB in all")
+    assert panel.where.text() == (f"Models folder: {folder} · 3 models, 4 unfinished "
+                                  "downloads, 17.4 kB in all")
 
 
 def test_load_hands_the_chosen_model_over_and_a_partial_cannot_be_loaded(folder, make_panel,
@@ -281,7 +285,7 @@ def test_delete_asks_first_and_only_yes_deletes(folder, make_panel, qtbot):
 
     panel.confirm_delete().button(QMessageBox.StandardButton.Yes).click()
 
-    qtbot.waitUntil(lambda: not q8.exists() and len(table(panel)) == 5, timeout=5_000)
+    qtbot.waitUntil(lambda: not q8.exists() and len(table(panel)) == 6, timeout=5_000)
     assert panel.status_line.text() == "Deleted tiny: 8.0 kB freed."
 
 
