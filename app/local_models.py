@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from app.model_library import format_size
 from app.tasks import TaskSet
 from engine.model_files import default_models_dir, model_name, quantization_of
 
@@ -136,7 +137,7 @@ class LocalModels:
     def record_use(self, path: str | None) -> asyncio.Task | None:
         """Note that the model at path was loaded now; a model outside the folder is not noted.
         The note is queued on the thread at once, so closing right after still writes it."""
-        if path is None or self._closed or _key(self.folder, Path(path)) is None:
+        if path is None or self._closed or not Path(path).is_relative_to(self.folder):
             return None
         noted = asyncio.get_running_loop().run_in_executor(
             self._executor, _note_use, self.folder, Path(path), self._clock())
@@ -171,12 +172,8 @@ class LocalModels:
         await self._scan()
 
     async def _delete(self, entry: LocalModel) -> int:
-        if self._is_running(entry.path):
-            self._tell("show_status", f"{entry.name} is the model running now: load another "
-                                      "model first, then delete this one.", True)
-            return 0
-        outcome = await self._on_thread(_delete_entry, entry, self.folder)
-        await self._scan()
+        outcome = await self._on_thread(_delete_entry, entry, self.folder, self._loaded_model())
+        await self._scan()  # a delete that failed half way removed some files
         if isinstance(outcome, str):
             self._tell("show_status", outcome, True)
             return 0
@@ -188,10 +185,6 @@ class LocalModels:
             raise asyncio.CancelledError
         return await asyncio.get_running_loop().run_in_executor(self._executor, work, *args)
 
-    def _is_running(self, path: Path) -> bool:
-        running = self._loaded_model()
-        return running is not None and Path(running).resolve() == path.resolve()
-
     def _tell(self, method: str, *args) -> None:
         for view in list(self._views):
             getattr(view, method)(*args)
@@ -199,14 +192,6 @@ class LocalModels:
     def _failed(self, error: BaseException) -> None:
         logger.error("the local model library failed", exc_info=error)
         self._tell("show_status", f"Something went wrong: {error}", True)
-
-
-def format_size(n: int) -> str:
-    """As the "Get models" dialog writes sizes (powers of 1000, like the Hub)."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
 
 
 def format_last_used(when: float | None, now: float) -> str:
@@ -307,8 +292,11 @@ def _forget_use(folder: Path, path: Path) -> None:
             logger.warning("could not update %s: %s", folder / LAST_USED_FILE, error)
 
 
-def _delete_entry(entry: LocalModel, folder: Path) -> int | str:
-    """The bytes freed, or why the entry could not be deleted, in a sentence."""
+def _delete_entry(entry: LocalModel, folder: Path, running: str | None) -> int | str:
+    """The bytes freed, or why the entry was not deleted, in a sentence."""
+    if running is not None and Path(running).resolve() == entry.path.resolve():
+        return (f"{entry.name} is the model running now: load another model first, then "
+                "delete this one.")
     freed = 0
     try:
         if entry.path.is_dir():

@@ -36,11 +36,12 @@ class ModelsFolderSettings:
         return self.local.folder
 
     async def restore(self) -> None:
-        """At start: the folder chosen last time, else the default; then list what it holds."""
+        """At start: the folder chosen last time, else the default. What it holds is listed in
+        the background: the first load does not wait for a walk of a big folder."""
         stored = await self.db.get_setting(MODELS_FOLDER_SETTING, None)
         chosen = Path(stored).expanduser() if isinstance(stored, str) and stored.strip() \
             else default_models_dir()
-        await self._use(chosen)
+        self._use(chosen)
 
     def choose(self, folder: str) -> None:
         if not folder or Path(folder) == self.folder:

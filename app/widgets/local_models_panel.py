@@ -21,7 +21,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.local_models import LocalListing, LocalModel, LocalModels, format_last_used, format_size
+from app.local_models import LocalListing, LocalModel, LocalModels, format_last_used
+from app.model_library import format_size
 
 COLUMNS = ["Name", "Format", "Quantization", "Size", "Last used"]
 

@@ -31,6 +31,7 @@ def a_model(folder: Path, name: str) -> Path:
 def restored(window_on, tmp_path, run_async):
     window = window_on(tmp_path / "chats.db")
     run_async(window.restore_model_settings())
+    run_async(window.local_models.wait_idle())  # the folder is listed in the background
     return window
 
 
