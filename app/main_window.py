@@ -548,7 +548,8 @@ class MainWindow(QMainWindow):
         """Non-blocking; one dialog, shown again if open. Its downloads go on when it closes."""
         if self._library_dialog is None:
             self._library_dialog = ModelLibraryDialog(
-                self.model_library, lambda path: self.load_model(str(path)), self)
+                self.model_library, lambda path: self.load_model(str(path)), self,
+                self.local_models)
             self._library_dialog.finished.connect(self._library_closed)
         self._library_dialog.show()
         self._library_dialog.raise_()

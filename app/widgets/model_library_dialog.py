@@ -25,7 +25,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.local_models import LocalModels
 from app.model_library import DONE, DOWNLOADING, Download, FileChoice, ModelLibrary, format_size
+from app.widgets.local_models_panel import LocalModelsPanel
 
 _PROGRESS_STEPS = 1000  # a bar's range; byte counts overflow a QProgressBar's int
 _FIT_COLORS = {"tight": "#b9770e", "too_big": "#c0392b"}
@@ -71,9 +73,10 @@ class ModelLibraryDialog(QDialog):
     """Non-modal; closing it does not stop the downloads, which the window's library keeps."""
 
     def __init__(self, library: ModelLibrary, on_load: Callable[[Path], None],
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, local_models: LocalModels | None = None) -> None:
+        """local_models: the models folder, shown in an "On this computer" tab."""
         super().__init__(parent, objectName="modelLibraryDialog")
-        self.setWindowTitle("Get models from the Hugging Face Hub")
+        self.setWindowTitle("Models")
         self.resize(760, 640)
         self.library = library
         self._on_load = on_load
@@ -99,6 +102,11 @@ class ModelLibraryDialog(QDialog):
         self._downloads_layout = QVBoxLayout(self._downloads)
         self._downloads_layout.addStretch(1)
         self._build()
+        self.local_panel = None
+        if local_models is not None:
+            self.local_panel = LocalModelsPanel(local_models, on_load, self.tabs)
+            self.tabs.addTab(self.local_panel, "On this computer")
+            local_models.refresh()  # files copied in by hand since the last listing
         self._connect()
         self._render_token()
         self.show_recommended()

@@ -109,3 +109,20 @@ def test_a_token_saved_in_the_dialog_goes_to_the_keyring_never_to_the_chats_data
     qtbot.mouseClick(dialog.forget_token_button, Qt.MouseButton.LeftButton)
     assert not window.model_library.has_token
     assert not dialog.forget_token_button.isVisibleTo(dialog)
+
+
+def test_the_models_on_this_computer_are_a_tab_of_the_dialog_and_load_from_it(
+        library_hub, window_on, tmp_path, qtbot):
+    path = tmp_path / "models" / "someone" / "tiny-GGUF" / "tiny-Q8_0.gguf"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(LIBRARY_FILES["tiny-Q8_0.gguf"])
+    window = window_on(tmp_path / "chats.db")
+    dialog = _open_from_picker(window)
+
+    assert [dialog.tabs.tabText(i) for i in range(dialog.tabs.count())] == [
+        "Hugging Face Hub", "On this computer"]
+    panel = dialog.local_panel
+    qtbot.waitUntil(lambda: panel.table.topLevelItemCount() == 1, timeout=10_000)
+    panel.table.setCurrentItem(panel.table.topLevelItem(0))
+    qtbot.mouseClick(panel.load_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.host.model_path == str(path), timeout=10_000)
