@@ -28,8 +28,8 @@ COLUMNS = ["Name", "Format", "Quantization", "Size", "Last used"]
 
 
 class LocalModelsPanel(QWidget):
-    """`on_load(path)` loads a model (the window's load_model). Stops listening to the library
-    when it is destroyed."""
+    """`on_load(path)` loads a model (the window's load_model). Reads the folder again as it
+    opens, so it shows what is on disk now; stops listening to the library when destroyed."""
 
     def __init__(self, library: LocalModels, on_load: Callable[[Path], None],
                  parent: QWidget | None = None) -> None:
@@ -52,6 +52,7 @@ class LocalModelsPanel(QWidget):
         self._connect()
         library.attach(self)
         self.destroyed.connect(lambda _obj=None, view=self: library.detach(view))
+        library.refresh()
 
     def _build(self) -> None:
         buttons = QHBoxLayout()

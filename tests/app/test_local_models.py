@@ -289,6 +289,15 @@ def test_delete_asks_first_and_only_yes_deletes(folder, make_panel, qtbot):
     assert panel.status_line.text() == "Deleted tiny: 8.0 kB freed."
 
 
+def test_the_panel_reads_the_folder_as_it_opens(folder, qloop, qtbot):
+    library = LocalModels(folder)  # never read before
+    panel = LocalModelsPanel(library, lambda _path: None)
+    qtbot.addWidget(panel)
+
+    qtbot.waitUntil(lambda: len(table(panel)) == 7, timeout=5_000)
+    library.close()
+
+
 def test_refresh_shows_a_model_copied_in_by_hand(folder, make_panel, qtbot):
     panel, _ = make_panel(folder)
     write(folder / "mine" / "copied-Q5_K_M.gguf", 10)
