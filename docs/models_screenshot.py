@@ -93,19 +93,13 @@ def make_folder(folder: Path) -> None:
 
 
 def main() -> int:
-    import qasync
-    from PySide6.QtWidgets import QApplication
+    from screenshot import start_app
 
     from app.local_models import LocalModels
     from app.model_library import ModelLibrary
-    from app.theme import app_icon, apply_theme
     from app.widgets.model_library_dialog import ModelLibraryDialog
 
-    app = QApplication(sys.argv[:1])
-    apply_theme(app, "light")
-    app.setWindowIcon(app_icon())
-    loop = qasync.QEventLoop(app)
-    asyncio.set_event_loop(loop)
+    _app, loop = start_app()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "models"
         make_folder(folder)

@@ -66,15 +66,11 @@ def _tokens_read(window, conversation_id: int) -> int:
     return int(match.group(1).replace(",", "")) if match else 0
 
 
-def main() -> int:
+def start_app():
+    """The application in the light theme with its icon, and its qasync event loop."""
     import qasync
     from PySide6.QtWidgets import QApplication
 
-    from app.async_store import AsyncStore
-    from app.connections import ConnectionKeys
-    from app.engine_host import EngineHost
-    from app.main_window import MainWindow
-    from app.store import ConversationStore
     from app.theme import app_icon, apply_theme
 
     app = QApplication(sys.argv[:1])
@@ -82,6 +78,17 @@ def main() -> int:
     app.setWindowIcon(app_icon())
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
+    return app, loop
+
+
+def main() -> int:
+    from app.async_store import AsyncStore
+    from app.connections import ConnectionKeys
+    from app.engine_host import EngineHost
+    from app.main_window import MainWindow
+    from app.store import ConversationStore
+
+    _app, loop = start_app()
     out = ROOT / "docs" / "screenshot.png"
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["PAGODA_KV_CACHE_DIR"] = str(Path(tmp) / "kv-blocks")

@@ -90,8 +90,7 @@ LIBRARY_FILES = {"tiny-Q4_K_M.gguf": bytes(range(256)) * 1200,
 
 @pytest.fixture(scope="session")
 def _library_hub(tmp_path_factory):
-    from engine.server.runner import ServerThread
-    from tests.engine.fake_hub import FakeHub, FakeRepo
+    from tests.engine.fake_hub import FakeHub, FakeRepo, served
     from tests.engine.tiny_models import save_tiny_model
 
     folder = save_tiny_model(tmp_path_factory.mktemp("pocket-llama"), "llama")
@@ -105,18 +104,14 @@ def _library_hub(tmp_path_factory):
                      gated=True, architecture="llama"))
     hub.add(FakeRepo("pagoda-test/tiny-llama", ["safetensors", "llama"],
                      {"model.safetensors": b"\0" * 64, "config.json": b"{}"}, downloads=900))
-    server = ServerThread(hub.app()).start()
-    hub.url = server.url
-    yield hub
-    server.stop()
+    with served(hub):
+        yield hub
 
 
 @pytest.fixture
 def library_hub(_library_hub, monkeypatch, tmp_path):
     """The fake Hub as huggingface_hub's endpoint (files read in 16 kB pieces, so a tiny file
     shows progress); downloads go to tmp_path/models."""
-    from tests.engine.fake_hub import point_client_at
+    from tests.engine.fake_hub import use_hub
 
-    _library_hub.reset()
-    point_client_at(_library_hub.url, monkeypatch, tmp_path, 16 << 10)
-    return _library_hub
+    return use_hub(_library_hub, monkeypatch, tmp_path, 16 << 10)

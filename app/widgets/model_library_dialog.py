@@ -106,7 +106,6 @@ class ModelLibraryDialog(QDialog):
         if local_models is not None:
             self.local_panel = LocalModelsPanel(local_models, on_load, self.tabs)
             self.tabs.addTab(self.local_panel, "On this computer")
-            local_models.refresh()  # files copied in by hand since the last listing
         self._connect()
         self._render_token()
         self.show_recommended()

@@ -10,8 +10,10 @@ and the rest. A test chooses faults: a connection dropped mid-file, a corrupted 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -195,6 +197,28 @@ async def _pieces(data: bytes, start: int, drop_at: int | None):
 def _error(status: int, code: str, message: str) -> Response:
     return JSONResponse({"error": message}, status_code=status,
                         headers={"X-Error-Code": code, "X-Error-Message": message})
+
+
+@contextlib.contextmanager
+def served(hub: FakeHub) -> Iterator[FakeHub]:
+    """The hub on 127.0.0.1 (its url set) for as long as the block runs: a session or module
+    fixture yields from it."""
+    from engine.server.runner import ServerThread
+
+    server = ServerThread(hub.app()).start()
+    hub.url = server.url
+    try:
+        yield hub
+    finally:
+        server.stop()
+
+
+def use_hub(hub: FakeHub, monkeypatch, tmp_path: Path, chunk: int) -> FakeHub:
+    """A served hub, its faults and records reset, as huggingface_hub's endpoint for one test
+    (point_client_at)."""
+    hub.reset()
+    point_client_at(hub.url, monkeypatch, tmp_path, chunk)
+    return hub
 
 
 def point_client_at(url: str, monkeypatch, tmp_path: Path, chunk: int) -> None:

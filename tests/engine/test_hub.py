@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_hub import TOKEN, FakeHub, FakeRepo, hub_environment, point_client_at
+from fake_hub import TOKEN, FakeHub, FakeRepo, hub_environment, served, use_hub
 from gguf import GGMLQuantizationType as QType
 from tiny_gguf import write_tiny_gguf
 
@@ -32,7 +32,6 @@ from engine.hub import (
 )
 from engine.hub_download import download_model_file
 from engine.model_files import quantization_of
-from engine.server.runner import ServerThread
 
 REPO = Path(__file__).resolve().parents[2]
 GGUF_REPO = "pagoda-test/tiny-GGUF"
@@ -66,18 +65,14 @@ def fake_hub(gguf_bytes):
                      {"model.safetensors": b"\0" * 64}, downloads=10_000))
     hub.add(FakeRepo(GATED_REPO, ["gguf", "llama"], {Q4: gguf_bytes[Q4]}, downloads=5,
                      gated=True))
-    server = ServerThread(hub.app()).start()
-    hub.url = server.url
-    yield hub
-    server.stop()
+    with served(hub):
+        yield hub
 
 
 @pytest.fixture
 def hub(fake_hub, monkeypatch, tmp_path) -> FakeHub:
     """The fake Hub as the client's endpoint, with no token and no offline mode from outside."""
-    fake_hub.reset()
-    point_client_at(fake_hub.url, monkeypatch, tmp_path, CHUNK)
-    return fake_hub
+    return use_hub(fake_hub, monkeypatch, tmp_path, CHUNK)
 
 
 def models_dir(tmp_path: Path) -> Path:

@@ -4,7 +4,7 @@ estimate (engine.model_info) applied to the Hub's parameter count or the file's 
 import sys
 
 import pytest
-from fake_hub import FakeHub, FakeRepo, point_client_at
+from fake_hub import FakeHub, FakeRepo, served, use_hub
 
 from engine.hub import HubFile, HubRepo, repo_info
 from engine.hub_fit import estimate_fit, file_fit, folder_fit, parameters_from_size
@@ -14,7 +14,6 @@ from engine.model_info import (
     MEMORY_OVERHEAD_BYTES,
     total_memory,
 )
-from engine.server.runner import ServerThread
 
 GIB = 1 << 30
 KV = 1 << 30
@@ -122,17 +121,13 @@ def fake_hub():
                      {"config.json": b"{}", "model.safetensors": b"\0" * 4000,
                       "tokenizer.json": b"{}"},
                      model_type="llama", num_parameters=B7, safetensors_dtype="BF16"))
-    server = ServerThread(hub.app()).start()
-    hub.url = server.url
-    yield hub
-    server.stop()
+    with served(hub):
+        yield hub
 
 
 @pytest.fixture
 def hub(fake_hub, monkeypatch, tmp_path) -> FakeHub:
-    fake_hub.reset()
-    point_client_at(fake_hub.url, monkeypatch, tmp_path, 1 << 16)
-    return fake_hub
+    return use_hub(fake_hub, monkeypatch, tmp_path, 1 << 16)
 
 
 def test_the_hubs_parameter_count_comes_with_the_listing(hub):

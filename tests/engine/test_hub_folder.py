@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from fake_hub import FakeHub, FakeRepo, point_client_at
+from fake_hub import FakeHub, FakeRepo, served, use_hub
 from safetensors.torch import load_file, save_file
 from tiny_models import save_tiny_model
 
@@ -18,7 +18,6 @@ from engine.errors import (
 )
 from engine.hub import HubFile, HubRepo, folder_files, repo_info
 from engine.hub_download import download_model_folder
-from engine.server.runner import ServerThread
 
 FOLDER_REPO = "pagoda-test/tiny-llama-sharded"
 NO_CONFIG_REPO = "pagoda-test/tiny-llama-no-config"
@@ -53,17 +52,13 @@ def fake_hub(folder_bytes):
                      model_type="llama", num_parameters=3_300_000))
     without_config = {n: b for n, b in folder_bytes.items() if n != "config.json"}
     hub.add(FakeRepo(NO_CONFIG_REPO, ["safetensors", "llama"], without_config))
-    server = ServerThread(hub.app()).start()
-    hub.url = server.url
-    yield hub
-    server.stop()
+    with served(hub):
+        yield hub
 
 
 @pytest.fixture
 def hub(fake_hub, monkeypatch, tmp_path) -> FakeHub:
-    fake_hub.reset()
-    point_client_at(fake_hub.url, monkeypatch, tmp_path, CHUNK)
-    return fake_hub
+    return use_hub(fake_hub, monkeypatch, tmp_path, CHUNK)
 
 
 def folder_path(tmp_path: Path) -> Path:
