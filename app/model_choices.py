@@ -122,8 +122,10 @@ class ModelChoices:
         info = describe_headers(headers, quantization, self._engine_config().dtype)
         return ModelChoice(source, info.name, info)
 
-    def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+    def close(self, wait: bool = False) -> None:
+        """Reads not begun are dropped; wait: until the one under way (seconds for a GGUF) ends
+        too, for whoever must not leave a thread reading (the tests, between windows)."""
+        self._executor.shutdown(wait=wait, cancel_futures=True)
 
 
 def _read(source: str | None) -> ModelHeaders | str:

@@ -24,6 +24,30 @@ def _no_system_keyring(monkeypatch):
     monkeypatch.setattr("app.connections._system_keyring", lambda: None)
 
 
+@pytest.fixture(autouse=True)
+def _no_model_read_outlives_its_test(monkeypatch, qapp):
+    """Every model picker's reads end with the test that started them, and the widgets its
+    teardown closed are destroyed then: a window's GGUF header read (seconds) must not still be
+    running, nor its widgets still waiting for deletion, while the next test's Qt loop runs (the
+    full suite crashed in Qt's loop, rarely, while a closed window's reads went on)."""
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    from app.model_choices import ModelChoices
+
+    made: list[ModelChoices] = []
+    init = ModelChoices.__init__
+
+    def tracked(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(ModelChoices, "__init__", tracked)
+    yield
+    for choices in made:
+        choices.close(wait=True)
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete.value)
+
+
 @pytest.fixture(scope="session")
 def _session_loop(qapp):
     import qasync
