@@ -44,7 +44,7 @@ from kernels.attention_metadata import (
     TritonAttentionMetadata,
 )
 
-STAGES = ("parity", "decode", "throughput", "quant", "disk_cache")
+STAGES = ("parity", "decode", "throughput", "quant", "disk_cache", "spec_cost")
 # fp32 on a GPU: two logits this close are a tie (reduction order differs between kernels).
 FP32_NEAR_TIE = 1e-3
 
@@ -291,6 +291,34 @@ def stage_decode(out: Path) -> dict:
                                         "of_roofline": result["roofline_ms"]
                                         / (1e3 * statistics.median(times))}
     return result
+
+
+# ---------------------------------------------------------------- speculation's cost model
+
+
+def stage_spec_cost(out: Path) -> dict:
+    """What the step cost calibration measures on the GPU (a few extra rows should be nearly
+    free), what the engine then decides on prompts that repeat themselves, and that greedy
+    tokens with the cost model are those without speculation (fp32)."""
+    from engine.spec_decode.calibration import calibrate_step_cost
+
+    config = smollm2_config()
+    loaded = loaded_model(config, random_weights(config, torch.float32))
+    on = engine(loaded, dtype=torch.float32, num_speculative_tokens=2)
+    off = engine(loaded, dtype=torch.float32)
+    began = time.perf_counter()
+    cost = calibrate_step_cost(on.runner, 2, on.config.max_num_batched_tokens)
+    seconds = time.perf_counter() - began
+    rng = random.Random(1)
+    prompts = [[rng.randrange(3, config.vocab_size) for _ in range(16)] * 6 for _ in range(4)]
+    want = run_requests(off, prompts, 48)
+    got = run_requests(on, prompts, 48)
+    stats = on.stats()
+    return {"calibration_s": seconds,
+            "step_ms_by_rows": {rows: 1e3 * t for rows, t in cost.table().items()},
+            "ratio_by_rows": {rows: cost.ratio(rows, 1) for rows in cost.table()},
+            "last_decision": stats.spec_reason, "draft_tokens": stats.spec_draft_tokens,
+            "accepted_tokens": stats.spec_accepted_tokens, "greedy_identical": got == want}
 
 
 # ---------------------------------------------------------------- disk tier of the prefix cache
@@ -605,7 +633,19 @@ def markdown(r: dict) -> str:
         lines.append(f"| throughput | failed (exit {t.get('exit_code', '?')}) |")
     lines += quant_lines(q)
     lines += disk_cache_lines(r.get("disk_cache", {}))
+    lines += spec_cost_lines(r.get("spec_cost", {}))
     return "\n".join(lines) + "\n"
+
+
+def spec_cost_lines(s: dict) -> list[str]:
+    if "ratio_by_rows" not in s:
+        return [f"| speculation cost model | failed (exit {s.get('exit_code', '?')}) |"]
+    ratios = ", ".join(f"{rows} rows {r:.2f}x" for rows, r in s["ratio_by_rows"].items())
+    line = (f"| speculation cost model, SmolLM2 shape fp32 | calibration "
+            f"{s['calibration_s']:.2f} s: {ratios}; {s['draft_tokens']} drafts verified, "
+            f"{s['accepted_tokens']} kept; last decision: {s['last_decision']}; greedy "
+            f"identical to off: {s['greedy_identical']} |")
+    return [line]
 
 
 def disk_cache_lines(c: dict) -> list[str]:
@@ -665,7 +705,7 @@ def main() -> None:
         report(args.out)
         return
     run = {"parity": stage_parity, "decode": stage_decode, "throughput": stage_throughput,
-           "disk_cache": stage_disk_cache,
+           "disk_cache": stage_disk_cache, "spec_cost": stage_spec_cost,
            "quant": lambda out: stage_quant(out, args.dry_run),
            "environment": lambda out: environment()}[args.stage]
     result = run(args.out)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One prepared GPU check for a lent machine (an H200): about 9 minutes at most, every stage
+# One prepared GPU check for a lent machine (an H200): about 11 minutes at most, every stage
 # time-limited, a failing stage reported while the others still run.
 #   bash bench/gpu_check.sh [OUT_DIR]      (default: $OUT, else ./gpu_check_out)
 # Needs torch, triton and transformers on the machine's python (pytest for the kernel tests);
@@ -7,7 +7,7 @@
 # carry them as wheels (pip download --no-deps ... -d .whl gguf platformdirs, then
 # pip install --no-index --target /tmp/site .whl/*.whl and PYTHONPATH=/tmp/site), see the device README.
 # Writes OUT_DIR/gpu_check.json and OUT_DIR/gpu_check.md (the table for docs/BENCHMARKS.md), plus
-# one log per stage: 17 files, more than a lent machine sends back, so write to /tmp and tar them.
+# one log per stage: 20 files, more than a lent machine sends back, so write to /tmp and tar them.
 set -u
 cd "$(dirname "$0")/.."
 OUT_DIR="${1:-${OUT:-gpu_check_out}}"
@@ -37,4 +37,5 @@ stage decode 60 "$PY" bench/gpu_bench.py decode --out "$OUT_DIR"
 stage quant 50 "$PY" bench/gpu_bench.py quant --out "$OUT_DIR"
 stage throughput 120 "$PY" bench/gpu_bench.py throughput --out "$OUT_DIR"
 stage disk_cache 150 "$PY" bench/gpu_bench.py disk_cache --out "$OUT_DIR"
+stage spec_cost 60 "$PY" bench/gpu_bench.py spec_cost --out "$OUT_DIR"
 "$PY" bench/gpu_bench.py report --out "$OUT_DIR"
