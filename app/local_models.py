@@ -98,14 +98,17 @@ class LocalModelsView(Protocol):
 
 class LocalModels:
     """The models folder (default: default_models_dir()) and what it holds. loaded_model says
-    which model is running now (a path, or None), which delete refuses."""
+    which model is running now (a path, or None), downloading the folders downloads are
+    writing into now; delete refuses both."""
 
     def __init__(self, folder: Path | None = None,
                  loaded_model: Callable[[], str | None] = lambda: None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 downloading: Callable[[], list[Path]] = list) -> None:
         self.folder = folder or default_models_dir()
         self.listing = LocalListing(self.folder)
         self._loaded_model = loaded_model
+        self._downloading = downloading
         self._clock = clock
         self._views: list[LocalModelsView] = []
         self._executor = ThreadPoolExecutor(max_workers=1,
@@ -172,7 +175,8 @@ class LocalModels:
         await self._scan()
 
     async def _delete(self, entry: LocalModel) -> int:
-        outcome = await self._on_thread(_delete_entry, entry, self.folder, self._loaded_model())
+        outcome = await self._on_thread(_delete_entry, entry, self.folder, self._loaded_model(),
+                                        self._downloading())
         await self._scan()  # a delete that failed half way removed some files
         if isinstance(outcome, str):
             self._tell("show_status", outcome, True)
@@ -292,11 +296,16 @@ def _forget_use(folder: Path, path: Path) -> None:
             logger.warning("could not update %s: %s", folder / LAST_USED_FILE, error)
 
 
-def _delete_entry(entry: LocalModel, folder: Path, running: str | None) -> int | str:
+def _delete_entry(entry: LocalModel, folder: Path, running: str | None,
+                  downloading: list[Path]) -> int | str:
     """The bytes freed, or why the entry was not deleted, in a sentence."""
     if running is not None and Path(running).resolve() == entry.path.resolve():
         return (f"{entry.name} is the model running now: load another model first, then "
                 "delete this one.")
+    path = entry.path.resolve()
+    if any(path == d.resolve() or d.resolve() in path.parents for d in downloading):
+        return (f"{entry.name} is being downloaded now: cancel its download first, then "
+                "delete it.")
     freed = 0
     try:
         if entry.path.is_dir():

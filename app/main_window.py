@@ -112,7 +112,8 @@ class MainWindow(QMainWindow):
         self.model_library = ModelLibrary(keys=self.sources.saved.keys,
                                           quantization=lambda: self.host.quantization)
         self.model_library.attach(_DownloadsInPicker(self))
-        self.local_models = LocalModels(loaded_model=lambda: self.host.model_path)
+        self.local_models = LocalModels(loaded_model=lambda: self.host.model_path,
+                                        downloading=self.model_library.active_folders)
         self.local_models.attach(_LocalModelsInPicker(self))
         self._library_dialog: ModelLibraryDialog | None = None
         self._describing: asyncio.Task | None = None

@@ -261,6 +261,13 @@ class ModelLibrary:
     async def wait_idle(self) -> None:
         await self._tasks.wait_idle()
 
+    def active_folders(self) -> list[Path]:
+        """The repository folders that queued and running downloads write into."""
+        from engine.model_files import default_models_dir
+
+        dest = self.dest_dir or default_models_dir()
+        return [dest / d.repo_id for d in self.downloads if d.is_active]
+
     def finished_paths(self) -> list[Path]:
         return [d.path for d in self.downloads if d.state == DONE and d.path is not None]
 

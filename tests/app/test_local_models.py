@@ -175,6 +175,19 @@ def test_delete_refuses_the_model_running_now(folder, make_library, run_async):
     assert statuses[-1] == (refusal, True)
 
 
+def test_delete_refuses_what_a_download_is_writing_now(folder, make_library, run_async):
+    statuses = []
+    library = make_library(folder, downloading=lambda: [folder / "other" / "big-GGUF"])
+    library.attach(Recorder(statuses))
+
+    entry = next(e for e in library.listing.partials if e.name.startswith("big"))
+    assert run_async(library.delete(entry)) == 0
+
+    assert entry.path.exists()
+    assert statuses[-1][1] and "is being downloaded now: cancel its download first" in \
+        statuses[-1][0]
+
+
 def test_a_delete_the_system_refuses_is_said_in_a_sentence(folder, make_library, run_async,
                                                            monkeypatch):
     def refuse(path):

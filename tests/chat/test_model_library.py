@@ -289,3 +289,11 @@ def test_a_small_a_medium_and_a_large_model_are_recommended_before_any_search(li
 
     assert sizes == ["Small", "Medium", "Large"]
     assert all(r.repo_id.endswith("-GGUF") for r in library.recommended())
+
+
+async def test_the_folders_downloads_write_into_are_known_until_they_end(library, tmp_path):
+    library.download(LIBRARY_REPO, Q4)
+
+    assert library.active_folders() == [tmp_path / "models" / "pagoda-test" / "tiny-GGUF"]
+    await library.wait_idle()
+    assert library.active_folders() == []
