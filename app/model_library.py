@@ -385,14 +385,15 @@ def _list_files(repo_id: str, token: str | None, quantization: str) -> list[File
 def file_choices(repo: HubRepo, quantization: str = "auto") -> list[FileChoice]:
     """The GGUF files of a repository, the recommended first, then its safetensors model folder
     when it has one the engine loads (one file of a folder alone loads nothing), each with
-    whether it fits this machine's memory under the engine's quantization setting."""
+    whether it fits this machine's memory under the engine's quantization setting. Parts of a
+    split GGUF file are left out: the engine does not load them."""
     from engine.config import EngineConfig
     from engine.hub import recommended_file
     from engine.hub_fit import file_fit, folder_fit
 
     kv_cache_bytes = EngineConfig().kv_cache_memory
     recommended = recommended_file(repo.files)
-    ggufs = sorted((f for f in repo.files if f.is_gguf),
+    ggufs = sorted((f for f in repo.files if f.is_gguf and not f.is_split_part),
                    key=lambda f: (f is not recommended, f.filename))
     choices = [_choice(f.filename, f.quantization, f.size, f is recommended,
                        file_fit(repo, f, kv_cache_bytes, quantization=quantization))

@@ -89,6 +89,12 @@ class HubFile:
     def is_gguf(self) -> bool:
         return self.filename.lower().endswith(".gguf")
 
+    @property
+    def is_split_part(self) -> bool:
+        """One part of a GGUF file split in several (-00001-of-00003): the engine loads whole
+        files only."""
+        return bool(_SPLIT_PART.search(self.filename))
+
 
 @dataclass(slots=True)
 class HubRepo:
@@ -256,7 +262,7 @@ def recommended_file(files: list[HubFile]) -> HubFile | None:
     """Which GGUF file to fetch when the user names none: Q4_K_M, else the smallest 4-bit file,
     else the only GGUF file there is. Split files (-00001-of-00003) are never chosen: one part
     alone does not load. None when the choice is the user's."""
-    ggufs = [f for f in files if f.is_gguf and not _SPLIT_PART.search(f.filename)]
+    ggufs = [f for f in files if f.is_gguf and not f.is_split_part]
     preferred = [f for f in ggufs if f.quantization == PREFERRED_QUANTIZATION]
     four_bit = [f for f in ggufs if (f.quantization or "").lstrip("I").startswith("Q4")]
     for choice in (preferred, four_bit, ggufs if len(ggufs) == 1 else []):

@@ -239,7 +239,8 @@ class ModelLibraryDialog(QDialog):
             self.files.resizeColumnToContents(column)
         if not files:
             self.show_status(f"{repo_id} has no GGUF file and no safetensors model folder "
-                             "Pagoda can load: choose another repository.")
+                             "Pagoda can load (GGUF files split in parts are not loaded yet): "
+                             "choose another repository.")
 
     def show_download(self, download: Download) -> None:
         row = self._rows.get(download.id)

@@ -297,3 +297,14 @@ async def test_the_folders_downloads_write_into_are_known_until_they_end(library
     assert library.active_folders() == [tmp_path / "models" / "pagoda-test" / "tiny-GGUF"]
     await library.wait_idle()
     assert library.active_folders() == []
+
+
+def test_the_parts_of_a_split_gguf_file_are_not_offered():
+    from app.model_library import file_choices
+    from engine.hub import HubFile, HubRepo
+    from engine.model_files import quantization_of
+
+    names = ["m-Q4_K_M.gguf", "m-Q8_0-00001-of-00002.gguf", "m-Q8_0-00002-of-00002.gguf"]
+    files = [HubFile(n, 1000, None, None, quantization_of(n)) for n in names]
+
+    assert [c.filename for c in file_choices(HubRepo("o/m", "0" * 40, files))] == [names[0]]
