@@ -1,6 +1,7 @@
 """Qt tests run offscreen, on one qasync loop that is never stopped (see ../shared/NOTES.md)."""
 
 import asyncio
+import gc
 import os
 
 import pytest
@@ -26,10 +27,15 @@ def _no_system_keyring(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _no_model_read_outlives_its_test(monkeypatch, qapp):
-    """Every model picker's reads end with the test that started them, and the widgets its
-    teardown closed are destroyed then: a window's GGUF header read (seconds) must not still be
-    running, nor its widgets still waiting for deletion, while the next test's Qt loop runs (the
-    full suite crashed in Qt's loop, rarely, while a closed window's reads went on)."""
+    """Every model picker's reads end with the test that started them, the widgets its teardown
+    closed are destroyed then, and so is the garbage it left, on this (the GUI) thread.
+
+    The full suite crashed, rarely, in QTimerInfoList::activateTimers (a core dump's backtrace):
+    a timer whose QObject had been destroyed. The likely cause: Python's cyclic GC runs on
+    whichever thread allocates when it is due, often a worker parsing a GGUF file's header, so
+    a finished test's window wrappers and the parentless EngineHost they hold (its stats QTimer
+    a child) could be destroyed on that thread, which Qt does not allow for an object of the
+    GUI thread. Collected here, they go on this thread, between tests."""
     from PySide6.QtCore import QCoreApplication, QEvent
 
     from app.model_choices import ModelChoices
@@ -46,6 +52,7 @@ def _no_model_read_outlives_its_test(monkeypatch, qapp):
     for choices in made:
         choices.close(wait=True)
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete.value)
+    gc.collect()
 
 
 @pytest.fixture(scope="session")
