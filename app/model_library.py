@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 from app.connections import ConnectionKeys
 from app.engine_import import ENGINE_IMPORT_LOCK
 from app.tasks import TaskSet
+from engine.model_files import default_models_dir
 
 if TYPE_CHECKING:
     from engine.hub import HubModel, HubRepo
@@ -263,8 +264,6 @@ class ModelLibrary:
 
     def active_folders(self) -> list[Path]:
         """The repository folders that queued and running downloads write into."""
-        from engine.model_files import default_models_dir
-
         dest = self.dest_dir or default_models_dir()
         return [dest / d.repo_id for d in self.downloads if d.is_active]
 

@@ -9,6 +9,7 @@ short calibration at load fills the table, and every decode step the engine time
 from __future__ import annotations
 
 import bisect
+import itertools
 
 # How far one timed step moves the estimate for its number of rows. Whatever else the machine
 # does only ever adds time, so a faster step is believed more than a slower one: a step slowed
@@ -27,6 +28,7 @@ class StepCost:
     def __init__(self, seconds_by_rows: dict[int, float] | None = None) -> None:
         self._seconds: dict[int, float] = {}
         self._rows: list[int] = []  # sorted keys of _seconds
+        self._floors: list[float] = []  # by _rows: each time at least the one before it
         for rows, seconds in (seconds_by_rows or {}).items():
             self._set(rows, seconds)
 
@@ -52,7 +54,7 @@ class StepCost:
         """The estimated time of a step of `rows` rows (0.0 while nothing is measured)."""
         if not self._rows:
             return 0.0
-        keys, times = self._rows, self._monotone()
+        keys, times = self._rows, self._floors
         at = bisect.bisect_left(keys, rows)
         if at < len(keys) and keys[at] == rows:
             return times[at]
@@ -61,14 +63,6 @@ class StepCost:
         lo = at - 1 if at < len(keys) else len(keys) - 2
         slope = (times[lo + 1] - times[lo]) / (keys[lo + 1] - keys[lo])
         return times[lo] + slope * (rows - keys[lo])
-
-    def _monotone(self) -> list[float]:
-        """The measured times by increasing rows, each at least the one before it."""
-        times, most = [], 0.0
-        for rows in self._rows:
-            most = max(most, self._seconds[rows])
-            times.append(most)
-        return times
 
     def ratio(self, rows: int, base_rows: int) -> float:
         """How many times a step of `base_rows` rows a step of `rows` rows costs."""
@@ -79,3 +73,4 @@ class StepCost:
         if rows not in self._seconds:
             bisect.insort(self._rows, rows)
         self._seconds[rows] = seconds
+        self._floors = list(itertools.accumulate((self._seconds[r] for r in self._rows), max))
