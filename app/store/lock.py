@@ -46,7 +46,10 @@ else:
 
 
 def lock_path_of(database: Path) -> Path:
-    return database.with_name(database.name + LOCK_SUFFIX)
+    """Beside the real file: a symbolic link to a database, or a path through a linked folder,
+    shares the lock of the file it leads to."""
+    real = Path(os.path.realpath(database))  # unlike Path.resolve, never raises on a loop
+    return real.with_name(real.name + LOCK_SUFFIX)
 
 
 class DatabaseLock:

@@ -106,6 +106,16 @@ def test_the_same_process_cannot_open_a_database_twice(db_path) -> None:
         ConversationStore.open(db_path)
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="symbolic links need a privilege there")
+def test_a_symbolic_link_to_an_open_database_is_refused_too(db_path, tmp_path) -> None:
+    link = tmp_path / "link.db"
+    with ConversationStore.open(db_path):
+        link.symlink_to(db_path)
+        with pytest.raises(DatabaseInUseError) as refused:
+            ConversationStore.open(link)
+    assert str(link) in str(refused.value)
+
+
 def test_closing_the_store_releases_the_lock_and_keeps_the_lock_file_beside_it(db_path) -> None:
     ConversationStore.open(db_path).close()
     assert (db_path.parent / "pagoda.db.lock").is_file()
