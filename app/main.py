@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     loop = install_event_loop(app)
     window = build_window(store, args.device)
     raiser.raise_requested.connect(lambda: bring_to_front(window))
+    window.closed.connect(raiser.close)  # a closing window is not brought back
     # Ctrl+C in a terminal or a logout's SIGTERM: close like the window's close button, which
     # keeps every partial reply.
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -206,6 +206,18 @@ def test_the_running_window_answers_another_process_and_asks_for_the_front(raise
     assert asked == [True]
 
 
+def test_a_closed_window_no_longer_answers(raiser, qtbot, tmp_path):
+    assert raiser.listen()
+    asked = []
+    raiser.raise_requested.connect(lambda: asked.append(True))
+    raiser.close()  # as main does once the window has closed
+    client = _python(tmp_path, ASK, str(tmp_path / "chats.db"), stdout=subprocess.PIPE)
+    qtbot.waitUntil(lambda: client.poll() is not None, timeout=60_000)
+    assert client.stdout.read() == "False\n"
+    client.stdout.close()
+    assert asked == []
+
+
 def test_a_different_spelling_of_the_database_reaches_the_same_window(tmp_path):
     (tmp_path / "sub").mkdir()
     assert server_name(tmp_path / "sub" / ".." / "chats.db") == server_name(tmp_path / "chats.db")
