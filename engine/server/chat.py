@@ -24,8 +24,7 @@ from engine.server.served import ServedModel
 
 async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                                  served: ServedModel, metrics: ServerMetrics):
-    if (field := body.unsupported()) is not None:
-        raise APIError(400, f"{field} is not supported by this server", param=field)
+    body.check_supported()
     messages = engine_chat(body.messages)
     if body.continue_final_message and body.add_generation_prompt:
         raise APIError(400, "continue_final_message needs add_generation_prompt=false",

@@ -23,8 +23,7 @@ from engine.server.served import ServedModel
 
 async def create_completion(body: CompletionRequest, request: Request, served: ServedModel,
                             metrics: ServerMetrics):
-    if (field := body.unsupported()) is not None:
-        raise APIError(400, f"{field} is not supported by this server", param=field)
+    body.check_supported()
     prompts = body.prompts()
     if not prompts:
         raise APIError(400, "prompt is empty: give a text or a list of token ids", param="prompt")

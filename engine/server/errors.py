@@ -94,8 +94,8 @@ def _path(location: list) -> str:
     for part in location:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif part in {"str", "int", "float", "bool", "list[int]", "list[str]", "list[TextPart]",
-                      "list[list[int]]", "TextPart"} or "[" in str(part):
+        elif part in {"str", "int", "float", "bool", "list[int]", "list[str]", "list[ContentPart]",
+                      "list[list[int]]", "ContentPart"} or "[" in str(part):
             break  # the union member pydantic tried, not a field
         else:
             path += f".{part}" if path else str(part)
