@@ -17,6 +17,9 @@ from engine.sampling_params import SamplingParams
 from engine.server.errors import APIError
 
 MAX_N = 16
+# The most choices one request may ask for (its prompts x n): a batch of thousands would hold the
+# engine's queue, and memory, for everyone else.
+MAX_CHOICES = 128
 
 
 class _Strict(BaseModel):
@@ -62,6 +65,15 @@ def engine_chat(messages: list[ChatMessage]) -> list[dict[str, str]]:
         raise APIError(400, "messages is empty: give at least one message", param="messages")
     return [{"role": _ROLE_NAMES.get(m.role, m.role), "content": m.text(i)}
             for i, m in enumerate(messages)]
+
+
+def check_choices(num_prompts: int, n: int) -> None:
+    """Refuse a request for more than MAX_CHOICES choices before anything is built for them."""
+    if num_prompts * n > MAX_CHOICES:
+        raise APIError(400, f"this request asks for {num_prompts * n} choices ({num_prompts} "
+                            f"prompts x n={n}); this server makes at most {MAX_CHOICES} per "
+                            "request: send fewer prompts per request or lower n",
+                       param="prompt" if num_prompts > 1 else "n", code="too_many_choices")
 
 
 def _is_set(value: Any) -> bool:
