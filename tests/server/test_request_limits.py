@@ -13,6 +13,7 @@ from engine.server.admission import WorkBudget
 from engine.server.api import ServerSettings
 from engine.server.errors import APIError
 from engine.server.protocol import MAX_CHOICES
+from engine.server.security import DEFAULT_MAX_JSON_CONTAINERS, json_containers
 from tests.server.conftest import MODEL
 
 TINY = [{"role": "user", "content": "Hi"}]
@@ -54,20 +55,42 @@ def wait_for(condition, what: str) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("num_prompts", [150_000, 4_000])
-def test_a_batch_bomb_is_refused_at_once_and_others_are_still_served(server, client, served,
-                                                                     num_prompts):
+def assert_still_serving(client, served) -> None:
+    assert served.backend.stats().num_waiting == 0
+    reply = client.chat.completions.create(model=MODEL, messages=TINY, max_tokens=2)
+    assert reply.choices[0].finish_reason in {"stop", "length"}
+
+
+def test_a_batch_bomb_is_refused_at_once_and_others_are_still_served(server, client, served):
     began = time.monotonic()
-    body = {"model": MODEL, "prompt": [[1]] * num_prompts, "n": 16, "max_tokens": 16}
+    body = {"model": MODEL, "prompt": [[1]] * 4_000, "n": 16, "max_tokens": 16}
     error = error_of(post(server, "/v1/completions", body), 400)
     assert time.monotonic() - began < 10
     assert error["code"] == "too_many_choices" and error["param"] == "prompt"
-    assert f"{num_prompts * 16} choices" in error["message"]
-    assert f"at most {MAX_CHOICES}" in error["message"]
-    stats = served.backend.stats()
-    assert stats.num_waiting == 0
-    reply = client.chat.completions.create(model=MODEL, messages=TINY, max_tokens=2)
-    assert reply.choices[0].finish_reason in {"stop", "length"}
+    assert "64000 choices" in error["message"] and f"at most {MAX_CHOICES}" in error["message"]
+    assert_still_serving(client, served)
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/tokenize"])
+def test_a_body_of_too_many_json_values_is_refused_before_it_is_parsed(server, client, served,
+                                                                       path):
+    began = time.monotonic()
+    bomb = {"model": MODEL, "prompt": [[1]] * 150_000, "n": 16,
+            "messages": [{"role": "user", "content": "a"}] * 70_000}
+    error = error_of(post(server, path, bomb), 413)
+    assert time.monotonic() - began < 10
+    assert error["code"] == "request_too_large"
+    assert f"more than {DEFAULT_MAX_JSON_CONTAINERS} JSON arrays and objects" in error["message"]
+    assert_still_serving(client, served)
+
+
+def test_brackets_inside_strings_are_not_json_values(server, client):
+    assert json_containers(b'{"a": ["[{", "\\"[", {"b": "]}"}]}') == 3
+    text = "[{x}] " * (DEFAULT_MAX_JSON_CONTAINERS // 2 + 1)
+    reply = client.completions.create(model=MODEL, prompt=text[:2000], max_tokens=1)
+    assert reply.choices
+    count = httpx.post(f"{server.url}/tokenize", json={"prompt": text}, timeout=TIMEOUT_S)
+    assert count.status_code == 200, count.text
 
 
 def test_one_choice_over_the_cap_is_refused(server):
