@@ -43,3 +43,8 @@ class ChecksumMismatchError(PagodaError):
 
 class DownloadCancelledError(PagodaError):
     """A download was cancelled; its partial file is kept so the next try resumes it."""
+
+
+class MalformedGGUFError(ModelLoadError):
+    """A GGUF file's header claims more than the file holds (a count, a length, a tensor's
+    extent): damaged or crafted, refused before anything is allocated for it."""
