@@ -48,3 +48,8 @@ class DownloadCancelledError(PagodaError):
 class MalformedGGUFError(ModelLoadError):
     """A GGUF file's header claims more than the file holds (a count, a length, a tensor's
     extent): damaged or crafted, refused before anything is allocated for it."""
+
+
+class ChatTemplateError(PagodaError, ValueError):
+    """A model's chat template cannot render a chat: a syntax error, an undefined name, its own
+    refusal (raise_exception), or a limit on what a template may build or how long it may run."""
