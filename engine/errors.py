@@ -53,3 +53,8 @@ class MalformedGGUFError(ModelLoadError):
 class ChatTemplateError(PagodaError, ValueError):
     """A model's chat template cannot render a chat: a syntax error, an undefined name, its own
     refusal (raise_exception), or a limit on what a template may build or how long it may run."""
+
+
+class OversizedDownloadError(PagodaError):
+    """The Hub sent more bytes of a file than the size it published; the partial file was
+    deleted rather than kept oversized."""
