@@ -40,6 +40,9 @@ MAX_RANGE = 100_000  # jinja's own sandbox limit on range()
 # milliseconds.
 TIME_BUDGET_S = 2.0
 _FORMAT_WIDTH = re.compile(r"%[#0\- +]*(\*|\d+)?(?:\.(\*|\d+))?[a-zA-Z%]")
+# Filters whose numeric arguments size what they build (a width, a length, a batch).
+_FILTERS_SIZED_BY_NUMBERS = frozenset({"center", "indent", "truncate", "wordwrap", "batch",
+                                       "slice"})
 _FIELD_WIDTH = re.compile(r"\{[^{}]*:[^{}]*?(\d+)[^{}]*\}")
 
 
@@ -150,6 +153,9 @@ def _text_size(value: Any, what: str) -> int:
         elif isinstance(item, list | tuple | set | frozenset):
             pending.extend(item)
             total += 2
+        elif isinstance(item, Namespace):  # its text shows every value it holds
+            pending.extend(object.__getattribute__(item, "_Namespace__attrs").values())
+            total += 12
         else:
             total += 24  # numbers, None, booleans, Undefined: short
         _check_chars(total, what)
@@ -199,6 +205,21 @@ def _format_widths(template: str, args: Any, pattern: re.Pattern, what: str) -> 
                         _check_chars(abs(value), what)
 
 
+def _check_replace(text: str, old: str, new: str, what: str) -> None:
+    count = text.count(old) if old else len(text) + 1
+    _check_chars(len(text) + count * max(len(new) - len(old), 0), what)
+
+
+def _check_formatted(template: str, marker: str, values: list, what: str) -> None:
+    """Each field of a format ('{0}{0}{0}', '%(a)s%(a)s') may repeat the longest value."""
+    longest = 0
+    for value in values:
+        items = value.values() if isinstance(value, Mapping) else (
+            value if isinstance(value, tuple) else (value,))
+        longest = max([longest, *(_text_size(item, what) for item in items)])
+    _check_chars(len(template) + template.count(marker) * longest, what)
+
+
 # The string methods and filters that can build much more than they are given
 
 
@@ -215,12 +236,10 @@ def _check_str_method(text: str, name: str, args: tuple, kwargs: dict) -> None:
         _check_items(len(items), what)
         _check_chars(sum(_text_size(i, what) for i in items) + len(text) * len(items), what)
     elif name == "replace" and len(values) >= 2:
-        old, new = str(values[0]), str(values[1])
-        count = text.count(old) if old else len(text) + 1
-        _check_chars(len(text) + count * max(len(new) - len(old), 0), what)
+        _check_replace(text, str(values[0]), str(values[1]), what)
     elif name in ("format", "format_map"):
         _format_widths(text, (), _FIELD_WIDTH, what)
-        _check_chars(len(text) + sum(_text_size(v, what) for v in values), what)
+        _check_formatted(text, "{", values, what)
     elif name == "translate":
         _check_chars(len(text) * (1 + _text_size(values[0] if values else "", what)), what)
 
@@ -233,7 +252,7 @@ def _checked_filter(name: str, filter_function: Callable) -> Callable:
     def checked(*args: Any, **kwargs: Any) -> Any:
         _tick()
         values = [a for a in (*args, *kwargs.values()) if not _is_context(a)]
-        for value in values[1:]:
+        for value in values[1:] if name in _FILTERS_SIZED_BY_NUMBERS else ():
             if isinstance(value, int) and not isinstance(value, bool):
                 _check_chars(abs(value), what)
         _check_filter_growth(name, values, kwargs, what)
@@ -241,47 +260,72 @@ def _checked_filter(name: str, filter_function: Callable) -> Callable:
         _check_size(result, what)
         return result
 
-    for attribute in ("jinja_pass_arg",):  # pass_context, pass_eval_context, pass_environment
-        if hasattr(filter_function, attribute):
-            setattr(checked, attribute, getattr(filter_function, attribute))
+    if hasattr(filter_function, "jinja_pass_arg"):  # pass_context, pass_environment, ...
+        checked.jinja_pass_arg = filter_function.jinja_pass_arg
     checked.__name__ = getattr(filter_function, "__name__", name)
     return checked
 
 
 def _check_filter_growth(name: str, values: list, kwargs: dict, what: str) -> None:
-    if not values:
-        return
-    subject = values[0]
-    if name in ("string", "tojson", "pprint", "list", "join", "format", "safe", "e", "escape",
-                "forceescape", "urlencode", "xmlattr"):
-        total = _text_size(subject, what)
-        if name == "join":
-            separator = kwargs.get("d", values[1] if len(values) > 1 else "")
-            count = len(subject) if hasattr(subject, "__len__") else 1
-            total += len(str(separator)) * count
-        if name == "format":
-            _format_widths(str(subject), tuple(values[1:]), _FORMAT_WIDTH, what)
-            total += sum(_text_size(v, what) for v in values[1:])
-        if name == "tojson" and kwargs.get("indent"):
-            total *= 2 + int(kwargs["indent"])
-        _check_chars(total, what)
-    elif name == "replace" and len(values) >= 3:
-        text, old, new = str(subject), str(values[1]), str(values[2])
-        count = text.count(old) if old else len(text) + 1
-        _check_chars(len(text) + count * max(len(new) - len(old), 0), what)
-    elif name == "indent":
-        width = kwargs.get("width", values[1] if len(values) > 1 else 4)
-        lines = str(subject).count("\n") + 1
-        _check_chars(len(str(subject)) + lines * (width if isinstance(width, int) else len(str(width))),
-                     what)
-    elif name == "wordwrap":
-        wrap = kwargs.get("wrapstring", values[3] if len(values) > 3 else "\n")
-        _check_chars(len(str(subject)) * (1 + len(str(wrap or "\n"))), what)
-    elif name == "sum" and isinstance(kwargs.get("start", values[2] if len(values) > 2 else 0),
-                                      str | list | tuple):
-        _check_items(sum(len(v) for v in subject if hasattr(v, "__len__")), what)
-    elif name == "batch" and len(values) > 1:
-        _check_items(int(values[1]) if isinstance(values[1], int) else 0, what)
+    """values: the filter's subject, then its arguments (kwargs' values among them)."""
+    check = _GROWTH_CHECKS.get(name, _text_growth if name in _TEXT_FILTERS else None)
+    if check is not None and values:
+        check(values, kwargs, what)
+
+
+def _text_growth(values: list, kwargs: dict, what: str) -> None:
+    """Filters that make text of a container (tojson, string, pprint): as long as its items'."""
+    total = _text_size(values[0], what)
+    if kwargs.get("indent"):
+        total *= 2 + int(kwargs["indent"])
+    _check_chars(total, what)
+
+
+def _join_growth(values: list, kwargs: dict, what: str) -> None:
+    separator = str(kwargs.get("d", values[1] if len(values) > 1 else ""))
+    count = len(values[0]) if hasattr(values[0], "__len__") else 1
+    _check_chars(_text_size(values[0], what) + len(separator) * count, what)
+
+
+def _format_growth(values: list, kwargs: dict, what: str) -> None:
+    _format_widths(str(values[0]), tuple(values[1:]), _FORMAT_WIDTH, what)
+    _check_formatted(str(values[0]), "%", values[1:], what)
+
+
+def _replace_growth(values: list, kwargs: dict, what: str) -> None:
+    if len(values) >= 3:
+        _check_replace(str(values[0]), str(values[1]), str(values[2]), what)
+
+
+def _indent_growth(values: list, kwargs: dict, what: str) -> None:
+    width = kwargs.get("width", values[1] if len(values) > 1 else 4)
+    text = str(values[0])
+    per_line = width if isinstance(width, int) else len(str(width))
+    _check_chars(len(text) + (text.count("\n") + 1) * per_line, what)
+
+
+def _wordwrap_growth(values: list, kwargs: dict, what: str) -> None:
+    wrap = kwargs.get("wrapstring", values[3] if len(values) > 3 else None)
+    _check_chars(len(str(values[0])) * (1 + len(str(wrap or "\n"))), what)
+
+
+def _sum_growth(values: list, kwargs: dict, what: str) -> None:
+    """sum(lists, start=[]) concatenates in C, out of the clock's sight."""
+    start = kwargs.get("start", values[2] if len(values) > 2 else 0)
+    if isinstance(start, str | list | tuple):
+        _check_items(sum(len(v) for v in values[0] if hasattr(v, "__len__")), what)
+
+
+def _batch_growth(values: list, kwargs: dict, what: str) -> None:
+    if len(values) > 1 and isinstance(values[1], int):
+        _check_items(values[1], what)
+
+
+_TEXT_FILTERS = frozenset({"string", "tojson", "pprint", "list", "safe", "e", "escape",
+                           "forceescape", "urlencode", "xmlattr"})
+_GROWTH_CHECKS = {"join": _join_growth, "format": _format_growth, "replace": _replace_growth,
+                  "indent": _indent_growth, "wordwrap": _wordwrap_growth, "sum": _sum_growth,
+                  "batch": _batch_growth}
 
 
 def _is_context(value: Any) -> bool:
@@ -420,7 +464,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             _check_bits(max(left.bit_length() - 1, 0) * right, "a power (**)")
         elif operator == "%" and isinstance(left, str):
             _format_widths(left, right, _FORMAT_WIDTH, "a %-format")
-            _check_chars(len(left) + _text_size(right, "a %-format"), "a %-format")
+            _check_formatted(left, "%", [right], "a %-format")
         result = super().call_binop(context, operator, left, right)
         _check_size(result, f"the result of {operator}")
         return result
@@ -436,6 +480,14 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         result = super().call(context, function, *args, **kwargs)
         _check_size(result, "a call's result")
         return result
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        _tick()  # every loop body that reads anything is counted, recursive loops' too
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        _tick()
+        return super().getitem(obj, argument)
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
         wrapped = super().wrap_str_format(value)

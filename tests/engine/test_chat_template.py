@@ -121,6 +121,15 @@ BOMBS = {
     "a_huge_power": ("{{ 7 ** 10000000 }}", "a power (**)"),
     "a_replace_that_grows": ("{{ ('a' * 100000).replace('a', 'a' * 1000) }}", "str.replace()"),
     "a_range_of_a_billion": ("{{ range(10**9) | length }}", "range()"),
+    "a_format_repeating_one_long_value": (
+        "{{ ('{0}' * 1000).format('x' * 1000000) }}", "str.format()"),
+    "a_namespace_printed_with_its_values": (
+        "{% set ns = namespace(xs=[('x' * 1000000)] * 100000) %}{{ ns }}", "output value"),
+    "a_recursive_loop_that_never_ends": (
+        ("{% for x in range(100000) recursive %}{% if loop.depth < 3 %}"
+        "{{ loop(range(100000)) }}{% endif %}{% endfor %}"), "CPU time"),
+    "a_sum_of_lists": ("{{ ([range(1000) | list] * 100000) | sum(start=[]) | length }}",
+                       "sum filter"),
 }
 
 # Renders each bomb as the engine does, in a process with a memory ceiling and a short CPU
