@@ -2,6 +2,8 @@
 it may build and how long it may run; whatever stops it is a ChatTemplateError naming the
 template."""
 
+import asyncio
+import copy
 import json
 import os
 import subprocess
@@ -13,6 +15,7 @@ import pytest
 import transformers
 
 from engine.chat_template import encode_chat, render_chat
+from engine.chat_tokenizer import ChatTokenizer
 from engine.errors import ChatTemplateError
 from engine.loader import default_model_file, tokenizer_folder
 
@@ -255,3 +258,19 @@ def test_the_sandbox_holds_against_escapes(with_template, escape):
     tokenizer = with_template(escape)
     with pytest.raises(ChatTemplateError, match="unsafe|underscore|may not"):
         render_chat(tokenizer, CHAT, add_generation_prompt=True)
+
+
+def test_the_shared_tokenizer_thread_refuses_a_bomb_and_serves_the_next_chat(tokenizer):
+    bomb = copy.deepcopy(tokenizer)
+    bomb.chat_template = BOMBS["a_string_of_a_billion_characters"][0]
+    chats = ChatTokenizer(bomb)
+
+    async def twice():
+        with pytest.raises(ChatTemplateError, match="1,000,000,000 characters"):
+            await chats.encode_chat(CHAT)
+        return await chats.encode_text("still here")
+
+    try:
+        assert asyncio.run(twice()) == tokenizer.encode("still here")
+    finally:
+        chats.close()
