@@ -486,6 +486,8 @@ def forget_tag(folder: Path, tag: str) -> int:
 
 def _forget_tag_in(fingerprint_folder: Path, tag: str) -> int:
     tags = fingerprint_folder / TAGS_FOLDER
+    if not _is_real_folder(tags):  # no tags here, or a link to someone else's files
+        return 0
     own_file = tags / (tag + _TAG_SUFFIX)
     own = _read_tag_file(own_file)
     if not own:
@@ -497,8 +499,9 @@ def _forget_tag_in(fingerprint_folder: Path, tag: str) -> int:
     removed = 0
     for block_hash in own:
         name = block_hash.hex()
-        removed += _unlink_reported(fingerprint_folder / name[:2] / (name + _BLOCK_SUFFIX),
-                                    _log_problem)
+        shard = fingerprint_folder / name[:2]
+        if _is_real_folder(shard):  # a linked shard's files are someone else's
+            removed += _unlink_reported(shard / (name + _BLOCK_SUFFIX), _log_problem)
     _unlink_reported(own_file, _log_problem)
     return removed
 
@@ -517,12 +520,21 @@ def _read_tag_file(path: Path) -> set[bytes]:
 
 
 def _tag_files(folder: Path) -> list[Path]:
+    if not _is_real_folder(folder):  # none, or a link to someone else's files
+        return []
     try:
         with os.scandir(folder) as entries:
             return [Path(e.path) for e in entries
                     if e.name.endswith(_TAG_SUFFIX) and e.is_file(follow_symlinks=False)]
     except OSError:  # no tags here (or not readable: nothing we can act on)
         return []
+
+
+def _is_real_folder(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _unlink_reported(path: Path, report: Callable[[str, Exception], None]) -> bool:
