@@ -5,10 +5,11 @@ A chat template is code from the model's files. Jinja's sandbox keeps it from Py
 memory at once) or nested loops that never end (which would hold the shared tokenizer thread for
 ever). Here every operation that can build a large value in one step (`*`, `+`, `%`, `**`, `~`,
 the string methods and filters that pad, join or replace) is checked before it runs, every
-output piece and block is counted, and a step hook on the rendering thread stops a render that
-has used its CPU time (each for loop's items and each hooked operation are its steps). The environment is set up as transformers sets up its own
-(`trim_blocks`, `lstrip_blocks`, `loopcontrols`, `{% generation %}`, `tojson`, `raise_exception`,
-`strftime_now`), so that real templates render the same text.
+output piece and block is counted, and a render that has used its CPU time is stopped at its
+next step (each for loop's item, attribute read, call, filter or operator is one). The
+environment is set up as transformers sets up its own (`trim_blocks`, `lstrip_blocks`,
+`loopcontrols`, `{% generation %}`, `tojson`, `raise_exception`, `strftime_now`), so that real
+templates render the same text.
 """
 
 from __future__ import annotations
@@ -162,16 +163,16 @@ def _text_size(value: Any, what: str) -> int:
     return total
 
 
-def _bounded_join(pieces: Iterable[Any], what: str, separator: str = "") -> str:
+def _bounded_join(pieces: Iterable[Any], what: str) -> str:
     parts, total = [], 0
     for piece in pieces:
         if not isinstance(piece, str):
-            _text_size(piece, what)
-        text = piece if isinstance(piece, str) else str(piece)
-        total += len(text) + len(separator)
+            _text_size(piece, what)  # before str() builds it
+            piece = str(piece)
+        total += len(piece)
         _check_chars(total, what)
-        parts.append(text)
-    return separator.join(parts)
+        parts.append(piece)
+    return "".join(parts)
 
 
 def _check_length(like: Any, length: int, what: str) -> None:
