@@ -20,6 +20,7 @@ from engine.server.security import (
     key_digest,
 )
 from engine.server.served import ModelSource, ServedModel
+from engine.server.shutdown import LiveRequests
 from engine.server.streams import ClientDisconnected
 from engine.server.tokenize import tokenize
 
@@ -43,8 +44,10 @@ def build_app(source: ModelSource, settings: ServerSettings | None = None) -> Fa
     settings = settings or ServerSettings()
     app = FastAPI(title="Pagoda", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.metrics = ServerMetrics(source)
+    live = LiveRequests()
+    app.state.end_requests = live.end_all  # what the runner calls when the server stops
     install_handlers(app)
-    _add_routes(app, source)
+    _add_routes(app, live.tracked(source))
     _add_middleware(app, settings)
     return app
 

@@ -15,6 +15,8 @@ from fastapi import FastAPI
 from engine.errors import PagodaError
 
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
+# How long a stopping server lets its aborted replies send their last chunk.
+DRAIN_SECONDS = 5.0
 
 
 class ServeError(PagodaError):
@@ -81,10 +83,42 @@ def _serve(server: uvicorn.Server, sock: socket.socket) -> None:
         runner.run(server.serve(sockets=[sock]))
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, stopping so that no reply is cut and nothing is logged.
+
+    On a stop (SIGINT, SIGTERM, `should_exit`) it stops accepting, ends the app's requests in
+    the engine (each stream then sends its last chunk, finish_reason "abort", and [DONE]),
+    gives them `DRAIN_SECONDS` to be sent, and then drops the connections still open (a client
+    that reads nothing). uvicorn's own stop would wait, then cancel the tasks and log each
+    CancelledError's traceback.
+    """
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+        super().__init__(config)
+        self._app = app
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()
+        end_requests = getattr(self._app.state, "end_requests", None)
+        if end_requests is not None:
+            end_requests()
+        await self._drain()
+        await super().shutdown(sockets)
+
+    async def _drain(self) -> None:
+        deadline = time.monotonic() + DRAIN_SECONDS
+        while self.server_state.tasks and not self.force_exit and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if self.server_state.tasks:
+            for connection in list(self.server_state.connections):
+                connection.transport.abort()  # its request sees a disconnect and ends
+
+
 def _server(app: FastAPI) -> uvicorn.Server:
     config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
                             timeout_graceful_shutdown=2)
-    return uvicorn.Server(config)
+    return _Server(config, app)
 
 
 def serve_forever(app: FastAPI, sock: socket.socket) -> None:
@@ -132,7 +166,7 @@ class ServerThread:
             raise RuntimeError(f"the API server did not start: {self._error!r}")
         return self
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = DRAIN_SECONDS + 5.0) -> None:
         self._server.should_exit = True
         if self._thread.is_alive():
             self._thread.join(timeout)
