@@ -13,6 +13,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from engine.errors import PagodaError
+from engine.server.connections import ConnectionLimits
 
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 # How long a stopping server lets its aborted replies send their last chunk.
@@ -115,19 +116,20 @@ class _Server(uvicorn.Server):
                 connection.transport.abort()  # its request sees a disconnect and ends
 
 
-def _server(app: FastAPI) -> uvicorn.Server:
+def _server(app: FastAPI, limits: ConnectionLimits) -> uvicorn.Server:
     config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
-                            timeout_graceful_shutdown=2)
+                            timeout_graceful_shutdown=2, http=limits.protocol(), ws="none")
     return _Server(config, app)
 
 
-def serve_forever(app: FastAPI, sock: socket.socket) -> None:
+def serve_forever(app: FastAPI, sock: socket.socket,
+                  limits: ConnectionLimits | None = None) -> None:
     """Serve until interrupted (Ctrl-C or SIGTERM): a clean stop, not an error."""
     # uvicorn shuts down on either signal, then raises it again for the handler it found: make
     # that one end the run quietly, so the caller still shuts the engine down and exits 0.
     previous = signal.signal(signal.SIGTERM, _stop_quietly)
     try:
-        _serve(_server(app), sock)
+        _serve(_server(app, limits or ConnectionLimits()), sock)
     except KeyboardInterrupt:
         pass
     finally:
@@ -141,11 +143,12 @@ def _stop_quietly(_signum, _frame) -> None:
 class ServerThread:
     """The API on a daemon thread with its own event loop: the app's server, and tests'."""
 
-    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0,
+                 limits: ConnectionLimits | None = None) -> None:
         self.app = app
         self._sock = bind(host, port)
         self.host, self.port = self._sock.getsockname()[:2]
-        self._server = _server(app)
+        self._server = _server(app, limits or ConnectionLimits())
         # uvicorn installs signal handlers only on the main thread; this one is not.
         self._thread = threading.Thread(target=self._run, name="pagoda-api", daemon=True)
         self._error: BaseException | None = None
