@@ -2,6 +2,7 @@
 nothing. (The `python -m engine serve` process under SIGINT and SIGTERM: test_serve_command.py.)"""
 
 import asyncio
+import concurrent.futures
 import json
 import time
 
@@ -31,6 +32,21 @@ def test_stopping_the_server_ends_its_streams_with_abort_and_the_engine_serves_o
     reply = httpx.post(f"{again.url}/v1/completions", timeout=60,
                        json={"prompt": "Hello", "max_tokens": 2, "ignore_eos": True})
     assert reply.json()["usage"]["completion_tokens"] == 2
+
+
+def test_stopping_the_server_answers_a_whole_reply_with_what_it_has(start_server,
+                                                                    async_engine):
+    server = start_server()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        reply = pool.submit(httpx.post, f"{server.url}/v1/completions", timeout=60,
+                            json={**LONG, "stream": False})
+        deadline = time.monotonic() + 30
+        while async_engine.stats().num_running == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        server.stop()
+        answer = reply.result()
+    assert answer.status_code == 200
+    assert answer.json()["choices"][0]["finish_reason"] == "abort"
 
 
 def test_a_stopping_server_refuses_new_requests_in_words(start_server):
