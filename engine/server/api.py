@@ -21,6 +21,7 @@ from engine.server.security import (
     key_digest,
 )
 from engine.server.served import ModelSource, ServedModel
+from engine.server.shutdown import LiveRequests
 from engine.server.streams import ClientDisconnected
 from engine.server.tokenize import tokenize
 
@@ -48,8 +49,10 @@ def build_app(source: ModelSource, settings: ServerSettings | None = None) -> Fa
     app = FastAPI(title="Pagoda", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.metrics = ServerMetrics(source)
     app.state.work_budget = WorkBudget(settings.max_work_contexts)
+    live = LiveRequests()
+    app.state.end_requests = live.end_all  # what the runner calls when the server stops
     install_handlers(app)
-    _add_routes(app, source)
+    _add_routes(app, live.tracked(source))
     _add_middleware(app, settings)
     return app
 

@@ -138,12 +138,22 @@ class Generation:
 
     async def _counted(self, merged: AsyncIterator[tuple[int, RequestOutput]],
                        ) -> AsyncIterator[tuple[int, RequestOutput]]:
+        """The outputs, each choice counted in the metrics when it ends: at its last output, or
+        with what it had when the client left ("abort") or the engine failed ("error")."""
+        last: dict[int, RequestOutput] = {}
+        ended = "abort"
         try:
             async for index, out in merged:
+                last[index] = out
                 if out.finished:
                     self.metrics.observe_finished(out)
                 yield index, out
+        except Exception:
+            ended = "error"
+            raise
         finally:
+            self.metrics.observe_cut_short(
+                [out for out in last.values() if not out.finished], ended)
             await merged.aclose()
 
 
