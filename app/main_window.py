@@ -12,7 +12,6 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
-    QComboBox,
     QDockWidget,
     QFileDialog,
     QMainWindow,
@@ -53,6 +52,7 @@ from app.store import SearchHit
 from app.theme import THEMES, apply_theme
 from app.widgets.appearance_settings import AppearancePanel
 from app.widgets.model_library_dialog import ModelLibraryDialog
+from app.widgets.model_picker import ModelPicker
 from app.widgets.model_settings import ModelSettingsPanel
 from app.widgets.server_settings import LocalServerPanel
 from app.widgets.settings_panel import SettingsPanel
@@ -119,7 +119,7 @@ class MainWindow(QMainWindow):
         self._describing: asyncio.Task | None = None
         self._picker_choices: list[ModelChoice] = []
         self.status = EngineStatusBar(self)
-        self.model_picker = QComboBox(self, objectName="modelPicker")
+        self.model_picker = ModelPicker(self)
         self._undo_button = QPushButton("Undo", self, objectName="undoButton")
         self._undo_timer = QTimer(self, singleShot=True, interval=UNDO_SECONDS * 1000)
         self._undo_connection = None
@@ -166,9 +166,6 @@ class MainWindow(QMainWindow):
 
     def _build_toolbar(self) -> None:
         toolbar = QToolBar("Model", self, objectName="modelToolbar", movable=False)
-        self.model_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
-        self.model_picker.setToolTip("Where this chat's replies come from: a model on this "
-                                     "computer (shared by every local chat) or a server")
         self._render_model_picker([self.model_choices.known(None, self.host.quantization)])
         toolbar.addWidget(self.model_picker)
         toolbar.addSeparator()
@@ -622,9 +619,7 @@ class MainWindow(QMainWindow):
         self._select_in_picker()
 
     def _add_picker_item(self, text: str, data: str, tooltip: str) -> None:
-        self.model_picker.addItem(text, data)
-        self.model_picker.setItemData(self.model_picker.count() - 1, tooltip,
-                                      Qt.ItemDataRole.ToolTipRole)
+        self.model_picker.add_entry(text, data, tooltip)
 
     def _select_in_picker(self) -> None:
         """The current chat's source: its server, or the model running here."""
@@ -680,7 +675,6 @@ class MainWindow(QMainWindow):
 
     def _model_loaded(self, name: str) -> None:
         self.settings_panel.set_max_tokens_limit(self.host.max_model_len)
-        self.model_picker.setToolTip(f"Running: {name}")
         self.refresh_model_picker()
         self.spawn(self.db.set_setting(LAST_MODEL_SETTING, self.host.model_path))
         self.local_models.record_use(self.host.model_path)
