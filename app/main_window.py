@@ -28,6 +28,7 @@ from app.add_server import open_add_server_dialog
 from app.api_key import ApiKeyFile
 from app.async_store import AsyncStore
 from app.chat_defaults import load_chat_defaults, save_chat_defaults
+from app.chat_import import ChatImportError, import_chats, imported_text
 from app.chat_session import ChatSession
 from app.chat_sources import LOCAL, ChatSources, RemoteSource
 from app.chat_tab import ChatTab
@@ -192,6 +193,7 @@ class MainWindow(QMainWindow):
         s.pin_requested.connect(lambda cid, p: self.spawn(self.pin(cid, p)))
         s.delete_requested.connect(lambda cid: self.spawn(self.delete(cid)))
         s.export_requested.connect(self.export_conversation)
+        s.import_requested.connect(self.import_chats)
         self.tabs.tabCloseRequested.connect(self.close_tab)
         self.tabs.currentChanged.connect(self._tab_changed)
         self.tabs.tabBar().tabMoved.connect(
@@ -448,6 +450,25 @@ class MainWindow(QMainWindow):
         await asyncio.get_running_loop().run_in_executor(
             self.host.executor, lambda: Path(path).write_text(text, encoding="utf-8"))
         self.status.showMessage(f"Exported to {path}", 5000)
+
+    def import_chats(self) -> QFileDialog:
+        """Non-blocking: the chats of a Pagoda export (a .json file) join the sidebar."""
+        dialog = QFileDialog(self, "Import chats", str(Path.home()),
+                             "Pagoda export (*.json);;All files (*)")
+        dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
+        dialog.fileSelected.connect(lambda path: self.spawn(self.import_from(Path(path))))
+        dialog.open()
+        return dialog
+
+    async def import_from(self, path: Path) -> None:
+        try:
+            cids = await import_chats(self.db, path, self.host.executor)
+        except ChatImportError as error:
+            self._message_box(QMessageBox.Icon.Warning, "Could not import chats", str(error),
+                              object_name="importErrorDialog")
+            return
+        await self.refresh_conversations()
+        self.status.showMessage(imported_text(path, len(cids)), 10_000)
 
     # -- the model -------------------------------------------------------------------------------
 
