@@ -48,6 +48,7 @@ from app.model_choices import (
 from app.model_library import DONE, Download, ModelLibrary, NullLibraryView
 from app.models_folder_settings import ModelsFolderSettings
 from app.open_chats import OpenChats
+from app.opened_models import OpenedModels, bundled_model_file
 from app.server_controller import LocalServerController
 from app.store import SearchHit
 from app.theme import THEMES, apply_theme
@@ -114,7 +115,9 @@ class MainWindow(QMainWindow):
                                           quantization=lambda: self.host.quantization)
         self.model_library.attach(_DownloadsInPicker(self))
         self.local_models = LocalModels(loaded_model=lambda: self.host.model_path,
-                                        downloading=self.model_library.active_folders)
+                                        downloading=self.model_library.active_folders,
+                                        bundled=bundled_model_file,
+                                        opened=OpenedModels.default())
         self.local_models.attach(_LocalModelsInPicker(self))
         self._library_dialog: ModelLibraryDialog | None = None
         self._describing: asyncio.Task | None = None

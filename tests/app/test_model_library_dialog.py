@@ -149,7 +149,8 @@ def test_the_models_on_this_computer_are_a_tab_of_the_dialog_and_load_from_it(
     assert [dialog.tabs.tabText(i) for i in range(dialog.tabs.count())] == [
         "Hugging Face Hub", "On this computer"]
     panel = dialog.local_panel
-    qtbot.waitUntil(lambda: panel.table.topLevelItemCount() == 1, timeout=10_000)
-    panel.table.setCurrentItem(panel.table.topLevelItem(0))
+    # The downloaded model, and the bundled one.
+    qtbot.waitUntil(lambda: panel.table.topLevelItemCount() == 2, timeout=10_000)
+    panel.select(path)
     qtbot.mouseClick(panel.load_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.host.model_path == str(path), timeout=10_000)
