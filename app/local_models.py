@@ -340,13 +340,22 @@ def _outside_entries(opened: dict[Path, float], folder: Path,
         real = path.resolve()
         if real in skip or real.is_relative_to(folder.resolve()):
             continue
-        if path.is_file() and path.name.lower().endswith(".gguf"):
-            entries.append(dataclasses.replace(_gguf_entry(path, used), kind=OUTSIDE))
-        elif path.is_dir() and (path / "config.json").is_file():
-            entry = _folder_entry(path, used)
-            if not entry.is_partial:
-                entries.append(dataclasses.replace(entry, kind=OUTSIDE))
+        try:
+            entry = _outside_entry(path, used)
+        except OSError:  # removed (or a drive unplugged) while it was read
+            continue
+        if entry is not None:
+            entries.append(entry)
     return entries
+
+
+def _outside_entry(path: Path, used: float) -> LocalModel | None:
+    if path.is_file() and path.name.lower().endswith(".gguf"):
+        return dataclasses.replace(_gguf_entry(path, used), kind=OUTSIDE)
+    if path.is_dir() and (path / "config.json").is_file():
+        entry = _folder_entry(path, used)
+        return None if entry.is_partial else dataclasses.replace(entry, kind=OUTSIDE)
+    return None
 
 
 def _note_use(folder: Path, path: Path, when: float) -> None:
