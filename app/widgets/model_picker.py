@@ -8,7 +8,6 @@ from PySide6.QtWidgets import QComboBox, QWidget
 
 from app.widgets.elide import elided, with_whole_text
 
-_WHOLE_TEXT_ROLE = Qt.ItemDataRole.UserRole + 1
 HINT = ("Where this chat's replies come from: a model on this computer (shared by every local "
         "chat) or a server")
 
@@ -27,13 +26,8 @@ class ModelPicker(QComboBox):
         index = self.count() - 1
         self.setItemData(index, with_whole_text(shown, text, tooltip),
                          Qt.ItemDataRole.ToolTipRole)
-        self.setItemData(index, text, _WHOLE_TEXT_ROLE)
         if index == self.currentIndex():  # the first entry: its signal may be blocked
             self._show_entry_tooltip(index)
-
-    def whole_text(self, index: int) -> str:
-        """The entry's text before it was cut."""
-        return self.itemData(index, _WHOLE_TEXT_ROLE) or self.itemText(index)
 
     def _show_entry_tooltip(self, index: int) -> None:
         entry = self.itemData(index, Qt.ItemDataRole.ToolTipRole)
