@@ -35,8 +35,8 @@ _REFUSED_LINGER_SECONDS = 1.0
 class ConnectionLimits:
     """`header_timeout`: seconds a client has to send a request's headers, from connecting or
     from its first byte after a response; `max_connections`: connections open at once. A
-    connection past the most closes the one that has waited longest for its headers, or, when
-    all have requests running, is answered 503 and closed."""
+    connection past the most closes one idle after its reply or else the one that has waited
+    longest for its headers, or, when all have requests running, is answered 503 and closed."""
 
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
     max_connections: int = DEFAULT_MAX_CONNECTIONS
@@ -89,19 +89,27 @@ class GuardedHTTPProtocol(AutoHTTPProtocol):
         self._arm_header_timer()
 
     def _evict_slowest(self) -> bool:
-        """Make room by closing the connection that has waited longest for its headers, so a
-        crowd of slow clients cannot keep a prompt one out; False when every connection open
-        has a request running."""
+        """Make room by closing a connection idle after its reply, else the one that has waited
+        longest for its headers, so a crowd of slow clients cannot keep a prompt one out; False
+        when every connection open has a request running."""
         waiting = [connection for connection in self.connections
-                   if isinstance(connection, GuardedHTTPProtocol)
-                   and connection._header_timer is not None]
+                   if isinstance(connection, GuardedHTTPProtocol) and connection._runs_nothing()]
         if not waiting:
             return False
-        slowest = min(waiting, key=lambda connection: connection._header_timer.when())
+        slowest = min(waiting, key=lambda connection: connection._waiting_key())
         slowest._close_with(b"503 Service Unavailable", APIError(
             503, "the server has its most connections open and closed this one, which had not "
                  "sent its request: send it at once", code="too_many_connections"))
         return True
+
+    def _runs_nothing(self) -> bool:
+        """Waiting for its headers, or idle after a reply (kept alive, not yet sent more)."""
+        return self._header_timer is not None or (
+            self.cycle is not None and self.cycle.response_complete)
+
+    def _waiting_key(self) -> float:
+        # An idle connection's next bytes may not even have been read yet: it goes first.
+        return self._header_timer.when() if self._header_timer is not None else float("-inf")
 
     def _refuse(self, transport: asyncio.Transport) -> None:
         """Answer 503 before reading anything. Only our side is closed at first: closing both

@@ -124,9 +124,15 @@ _COMPLETION_REFUSED: dict[str, Refusal] = {
 }
 
 
+# Fields clients send that change nothing here: who asks, what to store, how to bill, and tool
+# settings with no tools (tools themselves are refused above).
+_IGNORED = frozenset({"user", "metadata", "store", "service_tier", "prompt_cache_key",
+                      "safety_identifier", "parallel_tool_calls"})
+
+
 class _Refusing(_Strict):
     """A request body that keeps the fields it does not declare, to refuse those it cannot
-    honour (`check_supported`)."""
+    honour and those it does not know (`check_supported`), as OpenAI's own API does."""
 
     model_config = ConfigDict(strict=True, extra="allow")
     _refused: ClassVar[dict[str, Refusal]] = _REFUSED
@@ -137,6 +143,10 @@ class _Refusing(_Strict):
             if refusal is not None and refusal[0](value):
                 raise APIError(400, f"{name} is not supported by this server: {refusal[1]}",
                                param=name)
+            if refusal is None and name not in _IGNORED:
+                raise APIError(400, f"Unrecognized request argument supplied: {name} (this "
+                                    "server does not know it, so it would have no effect: "
+                                    "leave it out)", param=name)
 
 
 class StreamOptions(_Strict):

@@ -161,6 +161,22 @@ def test_values_that_ask_for_nothing_are_served(client):
     assert reply.choices[0].message.content is not None
 
 
+@pytest.mark.parametrize("name", ["min_tokens", "prediction", "verbosity"])
+def test_a_field_this_server_does_not_know_is_refused_in_words(client, name):
+    with pytest.raises(BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=2,
+                                       extra_body={name: 1})
+    assert caught.value.param == name
+    assert caught.value.body["message"].startswith(f"Unrecognized request argument supplied: {name}")
+
+
+def test_fields_that_change_nothing_here_are_served(client):
+    reply = client.chat.completions.create(
+        model=MODEL, messages=CHAT, max_tokens=2, store=False, metadata={"chat": "1"},
+        service_tier="auto", parallel_tool_calls=False)
+    assert reply.choices[0].message.content is not None
+
+
 def test_an_image_part_is_refused_as_text_only(client):
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
     content = [{"type": "text", "text": "What is in this picture?"}, image]
