@@ -218,6 +218,7 @@ class MainWindow(QMainWindow):
         self.appearance_panel.theme_changed.connect(self.set_theme)
         self._undo_timer.timeout.connect(self._undo_expired)
         self.host.status_changed.connect(self._host_status_changed)
+        self.host.availability_changed.connect(self._show_local_sources)
         self.host.model_loaded.connect(self._model_loaded)
         self.host.load_failed.connect(self._model_failed)
         self.status.show_status(self.host.status)
@@ -305,12 +306,11 @@ class MainWindow(QMainWindow):
         return controller.session.source is self.host
 
     def _show_source(self, controller: ChatController) -> None:
-        """The tab's label and whether it can send: a local chat waits for the model to load."""
+        """The tab's label and whether it can send, as its source says now (asked again each
+        time the engine's availability changes: a local chat waits for the model to load)."""
         tab, source = controller.view, controller.session.source
         tab.show_source(self.sources.describe(source))
-        ready = (self.host.is_ready and not self.host.is_loading) if self._is_local(controller) \
-            else source.backend is not None
-        tab.composer.set_engine_ready(ready)
+        tab.composer.set_send_blocked(controller.session.unable_to_send())
 
     async def save_open_tabs(self) -> None:
         await self.chats.save()
@@ -673,10 +673,7 @@ class MainWindow(QMainWindow):
             self._message_box(QMessageBox.Icon.Information, "Pagoda",
                               "A model is already loading: wait for it to finish.")
             return
-        for controller in self.controllers.values():
-            if self._is_local(controller):
-                controller.view.composer.set_engine_ready(False)
-        self.host.load(path)
+        self.host.load(path)  # availability_changed: the local tabs stop sending meanwhile
 
     def _model_loaded(self, name: str) -> None:
         self.settings_panel.set_max_tokens_limit(self.host.max_model_len)
@@ -691,6 +688,11 @@ class MainWindow(QMainWindow):
         self._ready_tabs()
         self._message_box(QMessageBox.Icon.Critical, "Could not load the model", message,
                           object_name="modelErrorDialog")
+
+    def _show_local_sources(self) -> None:
+        for controller in self.controllers.values():
+            if self._is_local(controller):
+                self._show_source(controller)
 
     def _ready_tabs(self) -> None:
         for controller in self.controllers.values():
