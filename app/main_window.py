@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtGui import QCloseEvent, QKeyEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
@@ -185,6 +185,22 @@ class MainWindow(QMainWindow):
                            ("Ctrl+,", self.toggle_settings)]:
             QShortcut(QKeySequence(keys), self, slot,
                       context=Qt.ShortcutContext.ApplicationShortcut)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        """Esc that no widget used (the composer cancelling an edit, the search box clearing,
+        a dialog closing) reaches the window from wherever the focus is: it stops the current
+        chat's reply."""
+        if event.key() == Qt.Key.Key_Escape and self.stop_current_reply():
+            return
+        super().keyPressEvent(event)
+
+    def stop_current_reply(self) -> bool:
+        """Stop the current chat's reply; False when none is being written."""
+        controller = self.current_controller()
+        if controller is None or not controller.is_streaming:
+            return False
+        controller.stop()
+        return True
 
     def _connect(self) -> None:
         s = self.sidebar
