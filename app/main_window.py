@@ -51,6 +51,7 @@ from app.open_chats import OpenChats
 from app.server_controller import LocalServerController
 from app.store import SearchHit
 from app.theme import THEMES, apply_theme
+from app.view_models import SamplingView
 from app.widgets.appearance_settings import AppearancePanel
 from app.widgets.model_library_dialog import ModelLibraryDialog
 from app.widgets.model_settings import ModelSettingsPanel
@@ -222,6 +223,8 @@ class MainWindow(QMainWindow):
         self.settings_panel.settings_changed.connect(self._settings_edited)
         self.settings_panel.defaults_requested.connect(
             lambda settings: self.spawn(self.use_as_defaults(settings)))
+        self.settings_panel.built_in_defaults_requested.connect(
+            lambda: self.spawn(save_chat_defaults(self.db, SamplingView())))
         self.model_picker.activated.connect(self._model_picked)
         self.model_settings.quantization_changed.connect(self.set_quantization)
         self.disk_cache = DiskCacheSettings(self.model_settings, self.host, self.db, self.spawn,

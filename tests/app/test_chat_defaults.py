@@ -1,6 +1,8 @@
 """Defaults for new chats, in the window: the settings panel names the chat it edits, "Use as
 default for new chats" keeps its settings in the store, and new chats start with them."""
 
+from dataclasses import asdict
+
 from app.chat_defaults import NEW_CHAT_DEFAULTS_SETTING, load_chat_defaults
 from app.view_models import SamplingView
 
@@ -46,8 +48,11 @@ def test_defaults_survive_a_restart_and_reset_restores_them(window_on, qtbot, ru
 
     again = window_on(db_path)
     _edit(again.settings_panel, top_p=0.95)
+    _edit(again.settings_panel, system_prompt="Be brief.")
     again.settings_panel.reset_to_defaults()
     assert again.settings_panel.settings().top_p == 0.5
+    assert again.settings_panel.settings().system_prompt == ""
+    assert again.settings_panel.note() != ""
 
 
 def test_a_malformed_defaults_setting_gives_the_built_in_defaults(window_on, run_async,
@@ -58,3 +63,22 @@ def test_a_malformed_defaults_setting_gives_the_built_in_defaults(window_on, run
     assert defaults == SamplingView(top_k=5)
     window.db.store.set_setting(NEW_CHAT_DEFAULTS_SETTING, [1, 2])
     assert run_async(load_chat_defaults(window.db)) == SamplingView()
+
+
+def test_restoring_built_in_values_brings_them_back_for_new_chats_too(window_on, qtbot,
+                                                                      run_async, tmp_path):
+    window = window_on(tmp_path / "chats.db")
+    panel = window.settings_panel
+    _edit(panel, system_prompt="Answer in French.", top_p=0.5)
+    run_async(window.use_as_defaults(panel.settings()))
+
+    panel.restore_built_in_action.trigger()
+
+    qtbot.waitUntil(lambda: window.db.store.get_setting(NEW_CHAT_DEFAULTS_SETTING)
+                    == asdict(SamplingView()), timeout=5000)
+    assert "built-in" in panel.note()
+    qtbot.waitUntil(lambda: window.db.store.get_conversation(window.chats.current).sampling
+                    == SamplingView().sampling(), timeout=5000)
+    run_async(window.new_chat())
+    conversation = window.db.store.get_conversation(window.chats.current)
+    assert conversation.system_prompt is None and conversation.sampling.top_p == SamplingView().top_p
