@@ -772,6 +772,7 @@ class MainWindow(QMainWindow):
             self.db.submit(lambda store: store.purge(deleted))
         self.db.drain()  # the app may exit as soon as this returns
         self._remote_stats_timer.stop()
+        self.disk_cache.stop()
         self.sources.shutdown()  # remote replies end; their partial text is already kept
         self.server_controller.shutdown()  # API requests end before the engine they run on
         self.host.shutdown()
