@@ -549,6 +549,10 @@ class ChatSession:
 
     # -- what the view shows ---------------------------------------------------------------------
 
+    def notify(self, text: str) -> None:
+        """Tell the user something about this chat in its notice (kept until dismissed)."""
+        self._notify(text)
+
     def _notify(self, text: str, error: bool = False) -> None:
         self.notice = (text, error)
         self.view.show_notice(text, error)
