@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import html
 import logging
+from datetime import date
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -36,6 +37,7 @@ from app.connections import AddServerFlow, ConnectionKeys, SavedConnections, Ser
 from app.controller import ChatController
 from app.disk_cache_settings import DiskCacheSettings
 from app.engine_host import EngineHost
+from app.export_names import EXPORT_FORMATS, export_file_name, with_suffix
 from app.local_models import LocalListing, LocalModels
 from app.local_server import LocalServer
 from app.model_choices import (
@@ -211,7 +213,8 @@ class MainWindow(QMainWindow):
         s.rename_requested.connect(lambda cid, t: self.spawn(self.rename(cid, t)))
         s.pin_requested.connect(lambda cid, p: self.spawn(self.pin(cid, p)))
         s.delete_requested.connect(lambda cid: self.spawn(self.delete(cid)))
-        s.export_requested.connect(self.export_conversation)
+        s.export_requested.connect(
+            lambda cid: self.export_conversation(cid, self.sidebar.title_of(cid)))
         self.tabs.tabCloseRequested.connect(self.close_tab)
         self.tabs.currentChanged.connect(self._tab_changed)
         self.tabs.tabBar().tabMoved.connect(
@@ -455,12 +458,17 @@ class MainWindow(QMainWindow):
         await self.refresh_conversations()
         await self.open_conversation(cid)
 
-    def export_conversation(self, cid: int) -> None:
-        dialog = QFileDialog(self, "Export chat", str(Path.home()),
-                             "Markdown (*.md);;JSON (*.json)")
+    def export_conversation(self, cid: int, title: str | None = None) -> QFileDialog:
+        """Non-blocking; the file name suggested is the chat's title and today's date."""
+        dialog = QFileDialog(self, "Export chat", str(Path.home()), ";;".join(EXPORT_FORMATS))
+        dialog.setObjectName("exportDialog")
         dialog.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
+        dialog.setDefaultSuffix("md")
+        dialog.selectFile(export_file_name(title, date.today()))
+        dialog.filterSelected.connect(lambda name: _follow_export_format(dialog, name))
         dialog.fileSelected.connect(lambda path: self.spawn(self._export_to(cid, path)))
         dialog.open()
+        return dialog
 
     async def _export_to(self, cid: int, path: str) -> None:
         if path.endswith(".json"):
@@ -819,6 +827,15 @@ class _LocalModelsInPicker:
             self._window.refresh_model_picker()
 
     def show_status(self, text: str, error: bool = False) -> None: ...
+
+
+def _follow_export_format(dialog: QFileDialog, name_filter: str) -> None:
+    """The suggested name's suffix follows the format picked."""
+    suffix = EXPORT_FORMATS.get(name_filter, "md")
+    dialog.setDefaultSuffix(suffix)
+    chosen = dialog.selectedFiles()
+    if chosen:
+        dialog.selectFile(with_suffix(Path(chosen[0]).name, suffix))
 
 
 def _elide(title: str, limit: int = 28) -> str:

@@ -170,6 +170,11 @@ class Sidebar(QWidget):
         item = self.conversation_list.currentItem()
         return None if item is None else item.data(ID_ROLE)
 
+    def title_of(self, conversation_id: int) -> str | None:
+        """The chat's title as listed; None when it is not in the list."""
+        item = self._items.get(conversation_id)
+        return item.title if item is not None else None
+
     def conversation_titles(self) -> list[str]:
         return [self._items[self.conversation_list.item(r).data(ID_ROLE)].title
                 for r in range(self.conversation_list.count())]
