@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 from app.view_models import SamplingView
 
 TEXT_DEBOUNCE_MS = 300
+SYSTEM_PROMPT_MIN_LINES = 4  # the box keeps this many lines however the panel is squeezed
 RESET_DONE = "This chat's system prompt and sampling are back to the defaults for new chats."
 RESET_TO_BUILT_IN = ("This chat's system prompt and sampling are back to the defaults for new "
                      "chats, which are Pagoda's built-in values (none of your own are saved).")
@@ -65,6 +66,13 @@ def _int_spin(minimum: int, maximum: int) -> QSpinBox:
     return box
 
 
+def _lines_high(box: QPlainTextEdit, lines: int) -> int:
+    """The height that shows `lines` lines of text in `box`, its margins and frame included."""
+    margins = box.contentsMargins()
+    chrome = 2 * box.document().documentMargin() + margins.top() + margins.bottom()
+    return int(lines * box.fontMetrics().lineSpacing() + chrome)
+
+
 class SettingsPanel(QWidget):
     """Edits the current chat's SamplingView; emits `settings_changed(SamplingView)` only for the
     user's edits, `defaults_requested(SamplingView)` when the user makes them the defaults
@@ -93,6 +101,8 @@ class SettingsPanel(QWidget):
     def _build_widgets(self) -> None:
         self.system_prompt_edit = QPlainTextEdit()
         self.system_prompt_edit.setPlaceholderText("You are a helpful assistant.")
+        self.system_prompt_edit.setMinimumHeight(_lines_high(self.system_prompt_edit,
+                                                             SYSTEM_PROMPT_MIN_LINES))
         self.temperature_spin = _double_spin(0.0, 2.0, 0.05, 2)
         self.top_p_spin = _double_spin(0.01, 1.0, 0.05, 2)
         self.top_k_spin = _int_spin(0, TOP_K_MAX)

@@ -11,6 +11,7 @@ from app.widgets.settings_panel import (
     BUILT_IN_DONE,
     RESET_DONE,
     RESET_TO_BUILT_IN,
+    SYSTEM_PROMPT_MIN_LINES,
     TEXT_DEBOUNCE_MS,
     SettingsPanel,
 )
@@ -223,3 +224,15 @@ def test_view_defaults_and_round_trip_follow_the_stores_sampling_settings():
     stored = SamplingSettings(temperature=0.2, top_k=40, max_tokens=77, seed=3)
     view = SamplingView.of("Be brief.", stored)
     assert view.system_prompt == "Be brief." and view.sampling() == stored
+
+
+def test_the_system_prompt_box_keeps_its_lines_when_a_long_title_wraps(qtbot):
+    panel = make_panel(qtbot)
+    panel.resize(300, 360)
+    panel.show()
+    line = panel.system_prompt_edit.fontMetrics().lineSpacing()
+
+    panel.set_target("A very long title of a chat that wraps over several lines here " * 3)
+    qtbot.waitUntil(lambda: panel.target_label.height() > 3 * line)
+
+    assert panel.system_prompt_edit.height() >= SYSTEM_PROMPT_MIN_LINES * line
