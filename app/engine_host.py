@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -84,6 +85,7 @@ class EngineHost(QObject):
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pagoda-host")
         self._loading: asyncio.Task | None = None
         self._is_loading = False  # from load() until the load's outcome is published
+        self._load_started = 0.0  # time.perf_counter() at the last load()
         self._status = EngineStatusView(state="loading", device=device, detail="Starting")
         self._timer = QTimer(self, interval=STATS_INTERVAL_MS, timeout=self._poll_stats)
         self._progress.connect(self._show_progress)
@@ -181,6 +183,7 @@ class EngineHost(QObject):
         if self.is_loading:
             raise PagodaError("a model is already loading: wait for it to finish")
         self._is_loading = True
+        self._load_started = time.perf_counter()
         self._loading = asyncio.ensure_future(self._load(model))
         self.availability_changed.emit()
         return self._loading
@@ -236,6 +239,8 @@ class EngineHost(QObject):
             # tokenizing); their tabs keep the partial replies.
             await asyncio.get_running_loop().run_in_executor(self.executor, old.shutdown)
         self._end_load()
+        logger.info("model %s ready %.2f s after its load began", self.model_name,
+                    time.perf_counter() - self._load_started)
         self._set_status(state="ready", model=self.model_name, detail="")
         self._timer.start()
         self.model_loaded.emit(self.model_name)

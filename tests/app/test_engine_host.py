@@ -1,5 +1,6 @@
 """The engine host: loading off the GUI thread, load progress, failed loads."""
 
+import logging
 import threading
 
 from app.backends import ModelLoadingError
@@ -92,4 +93,21 @@ def test_a_load_is_over_when_its_outcome_is_announced(qloop, qtbot):
     assert seen == [("changed", False), ("changed", True), ("loaded", True),
                     ("changed", False), ("changed", True), ("failed", True)]
     assert not host.is_loading
+    host._timer.stop()
+
+
+def test_each_load_logs_its_own_time_and_only_the_first_the_time_since_start(qloop, qtbot,
+                                                                             caplog):
+    from app.main import log_first_model_ready
+
+    host = EngineHost(factory=lambda model, config, on_progress: _FakeBackend(model or "first"))
+    log_first_model_ready(host)
+    with caplog.at_level(logging.INFO):
+        qtbot.waitUntil(host.load(None).done, timeout=5000)
+        qtbot.waitUntil(host.load("second").done, timeout=5000)
+
+    since_start = [r.getMessage() for r in caplog.records if "after start" in r.getMessage()]
+    own = [r.getMessage() for r in caplog.records if "after its load began" in r.getMessage()]
+    assert len(since_start) == 1 and since_start[0].startswith("model first ready")
+    assert [m.split(" ready")[0] for m in own] == ["model first", "model second"]
     host._timer.stop()
