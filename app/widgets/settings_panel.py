@@ -24,7 +24,8 @@ from PySide6.QtWidgets import (
 from app.view_models import SamplingView
 
 TEXT_DEBOUNCE_MS = 300
-SYSTEM_PROMPT_MIN_LINES = 4  # the box keeps this many lines however the panel is squeezed
+SYSTEM_PROMPT_MIN_LINES = 4
+TARGET_TITLE_CHARS = 60  # of a chat's title in the panel's heading  # the box keeps this many lines however the panel is squeezed
 RESET_DONE = "This chat's system prompt and sampling are back to the defaults for new chats."
 RESET_TO_BUILT_IN = ("This chat's system prompt and sampling are back to the defaults for new "
                      "chats, which are Pagoda's built-in values (none of your own are saved).")
@@ -194,8 +195,12 @@ class SettingsPanel(QWidget):
             lambda: self.defaults_requested.emit(self.settings()))
 
     def set_target(self, title: str) -> None:
-        """Name the chat these settings belong to."""
-        self.target_label.setText(f"Settings of “{title}” (this chat only)")
+        """Name the chat these settings belong to (a long title cut here, whole in the
+        tooltip)."""
+        shown = title if len(title) <= TARGET_TITLE_CHARS else (
+            title[:TARGET_TITLE_CHARS - 1].rstrip() + "…")
+        self.target_label.setText(f"Settings of “{shown}” (this chat only)")
+        self.target_label.setToolTip(title if shown != title else "")
 
     def set_defaults(self, defaults: SamplingView) -> None:
         """The defaults for new chats, which "Reset to defaults" restores."""

@@ -5,6 +5,7 @@ from dataclasses import asdict
 
 from app.chat_defaults import NEW_CHAT_DEFAULTS_SETTING, load_chat_defaults
 from app.view_models import SamplingView
+from app.widgets.settings_panel import SYSTEM_PROMPT_MIN_LINES
 
 
 def _edit(panel, **changes):
@@ -82,3 +83,15 @@ def test_restoring_built_in_values_brings_them_back_for_new_chats_too(window_on,
     run_async(window.new_chat())
     conversation = window.db.store.get_conversation(window.chats.current)
     assert conversation.system_prompt is None and conversation.sampling.top_p == SamplingView().top_p
+
+
+def test_the_system_prompt_box_keeps_its_lines_when_a_long_title_wraps(window_on, run_async,
+                                                                       qtbot, tmp_path):
+    window = window_on(tmp_path / "chats.db")
+    panel = window.settings_panel
+    line = panel.system_prompt_edit.fontMetrics().lineSpacing()
+
+    run_async(window.rename(window.chats.current, "A long title that wraps in the panel " * 4))
+    qtbot.waitUntil(lambda: panel.target_label.height() >= 2 * line)
+
+    assert panel.system_prompt_edit.height() >= SYSTEM_PROMPT_MIN_LINES * line

@@ -11,7 +11,6 @@ from app.widgets.settings_panel import (
     BUILT_IN_DONE,
     RESET_DONE,
     RESET_TO_BUILT_IN,
-    SYSTEM_PROMPT_MIN_LINES,
     TEXT_DEBOUNCE_MS,
     SettingsPanel,
 )
@@ -226,13 +225,14 @@ def test_view_defaults_and_round_trip_follow_the_stores_sampling_settings():
     assert view.system_prompt == "Be brief." and view.sampling() == stored
 
 
-def test_the_system_prompt_box_keeps_its_lines_when_a_long_title_wraps(qtbot):
+def test_a_long_title_is_cut_in_the_heading_and_whole_in_its_tooltip(qtbot):
     panel = make_panel(qtbot)
-    panel.resize(300, 360)
-    panel.show()
-    line = panel.system_prompt_edit.fontMetrics().lineSpacing()
+    title = "pagoda " * 20
 
-    panel.set_target("A very long title of a chat that wraps over several lines here " * 3)
-    qtbot.waitUntil(lambda: panel.target_label.height() > 3 * line)
+    panel.set_target(title)
 
-    assert panel.system_prompt_edit.height() >= SYSTEM_PROMPT_MIN_LINES * line
+    assert len(panel.target_label.text()) < len(title)
+    assert "…" in panel.target_label.text() and panel.target_label.toolTip() == title
+    panel.set_target("Short")
+    assert panel.target_label.text() == "Settings of “Short” (this chat only)"
+    assert panel.target_label.toolTip() == ""
