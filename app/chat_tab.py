@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QToolButton, QVB
 from app.view_models import MessageView, SamplingView
 from app.widgets.composer import Composer
 from app.widgets.context_meter import ContextMeter
+from app.widgets.elide import ElidedLabel
 from app.widgets.transcript import TranscriptView
 
 
@@ -35,7 +36,7 @@ class ChatTab(QWidget):
         self.regenerate_button = QPushButton("Regenerate", self, objectName="regenerateButton")
         self.regenerate_button.setToolTip("Answer the last message again, as a new branch")
         self.regenerate_button.setEnabled(False)
-        self.source_label = QLabel(self, objectName="chatSource")
+        self.source_label = ElidedLabel(self, objectName="chatSource")
         self._notice = QLabel(self, objectName="notice", wordWrap=True,
                               textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
         self._notice_close = QToolButton(self, text="✕", autoRaise=True)

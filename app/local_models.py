@@ -11,17 +11,22 @@ works offline.
 When each model was last loaded is kept in the models folder itself (LAST_USED_FILE, keyed by
 the path inside the folder), so it follows the folder wherever the user moves it; the file is
 replaced atomically, so a crash leaves the old one or the new one, never half of one.
+
+Given them, the listing also holds the bundled model (BUNDLED: never deleted) and the models
+opened from files outside the folder (OUTSIDE, remembered in the app's config folder by
+`OpenedModels`): Pagoda never deletes those from the disk, it only forgets them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import glob
 import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +35,9 @@ from pathlib import Path
 from typing import Protocol
 
 from app.model_library import format_size
+from app.opened_models import OpenedModels
 from app.tasks import TaskSet
+from app.times_file import read_times, write_times
 from engine.model_files import default_models_dir, model_name, quantization_of
 
 logger = logging.getLogger(__name__)
@@ -40,13 +47,17 @@ LAST_USED_FILE = ".pagoda-last-used.json"
 RECENT_IN_PICKER = 8  # the picker offers this many local models, the most recently used first
 PARTIAL_SUFFIX = ".incomplete"
 _DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
+# Where an entry is: in the models folder, the model bundled with Pagoda, or a file (or folder)
+# opened from elsewhere.
+IN_FOLDER, BUNDLED, OUTSIDE = "models folder", "bundled", "outside"
 
 
 @dataclass(slots=True, frozen=True)
 class LocalModel:
     """One entry of the models folder: a model that loads (format GGUF or SAFETENSORS), or what
     an unfinished download left (format PARTIAL), listed only so that it can be deleted.
-    last_used: seconds since the epoch, None if never loaded from this folder."""
+    last_used: seconds since the epoch, None if never loaded from this folder. kind: IN_FOLDER,
+    BUNDLED or OUTSIDE; only what is in the folder is ever deleted."""
 
     name: str
     path: Path
@@ -55,10 +66,19 @@ class LocalModel:
     size: int
     last_used: float | None = None
     modified: float = 0.0
+    kind: str = IN_FOLDER
 
     @property
     def is_partial(self) -> bool:
         return self.format == PARTIAL
+
+    @property
+    def can_delete(self) -> bool:
+        return self.kind == IN_FOLDER
+
+    @property
+    def can_forget(self) -> bool:
+        return self.kind == OUTSIDE
 
 
 @dataclass(slots=True, frozen=True)
@@ -79,13 +99,19 @@ class LocalListing:
         return [e for e in self.entries if e.is_partial]
 
     @property
+    def folder_models(self) -> list[LocalModel]:
+        return [e for e in self.models if e.kind == IN_FOLDER]
+
+    @property
     def total_bytes(self) -> int:
-        return sum(e.size for e in self.entries)
+        """What the models folder holds."""
+        return sum(e.size for e in self.entries if e.kind == IN_FOLDER)
 
     def recent(self, limit: int = RECENT_IN_PICKER) -> list[LocalModel]:
-        """The models used most recently, then the newest never used; at most limit."""
-        ordered = sorted(self.models, key=lambda m: (m.last_used or 0.0, m.modified),
-                         reverse=True)
+        """The models used most recently, then the newest never used; at most limit. Not the
+        bundled one, which the picker always offers."""
+        ordered = sorted((m for m in self.models if m.kind != BUNDLED),
+                         key=lambda m: (m.last_used or 0.0, m.modified), reverse=True)
         return ordered[:limit]
 
 
@@ -99,16 +125,21 @@ class LocalModelsView(Protocol):
 class LocalModels:
     """The models folder (default: default_models_dir()) and what it holds. loaded_model says
     which model is running now (a path, or None), downloading the folders downloads are
-    writing into now; delete refuses both."""
+    writing into now; delete refuses both. bundled: the bundled model's file (None when it is
+    missing), opened: the models opened from elsewhere; both are listed too when given."""
 
     def __init__(self, folder: Path | None = None,
                  loaded_model: Callable[[], str | None] = lambda: None,
                  clock: Callable[[], float] = time.time,
-                 downloading: Callable[[], list[Path]] = list) -> None:
+                 downloading: Callable[[], list[Path]] = list,
+                 bundled: Callable[[], Path | None] = lambda: None,
+                 opened: OpenedModels | None = None) -> None:
         self.folder = folder or default_models_dir()
         self.listing = LocalListing(self.folder)
         self._loaded_model = loaded_model
         self._downloading = downloading
+        self._bundled = bundled
+        self._opened = opened
         self._clock = clock
         self._views: list[LocalModelsView] = []
         self._executor = ThreadPoolExecutor(max_workers=1,
@@ -138,13 +169,24 @@ class LocalModels:
         return [m.path for m in self.listing.recent(limit)]
 
     def record_use(self, path: str | None) -> asyncio.Task | None:
-        """Note that the model at path was loaded now; a model outside the folder is not noted.
-        The note is queued on the thread at once, so closing right after still writes it."""
-        if path is None or self._closed or not Path(path).is_relative_to(self.folder):
+        """Note that the model at path (None: the bundled one) was loaded now: in the folder's
+        last-used file, else (given `opened`) among the models opened from elsewhere. The note
+        is queued on the thread at once, so closing right after still writes it."""
+        if self._closed:
             return None
-        noted = asyncio.get_running_loop().run_in_executor(
-            self._executor, _note_use, self.folder, Path(path), self._clock())
+        if path is not None and Path(path).is_relative_to(self.folder):
+            note = functools.partial(_note_use, self.folder, Path(path), self._clock())
+        elif self._opened is not None:
+            note = functools.partial(self._note_opened, path, self._clock())
+        else:
+            return None
+        noted = asyncio.get_running_loop().run_in_executor(self._executor, note)
         return self._tasks.spawn(self._scan_after(noted))
+
+    def forget(self, entry: LocalModel) -> asyncio.Task:
+        """Drops a model opened from elsewhere from the listing and the picker; its file stays
+        where it is."""
+        return self._tasks.spawn(self._forget(entry))
 
     def delete(self, entry: LocalModel) -> asyncio.Task:
         """Removes the model's file (with its partial downloads) or folder; refuses the running
@@ -165,7 +207,7 @@ class LocalModels:
 
     async def _scan(self) -> None:
         folder = self.folder
-        listing = await self._on_thread(scan_models_folder, folder)
+        listing = await self._on_thread(self._read, folder)
         if folder == self.folder:  # else the folder changed while it was read
             self.listing = listing
             self._tell("show_listing", listing)
@@ -183,6 +225,41 @@ class LocalModels:
             return 0
         self._tell("show_status", f"Deleted {entry.name}: {format_size(outcome)} freed.")
         return outcome
+
+    async def _forget(self, entry: LocalModel) -> None:
+        if not entry.can_forget or self._opened is None:
+            self._tell("show_status", f"{entry.name} was not opened from a file: there is "
+                                      "nothing to forget.", True)
+            return
+        try:
+            await self._on_thread(self._opened.forget, entry.path)
+        except OSError as error:
+            self._tell("show_status", f"Could not forget {entry.name}: "
+                                      f"{error.strerror or error} ({self._opened.file}).", True)
+            return
+        await self._scan()
+        self._tell("show_status", f"Forgot {entry.name}; the file stays where it is "
+                                  f"({entry.path}).")
+
+    # -- on the library's thread ---------------------------------------------------------------
+
+    def _read(self, folder: Path) -> LocalListing:
+        listing = scan_models_folder(folder)
+        bundled = self._bundled()
+        opened = {} if self._opened is None else self._opened.read()
+        outside = _outside_entries(opened, folder, bundled)
+        if bundled is not None and bundled.is_file():
+            used = opened.get(bundled.absolute())
+            outside.append(dataclasses.replace(_gguf_entry(bundled, used), kind=BUNDLED))
+        if not outside:
+            return listing
+        entries = sorted([*listing.entries, *outside], key=_listing_order)
+        return LocalListing(folder, tuple(entries), listing.exists)
+
+    def _note_opened(self, path: str | None, when: float) -> None:
+        model = Path(path) if path is not None else self._bundled()
+        if model is not None:
+            self._opened.note(model, when)
 
     async def _on_thread(self, work: Callable, *args):
         if self._closed:
@@ -231,12 +308,13 @@ def scan_models_folder(folder: Path) -> LocalListing:
         here = Path(root)
         if here != folder and _is_model_folder(here, files):
             dirs.clear()
-            entries.append(_folder_entry(here, folder, last_used))
+            entries.append(_folder_entry(here, last_used.get(_key(folder, here) or "")))
             continue
         dirs.sort()
         for name in sorted(files):
             if name.lower().endswith(".gguf"):
-                entries.append(_gguf_entry(here / name, folder, last_used))
+                entries.append(_gguf_entry(here / name,
+                                           last_used.get(_key(folder, here / name) or "")))
             elif name.endswith(PARTIAL_SUFFIX):
                 entries.append(_partial_file_entry(here / name))
     entries.sort(key=_listing_order)
@@ -245,32 +323,39 @@ def scan_models_folder(folder: Path) -> LocalListing:
 
 def read_last_used(folder: Path) -> dict[str, float]:
     """{path inside the folder: when it was last loaded}; an unreadable file counts as empty."""
-    try:
-        data = json.loads((folder / LAST_USED_FILE).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as error:
-        logger.warning("ignoring %s: %s", folder / LAST_USED_FILE, error)
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {k: float(v) for k, v in data.items()
-            if isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return read_times(folder / LAST_USED_FILE)
 
 
 def write_last_used(folder: Path, last_used: dict[str, float]) -> None:
-    """Written whole to a temporary file, flushed to disk, then renamed over the old one."""
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=LAST_USED_FILE, suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            json.dump(last_used, file, indent=1, sort_keys=True)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, folder / LAST_USED_FILE)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_times(folder / LAST_USED_FILE, last_used)
+
+
+def _outside_entries(opened: dict[Path, float], folder: Path,
+                     bundled: Path | None) -> list[LocalModel]:
+    """The remembered models that still exist and are neither in the folder (listed from it)
+    nor the bundled one (listed as such)."""
+    entries = []
+    skip = {bundled.resolve()} if bundled is not None else set()
+    for path, used in opened.items():
+        real = path.resolve()
+        if real in skip or real.is_relative_to(folder.resolve()):
+            continue
+        try:
+            entry = _outside_entry(path, used)
+        except OSError:  # removed (or a drive unplugged) while it was read
+            continue
+        if entry is not None:
+            entries.append(entry)
+    return entries
+
+
+def _outside_entry(path: Path, used: float) -> LocalModel | None:
+    if path.is_file() and path.name.lower().endswith(".gguf"):
+        return dataclasses.replace(_gguf_entry(path, used), kind=OUTSIDE)
+    if path.is_dir() and (path / "config.json").is_file():
+        entry = _folder_entry(path, used)
+        return None if entry.is_partial else dataclasses.replace(entry, kind=OUTSIDE)
+    return None
 
 
 def _note_use(folder: Path, path: Path, when: float) -> None:
@@ -299,6 +384,9 @@ def _forget_use(folder: Path, path: Path) -> None:
 def _delete_entry(entry: LocalModel, folder: Path, running: str | None,
                   downloading: list[Path]) -> int | str:
     """The bytes freed, or why the entry was not deleted, in a sentence."""
+    if not entry.can_delete or not entry.path.resolve().is_relative_to(folder.resolve()):
+        return (f"{entry.path} is not in the models folder: Pagoda deletes only what it "
+                "downloaded there. Forget it instead, or delete it in your file manager.")
     if running is not None and Path(running).resolve() == entry.path.resolve():
         return (f"{entry.name} is the model running now: load another model first, then "
                 "delete this one.")
@@ -357,7 +445,7 @@ def _is_model_folder(folder: Path, files: list[str]) -> bool:
     return "config.json" in files and not any(name.lower().endswith(".gguf") for name in files)
 
 
-def _folder_entry(folder: Path, top: Path, last_used: dict[str, float]) -> LocalModel:
+def _folder_entry(folder: Path, last_used: float | None) -> LocalModel:
     size, complete = 0, not folder.name.endswith(PARTIAL_SUFFIX)
     has_weights = False
     for path in folder.rglob("*"):
@@ -371,7 +459,7 @@ def _folder_entry(folder: Path, top: Path, last_used: dict[str, float]) -> Local
         return LocalModel(folder.name.removesuffix(PARTIAL_SUFFIX), folder, PARTIAL, "", size,
                           modified=modified)
     return LocalModel(model_name(folder), folder, SAFETENSORS, _folder_quantization(config),
-                      size, last_used.get(_key(top, folder) or ""), modified)
+                      size, last_used, modified)
 
 
 def _folder_quantization(config: Path) -> str:
@@ -389,10 +477,10 @@ def _folder_quantization(config: Path) -> str:
     return _DTYPES.get(dtype, SAFETENSORS) if isinstance(dtype, str) else SAFETENSORS
 
 
-def _gguf_entry(path: Path, top: Path, last_used: dict[str, float]) -> LocalModel:
+def _gguf_entry(path: Path, last_used: float | None) -> LocalModel:
     stat = path.stat()
     return LocalModel(model_name(path), path, GGUF, quantization_of(path.name) or "?",
-                      stat.st_size, last_used.get(_key(top, path) or ""), stat.st_mtime)
+                      stat.st_size, last_used, stat.st_mtime)
 
 
 def _partial_file_entry(path: Path) -> LocalModel:

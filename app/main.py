@@ -56,13 +56,22 @@ def main(argv: list[str] | None = None) -> int:
         return run_selftest(args)
     # Imported here so that --help and --version answer without loading Qt and torch.
     from app.bootstrap import build_window, create_app, install_event_loop, run_until_done
+    from app.single_instance import WindowRaiser, bring_to_front
 
     app = create_app(args.theme or "system")
+    if _raised_the_running_window(args.db):
+        return 0
     store = open_store_or_say_why(args.db)
     if store is None:
         return EXIT_NO_DATABASE
+    # Listening from the moment the database is ours: a start meanwhile is answered once the
+    # loop runs, and the window it asks for is about to show anyway.
+    raiser = WindowRaiser(store.path)
+    raiser.listen()
     loop = install_event_loop(app)
     window = build_window(store, args.device)
+    raiser.raise_requested.connect(lambda: bring_to_front(window))
+    window.closed.connect(raiser.close)  # a closing window is not brought back
     # Ctrl+C in a terminal or a logout's SIGTERM: close like the window's close button, which
     # keeps every partial reply.
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -77,6 +86,21 @@ def serve(argv: list[str]) -> int:
     from engine.cli import main as engine_main
 
     return engine_main(["serve", *argv])
+
+
+def _raised_the_running_window(path: Path | None) -> bool:
+    """True (said on stderr) when a Pagoda that has this database open brought its window to
+    the front; then this start touches nothing. One that does not answer is refused by the
+    store's lock, in words, when this start opens the database."""
+    from app.single_instance import ask_running_window_to_raise
+    from app.store import resolve_db_path
+
+    database = resolve_db_path(path)
+    if not ask_running_window_to_raise(database):
+        return False
+    print(f"pagoda: Pagoda is already open on {database}; its window was brought to the front.",
+          file=sys.stderr)
+    return True
 
 
 def open_store_or_say_why(path: Path | None) -> ConversationStore | None:

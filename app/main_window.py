@@ -13,7 +13,6 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QKeyEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
-    QComboBox,
     QDockWidget,
     QFileDialog,
     QMainWindow,
@@ -30,6 +29,7 @@ from app.add_server import open_add_server_dialog
 from app.api_key import ApiKeyFile
 from app.async_store import AsyncStore
 from app.chat_defaults import load_chat_defaults, save_chat_defaults
+from app.chat_import import ChatImportError, import_chats, imported_text
 from app.chat_session import ChatSession
 from app.chat_sources import LOCAL, ChatSources, RemoteSource
 from app.chat_tab import ChatTab
@@ -50,12 +50,14 @@ from app.model_choices import (
 from app.model_library import DONE, Download, ModelLibrary, NullLibraryView
 from app.models_folder_settings import ModelsFolderSettings
 from app.open_chats import OpenChats
+from app.opened_models import OpenedModels, bundled_model_file
 from app.server_controller import LocalServerController
 from app.store import SearchHit
 from app.theme import THEMES, apply_theme
 from app.view_models import SamplingView
 from app.widgets.appearance_settings import AppearancePanel
 from app.widgets.model_library_dialog import ModelLibraryDialog
+from app.widgets.model_picker import ModelPicker
 from app.widgets.model_settings import ModelSettingsPanel
 from app.widgets.server_settings import LocalServerPanel
 from app.widgets.settings_panel import SettingsPanel
@@ -116,13 +118,15 @@ class MainWindow(QMainWindow):
                                           quantization=lambda: self.host.quantization)
         self.model_library.attach(_DownloadsInPicker(self))
         self.local_models = LocalModels(loaded_model=lambda: self.host.model_path,
-                                        downloading=self.model_library.active_folders)
+                                        downloading=self.model_library.active_folders,
+                                        bundled=bundled_model_file,
+                                        opened=OpenedModels.default())
         self.local_models.attach(_LocalModelsInPicker(self))
         self._library_dialog: ModelLibraryDialog | None = None
         self._describing: asyncio.Task | None = None
         self._picker_choices: list[ModelChoice] = []
         self.status = EngineStatusBar(self)
-        self.model_picker = QComboBox(self, objectName="modelPicker")
+        self.model_picker = ModelPicker(self)
         self._undo_button = QPushButton("Undo", self, objectName="undoButton")
         self._undo_timer = QTimer(self, singleShot=True, interval=UNDO_SECONDS * 1000)
         self._undo_connection = None
@@ -169,9 +173,6 @@ class MainWindow(QMainWindow):
 
     def _build_toolbar(self) -> None:
         toolbar = QToolBar("Model", self, objectName="modelToolbar", movable=False)
-        self.model_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
-        self.model_picker.setToolTip("Where this chat's replies come from: a model on this "
-                                     "computer (shared by every local chat) or a server")
         self._render_model_picker([self.model_choices.known(None, self.host.quantization)])
         toolbar.addWidget(self.model_picker)
         toolbar.addSeparator()
@@ -215,6 +216,7 @@ class MainWindow(QMainWindow):
         s.delete_requested.connect(lambda cid: self.spawn(self.delete(cid)))
         s.export_requested.connect(
             lambda cid: self.export_conversation(cid, self.sidebar.title_of(cid)))
+        s.import_requested.connect(self.import_chats)
         self.tabs.tabCloseRequested.connect(self.close_tab)
         self.tabs.currentChanged.connect(self._tab_changed)
         self.tabs.tabBar().tabMoved.connect(
@@ -479,6 +481,25 @@ class MainWindow(QMainWindow):
             self.host.executor, lambda: Path(path).write_text(text, encoding="utf-8"))
         self.status.showMessage(f"Exported to {path}", 5000)
 
+    def import_chats(self) -> QFileDialog:
+        """Non-blocking: the chats of a Pagoda export (a .json file) join the sidebar."""
+        dialog = QFileDialog(self, "Import chats", str(Path.home()),
+                             "Pagoda export (*.json);;All files (*)")
+        dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
+        dialog.fileSelected.connect(lambda path: self.spawn(self.import_from(Path(path))))
+        dialog.open()
+        return dialog
+
+    async def import_from(self, path: Path) -> None:
+        try:
+            cids = await import_chats(self.db, path, self.host.executor)
+        except ChatImportError as error:
+            self._message_box(QMessageBox.Icon.Warning, "Could not import chats", str(error),
+                              object_name="importErrorDialog")
+            return
+        await self.refresh_conversations()
+        self.status.showMessage(imported_text(path, len(cids)), 10_000)
+
     # -- the model -------------------------------------------------------------------------------
 
     def _model_picked(self, index: int) -> None:
@@ -649,9 +670,7 @@ class MainWindow(QMainWindow):
         self._select_in_picker()
 
     def _add_picker_item(self, text: str, data: str, tooltip: str) -> None:
-        self.model_picker.addItem(text, data)
-        self.model_picker.setItemData(self.model_picker.count() - 1, tooltip,
-                                      Qt.ItemDataRole.ToolTipRole)
+        self.model_picker.add_entry(text, data, tooltip)
 
     def _select_in_picker(self) -> None:
         """The current chat's source: its server, or the model running here."""
@@ -704,7 +723,6 @@ class MainWindow(QMainWindow):
 
     def _model_loaded(self, name: str) -> None:
         self.settings_panel.set_max_tokens_limit(self.host.max_model_len)
-        self.model_picker.setToolTip(f"Running: {name}")
         self.refresh_model_picker()
         self.spawn(self.db.set_setting(LAST_MODEL_SETTING, self.host.model_path))
         self.local_models.record_use(self.host.model_path)

@@ -158,12 +158,17 @@ class ModelLibrary:
         self._fetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagoda-download")
         self._tasks = TaskSet(self._failed)
         self._asked = 0  # the latest search or file listing; older answers are dropped
+        self.busy: str | None = None  # what the latest of them is doing, until it answers
         self._running: Download | None = None
         self._next_id = 1
         self._closed = False
 
     def attach(self, view: LibraryView) -> None:
+        """`view` is told the downloads, and the search still running (a dialog closed and
+        opened again during one)."""
         self._views.append(view)
+        if self.busy is not None:
+            view.show_busy(self.busy)
         for download in self.downloads:
             view.show_download(download)
 
@@ -214,9 +219,14 @@ class ModelLibrary:
     async def _ask(self, busy: str, work, argument: str, show) -> None:
         self._asked += 1
         asked = self._asked
+        self.busy = busy
         self._tell("show_busy", busy)
         loop = asyncio.get_running_loop()
-        answer = await loop.run_in_executor(self._lookups, work, argument, self._token())
+        try:
+            answer = await loop.run_in_executor(self._lookups, work, argument, self._token())
+        finally:
+            if asked == self._asked:
+                self.busy = None
         if asked != self._asked:
             return
         if isinstance(answer, str):

@@ -91,8 +91,9 @@ class AsyncEngine:
         self._sinks: dict[str, _Sink] = {}
         self._ids = itertools.count()
         self._stats = self.engine.stats()
-        # Chats are encoded on a thread of its own, never on the caller's loop (see the module).
-        self.chat_tokenizer = ChatTokenizer(self.engine.tokenizer)
+        # Chats are encoded on threads of their own, never on the caller's loop (see the
+        # module); one far over the context is refused before it is encoded.
+        self.chat_tokenizer = ChatTokenizer(self.engine.tokenizer, self.engine.max_model_len)
         self._dead: BaseException | None = None
         # Held while a request enters the inbox and while the exiting thread closes it, so no
         # request can slip in after the thread's last look (its stream would never end).

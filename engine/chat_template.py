@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import jinja2
+
+from engine.errors import ChatTemplateError
+from engine.template_sandbox import TIME_BUDGET_S, TemplateLimitError, render
 from engine.text import check_encodable
 
 Message = Mapping[str, str]
@@ -46,5 +50,32 @@ def encode_chat(tokenizer, messages: Sequence[Message], *,
         partial = chat.pop()["content"]
     # The template's own opening of the assistant's turn, then the reply so far: the same
     # prompt the reply was written after, with its text.
-    text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    text = render_chat(tokenizer, chat, add_generation_prompt=True)
     return tokenizer.encode(text + partial, add_special_tokens=False)
+
+
+def render_chat(tokenizer, messages: Sequence[Mapping], *, add_generation_prompt: bool,
+                tools: Sequence[Mapping] | None = None,
+                time_budget_s: float = TIME_BUDGET_S) -> str:
+    """The text the tokenizer's chat template makes of messages (as transformers'
+    apply_chat_template(tokenize=False) makes it), rendered in engine.template_sandbox under its
+    limits. ChatTemplateError, naming the template, for whatever stops it."""
+    name = f"the chat template of {getattr(tokenizer, 'name_or_path', '') or 'this model'}"
+    context = {**tokenizer.special_tokens_map, "messages": [dict(m) for m in messages],
+               "tools": None if tools is None else [dict(t) for t in tools], "documents": None,
+               "add_generation_prompt": add_generation_prompt}
+    try:
+        return render(tokenizer.get_chat_template(), context, time_budget_s)
+    except TemplateLimitError as error:
+        raise ChatTemplateError(f"{name} was stopped: {error}. A template from a model's files "
+                                "may build or run only so much; use a model whose template is "
+                                "not built to exhaust the machine.") from error
+    except jinja2.TemplateSyntaxError as error:
+        raise ChatTemplateError(f"{name} is not valid Jinja (line {error.lineno}: {error.message})"
+                                ": fix the template in the model's tokenizer_config.json or "
+                                "choose another model.") from error
+    except jinja2.TemplateError as error:
+        raise ChatTemplateError(f"{name} refused this chat: {error}") from error
+    except (RecursionError, ArithmeticError, LookupError, TypeError, ValueError) as error:
+        raise ChatTemplateError(f"{name} failed on this chat ({type(error).__name__}: {error})"
+                                ) from error

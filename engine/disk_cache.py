@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 import struct
 import tempfile
 import threading
@@ -66,6 +67,38 @@ class DiskCacheStats:
 
 class _BadBlockFile(Exception):
     """A block file that must not be used; the message says why."""
+
+
+class UnsafeCachePathError(OSError):
+    """A folder the store writes into is a symbolic link or not a folder: someone else put it
+    there, and writing would land outside the cache."""
+
+
+def _private_folder(path: Path) -> None:
+    """Make path (mode 0700) unless it exists, and check it is a real folder: mkdir's
+    exist_ok and every later write would follow a symbolic link put in its place."""
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode) or not stat.S_ISDIR(mode):
+        raise UnsafeCachePathError(
+            f"{path} is {'a symbolic link' if stat.S_ISLNK(mode) else 'not a folder'}, not "
+            "a folder of the cache's own; nothing is written through it. Remove it, or clear "
+            "the cache")
+
+
+def _append_private(path: Path, text: str) -> None:
+    """Append to path, made 0600, never through a symbolic link (O_NOFOLLOW) nor into anything
+    but a plain file."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+                 | os.O_NONBLOCK, 0o600)
+    with os.fdopen(fd, "a", encoding="ascii") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafeCachePathError(f"{path} is not a plain file; nothing is written to it")
+        os.fchmod(fd, 0o600)  # a file an older version made 0644
+        f.write(text)
 
 
 def _checksum(payload: bytes | memoryview) -> bytes:
@@ -175,15 +208,14 @@ class DiskBlockStore:
             return
         folder = self._root / TAGS_FOLDER
         try:
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._private_folders(folder)
         except OSError as exc:
             self._report(f"could not create {folder}", exc)
             return
         for tag, hashes in tags.items():
             path = folder / (tag + _TAG_SUFFIX)
             try:
-                with open(path, "a", encoding="ascii") as f:
-                    f.writelines(h.hex() + "\n" for h in hashes)
+                _append_private(path, "".join(h.hex() + "\n" for h in hashes))
             except OSError as exc:
                 self._report(f"could not write {path}", exc)
 
@@ -221,10 +253,16 @@ class DiskBlockStore:
         name = block_hash.hex()
         return self._root / name[:2] / (name + _BLOCK_SUFFIX)
 
+    def _private_folders(self, *paths: Path) -> None:
+        """The fingerprint folder, then paths (below it), each a real folder of ours. The
+        cache folder itself is the user's choice and may be a link (to another disk)."""
+        for path in (self._root, *paths):
+            _private_folder(path)
+
     def _make_folders(self) -> bool:
         try:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self._root.mkdir(mode=0o700, exist_ok=True)
+            self._private_folders()
         except OSError as exc:
             self._report(f"could not create {self._root}", exc)
             return False
@@ -321,9 +359,9 @@ class DiskBlockStore:
             return True  # it would only push everything else out, then go itself
         temp_path = None
         try:
-            # The fingerprint folder too: clear() may have removed it.
-            self._root.mkdir(mode=0o700, exist_ok=True)
-            path.parent.mkdir(mode=0o700, exist_ok=True)
+            # The fingerprint folder too: clear() may have removed it. mkstemp makes a new
+            # 0600 file (O_EXCL), and os.replace renames over a link rather than through it.
+            self._private_folders(path.parent)
             fd, temp_path = tempfile.mkstemp(
                 prefix=path.name + ".", suffix=_TEMP_SUFFIX, dir=path.parent
             )
@@ -371,7 +409,7 @@ class DiskBlockStore:
     def _mark_used(self, block_hash: bytes, path: Path, file_size: int) -> None:
         stamp = self._next_stamp()
         try:
-            os.utime(path, ns=(stamp, stamp))
+            os.utime(path, ns=(stamp, stamp), follow_symlinks=False)
         except OSError:
             pass  # a read-only folder: the order in memory still holds for this run
         with self._lock:
@@ -448,6 +486,8 @@ def forget_tag(folder: Path, tag: str) -> int:
 
 def _forget_tag_in(fingerprint_folder: Path, tag: str) -> int:
     tags = fingerprint_folder / TAGS_FOLDER
+    if not _is_real_folder(tags):  # no tags here, or a link to someone else's files
+        return 0
     own_file = tags / (tag + _TAG_SUFFIX)
     own = _read_tag_file(own_file)
     if not own:
@@ -459,8 +499,9 @@ def _forget_tag_in(fingerprint_folder: Path, tag: str) -> int:
     removed = 0
     for block_hash in own:
         name = block_hash.hex()
-        removed += _unlink_reported(fingerprint_folder / name[:2] / (name + _BLOCK_SUFFIX),
-                                    _log_problem)
+        shard = fingerprint_folder / name[:2]
+        if _is_real_folder(shard):  # a linked shard's files are someone else's
+            removed += _unlink_reported(shard / (name + _BLOCK_SUFFIX), _log_problem)
     _unlink_reported(own_file, _log_problem)
     return removed
 
@@ -479,12 +520,21 @@ def _read_tag_file(path: Path) -> set[bytes]:
 
 
 def _tag_files(folder: Path) -> list[Path]:
+    if not _is_real_folder(folder):  # none, or a link to someone else's files
+        return []
     try:
         with os.scandir(folder) as entries:
             return [Path(e.path) for e in entries
                     if e.name.endswith(_TAG_SUFFIX) and e.is_file(follow_symlinks=False)]
     except OSError:  # no tags here (or not readable: nothing we can act on)
         return []
+
+
+def _is_real_folder(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _unlink_reported(path: Path, report: Callable[[str, Exception], None]) -> bool:

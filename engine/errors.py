@@ -43,3 +43,18 @@ class ChecksumMismatchError(PagodaError):
 
 class DownloadCancelledError(PagodaError):
     """A download was cancelled; its partial file is kept so the next try resumes it."""
+
+
+class MalformedGGUFError(ModelLoadError):
+    """A GGUF file's header claims more than the file holds (a count, a length, a tensor's
+    extent): damaged or crafted, refused before anything is allocated for it."""
+
+
+class ChatTemplateError(PagodaError, ValueError):
+    """A model's chat template cannot render a chat: a syntax error, an undefined name, its own
+    refusal (raise_exception), or a limit on what a template may build or how long it may run."""
+
+
+class OversizedDownloadError(PagodaError):
+    """The Hub sent more bytes of a file than the size it published; the partial file was
+    deleted rather than kept oversized."""

@@ -26,6 +26,7 @@ import transformers
 from gguf import GGMLQuantizationType as QType
 
 from engine.errors import ModelLoadError
+from engine.gguf_header import check_gguf_header
 from engine.lazy_weights import LazyWeights
 from engine.quantization.tensors import (
     INT4_GROUP_SIZE,
@@ -317,6 +318,12 @@ class _PlainArrayReader(gguf.GGUFReader):
 
 
 def open_gguf_reader(path: Path) -> gguf.GGUFReader:
+    """Checked first by our bounded scan: gguf-py allocates for whatever counts the file claims."""
+    try:
+        check_gguf_header(path)
+    except OSError as error:
+        raise ModelLoadError(f"{path} cannot be read: {error}. Check the file and its "
+                             "permissions.") from error
     try:
         return _PlainArrayReader(path)
     except Exception as error:  # every parse failure means the same to a user

@@ -34,6 +34,7 @@ from engine.errors import (
     HubNotFoundError,
     HubUnreachableError,
     NotEnoughDiskError,
+    OversizedDownloadError,
     PagodaError,
 )
 from engine.hub import ENGINE_MODEL_TYPES, HubFile, HubRepo, hub_endpoint, hub_errors, repo_info
@@ -204,7 +205,7 @@ def _fetch(repo_id: str, commit: str, remote: HubFile, partial: Path, have: int,
     progress.start_file(have)
     try:
         with hub_errors(repo_id, remote.filename, token), partial.open("ab") as file:
-            writer = _ProgressFile(file, progress)
+            writer = _ProgressFile(file, progress, remote.size)
             progress.report(have, force=True)  # where it starts: 0, or what is on disk
             progress.check_cancel()
             http_get(url, writer, resume_size=have, headers=build_hf_headers(token=token),
@@ -217,6 +218,12 @@ def _fetch(repo_id: str, commit: str, remote: HubFile, partial: Path, have: int,
                                   "download resumes from there.") from exc
     except PagodaError:
         raise
+    except _TooLong:
+        partial.unlink(missing_ok=True)
+        raise OversizedDownloadError(
+            f"the Hub sent more bytes than the file's size: {remote.filename} from {repo_id} is "
+            f"{remote.size:,} bytes, and more kept coming. Nothing was kept; download it again "
+            "later, or choose another file.") from None
     except _Cancelled:
         raise DownloadCancelledError(
             f"the download of {remote.filename} was cancelled: {partial.stat().st_size:,} of "
@@ -267,6 +274,10 @@ class _Cancelled(Exception):
     """Raised from inside http_get's loop; not one of the network errors it retries."""
 
 
+class _TooLong(Exception):
+    """Raised from inside http_get's loop when a chunk would take the file past its size."""
+
+
 class _NoBar(tqdm):
     """http_get draws a progress bar of its own unless given a class; ours are the callbacks."""
 
@@ -311,13 +322,17 @@ class _Progress:
 
 
 class _ProgressFile:
-    """The partial file as http_get writes to it: reports progress, stops on cancel."""
+    """The partial file as http_get writes to it: reports progress, stops on cancel, and never
+    grows past size (http_get itself compares sizes only once the body has ended)."""
 
-    def __init__(self, file: BinaryIO, progress: _Progress) -> None:
+    def __init__(self, file: BinaryIO, progress: _Progress, size: int) -> None:
         self._file = file
         self._progress = progress
+        self._size = size
 
     def write(self, chunk: bytes) -> int:
+        if self._file.tell() + len(chunk) > self._size:
+            raise _TooLong
         written = self._file.write(chunk)
         self._progress.report(self._file.tell())
         self._progress.check_cancel()

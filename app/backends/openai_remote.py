@@ -18,8 +18,8 @@ from app.backends.server_info import fetch_server_info, tokenize_chat
 from app.backends.starting import StartingReplies
 from app.backends.types import BackendStats, ChatMessage, ReplyChunk, SamplingOptions, TokenCount
 
-# The context length assumed when the server does not report one (llama.cpp's, Ollama's):
-# small enough that most models hold it.
+# The context length assumed when the server does not report one (Ollama, older llama.cpp
+# builds): small enough that most models hold it.
 DEFAULT_MAX_MODEL_LEN = 4096
 _ABORT = object()
 _END = object()

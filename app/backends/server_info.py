@@ -18,7 +18,7 @@ _NAMES_SHOWN = 5
 @dataclass(slots=True, frozen=True)
 class ServerInfo:
     """The model replies come from, the kind of server, and the model's context length (None
-    when the server does not report it: vLLM, SGLang and Pagoda do)."""
+    when the server does not report it: vLLM, SGLang, Pagoda and current llama.cpp do)."""
 
     model: str
     flavor: Flavor
@@ -37,8 +37,39 @@ async def fetch_server_info(endpoint: Endpoint, model: str | None) -> ServerInfo
                 "model's name in the server settings.") from None
         return ServerInfo(model, "openai", None)
     entry = _choose(_entries(payload, endpoint.url), model, endpoint.url)
-    return ServerInfo(entry["id"], flavor_of(entry.get("owned_by")),
-                      _positive_int(entry.get("max_model_len")))
+    flavor = flavor_of(entry.get("owned_by"))
+    context = _positive_int(entry.get("max_model_len"))
+    if context is None and flavor == "llama.cpp":
+        context = await _llama_cpp_context(endpoint, entry)
+    return ServerInfo(entry["id"], flavor, context)
+
+
+async def _llama_cpp_context(endpoint: Endpoint, entry: dict) -> int | None:
+    """The context one request may fill on llama.cpp's server. Its GET /props tells a slot's
+    (`default_generation_settings.n_ctx`; `-np 4 -c 8192` gives each slot 2048), some builds
+    only the whole context (`n_ctx`); /v1/models has the whole one in `meta.n_ctx`. Never
+    `n_ctx_train`: that is what the model was trained on, not what the server runs with."""
+    props = await _props(endpoint)
+    settings = props.get("default_generation_settings")
+    meta = entry.get("meta")
+    for value in (settings.get("n_ctx") if isinstance(settings, dict) else None,
+                  props.get("n_ctx"), meta.get("n_ctx") if isinstance(meta, dict) else None):
+        if (n_ctx := _positive_int(value)) is not None:
+            return n_ctx
+    return None
+
+
+async def _props(endpoint: Endpoint) -> dict:
+    """llama.cpp's GET /props (beside /v1), or {} when the server has none to give."""
+    url = endpoint.root_url("/props")
+    if url is None:
+        return {}
+    try:
+        payload = await endpoint.get_json(url)
+    except BackendError as exc:
+        logger.debug("%s has no /props: %s", endpoint.url, exc)
+        return {}
+    return payload if isinstance(payload, dict) else {}
 
 
 async def tokenize_chat(endpoint: Endpoint, model: str,

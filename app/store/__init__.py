@@ -5,6 +5,7 @@ Imports no torch and no Qt. `ConversationStore` is the only code that opens a da
 
 from .errors import (
     ConversationNotFound,
+    DatabaseInUseError,
     DatabaseLocationError,
     DatabaseTooNewError,
     ImportValidationError,
@@ -21,6 +22,7 @@ __all__ = [
     "Conversation",
     "ConversationNotFound",
     "ConversationStore",
+    "DatabaseInUseError",
     "DatabaseLocationError",
     "DatabaseTooNewError",
     "GenerationStats",

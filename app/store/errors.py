@@ -49,6 +49,21 @@ class DatabaseLocationError(StoreError):
         )
 
 
+class DatabaseInUseError(StoreError):
+    """Another process holds the database's lock: two writers would mark each other's live
+    replies interrupted, so the second is refused before it reads or changes anything."""
+
+    def __init__(self, path: Path, holder_pid: int | None = None) -> None:
+        holder = "Another Pagoda" if holder_pid is None else f"Another Pagoda (process {holder_pid})"
+        super().__init__(
+            f"{holder} is using the database {path}, and one database holds the chats of one "
+            f"Pagoda at a time. Switch to that Pagoda's window, or close it first, or start this "
+            f"one with another database (--db PATH or PAGODA_DB)."
+        )
+        self.path = path
+        self.holder_pid = holder_pid
+
+
 class NotAPagodaDatabaseError(DatabaseLocationError):
     """The file holds something else, or a Pagoda schema only half there; it is never changed."""
 

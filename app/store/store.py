@@ -24,6 +24,7 @@ from .errors import (
     reason_of,
 )
 from .location import prepare_location, resolve_db_path
+from .lock import DatabaseLock
 from .records import (
     Conversation,
     GenerationStats,
@@ -59,11 +60,13 @@ class ConversationStore:
         *,
         recovered_from: Path | None = None,
         backup_path: Path | None = None,
+        lock: DatabaseLock | None = None,
     ) -> None:
         self.path = path
         self.recovered_from = recovered_from
         self.backup_path = backup_path
         self._engine = engine
+        self._lock = lock
         self._write_sessions = sessionmaker(bind=engine, expire_on_commit=False)
         self._read_sessions = sessionmaker(bind=read_only(engine), expire_on_commit=False)
 
@@ -74,7 +77,9 @@ class ConversationStore:
         """Open (creating, recovering or upgrading as needed) the database at `path`.
 
         `None` means $PAGODA_DB, else `pagoda.db` in the user data directory. A path that
-        cannot hold the database raises `DatabaseLocationError`, naming it and the fix.
+        cannot hold the database raises `DatabaseLocationError`, naming it and the fix; a
+        database another process has open raises `DatabaseInUseError`, before anything in it
+        is read or changed. The store holds the database's lock until `close`.
         """
         db_path = resolve_db_path(path)
         try:
@@ -85,13 +90,21 @@ class ConversationStore:
     @classmethod
     def _open(cls, path: Path) -> Self:
         prepare_location(path)
-        recovered_from = recovery.move_aside_if_damaged(path)
-        backup_path = migrate.migrate_to_head(path)
+        # Before any recovery: a reply still streaming in another process is live, not
+        # left over from a crash, and its file is not ours to move aside or upgrade.
+        lock = DatabaseLock.acquire(path)
+        try:
+            recovered_from = recovery.move_aside_if_damaged(path)
+            backup_path = migrate.migrate_to_head(path)
+        except BaseException:
+            lock.release()
+            raise
         store = cls(
             path,
             create_store_engine(path),
             recovered_from=recovered_from,
             backup_path=backup_path,
+            lock=lock,
         )
         try:
             store._interrupt_leftover_streams()
@@ -112,6 +125,8 @@ class ConversationStore:
 
     def close(self) -> None:
         self._engine.dispose()
+        if self._lock is not None:
+            self._lock.release()
 
     def __enter__(self) -> Self:
         return self

@@ -1,6 +1,8 @@
 """The "On this computer" panel: a view of app.local_models' LocalModels. It renders the models
-folder as a table (name, format, quantization, size, last used) and forwards Load, Show in
-folder, Delete (asked first) and Refresh."""
+folder, the bundled model and the models opened from elsewhere as a table (name, format,
+quantization, size, last used) and forwards Load, Show in folder, Delete (asked first; only
+what is in the models folder), Forget (a model opened from elsewhere; its file stays) and
+Refresh."""
 
 from __future__ import annotations
 
@@ -21,7 +23,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.local_models import LocalListing, LocalModel, LocalModels, format_last_used
+from app.local_models import (
+    BUNDLED,
+    OUTSIDE,
+    LocalListing,
+    LocalModel,
+    LocalModels,
+    format_last_used,
+)
 from app.model_library import format_size
 
 COLUMNS = ["Name", "Format", "Quantization", "Size", "Last used"]
@@ -46,6 +55,9 @@ class LocalModelsPanel(QWidget):
         self.load_button = QPushButton("Load", self, objectName="loadLocalModel")
         self.show_button = QPushButton("Show in folder", self, objectName="showLocalModel")
         self.delete_button = QPushButton("Delete…", self, objectName="deleteLocalModel")
+        self.forget_button = QPushButton("Forget", self, objectName="forgetLocalModel")
+        self.forget_button.setToolTip("Take this model off the list and the model picker; "
+                                      "its file stays where it is")
         self.refresh_button = QPushButton("Refresh", self, objectName="refreshLocalModels")
         self.status_line = QLabel(self, objectName="localModelsStatus", wordWrap=True)
         self._build()
@@ -56,7 +68,8 @@ class LocalModelsPanel(QWidget):
 
     def _build(self) -> None:
         buttons = QHBoxLayout()
-        for button in (self.load_button, self.show_button, self.delete_button):
+        for button in (self.load_button, self.show_button, self.delete_button,
+                       self.forget_button):
             buttons.addWidget(button)
         buttons.addStretch(1)
         buttons.addWidget(self.refresh_button)
@@ -72,6 +85,7 @@ class LocalModelsPanel(QWidget):
         self.load_button.clicked.connect(self.load_selected)
         self.show_button.clicked.connect(self.show_selected_in_folder)
         self.delete_button.clicked.connect(self.confirm_delete)
+        self.forget_button.clicked.connect(self.forget_selected)
         self.refresh_button.clicked.connect(lambda: self.library.refresh())
 
     # -- input ---------------------------------------------------------------------------------
@@ -102,10 +116,15 @@ class LocalModelsPanel(QWidget):
             folder = entry.path if entry.path.is_dir() else entry.path.parent
         QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
 
-    def confirm_delete(self) -> QMessageBox | None:
-        """Asks first (non-blocking); Yes deletes."""
+    def forget_selected(self) -> None:
         entry = self.selected()
-        if entry is None:
+        if entry is not None and entry.can_forget:
+            self.library.forget(entry)
+
+    def confirm_delete(self) -> QMessageBox | None:
+        """Asks first (non-blocking); Yes deletes. Only what is in the models folder."""
+        entry = self.selected()
+        if entry is None or not entry.can_delete:
             return None
         what = "the unfinished download" if entry.is_partial else "the model"
         box = QMessageBox(QMessageBox.Icon.Question, "Delete from this computer",
@@ -129,7 +148,8 @@ class LocalModelsPanel(QWidget):
         self._entries = {str(e.path): e for e in listing.entries}
         now = time.time()
         for entry in listing.entries:
-            item = QTreeWidgetItem(self.table, [entry.name, entry.format, entry.quantization,
+            item = QTreeWidgetItem(self.table, [_shown_name(entry), entry.format,
+                                                entry.quantization,
                                                 format_size(entry.size),
                                                 "" if entry.is_partial
                                                 else format_last_used(entry.last_used, now)])
@@ -153,13 +173,26 @@ class LocalModelsPanel(QWidget):
     def _enable_buttons(self) -> None:
         entry = self.selected()
         self.load_button.setEnabled(entry is not None and not entry.is_partial)
-        self.delete_button.setEnabled(entry is not None)
+        self.delete_button.setEnabled(entry is not None and entry.can_delete)
+        self.delete_button.setVisible(entry is None or not entry.can_forget)
+        self.forget_button.setVisible(entry is not None and entry.can_forget)
+        self.delete_button.setToolTip(
+            "The bundled model comes with Pagoda and is not deleted" if entry is not None
+            and entry.kind == BUNDLED else "Remove it from the disk (asked first)")
+
+
+def _shown_name(entry: LocalModel) -> str:
+    if entry.kind == BUNDLED:
+        return f"{entry.name} (bundled)"
+    if entry.kind == OUTSIDE:
+        return f"{entry.name} (opened from a file)"
+    return entry.name
 
 
 def _folder_summary(listing: LocalListing) -> str:
     if not listing.exists:
         return f"Models folder: {listing.folder} (nothing downloaded yet)"
-    count = len(listing.models)
+    count = len(listing.folder_models)
     models = "1 model" if count == 1 else f"{count} models"
     partial = len(listing.partials)
     unfinished = f", {partial} unfinished download{'s' if partial != 1 else ''}" if partial \

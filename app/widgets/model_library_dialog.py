@@ -92,6 +92,9 @@ class ModelLibraryDialog(QDialog):
         self.download_button = QPushButton("Download", self, objectName="downloadButton",
                                            enabled=False)
         self.status_line = QLabel(self, objectName="hubStatus", wordWrap=True)
+        # Indeterminate while the Hub is asked: a search can take ~20 s to fail offline.
+        self.busy_bar = QProgressBar(self, objectName="hubBusy", minimum=0, maximum=0,
+                                     textVisible=False, visible=False)
         self.token = QLineEdit(self, objectName="hubToken", echoMode=QLineEdit.EchoMode.Password)
         self.save_token_button = QPushButton("Save token", self, objectName="saveTokenButton")
         self.forget_token_button = QPushButton("Forget token", self,
@@ -126,6 +129,7 @@ class ModelLibraryDialog(QDialog):
         hub_layout = QVBoxLayout(hub)
         hub_layout.addLayout(search)
         hub_layout.addWidget(self.status_line)
+        hub_layout.addWidget(self.busy_bar)
         hub_layout.addLayout(lists, 1)
         hub_layout.addWidget(self.download_button, 0, Qt.AlignmentFlag.AlignRight)
         hub_layout.addLayout(token)
@@ -193,9 +197,18 @@ class ModelLibraryDialog(QDialog):
     # -- LibraryView ---------------------------------------------------------------------------
 
     def show_busy(self, text: str) -> None:
-        self.status_line.setText(text)
+        """A search or file listing under way, until its answer (or its error) is shown."""
+        self._set_status(text, error=False)
+        self.busy_bar.setVisible(True)
 
     def show_status(self, text: str, error: bool = False) -> None:
+        self._set_status(text, error)
+        self.busy_bar.setVisible(False)
+
+    def is_busy(self) -> bool:
+        return not self.busy_bar.isHidden()
+
+    def _set_status(self, text: str, error: bool) -> None:
         self.status_line.setText(text)
         self.status_line.setProperty("error", error)
         self.status_line.setStyleSheet("color: #c0392b;" if error else "")

@@ -87,7 +87,7 @@ class _TitleDelegate(QStyledItemDelegate):
 class Sidebar(QWidget):
     """Signals: open_requested(conversation id, message id or 0), new_requested(),
     search_requested(str) (debounced; "" clears), rename_requested(id, title),
-    pin_requested(id, bool), delete_requested(id), export_requested(id).
+    pin_requested(id, bool), delete_requested(id), export_requested(id), import_requested().
     """
 
     open_requested = Signal(int, int)
@@ -97,6 +97,7 @@ class Sidebar(QWidget):
     pin_requested = Signal(int, bool)
     delete_requested = Signal(int)
     export_requested = Signal(int)
+    import_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -214,18 +215,21 @@ class Sidebar(QWidget):
 
     def _context_menu(self, pos: QPoint) -> None:
         item = self.conversation_list.itemAt(pos)
-        if item is None:
-            return
-        menu = self.build_context_menu(item.data(ID_ROLE))
+        menu = self.build_context_menu(None if item is None else item.data(ID_ROLE))
         menu.popup(self.conversation_list.viewport().mapToGlobal(pos))
 
-    def build_context_menu(self, conversation_id: int) -> QMenu:
-        conversation = self._items[conversation_id]
+    def build_context_menu(self, conversation_id: int | None) -> QMenu:
+        """A chat's menu; below the chats (None), only Import chats…."""
         menu = QMenu(self)
+        if conversation_id is None:
+            menu.addAction("Import chats…", self.import_requested.emit)
+            return menu
+        conversation = self._items[conversation_id]
         menu.addAction("Rename", lambda: self._edit_title(conversation_id))
         menu.addAction("Unpin" if conversation.pinned else "Pin",
                        lambda: self.pin_requested.emit(conversation_id, not conversation.pinned))
         menu.addAction("Export…", lambda: self.export_requested.emit(conversation_id))
+        menu.addAction("Import chats…", self.import_requested.emit)
         menu.addSeparator()
         menu.addAction("Delete", lambda: self.delete_requested.emit(conversation_id))
         return menu

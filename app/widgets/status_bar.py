@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
 
 from app.backends import BackendStats
 from app.view_models import EngineStatusView, LocalServerView
+from app.widgets.elide import elided, with_whole_text
 
 SEPARATOR = " · "
 ERROR_STYLE = 'QLabel[severity="error"] { color: #e5484d; }'
@@ -131,8 +132,7 @@ class EngineStatusBar(QStatusBar):
 
     def show_status(self, status: EngineStatusView) -> None:
         """Show `status`; parts that did not change since the last call are left alone."""
-        self._set_text(self.state_label, state_text(status))
-        self._set_tooltip(status.model)
+        self._show_state(state_text(status), status.model)
         self._set_severity("error" if status.state == "error" else "")
         self._set_visible(self.progress, status.state == "loading")
         ready = status.state == "ready"
@@ -154,9 +154,9 @@ class EngineStatusBar(QStatusBar):
     def show_remote(self, label: str, stats: BackendStats) -> None:
         """The current chat's server: its name and what this client measures of it; figures the
         server does not report (its KV cache, its queue) are not shown rather than shown as 0."""
-        self._set_text(self.state_label, f"Remote{SEPARATOR}{label}")
-        self._set_tooltip(f"Replies in this chat come from {label}; the figures are measured "
-                          "by Pagoda as they arrive.")
+        self._show_state(f"Remote{SEPARATOR}{label}",
+                         f"Replies in this chat come from {label}; the figures are measured "
+                         "by Pagoda as they arrive.")
         self._set_severity("")
         self._set_visible(self.progress, False)
         shown = {
@@ -187,7 +187,8 @@ class EngineStatusBar(QStatusBar):
         """Everything the bar shows now, as one line."""
         shown = [label for label in (*self._metric_labels, self.server_label)
                  if self._is_shown(label)]
-        return " | ".join(label.text() for label in (self.state_label, *shown))
+        return " | ".join(self._texts.get(label.objectName(), label.text())
+                          for label in (self.state_label, *shown))
 
     def is_loading(self) -> bool:
         """Whether the indeterminate progress bar is showing."""
@@ -200,15 +201,21 @@ class EngineStatusBar(QStatusBar):
     def _is_shown(self, widget: QWidget) -> bool:
         return self._visible.get(widget.objectName(), False)
 
-    def _set_text(self, label: QLabel, text: str) -> None:
+    def _set_text(self, label: QLabel, text: str) -> str:
+        """Shows `text` (the state, which names a model, cut to a bounded width); returns what
+        is shown."""
         if self._texts.get(label.objectName()) != text:
             self._texts[label.objectName()] = text
-            label.setText(text)
+            shown = (elided(text, label.fontMetrics())
+                     if label is self.state_label else text)
+            label.setText(shown)
+        return label.text()
 
-    def _set_tooltip(self, model: str) -> None:
-        if self._tooltip != model:
-            self._tooltip = model
-            self.state_label.setToolTip(model)
+    def _show_state(self, text: str, tooltip: str) -> None:
+        tooltip = with_whole_text(self._set_text(self.state_label, text), text, tooltip)
+        if self._tooltip != tooltip:
+            self._tooltip = tooltip
+            self.state_label.setToolTip(tooltip)
 
     def _set_label_tooltip(self, label: QLabel, text: str) -> None:
         if label.toolTip() != text:

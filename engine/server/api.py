@@ -8,6 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
+from engine.server.admission import DEFAULT_WORK_CONTEXTS, WorkBudget
 from engine.server.chat import create_chat_completion
 from engine.server.completions import create_completion
 from engine.server.errors import APIError, install_handlers
@@ -20,6 +21,7 @@ from engine.server.security import (
     key_digest,
 )
 from engine.server.served import ModelSource, ServedModel
+from engine.server.shutdown import LiveRequests
 from engine.server.streams import ClientDisconnected
 from engine.server.tokenize import tokenize
 
@@ -27,12 +29,15 @@ from engine.server.tokenize import tokenize
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
     """api_key, or only its SHA-256 (api_key_sha256, what the app keeps): either turns the key
-    check on for /v1 routes."""
+    check on for /v1 routes. max_work_contexts: how much work (prompt and max_tokens of every
+    choice, in full contexts of the model) the requests in progress may hold; beyond it a
+    request is answered 429 (see engine.server.admission)."""
 
     api_key: str | None = None
     api_key_sha256: str | None = None
     allowed_origins: tuple[str, ...] = ()
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_work_contexts: int = DEFAULT_WORK_CONTEXTS
 
     @property
     def key_sha256(self) -> str | None:
@@ -43,8 +48,11 @@ def build_app(source: ModelSource, settings: ServerSettings | None = None) -> Fa
     settings = settings or ServerSettings()
     app = FastAPI(title="Pagoda", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.metrics = ServerMetrics(source)
+    app.state.work_budget = WorkBudget(settings.max_work_contexts)
+    live = LiveRequests()
+    app.state.end_requests = live.end_all  # what the runner calls when the server stops
     install_handlers(app)
-    _add_routes(app, source)
+    _add_routes(app, live.tracked(source))
     _add_middleware(app, settings)
     return app
 
@@ -79,6 +87,7 @@ def _served(source: ModelSource, requested: str | None) -> ServedModel:
 
 def _add_routes(app: FastAPI, source: ModelSource) -> None:
     metrics: ServerMetrics = app.state.metrics
+    budget: WorkBudget = app.state.work_budget
 
     @app.get("/health")
     async def health() -> Response:
@@ -105,11 +114,13 @@ def _add_routes(app: FastAPI, source: ModelSource) -> None:
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest, request: Request):
-        return await create_chat_completion(body, request, _served(source, body.model), metrics)
+        return await create_chat_completion(body, request, _served(source, body.model), metrics,
+                                            budget)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
-        return await create_completion(body, request, _served(source, body.model), metrics)
+        return await create_completion(body, request, _served(source, body.model), metrics,
+                                       budget)
 
     @app.post("/tokenize")
     async def count_tokens(body: TokenizeRequest) -> dict:

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 from starlette.requests import Request
 
+from engine.server.admission import WorkBudget
 from engine.server.errors import APIError, as_api_errors
 from engine.server.generation import (
     Choice,
@@ -23,21 +24,21 @@ from engine.server.served import ServedModel
 
 
 async def create_chat_completion(body: ChatCompletionRequest, request: Request,
-                                 served: ServedModel, metrics: ServerMetrics):
-    if (field := body.unsupported()) is not None:
-        raise APIError(400, f"{field} is not supported by this server", param=field)
+                                 served: ServedModel, metrics: ServerMetrics,
+                                 budget: WorkBudget):
+    body.check_supported()
     messages = engine_chat(body.messages)
     if body.continue_final_message and body.add_generation_prompt:
         raise APIError(400, "continue_final_message needs add_generation_prompt=false",
                        param="add_generation_prompt")
-    prompt = messages
     with as_api_errors("messages"):
-        if body.continue_final_message:  # the rest of the last reply: its prompt ends inside it
-            prompt = await served.backend.chat_tokenizer.encode_chat(
-                messages, continue_final_message=True)
+        # Encoded once for all n choices, and before admission, which counts its tokens. With
+        # continue_final_message the prompt ends inside the last reply, to go on with it.
+        prompt = await served.backend.chat_tokenizer.encode_chat(
+            messages, continue_final_message=body.continue_final_message)
         choices = [Choice(prompt, body.sampling_params(body.resolved_max_tokens(), i))
                    for i in range(body.n)]
-    generation = Generation(served, metrics, choices, new_id("chatcmpl"), "messages")
+    generation = Generation(served, metrics, budget, choices, new_id("chatcmpl"), "messages")
     return await respond(generation, request, body.stream,
                          lambda: _chunks(generation, body.include_usage, body.return_progress),
                          lambda finals: _completion(generation, finals))

@@ -23,12 +23,33 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                         help="the model's id in the API (default: the model's own name)")
     server.add_argument("--allowed-origins", nargs="+", default=[], metavar="ORIGIN",
                         help="browser origins allowed by CORS (default: none, CORS off)")
+    # The defaults are engine.server.connections' (not imported here: it loads uvicorn).
+    server.add_argument("--header-timeout", type=_positive(float), default=10.0,
+                        metavar="SECONDS",
+                        help="close a connection that has not sent a request's headers within "
+                             "this time (default: 10)")
+    server.add_argument("--max-connections", type=_positive(int), default=1000, metavar="N",
+                        help="the most connections open at once; more are answered 503 "
+                             "(default: 1000, or fewer if the open-files limit is lower)")
+
+
+def _positive(kind: type) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{text} must be a positive number")
+        return value
+    return parse
 
 
 def run_serve(args: argparse.Namespace,
               make_engine: Callable[[argparse.Namespace], object] | None = None) -> int:
     # Imported here: `python -m engine chat` need not load the web stack.
     from engine.server.api import ServerSettings, build_app
+    from engine.server.connections import ConnectionLimits
     from engine.server.runner import bind, check_bind_address, serve_forever
     from engine.server.served import ServedModel
 
@@ -44,7 +65,7 @@ def run_serve(args: argparse.Namespace,
         host, port = sock.getsockname()[:2]
         print(f"Serving {served.name} on http://{host}:{port}/v1 (Ctrl-C stops)", file=sys.stderr,
               flush=True)
-        serve_forever(app, sock)
+        serve_forever(app, sock, ConnectionLimits(args.header_timeout, args.max_connections))
     finally:
         engine.shutdown()
         sock.close()

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 from starlette.requests import Request
 
+from engine.server.admission import WorkBudget
 from engine.server.errors import APIError, as_api_errors
 from engine.server.generation import (
     Choice,
@@ -17,25 +18,34 @@ from engine.server.generation import (
     usage,
 )
 from engine.server.metrics import ServerMetrics
-from engine.server.protocol import CompletionRequest
+from engine.server.protocol import CompletionRequest, check_choices
 from engine.server.served import ServedModel
 
 
 async def create_completion(body: CompletionRequest, request: Request, served: ServedModel,
-                            metrics: ServerMetrics):
-    if (field := body.unsupported()) is not None:
-        raise APIError(400, f"{field} is not supported by this server", param=field)
+                            metrics: ServerMetrics, budget: WorkBudget):
+    body.check_supported()
     prompts = body.prompts()
     if not prompts:
         raise APIError(400, "prompt is empty: give a text or a list of token ids", param="prompt")
+    check_choices(len(prompts), body.n)
     # Choice i*n+j is the j-th completion of prompt i, as OpenAI numbers them.
     with as_api_errors("prompt"):
-        choices = [Choice(prompt, body.sampling_params(body.resolved_max_tokens(), j), i)
-                   for i, prompt in enumerate(prompts) for j in range(body.n)]
-    generation = Generation(served, metrics, choices, new_id("cmpl"), "prompt")
+        token_ids = [await _tokens(prompt, served) for prompt in prompts]
+        choices = [Choice(ids, body.sampling_params(body.resolved_max_tokens(), j), i)
+                   for i, ids in enumerate(token_ids) for j in range(body.n)]
+    generation = Generation(served, metrics, budget, choices, new_id("cmpl"), "prompt")
     return await respond(generation, request, body.stream,
                          lambda: _chunks(generation, body.include_usage, body.return_progress),
                          lambda finals: _completion(generation, finals))
+
+
+async def _tokens(prompt: str | list[int], served: ServedModel) -> list[int]:
+    """A text prompt encoded once for its n choices, off the engine's thread (where a long one
+    would hold up every stream), and before admission, which counts its tokens."""
+    if isinstance(prompt, str):
+        return await served.backend.chat_tokenizer.encode_text(prompt)
+    return prompt
 
 
 def _completion(generation: Generation, finals) -> dict:

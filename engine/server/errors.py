@@ -15,7 +15,8 @@ from engine.errors import EngineDeadError, PromptTooLongError
 
 _TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-    405: "invalid_request_error", 413: "invalid_request_error", 500: "server_error",
+    405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
+    500: "server_error",
     503: "service_unavailable",
 }
 _SAMPLING_FIELD = re.compile(r"SamplingParams\.(\w+)=")
@@ -94,8 +95,8 @@ def _path(location: list) -> str:
     for part in location:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif part in {"str", "int", "float", "bool", "list[int]", "list[str]", "list[TextPart]",
-                      "list[list[int]]", "TextPart"} or "[" in str(part):
+        elif part in {"str", "int", "float", "bool", "list[int]", "list[str]", "list[ContentPart]",
+                      "list[list[int]]", "ContentPart"} or "[" in str(part):
             break  # the union member pydantic tried, not a field
         else:
             path += f".{part}" if path else str(part)

@@ -5,28 +5,27 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import Request
 
-from engine.chat_template import Message
 from engine.outputs import PromptProgress, RequestOutput
 from engine.sampling_params import SamplingParams
+from engine.server.admission import WorkBudget, choice_work
 from engine.server.errors import APIError, as_api_errors
 from engine.server.metrics import ServerMetrics
 from engine.server.served import ServedModel
 from engine.server.streams import merge, peek, tagged, until_disconnected
 
-Prompt = str | list[int] | Sequence[Message]
 # Finish reasons the API knows; an engine abort (a shutdown) is reported as such.
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
 @dataclass(slots=True)
 class Choice:
-    prompt: Prompt
+    prompt: list[int]  # encoded by the endpoint, so admission can count it
     params: SamplingParams
     prompt_index: int = 0  # which prompt of a batch (completions), for usage
 
@@ -70,12 +69,14 @@ def sse(payload: dict | str) -> str:
 
 
 class Generation:
-    """Runs `choices` for one request id; `prompt_field` names the prompt in error messages."""
+    """Runs `choices` for one request id, once `budget` admits their work; `prompt_field` names
+    the prompt in error messages."""
 
-    def __init__(self, served: ServedModel, metrics: ServerMetrics, choices: list[Choice],
-                 request_id: str, prompt_field: str) -> None:
+    def __init__(self, served: ServedModel, metrics: ServerMetrics, budget: WorkBudget,
+                 choices: list[Choice], request_id: str, prompt_field: str) -> None:
         self.served = served
         self.metrics = metrics
+        self.budget = budget
         self.choices = choices
         self.request_id = request_id
         self.created = int(time.time())
@@ -90,7 +91,8 @@ class Generation:
             for i, choice in enumerate(self.choices)
         ]
         # One choice (nearly every request) is read directly: no task or queue per token.
-        merged = self._counted(merge(streams) if len(streams) > 1 else tagged(streams[0]))
+        merged = self._admitted(
+            self._counted(merge(streams) if len(streams) > 1 else tagged(streams[0])))
         try:
             with as_api_errors(self._prompt_field):
                 _, self._events = await peek(merged)
@@ -116,14 +118,42 @@ class Generation:
             return finals
         return await until_disconnected(request, gather)
 
+    def work(self) -> int:
+        """The tokens of work the choices may cost (see engine.server.admission)."""
+        limit = self.served.max_model_len
+        return sum(choice_work(len(c.prompt), c.params.max_tokens, limit) for c in self.choices)
+
+    async def _admitted(self, outputs: AsyncIterator[tuple[int, RequestOutput]],
+                        ) -> AsyncIterator[tuple[int, RequestOutput]]:
+        """`outputs` once the budget admits the work (nothing reaches the engine before), which
+        is held until they end: finished, failed, or closed when the client left (a stream that
+        is never read is closed when it is collected)."""
+        admission = self.budget.admit(self.work(), self.served.max_model_len)
+        try:
+            async for item in outputs:
+                yield item
+        finally:
+            admission.release()
+            await outputs.aclose()
+
     async def _counted(self, merged: AsyncIterator[tuple[int, RequestOutput]],
                        ) -> AsyncIterator[tuple[int, RequestOutput]]:
+        """The outputs, each choice counted in the metrics when it ends: at its last output, or
+        with what it had when the client left ("abort") or the engine failed ("error")."""
+        last: dict[int, RequestOutput] = {}
+        ended = "abort"
         try:
             async for index, out in merged:
+                last[index] = out
                 if out.finished:
                     self.metrics.observe_finished(out)
                 yield index, out
+        except Exception:
+            ended = "error"
+            raise
         finally:
+            self.metrics.observe_cut_short(
+                [out for out in last.values() if not out.finished], ended)
             await merged.aclose()
 
 

@@ -13,8 +13,11 @@ import uvicorn
 from fastapi import FastAPI
 
 from engine.errors import PagodaError
+from engine.server.connections import ConnectionLimits
 
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
+# How long a stopping server lets its aborted replies send their last chunk.
+DRAIN_SECONDS = 5.0
 
 
 class ServeError(PagodaError):
@@ -81,19 +84,52 @@ def _serve(server: uvicorn.Server, sock: socket.socket) -> None:
         runner.run(server.serve(sockets=[sock]))
 
 
-def _server(app: FastAPI) -> uvicorn.Server:
+class _Server(uvicorn.Server):
+    """uvicorn's server, stopping so that no reply is cut and nothing is logged.
+
+    On a stop (SIGINT, SIGTERM, `should_exit`) it stops accepting, ends the app's requests in
+    the engine (each stream then sends its last chunk, finish_reason "abort", and [DONE]),
+    gives them `DRAIN_SECONDS` to be sent, and then drops the connections still open (a client
+    that reads nothing). uvicorn's own stop would wait, then cancel the tasks and log each
+    CancelledError's traceback.
+    """
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+        super().__init__(config)
+        self._app = app
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()
+        end_requests = getattr(self._app.state, "end_requests", None)
+        if end_requests is not None:
+            end_requests()
+        await self._drain()
+        await super().shutdown(sockets)
+
+    async def _drain(self) -> None:
+        deadline = time.monotonic() + DRAIN_SECONDS
+        while self.server_state.tasks and not self.force_exit and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if self.server_state.tasks:
+            for connection in list(self.server_state.connections):
+                connection.transport.abort()  # its request sees a disconnect and ends
+
+
+def _server(app: FastAPI, limits: ConnectionLimits) -> uvicorn.Server:
     config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
-                            timeout_graceful_shutdown=2)
-    return uvicorn.Server(config)
+                            timeout_graceful_shutdown=2, http=limits.protocol(), ws="none")
+    return _Server(config, app)
 
 
-def serve_forever(app: FastAPI, sock: socket.socket) -> None:
+def serve_forever(app: FastAPI, sock: socket.socket,
+                  limits: ConnectionLimits | None = None) -> None:
     """Serve until interrupted (Ctrl-C or SIGTERM): a clean stop, not an error."""
     # uvicorn shuts down on either signal, then raises it again for the handler it found: make
     # that one end the run quietly, so the caller still shuts the engine down and exits 0.
     previous = signal.signal(signal.SIGTERM, _stop_quietly)
     try:
-        _serve(_server(app), sock)
+        _serve(_server(app, limits or ConnectionLimits()), sock)
     except KeyboardInterrupt:
         pass
     finally:
@@ -107,11 +143,12 @@ def _stop_quietly(_signum, _frame) -> None:
 class ServerThread:
     """The API on a daemon thread with its own event loop: the app's server, and tests'."""
 
-    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0,
+                 limits: ConnectionLimits | None = None) -> None:
         self.app = app
         self._sock = bind(host, port)
         self.host, self.port = self._sock.getsockname()[:2]
-        self._server = _server(app)
+        self._server = _server(app, limits or ConnectionLimits())
         # uvicorn installs signal handlers only on the main thread; this one is not.
         self._thread = threading.Thread(target=self._run, name="pagoda-api", daemon=True)
         self._error: BaseException | None = None
@@ -132,7 +169,7 @@ class ServerThread:
             raise RuntimeError(f"the API server did not start: {self._error!r}")
         return self
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = DRAIN_SECONDS + 5.0) -> None:
         self._server.should_exit = True
         if self._thread.is_alive():
             self._thread.join(timeout)

@@ -1,15 +1,21 @@
-"""ASGI middleware guarding the API: the key on /v1 routes, and a limit on request bodies."""
+"""ASGI middleware guarding the API: the key on /v1 routes, and limits on request bodies."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine.server.errors import APIError
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
+# Parsing and validating JSON costs ~4 us and ~650 bytes per array or object: 8 MiB of `[1],`
+# would block the server's loop for seconds and take about a gigabyte. A chat of thousands of
+# messages, or a batch of 128 prompts, holds far fewer.
+DEFAULT_MAX_JSON_CONTAINERS = 1 << 16
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 # What a key guards: everything that runs the model. /health and /metrics stay open (probes).
 GUARDED_PATHS = ("/v1", "/tokenize")
 
@@ -44,13 +50,25 @@ class APIKeyMiddleware:
         return scheme.lower() == b"bearer" and hmac.compare_digest(given, self._digest)
 
 
+def json_containers(body: bytes) -> int:
+    """How many arrays and objects a JSON body holds (brackets inside its strings not counted)."""
+    return _brackets(_JSON_STRING.sub(b"", body))
+
+
+def _brackets(body: bytes) -> int:
+    return body.count(b"[") + body.count(b"{")
+
+
 class BodyLimitMiddleware:
     """Refuses bodies over `max_bytes` with 413: by their Content-Length, or by reading them
-    whole (a chunked upload) before the route sees them."""
+    whole (a chunked upload) before the route sees them; and bodies of more than
+    `max_containers` JSON arrays and objects, before they are parsed."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 max_containers: int = DEFAULT_MAX_JSON_CONTAINERS) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.max_containers = max_containers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
@@ -63,6 +81,13 @@ class BodyLimitMiddleware:
         body = await self._read(receive)
         if body is None:
             await self._refuse(scope, receive, send)
+            return
+        # Counting brackets is cheap; only a body with many looks past those in its strings.
+        if _brackets(body) > self.max_containers and json_containers(body) > self.max_containers:
+            error = APIError(413, f"the request body holds more than {self.max_containers} JSON "
+                                  "arrays and objects, the server's limit: send fewer prompts or "
+                                  "messages per request", code="request_too_large")
+            await error.response()(scope, receive, send)
             return
         replayed = False
 

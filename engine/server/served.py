@@ -17,7 +17,7 @@ from engine.sampling_params import SamplingParams
 class EngineBackend(Protocol):
     """What the server asks of the engine behind it: AsyncEngine, in this process."""
 
-    chat_tokenizer: ChatTokenizer  # for POST /tokenize, off the server's loop
+    chat_tokenizer: ChatTokenizer  # every prompt is encoded with it, off the server's loop
 
     def stream(self, prompt: str | list[int] | Sequence[Message],
                params: SamplingParams | None = None,

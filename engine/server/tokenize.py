@@ -19,5 +19,5 @@ async def tokenize(body: TokenizeRequest, served: ServedModel) -> dict:
                                param="add_generation_prompt")
             tokens = await tokenizer.encode_chat(engine_chat(body.messages))
         else:
-            tokens = await tokenizer.encode_text(body.prompt)
+            tokens = await tokenizer.encode_text(body.prompt, "prompt")
     return {"count": len(tokens), "max_model_len": served.max_model_len, "tokens": tokens}

@@ -38,13 +38,18 @@ class Gate:
 
 
 class FakeTokenizer:
-    chat_template = "plain"
+    """The parts of a Hugging Face tokenizer engine.chat_template reads: a real template, which
+    joins the messages' texts with spaces."""
+
+    chat_template = "{{ messages | map(attribute='content') | join(' ') }}"
+    name_or_path = "fake"
 
     def __init__(self) -> None:
         self.gate = Gate()
+        self.special_tokens_map: dict[str, str] = {}
 
-    def apply_chat_template(self, messages, tokenize, add_generation_prompt):
-        return " ".join(m["content"] for m in messages)
+    def get_chat_template(self) -> str:
+        return self.chat_template
 
     def encode(self, text, add_special_tokens):
         self.gate.pass_through()

@@ -74,6 +74,7 @@ def test_the_theme_picked_in_settings_applies_at_once_and_comes_back(window_on, 
     window.set_theme("dark")
     qtbot.waitUntil(lambda: window.db.store.get_setting("theme") == "dark", timeout=5000)
     window.close()
+    window.db.close()  # as the app does at exit: the next start takes the database's lock
 
     again = window_on(db_path)
     run_async(again.restore_appearance())

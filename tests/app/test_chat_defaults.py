@@ -46,6 +46,7 @@ def test_defaults_survive_a_restart_and_reset_restores_them(window_on, qtbot, ru
     _edit(window.settings_panel, top_p=0.5)
     run_async(window.use_as_defaults(window.settings_panel.settings()))
     window.close()
+    window.db.close()  # as the app does at exit: the next start takes the database's lock
 
     again = window_on(db_path)
     _edit(again.settings_panel, top_p=0.95)

@@ -44,6 +44,7 @@ def test_a_new_size_is_kept_for_the_next_start_and_the_next_load(window_on, tmp_
     assert window.host.engine_config().disk_cache_bytes == GIB // 2
     qtbot.waitUntil(lambda: window.db.store.get_setting(DISK_CACHE_SETTING) == GIB // 2)
     window.close()
+    window.db.close()  # as the app does at exit: the next start takes the database's lock
     again = window_on(tmp_path / "chats.db")
     run_async(again.restore_model_settings())
     assert again.model_settings.disk_cache_bytes() == GIB // 2

@@ -1,6 +1,7 @@
 """The models on this computer: the models folder listed across runs (GGUF files and safetensors
 folders, unfinished downloads apart), when each model was last loaded, deleting one (never the
-running one), and the "On this computer" panel over it. Tiny files stand in for models: nothing
+running one), the bundled model and the models opened from elsewhere (remembered, forgotten,
+never deleted), and the "On this computer" panel over it. Tiny files stand in for models: nothing
 here loads or reads one, nor contacts the Hub."""
 
 from __future__ import annotations
@@ -13,13 +14,16 @@ from PySide6.QtCore import Qt, QUrl
 from PySide6.QtWidgets import QMessageBox
 
 from app.local_models import (
+    BUNDLED,
     GGUF,
     LAST_USED_FILE,
+    OUTSIDE,
     PARTIAL,
     SAFETENSORS,
     LocalModels,
     format_last_used,
 )
+from app.opened_models import MAX_REMEMBERED, OPENED_FILE, OpenedModels
 from app.widgets.local_models_panel import LocalModelsPanel
 
 DAY = 86400.0
@@ -318,3 +322,114 @@ def test_refresh_shows_a_model_copied_in_by_hand(folder, make_panel, qtbot):
     qtbot.mouseClick(panel.refresh_button, Qt.MouseButton.LeftButton)
 
     qtbot.waitUntil(lambda: any(row[0] == "copied" for row in table(panel)), timeout=5_000)
+
+
+# -- the bundled model and models opened from elsewhere ----------------------------------------
+
+@pytest.fixture
+def elsewhere(tmp_path) -> Path:
+    """A model file opened from a folder that is not the models folder."""
+    return write(tmp_path / "downloads" / "mine-Q5_K_M.gguf", 5000)
+
+
+@pytest.fixture
+def bundled(tmp_path) -> Path:
+    return write(tmp_path / "site-packages" / "SmolLM2-135M-Instruct.Q4_1.gguf", 6000)
+
+
+@pytest.fixture
+def opened(tmp_path) -> OpenedModels:
+    return OpenedModels(tmp_path / "config" / OPENED_FILE)
+
+
+def entry_at(library: LocalModels, path: Path):
+    return next((e for e in library.listing.entries if e.path == path), None)
+
+
+def test_a_model_opened_from_elsewhere_is_remembered_across_a_restart_and_offered(
+        folder, elsewhere, opened, make_library, run_async):
+    clock = Clock()
+    library = make_library(folder, clock=clock, opened=opened)
+
+    run_async(library.record_use(str(elsewhere)))
+    library.close()
+    again = make_library(folder, opened=OpenedModels(opened.file))
+
+    entry = entry_at(again, elsewhere)
+    assert (entry.kind, entry.name, entry.quantization, entry.last_used) == (
+        OUTSIDE, "mine", "Q5_K_M", clock.now)
+    assert again.recent(1) == [elsewhere]
+    assert not (folder / LAST_USED_FILE).exists()  # the models folder is not written
+
+
+def test_the_bundled_model_is_listed_but_never_offered_twice_nor_deleted(
+        folder, bundled, opened, make_library, run_async):
+    statuses = []
+    library = make_library(folder, bundled=lambda: bundled, opened=opened)
+    library.attach(Recorder(statuses))
+    run_async(library.record_use(None))  # the bundled model loaded
+
+    entry = entry_at(library, bundled)
+    assert entry.kind == BUNDLED and entry.last_used is not None
+    assert bundled not in library.recent()  # the picker offers it as the bundled one
+    assert run_async(library.delete(entry)) == 0
+    assert bundled.exists() and statuses[-1][1] and "not in the models folder" in statuses[-1][0]
+
+
+def test_a_model_opened_from_elsewhere_is_never_deleted_only_forgotten(
+        folder, elsewhere, opened, make_library, run_async):
+    statuses = []
+    library = make_library(folder, opened=opened)
+    library.attach(Recorder(statuses))
+    run_async(library.record_use(str(elsewhere)))
+    entry = entry_at(library, elsewhere)
+
+    assert run_async(library.delete(entry)) == 0
+    assert elsewhere.exists()
+    run_async(library.forget(entry))
+
+    assert entry_at(library, elsewhere) is None and elsewhere not in library.recent()
+    assert elsewhere.exists()
+    assert statuses[-1] == (f"Forgot mine; the file stays where it is ({elsewhere}).", False)
+    assert OpenedModels(opened.file).read() == {}
+
+
+def test_a_remembered_model_whose_file_is_gone_is_not_listed(folder, elsewhere, opened,
+                                                             make_library, run_async):
+    library = make_library(folder, opened=opened)
+    run_async(library.record_use(str(elsewhere)))
+    elsewhere.unlink()
+
+    run_async(library.refresh())
+
+    assert entry_at(library, elsewhere) is None
+
+
+def test_only_the_most_recently_loaded_models_are_remembered(opened, tmp_path):
+    for n in range(MAX_REMEMBERED + 5):
+        opened.note(tmp_path / f"model-{n}.gguf", 1000.0 + n)
+
+    remembered = opened.read()
+    assert len(remembered) == MAX_REMEMBERED
+    assert tmp_path / "model-0.gguf" not in remembered
+    assert tmp_path / f"model-{MAX_REMEMBERED + 4}.gguf" in remembered
+
+
+def test_the_panel_offers_forget_for_a_model_opened_from_elsewhere_and_no_delete_for_the_bundled(
+        folder, elsewhere, bundled, opened, make_panel, run_async, qtbot):
+    panel, _ = make_panel(folder, bundled=lambda: bundled, opened=opened)
+    run_async(panel.library.record_use(str(elsewhere)))
+    names = [row[0] for row in table(panel)]
+    assert "mine (opened from a file)" in names and "SmolLM2-135M-Instruct (bundled)" in names
+
+    panel.select(bundled)
+    assert panel.load_button.isEnabled() and not panel.delete_button.isEnabled()
+    assert panel.confirm_delete() is None
+    panel.select(elsewhere)
+    assert panel.forget_button.isVisible() and not panel.delete_button.isVisible()
+    qtbot.mouseClick(panel.forget_button, Qt.MouseButton.LeftButton)
+
+    qtbot.waitUntil(lambda: "mine (opened from a file)" not in [r[0] for r in table(panel)],
+                    timeout=5_000)
+    assert elsewhere.exists()
+    assert panel.where.text().startswith(f"Models folder: {folder} · 3 models")

@@ -2,6 +2,8 @@
 opens from the model picker, shows what the Hub has, and a finished download joins the picker
 and loads at once."""
 
+import threading
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QPushButton
 
@@ -59,6 +61,31 @@ def test_an_unreachable_hub_is_said_in_the_status_line(library_hub, window_on, t
     status = dialog.findChild(QLabel, "hubStatus")
     qtbot.waitUntil(lambda: status.text().startswith("Offline mode is on"), timeout=10_000)
     assert dialog.results.item(0).text().startswith("Small: ")  # the recommendations stay
+
+
+def test_a_search_shows_that_it_is_searching_until_its_error_comes(library_hub, window_on,
+                                                                   tmp_path, qtbot, monkeypatch):
+    from app import model_library
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    release, search = threading.Event(), model_library._search
+    monkeypatch.setattr(model_library, "_search",
+                        lambda query, token: (release.wait(10), search(query, token))[1])
+    dialog = _open_from_picker(window_on(tmp_path / "chats.db"))
+    release.set()
+    _search(qtbot, dialog, "tiny")
+    qtbot.waitUntil(lambda: dialog.status_line.text().startswith("Offline mode is on"),
+                    timeout=10_000)
+    assert not dialog.is_busy() and dialog.status_line.property("error")
+    release.clear()
+
+    _search(qtbot, dialog, " again")
+    qtbot.waitUntil(dialog.is_busy, timeout=10_000)
+    assert dialog.status_line.text() == "Searching the Hugging Face Hub for 'tiny again'…"
+    assert not dialog.status_line.property("error")  # not in the last error's red
+    release.set()
+    qtbot.waitUntil(lambda: not dialog.is_busy(), timeout=10_000)
+    assert dialog.status_line.text().startswith("Offline mode is on")
 
 
 def test_a_finished_download_joins_the_picker_and_loads_at_once(library_hub, window_on,
@@ -122,7 +149,8 @@ def test_the_models_on_this_computer_are_a_tab_of_the_dialog_and_load_from_it(
     assert [dialog.tabs.tabText(i) for i in range(dialog.tabs.count())] == [
         "Hugging Face Hub", "On this computer"]
     panel = dialog.local_panel
-    qtbot.waitUntil(lambda: panel.table.topLevelItemCount() == 1, timeout=10_000)
-    panel.table.setCurrentItem(panel.table.topLevelItem(0))
+    # The downloaded model, and the bundled one.
+    qtbot.waitUntil(lambda: panel.table.topLevelItemCount() == 2, timeout=10_000)
+    panel.select(path)
     qtbot.mouseClick(panel.load_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.host.model_path == str(path), timeout=10_000)

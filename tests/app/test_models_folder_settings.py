@@ -68,14 +68,14 @@ def test_a_chosen_folder_takes_the_downloads_and_is_kept_for_the_next_start(
     qtbot.waitUntil(lambda: window.db.store.get_setting(MODELS_FOLDER_SETTING) == str(chosen))
     window.model_library.download(LIBRARY_REPO, Q4)
     path = chosen / "pagoda-test" / "tiny-GGUF" / Q4
-    qtbot.waitUntil(lambda: [m.path for m in window.local_models.listing.models] == [path],
+    qtbot.waitUntil(lambda: [m.path for m in window.local_models.listing.folder_models] == [path],
                     timeout=10_000)
     assert path.read_bytes() == LIBRARY_FILES[Q4]
     window.close()
 
     again = restored(window_on, tmp_path, run_async)  # $PAGODA_MODELS_DIR is still set
     assert again.model_library.dest_dir == chosen
-    assert [m.path for m in again.local_models.listing.models] == [path]
+    assert [m.path for m in again.local_models.listing.folder_models] == [path]
     assert str(path) in picker_paths(again)
 
 
@@ -89,15 +89,15 @@ def test_the_picker_offers_the_folders_models_the_last_loaded_first(window_on, t
 
     window.load_model(str(models[9]))
     qtbot.waitUntil(lambda: window.host.model_path == str(models[9]), timeout=10_000)
-    qtbot.waitUntil(lambda: window.local_models.listing.models[0].last_used is not None,
+    qtbot.waitUntil(lambda: window.local_models.listing.folder_models[0].last_used is not None,
                     timeout=10_000)
     assert window.local_models.recent(1) == [models[9]]
     assert picker_paths(window)[0] == str(models[9])  # the running model, before the others
     window.close()
 
     again = restored(window_on, tmp_path, run_async)
-    assert again.local_models.listing.models[0].path == models[9]
-    assert again.local_models.listing.models[0].last_used is not None
+    assert again.local_models.listing.folder_models[0].path == models[9]
+    assert again.local_models.listing.folder_models[0].last_used is not None
 
 
 def test_the_panel_loads_into_the_window_and_will_not_delete_the_running_model(

@@ -28,4 +28,5 @@ def test_pagoda_serve_help_lists_the_server_options_without_loading_qt():
                           check=False, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "--port" in done.stdout and "--api-key" in done.stdout
+    assert "--header-timeout" in done.stdout and "--max-connections" in done.stdout
     assert done.stdout.strip().endswith("exit 0 no-qt")

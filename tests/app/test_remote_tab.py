@@ -50,6 +50,7 @@ def test_a_chat_keeps_its_server_after_a_restart_and_new_chats_follow_it(
     connection = _add_and_pick(window, run_async, url)
     _send(window, qtbot, "Hello")
     window.close()
+    window.db.close()  # as the app does at exit: the next start takes the database's lock
 
     again = window_on(db_path)
     controller = again.current_controller()

@@ -113,6 +113,7 @@ def test_the_server_comes_back_on_its_port_at_the_next_start(server_window, qtbo
     _turn_on(qtbot, window)
     qtbot.waitUntil(lambda: _stored_settings(window)[SERVER_ENABLED_SETTING], timeout=WAIT_MS)
     window.close()
+    window.db.close()  # as the app does at exit: the next start takes the database's lock
     again = server_window(tmp_path / "kept.db")
     assert again.local_server.address == f"http://127.0.0.1:{port}"
     assert again.server_panel.port() == port and again.server_panel.enabled_box.isChecked()

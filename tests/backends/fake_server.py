@@ -2,7 +2,9 @@
 
 Two shapes of the servers Pagoda meets: vLLM's (finish_reason on the last content chunk, usage
 in a chunk of its own with no choices, /tokenize, max_model_len in /v1/models) and llama.cpp's
-(finish_reason on a chunk of its own carrying the usage, no context length reported). Both send
+(finish_reason on a chunk of its own carrying the usage; its context as `meta.n_ctx` in
+/v1/models and as `n_ctx` and `default_generation_settings.n_ctx` in /props, each of which a
+test can take away, as older builds lack them). Both send
 keep-alive comments; llama.cpp's shape reports its reading of the prompt when asked
 (`return_progress`). The reply is a fixed list of pieces, one token each, cut by max_tokens and
 stop strings as a real server would.
@@ -22,6 +24,8 @@ MODEL = "fake-model"
 PIECES = ["Hello", " there", "!", " I", " am", " a", " fake", " server", "."]
 REPLY = "".join(PIECES)
 N_CTX = 2048
+# Where llama.cpp's current builds report the context they run with.
+LLAMA_CPP_CONTEXT = ("meta", "props", "props_settings")
 
 
 @dataclass(slots=True)
@@ -31,12 +35,13 @@ class Shape:
     finish_on_last_content: bool
     usage_chunk_of_its_own: bool
     tokenize: bool
+    context_at: tuple[str, ...] = ()
 
 
 VLLM = Shape("vllm", N_CTX, finish_on_last_content=True, usage_chunk_of_its_own=True,
              tokenize=True)
 LLAMA_CPP = Shape("llamacpp", None, finish_on_last_content=False, usage_chunk_of_its_own=False,
-                  tokenize=False)
+                  tokenize=False, context_at=LLAMA_CPP_CONTEXT)
 
 
 @dataclass(slots=True)
@@ -65,8 +70,16 @@ class FakeServer:
     fault: Fault = field(default_factory=Fault)
     requests: list[dict] = field(default_factory=list)
     stream_closed: threading.Event = field(default_factory=threading.Event)
+    # Where this server reports its context length (N_CTX by default): see LLAMA_CPP_CONTEXT.
+    context_at: tuple[str, ...] = ()
+    n_ctx: int = N_CTX
+
+    def __post_init__(self) -> None:
+        self.reset()
 
     def reset(self) -> None:
+        self.context_at = self.shape.context_at
+        self.n_ctx = N_CTX
         self.api_key = None
         self.fault = Fault()
         self.requests.clear()
@@ -77,6 +90,7 @@ class FakeServer:
         app.get("/v1/models")(self._models)
         app.post("/v1/chat/completions")(self._chat)
         app.post("/tokenize")(self._tokenize)
+        app.get("/props")(self._props)
         return app
 
     async def _models(self, request: Request) -> Response:
@@ -85,8 +99,25 @@ class FakeServer:
         entry = {"id": MODEL, "object": "model", "owned_by": self.shape.owned_by}
         if self.shape.max_model_len is not None:
             entry["max_model_len"] = self.shape.max_model_len
+        if self.shape is LLAMA_CPP:
+            # n_ctx_train is what the model was trained on, not what the server runs with.
+            entry["meta"] = {"n_ctx_train": 8 * self.n_ctx, "n_vocab": 49152}
+            if "meta" in self.context_at:
+                entry["meta"]["n_ctx"] = self.n_ctx
         other = {"id": "other-model", "object": "model", "owned_by": self.shape.owned_by}
         return JSONResponse({"object": "list", "data": [entry, other]})
+
+    async def _props(self, request: Request) -> Response:
+        if self.shape is not LLAMA_CPP:
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        if (refusal := self._check_key(request)) is not None:
+            return refusal
+        props: dict = {"total_slots": 1, "model_path": f"/models/{MODEL}.gguf"}
+        if "props" in self.context_at:
+            props["n_ctx"] = self.n_ctx
+        if "props_settings" in self.context_at:
+            props["default_generation_settings"] = {"n_ctx": self.n_ctx, "temperature": 0.8}
+        return JSONResponse(props)
 
     async def _tokenize(self, request: Request) -> Response:
         if not self.shape.tokenize:
@@ -120,7 +151,7 @@ class FakeServer:
         if not 0 <= body.get("temperature", 1.0) <= 2:
             return _error(400, "temperature must be in [0, 2]")
         n = prompt_tokens(body["messages"])
-        if n > N_CTX:
+        if n > self.n_ctx:
             return self._too_long(n)
         return None
 

@@ -55,7 +55,7 @@ def case(request) -> Case:
         fake.fault.endless = True
         fake.fault.delay_s = 0.02
 
-    return Case(remote(url), MODEL, kind == "fake-vllm", kind == "fake-vllm", slow_down)
+    return Case(remote(url), MODEL, kind == "fake-vllm", True, slow_down)
 
 
 async def collect(backend: ChatBackend, messages=CHAT, options=GREEDY,

@@ -3,7 +3,7 @@ the words each kind of server knows."""
 
 import pytest
 from conftest import remote, run
-from fake_server import MODEL
+from fake_server import LLAMA_CPP_CONTEXT, MODEL
 
 from app.backends import ChatMessage, InvalidAddressError, SamplingOptions
 from app.backends.endpoint import api_base
@@ -66,12 +66,40 @@ def test_first_listed_model_is_used_when_none_is_named(fake_vllm):
 
 
 def test_context_length_given_by_the_user_wins_over_a_guess(fake_llama_cpp):
-    _, url = fake_llama_cpp
+    fake, url = fake_llama_cpp
+    fake.context_at = ()
     guessed, given = remote(url), remote(url, max_model_len=8192)
     run(guessed.connect())
     run(given.connect())
     assert (guessed.max_model_len, guessed.max_model_len_known) == (DEFAULT_MAX_MODEL_LEN, False)
     assert (given.max_model_len, given.max_model_len_known) == (8192, True)
+
+
+@pytest.mark.parametrize("context_at", [
+    LLAMA_CPP_CONTEXT, ("props_settings",), ("props",), ("meta",)])
+def test_llama_cpps_context_length_is_read_wherever_its_build_reports_it(fake_llama_cpp,
+                                                                           context_at):
+    fake, url = fake_llama_cpp
+    fake.context_at, fake.n_ctx = context_at, 8192
+    backend = remote(url)
+    run(backend.connect())
+    assert (backend.max_model_len, backend.max_model_len_known) == (8192, True)
+
+
+def test_llama_cpps_training_context_is_not_taken_for_its_running_one(fake_llama_cpp):
+    fake, url = fake_llama_cpp
+    fake.context_at = ()
+    backend = remote(url)
+    run(backend.connect())
+    assert (backend.max_model_len, backend.max_model_len_known) == (DEFAULT_MAX_MODEL_LEN, False)
+
+
+def test_llama_cpps_context_is_read_behind_its_api_key(fake_llama_cpp):
+    fake, url = fake_llama_cpp
+    fake.api_key, fake.context_at, fake.n_ctx = "s3cret", ("props_settings",), 8192
+    backend = remote(url, api_key="s3cret")
+    run(backend.connect())
+    assert backend.max_model_len == 8192
 
 
 def test_api_key_is_sent_as_a_bearer_token(fake_vllm):

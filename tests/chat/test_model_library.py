@@ -85,6 +85,28 @@ async def test_a_search_shows_the_repositories_the_engine_runs_most_downloaded_f
     assert view.statuses[-1] == ("", False)
 
 
+async def test_a_view_attached_during_a_search_is_told_it_runs_until_it_answers(
+        library, view, monkeypatch):
+    import asyncio
+    import threading
+
+    from app import model_library
+
+    release, search = threading.Event(), model_library._search
+    monkeypatch.setattr(model_library, "_search",
+                        lambda query, token: (release.wait(10), search(query, token))[1])
+    running = library.search("tiny")
+    await asyncio.sleep(0.05)
+    reopened = RecordingView()
+    library.attach(reopened)  # the dialog closed and opened again during the search
+
+    assert library.busy == reopened.busy[0] == "Searching the Hugging Face Hub for 'tiny'…"
+    release.set()
+    await running
+    assert library.busy is None
+    assert reopened.statuses[-1] == ("", False) and reopened.results
+
+
 async def test_a_search_that_finds_nothing_says_so(library, view):
     await library.search("no-such-model")
 

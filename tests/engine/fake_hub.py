@@ -5,7 +5,8 @@ count (the Hub's "gguf" and "safetensors" fields) and model type ("config")
 (GET/HEAD /{repo}/resolve/{rev}/{file}, with Range requests and the headers its download code
 reads: ETag, X-Repo-Commit, Content-Length, X-Linked-Size, Accept-Ranges). Errors carry the
 X-Error-Code header its hf_raise_for_status turns into RepositoryNotFoundError, GatedRepoError
-and the rest. A test chooses faults: a connection dropped mid-file, a corrupted body.
+and the rest. A test chooses faults: a connection dropped mid-file, a corrupted body, a body longer than the
+file's published size.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class Fault:
     drop_at: int | None = None  # the file's byte at which a download's connection drops
     drops: int = 1  # how many downloads (retries included) drop there
     corrupt: bool = False  # every file served with one byte changed
+    extra_bytes: int = 0  # sent after each file's end (in Content-Length too, not in its size)
     only: str | None = None  # the one file the faults apply to; None: every file
 
 
@@ -150,10 +152,13 @@ class FakeHub:
             return _error(404, "EntryNotFound", f"{filename} does not exist")
         faulty = self.fault.only in (None, filename)
         data = self._served_bytes(repo.files[filename]) if faulty else repo.files[filename]
+        size = len(data)
+        if faulty:
+            data += b"\0" * self.fault.extra_bytes
         start = _range_start(request.headers.get("range"))
         headers = {"ETag": f'"{repo.sibling(filename).get("lfs", {}).get("sha256", "x")}"',
                    "X-Repo-Commit": repo.sha, "Accept-Ranges": "bytes",
-                   "X-Linked-Size": str(len(data)), "Content-Length": str(len(data) - start)}
+                   "X-Linked-Size": str(size), "Content-Length": str(len(data) - start)}
         status = 200
         if start:
             status = 206

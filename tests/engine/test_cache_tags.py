@@ -159,3 +159,22 @@ def test_the_engine_refuses_a_tag_that_cannot_name_a_file(tiny):
     with pytest.raises(ValueError, match="cache_tag"):
         eng.add_request("r", history(20), GREEDY, cache_tag="../other")
     assert not eng.has_unfinished_requests()
+
+
+def test_forgetting_and_clearing_never_delete_through_linked_folders(store, tmp_path):
+    store.record_tags({"chat-a": [h(1), h(2)]})
+    decoy = tmp_path.parent / f"{tmp_path.name}-decoy"
+    decoy.mkdir()
+    fingerprint_folder = tmp_path / FINGERPRINT
+    tags = fingerprint_folder / TAGS_FOLDER
+    tags.rename(decoy / "tags")
+    tags.symlink_to(decoy / "tags", target_is_directory=True)
+    shard = fingerprint_folder / h(3).hex()[:2]
+    shard.rename(decoy / "shard")
+    shard.symlink_to(decoy / "shard", target_is_directory=True)
+    kept = sorted(p.relative_to(decoy) for p in decoy.rglob("*"))
+
+    assert forget_tag(tmp_path, "chat-a") == 0
+    clear_folder(tmp_path)
+
+    assert sorted(p.relative_to(decoy) for p in decoy.rglob("*")) == kept

@@ -436,3 +436,100 @@ def test_the_folder_size_and_clearing_cover_every_models_blocks_without_a_store(
     assert folder_size(tmp_path) == 0 and not list(tmp_path.rglob("*.kv"))
     assert (tmp_path / "notes.txt").exists()
     assert folder_size(tmp_path / "missing") == 0
+
+
+# Symbolic links put in the cache's place are never written through
+
+
+@pytest.fixture
+def decoy(tmp_path) -> Path:
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    (folder / "precious.txt").write_text("keep me\n")
+    return folder
+
+
+def untouched(decoy: Path) -> bool:
+    return [p.name for p in decoy.iterdir()] == ["precious.txt"] and \
+        (decoy / "precious.txt").read_text() == "keep me\n"
+
+
+def test_a_shard_folder_replaced_by_a_link_is_not_written_through(store, decoy, caplog):
+    shard = file_of(store, 1).parent
+    shard.parent.mkdir(parents=True, exist_ok=True)
+    shard.symlink_to(decoy, target_is_directory=True)
+    with caplog.at_level(logging.WARNING, logger="engine.disk_cache"):
+        store.save([block(1)])
+    assert untouched(decoy)
+    assert not store.contains(hash_of(1))
+    assert store.stats().errors == 1
+    assert "symbolic link" in caplog.text and str(shard) in caplog.text
+
+
+def test_a_fingerprint_folder_replaced_by_a_link_is_not_written_through(tmp_path, decoy):
+    folder = tmp_path / "kv"
+    folder.mkdir()
+    (folder / FINGERPRINT).symlink_to(decoy, target_is_directory=True)
+    store = DiskBlockStore(folder, FINGERPRINT, MiB)
+    store.save([block(1), block(2)])
+    store.record_tags({"chat-a": [hash_of(1)]})
+    assert untouched(decoy)
+    assert store.stats().num_blocks == 0 and store.stats().errors >= 1
+
+
+def test_a_tag_file_replaced_by_a_link_is_not_appended_to(store, decoy, caplog):
+    store.record_tags({"chat-a": [hash_of(1)]})
+    tag_file = store.folder / store.fingerprint / disk_cache.TAGS_FOLDER / "chat-a.hashes"
+    tag_file.unlink()
+    tag_file.symlink_to(decoy / "precious.txt")
+    with caplog.at_level(logging.WARNING, logger="engine.disk_cache"):
+        store.record_tags({"chat-a": [hash_of(2)]})
+    assert untouched(decoy)
+    assert store.stats().errors == 1 and str(tag_file) in caplog.text
+
+
+def test_a_tags_folder_replaced_by_a_link_is_not_written_through(store, decoy):
+    (store.folder / store.fingerprint / disk_cache.TAGS_FOLDER).symlink_to(
+        decoy, target_is_directory=True)
+    store.record_tags({"chat-a": [hash_of(1)]})
+    assert untouched(decoy)
+    assert store.stats().errors == 1
+
+
+def test_a_hit_on_a_block_file_replaced_by_a_link_stamps_the_link_not_its_target(store, decoy):
+    store.save([block(1)])
+    path = file_of(store, 1)
+    foreign = decoy / "copy.kv"
+    path.rename(foreign)
+    path.symlink_to(foreign)
+    a_day_ago = time.time_ns() - 86_400 * 10**9
+    os.utime(foreign, ns=(a_day_ago, a_day_ago))
+    store.load(hash_of(1), tokens_of(1))
+    assert foreign.stat().st_mtime_ns == a_day_ago
+
+
+def test_tag_files_are_private_in_private_folders(store):
+    store.record_tags({"chat-a": [hash_of(1)]})
+    tags = store.folder / store.fingerprint / disk_cache.TAGS_FOLDER
+    assert stat.S_IMODE(tags.stat().st_mode) == 0o700
+    assert stat.S_IMODE((tags / "chat-a.hashes").stat().st_mode) == 0o600
+
+
+def test_a_tag_file_an_older_version_left_readable_is_made_private(store):
+    tags = store.folder / store.fingerprint / disk_cache.TAGS_FOLDER
+    tags.mkdir(mode=0o700)
+    (tags / "chat-a.hashes").write_text(hash_of(1).hex() + "\n")
+    os.chmod(tags / "chat-a.hashes", 0o644)
+    store.record_tags({"chat-a": [hash_of(2)]})
+    assert stat.S_IMODE((tags / "chat-a.hashes").stat().st_mode) == 0o600
+    assert (tags / "chat-a.hashes").read_text().split() == [hash_of(1).hex(), hash_of(2).hex()]
+
+
+def test_a_cache_folder_that_is_itself_a_link_is_the_users_choice_and_is_used(tmp_path):
+    real = tmp_path / "other-disk"
+    real.mkdir()
+    (tmp_path / "kv").symlink_to(real, target_is_directory=True)
+    store = DiskBlockStore(tmp_path / "kv", FINGERPRINT, MiB)
+    store.save([block(1)])
+    assert store.load(hash_of(1), tokens_of(1)) == block(1)[2]
+    assert block_files(real)

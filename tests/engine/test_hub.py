@@ -23,6 +23,7 @@ from engine.errors import (
     HubNotFoundError,
     HubUnreachableError,
     NotEnoughDiskError,
+    OversizedDownloadError,
 )
 from engine.hub import (
     HubFile,
@@ -221,6 +222,28 @@ def test_a_corrupted_file_is_rejected_by_its_checksum_and_deleted(hub, tmp_path)
     hub.fault.corrupt = True
 
     with pytest.raises(ChecksumMismatchError, match="SHA-256"):
+        download_model_file(GGUF_REPO, Q8)
+
+    assert list((models_dir(tmp_path) / "pagoda-test" / "tiny-GGUF").iterdir()) == []
+
+
+@pytest.mark.parametrize("extra", [1, 5 * CHUNK], ids=["one_byte", "many_chunks"])
+def test_a_hub_that_sends_more_than_the_files_size_is_refused_and_nothing_oversized_is_kept(
+        hub, gguf_bytes, tmp_path, extra):
+    hub.fault.extra_bytes = extra
+
+    with pytest.raises(OversizedDownloadError, match="sent more bytes than the file's size"):
+        download_model_file(GGUF_REPO, Q8)
+
+    assert list((models_dir(tmp_path) / "pagoda-test" / "tiny-GGUF").iterdir()) == []
+    hub.reset()
+    assert download_model_file(GGUF_REPO, Q8).read_bytes() == gguf_bytes[Q8]
+
+
+def test_a_resumed_download_that_runs_past_the_files_size_is_refused(hub, gguf_bytes, tmp_path):
+    hub.fault.drop_at, hub.fault.drops, hub.fault.extra_bytes = DROP_AT, 1, 3
+
+    with pytest.raises(OversizedDownloadError, match=Q8):
         download_model_file(GGUF_REPO, Q8)
 
     assert list((models_dir(tmp_path) / "pagoda-test" / "tiny-GGUF").iterdir()) == []

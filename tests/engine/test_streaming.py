@@ -257,9 +257,9 @@ def test_a_chat_is_tokenized_off_the_callers_event_loop(engine, monkeypatch):
     threads = []
     encode = engine.chat_tokenizer._call
 
-    def noting_thread(work):
+    def noting_thread(work, tokenizer):
         threads.append(threading.current_thread())
-        return encode(work)
+        return encode(work, tokenizer)
 
     monkeypatch.setattr(engine.chat_tokenizer, "_call", noting_thread)
     messages = [{"role": "user", "content": "Hi"}]

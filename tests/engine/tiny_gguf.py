@@ -11,6 +11,7 @@ blocks: None). As llama.cpp does, llama q and k rows are stored permuted.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -172,3 +173,35 @@ def _add_tensor(writer: gguf.GGUFWriter, name: str, values: np.ndarray | None,
         writer.add_tensor(name, random_blocks(kind, *shape, rng), raw_dtype=kind)
     else:
         writer.add_tensor(name, gguf.quants.quantize(values, kind), raw_dtype=kind)
+
+
+# Hand-made headers, for files gguf-py's writer would never produce (damaged or crafted ones).
+
+
+def raw_gguf(keys: list[bytes] = (), tensors: list[bytes] = (), *, key_count: int | None = None,
+             tensor_count: int | None = None, data: bytes = b"", version: int = 3) -> bytes:
+    """A little-endian GGUF file: keys from raw_key, tensors from raw_tensor_info; the counts
+    default to the lists' lengths; data goes after the tensor infos, padded to 32 bytes."""
+    counts = (len(tensors) if tensor_count is None else tensor_count,
+              len(keys) if key_count is None else key_count)
+    head = b"GGUF" + struct.pack("<IQQ", version, *counts) + b"".join(keys) + b"".join(tensors)
+    return head + bytes(-len(head) % 32) + data
+
+
+def raw_string(text: str, length: int | None = None) -> bytes:
+    encoded = text.encode()
+    return struct.pack("<Q", len(encoded) if length is None else length) + encoded
+
+
+def raw_key(name: str, value_type: gguf.GGUFValueType, value: bytes) -> bytes:
+    return raw_string(name) + struct.pack("<I", value_type) + value
+
+
+def raw_array(item_type: gguf.GGUFValueType, count: int, items: bytes = b"") -> bytes:
+    return struct.pack("<IQ", item_type, count) + items
+
+
+def raw_tensor_info(name: str, dims: tuple[int, ...], kind: QType = QType.F32, offset: int = 0,
+                    n_dims: int | None = None) -> bytes:
+    return (raw_string(name) + struct.pack("<I", len(dims) if n_dims is None else n_dims)
+            + struct.pack(f"<{len(dims)}Q", *dims) + struct.pack("<IQ", kind, offset))

@@ -2,6 +2,7 @@
 
 import httpx
 import pytest
+from openai import BadRequestError
 
 from engine.async_engine import AsyncEngine
 from engine.errors import PromptTooLongError
@@ -12,6 +13,7 @@ from engine.server.served import ServedModel
 from tests.server.conftest import MODEL
 
 KEY = "sk-test-0123456789"
+CHAT = [{"role": "user", "content": "Hi"}]
 
 
 def post(server, path: str, body, headers=None) -> httpx.Response:
@@ -98,6 +100,16 @@ def test_lone_surrogate_in_a_message_is_a_400(server):
     assert "lone surrogate" in error["message"]
 
 
+@pytest.mark.parametrize(("body", "param"), [
+    (b'{"prompt": "bad \\ud83d"}', "prompt"),
+    (b'{"messages": [{"role": "user", "content": "bad \\ud83d"}]}', "messages[0].content"),
+])
+def test_lone_surrogate_in_tokenize_is_a_400_naming_the_field(server, body, param):
+    error = error_of(post(server, "/tokenize", body, {"content-type": "application/json"}), 400)
+    assert error["param"] == param
+    assert error["message"].startswith(f"{param} holds a lone surrogate U+D83D")
+
+
 def test_unknown_model_is_a_404(server):
     error = error_of(post(server, "/v1/chat/completions", chat(model="gpt-9")), 404)
     assert error["param"] == "model" and MODEL in error["message"]
@@ -109,11 +121,63 @@ def test_body_that_is_not_json_is_a_400(server):
     assert "JSON" in error["message"]
 
 
-@pytest.mark.parametrize("field", ["logprobs", "tools"])
-def test_features_this_server_lacks_are_refused_not_ignored(server, field):
-    value = True if field == "logprobs" else [{"type": "function", "function": {"name": "f"}}]
-    error = error_of(post(server, "/v1/chat/completions", chat(**{field: value})), 400)
-    assert error["param"] == field
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
+
+@pytest.mark.parametrize(("fields", "param"), [
+    ({"logprobs": True}, "logprobs"),
+    ({"top_logprobs": 3}, "top_logprobs"),
+    ({"tools": [TOOL]}, "tools"),
+    ({"tool_choice": "none"}, "tool_choice"),
+    ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"logit_bias": {"42": -100}}, "logit_bias"),
+    ({"modalities": ["text", "audio"]}, "modalities"),
+])
+def test_chat_fields_this_server_cannot_honour_are_refused_in_words(client, fields, param):
+    with pytest.raises(BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=2, **fields)
+    assert caught.value.status_code == 400 and caught.value.param == param
+    assert caught.value.body["message"].startswith(f"{param} is not supported by this server: ")
+
+
+@pytest.mark.parametrize(("fields", "param"), [
+    ({"logprobs": 2}, "logprobs"),
+    ({"echo": True}, "echo"),
+    ({"suffix": " the end."}, "suffix"),
+    ({"best_of": 3}, "best_of"),
+    ({"logit_bias": {"42": 5}}, "logit_bias"),
+])
+def test_completion_fields_this_server_cannot_honour_are_refused_in_words(client, fields, param):
+    with pytest.raises(BadRequestError) as caught:
+        client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, **fields)
+    assert caught.value.param == param and "not supported by this server" in caught.value.message
+
+
+def test_values_that_ask_for_nothing_are_served(client):
+    reply = client.chat.completions.create(
+        model=MODEL, messages=CHAT, max_tokens=2, logprobs=False, logit_bias={},
+        response_format={"type": "text"}, user="someone", extra_body={"tools": []})
+    assert reply.choices[0].message.content is not None
+
+
+def test_an_image_part_is_refused_as_text_only(client):
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    content = [{"type": "text", "text": "What is in this picture?"}, image]
+    with pytest.raises(BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, max_tokens=2,
+                                       messages=[{"role": "user", "content": content}])
+    assert caught.value.param == "messages[0].content[1]"
+    assert "'image_url' part: this model takes text only" in caught.value.message
+
+
+def test_text_parts_are_read_as_one_text(client):
+    parts = [{"type": "text", "text": "Say "}, {"type": "text", "text": "hi."}]
+    by_parts = client.chat.completions.create(model=MODEL, temperature=0, max_tokens=4,
+                                              messages=[{"role": "user", "content": parts}])
+    by_text = client.chat.completions.create(model=MODEL, temperature=0, max_tokens=4,
+                                             messages=[{"role": "user", "content": "Say hi."}])
+    assert by_parts.choices[0].message.content == by_text.choices[0].message.content
 
 
 def test_body_over_the_limit_is_a_413(start_server):

@@ -1,11 +1,14 @@
 """`python -m engine serve`: refuses what it should before loading anything, then serves."""
 
+import contextlib
+import json
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -28,19 +31,26 @@ def test_a_port_in_use_is_a_clear_error(capsys):
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
 
 
+def start_serving(*options: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """`python -m engine serve` on a free port as "tiny", and its address once it serves."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "engine", "serve", "--port", "0", "--served-model-name", "tiny",
+         "--kv-cache-mb", "64", *options], stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **(env or {})})
+    line = process.stderr.readline()
+    match = re.search(r"Serving tiny on (http://127\.0\.0\.1:\d+)/v1", line)
+    if not match:
+        process.kill()
+        raise AssertionError(f"the server did not start: {line}{process.stderr.read()}")
+    return process, match.group(1)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_serve_answers_until_interrupted(stop):
-    env = {**os.environ, "PAGODA_API_KEY": "sk-local"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "engine", "serve", "--port", "0", "--served-model-name", "tiny",
-         "--kv-cache-mb", "64"], stderr=subprocess.PIPE, text=True, env=env)
+    process, url = start_serving(env={"PAGODA_API_KEY": "sk-local"})
     try:
-        line = process.stderr.readline()
-        match = re.search(r"Serving tiny on (http://127\.0\.0\.1:\d+)/v1", line)
-        assert match, line
         headers = {"Authorization": "Bearer sk-local"}
-        url = match.group(1)
         models = httpx.get(f"{url}/v1/models", headers=headers, timeout=30).json()
         assert models["data"][0]["id"] == "tiny"
         reply = httpx.post(f"{url}/v1/completions", headers=headers, timeout=120,
@@ -63,3 +73,33 @@ def test_the_listening_socket_turns_nagle_off_for_every_connection():
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
     finally:
         sock.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_ends_live_streams_with_a_finish_reason_and_exits_quietly(stop):
+    process, url = start_serving()
+    long = {"max_tokens": 1500, "ignore_eos": True, "temperature": 0, "stream": True}
+    bodies = {"/v1/chat/completions": {"messages": [{"role": "user", "content": "Hi"}], **long},
+              "/v1/completions": {"prompt": "Once upon a time", **long}}
+    try:
+        with httpx.Client(timeout=60) as http, contextlib.ExitStack() as streams:
+            lines = [(line for line in streams.enter_context(
+                http.stream("POST", f"{url}{path}", json=body)).iter_lines()
+                if line.startswith("data: ")) for path, body in bodies.items()]
+            for chunks in lines:
+                next(chunks), next(chunks)  # the reply is streaming
+            process.send_signal(stop)
+            stopped = time.monotonic()
+            ends = [list(chunks)[-2:] for chunks in lines]
+        code = process.wait(timeout=30)
+        took = time.monotonic() - stopped
+    finally:
+        process.kill()
+    log = process.stderr.read()
+    for last, done in ends:
+        assert json.loads(last[len("data: "):])["choices"][0]["finish_reason"] == "abort"
+        assert done == "data: [DONE]"
+    assert code == 0
+    assert took < 10
+    assert "Traceback" not in log and len(log.splitlines()) <= 2, log
