@@ -356,6 +356,16 @@ class ChatSession:
     def _last_assistant(self) -> Message | None:
         return next((m for m in reversed(self.path) if m.role == "assistant"), None)
 
+    def unable_to_send(self) -> str | None:
+        """Why a message cannot be sent now, in words (a model loading, none loaded, a server's
+        key lost); None when it can. Asked again whenever the source's state changes, the
+        same question a send asks, so the two never disagree."""
+        try:
+            self.source.backend_for_new_request()
+        except ModelLoadingError as exc:
+            return str(exc)
+        return None
+
     def _check_backend(self) -> bool:
         try:
             self.source.backend_for_new_request()
@@ -538,6 +548,10 @@ class ChatSession:
         return backend is not None and backend is not self.source.backend
 
     # -- what the view shows ---------------------------------------------------------------------
+
+    def notify(self, text: str) -> None:
+        """Tell the user something about this chat in its notice (kept until dismissed)."""
+        self._notify(text)
 
     def _notify(self, text: str, error: bool = False) -> None:
         self.notice = (text, error)

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from app.backends import BackendError, ChatBackend, ModelLoadingError
 from app.backends.endpoint import tls_context
+from app.backends.openai_remote import OpenAIBackend
 from app.chat_session import BackendSource
 from app.connections import ConnectionKeys, SavedConnections, ServerConnection, backend_for
 
@@ -35,7 +36,7 @@ class RemoteSource:
 
     def __init__(self, connection: ServerConnection, keys: ConnectionKeys) -> None:
         self.connection = connection
-        self._backend: ChatBackend | None = None
+        self._backend: OpenAIBackend | None = None
         self._error: BackendError | None = None
         try:
             self._backend = backend_for(connection, keys)
@@ -50,6 +51,12 @@ class RemoteSource:
         if self._backend is None:
             raise ModelLoadingError(str(self._error))
         return self._backend
+
+    @property
+    def unreachable(self) -> str | None:
+        """Why the server could not be reached when last asked; None when it answered then
+        (or has not been asked yet)."""
+        return self._backend.endpoint.unreachable if self._backend is not None else None
 
     def shutdown(self) -> None:
         if self._backend is not None:

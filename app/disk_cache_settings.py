@@ -6,16 +6,22 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from PySide6.QtCore import QTimer
+
 from app.async_store import AsyncStore
 from app.engine_host import EngineHost
 from app.widgets.model_settings import ModelSettingsPanel
 
 DISK_CACHE_SETTING = "disk_cache_bytes"
+# The engine writes blocks as replies end, on its own thread: while the settings are shown,
+# what is on disk is read again this often (off the GUI thread, one walk at a time).
+USAGE_REFRESH_MS = 3000
 
 
 class DiskCacheSettings:
     """Wires the panel's disk cache row to the host and the store; `say(text)` tells the user
-    what happened (the status bar)."""
+    what happened (the status bar). While the panel is shown, its size on disk follows what the
+    engine writes."""
 
     def __init__(self, panel: ModelSettingsPanel, host: EngineHost, db: AsyncStore,
                  spawn: Callable[[Coroutine[Any, Any, Any]], Any],
@@ -27,6 +33,9 @@ class DiskCacheSettings:
         panel.set_disk_cache_bytes(host.disk_cache_bytes)
         panel.disk_cache_bytes_changed.connect(self.set_capacity)
         panel.clear_disk_cache_requested.connect(lambda: self._spawn(self.clear()))
+        self._counting = False
+        self._timer = QTimer(panel, interval=USAGE_REFRESH_MS, timeout=self._refresh_if_shown)
+        self._timer.start()
 
     async def restore(self) -> None:
         """Before the first load: the size the user chose last time, and what is on disk."""
@@ -52,4 +61,16 @@ class DiskCacheSettings:
                   "Some of the disk cache could not be removed: see the log.")
 
     async def refresh_usage(self) -> None:
-        self.panel.show_disk_cache_usage(await self.host.disk_cache_usage())
+        self._counting = True
+        try:
+            self.panel.show_disk_cache_usage(await self.host.disk_cache_usage())
+        finally:
+            self._counting = False
+
+    def stop(self) -> None:
+        """No more reads of the folder (the window closes, the host's threads stop)."""
+        self._timer.stop()
+
+    def _refresh_if_shown(self) -> None:
+        if self.panel.isVisible() and not self._counting:
+            self._spawn(self.refresh_usage())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -56,10 +57,14 @@ class EngineHost(QObject):
     next load keeps the prefix cache across restarts, and how much of it.
 
     Signals: `status_changed(EngineStatusView)` a few times a second and on every state change;
-    `model_loaded(str)` with the model's name; `load_failed(str)` with the loader's message.
+    `availability_changed()` when whether `backend_for_new_request` hands out a backend may
+    have changed (a load began or ended); `model_loaded(str)` with the model's name;
+    `load_failed(str)` with the loader's message. A load is over (`is_loading` False) before
+    the last two fire, so their listeners see the state after it.
     """
 
     status_changed = Signal(object)
+    availability_changed = Signal()
     model_loaded = Signal(str)
     load_failed = Signal(str)
     # Emitted from the loading thread; Qt queues it onto the GUI thread.
@@ -79,6 +84,8 @@ class EngineHost(QObject):
         # Our own threads, not the loop's default executor: loading, swapping, writing files.
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pagoda-host")
         self._loading: asyncio.Task | None = None
+        self._is_loading = False  # from load() until the load's outcome is published
+        self._load_started = 0.0  # time.perf_counter() at the last load()
         self._status = EngineStatusView(state="loading", device=device, detail="Starting")
         self._timer = QTimer(self, interval=STATS_INTERVAL_MS, timeout=self._poll_stats)
         self._progress.connect(self._show_progress)
@@ -101,7 +108,7 @@ class EngineHost(QObject):
 
     @property
     def is_loading(self) -> bool:
-        return self._loading is not None and not self._loading.done()
+        return self._is_loading
 
     def backend_for_new_request(self) -> ChatBackend:
         """The backend to start a request on now; raises ModelLoadingError while there is none."""
@@ -175,10 +182,19 @@ class EngineHost(QObject):
         """Load a model in the background; the current one keeps serving until it succeeds."""
         if self.is_loading:
             raise PagodaError("a model is already loading: wait for it to finish")
+        self._is_loading = True
+        self._load_started = time.perf_counter()
         self._loading = asyncio.ensure_future(self._load(model))
+        self.availability_changed.emit()
         return self._loading
 
     async def _load(self, model: str | None) -> None:
+        try:
+            await self._load_and_swap(model)
+        finally:
+            self._end_load()  # also when cancelled: no tab may wait for a load that is gone
+
+    async def _load_and_swap(self, model: str | None) -> None:
         self._set_status(state="loading", model=_display_name(model), detail="Loading")
         quantization = self.quantization
         loop = asyncio.get_running_loop()
@@ -193,6 +209,11 @@ class EngineHost(QObject):
 
         await self._swap(LocalBackend(engine), model, quantization)
 
+    def _end_load(self) -> None:
+        if self._is_loading:
+            self._is_loading = False
+            self.availability_changed.emit()
+
     def _build_engine(self, model: str | None, quantization: str) -> AsyncEngine:
         """On the host's thread, where the first load imports the engine (seconds of torch and
         transformers) while the window is already up."""
@@ -201,6 +222,7 @@ class EngineHost(QObject):
         return self._factory(model, self.engine_config(quantization), self._progress.emit)
 
     def _after_failed_load(self, message: str) -> None:
+        self._end_load()
         if self.backend is None:
             self._set_status(state="error", model="", detail=message)
         else:
@@ -216,6 +238,9 @@ class EngineHost(QObject):
             # Streams on the old engine end with "abort" (or BackendStoppedError, when still
             # tokenizing); their tabs keep the partial replies.
             await asyncio.get_running_loop().run_in_executor(self.executor, old.shutdown)
+        self._end_load()
+        logger.info("model %s ready %.2f s after its load began", self.model_name,
+                    time.perf_counter() - self._load_started)
         self._set_status(state="ready", model=self.model_name, detail="")
         self._timer.start()
         self.model_loaded.emit(self.model_name)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import html
 import logging
+from datetime import date
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtGui import QCloseEvent, QKeyEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
@@ -36,6 +37,7 @@ from app.connections import AddServerFlow, ConnectionKeys, SavedConnections, Ser
 from app.controller import ChatController
 from app.disk_cache_settings import DiskCacheSettings
 from app.engine_host import EngineHost
+from app.export_names import EXPORT_FORMATS, export_file_name, with_suffix
 from app.local_models import LocalListing, LocalModels
 from app.local_server import LocalServer
 from app.model_choices import (
@@ -52,6 +54,7 @@ from app.opened_models import OpenedModels, bundled_model_file
 from app.server_controller import LocalServerController
 from app.store import SearchHit
 from app.theme import THEMES, apply_theme
+from app.view_models import SamplingView
 from app.widgets.appearance_settings import AppearancePanel
 from app.widgets.model_library_dialog import ModelLibraryDialog
 from app.widgets.model_picker import ModelPicker
@@ -187,6 +190,22 @@ class MainWindow(QMainWindow):
             QShortcut(QKeySequence(keys), self, slot,
                       context=Qt.ShortcutContext.ApplicationShortcut)
 
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        """Esc that no widget used (the composer cancelling an edit, the search box clearing,
+        a dialog closing) reaches the window from wherever the focus is: it stops the current
+        chat's reply."""
+        if event.key() == Qt.Key.Key_Escape and self.stop_current_reply():
+            return
+        super().keyPressEvent(event)
+
+    def stop_current_reply(self) -> bool:
+        """Stop the current chat's reply; False when none is being written."""
+        controller = self.current_controller()
+        if controller is None or not controller.is_streaming:
+            return False
+        controller.stop()
+        return True
+
     def _connect(self) -> None:
         s = self.sidebar
         s.new_requested.connect(lambda: self.spawn(self.new_chat()))
@@ -195,7 +214,8 @@ class MainWindow(QMainWindow):
         s.rename_requested.connect(lambda cid, t: self.spawn(self.rename(cid, t)))
         s.pin_requested.connect(lambda cid, p: self.spawn(self.pin(cid, p)))
         s.delete_requested.connect(lambda cid: self.spawn(self.delete(cid)))
-        s.export_requested.connect(self.export_conversation)
+        s.export_requested.connect(
+            lambda cid: self.export_conversation(cid, self.sidebar.title_of(cid)))
         s.import_requested.connect(self.import_chats)
         self.tabs.tabCloseRequested.connect(self.close_tab)
         self.tabs.currentChanged.connect(self._tab_changed)
@@ -208,6 +228,8 @@ class MainWindow(QMainWindow):
         self.settings_panel.settings_changed.connect(self._settings_edited)
         self.settings_panel.defaults_requested.connect(
             lambda settings: self.spawn(self.use_as_defaults(settings)))
+        self.settings_panel.built_in_defaults_requested.connect(
+            lambda: self.spawn(save_chat_defaults(self.db, SamplingView())))
         self.model_picker.activated.connect(self._model_picked)
         self.model_settings.quantization_changed.connect(self.set_quantization)
         self.disk_cache = DiskCacheSettings(self.model_settings, self.host, self.db, self.spawn,
@@ -220,6 +242,7 @@ class MainWindow(QMainWindow):
         self.appearance_panel.theme_changed.connect(self.set_theme)
         self._undo_timer.timeout.connect(self._undo_expired)
         self.host.status_changed.connect(self._host_status_changed)
+        self.host.availability_changed.connect(self._show_local_sources)
         self.host.model_loaded.connect(self._model_loaded)
         self.host.load_failed.connect(self._model_failed)
         self.status.show_status(self.host.status)
@@ -307,12 +330,11 @@ class MainWindow(QMainWindow):
         return controller.session.source is self.host
 
     def _show_source(self, controller: ChatController) -> None:
-        """The tab's label and whether it can send: a local chat waits for the model to load."""
+        """The tab's label and whether it can send, as its source says now (asked again each
+        time the engine's availability changes: a local chat waits for the model to load)."""
         tab, source = controller.view, controller.session.source
         tab.show_source(self.sources.describe(source))
-        ready = (self.host.is_ready and not self.host.is_loading) if self._is_local(controller) \
-            else source.backend is not None
-        tab.composer.set_engine_ready(ready)
+        tab.composer.set_send_blocked(controller.session.unable_to_send())
 
     async def save_open_tabs(self) -> None:
         await self.chats.save()
@@ -438,12 +460,17 @@ class MainWindow(QMainWindow):
         await self.refresh_conversations()
         await self.open_conversation(cid)
 
-    def export_conversation(self, cid: int) -> None:
-        dialog = QFileDialog(self, "Export chat", str(Path.home()),
-                             "Markdown (*.md);;JSON (*.json)")
+    def export_conversation(self, cid: int, title: str | None = None) -> QFileDialog:
+        """Non-blocking; the file name suggested is the chat's title and today's date."""
+        dialog = QFileDialog(self, "Export chat", str(Path.home()), ";;".join(EXPORT_FORMATS))
+        dialog.setObjectName("exportDialog")
         dialog.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
+        dialog.setDefaultSuffix("md")
+        dialog.selectFile(export_file_name(title, date.today()))
+        dialog.filterSelected.connect(lambda name: _follow_export_format(dialog, name))
         dialog.fileSelected.connect(lambda path: self.spawn(self._export_to(cid, path)))
         dialog.open()
+        return dialog
 
     async def _export_to(self, cid: int, path: str) -> None:
         if path.endswith(".json"):
@@ -692,10 +719,7 @@ class MainWindow(QMainWindow):
             self._message_box(QMessageBox.Icon.Information, "Pagoda",
                               "A model is already loading: wait for it to finish.")
             return
-        for controller in self.controllers.values():
-            if self._is_local(controller):
-                controller.view.composer.set_engine_ready(False)
-        self.host.load(path)
+        self.host.load(path)  # availability_changed: the local tabs stop sending meanwhile
 
     def _model_loaded(self, name: str) -> None:
         self.settings_panel.set_max_tokens_limit(self.host.max_model_len)
@@ -709,6 +733,11 @@ class MainWindow(QMainWindow):
         self._ready_tabs()
         self._message_box(QMessageBox.Icon.Critical, "Could not load the model", message,
                           object_name="modelErrorDialog")
+
+    def _show_local_sources(self) -> None:
+        for controller in self.controllers.values():
+            if self._is_local(controller):
+                self._show_source(controller)
 
     def _ready_tabs(self) -> None:
         for controller in self.controllers.values():
@@ -769,6 +798,7 @@ class MainWindow(QMainWindow):
             self.db.submit(lambda store: store.purge(deleted))
         self.db.drain()  # the app may exit as soon as this returns
         self._remote_stats_timer.stop()
+        self.disk_cache.stop()
         self.sources.shutdown()  # remote replies end; their partial text is already kept
         self.server_controller.shutdown()  # API requests end before the engine they run on
         self.host.shutdown()
@@ -815,6 +845,15 @@ class _LocalModelsInPicker:
             self._window.refresh_model_picker()
 
     def show_status(self, text: str, error: bool = False) -> None: ...
+
+
+def _follow_export_format(dialog: QFileDialog, name_filter: str) -> None:
+    """The suggested name's suffix follows the format picked."""
+    suffix = EXPORT_FORMATS.get(name_filter, "md")
+    dialog.setDefaultSuffix(suffix)
+    chosen = dialog.selectedFiles()
+    if chosen:
+        dialog.selectFile(with_suffix(Path(chosen[0]).name, suffix))
 
 
 def _elide(title: str, limit: int = 28) -> str:

@@ -10,10 +10,13 @@ from collections.abc import Callable
 from app.async_store import AsyncStore
 from app.chat_defaults import load_chat_defaults
 from app.chat_session import ChatSession
-from app.chat_sources import LOCAL, ChatSources
+from app.chat_sources import LOCAL, ChatSources, RemoteSource
 from app.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
+
+LOCAL_INSTEAD = ("This new chat answers from this computer: {server} could not be reached when "
+                 "last asked. Choose it in the model picker once it runs again.")
 
 
 class OpenChats:
@@ -60,9 +63,11 @@ class OpenChats:
 
     async def new_chat(self) -> ChatSession:
         """A new chat with the user's defaults for new chats, answered from where the current
-        one is."""
+        one is; from this computer instead (and said so in the chat) when that is a server
+        the last request could not reach."""
         current = self.current_session
-        source_id = self.sources.id_of(current.source) if current else LOCAL
+        down = current.source if current and _unreachable(current.source) else None
+        source_id = self.sources.id_of(current.source) if current and not down else LOCAL
         backend = self.sources.source(source_id).backend
         model = backend.model_name if backend is not None else None
         defaults = await load_chat_defaults(self.db)
@@ -71,7 +76,10 @@ class OpenChats:
             sampling=defaults.sampling())
         if source_id != LOCAL:
             await self.sources.choose(conversation.id, source_id)
-        return await self.open(conversation.id)
+        session = await self.open(conversation.id)
+        if down is not None:
+            session.notify(LOCAL_INSTEAD.format(server=down.connection.label))
+        return session
 
     async def open(self, cid: int) -> ChatSession:
         """Show the chat, opening a tab for it unless it has one."""
@@ -150,3 +158,7 @@ class OpenChats:
     @staticmethod
     def _failed(exc: BaseException) -> None:
         logger.error("saving the open tabs failed: %s", exc, exc_info=exc)
+
+
+def _unreachable(source: object) -> bool:
+    return isinstance(source, RemoteSource) and source.unreachable is not None

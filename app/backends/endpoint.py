@@ -16,7 +16,12 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from app.backends.errors import BackendError, InvalidAddressError, MalformedStreamError
+from app.backends.errors import (
+    BackendError,
+    BackendUnreachableError,
+    InvalidAddressError,
+    MalformedStreamError,
+)
 from app.backends.http_errors import error_for_status, error_for_transport
 from app.backends.sse import sse_data
 
@@ -53,6 +58,9 @@ def api_base(address: str) -> str:
 
 
 class Endpoint:
+    """`unreachable`: why the last request could not connect (the server down, a wrong
+    address), in words; None once a request is answered, and before any was made."""
+
     def __init__(self, address: str, api_key: str | None = None, *,
                  connect_timeout: float = CONNECT_TIMEOUT_S,
                  response_timeout: float = RESPONSE_TIMEOUT_S) -> None:
@@ -60,6 +68,7 @@ class Endpoint:
         self.connect_timeout = connect_timeout
         self.response_timeout = response_timeout
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.unreachable: str | None = None
 
     def root_url(self, path: str) -> str | None:
         """`path` at the server's root, beside /v1 (where vLLM serves /tokenize); None when
@@ -116,13 +125,18 @@ class Endpoint:
     async def _send(self, client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
         """Send and wait for the answer's headers, for `response_timeout` at most."""
         async with asyncio.timeout(self.response_timeout):
-            return await client.send(request, stream=True)
+            response = await client.send(request, stream=True)
+        self.unreachable = None  # it answered, whatever it said
+        return response
 
     async def _check_status(self, response: httpx.Response) -> None:
         if response.status_code != 200:
             raise error_for_status(response.status_code, await response.aread(), self.url)
 
     def _transport_error(self, exc: Exception, answered: bool) -> BackendError:
-        return error_for_transport(exc, self.url, connect_timeout=self.connect_timeout,
-                                   response_timeout=self.response_timeout, answered=answered)
+        error = error_for_transport(exc, self.url, connect_timeout=self.connect_timeout,
+                                    response_timeout=self.response_timeout, answered=answered)
+        if isinstance(error, BackendUnreachableError):
+            self.unreachable = str(error)
+        return error
 

@@ -1,7 +1,10 @@
-"""A conversation's automatic title, taken from its first user message."""
+"""A conversation's automatic title, taken from its first user message.
 
-TITLE_LIMIT = 60
-ELLIPSIS = "…"
+Stored without an ellipsis: the sidebar, the tabs and the window elide a title to the room
+they have as they draw it, so a title the user renames holds only words they wrote."""
+
+# Longer than any view shows whole; a first line longer than this is cut at a word boundary.
+TITLE_LIMIT = 120
 
 
 def auto_title(text: str, limit: int = TITLE_LIMIT) -> str | None:
@@ -17,4 +20,4 @@ def auto_title(text: str, limit: int = TITLE_LIMIT) -> str | None:
     # Text without spaces (Chinese, a long URL) is cut at the limit itself.
     if boundary >= limit // 2:
         cut = cut[:boundary]
-    return cut.rstrip(" ,.;:-") + ELLIPSIS
+    return cut.rstrip(" ,.;:-")

@@ -10,8 +10,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, 
 
 EDIT_BANNER = "Editing a message — Enter to save as a new branch, Esc to cancel"
 STREAMING_HINT = "A reply is being written: press Esc to stop it, or wait to send"
-LOADING_HINT = ("The model is still loading (the status bar shows how far): your message stays "
-                "here; press Enter again once it is ready")
+KEPT_NOTE = "Your message stays here."
 PLACEHOLDER = "Message (Enter to send, Shift+Enter for a new line)"
 MIN_LINES = 2
 MAX_LINES = 8
@@ -47,7 +46,7 @@ class Composer(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._engine_ready = True
+        self._blocked: str | None = None  # why sending is not possible now
         self._streaming = False
         self._editing_id: int | None = None
         self._saved_draft = ""
@@ -63,12 +62,21 @@ class Composer(QWidget):
 
     # -- what the controller calls ----------------------------------------------------------------
 
-    def set_engine_ready(self, ready: bool) -> None:
-        """Sending needs a loaded engine; typing does not."""
-        self._engine_ready = ready
-        if ready and self._hint.text() == LOADING_HINT:
-            self._hint.hide()
+    def set_send_blocked(self, reason: str | None) -> None:
+        """Why sending is not possible now (a model loading, none loaded), or None when it is;
+        typing works either way. A hint already showing the old reason shows the new one."""
+        showing_reason = self._blocked is not None and self._hint.text() == _blocked_hint(
+            self._blocked)
+        self._blocked = reason
+        if showing_reason:
+            if reason is None:
+                self._hint.hide()
+            else:
+                self._hint.setText(_blocked_hint(reason))
         self._refresh_buttons()
+
+    def send_blocked_reason(self) -> str | None:
+        return self._blocked
 
     def set_streaming(self, streaming: bool) -> None:
         """While this tab's reply streams, Stop replaces Send and Esc stops it."""
@@ -110,10 +118,10 @@ class Composer(QWidget):
         if self._streaming and text.strip():
             self._show_hint(STREAMING_HINT)  # the text stays in the box for when it ends
             return
-        if not self._engine_ready and text.strip():
-            self._show_hint(LOADING_HINT)
+        if self._blocked is not None and text.strip():
+            self._show_hint(_blocked_hint(self._blocked))
             return
-        if self._streaming or not self._engine_ready or not text.strip():
+        if self._streaming or self._blocked is not None or not text.strip():
             return
         if self._editing_id is not None:
             message_id = self._editing_id
@@ -136,9 +144,8 @@ class Composer(QWidget):
     def _refresh_buttons(self) -> None:
         self._send.setVisible(not self._streaming)
         self._stop.setVisible(self._streaming)
-        self._send.setEnabled(self._engine_ready)
-        tip = "" if self._engine_ready else "The model is still loading"
-        self._send.setToolTip(tip)
+        self._send.setEnabled(self._blocked is None)
+        self._send.setToolTip(self._blocked or "")
 
     def _fit_height(self) -> None:
         """Grow with the text from MIN_LINES up to MAX_LINES, then scroll."""
@@ -191,3 +198,7 @@ class Composer(QWidget):
         column.addWidget(self._banner)
         column.addWidget(self._hint)
         column.addLayout(row)
+
+
+def _blocked_hint(reason: str) -> str:
+    return f"{reason} {KEPT_NOTE}"

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -23,6 +24,13 @@ from PySide6.QtWidgets import (
 from app.view_models import SamplingView
 
 TEXT_DEBOUNCE_MS = 300
+SYSTEM_PROMPT_MIN_LINES = 4
+TARGET_TITLE_CHARS = 60  # of a chat's title in the panel's heading  # the box keeps this many lines however the panel is squeezed
+RESET_DONE = "This chat's system prompt and sampling are back to the defaults for new chats."
+RESET_TO_BUILT_IN = ("This chat's system prompt and sampling are back to the defaults for new "
+                     "chats, which are Pagoda's built-in values (none of your own are saved).")
+ALREADY_DEFAULTS = "This chat already uses the defaults for new chats: nothing to reset."
+BUILT_IN_DONE = "This chat and new chats are back to Pagoda's built-in settings."
 MAX_TOKENS_CEILING = 32768
 SEED_MAX = 2**31 - 1
 TOP_K_MAX = 1_000_000
@@ -59,13 +67,22 @@ def _int_spin(minimum: int, maximum: int) -> QSpinBox:
     return box
 
 
+def _lines_high(box: QPlainTextEdit, lines: int) -> int:
+    """The height that shows `lines` lines of text in `box`, its margins and frame included."""
+    margins = box.contentsMargins()
+    chrome = 2 * box.document().documentMargin() + margins.top() + margins.bottom()
+    return int(lines * box.fontMetrics().lineSpacing() + chrome)
+
+
 class SettingsPanel(QWidget):
     """Edits the current chat's SamplingView; emits `settings_changed(SamplingView)` only for the
-    user's edits, and `defaults_requested(SamplingView)` when the user makes them the defaults
-    for new chats. It says which chat it edits (`set_target`)."""
+    user's edits, `defaults_requested(SamplingView)` when the user makes them the defaults
+    for new chats, and `built_in_defaults_requested()` when new chats should start with the
+    built-in values again. It says which chat it edits (`set_target`) and what a reset did."""
 
     settings_changed = Signal(object)
     defaults_requested = Signal(object)
+    built_in_defaults_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -85,6 +102,8 @@ class SettingsPanel(QWidget):
     def _build_widgets(self) -> None:
         self.system_prompt_edit = QPlainTextEdit()
         self.system_prompt_edit.setPlaceholderText("You are a helpful assistant.")
+        self.system_prompt_edit.setMinimumHeight(_lines_high(self.system_prompt_edit,
+                                                             SYSTEM_PROMPT_MIN_LINES))
         self.temperature_spin = _double_spin(0.0, 2.0, 0.05, 2)
         self.top_p_spin = _double_spin(0.01, 1.0, 0.05, 2)
         self.top_k_spin = _int_spin(0, TOP_K_MAX)
@@ -101,10 +120,17 @@ class SettingsPanel(QWidget):
         self.target_label = QLabel("This chat")
         self.target_label.setObjectName("settingsTarget")
         self.target_label.setWordWrap(True)
-        self.reset_button = QPushButton("Reset to defaults")
+        self.reset_button = QToolButton(text="Reset to defaults", objectName="resetButton")
         self.reset_button.setToolTip(
-            "Restore the defaults for new chats' sampling settings; keeps the system prompt."
+            "Give this chat the defaults for new chats: their system prompt and sampling. "
+            "The arrow offers Pagoda's built-in values."
         )
+        self.reset_button.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
+        self.restore_built_in_action = self.reset_button.addAction(
+            "Restore built-in values (this chat and new chats)")
+        self.restore_built_in_action.setObjectName("restoreBuiltIn")
+        self.note_label = QLabel(objectName="settingsNote", wordWrap=True)
+        self.note_label.hide()
         self.make_default_button = QPushButton("Use as default for new chats")
         self.make_default_button.setObjectName("makeDefaultButton")
         self.make_default_button.setToolTip(
@@ -148,6 +174,7 @@ class SettingsPanel(QWidget):
         buttons.addStretch(1)
         buttons.addWidget(self.reset_button)
         layout.addLayout(buttons)
+        layout.addWidget(self.note_label)
         layout.addStretch(1)
 
     def _connect_edits(self) -> None:
@@ -163,12 +190,17 @@ class SettingsPanel(QWidget):
         ):
             box.valueChanged.connect(self._on_value_edited)
         self.reset_button.clicked.connect(self.reset_to_defaults)
+        self.restore_built_in_action.triggered.connect(self.restore_built_in_values)
         self.make_default_button.clicked.connect(
             lambda: self.defaults_requested.emit(self.settings()))
 
     def set_target(self, title: str) -> None:
-        """Name the chat these settings belong to."""
-        self.target_label.setText(f"Settings of “{title}” (this chat only)")
+        """Name the chat these settings belong to (a long title cut here, whole in the
+        tooltip)."""
+        shown = title if len(title) <= TARGET_TITLE_CHARS else (
+            title[:TARGET_TITLE_CHARS - 1].rstrip() + "…")
+        self.target_label.setText(f"Settings of “{shown}” (this chat only)")
+        self.target_label.setToolTip(title if shown != title else "")
 
     def set_defaults(self, defaults: SamplingView) -> None:
         """The defaults for new chats, which "Reset to defaults" restores."""
@@ -177,6 +209,7 @@ class SettingsPanel(QWidget):
     def set_settings(self, settings: SamplingView) -> None:
         """Show `settings` without emitting `settings_changed`; out-of-range values are clamped."""
         self._debounce.stop()
+        self._show_note("")
         self._applying = True
         try:
             self._apply_to_widgets(settings)
@@ -221,17 +254,44 @@ class SettingsPanel(QWidget):
             self._applying = False
 
     def reset_to_defaults(self) -> None:
-        """Restore the new chats' default sampling (the system prompt stays) and emit them."""
-        defaults = replace(self._defaults, system_prompt=self.system_prompt_edit.toPlainText())
-        self.set_settings(defaults)
+        """Give this chat the defaults for new chats, system prompt included; say what it did."""
+        if self.settings() == self._clamped(self._defaults):
+            self._show_note(ALREADY_DEFAULTS)
+            return
+        self.set_settings(self._defaults)
         self._emit_settings()
+        self._show_note(RESET_TO_BUILT_IN if self._defaults == SamplingView() else RESET_DONE)
+
+    def restore_built_in_values(self) -> None:
+        """Pagoda's own values, for this chat and as the defaults for new chats."""
+        self._defaults = SamplingView()
+        self.set_settings(self._defaults)
+        self._emit_settings()
+        self.built_in_defaults_requested.emit()
+        self._show_note(BUILT_IN_DONE)
+
+    def note(self) -> str:
+        """What the last reset did, as the panel says it ("" when nothing is said)."""
+        return self.note_label.text()
+
+    def _show_note(self, text: str) -> None:
+        self.note_label.setText(text)
+        self.note_label.setVisible(bool(text))
+
+    def _clamped(self, settings: SamplingView) -> SamplingView:
+        """`settings` as the widgets would show them (a max tokens above the model's context is
+        lowered)."""
+        return replace(settings, max_tokens=min(settings.max_tokens,
+                                                self.max_tokens_spin.maximum()))
 
     def _on_text_edited(self) -> None:
         if not self._applying:
+            self._show_note("")
             self._debounce.start()
 
     def _on_value_edited(self) -> None:
         if not self._applying:
+            self._show_note("")
             self._emit_settings()
 
     def _emit_settings(self) -> None:

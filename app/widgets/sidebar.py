@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from PySide6.QtCore import QEvent, QModelIndex, QPoint, QRect, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QKeyEvent
+from PySide6.QtGui import QKeyEvent, QMouseEvent
 from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
@@ -58,6 +58,17 @@ class _SearchBox(QLineEdit):
         super().keyPressEvent(event)
 
 
+class _ChatList(QListWidget):
+    """The list of chats. A right click opens the chat's menu without making it the highlighted
+    row: the highlight stays on the chat whose tab is current."""
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:
+        if event.button() == Qt.MouseButton.RightButton:
+            event.accept()  # the context menu comes from its own event, which still arrives
+            return
+        super().mousePressEvent(event)
+
+
 class _TitleDelegate(QStyledItemDelegate):
     """Gives the rename editor the whole row, and at least the height its own text needs.
 
@@ -94,7 +105,7 @@ class Sidebar(QWidget):
         self.new_button.setToolTip("Start a new conversation (Ctrl+N)")
         self.search_box = _SearchBox(self, objectName="searchBox", clearButtonEnabled=True)
         self.search_box.setPlaceholderText("Search all chats (Esc clears)")
-        self.conversation_list = QListWidget(self, objectName="conversationList")
+        self.conversation_list = _ChatList(self, objectName="conversationList")
         self.results_list = QListWidget(self, objectName="searchResults")
         for view in (self.conversation_list, self.results_list):
             view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -170,6 +181,11 @@ class Sidebar(QWidget):
     def current_conversation_id(self) -> int | None:
         item = self.conversation_list.currentItem()
         return None if item is None else item.data(ID_ROLE)
+
+    def title_of(self, conversation_id: int) -> str | None:
+        """The chat's title as listed; None when it is not in the list."""
+        item = self._items.get(conversation_id)
+        return item.title if item is not None else None
 
     def conversation_titles(self) -> list[str]:
         return [self._items[self.conversation_list.item(r).data(ID_ROLE)].title

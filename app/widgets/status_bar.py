@@ -56,18 +56,30 @@ def prefix_hits_text(rate: float) -> str:
     return f"Prefix hits {percent(rate)}"
 
 
+SPEC_EXPLAINED = ("Speed-up (speculative decoding): the engine guesses the next few tokens from "
+                  "the text so far and checks the guesses in one step, which is faster only "
+                  "when enough of them are right; it turns itself on and off as that changes.")
+
+
 def spec_accept_text(rate: float) -> str:
-    return f"Spec accept {percent(rate)}"
+    return f"Speed-up: {percent(rate)} of guesses kept"
 
 
 def spec_text(status: EngineStatusView) -> str | None:
-    """Whether drafts are verified now ("Drafts off: 13% accepted"), else the acceptance rate;
-    None while speculation is off."""
+    """Whether the engine's guessing ahead is on now ("Speed-up off"), else how many of its
+    guesses are kept; None while it does not guess at all."""
     if status.spec_status:
-        return status.spec_status[:1].upper() + status.spec_status[1:]
+        # The engine's headline reads "drafts on: …" or "drafts off: …" (DraftPlan.headline).
+        return "Speed-up on" if status.spec_status.startswith("drafts on") else "Speed-up off"
     if status.spec_acceptance_rate is not None:
         return spec_accept_text(status.spec_acceptance_rate)
     return None
+
+
+def spec_tooltip(status: EngineStatusView) -> str:
+    """What the speed-up is, then the engine's reason for its state now."""
+    reason = _sentence(status.spec_reason)
+    return f"{SPEC_EXPLAINED}\nNow: {reason}" if reason else SPEC_EXPLAINED
 
 
 def percent(fraction: float) -> str:
@@ -137,7 +149,7 @@ class EngineStatusBar(QStatusBar):
                            prefix_hits_text(status.prefix_cache_hit_rate))
             if speculating:
                 self._set_text(self.spec_label, spec)
-                self._set_label_tooltip(self.spec_label, _sentence(status.spec_reason))
+                self._set_label_tooltip(self.spec_label, spec_tooltip(status))
 
     def show_remote(self, label: str, stats: BackendStats) -> None:
         """The current chat's server: its name and what this client measures of it; figures the

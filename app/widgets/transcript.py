@@ -46,6 +46,9 @@ WRITING = "writing…"  # a streaming message's header, unless it says what it d
 COPIED_FEEDBACK_MS = 1500  # how long a Copy link reads "Copied" after a click
 BOTTOM_SLACK = 4  # px from the end that still counts as "at the bottom"
 JUMP_MARGIN = 12  # px between the "Jump to latest" button and the transcript's bottom edge
+EMPTY_CHAT_HINT = ("Nothing here yet. Write a message in the box below and press Enter to send "
+                   "it. The model picker at the top chooses what answers; Settings (Ctrl+,) "
+                   "holds this chat's system prompt and sampling.")
 
 
 @dataclass(slots=True)
@@ -126,6 +129,7 @@ class TranscriptView(QWidget):
         self._browser = _TranscriptBrowser(self)
         self._browser.setObjectName("transcriptText")
         self._browser.setOpenLinks(False)
+        self._browser.setPlaceholderText(EMPTY_CHAT_HINT)  # Qt shows it while the chat is empty
         self._browser.anchorClicked.connect(self._on_anchor_clicked)
         self._document = self._browser.document()
         self._document.setUndoRedoEnabled(False)

@@ -1,8 +1,11 @@
 """Defaults for new chats, in the window: the settings panel names the chat it edits, "Use as
 default for new chats" keeps its settings in the store, and new chats start with them."""
 
+from dataclasses import asdict
+
 from app.chat_defaults import NEW_CHAT_DEFAULTS_SETTING, load_chat_defaults
 from app.view_models import SamplingView
+from app.widgets.settings_panel import SYSTEM_PROMPT_MIN_LINES
 
 
 def _edit(panel, **changes):
@@ -47,8 +50,11 @@ def test_defaults_survive_a_restart_and_reset_restores_them(window_on, qtbot, ru
 
     again = window_on(db_path)
     _edit(again.settings_panel, top_p=0.95)
+    _edit(again.settings_panel, system_prompt="Be brief.")
     again.settings_panel.reset_to_defaults()
     assert again.settings_panel.settings().top_p == 0.5
+    assert again.settings_panel.settings().system_prompt == ""
+    assert again.settings_panel.note() != ""
 
 
 def test_a_malformed_defaults_setting_gives_the_built_in_defaults(window_on, run_async,
@@ -59,3 +65,34 @@ def test_a_malformed_defaults_setting_gives_the_built_in_defaults(window_on, run
     assert defaults == SamplingView(top_k=5)
     window.db.store.set_setting(NEW_CHAT_DEFAULTS_SETTING, [1, 2])
     assert run_async(load_chat_defaults(window.db)) == SamplingView()
+
+
+def test_restoring_built_in_values_brings_them_back_for_new_chats_too(window_on, qtbot,
+                                                                      run_async, tmp_path):
+    window = window_on(tmp_path / "chats.db")
+    panel = window.settings_panel
+    _edit(panel, system_prompt="Answer in French.", top_p=0.5)
+    run_async(window.use_as_defaults(panel.settings()))
+
+    panel.restore_built_in_action.trigger()
+
+    qtbot.waitUntil(lambda: window.db.store.get_setting(NEW_CHAT_DEFAULTS_SETTING)
+                    == asdict(SamplingView()), timeout=5000)
+    assert "built-in" in panel.note()
+    qtbot.waitUntil(lambda: window.db.store.get_conversation(window.chats.current).sampling
+                    == SamplingView().sampling(), timeout=5000)
+    run_async(window.new_chat())
+    conversation = window.db.store.get_conversation(window.chats.current)
+    assert conversation.system_prompt is None and conversation.sampling.top_p == SamplingView().top_p
+
+
+def test_the_system_prompt_box_keeps_its_lines_when_a_long_title_wraps(window_on, run_async,
+                                                                       qtbot, tmp_path):
+    window = window_on(tmp_path / "chats.db")
+    panel = window.settings_panel
+    line = panel.system_prompt_edit.fontMetrics().lineSpacing()
+
+    run_async(window.rename(window.chats.current, "A long title that wraps in the panel " * 4))
+    qtbot.waitUntil(lambda: panel.target_label.height() >= 2 * line)
+
+    assert panel.system_prompt_edit.height() >= SYSTEM_PROMPT_MIN_LINES * line

@@ -6,7 +6,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QPushButton
 
-from app.widgets.composer import EDIT_BANNER, LOADING_HINT, STREAMING_HINT, Composer
+from app.widgets.composer import EDIT_BANNER, KEPT_NOTE, STREAMING_HINT, Composer
 
 
 @pytest.fixture
@@ -82,16 +82,20 @@ def test_whitespace_only_text_is_not_sent(composer, qtbot):
     assert composer.text() == "  \n\t "
 
 
+LOADING = "A model is loading: send again once it is ready."
+
+
 def test_send_is_disabled_while_the_engine_loads_but_typing_works(composer, qtbot):
-    composer.set_engine_ready(False)
+    composer.set_send_blocked(LOADING)
     assert not button(composer, "sendButton").isEnabled()
+    assert button(composer, "sendButton").toolTip() == LOADING
 
     qtbot.keyClicks(box(composer), "early question")
     with qtbot.assertNotEmitted(composer.send_requested):
         qtbot.keyClick(box(composer), Qt.Key.Key_Return)
     assert composer.text() == "early question"
 
-    composer.set_engine_ready(True)
+    composer.set_send_blocked(None)
     assert button(composer, "sendButton").isEnabled()
 
 
@@ -158,17 +162,29 @@ def test_enter_while_streaming_says_how_to_send_then_sends_once_the_reply_ends(c
 
 
 def test_enter_while_the_model_loads_says_so_and_keeps_the_text(composer, qtbot):
-    composer.set_engine_ready(False)
+    composer.set_send_blocked(LOADING)
     qtbot.keyClicks(box(composer), "hello")
 
     with qtbot.assertNotEmitted(composer.send_requested):
         qtbot.keyClick(box(composer), Qt.Key.Key_Return)
 
     assert streaming_hint(composer).isVisible()
-    assert streaming_hint(composer).text() == LOADING_HINT
+    assert streaming_hint(composer).text() == f"{LOADING} {KEPT_NOTE}"
     assert composer.text() == "hello"
-    composer.set_engine_ready(True)
+    composer.set_send_blocked(None)
     assert not streaming_hint(composer).isVisible()
+
+
+def test_the_hint_follows_a_new_reason_for_not_sending(composer, qtbot):
+    composer.set_send_blocked(LOADING)
+    qtbot.keyClicks(box(composer), "hello")
+    qtbot.keyClick(box(composer), Qt.Key.Key_Return)
+
+    composer.set_send_blocked("No model is loaded: choose one in the model picker.")
+
+    assert streaming_hint(composer).text() == (
+        f"No model is loaded: choose one in the model picker. {KEPT_NOTE}")
+    assert not button(composer, "sendButton").isEnabled()
 
 
 def test_edit_mode_submits_an_edit_instead_of_a_new_message(composer, qtbot):

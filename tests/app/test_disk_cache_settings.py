@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from app.disk_cache_settings import DISK_CACHE_SETTING
+from app.disk_cache_settings import DISK_CACHE_SETTING, USAGE_REFRESH_MS
 from app.widgets.model_settings import GIB, format_bytes
 from engine.config import DEFAULT_DISK_CACHE_BYTES
 from engine.disk_cache import DiskBlockStore
@@ -117,3 +117,17 @@ def test_opening_the_settings_shows_what_is_on_disk_now(window_on, tmp_path, qtb
 
     qtbot.waitUntil(lambda: window.model_settings.disk_cache_usage.text()
                     == f"{format_bytes(size)} on disk", timeout=5_000)
+
+
+def test_the_size_on_disk_follows_what_is_written_while_the_settings_are_shown(
+        window_on, tmp_path, run_async, qtbot):
+    window = window_on(tmp_path / "chats.db")
+    run_async(window.restore_model_settings())
+    panel = window.model_settings
+    assert panel.disk_cache_usage.text() == "0 bytes on disk"
+
+    size = some_blocks_on_disk()  # as the engine writes them after a reply
+
+    qtbot.waitUntil(lambda: panel.disk_cache_usage.text() == f"{format_bytes(size)} on disk",
+                    timeout=3 * USAGE_REFRESH_MS)
+    assert panel.clear_disk_cache_button.isEnabled()

@@ -1,7 +1,9 @@
 """The engine host: loading off the GUI thread, load progress, failed loads."""
 
+import logging
 import threading
 
+from app.backends import ModelLoadingError
 from app.engine_host import EngineHost
 
 
@@ -63,3 +65,49 @@ def test_a_failed_first_load_shows_the_error_state(qloop, qtbot):
     qtbot.waitUntil(host.load("x").done, timeout=5000)
     assert host.status.state == "error" and "no such file" in host.status.detail
     assert host.backend is None
+
+
+def _takes_requests(host: EngineHost) -> bool:
+    try:
+        host.backend_for_new_request()
+    except ModelLoadingError:
+        return False
+    return True
+
+
+def test_a_load_is_over_when_its_outcome_is_announced(qloop, qtbot):
+    def factory(model, config, on_progress):
+        if model == "bad":
+            raise ValueError("bad is not a model")
+        return _FakeBackend("first")
+
+    host = EngineHost(factory=factory)
+    seen = []
+    host.availability_changed.connect(lambda: seen.append(("changed", _takes_requests(host))))
+    host.model_loaded.connect(lambda _name: seen.append(("loaded", _takes_requests(host))))
+    host.load_failed.connect(lambda _text: seen.append(("failed", _takes_requests(host))))
+
+    qtbot.waitUntil(host.load(None).done, timeout=5000)
+    qtbot.waitUntil(host.load("bad").done, timeout=5000)
+
+    assert seen == [("changed", False), ("changed", True), ("loaded", True),
+                    ("changed", False), ("changed", True), ("failed", True)]
+    assert not host.is_loading
+    host._timer.stop()
+
+
+def test_each_load_logs_its_own_time_and_only_the_first_the_time_since_start(qloop, qtbot,
+                                                                             caplog):
+    from app.main import log_first_model_ready
+
+    host = EngineHost(factory=lambda model, config, on_progress: _FakeBackend(model or "first"))
+    log_first_model_ready(host)
+    with caplog.at_level(logging.INFO):
+        qtbot.waitUntil(host.load(None).done, timeout=5000)
+        qtbot.waitUntil(host.load("second").done, timeout=5000)
+
+    since_start = [r.getMessage() for r in caplog.records if "after start" in r.getMessage()]
+    own = [r.getMessage() for r in caplog.records if "after its load began" in r.getMessage()]
+    assert len(since_start) == 1 and since_start[0].startswith("model first ready")
+    assert [m.split(" ready")[0] for m in own] == ["model first", "model second"]
+    host._timer.stop()

@@ -72,6 +72,7 @@ def test_a_chosen_folder_takes_the_downloads_and_is_kept_for_the_next_start(
                     timeout=10_000)
     assert path.read_bytes() == LIBRARY_FILES[Q4]
     window.close()
+    window.db.close()  # as the app does at exit: the next start takes the database's lock
 
     again = restored(window_on, tmp_path, run_async)  # $PAGODA_MODELS_DIR is still set
     assert again.model_library.dest_dir == chosen
@@ -94,6 +95,7 @@ def test_the_picker_offers_the_folders_models_the_last_loaded_first(window_on, t
     assert window.local_models.recent(1) == [models[9]]
     assert picker_paths(window)[0] == str(models[9])  # the running model, before the others
     window.close()
+    window.db.close()  # as the app does at exit: the next start takes the database's lock
 
     again = restored(window_on, tmp_path, run_async)
     assert again.local_models.listing.folder_models[0].path == models[9]

@@ -47,6 +47,7 @@ def test_a_model_opened_from_a_file_stays_in_the_picker_after_a_switch_and_a_res
 
     qtbot.waitUntil(lambda: _in_picker(window, elsewhere), timeout=WAIT_MS)
     window.close()
+    window.db.close()  # as the app does at exit: the next start takes the database's lock
     again = _start(window_on, run_async, tmp_path)
 
     qtbot.waitUntil(lambda: _in_picker(again, elsewhere), timeout=WAIT_MS)

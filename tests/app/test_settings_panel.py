@@ -6,7 +6,14 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel
 
 from app.view_models import SamplingView
-from app.widgets.settings_panel import TEXT_DEBOUNCE_MS, SettingsPanel
+from app.widgets.settings_panel import (
+    ALREADY_DEFAULTS,
+    BUILT_IN_DONE,
+    RESET_DONE,
+    RESET_TO_BUILT_IN,
+    TEXT_DEBOUNCE_MS,
+    SettingsPanel,
+)
 
 CUSTOM = SamplingView(
     system_prompt="Answer in French.\nBe brief.",
@@ -145,22 +152,64 @@ def test_max_tokens_limit_caps_the_value_without_emitting(qtbot):
     assert panel.max_tokens_spin.maximum() == 32768
 
 
-def test_reset_restores_defaults_keeps_prompt_and_emits_once(qtbot):
+def test_reset_gives_the_chat_the_defaults_system_prompt_included_and_says_so(qtbot):
     panel = make_panel(qtbot)
+    defaults = SamplingView(system_prompt="Be kind.", temperature=0.2)
+    panel.set_defaults(defaults)
     panel.set_settings(CUSTOM)
     received: list[SamplingView] = []
     panel.settings_changed.connect(received.append)
+
     qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
-    expected = SamplingView(system_prompt=CUSTOM.system_prompt)
-    assert panel.settings() == expected
+
+    assert panel.settings() == defaults
     qtbot.wait(TEXT_DEBOUNCE_MS + 100)
-    assert received == [expected]
+    assert received == [defaults]
+    assert panel.note() == RESET_DONE and panel.note_label.isVisibleTo(panel)
+
+
+def test_reset_without_defaults_of_ones_own_says_they_are_the_built_in_ones(qtbot):
+    panel = make_panel(qtbot)
+    panel.set_settings(CUSTOM)
+
+    panel.reset_to_defaults()
+
+    assert panel.settings() == SamplingView()
+    assert panel.note() == RESET_TO_BUILT_IN
+
+
+def test_reset_when_nothing_differs_says_so_and_emits_nothing(qtbot):
+    panel = make_panel(qtbot)
+    received: list[SamplingView] = []
+    panel.settings_changed.connect(received.append)
+
+    panel.reset_to_defaults()
+
+    assert received == [] and panel.note() == ALREADY_DEFAULTS
+
+
+def test_restoring_built_in_values_resets_the_chat_and_the_defaults(qtbot):
+    panel = make_panel(qtbot)
+    panel.set_defaults(CUSTOM)
+    panel.set_settings(CUSTOM)
+    received: list[SamplingView] = []
+    panel.settings_changed.connect(received.append)
+
+    with qtbot.waitSignal(panel.built_in_defaults_requested):
+        panel.restore_built_in_action.trigger()
+
+    assert panel.settings() == SamplingView() and received == [SamplingView()]
+    assert panel.note() == BUILT_IN_DONE
+    panel.set_settings(CUSTOM)  # another chat shown: the note was about the last one
+    assert panel.note() == ""
+    panel.reset_to_defaults()
+    assert panel.settings() == SamplingView()
 
 
 def test_every_knob_has_a_label_with_a_one_line_tooltip(qtbot):
     panel = make_panel(qtbot)
     labels = [label for label in panel.findChildren(QLabel)
-              if label is not panel.target_label]  # says which chat, not a knob
+              if label not in (panel.target_label, panel.note_label)]  # not knobs
     assert len(labels) == 8
     for label in labels:
         assert label.toolTip()
@@ -174,3 +223,16 @@ def test_view_defaults_and_round_trip_follow_the_stores_sampling_settings():
     stored = SamplingSettings(temperature=0.2, top_k=40, max_tokens=77, seed=3)
     view = SamplingView.of("Be brief.", stored)
     assert view.system_prompt == "Be brief." and view.sampling() == stored
+
+
+def test_a_long_title_is_cut_in_the_heading_and_whole_in_its_tooltip(qtbot):
+    panel = make_panel(qtbot)
+    title = "pagoda " * 20
+
+    panel.set_target(title)
+
+    assert len(panel.target_label.text()) < len(title)
+    assert "…" in panel.target_label.text() and panel.target_label.toolTip() == title
+    panel.set_target("Short")
+    assert panel.target_label.text() == "Settings of “Short” (this chat only)"
+    assert panel.target_label.toolTip() == ""

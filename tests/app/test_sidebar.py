@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontMetrics
+from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QLineEdit
 
 from app.theme import theme_stylesheet
@@ -80,3 +81,17 @@ def test_esc_clears_the_search_and_returns_to_the_conversation_list(sidebar, qtb
     assert sidebar.search_box.text() == ""
     assert sidebar.conversation_list.isVisible()
     assert not sidebar.results_list.isVisible()
+
+
+def test_a_right_click_leaves_the_highlight_on_the_current_chat(sidebar, qtbot):
+    sidebar.select_conversation(1)
+    chats = sidebar.conversation_list
+    second = chats.visualItemRect(chats.item(1)).center()
+
+    with qtbot.waitSignal(chats.customContextMenuRequested):  # through the window, as a user's
+        QTest.mouseClick(sidebar.windowHandle(), Qt.MouseButton.RightButton,
+                         Qt.KeyboardModifier.NoModifier, chats.viewport().mapTo(sidebar, second))
+
+    assert sidebar.current_conversation_id() == 1
+    qtbot.mouseClick(chats.viewport(), Qt.MouseButton.LeftButton, pos=second)
+    assert sidebar.current_conversation_id() == 2

@@ -6,7 +6,7 @@ import pytest
 from PySide6.QtWidgets import QLabel
 
 from app.view_models import EngineStatusView, LocalServerView
-from app.widgets.status_bar import EngineStatusBar
+from app.widgets.status_bar import SPEC_EXPLAINED, EngineStatusBar
 
 MODEL = "SmolLM2-135M-Instruct"
 
@@ -76,20 +76,24 @@ def test_ready_formats_requests_throughput_and_cache_figures(bar):
 
 def test_speculation_acceptance_shows_only_while_speculating(bar):
     bar.show_status(ready(spec_acceptance_rate=0.634))
-    assert bar.summary_text().endswith("Prefix hits 0% | Spec accept 63%")
+    assert bar.summary_text().endswith("Prefix hits 0% | Speed-up: 63% of guesses kept")
     bar.show_status(ready())
-    assert "Spec" not in bar.summary_text()
+    assert "Speed-up" not in bar.summary_text()
     assert bar.spec_label.isHidden()
 
 
-def test_whether_drafts_are_verified_shows_with_the_reason_in_its_tooltip(bar):
+def test_whether_the_speed_up_is_on_shows_in_plain_words_with_the_reason_in_its_tooltip(bar):
     bar.show_status(ready(spec_acceptance_rate=0.2, spec_status="drafts off: 13% accepted",
                           spec_reason="drafts off: 13% accepted, and a 2-row step costs 1.33x "
                                       "a 1-row step here"))
 
-    assert bar.summary_text().endswith("Prefix hits 0% | Drafts off: 13% accepted")
-    assert bar.spec_label.toolTip() == ("Drafts off: 13% accepted, and a 2-row step costs "
-                                        "1.33x a 1-row step here.")
+    assert bar.summary_text().endswith("Prefix hits 0% | Speed-up off")
+    assert bar.spec_label.toolTip() == (f"{SPEC_EXPLAINED}\nNow: Drafts off: 13% accepted, and "
+                                        "a 2-row step costs 1.33x a 1-row step here.")
+    bar.show_status(ready(spec_acceptance_rate=0.6, spec_status="drafts on: 60% accepted",
+                          spec_reason="drafts on: 60% accepted; a 3-row step costs 1.10x a "
+                                      "1-row step here"))
+    assert bar.summary_text().endswith("| Speed-up on")
 
 
 def test_large_throughput_drops_decimals_and_fractions_are_clamped(bar):

@@ -639,3 +639,13 @@ def test_reading_is_not_shown_on_a_finished_message(view):
 
     assert "reading" not in view.plain_text()
     assert view.activity_text(2) is None
+
+
+def test_an_empty_chat_says_what_to_do_until_its_first_message(view):
+    assert browser(view).placeholderText() == transcript.EMPTY_CHAT_HINT
+    assert browser(view).document().isEmpty()  # Qt paints the hint only then
+
+    view.set_messages([message(1, "user", "Hello")])
+    assert not browser(view).document().isEmpty()
+    view.set_messages([])
+    assert browser(view).document().isEmpty()

@@ -75,6 +75,27 @@ def test_refused_connection_is_unreachable_at_once(closed_port):
     assert url in str(error) and "running" in str(error)
 
 
+def test_a_server_that_refused_is_known_unreachable_until_it_answers(closed_port, fake_vllm):
+    down = remote(f"http://127.0.0.1:{closed_port}/v1")
+    assert down.endpoint.unreachable is None  # not asked yet
+    error, _ = fails_with(down, BackendUnreachableError)
+    assert down.endpoint.unreachable == str(error)
+
+    _fake, url = fake_vllm
+    back = remote(url)
+    back.endpoint.unreachable = str(error)  # as if it had been down when last asked
+    run(collect(back))
+    assert back.endpoint.unreachable is None
+
+
+def test_a_server_that_answers_with_an_error_is_not_unreachable(fake_vllm):
+    fake, url = fake_vllm
+    fake.api_key = "right"
+    backend = remote(url, api_key="wrong")
+    fails_with(backend, UnauthorizedError)
+    assert backend.endpoint.unreachable is None
+
+
 def test_server_that_never_answers_is_reported_after_the_response_timeout(silent_server):
     started = time.monotonic()
     error, _ = fails_with(remote(silent_server, response_timeout=0.5), BackendNotAnsweringError)

@@ -193,6 +193,18 @@ async def test_send_without_a_ready_model_shows_why_and_keeps_the_text(open_chat
     assert not session.is_streaming
 
 
+async def test_whether_a_chat_can_send_follows_its_source_as_a_model_loads(open_chat, source):
+    session = await open_chat()
+    assert session.unable_to_send() is None
+
+    source.start_loading()
+    assert session.unable_to_send() == LOADING
+    source.swap(ScriptedBackend())
+    assert session.unable_to_send() is None
+    source._backend = None
+    assert session.unable_to_send() == NO_MODEL
+
+
 # -- stop ------------------------------------------------------------------------------------------
 
 

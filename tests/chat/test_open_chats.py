@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.chat_sources import ChatSources, RemoteSource
+from app.chat_sources import LOCAL, ChatSources, RemoteSource
 from app.connections import ConnectionKeys, SavedConnections
-from app.open_chats import OpenChats
+from app.open_chats import LOCAL_INSTEAD, OpenChats
 from tests.chat.fake_backend import eventually
 
 
@@ -135,6 +135,27 @@ async def test_a_new_chat_answers_from_where_the_current_one_does(make_chats, db
     await again.restore()
     assert all(isinstance(s.source, RemoteSource) for s in again.sessions.values())
     again.sources.shutdown()
+    chats.sources.shutdown()
+
+
+async def test_a_new_chat_answers_here_when_the_current_chats_server_is_down(make_chats, db,
+                                                                           source,
+                                                                           closed_port):
+    chats = await make_chats()
+    await chats.restore()
+    connection = await chats.sources.saved.add(f"http://127.0.0.1:{closed_port}/v1", "gone",
+                                               None)
+    first = chats.current_session
+    assert first.use_source(chats.sources.source(connection.id))
+    await chats.sources.choose(first.conversation_id, connection.id)
+    await first.send("Hello?")
+    assert "Could not connect" in first.notice[0]
+
+    second = await chats.new_chat()
+
+    assert second.source is source
+    assert chats.sources.chosen_for(second.conversation_id) == LOCAL
+    assert second.notice == (LOCAL_INSTEAD.format(server=connection.label), False)
     chats.sources.shutdown()
 
 

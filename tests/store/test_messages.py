@@ -8,6 +8,7 @@ from app.store import (
     MessageNotFound,
     StoreError,
 )
+from app.store.titles import TITLE_LIMIT
 
 
 def chat(store: ConversationStore, *turns: tuple[str, str]) -> int:
@@ -78,12 +79,19 @@ def test_first_user_message_titles_the_conversation(store: ConversationStore) ->
     cid = store.create_conversation().id
     long_line = "Explain how a paged KV cache shares prefix blocks between many concurrent requests"
     store.append_user_message(cid, f"\n  {long_line}\nsecond line")
-    title = store.get_conversation(cid).title
-    assert title is not None and title.endswith("…") and len(title) <= 61
-    assert long_line.startswith(title[:-1])
-    assert long_line[len(title) - 1] == " "  # cut at a word boundary
+    assert store.get_conversation(cid).title == long_line  # views elide it as they draw it
     store.append_user_message(cid, "another question")
-    assert store.get_conversation(cid).title == title
+    assert store.get_conversation(cid).title == long_line
+
+
+def test_a_very_long_first_line_is_cut_at_a_word_without_an_ellipsis(
+        store: ConversationStore) -> None:
+    cid = store.create_conversation().id
+    long_line = " ".join(["pagoda"] * 40)
+    store.append_user_message(cid, long_line)
+    title = store.get_conversation(cid).title
+    assert title is not None and len(title) <= TITLE_LIMIT and not title.endswith("…")
+    assert long_line.startswith(title) and long_line[len(title)] == " "
 
 
 def test_short_and_chinese_titles(store: ConversationStore) -> None:
@@ -92,7 +100,10 @@ def test_short_and_chinese_titles(store: ConversationStore) -> None:
     assert store.get_conversation(short).title == "Hi!"
     chinese = store.create_conversation().id
     store.append_user_message(chinese, "请" * 80)
-    assert store.get_conversation(chinese).title == "请" * 60 + "…"
+    assert store.get_conversation(chinese).title == "请" * 80
+    longer = store.create_conversation().id
+    store.append_user_message(longer, "请" * 500)
+    assert store.get_conversation(longer).title == "请" * TITLE_LIMIT
     named = store.create_conversation("Mine").id
     store.append_user_message(named, "something else")
     assert store.get_conversation(named).title == "Mine"
