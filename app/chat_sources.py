@@ -58,6 +58,10 @@ class RemoteSource:
         (or has not been asked yet)."""
         return self._backend.endpoint.unreachable if self._backend is not None else None
 
+    async def probe(self) -> str | None:
+        """Look whether the server is there now (`unreachable` afterwards says)."""
+        return await self._backend.endpoint.probe() if self._backend is not None else None
+
     def shutdown(self) -> None:
         if self._backend is not None:
             self._backend.shutdown()

@@ -15,8 +15,8 @@ from app.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
 
-LOCAL_INSTEAD = ("This new chat answers from this computer: {server} could not be reached when "
-                 "last asked. Choose it in the model picker once it runs again.")
+LOCAL_INSTEAD = ("This new chat answers from this computer: {server} could not be reached. "
+                 "Choose it in the model picker once it runs again.")
 
 
 class OpenChats:
@@ -64,9 +64,9 @@ class OpenChats:
     async def new_chat(self) -> ChatSession:
         """A new chat with the user's defaults for new chats, answered from where the current
         one is; from this computer instead (and said so in the chat) when that is a server
-        the last request could not reach."""
+        that cannot be reached now (a quick look, PROBE_TIMEOUT_S at most)."""
         current = self.current_session
-        down = current.source if current and _unreachable(current.source) else None
+        down = current.source if current and await _unreachable(current.source) else None
         source_id = self.sources.id_of(current.source) if current and not down else LOCAL
         backend = self.sources.source(source_id).backend
         model = backend.model_name if backend is not None else None
@@ -160,5 +160,7 @@ class OpenChats:
         logger.error("saving the open tabs failed: %s", exc, exc_info=exc)
 
 
-def _unreachable(source: object) -> bool:
-    return isinstance(source, RemoteSource) and source.unreachable is not None
+async def _unreachable(source: object) -> bool:
+    if not isinstance(source, RemoteSource):
+        return False
+    return await source.probe() is not None

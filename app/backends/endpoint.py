@@ -28,6 +28,8 @@ from app.backends.sse import sse_data
 CONNECT_TIMEOUT_S = 10.0
 # Pagoda's server begins its answer with the first token, after the whole prompt is read: long.
 RESPONSE_TIMEOUT_S = 300.0
+# How long a quick look at a server (is it there?) waits, where a person waits for the answer.
+PROBE_TIMEOUT_S = 2.0
 
 
 @functools.cache
@@ -83,6 +85,18 @@ class Endpoint:
 
     async def post_json(self, url: str, body: dict) -> object:
         return await self._request_json("POST", url, body)
+
+    async def probe(self, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+        """Ask for the server's models, briefly, and keep the answer in `unreachable`: why it
+        cannot be reached, or None when it answered (whatever it said)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.get_json("/models")
+        except TimeoutError:
+            self.unreachable = f"{self.url} did not answer within {timeout_s:g} s"
+        except BackendError:
+            pass  # unreachable was set (a failed connection) or cleared (any answer)
+        return self.unreachable
 
     async def stream_events(self, path: str, body: dict) -> AsyncIterator[str]:
         """POST `body` and yield the data of each server-sent event of the answer."""

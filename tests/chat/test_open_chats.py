@@ -119,10 +119,11 @@ async def test_deleting_an_open_chat_mid_reply_closes_it_first(make_chats, backe
     assert [m.status for m in await db.current_path(cid)] == ["complete", "interrupted"]
 
 
-async def test_a_new_chat_answers_from_where_the_current_one_does(make_chats, db):
+async def test_a_new_chat_answers_from_where_the_current_one_does(make_chats, db, fake_vllm):
+    _fake, address = fake_vllm
     chats = await make_chats()
     await chats.restore()
-    connection = await chats.sources.saved.add("http://gpu-box:8000/v1", "llama-3-8b", None)
+    connection = await chats.sources.saved.add(address, "llama-3-8b", None)
     first = chats.current_session
     assert first.use_source(chats.sources.source(connection.id))
     await chats.sources.choose(first.conversation_id, connection.id)
@@ -155,6 +156,24 @@ async def test_a_new_chat_answers_here_when_the_current_chats_server_is_down(mak
 
     assert second.source is source
     assert chats.sources.chosen_for(second.conversation_id) == LOCAL
+    assert second.notice == (LOCAL_INSTEAD.format(server=connection.label), False)
+    chats.sources.shutdown()
+
+
+async def test_a_new_chat_answers_here_when_the_server_stopped_since_its_last_reply(
+        make_chats, db, source, closed_port):
+    chats = await make_chats()
+    await chats.restore()
+    connection = await chats.sources.saved.add(f"http://127.0.0.1:{closed_port}/v1", "stopped",
+                                               None)
+    first = chats.current_session
+    assert first.use_source(chats.sources.source(connection.id))
+    await chats.sources.choose(first.conversation_id, connection.id)
+    assert chats.sources.source(connection.id).unreachable is None  # nothing failed yet
+
+    second = await chats.new_chat()
+
+    assert second.source is source
     assert second.notice == (LOCAL_INSTEAD.format(server=connection.label), False)
     chats.sources.shutdown()
 
