@@ -78,7 +78,9 @@ def test_a_tab_open_while_the_model_switches_can_send_on_the_new_one(window_on, 
 
     models.gate.set()
 
-    qtbot.waitUntil(lambda: window.host.model_name == "second", timeout=WAIT_MS)
+    # The new model is published before the old one has stopped; the load ends after that.
+    qtbot.waitUntil(lambda: window.host.model_name == "second" and not window.host.is_loading,
+                    timeout=WAIT_MS)
     assert send_button(window).isEnabled()
     type_and_press_enter(qtbot, window, "hello")
     qtbot.waitUntil(lambda: bool(models.built["second"].requests), timeout=WAIT_MS)
