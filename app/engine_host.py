@@ -40,8 +40,13 @@ def _make_engine(model: str | None, config: EngineConfig,
     from engine.model_info import check_model_fits
 
     check_model_fits(model, config)
-    loaded = load_model(model, config.dtype, on_progress, quantization=config.quantization)
-    return AsyncEngine(engine=LLMEngine(config=config, loaded=loaded, release_weights=True))
+
+    def build() -> LLMEngine:
+        # On the engine thread, which runs every torch operator of the model (engine/async_engine.py).
+        loaded = load_model(model, config.dtype, on_progress, quantization=config.quantization)
+        return LLMEngine(config=config, loaded=loaded, release_weights=True)
+
+    return AsyncEngine(build=build)
 
 
 class EngineHost(QObject):

@@ -1,4 +1,12 @@
-"""`AsyncEngine`: the step loop on one background thread, streams on the caller's asyncio loop."""
+"""`AsyncEngine`: the step loop on one background thread, streams on the caller's asyncio loop.
+
+The engine thread also builds the engine (loads the weights, measures each layer's kernel path,
+calibrates): every torch operator of a served model runs on that one thread. A process where a
+second thread has run torch work holds two OpenMP thread teams on the same cores, and on some
+CPUs each operator of the engine thread then waits for its team's wake-up (a 4x slower int4
+matmul was measured on a 2-core Zen 5); the measurements taken at load would also be made on
+the wrong thread.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +16,7 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Self
 
@@ -81,26 +89,46 @@ class _Consumer:
         self._engine.abort(self._request_id)
 
 
+EngineBuilder = Callable[[], LLMEngine]
+
+
 class AsyncEngine:
-    """One engine thread serves every stream. Use `async for out in engine.stream(...)`."""
+    """One engine thread builds the engine and serves every stream. Use
+    `async for out in engine.stream(...)`.
+
+    `AsyncEngine(model, config)` loads the model on the engine thread; `build=` gives another
+    way to make the engine (the window's loader, which reports progress), also run there. The
+    constructor returns once the engine is built and raises what building it raised.
+    `engine=` adopts one already built on the caller's thread (tests sharing loaded weights):
+    it serves, but its torch work then spans two threads (see the module)."""
 
     def __init__(self, model: str | os.PathLike | None = None, config: EngineConfig | None = None,
-                 *, engine: LLMEngine | None = None) -> None:
-        self.engine = engine or LLMEngine(None if model is None else str(model), config)
+                 *, engine: LLMEngine | None = None, build: EngineBuilder | None = None) -> None:
+        if engine is not None and build is not None:
+            raise ValueError("AsyncEngine takes engine= or build=, not both")
+        if build is None:
+            build = (lambda: engine) if engine is not None else _loader(model, config)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._sinks: dict[str, _Sink] = {}
         self._ids = itertools.count()
-        self._stats = self.engine.stats()
-        # Chats are encoded on threads of their own, never on the caller's loop (see the
-        # module); one far over the context is refused before it is encoded.
-        self.chat_tokenizer = ChatTokenizer(self.engine.tokenizer, self.engine.max_model_len)
         self._dead: BaseException | None = None
         # Held while a request enters the inbox and while the exiting thread closes it, so no
         # request can slip in after the thread's last look (its stream would never end).
         self._inbox_lock = threading.Lock()
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name="pagoda-engine", daemon=True)
+        self._built = threading.Event()
+        self._build_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._build_and_run, args=(build,),
+                                        name="pagoda-engine", daemon=True)
         self._thread.start()
+        self._built.wait()
+        if self._build_error is not None:
+            self._thread.join()
+            raise self._build_error
+        self._stats = self.engine.stats()
+        # Chats are encoded on threads of their own, never on the caller's loop (see the
+        # module); one far over the context is refused before it is encoded.
+        self.chat_tokenizer = ChatTokenizer(self.engine.tokenizer, self.engine.max_model_len)
 
     @property
     def tokenizer(self):
@@ -176,6 +204,16 @@ class AsyncEngine:
                                       "restart it")
             self._inbox.put(msg)
 
+    def _build_and_run(self, build: EngineBuilder) -> None:
+        try:
+            self.engine = build()
+        except BaseException as exc:  # noqa: BLE001 - raised again on the constructor's thread
+            self._build_error = exc
+            return
+        finally:
+            self._built.set()
+        self._run()
+
     def _run(self) -> None:
         try:
             while self._handle_inbox():
@@ -250,3 +288,7 @@ class AsyncEngine:
     def _abort_all(self) -> None:
         for request_id in list(self._sinks):
             self._abort(request_id)
+
+
+def _loader(model: str | os.PathLike | None, config: EngineConfig | None) -> EngineBuilder:
+    return lambda: LLMEngine(None if model is None else str(model), config)

@@ -19,6 +19,7 @@ import pytest
 from engine.loader import LoadedModel, load_model
 
 sys.path.insert(0, str(Path(__file__).parent / "backends"))  # `from fake_server import ...`
+sys.path.insert(0, str(Path(__file__).parent / "engine"))  # `from tiny_gguf import ...`
 
 
 @pytest.fixture(scope="session")
