@@ -21,6 +21,7 @@ from engine.config import DEFAULT_DISK_CACHE_BYTES, QUANTIZATIONS, EngineConfig
 from engine.disk_cache import clear_folder, folder_size, forget_tag
 from engine.errors import PagodaError
 from engine.model_files import default_model_file, disk_kv_cache_dir, model_name
+from engine.process_memory import resident_bytes
 
 if TYPE_CHECKING:
     from engine import AsyncEngine
@@ -92,7 +93,10 @@ class EngineHost(QObject):
         self._is_loading = False  # from load() until the load's outcome is published
         self._load_started = 0.0  # time.perf_counter() at the last load()
         self._status = EngineStatusView(state="loading", device=device, detail="Starting")
+        # Polls the engine's figures once a model serves, and this process's memory always
+        # (it grows while a model loads).
         self._timer = QTimer(self, interval=STATS_INTERVAL_MS, timeout=self._poll_stats)
+        self._timer.start()
         self._progress.connect(self._show_progress)
 
     @property
@@ -263,9 +267,10 @@ class EngineHost(QObject):
 
     def _poll_stats(self) -> None:
         if self.backend is None:
+            self._set_status(resident_bytes=resident_bytes())
             return
         s = self.backend.stats()
-        self._set_status(num_running=s.num_running, num_waiting=s.num_waiting or 0,
+        self._set_status(resident_bytes=resident_bytes(), num_running=s.num_running, num_waiting=s.num_waiting or 0,
                          tokens_per_s=s.tokens_per_s,
                          kv_cache_usage=s.kv_cache_usage or 0.0,
                          prefix_cache_hit_rate=s.prefix_cache_hit_rate or 0.0,

@@ -748,6 +748,7 @@ class MainWindow(QMainWindow):
     # -- the status bar: the current chat's backend ----------------------------------------------
 
     def _host_status_changed(self, status) -> None:
+        self.status.show_memory(status.resident_bytes)
         controller = self.current_controller()
         if controller is None or self._is_local(controller):
             self.status.show_status(status)

@@ -71,6 +71,7 @@ class EngineStatusView:
     spec_acceptance_rate: float | None = None  # 0..1; None while speculative decoding is off
     spec_status: str | None = None  # "drafts off: 13% accepted"
     spec_reason: str | None = None  # the same, and what verifying costs here
+    resident_bytes: int | None = None  # this process's RAM in use now; None where unknown
 
 
 @dataclass(slots=True, frozen=True)

@@ -48,6 +48,17 @@ def remote_requests_text(stats: BackendStats) -> str:
     return text if stats.num_waiting is None else f"{text}{SEPARATOR}{stats.num_waiting} waiting"
 
 
+MEMORY_EXPLAINED = ("The memory Pagoda holds now (its resident set): the model's weights, its "
+                    "KV cache, the window and the chats open in it.")
+
+
+def memory_text(num_bytes: int) -> str:
+    """E.g. "Memory 452 MB", "Memory 1.8 GB" (decimal units, as system monitors show)."""
+    if num_bytes < 1e9:
+        return f"Memory {num_bytes / 1e6:.0f} MB"
+    return f"Memory {num_bytes / 1e9:.1f} GB"
+
+
 def kv_cache_text(usage: float) -> str:
     return f"KV cache {percent(usage)}"
 
@@ -114,6 +125,8 @@ class EngineStatusBar(QStatusBar):
             self.prefix_cache_label,
             self.spec_label,
         )
+        self.memory_label = self._add_label("appMemory")
+        self.memory_label.setToolTip(MEMORY_EXPLAINED)
         self.server_label = self._add_label("apiServer")
         self.server_label.setToolTip("Pagoda's local OpenAI-compatible server (Settings) and "
                                      "the API requests it is answering")
@@ -121,7 +134,7 @@ class EngineStatusBar(QStatusBar):
         self._visible: dict[str, bool] = {}
         self._tooltip = ""
         self._severity = ""
-        for widget in (self.progress, *self._metric_labels, self.server_label):
+        for widget in (self.progress, *self._metric_labels, self.memory_label, self.server_label):
             self._set_visible(widget, False)
 
     def _add_label(self, name: str) -> QLabel:
@@ -176,6 +189,12 @@ class EngineStatusBar(QStatusBar):
             if text is not None:
                 self._set_text(widget, text)
 
+    def show_memory(self, num_bytes: int | None) -> None:
+        """This process's memory, whichever chat is current; nothing where it is unknown."""
+        self._set_visible(self.memory_label, num_bytes is not None)
+        if num_bytes is not None:
+            self._set_text(self.memory_label, memory_text(num_bytes))
+
     def show_server(self, server: LocalServerView) -> None:
         """Show the local server's address and running API requests, or nothing while it is off."""
         text = server_text(server)
@@ -185,7 +204,7 @@ class EngineStatusBar(QStatusBar):
 
     def summary_text(self) -> str:
         """Everything the bar shows now, as one line."""
-        shown = [label for label in (*self._metric_labels, self.server_label)
+        shown = [label for label in (*self._metric_labels, self.memory_label, self.server_label)
                  if self._is_shown(label)]
         return " | ".join(self._texts.get(label.objectName(), label.text())
                           for label in (self.state_label, *shown))

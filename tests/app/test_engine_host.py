@@ -111,3 +111,14 @@ def test_each_load_logs_its_own_time_and_only_the_first_the_time_since_start(qlo
     assert len(since_start) == 1 and since_start[0].startswith("model first ready")
     assert [m.split(" ready")[0] for m in own] == ["model first", "model second"]
     host._timer.stop()
+
+
+def test_the_status_carries_this_processs_memory_before_any_model_loads(qloop, qtbot):
+    import psutil
+
+    host = EngineHost(factory=lambda *_: _FakeBackend("unused"))
+    qtbot.waitUntil(lambda: host.status.resident_bytes is not None, timeout=5000)
+    now = psutil.Process().memory_info().rss  # measured another way
+    assert host.backend is None
+    assert 0.5 * now < host.status.resident_bytes < 2 * now
+    host._timer.stop()

@@ -121,3 +121,15 @@ def test_removing_a_server_forgets_it_and_its_chats_answer_here_again(
     assert store.get_setting(CONNECTIONS_SETTING) == []
     assert store.get_setting(CHAT_SOURCES_SETTING) == {}
     assert controller.view.source_label.text().endswith("· this computer")
+
+
+def test_the_apps_memory_stays_in_the_status_bar_while_a_chat_answers_from_a_server(
+        window_on, fake_vllm, qtbot, run_async, tmp_path):
+    _, url = fake_vllm
+    window = window_on(tmp_path / "chats.db")
+    qtbot.waitUntil(lambda: "| Memory " in window.status.summary_text(), timeout=WAIT_MS)
+    _add_and_pick(window, run_async, url)
+    _send(window, qtbot, "Hello")
+    assert window.status.summary_text().startswith("Remote")
+    window.host._set_status(resident_bytes=123_000_000)
+    assert window.status.summary_text().endswith("| Memory 123 MB")

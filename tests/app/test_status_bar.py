@@ -144,3 +144,18 @@ def test_the_local_server_shows_nothing_while_off(bar):
     bar.show_server(LocalServerView(port=8000, error="Port 8000 is in use"))
     assert bar.server_label.isHidden()
     assert "API" not in bar.summary_text()
+
+
+def test_memory_shows_in_megabytes_then_gigabytes_and_says_what_it_counts(bar):
+    bar.show_status(ready())
+    bar.show_memory(452_300_000)
+    assert bar.summary_text().endswith("| Memory 452 MB")
+    bar.show_memory(1_849_000_000)
+    assert bar.summary_text().endswith("| Memory 1.8 GB")
+    assert "resident set" in bar.memory_label.toolTip()
+
+
+def test_memory_is_hidden_where_it_is_unknown(bar):
+    bar.show_memory(300_000_000)
+    bar.show_memory(None)
+    assert "Memory" not in bar.summary_text() and bar.memory_label.isHidden()
