@@ -7,9 +7,14 @@ import os
 from pathlib import Path
 
 from app.disk_cache_settings import DISK_CACHE_SETTING, USAGE_REFRESH_MS
+from app.store import SamplingSettings
 from app.widgets.model_settings import GIB, format_bytes
 from engine.config import DEFAULT_DISK_CACHE_BYTES
 from engine.disk_cache import DiskBlockStore
+
+# The prompt's blocks are what is saved: a reply of the default length (up to 1024 tokens) only
+# adds time.
+SHORT_REPLY = SamplingSettings(temperature=0.0, max_tokens=24, repetition_penalty=1.0)
 
 
 def kv_folder() -> Path:
@@ -97,6 +102,8 @@ def test_sizes_read_as_people_write_them():
 def test_a_real_engine_saves_a_chats_blocks_and_clear_removes_them(make_disk_window, qtbot,
                                                                    run_async):
     window = make_disk_window()
+    conversation = window.db.store.create_conversation(sampling=SHORT_REPLY)
+    run_async(window.open_conversation(conversation.id))
     controller = window.current_controller()
     run_async(controller.session.send("Tell me about lighthouses. " * 12))
     qtbot.waitUntil(lambda: not controller.is_streaming, timeout=60_000)

@@ -24,22 +24,9 @@ from app.single_instance import (
 )
 from app.store import DatabaseInUseError
 from app.widgets import database_dialog
+from tests.lock_holder import start_lock_holder
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-# Holds the database mid-reply, with no window and no socket: a Pagoda that cannot be reached.
-HOLDER = """
-import sys
-from app.store import ConversationStore
-
-store = ConversationStore.open(sys.argv[1])
-cid = store.create_conversation().id
-store.append_user_message(cid, "tell me a story")
-reply = store.start_assistant_message(cid)
-store.update_streaming(reply.id, "Once ")
-print(reply.id, flush=True)
-sys.stdin.readline()
-"""
 
 ASK = """
 import sys
@@ -120,11 +107,8 @@ class _Asker:
 @pytest.fixture
 def holder(tmp_path):
     """A real process with tmp_path/chats.db open mid-reply; yields (process, reply id)."""
-    db_path = tmp_path / "chats.db"
-    child = _python(tmp_path, HOLDER, str(db_path), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    line = child.stdout.readline()
-    assert line, "the holding process died before reporting"
-    yield child, int(line)
+    child, reply_id = start_lock_holder(tmp_path / "chats.db", _env(tmp_path))
+    yield child, reply_id
     child.stdin.close()
     child.wait(timeout=30)
     child.stdout.close()

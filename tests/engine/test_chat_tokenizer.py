@@ -5,13 +5,13 @@ pytest-asyncio is not a dependency, so each test drives its coroutine with async
 """
 
 import asyncio
-import threading
 
 import pytest
 
 from engine.chat_template import encode_chat
 from engine.chat_tokenizer import LONG_TEXT_CHARS, ChatTokenizer, longest_token_chars
 from engine.errors import InvalidTextError, PromptTooLongError
+from tests.engine.tokenizer_threads import hold_long_texts, note_encoding_threads
 
 TIMEOUT_S = 30
 CONTEXT = 1000
@@ -33,19 +33,6 @@ def run(coro):
     return asyncio.run(asyncio.wait_for(coro, TIMEOUT_S))
 
 
-def calls_of(chat_tokenizer, monkeypatch) -> list[str]:
-    """The names of the threads that encode from now on."""
-    threads = []
-    encode = chat_tokenizer._call
-
-    def noting_thread(work, tokenizer):
-        threads.append(threading.current_thread().name)
-        return encode(work, tokenizer)
-
-    monkeypatch.setattr(chat_tokenizer, "_call", noting_thread)
-    return threads
-
-
 def test_no_token_spells_more_characters_than_the_bound(tokenizer):
     bound = longest_token_chars(tokenizer)
     assert max(len(tokenizer.decode([i])) for i in range(len(tokenizer))) <= bound
@@ -53,7 +40,7 @@ def test_no_token_spells_more_characters_than_the_bound(tokenizer):
 
 def test_a_text_no_context_could_hold_is_refused_without_tokenizing(chat_tokenizer,
                                                                      monkeypatch):
-    threads = calls_of(chat_tokenizer, monkeypatch)
+    threads = note_encoding_threads(chat_tokenizer, monkeypatch)
     huge = "word " * (chat_tokenizer.max_chars // 5 + 1)
     with pytest.raises(PromptTooLongError, match=f"context of {CONTEXT} tokens") as caught:
         run(chat_tokenizer.encode_text(huge))
@@ -76,16 +63,7 @@ def test_a_lone_surrogate_in_a_text_is_refused_naming_it(chat_tokenizer):
 
 def test_a_short_prompt_is_encoded_while_a_long_one_still_is(chat_tokenizer, tokenizer,
                                                              monkeypatch):
-    entered, release = threading.Event(), threading.Event()
-    encode = chat_tokenizer._call
-
-    def holding_long_texts(work, tok):
-        if threading.current_thread().name.startswith("pagoda-tokenize-long"):
-            entered.set()
-            release.wait(TIMEOUT_S)
-        return encode(work, tok)
-
-    monkeypatch.setattr(chat_tokenizer, "_call", holding_long_texts)
+    entered, release = hold_long_texts(chat_tokenizer, monkeypatch, TIMEOUT_S)
     long_text = "All work and no play. " * (LONG_TEXT_CHARS // 20)
     chat = [{"role": "user", "content": "Hi"}]
 
@@ -105,7 +83,7 @@ def test_a_short_prompt_is_encoded_while_a_long_one_still_is(chat_tokenizer, tok
 
 def test_short_and_long_texts_encoded_at_once_get_the_tokenizers_ids(chat_tokenizer, tokenizer,
                                                                       monkeypatch):
-    threads = calls_of(chat_tokenizer, monkeypatch)
+    threads = note_encoding_threads(chat_tokenizer, monkeypatch)
     texts = [f"{i} little pigs. " * (1 if i % 2 else LONG_TEXT_CHARS // 10) for i in range(12)]
 
     async def all_at_once():

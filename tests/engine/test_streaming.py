@@ -12,6 +12,7 @@ import pytest
 
 from engine import AsyncEngine, RequestOutput, SamplingParams
 from engine.chat_template import encode_chat
+from tests.engine.tokenizer_threads import note_encoding_threads
 
 # One thread: with the two cores shared by other processes, two OpenMP threads spin against each
 # other and a step gets ~30x slower.
@@ -254,15 +255,8 @@ def test_async_engine_is_what_the_server_serves(engine):
 
 
 def test_a_chat_is_tokenized_off_the_callers_event_loop(engine, monkeypatch):
-    threads = []
-    encode = engine.chat_tokenizer._call
-
-    def noting_thread(work, tokenizer):
-        threads.append(threading.current_thread())
-        return encode(work, tokenizer)
-
-    monkeypatch.setattr(engine.chat_tokenizer, "_call", noting_thread)
+    threads = note_encoding_threads(engine.chat_tokenizer, monkeypatch)
     messages = [{"role": "user", "content": "Hi"}]
     outputs = run(engine, messages, SamplingParams(temperature=0, max_tokens=1))
-    assert threads and threading.main_thread() not in threads
+    assert threads and threading.main_thread().name not in threads
     assert outputs[-1].prompt_token_ids == encode_chat(engine.tokenizer, messages)

@@ -14,6 +14,7 @@ from engine.server.api import ServerSettings
 from engine.server.errors import APIError
 from engine.server.protocol import MAX_CHOICES
 from engine.server.security import DEFAULT_MAX_JSON_CONTAINERS, json_containers
+from tests.engine.tokenizer_threads import hold_long_texts, note_encoding_threads
 from tests.server.conftest import MODEL
 
 TINY = [{"role": "user", "content": "Hi"}]
@@ -32,20 +33,6 @@ def error_of(response: httpx.Response, status: int) -> dict:
 def client_of(server) -> OpenAI:
     return OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0,
                   timeout=TIMEOUT_S)
-
-
-def tokenizer_calls(served, monkeypatch) -> list[str]:
-    """The names of the threads the server's tokenizer encodes on from now on."""
-    threads = []
-    chat_tokenizer = served.backend.chat_tokenizer
-    encode = chat_tokenizer._call
-
-    def noting_thread(work, tokenizer):
-        threads.append(threading.current_thread().name)
-        return encode(work, tokenizer)
-
-    monkeypatch.setattr(chat_tokenizer, "_call", noting_thread)
-    return threads
 
 
 def wait_for(condition, what: str) -> None:
@@ -140,7 +127,7 @@ def test_admitted_work_is_released_once():
 ])
 def test_a_prompt_no_context_could_hold_is_refused_without_tokenizing(server, served,
                                                                       monkeypatch, path, field):
-    threads = tokenizer_calls(served, monkeypatch)
+    threads = note_encoding_threads(served.backend.chat_tokenizer, monkeypatch)
     huge = "x" * (served.backend.chat_tokenizer.max_chars + 1)
     prompt = {"messages": [{"role": "user", "content": huge}]} if field == "messages" \
         else {"prompt": huge}
@@ -152,17 +139,7 @@ def test_a_prompt_no_context_could_hold_is_refused_without_tokenizing(server, se
 
 def test_a_tiny_chat_is_answered_while_a_long_prompt_is_still_tokenized(server, client, served,
                                                                         monkeypatch):
-    chat_tokenizer = served.backend.chat_tokenizer
-    entered, release = threading.Event(), threading.Event()
-    encode = chat_tokenizer._call
-
-    def holding_long_texts(work, tokenizer):
-        if threading.current_thread().name.startswith("pagoda-tokenize-long"):
-            entered.set()
-            release.wait(TIMEOUT_S)
-        return encode(work, tokenizer)
-
-    monkeypatch.setattr(chat_tokenizer, "_call", holding_long_texts)
+    entered, release = hold_long_texts(served.backend.chat_tokenizer, monkeypatch, TIMEOUT_S)
     long_count: list[int] = []
     long_body = {"model": MODEL, "prompt": "All work and no play. " * 500}
     counting = threading.Thread(

@@ -2,71 +2,27 @@
 anything, so the first one's live reply keeps streaming; the lock dies with its holder."""
 
 import json
-import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from app.store import ConversationStore, DatabaseInUseError, NotAPagodaDatabaseError
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-# Opens the store, starts a reply and reports; then, per line on stdin, streams one more word
-# ("more") or finishes the reply and prints it ("finish").
-HOLDER = """
-import json, sys
-from app.store import ConversationStore
-
-store = ConversationStore.open(sys.argv[1])
-cid = store.create_conversation().id
-store.append_user_message(cid, "tell me a story")
-reply = store.start_assistant_message(cid)
-text = "Once "
-store.update_streaming(reply.id, text)
-print(json.dumps({"id": reply.id}), flush=True)
-for line in sys.stdin:
-    if line.strip() == "more":
-        text += "upon "
-        store.update_streaming(reply.id, text)
-        print("ok", flush=True)
-    else:
-        store.finish_message(reply.id, text + "a time.", "stop")
-        done = store.get_message(reply.id)
-        print(json.dumps({"status": done.status, "content": done.content}), flush=True)
-        break
-store.close()
-"""
+from tests.lock_holder import start_lock_holder, tell
 
 
 @pytest.fixture
 def holder(db_path: Path):
     """A real second process that has the database open, mid-reply."""
-    child = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(db_path)],
-        cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    line = child.stdout.readline()
-    assert line, "the holding process died before reporting"
-    child.reply_id = json.loads(line)["id"]
+    child, reply_id = start_lock_holder(db_path)
+    child.reply_id = reply_id
     yield child
     if child.poll() is None:
         child.kill()
     child.wait(timeout=10)
     child.stdin.close()
     child.stdout.close()
-
-
-def _tell(child: subprocess.Popen, command: str) -> str:
-    child.stdin.write(command + "\n")
-    child.stdin.flush()
-    return child.stdout.readline()
 
 
 def test_a_second_opener_is_refused_naming_the_database_and_the_holder(holder, db_path) -> None:
@@ -83,8 +39,8 @@ def test_the_holders_reply_keeps_being_written_after_a_second_opener_was_refused
         holder, db_path) -> None:
     with pytest.raises(DatabaseInUseError):
         ConversationStore.open(db_path)
-    assert _tell(holder, "more") == "ok\n"
-    finished = json.loads(_tell(holder, "finish"))
+    assert tell(holder, "more") == "ok\n"
+    finished = json.loads(tell(holder, "finish"))
     assert finished == {"status": "complete", "content": "Once upon a time."}
     assert holder.wait(timeout=30) == 0
     with ConversationStore.open(db_path) as store:
