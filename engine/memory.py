@@ -1,4 +1,5 @@
-"""Give memory that was freed back to the operating system.
+"""Process memory: what is resident now, zeros that cost nothing until written, and giving
+memory that was freed back to the operating system.
 
 glibc keeps freed blocks below its (growing) mmap threshold in its heaps, and tensors of a few
 MB are: after a model is built layer by layer, about 0.5 GB of a 7B model's load-time buffers
@@ -10,7 +11,40 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import math
+import mmap
 import sys
+from pathlib import Path
+
+import torch
+
+_STATUS = Path("/proc/self/status")
+
+
+def resident_bytes() -> int | None:
+    """This process's resident set (what LM Studio and `top` show as its memory), or None where
+    neither /proc nor psutil can tell."""
+    try:
+        for line in _STATUS.read_text(encoding="ascii").splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024  # reported in kB
+    except OSError:
+        pass
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return int(psutil.Process().memory_info().rss)
+
+
+def zeroed_host_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A CPU tensor of zeros over an anonymous memory map: the OS hands out zeroed pages as they
+    are first written, where torch.zeros writes, and so makes resident, every byte at once. A KV
+    pool sized for long contexts then costs only what its sequences have used."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    # frombuffer keeps the mapping alive as long as the tensor (and its views) live.
+    raw = torch.frombuffer(mmap.mmap(-1, max(nbytes, 1)), dtype=torch.uint8, count=nbytes)
+    return raw.view(dtype).view(shape)
 
 
 def release_freed_memory() -> None:
