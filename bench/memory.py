@@ -41,7 +41,14 @@ def measure(model: str | None, engine_options: dict) -> dict:
             "kv_pool_bytes": runner.num_blocks * runner.bytes_per_block(),
             "kv_pool_tokens": runner.num_blocks * runner.block_size,
             "preemptions": llm.engine.stats().num_preemptions,
+            # Whether layers keep a copy to dequantize from (chosen by timing at load).
+            "cpu_linear_path": _cpu_linear_path(runner),
             "resident_bytes": figures}
+
+
+def _cpu_linear_path(runner) -> str:
+    policy = getattr(runner.model.layers[0].qkv_proj.method, "policy", None)
+    return "not a CPU quantized layer" if policy is None else policy.reason
 
 
 def print_table(result: dict) -> None:
@@ -49,6 +56,7 @@ def print_table(result: dict) -> None:
     print(f"KV pool: {result['kv_pool_tokens']} tokens, {result['kv_cache_dtype']}, "
           f"{result['kv_pool_bytes'] / 2**20:.0f} MiB at most; "
           f"preemptions: {result['preemptions']}")
+    print(f"CPU linear path: {result['cpu_linear_path']}")
     for stage, value in result["resident_bytes"].items():
         print(f"  {stage:<28} {value / 1e9:6.3f} GB")
 
