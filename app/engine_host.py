@@ -270,7 +270,8 @@ class EngineHost(QObject):
             self._set_status(resident_bytes=resident_bytes())
             return
         s = self.backend.stats()
-        self._set_status(resident_bytes=resident_bytes(), num_running=s.num_running, num_waiting=s.num_waiting or 0,
+        self._set_status(resident_bytes=resident_bytes(),
+                         num_running=s.num_running, num_waiting=s.num_waiting or 0,
                          tokens_per_s=s.tokens_per_s,
                          kv_cache_usage=s.kv_cache_usage or 0.0,
                          prefix_cache_hit_rate=s.prefix_cache_hit_rate or 0.0,

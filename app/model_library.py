@@ -399,8 +399,9 @@ def file_choices(repo: HubRepo, quantization: str = "auto") -> list[FileChoice]:
     from engine.config import EngineConfig
     from engine.hub import recommended_file
     from engine.hub_fit import file_fit, folder_fit
+    from engine.kv_cache_sizing import kv_cache_memory_bound
 
-    kv_cache_bytes = EngineConfig().kv_cache_memory
+    kv_cache_bytes = kv_cache_memory_bound(EngineConfig())
     recommended = recommended_file(repo.files)
     ggufs = sorted((f for f in repo.files if f.is_gguf and not f.is_split_part),
                    key=lambda f: (f is not recommended, f.filename))

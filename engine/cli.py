@@ -14,7 +14,7 @@ from pathlib import Path
 
 from engine.async_engine import AsyncEngine
 from engine.chat_template import Message
-from engine.config import QUANTIZATIONS, EngineConfig
+from engine.config import KV_CACHE_DTYPES, QUANTIZATIONS, EngineConfig
 from engine.errors import PagodaError, PromptTooLongError
 from engine.hub_command import add_pull_options, run_pull
 from engine.llm import LLM
@@ -115,7 +115,11 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     engine.add_argument("--device", default=None, metavar="DEVICE",
                         help="cpu or cuda (default: cpu)")
     engine.add_argument("--kv-cache-mb", type=_positive_int, metavar="MB",
-                        help="memory for the KV cache (default: 1024)")
+                        help="memory for the KV cache (default: two full contexts of the model, "
+                             "at most 1024 MB and a quarter of the memory available)")
+    engine.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES,
+                        help="what the KV cache keeps keys and values in (default: auto, the "
+                             "compute dtype)")
     engine.add_argument("--max-num-seqs", type=_positive_int, metavar="N",
                         help="the most requests computed together (default: 64)")
     engine.add_argument("--speculative-tokens", type=int, metavar="K",
@@ -148,6 +152,8 @@ def engine_options(args: argparse.Namespace) -> dict[str, int | str]:
         options["device"] = args.device
     if args.kv_cache_mb is not None:
         options["kv_cache_memory"] = args.kv_cache_mb << 20
+    if args.kv_cache_dtype is not None:
+        options["kv_cache_dtype"] = args.kv_cache_dtype
     if args.max_num_seqs is not None:
         options["max_num_seqs"] = args.max_num_seqs
     if args.speculative_tokens is not None:

@@ -12,6 +12,8 @@ if TYPE_CHECKING:
 # "auto": a GGUF file keeps its own quantization, a Hugging Face folder loads as it is.
 # "none": every weight dequantized to the compute dtype (the parity reference).
 QUANTIZATIONS = ("auto", "none", "int8", "int4")
+# "auto": the compute dtype (engine.kv_cache_sizing).
+KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass(slots=True, frozen=True)
@@ -30,7 +32,10 @@ DEFAULT_DISK_CACHE_BYTES = 2 << 30
 class EngineConfig:
     """What `LLM(...)` and `AsyncEngine(...)` accept besides the model.
 
-    kv_cache_memory: bytes for the KV pool on CPU; num_kv_blocks overrides it when given.
+    kv_cache_memory: bytes for the KV pool on CPU; None (the default) sizes it from the model and
+    max_model_len (the rule in engine/kv_cache_sizing.py); num_kv_blocks overrides both.
+    kv_cache_dtype: what the KV pool keeps keys and values in: "auto" (the compute dtype),
+    "float32", "bfloat16" or "float16" (half the memory; attention still computes in dtype).
     max_num_batched_tokens: the per-step token budget shared by decodes and prefill chunks.
     dtype: weights and KV cache; None picks float32 on CPU and bfloat16 on CUDA.
     gpu_memory_utilization: on CUDA, the fraction of the GPU's total memory this engine may hold
@@ -55,7 +60,8 @@ class EngineConfig:
     """
 
     block_size: int = 16
-    kv_cache_memory: int = 1 << 30
+    kv_cache_memory: int | None = None
+    kv_cache_dtype: str = "auto"
     num_kv_blocks: int | None = None
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 512
@@ -77,9 +83,15 @@ class EngineConfig:
     disk_cache_bytes: int = DEFAULT_DISK_CACHE_BYTES
 
     def __post_init__(self) -> None:
-        for name in ("block_size", "kv_cache_memory", "max_num_seqs", "max_num_batched_tokens"):
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EngineConfig.{name}={getattr(self, name)!r} must be >= 1")
+        if self.kv_cache_memory is not None and self.kv_cache_memory < 1:
+            raise ValueError(f"EngineConfig.kv_cache_memory={self.kv_cache_memory!r} must be >= 1 "
+                             "(bytes), or None to size the KV cache from the model")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"EngineConfig.kv_cache_dtype={self.kv_cache_dtype!r} must be one of "
+                             f"{', '.join(KV_CACHE_DTYPES)}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
             raise ValueError(f"EngineConfig.num_kv_blocks={self.num_kv_blocks!r} must be >= 1")
         if self.max_model_len is not None and self.max_model_len < 2:

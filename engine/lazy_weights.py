@@ -41,5 +41,13 @@ class LazyWeights(MutableMapping[str, Weight]):
         return len(self._names)
 
     def clear(self) -> None:
+        """Forget every weight and what makes them: a GGUF file's maker holds its reader, whose
+        memory map and parsed header (the vocabulary's tens of thousands of fields) would
+        otherwise stay resident beside the model built from it."""
         self._names.clear()
         self._made.clear()
+        self._make = _nothing_left
+
+
+def _nothing_left(name: str) -> Weight:
+    raise KeyError(name)

@@ -76,8 +76,7 @@ class LLMEngine:
         self.tokenizer = self.loaded.tokenizer
         release = loaded is None if release_weights is None else release_weights
         self.runner = ModelRunner(self.loaded, self.config, release)
-        self.max_model_len = min(self.config.max_model_len or 1 << 62,
-                                 self.runner.model.shape.max_position_embeddings)
+        self.max_model_len = self.runner.max_model_len
         self.disk_cache = self._open_disk_cache()
         self.kv_cache = KVCacheManager(self.runner.num_blocks, self.config.block_size,
                                        self.config.enable_prefix_caching, self.disk_cache)
@@ -173,6 +172,9 @@ class LLMEngine:
                     "block_size": c.block_size, "layers": shape.num_layers,
                     "kv_heads": shape.num_kv_heads, "head_dim": shape.head_dim,
                     "architecture": type(self.runner.model).__name__}
+        if self.runner.kv_dtype != self.runner.dtype:
+            # Only then: caches written before the KV dtype was a setting stay valid.
+            settings["kv_cache_dtype"] = self.runner.kv_dtype
         fingerprint = model_fingerprint(self.loaded.path, settings)
         return open_disk_prefix_cache(Path(c.disk_cache_dir), c.disk_cache_bytes, fingerprint,
                                       KVBlockIO(self.runner.kv_caches))

@@ -22,6 +22,7 @@ from safetensors import SafetensorError, safe_open
 from engine.config import QUANTIZATIONS, EngineConfig
 from engine.errors import ModelLoadError
 from engine.gguf_loader import open_gguf_reader
+from engine.kv_cache_sizing import kv_cache_memory_bound
 from engine.loader import default_model_file, model_name
 from engine.quantization.tensors import INT4_GROUP_SIZE
 
@@ -214,7 +215,7 @@ def check_model_fits(model: str | os.PathLike | None, config: EngineConfig,
     """
     info = describe_model(model, config.quantization, config.dtype)
     if not config.device.startswith("cuda"):
-        check_fits_memory(info, config.kv_cache_memory, available)
+        check_fits_memory(info, kv_cache_memory_bound(config), available)
     return info
 
 

@@ -10,8 +10,11 @@ from dataclasses import dataclass, replace
 import torch
 
 from engine.config import EngineConfig
+from engine.kv_cache_sizing import kv_cache_dtype, num_kv_blocks
 from engine.layers.linear import Placement
 from engine.loader import LoadedModel
+from engine.memory import release_freed_memory, zeroed_host_tensor
+from engine.model_info import available_memory
 from engine.models.llama import LlamaForCausalLM
 from engine.quantization import cpu_paths
 from engine.quantization.cpu_int4 import CpuInt4Method
@@ -79,6 +82,10 @@ class ModelRunner:
         if placement.uses_cpu_kernels:
             placement = replace(placement, cpu_int4_policy=self._cpu_int4_policy(loaded.weights))
         self.model = LlamaForCausalLM(loaded.config, loaded.weights, placement, release_weights)
+        self.kv_dtype = self._kv_dtype(ops.name)
+        # The context this engine allows: the setting, within what the model was trained for.
+        self.max_model_len = min(config.max_model_len or 1 << 62,
+                                 self.model.shape.max_position_embeddings)
         # Chosen once: the Triton kernels read the flat varlen layout, the torch path groups.
         self._attention_metadata = (self._triton_metadata if ops.name == "triton"
                                     else self._grouped_metadata)
@@ -109,10 +116,19 @@ class ModelRunner:
         return cpu_paths.calibrate(CpuInt4Method(probe, keeps_source),
                                    self.config.max_num_batched_tokens)
 
+    def _kv_dtype(self, ops_name: str) -> torch.dtype:
+        dtype = kv_cache_dtype(self.config)
+        if dtype != self.dtype and ops_name != "torch":
+            raise ValueError(
+                f"EngineConfig.kv_cache_dtype={self.config.kv_cache_dtype!r} differs from the "
+                f"compute dtype ({self.dtype}), which the {ops_name} kernels read the cache in: "
+                "leave kv_cache_dtype at 'auto', or set dtype to it")
+        return dtype
+
     def bytes_per_block(self) -> int:
         s = self.model.shape
-        elem = torch.empty((), dtype=self.dtype).element_size()
-        return 2 * s.num_layers * self.block_size * s.num_kv_heads * s.head_dim * elem
+        return (2 * s.num_layers * self.block_size * s.num_kv_heads * s.head_dim
+                * self.kv_dtype.itemsize)
 
     @torch.inference_mode()
     def execute(self, sched: SchedulerOutput) -> list[list[int]]:
@@ -244,15 +260,12 @@ class ModelRunner:
         return torch.tensor(values, dtype=torch.int32, device=self.device)
 
     def _num_blocks(self) -> int:
-        if self.config.num_kv_blocks is not None:
-            return self.config.num_kv_blocks
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" and self.config.num_kv_blocks is None:
             return self._num_blocks_from_free_gpu_memory()
-        n = self.config.kv_cache_memory // self.bytes_per_block()
-        if n < 1:
-            raise ValueError(f"EngineConfig.kv_cache_memory={self.config.kv_cache_memory} holds no "
-                             f"block of {self.bytes_per_block()} bytes; raise it")
-        return n
+        # What the weights left, freed memory given back first so that it counts as available.
+        release_freed_memory()
+        return num_kv_blocks(self.config, self.bytes_per_block(), self.max_model_len,
+                             available_memory())
 
     def _num_blocks_from_free_gpu_memory(self) -> int:
         """What is left of gpu_memory_utilization x total memory after the weights (already
@@ -290,10 +303,8 @@ class ModelRunner:
     def _capture_graphs(self):
         from engine.cuda_graphs import DecodeGraphs
 
-        max_model_len = min(self.config.max_model_len or 1 << 62,
-                            self.model.shape.max_position_embeddings)
         graphs = DecodeGraphs(self.model, self.kv_caches, self.config.max_num_seqs,
-                              max_model_len, self.block_size, self.device)
+                              self.max_model_len, self.block_size, self.device)
         graphs.capture()
         return graphs
 
@@ -304,11 +315,14 @@ class ModelRunner:
     def _allocate_kv_cache(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         s = self.model.shape
         shape = (self.num_blocks, self.block_size, s.num_kv_heads, s.head_dim)
+        logger.info("KV cache: %d blocks of %d tokens, %s (%.0f MiB)", self.num_blocks,
+                    self.block_size, self.kv_dtype, self.num_blocks * self.bytes_per_block() / 2**20)
         # Zeros, not empty: masked-out keys are still multiplied by 0 and NaN * 0 is NaN.
-        logger.info("KV cache: %d blocks of %d tokens (%.0f MiB)", self.num_blocks,
-                    self.block_size, self.num_blocks * self.bytes_per_block() / 2**20)
-        return [(torch.zeros(shape, dtype=self.dtype, device=self.device),
-                 torch.zeros(shape, dtype=self.dtype, device=self.device))
+        if self.device.type == "cpu":
+            pool = zeroed_host_tensor((s.num_layers, 2, *shape), self.kv_dtype)
+            return [(pool[i, 0], pool[i, 1]) for i in range(s.num_layers)]
+        return [(torch.zeros(shape, dtype=self.kv_dtype, device=self.device),
+                 torch.zeros(shape, dtype=self.kv_dtype, device=self.device))
                 for _ in range(s.num_layers)]
 
 

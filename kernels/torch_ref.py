@@ -41,9 +41,10 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
 
 def write_kv_cache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                    v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    """Scatter new keys/values [tokens, kv_heads, head_dim] into [blocks, block_size, ...]."""
-    k_cache.view(-1, *k.shape[1:]).index_copy_(0, slot_mapping, k)
-    v_cache.view(-1, *v.shape[1:]).index_copy_(0, slot_mapping, v)
+    """Scatter new keys/values [tokens, kv_heads, head_dim] into [blocks, block_size, ...],
+    rounded to the cache's dtype where it is narrower (EngineConfig.kv_cache_dtype)."""
+    k_cache.view(-1, *k.shape[1:]).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
+    v_cache.view(-1, *v.shape[1:]).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
@@ -81,7 +82,9 @@ def _decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     values = _gather_blocks(v_cache, group.block_tables, v_out)
     # The query heads that share a kv head become that head's rows: plain attention, no repeat.
     q = q.reshape(n, num_kv_heads, num_heads // num_kv_heads, head_dim)
-    o = F.scaled_dot_product_attention(q, keys, values, attn_mask=group.mask, scale=scale)
+    # A narrower cache is widened once gathered: the attention itself runs in q's dtype.
+    o = F.scaled_dot_product_attention(q, keys.to(q.dtype), values.to(q.dtype),
+                                       attn_mask=group.mask, scale=scale)
     return o.reshape(n, num_heads * head_dim)
 
 
@@ -109,8 +112,8 @@ def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cach
     else:
         keys = _gather_blocks(k_cache, seg.block_table)[:, :seg.context_len].unsqueeze(0)
         values = _gather_blocks(v_cache, seg.block_table)[:, :seg.context_len].unsqueeze(0)
-        o = F.scaled_dot_product_attention(qs, keys, values, attn_mask=seg.mask, scale=scale,
-                                           enable_gqa=True)
+        o = F.scaled_dot_product_attention(qs, keys.to(q.dtype), values.to(q.dtype),
+                                           attn_mask=seg.mask, scale=scale, enable_gqa=True)
     return o.squeeze(0).transpose(0, 1).reshape(seg.end - seg.start, -1)
 
 

@@ -93,8 +93,11 @@ def _method_for(weight: Weight, placement: Placement, precise_int8: bool,
         return kernel_methods.KernelInt4Method(to_device(weight, device, dtype), ops)
     if isinstance(weight, Int8Weight) and weight.group_size is not None:
         # int8 is chosen for precision: its activations get 16 bits as well.
-        inner = _method_for(split_int8_into_int4(weight), placement, precise_int8,
-                            split_activations=precise_int8)
+        halves = split_int8_into_int4(weight)
+        if placement.uses_cpu_kernels:
+            kernel = cpu_int4.CpuInt4Method(halves, CpuPathPolicy(), split_activations=precise_int8)
+            return split_int8.CpuSplitInt8Method(kernel, weight, placement.cpu_int4_policy)
+        inner = _method_for(halves, placement, precise_int8, split_activations=precise_int8)
         return split_int8.SplitInt8Method(inner, weight.shape[0])
     if isinstance(weight, Int8Weight):
         if placement.uses_cpu_kernels:

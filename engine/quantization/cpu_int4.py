@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from engine.quantization import cpu_paths
 from engine.quantization.cpu_paths import CpuPathPolicy
-from engine.quantization.tensors import Int4Weight, dequantize, unpack_int4
+from engine.quantization.tensors import Int4Weight, dequantize, unpack_int4, with_compact_scales
 
 # The kernel's packing wants the output dimension in multiples of this.
 _ROW_MULTIPLE = 16
@@ -45,7 +45,8 @@ class CpuInt4Method:
         self.out_features = n
         self.policy = policy or CpuPathPolicy()
         # Kept only where steps dequantize: a 7B model's copy is 3.5 GB.
-        self.source = weight if self.policy.dequantize_from_rows is not None else None
+        dequantizes = self.policy.dequantize_from_rows is not None
+        self.source = with_compact_scales(weight) if dequantizes else None
         self.split_activations = split_activations
 
     def apply(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

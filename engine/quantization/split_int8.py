@@ -12,6 +12,10 @@ from __future__ import annotations
 import torch
 
 from engine.layers.linear import LinearMethod
+from engine.quantization import cpu_paths
+from engine.quantization.cpu_int4 import CpuInt4Method
+from engine.quantization.cpu_paths import CpuPathPolicy
+from engine.quantization.tensors import Int8Weight, dequantize
 
 
 class SplitInt8Method:
@@ -25,3 +29,29 @@ class SplitInt8Method:
         halves = self.inner.apply(x, None)
         y = halves[..., :self.out_features] + halves[..., self.out_features:]
         return y if bias is None else y.add_(bias)
+
+
+class CpuSplitInt8Method:
+    """On a CPU: the halves through the int4 kernel, and steps that dequantize (`cpu_paths`)
+    dequantize the int8 weight itself, so no copy of the halves is kept to dequantize from. A
+    tied vocabulary's int8 weight is the embedding table's own tensors: no copy at all."""
+
+    __slots__ = ("halves", "out_features", "policy", "weight")
+
+    def __init__(self, halves: CpuInt4Method, weight: Int8Weight, policy: CpuPathPolicy) -> None:
+        assert halves.source is None, "the halves keep no source: the int8 weight is it"
+        self.halves = halves
+        self.out_features = weight.shape[0]
+        self.policy = policy
+        self.weight = weight if policy.dequantize_from_rows is not None else None
+
+    def apply(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return cpu_paths.apply(self, x, bias)
+
+    def kernel(self, x: torch.Tensor) -> torch.Tensor:
+        halves = self.halves.kernel(x)
+        return halves[..., :self.out_features] + halves[..., self.out_features:]
+
+    def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
+        assert self.weight is not None, "built with a policy that never dequantizes"
+        return dequantize(self.weight, dtype)

@@ -23,7 +23,8 @@ INT4_GROUP_SIZE = 32
 @dataclass(slots=True)
 class Int4Weight:
     """packed: uint8 [N, K // 2], element k = 2j in the low nibble of byte j, k = 2j + 1 in the
-    high nibble. scales, mins: float32 [N, K // group_size]."""
+    high nibble. scales, mins: float32 [N, K // group_size], or float16 where that holds every
+    value exactly (`with_compact_scales`); read them with .float()."""
 
     packed: torch.Tensor
     scales: torch.Tensor
@@ -74,6 +75,18 @@ def pack_int4(q: torch.Tensor) -> torch.Tensor:
 def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     """The packed [N, K // 2] layout -> uint8 values 0..15 [N, K]."""
     return torch.stack((packed & 15, packed >> 4), dim=-1).view(packed.shape[0], -1)
+
+
+def with_compact_scales(weight: Int4Weight) -> Int4Weight:
+    """The same weight with its scales and mins in float16 where that loses nothing: GGUF's
+    Q4_0 and Q4_1 store them as fp16, so their float32 copies are twice what they hold."""
+    scales, mins = _exact_half(weight.scales), _exact_half(weight.mins)
+    return Int4Weight(weight.packed, scales, mins, weight.group_size)
+
+
+def _exact_half(values: torch.Tensor) -> torch.Tensor:
+    half = values.half()
+    return half if torch.equal(half.float(), values.float()) else values
 
 
 def dequantize(weight: Weight, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -103,6 +103,16 @@ def test_other_engine_settings_find_nothing(tiny, tmp_path):
     assert generate(quantized, history(100)).num_cached_tokens == 0
 
 
+def test_a_kv_pool_of_another_dtype_finds_nothing(tiny, tmp_path):
+    saved_by_a_first_engine(tiny, tmp_path, history(100))
+
+    half = engine(tiny, tmp_path, kv_cache_dtype="float16")
+
+    assert generate(half, history(100)).num_cached_tokens == 0
+    half.close()
+    assert len([d for d in tmp_path.iterdir() if d.is_dir()]) == 2  # one folder per fingerprint
+
+
 def test_a_corrupt_block_is_recomputed_and_the_reply_is_the_same(tiny, tmp_path):
     prompt = history(100)
     saved_by_a_first_engine(tiny, tmp_path, prompt)

@@ -266,3 +266,33 @@ def test_split_activations_bring_the_int4_kernel_closer_to_the_exact_product():
     split = (CpuInt4Method(weight, split_activations=True).kernel(x) - want).abs().mean()
     # The kernel still rounds its outputs to bf16: the inputs' share of the error goes.
     assert split < 0.95 * plain
+
+
+def test_dequantizing_grouped_int8_layer_reads_its_int8_weight_not_a_copy_of_its_halves():
+    torch.manual_seed(10)
+    weight = quantize_int8(torch.randn(40, 64), group_size=32, asymmetric=True)
+    policy = CpuPathPolicy(dequantize_from_rows=4, gemm_dtype=torch.float32)
+    placement = Placement(torch.device("cpu"), torch.float32, TORCH_OPS, policy)
+    method = make_linear(weight, None, placement).method
+    assert method.weight.q is weight.q and method.halves.source is None
+    x = torch.randn(5, 64)
+    torch.testing.assert_close(method.apply(x, None), _reference(x, weight, None))
+
+
+def test_grouped_int8_layer_that_never_dequantizes_keeps_only_the_kernels_halves():
+    weight = quantize_int8(torch.randn(32, 64), group_size=32)
+    placement = Placement(torch.device("cpu"), torch.float32, TORCH_OPS)
+    method = make_linear(weight, None, placement).method
+    assert method.weight is None and method.halves.source is None
+
+
+def test_copy_to_dequantize_from_keeps_fp16_scales_where_they_are_exact():
+    torch.manual_seed(11)
+    weight = quantize_int4(torch.randn(32, 64))
+    as_in_q4_1 = Int4Weight(weight.packed, weight.scales.half().float(),
+                            weight.mins.half().float())
+    policy = CpuPathPolicy(dequantize_from_rows=1)
+    compact = CpuInt4Method(as_in_q4_1, policy).source
+    assert compact.scales.dtype == compact.mins.dtype == torch.float16
+    assert torch.equal(dequantize(compact), dequantize(as_in_q4_1))
+    assert CpuInt4Method(weight, policy).source.scales.dtype == torch.float32  # not exact in fp16

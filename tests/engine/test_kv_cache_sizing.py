@@ -1,0 +1,88 @@
+"""The KV pool's size and dtype: sized from the model and the context allowed unless a setting
+says otherwise, bounded by a byte cap and by the memory available, committed as it is used."""
+
+import pytest
+import torch
+
+from engine import PromptTooLongError
+from engine.config import EngineConfig
+from engine.kv_cache_sizing import (
+    AUTO_KV_CACHE_LIMIT,
+    KV_CONTEXTS,
+    auto_kv_cache_bytes,
+    kv_cache_memory_bound,
+    num_kv_blocks,
+)
+from engine.memory import resident_bytes, zeroed_host_tensor
+
+# The default model: 30 layers x 3 KV heads x 64 dims, keys and values, fp32.
+BYTES_PER_TOKEN = 2 * 30 * 3 * 64 * 4
+ENGINE = {"num_kv_blocks": None, "num_threads": 1}
+
+
+def test_default_pool_holds_two_full_contexts_of_the_allowed_length(make_llm):
+    llm = make_llm(**ENGINE, max_model_len=1024)
+    runner = llm.engine.runner
+    assert runner.num_blocks * runner.block_size == KV_CONTEXTS * 1024
+
+
+def test_default_pool_of_the_default_model_is_two_8k_contexts_in_720_mib(make_llm):
+    runner = make_llm(**ENGINE).engine.runner
+    assert runner.num_blocks * runner.block_size == 2 * 8192
+    assert runner.num_blocks * runner.bytes_per_block() == 2 * 8192 * BYTES_PER_TOKEN
+
+
+def test_one_sequence_at_a_time_gets_one_context():
+    assert auto_kv_cache_bytes(BYTES_PER_TOKEN, 8192, 1, None) == 8192 * BYTES_PER_TOKEN
+
+
+def test_default_pool_never_exceeds_the_byte_cap():
+    assert auto_kv_cache_bytes(BYTES_PER_TOKEN, 131072, 64, None) == AUTO_KV_CACHE_LIMIT
+
+
+def test_default_pool_takes_at_most_a_quarter_of_the_available_memory():
+    assert auto_kv_cache_bytes(BYTES_PER_TOKEN, 8192, 64, 400 << 20) == 100 << 20
+
+
+def test_explicit_kv_cache_memory_and_num_kv_blocks_win_over_the_rule():
+    block = 16 * BYTES_PER_TOKEN
+    assert num_kv_blocks(EngineConfig(kv_cache_memory=10 * block), block, 8192, None) == 10
+    assert num_kv_blocks(EngineConfig(num_kv_blocks=7, kv_cache_memory=10 * block), block,
+                         8192, None) == 7
+
+
+def test_memory_checks_before_loading_count_the_cap_or_the_explicit_size():
+    assert kv_cache_memory_bound(EngineConfig()) == AUTO_KV_CACHE_LIMIT
+    assert kv_cache_memory_bound(EngineConfig(kv_cache_memory=5 << 20)) == 5 << 20
+
+
+def test_prompt_longer_than_a_capped_default_pool_names_kv_cache_memory(make_llm, monkeypatch):
+    monkeypatch.setattr("engine.kv_cache_sizing.AUTO_KV_CACHE_LIMIT", 64 * 16 * BYTES_PER_TOKEN)
+    llm = make_llm(**ENGINE)
+    assert llm.engine.runner.num_blocks == 64
+    with pytest.raises(PromptTooLongError, match="KV cache holds 1024.*kv_cache_memory"):
+        llm.generate([1000] * 2000)
+
+
+@pytest.mark.parametrize("value", [0, -1])
+def test_kv_cache_memory_below_one_byte_is_refused(value):
+    with pytest.raises(ValueError, match="kv_cache_memory.*None to size the KV cache"):
+        EngineConfig(kv_cache_memory=value)
+
+
+def test_pool_pages_cost_memory_only_once_written():
+    before = resident_bytes()
+    pool = zeroed_host_tensor((64 << 20,), torch.float32)  # 256 MiB
+    assert resident_bytes() - before < 16 << 20
+    assert pool[::4096].abs().sum().item() == 0  # reads as zeros
+    pool[: 16 << 20].fill_(1.0)
+    assert resident_bytes() - before >= 60 << 20
+
+
+def test_an_engine_holds_no_more_of_its_pool_than_its_sequences_wrote(make_llm):
+    before = resident_bytes()
+    llm = make_llm(**ENGINE)
+    pool_bytes = llm.engine.runner.num_blocks * llm.engine.runner.bytes_per_block()
+    assert pool_bytes > 600 << 20
+    llm.generate("Hello")
+    assert resident_bytes() - before < 100 << 20
