@@ -13,7 +13,8 @@ from engine.kv_cache_sizing import (
     kv_cache_memory_bound,
     num_kv_blocks,
 )
-from engine.memory import resident_bytes, zeroed_host_tensor
+from engine.memory import zeroed_host_tensor
+from engine.process_memory import resident_bytes
 
 # The default model: 30 layers x 3 KV heads x 64 dims, keys and values, fp32.
 BYTES_PER_TOKEN = 2 * 30 * 3 * 64 * 4
