@@ -34,7 +34,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 from cpu_info import cpu_name
+
+from engine.process_memory import resident_bytes
 
 PROMPT = "Write a long story about a lighthouse keeper and the storm that changed her life."
 PATHS = ("llm", "async", "async-adopted", "window", "http")
@@ -52,11 +55,6 @@ def _timed(chunks) -> Sample:
     first_t, first_n = next((t, n) for t, n in chunks if n > 0)
     last_t, last_n = chunks[-1]
     return Sample(first_t, (last_n - first_n) / max(last_t - first_t, 1e-9))
-
-
-def _rss() -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
 
 
 def _params(max_tokens: int):
@@ -142,7 +140,7 @@ def _in_process(path: str, model: str | None, max_tokens: int, requests: int) ->
         samples = _run_window(model, config, max_tokens, requests)
     else:
         samples = _run_async(model, config, max_tokens, requests, path == "async-adopted")
-    samples[-1].rss_bytes = _rss()
+    samples[-1].rss_bytes = resident_bytes()
     return samples
 
 
@@ -192,16 +190,11 @@ def _run_http(model: str | None, max_tokens: int, requests: int) -> list[Sample]
     try:
         url = f"http://127.0.0.1:{port}/v1"
         samples = _stream_http(url, _wait_for(url, server), max_tokens, requests)
-        samples[-1].rss_bytes = _process_rss(server.pid)
+        samples[-1].rss_bytes = psutil.Process(server.pid).memory_info().rss
         return samples
     finally:
         server.terminate()
         server.wait(30)
-
-
-def _process_rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
 
 
 def _one_round(path: str, args) -> list[Sample]:
