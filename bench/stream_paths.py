@@ -130,10 +130,11 @@ def _run_window(model, config, max_tokens: int, requests: int) -> list[Sample]:
         backend.shutdown()
 
 
-def _in_process(path: str, model: str | None, max_tokens: int, requests: int) -> list[Sample]:
+def _in_process(path: str, model: str | None, max_tokens: int, requests: int,
+                threads: int | None) -> list[Sample]:
     from engine import EngineConfig
 
-    config = EngineConfig()
+    config = EngineConfig(num_threads=threads)
     if path == "llm":
         samples = _run_llm(model, config, max_tokens, requests)
     elif path == "window":
@@ -202,7 +203,8 @@ def _one_round(path: str, args) -> list[Sample]:
         return _run_http(args.model, args.max_tokens, args.requests)
     context = multiprocessing.get_context("spawn")
     with context.Pool(1) as pool:
-        return pool.apply(_in_process, (path, args.model, args.max_tokens, args.requests))
+        return pool.apply(_in_process, (path, args.model, args.max_tokens, args.requests,
+                                        args.threads))
 
 
 def _summary(label: str, measured: list[Sample]) -> dict:
@@ -237,8 +239,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS)
     parser.add_argument("--peer-url", help="another server's /v1 URL, e.g. llama.cpp's")
+    parser.add_argument("--threads", type=int,
+                        help="torch threads of the in-process paths (default: every core)")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
+    if args.threads and "http" in args.paths:
+        parser.error("--threads applies to the in-process paths; leave out http")
     if args.requests < 2:
         parser.error("--requests must be at least 2: the first of each round is not counted")
     results: dict[str, list[Sample]] = {}
