@@ -51,7 +51,8 @@ def measure(url: str, requests: int, approx_tokens: int, offset: int) -> list[tu
 
 def _our_server(model: str) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--port", str(port), model],
+    server = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--port", str(port),
+                               "--model", model],
                               cwd=Path(__file__).resolve().parent.parent)
     url = f"http://127.0.0.1:{port}/v1"
     _wait_for(url, server)

@@ -186,7 +186,7 @@ def _wait_for(url: str, server: subprocess.Popen, timeout: float = 300) -> str:
 def _run_http(model: str | None, max_tokens: int, requests: int) -> list[Sample]:
     port = _free_port()
     command = [sys.executable, "-m", "engine", "serve", "--port", str(port)]
-    server = subprocess.Popen(command + ([model] if model else []),
+    server = subprocess.Popen(command + (["--model", model] if model else []),
                               cwd=Path(__file__).resolve().parent.parent)
     try:
         url = f"http://127.0.0.1:{port}/v1"
