@@ -31,6 +31,16 @@ def default_model() -> LoadedModel:
 
 
 @pytest.fixture(scope="session")
+def tiny_model_folder(tmp_path_factory) -> Path:
+    """A 2-layer random llama folder with the default model's tokenizer and chat template, for
+    subprocesses whose claim is not about the default model: it loads in a moment, where the
+    default model's GGUF start-up (weights repacked, kernels timed) takes ~25 s of each."""
+    from tests.engine.tiny_models import save_tiny_model
+
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-llama"), "llama")
+
+
+@pytest.fixture(scope="session")
 def make_engine(default_model):
     """Build an LLMEngine over the already-loaded default model: make_engine(num_kv_blocks=64)."""
     from engine.config import EngineConfig

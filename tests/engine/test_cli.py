@@ -1,4 +1,8 @@
-"""`python -m engine` as a user runs it: a subprocess on the default model, with tiny replies."""
+"""`python -m engine` as a user runs it: a subprocess, with tiny replies.
+
+Plain `generate` runs the default model, as a user who names none gets; the JSON and chat
+tests are about the CLI's output and turns, so they run a 2-layer model folder given with
+--model (the default model's start-up is ~25 s of each run)."""
 
 import json
 import re
@@ -26,10 +30,10 @@ def test_generate_prints_the_completion():
 
 
 @pytest.mark.slow
-def test_generate_json_prints_one_object_per_prompt():
+def test_generate_json_prints_one_object_per_prompt(tiny_model_folder):
     prompts = ["The capital of France is", "Once upon a time"]
 
-    result = run_cli("generate", "--json", *prompts, *SMALL)
+    result = run_cli("generate", "--json", *prompts, "--model", str(tiny_model_folder), *SMALL)
 
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
@@ -42,8 +46,8 @@ def test_generate_json_prints_one_object_per_prompt():
 
 
 @pytest.mark.slow
-def test_piped_chat_answers_each_turn_and_continues_the_conversation():
-    result = run_cli("chat", "--temperature", "0", *SMALL,
+def test_piped_chat_answers_each_turn_and_continues_the_conversation(tiny_model_folder):
+    result = run_cli("chat", "--temperature", "0", "--model", str(tiny_model_folder), *SMALL,
                      stdin="Hello\nWhat is your name?\n/exit\nnever sent\n")
 
     assert result.returncode == 0, result.stderr

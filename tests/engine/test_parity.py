@@ -7,6 +7,7 @@ there either token is a correct greedy choice.
 """
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,9 +125,22 @@ def save_tiny_variant(tmp_path_factory, tokenizer_dir: Path, variant: str) -> Pa
     return folder
 
 
-@pytest.fixture(scope="module", params=[*TINY_VARIANTS, "mistral-window24", "qwen3-window24"])
-def tiny_model_dir(request, tmp_path_factory, default_model) -> Path:
-    return save_tiny_variant(tmp_path_factory, default_model.path, request.param)
+@pytest.fixture(scope="module")
+def tiny_variant(tmp_path_factory, default_model) -> Callable[[str], Path]:
+    """tiny_variant("mistral-window24"): that variant's folder, saved once for the module."""
+    folders: dict[str, Path] = {}
+
+    def saved(variant: str) -> Path:
+        if variant not in folders:
+            folders[variant] = save_tiny_variant(tmp_path_factory, default_model.path, variant)
+        return folders[variant]
+
+    return saved
+
+
+@pytest.fixture(params=[*TINY_VARIANTS, "mistral-window24", "qwen3-window24"])
+def tiny_model_dir(request, tiny_variant) -> Path:
+    return tiny_variant(request.param)
 
 
 def test_tiny_random_model_greedy_matches_transformers(tiny_model_dir, default_model):
@@ -135,8 +149,8 @@ def test_tiny_random_model_greedy_matches_transformers(tiny_model_dir, default_m
     assert_greedy_parity(llm, load_hf_model(tiny_model_dir), prompts)
 
 
-def test_sliding_window_holds_across_prefill_chunks(tmp_path_factory, default_model):
-    folder = save_tiny_variant(tmp_path_factory, default_model.path, "mistral-window24")
+def test_sliding_window_holds_across_prefill_chunks(tiny_variant, default_model):
+    folder = tiny_variant("mistral-window24")
     # 16-token chunks: later chunks of the ~45-token chat prompts attend through the window mask.
     llm = LLM(str(folder), num_kv_blocks=128, num_threads=NUM_THREADS, max_num_batched_tokens=16)
     prompts = parity_prompts(default_model.tokenizer)
@@ -161,8 +175,8 @@ LONG_TEXT = (
 
 
 def test_llama3_rope_scaling_matches_transformers_far_past_the_original_context(
-        tmp_path_factory, default_model):
-    folder = save_tiny_variant(tmp_path_factory, default_model.path, "llama3-rope")
+        tiny_variant, default_model):
+    folder = tiny_variant("llama3-rope")
     llm = LLM(str(folder), num_kv_blocks=128, num_threads=NUM_THREADS)
     prompt = default_model.tokenizer.encode(LONG_TEXT)
     assert len(prompt) > 4 * 64

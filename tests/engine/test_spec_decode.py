@@ -73,10 +73,13 @@ def reference(make_llm, requests):
 
 
 @pytest.mark.slow
-def test_greedy_alone_is_identical_with_speculation(make_llm, requests):
-    off, on = make_llm(**OFF), make_llm(**SPEC)
-    for prompt, params in [requests[0], requests[6], requests[7], requests[3]]:
-        want = off.generate([prompt], params)[0].outputs[0]
+def test_greedy_alone_is_identical_with_speculation(make_llm, requests, reference):
+    # The reference batch holds what each request gives alone without speculation (batch
+    # invariance, tests/engine/test_batch_invariance.py): no need to run each alone again.
+    on = make_llm(**SPEC)
+    for i in [0, 6, 7, 3]:
+        prompt, params = requests[i]
+        want = reference[i].outputs[0]
         got = on.generate([prompt], params)[0].outputs[0]
         assert (got.token_ids, got.text) == (want.token_ids, want.text)
     assert on.stats().spec_accepted_tokens > 0
@@ -120,9 +123,9 @@ def stream_steps(engine, prompt: list[int], params: SamplingParams) -> list[list
 
 @pytest.mark.slow
 def test_a_stop_string_inside_an_accepted_run_cuts_where_it_would_without_speculation(
-        make_engine, make_llm, requests):
+        make_engine, make_llm, requests, default_model):
     prompt, _ = requests[0]
-    tokenizer = make_llm(**OFF).tokenizer
+    tokenizer = default_model.tokenizer
     steps = stream_steps(make_engine(**SPEC), prompt, greedy(32))
     tokens = [t for s in steps for t in s]
     # A token in the middle of a run: the stop string is the text it completes.

@@ -14,7 +14,6 @@ import httpx
 import pytest
 
 from engine.cli import main
-from tests.engine.tiny_models import save_tiny_model
 
 
 def test_serving_a_reachable_address_without_a_key_is_refused(capsys, monkeypatch):
@@ -46,17 +45,11 @@ def start_serving(*options: str, env: dict | None = None) -> tuple[subprocess.Po
     return process, match.group(1)
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    """A 2-layer model folder: it loads in a moment, where the default model's GGUF takes most
-    of a start-up (its weights repacked, its kernels timed)."""
-    return str(save_tiny_model(tmp_path_factory.mktemp("tiny-llama"), "llama"))
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_serve_answers_until_interrupted(stop, tiny_model):
-    process, url = start_serving("--model", tiny_model, env={"PAGODA_API_KEY": "sk-local"})
+def test_serve_answers_until_interrupted(stop, tiny_model_folder):
+    process, url = start_serving("--model", str(tiny_model_folder),
+                                 env={"PAGODA_API_KEY": "sk-local"})
     try:
         headers = {"Authorization": "Bearer sk-local"}
         models = httpx.get(f"{url}/v1/models", headers=headers, timeout=30).json()
