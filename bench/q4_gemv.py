@@ -55,15 +55,17 @@ def _kernels(q4: Q4Gemv, float_w: list[torch.Tensor],
     weights = [quantize_int4(w) for w in float_w]
     int4pack = [CpuInt4Method(w, CpuPathPolicy()) for w in weights]
     isa = ISA_NAMES[q4.best_isa()]
-    return {
+    kernels = {
         "F.linear fp32": Kernel(float_w[0].nbytes,
                                 lambda x: (lambda i: F.linear(x, float_w[i]))),
         "int4pack (engine, bf16 in/out)": Kernel(
             int4pack[0].packed.nbytes + int4pack[0].scales_and_zeros.nbytes,
             lambda x: (lambda i: int4pack[i].kernel(x))),
         f"q4_gemv {isa}, 1 thread": _q4_kernel(q4, weights, 1),
-        f"q4_gemv {isa}, {threads} threads": _q4_kernel(q4, weights, threads),
-    }, weights
+    }
+    if threads > 1:
+        kernels[f"q4_gemv {isa}, {threads} threads"] = _q4_kernel(q4, weights, threads)
+    return kernels, weights
 
 
 def _relative_error(kernel: Kernel, weight: Int4Weight) -> float:
