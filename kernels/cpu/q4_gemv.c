@@ -1,0 +1,367 @@
+/*
+ * int4 weights (groups of 32, a scale and a min per group) times int8-quantized activations.
+ *
+ *   y[m, n] = sum_g  s_w[n, g] * s_x[m, g] * sum_j q_w[n, g, j] * q_x[m, g, j]
+ *                  + min_w[n, g] * sum_x[m, g]
+ *
+ * q_w is 0..15, q_x is -127..127 with s_x = max|x| / 127 per block of 32, and sum_x is the
+ * sum of the block's rounded x, s_x * sum_j q_x: so y is exactly the dequantized weights times
+ * the rounded x. With the exact sum of x instead, the rounding error reaches y through q_w * s_w,
+ * whose mean (about -min_w) is large, not through the zero-mean weights: measured 2.5x the
+ * error on activations with a few large channels (docs/KERNELS.md). The integer dot
+ * products are what make this fast: 32 products per AVX2 instruction pair instead of
+ * dequantizing every weight to float.
+ *
+ * Plain C with a C ABI, no torch or Python headers. Built with -fopenmp but linked without
+ * libgomp, so the GOMP_* symbols bind to whichever OpenMP runtime the process already has
+ * (torch's): a second runtime would bring a second thread team to fight torch's on few cores.
+ *
+ * Repacked layout: rows in tiles of TILE_ROWS, and per (tile, block of 32) one record of
+ * TILE_ROWS x 16 bytes of nibbles (byte j holds element j low, element j + 16 high, so one
+ * mask and one shift give the 32 weights in order) followed by TILE_ROWS fp32 scales and
+ * TILE_ROWS fp32 mins. A tile's records are contiguous, so a tile streams from memory once
+ * and every activation row is served from L1. Rows past N are zero (scale 0, min 0).
+ */
+
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define BLOCK 32
+#define TILE_ROWS 4
+#define NIBBLE_BYTES (BLOCK / 2)
+#define RECORD_BYTES (TILE_ROWS * NIBBLE_BYTES + 2 * TILE_ROWS * (int)sizeof(float))
+/* Activation rows that share one pass over a tile's weights: their accumulators stay in
+ * the 16 ymm registers AVX2 has. */
+#define ROW_CHUNK 2
+
+enum { Q4_ISA_SCALAR = 0, Q4_ISA_AVX2 = 1, Q4_ISA_AVX512_VNNI = 2 };
+
+static int tiles_of(int n) { return (n + TILE_ROWS - 1) / TILE_ROWS; }
+
+static int cpu_has(int isa)
+{
+    __builtin_cpu_init();
+    switch (isa) {
+    case Q4_ISA_SCALAR:
+        return 1;
+    case Q4_ISA_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Q4_ISA_AVX512_VNNI:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")
+            && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+    default:
+        return 0;
+    }
+}
+
+int q4_isa_supported(int isa) { return cpu_has(isa); }
+
+int q4_best_isa(void)
+{
+    if (cpu_has(Q4_ISA_AVX512_VNNI))
+        return Q4_ISA_AVX512_VNNI;
+    return cpu_has(Q4_ISA_AVX2) ? Q4_ISA_AVX2 : Q4_ISA_SCALAR;
+}
+
+/* isa < 0 means the best this CPU has; an isa it lacks is refused (-1), never emulated. */
+static int resolve_isa(int isa)
+{
+    if (isa < 0)
+        return q4_best_isa();
+    return cpu_has(isa) ? isa : -1;
+}
+
+/* ---- repack --------------------------------------------------------------------------- */
+
+size_t q4_repacked_bytes(int n, int k)
+{
+    return (size_t)tiles_of(n) * (size_t)(k / BLOCK) * RECORD_BYTES;
+}
+
+static uint8_t canonical_nibble(const uint8_t *row, int e)
+{
+    uint8_t byte = row[e / 2];
+    return (e % 2) ? (uint8_t)(byte >> 4) : (uint8_t)(byte & 15);
+}
+
+/* packed: uint8 [n, k / 2], element 2j in the low nibble of byte j, 2j + 1 in the high one;
+ * scales, mins: fp32 [n, k / 32]. out: q4_repacked_bytes(n, k) bytes. */
+int q4_repack(const uint8_t *packed, const float *scales, const float *mins, int n, int k,
+              uint8_t *out)
+{
+    if (n <= 0 || k <= 0 || k % BLOCK)
+        return -1;
+    int groups = k / BLOCK;
+    memset(out, 0, q4_repacked_bytes(n, k));
+    for (int row = 0; row < n; row++) {
+        int tile = row / TILE_ROWS, r = row % TILE_ROWS;
+        const uint8_t *src = packed + (size_t)row * (k / 2);
+        for (int g = 0; g < groups; g++) {
+            uint8_t *rec = out + ((size_t)tile * groups + g) * RECORD_BYTES;
+            uint8_t *nib = rec + r * NIBBLE_BYTES;
+            for (int j = 0; j < NIBBLE_BYTES; j++) {
+                uint8_t lo = canonical_nibble(src, g * BLOCK + j);
+                uint8_t hi = canonical_nibble(src, g * BLOCK + j + NIBBLE_BYTES);
+                nib[j] = (uint8_t)(lo | (hi << 4));
+            }
+            float *rec_scales = (float *)(rec + TILE_ROWS * NIBBLE_BYTES);
+            rec_scales[r] = scales[(size_t)row * groups + g];
+            rec_scales[TILE_ROWS + r] = mins[(size_t)row * groups + g];
+        }
+    }
+    return 0;
+}
+
+/* ---- activations ---------------------------------------------------------------------- */
+
+static void quantize_block_scalar(const float *v, int8_t *q, float *scale, float *sum)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < BLOCK; j++)
+        amax = fmaxf(amax, fabsf(v[j]));
+    float d = amax / 127.0f;
+    int32_t qsum = 0;
+    for (int j = 0; j < BLOCK; j++) {
+        q[j] = d == 0.0f ? 0 : (int8_t)nearbyintf(v[j] / d);
+        qsum += q[j];
+    }
+    *scale = d;
+    *sum = d * (float)qsum;
+}
+
+__attribute__((target("avx2,fma")))
+static void quantize_block_avx2(const float *v, int8_t *q, float *scale, float *sum)
+{
+    __m256 x0 = _mm256_loadu_ps(v), x1 = _mm256_loadu_ps(v + 8);
+    __m256 x2 = _mm256_loadu_ps(v + 16), x3 = _mm256_loadu_ps(v + 24);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 a = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, x0), _mm256_andnot_ps(sign, x1)),
+                             _mm256_max_ps(_mm256_andnot_ps(sign, x2), _mm256_andnot_ps(sign, x3)));
+    __m128 a4 = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    a4 = _mm_max_ps(a4, _mm_movehl_ps(a4, a4));
+    a4 = _mm_max_ss(a4, _mm_movehdup_ps(a4));
+    float d = _mm_cvtss_f32(a4) / 127.0f;
+
+    *scale = d;
+    if (d == 0.0f) {
+        memset(q, 0, BLOCK);
+        *sum = 0.0f;
+        return;
+    }
+    /* Divide (not multiply by 1/d) so the rounding is the scalar path's, bit for bit. */
+    const __m256 dv = _mm256_set1_ps(d);
+    const int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(x0, dv), mode));
+    __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(x1, dv), mode));
+    __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(x2, dv), mode));
+    __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(x3, dv), mode));
+    /* The packs interleave 128-bit lanes; one permute puts the 32 bytes back in order. */
+    __m256i w01 = _mm256_packs_epi32(i0, i1), w23 = _mm256_packs_epi32(i2, i3);
+    __m256i b = _mm256_packs_epi16(w01, w23);
+    b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, b);
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+    *sum = d * (float)_mm_cvtsi128_si32(s4);
+}
+
+/* x: fp32 [m, k] -> xq int8 [m, k], xscale and xsum (s_x * sum q_x) fp32 [m, k / 32]. */
+int q4_quantize_rows(int isa, const float *x, int m, int k, int8_t *xq, float *xscale,
+                     float *xsum)
+{
+    isa = resolve_isa(isa);
+    if (isa < 0 || m <= 0 || k <= 0 || k % BLOCK)
+        return -1;
+    size_t blocks = (size_t)m * (k / BLOCK);
+    for (size_t b = 0; b < blocks; b++) {
+        if (isa == Q4_ISA_SCALAR)
+            quantize_block_scalar(x + b * BLOCK, xq + b * BLOCK, xscale + b, xsum + b);
+        else
+            quantize_block_avx2(x + b * BLOCK, xq + b * BLOCK, xscale + b, xsum + b);
+    }
+    return 0;
+}
+
+/* ---- the product: scalar ---------------------------------------------------------------- */
+
+struct activations {
+    const int8_t *q;
+    const float *scale;
+    const float *sum;
+    int m;
+};
+
+static void tile_scalar(const uint8_t *tile, int groups, const struct activations *x, int row0,
+                        int n, float *y)
+{
+    int k = groups * BLOCK;
+    for (int i = 0; i < x->m; i++) {
+        float acc[TILE_ROWS] = {0};
+        for (int g = 0; g < groups; g++) {
+            const uint8_t *rec = tile + (size_t)g * RECORD_BYTES;
+            const float *sw = (const float *)(rec + TILE_ROWS * NIBBLE_BYTES);
+            const int8_t *xq = x->q + (size_t)i * k + g * BLOCK;
+            float sx = x->scale[(size_t)i * groups + g], sumx = x->sum[(size_t)i * groups + g];
+            for (int r = 0; r < TILE_ROWS; r++) {
+                const uint8_t *nib = rec + r * NIBBLE_BYTES;
+                int32_t dot = 0;
+                for (int j = 0; j < NIBBLE_BYTES; j++)
+                    dot += (nib[j] & 15) * xq[j] + (nib[j] >> 4) * xq[j + NIBBLE_BYTES];
+                acc[r] += (float)dot * (sw[r] * sx) + sw[TILE_ROWS + r] * sumx;
+            }
+        }
+        for (int r = 0; r < TILE_ROWS && row0 + r < n; r++)
+            y[(size_t)i * n + row0 + r] = acc[r];
+    }
+}
+
+/* ---- the product: AVX2 and AVX-512 VNNI --------------------------------------------------
+ * One body, two dot products: AVX2's maddubs (u8 x s8 -> pairs summed in s16; 2 x 15 x 127
+ * cannot saturate) then madd against ones (-> s32), or VNNI's dpbusd doing both at once. */
+
+__attribute__((target("avx2,fma"), always_inline))
+static inline __m256i dot_avx2(__m256i w, __m256i x)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+}
+
+__attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma"), always_inline))
+static inline __m256i dot_vnni(__m256i w, __m256i x)
+{
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x);
+}
+
+#define HSUM256(v, out)                                                                    \
+    do {                                                                                   \
+        __m128 h_ = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));     \
+        h_ = _mm_add_ps(h_, _mm_movehl_ps(h_, h_));                                        \
+        h_ = _mm_add_ss(h_, _mm_movehdup_ps(h_));                                          \
+        (out) = _mm_cvtss_f32(h_);                                                         \
+    } while (0)
+
+/* rows: 1..ROW_CHUNK activation rows starting at i0, all against one tile. */
+#define DEFINE_TILE_CHUNK(NAME, TARGET, DOT)                                                \
+    __attribute__((target(TARGET), always_inline))                                          \
+    static inline void NAME(const uint8_t *tile, int groups, const struct activations *x,   \
+                            int i0, int rows, int row0, int n, float *y)                    \
+    {                                                                                       \
+        int k = groups * BLOCK;                                                             \
+        const __m128i low = _mm_set1_epi8(15);                                              \
+        __m256 acc[ROW_CHUNK][TILE_ROWS];                                                   \
+        __m128 acc_min[ROW_CHUNK];                                                          \
+        for (int i = 0; i < ROW_CHUNK; i++) {                                               \
+            acc_min[i] = _mm_setzero_ps();                                                  \
+            for (int r = 0; r < TILE_ROWS; r++)                                             \
+                acc[i][r] = _mm256_setzero_ps();                                            \
+        }                                                                                   \
+        for (int g = 0; g < groups; g++) {                                                  \
+            const uint8_t *rec = tile + (size_t)g * RECORD_BYTES;                           \
+            const float *sw = (const float *)(rec + TILE_ROWS * NIBBLE_BYTES);              \
+            __m256i xv[ROW_CHUNK];                                                          \
+            float sx[ROW_CHUNK];                                                            \
+            for (int i = 0; i < rows; i++) {                                                \
+                size_t b = (size_t)(i0 + i) * groups + g;                                   \
+                xv[i] = _mm256_loadu_si256((const __m256i *)(x->q + b * BLOCK));            \
+                sx[i] = x->scale[b];                                                        \
+                acc_min[i] = _mm_fmadd_ps(_mm_loadu_ps(sw + TILE_ROWS),                     \
+                                          _mm_set1_ps(x->sum[b]), acc_min[i]);              \
+            }                                                                               \
+            for (int r = 0; r < TILE_ROWS; r++) {                                           \
+                __m128i raw = _mm_loadu_si128((const __m128i *)(rec + r * NIBBLE_BYTES));   \
+                __m128i lo = _mm_and_si128(raw, low);                                       \
+                __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);                    \
+                __m256i w = _mm256_set_m128i(hi, lo);                                       \
+                for (int i = 0; i < rows; i++) {                                            \
+                    __m256 p = _mm256_cvtepi32_ps(DOT(w, xv[i]));                           \
+                    acc[i][r] = _mm256_fmadd_ps(p, _mm256_set1_ps(sw[r] * sx[i]), acc[i][r]);\
+                }                                                                           \
+            }                                                                               \
+        }                                                                                   \
+        for (int i = 0; i < rows; i++) {                                                    \
+            float mins[TILE_ROWS];                                                          \
+            _mm_storeu_ps(mins, acc_min[i]);                                                \
+            for (int r = 0; r < TILE_ROWS && row0 + r < n; r++) {                           \
+                float s;                                                                    \
+                HSUM256(acc[i][r], s);                                                      \
+                y[(size_t)(i0 + i) * n + row0 + r] = s + mins[r];                           \
+            }                                                                               \
+        }                                                                                   \
+        (void)k;                                                                            \
+    }                                                                                       \
+    __attribute__((target(TARGET)))                                                         \
+    static void NAME##_all_rows(const uint8_t *tile, int groups, const struct activations *x, \
+                                int row0, int n, float *y)                                  \
+    {                                                                                       \
+        int i = 0;                                                                          \
+        /* Constant row counts let the compiler keep every accumulator in a register. */   \
+        for (; i + ROW_CHUNK <= x->m; i += ROW_CHUNK)                                       \
+            NAME(tile, groups, x, i, ROW_CHUNK, row0, n, y);                                \
+        if (i < x->m)                                                                       \
+            NAME(tile, groups, x, i, 1, row0, n, y);                                        \
+    }
+
+DEFINE_TILE_CHUNK(tile_avx2, "avx2,fma", dot_avx2)
+DEFINE_TILE_CHUNK(tile_vnni, "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma", dot_vnni)
+
+static void gemm_tiles(int isa, const uint8_t *w, int n, int groups, const struct activations *x,
+                       float *y, int tile_begin, int tile_end)
+{
+    for (int t = tile_begin; t < tile_end; t++) {
+        const uint8_t *tile = w + (size_t)t * groups * RECORD_BYTES;
+        int row0 = t * TILE_ROWS;
+        if (isa == Q4_ISA_AVX512_VNNI)
+            tile_vnni_all_rows(tile, groups, x, row0, n, y);
+        else if (isa == Q4_ISA_AVX2)
+            tile_avx2_all_rows(tile, groups, x, row0, n, y);
+        else
+            tile_scalar(tile, groups, x, row0, n, y);
+    }
+}
+
+/* w: q4_repack's output for [n, k]; xq, xscale, xsum: q4_quantize_rows' output for [m, k];
+ * y: fp32 [m, n]. n_threads > 1 splits the tiles over an OpenMP team (the process's runtime). */
+int q4_gemm(int isa, const uint8_t *w, int n, int k, const int8_t *xq, const float *xscale,
+            const float *xsum, int m, float *y, int n_threads)
+{
+    isa = resolve_isa(isa);
+    if (isa < 0 || n <= 0 || m <= 0 || k <= 0 || k % BLOCK)
+        return -1;
+    struct activations x = {xq, xscale, xsum, m};
+    int groups = k / BLOCK, tiles = tiles_of(n);
+    if (n_threads <= 1) {
+        gemm_tiles(isa, w, n, groups, &x, y, 0, tiles);
+        return 0;
+    }
+#pragma omp parallel num_threads(n_threads)
+    {
+        /* Contiguous halves (not interleaved tiles) so each thread streams its own rows. */
+        int team = omp_get_num_threads(), me = omp_get_thread_num();
+        int per = (tiles + team - 1) / team;
+        int begin = me * per, end = begin + per < tiles ? begin + per : tiles;
+        if (begin < end)
+            gemm_tiles(isa, w, n, groups, &x, y, begin, end);
+    }
+    return 0;
+}
+
+size_t q4_workspace_bytes(int m, int k)
+{
+    return (size_t)m * k + 2 * (size_t)m * (k / BLOCK) * sizeof(float);
+}
+
+/* Quantize x and multiply: work is q4_workspace_bytes(m, k) bytes, 4-byte aligned. */
+int q4_linear(int isa, const uint8_t *w, int n, int k, const float *x, int m, float *y,
+              void *work, int n_threads)
+{
+    int8_t *xq = (int8_t *)work;
+    float *xscale = (float *)(xq + (size_t)m * k);
+    float *xsum = xscale + (size_t)m * (k / BLOCK);
+    int rc = q4_quantize_rows(isa, x, m, k, xq, xscale, xsum);
+    return rc ? rc : q4_gemm(isa, w, n, k, xq, xscale, xsum, m, y, n_threads);
+}

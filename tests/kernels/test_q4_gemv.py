@@ -1,0 +1,135 @@
+"""kernels/cpu/q4_gemv.c computes int8-quantized activations times int4 weights exactly as the
+same math in torch (float64), to fp32 rounding, on every instruction set this CPU has."""
+
+import os
+
+import pytest
+import torch
+
+from engine.quantization.tensors import Int4Weight, quantize_int4, unpack_int4
+from kernels.cpu.q4_gemv import (
+    Q4Gemv,
+    build,
+    find_compiler,
+    mapped_openmp_runtimes,
+    torch_openmp_runtime,
+)
+
+SCALAR, AVX2, AVX512_VNNI = 0, 1, 2
+ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2, AVX512_VNNI],
+                               ids=["scalar", "avx2", "avx512-vnni"])
+# N = 963 and 5 leave a partial tile of rows (tiles are 4 rows).
+SHAPES = [(576, 960), (576, 576), (1536, 960), (1536, 576), (576, 963), (1536, 5)]
+
+
+@pytest.fixture(scope="module")
+def q4(tmp_path_factory) -> Q4Gemv:
+    if find_compiler() is None:
+        pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/q4_gemv.c")
+    return Q4Gemv(build(tmp_path_factory.mktemp("q4_gemv")))
+
+
+def _runnable(q4: Q4Gemv, isa: int) -> int:
+    if not q4.isa_supported(isa):
+        pytest.skip(f"this CPU cannot run instruction set {isa} (so that path is untested here)")
+    return isa
+
+
+def _weight(n: int, k: int, seed: int = 0) -> Int4Weight:
+    torch.manual_seed(seed)
+    return quantize_int4(torch.randn(n, k) * 0.05)
+
+
+def _activations(m: int, k: int, seed: int = 1) -> torch.Tensor:
+    """Normal rows with a few channels 20x larger, and one all-zero block (scale 0)."""
+    torch.manual_seed(seed)
+    x = torch.randn(m, k)
+    x[:, :4] *= 20
+    x[:, 32:64] = 0
+    return x
+
+
+def _reference(w: Int4Weight, xq: torch.Tensor, scale: torch.Tensor, total: torch.Tensor,
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's math in float64, and the sum of its terms' magnitudes (fp32 rounding of
+    a sum is bounded by a multiple of that, whatever the order of addition)."""
+    n, k = w.shape
+    q = unpack_int4(w.packed).double().view(n, k // 32, 32)
+    dots = torch.einsum("mgj,ngj->mng", xq.double().view(-1, k // 32, 32), q)
+    sw, mw = w.scales.double(), w.mins.double()
+    products = dots * sw.unsqueeze(0) * scale.double().unsqueeze(1)
+    mins = mw.unsqueeze(0) * total.double().unsqueeze(1)
+    return (products + mins).sum(-1), (products.abs() + mins.abs()).sum(-1)
+
+
+def _assert_within_fp32_rounding(y: torch.Tensor, want: torch.Tensor, bound: torch.Tensor):
+    err = (y.double() - want).abs()
+    assert (err <= 1e-5 * bound).all(), f"worst error / bound: {(err / bound).max().item():.2e}"
+
+
+@ISAS
+@pytest.mark.parametrize("k", [576, 1536])
+def test_activations_quantize_to_torchs_rounding_with_the_rounded_block_sum(q4, isa, k):
+    _runnable(q4, isa)
+    x = _activations(3, k)
+    xq, scale, total = q4.quantize_rows(x, isa)
+    blocks = x.view(3, k // 32, 32)
+    want_scale = blocks.abs().amax(-1) / 127
+    safe = torch.where(want_scale == 0, torch.ones_like(want_scale), want_scale)
+    want_q = torch.where(want_scale.unsqueeze(-1) == 0, 0.0,
+                         torch.round(blocks / safe.unsqueeze(-1)))
+    assert torch.equal(scale, want_scale)
+    assert torch.equal(xq.view(3, k // 32, 32), want_q.to(torch.int8))
+    # The rounded block's sum, so the min term sees the x that the products see.
+    assert torch.equal(total, scale * xq.view(3, k // 32, 32).sum(-1).float())
+
+
+@ISAS
+@pytest.mark.parametrize("k,n", SHAPES)
+@pytest.mark.parametrize("m", [1, 3, 16])
+def test_product_matches_int8_activations_times_int4_weights(q4, isa, m, k, n):
+    _runnable(q4, isa)
+    w = _weight(n, k)
+    xq, scale, total = q4.quantize_rows(_activations(m, k), isa)
+    y = q4.gemm(q4.repack(w), xq, scale, total, isa)
+    _assert_within_fp32_rounding(y, *_reference(w, xq, scale, total))
+
+
+@pytest.mark.parametrize("k,n", [(576, 963), (1536, 5)])
+def test_partial_tile_writes_its_rows_and_nothing_past_the_output(q4, k, n):
+    m = 3
+    w, x = _weight(n, k), _activations(m, k)
+    buffer = torch.full((m * n + 64,), 12345.0)
+    y = buffer[: m * n].view(m, n)
+    q4.linear_into(q4.repack(w), x, y, q4.workspace(m, k))
+    xq, scale, total = q4.quantize_rows(x)
+    _assert_within_fp32_rounding(y, *_reference(w, xq, scale, total))
+    assert (buffer[m * n:] == 12345.0).all()
+
+
+@pytest.mark.parametrize("k,n", [(576, 963), (1536, 576)])
+def test_scalar_fallback_and_avx2_agree(q4, k, n):
+    _runnable(q4, AVX2)
+    w, x = _weight(n, k), _activations(16, k)
+    quantized = [q4.quantize_rows(x, isa) for isa in (SCALAR, AVX2)]
+    assert torch.equal(quantized[0][0], quantized[1][0])
+    assert torch.equal(quantized[0][1], quantized[1][1])
+    assert torch.equal(quantized[0][2], quantized[1][2])
+    repacked = q4.repack(w)
+    scalar = q4.gemm(repacked, *quantized[0], SCALAR)
+    avx2 = q4.gemm(repacked, *quantized[1], AVX2)
+    _, bound = _reference(w, *quantized[0])
+    assert ((scalar.double() - avx2.double()).abs() <= 2e-5 * bound).all()
+
+
+def test_two_threads_give_one_threads_bits_on_torchs_openmp_runtime(q4):
+    w, x = _weight(963, 1536), _activations(16, 1536)
+    repacked = q4.repack(w)
+    one, two = q4.linear(repacked, x, threads=1), q4.linear(repacked, x, threads=2)
+    assert torch.equal(one, two)
+    assert mapped_openmp_runtimes() == {os.path.realpath(torch_openmp_runtime())}
+
+
+def test_input_width_not_a_multiple_of_32_is_refused(q4):
+    with pytest.raises(ValueError, match="multiple of 32"):
+        q4.quantize_rows(torch.randn(1, 40))
