@@ -39,11 +39,15 @@ class Kernel:
     make: Callable[[torch.Tensor], Callable[[int], object]]
 
 
-def _q4_kernel(q4: Q4Gemv, weights: list[Int4Weight], threads: int) -> Kernel:
+def _q4_kernel(q4: Q4Gemv, weights: list[Int4Weight], threads: int,
+               split: bool = False) -> Kernel:
+    """split: activations as high and low int8 parts (`Q4Gemv.linear_split`)."""
     repacked = [q4.repack(w) for w in weights]
     n = repacked[0].out_features
 
     def make(x: torch.Tensor) -> Callable[[int], object]:
+        if split:
+            return lambda i: q4.linear_split(repacked[i], x, threads=threads)
         y, work = torch.empty(x.shape[0], n), q4.workspace(*x.shape)
         return lambda i: q4.linear_into(repacked[i], x, y, work, threads=threads)
 
@@ -65,6 +69,7 @@ def _kernels(q4: Q4Gemv, float_w: list[torch.Tensor],
     }
     if threads > 1:
         kernels[f"q4_gemv {isa}, {threads} threads"] = _q4_kernel(q4, weights, threads)
+    kernels[f"q4_gemv {isa} split, {threads} thr."] = _q4_kernel(q4, weights, threads, True)
     return kernels, weights
 
 

@@ -365,3 +365,70 @@ int q4_linear(int isa, const uint8_t *w, int n, int k, const float *x, int m, fl
     int rc = q4_quantize_rows(isa, x, m, k, xq, xscale, xsum);
     return rc ? rc : q4_gemm(isa, w, n, k, xq, xscale, xsum, m, y, n_threads);
 }
+
+/* ---- split activations: x = high + low, each int8 per block ------------------------------
+ * One int8 pass loses ~2 points of top-1 agreement on a small model (docs/KERNELS.md): the
+ * rounding of x is ~1/254 of each block's largest value. Here the rounding residual
+ * r = x - s_x * q_x is quantized again per block, and the product is W (high) + W (low): x
+ * carries ~14 bits. Row i's high and low parts are rows 2i and 2i + 1 of one 2m-row operand, so
+ * the tile pass that serves ROW_CHUNK (2) rows unpacks each weight block once for both. */
+
+size_t q4_split_workspace_bytes(int m, int n, int k)
+{
+    return q4_workspace_bytes(2 * m, k) + 2 * (size_t)m * n * sizeof(float)
+           + (size_t)k * sizeof(float);
+}
+
+static void quantize_block(int isa, const float *v, int8_t *q, float *scale, float *sum)
+{
+    if (isa == Q4_ISA_SCALAR)
+        quantize_block_scalar(v, q, scale, sum);
+    else
+        quantize_block_avx2(v, q, scale, sum);
+}
+
+/* x fp32 [m, k] -> rows 2i (high) and 2i + 1 (low) of xq int8 [2m, k], xscale, xsum. */
+static void quantize_rows_split(int isa, const float *x, int m, int k, int8_t *xq, float *xscale,
+                                float *xsum, float *residual)
+{
+    int groups = k / BLOCK;
+    for (int i = 0; i < m; i++) {
+        const float *row = x + (size_t)i * k;
+        size_t high = (size_t)(2 * i) * groups, low = high + groups;
+        for (int g = 0; g < groups; g++) {
+            int8_t *q = xq + (high + g) * BLOCK;
+            quantize_block(isa, row + g * BLOCK, q, xscale + high + g, xsum + high + g);
+            float d = xscale[high + g];
+            for (int j = 0; j < BLOCK; j++)
+                residual[g * BLOCK + j] = row[g * BLOCK + j] - d * (float)q[j];
+        }
+        for (int g = 0; g < groups; g++)
+            quantize_block(isa, residual + g * BLOCK, xq + (low + g) * BLOCK, xscale + low + g,
+                           xsum + low + g);
+    }
+}
+
+/* y = x @ W.T with x split into high and low int8 parts; x fp32 [m, k] contiguous, y [m, n];
+ * work is q4_split_workspace_bytes(m, n, k) bytes, 4-byte aligned. */
+int q4_linear_split(int isa, const uint8_t *w, int n, int k, const float *x, int m, float *y,
+                    void *work, int n_threads)
+{
+    isa = resolve_isa(isa);
+    if (isa < 0 || n <= 0 || m <= 0 || k <= 0 || k % BLOCK)
+        return -1;
+    int8_t *xq = (int8_t *)work;
+    float *xscale = (float *)(xq + (size_t)2 * m * k);
+    float *xsum = xscale + (size_t)2 * m * (k / BLOCK);
+    float *parts = xsum + (size_t)2 * m * (k / BLOCK);
+    float *residual = parts + (size_t)2 * m * n;
+    quantize_rows_split(isa, x, m, k, xq, xscale, xsum, residual);
+    int rc = q4_gemm(isa, w, n, k, xq, xscale, xsum, 2 * m, parts, n_threads);
+    if (rc)
+        return rc;
+    for (int i = 0; i < m; i++) {
+        const float *high = parts + (size_t)(2 * i) * n, *low = high + n;
+        for (int c = 0; c < n; c++)
+            y[(size_t)i * n + c] = high[c] + low[c];
+    }
+    return 0;
+}

@@ -92,6 +92,8 @@ class Q4Gemv:
             "q4_quantize_rows": ([i32, ptr, i32, i32, ptr, ptr, ptr], i32),
             "q4_gemm": ([i32, ptr, i32, i32, ptr, ptr, ptr, i32, ptr, i32], i32),
             "q4_linear": ([i32, ptr, i32, i32, ptr, i32, ptr, ptr, i32], i32),
+            "q4_split_workspace_bytes": ([i32, i32, i32], size),
+            "q4_linear_split": ([i32, ptr, i32, i32, ptr, i32, ptr, ptr, i32], i32),
         }
         for name, (args, result) in signatures.items():
             fn = getattr(self._lib, name)
@@ -149,6 +151,21 @@ class Q4Gemv:
         x = x.float().contiguous()
         y = torch.empty(x.shape[0], w.out_features)
         return self.linear_into(w, x, y, self.workspace(*x.shape), isa, threads)
+
+    def split_workspace(self, m: int, n: int, k: int) -> torch.Tensor:
+        return torch.empty(self._lib.q4_split_workspace_bytes(m, n, k), dtype=torch.uint8)
+
+    def linear_split(self, w: Q4Repacked, x: torch.Tensor, isa: int = BEST_ISA,
+                     threads: int = 1) -> torch.Tensor:
+        """y = x @ W.T with x as a high and a low int8 part per block (~14 bits of it)."""
+        x = x.float().contiguous()
+        m = x.shape[0]
+        y = torch.empty(m, w.out_features)
+        work = self.split_workspace(m, w.out_features, w.in_features)
+        self._check(self._lib.q4_linear_split(isa, w.data.data_ptr(), w.out_features,
+                                              w.in_features, x.data_ptr(), m, y.data_ptr(),
+                                              work.data_ptr(), threads), "q4_linear_split")
+        return y
 
     @staticmethod
     def _check(rc: int, name: str) -> None:

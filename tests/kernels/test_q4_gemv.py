@@ -133,3 +133,33 @@ def test_two_threads_give_one_threads_bits_on_torchs_openmp_runtime(q4):
 def test_input_width_not_a_multiple_of_32_is_refused(q4):
     with pytest.raises(ValueError, match="multiple of 32"):
         q4.quantize_rows(torch.randn(1, 40))
+
+
+def _exact_product(w: Int4Weight, x: torch.Tensor) -> torch.Tensor:
+    n, k = w.shape
+    q = unpack_int4(w.packed).double().view(n, k // 32, 32)
+    weights = (q * w.scales.double().unsqueeze(-1) + w.mins.double().unsqueeze(-1)).view(n, k)
+    return x.double() @ weights.T
+
+
+@pytest.mark.parametrize("isa", [SCALAR, AVX2], ids=["scalar", "avx2"])
+@pytest.mark.parametrize("k,n", [(576, 963), (1536, 576)])
+@pytest.mark.parametrize("m", [1, 3])
+def test_split_activations_come_within_fp32_noise_of_the_exact_product(q4, isa, m, k, n):
+    """One int8 pass is off by the rounding of x (~1/254 of a block's largest value); high plus
+    low parts leave ~1/254 of that: the split must be at least 50x closer, and close in itself."""
+    _runnable(q4, isa)
+    w, x = _weight(n, k), _activations(m, k)
+    repacked, exact = q4.repack(w), _exact_product(w, x)
+    scale = exact.abs().max()
+    one_pass = (q4.linear(repacked, x, isa).double() - exact).abs().max() / scale
+    split = (q4.linear_split(repacked, x, isa).double() - exact).abs().max() / scale
+    assert split < one_pass / 50, f"split {split:.2e}, one pass {one_pass:.2e}"
+    assert split < 1e-4
+
+
+def test_split_activations_on_two_threads_give_one_threads_bits(q4):
+    w, x = _weight(963, 1536), _activations(4, 1536)
+    repacked = q4.repack(w)
+    assert torch.equal(q4.linear_split(repacked, x, threads=1),
+                       q4.linear_split(repacked, x, threads=2))
