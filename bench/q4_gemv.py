@@ -24,7 +24,8 @@ from cpu_kernels import LAYERS, _activations, _timed
 from engine.quantization.cpu_int4 import CpuInt4Method
 from engine.quantization.cpu_paths import CpuPathPolicy
 from engine.quantization.tensors import Int4Weight, dequantize, quantize_int4
-from kernels.cpu.q4_gemv import ISA_NAMES, Q4Gemv, build, mapped_openmp_runtimes
+from kernels.cpu.native import mapped_openmp_runtimes
+from kernels.cpu.q4_gemv import ISA_NAMES, Q4Gemv
 
 # (name, outputs, inputs): a decode step's four linears per layer.
 SHAPES = (("qkv", 960, 576), ("o", 576, 576), ("gate_up", 3072, 576), ("down", 576, 1536))
@@ -42,7 +43,7 @@ class Kernel:
 def _q4_kernel(q4: Q4Gemv, weights: list[Int4Weight], threads: int,
                split: bool = False) -> Kernel:
     """split: activations as high and low int8 parts (`Q4Gemv.linear_split`)."""
-    repacked = [q4.repack(w) for w in weights]
+    repacked = [q4.repack(w.packed, w.scales, w.mins) for w in weights]
     n = repacked[0].out_features
 
     def make(x: torch.Tensor) -> Callable[[int], object]:
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    q4 = Q4Gemv(build(Path(tempfile.mkdtemp(prefix="q4_gemv_"))))
+    q4 = Q4Gemv.load(Path(tempfile.mkdtemp(prefix="q4_gemv_")))
     print(f"CPU: {cpu_name()}, torch {torch.__version__} ({args.threads} threads, capability "
           f"{torch.backends.cpu.get_cpu_capability()}), q4_gemv path {ISA_NAMES[q4.best_isa()]}")
     print(f"OpenMP runtimes mapped: {sorted(mapped_openmp_runtimes())}")

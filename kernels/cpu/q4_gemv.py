@@ -1,33 +1,21 @@
 """Build and call kernels/cpu/q4_gemv.c (int8 activations x int4 weights) through ctypes.
 
-A prototype for measurement (issue 26, item 3): the engine does not use it. The library is
-compiled with -fopenmp but linked without libgomp, and torch's own OpenMP runtime is made
-global before it loads, so its parallel regions run on torch's thread team instead of a second
-runtime's team fighting torch's for the same cores.
+Built and loaded by `kernels.cpu.native` (which binds it to torch's OpenMP runtime).
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from engine.quantization.tensors import Int4Weight
+from kernels.cpu import native
 
-SOURCE = Path(__file__).with_name("q4_gemv.c")
 ISA_NAMES = {0: "scalar", 1: "avx2", 2: "avx512-vnni"}
 BEST_ISA = -1
-
-_COMPILE_FLAGS = ("-O3", "-march=x86-64-v2", "-fopenmp", "-fPIC")
-
-
-class Q4BuildError(RuntimeError):
-    """The C kernel could not be compiled or loaded."""
+NAME = "q4_gemv"
 
 
 @dataclass(slots=True, frozen=True)
@@ -39,47 +27,17 @@ class Q4Repacked:
     in_features: int
 
 
-def find_compiler() -> str | None:
-    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-
-
-def build(out_dir: Path, compiler: str | None = None) -> Path:
-    """Compile and link q4_gemv.c into out_dir/libq4_gemv.so; returns its path."""
-    compiler = compiler or find_compiler()
-    if compiler is None:
-        raise Q4BuildError("no C compiler found: install gcc or set CC")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    obj, lib = out_dir / "q4_gemv.o", out_dir / "libq4_gemv.so"
-    # Two steps: -fopenmp at link time would add -lgomp, i.e. the system's runtime.
-    for cmd in ([compiler, *_COMPILE_FLAGS, "-c", str(SOURCE), "-o", str(obj)],
-                [compiler, "-shared", str(obj), "-o", str(lib), "-lm"]):
-        done = subprocess.run(cmd, check=False, capture_output=True, text=True)
-        if done.returncode:
-            raise Q4BuildError(f"{' '.join(cmd)} failed:\n{done.stderr}")
-    return lib
-
-
-def torch_openmp_runtime() -> Path:
-    return Path(torch.__file__).parent / "lib" / "libgomp.so.1"
-
-
-def mapped_openmp_runtimes() -> set[str]:
-    """Paths of the OpenMP runtimes mapped into this process (one is what we want)."""
-    with open("/proc/self/maps") as maps:
-        paths = {line.split()[-1] for line in maps if len(line.split()) >= 6}
-    return {p for p in paths if any(name in Path(p).name for name in ("libgomp", "libiomp", "libomp"))}
-
-
 class Q4Gemv:
     """The loaded library, with tensor-level calls. Tensors must be contiguous CPU ones."""
 
-    def __init__(self, lib_path: Path) -> None:
-        runtime = torch_openmp_runtime()
-        if not runtime.exists():
-            raise Q4BuildError(f"torch's OpenMP runtime is not at {runtime}")
-        ctypes.CDLL(str(runtime), mode=ctypes.RTLD_GLOBAL)
-        self._lib = ctypes.CDLL(str(lib_path))
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self._lib = lib
         self._declare()
+
+    @classmethod
+    def load(cls, build_dir: Path | None, compiler: str | None = None) -> Q4Gemv:
+        """Raises native.NativeBuildError where the library can be neither found nor built."""
+        return cls(native.load(NAME, build_dir, compiler))
 
     def _declare(self) -> None:
         ptr, i32, size = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
@@ -105,10 +63,13 @@ class Q4Gemv:
     def isa_supported(self, isa: int) -> bool:
         return bool(self._lib.q4_isa_supported(isa))
 
-    def repack(self, weight: Int4Weight) -> Q4Repacked:
-        n, k = weight.shape
-        packed = weight.packed.contiguous()
-        scales, mins = weight.scales.float().contiguous(), weight.mins.float().contiguous()
+    def repack(self, packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
+               ) -> Q4Repacked:
+        """packed uint8 [n, k / 2] (two 4-bit values per byte, the engine's Int4Weight
+        layout), scales and mins [n, k / 32]: weight = q * scale + min."""
+        n, k = packed.shape[0], packed.shape[1] * 2
+        packed = packed.contiguous()
+        scales, mins = scales.float().contiguous(), mins.float().contiguous()
         out = torch.empty(self._lib.q4_repacked_bytes(n, k), dtype=torch.uint8)
         self._check(self._lib.q4_repack(packed.data_ptr(), scales.data_ptr(), mins.data_ptr(),
                                         n, k, out.data_ptr()), "q4_repack")

@@ -7,13 +7,8 @@ import pytest
 import torch
 
 from engine.quantization.tensors import Int4Weight, quantize_int4, unpack_int4
-from kernels.cpu.q4_gemv import (
-    Q4Gemv,
-    build,
-    find_compiler,
-    mapped_openmp_runtimes,
-    torch_openmp_runtime,
-)
+from kernels.cpu.native import find_compiler, mapped_openmp_runtimes, torch_openmp_runtime
+from kernels.cpu.q4_gemv import Q4Gemv
 
 SCALAR, AVX2, AVX512_VNNI = 0, 1, 2
 ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2, AVX512_VNNI],
@@ -26,7 +21,7 @@ SHAPES = [(576, 960), (576, 576), (1536, 960), (1536, 576), (576, 963), (1536, 5
 def q4(tmp_path_factory) -> Q4Gemv:
     if find_compiler() is None:
         pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/q4_gemv.c")
-    return Q4Gemv(build(tmp_path_factory.mktemp("q4_gemv")))
+    return Q4Gemv.load(tmp_path_factory.mktemp("q4_gemv"))
 
 
 def _runnable(q4: Q4Gemv, isa: int) -> int:
@@ -91,7 +86,7 @@ def test_product_matches_int8_activations_times_int4_weights(q4, isa, m, k, n):
     _runnable(q4, isa)
     w = _weight(n, k)
     xq, scale, total = q4.quantize_rows(_activations(m, k), isa)
-    y = q4.gemm(q4.repack(w), xq, scale, total, isa)
+    y = q4.gemm(q4.repack(w.packed, w.scales, w.mins), xq, scale, total, isa)
     _assert_within_fp32_rounding(y, *_reference(w, xq, scale, total))
 
 
@@ -101,7 +96,7 @@ def test_partial_tile_writes_its_rows_and_nothing_past_the_output(q4, k, n):
     w, x = _weight(n, k), _activations(m, k)
     buffer = torch.full((m * n + 64,), 12345.0)
     y = buffer[: m * n].view(m, n)
-    q4.linear_into(q4.repack(w), x, y, q4.workspace(m, k))
+    q4.linear_into(q4.repack(w.packed, w.scales, w.mins), x, y, q4.workspace(m, k))
     xq, scale, total = q4.quantize_rows(x)
     _assert_within_fp32_rounding(y, *_reference(w, xq, scale, total))
     assert (buffer[m * n:] == 12345.0).all()
@@ -115,7 +110,7 @@ def test_scalar_fallback_and_avx2_agree(q4, k, n):
     assert torch.equal(quantized[0][0], quantized[1][0])
     assert torch.equal(quantized[0][1], quantized[1][1])
     assert torch.equal(quantized[0][2], quantized[1][2])
-    repacked = q4.repack(w)
+    repacked = q4.repack(w.packed, w.scales, w.mins)
     scalar = q4.gemm(repacked, *quantized[0], SCALAR)
     avx2 = q4.gemm(repacked, *quantized[1], AVX2)
     _, bound = _reference(w, *quantized[0])
@@ -124,7 +119,7 @@ def test_scalar_fallback_and_avx2_agree(q4, k, n):
 
 def test_two_threads_give_one_threads_bits_on_torchs_openmp_runtime(q4):
     w, x = _weight(963, 1536), _activations(16, 1536)
-    repacked = q4.repack(w)
+    repacked = q4.repack(w.packed, w.scales, w.mins)
     one, two = q4.linear(repacked, x, threads=1), q4.linear(repacked, x, threads=2)
     assert torch.equal(one, two)
     assert mapped_openmp_runtimes() == {os.path.realpath(torch_openmp_runtime())}
@@ -150,7 +145,7 @@ def test_split_activations_come_within_fp32_noise_of_the_exact_product(q4, isa, 
     low parts leave ~1/254 of that: the split must be at least 50x closer, and close in itself."""
     _runnable(q4, isa)
     w, x = _weight(n, k), _activations(m, k)
-    repacked, exact = q4.repack(w), _exact_product(w, x)
+    repacked, exact = q4.repack(w.packed, w.scales, w.mins), _exact_product(w, x)
     scale = exact.abs().max()
     one_pass = (q4.linear(repacked, x, isa).double() - exact).abs().max() / scale
     split = (q4.linear_split(repacked, x, isa).double() - exact).abs().max() / scale
@@ -160,6 +155,6 @@ def test_split_activations_come_within_fp32_noise_of_the_exact_product(q4, isa, 
 
 def test_split_activations_on_two_threads_give_one_threads_bits(q4):
     w, x = _weight(963, 1536), _activations(4, 1536)
-    repacked = q4.repack(w)
+    repacked = q4.repack(w.packed, w.scales, w.mins)
     assert torch.equal(q4.linear_split(repacked, x, threads=1),
                        q4.linear_split(repacked, x, threads=2))
