@@ -1,0 +1,37 @@
+"""The engine builds our C kernels in its cache folder and runs on without them."""
+
+import pytest
+
+from engine import native_kernels
+from kernels.cpu import native
+
+
+def test_kernels_build_under_the_cache_folder(monkeypatch, tmp_path):
+    if native.find_compiler() is None:
+        pytest.skip("no C compiler (gcc or $CC)")
+    monkeypatch.setenv("PAGODA_CACHE_DIR", str(tmp_path))
+    assert native_kernels.load_native("q4_gemv") is not None
+    assert list((tmp_path / "kernels").glob("*/libq4_gemv.so"))
+
+
+def test_no_compiler_means_none_and_one_warning(monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv("PAGODA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setattr(native_kernels, "_unavailable", {})
+    with caplog.at_level("WARNING"):
+        assert native_kernels.load_native("q4_gemv") is None
+        assert native_kernels.load_native("q4_gemv") is None
+    assert [r.getMessage() for r in caplog.records if "q4_gemv" in r.getMessage()] == [
+        caplog.records[0].getMessage()]
+    assert "no-such-cc" in caplog.records[0].getMessage()
+
+
+def test_switched_off_by_the_environment(monkeypatch):
+    monkeypatch.setenv("PAGODA_NATIVE_KERNELS", "0")
+    assert native_kernels.load_native("q4_gemv") is None
+
+
+def test_unknown_switch_value_is_refused(monkeypatch):
+    monkeypatch.setenv("PAGODA_NATIVE_KERNELS", "yes")
+    with pytest.raises(ValueError, match="PAGODA_NATIVE_KERNELS"):
+        native_kernels.load_native("q4_gemv")
