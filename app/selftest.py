@@ -117,6 +117,7 @@ async def _exercise(window, model: str | None) -> SelftestReport:
     report.load_s = time.monotonic() - started
     report.model = window.host.model_name
     _line("loaded", f"{report.model} in {report.load_s:.1f} s")
+    _line("kernels", _kernels_line())
 
     greedy = SamplingSettings(temperature=0.0, max_tokens=32, repetition_penalty=1.0)
     conversation = await window.db.create_conversation(title="Self-test", sampling=greedy)
@@ -139,6 +140,14 @@ async def _exercise(window, model: str | None) -> SelftestReport:
     if report.stored_roles != ("user", "assistant") or stored[-1].content != reply.content:
         raise SelftestError(f"the store holds {report.stored_roles}, not the question and reply")
     return report
+
+
+def _kernels_line() -> str:
+    """Our C kernels and where each came from: an installer should carry them prebuilt."""
+    from engine.native_kernels import kernel_report
+
+    report = kernel_report()
+    return ", ".join(f"{name} {where}" for name, where in report.items()) or "none"
 
 
 async def _reply_when_done(controller, poll_s: float = 0.05):

@@ -35,6 +35,19 @@ def native_kernels_enabled() -> bool:
     return value == "1"
 
 
+def kernel_report() -> dict[str, str]:
+    """Each of our C kernels and where it comes from here: "prebuilt" (shipped), "built" (in
+    the cache folder), or why it is unavailable. Builds what is missing, as the engine would."""
+    report = {}
+    for name in native.kernel_names():
+        shipped = native.prebuilt_path(name).exists()
+        if load_native(name) is None:
+            report[name] = _unavailable.get(name, "switched off by PAGODA_NATIVE_KERNELS=0")
+        else:
+            report[name] = "prebuilt" if shipped else "built"
+    return report
+
+
 def load_native(name: str) -> ctypes.CDLL | None:
     """kernels/cpu/<name>.c loaded, or None (logged once per kernel) where it cannot be."""
     if not native_kernels_enabled():

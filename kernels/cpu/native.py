@@ -48,6 +48,22 @@ def prebuilt_path(name: str) -> Path:
     return SOURCE_DIR / f"lib{name}.so"
 
 
+def kernel_names() -> list[str]:
+    """Our C kernels, by the sources here or, in a packaged installer, the prebuilt libraries."""
+    names = {p.stem for p in SOURCE_DIR.glob("*.c")}
+    names |= {p.name[len("lib"):-len(".so")] for p in SOURCE_DIR.glob("lib*.so")}
+    return sorted(names)
+
+
+def build_prebuilt(name: str, out_dir: Path, compiler: str | None = None) -> Path:
+    """Compile kernels/cpu/<name>.c to out_dir/lib<name>.so for an installer to ship beside the
+    sources, where `load` will prefer it."""
+    built = build(name, out_dir / "keyed", compiler)
+    target = out_dir / built.name
+    shutil.copyfile(built, target)
+    return target
+
+
 def load(name: str, build_dir: Path | None, compiler: str | None = None) -> ctypes.CDLL:
     """kernels/cpu/<name>.c as a loaded library: the prebuilt one if shipped, else built (once)
     under build_dir. Raises NativeBuildError naming what is missing."""

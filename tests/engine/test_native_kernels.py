@@ -35,3 +35,25 @@ def test_unknown_switch_value_is_refused(monkeypatch):
     monkeypatch.setenv("PAGODA_NATIVE_KERNELS", "yes")
     with pytest.raises(ValueError, match="PAGODA_NATIVE_KERNELS"):
         native_kernels.load_native("q4_gemv")
+
+
+def test_report_names_every_kernel_and_where_it_came_from(monkeypatch, tmp_path):
+    if native.find_compiler() is None:
+        pytest.skip("no C compiler (gcc or $CC)")
+    monkeypatch.setenv("PAGODA_CACHE_DIR", str(tmp_path))
+    report = native_kernels.kernel_report()
+    assert "q4_gemv" in report
+    assert set(report.values()) <= {"built", "prebuilt"}
+
+
+def test_prebuilt_library_is_preferred_and_reported(monkeypatch, tmp_path):
+    if native.find_compiler() is None:
+        pytest.skip("no C compiler (gcc or $CC)")
+    shipped = tmp_path / "shipped"
+    lib = native.build_prebuilt("q4_gemv", shipped)
+    assert lib == shipped / "libq4_gemv.so"
+    # An installer's layout: only the library beside the Python, no source, no compiler.
+    monkeypatch.setattr(native, "SOURCE_DIR", shipped)
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("PAGODA_CACHE_DIR", str(tmp_path / "cache"))
+    assert native_kernels.kernel_report() == {"q4_gemv": "prebuilt"}
