@@ -1,0 +1,219 @@
+/*
+ * int4 weights in the engine's canonical layout (Int4Weight: uint8 [n, k / 2], element 2j in
+ * the low nibble of byte j and 2j + 1 in the high one; a scale and a min per group of g
+ * inputs, fp32 or fp16) widened to fp32 or bf16 rows:  w[n, k] = q * scale + min.
+ *
+ * Why: a prefill chunk of hundreds of rows is faster as one fp32 GEMM than through a
+ * weight-only int4 kernel, but only if widening the layer costs little next to the GEMM.
+ * torch's composition of the same math (unpack, stack, addcmul, copy) runs at ~17 ns per
+ * weight here; this runs at memory speed. Plain C, C ABI; rows are split across torch's
+ * OpenMP team (kernels/cpu/native.py binds the library to torch's runtime).
+ */
+
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { DQ_FP32 = 0, DQ_BF16 = 1 };
+
+static int has_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+        && __builtin_cpu_supports("f16c");
+}
+
+static float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            exp = 127 - 15 + 1;
+            while (!(man & 0x400)) {
+                man <<= 1;
+                exp--;
+            }
+            bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000 | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static float param(const void *values, int is_half, size_t i)
+{
+    return is_half ? half_to_float(((const uint16_t *)values)[i]) : ((const float *)values)[i];
+}
+
+/* Round to nearest even, as torch's float -> bfloat16 conversion does. */
+static uint16_t float_to_bf16(float f)
+{
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    if ((bits & 0x7fffffff) > 0x7f800000)
+        return (uint16_t)((bits >> 16) | 0x40); /* NaN stays NaN */
+    bits += 0x7fff + ((bits >> 16) & 1);
+    return (uint16_t)(bits >> 16);
+}
+
+static void row_scalar(const uint8_t *packed, const void *scales, const void *mins, int halves,
+                       size_t row, int k, int group, int out_dtype, void *out)
+{
+    int groups = k / group;
+    for (int e = 0; e < k; e++) {
+        uint8_t byte = packed[row * (size_t)(k / 2) + e / 2];
+        int q = (e % 2) ? byte >> 4 : byte & 15;
+        size_t g = row * (size_t)groups + e / group;
+        /* One rounding, as the vector path (and torch's addcmul) fuses the multiply-add. */
+        float w = fmaf((float)q, param(scales, halves & 1, g), param(mins, halves & 2, g));
+        if (out_dtype == DQ_FP32)
+            ((float *)out)[row * (size_t)k + e] = w;
+        else
+            ((uint16_t *)out)[row * (size_t)k + e] = float_to_bf16(w);
+    }
+}
+
+__attribute__((target("avx2,fma,f16c")))
+static void store8(__m256 w, int out_dtype, void *out, size_t at)
+{
+    if (out_dtype == DQ_FP32) {
+        _mm256_storeu_ps((float *)out + at, w);
+        return;
+    }
+    /* bf16, nearest even: add 0x7fff + the lowest kept bit, keep the high half. */
+    __m256i bits = _mm256_castps_si256(w);
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)));
+    __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(w, w, _CMP_UNORD_Q));
+    rounded = _mm256_blendv_epi8(rounded, _mm256_or_si256(bits, _mm256_set1_epi32(0x400000)),
+                                 nan);
+    __m256i high = _mm256_srli_epi32(rounded, 16);
+    __m128i packed16 = _mm_packus_epi32(_mm256_castsi256_si128(high),
+                                        _mm256_extracti128_si256(high, 1));
+    _mm_storeu_si128((__m128i *)((uint16_t *)out + at), packed16);
+}
+
+/* One row, groups of a multiple of 32: 16 bytes -> 32 weights in order per step. */
+__attribute__((target("avx2,fma,f16c")))
+static void row_avx2(const uint8_t *packed, const void *scales, const void *mins, int halves,
+                     size_t row, int k, int group, int out_dtype, void *out)
+{
+    const uint8_t *src = packed + row * (size_t)(k / 2);
+    int groups = k / group;
+    const __m128i low_mask = _mm_set1_epi8(15);
+    for (int g = 0; g < groups; g++) {
+        size_t gi = row * (size_t)groups + g;
+        __m256 scale = _mm256_set1_ps(param(scales, halves & 1, gi));
+        __m256 min = _mm256_set1_ps(param(mins, halves & 2, gi));
+        for (int e = g * group; e < (g + 1) * group; e += 32) {
+            __m128i bytes = _mm_loadu_si128((const __m128i *)(src + e / 2));
+            __m128i lo = _mm_and_si128(bytes, low_mask);
+            __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low_mask);
+            /* Elements in order: byte j gives 2j (low) then 2j + 1 (high). */
+            __m128i first = _mm_unpacklo_epi8(lo, hi), second = _mm_unpackhi_epi8(lo, hi);
+            __m128i parts[4] = {first, _mm_srli_si128(first, 8), second,
+                                _mm_srli_si128(second, 8)};
+            for (int p = 0; p < 4; p++) {
+                __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[p]));
+                store8(_mm256_fmadd_ps(q, scale, min), out_dtype, out,
+                       row * (size_t)k + e + 8 * p);
+            }
+        }
+    }
+}
+
+/* halves: bit 0 set if scales are fp16, bit 1 if mins are (else fp32). out: fp32 or bf16
+ * [n, k], contiguous. isa: -1 the best this CPU has, 0 scalar, 1 AVX2 (refused where the CPU
+ * lacks it). Returns 0, or -1 for arguments it refuses. */
+int dq_int4(const uint8_t *packed, const void *scales, const void *mins, int halves,
+            int n, int k, int group, int out_dtype, void *out, int isa, int threads)
+{
+    if (n <= 0 || k <= 0 || k % 2 || group <= 0 || k % group
+        || (out_dtype != DQ_FP32 && out_dtype != DQ_BF16) || isa < -1 || isa > 1
+        || (isa == 1 && !has_avx2()))
+        return -1;
+    int vector = isa != 0 && has_avx2() && group % 32 == 0;
+    if (threads < 1)
+        threads = 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int row = 0; row < n; row++) {
+        if (vector)
+            row_avx2(packed, scales, mins, halves, (size_t)row, k, group, out_dtype,
+                     out);
+        else
+            row_scalar(packed, scales, mins, halves, (size_t)row, k, group, out_dtype,
+                       out);
+    }
+    return 0;
+}
+
+int dq_has_vector_path(void) { return has_avx2(); }
+
+/* ---- grouped int8 (Int8Weight with group_size: GGUF's Q8_0, "int8" on load) ------------ */
+
+static void row_int8_scalar(const int8_t *q, const float *scales, const float *mins,
+                            size_t row, int k, int group, int out_dtype, void *out)
+{
+    int groups = k / group;
+    for (int e = 0; e < k; e++) {
+        size_t g = row * (size_t)groups + e / group, at = row * (size_t)k + e;
+        float v = (float)q[at];
+        /* torch's q * scale without a min, addcmul (one rounding) with one. */
+        float w = mins ? fmaf(v, scales[g], mins[g]) : v * scales[g];
+        if (out_dtype == DQ_FP32)
+            ((float *)out)[at] = w;
+        else
+            ((uint16_t *)out)[at] = float_to_bf16(w);
+    }
+}
+
+__attribute__((target("avx2,fma,f16c")))
+static void row_int8_avx2(const int8_t *q, const float *scales, const float *mins,
+                          size_t row, int k, int group, int out_dtype, void *out)
+{
+    int groups = k / group;
+    for (int g = 0; g < groups; g++) {
+        size_t gi = row * (size_t)groups + g;
+        __m256 scale = _mm256_set1_ps(scales[gi]);
+        __m256 min = _mm256_set1_ps(mins ? mins[gi] : 0.0f);
+        for (int e = g * group; e < (g + 1) * group; e += 8) {
+            size_t at = row * (size_t)k + e;
+            __m128i bytes = _mm_loadl_epi64((const __m128i *)(q + at));
+            __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+            __m256 w = mins ? _mm256_fmadd_ps(v, scale, min) : _mm256_mul_ps(v, scale);
+            store8(w, out_dtype, out, at);
+        }
+    }
+}
+
+/* q int8 [n, k]; scales fp32 [n, k / group]; mins fp32 [n, k / group] or NULL. */
+int dq_int8(const int8_t *q, const float *scales, const float *mins, int n, int k, int group,
+            int out_dtype, void *out, int isa, int threads)
+{
+    if (n <= 0 || k <= 0 || group <= 0 || k % group
+        || (out_dtype != DQ_FP32 && out_dtype != DQ_BF16) || isa < -1 || isa > 1
+        || (isa == 1 && !has_avx2()))
+        return -1;
+    int vector = isa != 0 && has_avx2() && group % 8 == 0;
+    if (threads < 1)
+        threads = 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int row = 0; row < n; row++) {
+        if (vector)
+            row_int8_avx2(q, scales, mins, (size_t)row, k, group, out_dtype, out);
+        else
+            row_int8_scalar(q, scales, mins, (size_t)row, k, group, out_dtype, out);
+    }
+    return 0;
+}

@@ -1,0 +1,81 @@
+"""kernels/cpu/dequant.c through ctypes: int4 and int8 weights widened to fp32 or bf16 at
+memory speed.
+
+Takes the weight's parts as tensors (kernels/ does not import the engine's weight types): for
+int4, packed uint8 [n, k / 2] in the engine's canonical nibble order, scales and mins
+[n, k / group] in float32 or float16; for int8, q int8 [n, k], float32 scales [n, k / group]
+and mins (or None).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+NAME = "dequant"
+BEST_ISA, SCALAR, AVX2 = -1, 0, 1
+_OUT_DTYPES = {torch.float32: 0, torch.bfloat16: 1}
+_PARAM_DTYPES = (torch.float32, torch.float16)
+
+
+class Dequantizer:
+    def __init__(self, lib: ctypes.CDLL, threads: int | None = None) -> None:
+        """threads: OpenMP threads per call; None follows torch.get_num_threads() per call."""
+        self._fn = lib.dq_int4
+        ptr, i32 = ctypes.c_void_p, ctypes.c_int
+        self._fn.argtypes = [ptr, ptr, ptr, i32, i32, i32, i32, i32, ptr, i32, i32]
+        self._fn.restype = i32
+        self._int8 = lib.dq_int8
+        self._int8.argtypes = [ptr, ptr, ptr, i32, i32, i32, i32, ptr, i32, i32]
+        self._int8.restype = i32
+        self._has_vector = bool(lib.dq_has_vector_path())
+        self._threads = threads
+
+    @property
+    def has_vector_path(self) -> bool:
+        return self._has_vector
+
+    def int4_into(self, packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
+                  out: torch.Tensor, isa: int = BEST_ISA) -> torch.Tensor:
+        """out [n, k] (fp32 or bf16, contiguous) = q * scale + min, group = k / scales' width."""
+        n, k = packed.shape[0], packed.shape[1] * 2
+        _check_out(out, n, k)
+        if scales.dtype not in _PARAM_DTYPES or mins.dtype not in _PARAM_DTYPES:
+            raise ValueError(f"scales and mins must be float32 or float16, not {scales.dtype} "
+                             f"and {mins.dtype}")
+        packed, scales, mins = packed.contiguous(), scales.contiguous(), mins.contiguous()
+        groups = scales.shape[1]
+        if scales.shape != (n, groups) or mins.shape != (n, groups) or groups == 0 or k % groups:
+            raise ValueError(f"scales and mins must be [{n}, groups] with groups dividing {k}")
+        halves = (scales.dtype == torch.float16) | (mins.dtype == torch.float16) << 1
+        threads = self._threads or torch.get_num_threads()
+        rc = self._fn(packed.data_ptr(), scales.data_ptr(), mins.data_ptr(), halves, n, k,
+                      k // groups, _OUT_DTYPES[out.dtype], out.data_ptr(), isa, threads)
+        if rc:
+            raise ValueError(f"dq_int4 refused instruction set {isa} on this CPU")
+        return out
+
+    def int8_into(self, q: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor | None,
+                  out: torch.Tensor, isa: int = BEST_ISA) -> torch.Tensor:
+        """out [n, k] = q * scale (+ min), group = k / scales' width (1 column: per channel)."""
+        n, k = q.shape
+        _check_out(out, n, k)
+        scales = scales.float().reshape(n, -1).contiguous()
+        groups = scales.shape[1]
+        if k % groups:
+            raise ValueError(f"{groups} groups per row do not divide {k} inputs")
+        mins = None if mins is None else mins.float().reshape(n, groups).contiguous()
+        threads = self._threads or torch.get_num_threads()
+        rc = self._int8(q.contiguous().data_ptr(), scales.data_ptr(),
+                        None if mins is None else mins.data_ptr(), n, k, k // groups,
+                        _OUT_DTYPES[out.dtype], out.data_ptr(), isa, threads)
+        if rc:
+            raise ValueError(f"dq_int8 refused instruction set {isa} on this CPU")
+        return out
+
+
+def _check_out(out: torch.Tensor, n: int, k: int) -> None:
+    if out.shape != (n, k) or not out.is_contiguous() or out.dtype not in _OUT_DTYPES:
+        raise ValueError(f"out must be a contiguous float32 or bfloat16 [{n}, {k}] tensor, "
+                         f"not {out.dtype} {tuple(out.shape)}")

@@ -1,0 +1,84 @@
+"""kernels/cpu/dequant.c widens int4 weights exactly as the engine's torch dequantize does."""
+
+import pytest
+import torch
+
+from engine.quantization.tensors import (
+    dequantize,
+    quantize_int4,
+    quantize_int8,
+    with_compact_scales,
+)
+from kernels.cpu import native
+from kernels.cpu.dequant import AVX2, SCALAR, Dequantizer
+
+ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2], ids=["scalar", "avx2"])
+
+
+@pytest.fixture(scope="module")
+def dq(tmp_path_factory) -> Dequantizer:
+    if native.find_compiler() is None:
+        pytest.skip("no C compiler (gcc or $CC)")
+    return Dequantizer(native.load("dequant", tmp_path_factory.mktemp("dequant")))
+
+
+def _runnable(dq: Dequantizer, isa: int) -> int:
+    if isa == AVX2 and not dq.has_vector_path:
+        pytest.skip("this CPU lacks AVX2/FMA/F16C, so that path is untested here")
+    return isa
+
+
+def _weight(n: int, k: int, group: int = 32, compact: bool = False):
+    torch.manual_seed(n * 7 + k)
+    w = quantize_int4(torch.randn(n, k) * 0.05, group)
+    return with_compact_scales(w) if compact else w
+
+
+@ISAS
+@pytest.mark.parametrize(("n", "k", "group"), [(576, 576, 32), (5, 1536, 32), (3, 128, 64),
+                                               (7, 96, 32)])
+def test_fp32_rows_equal_torch_dequantize(dq, isa, n, k, group):
+    w = _weight(n, k, group)
+    out = dq.int4_into(w.packed, w.scales, w.mins, torch.empty(n, k), _runnable(dq, isa))
+    assert torch.equal(out, dequantize(w))
+
+
+@ISAS
+def test_fp16_scales_and_fp32_mins_mixed_are_read_as_stored(dq, isa):
+    w = _weight(64, 256)
+    mixed_scales = w.scales.half()
+    exact = dequantize(type(w)(w.packed, mixed_scales.float(), w.mins, w.group_size))
+    out = dq.int4_into(w.packed, mixed_scales, w.mins, torch.empty(64, 256), _runnable(dq, isa))
+    assert torch.equal(out, exact)
+
+
+@ISAS
+def test_bf16_output_rounds_as_torch_does(dq, isa):
+    w = _weight(96, 512, compact=True)
+    out = dq.int4_into(w.packed, w.scales, w.mins, torch.empty(96, 512, dtype=torch.bfloat16),
+                       _runnable(dq, isa))
+    assert torch.equal(out, dequantize(w, torch.bfloat16))
+
+
+def test_group_not_a_multiple_of_32_takes_the_scalar_path_exactly(dq):
+    w = _weight(9, 96, group=16)
+    assert torch.equal(dq.int4_into(w.packed, w.scales, w.mins, torch.empty(9, 96)),
+                       dequantize(w))
+
+
+def test_wrong_output_shape_is_refused(dq):
+    w = _weight(4, 64)
+    with pytest.raises(ValueError, match=r"\[4, 64\]"):
+        dq.int4_into(w.packed, w.scales, w.mins, torch.empty(4, 32))
+
+
+@ISAS
+@pytest.mark.parametrize(("group", "asymmetric"), [(32, False), (32, True), (None, False)],
+                         ids=["q8_0", "asymmetric-groups", "per-channel"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int8_rows_equal_torch_dequantize(dq, isa, group, asymmetric, dtype):
+    torch.manual_seed(3)
+    w = quantize_int8(torch.randn(70, 192) * 0.05, group, asymmetric)
+    out = dq.int8_into(w.q, w.scales, w.mins, torch.empty(70, 192, dtype=dtype),
+                       _runnable(dq, isa))
+    assert torch.equal(out, dequantize(w, dtype))
