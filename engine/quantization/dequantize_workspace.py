@@ -1,0 +1,62 @@
+"""Quantized layers widened for one GEMM on a CPU (`cpu_paths`), into one buffer that every layer
+of a model shares.
+
+A prefill chunk of hundreds of rows runs faster as one GEMM on the widened layer than through a
+weight-only kernel, if widening is cheap: our C kernel (kernels/cpu/dequant.c) does it at memory
+speed, 15-20x faster than torch's composition of the same math, and into a buffer kept from
+layer to layer, because a fresh 92 MB tensor per layer (a 1B model's gate/up) costs more in page
+faults than the widening itself. The engine steps on one thread and each GEMM finishes before
+the next layer widens, so one buffer serves the whole model. It grows to the largest layer
+widened and stays.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.native_kernels import load_native
+from engine.quantization.tensors import Int4Weight, Int8Weight, Weight, dequantize
+from kernels.cpu.dequant import Dequantizer
+
+_DTYPES = (torch.float32, torch.bfloat16)
+
+
+class DequantWorkspace:
+    __slots__ = ("_buffers", "_dq")
+
+    def __init__(self, dq: Dequantizer | None) -> None:
+        self._dq = dq
+        self._buffers: dict[torch.dtype, torch.Tensor] = {}
+
+    @classmethod
+    def for_this_machine(cls) -> DequantWorkspace:
+        """Our kernel where it builds (engine.native_kernels), else torch's dequantize."""
+        lib = load_native("dequant")
+        return cls(None if lib is None else Dequantizer(lib))
+
+    @property
+    def native(self) -> bool:
+        return self._dq is not None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.numel() * b.element_size() for b in self._buffers.values())
+
+    def dequantize(self, weight: Weight, dtype: torch.dtype) -> torch.Tensor:
+        """The weight at dtype. Where our kernel applies, a view of the shared buffer, valid
+        until the next call; else a new tensor from torch's dequantize."""
+        if self._dq is None or dtype not in _DTYPES or isinstance(weight, torch.Tensor):
+            return dequantize(weight, dtype)
+        out = self._view(weight.shape, dtype)
+        if isinstance(weight, Int4Weight):
+            return self._dq.int4_into(weight.packed, weight.scales, weight.mins, out)
+        assert isinstance(weight, Int8Weight)
+        return self._dq.int8_into(weight.q, weight.scales, weight.mins, out)
+
+    def _view(self, shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
+        numel = shape[0] * shape[1]
+        buffer = self._buffers.get(dtype)
+        if buffer is None or buffer.numel() < numel:
+            self._buffers.pop(dtype, None)  # freed before the larger one is made
+            buffer = self._buffers[dtype] = torch.empty(numel, dtype=dtype)
+        return buffer[:numel].view(shape)
