@@ -23,6 +23,7 @@
 #include <omp.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { PG_F32 = 0, PG_BF16 = 1, PG_F16 = 2 };
@@ -31,6 +32,9 @@ enum { PG_ISA_SCALAR = 0, PG_ISA_AVX2 = 1, PG_ISA_BEST = -1 };
 #define KEY_CHUNK 32
 #define MAX_GROUP 32
 #define MAX_HEAD_DIM 256
+/* Key splits per (sequence, kv head) when threads share one sequence's keys (flash-decoding). */
+#define MAX_SPLITS 16
+#define MIN_SPLIT_KEYS 256
 
 static int forced_isa = PG_ISA_BEST;
 
@@ -496,15 +500,24 @@ static void accumulate_scalar(const float *p, int group, int hd, const float *v,
                 acc[(size_t)g * hd + i] += p[g * KEY_CHUNK + j] * v[(size_t)j * vs + i];
 }
 
-/* One sequence's query heads that share kv head kvh, over its keys [first, ctx). */
-static void attend_one(const struct attn_args *a, int seq, int kvh)
+/* The keys one sequence attends: [first, ctx). */
+static void key_range(const struct attn_args *a, int seq, int64_t *first, int64_t *ctx)
+{
+    *ctx = a->context_lens[seq];
+    *first = a->window > 0 && *ctx > a->window ? *ctx - a->window : 0;
+}
+
+/*
+ * One sequence's query heads that share kv head kvh, over keys [from, to): the unnormalised
+ * output acc [group, hd], and per head the running max m and sum l of the softmax.
+ */
+static void attend_range(const struct attn_args *a, int seq, int kvh, int64_t from, int64_t to,
+                         float *acc, float *m_out, float *l_out)
 {
     int group = a->heads / a->kv_heads, hd = a->hd, avx2 = use_avx2(hd);
-    int64_t ctx = a->context_lens[seq];
-    int64_t first = a->window > 0 && ctx > a->window ? ctx - a->window : 0;
     const float *q = a->q + (size_t)seq * a->q_stride + (size_t)kvh * group * hd;
     const int64_t *table = a->block_tables + (size_t)seq * a->max_blocks;
-    float acc[MAX_GROUP * MAX_HEAD_DIM], s[MAX_GROUP * KEY_CHUNK];
+    float s[MAX_GROUP * KEY_CHUNK];
     float kbuf[KEY_CHUNK * MAX_HEAD_DIM], vbuf[KEY_CHUNK * MAX_HEAD_DIM];
     struct softmax_state st;
     for (int g = 0; g < group; g++) {
@@ -512,14 +525,14 @@ static void attend_one(const struct attn_args *a, int seq, int kvh)
         st.l[g] = 0.0f;
     }
     memset(acc, 0, sizeof(float) * group * hd);
-    for (int64_t pos = first; pos < ctx;) {
+    for (int64_t pos = from; pos < to;) {
         int64_t blk_index = pos / a->block_size;
         int off = (int)(pos % a->block_size);
         int len = a->block_size - off;
         if (len > KEY_CHUNK)
             len = KEY_CHUNK;
-        if (pos + len > ctx)
-            len = (int)(ctx - pos);
+        if (pos + len > to)
+            len = (int)(to - pos);
         int64_t blk = table[blk_index];
         long ks, vs;
         const float *k = block_rows(a, a->k_cache, blk, kvh, off, off + len, kbuf, avx2, &ks);
@@ -535,21 +548,73 @@ static void attend_one(const struct attn_args *a, int seq, int kvh)
             accumulate_scalar(s, group, hd, v, vs, len, acc);
         pos += len;
     }
+    memcpy(m_out, st.m, sizeof(float) * group);
+    memcpy(l_out, st.l, sizeof(float) * group);
+}
+
+/* Output rows of (seq, kvh) from `parts` partial results over consecutive key ranges. */
+static void merge_parts(const struct attn_args *a, int seq, int kvh, int parts, const float *acc,
+                        const float *m, const float *l)
+{
+    int group = a->heads / a->kv_heads, hd = a->hd;
     float *o = a->out + (size_t)seq * a->heads * hd + (size_t)kvh * group * hd;
     for (int g = 0; g < group; g++) {
+        float most = -INFINITY, total = 0.0f;
+        for (int p = 0; p < parts; p++)
+            most = m[p * group + g] > most ? m[p * group + g] : most;
+        float w[MAX_SPLITS];
+        for (int p = 0; p < parts; p++) {
+            w[p] = l[p * group + g] > 0.0f ? expf(m[p * group + g] - most) : 0.0f;
+            total += w[p] * l[p * group + g];
+        }
         /* No key at all (an empty context) gives zeros, as SDPA does for a fully masked row. */
-        float inv = st.l[g] > 0.0f ? 1.0f / st.l[g] : 0.0f;
-        for (int i = 0; i < hd; i++)
-            o[(size_t)g * hd + i] = acc[(size_t)g * hd + i] * inv;
+        float inv = total > 0.0f ? 1.0f / total : 0.0f;
+        for (int i = 0; i < hd; i++) {
+            float sum = 0.0f;
+            for (int p = 0; p < parts; p++)
+                sum += w[p] * acc[((size_t)p * group + g) * hd + i];
+            o[(size_t)g * hd + i] = sum * inv;
+        }
     }
+}
+
+/* Work item `it` of n * kv_heads * splits: split `sp` of (seq, kvh)'s keys, its partial results
+ * kept at slot it of the scratch arrays. */
+static void attend_split(const struct attn_args *a, int it, int splits, float *acc, float *m,
+                         float *l)
+{
+    int group = a->heads / a->kv_heads, sp = it % splits, pair = it / splits;
+    int seq = pair / a->kv_heads, kvh = pair % a->kv_heads;
+    int64_t first, ctx;
+    key_range(a, seq, &first, &ctx);
+    int64_t per = (ctx - first + splits - 1) / splits;
+    int64_t from = first + sp * per, to = from + per < ctx ? from + per : ctx;
+    if (from > to)
+        from = to;
+    attend_range(a, seq, kvh, from, to, acc + (size_t)it * group * a->hd,
+                 m + (size_t)it * group, l + (size_t)it * group);
+}
+
+/* Splits per (sequence, kv head): enough items for every thread twice, each >= MIN_SPLIT_KEYS. */
+static int choose_splits(int pairs, int threads, int64_t longest)
+{
+    if (threads <= 1)
+        return 1;
+    int wanted = (2 * threads + pairs - 1) / pairs;
+    int64_t by_length = (longest + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS;
+    if (wanted > by_length)
+        wanted = (int)by_length;
+    if (wanted > MAX_SPLITS)
+        wanted = MAX_SPLITS;
+    return wanted < 1 ? 1 : wanted;
 }
 
 /*
  * n decode queries (one token each; q rows q_stride floats apart, heads hd apart) attend to
  * their sequence's keys 0..context_lens[i]-1 (the last window of them when window > 0) read
  * through block_tables [n, max_blocks] from the caches. out [n, heads * hd] contiguous.
- * Query head h reads kv head h / (heads / kv_heads). Work items (sequence, kv head) run on up to
- * `threads` threads: 1 keeps the calling thread alone.
+ * Query head h reads kv head h / (heads / kv_heads). Work items (sequence, kv head, split of
+ * its keys) run on up to `threads` threads: 1 keeps the calling thread alone (and one split).
  */
 int pg_decode_attention(const float *q, long q_stride, int n, int heads, int kv_heads, int hd,
                         const void *k_cache, const void *v_cache, int dtype, int num_blocks,
@@ -571,16 +636,30 @@ int pg_decode_attention(const float *q, long q_stride, int n, int heads, int kv_
     }
     struct attn_args a = {q, q_stride, heads, kv_heads, hd, dtype, block_size, max_blocks, window,
                           k_cache, v_cache, block_tables, context_lens, scale, out};
-    int items = n * kv_heads;
+    int group = heads / kv_heads, pairs = n * kv_heads;
+    int64_t longest = 0;
+    for (int i = 0; i < n; i++)
+        longest = context_lens[i] > longest ? context_lens[i] : longest;
+    int splits = choose_splits(pairs, threads, longest), items = pairs * splits;
+    float *acc = malloc(sizeof(float) * (size_t)items * group * (hd + 2));
+    if (!acc)
+        return 4;
+    float *m = acc + (size_t)items * group * hd, *l = m + (size_t)items * group;
     if (threads > items)
         threads = items;
     if (threads <= 1) {
         for (int it = 0; it < items; it++)
-            attend_one(&a, it / kv_heads, it % kv_heads);
-        return 0;
-    }
+            attend_split(&a, it, splits, acc, m, l);
+    } else {
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-    for (int it = 0; it < items; it++)
-        attend_one(&a, it / kv_heads, it % kv_heads);
+        for (int it = 0; it < items; it++)
+            attend_split(&a, it, splits, acc, m, l);
+    }
+    for (int pair = 0; pair < pairs; pair++) {
+        size_t at = (size_t)pair * splits;
+        merge_parts(&a, pair / kv_heads, pair % kv_heads, splits, acc + at * group * hd,
+                    m + at * group, l + at * group);
+    }
+    free(acc);
     return 0;
 }

@@ -26,7 +26,7 @@ _F32 = torch.float32
 CACHE_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 # Below this many (query head x key) pairs in a step's layer, attention stays on the calling
 # thread: waking the pool costs more than the work (measured in docs/KERNELS.md).
-PARALLEL_MIN_SCORES = 4096
+PARALLEL_MIN_SCORES = 32768
 
 _ptr, _i32, _i64, _f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
 _SIGNATURES = {

@@ -9,6 +9,7 @@ import torch
 
 from kernels import torch_ref
 from kernels.attention_metadata import AttentionMetadata, DecodeGroup, PrefillSegment
+from kernels.cpu import decode_ops
 from kernels.cpu.decode_ops import AVX2, BEST_ISA, SCALAR, DecodeOps
 from kernels.cpu.native import find_compiler
 from kernels.ops import TORCH_OPS, select_ops
@@ -189,9 +190,20 @@ def test_decode_attention_keeps_to_the_sliding_window(ops):
     _assert_attention_matches_torch(ops, meta, HEADS, KV_HEADS, HEAD_DIM, 16, 20)
 
 
-def test_decode_attention_on_long_contexts_across_threads(lib):
+@pytest.fixture
+def two_threads(monkeypatch):
+    """Attention on two threads whatever its size; one sequence's keys then split in two."""
+    monkeypatch.setattr(decode_ops, "PARALLEL_MIN_SCORES", 0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("context_lens", [[900], [900, 517], [300, 2]])
+def test_decode_attention_across_threads_and_key_splits(lib, two_threads, context_lens):
     torch.manual_seed(8)
-    meta = _decode_metadata([900, 517], block_size=16, num_blocks=100)
+    meta = _decode_metadata(context_lens, block_size=16, num_blocks=100)
     _assert_attention_matches_torch(lib, meta, HEADS, KV_HEADS, HEAD_DIM, 16, 100)
 
 
