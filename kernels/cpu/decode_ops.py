@@ -68,7 +68,8 @@ class DecodeOps:
             raise ValueError(f"instruction set {isa} is not one this CPU runs")
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        if x.dtype != _F32 or weight.dtype != _F32 or x.dim() != 2 or x.stride(1) != 1:
+        if (x.dtype != _F32 or weight.dtype != _F32 or x.dim() != 2 or x.stride(1) != 1
+                or weight.shape != x.shape[1:]):
             return torch_ref.rms_norm(x, weight, eps)
         n, d = x.shape
         out = torch.empty(n, d)
@@ -81,7 +82,7 @@ class DecodeOps:
         """x += residual in place (x is the new residual), then the norm of it."""
         if (x.dtype != _F32 or residual.dtype != _F32 or weight.dtype != _F32 or x.dim() != 2
                 or not x.is_contiguous() or residual.shape != x.shape
-                or residual.stride(1) != 1):
+                or residual.stride(1) != 1 or weight.shape != x.shape[1:]):
             return torch_ref.add_rms_norm(x, residual, weight, eps)
         n, d = x.shape
         out = torch.empty(n, d)
@@ -145,6 +146,10 @@ class DecodeOps:
         num_blocks, block_size, kv_heads, _ = k_cache.shape
         tables, lens = _int64(group.block_tables), _int64(group.context_lens)
         n, max_blocks = tables.shape
+        if n != group.end - group.start or group.end > q.shape[0] or lens.shape != (n,):
+            raise ValueError(f"decode group [{group.start}, {group.end}) does not match its "
+                             f"block tables {tuple(tables.shape)}, context lengths "
+                             f"{tuple(lens.shape)} or the step's {q.shape[0]} queries")
         # Rows x heads x the longest context: the work that decides whether threads pay.
         wide = n * heads * max_blocks * block_size >= PARALLEL_MIN_SCORES
         threads = torch.get_num_threads() if wide else 1
@@ -163,8 +168,9 @@ class DecodeOps:
                 and k.stride(1) == k.shape[2] and v.stride(1) == v.shape[2]
                 and k_cache.dtype in CACHE_DTYPES and v_cache.dtype == k_cache.dtype
                 and k_cache.is_contiguous() and v_cache.is_contiguous()
-                and k_cache.shape[2:] == k.shape[1:] and slot_mapping.dtype == torch.int64
-                and slot_mapping.is_contiguous())
+                and k_cache.shape[2:] == k.shape[1:] and v.shape == k.shape
+                and v_cache.shape == k_cache.shape and slot_mapping.dtype == torch.int64
+                and slot_mapping.is_contiguous() and slot_mapping.shape == k.shape[:1])
 
 
 def _int64(t: torch.Tensor) -> torch.Tensor:

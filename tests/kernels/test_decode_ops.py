@@ -227,6 +227,20 @@ def test_a_block_id_outside_the_cache_is_refused(lib):
         lib.paged_attention(q, k, v, k_cache, v_cache, meta, 0.125)
 
 
+def test_a_decode_group_past_the_steps_queries_is_refused(lib):
+    meta = _decode_metadata([20, 10], block_size=16, num_blocks=4)
+    q, k, v = _step_qkv(1, HEADS, KV_HEADS, HEAD_DIM)
+    meta.slot_mapping = meta.slot_mapping[:1]
+    k_cache, v_cache = _filled_caches(4, 16, KV_HEADS, HEAD_DIM, torch.float32)
+    with pytest.raises(ValueError, match="decode group"):
+        lib.paged_attention(q, k, v, k_cache, v_cache, meta, 0.125)
+
+
+def test_a_norm_weight_of_another_width_is_not_read_past_its_end(lib):
+    with pytest.raises(RuntimeError):
+        lib.rms_norm(torch.randn(1, 64), torch.randn(32), EPS)
+
+
 def test_other_dtypes_fall_back_to_torch(lib):
     x, w = torch.randn(2, 64, dtype=torch.bfloat16), torch.randn(64, dtype=torch.bfloat16)
     assert torch.equal(lib.rms_norm(x, w, EPS), torch_ref.rms_norm(x, w, EPS))
