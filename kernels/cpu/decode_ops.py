@@ -116,6 +116,10 @@ class DecodeOps:
         if not self._writes(k, v, k_cache, v_cache, slot_mapping):
             torch_ref.write_kv_cache(k, v, k_cache, v_cache, slot_mapping)
             return
+        self._write_checked(k, v, k_cache, v_cache, slot_mapping)
+
+    def _write_checked(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                       v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
         n, kv_heads, hd = k.shape
         _check(self._write(k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0), n, kv_heads, hd,
                            k_cache.data_ptr(), v_cache.data_ptr(), CACHE_DTYPES[k_cache.dtype],
@@ -127,10 +131,10 @@ class DecodeOps:
                         scale: float) -> torch.Tensor:
         """torch_ref.paged_attention's contract: decodes attend in C over the cache in place,
         prefill segments through torch_ref."""
-        if (not self._writes(k, v, k_cache, v_cache, meta.slot_mapping)
-                or q.dtype != _F32 or q.stride(2) != 1 or q.stride(1) != q.shape[2]):
+        if (q.dtype is not _F32 or q.stride()[1:] != (q.shape[2], 1)
+                or not self._writes(k, v, k_cache, v_cache, meta.slot_mapping)):
             return torch_ref.paged_attention(q, k, v, k_cache, v_cache, meta, scale)
-        self.write_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping)
+        self._write_checked(k, v, k_cache, v_cache, meta.slot_mapping)
         num_tokens, heads, hd = q.shape
         out = torch.empty(num_tokens, heads * hd)
         for group in meta.decode_groups:
@@ -164,13 +168,15 @@ class DecodeOps:
     def _writes(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 slot_mapping: torch.Tensor) -> bool:
         """Whether the C write (and the C attention) take these tensors."""
-        return (k.dtype == _F32 and v.dtype == _F32 and k.stride(2) == 1 and v.stride(2) == 1
-                and k.stride(1) == k.shape[2] and v.stride(1) == v.shape[2]
-                and k_cache.dtype in CACHE_DTYPES and v_cache.dtype == k_cache.dtype
+        shape = k.shape
+        rows = (shape[2], 1)  # heads hd apart, unit inner stride
+        return (k.dtype is _F32 and v.dtype is _F32 and k_cache.dtype in CACHE_DTYPES
+                and v_cache.dtype is k_cache.dtype and v.shape == shape
+                and k_cache.shape[2:] == shape[1:] and v_cache.shape == k_cache.shape
+                and k.stride()[1:] == rows and v.stride()[1:] == rows
                 and k_cache.is_contiguous() and v_cache.is_contiguous()
-                and k_cache.shape[2:] == k.shape[1:] and v.shape == k.shape
-                and v_cache.shape == k_cache.shape and slot_mapping.dtype == torch.int64
-                and slot_mapping.is_contiguous() and slot_mapping.shape == k.shape[:1])
+                and slot_mapping.dtype is torch.int64 and slot_mapping.is_contiguous()
+                and slot_mapping.shape == shape[:1])
 
 
 def _int64(t: torch.Tensor) -> torch.Tensor:
