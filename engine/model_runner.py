@@ -16,6 +16,7 @@ from engine.loader import LoadedModel
 from engine.memory import release_freed_memory, zeroed_host_tensor
 from engine.model_info import available_memory
 from engine.models.llama import LlamaForCausalLM
+from engine.native_kernels import load_native
 from engine.quantization import cpu_paths
 from engine.quantization.cpu_int4 import CpuInt4Method
 from engine.quantization.cpu_paths import CpuPathPolicy
@@ -77,7 +78,7 @@ class ModelRunner:
         self.device = torch.device(config.device)
         self.dtype = config.dtype
         backend = None if config.kernel_backend == "auto" else config.kernel_backend
-        ops = select_ops(self.device, backend)
+        ops = select_ops(self.device, backend, load_native)
         placement = Placement(self.device, self.dtype, ops)
         if placement.uses_cpu_kernels:
             placement = replace(placement, cpu_int4_policy=self._cpu_int4_policy(loaded.weights))
@@ -183,7 +184,8 @@ class ModelRunner:
     def _grouped_metadata(self, items: list[ScheduledSequence], num_decodes: int,
                           slots: list[int]) -> AttentionMetadata:
         return AttentionMetadata(self._tensor(slots), self._decode_groups(items[:num_decodes]),
-                                 self._prefill_segments(items[num_decodes:], num_decodes))
+                                 self._prefill_segments(items[num_decodes:], num_decodes),
+                                 self.model.shape.sliding_window or 0)
 
     def _triton_metadata(self, items: list[ScheduledSequence], num_decodes: int,
                          slots: list[int]) -> TritonAttentionMetadata:
@@ -219,7 +221,8 @@ class ModelRunner:
             num_blocks = -(-lens[0] // bs)
             tables = self._tensor([_padded(s.seq.block_ids, num_blocks)
                                    for s in decodes[start:end]])
-            groups.append(DecodeGroup(start, end, tables, self._decode_mask(lens, num_blocks)))
+            groups.append(DecodeGroup(start, end, tables, self._decode_mask(lens, num_blocks),
+                                      self._tensor(lens)))
         return groups
 
     def _decode_mask(self, context_lens: list[int], num_blocks: int) -> torch.Tensor:

@@ -12,13 +12,16 @@ class DecodeGroup:
     """Single-token queries [start, end) of similar context length, attended together.
 
     block_tables [n, max_blocks] (padded with any valid id); mask [n, 1, 1, max_blocks *
-    block_size], True where a key takes part.
+    block_size], True where a key takes part; context_lens [n] int64, the keys each query
+    attends (its own included): the mask is keys 0..context_len-1, within the metadata's
+    sliding window. Kernels that read the cache in place take context_lens, torch's SDPA the mask.
     """
 
     start: int
     end: int
     block_tables: torch.Tensor
     mask: torch.Tensor
+    context_lens: torch.Tensor
 
 
 @dataclass(slots=True)
@@ -41,11 +44,14 @@ class AttentionMetadata:
     """The flat batch holds the decode groups' tokens first, then the prefill segments.
 
     slot_mapping [num_tokens]: where each token's key and value are written in the cache.
+    sliding_window: a decode attends only its last this many keys; 0 for all of them (the
+    decode masks already say so; kernels that take context lengths read it here).
     """
 
     slot_mapping: torch.Tensor
     decode_groups: list[DecodeGroup] = field(default_factory=list)
     prefills: list[PrefillSegment] = field(default_factory=list)
+    sliding_window: int = 0
     # Scratch space for gathered decode keys and values, made by the first layer and reused by
     # the rest: a fresh multi-MB buffer per layer costs more in page faults than the copy itself.
     decode_workspace: tuple[torch.Tensor, torch.Tensor] | None = None

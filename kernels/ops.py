@@ -1,4 +1,5 @@
-"""The one dispatch point for kernels: Triton on CUDA, the torch reference elsewhere.
+"""The one dispatch point for kernels: Triton on CUDA, the torch reference elsewhere (with our C
+decode-step ops swapped in on CPU where their library loads: kernels/cpu/decode_ops.py).
 
 The backend is resolved once, when a model is built (`select_ops`), into a `KernelOps` of plain
 functions: a call through it costs one attribute lookup, as a module function would.
@@ -9,6 +10,7 @@ TRITON_INTERPRET=1 for tests, or the torch path on CUDA for parity).
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,10 +62,19 @@ def resolve_backend(device: torch.device, backend: str | None = None) -> str:
     return choice
 
 
-def select_ops(device: torch.device, backend: str | None = None) -> KernelOps:
-    if resolve_backend(device, backend) == "torch":
-        return TORCH_OPS
-    return triton_ops()
+def select_ops(device: torch.device, backend: str | None = None,
+               load_native: Callable[[str], ctypes.CDLL | None] | None = None) -> KernelOps:
+    """load_native(name) gives a C library of kernels/cpu or None (the engine passes
+    engine.native_kernels.load_native); asked only for the torch path on CPU."""
+    if resolve_backend(device, backend) == "triton":
+        return triton_ops()
+    if device.type == "cpu" and load_native is not None:
+        from kernels.cpu import decode_ops
+
+        lib = load_native(decode_ops.NAME)
+        if lib is not None:
+            return decode_ops.decode_kernel_ops(lib)
+    return TORCH_OPS
 
 
 def triton_ops() -> KernelOps:

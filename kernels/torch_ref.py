@@ -59,7 +59,7 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
         out[group.start:group.end] = _decode_attention(q[group.start:group.end], k_cache, v_cache,
                                                        meta, group, scale)
     for seg in meta.prefills:
-        out[seg.start:seg.end] = _prefill_attention(q, k, v, k_cache, v_cache, seg, scale)
+        out[seg.start:seg.end] = prefill_attention(q, k, v, k_cache, v_cache, seg, scale)
     return out
 
 
@@ -101,8 +101,10 @@ def _decode_workspace(k_cache: torch.Tensor, v_cache: torch.Tensor, meta: Attent
     return k_ws[:size].view(num_blocks, block_numel), v_ws[:size].view(num_blocks, block_numel)
 
 
-def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                       v_cache: torch.Tensor, seg: PrefillSegment, scale: float) -> torch.Tensor:
+def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                      v_cache: torch.Tensor, seg: PrefillSegment, scale: float) -> torch.Tensor:
+    """One prefill segment's queries (rows seg.start..seg.end of q) over its cached keys and
+    this step's, after they were written: [seg.end - seg.start, heads * head_dim]."""
     qs = q[seg.start:seg.end].transpose(0, 1).unsqueeze(0)
     if seg.mask is None:
         keys = k[seg.start:seg.end].transpose(0, 1).unsqueeze(0)

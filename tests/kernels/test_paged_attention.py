@@ -55,7 +55,7 @@ def test_mixed_decodes_and_prefills_match_per_sequence_attention():
         width = -(-max(lens) // BLOCK_SIZE)
         table = torch.tensor([tables[i] + [0] * (width - len(tables[i])) for i in range(start, end)])
         mask = torch.arange(width * BLOCK_SIZE).unsqueeze(0) < torch.tensor(lens).unsqueeze(1)
-        return DecodeGroup(start, end, table, mask.view(end - start, 1, 1, -1))
+        return DecodeGroup(start, end, table, mask.view(end - start, 1, 1, -1), torch.tensor(lens))
 
     prefix_mask = torch.arange(11).unsqueeze(0) <= torch.arange(6, 11).unsqueeze(1)
     meta = AttentionMetadata(

@@ -1,0 +1,665 @@
+/*
+ * The small per-layer operators of a decode step, on fp32 activations: RMSNorm (alone and after
+ * the residual add), rotate-half RoPE, SiLU(gate) * up, the KV-cache write by slot, and decode
+ * attention read straight from the paged cache through each sequence's block table.
+ *
+ * Why C: at one token per step each of these is a few hundred to a few thousand flops, and the
+ * torch path spends 20-90 us per call in dispatch, temporaries and thread wake-ups (an
+ * F.rms_norm of one 576-wide row took ~70 us here). Only attention is ever worth a parallel
+ * region, and only once its keys are many: the caller passes the thread count.
+ *
+ * Plain C with a C ABI, no torch or Python headers, built by kernels/cpu/native.py with -fopenmp
+ * but linked without libgomp (so the GOMP_* symbols bind to torch's runtime). Every entry point
+ * has an AVX2+FMA body for rows whose width is a multiple of 8 and a scalar one for the rest
+ * or for CPUs without AVX2; pg_set_isa forces one (tests).
+ *
+ * KV cache layout: [num_blocks, block_size, kv_heads, head_dim] in fp32, bf16 or fp16 (the
+ * dtype code below). Keys and values of a narrow cache are widened block by block into an
+ * L1-sized scratch, never gathered whole. Writes round to nearest even, as torch's .to() does.
+ */
+
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { PG_F32 = 0, PG_BF16 = 1, PG_F16 = 2 };
+enum { PG_ISA_SCALAR = 0, PG_ISA_AVX2 = 1, PG_ISA_BEST = -1 };
+/* Keys widened (or scored) at a time: a block of up to this many rows stays in L1. */
+#define KEY_CHUNK 32
+#define MAX_GROUP 32
+#define MAX_HEAD_DIM 256
+/* Key splits per (sequence, kv head) when threads share one sequence's keys (flash-decoding). */
+#define MAX_SPLITS 16
+#define MIN_SPLIT_KEYS 256
+
+static int forced_isa = PG_ISA_BEST;
+
+static int cpu_has_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+        && __builtin_cpu_supports("f16c");
+}
+
+int pg_isa_supported(int isa) { return isa == PG_ISA_SCALAR || (isa == PG_ISA_AVX2 && cpu_has_avx2()); }
+
+int pg_set_isa(int isa)
+{
+    if (isa != PG_ISA_BEST && !pg_isa_supported(isa))
+        return 1;
+    forced_isa = isa;
+    return 0;
+}
+
+static int use_avx2(int width)
+{
+    static int has = -1;
+    if (has < 0)
+        has = cpu_has_avx2();
+    if (width % 8)
+        return 0;
+    return forced_isa == PG_ISA_BEST ? has : forced_isa == PG_ISA_AVX2;
+}
+
+/* ---- fp16 / bf16 scalar conversions (round to nearest even) ---- */
+
+static float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, u;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | (mant << 13);
+    } else if (exp) {
+        u = sign | ((exp + 112) << 23) | (mant << 13);
+    } else {
+        float f = ldexpf((float)mant, -24);
+        return sign ? -f : f;
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t f32_to_f16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    float a = fabsf(f);
+    if (a != a)
+        return sign | 0x7e00;
+    if (a >= 65520.0f)
+        return sign | 0x7c00;
+    if (a < 6.103515625e-05f) /* subnormal: a multiple of 2^-24, rounded by the FPU (even) */
+        return sign | (uint16_t)nearbyintf(a * 16777216.0f);
+    memcpy(&u, &a, 4);
+    u += 0xfffu + ((u >> 13) & 1u);
+    return sign | (uint16_t)(((u >> 23) - 112) << 10 | ((u >> 13) & 0x3ff));
+}
+
+static size_t dtype_bytes(int dtype) { return dtype == PG_F32 ? 4 : 2; }
+
+static void widen_row(const void *src, int dtype, int n, float *dst)
+{
+    if (dtype == PG_BF16)
+        for (int i = 0; i < n; i++)
+            dst[i] = bf16_to_f32(((const uint16_t *)src)[i]);
+    else if (dtype == PG_F16)
+        for (int i = 0; i < n; i++)
+            dst[i] = f16_to_f32(((const uint16_t *)src)[i]);
+    else
+        memcpy(dst, src, (size_t)n * 4);
+}
+
+static void narrow_row(const float *src, int dtype, int n, void *dst)
+{
+    if (dtype == PG_BF16)
+        for (int i = 0; i < n; i++)
+            ((uint16_t *)dst)[i] = f32_to_bf16(src[i]);
+    else if (dtype == PG_F16)
+        for (int i = 0; i < n; i++)
+            ((uint16_t *)dst)[i] = f32_to_f16(src[i]);
+    else
+        memcpy(dst, src, (size_t)n * 4);
+}
+
+/* ---- AVX2 helpers ---- */
+
+__attribute__((target("avx2,fma"), always_inline)) static inline float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* e^x to ~2 ulp over fp32's range (Cephes' polynomial on x - n ln2, n = round(x / ln2)). */
+__attribute__((target("avx2,fma"), always_inline)) static inline __m256 exp8(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.37f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void widen_row_avx2(const void *src, int dtype,
+                                                                    int n, float *dst)
+{
+    const uint16_t *h = src;
+    for (int i = 0; i < n; i += 8) {
+        __m128i raw = _mm_loadu_si128((const __m128i *)(h + i));
+        __m256 f = dtype == PG_F16
+            ? _mm256_cvtph_ps(raw)
+            : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+        _mm256_storeu_ps(dst + i, f);
+    }
+}
+
+/* ---- RMSNorm ---- */
+
+static void rms_row_scalar(const float *x, const float *w, int d, float eps, float *out)
+{
+    float ss = 0.0f;
+    for (int i = 0; i < d; i++)
+        ss += x[i] * x[i];
+    float r = 1.0f / sqrtf(ss / (float)d + eps);
+    for (int i = 0; i < d; i++)
+        out[i] = x[i] * r * w[i];
+}
+
+__attribute__((target("avx2,fma"))) static void rms_row_avx2(const float *x, const float *w,
+                                                             int d, float eps, float *out)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= d; i += 16) {
+        __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+        a0 = _mm256_fmadd_ps(v0, v0, a0);
+        a1 = _mm256_fmadd_ps(v1, v1, a1);
+    }
+    for (; i < d; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        a0 = _mm256_fmadd_ps(v, v, a0);
+    }
+    __m256 r = _mm256_set1_ps(1.0f / sqrtf(hsum8(_mm256_add_ps(a0, a1)) / (float)d + eps));
+    for (i = 0; i < d; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), r),
+                                                _mm256_loadu_ps(w + i)));
+}
+
+static void rms_row(const float *x, const float *w, int d, float eps, float *out)
+{
+    if (use_avx2(d))
+        rms_row_avx2(x, w, d, eps, out);
+    else
+        rms_row_scalar(x, w, d, eps, out);
+}
+
+/* out [n, d] contiguous = rmsnorm(x) * w, x rows x_stride floats apart. */
+int pg_rms_norm(const float *x, long x_stride, const float *w, int n, int d, float eps, float *out)
+{
+    if (n < 0 || d <= 0)
+        return 1;
+    for (int t = 0; t < n; t++)
+        rms_row(x + (size_t)t * x_stride, w, d, eps, out + (size_t)t * d);
+    return 0;
+}
+
+/* x [n, d] contiguous += residual (rows r_stride apart), then out = rmsnorm(x) * w. */
+int pg_add_rms_norm(float *x, const float *residual, long r_stride, const float *w, int n, int d,
+                    float eps, float *out)
+{
+    if (n < 0 || d <= 0)
+        return 1;
+    for (int t = 0; t < n; t++) {
+        float *row = x + (size_t)t * d;
+        const float *res = residual + (size_t)t * r_stride;
+        for (int i = 0; i < d; i++)
+            row[i] += res[i];
+        rms_row(row, w, d, eps, out + (size_t)t * d);
+    }
+    return 0;
+}
+
+/* ---- rotate-half RoPE ---- */
+
+/*
+ * out[t, h, i] = x[t, h, i] * cos[t, i] + x[t, h, (i + half) % hd] * sin_signed[t, i], which is
+ * x * cos + rotate_half(x) * sin. x rows (tokens) x_stride floats apart, heads hd apart; cos and
+ * sin_signed [n, hd]; out [n, heads, hd] contiguous.
+ */
+int pg_rotary(const float *x, long x_stride, int n, int heads, int hd, const float *cos,
+              const float *sin_signed, float *out)
+{
+    if (n < 0 || heads <= 0 || hd <= 0 || hd % 2)
+        return 1;
+    int half = hd / 2;
+    for (int t = 0; t < n; t++) {
+        const float *c = cos + (size_t)t * hd, *s = sin_signed + (size_t)t * hd;
+        for (int h = 0; h < heads; h++) {
+            const float *xr = x + (size_t)t * x_stride + (size_t)h * hd;
+            float *o = out + ((size_t)t * heads + h) * hd;
+            for (int i = 0; i < half; i++) {
+                o[i] = xr[i] * c[i] + xr[i + half] * s[i];
+                o[i + half] = xr[i + half] * c[i + half] + xr[i] * s[i + half];
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---- SiLU(gate) * up ---- */
+
+__attribute__((target("avx2,fma"))) static void silu_mul_avx2(const float *g, const float *u,
+                                                              int m, float *o)
+{
+    __m256 one = _mm256_set1_ps(1.0f);
+    for (int i = 0; i < m; i += 8) {
+        __m256 x = _mm256_loadu_ps(g + i);
+        __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        __m256 silu = _mm256_div_ps(x, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(o + i, _mm256_mul_ps(silu, _mm256_loadu_ps(u + i)));
+    }
+}
+
+/* x [n, 2m] rows x_stride apart (gate first, then up) -> out [n, m] contiguous. */
+int pg_silu_and_mul(const float *x, long x_stride, int n, int m, float *out)
+{
+    if (n < 0 || m <= 0)
+        return 1;
+    for (int t = 0; t < n; t++) {
+        const float *g = x + (size_t)t * x_stride, *u = g + m;
+        float *o = out + (size_t)t * m;
+        if (use_avx2(m))
+            silu_mul_avx2(g, u, m, o);
+        else
+            for (int i = 0; i < m; i++)
+                o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+    return 0;
+}
+
+/* ---- KV-cache write ---- */
+
+/*
+ * Token t's keys and values ([kv_heads, hd], heads hd apart, tokens k_stride / v_stride floats
+ * apart) go to cache slot slots[t] (block * block_size + offset); a negative slot is padding and
+ * writes nothing. The cache rows are kv_heads * hd wide.
+ */
+int pg_write_kv(const float *k, long k_stride, const float *v, long v_stride, int n, int kv_heads,
+                int hd, void *k_cache, void *v_cache, int dtype, long num_slots,
+                const int64_t *slots)
+{
+    if (n < 0 || kv_heads <= 0 || hd <= 0 || dtype < PG_F32 || dtype > PG_F16)
+        return 1;
+    size_t row = (size_t)kv_heads * hd, bytes = dtype_bytes(dtype);
+    for (int t = 0; t < n; t++) {
+        if (slots[t] < 0)
+            continue;
+        if (slots[t] >= num_slots)
+            return 2;
+        char *kd = (char *)k_cache + (size_t)slots[t] * row * bytes;
+        char *vd = (char *)v_cache + (size_t)slots[t] * row * bytes;
+        narrow_row(k + (size_t)t * k_stride, dtype, (int)row, kd);
+        narrow_row(v + (size_t)t * v_stride, dtype, (int)row, vd);
+    }
+    return 0;
+}
+
+/* ---- paged decode attention ---- */
+
+struct attn_args {
+    const float *q;
+    long q_stride;
+    int heads, kv_heads, hd, dtype, block_size, max_blocks, window;
+    const char *k_cache, *v_cache;
+    const int64_t *block_tables, *context_lens;
+    float scale;
+    float *out;
+};
+
+/* Keys [first, last) of block `blk` as fp32 rows kv_heads * hd apart: straight from an fp32
+ * cache, else widened into scratch (this kv head's columns only). Returns the row stride. */
+static const float *block_rows(const struct attn_args *a, const char *cache, int64_t blk, int kvh,
+                               int first, int last, float *scratch, int avx2, long *stride)
+{
+    size_t row = (size_t)a->kv_heads * a->hd, bytes = dtype_bytes(a->dtype);
+    const char *base = cache + ((size_t)blk * a->block_size * row + (size_t)kvh * a->hd) * bytes;
+    if (a->dtype == PG_F32) {
+        *stride = (long)row;
+        return (const float *)base + (size_t)first * row;
+    }
+    for (int j = first; j < last; j++) {
+        const char *src = base + (size_t)j * row * bytes;
+        float *dst = scratch + (size_t)(j - first) * a->hd;
+        if (avx2)
+            widen_row_avx2(src, a->dtype, a->hd, dst);
+        else
+            widen_row(src, a->dtype, a->hd, dst);
+    }
+    *stride = a->hd;
+    return scratch;
+}
+
+struct softmax_state {
+    float m[MAX_GROUP], l[MAX_GROUP];
+};
+
+/* Four keys at a time: four independent FMA chains per head instead of one. */
+__attribute__((target("avx2,fma"))) static void scores_avx2(const float *q, int group, int hd,
+                                                            const float *k, long ks, int len,
+                                                            float scale, float *s)
+{
+    int j = 0;
+    for (; j + 4 <= len; j += 4) {
+        const float *k0 = k + (size_t)j * ks, *k1 = k0 + ks, *k2 = k1 + ks, *k3 = k2 + ks;
+        for (int g = 0; g < group; g++) {
+            const float *qr = q + (size_t)g * hd;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int i = 0; i < hd; i += 8) {
+                __m256 qv = _mm256_loadu_ps(qr + i);
+                a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + i), a0);
+                a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + i), a1);
+                a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + i), a2);
+                a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + i), a3);
+            }
+            float *sg = s + g * KEY_CHUNK + j;
+            sg[0] = hsum8(a0) * scale;
+            sg[1] = hsum8(a1) * scale;
+            sg[2] = hsum8(a2) * scale;
+            sg[3] = hsum8(a3) * scale;
+        }
+    }
+    for (; j < len; j++) {
+        const float *kr = k + (size_t)j * ks;
+        for (int g = 0; g < group; g++) {
+            const float *qr = q + (size_t)g * hd;
+            __m256 a0 = _mm256_setzero_ps();
+            for (int i = 0; i < hd; i += 8)
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + i), _mm256_loadu_ps(kr + i), a0);
+            s[g * KEY_CHUNK + j] = hsum8(a0) * scale;
+        }
+    }
+}
+
+static void scores_scalar(const float *q, int group, int hd, const float *k, long ks, int len,
+                          float scale, float *s)
+{
+    for (int j = 0; j < len; j++)
+        for (int g = 0; g < group; g++) {
+            float dot = 0.0f;
+            for (int i = 0; i < hd; i++)
+                dot += q[(size_t)g * hd + i] * k[(size_t)j * ks + i];
+            s[g * KEY_CHUNK + j] = dot * scale;
+        }
+}
+
+__attribute__((target("avx2,fma"))) static void exp_shifted_avx2(float *s, int len, float m)
+{
+    int j = 0;
+    __m256 mv = _mm256_set1_ps(m);
+    for (; j + 8 <= len; j += 8)
+        _mm256_storeu_ps(s + j, exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv)));
+    for (; j < len; j++)
+        s[j] = expf(s[j] - m);
+}
+
+/* Online softmax over one chunk of scores s[g][0..len): rescales acc and l, leaves p in s. */
+static void softmax_chunk(struct softmax_state *st, float *s, int group, int len, float *acc,
+                          int hd, int avx2)
+{
+    for (int g = 0; g < group; g++) {
+        float *sg = s + g * KEY_CHUNK, m = st->m[g];
+        for (int j = 0; j < len; j++)
+            m = sg[j] > m ? sg[j] : m;
+        float correction = expf(st->m[g] - m), l = 0.0f;
+        if (avx2)
+            exp_shifted_avx2(sg, len, m);
+        else
+            for (int j = 0; j < len; j++)
+                sg[j] = expf(sg[j] - m);
+        for (int j = 0; j < len; j++)
+            l += sg[j];
+        st->l[g] = st->l[g] * correction + l;
+        st->m[g] = m;
+        if (correction != 1.0f)
+            for (int i = 0; i < hd; i++)
+                acc[(size_t)g * hd + i] *= correction;
+    }
+}
+
+/* acc[g] += sum_j p[g][j] * v[j]: 64 columns (8 registers, 8 independent FMA chains) at a
+ * time while the keys stream past, then the remaining columns 8 at a time. */
+__attribute__((target("avx2,fma"))) static void accumulate_avx2(const float *p, int group, int hd,
+                                                                const float *v, long vs, int len,
+                                                                float *acc)
+{
+    for (int g = 0; g < group; g++) {
+        float *ag = acc + (size_t)g * hd;
+        const float *pg = p + g * KEY_CHUNK;
+        int i = 0;
+        for (; i + 64 <= hd; i += 64) {
+            __m256 a[8];
+            for (int r = 0; r < 8; r++)
+                a[r] = _mm256_loadu_ps(ag + i + 8 * r);
+            for (int j = 0; j < len; j++) {
+                __m256 pj = _mm256_set1_ps(pg[j]);
+                const float *vr = v + (size_t)j * vs + i;
+                for (int r = 0; r < 8; r++)
+                    a[r] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8 * r), a[r]);
+            }
+            for (int r = 0; r < 8; r++)
+                _mm256_storeu_ps(ag + i + 8 * r, a[r]);
+        }
+        for (; i < hd; i += 8) {
+            __m256 a = _mm256_loadu_ps(ag + i);
+            for (int j = 0; j < len; j++)
+                a = _mm256_fmadd_ps(_mm256_set1_ps(pg[j]), _mm256_loadu_ps(v + (size_t)j * vs + i), a);
+            _mm256_storeu_ps(ag + i, a);
+        }
+    }
+}
+
+static void accumulate_scalar(const float *p, int group, int hd, const float *v, long vs, int len,
+                              float *acc)
+{
+    for (int g = 0; g < group; g++)
+        for (int j = 0; j < len; j++)
+            for (int i = 0; i < hd; i++)
+                acc[(size_t)g * hd + i] += p[g * KEY_CHUNK + j] * v[(size_t)j * vs + i];
+}
+
+/* The keys one sequence attends: [first, ctx). */
+static void key_range(const struct attn_args *a, int seq, int64_t *first, int64_t *ctx)
+{
+    *ctx = a->context_lens[seq];
+    *first = a->window > 0 && *ctx > a->window ? *ctx - a->window : 0;
+}
+
+/*
+ * One sequence's query heads that share kv head kvh, over keys [from, to): the unnormalised
+ * output acc [group, hd], and per head the running max m and sum l of the softmax.
+ */
+static void attend_range(const struct attn_args *a, int seq, int kvh, int64_t from, int64_t to,
+                         float *acc, float *m_out, float *l_out)
+{
+    int group = a->heads / a->kv_heads, hd = a->hd, avx2 = use_avx2(hd);
+    const float *q = a->q + (size_t)seq * a->q_stride + (size_t)kvh * group * hd;
+    const int64_t *table = a->block_tables + (size_t)seq * a->max_blocks;
+    float s[MAX_GROUP * KEY_CHUNK];
+    float kbuf[KEY_CHUNK * MAX_HEAD_DIM], vbuf[KEY_CHUNK * MAX_HEAD_DIM];
+    struct softmax_state st;
+    for (int g = 0; g < group; g++) {
+        st.m[g] = -INFINITY;
+        st.l[g] = 0.0f;
+    }
+    memset(acc, 0, sizeof(float) * group * hd);
+    for (int64_t pos = from; pos < to;) {
+        int64_t blk_index = pos / a->block_size;
+        int off = (int)(pos % a->block_size);
+        int len = a->block_size - off;
+        if (len > KEY_CHUNK)
+            len = KEY_CHUNK;
+        if (pos + len > to)
+            len = (int)(to - pos);
+        int64_t blk = table[blk_index];
+        long ks, vs;
+        const float *k = block_rows(a, a->k_cache, blk, kvh, off, off + len, kbuf, avx2, &ks);
+        const float *v = block_rows(a, a->v_cache, blk, kvh, off, off + len, vbuf, avx2, &vs);
+        if (avx2)
+            scores_avx2(q, group, hd, k, ks, len, a->scale, s);
+        else
+            scores_scalar(q, group, hd, k, ks, len, a->scale, s);
+        softmax_chunk(&st, s, group, len, acc, hd, avx2);
+        if (avx2)
+            accumulate_avx2(s, group, hd, v, vs, len, acc);
+        else
+            accumulate_scalar(s, group, hd, v, vs, len, acc);
+        pos += len;
+    }
+    memcpy(m_out, st.m, sizeof(float) * group);
+    memcpy(l_out, st.l, sizeof(float) * group);
+}
+
+/* Output rows of (seq, kvh) from `parts` partial results over consecutive key ranges. */
+static void merge_parts(const struct attn_args *a, int seq, int kvh, int parts, const float *acc,
+                        const float *m, const float *l)
+{
+    int group = a->heads / a->kv_heads, hd = a->hd;
+    float *o = a->out + (size_t)seq * a->heads * hd + (size_t)kvh * group * hd;
+    for (int g = 0; g < group; g++) {
+        float most = -INFINITY, total = 0.0f;
+        for (int p = 0; p < parts; p++)
+            most = m[p * group + g] > most ? m[p * group + g] : most;
+        float w[MAX_SPLITS];
+        for (int p = 0; p < parts; p++) {
+            w[p] = l[p * group + g] > 0.0f ? expf(m[p * group + g] - most) : 0.0f;
+            total += w[p] * l[p * group + g];
+        }
+        /* No key at all (an empty context) gives zeros, as SDPA does for a fully masked row. */
+        float inv = total > 0.0f ? 1.0f / total : 0.0f;
+        for (int i = 0; i < hd; i++) {
+            float sum = 0.0f;
+            for (int p = 0; p < parts; p++)
+                sum += w[p] * acc[((size_t)p * group + g) * hd + i];
+            o[(size_t)g * hd + i] = sum * inv;
+        }
+    }
+}
+
+/* Work item `it` of n * kv_heads * splits: split `sp` of (seq, kvh)'s keys, its partial results
+ * kept at slot it of the scratch arrays. */
+static void attend_split(const struct attn_args *a, int it, int splits, float *acc, float *m,
+                         float *l)
+{
+    int group = a->heads / a->kv_heads, sp = it % splits, pair = it / splits;
+    int seq = pair / a->kv_heads, kvh = pair % a->kv_heads;
+    int64_t first, ctx;
+    key_range(a, seq, &first, &ctx);
+    int64_t per = (ctx - first + splits - 1) / splits;
+    int64_t from = first + sp * per, to = from + per < ctx ? from + per : ctx;
+    if (from > to)
+        from = to;
+    attend_range(a, seq, kvh, from, to, acc + (size_t)it * group * a->hd,
+                 m + (size_t)it * group, l + (size_t)it * group);
+}
+
+/* Splits per (sequence, kv head): enough items for every thread twice, each >= MIN_SPLIT_KEYS. */
+static int choose_splits(int pairs, int threads, int64_t longest)
+{
+    if (threads <= 1)
+        return 1;
+    int wanted = (2 * threads + pairs - 1) / pairs;
+    int64_t by_length = (longest + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS;
+    if (wanted > by_length)
+        wanted = (int)by_length;
+    if (wanted > MAX_SPLITS)
+        wanted = MAX_SPLITS;
+    return wanted < 1 ? 1 : wanted;
+}
+
+/*
+ * n decode queries (one token each; q rows q_stride floats apart, heads hd apart) attend to
+ * their sequence's keys 0..context_lens[i]-1 (the last window of them when window > 0) read
+ * through block_tables [n, max_blocks] from the caches. out [n, heads * hd] contiguous.
+ * Query head h reads kv head h / (heads / kv_heads). Work items (sequence, kv head, split of
+ * its keys) run on up to `threads` threads: 1 keeps the calling thread alone (and one split).
+ */
+int pg_decode_attention(const float *q, long q_stride, int n, int heads, int kv_heads, int hd,
+                        const void *k_cache, const void *v_cache, int dtype, int num_blocks,
+                        int block_size, const int64_t *block_tables, int max_blocks,
+                        const int64_t *context_lens, int window, float scale, float *out,
+                        int threads)
+{
+    if (n < 0 || kv_heads <= 0 || heads % kv_heads || heads / kv_heads > MAX_GROUP || hd <= 0
+        || hd > MAX_HEAD_DIM || block_size <= 0 || dtype < PG_F32 || dtype > PG_F16)
+        return 1;
+    for (int i = 0; i < n; i++) {
+        if (context_lens[i] < 0 || context_lens[i] > (int64_t)max_blocks * block_size)
+            return 2;
+        int64_t used = (context_lens[i] + block_size - 1) / block_size;
+        for (int64_t b = 0; b < used; b++)
+            if (block_tables[(size_t)i * max_blocks + b] < 0
+                || block_tables[(size_t)i * max_blocks + b] >= num_blocks)
+                return 3;
+    }
+    struct attn_args a = {q, q_stride, heads, kv_heads, hd, dtype, block_size, max_blocks, window,
+                          k_cache, v_cache, block_tables, context_lens, scale, out};
+    int group = heads / kv_heads, pairs = n * kv_heads;
+    int64_t longest = 0;
+    for (int i = 0; i < n; i++)
+        longest = context_lens[i] > longest ? context_lens[i] : longest;
+    int splits = choose_splits(pairs, threads, longest), items = pairs * splits;
+    float *acc = malloc(sizeof(float) * (size_t)items * group * (hd + 2));
+    if (!acc)
+        return 4;
+    float *m = acc + (size_t)items * group * hd, *l = m + (size_t)items * group;
+    if (threads > items)
+        threads = items;
+    if (threads <= 1) {
+        for (int it = 0; it < items; it++)
+            attend_split(&a, it, splits, acc, m, l);
+    } else {
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+        for (int it = 0; it < items; it++)
+            attend_split(&a, it, splits, acc, m, l);
+    }
+    for (int pair = 0; pair < pairs; pair++) {
+        size_t at = (size_t)pair * splits;
+        merge_parts(&a, pair / kv_heads, pair % kv_heads, splits, acc + at * group * hd,
+                    m + at * group, l + at * group);
+    }
+    free(acc);
+    return 0;
+}

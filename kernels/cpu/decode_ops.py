@@ -1,0 +1,206 @@
+"""kernels/cpu/decode_ops.c through ctypes: the per-layer ops of a CPU step as a `KernelOps`.
+
+Each call here runs ~10 times per layer, so the wrappers do the least Python they can: the C
+functions' argument types are declared once, shapes and strides are read straight off the
+tensors, and only fp32 activations with unit inner strides go to C. Anything else (other
+dtypes, odd strides, prefill attention) runs torch_ref's function unchanged: the fallback is per
+call, so one `KernelOps` serves every step.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import torch
+
+from kernels import torch_ref
+from kernels.attention_metadata import AttentionMetadata, DecodeGroup
+from kernels.cpu import native
+from kernels.ops import TORCH_OPS, KernelOps
+
+NAME = "decode_ops"
+SCALAR, AVX2, BEST_ISA = 0, 1, -1
+_F32 = torch.float32
+# The cache dtypes the C code reads and writes, by its codes.
+CACHE_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+# Below this many (query head x key) pairs in a step's layer, attention stays on the calling
+# thread: waking the pool costs more than the work (measured in docs/KERNELS.md).
+PARALLEL_MIN_SCORES = 32768
+
+_ptr, _i32, _i64, _f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
+_SIGNATURES = {
+    "pg_isa_supported": [_i32],
+    "pg_set_isa": [_i32],
+    "pg_rms_norm": [_ptr, _i64, _ptr, _i32, _i32, _f32, _ptr],
+    "pg_add_rms_norm": [_ptr, _ptr, _i64, _ptr, _i32, _i32, _f32, _ptr],
+    "pg_rotary": [_ptr, _i64, _i32, _i32, _i32, _ptr, _ptr, _ptr],
+    "pg_silu_and_mul": [_ptr, _i64, _i32, _i32, _ptr],
+    "pg_write_kv": [_ptr, _i64, _ptr, _i64, _i32, _i32, _i32, _ptr, _ptr, _i32, _i64, _ptr],
+    "pg_decode_attention": [_ptr, _i64, _i32, _i32, _i32, _i32, _ptr, _ptr, _i32, _i32, _i32,
+                            _ptr, _i32, _ptr, _i32, _f32, _ptr, _i32],
+}
+
+
+class DecodeOps:
+    """The loaded library with tensor-level calls that match torch_ref's contracts."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        for name, args in _SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, ctypes.c_int
+        self._lib = lib
+        self._rms, self._add_rms = lib.pg_rms_norm, lib.pg_add_rms_norm
+        self._rotary, self._silu = lib.pg_rotary, lib.pg_silu_and_mul
+        self._write, self._attend = lib.pg_write_kv, lib.pg_decode_attention
+
+    @classmethod
+    def load(cls, build_dir: Path | None, compiler: str | None = None) -> DecodeOps:
+        """Raises native.NativeBuildError where the library can be neither found nor built."""
+        return cls(native.load(NAME, build_dir, compiler))
+
+    def isa_supported(self, isa: int) -> bool:
+        return bool(self._lib.pg_isa_supported(isa))
+
+    def set_isa(self, isa: int) -> None:
+        """Force the scalar (0) or AVX2 (1) bodies, or the best this CPU has (-1): for tests."""
+        if self._lib.pg_set_isa(isa):
+            raise ValueError(f"instruction set {isa} is not one this CPU runs")
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        if (x.dtype != _F32 or weight.dtype != _F32 or x.dim() != 2 or x.stride(1) != 1
+                or weight.shape != x.shape[1:]):
+            return torch_ref.rms_norm(x, weight, eps)
+        n, d = x.shape
+        out = torch.empty(n, d)
+        _check(self._rms(x.data_ptr(), x.stride(0), weight.data_ptr(), n, d, eps,
+                         out.data_ptr()), "pg_rms_norm")
+        return out
+
+    def add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                     eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """x += residual in place (x is the new residual), then the norm of it."""
+        if (x.dtype != _F32 or residual.dtype != _F32 or weight.dtype != _F32 or x.dim() != 2
+                or not x.is_contiguous() or residual.shape != x.shape
+                or residual.stride(1) != 1 or weight.shape != x.shape[1:]):
+            return torch_ref.add_rms_norm(x, residual, weight, eps)
+        n, d = x.shape
+        out = torch.empty(n, d)
+        _check(self._add_rms(x.data_ptr(), residual.data_ptr(), residual.stride(0),
+                             weight.data_ptr(), n, d, eps, out.data_ptr()), "pg_add_rms_norm")
+        return out, x
+
+    def rotary_embedding(self, x: torch.Tensor, cos: torch.Tensor,
+                         sin_signed: torch.Tensor) -> torch.Tensor:
+        if (x.dtype != _F32 or cos.dtype != _F32 or sin_signed.dtype != _F32 or x.dim() != 3
+                or x.stride(2) != 1 or x.stride(1) != x.shape[2]
+                or not cos.is_contiguous() or not sin_signed.is_contiguous()
+                or cos.numel() != x.shape[0] * x.shape[2] or sin_signed.shape != cos.shape):
+            return torch_ref.rotary_embedding(x, cos, sin_signed)
+        n, heads, hd = x.shape
+        out = torch.empty(n, heads, hd)
+        _check(self._rotary(x.data_ptr(), x.stride(0), n, heads, hd, cos.data_ptr(),
+                            sin_signed.data_ptr(), out.data_ptr()), "pg_rotary")
+        return out
+
+    def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != _F32 or x.dim() != 2 or x.stride(1) != 1 or x.shape[1] % 2:
+            return torch_ref.silu_and_mul(x)
+        n, m = x.shape[0], x.shape[1] // 2
+        out = torch.empty(n, m)
+        _check(self._silu(x.data_ptr(), x.stride(0), n, m, out.data_ptr()), "pg_silu_and_mul")
+        return out
+
+    def write_kv_cache(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                       v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+        if not self._writes(k, v, k_cache, v_cache, slot_mapping):
+            torch_ref.write_kv_cache(k, v, k_cache, v_cache, slot_mapping)
+            return
+        self._write_checked(k, v, k_cache, v_cache, slot_mapping)
+
+    def _write_checked(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                       v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+        n, kv_heads, hd = k.shape
+        _check(self._write(k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0), n, kv_heads, hd,
+                           k_cache.data_ptr(), v_cache.data_ptr(), CACHE_DTYPES[k_cache.dtype],
+                           k_cache.shape[0] * k_cache.shape[1], slot_mapping.data_ptr()),
+               "pg_write_kv")
+
+    def paged_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+                        scale: float) -> torch.Tensor:
+        """torch_ref.paged_attention's contract: decodes attend in C over the cache in place,
+        prefill segments through torch_ref."""
+        if (q.dtype is not _F32 or q.stride()[1:] != (q.shape[2], 1)
+                or not self._writes(k, v, k_cache, v_cache, meta.slot_mapping)):
+            return torch_ref.paged_attention(q, k, v, k_cache, v_cache, meta, scale)
+        self._write_checked(k, v, k_cache, v_cache, meta.slot_mapping)
+        num_tokens, heads, hd = q.shape
+        out = torch.empty(num_tokens, heads * hd)
+        for group in meta.decode_groups:
+            self._decode(q, k_cache, v_cache, group, meta.sliding_window, scale, out)
+        for seg in meta.prefills:
+            out[seg.start:seg.end] = torch_ref.prefill_attention(q, k, v, k_cache, v_cache, seg,
+                                                                 scale)
+        return out
+
+    def _decode(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                group: DecodeGroup, window: int, scale: float, out: torch.Tensor) -> None:
+        _, heads, hd = q.shape
+        num_blocks, block_size, kv_heads, _ = k_cache.shape
+        tables, lens = _int64(group.block_tables), _int64(group.context_lens)
+        n, max_blocks = tables.shape
+        if n != group.end - group.start or group.end > q.shape[0] or lens.shape != (n,):
+            raise ValueError(f"decode group [{group.start}, {group.end}) does not match its "
+                             f"block tables {tuple(tables.shape)}, context lengths "
+                             f"{tuple(lens.shape)} or the step's {q.shape[0]} queries")
+        # Rows x heads x the longest context: the work that decides whether threads pay.
+        wide = n * heads * max_blocks * block_size >= PARALLEL_MIN_SCORES
+        threads = torch.get_num_threads() if wide else 1
+        _check(self._attend(q.data_ptr() + group.start * q.stride(0) * 4, q.stride(0), n, heads,
+                            kv_heads, hd, k_cache.data_ptr(), v_cache.data_ptr(),
+                            CACHE_DTYPES[k_cache.dtype], num_blocks, block_size, tables.data_ptr(),
+                            max_blocks, lens.data_ptr(), window, scale,
+                            out.data_ptr() + group.start * heads * hd * 4, threads),
+               "pg_decode_attention")
+
+    @staticmethod
+    def _writes(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                slot_mapping: torch.Tensor) -> bool:
+        """Whether the C write (and the C attention) take these tensors."""
+        shape = k.shape
+        rows = (shape[2], 1)  # heads hd apart, unit inner stride
+        return (k.dtype is _F32 and v.dtype is _F32 and k_cache.dtype in CACHE_DTYPES
+                and v_cache.dtype is k_cache.dtype and v.shape == shape
+                and k_cache.shape[2:] == shape[1:] and v_cache.shape == k_cache.shape
+                and k.stride()[1:] == rows and v.stride()[1:] == rows
+                and k_cache.is_contiguous() and v_cache.is_contiguous()
+                and slot_mapping.dtype is torch.int64 and slot_mapping.is_contiguous()
+                and slot_mapping.shape == shape[:1])
+
+
+def _int64(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dtype == torch.int64 and t.is_contiguous() else t.long().contiguous()
+
+
+def _check(rc: int, name: str) -> None:
+    if rc:
+        raise ValueError(f"{name} refused its arguments (code {rc}): shapes, dtypes or a slot "
+                         "or context length outside the cache")
+
+
+def decode_kernel_ops(lib: ctypes.CDLL) -> KernelOps:
+    """TORCH_OPS with the decode-step ops run by the library. `name` stays "torch": the model
+    runner builds the same metadata and the linears take the same CPU paths."""
+    ops = DecodeOps(lib)
+    return KernelOps(
+        name=TORCH_OPS.name,
+        rms_norm=ops.rms_norm,
+        add_rms_norm=ops.add_rms_norm,
+        rotary_embedding=ops.rotary_embedding,
+        silu_and_mul=ops.silu_and_mul,
+        write_kv_cache=ops.write_kv_cache,
+        paged_attention=ops.paged_attention,
+        int4_linear=TORCH_OPS.int4_linear,
+        int8_linear=TORCH_OPS.int8_linear,
+    )

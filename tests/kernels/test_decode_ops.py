@@ -1,0 +1,253 @@
+"""kernels/cpu/decode_ops.c gives what torch_ref gives, op by op, on the default model's shapes
+and odd ones, with both its scalar and AVX2 bodies; decode attention reads the paged cache in
+place (partial blocks, several sequences, GQA 1 and 3, sliding windows, narrow caches)."""
+
+import itertools
+
+import pytest
+import torch
+
+from kernels import torch_ref
+from kernels.attention_metadata import AttentionMetadata, DecodeGroup, PrefillSegment
+from kernels.cpu import decode_ops
+from kernels.cpu.decode_ops import AVX2, BEST_ISA, SCALAR, DecodeOps
+from kernels.cpu.native import find_compiler
+from kernels.ops import TORCH_OPS, select_ops
+
+ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2], ids=["scalar", "avx2"])
+# The default model: hidden 576, 9 heads over 3 kv heads of 64, intermediate 1536.
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE = 576, 9, 3, 64, 1536
+EPS = 1e-5
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory) -> DecodeOps:
+    if find_compiler() is None:
+        pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/decode_ops.c")
+    return DecodeOps.load(tmp_path_factory.mktemp("decode_ops"))
+
+
+@pytest.fixture
+def ops(lib, isa) -> DecodeOps:
+    if not lib.isa_supported(isa):
+        pytest.skip(f"this CPU cannot run instruction set {isa} (so that path is untested here)")
+    lib.set_isa(isa)
+    yield lib
+    lib.set_isa(BEST_ISA)
+
+
+@ISAS
+@pytest.mark.parametrize("shape", [(1, HIDDEN), (5, HIDDEN), (3, 64), (2, 100)])
+def test_rms_norm_matches_torch(ops, shape):
+    torch.manual_seed(0)
+    x, w = torch.randn(*shape) * 3, torch.randn(shape[1])
+    torch.testing.assert_close(ops.rms_norm(x, w, EPS), torch_ref.rms_norm(x, w, EPS))
+
+
+@ISAS
+def test_rms_norm_reads_rows_of_a_wider_tensor(ops):
+    wide = torch.randn(4, HIDDEN + 64)
+    x, w = wide[:, :HIDDEN], torch.randn(HIDDEN)
+    torch.testing.assert_close(ops.rms_norm(x, w, EPS), torch_ref.rms_norm(x, w, EPS))
+
+
+@ISAS
+@pytest.mark.parametrize("shape", [(1, HIDDEN), (3, HIDDEN), (2, 100)])
+def test_add_rms_norm_adds_in_place_and_normalises_the_sum(ops, shape):
+    torch.manual_seed(1)
+    x, residual, w = torch.randn(*shape), torch.randn(*shape), torch.randn(shape[1])
+    want_normed, want_sum = torch_ref.add_rms_norm(x.clone(), residual, w, EPS)
+    normed, new_residual = ops.add_rms_norm(x, residual, w, EPS)
+    assert new_residual is x
+    torch.testing.assert_close(x, want_sum, rtol=0, atol=0)
+    torch.testing.assert_close(normed, want_normed)
+
+
+def _rope_tables(n: int, hd: int) -> tuple[torch.Tensor, torch.Tensor]:
+    angles = torch.rand(n, 1, hd // 2) * 50
+    cos = torch.cat((angles.cos(), angles.cos()), -1)
+    sin = torch.cat((-angles.sin(), angles.sin()), -1)
+    return cos, sin
+
+
+@ISAS
+@pytest.mark.parametrize("n,hd", [(1, HEAD_DIM), (4, HEAD_DIM), (3, 12)])
+def test_rotary_matches_torch_on_the_q_and_k_of_a_fused_projection(ops, n, hd):
+    torch.manual_seed(2)
+    qkv = torch.randn(n, (HEADS + 2 * KV_HEADS) * hd)
+    q_and_k = qkv[:, :(HEADS + KV_HEADS) * hd].view(n, -1, hd)  # rows strided, as in the model
+    cos, sin = _rope_tables(n, hd)
+    torch.testing.assert_close(ops.rotary_embedding(q_and_k, cos, sin),
+                               torch_ref.rotary_embedding(q_and_k, cos, sin))
+
+
+@ISAS
+@pytest.mark.parametrize("shape", [(1, 2 * INTERMEDIATE), (3, 2 * INTERMEDIATE), (2, 26)])
+def test_silu_and_mul_matches_torch(ops, shape):
+    torch.manual_seed(3)
+    x = torch.randn(*shape) * 4
+    x[0, :3] = torch.tensor([-100.0, 90.0, 0.0])  # exp under- and overflow
+    torch.testing.assert_close(ops.silu_and_mul(x), torch_ref.silu_and_mul(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_kv_write_rounds_like_torch_into_each_cache_dtype(lib, dtype):
+    torch.manual_seed(4)
+    n = 5
+    qkv = torch.randn(n, (HEADS + 2 * KV_HEADS) * HEAD_DIM)
+    qkv[0, -8:] = torch.tensor([1e-6, -3e-8, 7e4, -1e5, 65519.0, 1 / 3, float("inf"), 0.0])
+    k = qkv[:, HEADS * HEAD_DIM:(HEADS + KV_HEADS) * HEAD_DIM].view(n, KV_HEADS, HEAD_DIM)
+    v = qkv[:, (HEADS + KV_HEADS) * HEAD_DIM:].view(n, KV_HEADS, HEAD_DIM)
+    caches = [torch.zeros(8, 16, KV_HEADS, HEAD_DIM, dtype=dtype) for _ in range(4)]
+    slots = torch.tensor([3, 17, 16, 127, 64])
+    lib.write_kv_cache(k, v, caches[0], caches[1], slots)
+    torch_ref.write_kv_cache(k, v, caches[2], caches[3], slots)
+    assert torch.equal(caches[0], caches[2]) and torch.equal(caches[1], caches[3])
+
+
+def test_kv_write_refuses_a_slot_outside_the_cache(lib):
+    k = torch.randn(1, KV_HEADS, HEAD_DIM)
+    cache = torch.zeros(2, 16, KV_HEADS, HEAD_DIM)
+    with pytest.raises(ValueError, match="pg_write_kv"):
+        lib.write_kv_cache(k, k, cache, cache.clone(), torch.tensor([32]))
+
+
+def _filled_caches(num_blocks: int, block_size: int, kv_heads: int, hd: int,
+                   dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random keys and values in every slot: whatever is read outside a context shows up."""
+    shape = (num_blocks, block_size, kv_heads, hd)
+    return torch.randn(shape).to(dtype), torch.randn(shape).to(dtype)
+
+
+def _decode_metadata(context_lens: list[int], block_size: int, num_blocks: int,
+                     window: int = 0, groups: int = 1) -> AttentionMetadata:
+    """Sequences (longest first) on shuffled blocks, in `groups` decode groups, as the model
+    runner builds them: padded block tables, the mask, the context lengths."""
+    perm = torch.randperm(num_blocks).tolist()
+    tables = [[perm.pop() for _ in range(-(-n // block_size))] for n in context_lens]
+    slots = [t[(n - 1) // block_size] * block_size + (n - 1) % block_size
+             for t, n in zip(tables, context_lens, strict=True)]
+    bounds = torch.linspace(0, len(context_lens), groups + 1).round().long().tolist()
+    decode_groups = []
+    for start, end in itertools.pairwise(bounds):
+        lens = context_lens[start:end]
+        width = -(-max(lens) // block_size)
+        table = torch.tensor([t + [0] * (width - len(t)) for t in tables[start:end]])
+        q_pos = torch.tensor(lens).unsqueeze(1) - 1
+        k_pos = torch.arange(width * block_size).unsqueeze(0)
+        mask = k_pos <= q_pos
+        if window:
+            mask &= k_pos > q_pos - window
+        decode_groups.append(DecodeGroup(start, end, table, mask.view(end - start, 1, 1, -1),
+                                         torch.tensor(lens)))
+    return AttentionMetadata(torch.tensor(slots), decode_groups, sliding_window=window)
+
+
+def _step_qkv(n: int, heads: int, kv_heads: int, hd: int):
+    """q, k, v as the model slices them out of one fused projection (strided rows)."""
+    qkv = torch.randn(n, (heads + 2 * kv_heads) * hd)
+    q_and_k = qkv[:, :(heads + kv_heads) * hd].view(n, -1, hd).clone()
+    q, k = q_and_k.split((heads, kv_heads), dim=1)
+    v = qkv[:, (heads + kv_heads) * hd:].view(n, kv_heads, hd)
+    return q, k, v
+
+
+def _assert_attention_matches_torch(ops: DecodeOps, meta: AttentionMetadata, heads: int,
+                                    kv_heads: int, hd: int, block_size: int, num_blocks: int,
+                                    dtype: torch.dtype = torch.float32) -> None:
+    n = len(meta.slot_mapping)
+    q, k, v = _step_qkv(n, heads, kv_heads, hd)
+    k_cache, v_cache = _filled_caches(num_blocks, block_size, kv_heads, hd, dtype)
+    k_ref, v_ref = k_cache.clone(), v_cache.clone()
+    got = ops.paged_attention(q, k, v, k_cache, v_cache, meta, hd ** -0.5)
+    meta.decode_workspace = None
+    want = torch_ref.paged_attention(q, k, v, k_ref, v_ref, meta, hd ** -0.5)
+    assert torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
+
+
+@ISAS
+@pytest.mark.parametrize("heads,kv_heads", [(HEADS, KV_HEADS), (4, 4)], ids=["gqa3", "mha"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_decode_attention_reads_the_paged_cache_like_torch(ops, heads, kv_heads, dtype):
+    torch.manual_seed(5)
+    # Inside one block, on its last slot, one past a boundary, and several blocks long.
+    meta = _decode_metadata([100, 33, 17, 16, 15, 1], block_size=16, num_blocks=40, groups=2)
+    _assert_attention_matches_torch(ops, meta, heads, kv_heads, HEAD_DIM, 16, 40, dtype)
+
+
+@ISAS
+def test_decode_attention_with_odd_block_and_head_sizes(ops):
+    torch.manual_seed(6)
+    meta = _decode_metadata([23, 5, 4], block_size=5, num_blocks=12)
+    _assert_attention_matches_torch(ops, meta, 6, 2, 12, 5, 12)
+
+
+@ISAS
+def test_decode_attention_keeps_to_the_sliding_window(ops):
+    torch.manual_seed(7)
+    meta = _decode_metadata([70, 40, 24, 10], block_size=16, num_blocks=20, window=24)
+    _assert_attention_matches_torch(ops, meta, HEADS, KV_HEADS, HEAD_DIM, 16, 20)
+
+
+@pytest.fixture
+def two_threads(monkeypatch):
+    """Attention on two threads whatever its size; one sequence's keys then split in two."""
+    monkeypatch.setattr(decode_ops, "PARALLEL_MIN_SCORES", 0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("context_lens", [[900], [900, 517], [300, 2]])
+def test_decode_attention_across_threads_and_key_splits(lib, two_threads, context_lens):
+    torch.manual_seed(8)
+    meta = _decode_metadata(context_lens, block_size=16, num_blocks=100)
+    _assert_attention_matches_torch(lib, meta, HEADS, KV_HEADS, HEAD_DIM, 16, 100)
+
+
+def test_prefill_segments_in_the_same_step_attend_through_torch(lib):
+    torch.manual_seed(9)
+    meta = _decode_metadata([30, 7], block_size=16, num_blocks=12)
+    # A fresh 6-token prompt on blocks the decodes do not use.
+    used = {int(b) for g in meta.decode_groups for b in g.block_tables.flatten()}
+    free = [b for b in range(12) if b not in used][:1]
+    meta.slot_mapping = torch.cat((meta.slot_mapping, torch.arange(6) + free[0] * 16))
+    meta.prefills = [PrefillSegment(2, 8, 6, torch.tensor(free), None)]
+    _assert_attention_matches_torch(lib, meta, HEADS, KV_HEADS, HEAD_DIM, 16, 12)
+
+
+def test_a_block_id_outside_the_cache_is_refused(lib):
+    meta = _decode_metadata([20], block_size=16, num_blocks=4)
+    meta.decode_groups[0].block_tables[0, 1] = 4
+    q, k, v = _step_qkv(1, HEADS, KV_HEADS, HEAD_DIM)
+    k_cache, v_cache = _filled_caches(4, 16, KV_HEADS, HEAD_DIM, torch.float32)
+    with pytest.raises(ValueError, match="pg_decode_attention"):
+        lib.paged_attention(q, k, v, k_cache, v_cache, meta, 0.125)
+
+
+def test_a_decode_group_past_the_steps_queries_is_refused(lib):
+    meta = _decode_metadata([20, 10], block_size=16, num_blocks=4)
+    q, k, v = _step_qkv(1, HEADS, KV_HEADS, HEAD_DIM)
+    meta.slot_mapping = meta.slot_mapping[:1]
+    k_cache, v_cache = _filled_caches(4, 16, KV_HEADS, HEAD_DIM, torch.float32)
+    with pytest.raises(ValueError, match="decode group"):
+        lib.paged_attention(q, k, v, k_cache, v_cache, meta, 0.125)
+
+
+def test_a_norm_weight_of_another_width_is_not_read_past_its_end(lib):
+    with pytest.raises(RuntimeError):
+        lib.rms_norm(torch.randn(1, 64), torch.randn(32), EPS)
+
+
+def test_other_dtypes_fall_back_to_torch(lib):
+    x, w = torch.randn(2, 64, dtype=torch.bfloat16), torch.randn(64, dtype=torch.bfloat16)
+    assert torch.equal(lib.rms_norm(x, w, EPS), torch_ref.rms_norm(x, w, EPS))
+
+
+def test_cpu_ops_come_from_the_library_when_it_loads(lib):
+    cpu = torch.device("cpu")
+    ops = select_ops(cpu, "torch", lambda name: lib._lib)
+    assert ops.name == "torch" and ops.paged_attention != TORCH_OPS.paged_attention
+    assert select_ops(cpu, "torch", lambda name: None) is TORCH_OPS
