@@ -57,6 +57,18 @@ class Q4Gemv:
             fn = getattr(self._lib, name)
             fn.argtypes, fn.restype = args, result
 
+    @property
+    def raw(self) -> ctypes.CDLL:
+        """The library itself, its functions declared: for callers that keep their pointers
+        and call it directly (a ctypes call with no tensor-level checks, ~3 µs)."""
+        return self._lib
+
+    def workspace_bytes(self, m: int, k: int) -> int:
+        return self._lib.q4_workspace_bytes(m, k)
+
+    def split_workspace_bytes(self, m: int, n: int, k: int) -> int:
+        return self._lib.q4_split_workspace_bytes(m, n, k)
+
     def best_isa(self) -> int:
         return self._lib.q4_best_isa()
 
@@ -97,7 +109,7 @@ class Q4Gemv:
         return y
 
     def workspace(self, m: int, k: int) -> torch.Tensor:
-        return torch.empty(self._lib.q4_workspace_bytes(m, k), dtype=torch.uint8)
+        return torch.empty(self.workspace_bytes(m, k), dtype=torch.uint8)
 
     def linear_into(self, w: Q4Repacked, x: torch.Tensor, y: torch.Tensor,
                     work: torch.Tensor, isa: int = BEST_ISA, threads: int = 1) -> torch.Tensor:
@@ -114,7 +126,7 @@ class Q4Gemv:
         return self.linear_into(w, x, y, self.workspace(*x.shape), isa, threads)
 
     def split_workspace(self, m: int, n: int, k: int) -> torch.Tensor:
-        return torch.empty(self._lib.q4_split_workspace_bytes(m, n, k), dtype=torch.uint8)
+        return torch.empty(self.split_workspace_bytes(m, n, k), dtype=torch.uint8)
 
     def linear_split(self, w: Q4Repacked, x: torch.Tensor, isa: int = BEST_ISA,
                      threads: int = 1) -> torch.Tensor:
