@@ -72,7 +72,7 @@ class Placement:
 def make_linear(weight: Weight, bias: torch.Tensor | None, placement: Placement,
                 precise_int8: bool = True) -> Linear:
     """precise_int8: grouped int8 weights get 16-bit activations too (`split_activations`),
-    and q4_gemv its split pass for int4 and int8 alike; the vocabulary projection, whose top
+    and q4_gemv int16 activations for int4 and int8 alike; the vocabulary projection, whose top
     logits are recomputed exactly, does without (and gets a new output every call: its
     logits leave the model, where a layer's output is consumed before its next call)."""
     if bias is not None:

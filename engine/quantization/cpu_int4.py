@@ -39,7 +39,7 @@ class CpuInt4Method:
                  precise: bool = True, reuse_output: bool = True) -> None:
         """split_activations: pass x as the sum of two bf16 parts to PyTorch's kernel (see
         `kernel`). q4: our kernel's library, used where the policy says (`cpu_paths`), with
-        its split pass if precise, and reuse_output as `Q4Kernel` describes."""
+        int16 activations if precise, and reuse_output as `Q4Kernel` describes."""
         self.policy = policy or CpuPathPolicy()
         self.group_size = weight.group_size
         self.out_features = weight.shape[0]

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 import torch
@@ -33,8 +34,8 @@ _MIN_GAIN = 1.15
 # are kept for it (0.625 bytes a weight more: ~100 MB on the default model).
 _BOTH_LAYOUTS_LOSS = 1.5
 _REPEATS = 3
-_MIN_TIMED_S = 0.005
-_MAX_CALLS = 200
+_MIN_TIMED_S = 0.02
+_MAX_CALLS = 100
 
 
 @dataclass(slots=True)
@@ -102,12 +103,13 @@ def _timings(probe: CpuQuantizedMethod, native: Kernel | None,
     timings = {}
     for m in rows:
         x = torch.randn(m, k)
-        gemm = m >= _GEMM_FROM_ROWS or m == rows[-1]
-        timings[m] = RowTimings(
-            _best_time(probe.kernel, x),
-            None if native is None else _best_time(native.kernel, x),
-            _best_time(_dequantized_gemm, probe, x) if gemm else None,
-            _best_time(_dequantized_gemm, probe, x.bfloat16()) if gemm else None)
+        calls: dict[str, Callable[[], object]] = {"int4pack": partial(probe.kernel, x)}
+        if native is not None:
+            calls["q4"] = partial(native.kernel, x)
+        if m >= _GEMM_FROM_ROWS or m == rows[-1]:
+            calls["fp32"] = partial(_dequantized_gemm, probe, x)
+            calls["bf16"] = partial(_dequantized_gemm, probe, x.bfloat16())
+        timings[m] = RowTimings(**_best_times(calls))
     return timings
 
 
@@ -170,14 +172,20 @@ def _dequantized_gemm(method: CpuQuantizedMethod, x: torch.Tensor) -> torch.Tens
     return torch.nn.functional.linear(x, method.dequantized(x.dtype))
 
 
-def _best_time(fn: Callable[..., object], *args: object) -> float:
-    """The best of at least _REPEATS calls and _MIN_TIMED_S of calls (a shared machine's
-    noise reaches ~20x on one call, and decides which layouts every layer keeps)."""
-    fn(*args)
-    best, spent, calls = float("inf"), 0.0, 0
-    while calls < _REPEATS or (spent < _MIN_TIMED_S and calls < _MAX_CALLS):
-        start = time.perf_counter()
-        fn(*args)
-        took = time.perf_counter() - start
-        best, spent, calls = min(best, took), spent + took, calls + 1
+def _best_times(calls: dict[str, Callable[[], object]]) -> dict[str, float]:
+    """Each call's best time, the calls interleaved, each made at least _REPEATS times and for
+    _MIN_TIMED_S: on a shared machine one call can take ~20x its time (a thread of the team
+    descheduled), and these timings decide which layouts every layer keeps."""
+    for call in calls.values():
+        call()
+    best = dict.fromkeys(calls, float("inf"))
+    spent = dict.fromkeys(calls, 0.0)
+    for done in range(_MAX_CALLS):
+        if done >= _REPEATS and min(spent.values()) >= _MIN_TIMED_S:
+            break
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            took = time.perf_counter() - start
+            best[name], spent[name] = min(best[name], took), spent[name] + took
     return best

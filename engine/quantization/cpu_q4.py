@@ -1,10 +1,10 @@
 """int4 weights on the CPU through our own kernel, kernels/cpu/q4_gemv.c: activations quantized
-to int8 per block of 32 inside the call, integer dot products against the 4-bit weights.
+per block of 32 inside the call, integer dot products against the 4-bit weights.
 
-Two passes of it (docs/KERNELS.md): the split one carries ~14 bits of each activation (its
-rounding residual quantized again) and gave 100% top-1 agreement on the default model, so the
-layers use it; the single int8 pass gave 97.0%, enough only for the vocabulary projection,
-whose top logits are recomputed exactly afterwards (`engine.layers.lm_head`).
+Two precisions of it (docs/KERNELS.md): int8 activations gave 97.0% top-1 agreement on the
+default model, enough only for the vocabulary projection, whose top logits are recomputed
+exactly afterwards (`engine.layers.lm_head`); the layers take int16 activations (~16 bits, as
+close as the split int8 pass that gave 100%, at about one int8 pass's cost).
 
 It runs 121 times a decode step, so a call does the least Python it can: the weight's address,
 shapes and output buffer are kept from one call to the next, and the scratch memory is one
@@ -81,16 +81,15 @@ class Q4Kernel:
 
     def __init__(self, weight: Int4Weight, context: Q4Context, precise: bool,
                  reuse_output: bool) -> None:
-        """precise: the split pass (~14-bit activations), else one int8 pass."""
+        """precise: int16 activations, else int8 ones."""
         lib = context.lib
         self.repacked = lib.repack(weight.packed, weight.scales, weight.mins)
         self.precise = precise
         self._context = context
         self._n, self._k = weight.shape
         self._weight_ptr = self.repacked.data.data_ptr()
-        self._call = lib.raw.q4_linear_split if precise else lib.raw.q4_linear
-        self._workspace_bytes = ((lambda m: lib.split_workspace_bytes(m, self._n, self._k))
-                                 if precise else (lambda m: lib.workspace_bytes(m, self._k)))
+        self._call = lib.raw.q4_linear16 if precise else lib.raw.q4_linear
+        self._workspace_bytes = lib.workspace16_bytes if precise else lib.workspace_bytes
         self._reuse = reuse_output
         self._rows = -1
         self._out: torch.Tensor | None = None
@@ -120,7 +119,7 @@ class Q4Kernel:
     def _prepare(self, m: int) -> None:
         """Scratch and (for decode-sized steps) the output buffer for steps of m rows."""
         self._rows = m
-        self._context.scratch.reserve(self._workspace_bytes(m))
+        self._context.scratch.reserve(self._workspace_bytes(m, self._k))
         if self._reuse and m <= REUSED_OUTPUT_ROWS:
             self._out = torch.empty(m, self._n)
             self._out_ptr = self._out.data_ptr()

@@ -62,7 +62,7 @@ def _activations(rows: int, k: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("rows", [1, 3, 16])
-def test_q4_layer_is_the_exact_product_to_14_bits(q4, rows):
+def test_q4_layer_is_the_exact_product_to_16_bits(q4, rows):
     torch.manual_seed(0)
     weight = quantize_int4(torch.randn(40, 96) * 0.05)  # 40 outputs: a partial tile of rows
     x, bias = _activations(rows, 96), torch.randn(40)
@@ -111,7 +111,7 @@ def test_layer_that_runs_q4_at_every_step_keeps_no_int4pack_layout(q4):
     torch.testing.assert_close(both.kernel(x), both._multiply(x.bfloat16()).float())
 
 
-def test_grouped_int8_through_q4_is_the_exact_product_to_14_bits(q4):
+def test_grouped_int8_through_q4_is_the_exact_product_to_16_bits(q4):
     torch.manual_seed(3)
     weight = quantize_int8(torch.randn(40, 64), group_size=32, asymmetric=True)
     placement = Placement(torch.device("cpu"), torch.float32, TORCH_OPS, Q4_EVERY_STEP, q4)
