@@ -54,11 +54,13 @@ def main(argv: list[str] | None = None) -> None:
     batch = make_workload(loaded.tokenizer, args.concurrency, 0) if args.concurrency else []
     rounds: dict[str, list[float]] = {name: [] for name in engines}
     aggregate: dict[str, list[float]] = {name: [] for name in engines}
-    for _ in range(args.rounds):
+    for i in range(args.rounds):
         for name, engine in engines.items():
             rounds[name].append(1 / run_engine(engine, one, name).tpot_p50)
             if batch:
                 aggregate[name].append(run_engine(engine, batch, name).tok_per_s)
+        print(f"round {i + 1}: " + ", ".join(f"{name} {rounds[name][-1]:.1f} tok/s"
+                                             for name in engines), flush=True)
     for name in engines:
         print(f"{name} one stream decode tok/s per round: "
               + ", ".join(f"{r:.1f}" for r in rounds[name]))

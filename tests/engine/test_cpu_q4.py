@@ -111,6 +111,16 @@ def test_layer_that_runs_q4_at_every_step_keeps_no_int4pack_layout(q4):
     torch.testing.assert_close(both.kernel(x), both._multiply(x.bfloat16()).float())
 
 
+def test_q4_layer_still_dequantizes_the_steps_its_policy_gives_a_gemm(q4):
+    torch.manual_seed(4)
+    weight = quantize_int4(torch.randn(48, 64))
+    policy = CpuPathPolicy(dequantize_from_rows=4, native_below_rows=sys.maxsize)
+    layer = CpuInt4Method(weight, policy, q4=q4)
+    assert layer.packed is None and layer.source is not None
+    x = torch.randn(5, 64)
+    torch.testing.assert_close(layer.apply(x, None), F.linear(x, dequantize(weight)))
+
+
 def test_grouped_int8_through_q4_is_the_exact_product_to_16_bits(q4):
     torch.manual_seed(3)
     weight = quantize_int8(torch.randn(40, 64), group_size=32, asymmetric=True)
