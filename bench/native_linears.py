@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         for name, engine in engines.items():
             quality[name] = compare(reference, prompt_logits(engine.runner, token_ids), token_ids)
 
-    print("\n| linears | layers' bytes MB | one stream decode tok/s (best) | median | "
+    print("\n| linears | layers + vocabulary MB | one stream decode tok/s (best) | median | "
           f"{args.concurrency} streams tok/s (best) | top-1 agreement | perplexity ratio |")
     print("|---|---|---|---|---|---|---|")
     for name, engine in engines.items():
