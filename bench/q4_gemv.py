@@ -41,14 +41,17 @@ class Kernel:
 
 
 def _q4_kernel(q4: Q4Gemv, weights: list[Int4Weight], threads: int,
-               split: bool = False) -> Kernel:
-    """split: activations as high and low int8 parts (`Q4Gemv.linear_split`)."""
+               activations: str = "int8") -> Kernel:
+    """activations: "int8" (one pass), "split" (high and low int8 parts,
+    `Q4Gemv.linear_split`) or "int16" (`Q4Gemv.linear16`)."""
     repacked = [q4.repack(w.packed, w.scales, w.mins) for w in weights]
     n = repacked[0].out_features
 
     def make(x: torch.Tensor) -> Callable[[int], object]:
-        if split:
+        if activations == "split":
             return lambda i: q4.linear_split(repacked[i], x, threads=threads)
+        if activations == "int16":
+            return lambda i: q4.linear16(repacked[i], x, threads=threads)
         y, work = torch.empty(x.shape[0], n), q4.workspace(*x.shape)
         return lambda i: q4.linear_into(repacked[i], x, y, work, threads=threads)
 
@@ -70,7 +73,8 @@ def _kernels(q4: Q4Gemv, float_w: list[torch.Tensor],
     }
     if threads > 1:
         kernels[f"q4_gemv {isa}, {threads} threads"] = _q4_kernel(q4, weights, threads)
-    kernels[f"q4_gemv {isa} split, {threads} thr."] = _q4_kernel(q4, weights, threads, True)
+    kernels[f"q4_gemv {isa} split, {threads} thr."] = _q4_kernel(q4, weights, threads, "split")
+    kernels[f"q4_gemv {isa} int16, {threads} thr."] = _q4_kernel(q4, weights, threads, "int16")
     return kernels, weights
 
 

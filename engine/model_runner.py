@@ -20,6 +20,7 @@ from engine.native_kernels import load_native
 from engine.quantization import cpu_paths
 from engine.quantization.cpu_int4 import CpuInt4Method
 from engine.quantization.cpu_paths import CpuPathPolicy
+from engine.quantization.cpu_q4 import Q4Context, Q4Kernel, load_q4_context
 from engine.quantization.tensors import Int4Weight, Int8Weight, Weight, split_int8_into_int4
 from engine.sampler import Sampler, SamplingMetadata, SamplingRow
 from engine.scheduler import ScheduledSequence, SchedulerOutput
@@ -81,7 +82,7 @@ class ModelRunner:
         ops = select_ops(self.device, backend, load_native)
         placement = Placement(self.device, self.dtype, ops)
         if placement.uses_cpu_kernels:
-            placement = replace(placement, cpu_int4_policy=self._cpu_int4_policy(loaded.weights))
+            placement = self._with_cpu_int4_policy(placement, loaded.weights)
         self.model = LlamaForCausalLM(loaded.config, loaded.weights, placement, release_weights)
         self.kv_dtype = self._kv_dtype(ops.name)
         # The context this engine allows: the setting, within what the model was trained for.
@@ -98,12 +99,22 @@ class ModelRunner:
         self.vocab_size = self.model.shape.vocab_size
         self.graphs = self._capture_graphs() if self._uses_cuda_graphs() else None
 
-    def _cpu_int4_policy(self, weights: Mapping[str, Weight]) -> CpuPathPolicy:
-        """From how many rows a step dequantizes int4 layers (and grouped int8 ones, which run
-        on the int4 kernel) and runs one GEMM, timed on the largest int4 matrix before any layer
-        is built, so that layers which never dequantize never keep a copy to do it from. The probe
-        is the first layer's largest matrix: the vocabulary's is larger, but no step runs it on
-        many rows."""
+    def _with_cpu_int4_policy(self, placement: Placement,
+                              weights: Mapping[str, Weight]) -> Placement:
+        """The placement with its int4 path policy (`cpu_paths`) and, where the policy runs
+        it at all, our q4_gemv kernel (fp32 activations only, the compute dtype on a CPU)."""
+        q4 = load_q4_context() if self.dtype == torch.float32 else None
+        policy = self._cpu_int4_policy(weights, q4)
+        return replace(placement, cpu_int4_policy=policy,
+                       q4=q4 if policy.native_below_rows else None)
+
+    def _cpu_int4_policy(self, weights: Mapping[str, Weight],
+                         q4: Q4Context | None) -> CpuPathPolicy:
+        """Which int4 kernel runs each step size, and from how many rows a step dequantizes
+        int4 layers (and grouped int8 ones, which run on the int4 kernels) and runs one GEMM,
+        timed on the largest int4 matrix before any layer is built, so that layers keep only
+        the layouts their steps read. The probe is the first layer's largest matrix: the
+        vocabulary's is larger, but no step runs it on many rows."""
         # The first layer only: weights may be decoded lazily, layer by layer.
         layers = [weights[name] for name in weights if name.startswith("model.layers.0.")]
         int4 = [w for w in layers if isinstance(w, Int4Weight)]
@@ -114,8 +125,11 @@ class ModelRunner:
             return CpuPathPolicy()
         probe = max(int4, key=lambda w: w.shape[0] * w.shape[1])
         keeps_source = CpuPathPolicy(dequantize_from_rows=1)
+        # Its own scratch: the probe's 256-row calls would leave the model's one that large.
+        native = None if q4 is None else Q4Kernel(probe, Q4Context(q4.lib), precise=True,
+                                                  reuse_output=True)
         return cpu_paths.calibrate(CpuInt4Method(probe, keeps_source),
-                                   self.config.max_num_batched_tokens)
+                                   self.config.max_num_batched_tokens, native)
 
     def _kv_dtype(self, ops_name: str) -> torch.dtype:
         dtype = kv_cache_dtype(self.config)

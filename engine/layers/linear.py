@@ -7,12 +7,13 @@ weight's layout, the device and the kernel backend, owns how the weight is kept 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import torch
 
 from engine.quantization.cpu_paths import CpuPathPolicy
+from engine.quantization.cpu_q4 import Q4Context
 from engine.quantization.tensors import (
     Int4Weight,
     Int8Weight,
@@ -53,12 +54,14 @@ class Embedding:
 @dataclass(slots=True, frozen=True)
 class Placement:
     """Where layers are built and with what: the device, the compute dtype, the kernels, and on
-    a CPU the int4 path policy measured at load (`engine.quantization.cpu_paths`)."""
+    a CPU the int4 path policy measured at load (`engine.quantization.cpu_paths`) with our
+    q4_gemv kernel where it loaded (`engine.quantization.cpu_q4`; None: PyTorch's only)."""
 
     device: torch.device
     dtype: torch.dtype
     ops: KernelOps
     cpu_int4_policy: CpuPathPolicy = field(default_factory=CpuPathPolicy)
+    q4: Q4Context | None = None
 
     @property
     def uses_cpu_kernels(self) -> bool:
@@ -68,8 +71,10 @@ class Placement:
 
 def make_linear(weight: Weight, bias: torch.Tensor | None, placement: Placement,
                 precise_int8: bool = True) -> Linear:
-    """precise_int8: grouped int8 weights get 16-bit activations too (`split_activations`);
-    the vocabulary projection, whose top logits are recomputed exactly, does without."""
+    """precise_int8: grouped int8 weights get 16-bit activations too (`split_activations`),
+    and q4_gemv int16 activations for int4 and int8 alike; the vocabulary projection, whose top
+    logits are recomputed exactly, does without (and gets a new output every call: its
+    logits leave the model, where a layer's output is consumed before its next call)."""
     if bias is not None:
         bias = bias.to(device=placement.device, dtype=placement.dtype)
     return Linear(_method_for(weight, placement, precise_int8), bias, weight.shape[0])
@@ -89,13 +94,18 @@ def _method_for(weight: Weight, placement: Placement, precise_int8: bool,
         return unquantized.UnquantizedMethod(weight.to(device=device, dtype=dtype))
     if isinstance(weight, Int4Weight):
         if placement.uses_cpu_kernels:
-            return cpu_int4.CpuInt4Method(weight, placement.cpu_int4_policy, split_activations)
+            return cpu_int4.CpuInt4Method(weight, placement.cpu_int4_policy, split_activations,
+                                          placement.q4, precise_int8, reuse_output=precise_int8)
         return kernel_methods.KernelInt4Method(to_device(weight, device, dtype), ops)
     if isinstance(weight, Int8Weight) and weight.group_size is not None:
         # int8 is chosen for precision: its activations get 16 bits as well.
         halves = split_int8_into_int4(weight)
         if placement.uses_cpu_kernels:
-            kernel = cpu_int4.CpuInt4Method(halves, CpuPathPolicy(), split_activations=precise_int8)
+            # The halves never dequantize (the int8 weight does), and their output never
+            # leaves the method (the halves are added into a new tensor).
+            policy = replace(placement.cpu_int4_policy, dequantize_from_rows=None)
+            kernel = cpu_int4.CpuInt4Method(halves, policy, precise_int8, placement.q4,
+                                            precise_int8, reuse_output=True)
             return split_int8.CpuSplitInt8Method(kernel, weight, placement.cpu_int4_policy)
         inner = _method_for(halves, placement, precise_int8, split_activations=precise_int8)
         return split_int8.SplitInt8Method(inner, weight.shape[0])

@@ -1,41 +1,68 @@
-"""When a CPU linear layer multiplies through PyTorch's weight-only kernel and when it
-dequantizes the layer and runs one GEMM instead: chosen by measurement on this machine.
+"""Which kernel a CPU int4 linear layer multiplies through, PyTorch's weight-only one or our
+q4_gemv (`cpu_q4`), and when it dequantizes the layer and runs one GEMM instead: chosen by
+measurement on this machine, per step size.
 
 The weight-only kernels (`_weight_int4pack_mm_for_cpu`, `_weight_int8pack_mm`) read a quarter or
 an eighth of fp32's bytes, which is what a decode step of a few rows is bound by. With many rows
 (prefill chunks, large batches) the multiply is bound by arithmetic instead, and there a plain
 GEMM on a dequantized copy can win: by how much depends on the CPU (a bf16 GEMM is several times
 faster than fp32 where the CPU has AVX512-BF16 or AMX, and several times slower where it has only
-AVX2). So `calibrate` times both on one of the model's own layers at load.
+AVX2). So `calibrate` times them all on one of the model's own layers at load.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 import torch
 
 logger = logging.getLogger(__name__)
 
-# Row counts timed at load; a step with more rows than the largest uses the largest's choice.
-CALIBRATION_ROWS = (16, 64, 256)
+# Row counts timed at load: both weight-only kernels at each, the dequantized GEMM from 16 rows
+# (it never wins below). A step of a count between two uses the smaller's choice.
+CALIBRATION_ROWS = (1, 2, 4, 16, 64, 256)
+_GEMM_FROM_ROWS = 16
 # The kernel must lose to an fp32 GEMM by this much before a dequantized copy is kept.
 _MIN_GAIN = 1.15
+# q4_gemv must lose to torch's int4 kernel by this much at some step size before both layouts
+# are kept for it (0.625 bytes a weight more: ~100 MB on the default model).
+_BOTH_LAYOUTS_LOSS = 1.5
 _REPEATS = 3
+_MIN_TIMED_S = 0.02
+_MAX_CALLS = 100
 
 
 @dataclass(slots=True)
 class CpuPathPolicy:
     """Shared by every layer of one format: steps of at least `dequantize_from_rows` rows
-    dequantize into `gemm_dtype` and run one GEMM; None keeps the kernel for every step."""
+    dequantize into `gemm_dtype` and run one GEMM (None: never); below that, steps of fewer
+    than `native_below_rows` rows run our q4_gemv (`cpu_q4`), the others torch's int4 kernel."""
 
     dequantize_from_rows: int | None = None
     gemm_dtype: torch.dtype = torch.float32
+    native_below_rows: int = 0
     reason: str = "not calibrated"
+
+    @property
+    def runs_int4pack(self) -> bool:
+        """Whether some step runs torch's int4 kernel, so its layout is built."""
+        return self.native_below_rows < (self.dequantize_from_rows or sys.maxsize)
+
+
+@dataclass(slots=True, frozen=True)
+class RowTimings:
+    """Seconds for one call at one row count; None where not timed."""
+
+    int4pack: float
+    q4: float | None = None
+    fp32: float | None = None
+    bf16: float | None = None
 
 
 class CpuQuantizedMethod(Protocol):
@@ -43,6 +70,10 @@ class CpuQuantizedMethod(Protocol):
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor: ...
     def dequantized(self, dtype: torch.dtype) -> torch.Tensor: ...
+
+
+class Kernel(Protocol):
+    def kernel(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
 def apply(method: CpuQuantizedMethod, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -55,49 +86,106 @@ def apply(method: CpuQuantizedMethod, x: torch.Tensor, bias: torch.Tensor | None
     return y if bias is None else y.add_(bias)
 
 
-def calibrate(probe: CpuQuantizedMethod, max_rows: int) -> CpuPathPolicy:
-    """Time the kernel against dequantize-and-GEMM on one layer (built with a policy that keeps
-    its dequantizing source); the result is every layer of its format's policy."""
-    policy = _choose(probe, [r for r in CALIBRATION_ROWS if r <= max_rows] or [max_rows])
+def calibrate(probe: CpuQuantizedMethod, max_rows: int,
+              native: Kernel | None = None) -> CpuPathPolicy:
+    """Time torch's int4 kernel (probe, built with a policy that keeps its dequantizing source
+    and no q4_gemv layout), our q4_gemv on the same weight (native, where it loads) and
+    dequantize-and-GEMM on one layer; the result is every layer of its format's policy."""
+    rows = [r for r in CALIBRATION_ROWS if r <= max_rows] or [max_rows]
+    policy = _policy_from_timings(_timings(probe, native, rows))
     logger.info("CPU quantized linears: %s", policy.reason)
     return policy
 
 
-def _choose(probe: CpuQuantizedMethod, rows: list[int]) -> CpuPathPolicy:
+def _timings(probe: CpuQuantizedMethod, native: Kernel | None,
+             rows: list[int]) -> dict[int, RowTimings]:
     k = probe.dequantized(torch.float32).shape[1]
     timings = {}
     for m in rows:
         x = torch.randn(m, k)
-        timings[m] = (_best_time(probe.kernel, x), _best_time(_dequantized_gemm, probe, x),
-                      _best_time(_dequantized_gemm, probe, x.bfloat16()))
-    return _policy_from_timings(timings)
+        calls: dict[str, Callable[[], object]] = {"int4pack": partial(probe.kernel, x)}
+        if native is not None:
+            calls["q4"] = partial(native.kernel, x)
+        if m >= _GEMM_FROM_ROWS or m == rows[-1]:
+            calls["fp32"] = partial(_dequantized_gemm, probe, x)
+            calls["bf16"] = partial(_dequantized_gemm, probe, x.bfloat16())
+        timings[m] = RowTimings(**_best_times(calls))
+    return timings
 
 
-def _policy_from_timings(timings: dict[int, tuple[float, float, float]]) -> CpuPathPolicy:
+def _policy_from_timings(timings: dict[int, RowTimings]) -> CpuPathPolicy:
+    """Which kernel runs each step size, and from which the dequantized GEMM does. The kernel
+    is chosen over the step sizes that some kernel can keep from the GEMM."""
+    table = "; ".join(f"{m} rows: {_row_table(t)}" for m, t in sorted(timings.items()))
+    best = {m: min(t.int4pack, t.q4 or t.int4pack) for m, t in timings.items()}
+    reach = _dequantize_choice(timings, best)[0] or sys.maxsize
+    native_below, why = _native_choice({m: t for m, t in timings.items() if m < reach})
+    kernel = {m: t.q4 if m < native_below else t.int4pack for m, t in timings.items()}
+    threshold, dtype, gemm_why = _dequantize_choice(timings, kernel)
+    if threshold is not None and native_below >= threshold:
+        native_below = sys.maxsize  # so no layer builds a layout that no step reads
+    return CpuPathPolicy(threshold, dtype, native_below, f"{why}; {gemm_why} ({table})")
+
+
+def _native_choice(timings: dict[int, RowTimings]) -> tuple[int, str]:
+    """(steps below how many rows q4_gemv runs, why).
+
+    One layout where it can be: q4_gemv for every step if it wins one-row steps and does not
+    lose the largest ones by more than _BOTH_LAYOUTS_LOSS; both kernels only where it does,
+    PyTorch's from the step size where it starts winning for good."""
+    rows = sorted(timings)
+    if not rows or any(timings[m].q4 is None for m in rows):
+        return 0, "torch's int4 kernel (q4_gemv unavailable)"
+    first = timings[rows[0]]
+    if first.q4 * _MIN_GAIN > first.int4pack:
+        return 0, f"torch's int4 kernel (q4_gemv wins no {rows[0]}-row step)"
+    loss = {m: timings[m].q4 / timings[m].int4pack for m in rows}
+    switch = next((m for i, m in enumerate(rows) if all(loss[r] > 1 for r in rows[i:])), None)
+    if switch is None or max(loss[m] for m in rows if m >= switch) <= _BOTH_LAYOUTS_LOSS:
+        worst = max(loss.values())
+        return sys.maxsize, f"q4_gemv for every step (at worst {worst:.2f}x int4pack's time)"
+    return switch, f"q4_gemv below {switch} rows, int4pack from there (both layouts)"
+
+
+def _dequantize_choice(timings: dict[int, RowTimings], kernel: dict[int, float],
+                       ) -> tuple[int | None, torch.dtype, str]:
     """Dequantize from the smallest row count at which, there and at every larger count, the
     weight-only kernel is slower than a plain fp32 GEMM would be: only then is the extra copy
     of the weights worth keeping (a 7B model's is 3.5 GB). The faster GEMM dtype runs."""
-    rows = sorted(timings)
-    table = ", ".join(f"{m} rows: kernel {t[0] * 1e3:.2f} ms, fp32 GEMM {t[1] * 1e3:.2f}, "
-                      f"bf16 GEMM {t[2] * 1e3:.2f}" for m, t in sorted(timings.items()))
-    needed = [timings[m][0] >= _MIN_GAIN * timings[m][1] for m in rows]
+    rows = sorted(m for m, t in timings.items() if t.fp32 is not None)
+    needed = [kernel[m] >= _MIN_GAIN * timings[m].fp32 for m in rows]
     for i, m in enumerate(rows):
         if all(needed[i:]):
-            bf16 = all(timings[r][2] < timings[r][1] for r in rows[i:])
+            bf16 = all(timings[r].bf16 < timings[r].fp32 for r in rows[i:])
             dtype, name = (torch.bfloat16, "bf16") if bf16 else (torch.float32, "fp32")
-            return CpuPathPolicy(m, dtype, f"{name} GEMM from {m} rows ({table})")
-    return CpuPathPolicy(None, torch.float32, f"weight-only kernel for every step ({table})")
+            return m, dtype, f"{name} GEMM from {m} rows"
+    return None, torch.float32, "no dequantized GEMM"
+
+
+def _row_table(t: RowTimings) -> str:
+    cells = [("int4pack", t.int4pack), ("q4_gemv", t.q4), ("fp32 GEMM", t.fp32),
+             ("bf16 GEMM", t.bf16)]
+    return ", ".join(f"{name} {value * 1e3:.2f} ms" for name, value in cells if value is not None)
 
 
 def _dequantized_gemm(method: CpuQuantizedMethod, x: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.linear(x, method.dequantized(x.dtype))
 
 
-def _best_time(fn: Callable[..., object], *args: object) -> float:
-    fn(*args)
-    best = float("inf")
-    for _ in range(_REPEATS):
-        start = time.perf_counter()
-        fn(*args)
-        best = min(best, time.perf_counter() - start)
+def _best_times(calls: dict[str, Callable[[], object]]) -> dict[str, float]:
+    """Each call's best time, the calls interleaved, each made at least _REPEATS times and for
+    _MIN_TIMED_S: on a shared machine one call can take ~20x its time (a thread of the team
+    descheduled), and these timings decide which layouts every layer keeps."""
+    for call in calls.values():
+        call()
+    best = dict.fromkeys(calls, float("inf"))
+    spent = dict.fromkeys(calls, 0.0)
+    for done in range(_MAX_CALLS):
+        if done >= _REPEATS and min(spent.values()) >= _MIN_TIMED_S:
+            break
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            took = time.perf_counter() - start
+            best[name], spent[name] = min(best[name], took), spent[name] + took
     return best

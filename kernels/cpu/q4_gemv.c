@@ -432,3 +432,240 @@ int q4_linear_split(int isa, const uint8_t *w, int n, int k, const float *x, int
     }
     return 0;
 }
+
+/* ---- int16 activations: x quantized per block to -32767..32767 -------------------------
+ * The split pass above carries ~14 bits of x at twice the dot products of one int8 pass. Here
+ * x carries ~16 bits at one pass's count: the weights are widened to 16 bits once per tile
+ * row (shared by every activation row), and madd_epi16 multiplies 16 pairs and sums them in
+ * pairs, as maddubs + madd do for 32 int8 ones. 2 x 15 x 32767 per pair and 32 x 15 x 32767
+ * per block fit int32. */
+
+#define I16_MAX 32767.0f
+
+static void quantize_block16_scalar(const float *v, int16_t *q, float *scale, float *sum)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < BLOCK; j++)
+        amax = fmaxf(amax, fabsf(v[j]));
+    float d = amax / I16_MAX;
+    int32_t qsum = 0;
+    for (int j = 0; j < BLOCK; j++) {
+        q[j] = d == 0.0f ? 0 : (int16_t)nearbyintf(v[j] / d);
+        qsum += q[j];
+    }
+    *scale = d;
+    *sum = d * (float)qsum;
+}
+
+__attribute__((target("avx2,fma")))
+static void quantize_block16_avx2(const float *v, int16_t *q, float *scale, float *sum)
+{
+    __m256 x0 = _mm256_loadu_ps(v), x1 = _mm256_loadu_ps(v + 8);
+    __m256 x2 = _mm256_loadu_ps(v + 16), x3 = _mm256_loadu_ps(v + 24);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 a = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, x0), _mm256_andnot_ps(sign, x1)),
+                             _mm256_max_ps(_mm256_andnot_ps(sign, x2), _mm256_andnot_ps(sign, x3)));
+    __m128 a4 = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    a4 = _mm_max_ps(a4, _mm_movehl_ps(a4, a4));
+    a4 = _mm_max_ss(a4, _mm_movehdup_ps(a4));
+    float d = _mm_cvtss_f32(a4) / I16_MAX;
+
+    *scale = d;
+    if (d == 0.0f) {
+        memset(q, 0, BLOCK * sizeof(int16_t));
+        *sum = 0.0f;
+        return;
+    }
+    /* Divide (not multiply by 1/d) so the rounding is the scalar path's, bit for bit. */
+    const __m256 dv = _mm256_set1_ps(d);
+    const int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(x0, dv), mode));
+    __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(x1, dv), mode));
+    __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(x2, dv), mode));
+    __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(x3, dv), mode));
+    /* packs interleaves 128-bit lanes; a 64-bit permute puts the 16 values back in order. */
+    __m256i w01 = _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0xD8);
+    __m256i w23 = _mm256_permute4x64_epi64(_mm256_packs_epi32(i2, i3), 0xD8);
+    _mm256_storeu_si256((__m256i *)q, w01);
+    _mm256_storeu_si256((__m256i *)(q + 16), w23);
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+    *sum = d * (float)_mm_cvtsi128_si32(s4);
+}
+
+/* x: fp32 [m, k] -> xq int16 [m, k], xscale and xsum (s_x * sum q_x) fp32 [m, k / 32]. */
+int q4_quantize_rows16(int isa, const float *x, int m, int k, int16_t *xq, float *xscale,
+                       float *xsum)
+{
+    isa = resolve_isa(isa);
+    if (isa < 0 || m <= 0 || k <= 0 || k % BLOCK)
+        return -1;
+    size_t blocks = (size_t)m * (k / BLOCK);
+    for (size_t b = 0; b < blocks; b++) {
+        if (isa == Q4_ISA_SCALAR)
+            quantize_block16_scalar(x + b * BLOCK, xq + b * BLOCK, xscale + b, xsum + b);
+        else
+            quantize_block16_avx2(x + b * BLOCK, xq + b * BLOCK, xscale + b, xsum + b);
+    }
+    return 0;
+}
+
+struct activations16 {
+    const int16_t *q;
+    const float *scale;
+    const float *sum;
+    int m;
+};
+
+static void tile16_scalar(const uint8_t *tile, int groups, const struct activations16 *x,
+                          int row0, int n, float *y)
+{
+    int k = groups * BLOCK;
+    for (int i = 0; i < x->m; i++) {
+        float acc[TILE_ROWS] = {0};
+        for (int g = 0; g < groups; g++) {
+            const uint8_t *rec = tile + (size_t)g * RECORD_BYTES;
+            const float *sw = (const float *)(rec + TILE_ROWS * NIBBLE_BYTES);
+            const int16_t *xq = x->q + (size_t)i * k + g * BLOCK;
+            float sx = x->scale[(size_t)i * groups + g], sumx = x->sum[(size_t)i * groups + g];
+            for (int r = 0; r < TILE_ROWS; r++) {
+                const uint8_t *nib = rec + r * NIBBLE_BYTES;
+                int32_t dot = 0;
+                for (int j = 0; j < NIBBLE_BYTES; j++)
+                    dot += (nib[j] & 15) * xq[j] + (nib[j] >> 4) * xq[j + NIBBLE_BYTES];
+                acc[r] += (float)dot * (sw[r] * sx) + sw[TILE_ROWS + r] * sumx;
+            }
+        }
+        for (int r = 0; r < TILE_ROWS && row0 + r < n; r++)
+            y[(size_t)i * n + row0 + r] = acc[r];
+    }
+}
+
+__attribute__((target("avx2,fma"), always_inline))
+static inline __m256i dot16_avx2(__m256i w_lo, __m256i w_hi, __m256i x_lo, __m256i x_hi)
+{
+    return _mm256_add_epi32(_mm256_madd_epi16(w_lo, x_lo), _mm256_madd_epi16(w_hi, x_hi));
+}
+
+__attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma"), always_inline))
+static inline __m256i dot16_vnni(__m256i w_lo, __m256i w_hi, __m256i x_lo, __m256i x_hi)
+{
+    return _mm256_dpwssd_epi32(_mm256_madd_epi16(w_lo, x_lo), w_hi, x_hi);
+}
+
+#define DEFINE_TILE16_CHUNK(NAME, TARGET, DOT)                                              \
+    __attribute__((target(TARGET), always_inline))                                          \
+    static inline void NAME(const uint8_t *tile, int groups, const struct activations16 *x, \
+                            int i0, int rows, int row0, int n, float *y)                    \
+    {                                                                                       \
+        const __m128i low = _mm_set1_epi8(15);                                              \
+        __m256 acc[ROW_CHUNK][TILE_ROWS];                                                   \
+        __m128 acc_min[ROW_CHUNK];                                                          \
+        for (int i = 0; i < ROW_CHUNK; i++) {                                               \
+            acc_min[i] = _mm_setzero_ps();                                                  \
+            for (int r = 0; r < TILE_ROWS; r++)                                             \
+                acc[i][r] = _mm256_setzero_ps();                                            \
+        }                                                                                   \
+        for (int g = 0; g < groups; g++) {                                                  \
+            const uint8_t *rec = tile + (size_t)g * RECORD_BYTES;                           \
+            const float *sw = (const float *)(rec + TILE_ROWS * NIBBLE_BYTES);              \
+            __m256i xlo[ROW_CHUNK], xhi[ROW_CHUNK];                                         \
+            float sx[ROW_CHUNK];                                                            \
+            for (int i = 0; i < rows; i++) {                                                \
+                size_t b = (size_t)(i0 + i) * groups + g;                                   \
+                xlo[i] = _mm256_loadu_si256((const __m256i *)(x->q + b * BLOCK));           \
+                xhi[i] = _mm256_loadu_si256((const __m256i *)(x->q + b * BLOCK + 16));      \
+                sx[i] = x->scale[b];                                                        \
+                acc_min[i] = _mm_fmadd_ps(_mm_loadu_ps(sw + TILE_ROWS),                     \
+                                          _mm_set1_ps(x->sum[b]), acc_min[i]);              \
+            }                                                                               \
+            for (int r = 0; r < TILE_ROWS; r++) {                                           \
+                __m128i raw = _mm_loadu_si128((const __m128i *)(rec + r * NIBBLE_BYTES));   \
+                __m256i wlo = _mm256_cvtepu8_epi16(_mm_and_si128(raw, low));                \
+                __m256i whi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), low)); \
+                for (int i = 0; i < rows; i++) {                                            \
+                    __m256 p = _mm256_cvtepi32_ps(DOT(wlo, whi, xlo[i], xhi[i]));           \
+                    acc[i][r] = _mm256_fmadd_ps(p, _mm256_set1_ps(sw[r] * sx[i]), acc[i][r]);\
+                }                                                                           \
+            }                                                                               \
+        }                                                                                   \
+        for (int i = 0; i < rows; i++) {                                                    \
+            float mins[TILE_ROWS];                                                          \
+            _mm_storeu_ps(mins, acc_min[i]);                                                \
+            for (int r = 0; r < TILE_ROWS && row0 + r < n; r++) {                           \
+                float s;                                                                    \
+                HSUM256(acc[i][r], s);                                                      \
+                y[(size_t)(i0 + i) * n + row0 + r] = s + mins[r];                           \
+            }                                                                               \
+        }                                                                                   \
+    }                                                                                       \
+    __attribute__((target(TARGET)))                                                         \
+    static void NAME##_all_rows(const uint8_t *tile, int groups,                            \
+                                const struct activations16 *x, int row0, int n, float *y)   \
+    {                                                                                       \
+        int i = 0;                                                                          \
+        for (; i + ROW_CHUNK <= x->m; i += ROW_CHUNK)                                       \
+            NAME(tile, groups, x, i, ROW_CHUNK, row0, n, y);                                \
+        if (i < x->m)                                                                       \
+            NAME(tile, groups, x, i, 1, row0, n, y);                                        \
+    }
+
+DEFINE_TILE16_CHUNK(tile16_avx2, "avx2,fma", dot16_avx2)
+DEFINE_TILE16_CHUNK(tile16_vnni, "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma", dot16_vnni)
+
+static void gemm16_tiles(int isa, const uint8_t *w, int n, int groups,
+                         const struct activations16 *x, float *y, int tile_begin, int tile_end)
+{
+    for (int t = tile_begin; t < tile_end; t++) {
+        const uint8_t *tile = w + (size_t)t * groups * RECORD_BYTES;
+        int row0 = t * TILE_ROWS;
+        if (isa == Q4_ISA_AVX512_VNNI)
+            tile16_vnni_all_rows(tile, groups, x, row0, n, y);
+        else if (isa == Q4_ISA_AVX2)
+            tile16_avx2_all_rows(tile, groups, x, row0, n, y);
+        else
+            tile16_scalar(tile, groups, x, row0, n, y);
+    }
+}
+
+/* As q4_gemm, with q4_quantize_rows16's output for [m, k]. */
+int q4_gemm16(int isa, const uint8_t *w, int n, int k, const int16_t *xq, const float *xscale,
+              const float *xsum, int m, float *y, int n_threads)
+{
+    isa = resolve_isa(isa);
+    if (isa < 0 || n <= 0 || m <= 0 || k <= 0 || k % BLOCK)
+        return -1;
+    struct activations16 x = {xq, xscale, xsum, m};
+    int groups = k / BLOCK, tiles = tiles_of(n);
+    if (n_threads <= 1) {
+        gemm16_tiles(isa, w, n, groups, &x, y, 0, tiles);
+        return 0;
+    }
+#pragma omp parallel num_threads(n_threads)
+    {
+        int team = omp_get_num_threads(), me = omp_get_thread_num();
+        int per = (tiles + team - 1) / team;
+        int begin = me * per, end = begin + per < tiles ? begin + per : tiles;
+        if (begin < end)
+            gemm16_tiles(isa, w, n, groups, &x, y, begin, end);
+    }
+    return 0;
+}
+
+size_t q4_workspace16_bytes(int m, int k)
+{
+    return (size_t)m * k * sizeof(int16_t) + 2 * (size_t)m * (k / BLOCK) * sizeof(float);
+}
+
+/* Quantize x to int16 and multiply: work is q4_workspace16_bytes(m, k) bytes, 4-byte aligned. */
+int q4_linear16(int isa, const uint8_t *w, int n, int k, const float *x, int m, float *y,
+                void *work, int n_threads)
+{
+    int16_t *xq = (int16_t *)work;
+    float *xscale = (float *)(xq + (size_t)m * k);
+    float *xsum = xscale + (size_t)m * (k / BLOCK);
+    int rc = q4_quantize_rows16(isa, x, m, k, xq, xscale, xsum);
+    return rc ? rc : q4_gemm16(isa, w, n, k, xq, xscale, xsum, m, y, n_threads);
+}

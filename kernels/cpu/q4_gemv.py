@@ -52,10 +52,29 @@ class Q4Gemv:
             "q4_linear": ([i32, ptr, i32, i32, ptr, i32, ptr, ptr, i32], i32),
             "q4_split_workspace_bytes": ([i32, i32, i32], size),
             "q4_linear_split": ([i32, ptr, i32, i32, ptr, i32, ptr, ptr, i32], i32),
+            "q4_workspace16_bytes": ([i32, i32], size),
+            "q4_quantize_rows16": ([i32, ptr, i32, i32, ptr, ptr, ptr], i32),
+            "q4_gemm16": ([i32, ptr, i32, i32, ptr, ptr, ptr, i32, ptr, i32], i32),
+            "q4_linear16": ([i32, ptr, i32, i32, ptr, i32, ptr, ptr, i32], i32),
         }
         for name, (args, result) in signatures.items():
             fn = getattr(self._lib, name)
             fn.argtypes, fn.restype = args, result
+
+    @property
+    def raw(self) -> ctypes.CDLL:
+        """The library itself, its functions declared: for callers that keep their pointers
+        and call it directly (a ctypes call with no tensor-level checks, ~3 µs)."""
+        return self._lib
+
+    def workspace_bytes(self, m: int, k: int) -> int:
+        return self._lib.q4_workspace_bytes(m, k)
+
+    def split_workspace_bytes(self, m: int, n: int, k: int) -> int:
+        return self._lib.q4_split_workspace_bytes(m, n, k)
+
+    def workspace16_bytes(self, m: int, k: int) -> int:
+        return self._lib.q4_workspace16_bytes(m, k)
 
     def best_isa(self) -> int:
         return self._lib.q4_best_isa()
@@ -97,7 +116,7 @@ class Q4Gemv:
         return y
 
     def workspace(self, m: int, k: int) -> torch.Tensor:
-        return torch.empty(self._lib.q4_workspace_bytes(m, k), dtype=torch.uint8)
+        return torch.empty(self.workspace_bytes(m, k), dtype=torch.uint8)
 
     def linear_into(self, w: Q4Repacked, x: torch.Tensor, y: torch.Tensor,
                     work: torch.Tensor, isa: int = BEST_ISA, threads: int = 1) -> torch.Tensor:
@@ -114,7 +133,7 @@ class Q4Gemv:
         return self.linear_into(w, x, y, self.workspace(*x.shape), isa, threads)
 
     def split_workspace(self, m: int, n: int, k: int) -> torch.Tensor:
-        return torch.empty(self._lib.q4_split_workspace_bytes(m, n, k), dtype=torch.uint8)
+        return torch.empty(self.split_workspace_bytes(m, n, k), dtype=torch.uint8)
 
     def linear_split(self, w: Q4Repacked, x: torch.Tensor, isa: int = BEST_ISA,
                      threads: int = 1) -> torch.Tensor:
@@ -126,6 +145,40 @@ class Q4Gemv:
         self._check(self._lib.q4_linear_split(isa, w.data.data_ptr(), w.out_features,
                                               w.in_features, x.data_ptr(), m, y.data_ptr(),
                                               work.data_ptr(), threads), "q4_linear_split")
+        return y
+
+    def quantize_rows16(self, x: torch.Tensor, isa: int = BEST_ISA,
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """fp32 [m, k] -> int16 [m, k] (per block of 32, s_x = max|x| / 32767), scales and
+        sums fp32 [m, k / 32]."""
+        x = x.float().contiguous()
+        m, k = x.shape
+        xq = torch.empty(m, k, dtype=torch.int16)
+        scale, total = torch.empty(m, k // 32), torch.empty(m, k // 32)
+        self._check(self._lib.q4_quantize_rows16(isa, x.data_ptr(), m, k, xq.data_ptr(),
+                                                 scale.data_ptr(), total.data_ptr()),
+                    "q4_quantize_rows16")
+        return xq, scale, total
+
+    def gemm16(self, w: Q4Repacked, xq: torch.Tensor, scale: torch.Tensor, total: torch.Tensor,
+               isa: int = BEST_ISA, threads: int = 1) -> torch.Tensor:
+        m = xq.shape[0]
+        y = torch.empty(m, w.out_features)
+        self._check(self._lib.q4_gemm16(isa, w.data.data_ptr(), w.out_features, w.in_features,
+                                        xq.data_ptr(), scale.data_ptr(), total.data_ptr(), m,
+                                        y.data_ptr(), threads), "q4_gemm16")
+        return y
+
+    def linear16(self, w: Q4Repacked, x: torch.Tensor, isa: int = BEST_ISA,
+                 threads: int = 1) -> torch.Tensor:
+        """y = x @ W.T with x quantized to int16 per block inside (~16 bits of it)."""
+        x = x.float().contiguous()
+        m = x.shape[0]
+        y = torch.empty(m, w.out_features)
+        work = torch.empty(self.workspace16_bytes(m, w.in_features), dtype=torch.uint8)
+        self._check(self._lib.q4_linear16(isa, w.data.data_ptr(), w.out_features,
+                                          w.in_features, x.data_ptr(), m, y.data_ptr(),
+                                          work.data_ptr(), threads), "q4_linear16")
         return y
 
     @staticmethod

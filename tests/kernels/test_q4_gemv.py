@@ -158,3 +158,51 @@ def test_split_activations_on_two_threads_give_one_threads_bits(q4):
     repacked = q4.repack(w.packed, w.scales, w.mins)
     assert torch.equal(q4.linear_split(repacked, x, threads=1),
                        q4.linear_split(repacked, x, threads=2))
+
+
+@ISAS
+@pytest.mark.parametrize("k", [576, 1536])
+def test_int16_activations_quantize_to_torchs_rounding_with_the_rounded_block_sum(q4, isa, k):
+    _runnable(q4, isa)
+    x = _activations(3, k)
+    xq, scale, total = q4.quantize_rows16(x, isa)
+    blocks = x.view(3, k // 32, 32)
+    want_scale = blocks.abs().amax(-1) / 32767
+    safe = torch.where(want_scale == 0, torch.ones_like(want_scale), want_scale)
+    want_q = torch.where(want_scale.unsqueeze(-1) == 0, 0.0,
+                         torch.round(blocks / safe.unsqueeze(-1)))
+    assert torch.equal(scale, want_scale)
+    assert torch.equal(xq.view(3, k // 32, 32), want_q.to(torch.int16))
+    assert torch.equal(total, scale * xq.view(3, k // 32, 32).sum(-1).float())
+
+
+@ISAS
+@pytest.mark.parametrize("k,n", SHAPES)
+@pytest.mark.parametrize("m", [1, 3, 16])
+def test_product_matches_int16_activations_times_int4_weights(q4, isa, m, k, n):
+    _runnable(q4, isa)
+    w = _weight(n, k)
+    xq, scale, total = q4.quantize_rows16(_activations(m, k), isa)
+    y = q4.gemm16(q4.repack(w.packed, w.scales, w.mins), xq, scale, total, isa)
+    _assert_within_fp32_rounding(y, *_reference(w, xq, scale, total))
+
+
+@pytest.mark.parametrize("isa", [SCALAR, AVX2], ids=["scalar", "avx2"])
+@pytest.mark.parametrize("k,n", [(576, 963), (1536, 576)])
+@pytest.mark.parametrize("m", [1, 3])
+def test_int16_activations_are_as_close_to_the_exact_product_as_the_split(q4, isa, m, k, n):
+    """~1/65534 of a block's largest value, where the split leaves ~1/64516: one pass, one
+    dot product per weight block, as close as two int8 ones."""
+    _runnable(q4, isa)
+    w, x = _weight(n, k), _activations(m, k)
+    repacked, exact = q4.repack(w.packed, w.scales, w.mins), _exact_product(w, x)
+    scale = exact.abs().max()
+    split = (q4.linear_split(repacked, x, isa).double() - exact).abs().max() / scale
+    int16 = (q4.linear16(repacked, x, isa).double() - exact).abs().max() / scale
+    assert int16 < 1e-4 and int16 < 2 * split, f"int16 {int16:.2e}, split {split:.2e}"
+
+
+def test_int16_activations_on_two_threads_give_one_threads_bits(q4):
+    w, x = _weight(963, 1536), _activations(4, 1536)
+    repacked = q4.repack(w.packed, w.scales, w.mins)
+    assert torch.equal(q4.linear16(repacked, x, threads=1), q4.linear16(repacked, x, threads=2))
