@@ -21,6 +21,7 @@ from engine.quantization import cpu_paths
 from engine.quantization.cpu_int4 import CpuInt4Method
 from engine.quantization.cpu_paths import CpuPathPolicy
 from engine.quantization.cpu_q4 import Q4Context, Q4Kernel, load_q4_context
+from engine.quantization.dequantize_workspace import DequantWorkspace
 from engine.quantization.tensors import Int4Weight, Int8Weight, Weight, split_int8_into_int4
 from engine.sampler import Sampler, SamplingMetadata, SamplingRow
 from engine.scheduler import ScheduledSequence, SchedulerOutput
@@ -124,7 +125,8 @@ class ModelRunner:
         if not int4:
             return CpuPathPolicy()
         probe = max(int4, key=lambda w: w.shape[0] * w.shape[1])
-        keeps_source = CpuPathPolicy(dequantize_from_rows=1)
+        keeps_source = CpuPathPolicy(dequantize_from_rows=1,
+                                     workspace=DequantWorkspace.for_this_machine())
         # Its own scratch: the probe's 256-row calls would leave the model's one that large.
         native = None if q4 is None else Q4Kernel(probe, Q4Context(q4.lib), precise=True,
                                                   reuse_output=True)

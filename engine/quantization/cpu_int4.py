@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from engine.quantization import cpu_paths
 from engine.quantization.cpu_paths import CpuPathPolicy
 from engine.quantization.cpu_q4 import Q4Context, Q4Kernel
-from engine.quantization.tensors import Int4Weight, dequantize, unpack_int4, with_compact_scales
+from engine.quantization.tensors import Int4Weight, unpack_int4, with_compact_scales
 
 # The kernel's packing wants the output dimension in multiples of this.
 _ROW_MULTIPLE = 16
@@ -49,9 +49,11 @@ class CpuInt4Method:
         self.packed = self.scales_and_zeros = None
         if self.native is None or self.policy.runs_int4pack:
             self.packed, self.scales_and_zeros = _int4pack_layout(weight)
-        # Kept only where steps dequantize: a 7B model's copy is 3.5 GB.
+        # Kept only where steps dequantize and cannot widen q4_gemv's layout instead (our
+        # dequant kernel does that): a 7B model's copy is 3.5 GB.
         dequantizes = self.policy.dequantize_from_rows is not None
-        self.source = with_compact_scales(weight) if dequantizes else None
+        from_native = self.native is not None and self.policy.workspace.native
+        self.source = with_compact_scales(weight) if dequantizes and not from_native else None
         self.split_activations = split_activations
 
     def apply(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -80,8 +82,13 @@ class CpuInt4Method:
         return y if y.shape[1] == self.out_features else y[:, :self.out_features]
 
     def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
-        assert self.source is not None, "built with a policy that never dequantizes"
-        return dequantize(self.source, dtype)
+        """The weight at dtype, valid until the next layer dequantizes (`DequantWorkspace`)."""
+        workspace = self.policy.workspace
+        if self.source is None:
+            assert self.native is not None and workspace.native, (
+                "built with a policy that never dequantizes")
+            return workspace.dequantize_repacked(self.native.repacked, dtype)
+        return workspace.dequantize(self.source, dtype)
 
 
 def _int4pack_layout(weight: Int4Weight) -> tuple[torch.Tensor, torch.Tensor]:

@@ -7,7 +7,7 @@ import torch
 
 from engine.quantization import cpu_paths
 from engine.quantization.cpu_paths import CpuPathPolicy
-from engine.quantization.tensors import Int8Weight, dequantize
+from engine.quantization.tensors import Int8Weight
 
 
 class CpuInt8Method:
@@ -27,4 +27,4 @@ class CpuInt8Method:
         return y.to(x.dtype)
 
     def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
-        return dequantize(self.weight, dtype)
+        return self.policy.workspace.dequantize(self.weight, dtype)

@@ -16,11 +16,13 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
 
 import torch
+
+from engine.quantization.dequantize_workspace import DequantWorkspace
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +50,8 @@ class CpuPathPolicy:
     gemm_dtype: torch.dtype = torch.float32
     native_below_rows: int = 0
     reason: str = "not calibrated"
+    # Where steps that dequantize widen a layer: shared by the model's layers.
+    workspace: DequantWorkspace = field(default_factory=lambda: DequantWorkspace(None))
 
     @property
     def runs_int4pack(self) -> bool:
@@ -93,6 +97,9 @@ def calibrate(probe: CpuQuantizedMethod, max_rows: int,
     dequantize-and-GEMM on one layer; the result is every layer of its format's policy."""
     rows = [r for r in CALIBRATION_ROWS if r <= max_rows] or [max_rows]
     policy = _policy_from_timings(_timings(probe, native, rows))
+    policy.workspace = probe.policy.workspace
+    if policy.dequantize_from_rows is None:
+        policy.workspace.release()
     logger.info("CPU quantized linears: %s", policy.reason)
     return policy
 

@@ -17,6 +17,7 @@ import torch
 from engine.native_kernels import load_native
 from engine.quantization.tensors import Int4Weight, Int8Weight, Weight, dequantize
 from kernels.cpu.dequant import Dequantizer
+from kernels.cpu.q4_gemv import Q4Repacked
 
 _DTYPES = (torch.float32, torch.bfloat16)
 
@@ -52,6 +53,18 @@ class DequantWorkspace:
             return self._dq.int4_into(weight.packed, weight.scales, weight.mins, out)
         assert isinstance(weight, Int8Weight)
         return self._dq.int8_into(weight.q, weight.scales, weight.mins, out)
+
+    def dequantize_repacked(self, weight: Q4Repacked, dtype: torch.dtype) -> torch.Tensor:
+        """q4_gemv's layout widened in place (so a q4_gemv layer keeps no second copy to
+        dequantize from); only where our kernel runs (`native`)."""
+        if self._dq is None:
+            raise RuntimeError("q4_gemv's layout is widened by our dequant kernel only")
+        out = self._view((weight.out_features, weight.in_features), dtype)
+        return self._dq.q4_repacked_into(weight, out)
+
+    def release(self) -> None:
+        """Frees the buffer (after the load-time timing, where no step will widen a layer)."""
+        self._buffers.clear()
 
     def _view(self, shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
         numel = shape[0] * shape[1]

@@ -15,7 +15,7 @@ from engine.layers.linear import LinearMethod
 from engine.quantization import cpu_paths
 from engine.quantization.cpu_int4 import CpuInt4Method
 from engine.quantization.cpu_paths import CpuPathPolicy
-from engine.quantization.tensors import Int8Weight, dequantize
+from engine.quantization.tensors import Int8Weight
 
 
 class SplitInt8Method:
@@ -54,4 +54,4 @@ class CpuSplitInt8Method:
 
     def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
         assert self.weight is not None, "built with a policy that never dequantizes"
-        return dequantize(self.weight, dtype)
+        return self.policy.workspace.dequantize(self.weight, dtype)

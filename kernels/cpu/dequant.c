@@ -217,3 +217,76 @@ int dq_int8(const int8_t *q, const float *scales, const float *mins, int n, int 
     }
     return 0;
 }
+
+/* ---- int4 in q4_gemv's repacked layout (kernels/cpu/q4_gemv.c) --------------------------
+ * Rows in tiles of 4; per (tile, block of 32) one record: 4 x 16 bytes of nibbles (byte j
+ * holds element j low and j + 16 high), then 4 fp32 scales and 4 fp32 mins. Widening from
+ * it lets a layer that runs q4_gemv keep no second copy for the steps that run a GEMM. */
+
+#define RP_TILE 4
+#define RP_RECORD (RP_TILE * 16 + 2 * RP_TILE * (int)sizeof(float))
+
+static const uint8_t *rp_record(const uint8_t *data, size_t row, int groups, int g)
+{
+    return data + ((row / RP_TILE) * (size_t)groups + g) * RP_RECORD;
+}
+
+static void rp_row_scalar(const uint8_t *data, size_t row, int k, int out_dtype, void *out)
+{
+    int groups = k / 32, r = (int)(row % RP_TILE);
+    for (int g = 0; g < groups; g++) {
+        const uint8_t *rec = rp_record(data, row, groups, g);
+        const float *params = (const float *)(rec + RP_TILE * 16);
+        for (int e = 0; e < 32; e++) {
+            uint8_t byte = rec[r * 16 + e % 16];
+            int q = e < 16 ? byte & 15 : byte >> 4;
+            float w = fmaf((float)q, params[r], params[RP_TILE + r]);
+            size_t at = row * (size_t)k + (size_t)g * 32 + e;
+            if (out_dtype == DQ_FP32)
+                ((float *)out)[at] = w;
+            else
+                ((uint16_t *)out)[at] = float_to_bf16(w);
+        }
+    }
+}
+
+__attribute__((target("avx2,fma,f16c")))
+static void rp_row_avx2(const uint8_t *data, size_t row, int k, int out_dtype, void *out)
+{
+    int groups = k / 32, r = (int)(row % RP_TILE);
+    const __m128i low_mask = _mm_set1_epi8(15);
+    for (int g = 0; g < groups; g++) {
+        const uint8_t *rec = rp_record(data, row, groups, g);
+        const float *params = (const float *)(rec + RP_TILE * 16);
+        __m256 scale = _mm256_set1_ps(params[r]), min = _mm256_set1_ps(params[RP_TILE + r]);
+        __m128i bytes = _mm_loadu_si128((const __m128i *)(rec + r * 16));
+        __m128i lo = _mm_and_si128(bytes, low_mask);
+        __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low_mask);
+        __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+        for (int p = 0; p < 4; p++) {
+            __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[p]));
+            store8(_mm256_fmadd_ps(q, scale, min), out_dtype, out,
+                   row * (size_t)k + (size_t)g * 32 + 8 * p);
+        }
+    }
+}
+
+/* data: q4_repacked_bytes(n, k) bytes from q4_repack; out: fp32 or bf16 [n, k]. */
+int dq_q4_repacked(const uint8_t *data, int n, int k, int out_dtype, void *out, int isa,
+                   int threads)
+{
+    if (n <= 0 || k <= 0 || k % 32 || (out_dtype != DQ_FP32 && out_dtype != DQ_BF16)
+        || isa < -1 || isa > 1 || (isa == 1 && !has_avx2()))
+        return -1;
+    int vector = isa != 0 && has_avx2();
+    if (threads < 1)
+        threads = 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int row = 0; row < n; row++) {
+        if (vector)
+            rp_row_avx2(data, (size_t)row, k, out_dtype, out);
+        else
+            rp_row_scalar(data, (size_t)row, k, out_dtype, out);
+    }
+    return 0;
+}

@@ -13,6 +13,8 @@ import ctypes
 
 import torch
 
+from kernels.cpu.q4_gemv import Q4Repacked
+
 NAME = "dequant"
 BEST_ISA, SCALAR, AVX2 = -1, 0, 1
 _OUT_DTYPES = {torch.float32: 0, torch.bfloat16: 1}
@@ -29,6 +31,9 @@ class Dequantizer:
         self._int8 = lib.dq_int8
         self._int8.argtypes = [ptr, ptr, ptr, i32, i32, i32, i32, ptr, i32, i32]
         self._int8.restype = i32
+        self._repacked = lib.dq_q4_repacked
+        self._repacked.argtypes = [ptr, i32, i32, i32, ptr, i32, i32]
+        self._repacked.restype = i32
         self._has_vector = bool(lib.dq_has_vector_path())
         self._threads = threads
 
@@ -72,6 +77,19 @@ class Dequantizer:
                         _OUT_DTYPES[out.dtype], out.data_ptr(), isa, threads)
         if rc:
             raise ValueError(f"dq_int8 refused instruction set {isa} on this CPU")
+        return out
+
+    def q4_repacked_into(self, weight: Q4Repacked, out: torch.Tensor,
+                         isa: int = BEST_ISA) -> torch.Tensor:
+        """out [n, k] = the weight q4_gemv multiplies by, read from its own layout."""
+        n, k = weight.out_features, weight.in_features
+        _check_out(out, n, k)
+        threads = self._threads or torch.get_num_threads()
+        rc = self._repacked(weight.data.data_ptr(), n, k, _OUT_DTYPES[out.dtype],
+                            out.data_ptr(), isa, threads)
+        if rc:
+            raise ValueError(f"dq_q4_repacked refused instruction set {isa} or k={k} (a "
+                             "multiple of 32)")
         return out
 
 

@@ -22,8 +22,11 @@ from engine.quantization import cpu_paths
 from engine.quantization.cpu_int4 import CpuInt4Method
 from engine.quantization.cpu_paths import CpuPathPolicy, RowTimings
 from engine.quantization.cpu_q4 import Q4Context, load_q4_context
+from engine.quantization.dequantize_workspace import DequantWorkspace
 from engine.quantization.on_load import apply_quantization
 from engine.quantization.tensors import dequantize, quantize_int4, quantize_int8
+from kernels.cpu import native
+from kernels.cpu.dequant import Dequantizer
 from kernels.cpu.native import find_compiler
 from kernels.cpu.q4_gemv import Q4Gemv
 from kernels.ops import TORCH_OPS
@@ -120,6 +123,33 @@ def test_q4_layer_still_dequantizes_the_steps_its_policy_gives_a_gemm(q4):
     assert layer.packed is None and layer.source is not None
     x = torch.randn(5, 64)
     torch.testing.assert_close(layer.apply(x, None), F.linear(x, dequantize(weight)))
+
+
+def test_q4_layer_widens_its_own_layout_for_a_gemm_and_keeps_no_source(q4, tmp_path):
+    """Where our dequant kernel runs, the steps that run a GEMM widen q4_gemv's layout: one copy
+    of the weight serves every step."""
+    torch.manual_seed(5)
+    weight = quantize_int4(torch.randn(48, 64))
+    workspace = DequantWorkspace(Dequantizer(native.load("dequant", tmp_path)))
+    policy = CpuPathPolicy(dequantize_from_rows=4, native_below_rows=sys.maxsize,
+                           workspace=workspace)
+    layer = CpuInt4Method(weight, policy, q4=q4)
+    assert layer.packed is None and layer.source is None
+    x = torch.randn(5, 64)
+    torch.testing.assert_close(layer.apply(x, None), F.linear(x, dequantize(weight)))
+    assert workspace.nbytes == 48 * 64 * 4
+
+
+def test_calibration_frees_the_workspace_where_no_step_runs_a_gemm(q4, tmp_path, monkeypatch):
+    weight = quantize_int4(torch.randn(48, 64))
+    workspace = DequantWorkspace(Dequantizer(native.load("dequant", tmp_path)))
+    probe = CpuInt4Method(weight, CpuPathPolicy(dequantize_from_rows=1, workspace=workspace))
+    probe.dequantized(torch.float32)
+    monkeypatch.setattr(cpu_paths, "_timings", lambda probe, native, rows: {
+        m: RowTimings(2.0, 1.0, 100.0, 100.0) for m in rows})
+    policy = cpu_paths.calibrate(probe, 256, None)
+    assert policy.dequantize_from_rows is None and policy.workspace is workspace
+    assert workspace.nbytes == 0
 
 
 def test_grouped_int8_through_q4_is_the_exact_product_to_16_bits(q4):

@@ -11,6 +11,7 @@ from engine.quantization.tensors import (
 )
 from kernels.cpu import native
 from kernels.cpu.dequant import AVX2, SCALAR, Dequantizer
+from kernels.cpu.q4_gemv import Q4Gemv
 
 ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2], ids=["scalar", "avx2"])
 
@@ -81,4 +82,16 @@ def test_int8_rows_equal_torch_dequantize(dq, isa, group, asymmetric, dtype):
     w = quantize_int8(torch.randn(70, 192) * 0.05, group, asymmetric)
     out = dq.int8_into(w.q, w.scales, w.mins, torch.empty(70, 192, dtype=dtype),
                        _runnable(dq, isa))
+    assert torch.equal(out, dequantize(w, dtype))
+
+
+@ISAS
+@pytest.mark.parametrize("n", [576, 963, 5])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_q4_gemv_layout_widens_to_the_weight_it_was_repacked_from(dq, tmp_path_factory, isa,
+                                                                  n, dtype):
+    q4 = Q4Gemv.load(tmp_path_factory.mktemp("q4"))
+    w = _weight(n, 256, compact=True)
+    out = dq.q4_repacked_into(q4.repack(w.packed, w.scales, w.mins),
+                              torch.empty(n, 256, dtype=dtype), _runnable(dq, isa))
     assert torch.equal(out, dequantize(w, dtype))
