@@ -10,6 +10,7 @@ call, so one `KernelOps` serves every step.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -193,14 +194,12 @@ def decode_kernel_ops(lib: ctypes.CDLL) -> KernelOps:
     """TORCH_OPS with the decode-step ops run by the library. `name` stays "torch": the model
     runner builds the same metadata and the linears take the same CPU paths."""
     ops = DecodeOps(lib)
-    return KernelOps(
-        name=TORCH_OPS.name,
+    return dataclasses.replace(
+        TORCH_OPS,
         rms_norm=ops.rms_norm,
         add_rms_norm=ops.add_rms_norm,
         rotary_embedding=ops.rotary_embedding,
         silu_and_mul=ops.silu_and_mul,
         write_kv_cache=ops.write_kv_cache,
         paged_attention=ops.paged_attention,
-        int4_linear=TORCH_OPS.int4_linear,
-        int8_linear=TORCH_OPS.int8_linear,
     )

@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "half_float.h"
+
 enum { DQ_FP32 = 0, DQ_BF16 = 1 };
 
 static int has_avx2(void)
@@ -26,45 +28,25 @@ static int has_avx2(void)
         && __builtin_cpu_supports("f16c");
 }
 
-static float half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-    uint32_t bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else { /* subnormal: normalise */
-            exp = 127 - 15 + 1;
-            while (!(man & 0x400)) {
-                man <<= 1;
-                exp--;
-            }
-            bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000 | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
 static float param(const void *values, int is_half, size_t i)
 {
-    return is_half ? half_to_float(((const uint16_t *)values)[i]) : ((const float *)values)[i];
+    return is_half ? f16_to_f32(((const uint16_t *)values)[i]) : ((const float *)values)[i];
 }
 
-/* Round to nearest even, as torch's float -> bfloat16 conversion does. */
-static uint16_t float_to_bf16(float f)
+static void store1(float w, int out_dtype, void *out, size_t at)
 {
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    if ((bits & 0x7fffffff) > 0x7f800000)
-        return (uint16_t)((bits >> 16) | 0x40); /* NaN stays NaN */
-    bits += 0x7fff + ((bits >> 16) & 1);
-    return (uint16_t)(bits >> 16);
+    if (out_dtype == DQ_FP32)
+        ((float *)out)[at] = w;
+    else
+        ((uint16_t *)out)[at] = f32_to_bf16(w);
+}
+
+/* The arguments every entry point shares: an output dtype it writes, and an instruction set
+ * it has (isa -1 the best, 0 scalar, 1 AVX2). */
+static int target_ok(int out_dtype, int isa)
+{
+    return (out_dtype == DQ_FP32 || out_dtype == DQ_BF16) && isa >= -1 && isa <= 1
+        && (isa != 1 || has_avx2());
 }
 
 static void row_scalar(const uint8_t *packed, const void *scales, const void *mins, int halves,
@@ -77,10 +59,7 @@ static void row_scalar(const uint8_t *packed, const void *scales, const void *mi
         size_t g = row * (size_t)groups + e / group;
         /* One rounding, as the vector path (and torch's addcmul) fuses the multiply-add. */
         float w = fmaf((float)q, param(scales, halves & 1, g), param(mins, halves & 2, g));
-        if (out_dtype == DQ_FP32)
-            ((float *)out)[row * (size_t)k + e] = w;
-        else
-            ((uint16_t *)out)[row * (size_t)k + e] = float_to_bf16(w);
+        store1(w, out_dtype, out, row * (size_t)k + e);
     }
 }
 
@@ -139,14 +118,10 @@ static void row_avx2(const uint8_t *packed, const void *scales, const void *mins
 int dq_int4(const uint8_t *packed, const void *scales, const void *mins, int halves,
             int n, int k, int group, int out_dtype, void *out, int isa, int threads)
 {
-    if (n <= 0 || k <= 0 || k % 2 || group <= 0 || k % group
-        || (out_dtype != DQ_FP32 && out_dtype != DQ_BF16) || isa < -1 || isa > 1
-        || (isa == 1 && !has_avx2()))
+    if (n <= 0 || k <= 0 || k % 2 || group <= 0 || k % group || !target_ok(out_dtype, isa))
         return -1;
     int vector = isa != 0 && has_avx2() && group % 32 == 0;
-    if (threads < 1)
-        threads = 1;
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads < 1 ? 1 : threads) schedule(static)
     for (int row = 0; row < n; row++) {
         if (vector)
             row_avx2(packed, scales, mins, halves, (size_t)row, k, group, out_dtype,
@@ -171,10 +146,7 @@ static void row_int8_scalar(const int8_t *q, const float *scales, const float *m
         float v = (float)q[at];
         /* torch's q * scale without a min, addcmul (one rounding) with one. */
         float w = mins ? fmaf(v, scales[g], mins[g]) : v * scales[g];
-        if (out_dtype == DQ_FP32)
-            ((float *)out)[at] = w;
-        else
-            ((uint16_t *)out)[at] = float_to_bf16(w);
+        store1(w, out_dtype, out, at);
     }
 }
 
@@ -201,14 +173,10 @@ static void row_int8_avx2(const int8_t *q, const float *scales, const float *min
 int dq_int8(const int8_t *q, const float *scales, const float *mins, int n, int k, int group,
             int out_dtype, void *out, int isa, int threads)
 {
-    if (n <= 0 || k <= 0 || group <= 0 || k % group
-        || (out_dtype != DQ_FP32 && out_dtype != DQ_BF16) || isa < -1 || isa > 1
-        || (isa == 1 && !has_avx2()))
+    if (n <= 0 || k <= 0 || group <= 0 || k % group || !target_ok(out_dtype, isa))
         return -1;
     int vector = isa != 0 && has_avx2() && group % 8 == 0;
-    if (threads < 1)
-        threads = 1;
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads < 1 ? 1 : threads) schedule(static)
     for (int row = 0; row < n; row++) {
         if (vector)
             row_int8_avx2(q, scales, mins, (size_t)row, k, group, out_dtype, out);
@@ -242,10 +210,7 @@ static void rp_row_scalar(const uint8_t *data, size_t row, int k, int out_dtype,
             int q = e < 16 ? byte & 15 : byte >> 4;
             float w = fmaf((float)q, params[r], params[RP_TILE + r]);
             size_t at = row * (size_t)k + (size_t)g * 32 + e;
-            if (out_dtype == DQ_FP32)
-                ((float *)out)[at] = w;
-            else
-                ((uint16_t *)out)[at] = float_to_bf16(w);
+            store1(w, out_dtype, out, at);
         }
     }
 }
@@ -275,13 +240,10 @@ static void rp_row_avx2(const uint8_t *data, size_t row, int k, int out_dtype, v
 int dq_q4_repacked(const uint8_t *data, int n, int k, int out_dtype, void *out, int isa,
                    int threads)
 {
-    if (n <= 0 || k <= 0 || k % 32 || (out_dtype != DQ_FP32 && out_dtype != DQ_BF16)
-        || isa < -1 || isa > 1 || (isa == 1 && !has_avx2()))
+    if (n <= 0 || k <= 0 || k % 32 || !target_ok(out_dtype, isa))
         return -1;
     int vector = isa != 0 && has_avx2();
-    if (threads < 1)
-        threads = 1;
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads < 1 ? 1 : threads) schedule(static)
     for (int row = 0; row < n; row++) {
         if (vector)
             rp_row_avx2(data, (size_t)row, k, out_dtype, out);

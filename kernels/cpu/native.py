@@ -101,7 +101,10 @@ def build(name: str, build_dir: Path, compiler: str | None = None) -> Path:
 
 
 def _build_key(source: Path, compiler: str) -> str:
+    """The source, the headers beside it (which it may include), the flags, the compiler."""
     digest = hashlib.sha256(source.read_bytes())
+    for header in sorted(source.parent.glob("*.h")):
+        digest.update(header.read_bytes())
     digest.update(" ".join(COMPILE_FLAGS).encode())
     digest.update(_compiler_version(compiler).encode())
     return digest.hexdigest()[:16]

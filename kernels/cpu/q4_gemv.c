@@ -309,6 +309,17 @@ static inline __m256i dot_vnni(__m256i w, __m256i x)
 DEFINE_TILE_CHUNK(tile_avx2, "avx2,fma", dot_avx2)
 DEFINE_TILE_CHUNK(tile_vnni, "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma", dot_vnni)
 
+/* Inside a parallel region: this thread's tiles [*begin, *end), contiguous (not interleaved)
+ * so each thread streams its own rows; 0 where it has none. */
+static int team_share(int tiles, int *begin, int *end)
+{
+    int team = omp_get_num_threads(), me = omp_get_thread_num();
+    int per = (tiles + team - 1) / team;
+    *begin = me * per;
+    *end = *begin + per < tiles ? *begin + per : tiles;
+    return *begin < *end;
+}
+
 static void gemm_tiles(int isa, const uint8_t *w, int n, int groups, const struct activations *x,
                        float *y, int tile_begin, int tile_end)
 {
@@ -340,11 +351,8 @@ int q4_gemm(int isa, const uint8_t *w, int n, int k, const int8_t *xq, const flo
     }
 #pragma omp parallel num_threads(n_threads)
     {
-        /* Contiguous halves (not interleaved tiles) so each thread streams its own rows. */
-        int team = omp_get_num_threads(), me = omp_get_thread_num();
-        int per = (tiles + team - 1) / team;
-        int begin = me * per, end = begin + per < tiles ? begin + per : tiles;
-        if (begin < end)
+        int begin, end;
+        if (team_share(tiles, &begin, &end))
             gemm_tiles(isa, w, n, groups, &x, y, begin, end);
     }
     return 0;
@@ -645,10 +653,8 @@ int q4_gemm16(int isa, const uint8_t *w, int n, int k, const int16_t *xq, const 
     }
 #pragma omp parallel num_threads(n_threads)
     {
-        int team = omp_get_num_threads(), me = omp_get_thread_num();
-        int per = (tiles + team - 1) / team;
-        int begin = me * per, end = begin + per < tiles ? begin + per : tiles;
-        if (begin < end)
+        int begin, end;
+        if (team_share(tiles, &begin, &end))
             gemm16_tiles(isa, w, n, groups, &x, y, begin, end);
     }
     return 0;

@@ -97,23 +97,11 @@ class Q4Gemv:
     def quantize_rows(self, x: torch.Tensor, isa: int = BEST_ISA,
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """fp32 [m, k] -> int8 [m, k], scales and sums fp32 [m, k / 32]."""
-        x = x.float().contiguous()
-        m, k = x.shape
-        xq = torch.empty(m, k, dtype=torch.int8)
-        scale, total = torch.empty(m, k // 32), torch.empty(m, k // 32)
-        self._check(self._lib.q4_quantize_rows(isa, x.data_ptr(), m, k, xq.data_ptr(),
-                                               scale.data_ptr(), total.data_ptr()),
-                    "q4_quantize_rows")
-        return xq, scale, total
+        return self._quantize_rows("q4_quantize_rows", torch.int8, x, isa)
 
     def gemm(self, w: Q4Repacked, xq: torch.Tensor, scale: torch.Tensor, total: torch.Tensor,
              isa: int = BEST_ISA, threads: int = 1) -> torch.Tensor:
-        m = xq.shape[0]
-        y = torch.empty(m, w.out_features)
-        self._check(self._lib.q4_gemm(isa, w.data.data_ptr(), w.out_features, w.in_features,
-                                      xq.data_ptr(), scale.data_ptr(), total.data_ptr(), m,
-                                      y.data_ptr(), threads), "q4_gemm")
-        return y
+        return self._gemm("q4_gemm", w, xq, scale, total, isa, threads)
 
     def workspace(self, m: int, k: int) -> torch.Tensor:
         return torch.empty(self.workspace_bytes(m, k), dtype=torch.uint8)
@@ -151,23 +139,11 @@ class Q4Gemv:
                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """fp32 [m, k] -> int16 [m, k] (per block of 32, s_x = max|x| / 32767), scales and
         sums fp32 [m, k / 32]."""
-        x = x.float().contiguous()
-        m, k = x.shape
-        xq = torch.empty(m, k, dtype=torch.int16)
-        scale, total = torch.empty(m, k // 32), torch.empty(m, k // 32)
-        self._check(self._lib.q4_quantize_rows16(isa, x.data_ptr(), m, k, xq.data_ptr(),
-                                                 scale.data_ptr(), total.data_ptr()),
-                    "q4_quantize_rows16")
-        return xq, scale, total
+        return self._quantize_rows("q4_quantize_rows16", torch.int16, x, isa)
 
     def gemm16(self, w: Q4Repacked, xq: torch.Tensor, scale: torch.Tensor, total: torch.Tensor,
                isa: int = BEST_ISA, threads: int = 1) -> torch.Tensor:
-        m = xq.shape[0]
-        y = torch.empty(m, w.out_features)
-        self._check(self._lib.q4_gemm16(isa, w.data.data_ptr(), w.out_features, w.in_features,
-                                        xq.data_ptr(), scale.data_ptr(), total.data_ptr(), m,
-                                        y.data_ptr(), threads), "q4_gemm16")
-        return y
+        return self._gemm("q4_gemm16", w, xq, scale, total, isa, threads)
 
     def linear16(self, w: Q4Repacked, x: torch.Tensor, isa: int = BEST_ISA,
                  threads: int = 1) -> torch.Tensor:
@@ -179,6 +155,25 @@ class Q4Gemv:
         self._check(self._lib.q4_linear16(isa, w.data.data_ptr(), w.out_features,
                                           w.in_features, x.data_ptr(), m, y.data_ptr(),
                                           work.data_ptr(), threads), "q4_linear16")
+        return y
+
+    def _quantize_rows(self, name: str, dtype: torch.dtype, x: torch.Tensor, isa: int,
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x = x.float().contiguous()
+        m, k = x.shape
+        xq = torch.empty(m, k, dtype=dtype)
+        scale, total = torch.empty(m, k // 32), torch.empty(m, k // 32)
+        self._check(getattr(self._lib, name)(isa, x.data_ptr(), m, k, xq.data_ptr(),
+                                             scale.data_ptr(), total.data_ptr()), name)
+        return xq, scale, total
+
+    def _gemm(self, name: str, w: Q4Repacked, xq: torch.Tensor, scale: torch.Tensor,
+              total: torch.Tensor, isa: int, threads: int) -> torch.Tensor:
+        m = xq.shape[0]
+        y = torch.empty(m, w.out_features)
+        self._check(getattr(self._lib, name)(isa, w.data.data_ptr(), w.out_features,
+                                             w.in_features, xq.data_ptr(), scale.data_ptr(),
+                                             total.data_ptr(), m, y.data_ptr(), threads), name)
         return y
 
     @staticmethod

@@ -35,3 +35,15 @@ def test_no_prebuilt_library_and_no_folder_is_refused(monkeypatch, tmp_path):
 def test_loaded_library_shares_torchs_openmp_runtime(tmp_path, compiler):
     native.load("q4_gemv", tmp_path, compiler)
     assert native.mapped_openmp_runtimes() == {str(native.torch_openmp_runtime().resolve())}
+
+
+def test_a_changed_header_builds_a_new_library(monkeypatch, tmp_path, compiler):
+    sources = tmp_path / "src"
+    sources.mkdir()
+    for name in ("dequant.c", "half_float.h"):
+        (sources / name).write_bytes((native.SOURCE_DIR / name).read_bytes())
+    monkeypatch.setattr(native, "SOURCE_DIR", sources)
+    first = native.build("dequant", tmp_path / "built", compiler)
+    with open(sources / "half_float.h", "a") as header:
+        header.write("/* edited */\n")
+    assert native.build("dequant", tmp_path / "built", compiler) != first

@@ -2,6 +2,7 @@
 same math in torch (float64), to fp32 rounding, on every instruction set this CPU has."""
 
 import os
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -15,6 +16,23 @@ ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2, AVX512_VNNI],
                                ids=["scalar", "avx2", "avx512-vnni"])
 # N = 963 and 5 leave a partial tile of rows (tiles are 4 rows).
 SHAPES = [(576, 960), (576, 576), (1536, 960), (1536, 576), (576, 963), (1536, 5)]
+
+
+@dataclass(frozen=True)
+class Width:
+    """Activations quantized per block of 32 to this integer type, max |x| mapped to levels."""
+
+    dtype: torch.dtype
+    levels: int
+
+
+WIDTHS = pytest.mark.parametrize("width", [Width(torch.int8, 127), Width(torch.int16, 32767)],
+                                 ids=["int8", "int16"])
+
+
+def _quantize(q4: Q4Gemv, width: Width, x: torch.Tensor, isa: int):
+    quantize = q4.quantize_rows if width.dtype == torch.int8 else q4.quantize_rows16
+    return quantize(x, isa)
 
 
 @pytest.fixture(scope="module")
@@ -63,30 +81,33 @@ def _assert_within_fp32_rounding(y: torch.Tensor, want: torch.Tensor, bound: tor
 
 
 @ISAS
+@WIDTHS
 @pytest.mark.parametrize("k", [576, 1536])
-def test_activations_quantize_to_torchs_rounding_with_the_rounded_block_sum(q4, isa, k):
+def test_activations_quantize_to_torchs_rounding_with_the_rounded_block_sum(q4, isa, width, k):
     _runnable(q4, isa)
     x = _activations(3, k)
-    xq, scale, total = q4.quantize_rows(x, isa)
+    xq, scale, total = _quantize(q4, width, x, isa)
     blocks = x.view(3, k // 32, 32)
-    want_scale = blocks.abs().amax(-1) / 127
+    want_scale = blocks.abs().amax(-1) / width.levels
     safe = torch.where(want_scale == 0, torch.ones_like(want_scale), want_scale)
     want_q = torch.where(want_scale.unsqueeze(-1) == 0, 0.0,
                          torch.round(blocks / safe.unsqueeze(-1)))
     assert torch.equal(scale, want_scale)
-    assert torch.equal(xq.view(3, k // 32, 32), want_q.to(torch.int8))
+    assert torch.equal(xq.view(3, k // 32, 32), want_q.to(width.dtype))
     # The rounded block's sum, so the min term sees the x that the products see.
     assert torch.equal(total, scale * xq.view(3, k // 32, 32).sum(-1).float())
 
 
 @ISAS
+@WIDTHS
 @pytest.mark.parametrize("k,n", SHAPES)
 @pytest.mark.parametrize("m", [1, 3, 16])
-def test_product_matches_int8_activations_times_int4_weights(q4, isa, m, k, n):
+def test_product_matches_quantized_activations_times_int4_weights(q4, isa, width, m, k, n):
     _runnable(q4, isa)
     w = _weight(n, k)
-    xq, scale, total = q4.quantize_rows(_activations(m, k), isa)
-    y = q4.gemm(q4.repack(w.packed, w.scales, w.mins), xq, scale, total, isa)
+    xq, scale, total = _quantize(q4, width, _activations(m, k), isa)
+    gemm = q4.gemm if width.dtype == torch.int8 else q4.gemm16
+    y = gemm(q4.repack(w.packed, w.scales, w.mins), xq, scale, total, isa)
     _assert_within_fp32_rounding(y, *_reference(w, xq, scale, total))
 
 
@@ -158,33 +179,6 @@ def test_split_activations_on_two_threads_give_one_threads_bits(q4):
     repacked = q4.repack(w.packed, w.scales, w.mins)
     assert torch.equal(q4.linear_split(repacked, x, threads=1),
                        q4.linear_split(repacked, x, threads=2))
-
-
-@ISAS
-@pytest.mark.parametrize("k", [576, 1536])
-def test_int16_activations_quantize_to_torchs_rounding_with_the_rounded_block_sum(q4, isa, k):
-    _runnable(q4, isa)
-    x = _activations(3, k)
-    xq, scale, total = q4.quantize_rows16(x, isa)
-    blocks = x.view(3, k // 32, 32)
-    want_scale = blocks.abs().amax(-1) / 32767
-    safe = torch.where(want_scale == 0, torch.ones_like(want_scale), want_scale)
-    want_q = torch.where(want_scale.unsqueeze(-1) == 0, 0.0,
-                         torch.round(blocks / safe.unsqueeze(-1)))
-    assert torch.equal(scale, want_scale)
-    assert torch.equal(xq.view(3, k // 32, 32), want_q.to(torch.int16))
-    assert torch.equal(total, scale * xq.view(3, k // 32, 32).sum(-1).float())
-
-
-@ISAS
-@pytest.mark.parametrize("k,n", SHAPES)
-@pytest.mark.parametrize("m", [1, 3, 16])
-def test_product_matches_int16_activations_times_int4_weights(q4, isa, m, k, n):
-    _runnable(q4, isa)
-    w = _weight(n, k)
-    xq, scale, total = q4.quantize_rows16(_activations(m, k), isa)
-    y = q4.gemm16(q4.repack(w.packed, w.scales, w.mins), xq, scale, total, isa)
-    _assert_within_fp32_rounding(y, *_reference(w, xq, scale, total))
 
 
 @pytest.mark.parametrize("isa", [SCALAR, AVX2], ids=["scalar", "avx2"])
