@@ -37,6 +37,9 @@ class KernelOps:
     paged_attention: Callable[..., torch.Tensor]
     int4_linear: Callable[..., torch.Tensor]
     int8_linear: Callable[..., torch.Tensor]
+    # A decode step's whole layer stack in one call where the backend has it
+    # (kernels/cpu/decode_layers.py; engine/models/native_decode.py drives it).
+    decode_layers: object | None = None
 
 
 TORCH_OPS = KernelOps(

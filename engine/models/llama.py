@@ -13,6 +13,7 @@ from engine.layers.linear import Linear, Placement, make_embedding, make_linear,
 from engine.layers.lm_head import LMHead
 from engine.loader import head_dim
 from engine.memory import release_freed_memory
+from engine.models.native_decode import NativeDecode
 from engine.models.rotary import RotaryTables
 from engine.quantization.tensors import Weight, concat
 from kernels.attention_metadata import AttentionMetadata, TritonAttentionMetadata
@@ -86,6 +87,7 @@ class LlamaForCausalLM:
             release_freed_memory()
         self.rotary = RotaryTables(config, s.head_dim, s.max_position_embeddings, dtype, device)
         self.scale = s.head_dim ** -0.5
+        self.native_decode = NativeDecode.build(self)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 meta: AttentionMetadata | TritonAttentionMetadata,
@@ -95,6 +97,10 @@ class LlamaForCausalLM:
         s, ops = self.shape, self.ops
         cos, sin = self.rotary.lookup(positions)
         hidden = self.embed_tokens(input_ids)
+        if self.native_decode is not None:
+            out = self.native_decode.forward_layers(hidden, cos, sin, meta, kv_caches)
+            if out is not None:
+                return self._logits(out[logits_indices])
         residual = None
         for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
             if residual is None:
@@ -107,8 +113,10 @@ class LlamaForCausalLM:
                                            s.rms_norm_eps)
             hidden = layer.down_proj(ops.silu_and_mul(layer.gate_up_proj(x)))
         # Only the rows that sample need the final norm and the (large) vocabulary projection.
-        hidden = (hidden + residual)[logits_indices]
-        return self.lm_head(ops.rms_norm(hidden, self.norm, s.rms_norm_eps))
+        return self._logits((hidden + residual)[logits_indices])
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.ops.rms_norm(hidden, self.norm, self.shape.rms_norm_eps))
 
     def linears(self) -> list[Linear]:
         return [linear for layer in self.layers for linear in layer.linears()] + [self.lm_head.linear]

@@ -66,6 +66,14 @@ class CpuInt4Method:
             return self._kernel_on_split_activations(x)
         return self._multiply(x.to(torch.bfloat16)).to(x.dtype)
 
+    def c_kernel(self, rows: int) -> Q4Kernel | None:
+        """Our kernel where it is what steps of `rows` rows run (for callers in C), else None."""
+        threshold = self.policy.dequantize_from_rows
+        if (self.native is None or rows >= self.native_below_rows
+                or (threshold is not None and rows >= threshold)):
+            return None
+        return self.native
+
     def _kernel_on_split_activations(self, x: torch.Tensor) -> torch.Tensor:
         """x = high + low, both bf16: 16 bits of mantissa reach the kernel instead of 8, for
         twice the rows, which a decode step (bound by reading the weights) barely notices. On

@@ -13,6 +13,7 @@ buffer shared by a model's layers (a model is stepped by one thread at a time).
 
 from __future__ import annotations
 
+import ctypes
 import logging
 
 import torch
@@ -115,6 +116,14 @@ class Q4Kernel:
             raise ValueError(f"q4_gemv refused a [{m}, {self._k}] input for a "
                              f"[{self._n}, {self._k}] weight")
         return out
+
+    def c_linear(self) -> tuple[int, int, int, int]:
+        """(function address, weight address, n, k) for callers in C of this kernel's
+        function, whose signature `kernels.cpu.decode_layers.LinearArgs` describes."""
+        return ctypes.cast(self._call, ctypes.c_void_p).value, self._weight_ptr, self._n, self._k
+
+    def workspace_bytes(self, m: int) -> int:
+        return self._workspace_bytes(m, self._k)
 
     def _prepare(self, m: int) -> None:
         """Scratch and (for decode-sized steps) the output buffer for steps of m rows."""

@@ -612,3 +612,139 @@ int pg_decode_attention(const float *q, long q_stride, int n, int heads, int kv_
     free(acc);
     return 0;
 }
+
+/* ---- a decode step's whole layer stack in one call ----------------------------------------
+ *
+ * The Llama layer of engine/models/llama.py for a step whose every row is a decode, with the
+ * same operators above in the same order, so its result is the eager path's bit for bit; the
+ * linears are the caller's C kernels, reached through function pointers (q4_gemv's
+ * q4_linear16 has this signature). What it saves is the Python between the operators: ~10
+ * calls per layer at ~10-20 us each against ~300 us of arithmetic per layer at 135M.
+ */
+
+typedef int (*pg_linear_fn)(int isa, const void *w, int n, int k, const float *x, int m, float *y,
+                            void *work, int threads);
+
+struct pg_linear {
+    pg_linear_fn fn;
+    const void *weight;
+    const float *bias; /* [n] or NULL */
+    int n, k;
+};
+
+struct pg_layer {
+    const float *input_norm, *post_norm;
+    struct pg_linear qkv, o, gate_up, down;
+    void *k_cache, *v_cache;
+};
+
+/* Decode rows [start, start + n) of the step, attended with these block tables. */
+struct pg_group {
+    const int64_t *block_tables, *context_lens;
+    int start, n, max_blocks, threads;
+};
+
+struct pg_step {
+    const struct pg_layer *layers;
+    const struct pg_group *groups;
+    const float *hidden_in;  /* [m, hidden]: the step's embeddings */
+    const float *cos, *sin_signed; /* [m, head_dim] */
+    const int64_t *slots;    /* [m] cache slots */
+    float *out;              /* [m, hidden]: the last layer's hidden + residual */
+    float *scratch;          /* pg_decode_scratch_floats(...) floats */
+    void *linear_work;       /* the largest workspace the linears ask for */
+    int num_layers, num_groups, m, hidden, heads, kv_heads, head_dim, intermediate;
+    int cache_dtype, num_blocks, block_size, window, linear_threads;
+    float eps, scale;
+};
+
+long pg_decode_scratch_floats(int m, int hidden, int heads, int kv_heads, int head_dim,
+                              int intermediate)
+{
+    long qkv = (long)(heads + 2 * kv_heads) * head_dim, qk = (long)(heads + kv_heads) * head_dim;
+    return (long)m * (3L * hidden + qkv + qk + (long)heads * head_dim + 3L * intermediate);
+}
+
+static int run_linear(const struct pg_step *s, const struct pg_linear *l, const float *x, float *y)
+{
+    if (l->fn(-1, l->weight, l->n, l->k, x, s->m, y, s->linear_work, s->linear_threads))
+        return 10;
+    if (l->bias)
+        for (int t = 0; t < s->m; t++)
+            for (int j = 0; j < l->n; j++)
+                y[(size_t)t * l->n + j] += l->bias[j];
+    return 0;
+}
+
+/* x (normed) -> o_proj of the attention, into y. */
+static int attention_block(const struct pg_step *s, const struct pg_layer *layer, const float *x,
+                           float *qkv, float *qk, float *attn, float *y)
+{
+    int hd = s->head_dim, q_width = s->heads * hd, kv_width = s->kv_heads * hd;
+    long qkv_stride = q_width + 2L * kv_width, qk_stride = q_width + (long)kv_width;
+    int rc = run_linear(s, &layer->qkv, x, qkv);
+    if (!rc)
+        rc = pg_rotary(qkv, qkv_stride, s->m, s->heads + s->kv_heads, hd, s->cos, s->sin_signed, qk);
+    if (!rc)
+        rc = pg_write_kv(qk + q_width, qk_stride, qkv + q_width + kv_width, qkv_stride, s->m,
+                         s->kv_heads, hd, layer->k_cache, layer->v_cache, s->cache_dtype,
+                         (long)s->num_blocks * s->block_size, s->slots);
+    for (int g = 0; g < s->num_groups && !rc; g++) {
+        const struct pg_group *grp = &s->groups[g];
+        rc = pg_decode_attention(qk + (size_t)grp->start * qk_stride, qk_stride, grp->n, s->heads,
+                                 s->kv_heads, hd, layer->k_cache, layer->v_cache, s->cache_dtype,
+                                 s->num_blocks, s->block_size, grp->block_tables, grp->max_blocks,
+                                 grp->context_lens, s->window, s->scale,
+                                 attn + (size_t)grp->start * q_width, grp->threads);
+    }
+    return rc ? rc : run_linear(s, &layer->o, attn, y);
+}
+
+int pg_decode_layers(const struct pg_step *s)
+{
+    if (s->m <= 0 || s->num_layers <= 0 || s->num_groups <= 0 || s->hidden <= 0)
+        return 1;
+    int covered = 0;
+    for (int g = 0; g < s->num_groups; g++) {
+        if (s->groups[g].start != covered || s->groups[g].n <= 0)
+            return 1;
+        covered += s->groups[g].n;
+    }
+    if (covered != s->m)
+        return 1;
+    size_t h = (size_t)s->m * s->hidden;
+    int hd = s->head_dim;
+    float *residual = s->scratch, *hidden = residual + h, *x = hidden + h;
+    float *qkv = x + h, *qk = qkv + (size_t)s->m * (s->heads + 2 * s->kv_heads) * hd;
+    float *attn = qk + (size_t)s->m * (s->heads + s->kv_heads) * hd;
+    float *gate_up = attn + (size_t)s->m * s->heads * hd;
+    float *act = gate_up + (size_t)s->m * 2 * s->intermediate;
+    memcpy(residual, s->hidden_in, h * sizeof(float));
+    int rc = pg_rms_norm(residual, s->hidden, s->layers[0].input_norm, s->m, s->hidden, s->eps, x);
+    for (int i = 0; i < s->num_layers && !rc; i++) {
+        const struct pg_layer *layer = &s->layers[i];
+        float *swap;
+        if (i > 0) {
+            /* hidden += residual is the new residual, as add_rms_norm does in place. */
+            rc = pg_add_rms_norm(hidden, residual, s->hidden, layer->input_norm, s->m, s->hidden,
+                                 s->eps, x);
+            swap = residual, residual = hidden, hidden = swap;
+        }
+        if (!rc)
+            rc = attention_block(s, layer, x, qkv, qk, attn, hidden);
+        if (!rc) {
+            rc = pg_add_rms_norm(hidden, residual, s->hidden, layer->post_norm, s->m, s->hidden,
+                                 s->eps, x);
+            swap = residual, residual = hidden, hidden = swap;
+        }
+        if (!rc)
+            rc = run_linear(s, &layer->gate_up, x, gate_up);
+        if (!rc)
+            rc = pg_silu_and_mul(gate_up, 2L * s->intermediate, s->m, s->intermediate, act);
+        if (!rc)
+            rc = run_linear(s, &layer->down, act, hidden);
+    }
+    for (size_t j = 0; j < h && !rc; j++)
+        s->out[j] = hidden[j] + residual[j];
+    return rc;
+}

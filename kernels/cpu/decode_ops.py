@@ -18,6 +18,7 @@ import torch
 from kernels import torch_ref
 from kernels.attention_metadata import AttentionMetadata, DecodeGroup
 from kernels.cpu import native
+from kernels.cpu.decode_layers import DecodeLayers
 from kernels.ops import TORCH_OPS, KernelOps
 
 NAME = "decode_ops"
@@ -155,9 +156,7 @@ class DecodeOps:
             raise ValueError(f"decode group [{group.start}, {group.end}) does not match its "
                              f"block tables {tuple(tables.shape)}, context lengths "
                              f"{tuple(lens.shape)} or the step's {q.shape[0]} queries")
-        # Rows x heads x the longest context: the work that decides whether threads pay.
-        wide = n * heads * max_blocks * block_size >= PARALLEL_MIN_SCORES
-        threads = torch.get_num_threads() if wide else 1
+        threads = attention_threads(n, heads, max_blocks, block_size)
         _check(self._attend(q.data_ptr() + group.start * q.stride(0) * 4, q.stride(0), n, heads,
                             kv_heads, hd, k_cache.data_ptr(), v_cache.data_ptr(),
                             CACHE_DTYPES[k_cache.dtype], num_blocks, block_size, tables.data_ptr(),
@@ -178,6 +177,13 @@ class DecodeOps:
                 and k_cache.is_contiguous() and v_cache.is_contiguous()
                 and slot_mapping.dtype is torch.int64 and slot_mapping.is_contiguous()
                 and slot_mapping.shape == shape[:1])
+
+
+def attention_threads(n: int, heads: int, max_blocks: int, block_size: int) -> int:
+    """Threads for decode attention: rows x heads x the longest context is the work that
+    decides whether waking the pool pays."""
+    wide = n * heads * max_blocks * block_size >= PARALLEL_MIN_SCORES
+    return torch.get_num_threads() if wide else 1
 
 
 def _int64(t: torch.Tensor) -> torch.Tensor:
@@ -202,4 +208,5 @@ def decode_kernel_ops(lib: ctypes.CDLL) -> KernelOps:
         silu_and_mul=ops.silu_and_mul,
         write_kv_cache=ops.write_kv_cache,
         paged_attention=ops.paged_attention,
+        decode_layers=DecodeLayers(lib),
     )

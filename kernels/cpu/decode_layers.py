@@ -1,0 +1,64 @@
+"""A decode step's whole layer stack in one C call (`pg_decode_layers` in decode_ops.c).
+
+The structures mirror the C ones field for field. The caller (engine/models/native_decode.py)
+fills the per-layer ones once per step size and only the per-step fields each step, so a step
+costs one ctypes call where the eager path makes ~10 per layer.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+_ptr, _i32, _f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+
+
+class LinearArgs(ctypes.Structure):
+    """A linear's C kernel: fn(isa, weight, n, k, x, m, y, work, threads) -> 0 on success,
+    y = x @ W.T (q4_gemv's q4_linear16 and q4_linear have this signature), then + bias."""
+
+    _fields_ = [("fn", _ptr), ("weight", _ptr), ("bias", _ptr), ("n", _i32), ("k", _i32)]
+
+
+class LayerArgs(ctypes.Structure):
+    _fields_ = [("input_norm", _ptr), ("post_norm", _ptr), ("qkv", LinearArgs),
+                ("o", LinearArgs), ("gate_up", LinearArgs), ("down", LinearArgs),
+                ("k_cache", _ptr), ("v_cache", _ptr)]
+
+
+class GroupArgs(ctypes.Structure):
+    """Decode rows [start, start + n): block tables [n, max_blocks] and context lengths [n],
+    both int64, attended on `threads` threads."""
+
+    _fields_ = [("block_tables", _ptr), ("context_lens", _ptr), ("start", _i32), ("n", _i32),
+                ("max_blocks", _i32), ("threads", _i32)]
+
+
+class StepArgs(ctypes.Structure):
+    _fields_ = [("layers", ctypes.POINTER(LayerArgs)), ("groups", ctypes.POINTER(GroupArgs)),
+                ("hidden_in", _ptr), ("cos", _ptr), ("sin_signed", _ptr), ("slots", _ptr),
+                ("out", _ptr), ("scratch", _ptr), ("linear_work", _ptr),
+                ("num_layers", _i32), ("num_groups", _i32), ("m", _i32), ("hidden", _i32),
+                ("heads", _i32), ("kv_heads", _i32), ("head_dim", _i32), ("intermediate", _i32),
+                ("cache_dtype", _i32), ("num_blocks", _i32), ("block_size", _i32),
+                ("window", _i32), ("linear_threads", _i32), ("eps", _f32), ("scale", _f32)]
+
+
+class DecodeLayers:
+    """The library's entry points for whole-stack decode steps."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self._run = lib.pg_decode_layers
+        self._run.argtypes, self._run.restype = [ctypes.POINTER(StepArgs)], _i32
+        self._scratch = lib.pg_decode_scratch_floats
+        self._scratch.argtypes = [_i32] * 6
+        self._scratch.restype = ctypes.c_long
+
+    def scratch_floats(self, m: int, hidden: int, heads: int, kv_heads: int, head_dim: int,
+                       intermediate: int) -> int:
+        return self._scratch(m, hidden, heads, kv_heads, head_dim, intermediate)
+
+    def run(self, step: StepArgs) -> None:
+        rc = self._run(ctypes.byref(step))
+        if rc:
+            raise ValueError(f"pg_decode_layers refused its step (code {rc}): rows, groups or "
+                             "a slot or context length outside the cache, or a linear failed")

@@ -1,0 +1,135 @@
+"""Decode-only steps run the whole layer stack in one C call (engine/models/native_decode.py):
+the same logits as the eager forward bit for bit, and eager wherever the call cannot serve."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from test_cpu_q4 import q4, q4_chosen, tiny_q4_1  # noqa: F401 (fixtures)
+from tiny_models import save_tiny_model
+
+from engine import SamplingParams
+from engine.config import EngineConfig
+from engine.llm_engine import LLMEngine
+from engine.models.native_decode import NativeDecode
+
+PROMPTS = [list(range(100, 143)), list(range(200, 205)), list(range(10, 28))]
+
+
+def _engine(path, **config) -> LLMEngine:
+    return LLMEngine(str(path), EngineConfig(num_kv_blocks=32, num_threads=1, **config))
+
+
+def _decoding(engine: LLMEngine, prompts: list[list[int]], steps: int):
+    """The inputs of the engine's next step, after every prompt's prefill and a few decodes."""
+    params = SamplingParams(temperature=0, max_tokens=64, ignore_eos=True)
+    for i, prompt in enumerate(prompts):
+        engine.add_request(f"r{i}", prompt, params)
+    for _ in range(steps):
+        engine.step()
+    return engine.runner.prepare_inputs(engine.scheduler.schedule().scheduled)
+
+
+def _forward(engine: LLMEngine, inputs, native: NativeDecode | None) -> torch.Tensor:
+    model, runner = engine.runner.model, engine.runner
+    model.native_decode = native
+    with torch.inference_mode():
+        return model.forward(inputs.input_ids, inputs.positions, inputs.attn,
+                             runner.kv_caches, inputs.logits_indices)
+
+
+def _counting(native: NativeDecode, calls: list[bool]) -> NativeDecode:
+    forward_layers = native.forward_layers
+
+    def counted(*args):
+        out = forward_layers(*args)
+        calls.append(out is not None)
+        return out
+
+    native.forward_layers = counted
+    return native
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "bfloat16"])
+def test_decode_step_in_one_c_call_gives_the_eager_logits_bit_for_bit(
+        q4, q4_chosen, tiny_q4_1, kv_cache_dtype):  # noqa: F811
+    engine = _engine(tiny_q4_1, kv_cache_dtype=kv_cache_dtype)
+    native = engine.runner.model.native_decode
+    assert native is not None
+    inputs = _decoding(engine, PROMPTS, steps=6)
+    assert len(inputs.attn.decode_groups) > 1 and not inputs.attn.prefills
+    calls: list[bool] = []
+    fused = _forward(engine, inputs, _counting(native, calls))
+    eager = _forward(engine, inputs, None)
+    assert calls == [True]
+    assert torch.equal(fused, eager)
+
+
+def test_qkv_biases_are_added_in_the_c_layer_stack_as_eager_adds_them(
+        q4, q4_chosen, tmp_path):  # noqa: F811
+    engine = _engine(save_tiny_model(tmp_path / "qwen2", "qwen2"), quantization="int4")
+    assert engine.runner.model.layers[0].qkv_proj.bias is not None
+    inputs = _decoding(engine, PROMPTS, steps=4)
+    calls: list[bool] = []
+    fused = _forward(engine, inputs, _counting(engine.runner.model.native_decode, calls))
+    assert calls == [True]
+    assert torch.equal(fused, _forward(engine, inputs, None))
+
+
+def test_greedy_tokens_with_and_without_the_c_layer_stack_are_the_same(
+        q4, q4_chosen, tiny_q4_1):  # noqa: F811
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+
+    def greedy(fused: bool) -> list[list[int]]:
+        engine = _engine(tiny_q4_1, max_num_batched_tokens=24)
+        calls: list[bool] = []
+        model = engine.runner.model
+        model.native_decode = _counting(model.native_decode, calls) if fused else None
+        for i, prompt in enumerate(PROMPTS):
+            engine.add_request(f"r{i}", prompt, params)
+        tokens: dict[str, list[int]] = {}
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                tokens[out.request_id] = out.outputs[0].token_ids
+        assert any(calls) == fused
+        return [tokens[f"r{i}"] for i in range(len(PROMPTS))]
+
+    assert greedy(True) == greedy(False)
+
+
+def test_steps_with_a_prefill_stay_eager(q4, q4_chosen, tiny_q4_1):  # noqa: F811
+    engine = _engine(tiny_q4_1)
+    native = engine.runner.model.native_decode
+    inputs = _decoding(engine, PROMPTS[:1], steps=2)
+    engine.add_request("late", PROMPTS[1], SamplingParams(temperature=0, max_tokens=4))
+    inputs = engine.runner.prepare_inputs(engine.scheduler.schedule().scheduled)
+    assert inputs.attn.prefills and inputs.attn.decode_groups
+    calls: list[bool] = []
+    _forward(engine, inputs, _counting(native, calls))
+    assert calls == [False]
+
+
+def test_a_layer_on_a_gemm_at_the_steps_size_keeps_it_eager(
+        q4, q4_chosen, tiny_q4_1):  # noqa: F811
+    engine = _engine(tiny_q4_1)
+    model = engine.runner.model
+    inputs = _decoding(engine, PROMPTS[:1], steps=2)
+    method = model.layers[1].down_proj.method
+    method.policy = dataclasses.replace(method.policy, dequantize_from_rows=1)
+    calls: list[bool] = []
+    fused = _forward(engine, inputs, _counting(NativeDecode.build(model), calls))
+    assert calls == [False]
+    assert torch.equal(fused, _forward(engine, inputs, None))
+
+
+def test_without_our_c_kernels_there_is_no_layer_stack_call(monkeypatch, tiny_q4_1):
+    monkeypatch.setenv("PAGODA_NATIVE_KERNELS", "0")
+    assert _engine(tiny_q4_1).runner.model.native_decode is None
+
+
+def test_qwen3_per_head_norms_stay_eager(q4, q4_chosen, tmp_path):  # noqa: F811
+    folder = save_tiny_model(tmp_path / "qwen3", "qwen3")
+    engine = _engine(folder, quantization="int4")
+    assert engine.runner.model.native_decode is None
