@@ -137,15 +137,18 @@ def _policy_from_timings(timings: dict[int, RowTimings]) -> CpuPathPolicy:
 def _native_choice(timings: dict[int, RowTimings]) -> tuple[int, str]:
     """(steps below how many rows q4_gemv runs, why).
 
-    One layout where it can be: q4_gemv for every step if it wins one-row steps and does not
-    lose the largest ones by more than _BOTH_LAYOUTS_LOSS; both kernels only where it does,
-    PyTorch's from the step size where it starts winning for good."""
+    One layout where it can be: q4_gemv for every step if torch's kernel does not beat it by
+    _MIN_GAIN at one-row steps and it does not lose the largest ones by more than
+    _BOTH_LAYOUTS_LOSS; both kernels only where it does, PyTorch's from the step size where it
+    starts winning for good."""
     rows = sorted(timings)
     if not rows or any(timings[m].q4 is None for m in rows):
         return 0, "torch's int4 kernel (q4_gemv unavailable)"
     first = timings[rows[0]]
-    if first.q4 * _MIN_GAIN > first.int4pack:
-        return 0, f"torch's int4 kernel (q4_gemv wins no {rows[0]}-row step)"
+    # Ties go to q4_gemv: only with it does a decode step run in one C call
+    # (engine/models/native_decode.py), which saves more than either kernel's margin.
+    if first.int4pack * _MIN_GAIN < first.q4:
+        return 0, f"torch's int4 kernel (it beats q4_gemv at {rows[0]}-row steps)"
     loss = {m: timings[m].q4 / timings[m].int4pack for m in rows}
     switch = next((m for i, m in enumerate(rows) if all(loss[r] > 1 for r in rows[i:])), None)
     if switch is None or max(loss[m] for m in rows if m >= switch) <= _BOTH_LAYOUTS_LOSS:

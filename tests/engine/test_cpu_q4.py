@@ -180,9 +180,14 @@ def test_policy_keeps_both_layouts_only_where_q4_loses_badly():
     assert policy.native_below_rows == 16 and policy.runs_int4pack
 
 
-def test_policy_keeps_pytorchs_kernel_where_q4_wins_no_one_row_step():
-    policy = cpu_paths._policy_from_timings(_timings(rows_1=(10, 10), rows_16=(90, 50)))
+def test_policy_keeps_pytorchs_kernel_where_it_beats_q4_clearly_at_one_row():
+    policy = cpu_paths._policy_from_timings(_timings(rows_1=(10, 12), rows_16=(90, 50)))
     assert policy.native_below_rows == 0
+
+
+def test_policy_gives_one_row_ties_to_q4_for_the_one_call_decode_step():
+    policy = cpu_paths._policy_from_timings(_timings(rows_1=(10, 11), rows_16=(90, 100)))
+    assert policy.native_below_rows == sys.maxsize
 
 
 def test_policy_dequantizes_from_where_the_chosen_kernel_loses_to_fp32():

@@ -1,3 +1,4 @@
+# ruff: noqa: F811 (the fixtures imported from test_cpu_q4 are test arguments)
 """Decode-only steps run the whole layer stack in one C call (engine/models/native_decode.py):
 the same logits as the eager forward bit for bit, and eager wherever the call cannot serve."""
 
@@ -7,7 +8,7 @@ import dataclasses
 
 import pytest
 import torch
-from test_cpu_q4 import q4, q4_chosen, tiny_q4_1  # noqa: F401 (fixtures)
+from test_cpu_q4 import q4, q4_chosen, tiny_q4_1  # noqa: F401 (fixtures, as arguments below)
 from tiny_models import save_tiny_model
 
 from engine import SamplingParams
@@ -54,7 +55,7 @@ def _counting(native: NativeDecode, calls: list[bool]) -> NativeDecode:
 
 @pytest.mark.parametrize("kv_cache_dtype", ["auto", "bfloat16"])
 def test_decode_step_in_one_c_call_gives_the_eager_logits_bit_for_bit(
-        q4, q4_chosen, tiny_q4_1, kv_cache_dtype):  # noqa: F811
+        q4, q4_chosen, tiny_q4_1, kv_cache_dtype):
     engine = _engine(tiny_q4_1, kv_cache_dtype=kv_cache_dtype)
     native = engine.runner.model.native_decode
     assert native is not None
@@ -68,7 +69,7 @@ def test_decode_step_in_one_c_call_gives_the_eager_logits_bit_for_bit(
 
 
 def test_qkv_biases_are_added_in_the_c_layer_stack_as_eager_adds_them(
-        q4, q4_chosen, tmp_path):  # noqa: F811
+        q4, q4_chosen, tmp_path):
     engine = _engine(save_tiny_model(tmp_path / "qwen2", "qwen2"), quantization="int4")
     assert engine.runner.model.layers[0].qkv_proj.bias is not None
     inputs = _decoding(engine, PROMPTS, steps=4)
@@ -79,7 +80,7 @@ def test_qkv_biases_are_added_in_the_c_layer_stack_as_eager_adds_them(
 
 
 def test_greedy_tokens_with_and_without_the_c_layer_stack_are_the_same(
-        q4, q4_chosen, tiny_q4_1):  # noqa: F811
+        q4, q4_chosen, tiny_q4_1):
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
 
     def greedy(fused: bool) -> list[list[int]]:
@@ -99,7 +100,7 @@ def test_greedy_tokens_with_and_without_the_c_layer_stack_are_the_same(
     assert greedy(True) == greedy(False)
 
 
-def test_steps_with_a_prefill_stay_eager(q4, q4_chosen, tiny_q4_1):  # noqa: F811
+def test_steps_with_a_prefill_stay_eager(q4, q4_chosen, tiny_q4_1):
     engine = _engine(tiny_q4_1)
     native = engine.runner.model.native_decode
     inputs = _decoding(engine, PROMPTS[:1], steps=2)
@@ -112,7 +113,7 @@ def test_steps_with_a_prefill_stay_eager(q4, q4_chosen, tiny_q4_1):  # noqa: F81
 
 
 def test_a_layer_on_a_gemm_at_the_steps_size_keeps_it_eager(
-        q4, q4_chosen, tiny_q4_1):  # noqa: F811
+        q4, q4_chosen, tiny_q4_1):
     engine = _engine(tiny_q4_1)
     model = engine.runner.model
     inputs = _decoding(engine, PROMPTS[:1], steps=2)
@@ -129,7 +130,7 @@ def test_without_our_c_kernels_there_is_no_layer_stack_call(monkeypatch, tiny_q4
     assert _engine(tiny_q4_1).runner.model.native_decode is None
 
 
-def test_qwen3_per_head_norms_stay_eager(q4, q4_chosen, tmp_path):  # noqa: F811
+def test_qwen3_per_head_norms_stay_eager(q4, q4_chosen, tmp_path):
     folder = save_tiny_model(tmp_path / "qwen3", "qwen3")
     engine = _engine(folder, quantization="int4")
     assert engine.runner.model.native_decode is None
