@@ -185,7 +185,9 @@ def concat(weights: list[Weight]) -> Weight:
     """Weights that share an input, stacked along the output dimension (fused QKV, gate/up).
 
     Parts of different layouts (a Q4_K_M file keeps some v projections in Q6_K) are brought to
-    the one that keeps them all: float stays float when every part is float, else int8.
+    the one that keeps them all: float stays float when every part is float; int4 and grouped
+    int8 parts of one group size become grouped int8 with mins, exactly (`_as_grouped_int8`);
+    anything else is requantized to per-channel int8.
     """
     kinds = {type(w) for w in weights}
     if kinds == {torch.Tensor} or all(isinstance(w, torch.Tensor) for w in weights):
@@ -198,7 +200,28 @@ def concat(weights: list[Weight]) -> Weight:
         return Int4Weight(torch.cat([w.packed for w in weights]),
                           torch.cat([w.scales for w in weights]),
                           torch.cat([w.mins for w in weights]), weights[0].group_size)
+    if _all_grouped(weights):
+        parts = [_as_grouped_int8(w) for w in weights]
+        return Int8Weight(torch.cat([p.q for p in parts]), torch.cat([p.scales for p in parts]),
+                          weights[0].group_size, torch.cat([p.mins for p in parts]))
     return quantize_int8(torch.cat([dequantize(w) for w in weights]))
+
+
+def _all_grouped(weights: list[Weight]) -> bool:
+    grouped = all(isinstance(w, Int4Weight) or (isinstance(w, Int8Weight) and w.group_size)
+                  for w in weights)
+    return grouped and len({w.group_size for w in weights}) == 1
+
+
+def _as_grouped_int8(weight: Int4Weight | Int8Weight) -> Int8Weight:
+    """The same values as grouped int8 with mins, bit for bit: int4's q (0..15) fits int8 as
+    it is, with its scales and mins; a symmetric int8 weight gets zero mins."""
+    if isinstance(weight, Int4Weight):
+        q = unpack_int4(weight.packed).to(torch.int8)
+        return Int8Weight(q, weight.scales.float(), weight.group_size, weight.mins.float())
+    scales = weight.scales.float()
+    mins = torch.zeros_like(scales) if weight.mins is None else weight.mins.float()
+    return Int8Weight(weight.q, scales, weight.group_size, mins)
 
 
 def _nbytes(*tensors: torch.Tensor) -> int:

@@ -141,13 +141,24 @@ def test_none_dequantizes_every_quantized_weight():
     torch.testing.assert_close(out["a"], dequantize(quantize_int4(w)))
 
 
-def test_fusing_parts_of_different_layouts_keeps_every_value_close():
+def test_fusing_per_channel_int8_with_int4_keeps_every_value_close():
     torch.manual_seed(3)
     q, v = torch.randn(32, 64), torch.randn(16, 64)
     fused = concat([quantize_int4(q), quantize_int8(v)])
     assert isinstance(fused, Int8Weight) and fused.shape == (48, 64)
     want = torch.cat([dequantize(quantize_int4(q)), dequantize(quantize_int8(v))])
     assert (dequantize(fused) - want).abs().max() <= want.abs().max() / 127
+
+
+@pytest.mark.parametrize("asymmetric", [False, True])
+def test_fusing_int4_with_grouped_int8_keeps_every_value_exactly(asymmetric):
+    """A Q4_K_M file's q and k projections (Q4_K) beside its v (Q6_K, read as grouped int8)."""
+    torch.manual_seed(3)
+    q, k, v = torch.randn(32, 64), torch.randn(8, 64), torch.randn(8, 64)
+    parts = [quantize_int4(q), quantize_int4(k), quantize_int8(v, 32, asymmetric)]
+    fused = concat(parts)
+    assert isinstance(fused, Int8Weight) and fused.group_size == 32 and fused.shape == (48, 64)
+    assert torch.equal(dequantize(fused), torch.cat([dequantize(p) for p in parts]))
 
 
 def test_linear_off_the_fast_cpu_path_goes_through_the_kernel_dispatch():
