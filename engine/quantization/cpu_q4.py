@@ -18,7 +18,7 @@ import logging
 import torch
 
 from engine.native_kernels import load_native
-from engine.quantization.tensors import Int4Weight
+from engine.quantization.tensors import Int4Weight, with_compact_scales
 from kernels.cpu.q4_gemv import Q4Gemv
 
 logger = logging.getLogger(__name__)
@@ -76,18 +76,22 @@ class Q4Kernel:
     REUSED_OUTPUT_ROWS); a result is then valid until this weight's next call, which holds for
     a layer inside the model, whose output is consumed before the next step, not for logits."""
 
-    __slots__ = ("_call", "_context", "_k", "_n", "_out", "_out_ptr", "_reuse", "_rows",
-                 "_weight_ptr", "_workspace_bytes", "precise", "repacked")
+    __slots__ = ("_call", "_compact", "_context", "_k", "_n", "_out", "_out_ptr", "_reuse",
+                 "_rows", "_weight_ptr", "_workspace_bytes", "precise", "repacked")
 
     def __init__(self, weight: Int4Weight, context: Q4Context, precise: bool,
                  reuse_output: bool) -> None:
-        """precise: int16 activations, else int8 ones."""
+        """precise: int16 activations, else int8 ones. The weight's records are compact
+        (fp16 scales and mins, 17% fewer bytes to read a step) where fp16 holds them exactly:
+        Q4_0 and Q4_1 layers, not Q4_K ones."""
         lib = context.lib
-        self.repacked = lib.repack(weight.packed, weight.scales, weight.mins)
+        compact = with_compact_scales(weight)
+        self.repacked = lib.repack(compact.packed, compact.scales, compact.mins)
         self.precise = precise
         self._context = context
         self._n, self._k = weight.shape
         self._weight_ptr = self.repacked.data.data_ptr()
+        self._compact = int(self.repacked.compact)
         self._call = lib.raw.q4_linear16 if precise else lib.raw.q4_linear
         self._workspace_bytes = lib.workspace16_bytes if precise else lib.workspace_bytes
         self._reuse = reuse_output
@@ -109,8 +113,8 @@ class Q4Kernel:
             out_ptr = out.data_ptr()
         else:
             out_ptr = self._out_ptr
-        rc = self._call(-1, self._weight_ptr, self._n, self._k, x.data_ptr(), m, out_ptr,
-                        self._context.scratch.ptr, torch.get_num_threads())
+        rc = self._call(-1, self._weight_ptr, self._compact, self._n, self._k, x.data_ptr(), m,
+                        out_ptr, self._context.scratch.ptr, torch.get_num_threads())
         if rc:
             raise ValueError(f"q4_gemv refused a [{m}, {self._k}] input for a "
                              f"[{self._n}, {self._k}] weight")
