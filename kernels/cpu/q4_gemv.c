@@ -108,21 +108,20 @@ static inline float record_param(const uint8_t *rec, int compact, int i)
     return f;
 }
 
-/* The record's scales into sw and its mins as a vector: F16C's conversion for compact ones. */
+/* The record's scales (read in place from fp32 records, widened by F16C into buf from compact
+ * ones), its mins as a vector into *mins. */
 __attribute__((target("avx2,fma,f16c"), always_inline))
-static inline __m128 record_params_vec(const uint8_t *rec, int compact, float sw[TILE_ROWS])
+static inline const float *record_params_vec(const uint8_t *rec, int compact,
+                                             float buf[TILE_ROWS], __m128 *mins)
 {
     const uint8_t *params = rec + RECORD_NIBBLES;
-    __m128 scales, mins;
-    if (compact) {
-        scales = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)params));
-        mins = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(params + 8)));
-    } else {
-        scales = _mm_loadu_ps((const float *)params);
-        mins = _mm_loadu_ps((const float *)(params + 16));
+    if (!compact) {
+        *mins = _mm_loadu_ps((const float *)params + TILE_ROWS);
+        return (const float *)params;
     }
-    _mm_storeu_ps(sw, scales);
-    return mins;
+    _mm_storeu_ps(buf, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)params)));
+    *mins = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(params + 2 * TILE_ROWS)));
+    return buf;
 }
 
 /* ---- repack --------------------------------------------------------------------------- */
@@ -327,8 +326,9 @@ static inline __m256i dot_vnni(__m256i w, __m256i x)
         }                                                                                   \
         for (int g = 0; g < groups; g++) {                                                  \
             const uint8_t *rec = tile + (size_t)g * rec_bytes;                              \
-            float sw[TILE_ROWS];                                                            \
-            __m128 mw = record_params_vec(rec, compact, sw);                                \
+            float sw_buf[TILE_ROWS];                                                        \
+            __m128 mw;                                                                      \
+            const float *sw = record_params_vec(rec, compact, sw_buf, &mw);                 \
             __m256i xv[ROW_CHUNK];                                                          \
             float sx[ROW_CHUNK];                                                            \
             for (int i = 0; i < rows; i++) {                                                \
@@ -646,8 +646,9 @@ static inline __m256i dot16_vnni(__m256i w_lo, __m256i w_hi, __m256i x_lo, __m25
         }                                                                                   \
         for (int g = 0; g < groups; g++) {                                                  \
             const uint8_t *rec = tile + (size_t)g * rec_bytes;                              \
-            float sw[TILE_ROWS];                                                            \
-            __m128 mw = record_params_vec(rec, compact, sw);                                \
+            float sw_buf[TILE_ROWS];                                                        \
+            __m128 mw;                                                                      \
+            const float *sw = record_params_vec(rec, compact, sw_buf, &mw);                 \
             __m256i xlo[ROW_CHUNK], xhi[ROW_CHUNK];                                         \
             float sx[ROW_CHUNK];                                                            \
             for (int i = 0; i < rows; i++) {                                                \
