@@ -89,8 +89,8 @@ def _kernels(q4: Q4Gemv, float_w: list[torch.Tensor],
                                                                  compact=True)
     kernels[f"q4_gemv {isa} split, {threads} thr."] = _q4_kernel(q4, weights, threads, "split")
     kernels[f"q4_gemv {isa} int16, {threads} thr."] = _q4_kernel(q4, weights, threads, "int16")
-    kernels[f"q4_gemv {isa} int16 compact, {threads}"] = _q4_kernel(q4, weights, threads,
-                                                                  "int16", compact=True)
+    kernels[f"q4_gemv {isa} int16 compact, {threads} thr."] = _q4_kernel(
+        q4, weights, threads, "int16", compact=True)
     return kernels, weights
 
 
@@ -125,7 +125,7 @@ def _measure_shape(q4: Q4Gemv, n: int, k: int, rows: list[int], repeats: int,
         cells = " |".join(f"{t:9.1f} ({kernel.weight_bytes / t / 1e3:5.1f})" for t in times[name])
         # fp32 F.linear uses the float weights, so its error is the int4 rounding's size.
         error = _relative_error(kernel, weights[0]) if "fp32" not in name else float("nan")
-        print(f"  {name:32s}{cells} | {error:9.5f}", flush=True)
+        print(f"  {name:36s}{cells} | {error:9.5f}", flush=True)
     return times
 
 
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\nOne decode step's linears ({LAYERS} layers x {len(SHAPES)}), ms: "
           + " | ".join(f"{m} rows" for m in args.rows))
     for kernel, total in step.items():
-        print(f"  {kernel:32s}" + " |".join(f"{t / 1e3:8.2f}" for t in total))
+        print(f"  {kernel:36s}" + " |".join(f"{t / 1e3:8.2f}" for t in total))
     print(f"\nOpenMP runtimes mapped after the run: {sorted(mapped_openmp_runtimes())}")
 
 
