@@ -57,14 +57,14 @@ class Q4Context:
 
 def load_q4_context() -> Q4Context | None:
     """q4_gemv where it can run well here, else None (and torch's int4 kernel runs): no
-    library (`engine.native_kernels`), or a CPU without AVX2, whose scalar path is slower than
-    torch's."""
+    library (`engine.native_kernels`), or a CPU without AVX2 (and FMA, F16C), whose scalar path is
+    slower than torch's."""
     lib = load_native("q4_gemv")
     if lib is None:
         return None
     q4 = Q4Gemv(lib)
     if q4.best_isa() < _AVX2:
-        logger.info("CPU kernel q4_gemv not used: this CPU lacks AVX2 and FMA")
+        logger.info("CPU kernel q4_gemv not used: this CPU lacks AVX2, FMA or F16C")
         return None
     return Q4Context(q4)
 
