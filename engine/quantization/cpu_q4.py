@@ -19,7 +19,7 @@ import logging
 import torch
 
 from engine.native_kernels import load_native
-from engine.quantization.tensors import Int4Weight
+from engine.quantization.tensors import Int4Weight, with_compact_scales
 from kernels.cpu.q4_gemv import Q4Gemv
 
 logger = logging.getLogger(__name__)
@@ -58,14 +58,14 @@ class Q4Context:
 
 def load_q4_context() -> Q4Context | None:
     """q4_gemv where it can run well here, else None (and torch's int4 kernel runs): no
-    library (`engine.native_kernels`), or a CPU without AVX2, whose scalar path is slower than
-    torch's."""
+    library (`engine.native_kernels`), or a CPU without AVX2 (and FMA, F16C), whose scalar path is
+    slower than torch's."""
     lib = load_native("q4_gemv")
     if lib is None:
         return None
     q4 = Q4Gemv(lib)
     if q4.best_isa() < _AVX2:
-        logger.info("CPU kernel q4_gemv not used: this CPU lacks AVX2 and FMA")
+        logger.info("CPU kernel q4_gemv not used: this CPU lacks AVX2, FMA or F16C")
         return None
     return Q4Context(q4)
 
@@ -77,18 +77,22 @@ class Q4Kernel:
     REUSED_OUTPUT_ROWS); a result is then valid until this weight's next call, which holds for
     a layer inside the model, whose output is consumed before the next step, not for logits."""
 
-    __slots__ = ("_call", "_context", "_k", "_n", "_out", "_out_ptr", "_reuse", "_rows",
-                 "_weight_ptr", "_workspace_bytes", "precise", "repacked")
+    __slots__ = ("_call", "_compact", "_context", "_k", "_n", "_out", "_out_ptr", "_reuse",
+                 "_rows", "_weight_ptr", "_workspace_bytes", "precise", "repacked")
 
     def __init__(self, weight: Int4Weight, context: Q4Context, precise: bool,
                  reuse_output: bool) -> None:
-        """precise: int16 activations, else int8 ones."""
+        """precise: int16 activations, else int8 ones. The weight's records are compact
+        (fp16 scales and mins, 17% fewer bytes to read a step) where fp16 holds them exactly:
+        Q4_0 and Q4_1 layers, not Q4_K ones."""
         lib = context.lib
-        self.repacked = lib.repack(weight.packed, weight.scales, weight.mins)
+        compact = with_compact_scales(weight)
+        self.repacked = lib.repack(compact.packed, compact.scales, compact.mins)
         self.precise = precise
         self._context = context
         self._n, self._k = weight.shape
         self._weight_ptr = self.repacked.data.data_ptr()
+        self._compact = int(self.repacked.compact)
         self._call = lib.raw.q4_linear16 if precise else lib.raw.q4_linear
         self._workspace_bytes = lib.workspace16_bytes if precise else lib.workspace_bytes
         self._reuse = reuse_output
@@ -110,8 +114,8 @@ class Q4Kernel:
             out_ptr = out.data_ptr()
         else:
             out_ptr = self._out_ptr
-        rc = self._call(-1, self._weight_ptr, self._n, self._k, x.data_ptr(), m, out_ptr,
-                        self._context.scratch.ptr, torch.get_num_threads())
+        rc = self._call(-1, self._weight_ptr, self._compact, self._n, self._k, x.data_ptr(), m,
+                        out_ptr, self._context.scratch.ptr, torch.get_num_threads())
         if rc:
             raise ValueError(f"q4_gemv refused a [{m}, {self._k}] input for a "
                              f"[{self._n}, {self._k}] weight")

@@ -32,7 +32,7 @@ class Dequantizer:
         self._int8.argtypes = [ptr, ptr, ptr, i32, i32, i32, i32, ptr, i32, i32]
         self._int8.restype = i32
         self._repacked = lib.dq_q4_repacked
-        self._repacked.argtypes = [ptr, i32, i32, i32, ptr, i32, i32]
+        self._repacked.argtypes = [ptr, i32, i32, i32, i32, ptr, i32, i32]
         self._repacked.restype = i32
         self._has_vector = bool(lib.dq_has_vector_path())
         self._threads = threads
@@ -81,12 +81,13 @@ class Dequantizer:
 
     def q4_repacked_into(self, weight: Q4Repacked, out: torch.Tensor,
                          isa: int = BEST_ISA) -> torch.Tensor:
-        """out [n, k] = the weight q4_gemv multiplies by, read from its own layout."""
+        """out [n, k] = the weight q4_gemv multiplies by, read from its own layout (either
+        record format)."""
         n, k = weight.out_features, weight.in_features
         _check_out(out, n, k)
         threads = self._threads or torch.get_num_threads()
-        rc = self._repacked(weight.data.data_ptr(), n, k, _OUT_DTYPES[out.dtype],
-                            out.data_ptr(), isa, threads)
+        rc = self._repacked(weight.data.data_ptr(), weight.compact, n, k,
+                            _OUT_DTYPES[out.dtype], out.data_ptr(), isa, threads)
         if rc:
             raise ValueError(f"dq_q4_repacked refused instruction set {isa} or k={k} (a "
                              "multiple of 32)")

@@ -20,11 +20,15 @@ NAME = "q4_gemv"
 
 @dataclass(slots=True, frozen=True)
 class Q4Repacked:
-    """A weight in the kernel's tiled layout (uint8), for out_features x in_features."""
+    """A weight in the kernel's tiled layout (uint8), for out_features x in_features.
+
+    compact: its records hold fp16 scales and mins (80 bytes per 128 weights), else fp32 ones
+    (96); every call that reads the weight passes it (kernels/cpu/q4_gemv.c)."""
 
     data: torch.Tensor
     out_features: int
     in_features: int
+    compact: bool
 
 
 class Q4Gemv:
@@ -44,18 +48,18 @@ class Q4Gemv:
         signatures = {
             "q4_best_isa": ([], i32),
             "q4_isa_supported": ([i32], i32),
-            "q4_repacked_bytes": ([i32, i32], size),
+            "q4_repacked_bytes": ([i32, i32, i32], size),
             "q4_workspace_bytes": ([i32, i32], size),
-            "q4_repack": ([ptr, ptr, ptr, i32, i32, ptr], i32),
+            "q4_repack": ([ptr, ptr, ptr, i32, i32, i32, ptr], i32),
             "q4_quantize_rows": ([i32, ptr, i32, i32, ptr, ptr, ptr], i32),
-            "q4_gemm": ([i32, ptr, i32, i32, ptr, ptr, ptr, i32, ptr, i32], i32),
-            "q4_linear": ([i32, ptr, i32, i32, ptr, i32, ptr, ptr, i32], i32),
+            "q4_gemm": ([i32, ptr, i32, i32, i32, ptr, ptr, ptr, i32, ptr, i32], i32),
+            "q4_linear": ([i32, ptr, i32, i32, i32, ptr, i32, ptr, ptr, i32], i32),
             "q4_split_workspace_bytes": ([i32, i32, i32], size),
-            "q4_linear_split": ([i32, ptr, i32, i32, ptr, i32, ptr, ptr, i32], i32),
+            "q4_linear_split": ([i32, ptr, i32, i32, i32, ptr, i32, ptr, ptr, i32], i32),
             "q4_workspace16_bytes": ([i32, i32], size),
             "q4_quantize_rows16": ([i32, ptr, i32, i32, ptr, ptr, ptr], i32),
-            "q4_gemm16": ([i32, ptr, i32, i32, ptr, ptr, ptr, i32, ptr, i32], i32),
-            "q4_linear16": ([i32, ptr, i32, i32, ptr, i32, ptr, ptr, i32], i32),
+            "q4_gemm16": ([i32, ptr, i32, i32, i32, ptr, ptr, ptr, i32, ptr, i32], i32),
+            "q4_linear16": ([i32, ptr, i32, i32, i32, ptr, i32, ptr, ptr, i32], i32),
         }
         for name, (args, result) in signatures.items():
             fn = getattr(self._lib, name)
@@ -82,17 +86,25 @@ class Q4Gemv:
     def isa_supported(self, isa: int) -> bool:
         return bool(self._lib.q4_isa_supported(isa))
 
+    def repacked_bytes(self, n: int, k: int, compact: bool) -> int:
+        return self._lib.q4_repacked_bytes(int(compact), n, k)
+
     def repack(self, packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
                ) -> Q4Repacked:
         """packed uint8 [n, k / 2] (two 4-bit values per byte, the engine's Int4Weight
-        layout), scales and mins [n, k / 32]: weight = q * scale + min."""
+        layout), scales and mins [n, k / 32]: weight = q * scale + min. Compact records where
+        scales and mins are both float16 (the caller's word that fp16 holds them: the engine's
+        `with_compact_scales`), fp32 ones otherwise."""
         n, k = packed.shape[0], packed.shape[1] * 2
+        compact = scales.dtype == mins.dtype == torch.float16
         packed = packed.contiguous()
-        scales, mins = scales.float().contiguous(), mins.float().contiguous()
-        out = torch.empty(self._lib.q4_repacked_bytes(n, k), dtype=torch.uint8)
+        if not compact:
+            scales, mins = scales.float(), mins.float()
+        scales, mins = scales.contiguous(), mins.contiguous()
+        out = torch.empty(self.repacked_bytes(n, k, compact), dtype=torch.uint8)
         self._check(self._lib.q4_repack(packed.data_ptr(), scales.data_ptr(), mins.data_ptr(),
-                                        n, k, out.data_ptr()), "q4_repack")
-        return Q4Repacked(out, n, k)
+                                        int(compact), n, k, out.data_ptr()), "q4_repack")
+        return Q4Repacked(out, n, k, compact)
 
     def quantize_rows(self, x: torch.Tensor, isa: int = BEST_ISA,
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -109,8 +121,8 @@ class Q4Gemv:
     def linear_into(self, w: Q4Repacked, x: torch.Tensor, y: torch.Tensor,
                     work: torch.Tensor, isa: int = BEST_ISA, threads: int = 1) -> torch.Tensor:
         """y = x @ W.T with x quantized per block inside; x fp32 [m, k] contiguous, y [m, n]."""
-        self._check(self._lib.q4_linear(isa, w.data.data_ptr(), w.out_features, w.in_features,
-                                        x.data_ptr(), x.shape[0], y.data_ptr(),
+        self._check(self._lib.q4_linear(isa, w.data.data_ptr(), w.compact, w.out_features,
+                                        w.in_features, x.data_ptr(), x.shape[0], y.data_ptr(),
                                         work.data_ptr(), threads), "q4_linear")
         return y
 
@@ -130,9 +142,10 @@ class Q4Gemv:
         m = x.shape[0]
         y = torch.empty(m, w.out_features)
         work = self.split_workspace(m, w.out_features, w.in_features)
-        self._check(self._lib.q4_linear_split(isa, w.data.data_ptr(), w.out_features,
-                                              w.in_features, x.data_ptr(), m, y.data_ptr(),
-                                              work.data_ptr(), threads), "q4_linear_split")
+        self._check(self._lib.q4_linear_split(isa, w.data.data_ptr(), w.compact,
+                                              w.out_features, w.in_features, x.data_ptr(), m,
+                                              y.data_ptr(), work.data_ptr(), threads),
+                    "q4_linear_split")
         return y
 
     def quantize_rows16(self, x: torch.Tensor, isa: int = BEST_ISA,
@@ -152,9 +165,9 @@ class Q4Gemv:
         m = x.shape[0]
         y = torch.empty(m, w.out_features)
         work = torch.empty(self.workspace16_bytes(m, w.in_features), dtype=torch.uint8)
-        self._check(self._lib.q4_linear16(isa, w.data.data_ptr(), w.out_features,
-                                          w.in_features, x.data_ptr(), m, y.data_ptr(),
-                                          work.data_ptr(), threads), "q4_linear16")
+        self._check(self._lib.q4_linear16(isa, w.data.data_ptr(), w.compact,
+                                          w.out_features, w.in_features, x.data_ptr(), m,
+                                          y.data_ptr(), work.data_ptr(), threads), "q4_linear16")
         return y
 
     def _quantize_rows(self, name: str, dtype: torch.dtype, x: torch.Tensor, isa: int,
@@ -171,9 +184,10 @@ class Q4Gemv:
               total: torch.Tensor, isa: int, threads: int) -> torch.Tensor:
         m = xq.shape[0]
         y = torch.empty(m, w.out_features)
-        self._check(getattr(self._lib, name)(isa, w.data.data_ptr(), w.out_features,
-                                             w.in_features, xq.data_ptr(), scale.data_ptr(),
-                                             total.data_ptr(), m, y.data_ptr(), threads), name)
+        self._check(getattr(self._lib, name)(isa, w.data.data_ptr(), w.compact,
+                                             w.out_features, w.in_features, xq.data_ptr(),
+                                             scale.data_ptr(), total.data_ptr(), m, y.data_ptr(),
+                                             threads), name)
         return y
 
     @staticmethod

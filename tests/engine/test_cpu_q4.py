@@ -24,7 +24,7 @@ from engine.quantization.cpu_paths import CpuPathPolicy, RowTimings
 from engine.quantization.cpu_q4 import Q4Context, load_q4_context
 from engine.quantization.dequantize_workspace import DequantWorkspace
 from engine.quantization.on_load import apply_quantization
-from engine.quantization.tensors import dequantize, quantize_int4, quantize_int8
+from engine.quantization.tensors import Int4Weight, dequantize, quantize_int4, quantize_int8
 from kernels.cpu import native
 from kernels.cpu.dequant import Dequantizer
 from kernels.cpu.native import find_compiler
@@ -76,6 +76,36 @@ def test_q4_layer_is_the_exact_product_to_16_bits(q4, rows):
     assert got.shape == (rows, 40) and _relative_error(got, want) < 1e-4
 
 
+def _fp16_scaled(weight: Int4Weight) -> Int4Weight:
+    """Q4_1's kind: scales and mins that are fp16 values (held as float32, as the loader does)."""
+    return Int4Weight(weight.packed, weight.scales.half().float(), weight.mins.half().float(),
+                      weight.group_size)
+
+
+@pytest.mark.parametrize("precise", [True, False], ids=["int16", "int8"])
+def test_q4_layer_of_fp16_scales_reads_compact_records_with_fp32_records_bits(q4, precise):
+    torch.manual_seed(6)
+    weight = _fp16_scaled(quantize_int4(torch.randn(40, 96) * 0.05))
+    layer = CpuInt4Method(weight, Q4_EVERY_STEP, q4=q4, precise=precise)
+    assert layer.native.repacked.compact
+    fp32_records = q4.lib.repack(weight.packed, weight.scales, weight.mins)
+    assert not fp32_records.compact
+    x = _activations(3, 96)
+    linear = q4.lib.linear16 if precise else q4.lib.linear
+    assert torch.equal(layer.kernel(x), linear(fp32_records, x, threads=torch.get_num_threads()))
+    assert layer.native.repacked.data.numel() == 80 * 10 * 3
+
+
+def test_q4_layer_whose_scales_fp16_cannot_hold_keeps_fp32_records(q4):
+    """Q4_K's d * sub-scale needs more bits than fp16 has: exact before speed."""
+    torch.manual_seed(7)
+    weight = quantize_int4(torch.randn(40, 96) * 0.05)
+    layer = CpuInt4Method(weight, Q4_EVERY_STEP, q4=q4)
+    assert not layer.native.repacked.compact
+    x = _activations(2, 96)
+    assert _relative_error(layer.kernel(x), F.linear(x, dequantize(weight))) < 1e-4
+
+
 def test_q4_vocabulary_pass_is_int8_precise(q4):
     torch.manual_seed(1)
     weight = quantize_int4(torch.randn(64, 96) * 0.05)
@@ -125,16 +155,22 @@ def test_q4_layer_still_dequantizes_the_steps_its_policy_gives_a_gemm(q4):
     torch.testing.assert_close(layer.apply(x, None), F.linear(x, dequantize(weight)))
 
 
-def test_q4_layer_widens_its_own_layout_for_a_gemm_and_keeps_no_source(q4, tmp_path):
+@pytest.mark.parametrize("fp16_scales", [False, True], ids=["fp32-records", "fp16-records"])
+def test_q4_layer_widens_its_own_layout_for_a_gemm_and_keeps_no_source(q4, tmp_path,
+                                                                       fp16_scales):
     """Where our dequant kernel runs, the steps that run a GEMM widen q4_gemv's layout: one copy
     of the weight serves every step."""
     torch.manual_seed(5)
     weight = quantize_int4(torch.randn(48, 64))
+    if fp16_scales:
+        weight = _fp16_scaled(weight)
     workspace = DequantWorkspace(Dequantizer(native.load("dequant", tmp_path)))
     policy = CpuPathPolicy(dequantize_from_rows=4, native_below_rows=sys.maxsize,
                            workspace=workspace)
     layer = CpuInt4Method(weight, policy, q4=q4)
     assert layer.packed is None and layer.source is None
+    assert layer.native.repacked.compact == fp16_scales
+    assert torch.equal(layer.dequantized(torch.float32), dequantize(weight))
     x = torch.randn(5, 64)
     torch.testing.assert_close(layer.apply(x, None), F.linear(x, dequantize(weight)))
     assert workspace.nbytes == 48 * 64 * 4
@@ -230,6 +266,13 @@ def test_engine_multiplies_int4_layers_through_q4_and_matches_dequantized(
     # PyTorch's bf16 kernel: 0.018 here (below). What is left is the vocabulary's one int8
     # pass outside its refined top 32 candidates.
     assert error < 0.01
+
+
+def test_q4_1_files_layers_and_vocabulary_get_compact_records(q4, q4_chosen, tiny_q4_1):
+    runner = ModelRunner(load_model(tiny_q4_1), EngineConfig(num_kv_blocks=32))
+    methods = [getattr(linear.method, "halves", linear.method)
+               for linear in runner.model.linears()]
+    assert methods and all(m.native.repacked.compact for m in methods)
 
 
 def test_engine_without_the_library_runs_pytorchs_int4_kernel(monkeypatch, tiny_q4_1):

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from engine.quantization.tensors import (
+    Int4Weight,
     dequantize,
     quantize_int4,
     quantize_int8,
@@ -30,9 +31,13 @@ def _runnable(dq: Dequantizer, isa: int) -> int:
 
 
 def _weight(n: int, k: int, group: int = 32, compact: bool = False):
+    """compact: Q4_1's kind, scales and mins fp16 values held in fp16."""
     torch.manual_seed(n * 7 + k)
     w = quantize_int4(torch.randn(n, k) * 0.05, group)
-    return with_compact_scales(w) if compact else w
+    if not compact:
+        return w
+    w = Int4Weight(w.packed, w.scales.half().float(), w.mins.half().float(), group)
+    return with_compact_scales(w)
 
 
 @ISAS
@@ -85,13 +90,31 @@ def test_int8_rows_equal_torch_dequantize(dq, isa, group, asymmetric, dtype):
     assert torch.equal(out, dequantize(w, dtype))
 
 
+@pytest.fixture(scope="module")
+def q4(tmp_path_factory) -> Q4Gemv:
+    if native.find_compiler() is None:
+        pytest.skip("no C compiler (gcc or $CC)")
+    return Q4Gemv.load(tmp_path_factory.mktemp("q4"))
+
+
 @ISAS
 @pytest.mark.parametrize("n", [576, 963, 5])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_q4_gemv_layout_widens_to_the_weight_it_was_repacked_from(dq, tmp_path_factory, isa,
-                                                                  n, dtype):
-    q4 = Q4Gemv.load(tmp_path_factory.mktemp("q4"))
+@pytest.mark.parametrize("compact", [False, True], ids=["fp32-records", "fp16-records"])
+def test_q4_gemv_layout_widens_to_the_weight_it_was_repacked_from(dq, q4, isa, n, dtype,
+                                                                  compact):
     w = _weight(n, 256, compact=True)
-    out = dq.q4_repacked_into(q4.repack(w.packed, w.scales, w.mins),
-                              torch.empty(n, 256, dtype=dtype), _runnable(dq, isa))
+    scales, mins = (w.scales, w.mins) if compact else (w.scales.float(), w.mins.float())
+    repacked = q4.repack(w.packed, scales, mins)
+    assert repacked.compact == compact
+    out = dq.q4_repacked_into(repacked, torch.empty(n, 256, dtype=dtype), _runnable(dq, isa))
     assert torch.equal(out, dequantize(w, dtype))
+
+
+@ISAS
+def test_q4_gemv_layout_with_scales_fp16_cannot_hold_widens_exactly(dq, q4, isa):
+    w = with_compact_scales(_weight(963, 256))
+    repacked = q4.repack(w.packed, w.scales, w.mins)
+    assert not repacked.compact
+    out = dq.q4_repacked_into(repacked, torch.empty(963, 256), _runnable(dq, isa))
+    assert torch.equal(out, dequantize(w))

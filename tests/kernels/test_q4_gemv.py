@@ -7,9 +7,14 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from engine.quantization.tensors import Int4Weight, quantize_int4, unpack_int4
+from engine.quantization.tensors import (
+    Int4Weight,
+    quantize_int4,
+    unpack_int4,
+    with_compact_scales,
+)
 from kernels.cpu.native import find_compiler, mapped_openmp_runtimes, torch_openmp_runtime
-from kernels.cpu.q4_gemv import Q4Gemv
+from kernels.cpu.q4_gemv import Q4Gemv, Q4Repacked
 
 SCALAR, AVX2, AVX512_VNNI = 0, 1, 2
 ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2, AVX512_VNNI],
@@ -51,6 +56,21 @@ def _runnable(q4: Q4Gemv, isa: int) -> int:
 def _weight(n: int, k: int, seed: int = 0) -> Int4Weight:
     torch.manual_seed(seed)
     return quantize_int4(torch.randn(n, k) * 0.05)
+
+
+def _fp16_weight(n: int, k: int, seed: int = 0) -> Int4Weight:
+    """Q4_1's kind: every scale and min an fp16 value, held in fp16 (`with_compact_scales`)."""
+    w = _weight(n, k, seed)
+    return with_compact_scales(Int4Weight(w.packed, w.scales.half().float(),
+                                          w.mins.half().float(), w.group_size))
+
+
+def _both_formats(q4: Q4Gemv, w: Int4Weight) -> tuple[Q4Repacked, Q4Repacked]:
+    """The weight in fp32 records and in compact (fp16) ones."""
+    fp32 = q4.repack(w.packed, w.scales.float(), w.mins.float())
+    compact = q4.repack(w.packed, w.scales, w.mins)
+    assert not fp32.compact and compact.compact
+    return fp32, compact
 
 
 def _activations(m: int, k: int, seed: int = 1) -> torch.Tensor:
@@ -200,3 +220,53 @@ def test_int16_activations_on_two_threads_give_one_threads_bits(q4):
     w, x = _weight(963, 1536), _activations(4, 1536)
     repacked = q4.repack(w.packed, w.scales, w.mins)
     assert torch.equal(q4.linear16(repacked, x, threads=1), q4.linear16(repacked, x, threads=2))
+
+
+def test_compact_records_are_80_bytes_per_128_weights_against_96(q4):
+    fp32, compact = _both_formats(q4, _fp16_weight(963, 576))
+    records = (963 + 3) // 4 * (576 // 32)
+    assert fp32.data.numel() == 96 * records and compact.data.numel() == 80 * records
+
+
+@ISAS
+@WIDTHS
+@pytest.mark.parametrize("k,n", [(576, 963), (1536, 576), (1536, 5)])
+@pytest.mark.parametrize("m", [1, 3, 16])
+def test_compact_records_give_the_fp32_records_bits(q4, isa, width, m, k, n):
+    """fp16 scales and mins widened exactly: the products are the same arithmetic."""
+    _runnable(q4, isa)
+    fp32, compact = _both_formats(q4, _fp16_weight(n, k))
+    quantized = _quantize(q4, width, _activations(m, k), isa)
+    gemm = q4.gemm if width.dtype == torch.int8 else q4.gemm16
+    assert torch.equal(gemm(compact, *quantized, isa), gemm(fp32, *quantized, isa))
+
+
+@pytest.mark.parametrize("isa", [SCALAR, AVX2], ids=["scalar", "avx2"])
+def test_compact_records_give_the_fp32_records_bits_in_every_linear(q4, isa):
+    _runnable(q4, isa)
+    fp32, compact = _both_formats(q4, _fp16_weight(963, 1536))
+    x = _activations(3, 1536)
+    for linear in (q4.linear, q4.linear_split, q4.linear16):
+        assert torch.equal(linear(compact, x, isa), linear(fp32, x, isa)), linear.__name__
+        assert torch.equal(linear(compact, x, isa, threads=2), linear(fp32, x, isa)), (
+            linear.__name__)
+
+
+def test_scales_fp16_cannot_hold_get_fp32_records_and_stay_exact(q4):
+    """Q4_K's kind: d * sub-scale needs more than fp16's 11 bits, so with_compact_scales keeps
+    fp32 and the records stay fp32, the product the float64 math's to fp32 rounding."""
+    w = with_compact_scales(_weight(963, 576))
+    assert w.scales.dtype == torch.float32
+    repacked = q4.repack(w.packed, w.scales, w.mins)
+    assert not repacked.compact
+    xq, scale, total = q4.quantize_rows16(_activations(3, 576))
+    _assert_within_fp32_rounding(q4.gemm16(repacked, xq, scale, total),
+                                 *_reference(w, xq, scale, total))
+
+
+def test_a_record_format_other_than_fp32_or_compact_is_refused(q4):
+    fp32, _ = _both_formats(q4, _fp16_weight(4, 64))
+    x = torch.randn(1, 64)
+    y, work = torch.empty(1, 4), q4.workspace(1, 64)
+    assert q4.raw.q4_linear(AVX2 if q4.isa_supported(AVX2) else SCALAR, fp32.data.data_ptr(),
+                            2, 4, 64, x.data_ptr(), 1, y.data_ptr(), work.data_ptr(), 1) == -1
