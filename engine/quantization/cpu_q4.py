@@ -20,6 +20,7 @@ import torch
 
 from engine.native_kernels import load_native
 from engine.quantization.tensors import Int4Weight, with_compact_scales
+from kernels.cpu.decode_layers import Q4_KIND, CLinear
 from kernels.cpu.q4_gemv import Q4Gemv
 
 logger = logging.getLogger(__name__)
@@ -121,10 +122,10 @@ class Q4Kernel:
                              f"[{self._n}, {self._k}] weight")
         return out
 
-    def c_linear(self) -> tuple[int, int, int, int]:
-        """(function address, weight address, n, k) for callers in C of this kernel's
-        function, whose signature `kernels.cpu.decode_layers.LinearArgs` describes."""
-        return ctypes.cast(self._call, ctypes.c_void_p).value, self._weight_ptr, self._n, self._k
+    def c_linear(self) -> CLinear:
+        """This kernel for callers in C (`kernels.cpu.decode_layers`)."""
+        return CLinear(Q4_KIND, ctypes.cast(self._call, ctypes.c_void_p).value, self._weight_ptr,
+                       self._n, self._k, self._compact)
 
     def workspace_bytes(self, m: int) -> int:
         return self._workspace_bytes(m, self._k)

@@ -8,15 +8,40 @@ costs one ctypes call where the eager path makes ~10 per layer.
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 
 _ptr, _i32, _f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 
 
-class LinearArgs(ctypes.Structure):
-    """A linear's C kernel: fn(isa, weight, n, k, x, m, y, work, threads) -> 0 on success,
-    y = x @ W.T (q4_gemv's q4_linear16 and q4_linear have this signature), then + bias."""
+Q4_KIND, Q8_KIND = 0, 1
 
-    _fields_ = [("fn", _ptr), ("weight", _ptr), ("bias", _ptr), ("n", _i32), ("k", _i32)]
+
+@dataclass(slots=True, frozen=True)
+class CLinear:
+    """A linear's C kernel as pg_decode_layers calls it: q4_gemv's q4_linear16 / q4_linear
+    (kind Q4_KIND: weight = the repacked records, format = their compact flag) or q8_gemv's
+    (Q8_KIND: weight, scales, mins = the int8 weight's tensors, format = its fp16-scales flag).
+    Addresses stay valid while the kernel that made this lives."""
+
+    kind: int
+    fn: int
+    weight: int
+    n: int
+    k: int
+    format: int = 0
+    scales: int | None = None
+    mins: int | None = None
+
+
+class LinearArgs(ctypes.Structure):
+    _fields_ = [("fn", _ptr), ("weight", _ptr), ("scales", _ptr), ("mins", _ptr),
+                ("bias", _ptr), ("kind", _i32), ("format", _i32), ("n", _i32), ("k", _i32)]
+
+    def set(self, linear: CLinear, bias: int | None) -> None:
+        self.fn, self.weight, self.scales, self.mins = (linear.fn, linear.weight, linear.scales,
+                                                        linear.mins)
+        self.bias, self.kind, self.format = bias, linear.kind, linear.format
+        self.n, self.k = linear.n, linear.k
 
 
 class LayerArgs(ctypes.Structure):

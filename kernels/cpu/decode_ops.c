@@ -622,14 +622,20 @@ int pg_decode_attention(const float *q, long q_stride, int n, int heads, int kv_
  * calls per layer at ~10-20 us each against ~300 us of arithmetic per layer at 135M.
  */
 
-typedef int (*pg_linear_fn)(int isa, const void *w, int n, int k, const float *x, int m, float *y,
-                            void *work, int threads);
+/* The linears' kernels, by kind: q4_gemv's q4_linear16 / q4_linear (a repacked weight and its
+ * record format) and q8_gemv's q8_linear16 / q8_linear (an int8 weight, its scales, mins and
+ * scale format). */
+enum { PG_LINEAR_Q4 = 0, PG_LINEAR_Q8 = 1 };
+typedef int (*pg_q4_fn)(int isa, const void *w, int compact, int n, int k, const float *x, int m,
+                        float *y, void *work, int threads);
+typedef int (*pg_q8_fn)(int isa, const void *q, const void *scales, const void *mins, int halves,
+                        int n, int k, const float *x, int m, float *y, void *work, int threads);
 
 struct pg_linear {
-    pg_linear_fn fn;
-    const void *weight;
-    const float *bias; /* [n] or NULL */
-    int n, k;
+    const void *fn;
+    const void *weight, *scales, *mins; /* q4: the repacked weight only */
+    const float *bias;                  /* [n] or NULL */
+    int kind, format, n, k;             /* format: q4's compact flag, q8's fp16-scales flag */
 };
 
 struct pg_layer {
@@ -667,7 +673,16 @@ long pg_decode_scratch_floats(int m, int hidden, int heads, int kv_heads, int he
 
 static int run_linear(const struct pg_step *s, const struct pg_linear *l, const float *x, float *y)
 {
-    if (l->fn(-1, l->weight, l->n, l->k, x, s->m, y, s->linear_work, s->linear_threads))
+    int rc;
+    if (l->kind == PG_LINEAR_Q4)
+        rc = ((pg_q4_fn)l->fn)(-1, l->weight, l->format, l->n, l->k, x, s->m, y, s->linear_work,
+                               s->linear_threads);
+    else if (l->kind == PG_LINEAR_Q8)
+        rc = ((pg_q8_fn)l->fn)(-1, l->weight, l->scales, l->mins, l->format, l->n, l->k, x, s->m,
+                               y, s->linear_work, s->linear_threads);
+    else
+        rc = 1;
+    if (rc)
         return 10;
     if (l->bias)
         for (int t = 0; t < s->m; t++)
