@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -11,7 +12,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.kv_cache_sizing import kv_cache_dtype, num_kv_blocks
-from engine.layers.linear import Placement
+from engine.layers.linear import Placement, make_linear
 from engine.loader import LoadedModel
 from engine.memory import release_freed_memory, zeroed_host_tensor
 from engine.model_info import available_memory
@@ -21,6 +22,7 @@ from engine.quantization import cpu_paths
 from engine.quantization.cpu_int4 import CpuInt4Method
 from engine.quantization.cpu_paths import CpuPathPolicy
 from engine.quantization.cpu_q4 import Q4Context, Q4Kernel, load_q4_context
+from engine.quantization.cpu_q8 import CpuQ8Method, Q8Context, load_q8_context
 from engine.quantization.dequantize_workspace import DequantWorkspace
 from engine.quantization.tensors import Int4Weight, Int8Weight, Weight, split_int8_into_int4
 from engine.sampler import Sampler, SamplingMetadata, SamplingRow
@@ -104,10 +106,35 @@ class ModelRunner:
                               weights: Mapping[str, Weight]) -> Placement:
         """The placement with its int4 path policy (`cpu_paths`) and, where the policy runs
         it at all, our q4_gemv kernel (fp32 activations only, the compute dtype on a CPU)."""
-        q4 = load_q4_context() if self.dtype == torch.float32 else None
+        fp32 = self.dtype == torch.float32
+        q4 = load_q4_context() if fp32 else None
         policy = self._cpu_int4_policy(weights, q4)
-        return replace(placement, cpu_int4_policy=policy,
-                       q4=q4 if policy.native_below_rows else None)
+        placement = replace(placement, cpu_int4_policy=policy,
+                            q4=q4 if policy.native_below_rows else None)
+        q8 = load_q8_context() if fp32 else None
+        if q8 is None:
+            return placement
+        return replace(placement, q8=q8, q8_layers=self._int8_layers_run_q8(weights, placement,
+                                                                            q8))
+
+    def _int8_layers_run_q8(self, weights: Mapping[str, Weight], placement: Placement,
+                            q8: Q8Context) -> bool:
+        """Whether grouped int8 layers run q8_gemv rather than int4 halves: timed on the first
+        layer's largest grouped int8 matrix at the step sizes that run a kernel."""
+        layers = [weights[name] for name in weights if name.startswith("model.layers.0.")]
+        int8 = [w for w in layers if isinstance(w, Int8Weight) and w.group_size is not None]
+        if not int8:
+            return False
+        probe = max(int8, key=lambda w: w.shape[0] * w.shape[1])
+        policy = placement.cpu_int4_policy
+        below = policy.dequantize_from_rows or sys.maxsize
+        rows = [m for m in cpu_paths.CALIBRATION_ROWS
+                if m <= self.config.max_num_batched_tokens and m < below] or [1]
+        # Their own scratch, as the int4 probe's: the model's stays decode-sized.
+        q4 = None if placement.q4 is None else Q4Context(placement.q4.lib)
+        halves = make_linear(probe, None, replace(placement, q4=q4, q8=None)).method
+        native = CpuQ8Method(probe, policy, Q8Context(q8.lib), precise=True, reuse_output=True)
+        return cpu_paths.choose_int8_kernel(halves, native, probe.shape[1], rows)[0]
 
     def _cpu_int4_policy(self, weights: Mapping[str, Weight],
                          q4: Q4Context | None) -> CpuPathPolicy:

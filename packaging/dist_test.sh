@@ -52,7 +52,8 @@ grep -q '^selftest passed$' "$scratch/selftest.out" || fail "the self-test did n
 grep -E '^  reply +.*Paris' "$scratch/selftest.out" > /dev/null \
     || fail "the reply does not name Paris"
 # The bundle carries our C kernels compiled (packaging/pagoda.spec): users may have no compiler.
-grep -E '^  kernels +([a-z0-9_]+ prebuilt, )*q4_gemv prebuilt$' "$scratch/selftest.out" > /dev/null \
+grep -E '^  kernels +([a-z0-9_]+ prebuilt, )*[a-z0-9_]+ prebuilt$' "$scratch/selftest.out" \
+        | grep -E '(^| )q4_gemv prebuilt' | grep -E ' q8_gemv prebuilt' > /dev/null \
     || fail "the bundle's C kernels are not prebuilt: $(grep '^  kernels' "$scratch/selftest.out")"
 written=$(find "$root/opt/pagoda" -newer "$scratch/before-selftest" | head -n 5)
 [[ -z $written ]] || fail "the run wrote into the install folder: $written"

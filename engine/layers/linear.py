@@ -14,6 +14,7 @@ import torch
 
 from engine.quantization.cpu_paths import CpuPathPolicy
 from engine.quantization.cpu_q4 import Q4Context
+from engine.quantization.cpu_q8 import Q8Context
 from engine.quantization.tensors import (
     Int4Weight,
     Int8Weight,
@@ -55,13 +56,17 @@ class Embedding:
 class Placement:
     """Where layers are built and with what: the device, the compute dtype, the kernels, and on
     a CPU the int4 path policy measured at load (`engine.quantization.cpu_paths`) with our
-    q4_gemv kernel where it loaded (`engine.quantization.cpu_q4`; None: PyTorch's only)."""
+    q4_gemv kernel where it loaded (`engine.quantization.cpu_q4`; None: PyTorch's only), and
+    our q8_gemv (`engine.quantization.cpu_q8`) where it loaded: for a grouped int8 vocabulary
+    always, for grouped int8 layers where the calibration chose it (q8_layers)."""
 
     device: torch.device
     dtype: torch.dtype
     ops: KernelOps
     cpu_int4_policy: CpuPathPolicy = field(default_factory=CpuPathPolicy)
     q4: Q4Context | None = None
+    q8: Q8Context | None = None
+    q8_layers: bool = False
 
     @property
     def uses_cpu_kernels(self) -> bool:
@@ -87,7 +92,14 @@ def make_embedding(weight: Weight, placement: Placement) -> Embedding:
 def _method_for(weight: Weight, placement: Placement, precise_int8: bool,
                 split_activations: bool = False) -> LinearMethod:
     # Imported here: each format's file imports this module's types.
-    from engine.quantization import cpu_int4, cpu_int8, kernel_methods, split_int8, unquantized
+    from engine.quantization import (
+        cpu_int4,
+        cpu_int8,
+        cpu_q8,
+        kernel_methods,
+        split_int8,
+        unquantized,
+    )
 
     device, dtype, ops = placement.device, placement.dtype, placement.ops
     if isinstance(weight, torch.Tensor):
@@ -98,6 +110,10 @@ def _method_for(weight: Weight, placement: Placement, precise_int8: bool,
                                           placement.q4, precise_int8, reuse_output=precise_int8)
         return kernel_methods.KernelInt4Method(to_device(weight, device, dtype), ops)
     if isinstance(weight, Int8Weight) and weight.group_size is not None:
+        if placement.uses_cpu_kernels and _runs_q8(placement, precise_int8):
+            # Read in place: a tied vocabulary's weight is the embedding table's own tensors.
+            return cpu_q8.CpuQ8Method(weight, placement.cpu_int4_policy, placement.q8,
+                                      precise_int8, reuse_output=precise_int8)
         # int8 is chosen for precision: its activations get 16 bits as well.
         halves = split_int8_into_int4(weight)
         if placement.uses_cpu_kernels:
@@ -114,6 +130,11 @@ def _method_for(weight: Weight, placement: Placement, precise_int8: bool,
             return cpu_int8.CpuInt8Method(weight)
         return kernel_methods.KernelInt8Method(to_device(weight, device, dtype), ops)
     raise TypeError(f"no linear method for weights of type {type(weight).__name__}")
+
+
+def _runs_q8(placement: Placement, precise_int8: bool) -> bool:
+    """The vocabulary (int8 activations) whenever q8_gemv loaded; layers where it was chosen."""
+    return placement.q8 is not None and (placement.q8_layers or not precise_int8)
 
 
 def to_device(weight: Weight, device: torch.device, dtype: torch.dtype) -> Weight:

@@ -104,6 +104,26 @@ def calibrate(probe: CpuQuantizedMethod, max_rows: int,
     return policy
 
 
+def choose_int8_kernel(halves: Kernel, native: Kernel, in_features: int,
+                       rows: list[int]) -> tuple[bool, str]:
+    """(whether grouped int8 layers run q8_gemv, why), timed on one layer as its int4 halves
+    (`split_int8`) and through q8_gemv at the step sizes that run a kernel. q8_gemv keeps 1.125
+    bytes a weight resident where the halves keep 1.5, so it runs unless it loses some step
+    size by more than _MIN_GAIN."""
+    ratios = {}
+    for m in rows:
+        x = torch.randn(m, in_features)
+        best = _best_times({"halves": partial(halves.kernel, x), "q8": partial(native.kernel, x)})
+        ratios[m] = best["q8"] / best["halves"]
+    table = ", ".join(f"{m} rows {r:.2f}x" for m, r in ratios.items())
+    worst = max(ratios.values())
+    chosen = worst <= _MIN_GAIN
+    what = "q8_gemv" if chosen else "int4 halves"
+    why = f"grouped int8 layers through {what} (q8_gemv's time / the halves': {table})"
+    logger.info("CPU quantized linears: %s", why)
+    return chosen, why
+
+
 def _timings(probe: CpuQuantizedMethod, native: Kernel | None,
              rows: list[int]) -> dict[int, RowTimings]:
     k = probe.dequantized(torch.float32).shape[1]

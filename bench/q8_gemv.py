@@ -1,0 +1,207 @@
+"""kernels/cpu/q8_gemv.c (grouped int8 weights read in place) against today's path for them, the
+weight split into two int4 halves through q4_gemv, in one run.
+
+Not a test: run it on a quiet machine, then copy the tables into docs/KERNELS.md.
+
+    .venv/bin/python bench/q8_gemv.py kernels   # one row, the vocabulary and 1B shapes
+    .venv/bin/python bench/q8_gemv.py engine    # the default model: decode tok/s, replies
+    .venv/bin/python bench/q8_gemv.py memory    # the default model's resident set
+
+`kernels`: µs per call (best and median of interleaved rounds) and the weight bytes each call
+reads turned into GB/s, each kernel cycling through copies of the weight larger together than
+the CPU's caches (a decode step reads the vocabulary after 30 layers: from memory).
+`engine`: two engines over one loaded default model, one with q8_gemv and one with it switched
+off (the halves, as before), in interleaved rounds of one `LLM.chat` of 128 greedy tokens with
+`ignore_eos`; their replies must be the same tokens. `memory`: each path's resident set after
+loading the model and one chat, in fresh processes, alternated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from cpu_info import cpu_name
+
+from engine.quantization.tensors import Int8Weight, quantize_int8, split_int8_into_int4
+from kernels.cpu.q4_gemv import Q4Gemv
+from kernels.cpu.q8_gemv import Q8Gemv
+
+# (name, outputs, inputs, activations): the vocabularies run the int8 pass, the 1B's Q6_K
+# ffn_down the int16 one.
+SHAPES = (("135M vocabulary", 49152, 576, "int8"), ("1B vocabulary", 32000, 2048, "int8"),
+          ("vocabulary", 49152, 2048, "int8"), ("1B ffn_down (Q6_K)", 2048, 8192, "int16"))
+CYCLE_BYTES = 200 << 20
+CHAT = [{"role": "user", "content": "Tell me about the history of the printing press."}]
+PATHS = ("q8_gemv", "halves")
+
+
+def _kernel_calls(q8: Q8Gemv, q4: Q4Gemv, n: int, k: int, wide: bool,
+                  threads: int) -> dict[str, tuple[int, Callable[[int, torch.Tensor], object]]]:
+    """Per path: bytes one call reads, and call(copy index, x)."""
+    copies = max(2, CYCLE_BYTES // (n * k))
+    torch.manual_seed(0)
+    weights = [quantize_int8(torch.randn(n, k), group_size=32) for _ in range(copies)]
+    # As GGUF's Q8_0 holds them: fp16 scales (exact).
+    weights = [Int8Weight(w.q, w.scales.half(), 32) for w in weights]
+    operands = [Q8Gemv.operand(w.q, w.scales) for w in weights]
+    halves = [split_int8_into_int4(w) for w in weights]
+    repacked = [q4.repack(h.packed, h.scales, h.mins) for h in halves]
+    del halves
+    q4_call = q4.linear16 if wide else q4.linear
+    return {
+        "q8_gemv": (weights[0].nbytes,
+                    lambda i, x: q8.linear(operands[i % copies], x, threads=threads, wide=wide)),
+        "halves (q4_gemv)": (repacked[0].data.nbytes,
+                             lambda i, x: q4_call(repacked[i % copies], x, threads=threads)),
+    }
+
+
+def bench_kernels(rounds: int, threads: int) -> None:
+    build = Path(tempfile.mkdtemp(prefix="q8-bench-"))
+    q8, q4 = Q8Gemv.load(build), Q4Gemv.load(build)
+    print(f"CPU: {cpu_name()}, {threads} threads, one row\n")
+    print("| weight | activations | path | MB read | µs (best) | µs (median) | GB/s (best) |")
+    print("|---|---|---|---|---|---|---|")
+    for name, n, k, act in SHAPES:
+        calls = _kernel_calls(q8, q4, n, k, act == "int16", threads)
+        x = torch.randn(1, k)
+        times: dict[str, list[float]] = {path: [] for path in calls}
+        for i in range(rounds):
+            for path, (_, call) in calls.items():
+                start = time.perf_counter()
+                call(i, x)
+                times[path].append(time.perf_counter() - start)
+        for path, (nbytes, _) in calls.items():
+            t = sorted(times[path][1:])
+            print(f"| {name} {n}x{k} | {act} | {path} | {nbytes / 1e6:.1f} | {t[0] * 1e6:.0f} | "
+                  f"{t[len(t) // 2] * 1e6:.0f} | {nbytes / t[0] / 1e9:.1f} |", flush=True)
+
+
+@contextmanager
+def _path(name: str):
+    """q8_gemv as the engine loads it, or switched off (grouped int8 as int4 halves)."""
+    from engine import model_runner
+
+    load = model_runner.load_q8_context
+    if name == "halves":
+        model_runner.load_q8_context = lambda: None
+    try:
+        yield
+    finally:
+        model_runner.load_q8_context = load
+
+
+@contextmanager
+def _int4_policy_of(llms: dict):
+    """The int4 layers' calibrated policy of the first engine built, for the later ones: so
+    the engines differ only in how grouped int8 runs (a timing on a busy machine can choose
+    another int4 path, whose replies would differ for that reason alone)."""
+    from engine.model_runner import ModelRunner
+
+    if not llms:
+        yield
+        return
+    first = next(iter(llms.values())).engine.runner.model.layers[0].qkv_proj.method.policy
+    calibrate = ModelRunner._cpu_int4_policy
+    ModelRunner._cpu_int4_policy = lambda self, weights, q4: first
+    try:
+        yield
+    finally:
+        ModelRunner._cpu_int4_policy = calibrate
+
+
+def bench_engine(rounds: int, max_tokens: int) -> None:
+    from weight_bytes import tensor_bytes
+
+    from engine import LLM, EngineConfig, LLMEngine, SamplingParams
+    from engine.loader import load_model
+
+    print(f"CPU: {cpu_name()}\n")
+    loaded = load_model()
+    llms = {}
+    for name in PATHS:
+        with _path(name), _int4_policy_of(llms):
+            llms[name] = LLM.from_engine(LLMEngine(config=EngineConfig(num_kv_blocks=256),
+                                                   loaded=loaded))
+    policy = llms[PATHS[0]].engine.runner.model.layers[0].qkv_proj.method.policy
+    print(f"int4 layers (both engines): {policy.reason}\n")
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    speeds: dict[str, list[float]] = {name: [] for name in PATHS}
+    replies = {}
+    for i in range(rounds):
+        for name, llm in llms.items():
+            start = time.perf_counter()
+            out = llm.chat(CHAT, params).outputs[0]
+            speeds[name].append(len(out.token_ids) / (time.perf_counter() - start))
+            replies[name] = out.token_ids
+        print(f"round {i + 1}: " + ", ".join(f"{n} {s[-1]:.1f} tok/s" for n, s in speeds.items()),
+              flush=True)
+    print("\n| path | embedding + vocabulary MB | whole model MB | tok/s (best) | median |")
+    print("|---|---|---|---|---|")
+    for name, llm in llms.items():
+        model = llm.engine.runner.model
+        # Tensors counted once however many parts hold them (a tied table is one).
+        head = tensor_bytes([model.embed_tokens, model.lm_head]) / 1e6
+        total = tensor_bytes([model.embed_tokens, model.lm_head, model.layers]) / 1e6
+        s = sorted(speeds[name])
+        print(f"| {name} | {head:.0f} | {total:.0f} | {s[-1]:.1f} | {s[len(s) // 2]:.1f} |")
+    same = replies["q8_gemv"] == replies["halves"]
+    print(f"\ngreedy replies identical: {same}")
+
+
+def resident_set(name: str) -> dict:
+    """In this (fresh) process: the resident bytes after loading and after one chat."""
+    from memory import measure
+
+    with _path(name):
+        figures = measure(None, {})["resident_bytes"]
+    return {key: value for key, value in figures.items() if "32 chats" not in key}
+
+
+def bench_memory(rounds: int) -> None:
+    print(f"CPU: {cpu_name()}\n")
+    results: dict[str, list[dict]] = {name: [] for name in PATHS}
+    for _ in range(rounds):
+        for name in PATHS:
+            done = subprocess.run([sys.executable, __file__, "rss-child", name], check=True,
+                                  capture_output=True, text=True, env=os.environ.copy())
+            results[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    keys = list(results[PATHS[0]][0])
+    print("| path | " + " | ".join(f"{k} MB (min)" for k in keys) + " |")
+    print("|---|" + "---|" * len(keys))
+    for name, runs in results.items():
+        cells = [f"{min(r[k] for r in runs) / 1e6:.0f}" for k in keys]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("what", choices=["kernels", "engine", "memory", "rss-child"])
+    parser.add_argument("path", nargs="?", choices=PATHS, help="rss-child only")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
+                        help="kernels only")
+    args = parser.parse_args(argv)
+    if args.what == "kernels":
+        bench_kernels(args.rounds or 40, args.threads)
+    elif args.what == "engine":
+        bench_engine(args.rounds or 6, args.max_tokens)
+    elif args.what == "memory":
+        bench_memory(args.rounds or 3)
+    else:
+        print(json.dumps(resident_set(args.path)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+/*
+ * What the integer-dot-product kernels (q8_gemv.c, and q4_gemv.c's same ideas) share: which
+ * instruction sets this CPU has, activations quantized per block of 32 to int8 or int16
+ * (s_x = max|x| / 127 or / 32767, rounded to nearest even, and the block's sum of the rounded
+ * x, s_x * sum q_x, for weights with mins), a horizontal sum, and the OpenMP row split.
+ *
+ * The AVX2 quantizers divide by s_x (not multiply by 1/s_x) so that they round exactly as the
+ * scalar ones do: a kernel's scalar fallback and its vector body see the same integers.
+ */
+#ifndef PAGODA_BLOCK_QUANT_H
+#define PAGODA_BLOCK_QUANT_H
+
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#define BQ_BLOCK 32
+#define BQ_I8_MAX 127.0f
+#define BQ_I16_MAX 32767.0f
+
+enum { BQ_ISA_SCALAR = 0, BQ_ISA_AVX2 = 1, BQ_ISA_AVX512_VNNI = 2 };
+
+static inline int bq_cpu_has(int isa)
+{
+    __builtin_cpu_init();
+    switch (isa) {
+    case BQ_ISA_SCALAR:
+        return 1;
+    case BQ_ISA_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case BQ_ISA_AVX512_VNNI:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")
+            && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+    default:
+        return 0;
+    }
+}
+
+static inline int bq_best_isa(void)
+{
+    if (bq_cpu_has(BQ_ISA_AVX512_VNNI))
+        return BQ_ISA_AVX512_VNNI;
+    return bq_cpu_has(BQ_ISA_AVX2) ? BQ_ISA_AVX2 : BQ_ISA_SCALAR;
+}
+
+/* isa < 0 means the best this CPU has; an isa it lacks is refused (-1), never emulated. */
+static inline int bq_resolve_isa(int isa)
+{
+    if (isa < 0)
+        return bq_best_isa();
+    return bq_cpu_has(isa) ? isa : -1;
+}
+
+/* ---- scalar ------------------------------------------------------------------------------ */
+
+static inline float bq_block_scale(const float *v, float levels)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < BQ_BLOCK; j++)
+        amax = fmaxf(amax, fabsf(v[j]));
+    return amax / levels;
+}
+
+static inline void bq_quantize8_scalar(const float *v, int8_t *q, float *scale, float *sum)
+{
+    float d = bq_block_scale(v, BQ_I8_MAX);
+    int32_t qsum = 0;
+    for (int j = 0; j < BQ_BLOCK; j++) {
+        q[j] = d == 0.0f ? 0 : (int8_t)nearbyintf(v[j] / d);
+        qsum += q[j];
+    }
+    *scale = d;
+    *sum = d * (float)qsum;
+}
+
+static inline void bq_quantize16_scalar(const float *v, int16_t *q, float *scale, float *sum)
+{
+    float d = bq_block_scale(v, BQ_I16_MAX);
+    int32_t qsum = 0;
+    for (int j = 0; j < BQ_BLOCK; j++) {
+        q[j] = d == 0.0f ? 0 : (int16_t)nearbyintf(v[j] / d);
+        qsum += q[j];
+    }
+    *scale = d;
+    *sum = d * (float)qsum;
+}
+
+/* ---- AVX2 -------------------------------------------------------------------------------- */
+
+#define BQ_HSUM256(v, out)                                                                 \
+    do {                                                                                   \
+        __m128 h_ = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));     \
+        h_ = _mm_add_ps(h_, _mm_movehl_ps(h_, h_));                                        \
+        h_ = _mm_add_ss(h_, _mm_movehdup_ps(h_));                                          \
+        (out) = _mm_cvtss_f32(h_);                                                         \
+    } while (0)
+
+/* The block's 32 values rounded to integers (in four vectors of 8) and its scale; 0 where the
+ * block is all zeros (then nothing is rounded). */
+__attribute__((target("avx2,fma"), always_inline))
+static inline float bq_round_block_avx2(const float *v, float levels, __m256i out[4])
+{
+    __m256 x[4];
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 a = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        x[i] = _mm256_loadu_ps(v + 8 * i);
+        a = _mm256_max_ps(a, _mm256_andnot_ps(sign, x[i]));
+    }
+    __m128 a4 = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    a4 = _mm_max_ps(a4, _mm_movehl_ps(a4, a4));
+    a4 = _mm_max_ss(a4, _mm_movehdup_ps(a4));
+    float d = _mm_cvtss_f32(a4) / levels;
+    if (d == 0.0f)
+        return 0.0f;
+    const __m256 dv = _mm256_set1_ps(d);
+    const int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    for (int i = 0; i < 4; i++)
+        out[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(x[i], dv), mode));
+    return d;
+}
+
+__attribute__((target("avx2,fma"), always_inline))
+static inline int32_t bq_sum_rounded_avx2(const __m256i i[4])
+{
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s4);
+}
+
+__attribute__((target("avx2,fma")))
+static inline void bq_quantize8_avx2(const float *v, int8_t *q, float *scale, float *sum)
+{
+    __m256i i[4];
+    float d = bq_round_block_avx2(v, BQ_I8_MAX, i);
+    *scale = d;
+    if (d == 0.0f) {
+        memset(q, 0, BQ_BLOCK);
+        *sum = 0.0f;
+        return;
+    }
+    /* The packs interleave 128-bit lanes; one permute puts the 32 bytes back in order. */
+    __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+    b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, b);
+    *sum = d * (float)bq_sum_rounded_avx2(i);
+}
+
+__attribute__((target("avx2,fma")))
+static inline void bq_quantize16_avx2(const float *v, int16_t *q, float *scale, float *sum)
+{
+    __m256i i[4];
+    float d = bq_round_block_avx2(v, BQ_I16_MAX, i);
+    *scale = d;
+    if (d == 0.0f) {
+        memset(q, 0, BQ_BLOCK * sizeof(int16_t));
+        *sum = 0.0f;
+        return;
+    }
+    /* packs interleaves 128-bit lanes; a 64-bit permute puts the 16 values back in order. */
+    _mm256_storeu_si256((__m256i *)q, _mm256_permute4x64_epi64(_mm256_packs_epi32(i[0], i[1]), 0xD8));
+    _mm256_storeu_si256((__m256i *)(q + 16),
+                        _mm256_permute4x64_epi64(_mm256_packs_epi32(i[2], i[3]), 0xD8));
+    *sum = d * (float)bq_sum_rounded_avx2(i);
+}
+
+/* x fp32 [m, k] -> xq [m, k] (int8 or int16 by `wide`), xscale and xsum fp32 [m, k / 32]. */
+static inline void bq_quantize_rows(int isa, int wide, const float *x, int m, int k, void *xq,
+                                    float *xscale, float *xsum)
+{
+    size_t blocks = (size_t)m * (k / BQ_BLOCK);
+    for (size_t b = 0; b < blocks; b++) {
+        const float *v = x + b * BQ_BLOCK;
+        if (wide) {
+            int16_t *q = (int16_t *)xq + b * BQ_BLOCK;
+            if (isa == BQ_ISA_SCALAR)
+                bq_quantize16_scalar(v, q, xscale + b, xsum + b);
+            else
+                bq_quantize16_avx2(v, q, xscale + b, xsum + b);
+        } else {
+            int8_t *q = (int8_t *)xq + b * BQ_BLOCK;
+            if (isa == BQ_ISA_SCALAR)
+                bq_quantize8_scalar(v, q, xscale + b, xsum + b);
+            else
+                bq_quantize8_avx2(v, q, xscale + b, xsum + b);
+        }
+    }
+}
+
+/* ---- threads ----------------------------------------------------------------------------- */
+
+/* Inside a parallel region: this thread's units [*begin, *end), contiguous (not interleaved)
+ * so each thread streams its own rows; 0 where it has none. */
+static inline int bq_team_share(int units, int *begin, int *end)
+{
+    int team = omp_get_num_threads(), me = omp_get_thread_num();
+    int per = (units + team - 1) / team;
+    *begin = me * per;
+    *end = *begin + per < units ? *begin + per : units;
+    return *begin < *end;
+}
+
+#endif

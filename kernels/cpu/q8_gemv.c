@@ -1,0 +1,417 @@
+/*
+ * Grouped int8 weights (GGUF's Q8_0, and the formats the loader widens to int8: Q5_0, Q5_1,
+ * Q5_K, Q6_K) times activations quantized per block of 32, read in place:
+ *
+ *   y[m, n] = sum_g  s_w[n, g] * s_x[m, g] * sum_j q_w[n, g, j] * q_x[m, g, j]
+ *                  + min_w[n, g] * sum_x[m, g]
+ *
+ * The weight is the engine's own Int8Weight: q int8 [n, k] row-major, scales [n, k / 32] in
+ * fp16 or fp32, mins the same or none. Nothing is repacked or copied, so a vocabulary table
+ * that the embedding lookup already holds is multiplied from the same bytes (1.06 bytes a
+ * weight for Q8_0, where the same weight split into two int4 halves reads 1.5).
+ *
+ * Two activation widths, as in q4_gemv.c: int8 (q_x -127..127; the vocabulary projection,
+ * whose top logits are recomputed exactly afterwards) and int16 (q_x -32767..32767, ~16 bits;
+ * layers). AVX2's int8 product is maddubs, which takes one operand unsigned: |w| times x with
+ * w's sign applied, whose pairs (2 x 128 x 127) cannot saturate int16. The int16 product is
+ * madd on the weights sign-extended to 16 bits.
+ *
+ * Every instruction set gives the same bits: each block's integer products are summed into 8
+ * int32 lanes (exact), each lane is scaled into its own fp32 accumulator with a fused
+ * multiply-add, the 8 accumulators are added in one fixed order, and the mins' term is added
+ * last; the scalar fallback computes the same lanes. An int16 lane is at most
+ * 4 x 128 x 32767 < 2^24, so it converts to fp32 exactly.
+ *
+ * Plain C with a C ABI; built with -fopenmp but linked without libgomp (kernels/cpu/native.py),
+ * so its parallel regions run on torch's OpenMP team.
+ */
+
+#include <immintrin.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "block_quant.h"
+#include "half_float.h"
+
+#define BLOCK BQ_BLOCK
+/* Output rows that share one pass over the activation blocks. */
+#define TILE_ROWS 4
+/* Activation rows that share one pass over a tile's weights: their accumulators stay in the
+ * 16 ymm registers AVX2 has. */
+#define ROW_CHUNK 2
+#define LANES 8
+
+/* bits of the `halves` argument: which of scales and mins are fp16 (else fp32) */
+#define SCALES_HALF 1
+#define MINS_HALF 2
+
+struct weight {
+    const int8_t *q;
+    const void *scales;
+    const void *mins; /* NULL: symmetric */
+    int halves;
+    int n, k, groups;
+};
+
+struct activations {
+    const void *q; /* int8 or int16 [m, k] */
+    const float *scale;
+    const float *sum;
+    int m;
+};
+
+int q8_isa_supported(int isa) { return bq_cpu_has(isa); }
+
+int q8_best_isa(void) { return bq_best_isa(); }
+
+static float param(const void *p, size_t i, int half)
+{
+    return half ? f16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+/* The order BQ_HSUM256 adds a vector's 8 lanes in. */
+static float sum_lanes(const float a[LANES])
+{
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+static float min_term(const struct weight *w, const struct activations *x, int row, int i)
+{
+    if (w->mins == NULL)
+        return 0.0f;
+    float t = 0.0f;
+    for (int g = 0; g < w->groups; g++)
+        t = fmaf(param(w->mins, (size_t)row * w->groups + g, w->halves & MINS_HALF),
+                 x->sum[(size_t)i * w->groups + g], t);
+    return t;
+}
+
+/* ---- scalar: the vector bodies' lanes, one at a time --------------------------------------- */
+
+/* Lane t of a block's int8 product: elements 4t..4t+3 (maddubs then madd, or dpbusd). */
+static int32_t lane8(const int8_t *w, const int8_t *x, int t)
+{
+    int32_t s = 0;
+    for (int j = 4 * t; j < 4 * t + 4; j++)
+        s += (int32_t)w[j] * x[j];
+    return s;
+}
+
+/* Lane t of a block's int16 product: elements 2t, 2t + 1 of each half of the block. */
+static int32_t lane16(const int8_t *w, const int16_t *x, int t)
+{
+    int32_t s = 0;
+    for (int j = 2 * t; j < 2 * t + 2; j++)
+        s += (int32_t)w[j] * x[j] + (int32_t)w[j + 16] * x[j + 16];
+    return s;
+}
+
+static void row_scalar(int wide, const struct weight *w, const struct activations *x, int row,
+                       float *y)
+{
+    int k = w->k, groups = w->groups;
+    for (int i = 0; i < x->m; i++) {
+        float acc[LANES] = {0};
+        for (int g = 0; g < groups; g++) {
+            const int8_t *wq = w->q + (size_t)row * k + g * BLOCK;
+            size_t b = (size_t)i * groups + g;
+            float s = param(w->scales, (size_t)row * groups + g, w->halves & SCALES_HALF)
+                      * x->scale[b];
+            for (int t = 0; t < LANES; t++) {
+                int32_t lane = wide ? lane16(wq, (const int16_t *)x->q + b * BLOCK, t)
+                                    : lane8(wq, (const int8_t *)x->q + b * BLOCK, t);
+                acc[t] = fmaf((float)lane, s, acc[t]);
+            }
+        }
+        y[(size_t)i * w->n + row] = sum_lanes(acc) + min_term(w, x, row, i);
+    }
+}
+
+/* ---- AVX2 and AVX-512 VNNI ----------------------------------------------------------------- */
+
+__attribute__((target("avx2,fma"), always_inline))
+static inline __m256i dot8_avx2(__m256i abs_w, __m256i signed_x)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, signed_x), _mm256_set1_epi16(1));
+}
+
+__attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma"), always_inline))
+static inline __m256i dot8_vnni(__m256i abs_w, __m256i signed_x)
+{
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), abs_w, signed_x);
+}
+
+__attribute__((target("avx2,fma"), always_inline))
+static inline __m256i dot16_avx2(__m256i w_lo, __m256i w_hi, __m256i x_lo, __m256i x_hi)
+{
+    return _mm256_add_epi32(_mm256_madd_epi16(w_lo, x_lo), _mm256_madd_epi16(w_hi, x_hi));
+}
+
+__attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma"), always_inline))
+static inline __m256i dot16_vnni(__m256i w_lo, __m256i w_hi, __m256i x_lo, __m256i x_hi)
+{
+    return _mm256_dpwssd_epi32(_mm256_madd_epi16(w_lo, x_lo), w_hi, x_hi);
+}
+
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline float scale_at(const struct weight *w, size_t i)
+{
+    if (w->halves & SCALES_HALF)
+        return _cvtsh_ss(((const uint16_t *)w->scales)[i]);
+    return ((const float *)w->scales)[i];
+}
+
+/* The accumulators of `rows` weight rows x `irows` activation rows, summed into y. */
+#define STORE_ACCUMULATORS(acc, rows, irows)                                                \
+    for (int i = 0; i < (irows); i++)                                                      \
+        for (int r = 0; r < (rows); r++) {                                                 \
+            float s_;                                                                      \
+            BQ_HSUM256(acc[i][r], s_);                                                     \
+            y[(size_t)(i0 + i) * w->n + row0 + r] = s_ + min_term(w, x, row0 + r, i0 + i);  \
+        }
+
+/* A tile's rows are adjacent in memory: while its group g is read, the next tile's g-th
+ * share of bytes is fetched, so the rows stream as one sequence (a prefetch never faults). */
+#define PREFETCH_NEXT_TILE(row0, g)                                                         \
+    do {                                                                                    \
+        const char *next_ = (const char *)(w->q + (size_t)((row0) + TILE_ROWS) * w->k)      \
+                            + (size_t)(g) * TILE_ROWS * BLOCK;                              \
+        _mm_prefetch(next_, _MM_HINT_T0);                                                   \
+        _mm_prefetch(next_ + 64, _MM_HINT_T0);                                              \
+    } while (0)
+
+/* rows (1 or TILE_ROWS) weight rows from row0 against irows (1..ROW_CHUNK) activation rows
+ * from i0; called with constant counts, so every accumulator stays in a register. */
+#define DEFINE_PASS8(NAME, TARGET, DOT)                                                     \
+    __attribute__((target(TARGET), always_inline))                                          \
+    static inline void NAME(const struct weight *w, const struct activations *x, int row0,  \
+                            int rows, int i0, int irows, float *y)                          \
+    {                                                                                       \
+        const int8_t *xq = (const int8_t *)x->q;                                            \
+        __m256 acc[ROW_CHUNK][TILE_ROWS];                                                   \
+        for (int i = 0; i < ROW_CHUNK; i++)                                                 \
+            for (int r = 0; r < TILE_ROWS; r++)                                             \
+                acc[i][r] = _mm256_setzero_ps();                                            \
+        for (int g = 0; g < w->groups; g++) {                                               \
+            __m256i xv[ROW_CHUNK];                                                          \
+            float sx[ROW_CHUNK];                                                            \
+            for (int i = 0; i < irows; i++) {                                               \
+                size_t b = (size_t)(i0 + i) * w->groups + g;                                \
+                xv[i] = _mm256_loadu_si256((const __m256i *)(xq + b * BLOCK));              \
+                sx[i] = x->scale[b];                                                        \
+            }                                                                               \
+            PREFETCH_NEXT_TILE(row0, g);                                                    \
+            for (int r = 0; r < rows; r++) {                                                \
+                size_t row = (size_t)(row0 + r);                                            \
+                __m256i wv = _mm256_loadu_si256(                                            \
+                    (const __m256i *)(w->q + row * w->k + g * BLOCK));                      \
+                float sw = scale_at(w, row * w->groups + g);                                \
+                __m256i abs_w = _mm256_sign_epi8(wv, wv);                                   \
+                for (int i = 0; i < irows; i++) {                                           \
+                    __m256 p = _mm256_cvtepi32_ps(DOT(abs_w, _mm256_sign_epi8(xv[i], wv))); \
+                    acc[i][r] = _mm256_fmadd_ps(p, _mm256_set1_ps(sw * sx[i]), acc[i][r]);  \
+                }                                                                           \
+            }                                                                               \
+        }                                                                                   \
+        STORE_ACCUMULATORS(acc, rows, irows)                                                \
+    }
+
+#define DEFINE_PASS16(NAME, TARGET, DOT)                                                    \
+    __attribute__((target(TARGET), always_inline))                                          \
+    static inline void NAME(const struct weight *w, const struct activations *x, int row0,  \
+                            int rows, int i0, int irows, float *y)                          \
+    {                                                                                       \
+        const int16_t *xq = (const int16_t *)x->q;                                          \
+        __m256 acc[ROW_CHUNK][TILE_ROWS];                                                   \
+        for (int i = 0; i < ROW_CHUNK; i++)                                                 \
+            for (int r = 0; r < TILE_ROWS; r++)                                             \
+                acc[i][r] = _mm256_setzero_ps();                                            \
+        for (int g = 0; g < w->groups; g++) {                                               \
+            __m256i xlo[ROW_CHUNK], xhi[ROW_CHUNK];                                         \
+            float sx[ROW_CHUNK];                                                            \
+            for (int i = 0; i < irows; i++) {                                               \
+                size_t b = (size_t)(i0 + i) * w->groups + g;                                \
+                xlo[i] = _mm256_loadu_si256((const __m256i *)(xq + b * BLOCK));             \
+                xhi[i] = _mm256_loadu_si256((const __m256i *)(xq + b * BLOCK + 16));        \
+                sx[i] = x->scale[b];                                                        \
+            }                                                                               \
+            PREFETCH_NEXT_TILE(row0, g);                                                    \
+            for (int r = 0; r < rows; r++) {                                                \
+                size_t row = (size_t)(row0 + r);                                            \
+                const int8_t *wq = w->q + row * w->k + g * BLOCK;                           \
+                __m256i wlo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wq));   \
+                __m256i whi = _mm256_cvtepi8_epi16(                                         \
+                    _mm_loadu_si128((const __m128i *)(wq + 16)));                           \
+                float sw = scale_at(w, row * w->groups + g);                                \
+                for (int i = 0; i < irows; i++) {                                           \
+                    __m256 p = _mm256_cvtepi32_ps(DOT(wlo, whi, xlo[i], xhi[i]));           \
+                    acc[i][r] = _mm256_fmadd_ps(p, _mm256_set1_ps(sw * sx[i]), acc[i][r]);  \
+                }                                                                           \
+            }                                                                               \
+        }                                                                                   \
+        STORE_ACCUMULATORS(acc, rows, irows)                                                \
+    }
+
+/* Weight rows [row0, row0 + rows) (rows: 1 or TILE_ROWS) against every activation row. */
+#define RUN_ROWS(PASS, row0, rows)                                                          \
+    do {                                                                                    \
+        int i_ = 0;                                                                         \
+        for (; i_ + ROW_CHUNK <= x->m; i_ += ROW_CHUNK)                                     \
+            PASS(w, x, row0, rows, i_, ROW_CHUNK, y);                                       \
+        if (i_ < x->m)                                                                      \
+            PASS(w, x, row0, rows, i_, 1, y);                                               \
+    } while (0)
+
+/* One tile of up to TILE_ROWS weight rows; a partial one (the last) a row at a time. */
+#define DEFINE_TILE(NAME, TARGET, PASS)                                                     \
+    __attribute__((target(TARGET)))                                                         \
+    static void NAME(const struct weight *w, const struct activations *x, int row0,         \
+                     float *y)                                                              \
+    {                                                                                       \
+        if (w->n - row0 >= TILE_ROWS) {                                                     \
+            RUN_ROWS(PASS, row0, TILE_ROWS);                                                \
+            return;                                                                         \
+        }                                                                                   \
+        for (int r = row0; r < w->n; r++)                                                   \
+            RUN_ROWS(PASS, r, 1);                                                           \
+    }
+
+#define AVX2 "avx2,fma,f16c"
+#define VNNI "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c"
+
+DEFINE_PASS8(pass8_avx2, AVX2, dot8_avx2)
+DEFINE_PASS8(pass8_vnni, VNNI, dot8_vnni)
+DEFINE_PASS16(pass16_avx2, AVX2, dot16_avx2)
+DEFINE_PASS16(pass16_vnni, VNNI, dot16_vnni)
+DEFINE_TILE(tile8_avx2, AVX2, pass8_avx2)
+DEFINE_TILE(tile8_vnni, VNNI, pass8_vnni)
+DEFINE_TILE(tile16_avx2, AVX2, pass16_avx2)
+DEFINE_TILE(tile16_vnni, VNNI, pass16_vnni)
+
+static void gemm_tiles(int isa, int wide, const struct weight *w, const struct activations *x,
+                       float *y, int tile_begin, int tile_end)
+{
+    for (int t = tile_begin; t < tile_end; t++) {
+        int row0 = t * TILE_ROWS;
+        if (isa == BQ_ISA_AVX512_VNNI)
+            (wide ? tile16_vnni : tile8_vnni)(w, x, row0, y);
+        else if (isa == BQ_ISA_AVX2)
+            (wide ? tile16_avx2 : tile8_avx2)(w, x, row0, y);
+        else
+            for (int r = row0; r < row0 + TILE_ROWS && r < w->n; r++)
+                row_scalar(wide, w, x, r, y);
+    }
+}
+
+/* ---- entry points -------------------------------------------------------------------------- */
+
+static int valid(int isa, int n, int k, int m)
+{
+    return isa >= 0 && n > 0 && m > 0 && k > 0 && k % BLOCK == 0;
+}
+
+/* The product of quantized activations (xq int8 or int16 by `wide`) and the weight. */
+static int gemm(int isa, int wide, const int8_t *q, const void *scales, const void *mins,
+                int halves, int n, int k, const void *xq, const float *xscale, const float *xsum,
+                int m, float *y, int n_threads)
+{
+    isa = bq_resolve_isa(isa);
+    if (!valid(isa, n, k, m))
+        return -1;
+    struct weight w = {q, scales, mins, halves, n, k, k / BLOCK};
+    struct activations x = {xq, xscale, xsum, m};
+    int tiles = (n + TILE_ROWS - 1) / TILE_ROWS;
+    if (n_threads <= 1) {
+        gemm_tiles(isa, wide, &w, &x, y, 0, tiles);
+        return 0;
+    }
+#pragma omp parallel num_threads(n_threads)
+    {
+        int begin, end;
+        if (bq_team_share(tiles, &begin, &end))
+            gemm_tiles(isa, wide, &w, &x, y, begin, end);
+    }
+    return 0;
+}
+
+static int quantize(int isa, int wide, const float *x, int m, int k, void *xq, float *xscale,
+                    float *xsum)
+{
+    isa = bq_resolve_isa(isa);
+    if (!valid(isa, 1, k, m))
+        return -1;
+    bq_quantize_rows(isa, wide, x, m, k, xq, xscale, xsum);
+    return 0;
+}
+
+/* x fp32 [m, k] -> xq int8 [m, k], xscale and xsum (s_x * sum q_x) fp32 [m, k / 32]. */
+int q8_quantize_rows(int isa, const float *x, int m, int k, int8_t *xq, float *xscale,
+                     float *xsum)
+{
+    return quantize(isa, 0, x, m, k, xq, xscale, xsum);
+}
+
+/* As q8_quantize_rows, to int16 (s_x = max|x| / 32767). */
+int q8_quantize_rows16(int isa, const float *x, int m, int k, int16_t *xq, float *xscale,
+                       float *xsum)
+{
+    return quantize(isa, 1, x, m, k, xq, xscale, xsum);
+}
+
+/* q int8 [n, k]; scales, mins [n, k / 32] (fp16 where `halves` says, mins NULL: none);
+ * xq, xscale, xsum: q8_quantize_rows' output for [m, k]; y fp32 [m, n]. n_threads > 1 splits
+ * the rows in contiguous ranges over an OpenMP team (the process's runtime). */
+int q8_gemm(int isa, const int8_t *q, const void *scales, const void *mins, int halves, int n,
+            int k, const int8_t *xq, const float *xscale, const float *xsum, int m, float *y,
+            int n_threads)
+{
+    return gemm(isa, 0, q, scales, mins, halves, n, k, xq, xscale, xsum, m, y, n_threads);
+}
+
+/* As q8_gemm, with q8_quantize_rows16's output. */
+int q8_gemm16(int isa, const int8_t *q, const void *scales, const void *mins, int halves, int n,
+              int k, const int16_t *xq, const float *xscale, const float *xsum, int m, float *y,
+              int n_threads)
+{
+    return gemm(isa, 1, q, scales, mins, halves, n, k, xq, xscale, xsum, m, y, n_threads);
+}
+
+size_t q8_workspace_bytes(int m, int k)
+{
+    return (size_t)m * k + 2 * (size_t)m * (k / BLOCK) * sizeof(float);
+}
+
+size_t q8_workspace16_bytes(int m, int k)
+{
+    return (size_t)m * k * sizeof(int16_t) + 2 * (size_t)m * (k / BLOCK) * sizeof(float);
+}
+
+/* The activations' layout in a workspace: the quantized values, then scales, then sums. */
+static int linear(int isa, int wide, const int8_t *q, const void *scales, const void *mins,
+                  int halves, int n, int k, const float *x, int m, float *y, void *work,
+                  int n_threads)
+{
+    size_t values = (size_t)m * k * (wide ? sizeof(int16_t) : 1);
+    float *xscale = (float *)((char *)work + values);
+    float *xsum = xscale + (size_t)m * (k / BLOCK);
+    int rc = quantize(isa, wide, x, m, k, work, xscale, xsum);
+    return rc ? rc
+              : gemm(isa, wide, q, scales, mins, halves, n, k, work, xscale, xsum, m, y,
+                     n_threads);
+}
+
+/* y = x @ W.T with x (fp32 [m, k], contiguous) quantized to int8 per block inside; work is
+ * q8_workspace_bytes(m, k) bytes, 4-byte aligned. */
+int q8_linear(int isa, const int8_t *q, const void *scales, const void *mins, int halves, int n,
+              int k, const float *x, int m, float *y, void *work, int n_threads)
+{
+    return linear(isa, 0, q, scales, mins, halves, n, k, x, m, y, work, n_threads);
+}
+
+/* As q8_linear with int16 activations; work is q8_workspace16_bytes(m, k) bytes. */
+int q8_linear16(int isa, const int8_t *q, const void *scales, const void *mins, int halves,
+                int n, int k, const float *x, int m, float *y, void *work, int n_threads)
+{
+    return linear(isa, 1, q, scales, mins, halves, n, k, x, m, y, work, n_threads);
+}

@@ -1,0 +1,172 @@
+"""kernels/cpu/q8_gemv.c (grouped int8 weights read in place, times int8 or int16 activations
+quantized per block of 32) through ctypes.
+
+Takes the weight's parts as tensors (kernels/ does not import the engine's weight types): q int8
+[n, k], scales [n, k / 32] and optional mins [n, k / 32], each float32 or float16. Built and
+loaded by `kernels.cpu.native` (which binds it to torch's OpenMP runtime).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from kernels.cpu import native
+
+NAME = "q8_gemv"
+BEST_ISA = -1
+GROUP_SIZE = 32
+_PARAM_DTYPES = (torch.float32, torch.float16)
+_SCALES_HALF, _MINS_HALF = 1, 2
+
+
+@dataclass(slots=True, frozen=True)
+class Q8Operand:
+    """A grouped int8 weight as the kernel reads it: the caller's own tensors, checked once
+    (`Q8Gemv.operand`), so a call passes their addresses with no copy."""
+
+    q: torch.Tensor
+    scales: torch.Tensor
+    mins: torch.Tensor | None
+    halves: int
+
+    @property
+    def out_features(self) -> int:
+        return self.q.shape[0]
+
+    @property
+    def in_features(self) -> int:
+        return self.q.shape[1]
+
+    @property
+    def pointers(self) -> tuple[int, int, int | None, int]:
+        """(q, scales, mins or None, halves): the weight's first four arguments to the C calls."""
+        mins = None if self.mins is None else self.mins.data_ptr()
+        return self.q.data_ptr(), self.scales.data_ptr(), mins, self.halves
+
+
+class Q8Gemv:
+    """The loaded library, with tensor-level calls. Tensors must be CPU ones."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self._lib = lib
+        self._declare()
+
+    @classmethod
+    def load(cls, build_dir: Path | None, compiler: str | None = None) -> Q8Gemv:
+        """Raises native.NativeBuildError where the library can be neither found nor built."""
+        return cls(native.load(NAME, build_dir, compiler))
+
+    def _declare(self) -> None:
+        ptr, i32, size = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+        weight = [ptr, ptr, ptr, i32, i32, i32]
+        signatures = {
+            "q8_best_isa": ([], i32),
+            "q8_isa_supported": ([i32], i32),
+            "q8_workspace_bytes": ([i32, i32], size),
+            "q8_workspace16_bytes": ([i32, i32], size),
+            "q8_quantize_rows": ([i32, ptr, i32, i32, ptr, ptr, ptr], i32),
+            "q8_quantize_rows16": ([i32, ptr, i32, i32, ptr, ptr, ptr], i32),
+            "q8_gemm": ([i32, *weight, ptr, ptr, ptr, i32, ptr, i32], i32),
+            "q8_gemm16": ([i32, *weight, ptr, ptr, ptr, i32, ptr, i32], i32),
+            "q8_linear": ([i32, *weight, ptr, i32, ptr, ptr, i32], i32),
+            "q8_linear16": ([i32, *weight, ptr, i32, ptr, ptr, i32], i32),
+        }
+        for name, (args, result) in signatures.items():
+            fn = getattr(self._lib, name)
+            fn.argtypes, fn.restype = args, result
+
+    @property
+    def raw(self) -> ctypes.CDLL:
+        """The library itself, its functions declared: for callers that keep their pointers
+        and call it directly (a ctypes call with no tensor-level checks)."""
+        return self._lib
+
+    def best_isa(self) -> int:
+        return self._lib.q8_best_isa()
+
+    def isa_supported(self, isa: int) -> bool:
+        return bool(self._lib.q8_isa_supported(isa))
+
+    def workspace_bytes(self, m: int, k: int) -> int:
+        return self._lib.q8_workspace_bytes(m, k)
+
+    def workspace16_bytes(self, m: int, k: int) -> int:
+        return self._lib.q8_workspace16_bytes(m, k)
+
+    @staticmethod
+    def operand(q: torch.Tensor, scales: torch.Tensor,
+                mins: torch.Tensor | None = None) -> Q8Operand:
+        """The weight w[n, j] = q[n, j] * scales[n, j // 32] (+ mins[n, j // 32]), as it is:
+        raises ValueError for shapes, dtypes or layouts the kernel cannot read in place."""
+        if q.dtype != torch.int8 or q.dim() != 2 or not q.is_contiguous():
+            raise ValueError(f"q must be a contiguous int8 [n, k] tensor, not {q.dtype} "
+                             f"{tuple(q.shape)}")
+        n, k = q.shape
+        if k % GROUP_SIZE:
+            raise ValueError(f"the input width ({k}) must be a multiple of {GROUP_SIZE}")
+        groups = (n, k // GROUP_SIZE)
+        for name, t in (("scales", scales), ("mins", mins)):
+            if t is None:
+                continue
+            if t.dtype not in _PARAM_DTYPES or tuple(t.shape) != groups or not t.is_contiguous():
+                raise ValueError(f"{name} must be contiguous float32 or float16 {list(groups)} "
+                                 f"(a group of {GROUP_SIZE}), not {t.dtype} {tuple(t.shape)}")
+        halves = (_SCALES_HALF if scales.dtype == torch.float16 else 0) | (
+            _MINS_HALF if mins is not None and mins.dtype == torch.float16 else 0)
+        return Q8Operand(q, scales, mins, halves)
+
+    def quantize_rows(self, x: torch.Tensor, isa: int = BEST_ISA,
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """fp32 [m, k] -> int8 [m, k] (per block of 32, s_x = max|x| / 127), scales and sums
+        (s_x times the sum of the rounded block) fp32 [m, k / 32]."""
+        return self._quantize_rows("q8_quantize_rows", torch.int8, x, isa)
+
+    def quantize_rows16(self, x: torch.Tensor, isa: int = BEST_ISA,
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """As quantize_rows, to int16 (s_x = max|x| / 32767)."""
+        return self._quantize_rows("q8_quantize_rows16", torch.int16, x, isa)
+
+    def gemm(self, w: Q8Operand, xq: torch.Tensor, scale: torch.Tensor, total: torch.Tensor,
+             isa: int = BEST_ISA, threads: int = 1) -> torch.Tensor:
+        """The product of quantize_rows' (int8) or quantize_rows16's (int16) output and w."""
+        name = "q8_gemm" if xq.dtype == torch.int8 else "q8_gemm16"
+        m = xq.shape[0]
+        y = torch.empty(m, w.out_features)
+        self._check(getattr(self._lib, name)(isa, *w.pointers, w.out_features, w.in_features,
+                                             xq.data_ptr(), scale.data_ptr(), total.data_ptr(),
+                                             m, y.data_ptr(), threads), name)
+        return y
+
+    def linear(self, w: Q8Operand, x: torch.Tensor, isa: int = BEST_ISA, threads: int = 1,
+               wide: bool = False) -> torch.Tensor:
+        """y = x @ W.T with x quantized per block inside: to int16 if wide, else int8."""
+        x = x.float().contiguous()
+        m = x.shape[0]
+        y = torch.empty(m, w.out_features)
+        size = self.workspace16_bytes if wide else self.workspace_bytes
+        work = torch.empty(size(m, w.in_features), dtype=torch.uint8)
+        name = "q8_linear16" if wide else "q8_linear"
+        self._check(getattr(self._lib, name)(isa, *w.pointers, w.out_features, w.in_features,
+                                             x.data_ptr(), m, y.data_ptr(), work.data_ptr(),
+                                             threads), name)
+        return y
+
+    def _quantize_rows(self, name: str, dtype: torch.dtype, x: torch.Tensor, isa: int,
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x = x.float().contiguous()
+        m, k = x.shape
+        xq = torch.empty(m, k, dtype=dtype)
+        scale, total = torch.empty(m, k // GROUP_SIZE), torch.empty(m, k // GROUP_SIZE)
+        self._check(getattr(self._lib, name)(isa, x.data_ptr(), m, k, xq.data_ptr(),
+                                             scale.data_ptr(), total.data_ptr()), name)
+        return xq, scale, total
+
+    @staticmethod
+    def _check(rc: int, name: str) -> None:
+        if rc:
+            raise ValueError(f"{name} refused its arguments (k must be a multiple of 32, "
+                             "shapes positive, and the instruction set one this CPU has)")
