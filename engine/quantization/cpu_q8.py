@@ -11,6 +11,7 @@ load-time calibration chose this kernel for them (`cpu_paths.choose_int8_kernel`
 
 from __future__ import annotations
 
+import ctypes
 import logging
 
 import torch
@@ -20,6 +21,7 @@ from engine.quantization import cpu_paths
 from engine.quantization.cpu_paths import CpuPathPolicy
 from engine.quantization.cpu_q4 import REUSED_OUTPUT_ROWS, Q4Scratch
 from engine.quantization.tensors import Int8Weight
+from kernels.cpu.decode_layers import Q8_KIND, CLinear
 from kernels.cpu.q8_gemv import Q8Gemv
 
 logger = logging.getLogger(__name__)
@@ -95,6 +97,15 @@ class Q8Kernel:
                              f"[{self._n}, {self._k}] weight")
         return out
 
+    def c_linear(self) -> CLinear:
+        """This kernel for callers in C (`kernels.cpu.decode_layers`)."""
+        q, scales, mins, halves = self.operand.pointers
+        return CLinear(Q8_KIND, ctypes.cast(self._call, ctypes.c_void_p).value, q, self._n,
+                       self._k, halves, scales, mins)
+
+    def workspace_bytes(self, m: int) -> int:
+        return self._workspace_bytes(m, self._k)
+
     def _prepare(self, m: int) -> None:
         self._rows = m
         self._context.scratch.reserve(self._workspace_bytes(m, self._k))
@@ -122,6 +133,11 @@ class CpuQ8Method:
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
         return self.native.kernel(x)
+
+    def c_kernel(self, rows: int) -> Q8Kernel | None:
+        """The kernel where it is what steps of `rows` rows run (for callers in C), else None."""
+        threshold = self.policy.dequantize_from_rows
+        return None if threshold is not None and rows >= threshold else self.native
 
     def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
         return self.policy.workspace.dequantize(self.weight, dtype)

@@ -1,4 +1,4 @@
-# ruff: noqa: F811 (the fixtures imported from test_cpu_q4 are test arguments)
+# ruff: noqa: F811 (the fixtures imported from test_cpu_q4 and _q8 are test arguments)
 """Decode-only steps run the whole layer stack in one C call (engine/models/native_decode.py):
 the same logits as the eager forward bit for bit, and eager wherever the call cannot serve."""
 
@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 import torch
 from test_cpu_q4 import q4, q4_chosen, tiny_q4_1  # noqa: F401 (fixtures, as arguments below)
+from test_cpu_q8 import q8, q8_chosen, tiny_q8_0  # noqa: F401
 from tiny_models import save_tiny_model
 
 from engine import SamplingParams
@@ -66,6 +67,16 @@ def test_decode_step_in_one_c_call_gives_the_eager_logits_bit_for_bit(
     eager = _forward(engine, inputs, None)
     assert calls == [True]
     assert torch.equal(fused, eager)
+
+
+def test_grouped_int8_layers_run_in_the_c_layer_stack_through_q8_gemv(
+        q8, q8_chosen, tiny_q8_0):
+    engine = _engine(tiny_q8_0)
+    inputs = _decoding(engine, PROMPTS, steps=4)
+    calls: list[bool] = []
+    fused = _forward(engine, inputs, _counting(engine.runner.model.native_decode, calls))
+    assert calls == [True]
+    assert torch.equal(fused, _forward(engine, inputs, None))
 
 
 def test_qkv_biases_are_added_in_the_c_layer_stack_as_eager_adds_them(
