@@ -11,7 +11,6 @@ load-time calibration chose this kernel for them (`cpu_paths.choose_int8_kernel`
 
 from __future__ import annotations
 
-import ctypes
 import logging
 
 import torch
@@ -19,7 +18,7 @@ import torch
 from engine.native_kernels import load_native
 from engine.quantization import cpu_paths
 from engine.quantization.cpu_paths import CpuPathPolicy
-from engine.quantization.cpu_q4 import REUSED_OUTPUT_ROWS, Q4Scratch
+from engine.quantization.native_linear import NativeLinearKernel, Scratch
 from engine.quantization.tensors import Int8Weight
 from kernels.cpu.decode_layers import Q8_KIND, CLinear
 from kernels.cpu.q8_gemv import Q8Gemv
@@ -36,7 +35,7 @@ class Q8Context:
 
     def __init__(self, lib: Q8Gemv) -> None:
         self.lib = lib
-        self.scratch = Q4Scratch()
+        self.scratch = Scratch()
 
 
 def load_q8_context() -> Q8Context | None:
@@ -52,68 +51,27 @@ def load_q8_context() -> Q8Context | None:
     return Q8Context(q8)
 
 
-class Q8Kernel:
-    """One grouped int8 weight multiplied on fp32 rows in place: `kernel(x)` = x @ W.T.
+class Q8Kernel(NativeLinearKernel):
+    """One grouped int8 weight multiplied on fp32 rows in place: `kernel(x)` = x @ W.T, its
+    output reused as `NativeLinearKernel` describes. precise: int16 activations, else int8."""
 
-    precise: int16 activations, else int8 ones. reuse_output: as `cpu_q4.Q4Kernel`'s (a
-    result valid until this weight's next call: a layer's, not logits)."""
-
-    __slots__ = ("_args", "_call", "_context", "_k", "_n", "_out", "_out_ptr", "_reuse",
-                 "_rows", "_workspace_bytes", "operand")
+    __slots__ = ("operand",)
 
     def __init__(self, weight: Int8Weight, context: Q8Context, precise: bool,
                  reuse_output: bool) -> None:
         lib = context.lib
         mins = None if weight.mins is None else weight.mins.contiguous()
         self.operand = lib.operand(weight.q.contiguous(), weight.scales.contiguous(), mins)
-        self._context = context
-        self._n, self._k = weight.shape
-        self._args = (*self.operand.pointers, self._n, self._k)
-        self._call = lib.raw.q8_linear16 if precise else lib.raw.q8_linear
-        self._workspace_bytes = lib.workspace16_bytes if precise else lib.workspace_bytes
-        self._reuse = reuse_output
-        self._rows = -1
-        self._out: torch.Tensor | None = None
-        self._out_ptr = 0
-
-    def kernel(self, x: torch.Tensor) -> torch.Tensor:
-        m = x.shape[0]
-        if not m:  # a step where no row samples: the kernel takes no empty inputs
-            return x.new_empty(0, self._n)
-        if m != self._rows:
-            self._prepare(m)
-        if not x.is_contiguous():
-            x = x.contiguous()
-        out = self._out
-        if out is None:
-            out = torch.empty(m, self._n)
-            out_ptr = out.data_ptr()
-        else:
-            out_ptr = self._out_ptr
-        rc = self._call(-1, *self._args, x.data_ptr(), m, out_ptr, self._context.scratch.ptr,
-                        torch.get_num_threads())
-        if rc:
-            raise ValueError(f"q8_gemv refused a [{m}, {self._k}] input for a "
-                             f"[{self._n}, {self._k}] weight")
-        return out
+        call = lib.raw.q8_linear16 if precise else lib.raw.q8_linear
+        workspace = lib.workspace16_bytes if precise else lib.workspace_bytes
+        super().__init__("q8_gemv", call, (*self.operand.pointers, *weight.shape), weight.shape,
+                         context.scratch, workspace, reuse_output)
 
     def c_linear(self) -> CLinear:
         """This kernel for callers in C (`kernels.cpu.decode_layers`)."""
         q, scales, mins, halves = self.operand.pointers
-        return CLinear(Q8_KIND, ctypes.cast(self._call, ctypes.c_void_p).value, q, self._n,
-                       self._k, halves, scales, mins)
-
-    def workspace_bytes(self, m: int) -> int:
-        return self._workspace_bytes(m, self._k)
-
-    def _prepare(self, m: int) -> None:
-        self._rows = m
-        self._context.scratch.reserve(self._workspace_bytes(m, self._k))
-        if self._reuse and m <= REUSED_OUTPUT_ROWS:
-            self._out = torch.empty(m, self._n)
-            self._out_ptr = self._out.data_ptr()
-        else:
-            self._out, self._out_ptr = None, 0
+        return CLinear(Q8_KIND, self._function_address(), q, self._n, self._k, halves, scales,
+                       mins)
 
 
 class CpuQ8Method:

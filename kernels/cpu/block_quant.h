@@ -1,5 +1,5 @@
 /*
- * What the integer-dot-product kernels (q8_gemv.c, and q4_gemv.c's same ideas) share: which
+ * What the integer-dot-product kernels (q4_gemv.c, q8_gemv.c) share: which
  * instruction sets this CPU has, activations quantized per block of 32 to int8 or int16
  * (s_x = max|x| / 127 or / 32767, rounded to nearest even, and the block's sum of the rounded
  * x, s_x * sum q_x, for weights with mins), a horizontal sum, and the OpenMP row split.
@@ -28,11 +28,14 @@ static inline int bq_cpu_has(int isa)
     switch (isa) {
     case BQ_ISA_SCALAR:
         return 1;
+    /* F16C too: q4_gemv's compact records hold fp16 scales (every AVX2 CPU has it). */
     case BQ_ISA_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+            && __builtin_cpu_supports("f16c");
     case BQ_ISA_AVX512_VNNI:
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")
-            && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+            && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni")
+            && __builtin_cpu_supports("f16c");
     default:
         return 0;
     }

@@ -35,6 +35,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "block_quant.h"
 #include "half_float.h"
 
 #define BLOCK 32
@@ -49,40 +50,9 @@ enum { Q4_ISA_SCALAR = 0, Q4_ISA_AVX2 = 1, Q4_ISA_AVX512_VNNI = 2 };
 
 static int tiles_of(int n) { return (n + TILE_ROWS - 1) / TILE_ROWS; }
 
-static int cpu_has(int isa)
-{
-    __builtin_cpu_init();
-    switch (isa) {
-    case Q4_ISA_SCALAR:
-        return 1;
-    case Q4_ISA_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-            && __builtin_cpu_supports("f16c");
-    case Q4_ISA_AVX512_VNNI:
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")
-            && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni")
-            && __builtin_cpu_supports("f16c");
-    default:
-        return 0;
-    }
-}
+int q4_isa_supported(int isa) { return bq_cpu_has(isa); }
 
-int q4_isa_supported(int isa) { return cpu_has(isa); }
-
-int q4_best_isa(void)
-{
-    if (cpu_has(Q4_ISA_AVX512_VNNI))
-        return Q4_ISA_AVX512_VNNI;
-    return cpu_has(Q4_ISA_AVX2) ? Q4_ISA_AVX2 : Q4_ISA_SCALAR;
-}
-
-/* isa < 0 means the best this CPU has; an isa it lacks is refused (-1), never emulated. */
-static int resolve_isa(int isa)
-{
-    if (isa < 0)
-        return q4_best_isa();
-    return cpu_has(isa) ? isa : -1;
-}
+int q4_best_isa(void) { return bq_best_isa(); }
 
 /* ---- records ------------------------------------------------------------------------- */
 
@@ -170,73 +140,14 @@ int q4_repack(const uint8_t *packed, const void *scales, const void *mins, int c
 
 /* ---- activations ---------------------------------------------------------------------- */
 
-static void quantize_block_scalar(const float *v, int8_t *q, float *scale, float *sum)
-{
-    float amax = 0.0f;
-    for (int j = 0; j < BLOCK; j++)
-        amax = fmaxf(amax, fabsf(v[j]));
-    float d = amax / 127.0f;
-    int32_t qsum = 0;
-    for (int j = 0; j < BLOCK; j++) {
-        q[j] = d == 0.0f ? 0 : (int8_t)nearbyintf(v[j] / d);
-        qsum += q[j];
-    }
-    *scale = d;
-    *sum = d * (float)qsum;
-}
-
-__attribute__((target("avx2,fma")))
-static void quantize_block_avx2(const float *v, int8_t *q, float *scale, float *sum)
-{
-    __m256 x0 = _mm256_loadu_ps(v), x1 = _mm256_loadu_ps(v + 8);
-    __m256 x2 = _mm256_loadu_ps(v + 16), x3 = _mm256_loadu_ps(v + 24);
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 a = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, x0), _mm256_andnot_ps(sign, x1)),
-                             _mm256_max_ps(_mm256_andnot_ps(sign, x2), _mm256_andnot_ps(sign, x3)));
-    __m128 a4 = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    a4 = _mm_max_ps(a4, _mm_movehl_ps(a4, a4));
-    a4 = _mm_max_ss(a4, _mm_movehdup_ps(a4));
-    float d = _mm_cvtss_f32(a4) / 127.0f;
-
-    *scale = d;
-    if (d == 0.0f) {
-        memset(q, 0, BLOCK);
-        *sum = 0.0f;
-        return;
-    }
-    /* Divide (not multiply by 1/d) so the rounding is the scalar path's, bit for bit. */
-    const __m256 dv = _mm256_set1_ps(d);
-    const int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(x0, dv), mode));
-    __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(x1, dv), mode));
-    __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(x2, dv), mode));
-    __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(x3, dv), mode));
-    /* The packs interleave 128-bit lanes; one permute puts the 32 bytes back in order. */
-    __m256i w01 = _mm256_packs_epi32(i0, i1), w23 = _mm256_packs_epi32(i2, i3);
-    __m256i b = _mm256_packs_epi16(w01, w23);
-    b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256((__m256i *)q, b);
-    __m256i s = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
-    *sum = d * (float)_mm_cvtsi128_si32(s4);
-}
-
 /* x: fp32 [m, k] -> xq int8 [m, k], xscale and xsum (s_x * sum q_x) fp32 [m, k / 32]. */
 int q4_quantize_rows(int isa, const float *x, int m, int k, int8_t *xq, float *xscale,
                      float *xsum)
 {
-    isa = resolve_isa(isa);
+    isa = bq_resolve_isa(isa);
     if (isa < 0 || m <= 0 || k <= 0 || k % BLOCK)
         return -1;
-    size_t blocks = (size_t)m * (k / BLOCK);
-    for (size_t b = 0; b < blocks; b++) {
-        if (isa == Q4_ISA_SCALAR)
-            quantize_block_scalar(x + b * BLOCK, xq + b * BLOCK, xscale + b, xsum + b);
-        else
-            quantize_block_avx2(x + b * BLOCK, xq + b * BLOCK, xscale + b, xsum + b);
-    }
+    bq_quantize_rows(isa, 0, x, m, k, xq, xscale, xsum);
     return 0;
 }
 
@@ -289,14 +200,6 @@ static inline __m256i dot_vnni(__m256i w, __m256i x)
 {
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x);
 }
-
-#define HSUM256(v, out)                                                                    \
-    do {                                                                                   \
-        __m128 h_ = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));     \
-        h_ = _mm_add_ps(h_, _mm_movehl_ps(h_, h_));                                        \
-        h_ = _mm_add_ss(h_, _mm_movehdup_ps(h_));                                          \
-        (out) = _mm_cvtss_f32(h_);                                                         \
-    } while (0)
 
 /* Every activation row against one tile, ROW_CHUNK at a time, records in format COMPACT. */
 #define ALL_ROWS(NAME, COMPACT)                                                             \
@@ -353,7 +256,7 @@ static inline __m256i dot_vnni(__m256i w, __m256i x)
             _mm_storeu_ps(mins, acc_min[i]);                                                \
             for (int r = 0; r < TILE_ROWS && row0 + r < n; r++) {                           \
                 float s;                                                                    \
-                HSUM256(acc[i][r], s);                                                      \
+                BQ_HSUM256(acc[i][r], s);                                                      \
                 y[(size_t)(i0 + i) * n + row0 + r] = s + mins[r];                           \
             }                                                                               \
         }                                                                                   \
@@ -372,17 +275,6 @@ static inline __m256i dot_vnni(__m256i w, __m256i x)
 
 DEFINE_TILE_CHUNK(tile_avx2, "avx2,fma,f16c", dot_avx2)
 DEFINE_TILE_CHUNK(tile_vnni, "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c", dot_vnni)
-
-/* Inside a parallel region: this thread's tiles [*begin, *end), contiguous (not interleaved)
- * so each thread streams its own rows; 0 where it has none. */
-static int team_share(int tiles, int *begin, int *end)
-{
-    int team = omp_get_num_threads(), me = omp_get_thread_num();
-    int per = (tiles + team - 1) / team;
-    *begin = me * per;
-    *end = *begin + per < tiles ? *begin + per : tiles;
-    return *begin < *end;
-}
 
 static void gemm_tiles(int isa, const uint8_t *w, int compact, int n, int groups,
                        const struct activations *x, float *y, int tile_begin, int tile_end)
@@ -405,7 +297,7 @@ static void gemm_tiles(int isa, const uint8_t *w, int compact, int n, int groups
 int q4_gemm(int isa, const uint8_t *w, int compact, int n, int k, const int8_t *xq,
             const float *xscale, const float *xsum, int m, float *y, int n_threads)
 {
-    isa = resolve_isa(isa);
+    isa = bq_resolve_isa(isa);
     if (isa < 0 || !format_ok(compact) || n <= 0 || m <= 0 || k <= 0 || k % BLOCK)
         return -1;
     struct activations x = {xq, xscale, xsum, m};
@@ -417,7 +309,7 @@ int q4_gemm(int isa, const uint8_t *w, int compact, int n, int k, const int8_t *
 #pragma omp parallel num_threads(n_threads)
     {
         int begin, end;
-        if (team_share(tiles, &begin, &end))
+        if (bq_team_share(tiles, &begin, &end))
             gemm_tiles(isa, w, compact, n, groups, &x, y, begin, end);
     }
     return 0;
@@ -455,9 +347,9 @@ size_t q4_split_workspace_bytes(int m, int n, int k)
 static void quantize_block(int isa, const float *v, int8_t *q, float *scale, float *sum)
 {
     if (isa == Q4_ISA_SCALAR)
-        quantize_block_scalar(v, q, scale, sum);
+        bq_quantize8_scalar(v, q, scale, sum);
     else
-        quantize_block_avx2(v, q, scale, sum);
+        bq_quantize8_avx2(v, q, scale, sum);
 }
 
 /* x fp32 [m, k] -> rows 2i (high) and 2i + 1 (low) of xq int8 [2m, k], xscale, xsum. */
@@ -486,7 +378,7 @@ static void quantize_rows_split(int isa, const float *x, int m, int k, int8_t *x
 int q4_linear_split(int isa, const uint8_t *w, int compact, int n, int k, const float *x,
                     int m, float *y, void *work, int n_threads)
 {
-    isa = resolve_isa(isa);
+    isa = bq_resolve_isa(isa);
     if (isa < 0 || n <= 0 || m <= 0 || k <= 0 || k % BLOCK)
         return -1;
     int8_t *xq = (int8_t *)work;
@@ -513,75 +405,14 @@ int q4_linear_split(int isa, const uint8_t *w, int compact, int n, int k, const 
  * pairs, as maddubs + madd do for 32 int8 ones. 2 x 15 x 32767 per pair and 32 x 15 x 32767
  * per block fit int32. */
 
-#define I16_MAX 32767.0f
-
-static void quantize_block16_scalar(const float *v, int16_t *q, float *scale, float *sum)
-{
-    float amax = 0.0f;
-    for (int j = 0; j < BLOCK; j++)
-        amax = fmaxf(amax, fabsf(v[j]));
-    float d = amax / I16_MAX;
-    int32_t qsum = 0;
-    for (int j = 0; j < BLOCK; j++) {
-        q[j] = d == 0.0f ? 0 : (int16_t)nearbyintf(v[j] / d);
-        qsum += q[j];
-    }
-    *scale = d;
-    *sum = d * (float)qsum;
-}
-
-__attribute__((target("avx2,fma")))
-static void quantize_block16_avx2(const float *v, int16_t *q, float *scale, float *sum)
-{
-    __m256 x0 = _mm256_loadu_ps(v), x1 = _mm256_loadu_ps(v + 8);
-    __m256 x2 = _mm256_loadu_ps(v + 16), x3 = _mm256_loadu_ps(v + 24);
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 a = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, x0), _mm256_andnot_ps(sign, x1)),
-                             _mm256_max_ps(_mm256_andnot_ps(sign, x2), _mm256_andnot_ps(sign, x3)));
-    __m128 a4 = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    a4 = _mm_max_ps(a4, _mm_movehl_ps(a4, a4));
-    a4 = _mm_max_ss(a4, _mm_movehdup_ps(a4));
-    float d = _mm_cvtss_f32(a4) / I16_MAX;
-
-    *scale = d;
-    if (d == 0.0f) {
-        memset(q, 0, BLOCK * sizeof(int16_t));
-        *sum = 0.0f;
-        return;
-    }
-    /* Divide (not multiply by 1/d) so the rounding is the scalar path's, bit for bit. */
-    const __m256 dv = _mm256_set1_ps(d);
-    const int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(x0, dv), mode));
-    __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(x1, dv), mode));
-    __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(x2, dv), mode));
-    __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(x3, dv), mode));
-    /* packs interleaves 128-bit lanes; a 64-bit permute puts the 16 values back in order. */
-    __m256i w01 = _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0xD8);
-    __m256i w23 = _mm256_permute4x64_epi64(_mm256_packs_epi32(i2, i3), 0xD8);
-    _mm256_storeu_si256((__m256i *)q, w01);
-    _mm256_storeu_si256((__m256i *)(q + 16), w23);
-    __m256i s = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
-    *sum = d * (float)_mm_cvtsi128_si32(s4);
-}
-
 /* x: fp32 [m, k] -> xq int16 [m, k], xscale and xsum (s_x * sum q_x) fp32 [m, k / 32]. */
 int q4_quantize_rows16(int isa, const float *x, int m, int k, int16_t *xq, float *xscale,
                        float *xsum)
 {
-    isa = resolve_isa(isa);
+    isa = bq_resolve_isa(isa);
     if (isa < 0 || m <= 0 || k <= 0 || k % BLOCK)
         return -1;
-    size_t blocks = (size_t)m * (k / BLOCK);
-    for (size_t b = 0; b < blocks; b++) {
-        if (isa == Q4_ISA_SCALAR)
-            quantize_block16_scalar(x + b * BLOCK, xq + b * BLOCK, xscale + b, xsum + b);
-        else
-            quantize_block16_avx2(x + b * BLOCK, xq + b * BLOCK, xscale + b, xsum + b);
-    }
+    bq_quantize_rows(isa, 1, x, m, k, xq, xscale, xsum);
     return 0;
 }
 
@@ -673,7 +504,7 @@ static inline __m256i dot16_vnni(__m256i w_lo, __m256i w_hi, __m256i x_lo, __m25
             _mm_storeu_ps(mins, acc_min[i]);                                                \
             for (int r = 0; r < TILE_ROWS && row0 + r < n; r++) {                           \
                 float s;                                                                    \
-                HSUM256(acc[i][r], s);                                                      \
+                BQ_HSUM256(acc[i][r], s);                                                      \
                 y[(size_t)(i0 + i) * n + row0 + r] = s + mins[r];                           \
             }                                                                               \
         }                                                                                   \
@@ -710,7 +541,7 @@ static void gemm16_tiles(int isa, const uint8_t *w, int compact, int n, int grou
 int q4_gemm16(int isa, const uint8_t *w, int compact, int n, int k, const int16_t *xq,
               const float *xscale, const float *xsum, int m, float *y, int n_threads)
 {
-    isa = resolve_isa(isa);
+    isa = bq_resolve_isa(isa);
     if (isa < 0 || !format_ok(compact) || n <= 0 || m <= 0 || k <= 0 || k % BLOCK)
         return -1;
     struct activations16 x = {xq, xscale, xsum, m};
@@ -722,7 +553,7 @@ int q4_gemm16(int isa, const uint8_t *w, int compact, int n, int k, const int16_
 #pragma omp parallel num_threads(n_threads)
     {
         int begin, end;
-        if (team_share(tiles, &begin, &end))
+        if (bq_team_share(tiles, &begin, &end))
             gemm16_tiles(isa, w, compact, n, groups, &x, y, begin, end);
     }
     return 0;
