@@ -45,11 +45,11 @@ def q4(tmp_path_factory) -> Q4Context:
 
 
 @pytest.fixture
-def q4_chosen(monkeypatch, tmp_path):
-    """The engine builds q4_gemv under a fresh cache folder, and its calibration finds it the
-    faster kernel at every step size (on a shared machine a timing decides nothing a test can
-    rely on; the choice itself is tested on timings below)."""
-    monkeypatch.setenv("PAGODA_CACHE_DIR", str(tmp_path))
+def q4_chosen(monkeypatch, kernels_cache_dir):
+    """The engine builds q4_gemv under the session's cache folder, and its calibration finds it
+    the faster kernel at every step size (on a shared machine a timing decides nothing a test
+    can rely on; the choice itself is tested on timings below)."""
+    monkeypatch.setenv("PAGODA_CACHE_DIR", str(kernels_cache_dir))
     monkeypatch.setattr("engine.native_kernels._unavailable", {})
     monkeypatch.setattr(cpu_paths, "_timings", lambda probe, native, rows: {
         m: RowTimings(2.0, None if native is None else 1.0, 100.0, 100.0) for m in rows})

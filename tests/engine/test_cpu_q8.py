@@ -40,11 +40,11 @@ def q8(tmp_path_factory) -> Q8Context:
 
 
 @pytest.fixture
-def q8_chosen(monkeypatch, tmp_path):
-    """The engine builds q8_gemv under a fresh cache folder and its calibration picks it for
+def q8_chosen(monkeypatch, kernels_cache_dir):
+    """The engine builds q8_gemv under the session's cache folder and its calibration picks it for
     the layers (a timing on a shared machine decides nothing a test can rely on; the choice
     itself is tested on timings below)."""
-    monkeypatch.setenv("PAGODA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PAGODA_CACHE_DIR", str(kernels_cache_dir))
     monkeypatch.setattr("engine.native_kernels._unavailable", {})
     monkeypatch.setattr(cpu_paths, "choose_int8_kernel", lambda *args: (True, "chosen"))
 

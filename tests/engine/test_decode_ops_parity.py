@@ -22,11 +22,11 @@ def _greedy(folder, **config) -> tuple[list[list[int]], object]:
 
 
 @pytest.mark.parametrize("kv_cache_dtype", ["auto", "bfloat16", "float16"])
-def test_c_decode_ops_give_torchs_greedy_tokens(tiny_model_folder, monkeypatch, tmp_path,
+def test_c_decode_ops_give_torchs_greedy_tokens(tiny_model_folder, monkeypatch, kernels_cache_dir,
                                                 kv_cache_dtype):
     if native.find_compiler() is None:
         pytest.skip("no C compiler (gcc or $CC)")
-    monkeypatch.setenv("PAGODA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PAGODA_CACHE_DIR", str(kernels_cache_dir))
     ours, ops = _greedy(tiny_model_folder, kv_cache_dtype=kv_cache_dtype)
     assert ops.paged_attention != TORCH_OPS.paged_attention
     monkeypatch.setenv("PAGODA_NATIVE_KERNELS", "0")

@@ -10,7 +10,6 @@ import pytest
 import torch
 from test_cpu_q4 import q4, q4_chosen, tiny_q4_1  # noqa: F401 (fixtures, as arguments below)
 from test_cpu_q8 import q8, q8_chosen, tiny_q8_0  # noqa: F401
-from tiny_models import save_tiny_model
 
 from engine import SamplingParams
 from engine.config import EngineConfig
@@ -80,12 +79,16 @@ def test_grouped_int8_layers_run_in_the_c_layer_stack_through_q8_gemv(
 
 
 def test_qkv_biases_are_added_in_the_c_layer_stack_as_eager_adds_them(
-        q4, q4_chosen, tmp_path):
-    engine = _engine(save_tiny_model(tmp_path / "qwen2", "qwen2"), quantization="int4")
-    assert engine.runner.model.layers[0].qkv_proj.bias is not None
+        q4, q4_chosen, tiny_q4_1):
+    """Qwen2's q, k and v biases: added to this model's layers, which have none."""
+    engine = _engine(tiny_q4_1)
+    model = engine.runner.model
+    torch.manual_seed(0)
+    for layer in model.layers:
+        layer.qkv_proj.bias = torch.randn(layer.qkv_proj.out_features)
     inputs = _decoding(engine, PROMPTS, steps=4)
     calls: list[bool] = []
-    fused = _forward(engine, inputs, _counting(engine.runner.model.native_decode, calls))
+    fused = _forward(engine, inputs, _counting(NativeDecode.build(model), calls))
     assert calls == [True]
     assert torch.equal(fused, _forward(engine, inputs, None))
 
@@ -141,7 +144,8 @@ def test_without_our_c_kernels_there_is_no_layer_stack_call(monkeypatch, tiny_q4
     assert _engine(tiny_q4_1).runner.model.native_decode is None
 
 
-def test_qwen3_per_head_norms_stay_eager(q4, q4_chosen, tmp_path):
-    folder = save_tiny_model(tmp_path / "qwen3", "qwen3")
-    engine = _engine(folder, quantization="int4")
-    assert engine.runner.model.native_decode is None
+def test_qwen3_per_head_norms_keep_decode_steps_eager(q4, q4_chosen, tiny_q4_1):
+    model = _engine(tiny_q4_1).runner.model
+    assert NativeDecode.build(model) is not None
+    model.layers[1].q_norm = torch.ones(model.shape.head_dim)
+    assert NativeDecode.build(model) is None
