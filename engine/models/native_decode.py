@@ -18,7 +18,7 @@ import torch
 
 from kernels.attention_metadata import AttentionMetadata
 from kernels.cpu.decode_layers import DecodeLayers, GroupArgs, LayerArgs, LinearArgs, StepArgs
-from kernels.cpu.decode_ops import CACHE_DTYPES, attention_threads
+from kernels.cpu.decode_ops import CACHE_DTYPES, as_int64, attention_threads
 
 if TYPE_CHECKING:
     from engine.layers.linear import Linear
@@ -66,7 +66,8 @@ class NativeDecode:
         plan = self._plan(m, kv_caches)
         if plan is None:
             return None
-        groups = [(_int64(g.block_tables), _int64(g.context_lens), g) for g in meta.decode_groups]
+        groups = [(as_int64(g.block_tables), as_int64(g.context_lens), g)
+                  for g in meta.decode_groups]
         group_args = (GroupArgs * len(groups))()
         block_size = kv_caches[0][0].shape[1]
         heads = self._model.shape.num_heads
@@ -158,7 +159,3 @@ def _shapes_agree(layers: ctypes.Array, s: LlamaShape, intermediate: int) -> boo
                 (s.hidden_size, intermediate))
     return all(((a.qkv.n, a.qkv.k), (a.o.n, a.o.k), (a.gate_up.n, a.gate_up.k),
                 (a.down.n, a.down.k)) == expected for a in layers)
-
-
-def _int64(t: torch.Tensor) -> torch.Tensor:
-    return t if t.dtype == torch.int64 and t.is_contiguous() else t.long().contiguous()

@@ -194,6 +194,36 @@ static inline void bq_quantize_rows(int isa, int wide, const float *x, int m, in
     }
 }
 
+/* ---- dot products ------------------------------------------------------------------------- */
+
+/* 32 u8 x s8 products summed in fours into 8 int32 lanes: AVX2's maddubs (pairs summed in s16,
+ * which the callers' ranges cannot saturate) then madd against ones, or VNNI's dpbusd doing
+ * both at once. */
+__attribute__((target("avx2,fma"), always_inline))
+static inline __m256i bq_dot8_avx2(__m256i u8, __m256i s8)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u8, s8), _mm256_set1_epi16(1));
+}
+
+__attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma"), always_inline))
+static inline __m256i bq_dot8_vnni(__m256i u8, __m256i s8)
+{
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u8, s8);
+}
+
+/* 32 s16 x s16 products (as two halves of 16) summed in fours into 8 int32 lanes. */
+__attribute__((target("avx2,fma"), always_inline))
+static inline __m256i bq_dot16_avx2(__m256i w_lo, __m256i w_hi, __m256i x_lo, __m256i x_hi)
+{
+    return _mm256_add_epi32(_mm256_madd_epi16(w_lo, x_lo), _mm256_madd_epi16(w_hi, x_hi));
+}
+
+__attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma"), always_inline))
+static inline __m256i bq_dot16_vnni(__m256i w_lo, __m256i w_hi, __m256i x_lo, __m256i x_hi)
+{
+    return _mm256_dpwssd_epi32(_mm256_madd_epi16(w_lo, x_lo), w_hi, x_hi);
+}
+
 /* ---- threads ----------------------------------------------------------------------------- */
 
 /* Inside a parallel region: this thread's units [*begin, *end), contiguous (not interleaved)

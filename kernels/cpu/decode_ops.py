@@ -150,7 +150,7 @@ class DecodeOps:
                 group: DecodeGroup, window: int, scale: float, out: torch.Tensor) -> None:
         _, heads, hd = q.shape
         num_blocks, block_size, kv_heads, _ = k_cache.shape
-        tables, lens = _int64(group.block_tables), _int64(group.context_lens)
+        tables, lens = as_int64(group.block_tables), as_int64(group.context_lens)
         n, max_blocks = tables.shape
         if n != group.end - group.start or group.end > q.shape[0] or lens.shape != (n,):
             raise ValueError(f"decode group [{group.start}, {group.end}) does not match its "
@@ -186,7 +186,8 @@ def attention_threads(n: int, heads: int, max_blocks: int, block_size: int) -> i
     return torch.get_num_threads() if wide else 1
 
 
-def _int64(t: torch.Tensor) -> torch.Tensor:
+def as_int64(t: torch.Tensor) -> torch.Tensor:
+    """t as contiguous int64, without a copy where it is one already."""
     return t if t.dtype == torch.int64 and t.is_contiguous() else t.long().contiguous()
 
 

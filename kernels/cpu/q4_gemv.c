@@ -186,20 +186,8 @@ static void tile_scalar(const uint8_t *tile, int compact, int groups,
 }
 
 /* ---- the product: AVX2 and AVX-512 VNNI --------------------------------------------------
- * One body, two dot products: AVX2's maddubs (u8 x s8 -> pairs summed in s16; 2 x 15 x 127
- * cannot saturate) then madd against ones (-> s32), or VNNI's dpbusd doing both at once. */
-
-__attribute__((target("avx2,fma"), always_inline))
-static inline __m256i dot_avx2(__m256i w, __m256i x)
-{
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
-}
-
-__attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c"), always_inline))
-static inline __m256i dot_vnni(__m256i w, __m256i x)
-{
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x);
-}
+ * One body, two dot products (block_quant.h's bq_dot8_*): 2 x 15 x 127 cannot saturate
+ * maddubs' s16 pairs. */
 
 /* Every activation row against one tile, ROW_CHUNK at a time, records in format COMPACT. */
 #define ALL_ROWS(NAME, COMPACT)                                                             \
@@ -273,8 +261,8 @@ static inline __m256i dot_vnni(__m256i w, __m256i x)
             ALL_ROWS(NAME, 0);                                                              \
     }
 
-DEFINE_TILE_CHUNK(tile_avx2, "avx2,fma,f16c", dot_avx2)
-DEFINE_TILE_CHUNK(tile_vnni, "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c", dot_vnni)
+DEFINE_TILE_CHUNK(tile_avx2, "avx2,fma,f16c", bq_dot8_avx2)
+DEFINE_TILE_CHUNK(tile_vnni, "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c", bq_dot8_vnni)
 
 static void gemm_tiles(int isa, const uint8_t *w, int compact, int n, int groups,
                        const struct activations *x, float *y, int tile_begin, int tile_end)
@@ -448,18 +436,6 @@ static void tile16_scalar(const uint8_t *tile, int compact, int groups,
     }
 }
 
-__attribute__((target("avx2,fma"), always_inline))
-static inline __m256i dot16_avx2(__m256i w_lo, __m256i w_hi, __m256i x_lo, __m256i x_hi)
-{
-    return _mm256_add_epi32(_mm256_madd_epi16(w_lo, x_lo), _mm256_madd_epi16(w_hi, x_hi));
-}
-
-__attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c"), always_inline))
-static inline __m256i dot16_vnni(__m256i w_lo, __m256i w_hi, __m256i x_lo, __m256i x_hi)
-{
-    return _mm256_dpwssd_epi32(_mm256_madd_epi16(w_lo, x_lo), w_hi, x_hi);
-}
-
 #define DEFINE_TILE16_CHUNK(NAME, TARGET, DOT)                                              \
     __attribute__((target(TARGET), always_inline))                                          \
     static inline void NAME(const uint8_t *tile, int compact, int groups,                   \
@@ -519,8 +495,8 @@ static inline __m256i dot16_vnni(__m256i w_lo, __m256i w_hi, __m256i x_lo, __m25
             ALL_ROWS(NAME, 0);                                                              \
     }
 
-DEFINE_TILE16_CHUNK(tile16_avx2, "avx2,fma,f16c", dot16_avx2)
-DEFINE_TILE16_CHUNK(tile16_vnni, "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c", dot16_vnni)
+DEFINE_TILE16_CHUNK(tile16_avx2, "avx2,fma,f16c", bq_dot16_avx2)
+DEFINE_TILE16_CHUNK(tile16_vnni, "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c", bq_dot16_vnni)
 
 static void gemm16_tiles(int isa, const uint8_t *w, int compact, int n, int groups,
                          const struct activations16 *x, float *y, int tile_begin, int tile_end)

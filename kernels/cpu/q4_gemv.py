@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.cpu import native
+from kernels.cpu import block_quant, native
 
 ISA_NAMES = {0: "scalar", 1: "avx2", 2: "avx512-vnni"}
 BEST_ISA = -1
@@ -172,12 +172,8 @@ class Q4Gemv:
 
     def _quantize_rows(self, name: str, dtype: torch.dtype, x: torch.Tensor, isa: int,
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        x = x.float().contiguous()
-        m, k = x.shape
-        xq = torch.empty(m, k, dtype=dtype)
-        scale, total = torch.empty(m, k // 32), torch.empty(m, k // 32)
-        self._check(getattr(self._lib, name)(isa, x.data_ptr(), m, k, xq.data_ptr(),
-                                             scale.data_ptr(), total.data_ptr()), name)
+        rc, xq, scale, total = block_quant.quantize_rows(getattr(self._lib, name), dtype, x, isa)
+        self._check(rc, name)
         return xq, scale, total
 
     def _gemm(self, name: str, w: Q4Repacked, xq: torch.Tensor, scale: torch.Tensor,

@@ -130,30 +130,6 @@ static void row_scalar(int wide, const struct weight *w, const struct activation
 
 /* ---- AVX2 and AVX-512 VNNI ----------------------------------------------------------------- */
 
-__attribute__((target("avx2,fma"), always_inline))
-static inline __m256i dot8_avx2(__m256i abs_w, __m256i signed_x)
-{
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, signed_x), _mm256_set1_epi16(1));
-}
-
-__attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma"), always_inline))
-static inline __m256i dot8_vnni(__m256i abs_w, __m256i signed_x)
-{
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), abs_w, signed_x);
-}
-
-__attribute__((target("avx2,fma"), always_inline))
-static inline __m256i dot16_avx2(__m256i w_lo, __m256i w_hi, __m256i x_lo, __m256i x_hi)
-{
-    return _mm256_add_epi32(_mm256_madd_epi16(w_lo, x_lo), _mm256_madd_epi16(w_hi, x_hi));
-}
-
-__attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma"), always_inline))
-static inline __m256i dot16_vnni(__m256i w_lo, __m256i w_hi, __m256i x_lo, __m256i x_hi)
-{
-    return _mm256_dpwssd_epi32(_mm256_madd_epi16(w_lo, x_lo), w_hi, x_hi);
-}
-
 __attribute__((target("avx2,fma,f16c"), always_inline))
 static inline float scale_at(const struct weight *w, size_t i)
 {
@@ -280,10 +256,10 @@ static inline float scale_at(const struct weight *w, size_t i)
 #define AVX2 "avx2,fma,f16c"
 #define VNNI "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c"
 
-DEFINE_PASS8(pass8_avx2, AVX2, dot8_avx2)
-DEFINE_PASS8(pass8_vnni, VNNI, dot8_vnni)
-DEFINE_PASS16(pass16_avx2, AVX2, dot16_avx2)
-DEFINE_PASS16(pass16_vnni, VNNI, dot16_vnni)
+DEFINE_PASS8(pass8_avx2, AVX2, bq_dot8_avx2)
+DEFINE_PASS8(pass8_vnni, VNNI, bq_dot8_vnni)
+DEFINE_PASS16(pass16_avx2, AVX2, bq_dot16_avx2)
+DEFINE_PASS16(pass16_vnni, VNNI, bq_dot16_vnni)
 DEFINE_TILE(tile8_avx2, AVX2, pass8_avx2)
 DEFINE_TILE(tile8_vnni, VNNI, pass8_vnni)
 DEFINE_TILE(tile16_avx2, AVX2, pass16_avx2)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.cpu import native
+from kernels.cpu import block_quant, native
 
 NAME = "q8_gemv"
 BEST_ISA = -1
@@ -157,12 +157,8 @@ class Q8Gemv:
 
     def _quantize_rows(self, name: str, dtype: torch.dtype, x: torch.Tensor, isa: int,
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        x = x.float().contiguous()
-        m, k = x.shape
-        xq = torch.empty(m, k, dtype=dtype)
-        scale, total = torch.empty(m, k // GROUP_SIZE), torch.empty(m, k // GROUP_SIZE)
-        self._check(getattr(self._lib, name)(isa, x.data_ptr(), m, k, xq.data_ptr(),
-                                             scale.data_ptr(), total.data_ptr()), name)
+        rc, xq, scale, total = block_quant.quantize_rows(getattr(self._lib, name), dtype, x, isa)
+        self._check(rc, name)
         return xq, scale, total
 
     @staticmethod

@@ -2,10 +2,10 @@
 same math in torch (float64), to fp32 rounding, on every instruction set this CPU has."""
 
 import os
-from dataclasses import dataclass
 
 import pytest
 import torch
+from block_quant_reference import WIDTHS, assert_torchs_rounding, quantize
 
 from engine.quantization.tensors import (
     Int4Weight,
@@ -21,23 +21,6 @@ ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2, AVX512_VNNI],
                                ids=["scalar", "avx2", "avx512-vnni"])
 # N = 963 and 5 leave a partial tile of rows (tiles are 4 rows).
 SHAPES = [(576, 960), (576, 576), (1536, 960), (1536, 576), (576, 963), (1536, 5)]
-
-
-@dataclass(frozen=True)
-class Width:
-    """Activations quantized per block of 32 to this integer type, max |x| mapped to levels."""
-
-    dtype: torch.dtype
-    levels: int
-
-
-WIDTHS = pytest.mark.parametrize("width", [Width(torch.int8, 127), Width(torch.int16, 32767)],
-                                 ids=["int8", "int16"])
-
-
-def _quantize(q4: Q4Gemv, width: Width, x: torch.Tensor, isa: int):
-    quantize = q4.quantize_rows if width.dtype == torch.int8 else q4.quantize_rows16
-    return quantize(x, isa)
 
 
 @pytest.fixture(scope="module")
@@ -106,16 +89,8 @@ def _assert_within_fp32_rounding(y: torch.Tensor, want: torch.Tensor, bound: tor
 def test_activations_quantize_to_torchs_rounding_with_the_rounded_block_sum(q4, isa, width, k):
     _runnable(q4, isa)
     x = _activations(3, k)
-    xq, scale, total = _quantize(q4, width, x, isa)
-    blocks = x.view(3, k // 32, 32)
-    want_scale = blocks.abs().amax(-1) / width.levels
-    safe = torch.where(want_scale == 0, torch.ones_like(want_scale), want_scale)
-    want_q = torch.where(want_scale.unsqueeze(-1) == 0, 0.0,
-                         torch.round(blocks / safe.unsqueeze(-1)))
-    assert torch.equal(scale, want_scale)
-    assert torch.equal(xq.view(3, k // 32, 32), want_q.to(width.dtype))
-    # The rounded block's sum, so the min term sees the x that the products see.
-    assert torch.equal(total, scale * xq.view(3, k // 32, 32).sum(-1).float())
+    xq, scale, total = quantize(q4, width, x, isa)
+    assert_torchs_rounding(x, width, xq, scale, total)
 
 
 @ISAS
@@ -125,7 +100,7 @@ def test_activations_quantize_to_torchs_rounding_with_the_rounded_block_sum(q4, 
 def test_product_matches_quantized_activations_times_int4_weights(q4, isa, width, m, k, n):
     _runnable(q4, isa)
     w = _weight(n, k)
-    xq, scale, total = _quantize(q4, width, _activations(m, k), isa)
+    xq, scale, total = quantize(q4, width, _activations(m, k), isa)
     gemm = q4.gemm if width.dtype == torch.int8 else q4.gemm16
     y = gemm(q4.repack(w.packed, w.scales, w.mins), xq, scale, total, isa)
     _assert_within_fp32_rounding(y, *_reference(w, xq, scale, total))
@@ -236,7 +211,7 @@ def test_compact_records_give_the_fp32_records_bits(q4, isa, width, m, k, n):
     """fp16 scales and mins widened exactly: the products are the same arithmetic."""
     _runnable(q4, isa)
     fp32, compact = _both_formats(q4, _fp16_weight(n, k))
-    quantized = _quantize(q4, width, _activations(m, k), isa)
+    quantized = quantize(q4, width, _activations(m, k), isa)
     gemm = q4.gemm if width.dtype == torch.int8 else q4.gemm16
     assert torch.equal(gemm(compact, *quantized, isa), gemm(fp32, *quantized, isa))
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from block_quant_reference import WIDTHS, assert_torchs_rounding, quantize
 
 from engine.quantization.tensors import Int8Weight, dequantize, quantize_int8
 from kernels.cpu.native import find_compiler, mapped_openmp_runtimes, torch_openmp_runtime
@@ -17,18 +18,6 @@ ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2, AVX512_VNNI],
                                ids=["scalar", "avx2", "avx512-vnni"])
 # Odd N leaves a partial tile of rows (tiles are 4 rows).
 SHAPES = [(576, 963), (576, 5), (1536, 576), (64, 3)]
-
-
-@dataclass(frozen=True)
-class Width:
-    """Activations quantized per block of 32 to this integer type, max |x| mapped to levels."""
-
-    dtype: torch.dtype
-    levels: int
-
-
-WIDTHS = pytest.mark.parametrize("width", [Width(torch.int8, 127), Width(torch.int16, 32767)],
-                                 ids=["int8", "int16"])
 
 
 @dataclass(frozen=True)
@@ -80,11 +69,6 @@ def _activations(m: int, k: int, seed: int = 1) -> torch.Tensor:
     return x
 
 
-def _quantize(q8: Q8Gemv, width: Width, x: torch.Tensor, isa: int = -1):
-    quantize = q8.quantize_rows if width.dtype == torch.int8 else q8.quantize_rows16
-    return quantize(x, isa)
-
-
 def _reference(w: Int8Weight, xq: torch.Tensor, scale: torch.Tensor, total: torch.Tensor,
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel's math in float64, and the sum of its terms' magnitudes (fp32 rounding of
@@ -109,15 +93,8 @@ def test_activations_quantize_to_torchs_rounding_with_the_rounded_block_sum(q8, 
     _runnable(q8, isa)
     k = 576
     x = _activations(3, k)
-    xq, scale, total = _quantize(q8, width, x, isa)
-    blocks = x.view(3, k // 32, 32)
-    want_scale = blocks.abs().amax(-1) / width.levels
-    safe = torch.where(want_scale == 0, torch.ones_like(want_scale), want_scale)
-    want_q = torch.where(want_scale.unsqueeze(-1) == 0, 0.0,
-                         torch.round(blocks / safe.unsqueeze(-1)))
-    assert torch.equal(scale, want_scale)
-    assert torch.equal(xq.view(3, k // 32, 32), want_q.to(width.dtype))
-    assert torch.equal(total, scale * xq.view(3, k // 32, 32).sum(-1).float())
+    xq, scale, total = quantize(q8, width, x, isa)
+    assert_torchs_rounding(x, width, xq, scale, total)
 
 
 @ISAS
@@ -128,7 +105,7 @@ def test_product_matches_quantized_activations_times_the_int8_weight(q8, isa, wi
                                                                      k, n):
     _runnable(q8, isa)
     w = _weight(n, k, layout)
-    xq, scale, total = _quantize(q8, width, _activations(5, k))
+    xq, scale, total = quantize(q8, width, _activations(5, k))
     y = q8.gemm(_operand(w), xq, scale, total, isa)
     _assert_within_fp32_rounding(y, *_reference(w, xq, scale, total))
 
@@ -143,7 +120,7 @@ def test_every_row_count_gives_each_rows_own_product(q8, width, m):
     together = q8.linear(_operand(w), x, wide=wide)
     alone = torch.cat([q8.linear(_operand(w), x[i:i + 1], wide=wide) for i in range(m)])
     assert torch.equal(together, alone)
-    _assert_within_fp32_rounding(together, *_reference(w, *_quantize(q8, width, x)))
+    _assert_within_fp32_rounding(together, *_reference(w, *quantize(q8, width, x)))
 
 
 @WIDTHS
@@ -153,7 +130,7 @@ def test_vector_bodies_give_the_scalar_fallbacks_bits(q8, width, layout, isa):
     _runnable(q8, isa)
     w = _weight(963, 576, layout)
     x = _activations(7, 576)
-    quantized = [_quantize(q8, width, x, i) for i in (SCALAR, isa)]
+    quantized = [quantize(q8, width, x, i) for i in (SCALAR, isa)]
     for scalar, vector in zip(*quantized, strict=True):
         assert torch.equal(scalar, vector)
     scalar = q8.gemm(_operand(w), *quantized[0], SCALAR)
