@@ -180,13 +180,16 @@ def _native_choice(timings: dict[int, RowTimings]) -> tuple[int, str]:
 def _dequantize_choice(timings: dict[int, RowTimings], kernel: dict[int, float],
                        ) -> tuple[int | None, torch.dtype, str]:
     """Dequantize from the smallest row count at which, there and at every larger count, the
-    weight-only kernel is slower than a plain fp32 GEMM would be: only then is the extra copy
-    of the weights worth keeping (a 7B model's is 3.5 GB). The faster GEMM dtype runs."""
+    weight-only kernel is slower than the faster GEMM dtype by _MIN_GAIN: only then is
+    widening each layer worth it (and, where the kernel cannot widen its own layout, the extra
+    copy of the weights: a 7B model's is 3.5 GB). bf16 runs where it beats fp32 at every one
+    of those counts (a CPU with AVX512-BF16 or AMX), fp32 otherwise."""
     rows = sorted(m for m, t in timings.items() if t.fp32 is not None)
-    needed = [kernel[m] >= _MIN_GAIN * timings[m].fp32 for m in rows]
     for i, m in enumerate(rows):
-        if all(needed[i:]):
-            bf16 = all(timings[r].bf16 < timings[r].fp32 for r in rows[i:])
+        chosen = rows[i:]
+        bf16 = all(timings[r].bf16 < timings[r].fp32 for r in chosen)
+        gemm = {r: timings[r].bf16 if bf16 else timings[r].fp32 for r in chosen}
+        if all(kernel[r] >= _MIN_GAIN * gemm[r] for r in chosen):
             dtype, name = (torch.bfloat16, "bf16") if bf16 else (torch.float32, "fp32")
             return m, dtype, f"{name} GEMM from {m} rows"
     return None, torch.float32, "no dequantized GEMM"

@@ -80,11 +80,19 @@ def _timings(by_rows: dict[int, tuple[float, float, float]]) -> dict[int, RowTim
     return {m: RowTimings(pack, None, fp32, bf16) for m, (pack, fp32, bf16) in by_rows.items()}
 
 
-def test_policy_keeps_the_kernel_where_it_beats_an_fp32_gemm():
-    # (kernel, fp32 GEMM, bf16 GEMM) seconds by rows: an AVX512-BF16 machine's shape.
+def test_policy_keeps_the_kernel_where_it_beats_both_gemms():
+    # (kernel, fp32 GEMM, bf16 GEMM) seconds by rows.
+    policy = cpu_paths._policy_from_timings(_timings({16: (1, 4, 3), 64: (2, 5, 3),
+                                                      256: (3, 9, 3)}))
+    assert policy.dequantize_from_rows is None
+
+
+def test_policy_dequantizes_to_bf16_where_only_a_bf16_gemm_beats_the_kernel():
+    # An AVX512-BF16 machine's shape (a Zen 5 EPYC measured 4x fp32's speed): the kernel
+    # beats fp32 at every count, and loses to bf16 from 256 rows.
     policy = cpu_paths._policy_from_timings(_timings({16: (1, 4, 3), 64: (2, 5, 3),
                                                       256: (6, 9, 3)}))
-    assert policy.dequantize_from_rows is None
+    assert policy.dequantize_from_rows == 256 and policy.gemm_dtype == torch.bfloat16
 
 
 def test_policy_dequantizes_from_where_the_kernel_loses_to_fp32():
