@@ -32,9 +32,17 @@ CALIBRATION_ROWS = (1, 2, 4, 16, 64, 256)
 _GEMM_FROM_ROWS = 16
 # The kernel must lose to an fp32 GEMM by this much before a dequantized copy is kept.
 _MIN_GAIN = 1.15
+# PyTorch's int4 kernel takes one-row steps only where it beats q4_gemv by this much per call:
+# with q4_gemv a decode step runs as one C call (engine/models/native_decode.py), which a
+# per-call timing cannot see. On a Zen 5 EPYC int4pack's call took 0.75x q4_gemv's on the
+# default model, and its eager step ran one stream at 143-154 tok/s against the one call's
+# 258-267.
+_ONE_ROW_LOSS = 1.5
 # q4_gemv must lose to torch's int4 kernel by this much at some step size before both layouts
-# are kept for it (0.625 bytes a weight more: ~100 MB on the default model).
-_BOTH_LAYOUTS_LOSS = 1.5
+# are kept: the second layout costs 0.625 bytes a weight, nearly doubling the layers' memory
+# (~500 MB on a 1B Q4_K_M, ~3.5 GB on a 7B), so it must buy about as much speed. On a Zen 5
+# EPYC q4_gemv lost 2- to 64-row steps by 1.15-1.7x and one layout is kept.
+_BOTH_LAYOUTS_LOSS = 2.0
 _REPEATS = 3
 _MIN_TIMED_S = 0.02
 _MAX_CALLS = 100
@@ -158,16 +166,14 @@ def _native_choice(timings: dict[int, RowTimings]) -> tuple[int, str]:
     """(steps below how many rows q4_gemv runs, why).
 
     One layout where it can be: q4_gemv for every step if torch's kernel does not beat it by
-    _MIN_GAIN at one-row steps and it does not lose the largest ones by more than
+    _ONE_ROW_LOSS at one-row steps and it does not lose the largest ones by more than
     _BOTH_LAYOUTS_LOSS; both kernels only where it does, PyTorch's from the step size where it
     starts winning for good."""
     rows = sorted(timings)
     if not rows or any(timings[m].q4 is None for m in rows):
         return 0, "torch's int4 kernel (q4_gemv unavailable)"
     first = timings[rows[0]]
-    # Ties go to q4_gemv: only with it does a decode step run in one C call
-    # (engine/models/native_decode.py), which saves more than either kernel's margin.
-    if first.int4pack * _MIN_GAIN < first.q4:
+    if first.int4pack * _ONE_ROW_LOSS < first.q4:
         return 0, f"torch's int4 kernel (it beats q4_gemv at {rows[0]}-row steps)"
     loss = {m: timings[m].q4 / timings[m].int4pack for m in rows}
     switch = next((m for i, m in enumerate(rows) if all(loss[r] > 1 for r in rows[i:])), None)
