@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import logging
 
+import torch
+
 from engine.native_kernels import load_native
 from engine.quantization.native_linear import NativeLinearKernel, Scratch
-from engine.quantization.tensors import Int4Weight, with_compact_scales
+from engine.quantization.tensors import Int4Weight, k_quant_scales, with_compact_scales
 from kernels.cpu.decode_layers import Q4_KIND, CLinear
-from kernels.cpu.q4_gemv import Q4Gemv
+from kernels.cpu.q4_gemv import Q4Gemv, Q4Repacked
 
 logger = logging.getLogger(__name__)
 
@@ -48,29 +50,41 @@ def load_q4_context() -> Q4Context | None:
     return Q4Context(q4)
 
 
+def repack(lib: Q4Gemv, weight: Int4Weight) -> Q4Repacked:
+    """The weight in q4_gemv's layout, its records in the smallest format that holds it
+    exactly: fp16 scales and mins (0.625 bytes a weight: Q4_0, Q4_1), Q4_K's own six-bit
+    sub-block scales (0.578: Q4_K), else fp32 (0.75). A one-row step reads every byte once, so
+    fewer bytes is less time where memory bounds it; the products are the same."""
+    compact = with_compact_scales(weight)
+    if compact.scales.dtype == compact.mins.dtype == torch.float16:
+        return lib.repack(compact.packed, compact.scales, compact.mins)
+    kq = k_quant_scales(weight)
+    if kq is not None:
+        return lib.repack_kq(weight.packed, kq.d, kq.dmin, kq.sc, kq.m)
+    return lib.repack(weight.packed, weight.scales, weight.mins)
+
+
 class Q4Kernel(NativeLinearKernel):
     """One int4 weight in q4_gemv's layout, multiplied on fp32 rows: `kernel(x)` = x @ W.T,
     its output reused as `NativeLinearKernel` describes."""
 
-    __slots__ = ("_compact", "_weight_ptr", "precise", "repacked")
+    __slots__ = ("_record_format", "_weight_ptr", "precise", "repacked")
 
     def __init__(self, weight: Int4Weight, context: Q4Context, precise: bool,
                  reuse_output: bool) -> None:
-        """precise: int16 activations, else int8 ones. The weight's records are compact
-        (fp16 scales and mins, 17% fewer bytes to read a step) where fp16 holds them exactly:
-        Q4_0 and Q4_1 layers, not Q4_K ones."""
+        """precise: int16 activations, else int8 ones. The records are the smallest format
+        that holds the weight exactly (`repack`)."""
         lib = context.lib
-        compact = with_compact_scales(weight)
-        self.repacked = lib.repack(compact.packed, compact.scales, compact.mins)
+        self.repacked = repack(lib, weight)
         self.precise = precise
         self._weight_ptr = self.repacked.data.data_ptr()
-        self._compact = int(self.repacked.compact)
+        self._record_format = self.repacked.record_format
         call = lib.raw.q4_linear16 if precise else lib.raw.q4_linear
         workspace = lib.workspace16_bytes if precise else lib.workspace_bytes
-        super().__init__("q4_gemv", call, (self._weight_ptr, self._compact, *weight.shape),
+        super().__init__("q4_gemv", call, (self._weight_ptr, self._record_format, *weight.shape),
                          weight.shape, context.scratch, workspace, reuse_output)
 
     def c_linear(self) -> CLinear:
         """This kernel for callers in C (`kernels.cpu.decode_layers`)."""
         return CLinear(Q4_KIND, self._function_address(), self._weight_ptr, self._n, self._k,
-                       self._compact)
+                       self._record_format)

@@ -84,6 +84,50 @@ def with_compact_scales(weight: Int4Weight) -> Int4Weight:
     return Int4Weight(weight.packed, scales, mins, weight.group_size)
 
 
+@dataclass(slots=True, frozen=True)
+class KQuantScales:
+    """An Int4Weight's scales and mins as GGUF's Q4_K holds them: per super-block of 256 inputs
+    an fp16 d and dmin [N, K // 256], per group of 32 a six-bit sc and m (uint8 [N, K // 32]):
+    scale = d * sc and min = -(dmin * m), exact in float32."""
+
+    d: torch.Tensor
+    dmin: torch.Tensor
+    sc: torch.Tensor
+    m: torch.Tensor
+
+
+K_QUANT_SUPER_BLOCK = 256
+
+
+def k_quant_scales(weight: Int4Weight) -> KQuantScales | None:
+    """The weight's scales and mins factored back into Q4_K's parts where that is exact, else
+    None. llama.cpp's Q4_K quantizer maps each super-block's largest sub-scale (and largest
+    sub-min) to 63 and stores d = that / 63 in fp16, so d is found as max / 63; every value is
+    then checked to be exactly d times an integer 0..63 (a file quantized another way, or a
+    weight quantized on load, is refused here and keeps its fp32 scales)."""
+    n, k = weight.shape
+    if weight.group_size != INT4_GROUP_SIZE or k % K_QUANT_SUPER_BLOCK:
+        return None
+    blocks = K_QUANT_SUPER_BLOCK // INT4_GROUP_SIZE
+    d, sc = _six_bit_factors(weight.scales.float().reshape(n, -1, blocks))
+    dmin, m = _six_bit_factors(-weight.mins.float().reshape(n, -1, blocks))
+    if d is None or dmin is None:
+        return None
+    return KQuantScales(d, dmin, sc, m)
+
+
+def _six_bit_factors(values: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """values [N, S, 8] = f * q, f fp16 per [N, S] (the row's largest / 63), q uint8 0..63:
+    (f [N, S], q [N, S * 8]) where that holds exactly, else (None, None)."""
+    f = (values.amax(-1, keepdim=True) / 63).half()
+    wide = f.float()
+    q = torch.round(values / torch.where(wide == 0, torch.ones_like(wide), wide))
+    if not (torch.isfinite(wide).all() and torch.equal(wide * q, values)
+            and q.min() >= 0 and q.max() <= 63):
+        return None, None
+    return f.squeeze(-1), q.to(torch.uint8).reshape(values.shape[0], -1)
+
+
 def _exact_half(values: torch.Tensor) -> torch.Tensor:
     half = values.half()
     return half if torch.equal(half.float(), values.float()) else values

@@ -19,8 +19,9 @@ Q4_KIND, Q8_KIND = 0, 1
 @dataclass(slots=True, frozen=True)
 class CLinear:
     """A linear's C kernel as pg_decode_layers calls it: q4_gemv's q4_linear16 / q4_linear
-    (kind Q4_KIND: weight = the repacked records, format = their compact flag) or q8_gemv's
-    (Q8_KIND: weight, scales, mins = the int8 weight's tensors, format = its fp16-scales flag).
+    (kind Q4_KIND: weight = the repacked records, format = their record format, as
+    kernels/cpu/q4_records.h defines it) or q8_gemv's (Q8_KIND: weight, scales, mins = the int8
+    weight's tensors, format = its fp16-scales flag).
     Addresses stay valid while the kernel that made this lives."""
 
     kind: int

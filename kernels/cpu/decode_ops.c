@@ -635,7 +635,7 @@ struct pg_linear {
     const void *fn;
     const void *weight, *scales, *mins; /* q4: the repacked weight only */
     const float *bias;                  /* [n] or NULL */
-    int kind, format, n, k;             /* format: q4's compact flag, q8's fp16-scales flag */
+    int kind, format, n, k;             /* format: q4's record format, q8's fp16 flag */
 };
 
 struct pg_layer {

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "half_float.h"
+#include "q4_records.h"
 
 enum { DQ_FP32 = 0, DQ_BF16 = 1 };
 
@@ -186,33 +187,23 @@ int dq_int8(const int8_t *q, const float *scales, const float *mins, int n, int 
     return 0;
 }
 
-/* ---- int4 in q4_gemv's repacked layout (kernels/cpu/q4_gemv.c) --------------------------
- * Rows in tiles of 4; per (tile, block of 32) one record: 4 x 16 bytes of nibbles (byte j
- * holds element j low and j + 16 high), then 4 scales and 4 mins, fp32 or (compact) fp16.
+/* ---- int4 in q4_gemv's repacked layout (kernels/cpu/q4_records.h) -----------------------
  * Widening from it lets a layer that runs q4_gemv keep no second copy for the steps that run
  * a GEMM. */
 
-#define RP_TILE 4
-#define RP_NIBBLES (RP_TILE * 16)
-
-static size_t rp_record_bytes(int compact)
+static const uint8_t *rp_tile(const uint8_t *data, int fmt, size_t row, int groups)
 {
-    return RP_NIBBLES + 2 * RP_TILE * (compact ? sizeof(uint16_t) : sizeof(float));
+    return data + (row / Q4R_TILE) * q4r_tile_bytes(fmt, groups);
 }
 
-static const uint8_t *rp_record(const uint8_t *data, int compact, size_t row, int groups, int g)
-{
-    return data + ((row / RP_TILE) * (size_t)groups + g) * rp_record_bytes(compact);
-}
-
-static void rp_row_scalar(const uint8_t *data, int compact, size_t row, int k, int out_dtype,
+static void rp_row_scalar(const uint8_t *data, int fmt, size_t row, int k, int out_dtype,
                           void *out)
 {
-    int groups = k / 32, r = (int)(row % RP_TILE);
+    int groups = k / 32, r = (int)(row % Q4R_TILE);
+    const uint8_t *tile = rp_tile(data, fmt, row, groups);
     for (int g = 0; g < groups; g++) {
-        const uint8_t *rec = rp_record(data, compact, row, groups, g);
-        const void *params = rec + RP_NIBBLES;
-        float scale = param(params, compact, r), min = param(params, compact, RP_TILE + r);
+        const uint8_t *rec = q4r_record(tile, fmt, g);
+        float scale = q4r_param(tile, fmt, g, r), min = q4r_param(tile, fmt, g, Q4R_TILE + r);
         for (int e = 0; e < 32; e++) {
             uint8_t byte = rec[r * 16 + e % 16];
             int q = e < 16 ? byte & 15 : byte >> 4;
@@ -224,16 +215,16 @@ static void rp_row_scalar(const uint8_t *data, int compact, size_t row, int k, i
 }
 
 __attribute__((target("avx2,fma,f16c")))
-static void rp_row_avx2(const uint8_t *data, int compact, size_t row, int k, int out_dtype,
+static void rp_row_avx2(const uint8_t *data, int fmt, size_t row, int k, int out_dtype,
                         void *out)
 {
-    int groups = k / 32, r = (int)(row % RP_TILE);
+    int groups = k / 32, r = (int)(row % Q4R_TILE);
+    const uint8_t *tile = rp_tile(data, fmt, row, groups);
     const __m128i low_mask = _mm_set1_epi8(15);
     for (int g = 0; g < groups; g++) {
-        const uint8_t *rec = rp_record(data, compact, row, groups, g);
-        const void *params = rec + RP_NIBBLES;
-        __m256 scale = _mm256_set1_ps(param(params, compact, r));
-        __m256 min = _mm256_set1_ps(param(params, compact, RP_TILE + r));
+        const uint8_t *rec = q4r_record(tile, fmt, g);
+        __m256 scale = _mm256_set1_ps(q4r_param(tile, fmt, g, r));
+        __m256 min = _mm256_set1_ps(q4r_param(tile, fmt, g, Q4R_TILE + r));
         __m128i bytes = _mm_loadu_si128((const __m128i *)(rec + r * 16));
         __m128i lo = _mm_and_si128(bytes, low_mask);
         __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low_mask);
@@ -246,21 +237,20 @@ static void rp_row_avx2(const uint8_t *data, int compact, size_t row, int k, int
     }
 }
 
-/* data: q4_repacked_bytes(compact, n, k) bytes from q4_repack, compact as repacked (fp16
- * scales and mins, else fp32); out: fp32 or bf16 [n, k]. */
-int dq_q4_repacked(const uint8_t *data, int compact, int n, int k, int out_dtype, void *out,
+/* data: q4_repacked_bytes(fmt, n, k) bytes from q4_repack or q4_repack_kq, fmt its record
+ * format (q4_records.h); out: fp32 or bf16 [n, k]. */
+int dq_q4_repacked(const uint8_t *data, int fmt, int n, int k, int out_dtype, void *out,
                    int isa, int threads)
 {
-    if ((compact != 0 && compact != 1) || n <= 0 || k <= 0 || k % 32
-        || !target_ok(out_dtype, isa))
+    if (n <= 0 || k <= 0 || k % 32 || !q4r_format_ok(fmt, k) || !target_ok(out_dtype, isa))
         return -1;
     int vector = isa != 0 && has_avx2();
 #pragma omp parallel for num_threads(threads < 1 ? 1 : threads) schedule(static)
     for (int row = 0; row < n; row++) {
         if (vector)
-            rp_row_avx2(data, compact, (size_t)row, k, out_dtype, out);
+            rp_row_avx2(data, fmt, (size_t)row, k, out_dtype, out);
         else
-            rp_row_scalar(data, compact, (size_t)row, k, out_dtype, out);
+            rp_row_scalar(data, fmt, (size_t)row, k, out_dtype, out);
     }
     return 0;
 }

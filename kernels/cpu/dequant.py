@@ -81,12 +81,12 @@ class Dequantizer:
 
     def q4_repacked_into(self, weight: Q4Repacked, out: torch.Tensor,
                          isa: int = BEST_ISA) -> torch.Tensor:
-        """out [n, k] = the weight q4_gemv multiplies by, read from its own layout (either
+        """out [n, k] = the weight q4_gemv multiplies by, read from its own layout (any
         record format)."""
         n, k = weight.out_features, weight.in_features
         _check_out(out, n, k)
         threads = self._threads or torch.get_num_threads()
-        rc = self._repacked(weight.data.data_ptr(), weight.compact, n, k,
+        rc = self._repacked(weight.data.data_ptr(), weight.record_format, n, k,
                             _OUT_DTYPES[out.dtype], out.data_ptr(), isa, threads)
         if rc:
             raise ValueError(f"dq_q4_repacked refused instruction set {isa} or k={k} (a "

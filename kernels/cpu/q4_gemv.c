@@ -16,16 +16,12 @@
  * libgomp, so the GOMP_* symbols bind to whichever OpenMP runtime the process already has
  * (torch's): a second runtime would bring a second thread team to fight torch's on few cores.
  *
- * Repacked layout: rows in tiles of TILE_ROWS, and per (tile, block of 32) one record of
- * TILE_ROWS x 16 bytes of nibbles (byte j holds element j low, element j + 16 high, so one
- * mask and one shift give the 32 weights in order) followed by TILE_ROWS scales and TILE_ROWS
- * mins, fp32 (96-byte records) or, "compact", fp16 (80 bytes). Compact is for weights whose
- * scales and mins fp16 holds exactly (GGUF's Q4_0 and Q4_1 store them so; Q4_K's products of
- * two scales need more bits): a one-row step reads the weights once, so 17% fewer bytes is
- * ~17% less time where memory bounds it, and the products are the same arithmetic. The format
- * is an argument of every call that reads a repacked weight, not stored in it. A tile's
- * records are contiguous, so a tile streams from memory once and every activation row is
- * served from L1. Rows past N are zero (scale 0, min 0).
+ * Repacked layout (kernels/cpu/q4_records.h): rows in tiles of 4, per (tile, block of 32) one
+ * record of nibbles and the rows' scales and mins, fp32, fp16 ("compact", where fp16 holds them
+ * exactly: Q4_0, Q4_1) or Q4_K's own integer sub-block scales with fp16 d and dmin per
+ * super-block. A one-row step reads the weights once, so fewer bytes a weight is less time
+ * where memory bounds it; every format gives the same products. The format is an argument of
+ * every call that reads a repacked weight, not stored in it.
  */
 
 #include <immintrin.h>
@@ -37,11 +33,11 @@
 
 #include "block_quant.h"
 #include "half_float.h"
+#include "q4_records.h"
 
-#define BLOCK 32
-#define TILE_ROWS 4
-#define NIBBLE_BYTES (BLOCK / 2)
-#define RECORD_NIBBLES (TILE_ROWS * NIBBLE_BYTES)
+#define BLOCK Q4R_BLOCK
+#define TILE_ROWS Q4R_TILE
+#define NIBBLE_BYTES Q4R_NIBBLE_BYTES
 /* Activation rows that share one pass over a tile's weights: their accumulators stay in
  * the 16 ymm registers AVX2 has. */
 #define ROW_CHUNK 2
@@ -54,51 +50,14 @@ int q4_isa_supported(int isa) { return bq_cpu_has(isa); }
 
 int q4_best_isa(void) { return bq_best_isa(); }
 
-/* ---- records ------------------------------------------------------------------------- */
-
-/* compact: fp16 scales and mins, else fp32. */
-static size_t record_bytes(int compact)
-{
-    return RECORD_NIBBLES + 2 * TILE_ROWS * (compact ? sizeof(uint16_t) : sizeof(float));
-}
-
-static int format_ok(int compact) { return compact == 0 || compact == 1; }
-
-/* A record's scale i (0 .. TILE_ROWS - 1) or min (TILE_ROWS + r). */
-static inline float record_param(const uint8_t *rec, int compact, int i)
-{
-    const uint8_t *params = rec + RECORD_NIBBLES;
-    if (compact) {
-        uint16_t h;
-        memcpy(&h, params + i * sizeof(h), sizeof(h));
-        return f16_to_f32(h);
-    }
-    float f;
-    memcpy(&f, params + i * sizeof(f), sizeof(f));
-    return f;
-}
-
-/* The record's scales (read in place from fp32 records, widened by F16C into buf from compact
- * ones), its mins as a vector into *mins. */
-__attribute__((target("avx2,fma,f16c"), always_inline))
-static inline const float *record_params_vec(const uint8_t *rec, int compact,
-                                             float buf[TILE_ROWS], __m128 *mins)
-{
-    const uint8_t *params = rec + RECORD_NIBBLES;
-    if (!compact) {
-        *mins = _mm_loadu_ps((const float *)params + TILE_ROWS);
-        return (const float *)params;
-    }
-    _mm_storeu_ps(buf, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)params)));
-    *mins = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(params + 2 * TILE_ROWS)));
-    return buf;
-}
-
 /* ---- repack --------------------------------------------------------------------------- */
 
-size_t q4_repacked_bytes(int compact, int n, int k)
+/* 0 where fmt does not fit k. */
+size_t q4_repacked_bytes(int fmt, int n, int k)
 {
-    return (size_t)tiles_of(n) * (size_t)(k / BLOCK) * record_bytes(compact);
+    if (n <= 0 || k <= 0 || k % BLOCK || !q4r_format_ok(fmt, k))
+        return 0;
+    return (size_t)tiles_of(n) * q4r_tile_bytes(fmt, k / BLOCK);
 }
 
 static uint8_t canonical_nibble(const uint8_t *row, int e)
@@ -107,32 +66,69 @@ static uint8_t canonical_nibble(const uint8_t *row, int e)
     return (e % 2) ? (uint8_t)(byte >> 4) : (uint8_t)(byte & 15);
 }
 
+/* Row `row`'s block g of the canonical packed [n, k / 2] into its place in the layout at out;
+ * returns the block's record. */
+static uint8_t *put_nibbles(uint8_t *out, int fmt, const uint8_t *packed, int row, int k, int g)
+{
+    int groups = k / BLOCK, r = row % TILE_ROWS;
+    uint8_t *tile = out + (size_t)(row / TILE_ROWS) * q4r_tile_bytes(fmt, groups);
+    uint8_t *rec = (uint8_t *)q4r_record(tile, fmt, g), *nib = rec + r * NIBBLE_BYTES;
+    const uint8_t *src = packed + (size_t)row * (k / 2);
+    for (int j = 0; j < NIBBLE_BYTES; j++) {
+        uint8_t lo = canonical_nibble(src, g * BLOCK + j);
+        uint8_t hi = canonical_nibble(src, g * BLOCK + j + NIBBLE_BYTES);
+        nib[j] = (uint8_t)(lo | (hi << 4));
+    }
+    return rec;
+}
+
 /* packed: uint8 [n, k / 2], element 2j in the low nibble of byte j, 2j + 1 in the high one;
- * scales, mins: [n, k / 32], fp16 if compact (copied as they are into compact records), else
- * fp32. out: q4_repacked_bytes(compact, n, k) bytes. */
-int q4_repack(const uint8_t *packed, const void *scales, const void *mins, int compact, int n,
+ * scales, mins: [n, k / 32], fp16 for Q4R_FP16 (copied as they are), fp32 for Q4R_FP32.
+ * out: q4_repacked_bytes(fmt, n, k) bytes. */
+int q4_repack(const uint8_t *packed, const void *scales, const void *mins, int fmt, int n,
               int k, uint8_t *out)
 {
-    if (n <= 0 || k <= 0 || k % BLOCK || !format_ok(compact))
+    if (!q4_repacked_bytes(fmt, n, k) || fmt == Q4R_KQ)
         return -1;
     int groups = k / BLOCK;
-    size_t rec_bytes = record_bytes(compact), param = compact ? sizeof(uint16_t) : sizeof(float);
-    memset(out, 0, q4_repacked_bytes(compact, n, k));
+    size_t param = fmt == Q4R_FP16 ? sizeof(uint16_t) : sizeof(float);
+    memset(out, 0, q4_repacked_bytes(fmt, n, k));
     for (int row = 0; row < n; row++) {
-        int tile = row / TILE_ROWS, r = row % TILE_ROWS;
-        const uint8_t *src = packed + (size_t)row * (k / 2);
+        int r = row % TILE_ROWS;
         for (int g = 0; g < groups; g++) {
-            uint8_t *rec = out + ((size_t)tile * groups + g) * rec_bytes;
-            uint8_t *nib = rec + r * NIBBLE_BYTES;
-            for (int j = 0; j < NIBBLE_BYTES; j++) {
-                uint8_t lo = canonical_nibble(src, g * BLOCK + j);
-                uint8_t hi = canonical_nibble(src, g * BLOCK + j + NIBBLE_BYTES);
-                nib[j] = (uint8_t)(lo | (hi << 4));
-            }
+            uint8_t *rec = put_nibbles(out, fmt, packed, row, k, g);
             size_t at = ((size_t)row * groups + g) * param;
-            memcpy(rec + RECORD_NIBBLES + r * param, (const uint8_t *)scales + at, param);
-            memcpy(rec + RECORD_NIBBLES + (TILE_ROWS + r) * param, (const uint8_t *)mins + at,
+            memcpy(rec + Q4R_NIBBLES + r * param, (const uint8_t *)scales + at, param);
+            memcpy(rec + Q4R_NIBBLES + (TILE_ROWS + r) * param, (const uint8_t *)mins + at,
                    param);
+        }
+    }
+    return 0;
+}
+
+/* Q4R_KQ records from GGUF Q4_K's parts: packed as q4_repack's; d, dmin: fp16 [n, k / 256]
+ * (per super-block); sc, m: uint8 [n, k / 32], the six-bit sub-block scales and mins, so that
+ * scale = d * sc and min = -(dmin * m). out: q4_repacked_bytes(Q4R_KQ, n, k) bytes. */
+int q4_repack_kq(const uint8_t *packed, const uint16_t *d, const uint16_t *dmin,
+                 const uint8_t *sc, const uint8_t *m, int n, int k, uint8_t *out)
+{
+    if (!q4_repacked_bytes(Q4R_KQ, n, k))
+        return -1;
+    int groups = k / BLOCK, supers = groups / Q4R_KQ_BLOCKS;
+    memset(out, 0, q4_repacked_bytes(Q4R_KQ, n, k));
+    for (int row = 0; row < n; row++) {
+        int r = row % TILE_ROWS;
+        uint8_t *tile = out + (size_t)(row / TILE_ROWS) * q4r_tile_bytes(Q4R_KQ, groups);
+        for (int s = 0; s < supers; s++) {
+            uint8_t *head = tile + (size_t)s * Q4R_KQ_SUPER;
+            memcpy(head + r * sizeof(uint16_t), d + (size_t)row * supers + s, sizeof(uint16_t));
+            memcpy(head + (TILE_ROWS + r) * sizeof(uint16_t), dmin + (size_t)row * supers + s,
+                   sizeof(uint16_t));
+        }
+        for (int g = 0; g < groups; g++) {
+            uint8_t *rec = put_nibbles(out, Q4R_KQ, packed, row, k, g);
+            rec[Q4R_NIBBLES + r] = sc[(size_t)row * groups + g];
+            rec[Q4R_NIBBLES + TILE_ROWS + r] = m[(size_t)row * groups + g];
         }
     }
     return 0;
@@ -160,7 +156,7 @@ struct activations {
     int m;
 };
 
-static void tile_scalar(const uint8_t *tile, int compact, int groups,
+static void tile_scalar(const uint8_t *tile, int fmt, int groups,
                         const struct activations *x, int row0,
                         int n, float *y)
 {
@@ -168,7 +164,7 @@ static void tile_scalar(const uint8_t *tile, int compact, int groups,
     for (int i = 0; i < x->m; i++) {
         float acc[TILE_ROWS] = {0};
         for (int g = 0; g < groups; g++) {
-            const uint8_t *rec = tile + (size_t)g * record_bytes(compact);
+            const uint8_t *rec = q4r_record(tile, fmt, g);
             const int8_t *xq = x->q + (size_t)i * k + g * BLOCK;
             float sx = x->scale[(size_t)i * groups + g], sumx = x->sum[(size_t)i * groups + g];
             for (int r = 0; r < TILE_ROWS; r++) {
@@ -176,8 +172,8 @@ static void tile_scalar(const uint8_t *tile, int compact, int groups,
                 int32_t dot = 0;
                 for (int j = 0; j < NIBBLE_BYTES; j++)
                     dot += (nib[j] & 15) * xq[j] + (nib[j] >> 4) * xq[j + NIBBLE_BYTES];
-                float sw = record_param(rec, compact, r);
-                acc[r] += (float)dot * (sw * sx) + record_param(rec, compact, TILE_ROWS + r) * sumx;
+                float sw = q4r_param(tile, fmt, g, r);
+                acc[r] += (float)dot * (sw * sx) + q4r_param(tile, fmt, g, TILE_ROWS + r) * sumx;
             }
         }
         for (int r = 0; r < TILE_ROWS && row0 + r < n; r++)
@@ -189,24 +185,23 @@ static void tile_scalar(const uint8_t *tile, int compact, int groups,
  * One body, two dot products (block_quant.h's bq_dot8_*): 2 x 15 x 127 cannot saturate
  * maddubs' s16 pairs. */
 
-/* Every activation row against one tile, ROW_CHUNK at a time, records in format COMPACT. */
-#define ALL_ROWS(NAME, COMPACT)                                                             \
+/* Every activation row against one tile, ROW_CHUNK at a time, records in format FMT. */
+#define ALL_ROWS(NAME, FMT)                                                             \
     do {                                                                                    \
         int i_ = 0;                                                                         \
         for (; i_ + ROW_CHUNK <= x->m; i_ += ROW_CHUNK)                                     \
-            NAME(tile, COMPACT, groups, x, i_, ROW_CHUNK, row0, n, y);                      \
+            NAME(tile, FMT, groups, x, i_, ROW_CHUNK, row0, n, y);                      \
         if (i_ < x->m)                                                                      \
-            NAME(tile, COMPACT, groups, x, i_, 1, row0, n, y);                              \
+            NAME(tile, FMT, groups, x, i_, 1, row0, n, y);                              \
     } while (0)
 
 /* rows: 1..ROW_CHUNK activation rows starting at i0, all against one tile. */
 #define DEFINE_TILE_CHUNK(NAME, TARGET, DOT)                                                \
     __attribute__((target(TARGET), always_inline))                                          \
-    static inline void NAME(const uint8_t *tile, int compact, int groups,                   \
+    static inline void NAME(const uint8_t *tile, int fmt, int groups,                   \
                             const struct activations *x, int i0, int rows, int row0, int n, \
                             float *y)                                                       \
     {                                                                                       \
-        size_t rec_bytes = record_bytes(compact);                                           \
         const __m128i low = _mm_set1_epi8(15);                                              \
         __m256 acc[ROW_CHUNK][TILE_ROWS];                                                   \
         __m128 acc_min[ROW_CHUNK];                                                          \
@@ -216,10 +211,10 @@ static void tile_scalar(const uint8_t *tile, int compact, int groups,
                 acc[i][r] = _mm256_setzero_ps();                                            \
         }                                                                                   \
         for (int g = 0; g < groups; g++) {                                                  \
-            const uint8_t *rec = tile + (size_t)g * rec_bytes;                              \
             float sw_buf[TILE_ROWS];                                                        \
+            const float *sw;                                                                \
             __m128 mw;                                                                      \
-            const float *sw = record_params_vec(rec, compact, sw_buf, &mw);                 \
+            const uint8_t *rec = q4r_params_vec(tile, fmt, g, sw_buf, &sw, &mw);        \
             __m256i xv[ROW_CHUNK];                                                          \
             float sx[ROW_CHUNK];                                                            \
             for (int i = 0; i < rows; i++) {                                                \
@@ -250,55 +245,57 @@ static void tile_scalar(const uint8_t *tile, int compact, int groups,
         }                                                                                   \
     }                                                                                       \
     __attribute__((target(TARGET)))                                                         \
-    static void NAME##_all_rows(const uint8_t *tile, int compact, int groups,               \
+    static void NAME##_all_rows(const uint8_t *tile, int fmt, int groups,               \
                                 const struct activations *x, int row0, int n, float *y)     \
     {                                                                                       \
         /* Constant row counts and formats let the compiler keep every accumulator in a    \
          * register and build one loop per format. */                                      \
-        if (compact)                                                                        \
-            ALL_ROWS(NAME, 1);                                                              \
+        if (fmt == Q4R_FP16)                                                            \
+            ALL_ROWS(NAME, Q4R_FP16);                                                       \
+        else if (fmt == Q4R_KQ)                                                         \
+            ALL_ROWS(NAME, Q4R_KQ);                                                         \
         else                                                                                \
-            ALL_ROWS(NAME, 0);                                                              \
+            ALL_ROWS(NAME, Q4R_FP32);                                                       \
     }
 
 DEFINE_TILE_CHUNK(tile_avx2, "avx2,fma,f16c", bq_dot8_avx2)
 DEFINE_TILE_CHUNK(tile_vnni, "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c", bq_dot8_vnni)
 
-static void gemm_tiles(int isa, const uint8_t *w, int compact, int n, int groups,
+static void gemm_tiles(int isa, const uint8_t *w, int fmt, int n, int groups,
                        const struct activations *x, float *y, int tile_begin, int tile_end)
 {
     for (int t = tile_begin; t < tile_end; t++) {
-        const uint8_t *tile = w + (size_t)t * groups * record_bytes(compact);
+        const uint8_t *tile = w + (size_t)t * q4r_tile_bytes(fmt, groups);
         int row0 = t * TILE_ROWS;
         if (isa == Q4_ISA_AVX512_VNNI)
-            tile_vnni_all_rows(tile, compact, groups, x, row0, n, y);
+            tile_vnni_all_rows(tile, fmt, groups, x, row0, n, y);
         else if (isa == Q4_ISA_AVX2)
-            tile_avx2_all_rows(tile, compact, groups, x, row0, n, y);
+            tile_avx2_all_rows(tile, fmt, groups, x, row0, n, y);
         else
-            tile_scalar(tile, compact, groups, x, row0, n, y);
+            tile_scalar(tile, fmt, groups, x, row0, n, y);
     }
 }
 
-/* w: q4_repack's output for [n, k] in format compact (as repacked); xq, xscale, xsum:
+/* w: q4_repack's output for [n, k] in format fmt (as repacked); xq, xscale, xsum:
  * q4_quantize_rows' output for [m, k];
  * y: fp32 [m, n]. n_threads > 1 splits the tiles over an OpenMP team (the process's runtime). */
-int q4_gemm(int isa, const uint8_t *w, int compact, int n, int k, const int8_t *xq,
+int q4_gemm(int isa, const uint8_t *w, int fmt, int n, int k, const int8_t *xq,
             const float *xscale, const float *xsum, int m, float *y, int n_threads)
 {
     isa = bq_resolve_isa(isa);
-    if (isa < 0 || !format_ok(compact) || n <= 0 || m <= 0 || k <= 0 || k % BLOCK)
+    if (isa < 0 || !q4r_format_ok(fmt, k) || n <= 0 || m <= 0 || k <= 0 || k % BLOCK)
         return -1;
     struct activations x = {xq, xscale, xsum, m};
     int groups = k / BLOCK, tiles = tiles_of(n);
     if (n_threads <= 1) {
-        gemm_tiles(isa, w, compact, n, groups, &x, y, 0, tiles);
+        gemm_tiles(isa, w, fmt, n, groups, &x, y, 0, tiles);
         return 0;
     }
 #pragma omp parallel num_threads(n_threads)
     {
         int begin, end;
         if (bq_team_share(tiles, &begin, &end))
-            gemm_tiles(isa, w, compact, n, groups, &x, y, begin, end);
+            gemm_tiles(isa, w, fmt, n, groups, &x, y, begin, end);
     }
     return 0;
 }
@@ -309,14 +306,14 @@ size_t q4_workspace_bytes(int m, int k)
 }
 
 /* Quantize x and multiply: work is q4_workspace_bytes(m, k) bytes, 4-byte aligned. */
-int q4_linear(int isa, const uint8_t *w, int compact, int n, int k, const float *x,
+int q4_linear(int isa, const uint8_t *w, int fmt, int n, int k, const float *x,
               int m, float *y, void *work, int n_threads)
 {
     int8_t *xq = (int8_t *)work;
     float *xscale = (float *)(xq + (size_t)m * k);
     float *xsum = xscale + (size_t)m * (k / BLOCK);
     int rc = q4_quantize_rows(isa, x, m, k, xq, xscale, xsum);
-    return rc ? rc : q4_gemm(isa, w, compact, n, k, xq, xscale, xsum, m, y, n_threads);
+    return rc ? rc : q4_gemm(isa, w, fmt, n, k, xq, xscale, xsum, m, y, n_threads);
 }
 
 /* ---- split activations: x = high + low, each int8 per block ------------------------------
@@ -363,7 +360,7 @@ static void quantize_rows_split(int isa, const float *x, int m, int k, int8_t *x
 
 /* y = x @ W.T with x split into high and low int8 parts; x fp32 [m, k] contiguous, y [m, n];
  * work is q4_split_workspace_bytes(m, n, k) bytes, 4-byte aligned. */
-int q4_linear_split(int isa, const uint8_t *w, int compact, int n, int k, const float *x,
+int q4_linear_split(int isa, const uint8_t *w, int fmt, int n, int k, const float *x,
                     int m, float *y, void *work, int n_threads)
 {
     isa = bq_resolve_isa(isa);
@@ -375,7 +372,7 @@ int q4_linear_split(int isa, const uint8_t *w, int compact, int n, int k, const 
     float *parts = xsum + (size_t)2 * m * (k / BLOCK);
     float *residual = parts + (size_t)2 * m * n;
     quantize_rows_split(isa, x, m, k, xq, xscale, xsum, residual);
-    int rc = q4_gemm(isa, w, compact, n, k, xq, xscale, xsum, 2 * m, parts, n_threads);
+    int rc = q4_gemm(isa, w, fmt, n, k, xq, xscale, xsum, 2 * m, parts, n_threads);
     if (rc)
         return rc;
     for (int i = 0; i < m; i++) {
@@ -411,7 +408,7 @@ struct activations16 {
     int m;
 };
 
-static void tile16_scalar(const uint8_t *tile, int compact, int groups,
+static void tile16_scalar(const uint8_t *tile, int fmt, int groups,
                         const struct activations16 *x,
                           int row0, int n, float *y)
 {
@@ -419,7 +416,7 @@ static void tile16_scalar(const uint8_t *tile, int compact, int groups,
     for (int i = 0; i < x->m; i++) {
         float acc[TILE_ROWS] = {0};
         for (int g = 0; g < groups; g++) {
-            const uint8_t *rec = tile + (size_t)g * record_bytes(compact);
+            const uint8_t *rec = q4r_record(tile, fmt, g);
             const int16_t *xq = x->q + (size_t)i * k + g * BLOCK;
             float sx = x->scale[(size_t)i * groups + g], sumx = x->sum[(size_t)i * groups + g];
             for (int r = 0; r < TILE_ROWS; r++) {
@@ -427,8 +424,8 @@ static void tile16_scalar(const uint8_t *tile, int compact, int groups,
                 int32_t dot = 0;
                 for (int j = 0; j < NIBBLE_BYTES; j++)
                     dot += (nib[j] & 15) * xq[j] + (nib[j] >> 4) * xq[j + NIBBLE_BYTES];
-                float sw = record_param(rec, compact, r);
-                acc[r] += (float)dot * (sw * sx) + record_param(rec, compact, TILE_ROWS + r) * sumx;
+                float sw = q4r_param(tile, fmt, g, r);
+                acc[r] += (float)dot * (sw * sx) + q4r_param(tile, fmt, g, TILE_ROWS + r) * sumx;
             }
         }
         for (int r = 0; r < TILE_ROWS && row0 + r < n; r++)
@@ -438,11 +435,10 @@ static void tile16_scalar(const uint8_t *tile, int compact, int groups,
 
 #define DEFINE_TILE16_CHUNK(NAME, TARGET, DOT)                                              \
     __attribute__((target(TARGET), always_inline))                                          \
-    static inline void NAME(const uint8_t *tile, int compact, int groups,                   \
+    static inline void NAME(const uint8_t *tile, int fmt, int groups,                   \
                             const struct activations16 *x, int i0, int rows, int row0, int n, \
                             float *y)                                                       \
     {                                                                                       \
-        size_t rec_bytes = record_bytes(compact);                                           \
         const __m128i low = _mm_set1_epi8(15);                                              \
         __m256 acc[ROW_CHUNK][TILE_ROWS];                                                   \
         __m128 acc_min[ROW_CHUNK];                                                          \
@@ -452,10 +448,10 @@ static void tile16_scalar(const uint8_t *tile, int compact, int groups,
                 acc[i][r] = _mm256_setzero_ps();                                            \
         }                                                                                   \
         for (int g = 0; g < groups; g++) {                                                  \
-            const uint8_t *rec = tile + (size_t)g * rec_bytes;                              \
             float sw_buf[TILE_ROWS];                                                        \
+            const float *sw;                                                                \
             __m128 mw;                                                                      \
-            const float *sw = record_params_vec(rec, compact, sw_buf, &mw);                 \
+            const uint8_t *rec = q4r_params_vec(tile, fmt, g, sw_buf, &sw, &mw);        \
             __m256i xlo[ROW_CHUNK], xhi[ROW_CHUNK];                                         \
             float sx[ROW_CHUNK];                                                            \
             for (int i = 0; i < rows; i++) {                                                \
@@ -486,51 +482,53 @@ static void tile16_scalar(const uint8_t *tile, int compact, int groups,
         }                                                                                   \
     }                                                                                       \
     __attribute__((target(TARGET)))                                                         \
-    static void NAME##_all_rows(const uint8_t *tile, int compact, int groups,               \
+    static void NAME##_all_rows(const uint8_t *tile, int fmt, int groups,               \
                                 const struct activations16 *x, int row0, int n, float *y)   \
     {                                                                                       \
-        if (compact)                                                                        \
-            ALL_ROWS(NAME, 1);                                                              \
+        if (fmt == Q4R_FP16)                                                            \
+            ALL_ROWS(NAME, Q4R_FP16);                                                       \
+        else if (fmt == Q4R_KQ)                                                         \
+            ALL_ROWS(NAME, Q4R_KQ);                                                         \
         else                                                                                \
-            ALL_ROWS(NAME, 0);                                                              \
+            ALL_ROWS(NAME, Q4R_FP32);                                                       \
     }
 
 DEFINE_TILE16_CHUNK(tile16_avx2, "avx2,fma,f16c", bq_dot16_avx2)
 DEFINE_TILE16_CHUNK(tile16_vnni, "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c", bq_dot16_vnni)
 
-static void gemm16_tiles(int isa, const uint8_t *w, int compact, int n, int groups,
+static void gemm16_tiles(int isa, const uint8_t *w, int fmt, int n, int groups,
                          const struct activations16 *x, float *y, int tile_begin, int tile_end)
 {
     for (int t = tile_begin; t < tile_end; t++) {
-        const uint8_t *tile = w + (size_t)t * groups * record_bytes(compact);
+        const uint8_t *tile = w + (size_t)t * q4r_tile_bytes(fmt, groups);
         int row0 = t * TILE_ROWS;
         if (isa == Q4_ISA_AVX512_VNNI)
-            tile16_vnni_all_rows(tile, compact, groups, x, row0, n, y);
+            tile16_vnni_all_rows(tile, fmt, groups, x, row0, n, y);
         else if (isa == Q4_ISA_AVX2)
-            tile16_avx2_all_rows(tile, compact, groups, x, row0, n, y);
+            tile16_avx2_all_rows(tile, fmt, groups, x, row0, n, y);
         else
-            tile16_scalar(tile, compact, groups, x, row0, n, y);
+            tile16_scalar(tile, fmt, groups, x, row0, n, y);
     }
 }
 
 /* As q4_gemm, with q4_quantize_rows16's output for [m, k]. */
-int q4_gemm16(int isa, const uint8_t *w, int compact, int n, int k, const int16_t *xq,
+int q4_gemm16(int isa, const uint8_t *w, int fmt, int n, int k, const int16_t *xq,
               const float *xscale, const float *xsum, int m, float *y, int n_threads)
 {
     isa = bq_resolve_isa(isa);
-    if (isa < 0 || !format_ok(compact) || n <= 0 || m <= 0 || k <= 0 || k % BLOCK)
+    if (isa < 0 || !q4r_format_ok(fmt, k) || n <= 0 || m <= 0 || k <= 0 || k % BLOCK)
         return -1;
     struct activations16 x = {xq, xscale, xsum, m};
     int groups = k / BLOCK, tiles = tiles_of(n);
     if (n_threads <= 1) {
-        gemm16_tiles(isa, w, compact, n, groups, &x, y, 0, tiles);
+        gemm16_tiles(isa, w, fmt, n, groups, &x, y, 0, tiles);
         return 0;
     }
 #pragma omp parallel num_threads(n_threads)
     {
         int begin, end;
         if (bq_team_share(tiles, &begin, &end))
-            gemm16_tiles(isa, w, compact, n, groups, &x, y, begin, end);
+            gemm16_tiles(isa, w, fmt, n, groups, &x, y, begin, end);
     }
     return 0;
 }
@@ -541,12 +539,12 @@ size_t q4_workspace16_bytes(int m, int k)
 }
 
 /* Quantize x to int16 and multiply: work is q4_workspace16_bytes(m, k) bytes, 4-byte aligned. */
-int q4_linear16(int isa, const uint8_t *w, int compact, int n, int k, const float *x,
+int q4_linear16(int isa, const uint8_t *w, int fmt, int n, int k, const float *x,
                 int m, float *y, void *work, int n_threads)
 {
     int16_t *xq = (int16_t *)work;
     float *xscale = (float *)(xq + (size_t)m * k);
     float *xsum = xscale + (size_t)m * (k / BLOCK);
     int rc = q4_quantize_rows16(isa, x, m, k, xq, xscale, xsum);
-    return rc ? rc : q4_gemm16(isa, w, compact, n, k, xq, xscale, xsum, m, y, n_threads);
+    return rc ? rc : q4_gemm16(isa, w, fmt, n, k, xq, xscale, xsum, m, y, n_threads);
 }

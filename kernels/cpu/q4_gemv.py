@@ -16,19 +16,29 @@ from kernels.cpu import block_quant, native
 ISA_NAMES = {0: "scalar", 1: "avx2", 2: "avx512-vnni"}
 BEST_ISA = -1
 NAME = "q4_gemv"
+# Record formats (kernels/cpu/q4_records.h): fp32 scales and mins (96 bytes per 128 weights),
+# fp16 ones (80), GGUF Q4_K's six-bit sub-block scales and mins with fp16 d and dmin per
+# super-block of 256 (74 on average).
+FP32_RECORDS, FP16_RECORDS, KQ_RECORDS = 0, 1, 2
+KQ_SUPER_BLOCK = 256
 
 
 @dataclass(slots=True, frozen=True)
 class Q4Repacked:
     """A weight in the kernel's tiled layout (uint8), for out_features x in_features.
 
-    compact: its records hold fp16 scales and mins (80 bytes per 128 weights), else fp32 ones
-    (96); every call that reads the weight passes it (kernels/cpu/q4_gemv.c)."""
+    record_format: how its records hold scales and mins; every call that reads the weight
+    passes it (kernels/cpu/q4_gemv.c)."""
 
     data: torch.Tensor
     out_features: int
     in_features: int
-    compact: bool
+    record_format: int
+
+    @property
+    def compact(self) -> bool:
+        """fp16 scales and mins."""
+        return self.record_format == FP16_RECORDS
 
 
 class Q4Gemv:
@@ -51,6 +61,7 @@ class Q4Gemv:
             "q4_repacked_bytes": ([i32, i32, i32], size),
             "q4_workspace_bytes": ([i32, i32], size),
             "q4_repack": ([ptr, ptr, ptr, i32, i32, i32, ptr], i32),
+            "q4_repack_kq": ([ptr, ptr, ptr, ptr, ptr, i32, i32, ptr], i32),
             "q4_quantize_rows": ([i32, ptr, i32, i32, ptr, ptr, ptr], i32),
             "q4_gemm": ([i32, ptr, i32, i32, i32, ptr, ptr, ptr, i32, ptr, i32], i32),
             "q4_linear": ([i32, ptr, i32, i32, i32, ptr, i32, ptr, ptr, i32], i32),
@@ -86,8 +97,9 @@ class Q4Gemv:
     def isa_supported(self, isa: int) -> bool:
         return bool(self._lib.q4_isa_supported(isa))
 
-    def repacked_bytes(self, n: int, k: int, compact: bool) -> int:
-        return self._lib.q4_repacked_bytes(int(compact), n, k)
+    def repacked_bytes(self, n: int, k: int, record_format: int) -> int:
+        """0 where the format does not fit k (KQ_RECORDS: whole super-blocks of 256)."""
+        return self._lib.q4_repacked_bytes(record_format, n, k)
 
     def repack(self, packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
                ) -> Q4Repacked:
@@ -97,14 +109,31 @@ class Q4Gemv:
         `with_compact_scales`), fp32 ones otherwise."""
         n, k = packed.shape[0], packed.shape[1] * 2
         compact = scales.dtype == mins.dtype == torch.float16
+        record_format = FP16_RECORDS if compact else FP32_RECORDS
         packed = packed.contiguous()
         if not compact:
             scales, mins = scales.float(), mins.float()
         scales, mins = scales.contiguous(), mins.contiguous()
-        out = torch.empty(self.repacked_bytes(n, k, compact), dtype=torch.uint8)
+        out = torch.empty(self.repacked_bytes(n, k, record_format), dtype=torch.uint8)
         self._check(self._lib.q4_repack(packed.data_ptr(), scales.data_ptr(), mins.data_ptr(),
-                                        int(compact), n, k, out.data_ptr()), "q4_repack")
-        return Q4Repacked(out, n, k, compact)
+                                        record_format, n, k, out.data_ptr()), "q4_repack")
+        return Q4Repacked(out, n, k, record_format)
+
+    def repack_kq(self, packed: torch.Tensor, d: torch.Tensor, dmin: torch.Tensor,
+                  sc: torch.Tensor, m: torch.Tensor) -> Q4Repacked:
+        """GGUF Q4_K's parts: packed as `repack`'s; d, dmin float16 [n, k / 256]; sc, m uint8
+        [n, k / 32], six-bit: weight = q * (d * sc) - dmin * m, the same products as `repack`
+        of those scales and mins in fp32."""
+        n, k = packed.shape[0], packed.shape[1] * 2
+        size = self.repacked_bytes(n, k, KQ_RECORDS)
+        if not size or d.dtype != torch.float16 or sc.dtype != torch.uint8:
+            raise ValueError(f"Q4_K records need k a multiple of {KQ_SUPER_BLOCK} (got {k}), "
+                             f"fp16 d and uint8 sub-scales (got {d.dtype}, {sc.dtype})")
+        parts = [t.contiguous() for t in (packed, d, dmin, sc, m)]
+        out = torch.empty(size, dtype=torch.uint8)
+        self._check(self._lib.q4_repack_kq(*(t.data_ptr() for t in parts), n, k,
+                                           out.data_ptr()), "q4_repack_kq")
+        return Q4Repacked(out, n, k, KQ_RECORDS)
 
     def quantize_rows(self, x: torch.Tensor, isa: int = BEST_ISA,
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -121,7 +150,7 @@ class Q4Gemv:
     def linear_into(self, w: Q4Repacked, x: torch.Tensor, y: torch.Tensor,
                     work: torch.Tensor, isa: int = BEST_ISA, threads: int = 1) -> torch.Tensor:
         """y = x @ W.T with x quantized per block inside; x fp32 [m, k] contiguous, y [m, n]."""
-        self._check(self._lib.q4_linear(isa, w.data.data_ptr(), w.compact, w.out_features,
+        self._check(self._lib.q4_linear(isa, w.data.data_ptr(), w.record_format, w.out_features,
                                         w.in_features, x.data_ptr(), x.shape[0], y.data_ptr(),
                                         work.data_ptr(), threads), "q4_linear")
         return y
@@ -142,7 +171,7 @@ class Q4Gemv:
         m = x.shape[0]
         y = torch.empty(m, w.out_features)
         work = self.split_workspace(m, w.out_features, w.in_features)
-        self._check(self._lib.q4_linear_split(isa, w.data.data_ptr(), w.compact,
+        self._check(self._lib.q4_linear_split(isa, w.data.data_ptr(), w.record_format,
                                               w.out_features, w.in_features, x.data_ptr(), m,
                                               y.data_ptr(), work.data_ptr(), threads),
                     "q4_linear_split")
@@ -165,7 +194,7 @@ class Q4Gemv:
         m = x.shape[0]
         y = torch.empty(m, w.out_features)
         work = torch.empty(self.workspace16_bytes(m, w.in_features), dtype=torch.uint8)
-        self._check(self._lib.q4_linear16(isa, w.data.data_ptr(), w.compact,
+        self._check(self._lib.q4_linear16(isa, w.data.data_ptr(), w.record_format,
                                           w.out_features, w.in_features, x.data_ptr(), m,
                                           y.data_ptr(), work.data_ptr(), threads), "q4_linear16")
         return y
@@ -180,7 +209,7 @@ class Q4Gemv:
               total: torch.Tensor, isa: int, threads: int) -> torch.Tensor:
         m = xq.shape[0]
         y = torch.empty(m, w.out_features)
-        self._check(getattr(self._lib, name)(isa, w.data.data_ptr(), w.compact,
+        self._check(getattr(self._lib, name)(isa, w.data.data_ptr(), w.record_format,
                                              w.out_features, w.in_features, xq.data_ptr(),
                                              scale.data_ptr(), total.data_ptr(), m, y.data_ptr(),
                                              threads), name)

@@ -28,7 +28,7 @@ from engine.quantization.tensors import Int4Weight, dequantize, quantize_int4, q
 from kernels.cpu import native
 from kernels.cpu.dequant import Dequantizer
 from kernels.cpu.native import find_compiler
-from kernels.cpu.q4_gemv import Q4Gemv
+from kernels.cpu.q4_gemv import KQ_RECORDS, Q4Gemv
 from kernels.ops import TORCH_OPS
 
 Q4_EVERY_STEP = CpuPathPolicy(native_below_rows=sys.maxsize)
@@ -282,6 +282,20 @@ def test_q4_1_files_layers_and_vocabulary_get_compact_records(q4, q4_chosen, tin
     methods = [getattr(linear.method, "halves", linear.method)
                for linear in runner.model.linears()]
     assert methods and all(m.native.repacked.compact for m in methods)
+
+
+def test_q4_k_files_layers_get_q4_k_records_and_match_the_dequantized_model(q4, q4_chosen,
+                                                                           tmp_path):
+    """Q4_K's own six-bit sub-scales with fp16 d per 256 inputs: 0.578 bytes a weight where
+    fp32 records take 0.75, and the same products."""
+    from gguf import GGMLQuantizationType as QType
+
+    path = write_tiny_gguf(tmp_path / "tiny.gguf", matrix_type=QType.Q4_K).path
+    error, runner = _logits_error(path, list(range(3, 200)))
+    layers = [linear.method for linear in runner.model.linears()
+              if isinstance(linear.method, CpuInt4Method)]
+    assert layers and all(m.native.repacked.record_format == KQ_RECORDS for m in layers)
+    assert error < 0.01
 
 
 def test_engine_without_the_library_runs_pytorchs_int4_kernel(monkeypatch, tiny_q4_1):

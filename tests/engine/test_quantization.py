@@ -26,12 +26,14 @@ from engine.quantization.tensors import (
     Int8Weight,
     concat,
     dequantize,
+    k_quant_scales,
     quantize_int4,
     quantize_int8,
     split_int8_into_int4,
 )
 from kernels.ops import TORCH_OPS
 from tests.engine.tiny_models import save_tiny_model
+from tests.q4_k_weight import q4_k_weight
 
 QUALITY_TEXT = Path(__file__).parent / "data" / "quality_text.txt"
 
@@ -324,3 +326,23 @@ def test_copy_to_dequantize_from_keeps_fp16_scales_where_they_are_exact():
     assert compact.scales.dtype == compact.mins.dtype == torch.float16
     assert torch.equal(dequantize(compact), dequantize(as_in_q4_1))
     assert CpuInt4Method(weight, policy).source.scales.dtype == torch.float32  # not exact in fp16
+
+
+def test_q4_k_scales_factor_back_into_the_files_six_bit_parts():
+    weight, parts = q4_k_weight(12, 512)
+    found = k_quant_scales(weight)
+    assert found is not None
+    for name in ("d", "dmin", "sc", "m"):
+        assert torch.equal(getattr(found, name), getattr(parts, name)), name
+
+
+@pytest.mark.parametrize("case", ["quantized on load", "a scale off the grid", "k of 288"])
+def test_q4_k_scales_refuse_what_is_not_exactly_q4_k(case):
+    weight, _ = q4_k_weight(12, 512)
+    if case == "quantized on load":
+        weight = quantize_int4(torch.randn(12, 512))
+    elif case == "a scale off the grid":
+        weight.scales[3, 9] *= 1.001
+    else:
+        weight = quantize_int4(torch.randn(12, 288))
+    assert k_quant_scales(weight) is None

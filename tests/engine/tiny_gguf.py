@@ -75,12 +75,17 @@ def permute_like_llama_cpp(w: np.ndarray, heads: int) -> np.ndarray:
 
 
 def random_blocks(kind: QType, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
-    """Raw blocks [rows, bytes]: random bits, with every fp16 scale small and positive."""
+    """Raw blocks [rows, bytes]: random bits, with every fp16 scale small and positive. In
+    Q4_K, as llama.cpp's quantizer leaves them, each super-block's largest six-bit sub-scale
+    and sub-min is 63 (d and dmin are the largest / 63): here its first scale and second min."""
     block_size, type_size = gguf.GGML_QUANT_SIZES[kind]
     blocks = rng.integers(0, 256, size=(rows, cols // block_size, type_size), dtype=np.uint8)
     for offset in _FP16_FIELDS[kind]:
         scales = rng.uniform(1e-3, 4e-3, size=blocks.shape[:2]).astype(np.float16)
         blocks[..., offset:offset + 2] = scales[..., None].view(np.uint8)
+    if kind == QType.Q4_K:
+        blocks[..., 4] |= 0x3F  # scale 0's six bits
+        blocks[..., 9] |= 0x3F  # min 1's six bits
     return blocks.reshape(rows, -1)
 
 

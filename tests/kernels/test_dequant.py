@@ -13,6 +13,7 @@ from engine.quantization.tensors import (
 from kernels.cpu import native
 from kernels.cpu.dequant import AVX2, SCALAR, Dequantizer
 from kernels.cpu.q4_gemv import Q4Gemv
+from tests.q4_k_weight import q4_k_weight
 
 ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2], ids=["scalar", "avx2"])
 
@@ -118,3 +119,13 @@ def test_q4_gemv_layout_with_scales_fp16_cannot_hold_widens_exactly(dq, q4, isa)
     assert not repacked.compact
     out = dq.q4_repacked_into(repacked, torch.empty(963, 256), _runnable(dq, isa))
     assert torch.equal(out, dequantize(w))
+
+
+@ISAS
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_q4_gemv_layout_in_q4_k_records_widens_to_the_weight_it_was_repacked_from(dq, q4, isa,
+                                                                                  dtype):
+    w, parts = q4_k_weight(963, 512)
+    repacked = q4.repack_kq(w.packed, parts.d, parts.dmin, parts.sc, parts.m)
+    out = dq.q4_repacked_into(repacked, torch.empty(963, 512, dtype=dtype), _runnable(dq, isa))
+    assert torch.equal(out, dequantize(w, dtype))

@@ -14,7 +14,8 @@ from engine.quantization.tensors import (
     with_compact_scales,
 )
 from kernels.cpu.native import find_compiler, mapped_openmp_runtimes, torch_openmp_runtime
-from kernels.cpu.q4_gemv import Q4Gemv, Q4Repacked
+from kernels.cpu.q4_gemv import KQ_RECORDS, Q4Gemv, Q4Repacked
+from tests.q4_k_weight import q4_k_weight
 
 SCALAR, AVX2, AVX512_VNNI = 0, 1, 2
 ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2, AVX512_VNNI],
@@ -203,28 +204,59 @@ def test_compact_records_are_80_bytes_per_128_weights_against_96(q4):
     assert fp32.data.numel() == 96 * records and compact.data.numel() == 80 * records
 
 
+def _fp32_and(q4: Q4Gemv, kind: str, n: int, k: int) -> tuple[Q4Repacked, Q4Repacked]:
+    """One weight in fp32 records and in smaller ones of the same values: "fp16" (Q4_1's
+    kind: fp16 scales and mins) or "q4_k" (Q4_K's six-bit sub-scales, fp16 d per 256)."""
+    if kind == "fp16":
+        return _both_formats(q4, _fp16_weight(n, k))
+    w, parts = q4_k_weight(n, k)
+    fp32 = q4.repack(w.packed, w.scales, w.mins)
+    kq = q4.repack_kq(w.packed, parts.d, parts.dmin, parts.sc, parts.m)
+    assert kq.record_format == KQ_RECORDS and not fp32.compact
+    return fp32, kq
+
+
+SMALLER_RECORDS = pytest.mark.parametrize("kind", ["fp16", "q4_k"])
+
+
+def test_q4_k_records_are_592_bytes_per_1024_weights_against_768(q4):
+    fp32, kq = _fp32_and(q4, "q4_k", 963, 1536)
+    tiles = (963 + 3) // 4
+    assert fp32.data.numel() == tiles * 96 * (1536 // 32)
+    assert kq.data.numel() == tiles * 592 * (1536 // 256)
+
+
 @ISAS
 @WIDTHS
-@pytest.mark.parametrize("k,n", [(576, 963), (1536, 576), (1536, 5)])
+@SMALLER_RECORDS
+@pytest.mark.parametrize("k,n", [(512, 963), (1536, 576), (1536, 5)])
 @pytest.mark.parametrize("m", [1, 3, 16])
-def test_compact_records_give_the_fp32_records_bits(q4, isa, width, m, k, n):
-    """fp16 scales and mins widened exactly: the products are the same arithmetic."""
+def test_smaller_records_give_the_fp32_records_bits(q4, isa, width, kind, m, k, n):
+    """Their scales and mins widened (fp16) or rebuilt (d * sc, -(dmin * m)) in fp32 exactly:
+    the products are the same arithmetic."""
     _runnable(q4, isa)
-    fp32, compact = _both_formats(q4, _fp16_weight(n, k))
+    fp32, smaller = _fp32_and(q4, kind, n, k)
     quantized = quantize(q4, width, _activations(m, k), isa)
     gemm = q4.gemm if width.dtype == torch.int8 else q4.gemm16
-    assert torch.equal(gemm(compact, *quantized, isa), gemm(fp32, *quantized, isa))
+    assert torch.equal(gemm(smaller, *quantized, isa), gemm(fp32, *quantized, isa))
 
 
-@pytest.mark.parametrize("isa", [SCALAR, AVX2], ids=["scalar", "avx2"])
-def test_compact_records_give_the_fp32_records_bits_in_every_linear(q4, isa):
+@ISAS
+@SMALLER_RECORDS
+def test_smaller_records_give_the_fp32_records_bits_in_every_linear(q4, isa, kind):
     _runnable(q4, isa)
-    fp32, compact = _both_formats(q4, _fp16_weight(963, 1536))
+    fp32, smaller = _fp32_and(q4, kind, 963, 1536)
     x = _activations(3, 1536)
     for linear in (q4.linear, q4.linear_split, q4.linear16):
-        assert torch.equal(linear(compact, x, isa), linear(fp32, x, isa)), linear.__name__
-        assert torch.equal(linear(compact, x, isa, threads=2), linear(fp32, x, isa)), (
+        assert torch.equal(linear(smaller, x, isa), linear(fp32, x, isa)), linear.__name__
+        assert torch.equal(linear(smaller, x, isa, threads=2), linear(fp32, x, isa)), (
             linear.__name__)
+
+
+def test_q4_k_records_refuse_a_width_of_partial_super_blocks(q4):
+    w, parts = q4_k_weight(8, 512)
+    with pytest.raises(ValueError, match="multiple of 256"):
+        q4.repack_kq(w.packed[:, :144], parts.d, parts.dmin, parts.sc[:, :9], parts.m[:, :9])
 
 
 def test_scales_fp16_cannot_hold_get_fp32_records_and_stay_exact(q4):
