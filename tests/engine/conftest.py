@@ -11,3 +11,16 @@ def kernels_cache_dir(tmp_path_factory) -> Path:
     (each source is built once per folder): tests that need a fresh engine start, not a fresh
     build, share it, so no test reads or fills the user's cache."""
     return tmp_path_factory.mktemp("pagoda-cache")
+
+
+@pytest.fixture
+def kernels_at_every_step(monkeypatch):
+    """The load-time calibration finds the weight-only kernels (q4_gemv where it loads) faster
+    than a dequantized GEMM at every step size, so every step of a test runs them: a timing on
+    a shared machine, or a bf16 GEMM on a CPU with AVX512-BF16, decides nothing a test of the
+    kernels can rely on (the choice itself is tested on timings)."""
+    from engine.quantization import cpu_paths
+    from engine.quantization.cpu_paths import RowTimings
+
+    monkeypatch.setattr(cpu_paths, "_timings", lambda probe, native, rows: {
+        m: RowTimings(2.0, None if native is None else 1.0, 100.0, 100.0) for m in rows})

@@ -45,14 +45,11 @@ def q4(tmp_path_factory) -> Q4Context:
 
 
 @pytest.fixture
-def q4_chosen(monkeypatch, kernels_cache_dir):
+def q4_chosen(monkeypatch, kernels_cache_dir, kernels_at_every_step):
     """The engine builds q4_gemv under the session's cache folder, and its calibration finds it
-    the faster kernel at every step size (on a shared machine a timing decides nothing a test
-    can rely on; the choice itself is tested on timings below)."""
+    the faster kernel at every step size (`kernels_at_every_step`)."""
     monkeypatch.setenv("PAGODA_CACHE_DIR", str(kernels_cache_dir))
     monkeypatch.setattr("engine.native_kernels._unavailable", {})
-    monkeypatch.setattr(cpu_paths, "_timings", lambda probe, native, rows: {
-        m: RowTimings(2.0, None if native is None else 1.0, 100.0, 100.0) for m in rows})
 
 
 def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:

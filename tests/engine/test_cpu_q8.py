@@ -40,10 +40,10 @@ def q8(tmp_path_factory) -> Q8Context:
 
 
 @pytest.fixture
-def q8_chosen(monkeypatch, kernels_cache_dir):
+def q8_chosen(monkeypatch, kernels_cache_dir, kernels_at_every_step):
     """The engine builds q8_gemv under the session's cache folder and its calibration picks it for
-    the layers (a timing on a shared machine decides nothing a test can rely on; the choice
-    itself is tested on timings below)."""
+    the layers at every step size (`kernels_at_every_step`; the choice itself is tested on
+    timings below)."""
     monkeypatch.setenv("PAGODA_CACHE_DIR", str(kernels_cache_dir))
     monkeypatch.setattr("engine.native_kernels._unavailable", {})
     monkeypatch.setattr(cpu_paths, "choose_int8_kernel", lambda *args: (True, "chosen"))
