@@ -271,9 +271,22 @@ def test_scales_fp16_cannot_hold_get_fp32_records_and_stay_exact(q4):
                                  *_reference(w, xq, scale, total))
 
 
-def test_a_record_format_other_than_fp32_or_compact_is_refused(q4):
+@pytest.mark.parametrize("record_format", [3, KQ_RECORDS], ids=["unknown", "q4_k-k64"])
+def test_a_record_format_that_does_not_exist_or_fit_the_width_is_refused(q4, record_format):
     fp32, _ = _both_formats(q4, _fp16_weight(4, 64))
     x = torch.randn(1, 64)
     y, work = torch.empty(1, 4), q4.workspace(1, 64)
     assert q4.raw.q4_linear(AVX2 if q4.isa_supported(AVX2) else SCALAR, fp32.data.data_ptr(),
-                            2, 4, 64, x.data_ptr(), 1, y.data_ptr(), work.data_ptr(), 1) == -1
+                            record_format, 4, 64, x.data_ptr(), 1, y.data_ptr(), work.data_ptr(),
+                            1) == -1
+
+
+@pytest.mark.parametrize("kind", ["fp32", "fp16", "q4_k"])
+@pytest.mark.parametrize("m", [1, 3, 16])
+def test_int16_pass_on_avx512_two_rows_a_register_gives_the_avx2_bits(q4, kind, m):
+    _runnable(q4, AVX512_VNNI)
+    fp32, smaller = _fp32_and(q4, "q4_k" if kind == "q4_k" else "fp16", 963, 1536)
+    w = fp32 if kind == "fp32" else smaller
+    xq, scale, total = q4.quantize_rows16(_activations(m, 1536), AVX2)
+    assert torch.equal(q4.gemm16(w, xq, scale, total, AVX512_VNNI),
+                       q4.gemm16(w, xq, scale, total, AVX2))
