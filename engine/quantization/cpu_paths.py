@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 # (it never wins below). A step of a count between two uses the smaller's choice.
 CALIBRATION_ROWS = (1, 2, 4, 16, 64, 256)
 _GEMM_FROM_ROWS = 16
-# The kernel must lose to an fp32 GEMM by this much before a dequantized copy is kept.
+# The kernel must lose to the faster GEMM dtype by this much before steps dequantize.
 _MIN_GAIN = 1.15
 # PyTorch's int4 kernel takes one-row steps only where it beats q4_gemv by this much per call:
 # with q4_gemv a decode step runs as one C call (engine/models/native_decode.py), which a
@@ -40,7 +40,7 @@ _MIN_GAIN = 1.15
 _ONE_ROW_LOSS = 1.5
 # q4_gemv must lose to torch's int4 kernel by this much at some step size before both layouts
 # are kept: the second layout costs 0.625 bytes a weight, nearly doubling the layers' memory
-# (~500 MB on a 1B Q4_K_M, ~3.5 GB on a 7B), so it must buy about as much speed. On a Zen 5
+# (~500 MB on a 1B Q4_K_M, ~4 GB on a 7B), so it must buy about as much speed. On a Zen 5
 # EPYC q4_gemv lost 2- to 64-row steps by 1.15-1.7x and one layout is kept.
 _BOTH_LAYOUTS_LOSS = 2.0
 _REPEATS = 3
