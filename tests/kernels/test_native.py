@@ -40,8 +40,8 @@ def test_loaded_library_shares_torchs_openmp_runtime(tmp_path, compiler):
 def test_a_changed_header_builds_a_new_library(monkeypatch, tmp_path, compiler):
     sources = tmp_path / "src"
     sources.mkdir()
-    for name in ("dequant.c", "half_float.h"):
-        (sources / name).write_bytes((native.SOURCE_DIR / name).read_bytes())
+    for path in (native.SOURCE_DIR / "dequant.c", *native.SOURCE_DIR.glob("*.h")):
+        (sources / path.name).write_bytes(path.read_bytes())
     monkeypatch.setattr(native, "SOURCE_DIR", sources)
     first = native.build("dequant", tmp_path / "built", compiler)
     with open(sources / "half_float.h", "a") as header:
