@@ -224,6 +224,31 @@ static inline __m256i bq_dot16_vnni(__m256i w_lo, __m256i w_hi, __m256i x_lo, __
     return _mm256_dpwssd_epi32(_mm256_madd_epi16(w_lo, x_lo), w_hi, x_hi);
 }
 
+/* ---- 512 bits: two weight rows a register (AVX-512 VNNI) ---------------------------------
+ * Lanes 0-7 of a 512-bit register hold one row's 8 sums exactly as a 256-bit body's lanes do,
+ * lanes 8-15 the next row's; each half is summed as BQ_HSUM256 sums a 256-bit register, so a
+ * 512-bit body gives the 256-bit body's bits. */
+#define BQ_ZMM_TARGET "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c"
+
+__attribute__((target(BQ_ZMM_TARGET), always_inline))
+static inline float bq_hsum_half(__m512 v, int upper)
+{
+    __m256 h = upper ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))
+                     : _mm512_castps512_ps256(v);
+    float s;
+    BQ_HSUM256(h, s);
+    return s;
+}
+
+/* a in lanes 0-7, b in lanes 8-15. */
+__attribute__((target(BQ_ZMM_TARGET), always_inline))
+static inline __m512 bq_pair(float a, float b)
+{
+    return _mm512_castpd_ps(_mm512_insertf64x4(
+        _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_set1_ps(a))),
+        _mm256_castps_pd(_mm256_set1_ps(b)), 1));
+}
+
 /* ---- threads ----------------------------------------------------------------------------- */
 
 /* Inside a parallel region: this thread's units [*begin, *end), contiguous (not interleaved)

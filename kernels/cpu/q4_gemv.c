@@ -499,23 +499,10 @@ static void tile16_scalar(const uint8_t *tile, int fmt, int groups,
 
 DEFINE_TILE16_CHUNK(tile16_avx2, "avx2,fma,f16c", bq_dot16_avx2)
 
-/* AVX-512 VNNI: two tile rows per 512-bit register, so each instruction does twice the 256-bit
- * body's work (a one-row step of a 1B model is bound by instructions here, not memory). Lanes
- * 0-7 of a register hold row 2p's sums exactly as the 256-bit body's 8 lanes hold them, and
- * 8-15 row 2p + 1's; each half is summed as that body sums its register: the same bits. */
-#define ZMM_TARGET "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c"
-
-__attribute__((target(ZMM_TARGET), always_inline))
-static inline float hsum_half(__m512 v, int upper)
-{
-    __m256 h = upper ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))
-                     : _mm512_castps512_ps256(v);
-    float s;
-    BQ_HSUM256(h, s);
-    return s;
-}
-
-__attribute__((target(ZMM_TARGET), always_inline))
+/* AVX-512 VNNI: two tile rows per 512-bit register (block_quant.h), so each instruction does
+ * twice the 256-bit body's work (a one-row step of a 1B model is bound by instructions here,
+ * not memory), with the same bits. */
+__attribute__((target(BQ_ZMM_TARGET), always_inline))
 static inline void tile16_vnni(const uint8_t *tile, int fmt, int groups,
                                const struct activations16 *x, int i0, int rows, int row0,
                                int n, float *y)
@@ -565,11 +552,11 @@ static inline void tile16_vnni(const uint8_t *tile, int fmt, int groups,
         float mins[TILE_ROWS];
         _mm_storeu_ps(mins, acc_min[i]);
         for (int r = 0; r < TILE_ROWS && row0 + r < n; r++)
-            y[(size_t)(i0 + i) * n + row0 + r] = hsum_half(acc[i][r / 2], r % 2) + mins[r];
+            y[(size_t)(i0 + i) * n + row0 + r] = bq_hsum_half(acc[i][r / 2], r % 2) + mins[r];
     }
 }
 
-DEFINE_ALL_ROWS16(tile16_vnni, ZMM_TARGET)
+DEFINE_ALL_ROWS16(tile16_vnni, BQ_ZMM_TARGET)
 
 static void gemm16_tiles(int isa, const uint8_t *w, int fmt, int n, int groups,
                          const struct activations16 *x, float *y, int tile_begin, int tile_end)

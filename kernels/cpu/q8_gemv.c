@@ -229,6 +229,55 @@ static inline float scale_at(const struct weight *w, size_t i)
         STORE_ACCUMULATORS(acc, rows, irows)                                                \
     }
 
+/* AVX-512 VNNI, int16 activations: two weight rows a 512-bit register (block_quant.h), each
+ * row's 32 weights of a block sign-extended once for every activation row; the same lanes as
+ * DEFINE_PASS16's, so the same bits. Full tiles only (rows == TILE_ROWS). */
+__attribute__((target(BQ_ZMM_TARGET), always_inline))
+static inline void pass16_zmm(const struct weight *w, const struct activations *x, int row0,
+                              int rows, int i0, int irows, float *y)
+{
+    (void)rows;
+    const int16_t *xq = (const int16_t *)x->q;
+    __m512 acc[ROW_CHUNK][TILE_ROWS / 2];
+    for (int i = 0; i < ROW_CHUNK; i++)
+        for (int p = 0; p < TILE_ROWS / 2; p++)
+            acc[i][p] = _mm512_setzero_ps();
+    for (int g = 0; g < w->groups; g++) {
+        __m512i xlo[ROW_CHUNK], xhi[ROW_CHUNK];
+        float sx[ROW_CHUNK];
+        for (int i = 0; i < irows; i++) {
+            size_t b = (size_t)(i0 + i) * w->groups + g;
+            xlo[i] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xq + b * BLOCK)));
+            xhi[i] = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256((const __m256i *)(xq + b * BLOCK + 16)));
+            sx[i] = x->scale[b];
+        }
+        PREFETCH_NEXT_TILE(row0, g);
+        for (int p = 0; p < TILE_ROWS / 2; p++) {
+            size_t row = (size_t)(row0 + 2 * p);
+            const int8_t *a = w->q + row * w->k + g * BLOCK, *b = a + w->k;
+            __m256i lo = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
+                _mm_loadu_si128((const __m128i *)b), 1);
+            __m256i hi = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + 16))),
+                _mm_loadu_si128((const __m128i *)(b + 16)), 1);
+            __m512i wlo = _mm512_cvtepi8_epi16(lo), whi = _mm512_cvtepi8_epi16(hi);
+            __m512 sw = bq_pair(scale_at(w, row * w->groups + g),
+                                scale_at(w, (row + 1) * w->groups + g));
+            for (int i = 0; i < irows; i++) {
+                __m512i dot = _mm512_dpwssd_epi32(_mm512_madd_epi16(wlo, xlo[i]), whi, xhi[i]);
+                acc[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                            _mm512_mul_ps(sw, _mm512_set1_ps(sx[i])), acc[i][p]);
+            }
+        }
+    }
+    for (int i = 0; i < irows; i++)
+        for (int r = 0; r < TILE_ROWS; r++)
+            y[(size_t)(i0 + i) * w->n + row0 + r] =
+                bq_hsum_half(acc[i][r / 2], r % 2) + min_term(w, x, row0 + r, i0 + i);
+}
+
 /* Weight rows [row0, row0 + rows) (rows: 1 or TILE_ROWS) against every activation row. */
 #define RUN_ROWS(PASS, row0, rows)                                                          \
     do {                                                                                    \
@@ -239,8 +288,9 @@ static inline float scale_at(const struct weight *w, size_t i)
             PASS(w, x, row0, rows, i_, 1, y);                                               \
     } while (0)
 
-/* One tile of up to TILE_ROWS weight rows; a partial one (the last) a row at a time. */
-#define DEFINE_TILE(NAME, TARGET, PASS)                                                     \
+/* One tile of up to TILE_ROWS weight rows through PASS; a partial one (the last) a row at a
+ * time through ROW_PASS. */
+#define DEFINE_TILE2(NAME, TARGET, PASS, ROW_PASS)                                          \
     __attribute__((target(TARGET)))                                                         \
     static void NAME(const struct weight *w, const struct activations *x, int row0,         \
                      float *y)                                                              \
@@ -250,8 +300,9 @@ static inline float scale_at(const struct weight *w, size_t i)
             return;                                                                         \
         }                                                                                   \
         for (int r = row0; r < w->n; r++)                                                   \
-            RUN_ROWS(PASS, r, 1);                                                           \
+            RUN_ROWS(ROW_PASS, r, 1);                                                       \
     }
+#define DEFINE_TILE(NAME, TARGET, PASS) DEFINE_TILE2(NAME, TARGET, PASS, PASS)
 
 #define AVX2 "avx2,fma,f16c"
 #define VNNI "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c"
@@ -263,7 +314,7 @@ DEFINE_PASS16(pass16_vnni, VNNI, bq_dot16_vnni)
 DEFINE_TILE(tile8_avx2, AVX2, pass8_avx2)
 DEFINE_TILE(tile8_vnni, VNNI, pass8_vnni)
 DEFINE_TILE(tile16_avx2, AVX2, pass16_avx2)
-DEFINE_TILE(tile16_vnni, VNNI, pass16_vnni)
+DEFINE_TILE2(tile16_vnni, VNNI, pass16_zmm, pass16_vnni)
 
 static void gemm_tiles(int isa, int wide, const struct weight *w, const struct activations *x,
                        float *y, int tile_begin, int tile_end)
