@@ -186,19 +186,19 @@ static void tile_scalar(const uint8_t *tile, int fmt, int groups,
  * maddubs' s16 pairs. */
 
 /* Every activation row against one tile, ROW_CHUNK at a time, records in format FMT. */
-#define ALL_ROWS(NAME, FMT)                                                             \
+#define ALL_ROWS(NAME, FMT)                                                                 \
     do {                                                                                    \
         int i_ = 0;                                                                         \
         for (; i_ + ROW_CHUNK <= x->m; i_ += ROW_CHUNK)                                     \
-            NAME(tile, FMT, groups, x, i_, ROW_CHUNK, row0, n, y);                      \
+            NAME(tile, FMT, groups, x, i_, ROW_CHUNK, row0, n, y);                          \
         if (i_ < x->m)                                                                      \
-            NAME(tile, FMT, groups, x, i_, 1, row0, n, y);                              \
+            NAME(tile, FMT, groups, x, i_, 1, row0, n, y);                                  \
     } while (0)
 
 /* rows: 1..ROW_CHUNK activation rows starting at i0, all against one tile. */
 #define DEFINE_TILE_CHUNK(NAME, TARGET, DOT)                                                \
     __attribute__((target(TARGET), always_inline))                                          \
-    static inline void NAME(const uint8_t *tile, int fmt, int groups,                   \
+    static inline void NAME(const uint8_t *tile, int fmt, int groups,                       \
                             const struct activations *x, int i0, int rows, int row0, int n, \
                             float *y)                                                       \
     {                                                                                       \
@@ -214,7 +214,7 @@ static void tile_scalar(const uint8_t *tile, int fmt, int groups,
             float sw_buf[TILE_ROWS];                                                        \
             const float *sw;                                                                \
             __m128 mw;                                                                      \
-            const uint8_t *rec = q4r_params_vec(tile, fmt, g, sw_buf, &sw, &mw);        \
+            const uint8_t *rec = q4r_params_vec(tile, fmt, g, sw_buf, &sw, &mw);            \
             __m256i xv[ROW_CHUNK];                                                          \
             float sx[ROW_CHUNK];                                                            \
             for (int i = 0; i < rows; i++) {                                                \
@@ -239,20 +239,20 @@ static void tile_scalar(const uint8_t *tile, int fmt, int groups,
             _mm_storeu_ps(mins, acc_min[i]);                                                \
             for (int r = 0; r < TILE_ROWS && row0 + r < n; r++) {                           \
                 float s;                                                                    \
-                BQ_HSUM256(acc[i][r], s);                                                      \
+                BQ_HSUM256(acc[i][r], s);                                                   \
                 y[(size_t)(i0 + i) * n + row0 + r] = s + mins[r];                           \
             }                                                                               \
         }                                                                                   \
     }                                                                                       \
     __attribute__((target(TARGET)))                                                         \
-    static void NAME##_all_rows(const uint8_t *tile, int fmt, int groups,               \
+    static void NAME##_all_rows(const uint8_t *tile, int fmt, int groups,                   \
                                 const struct activations *x, int row0, int n, float *y)     \
     {                                                                                       \
-        /* Constant row counts and formats let the compiler keep every accumulator in a    \
-         * register and build one loop per format. */                                      \
-        if (fmt == Q4R_FP16)                                                            \
+        /* Constant row counts and formats let the compiler keep every accumulator in a     \
+         * register and build one loop per format. */                                       \
+        if (fmt == Q4R_FP16)                                                                \
             ALL_ROWS(NAME, Q4R_FP16);                                                       \
-        else if (fmt == Q4R_KQ)                                                         \
+        else if (fmt == Q4R_KQ)                                                             \
             ALL_ROWS(NAME, Q4R_KQ);                                                         \
         else                                                                                \
             ALL_ROWS(NAME, Q4R_FP32);                                                       \
@@ -435,7 +435,7 @@ static void tile16_scalar(const uint8_t *tile, int fmt, int groups,
 
 #define DEFINE_TILE16_CHUNK(NAME, TARGET, DOT)                                              \
     __attribute__((target(TARGET), always_inline))                                          \
-    static inline void NAME(const uint8_t *tile, int fmt, int groups,                   \
+    static inline void NAME(const uint8_t *tile, int fmt, int groups,                       \
                             const struct activations16 *x, int i0, int rows, int row0, int n, \
                             float *y)                                                       \
     {                                                                                       \
@@ -451,7 +451,7 @@ static void tile16_scalar(const uint8_t *tile, int fmt, int groups,
             float sw_buf[TILE_ROWS];                                                        \
             const float *sw;                                                                \
             __m128 mw;                                                                      \
-            const uint8_t *rec = q4r_params_vec(tile, fmt, g, sw_buf, &sw, &mw);        \
+            const uint8_t *rec = q4r_params_vec(tile, fmt, g, sw_buf, &sw, &mw);            \
             __m256i xlo[ROW_CHUNK], xhi[ROW_CHUNK];                                         \
             float sx[ROW_CHUNK];                                                            \
             for (int i = 0; i < rows; i++) {                                                \
@@ -476,7 +476,7 @@ static void tile16_scalar(const uint8_t *tile, int fmt, int groups,
             _mm_storeu_ps(mins, acc_min[i]);                                                \
             for (int r = 0; r < TILE_ROWS && row0 + r < n; r++) {                           \
                 float s;                                                                    \
-                BQ_HSUM256(acc[i][r], s);                                                      \
+                BQ_HSUM256(acc[i][r], s);                                                   \
                 y[(size_t)(i0 + i) * n + row0 + r] = s + mins[r];                           \
             }                                                                               \
         }                                                                                   \
