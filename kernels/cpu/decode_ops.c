@@ -624,7 +624,7 @@ int pg_decode_attention(const float *q, long q_stride, int n, int heads, int kv_
 
 /* The linears' kernels, by kind: q4_gemv's q4_linear16 / q4_linear (a repacked weight and its
  * record format) and q8_gemv's q8_linear16 / q8_linear (an int8 weight, its scales, mins and
- * scale format). */
+ * scale format; or Q6_K blocks, format Q6_K, no scales). */
 enum { PG_LINEAR_Q4 = 0, PG_LINEAR_Q8 = 1 };
 typedef int (*pg_q4_fn)(int isa, const void *w, int compact, int n, int k, const float *x, int m,
                         float *y, void *work, int threads);
@@ -635,7 +635,7 @@ struct pg_linear {
     const void *fn;
     const void *weight, *scales, *mins; /* q4: the repacked weight only */
     const float *bias;                  /* [n] or NULL */
-    int kind, format, n, k;             /* format: q4's record format, q8's fp16 flag */
+    int kind, format, n, k;             /* format: q4's record format, q8's halves */
 };
 
 struct pg_layer {

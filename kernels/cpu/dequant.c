@@ -19,6 +19,7 @@
 
 #include "half_float.h"
 #include "q4_records.h"
+#include "q6_k_blocks.h"
 
 enum { DQ_FP32 = 0, DQ_BF16 = 1 };
 
@@ -251,6 +252,63 @@ int dq_q4_repacked(const uint8_t *data, int fmt, int n, int k, int out_dtype, vo
             rp_row_avx2(data, fmt, (size_t)row, k, out_dtype, out);
         else
             rp_row_scalar(data, fmt, (size_t)row, k, out_dtype, out);
+    }
+    return 0;
+}
+
+/* ---- GGUF Q6_K blocks (kernels/cpu/q6_k_blocks.h), read in place ------------------------
+ * w = (d * sc) * (q - 32) in fp32, the order of gguf's reference dequantization. */
+
+static void q6k_row_scalar(const uint8_t *blocks, size_t row, int k, int out_dtype, void *out)
+{
+    const uint8_t *base = blocks + row * q6k_row_bytes(k);
+    for (int g = 0; g < k / 32; g++) {
+        const uint8_t *super = q6k_super(base, g);
+        const int8_t *sc = q6k_scales(super, g);
+        float d = q6k_d(super);
+        int8_t q[32];
+        q6k_block_scalar(super, g, q);
+        for (int e = 0; e < 32; e++)
+            store1(d * (float)sc[e / 16] * (float)q[e], out_dtype, out,
+                   row * (size_t)k + (size_t)g * 32 + e);
+    }
+}
+
+__attribute__((target("avx2,fma,f16c")))
+static void q6k_row_avx2(const uint8_t *blocks, size_t row, int k, int out_dtype, void *out)
+{
+    const uint8_t *base = blocks + row * q6k_row_bytes(k);
+    for (int g0 = 0; g0 < k / 32; g0 += 4) {
+        const uint8_t *super = q6k_super(base, g0);
+        float d = q6k_d(super);
+        __m256i q[4];
+        q6k_half_avx2(super, (g0 % Q6K_BLOCKS) / 4, q);
+        for (int j = 0; j < 4; j++) {
+            const int8_t *sc = q6k_scales(super, g0 + j);
+            __m128i halves[2] = {_mm256_castsi256_si128(q[j]), _mm256_extracti128_si256(q[j], 1)};
+            for (int p = 0; p < 4; p++) {
+                __m128i eight = p % 2 ? _mm_srli_si128(halves[p / 2], 8) : halves[p / 2];
+                __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eight));
+                __m256 s = _mm256_set1_ps(d * (float)sc[p / 2]);
+                store8(_mm256_mul_ps(s, v), out_dtype, out,
+                       row * (size_t)k + (size_t)(g0 + j) * 32 + 8 * p);
+            }
+        }
+    }
+}
+
+/* blocks: n rows of k / 256 Q6_K super-blocks; out: fp32 or bf16 [n, k]. */
+int dq_q6_k(const uint8_t *blocks, int n, int k, int out_dtype, void *out, int isa, int threads)
+{
+    if (n <= 0 || k <= 0 || k % Q6K_SUPER || !target_ok(out_dtype, isa))
+        return -1;
+    int vector = isa != 0 && has_avx2();
+#pragma omp parallel for num_threads(threads < 1 ? 1 : threads) schedule(static)
+    for (int row = 0; row < n; row++) {
+        if (vector)
+            q6k_row_avx2(blocks, (size_t)row, k, out_dtype, out);
+        else
+            q6k_row_scalar(blocks, (size_t)row, k, out_dtype, out);
     }
     return 0;
 }

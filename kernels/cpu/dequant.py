@@ -1,5 +1,5 @@
-"""kernels/cpu/dequant.c through ctypes: int4 and int8 weights widened to fp32 or bf16 at
-memory speed.
+"""kernels/cpu/dequant.c through ctypes: int4, int8 and GGUF Q6_K weights widened to fp32 or
+bf16 at memory speed.
 
 Takes the weight's parts as tensors (kernels/ does not import the engine's weight types): for
 int4, packed uint8 [n, k / 2] in the engine's canonical nibble order, scales and mins
@@ -34,6 +34,9 @@ class Dequantizer:
         self._repacked = lib.dq_q4_repacked
         self._repacked.argtypes = [ptr, i32, i32, i32, i32, ptr, i32, i32]
         self._repacked.restype = i32
+        self._q6_k = lib.dq_q6_k
+        self._q6_k.argtypes = [ptr, i32, i32, i32, ptr, i32, i32]
+        self._q6_k.restype = i32
         self._has_vector = bool(lib.dq_has_vector_path())
         self._threads = threads
 
@@ -91,6 +94,23 @@ class Dequantizer:
         if rc:
             raise ValueError(f"dq_q4_repacked refused instruction set {isa} or k={k} (a "
                              "multiple of 32)")
+        return out
+
+
+    def q6_k_into(self, blocks: torch.Tensor, k: int, out: torch.Tensor,
+                  isa: int = BEST_ISA) -> torch.Tensor:
+        """out [n, k] = d * sc * (q - 32) from GGUF Q6_K rows (uint8 [n, k / 256 * 210]),
+        as gguf's reference computes it."""
+        n = blocks.shape[0]
+        _check_out(out, n, k)
+        if blocks.dtype != torch.uint8 or k % 256 or blocks.shape != (n, k // 256 * 210):
+            raise ValueError(f"Q6_K rows of {k} weights are uint8 [{n}, {k // 256 * 210}], not "
+                             f"{blocks.dtype} {tuple(blocks.shape)}")
+        threads = self._threads or torch.get_num_threads()
+        rc = self._q6_k(blocks.contiguous().data_ptr(), n, k, _OUT_DTYPES[out.dtype],
+                        out.data_ptr(), isa, threads)
+        if rc:
+            raise ValueError(f"dq_q6_k refused instruction set {isa} on this CPU")
         return out
 
 

@@ -1,6 +1,6 @@
 /*
  * Grouped int8 weights (GGUF's Q8_0, and the formats the loader widens to int8: Q5_0, Q5_1,
- * Q5_K, Q6_K) times activations quantized per block of 32, read in place:
+ * Q5_K) times activations quantized per block of 32, read in place:
  *
  *   y[m, n] = sum_g  s_w[n, g] * s_x[m, g] * sum_j q_w[n, g, j] * q_x[m, g, j]
  *                  + min_w[n, g] * sum_x[m, g]
@@ -9,6 +9,10 @@
  * fp16 or fp32, mins the same or none. Nothing is repacked or copied, so a vocabulary table
  * that the embedding lookup already holds is multiplied from the same bytes (1.06 bytes a
  * weight for Q8_0, where the same weight split into two int4 halves reads 1.5).
+ *
+ * Or GGUF's Q6_K blocks as the file stores them (kernels/cpu/q6_k_blocks.h, 0.82 bytes a
+ * weight): each block of 32 is unpacked to q - 32 in -32..31 and its products are scaled by
+ * its two sub-block scales while still integers (below), then by d * s_x as above.
  *
  * Two activation widths, as in q4_gemv.c: int8 (q_x -127..127; the vocabulary projection,
  * whose top logits are recomputed exactly afterwards) and int16 (q_x -32767..32767, ~16 bits;
@@ -20,7 +24,8 @@
  * int32 lanes (exact), each lane is scaled into its own fp32 accumulator with a fused
  * multiply-add, the 8 accumulators are added in one fixed order, and the mins' term is added
  * last; the scalar fallback computes the same lanes. An int16 lane is at most
- * 4 x 128 x 32767 < 2^24, so it converts to fp32 exactly.
+ * 4 x 128 x 32767 < 2^24, so it converts to fp32 exactly. A Q6_K lane (at most
+ * 4 x 32 x 128 x 32767 < 2^31) is rounded to fp32 by the same conversion on every path.
  *
  * Plain C with a C ABI; built with -fopenmp but linked without libgomp (kernels/cpu/native.py),
  * so its parallel regions run on torch's OpenMP team.
@@ -33,6 +38,7 @@
 
 #include "block_quant.h"
 #include "half_float.h"
+#include "q6_k_blocks.h"
 
 #define BLOCK BQ_BLOCK
 /* Output rows that share one pass over the activation blocks. */
@@ -42,9 +48,11 @@
 #define ROW_CHUNK 2
 #define LANES 8
 
-/* bits of the `halves` argument: which of scales and mins are fp16 (else fp32) */
+/* bits of the `halves` argument: which of scales and mins are fp16 (else fp32); or Q6_K: q is
+ * GGUF Q6_K blocks (q6_k_blocks.h), which hold their own scales (scales and mins NULL) */
 #define SCALES_HALF 1
 #define MINS_HALF 2
+#define Q6_K 4
 
 struct weight {
     const int8_t *q;
@@ -64,6 +72,11 @@ struct activations {
 int q8_isa_supported(int isa) { return bq_cpu_has(isa); }
 
 int q8_best_isa(void) { return bq_best_isa(); }
+
+static const uint8_t *q6k_row(const struct weight *w, size_t row)
+{
+    return (const uint8_t *)w->q + row * q6k_row_bytes(w->k);
+}
 
 static float param(const void *p, size_t i, int half)
 {
@@ -107,9 +120,53 @@ static int32_t lane16(const int8_t *w, const int16_t *x, int t)
     return s;
 }
 
+/* Q6_K: a block's integer products scaled by its two sub-block scales (sc[0] for values 0..15,
+ * sc[1] for 16..31) while still integers. int16: lane t = the int16 lane of the weights times
+ * their scale (|q sc| <= 32 x 128 fits int16); int8: the int8 lane times its half's scale. */
+static int32_t q6k_lane16(const int8_t *q, const int8_t *sc, const int16_t *x, int t)
+{
+    int32_t s = 0;
+    for (int j = 2 * t; j < 2 * t + 2; j++)
+        s += (int32_t)(int16_t)(q[j] * sc[0]) * x[j]
+             + (int32_t)(int16_t)(q[j + 16] * sc[1]) * x[j + 16];
+    return s;
+}
+
+static int32_t q6k_lane8(const int8_t *q, const int8_t *sc, const int8_t *x, int t)
+{
+    return lane8(q, x, t) * sc[t / 4];
+}
+
+static void row_q6k_scalar(int wide, const struct weight *w, const struct activations *x,
+                           int row, float *y)
+{
+    const uint8_t *base = q6k_row(w, (size_t)row);
+    for (int i = 0; i < x->m; i++) {
+        float acc[LANES] = {0};
+        for (int g = 0; g < w->groups; g++) {
+            const uint8_t *super = q6k_super(base, g);
+            int8_t q[BLOCK];
+            q6k_block_scalar(super, g, q);
+            const int8_t *sc = q6k_scales(super, g);
+            size_t b = (size_t)i * w->groups + g;
+            float s = q6k_d(super) * x->scale[b];
+            for (int t = 0; t < LANES; t++) {
+                int32_t lane = wide ? q6k_lane16(q, sc, (const int16_t *)x->q + b * BLOCK, t)
+                                    : q6k_lane8(q, sc, (const int8_t *)x->q + b * BLOCK, t);
+                acc[t] = fmaf((float)lane, s, acc[t]);
+            }
+        }
+        y[(size_t)i * w->n + row] = sum_lanes(acc);
+    }
+}
+
 static void row_scalar(int wide, const struct weight *w, const struct activations *x, int row,
                        float *y)
 {
+    if (w->halves & Q6_K) {
+        row_q6k_scalar(wide, w, x, row, y);
+        return;
+    }
     int k = w->k, groups = w->groups;
     for (int i = 0; i < x->m; i++) {
         float acc[LANES] = {0};
@@ -138,6 +195,13 @@ static inline float scale_at(const struct weight *w, size_t i)
     return ((const float *)w->scales)[i];
 }
 
+/* A pass's accumulators: activation rows x weight rows. */
+#define ZERO_ACCUMULATORS(acc)                                                              \
+    __m256 acc[ROW_CHUNK][TILE_ROWS];                                                       \
+    for (int i_ = 0; i_ < ROW_CHUNK; i_++)                                                  \
+        for (int r_ = 0; r_ < TILE_ROWS; r_++)                                              \
+            acc[i_][r_] = _mm256_setzero_ps()
+
 /* The accumulators of `rows` weight rows x `irows` activation rows, summed into y. */
 #define STORE_ACCUMULATORS(acc, rows, irows)                                                \
     for (int i = 0; i < (irows); i++)                                                      \
@@ -165,10 +229,7 @@ static inline float scale_at(const struct weight *w, size_t i)
                             int rows, int i0, int irows, float *y)                          \
     {                                                                                       \
         const int8_t *xq = (const int8_t *)x->q;                                            \
-        __m256 acc[ROW_CHUNK][TILE_ROWS];                                                   \
-        for (int i = 0; i < ROW_CHUNK; i++)                                                 \
-            for (int r = 0; r < TILE_ROWS; r++)                                             \
-                acc[i][r] = _mm256_setzero_ps();                                            \
+        ZERO_ACCUMULATORS(acc);                                                             \
         for (int g = 0; g < w->groups; g++) {                                               \
             __m256i xv[ROW_CHUNK];                                                          \
             float sx[ROW_CHUNK];                                                            \
@@ -199,10 +260,7 @@ static inline float scale_at(const struct weight *w, size_t i)
                             int rows, int i0, int irows, float *y)                          \
     {                                                                                       \
         const int16_t *xq = (const int16_t *)x->q;                                          \
-        __m256 acc[ROW_CHUNK][TILE_ROWS];                                                   \
-        for (int i = 0; i < ROW_CHUNK; i++)                                                 \
-            for (int r = 0; r < TILE_ROWS; r++)                                             \
-                acc[i][r] = _mm256_setzero_ps();                                            \
+        ZERO_ACCUMULATORS(acc);                                                             \
         for (int g = 0; g < w->groups; g++) {                                               \
             __m256i xlo[ROW_CHUNK], xhi[ROW_CHUNK];                                         \
             float sx[ROW_CHUNK];                                                            \
@@ -226,6 +284,87 @@ static inline float scale_at(const struct weight *w, size_t i)
                 }                                                                           \
             }                                                                               \
         }                                                                                   \
+        STORE_ACCUMULATORS(acc, rows, irows)                                                \
+    }
+
+/* Q6_K passes walk half super-blocks (four blocks of 32, unpacked from three loads per row).
+ * While one is read, the next tile's matching share of bytes (4 rows x 105) is fetched, so
+ * the tiles stream as one sequence, as PREFETCH_NEXT_TILE does for int8 rows. */
+#define Q6K_HALF_BYTES (Q6K_BYTES / 2)
+#define Q6K_PREFETCH_NEXT_TILE(tile, row_bytes, at)                                         \
+    do {                                                                                    \
+        const char *next_ = (const char *)(tile) + TILE_ROWS * (row_bytes)                  \
+                            + TILE_ROWS * (at);                                             \
+        for (int c_ = 0; c_ < TILE_ROWS * Q6K_HALF_BYTES; c_ += 64)                         \
+            _mm_prefetch(next_ + c_, _MM_HINT_T0);                                          \
+    } while (0)
+
+/* The loop both Q6_K passes share: per half super-block g0 (blocks g0 .. g0 + 3) and tile row
+ * r, the row's four blocks q[4], its super-block's scales sc and d; the body runs per block
+ * j of them. */
+#define Q6K_HALVES(...)                                                                     \
+    size_t row_bytes = q6k_row_bytes(w->k);                                                 \
+    const uint8_t *tile = (const uint8_t *)w->q + (size_t)row0 * row_bytes;                 \
+    for (int g0 = 0; g0 < w->groups; g0 += 4) {                                             \
+        size_t at = (size_t)(g0 / Q6K_BLOCKS) * Q6K_BYTES;                                  \
+        int h = (g0 % Q6K_BLOCKS) / 4;                                                      \
+        Q6K_PREFETCH_NEXT_TILE(tile, row_bytes, at + (size_t)h * Q6K_HALF_BYTES);           \
+        for (int r = 0; r < rows; r++) {                                                    \
+            const uint8_t *super = tile + (size_t)r * row_bytes + at;                       \
+            const int8_t *sc = (const int8_t *)(super + Q6K_SCALES_AT) + 8 * h;             \
+            float d = q6k_d(super);                                                         \
+            __m256i q[4];                                                                   \
+            q6k_half_avx2(super, h, q);                                                     \
+            for (int j = 0; j < 4; j++) {                                                   \
+                __VA_ARGS__                                                                 \
+            }                                                                               \
+        }                                                                                   \
+    }
+
+/* As DEFINE_PASS8 for Q6_K blocks: the lanes times their sub-block's scale as int32. */
+#define DEFINE_Q6K_PASS8(NAME, TARGET, DOT)                                                 \
+    __attribute__((target(TARGET), always_inline))                                          \
+    static inline void NAME(const struct weight *w, const struct activations *x, int row0,  \
+                            int rows, int i0, int irows, float *y)                          \
+    {                                                                                       \
+        const int8_t *xq = (const int8_t *)x->q;                                            \
+        ZERO_ACCUMULATORS(acc);                                                             \
+        Q6K_HALVES(                                                                         \
+            __m256i abs_w = _mm256_sign_epi8(q[j], q[j]);                                   \
+            __m256i scv = _mm256_setr_m128i(_mm_set1_epi32(sc[2 * j]),                      \
+                                            _mm_set1_epi32(sc[2 * j + 1]));                 \
+            for (int i = 0; i < irows; i++) {                                               \
+                size_t b = (size_t)(i0 + i) * w->groups + g0 + j;                           \
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + b * BLOCK));         \
+                __m256i dot = DOT(abs_w, _mm256_sign_epi8(xv, q[j]));                       \
+                __m256 p = _mm256_cvtepi32_ps(_mm256_mullo_epi32(dot, scv));                \
+                acc[i][r] = _mm256_fmadd_ps(p, _mm256_set1_ps(d * x->scale[b]), acc[i][r]); \
+            })                                                                              \
+        STORE_ACCUMULATORS(acc, rows, irows)                                                \
+    }
+
+/* As DEFINE_PASS16 for Q6_K blocks: the weights times their sub-block's scale in int16 first
+ * (|q sc| <= 32 x 128). */
+#define DEFINE_Q6K_PASS16(NAME, TARGET, DOT)                                                \
+    __attribute__((target(TARGET), always_inline))                                          \
+    static inline void NAME(const struct weight *w, const struct activations *x, int row0,  \
+                            int rows, int i0, int irows, float *y)                          \
+    {                                                                                       \
+        const int16_t *xq = (const int16_t *)x->q;                                          \
+        ZERO_ACCUMULATORS(acc);                                                             \
+        Q6K_HALVES(                                                                         \
+            __m256i wlo = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(q[j])), \
+                                             _mm256_set1_epi16(sc[2 * j]));                 \
+            __m256i whi = _mm256_mullo_epi16(                                               \
+                _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q[j], 1)),                    \
+                _mm256_set1_epi16(sc[2 * j + 1]));                                          \
+            for (int i = 0; i < irows; i++) {                                               \
+                size_t b = (size_t)(i0 + i) * w->groups + g0 + j;                           \
+                __m256i xlo = _mm256_loadu_si256((const __m256i *)(xq + b * BLOCK));        \
+                __m256i xhi = _mm256_loadu_si256((const __m256i *)(xq + b * BLOCK + 16));   \
+                __m256 p = _mm256_cvtepi32_ps(DOT(wlo, whi, xlo, xhi));                     \
+                acc[i][r] = _mm256_fmadd_ps(p, _mm256_set1_ps(d * x->scale[b]), acc[i][r]); \
+            })                                                                              \
         STORE_ACCUMULATORS(acc, rows, irows)                                                \
     }
 
@@ -315,16 +454,40 @@ DEFINE_TILE(tile8_avx2, AVX2, pass8_avx2)
 DEFINE_TILE(tile8_vnni, VNNI, pass8_vnni)
 DEFINE_TILE(tile16_avx2, AVX2, pass16_avx2)
 DEFINE_TILE2(tile16_vnni, VNNI, pass16_zmm, pass16_vnni)
+DEFINE_Q6K_PASS8(q6k_pass8_avx2, AVX2, bq_dot8_avx2)
+DEFINE_Q6K_PASS8(q6k_pass8_vnni, VNNI, bq_dot8_vnni)
+DEFINE_Q6K_PASS16(q6k_pass16_avx2, AVX2, bq_dot16_avx2)
+DEFINE_Q6K_PASS16(q6k_pass16_vnni, VNNI, bq_dot16_vnni)
+DEFINE_TILE(q6k_tile8_avx2, AVX2, q6k_pass8_avx2)
+DEFINE_TILE(q6k_tile8_vnni, VNNI, q6k_pass8_vnni)
+DEFINE_TILE(q6k_tile16_avx2, AVX2, q6k_pass16_avx2)
+DEFINE_TILE(q6k_tile16_vnni, VNNI, q6k_pass16_vnni)
+
+typedef void (*tile_fn)(const struct weight *, const struct activations *, int, float *);
+
+/* The vector tile for an instruction set, activation width and weight format; NULL: scalar. */
+static tile_fn vector_tile(int isa, int wide, int q6k)
+{
+    static const tile_fn tiles[2][2][2] = {
+        /* AVX2: {int8, int16} x {int8 weights, Q6_K} */
+        {{tile8_avx2, q6k_tile8_avx2}, {tile16_avx2, q6k_tile16_avx2}},
+        {{tile8_vnni, q6k_tile8_vnni}, {tile16_vnni, q6k_tile16_vnni}},
+    };
+    if (isa == BQ_ISA_AVX512_VNNI)
+        return tiles[1][wide][q6k];
+    if (isa == BQ_ISA_AVX2)
+        return tiles[0][wide][q6k];
+    return NULL;
+}
 
 static void gemm_tiles(int isa, int wide, const struct weight *w, const struct activations *x,
                        float *y, int tile_begin, int tile_end)
 {
+    tile_fn tile = vector_tile(isa, wide, (w->halves & Q6_K) != 0);
     for (int t = tile_begin; t < tile_end; t++) {
         int row0 = t * TILE_ROWS;
-        if (isa == BQ_ISA_AVX512_VNNI)
-            (wide ? tile16_vnni : tile8_vnni)(w, x, row0, y);
-        else if (isa == BQ_ISA_AVX2)
-            (wide ? tile16_avx2 : tile8_avx2)(w, x, row0, y);
+        if (tile)
+            tile(w, x, row0, y);
         else
             for (int r = row0; r < row0 + TILE_ROWS && r < w->n; r++)
                 row_scalar(wide, w, x, r, y);
@@ -338,13 +501,21 @@ static int valid(int isa, int n, int k, int m)
     return isa >= 0 && n > 0 && m > 0 && k > 0 && k % BLOCK == 0;
 }
 
+/* Q6_K blocks carry their scales: none are passed, and a row is whole super-blocks. */
+static int valid_weight(int halves, const void *scales, const void *mins, int k)
+{
+    if (halves & Q6_K)
+        return halves == Q6_K && !scales && !mins && k % Q6K_SUPER == 0;
+    return halves >= 0 && halves <= (SCALES_HALF | MINS_HALF) && scales;
+}
+
 /* The product of quantized activations (xq int8 or int16 by `wide`) and the weight. */
 static int gemm(int isa, int wide, const int8_t *q, const void *scales, const void *mins,
                 int halves, int n, int k, const void *xq, const float *xscale, const float *xsum,
                 int m, float *y, int n_threads)
 {
     isa = bq_resolve_isa(isa);
-    if (!valid(isa, n, k, m))
+    if (!valid(isa, n, k, m) || !valid_weight(halves, scales, mins, k))
         return -1;
     struct weight w = {q, scales, mins, halves, n, k, k / BLOCK};
     struct activations x = {xq, xscale, xsum, m};

@@ -20,32 +20,33 @@ NAME = "q8_gemv"
 BEST_ISA = -1
 GROUP_SIZE = 32
 _PARAM_DTYPES = (torch.float32, torch.float16)
-_SCALES_HALF, _MINS_HALF = 1, 2
+_SCALES_HALF, _MINS_HALF, _Q6_K = 1, 2, 4
+Q6_K_SUPER_BLOCK, Q6_K_BLOCK_BYTES = 256, 210
 
 
 @dataclass(slots=True, frozen=True)
 class Q8Operand:
-    """A grouped int8 weight as the kernel reads it: the caller's own tensors, checked once
-    (`Q8Gemv.operand`), so a call passes their addresses with no copy."""
+    """A grouped int8 weight, or GGUF Q6_K blocks, as the kernel reads it: the caller's own
+    tensors, checked once (`Q8Gemv.operand`, `Q8Gemv.q6_k_operand`), so a call passes their
+    addresses with no copy."""
 
-    q: torch.Tensor
-    scales: torch.Tensor
+    q: torch.Tensor  # int8 [n, k], or Q6_K blocks uint8 [n, k / 256 * 210]
+    scales: torch.Tensor | None  # None: Q6_K blocks hold their own
     mins: torch.Tensor | None
     halves: int
+    in_features: int
 
     @property
     def out_features(self) -> int:
         return self.q.shape[0]
 
     @property
-    def in_features(self) -> int:
-        return self.q.shape[1]
-
-    @property
-    def pointers(self) -> tuple[int, int, int | None, int]:
-        """(q, scales, mins or None, halves): the weight's first four arguments to the C calls."""
+    def pointers(self) -> tuple[int, int | None, int | None, int]:
+        """(q, scales or None, mins or None, halves): the weight's first four arguments to
+        the C calls."""
+        scales = None if self.scales is None else self.scales.data_ptr()
         mins = None if self.mins is None else self.mins.data_ptr()
-        return self.q.data_ptr(), self.scales.data_ptr(), mins, self.halves
+        return self.q.data_ptr(), scales, mins, self.halves
 
 
 class Q8Gemv:
@@ -117,7 +118,20 @@ class Q8Gemv:
                                  f"(a group of {GROUP_SIZE}), not {t.dtype} {tuple(t.shape)}")
         halves = (_SCALES_HALF if scales.dtype == torch.float16 else 0) | (
             _MINS_HALF if mins is not None and mins.dtype == torch.float16 else 0)
-        return Q8Operand(q, scales, mins, halves)
+        return Q8Operand(q, scales, mins, halves, k)
+
+    @staticmethod
+    def q6_k_operand(blocks: torch.Tensor) -> Q8Operand:
+        """GGUF Q6_K rows as the file stores them (uint8 [n, super-blocks x 210]), read in
+        place: w = d * sc * (q - 32) per sub-block of 16 (kernels/cpu/q6_k_blocks.h)."""
+        if blocks.dtype != torch.uint8 or blocks.dim() != 2 or not blocks.is_contiguous():
+            raise ValueError(f"Q6_K blocks must be a contiguous uint8 [n, bytes] tensor, not "
+                             f"{blocks.dtype} {tuple(blocks.shape)}")
+        if blocks.shape[1] == 0 or blocks.shape[1] % Q6_K_BLOCK_BYTES:
+            raise ValueError(f"a Q6_K row is whole {Q6_K_BLOCK_BYTES}-byte super-blocks, not "
+                             f"{blocks.shape[1]} bytes")
+        k = blocks.shape[1] // Q6_K_BLOCK_BYTES * Q6_K_SUPER_BLOCK
+        return Q8Operand(blocks, None, None, _Q6_K, k)
 
     def quantize_rows(self, x: torch.Tensor, isa: int = BEST_ISA,
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

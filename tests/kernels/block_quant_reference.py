@@ -21,6 +21,15 @@ WIDTHS = pytest.mark.parametrize("width", [Width(torch.int8, 127), Width(torch.i
                                  ids=["int8", "int16"])
 
 
+def activations(m: int, k: int, seed: int = 1) -> torch.Tensor:
+    """Normal rows with a few channels 20x larger, and one all-zero block (scale 0)."""
+    torch.manual_seed(seed)
+    x = torch.randn(m, k)
+    x[:, :4] *= 20
+    x[:, 32:64] = 0
+    return x
+
+
 def quantize(kernel, width: Width, x: torch.Tensor, isa: int = -1):
     """kernel: a Q4Gemv or a Q8Gemv; its quantize_rows or quantize_rows16 by width."""
     fn = kernel.quantize_rows if width.dtype == torch.int8 else kernel.quantize_rows16

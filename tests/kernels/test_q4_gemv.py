@@ -5,7 +5,7 @@ import os
 
 import pytest
 import torch
-from block_quant_reference import WIDTHS, assert_torchs_rounding, quantize
+from block_quant_reference import WIDTHS, activations, assert_torchs_rounding, quantize
 
 from engine.quantization.tensors import (
     Int4Weight,
@@ -57,15 +57,6 @@ def _both_formats(q4: Q4Gemv, w: Int4Weight) -> tuple[Q4Repacked, Q4Repacked]:
     return fp32, compact
 
 
-def _activations(m: int, k: int, seed: int = 1) -> torch.Tensor:
-    """Normal rows with a few channels 20x larger, and one all-zero block (scale 0)."""
-    torch.manual_seed(seed)
-    x = torch.randn(m, k)
-    x[:, :4] *= 20
-    x[:, 32:64] = 0
-    return x
-
-
 def _reference(w: Int4Weight, xq: torch.Tensor, scale: torch.Tensor, total: torch.Tensor,
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel's math in float64, and the sum of its terms' magnitudes (fp32 rounding of
@@ -89,7 +80,7 @@ def _assert_within_fp32_rounding(y: torch.Tensor, want: torch.Tensor, bound: tor
 @pytest.mark.parametrize("k", [576, 1536])
 def test_activations_quantize_to_torchs_rounding_with_the_rounded_block_sum(q4, isa, width, k):
     _runnable(q4, isa)
-    x = _activations(3, k)
+    x = activations(3, k)
     xq, scale, total = quantize(q4, width, x, isa)
     assert_torchs_rounding(x, width, xq, scale, total)
 
@@ -101,7 +92,7 @@ def test_activations_quantize_to_torchs_rounding_with_the_rounded_block_sum(q4, 
 def test_product_matches_quantized_activations_times_int4_weights(q4, isa, width, m, k, n):
     _runnable(q4, isa)
     w = _weight(n, k)
-    xq, scale, total = quantize(q4, width, _activations(m, k), isa)
+    xq, scale, total = quantize(q4, width, activations(m, k), isa)
     gemm = q4.gemm if width.dtype == torch.int8 else q4.gemm16
     y = gemm(q4.repack(w.packed, w.scales, w.mins), xq, scale, total, isa)
     _assert_within_fp32_rounding(y, *_reference(w, xq, scale, total))
@@ -110,7 +101,7 @@ def test_product_matches_quantized_activations_times_int4_weights(q4, isa, width
 @pytest.mark.parametrize("k,n", [(576, 963), (1536, 5)])
 def test_partial_tile_writes_its_rows_and_nothing_past_the_output(q4, k, n):
     m = 3
-    w, x = _weight(n, k), _activations(m, k)
+    w, x = _weight(n, k), activations(m, k)
     buffer = torch.full((m * n + 64,), 12345.0)
     y = buffer[: m * n].view(m, n)
     q4.linear_into(q4.repack(w.packed, w.scales, w.mins), x, y, q4.workspace(m, k))
@@ -122,7 +113,7 @@ def test_partial_tile_writes_its_rows_and_nothing_past_the_output(q4, k, n):
 @pytest.mark.parametrize("k,n", [(576, 963), (1536, 576)])
 def test_scalar_fallback_and_avx2_agree(q4, k, n):
     _runnable(q4, AVX2)
-    w, x = _weight(n, k), _activations(16, k)
+    w, x = _weight(n, k), activations(16, k)
     quantized = [q4.quantize_rows(x, isa) for isa in (SCALAR, AVX2)]
     assert torch.equal(quantized[0][0], quantized[1][0])
     assert torch.equal(quantized[0][1], quantized[1][1])
@@ -135,7 +126,7 @@ def test_scalar_fallback_and_avx2_agree(q4, k, n):
 
 
 def test_two_threads_give_one_threads_bits_on_torchs_openmp_runtime(q4):
-    w, x = _weight(963, 1536), _activations(16, 1536)
+    w, x = _weight(963, 1536), activations(16, 1536)
     repacked = q4.repack(w.packed, w.scales, w.mins)
     one, two = q4.linear(repacked, x, threads=1), q4.linear(repacked, x, threads=2)
     assert torch.equal(one, two)
@@ -161,7 +152,7 @@ def test_split_activations_come_within_fp32_noise_of_the_exact_product(q4, isa, 
     """One int8 pass is off by the rounding of x (~1/254 of a block's largest value); high plus
     low parts leave ~1/254 of that: the split must be at least 50x closer, and close in itself."""
     _runnable(q4, isa)
-    w, x = _weight(n, k), _activations(m, k)
+    w, x = _weight(n, k), activations(m, k)
     repacked, exact = q4.repack(w.packed, w.scales, w.mins), _exact_product(w, x)
     scale = exact.abs().max()
     one_pass = (q4.linear(repacked, x, isa).double() - exact).abs().max() / scale
@@ -171,7 +162,7 @@ def test_split_activations_come_within_fp32_noise_of_the_exact_product(q4, isa, 
 
 
 def test_split_activations_on_two_threads_give_one_threads_bits(q4):
-    w, x = _weight(963, 1536), _activations(4, 1536)
+    w, x = _weight(963, 1536), activations(4, 1536)
     repacked = q4.repack(w.packed, w.scales, w.mins)
     assert torch.equal(q4.linear_split(repacked, x, threads=1),
                        q4.linear_split(repacked, x, threads=2))
@@ -184,7 +175,7 @@ def test_int16_activations_are_as_close_to_the_exact_product_as_the_split(q4, is
     """~1/65534 of a block's largest value, where the split leaves ~1/64516: one pass, one
     dot product per weight block, as close as two int8 ones."""
     _runnable(q4, isa)
-    w, x = _weight(n, k), _activations(m, k)
+    w, x = _weight(n, k), activations(m, k)
     repacked, exact = q4.repack(w.packed, w.scales, w.mins), _exact_product(w, x)
     scale = exact.abs().max()
     split = (q4.linear_split(repacked, x, isa).double() - exact).abs().max() / scale
@@ -193,7 +184,7 @@ def test_int16_activations_are_as_close_to_the_exact_product_as_the_split(q4, is
 
 
 def test_int16_activations_on_two_threads_give_one_threads_bits(q4):
-    w, x = _weight(963, 1536), _activations(4, 1536)
+    w, x = _weight(963, 1536), activations(4, 1536)
     repacked = q4.repack(w.packed, w.scales, w.mins)
     assert torch.equal(q4.linear16(repacked, x, threads=1), q4.linear16(repacked, x, threads=2))
 
@@ -236,7 +227,7 @@ def test_smaller_records_give_the_fp32_records_bits(q4, isa, width, kind, m, k, 
     the products are the same arithmetic."""
     _runnable(q4, isa)
     fp32, smaller = _fp32_and(q4, kind, n, k)
-    quantized = quantize(q4, width, _activations(m, k), isa)
+    quantized = quantize(q4, width, activations(m, k), isa)
     gemm = q4.gemm if width.dtype == torch.int8 else q4.gemm16
     assert torch.equal(gemm(smaller, *quantized, isa), gemm(fp32, *quantized, isa))
 
@@ -246,7 +237,7 @@ def test_smaller_records_give_the_fp32_records_bits(q4, isa, width, kind, m, k, 
 def test_smaller_records_give_the_fp32_records_bits_in_every_linear(q4, isa, kind):
     _runnable(q4, isa)
     fp32, smaller = _fp32_and(q4, kind, 963, 1536)
-    x = _activations(3, 1536)
+    x = activations(3, 1536)
     for linear in (q4.linear, q4.linear_split, q4.linear16):
         assert torch.equal(linear(smaller, x, isa), linear(fp32, x, isa)), linear.__name__
         assert torch.equal(linear(smaller, x, isa, threads=2), linear(fp32, x, isa)), (
@@ -266,7 +257,7 @@ def test_scales_fp16_cannot_hold_get_fp32_records_and_stay_exact(q4):
     assert w.scales.dtype == torch.float32
     repacked = q4.repack(w.packed, w.scales, w.mins)
     assert not repacked.compact
-    xq, scale, total = q4.quantize_rows16(_activations(3, 576))
+    xq, scale, total = q4.quantize_rows16(activations(3, 576))
     _assert_within_fp32_rounding(q4.gemm16(repacked, xq, scale, total),
                                  *_reference(w, xq, scale, total))
 
@@ -287,6 +278,6 @@ def test_int16_pass_on_avx512_two_rows_a_register_gives_the_avx2_bits(q4, kind, 
     _runnable(q4, AVX512_VNNI)
     fp32, smaller = _fp32_and(q4, "q4_k" if kind == "q4_k" else "fp16", 963, 1536)
     w = fp32 if kind == "fp32" else smaller
-    xq, scale, total = q4.quantize_rows16(_activations(m, 1536), AVX2)
+    xq, scale, total = q4.quantize_rows16(activations(m, 1536), AVX2)
     assert torch.equal(q4.gemm16(w, xq, scale, total, AVX512_VNNI),
                        q4.gemm16(w, xq, scale, total, AVX2))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from block_quant_reference import WIDTHS, assert_torchs_rounding, quantize
+from block_quant_reference import WIDTHS, activations, assert_torchs_rounding, quantize
 
 from engine.quantization.tensors import Int8Weight, dequantize, quantize_int8
 from kernels.cpu.native import find_compiler, mapped_openmp_runtimes, torch_openmp_runtime
@@ -60,15 +60,6 @@ def _operand(w: Int8Weight) -> Q8Operand:
     return Q8Gemv.operand(w.q, w.scales, w.mins)
 
 
-def _activations(m: int, k: int, seed: int = 1) -> torch.Tensor:
-    """Normal rows with a few channels 20x larger, and one all-zero block (scale 0)."""
-    torch.manual_seed(seed)
-    x = torch.randn(m, k)
-    x[:, :4] *= 20
-    x[:, 32:64] = 0
-    return x
-
-
 def _reference(w: Int8Weight, xq: torch.Tensor, scale: torch.Tensor, total: torch.Tensor,
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel's math in float64, and the sum of its terms' magnitudes (fp32 rounding of
@@ -92,7 +83,7 @@ def _assert_within_fp32_rounding(y: torch.Tensor, want: torch.Tensor, bound: tor
 def test_activations_quantize_to_torchs_rounding_with_the_rounded_block_sum(q8, isa, width):
     _runnable(q8, isa)
     k = 576
-    x = _activations(3, k)
+    x = activations(3, k)
     xq, scale, total = quantize(q8, width, x, isa)
     assert_torchs_rounding(x, width, xq, scale, total)
 
@@ -105,7 +96,7 @@ def test_product_matches_quantized_activations_times_the_int8_weight(q8, isa, wi
                                                                      k, n):
     _runnable(q8, isa)
     w = _weight(n, k, layout)
-    xq, scale, total = quantize(q8, width, _activations(5, k))
+    xq, scale, total = quantize(q8, width, activations(5, k))
     y = q8.gemm(_operand(w), xq, scale, total, isa)
     _assert_within_fp32_rounding(y, *_reference(w, xq, scale, total))
 
@@ -115,7 +106,7 @@ def test_product_matches_quantized_activations_times_the_int8_weight(q8, isa, wi
 def test_every_row_count_gives_each_rows_own_product(q8, width, m):
     """Rows pass two at a time: an odd count's last row, and any count, match one row alone."""
     w = _weight(963, 576, Layout(True, True))
-    x = _activations(m, 576)
+    x = activations(m, 576)
     wide = width.dtype == torch.int16
     together = q8.linear(_operand(w), x, wide=wide)
     alone = torch.cat([q8.linear(_operand(w), x[i:i + 1], wide=wide) for i in range(m)])
@@ -129,7 +120,7 @@ def test_every_row_count_gives_each_rows_own_product(q8, width, m):
 def test_vector_bodies_give_the_scalar_fallbacks_bits(q8, width, layout, isa):
     _runnable(q8, isa)
     w = _weight(963, 576, layout)
-    x = _activations(7, 576)
+    x = activations(7, 576)
     quantized = [quantize(q8, width, x, i) for i in (SCALAR, isa)]
     for scalar, vector in zip(*quantized, strict=True):
         assert torch.equal(scalar, vector)
@@ -140,7 +131,7 @@ def test_vector_bodies_give_the_scalar_fallbacks_bits(q8, width, layout, isa):
 @WIDTHS
 def test_int16_activations_carry_x_nearly_exactly_and_int8_ones_to_a_percent(q8, width):
     w = _weight(963, 1536, Layout(True, False))
-    x = _activations(3, 1536)
+    x = activations(3, 1536)
     want = x.double() @ dequantize(w).double().T
     y = q8.linear(_operand(w), x, wide=width.dtype == torch.int16)
     error = ((y.double() - want).norm() / want.norm()).item()
@@ -148,7 +139,7 @@ def test_int16_activations_carry_x_nearly_exactly_and_int8_ones_to_a_percent(q8,
 
 
 def test_two_threads_give_one_threads_bits_on_torchs_openmp_runtime(q8):
-    w, x = _weight(963, 1536, Layout(False, True)), _activations(6, 1536)
+    w, x = _weight(963, 1536, Layout(False, True)), activations(6, 1536)
     one = q8.linear(_operand(w), x, threads=1)
     assert torch.equal(one, q8.linear(_operand(w), x, threads=2))
     assert mapped_openmp_runtimes() == {os.path.realpath(torch_openmp_runtime())}
