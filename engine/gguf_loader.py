@@ -30,8 +30,10 @@ from engine.gguf_header import check_gguf_header
 from engine.lazy_weights import LazyWeights
 from engine.quantization.tensors import (
     INT4_GROUP_SIZE,
+    INT8_GROUP_SIZE,
     Int4Weight,
     Int8Weight,
+    Q6KWeight,
     Weight,
     quantize_int8,
 )
@@ -41,7 +43,6 @@ logger = logging.getLogger(__name__)
 # GGUF's name for an architecture; Mistral files say "llama".
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3")
 INT4_TYPES = frozenset({QType.Q4_0, QType.Q4_1, QType.Q4_K})
-INT8_GROUP_SIZE = 32
 INT8_TYPES = frozenset({QType.Q5_0, QType.Q5_1, QType.Q5_K, QType.Q6_K, QType.Q8_0})
 FLOAT_TYPES = frozenset({QType.F32, QType.F16, QType.BF16})
 QUANTIZATIONS = ("auto", "none", "int8", "int4")
@@ -212,7 +213,9 @@ def _decode(data: np.ndarray, kind: QType, shape: tuple[int, ...], quantization:
         return decode_int4(data, kind)
     if kind == QType.Q8_0:
         return decode_q8_0(data)
-    if kind in INT8_TYPES:  # 5 and 6 bits: int8 in groups of 32 is finer than their own steps
+    if kind == QType.Q6_K:  # read in place by our CPU kernel; widened where that does not run
+        return Q6KWeight(torch.from_numpy(np.array(data, dtype=np.uint8)))
+    if kind in INT8_TYPES:  # 5 bits: int8 in groups of 32 is finer than their own steps
         return quantize_int8(dequantize_to_float(data, kind, shape), INT8_GROUP_SIZE)
     return _float_tensor(data, kind, shape).to(dtype)
 

@@ -1,6 +1,8 @@
 """Grouped int8 weights on the CPU through our own kernel, kernels/cpu/q8_gemv.c, which reads the
 engine's `Int8Weight` in place: GGUF's Q8_0 (the default model's tied vocabulary table) and the
-formats the loader widens to int8 (Q5_0, Q5_1, Q5_K, Q6_K).
+formats the loader widens to int8 (Q5_0, Q5_1, Q5_K); and GGUF's Q6_K blocks (`Q6KWeight`, a
+Q4_K_M file's vocabulary and some of its v and down projections), read in place at 0.82 bytes
+a weight.
 
 Without it such a weight runs as two int4 halves (`split_int8`), 1.5 bytes a weight against
 Q8_0's 1.06, and for a tied vocabulary a second copy beside the table the embedding lookup and
@@ -19,7 +21,7 @@ from engine.native_kernels import load_native
 from engine.quantization import cpu_paths
 from engine.quantization.cpu_paths import CpuPathPolicy
 from engine.quantization.native_linear import NativeLinearKernel, Scratch
-from engine.quantization.tensors import Int8Weight
+from engine.quantization.tensors import Int8Weight, Q6KWeight
 from kernels.cpu.decode_layers import Q8_KIND, CLinear
 from kernels.cpu.q8_gemv import Q8Gemv
 
@@ -57,11 +59,10 @@ class Q8Kernel(NativeLinearKernel):
 
     __slots__ = ("operand",)
 
-    def __init__(self, weight: Int8Weight, context: Q8Context, precise: bool,
+    def __init__(self, weight: Int8Weight | Q6KWeight, context: Q8Context, precise: bool,
                  reuse_output: bool) -> None:
         lib = context.lib
-        mins = None if weight.mins is None else weight.mins.contiguous()
-        self.operand = lib.operand(weight.q.contiguous(), weight.scales.contiguous(), mins)
+        self.operand = _operand(weight)
         call = lib.raw.q8_linear16 if precise else lib.raw.q8_linear
         workspace = lib.workspace16_bytes if precise else lib.workspace_bytes
         super().__init__("q8_gemv", call, (*self.operand.pointers, *weight.shape), weight.shape,
@@ -74,14 +75,21 @@ class Q8Kernel(NativeLinearKernel):
                        mins)
 
 
+def _operand(weight: Int8Weight | Q6KWeight):
+    if isinstance(weight, Q6KWeight):
+        return Q8Gemv.q6_k_operand(weight.blocks.contiguous())
+    mins = None if weight.mins is None else weight.mins.contiguous()
+    return Q8Gemv.operand(weight.q.contiguous(), weight.scales.contiguous(), mins)
+
+
 class CpuQ8Method:
-    """A grouped int8 layer (or vocabulary) through q8_gemv; steps that dequantize
-    (`cpu_paths`) widen the same Int8Weight, so it is the only copy kept."""
+    """A grouped int8 or Q6_K layer (or vocabulary) through q8_gemv; steps that dequantize
+    (`cpu_paths`) widen the same weight, so it is the only copy kept."""
 
     __slots__ = ("native", "policy", "weight")
 
-    def __init__(self, weight: Int8Weight, policy: CpuPathPolicy, context: Q8Context,
-                 precise: bool, reuse_output: bool) -> None:
+    def __init__(self, weight: Int8Weight | Q6KWeight, policy: CpuPathPolicy,
+                 context: Q8Context, precise: bool, reuse_output: bool) -> None:
         self.weight = weight
         self.policy = policy
         self.native = Q8Kernel(weight, context, precise, reuse_output)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from engine.native_kernels import load_native
-from engine.quantization.tensors import Int4Weight, Int8Weight, Weight, dequantize
+from engine.quantization.tensors import Int4Weight, Int8Weight, Q6KWeight, Weight, dequantize
 from kernels.cpu.dequant import Dequantizer
 from kernels.cpu.q4_gemv import Q4Repacked
 
@@ -51,6 +51,8 @@ class DequantWorkspace:
         out = self._view(weight.shape, dtype)
         if isinstance(weight, Int4Weight):
             return self._dq.int4_into(weight.packed, weight.scales, weight.mins, out)
+        if isinstance(weight, Q6KWeight):
+            return self._dq.q6_k_into(weight.blocks, weight.shape[1], out)
         assert isinstance(weight, Int8Weight)
         return self._dq.int8_into(weight.q, weight.scales, weight.mins, out)
 

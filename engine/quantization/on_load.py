@@ -9,6 +9,7 @@ import torch
 from engine.lazy_weights import LazyWeights
 from engine.quantization.tensors import (
     INT4_GROUP_SIZE,
+    INT8_GROUP_SIZE,
     Int4Weight,
     Int8Weight,
     Weight,
@@ -20,10 +21,10 @@ from engine.quantization.tensors import (
 # The token table and the vocabulary projection stay int8 under "int4", as llama.cpp's Q4_K_M
 # keeps its output layer at 6 bits: 4-bit logits cost more quality than 4-bit layers.
 _VOCABULARY_MATRICES = ("model.embed_tokens.weight", "lm_head.weight")
-# int8 in groups of 32 with a min and a scale each: on the default model, teacher-forced against
-# its float weights, per output channel agreed on 96.4% of next tokens, symmetric groups 98.1%,
-# asymmetric groups 99.4% (fp32 math). The int4 kernels run groups at int8's bytes (`split_int8`).
-INT8_GROUP_SIZE = 32
+# int8 in groups of 32 (INT8_GROUP_SIZE) with a min and a scale each: on the default model,
+# teacher-forced against its float weights, per output channel agreed on 96.4% of next tokens,
+# symmetric groups 98.1%, asymmetric groups 99.4% (fp32 math). The int4 kernels run groups at
+# int8's bytes (`split_int8`).
 
 def apply_quantization(weights: MutableMapping[str, Weight],
                        quantization: str) -> MutableMapping[str, Weight]:

@@ -9,6 +9,10 @@ method turns one into whatever its kernel wants (`engine.quantization.methods`).
 - `Int8Weight`: 8-bit values with one scale per output channel, w[n, k] = q[n, k] * scales[n],
   or per group of inputs, w[n, k] = q[n, k] * scales[n, k // g] (GGUF's Q8_0 exactly, g = 32),
   optionally with a min per group too: + mins[n, k // g].
+- `Q6KWeight`: GGUF's Q6_K rows as the file stores them, six-bit values with an int8 scale per
+  16 and an fp16 scale per 256, read in place by our CPU kernel (`cpu_q8`); 0.82 bytes a
+  weight, where int8 in groups of 32 costs 1.125. Paths that cannot read it widen it to
+  grouped int8 (`widen_q6_k`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 INT4_GROUP_SIZE = 32
+INT8_GROUP_SIZE = 32
 
 
 @dataclass(slots=True)
@@ -59,7 +64,28 @@ class Int8Weight:
         return _nbytes(self.q, self.scales, *([] if self.mins is None else [self.mins]))
 
 
-Weight = torch.Tensor | Int4Weight | Int8Weight
+Q6_K_SUPER_BLOCK = 256
+Q6_K_BLOCK_BYTES = 210
+
+
+@dataclass(slots=True)
+class Q6KWeight:
+    """blocks: uint8 [N, K // 256 * 210], each 256 inputs of a row one super-block: ql [128]
+    (low 4 bits), qh [64] (high 2 bits), int8 scales [16], fp16 d; w = d * sc[e // 16] *
+    (q[e] - 32). Rows are whole blocks, so selecting rows is exact."""
+
+    blocks: torch.Tensor
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.blocks.shape[0], self.blocks.shape[1] // Q6_K_BLOCK_BYTES * Q6_K_SUPER_BLOCK
+
+    @property
+    def nbytes(self) -> int:
+        return _nbytes(self.blocks)
+
+
+Weight = torch.Tensor | Int4Weight | Int8Weight | Q6KWeight
 
 
 def weight_shape(weight: Weight) -> tuple[int, ...]:
@@ -138,6 +164,8 @@ def dequantize(weight: Weight, dtype: torch.dtype = torch.float32) -> torch.Tens
         return weight.to(dtype)
     if isinstance(weight, Int8Weight):
         return _dequantize_int8(weight).to(dtype)
+    if isinstance(weight, Q6KWeight):
+        return _dequantize_q6_k(weight).to(dtype)
     n, k = weight.shape
     groups = k // weight.group_size
     q = unpack_int4(weight.packed).view(n, groups, weight.group_size).float()
@@ -156,12 +184,35 @@ def select_rows(weight: Weight, index: torch.Tensor) -> Weight:
     """The output channels (rows) at index, in that order; exact for every layout."""
     if isinstance(weight, torch.Tensor):
         return weight.index_select(0, index)
+    if isinstance(weight, Q6KWeight):
+        return Q6KWeight(weight.blocks.index_select(0, index))
     if isinstance(weight, Int8Weight):
         mins = None if weight.mins is None else weight.mins.index_select(0, index)
         return Int8Weight(weight.q.index_select(0, index), weight.scales.index_select(0, index),
                           weight.group_size, mins)
     return Int4Weight(weight.packed.index_select(0, index), weight.scales.index_select(0, index),
                       weight.mins.index_select(0, index), weight.group_size)
+
+
+def _dequantize_q6_k(weight: Q6KWeight) -> torch.Tensor:
+    """float32, the order of gguf's reference: (d * sc) * (q - 32)."""
+    n, k = weight.shape
+    b = weight.blocks.view(n, k // Q6_K_SUPER_BLOCK, Q6_K_BLOCK_BYTES)
+    ql, qh = b[..., :128].view(n, -1, 2, 64).int(), b[..., 128:192].view(n, -1, 2, 32).int()
+    shifts = torch.arange(4, device=b.device)
+    low = (ql.unsqueeze(3) >> (4 * shifts[:2]).view(2, 1)) & 15  # [n, s, half, 2, 64]
+    high = (qh.unsqueeze(3) >> (2 * shifts).view(4, 1)) & 3  # [n, s, half, 4, 32]
+    q = (low.reshape(n, -1, 2, 4, 32) | (high << 4)) - 32
+    sc = b[..., 192:208].contiguous().view(torch.int8).float()
+    d = b[..., 208:210].contiguous().view(torch.float16).float()
+    scale = (d * sc).view(n, -1, 16, 1)
+    return (scale * q.float().view(n, -1, 16, 16)).view(n, k)
+
+
+def widen_q6_k(weight: Q6KWeight) -> Int8Weight:
+    """Grouped int8 (symmetric, groups of 32) for the paths that cannot read Q6_K: its steps
+    are finer than Q6_K's, so the values barely move."""
+    return quantize_int8(dequantize(weight), INT8_GROUP_SIZE)
 
 
 def quantize_int8(w: torch.Tensor, group_size: int | None = None,
@@ -229,10 +280,14 @@ def concat(weights: list[Weight]) -> Weight:
     """Weights that share an input, stacked along the output dimension (fused QKV, gate/up).
 
     Parts of different layouts (a Q4_K_M file keeps some v projections in Q6_K) are brought to
-    the one that keeps them all: float stays float when every part is float; int4 and grouped
+    the one that keeps them all: Q6_K parts beside others are widened to grouped int8 first; float stays float when every part is float; int4 and grouped
     int8 parts of one group size become grouped int8 with mins, exactly (`_as_grouped_int8`);
     anything else is requantized to per-channel int8.
     """
+    kinds = {type(w) for w in weights}
+    if kinds == {Q6KWeight}:
+        return Q6KWeight(torch.cat([w.blocks for w in weights]))
+    weights = [widen_q6_k(w) if isinstance(w, Q6KWeight) else w for w in weights]
     kinds = {type(w) for w in weights}
     if kinds == {torch.Tensor} or all(isinstance(w, torch.Tensor) for w in weights):
         return torch.cat(weights)

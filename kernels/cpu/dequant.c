@@ -280,7 +280,7 @@ static void q6k_row_avx2(const uint8_t *blocks, size_t row, int k, int out_dtype
     const uint8_t *base = blocks + row * q6k_row_bytes(k);
     for (int g0 = 0; g0 < k / 32; g0 += 4) {
         const uint8_t *super = q6k_super(base, g0);
-        float d = q6k_d(super);
+        float d = q6k_d_f16c(super);
         __m256i q[4];
         q6k_half_avx2(super, (g0 % Q6K_BLOCKS) / 4, q);
         for (int j = 0; j < 4; j++) {

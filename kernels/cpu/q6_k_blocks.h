@@ -49,6 +49,16 @@ static inline float q6k_d(const uint8_t *super)
     return f16_to_f32(h);
 }
 
+/* The same by F16C's conversion, for the vector paths: an fp16 subnormal (d below 6.1e-5, as
+ * small weights' blocks have) takes f16_to_f32's slow branch. */
+__attribute__((target("f16c"), always_inline))
+static inline float q6k_d_f16c(const uint8_t *super)
+{
+    uint16_t h;
+    memcpy(&h, super + Q6K_D_AT, sizeof(h));
+    return _cvtsh_ss(h);
+}
+
 /* Block g's two sub-block scales: sc[0] for its values 0..15, sc[1] for 16..31. */
 static inline const int8_t *q6k_scales(const uint8_t *super, int g)
 {
@@ -82,6 +92,27 @@ static inline void q6k_half_avx2(const uint8_t *super, int h, __m256i out[4])
     for (int j = 0; j < 4; j++)
         out[j] = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(lo[j], low),
                                                  _mm256_and_si256(hi[j], high)), off);
+}
+
+/* The same for two rows' super-blocks at once: row a's blocks in bytes 0-31 of each out[j],
+ * row b's in bytes 32-63. */
+__attribute__((target("avx512f,avx512bw,avx2"), always_inline))
+static inline void q6k_half_pair_zmm(const uint8_t *a, const uint8_t *b, int h, __m512i out[4])
+{
+#define Q6K_PAIR_LOAD(at)                                                                   \
+    _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(a + (at)))), \
+                       _mm256_loadu_si256((const __m256i *)(b + (at))), 1)
+    __m512i l0 = Q6K_PAIR_LOAD(64 * h), l1 = Q6K_PAIR_LOAD(64 * h + 32);
+    __m512i qh = Q6K_PAIR_LOAD(Q6K_QH_AT + 32 * h);
+#undef Q6K_PAIR_LOAD
+    __m512i low = _mm512_set1_epi8(15), high = _mm512_set1_epi8(3 << 4);
+    __m512i off = _mm512_set1_epi8(32);
+    __m512i lo[4] = {l0, l1, _mm512_srli_epi16(l0, 4), _mm512_srli_epi16(l1, 4)};
+    __m512i hi[4] = {_mm512_slli_epi16(qh, 4), _mm512_slli_epi16(qh, 2), qh,
+                     _mm512_srli_epi16(qh, 2)};
+    for (int j = 0; j < 4; j++)
+        out[j] = _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(lo[j], low),
+                                                 _mm512_and_si512(hi[j], high)), off);
 }
 
 #endif

@@ -35,6 +35,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "block_quant.h"
 #include "half_float.h"
@@ -60,6 +61,7 @@ struct weight {
     const void *mins; /* NULL: symmetric */
     int halves;
     int n, k, groups;
+    int vector; /* the call's instruction set has AVX2 (for min_term) */
 };
 
 struct activations {
@@ -89,15 +91,43 @@ static float sum_lanes(const float a[LANES])
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
+/* sum_g min_w[row, g] * sum_x[i, g], in 8 lanes (lane t takes groups g = t mod 8, in order) added
+ * as sum_lanes does: AVX2 computes the same lanes 8 groups an instruction. */
+static float min_term_scalar(const struct weight *w, const struct activations *x, int row, int i)
+{
+    float lanes[LANES] = {0};
+    for (int g = 0; g < w->groups; g++)
+        lanes[g % LANES] = fmaf(param(w->mins, (size_t)row * w->groups + g, w->halves & MINS_HALF),
+                                x->sum[(size_t)i * w->groups + g], lanes[g % LANES]);
+    return sum_lanes(lanes);
+}
+
+__attribute__((target("avx2,fma,f16c")))
+static float min_term_avx2(const struct weight *w, const struct activations *x, int row, int i)
+{
+    const float *sums = x->sum + (size_t)i * w->groups;
+    size_t at = (size_t)row * w->groups;
+    __m256 acc = _mm256_setzero_ps();
+    int g = 0;
+    for (; g + LANES <= w->groups; g += LANES) {
+        __m256 mins = (w->halves & MINS_HALF)
+            ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w->mins + at + g)))
+            : _mm256_loadu_ps((const float *)w->mins + at + g);
+        acc = _mm256_fmadd_ps(mins, _mm256_loadu_ps(sums + g), acc);
+    }
+    float lanes[LANES];
+    _mm256_storeu_ps(lanes, acc);
+    for (; g < w->groups; g++)
+        lanes[g % LANES] = fmaf(param(w->mins, at + g, w->halves & MINS_HALF), sums[g],
+                                lanes[g % LANES]);
+    return sum_lanes(lanes);
+}
+
 static float min_term(const struct weight *w, const struct activations *x, int row, int i)
 {
     if (w->mins == NULL)
         return 0.0f;
-    float t = 0.0f;
-    for (int g = 0; g < w->groups; g++)
-        t = fmaf(param(w->mins, (size_t)row * w->groups + g, w->halves & MINS_HALF),
-                 x->sum[(size_t)i * w->groups + g], t);
-    return t;
+    return w->vector ? min_term_avx2(w, x, row, i) : min_term_scalar(w, x, row, i);
 }
 
 /* ---- scalar: the vector bodies' lanes, one at a time --------------------------------------- */
@@ -312,7 +342,7 @@ static inline float scale_at(const struct weight *w, size_t i)
         for (int r = 0; r < rows; r++) {                                                    \
             const uint8_t *super = tile + (size_t)r * row_bytes + at;                       \
             const int8_t *sc = (const int8_t *)(super + Q6K_SCALES_AT) + 8 * h;             \
-            float d = q6k_d(super);                                                         \
+            float d = q6k_d_f16c(super);                                                    \
             __m256i q[4];                                                                   \
             q6k_half_avx2(super, h, q);                                                     \
             for (int j = 0; j < 4; j++) {                                                   \
@@ -417,6 +447,104 @@ static inline void pass16_zmm(const struct weight *w, const struct activations *
                 bq_hsum_half(acc[i][r / 2], r % 2) + min_term(w, x, row0 + r, i0 + i);
 }
 
+/* AVX-512 VNNI Q6_K passes: two weight rows a 512-bit register, as pass16_zmm; the same lanes
+ * as the 256-bit Q6_K passes, so the same bits. Full tiles only. Per pair of rows and half
+ * super-block: rows a = 2p and b = 2p + 1's blocks, their sub-block scales as bytes
+ * [a0 a1 b0 b1] (block j's two), and d as a pair. */
+#define Q6K_PAIRS(...)                                                                      \
+    size_t row_bytes = q6k_row_bytes(w->k);                                                 \
+    const uint8_t *tile = (const uint8_t *)w->q + (size_t)row0 * row_bytes;                 \
+    for (int g0 = 0; g0 < w->groups; g0 += 4) {                                             \
+        size_t at = (size_t)(g0 / Q6K_BLOCKS) * Q6K_BYTES;                                  \
+        int h = (g0 % Q6K_BLOCKS) / 4;                                                      \
+        Q6K_PREFETCH_NEXT_TILE(tile, row_bytes, at + (size_t)h * Q6K_HALF_BYTES);           \
+        for (int p = 0; p < TILE_ROWS / 2; p++) {                                           \
+            const uint8_t *a = tile + (size_t)(2 * p) * row_bytes + at, *b = a + row_bytes; \
+            __m512 d = bq_pair(q6k_d_f16c(a), q6k_d_f16c(b));                               \
+            __m512i q[4];                                                                   \
+            q6k_half_pair_zmm(a, b, h, q);                                                  \
+            for (int j = 0; j < 4; j++) {                                                   \
+                uint16_t sa, sb;                                                            \
+                memcpy(&sa, a + Q6K_SCALES_AT + 8 * h + 2 * j, 2);                          \
+                memcpy(&sb, b + Q6K_SCALES_AT + 8 * h + 2 * j, 2);                          \
+                __m256i sc = _mm256_set1_epi32((int)((uint32_t)sa | (uint32_t)sb << 16));   \
+                __VA_ARGS__                                                                 \
+            }                                                                               \
+        }                                                                                   \
+    }
+
+/* The pairs' accumulators summed into y. */
+#define Q6K_STORE_PAIRS(acc)                                                                \
+    for (int i = 0; i < irows; i++)                                                         \
+        for (int r = 0; r < TILE_ROWS; r++)                                                 \
+            y[(size_t)(i0 + i) * w->n + row0 + r] = bq_hsum_half(acc[i][r / 2], r % 2)
+
+#define ZERO_PAIR_ACCUMULATORS(acc)                                                         \
+    __m512 acc[ROW_CHUNK][TILE_ROWS / 2];                                                   \
+    for (int i_ = 0; i_ < ROW_CHUNK; i_++)                                                  \
+        for (int p_ = 0; p_ < TILE_ROWS / 2; p_++)                                          \
+            acc[i_][p_] = _mm512_setzero_ps()
+
+__attribute__((target(BQ_ZMM_TARGET), always_inline))
+static inline void q6k_pass16_zmm(const struct weight *w, const struct activations *x, int row0,
+                                  int rows, int i0, int irows, float *y)
+{
+    (void)rows;
+    const int16_t *xq = (const int16_t *)x->q;
+    /* Bytes [a0 a1 b0 b1] -> a's scale in the low 16 bytes, b's in the high ones. */
+    const __m256i first = _mm256_setr_epi64x(0, 0, 0x0202020202020202, 0x0202020202020202);
+    const __m256i second = _mm256_add_epi8(first, _mm256_set1_epi8(1));
+    ZERO_PAIR_ACCUMULATORS(acc);
+    Q6K_PAIRS(
+        __m256i ya = _mm512_castsi512_si256(q[j]), yb = _mm512_extracti64x4_epi64(q[j], 1);
+        __m512i wlo = _mm512_mullo_epi16(
+            _mm512_cvtepi8_epi16(_mm256_permute2x128_si256(ya, yb, 0x20)),
+            _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(sc, first)));
+        __m512i whi = _mm512_mullo_epi16(
+            _mm512_cvtepi8_epi16(_mm256_permute2x128_si256(ya, yb, 0x31)),
+            _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(sc, second)));
+        for (int i = 0; i < irows; i++) {
+            size_t blk = (size_t)(i0 + i) * w->groups + g0 + j;
+            __m512i xlo = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256((const __m256i *)(xq + blk * BLOCK)));
+            __m512i xhi = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256((const __m256i *)(xq + blk * BLOCK + 16)));
+            __m512i dot = _mm512_dpwssd_epi32(_mm512_madd_epi16(wlo, xlo), whi, xhi);
+            acc[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                        _mm512_mul_ps(d, _mm512_set1_ps(x->scale[blk])),
+                                        acc[i][p]);
+        })
+    Q6K_STORE_PAIRS(acc);
+}
+
+__attribute__((target(BQ_ZMM_TARGET), always_inline))
+static inline void q6k_pass8_zmm(const struct weight *w, const struct activations *x, int row0,
+                                 int rows, int i0, int irows, float *y)
+{
+    (void)rows;
+    const int8_t *xq = (const int8_t *)x->q;
+    /* Bytes [a0 a1 b0 b1] -> int32 lanes a0 x4, a1 x4, b0 x4, b1 x4: a lane covers 4 values. */
+    const __m128i spread = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    ZERO_PAIR_ACCUMULATORS(acc);
+    Q6K_PAIRS(
+        __m512i scv = _mm512_cvtepi8_epi32(
+            _mm_shuffle_epi8(_mm256_castsi256_si128(sc), spread));
+        __m512i abs_w = _mm512_abs_epi8(q[j]);
+        __mmask64 negative = _mm512_movepi8_mask(q[j]);
+        for (int i = 0; i < irows; i++) {
+            size_t blk = (size_t)(i0 + i) * w->groups + g0 + j;
+            __m512i xv = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256((const __m256i *)(xq + blk * BLOCK)));
+            /* x with w's sign: AVX-512 has no sign_epi8; w = 0 gives |w| = 0 either way. */
+            __m512i xs = _mm512_mask_sub_epi8(xv, negative, _mm512_setzero_si512(), xv);
+            __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), abs_w, xs);
+            acc[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(dot, scv)),
+                                        _mm512_mul_ps(d, _mm512_set1_ps(x->scale[blk])),
+                                        acc[i][p]);
+        })
+    Q6K_STORE_PAIRS(acc);
+}
+
 /* Weight rows [row0, row0 + rows) (rows: 1 or TILE_ROWS) against every activation row. */
 #define RUN_ROWS(PASS, row0, rows)                                                          \
     do {                                                                                    \
@@ -459,9 +587,9 @@ DEFINE_Q6K_PASS8(q6k_pass8_vnni, VNNI, bq_dot8_vnni)
 DEFINE_Q6K_PASS16(q6k_pass16_avx2, AVX2, bq_dot16_avx2)
 DEFINE_Q6K_PASS16(q6k_pass16_vnni, VNNI, bq_dot16_vnni)
 DEFINE_TILE(q6k_tile8_avx2, AVX2, q6k_pass8_avx2)
-DEFINE_TILE(q6k_tile8_vnni, VNNI, q6k_pass8_vnni)
+DEFINE_TILE2(q6k_tile8_vnni, VNNI, q6k_pass8_zmm, q6k_pass8_vnni)
 DEFINE_TILE(q6k_tile16_avx2, AVX2, q6k_pass16_avx2)
-DEFINE_TILE(q6k_tile16_vnni, VNNI, q6k_pass16_vnni)
+DEFINE_TILE2(q6k_tile16_vnni, VNNI, q6k_pass16_zmm, q6k_pass16_vnni)
 
 typedef void (*tile_fn)(const struct weight *, const struct activations *, int, float *);
 
@@ -517,7 +645,7 @@ static int gemm(int isa, int wide, const int8_t *q, const void *scales, const vo
     isa = bq_resolve_isa(isa);
     if (!valid(isa, n, k, m) || !valid_weight(halves, scales, mins, k))
         return -1;
-    struct weight w = {q, scales, mins, halves, n, k, k / BLOCK};
+    struct weight w = {q, scales, mins, halves, n, k, k / BLOCK, isa >= BQ_ISA_AVX2};
     struct activations x = {xq, xscale, xsum, m};
     int tiles = (n + TILE_ROWS - 1) / TILE_ROWS;
     if (n_threads <= 1) {

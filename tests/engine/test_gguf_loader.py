@@ -21,7 +21,7 @@ from engine.loader import (
     metadata_cache_folder,
     tokenizer_folder,
 )
-from engine.quantization.tensors import Int4Weight, Int8Weight, dequantize
+from engine.quantization.tensors import Int4Weight, Int8Weight, Q6KWeight, dequantize
 
 INT4_TYPES = (QType.Q4_0, QType.Q4_1, QType.Q4_K)
 INT8_TYPES = (QType.Q5_0, QType.Q5_1, QType.Q5_K, QType.Q6_K, QType.Q8_0)
@@ -95,6 +95,9 @@ def test_each_supported_type_loads_in_its_layout_and_matches_ggufs_dequantizatio
         assert torch.equal(dequantize(weights[name]), expected)
     elif kind == QType.Q8_0:
         assert isinstance(weights[name], Int8Weight) and weights[name].group_size == 32
+        assert torch.equal(dequantize(weights[name]), expected)
+    elif kind == QType.Q6_K:  # the file's own blocks, read in place
+        assert isinstance(weights[name], Q6KWeight)
         assert torch.equal(dequantize(weights[name]), expected)
     elif kind in INT8_TYPES:
         weight = weights[name]

@@ -36,6 +36,9 @@ _RANDOM_BLOCK_TYPES = frozenset({QType.Q4_K, QType.Q5_K, QType.Q6_K, QType.Q2_K,
 # Byte offsets of the fp16 scales inside a block of each K-quant.
 _FP16_FIELDS = {QType.Q4_K: (0, 2), QType.Q5_K: (0, 2), QType.Q6_K: (208,),
                 QType.Q2_K: (80, 82), QType.Q3_K: (108,)}
+# Their range: Q6_K's d multiplies an int8 sub-scale (where the others' take six bits) times a
+# value of up to 32, so it is kept 16x smaller for weights of the others' size.
+_FP16_RANGE = {QType.Q6_K: (6e-5, 2.5e-4)}
 
 
 @dataclass(slots=True)
@@ -46,8 +49,10 @@ class TinyGGUF:
 
 def write_tiny_gguf(path: Path, architecture: str = "llama", matrix_type: QType = QType.F32,
                     skip: tuple[str, ...] = (), name: str = "tiny", seed: int = 0,
-                    tied: bool = True) -> TinyGGUF:
-    """skip: GGUF tensor names to leave out (a damaged file)."""
+                    tied: bool = True, mixed: dict[str, QType] | None = None) -> TinyGGUF:
+    """skip: GGUF tensor names to leave out (a damaged file). mixed: other types for some
+    matrices by their GGUF name's last but one part, as llama.cpp's mixes keep some at more
+    bits (Q4_K_M: {"attn_v": Q6_K, "ffn_down": Q6_K, "token_embd": Q6_K})."""
     rng = np.random.default_rng(seed)
     writer = gguf.GGUFWriter(path, architecture)
     _add_config(writer, architecture, name)
@@ -56,7 +61,8 @@ def write_tiny_gguf(path: Path, architecture: str = "llama", matrix_type: QType 
     for gguf_name, hf_name, shape in _tensors(architecture, tied):
         if gguf_name in skip:
             continue
-        kind = matrix_type if len(shape) == 2 else QType.F32
+        kind = (mixed or {}).get(gguf_name.split(".")[-2], matrix_type)
+        kind = kind if len(shape) == 2 else QType.F32
         values = None if kind in _RANDOM_BLOCK_TYPES else _random_weight(hf_name, shape, rng)
         model.source[hf_name] = values
         stored = values if values is None else _llama_cpp_row_order(architecture, hf_name, values)
@@ -81,7 +87,8 @@ def random_blocks(kind: QType, rows: int, cols: int, rng: np.random.Generator) -
     block_size, type_size = gguf.GGML_QUANT_SIZES[kind]
     blocks = rng.integers(0, 256, size=(rows, cols // block_size, type_size), dtype=np.uint8)
     for offset in _FP16_FIELDS[kind]:
-        scales = rng.uniform(1e-3, 4e-3, size=blocks.shape[:2]).astype(np.float16)
+        low, high = _FP16_RANGE.get(kind, (1e-3, 4e-3))
+        scales = rng.uniform(low, high, size=blocks.shape[:2]).astype(np.float16)
         blocks[..., offset:offset + 2] = scales[..., None].view(np.uint8)
     if kind == QType.Q4_K:
         blocks[..., 4] |= 0x3F  # scale 0's six bits
