@@ -8,6 +8,7 @@ weight's layout, the device and the kernel backend, owns how the weight is kept 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from itertools import groupby
 from typing import Protocol
 
 import torch
@@ -20,6 +21,7 @@ from engine.quantization.tensors import (
     Int8Weight,
     Q6KWeight,
     Weight,
+    concat,
     dequantize_rows,
     split_int8_into_int4,
     widen_q6_k,
@@ -88,6 +90,24 @@ def make_linear(weight: Weight, bias: torch.Tensor | None, placement: Placement,
     return Linear(_method_for(weight, placement, precise_int8), bias, weight.shape[0])
 
 
+def make_fused_linear(parts: list[Weight], bias: torch.Tensor | None,
+                      placement: Placement) -> Linear:
+    """Projections that share an input (q, k, v; gate, up) as one linear: one weight where
+    their layouts stack (`concat`); where the CPU kernels read Q6_K and it sits beside another
+    layout, each run of one layout through its own method, outputs side by side (`stacked`)."""
+    from engine.quantization.stacked import StackedMethod
+
+    q6_k = [isinstance(w, Q6KWeight) for w in parts]
+    if not _runs_q6_k(placement) or all(q6_k) or not any(q6_k):
+        return make_linear(concat(parts) if len(parts) > 1 else parts[0], bias, placement)
+    runs = [[w for w, _ in run] for _, run in groupby(zip(parts, q6_k), key=lambda p: p[1])]
+    methods = [_method_for(concat(run) if len(run) > 1 else run[0], placement, True)
+               for run in runs]
+    if bias is not None:
+        bias = bias.to(device=placement.device, dtype=placement.dtype)
+    return Linear(StackedMethod(methods), bias, sum(w.shape[0] for w in parts))
+
+
 def make_embedding(weight: Weight, placement: Placement) -> Embedding:
     return Embedding(to_device(weight, placement.device, placement.dtype), placement.dtype)
 
@@ -106,7 +126,7 @@ def _method_for(weight: Weight, placement: Placement, precise_int8: bool,
 
     device, dtype, ops = placement.device, placement.dtype, placement.ops
     if isinstance(weight, Q6KWeight):
-        if placement.uses_cpu_kernels and placement.q8 is not None:
+        if _runs_q6_k(placement):
             # Read in place at 0.82 bytes a weight: less than any other path reads.
             return cpu_q8.CpuQ8Method(weight, placement.cpu_int4_policy, placement.q8,
                                       precise_int8, reuse_output=precise_int8)
@@ -139,6 +159,10 @@ def _method_for(weight: Weight, placement: Placement, precise_int8: bool,
             return cpu_int8.CpuInt8Method(weight)
         return kernel_methods.KernelInt8Method(to_device(weight, device, dtype), ops)
     raise TypeError(f"no linear method for weights of type {type(weight).__name__}")
+
+
+def _runs_q6_k(placement: Placement) -> bool:
+    return placement.uses_cpu_kernels and placement.q8 is not None
 
 
 def _runs_q8(placement: Placement, precise_int8: bool) -> bool:

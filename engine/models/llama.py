@@ -9,7 +9,14 @@ import torch
 from transformers import PretrainedConfig
 
 from engine.errors import ModelLoadError
-from engine.layers.linear import Linear, Placement, make_embedding, make_linear, to_device
+from engine.layers.linear import (
+    Linear,
+    Placement,
+    make_embedding,
+    make_fused_linear,
+    make_linear,
+    to_device,
+)
 from engine.layers.lm_head import LMHead
 from engine.loader import head_dim
 from engine.memory import release_freed_memory
@@ -153,7 +160,7 @@ def _load_layer(w: dict[str, Weight], prefix: str, placement: Placement) -> Llam
 
     def linear(names: list[str]) -> Linear:
         bias = _fused(w, [name.replace(".weight", ".bias") for name in names])
-        return make_linear(_fused(w, names), bias, placement)
+        return make_fused_linear([w[name] for name in names], bias, placement)
 
     return LlamaLayer(
         input_norm=w[prefix + "input_layernorm.weight"].to(device=device, dtype=dtype),

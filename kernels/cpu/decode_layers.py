@@ -13,7 +13,7 @@ from dataclasses import dataclass
 _ptr, _i32, _f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 
 
-Q4_KIND, Q8_KIND = 0, 1
+Q4_KIND, Q8_KIND, PARTS_KIND = 0, 1, 2
 
 
 @dataclass(slots=True, frozen=True)
@@ -21,7 +21,8 @@ class CLinear:
     """A linear's C kernel as pg_decode_layers calls it: q4_gemv's q4_linear16 / q4_linear
     (kind Q4_KIND: weight = the repacked records, format = their record format, as
     kernels/cpu/q4_records.h defines it) or q8_gemv's (Q8_KIND: weight, scales, mins = the int8
-    weight's tensors, format = its fp16-scales flag).
+    weight's tensors, format = its fp16-scales flag, or Q6_K blocks), or parts of those
+    (PARTS_KIND, `parts_linear`).
     Addresses stay valid while the kernel that made this lives."""
 
     kind: int
@@ -43,6 +44,18 @@ class LinearArgs(ctypes.Structure):
                                                         linear.mins)
         self.bias, self.kind, self.format = bias, linear.kind, linear.format
         self.n, self.k = linear.n, linear.k
+
+
+def parts_linear(parts: list[CLinear]) -> tuple[CLinear, ctypes.Array]:
+    """Linears of one input whose outputs side by side make one, as one CLinear (PARTS_KIND:
+    weight = an array of the parts' arguments, format = their count), and that array, which
+    must live as long as the CLinear is used."""
+    array = (LinearArgs * len(parts))()
+    for args, part in zip(array, parts, strict=True):
+        args.set(part, None)
+    linear = CLinear(PARTS_KIND, 0, ctypes.addressof(array), sum(p.n for p in parts), parts[0].k,
+                     len(parts))
+    return linear, array
 
 
 class LayerArgs(ctypes.Structure):

@@ -624,8 +624,10 @@ int pg_decode_attention(const float *q, long q_stride, int n, int heads, int kv_
 
 /* The linears' kernels, by kind: q4_gemv's q4_linear16 / q4_linear (a repacked weight and its
  * record format) and q8_gemv's q8_linear16 / q8_linear (an int8 weight, its scales, mins and
- * scale format; or Q6_K blocks, format Q6_K, no scales). */
-enum { PG_LINEAR_Q4 = 0, PG_LINEAR_Q8 = 1 };
+ * scale format; or Q6_K blocks, format Q6_K, no scales); or parts (weight: an array of
+ * `format` linears of these kinds, whose outputs side by side are this one's: a fused QKV whose
+ * v projection a Q4_K_M file keeps in Q6_K). */
+enum { PG_LINEAR_Q4 = 0, PG_LINEAR_Q8 = 1, PG_LINEAR_PARTS = 2 };
 typedef int (*pg_q4_fn)(int isa, const void *w, int compact, int n, int k, const float *x, int m,
                         float *y, void *work, int threads);
 typedef int (*pg_q8_fn)(int isa, const void *q, const void *scales, const void *mins, int halves,
@@ -671,17 +673,43 @@ long pg_decode_scratch_floats(int m, int hidden, int heads, int kv_heads, int he
     return (long)m * (3L * hidden + qkv + qk + (long)heads * head_dim + 3L * intermediate);
 }
 
+static int run_kernel(const struct pg_step *s, const struct pg_linear *l, const float *x, float *y)
+{
+    if (l->kind == PG_LINEAR_Q4)
+        return ((pg_q4_fn)l->fn)(-1, l->weight, l->format, l->n, l->k, x, s->m, y,
+                                 s->linear_work, s->linear_threads);
+    if (l->kind == PG_LINEAR_Q8)
+        return ((pg_q8_fn)l->fn)(-1, l->weight, l->scales, l->mins, l->format, l->n, l->k, x,
+                                 s->m, y, s->linear_work, s->linear_threads);
+    return 1;
+}
+
+/* Parts side by side: one row's outputs are contiguous, so each part writes its own columns in
+ * place; more rows go through a buffer, a part at a time. */
+static int run_parts(const struct pg_step *s, const struct pg_linear *l, const float *x, float *y)
+{
+    const struct pg_linear *parts = (const struct pg_linear *)l->weight;
+    float *buffer = NULL;
+    if (s->m > 1 && !(buffer = malloc(sizeof(float) * (size_t)s->m * l->n)))
+        return 1;
+    int rc = 0, at = 0;
+    for (int p = 0; p < l->format && !rc; at += parts[p].n, p++) {
+        if (parts[p].kind == PG_LINEAR_PARTS || parts[p].k != l->k || at + parts[p].n > l->n) {
+            rc = 1;
+            break;
+        }
+        rc = run_kernel(s, &parts[p], x, buffer ? buffer : y + at);
+        for (int t = 0; buffer && !rc && t < s->m; t++)
+            memcpy(y + (size_t)t * l->n + at, buffer + (size_t)t * parts[p].n,
+                   sizeof(float) * parts[p].n);
+    }
+    free(buffer);
+    return rc || at != l->n;
+}
+
 static int run_linear(const struct pg_step *s, const struct pg_linear *l, const float *x, float *y)
 {
-    int rc;
-    if (l->kind == PG_LINEAR_Q4)
-        rc = ((pg_q4_fn)l->fn)(-1, l->weight, l->format, l->n, l->k, x, s->m, y, s->linear_work,
-                               s->linear_threads);
-    else if (l->kind == PG_LINEAR_Q8)
-        rc = ((pg_q8_fn)l->fn)(-1, l->weight, l->scales, l->mins, l->format, l->n, l->k, x, s->m,
-                               y, s->linear_work, s->linear_threads);
-    else
-        rc = 1;
+    int rc = l->kind == PG_LINEAR_PARTS ? run_parts(s, l, x, y) : run_kernel(s, l, x, y);
     if (rc)
         return 10;
     if (l->bias)

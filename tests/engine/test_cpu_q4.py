@@ -3,17 +3,16 @@ a layer keeps, the load-time choice between it and PyTorch's kernel, and the fal
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
+from dequantized_self import greedy_tokens, logits_error
 from tiny_gguf import write_tiny_gguf
 
 from engine import LLM, SamplingParams
 from engine.config import EngineConfig
-from engine.evaluation import prompt_logits
 from engine.layers.linear import Placement, make_linear
 from engine.llm_engine import LLMEngine
 from engine.loader import load_model
@@ -23,7 +22,6 @@ from engine.quantization.cpu_int4 import CpuInt4Method
 from engine.quantization.cpu_paths import CpuPathPolicy, RowTimings
 from engine.quantization.cpu_q4 import Q4Context, load_q4_context
 from engine.quantization.dequantize_workspace import DequantWorkspace
-from engine.quantization.on_load import apply_quantization
 from engine.quantization.tensors import Int4Weight, dequantize, quantize_int4, quantize_int8
 from kernels.cpu import native
 from kernels.cpu.dequant import Dequantizer
@@ -255,19 +253,9 @@ def _runs_q4(runner: ModelRunner) -> list[bool]:
     return [getattr(m, "halves", m).native is not None for m in methods]
 
 
-def _logits_error(path, token_ids: list[int]) -> tuple[float, ModelRunner]:
-    quantized = load_model(path)
-    dequantized = dataclasses.replace(quantized,
-                                      weights=apply_quantization(quantized.weights, "none"))
-    runner = ModelRunner(quantized, EngineConfig(num_kv_blocks=32))
-    got = prompt_logits(runner, token_ids)
-    want = prompt_logits(ModelRunner(dequantized, EngineConfig(num_kv_blocks=32)), token_ids)
-    return ((got - want).norm(dim=-1) / want.norm(dim=-1)).mean().item(), runner
-
-
 def test_engine_multiplies_int4_layers_through_q4_and_matches_dequantized(
         q4, q4_chosen, tiny_q4_1):
-    error, runner = _logits_error(tiny_q4_1, list(range(3, 200)))
+    error, runner = logits_error(tiny_q4_1)
     assert all(_runs_q4(runner))
     # PyTorch's bf16 kernel: 0.018 here (below). What is left is the vocabulary's one int8
     # pass outside its refined top 32 candidates.
@@ -288,7 +276,7 @@ def test_q4_k_files_layers_get_q4_k_records_and_match_the_dequantized_model(q4, 
     from gguf import GGMLQuantizationType as QType
 
     path = write_tiny_gguf(tmp_path / "tiny.gguf", matrix_type=QType.Q4_K).path
-    error, runner = _logits_error(path, list(range(3, 200)))
+    error, runner = logits_error(path)
     layers = [linear.method for linear in runner.model.linears()
               if isinstance(linear.method, CpuInt4Method)]
     assert layers and all(m.native.repacked.record_format == KQ_RECORDS for m in layers)
@@ -297,7 +285,7 @@ def test_q4_k_files_layers_get_q4_k_records_and_match_the_dequantized_model(q4, 
 
 def test_engine_without_the_library_runs_pytorchs_int4_kernel(monkeypatch, tiny_q4_1):
     monkeypatch.setenv("PAGODA_NATIVE_KERNELS", "0")
-    error, runner = _logits_error(tiny_q4_1, list(range(3, 200)))
+    error, runner = logits_error(tiny_q4_1)
     assert runner.model.layers[0].qkv_proj.method.packed is not None
     assert not any(_runs_q4(runner))
     assert error < 0.03
@@ -305,15 +293,7 @@ def test_engine_without_the_library_runs_pytorchs_int4_kernel(monkeypatch, tiny_
 
 def test_engine_greedy_tokens_through_q4_are_the_dequantized_models(
         q4, q4_chosen, tiny_q4_1):
-    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
-    prompts = [list(range(100, 143)), list(range(200, 205))]
-
-    def greedy(quantization: str) -> list[list[int]]:
-        llm = LLM(str(tiny_q4_1), num_kv_blocks=16, num_threads=1, quantization=quantization,
-                  max_num_batched_tokens=24)
-        return [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
-
-    assert greedy("auto") == greedy("none")
+    assert greedy_tokens(tiny_q4_1, "auto") == greedy_tokens(tiny_q4_1, "none")
 
 
 def test_no_compiler_means_pytorchs_int4_kernel(monkeypatch, tmp_path):

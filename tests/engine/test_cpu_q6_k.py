@@ -11,19 +11,20 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from dequantized_self import greedy_tokens, logits_error
 from gguf import GGMLQuantizationType as QType
+from test_cpu_q4 import q4_chosen  # noqa: F401 (a fixture: our kernels at every step size)
 from tiny_gguf import random_blocks, write_tiny_gguf
 
-from engine import LLM, SamplingParams
 from engine.config import EngineConfig
-from engine.evaluation import prompt_logits
-from engine.layers.linear import Placement, make_linear
+from engine.layers.linear import Placement, make_fused_linear, make_linear
 from engine.loader import load_model
 from engine.model_runner import ModelRunner
 from engine.quantization.cpu_paths import CpuPathPolicy
+from engine.quantization.cpu_int4 import CpuInt4Method
 from engine.quantization.cpu_q8 import CpuQ8Method, Q8Context
-from engine.quantization.on_load import apply_quantization
 from engine.quantization.split_int8 import CpuSplitInt8Method
+from engine.quantization.stacked import StackedMethod
 from engine.quantization.tensors import (
     Int4Weight,
     Int8Weight,
@@ -49,14 +50,6 @@ def q8(tmp_path_factory) -> Q8Context:
     if lib.best_isa() < 1:
         pytest.skip("this CPU lacks AVX2, so the engine widens Q6_K to int8")
     return Q8Context(lib)
-
-
-@pytest.fixture
-def kernels_built(monkeypatch, kernels_cache_dir, kernels_at_every_step):
-    """The engine builds our kernels under the session's cache folder, and its calibration runs
-    them at every step size (`kernels_at_every_step`)."""
-    monkeypatch.setenv("PAGODA_CACHE_DIR", str(kernels_cache_dir))
-    monkeypatch.setattr("engine.native_kernels._unavailable", {})
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +117,19 @@ def test_without_q8_a_q6_k_layer_runs_widened_to_grouped_int8():
     assert _relative_error(method.apply(x, None), F.linear(x, dequantize(weight))) < 1e-2
 
 
+def test_q4_k_and_q6_k_parts_of_one_input_run_their_own_kernels_side_by_side(q8):
+    q, v = quantize_int4(torch.randn(48, 512)), _weight(8, 512)
+    linear = make_fused_linear([q, v], None, _placement(q8))
+    assert isinstance(linear.method, StackedMethod) and linear.out_features == 56
+    first, second = linear.method.methods
+    x = torch.randn(3, 512)
+    y = linear(x)
+    assert torch.equal(y[:, :48], first.apply(x, None))
+    assert torch.equal(y[:, 48:], second.apply(x, None))
+    assert isinstance(make_fused_linear([q, v], None, _placement(None)).method,
+                      CpuSplitInt8Method)  # without q8: one widened weight, as before
+
+
 def test_widened_q6_k_moves_each_value_by_at_most_half_an_int8_step():
     weight = _weight()
     widened = widen_q6_k(weight)
@@ -147,36 +153,25 @@ def test_q6_k_parts_stack_as_q6_k_and_beside_other_layouts_as_grouped_int8():
 
 
 def test_q4_k_m_engine_reads_q6_k_layers_and_vocabulary_from_the_files_blocks(
-        q8, kernels_built, tiny_q4_k_m):
+        q8, q4_chosen, tiny_q4_k_m):
     model = ModelRunner(load_model(tiny_q4_k_m), EngineConfig(num_kv_blocks=16)).model
     downs = [layer.down_proj.method for layer in model.layers]
     assert all(isinstance(m, CpuQ8Method) and isinstance(m.weight, Q6KWeight) for m in downs)
     vocabulary = model.lm_head.linear.method
     table = model.embed_tokens.weight
     assert isinstance(table, Q6KWeight)
+    qkv = [layer.qkv_proj.method for layer in model.layers]
+    assert all(isinstance(m, StackedMethod) for m in qkv)
+    assert [type(p) for p in qkv[0].methods] == [CpuInt4Method, CpuQ8Method]
     # One copy of the table: the embedding gathers, the projection and the refinement read it.
     assert vocabulary.native.operand.q.data_ptr() == table.blocks.data_ptr()
     assert model.lm_head.exact is table
 
 
-def test_q6_k_engine_logits_are_its_dequantized_selfs_to_a_percent(q8, kernels_built,
+def test_q6_k_engine_logits_are_its_dequantized_selfs_to_a_percent(q8, q4_chosen,
                                                                    tiny_q6_k_down):
-    quantized = load_model(tiny_q6_k_down)
-    dequantized = dataclasses.replace(quantized,
-                                      weights=apply_quantization(quantized.weights, "none"))
-    token_ids = list(range(3, 200))
-    got = prompt_logits(ModelRunner(quantized, EngineConfig(num_kv_blocks=32)), token_ids)
-    want = prompt_logits(ModelRunner(dequantized, EngineConfig(num_kv_blocks=32)), token_ids)
-    assert ((got - want).norm(dim=-1) / want.norm(dim=-1)).mean().item() < 0.01
+    assert logits_error(tiny_q6_k_down)[0] < 0.01
 
 
-def test_q6_k_engine_greedy_tokens_are_its_dequantized_selfs(q8, kernels_built, tiny_q6_k_down):
-    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
-    prompts = [list(range(100, 143)), list(range(200, 205))]
-
-    def greedy(quantization: str) -> list[list[int]]:
-        llm = LLM(str(tiny_q6_k_down), num_kv_blocks=16, num_threads=1,
-                  quantization=quantization, max_num_batched_tokens=24)
-        return [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
-
-    assert greedy("auto") == greedy("none")
+def test_q6_k_engine_greedy_tokens_are_its_dequantized_selfs(q8, q4_chosen, tiny_q6_k_down):
+    assert greedy_tokens(tiny_q6_k_down, "auto") == greedy_tokens(tiny_q6_k_down, "none")

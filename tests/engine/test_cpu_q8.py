@@ -9,19 +9,17 @@ import dataclasses
 import pytest
 import torch
 import torch.nn.functional as F
+from dequantized_self import greedy_tokens, logits_error
 from gguf import GGMLQuantizationType as QType
 from tiny_gguf import write_tiny_gguf
 
-from engine import LLM, SamplingParams
 from engine.config import EngineConfig
-from engine.evaluation import prompt_logits
 from engine.layers.linear import Placement, make_linear
 from engine.loader import load_model
 from engine.model_runner import ModelRunner
 from engine.quantization import cpu_paths
 from engine.quantization.cpu_paths import CpuPathPolicy
 from engine.quantization.cpu_q8 import CpuQ8Method, Q8Context, load_q8_context
-from engine.quantization.on_load import apply_quantization
 from engine.quantization.split_int8 import CpuSplitInt8Method
 from engine.quantization.tensors import Int8Weight, dequantize, quantize_int8
 from kernels.cpu.native import find_compiler
@@ -142,25 +140,11 @@ def test_engine_builds_no_halves_for_a_tied_q8_0_vocabulary(q8, q8_chosen, tiny_
 
 
 def test_engine_through_q8_matches_its_dequantized_self(q8, q8_chosen, tiny_q8_0):
-    quantized = load_model(tiny_q8_0)
-    dequantized = dataclasses.replace(quantized,
-                                      weights=apply_quantization(quantized.weights, "none"))
-    token_ids = list(range(3, 200))
-    got = prompt_logits(ModelRunner(quantized, EngineConfig(num_kv_blocks=32)), token_ids)
-    want = prompt_logits(ModelRunner(dequantized, EngineConfig(num_kv_blocks=32)), token_ids)
-    assert ((got - want).norm(dim=-1) / want.norm(dim=-1)).mean().item() < 0.01
+    assert logits_error(tiny_q8_0)[0] < 0.01
 
 
 def test_engine_greedy_tokens_through_q8_are_the_dequantized_models(q8, q8_chosen, tiny_q8_0):
-    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
-    prompts = [list(range(100, 143)), list(range(200, 205))]
-
-    def greedy(quantization: str) -> list[list[int]]:
-        llm = LLM(str(tiny_q8_0), num_kv_blocks=16, num_threads=1, quantization=quantization,
-                  max_num_batched_tokens=24)
-        return [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
-
-    assert greedy("auto") == greedy("none")
+    assert greedy_tokens(tiny_q8_0, "auto") == greedy_tokens(tiny_q8_0, "none")
 
 
 def test_engine_without_the_library_runs_grouped_int8_as_int4_halves(monkeypatch, tiny_q8_0):

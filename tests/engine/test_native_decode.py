@@ -9,12 +9,14 @@ import dataclasses
 import pytest
 import torch
 from test_cpu_q4 import q4, q4_chosen, tiny_q4_1  # noqa: F401 (fixtures, as arguments below)
+from test_cpu_q6_k import tiny_q4_k_m  # noqa: F401
 from test_cpu_q8 import q8, q8_chosen, tiny_q8_0  # noqa: F401
 
 from engine import SamplingParams
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.models.native_decode import NativeDecode
+from engine.quantization.stacked import StackedMethod
 
 PROMPTS = [list(range(100, 143)), list(range(200, 205)), list(range(10, 28))]
 
@@ -74,6 +76,19 @@ def test_grouped_int8_layers_run_in_the_c_layer_stack_through_q8_gemv(
     inputs = _decoding(engine, PROMPTS, steps=4)
     calls: list[bool] = []
     fused = _forward(engine, inputs, _counting(engine.runner.model.native_decode, calls))
+    assert calls == [True]
+    assert torch.equal(fused, _forward(engine, inputs, None))
+
+
+@pytest.mark.parametrize("prompts", [PROMPTS[:1], PROMPTS], ids=["one row", "three rows"])
+def test_a_qkv_of_q4_k_and_q6_k_parts_runs_in_the_c_layer_stack_as_eager_runs_it(
+        q8, q4_chosen, tiny_q4_k_m, prompts):
+    engine = _engine(tiny_q4_k_m)
+    model = engine.runner.model
+    assert all(isinstance(layer.qkv_proj.method, StackedMethod) for layer in model.layers)
+    inputs = _decoding(engine, prompts, steps=4)
+    calls: list[bool] = []
+    fused = _forward(engine, inputs, _counting(model.native_decode, calls))
     assert calls == [True]
     assert torch.equal(fused, _forward(engine, inputs, None))
 
