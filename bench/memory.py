@@ -47,8 +47,14 @@ def measure(model: str | None, engine_options: dict) -> dict:
 
 
 def _cpu_linear_path(runner) -> str:
-    policy = getattr(runner.model.layers[0].qkv_proj.method, "policy", None)
-    return "not a CPU quantized layer" if policy is None else policy.reason
+    """The first quantized layer's policy (a stacked QKV's parts share it)."""
+    for linear in runner.model.linears():
+        method = linear.method
+        for part in getattr(method, "methods", [method]):
+            policy = getattr(part, "policy", None)
+            if policy is not None:
+                return policy.reason
+    return "not a CPU quantized layer"
 
 
 def print_table(result: dict) -> None:
