@@ -242,11 +242,16 @@ __attribute__((target("avx2,fma"))) static void silu_mul_avx2(const float *g, co
     }
 }
 
+/* Elements from which SiLU * up splits its rows over the OpenMP team (a prefill chunk's; a
+ * decode step's few rows stay on one thread, where waking a second costs more than it saves). */
+#define SILU_PARALLEL_FROM (1 << 16)
+
 /* x [n, 2m] rows x_stride apart (gate first, then up) -> out [n, m] contiguous. */
 int pg_silu_and_mul(const float *x, long x_stride, int n, int m, float *out)
 {
     if (n < 0 || m <= 0)
         return 1;
+#pragma omp parallel for schedule(static) if ((long)n * m >= SILU_PARALLEL_FROM)
     for (int t = 0; t < n; t++) {
         const float *g = x + (size_t)t * x_stride, *u = g + m;
         float *o = out + (size_t)t * m;
