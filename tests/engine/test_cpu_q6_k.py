@@ -1,3 +1,4 @@
+# ruff: noqa: F811 (the fixtures imported from test_cpu_q4 and _q8 are test arguments)
 """GGUF Q6_K weights kept at their own width (`Q6KWeight`, 0.82 bytes a weight) and multiplied by
 q8_gemv from the file's blocks: layers with int16 activations, the vocabulary with int8 ones,
 widened for GEMM steps, and widened to grouped int8 where q8_gemv does not run; a Q4_K_M-like
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 from dequantized_self import greedy_tokens, logits_error
 from gguf import GGMLQuantizationType as QType
 from test_cpu_q4 import q4_chosen  # noqa: F401 (a fixture: our kernels at every step size)
+from test_cpu_q8 import q8  # noqa: F401 (a fixture: q8_gemv's context, where it runs)
 from tiny_gguf import random_blocks, write_tiny_gguf
 
 from engine.config import EngineConfig
@@ -35,21 +37,9 @@ from engine.quantization.tensors import (
     select_rows,
     widen_q6_k,
 )
-from kernels.cpu.native import find_compiler
-from kernels.cpu.q8_gemv import Q8Gemv
 from kernels.ops import TORCH_OPS
 
 Q4_K_M = {"attn_v": QType.Q6_K, "ffn_down": QType.Q6_K, "token_embd": QType.Q6_K}
-
-
-@pytest.fixture(scope="module")
-def q8(tmp_path_factory) -> Q8Context:
-    if find_compiler() is None:
-        pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/q8_gemv.c")
-    lib = Q8Gemv.load(tmp_path_factory.mktemp("q8_gemv"))
-    if lib.best_isa() < 1:
-        pytest.skip("this CPU lacks AVX2, so the engine widens Q6_K to int8")
-    return Q8Context(lib)
 
 
 @pytest.fixture(scope="module")
