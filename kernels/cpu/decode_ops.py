@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -27,7 +28,10 @@ _F32 = torch.float32
 # The cache dtypes the C code reads and writes, by its codes.
 CACHE_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 # Below this many (query head x key) pairs in a step's layer, attention stays on the calling
-# thread: waking the pool costs more than the work (measured in docs/KERNELS.md).
+# thread: waking the pool costs more than the work (measured in docs/KERNELS.md). The step's
+# decode groups (engine/model_runner.py) are counted together: 32 sequences of 100-400 tokens
+# come as four groups of a few rows each, none of them this wide alone, and attended on one
+# thread each they kept the second core idle for ~13% of a 32-stream run.
 PARALLEL_MIN_SCORES = 32768
 
 _ptr, _i32, _i64, _f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
@@ -139,15 +143,17 @@ class DecodeOps:
         self._write_checked(k, v, k_cache, v_cache, meta.slot_mapping)
         num_tokens, heads, hd = q.shape
         out = torch.empty(num_tokens, heads * hd)
+        threads = attention_threads(heads, k_cache.shape[1], meta.decode_groups)
         for group in meta.decode_groups:
-            self._decode(q, k_cache, v_cache, group, meta.sliding_window, scale, out)
+            self._decode(q, k_cache, v_cache, group, meta.sliding_window, scale, out, threads)
         for seg in meta.prefills:
             out[seg.start:seg.end] = torch_ref.prefill_attention(q, k, v, k_cache, v_cache, seg,
                                                                  scale)
         return out
 
     def _decode(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                group: DecodeGroup, window: int, scale: float, out: torch.Tensor) -> None:
+                group: DecodeGroup, window: int, scale: float, out: torch.Tensor,
+                threads: int) -> None:
         _, heads, hd = q.shape
         num_blocks, block_size, kv_heads, _ = k_cache.shape
         tables, lens = as_int64(group.block_tables), as_int64(group.context_lens)
@@ -156,7 +162,6 @@ class DecodeOps:
             raise ValueError(f"decode group [{group.start}, {group.end}) does not match its "
                              f"block tables {tuple(tables.shape)}, context lengths "
                              f"{tuple(lens.shape)} or the step's {q.shape[0]} queries")
-        threads = attention_threads(n, heads, max_blocks, block_size)
         _check(self._attend(q.data_ptr() + group.start * q.stride(0) * 4, q.stride(0), n, heads,
                             kv_heads, hd, k_cache.data_ptr(), v_cache.data_ptr(),
                             CACHE_DTYPES[k_cache.dtype], num_blocks, block_size, tables.data_ptr(),
@@ -179,11 +184,12 @@ class DecodeOps:
                 and slot_mapping.shape == shape[:1])
 
 
-def attention_threads(n: int, heads: int, max_blocks: int, block_size: int) -> int:
-    """Threads for decode attention: rows x heads x the longest context is the work that
-    decides whether waking the pool pays."""
-    wide = n * heads * max_blocks * block_size >= PARALLEL_MIN_SCORES
-    return torch.get_num_threads() if wide else 1
+def attention_threads(heads: int, block_size: int, groups: Sequence[DecodeGroup]) -> int:
+    """Threads for a step's decode attention: its query heads times the keys of all its decode
+    groups (each group's rows x its widest context) is the work that decides whether waking
+    the pool pays; each group then runs on them."""
+    keys = sum((g.end - g.start) * g.block_tables.shape[-1] for g in groups) * block_size
+    return torch.get_num_threads() if heads * keys >= PARALLEL_MIN_SCORES else 1
 
 
 def as_int64(t: torch.Tensor) -> torch.Tensor:

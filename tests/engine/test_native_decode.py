@@ -22,14 +22,14 @@ PROMPTS = [list(range(100, 143)), list(range(200, 205)), list(range(10, 28))]
 
 
 def _engine(path, **config) -> LLMEngine:
-    return LLMEngine(str(path), EngineConfig(num_kv_blocks=32, num_threads=1, **config))
+    return LLMEngine(str(path), EngineConfig(**{"num_kv_blocks": 32, "num_threads": 1, **config}))
 
 
-def _decoding(engine: LLMEngine, prompts: list[list[int]], steps: int):
+def _decoding(engine: LLMEngine, prompts: list[list[int]], steps: int, name: str = "r"):
     """The inputs of the engine's next step, after every prompt's prefill and a few decodes."""
     params = SamplingParams(temperature=0, max_tokens=64, ignore_eos=True)
     for i, prompt in enumerate(prompts):
-        engine.add_request(f"r{i}", prompt, params)
+        engine.add_request(f"{name}{i}", prompt, params)
     for _ in range(steps):
         engine.step()
     return engine.runner.prepare_inputs(engine.scheduler.schedule().scheduled)
@@ -68,6 +68,30 @@ def test_decode_step_in_one_c_call_gives_the_eager_logits_bit_for_bit(
     eager = _forward(engine, inputs, None)
     assert calls == [True]
     assert torch.equal(fused, eager)
+
+
+def test_decode_batches_of_any_width_run_in_one_c_call_on_buffers_they_share(
+        q4, q4_chosen, tiny_q4_1):
+    """3 rows, then 12 (which grows the buffers every plan points into), then 3 again: each
+    in one call, with the eager logits bit for bit."""
+    engine = _engine(tiny_q4_1, num_kv_blocks=96, max_num_seqs=16)
+    calls: list[bool] = []
+    native = _counting(engine.runner.model.native_decode, calls)
+
+    def fused(inputs) -> torch.Tensor:
+        calls.clear()
+        out = _forward(engine, inputs, native)
+        assert calls == [True]
+        return out
+
+    narrow = _decoding(engine, PROMPTS, steps=6)
+    narrow_eager = _forward(engine, narrow, None)
+    assert torch.equal(fused(narrow), narrow_eager)
+    more = [list(range(20 * i, 11 + 23 * i)) for i in range(9)]
+    wide = _decoding(engine, more, steps=6, name="more")
+    assert wide.attn.num_decode_tokens == 12 and not wide.attn.prefills
+    assert torch.equal(fused(wide), _forward(engine, wide, None))
+    assert torch.equal(fused(narrow), narrow_eager)
 
 
 def test_grouped_int8_layers_run_in_the_c_layer_stack_through_q8_gemv(

@@ -207,6 +207,23 @@ def test_decode_attention_across_threads_and_key_splits(lib, two_threads, contex
     _assert_attention_matches_torch(lib, meta, HEADS, KV_HEADS, HEAD_DIM, 16, 100)
 
 
+def test_a_steps_decode_groups_together_decide_whether_attention_takes_every_thread(
+        monkeypatch):
+    """32 sequences of 100-400 tokens come as four groups, none wide enough alone: attended on
+    one thread each, they left the second core idle through a fifth of a 32-stream step."""
+    meta = _decode_metadata([400, 300, 250, 200, 150, 120, 110, 100], block_size=16,
+                            num_blocks=160, groups=4)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    group_scores = [HEADS * (g.end - g.start) * g.block_tables.shape[1] * 16
+                    for g in meta.decode_groups]
+    monkeypatch.setattr(decode_ops, "PARALLEL_MIN_SCORES", max(group_scores) + 1)
+    assert all(decode_ops.attention_threads(HEADS, 16, [g]) == 1 for g in meta.decode_groups)
+    assert decode_ops.attention_threads(HEADS, 16, meta.decode_groups) == 2
+    monkeypatch.setattr(decode_ops, "PARALLEL_MIN_SCORES", sum(group_scores) + 1)
+    assert decode_ops.attention_threads(HEADS, 16, meta.decode_groups) == 1
+    assert decode_ops.attention_threads(HEADS, 16, []) == 1
+
+
 def test_prefill_segments_in_the_same_step_attend_through_torch(lib):
     torch.manual_seed(9)
     meta = _decode_metadata([30, 7], block_size=16, num_blocks=12)
