@@ -11,7 +11,8 @@
  * Plain C with a C ABI, no torch or Python headers, built by kernels/cpu/native.py with -fopenmp
  * but linked without libgomp (so the GOMP_* symbols bind to torch's runtime). Every entry point
  * has an AVX2+FMA body for rows whose width is a multiple of 8 and a scalar one for the rest
- * or for CPUs without AVX2; pg_set_isa forces one (tests).
+ * or for CPUs without AVX2; attention also an AVX-512 one (head_dim a multiple of 16); pg_set_isa
+ * forces one (tests).
  *
  * KV cache layout: [num_blocks, block_size, kv_heads, head_dim] in fp32, bf16 or fp16 (the
  * dtype code below). Keys and values of a narrow cache are widened block by block into an
@@ -29,7 +30,10 @@
 #include "half_float.h"
 
 enum { PG_F32 = 0, PG_BF16 = 1, PG_F16 = 2 };
-enum { PG_ISA_SCALAR = 0, PG_ISA_AVX2 = 1, PG_ISA_BEST = -1 };
+/* AVX512: attention's scores and value sums in 512-bit registers where head_dim is a multiple
+ * of 16 (the other operators keep their AVX2 bodies); its sums are ordered differently from
+ * the AVX2 body's, so the two agree to rounding, not bit for bit. */
+enum { PG_ISA_SCALAR = 0, PG_ISA_AVX2 = 1, PG_ISA_AVX512 = 2, PG_ISA_BEST = -1 };
 /* Keys widened (or scored) at a time: a block of up to this many rows stays in L1. */
 #define KEY_CHUNK 32
 #define MAX_GROUP 32
@@ -47,7 +51,17 @@ static int cpu_has_avx2(void)
         && __builtin_cpu_supports("f16c");
 }
 
-int pg_isa_supported(int isa) { return isa == PG_ISA_SCALAR || (isa == PG_ISA_AVX2 && cpu_has_avx2()); }
+static int cpu_has_avx512(void)
+{
+    __builtin_cpu_init();
+    return cpu_has_avx2() && __builtin_cpu_supports("avx512f");
+}
+
+int pg_isa_supported(int isa)
+{
+    return isa == PG_ISA_SCALAR || (isa == PG_ISA_AVX2 && cpu_has_avx2())
+        || (isa == PG_ISA_AVX512 && cpu_has_avx512());
+}
 
 int pg_set_isa(int isa)
 {
@@ -64,7 +78,17 @@ static int use_avx2(int width)
         has = cpu_has_avx2();
     if (width % 8)
         return 0;
-    return forced_isa == PG_ISA_BEST ? has : forced_isa == PG_ISA_AVX2;
+    return forced_isa == PG_ISA_BEST ? has : forced_isa >= PG_ISA_AVX2;
+}
+
+static int use_avx512(int width)
+{
+    static int has = -1;
+    if (has < 0)
+        has = cpu_has_avx512();
+    if (width % 16)
+        return 0;
+    return forced_isa == PG_ISA_BEST ? has : forced_isa == PG_ISA_AVX512;
 }
 
 static size_t dtype_bytes(int dtype) { return dtype == PG_F32 ? 4 : 2; }
@@ -367,6 +391,94 @@ __attribute__((target("avx2,fma"))) static void scores_avx2(const float *q, int 
     }
 }
 
+#define ZMM "avx512f,avx2,fma"
+
+/* The two 8-lane halves of a 16-lane vector added (AVX-512F alone: no extractf32x8). */
+__attribute__((target(ZMM), always_inline)) static inline __m256 fold16(__m512 a)
+{
+    __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+    return _mm256_add_ps(_mm512_castps512_ps256(a), high);
+}
+
+/* Four 16-lane sums as one 4-lane vector: each folded to 8 lanes, then added in pairs. */
+__attribute__((target(ZMM), always_inline)) static inline __m128 hsum4x16(__m512 a0, __m512 a1,
+                                                                         __m512 a2, __m512 a3)
+{
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(fold16(a0), fold16(a1)),
+                              _mm256_hadd_ps(fold16(a2), fold16(a3)));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/* As scores_avx2, 16 columns an instruction, and four keys' sums reduced together. */
+__attribute__((target(ZMM))) static void scores_avx512(const float *q, int group, int hd,
+                                                       const float *k, long ks, int len,
+                                                       float scale, float *s)
+{
+    int j = 0;
+    __m128 sv = _mm_set1_ps(scale);
+    for (; j + 4 <= len; j += 4) {
+        const float *k0 = k + (size_t)j * ks, *k1 = k0 + ks, *k2 = k1 + ks, *k3 = k2 + ks;
+        for (int g = 0; g < group; g++) {
+            const float *qr = q + (size_t)g * hd;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int i = 0; i < hd; i += 16) {
+                __m512 qv = _mm512_loadu_ps(qr + i);
+                a0 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k0 + i), a0);
+                a1 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k1 + i), a1);
+                a2 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k2 + i), a2);
+                a3 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k3 + i), a3);
+            }
+            _mm_storeu_ps(s + g * KEY_CHUNK + j, _mm_mul_ps(hsum4x16(a0, a1, a2, a3), sv));
+        }
+    }
+    for (; j < len; j++) {
+        const float *kr = k + (size_t)j * ks;
+        for (int g = 0; g < group; g++) {
+            const float *qr = q + (size_t)g * hd;
+            __m512 a0 = _mm512_setzero_ps();
+            for (int i = 0; i < hd; i += 16)
+                a0 = _mm512_fmadd_ps(_mm512_loadu_ps(qr + i), _mm512_loadu_ps(kr + i), a0);
+            s[g * KEY_CHUNK + j] = _mm512_reduce_add_ps(a0) * scale;
+        }
+    }
+}
+
+/* As accumulate_avx2: 64 columns in 4 registers while the keys stream past, then 16 at a
+ * time. */
+__attribute__((target(ZMM))) static void accumulate_avx512(const float *p, int group, int hd,
+                                                           const float *v, long vs, int len,
+                                                           float *acc)
+{
+    for (int g = 0; g < group; g++) {
+        float *ag = acc + (size_t)g * hd;
+        const float *pg = p + g * KEY_CHUNK;
+        int i = 0;
+        for (; i + 64 <= hd; i += 64) {
+            __m512 a0 = _mm512_loadu_ps(ag + i), a1 = _mm512_loadu_ps(ag + i + 16);
+            __m512 a2 = _mm512_loadu_ps(ag + i + 32), a3 = _mm512_loadu_ps(ag + i + 48);
+            for (int j = 0; j < len; j++) {
+                __m512 pj = _mm512_set1_ps(pg[j]);
+                const float *vr = v + (size_t)j * vs + i;
+                a0 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr), a0);
+                a1 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr + 16), a1);
+                a2 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr + 32), a2);
+                a3 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr + 48), a3);
+            }
+            _mm512_storeu_ps(ag + i, a0);
+            _mm512_storeu_ps(ag + i + 16, a1);
+            _mm512_storeu_ps(ag + i + 32, a2);
+            _mm512_storeu_ps(ag + i + 48, a3);
+        }
+        for (; i < hd; i += 16) {
+            __m512 a = _mm512_loadu_ps(ag + i);
+            for (int j = 0; j < len; j++)
+                a = _mm512_fmadd_ps(_mm512_set1_ps(pg[j]), _mm512_loadu_ps(v + (size_t)j * vs + i),
+                                    a);
+            _mm512_storeu_ps(ag + i, a);
+        }
+    }
+}
+
 static void scores_scalar(const float *q, int group, int hd, const float *k, long ks, int len,
                           float scale, float *s)
 {
@@ -468,7 +580,7 @@ static void key_range(const struct attn_args *a, int seq, int64_t *first, int64_
 static void attend_range(const struct attn_args *a, int seq, int kvh, int64_t from, int64_t to,
                          float *acc, float *m_out, float *l_out)
 {
-    int group = a->heads / a->kv_heads, hd = a->hd, avx2 = use_avx2(hd);
+    int group = a->heads / a->kv_heads, hd = a->hd, avx2 = use_avx2(hd), avx512 = use_avx512(hd);
     const float *q = a->q + (size_t)seq * a->q_stride + (size_t)kvh * group * hd;
     const int64_t *table = a->block_tables + (size_t)seq * a->max_blocks;
     float s[MAX_GROUP * KEY_CHUNK];
@@ -491,12 +603,16 @@ static void attend_range(const struct attn_args *a, int seq, int kvh, int64_t fr
         long ks, vs;
         const float *k = block_rows(a, a->k_cache, blk, kvh, off, off + len, kbuf, avx2, &ks);
         const float *v = block_rows(a, a->v_cache, blk, kvh, off, off + len, vbuf, avx2, &vs);
-        if (avx2)
+        if (avx512)
+            scores_avx512(q, group, hd, k, ks, len, a->scale, s);
+        else if (avx2)
             scores_avx2(q, group, hd, k, ks, len, a->scale, s);
         else
             scores_scalar(q, group, hd, k, ks, len, a->scale, s);
         softmax_chunk(&st, s, group, len, acc, hd, avx2);
-        if (avx2)
+        if (avx512)
+            accumulate_avx512(s, group, hd, v, vs, len, acc);
+        else if (avx2)
             accumulate_avx2(s, group, hd, v, vs, len, acc);
         else
             accumulate_scalar(s, group, hd, v, vs, len, acc);

@@ -23,7 +23,7 @@ from kernels.cpu.decode_layers import DecodeLayers
 from kernels.ops import TORCH_OPS, KernelOps
 
 NAME = "decode_ops"
-SCALAR, AVX2, BEST_ISA = 0, 1, -1
+SCALAR, AVX2, AVX512, BEST_ISA = 0, 1, 2, -1
 _F32 = torch.float32
 # The cache dtypes the C code reads and writes, by its codes.
 CACHE_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
@@ -69,7 +69,8 @@ class DecodeOps:
         return bool(self._lib.pg_isa_supported(isa))
 
     def set_isa(self, isa: int) -> None:
-        """Force the scalar (0) or AVX2 (1) bodies, or the best this CPU has (-1): for tests."""
+        """Force the scalar (0), AVX2 (1) or AVX-512 (2, attention's; AVX2 elsewhere) bodies, or
+        the best this CPU has (-1): for tests."""
         if self._lib.pg_set_isa(isa):
             raise ValueError(f"instruction set {isa} is not one this CPU runs")
 

@@ -10,11 +10,11 @@ import torch
 from kernels import torch_ref
 from kernels.attention_metadata import AttentionMetadata, DecodeGroup, PrefillSegment
 from kernels.cpu import decode_ops
-from kernels.cpu.decode_ops import AVX2, BEST_ISA, SCALAR, DecodeOps
+from kernels.cpu.decode_ops import AVX2, AVX512, BEST_ISA, SCALAR, DecodeOps
 from kernels.cpu.native import find_compiler
 from kernels.ops import TORCH_OPS, select_ops
 
-ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2], ids=["scalar", "avx2"])
+ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2, AVX512], ids=["scalar", "avx2", "avx512"])
 # The default model: hidden 576, 9 heads over 3 kv heads of 64, intermediate 1536.
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE = 576, 9, 3, 64, 1536
 EPS = 1e-5
