@@ -398,6 +398,19 @@ static inline float scale_at(const struct weight *w, size_t i)
         STORE_ACCUMULATORS(acc, rows, irows)                                                \
     }
 
+/* The accumulators of the 512-bit passes: activation rows x pairs of weight rows; and them
+ * summed into y with the mins' term. */
+#define STORE_PAIR_ACCUMULATORS(acc)                                                        \
+    for (int i = 0; i < irows; i++)                                                         \
+        for (int r = 0; r < TILE_ROWS; r++)                                                 \
+            y[(size_t)(i0 + i) * w->n + row0 + r] =                                         \
+                bq_hsum_half(acc[i][r / 2], r % 2) + min_term(w, x, row0 + r, i0 + i)
+#define ZERO_PAIR_ACCUMULATORS(acc)                                                         \
+    __m512 acc[ROW_CHUNK][TILE_ROWS / 2];                                                   \
+    for (int i_ = 0; i_ < ROW_CHUNK; i_++)                                                  \
+        for (int p_ = 0; p_ < TILE_ROWS / 2; p_++)                                          \
+            acc[i_][p_] = _mm512_setzero_ps()
+
 /* AVX-512 VNNI, int16 activations: two weight rows a 512-bit register (block_quant.h), each
  * row's 32 weights of a block sign-extended once for every activation row; the same lanes as
  * DEFINE_PASS16's, so the same bits. Full tiles only (rows == TILE_ROWS). */
@@ -407,10 +420,7 @@ static inline void pass16_zmm(const struct weight *w, const struct activations *
 {
     (void)rows;
     const int16_t *xq = (const int16_t *)x->q;
-    __m512 acc[ROW_CHUNK][TILE_ROWS / 2];
-    for (int i = 0; i < ROW_CHUNK; i++)
-        for (int p = 0; p < TILE_ROWS / 2; p++)
-            acc[i][p] = _mm512_setzero_ps();
+    ZERO_PAIR_ACCUMULATORS(acc);
     for (int g = 0; g < w->groups; g++) {
         __m512i xlo[ROW_CHUNK], xhi[ROW_CHUNK];
         float sx[ROW_CHUNK];
@@ -441,10 +451,47 @@ static inline void pass16_zmm(const struct weight *w, const struct activations *
             }
         }
     }
-    for (int i = 0; i < irows; i++)
-        for (int r = 0; r < TILE_ROWS; r++)
-            y[(size_t)(i0 + i) * w->n + row0 + r] =
-                bq_hsum_half(acc[i][r / 2], r % 2) + min_term(w, x, row0 + r, i0 + i);
+    STORE_PAIR_ACCUMULATORS(acc);
+}
+
+/* AVX-512 VNNI, int8 activations: two weight rows a 512-bit register, as pass16_zmm. x takes
+ * w's sign (AVX-512 has no sign_epi8) where pass8 takes it with sign_epi8: each lane sums the
+ * same four products as pass8's 256-bit lanes, so the same bits. Full tiles only. */
+__attribute__((target(BQ_ZMM_TARGET), always_inline))
+static inline void pass8_zmm(const struct weight *w, const struct activations *x, int row0,
+                             int rows, int i0, int irows, float *y)
+{
+    (void)rows;
+    const int8_t *xq = (const int8_t *)x->q;
+    ZERO_PAIR_ACCUMULATORS(acc);
+    for (int g = 0; g < w->groups; g++) {
+        __m512i xv[ROW_CHUNK];
+        float sx[ROW_CHUNK];
+        for (int i = 0; i < irows; i++) {
+            size_t b = (size_t)(i0 + i) * w->groups + g;
+            xv[i] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xq + b * BLOCK)));
+            sx[i] = x->scale[b];
+        }
+        PREFETCH_NEXT_TILE(row0, g);
+        for (int p = 0; p < TILE_ROWS / 2; p++) {
+            size_t row = (size_t)(row0 + 2 * p);
+            const int8_t *a = w->q + row * w->k + g * BLOCK;
+            __m512i wv = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+                _mm256_loadu_si256((const __m256i *)(a + w->k)), 1);
+            __m512i abs_w = _mm512_abs_epi8(wv);
+            __mmask64 negative = _mm512_movepi8_mask(wv);
+            __m512 sw = bq_pair(scale_at(w, row * w->groups + g),
+                                scale_at(w, (row + 1) * w->groups + g));
+            for (int i = 0; i < irows; i++) {
+                __m512i xs = _mm512_mask_sub_epi8(xv[i], negative, _mm512_setzero_si512(), xv[i]);
+                __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), abs_w, xs);
+                acc[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                            _mm512_mul_ps(sw, _mm512_set1_ps(sx[i])), acc[i][p]);
+            }
+        }
+    }
+    STORE_PAIR_ACCUMULATORS(acc);
 }
 
 /* AVX-512 VNNI Q6_K passes: two weight rows a 512-bit register, as pass16_zmm; the same lanes
@@ -478,12 +525,6 @@ static inline void pass16_zmm(const struct weight *w, const struct activations *
     for (int i = 0; i < irows; i++)                                                         \
         for (int r = 0; r < TILE_ROWS; r++)                                                 \
             y[(size_t)(i0 + i) * w->n + row0 + r] = bq_hsum_half(acc[i][r / 2], r % 2)
-
-#define ZERO_PAIR_ACCUMULATORS(acc)                                                         \
-    __m512 acc[ROW_CHUNK][TILE_ROWS / 2];                                                   \
-    for (int i_ = 0; i_ < ROW_CHUNK; i_++)                                                  \
-        for (int p_ = 0; p_ < TILE_ROWS / 2; p_++)                                          \
-            acc[i_][p_] = _mm512_setzero_ps()
 
 __attribute__((target(BQ_ZMM_TARGET), always_inline))
 static inline void q6k_pass16_zmm(const struct weight *w, const struct activations *x, int row0,
@@ -579,7 +620,7 @@ DEFINE_PASS8(pass8_vnni, VNNI, bq_dot8_vnni)
 DEFINE_PASS16(pass16_avx2, AVX2, bq_dot16_avx2)
 DEFINE_PASS16(pass16_vnni, VNNI, bq_dot16_vnni)
 DEFINE_TILE(tile8_avx2, AVX2, pass8_avx2)
-DEFINE_TILE(tile8_vnni, VNNI, pass8_vnni)
+DEFINE_TILE2(tile8_vnni, VNNI, pass8_zmm, pass8_vnni)
 DEFINE_TILE(tile16_avx2, AVX2, pass16_avx2)
 DEFINE_TILE2(tile16_vnni, VNNI, pass16_zmm, pass16_vnni)
 DEFINE_Q6K_PASS8(q6k_pass8_avx2, AVX2, bq_dot8_avx2)
