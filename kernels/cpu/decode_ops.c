@@ -16,7 +16,9 @@
  *
  * KV cache layout: [num_blocks, block_size, kv_heads, head_dim] in fp32, bf16 or fp16 (the
  * dtype code below). Keys and values of a narrow cache are widened block by block into an
- * L1-sized scratch, never gathered whole. Writes round to nearest even, as torch's .to() does.
+ * L1-sized scratch, never gathered whole; the AVX-512 bodies widen them in registers instead,
+ * so a bf16 or fp16 cache is read at half fp32's bytes (attention over 32 streams' contexts is
+ * bound by reading the cache). Writes round to nearest even, as torch's .to() does.
  */
 
 #include <immintrin.h>
@@ -327,6 +329,16 @@ struct attn_args {
     float *out;
 };
 
+/* Row `first` of block `blk`, this kv head's columns, in the cache's dtype; rows are
+ * kv_heads * hd elements apart. */
+static const char *block_row(const struct attn_args *a, const char *cache, int64_t blk, int kvh,
+                             int first)
+{
+    size_t row = (size_t)a->kv_heads * a->hd;
+    return cache + (((size_t)blk * a->block_size + first) * row + (size_t)kvh * a->hd)
+                       * dtype_bytes(a->dtype);
+}
+
 /* Keys [first, last) of block `blk` as fp32 rows kv_heads * hd apart: straight from an fp32
  * cache, else widened into scratch (this kv head's columns only). Returns the row stride. */
 static const float *block_rows(const struct attn_args *a, const char *cache, int64_t blk, int kvh,
@@ -409,46 +421,62 @@ __attribute__((target(ZMM), always_inline)) static inline __m128 hsum4x16(__m512
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-/* As scores_avx2, 16 columns an instruction, and four keys' sums reduced together. */
-__attribute__((target(ZMM))) static void scores_avx512(const float *q, int group, int hd,
-                                                       const float *k, long ks, int len,
-                                                       float scale, float *s)
+/* 16 cache elements from element i of a row, as fp32: bf16 and fp16 widened in the register
+ * (exactly, as widen_row does), so a narrow cache is read at its own width. */
+__attribute__((target(ZMM), always_inline)) static inline __m512 load16(const void *row, int i,
+                                                                       int dtype)
 {
+    if (dtype == PG_F32)
+        return _mm512_loadu_ps((const float *)row + i);
+    __m256i raw = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i));
+    if (dtype == PG_F16)
+        return _mm512_cvtph_ps(raw);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+/* As scores_avx2, 16 columns an instruction and four keys' sums reduced together, the keys
+ * read in place: rows ks elements apart from k, in the cache's dtype. */
+__attribute__((target(ZMM), always_inline)) static inline void
+scores_avx512_body(const float *q, int group, int hd, const char *k, long ks, int len,
+                   float scale, float *s, int dtype)
+{
+    size_t step = (size_t)ks * dtype_bytes(dtype);
     int j = 0;
     __m128 sv = _mm_set1_ps(scale);
     for (; j + 4 <= len; j += 4) {
-        const float *k0 = k + (size_t)j * ks, *k1 = k0 + ks, *k2 = k1 + ks, *k3 = k2 + ks;
+        const char *k0 = k + j * step, *k1 = k0 + step, *k2 = k1 + step, *k3 = k2 + step;
         for (int g = 0; g < group; g++) {
             const float *qr = q + (size_t)g * hd;
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int i = 0; i < hd; i += 16) {
                 __m512 qv = _mm512_loadu_ps(qr + i);
-                a0 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k0 + i), a0);
-                a1 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k1 + i), a1);
-                a2 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k2 + i), a2);
-                a3 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k3 + i), a3);
+                a0 = _mm512_fmadd_ps(qv, load16(k0, i, dtype), a0);
+                a1 = _mm512_fmadd_ps(qv, load16(k1, i, dtype), a1);
+                a2 = _mm512_fmadd_ps(qv, load16(k2, i, dtype), a2);
+                a3 = _mm512_fmadd_ps(qv, load16(k3, i, dtype), a3);
             }
             _mm_storeu_ps(s + g * KEY_CHUNK + j, _mm_mul_ps(hsum4x16(a0, a1, a2, a3), sv));
         }
     }
     for (; j < len; j++) {
-        const float *kr = k + (size_t)j * ks;
+        const char *kr = k + j * step;
         for (int g = 0; g < group; g++) {
             const float *qr = q + (size_t)g * hd;
             __m512 a0 = _mm512_setzero_ps();
             for (int i = 0; i < hd; i += 16)
-                a0 = _mm512_fmadd_ps(_mm512_loadu_ps(qr + i), _mm512_loadu_ps(kr + i), a0);
+                a0 = _mm512_fmadd_ps(_mm512_loadu_ps(qr + i), load16(kr, i, dtype), a0);
             s[g * KEY_CHUNK + j] = _mm512_reduce_add_ps(a0) * scale;
         }
     }
 }
 
-/* As accumulate_avx2: 64 columns in 4 registers while the keys stream past, then 16 at a
- * time. */
-__attribute__((target(ZMM))) static void accumulate_avx512(const float *p, int group, int hd,
-                                                           const float *v, long vs, int len,
-                                                           float *acc)
+/* As accumulate_avx2, the values read in place as the keys are: 64 columns in 4 registers
+ * while the keys stream past, then 16 at a time. */
+__attribute__((target(ZMM), always_inline)) static inline void
+accumulate_avx512_body(const float *p, int group, int hd, const char *v, long vs, int len,
+                       float *acc, int dtype)
 {
+    size_t step = (size_t)vs * dtype_bytes(dtype);
     for (int g = 0; g < group; g++) {
         float *ag = acc + (size_t)g * hd;
         const float *pg = p + g * KEY_CHUNK;
@@ -458,11 +486,11 @@ __attribute__((target(ZMM))) static void accumulate_avx512(const float *p, int g
             __m512 a2 = _mm512_loadu_ps(ag + i + 32), a3 = _mm512_loadu_ps(ag + i + 48);
             for (int j = 0; j < len; j++) {
                 __m512 pj = _mm512_set1_ps(pg[j]);
-                const float *vr = v + (size_t)j * vs + i;
-                a0 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr), a0);
-                a1 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr + 16), a1);
-                a2 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr + 32), a2);
-                a3 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr + 48), a3);
+                const char *vr = v + j * step;
+                a0 = _mm512_fmadd_ps(pj, load16(vr, i, dtype), a0);
+                a1 = _mm512_fmadd_ps(pj, load16(vr, i + 16, dtype), a1);
+                a2 = _mm512_fmadd_ps(pj, load16(vr, i + 32, dtype), a2);
+                a3 = _mm512_fmadd_ps(pj, load16(vr, i + 48, dtype), a3);
             }
             _mm512_storeu_ps(ag + i, a0);
             _mm512_storeu_ps(ag + i + 16, a1);
@@ -472,11 +500,35 @@ __attribute__((target(ZMM))) static void accumulate_avx512(const float *p, int g
         for (; i < hd; i += 16) {
             __m512 a = _mm512_loadu_ps(ag + i);
             for (int j = 0; j < len; j++)
-                a = _mm512_fmadd_ps(_mm512_set1_ps(pg[j]), _mm512_loadu_ps(v + (size_t)j * vs + i),
-                                    a);
+                a = _mm512_fmadd_ps(_mm512_set1_ps(pg[j]), load16(v + j * step, i, dtype), a);
             _mm512_storeu_ps(ag + i, a);
         }
     }
+}
+
+/* The bodies above, specialised per cache dtype. */
+__attribute__((target(ZMM))) static void scores_avx512(const float *q, int group, int hd,
+                                                       const char *k, long ks, int len,
+                                                       float scale, float *s, int dtype)
+{
+    if (dtype == PG_F32)
+        scores_avx512_body(q, group, hd, k, ks, len, scale, s, PG_F32);
+    else if (dtype == PG_BF16)
+        scores_avx512_body(q, group, hd, k, ks, len, scale, s, PG_BF16);
+    else
+        scores_avx512_body(q, group, hd, k, ks, len, scale, s, PG_F16);
+}
+
+__attribute__((target(ZMM))) static void accumulate_avx512(const float *p, int group, int hd,
+                                                           const char *v, long vs, int len,
+                                                           float *acc, int dtype)
+{
+    if (dtype == PG_F32)
+        accumulate_avx512_body(p, group, hd, v, vs, len, acc, PG_F32);
+    else if (dtype == PG_BF16)
+        accumulate_avx512_body(p, group, hd, v, vs, len, acc, PG_BF16);
+    else
+        accumulate_avx512_body(p, group, hd, v, vs, len, acc, PG_F16);
 }
 
 static void scores_scalar(const float *q, int group, int hd, const float *k, long ks, int len,
@@ -577,10 +629,41 @@ static void key_range(const struct attn_args *a, int seq, int64_t *first, int64_
  * One sequence's query heads that share kv head kvh, over keys [from, to): the unnormalised
  * output acc [group, hd], and per head the running max m and sum l of the softmax.
  */
+/* Keys [off, off + len) of block blk into the running softmax and acc: read in place by the
+ * AVX-512 bodies, through fp32 rows (widened into kbuf and vbuf from a narrow cache) by the
+ * others. */
+static void attend_chunk(const struct attn_args *a, const float *q, int kvh, int64_t blk, int off,
+                         int len, struct softmax_state *st, float *s, float *acc, float *kbuf,
+                         float *vbuf)
+{
+    int group = a->heads / a->kv_heads, hd = a->hd, avx2 = use_avx2(hd);
+    if (use_avx512(hd)) {
+        long row = (long)a->kv_heads * hd;
+        scores_avx512(q, group, hd, block_row(a, a->k_cache, blk, kvh, off), row, len, a->scale,
+                      s, a->dtype);
+        softmax_chunk(st, s, group, len, acc, hd, avx2);
+        accumulate_avx512(s, group, hd, block_row(a, a->v_cache, blk, kvh, off), row, len, acc,
+                          a->dtype);
+        return;
+    }
+    long ks, vs;
+    const float *k = block_rows(a, a->k_cache, blk, kvh, off, off + len, kbuf, avx2, &ks);
+    const float *v = block_rows(a, a->v_cache, blk, kvh, off, off + len, vbuf, avx2, &vs);
+    if (avx2)
+        scores_avx2(q, group, hd, k, ks, len, a->scale, s);
+    else
+        scores_scalar(q, group, hd, k, ks, len, a->scale, s);
+    softmax_chunk(st, s, group, len, acc, hd, avx2);
+    if (avx2)
+        accumulate_avx2(s, group, hd, v, vs, len, acc);
+    else
+        accumulate_scalar(s, group, hd, v, vs, len, acc);
+}
+
 static void attend_range(const struct attn_args *a, int seq, int kvh, int64_t from, int64_t to,
                          float *acc, float *m_out, float *l_out)
 {
-    int group = a->heads / a->kv_heads, hd = a->hd, avx2 = use_avx2(hd), avx512 = use_avx512(hd);
+    int group = a->heads / a->kv_heads, hd = a->hd;
     const float *q = a->q + (size_t)seq * a->q_stride + (size_t)kvh * group * hd;
     const int64_t *table = a->block_tables + (size_t)seq * a->max_blocks;
     float s[MAX_GROUP * KEY_CHUNK];
@@ -592,30 +675,13 @@ static void attend_range(const struct attn_args *a, int seq, int kvh, int64_t fr
     }
     memset(acc, 0, sizeof(float) * group * hd);
     for (int64_t pos = from; pos < to;) {
-        int64_t blk_index = pos / a->block_size;
         int off = (int)(pos % a->block_size);
         int len = a->block_size - off;
         if (len > KEY_CHUNK)
             len = KEY_CHUNK;
         if (pos + len > to)
             len = (int)(to - pos);
-        int64_t blk = table[blk_index];
-        long ks, vs;
-        const float *k = block_rows(a, a->k_cache, blk, kvh, off, off + len, kbuf, avx2, &ks);
-        const float *v = block_rows(a, a->v_cache, blk, kvh, off, off + len, vbuf, avx2, &vs);
-        if (avx512)
-            scores_avx512(q, group, hd, k, ks, len, a->scale, s);
-        else if (avx2)
-            scores_avx2(q, group, hd, k, ks, len, a->scale, s);
-        else
-            scores_scalar(q, group, hd, k, ks, len, a->scale, s);
-        softmax_chunk(&st, s, group, len, acc, hd, avx2);
-        if (avx512)
-            accumulate_avx512(s, group, hd, v, vs, len, acc);
-        else if (avx2)
-            accumulate_avx2(s, group, hd, v, vs, len, acc);
-        else
-            accumulate_scalar(s, group, hd, v, vs, len, acc);
+        attend_chunk(a, q, kvh, table[pos / a->block_size], off, len, &st, s, acc, kbuf, vbuf);
         pos += len;
     }
     memcpy(m_out, st.m, sizeof(float) * group);
