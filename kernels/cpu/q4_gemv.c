@@ -499,64 +499,102 @@ static void tile16_scalar(const uint8_t *tile, int fmt, int groups,
 
 DEFINE_TILE16_CHUNK(tile16_avx2, "avx2,fma,f16c", bq_dot16_avx2)
 
-/* AVX-512 VNNI: two tile rows per 512-bit register (block_quant.h), so each instruction does
- * twice the 256-bit body's work (a one-row step of a 1B model is bound by instructions here,
- * not memory), with the same bits. */
+/* AVX-512 VNNI: the four tile rows of a block in one 512-bit register, one 128-bit lane each.
+ * Unpacking a lane's low and high eight bytes gives four registers of 16-bit weights (lane r:
+ * eight of row r's elements), multiplied by the matching eight activations broadcast to every
+ * lane: one madd and three dpwssd leave each lane eight products, so a block costs one
+ * conversion, one scale and one add per activation row for 128 products (the 256-bit body
+ * pays them per 32). The integer dots are exact; their fp32 sum runs in another order than
+ * the AVX2 body's, so the two agree to fp32 rounding, not to the bit. */
+#define ZMM_ROW_CHUNK 8
+
+__attribute__((target(BQ_ZMM_TARGET), always_inline))
+static inline __m512i dot16_lanes(__m512i w0, __m512i w1, __m512i w2, __m512i w3,
+                                  const int16_t *xb)
+{
+#define XB(j) _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb + 8 * (j))))
+    __m512i d = _mm512_madd_epi16(w0, XB(0));
+    d = _mm512_dpwssd_epi32(d, w1, XB(1));
+    d = _mm512_dpwssd_epi32(d, w2, XB(2));
+    return _mm512_dpwssd_epi32(d, w3, XB(3));
+#undef XB
+}
+
 __attribute__((target(BQ_ZMM_TARGET), always_inline))
 static inline void tile16_vnni(const uint8_t *tile, int fmt, int groups,
                                const struct activations16 *x, int i0, int rows, int row0,
                                int n, float *y)
 {
-    const __m256i low = _mm256_set1_epi8(15);
-    /* Scale lanes: 0-7 from row 2p's scale, 8-15 from row 2p + 1's. */
-    const __m512i pair[2] = {
-        _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-        _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2)};
-    __m512 acc[ROW_CHUNK][TILE_ROWS / 2];
-    __m128 acc_min[ROW_CHUNK];
-    for (int i = 0; i < ROW_CHUNK; i++) {
+    const __m512i low = _mm512_set1_epi8(15), zero = _mm512_setzero_si512();
+    /* Lane r * 4 + j takes tile row r's scale. */
+    const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    __m512 acc[ZMM_ROW_CHUNK];
+    __m128 acc_min[ZMM_ROW_CHUNK];
+    for (int i = 0; i < rows; i++) {
+        acc[i] = _mm512_setzero_ps();
         acc_min[i] = _mm_setzero_ps();
-        for (int p = 0; p < TILE_ROWS / 2; p++)
-            acc[i][p] = _mm512_setzero_ps();
     }
     for (int g = 0; g < groups; g++) {
         float sw_buf[TILE_ROWS];
         const float *sw;
         __m128 mw;
         const uint8_t *rec = q4r_params_vec(tile, fmt, g, sw_buf, &sw, &mw);
-        __m512 swv = _mm512_castps128_ps512(_mm_loadu_ps(sw));
-        __m512i xlo[ROW_CHUNK], xhi[ROW_CHUNK];
-        float sx[ROW_CHUNK];
+        __m512 scale = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_loadu_ps(sw)));
+        __m512i raw = _mm512_loadu_si512((const void *)rec);
+        __m512i lo = _mm512_and_si512(raw, low);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+        __m512i w0 = _mm512_unpacklo_epi8(lo, zero), w1 = _mm512_unpackhi_epi8(lo, zero);
+        __m512i w2 = _mm512_unpacklo_epi8(hi, zero), w3 = _mm512_unpackhi_epi8(hi, zero);
         for (int i = 0; i < rows; i++) {
             size_t b = (size_t)(i0 + i) * groups + g;
-            xlo[i] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->q + b * BLOCK)));
-            xhi[i] = _mm512_broadcast_i64x4(
-                _mm256_loadu_si256((const __m256i *)(x->q + b * BLOCK + 16)));
-            sx[i] = x->scale[b];
+            __m512i dot = dot16_lanes(w0, w1, w2, w3, x->q + b * BLOCK);
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                     _mm512_mul_ps(scale, _mm512_set1_ps(x->scale[b])), acc[i]);
             acc_min[i] = _mm_fmadd_ps(mw, _mm_set1_ps(x->sum[b]), acc_min[i]);
-        }
-        for (int p = 0; p < TILE_ROWS / 2; p++) {
-            __m256i raw = _mm256_loadu_si256((const __m256i *)(rec + 2 * p * NIBBLE_BYTES));
-            __m512i wlo = _mm512_cvtepu8_epi16(_mm256_and_si256(raw, low));
-            __m512i whi = _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low));
-            __m512 scale = _mm512_permutexvar_ps(pair[p], swv);
-            for (int i = 0; i < rows; i++) {
-                __m512i dot = _mm512_dpwssd_epi32(_mm512_madd_epi16(wlo, xlo[i]), whi, xhi[i]);
-                acc[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
-                                            _mm512_mul_ps(scale, _mm512_set1_ps(sx[i])),
-                                            acc[i][p]);
-            }
         }
     }
     for (int i = 0; i < rows; i++) {
-        float mins[TILE_ROWS];
+        float lanes[16], mins[TILE_ROWS];
+        _mm512_storeu_ps(lanes, acc[i]);
         _mm_storeu_ps(mins, acc_min[i]);
-        for (int r = 0; r < TILE_ROWS && row0 + r < n; r++)
-            y[(size_t)(i0 + i) * n + row0 + r] = bq_hsum_half(acc[i][r / 2], r % 2) + mins[r];
+        for (int r = 0; r < TILE_ROWS && row0 + r < n; r++) {
+            const float *l = lanes + 4 * r;
+            y[(size_t)(i0 + i) * n + row0 + r] = ((l[0] + l[1]) + (l[2] + l[3])) + mins[r];
+        }
     }
 }
 
-DEFINE_ALL_ROWS16(tile16_vnni, BQ_ZMM_TARGET)
+/* Every activation row against one tile: chunks of ZMM_ROW_CHUNK, the rest in constant-sized
+ * calls (constant row counts keep the accumulators in registers). */
+#define ZMM_ROWS(FMT)                                                                       \
+    do {                                                                                    \
+        int i_ = 0;                                                                         \
+        for (; i_ + ZMM_ROW_CHUNK <= x->m; i_ += ZMM_ROW_CHUNK)                             \
+            tile16_vnni(tile, FMT, groups, x, i_, ZMM_ROW_CHUNK, row0, n, y);               \
+        for (int step_ = ZMM_ROW_CHUNK / 2; step_ >= 1; step_ /= 2)                         \
+            if (x->m - i_ >= step_) {                                                       \
+                if (step_ == 4)                                                             \
+                    tile16_vnni(tile, FMT, groups, x, i_, 4, row0, n, y);                   \
+                else if (step_ == 2)                                                        \
+                    tile16_vnni(tile, FMT, groups, x, i_, 2, row0, n, y);                   \
+                else                                                                        \
+                    tile16_vnni(tile, FMT, groups, x, i_, 1, row0, n, y);                   \
+                i_ += step_;                                                                \
+            }                                                                               \
+    } while (0)
+
+__attribute__((target(BQ_ZMM_TARGET)))
+static void tile16_vnni_all_rows(const uint8_t *tile, int fmt, int groups,
+                                 const struct activations16 *x, int row0, int n, float *y)
+{
+    if (fmt == Q4R_FP16)
+        ZMM_ROWS(Q4R_FP16);
+    else if (fmt == Q4R_KQ)
+        ZMM_ROWS(Q4R_KQ);
+    else
+        ZMM_ROWS(Q4R_FP32);
+}
+
 
 static void gemm16_tiles(int isa, const uint8_t *w, int fmt, int n, int groups,
                          const struct activations16 *x, float *y, int tile_begin, int tile_end)
