@@ -434,6 +434,52 @@ __attribute__((target(ZMM), always_inline)) static inline __m512 load16(const vo
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
 }
 
+/* Query heads of a group taken together, up to this many: each piece of a key or value is
+ * loaded (and widened, for a narrow cache) once for all of them, not once per head. */
+#define HEADS_TOGETHER 4
+
+/* Heads [g0, g0 + G) against keys j .. j + 3 (rows `step` bytes apart from k0): per head
+ * the same four accumulators and the same order as one head alone, so the same bits. */
+__attribute__((target(ZMM), always_inline)) static inline void
+scores_heads_x4(const float *q, int g0, int G, int hd, const char *k0, size_t step, __m128 sv,
+                float *s, int j, int dtype)
+{
+    const char *k1 = k0 + step, *k2 = k1 + step, *k3 = k2 + step;
+    __m512 a[HEADS_TOGETHER][4];
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < 4; c++)
+            a[g][c] = _mm512_setzero_ps();
+    for (int i = 0; i < hd; i += 16) {
+        __m512 kv0 = load16(k0, i, dtype), kv1 = load16(k1, i, dtype);
+        __m512 kv2 = load16(k2, i, dtype), kv3 = load16(k3, i, dtype);
+        for (int g = 0; g < G; g++) {
+            __m512 qv = _mm512_loadu_ps(q + (size_t)(g0 + g) * hd + i);
+            a[g][0] = _mm512_fmadd_ps(qv, kv0, a[g][0]);
+            a[g][1] = _mm512_fmadd_ps(qv, kv1, a[g][1]);
+            a[g][2] = _mm512_fmadd_ps(qv, kv2, a[g][2]);
+            a[g][3] = _mm512_fmadd_ps(qv, kv3, a[g][3]);
+        }
+    }
+    for (int g = 0; g < G; g++)
+        _mm_storeu_ps(s + (g0 + g) * KEY_CHUNK + j,
+                      _mm_mul_ps(hsum4x16(a[g][0], a[g][1], a[g][2], a[g][3]), sv));
+}
+
+/* Calls BODY(G) for each run of up to HEADS_TOGETHER heads of a group, G a constant. */
+#define FOR_HEAD_RUNS(group, g0, BODY)                                                      \
+    for (int g0 = 0; g0 < (group); g0 += HEADS_TOGETHER) {                                  \
+        int left_ = (group) - g0;                                                           \
+        if (left_ >= 4) {                                                                   \
+            BODY(4);                                                                        \
+        } else if (left_ == 3) {                                                            \
+            BODY(3);                                                                        \
+        } else if (left_ == 2) {                                                            \
+            BODY(2);                                                                        \
+        } else {                                                                            \
+            BODY(1);                                                                        \
+        }                                                                                   \
+    }
+
 /* As scores_avx2, 16 columns an instruction and four keys' sums reduced together, the keys
  * read in place: rows ks elements apart from k, in the cache's dtype. */
 __attribute__((target(ZMM), always_inline)) static inline void
@@ -444,19 +490,10 @@ scores_avx512_body(const float *q, int group, int hd, const char *k, long ks, in
     int j = 0;
     __m128 sv = _mm_set1_ps(scale);
     for (; j + 4 <= len; j += 4) {
-        const char *k0 = k + j * step, *k1 = k0 + step, *k2 = k1 + step, *k3 = k2 + step;
-        for (int g = 0; g < group; g++) {
-            const float *qr = q + (size_t)g * hd;
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int i = 0; i < hd; i += 16) {
-                __m512 qv = _mm512_loadu_ps(qr + i);
-                a0 = _mm512_fmadd_ps(qv, load16(k0, i, dtype), a0);
-                a1 = _mm512_fmadd_ps(qv, load16(k1, i, dtype), a1);
-                a2 = _mm512_fmadd_ps(qv, load16(k2, i, dtype), a2);
-                a3 = _mm512_fmadd_ps(qv, load16(k3, i, dtype), a3);
-            }
-            _mm_storeu_ps(s + g * KEY_CHUNK + j, _mm_mul_ps(hsum4x16(a0, a1, a2, a3), sv));
-        }
+        const char *k0 = k + j * step;
+#define SCORES(G) scores_heads_x4(q, g0, G, hd, k0, step, sv, s, j, dtype)
+        FOR_HEAD_RUNS(group, g0, SCORES)
+#undef SCORES
     }
     for (; j < len; j++) {
         const char *kr = k + j * step;
@@ -470,38 +507,54 @@ scores_avx512_body(const float *q, int group, int hd, const char *k, long ks, in
     }
 }
 
+/* acc[g][i .. i + 63] += sum_j p[g][j] * v[j][i .. i + 63] for heads [g0, g0 + G): the values'
+ * four pieces loaded once a key for all G heads; per head the same order as alone. */
+__attribute__((target(ZMM), always_inline)) static inline void
+accumulate_heads_x64(const float *p, int g0, int G, int hd, const char *v, size_t step, int len,
+                     float *acc, int i, int dtype)
+{
+    __m512 a[HEADS_TOGETHER][4];
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < 4; c++)
+            a[g][c] = _mm512_loadu_ps(acc + (size_t)(g0 + g) * hd + i + 16 * c);
+    for (int j = 0; j < len; j++) {
+        const char *vr = v + j * step;
+        __m512 v0 = load16(vr, i, dtype), v1 = load16(vr, i + 16, dtype);
+        __m512 v2 = load16(vr, i + 32, dtype), v3 = load16(vr, i + 48, dtype);
+        for (int g = 0; g < G; g++) {
+            __m512 pj = _mm512_set1_ps(p[(g0 + g) * KEY_CHUNK + j]);
+            a[g][0] = _mm512_fmadd_ps(pj, v0, a[g][0]);
+            a[g][1] = _mm512_fmadd_ps(pj, v1, a[g][1]);
+            a[g][2] = _mm512_fmadd_ps(pj, v2, a[g][2]);
+            a[g][3] = _mm512_fmadd_ps(pj, v3, a[g][3]);
+        }
+    }
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < 4; c++)
+            _mm512_storeu_ps(acc + (size_t)(g0 + g) * hd + i + 16 * c, a[g][c]);
+}
+
 /* As accumulate_avx2, the values read in place as the keys are: 64 columns in 4 registers
- * while the keys stream past, then 16 at a time. */
+ * per head while the keys stream past, then 16 at a time. */
 __attribute__((target(ZMM), always_inline)) static inline void
 accumulate_avx512_body(const float *p, int group, int hd, const char *v, long vs, int len,
                        float *acc, int dtype)
 {
     size_t step = (size_t)vs * dtype_bytes(dtype);
+    int i = 0;
+    for (; i + 64 <= hd; i += 64) {
+#define ACCUMULATE(G) accumulate_heads_x64(p, g0, G, hd, v, step, len, acc, i, dtype)
+        FOR_HEAD_RUNS(group, g0, ACCUMULATE)
+#undef ACCUMULATE
+    }
     for (int g = 0; g < group; g++) {
         float *ag = acc + (size_t)g * hd;
         const float *pg = p + g * KEY_CHUNK;
-        int i = 0;
-        for (; i + 64 <= hd; i += 64) {
-            __m512 a0 = _mm512_loadu_ps(ag + i), a1 = _mm512_loadu_ps(ag + i + 16);
-            __m512 a2 = _mm512_loadu_ps(ag + i + 32), a3 = _mm512_loadu_ps(ag + i + 48);
-            for (int j = 0; j < len; j++) {
-                __m512 pj = _mm512_set1_ps(pg[j]);
-                const char *vr = v + j * step;
-                a0 = _mm512_fmadd_ps(pj, load16(vr, i, dtype), a0);
-                a1 = _mm512_fmadd_ps(pj, load16(vr, i + 16, dtype), a1);
-                a2 = _mm512_fmadd_ps(pj, load16(vr, i + 32, dtype), a2);
-                a3 = _mm512_fmadd_ps(pj, load16(vr, i + 48, dtype), a3);
-            }
-            _mm512_storeu_ps(ag + i, a0);
-            _mm512_storeu_ps(ag + i + 16, a1);
-            _mm512_storeu_ps(ag + i + 32, a2);
-            _mm512_storeu_ps(ag + i + 48, a3);
-        }
-        for (; i < hd; i += 16) {
-            __m512 a = _mm512_loadu_ps(ag + i);
+        for (int c = i; c < hd; c += 16) {
+            __m512 a = _mm512_loadu_ps(ag + c);
             for (int j = 0; j < len; j++)
-                a = _mm512_fmadd_ps(_mm512_set1_ps(pg[j]), load16(v + j * step, i, dtype), a);
-            _mm512_storeu_ps(ag + i, a);
+                a = _mm512_fmadd_ps(_mm512_set1_ps(pg[j]), load16(v + j * step, c, dtype), a);
+            _mm512_storeu_ps(ag + c, a);
         }
     }
 }

@@ -177,6 +177,25 @@ def test_decode_attention_reads_the_paged_cache_like_torch(ops, heads, kv_heads,
 
 
 @ISAS
+@pytest.mark.parametrize("group", [5, 7, 8])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_query_heads_sharing_a_kv_head_get_the_bits_they_get_alone(ops, group, dtype):
+    """The heads of a group are read together (each key and value piece loaded once for up to
+    four of them): runs of four and the rest, each head as if its KV head were its own."""
+    torch.manual_seed(8)
+    meta = _decode_metadata([70, 37, 4], block_size=16, num_blocks=12)
+    n = len(meta.slot_mapping)
+    q, k, v = _step_qkv(n, group, 1, HEAD_DIM)
+    k_cache, v_cache = _filled_caches(12, 16, 1, HEAD_DIM, dtype)
+    alone = [k_cache.repeat(1, 1, group, 1), v_cache.repeat(1, 1, group, 1)]
+    together = ops.paged_attention(q, k, v, k_cache, v_cache, meta, HEAD_DIM ** -0.5)
+    meta.decode_workspace = None
+    separate = ops.paged_attention(q, k.repeat(1, group, 1), v.repeat(1, group, 1), *alone, meta,
+                                   HEAD_DIM ** -0.5)
+    assert torch.equal(together, separate)
+
+
+@ISAS
 def test_decode_attention_with_odd_block_and_head_sizes(ops):
     torch.manual_seed(6)
     meta = _decode_metadata([23, 5, 4], block_size=5, num_blocks=12)
