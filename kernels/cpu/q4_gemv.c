@@ -564,23 +564,23 @@ static inline void tile16_vnni(const uint8_t *tile, int fmt, int groups,
     }
 }
 
-/* Every activation row against one tile: chunks of ZMM_ROW_CHUNK, the rest in constant-sized
- * calls (constant row counts keep the accumulators in registers). */
+/* Every activation row against one tile: chunks of ZMM_ROW_CHUNK, then at most one of four,
+ * one of two and one row (constant row counts keep the accumulators in registers). */
 #define ZMM_ROWS(FMT)                                                                       \
     do {                                                                                    \
         int i_ = 0;                                                                         \
         for (; i_ + ZMM_ROW_CHUNK <= x->m; i_ += ZMM_ROW_CHUNK)                             \
             tile16_vnni(tile, FMT, groups, x, i_, ZMM_ROW_CHUNK, row0, n, y);               \
-        for (int step_ = ZMM_ROW_CHUNK / 2; step_ >= 1; step_ /= 2)                         \
-            if (x->m - i_ >= step_) {                                                       \
-                if (step_ == 4)                                                             \
-                    tile16_vnni(tile, FMT, groups, x, i_, 4, row0, n, y);                   \
-                else if (step_ == 2)                                                        \
-                    tile16_vnni(tile, FMT, groups, x, i_, 2, row0, n, y);                   \
-                else                                                                        \
-                    tile16_vnni(tile, FMT, groups, x, i_, 1, row0, n, y);                   \
-                i_ += step_;                                                                \
-            }                                                                               \
+        if (x->m - i_ >= 4) {                                                               \
+            tile16_vnni(tile, FMT, groups, x, i_, 4, row0, n, y);                           \
+            i_ += 4;                                                                        \
+        }                                                                                   \
+        if (x->m - i_ >= 2) {                                                               \
+            tile16_vnni(tile, FMT, groups, x, i_, 2, row0, n, y);                           \
+            i_ += 2;                                                                        \
+        }                                                                                   \
+        if (i_ < x->m)                                                                      \
+            tile16_vnni(tile, FMT, groups, x, i_, 1, row0, n, y);                           \
     } while (0)
 
 __attribute__((target(BQ_ZMM_TARGET)))
@@ -594,7 +594,6 @@ static void tile16_vnni_all_rows(const uint8_t *tile, int fmt, int groups,
     else
         ZMM_ROWS(Q4R_FP32);
 }
-
 
 static void gemm16_tiles(int isa, const uint8_t *w, int fmt, int n, int groups,
                          const struct activations16 *x, float *y, int tile_begin, int tile_end)
