@@ -286,3 +286,16 @@ def test_int16_pass_on_avx512_four_rows_a_register_matches_the_exact_product_at_
     y = q4.gemm16(w, xq, scale, total, AVX512_VNNI)
     weight = _fp16_weight(n, k) if kind != "q4_k" else q4_k_weight(n, k)[0]
     _assert_within_fp32_rounding(y, *_reference(weight, xq, scale, total))
+
+
+@ISAS
+@pytest.mark.parametrize("m", [3, 13])
+def test_every_activation_row_gets_the_product_it_gets_alone(q4, isa, m):
+    """Rows pass a tile in chunks (eight, then four, two, one on AVX-512): a row's output does
+    not depend on the rows beside it, so a sequence's tokens do not depend on its batch."""
+    _runnable(q4, isa)
+    w = _weight(963, 576)
+    repacked = q4.repack(w.packed, w.scales, w.mins)
+    x = activations(m, 576)
+    alone = torch.cat([q4.linear16(repacked, x[i:i + 1], isa) for i in range(m)])
+    assert torch.equal(q4.linear16(repacked, x, isa), alone)
