@@ -13,7 +13,7 @@ import qasync
 from PySide6.QtWidgets import QApplication
 
 if TYPE_CHECKING:
-    from app.main_window import MainWindow
+    from app.qt.main_window import MainWindow
     from app.store import ConversationStore
 
 T = TypeVar("T")
@@ -29,7 +29,7 @@ def create_app(theme: str) -> QApplication:
 
 
 def style_app(app: QApplication, theme: str) -> None:
-    from app.theme import app_icon, apply_theme
+    from app.qt.theme import app_icon, apply_theme
 
     apply_theme(app, theme)
     app.setWindowIcon(app_icon())
@@ -45,9 +45,9 @@ def install_event_loop(app: QApplication) -> qasync.QEventLoop:
 
 def build_window(store: ConversationStore, device: str) -> MainWindow:
     """The main window over an open store, its engine on `device`; create the app first."""
-    from app.async_store import AsyncStore
-    from app.engine_host import EngineHost
-    from app.main_window import MainWindow
+    from app.components.async_store import AsyncStore
+    from app.qt.engine_host import EngineHost
+    from app.qt.main_window import MainWindow
 
     window = MainWindow(AsyncStore(store), EngineHost(device=device))
     window.recovered_from = store.recovered_from

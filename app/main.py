@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_selftest(args)
     # Imported here so that --help and --version answer without loading Qt and torch.
     from app.bootstrap import build_window, create_app, install_event_loop, run_until_done
-    from app.single_instance import WindowRaiser, bring_to_front
+    from app.qt.single_instance import WindowRaiser, bring_to_front
 
     app = create_app(args.theme or "system")
     if _raised_the_running_window(args.db):
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 def serve(argv: list[str]) -> int:
     """`pagoda serve …`: the engine's `serve` command (an installed Pagoda has no `python -m
     engine`); no window, no Qt."""
-    from engine.cli import main as engine_main
+    from engine.cli.main import main as engine_main
 
     return engine_main(["serve", *argv])
 
@@ -92,7 +92,7 @@ def _raised_the_running_window(path: Path | None) -> bool:
     """True (said on stderr) when a Pagoda that has this database open brought its window to
     the front; then this start touches nothing. One that does not answer is refused by the
     store's lock, in words, when this start opens the database."""
-    from app.single_instance import ask_running_window_to_raise
+    from app.qt.single_instance import ask_running_window_to_raise
     from app.store import resolve_db_path
 
     database = resolve_db_path(path)
@@ -107,8 +107,8 @@ def open_store_or_say_why(path: Path | None) -> ConversationStore | None:
     """The store, at `path` or at a file the user chooses instead; None when they quit (said on
     stderr). Modal dialogs: call it before the event loop runs."""
     from app.open_store import open_store
+    from app.qt.widgets.database_dialog import ask_for_another_database
     from app.store.errors import StoreError
-    from app.widgets.database_dialog import ask_for_another_database
 
     try:
         return open_store(path, ask_for_another_database)
@@ -149,7 +149,7 @@ def log_first_model_ready(host) -> None:
 
 async def _last_model(window) -> str | None:
     """The model the user last chose, if it is still there; else the bundled one."""
-    from app.main_window import LAST_MODEL_SETTING
+    from app.qt.main_window import LAST_MODEL_SETTING
 
     path = await window.db.get_setting(LAST_MODEL_SETTING)
     return path if path and Path(path).exists() else None

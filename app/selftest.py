@@ -105,7 +105,7 @@ async def _exercise_then_close(window, model: str | None, timeout_s: float) -> S
 
 async def _exercise(window, model: str | None) -> SelftestReport:
     from app.store import SamplingSettings
-    from engine.loader import default_model_file
+    from engine.loading.loader import default_model_file
 
     report = SelftestReport(model_source=model or str(default_model_file()))
     _line("model", report.model_source)
@@ -144,7 +144,7 @@ async def _exercise(window, model: str | None) -> SelftestReport:
 
 def _kernels_line() -> str:
     """Our C kernels and where each came from: an installer should carry them prebuilt."""
-    from engine.native_kernels import kernel_report
+    from engine.quantization.native_kernels import kernel_report
 
     report = kernel_report()
     return ", ".join(f"{name} {where}" for name, where in report.items()) or "none"

@@ -22,7 +22,7 @@ from cpu_info import cpu_name
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "kernels"))
 import test_decode_ops as shapes
 
-from engine.native_kernels import kernel_build_dir
+from engine.quantization.native_kernels import kernel_build_dir
 from kernels import torch_ref
 from kernels.cpu.decode_ops import DecodeOps
 
@@ -84,7 +84,7 @@ def bench_ops(lib: DecodeOps, rounds: int, context_lens: list[int]) -> None:
 
 def bench_decode(rounds: int, tokens: int, threads: int) -> None:
     from engine import LLM, SamplingParams
-    from kernels.ops import TORCH_OPS
+    from kernels.kernel_ops import TORCH_OPS
 
     engines = {}
     for label, switch in (("C decode ops", "1"), ("PAGODA_NATIVE_KERNELS=0", "0")):

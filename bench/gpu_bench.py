@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from weight_bytes import tensor_bytes
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.loader import LoadedModel
+from engine.loading.loader import LoadedModel
 from engine.quantization.tensors import Int4Weight, Int8Weight, quantize_int4, quantize_int8
 from kernels.attention_metadata import (
     AttentionMetadata,
@@ -300,7 +300,7 @@ def stage_spec_cost(out: Path) -> dict:
     """What the step cost calibration measures on the GPU (a few extra rows should be nearly
     free), what the engine then decides on prompts that repeat themselves, and that greedy
     tokens with the cost model are those without speculation (fp32)."""
-    from engine.spec_decode.calibration import calibrate_step_cost
+    from engine.worker.calibration import calibrate_step_cost
 
     config = smollm2_config()
     loaded = loaded_model(config, random_weights(config, torch.float32))
@@ -338,7 +338,7 @@ def greedy_turn(eng: LLMEngine, prompt: list[int], max_tokens: int) -> dict:
 
 def block_round_trip_exact(dtype: torch.dtype) -> bool:
     """KV blocks copied out to the host and back into other blocks on the GPU, byte for byte."""
-    from engine.kv_block_io import KVBlockIO
+    from engine.disk_cache.block_io import KVBlockIO
 
     kv = [(torch.randn(64, 16, 8, 128, device="cuda").to(dtype),
            torch.randn(64, 16, 8, 128, device="cuda").to(dtype)) for _ in range(4)]

@@ -194,7 +194,7 @@ def _split_cpus(remote_cpus: int) -> set[int]:
 
 def _engine_with_threads(num_threads: int | None):
     """The host's engine factory with the local engine's thread count set."""
-    from app.engine_host import _make_engine
+    from app.qt.engine_host import _make_engine
 
     def make(model, config, on_progress):
         return _make_engine(model, dataclasses.replace(config, num_threads=num_threads),
@@ -308,10 +308,10 @@ def main() -> int:
     import qasync
     from PySide6.QtWidgets import QApplication
 
-    from app.async_store import AsyncStore
-    from app.connections import ConnectionKeys
-    from app.engine_host import EngineHost
-    from app.main_window import MainWindow
+    from app.components.async_store import AsyncStore
+    from app.components.connections import ConnectionKeys
+    from app.qt.engine_host import EngineHost
+    from app.qt.main_window import MainWindow
     from app.store import ConversationStore
 
     app = QApplication(sys.argv[:1])

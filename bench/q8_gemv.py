@@ -90,7 +90,7 @@ def bench_kernels(rounds: int, threads: int) -> None:
 @contextmanager
 def _path(name: str):
     """q8_gemv as the engine loads it, or switched off (grouped int8 as int4 halves)."""
-    from engine import model_runner
+    from engine.worker import model_runner
 
     load = model_runner.load_q8_context
     if name == "halves":
@@ -106,7 +106,7 @@ def _int4_policy_of(llms: dict):
     """The int4 layers' calibrated policy of the first engine built, for the later ones: so
     the engines differ only in how grouped int8 runs (a timing on a busy machine can choose
     another int4 path, whose replies would differ for that reason alone)."""
-    from engine.model_runner import ModelRunner
+    from engine.worker.model_runner import ModelRunner
 
     if not llms:
         yield
@@ -124,7 +124,7 @@ def bench_engine(rounds: int, max_tokens: int) -> None:
     from weight_bytes import tensor_bytes
 
     from engine import LLM, EngineConfig, LLMEngine, SamplingParams
-    from engine.loader import load_model
+    from engine.loading.loader import load_model
 
     print(f"CPU: {cpu_name()}\n")
     loaded = load_model()

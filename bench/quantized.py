@@ -17,9 +17,9 @@ from throughput import describe_machine, make_workload, run_engine
 from weight_bytes import tensor_bytes
 
 from engine import EngineConfig, LLMEngine
-from engine.evaluation import compare, prompt_logits
-from engine.loader import LoadedModel, load_model
-from engine.model_runner import ModelRunner
+from engine.loading.loader import LoadedModel, load_model
+from engine.worker.evaluation import compare, prompt_logits
+from engine.worker.model_runner import ModelRunner
 
 QUALITY_TEXT = Path(__file__).parent.parent / "tests" / "engine" / "data" / "quality_text.txt"
 

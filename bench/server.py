@@ -176,9 +176,9 @@ def as_run(label: str, measured: tuple[float, list[tuple]], counted: bool,
 
 async def bench(args) -> list[Run]:
     engine = AsyncEngine(args.model, EngineConfig(max_num_seqs=args.clients))
-    name = engine.engine.loaded.name
+    name = engine.model_name
     clock = EngineClock(engine)
-    served = ServedModel(name, clock, engine.engine.max_model_len)
+    served = ServedModel(name, clock, engine.max_model_len)
     server = ServerThread(arrival_noted(build_app(lambda: served))).start()
     requests = make_workload(engine.tokenizer, args.clients, seed=0)
     for r in requests:

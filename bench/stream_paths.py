@@ -10,7 +10,7 @@ paths so the machine's drift falls on all of them.
   async           `AsyncEngine(model)`: built and stepped on its engine thread (the server, the CLI)
   async-adopted   `AsyncEngine(engine=LLMEngine(...))`: built on the main thread, stepped on
                   the engine thread (how the window and the server ran before issue 26)
-  window          the window's loader (app.engine_host) and its LocalBackend, on an asyncio loop
+  window          the window's loader (app.qt.engine_host) and its LocalBackend, on an asyncio loop
   http            `python -m engine serve` in its own process, streamed by the `openai` client
   --peer-url      the same request against another OpenAI-compatible server (llama.cpp's
                   `llama-server -m FILE -t 2`), as one more row
@@ -37,7 +37,7 @@ from pathlib import Path
 import psutil
 from cpu_info import cpu_name
 
-from engine.process_memory import resident_bytes
+from engine.worker.process_memory import resident_bytes
 
 PROMPT = "Write a long story about a lighthouse keeper and the storm that changed her life."
 PATHS = ("llm", "async", "async-adopted", "window", "http")
@@ -69,7 +69,7 @@ def _messages():
 
 def _run_llm(model, config, max_tokens: int, requests: int) -> list[Sample]:
     from engine import LLMEngine
-    from engine.chat_template import encode_chat
+    from engine.text.chat_template import encode_chat
 
     engine = LLMEngine(model, config)
     prompt = encode_chat(engine.tokenizer, _messages())
@@ -108,7 +108,7 @@ def _run_async(model, config, max_tokens: int, requests: int, adopted: bool) -> 
 def _run_window(model, config, max_tokens: int, requests: int) -> list[Sample]:
     from app.backends.local import LocalBackend
     from app.backends.types import ChatMessage, SamplingOptions
-    from app.engine_host import _make_engine
+    from app.qt.engine_host import _make_engine
 
     backend = LocalBackend(_make_engine(model, config, lambda *_: None))
     # The window's options have no ignore_eos: a reply that ends early counts the tokens it has.

@@ -24,8 +24,8 @@ import torch
 from cpu_info import cpu_name
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.chat_template import encode_chat
-from engine.loader import LoadedModel, load_model
+from engine.loading.loader import LoadedModel, load_model
+from engine.text.chat_template import encode_chat
 
 TOPICS = ["the ocean", "a lighthouse keeper", "quantum computers", "bread baking", "the moon",
           "a lost robot", "mountain climbing", "ancient Rome", "honeybees", "a jazz musician",

@@ -71,7 +71,7 @@ def start_app():
     import qasync
     from PySide6.QtWidgets import QApplication
 
-    from app.theme import app_icon, apply_theme
+    from app.qt.theme import app_icon, apply_theme
 
     app = QApplication(sys.argv[:1])
     apply_theme(app, "light")
@@ -82,10 +82,10 @@ def start_app():
 
 
 def main() -> int:
-    from app.async_store import AsyncStore
-    from app.connections import ConnectionKeys
-    from app.engine_host import EngineHost
-    from app.main_window import MainWindow
+    from app.components.async_store import AsyncStore
+    from app.components.connections import ConnectionKeys
+    from app.qt.engine_host import EngineHost
+    from app.qt.main_window import MainWindow
     from app.store import ConversationStore
 
     _app, loop = start_app()

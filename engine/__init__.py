@@ -1,7 +1,7 @@
 """Pagoda's inference engine: `from engine import LLM, SamplingParams`.
 
 The names below are imported on first use, not with the package: `engine.errors`,
-`engine.config` and `engine.model_files` then import without torch, so the app can show its
+`engine.config` and `engine.loading.model_files` then import without torch, so the app can show its
 window before the engine (seconds of torch and transformers) is imported."""
 
 from __future__ import annotations

@@ -20,13 +20,13 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Self
 
-from engine.chat_template import Message, is_conversation
-from engine.chat_tokenizer import ChatTokenizer
 from engine.config import EngineConfig
 from engine.errors import EngineDeadError
 from engine.llm_engine import EngineStats, LLMEngine
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
+from engine.text.chat_template import Message, is_conversation
+from engine.text.chat_tokenizer import ChatTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +133,31 @@ class AsyncEngine:
     @property
     def tokenizer(self):
         return self.engine.tokenizer
+
+    @property
+    def model_name(self) -> str:
+        """The loaded model's name ("SmolLM2-135M-Instruct"), as the server and the window show it."""
+        return self.engine.loaded.name
+
+    @property
+    def max_model_len(self) -> int:
+        """The longest sequence (prompt + reply) this engine allows, in tokens."""
+        return self.engine.max_model_len
+
+    def clear_disk_cache(self) -> bool:
+        """Drop the prefix cache's blocks on disk, and those queued for it; False when the engine
+        keeps none (no folder configured). Any thread: the tier locks its own state."""
+        disk = self.engine.disk_cache
+        if disk is None:
+            return False
+        disk.clear()
+        return True
+
+    def flush_disk_cache(self, timeout: float = 10.0) -> bool:
+        """Wait until the blocks queued for the disk are written; False when the engine keeps
+        none, or the wait ran out. Any thread."""
+        disk = self.engine.disk_cache
+        return disk is not None and disk.flush(timeout)
 
     async def stream(self, prompt: str | list[int] | Sequence[Message],
                      params: SamplingParams | None = None,

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 # "auto": a GGUF file keeps its own quantization, a Hugging Face folder loads as it is.
 # "none": every weight dequantized to the compute dtype (the parity reference).
 QUANTIZATIONS = ("auto", "none", "int8", "int4")
-# "auto": the compute dtype (engine.kv_cache_sizing).
+# "auto": the compute dtype (engine.models.kv_cache_sizing).
 KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -33,7 +33,7 @@ class EngineConfig:
     """What `LLM(...)` and `AsyncEngine(...)` accept besides the model.
 
     kv_cache_memory: bytes for the KV pool on CPU; None (the default) sizes it from the model and
-    max_model_len (the rule in engine/kv_cache_sizing.py); num_kv_blocks overrides both.
+    max_model_len (the rule in engine/models/kv_cache_sizing.py); num_kv_blocks overrides both.
     kv_cache_dtype: what the KV pool keeps keys and values in: "auto" (the compute dtype),
     "float32", "bfloat16" or "float16" (half the memory; attention still computes in dtype).
     max_num_batched_tokens: the per-step token budget shared by decodes and prefill chunks.

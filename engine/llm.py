@@ -8,11 +8,11 @@ from collections.abc import Sequence
 
 from tqdm import tqdm
 
-from engine.chat_template import Message, encode_chat, is_conversation
 from engine.config import EngineConfig
 from engine.llm_engine import EngineStats, LLMEngine
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
+from engine.text.chat_template import Message, encode_chat, is_conversation
 
 Prompt = str | list[int]
 

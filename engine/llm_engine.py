@@ -12,23 +12,23 @@ import torch
 from transformers import GenerationConfig
 
 from engine.config import EngineConfig, SchedulerConfig
-from engine.detokenizer import IncrementalDetokenizer
-from engine.disk_cache import DiskCacheStats, check_cache_tag
-from engine.disk_prefix_cache import DiskPrefixCache, model_fingerprint, open_disk_prefix_cache
+from engine.core.kv_cache_manager import KVCacheManager
+from engine.core.scheduler import Scheduler, SchedulerOutput
+from engine.core.sequence import Sequence
+from engine.disk_cache.block_io import KVBlockIO
+from engine.disk_cache.store import DiskCacheStats, check_cache_tag
+from engine.disk_cache.tier import DiskPrefixCache, model_fingerprint, open_disk_prefix_cache
 from engine.errors import PromptTooLongError
-from engine.kv_block_io import KVBlockIO
-from engine.kv_cache_manager import KVCacheManager
-from engine.loader import LoadedModel, load_model
-from engine.model_info import check_model_fits
-from engine.model_runner import ModelRunner
+from engine.loading.loader import LoadedModel, load_model
+from engine.loading.model_info import check_model_fits
 from engine.outputs import CompletionOutput, PromptProgress, RequestOutput
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler, SchedulerOutput
-from engine.sequence import Sequence
-from engine.spec_decode.calibration import calibrate_step_cost
 from engine.spec_decode.ngram_proposer import NgramProposer
 from engine.spec_decode.step_cost import StepCost
-from engine.text import check_encodable
+from engine.text.detokenizer import IncrementalDetokenizer
+from engine.text.unicode import check_encodable
+from engine.worker.calibration import calibrate_step_cost
+from engine.worker.model_runner import ModelRunner
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class LLMEngine:
     def add_request(self, request_id: str, prompt: str | list[int],
                     params: SamplingParams | None = None, cache_tag: str | None = None) -> None:
         """cache_tag: a name for whatever this request belongs to (a chat); the blocks it uses
-        on disk are listed under it, so engine.disk_cache.forget_tag can remove them later."""
+        on disk are listed under it, so engine.disk_cache.store.forget_tag can remove them later."""
         params = params or SamplingParams()
         if request_id in self._requests:
             raise ValueError(f"request_id {request_id!r} is already running")
@@ -162,7 +162,7 @@ class LLMEngine:
 
     def _open_disk_cache(self) -> DiskPrefixCache | None:
         """The prefix cache's disk tier, when config.disk_cache_dir names a folder, for this
-        model made this way (see engine.disk_prefix_cache)."""
+        model made this way (see engine.disk_cache.tier)."""
         c = self.config
         if c.disk_cache_dir is None or not c.enable_prefix_caching:
             return None
@@ -234,7 +234,7 @@ class LLMEngine:
             self.disk_cache.observe_prefill(sched.num_batched_tokens, seconds)
 
     def _calibrate(self) -> StepCost:
-        """The step cost table's first figures (engine.spec_decode.calibration), before any
+        """The step cost table's first figures (engine.worker.calibration), before any
         request: a fraction of a second for the default model on a CPU."""
         return calibrate_step_cost(self.runner, self.config.num_speculative_tokens,
                                    self.config.max_num_batched_tokens)

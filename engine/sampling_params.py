@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from engine.text import lone_surrogate_at
+from engine.text.unicode import lone_surrogate_at
 
 _GREEDY_EPS = 1e-5
 # torch.Generator.manual_seed takes a 64-bit unsigned seed.

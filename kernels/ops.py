@@ -13,46 +13,13 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
-from kernels import torch_ref
+from kernels.kernel_ops import TORCH_OPS, KernelOps
 
 BACKEND_ENV = "PAGODA_KERNEL_BACKEND"
 BACKENDS = ("auto", "torch", "triton")
-
-
-@dataclass(frozen=True, slots=True)
-class KernelOps:
-    """One backend's kernels. `name` tells the model runner which attention metadata to build:
-    decode groups and prefill segments for "torch", the flat varlen layout for "triton"."""
-
-    name: str
-    rms_norm: Callable[..., torch.Tensor]
-    add_rms_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]
-    rotary_embedding: Callable[..., torch.Tensor]
-    silu_and_mul: Callable[..., torch.Tensor]
-    write_kv_cache: Callable[..., None]
-    paged_attention: Callable[..., torch.Tensor]
-    int4_linear: Callable[..., torch.Tensor]
-    int8_linear: Callable[..., torch.Tensor]
-    # A decode step's whole layer stack in one call where the backend has it
-    # (kernels/cpu/decode_layers.py; engine/models/native_decode.py drives it).
-    decode_layers: object | None = None
-
-
-TORCH_OPS = KernelOps(
-    name="torch",
-    rms_norm=torch_ref.rms_norm,
-    add_rms_norm=torch_ref.add_rms_norm,
-    rotary_embedding=torch_ref.rotary_embedding,
-    silu_and_mul=torch_ref.silu_and_mul,
-    write_kv_cache=torch_ref.write_kv_cache,
-    paged_attention=torch_ref.paged_attention,
-    int4_linear=torch_ref.int4_linear,
-    int8_linear=torch_ref.int8_linear,
-)
 
 
 def resolve_backend(device: torch.device, backend: str | None = None) -> str:
@@ -68,7 +35,7 @@ def resolve_backend(device: torch.device, backend: str | None = None) -> str:
 def select_ops(device: torch.device, backend: str | None = None,
                load_native: Callable[[str], ctypes.CDLL | None] | None = None) -> KernelOps:
     """load_native(name) gives a C library of kernels/cpu or None (the engine passes
-    engine.native_kernels.load_native); asked only for the torch path on CPU."""
+    engine.quantization.native_kernels.load_native); asked only for the torch path on CPU."""
     if resolve_backend(device, backend) == "triton":
         return triton_ops()
     if device.type == "cpu" and load_native is not None:

@@ -16,7 +16,7 @@ if not torch.cuda.is_available():
 
 import pytest
 
-from engine.loader import LoadedModel, load_model
+from engine.loading.loader import LoadedModel, load_model
 
 sys.path.insert(0, str(Path(__file__).parent / "backends"))  # `from fake_server import ...`
 sys.path.insert(0, str(Path(__file__).parent / "engine"))  # `from tiny_gguf import ...`

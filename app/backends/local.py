@@ -45,8 +45,8 @@ class LocalBackend:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
-        self.model_name = engine.engine.loaded.name
-        self.max_model_len = engine.engine.max_model_len
+        self.model_name = engine.model_name
+        self.max_model_len = engine.max_model_len
         self._last_ttft: float | None = None
         self._starting = StartingReplies()
         self._ids = itertools.count()
@@ -114,17 +114,12 @@ class LocalBackend:
     def clear_disk_cache(self) -> bool:
         """Drop the blocks the engine keeps on disk, and those queued for it; False when it keeps
         none (no folder was configured). Any thread."""
-        disk = self._engine.engine.disk_cache
-        if disk is None:
-            return False
-        disk.clear()
-        return True
+        return self._engine.clear_disk_cache()
 
     def flush_disk_cache(self, timeout: float = 10.0) -> bool:
         """Wait until the blocks the engine has queued for the disk are written, so none comes
         back after its chat's blocks are removed; False when it keeps none. Any thread."""
-        disk = self._engine.engine.disk_cache
-        return disk is not None and disk.flush(timeout)
+        return self._engine.flush_disk_cache(timeout)
 
     async def _encode(self, messages: Sequence[ChatMessage], *,
                       continue_final_message: bool = False) -> list[int]:

@@ -9,10 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from itertools import groupby
-from typing import Protocol
 
 import torch
 
+from engine.quantization import (
+    cpu_int4,
+    cpu_int8,
+    cpu_q8,
+    kernel_methods,
+    split_int8,
+    unquantized,
+)
+from engine.quantization.base import LinearMethod
 from engine.quantization.cpu_paths import CpuPathPolicy
 from engine.quantization.cpu_q4 import Q4Context
 from engine.quantization.cpu_q8 import Q8Context
@@ -26,13 +34,7 @@ from engine.quantization.tensors import (
     split_int8_into_int4,
     widen_q6_k,
 )
-from kernels.ops import KernelOps
-
-
-class LinearMethod(Protocol):
-    """Creates a layer's weights in the form its kernel wants and applies them."""
-
-    def apply(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor: ...
+from kernels.kernel_ops import KernelOps
 
 
 @dataclass(slots=True)
@@ -114,16 +116,6 @@ def make_embedding(weight: Weight, placement: Placement) -> Embedding:
 
 def _method_for(weight: Weight, placement: Placement, precise_int8: bool,
                 split_activations: bool = False) -> LinearMethod:
-    # Imported here: each format's file imports this module's types.
-    from engine.quantization import (
-        cpu_int4,
-        cpu_int8,
-        cpu_q8,
-        kernel_methods,
-        split_int8,
-        unquantized,
-    )
-
     device, dtype, ops = placement.device, placement.dtype, placement.ops
     if isinstance(weight, Q6KWeight):
         if _runs_q6_k(placement):

@@ -18,8 +18,8 @@ from engine.layers.linear import (
     to_device,
 )
 from engine.layers.lm_head import LMHead
-from engine.loader import head_dim
-from engine.memory import release_freed_memory
+from engine.models.config import head_dim
+from engine.models.memory import release_freed_memory
 from engine.models.native_decode import NativeDecode
 from engine.models.rotary import RotaryTables
 from engine.quantization.tensors import Weight, concat

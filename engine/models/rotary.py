@@ -7,7 +7,7 @@ from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from engine.errors import ModelLoadError
-from engine.loader import rope_theta
+from engine.models.config import rope_theta
 
 
 def _rope_parameters(config: PretrainedConfig) -> dict:

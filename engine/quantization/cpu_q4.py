@@ -15,7 +15,7 @@ import logging
 
 import torch
 
-from engine.native_kernels import load_native
+from engine.quantization.native_kernels import load_native
 from engine.quantization.native_linear import NativeLinearKernel, Scratch
 from engine.quantization.tensors import Int4Weight, k_quant_scales, with_compact_scales
 from kernels.cpu.decode_layers import Q4_KIND, CLinear
@@ -38,7 +38,7 @@ class Q4Context:
 
 def load_q4_context() -> Q4Context | None:
     """q4_gemv where it can run well here, else None (and torch's int4 kernel runs): no
-    library (`engine.native_kernels`), or a CPU without AVX2 (and FMA, F16C), whose scalar path is
+    library (`engine.quantization.native_kernels`), or a CPU without AVX2 (and FMA, F16C), whose scalar path is
     slower than torch's."""
     lib = load_native("q4_gemv")
     if lib is None:

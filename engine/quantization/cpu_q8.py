@@ -17,9 +17,9 @@ import logging
 
 import torch
 
-from engine.native_kernels import load_native
 from engine.quantization import cpu_paths
 from engine.quantization.cpu_paths import CpuPathPolicy
+from engine.quantization.native_kernels import load_native
 from engine.quantization.native_linear import NativeLinearKernel, Scratch
 from engine.quantization.tensors import Int8Weight, Q6KWeight
 from kernels.cpu.decode_layers import Q8_KIND, CLinear
@@ -42,7 +42,7 @@ class Q8Context:
 
 def load_q8_context() -> Q8Context | None:
     """q8_gemv where it can run well here, else None (grouped int8 runs as int4 halves): no
-    library (`engine.native_kernels`), or a CPU without AVX2, whose scalar path is slow."""
+    library (`engine.quantization.native_kernels`), or a CPU without AVX2, whose scalar path is slow."""
     lib = load_native("q8_gemv")
     if lib is None:
         return None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.native_kernels import load_native
+from engine.quantization.native_kernels import load_native
 from engine.quantization.tensors import Int4Weight, Int8Weight, Q6KWeight, Weight, dequantize
 from kernels.cpu.dequant import Dequantizer
 from kernels.cpu.q4_gemv import Q4Repacked
@@ -31,7 +31,7 @@ class DequantWorkspace:
 
     @classmethod
     def for_this_machine(cls) -> DequantWorkspace:
-        """Our kernel where it builds (engine.native_kernels), else torch's dequantize."""
+        """Our kernel where it builds (engine.quantization.native_kernels), else torch's dequantize."""
         lib = load_native("dequant")
         return cls(None if lib is None else Dequantizer(lib))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from engine.quantization.tensors import Int4Weight, Int8Weight
-from kernels.ops import KernelOps
+from kernels.kernel_ops import KernelOps
 
 
 class KernelInt4Method:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.layers.linear import LinearMethod
 from engine.quantization import cpu_paths
+from engine.quantization.base import LinearMethod
 from engine.quantization.cpu_int4 import CpuInt4Method
 from engine.quantization.cpu_paths import CpuPathPolicy
 from engine.quantization.tensors import Int8Weight

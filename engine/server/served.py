@@ -6,11 +6,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from engine.chat_template import Message
-from engine.chat_tokenizer import ChatTokenizer
 from engine.llm_engine import EngineStats
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
+from engine.text.chat_template import Message
+from engine.text.chat_tokenizer import ChatTokenizer
 
 
 @runtime_checkable

@@ -8,11 +8,11 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from engine.chat_template import Message
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.server.errors import APIError
 from engine.server.served import EngineBackend, ModelSource, ServedModel
+from engine.text.chat_template import Message
 
 
 class LiveRequests:

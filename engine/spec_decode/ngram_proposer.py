@@ -8,8 +8,10 @@ proposal costs a few dictionary lookups however long the context is.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from engine.sequence import Sequence
+if TYPE_CHECKING:
+    from engine.core.sequence import Sequence
 
 # Each sequence's acceptance (drafts kept over drafts tried) weighs recent trials most: every
 # verification or shadow check keeps this fraction of the weight of those before it...

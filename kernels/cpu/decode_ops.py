@@ -20,7 +20,7 @@ from kernels import torch_ref
 from kernels.attention_metadata import AttentionMetadata, DecodeGroup
 from kernels.cpu import native
 from kernels.cpu.decode_layers import DecodeLayers
-from kernels.ops import TORCH_OPS, KernelOps
+from kernels.kernel_ops import TORCH_OPS, KernelOps
 
 NAME = "decode_ops"
 SCALAR, AVX2, AVX512, BEST_ISA = 0, 1, 2, -1
@@ -29,7 +29,7 @@ _F32 = torch.float32
 CACHE_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 # Below this many (query head x key) pairs in a step's layer, attention stays on the calling
 # thread: waking the pool costs more than the work (measured in docs/KERNELS.md). The step's
-# decode groups (engine/model_runner.py) are counted together: 32 sequences of 100-400 tokens
+# decode groups (engine/worker/model_runner.py) are counted together: 32 sequences of 100-400 tokens
 # come as four groups of a few rows each, none of them this wide alone, and attended on one
 # thread each they kept the second core idle for ~13% of a 32-stream run.
 PARALLEL_MIN_SCORES = 32768

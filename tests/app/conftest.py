@@ -38,7 +38,7 @@ def _private_config_dir(tmp_path, monkeypatch):
 @pytest.fixture(autouse=True)
 def _no_system_keyring(monkeypatch):
     """No test reads or writes the user's keyring: saved servers' keys stay in memory."""
-    monkeypatch.setattr("app.connections._system_keyring", lambda: None)
+    monkeypatch.setattr("app.components.connections._system_keyring", lambda: None)
 
 
 @pytest.fixture(autouse=True)
@@ -54,7 +54,7 @@ def _no_model_read_outlives_its_test(monkeypatch, qapp):
     GUI thread. Collected here, they go on this thread, between tests."""
     from PySide6.QtCore import QCoreApplication, QEvent
 
-    from app.model_choices import ModelChoices
+    from app.components.model_choices import ModelChoices
 
     made: list[ModelChoices] = []
     init = ModelChoices.__init__
@@ -92,9 +92,9 @@ def qloop(_session_loop):
 def make_window(qloop, qtbot, tmp_path, make_engine):
     """A MainWindow on a fresh database (or the given one), over the shared default model;
     keyword arguments go to the EngineConfig."""
-    from app.async_store import AsyncStore
-    from app.engine_host import EngineHost
-    from app.main_window import MainWindow
+    from app.components.async_store import AsyncStore
+    from app.qt.engine_host import EngineHost
+    from app.qt.main_window import MainWindow
     from app.store import ConversationStore
     from engine import AsyncEngine
 
@@ -141,9 +141,9 @@ def window_on(qtbot, qloop, run_async, tmp_path):
     """window_on(db_path) -> a restored MainWindow over a fake local model (fast: no engine)."""
     from fake_engine import FakeModels
 
-    from app.async_store import AsyncStore
-    from app.engine_host import EngineHost
-    from app.main_window import MainWindow
+    from app.components.async_store import AsyncStore
+    from app.qt.engine_host import EngineHost
+    from app.qt.main_window import MainWindow
     from app.store import ConversationStore
 
     windows = []
@@ -169,9 +169,9 @@ def window_on(qtbot, qloop, run_async, tmp_path):
 def make_disk_window(qloop, qtbot, tmp_path, run_async, default_model):
     """make_disk_window() -> a restored MainWindow over a real engine (the default model) that
     keeps its prefix cache on disk (in this test's PAGODA_KV_CACHE_DIR); closed after."""
-    from app.async_store import AsyncStore
-    from app.engine_host import EngineHost
-    from app.main_window import MainWindow
+    from app.components.async_store import AsyncStore
+    from app.qt.engine_host import EngineHost
+    from app.qt.main_window import MainWindow
     from app.store import ConversationStore
     from engine import AsyncEngine
     from engine.config import EngineConfig

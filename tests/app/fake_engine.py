@@ -4,16 +4,16 @@ holds, when its shutdown ends. The host wraps it in a LocalBackend like the real
 import asyncio
 import threading
 
-from app.async_store import AsyncStore
-from app.chat_session import ChatSession
-from app.chat_tab import ChatTab
-from app.controller import ChatController
-from app.engine_host import EngineHost
+from app.components.async_store import AsyncStore
+from app.components.chat_session import ChatSession
+from app.qt.chat_tab import ChatTab
+from app.qt.controller import ChatController
+from app.qt.engine_host import EngineHost
 from app.store import ConversationStore, SamplingSettings
 from engine import EngineDeadError
-from engine.chat_tokenizer import ChatTokenizer
 from engine.llm_engine import EngineStats
 from engine.outputs import CompletionOutput, PromptProgress, RequestMetrics, RequestOutput
+from engine.text.chat_tokenizer import ChatTokenizer
 
 WAIT_MS = 5_000
 
@@ -38,7 +38,7 @@ class Gate:
 
 
 class FakeTokenizer:
-    """The parts of a Hugging Face tokenizer engine.chat_template reads: a real template, which
+    """The parts of a Hugging Face tokenizer engine.text.chat_template reads: a real template, which
     joins the messages' texts with spaces."""
 
     chat_template = "{{ messages | map(attribute='content') | join(' ') }}"
@@ -60,8 +60,8 @@ class FakeEngine:
     """Streams what the test says; shutdown ends its streams with "abort", as AsyncEngine's does."""
 
     def __init__(self, name: str) -> None:
-        self.engine = type("E", (), {"loaded": type("L", (), {"name": name})(),
-                                     "max_model_len": 2048, "disk_cache": None})()
+        self.model_name = name
+        self.max_model_len = 2048
         self.tokenizer = FakeTokenizer()
         self.chat_tokenizer = ChatTokenizer(self.tokenizer)
         self.requests: list[str] = []
@@ -105,6 +105,12 @@ class FakeEngine:
         if request_id in self._streams:
             self.say(request_id, "", "abort")
 
+    def clear_disk_cache(self) -> bool:
+        return False  # keeps no blocks on disk
+
+    def flush_disk_cache(self, timeout: float = 10.0) -> bool:
+        return False
+
     def shutdown(self, timeout: float = 10.0) -> None:
         self.shutdown_started.set()
         self.stopped = True
@@ -125,9 +131,15 @@ class IdleEngine:
     serving, which only need its name, its stats and its shutdown."""
 
     def __init__(self, name: str) -> None:
-        self.engine = type("E", (), {"loaded": type("L", (), {"name": name})(),
-                                     "max_model_len": 2048, "disk_cache": None})()
+        self.model_name = name
+        self.max_model_len = 2048
         self.stopped = False
+
+    def clear_disk_cache(self) -> bool:
+        return False  # keeps no blocks on disk
+
+    def flush_disk_cache(self, timeout: float = 10.0) -> bool:
+        return False
 
     def shutdown(self, timeout: float = 10.0) -> None:
         self.stopped = True

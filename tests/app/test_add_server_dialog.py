@@ -8,9 +8,9 @@ from fake_server import MODEL
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QWidget
 
-from app.add_server import open_add_server_dialog
-from app.async_store import AsyncStore
-from app.connections import AddServerFlow, ConnectionKeys, SavedConnections, ServerProbe
+from app.components.async_store import AsyncStore
+from app.components.connections import AddServerFlow, ConnectionKeys, SavedConnections, ServerProbe
+from app.qt.add_server import open_add_server_dialog
 from app.store import ConversationStore
 
 

@@ -6,7 +6,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QPlainTextEdit
 
-from app.chat_tab import ChatTab
+from app.qt.chat_tab import ChatTab
 from app.store import SamplingSettings
 
 pytestmark = pytest.mark.slow

@@ -3,9 +3,9 @@ default for new chats" keeps its settings in the store, and new chats start with
 
 from dataclasses import asdict
 
-from app.chat_defaults import NEW_CHAT_DEFAULTS_SETTING, load_chat_defaults
-from app.view_models import SamplingView
-from app.widgets.settings_panel import SYSTEM_PROMPT_MIN_LINES
+from app.components.chat_defaults import NEW_CHAT_DEFAULTS_SETTING, load_chat_defaults
+from app.components.view_models import SamplingView
+from app.qt.widgets.settings_panel import SYSTEM_PROMPT_MIN_LINES
 
 
 def _edit(panel, **changes):

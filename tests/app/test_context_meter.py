@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.widgets.context_meter import FULL_MESSAGE, ContextMeter
+from app.qt.widgets.context_meter import FULL_MESSAGE, ContextMeter
 
 
 @pytest.fixture

@@ -9,14 +9,14 @@ from PySide6.QtWidgets import QApplication, QFileDialog, QLineEdit, QMessageBox
 from app import bootstrap
 from app import main as app_main
 from app.open_store import open_store
-from app.store import ConversationStore, DatabaseTooNewError, StoreError
-from app.widgets import database_dialog
-from app.widgets.database_dialog import (
+from app.qt.widgets import database_dialog
+from app.qt.widgets.database_dialog import (
     CHOOSE,
     QUIT,
     ask_for_another_database,
     database_error_box,
 )
+from app.store import ConversationStore, DatabaseTooNewError, StoreError
 
 
 def _written_by_a_newer_pagoda(path):

@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from app.disk_cache_settings import DISK_CACHE_SETTING, USAGE_REFRESH_MS
+from app.qt.disk_cache_settings import DISK_CACHE_SETTING, USAGE_REFRESH_MS
+from app.qt.widgets.model_settings import GIB, format_bytes
 from app.store import SamplingSettings
-from app.widgets.model_settings import GIB, format_bytes
 from engine.config import DEFAULT_DISK_CACHE_BYTES
-from engine.disk_cache import DiskBlockStore
+from engine.disk_cache.store import DiskBlockStore
 
 # The prompt's blocks are what is saved: a reply of the default length (up to 1024 tokens) only
 # adds time.

@@ -3,7 +3,7 @@
 import pytest
 from fake_engine import WAIT_MS, open_tab
 
-from app.controller import DRAFT_COUNT_DELAY_MS
+from app.qt.controller import DRAFT_COUNT_DELAY_MS
 
 
 @pytest.fixture

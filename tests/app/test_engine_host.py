@@ -4,13 +4,13 @@ import logging
 import threading
 
 from app.backends import ModelLoadingError
-from app.engine_host import EngineHost
+from app.qt.engine_host import EngineHost
 
 
 class _FakeBackend:
     def __init__(self, name):
-        self.engine = type("E", (), {"loaded": type("L", (), {"name": name})(),
-                                     "max_model_len": 2048})()
+        self.model_name = name
+        self.max_model_len = 2048
         self.stopped = False
 
     def shutdown(self, timeout=10.0):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fake_engine import WAIT_MS
 from PySide6.QtCore import Qt
 
-from app.main_window import MainWindow
+from app.qt.main_window import MainWindow
 
 
 def _finished_chat(window: MainWindow, qtbot):

@@ -11,9 +11,9 @@ import threading
 import httpx
 import pytest
 
-from app.api_key import KEY_FILENAME, ApiKeyFile
-from app.engine_host import EngineHost
-from app.local_server import LocalServer
+from app.components.api_key import KEY_FILENAME, ApiKeyFile
+from app.components.local_server import LocalServer
+from app.qt.engine_host import EngineHost
 from tests.app.fake_engine import IdleEngine
 
 WAIT_MS = 5_000

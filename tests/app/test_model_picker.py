@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QLabel, QMessageBox
 from safetensors.torch import save_file
 
-from engine.loader import default_model_file
+from engine.loading.loader import default_model_file
 from tests.app.fake_engine import IdleEngine
 
 RUNNING = "running-model"
@@ -27,7 +27,7 @@ class _Loads:
         self.available: int | None = None
 
     def __call__(self, model, config, on_progress):
-        from engine.model_info import check_model_fits
+        from engine.loading.model_info import check_model_fits
 
         if self.available is not None:
             check_model_fits(model, config, self.available)
@@ -40,9 +40,9 @@ class _Loads:
 def picker_window(qloop, qtbot, tmp_path):
     """build() -> (window, loads): a MainWindow over a fake engine, started like the app starts
     (the saved model settings restored, then the default model loaded)."""
-    from app.async_store import AsyncStore
-    from app.engine_host import EngineHost
-    from app.main_window import MainWindow
+    from app.components.async_store import AsyncStore
+    from app.qt.engine_host import EngineHost
+    from app.qt.main_window import MainWindow
     from app.store import ConversationStore
 
     windows = []
@@ -192,7 +192,7 @@ def test_quantization_setting_is_kept_for_the_next_start(picker_window, qtbot, t
 
 
 def test_the_quantization_setting_says_it_applies_on_the_next_load(qtbot):
-    from app.widgets.model_settings import ModelSettingsPanel
+    from app.qt.widgets.model_settings import ModelSettingsPanel
 
     panel = ModelSettingsPanel()
     qtbot.addWidget(panel)
@@ -208,13 +208,13 @@ def test_the_quantization_setting_says_it_applies_on_the_next_load(qtbot):
 
 def test_the_hosts_own_loader_checks_memory_before_reading_any_weights(qloop, qtbot,
                                                                         monkeypatch):
-    from app.engine_host import EngineHost
+    from app.qt.engine_host import EngineHost
 
     def must_not_load(*args, **kwargs):
         raise AssertionError("the weights were read although the model cannot fit")
 
-    monkeypatch.setattr("engine.loader.load_model", must_not_load)
-    monkeypatch.setattr("engine.model_info.available_memory", lambda: 64 << 20)
+    monkeypatch.setattr("engine.loading.loader.load_model", must_not_load)
+    monkeypatch.setattr("engine.loading.model_info.available_memory", lambda: 64 << 20)
     host = EngineHost()
     with qtbot.waitSignal(host.load_failed, timeout=30_000) as failed:
         host.load(str(default_model_file()))

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from fake_engine import WAIT_MS, open_tab
 
-from app.engine_host import ModelLoadingError
+from app.qt.engine_host import ModelLoadingError
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ except SystemExit as exit:
 
 def test_pagoda_serve_hands_its_arguments_to_the_engines_serve_command(monkeypatch):
     calls = []
-    monkeypatch.setattr("engine.cli.main", lambda argv: calls.append(argv) or 7)
+    monkeypatch.setattr("engine.cli.main.main", lambda argv: calls.append(argv) or 7)
     assert app.main.main(["serve", "--port", "9001", "--api-key", "k"]) == 7
     assert calls == [["serve", "--port", "9001", "--api-key", "k"]]
 

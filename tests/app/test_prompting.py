@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from app.backends import ChatMessage, SamplingOptions, TokenCount
-from app.prompting import ContextOverflowError, fit_to_context, sampling_options
+from app.components.prompting import ContextOverflowError, fit_to_context, sampling_options
 from app.store import SamplingSettings
 
 

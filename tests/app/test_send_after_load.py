@@ -8,11 +8,11 @@ from fake_engine import WAIT_MS, FakeModels
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QMessageBox, QPlainTextEdit, QPushButton
 
-from app.async_store import AsyncStore
-from app.engine_host import EngineHost
-from app.main_window import MainWindow
+from app.components.async_store import AsyncStore
+from app.qt.engine_host import EngineHost
+from app.qt.main_window import MainWindow
+from app.qt.widgets.composer import KEPT_NOTE
 from app.store import ConversationStore
-from app.widgets.composer import KEPT_NOTE
 
 
 def send_button(window: MainWindow) -> QPushButton:

@@ -11,8 +11,8 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog, QLineEdit
 
-from app.api_key import KEY_FILENAME, ApiKeyFile
-from app.server_controller import SERVER_ENABLED_SETTING, SERVER_PORT_SETTING
+from app.components.api_key import KEY_FILENAME, ApiKeyFile
+from app.qt.server_controller import SERVER_ENABLED_SETTING, SERVER_PORT_SETTING
 from tests.app.fake_engine import IdleEngine
 
 WAIT_MS = 5_000
@@ -23,9 +23,9 @@ RUNNING = "running-model"
 def server_window(qloop, qtbot, tmp_path):
     """build(db_path=None) -> a MainWindow over a fake engine, started like the app starts
     (settings restored, the model loaded, the local server as it was left)."""
-    from app.async_store import AsyncStore
-    from app.engine_host import EngineHost
-    from app.main_window import MainWindow
+    from app.components.async_store import AsyncStore
+    from app.qt.engine_host import EngineHost
+    from app.qt.main_window import MainWindow
     from app.store import ConversationStore
 
     windows = []

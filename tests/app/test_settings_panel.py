@@ -5,8 +5,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel
 
-from app.view_models import SamplingView
-from app.widgets.settings_panel import (
+from app.components.view_models import SamplingView
+from app.qt.widgets.settings_panel import (
     ALREADY_DEFAULTS,
     BUILT_IN_DONE,
     RESET_DONE,

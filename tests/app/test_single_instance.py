@@ -16,14 +16,14 @@ import pytest
 from app import bootstrap
 from app import main as app_main
 from app.open_store import open_store
-from app.single_instance import (
+from app.qt.single_instance import (
     WindowRaiser,
     ask_running_window_to_raise,
     bring_to_front,
     server_name,
 )
+from app.qt.widgets import database_dialog
 from app.store import DatabaseInUseError
-from app.widgets import database_dialog
 from tests.lock_holder import start_lock_holder
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ ASK = """
 import sys
 from pathlib import Path
 from PySide6.QtCore import QCoreApplication
-from app.single_instance import ask_running_window_to_raise
+from app.qt.single_instance import ask_running_window_to_raise
 
 app = QCoreApplication([])
 print(ask_running_window_to_raise(Path(sys.argv[1])), flush=True)
@@ -42,7 +42,7 @@ LISTEN_THEN_WAIT = """
 import sys, time
 from pathlib import Path
 from PySide6.QtCore import QCoreApplication
-from app.single_instance import WindowRaiser
+from app.qt.single_instance import WindowRaiser
 
 app = QCoreApplication([])
 raiser = WindowRaiser(Path(sys.argv[1]))

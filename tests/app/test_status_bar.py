@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from PySide6.QtWidgets import QLabel
 
-from app.view_models import EngineStatusView, LocalServerView
-from app.widgets.status_bar import SPEC_EXPLAINED, EngineStatusBar
+from app.components.view_models import EngineStatusView, LocalServerView
+from app.qt.widgets.status_bar import SPEC_EXPLAINED, EngineStatusBar
 
 MODEL = "SmolLM2-135M-Instruct"
 

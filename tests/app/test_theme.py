@@ -27,11 +27,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import theme
-from app.view_models import EngineStatusView
-from app.widgets.context_meter import ContextMeter
-from app.widgets.settings_panel import SettingsPanel
-from app.widgets.status_bar import EngineStatusBar
+from app.components.view_models import EngineStatusView
+from app.qt import theme
+from app.qt.widgets.context_meter import ContextMeter
+from app.qt.widgets.settings_panel import SettingsPanel
+from app.qt.widgets.status_bar import EngineStatusBar
 
 REQUIRED_ICONS = (
     "new-chat",

@@ -18,10 +18,10 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QApplication, QMainWindow, QTextBrowser, QToolButton, QWidget
 
-from app.view_models import MessageView
-from app.widgets import transcript
-from app.widgets.markdown_render import Segment, split_fenced_code
-from app.widgets.transcript import TranscriptView
+from app.components.view_models import MessageView
+from app.qt.widgets import transcript
+from app.qt.widgets.markdown_render import Segment, split_fenced_code
+from app.qt.widgets.transcript import TranscriptView
 
 NOW = datetime(2026, 11, 29, 14, 3)
 ANSWER = """Here is a **bold** word and a list:

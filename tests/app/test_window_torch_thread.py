@@ -7,9 +7,9 @@ from PySide6.QtWidgets import QPlainTextEdit
 from tiny_gguf import QType, write_tiny_gguf
 from torch_threads import torch_callers
 
-from app.async_store import AsyncStore
-from app.engine_host import EngineHost
-from app.main_window import MainWindow
+from app.components.async_store import AsyncStore
+from app.qt.engine_host import EngineHost
+from app.qt.main_window import MainWindow
 from app.store import ConversationStore, SamplingSettings
 
 pytestmark = pytest.mark.slow

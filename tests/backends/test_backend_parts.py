@@ -11,7 +11,7 @@ from app.backends import ChatMessage, SamplingOptions
 from app.backends.estimate import estimate_tokens
 from app.backends.meter import ThroughputMeter
 from app.backends.sse import sse_data
-from engine.chat_template import encode_chat
+from engine.text.chat_template import encode_chat
 
 
 async def events(lines: list[str]) -> list[str]:

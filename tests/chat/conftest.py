@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app.async_store import AsyncStore
-from app.chat_session import ChatSession
+from app.components.async_store import AsyncStore
+from app.components.chat_session import ChatSession
 from app.store import ConversationStore
 from tests.chat.fake_backend import FakeSource, RecordingView, ScriptedBackend
 

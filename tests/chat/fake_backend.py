@@ -19,7 +19,7 @@ from app.backends import (
     SamplingOptions,
     TokenCount,
 )
-from app.view_models import MessageView, SamplingView
+from app.components.view_models import MessageView, SamplingView
 
 WAIT_S = 5.0
 LOADING = "A model is loading: send again once it is ready."

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from app.backends import ServerError
-from app.chat_session import MODEL_SWITCHED, WAIT_TO_SWITCH, ChatSession
+from app.components.chat_session import MODEL_SWITCHED, WAIT_TO_SWITCH, ChatSession
+from app.components.view_models import SamplingView
 from app.store import GenerationStats
-from app.view_models import SamplingView
 from tests.chat.fake_backend import (
     LOADING,
     NO_MODEL,
@@ -655,7 +655,7 @@ async def test_an_unexpected_failure_in_an_action_is_shown_in_the_chat(session, 
 
 
 def test_the_chat_logic_loads_without_qt_or_torch():
-    code = ("import sys, app.chat_session, tests.chat.fake_backend; "
+    code = ("import sys, app.components.chat_session, tests.chat.fake_backend; "
             "print(sorted(m for m in ('PySide6', 'torch', 'engine') if m in sys.modules))")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,

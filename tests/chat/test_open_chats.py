@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.chat_sources import LOCAL, ChatSources, RemoteSource
-from app.connections import ConnectionKeys, SavedConnections
-from app.open_chats import LOCAL_INSTEAD, OpenChats
+from app.components.chat_sources import LOCAL, ChatSources, RemoteSource
+from app.components.connections import ConnectionKeys, SavedConnections
+from app.components.open_chats import LOCAL_INSTEAD, OpenChats
 from tests.chat.fake_backend import eventually
 
 

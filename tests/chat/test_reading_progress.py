@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from app.backends import PromptProgress
-from app.chat_session import reading_text
+from app.components.chat_session import reading_text
 from tests.chat.fake_backend import WAIT_S
 
 

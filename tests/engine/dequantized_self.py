@@ -8,10 +8,10 @@ from pathlib import Path
 
 from engine import LLM, SamplingParams
 from engine.config import EngineConfig
-from engine.evaluation import prompt_logits
-from engine.loader import load_model
-from engine.model_runner import ModelRunner
-from engine.quantization.on_load import apply_quantization
+from engine.loading.loader import load_model
+from engine.loading.on_load import apply_quantization
+from engine.worker.evaluation import prompt_logits
+from engine.worker.model_runner import ModelRunner
 
 PROMPT_IDS = list(range(3, 200))
 

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.config import SchedulerConfig
-from engine.kv_cache_manager import KVCacheManager
+from engine.core.kv_cache_manager import KVCacheManager
+from engine.core.scheduler import Scheduler
+from engine.core.sequence import Sequence
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
-from engine.sequence import Sequence
 
 BLOCK_SIZE = 4
 EOS = 0

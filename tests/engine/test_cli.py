@@ -76,7 +76,8 @@ def test_negative_temperature_is_rejected_by_name():
 
 
 def test_speculative_tokens_option_reaches_the_engine_config():
-    from engine.cli import build_parser, engine_options
+    from engine.cli.common import engine_options
+    from engine.cli.main import build_parser
 
     args = build_parser().parse_args(["generate", "hi", "--speculative-tokens", "4"])
     assert engine_options(args) == {"num_speculative_tokens": 4}

@@ -15,19 +15,19 @@ from engine import LLM, SamplingParams
 from engine.config import EngineConfig
 from engine.layers.linear import Placement, make_linear
 from engine.llm_engine import LLMEngine
-from engine.loader import load_model
-from engine.model_runner import ModelRunner
+from engine.loading.loader import load_model
 from engine.quantization import cpu_paths
 from engine.quantization.cpu_int4 import CpuInt4Method
 from engine.quantization.cpu_paths import CpuPathPolicy, RowTimings
 from engine.quantization.cpu_q4 import Q4Context, load_q4_context
 from engine.quantization.dequantize_workspace import DequantWorkspace
 from engine.quantization.tensors import Int4Weight, dequantize, quantize_int4, quantize_int8
+from engine.worker.model_runner import ModelRunner
 from kernels.cpu import native
 from kernels.cpu.dequant import Dequantizer
 from kernels.cpu.native import find_compiler
 from kernels.cpu.q4_gemv import KQ_RECORDS, Q4Gemv
-from kernels.ops import TORCH_OPS
+from kernels.kernel_ops import TORCH_OPS
 
 Q4_EVERY_STEP = CpuPathPolicy(native_below_rows=sys.maxsize)
 
@@ -47,7 +47,7 @@ def q4_chosen(monkeypatch, kernels_cache_dir, kernels_at_every_step):
     """The engine builds q4_gemv under the session's cache folder, and its calibration finds it
     the faster kernel at every step size (`kernels_at_every_step`)."""
     monkeypatch.setenv("PAGODA_CACHE_DIR", str(kernels_cache_dir))
-    monkeypatch.setattr("engine.native_kernels._unavailable", {})
+    monkeypatch.setattr("engine.quantization.native_kernels._unavailable", {})
 
 
 def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -299,7 +299,7 @@ def test_engine_greedy_tokens_through_q4_are_the_dequantized_models(
 def test_no_compiler_means_pytorchs_int4_kernel(monkeypatch, tmp_path):
     monkeypatch.setenv("PAGODA_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
-    monkeypatch.setattr("engine.native_kernels._unavailable", {})
+    monkeypatch.setattr("engine.quantization.native_kernels._unavailable", {})
     assert load_q4_context() is None
 
 

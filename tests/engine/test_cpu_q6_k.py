@@ -20,10 +20,9 @@ from tiny_gguf import random_blocks, write_tiny_gguf
 
 from engine.config import EngineConfig
 from engine.layers.linear import Placement, make_fused_linear, make_linear
-from engine.loader import load_model
-from engine.model_runner import ModelRunner
-from engine.quantization.cpu_paths import CpuPathPolicy
+from engine.loading.loader import load_model
 from engine.quantization.cpu_int4 import CpuInt4Method
+from engine.quantization.cpu_paths import CpuPathPolicy
 from engine.quantization.cpu_q8 import CpuQ8Method, Q8Context
 from engine.quantization.split_int8 import CpuSplitInt8Method
 from engine.quantization.stacked import StackedMethod
@@ -37,7 +36,8 @@ from engine.quantization.tensors import (
     select_rows,
     widen_q6_k,
 )
-from kernels.ops import TORCH_OPS
+from engine.worker.model_runner import ModelRunner
+from kernels.kernel_ops import TORCH_OPS
 
 Q4_K_M = {"attn_v": QType.Q6_K, "ffn_down": QType.Q6_K, "token_embd": QType.Q6_K}
 

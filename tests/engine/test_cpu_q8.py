@@ -15,16 +15,16 @@ from tiny_gguf import write_tiny_gguf
 
 from engine.config import EngineConfig
 from engine.layers.linear import Placement, make_linear
-from engine.loader import load_model
-from engine.model_runner import ModelRunner
+from engine.loading.loader import load_model
 from engine.quantization import cpu_paths
 from engine.quantization.cpu_paths import CpuPathPolicy
 from engine.quantization.cpu_q8 import CpuQ8Method, Q8Context, load_q8_context
 from engine.quantization.split_int8 import CpuSplitInt8Method
 from engine.quantization.tensors import Int8Weight, dequantize, quantize_int8
+from engine.worker.model_runner import ModelRunner
 from kernels.cpu.native import find_compiler
 from kernels.cpu.q8_gemv import Q8Gemv
-from kernels.ops import TORCH_OPS
+from kernels.kernel_ops import TORCH_OPS
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def q8_chosen(monkeypatch, kernels_cache_dir, kernels_at_every_step):
     the layers at every step size (`kernels_at_every_step`; the choice itself is tested on
     timings below)."""
     monkeypatch.setenv("PAGODA_CACHE_DIR", str(kernels_cache_dir))
-    monkeypatch.setattr("engine.native_kernels._unavailable", {})
+    monkeypatch.setattr("engine.quantization.native_kernels._unavailable", {})
     monkeypatch.setattr(cpu_paths, "choose_int8_kernel", lambda *args: (True, "chosen"))
 
 
@@ -156,5 +156,5 @@ def test_engine_without_the_library_runs_grouped_int8_as_int4_halves(monkeypatch
 def test_no_compiler_means_no_q8(monkeypatch, tmp_path):
     monkeypatch.setenv("PAGODA_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
-    monkeypatch.setattr("engine.native_kernels._unavailable", {})
+    monkeypatch.setattr("engine.quantization.native_kernels._unavailable", {})
     assert load_q8_context() is None

@@ -5,7 +5,7 @@ import pytest
 
 from engine import LLM, SamplingParams
 from kernels.cpu import native
-from kernels.ops import TORCH_OPS
+from kernels.kernel_ops import TORCH_OPS
 
 PROMPTS = [
     "The quick brown fox jumps over the lazy dog. Then the dog",

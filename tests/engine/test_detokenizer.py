@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.detokenizer import DetokenizerUpdate, IncrementalDetokenizer
+from engine.text.detokenizer import DetokenizerUpdate, IncrementalDetokenizer
 
 ENGLISH = "The quick brown fox jumps over the lazy dog. It was not amused, and said so."
 CHINESE = "北京是中国的首都，人口众多。"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from engine.core.sequence import Sequence
 from engine.sampling_params import SamplingParams
-from engine.sequence import Sequence
 from engine.spec_decode.draft_policy import DraftCandidate, plan_drafts
 from engine.spec_decode.ngram_proposer import NgramProposer
 from engine.spec_decode.step_cost import FASTER_WEIGHT, SLOWER_WEIGHT, StepCost

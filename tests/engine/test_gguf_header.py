@@ -15,9 +15,9 @@ from gguf import GGUFValueType as VType
 from tiny_gguf import raw_array, raw_gguf, raw_key, raw_string, raw_tensor_info, write_tiny_gguf
 
 from engine.errors import MalformedGGUFError
-from engine.gguf_header import check_gguf_header
-from engine.loader import default_model_file, load_model
-from engine.model_info import describe_model
+from engine.loading.gguf_header import check_gguf_header
+from engine.loading.loader import default_model_file, load_model
+from engine.loading.model_info import describe_model
 
 ROOT = Path(__file__).resolve().parents[2]
 # Well above what the engine's modules take once imported (~0.7 GB of address space), far below
@@ -63,7 +63,7 @@ PROBE = textwrap.dedent("""
     import json, resource, sys, time
     from pathlib import Path
     resource.setrlimit(resource.RLIMIT_AS, ({ceiling}, {ceiling}))
-    from engine.gguf_loader import open_gguf_reader
+    from engine.loading.gguf import open_gguf_reader
     results = {{}}
     for path in sys.argv[1:]:
         start = time.monotonic()

@@ -13,14 +13,14 @@ from gguf import GGMLQuantizationType as QType
 from tiny_gguf import HEADS, KV_HEADS, random_blocks, write_tiny_gguf
 
 from engine.errors import ModelLoadError
-from engine.gguf_loader import GGUFModelFile, decode_int4, gguf_tensor_name, rotary_unpermutation
-from engine.loader import (
+from engine.loading.gguf import GGUFModelFile, decode_int4, gguf_tensor_name, rotary_unpermutation
+from engine.loading.loader import (
     cache_dir,
-    expected_weight_shapes,
     load_model,
     metadata_cache_folder,
     tokenizer_folder,
 )
+from engine.models.config import expected_weight_shapes
 from engine.quantization.tensors import Int4Weight, Int8Weight, Q6KWeight, dequantize
 
 INT4_TYPES = (QType.Q4_0, QType.Q4_1, QType.Q4_K)

@@ -1,14 +1,14 @@
 """Whether a model on the Hub fits this machine's memory, before it is downloaded: the loader's
-estimate (engine.model_info) applied to the Hub's parameter count or the file's size."""
+estimate (engine.loading.model_info) applied to the Hub's parameter count or the file's size."""
 
 import sys
 
 import pytest
 from fake_hub import FakeHub, FakeRepo, served, use_hub
 
-from engine.hub import HubFile, HubRepo, repo_info
-from engine.hub_fit import estimate_fit, file_fit, folder_fit, parameters_from_size
-from engine.model_info import (
+from engine.hub.fit import estimate_fit, file_fit, folder_fit, parameters_from_size
+from engine.hub.search import HubFile, HubRepo, repo_info
+from engine.loading.model_info import (
     INT4_BYTES_PER_ELEMENT,
     INT8_BYTES_PER_ELEMENT,
     MEMORY_OVERHEAD_BYTES,
@@ -46,8 +46,8 @@ def test_a_half_billion_model_fits_16_gib():
 
 
 def test_the_verdict_is_unknown_when_memory_cannot_be_measured(monkeypatch):
-    monkeypatch.setattr("engine.hub_fit.available_memory", lambda: None)
-    monkeypatch.setattr("engine.hub_fit.total_memory", lambda: None)
+    monkeypatch.setattr("engine.hub.fit.available_memory", lambda: None)
+    monkeypatch.setattr("engine.hub.fit.total_memory", lambda: None)
 
     fit = estimate_fit("Q4_K_M", 400_000_000, B05, "gguf", KV)
 

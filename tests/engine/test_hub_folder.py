@@ -16,8 +16,8 @@ from engine.errors import (
     HubNotFoundError,
     HubUnreachableError,
 )
-from engine.hub import HubFile, HubRepo, folder_files, repo_info
-from engine.hub_download import download_model_folder
+from engine.hub.download import download_model_folder
+from engine.hub.search import HubFile, HubRepo, folder_files, repo_info
 
 FOLDER_REPO = "pagoda-test/tiny-llama-sharded"
 NO_CONFIG_REPO = "pagoda-test/tiny-llama-no-config"
@@ -69,7 +69,7 @@ def test_a_safetensors_repository_downloads_as_a_folder_that_loads_and_answers(
         hub, folder_bytes, tmp_path):
     from engine.config import EngineConfig
     from engine.llm_engine import LLMEngine
-    from engine.loader import load_model
+    from engine.loading.loader import load_model
     from engine.sampling_params import SamplingParams
 
     events = []
@@ -143,7 +143,7 @@ def test_a_repository_without_config_json_is_not_offered_as_a_folder(hub):
 
 
 def test_pull_of_a_repository_without_gguf_files_fetches_its_folder(hub, tmp_path, capsys):
-    from engine.cli import main
+    from engine.cli.main import main
 
     assert main(["pull", FOLDER_REPO]) == 0
 
@@ -152,7 +152,7 @@ def test_pull_of_a_repository_without_gguf_files_fetches_its_folder(hub, tmp_pat
 
 
 def test_pull_says_when_a_repository_is_neither_gguf_nor_a_folder(hub, capsys):
-    from engine.cli import main
+    from engine.cli.main import main
 
     assert main(["pull", NO_CONFIG_REPO]) == 2
 
@@ -199,7 +199,7 @@ def test_a_model_type_the_engine_does_not_run_is_not_a_folder():
 
 def test_a_cancelled_folder_resumes_with_progress_counting_the_bytes_already_on_disk(
         hub, folder_bytes, tmp_path, monkeypatch):
-    monkeypatch.setattr("engine.hub_download._REPORT_INTERVAL_S", 0.0)
+    monkeypatch.setattr("engine.hub.download._REPORT_INTERVAL_S", 0.0)
     cancel = threading.Event()
 
     with pytest.raises(DownloadCancelledError, match="resumes"):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.disk_prefix_cache import model_fingerprint
-from engine.kv_block_io import KVBlockIO
+from engine.disk_cache.block_io import KVBlockIO
+from engine.disk_cache.tier import model_fingerprint
 
 SHAPE = (8, 4, 2, 3)  # blocks, block size, kv heads, head dim
 
@@ -62,7 +62,7 @@ def test_the_fingerprint_follows_the_weights_and_the_settings(tmp_path):
 
 
 def test_recomputing_is_costed_by_its_fastest_step_and_reading_by_recent_ones():
-    from engine.disk_prefix_cache import DiskPrefixCache
+    from engine.disk_cache.tier import DiskPrefixCache
 
     io = KVBlockIO(caches())
     disk = DiskPrefixCache(store=None, writer=None, io=io)

@@ -8,8 +8,8 @@ import torch
 
 from engine import SamplingParams
 from engine.config import EngineConfig
-from engine.evaluation import compare, prompt_logits
-from engine.model_runner import ModelRunner
+from engine.worker.evaluation import compare, prompt_logits
+from engine.worker.model_runner import ModelRunner
 
 QUALITY_TEXT = Path(__file__).parent / "data" / "quality_text.txt"
 HALF_DTYPES = ["float16", "bfloat16"]

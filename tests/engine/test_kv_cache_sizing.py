@@ -6,15 +6,15 @@ import torch
 
 from engine import PromptTooLongError
 from engine.config import EngineConfig
-from engine.kv_cache_sizing import (
+from engine.models.kv_cache_sizing import (
     AUTO_KV_CACHE_LIMIT,
     KV_CONTEXTS,
     auto_kv_cache_bytes,
     kv_cache_memory_bound,
     num_kv_blocks,
 )
-from engine.memory import zeroed_host_tensor
-from engine.process_memory import resident_bytes
+from engine.models.memory import zeroed_host_tensor
+from engine.worker.process_memory import resident_bytes
 
 # The default model: 30 layers x 3 KV heads x 64 dims, keys and values, fp32.
 BYTES_PER_TOKEN = 2 * 30 * 3 * 64 * 4
@@ -58,7 +58,7 @@ def test_memory_checks_before_loading_count_the_cap_or_the_explicit_size():
 
 
 def test_prompt_longer_than_a_capped_default_pool_names_kv_cache_memory(make_llm, monkeypatch):
-    monkeypatch.setattr("engine.kv_cache_sizing.AUTO_KV_CACHE_LIMIT", 64 * 16 * BYTES_PER_TOKEN)
+    monkeypatch.setattr("engine.models.kv_cache_sizing.AUTO_KV_CACHE_LIMIT", 64 * 16 * BYTES_PER_TOKEN)
     llm = make_llm(**ENGINE)
     assert llm.engine.runner.num_blocks == 64
     with pytest.raises(PromptTooLongError, match="KV cache holds 1024.*kv_cache_memory"):

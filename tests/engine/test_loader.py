@@ -10,13 +10,12 @@ from safetensors.torch import load_file, save_file
 from tiny_models import save_tiny_model
 
 from engine.errors import ModelLoadError
-from engine.loader import (
+from engine.loading.loader import (
     default_model_file,
-    expected_weight_shapes,
     load_model,
     metadata_cache_folder,
-    rope_theta,
 )
+from engine.models.config import expected_weight_shapes, rope_theta
 from engine.models.llama import LlamaShape
 
 

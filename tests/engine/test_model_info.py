@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import save_file
 
 from engine.errors import ModelLoadError
-from engine.model_info import (
+from engine.loading.model_info import (
     GIB,
     INT4_BYTES_PER_ELEMENT,
     INT8_BYTES_PER_ELEMENT,
@@ -177,7 +177,8 @@ def test_an_unknown_quantization_is_refused(tiny_gguf):
 
 
 def test_an_engine_refuses_a_model_too_large_before_loading_it(monkeypatch, tiny_gguf):
-    from engine import EngineConfig, LLMEngine, model_info
+    from engine import EngineConfig, LLMEngine
+    from engine.loading import model_info
 
     loads = []
     monkeypatch.setattr(model_info, "available_memory", lambda: 64 << 20)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine import native_kernels
+from engine.quantization import native_kernels
 from kernels.cpu import native
 
 

@@ -11,16 +11,14 @@ import torch
 import torch.nn.functional as F
 
 from engine.config import EngineConfig
-from engine.evaluation import compare, prompt_logits
 from engine.layers.linear import Placement, make_linear
 from engine.layers.lm_head import refine_top_logits
-from engine.loader import load_model, tokenizer_folder
-from engine.model_runner import ModelRunner
+from engine.loading.loader import load_model, tokenizer_folder
+from engine.loading.on_load import apply_quantization
 from engine.quantization import cpu_paths
 from engine.quantization.cpu_int4 import CpuInt4Method
 from engine.quantization.cpu_int8 import CpuInt8Method
 from engine.quantization.cpu_paths import CpuPathPolicy, RowTimings
-from engine.quantization.on_load import apply_quantization
 from engine.quantization.tensors import (
     Int4Weight,
     Int8Weight,
@@ -31,7 +29,9 @@ from engine.quantization.tensors import (
     quantize_int8,
     split_int8_into_int4,
 )
-from kernels.ops import TORCH_OPS
+from engine.worker.evaluation import compare, prompt_logits
+from engine.worker.model_runner import ModelRunner
+from kernels.kernel_ops import TORCH_OPS
 from tests.engine.tiny_models import save_tiny_model
 from tests.q4_k_weight import q4_k_weight
 

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from engine.sampler import TOP_P_CANDIDATES, Sampler, SamplingMetadata, SamplingRow
 from engine.sampling_params import SamplingParams
+from engine.worker.sampler import TOP_P_CANDIDATES, Sampler, SamplingMetadata, SamplingRow
 
 CPU = torch.device("cpu")
 

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from test_block_accounting import BLOCK_SIZE, EOS, check_invariants
 
 from engine.config import SchedulerConfig
-from engine.kv_cache_manager import KVCacheManager
+from engine.core.kv_cache_manager import KVCacheManager
+from engine.core.scheduler import Scheduler, SchedulerOutput
+from engine.core.sequence import Sequence
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler, SchedulerOutput
-from engine.sequence import Sequence
 from engine.spec_decode.ngram_proposer import NgramProposer
 from engine.spec_decode.step_cost import StepCost
 

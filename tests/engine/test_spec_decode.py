@@ -12,7 +12,7 @@ import pytest
 from test_batch_invariance import make_prompt
 
 from engine import SamplingParams
-from engine.chat_template import encode_chat
+from engine.text.chat_template import encode_chat
 
 # See test_parity: on a small shared machine one thread is several times faster than two.
 NUM_THREADS = 1

@@ -11,7 +11,7 @@ import unicodedata
 import pytest
 
 from engine import AsyncEngine, RequestOutput, SamplingParams
-from engine.chat_template import encode_chat
+from engine.text.chat_template import encode_chat
 from tests.engine.tokenizer_threads import note_encoding_threads
 
 # One thread: with the two cores shared by other processes, two OpenMP threads spin against each

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from engine.loader import tokenizer_folder
+from engine.loading.loader import tokenizer_folder
 
 TINY_MODEL_TYPES = ("llama", "qwen2", "mistral", "qwen3")
 # Further variants of those types, by name: save_tiny_model(path, "qwen3-tied").

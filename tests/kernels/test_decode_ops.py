@@ -12,7 +12,8 @@ from kernels.attention_metadata import AttentionMetadata, DecodeGroup, PrefillSe
 from kernels.cpu import decode_ops
 from kernels.cpu.decode_ops import AVX2, AVX512, BEST_ISA, SCALAR, DecodeOps
 from kernels.cpu.native import find_compiler
-from kernels.ops import TORCH_OPS, select_ops
+from kernels.kernel_ops import TORCH_OPS
+from kernels.ops import select_ops
 
 ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2, AVX512], ids=["scalar", "avx2", "avx512"])
 # The default model: hidden 576, 9 heads over 3 kv heads of 64, intermediate 1536.

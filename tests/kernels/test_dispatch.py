@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels.ops import BACKEND_ENV, TORCH_OPS, select_ops
+from kernels.kernel_ops import TORCH_OPS
+from kernels.ops import BACKEND_ENV, select_ops
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
@@ -40,7 +41,7 @@ def test_engine_imports_and_runs_the_torch_path_without_triton():
     script = """
 import sys
 sys.modules["triton"] = None  # as if triton were not installed
-import engine, engine.model_runner
+import engine, engine.worker.model_runner
 from kernels.ops import select_ops
 import torch
 assert select_ops(torch.device("cpu")).name == "torch"

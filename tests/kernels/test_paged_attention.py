@@ -3,7 +3,7 @@
 import torch
 
 from kernels.attention_metadata import AttentionMetadata, DecodeGroup, PrefillSegment
-from kernels.ops import TORCH_OPS as ops
+from kernels.kernel_ops import TORCH_OPS as ops
 
 BLOCK_SIZE = 4
 NUM_BLOCKS = 32

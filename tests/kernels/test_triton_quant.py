@@ -14,7 +14,8 @@ from kernel_device import DEVICE, KERNEL_DTYPES, assert_close
 from triton.compiler import ASTSource
 
 from kernels import torch_ref, triton_quant
-from kernels.ops import TORCH_OPS, triton_ops
+from kernels.kernel_ops import TORCH_OPS
+from kernels.ops import triton_ops
 
 GROUP = 32
 # M = 1 and 3 take the GEMV (3 with a padded row), 17 the GEMM (padded rows, columns and K).

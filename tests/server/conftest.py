@@ -21,7 +21,7 @@ def async_engine(make_engine):
 
 @pytest.fixture(scope="module")
 def served(async_engine) -> ServedModel:
-    return ServedModel(MODEL, async_engine, async_engine.engine.max_model_len)
+    return ServedModel(MODEL, async_engine, async_engine.max_model_len)
 
 
 @pytest.fixture(scope="module")

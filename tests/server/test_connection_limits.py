@@ -10,8 +10,8 @@ import time
 import httpx
 import pytest
 
+from engine.cli.serve import add_serve_options
 from engine.server.api import build_app
-from engine.server.command import add_serve_options
 from engine.server.connections import (
     DEFAULT_HEADER_TIMEOUT,
     DEFAULT_MAX_CONNECTIONS,

@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from engine.cli import main
+from engine.cli.main import main
 
 
 def test_serving_a_reachable_address_without_a_key_is_refused(capsys, monkeypatch):

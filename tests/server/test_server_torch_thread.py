@@ -16,7 +16,7 @@ def test_serving_runs_torch_on_the_engine_thread_only(tmp_path):
     model = write_tiny_gguf(tmp_path / "tiny.gguf", matrix_type=QType.Q4_0).path
     with torch_callers() as callers:
         engine = AsyncEngine(model, EngineConfig(num_kv_blocks=16))
-        served = ServedModel("tiny", engine, engine.engine.max_model_len)
+        served = ServedModel("tiny", engine, engine.max_model_len)
         server = ServerThread(build_app(lambda: served)).start()
         try:
             client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0,

@@ -1,0 +1,118 @@
+"""The Hugging Face Hub as the model library asks it: a search, a repository's files and whether
+each fits this machine, a download.
+
+Each function runs on one of the library's worker threads: the engine's Hub client imports
+huggingface_hub (not light), there, under ENGINE_IMPORT_LOCK the first time. What goes wrong
+comes back as the sentence the window shows, not raised: a search or a download that fails is an
+answer, not an error of the window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from threading import Event
+from typing import TYPE_CHECKING
+
+from app.backends.engine_import import ENGINE_IMPORT_LOCK
+
+if TYPE_CHECKING:
+    from engine.hub.download import DownloadProgress
+    from engine.hub.fit import MemoryFit
+    from engine.hub.search import HubFile, HubModel, HubRepo
+
+
+@dataclass(frozen=True, slots=True)
+class FileFits:
+    """A repository's loadable GGUF files (split parts left out), the recommended one first, each
+    with its fit; `folder` is the fit of its safetensors model folder, None when it has none the
+    engine loads."""
+
+    files: list[tuple[HubFile, MemoryFit]]
+    recommended: HubFile | None
+    folder: MemoryFit | None
+
+
+def search(query: str, token: str | None) -> list[HubModel] | str:
+    hub, _ = _hub()
+    from engine.errors import PagodaError
+
+    try:
+        return hub.search_models(query, token=token)
+    except PagodaError as error:
+        return _sentence(error)
+
+
+def repository(repo_id: str, token: str | None) -> HubRepo | str:
+    hub, _ = _hub()
+    from engine.errors import HubAccessError, PagodaError
+
+    try:
+        return hub.repo_info(repo_id, token=token)
+    except HubAccessError:
+        return _gated(hub, repo_id, token)
+    except PagodaError as error:
+        return _sentence(error)
+
+
+def file_fits(repo: HubRepo, quantization: str = "auto") -> FileFits:
+    """Whether each file (and the folder) fits this machine's memory under the engine's
+    `quantization` setting, with the KV cache the engine's defaults would reserve."""
+    with ENGINE_IMPORT_LOCK:
+        from engine.config import EngineConfig
+        from engine.hub.fit import file_fit, folder_fit
+        from engine.hub.search import recommended_file
+        from engine.models.kv_cache_sizing import kv_cache_memory_bound
+
+    kv_cache_bytes = kv_cache_memory_bound(EngineConfig())
+    recommended = recommended_file(repo.files)
+    ggufs = sorted((f for f in repo.files if f.is_gguf and not f.is_split_part),
+                   key=lambda f: (f is not recommended, f.filename))
+    files = [(f, file_fit(repo, f, kv_cache_bytes, quantization=quantization)) for f in ggufs]
+    return FileFits(files, recommended,
+                    folder_fit(repo, kv_cache_bytes, quantization=quantization))
+
+
+def download(repo_id: str, filename: str | None, dest_dir: Path | None,
+             on_progress: Callable[[DownloadProgress], None] | None, token: str | None,
+             cancel: Event) -> Path | tuple[bool, str]:
+    """One file (filename None: the repository's safetensors model folder) into dest_dir; its
+    path, or (cancelled, the sentence saying why not)."""
+    hub, hub_download = _hub()
+    from engine.errors import DownloadCancelledError, HubAccessError, PagodaError
+
+    try:
+        if filename is None:
+            return hub_download.download_model_folder(repo_id, dest_dir, on_progress=on_progress,
+                                                      token=token, cancel=cancel)
+        return hub_download.download_model_file(repo_id, filename, dest_dir,
+                                                on_progress=on_progress, token=token,
+                                                cancel=cancel)
+    except DownloadCancelledError as error:
+        return True, _sentence(error)
+    except HubAccessError:
+        return False, _gated(hub, repo_id, token)
+    except PagodaError as error:
+        return False, _sentence(error)
+
+
+def _hub():
+    with ENGINE_IMPORT_LOCK:
+        import engine.hub.download
+        import engine.hub.search
+    return engine.hub.search, engine.hub.download
+
+
+def _gated(hub, repo_id: str, token: str | None) -> str:
+    """A gated repository, in the window's words: where to accept its terms, and the token."""
+    terms = f"{repo_id} is gated: accept its terms at {hub.hub_endpoint()}/{repo_id}"
+    if token is None:
+        return f"{terms}, then save a Hugging Face token of that account below."
+    return f"{terms} with the saved token's account, or save a token of an account that has " \
+           "accepted them."
+
+
+def _sentence(error: Exception) -> str:
+    text = str(error)
+    return text[:1].upper() + text[1:]

@@ -1,0 +1,609 @@
+"""One open chat, without a window: its branch, its streaming reply, its settings, the notice it
+shows. It joins the conversation in the store with a backend's stream and tells a `ChatView`
+what changed; the tab's widgets are one such view, the tests another."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from app.backends import (
+    BackendError,
+    ChatBackend,
+    ChatMessage,
+    ModelLoadingError,
+    PromptProgress,
+    ReplyChunk,
+    chat_cache_tag,
+)
+from app.components.async_store import AsyncStore
+from app.components.prompting import (
+    ContextOverflowError,
+    FittedPrompt,
+    chat_messages,
+    fit_to_context,
+    sampling_options,
+    stats_text,
+)
+from app.components.tasks import TaskSet
+from app.components.view_models import MessageView, SamplingView
+from app.store import Conversation, ConversationStore, GenerationStats, Message, StreamingWriter
+
+logger = logging.getLogger(__name__)
+
+MODEL_SWITCHED = ("The model was switched while this reply was being written: what it had "
+                  "written is kept, marked interrupted. Regenerate to answer with the new model.")
+WAIT_TO_SWITCH = "Wait for the reply to finish (or stop it) to switch branches."
+
+
+class BackendSource(Protocol):
+    """Where a chat's replies come from: the engine host, or a saved remote connection.
+
+    `backend_for_new_request()` raises ModelLoadingError while there is none; `backend` is the
+    one in service now (None while none is), so a reply can tell it was switched.
+    """
+
+    @property
+    def backend(self) -> ChatBackend | None: ...
+
+    def backend_for_new_request(self) -> ChatBackend: ...
+
+
+class ChatView(Protocol):
+    """What a session tells whoever shows it. Every method is called on the event loop."""
+
+    def show_messages(self, views: list[MessageView]) -> None: ...
+    def update_message(self, view: MessageView) -> None: ...
+    def begin_stream(self, view: MessageView) -> None: ...
+    def append_delta(self, message_id: int, delta: str) -> None: ...
+    def show_reading(self, message_id: int, text: str | None) -> None:
+        """What a streaming reply is doing before its text comes (how much of a long prompt the
+        model has read); None once it writes."""
+    def end_stream(self, view: MessageView) -> None: ...
+    def show_title(self, title: str) -> None: ...
+    def show_notice(self, text: str, error: bool = False) -> None: ...
+    def show_streaming(self, streaming: bool) -> None: ...
+    def show_can_regenerate(self, enabled: bool) -> None: ...
+    def show_settings(self, settings: SamplingView) -> None: ...
+    def show_context_usage(self, used: int, max_model_len: int, max_tokens: int, *,
+                           exact: bool = True) -> None: ...
+    def restore_draft(self, text: str) -> None: ...
+    def begin_edit(self, message_id: int, content: str) -> None: ...
+
+
+class NullView:
+    """Shows nothing: a session's view until one is attached."""
+
+    def __getattr__(self, _name: str) -> Callable[..., None]:
+        return lambda *_args, **_kwargs: None
+
+
+@dataclass(slots=True)
+class Reply:
+    """The reply being streamed: its message, request, text so far, its throttled writer, its
+    last chunk and the backend its request runs on (None until it starts).
+
+    The writer is only touched on the store's worker thread.
+    """
+
+    message: Message
+    request_id: str
+    writer: StreamingWriter
+    text: str = ""
+    last_chunk: ReplyChunk | None = None
+    backend: ChatBackend | None = None
+    continuing: bool = False  # the message held a reply cut at its max tokens: it grows
+    reading: str | None = None  # how far the backend has read the prompt, until text comes
+
+
+def message_view(m: Message, sibling_index: int = 0, sibling_count: int = 1) -> MessageView:
+    stats = stats_text(m.stats, m.completion_tokens) if m.role == "assistant" else ""
+    return MessageView(id=m.id, role=m.role, content=m.content, created_at=m.created_at,
+                       status=m.status, sibling_index=sibling_index, sibling_count=sibling_count,
+                       stats_text=stats, error=m.error if m.status == "error" else None,
+                       finish_reason=m.finish_reason, completion_tokens=m.completion_tokens)
+
+
+def load_branch(store: ConversationStore, cid: int) -> tuple[Conversation, list[Message],
+                                                               list[MessageView]]:
+    """The conversation, its branch root to leaf, and the views with their sibling positions."""
+    conversation = store.get_conversation(cid)
+    path = store.current_path(cid)
+    views = []
+    for m in path:
+        ids = [s.id for s in store.siblings(m.id)]
+        views.append(message_view(m, ids.index(m.id), len(ids)))
+    return conversation, path, views
+
+
+class ChatSession:
+    """One open chat. Every store call goes through AsyncStore; nothing here waits on a thread.
+
+    State the view renders: `views` (the branch shown), `title`, `notice` ((text, is_error) or
+    None), `is_streaming`, `can_regenerate`, `settings`, `context_usage` ((used, context,
+    max_tokens) or None). `on_conversation_changed(cid)` fires when the chat list should
+    refresh (a new message, a reply ended); `on_streaming_changed(bool)` when a reply starts or
+    ends.
+    """
+
+    def __init__(self, conversation_id: int, db: AsyncStore, source: BackendSource,
+                 view: ChatView | None = None) -> None:
+        self.conversation_id = conversation_id
+        self.db = db
+        self.source = source
+        self.view: ChatView = view or NullView()
+        self.conversation: Conversation | None = None
+        self.path: list[Message] = []
+        self.views: list[MessageView] = []
+        self.reply: Reply | None = None
+        self.title = "New chat"
+        self.notice: tuple[str, bool] | None = None
+        self.can_regenerate = False
+        self.settings = SamplingView()
+        self.context_usage: tuple[int, int, int] | None = None
+        self.draft = ""  # the message being typed, counted in the context meter
+        self._meter_counts = 0
+        self.on_conversation_changed: Callable[[int], None] = lambda _cid: None
+        self.on_streaming_changed: Callable[[bool], None] = lambda _streaming: None
+        self._tasks = TaskSet(self._action_failed)
+        self._replying = False  # from the user's action until its reply has ended
+        self._stop_requested = False
+        self.closed = False
+
+    @property
+    def is_streaming(self) -> bool:
+        """A reply is on its way: from the moment the user's message is being stored until
+        the reply has ended. Sending, editing, regenerating and switching wait until then."""
+        return self._replying or self.reply is not None
+
+    # -- running the user's actions --------------------------------------------------------------
+
+    def spawn(self, coro) -> asyncio.Task:
+        """Run a coroutine for this chat; a failure is shown in the chat, never lost in a log."""
+        return self._tasks.spawn(coro)
+
+    def _action_failed(self, exc: BaseException) -> None:
+        logger.error("chat %s: %s", self.conversation_id, exc, exc_info=exc)
+        if not self.closed:
+            self._notify(f"Something went wrong: {exc}", error=True)
+
+    async def wait_idle(self) -> None:
+        """Wait for every action started with `spawn` (tests, and closing in order)."""
+        await self._tasks.wait_idle()
+
+    # -- loading and settings --------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Show the conversation as stored: its current branch and its settings."""
+        await self._reload()
+        if self.closed:
+            return
+        c = self.conversation
+        self.settings = SamplingView.of(c.system_prompt, c.sampling)
+        self.view.show_settings(self.settings)
+        await self.refresh_context_meter()
+
+    async def _reload(self, *, streaming: int | None = None, ending: int | None = None) -> None:
+        """Re-read the branch and redraw what changed. `streaming` leaves that (new, empty) reply
+        out for begin_stream to draw; `ending` is the reply whose stream just ended.
+        """
+        conversation, path, views = await self.db.run(
+            lambda store: load_branch(store, self.conversation_id))
+        if self.closed:
+            return
+        self.conversation, self.path = conversation, path
+        if streaming is not None:
+            views = [v for v in views if v.id != streaming]
+        self._render(views, ending)
+        self._set_title(conversation.title or "New chat")
+        self._set_can_regenerate()
+
+    def _render(self, views: list[MessageView], ending: int | None = None) -> None:
+        """Redraw only the messages that changed: a full render of a long chat is slow."""
+        if [v.id for v in views] != [v.id for v in self.views]:
+            self.view.show_messages(views)
+        else:
+            for new, old in zip(views, self.views, strict=True):
+                if new.id == ending:
+                    self.view.end_stream(new)
+                elif new != old:
+                    self.view.update_message(new)
+        self.views = views
+
+    def rename(self, title: str) -> None:
+        """The title as stored elsewhere (the sidebar's rename)."""
+        self._set_title(title)
+
+    async def save_settings(self, settings: SamplingView) -> None:
+        self.settings = settings
+        await self.db.update_settings(self.conversation_id,
+                                      system_prompt=settings.system_prompt or None,
+                                      sampling=settings.sampling())
+        self.conversation = await self.db.get_conversation(self.conversation_id)
+        await self.refresh_context_meter()
+
+    async def count_draft(self, text: str) -> None:
+        """The message being typed counts in the context meter (the caller debounces), so an
+        over-long paste is flagged before it is sent."""
+        self.draft = text
+        await self.refresh_context_meter()
+
+    async def refresh_context_meter(self) -> None:
+        """Count the branch (and the draft, if any) with the backend's tokenizer, off the loop;
+        an older count that comes back after a newer one is dropped."""
+        backend = self.source.backend
+        if backend is None or self.conversation is None:
+            return
+        self._meter_counts += 1
+        ticket = self._meter_counts
+        messages = chat_messages(self.conversation.system_prompt, self.path)
+        if self.draft.strip() and not self.is_streaming:
+            messages.append(ChatMessage("user", self.draft))
+        used, exact = 0, True
+        if messages:
+            try:
+                count = await backend.count_tokens(messages)
+            except BackendError:
+                return  # the model is being switched: the new one's load refreshes the meter
+            used, exact = count.n, count.exact and backend.max_model_len_known
+        if not self.closed and ticket == self._meter_counts:
+            self.context_usage = (used, backend.max_model_len,
+                                  self.conversation.sampling.max_tokens)
+            self.view.show_context_usage(*self.context_usage, exact=exact)
+
+    # -- the user's actions ----------------------------------------------------------------------
+
+    async def send(self, text: str) -> None:
+        if self.is_streaming or not self._check_backend():
+            self.view.restore_draft(text)
+            return
+        self.draft = ""
+        async with self._replying_now():
+            user = await self.db.append_user_message(self.conversation_id, text)
+            self.on_conversation_changed(self.conversation_id)
+            await self._generate(user.id)
+
+    async def edit(self, message_id: int, text: str) -> None:
+        if self.is_streaming or not self._check_backend():
+            return
+        async with self._replying_now():
+            user = await self.db.edit_user_message(message_id, text)
+            await self._generate(user.id)
+
+    async def regenerate(self, assistant_id: int) -> None:
+        if self.is_streaming or not self._check_backend():
+            return
+        message = next((m for m in self.path if m.id == assistant_id), None)
+        if message is None or message.parent_id is None:
+            return
+        async with self._replying_now():
+            await self._generate(message.parent_id)
+
+    @contextlib.asynccontextmanager
+    async def _replying_now(self):
+        """Mark the chat busy for one action, before its first await: a second action (or a
+        click on Regenerate) while the first stores its message is refused, not interleaved."""
+        self._replying, self._stop_requested = True, False
+        try:
+            yield
+        finally:
+            self._replying = False
+
+    async def continue_reply(self, message_id: int) -> None:
+        """Go on with a reply cut at its max tokens: the same message grows, on the same
+        branch, from where it stopped (the local engine reuses the cached prefix)."""
+        if self.is_streaming or not self._check_backend():
+            return
+        last = self.path[-1] if self.path else None
+        if last is None or last.id != message_id or last.finish_reason != "length":
+            self._notify("Only the newest reply, cut at its max tokens, can be continued.")
+            return
+        async with self._replying_now():
+            message = await self.db.resume_message(message_id)
+            await self._write_reply(message, continuing=True)
+
+    async def regenerate_last(self) -> None:
+        last = self._last_assistant()
+        if last is not None:
+            await self.regenerate(last.id)
+
+    async def switch_branch(self, message_id: int, direction: int) -> None:
+        if self.is_streaming:
+            self._notify(WAIT_TO_SWITCH)
+            return
+        siblings = await self.db.siblings(message_id)
+        ids = [s.id for s in siblings]
+        target = ids[(ids.index(message_id) + direction) % len(ids)]
+        await self.db.switch_branch(target)
+        await self._reload()
+        await self.refresh_context_meter()
+
+    async def show_branch_of(self, message_id: int) -> None:
+        """Make the branch holding `message_id` the one shown (a search hit on another branch)."""
+        if self.is_streaming:
+            return
+        await self.db.switch_branch(message_id)
+        await self._reload()
+        await self.refresh_context_meter()
+
+    def stop(self) -> None:
+        """Stop the reply: at once when it streams, else before it starts streaming."""
+        if not self.is_streaming:
+            return
+        self._stop_requested = True
+        if self.reply is not None and self.reply.backend is not None:
+            self.reply.backend.abort(self.reply.request_id)
+
+    def begin_edit(self, message_id: int) -> None:
+        message = next((m for m in self.path if m.id == message_id), None)
+        if message is not None and not self.is_streaming:
+            self.view.begin_edit(message_id, message.content)
+
+    def use_source(self, source: BackendSource) -> bool:
+        """Answer this chat's next replies from `source`; refused (False) while one streams."""
+        if self.is_streaming:
+            self._notify("Wait for the reply to finish (or stop it) to change where this chat's "
+                         "replies come from.")
+            return False
+        self.source = source
+        self.spawn(self.refresh_context_meter())
+        return True
+
+    def _last_assistant(self) -> Message | None:
+        return next((m for m in reversed(self.path) if m.role == "assistant"), None)
+
+    def unable_to_send(self) -> str | None:
+        """Why a message cannot be sent now, in words (a model loading, none loaded, a server's
+        key lost); None when it can. Asked again whenever the source's state changes, the
+        same question a send asks, so the two never disagree."""
+        try:
+            self.source.backend_for_new_request()
+        except ModelLoadingError as exc:
+            return str(exc)
+        return None
+
+    def _check_backend(self) -> bool:
+        try:
+            self.source.backend_for_new_request()
+        except ModelLoadingError as exc:
+            self._notify(str(exc))
+            return False
+        return True
+
+    # -- generation ------------------------------------------------------------------------------
+
+    async def _generate(self, parent_id: int) -> None:
+        if self.closed:
+            return
+        message = await self.db.start_assistant_message(self.conversation_id, parent_id=parent_id,
+                                                        model=self._model_name())
+        await self._write_reply(message)
+
+    async def _write_reply(self, message: Message, continuing: bool = False) -> None:
+        """Stream the reply into `message`: a new, empty one, or (`continuing`) one cut at its
+        max tokens, which grows."""
+        writer = StreamingWriter(self.db.store, message.id, text=message.content)
+        self.reply = Reply(message, f"conv{self.conversation_id}-msg{message.id}", writer,
+                           text=message.content, continuing=continuing)
+        self._set_streaming(True)
+        try:
+            await self._reload(streaming=message.id)
+            if self.closed:
+                return  # closed while the branch was read: kept interrupted below
+            backend, fitted = await self._fit_on_current_backend()
+            if fitted is not None and self._stop_requested:
+                await self._keep_stopped(None, "")  # stopped before it began: kept, empty
+            elif fitted is not None and not self.closed:
+                await self._stream(backend, fitted)
+        except BackendError as exc:
+            await self._end_on_error(exc)
+        finally:
+            self.reply, self._replying = None, False
+            if self.closed:  # closed at any await above: the reply is kept, interrupted
+                self.db.submit(lambda _store: writer.closed or writer.interrupt())
+            else:
+                self._set_streaming(False)
+                await self._reload(ending=message.id)
+                await self.refresh_context_meter()
+                self.on_conversation_changed(self.conversation_id)
+
+    def _model_name(self) -> str:
+        backend = self.source.backend
+        return backend.model_name if backend is not None else ""
+
+    async def _fit_on_current_backend(self) -> tuple[ChatBackend, FittedPrompt | None]:
+        """The backend to stream on and the prompt fitted to it, fitted again when the model was
+        switched meanwhile. Raises ModelLoadingError once a model is loading."""
+        while True:
+            backend = self.source.backend_for_new_request()
+            try:
+                fitted = await self._fit_prompt(backend)
+            except BackendError:
+                if self.source.backend_for_new_request() is backend:
+                    raise
+                continue  # the backend stopped as the model was switched: fit to the new one
+            if fitted is None or self.source.backend_for_new_request() is backend:
+                return backend, fitted
+
+    async def _stream(self, backend: ChatBackend, fitted: FittedPrompt) -> None:
+        # A switch can still come while the backend tokenizes the chat: the stream then ends
+        # with "abort" or raises BackendStoppedError, and the tab says the model was switched.
+        reply = self.reply
+        self._show_prompt_usage(backend, fitted)
+        options = sampling_options(self.conversation.sampling, fitted.max_tokens)
+        view = message_view(reply.message)
+        self.view.begin_stream(view)
+        self.views = [*self.views, view]
+        reply.backend = backend
+        extra = {"continue_final_message": True} if reply.continuing else {}
+        async for chunk in backend.stream(fitted.messages, options, reply.request_id,
+                                          cache_tag=chat_cache_tag(self.conversation_id),
+                                          **extra):
+            self._on_chunk(chunk)
+        await self._finish(backend.model_name)
+
+    def _show_prompt_usage(self, backend: ChatBackend, fitted: FittedPrompt) -> None:
+        """The meter shows what this reply reads, as soon as it is counted: a long paste is
+        seen filling the context while it is read, not once the reply is done."""
+        self._meter_counts += 1  # a count still on its way is older than this one
+        self.context_usage = (fitted.prompt_tokens, backend.max_model_len,
+                              self.conversation.sampling.max_tokens)
+        self.view.show_context_usage(*self.context_usage,
+                                     exact=fitted.exact and backend.max_model_len_known)
+
+    async def _fit_prompt(self, backend: ChatBackend) -> FittedPrompt | None:
+        # The branch without the reply being written; a reply being continued is kept, as the
+        # text the model goes on from.
+        branch = self.path if self.reply.continuing else self.path[:-1]
+        messages = chat_messages(self.conversation.system_prompt, branch)
+        max_model_len = backend.max_model_len
+        try:
+            fitted = await fit_to_context(messages, backend.count_tokens, max_model_len,
+                                          self.conversation.sampling.max_tokens)
+        except ContextOverflowError as exc:
+            await self._fail(str(exc))
+            return None
+        if fitted.num_dropped:
+            dropped = ("the oldest message was" if fitted.num_dropped == 1
+                       else f"the {fitted.num_dropped} oldest messages were")
+            self._notify(
+                f"This chat is longer than the model's context ({max_model_len:,} "
+                f"tokens): {dropped} left out of what the model sees for this reply. They "
+                "stay in the chat.")
+        return fitted
+
+    def _on_chunk(self, chunk: ReplyChunk) -> None:
+        reply = self.reply
+        delta = chunk.delta_text
+        reply.last_chunk = chunk
+        if self.closed:
+            return
+        if chunk.prompt_progress is not None:
+            reply.reading = reading_text(chunk.prompt_progress, reply.continuing)
+            self.view.show_reading(reply.message.id, reply.reading)
+        if not delta:
+            return
+        if reply.reading is not None:
+            reply.reading = None
+            self.view.show_reading(reply.message.id, None)
+        reply.text += delta
+        self.view.append_delta(reply.message.id, delta)
+        # Not awaited: the worker applies writes in order, and the stream need not wait for disk.
+        self.db.submit(lambda _store, d=delta: reply.writer.append(d))
+
+    async def _finish(self, model: str) -> None:
+        reply = self.reply
+        last = reply.last_chunk
+        if self.closed:
+            return
+        if last is not None and last.finish_reason == "abort" and self._stop_requested \
+                and not self._backend_was_switched():
+            await self._keep_stopped(last, model)
+        elif last is None or last.finish_reason in (None, "abort"):
+            await self._keep_interrupted()
+        else:
+            await self.db.run(lambda _store: reply.writer.finish(
+                last.finish_reason, _generation_stats(last, model),
+                prompt_tokens=last.num_prompt_tokens, completion_tokens=_written(reply, last)))
+
+    async def _fail(self, error: str) -> None:
+        writer = self.reply.writer
+        await self.db.run(lambda _store: writer.closed or writer.fail(error))
+        if not self.closed:
+            self._notify(error, error=True)
+
+    async def _end_on_error(self, exc: BackendError) -> None:
+        """A reply cut by a model switch is kept, and said so; one cut by a failure after text
+        arrived is kept too, with the failure shown; one that never began fails."""
+        if self._backend_was_switched():
+            await self._keep_interrupted()
+        elif exc.partial_text or self.reply.text:
+            await self._keep_interrupted()
+            if not self.closed:
+                self._notify(str(exc), error=True)
+        else:
+            await self._fail(str(exc))
+
+    async def _keep_stopped(self, last: ReplyChunk | None, model: str) -> None:
+        """The user's Stop: kept as "stopped", with the figures the backend gave for it."""
+        writer = self.reply.writer
+        stats = _generation_stats(last, model) if last is not None else None
+        await self.db.run(lambda _store: writer.closed or writer.interrupt(
+            "stopped", stats, prompt_tokens=last and last.num_prompt_tokens,
+            completion_tokens=last and _written(self.reply, last)))
+
+    async def _keep_interrupted(self) -> None:
+        """Keep the reply so far; say why when it was not the user's Stop."""
+        writer = self.reply.writer
+        await self.db.run(lambda _store: writer.closed or writer.interrupt())
+        if self._backend_was_switched() and not self.closed:
+            self._notify(MODEL_SWITCHED, error=True)
+
+    def _backend_was_switched(self) -> bool:
+        backend = self.reply.backend
+        return backend is not None and backend is not self.source.backend
+
+    # -- what the view shows ---------------------------------------------------------------------
+
+    def notify(self, text: str) -> None:
+        """Tell the user something about this chat in its notice (kept until dismissed)."""
+        self._notify(text)
+
+    def _notify(self, text: str, error: bool = False) -> None:
+        self.notice = (text, error)
+        self.view.show_notice(text, error)
+
+    def clear_notice(self) -> None:
+        self.notice = None
+
+    def _set_title(self, title: str) -> None:
+        self.title = title
+        self.view.show_title(title)
+
+    def _set_can_regenerate(self) -> None:
+        self.can_regenerate = self._last_assistant() is not None and not self.is_streaming
+        self.view.show_can_regenerate(self.can_regenerate)
+
+    def _set_streaming(self, streaming: bool) -> None:
+        self.view.show_streaming(streaming)
+        self._set_can_regenerate()
+        self.on_streaming_changed(streaming)
+
+    # -- closing ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop for good: abort a streaming reply and queue its ending as interrupted on the
+        store's worker (the window drains the worker before the app exits)."""
+        self.closed = True
+        self.view = NullView()  # its widgets may be gone by the time a stream ends
+        reply = self.reply
+        if reply is None:
+            return
+        if reply.backend is not None:
+            reply.backend.abort(reply.request_id)
+        writer = reply.writer
+        self.db.submit(lambda _store: writer.closed or writer.interrupt())
+
+
+def reading_text(progress: PromptProgress, continuing: bool = False) -> str:
+    """"reading your message: 1,200 / 3,300 tokens" (the whole chat is read, but what is new
+    to the model, and slow, is nearly always the message just sent)."""
+    what = "the chat" if continuing else "your message"
+    return (f"reading {what}: {progress.num_computed_tokens:,} / "
+            f"{progress.num_prompt_tokens:,} tokens")
+
+
+def _written(reply: Reply, last: ReplyChunk) -> int | None:
+    """The reply's tokens: a continued reply's earlier ones and the new ones together."""
+    if last.num_output_tokens is None or not reply.continuing:
+        return last.num_output_tokens
+    return (reply.message.completion_tokens or 0) + last.num_output_tokens
+
+
+def _generation_stats(last: ReplyChunk, model: str) -> GenerationStats:
+    return GenerationStats(model=model, ttft_s=last.time_to_first_token,
+                           tokens_per_s=last.tokens_per_s, cached_tokens=last.num_cached_tokens)

@@ -1,0 +1,137 @@
+"""One open conversation's widgets: the transcript, the context meter, notices and the composer.
+It is the ChatView its ChatSession renders into (app/components/chat_session.py)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout, QWidget
+
+from app.components.view_models import MessageView, SamplingView
+from app.qt.widgets.composer import Composer
+from app.qt.widgets.context_meter import ContextMeter
+from app.qt.widgets.elide import ElidedLabel
+from app.qt.widgets.transcript import TranscriptView
+
+
+class ChatTab(QWidget):
+    """Widgets only: its ChatSession tells it what to show; its ChatController forwards its input.
+
+    `title_changed(str)` asks the tab bar to relabel; `settings_changed(SamplingView)` carries
+    edits from the window's settings panel while this tab is the current one;
+    `notice_dismissed()` when the notice's ✕ is clicked.
+    """
+
+    title_changed = Signal(str)
+    settings_changed = Signal(object)
+    notice_dismissed = Signal()
+
+    def __init__(self, conversation_id: int, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.conversation_id = conversation_id
+        self.title = "New chat"
+        self.settings = SamplingView()
+        self.transcript = TranscriptView(self)
+        self.context_meter = ContextMeter(self)
+        self.composer = Composer(self)
+        self.regenerate_button = QPushButton("Regenerate", self, objectName="regenerateButton")
+        self.regenerate_button.setToolTip("Answer the last message again, as a new branch")
+        self.regenerate_button.setEnabled(False)
+        self.source_label = ElidedLabel(self, objectName="chatSource")
+        self._notice = QLabel(self, objectName="notice", wordWrap=True,
+                              textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
+        self._notice_close = QToolButton(self, text="✕", autoRaise=True)
+        self._notice_close.clicked.connect(self.clear_notice)
+        self._notice_close.clicked.connect(self.notice_dismissed)
+        self._layout()
+        self.clear_notice()
+
+    def _layout(self) -> None:
+        notice_row = QHBoxLayout()
+        notice_row.addWidget(self._notice, 1)
+        notice_row.addWidget(self._notice_close)
+        tools = QHBoxLayout()
+        tools.addWidget(self.source_label)
+        tools.addWidget(self.context_meter, 1)
+        tools.addWidget(self.regenerate_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 8, 8, 8)
+        layout.addWidget(self.transcript, 1)
+        layout.addLayout(notice_row)
+        layout.addLayout(tools)
+        layout.addWidget(self.composer)
+
+    # -- the ChatView a session renders into ---------------------------------------------------
+
+    def show_messages(self, views: list[MessageView]) -> None:
+        self.transcript.set_messages(views)
+
+    def update_message(self, view: MessageView) -> None:
+        self.transcript.update_message(view)
+
+    def begin_stream(self, view: MessageView) -> None:
+        self.transcript.begin_stream(view)
+
+    def append_delta(self, message_id: int, delta: str) -> None:
+        self.transcript.append_delta(message_id, delta)
+
+    def show_reading(self, message_id: int, text: str | None) -> None:
+        self.transcript.show_activity(message_id, text)
+
+    def end_stream(self, view: MessageView) -> None:
+        self.transcript.end_stream(view)
+
+    def show_title(self, title: str) -> None:
+        self.set_title(title)
+
+    def show_streaming(self, streaming: bool) -> None:
+        self.composer.set_streaming(streaming)
+
+    def show_can_regenerate(self, enabled: bool) -> None:
+        self.set_can_regenerate(enabled)
+
+    def show_settings(self, settings: SamplingView) -> None:
+        self.set_settings(settings)
+
+    def show_context_usage(self, used: int, max_model_len: int, max_tokens: int, *,
+                           exact: bool = True) -> None:
+        self.context_meter.set_usage(used, max_model_len, max_tokens, exact=exact)
+
+    def show_source(self, text: str) -> None:
+        """Where this chat's replies come from, e.g. "llama-3-8b · gpu-box:8000"."""
+        self.source_label.setText(text)
+        self.source_label.setToolTip(f"Replies in this chat come from {text}. Choose another "
+                                     "model or server in the model picker.")
+
+    def restore_draft(self, text: str) -> None:
+        self.composer.set_text(text)
+
+    def begin_edit(self, message_id: int, content: str) -> None:
+        self.composer.begin_edit(message_id, content)
+
+    # -- its own widgets ---------------------------------------------------------------------------
+
+    def set_title(self, title: str) -> None:
+        if title != self.title:
+            self.title = title
+            self.title_changed.emit(title)
+
+    def set_settings(self, settings: SamplingView) -> None:
+        self.settings = settings
+
+    def set_can_regenerate(self, enabled: bool) -> None:
+        self.regenerate_button.setEnabled(enabled)
+
+    def show_notice(self, text: str, error: bool = False) -> None:
+        self._notice.setProperty("error", error)
+        self._notice.setStyleSheet("color: #c62828;" if error else "")
+        self._notice.setText(text)
+        self._notice.setVisible(True)
+        self._notice_close.setVisible(True)
+
+    def notice_text(self) -> str:
+        return self._notice.text()
+
+    def clear_notice(self) -> None:
+        self._notice.clear()
+        self._notice.setVisible(False)
+        self._notice_close.setVisible(False)

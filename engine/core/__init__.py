@@ -1,0 +1,1 @@
+"""Bookkeeping without tensors: sequences, the scheduler, KV blocks and their prefix hashes."""

@@ -1,0 +1,146 @@
+"""Whether a model on the Hub would fit in this machine's memory, before it is downloaded.
+
+The loader's estimate (engine.loading.model_info: resident bytes per layout, plus the KV cache and the
+overhead) applied to a parameter count instead of a file's tensor headers: the Hub's count, or
+one derived from the file's size and its quantization's bits per weight. A GGUF file larger
+than its count at its main type holds some tensors at Q6_K (llama.cpp's mixes: the output
+matrix, some attention and feed-forward ones), priced as such. Without the headers the
+vocabulary's exact copy (engine.loading.model_info.VOCABULARY_EXACT_BYTES) is not counted: the loader
+asks for that much more, 3% for SmolLM2-135M's Q4_1 file, nearer a fifth for a quantized model
+with a large vocabulary (Qwen2.5-7B's Q4_K_M file).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from engine.hub.search import HubFile, HubRepo
+from engine.loading.model_info import (
+    MEMORY_OVERHEAD_BYTES,
+    ModelFormat,
+    TensorHeader,
+    available_memory,
+    resident_bytes,
+    tensor_kind,
+    total_memory,
+)
+from engine.quantization.tensors import INT4_GROUP_SIZE
+
+# fits: fits in the memory available now; tight: in the machine's RAM, not in what other
+# programs leave now; too_big: more than the machine's RAM; unknown: memory not measurable.
+FitVerdict = Literal["fits", "tight", "too_big", "unknown"]
+# Checkpoints on the Hub are mostly bf16 or fp16 when the Hub does not say.
+_DEFAULT_SAFETENSORS_DTYPE = "BF16"
+# A K-quant mix ("Q4_K_M": mostly Q4_K) by its main tensor type.
+_K_QUANT_MIX = re.compile(r"^(Q\d_K)_(?:S|M|L|XL)$")
+# The type llama.cpp keeps a mix's larger tensors in.
+_MIX_TYPE = "Q6_K"
+
+
+@dataclass(slots=True, frozen=True)
+class MemoryFit:
+    """needed_bytes: weights + KV cache + overhead, as engine.loading.model_info.memory_needed counts
+    them. num_parameters: the count used, None when neither the Hub nor the file's quantization
+    told it (the weights are then taken at the file's size). available_bytes, total_bytes: None
+    when they cannot be measured."""
+
+    verdict: FitVerdict
+    needed_bytes: int
+    weight_bytes: int
+    num_parameters: int | None
+    available_bytes: int | None
+    total_bytes: int | None
+
+
+def estimate_fit(file_quantization: str | None, size: int, num_parameters: int | None,
+                 model_format: ModelFormat, kv_cache_bytes: int, available: int | None = None,
+                 total: int | None = None, quantization: str = "auto",
+                 dtype: torch.dtype = torch.float32) -> MemoryFit:
+    """file_quantization: the file's quantization ("Q4_K_M", "Q8_0", "F16"; a safetensors
+    folder's dtype, "BF16"); size: its bytes on the Hub (a folder: its weight files');
+    num_parameters: the Hub's count, None to derive it from size. quantization and dtype: the
+    engine's settings (EngineConfig.quantization, .dtype). available and total are measured
+    when not given."""
+    if model_format == "safetensors":
+        file_quantization = file_quantization or _DEFAULT_SAFETENSORS_DTYPE
+    kind = _tensor_type(file_quantization)
+    if kind is None:  # neither its layout nor its bytes per weight known: taken at its size
+        num_parameters, weights = None, size
+    else:
+        num_parameters = num_parameters or parameters_from_size(size, kind)
+        split = _split_by_size(num_parameters, size, kind) if model_format == "gguf" else {}
+        parts = split or {kind: num_parameters}
+        weights = round(sum(resident_bytes(_as_one_matrix(count, part), quantization, dtype,
+                                           model_format) for part, count in parts.items()))
+    needed = weights + kv_cache_bytes + MEMORY_OVERHEAD_BYTES
+    available = available_memory() if available is None else available
+    total = total_memory() if total is None else total
+    return MemoryFit(_verdict(needed, available, total), needed, weights, num_parameters,
+                     available, total)
+
+
+def file_fit(repo: HubRepo, file: HubFile, kv_cache_bytes: int, **settings) -> MemoryFit:
+    """The fit of one GGUF file of repo (settings: estimate_fit's quantization, dtype,
+    available, total)."""
+    return estimate_fit(file.quantization, file.size, repo.num_parameters, "gguf",
+                        kv_cache_bytes, **settings)
+
+
+def folder_fit(repo: HubRepo, kv_cache_bytes: int, **settings) -> MemoryFit | None:
+    """The fit of repo's safetensors model folder; None when it has none."""
+    weights = [f for f in repo.folder_files if f.filename.endswith(".safetensors")]
+    if not weights:
+        return None
+    return estimate_fit(repo.weights_dtype, sum(f.size for f in weights), repo.num_parameters,
+                        "safetensors", kv_cache_bytes, **settings)
+
+
+def parameters_from_size(size: int, tensor_type: str) -> int:
+    """How many weights size bytes of tensor_type ("Q4_K", "BF16") hold."""
+    block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType[tensor_type]]
+    return size * block // block_bytes
+
+
+def _split_by_size(num_parameters: int, size: int, tensor_type: str) -> dict[str, int]:
+    """The parameters of a GGUF file at its main type and at _MIX_TYPE, from the bytes it has
+    beyond its count at the main type; empty when the main type is not smaller."""
+    main, larger = _bytes_per_weight(tensor_type), _bytes_per_weight(_MIX_TYPE)
+    if main >= larger:
+        return {}
+    in_larger = round((size - num_parameters * main) / (larger - main))
+    in_larger = min(max(in_larger, 0), num_parameters)
+    return {tensor_type: num_parameters - in_larger, _MIX_TYPE: in_larger}
+
+
+def _bytes_per_weight(tensor_type: str) -> float:
+    block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType[tensor_type]]
+    return block_bytes / block
+
+
+def _tensor_type(file_quantization: str | None) -> str | None:
+    """The GGUF tensor type a file's quantization is made of mostly; None when unknown."""
+    label = (file_quantization or "").upper()
+    label = _K_QUANT_MIX.sub(r"\1", label)
+    return label if label in GGMLQuantizationType.__members__ else None
+
+
+def _as_one_matrix(num_parameters: int, tensor_type: str) -> TensorHeader:
+    """All the weights as one matrix of the file's type, so that model_info's resident_bytes
+    prices them under a setting as it prices one tensor. Rows of INT4_GROUP_SIZE: a whole
+    number of int4 groups, as the engine's matrices have."""
+    rows = math.ceil(num_parameters / INT4_GROUP_SIZE)
+    return TensorHeader("weights", tensor_kind(tensor_type), (rows, INT4_GROUP_SIZE))
+
+
+def _verdict(needed: int, available: int | None, total: int | None) -> FitVerdict:
+    if available is None:
+        return "unknown"
+    if needed <= available:
+        return "fits"
+    return "tight" if total is not None and needed <= total else "too_big"

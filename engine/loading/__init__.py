@@ -1,0 +1,1 @@
+"""A model source (GGUF file, Hugging Face folder or repo) into weights, a tokenizer and facts."""

@@ -1,0 +1,376 @@
+"""Read a GGUF file as it is: config, tokenizer and weights by Hugging Face parameter names.
+
+Quantized tensors stay quantized (`engine.quantization.tensors`): Q4_0, Q4_1 and Q4_K blocks map
+exactly onto `Int4Weight` (groups of 32 with a scale and a min), the other block types the engine
+reads become `Int8Weight` in groups of 32 (Q8_0 exactly), float tensors stay float. Decoding works on every block of a tensor at
+once, so the default model's 211 matrices take about a second.
+
+The config and tokenizer come from transformers' GGUF support, which takes seconds on a 49k-token
+vocabulary; they are saved once per file (keyed by its content) into a cache folder and read from
+there afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import gguf
+import numpy as np
+import torch
+import transformers
+from gguf import GGMLQuantizationType as QType
+
+from engine.errors import ModelLoadError
+from engine.loading.gguf_header import check_gguf_header
+from engine.loading.layouts import GGUF_FLOAT_TYPES, GGUF_INT4_TYPES, GGUF_INT8_TYPES
+from engine.loading.lazy_weights import LazyWeights
+from engine.quantization.tensors import (
+    INT4_GROUP_SIZE,
+    INT8_GROUP_SIZE,
+    Int4Weight,
+    Int8Weight,
+    Q6KWeight,
+    Weight,
+    quantize_int8,
+)
+
+logger = logging.getLogger(__name__)
+
+# GGUF's name for an architecture; Mistral files say "llama".
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3")
+INT4_TYPES = frozenset(QType[name] for name in GGUF_INT4_TYPES)
+INT8_TYPES = frozenset(QType[name] for name in GGUF_INT8_TYPES)
+FLOAT_TYPES = frozenset(QType[name] for name in GGUF_FLOAT_TYPES)
+QUANTIZATIONS = ("auto", "none", "int8", "int4")
+
+_GLOBAL_TENSORS = {"model.embed_tokens": "token_embd", "model.norm": "output_norm",
+                   "lm_head": "output"}
+_LAYER_TENSORS = {
+    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+}
+_LAYER_PARAMETER = re.compile(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)")
+_GLOBAL_PARAMETER = re.compile(r"(.+)\.(weight|bias)")
+
+
+class GGUFModelFile:
+    """One GGUF file, memory-mapped; `config_and_tokenizer` and `weights` read what it holds."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._reader = open_gguf_reader(path)
+        self.architecture = self._read_architecture()
+        self.tensors = {t.name: t for t in self._reader.tensors}
+
+    def _read_architecture(self) -> str:
+        field = self._reader.get_field("general.architecture")
+        architecture = field.contents() if field is not None else None
+        if architecture not in SUPPORTED_ARCHITECTURES:
+            raise ModelLoadError(
+                f"Unsupported architecture {architecture!r} in {self.path}. Pagoda reads GGUF "
+                f"files of {', '.join(SUPPORTED_ARCHITECTURES)} models (Llama 2/3, SmolLM/SmolLM2, "
+                "Mistral, Qwen2/2.5, Qwen3)."
+            )
+        return architecture
+
+    def config_and_tokenizer(
+        self, cache: Path
+    ) -> tuple[transformers.PretrainedConfig, transformers.PreTrainedTokenizerBase]:
+        """From cache (a folder for this file's content) when it holds them, else built from the
+        file and saved there for the next load."""
+        cached = _read_cached_metadata(cache)
+        if cached is not None:
+            return cached
+        logger.info("Reading the tokenizer of %s (once; later loads take it from %s)",
+                    self.path.name, cache)
+        config, tokenizer = self._build_config_and_tokenizer()
+        _write_cached_metadata(cache, config, tokenizer)
+        return config, tokenizer
+
+    def _build_config_and_tokenizer(
+        self,
+    ) -> tuple[transformers.PretrainedConfig, transformers.PreTrainedTokenizerBase]:
+        folder, name = self.path.parent, self.path.name
+        try:
+            config = transformers.AutoConfig.from_pretrained(folder, gguf_file=name)
+            tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        except Exception as error:
+            raise ModelLoadError(
+                f"The config or tokenizer of {self.path} could not be read: "
+                f"{str(error).rstrip('.')}. "
+                "Re-download the file."
+            ) from error
+        # transformers leaves head_dim at its class default for these architectures (Qwen3: 128),
+        # which is wrong for a model whose heads are not that size.
+        head_dim = self._reader.get_field(f"{self.architecture}.attention.key_length")
+        if head_dim is not None:
+            config.head_dim = int(head_dim.contents())
+        return config, tokenizer
+
+    def weights(
+        self, expected: dict[str, tuple[int, ...]], config: transformers.PretrainedConfig,
+        quantization: str = "auto", dtype: torch.dtype = torch.float32,
+    ) -> LazyWeights:
+        """The parameters named in expected (HF name -> shape), all checked now and each decoded
+        when first asked for (`engine.loading.lazy_weights`).
+
+        "auto", "int8" and "int4" keep blocks in the engine's layouts (requantizing to int8/int4
+        is a later, shared step); "none" dequantizes every tensor to dtype. Float matrices are
+        cast to dtype; under "auto", 1-D tensors (norms, biases) are float32.
+        """
+        if quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization={quantization!r} must be one of {QUANTIZATIONS}")
+        tensors = {name: self._checked_tensor(name, shape) for name, shape in expected.items()}
+
+        def decode(name: str) -> Weight:
+            tensor = tensors[name]
+            return _decode(self._rows_in_hf_order(name, tensor, config), tensor.tensor_type,
+                           expected[name], quantization, dtype)
+
+        return LazyWeights(tensors, decode)
+
+    def _checked_tensor(self, hf_name: str, shape: tuple[int, ...]) -> gguf.ReaderTensor:
+        name = gguf_tensor_name(hf_name)
+        tensor = self.tensors.get(name)
+        if tensor is None:
+            raise ModelLoadError(
+                f"{self.path} has no tensor {name} ({hf_name}), which its {self.architecture} "
+                "config needs. The file is incomplete or damaged: re-download it."
+            )
+        got = tensor_shape(tensor)
+        if got != shape:
+            raise ModelLoadError(
+                f"Tensor {name} ({hf_name}) in {self.path} has shape {got}, but the file's config "
+                f"implies {shape}. The file is damaged: re-download it."
+            )
+        if tensor.tensor_type not in INT4_TYPES | INT8_TYPES | FLOAT_TYPES:
+            readable = ", ".join(t.name for t in sorted(INT4_TYPES | INT8_TYPES | FLOAT_TYPES))
+            raise ModelLoadError(
+                f"Tensor {name} in {self.path} is stored as {tensor.tensor_type.name}, which "
+                f"Pagoda cannot read. It reads {readable}: download a Q4_K_M, Q4_0, Q5_K_M, "
+                "Q6_K or Q8_0 file of the model instead."
+            )
+        return tensor
+
+    def _rows_in_hf_order(self, hf_name: str, tensor: gguf.ReaderTensor,
+                          config: transformers.PretrainedConfig) -> np.ndarray:
+        """The tensor's raw rows; for llama q and k reordered, as llama.cpp's converter
+        interleaved the rotary halves of each head. A row is whole blocks, so this is exact
+        for every type (and numpy's row gather is ~500x faster than torch's on uint8)."""
+        if self.architecture != "llama":
+            return tensor.data
+        if ".self_attn.q_proj." in hf_name:
+            heads = config.num_attention_heads
+        elif ".self_attn.k_proj." in hf_name:
+            heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        else:
+            return tensor.data
+        return tensor.data[rotary_unpermutation(tensor.data.shape[0], heads).numpy()]
+
+
+def gguf_tensor_name(hf_name: str) -> str:
+    """"model.layers.3.mlp.up_proj.weight" -> "blk.3.ffn_up.weight"."""
+    layer = _LAYER_PARAMETER.fullmatch(hf_name)
+    if layer is not None:
+        index, module, kind = layer.groups()
+        return f"blk.{index}.{_LAYER_TENSORS[module]}.{kind}"
+    module, kind = _GLOBAL_PARAMETER.fullmatch(hf_name).groups()
+    return f"{_GLOBAL_TENSORS[module]}.{kind}"
+
+
+def tensor_shape(tensor: gguf.ReaderTensor) -> tuple[int, ...]:
+    """(out, in) for a matrix: GGUF lists dimensions innermost first."""
+    return tuple(int(d) for d in reversed(tensor.shape.tolist()))
+
+
+def rotary_unpermutation(rows: int, heads: int) -> torch.Tensor:
+    """Row index that turns llama.cpp's q/k row order back into Hugging Face's.
+
+    Within a head of size d, llama.cpp stores HF row j * d/2 + i (half j, pair i) at 2i + j.
+    """
+    half = rows // heads // 2
+    return torch.arange(rows).view(heads, half, 2).transpose(1, 2).reshape(rows)
+
+
+# Decoding
+
+
+def _decode(data: np.ndarray, kind: QType, shape: tuple[int, ...], quantization: str,
+            dtype: torch.dtype) -> Weight:
+    """data: a tensor's raw rows as GGUFReader gives them (values, or bytes of blocks)."""
+    if quantization == "none":
+        return dequantize_to_float(data, kind, shape).to(dtype)
+    if len(shape) == 1:
+        return dequantize_to_float(data, kind, shape)  # norms and biases: float32
+    if kind in INT4_TYPES:
+        return decode_int4(data, kind)
+    if kind == QType.Q8_0:
+        return decode_q8_0(data)
+    if kind == QType.Q6_K:  # read in place by our CPU kernel; widened where that does not run
+        return Q6KWeight(torch.from_numpy(np.array(data, dtype=np.uint8)))
+    if kind in INT8_TYPES:  # 5 bits: int8 in groups of 32 is finer than their own steps
+        return quantize_int8(dequantize_to_float(data, kind, shape), INT8_GROUP_SIZE)
+    return _float_tensor(data, kind, shape).to(dtype)
+
+
+def dequantize_to_float(data: np.ndarray, kind: QType, shape: tuple[int, ...]) -> torch.Tensor:
+    """float32, by gguf's own reference dequantization."""
+    values = gguf.quants.dequantize(data, kind)
+    if not values.flags.writeable:  # a view of the read-only memory map (F32)
+        values = values.copy()
+    return torch.from_numpy(values).reshape(shape)
+
+
+def _float_tensor(data: np.ndarray, kind: QType, shape: tuple[int, ...]) -> torch.Tensor:
+    if kind == QType.BF16:
+        return torch.from_numpy(np.array(data).view(np.int16)).view(torch.bfloat16).reshape(shape)
+    return torch.from_numpy(np.array(data)).reshape(shape)
+
+
+def decode_int4(data: np.ndarray, kind: QType) -> Int4Weight:
+    """Raw Q4_0/Q4_1/Q4_K rows [N, bytes per row] -> the exact Int4Weight of the same values."""
+    type_size = gguf.GGML_QUANT_SIZES[kind][1]
+    rows = data.shape[0]
+    blocks = np.asarray(data).reshape(rows, -1, type_size)
+    if kind == QType.Q4_0:
+        d = _f16(blocks, 0)
+        scales, mins, packed = d, -8 * d, _repack_nibbles(blocks[..., 2:])
+    elif kind == QType.Q4_1:
+        scales, mins, packed = _f16(blocks, 0), _f16(blocks, 2), _repack_nibbles(blocks[..., 4:])
+    else:
+        scales, mins, packed = _q4_k_parts(blocks)
+    return Int4Weight(
+        packed=torch.from_numpy(packed.reshape(rows, -1)),
+        scales=torch.from_numpy(scales.reshape(rows, -1)),
+        mins=torch.from_numpy(mins.reshape(rows, -1)),
+        group_size=INT4_GROUP_SIZE,
+    )
+
+
+def decode_q8_0(data: np.ndarray) -> Int8Weight:
+    """Raw Q8_0 rows (blocks of an fp16 scale and 32 int8 values) -> the exact Int8Weight."""
+    type_size = gguf.GGML_QUANT_SIZES[QType.Q8_0][1]
+    rows = data.shape[0]
+    blocks = np.asarray(data).reshape(rows, -1, type_size)
+    q = np.ascontiguousarray(blocks[..., 2:]).view(np.int8).reshape(rows, -1)
+    return Int8Weight(torch.from_numpy(q), torch.from_numpy(_f16(blocks, 0)), INT8_GROUP_SIZE)
+
+
+def _q4_k_parts(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A Q4_K super-block: fp16 d and dmin, 12 bytes of 6-bit sub-block scales and mins, then 4
+    chunks of 32 bytes, each holding two 32-value sub-blocks (low nibbles first)."""
+    d = _f16(blocks, 0)[..., None]
+    dmin = _f16(blocks, 2)[..., None]
+    sub_scales, sub_mins = _q4_k_scales_and_mins(blocks[..., 4:16])
+    chunks = blocks[..., 16:].reshape(*blocks.shape[:2], 4, 32)
+    return d * sub_scales, -(dmin * sub_mins), _repack_nibbles(chunks)
+
+
+def _q4_k_scales_and_mins(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """12 bytes -> 8 six-bit scales and 8 six-bit mins, as float32.
+
+    Bytes 0-3 hold scales 0-3 and bytes 4-7 mins 0-3 in their low 6 bits; scales and mins 4-7
+    keep their low 4 bits in bytes 8-11 (scale low nibble, min high nibble) and their top 2 bits
+    in the top bits of bytes 0-3 and 4-7.
+    """
+    low_scales, low_mins, rest = packed[..., 0:4], packed[..., 4:8], packed[..., 8:12]
+    scales_hi = (rest & 0x0F) | ((low_scales >> 6) << 4)
+    mins_hi = (rest >> 4) | ((low_mins >> 6) << 4)
+    scales = np.concatenate([low_scales & 0x3F, scales_hi], axis=-1)
+    mins = np.concatenate([low_mins & 0x3F, mins_hi], axis=-1)
+    return scales.astype(np.float32), mins.astype(np.float32)
+
+
+def _repack_nibbles(qs: np.ndarray) -> np.ndarray:
+    """GGUF keeps a group's first half in the low nibbles of its n bytes and the second half in
+    the high nibbles; Int4Weight keeps consecutive values in byte pairs (even k low, odd k high).
+    """
+    even, odd = qs[..., 0::2], qs[..., 1::2]
+    first_half = (even & 0x0F) | ((odd & 0x0F) << 4)
+    second_half = (even >> 4) | (odd & 0xF0)
+    return np.concatenate([first_half, second_half], axis=-1)
+
+
+def _f16(blocks: np.ndarray, offset: int) -> np.ndarray:
+    """The fp16 at byte offset of every block, as float32 [rows, blocks]."""
+    raw = np.ascontiguousarray(blocks[..., offset:offset + 2])
+    return raw.view(np.float16)[..., 0].astype(np.float32)
+
+
+# Reading the file
+
+
+class _PlainArrayReader(gguf.GGUFReader):
+    """GGUFReader over a plain ndarray view of its memory map: slicing an np.memmap runs Python
+    code per slice, which made reading a 49k-token vocabulary's header take 2 s instead of 0.5."""
+
+    @property
+    def data(self) -> np.ndarray:
+        return self._plain_data
+
+    @data.setter
+    def data(self, value: np.ndarray) -> None:
+        self._plain_data = value.view(np.ndarray)
+
+
+def open_gguf_reader(path: Path) -> gguf.GGUFReader:
+    """Checked first by our bounded scan: gguf-py allocates for whatever counts the file claims."""
+    try:
+        check_gguf_header(path)
+    except OSError as error:
+        raise ModelLoadError(f"{path} cannot be read: {error}. Check the file and its "
+                             "permissions.") from error
+    try:
+        return _PlainArrayReader(path)
+    except Exception as error:  # every parse failure means the same to a user
+        raise ModelLoadError(
+            f"{path} is not a complete GGUF file ({type(error).__name__}: {error}). It may have "
+            "been cut short, or use a tensor type newer than Pagoda's GGUF reader knows: "
+            "re-download it, or choose another file."
+        ) from error
+
+
+# The config and tokenizer cache
+
+
+def _read_cached_metadata(
+    cache: Path,
+) -> tuple[transformers.PretrainedConfig, transformers.PreTrainedTokenizerBase] | None:
+    if not (cache / "config.json").is_file():
+        return None
+    try:
+        config = transformers.AutoConfig.from_pretrained(cache)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(cache)
+    except Exception as error:  # noqa: BLE001 - a damaged cache is rebuilt, never fatal
+        logger.warning("Ignoring the damaged tokenizer cache %s (%s); rebuilding it", cache, error)
+        return None
+    return config, tokenizer
+
+
+def _write_cached_metadata(cache: Path, config: transformers.PretrainedConfig,
+                           tokenizer: transformers.PreTrainedTokenizerBase) -> None:
+    """Write into a fresh folder and rename it into place: a reader sees all of it or none."""
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=f".{cache.name}.partial-", dir=cache.parent))
+    except OSError as error:
+        logger.warning("Cannot cache the tokenizer in %s: %s", cache.parent, error)
+        return
+    try:
+        config.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        shutil.rmtree(cache, ignore_errors=True)
+        os.replace(partial, cache)
+    except OSError as error:
+        # Another process may have put its copy in place first; either way loading goes on.
+        logger.warning("Could not cache the tokenizer in %s: %s", cache, error)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)

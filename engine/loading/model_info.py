@@ -1,0 +1,283 @@
+"""What a model is and the memory it will take, read from its headers only: no tensor data.
+
+A GGUF file through `gguf.GGUFReader` (memory-mapped: tensor types and element counts), a
+Hugging Face folder through its safetensors headers (dtypes and shapes). The app shows this in
+its model picker and refuses, before loading starts, a model that would not fit in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from engine.config import QUANTIZATIONS, EngineConfig
+from engine.errors import ModelLoadError
+from engine.loading.gguf import open_gguf_reader
+from engine.loading.layouts import VOCABULARY_MATRICES, Layout, gguf_layout
+from engine.loading.loader import default_model_file, model_name
+from engine.models.kv_cache_sizing import kv_cache_memory_bound
+from engine.quantization.tensors import INT4_GROUP_SIZE
+
+logger = logging.getLogger(__name__)
+
+GIB = 1 << 30
+# Resident bytes per weight element in the layouts the engine keeps (engine/quantization/),
+# measured with bench/quantized.py. int4: the CPU kernel's packed nibbles with a bf16 scale and
+# zero per 32 values.
+INT4_BYTES_PER_ELEMENT = 0.625
+# int8, in groups of 32: run as two int4 halves (engine/quantization/split_int8.py).
+INT8_BYTES_PER_ELEMENT = 1.25
+# The vocabulary (embedding, lm_head) also keeps its exact layout, for embedding lookups and to
+# recompute the top logits (engine/layers/lm_head.py): int8 values with fp32 scales per 32, or
+# int4 nibbles with fp32 scale and min per 32.
+VOCABULARY_EXACT_BYTES = {"int8": 1.125, "int4": 0.75}
+# Beyond weights and KV cache: activations of a step, the tokenizer, a tensor being converted.
+MEMORY_OVERHEAD_BYTES = 512 << 20
+
+ModelFormat = Literal["gguf", "safetensors"]
+
+_FLOAT_LABELS = {"F64": "fp64", "F32": "fp32", "F16": "fp16", "BF16": "bf16"}
+_DTYPE_LABELS = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+@dataclass(slots=True, frozen=True)
+class TensorHeader:
+    """One tensor as its file describes it. shape is (out, in) for a matrix; kind is the
+    file's type label: "Q4_1", "Q8_0", "fp32", "bf16"."""
+
+    name: str
+    kind: str
+    shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind in _FLOAT_LABELS.values()
+
+
+@dataclass(slots=True, frozen=True)
+class ModelInfo:
+    """quantization: how the weights will be kept under the requested setting, as a user reads
+    it ("Q4_1" for a GGUF under "auto", "int4", "fp32"); file_quantization: what the file holds.
+    weight_bytes: the memory the weights will take resident."""
+
+    name: str
+    path: Path
+    format: ModelFormat
+    quantization: str
+    file_quantization: str
+    num_parameters: int
+    weight_bytes: int
+
+
+@dataclass(slots=True, frozen=True)
+class ModelHeaders:
+    """A model's tensors as its files describe them: read once, described under any setting."""
+
+    path: Path
+    format: ModelFormat
+    tensors: tuple[TensorHeader, ...]
+
+
+def describe_model(source: str | os.PathLike | None = None, quantization: str = "auto",
+                   dtype: torch.dtype = torch.float32) -> ModelInfo:
+    """source: a .gguf file, a Hugging Face folder, or None for the bundled default model.
+    dtype: the compute dtype float weights are kept in (float32 on CPU)."""
+    return describe_headers(read_model_headers(source), quantization, dtype)
+
+
+def read_model_headers(source: str | os.PathLike | None = None) -> ModelHeaders:
+    """The slow part of describe_model (a GGUF's metadata is parsed whole: about 2 s for the
+    default model's tokenizer), done once per file."""
+    path = _existing_path(source)
+    if path.is_dir():
+        return ModelHeaders(path, "safetensors", tuple(read_safetensors_headers(path)))
+    if path.suffix.lower() == ".gguf":
+        return ModelHeaders(path, "gguf", tuple(read_gguf_headers(path)))
+    raise ModelLoadError(
+        f"{path} is neither a model folder nor a .gguf file. Choose a Hugging Face model "
+        "folder (config.json, *.safetensors, tokenizer files) or a .gguf file.")
+
+
+def describe_headers(headers: ModelHeaders, quantization: str = "auto",
+                     dtype: torch.dtype = torch.float32) -> ModelInfo:
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization={quantization!r} must be one of {', '.join(QUANTIZATIONS)}")
+    tensors = headers.tensors
+    file_label = file_quantization(tensors)
+    return ModelInfo(
+        name=model_name(headers.path), path=headers.path, format=headers.format,
+        quantization=_loaded_label(file_label, quantization, dtype),
+        file_quantization=file_label,
+        num_parameters=sum(t.numel for t in tensors),
+        weight_bytes=round(sum(resident_bytes(t, quantization, dtype, headers.format)
+                               for t in tensors)),
+    )
+
+
+def read_gguf_headers(path: Path) -> list[TensorHeader]:
+    reader = open_gguf_reader(path)
+    return [TensorHeader(t.name, tensor_kind(t.tensor_type.name),
+                         tuple(int(d) for d in reversed(t.shape)))
+            for t in reader.tensors]
+
+
+def read_safetensors_headers(folder: Path) -> list[TensorHeader]:
+    if not (folder / "config.json").is_file():
+        raise ModelLoadError(
+            f"{folder} is not a model folder: it has no config.json. Choose a Hugging Face model "
+            "folder (config.json, *.safetensors, tokenizer files) or a .gguf file.")
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(
+            f"{folder} has no weight files (*.safetensors). Pagoda reads safetensors only: "
+            "download the safetensors version of the model, or choose a .gguf file.")
+    return [header for file in files for header in _safetensors_file_headers(file)]
+
+
+def _safetensors_file_headers(file: Path) -> list[TensorHeader]:
+    try:
+        with safe_open(file, framework="numpy") as tensors:
+            names = tensors.keys()  # a safe_open handle is not iterable itself
+            return [_safetensors_header(name, tensors.get_slice(name)) for name in names]
+    except (SafetensorError, OSError) as error:
+        raise ModelLoadError(
+            f"Weight file {file} is truncated or corrupt ({error}). Re-download it.") from error
+
+
+def _safetensors_header(name: str, tensor_slice) -> TensorHeader:
+    dtype = tensor_slice.get_dtype()
+    return TensorHeader(name, _FLOAT_LABELS.get(dtype, dtype.lower()),
+                        tuple(tensor_slice.get_shape()))
+
+
+def file_quantization(tensors: Sequence[TensorHeader]) -> str:
+    """The most common type among the matrices: a Q4_K_M file (mostly Q4_K, some Q6_K) reads
+    "Q4_K"; the default model's Q4_1 layers with a Q8_0 embedding read "Q4_1"."""
+    kinds = Counter(t.kind for t in tensors if len(t.shape) == 2) or Counter(t.kind for t in tensors)
+    if not kinds:
+        return "empty"
+    return kinds.most_common(1)[0][0]
+
+
+def resident_layout(tensor: TensorHeader, quantization: str, model_format: ModelFormat) -> Layout:
+    """The layout the engine keeps this tensor in under a quantization setting."""
+    if len(tensor.shape) != 2 or quantization == "none":
+        return "float"
+    if quantization == "int8":
+        return "int8"
+    if quantization == "int4":
+        keeps_int8 = tensor.name in VOCABULARY_MATRICES or tensor.shape[1] % INT4_GROUP_SIZE
+        return "int8" if keeps_int8 else "int4"
+    if model_format == "safetensors" or tensor.is_float:
+        return "float"
+    return gguf_layout(tensor.kind)
+
+
+def resident_bytes(tensor: TensorHeader, quantization: str, dtype: torch.dtype,
+                   model_format: ModelFormat) -> float:
+    layout = resident_layout(tensor, quantization, model_format)
+    if layout == "float":
+        return tensor.numel * dtype.itemsize
+    kernel = INT4_BYTES_PER_ELEMENT if layout == "int4" else INT8_BYTES_PER_ELEMENT
+    exact = VOCABULARY_EXACT_BYTES[layout] if tensor.name in VOCABULARY_MATRICES else 0
+    return tensor.numel * (kernel + exact)
+
+
+def memory_needed(info: ModelInfo, kv_cache_bytes: int) -> int:
+    return info.weight_bytes + kv_cache_bytes + MEMORY_OVERHEAD_BYTES
+
+
+def check_model_fits(model: str | os.PathLike | None, config: EngineConfig,
+                     available: int | None = None) -> ModelInfo:
+    """Refuse, from its headers and before anything is loaded, a model whose weights and KV
+    cache would not fit in the memory available (raises ModelLoadError saying what to do).
+
+    On CUDA the weights and the KV pool live on the GPU, which sizes its pool by itself.
+    """
+    info = describe_model(model, config.quantization, config.dtype)
+    if not config.device.startswith("cuda"):
+        check_fits_memory(info, kv_cache_memory_bound(config), available)
+    return info
+
+
+def check_fits_memory(info: ModelInfo, kv_cache_bytes: int, available: int | None = None) -> None:
+    """Raise ModelLoadError when the weights, the KV cache and the overhead exceed the memory
+    available now (measured when not given; unknown on a system without psutil or /proc)."""
+    if available is None:
+        available = available_memory()
+        if available is None:
+            logger.info("cannot measure the available memory; loading %s unchecked", info.name)
+            return
+    needed = memory_needed(info, kv_cache_bytes)
+    if needed > available:
+        raise ModelLoadError(
+            f"{info.name} ({info.quantization}) needs about {needed / GIB:.1f} GiB of memory "
+            f"(weights {info.weight_bytes / GIB:.1f} GiB, KV cache {kv_cache_bytes / GIB:.1f} GiB)"
+            f", but only {available / GIB:.1f} GiB is available. Choose a smaller or more "
+            "quantized model (a Q4 GGUF file), set quantization to int4 (quantization=\"int4\"), "
+            "or close other programs.")
+
+
+def available_memory() -> int | None:
+    """Bytes the system can give without swapping: psutil's figure, else /proc/meminfo's."""
+    try:
+        import psutil
+    except ImportError:
+        return _meminfo_field("MemAvailable")
+    return int(psutil.virtual_memory().available)
+
+
+def total_memory() -> int | None:
+    """The machine's RAM: psutil's figure, else /proc/meminfo's MemTotal."""
+    try:
+        import psutil
+    except ImportError:
+        return _meminfo_field("MemTotal")
+    return int(psutil.virtual_memory().total)
+
+
+def _meminfo_field(name: str, meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    try:
+        lines = meminfo.read_text(encoding="ascii").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key == name:
+            return int(value.split()[0]) * 1024  # reported in kB
+    return None
+
+
+def _existing_path(source: str | os.PathLike | None) -> Path:
+    path = default_model_file() if source is None else Path(source).expanduser()
+    if not path.exists():
+        raise ModelLoadError(
+            f"Model path {path} does not exist. Choose a Hugging Face model folder or a .gguf "
+            "file.")
+    return path
+
+
+def tensor_kind(type_name: str) -> str:
+    """TensorHeader.kind for a GGUF tensor type or safetensors dtype name: "Q4_K", "fp16"."""
+    return _FLOAT_LABELS.get(type_name, type_name)
+
+
+def _loaded_label(file_label: str, quantization: str, dtype: torch.dtype) -> str:
+    if quantization in ("int8", "int4"):
+        return quantization
+    if quantization == "none":
+        return _DTYPE_LABELS.get(dtype, str(dtype).removeprefix("torch."))
+    return file_label

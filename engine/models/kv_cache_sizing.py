@@ -1,0 +1,69 @@
+"""How many KV blocks the pool has and the dtype it keeps them in, decided once at start.
+
+The rule, when neither `EngineConfig.num_kv_blocks` nor `kv_cache_memory` is given (on a CPU; a
+GPU's pool takes what `gpu_memory_utilization` leaves):
+
+    tokens = max_model_len x min(max_num_seqs, KV_CONTEXTS)
+    bytes  = min(tokens x bytes per token, AUTO_KV_CACHE_LIMIT, AVAILABLE_FRACTION x available)
+
+max_model_len is the context this engine allows (the setting, else the model's own). Two full
+contexts is room for one sequence at the longest allowed beside a prefix cache of as much, or for
+many shorter ones sharing it (64 of 256 tokens, 32 of 512 on an 8k-context model): requests are
+not sized ahead, so sequences share the pool block by block. The byte cap and the share of the
+memory available after the weights keep a long-context model from taking the machine; a prompt
+that the pool then cannot hold is refused in words (PromptTooLongError). The pool's pages are
+committed by the OS as blocks are first written (`engine.models.memory.zeroed_host_tensor`), so an
+engine that has served short chats holds only what they used.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.config import EngineConfig
+
+KV_CONTEXTS = 2
+AUTO_KV_CACHE_LIMIT = 1 << 30
+AVAILABLE_FRACTION = 0.25
+
+_KV_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def kv_cache_dtype(config: EngineConfig) -> torch.dtype:
+    """The KV pool's dtype: the compute dtype under "auto", else the one named."""
+    if config.kv_cache_dtype == "auto":
+        return config.dtype
+    return _KV_DTYPES[config.kv_cache_dtype]
+
+
+def kv_cache_memory_bound(config: EngineConfig) -> int:
+    """The most bytes the KV pool may take, known before the model is read: for the memory
+    checks made from a model's headers."""
+    return config.kv_cache_memory if config.kv_cache_memory is not None else AUTO_KV_CACHE_LIMIT
+
+
+def auto_kv_cache_bytes(bytes_per_token: int, max_model_len: int, max_num_seqs: int,
+                        available: int | None) -> int:
+    """The automatic pool size in bytes (the rule above); available None: not measurable."""
+    wanted = bytes_per_token * max_model_len * min(max_num_seqs, KV_CONTEXTS)
+    bound = AUTO_KV_CACHE_LIMIT
+    if available is not None:
+        bound = min(bound, int(available * AVAILABLE_FRACTION))
+    return min(wanted, bound)
+
+
+def num_kv_blocks(config: EngineConfig, bytes_per_block: int, max_model_len: int,
+                  available: int | None) -> int:
+    """Blocks of the CPU pool: num_kv_blocks when given, else kv_cache_memory's worth, else the
+    automatic size. Raises ValueError when the bytes hold no block."""
+    if config.num_kv_blocks is not None:
+        return config.num_kv_blocks
+    if config.kv_cache_memory is not None:
+        n = config.kv_cache_memory // bytes_per_block
+        if n < 1:
+            raise ValueError(f"EngineConfig.kv_cache_memory={config.kv_cache_memory} holds no "
+                             f"block of {bytes_per_block} bytes; raise it")
+        return n
+    bytes_per_token = bytes_per_block // config.block_size
+    budget = auto_kv_cache_bytes(bytes_per_token, max_model_len, config.max_num_seqs, available)
+    return max(1, budget // bytes_per_block)

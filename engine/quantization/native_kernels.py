@@ -1,0 +1,62 @@
+"""Where the engine builds our C kernels (kernels/cpu/native.py), and what happens without them.
+
+Built into the cache folder, so a machine compiles each kernel once. A machine without a
+compiler, or without the instruction sets, keeps torch's own kernels: the engine says so once
+in its log, with the reason, and runs on.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from pathlib import Path
+
+from engine.folders import cache_dir
+from kernels.cpu import native
+
+logger = logging.getLogger(__name__)
+
+# Set to 0 to keep torch's kernels everywhere (for comparison, or to rule ours out).
+NATIVE_KERNELS_ENV_VAR = "PAGODA_NATIVE_KERNELS"
+
+_unavailable: dict[str, str] = {}
+
+
+def kernel_build_dir() -> Path:
+    return cache_dir() / "kernels"
+
+
+def native_kernels_enabled() -> bool:
+    value = os.environ.get(NATIVE_KERNELS_ENV_VAR, "1")
+    if value not in ("0", "1"):
+        raise ValueError(f"{NATIVE_KERNELS_ENV_VAR}={value!r}: set it to 1 (use Pagoda's C "
+                         "kernels where they build) or 0 (torch's kernels only)")
+    return value == "1"
+
+
+def kernel_report() -> dict[str, str]:
+    """Each of our C kernels and where it comes from here: "prebuilt" (shipped), "built" (in
+    the cache folder), or why it is unavailable. Builds what is missing, as the engine would."""
+    report = {}
+    for name in native.kernel_names():
+        shipped = native.prebuilt_path(name).exists()
+        if load_native(name) is None:
+            report[name] = _unavailable.get(name, "switched off by PAGODA_NATIVE_KERNELS=0")
+        else:
+            report[name] = "prebuilt" if shipped else "built"
+    return report
+
+
+def load_native(name: str) -> ctypes.CDLL | None:
+    """kernels/cpu/<name>.c loaded, or None (logged once per kernel) where it cannot be."""
+    if not native_kernels_enabled():
+        return None
+    if name in _unavailable:
+        return None
+    try:
+        return native.load(name, kernel_build_dir())
+    except native.NativeBuildError as exc:
+        _unavailable[name] = str(exc)
+        logger.warning("CPU kernel %s unavailable, torch's kernels run instead: %s", name, exc)
+        return None

@@ -1,0 +1,1 @@
+"""Text at the engine's edges: chat templates (sandboxed), tokenizing chats, detokenizing, Unicode."""

@@ -1,0 +1,81 @@
+"""Turning chat messages into prompt tokens with the model's own template."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import jinja2
+
+from engine.errors import ChatTemplateError
+from engine.text.template_sandbox import TIME_BUDGET_S, TemplateLimitError, render
+from engine.text.unicode import check_encodable
+
+Message = Mapping[str, str]
+_ROLES = {"system", "user", "assistant", "tool"}
+
+
+def validate_messages(messages: Sequence[Message]) -> None:
+    if not messages:
+        raise ValueError("messages is empty: give at least one message")
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
+            raise ValueError(f"messages[{i}] must be a mapping with 'role' and 'content'")
+        if m["role"] not in _ROLES:
+            raise ValueError(f"messages[{i}].role={m['role']!r} must be one of {sorted(_ROLES)}")
+        if not isinstance(m["content"], str):
+            raise ValueError(f"messages[{i}].content must be a string")  # noqa: TRY004
+        check_encodable(m["content"], f"messages[{i}].content")
+
+
+def is_conversation(value: object) -> bool:
+    """A list of role/content mappings (as opposed to a list of conversations)."""
+    return isinstance(value, Sequence) and bool(value) and isinstance(value[0], Mapping)
+
+
+def encode_chat(tokenizer, messages: Sequence[Message], *,
+                continue_final_message: bool = False) -> list[int]:
+    """Prompt tokens for the assistant's next reply; with `continue_final_message`, the last
+    message is the assistant's reply so far and the prompt ends inside it, so generation goes on
+    where it stopped (vLLM's parameter of that name)."""
+    validate_messages(messages)
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("this model's tokenizer has no chat template: use generate() with a "
+                         "plain prompt instead of chat()")
+    chat = [dict(m) for m in messages]
+    partial = ""
+    if continue_final_message:
+        if chat[-1]["role"] != "assistant" or len(chat) < 2:
+            raise ValueError("continue_final_message needs the assistant's reply so far as the "
+                             "last message, after the messages it answers")
+        partial = chat.pop()["content"]
+    # The template's own opening of the assistant's turn, then the reply so far: the same
+    # prompt the reply was written after, with its text.
+    text = render_chat(tokenizer, chat, add_generation_prompt=True)
+    return tokenizer.encode(text + partial, add_special_tokens=False)
+
+
+def render_chat(tokenizer, messages: Sequence[Mapping], *, add_generation_prompt: bool,
+                tools: Sequence[Mapping] | None = None,
+                time_budget_s: float = TIME_BUDGET_S) -> str:
+    """The text the tokenizer's chat template makes of messages (as transformers'
+    apply_chat_template(tokenize=False) makes it), rendered in engine.text.template_sandbox under its
+    limits. ChatTemplateError, naming the template, for whatever stops it."""
+    name = f"the chat template of {getattr(tokenizer, 'name_or_path', '') or 'this model'}"
+    context = {**tokenizer.special_tokens_map, "messages": [dict(m) for m in messages],
+               "tools": None if tools is None else [dict(t) for t in tools], "documents": None,
+               "add_generation_prompt": add_generation_prompt}
+    try:
+        return render(tokenizer.get_chat_template(), context, time_budget_s)
+    except TemplateLimitError as error:
+        raise ChatTemplateError(f"{name} was stopped: {error}. A template from a model's files "
+                                "may build or run only so much; use a model whose template is "
+                                "not built to exhaust the machine.") from error
+    except jinja2.TemplateSyntaxError as error:
+        raise ChatTemplateError(f"{name} is not valid Jinja (line {error.lineno}: {error.message})"
+                                ": fix the template in the model's tokenizer_config.json or "
+                                "choose another model.") from error
+    except jinja2.TemplateError as error:
+        raise ChatTemplateError(f"{name} refused this chat: {error}") from error
+    except (RecursionError, ArithmeticError, LookupError, TypeError, ValueError) as error:
+        raise ChatTemplateError(f"{name} failed on this chat ({type(error).__name__}: {error})"
+                                ) from error

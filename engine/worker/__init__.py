@@ -1,0 +1,1 @@
+"""What owns tensors: the model runner, the KV pool, sampling, CUDA graphs, process memory."""

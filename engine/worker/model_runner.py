@@ -1,0 +1,396 @@
+"""Owns every tensor: the weights, the KV cache, each step's flat inputs, and sampling."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+import torch
+
+from engine.config import EngineConfig
+from engine.core.scheduler import ScheduledSequence, SchedulerOutput
+from engine.core.sequence import Sequence
+from engine.layers.linear import Placement, make_linear
+from engine.loading.loader import LoadedModel
+from engine.loading.model_info import available_memory
+from engine.models.kv_cache_sizing import kv_cache_dtype, num_kv_blocks
+from engine.models.llama import LlamaForCausalLM
+from engine.models.memory import release_freed_memory, zeroed_host_tensor
+from engine.quantization import cpu_paths
+from engine.quantization.cpu_int4 import CpuInt4Method
+from engine.quantization.cpu_paths import CpuPathPolicy
+from engine.quantization.cpu_q4 import Q4Context, Q4Kernel, load_q4_context
+from engine.quantization.cpu_q8 import CpuQ8Method, Q8Context, load_q8_context
+from engine.quantization.dequantize_workspace import DequantWorkspace
+from engine.quantization.native_kernels import load_native
+from engine.quantization.tensors import Int4Weight, Int8Weight, Weight, split_int8_into_int4
+from engine.worker.rejection_sampler import RejectionSampler
+from engine.worker.sampler import Sampler, SamplingMetadata, SamplingRow
+from kernels.attention_metadata import (
+    AttentionMetadata,
+    DecodeGroup,
+    PrefillSegment,
+    TritonAttentionMetadata,
+    choose_num_kv_splits,
+)
+from kernels.ops import select_ops
+
+logger = logging.getLogger(__name__)
+
+
+# Decodes are attended in groups of similar length, since each group pads to its longest.
+_MAX_DECODE_GROUPS = 4
+_GROUP_LENGTH_RATIO = 0.75
+# GPU memory kept out of the KV pool for cuBLAS workspaces, CUDA graphs and fragmentation.
+_GPU_RESERVE_BYTES = 512 << 20
+
+
+@dataclass(slots=True)
+class ModelInputs:
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    attn: AttentionMetadata | TritonAttentionMetadata
+    logits_indices: torch.Tensor
+    sampling_rows: list[SamplingRow]
+    sampling_order: list[int]  # scheduler index of each sampling sequence
+    # Per sampling sequence, the drafts its rows verify; None when no sequence speculates.
+    draft_token_ids: list[list[int]] | None
+
+
+def group_by_length(lengths: list[int]) -> list[tuple[int, int]]:
+    """Split lengths sorted longest first into [start, end) runs that pad little."""
+    groups: list[tuple[int, int]] = []
+    start = 0
+    for i in range(1, len(lengths)):
+        if (lengths[i] < lengths[start] * _GROUP_LENGTH_RATIO
+                and len(groups) < _MAX_DECODE_GROUPS - 1):
+            groups.append((start, i))
+            start = i
+    if lengths:
+        groups.append((start, len(lengths)))
+    return groups
+
+
+class ModelRunner:
+    def __init__(self, loaded: LoadedModel, config: EngineConfig,
+                 release_weights: bool = False) -> None:
+        """release_weights: the model takes loaded.weights over, emptying it as it goes."""
+        self.config = config
+        self.device = torch.device(config.device)
+        self.dtype = config.dtype
+        backend = None if config.kernel_backend == "auto" else config.kernel_backend
+        ops = select_ops(self.device, backend, load_native)
+        placement = Placement(self.device, self.dtype, ops)
+        if placement.uses_cpu_kernels:
+            placement = self._with_cpu_int4_policy(placement, loaded.weights)
+        self.model = LlamaForCausalLM(loaded.config, loaded.weights, placement, release_weights)
+        self.kv_dtype = self._kv_dtype(ops.name)
+        # The context this engine allows: the setting, within what the model was trained for.
+        self.max_model_len = min(config.max_model_len or 1 << 62,
+                                 self.model.shape.max_position_embeddings)
+        # Chosen once: the Triton kernels read the flat varlen layout, the torch path groups.
+        self._attention_metadata = (self._triton_metadata if ops.name == "triton"
+                                    else self._grouped_metadata)
+        self.block_size = config.block_size
+        self.num_blocks = self._num_blocks()
+        self.kv_caches = self._allocate_kv_cache()
+        self.sampler = Sampler()
+        self.rejection_sampler = RejectionSampler()
+        self.vocab_size = self.model.shape.vocab_size
+        self.graphs = self._capture_graphs() if self._uses_cuda_graphs() else None
+
+    def _with_cpu_int4_policy(self, placement: Placement,
+                              weights: Mapping[str, Weight]) -> Placement:
+        """The placement with its int4 path policy (`cpu_paths`) and, where the policy runs
+        it at all, our q4_gemv kernel (fp32 activations only, the compute dtype on a CPU)."""
+        fp32 = self.dtype == torch.float32
+        q4 = load_q4_context() if fp32 else None
+        policy = self._cpu_int4_policy(weights, q4)
+        placement = replace(placement, cpu_int4_policy=policy,
+                            q4=q4 if policy.native_below_rows else None)
+        q8 = load_q8_context() if fp32 else None
+        if q8 is None:
+            return placement
+        return replace(placement, q8=q8, q8_layers=self._int8_layers_run_q8(weights, placement,
+                                                                            q8))
+
+    def _int8_layers_run_q8(self, weights: Mapping[str, Weight], placement: Placement,
+                            q8: Q8Context) -> bool:
+        """Whether grouped int8 layers run q8_gemv rather than int4 halves: timed on the first
+        layer's largest grouped int8 matrix at the step sizes that run a kernel."""
+        layers = [weights[name] for name in weights if name.startswith("model.layers.0.")]
+        int8 = [w for w in layers if isinstance(w, Int8Weight) and w.group_size is not None]
+        if not int8:
+            return False
+        probe = max(int8, key=lambda w: w.shape[0] * w.shape[1])
+        policy = placement.cpu_int4_policy
+        below = policy.dequantize_from_rows or sys.maxsize
+        rows = [m for m in cpu_paths.CALIBRATION_ROWS
+                if m <= self.config.max_num_batched_tokens and m < below] or [1]
+        # Their own scratch, as the int4 probe's: the model's stays decode-sized.
+        q4 = None if placement.q4 is None else Q4Context(placement.q4.lib)
+        halves = make_linear(probe, None, replace(placement, q4=q4, q8=None)).method
+        native = CpuQ8Method(probe, policy, Q8Context(q8.lib), precise=True, reuse_output=True)
+        return cpu_paths.choose_int8_kernel(halves, native, probe.shape[1], rows)[0]
+
+    def _cpu_int4_policy(self, weights: Mapping[str, Weight],
+                         q4: Q4Context | None) -> CpuPathPolicy:
+        """Which int4 kernel runs each step size, and from how many rows a step dequantizes
+        int4 layers (and grouped int8 ones, which run on the int4 kernels) and runs one GEMM,
+        timed on the largest int4 matrix before any layer is built, so that layers keep only
+        the layouts their steps read. The probe is the first layer's largest matrix: the
+        vocabulary's is larger, but no step runs it on many rows."""
+        # The first layer only: weights may be decoded lazily, layer by layer.
+        layers = [weights[name] for name in weights if name.startswith("model.layers.0.")]
+        int4 = [w for w in layers if isinstance(w, Int4Weight)]
+        if not int4:
+            int4 = [split_int8_into_int4(w) for w in layers
+                    if isinstance(w, Int8Weight) and w.group_size is not None][:1]
+        if not int4:
+            return CpuPathPolicy()
+        probe = max(int4, key=lambda w: w.shape[0] * w.shape[1])
+        keeps_source = CpuPathPolicy(dequantize_from_rows=1,
+                                     workspace=DequantWorkspace.for_this_machine())
+        # Its own scratch: the probe's 256-row calls would leave the model's one that large.
+        native = None if q4 is None else Q4Kernel(probe, Q4Context(q4.lib), precise=True,
+                                                  reuse_output=True)
+        return cpu_paths.calibrate(CpuInt4Method(probe, keeps_source),
+                                   self.config.max_num_batched_tokens, native)
+
+    def _kv_dtype(self, ops_name: str) -> torch.dtype:
+        dtype = kv_cache_dtype(self.config)
+        if dtype != self.dtype and ops_name != "torch":
+            raise ValueError(
+                f"EngineConfig.kv_cache_dtype={self.config.kv_cache_dtype!r} differs from the "
+                f"compute dtype ({self.dtype}), which the {ops_name} kernels read the cache in: "
+                "leave kv_cache_dtype at 'auto', or set dtype to it")
+        return dtype
+
+    def bytes_per_block(self) -> int:
+        s = self.model.shape
+        return (2 * s.num_layers * self.block_size * s.num_kv_heads * s.head_dim
+                * self.kv_dtype.itemsize)
+
+    @torch.inference_mode()
+    def execute(self, sched: SchedulerOutput) -> list[list[int]]:
+        """Run one step; returns the new tokens per scheduled sequence: none mid-prefill, one
+        sampled token, or after speculation the kept drafts and the model's next token."""
+        inputs = self.prepare_inputs(sched.scheduled)
+        if self.graphs is not None and self.graphs.can_run(inputs.attn):
+            logits = self.graphs.run(inputs.input_ids, inputs.positions, inputs.attn,
+                                     inputs.logits_indices)
+        else:
+            logits = self.model.forward(inputs.input_ids, inputs.positions, inputs.attn,
+                                        self.kv_caches, inputs.logits_indices)
+        sampled: list[list[int]] = [[] for _ in sched.scheduled]
+        if not inputs.sampling_rows:
+            return sampled
+        meta = SamplingMetadata.build(inputs.sampling_rows, self.vocab_size, self.device)
+        if inputs.draft_token_ids is None:
+            runs = [[token] for token in self.sampler(logits.float(), meta).tolist()]
+        else:
+            runs = self.rejection_sampler(logits.float(), meta, inputs.draft_token_ids)
+        for idx, run in zip(inputs.sampling_order, runs, strict=True):
+            sampled[idx] = run
+        return sampled
+
+    def prepare_inputs(self, scheduled: list[ScheduledSequence]) -> ModelInputs:
+        """Flatten the step: decodes (longest context first), then prefill chunks and
+        speculating sequences (their last token and drafts, attended like a prefill chunk)."""
+        decode_idx = sorted((i for i, s in enumerate(scheduled) if s.num_new_tokens == 1),
+                            key=lambda i: -scheduled[i].num_computed_tokens)
+        order = decode_idx + [i for i, s in enumerate(scheduled) if s.num_new_tokens > 1]
+        items = [scheduled[i] for i in order]
+        input_ids, positions, slots = [], [], []
+        logits_indices, rows, sampling_order, drafts = [], [], [], []
+        for i, s in zip(order, items, strict=True):
+            start, end = s.num_computed_tokens, s.num_computed_tokens + s.num_new_tokens
+            spec = s.spec_token_ids
+            input_ids.extend(s.seq.all_token_ids[start:end - len(spec)])
+            input_ids.extend(spec)
+            positions.extend(range(start, end))
+            slots.extend(self._slots(s.seq.block_ids, start, end))
+            if s.samples:
+                logits_indices.extend(range(len(input_ids) - len(spec) - 1, len(input_ids)))
+                rows.extend(_sampling_rows(s.seq, spec))
+                sampling_order.append(i)
+                drafts.append(spec)
+        attn = self._attention_metadata(items, len(decode_idx), slots)
+        speculates = any(drafts)
+        return ModelInputs(self._tensor(input_ids), self._tensor(positions), attn,
+                           self._tensor(logits_indices), rows, sampling_order,
+                           drafts if speculates else None)
+
+    def _grouped_metadata(self, items: list[ScheduledSequence], num_decodes: int,
+                          slots: list[int]) -> AttentionMetadata:
+        return AttentionMetadata(self._tensor(slots), self._decode_groups(items[:num_decodes]),
+                                 self._prefill_segments(items[num_decodes:], num_decodes),
+                                 self.model.shape.sliding_window or 0)
+
+    def _triton_metadata(self, items: list[ScheduledSequence], num_decodes: int,
+                         slots: list[int]) -> TritonAttentionMetadata:
+        query_lens = [s.num_new_tokens for s in items]
+        seq_lens = [s.num_computed_tokens + s.num_new_tokens for s in items]
+        width = -(-max(seq_lens) // self.block_size)
+        query_start_loc = [0]
+        for n in query_lens:
+            query_start_loc.append(query_start_loc[-1] + n)
+        max_query_len = max(query_lens)
+        splits = 1
+        if max_query_len == 1 and self.device.type == "cuda":
+            splits = choose_num_kv_splits(len(items), self.model.shape.num_kv_heads,
+                                          max(seq_lens), self._num_sms)
+        return TritonAttentionMetadata(
+            slot_mapping=self._tensor(slots),
+            query_start_loc=self._int32(query_start_loc),
+            seq_lens=self._int32(seq_lens),
+            block_tables=self._int32([_padded(s.seq.block_ids, width) for s in items]),
+            max_query_len=max_query_len, max_seq_len=max(seq_lens), num_kv_splits=splits,
+            sliding_window=self.model.shape.sliding_window or 0)
+
+    def _slots(self, block_ids: list[int], start: int, end: int) -> list[int]:
+        bs = self.block_size
+        return [block_ids[p // bs] * bs + p % bs for p in range(start, end)]
+
+    def _decode_groups(self, decodes: list[ScheduledSequence]) -> list[DecodeGroup]:
+        bs = self.block_size
+        context_lens = [s.num_computed_tokens + 1 for s in decodes]
+        groups = []
+        for start, end in group_by_length(context_lens):
+            lens = context_lens[start:end]
+            num_blocks = -(-lens[0] // bs)
+            tables = self._tensor([_padded(s.seq.block_ids, num_blocks)
+                                   for s in decodes[start:end]])
+            groups.append(DecodeGroup(start, end, tables, self._decode_mask(lens, num_blocks),
+                                      self._tensor(lens)))
+        return groups
+
+    def _decode_mask(self, context_lens: list[int], num_blocks: int) -> torch.Tensor:
+        query_pos = self._tensor(context_lens).unsqueeze(1) - 1
+        key_pos = torch.arange(num_blocks * self.block_size, device=self.device).unsqueeze(0)
+        return self._causal_mask(query_pos, key_pos).view(len(context_lens), 1, 1, -1)
+
+    def _causal_mask(self, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
+        """True where a query attends a key: not after it, and inside the sliding window."""
+        mask = key_pos <= query_pos
+        window = self.model.shape.sliding_window
+        if window is not None:
+            mask &= key_pos > query_pos - window
+        return mask
+
+    def _prefill_segments(self, prefills: list[ScheduledSequence],
+                          offset: int) -> list[PrefillSegment]:
+        segments = []
+        window = self.model.shape.sliding_window
+        for s in prefills:
+            start, n = s.num_computed_tokens, s.num_new_tokens
+            context_len = start + n
+            mask = None
+            if start > 0 or (window is not None and context_len > window):
+                q_pos = torch.arange(start, context_len, device=self.device).unsqueeze(1)
+                k_pos = torch.arange(context_len, device=self.device).unsqueeze(0)
+                mask = self._causal_mask(q_pos, k_pos)
+            num_blocks = -(-context_len // self.block_size)
+            table = self._tensor(s.seq.block_ids[:num_blocks])
+            segments.append(PrefillSegment(offset, offset + n, context_len, table, mask))
+            offset += n
+        return segments
+
+    def _tensor(self, values: list) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long, device=self.device)
+
+    def _int32(self, values: list) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int32, device=self.device)
+
+    def _num_blocks(self) -> int:
+        if self.device.type == "cuda" and self.config.num_kv_blocks is None:
+            return self._num_blocks_from_free_gpu_memory()
+        # What the weights left, freed memory given back first so that it counts as available.
+        release_freed_memory()
+        return num_kv_blocks(self.config, self.bytes_per_block(), self.max_model_len,
+                             available_memory())
+
+    def _num_blocks_from_free_gpu_memory(self) -> int:
+        """What is left of gpu_memory_utilization x total memory after the weights (already
+        loaded), a step's activations and a fixed reserve."""
+        free, total = torch.cuda.mem_get_info(self.device)
+        budget = (total * self.config.gpu_memory_utilization - (total - free)
+                  - self._peak_activation_bytes() - _GPU_RESERVE_BYTES)
+        n = int(budget // self.bytes_per_block())
+        if n < 1:
+            raise ValueError(
+                f"EngineConfig.gpu_memory_utilization={self.config.gpu_memory_utilization} leaves "
+                f"no room for the KV cache ({free / 2**30:.1f} of {total / 2**30:.1f} GiB free "
+                "after loading the weights): raise it, or free GPU memory")
+        return n
+
+    def _peak_activation_bytes(self) -> int:
+        """A bound on one step's live tensors: the widest layer intermediates for the token
+        budget, and the fp32 logits and sampler copies for every sequence (for each of its
+        positions when it speculates)."""
+        s = self.model.shape
+        layer = self.model.layers[0]
+        elem = torch.empty((), dtype=self.dtype).element_size()
+        width = (4 * s.hidden_size + layer.qkv_proj.out_features
+                 + 2 * layer.gate_up_proj.out_features)
+        c = self.config
+        rows = min(c.max_num_seqs * (1 + c.num_speculative_tokens),
+                   max(c.max_num_seqs, c.max_num_batched_tokens))
+        logits = rows * s.vocab_size * (elem + 3 * 4)
+        return 2 * self.config.max_num_batched_tokens * width * elem + logits
+
+    def _uses_cuda_graphs(self) -> bool:
+        return (self.device.type == "cuda" and self.model.ops.name == "triton"
+                and not self.config.enforce_eager)
+
+    def _capture_graphs(self):
+        from engine.worker.cuda_graphs import DecodeGraphs
+
+        graphs = DecodeGraphs(self.model, self.kv_caches, self.config.max_num_seqs,
+                              self.max_model_len, self.block_size, self.device)
+        graphs.capture()
+        return graphs
+
+    @functools.cached_property
+    def _num_sms(self) -> int:
+        return torch.cuda.get_device_properties(self.device).multi_processor_count
+
+    def _allocate_kv_cache(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        s = self.model.shape
+        shape = (self.num_blocks, self.block_size, s.num_kv_heads, s.head_dim)
+        logger.info("KV cache: %d blocks of %d tokens, %s (%.0f MiB)", self.num_blocks,
+                    self.block_size, self.kv_dtype, self.num_blocks * self.bytes_per_block() / 2**20)
+        # Zeros, not empty: masked-out keys are still multiplied by 0 and NaN * 0 is NaN.
+        if self.device.type == "cpu":
+            pool = zeroed_host_tensor((s.num_layers, 2, *shape), self.kv_dtype)
+            return [(pool[i, 0], pool[i, 1]) for i in range(s.num_layers)]
+        return [(torch.zeros(shape, dtype=self.kv_dtype, device=self.device),
+                 torch.zeros(shape, dtype=self.kv_dtype, device=self.device))
+                for _ in range(s.num_layers)]
+
+
+def _sampling_rows(seq: Sequence, drafts: list[int]) -> list[SamplingRow]:
+    """One row per position that samples: after the last token, then after each draft, whose
+    penalties count the drafts before it as output."""
+    params, prompt, output = seq.params, seq.prompt_token_ids, seq.output_token_ids
+    generator = _generator(seq)
+    if not drafts or not params.uses_penalties:
+        return [SamplingRow(params, prompt, output, generator)] * (len(drafts) + 1)
+    return [SamplingRow(params, prompt, output + drafts[:j], generator)
+            for j in range(len(drafts) + 1)]
+
+
+def _generator(seq: Sequence) -> torch.Generator | None:
+    """A seeded request's generator, made at its first sample and kept on the sequence, so its
+    draws continue across steps and do not depend on the other rows."""
+    if seq.params.seed is not None and seq.generator is None:
+        seq.generator = torch.Generator().manual_seed(seq.params.seed)
+    return seq.generator  # type: ignore[return-value]
+
+
+def _padded(block_ids: list[int], n: int) -> list[int]:
+    """The first n block ids, padded with block 0 (masked out) for shorter sequences."""
+    return block_ids[:n] + [0] * (n - len(block_ids[:n]))
