@@ -1,5 +1,5 @@
 """Shared fixtures: the default model is loaded once per test session; the fake
-OpenAI-compatible server (tests/backends/fake_server.py) is started once for the tests of the
+OpenAI-compatible server (tests/app/backends/fake_server.py) is started once for the tests of the
 backends and of the app."""
 
 import os
@@ -18,7 +18,7 @@ import pytest
 
 from engine.loading.loader import LoadedModel, load_model
 
-sys.path.insert(0, str(Path(__file__).parent / "backends"))  # `from fake_server import ...`
+sys.path.insert(0, str(Path(__file__).parent / "app" / "backends"))  # `from fake_server import ...`
 sys.path.insert(0, str(Path(__file__).parent / "engine"))  # `from tiny_gguf import ...`
 
 
@@ -89,7 +89,7 @@ def closed_port() -> int:
         return sock.getsockname()[1]
 
 
-# -- a fake Hugging Face Hub for the app's model library (tests/engine/test_hub.py has its own) --
+# -- a fake Hugging Face Hub for the app's model library (tests/engine/hub/test_hub.py has its own) --
 
 LIBRARY_REPO = "pagoda-test/tiny-GGUF"
 LIBRARY_GATED_REPO = "pagoda-test/locked-GGUF"

@@ -205,18 +205,6 @@ def _gguf_architecture(info: ModelInfo) -> str | None:
     return (info.gguf or {}).get("architecture")
 
 
-def list_model_files(repo_id: str, revision: str | None = None,
-                     token: str | None = None) -> list[HubFile]:
-    return repo_info(repo_id, revision, token).files
-
-
-def repo_files(repo_id: str, revision: str | None = None,
-               token: str | None = None) -> tuple[str, list[HubFile]]:
-    """The commit a revision names now, and its files with sizes and checksums."""
-    repo = repo_info(repo_id, revision, token)
-    return repo.commit, repo.files
-
-
 def repo_info(repo_id: str, revision: str | None = None, token: str | None = None) -> HubRepo:
     """A repository's files with sizes and checksums, and its parameter count: one request."""
     api = hub_api(token)

@@ -1,5 +1,5 @@
 """EngineConfig.kv_cache_dtype: a half-width KV pool takes half the memory and predicts what the
-fp32 pool does within the quantized path's own bars (tests/engine/test_quantization.py)."""
+fp32 pool does within the quantized path's own bars (tests/engine/quantization/test_quantization.py)."""
 
 from pathlib import Path
 
