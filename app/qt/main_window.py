@@ -219,6 +219,8 @@ class MainWindow(QMainWindow):
         s.search_requested.connect(lambda q: self.spawn(self.search(q)))
         s.rename_requested.connect(lambda cid, t: self.spawn(self.rename(cid, t)))
         s.pin_requested.connect(lambda cid, p: self.spawn(self.pin(cid, p)))
+        s.archive_requested.connect(lambda cid, a: self.spawn(self.archive(cid, a)))
+        s.show_archived_changed.connect(lambda _on: self.spawn(self.refresh_conversations()))
         s.delete_requested.connect(lambda cid: self.spawn(self.delete(cid)))
         s.export_requested.connect(
             lambda cid: self.export_conversation(cid, self.sidebar.title_of(cid)))
@@ -390,9 +392,10 @@ class MainWindow(QMainWindow):
     # -- the conversation list -------------------------------------------------------------------
 
     async def refresh_conversations(self) -> None:
-        conversations = await self.db.list_conversations()
+        archived = self.sidebar.show_archived.isChecked()
+        conversations = await self.db.list_conversations(include_archived=archived)
         self.sidebar.set_conversations([
-            ConversationItem(c.id, c.title or "New chat", c.updated_at, c.pinned)
+            ConversationItem(c.id, c.title or "New chat", c.updated_at, c.pinned, c.archived)
             for c in conversations])
         current = self.tabs.currentWidget()
         if isinstance(current, ChatTab):
@@ -415,11 +418,31 @@ class MainWindow(QMainWindow):
         await self.db.set_pinned(cid, pinned)
         await self.refresh_conversations()
 
+    async def archive(self, cid: int, archived: bool) -> None:
+        """Archive a chat (its tab closes, the list leaves it out until "Show archived chats"),
+        or bring it back. A new chat never written to is gone once its tab closes."""
+        if archived:
+            closing = self.chats.close(cid)
+            if closing is not None:
+                await closing
+                if not await self._exists(cid):
+                    await self.refresh_conversations()
+                    return
+        await self.db.set_archived(cid, archived)
+        await self.refresh_conversations()
+        title = (await self.db.get_conversation(cid)).title or "New chat"
+        self.status.showMessage(
+            f"Archived “{title}”: “Show archived chats” lists it." if archived
+            else f"“{title}” is back in the list.", 5000)
+
+    async def _exists(self, cid: int) -> bool:
+        return cid in {c.id for c in await self.db.list_conversations(include_archived=True)}
+
     async def delete(self, cid: int) -> None:
         closing = self.chats.close(cid)
         if closing is not None:
             await closing  # an untouched new chat is gone after this: nothing to delete
-            if cid not in {c.id for c in await self.db.list_conversations()}:
+            if not await self._exists(cid):
                 await self.refresh_conversations()
                 return
         conversation = await self.db.get_conversation(cid)

@@ -9,6 +9,7 @@ from datetime import datetime
 from PySide6.QtCore import QEvent, QModelIndex, QPoint, QRect, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QKeyEvent, QMouseEvent
 from PySide6.QtWidgets import (
+    QCheckBox,
     QLabel,
     QLineEdit,
     QListWidget,
@@ -35,6 +36,7 @@ class ConversationItem:
     title: str
     updated_at: datetime
     pinned: bool
+    archived: bool = False
 
 
 @dataclass(slots=True, frozen=True)
@@ -87,7 +89,9 @@ class _TitleDelegate(QStyledItemDelegate):
 class Sidebar(QWidget):
     """Signals: open_requested(conversation id, message id or 0), new_requested(),
     search_requested(str) (debounced; "" clears), rename_requested(id, title),
-    pin_requested(id, bool), delete_requested(id), export_requested(id), import_requested().
+    pin_requested(id, bool), archive_requested(id, bool), delete_requested(id),
+    export_requested(id), import_requested(), show_archived_changed(bool) (the "Show archived"
+    switch below the list).
     """
 
     open_requested = Signal(int, int)
@@ -95,9 +99,11 @@ class Sidebar(QWidget):
     search_requested = Signal(str)
     rename_requested = Signal(int, str)
     pin_requested = Signal(int, bool)
+    archive_requested = Signal(int, bool)
     delete_requested = Signal(int)
     export_requested = Signal(int)
     import_requested = Signal()
+    show_archived_changed = Signal(bool)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -107,6 +113,8 @@ class Sidebar(QWidget):
         self.search_box.setPlaceholderText("Search all chats (Esc clears)")
         self.conversation_list = _ChatList(self, objectName="conversationList")
         self.results_list = QListWidget(self, objectName="searchResults")
+        self.show_archived = QCheckBox("Show archived chats", self, objectName="showArchived")
+        self.show_archived.setToolTip("List archived chats too (greyed); their menu unarchives them")
         for view in (self.conversation_list, self.results_list):
             view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
             view.setTextElideMode(Qt.TextElideMode.ElideRight)
@@ -128,6 +136,7 @@ class Sidebar(QWidget):
         layout.addWidget(self.new_button)
         layout.addWidget(self.search_box)
         layout.addWidget(self._stack, 1)
+        layout.addWidget(self.show_archived)
 
     def _connect(self) -> None:
         self.new_button.clicked.connect(self.new_requested)
@@ -141,6 +150,7 @@ class Sidebar(QWidget):
         self.conversation_list.itemChanged.connect(self._renamed)
         self.conversation_list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.conversation_list.customContextMenuRequested.connect(self._context_menu)
+        self.show_archived.toggled.connect(self.show_archived_changed)
 
     def _search_now(self) -> None:
         self._debounce.stop()
@@ -162,8 +172,11 @@ class Sidebar(QWidget):
             if item.pinned:
                 row.setIcon(icon("pin"))
             pinned = "Pinned · " if item.pinned else ""
+            archived = "Archived · " if item.archived else ""
+            if item.archived:
+                row.setForeground(self.palette().placeholderText())
             last_active = f"{item.updated_at.astimezone():%Y-%m-%d %H:%M}"
-            row.setToolTip(f"{item.title}\n{pinned}Last active {last_active}")
+            row.setToolTip(f"{item.title}\n{archived}{pinned}Last active {last_active}")
             row.setFlags(row.flags() | Qt.ItemFlag.ItemIsEditable)
             self.conversation_list.addItem(row)
         self.conversation_list.blockSignals(False)
@@ -228,6 +241,9 @@ class Sidebar(QWidget):
         menu.addAction("Rename", lambda: self._edit_title(conversation_id))
         menu.addAction("Unpin" if conversation.pinned else "Pin",
                        lambda: self.pin_requested.emit(conversation_id, not conversation.pinned))
+        menu.addAction("Unarchive" if conversation.archived else "Archive",
+                       lambda: self.archive_requested.emit(conversation_id,
+                                                           not conversation.archived))
         menu.addAction("Export…", lambda: self.export_requested.emit(conversation_id))
         menu.addAction("Import chats…", self.import_requested.emit)
         menu.addSeparator()
