@@ -194,10 +194,10 @@ def _split_cpus(remote_cpus: int) -> set[int]:
 
 def _engine_with_threads(num_threads: int | None):
     """The host's engine factory with the local engine's thread count set."""
-    from app.qt.engine_host import _make_engine
+    from app.backends.local_engine import make_local_engine
 
     def make(model, config, on_progress):
-        return _make_engine(model, dataclasses.replace(config, num_threads=num_threads),
+        return make_local_engine(model, dataclasses.replace(config, num_threads=num_threads),
                             on_progress)
 
     return make

@@ -107,10 +107,10 @@ def _run_async(model, config, max_tokens: int, requests: int, adopted: bool) -> 
 
 def _run_window(model, config, max_tokens: int, requests: int) -> list[Sample]:
     from app.backends.local import LocalBackend
+    from app.backends.local_engine import make_local_engine
     from app.backends.types import ChatMessage, SamplingOptions
-    from app.qt.engine_host import _make_engine
 
-    backend = LocalBackend(_make_engine(model, config, lambda *_: None))
+    backend = LocalBackend(make_local_engine(model, config, lambda *_: None))
     # The window's options have no ignore_eos: a reply that ends early counts the tokens it has.
     options = SamplingOptions(temperature=0.0, max_tokens=max_tokens)
 
