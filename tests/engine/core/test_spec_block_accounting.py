@@ -19,7 +19,7 @@ from engine.core.sequence import Sequence
 from engine.sampling_params import SamplingParams
 from engine.spec_decode.ngram_proposer import NgramProposer
 from engine.spec_decode.step_cost import StepCost
-from tests.engine.core.test_block_accounting import BLOCK_SIZE, EOS, check_invariants
+from tests.engine.core.test_scheduler import BLOCK_SIZE, EOS, check_invariants
 
 # A small alphabet, so the context repeats and the proposer drafts often.
 PREFIXES = [[1, 2, 3, 1, 2, 3, 1, 2], [1, 2, 3, 4, 1, 2], [5, 6, 5, 6, 5, 6, 5, 6, 5]]

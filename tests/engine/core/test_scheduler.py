@@ -1,4 +1,6 @@
-"""The KV cache manager and scheduler never leak, double-free or share a block wrongly.
+"""The scheduler over the real KV cache manager: it never leaks, double-frees or shares a block
+wrongly, reuses shared prefix blocks, preempts the newest first, and ends a sequence that
+outgrows the whole cache with "length".
 
 These run the real Scheduler and KVCacheManager with sampled tokens made up by hypothesis, so
 thousands of interleavings are checked without a model.
