@@ -1,1 +1,2 @@
-"""Speculative decoding by n-gram prompt lookup: propose drafts, verify them in the normal step."""
+"""Speculative decoding by n-gram prompt lookup: drafts proposed, and how many a step verifies
+(the worker verifies them in the normal step: engine/worker/rejection_sampler.py)."""
