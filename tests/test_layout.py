@@ -3,6 +3,9 @@ many modules a package root may hold before it needs rooms (docs/ARCHITECTURE.md
 
 from __future__ import annotations
 
+import ast
+import importlib
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -26,3 +29,28 @@ def test_import_contracts_hold():
 def test_package_roots_stay_small(package, most):
     modules = sorted(p.name for p in (ROOT / package).glob("*.py"))
     assert len(modules) <= most, f"{package}/ holds {len(modules)} modules: {modules}"
+
+
+def _our_imports(path: Path) -> list[tuple[str, list[str]]]:
+    """The `from engine|app|kernels... import names` statements of a Python-syntax file."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return [(node.module, [alias.name for alias in node.names])
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module
+            and node.module.split(".")[0] in {"engine", "app", "kernels"}]
+
+
+def test_packaging_spec_imports_what_exists():
+    """make dist runs packaging/pagoda.spec, which imports our modules by name: a module moved
+    without the spec would break only the packaging run, after the whole test suite."""
+    imports = _our_imports(ROOT / "packaging" / "pagoda.spec")
+    assert imports, "the spec imports none of our modules: this test reads the wrong file"
+    for module_name, names in imports:
+        module = importlib.import_module(module_name)
+        missing = [name for name in names
+                   if not hasattr(module, name) and not _is_submodule(f"{module_name}.{name}")]
+        assert not missing, f"packaging/pagoda.spec imports {missing} from {module_name}"
+
+
+def _is_submodule(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
