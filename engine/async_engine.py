@@ -17,6 +17,7 @@ import os
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Self
 
@@ -38,6 +39,7 @@ class _Add:
     params: SamplingParams
     sink: _Sink
     cache_tag: str | None = None
+    grammar: object | None = None  # params.structured_outputs, compiled
 
 
 @dataclass(slots=True)
@@ -129,6 +131,10 @@ class AsyncEngine:
         # Chats are encoded on threads of their own, never on the caller's loop (see the
         # module); one far over the context is refused before it is encoded.
         self.chat_tokenizer = ChatTokenizer(self.engine.tokenizer, self.engine.max_model_len)
+        # Constraints are compiled here, one at a time, never on the engine thread: a slow
+        # compile delays only its own request.
+        self._grammar_thread = ThreadPoolExecutor(max_workers=1,
+                                                  thread_name_prefix="pagoda-grammar")
 
     @property
     def tokenizer(self):
@@ -172,9 +178,11 @@ class AsyncEngine:
         self.check_health()
         if is_conversation(prompt):
             prompt = await self.chat_tokenizer.encode_chat(prompt)
+        params = params or SamplingParams()
+        grammar = await self.compile_grammar(params)
         request_id = request_id or f"stream-{next(self._ids)}"
         sink = _Sink(asyncio.get_running_loop())
-        self._submit(_Add(request_id, prompt, params or SamplingParams(), sink, cache_tag))
+        self._submit(_Add(request_id, prompt, params, sink, cache_tag, grammar))
         consumer = _Consumer(self, request_id)
         finished = False
         try:
@@ -193,6 +201,20 @@ class AsyncEngine:
             if not finished:
                 self.abort(request_id)
 
+    async def compile_grammar(self, params: SamplingParams) -> object | None:
+        """params.structured_outputs compiled on the grammar thread (None without one);
+        StructuredOutputError naming the problem when it cannot be."""
+        if params.structured_outputs is None:
+            return None
+        compiler = self.engine.grammar_compiler
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._grammar_thread, compiler.compile, params.structured_outputs)
+        except RuntimeError as exc:
+            if "after shutdown" not in str(exc):
+                raise
+            raise EngineDeadError("the engine was shut down") from exc
+
     def abort(self, request_id: str) -> None:
         """Stop a request at once; its stream ends with finish_reason "abort"."""
         self._inbox.put(_Abort(request_id))
@@ -207,6 +229,7 @@ class AsyncEngine:
             if self._dead is None:
                 self._dead = EngineDeadError("the engine was shut down")
         self.chat_tokenizer.close()
+        self._grammar_thread.shutdown(wait=False, cancel_futures=True)
         if self._thread.is_alive():
             self._inbox.put(_STOP)
             self._thread.join(timeout)
@@ -289,7 +312,8 @@ class AsyncEngine:
 
     def _add(self, msg: _Add) -> None:
         try:
-            self.engine.add_request(msg.request_id, msg.prompt, msg.params, msg.cache_tag)
+            self.engine.add_request(msg.request_id, msg.prompt, msg.params, msg.cache_tag,
+                                    msg.grammar)
         except Exception as exc:  # noqa: BLE001 - a bad request fails its own stream only
             msg.sink.put(exc)
             return

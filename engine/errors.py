@@ -58,3 +58,7 @@ class ChatTemplateError(PagodaError, ValueError):
 class OversizedDownloadError(PagodaError):
     """The Hub sent more bytes of a file than the size it published; the partial file was
     deleted rather than kept oversized."""
+
+
+class StructuredOutputError(PagodaError, ValueError):
+    """A request's constraint (JSON schema, regex, grammar, choice) cannot be compiled."""

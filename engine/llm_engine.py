@@ -21,13 +21,18 @@ from engine.disk_cache.tier import DiskPrefixCache, model_fingerprint, open_disk
 from engine.errors import PromptTooLongError
 from engine.loading.loader import LoadedModel, load_model
 from engine.loading.model_info import check_model_fits
-from engine.outputs import CompletionOutput, PromptProgress, RequestOutput
+from engine.outputs import CompletionOutput, Logprob, PromptProgress, RequestOutput, TokenLogprobs
 from engine.sampling_params import SamplingParams
 from engine.spec_decode.ngram_proposer import NgramProposer
 from engine.spec_decode.step_cost import StepCost
+from engine.structured_output.compiler import StructuredOutputCompiler
+from engine.structured_output.matcher import GrammarState
+from engine.structured_output.vocabulary import Vocabulary
 from engine.text.detokenizer import IncrementalDetokenizer
 from engine.text.unicode import check_encodable
 from engine.worker.calibration import calibrate_step_cost
+from engine.worker.logits_controls import bad_words_token_ids
+from engine.worker.logprobs import SampledLogprobs
 from engine.worker.model_runner import ModelRunner
 
 logger = logging.getLogger(__name__)
@@ -88,14 +93,22 @@ class LLMEngine:
                             self.max_model_len, self.config.speculative_disable_by_batch_size),
             self.kv_cache, proposer, self.step_cost)
         self.eos_token_ids = _eos_token_ids(self.loaded)
+        self.vocabulary = Vocabulary(self.tokenizer, self.runner.vocab_size, self.eos_token_ids)
+        # Thread-safe: AsyncEngine compiles on a thread of its own, LLM on the caller's.
+        self.grammar_compiler = StructuredOutputCompiler(self.vocabulary)
         self._requests: dict[str, tuple[Sequence, IncrementalDetokenizer]] = {}
+        # The logprobs of each request that asked for them, so far.
+        self._logprobs: dict[str, list[TokenLogprobs]] = {}
         self._token_times: deque[tuple[float, int]] = deque()
         self._num_preemptions = 0
 
     def add_request(self, request_id: str, prompt: str | list[int],
-                    params: SamplingParams | None = None, cache_tag: str | None = None) -> None:
+                    params: SamplingParams | None = None, cache_tag: str | None = None,
+                    grammar: object | None = None) -> None:
         """cache_tag: a name for whatever this request belongs to (a chat); the blocks it uses
-        on disk are listed under it, so engine.disk_cache.store.forget_tag can remove them later."""
+        on disk are listed under it, so engine.disk_cache.store.forget_tag can remove them later.
+        grammar: params.structured_outputs already compiled by `grammar_compiler` (off this
+        thread); without it a constrained request is compiled here."""
         params = params or SamplingParams()
         if request_id in self._requests:
             raise ValueError(f"request_id {request_id!r} is already running")
@@ -106,10 +119,18 @@ class LLMEngine:
             check_encodable(prompt_text, "the prompt")
         token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         self._validate_prompt(token_ids)
+        self._validate_token_ids(params)
         seq = Sequence(request_id, token_ids, params, self.eos_token_ids, prompt=prompt_text,
                        cache_tag=cache_tag)
+        if params.structured_outputs is not None:
+            seq.grammar = GrammarState(grammar or self.grammar_compiler.compile(
+                params.structured_outputs))
+        if params.bad_words:
+            seq.bad_words_token_ids = bad_words_token_ids(self.tokenizer, params.bad_words)
         detok = IncrementalDetokenizer(self.tokenizer, token_ids, params.stop)
         self._requests[request_id] = (seq, detok)
+        if params.logprobs is not None:
+            self._logprobs[request_id] = []
         self.scheduler.add(seq)
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
@@ -118,7 +139,9 @@ class LLMEngine:
         if entry is None:
             return None
         self.scheduler.finish(entry[0], "abort")
-        return self._output(*self._requests.pop(request_id), [])
+        out = self._output(*self._requests.pop(request_id), [])
+        self._logprobs.pop(request_id, None)
+        return out
 
     def has_unfinished_requests(self) -> bool:
         return bool(self._requests)
@@ -130,16 +153,20 @@ class LLMEngine:
         if not sched.is_empty:
             began = time.perf_counter()
             try:
-                sampled = self.runner.execute(sched)
+                result = self.runner.execute(sched)
             except Exception as exc:  # a failed step fails its requests, never the engine
                 logger.exception("engine step failed")
                 return self._fail(sched, exc)
             seconds = time.perf_counter() - began
             self._observe_prefill(sched, seconds)
             self._observe_decode(sched, seconds)
-            advanced = self.scheduler.update_from_output(sched, sampled)
+            advanced = self.scheduler.update_from_output(sched, result.sampled)
             self._record_tokens(sum(n for _, n in advanced))
-        return self._collect_outputs(advanced) + self._progress_outputs(sched)
+            logprobs = {item.seq.request_id: entries
+                        for item, entries in zip(sched.scheduled, result.logprobs, strict=True)
+                        if entries is not None}
+            return self._collect_outputs(advanced, logprobs) + self._progress_outputs(sched)
+        return self._collect_outputs(advanced, {}) + self._progress_outputs(sched)
 
     def close(self, timeout: float = 10.0) -> None:
         """Write what the disk tier still has queued; the engine can still step afterwards, but
@@ -204,11 +231,13 @@ class LLMEngine:
             return "gpu_memory_utilization"
         return "kv_cache_memory"
 
-    def _collect_outputs(self, advanced: list[tuple[Sequence, int]]) -> list[RequestOutput]:
+    def _collect_outputs(self, advanced: list[tuple[Sequence, int]],
+                         logprobs: dict[str, list[SampledLogprobs]]) -> list[RequestOutput]:
         outputs = []
         for seq, num_new in advanced:
             seq_detok = self._requests[seq.request_id]
-            outputs.append(self._output(*seq_detok, seq.output_token_ids[-num_new:]))
+            outputs.append(self._output(*seq_detok, seq.output_token_ids[-num_new:],
+                                        logprobs.get(seq.request_id)))
         reported = {o.request_id for o in outputs}
         for seq in self.scheduler.take_finished():
             entry = self._requests.get(seq.request_id)
@@ -218,6 +247,7 @@ class LLMEngine:
         for out in outputs:
             if out.finished:
                 self._requests.pop(out.request_id, None)
+                self._logprobs.pop(out.request_id, None)
         return outputs
 
     def _observe_prefill(self, sched: SchedulerOutput, seconds: float) -> None:
@@ -270,15 +300,39 @@ class LLMEngine:
             outputs.append(out)
         return outputs
 
-    def _output(self, seq: Sequence, detok: IncrementalDetokenizer,
-                new_tokens: list[int]) -> RequestOutput:
+    def _output(self, seq: Sequence, detok: IncrementalDetokenizer, new_tokens: list[int],
+                new_logprobs: list[SampledLogprobs] | None = None) -> RequestOutput:
         if new_tokens and seq.metrics.first_token_time is None:
             seq.metrics.first_token_time = time.monotonic()
         delta_text, new_tokens = self._detokenize(seq, detok, new_tokens)
         completion = CompletionOutput(0, detok.text, list(seq.output_token_ids),
                                       seq.finish_reason, delta_text, list(new_tokens))
+        so_far = self._logprobs.get(seq.request_id)
+        if so_far is not None:
+            delta = [self._token_logprobs(x) for x in (new_logprobs or [])[:len(new_tokens)]]
+            so_far.extend(delta)
+            completion.logprobs, completion.delta_logprobs = list(so_far), delta
         return RequestOutput(seq.request_id, seq.prompt, seq.prompt_token_ids, [completion],
                              seq.is_finished, seq.num_cached_tokens, seq.metrics)
+
+    def _token_logprobs(self, sampled: SampledLogprobs) -> TokenLogprobs:
+        top = tuple(self._logprob(t, v) for t, v in zip(sampled.top_ids, sampled.top_logprobs,
+                                                         strict=True))
+        return TokenLogprobs(self._logprob(sampled.token_id, sampled.logprob), sampled.rank, top)
+
+    def _logprob(self, token_id: int, logprob: float) -> Logprob:
+        raw = self.vocabulary.token_bytes(token_id)
+        return Logprob(token_id, raw.decode("utf-8", errors="replace"), raw, logprob)
+
+    def _validate_token_ids(self, params: SamplingParams) -> None:
+        """Token ids a request names must be in the model's vocabulary."""
+        vocab = self.runner.vocab_size
+        for name, ids in (("logit_bias", params.logit_bias or ()),
+                          ("allowed_token_ids", params.allowed_token_ids or ())):
+            bad = next((t for t in ids if t >= vocab), None)
+            if bad is not None:
+                raise ValueError(f"SamplingParams.{name} names token {bad}, outside the "
+                                 f"vocabulary [0, {vocab})")
 
     def _detokenize(self, seq: Sequence, detok: IncrementalDetokenizer,
                     new_tokens: list[int]) -> tuple[str, list[int]]:
@@ -313,6 +367,7 @@ class LLMEngine:
             seq = item.seq
             self.scheduler.finish(seq, "error")
             out = self._output(seq, self._requests.pop(seq.request_id)[1], [])
+            self._logprobs.pop(seq.request_id, None)
             out.outputs[0].error = f"{type(exc).__name__}: {exc}"
             outputs.append(out)
         return outputs

@@ -50,6 +50,29 @@ class PromptProgress:
     elapsed: float
 
 
+@dataclass(slots=True, frozen=True)
+class Logprob:
+    """A token and the log-probability the model gave it: its text (alone, undecodable bytes
+    replaced) and its exact bytes."""
+
+    token_id: int
+    token: str
+    token_bytes: bytes
+    logprob: float
+
+
+@dataclass(slots=True, frozen=True)
+class TokenLogprobs:
+    """A sampled token's log-probability, its rank among all tokens (1 = the model's first
+    choice) and the `SamplingParams.logprobs` best tokens at its position, best first.
+    Log-probabilities are the model's own (log-softmax of its logits, in fp32), before any
+    penalty, bias, constraint or temperature."""
+
+    chosen: Logprob
+    rank: int
+    top: tuple[Logprob, ...]
+
+
 @dataclass(slots=True)
 class CompletionOutput:
     """One generated sequence. `text` and `token_ids` are cumulative; `delta_text` is new."""
@@ -61,6 +84,9 @@ class CompletionOutput:
     delta_text: str = ""
     delta_token_ids: list[int] = field(default_factory=list)
     error: str | None = None
+    # With SamplingParams.logprobs: one entry per token of token_ids, and those of this output.
+    logprobs: list[TokenLogprobs] | None = None
+    delta_logprobs: list[TokenLogprobs] | None = None
 
     @property
     def finished(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -10,8 +11,86 @@ from engine.text.unicode import lone_surrogate_at
 _GREEDY_EPS = 1e-5
 # torch.Generator.manual_seed takes a 64-bit unsigned seed.
 _SEED_LIMIT = 1 << 64
+# The most top logprobs a row may ask for (OpenAI's chat caps top_logprobs at 20).
+MAX_LOGPROBS = 20
+# Bounds on what a request may hand the grammar compiler and the sampler: a constraint's text
+# (a JSON schema, a regex, a grammar, all choices together), how many choices, biased tokens,
+# allowed tokens and banned words.
+MAX_CONSTRAINT_CHARS = 65536
+MAX_CHOICES = 1024
+MAX_TOKEN_LIST = 65536
+MAX_BAD_WORDS = 1024
+# OpenAI's range for a logit bias.
+_BIAS_LIMIT = 100.0
 _FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                  "frequency_penalty")
+
+
+@dataclass(slots=True, frozen=True)
+class StructuredOutputsParams:
+    """One constraint on a reply, in vLLM's names: exactly one of a JSON schema (`json`, as a
+    dict or its text), any JSON object (`json_object=True`), a regular expression, an EBNF
+    grammar (xgrammar's dialect, as GBNF), or a choice among strings."""
+
+    json: dict | str | None = None
+    json_object: bool = False
+    regex: str | None = None
+    grammar: str | None = None
+    choice: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.choice is not None and not isinstance(self.choice, tuple):
+            _check(isinstance(self.choice, list), "structured_outputs.choice", self.choice,
+                   "must be a list of strings")
+            object.__setattr__(self, "choice", tuple(self.choice))
+        given = [name for name in ("json", "regex", "grammar", "choice")
+                 if getattr(self, name) is not None]
+        given += ["json_object"] if self.json_object is True else []
+        _check(len(given) == 1, "structured_outputs", given or None,
+               "must give exactly one of json, json_object, regex, grammar or choice")
+        self._validate()
+
+    def _validate(self) -> None:
+        _check(isinstance(self.json_object, bool), "structured_outputs.json_object",
+               self.json_object, "must be True or False")
+        for name in ("regex", "grammar"):
+            value = getattr(self, name)
+            _check(value is None or (isinstance(value, str) and value.strip() != ""),
+                   f"structured_outputs.{name}", value, "must be a non-empty string")
+        if self.json is not None:
+            _check(isinstance(self.json, (dict, str)), "structured_outputs.json", self.json,
+                   "must be a JSON schema: an object, or its text")
+        if self.choice is not None:
+            _check(0 < len(self.choice) <= MAX_CHOICES
+                   and all(isinstance(c, str) and c for c in self.choice),
+                   "structured_outputs.choice", _preview(self.choice),
+                   f"must be 1 to {MAX_CHOICES} non-empty strings")
+        size = len(self.text())
+        _check(size <= MAX_CONSTRAINT_CHARS, f"structured_outputs.{self.kind}",
+               f"<{size} characters>", f"must be at most {MAX_CONSTRAINT_CHARS} characters")
+
+    @property
+    def kind(self) -> str:
+        """Which constraint this is: json, json_object, regex, grammar or choice."""
+        if self.json_object is True:
+            return "json_object"
+        return next(name for name in ("json", "regex", "grammar", "choice")
+                    if getattr(self, name) is not None)
+
+    def text(self) -> str:
+        """The constraint as text: the schema's JSON, the regex, the grammar, or the choices
+        as a JSON list. With `kind`, what a compiled grammar is cached under."""
+        if self.json is not None:
+            if isinstance(self.json, str):
+                return self.json
+            try:
+                return json.dumps(self.json, ensure_ascii=False)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"SamplingParams.structured_outputs.json is not JSON: {exc}"
+                                 ) from exc
+        if self.choice is not None:
+            return json.dumps(list(self.choice), ensure_ascii=False)
+        return self.regex or self.grammar or ""
 
 
 @dataclass(slots=True)
@@ -33,6 +112,18 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
+    # A constraint on the reply (structured output); see StructuredOutputsParams.
+    structured_outputs: StructuredOutputsParams | None = None
+    # OpenAI's logit_bias: token id -> a bias added to its logit, in [-100, 100] (-100 bans).
+    logit_bias: dict[int, float] | None = None
+    # vLLM's: only these tokens may be sampled.
+    allowed_token_ids: list[int] | None = None
+    # vLLM's: words never written (their tokens, with and without a leading space, banned where
+    # the output so far would complete one).
+    bad_words: list[str] | None = None
+    # The log-probability of each sampled token and of this many best tokens at its position
+    # (0 gives the sampled token's alone); None returns none.
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         # None means none, as in vLLM's and OpenAI's APIs.
@@ -47,6 +138,7 @@ class SamplingParams:
         self.stop = list(self.stop)
         self.stop_token_ids = list(self.stop_token_ids)
         self._validate()
+        self._validate_logits_controls()
 
     def _validate(self) -> None:
         for name in _FLOAT_FIELDS:
@@ -75,6 +167,48 @@ class SamplingParams:
         _check(isinstance(self.ignore_eos, bool), "ignore_eos", self.ignore_eos,
                "must be True or False")
 
+    def _validate_logits_controls(self) -> None:
+        _check(self.structured_outputs is None
+               or isinstance(self.structured_outputs, StructuredOutputsParams),
+               "structured_outputs", self.structured_outputs,
+               "must be a StructuredOutputsParams or None")
+        _check(not (self.structured_outputs is not None and self.ignore_eos), "ignore_eos",
+               self.ignore_eos, "cannot be combined with structured_outputs: the constraint "
+               "decides where the reply ends")
+        _check(self.logprobs is None
+               or (_is_int(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS),
+               "logprobs", self.logprobs, f"must be None or an integer from 0 to {MAX_LOGPROBS}")
+        self._validate_token_lists()
+        if self.bad_words is not None:
+            _check(isinstance(self.bad_words, (list, tuple)) and len(self.bad_words) <= MAX_BAD_WORDS
+                   and all(isinstance(w, str) and w.strip() for w in self.bad_words),
+                   "bad_words", _preview(self.bad_words),
+                   f"must be a list of at most {MAX_BAD_WORDS} non-empty strings")
+            self.bad_words = list(self.bad_words)
+
+    def _validate_token_lists(self) -> None:
+        if self.logit_bias is not None:
+            _check(isinstance(self.logit_bias, dict) and len(self.logit_bias) <= MAX_TOKEN_LIST,
+                   "logit_bias", _preview(self.logit_bias),
+                   f"must map at most {MAX_TOKEN_LIST} token ids to biases")
+            for token, bias in self.logit_bias.items():
+                _check(_is_int(token) and token >= 0, "logit_bias", token,
+                       "must have non-negative integer token ids as keys")
+                _check(_is_number(bias) and -_BIAS_LIMIT <= bias <= _BIAS_LIMIT, "logit_bias",
+                       {token: bias}, "must have biases from -100 to 100")
+        if self.allowed_token_ids is not None:
+            _check(isinstance(self.allowed_token_ids, (list, tuple))
+                   and 0 < len(self.allowed_token_ids) <= MAX_TOKEN_LIST
+                   and all(_is_int(t) and t >= 0 for t in self.allowed_token_ids),
+                   "allowed_token_ids", _preview(self.allowed_token_ids),
+                   f"must be a list of 1 to {MAX_TOKEN_LIST} non-negative token ids")
+            self.allowed_token_ids = list(self.allowed_token_ids)
+
+    @property
+    def processes_logits(self) -> bool:
+        """Whether any token is biased, allowed or banned before sampling."""
+        return bool(self.logit_bias) or self.allowed_token_ids is not None or bool(self.bad_words)
+
     @property
     def greedy(self) -> bool:
         return self.temperature < _GREEDY_EPS
@@ -91,6 +225,12 @@ def _is_int(value: object) -> bool:
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _preview(value: object) -> object:
+    """A value short enough to quote in an error message."""
+    text = repr(value)
+    return value if len(text) <= 80 else f"{text[:77]}..."
 
 
 def _check(ok: bool, name: str, value: object, rule: str) -> None:

@@ -39,6 +39,11 @@ class Sequence:
     # The worker's random generator for a seeded request (a torch.Generator), made when it first
     # samples and kept across steps and preemptions; bookkeeping here never touches it.
     generator: object | None = None
+    # Its place in its grammar (an engine.structured_output GrammarState) when the request is
+    # constrained; the worker advances it, bookkeeping here never touches it.
+    grammar: object | None = None
+    # SamplingParams.bad_words as token ids, tokenized once when the request is added.
+    bad_words_token_ids: list[list[int]] | None = None
     metrics: RequestMetrics = field(default_factory=lambda: RequestMetrics(time.monotonic()))
     all_token_ids: list[int] = field(init=False)
 

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 from starlette.requests import Request
 
+from engine.outputs import CompletionOutput
 from engine.server.admission import WorkBudget
 from engine.server.errors import APIError, as_api_errors
 from engine.server.generation import (
@@ -18,6 +19,7 @@ from engine.server.generation import (
     sse_events,
     usage,
 )
+from engine.server.logprobs import chat_logprobs
 from engine.server.metrics import ServerMetrics
 from engine.server.protocol import ChatCompletionRequest, engine_chat
 from engine.server.served import ServedModel
@@ -39,6 +41,9 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
         choices = [Choice(prompt, body.sampling_params(body.resolved_max_tokens(), i))
                    for i in range(body.n)]
     generation = Generation(served, metrics, budget, choices, new_id("chatcmpl"), "messages")
+    constraint = body.constraint()
+    if constraint is not None:
+        await generation.check_constraint(constraint[0])
     return await respond(generation, request, body.stream,
                          lambda: _chunks(generation, body.include_usage, body.return_progress),
                          lambda finals: _completion(generation, finals))
@@ -49,7 +54,8 @@ def _completion(generation: Generation, finals) -> dict:
         "id": generation.request_id, "object": "chat.completion", "created": generation.created,
         "model": generation.served.name,
         "choices": [{"index": i, "message": {"role": "assistant", "content": out.outputs[0].text},
-                     "finish_reason": finish_reason(out), "logprobs": None}
+                     "finish_reason": finish_reason(out),
+                     "logprobs": chat_logprobs(out.outputs[0].logprobs)}
                     for i, out in enumerate(finals)],
         "usage": usage(finals, generation.choices),
     }
@@ -63,9 +69,11 @@ async def _chunks(generation: Generation, include_usage: bool,
                 "choices": choices}
         return {**body, "usage": None, **extra} if include_usage else body
 
-    def choice_chunk(index: int, delta: str, reason: str | None) -> dict:
+    def choice_chunk(index: int, completion: CompletionOutput, reason: str | None) -> dict:
+        delta = completion.delta_text
         return chunk([{"index": index, "delta": {"content": delta} if delta else {},
-                       "finish_reason": reason, "logprobs": None}])
+                       "finish_reason": reason,
+                       "logprobs": chat_logprobs(completion.delta_logprobs)}])
 
     for index in range(len(generation.choices)):
         yield sse(chunk([{"index": index, "delta": {"role": "assistant", "content": ""},

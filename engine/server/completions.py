@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 from starlette.requests import Request
 
+from engine.outputs import CompletionOutput
 from engine.server.admission import WorkBudget
 from engine.server.errors import APIError, as_api_errors
 from engine.server.generation import (
@@ -17,6 +18,7 @@ from engine.server.generation import (
     sse_events,
     usage,
 )
+from engine.server.logprobs import completion_logprobs
 from engine.server.metrics import ServerMetrics
 from engine.server.protocol import CompletionRequest, check_choices
 from engine.server.served import ServedModel
@@ -35,6 +37,9 @@ async def create_completion(body: CompletionRequest, request: Request, served: S
         choices = [Choice(ids, body.sampling_params(body.resolved_max_tokens(), j), i)
                    for i, ids in enumerate(token_ids) for j in range(body.n)]
     generation = Generation(served, metrics, budget, choices, new_id("cmpl"), "prompt")
+    constraint = body.constraint()
+    if constraint is not None:
+        await generation.check_constraint(constraint[0])
     return await respond(generation, request, body.stream,
                          lambda: _chunks(generation, body.include_usage, body.return_progress),
                          lambda finals: _completion(generation, finals))
@@ -52,7 +57,8 @@ def _completion(generation: Generation, finals) -> dict:
     return {
         **_header(generation),
         "choices": [{"index": i, "text": out.outputs[0].text, "finish_reason": finish_reason(out),
-                     "logprobs": None} for i, out in enumerate(finals)],
+                     "logprobs": completion_logprobs(out.outputs[0].logprobs)}
+                    for i, out in enumerate(finals)],
         "usage": usage(finals, generation.choices),
     }
 
@@ -66,9 +72,13 @@ async def _chunks(generation: Generation, include_usage: bool,
                   return_progress: bool) -> AsyncIterator[str]:
     extra = {"usage": None} if include_usage else {}
 
-    def choice_chunk(index: int, delta: str, reason: str | None) -> dict:
+    def choice_chunk(index: int, completion: CompletionOutput, reason: str | None) -> dict:
+        delta = completion.delta_logprobs
+        # Where this chunk's tokens start in the choice's text.
+        offset = len(completion.text) - len(completion.delta_text)
         return {**_header(generation), **extra, "choices": [
-            {"index": index, "text": delta, "finish_reason": reason, "logprobs": None}]}
+            {"index": index, "text": completion.delta_text, "finish_reason": reason,
+             "logprobs": completion_logprobs(delta, offset)}]}
 
     def usage_chunk(counts: dict) -> dict:
         return {**_header(generation), "choices": [], "usage": counts}

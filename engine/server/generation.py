@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import Request
 
-from engine.outputs import PromptProgress, RequestOutput
+from engine.outputs import CompletionOutput, PromptProgress, RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.server.admission import WorkBudget, choice_work
 from engine.server.errors import APIError, as_api_errors
@@ -19,6 +19,7 @@ from engine.server.metrics import ServerMetrics
 from engine.server.served import ServedModel
 from engine.server.streams import merge, peek, tagged, until_disconnected
 
+_NOTHING_NEW = CompletionOutput(0, "", [])
 # Finish reasons the API knows; an engine abort (a shutdown) is reported as such.
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
@@ -82,6 +83,14 @@ class Generation:
         self.created = int(time.time())
         self._prompt_field = prompt_field
         self._events: AsyncIterator[tuple[int, RequestOutput]] | None = None
+
+    async def check_constraint(self, field: str) -> None:
+        """Compile the choices' constraint (they share one) before anything runs, so one that
+        cannot be compiled is a 400 naming `field`; the streams then find it compiled."""
+        try:
+            await self.served.backend.compile_grammar(self.choices[0].params)
+        except ValueError as exc:
+            raise APIError(400, f"{field}: {exc}", param=field) from exc
 
     async def start(self) -> None:
         """Submit every choice and wait for the first output, so a request the engine refuses
@@ -157,7 +166,8 @@ class Generation:
             await merged.aclose()
 
 
-ChunkOf = Callable[[int, str, str | None], dict]
+# (choice index, its output, its finish reason) -> the chunk that sends what is new in it.
+ChunkOf = Callable[[int, CompletionOutput, str | None], dict]
 
 
 async def sse_events(generation: Generation, chunk_of: ChunkOf,
@@ -170,14 +180,14 @@ async def sse_events(generation: Generation, chunk_of: ChunkOf,
     finals: list[RequestOutput | None] = [None] * len(generation.choices)
     try:
         async for index, out in generation.events():
-            delta = out.outputs[0].delta_text
+            completion = out.outputs[0]
             reason = finish_reason(out)
             if out.finished:
                 finals[index] = out
-            if delta or reason:
-                yield sse(chunk_of(index, delta, reason))
+            if completion.delta_text or completion.delta_logprobs or reason:
+                yield sse(chunk_of(index, completion, reason))
             elif return_progress and out.prompt_progress is not None:
-                yield sse({**chunk_of(index, "", None),
+                yield sse({**chunk_of(index, _NOTHING_NEW, None),
                            "prompt_progress": prompt_progress(out.prompt_progress)})
     except APIError as exc:
         yield sse(exc.body())

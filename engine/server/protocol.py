@@ -2,8 +2,8 @@
 
 Types are strict (a string is not a number); ranges are left to `SamplingParams`, whose errors
 name the field. Fields other clients send that do not change the result (user, metadata, store)
-are ignored; fields that would (logprobs, tools, response_format, echo, an image) are refused in
-words rather than silently dropped.
+are ignored; fields that would and that this server does not honour (tools, echo, an image) are
+refused in words rather than silently dropped. docs/SERVER.md lists every field.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.sampling_params import SamplingParams
+from engine.sampling_params import SamplingParams, StructuredOutputsParams
 from engine.server.errors import APIError
 
 MAX_N = 16
@@ -92,34 +92,19 @@ def _asks(value: Any) -> bool:
 
 # A field we do not honour: refused when its value would change the result, with why.
 Refusal = tuple[Callable[[Any], bool], str]
-_NO_LOGPROBS = "it returns no token probabilities"
 _NO_TOOLS = "it does not call tools"
-_NO_FORMATS = "it does not constrain replies to a format or grammar"
-_REFUSED: dict[str, Refusal] = {
-    "logit_bias": (_asks, "it does not bias tokens"),
-    **{name: (_is_set, _NO_FORMATS) for name in (
-        "guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")},
-}
 _CHAT_REFUSED: dict[str, Refusal] = {
-    **_REFUSED,
-    "logprobs": (_given, _NO_LOGPROBS),
-    # OpenAI refuses top_logprobs without logprobs; as we return none, any value is refused.
-    "top_logprobs": (_is_set, f"{_NO_LOGPROBS} (and top_logprobs needs logprobs=true)"),
     "tools": (_asks, _NO_TOOLS),
     "functions": (_asks, _NO_TOOLS),
     # Even "none": OpenAI refuses tool_choice without tools, and this server takes no tools.
     "tool_choice": (_is_set, f"{_NO_TOOLS} (and tool_choice needs tools)"),
     "function_call": (_is_set, f"{_NO_TOOLS} (and function_call needs functions)"),
-    "response_format": (lambda v: v is not None and v != {"type": "text"},
-                        f'{_NO_FORMATS}; only {{"type": "text"}} is taken'),
     "modalities": (lambda v: v is not None and v != ["text"], "this model answers in text only"),
     "audio": (_is_set, "this model answers in text only"),
     "reasoning_effort": (_is_set, "it has no reasoning settings"),
 }
 _COMPLETION_REFUSED: dict[str, Refusal] = {
-    **_REFUSED,
-    "logprobs": (_given, _NO_LOGPROBS),
-    "echo": (_given, "it does not echo the prompt"),
+    "echo": (_given, "it does not echo the prompt (nor score it: no prompt logprobs)"),
     "suffix": (_asks, "it does not complete text before a suffix"),
 }
 
@@ -135,7 +120,7 @@ class _Refusing(_Strict):
     honour and those it does not know (`check_supported`), as OpenAI's own API does."""
 
     model_config = ConfigDict(strict=True, extra="allow")
-    _refused: ClassVar[dict[str, Refusal]] = _REFUSED
+    _refused: ClassVar[dict[str, Refusal]] = {}
 
     def check_supported(self) -> None:
         for name, value in (self.model_extra or {}).items():
@@ -151,6 +136,57 @@ class _Refusing(_Strict):
 
 class StreamOptions(_Strict):
     include_usage: bool = False
+
+
+class JSONSchemaFormat(_Strict):
+    name: str | None = None
+    description: str | None = None
+    # OpenAI's field is `schema`, which pydantic's BaseModel reserves.
+    json_schema: dict | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Strict):
+    """OpenAI's response_format: text, any JSON object, or JSON following a schema."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)
+    type: str
+    json_schema: JSONSchemaFormat | None = None
+
+    def constraint(self) -> StructuredOutputsParams | None:
+        if self.type == "text":
+            return None
+        if self.type == "json_object":
+            return StructuredOutputsParams(json_object=True)
+        if self.type == "json_schema":
+            if self.json_schema is None or self.json_schema.json_schema is None:
+                raise APIError(400, "response_format.json_schema.schema is missing: a "
+                                    "json_schema response format needs its schema",
+                               param="response_format.json_schema.schema")
+            return StructuredOutputsParams(json=self.json_schema.json_schema)
+        raise APIError(400, f"response_format.type={self.type!r} is not supported: use "
+                            "'text', 'json_object' or 'json_schema'",
+                       param="response_format.type")
+
+
+class StructuredOutputs(_Strict):
+    """vLLM's structured_outputs: one constraint (see engine.sampling_params)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    json_: dict | str | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+
+    def constraint(self) -> StructuredOutputsParams:
+        return StructuredOutputsParams(json=self.json_, regex=self.regex, choice=self.choice,
+                                       grammar=self.grammar, json_object=bool(self.json_object))
+
+
+# Where a constraint may come from: OpenAI's, vLLM's (current and older names) and llama.cpp's.
+_CONSTRAINT_FIELDS = ("response_format", "structured_outputs", "guided_json", "guided_regex",
+                      "guided_choice", "guided_grammar", "json_schema", "grammar")
 
 
 class _SamplingRequest(_Refusing):
@@ -173,6 +209,52 @@ class _SamplingRequest(_Refusing):
     stream_options: StreamOptions | None = None
     # llama.cpp's: while a long prompt is read, stream chunks with its `prompt_progress`.
     return_progress: bool = False
+    # OpenAI's: token id (as a string) -> bias in [-100, 100].
+    logit_bias: dict[str, float] | None = None
+    # vLLM's.
+    allowed_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
+    # Constraints (at most one; see `constraint`).
+    structured_outputs: StructuredOutputs | None = None
+    guided_json: dict | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    # llama.cpp's.
+    json_schema: dict | None = None
+    grammar: str | None = None
+
+    def constraint(self) -> tuple[str, StructuredOutputsParams] | None:
+        """The one constraint the request gives, with the field that gave it."""
+        given = [name for name in self._constraint_fields() if _constrains(getattr(self, name))]
+        if len(given) > 1:
+            raise APIError(400, f"{' and '.join(given)} both constrain the reply: give one",
+                           param=given[1])
+        if not given:
+            return None
+        name = given[0]
+        try:
+            constraint = _constraint_of(name, getattr(self, name))
+        except ValueError as exc:
+            raise APIError(400, f"{name}: {exc}", param=name) from exc
+        return None if constraint is None else (name, constraint)
+
+    def _constraint_fields(self) -> tuple[str, ...]:
+        return _CONSTRAINT_FIELDS[1:]
+
+    def _logit_bias(self) -> dict[int, float] | None:
+        if not self.logit_bias:
+            return None
+        bias = {}
+        for key, value in self.logit_bias.items():
+            if not key.isdigit():
+                raise APIError(400, f"logit_bias has the key {key!r}: keys are token ids "
+                                    "(strings of digits)", param="logit_bias")
+            bias[int(key)] = value
+        return bias
+
+    def _logprobs(self) -> int | None:
+        return None
 
     @property
     def include_usage(self) -> bool:
@@ -189,18 +271,55 @@ class _SamplingRequest(_Refusing):
         }
         options = {name: value for name, value in given.items() if value is not None}
         seed = self.seed if self.seed is None or index == 0 else (self.seed + index) % (1 << 64)
+        constraint = self.constraint()
         return SamplingParams(**options, max_tokens=max_tokens, stop=self.stop, seed=seed,
-                              ignore_eos=self.ignore_eos)
+                              ignore_eos=self.ignore_eos,
+                              structured_outputs=None if constraint is None else constraint[1],
+                              logit_bias=self._logit_bias(),
+                              allowed_token_ids=self.allowed_token_ids,
+                              bad_words=self.bad_words or None, logprobs=self._logprobs())
+
+
+def _constrains(value: Any) -> bool:
+    if isinstance(value, ResponseFormat):
+        return value.type != "text"
+    return value is not None
+
+
+def _constraint_of(name: str, value: Any) -> StructuredOutputsParams | None:
+    if isinstance(value, (ResponseFormat, StructuredOutputs)):
+        return value.constraint()
+    if name in ("guided_json", "json_schema"):
+        return StructuredOutputsParams(json=value)
+    if name == "guided_regex":
+        return StructuredOutputsParams(regex=value)
+    if name == "guided_choice":
+        return StructuredOutputsParams(choice=value)
+    return StructuredOutputsParams(grammar=value)
 
 
 class ChatCompletionRequest(_SamplingRequest):
     messages: list[ChatMessage]
     max_completion_tokens: int | None = None
+    response_format: ResponseFormat | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
     # vLLM's: go on with the last (assistant) message instead of starting a new reply.
     continue_final_message: bool = False
     add_generation_prompt: bool = True
 
     _refused: ClassVar[dict[str, Refusal]] = _CHAT_REFUSED
+
+    def _constraint_fields(self) -> tuple[str, ...]:
+        return _CONSTRAINT_FIELDS
+
+    def _logprobs(self) -> int | None:
+        """OpenAI's rule: top_logprobs (0-20) needs logprobs=true."""
+        if self.top_logprobs is not None and not self.logprobs:
+            raise APIError(400, "top_logprobs needs logprobs=true", param="top_logprobs")
+        if not self.logprobs:
+            return None
+        return 0 if self.top_logprobs is None else self.top_logprobs
 
     def resolved_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None \
@@ -210,8 +329,17 @@ class ChatCompletionRequest(_SamplingRequest):
 class CompletionRequest(_SamplingRequest):
     prompt: str | list[str] | list[int] | list[list[int]]
     best_of: int | None = None
+    # The legacy API's: how many best tokens beside each sampled one (0-5).
+    logprobs: int | None = Field(default=None, ge=0, le=5)
+    response_format: ResponseFormat | None = None
 
     _refused: ClassVar[dict[str, Refusal]] = _COMPLETION_REFUSED
+
+    def _constraint_fields(self) -> tuple[str, ...]:
+        return _CONSTRAINT_FIELDS
+
+    def _logprobs(self) -> int | None:
+        return self.logprobs
 
     def check_supported(self) -> None:
         super().check_supported()

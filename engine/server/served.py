@@ -25,6 +25,10 @@ class EngineBackend(Protocol):
 
     def abort(self, request_id: str) -> None: ...
 
+    async def compile_grammar(self, params: SamplingParams) -> object | None:
+        """params.structured_outputs compiled (cached for the stream that follows);
+        StructuredOutputError naming what is wrong with it."""
+
     def stats(self) -> EngineStats: ...
 
     def check_health(self) -> None:

@@ -27,6 +27,8 @@ from engine.quantization.cpu_q8 import CpuQ8Method, Q8Context, load_q8_context
 from engine.quantization.dequantize_workspace import DequantWorkspace
 from engine.quantization.native_kernels import load_native
 from engine.quantization.tensors import Int4Weight, Int8Weight, Weight, split_int8_into_int4
+from engine.structured_output.matcher import GrammarRows, GrammarState
+from engine.worker.logprobs import LogprobsRequest, SampledLogprobs, StepLogprobs
 from engine.worker.rejection_sampler import RejectionSampler
 from engine.worker.sampler import Sampler, SamplingMetadata, SamplingRow
 from kernels.attention_metadata import (
@@ -58,6 +60,19 @@ class ModelInputs:
     sampling_order: list[int]  # scheduler index of each sampling sequence
     # Per sampling sequence, the drafts its rows verify; None when no sequence speculates.
     draft_token_ids: list[list[int]] | None
+    # Constrained sequences: (first logits row, grammar, drafts), and the index of their run.
+    grammar_entries: list[tuple[int, GrammarState, list[int]]]
+    grammar_runs: list[int]
+    logprobs_requests: list[LogprobsRequest]  # `order` is the index among sampling sequences
+
+
+@dataclass(slots=True)
+class RunnerOutput:
+    """Per scheduled sequence: its new tokens (none mid-prefill; after speculation, the kept
+    drafts and one more) and, where its request asked, their logprobs."""
+
+    sampled: list[list[int]]
+    logprobs: list[list[SampledLogprobs] | None]
 
 
 def group_by_length(lengths: list[int]) -> list[tuple[int, int]]:
@@ -175,9 +190,9 @@ class ModelRunner:
                 * self.kv_dtype.itemsize)
 
     @torch.inference_mode()
-    def execute(self, sched: SchedulerOutput) -> list[list[int]]:
-        """Run one step; returns the new tokens per scheduled sequence: none mid-prefill, one
-        sampled token, or after speculation the kept drafts and the model's next token."""
+    def execute(self, sched: SchedulerOutput) -> RunnerOutput:
+        """Run one step: per scheduled sequence its new tokens (none mid-prefill, one sampled
+        token, or after speculation the kept drafts and the model's next token)."""
         inputs = self.prepare_inputs(sched.scheduled)
         if self.graphs is not None and self.graphs.can_run(inputs.attn):
             logits = self.graphs.run(inputs.input_ids, inputs.positions, inputs.attn,
@@ -187,15 +202,35 @@ class ModelRunner:
                                         self.kv_caches, inputs.logits_indices)
         sampled: list[list[int]] = [[] for _ in sched.scheduled]
         if not inputs.sampling_rows:
-            return sampled
-        meta = SamplingMetadata.build(inputs.sampling_rows, self.vocab_size, self.device)
-        if inputs.draft_token_ids is None:
-            runs = [[token] for token in self.sampler(logits.float(), meta).tolist()]
-        else:
-            runs = self.rejection_sampler(logits.float(), meta, inputs.draft_token_ids)
-        for idx, run in zip(inputs.sampling_order, runs, strict=True):
+            return RunnerOutput(sampled, [None] * len(sched.scheduled))
+        runs, logprobs = self._sample(logits.float(), inputs)
+        out = RunnerOutput(sampled, [None] * len(sched.scheduled))
+        for n, (idx, run) in enumerate(zip(inputs.sampling_order, runs, strict=True)):
             sampled[idx] = run
-        return sampled
+            out.logprobs[idx] = logprobs[n]
+        return out
+
+    def _sample(self, logits: torch.Tensor, inputs: ModelInputs
+                ) -> tuple[list[list[int]], list[list[SampledLogprobs] | None]]:
+        """Each sampling sequence's run, and its logprobs where asked; constrained sequences'
+        grammars advance past their runs."""
+        grammar = None
+        if inputs.grammar_entries:
+            grammar = GrammarRows.build(inputs.grammar_entries, self.vocab_size, self.device)
+        meta = SamplingMetadata.build(inputs.sampling_rows, self.vocab_size, self.device, grammar)
+        # Taken before sampling, which changes the logits in place.
+        step_logprobs = (StepLogprobs(logits, inputs.logprobs_requests)
+                         if inputs.logprobs_requests else None)
+        if inputs.draft_token_ids is None:
+            runs = [[token] for token in self.sampler(logits, meta).tolist()]
+        else:
+            runs = self.rejection_sampler(logits, meta, inputs.draft_token_ids)
+        for (_, state, _), run_index in zip(inputs.grammar_entries, inputs.grammar_runs,
+                                            strict=True):
+            state.accept(runs[run_index])
+        if step_logprobs is None:
+            return runs, [None] * len(runs)
+        return runs, step_logprobs.for_runs(runs, len(runs))
 
     def prepare_inputs(self, scheduled: list[ScheduledSequence]) -> ModelInputs:
         """Flatten the step: decodes (longest context first), then prefill chunks and
@@ -206,6 +241,7 @@ class ModelRunner:
         items = [scheduled[i] for i in order]
         input_ids, positions, slots = [], [], []
         logits_indices, rows, sampling_order, drafts = [], [], [], []
+        grammar_entries, grammar_runs, logprobs_requests = [], [], []
         for i, s in zip(order, items, strict=True):
             start, end = s.num_computed_tokens, s.num_computed_tokens + s.num_new_tokens
             spec = s.spec_token_ids
@@ -215,6 +251,12 @@ class ModelRunner:
             slots.extend(self._slots(s.seq.block_ids, start, end))
             if s.samples:
                 logits_indices.extend(range(len(input_ids) - len(spec) - 1, len(input_ids)))
+                if s.seq.grammar is not None:
+                    grammar_entries.append((len(rows), s.seq.grammar, spec))
+                    grammar_runs.append(len(sampling_order))
+                if s.seq.params.logprobs is not None:
+                    logprobs_requests.append(LogprobsRequest(
+                        len(sampling_order), len(rows), len(spec) + 1, s.seq.params.logprobs))
                 rows.extend(_sampling_rows(s.seq, spec))
                 sampling_order.append(i)
                 drafts.append(spec)
@@ -222,7 +264,8 @@ class ModelRunner:
         speculates = any(drafts)
         return ModelInputs(self._tensor(input_ids), self._tensor(positions), attn,
                            self._tensor(logits_indices), rows, sampling_order,
-                           drafts if speculates else None)
+                           drafts if speculates else None, grammar_entries, grammar_runs,
+                           logprobs_requests)
 
     def _grouped_metadata(self, items: list[ScheduledSequence], num_decodes: int,
                           slots: list[int]) -> AttentionMetadata:
@@ -377,9 +420,10 @@ def _sampling_rows(seq: Sequence, drafts: list[int]) -> list[SamplingRow]:
     penalties count the drafts before it as output."""
     params, prompt, output = seq.params, seq.prompt_token_ids, seq.output_token_ids
     generator = _generator(seq)
-    if not drafts or not params.uses_penalties:
-        return [SamplingRow(params, prompt, output, generator)] * (len(drafts) + 1)
-    return [SamplingRow(params, prompt, output + drafts[:j], generator)
+    bad_words = seq.bad_words_token_ids
+    if not drafts or not (params.uses_penalties or bad_words):
+        return [SamplingRow(params, prompt, output, generator, bad_words)] * (len(drafts) + 1)
+    return [SamplingRow(params, prompt, output + drafts[:j], generator, bad_words)
             for j in range(len(drafts) + 1)]
 
 

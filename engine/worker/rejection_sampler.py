@@ -18,9 +18,9 @@ import torch
 from engine.worker.sampler import (
     RandomSampling,
     SamplingMetadata,
-    apply_penalties,
     draw,
     filter_logits,
+    process_logits,
     uniform_like,
 )
 
@@ -35,7 +35,7 @@ class RejectionSampler:
         per sequence, the drafts it keeps followed by the model's own next token."""
         draft_ids = torch.tensor([t for d in drafts for t in (*d, _NO_DRAFT)], dtype=torch.long,
                                  device=logits.device)
-        targets, accepted = self._verify_rows(apply_penalties(logits, metadata), metadata,
+        targets, accepted = self._verify_rows(process_logits(logits, metadata), metadata,
                                               draft_ids)
         return _accepted_runs(drafts, targets.tolist(), accepted.tolist())
 

@@ -15,6 +15,8 @@ from itertools import chain
 import torch
 
 from engine.sampling_params import SamplingParams
+from engine.structured_output.matcher import GrammarRows
+from engine.worker.logits_controls import LogitsControls, RowControls
 
 # A top-p row without top-k first looks for its nucleus among this many best tokens, since a
 # partial top-k is far cheaper than sorting the whole vocabulary; rows whose nucleus turns out to
@@ -34,6 +36,8 @@ class SamplingRow:
     # Owned by the request (set when params.seed is given) so its draws continue across steps
     # and do not depend on the other rows. It may live on another device than the logits.
     generator: torch.Generator | None = None
+    # The request's bad words as token ids (SamplingParams.bad_words, tokenized once).
+    bad_words_token_ids: list[list[int]] | None = None
 
 
 @dataclass(slots=True)
@@ -86,10 +90,13 @@ class SamplingMetadata:
     sampled_rows: torch.Tensor | None
     repetition: RepetitionPenalty | None
     output_penalty: OutputPenalty | None
+    grammar: GrammarRows | None = None  # the constrained rows' allowed tokens
+    controls: LogitsControls | None = None  # biased, allowed-only and bad-word rows
 
     @classmethod
     def build(
-        cls, rows: list[SamplingRow], vocab_size: int, device: torch.device
+        cls, rows: list[SamplingRow], vocab_size: int, device: torch.device,
+        grammar: GrammarRows | None = None,
     ) -> SamplingMetadata:
         sampled = [i for i, row in enumerate(rows) if not row.params.greedy]
         greedy_rows = sampled_rows = None
@@ -108,6 +115,8 @@ class SamplingMetadata:
             sampled_rows=sampled_rows,
             repetition=_build_repetition(rows, vocab_size, device) if penalized else None,
             output_penalty=_build_output_penalty(rows, vocab_size, device) if penalized else None,
+            grammar=grammar,
+            controls=_build_controls(rows, vocab_size, device),
         )
 
 
@@ -119,7 +128,7 @@ class Sampler:
 
         The logits are modified in place, which saves a copy of [num_rows, vocab] per step.
         """
-        logits = apply_penalties(logits, metadata)
+        logits = process_logits(logits, metadata)
         if metadata.sampling is None:
             return logits.argmax(dim=-1)
         if metadata.sampled_rows is None:
@@ -178,6 +187,14 @@ def _bool_column(values: list[bool], device: torch.device) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.bool, device=device).unsqueeze(1)
 
 
+def _build_controls(rows: list[SamplingRow], vocab_size: int,
+                    device: torch.device) -> LogitsControls | None:
+    controlled = [RowControls(i, row.params.logit_bias, row.params.allowed_token_ids,
+                              row.bad_words_token_ids, row.output_token_ids)
+                  for i, row in enumerate(rows) if row.params.processes_logits]
+    return LogitsControls.build(controlled, vocab_size, device) if controlled else None
+
+
 def _build_repetition(
     rows: list[SamplingRow], vocab_size: int, device: torch.device
 ) -> RepetitionPenalty | None:
@@ -234,10 +251,17 @@ def _long_tensor(values: list[int], device: torch.device) -> torch.Tensor:
     return torch.frombuffer(array("q", values), dtype=torch.long).to(device)
 
 
-def apply_penalties(logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
-    """Every row's penalties, in place where possible; what greedy rows take the argmax of."""
+def process_logits(logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
+    """Every row's constraint, logit controls and penalties, in place where possible; what
+    greedy rows take the argmax of."""
     assert logits.shape[0] == metadata.num_rows, "one logits row per sampling row"
     assert logits.dtype == torch.float32, "penalties and noise need float32 logits"
+    if metadata.grammar is not None or metadata.controls is not None:
+        logits = logits.contiguous()
+        if metadata.grammar is not None:
+            metadata.grammar.apply(logits)
+        if metadata.controls is not None:
+            metadata.controls.apply(logits)
     if metadata.repetition is None and metadata.output_penalty is None:
         return logits
     return _apply_penalties(logits, metadata.repetition, metadata.output_penalty)

@@ -1,0 +1,146 @@
+"""Structured output, logit controls and logprobs over the API, through the real openai client."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import jsonschema
+import pytest
+from pydantic import BaseModel
+
+from tests.engine.server.conftest import MODEL
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string"},
+                                          "age": {"type": "integer"}},
+          "required": ["name", "age"], "additionalProperties": False}
+ASK_PERSON = [{"role": "user", "content": "Describe John, who is 25, as JSON."}]
+
+
+class Person(BaseModel):
+    name: str
+    age: int
+
+
+def _chat(client, **kw):
+    kw.setdefault("max_tokens", 80)
+    kw.setdefault("temperature", 0)
+    return client.chat.completions.create(model=MODEL, messages=ASK_PERSON, **kw)
+
+
+def test_parse_with_a_pydantic_model_gives_the_model(client):
+    reply = client.chat.completions.parse(model=MODEL, messages=ASK_PERSON, max_tokens=80,
+                                          temperature=0, response_format=Person)
+    assert isinstance(reply.choices[0].message.parsed, Person)
+
+
+def test_json_schema_response_format_gives_valid_json(client):
+    reply = _chat(client, response_format={"type": "json_schema", "json_schema": {
+        "name": "person", "schema": PERSON, "strict": True}})
+    jsonschema.validate(json.loads(reply.choices[0].message.content), PERSON)
+
+
+def test_json_object_response_format_gives_an_object(client):
+    reply = client.chat.completions.create(
+        model=MODEL, max_tokens=60, temperature=0, response_format={"type": "json_object"},
+        messages=[{"role": "user", "content": 'Reply with the JSON object {"ok": true}.'}])
+    assert reply.choices[0].finish_reason == "stop"
+    assert isinstance(json.loads(reply.choices[0].message.content), dict)
+
+
+def test_streamed_json_schema_reply_joins_to_the_whole_one(client):
+    response_format = {"type": "json_schema", "json_schema": {"name": "person",
+                                                              "schema": PERSON}}
+    whole = _chat(client, response_format=response_format).choices[0].message.content
+    stream = _chat(client, stream=True, response_format=response_format)
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == whole
+    jsonschema.validate(json.loads(text), PERSON)
+
+
+@pytest.mark.parametrize("extra", [
+    {"structured_outputs": {"choice": ["yes", "no"]}},
+    {"guided_choice": ["yes", "no"]},
+    {"guided_regex": "(yes|no)"},
+    {"grammar": 'root ::= "yes" | "no"'},
+    {"structured_outputs": {"grammar": 'root ::= "yes" | "no"'}},
+])
+def test_vllm_and_llama_cpp_constraint_fields_are_honoured(client, extra):
+    reply = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Is the sky green?"}],
+        max_tokens=10, temperature=1.0, seed=1, extra_body=extra)
+    assert reply.choices[0].message.content in ("yes", "no")
+
+
+def test_llama_cpp_json_schema_field_is_honoured(client):
+    reply = client.completions.create(model=MODEL, prompt="A person as JSON: ", max_tokens=60,
+                                      temperature=0, extra_body={"json_schema": PERSON})
+    jsonschema.validate(json.loads(reply.choices[0].text), PERSON)
+
+
+def test_a_schema_that_cannot_compile_is_a_400_naming_the_field(server):
+    body = {"model": MODEL, "messages": ASK_PERSON, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}}
+    reply = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=60)
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["param"] == "response_format" and "nonsense" in error["message"]
+
+
+def test_two_constraints_at_once_are_refused(server):
+    body = {"model": MODEL, "messages": ASK_PERSON, "guided_regex": "a+",
+            "response_format": {"type": "json_object"}}
+    reply = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=60)
+    assert reply.status_code == 400
+    assert "both constrain" in reply.json()["error"]["message"]
+
+
+def test_logit_bias_minus_100_bans_the_greedy_first_token(client, llm):
+    messages = [{"role": "user", "content": "Say hello."}]
+    free = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=3,
+                                          temperature=0, logprobs=True)
+    first = free.choices[0].logprobs.content[0].token
+    token_id = llm.tokenizer.convert_tokens_to_ids(
+        llm.tokenizer.tokenize(first)[0]) if first else None
+    banned = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=3,
+                                            temperature=0, logit_bias={str(token_id): -100},
+                                            logprobs=True)
+    assert banned.choices[0].logprobs.content[0].token != first
+
+
+def test_chat_logprobs_come_in_openais_shape(client):
+    reply = _chat(client, max_tokens=5, logprobs=True, top_logprobs=3)
+    entries = reply.choices[0].logprobs.content
+    assert len(entries) == reply.usage.completion_tokens
+    assert "".join(e.token for e in entries) == reply.choices[0].message.content
+    for entry in entries:
+        assert len(entry.top_logprobs) == 3 and entry.logprob <= 0
+        assert bytes(entry.bytes).decode("utf-8", errors="replace") == entry.token
+        assert entry.top_logprobs[0].logprob >= entry.logprob
+
+
+def test_streamed_chat_logprobs_cover_every_token(client):
+    stream = _chat(client, max_tokens=6, stream=True, logprobs=True, top_logprobs=1)
+    entries = [e for c in stream if c.choices and c.choices[0].logprobs
+               for e in c.choices[0].logprobs.content]
+    assert len(entries) == 6
+
+
+def test_completion_logprobs_come_in_the_legacy_shape(client):
+    reply = client.completions.create(model=MODEL, prompt="The sky is", max_tokens=4,
+                                      temperature=0, logprobs=2)
+    logprobs = reply.choices[0].logprobs
+    assert "".join(logprobs.tokens) == reply.choices[0].text
+    assert len(logprobs.token_logprobs) == 4 and all(len(t) == 2 for t in logprobs.top_logprobs)
+    assert logprobs.text_offset[0] == 0
+
+
+def test_top_logprobs_without_logprobs_is_refused(server):
+    body = {"model": MODEL, "messages": ASK_PERSON, "top_logprobs": 2}
+    reply = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=60)
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "top_logprobs"
+
+
+@pytest.fixture(scope="module")
+def llm(make_llm):
+    return make_llm()

@@ -1,0 +1,68 @@
+"""Logprobs are the model's own log-softmax, reported for every sampled token."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from engine.sampling_params import SamplingParams
+from tests.engine.models.test_parity import load_hf_model
+
+
+@pytest.fixture(scope="module")
+def llm(make_llm):
+    return make_llm(max_num_seqs=8)
+
+
+@pytest.mark.slow
+def test_logprobs_equal_transformers_log_softmax(llm, default_model):
+    prompt = llm.tokenizer.encode("The three primary colours are")
+    out = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=6, logprobs=5))[0]
+    completion = out.outputs[0]
+    hf = load_hf_model(default_model.path)
+    tokens = prompt + completion.token_ids
+    with torch.inference_mode():
+        reference = hf(torch.tensor([tokens])).logits[0].float().log_softmax(-1)
+    for i, entry in enumerate(completion.logprobs):
+        row = reference[len(prompt) - 1 + i]
+        assert entry.chosen.token_id == completion.token_ids[i]
+        assert entry.chosen.logprob == pytest.approx(float(row[entry.chosen.token_id]), abs=1e-3)
+        best = row.topk(5)
+        assert [t.token_id for t in entry.top] == best.indices.tolist()
+        assert [t.logprob for t in entry.top] == pytest.approx(best.values.tolist(), abs=1e-3)
+
+
+def test_each_token_has_its_logprob_rank_and_text(llm):
+    out = llm.generate(llm.tokenizer.encode("Once upon a time"),
+                       SamplingParams(temperature=1.0, seed=11, max_tokens=8, logprobs=3))[0]
+    completion = out.outputs[0]
+    assert [e.chosen.token_id for e in completion.logprobs] == completion.token_ids
+    for entry in completion.logprobs:
+        assert entry.chosen.logprob <= 0 and len(entry.top) == 3
+        if entry.rank <= 3:
+            assert entry.top[entry.rank - 1].token_id == entry.chosen.token_id
+        else:
+            assert entry.chosen.token_id not in [t.token_id for t in entry.top]
+        text = llm.tokenizer.decode([entry.chosen.token_id])
+        assert entry.chosen.token_bytes.decode("utf-8", errors="replace") == text
+    assert "".join(e.chosen.token for e in completion.logprobs) == completion.text
+
+
+def test_streamed_logprob_deltas_add_up_to_the_whole(make_engine):
+    engine = make_engine()
+    engine.add_request("r", engine.tokenizer.encode("Hello there"),
+                       SamplingParams(temperature=0, max_tokens=6, logprobs=0))
+    deltas, final = [], None
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            deltas += out.outputs[0].delta_logprobs or []
+            final = out.outputs[0]
+    assert final.logprobs == deltas and len(deltas) == len(final.token_ids) == 6
+    assert all(e.top == () and math.isfinite(e.chosen.logprob) for e in deltas)
+
+
+def test_requests_without_logprobs_get_none(llm):
+    out = llm.generate(llm.tokenizer.encode("Hi"), SamplingParams(max_tokens=2))[0]
+    assert out.outputs[0].logprobs is None
