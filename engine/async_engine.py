@@ -141,6 +141,18 @@ class AsyncEngine:
         return self.engine.tokenizer
 
     @property
+    def chat_template(self) -> str | None:
+        """The model's chat template (its text), None when it has none."""
+        template = getattr(self.engine.tokenizer, "chat_template", None)
+        return template if isinstance(template, str) else None
+
+    def token_text(self, token_ids: list[int]) -> str:
+        """The text tokens spell, read from the vocabulary's bytes: safe on any thread, where
+        the tokenizer itself belongs to the engine's."""
+        raw = b"".join(self.engine.vocabulary.token_bytes(t) for t in token_ids)
+        return raw.decode("utf-8", errors="replace")
+
+    @property
     def model_name(self) -> str:
         """The loaded model's name ("SmolLM2-135M-Instruct"), as the server and the window show it."""
         return self.engine.loaded.name

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from tqdm import tqdm
 
@@ -48,14 +48,18 @@ class LLM:
 
     def chat(self, messages: Sequence[Message] | Sequence[Sequence[Message]],
              params: SamplingParams | Sequence[SamplingParams] | None = None,
-             use_tqdm: bool = False) -> RequestOutput | list[RequestOutput]:
-        """One conversation gives one output; a list of conversations gives a list."""
+             use_tqdm: bool = False, *, tools: Sequence[Mapping] | None = None,
+             chat_template_kwargs: Mapping | None = None) -> RequestOutput | list[RequestOutput]:
+        """One conversation gives one output; a list of conversations gives a list. `tools`
+        (OpenAI's function definitions) go into each prompt as the model's template takes them
+        (engine/text/tool_prompt.py); the replies are text, parsed by engine.parsers."""
         if not messages:
             raise ValueError("chat() needs messages: a conversation (a list of role/content "
                              "messages) or a list of conversations")
         single = is_conversation(messages)
         conversations = [messages] if single else list(messages)
-        prompts = [encode_chat(self.tokenizer, c) for c in conversations]
+        prompts = [encode_chat(self.tokenizer, c, tools=tools,
+                               template_kwargs=chat_template_kwargs) for c in conversations]
         outputs = self._run(prompts, params, use_tqdm)
         return outputs[0] if single else outputs
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 from starlette.requests import Request
 
 from engine.outputs import CompletionOutput
+from engine.parsers.reasoning import prompt_opens_reasoning, reasoning_parser_for_template
+from engine.parsers.registry import tool_parser, tool_parser_for_template
+from engine.parsers.reply import ReplyParser
 from engine.server.admission import WorkBudget
 from engine.server.errors import APIError, as_api_errors
 from engine.server.generation import (
@@ -22,7 +26,13 @@ from engine.server.generation import (
 from engine.server.logprobs import chat_logprobs
 from engine.server.metrics import ServerMetrics
 from engine.server.protocol import ChatCompletionRequest, engine_chat
+from engine.server.replies import ReplyShape
 from engine.server.served import ServedModel
+from engine.server.tools import ToolUse, tool_use
+from engine.text.tool_prompt import template_takes_tools
+
+# Enough of the prompt's end to see whether it opens the reasoning ("<think>\n").
+_PROMPT_TAIL_TOKENS = 8
 
 
 async def create_chat_completion(body: ChatCompletionRequest, request: Request,
@@ -33,46 +43,102 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     if body.continue_final_message and body.add_generation_prompt:
         raise APIError(400, "continue_final_message needs add_generation_prompt=false",
                        param="add_generation_prompt")
+    use = tool_use(body)
+    constraint = _constraint(body, use)
     with as_api_errors("messages"):
         # Encoded once for all n choices, and before admission, which counts its tokens. With
         # continue_final_message the prompt ends inside the last reply, to go on with it.
         prompt = await served.backend.chat_tokenizer.encode_chat(
-            messages, continue_final_message=body.continue_final_message)
-        choices = [Choice(prompt, body.sampling_params(body.resolved_max_tokens(), i))
-                   for i in range(body.n)]
+            messages, continue_final_message=body.continue_final_message, tools=use.tools,
+            template_kwargs=body.chat_template_kwargs)
+        choices = [Choice(prompt, _params(body, i, use)) for i in range(body.n)]
+    shape = reply_shape(served.backend, use, prompt)
     generation = Generation(served, metrics, budget, choices, new_id("chatcmpl"), "messages")
-    constraint = body.constraint()
     if constraint is not None:
-        await generation.check_constraint(constraint[0])
+        await generation.check_constraint(constraint)
     return await respond(generation, request, body.stream,
-                         lambda: _chunks(generation, body.include_usage, body.return_progress),
-                         lambda finals: _completion(generation, finals))
+                         lambda: _chunks(generation, shape, body.include_usage,
+                                         body.return_progress),
+                         lambda finals: _completion(generation, shape, finals))
 
 
-def _completion(generation: Generation, finals) -> dict:
+def _constraint(body: ChatCompletionRequest, use: ToolUse) -> str | None:
+    """The field whose constraint the reply follows, if any: one of the request's, or the
+    tools' under tool_choice "required" or a named function (never both)."""
+    given = body.constraint()
+    if use.constraint is not None:
+        if given is not None:
+            raise APIError(400, f"tool_choice and {given[0]} both constrain the reply: give "
+                                "one", param=given[0])
+        return "tools"
+    return None if given is None else given[0]
+
+
+def _params(body: ChatCompletionRequest, index: int, use: ToolUse):
+    params = body.sampling_params(body.resolved_max_tokens(), index)
+    if use.constraint is None:
+        return params
+    return replace(params, structured_outputs=use.constraint)
+
+
+def reply_shape(backend, use: ToolUse, prompt: list[int]) -> ReplyShape:
+    """How this model's replies are read: its template's reasoning tags (unless a tool
+    constraint shapes the whole reply) and, under tool_choice "auto", its tool-call syntax."""
+    template = backend.chat_template or ""
+    reasoning = None
+    if use.mode not in ("named", "required"):
+        reasoning = reasoning_parser_for_template(template)
+    tools = None
+    if use.mode == "auto":
+        tools = tool_parser_for_template(template)
+        if tools is None:
+            if template_takes_tools(template):
+                raise APIError(400, "this model's chat template writes tool calls in a syntax "
+                                    "this server cannot read back: use tool_choice 'required' "
+                                    "or a named function", param="tools")
+            tools = tool_parser("hermes")  # the fallback prompt asks for its syntax
+    opens = reasoning is not None and prompt_opens_reasoning(
+        backend.token_text(prompt[-_PROMPT_TAIL_TOKENS:]), reasoning)
+    return ReplyShape(use, ReplyParser(reasoning, tools), opens)
+
+
+def _completion(generation: Generation, shape: ReplyShape, finals) -> dict:
+    choices = []
+    for i, out in enumerate(finals):
+        message = shape.message(out.outputs[0].text)
+        reason = finish_reason(out)
+        if message.get("tool_calls") and reason == "stop":
+            reason = "tool_calls"
+        choices.append({"index": i, "message": message, "finish_reason": reason,
+                        "logprobs": chat_logprobs(out.outputs[0].logprobs)})
     return {
         "id": generation.request_id, "object": "chat.completion", "created": generation.created,
-        "model": generation.served.name,
-        "choices": [{"index": i, "message": {"role": "assistant", "content": out.outputs[0].text},
-                     "finish_reason": finish_reason(out),
-                     "logprobs": chat_logprobs(out.outputs[0].logprobs)}
-                    for i, out in enumerate(finals)],
+        "model": generation.served.name, "choices": choices,
         "usage": usage(finals, generation.choices),
     }
 
 
-async def _chunks(generation: Generation, include_usage: bool,
+async def _chunks(generation: Generation, shape: ReplyShape, include_usage: bool,
                   return_progress: bool) -> AsyncIterator[str]:
+    streams = [shape.streamer() for _ in generation.choices]
+
     def chunk(choices: list[dict], **extra) -> dict:
         body = {"id": generation.request_id, "object": "chat.completion.chunk",
                 "created": generation.created, "model": generation.served.name,
                 "choices": choices}
         return {**body, "usage": None, **extra} if include_usage else body
 
-    def choice_chunk(index: int, completion: CompletionOutput, reason: str | None) -> dict:
-        delta = completion.delta_text
-        return chunk([{"index": index, "delta": {"content": delta} if delta else {},
-                       "finish_reason": reason,
+    def choice_chunk(index: int, completion: CompletionOutput, reason: str | None
+                     ) -> dict | None:
+        stream = streams[index]
+        delta = stream.feed(completion.delta_text)
+        if reason is not None:
+            delta = _joined(delta, stream.finish())
+            if stream.called and reason == "stop":
+                reason = "tool_calls"
+        elif not delta and not completion.delta_logprobs:
+            return None
+        return chunk([{"index": index, "delta": delta, "finish_reason": reason,
                        "logprobs": chat_logprobs(completion.delta_logprobs)}])
 
     for index in range(len(generation.choices)):
@@ -81,3 +147,14 @@ async def _chunks(generation: Generation, include_usage: bool,
     usage_chunk = (lambda counts: chunk([], usage=counts)) if include_usage else None
     async for event in sse_events(generation, choice_chunk, usage_chunk, return_progress):
         yield event
+
+
+def _joined(first: dict, second: dict) -> dict:
+    """Two deltas of one chunk as one: texts joined, tool call deltas in order."""
+    joined = dict(first)
+    for key, value in second.items():
+        if key == "tool_calls":
+            joined[key] = [*joined.get(key, []), *value]
+        else:
+            joined[key] = joined.get(key, "") + value
+    return joined

@@ -166,8 +166,9 @@ class Generation:
             await merged.aclose()
 
 
-# (choice index, its output, its finish reason) -> the chunk that sends what is new in it.
-ChunkOf = Callable[[int, CompletionOutput, str | None], dict]
+# (choice index, its output, its finish reason) -> the chunk that sends what is new in it, or
+# None when nothing can be sent yet (a tool call's tag not yet whole).
+ChunkOf = Callable[[int, CompletionOutput, str | None], dict | None]
 
 
 async def sse_events(generation: Generation, chunk_of: ChunkOf,
@@ -185,7 +186,9 @@ async def sse_events(generation: Generation, chunk_of: ChunkOf,
             if out.finished:
                 finals[index] = out
             if completion.delta_text or completion.delta_logprobs or reason:
-                yield sse(chunk_of(index, completion, reason))
+                payload = chunk_of(index, completion, reason)
+                if payload is not None:
+                    yield sse(payload)
             elif return_progress and out.prompt_progress is not None:
                 yield sse({**chunk_of(index, _NOTHING_NEW, None),
                            "prompt_progress": prompt_progress(out.prompt_progress)})

@@ -17,6 +17,9 @@ from engine.sampling_params import SamplingParams, StructuredOutputsParams
 from engine.server.errors import APIError
 
 MAX_N = 16
+# Tools one request may offer, and the length of a function's name (OpenAI's limits).
+MAX_TOOLS = 128
+MAX_FUNCTION_NAME = 64
 # The most choices one request may ask for (its prompts x n): a batch of thousands would hold the
 # engine's queue, and memory, for everyone else.
 MAX_CHOICES = 128
@@ -33,10 +36,25 @@ class ContentPart(_Strict):
     text: str | None = None
 
 
+class FunctionCall(_Strict):
+    name: str
+    arguments: str  # JSON text, as OpenAI sends and returns it
+
+
+class ToolCallParam(_Strict):
+    """A call the assistant made, as a client sends it back in the history."""
+
+    id: str | None = None
+    type: str = "function"
+    function: FunctionCall
+
+
 class ChatMessage(_Strict):
     role: str
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCallParam] | None = None
+    tool_call_id: str | None = None
 
     def text(self, index: int) -> str:
         if isinstance(self.content, list):
@@ -59,12 +77,31 @@ def _part_text(part: ContentPart, path: str) -> str:
 _ROLE_NAMES = {"developer": "system"}
 
 
-def engine_chat(messages: list[ChatMessage]) -> list[dict[str, str]]:
-    """The chat as the engine takes it; roles and contents are validated there."""
+def engine_chat(messages: list[ChatMessage]) -> list[dict[str, object]]:
+    """The chat as the engine takes it; roles and contents are validated there. An assistant's
+    calls and a tool's result keep what the templates read of them."""
     if not messages:
         raise APIError(400, "messages is empty: give at least one message", param="messages")
-    return [{"role": _ROLE_NAMES.get(m.role, m.role), "content": m.text(i)}
-            for i, m in enumerate(messages)]
+    return [_engine_message(m, i) for i, m in enumerate(messages)]
+
+
+def _engine_message(m: ChatMessage, index: int) -> dict[str, object]:
+    message: dict[str, object] = {"role": _ROLE_NAMES.get(m.role, m.role),
+                                  "content": m.text(index)}
+    if m.tool_calls:
+        if m.role != "assistant":
+            raise APIError(400, f"messages[{index}].tool_calls is only for assistant messages",
+                           param=f"messages[{index}].tool_calls")
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function",
+             "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in m.tool_calls]
+    if m.role == "tool":
+        if m.tool_call_id is not None:
+            message["tool_call_id"] = m.tool_call_id
+        if m.name is not None:
+            message["name"] = m.name
+    return message
 
 
 def check_choices(num_prompts: int, n: int) -> None:
@@ -92,13 +129,9 @@ def _asks(value: Any) -> bool:
 
 # A field we do not honour: refused when its value would change the result, with why.
 Refusal = tuple[Callable[[Any], bool], str]
-_NO_TOOLS = "it does not call tools"
 _CHAT_REFUSED: dict[str, Refusal] = {
-    "tools": (_asks, _NO_TOOLS),
-    "functions": (_asks, _NO_TOOLS),
-    # Even "none": OpenAI refuses tool_choice without tools, and this server takes no tools.
-    "tool_choice": (_is_set, f"{_NO_TOOLS} (and tool_choice needs tools)"),
-    "function_call": (_is_set, f"{_NO_TOOLS} (and function_call needs functions)"),
+    "functions": (_asks, "it takes tools, not the deprecated functions: send them as tools"),
+    "function_call": (_is_set, "it takes tool_choice, not the deprecated function_call"),
     "modalities": (lambda v: v is not None and v != ["text"], "this model answers in text only"),
     "audio": (_is_set, "this model answers in text only"),
     "reasoning_effort": (_is_set, "it has no reasoning settings"),
@@ -109,10 +142,9 @@ _COMPLETION_REFUSED: dict[str, Refusal] = {
 }
 
 
-# Fields clients send that change nothing here: who asks, what to store, how to bill, and tool
-# settings with no tools (tools themselves are refused above).
+# Fields clients send that change nothing here: who asks, what to store, how to bill.
 _IGNORED = frozenset({"user", "metadata", "store", "service_tier", "prompt_cache_key",
-                      "safety_identifier", "parallel_tool_calls"})
+                      "safety_identifier"})
 
 
 class _Refusing(_Strict):
@@ -298,12 +330,38 @@ def _constraint_of(name: str, value: Any) -> StructuredOutputsParams | None:
     return StructuredOutputsParams(grammar=value)
 
 
+class FunctionDefinition(_Strict):
+    name: str = Field(min_length=1, max_length=MAX_FUNCTION_NAME)
+    description: str | None = None
+    parameters: dict | None = None
+    strict: bool | None = None
+
+
+class Tool(_Strict):
+    type: str
+    function: FunctionDefinition
+
+
+class NamedFunction(_Strict):
+    name: str
+
+
+class NamedToolChoice(_Strict):
+    type: str
+    function: NamedFunction
+
+
 class ChatCompletionRequest(_SamplingRequest):
     messages: list[ChatMessage]
     max_completion_tokens: int | None = None
     response_format: ResponseFormat | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
+    tools: list[Tool] | None = Field(default=None, max_length=MAX_TOOLS)
+    tool_choice: str | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
+    # vLLM's: more variables for the chat template (Qwen3's enable_thinking).
+    chat_template_kwargs: dict | None = None
     # vLLM's: go on with the last (assistant) message instead of starting a new reply.
     continue_final_message: bool = False
     add_generation_prompt: bool = True
@@ -367,3 +425,6 @@ class TokenizeRequest(_Strict):
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
     add_generation_prompt: bool = True
+    # As a chat request gives them, so the count is the reply's prompt's.
+    tools: list[Tool] | None = Field(default=None, max_length=MAX_TOOLS)
+    chat_template_kwargs: dict | None = None

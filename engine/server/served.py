@@ -18,6 +18,10 @@ class EngineBackend(Protocol):
     """What the server asks of the engine behind it: AsyncEngine, in this process."""
 
     chat_tokenizer: ChatTokenizer  # every prompt is encoded with it, off the server's loop
+    chat_template: str | None  # the model's, to choose how its replies are read
+
+    def token_text(self, token_ids: list[int]) -> str:
+        """The text of tokens, safe on the server's thread."""
 
     def stream(self, prompt: str | list[int] | Sequence[Message],
                params: SamplingParams | None = None,

@@ -17,7 +17,9 @@ async def tokenize(body: TokenizeRequest, served: ServedModel) -> dict:
             if not body.add_generation_prompt:
                 raise APIError(400, "add_generation_prompt=false is not supported by this server",
                                param="add_generation_prompt")
-            tokens = await tokenizer.encode_chat(engine_chat(body.messages))
+            tools = [t.model_dump(exclude_none=True) for t in body.tools or []] or None
+            tokens = await tokenizer.encode_chat(engine_chat(body.messages), tools=tools,
+                                                 template_kwargs=body.chat_template_kwargs)
         else:
             tokens = await tokenizer.encode_text(body.prompt, "prompt")
     return {"count": len(tokens), "max_model_len": served.max_model_len, "tokens": tokens}

@@ -8,10 +8,15 @@ import jinja2
 
 from engine.errors import ChatTemplateError
 from engine.text.template_sandbox import TIME_BUDGET_S, TemplateLimitError, render
+from engine.text.tool_prompt import hermes_style_chat, template_messages, template_takes_tools
 from engine.text.unicode import check_encodable
 
-Message = Mapping[str, str]
+# {"role", "content"}; an assistant's may add "tool_calls" (OpenAI's list of calls), a tool's
+# result "tool_call_id" and "name".
+Message = Mapping[str, object]
 _ROLES = {"system", "user", "assistant", "tool"}
+# Names a template's own variables take; chat_template_kwargs may not replace them.
+_TEMPLATE_VARIABLES = {"messages", "tools", "documents", "add_generation_prompt"}
 
 
 def validate_messages(messages: Sequence[Message]) -> None:
@@ -25,6 +30,9 @@ def validate_messages(messages: Sequence[Message]) -> None:
         if not isinstance(m["content"], str):
             raise ValueError(f"messages[{i}].content must be a string")  # noqa: TRY004
         check_encodable(m["content"], f"messages[{i}].content")
+        calls = m.get("tool_calls")
+        if calls is not None and (m["role"] != "assistant" or not isinstance(calls, Sequence)):
+            raise ValueError(f"messages[{i}].tool_calls must be a list, on an assistant message")
 
 
 def is_conversation(value: object) -> bool:
@@ -33,15 +41,21 @@ def is_conversation(value: object) -> bool:
 
 
 def encode_chat(tokenizer, messages: Sequence[Message], *,
-                continue_final_message: bool = False) -> list[int]:
+                continue_final_message: bool = False, tools: Sequence[Mapping] | None = None,
+                template_kwargs: Mapping | None = None) -> list[int]:
     """Prompt tokens for the assistant's next reply; with `continue_final_message`, the last
     message is the assistant's reply so far and the prompt ends inside it, so generation goes on
-    where it stopped (vLLM's parameter of that name)."""
+    where it stopped (vLLM's parameter of that name). `tools` (OpenAI's function definitions)
+    go through the template where it takes them, else into a system message
+    (engine/text/tool_prompt.py); `template_kwargs` are more variables for the template (say
+    Qwen3's enable_thinking)."""
     validate_messages(messages)
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("this model's tokenizer has no chat template: use generate() with a "
                          "plain prompt instead of chat()")
-    chat = [dict(m) for m in messages]
+    chat = template_messages(messages)
+    if tools and not template_takes_tools(tokenizer.get_chat_template()):
+        chat, tools = hermes_style_chat(chat, tools), None
     partial = ""
     if continue_final_message:
         if chat[-1]["role"] != "assistant" or len(chat) < 2:
@@ -50,18 +64,24 @@ def encode_chat(tokenizer, messages: Sequence[Message], *,
         partial = chat.pop()["content"]
     # The template's own opening of the assistant's turn, then the reply so far: the same
     # prompt the reply was written after, with its text.
-    text = render_chat(tokenizer, chat, add_generation_prompt=True)
+    text = render_chat(tokenizer, chat, add_generation_prompt=True, tools=tools,
+                       template_kwargs=template_kwargs)
     return tokenizer.encode(text + partial, add_special_tokens=False)
 
 
 def render_chat(tokenizer, messages: Sequence[Mapping], *, add_generation_prompt: bool,
-                tools: Sequence[Mapping] | None = None,
+                tools: Sequence[Mapping] | None = None, template_kwargs: Mapping | None = None,
                 time_budget_s: float = TIME_BUDGET_S) -> str:
     """The text the tokenizer's chat template makes of messages (as transformers'
     apply_chat_template(tokenize=False) makes it), rendered in engine.text.template_sandbox under its
     limits. ChatTemplateError, naming the template, for whatever stops it."""
     name = f"the chat template of {getattr(tokenizer, 'name_or_path', '') or 'this model'}"
-    context = {**tokenizer.special_tokens_map, "messages": [dict(m) for m in messages],
+    taken = sorted(_TEMPLATE_VARIABLES & set(template_kwargs or {}))
+    if taken:
+        raise ValueError(f"chat_template_kwargs may not set {', '.join(taken)}: the chat "
+                         "itself gives them")
+    context = {**tokenizer.special_tokens_map, **(template_kwargs or {}),
+               "messages": [dict(m) for m in messages],
                "tools": None if tools is None else [dict(t) for t in tools], "documents": None,
                "add_generation_prompt": add_generation_prompt}
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -65,16 +66,22 @@ class ChatTokenizer:
             return None
         return self._max_tokens * self._chars_per_token
 
-    async def encode_chat(self, messages: Sequence[Mapping[str, str]], *,
-                          continue_final_message: bool = False) -> list[int]:
+    async def encode_chat(self, messages: Sequence[Mapping[str, object]], *,
+                          continue_final_message: bool = False,
+                          tools: Sequence[Mapping] | None = None,
+                          template_kwargs: Mapping | None = None) -> list[int]:
         """The prompt for the assistant's next reply (or, with `continue_final_message`, for
-        the rest of the last, unfinished one); ValueError for a chat the template refuses (see
-        engine.text.chat_template), PromptTooLongError for one far over the context."""
+        the rest of the last, unfinished one), with `tools` and `template_kwargs` as
+        engine.text.chat_template.encode_chat takes them; ValueError for a chat the template
+        refuses, PromptTooLongError for one far over the context (tools counted)."""
         chat = [dict(m) for m in messages]
         chars = sum(len(m["content"]) for m in chat if isinstance(m.get("content"), str))
+        chars += sum(len(json.dumps(m["tool_calls"])) for m in chat if m.get("tool_calls"))
+        chars += len(json.dumps(list(tools))) if tools else 0
         self._check_size(chars, "the chat's messages")
         return await self._run(chars, lambda tokenizer: encode_chat(
-            tokenizer, chat, continue_final_message=continue_final_message))
+            tokenizer, chat, continue_final_message=continue_final_message, tools=tools,
+            template_kwargs=template_kwargs))
 
     async def encode_text(self, text: str, what: str = "the prompt") -> list[int]:
         """The text's tokens (special tokens added as the tokenizer does); InvalidTextError

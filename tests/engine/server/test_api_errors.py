@@ -121,13 +121,7 @@ def test_body_that_is_not_json_is_a_400(server):
     assert "JSON" in error["message"]
 
 
-TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
-
-
 @pytest.mark.parametrize(("fields", "param"), [
-    ({"tools": [TOOL]}, "tools"),
-    ({"tool_choice": "none"}, "tool_choice"),
-    ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),
     ({"modalities": ["text", "audio"]}, "modalities"),
 ])
 def test_chat_fields_this_server_cannot_honour_are_refused_in_words(client, fields, param):
@@ -167,7 +161,7 @@ def test_a_field_this_server_does_not_know_is_refused_in_words(client, name):
 def test_fields_that_change_nothing_here_are_served(client):
     reply = client.chat.completions.create(
         model=MODEL, messages=CHAT, max_tokens=2, store=False, metadata={"chat": "1"},
-        service_tier="auto", parallel_tool_calls=False)
+        service_tier="auto")
     assert reply.choices[0].message.content is not None
 
 

@@ -1,0 +1,138 @@
+"""A chat reply's text as the API's assistant message: reasoning (`reasoning_content`), content
+and tool calls, whole or as the deltas of a stream."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from engine.parsers.reply import ReplyDelta, ReplyParser
+from engine.parsers.tool_calls import ToolCall, ToolCallDelta, new_tool_call_id
+from engine.server.tools import ToolUse
+
+
+@dataclass(slots=True, frozen=True)
+class ReplyShape:
+    """How one request's replies are read: by its tool use, and by the parsers its model's
+    template calls for (`parser` is empty where none apply)."""
+
+    use: ToolUse
+    parser: ReplyParser
+    starts_in_reasoning: bool = False
+
+    @property
+    def has_reasoning(self) -> bool:
+        return self.parser.reasoning is not None
+
+    def message(self, text: str) -> dict:
+        """The whole reply's `message`."""
+        if self.use.mode == "named":
+            calls = [ToolCall(new_tool_call_id(), self.use.function or "", text)]
+            return self._message(None, None, calls)
+        if self.use.mode == "required":
+            calls = _listed_calls(text)
+            return self._message(None, None if calls else text, calls or [])
+        parts = self.parser.parse(text, starts_in_reasoning=self.starts_in_reasoning)
+        calls = parts.tool_calls if self.use.parallel else parts.tool_calls[:1]
+        content = parts.content if calls else (parts.content or "")
+        return self._message(parts.reasoning, content, calls)
+
+    def streamer(self) -> ReplyStream:
+        return ReplyStream(self)
+
+    def _message(self, reasoning: str | None, content: str | None,
+                 calls: list[ToolCall]) -> dict:
+        message: dict = {"role": "assistant", "content": content}
+        if self.has_reasoning:
+            message["reasoning_content"] = reasoning
+        if calls:
+            message["tool_calls"] = [_call(c) for c in calls]
+        return message
+
+
+class ReplyStream:
+    """One choice's stream: each delta of text as the chunk's `delta` fields ({} when nothing
+    can be sent yet: a possible tag held back), and whether the reply called a tool."""
+
+    def __init__(self, shape: ReplyShape) -> None:
+        self._shape = shape
+        self._parsed = (shape.parser.streamer(starts_in_reasoning=shape.starts_in_reasoning)
+                        if shape.use.mode not in ("named", "required") else None)
+        self._named_id: str | None = None
+        self._buffer: list[str] = []
+        self.called = False
+
+    def feed(self, text: str) -> dict:
+        if not text:
+            return {}
+        mode = self._shape.use.mode
+        if mode == "named":
+            return self._named(text)
+        if mode == "required":
+            self._buffer.append(text)
+            return {}
+        return self._fields(self._parsed.feed(text))
+
+    def finish(self) -> dict:
+        if self._shape.use.mode == "required":
+            text = "".join(self._buffer)
+            calls = _listed_calls(text)
+            if not calls:
+                return {"content": text} if text else {}
+            self.called = True
+            return {"tool_calls": [{"index": i, **_call(c)} for i, c in enumerate(calls)]}
+        if self._parsed is None:
+            return {}
+        return self._fields(self._parsed.finish())
+
+    def _named(self, text: str) -> dict:
+        self.called = True
+        if self._named_id is None:
+            self._named_id = new_tool_call_id()
+            return {"tool_calls": [{"index": 0, "id": self._named_id, "type": "function",
+                                    "function": {"name": self._shape.use.function,
+                                                 "arguments": text}}]}
+        return {"tool_calls": [{"index": 0, "function": {"arguments": text}}]}
+
+    def _fields(self, delta: ReplyDelta) -> dict:
+        fields: dict = {}
+        if delta.reasoning:
+            fields["reasoning_content"] = delta.reasoning
+        if delta.content:
+            fields["content"] = delta.content
+        calls = [d for d in delta.tool_calls if self._shape.use.parallel or d.index == 0]
+        if calls:
+            self.called = True
+            fields["tool_calls"] = [_call_delta(d) for d in calls]
+        return fields
+
+
+def _call(call: ToolCall) -> dict:
+    return {"id": call.id, "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments}}
+
+
+def _call_delta(delta: ToolCallDelta) -> dict:
+    out: dict = {"index": delta.index}
+    if delta.id is not None:
+        out["id"], out["type"] = delta.id, "function"
+    function: dict = {"arguments": delta.arguments}
+    if delta.name is not None:
+        function["name"] = delta.name
+    out["function"] = function
+    return out
+
+
+def _listed_calls(text: str) -> list[ToolCall] | None:
+    """The calls of a "required" reply (a JSON list of {"name", "parameters"}); None when it is
+    not one (cut short by max_tokens)."""
+    try:
+        listed = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(listed, list):
+        return None
+    return [ToolCall(new_tool_call_id(), item["name"],
+                     json.dumps(item["parameters"], ensure_ascii=False))
+            for item in listed if isinstance(item, dict) and "name" in item
+            and "parameters" in item]

@@ -1,0 +1,118 @@
+"""Tools over the API, through the real openai client: the bundled model's template takes no
+tools, so they reach it as a system message and its calls are read back as Hermes calls."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import jsonschema
+import pytest
+from openai import BadRequestError
+
+from tests.engine.server.conftest import MODEL
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "A city's weather",
+                                      "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "get_time", "description": "A city's time",
+                                      "parameters": WEATHER}},
+]
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+NAMED = {"type": "function", "function": {"name": "get_time"}}
+
+
+def _ask(client, **kw):
+    kw.setdefault("temperature", 0)
+    kw.setdefault("max_tokens", 60)
+    return client.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS, **kw)
+
+
+def test_a_named_function_is_called_with_arguments_that_fit_its_schema(client):
+    choice = _ask(client, tool_choice=NAMED).choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_time" and call.id.startswith("call_")
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER)
+
+
+def test_a_streamed_named_call_sends_its_arguments_in_pieces_that_join(client):
+    whole = _ask(client, tool_choice=NAMED).choices[0].message.tool_calls[0]
+    deltas = [c.choices[0] for c in _ask(client, tool_choice=NAMED, stream=True) if c.choices]
+    calls = [d for c in deltas for d in (c.delta.tool_calls or [])]
+    assert calls[0].id and calls[0].function.name == "get_time"
+    assert all(d.id is None and d.function.name is None for d in calls[1:])
+    assert len(calls) > 2  # the arguments came in pieces, not at the end
+    assert "".join(d.function.arguments for d in calls) == whole.function.arguments
+    assert deltas[-1].finish_reason == "tool_calls"
+
+
+def test_required_gives_at_least_one_call_of_the_offered_functions(client):
+    choice = _ask(client, tool_choice="required", temperature=1.0, seed=3).choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
+    for call in choice.message.tool_calls:
+        assert call.function.name in ("get_weather", "get_time")
+        jsonschema.validate(json.loads(call.function.arguments), WEATHER)
+
+
+def test_required_without_parallel_calls_gives_exactly_one(client):
+    choice = _ask(client, tool_choice="required", parallel_tool_calls=False).choices[0]
+    assert len(choice.message.tool_calls) == 1
+
+
+def test_auto_reply_is_content_or_calls_never_a_raw_tag(client):
+    for stream in (False, True):
+        if stream:
+            chunks = [c.choices[0] for c in _ask(client, stream=True) if c.choices]
+            content = "".join(c.delta.content or "" for c in chunks)
+            calls = [d for c in chunks for d in (c.delta.tool_calls or [])]
+        else:
+            message = _ask(client).choices[0].message
+            content, calls = message.content or "", message.tool_calls or []
+        assert "<tool_call>" not in content
+        assert content or calls
+
+
+def test_none_keeps_the_tools_out_of_the_reply(client):
+    choice = _ask(client, tool_choice="none").choices[0]
+    assert choice.message.tool_calls is None and choice.finish_reason in ("stop", "length")
+
+
+def test_a_conversation_with_calls_and_their_results_is_answered(client):
+    history = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 C"}]
+    reply = client.chat.completions.create(model=MODEL, messages=history, tools=TOOLS,
+                                           temperature=0, max_tokens=12)
+    assert reply.choices[0].message.content or reply.choices[0].message.tool_calls
+
+
+def test_tool_results_reach_the_prompt(server):
+    def count(messages) -> int:
+        body = {"model": MODEL, "messages": messages, "tools": TOOLS}
+        return httpx.post(f"{server.url}/tokenize", json=body, timeout=60).json()["count"]
+
+    result = {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 C, light wind"}
+    assert count(ASK + [result]) > count(ASK) + 5
+    without_tools = httpx.post(f"{server.url}/tokenize", json={"model": MODEL, "messages": ASK},
+                               timeout=60).json()["count"]
+    assert count(ASK) > without_tools + 50  # the tools' system message
+
+
+@pytest.mark.parametrize(("fields", "param"), [
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+     "tool_choice.function.name"),
+    ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
+    ({"tools": TOOLS + TOOLS[:1]}, "tools[2].function.name"),
+    ({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}},
+     "response_format"),
+    ({"functions": [{"name": "f"}]}, "functions"),
+])
+def test_tool_requests_that_cannot_be_honoured_are_400s_naming_the_field(client, fields, param):
+    with pytest.raises(BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=2, **fields)
+    assert caught.value.param == param
