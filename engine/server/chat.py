@@ -136,8 +136,8 @@ async def _chunks(generation: Generation, shape: ReplyShape, include_usage: bool
             delta = _joined(delta, stream.finish())
             if stream.called and reason == "stop":
                 reason = "tool_calls"
-        elif not delta and not completion.delta_logprobs:
-            return None
+        elif completion.delta_text and not delta and not completion.delta_logprobs:
+            return None  # text held back (a tag not yet whole): nothing to send yet
         return chunk([{"index": index, "delta": delta, "finish_reason": reason,
                        "logprobs": chat_logprobs(completion.delta_logprobs)}])
 
