@@ -9,6 +9,7 @@ from torch_threads import torch_callers
 
 from engine import AsyncEngine, EngineConfig, LLMEngine, SamplingParams
 from engine.errors import PagodaError
+from engine.sampling_params import StructuredOutputsParams
 
 CONFIG = EngineConfig(num_kv_blocks=16)
 
@@ -20,10 +21,10 @@ def int4_file(tmp_path_factory):
                            matrix_type=QType.Q4_0).path
 
 
-def _chat(engine: AsyncEngine) -> list[int]:
+def _chat(engine: AsyncEngine, params: SamplingParams | None = None) -> list[int]:
     async def reply() -> list[int]:
         async for out in engine.stream([{"role": "user", "content": "hello"}],
-                                       SamplingParams(temperature=0, max_tokens=4)):
+                                       params or SamplingParams(temperature=0, max_tokens=4)):
             pass
         return out.outputs[0].token_ids
 
@@ -36,6 +37,18 @@ def test_only_the_engine_thread_runs_torch_from_load_to_reply(int4_file):
         tokens = _chat(engine)
         engine.shutdown()
     assert len(tokens) == 4
+    assert callers.threads == {"pagoda-engine"}, callers.examples
+
+
+def test_a_constrained_request_compiles_off_the_engine_thread_without_torch(int4_file):
+    """The grammar thread compiles; the bitmask and the logprobs are the engine thread's."""
+    constrained = SamplingParams(temperature=0, max_tokens=4, logprobs=2,
+                                 structured_outputs=StructuredOutputsParams(regex="[a-z]{4}"))
+    with torch_callers() as callers:
+        engine = AsyncEngine(int4_file, CONFIG)
+        tokens = _chat(engine, constrained)
+        engine.shutdown()
+    assert tokens
     assert callers.threads == {"pagoda-engine"}, callers.examples
 
 
