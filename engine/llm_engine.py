@@ -97,8 +97,9 @@ class LLMEngine:
         # Thread-safe: AsyncEngine compiles on a thread of its own, LLM on the caller's.
         self.grammar_compiler = StructuredOutputCompiler(self.vocabulary)
         self._requests: dict[str, tuple[Sequence, IncrementalDetokenizer]] = {}
-        # The logprobs of each request that asked for them, so far.
+        # The logprobs of each request that asked for them, so far, and its prompt's.
         self._logprobs: dict[str, list[TokenLogprobs]] = {}
+        self._prompt_logprobs: dict[str, list[TokenLogprobs | None]] = {}
         self._token_times: deque[tuple[float, int]] = deque()
         self._num_preemptions = 0
 
@@ -131,6 +132,8 @@ class LLMEngine:
         self._requests[request_id] = (seq, detok)
         if params.logprobs is not None:
             self._logprobs[request_id] = []
+        if params.prompt_logprobs is not None:
+            self._prompt_logprobs[request_id] = [None] * len(token_ids)
         self.scheduler.add(seq)
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
@@ -139,8 +142,8 @@ class LLMEngine:
         if entry is None:
             return None
         self.scheduler.finish(entry[0], "abort")
-        out = self._output(*self._requests.pop(request_id), [])
-        self._logprobs.pop(request_id, None)
+        out = self._output(self._requests[request_id][0], self._requests[request_id][1], [])
+        self._forget(request_id)
         return out
 
     def has_unfinished_requests(self) -> bool:
@@ -165,6 +168,7 @@ class LLMEngine:
             logprobs = {item.seq.request_id: entries
                         for item, entries in zip(sched.scheduled, result.logprobs, strict=True)
                         if entries is not None}
+            self._record_prompt_logprobs(sched, result.prompt_logprobs)
             return self._collect_outputs(advanced, logprobs) + self._progress_outputs(sched)
         return self._collect_outputs(advanced, {}) + self._progress_outputs(sched)
 
@@ -246,8 +250,7 @@ class LLMEngine:
                 outputs.append(self._output(seq, entry[1], []))
         for out in outputs:
             if out.finished:
-                self._requests.pop(out.request_id, None)
-                self._logprobs.pop(out.request_id, None)
+                self._forget(out.request_id)
         return outputs
 
     def _observe_prefill(self, sched: SchedulerOutput, seconds: float) -> None:
@@ -307,13 +310,33 @@ class LLMEngine:
         delta_text, new_tokens = self._detokenize(seq, detok, new_tokens)
         completion = CompletionOutput(0, detok.text, list(seq.output_token_ids),
                                       seq.finish_reason, delta_text, list(new_tokens))
+        prompt_logprobs = self._prompt_logprobs.get(seq.request_id)
         so_far = self._logprobs.get(seq.request_id)
         if so_far is not None:
             delta = [self._token_logprobs(x) for x in (new_logprobs or [])[:len(new_tokens)]]
             so_far.extend(delta)
             completion.logprobs, completion.delta_logprobs = list(so_far), delta
         return RequestOutput(seq.request_id, seq.prompt, seq.prompt_token_ids, [completion],
-                             seq.is_finished, seq.num_cached_tokens, seq.metrics)
+                             seq.is_finished, seq.num_cached_tokens, seq.metrics,
+                             prompt_logprobs=None if prompt_logprobs is None or not
+                             seq.num_output_tokens else list(prompt_logprobs))
+
+    def _forget(self, request_id: str) -> None:
+        self._requests.pop(request_id, None)
+        self._logprobs.pop(request_id, None)
+        self._prompt_logprobs.pop(request_id, None)
+
+    def _record_prompt_logprobs(self, sched: SchedulerOutput, scored) -> None:
+        """Each scored prompt token's logprobs, by position (a prompt read again after a
+        preemption writes the same ones again)."""
+        if scored is None:
+            return
+        for item, entry in zip(sched.scheduled, scored, strict=True):
+            kept = self._prompt_logprobs.get(item.seq.request_id)
+            if entry is None or kept is None:
+                continue
+            first, entries = entry
+            kept[first:first + len(entries)] = [self._token_logprobs(e) for e in entries]
 
     def _token_logprobs(self, sampled: SampledLogprobs) -> TokenLogprobs:
         top = tuple(self._logprob(t, v) for t, v in zip(sampled.top_ids, sampled.top_logprobs,
@@ -366,8 +389,8 @@ class LLMEngine:
         for item in sched.scheduled:
             seq = item.seq
             self.scheduler.finish(seq, "error")
-            out = self._output(seq, self._requests.pop(seq.request_id)[1], [])
-            self._logprobs.pop(seq.request_id, None)
+            out = self._output(seq, self._requests[seq.request_id][1], [])
+            self._forget(seq.request_id)
             out.outputs[0].error = f"{type(exc).__name__}: {exc}"
             outputs.append(out)
         return outputs

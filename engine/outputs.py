@@ -104,3 +104,6 @@ class RequestOutput:
     metrics: RequestMetrics
     # Set on the outputs sent mid-prefill (no new tokens): how much of the prompt is read.
     prompt_progress: PromptProgress | None = None
+    # With SamplingParams.prompt_logprobs: per prompt token (None for the first, which nothing
+    # predicts, and for those not read yet), from the first output after the prompt is read.
+    prompt_logprobs: list[TokenLogprobs | None] | None = None

@@ -124,6 +124,9 @@ class SamplingParams:
     # The log-probability of each sampled token and of this many best tokens at its position
     # (0 gives the sampled token's alone); None returns none.
     logprobs: int | None = None
+    # The same for every prompt token after the first (the prompt is then computed in full:
+    # the prefix cache cannot give logprobs for what it skips).
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         # None means none, as in vLLM's and OpenAI's APIs.
@@ -175,9 +178,10 @@ class SamplingParams:
         _check(not (self.structured_outputs is not None and self.ignore_eos), "ignore_eos",
                self.ignore_eos, "cannot be combined with structured_outputs: the constraint "
                "decides where the reply ends")
-        _check(self.logprobs is None
-               or (_is_int(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS),
-               "logprobs", self.logprobs, f"must be None or an integer from 0 to {MAX_LOGPROBS}")
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(self, name)
+            _check(value is None or (_is_int(value) and 0 <= value <= MAX_LOGPROBS), name, value,
+                   f"must be None or an integer from 0 to {MAX_LOGPROBS}")
         self._validate_token_lists()
         if self.bad_words is not None:
             _check(isinstance(self.bad_words, (list, tuple)) and len(self.bad_words) <= MAX_BAD_WORDS

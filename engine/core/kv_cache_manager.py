@@ -42,9 +42,11 @@ class KVCacheManager:
     def get_computed_blocks(self, seq: Sequence) -> list[KVCacheBlock]:
         """The longest cached prefix of a sequence that has computed nothing yet.
 
-        At least one token is always left to compute, since sampling needs its logits.
+        At least one token is always left to compute, since sampling needs its logits; a
+        request for prompt logprobs computes its whole prompt, whose logits it needs.
         """
-        if not self.enable_prefix_caching or seq.num_computed_tokens:
+        if (not self.enable_prefix_caching or seq.num_computed_tokens
+                or seq.params.prompt_logprobs is not None):
             return []
         self._update_block_hashes(seq)
         max_blocks = (seq.num_tokens - 1) // self.block_size

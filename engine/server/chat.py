@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from starlette.requests import Request
 
-from engine.outputs import CompletionOutput
+from engine.outputs import RequestOutput
 from engine.parsers.reasoning import prompt_opens_reasoning, reasoning_parser_for_template
 from engine.parsers.registry import tool_parser, tool_parser_for_template
 from engine.parsers.reply import ReplyParser
@@ -128,9 +128,8 @@ async def _chunks(generation: Generation, shape: ReplyShape, include_usage: bool
                 "choices": choices}
         return {**body, "usage": None, **extra} if include_usage else body
 
-    def choice_chunk(index: int, completion: CompletionOutput, reason: str | None
-                     ) -> dict | None:
-        stream = streams[index]
+    def choice_chunk(index: int, out: RequestOutput, reason: str | None) -> dict | None:
+        completion, stream = out.outputs[0], streams[index]
         delta = stream.feed(completion.delta_text)
         if reason is not None:
             delta = _joined(delta, stream.finish())

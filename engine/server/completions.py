@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 from starlette.requests import Request
 
-from engine.outputs import CompletionOutput
+from engine.outputs import RequestOutput, TokenLogprobs
 from engine.server.admission import WorkBudget
 from engine.server.errors import APIError, as_api_errors
 from engine.server.generation import (
@@ -40,9 +40,33 @@ async def create_completion(body: CompletionRequest, request: Request, served: S
     constraint = body.constraint()
     if constraint is not None:
         await generation.check_constraint(constraint[0])
+    echo = _Echo(served, prompts, token_ids) if body.echo else None
     return await respond(generation, request, body.stream,
-                         lambda: _chunks(generation, body.include_usage, body.return_progress),
-                         lambda finals: _completion(generation, finals))
+                         lambda: _chunks(generation, echo, body.include_usage,
+                                         body.return_progress),
+                         lambda finals: _completion(generation, echo, finals))
+
+
+class _Echo:
+    """The prompts said again before their completions (`echo`), with their logprobs when the
+    request asks for logprobs: each prompt's text as sent (token ids spelled out)."""
+
+    def __init__(self, served: ServedModel, prompts: list[str | list[int]],
+                 token_ids: list[list[int]]) -> None:
+        self._texts = [p if isinstance(p, str) else served.backend.token_text(p)
+                       for p in prompts]
+        self._first_tokens = [served.backend.token_text(ids[:1]) for ids in token_ids]
+
+    def text(self, choice: Choice) -> str:
+        return self._texts[choice.prompt_index]
+
+    def logprobs(self, choice: Choice, out: RequestOutput,
+                 completion: list[TokenLogprobs] | None) -> dict | None:
+        if completion is None:
+            return None
+        prompt = out.prompt_logprobs or []
+        return completion_logprobs([*prompt, *completion],
+                                   first_token=self._first_tokens[choice.prompt_index])
 
 
 async def _tokens(prompt: str | list[int], served: ServedModel) -> list[int]:
@@ -53,14 +77,18 @@ async def _tokens(prompt: str | list[int], served: ServedModel) -> list[int]:
     return prompt
 
 
-def _completion(generation: Generation, finals) -> dict:
-    return {
-        **_header(generation),
-        "choices": [{"index": i, "text": out.outputs[0].text, "finish_reason": finish_reason(out),
-                     "logprobs": completion_logprobs(out.outputs[0].logprobs)}
-                    for i, out in enumerate(finals)],
-        "usage": usage(finals, generation.choices),
-    }
+def _completion(generation: Generation, echo: _Echo | None, finals) -> dict:
+    choices = []
+    for i, (out, choice) in enumerate(zip(finals, generation.choices, strict=True)):
+        completion = out.outputs[0]
+        text, logprobs = completion.text, completion_logprobs(completion.logprobs)
+        if echo is not None:
+            text = echo.text(choice) + text
+            logprobs = echo.logprobs(choice, out, completion.logprobs)
+        choices.append({"index": i, "text": text, "finish_reason": finish_reason(out),
+                        "logprobs": logprobs})
+    return {**_header(generation), "choices": choices,
+            "usage": usage(finals, generation.choices)}
 
 
 def _header(generation: Generation) -> dict:
@@ -68,17 +96,25 @@ def _header(generation: Generation) -> dict:
             "created": generation.created, "model": generation.served.name}
 
 
-async def _chunks(generation: Generation, include_usage: bool,
+async def _chunks(generation: Generation, echo: _Echo | None, include_usage: bool,
                   return_progress: bool) -> AsyncIterator[str]:
     extra = {"usage": None} if include_usage else {}
+    echoed = [echo is None] * len(generation.choices)
 
-    def choice_chunk(index: int, completion: CompletionOutput, reason: str | None) -> dict:
-        delta = completion.delta_logprobs
+    def choice_chunk(index: int, out: RequestOutput, reason: str | None) -> dict:
+        completion = out.outputs[0]
+        text, delta = completion.delta_text, completion.delta_logprobs
         # Where this chunk's tokens start in the choice's text.
-        offset = len(completion.text) - len(completion.delta_text)
+        offset = len(completion.text) - len(text)
+        logprobs = completion_logprobs(delta, offset)
+        if not echoed[index] and (text or delta or reason):
+            choice = generation.choices[index]
+            echoed[index] = True
+            prompt_text = echo.text(choice)
+            text = prompt_text + text
+            logprobs = echo.logprobs(choice, out, delta)
         return {**_header(generation), **extra, "choices": [
-            {"index": index, "text": completion.delta_text, "finish_reason": reason,
-             "logprobs": completion_logprobs(delta, offset)}]}
+            {"index": index, "text": text, "finish_reason": reason, "logprobs": logprobs}]}
 
     def usage_chunk(counts: dict) -> dict:
         return {**_header(generation), "choices": [], "usage": counts}

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import Request
 
-from engine.outputs import CompletionOutput, PromptProgress, RequestOutput
+from engine.outputs import PromptProgress, RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.server.admission import WorkBudget, choice_work
 from engine.server.errors import APIError, as_api_errors
@@ -19,7 +19,6 @@ from engine.server.metrics import ServerMetrics
 from engine.server.served import ServedModel
 from engine.server.streams import merge, peek, tagged, until_disconnected
 
-_NOTHING_NEW = CompletionOutput(0, "", [])
 # Finish reasons the API knows; an engine abort (a shutdown) is reported as such.
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
@@ -168,7 +167,7 @@ class Generation:
 
 # (choice index, its output, its finish reason) -> the chunk that sends what is new in it, or
 # None when nothing can be sent yet (a tool call's tag not yet whole).
-ChunkOf = Callable[[int, CompletionOutput, str | None], dict | None]
+ChunkOf = Callable[[int, RequestOutput, str | None], dict | None]
 
 
 async def sse_events(generation: Generation, chunk_of: ChunkOf,
@@ -186,11 +185,11 @@ async def sse_events(generation: Generation, chunk_of: ChunkOf,
             if out.finished:
                 finals[index] = out
             if completion.delta_text or completion.delta_logprobs or reason:
-                payload = chunk_of(index, completion, reason)
+                payload = chunk_of(index, out, reason)
                 if payload is not None:
                     yield sse(payload)
             elif return_progress and out.prompt_progress is not None:
-                yield sse({**chunk_of(index, _NOTHING_NEW, None),
+                yield sse({**chunk_of(index, out, None),
                            "prompt_progress": prompt_progress(out.prompt_progress)})
     except APIError as exc:
         yield sse(exc.body())

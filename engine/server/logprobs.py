@@ -20,17 +20,20 @@ def _chat_token(logprob: Logprob) -> dict:
             "bytes": list(logprob.token_bytes)}
 
 
-def completion_logprobs(entries: list[TokenLogprobs] | None, text_offset: int = 0
-                        ) -> dict | None:
+def completion_logprobs(entries: list[TokenLogprobs | None] | None, text_offset: int = 0,
+                        first_token: str = "") -> dict | None:
     """The legacy `logprobs`: tokens, token_logprobs, top_logprobs (token -> logprob) and
-    text_offset (where each token starts in the choice's text, counted from `text_offset`)."""
+    text_offset (where each token starts in the choice's text, counted from `text_offset`).
+    A None entry is an echoed prompt's first token (`first_token`), which nothing predicts."""
     if entries is None:
         return None
+    tokens = [first_token if e is None else e.chosen.token for e in entries]
     offsets = []
-    for entry in entries:
+    for token in tokens:
         offsets.append(text_offset)
-        text_offset += len(entry.chosen.token)
-    return {"tokens": [e.chosen.token for e in entries],
-            "token_logprobs": [e.chosen.logprob for e in entries],
-            "top_logprobs": [{t.token: t.logprob for t in e.top} for e in entries],
+        text_offset += len(token)
+    return {"tokens": tokens,
+            "token_logprobs": [None if e is None else e.chosen.logprob for e in entries],
+            "top_logprobs": [None if e is None else {t.token: t.logprob for t in e.top}
+                             for e in entries],
             "text_offset": offsets}

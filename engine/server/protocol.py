@@ -137,7 +137,6 @@ _CHAT_REFUSED: dict[str, Refusal] = {
     "reasoning_effort": (_is_set, "it has no reasoning settings"),
 }
 _COMPLETION_REFUSED: dict[str, Refusal] = {
-    "echo": (_given, "it does not echo the prompt (nor score it: no prompt logprobs)"),
     "suffix": (_asks, "it does not complete text before a suffix"),
 }
 
@@ -288,6 +287,9 @@ class _SamplingRequest(_Refusing):
     def _logprobs(self) -> int | None:
         return None
 
+    def _prompt_logprobs(self) -> int | None:
+        return None
+
     @property
     def include_usage(self) -> bool:
         return self.stream and self.stream_options is not None and self.stream_options.include_usage
@@ -309,7 +311,8 @@ class _SamplingRequest(_Refusing):
                               structured_outputs=None if constraint is None else constraint[1],
                               logit_bias=self._logit_bias(),
                               allowed_token_ids=self.allowed_token_ids,
-                              bad_words=self.bad_words or None, logprobs=self._logprobs())
+                              bad_words=self.bad_words or None, logprobs=self._logprobs(),
+                              prompt_logprobs=self._prompt_logprobs())
 
 
 def _constrains(value: Any) -> bool:
@@ -389,6 +392,8 @@ class CompletionRequest(_SamplingRequest):
     best_of: int | None = None
     # The legacy API's: how many best tokens beside each sampled one (0-5).
     logprobs: int | None = Field(default=None, ge=0, le=5)
+    # The prompt said again before each completion (scored too, with logprobs).
+    echo: bool = False
     response_format: ResponseFormat | None = None
 
     _refused: ClassVar[dict[str, Refusal]] = _COMPLETION_REFUSED
@@ -398,6 +403,9 @@ class CompletionRequest(_SamplingRequest):
 
     def _logprobs(self) -> int | None:
         return self.logprobs
+
+    def _prompt_logprobs(self) -> int | None:
+        return self.logprobs if self.echo else None
 
     def check_supported(self) -> None:
         super().check_supported()

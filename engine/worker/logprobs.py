@@ -27,6 +27,7 @@ class LogprobsRequest:
     first_row: int
     num_rows: int
     num_top: int
+    first_position: int = 0  # for prompt logprobs: the position of the first token scored
 
 
 class StepLogprobs:

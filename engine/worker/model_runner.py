@@ -64,6 +64,10 @@ class ModelInputs:
     grammar_entries: list[tuple[int, GrammarState, list[int]]]
     grammar_runs: list[int]
     logprobs_requests: list[LogprobsRequest]  # `order` is the index among sampling sequences
+    # Prompt chunks whose logprobs were asked for: their rows follow the sampling rows in the
+    # logits (`order` is the scheduler index), and the tokens those rows predict.
+    prompt_requests: list[LogprobsRequest]
+    prompt_targets: list[list[int]]
 
 
 @dataclass(slots=True)
@@ -73,6 +77,9 @@ class RunnerOutput:
 
     sampled: list[list[int]]
     logprobs: list[list[SampledLogprobs] | None]
+    # Per scheduled sequence asking for prompt logprobs: the position of the first prompt token
+    # this step scored, and each scored token's logprobs.
+    prompt_logprobs: list[tuple[int, list[SampledLogprobs]] | None] | None = None
 
 
 def group_by_length(lengths: list[int]) -> list[tuple[int, int]]:
@@ -201,14 +208,30 @@ class ModelRunner:
             logits = self.model.forward(inputs.input_ids, inputs.positions, inputs.attn,
                                         self.kv_caches, inputs.logits_indices)
         sampled: list[list[int]] = [[] for _ in sched.scheduled]
-        if not inputs.sampling_rows:
-            return RunnerOutput(sampled, [None] * len(sched.scheduled))
-        runs, logprobs = self._sample(logits.float(), inputs)
         out = RunnerOutput(sampled, [None] * len(sched.scheduled))
+        if inputs.prompt_requests:
+            num_sampling = len(inputs.sampling_rows)
+            out.prompt_logprobs = self._prompt_logprobs(logits[num_sampling:], inputs,
+                                                        len(sched.scheduled))
+            logits = logits[:num_sampling]
+        if not inputs.sampling_rows:
+            return out
+        runs, logprobs = self._sample(logits.float(), inputs)
         for n, (idx, run) in enumerate(zip(inputs.sampling_order, runs, strict=True)):
             sampled[idx] = run
             out.logprobs[idx] = logprobs[n]
         return out
+
+    def _prompt_logprobs(self, logits: torch.Tensor, inputs: ModelInputs, num_scheduled: int
+                         ) -> list[tuple[int, list[SampledLogprobs]] | None]:
+        step = StepLogprobs(logits, inputs.prompt_requests)
+        targets: list[list[int]] = [[] for _ in range(num_scheduled)]
+        for request, tokens in zip(inputs.prompt_requests, inputs.prompt_targets, strict=True):
+            targets[request.order] = tokens
+        scored = step.for_runs(targets, num_scheduled)
+        firsts = {r.order: r.first_position for r in inputs.prompt_requests}
+        return [None if entries is None else (firsts[i], entries)
+                for i, entries in enumerate(scored)]
 
     def _sample(self, logits: torch.Tensor, inputs: ModelInputs
                 ) -> tuple[list[list[int]], list[list[SampledLogprobs] | None]]:
@@ -242,6 +265,7 @@ class ModelRunner:
         input_ids, positions, slots = [], [], []
         logits_indices, rows, sampling_order, drafts = [], [], [], []
         grammar_entries, grammar_runs, logprobs_requests = [], [], []
+        prompt_indices, prompt_requests, prompt_targets = [], [], []
         for i, s in zip(order, items, strict=True):
             start, end = s.num_computed_tokens, s.num_computed_tokens + s.num_new_tokens
             spec = s.spec_token_ids
@@ -249,6 +273,14 @@ class ModelRunner:
             input_ids.extend(spec)
             positions.extend(range(start, end))
             slots.extend(self._slots(s.seq.block_ids, start, end))
+            scored = _scored_prompt_positions(s.seq, start, end)
+            if scored:
+                first_flat = len(input_ids) - (end - start)
+                prompt_requests.append(LogprobsRequest(
+                    i, len(prompt_indices), len(scored), s.seq.params.prompt_logprobs,
+                    scored[0] + 1))
+                prompt_indices.extend(first_flat + p - start for p in scored)
+                prompt_targets.append([s.seq.prompt_token_ids[p + 1] for p in scored])
             if s.samples:
                 logits_indices.extend(range(len(input_ids) - len(spec) - 1, len(input_ids)))
                 if s.seq.grammar is not None:
@@ -263,9 +295,9 @@ class ModelRunner:
         attn = self._attention_metadata(items, len(decode_idx), slots)
         speculates = any(drafts)
         return ModelInputs(self._tensor(input_ids), self._tensor(positions), attn,
-                           self._tensor(logits_indices), rows, sampling_order,
+                           self._tensor(logits_indices + prompt_indices), rows, sampling_order,
                            drafts if speculates else None, grammar_entries, grammar_runs,
-                           logprobs_requests)
+                           logprobs_requests, prompt_requests, prompt_targets)
 
     def _grouped_metadata(self, items: list[ScheduledSequence], num_decodes: int,
                           slots: list[int]) -> AttentionMetadata:
@@ -425,6 +457,14 @@ def _sampling_rows(seq: Sequence, drafts: list[int]) -> list[SamplingRow]:
         return [SamplingRow(params, prompt, output, generator, bad_words)] * (len(drafts) + 1)
     return [SamplingRow(params, prompt, output + drafts[:j], generator, bad_words)
             for j in range(len(drafts) + 1)]
+
+
+def _scored_prompt_positions(seq: Sequence, start: int, end: int) -> list[int]:
+    """The positions of this chunk whose logits score the next prompt token, when the request
+    asked for prompt logprobs: all before the prompt's last (whose logits sample)."""
+    if seq.params.prompt_logprobs is None:
+        return []
+    return list(range(start, min(end, seq.num_prompt_tokens - 1)))
 
 
 def _generator(seq: Sequence) -> torch.Generator | None:

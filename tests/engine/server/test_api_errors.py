@@ -132,7 +132,6 @@ def test_chat_fields_this_server_cannot_honour_are_refused_in_words(client, fiel
 
 
 @pytest.mark.parametrize(("fields", "param"), [
-    ({"echo": True}, "echo"),
     ({"suffix": " the end."}, "suffix"),
     ({"best_of": 3}, "best_of"),
 ])

@@ -144,3 +144,36 @@ def test_top_logprobs_without_logprobs_is_refused(server):
 @pytest.fixture(scope="module")
 def llm(make_llm):
     return make_llm()
+
+
+def test_echo_scores_the_prompt_as_evaluation_harnesses_read_it(client, llm):
+    prompt = "The capital of France is Paris"
+    reply = client.completions.create(model=MODEL, prompt=prompt, max_tokens=1, temperature=0,
+                                      echo=True, logprobs=1)
+    choice = reply.choices[0]
+    assert choice.text.startswith(prompt)
+    count = len(llm.tokenizer.encode(prompt))
+    logprobs = choice.logprobs
+    assert len(logprobs.tokens) == count + 1
+    assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
+    assert all(lp <= 0 for lp in logprobs.token_logprobs[1:])
+    assert "".join(logprobs.tokens) == choice.text
+    assert logprobs.text_offset[count] == len(prompt)
+
+
+def test_streamed_echo_sends_the_prompt_first(client):
+    prompt = "Once upon a time"
+    stream = client.completions.create(model=MODEL, prompt=prompt, max_tokens=4, temperature=0,
+                                       echo=True, logprobs=0, stream=True)
+    chunks = [c.choices[0] for c in stream if c.choices]
+    assert chunks[0].text.startswith(prompt)
+    whole = client.completions.create(model=MODEL, prompt=prompt, max_tokens=4, temperature=0,
+                                      echo=True, logprobs=0)
+    assert "".join(c.text for c in chunks) == whole.choices[0].text
+    tokens = [t for c in chunks if c.logprobs for t in c.logprobs.tokens]
+    assert tokens == whole.choices[0].logprobs.tokens
+
+
+def test_echo_without_logprobs_repeats_the_prompt(client):
+    reply = client.completions.create(model=MODEL, prompt="Hello", max_tokens=2, echo=True)
+    assert reply.choices[0].text.startswith("Hello") and reply.choices[0].logprobs is None

@@ -66,3 +66,33 @@ def test_streamed_logprob_deltas_add_up_to_the_whole(make_engine):
 def test_requests_without_logprobs_get_none(llm):
     out = llm.generate(llm.tokenizer.encode("Hi"), SamplingParams(max_tokens=2))[0]
     assert out.outputs[0].logprobs is None
+
+
+@pytest.mark.slow
+def test_prompt_logprobs_equal_transformers_log_softmax_across_prefill_chunks(
+        make_llm, default_model):
+    llm = make_llm(max_num_batched_tokens=16)  # a 40-token prompt read in three chunks
+    prompt = llm.tokenizer.encode("The quick brown fox jumps over the lazy dog, and then " * 4)
+    out = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=2))[0]
+    hf = load_hf_model(default_model.path)
+    with torch.inference_mode():
+        reference = hf(torch.tensor([prompt])).logits[0].float().log_softmax(-1)
+    assert out.prompt_logprobs[0] is None and len(out.prompt_logprobs) == len(prompt)
+    for position, entry in enumerate(out.prompt_logprobs[1:], 1):
+        row = reference[position - 1]
+        assert entry.chosen.token_id == prompt[position]
+        assert entry.chosen.logprob == pytest.approx(float(row[prompt[position]]), abs=1e-3)
+        assert [t.token_id for t in entry.top] == row.topk(2).indices.tolist()
+
+
+def test_prompt_logprobs_read_the_whole_prompt_past_the_prefix_cache(make_llm):
+    llm = make_llm()
+    prompt = llm.tokenizer.encode("A prompt long enough to fill a few cache blocks. " * 6)
+    asked = SamplingParams(temperature=0, max_tokens=2, prompt_logprobs=0)
+    first = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=2))[0]
+    again = llm.generate(prompt, asked)[0]
+    assert first.num_cached_tokens == 0 and again.num_cached_tokens == 0
+    assert all(e is not None for e in again.prompt_logprobs[1:])
+    assert again.outputs[0].token_ids == first.outputs[0].token_ids
+    cached = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=2))[0]
+    assert cached.num_cached_tokens > 0 and cached.prompt_logprobs is None
