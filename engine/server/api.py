@@ -13,7 +13,12 @@ from engine.server.chat import create_chat_completion
 from engine.server.completions import create_completion
 from engine.server.errors import APIError, install_handlers
 from engine.server.metrics import CONTENT_TYPE, CountingMiddleware, ServerMetrics
-from engine.server.protocol import ChatCompletionRequest, CompletionRequest, TokenizeRequest
+from engine.server.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+)
 from engine.server.security import (
     DEFAULT_MAX_BODY_BYTES,
     APIKeyMiddleware,
@@ -23,7 +28,7 @@ from engine.server.security import (
 from engine.server.served import ModelSource, ServedModel
 from engine.server.shutdown import LiveRequests
 from engine.server.streams import ClientDisconnected
-from engine.server.tokenize import tokenize
+from engine.server.tokenize import detokenize, tokenize
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +130,10 @@ def _add_routes(app: FastAPI, source: ModelSource) -> None:
     @app.post("/tokenize")
     async def count_tokens(body: TokenizeRequest) -> dict:
         return await tokenize(body, _served(source, body.model))
+
+    @app.post("/detokenize")
+    async def spell_tokens(body: DetokenizeRequest) -> dict:
+        return await detokenize(body, _served(source, body.model))
 
     @app.exception_handler(ClientDisconnected)
     async def _gone(_request: Request, _exc: ClientDisconnected) -> Response:

@@ -436,3 +436,10 @@ class TokenizeRequest(_Strict):
     # As a chat request gives them, so the count is the reply's prompt's.
     tools: list[Tool] | None = Field(default=None, max_length=MAX_TOOLS)
     chat_template_kwargs: dict | None = None
+
+
+class DetokenizeRequest(_Strict):
+    """vLLM's POST /detokenize: token ids back to text."""
+
+    model: str | None = None
+    tokens: list[int]

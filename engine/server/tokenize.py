@@ -1,10 +1,11 @@
-"""POST /tokenize (vLLM's shape): how many tokens a prompt or a chat is, for clients that fit
-chats to the context (the app's remote backend counts exactly with it)."""
+"""POST /tokenize and /detokenize (vLLM's shapes): how many tokens a prompt or a chat is, for
+clients that fit chats to the context (the app's remote backend counts exactly with it), and
+the text of token ids."""
 
 from __future__ import annotations
 
 from engine.server.errors import APIError, as_api_errors
-from engine.server.protocol import TokenizeRequest, engine_chat
+from engine.server.protocol import DetokenizeRequest, TokenizeRequest, engine_chat
 from engine.server.served import ServedModel
 
 
@@ -23,3 +24,14 @@ async def tokenize(body: TokenizeRequest, served: ServedModel) -> dict:
         else:
             tokens = await tokenizer.encode_text(body.prompt, "prompt")
     return {"count": len(tokens), "max_model_len": served.max_model_len, "tokens": tokens}
+
+
+async def detokenize(body: DetokenizeRequest, served: ServedModel) -> dict:
+    if len(body.tokens) > served.max_model_len:
+        raise APIError(400, f"tokens holds {len(body.tokens)} ids, more than the model's "
+                            f"context of {served.max_model_len}", param="tokens")
+    try:
+        text = await served.backend.chat_tokenizer.decode(body.tokens)
+    except ValueError as exc:
+        raise APIError(400, str(exc), param="tokens") from exc
+    return {"prompt": text}

@@ -54,6 +54,7 @@ class ChatTokenizer:
     """
 
     def __init__(self, tokenizer, max_tokens: int | None = None) -> None:
+        self._vocab_size = len(tokenizer)
         self._short = _Lane(tokenizer, "pagoda-tokenize")
         self._long = _Lane(tokenizer, "pagoda-tokenize-long")
         self._max_tokens = max_tokens
@@ -90,6 +91,15 @@ class ChatTokenizer:
         check_encodable(text, what)
         self._check_size(len(text), what)
         return await self._run(len(text), lambda tokenizer: tokenizer.encode(text))
+
+    async def decode(self, token_ids: list[int]) -> str:
+        """The text of token ids (special tokens spelled out), decoded on a lane's thread;
+        ValueError naming the first id outside the vocabulary."""
+        size = self._vocab_size
+        bad = next((t for t in token_ids if not 0 <= t < size), None)
+        if bad is not None:
+            raise ValueError(f"tokens holds {bad}, outside the vocabulary [0, {size})")
+        return await self._run(len(token_ids), lambda tokenizer: tokenizer.decode(token_ids))
 
     def close(self) -> None:
         for lane in (self._short, self._long):

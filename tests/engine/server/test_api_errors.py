@@ -1,5 +1,7 @@
 """Every error the API gives is in OpenAI's shape, with the right status and the field at fault."""
 
+import json
+
 import httpx
 import pytest
 from openai import BadRequestError
@@ -283,3 +285,18 @@ def test_prompt_too_long_error_keeps_the_engine_message(served):
     error = from_engine_error(PromptTooLongError("the prompt has 9 tokens; context holds 8"),
                               "prompt")
     assert (error.status, error.param, error.code) == (400, "prompt", "context_length_exceeded")
+
+
+def test_detokenize_spells_what_tokenize_counted(server):
+    tokens = post(server, "/tokenize", json.dumps({"prompt": "Paris, the capital"}).encode(),
+                  {"content-type": "application/json"}).json()["tokens"]
+    reply = post(server, "/detokenize", json.dumps({"tokens": tokens}).encode(),
+                 {"content-type": "application/json"})
+    assert reply.status_code == 200 and reply.json()["prompt"].endswith("Paris, the capital")
+
+
+def test_detokenize_refuses_an_id_outside_the_vocabulary(server):
+    body = json.dumps({"tokens": [1, 10**9]}).encode()
+    error = error_of(post(server, "/detokenize", body, {"content-type": "application/json"}),
+                     400)
+    assert error["param"] == "tokens" and "1000000000" in error["message"]
