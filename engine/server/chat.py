@@ -8,9 +8,8 @@ from dataclasses import replace
 from starlette.requests import Request
 
 from engine.outputs import RequestOutput
-from engine.parsers.reasoning import prompt_opens_reasoning, reasoning_parser_for_template
-from engine.parsers.registry import tool_parser, tool_parser_for_template
-from engine.parsers.reply import ReplyParser
+from engine.parsers.replies import ReplyShape, reply_shape
+from engine.parsers.tool_use import ToolUse
 from engine.server.admission import WorkBudget
 from engine.server.errors import APIError, as_api_errors
 from engine.server.generation import (
@@ -26,10 +25,8 @@ from engine.server.generation import (
 from engine.server.logprobs import chat_logprobs
 from engine.server.metrics import ServerMetrics
 from engine.server.protocol import ChatCompletionRequest, engine_chat
-from engine.server.replies import ReplyShape
 from engine.server.served import ServedModel
-from engine.server.tools import ToolUse, tool_use
-from engine.text.tool_prompt import template_takes_tools
+from engine.server.tools import tool_use
 
 # Enough of the prompt's end to see whether it opens the reasoning ("<think>\n").
 _PROMPT_TAIL_TOKENS = 8
@@ -52,7 +49,11 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
             messages, continue_final_message=body.continue_final_message, tools=use.tools,
             template_kwargs=body.chat_template_kwargs)
         choices = [Choice(prompt, _params(body, i, use)) for i in range(body.n)]
-    shape = reply_shape(served.backend, use, prompt)
+    try:
+        shape = reply_shape(served.backend.chat_template, use,
+                            lambda: served.backend.token_text(prompt[-_PROMPT_TAIL_TOKENS:]))
+    except ValueError as exc:
+        raise APIError(400, str(exc), param="tools") from exc
     generation = Generation(served, metrics, budget, choices, new_id("chatcmpl"), "messages")
     if constraint is not None:
         await generation.check_constraint(constraint)
@@ -79,27 +80,6 @@ def _params(body: ChatCompletionRequest, index: int, use: ToolUse):
     if use.constraint is None:
         return params
     return replace(params, structured_outputs=use.constraint)
-
-
-def reply_shape(backend, use: ToolUse, prompt: list[int]) -> ReplyShape:
-    """How this model's replies are read: its template's reasoning tags (unless a tool
-    constraint shapes the whole reply) and, under tool_choice "auto", its tool-call syntax."""
-    template = backend.chat_template or ""
-    reasoning = None
-    if use.mode not in ("named", "required"):
-        reasoning = reasoning_parser_for_template(template)
-    tools = None
-    if use.mode == "auto":
-        tools = tool_parser_for_template(template)
-        if tools is None:
-            if template_takes_tools(template):
-                raise APIError(400, "this model's chat template writes tool calls in a syntax "
-                                    "this server cannot read back: use tool_choice 'required' "
-                                    "or a named function", param="tools")
-            tools = tool_parser("hermes")  # the fallback prompt asks for its syntax
-    opens = reasoning is not None and prompt_opens_reasoning(
-        backend.token_text(prompt[-_PROMPT_TAIL_TOKENS:]), reasoning)
-    return ReplyShape(use, ReplyParser(reasoning, tools), opens)
 
 
 def _completion(generation: Generation, shape: ReplyShape, finals) -> dict:

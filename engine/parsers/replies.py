@@ -1,14 +1,18 @@
-"""A chat reply's text as the API's assistant message: reasoning (`reasoning_content`), content
+"""A chat reply's text as OpenAI's assistant message: reasoning (`reasoning_content`), content
 and tool calls, whole or as the deltas of a stream."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from engine.parsers.reasoning import prompt_opens_reasoning, reasoning_parser_for_template
+from engine.parsers.registry import tool_parser, tool_parser_for_template
 from engine.parsers.reply import ReplyDelta, ReplyParser
 from engine.parsers.tool_calls import ToolCall, ToolCallDelta, new_tool_call_id
-from engine.server.tools import ToolUse
+from engine.parsers.tool_use import ToolUse
+from engine.text.tool_prompt import template_takes_tools
 
 
 @dataclass(slots=True, frozen=True)
@@ -136,3 +140,27 @@ def _listed_calls(text: str) -> list[ToolCall] | None:
                      json.dumps(item["parameters"], ensure_ascii=False))
             for item in listed if isinstance(item, dict) and "name" in item
             and "parameters" in item]
+
+
+def reply_shape(chat_template: str | None, use: ToolUse,
+                prompt_tail: Callable[[], str]) -> ReplyShape:
+    """How a model's replies are read: its template's reasoning tags (unless a tool constraint
+    shapes the whole reply) and, under tool_choice "auto", its tool-call syntax. `prompt_tail`
+    gives the prompt's last few tokens as text (does it open the reasoning?), asked only of a
+    reasoning model. ValueError for "auto" with a template whose tool-call syntax no parser
+    here reads."""
+    template = chat_template or ""
+    reasoning = None
+    if use.mode not in ("named", "required"):
+        reasoning = reasoning_parser_for_template(template)
+    tools = None
+    if use.mode == "auto":
+        tools = tool_parser_for_template(template)
+        if tools is None:
+            if template_takes_tools(template):
+                raise ValueError("this model's chat template writes tool calls in a syntax "
+                                 "Pagoda cannot read back: use tool_choice 'required' or a "
+                                 "named function")
+            tools = tool_parser("hermes")  # the fallback prompt asks for its syntax
+    opens = reasoning is not None and prompt_opens_reasoning(prompt_tail(), reasoning)
+    return ReplyShape(use, ReplyParser(reasoning, tools), opens)

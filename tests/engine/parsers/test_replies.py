@@ -6,9 +6,9 @@ import json
 
 from engine.parsers.reasoning import ReasoningParser
 from engine.parsers.registry import tool_parser
+from engine.parsers.replies import ReplyShape
 from engine.parsers.reply import ReplyParser
-from engine.server.replies import ReplyShape
-from engine.server.tools import ToolUse
+from engine.parsers.tool_use import ToolUse
 
 TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
 THOUGHT = "<think>\nThe user wants a sum.\n</think>\n\n"
