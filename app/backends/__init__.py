@@ -27,8 +27,11 @@ from app.backends.types import (
     FinishReason,
     PromptProgress,
     ReplyChunk,
+    ReplyFormat,
     SamplingOptions,
     TokenCount,
+    ToolCallRecord,
+    ToolSpec,
     chat_cache_tag,
 )
 
@@ -50,9 +53,12 @@ __all__ = [
     "PromptProgress",
     "PromptTooLongError",
     "ReplyChunk",
+    "ReplyFormat",
     "SamplingOptions",
     "ServerError",
     "TokenCount",
+    "ToolCallRecord",
+    "ToolSpec",
     "UnauthorizedError",
     "chat_cache_tag",
 ]

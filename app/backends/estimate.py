@@ -17,8 +17,9 @@ _GENERATION_PROMPT_TOKENS = 3
 def estimate_tokens(messages: Sequence[ChatMessage]) -> TokenCount:
     total = _GENERATION_PROMPT_TOKENS
     for m in messages:
-        ascii_chars = sum(1 for ch in m.content if ch.isascii())
-        other_chars = len(m.content) - ascii_chars
+        text = m.content + "".join(call.name + call.arguments for call in m.tool_calls)
+        ascii_chars = sum(1 for ch in text if ch.isascii())
+        other_chars = len(text) - ascii_chars
         total += (_TOKENS_PER_MESSAGE + math.ceil(ascii_chars / _ASCII_CHARS_PER_TOKEN)
                   + other_chars)
     return TokenCount(total, exact=False)

@@ -24,6 +24,19 @@ _MAX_MESSAGE_CHARS = 300
 # vLLM and OpenAI say "maximum context length", llama.cpp "exceeds the available context size".
 _CONTEXT = re.compile(r"context (length|size|window)|too long|n_ctx", re.IGNORECASE)
 _TIMEOUTS = (TimeoutError, httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout)
+# The fields of a chat's settings that a server may not take (no tool parser, no --jinja, no
+# structured output), as its error's `param` or its words name them, and what to do then.
+_TOOLS_ADVICE = ("The server or its model may not take tools (vLLM needs "
+                 "--enable-auto-tool-choice and --tool-call-parser, llama.cpp --jinja): turn "
+                 "this chat's tools off, or use another server")
+_FORMAT_ADVICE = ("The server may not follow a reply format, or not this schema: change this "
+                  "chat's reply format or turn it off")
+_FIELDS = {
+    "tool_choice": (re.compile(r"tool[_ ]choice", re.IGNORECASE), _TOOLS_ADVICE),
+    "tools": (re.compile(r"\btools?\b|function call", re.IGNORECASE), _TOOLS_ADVICE),
+    "response_format": (re.compile(r"response_format|json_schema|json_object|structured "
+                                   r"output|guided", re.IGNORECASE), _FORMAT_ADVICE),
+}
 
 
 def server_message(body: bytes | str) -> tuple[str, str | None]:
@@ -61,7 +74,7 @@ def error_for_status(status: int, body: bytes | str, url: str) -> BackendError:
             f"{url} answered 404 Not Found{said}. Check the model name (GET {url}/models lists "
             "the served ones) and that the address is the API's: it usually ends in /v1.")
     if status in (400, 413, 422):
-        return _refusal(status, message, code, url)
+        return _refusal(status, message, code, url, _param(body))
     if status == 429:
         return ServerError(f"{url} is too busy to take the request (HTTP 429{said}). Try again "
                            "in a moment.", status=status)
@@ -101,15 +114,40 @@ def dropped_mid_reply(url: str, reason: str) -> ConnectionDroppedError:
         "is kept; check the server, then regenerate.")
 
 
-def _refusal(status: int, message: str, code: str | None, url: str) -> InvalidRequestError:
+def _refusal(status: int, message: str, code: str | None, url: str,
+             param: str | None) -> InvalidRequestError:
     said = f": {message}" if message else ""
     if code == "context_length_exceeded" or _CONTEXT.search(message):
         return PromptTooLongError(
             f"The chat is too long for the model at {url}{said}. Start a new chat, or shorten "
             "the longest messages.")
+    field = _refused_field(message, param)
+    if field is not None:
+        return InvalidRequestError(f"{url} refused this chat's {field} (HTTP {status}{said}). "
+                                   f"{_FIELDS[field][1]}.")
     return InvalidRequestError(
         f"{url} refused the request (HTTP {status}){said}. Check this chat's sampling "
         "settings.")
+
+
+def _refused_field(message: str, param: str | None) -> str | None:
+    """Which of _FIELDS the server refused: the one its `param` names (OpenAI's shape), else
+    the one its words name; None for any other field."""
+    if param is not None:
+        name = re.match(r"\w*", param).group()
+        return name if name in _FIELDS else None
+    return next((name for name, (words, _) in _FIELDS.items() if words.search(message)), None)
+
+
+def _param(body: bytes | str) -> str | None:
+    """The field OpenAI's error shape names ({"error": {"param"}}), None where it names none."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return None
+    error = payload.get("error") if isinstance(payload, dict) else None
+    param = error.get("param") if isinstance(error, dict) else None
+    return param if isinstance(param, str) and param else None
 
 
 def _code(value: object) -> str | None:

@@ -14,6 +14,8 @@ from app.backends.errors import (
     ServerError,
     clause,
 )
+from app.backends.local_request import LocalRequest, local_request
+from app.backends.reply_parts import NOTHING, ReplyParts, Step
 from app.backends.starting import StartingReplies
 from app.backends.types import (
     BackendStats,
@@ -23,13 +25,17 @@ from app.backends.types import (
     SamplingOptions,
     TokenCount,
 )
-from engine import AsyncEngine, EngineDeadError, RequestOutput, SamplingParams
+from engine import AsyncEngine, EngineDeadError, RequestOutput
 from engine import PromptTooLongError as EnginePromptTooLongError
+from engine.errors import StructuredOutputError
 from engine.outputs import RequestMetrics
+from engine.parsers.replies import ReplyShape, ReplyStream, reply_shape
 
 # Chats counted and not yet streamed whose tokens are kept: a reply's fitting counts its chat,
 # and the stream that follows reuses those tokens instead of tokenizing the chat again.
 ENCODED_CHATS_KEPT = 8
+# Enough of the prompt's end to see whether it opens the reasoning ("<think>\n").
+_PROMPT_TAIL_TOKENS = 8
 
 
 class LocalBackend:
@@ -37,7 +43,9 @@ class LocalBackend:
 
     A chat is tokenized off the event loop by the engine's ChatTokenizer (a thread and a
     tokenizer copy of its own) and the engine gets its tokens. A chat counted with
-    `count_tokens` is not tokenized again when it is streamed: once per reply.
+    `count_tokens` is not tokenized again when it is streamed without tools: once per reply.
+    The reply is read into reasoning, answer and tool calls by the parsers Pagoda's server
+    uses, so its chunks say what a remote Pagoda's would.
     """
 
     location = "this computer"
@@ -60,25 +68,25 @@ class LocalBackend:
     async def stream(self, messages: Sequence[ChatMessage], options: SamplingOptions,
                      request_id: str | None = None, *, continue_final_message: bool = False,
                      cache_tag: str | None = None) -> AsyncIterator[ReplyChunk]:
-        params = _sampling_params(options)
+        request = local_request(options)
         request_id = request_id or f"local-{next(self._ids)}"
         with self._starting.starting(request_id):
-            if continue_final_message:
-                prompt = await self._encode(messages, continue_final_message=True)
-            else:
-                prompt = self._encoded.pop(tuple(messages), None) or await self._encode(messages)
+            prompt = await self._prompt(messages, request, continue_final_message)
         if self._starting.was_aborted(request_id):
             yield ReplyChunk("", "", "abort")
             return
-        text = ""
+        parts = ReplyParts()
+        reading = self._shape(request, prompt).streamer()
         try:
-            async for out in self._engine.stream(prompt, params, request_id, cache_tag):
-                text = out.outputs[0].text
-                yield self._chunk(out)
+            async for out in self._engine.stream(prompt, request.params, request_id, cache_tag):
+                yield self._chunk(out, reading, parts)
         except EngineDeadError as exc:
-            raise _stopped(exc, text) from exc
+            raise _stopped(exc, parts.text) from exc
         except EnginePromptTooLongError as exc:
             raise PromptTooLongError(f"The chat is too long for the model: {clause(exc)}.") from exc
+        except StructuredOutputError as exc:
+            raise InvalidRequestError(f"The engine cannot follow {request.constrained_by}: "
+                                      f"{clause(exc)}.") from exc
         except ValueError as exc:
             raise InvalidRequestError(f"The engine refused the request: {clause(exc)}.") from exc
 
@@ -121,46 +129,61 @@ class LocalBackend:
         back after its chat's blocks are removed; False when it keeps none. Any thread."""
         return self._engine.flush_disk_cache(timeout)
 
+    async def _prompt(self, messages: Sequence[ChatMessage], request: LocalRequest,
+                      continue_final_message: bool) -> list[int]:
+        """The chat's tokens: those count_tokens kept, where it was counted as it is sent
+        (without tools, not to be continued)."""
+        tools = request.use.tools
+        if continue_final_message or tools:
+            return await self._encode(messages, continue_final_message=continue_final_message,
+                                      tools=tools)
+        return self._encoded.pop(tuple(messages), None) or await self._encode(messages)
+
+    def _shape(self, request: LocalRequest, prompt: list[int]) -> ReplyShape:
+        try:
+            return reply_shape(self._engine.chat_template, request.use,
+                               lambda: self._engine.token_text(prompt[-_PROMPT_TAIL_TOKENS:]))
+        except ValueError as exc:
+            raise InvalidRequestError(f"This chat's tools cannot be used with this model: "
+                                      f"{clause(exc)}.") from exc
+
     async def _encode(self, messages: Sequence[ChatMessage], *,
-                      continue_final_message: bool = False) -> list[int]:
+                      continue_final_message: bool = False,
+                      tools: list[dict] | None = None) -> list[int]:
         try:
             return await self._engine.chat_tokenizer.encode_chat(
-                [m.as_dict() for m in messages], continue_final_message=continue_final_message)
+                [m.as_dict() for m in messages], continue_final_message=continue_final_message,
+                tools=tools)
         except EngineDeadError as exc:  # the tokenizer's thread is gone: we were shut down
             raise _stopped(exc, "") from exc
         except ValueError as exc:
             raise InvalidRequestError(f"The chat cannot be given to the model: {clause(exc)}.") from exc
 
-    def _chunk(self, out: RequestOutput) -> ReplyChunk:
+    def _chunk(self, out: RequestOutput, reading: ReplyStream, parts: ReplyParts) -> ReplyChunk:
         completion = out.outputs[0]
         if completion.finish_reason == "error":
             raise ServerError(f"The engine failed this reply: {completion.error}. What arrived "
-                              "is kept; regenerate to try again.", partial_text=completion.text)
+                              "is kept; regenerate to try again.", partial_text=parts.text)
         if out.prompt_progress is not None:
             read = out.prompt_progress
-            return ReplyChunk("", completion.text, prompt_progress=PromptProgress(
-                read.num_computed_tokens, read.num_prompt_tokens))
+            return parts.chunk(prompt_progress=PromptProgress(read.num_computed_tokens,
+                                                              read.num_prompt_tokens))
+        step = parts.add(reading.feed(completion.delta_text)) or NOTHING
         if not out.finished:
-            return ReplyChunk(completion.delta_text, completion.text)
+            return parts.chunk(step)
+        step = _joined(step, parts.add(reading.finish()) or NOTHING)
         m = out.metrics
         num_output = len(completion.token_ids)
         self._last_ttft = m.time_to_first_token
-        return ReplyChunk(completion.delta_text, completion.text, completion.finish_reason,
-                          len(out.prompt_token_ids), out.num_cached_tokens, num_output,
-                          m.time_to_first_token, _tokens_per_s(m, num_output))
+        return parts.chunk(step, completion.finish_reason,
+                           num_prompt_tokens=len(out.prompt_token_ids),
+                           num_cached_tokens=out.num_cached_tokens, num_output_tokens=num_output,
+                           time_to_first_token=m.time_to_first_token,
+                           tokens_per_s=_tokens_per_s(m, num_output))
 
 
-def _sampling_params(options: SamplingOptions) -> SamplingParams:
-    try:
-        return SamplingParams(
-            temperature=options.temperature, top_p=options.top_p,
-            top_k=options.top_k if options.top_k > 0 else -1, min_p=options.min_p,
-            repetition_penalty=options.repetition_penalty,
-            presence_penalty=options.presence_penalty,
-            frequency_penalty=options.frequency_penalty, max_tokens=options.max_tokens,
-            seed=options.seed, stop=list(options.stop))
-    except ValueError as exc:
-        raise InvalidRequestError(f"This chat's sampling settings are invalid: {clause(exc)}.") from exc
+def _joined(first: Step, second: Step) -> Step:
+    return Step(first.content + second.content, first.reasoning + second.reasoning)
 
 
 def _tokens_per_s(m: RequestMetrics, num_tokens: int) -> float | None:

@@ -16,6 +16,7 @@ from app.backends.openai_request import CONTINUING_FLAVORS, FLAVORS, Flavor, cha
 from app.backends.openai_stream import ReplyReader
 from app.backends.server_info import fetch_server_info, tokenize_chat
 from app.backends.starting import StartingReplies
+from app.backends.tool_options import check_tool_options
 from app.backends.types import BackendStats, ChatMessage, ReplyChunk, SamplingOptions, TokenCount
 
 # The context length assumed when the server does not report one (Ollama, older llama.cpp
@@ -128,6 +129,7 @@ class OpenAIBackend:
             raise InvalidRequestError(
                 f"{self.location} cannot continue a reply where it stopped (only vLLM, SGLang "
                 "and Pagoda can): regenerate it with a larger max tokens instead.")
+        check_tool_options(options)
         body = chat_request(self.model_name, messages, options, self.flavor,
                             continue_final_message)
         reader = ReplyReader(self.endpoint.url, time.monotonic())

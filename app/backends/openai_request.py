@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from app.backends.types import ChatMessage, SamplingOptions
+from app.backends.tool_options import named_function
+from app.backends.types import ChatMessage, ReplyFormat, SamplingOptions
 
 Flavor = Literal["vllm", "sglang", "pagoda", "llama.cpp", "openai"]
 FLAVORS: tuple[Flavor, ...] = ("vllm", "sglang", "pagoda", "llama.cpp", "openai")
@@ -64,7 +65,29 @@ def chat_request(model: str, messages: Sequence[ChatMessage], options: SamplingO
     if continue_final_message:
         body["continue_final_message"] = True
         body["add_generation_prompt"] = False
+    _set_tools(body, options)
+    if options.reply_format is not None:
+        body["response_format"] = response_format(options.reply_format)
     return body
+
+
+def response_format(reply_format: ReplyFormat) -> dict:
+    """OpenAI's response_format: a named json_schema, or json_object without a schema."""
+    if reply_format.schema is None:
+        return {"type": "json_object"}
+    return {"type": "json_schema",
+            "json_schema": {"name": reply_format.name, "schema": reply_format.schema}}
+
+
+def _set_tools(body: dict, options: SamplingOptions) -> None:
+    """tools and tool_choice in OpenAI's shapes: a function's name as a named choice."""
+    if options.tools:
+        body["tools"] = [tool.as_dict() for tool in options.tools]
+    if options.tool_choice is None:
+        return
+    named = named_function(options.tool_choice)
+    body["tool_choice"] = (options.tool_choice if named is None
+                           else {"type": "function", "function": {"name": named}})
 
 
 def _set_unless_neutral(body: dict, name: str, wire_name: str, options: SamplingOptions) -> None:

@@ -4,7 +4,7 @@ The shapes met in the wild: the role in a first chunk with empty content; finish
 last content chunk (vLLM) or on a chunk of its own (llama.cpp); usage in a last chunk with no
 choices, after the finish; an error object in place of a chunk when generation fails midway;
 `prompt_progress` on the chunks sent while a long prompt is read (llama.cpp and Pagoda, asked
-with `return_progress`).
+with `return_progress`). Reasoning and tool calls in the deltas are read by ReplyParts.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ from dataclasses import dataclass
 
 from app.backends.errors import ConnectionDroppedError, MalformedStreamError, ServerError
 from app.backends.http_errors import server_message
+from app.backends.reply_parts import MalformedDeltaError, ReplyParts, Step
 from app.backends.types import FinishReason, PromptProgress, ReplyChunk
 
 DONE = "[DONE]"
-# Any other reason a server gives (stop, eos, tool_calls, content_filter) ends the reply as "stop".
-_FINISH: dict[str, FinishReason] = {"length": "length", "abort": "abort"}
+# Any other reason a server gives (stop, eos, content_filter) ends the reply as "stop".
+_FINISH: dict[str, FinishReason] = {"length": "length", "abort": "abort",
+                                    "tool_calls": "tool_calls"}
 
 
 @dataclass(slots=True)
@@ -32,14 +34,14 @@ class Usage:
 class ReplyReader:
     """The reply so far, built from the data of each event; `url` names the server in errors.
 
-    Every piece of new text counts as one token for the speed until usage says how many there
-    were: servers stream a token at a time.
+    Every delta that brings something (text, reasoning, a piece of a call) counts as one token
+    for the speed until usage says how many there were: servers stream a token at a time.
     """
 
     def __init__(self, url: str, started: float) -> None:
         self.url = url
         self.started = started
-        self.text = ""
+        self.parts = ReplyParts()
         self.finish_reason: FinishReason | None = None
         self.done = False
         self.num_events = 0
@@ -56,10 +58,10 @@ class ReplyReader:
             return None
         payload = self._parse(data)
         self._read_usage(payload.get("usage"))
-        content = self._read_choice(payload)
-        if content:
-            self._add_text(content)
-            return ReplyChunk(content, self.text)
+        step = self._read_choice(payload)
+        if step is not None:
+            self._arrived()
+            return self.parts.chunk(step)
         progress = _prompt_progress(payload.get("prompt_progress"))
         if progress is not None and self.first_token_time is None:
             return ReplyChunk("", self.text, prompt_progress=progress)
@@ -70,9 +72,11 @@ class ReplyReader:
         (an abort)."""
         reason = self.finish_reason or finish_reason or "stop"
         num_output = self.usage.completion_tokens
-        return ReplyChunk("", self.text, reason, self.usage.prompt_tokens,
-                          self.usage.cached_tokens, num_output, self.time_to_first_token,
-                          self._tokens_per_s(num_output or self.num_deltas))
+        return self.parts.chunk(
+            finish_reason=reason, num_prompt_tokens=self.usage.prompt_tokens,
+            num_cached_tokens=self.usage.cached_tokens, num_output_tokens=num_output,
+            time_to_first_token=self.time_to_first_token,
+            tokens_per_s=self._tokens_per_s(num_output or self.num_deltas))
 
     def at_end_of_stream(self) -> ReplyChunk:
         """The last chunk once the server closed the stream; a reply it never finished is a
@@ -93,12 +97,15 @@ class ReplyReader:
             return None
         return self.first_token_time - self.started
 
-    def _add_text(self, content: str) -> None:
+    @property
+    def text(self) -> str:
+        return self.parts.text
+
+    def _arrived(self) -> None:
         now = time.monotonic()
         self.first_token_time = self.first_token_time or now
         self.last_token_time = now
         self.num_deltas += 1
-        self.text += content
 
     def _tokens_per_s(self, num_tokens: int) -> float | None:
         if self.first_token_time is None or num_tokens < 2:
@@ -119,16 +126,17 @@ class ReplyReader:
                               "arrived is kept; regenerate to try again.", partial_text=self.text)
         return payload
 
-    def _read_choice(self, payload: dict) -> str | None:
-        """The first choice's new text, noting its finish reason."""
+    def _read_choice(self, payload: dict) -> Step | None:
+        """What the first choice's delta adds (None: nothing), noting its finish reason."""
         choice = self._first_choice(payload)
         if choice is None:
             return None
-        delta = choice.get("delta") or {}
-        content = delta.get("content") if isinstance(delta, dict) else None
         if choice.get("finish_reason"):
             self.finish_reason = _FINISH.get(choice["finish_reason"], "stop")
-        return content if isinstance(content, str) else None
+        try:
+            return self.parts.add(choice.get("delta") or {})
+        except MalformedDeltaError as exc:
+            raise self._malformed(str(exc)) from None
 
     def _first_choice(self, payload: dict) -> dict | None:
         choices = payload.get("choices")

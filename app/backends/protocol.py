@@ -33,6 +33,9 @@ class ChatBackend(Protocol):
         the chunks carry only what follows it (InvalidRequestError where the backend cannot).
         `cache_tag` (see `chat_cache_tag`) names the chat the reply belongs to, so a backend
         that keeps its cache on disk can remove what only that chat used; others ignore it.
+        The options' tools, tool_choice and reply format reach the model or are refused
+        (InvalidRequestError, naming the setting) before the reply begins; the chunks carry the
+        reasoning and tool calls apart from the answer.
 
         Raises a BackendError subclass when no reply can be had or the reply is cut short
         (its `partial_text` holds what had arrived). Closing the iterator early aborts the reply.

@@ -2,21 +2,82 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
-Role = Literal["system", "user", "assistant"]
-# Why a reply ended. A failure is never a finish reason: the stream raises a BackendError.
-FinishReason = Literal["stop", "length", "abort"]
+Role = Literal["system", "user", "assistant", "tool"]
+# Why a reply ended; "tool_calls": it stopped by itself after calling tools. A failure is never
+# a finish reason: the stream raises a BackendError.
+FinishReason = Literal["stop", "length", "abort", "tool_calls"]
+
+
+@dataclass(slots=True, frozen=True)
+class ToolSpec:
+    """A function the model may call: its name, what it does, and its arguments' JSON schema
+    (None: any JSON object)."""
+
+    name: str
+    description: str = ""
+    parameters: dict | None = field(default=None, hash=False)
+
+    def as_dict(self) -> dict:
+        """OpenAI's tool definition."""
+        function: dict = {"name": self.name}
+        if self.description:
+            function["description"] = self.description
+        if self.parameters is not None:
+            function["parameters"] = self.parameters
+        return {"type": "function", "function": function}
+
+
+@dataclass(slots=True, frozen=True)
+class ToolCallRecord:
+    """One call a reply made: `arguments` is the JSON text the model wrote (OpenAI's shape)."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "type": "function",
+                "function": {"name": self.name, "arguments": self.arguments}}
 
 
 @dataclass(slots=True, frozen=True)
 class ChatMessage:
+    """One message of a chat. An assistant's message may carry the `tool_calls` it made; a
+    "tool" message is the result of the call whose id is `tool_call_id`."""
+
     role: Role
     content: str
+    tool_calls: tuple[ToolCallRecord, ...] = ()
+    tool_call_id: str | None = None
 
-    def as_dict(self) -> dict[str, str]:
-        return {"role": self.role, "content": self.content}
+    def __post_init__(self) -> None:
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError(f"a {self.role} message cannot carry tool_calls: only the "
+                             "assistant's can")
+        if (self.tool_call_id is not None) != (self.role == "tool"):
+            raise ValueError("tool_call_id belongs to a tool message, and every tool message "
+                             "names the call it answers")
+
+    def as_dict(self) -> dict[str, object]:
+        """OpenAI's message: {"role", "content"}, with the calls or the call id where given."""
+        message: dict[str, object] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = [call.as_dict() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message
+
+
+@dataclass(slots=True, frozen=True)
+class ReplyFormat:
+    """A reply that is JSON: any JSON object (`schema` None), or one that fits the JSON schema
+    `schema`; `name` names the schema to servers that ask for one (OpenAI's json_schema.name)."""
+
+    schema: dict | None = field(default=None, hash=False)
+    name: str = "reply"
 
 
 @dataclass(slots=True, frozen=True)
@@ -38,6 +99,13 @@ class SamplingOptions:
     max_tokens: int = 256
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    # The functions the model may call, and whether it must: None or "auto" (its choice),
+    # "none" (the tools stay out of the prompt), "required" (at least one call), or a tool's
+    # name (a call of that function). A reply format and a forcing tool_choice exclude each
+    # other: both would shape the whole reply.
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: str | None = None
+    reply_format: ReplyFormat | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -51,7 +119,13 @@ class PromptProgress:
 
 @dataclass(slots=True, frozen=True)
 class ReplyChunk:
-    """One step of a streamed reply: the new text and all of it so far.
+    """One step of a streamed reply: the new text and all of it so far, as well for the
+    answer (`delta_text`, `text`) as for the model's reasoning before it (`delta_reasoning`,
+    `reasoning`, empty for a model that does not reason aloud).
+
+    `tool_calls` are the calls whose arguments are complete so far; the last chunk has every
+    call the reply made (after finish_reason "length" the last one's arguments may be cut
+    short). A chunk may bring nothing new but a piece of a call's arguments.
 
     The last chunk has `finish_reason` set; only it carries the counts and timings (any of which
     is None when the backend did not report it). `num_cached_tokens` is the prompt prefix the
@@ -68,6 +142,9 @@ class ReplyChunk:
     time_to_first_token: float | None = None
     tokens_per_s: float | None = None
     prompt_progress: PromptProgress | None = None
+    delta_reasoning: str = ""
+    reasoning: str = ""
+    tool_calls: tuple[ToolCallRecord, ...] = ()
 
     @property
     def finished(self) -> bool:

@@ -20,6 +20,10 @@ from engine.structured_output.vocabulary import Vocabulary
 
 # Compiled grammars kept for reuse (an agent sends the same schema with every request).
 CACHE_SIZE = 64
+# The most whitespace characters in a row a JSON reply may write: a line break and deep
+# indentation fit, but a small model cannot loop on blank lines inside an array until
+# max_tokens (greedy SmolLM2 did, on two schemas of the test suite).
+MAX_JSON_WHITESPACE = 24
 
 
 class StructuredOutputCompiler:
@@ -51,9 +55,11 @@ class StructuredOutputCompiler:
         kind, text = constraint.kind, constraint.text()
         try:
             if kind == "json":
-                return compiler.compile_json_schema(_schema_text(text))
+                return compiler.compile_json_schema(_schema_text(text),
+                                                    max_whitespace_cnt=MAX_JSON_WHITESPACE)
             if kind == "json_object":
-                return compiler.compile_json_schema('{"type": "object"}')
+                return compiler.compile_json_schema('{"type": "object"}',
+                                                    max_whitespace_cnt=MAX_JSON_WHITESPACE)
             if kind == "regex":
                 return compiler.compile_regex(text)
             if kind == "choice":

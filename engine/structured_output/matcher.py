@@ -32,6 +32,8 @@ class GrammarState:
     def accept(self, token_ids: list[int]) -> None:
         """Advance past tokens sampled under this grammar's masks."""
         for token in token_ids:
+            if self._matcher.is_terminated():
+                return  # tokens drafted past the stop token, which the scheduler drops
             if not self._matcher.accept_token(token):
                 # Only a fully masked row (every logit -inf) can sample a token outside it.
                 logger.warning("token %d is outside its request's grammar", token)

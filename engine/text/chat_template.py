@@ -8,7 +8,7 @@ import jinja2
 
 from engine.errors import ChatTemplateError
 from engine.text.template_sandbox import TIME_BUDGET_S, TemplateLimitError, render
-from engine.text.tool_prompt import hermes_style_chat, template_messages, template_takes_tools
+from engine.text.tool_prompt import hermes_style_chat, needs_hermes_style, template_messages
 from engine.text.unicode import check_encodable
 
 # {"role", "content"}; an assistant's may add "tool_calls" (OpenAI's list of calls), a tool's
@@ -54,7 +54,7 @@ def encode_chat(tokenizer, messages: Sequence[Message], *,
         raise ValueError("this model's tokenizer has no chat template: use generate() with a "
                          "plain prompt instead of chat()")
     chat = template_messages(messages)
-    if tools and not template_takes_tools(tokenizer.get_chat_template()):
+    if needs_hermes_style(tokenizer.get_chat_template(), chat, tools):
         chat, tools = hermes_style_chat(chat, tools), None
     partial = ""
     if continue_final_message:

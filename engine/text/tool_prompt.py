@@ -36,17 +36,27 @@ def template_messages(messages: Sequence[Mapping]) -> list[dict]:
     return out
 
 
-def hermes_style_chat(messages: Sequence[Mapping], tools: Sequence[Mapping]) -> list[dict]:
-    """The chat for a template without tools: the tools' system message first (joined to the
-    chat's own system message), past calls as <tool_call> text, results as <tool_response>
-    user messages."""
-    signatures = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
-    system = _INSTRUCTIONS.format(signatures=signatures)
-    out: list[dict] = []
+def needs_hermes_style(chat_template: str, messages: Sequence[Mapping],
+                       tools: Sequence[Mapping] | None) -> bool:
+    """Whether a chat must be written Hermes-style: its template takes no tools, and the chat
+    offers tools or holds calls or their results (which such a template would drop)."""
+    if template_takes_tools(chat_template):
+        return False
+    return bool(tools) or any(m.get("tool_calls") or m.get("role") == "tool" for m in messages)
+
+
+def hermes_style_chat(messages: Sequence[Mapping], tools: Sequence[Mapping] | None) -> list[dict]:
+    """The chat for a template without tools: the tools' system message first, if any tools
+    (joined to the chat's own system message), past calls as <tool_call> text, results as
+    <tool_response> user messages."""
     rest = list(messages)
-    if rest and rest[0].get("role") == "system":
-        system = f"{rest.pop(0).get('content') or ''}\n\n{system}"
-    out.append({"role": "system", "content": system})
+    out: list[dict] = []
+    if tools:
+        signatures = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+        system = _INSTRUCTIONS.format(signatures=signatures)
+        if rest and rest[0].get("role") == "system":
+            system = f"{rest.pop(0).get('content') or ''}\n\n{system}"
+        out.append({"role": "system", "content": system})
     for message in rest:
         out.append(_plain_message(message))
     return out

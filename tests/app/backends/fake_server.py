@@ -7,7 +7,8 @@ in a chunk of its own with no choices, /tokenize, max_model_len in /v1/models) a
 test can take away, as older builds lack them). Both send
 keep-alive comments; llama.cpp's shape reports its reading of the prompt when asked
 (`return_progress`). The reply is a fixed list of pieces, one token each, cut by max_tokens and
-stop strings as a real server would.
+stop strings as a real server would; or, where a test gives `script`, the chunks recorded from
+a server (tool calls, reasoning), sent as they are.
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ class FakeServer:
     # Where this server reports its context length (N_CTX by default): see LLAMA_CPP_CONTEXT.
     context_at: tuple[str, ...] = ()
     n_ctx: int = N_CTX
+    # Chunks to send in place of the pieces: each a chat.completion.chunk's `choices[0]`
+    # ({"delta", "finish_reason"}), or a whole payload where it has "choices" or "usage".
+    script: list[dict] | None = None
 
     def __post_init__(self) -> None:
         self.reset()
@@ -80,6 +84,7 @@ class FakeServer:
     def reset(self) -> None:
         self.context_at = self.shape.context_at
         self.n_ctx = N_CTX
+        self.script = None
         self.api_key = None
         self.fault = Fault()
         self.requests.clear()
@@ -171,6 +176,10 @@ class FakeServer:
             if body.get("return_progress") and self.shape is LLAMA_CPP:
                 for event in self._progress(prompt_tokens(body["messages"])):
                     yield event
+            if self.script is not None:
+                for event in self._scripted():
+                    yield event
+                return
             async for event in self._pieces(body):
                 yield event
         finally:
@@ -181,6 +190,14 @@ class FakeServer:
         for processed in (total // 2, total):
             yield _sse({**self._chunk({"role": "assistant", "content": None}), "prompt_progress": {
                 "total": total, "cache": 0, "processed": processed, "time_ms": 5}})
+
+    def _scripted(self):
+        for item in self.script:
+            if "choices" in item or "usage" in item:
+                yield _sse({**self._chunk({}), **item})
+            else:
+                yield _sse(self._chunk(item.get("delta", {}), item.get("finish_reason")))
+        yield "data: [DONE]\n\n"
 
     async def _pieces(self, body: dict):
         f = self.fault
@@ -250,7 +267,7 @@ def reply_pieces(body: dict, endless: bool = False) -> tuple[list[str], str]:
 
 
 def prompt_tokens(messages: list[dict]) -> int:
-    return sum(len(m["content"]) // 4 + 4 for m in messages)
+    return sum(len(m["content"] or "") // 4 + 4 for m in messages)
 
 
 def _error(status: int, message: str) -> JSONResponse:

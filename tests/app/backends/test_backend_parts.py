@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import run
 
-from app.backends import ChatMessage, SamplingOptions
+from app.backends import ChatMessage, SamplingOptions, ToolCallRecord
 from app.backends.estimate import estimate_tokens
 from app.backends.meter import ThroughputMeter
 from app.backends.sse import sse_data
@@ -55,6 +55,27 @@ def test_estimate_is_marked_as_such_and_counts_other_scripts_per_character():
     chinese = estimate_tokens([ChatMessage("user", "猫" * 400)])
     assert not english.exact and not chinese.exact
     assert 100 <= english.n < chinese.n
+
+
+def test_estimate_counts_the_arguments_of_an_assistants_calls():
+    call = ToolCallRecord("call_1", "search", '{"query": "' + "word " * 100 + '"}')
+    bare = estimate_tokens([ChatMessage("assistant", "")])
+    calling = estimate_tokens([ChatMessage("assistant", "", tool_calls=(call,))])
+    assert calling.n >= bare.n + 100
+
+
+def test_a_plain_message_is_written_as_its_role_and_content_alone():
+    assert ChatMessage("user", "Hi").as_dict() == {"role": "user", "content": "Hi"}
+
+
+@pytest.mark.parametrize(("role", "calls", "call_id"), [
+    ("user", (ToolCallRecord("call_1", "search", "{}"),), None),
+    ("tool", (), None),
+    ("assistant", (), "call_1"),
+])
+def test_tool_fields_on_the_wrong_message_are_refused(role, calls, call_id):
+    with pytest.raises(ValueError, match="tool"):
+        ChatMessage(role, "x", tool_calls=calls, tool_call_id=call_id)
 
 
 def test_counting_tokens_while_the_engine_streams_is_safe_and_exact(local_backend):
