@@ -5,13 +5,14 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from tqdm import tqdm
 
 from engine.config import EngineConfig
 from engine.llm_engine import EngineStats, LLMEngine
 from engine.outputs import RequestOutput
-from engine.sampling_params import SamplingParams
+from engine.sampling_params import SamplingParams, response_format_constraint
 from engine.text.chat_template import Message, encode_chat, is_conversation
 
 Prompt = str | list[int]
@@ -49,10 +50,13 @@ class LLM:
     def chat(self, messages: Sequence[Message] | Sequence[Sequence[Message]],
              params: SamplingParams | Sequence[SamplingParams] | None = None,
              use_tqdm: bool = False, *, tools: Sequence[Mapping] | None = None,
+             response_format: Mapping | None = None,
              chat_template_kwargs: Mapping | None = None) -> RequestOutput | list[RequestOutput]:
         """One conversation gives one output; a list of conversations gives a list. `tools`
         (OpenAI's function definitions) go into each prompt as the model's template takes them
-        (engine/text/tool_prompt.py); the replies are text, parsed by engine.parsers."""
+        (engine/text/tool_prompt.py); the replies are text, parsed by engine.parsers.
+        `response_format` (OpenAI's) constrains every reply, as
+        SamplingParams.structured_outputs does."""
         if not messages:
             raise ValueError("chat() needs messages: a conversation (a list of role/content "
                              "messages) or a list of conversations")
@@ -60,6 +64,8 @@ class LLM:
         conversations = [messages] if single else list(messages)
         prompts = [encode_chat(self.tokenizer, c, tools=tools,
                                template_kwargs=chat_template_kwargs) for c in conversations]
+        if response_format is not None:
+            params = _with_response_format(params, response_format, len(prompts))
         outputs = self._run(prompts, params, use_tqdm)
         return outputs[0] if single else outputs
 
@@ -88,6 +94,15 @@ class LLM:
                         finished[out.request_id] = out
                         bar.update(1)
         return [finished[i] for i in ids]
+
+
+def _with_response_format(params, response_format: Mapping, n: int) -> list[SamplingParams]:
+    constraint = response_format_constraint(response_format)
+    given = _broadcast_params(params, n)
+    if constraint is not None and any(p.structured_outputs is not None for p in given):
+        raise ValueError("response_format and SamplingParams.structured_outputs both constrain "
+                         "the reply: give one")
+    return [replace(p, structured_outputs=constraint) if constraint else p for p in given]
 
 
 def _broadcast_params(params, n: int) -> list[SamplingParams]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from engine.text.unicode import lone_surrogate_at
@@ -91,6 +92,25 @@ class StructuredOutputsParams:
         if self.choice is not None:
             return json.dumps(list(self.choice), ensure_ascii=False)
         return self.regex or self.grammar or ""
+
+
+def response_format_constraint(response_format: Mapping) -> StructuredOutputsParams | None:
+    """OpenAI's response_format as a constraint: None for {"type": "text"}, any JSON object for
+    "json_object", the schema of "json_schema" (`json_schema.schema`). ValueError naming what
+    is wrong."""
+    kind = response_format.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return StructuredOutputsParams(json_object=True)
+    if kind == "json_schema":
+        schema = (response_format.get("json_schema") or {}).get("schema")
+        if schema is None:
+            raise ValueError("response_format.json_schema.schema is missing: a json_schema "
+                             "response format needs its schema")
+        return StructuredOutputsParams(json=schema)
+    raise ValueError(f"response_format.type={kind!r} is not supported: use 'text', "
+                     "'json_object' or 'json_schema'")
 
 
 @dataclass(slots=True)

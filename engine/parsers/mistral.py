@@ -28,10 +28,12 @@ class MistralStreamer(CallStreamer):
     """States: content, after `[TOOL_CALLS]`; then an array's items and what follows each, or
     a function's name and its `[ARGS]` object."""
 
-    def __init__(self, *, whole: bool = False) -> None:
+    def __init__(self, *, whole: bool = False,
+                 argument_keys: tuple[str, ...] = ("arguments",)) -> None:
         super().__init__(whole=whole)
         self._step = self._in_content
-        self._reader = CallObjectReader()
+        self._argument_keys = argument_keys
+        self._reader = CallObjectReader(argument_keys)
         self._name = ""
         self._arguments = JsonValueScanner()
 
@@ -58,7 +60,7 @@ class MistralStreamer(CallStreamer):
         return True
 
     def _start_item(self) -> bool:
-        self._reader = CallObjectReader()
+        self._reader = CallObjectReader(self._argument_keys)
         self._step = self._in_item
         return True
 

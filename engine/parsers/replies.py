@@ -3,10 +3,10 @@ and tool calls, whole or as the deltas of a stream."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from engine.parsers.listed_calls import ListedCallsParser
 from engine.parsers.reasoning import prompt_opens_reasoning, reasoning_parser_for_template
 from engine.parsers.registry import tool_parser, tool_parser_for_template
 from engine.parsers.reply import ReplyDelta, ReplyParser
@@ -33,9 +33,6 @@ class ReplyShape:
         if self.use.mode == "named":
             calls = [ToolCall(new_tool_call_id(), self.use.function or "", text)]
             return self._message(None, None, calls)
-        if self.use.mode == "required":
-            calls = _listed_calls(text)
-            return self._message(None, None if calls else text, calls or [])
         parts = self.parser.parse(text, starts_in_reasoning=self.starts_in_reasoning)
         calls = parts.tool_calls if self.use.parallel else parts.tool_calls[:1]
         content = parts.content if calls else (parts.content or "")
@@ -61,30 +58,18 @@ class ReplyStream:
     def __init__(self, shape: ReplyShape) -> None:
         self._shape = shape
         self._parsed = (shape.parser.streamer(starts_in_reasoning=shape.starts_in_reasoning)
-                        if shape.use.mode not in ("named", "required") else None)
+                        if shape.use.mode != "named" else None)
         self._named_id: str | None = None
-        self._buffer: list[str] = []
         self.called = False
 
     def feed(self, text: str) -> dict:
         if not text:
             return {}
-        mode = self._shape.use.mode
-        if mode == "named":
+        if self._shape.use.mode == "named":
             return self._named(text)
-        if mode == "required":
-            self._buffer.append(text)
-            return {}
         return self._fields(self._parsed.feed(text))
 
     def finish(self) -> dict:
-        if self._shape.use.mode == "required":
-            text = "".join(self._buffer)
-            calls = _listed_calls(text)
-            if not calls:
-                return {"content": text} if text else {}
-            self.called = True
-            return {"tool_calls": [{"index": i, **_call(c)} for i, c in enumerate(calls)]}
         if self._parsed is None:
             return {}
         return self._fields(self._parsed.finish())
@@ -127,21 +112,6 @@ def _call_delta(delta: ToolCallDelta) -> dict:
     return out
 
 
-def _listed_calls(text: str) -> list[ToolCall] | None:
-    """The calls of a "required" reply (a JSON list of {"name", "parameters"}); None when it is
-    not one (cut short by max_tokens)."""
-    try:
-        listed = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(listed, list):
-        return None
-    return [ToolCall(new_tool_call_id(), item["name"],
-                     json.dumps(item["parameters"], ensure_ascii=False))
-            for item in listed if isinstance(item, dict) and "name" in item
-            and "parameters" in item]
-
-
 def reply_shape(chat_template: str | None, use: ToolUse,
                 prompt_tail: Callable[[], str]) -> ReplyShape:
     """How a model's replies are read: its template's reasoning tags (unless a tool constraint
@@ -154,6 +124,8 @@ def reply_shape(chat_template: str | None, use: ToolUse,
     if use.mode not in ("named", "required"):
         reasoning = reasoning_parser_for_template(template)
     tools = None
+    if use.mode == "required":
+        tools = ListedCallsParser()
     if use.mode == "auto":
         tools = tool_parser_for_template(template)
         if tools is None:

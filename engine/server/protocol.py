@@ -13,7 +13,11 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.sampling_params import SamplingParams, StructuredOutputsParams
+from engine.sampling_params import (
+    SamplingParams,
+    StructuredOutputsParams,
+    response_format_constraint,
+)
 from engine.server.errors import APIError
 
 MAX_N = 16
@@ -185,19 +189,12 @@ class ResponseFormat(_Strict):
     json_schema: JSONSchemaFormat | None = None
 
     def constraint(self) -> StructuredOutputsParams | None:
-        if self.type == "text":
-            return None
-        if self.type == "json_object":
-            return StructuredOutputsParams(json_object=True)
-        if self.type == "json_schema":
-            if self.json_schema is None or self.json_schema.json_schema is None:
-                raise APIError(400, "response_format.json_schema.schema is missing: a "
-                                    "json_schema response format needs its schema",
-                               param="response_format.json_schema.schema")
-            return StructuredOutputsParams(json=self.json_schema.json_schema)
-        raise APIError(400, f"response_format.type={self.type!r} is not supported: use "
-                            "'text', 'json_object' or 'json_schema'",
-                       param="response_format.type")
+        try:
+            return response_format_constraint(self.model_dump(by_alias=True))
+        except ValueError as exc:
+            param = "response_format.type" if "type=" in str(exc) else \
+                "response_format.json_schema.schema"
+            raise APIError(400, str(exc), param=param) from exc
 
 
 class StructuredOutputs(_Strict):

@@ -6,7 +6,7 @@ import json
 
 from engine.parsers.reasoning import ReasoningParser
 from engine.parsers.registry import tool_parser
-from engine.parsers.replies import ReplyShape
+from engine.parsers.replies import ReplyShape, reply_shape
 from engine.parsers.reply import ReplyParser
 from engine.parsers.tool_use import ToolUse
 
@@ -67,7 +67,7 @@ def test_a_reply_without_calls_keeps_its_text_and_no_tool_calls_key():
 
 
 def test_a_required_list_of_calls_becomes_tool_calls():
-    shape = ReplyShape(ToolUse("required", TOOLS), ReplyParser())
+    shape = reply_shape(None, ToolUse("required", TOOLS), lambda: "")
     text = '[{"name": "add", "parameters": {"a": 1}}, {"name": "add", "parameters": {"a": 2}}]'
     calls = shape.message(text)["tool_calls"]
     assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"a": 1}, {"a": 2}]
@@ -75,6 +75,19 @@ def test_a_required_list_of_calls_becomes_tool_calls():
 
 
 def test_a_required_reply_cut_short_stays_text():
-    shape = ReplyShape(ToolUse("required", TOOLS), ReplyParser())
+    shape = reply_shape(None, ToolUse("required", TOOLS), lambda: "")
     message = shape.message('[{"name": "add", "param')
     assert message["content"] == '[{"name": "add", "param' and "tool_calls" not in message
+
+
+def test_required_calls_stream_as_they_are_written_in_any_chunk_size():
+    shape = reply_shape(None, ToolUse("required", TOOLS), lambda: "")
+    text = '[{"name": "add", "parameters": {"a": 1}}, {"name": "add", "parameters": {"b": 2}}]'
+    for size in (1, 5, 200):
+        streamed = _streamed(shape, text, size)
+        assert streamed["called"] and streamed["content"] == ""
+        assert [json.loads(c["arguments"]) for c in streamed["calls"].values()] == [
+            {"a": 1}, {"b": 2}]
+    stream = shape.streamer()
+    early = [stream.feed(text[i:i + 4]) for i in range(0, 40, 4)]
+    assert any("tool_calls" in delta for delta in early)  # before the list is whole

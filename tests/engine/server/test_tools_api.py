@@ -116,3 +116,11 @@ def test_tool_requests_that_cannot_be_honoured_are_400s_naming_the_field(client,
     with pytest.raises(BadRequestError) as caught:
         client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=2, **fields)
     assert caught.value.param == param
+
+
+def test_streamed_required_calls_arrive_before_the_reply_ends(client):
+    chunks = [c.choices[0] for c in _ask(client, tool_choice="required", stream=True)
+              if c.choices]
+    with_calls = [i for i, c in enumerate(chunks) if c.delta.tool_calls]
+    assert with_calls and with_calls[0] < len(chunks) - 1
+    assert chunks[-1].finish_reason == "tool_calls"

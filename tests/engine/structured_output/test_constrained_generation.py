@@ -123,3 +123,15 @@ def test_every_schema_of_the_suite_gives_valid_json(make_llm, temperature, specu
             finished += 1
     # A reply cut by max_tokens is unfinished JSON by design; nearly all must finish.
     assert finished >= len(SCHEMAS) - 2
+
+
+def test_llm_chat_takes_openais_response_format(llm):
+    out = llm.chat(_ask("Describe a person named Eve who is 40, as JSON."),
+                   SamplingParams(temperature=0, max_tokens=120),
+                   response_format={"type": "json_schema",
+                                    "json_schema": {"name": "person", "schema": PERSON}})
+    jsonschema.validate(json.loads(out.outputs[0].text), PERSON)
+    with pytest.raises(ValueError, match="both constrain"):
+        llm.chat(_ask("Hi"), _json_params(PERSON), response_format={"type": "json_object"})
+    with pytest.raises(ValueError, match="response_format.type='xml'"):
+        llm.chat(_ask("Hi"), response_format={"type": "xml"})
