@@ -54,7 +54,6 @@ class ChatTokenizer:
     """
 
     def __init__(self, tokenizer, max_tokens: int | None = None) -> None:
-        self._vocab_size = len(tokenizer)
         self._short = _Lane(tokenizer, "pagoda-tokenize")
         self._long = _Lane(tokenizer, "pagoda-tokenize-long")
         self._max_tokens = max_tokens
@@ -95,7 +94,7 @@ class ChatTokenizer:
     async def decode(self, token_ids: list[int]) -> str:
         """The text of token ids (special tokens spelled out), decoded on a lane's thread;
         ValueError naming the first id outside the vocabulary."""
-        size = self._vocab_size
+        size = len(self._short.tokenizer)
         bad = next((t for t in token_ids if not 0 <= t < size), None)
         if bad is not None:
             raise ValueError(f"tokens holds {bad}, outside the vocabulary [0, {size})")

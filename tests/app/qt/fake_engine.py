@@ -71,6 +71,13 @@ class FakeEngine:
         self.release_shutdown.set()
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
 
+    @property
+    def chat_template(self) -> str:
+        return self.tokenizer.chat_template
+
+    def token_text(self, token_ids: list[int]) -> str:
+        return " ".join(str(t) for t in token_ids)
+
     async def stream(self, prompt, params, request_id, cache_tag=None):
         if self.stopped:
             raise EngineDeadError("the engine was shut down")
