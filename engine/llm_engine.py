@@ -128,7 +128,8 @@ class LLMEngine:
                 params.structured_outputs))
         if params.bad_words:
             seq.bad_words_token_ids = bad_words_token_ids(self.tokenizer, params.bad_words)
-        detok = IncrementalDetokenizer(self.tokenizer, token_ids, params.stop)
+        detok = IncrementalDetokenizer(self.tokenizer, token_ids, params.stop,
+                                       params.skip_special_tokens, self.eos_token_ids)
         self._requests[request_id] = (seq, detok)
         if params.logprobs is not None:
             self._logprobs[request_id] = []

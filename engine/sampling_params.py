@@ -147,6 +147,9 @@ class SamplingParams:
     # The same for every prompt token after the first (the prompt is then computed in full:
     # the prefix cache cannot give logprobs for what it skips).
     prompt_logprobs: int | None = None
+    # vLLM's: False writes special tokens into the text (a tool parser's tags, such as
+    # Mistral's [TOOL_CALLS]); the stop tokens that end a reply are never text.
+    skip_special_tokens: bool = True
 
     def __post_init__(self) -> None:
         # None means none, as in vLLM's and OpenAI's APIs.
@@ -187,8 +190,9 @@ class SamplingParams:
                self.stop, "must be non-empty strings of valid Unicode (no lone surrogates)")
         _check(all(_is_int(t) and t >= 0 for t in self.stop_token_ids), "stop_token_ids",
                self.stop_token_ids, "must be non-negative integers")
-        _check(isinstance(self.ignore_eos, bool), "ignore_eos", self.ignore_eos,
-               "must be True or False")
+        for name in ("ignore_eos", "skip_special_tokens"):
+            _check(isinstance(getattr(self, name), bool), name, getattr(self, name),
+                   "must be True or False")
 
     def _validate_logits_controls(self) -> None:
         _check(self.structured_outputs is None

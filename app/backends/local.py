@@ -76,9 +76,11 @@ class LocalBackend:
             yield ReplyChunk("", "", "abort")
             return
         parts = ReplyParts()
-        reading = self._shape(request, prompt).streamer()
+        shape = self._shape(request, prompt)
+        reading = shape.streamer()
         try:
-            async for out in self._engine.stream(prompt, request.params, request_id, cache_tag):
+            async for out in self._engine.stream(prompt, shape.adjusted(request.params),
+                                                 request_id, cache_tag):
                 yield self._chunk(out, reading, parts)
         except EngineDeadError as exc:
             raise _stopped(exc, parts.text) from exc

@@ -18,6 +18,7 @@ _SEPARATOR = ";"
 
 class Llama3JsonToolParser(ToolParser):
     name = "llama3_json"
+    reads_special_tokens = True
 
     def _streamer(self, *, whole: bool) -> Llama3JsonStreamer:
         return Llama3JsonStreamer(whole=whole)

@@ -19,6 +19,7 @@ _NAME_PUNCTUATION = "_-."
 
 class MistralToolParser(ToolParser):
     name = "mistral"
+    reads_special_tokens = True
 
     def _streamer(self, *, whole: bool) -> MistralStreamer:
         return MistralStreamer(whole=whole)

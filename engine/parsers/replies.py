@@ -4,7 +4,7 @@ and tool calls, whole or as the deltas of a stream."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.parsers.listed_calls import ListedCallsParser
 from engine.parsers.reasoning import prompt_opens_reasoning, reasoning_parser_for_template
@@ -12,6 +12,7 @@ from engine.parsers.registry import tool_parser, tool_parser_for_template
 from engine.parsers.reply import ReplyDelta, ReplyParser
 from engine.parsers.tool_calls import ToolCall, ToolCallDelta, new_tool_call_id
 from engine.parsers.tool_use import ToolUse
+from engine.sampling_params import SamplingParams
 from engine.text.tool_prompt import template_takes_tools
 
 
@@ -27,6 +28,14 @@ class ReplyShape:
     @property
     def has_reasoning(self) -> bool:
         return self.parser.reasoning is not None
+
+    def adjusted(self, params: SamplingParams) -> SamplingParams:
+        """The request's sampling with what reading its replies needs: the special tokens kept
+        in the text where the tool parser's tags are special tokens (Mistral's, Llama 3's)."""
+        tools = self.parser.tools
+        if tools is None or not tools.reads_special_tokens:
+            return params
+        return replace(params, skip_special_tokens=False)
 
     def message(self, text: str) -> dict:
         """The whole reply's `message`."""

@@ -85,6 +85,8 @@ class ToolParser(ABC):
     """One model family's tool-call syntax."""
 
     name: ClassVar[str]
+    # Whether its tags are special tokens, which the reply's text must then keep.
+    reads_special_tokens: ClassVar[bool] = False
 
     def parse(self, text: str) -> ParsedReply:
         """The calls in a whole reply, and the text outside them."""

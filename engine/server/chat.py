@@ -48,12 +48,14 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
         prompt = await served.backend.chat_tokenizer.encode_chat(
             messages, continue_final_message=body.continue_final_message, tools=use.tools,
             template_kwargs=body.chat_template_kwargs)
-        choices = [Choice(prompt, _params(body, i, use)) for i in range(body.n)]
     try:
         shape = reply_shape(served.backend.chat_template, use,
                             lambda: served.backend.token_text(prompt[-_PROMPT_TAIL_TOKENS:]))
     except ValueError as exc:
         raise APIError(400, str(exc), param="tools") from exc
+    with as_api_errors("messages"):
+        choices = [Choice(prompt, shape.adjusted(_params(body, i, use)))
+                   for i in range(body.n)]
     generation = Generation(served, metrics, budget, choices, new_id("chatcmpl"), "messages")
     if constraint is not None:
         await generation.check_constraint(constraint)

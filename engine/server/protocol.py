@@ -242,6 +242,7 @@ class _SamplingRequest(_Refusing):
     # vLLM's.
     allowed_token_ids: list[int] | None = None
     bad_words: list[str] | None = None
+    skip_special_tokens: bool = True
     # Constraints (at most one; see `constraint`).
     structured_outputs: StructuredOutputs | None = None
     guided_json: dict | str | None = None
@@ -309,7 +310,8 @@ class _SamplingRequest(_Refusing):
                               logit_bias=self._logit_bias(),
                               allowed_token_ids=self.allowed_token_ids,
                               bad_words=self.bad_words or None, logprobs=self._logprobs(),
-                              prompt_logprobs=self._prompt_logprobs())
+                              prompt_logprobs=self._prompt_logprobs(),
+                              skip_special_tokens=self.skip_special_tokens)
 
 
 def _constrains(value: Any) -> bool:

@@ -34,10 +34,14 @@ class IncrementalDetokenizer:
     """
 
     def __init__(self, tokenizer: Any, prompt_token_ids: list[int], stop: list[str],
-                 skip_special_tokens: bool = True) -> None:
+                 skip_special_tokens: bool = True,
+                 always_skip: frozenset[int] = frozenset()) -> None:
+        """always_skip: ids that are never text, special tokens shown or not (the stop
+        tokens that end a reply)."""
         self._tokenizer = tokenizer
         # all_special_ids is recomputed on every access; look it up once per request.
-        self._skip_ids = frozenset(tokenizer.all_special_ids) if skip_special_tokens else frozenset()
+        special = frozenset(tokenizer.all_special_ids) if skip_special_tokens else frozenset()
+        self._skip_ids = special | always_skip
         self._stop = list(stop)
         # The decode window: tokens[:read_offset] were already turned into text, the rest are new.
         self._tokens = self._to_tokens(prompt_token_ids[-_PROMPT_CONTEXT_TOKENS:])

@@ -91,3 +91,13 @@ def test_required_calls_stream_as_they_are_written_in_any_chunk_size():
     stream = shape.streamer()
     early = [stream.feed(text[i:i + 4]) for i in range(0, 40, 4)]
     assert any("tool_calls" in delta for delta in early)  # before the list is whole
+
+
+def test_a_parser_whose_tags_are_special_tokens_keeps_them_in_the_text():
+    from engine.sampling_params import SamplingParams
+
+    plain = SamplingParams()
+    for family, kept in (("hermes", True), ("mistral", False), ("llama3_json", False)):
+        shape = ReplyShape(ToolUse("auto", TOOLS), ReplyParser(None, tool_parser(family)))
+        assert shape.adjusted(plain).skip_special_tokens is kept
+    assert _auto().adjusted(plain) is plain

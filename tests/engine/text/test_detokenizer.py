@@ -216,3 +216,13 @@ def test_streamed_text_is_the_full_decode_cut_at_the_stop_string(tokenizer, prom
     updates = stream(detok, ids, chunk_sizes)
     assert detok.text == joined(updates) == full[:full.find(stop)]
     assert updates[-1].stop_string == stop
+
+
+def test_shown_special_tokens_still_leave_the_stop_tokens_out(tokenizer):
+    ids = tokenizer.encode("<|im_start|>Hi", add_special_tokens=False) + [2]  # 2: <|im_end|>
+    detok = IncrementalDetokenizer(tokenizer, [], stop=[], skip_special_tokens=False,
+                                   always_skip=frozenset({2}))
+    for token in ids:
+        detok.update([token])
+    detok.update([], finished=True)
+    assert detok.text == "<|im_start|>Hi"

@@ -53,3 +53,16 @@ def test_a_token_id_outside_the_vocabulary_is_refused(make_engine):
         engine.add_request("r", [1, 2], SamplingParams(logit_bias={vocab: 1.0}))
     with pytest.raises(ValueError, match="allowed_token_ids names token"):
         engine.add_request("r", [1, 2], SamplingParams(allowed_token_ids=[1, vocab + 5]))
+
+
+def test_special_tokens_are_text_only_when_asked_and_the_stop_token_never(llm):
+    forced = {1: 100.0}  # <|im_start|> first, then the model's own way to <|im_end|>
+    shown = llm.chat(GREETING, SamplingParams(temperature=0, max_tokens=30, logit_bias=forced,
+                                              skip_special_tokens=False)).outputs[0]
+    hidden = llm.chat(GREETING, SamplingParams(temperature=0, max_tokens=30,
+                                               logit_bias=forced)).outputs[0]
+    assert shown.text.startswith("<|im_start|>") and not hidden.text.startswith("<|im_start|>")
+    ended = llm.chat(GREETING, SamplingParams(temperature=0, max_tokens=30,
+                                              skip_special_tokens=False)).outputs[0]
+    assert ended.finish_reason == "stop" and ended.token_ids[-1] == 2  # <|im_end|>
+    assert "<|im_end|>" not in ended.text
