@@ -81,6 +81,7 @@ def test_a_reply_cut_by_max_tokens_mid_json_ends_with_length(llm):
         json.loads(out.text)
 
 
+@pytest.mark.slow
 def test_a_preempted_constrained_reply_resumes_where_its_grammar_was(make_llm):
     # Few blocks for eight long replies: sequences are preempted and recomputed mid-reply.
     llm = make_llm(max_num_seqs=8, num_kv_blocks=24, block_size=16)
