@@ -122,8 +122,10 @@ def test_every_schema_of_the_suite_gives_valid_json(make_llm, temperature, specu
         if completion.finish_reason == "stop":
             jsonschema.validate(json.loads(completion.text), schema)
             finished += 1
-    # A reply cut by max_tokens is unfinished JSON by design; nearly all must finish.
-    assert finished >= len(SCHEMAS) - 2
+    # A reply cut by max_tokens is unfinished JSON by design. Greedy ones all finish: JSON's
+    # whitespace is bounded (MAX_JSON_WHITESPACE), where SmolLM2 looped on blank lines; a
+    # sampled one may wander inside a long string.
+    assert finished == len(SCHEMAS) if temperature == 0 else finished >= len(SCHEMAS) - 2
 
 
 def test_llm_chat_takes_openais_response_format(llm):
