@@ -14,7 +14,15 @@ from .errors import (
     StoreError,
 )
 from .location import add_db_argument, default_db_path, resolve_db_path
-from .records import Conversation, GenerationStats, Message, SamplingSettings, SearchHit
+from .records import (
+    Conversation,
+    GenerationStats,
+    Message,
+    ReplyParts,
+    SamplingSettings,
+    SearchHit,
+    ToolCall,
+)
 from .store import ConversationStore
 from .streaming import StreamingWriter
 
@@ -30,10 +38,12 @@ __all__ = [
     "Message",
     "MessageNotFound",
     "NotAPagodaDatabaseError",
+    "ReplyParts",
     "SamplingSettings",
     "SearchHit",
     "StoreError",
     "StreamingWriter",
+    "ToolCall",
     "add_db_argument",
     "default_db_path",
     "resolve_db_path",

@@ -5,7 +5,15 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 
 from . import search
-from .records import Conversation, GenerationStats, Message, SamplingSettings, SearchHit
+from .records import (
+    Conversation,
+    GenerationStats,
+    Message,
+    ReplyParts,
+    SamplingSettings,
+    SearchHit,
+    ToolCall,
+)
 from .schema import ConversationRow, MessageRow
 
 
@@ -43,7 +51,27 @@ def to_message(row: MessageRow) -> Message:
         completion_tokens=row.completion_tokens,
         stats=stats_of(row),
         error=row.error,
+        reasoning=row.reasoning,
+        reasoning_s=row.reasoning_s,
+        tool_calls=tool_calls_of(row.tool_calls),
+        tool_call_id=row.tool_call_id,
+        tool_name=row.tool_name,
     )
+
+
+def apply_parts(row: MessageRow, parts: ReplyParts) -> None:
+    row.reasoning = parts.reasoning
+    row.reasoning_s = parts.reasoning_s
+    row.tool_calls = tool_calls_json(parts.tool_calls)
+
+
+def tool_calls_json(calls: tuple[ToolCall, ...]) -> str | None:
+    """A reply's calls as the column holds them; None for a reply that made none."""
+    return json.dumps([asdict(call) for call in calls], ensure_ascii=False) if calls else None
+
+
+def tool_calls_of(text: str | None) -> tuple[ToolCall, ...]:
+    return tuple(ToolCall(**call) for call in json.loads(text)) if text else ()
 
 
 def stats_of(row: MessageRow) -> GenerationStats | None:

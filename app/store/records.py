@@ -4,9 +4,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]
 Status = Literal["complete", "streaming", "interrupted", "error"]
-ROLES: tuple[str, ...] = ("system", "user", "assistant")
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+# How a tool message's call went (its finish_reason): it ran, the user denied it, or it failed
+# (the server would not start, crashed, timed out or said the call failed). The message's
+# content is what the model was told either way.
+TOOL_OUTCOMES: tuple[str, ...] = ("done", "denied", "failed")
 STATUSES: tuple[str, ...] = ("complete", "streaming", "interrupted", "error")
 
 
@@ -27,6 +31,25 @@ class GenerationStats:
     ttft_s: float | None = None
     tokens_per_s: float | None = None
     cached_tokens: int | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class ToolCall:
+    """One call an assistant's reply made: `arguments` is the JSON text the model wrote."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(slots=True, frozen=True)
+class ReplyParts:
+    """What a reply holds besides its answer: the model's reasoning (None: none), how long it
+    reasoned, and the calls it made."""
+
+    reasoning: str | None = None
+    reasoning_s: float | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
@@ -58,6 +81,14 @@ class Message:
     completion_tokens: int | None
     stats: GenerationStats | None
     error: str | None = None
+    # An assistant's reasoning before its answer (None: it gave none) and how long it took.
+    reasoning: str | None = None
+    reasoning_s: float | None = None
+    # The calls an assistant's reply made; a "tool" message answers the call `tool_call_id`
+    # of the function `tool_name`.
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    tool_name: str | None = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -60,7 +60,7 @@ class ConversationRow(Base):
 class MessageRow(Base):
     __tablename__ = "messages"
     __table_args__ = (
-        CheckConstraint("role IN ('system', 'user', 'assistant')", name="ck_messages_role"),
+        CheckConstraint("role IN ('system', 'user', 'assistant', 'tool')", name="ck_messages_role"),
         CheckConstraint(
             "status IN ('complete', 'streaming', 'interrupted', 'error')", name="ck_messages_status"
         ),
@@ -86,8 +86,14 @@ class MessageRow(Base):
     ttft_s: Mapped[float | None]
     tokens_per_s: Mapped[float | None]
     cached_tokens: Mapped[int | None]
+    reasoning: Mapped[str | None] = mapped_column(Text)
+    reasoning_s: Mapped[float | None]
+    tool_calls: Mapped[str | None] = mapped_column(Text)  # [{"id", "name", "arguments"}] as JSON
+    tool_call_id: Mapped[str | None] = mapped_column(Text)
+    tool_name: Mapped[str | None] = mapped_column(Text)
 
-    _clean_text = _text_columns("role", "content", "status", "finish_reason", "error", "gen_model")
+    _clean_text = _text_columns("role", "content", "status", "finish_reason", "error", "gen_model",
+                                "reasoning", "tool_calls", "tool_call_id", "tool_name")
 
 
 class LeafRow(Base):

@@ -26,12 +26,15 @@ from .errors import (
 from .location import prepare_location, resolve_db_path
 from .lock import DatabaseLock
 from .records import (
+    TOOL_OUTCOMES,
     Conversation,
     GenerationStats,
     Message,
+    ReplyParts,
     SamplingSettings,
     SearchHit,
     Thread,
+    ToolCall,
 )
 from .schema import ConversationRow, LeafRow, MessageRow, OpenTabRow, SettingRow
 from .titles import auto_title
@@ -300,11 +303,14 @@ class ConversationStore:
             row.finish_reason = None
             return convert.to_message(row)
 
-    def update_streaming(self, mid: int, content: str) -> None:
+    def update_streaming(self, mid: int, content: str, reasoning: str | None = None) -> None:
+        """The reply so far; `reasoning` (None: unchanged) the model's thinking so far."""
         with self._writing() as s:
             row = _message_row(s, mid)
             _check_streaming(row)
             row.content = content
+            if reasoning is not None:
+                row.reasoning = reasoning
 
     def finish_message(
         self,
@@ -315,9 +321,11 @@ class ConversationStore:
         *,
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
+        parts: ReplyParts | None = None,
     ) -> None:
+        """`parts`: the reply's reasoning and the calls it made, where it has any."""
         self._end_reply(mid, content, "complete", finish_reason, stats, prompt_tokens,
-                        completion_tokens)
+                        completion_tokens, parts)
 
     def interrupt_message(
         self,
@@ -328,35 +336,57 @@ class ConversationStore:
         *,
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
+        parts: ReplyParts | None = None,
     ) -> None:
         """Keep a reply cut short. `finish_reason` "stopped" when the user stopped it; None
         when something else did (the app closing, a model switch, a failure)."""
         self._end_reply(mid, content, "interrupted", finish_reason, stats, prompt_tokens,
-                        completion_tokens)
+                        completion_tokens, parts)
 
     def _end_reply(self, mid: int, content: str, status: str, finish_reason: str | None,
                    stats: GenerationStats | None, prompt_tokens: int | None,
-                   completion_tokens: int | None) -> None:
+                   completion_tokens: int | None, parts: ReplyParts | None) -> None:
         with self._writing() as s:
-            row = self._end_stream(s, mid, content, status)
+            row = self._end_stream(s, mid, content, status, parts)
             row.finish_reason = finish_reason
             row.prompt_tokens = prompt_tokens
             row.completion_tokens = completion_tokens
             if stats is not None:
                 convert.apply_stats(row, stats)
 
-    def fail_message(self, mid: int, content: str, error: str) -> None:
+    def fail_message(self, mid: int, content: str, error: str,
+                     parts: ReplyParts | None = None) -> None:
         with self._writing() as s:
-            self._end_stream(s, mid, content, "error").error = error
+            self._end_stream(s, mid, content, "error", parts).error = error
 
     @staticmethod
-    def _end_stream(s: Session, mid: int, content: str, status: str) -> MessageRow:
+    def _end_stream(s: Session, mid: int, content: str, status: str,
+                    parts: ReplyParts | None = None) -> MessageRow:
         row = _message_row(s, mid)
         _check_streaming(row)
         row.content = content
         row.status = status
+        if parts is not None:
+            convert.apply_parts(row, parts)
         _conversation_row(s, row.conversation_id).updated_at = _now()
         return row
+
+    def append_tool_message(self, parent_id: int, call: ToolCall, content: str,
+                            outcome: str) -> Message:
+        """What the call `call` of the reply `parent_id` returned (or why it did not run), as a
+        "tool" message under it that becomes the leaf. `outcome` is one of TOOL_OUTCOMES."""
+        if outcome not in TOOL_OUTCOMES:
+            raise StoreError(f"a tool call's outcome is one of {', '.join(TOOL_OUTCOMES)}, "
+                             f"not {outcome!r}")
+        with self._writing() as s:
+            parent = _message_row(s, parent_id)
+            if parent.role not in ("assistant", "tool"):
+                raise StoreError(f"message {parent_id} is a {parent.role} message: a tool "
+                                 "result follows the reply that called it")
+            conversation = _conversation_row(s, parent.conversation_id)
+            return convert.to_message(_add_message(
+                s, conversation, parent_id, "tool", content, finish_reason=outcome,
+                tool_call_id=call.id, tool_name=call.name))
 
     def edit_user_message(self, mid: int, new_content: str) -> Message:
         """A new sibling with the edited text becomes the leaf; the old branch stays as it was."""
@@ -703,7 +733,11 @@ def _import_message(
         ttft_s=stats.ttft_s,
         tokens_per_s=stats.tokens_per_s,
         cached_tokens=stats.cached_tokens,
+        tool_call_id=message.tool_call_id,
+        tool_name=message.tool_name,
     )
+    convert.apply_parts(row, ReplyParts(message.reasoning, message.reasoning_s,
+                                        message.tool_calls))
     s.add(row)
     s.flush()
     return row.id

@@ -5,13 +5,13 @@ from collections.abc import Callable
 from typing import Protocol
 
 from .errors import StoreError
-from .records import GenerationStats
+from .records import GenerationStats, ReplyParts, ToolCall
 
 FLUSH_INTERVAL_S = 0.5
 
 
 class StreamingSink(Protocol):
-    def update_streaming(self, mid: int, content: str) -> None: ...
+    def update_streaming(self, mid: int, content: str, reasoning: str | None = None) -> None: ...
     def finish_message(
         self,
         mid: int,
@@ -21,6 +21,7 @@ class StreamingSink(Protocol):
         *,
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
+        parts: ReplyParts | None = None,
     ) -> None: ...
     def interrupt_message(
         self,
@@ -31,15 +32,20 @@ class StreamingSink(Protocol):
         *,
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
+        parts: ReplyParts | None = None,
     ) -> None: ...
-    def fail_message(self, mid: int, content: str, error: str) -> None: ...
+    def fail_message(self, mid: int, content: str, error: str,
+                     parts: ReplyParts | None = None) -> None: ...
 
 
 class StreamingWriter:
     """Accumulates deltas for one assistant message and flushes at most every `interval` seconds.
 
     The first delta is written at once, so a reply is on disk from its first token; the end
-    of the stream (finish, interrupt, fail) always writes the full text.
+    of the stream (finish, interrupt, fail) always writes the full text. The model's reasoning
+    (`append_reasoning`) is kept the same way, apart from the answer, with how long it took
+    (from its first piece to the answer's first, or to the end), and so are the calls the reply
+    made (`set_tool_calls`), written at its end.
     """
 
     def __init__(
@@ -58,6 +64,11 @@ class StreamingWriter:
         self._clock = clock
         self._text = text
         self._flushed_text = text
+        self._reasoning: str | None = None
+        self._flushed_reasoning: str | None = None
+        self._reasoning_started: float | None = None
+        self._reasoning_s: float | None = None
+        self._tool_calls: tuple[ToolCall, ...] = ()
         self._last_flush: float | None = None
         self.flush_count = 0
         self.closed = False
@@ -71,17 +82,50 @@ class StreamingWriter:
         """What the database holds for this message right now."""
         return self._flushed_text
 
+    @property
+    def reasoning(self) -> str | None:
+        return self._reasoning
+
+    @property
+    def parts(self) -> ReplyParts:
+        """The reasoning, its duration (so far, while it goes on) and the calls."""
+        return ReplyParts(self._reasoning, self._reasoning_duration(), self._tool_calls)
+
     def append(self, delta: str) -> None:
         self._check_open()
+        if delta:
+            self._end_reasoning()
         self._text += delta
         self.flush_if_due()
+
+    def append_reasoning(self, delta: str) -> None:
+        self._check_open()
+        if self._reasoning is None:
+            self._reasoning, self._reasoning_started = "", self._clock()
+        self._reasoning += delta
+        self.flush_if_due()
+
+    def set_tool_calls(self, calls: tuple[ToolCall, ...]) -> None:
+        self._check_open()
+        self._tool_calls = calls
+
+    def _end_reasoning(self) -> None:
+        if self._reasoning_started is not None and self._reasoning_s is None:
+            self._reasoning_s = self._clock() - self._reasoning_started
+
+    def _reasoning_duration(self) -> float | None:
+        if self._reasoning_started is None or self._reasoning_s is not None:
+            return self._reasoning_s
+        return self._clock() - self._reasoning_started
 
     def flush_if_due(self) -> None:
         """Also worth calling on a timer, so a stalled stream still reaches the disk."""
         now = self._clock()
         due = self._last_flush is None or now - self._last_flush >= self._interval
-        if due and self._text != self._flushed_text:
-            self._store.update_streaming(self.message_id, self._text)
+        changed = (self._text != self._flushed_text
+                   or self._reasoning != self._flushed_reasoning)
+        if due and changed:
+            self._store.update_streaming(self.message_id, self._text, self._reasoning)
             self._mark_flushed(now)
 
     def finish(
@@ -109,17 +153,27 @@ class StreamingWriter:
 
     def _end(self, end_message, finish_reason, stats, prompt_tokens, completion_tokens) -> None:
         self._check_open()
+        self._end_reasoning()
         end_message(self.message_id, self._text, finish_reason, stats,
-                    prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+                    prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                    parts=self._parts_to_store())
         self._close()
 
     def fail(self, error: str) -> None:
         self._check_open()
-        self._store.fail_message(self.message_id, self._text, error)
+        self._end_reasoning()
+        self._store.fail_message(self.message_id, self._text, error, self._parts_to_store())
         self._close()
+
+    def _parts_to_store(self) -> ReplyParts | None:
+        """None where the reply has neither reasoning nor calls: the columns stay as they are
+        (a continued reply keeps what its first part held)."""
+        parts = self.parts
+        return None if parts == ReplyParts() else parts
 
     def _mark_flushed(self, now: float) -> None:
         self._flushed_text = self._text
+        self._flushed_reasoning = self._reasoning
         self._last_flush = now
         self.flush_count += 1
 

@@ -62,11 +62,27 @@ def thread_to_markdown(conversation: Conversation, path: list[Message]) -> str:
     if conversation.system_prompt:
         lines += ["## System", "", conversation.system_prompt, ""]
     for message in path:
-        lines += [f"## {message.role.capitalize()}", "", message.content, ""]
+        lines += _message_lines(message)
         note = _status_note(message)
         if note:
             lines += [note, ""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _message_lines(message: Message) -> list[str]:
+    """A message's heading and text; an assistant's reasoning as a quote above its answer, its
+    calls below it; a tool's result under the call's name."""
+    if message.role == "tool":
+        return [f"## Tool: {message.tool_name} ({message.finish_reason})", "", "```",
+                message.content, "```", ""]
+    lines = [f"## {message.role.capitalize()}", ""]
+    if message.reasoning:
+        lines += ["> *Thinking*", ">", *(f"> {line}".rstrip() for line in
+                                        message.reasoning.splitlines()), ""]
+    if message.content:
+        lines += [message.content, ""]
+    lines += [f"*Called `{call.name}` with* `{call.arguments}`" for call in message.tool_calls]
+    return lines + ([""] if message.tool_calls else [])
 
 
 def _status_note(message: Message) -> str | None:

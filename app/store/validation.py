@@ -21,6 +21,7 @@ from .records import (
     Message,
     SamplingSettings,
     Thread,
+    ToolCall,
 )
 
 MAX_ID = 2**63 - 1  # SQLite's INTEGER
@@ -205,7 +206,21 @@ MESSAGE = {
     "completion_tokens": maybe(COUNT),
     "stats": maybe(Kind("an object", OBJECT.is_type, _stats)),
     "error": maybe(TEXT),
+    "reasoning": maybe(TEXT),
+    "reasoning_s": maybe(NUMBER),
+    "tool_calls": Kind("an array", ARRAY.is_type, lambda value, where: _tool_calls(value, where)),
+    "tool_call_id": maybe(TEXT),
+    "tool_name": maybe(TEXT),
 }
+TOOL_CALL = {"id": TEXT, "name": TEXT, "arguments": TEXT}
+
+
+def _tool_calls(items: list[Any], where: str) -> tuple[ToolCall, ...]:
+    calls = []
+    for i, item in enumerate(items):
+        OBJECT.check(item, f"{where}[{i}]")
+        calls.append(_record(ToolCall, TOOL_CALL, item, f"{where}[{i}]"))
+    return tuple(calls)
 
 
 # -- the document, its conversations and their trees -----------------------------------------
@@ -242,7 +257,15 @@ def _thread(item: Any, where: str, claims: Claims) -> Thread:
 
 def _message(item: Any, where: str) -> Message:
     OBJECT.check(item, where)
-    return _record(Message, MESSAGE, item, where)
+    message: Message = _record(Message, MESSAGE, item, where)
+    if message.tool_calls and message.role != "assistant":
+        raise ImportValidationError(f"{where}.tool_calls",
+                                    f"belong to an assistant's message, not a {message.role}'s")
+    if (message.tool_call_id is None) == (message.role == "tool"):
+        raise ImportValidationError(f"{where}.tool_call_id",
+                                    "names the call a tool message answers, and only a tool "
+                                    "message has one")
+    return message
 
 
 def _check_tree(

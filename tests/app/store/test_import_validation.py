@@ -72,7 +72,7 @@ C1 = ("conversations", 1)
 @pytest.mark.parametrize(
     ("path", "value", "says"),
     [
-        ((*M1, "role"), "robot", "must be one of 'system', 'user', 'assistant', not 'robot'"),
+        ((*M1, "role"), "robot", "must be one of 'system', 'user', 'assistant', 'tool', not 'robot'"),
         ((*M1, "status"), "done", "must be one of"),
         ((*M1, "id"), "2", "must be a whole number, not a string"),
         ((*M1, "parent_id"), [1], "must be a whole number or null, not an array"),

@@ -23,9 +23,9 @@ class RecordingStore:
         self.clock = clock
         self.flush_times: list[float] = []
 
-    def update_streaming(self, mid: int, content: str) -> None:
+    def update_streaming(self, mid: int, content: str, reasoning: str | None = None) -> None:
         self.flush_times.append(self.clock())
-        self.store.update_streaming(mid, content)
+        self.store.update_streaming(mid, content, reasoning)
 
     def __getattr__(self, name: str):
         return getattr(self.store, name)

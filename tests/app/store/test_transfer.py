@@ -5,7 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from app.store import ConversationStore, GenerationStats, SamplingSettings, StoreError
+from app.store import (
+    ConversationStore,
+    GenerationStats,
+    ReplyParts,
+    SamplingSettings,
+    StoreError,
+    ToolCall,
+)
 
 
 def populate(store: ConversationStore) -> list[int]:
@@ -28,7 +35,21 @@ def populate(store: ConversationStore) -> list[int]:
     store.append_user_message(trashed.id, "bye")
     store.delete(trashed.id)
     store.create_conversation()
-    return [chat, pinned.id, trashed.id]
+    return [chat, pinned.id, trashed.id, with_tools(store)]
+
+
+def with_tools(store: ConversationStore) -> int:
+    """A turn that thought, called a tool, read its result and answered."""
+    chat = store.create_conversation("Weather").id
+    store.append_user_message(chat, "Weather in Paris?")
+    caller = store.start_assistant_message(chat)
+    call = ToolCall("call_1", "get_weather", '{"city": "Paris"}')
+    store.finish_message(caller.id, "", "tool_calls",
+                         parts=ReplyParts("I should ask the tool.", 1.25, (call,)))
+    result = store.append_tool_message(caller.id, call, '{"temp": 18}', "done")
+    answer = store.start_assistant_message(chat, parent_id=result.id)
+    store.finish_message(answer.id, "18 °C in Paris.", "stop")
+    return chat
 
 
 def test_export_import_into_empty_database_exports_identically(store, tmp_path: Path) -> None:
@@ -84,6 +105,15 @@ def test_markdown_export_shows_the_current_branch_only(store) -> None:
     assert "China." in markdown
     assert "It is" not in markdown  # the interrupted regeneration is another branch
     assert "*(error: engine failed)*" in markdown
+
+
+def test_markdown_export_shows_thinking_calls_and_results(store) -> None:
+    chat = with_tools(store)
+    markdown = store.export_markdown(chat)
+    assert "> *Thinking*\n>\n> I should ask the tool." in markdown
+    assert '*Called `get_weather` with* `{"city": "Paris"}`' in markdown
+    assert '## Tool: get_weather (done)\n\n```\n{"temp": 18}\n```' in markdown
+    assert markdown.index("I should ask") < markdown.index("get_weather") < markdown.index("18 °C")
 
 
 def test_reimport_with_taken_ids_keeps_messages_oldest_first(store) -> None:
