@@ -55,6 +55,7 @@ class LocalBackend:
         self._engine = engine
         self.model_name = engine.model_name
         self.max_model_len = engine.max_model_len
+        self.thinking_switch = "enable_thinking" in (engine.chat_template or "")
         self._last_ttft: float | None = None
         self._starting = StartingReplies()
         self._ids = itertools.count()
@@ -136,10 +137,21 @@ class LocalBackend:
         """The chat's tokens: those count_tokens kept, where it was counted as it is sent
         (without tools, not to be continued)."""
         tools = request.use.tools
-        if continue_final_message or tools:
+        template_kwargs = self._template_kwargs(request)
+        if continue_final_message or tools or template_kwargs:
             return await self._encode(messages, continue_final_message=continue_final_message,
-                                      tools=tools)
+                                      tools=tools, template_kwargs=template_kwargs)
         return self._encoded.pop(tuple(messages), None) or await self._encode(messages)
+
+    def _template_kwargs(self, request: LocalRequest) -> dict | None:
+        """The thinking switch, where the template has one; refused in words where it has not."""
+        if request.enable_thinking is None:
+            return None
+        if not self.thinking_switch:
+            raise InvalidRequestError(f"This chat turns thinking {_on_off(request.enable_thinking)}"
+                                      f", but {self.model_name}'s chat template has no thinking "
+                                      "switch: set Thinking to the model's default.")
+        return {"enable_thinking": request.enable_thinking}
 
     def _shape(self, request: LocalRequest, prompt: list[int]) -> ReplyShape:
         try:
@@ -151,11 +163,13 @@ class LocalBackend:
 
     async def _encode(self, messages: Sequence[ChatMessage], *,
                       continue_final_message: bool = False,
-                      tools: list[dict] | None = None) -> list[int]:
+                      tools: list[dict] | None = None,
+                      template_kwargs: dict | None = None) -> list[int]:
         try:
             return await self._engine.chat_tokenizer.encode_chat(
-                [m.as_dict() for m in messages], continue_final_message=continue_final_message,
-                tools=tools)
+                [m.template_dict() for m in messages],
+                continue_final_message=continue_final_message, tools=tools,
+                template_kwargs=template_kwargs)
         except EngineDeadError as exc:  # the tokenizer's thread is gone: we were shut down
             raise _stopped(exc, "") from exc
         except ValueError as exc:
@@ -193,6 +207,10 @@ def _tokens_per_s(m: RequestMetrics, num_tokens: int) -> float | None:
         return None
     elapsed = m.finished_time - m.first_token_time
     return (num_tokens - 1) / elapsed if elapsed > 0 else None
+
+
+def _on_off(enabled: bool) -> str:
+    return "on" if enabled else "off"
 
 
 def _stopped(exc: Exception, text: str) -> BackendStoppedError:

@@ -23,6 +23,7 @@ class LocalRequest:
     params: SamplingParams
     use: ToolUse
     constrained_by: str | None
+    enable_thinking: bool | None = None
 
 
 def local_request(options: SamplingOptions) -> LocalRequest:
@@ -30,14 +31,15 @@ def local_request(options: SamplingOptions) -> LocalRequest:
     check_tool_options(options)
     use = tool_use(options)
     params = sampling_params(options)
+    thinking = options.enable_thinking
     if use.constraint is not None:
         return LocalRequest(replace(params, structured_outputs=use.constraint), use,
-                            "the parameters of this chat's tools")
+                            "the parameters of this chat's tools", thinking)
     if options.reply_format is not None:
         constraint = _constraint(options.reply_format)
         return LocalRequest(replace(params, structured_outputs=constraint), use,
-                            "this chat's reply format")
-    return LocalRequest(params, use, None)
+                            "this chat's reply format", thinking)
+    return LocalRequest(params, use, None, thinking)
 
 
 def tool_use(options: SamplingOptions) -> ToolUse:

@@ -90,6 +90,9 @@ class OpenAIBackend:
         self.flavor: Flavor = flavor or "openai"
         self.max_model_len = max_model_len or DEFAULT_MAX_MODEL_LEN
         self.max_model_len_known = max_model_len is not None
+        # A server does not say what its chat template can switch: the window offers no
+        # thinking switch for it (a request may still carry one: openai_request says where).
+        self.thinking_switch = False
         self._requested_model = model
         self._requested_flavor = flavor
         self._connected = False

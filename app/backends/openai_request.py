@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from app.backends.errors import InvalidRequestError
 from app.backends.tool_options import named_function
 from app.backends.types import ChatMessage, ReplyFormat, SamplingOptions
 
@@ -66,6 +67,8 @@ def chat_request(model: str, messages: Sequence[ChatMessage], options: SamplingO
         body["continue_final_message"] = True
         body["add_generation_prompt"] = False
     _set_tools(body, options)
+    if options.enable_thinking is not None:
+        _set_thinking(body, options.enable_thinking, flavor)
     if options.reply_format is not None:
         body["response_format"] = response_format(options.reply_format)
     return body
@@ -88,6 +91,18 @@ def _set_tools(body: dict, options: SamplingOptions) -> None:
     named = named_function(options.tool_choice)
     body["tool_choice"] = (options.tool_choice if named is None
                            else {"type": "function", "function": {"name": named}})
+
+
+# Servers that pass chat_template_kwargs to the model's template (vLLM's, SGLang's and
+# llama.cpp's field), so its thinking switch can be turned.
+TEMPLATE_KWARGS_FLAVORS: tuple[Flavor, ...] = ("vllm", "sglang", "pagoda", "llama.cpp")
+
+
+def _set_thinking(body: dict, enabled: bool, flavor: Flavor) -> None:
+    if flavor not in TEMPLATE_KWARGS_FLAVORS:
+        raise InvalidRequestError("This chat turns the model's thinking switch, which this "
+                                  "server has no field for: set Thinking to the model's default.")
+    body["chat_template_kwargs"] = {"enable_thinking": enabled}
 
 
 def _set_unless_neutral(body: dict, name: str, wire_name: str, options: SamplingOptions) -> None:

@@ -24,6 +24,9 @@ class ChatBackend(Protocol):
     location: str
     max_model_len: int
     max_model_len_known: bool
+    # Whether the model's chat template has a thinking switch (`enable_thinking`) that
+    # SamplingOptions.enable_thinking turns; False where the backend cannot tell.
+    thinking_switch: bool
 
     def stream(self, messages: Sequence[ChatMessage], options: SamplingOptions,
                request_id: str | None = None, *, continue_final_message: bool = False,

@@ -52,6 +52,10 @@ class ChatMessage:
     content: str
     tool_calls: tuple[ToolCallRecord, ...] = ()
     tool_call_id: str | None = None
+    # An assistant's reasoning before its answer. It reaches a chat template that reads it
+    # (`reasoning_content`, as Qwen3's does for the turn being answered, dropping earlier ones);
+    # servers are sent the answer alone, as OpenAI's API takes it.
+    reasoning: str | None = None
 
     def __post_init__(self) -> None:
         if self.tool_calls and self.role != "assistant":
@@ -68,6 +72,13 @@ class ChatMessage:
             message["tool_calls"] = [call.as_dict() for call in self.tool_calls]
         if self.tool_call_id is not None:
             message["tool_call_id"] = self.tool_call_id
+        return message
+
+    def template_dict(self) -> dict[str, object]:
+        """The message as a chat template reads it: OpenAI's, with the reasoning."""
+        message = self.as_dict()
+        if self.reasoning:
+            message["reasoning_content"] = self.reasoning
         return message
 
 
@@ -106,6 +117,9 @@ class SamplingOptions:
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: str | None = None
     reply_format: ReplyFormat | None = None
+    # The chat template's thinking switch (`enable_thinking`, Qwen3's and others'); None leaves
+    # the template's default. Sent where the backend has the switch (ChatBackend.thinking_switch).
+    enable_thinking: bool | None = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -12,9 +12,20 @@ from app.components.view_models import SamplingView
 logger = logging.getLogger(__name__)
 
 NEW_CHAT_DEFAULTS_SETTING = "new_chat_defaults"
-_TYPES = {"system_prompt": (str,), "temperature": (int, float), "top_p": (int, float),
-          "top_k": (int,), "min_p": (int, float), "repetition_penalty": (int, float),
+_NUMBER = (int, float)
+_TYPES = {"system_prompt": (str,), "temperature": _NUMBER, "top_p": _NUMBER,
+          "top_k": (int,), "min_p": _NUMBER, "repetition_penalty": _NUMBER,
           "max_tokens": (int,), "seed": (int, type(None))}
+
+
+def _read(name: str, value: Any) -> tuple[bool, Any]:
+    """(whether `value` fits the field `name`, the value as the field holds it)."""
+    if name == "enable_thinking":
+        return value is None or isinstance(value, bool), value
+    if name == "tools":
+        fits = isinstance(value, list) and all(isinstance(item, str) for item in value)
+        return fits, tuple(value) if fits else value
+    return not isinstance(value, bool) and isinstance(value, _TYPES[name]), value
 
 
 async def load_chat_defaults(db) -> SamplingView:
@@ -36,10 +47,10 @@ def chat_defaults_from(stored: Any) -> SamplingView:
         return SamplingView()
     values = {}
     for field in fields(SamplingView):
-        value = stored.get(field.name)
         if field.name not in stored:
             continue
-        if isinstance(value, bool) or not isinstance(value, _TYPES[field.name]):
+        fits, value = _read(field.name, stored[field.name])
+        if not fits:
             logger.warning("ignored %s.%s = %r", NEW_CHAT_DEFAULTS_SETTING, field.name, value)
             continue
         values[field.name] = value

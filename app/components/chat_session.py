@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from app.backends import (
@@ -30,8 +30,28 @@ from app.components.prompting import (
     stats_text,
 )
 from app.components.tasks import TaskSet
-from app.components.view_models import MessageView, SamplingView
-from app.store import Conversation, ConversationStore, GenerationStats, Message, StreamingWriter
+from app.components.tool_turns import (
+    DECISIONS,
+    DENIED,
+    STOPPED,
+    ChatTools,
+    Decision,
+    ToolOutcome,
+    call_outcomes,
+    call_views,
+    over_the_limit,
+    stored_calls,
+    turn_start,
+)
+from app.components.view_models import MessageView, SamplingView, ToolCallState
+from app.store import (
+    Conversation,
+    ConversationStore,
+    GenerationStats,
+    Message,
+    StreamingWriter,
+    ToolCall,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +80,8 @@ class ChatView(Protocol):
     def update_message(self, view: MessageView) -> None: ...
     def begin_stream(self, view: MessageView) -> None: ...
     def append_delta(self, message_id: int, delta: str) -> None: ...
+    def append_reasoning(self, message_id: int, delta: str) -> None:
+        """More of a streaming reply's reasoning, shown apart from (above) its answer."""
     def show_reading(self, message_id: int, text: str | None) -> None:
         """What a streaming reply is doing before its text comes (how much of a long prompt the
         model has read); None once it writes."""
@@ -98,6 +120,7 @@ class Reply:
     backend: ChatBackend | None = None
     continuing: bool = False  # the message held a reply cut at its max tokens: it grows
     reading: str | None = None  # how far the backend has read the prompt, until text comes
+    reasoning: str = ""
 
 
 def message_view(m: Message, sibling_index: int = 0, sibling_count: int = 1) -> MessageView:
@@ -105,7 +128,8 @@ def message_view(m: Message, sibling_index: int = 0, sibling_count: int = 1) -> 
     return MessageView(id=m.id, role=m.role, content=m.content, created_at=m.created_at,
                        status=m.status, sibling_index=sibling_index, sibling_count=sibling_count,
                        stats_text=stats, error=m.error if m.status == "error" else None,
-                       finish_reason=m.finish_reason, completion_tokens=m.completion_tokens)
+                       finish_reason=m.finish_reason, completion_tokens=m.completion_tokens,
+                       reasoning=m.reasoning, reasoning_s=m.reasoning_s, tool_name=m.tool_name)
 
 
 def load_branch(store: ConversationStore, cid: int) -> tuple[Conversation, list[Message],
@@ -131,10 +155,11 @@ class ChatSession:
     """
 
     def __init__(self, conversation_id: int, db: AsyncStore, source: BackendSource,
-                 view: ChatView | None = None) -> None:
+                 view: ChatView | None = None, tools: ChatTools | None = None) -> None:
         self.conversation_id = conversation_id
         self.db = db
         self.source = source
+        self.tools = tools  # where the model's calls go; None: this chat's model calls nothing
         self.view: ChatView = view or NullView()
         self.conversation: Conversation | None = None
         self.path: list[Message] = []
@@ -151,7 +176,12 @@ class ChatSession:
         self.on_streaming_changed: Callable[[bool], None] = lambda _streaming: None
         self._tasks = TaskSet(self._action_failed)
         self._replying = False  # from the user's action until its reply has ended
+        self._streamed = False  # the view was told a reply streams (told again when it ends)
         self._stop_requested = False
+        # The turn's calls waiting for the user's Run or Deny, and the one running.
+        self._call_states: dict[str, ToolCallState] = {}
+        self._decisions: dict[str, asyncio.Future[Decision]] = {}
+        self._running_call: asyncio.Task[ToolOutcome] | None = None
         self.closed = False
 
     @property
@@ -196,11 +226,18 @@ class ChatSession:
         if self.closed:
             return
         self.conversation, self.path = conversation, path
+        views = self._with_calls(path, views)
         if streaming is not None:
             views = [v for v in views if v.id != streaming]
         self._render(views, ending)
         self._set_title(conversation.title or "New chat")
         self._set_can_regenerate()
+
+    def _with_calls(self, path: list[Message], views: list[MessageView]) -> list[MessageView]:
+        """The views with each reply's calls and where they stand."""
+        outcomes = call_outcomes(path)
+        return [replace(v, tool_calls=call_views(m, outcomes, self._call_states, self.tools))
+                if m.tool_calls else v for m, v in zip(path, views, strict=True)]
 
     def _render(self, views: list[MessageView], ending: int | None = None) -> None:
         """Redraw only the messages that changed: a full render of a long chat is slow."""
@@ -275,13 +312,15 @@ class ChatSession:
             await self._generate(user.id)
 
     async def regenerate(self, assistant_id: int) -> None:
+        """A new reply to the user's message `assistant_id` answered, beside the old one: a
+        turn that called tools is run again from the user's message."""
         if self.is_streaming or not self._check_backend():
             return
         message = next((m for m in self.path if m.id == assistant_id), None)
         if message is None or message.parent_id is None:
             return
         async with self._replying_now():
-            await self._generate(message.parent_id)
+            await self._generate(turn_start(self.path, assistant_id) or message.parent_id)
 
     @contextlib.asynccontextmanager
     async def _replying_now(self):
@@ -292,6 +331,14 @@ class ChatSession:
             yield
         finally:
             self._replying = False
+            if self._call_states:
+                self._call_states.clear()
+                self._redraw_calls()
+            if self._streamed and not self.closed:
+                self._streamed = False
+                self._set_streaming(False)
+                await self.refresh_context_meter()
+                self.on_conversation_changed(self.conversation_id)
 
     async def continue_reply(self, message_id: int) -> None:
         """Go on with a reply cut at its max tokens: the same message grows, on the same
@@ -304,7 +351,7 @@ class ChatSession:
             return
         async with self._replying_now():
             message = await self.db.resume_message(message_id)
-            await self._write_reply(message, continuing=True)
+            await self._run_turn(message, continuing=True)
 
     async def regenerate_last(self) -> None:
         last = self._last_assistant()
@@ -331,12 +378,30 @@ class ChatSession:
         await self.refresh_context_meter()
 
     def stop(self) -> None:
-        """Stop the reply: at once when it streams, else before it starts streaming."""
+        """Stop the reply: at once when it streams, else before it starts streaming; a call
+        waiting for the user's answer is not run, a running one is cancelled."""
         if not self.is_streaming:
             return
         self._stop_requested = True
         if self.reply is not None and self.reply.backend is not None:
             self.reply.backend.abort(self.reply.request_id)
+        self._end_tool_work()
+
+    def answer_tool_call(self, call_id: str, decision: str) -> None:
+        """The user's answer to a call waiting for it: "run", "always" (run, and never ask for
+        this tool again) or "deny". An answer to no waiting call is ignored: it came late."""
+        if decision not in DECISIONS:
+            raise ValueError(f"a call's answer is one of {', '.join(DECISIONS)}, not {decision!r}")
+        future = self._decisions.get(call_id)
+        if future is not None and not future.done():
+            future.set_result(decision)  # type: ignore[arg-type]
+
+    def _end_tool_work(self) -> None:
+        for future in self._decisions.values():
+            if not future.done():
+                future.set_result("stop")
+        if self._running_call is not None:
+            self._running_call.cancel()
 
     def begin_edit(self, message_id: int) -> None:
         message = next((m for m in self.path if m.id == message_id), None)
@@ -379,16 +444,117 @@ class ChatSession:
     async def _generate(self, parent_id: int) -> None:
         if self.closed:
             return
-        message = await self.db.start_assistant_message(self.conversation_id, parent_id=parent_id,
-                                                        model=self._model_name())
-        await self._write_reply(message)
+        message = await self._start_reply(parent_id)
+        await self._run_turn(message)
 
-    async def _write_reply(self, message: Message, continuing: bool = False) -> None:
+    async def _start_reply(self, parent_id: int) -> Message:
+        return await self.db.start_assistant_message(self.conversation_id, parent_id=parent_id,
+                                                     model=self._model_name())
+
+    async def _run_turn(self, message: Message, continuing: bool = False) -> None:
+        """Write the reply; while it ends calling tools, answer the calls (asking the user) and
+        write the next reply from their results. After the turn's most calls the model answers
+        without tools."""
+        calls_left = self.tools.max_calls_per_turn if self.tools is not None else 0
+        while True:
+            await self._write_reply(message, continuing, with_tools=calls_left > 0)
+            calls = self._calls_to_answer(message.id)
+            if not calls:
+                return
+            parent = await self._answer_calls(message.id, calls, calls_left)
+            calls_left = max(0, calls_left - len(calls))
+            if parent is None or self.closed or self._stop_requested:
+                return
+            message, continuing = await self._start_reply(parent), False
+
+    def _calls_to_answer(self, message_id: int) -> tuple[ToolCall, ...]:
+        last = self.path[-1] if self.path else None
+        if (self.tools is None or self.closed or self._stop_requested or last is None
+                or last.id != message_id or last.finish_reason != "tool_calls"):
+            return ()
+        return last.tool_calls
+
+    async def _answer_calls(self, message_id: int, calls: tuple[ToolCall, ...],
+                            calls_left: int) -> int | None:
+        """Run (or deny) each call in turn, its result stored under the previous one; the last
+        result's id, or None where the user stopped the turn before a call was answered."""
+        parent = message_id
+        for i, call in enumerate(calls):
+            if i >= calls_left:
+                ended = "denied", over_the_limit(self.tools.max_calls_per_turn)
+            else:
+                ended = await self._decide_and_run(message_id, call)
+            if ended is None or self.closed:
+                return None
+            result = await self.db.append_tool_message(parent, call, ended[1], ended[0])
+            parent = result.id
+            self._call_states.pop(call.id, None)
+            await self._reload()
+            if self._stop_requested:
+                return None
+        return parent
+
+    async def _decide_and_run(self, message_id: int, call: ToolCall) -> tuple[str, str] | None:
+        """(outcome, what the model is told), or None: stopped while the user was asked."""
+        if not self.tools.always_allowed(call.name):
+            decision = await self._ask(message_id, call)
+            if decision == "stop":
+                return None
+            if decision == "deny":
+                return "denied", DENIED
+            if decision == "always":
+                self.tools.allow_always(call.name)
+        self._show_call_state(message_id, call.id, "running")
+        task = asyncio.ensure_future(self.tools.call(call.name, call.arguments))
+        self._running_call = task
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            self._running_call = None
+        if task.cancelled():
+            return "failed", STOPPED
+        outcome = task.result()
+        return outcome.outcome, outcome.text
+
+    async def _ask(self, message_id: int, call: ToolCall) -> Decision:
+        future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
+        self._decisions[call.id] = future
+        self._show_call_state(message_id, call.id, "asking")
+        try:
+            return await future
+        finally:
+            self._decisions.pop(call.id, None)
+
+    def _show_call_state(self, message_id: int, call_id: str, state: ToolCallState) -> None:
+        self._call_states[call_id] = state
+        self._redraw_calls(message_id)
+
+    def _redraw_calls(self, message_id: int | None = None) -> None:
+        """Show where the calls of `message_id` (None: of every reply shown) stand now."""
+        if self.closed:
+            return
+        outcomes = call_outcomes(self.path)
+        messages = {m.id: m for m in self.path if m.tool_calls}
+        for i, v in enumerate(self.views):
+            m = messages.get(v.id)
+            if m is None or message_id not in (None, v.id):
+                continue
+            view = replace(v, tool_calls=call_views(m, outcomes, self._call_states, self.tools))
+            if view != v:
+                self.views[i] = view
+                self.view.update_message(view)
+
+    async def _write_reply(self, message: Message, continuing: bool = False, *,
+                           with_tools: bool = False) -> None:
         """Stream the reply into `message`: a new, empty one, or (`continuing`) one cut at its
-        max tokens, which grows."""
+        max tokens, which grows; `with_tools`: the chat's tools are offered to the model."""
         writer = StreamingWriter(self.db.store, message.id, text=message.content)
         self.reply = Reply(message, f"conv{self.conversation_id}-msg{message.id}", writer,
                            text=message.content, continuing=continuing)
+        self._streamed = True
         self._set_streaming(True)
         try:
             await self._reload(streaming=message.id)
@@ -398,18 +564,15 @@ class ChatSession:
             if fitted is not None and self._stop_requested:
                 await self._keep_stopped(None, "")  # stopped before it began: kept, empty
             elif fitted is not None and not self.closed:
-                await self._stream(backend, fitted)
+                await self._stream(backend, fitted, with_tools)
         except BackendError as exc:
             await self._end_on_error(exc)
         finally:
-            self.reply, self._replying = None, False
+            self.reply = None
             if self.closed:  # closed at any await above: the reply is kept, interrupted
                 self.db.submit(lambda _store: writer.closed or writer.interrupt())
             else:
-                self._set_streaming(False)
                 await self._reload(ending=message.id)
-                await self.refresh_context_meter()
-                self.on_conversation_changed(self.conversation_id)
 
     def _model_name(self) -> str:
         backend = self.source.backend
@@ -429,12 +592,14 @@ class ChatSession:
             if fitted is None or self.source.backend_for_new_request() is backend:
                 return backend, fitted
 
-    async def _stream(self, backend: ChatBackend, fitted: FittedPrompt) -> None:
+    async def _stream(self, backend: ChatBackend, fitted: FittedPrompt, with_tools: bool) -> None:
         # A switch can still come while the backend tokenizes the chat: the stream then ends
         # with "abort" or raises BackendStoppedError, and the tab says the model was switched.
         reply = self.reply
         self._show_prompt_usage(backend, fitted)
-        options = sampling_options(self.conversation.sampling, fitted.max_tokens)
+        tools = await self._tool_specs() if with_tools else ()
+        options = sampling_options(self.conversation.sampling, fitted.max_tokens, tools=tools,
+                                   thinking_switch=backend.thinking_switch)
         view = message_view(reply.message)
         self.view.begin_stream(view)
         self.views = [*self.views, view]
@@ -445,6 +610,16 @@ class ChatSession:
                                           **extra):
             self._on_chunk(chunk)
         await self._finish(backend.model_name)
+
+    async def _tool_specs(self) -> tuple:
+        """The tools this chat turned on, as the model is shown them (servers start here)."""
+        selectors = self.conversation.sampling.tools
+        if self.tools is None or not selectors:
+            return ()
+        self.view.show_reading(self.reply.message.id, "starting this chat's tools…")
+        specs = await self.tools.specs(selectors)
+        self.view.show_reading(self.reply.message.id, None)
+        return specs
 
     def _show_prompt_usage(self, backend: ChatBackend, fitted: FittedPrompt) -> None:
         """The meter shows what this reply reads, as soon as it is counted: a long paste is
@@ -485,6 +660,8 @@ class ChatSession:
         if chunk.prompt_progress is not None:
             reply.reading = reading_text(chunk.prompt_progress, reply.continuing)
             self.view.show_reading(reply.message.id, reply.reading)
+        if chunk.delta_reasoning:
+            self._on_reasoning(chunk.delta_reasoning)
         if not delta:
             return
         if reply.reading is not None:
@@ -495,11 +672,23 @@ class ChatSession:
         # Not awaited: the worker applies writes in order, and the stream need not wait for disk.
         self.db.submit(lambda _store, d=delta: reply.writer.append(d))
 
+    def _on_reasoning(self, delta: str) -> None:
+        reply = self.reply
+        if reply.reading is not None:
+            reply.reading = None
+            self.view.show_reading(reply.message.id, None)
+        reply.reasoning += delta
+        self.view.append_reasoning(reply.message.id, delta)
+        self.db.submit(lambda _store, d=delta: reply.writer.append_reasoning(d))
+
     async def _finish(self, model: str) -> None:
         reply = self.reply
         last = reply.last_chunk
         if self.closed:
             return
+        if last is not None and last.tool_calls:
+            calls = stored_calls(last.tool_calls)
+            self.db.submit(lambda _store: reply.writer.set_tool_calls(calls))
         if last is not None and last.finish_reason == "abort" and self._stop_requested \
                 and not self._backend_was_switched():
             await self._keep_stopped(last, model)
@@ -521,7 +710,7 @@ class ChatSession:
         arrived is kept too, with the failure shown; one that never began fails."""
         if self._backend_was_switched():
             await self._keep_interrupted()
-        elif exc.partial_text or self.reply.text:
+        elif exc.partial_text or self.reply.text or self.reply.reasoning:
             await self._keep_interrupted()
             if not self.closed:
                 self._notify(str(exc), error=True)
@@ -580,6 +769,7 @@ class ChatSession:
         store's worker (the window drains the worker before the app exits)."""
         self.closed = True
         self.view = NullView()  # its widgets may be gone by the time a stream ends
+        self._end_tool_work()
         reply = self.reply
         if reply is None:
             return

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from app.backends import ChatMessage, SamplingOptions, TokenCount
+from app.backends import ChatMessage, SamplingOptions, TokenCount, ToolSpec
+from app.components.tool_turns import answered_calls
 from app.store import GenerationStats, Message, SamplingSettings
 
 TokenCounter = Callable[[list[ChatMessage]], Awaitable[TokenCount]]
@@ -27,12 +28,21 @@ class FittedPrompt:
 
 
 def chat_messages(system_prompt: str | None, path: Sequence[Message]) -> list[ChatMessage]:
-    """The branch as role/content pairs: what the user saw, partial replies included."""
+    """The branch as the model is given it: what the user saw, partial replies included, an
+    assistant's reasoning beside its answer (the template decides what it keeps), its answered
+    calls and their results."""
     messages = [ChatMessage("system", system_prompt)] if system_prompt else []
     for m in path:
-        if m.role == "assistant" and not m.content:
-            continue  # a reply that failed before its first token, or the one being started
-        messages.append(ChatMessage(m.role, m.content))
+        if m.role == "tool":
+            messages.append(ChatMessage("tool", m.content, tool_call_id=m.tool_call_id))
+            continue
+        if m.role != "assistant":
+            messages.append(ChatMessage(m.role, m.content))
+            continue
+        calls = answered_calls(m, path)
+        if m.content or calls:  # else a reply that failed before its first token, or the new one
+            messages.append(ChatMessage("assistant", m.content, tool_calls=calls,
+                                        reasoning=m.reasoning))
     return messages
 
 
@@ -47,6 +57,8 @@ async def fit_to_context(messages: list[ChatMessage], count_tokens: TokenCounter
     head = 1 if messages and messages[0].role == "system" else 0
     dropped = 0
     while True:
+        while head + dropped < len(messages) - 1 and messages[head + dropped].role == "tool":
+            dropped += 1  # a result whose call was left out goes with it
         kept = messages[:head] + messages[head + dropped:]
         count = await count_tokens(kept)
         prompt_tokens = count.n
@@ -60,7 +72,11 @@ async def fit_to_context(messages: list[ChatMessage], count_tokens: TokenCounter
         dropped += 1
 
 
-def sampling_options(settings: SamplingSettings, max_tokens: int) -> SamplingOptions:
+def sampling_options(settings: SamplingSettings, max_tokens: int, *,
+                     tools: tuple[ToolSpec, ...] = (),
+                     thinking_switch: bool = False) -> SamplingOptions:
+    """The reply's options; the chat's thinking switch only where the model has one (the
+    settings say so where it has not)."""
     return SamplingOptions(
         temperature=settings.temperature,
         top_p=settings.top_p,
@@ -69,6 +85,8 @@ def sampling_options(settings: SamplingSettings, max_tokens: int) -> SamplingOpt
         repetition_penalty=settings.repetition_penalty,
         max_tokens=max_tokens,
         seed=settings.seed,
+        tools=tools,
+        enable_thinking=settings.enable_thinking if thinking_switch else None,
     )
 
 

@@ -10,8 +10,23 @@ from app.store import SamplingSettings
 
 _DEFAULT_SAMPLING = SamplingSettings()
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]
 MessageStatus = Literal["complete", "streaming", "interrupted", "error"]
+# Where a call of the model's stands: waiting for the user's Run or Deny, running, done,
+# denied, failed, or never run (the turn was stopped, or ended at its most calls).
+ToolCallState = Literal["asking", "running", "done", "denied", "failed", "not run"]
+
+
+@dataclass(slots=True, frozen=True)
+class ToolCallView:
+    """A call a reply made, as its message shows it: the function, the JSON arguments the model
+    wrote, where the call stands, and the MCP server it goes to (None: no server has it now)."""
+
+    id: str
+    name: str
+    arguments: str
+    state: ToolCallState
+    server: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -31,6 +46,13 @@ class MessageView:
     # status "interrupted"), None while streaming or when cut by closing, a switch or a failure.
     finish_reason: str | None = None
     completion_tokens: int | None = None
+    # An assistant's reasoning (None: it gave none) and how long it took (None while it goes on).
+    reasoning: str | None = None
+    reasoning_s: float | None = None
+    tool_calls: tuple[ToolCallView, ...] = ()
+    # A tool message: the function whose result `content` is; its outcome is `finish_reason`
+    # ("done", "denied" or "failed").
+    tool_name: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -46,6 +68,8 @@ class SamplingView:
     repetition_penalty: float = _DEFAULT_SAMPLING.repetition_penalty
     max_tokens: int = _DEFAULT_SAMPLING.max_tokens
     seed: int | None = _DEFAULT_SAMPLING.seed
+    enable_thinking: bool | None = _DEFAULT_SAMPLING.enable_thinking
+    tools: tuple[str, ...] = _DEFAULT_SAMPLING.tools
 
     @classmethod
     def of(cls, system_prompt: str | None, sampling: SamplingSettings) -> SamplingView:

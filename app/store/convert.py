@@ -21,6 +21,13 @@ def sampling_json(sampling: SamplingSettings) -> str:
     return json.dumps(asdict(sampling), sort_keys=True)
 
 
+def sampling_of(text: str) -> SamplingSettings:
+    values = json.loads(text)
+    if "tools" in values:
+        values["tools"] = tuple(values["tools"])
+    return SamplingSettings(**values)
+
+
 def to_conversation(row: ConversationRow, leaf_id: int | None) -> Conversation:
     return Conversation(
         id=row.id,
@@ -29,7 +36,7 @@ def to_conversation(row: ConversationRow, leaf_id: int | None) -> Conversation:
         updated_at=row.updated_at,
         model=row.model,
         system_prompt=row.system_prompt,
-        sampling=SamplingSettings(**json.loads(row.sampling)),
+        sampling=sampling_of(row.sampling),
         pinned=row.pinned,
         archived=row.archived,
         deleted_at=row.deleted_at,

@@ -23,6 +23,11 @@ class SamplingSettings:
     repetition_penalty: float = 1.1
     max_tokens: int = 1024
     seed: int | None = None
+    # The chat template's thinking switch: None leaves the model's default.
+    enable_thinking: bool | None = None
+    # The tools this chat may call: "server" for all of an MCP server's tools, "server/tool"
+    # for one of them (the tools settings name the servers).
+    tools: tuple[str, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)

@@ -173,6 +173,8 @@ SAMPLING = {
     "repetition_penalty": NUMBER,
     "max_tokens": INTEGER,
     "seed": maybe(INTEGER),
+    "enable_thinking": maybe(FLAG),
+    "tools": Kind("an array", ARRAY.is_type, lambda value, where: _texts(value, where)),
 }
 STATS = {
     "model": maybe(TEXT),
@@ -213,6 +215,10 @@ MESSAGE = {
     "tool_name": maybe(TEXT),
 }
 TOOL_CALL = {"id": TEXT, "name": TEXT, "arguments": TEXT}
+
+
+def _texts(items: list[Any], where: str) -> tuple[str, ...]:
+    return tuple(TEXT.check(item, f"{where}[{i}]") for i, item in enumerate(items))
 
 
 def _tool_calls(items: list[Any], where: str) -> tuple[ToolCall, ...]:

@@ -18,6 +18,7 @@ from app.backends import (
     ReplyChunk,
     SamplingOptions,
     TokenCount,
+    ToolCallRecord,
 )
 from app.components.view_models import MessageView, SamplingView
 
@@ -46,6 +47,7 @@ class Request:
     continues: bool = False  # continue_final_message: goes on with the last (assistant) message
     cache_tag: str | None = None
     text: str = ""
+    reasoning: str = ""
     ended: bool = False
     finish_reason: str | None = None
     _queue: asyncio.Queue = field(default_factory=asyncio.Queue)
@@ -59,6 +61,17 @@ class Request:
         timings in `stats`); returns once the chat took the chunk."""
         self.text += delta
         await self._hand_over(ReplyChunk(delta, self.text, finish_reason, **stats))
+
+    async def think(self, delta: str) -> None:
+        """Stream a piece of the model's reasoning (before its answer)."""
+        self.reasoning += delta
+        await self._hand_over(ReplyChunk("", self.text, delta_reasoning=delta,
+                                         reasoning=self.reasoning))
+
+    async def call_tools(self, *calls: ToolCallRecord) -> None:
+        """End the reply by calling these tools, as a backend's last chunk says it."""
+        await self._hand_over(ReplyChunk("", self.text, "tool_calls", reasoning=self.reasoning,
+                                         tool_calls=calls))
 
     async def read(self, num_computed_tokens: int, num_prompt_tokens: int) -> None:
         """Report how much of the prompt is read, as a backend does before a long prompt's
@@ -130,6 +143,7 @@ class ScriptedBackend:
 
     location = "this test"
     max_model_len_known = True
+    thinking_switch = False
 
     def __init__(self, model_name: str = "fake-model", max_model_len: int = 4096) -> None:
         self.model_name = model_name
@@ -268,6 +282,9 @@ class RecordingView:
 
     def append_delta(self, message_id: int, delta: str) -> None:
         self._record("append_delta", message_id, delta)
+
+    def append_reasoning(self, message_id: int, delta: str) -> None:
+        self._record("append_reasoning", message_id, delta)
 
     def show_reading(self, message_id: int, text: str | None) -> None:
         self._record("show_reading", message_id, text)

@@ -59,10 +59,10 @@ class FakeTokenizer:
 class FakeEngine:
     """Streams what the test says; shutdown ends its streams with "abort", as AsyncEngine's does."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, tokenizer: FakeTokenizer | None = None) -> None:
         self.model_name = name
         self.max_model_len = 2048
-        self.tokenizer = FakeTokenizer()
+        self.tokenizer = tokenizer or FakeTokenizer()
         self.chat_tokenizer = ChatTokenizer(self.tokenizer)
         self.requests: list[str] = []
         self.stopped = False
