@@ -30,6 +30,16 @@ class ToolCallView:
 
 
 @dataclass(slots=True, frozen=True)
+class ToolServerView:
+    """An MCP server as a chat's settings offer it: its name, its tools (name, description),
+    and where it stands in words ("running", "not started", "failed: …")."""
+
+    name: str
+    tools: tuple[tuple[str, str], ...] = ()
+    state: str = ""
+
+
+@dataclass(slots=True, frozen=True)
 class MessageView:
     """One message of the branch on screen, with what the transcript shows around it."""
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from PySide6.QtCore import QRegularExpression, Qt, QTimer, Signal
 from PySide6.QtGui import QRegularExpressionValidator
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
+    QComboBox,
     QDoubleSpinBox,
     QFormLayout,
     QHBoxLayout,
@@ -17,11 +19,13 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSpinBox,
     QToolButton,
+    QTreeWidget,
+    QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
-from app.components.view_models import SamplingView
+from app.components.view_models import SamplingView, ToolServerView
 
 TEXT_DEBOUNCE_MS = 300
 SYSTEM_PROMPT_MIN_LINES = 4
@@ -44,7 +48,16 @@ TOOLTIPS = {
     "repetition_penalty": "Makes tokens that already appeared less likely; 1.0 turns it off.",
     "max_tokens": "The longest reply the model may write, in tokens.",
     "seed": "Fixes the random choices so a reply can be reproduced; empty picks a new one each time.",
+    "enable_thinking": "Whether the model reasons before it answers, where its chat template "
+                       "has a switch for it (Qwen3 and others).",
+    "tools": "The MCP tools this chat's model may call; each call asks you first. Servers are "
+             "added in Settings → Tools.",
 }
+THINKING_CHOICES: tuple[tuple[str, bool | None], ...] = (
+    ("Model's default", None), ("On", True), ("Off", False))
+NO_THINKING_SWITCH = "This model's chat template has no thinking switch."
+NO_TOOL_SERVERS = "No tool servers yet: add MCP servers in Settings → Tools."
+CHECKED, UNCHECKED = Qt.CheckState.Checked, Qt.CheckState.Unchecked
 
 
 def _double_spin(minimum: float, maximum: float, step: float, decimals: int) -> QDoubleSpinBox:
@@ -90,6 +103,7 @@ class SettingsPanel(QWidget):
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground)  # let the theme paint it
         self._applying = False
         self._defaults = SamplingView()
+        self._shown = SamplingView()  # the last settings shown: fields no widget edits
         self._build_widgets()
         self._build_layout()
         self._debounce = QTimer(self)
@@ -117,6 +131,13 @@ class SettingsPanel(QWidget):
         self.seed_edit.setValidator(
             QRegularExpressionValidator(QRegularExpression(r"\d{0,10}"), self.seed_edit)
         )
+        self.thinking_combo = QComboBox()
+        for text, value in THINKING_CHOICES:
+            self.thinking_combo.addItem(text, value)
+        self.tools_tree = QTreeWidget()
+        self.tools_tree.setHeaderHidden(True)
+        self.tools_tree.setMinimumHeight(80)
+        self.no_tools_label = QLabel(NO_TOOL_SERVERS, objectName="noToolServers", wordWrap=True)
         self.target_label = QLabel("This chat")
         self.target_label.setObjectName("settingsTarget")
         self.target_label.setWordWrap(True)
@@ -148,6 +169,8 @@ class SettingsPanel(QWidget):
             ("repetition_penalty", "Repetition penalty", self.repetition_penalty_spin),
             ("max_tokens", "Max tokens", self.max_tokens_spin),
             ("seed", "Seed", self.seed_edit),
+            ("enable_thinking", "Thinking", self.thinking_combo),
+            ("tools", "Tools", self.tools_tree),
         ]
 
     def _build_layout(self) -> None:
@@ -161,7 +184,7 @@ class SettingsPanel(QWidget):
             label.setBuddy(widget)
             widget.setObjectName(key)
             widget.setToolTip(TOOLTIPS[key])
-            if key == "system_prompt":
+            if key in ("system_prompt", "tools"):
                 form.addRow(label)
                 form.addRow(widget)
             else:
@@ -169,6 +192,7 @@ class SettingsPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(self.target_label)
         layout.addLayout(form)
+        layout.addWidget(self.no_tools_label)
         buttons = QHBoxLayout()
         buttons.addWidget(self.make_default_button)
         buttons.addStretch(1)
@@ -189,6 +213,8 @@ class SettingsPanel(QWidget):
             self.max_tokens_spin,
         ):
             box.valueChanged.connect(self._on_value_edited)
+        self.thinking_combo.currentIndexChanged.connect(self._on_value_edited)
+        self.tools_tree.itemChanged.connect(self._on_tool_checked)
         self.reset_button.clicked.connect(self.reset_to_defaults)
         self.restore_built_in_action.triggered.connect(self.restore_built_in_values)
         self.make_default_button.clicked.connect(
@@ -216,7 +242,88 @@ class SettingsPanel(QWidget):
         finally:
             self._applying = False
 
+    def set_thinking_switch(self, available: bool) -> None:
+        """Whether the model in service has a thinking switch; without one the choice stays
+        (for a model that has one) but is greyed out, and says why."""
+        self.thinking_combo.setEnabled(available)
+        self.thinking_combo.setToolTip(TOOLTIPS["enable_thinking"] if available
+                                       else NO_THINKING_SWITCH)
+
+    def set_tool_servers(self, servers: Sequence[ToolServerView]) -> None:
+        """The MCP servers and their tools a chat may turn on (checked where the chat has)."""
+        self._applying = True
+        try:
+            self.tools_tree.clear()
+            for server in servers:
+                self._add_server_item(server)
+            self._check_tools(self._shown.tools)
+        finally:
+            self._applying = False
+        self.tools_tree.setVisible(bool(servers))
+        self.no_tools_label.setVisible(not servers)
+
+    def _add_server_item(self, server: ToolServerView) -> None:
+        item = QTreeWidgetItem([server.name if not server.state
+                                else f"{server.name} ({server.state})"])
+        item.setData(0, Qt.ItemDataRole.UserRole, server.name)
+        item.setCheckState(0, UNCHECKED)
+        item.setToolTip(0, f"Every tool of {server.name}")
+        for name, description in server.tools:
+            child = QTreeWidgetItem([name])
+            child.setData(0, Qt.ItemDataRole.UserRole, f"{server.name}/{name}")
+            child.setToolTip(0, description)
+            child.setCheckState(0, UNCHECKED)
+            item.addChild(child)
+        self.tools_tree.addTopLevelItem(item)
+        item.setExpanded(False)
+
+    def _check_tools(self, selectors: tuple[str, ...]) -> None:
+        for i in range(self.tools_tree.topLevelItemCount()):
+            server = self.tools_tree.topLevelItem(i)
+            whole = server.data(0, Qt.ItemDataRole.UserRole) in selectors
+            server.setCheckState(0, CHECKED if whole else UNCHECKED)
+            for j in range(server.childCount()):
+                child = server.child(j)
+                chosen = whole or child.data(0, Qt.ItemDataRole.UserRole) in selectors
+                child.setCheckState(0, CHECKED if chosen else UNCHECKED)
+
+    def _chosen_tools(self) -> tuple[str, ...]:
+        """The selectors the tree shows: a server checked whole, else its checked tools; a
+        selector for a server not listed now (removed, or not yet read) is kept."""
+        listed, chosen = set(), []
+        for i in range(self.tools_tree.topLevelItemCount()):
+            server = self.tools_tree.topLevelItem(i)
+            name = server.data(0, Qt.ItemDataRole.UserRole)
+            listed.add(name)
+            if server.checkState(0) == CHECKED:
+                chosen.append(name)
+                continue
+            for j in range(server.childCount()):
+                child = server.child(j)
+                if child.checkState(0) == CHECKED:
+                    chosen.append(child.data(0, Qt.ItemDataRole.UserRole))
+        kept = [s for s in self._shown.tools if s.split("/", 1)[0] not in listed]
+        return tuple(kept + chosen)
+
+    def _on_tool_checked(self, item: QTreeWidgetItem, _column: int) -> None:
+        if self._applying:
+            return
+        self._applying = True
+        try:
+            if item.parent() is None:  # a server: all of its tools follow it
+                for j in range(item.childCount()):
+                    item.child(j).setCheckState(0, item.checkState(0))
+            elif item.checkState(0) == UNCHECKED:
+                item.parent().setCheckState(0, UNCHECKED)
+        finally:
+            self._applying = False
+        self._on_value_edited()
+
     def _apply_to_widgets(self, settings: SamplingView) -> None:
+        self._shown = settings
+        self.thinking_combo.setCurrentIndex(
+            [value for _text, value in THINKING_CHOICES].index(settings.enable_thinking))
+        self._check_tools(settings.tools)
         if self.system_prompt_edit.toPlainText() != settings.system_prompt:
             self.system_prompt_edit.setPlainText(settings.system_prompt)
         self.temperature_spin.setValue(settings.temperature)
@@ -230,7 +337,8 @@ class SettingsPanel(QWidget):
 
     def settings(self) -> SamplingView:
         """The settings as the widgets show them now."""
-        return SamplingView(
+        return replace(
+            self._shown,
             system_prompt=self.system_prompt_edit.toPlainText(),
             temperature=round(self.temperature_spin.value(), 2),
             top_p=round(self.top_p_spin.value(), 2),
@@ -239,6 +347,8 @@ class SettingsPanel(QWidget):
             repetition_penalty=round(self.repetition_penalty_spin.value(), 2),
             max_tokens=self.max_tokens_spin.value(),
             seed=self._seed(),
+            enable_thinking=self.thinking_combo.currentData(),
+            tools=self._chosen_tools(),
         )
 
     def _seed(self) -> int | None:

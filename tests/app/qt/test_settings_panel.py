@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel
 
-from app.components.view_models import SamplingView
+from app.components.view_models import SamplingView, ToolServerView
 from app.qt.widgets.settings_panel import (
     ALREADY_DEFAULTS,
     BUILT_IN_DONE,
@@ -209,8 +209,8 @@ def test_restoring_built_in_values_resets_the_chat_and_the_defaults(qtbot):
 def test_every_knob_has_a_label_with_a_one_line_tooltip(qtbot):
     panel = make_panel(qtbot)
     labels = [label for label in panel.findChildren(QLabel)
-              if label not in (panel.target_label, panel.note_label)]  # not knobs
-    assert len(labels) == 8
+              if label not in (panel.target_label, panel.note_label, panel.no_tools_label)]
+    assert len(labels) == 10
     for label in labels:
         assert label.toolTip()
         assert "\n" not in label.toolTip()
@@ -236,3 +236,57 @@ def test_a_long_title_is_cut_in_the_heading_and_whole_in_its_tooltip(qtbot):
     panel.set_target("Short")
     assert panel.target_label.text() == "Settings of “Short” (this chat only)"
     assert panel.target_label.toolTip() == ""
+
+
+SERVERS = [ToolServerView("files", (("read", "Reads a file"), ("write", "Writes a file"))),
+           ToolServerView("math", (("add", "Adds"),), "running")]
+
+
+def tool_item(panel: SettingsPanel, *names: str):
+    item = next(panel.tools_tree.topLevelItem(i) for i in range(panel.tools_tree.topLevelItemCount())
+                if panel.tools_tree.topLevelItem(i).data(0, Qt.ItemDataRole.UserRole) == names[0])
+    if len(names) == 1:
+        return item
+    return next(item.child(j) for j in range(item.childCount())
+                if item.child(j).text(0) == names[1])
+
+
+def test_the_thinking_choice_round_trips_and_is_greyed_where_the_model_has_no_switch(qtbot):
+    panel = make_panel(qtbot)
+    panel.set_settings(SamplingView(enable_thinking=False))
+    assert panel.settings().enable_thinking is False
+    with qtbot.waitSignal(panel.settings_changed) as emitted:
+        panel.thinking_combo.setCurrentIndex(1)
+    assert emitted.args[0].enable_thinking is True
+    panel.set_thinking_switch(False)
+    assert not panel.thinking_combo.isEnabled()
+    assert "no thinking switch" in panel.thinking_combo.toolTip()
+
+
+def test_checking_a_server_or_single_tools_chooses_them_for_the_chat(qtbot):
+    panel = make_panel(qtbot)
+    panel.set_tool_servers(SERVERS)
+    assert panel.no_tools_label.isHidden()
+    with qtbot.waitSignal(panel.settings_changed) as emitted:
+        tool_item(panel, "files", "read").setCheckState(0, Qt.CheckState.Checked)
+    assert emitted.args[0].tools == ("files/read",)
+    with qtbot.waitSignal(panel.settings_changed) as emitted:
+        tool_item(panel, "math").setCheckState(0, Qt.CheckState.Checked)
+    assert emitted.args[0].tools == ("files/read", "math")
+    assert tool_item(panel, "math", "add").checkState(0) == Qt.CheckState.Checked
+
+
+def test_a_chats_tools_survive_edits_of_other_knobs_and_servers_not_listed(qtbot):
+    panel = make_panel(qtbot)
+    panel.set_settings(SamplingView(tools=("files", "gone/tool")))
+    panel.set_tool_servers(SERVERS)
+    assert tool_item(panel, "files", "write").checkState(0) == Qt.CheckState.Checked
+    with qtbot.waitSignal(panel.settings_changed) as emitted:
+        panel.temperature_spin.setValue(0.3)
+    assert set(emitted.args[0].tools) == {"files", "gone/tool"}
+
+
+def test_without_servers_the_panel_says_where_to_add_them(qtbot):
+    panel = make_panel(qtbot)
+    panel.set_tool_servers([])
+    assert panel.tools_tree.isHidden() and not panel.no_tools_label.isHidden()
