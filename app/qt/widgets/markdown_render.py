@@ -2,7 +2,8 @@
 
 Qt renders prose, lists and tables well but does not highlight code, so a message is split at its
 fenced code blocks first. Raw HTML in a message is shown as text (`MarkdownNoHTML`): model output is
-never interpreted as markup.
+never interpreted as markup. Math in the prose is cut out before Qt reads it and drawn afterwards
+(markdown_math, math_insert); block quotes are restyled after Qt laid them out.
 """
 
 from __future__ import annotations
@@ -21,11 +22,16 @@ from PySide6.QtGui import (
     QColor,
     QFont,
     QFontDatabase,
+    QTextBlock,
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
     QTextDocument,
 )
+
+from app.qt.widgets.markdown_math import hide_math
+from app.qt.widgets.math_insert import insert_formulas
+from app.qt.widgets.quote_bars import QUOTE_INDENT, quote_level
 
 MARKDOWN_FEATURES = (
     QTextDocument.MarkdownFeature.MarkdownDialectGitHub
@@ -110,11 +116,14 @@ def _flush_prose(prose: list[str], segments: list[Segment]) -> None:
 
 @dataclass(slots=True, frozen=True)
 class RenderStyle:
-    """What the renderer needs from the palette: code colors and how code-block headers look."""
+    """What the renderer needs from the palette and screen: code colors, how code-block headers
+    and quotes look, the colour of formulas and the pixel ratio they are drawn at."""
 
     dark: bool
     muted_text: QColor
     link: QColor
+    text: QColor
+    device_pixel_ratio: float = 1.0
 
 
 def insert_markdown(
@@ -130,16 +139,74 @@ def insert_markdown(
             _insert_code_block(cursor, segment, style, copy_href(len(codes)))
             codes.append(segment.text)
         else:
-            _insert_prose(cursor, segment.text)
+            _insert_prose(cursor, segment.text, style)
     return codes
 
 
-def _insert_prose(cursor: QTextCursor, text: str) -> None:
+def _insert_prose(cursor: QTextCursor, text: str, style: RenderStyle) -> None:
+    hidden = hide_math(_without_blank_edges(text))
     cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
     start = cursor.position()
-    cursor.insertMarkdown(_hard_line_breaks(text), MARKDOWN_FEATURES)
+    cursor.insertMarkdown(_hard_line_breaks(hidden.markdown), MARKDOWN_FEATURES)
     if cursor.position() > start and not cursor.block().text():
         cursor.deletePreviousChar()  # Qt may end the fragment with an empty paragraph
+    _drop_empty_first_block(cursor, start)
+    _style_quotes(cursor, start, style)
+    insert_formulas(cursor, start, hidden, style.text, style.device_pixel_ratio)
+
+
+def _without_blank_edges(text: str) -> str:
+    """`text` less its leading and trailing blank lines: Qt makes a leading one a paragraph."""
+    lines = text.split("\n")
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return "\n".join(lines)
+
+
+def _drop_empty_first_block(cursor: QTextCursor, start: int) -> None:
+    """Remove the block made for the prose when Qt left it empty and began a new one (a list)."""
+    first = cursor.document().findBlock(start)
+    if first.text() or first.position() + first.length() > cursor.position():
+        return
+    remover = QTextCursor(cursor.document())
+    remover.setPosition(start)
+    remover.deletePreviousChar()  # joins the empty block to the one before, which keeps its format
+
+
+def _style_quotes(cursor: QTextCursor, start: int, style: RenderStyle) -> None:
+    """Qt indents a quote 40 px on both sides; ours leave room for a bar (quote_bars) and are muted."""
+    block = cursor.document().findBlock(start)
+    while block.isValid() and block.position() <= cursor.position():
+        if quote_level(block):
+            _style_quote(block, style)
+        block = block.next()
+
+
+def _style_quote(block: QTextBlock, style: RenderStyle) -> None:
+    line = QTextCursor(block)
+    fmt = block.blockFormat()
+    fmt.setLeftMargin(quote_level(block) * QUOTE_INDENT)
+    fmt.setRightMargin(0)
+    line.setBlockFormat(fmt)
+    muted = QTextCharFormat()
+    muted.setForeground(style.muted_text)
+    for position, length in _unlinked_runs(block):  # links keep their colour
+        line.setPosition(position)
+        line.setPosition(position + length, QTextCursor.MoveMode.KeepAnchor)
+        line.mergeCharFormat(muted)
+
+
+def _unlinked_runs(block: QTextBlock) -> list[tuple[int, int]]:
+    runs = []
+    fragments = block.begin()
+    while not fragments.atEnd():
+        fragment = fragments.fragment()
+        if not fragment.charFormat().isAnchor():
+            runs.append((fragment.position(), fragment.length()))
+        fragments += 1
+    return runs
 
 
 def _hard_line_breaks(text: str) -> str:

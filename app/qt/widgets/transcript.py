@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from functools import partial
 
-from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QEvent, QPoint, QPointF, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (
     QColor,
     QDesktopServices,
     QFont,
     QGuiApplication,
+    QPainter,
+    QPaintEvent,
     QPalette,
     QResizeEvent,
     QShowEvent,
@@ -34,6 +36,7 @@ from PySide6.QtWidgets import QTextBrowser, QToolButton, QVBoxLayout, QWidget
 
 from app.components.view_models import MessageView, Role
 from app.qt.widgets.markdown_render import RenderStyle, insert_markdown, link_format
+from app.qt.widgets.quote_bars import quote_bars
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +79,8 @@ class _Colors:
     assistant_background: QColor
     system_background: QColor
     border: QColor
+    quote_bar: QColor
+    text: QColor
     muted: QColor
     link: QColor
     error: QColor
@@ -87,7 +92,21 @@ class _Colors:
 
 
 class _TranscriptBrowser(QTextBrowser):
-    """A QTextBrowser that loads no resources: images named by model output are never fetched."""
+    """A QTextBrowser that loads no resources (images named by model output are never fetched)
+    and draws a bar left of each block quote."""
+
+    quote_bar_color = QColor("#d0d7de")
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        super().paintEvent(event)
+        scrolled = QPointF(self.horizontalScrollBar().value(), self.verticalScrollBar().value())
+        first = self.cursorForPosition(QPoint(0, 0)).block()
+        bars = quote_bars(first, scrolled.y() + self.viewport().height())
+        if bars:
+            painter = QPainter(self.viewport())
+            painter.translate(-scrolled)
+            for bar in bars:
+                painter.fillRect(bar, self.quote_bar_color)
 
     def loadResource(self, resource_type: int, name: QUrl) -> object:
         return None
@@ -137,6 +156,7 @@ class TranscriptView(QWidget):
         self._blocks: dict[int, _Block] = {}
         self._order: list[int] = []
         self._colors = self._palette_colors()
+        self._browser.quote_bar_color = self._colors.quote_bar
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self._browser)
@@ -313,7 +333,10 @@ class TranscriptView(QWidget):
             cursor.insertText(block.content(), QTextCharFormat())
             block.codes = []
             return
-        style = RenderStyle(self._colors.dark, self._colors.muted, self._colors.link)
+        colors = self._colors
+        style = RenderStyle(
+            colors.dark, colors.muted, colors.link, colors.text, self.devicePixelRatioF()
+        )
         message_id = block.view.id
         block.codes = insert_markdown(
             cursor, block.content(), style, lambda n: self._href("copy-code", message_id, n)
@@ -428,6 +451,8 @@ class TranscriptView(QWidget):
             assistant_background=_mix(base, text, 0.04),
             system_background=_mix(base, text, 0.09),
             border=_mix(base, text, 0.15),
+            quote_bar=_mix(base, text, 0.3),
+            text=text,
             muted=_mix(text, base, 0.45),
             link=palette.color(QPalette.ColorRole.Link),
             error=QColor("#ef5350" if dark else "#c62828"),
@@ -437,7 +462,9 @@ class TranscriptView(QWidget):
         super().changeEvent(event)
         if event.type() == QEvent.Type.PaletteChange:
             self._colors = self._palette_colors()
-            for message_id in self._order:
+            self._browser.quote_bar_color = self._colors.quote_bar
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.DevicePixelRatioChange):
+            for message_id in self._order:  # formulas are drawn in the text's colour, at the ratio
                 self._rerender(self._blocks[message_id])
 
     # -- actions and scrolling ------------------------------------------------------------------
