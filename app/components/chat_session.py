@@ -617,9 +617,12 @@ class ChatSession:
         if self.tools is None or not selectors:
             return ()
         self.view.show_reading(self.reply.message.id, "starting this chat's tools…")
-        specs = await self.tools.specs(selectors)
+        offer = await self.tools.offer(selectors)
         self.view.show_reading(self.reply.message.id, None)
-        return specs
+        if offer.problems:
+            self._notify("Some of this chat's tools are left out of this reply: "
+                         + "; ".join(offer.problems), error=True)
+        return offer.specs
 
     def _show_prompt_usage(self, backend: ChatBackend, fitted: FittedPrompt) -> None:
         """The meter shows what this reply reads, as soon as it is counted: a long paste is

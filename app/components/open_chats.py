@@ -12,6 +12,7 @@ from app.components.chat_defaults import load_chat_defaults
 from app.components.chat_session import ChatSession
 from app.components.chat_sources import LOCAL, ChatSources, RemoteSource
 from app.components.tasks import TaskSet
+from app.components.tool_turns import ChatTools
 
 logger = logging.getLogger(__name__)
 
@@ -27,9 +28,12 @@ class OpenChats:
     `on_purged(conversation_id)` (an untouched new chat was closed and removed from the store).
     """
 
-    def __init__(self, db: AsyncStore, sources: ChatSources) -> None:
+    def __init__(self, db: AsyncStore, sources: ChatSources,
+                 tools: Callable[[], ChatTools | None] = lambda: None) -> None:
+        """`tools()` gives each chat opened the tools its model may call (None: none)."""
         self.db = db
         self.sources = sources
+        self._tools = tools
         self.ids: list[int] = []
         self.current: int | None = None
         self.sessions: dict[int, ChatSession] = {}
@@ -86,7 +90,8 @@ class OpenChats:
         if cid in self.sessions:
             self.select(cid)
             return self.sessions[cid]
-        session = ChatSession(cid, self.db, self.sources.source(self.sources.chosen_for(cid)))
+        session = ChatSession(cid, self.db, self.sources.source(self.sources.chosen_for(cid)),
+                              tools=self._tools())
         self.sessions[cid] = session
         self.ids.append(cid)
         self.on_opened(session)

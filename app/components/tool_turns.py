@@ -32,6 +32,15 @@ class ToolOutcome:
     text: str
 
 
+@dataclass(slots=True, frozen=True)
+class ToolOffer:
+    """The functions a chat's model is shown, and what kept others out, in words (a server
+    that would not start)."""
+
+    specs: tuple[ToolSpec, ...] = ()
+    problems: tuple[str, ...] = ()
+
+
 class ChatTools(Protocol):
     """The tools chats may give their model (Settings -> Tools). Called on the app's loop."""
 
@@ -39,13 +48,13 @@ class ChatTools(Protocol):
     def max_calls_per_turn(self) -> int:
         """How many calls one turn may make before its model must answer without tools."""
 
-    async def specs(self, selectors: Sequence[str]) -> tuple[ToolSpec, ...]:
+    async def offer(self, selectors: Sequence[str]) -> ToolOffer:
         """The functions a chat with these selectors ("server", "server/tool") may call, as the
         model is shown them. Starts servers that are not running; a server that cannot start
-        is left out (its failure is in its status and log)."""
+        is left out, and said why."""
 
     def server_of(self, name: str) -> str | None:
-        """The server of the function `name`, as `specs` named it; None: unknown."""
+        """The server of the function `name`, as `offer` named it; None: unknown."""
 
     def always_allowed(self, name: str) -> bool:
         """Whether calls of `name` run without asking (the user's "Always for this tool")."""

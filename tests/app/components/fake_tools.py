@@ -4,10 +4,11 @@ The MCP-backed tools are tested with a real MCP server (test_mcp_chat_tools.py).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 
 from app.backends import ToolCallRecord, ToolSpec
-from app.components.tool_turns import ToolOutcome
+from app.components.tool_turns import ToolOffer, ToolOutcome
 
 ADD = ToolSpec("add", "Adds two integers.", {"type": "object", "properties": {
     "a": {"type": "integer"}, "b": {"type": "integer"}}})
@@ -30,9 +31,9 @@ class FakeTools:
         self.asked_specs: list[tuple[str, ...]] = []
         self._always: set[str] = set()
 
-    async def specs(self, selectors: Sequence[str]) -> tuple[ToolSpec, ...]:
+    async def offer(self, selectors: Sequence[str]) -> ToolOffer:
         self.asked_specs.append(tuple(selectors))
-        return (ADD, HANG, BROKEN) if "fake" in selectors else ()
+        return ToolOffer((ADD, HANG, BROKEN) if "fake" in selectors else ())
 
     def server_of(self, name: str) -> str | None:
         return "fake" if name in ("add", "hang", "broken") else None
@@ -53,6 +54,5 @@ class FakeTools:
                 raise
         if name == "broken":
             return ToolOutcome("failed", "fake: the server exited (code 1)")
-        import json
         args = json.loads(arguments)
         return ToolOutcome("done", str(args["a"] + args["b"]))

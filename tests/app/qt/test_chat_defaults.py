@@ -1,9 +1,12 @@
 """Defaults for new chats, in the window: the settings panel names the chat it edits, "Use as
 default for new chats" keeps its settings in the store, and new chats start with them."""
 
-from dataclasses import asdict
 
-from app.components.chat_defaults import NEW_CHAT_DEFAULTS_SETTING, load_chat_defaults
+from app.components.chat_defaults import (
+    NEW_CHAT_DEFAULTS_SETTING,
+    chat_defaults_from,
+    load_chat_defaults,
+)
 from app.components.view_models import SamplingView
 from app.qt.widgets.settings_panel import SYSTEM_PROMPT_MIN_LINES
 
@@ -76,8 +79,8 @@ def test_restoring_built_in_values_brings_them_back_for_new_chats_too(window_on,
 
     panel.restore_built_in_action.trigger()
 
-    qtbot.waitUntil(lambda: window.db.store.get_setting(NEW_CHAT_DEFAULTS_SETTING)
-                    == asdict(SamplingView()), timeout=5000)
+    qtbot.waitUntil(lambda: chat_defaults_from(window.db.store.get_setting(
+        NEW_CHAT_DEFAULTS_SETTING)) == SamplingView(), timeout=5000)
     assert "built-in" in panel.note()
     qtbot.waitUntil(lambda: window.db.store.get_conversation(window.chats.current).sampling
                     == SamplingView().sampling(), timeout=5000)
