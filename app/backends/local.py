@@ -55,11 +55,15 @@ class LocalBackend:
         self._engine = engine
         self.model_name = engine.model_name
         self.max_model_len = engine.max_model_len
-        self.thinking_switch = "enable_thinking" in (engine.chat_template or "")
         self._last_ttft: float | None = None
         self._starting = StartingReplies()
         self._ids = itertools.count()
         self._encoded: OrderedDict[tuple[ChatMessage, ...], list[int]] = OrderedDict()
+
+    @property
+    def thinking_switch(self) -> bool:
+        """Whether the model's chat template reads `enable_thinking`."""
+        return "enable_thinking" in (self._engine.chat_template or "")
 
     @property
     def engine(self) -> AsyncEngine:

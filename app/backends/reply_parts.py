@@ -2,6 +2,9 @@
 "tool_calls"}), as both backends read them: a server's chunks, and the engine's reply in this
 process as the server's own parsers shape it. So a ReplyChunk means the same from either.
 
+A server that does not split reasoning from the answer sends it as `<think>…</think>` at the
+start of the content: that is read as reasoning too (the engine's reasoning parser).
+
 Tool calls come by index: the first delta of a call brings its id and name, the next ones its
 arguments in pieces (vLLM, SGLang, Pagoda), or one delta brings the whole call (Ollama). Without
 an index, a delta with a new id starts a call and one without continues the last.
@@ -13,6 +16,7 @@ import json
 from dataclasses import dataclass, field
 
 from app.backends.types import FinishReason, ReplyChunk, ToolCallRecord
+from engine.parsers.reasoning import ReasoningParser
 
 
 class MalformedDeltaError(ValueError):
@@ -46,6 +50,7 @@ class ReplyParts:
     def __init__(self) -> None:
         self.text = ""
         self.reasoning = ""
+        self._think = ReasoningParser().streamer(starts_in_reasoning=False)
         self._calls: dict[int, _Call] = {}
         self._last_index: int | None = None
 
@@ -63,6 +68,9 @@ class ReplyParts:
         # vLLM, DeepSeek, llama.cpp and Pagoda say reasoning_content, Ollama and newer vLLM
         # reasoning; a server in between sends both, the same text.
         reasoning = _text(delta, "reasoning_content") or _text(delta, "reasoning")
+        if content:
+            thought, content = self._think.feed(content)
+            reasoning += thought
         called = self._add_calls(delta.get("tool_calls"))
         self.text += content
         self.reasoning += reasoning
@@ -78,6 +86,11 @@ class ReplyParts:
         if finish_reason == "stop" and self.called:
             finish_reason = "tool_calls"
         finished = finish_reason is not None
+        if finished:  # text held back as a possible `<think>` tag is what it is
+            thought, held = self._think.finish()
+            self.text += held
+            self.reasoning += thought
+            step = Step(step.content + held, step.reasoning + thought)
         return ReplyChunk(step.content, self.text, finish_reason, delta_reasoning=step.reasoning,
                           reasoning=self.reasoning, tool_calls=self.tool_calls(finished),
                           **counts)

@@ -10,6 +10,7 @@ from conftest import run
 from app.backends import ChatMessage, SamplingOptions, ToolCallRecord
 from app.backends.estimate import estimate_tokens
 from app.backends.meter import ThroughputMeter
+from app.backends.reply_parts import NOTHING, ReplyParts
 from app.backends.sse import sse_data
 from engine.text.chat_template import encode_chat
 
@@ -116,3 +117,22 @@ def test_quoting_keeps_an_ellipsis_and_drops_one_full_stop():
     assert clause("cut short...") == "cut short..."
     assert clause(" no such file. ") == "no such file"
     assert clause(ValueError("bad value.")) == "bad value"
+
+
+@pytest.mark.parametrize("pieces", [["<think>plan it</think>", "Answer."],
+                                    ["<th", "ink>plan", " it</thi", "nk>\n\nAns", "wer."],
+                                    ["  <think>plan it</think>Answer."]])
+def test_think_tags_in_a_servers_content_are_read_as_reasoning(pieces):
+    parts = ReplyParts()
+    chunks = [parts.chunk(parts.add({"content": piece}) or NOTHING) for piece in pieces]
+    chunks.append(parts.chunk(NOTHING, "stop"))
+    assert "".join(c.delta_reasoning for c in chunks) == "plan it"
+    assert "".join(c.delta_text for c in chunks) == "Answer."
+    assert (chunks[-1].reasoning, chunks[-1].text) == ("plan it", "Answer.")
+
+
+def test_text_that_only_looks_like_a_tag_at_first_is_the_answer():
+    parts = ReplyParts()
+    first = parts.add({"content": "<th"})
+    last = parts.chunk(NOTHING, "stop")
+    assert first is None and (last.delta_text, last.text, last.reasoning) == ("<th", "<th", "")
