@@ -74,6 +74,9 @@ class ChatTab(QWidget):
     def append_delta(self, message_id: int, delta: str) -> None:
         self.transcript.append_delta(message_id, delta)
 
+    def append_reasoning(self, message_id: int, delta: str) -> None:
+        self.transcript.append_reasoning(message_id, delta)
+
     def show_reading(self, message_id: int, text: str | None) -> None:
         self.transcript.show_activity(message_id, text)
 

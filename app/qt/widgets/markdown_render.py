@@ -245,13 +245,27 @@ def _joins_in_paragraph(line: str, after: str) -> bool:
     return not line.endswith(("\\", "_", "~"))
 
 
+def insert_plain_code(cursor: QTextCursor, text: str, style: RenderStyle) -> None:
+    """`text` as a new code block, monospace on the code background, unhighlighted and without
+    a header; long lines wrap (a tool's result is often one long line of JSON)."""
+    fmt = _code_block_format(_code_background(style))
+    fmt.setNonBreakableLines(False)
+    cursor.insertBlock(fmt, code_char_format())
+    cursor.insertText(text, code_char_format())
+
+
+def _code_background(style: RenderStyle) -> QColor:
+    style_name = DARK_CODE_STYLE if style.dark else LIGHT_CODE_STYLE
+    return QColor(get_style_by_name(style_name).background_color)
+
+
 def _insert_code_block(
     cursor: QTextCursor, segment: Segment, style: RenderStyle, copy_href: str
 ) -> None:
     style_name = DARK_CODE_STYLE if style.dark else LIGHT_CODE_STYLE
-    background = QColor(get_style_by_name(style_name).background_color)
+    background = _code_background(style)
     _insert_code_header(cursor, segment.language or "", style, background, copy_href)
-    cursor.insertBlock(_code_block_format(background), _code_char_format())
+    cursor.insertBlock(_code_block_format(background), code_char_format())
     formats = _token_formats(style_name)
     for token_type, value in _lexer_for(segment.language or "").get_tokens(segment.text):
         cursor.insertText(value, _format_for(formats, token_type))
@@ -299,7 +313,8 @@ def _code_block_format(background: QColor) -> QTextBlockFormat:
     return fmt
 
 
-def _code_char_format() -> QTextCharFormat:
+def code_char_format() -> QTextCharFormat:
+    """Monospace, in the system's fixed font."""
     fmt = QTextCharFormat()
     fixed = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
     fmt.setFontFamilies([fixed.family()])
@@ -325,11 +340,11 @@ def _token_formats(style_name: str) -> dict[_TokenType, QTextCharFormat]:
 def _format_for(formats: dict[_TokenType, QTextCharFormat], token_type: _TokenType) -> QTextCharFormat:
     while token_type not in formats and token_type.parent is not None:
         token_type = token_type.parent
-    return formats.get(token_type, _code_char_format())
+    return formats.get(token_type, code_char_format())
 
 
 def _char_format(spec: dict) -> QTextCharFormat:
-    fmt = _code_char_format()
+    fmt = code_char_format()
     if spec["color"]:
         fmt.setForeground(QColor(f"#{spec['color']}"))
     if spec["bgcolor"]:

@@ -2,7 +2,12 @@
 
 All messages share one QTextDocument so text can be selected across them, yet each message lives in
 its own QTextFrame and is only ever rewritten inside that frame: a streamed delta is an insertText at
-the frame's end, and a finished message is re-rendered as Markdown within its frame alone.
+the end of the answer streamed so far, and a finished message is re-rendered as Markdown within its
+frame alone.
+
+Above an answer, a reply's reasoning folds under one "Thought for 12 s" line; below it, each tool call
+the reply made, with Run / Always / Deny while it waits for the user. A tool's result is a compact
+frame of its own, folded to its first line.
 """
 
 from __future__ import annotations
@@ -29,14 +34,33 @@ from PySide6.QtGui import (
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
+    QTextFormat,
     QTextFrame,
     QTextFrameFormat,
 )
 from PySide6.QtWidgets import QTextBrowser, QToolButton, QVBoxLayout, QWidget
 
-from app.components.view_models import MessageView, Role
-from app.qt.widgets.markdown_render import RenderStyle, insert_markdown, link_format
-from app.qt.widgets.quote_bars import quote_bars
+from app.components.view_models import MessageView, Role, ToolCallView
+from app.qt.widgets.markdown_render import (
+    LINE_SEPARATOR,
+    RenderStyle,
+    code_char_format,
+    insert_markdown,
+    insert_plain_code,
+    link_format,
+)
+from app.qt.widgets.quote_bars import QUOTE_INDENT, quote_bars
+from app.qt.widgets.transcript_text import (
+    ARGUMENTS_SHOWN,
+    CALL_STATE_WORDS,
+    THINKING,
+    arguments_tooltip,
+    compact_arguments,
+    elide,
+    result_preview,
+    result_title,
+    thought_label,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +73,8 @@ WRITING = "writing…"  # a streaming message's header, unless it says what it d
 COPIED_FEEDBACK_MS = 1500  # how long a Copy link reads "Copied" after a click
 BOTTOM_SLACK = 4  # px from the end that still counts as "at the bottom"
 JUMP_MARGIN = 12  # px between the "Jump to latest" button and the transcript's bottom edge
+# The links under a call waiting for the user, and the answer each gives the session.
+CALL_DECISIONS = (("Run", "run"), ("Always for this tool", "always"), ("Deny", "deny"))
 EMPTY_CHAT_HINT = ("Nothing here yet. Write a message in the box below and press Enter to send "
                    "it. The model picker at the top chooses what answers; Settings (Ctrl+,) "
                    "holds this chat's system prompt and sampling.")
@@ -65,11 +91,17 @@ class _Block:
     can_regenerate: bool = False
     codes: list[str] = field(default_factory=list)
     activity: str | None = None  # while streaming, in place of "writing…" (say, reading a prompt)
+    reasoning: list[str] = field(default_factory=list)
+    # While streaming: where the next answer delta goes, and the next reasoning delta while the
+    # reasoning is open. They move with the text (they are QTextCursors), past calls drawn below.
+    answer_end: QTextCursor | None = None
+    reasoning_end: QTextCursor | None = None
 
     def content(self) -> str:
-        if len(self.chunks) > 1:
-            self.chunks[:] = ["".join(self.chunks)]
-        return self.chunks[0] if self.chunks else ""
+        return _joined(self.chunks)
+
+    def reasoning_text(self) -> str:
+        return _joined(self.reasoning)
 
 
 @dataclass(slots=True, frozen=True)
@@ -84,6 +116,7 @@ class _Colors:
     muted: QColor
     link: QColor
     error: QColor
+    card: QColor  # behind a tool call in its reply
 
     def background(self, role: Role) -> QColor:
         if role == "user":
@@ -140,6 +173,7 @@ class TranscriptView(QWidget):
     edit_requested = Signal(int)  # a user message's id
     regenerate_requested = Signal(int)  # an assistant message's id
     continue_requested = Signal(int)  # a reply cut at its max tokens
+    tool_call_answered = Signal(str, str)  # a call's id, "run" / "always" / "deny"
     copied = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -155,6 +189,9 @@ class TranscriptView(QWidget):
         self._token = secrets.token_hex(8)  # model output cannot forge our action links
         self._blocks: dict[int, _Block] = {}
         self._order: list[int] = []
+        # Messages whose reasoning, or tool result, the user opened (kept for the view's life).
+        self._open_reasoning: set[int] = set()
+        self._open_results: set[int] = set()
         self._colors = self._palette_colors()
         self._browser.quote_bar_color = self._colors.quote_bar
         layout = QVBoxLayout(self)
@@ -205,17 +242,43 @@ class TranscriptView(QWidget):
         self._follow(grew=True)
 
     def append_delta(self, message_id: int, text: str) -> None:
-        """Append streamed text to a streaming block, without re-rendering anything."""
+        """Append streamed text to a streaming block's answer, re-rendering nothing (but its
+        "Thinking…" line, once, when the answer starts)."""
+        block = self._streaming_block(message_id)
+        if block is None or not text:
+            return
+        thinking = self._is_thinking(block)
+        block.chunks.append(text)
+        with self._own_edit():
+            if thinking:
+                self._rerender(block)
+            else:
+                block.answer_end.insertText(text, QTextCharFormat())
+        self._follow(grew=True)
+
+    def append_reasoning(self, message_id: int, text: str) -> None:
+        """Add streamed reasoning to a streaming block: kept aside while its reasoning is folded
+        (the document is not touched), appended where the user opened it."""
+        block = self._streaming_block(message_id)
+        if block is None or not text:
+            return
+        first = not block.reasoning_text()
+        block.reasoning.append(text)
+        if not first and block.reasoning_end is None:
+            return
+        with self._own_edit():
+            if first:
+                self._rerender(block)  # its "Thinking…" line appears
+            else:
+                block.reasoning_end.insertText(_as_lines(text), self._reasoning_format())
+        self._follow(grew=True)
+
+    def _streaming_block(self, message_id: int) -> _Block | None:
         block = self._blocks.get(message_id)
         if block is None or not block.streaming:
             logger.debug("delta for message %s that is not streaming here", message_id)
-            return
-        with self._own_edit():
-            cursor = QTextCursor(self._document)
-            cursor.setPosition(block.frame.lastPosition())
-            cursor.insertText(text, QTextCharFormat())
-        block.chunks.append(text)
-        self._follow(grew=bool(text))
+            return None
+        return block
 
     def show_activity(self, message_id: int, text: str | None) -> None:
         """Say in a streaming message's header what it is doing ("reading your message: 1,200 /
@@ -248,8 +311,13 @@ class TranscriptView(QWidget):
         return list(self._order)
 
     def message_text(self, message_id: int) -> str:
-        """The message's content as given (Markdown source, streamed text so far)."""
+        """The message's content as given (Markdown source, streamed text so far): a reply's
+        answer without its reasoning, a tool message's result."""
         return self._blocks[message_id].content()
+
+    def reasoning_text(self, message_id: int) -> str:
+        """A reply's reasoning as streamed or stored, shown or folded."""
+        return self._blocks[message_id].reasoning_text()
 
     def plain_text(self) -> str:
         """Everything the transcript shows, as plain text."""
@@ -263,7 +331,7 @@ class TranscriptView(QWidget):
             logger.debug("update for message %s that is not on screen", message.id)
             return
         with self._own_edit():
-            self._replace(block, message, streaming)
+            self._replace(block, message, streaming, keep_streamed=streaming and block.streaming)
             self._sync_regenerate()
         self._follow(grew=False)
 
@@ -292,7 +360,8 @@ class TranscriptView(QWidget):
         cursor.movePosition(QTextCursor.MoveOperation.End)
         cursor.beginEditBlock()
         frame = cursor.insertFrame(self._frame_format(view.role))
-        block = _Block(view, frame, [view.content], streaming, can_regenerate)
+        block = _Block(view, frame, [view.content], streaming, can_regenerate,
+                       reasoning=[view.reasoning or ""])
         self._fill(cursor, block)
         self._shrink_gaps_around(frame, before=not self._order)
         cursor.endEditBlock()
@@ -309,9 +378,19 @@ class TranscriptView(QWidget):
             cursor.setPosition(position)
             cursor.setBlockFormat(gap)
 
-    def _replace(self, block: _Block, view: MessageView, streaming: bool) -> None:
-        block.view, block.chunks, block.streaming = view, [view.content], streaming
-        block.activity = None
+    def _replace(
+        self, block: _Block, view: MessageView, streaming: bool, keep_streamed: bool = False
+    ) -> None:
+        """Draw `view` in place of the block's message. `keep_streamed`: the view redraws a
+        message still streaming (its calls' states), and may lag behind the deltas shown."""
+        answer, reasoning = view.content, view.reasoning or ""
+        if keep_streamed:
+            answer = _newest(block.content(), answer)
+            reasoning = _newest(block.reasoning_text(), reasoning)
+        else:
+            block.activity = None
+        block.view, block.streaming = view, streaming
+        block.chunks, block.reasoning = [answer], [reasoning]
         block.can_regenerate = self._regenerate_target() == view.id
         self._rerender(block)
 
@@ -327,21 +406,43 @@ class TranscriptView(QWidget):
 
     def _fill(self, cursor: QTextCursor, block: _Block) -> None:
         """Draw a message into its (empty) frame, `cursor` standing at the frame's start."""
+        block.codes, block.answer_end, block.reasoning_end = [], None, None
+        if block.view.role == "tool":
+            self._fill_result(cursor, block)
+            return
         self._insert_header(cursor, block)
+        reasoning_end = self._insert_reasoning(cursor, block) if block.reasoning_text() else None
         if block.streaming:
             cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
             cursor.insertText(block.content(), QTextCharFormat())
-            block.codes = []
+            answer_end = cursor.position()
+            self._insert_tool_calls(cursor, block.view)
+            # Placed once all is drawn: a cursor standing where text is inserted moves with it.
+            block.answer_end = self._cursor_at(answer_end)
+            if reasoning_end is not None:
+                block.reasoning_end = self._cursor_at(reasoning_end)
             return
+        if block.content().strip():
+            message_id = block.view.id
+            block.codes = insert_markdown(cursor, block.content(), self._render_style(),
+                                          lambda n: self._href("copy-code", message_id, n))
+        self._insert_tool_calls(cursor, block.view)
+        self._insert_footer(cursor, block.view)
+
+    def _render_style(self) -> RenderStyle:
         colors = self._colors
-        style = RenderStyle(
+        return RenderStyle(
             colors.dark, colors.muted, colors.link, colors.text, self.devicePixelRatioF()
         )
-        message_id = block.view.id
-        block.codes = insert_markdown(
-            cursor, block.content(), style, lambda n: self._href("copy-code", message_id, n)
-        )
-        self._insert_footer(cursor, block.view)
+
+    def _cursor_at(self, position: int) -> QTextCursor:
+        cursor = QTextCursor(self._document)
+        cursor.setPosition(position)
+        return cursor
+
+    def _is_thinking(self, block: _Block) -> bool:
+        """Reasoning streams and no answer has come yet."""
+        return block.streaming and bool(block.reasoning_text()) and not block.content()
 
     def _regenerate_target(self) -> int | None:
         blocks = [self._blocks[i] for i in self._order]
@@ -383,7 +484,8 @@ class TranscriptView(QWidget):
     def _insert_actions(self, cursor: QTextCursor, block: _Block) -> None:
         message_id = block.view.id
         cursor.insertText("    ", self._muted_format())
-        self._insert_action(cursor, "Copy", "copy", message_id)
+        if block.streaming or block.content() or not block.view.tool_calls:
+            self._insert_action(cursor, "Copy", "copy", message_id)  # a reply of calls has none
         if block.view.role == "user":
             cursor.insertText("  ", self._muted_format())
             self._insert_action(cursor, "Edit", "edit", message_id)
@@ -398,6 +500,96 @@ class TranscriptView(QWidget):
             cursor.insertText(label, link_format(self._href(action, *args), self._colors.link))
         else:
             cursor.insertText(label, self._muted_format())
+
+    def _insert_reasoning(self, cursor: QTextCursor, block: _Block) -> int | None:
+        """The "Thought for 12 s" line that folds the reasoning, and the reasoning when opened;
+        returns where the reasoning ends when it is shown."""
+        view = block.view
+        is_open = view.id in self._open_reasoning
+        label = THINKING if self._is_thinking(block) else thought_label(view.reasoning_s)
+        line = QTextBlockFormat()
+        line.setBottomMargin(4)
+        cursor.insertBlock(line, QTextCharFormat())
+        toggle = link_format(self._href("reasoning", view.id), self._colors.muted)
+        cursor.insertText(f"{'▾' if is_open else '▸'} {label}", toggle)
+        if not is_open:
+            return None
+        quoted = QTextBlockFormat()
+        quoted.setProperty(QTextFormat.Property.BlockQuoteLevel, 1)  # a bar left of it
+        quoted.setLeftMargin(QUOTE_INDENT)
+        quoted.setBottomMargin(6)
+        cursor.insertBlock(quoted, self._reasoning_format())
+        cursor.insertText(_as_lines(block.reasoning_text().lstrip("\n")), self._reasoning_format())
+        return cursor.position()
+
+    def _reasoning_format(self) -> QTextCharFormat:
+        fmt = self._muted_format()
+        fmt.setFontPointSize(max(self.font().pointSizeF() - 1.5, 7))
+        return fmt
+
+    def _insert_tool_calls(self, cursor: QTextCursor, view: MessageView) -> None:
+        """One card per call the reply made: the function, its server, its arguments, and
+        where it stands (Run / Always / Deny while it waits for the user)."""
+        for index, call in enumerate(view.tool_calls):
+            card = QTextBlockFormat()
+            card.setBackground(self._colors.card)
+            card.setTopMargin(8 if index == 0 else 4)
+            cursor.insertBlock(card, QTextCharFormat())
+            name = QTextCharFormat()
+            name.setFontWeight(QFont.Weight.Bold)
+            cursor.insertText(f" ⚙ {call.name}", name)
+            if call.server:
+                cursor.insertText(f"  {call.server}", self._muted_format())
+            cursor.insertText("    ", self._muted_format())
+            self._insert_call_state(cursor, view.id, index, call)
+            card.setTopMargin(0)
+            cursor.insertBlock(card, QTextCharFormat())
+            self._insert_arguments(cursor, call.arguments)
+
+    def _insert_call_state(
+        self, cursor: QTextCursor, message_id: int, index: int, call: ToolCallView
+    ) -> None:
+        if call.state == "asking":
+            for i, (label, decision) in enumerate(CALL_DECISIONS):
+                if i:
+                    cursor.insertText("  ·  ", self._muted_format())
+                self._insert_action(cursor, label, f"call-{decision}", message_id, index)
+            return
+        fmt = self._muted_format()
+        if call.state == "failed":
+            fmt.setForeground(self._colors.error)
+        cursor.insertText(CALL_STATE_WORDS[call.state], fmt)
+
+    def _insert_arguments(self, cursor: QTextCursor, arguments: str) -> None:
+        fmt = code_char_format()
+        fmt.setForeground(self._colors.muted)
+        fmt.setFontPointSize(max(self.font().pointSizeF() - 1, 7))
+        shown = compact_arguments(arguments)
+        if len(shown) > ARGUMENTS_SHOWN:
+            fmt.setToolTip(arguments_tooltip(arguments))
+        cursor.insertText(f" {elide(shown, ARGUMENTS_SHOWN)}", fmt)
+
+    def _fill_result(self, cursor: QTextCursor, block: _Block) -> None:
+        """A tool message: what became of the call, then its result folded to a line, or
+        opened as code."""
+        view = block.view
+        header = QTextBlockFormat()
+        header.setBottomMargin(2)
+        cursor.setBlockFormat(header)
+        title = self._muted_format()
+        title.setFontWeight(QFont.Weight.Bold)
+        if view.finish_reason == "failed":
+            title.setForeground(self._colors.error)
+        cursor.insertText(result_title(view), title)
+        cursor.insertText(f"  {_format_time(view.created_at)}    ", self._muted_format())
+        self._insert_action(cursor, "Copy", "copy", view.id)
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+        toggle = link_format(self._href("result", view.id), self._colors.muted)
+        if view.id not in self._open_results:
+            cursor.insertText(f"▸ {result_preview(block.content())}", toggle)
+            return
+        cursor.insertText("▾ hide the result", toggle)
+        insert_plain_code(cursor, block.content().strip("\n"), self._render_style())
 
     def _insert_footer(self, cursor: QTextCursor, view: MessageView) -> None:
         parts: list[tuple[str, QTextCharFormat]] = []
@@ -433,7 +625,7 @@ class TranscriptView(QWidget):
         fmt.setBorder(1)
         fmt.setBorderBrush(self._colors.border)
         fmt.setBorderStyle(QTextFrameFormat.BorderStyle.BorderStyle_Solid)
-        fmt.setPadding(10)
+        fmt.setPadding(6 if role == "tool" else 10)  # a tool's result is compact
         fmt.setTopMargin(4)
         fmt.setBottomMargin(4)
         fmt.setLeftMargin(BUBBLE_INDENT if role == "user" else 0)
@@ -456,6 +648,7 @@ class TranscriptView(QWidget):
             muted=_mix(text, base, 0.45),
             link=palette.color(QPalette.ColorRole.Link),
             error=QColor("#ef5350" if dark else "#c62828"),
+            card=_mix(base, text, 0.08),
         )
 
     def changeEvent(self, event: QEvent) -> None:
@@ -497,6 +690,25 @@ class TranscriptView(QWidget):
             self.continue_requested.emit(block.view.id)
         elif action == "branch":
             self.branch_requested.emit(block.view.id, args[1])
+        elif action == "reasoning":
+            self._toggle(self._open_reasoning, block)
+        elif action == "result":
+            self._toggle(self._open_results, block)
+        elif action.startswith("call-"):
+            self._answer_call(block, args[1], action.removeprefix("call-"))
+
+    def _toggle(self, opened: set[int], block: _Block) -> None:
+        """Open or fold a message's reasoning or result, the view staying where the user is."""
+        opened ^= {block.view.id}
+        self._follows_bottom = False  # the text below the click moves, not the click
+        with self._own_edit():
+            self._rerender(block)
+        self._follows_bottom = self._is_at_bottom()
+
+    def _answer_call(self, block: _Block, index: int, decision: str) -> None:
+        calls = block.view.tool_calls
+        if index < len(calls) and calls[index].state == "asking":
+            self.tool_call_answered.emit(calls[index].id, decision)
 
     def _copy(self, text: str) -> None:
         QGuiApplication.clipboard().setText(text)
@@ -599,6 +811,23 @@ def _regenerate_target(entries: Sequence[tuple[MessageView, bool]]) -> int | Non
         if view.role == "assistant":
             return None if streaming else view.id
     return None
+
+
+def _joined(chunks: list[str]) -> str:
+    """The chunks' text, joined once (they stay joined) rather than at every read."""
+    if len(chunks) > 1:
+        chunks[:] = ["".join(chunks)]
+    return chunks[0] if chunks else ""
+
+
+def _as_lines(text: str) -> str:
+    """Newlines as line breaks within one paragraph: reasoning stays one quoted block."""
+    return text.replace("\n", LINE_SEPARATOR)
+
+
+def _newest(streamed: str, given: str) -> str:
+    """The text streamed so far where `given` (a view's) has not caught up with it yet."""
+    return streamed if streamed.startswith(given) else given
 
 
 def _mix(color: QColor, other: QColor, amount: float) -> QColor:
