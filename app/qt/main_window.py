@@ -51,6 +51,7 @@ from app.components.model_choices import (
 from app.components.model_library import DONE, Download, ModelLibrary, NullLibraryView
 from app.components.open_chats import OpenChats
 from app.components.opened_models import OpenedModels
+from app.components.tools.toolbox import Toolbox
 from app.components.view_models import SamplingView
 from app.qt.add_server import open_add_server_dialog
 from app.qt.chat_tab import ChatTab
@@ -68,6 +69,7 @@ from app.qt.widgets.server_settings import LocalServerPanel
 from app.qt.widgets.settings_panel import SettingsPanel
 from app.qt.widgets.sidebar import ConversationItem, SearchResultItem, Sidebar
 from app.qt.widgets.status_bar import EngineStatusBar
+from app.qt.widgets.tools_dialog import TOOLS_DIALOG, ToolsDialog
 from app.store import SearchHit
 
 logger = logging.getLogger(__name__)
@@ -111,7 +113,8 @@ class MainWindow(QMainWindow):
         self.controllers: dict[int, ChatController] = {}
         self.sources = ChatSources(host, SavedConnections(db, connection_keys or ConnectionKeys()),
                                    db)
-        self.chats = OpenChats(db, self.sources)
+        self.toolbox = Toolbox(db)
+        self.chats = OpenChats(db, self.sources, self.toolbox.for_chat)
         self.sidebar = Sidebar(self)
         self.tabs = QTabWidget(self, objectName="chatTabs", tabsClosable=True, movable=True,
                                documentMode=True)
@@ -183,8 +186,19 @@ class MainWindow(QMainWindow):
         toolbar.addWidget(self.model_picker)
         toolbar.addSeparator()
         toolbar.addAction("Settings", self.toggle_settings)
+        toolbar.addAction("Tools", self.open_tools_dialog)
         toolbar.addAction("Shortcuts", self.show_shortcuts)
         self.addToolBar(toolbar)
+
+    def open_tools_dialog(self) -> ToolsDialog:
+        """Settings → Tools, non-modal; one dialog, shown again (and raised) if open."""
+        dialog = self.findChild(ToolsDialog, TOOLS_DIALOG)
+        if dialog is None:
+            dialog = ToolsDialog(self.toolbox, self.spawn, self)
+        dialog.show()
+        dialog.raise_()
+        dialog.activateWindow()
+        return dialog
 
     def _build_shortcuts(self) -> None:
         for keys, slot in [("Ctrl+N", lambda: self.spawn(self.new_chat())),
@@ -233,6 +247,7 @@ class MainWindow(QMainWindow):
         self.chats.on_closed = self._remove_tab
         self.chats.on_current = self._show_tab
         self.chats.on_purged = lambda _cid: self.spawn(self.refresh_conversations())
+        self.toolbox.on_changed = self._show_tool_servers
         self.settings_panel.settings_changed.connect(self._settings_edited)
         self.settings_panel.defaults_requested.connect(
             lambda settings: self.spawn(self.use_as_defaults(settings)))
@@ -274,6 +289,8 @@ class MainWindow(QMainWindow):
         """Reopen the tabs of the last session (or a new chat), show the conversation list and
         finish the deletes a crash left undoable."""
         await self.sources.load()
+        await self.toolbox.load()
+        self._show_tool_servers()
         self.settings_panel.set_defaults(await load_chat_defaults(self.db))
         self.refresh_model_picker()
         await self.refresh_conversations()
@@ -373,6 +390,17 @@ class MainWindow(QMainWindow):
             self.sidebar.select_conversation(tab.conversation_id)
             self._render_model_picker()
             self._show_backend_status()
+            self._show_thinking_switch()
+
+    def _show_thinking_switch(self) -> None:
+        """The chat settings' Thinking choice applies where the current chat's model has one."""
+        controller = self.current_controller()
+        backend = controller.session.source.backend if controller is not None else None
+        self.settings_panel.set_thinking_switch(backend is not None and backend.thinking_switch)
+
+    def _show_tool_servers(self) -> None:
+        if not self._closing:
+            self.settings_panel.set_tool_servers(self.toolbox.server_views())
 
     def _settings_edited(self, settings) -> None:
         tab = self.tabs.currentWidget()
@@ -561,6 +589,7 @@ class MainWindow(QMainWindow):
         self._show_source(controller)
         self._render_model_picker()
         self._show_backend_status()
+        self._show_thinking_switch()
         self.spawn(self.sources.choose(controller.conversation_id, source_id))
 
     def open_add_server_dialog(self):
@@ -757,6 +786,7 @@ class MainWindow(QMainWindow):
         self.local_models.record_use(self.host.model_path)
         self.spawn(self.disk_cache.refresh_usage())
         self._ready_tabs()
+        self._show_thinking_switch()
 
     def _model_failed(self, message: str) -> None:
         self._ready_tabs()
@@ -822,6 +852,7 @@ class MainWindow(QMainWindow):
         could still be undone, stop the engine."""
         self._closing = True
         self.chats.close_all()  # queues each partial reply's ending on the store's worker
+        self.toolbox.close()  # every MCP server stops; a call in flight was cancelled above
         self.chats.save_now()
         deleted, self._undoable_delete = self._undoable_delete, None
         if deleted is not None:  # closing ends the Undo window

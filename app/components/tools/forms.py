@@ -7,10 +7,10 @@ listed, or why it could not. No Qt: the dialog renders these and forwards what t
 from __future__ import annotations
 
 import shlex
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from app.components.tools.catalog import McpTool
 from app.components.tools.config import MAX_TEXT_BYTES, McpServerConfig, mcp_servers_json
@@ -190,7 +190,7 @@ class Listing:
 
 
 class ToolListings:
-    """The tools the dialog has asked each server for. `listen(callback)` hears the name of
+    """The tools the dialog has asked each server for. Each of `listeners` hears the name of
     a server whose listing changed; a listing is forgotten when its server is changed or
     removed (the tools may differ)."""
 
@@ -203,20 +203,23 @@ class ToolListings:
     def get(self, server: str) -> Listing | None:
         return self._listings.get(server)
 
-    async def refresh(self, server: McpServerConfig) -> Listing:
-        """List `server`'s tools (starting it); a failure is kept in words, not raised."""
+    def refresh(self, server: McpServerConfig) -> Coroutine[Any, Any, Listing]:
+        """Mark `server` as being listed now, and give the coroutine that lists its tools
+        (starting it); a failure is kept in words, not raised."""
         previous = self._listings.get(server.name)
         same = previous is not None and self._listed_for.get(server.name) == server
-        kept = previous.tools if same else ()  # shown again while the server is asked
         self._listed_for[server.name] = server
-        self._set(server.name, Listing("listing", kept))
+        self._set(server.name, Listing("listing", previous.tools if same else ()))
+        return self._list(server)
+
+    async def _list(self, server: McpServerConfig) -> Listing:
         try:
             tools = await self._list_tools(server.name)
         except ToolError as exc:
             listing = Listing("failed", error=_error_words(exc))
         else:
             listing = Listing("listed", tuple((tool.name, tool.description) for tool in tools))
-        if self._listed_for.get(server.name) == server:
+        if self._listed_for.get(server.name) == server:  # not changed meanwhile
             self._set(server.name, listing)
         return listing
 
