@@ -118,6 +118,7 @@ async def _exercise(window, model: str | None) -> SelftestReport:
     report.model = window.host.model_name
     _line("loaded", f"{report.model} in {report.load_s:.1f} s")
     _line("kernels", _kernels_line())
+    _line("math", _math_line())
 
     greedy = SamplingSettings(temperature=0.0, max_tokens=32, repetition_penalty=1.0)
     conversation = await window.db.create_conversation(title="Self-test", sampling=greedy)
@@ -140,6 +141,16 @@ async def _exercise(window, model: str | None) -> SelftestReport:
     if report.stored_roles != ("user", "assistant") or stored[-1].content != reply.content:
         raise SelftestError(f"the store holds {report.stored_roles}, not the question and reply")
     return report
+
+
+def _math_line() -> str:
+    """A formula drawn as the transcript draws one: the math fonts are where ziamath reads them."""
+    from app.qt.widgets.math_render import MathLook, render_math
+
+    drawn = render_math(r"e^{i\pi} + 1 = 0", MathLook("#000000", 16, display=False))
+    if drawn is None or drawn.image.isNull():
+        raise SelftestError("a formula could not be drawn: the math fonts are missing")
+    return f"a formula drawn at {drawn.width:.0f} x {drawn.height:.0f} px"
 
 
 def _kernels_line() -> str:
