@@ -4,6 +4,7 @@ through it (docs/APP.md lists the few files that build or serve the engine)."""
 from __future__ import annotations
 
 import itertools
+import json
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 
@@ -24,6 +25,7 @@ from app.backends.types import (
     ReplyChunk,
     SamplingOptions,
     TokenCount,
+    ToolSpec,
 )
 from engine import AsyncEngine, EngineDeadError, RequestOutput
 from engine import PromptTooLongError as EnginePromptTooLongError
@@ -43,7 +45,8 @@ class LocalBackend:
 
     A chat is tokenized off the event loop by the engine's ChatTokenizer (a thread and a
     tokenizer copy of its own) and the engine gets its tokens. A chat counted with
-    `count_tokens` is not tokenized again when it is streamed without tools: once per reply.
+    `count_tokens` (with the same tools) is not tokenized again when it is streamed: once per
+    reply.
     The reply is read into reasoning, answer and tool calls by the parsers Pagoda's server
     uses, so its chunks say what a remote Pagoda's would.
     """
@@ -58,7 +61,7 @@ class LocalBackend:
         self._last_ttft: float | None = None
         self._starting = StartingReplies()
         self._ids = itertools.count()
-        self._encoded: OrderedDict[tuple[ChatMessage, ...], list[int]] = OrderedDict()
+        self._encoded: OrderedDict[tuple, list[int]] = OrderedDict()
 
     @property
     def thinking_switch(self) -> bool:
@@ -111,11 +114,13 @@ class LocalBackend:
                             spec_acceptance_rate=s.spec_acceptance_rate,
                             spec_status=s.spec_status, spec_reason=s.spec_reason)
 
-    async def count_tokens(self, messages: Sequence[ChatMessage]) -> TokenCount:
-        key = tuple(messages)
+    async def count_tokens(self, messages: Sequence[ChatMessage],
+                           tools: Sequence[ToolSpec] = ()) -> TokenCount:
+        definitions = [tool.as_dict() for tool in tools] or None
+        key = _chat_key(messages, definitions)
         tokens = self._encoded.get(key)
         if tokens is None:
-            tokens = await self._encode(messages)
+            tokens = await self._encode(messages, tools=definitions)
             self._encoded[key] = tokens
             while len(self._encoded) > ENCODED_CHATS_KEPT:
                 self._encoded.popitem(last=False)
@@ -142,10 +147,11 @@ class LocalBackend:
         (without tools, not to be continued)."""
         tools = request.use.tools
         template_kwargs = self._template_kwargs(request)
-        if continue_final_message or tools or template_kwargs:
+        if continue_final_message or template_kwargs:
             return await self._encode(messages, continue_final_message=continue_final_message,
                                       tools=tools, template_kwargs=template_kwargs)
-        return self._encoded.pop(tuple(messages), None) or await self._encode(messages)
+        counted = self._encoded.pop(_chat_key(messages, tools), None)
+        return counted or await self._encode(messages, tools=tools)
 
     def _template_kwargs(self, request: LocalRequest) -> dict | None:
         """The thinking switch, where the template has one; refused in words where it has not."""
@@ -200,6 +206,11 @@ class LocalBackend:
                            num_cached_tokens=out.num_cached_tokens, num_output_tokens=num_output,
                            time_to_first_token=m.time_to_first_token,
                            tokens_per_s=_tokens_per_s(m, num_output))
+
+
+def _chat_key(messages: Sequence[ChatMessage], tools: list[dict] | None) -> tuple:
+    """A chat as counted: its messages and the tools' definitions in its prompt."""
+    return tuple(messages), json.dumps(tools, sort_keys=True) if tools else None
 
 
 def _joined(first: Step, second: Step) -> Step:

@@ -17,7 +17,14 @@ from app.backends.openai_stream import ReplyReader
 from app.backends.server_info import fetch_server_info, tokenize_chat
 from app.backends.starting import StartingReplies
 from app.backends.tool_options import check_tool_options
-from app.backends.types import BackendStats, ChatMessage, ReplyChunk, SamplingOptions, TokenCount
+from app.backends.types import (
+    BackendStats,
+    ChatMessage,
+    ReplyChunk,
+    SamplingOptions,
+    TokenCount,
+    ToolSpec,
+)
 
 # The context length assumed when the server does not report one (Ollama, older llama.cpp
 # builds): small enough that most models hold it.
@@ -157,15 +164,16 @@ class OpenAIBackend:
         return BackendStats(num_running=len(self._replies), tokens_per_s=self._meter.rate(),
                             time_to_first_token=self._last_ttft)
 
-    async def count_tokens(self, messages: Sequence[ChatMessage]) -> TokenCount:
+    async def count_tokens(self, messages: Sequence[ChatMessage],
+                           tools: Sequence[ToolSpec] = ()) -> TokenCount:
         """Exact from vLLM's (and Pagoda's) /tokenize; from other servers, an estimate."""
         if not self._connected:
             await self.connect()
         if self.flavor in _COUNTING_FLAVORS:
-            n = await tokenize_chat(self.endpoint, self.model_name, messages)
+            n = await tokenize_chat(self.endpoint, self.model_name, messages, tools)
             if n is not None:
                 return TokenCount(n, exact=True)
-        return estimate_tokens(messages)
+        return estimate_tokens(messages, tools)
 
     def shutdown(self) -> None:
         self._stopped = True

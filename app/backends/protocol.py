@@ -6,7 +6,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol, runtime_checkable
 
-from app.backends.types import BackendStats, ChatMessage, ReplyChunk, SamplingOptions, TokenCount
+from app.backends.types import (
+    BackendStats,
+    ChatMessage,
+    ReplyChunk,
+    SamplingOptions,
+    TokenCount,
+    ToolSpec,
+)
 
 
 @runtime_checkable
@@ -50,9 +57,11 @@ class ChatBackend(Protocol):
 
     def stats(self) -> BackendStats: ...
 
-    async def count_tokens(self, messages: Sequence[ChatMessage]) -> TokenCount:
-        """The chat's length as a prompt (with the generation prompt), exact where the backend
-        can tokenize it, else an estimate (`exact` False)."""
+    async def count_tokens(self, messages: Sequence[ChatMessage],
+                           tools: Sequence[ToolSpec] = ()) -> TokenCount:
+        """The chat's length as a prompt (with the generation prompt, and the functions in
+        `tools` as the model is shown them), exact where the backend can tokenize it, else an
+        estimate (`exact` False)."""
 
     def shutdown(self) -> None:
         """Abort every reply in flight and release the backend; later streams raise

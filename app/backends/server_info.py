@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from app.backends.endpoint import Endpoint
 from app.backends.errors import BackendError, MalformedStreamError, ModelNotFoundError
 from app.backends.openai_request import Flavor, flavor_of
-from app.backends.types import ChatMessage
+from app.backends.types import ChatMessage, ToolSpec
 
 logger = logging.getLogger(__name__)
 _NAMES_SHOWN = 5
@@ -72,8 +72,8 @@ async def _props(endpoint: Endpoint) -> dict:
     return payload if isinstance(payload, dict) else {}
 
 
-async def tokenize_chat(endpoint: Endpoint, model: str,
-                        messages: Sequence[ChatMessage]) -> int | None:
+async def tokenize_chat(endpoint: Endpoint, model: str, messages: Sequence[ChatMessage],
+                        tools: Sequence[ToolSpec] = ()) -> int | None:
     """The chat's prompt length from vLLM's POST /tokenize (which applies the model's chat
     template); None when the server cannot say."""
     url = endpoint.root_url("/tokenize")
@@ -81,6 +81,8 @@ async def tokenize_chat(endpoint: Endpoint, model: str,
         return None
     body = {"model": model, "messages": [m.as_dict() for m in messages],
             "add_generation_prompt": True}
+    if tools:
+        body["tools"] = [tool.as_dict() for tool in tools]
     try:
         payload = await endpoint.post_json(url, body)
     except BackendError as exc:

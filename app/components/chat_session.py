@@ -18,6 +18,7 @@ from app.backends import (
     ModelLoadingError,
     PromptProgress,
     ReplyChunk,
+    ToolSpec,
     chat_cache_tag,
 )
 from app.components.async_store import AsyncStore
@@ -182,6 +183,7 @@ class ChatSession:
         self._call_states: dict[str, ToolCallState] = {}
         self._decisions: dict[str, asyncio.Future[Decision]] = {}
         self._running_call: asyncio.Task[ToolOutcome] | None = None
+        self._offered: tuple[tuple[str, ...], tuple[ToolSpec, ...]] = ((), ())
         self.closed = False
 
     @property
@@ -283,7 +285,7 @@ class ChatSession:
         used, exact = 0, True
         if messages:
             try:
-                count = await backend.count_tokens(messages)
+                count = await backend.count_tokens(messages, self._tools_in_prompt())
             except BackendError:
                 return  # the model is being switched: the new one's load refreshes the meter
             used, exact = count.n, count.exact and backend.max_model_len_known
@@ -560,11 +562,12 @@ class ChatSession:
             await self._reload(streaming=message.id)
             if self.closed:
                 return  # closed while the branch was read: kept interrupted below
-            backend, fitted = await self._fit_on_current_backend()
+            tools = await self._tool_specs() if with_tools else ()
+            backend, fitted = await self._fit_on_current_backend(tools)
             if fitted is not None and self._stop_requested:
                 await self._keep_stopped(None, "")  # stopped before it began: kept, empty
             elif fitted is not None and not self.closed:
-                await self._stream(backend, fitted, with_tools)
+                await self._stream(backend, fitted, tools)
         except BackendError as exc:
             await self._end_on_error(exc)
         finally:
@@ -578,13 +581,14 @@ class ChatSession:
         backend = self.source.backend
         return backend.model_name if backend is not None else ""
 
-    async def _fit_on_current_backend(self) -> tuple[ChatBackend, FittedPrompt | None]:
+    async def _fit_on_current_backend(self, tools: tuple[ToolSpec, ...] = (),
+                                      ) -> tuple[ChatBackend, FittedPrompt | None]:
         """The backend to stream on and the prompt fitted to it, fitted again when the model was
         switched meanwhile. Raises ModelLoadingError once a model is loading."""
         while True:
             backend = self.source.backend_for_new_request()
             try:
-                fitted = await self._fit_prompt(backend)
+                fitted = await self._fit_prompt(backend, tools)
             except BackendError:
                 if self.source.backend_for_new_request() is backend:
                     raise
@@ -592,12 +596,12 @@ class ChatSession:
             if fitted is None or self.source.backend_for_new_request() is backend:
                 return backend, fitted
 
-    async def _stream(self, backend: ChatBackend, fitted: FittedPrompt, with_tools: bool) -> None:
+    async def _stream(self, backend: ChatBackend, fitted: FittedPrompt,
+                      tools: tuple[ToolSpec, ...]) -> None:
         # A switch can still come while the backend tokenizes the chat: the stream then ends
         # with "abort" or raises BackendStoppedError, and the tab says the model was switched.
         reply = self.reply
         self._show_prompt_usage(backend, fitted)
-        tools = await self._tool_specs() if with_tools else ()
         options = sampling_options(self.conversation.sampling, fitted.max_tokens, tools=tools,
                                    thinking_switch=backend.thinking_switch)
         view = message_view(reply.message)
@@ -611,7 +615,7 @@ class ChatSession:
             self._on_chunk(chunk)
         await self._finish(backend.model_name)
 
-    async def _tool_specs(self) -> tuple:
+    async def _tool_specs(self) -> tuple[ToolSpec, ...]:
         """The tools this chat turned on, as the model is shown them (servers start here)."""
         selectors = self.conversation.sampling.tools
         if self.tools is None or not selectors:
@@ -622,7 +626,14 @@ class ChatSession:
         if offer.problems:
             self._notify("Some of this chat's tools are left out of this reply: "
                          + "; ".join(offer.problems), error=True)
+        self._offered = (selectors, offer.specs)
         return offer.specs
+
+    def _tools_in_prompt(self) -> tuple[ToolSpec, ...]:
+        """The tools the last reply offered, while the chat still has them on (the meter counts
+        them without starting any server)."""
+        selectors, specs = self._offered
+        return specs if self.conversation.sampling.tools == selectors else ()
 
     def _show_prompt_usage(self, backend: ChatBackend, fitted: FittedPrompt) -> None:
         """The meter shows what this reply reads, as soon as it is counted: a long paste is
@@ -633,14 +644,17 @@ class ChatSession:
         self.view.show_context_usage(*self.context_usage,
                                      exact=fitted.exact and backend.max_model_len_known)
 
-    async def _fit_prompt(self, backend: ChatBackend) -> FittedPrompt | None:
+    async def _fit_prompt(self, backend: ChatBackend,
+                          tools: tuple[ToolSpec, ...]) -> FittedPrompt | None:
         # The branch without the reply being written; a reply being continued is kept, as the
         # text the model goes on from.
         branch = self.path if self.reply.continuing else self.path[:-1]
         messages = chat_messages(self.conversation.system_prompt, branch)
         max_model_len = backend.max_model_len
         try:
-            fitted = await fit_to_context(messages, backend.count_tokens, max_model_len,
+            fitted = await fit_to_context(messages,
+                                          lambda kept: backend.count_tokens(kept, tools),
+                                          max_model_len,
                                           self.conversation.sampling.max_tokens)
         except ContextOverflowError as exc:
             await self._fail(str(exc))

@@ -110,3 +110,9 @@ def test_a_schema_that_cannot_be_followed_is_refused_naming_the_reply_format(bac
 def test_tool_settings_that_cannot_be_followed_are_refused_in_words(backend, opts, words):
     with pytest.raises(InvalidRequestError, match=words):
         run(collect(backend, ASK, opts))
+
+
+def test_a_chat_is_counted_with_its_tools_as_exactly_as_it_is_sent(backend):
+    counted = run(backend.count_tokens(ASK, TOOLS))
+    sent = reply(backend, ASK, options(1, tools=TOOLS)).num_prompt_tokens
+    assert counted.exact and counted.n == sent > run(backend.count_tokens(ASK)).n + 50

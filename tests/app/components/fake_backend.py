@@ -19,6 +19,7 @@ from app.backends import (
     SamplingOptions,
     TokenCount,
     ToolCallRecord,
+    ToolSpec,
 )
 from app.components.view_models import MessageView, SamplingView
 
@@ -202,14 +203,18 @@ class ScriptedBackend:
     def stats(self) -> BackendStats:
         return BackendStats(num_running=len(self.running))
 
-    async def count_tokens(self, messages: Sequence[ChatMessage]) -> TokenCount:
+    async def count_tokens(self, messages: Sequence[ChatMessage],
+                           tools: Sequence[ToolSpec] = ()) -> TokenCount:
+        """A word a token; a tool's name and description count too."""
         gate, self._count_gate = self._count_gate, None
         if gate is not None:
             await gate.pass_through()
         if self.is_shut_down and not self.counts_after_shutdown:
             raise BackendStoppedError(f"{self.model_name} was shut down.")
         self.counted.append(list(messages))
-        return TokenCount(sum(len(m.content.split()) for m in messages), exact=True)
+        words = sum(len(m.content.split()) for m in messages)
+        words += sum(1 + len(tool.description.split()) for tool in tools)
+        return TokenCount(words, exact=True)
 
     def shutdown(self) -> None:
         self.is_shut_down = True

@@ -292,3 +292,15 @@ async def test_calls_and_results_are_shown_again_after_a_restart(tool_chat, back
     assert [(c.name, c.arguments, c.state, c.server) for c in caller.tool_calls] == [
         ("add", '{"a": 2, "b": 3}', "done", "fake")]
     assert (reopened.views[2].content, reopened.views[2].finish_reason) == ("5", "done")
+
+
+async def test_the_tools_count_in_the_prompt_the_context_is_fitted_to(tool_chat, backend, view):
+    session = await tool_chat()
+    task = session.spawn(session.send("hi there"))
+    request = await backend.next_request()
+    await request.finish()
+    await asyncio.wait_for(task, WAIT_S)
+    # "hi there" (2) + add (1 + 3 words) + hang (1 + 2) + broken (1 + 4) = 14
+    assert 14 in [used for used, *_rest in view.called("show_context_usage")]
+    await session.refresh_context_meter()
+    assert session.context_usage[0] == 14  # the meter counts them too, without a server start
