@@ -15,9 +15,14 @@ from .errors import (
 )
 from .location import add_db_argument, default_db_path, resolve_db_path
 from .records import (
+    Attachment,
+    AttachmentChunk,
+    ChunkHit,
+    Citation,
     Conversation,
     GenerationStats,
     Message,
+    NewAttachment,
     ReplyParts,
     SamplingSettings,
     SearchHit,
@@ -27,6 +32,10 @@ from .store import ConversationStore
 from .streaming import StreamingWriter
 
 __all__ = [
+    "Attachment",
+    "AttachmentChunk",
+    "ChunkHit",
+    "Citation",
     "Conversation",
     "ConversationNotFound",
     "ConversationStore",
@@ -37,6 +46,7 @@ __all__ = [
     "ImportValidationError",
     "Message",
     "MessageNotFound",
+    "NewAttachment",
     "NotAPagodaDatabaseError",
     "ReplyParts",
     "SamplingSettings",

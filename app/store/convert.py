@@ -4,7 +4,7 @@ import json
 from dataclasses import asdict
 from datetime import UTC, datetime
 
-from . import search
+from . import attachments, search
 from .records import (
     Conversation,
     GenerationStats,
@@ -63,6 +63,7 @@ def to_message(row: MessageRow) -> Message:
         tool_calls=tool_calls_of(row.tool_calls),
         tool_call_id=row.tool_call_id,
         tool_name=row.tool_name,
+        sources=attachments.sources_of(row.sources),
     )
 
 

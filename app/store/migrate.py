@@ -16,8 +16,8 @@ from .schema import Base
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VERSION_TABLE = "alembic_version"
-# Made by revision 0002 with raw SQL, so not in the ORM metadata.
-FTS_TABLE = "messages_fts"
+# Made by revisions 0002 and 0004 with raw SQL, so not in the ORM metadata.
+FTS_TABLES = ("messages_fts", "attachment_chunks_fts")
 
 
 def migrate_to_head(path: Path) -> Path | None:
@@ -61,7 +61,7 @@ def check_tables(path: Path, revision: str) -> None:
 
 
 def _expected_tables() -> set[str]:
-    return {*Base.metadata.tables, VERSION_TABLE, FTS_TABLE}
+    return {*Base.metadata.tables, VERSION_TABLE, *FTS_TABLES}
 
 
 def _tables(path: Path) -> set[str]:

@@ -1,6 +1,6 @@
 """Plain data handed to callers of the store: no sessions, no ORM objects."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
@@ -58,6 +58,68 @@ class ReplyParts:
 
 
 @dataclass(slots=True, frozen=True)
+class AttachmentChunk:
+    """A passage of an attached document: its place among the document's passages, its text,
+    the page it starts on (None: a document without pages) and the heading above it."""
+
+    ordinal: int
+    text: str
+    page: int | None = None
+    heading: str | None = None
+    start: int = 0  # where it begins in the document's text
+
+
+@dataclass(slots=True, frozen=True)
+class NewAttachment:
+    """A document to attach: what it is, its text (Markdown) and its passages."""
+
+    name: str
+    kind: str
+    size_bytes: int
+    text: str
+    chunks: tuple[AttachmentChunk, ...]
+    pages: int | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class Attachment:
+    """A document attached to a chat, with the user message it came with (its text is read
+    with `attachment_text`)."""
+
+    id: int
+    conversation_id: int
+    message_id: int
+    name: str
+    kind: str
+    size_bytes: int
+    pages: int | None
+    num_chunks: int
+    created_at: datetime
+
+
+@dataclass(slots=True, frozen=True)
+class ChunkHit:
+    """A passage found for a question, best first: `score` is FTS5's bm25 (lower is better)."""
+
+    chunk_id: int
+    attachment_id: int
+    name: str
+    chunk: AttachmentChunk
+    score: float
+
+
+@dataclass(slots=True, frozen=True)
+class Citation:
+    """A passage a reply was given, as it cites it ([number]): the document and its page."""
+
+    number: int
+    attachment_id: int
+    name: str
+    ordinal: int
+    page: int | None = None
+
+
+@dataclass(slots=True, frozen=True)
 class Conversation:
     id: int
     title: str | None
@@ -94,6 +156,8 @@ class Message:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     tool_name: str | None = None
+    # The passages of the chat's documents a reply was given to answer from, as it cites them.
+    sources: tuple[Citation, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
@@ -106,5 +170,18 @@ class SearchHit:
     created_at: datetime
 
 
-Thread = tuple[Conversation, list[Message]]
-"""A conversation and all its messages, as exported and imported."""
+@dataclass(slots=True, frozen=True)
+class AttachedDocument:
+    """A document as exported: the user message it came with, and all of it."""
+
+    message_id: int
+    document: NewAttachment
+
+
+@dataclass(slots=True, frozen=True)
+class Thread:
+    """A conversation, all its messages and its documents, as exported and imported."""
+
+    conversation: Conversation
+    messages: list[Message]
+    documents: list[AttachedDocument] = field(default_factory=list)

@@ -91,9 +91,50 @@ class MessageRow(Base):
     tool_calls: Mapped[str | None] = mapped_column(Text)  # [{"id", "name", "arguments"}] as JSON
     tool_call_id: Mapped[str | None] = mapped_column(Text)
     tool_name: Mapped[str | None] = mapped_column(Text)
+    sources: Mapped[str | None] = mapped_column(Text)  # [Citation as an object] as JSON
 
     _clean_text = _text_columns("role", "content", "status", "finish_reason", "error", "gen_model",
                                 "reasoning", "tool_calls", "tool_call_id", "tool_name")
+
+
+class AttachmentRow(Base):
+    """A document attached to a chat, with the user message it came with."""
+
+    __tablename__ = "attachments"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    conversation_id: Mapped[int] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), index=True
+    )
+    message_id: Mapped[int] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"),
+                                            index=True)
+    name: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(Text)
+    size_bytes: Mapped[int]
+    pages: Mapped[int | None]
+    text: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    _clean_text = _text_columns("name", "kind", "text")
+
+
+class AttachmentChunkRow(Base):
+    """A passage of an attached document; indexed for search by `attachment_chunks_fts`."""
+
+    __tablename__ = "attachment_chunks"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attachment_id: Mapped[int] = mapped_column(ForeignKey("attachments.id", ondelete="CASCADE"),
+                                               index=True)
+    ordinal: Mapped[int]
+    page: Mapped[int | None]
+    heading: Mapped[str | None] = mapped_column(Text)
+    start: Mapped[int]
+    text: Mapped[str] = mapped_column(Text)
+
+    _clean_text = _text_columns("heading", "text")
 
 
 class LeafRow(Base):

@@ -14,7 +14,7 @@ from sqlalchemy import Engine, delete, func, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from . import convert, migrate, recovery, search, transfer
+from . import attachments, convert, migrate, recovery, search, transfer
 from .connection import create_store_engine, read_only
 from .errors import (
     ConversationNotFound,
@@ -27,9 +27,14 @@ from .location import prepare_location, resolve_db_path
 from .lock import DatabaseLock
 from .records import (
     TOOL_OUTCOMES,
+    Attachment,
+    AttachmentChunk,
+    ChunkHit,
+    Citation,
     Conversation,
     GenerationStats,
     Message,
+    NewAttachment,
     ReplyParts,
     SamplingSettings,
     SearchHit,
@@ -388,6 +393,46 @@ class ConversationStore:
                 s, conversation, parent_id, "tool", content, finish_reason=outcome,
                 tool_call_id=call.id, tool_name=call.name))
 
+    # -- attached documents --------------------------------------------------------------
+
+    def add_attachment(self, message_id: int, document: NewAttachment) -> Attachment:
+        """Keep `document` (its text and passages) as attached to the user message
+        `message_id`; it goes with the message's conversation when that is deleted."""
+        with self._writing() as s:
+            return attachments.add(s, _message_row(s, message_id), document, _now())
+
+    def attachments(self, cid: int) -> list[Attachment]:
+        """The conversation's documents, on every branch, oldest first."""
+        with self._reading() as s:
+            _conversation_row(s, cid)
+            return attachments.of_conversation(s, cid)
+
+    def attachment_text(self, attachment_id: int) -> str:
+        with self._reading() as s:
+            return attachments.text_of(s, attachment_id)
+
+    def attachment_chunks(self, attachment_id: int) -> list[AttachmentChunk]:
+        with self._reading() as s:
+            return attachments.chunks_of(s, attachment_id)
+
+    def search_passages(self, attachment_ids: list[int], match: str,
+                        limit: int = 8) -> list[ChunkHit]:
+        """The passages of those documents matching the FTS5 expression `match` (bm25, best
+        first); StoreError when the expression cannot be read."""
+        with self._reading() as s:
+            try:
+                return attachments.search(s, attachment_ids, match, limit)
+            except SQLAlchemyError as error:
+                raise StoreError(f"the passage search {match[:80]!r} could not be run "
+                                 f"({error.__cause__ or error})") from error
+
+    def set_sources(self, message_id: int, citations: tuple[Citation, ...]) -> None:
+        """The passages the reply `message_id` was given to answer from."""
+        with self._writing() as s:
+            row = _message_row(s, message_id)
+            _check_role(row, "assistant")
+            row.sources = attachments.sources_json(citations)
+
     def edit_user_message(self, mid: int, new_content: str) -> Message:
         """A new sibling with the edited text becomes the leaf; the old branch stays as it was."""
         with self._writing() as s:
@@ -521,7 +566,7 @@ class ConversationStore:
         """Add the conversations of an export; ids are kept where they are free. Returns new ids."""
         threads = transfer.threads_from_json(text)
         with self._writing() as s:
-            return [_import_thread(s, conversation, messages) for conversation, messages in threads]
+            return [_import_thread(s, thread) for thread in threads]
 
     def export_markdown(self, cid: int) -> str:
         """The current branch as Markdown."""
@@ -530,7 +575,8 @@ class ConversationStore:
     @staticmethod
     def _thread(s: Session, cid: int) -> Thread:
         conversation = convert.to_conversation(_conversation_row(s, cid), _leaf_id(s, cid))
-        return conversation, [convert.to_message(row) for row in _all_message_rows(s, cid)]
+        return Thread(conversation, [convert.to_message(row) for row in _all_message_rows(s, cid)],
+                      attachments.exported(s, cid))
 
     # -- app settings and open tabs ------------------------------------------------------
 
@@ -688,7 +734,8 @@ def _check_streaming(row: MessageRow) -> None:
 # -- import --------------------------------------------------------------------------------
 
 
-def _import_thread(s: Session, conversation: Conversation, messages: list[Message]) -> int:
+def _import_thread(s: Session, thread: Thread) -> int:
+    conversation, messages = thread.conversation, thread.messages
     ordered = _parents_first(messages)
     keep_ids = _ids_free(s, conversation, messages)
     row = ConversationRow(
@@ -710,6 +757,9 @@ def _import_thread(s: Session, conversation: Conversation, messages: list[Messag
         new_ids[message.id] = _import_message(s, row.id, message, new_ids, keep_ids)
     if conversation.leaf_id is not None:
         s.add(LeafRow(conversation_id=row.id, message_id=new_ids[conversation.leaf_id]))
+    for attached in thread.documents:
+        message = s.get(MessageRow, new_ids[attached.message_id])
+        attachments.add(s, message, attached.document, message.created_at)
     return row.id
 
 
@@ -735,6 +785,7 @@ def _import_message(
         cached_tokens=stats.cached_tokens,
         tool_call_id=message.tool_call_id,
         tool_name=message.tool_name,
+        sources=attachments.sources_json(message.sources),
     )
     convert.apply_parts(row, ReplyParts(message.reasoning, message.reasoning_s,
                                         message.tool_calls))

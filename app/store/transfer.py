@@ -19,7 +19,7 @@ def threads_to_json(threads: list[Thread]) -> str:
     document = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
-        "conversations": [_thread_to_dict(c, messages) for c, messages in threads],
+        "conversations": [_thread_to_dict(thread) for thread in threads],
     }
     return json.dumps(document, ensure_ascii=False, indent=2)
 
@@ -95,9 +95,11 @@ def _status_note(message: Message) -> str | None:
     return None
 
 
-def _thread_to_dict(conversation: Conversation, messages: list[Message]) -> dict[str, Any]:
-    item = asdict(conversation)
-    item["messages"] = [_encode_times(asdict(m)) for m in messages]
+def _thread_to_dict(thread: Thread) -> dict[str, Any]:
+    item = asdict(thread.conversation)
+    item["messages"] = [_encode_times(asdict(m)) for m in thread.messages]
+    item["documents"] = [{"message_id": d.message_id, **asdict(d.document)}
+                         for d in thread.documents]
     return _encode_times(item)
 
 

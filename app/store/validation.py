@@ -16,9 +16,13 @@ from .errors import ImportValidationError
 from .records import (
     ROLES,
     STATUSES,
+    AttachedDocument,
+    AttachmentChunk,
+    Citation,
     Conversation,
     GenerationStats,
     Message,
+    NewAttachment,
     SamplingSettings,
     Thread,
     ToolCall,
@@ -213,8 +217,26 @@ MESSAGE = {
     "tool_calls": Kind("an array", ARRAY.is_type, lambda value, where: _tool_calls(value, where)),
     "tool_call_id": maybe(TEXT),
     "tool_name": maybe(TEXT),
+    "sources": Kind("an array", ARRAY.is_type, lambda value, where: _citations(value, where)),
 }
 TOOL_CALL = {"id": TEXT, "name": TEXT, "arguments": TEXT}
+CHUNK = {"ordinal": COUNT, "text": TEXT, "page": maybe(COUNT), "heading": maybe(TEXT),
+         "start": COUNT}
+DOCUMENT = {"message_id": ID, "name": TEXT, "kind": TEXT, "size_bytes": COUNT, "text": TEXT,
+            "pages": maybe(COUNT),
+            "chunks": Kind("an array", ARRAY.is_type, lambda value, where: _chunks(value, where))}
+
+
+def _chunks(items: list[Any], where: str) -> tuple[AttachmentChunk, ...]:
+    return tuple(_record(AttachmentChunk, CHUNK, OBJECT.check(item, f"{where}[{i}]"),
+                         f"{where}[{i}]") for i, item in enumerate(items))
+CITATION = {"number": COUNT, "attachment_id": ID, "name": TEXT, "ordinal": COUNT,
+            "page": maybe(COUNT)}
+
+
+def _citations(items: list[Any], where: str) -> tuple[Citation, ...]:
+    return tuple(_record(Citation, CITATION, OBJECT.check(item, f"{where}[{i}]"), f"{where}[{i}]")
+                 for i, item in enumerate(items))
 
 
 def _texts(items: list[Any], where: str) -> tuple[str, ...]:
@@ -258,7 +280,25 @@ def _thread(item: Any, where: str, claims: Claims) -> Thread:
     for message, place in zip(messages, places, strict=True):
         _claim(claims, "message", message.id, place)
     _check_tree(conversation, messages, places, where)
-    return conversation, messages
+    return Thread(conversation, messages, _documents(item, messages, where))
+
+
+def _documents(item: dict[str, Any], messages: list[Message],
+               where: str) -> list[AttachedDocument]:
+    """The thread's documents (an export made before documents has none), each attached to a
+    user message of the thread."""
+    users = {m.id for m in messages if m.role == "user"}
+    items = ARRAY.check(item.get("documents", []), f"{where}.documents")
+    documents = []
+    for i, one in enumerate(items):
+        place = f"{where}.documents[{i}]"
+        OBJECT.check(one, place)
+        message_id = ID.check(required(one, "message_id", place), f"{place}.message_id")
+        if message_id not in users:
+            raise ImportValidationError(f"{place}.message_id",
+                                        f"{message_id} is not a user message of this conversation")
+        documents.append(AttachedDocument(message_id, _record(NewAttachment, DOCUMENT, one, place)))
+    return documents
 
 
 def _message(item: Any, where: str) -> Message:

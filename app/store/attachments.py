@@ -1,0 +1,111 @@
+"""Attached documents in the database: adding one with its passages, reading them back, and
+finding the passages that answer a question (FTS5's bm25 over a trigram index). Functions of
+a session: ConversationStore opens the sessions."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import datetime
+
+from sqlalchemy import func, select, text
+from sqlalchemy.orm import Session
+
+from .errors import StoreError
+from .records import (
+    AttachedDocument,
+    Attachment,
+    AttachmentChunk,
+    ChunkHit,
+    Citation,
+    NewAttachment,
+)
+from .schema import AttachmentChunkRow, AttachmentRow, MessageRow
+
+MAX_HITS = 200
+# A chunk's FTS query is built by the app (documents.retrieval_query); bound what reaches SQLite.
+MAX_QUERY_CHARS = 4096
+
+
+def add(s: Session, message: MessageRow, document: NewAttachment, now: datetime) -> Attachment:
+    if message.role != "user":
+        raise StoreError(f"message {message.id} is a {message.role} message: documents come "
+                         "with the user's messages")
+    row = AttachmentRow(conversation_id=message.conversation_id, message_id=message.id,
+                        name=document.name, kind=document.kind, size_bytes=document.size_bytes,
+                        pages=document.pages, text=document.text, created_at=now)
+    s.add(row)
+    s.flush()
+    s.add_all(AttachmentChunkRow(attachment_id=row.id, ordinal=c.ordinal, page=c.page,
+                                 heading=c.heading, start=c.start, text=c.text)
+              for c in document.chunks)
+    s.flush()
+    return _attachment(row, len(document.chunks))
+
+
+def of_conversation(s: Session, cid: int) -> list[Attachment]:
+    """Every document of the conversation, on any branch, oldest first."""
+    counts = (select(AttachmentChunkRow.attachment_id, func.count().label("n"))
+              .group_by(AttachmentChunkRow.attachment_id).subquery())
+    query = (select(AttachmentRow, func.coalesce(counts.c.n, 0))
+             .outerjoin(counts, counts.c.attachment_id == AttachmentRow.id)
+             .where(AttachmentRow.conversation_id == cid).order_by(AttachmentRow.id))
+    return [_attachment(row, n) for row, n in s.execute(query)]
+
+
+def text_of(s: Session, attachment_id: int) -> str:
+    row = s.get(AttachmentRow, attachment_id)
+    if row is None:
+        raise StoreError(f"no document has id {attachment_id}")
+    return row.text
+
+
+def chunks_of(s: Session, attachment_id: int) -> list[AttachmentChunk]:
+    query = (select(AttachmentChunkRow).where(AttachmentChunkRow.attachment_id == attachment_id)
+             .order_by(AttachmentChunkRow.ordinal))
+    return [_chunk(row) for row in s.scalars(query)]
+
+
+def search(s: Session, attachment_ids: Sequence[int], match: str, limit: int) -> list[ChunkHit]:
+    """The passages of those documents that match `match` (an FTS5 expression), best first."""
+    if not attachment_ids or not match:
+        return []
+    if len(match) > MAX_QUERY_CHARS:
+        raise StoreError(f"a passage search is at most {MAX_QUERY_CHARS} characters")
+    ids = ",".join(str(int(i)) for i in attachment_ids)
+    rows = s.execute(text(
+        "SELECT c.id, c.attachment_id, a.name, c.ordinal, c.page, c.heading, c.start, c.text, "
+        "bm25(attachment_chunks_fts) AS score FROM attachment_chunks_fts "
+        "JOIN attachment_chunks c ON c.id = attachment_chunks_fts.rowid "
+        "JOIN attachments a ON a.id = c.attachment_id "
+        f"WHERE attachment_chunks_fts MATCH :match AND c.attachment_id IN ({ids}) "
+        "ORDER BY score LIMIT :limit"), {"match": match, "limit": min(limit, MAX_HITS)})
+    return [ChunkHit(cid, aid, name, AttachmentChunk(ordinal, body, page, heading, start), score)
+            for cid, aid, name, ordinal, page, heading, start, body, score in rows]
+
+
+def exported(s: Session, cid: int) -> list[AttachedDocument]:
+    """The conversation's documents, whole, as an export holds them."""
+    rows = s.scalars(select(AttachmentRow).where(AttachmentRow.conversation_id == cid)
+                     .order_by(AttachmentRow.id))
+    return [AttachedDocument(row.message_id, NewAttachment(
+        row.name, row.kind, row.size_bytes, row.text, tuple(chunks_of(s, row.id)), row.pages))
+        for row in rows]
+
+
+def sources_json(citations: Sequence[Citation]) -> str | None:
+    return json.dumps([asdict(c) for c in citations], ensure_ascii=False) if citations else None
+
+
+def sources_of(value: str | None) -> tuple[Citation, ...]:
+    return tuple(Citation(**c) for c in json.loads(value)) if value else ()
+
+
+def _attachment(row: AttachmentRow, num_chunks: int) -> Attachment:
+    return Attachment(row.id, row.conversation_id, row.message_id, row.name, row.kind,
+                      row.size_bytes, row.pages, num_chunks, row.created_at)
+
+
+def _chunk(row: AttachmentChunkRow) -> AttachmentChunk:
+    return AttachmentChunk(row.ordinal, row.text, row.page, row.heading, row.start)

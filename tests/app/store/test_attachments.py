@@ -1,0 +1,117 @@
+"""Documents attached to a chat, in the store: kept with their passages, searched by bm25 over
+a trigram index (Chinese too), gone with their chat, and the sources a reply cites."""
+
+import json
+
+import pytest
+
+from app.store import (
+    AttachmentChunk,
+    Citation,
+    ConversationStore,
+    ImportValidationError,
+    NewAttachment,
+    StoreError,
+)
+
+PASSAGES = ("The lighthouse keeper lit the lamp at dusk every evening.",
+            "Solar panels on the roof gave 4.2 kW of capacity in the summer.",
+            "长城是中国古代的军事防御工程，全长两万多公里。")
+
+
+def document(name: str = "notes.pdf", passages=PASSAGES) -> NewAttachment:
+    chunks = tuple(AttachmentChunk(i, body, page=i + 1, heading="Notes", start=i * 100)
+                   for i, body in enumerate(passages))
+    return NewAttachment(name, "pdf", 12_345, "\n\n".join(passages), chunks, pages=len(passages))
+
+
+@pytest.fixture
+def asked(store: ConversationStore):
+    cid = store.create_conversation().id
+    return store.append_user_message(cid, "What do my notes say?")
+
+
+def test_a_document_is_kept_with_its_message_and_passages(store, asked) -> None:
+    attached = store.add_attachment(asked.id, document())
+    (listed,) = store.attachments(asked.conversation_id)
+    assert listed == attached
+    assert (listed.name, listed.kind, listed.size_bytes, listed.pages, listed.num_chunks) == (
+        "notes.pdf", "pdf", 12_345, 3, 3)
+    assert listed.message_id == asked.id
+    assert store.attachment_text(attached.id).startswith("The lighthouse keeper")
+    chunks = store.attachment_chunks(attached.id)
+    assert [(c.ordinal, c.page, c.heading) for c in chunks] == [(0, 1, "Notes"), (1, 2, "Notes"),
+                                                                (2, 3, "Notes")]
+
+
+def test_passages_are_found_best_first_in_english_and_chinese(store, asked) -> None:
+    attached = store.add_attachment(asked.id, document())
+    hits = store.search_passages([attached.id], '"solar" OR "capacity"')
+    assert [hit.chunk.page for hit in hits] == [2]
+    assert hits[0].name == "notes.pdf" and hits[0].score < 0
+    assert [hit.chunk.ordinal for hit in store.search_passages([attached.id], '"防御工"')] == [2]
+    assert store.search_passages([attached.id], '"nowhere to be found"') == []
+
+
+def test_a_search_looks_only_in_the_documents_asked(store, asked) -> None:
+    first = store.add_attachment(asked.id, document("a.pdf"))
+    second = store.add_attachment(asked.id, document("b.pdf"))
+    hits = store.search_passages([second.id], '"lighthouse"')
+    assert {hit.attachment_id for hit in hits} == {second.id} != {first.id}
+
+
+def test_a_search_that_cannot_be_read_is_refused_in_words(store, asked) -> None:
+    attached = store.add_attachment(asked.id, document())
+    with pytest.raises(StoreError, match="could not be run"):
+        store.search_passages([attached.id], 'AND AND (')
+
+
+def test_documents_come_only_with_the_users_messages(store, asked) -> None:
+    reply = store.start_assistant_message(asked.conversation_id)
+    with pytest.raises(StoreError, match="come with the user's messages"):
+        store.add_attachment(reply.id, document())
+
+
+def test_deleting_a_chat_for_good_deletes_its_documents_and_their_index(store, asked) -> None:
+    attached = store.add_attachment(asked.id, document())
+    store.purge(asked.conversation_id)
+    with pytest.raises(StoreError):
+        store.attachment_text(attached.id)
+    other = store.create_conversation().id
+    message = store.append_user_message(other, "hi")
+    kept = store.add_attachment(message.id, document("other.pdf", ("A note about lighthouses.",)))
+    assert [hit.attachment_id for hit in store.search_passages([attached.id, kept.id],
+                                                               '"lighthouse"')] == [kept.id]
+
+
+def test_a_replys_sources_are_kept_and_exported(store, asked) -> None:
+    attached = store.add_attachment(asked.id, document())
+    reply = store.start_assistant_message(asked.conversation_id)
+    cited = (Citation(1, attached.id, "notes.pdf", 1, page=2),)
+    store.set_sources(reply.id, cited)
+    store.finish_message(reply.id, "4.2 kW [1].", "stop")
+    assert store.get_message(reply.id).sources == cited
+    exported = store.export_json([asked.conversation_id])
+    assert '"sources"' in exported and '"page": 2' in exported
+
+
+def test_an_export_carries_the_documents_whole_and_an_import_brings_them_back(store, asked,
+                                                                              tmp_path) -> None:
+    attached = store.add_attachment(asked.id, document())
+    exported = store.export_json([asked.conversation_id])
+    with ConversationStore.open(tmp_path / "other.db") as other:
+        (cid,) = other.import_json(exported)
+        (again,) = other.attachments(cid)
+        assert (again.name, again.pages, again.num_chunks) == ("notes.pdf", 3, 3)
+        assert again.message_id == other.current_path(cid)[0].id
+        assert other.attachment_text(again.id) == store.attachment_text(attached.id)
+        assert [h.chunk.page for h in other.search_passages([again.id], '"solar"')] == [2]
+        assert other.export_json([cid]) == exported
+
+
+def test_an_import_whose_document_names_no_user_message_is_refused(store, asked) -> None:
+    store.add_attachment(asked.id, document())
+    exported = json.loads(store.export_json([asked.conversation_id]))
+    exported["conversations"][0]["documents"][0]["message_id"] = 999
+    with pytest.raises(ImportValidationError, match=r"documents\[0\]\.message_id"):
+        store.import_json(json.dumps(exported))
