@@ -34,7 +34,9 @@ def add(s: Session, message: MessageRow, document: NewAttachment, now: datetime)
                          "with the user's messages")
     row = AttachmentRow(conversation_id=message.conversation_id, message_id=message.id,
                         name=document.name, kind=document.kind, size_bytes=document.size_bytes,
-                        pages=document.pages, text=document.text, created_at=now)
+                        pages=document.pages, text=document.text, created_at=now,
+                        page_starts=json.dumps(document.page_starts) if document.page_starts
+                        else None)
     s.add(row)
     s.flush()
     s.add_all(AttachmentChunkRow(attachment_id=row.id, ordinal=c.ordinal, page=c.page,
@@ -54,11 +56,12 @@ def of_conversation(s: Session, cid: int) -> list[Attachment]:
     return [_attachment(row, n) for row, n in s.execute(query)]
 
 
-def text_of(s: Session, attachment_id: int) -> str:
+def document_of(s: Session, attachment_id: int, *, with_chunks: bool) -> NewAttachment:
+    """The document whole: its text and page starts, and its passages where asked."""
     row = s.get(AttachmentRow, attachment_id)
     if row is None:
         raise StoreError(f"no document has id {attachment_id}")
-    return row.text
+    return _document(s, row, with_chunks)
 
 
 def chunks_of(s: Session, attachment_id: int) -> list[AttachmentChunk]:
@@ -89,9 +92,13 @@ def exported(s: Session, cid: int) -> list[AttachedDocument]:
     """The conversation's documents, whole, as an export holds them."""
     rows = s.scalars(select(AttachmentRow).where(AttachmentRow.conversation_id == cid)
                      .order_by(AttachmentRow.id))
-    return [AttachedDocument(row.message_id, NewAttachment(
-        row.name, row.kind, row.size_bytes, row.text, tuple(chunks_of(s, row.id)), row.pages))
-        for row in rows]
+    return [AttachedDocument(row.message_id, _document(s, row, with_chunks=True)) for row in rows]
+
+
+def _document(s: Session, row: AttachmentRow, with_chunks: bool) -> NewAttachment:
+    chunks = tuple(chunks_of(s, row.id)) if with_chunks else ()
+    starts = tuple(json.loads(row.page_starts)) if row.page_starts else ()
+    return NewAttachment(row.name, row.kind, row.size_bytes, row.text, chunks, row.pages, starts)
 
 
 def sources_json(citations: Sequence[Citation]) -> str | None:

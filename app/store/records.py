@@ -79,6 +79,7 @@ class NewAttachment:
     text: str
     chunks: tuple[AttachmentChunk, ...]
     pages: int | None = None
+    page_starts: tuple[int, ...] = ()  # where each page begins in `text` (none without pages)
 
 
 @dataclass(slots=True, frozen=True)

@@ -113,6 +113,7 @@ class AttachmentRow(Base):
     kind: Mapped[str] = mapped_column(Text)
     size_bytes: Mapped[int]
     pages: Mapped[int | None]
+    page_starts: Mapped[str | None] = mapped_column(Text)  # [offset, ...] as JSON
     text: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 

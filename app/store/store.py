@@ -408,8 +408,13 @@ class ConversationStore:
             return attachments.of_conversation(s, cid)
 
     def attachment_text(self, attachment_id: int) -> str:
+        return self.attachment_document(attachment_id).text
+
+    def attachment_document(self, attachment_id: int,
+                            with_chunks: bool = False) -> NewAttachment:
+        """The document as attached: its text and page starts (and its passages, if asked)."""
         with self._reading() as s:
-            return attachments.text_of(s, attachment_id)
+            return attachments.document_of(s, attachment_id, with_chunks=with_chunks)
 
     def attachment_chunks(self, attachment_id: int) -> list[AttachmentChunk]:
         with self._reading() as s:

@@ -224,6 +224,8 @@ CHUNK = {"ordinal": COUNT, "text": TEXT, "page": maybe(COUNT), "heading": maybe(
          "start": COUNT}
 DOCUMENT = {"message_id": ID, "name": TEXT, "kind": TEXT, "size_bytes": COUNT, "text": TEXT,
             "pages": maybe(COUNT),
+            "page_starts": Kind("an array", ARRAY.is_type, lambda value, where: tuple(
+                COUNT.check(item, f"{where}[{i}]") for i, item in enumerate(value))),
             "chunks": Kind("an array", ARRAY.is_type, lambda value, where: _chunks(value, where))}
 
 

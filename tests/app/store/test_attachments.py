@@ -22,7 +22,9 @@ PASSAGES = ("The lighthouse keeper lit the lamp at dusk every evening.",
 def document(name: str = "notes.pdf", passages=PASSAGES) -> NewAttachment:
     chunks = tuple(AttachmentChunk(i, body, page=i + 1, heading="Notes", start=i * 100)
                    for i, body in enumerate(passages))
-    return NewAttachment(name, "pdf", 12_345, "\n\n".join(passages), chunks, pages=len(passages))
+    text = "\n\n".join(passages)
+    starts = tuple(text.index(body) for body in passages)
+    return NewAttachment(name, "pdf", 12_345, text, chunks, pages=len(passages), page_starts=starts)
 
 
 @pytest.fixture
@@ -115,3 +117,10 @@ def test_an_import_whose_document_names_no_user_message_is_refused(store, asked)
     exported["conversations"][0]["documents"][0]["message_id"] = 999
     with pytest.raises(ImportValidationError, match=r"documents\[0\]\.message_id"):
         store.import_json(json.dumps(exported))
+
+
+def test_a_document_comes_back_with_its_page_starts(store, asked) -> None:
+    attached = store.add_attachment(asked.id, document())
+    again = store.attachment_document(attached.id)
+    assert again.page_starts == document().page_starts and again.pages == 3
+    assert again.chunks == () and store.attachment_document(attached.id, True).chunks

@@ -39,6 +39,7 @@ def upgrade() -> None:
         sa.Column("kind", sa.Text, nullable=False),
         sa.Column("size_bytes", sa.Integer, nullable=False),
         sa.Column("pages", sa.Integer),
+        sa.Column("page_starts", sa.Text),
         sa.Column("text", sa.Text, nullable=False),
         sa.Column("created_at", sa.DateTime, nullable=False),
         sqlite_autoincrement=True,
