@@ -1,0 +1,56 @@
+"""Files attached to a chat, read into text the model can answer from. Plain Python, no Qt.
+
+    convert          read_document: a file (PDF, DOCX, PPTX, XLSX, HTML, text, Markdown, code)
+                     into a Document, on a worker thread
+    document         Document and the bounds a file is read within
+    chunking         chunk_document: a Document cut into Chunks for retrieval
+    retrieval_query  fts_query: a question as an FTS5 MATCH expression for a trigram index
+    context          the prompt's documents: whole, or as retrieved passages with their Sources
+    errors           DocumentError and its kinds
+
+Importing this package imports neither markitdown nor PDFium; reading the first such file does.
+"""
+
+from app.components.documents.chunking import Chunk, chunk_document
+from app.components.documents.context import (
+    Hit,
+    Source,
+    passage_sources,
+    retrieved_passages_message,
+    whole_documents_message,
+)
+from app.components.documents.convert import read_document
+from app.components.documents.document import Document, Kind
+from app.components.documents.errors import (
+    DocumentError,
+    DocumentTooLargeError,
+    EmptyDocumentError,
+    EncryptedDocumentError,
+    NoTextLayerError,
+    UnreadableDocumentError,
+    UnsupportedDocumentError,
+)
+from app.components.documents.pdf import ProgressCallback
+from app.components.documents.retrieval_query import fts_query
+
+__all__ = [
+    "Chunk",
+    "Document",
+    "DocumentError",
+    "DocumentTooLargeError",
+    "EmptyDocumentError",
+    "EncryptedDocumentError",
+    "Hit",
+    "Kind",
+    "NoTextLayerError",
+    "ProgressCallback",
+    "Source",
+    "UnreadableDocumentError",
+    "UnsupportedDocumentError",
+    "chunk_document",
+    "fts_query",
+    "passage_sources",
+    "read_document",
+    "retrieved_passages_message",
+    "whole_documents_message",
+]
