@@ -22,6 +22,7 @@ from app.backends import (
     chat_cache_tag,
 )
 from app.components.async_store import AsyncStore
+from app.components.chat_documents import ChatDocuments, DocumentPrompt, attachment_views
 from app.components.prompting import (
     ContextOverflowError,
     FittedPrompt,
@@ -44,7 +45,14 @@ from app.components.tool_turns import (
     stored_calls,
     turn_start,
 )
-from app.components.view_models import MessageView, SamplingView, ToolCallState
+from app.components.view_models import (
+    AttachmentView,
+    MessageView,
+    PassageView,
+    SamplingView,
+    SourceView,
+    ToolCallState,
+)
 from app.store import (
     Conversation,
     ConversationStore,
@@ -87,6 +95,10 @@ class ChatView(Protocol):
         """What a streaming reply is doing before its text comes (how much of a long prompt the
         model has read); None once it writes."""
     def end_stream(self, view: MessageView) -> None: ...
+    def show_pending_attachments(self, views: list[AttachmentView]) -> None:
+        """The files waiting in the composer: being read, ready, or failed and why."""
+    def show_passage(self, view: PassageView) -> None:
+        """A passage a reply cited, opened."""
     def show_title(self, title: str) -> None: ...
     def show_notice(self, text: str, error: bool = False) -> None: ...
     def show_streaming(self, streaming: bool) -> None: ...
@@ -122,15 +134,19 @@ class Reply:
     continuing: bool = False  # the message held a reply cut at its max tokens: it grows
     reading: str | None = None  # how far the backend has read the prompt, until text comes
     reasoning: str = ""
+    documents: bool = False  # the prompt holds the chat's documents (whole or passages)
 
 
-def message_view(m: Message, sibling_index: int = 0, sibling_count: int = 1) -> MessageView:
+def message_view(m: Message, sibling_index: int = 0, sibling_count: int = 1,
+                 attachments: tuple[AttachmentView, ...] = ()) -> MessageView:
     stats = stats_text(m.stats, m.completion_tokens) if m.role == "assistant" else ""
     return MessageView(id=m.id, role=m.role, content=m.content, created_at=m.created_at,
                        status=m.status, sibling_index=sibling_index, sibling_count=sibling_count,
                        stats_text=stats, error=m.error if m.status == "error" else None,
                        finish_reason=m.finish_reason, completion_tokens=m.completion_tokens,
-                       reasoning=m.reasoning, reasoning_s=m.reasoning_s, tool_name=m.tool_name)
+                       reasoning=m.reasoning, reasoning_s=m.reasoning_s, tool_name=m.tool_name,
+                       attachments=attachments,
+                       sources=tuple(SourceView(c.number, c.name, c.page) for c in m.sources))
 
 
 def load_branch(store: ConversationStore, cid: int) -> tuple[Conversation, list[Message],
@@ -138,10 +154,11 @@ def load_branch(store: ConversationStore, cid: int) -> tuple[Conversation, list[
     """The conversation, its branch root to leaf, and the views with their sibling positions."""
     conversation = store.get_conversation(cid)
     path = store.current_path(cid)
+    documents = attachment_views(store.attachments(cid))
     views = []
     for m in path:
         ids = [s.id for s in store.siblings(m.id)]
-        views.append(message_view(m, ids.index(m.id), len(ids)))
+        views.append(message_view(m, ids.index(m.id), len(ids), documents.get(m.id, ())))
     return conversation, path, views
 
 
@@ -161,6 +178,8 @@ class ChatSession:
         self.db = db
         self.source = source
         self.tools = tools  # where the model's calls go; None: this chat's model calls nothing
+        self.documents = ChatDocuments(db)
+        self.documents.on_pending_changed = lambda views: self.view.show_pending_attachments(views)
         self.view: ChatView = view or NullView()
         self.conversation: Conversation | None = None
         self.path: list[Message] = []
@@ -283,9 +302,11 @@ class ChatSession:
         if self.draft.strip() and not self.is_streaming:
             messages.append(ChatMessage("user", self.draft))
         used, exact = 0, True
-        if messages:
+        if messages or self.documents.views:
             try:
-                count = await backend.count_tokens(messages, self._tools_in_prompt())
+                count = await self.documents.counted(
+                    messages, self.path, backend.count_tokens, self._tools_in_prompt(),
+                    backend.max_model_len, self.conversation.sampling.max_tokens)
             except BackendError:
                 return  # the model is being switched: the new one's load refreshes the meter
             used, exact = count.n, count.exact and backend.max_model_len_known
@@ -297,14 +318,41 @@ class ChatSession:
     # -- the user's actions ----------------------------------------------------------------------
 
     async def send(self, text: str) -> None:
-        if self.is_streaming or not self._check_backend():
+        if self.is_streaming or not self._check_backend() or self._still_reading():
             self.view.restore_draft(text)
             return
         self.draft = ""
         async with self._replying_now():
             user = await self.db.append_user_message(self.conversation_id, text)
+            await self.documents.keep_with(user.id)
             self.on_conversation_changed(self.conversation_id)
             await self._generate(user.id)
+
+    def _still_reading(self) -> bool:
+        name = self.documents.reading
+        if name is not None:
+            self._notify(f"{name} is still being read: send once it is ready (or remove it).")
+        return name is not None
+
+    # -- documents -------------------------------------------------------------------------------
+
+    async def attach(self, paths: list[str]) -> None:
+        """Files for the next message: read off the loop, shown waiting in the composer."""
+        await self.documents.attach(paths)
+        await self.refresh_context_meter()
+
+    def remove_pending(self, index: int) -> None:
+        self.documents.remove(index)
+        self.spawn(self.refresh_context_meter())
+
+    async def open_source(self, message_id: int, number: int) -> None:
+        """Show the passage a reply cited as [number]."""
+        message = next((m for m in self.path if m.id == message_id), None)
+        citation = next((c for c in message.sources if c.number == number), None) \
+            if message is not None else None
+        if citation is None:
+            return
+        self.view.show_passage(await self.documents.passage(citation))
 
     async def edit(self, message_id: int, text: str) -> None:
         if self.is_streaming or not self._check_backend():
@@ -649,8 +697,12 @@ class ChatSession:
         # The branch without the reply being written; a reply being continued is kept, as the
         # text the model goes on from.
         branch = self.path if self.reply.continuing else self.path[:-1]
-        messages = chat_messages(self.conversation.system_prompt, branch)
+        shaped = await self._with_documents(backend, branch, tools)
+        messages = shaped.messages
         max_model_len = backend.max_model_len
+        if shaped.citations and not self.reply.continuing:
+            await self.db.set_sources(self.reply.message.id, shaped.citations)
+        self.reply.documents = shaped.has_documents
         try:
             fitted = await fit_to_context(messages,
                                           lambda kept: backend.count_tokens(kept, tools),
@@ -668,6 +720,14 @@ class ChatSession:
                 "stay in the chat.")
         return fitted
 
+    async def _with_documents(self, backend: ChatBackend, branch: list[Message],
+                              tools: tuple[ToolSpec, ...]) -> DocumentPrompt:
+        """The branch as the model is given it, with the branch's documents."""
+        messages = chat_messages(self.conversation.system_prompt, branch)
+        return await self.documents.prompt(messages, branch, backend.count_tokens, tools,
+                                           backend.max_model_len,
+                                           self.conversation.sampling.max_tokens)
+
     def _on_chunk(self, chunk: ReplyChunk) -> None:
         reply = self.reply
         delta = chunk.delta_text
@@ -675,7 +735,8 @@ class ChatSession:
         if self.closed:
             return
         if chunk.prompt_progress is not None:
-            reply.reading = reading_text(chunk.prompt_progress, reply.continuing)
+            reply.reading = reading_text(chunk.prompt_progress, reply.continuing,
+                                         reply.documents)
             self.view.show_reading(reply.message.id, reply.reading)
         if chunk.delta_reasoning:
             self._on_reasoning(chunk.delta_reasoning)
@@ -796,10 +857,11 @@ class ChatSession:
         self.db.submit(lambda _store: writer.closed or writer.interrupt())
 
 
-def reading_text(progress: PromptProgress, continuing: bool = False) -> str:
+def reading_text(progress: PromptProgress, continuing: bool = False,
+                 documents: bool = False) -> str:
     """"reading your message: 1,200 / 3,300 tokens" (the whole chat is read, but what is new
-    to the model, and slow, is nearly always the message just sent)."""
-    what = "the chat" if continuing else "your message"
+    to the model, and slow, is nearly always the message just sent, or the documents)."""
+    what = "your documents" if documents else "the chat" if continuing else "your message"
     return (f"reading {what}: {progress.num_computed_tokens:,} / "
             f"{progress.num_prompt_tokens:,} tokens")
 

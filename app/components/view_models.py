@@ -40,6 +40,39 @@ class ToolServerView:
 
 
 @dataclass(slots=True, frozen=True)
+class AttachmentView:
+    """A document on a user's message, or waiting in the composer: its name, what it is, and
+    where it stands ("reading" with `progress` in words, "ready", or "failed" with `error`)."""
+
+    name: str
+    kind: str = ""
+    size_bytes: int = 0
+    pages: int | None = None
+    state: Literal["reading", "ready", "failed"] = "ready"
+    progress: str = ""  # "page 40 / 200"
+    error: str = ""
+
+
+@dataclass(slots=True, frozen=True)
+class SourceView:
+    """A passage a reply was given, as it cites it: "[1] report.pdf, page 12"."""
+
+    number: int
+    name: str
+    page: int | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class PassageView:
+    """A cited passage opened from a reply: where it is and its text."""
+
+    name: str
+    page: int | None
+    heading: str | None
+    text: str
+
+
+@dataclass(slots=True, frozen=True)
 class MessageView:
     """One message of the branch on screen, with what the transcript shows around it."""
 
@@ -63,6 +96,8 @@ class MessageView:
     # A tool message: the function whose result `content` is; its outcome is `finish_reason`
     # ("done", "denied" or "failed").
     tool_name: str | None = None
+    attachments: tuple[AttachmentView, ...] = ()  # a user's message: the documents it brought
+    sources: tuple[SourceView, ...] = ()  # a reply: the passages it was given to answer from
 
 
 @dataclass(slots=True, frozen=True)

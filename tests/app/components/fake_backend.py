@@ -21,7 +21,7 @@ from app.backends import (
     ToolCallRecord,
     ToolSpec,
 )
-from app.components.view_models import MessageView, SamplingView
+from app.components.view_models import AttachmentView, MessageView, PassageView, SamplingView
 
 WAIT_S = 5.0
 LOADING = "A model is loading: send again once it is ready."
@@ -290,6 +290,12 @@ class RecordingView:
 
     def append_reasoning(self, message_id: int, delta: str) -> None:
         self._record("append_reasoning", message_id, delta)
+
+    def show_pending_attachments(self, views: list[AttachmentView]) -> None:
+        self._record("show_pending_attachments", views)
+
+    def show_passage(self, view: PassageView) -> None:
+        self._record("show_passage", view)
 
     def show_reading(self, message_id: int, text: str | None) -> None:
         self._record("show_reading", message_id, text)

@@ -1,0 +1,286 @@
+"""A chat's documents, without a window: the files waiting in the composer (read on a worker
+thread, with progress), kept with the user's message when it is sent, and, for each reply, what
+of the branch's documents the model is given: all of them, once, at the head of the prompt
+where they fit the context (a prefix the prefix cache keeps from turn to turn), else the
+passages retrieved for the question (bm25 over the store's index), numbered for the reply to
+cite. No Qt."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from app.backends import ChatMessage, TokenCount, ToolSpec
+from app.components.async_store import AsyncStore
+from app.components.documents import (
+    Chunk,
+    Document,
+    DocumentError,
+    Hit,
+    chunk_document,
+    fts_query,
+    passage_sources,
+    read_document,
+    retrieved_passages_message,
+    whole_documents_message,
+)
+from app.components.view_models import AttachmentView, PassageView
+from app.store import Attachment, AttachmentChunk, Citation, Message, NewAttachment
+
+MAX_PENDING = 20  # files waiting in the composer at once
+MAX_PASSAGES = 12  # retrieved for one question, before the budget cuts them
+# Of what the context leaves beside the chat and the reply, the share retrieved passages may take.
+PASSAGE_SHARE = 0.5
+ESTIMATED_CHARS_PER_TOKEN = 3  # to budget passages before the exact count of the whole prompt
+
+TokenCounter = Callable[[list[ChatMessage], Sequence[ToolSpec]], Awaitable[TokenCount]]
+Reader = Callable[[Path, Callable[[int, int], None] | None], Document]
+
+_executor: ThreadPoolExecutor | None = None
+
+
+def _reading_thread() -> ThreadPoolExecutor:
+    """One worker reads every chat's files, one at a time: a 200-page PDF is CPU work."""
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagoda-documents")
+    return _executor
+
+
+@dataclass(slots=True)
+class _Pending:
+    path: Path
+    view: AttachmentView
+    document: Document | None = None
+    attachment: NewAttachment | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class _Held:
+    """A document the chat holds: stored (its attachment id), or waiting in the composer."""
+
+    attachment_id: int | None
+    name: str
+    document: Document
+
+
+@dataclass(slots=True, frozen=True)
+class DocumentPrompt:
+    """The chat's messages with its documents in them, the passages the reply may cite, and
+    whether the documents went whole."""
+
+    messages: list[ChatMessage]
+    citations: tuple[Citation, ...] = ()
+    whole: bool = False
+
+    @property
+    def has_documents(self) -> bool:
+        return self.whole or bool(self.citations)
+
+
+class ChatDocuments:
+    """`views` (the files waiting in the composer), `reading` (one is being read);
+    `on_pending_changed(views)` fires when they change."""
+
+    def __init__(self, db: AsyncStore, read: Reader = read_document) -> None:
+        self.db = db
+        self._read = read
+        self._pending: list[_Pending] = []
+        self._documents: dict[int, Document] = {}  # attached documents read back, by id
+        self.on_pending_changed: Callable[[list[AttachmentView]], None] = lambda _views: None
+
+    # -- the composer's files --------------------------------------------------------------------
+
+    @property
+    def views(self) -> list[AttachmentView]:
+        return [p.view for p in self._pending]
+
+    @property
+    def reading(self) -> str | None:
+        """The name of a file still being read; None when none is."""
+        return next((p.view.name for p in self._pending if p.view.state == "reading"), None)
+
+    async def attach(self, paths: Sequence[str | Path]) -> None:
+        """Read the files, one after another, off the event loop; a file that cannot be read
+        stays in the list, failed, with why, until removed or sent past."""
+        room = MAX_PENDING - len(self._pending)
+        added = [_Pending(Path(p), AttachmentView(Path(p).name, state="reading"))
+                 for p in list(paths)[:max(room, 0)]]
+        refused = [Path(p).name for p in list(paths)[max(room, 0):]]
+        self._pending += added
+        self._pending += [_Pending(Path(name), AttachmentView(
+            name, state="failed", error=f"at most {MAX_PENDING} files can wait to be sent"))
+            for name in refused]
+        self._changed()
+        for pending in added:
+            await self._read_one(pending)
+
+    def remove(self, index: int) -> None:
+        if 0 <= index < len(self._pending):
+            del self._pending[index]
+            self._changed()
+
+    async def keep_with(self, message_id: int) -> list[Attachment]:
+        """Store the files read with the user's message `message_id`; the list is emptied."""
+        ready = [p.attachment for p in self._pending if p.attachment is not None]
+        self._pending = []
+        self._changed()
+        return [await self.db.add_attachment(message_id, attachment) for attachment in ready]
+
+    async def _read_one(self, pending: _Pending) -> None:
+        loop = asyncio.get_running_loop()
+
+        def progress(done: int, total: int) -> None:
+            loop.call_soon_threadsafe(self._show_progress, pending, done, total)
+
+        try:
+            document, chunks = await loop.run_in_executor(
+                _reading_thread(), lambda: self._read_and_cut(pending.path, progress))
+        except DocumentError as exc:
+            pending.view = replace(pending.view, state="failed", progress="", error=str(exc))
+        except OSError as exc:
+            pending.view = replace(pending.view, state="failed", progress="",
+                                   error=f"{pending.path.name} could not be opened: "
+                                         f"{exc.strerror or exc}")
+        else:
+            pending.document, pending.attachment = document, _new_attachment(document, chunks)
+            pending.view = AttachmentView(document.name, document.kind, document.size_bytes,
+                                          document.pages)
+        self._changed()
+
+    def _read_and_cut(self, path: Path, progress) -> tuple[Document, list[Chunk]]:
+        document = self._read(path, progress)
+        return document, chunk_document(document)
+
+    def _show_progress(self, pending: _Pending, done: int, total: int) -> None:
+        if pending.view.state == "reading" and pending in self._pending:
+            pending.view = replace(pending.view, progress=f"page {done:,} / {total:,}")
+            self._changed()
+
+    def _changed(self) -> None:
+        self.on_pending_changed(self.views)
+
+    # -- what a reply is given -------------------------------------------------------------------
+
+    async def prompt(self, messages: list[ChatMessage], path: Sequence[Message],
+                     count: TokenCounter, tools: Sequence[ToolSpec], max_model_len: int,
+                     max_tokens: int) -> DocumentPrompt:
+        """`messages` (the branch as the model is given it) with the branch's documents: whole
+        in the system message where the prompt then still leaves room for the reply, else the
+        passages best matching the newest user message, above it."""
+        held = await self._held(path)
+        if not held:
+            return DocumentPrompt(messages)
+        return await self._shaped(messages, held, count, tools, max_model_len, max_tokens)
+
+    async def counted(self, messages: list[ChatMessage], path: Sequence[Message],
+                      count: TokenCounter, tools: Sequence[ToolSpec], max_model_len: int,
+                      max_tokens: int) -> TokenCount:
+        """What the chat with `messages` (a draft last, maybe) takes as a prompt with its
+        documents, those waiting in the composer included: the context meter's count."""
+        held = await self._held(path)
+        held += [_Held(None, p.view.name, p.document) for p in self._pending
+                 if p.document is not None]
+        if not held:
+            return await count(messages, tools)
+        shaped = await self._shaped(messages, held, count, tools, max_model_len, max_tokens)
+        return await count(shaped.messages, tools)
+
+    async def _shaped(self, messages: list[ChatMessage], held: list[_Held],
+                      count: TokenCounter, tools: Sequence[ToolSpec], max_model_len: int,
+                      max_tokens: int) -> DocumentPrompt:
+        reply_room = min(max_tokens, max_model_len // 4)
+        whole = _with_system_text(messages, whole_documents_message([h.document for h in held]))
+        counted = await count(whole, tools)
+        if counted.n + reply_room <= max_model_len:
+            stored = [h for h in held if h.attachment_id is not None]
+            return DocumentPrompt(whole, tuple(Citation(i, h.attachment_id, h.name, 0) for i, h
+                                               in enumerate(stored, 1)), whole=True)
+        chat = await count(messages, tools)
+        budget = int((max_model_len - chat.n - reply_room) * PASSAGE_SHARE)
+        return await self._retrieved(messages, held, budget)
+
+    async def _retrieved(self, messages: list[ChatMessage], held: list[_Held],
+                         budget: int) -> DocumentPrompt:
+        question_at = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
+        if question_at is None:
+            return DocumentPrompt(messages)
+        question = messages[question_at].content
+        kinds = {h.attachment_id: h.document.kind for h in held if h.attachment_id is not None}
+        match = fts_query(question)
+        found = await self.db.search_passages(list(kinds), match, MAX_PASSAGES) \
+            if match and kinds else []
+        chosen, ids, used = [], [], 0
+        for hit in found:
+            cost = len(hit.chunk.text) // ESTIMATED_CHARS_PER_TOKEN + 16
+            if used + cost > budget:
+                break
+            used += cost
+            chosen.append(Hit(hit.name, kinds[hit.attachment_id], _chunk(hit.chunk)))
+            ids.append(hit.attachment_id)
+        asked = f"{retrieved_passages_message(chosen)}\n\n{question}"
+        shaped = [*messages[:question_at], replace(messages[question_at], content=asked),
+                  *messages[question_at + 1:]]
+        citations = tuple(Citation(s.number, aid, s.name, s.ordinal, s.page)
+                          for s, aid in zip(passage_sources(chosen), ids, strict=True))
+        return DocumentPrompt(shaped, citations)
+
+    async def _held(self, path: Sequence[Message]) -> list[_Held]:
+        """The documents on the branch, read back from the store once."""
+        return [_Held(a.id, a.name, await self._document(a)) for a in await self._on_branch(path)]
+
+    async def _on_branch(self, path: Sequence[Message]) -> list[Attachment]:
+        if not path:
+            return []
+        on_branch = {m.id for m in path}
+        every = await self.db.attachments(path[0].conversation_id)
+        return [a for a in every if a.message_id in on_branch]
+
+    async def _document(self, attachment: Attachment) -> Document:
+        document = self._documents.get(attachment.id)
+        if document is None:
+            stored = await self.db.attachment_document(attachment.id)
+            document = Document(stored.name, stored.kind, stored.size_bytes, stored.pages,
+                                stored.text, stored.page_starts)  # type: ignore[arg-type]
+            self._documents[attachment.id] = document
+        return document
+
+    # -- a cited passage -------------------------------------------------------------------------
+
+    async def passage(self, citation: Citation) -> PassageView:
+        chunks = await self.db.attachment_chunks(citation.attachment_id)
+        chunk = next((c for c in chunks if c.ordinal == citation.ordinal), None)
+        if chunk is None:
+            return PassageView(citation.name, citation.page, None, "")
+        return PassageView(citation.name, chunk.page, chunk.heading, chunk.text)
+
+
+def attachment_views(attachments: Sequence[Attachment]) -> dict[int, tuple[AttachmentView, ...]]:
+    """The documents of each user message, by message id, as its chips show them."""
+    views: dict[int, list[AttachmentView]] = {}
+    for a in attachments:
+        views.setdefault(a.message_id, []).append(
+            AttachmentView(a.name, a.kind, a.size_bytes, a.pages))
+    return {mid: tuple(v) for mid, v in views.items()}
+
+
+def _with_system_text(messages: list[ChatMessage], text: str) -> list[ChatMessage]:
+    """The documents go into the one system message, after the chat's own system prompt: most
+    templates take a single system message, first."""
+    if messages and messages[0].role == "system":
+        first = messages[0]
+        return [replace(first, content=f"{first.content}\n\n{text}"), *messages[1:]]
+    return [ChatMessage("system", text), *messages]
+
+
+def _new_attachment(document: Document, chunks: list[Chunk]) -> NewAttachment:
+    return NewAttachment(document.name, document.kind, document.size_bytes, document.text,
+                         tuple(AttachmentChunk(c.ordinal, c.text, c.page, c.heading, c.start)
+                               for c in chunks), document.pages, document.page_starts)
+
+
+def _chunk(chunk: AttachmentChunk) -> Chunk:
+    return Chunk(chunk.ordinal, chunk.text, chunk.page, chunk.heading, chunk.start)
