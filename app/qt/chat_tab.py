@@ -6,10 +6,12 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout, QWidget
 
-from app.components.view_models import MessageView, SamplingView
+from app.components.view_models import AttachmentView, MessageView, PassageView, SamplingView
 from app.qt.widgets.composer import Composer
 from app.qt.widgets.context_meter import ContextMeter
 from app.qt.widgets.elide import ElidedLabel
+from app.qt.widgets.file_drops import FileDrops
+from app.qt.widgets.passage_dialog import PassageDialog
 from app.qt.widgets.transcript import TranscriptView
 
 
@@ -18,12 +20,15 @@ class ChatTab(QWidget):
 
     `title_changed(str)` asks the tab bar to relabel; `settings_changed(SamplingView)` carries
     edits from the window's settings panel while this tab is the current one;
-    `notice_dismissed()` when the notice's ✕ is clicked.
+    `notice_dismissed()` when the notice's ✕ is clicked; `attach_requested(list[str])` with the
+    paths of files chosen by the composer's paperclip, pasted into it, or dropped anywhere on
+    the tab.
     """
 
     title_changed = Signal(str)
     settings_changed = Signal(object)
     notice_dismissed = Signal()
+    attach_requested = Signal(list)
 
     def __init__(self, conversation_id: int, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -42,6 +47,12 @@ class ChatTab(QWidget):
         self._notice_close = QToolButton(self, text="✕", autoRaise=True)
         self._notice_close.clicked.connect(self.clear_notice)
         self._notice_close.clicked.connect(self.notice_dismissed)
+        self._passage: PassageDialog | None = None
+        self.composer.attach_requested.connect(self.attach_requested)
+        self._drops = FileDrops(self)
+        self._drops.dropped.connect(self.attach_requested)
+        self._drops.watch(self)
+        self._drops.watch(self.transcript.drop_area())
         self._layout()
         self.clear_notice()
 
@@ -110,6 +121,16 @@ class ChatTab(QWidget):
 
     def begin_edit(self, message_id: int, content: str) -> None:
         self.composer.begin_edit(message_id, content)
+
+    def show_pending_attachments(self, views: list[AttachmentView]) -> None:
+        """The documents waiting to go with the next message (reading, ready or failed)."""
+        self.composer.show_attachments(views)
+
+    def show_passage(self, view: PassageView) -> None:
+        """Open a cited passage beside the chat; a second one replaces the first."""
+        if self._passage is None:
+            self._passage = PassageDialog(self)
+        self._passage.show_passage(view)
 
     # -- its own widgets ---------------------------------------------------------------------------
 

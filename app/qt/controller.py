@@ -50,6 +50,9 @@ class ChatController(QObject):
         v.regenerate_button.clicked.connect(lambda: s.spawn(s.regenerate_last()))
         v.settings_changed.connect(lambda settings: s.spawn(s.save_settings(settings)))
         v.notice_dismissed.connect(s.clear_notice)
+        v.attach_requested.connect(lambda paths: s.spawn(s.attach(paths)))
+        v.composer.pending_removed.connect(lambda index: s.remove_pending(index))
+        v.transcript.source_requested.connect(lambda mid, n: s.spawn(s.open_source(mid, n)))
         self._draft_timer.timeout.connect(
             lambda: s.spawn(s.count_draft(v.composer.text())))
         v.composer.draft_changed.connect(lambda _text: self._draft_timer.start())

@@ -6,8 +6,9 @@ the end of the answer streamed so far, and a finished message is re-rendered as 
 frame alone.
 
 Above an answer, a reply's reasoning folds under one "Thought for 12 s" line; below it, each tool call
-the reply made, with Run / Always / Deny while it waits for the user. A tool's result is a compact
-frame of its own, folded to its first line.
+the reply made, with Run / Always / Deny while it waits for the user, and the sources it was
+given as links that open the passage. A tool's result is a compact frame of its own, folded to its
+first line. A user's message lists the documents it brought under its text.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QTextBrowser, QToolButton, QVBoxLayout, QWidget
 
 from app.components.view_models import MessageView, Role, ToolCallView
+from app.qt.widgets.attachment_text import DOCUMENT_MARK, attachment_status, source_label
 from app.qt.widgets.markdown_render import (
     LINE_SEPARATOR,
     RenderStyle,
@@ -174,6 +176,7 @@ class TranscriptView(QWidget):
     regenerate_requested = Signal(int)  # an assistant message's id
     continue_requested = Signal(int)  # a reply cut at its max tokens
     tool_call_answered = Signal(str, str)  # a call's id, "run" / "always" / "deny"
+    source_requested = Signal(int, int)  # a reply's id, the number of the source clicked
     copied = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -323,6 +326,10 @@ class TranscriptView(QWidget):
         """Everything the transcript shows, as plain text."""
         return self._document.toPlainText()
 
+    def drop_area(self) -> QWidget:
+        """The widget under the mouse when something is dragged over the transcript."""
+        return self._browser.viewport()
+
     # -- blocks ---------------------------------------------------------------------------------
 
     def _update(self, message: MessageView, streaming: bool) -> None:
@@ -417,6 +424,7 @@ class TranscriptView(QWidget):
             cursor.insertText(block.content(), QTextCharFormat())
             answer_end = cursor.position()
             self._insert_tool_calls(cursor, block.view)
+            self._insert_sources(cursor, block.view)
             # Placed once all is drawn: a cursor standing where text is inserted moves with it.
             block.answer_end = self._cursor_at(answer_end)
             if reasoning_end is not None:
@@ -426,7 +434,9 @@ class TranscriptView(QWidget):
             message_id = block.view.id
             block.codes = insert_markdown(cursor, block.content(), self._render_style(),
                                           lambda n: self._href("copy-code", message_id, n))
+        self._insert_attachments(cursor, block.view)
         self._insert_tool_calls(cursor, block.view)
+        self._insert_sources(cursor, block.view)
         self._insert_footer(cursor, block.view)
 
     def _render_style(self) -> RenderStyle:
@@ -569,6 +579,32 @@ class TranscriptView(QWidget):
             fmt.setToolTip(arguments_tooltip(arguments))
         cursor.insertText(f" {elide(shown, ARGUMENTS_SHOWN)}", fmt)
 
+    def _insert_attachments(self, cursor: QTextCursor, view: MessageView) -> None:
+        """A user's message: a line per document it brought, "📄 report.pdf · 12 pages · 340 KB"."""
+        for index, attachment in enumerate(view.attachments):
+            line = QTextBlockFormat()
+            line.setTopMargin(6 if index == 0 else 0)
+            cursor.insertBlock(line, QTextCharFormat())
+            name, details = self._muted_format(), self._muted_format()
+            name.setForeground(self._colors.text)
+            if attachment.state == "failed":
+                details.setForeground(self._colors.error)
+            cursor.insertText(f"{DOCUMENT_MARK} {attachment.name}", name)
+            cursor.insertText(f" · {attachment_status(attachment)}", details)
+
+    def _insert_sources(self, cursor: QTextCursor, view: MessageView) -> None:
+        """A reply's sources, each a link that opens its passage: "Sources: [1] report.pdf, p. 12"."""
+        if not view.sources:
+            return
+        line = QTextBlockFormat()
+        line.setTopMargin(6)
+        cursor.insertBlock(line, QTextCharFormat())
+        cursor.insertText("Sources: ", self._muted_format())
+        for index, source in enumerate(view.sources):
+            if index:
+                cursor.insertText("  ·  ", self._muted_format())
+            self._insert_action(cursor, source_label(source), "source", view.id, source.number)
+
     def _fill_result(self, cursor: QTextCursor, block: _Block) -> None:
         """A tool message: what became of the call, then its result folded to a line, or
         opened as code."""
@@ -696,6 +732,8 @@ class TranscriptView(QWidget):
             self._toggle(self._open_results, block)
         elif action.startswith("call-"):
             self._answer_call(block, args[1], action.removeprefix("call-"))
+        elif action == "source" and any(s.number == args[1] for s in block.view.sources):
+            self.source_requested.emit(block.view.id, args[1])
 
     def _toggle(self, opened: set[int], block: _Block) -> None:
         """Open or fold a message's reasoning or result, the view staying where the user is."""

@@ -1,0 +1,63 @@
+"""The words shown for a chat's documents: a file's pages and size, where its reading stands, the
+sources a reply cites and where a cited passage is. Strings only; the composer's chips, the
+transcript and the passage dialog draw them."""
+
+from __future__ import annotations
+
+from app.components.view_models import AttachmentView, PassageView, SourceView
+
+DOCUMENT_MARK = "📄"
+READING = "reading…"
+
+
+def size_text(num_bytes: int) -> str:
+    """"812 bytes", "4.5 KB", "340 KB", "2.4 MB": a file's size as file managers write it."""
+    if num_bytes < 1000:
+        return f"{num_bytes} bytes"
+    value, unit = num_bytes / 1000, "KB"
+    for bigger in ("MB", "GB"):
+        if value < 999.5:
+            break
+        value, unit = value / 1000, bigger
+    return f"{value:.1f} {unit}" if value < 9.95 else f"{value:.0f} {unit}"
+
+
+def pages_text(pages: int | None) -> str:
+    if pages is None:
+        return ""
+    return "1 page" if pages == 1 else f"{pages:,} pages"
+
+
+def attachment_details(view: AttachmentView) -> str:
+    """"12 pages · 340 KB" (a file without pages: its size alone)."""
+    return " · ".join(part for part in (pages_text(view.pages), size_text(view.size_bytes)) if part)
+
+
+def attachment_status(view: AttachmentView) -> str:
+    """A waiting document's second line: its progress while read, its error when it failed,
+    its pages and size when it is ready."""
+    if view.state == "reading":
+        return f"{READING} {view.progress}" if view.progress else READING
+    if view.state == "failed":
+        return view.error or "could not be read"
+    return attachment_details(view)
+
+
+def reading_reason(views: list[AttachmentView]) -> str | None:
+    """Why Send waits, "Reading report.pdf…", while a document is still read; None once none is."""
+    reading = [view.name for view in views if view.state == "reading"]
+    if not reading:
+        return None
+    more = f" and {len(reading) - 1} more" if len(reading) > 1 else ""
+    return f"Reading {reading[0]}{more}…"
+
+
+def source_label(source: SourceView) -> str:
+    """"[1] report.pdf, p. 12" (a file without pages: its name alone)."""
+    page = f", p. {source.page}" if source.page is not None else ""
+    return f"[{source.number}] {source.name}{page}"
+
+
+def passage_place(view: PassageView) -> str:
+    """"report.pdf · page 12": where a cited passage is."""
+    return f"{view.name} · page {view.page}" if view.page is not None else view.name
