@@ -119,6 +119,7 @@ async def _exercise(window, model: str | None) -> SelftestReport:
     _line("loaded", f"{report.model} in {report.load_s:.1f} s")
     _line("kernels", _kernels_line())
     _line("math", _math_line())
+    _line("documents", _documents_line())
 
     greedy = SamplingSettings(temperature=0.0, max_tokens=32, repetition_penalty=1.0)
     conversation = await window.db.create_conversation(title="Self-test", sampling=greedy)
@@ -151,6 +152,20 @@ def _math_line() -> str:
     if drawn is None or drawn.image.isNull():
         raise SelftestError("a formula could not be drawn: the math fonts are missing")
     return f"a formula drawn at {drawn.width:.0f} x {drawn.height:.0f} px"
+
+
+def _documents_line() -> str:
+    """A page read as an attachment is read: markitdown and its converters are in the bundle."""
+    from app.components.documents import chunk_document, read_document
+
+    with tempfile.TemporaryDirectory(prefix="pagoda-selftest-doc-") as folder:
+        page = Path(folder) / "page.html"
+        page.write_text("<html><body><h1>Lighthouses</h1><p>The lamp is lit at dusk.</p>"
+                        "</body></html>", encoding="utf-8")
+        document = read_document(page)
+    if "lit at dusk" not in document.text:
+        raise SelftestError(f"an HTML page was read as {document.text[:80]!r}")
+    return f"an HTML page read into {len(chunk_document(document))} passage(s)"
 
 
 def _kernels_line() -> str:
