@@ -210,9 +210,8 @@ class ChatDocuments:
             return DocumentPrompt(messages)
         question = messages[question_at].content
         kinds = {h.attachment_id: h.document.kind for h in held if h.attachment_id is not None}
-        match = fts_query(question)
-        found = await self.db.search_passages(list(kinds), match, MAX_PASSAGES) \
-            if match and kinds else []
+        found = await self.db.search_passages(list(kinds), fts_query(question), question,
+                                              MAX_PASSAGES) if kinds else []
         chosen, ids, used = [], [], 0
         for hit in found:
             cost = len(hit.chunk.text) // ESTIMATED_CHARS_PER_TOKEN + 16

@@ -12,6 +12,7 @@ from datetime import datetime
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
+from . import cjk_grams
 from .errors import StoreError
 from .records import (
     AttachedDocument,
@@ -39,10 +40,15 @@ def add(s: Session, message: MessageRow, document: NewAttachment, now: datetime)
                         else None)
     s.add(row)
     s.flush()
-    s.add_all(AttachmentChunkRow(attachment_id=row.id, ordinal=c.ordinal, page=c.page,
-                                 heading=c.heading, start=c.start, text=c.text)
-              for c in document.chunks)
+    rows = [AttachmentChunkRow(attachment_id=row.id, ordinal=c.ordinal, page=c.page,
+                               heading=c.heading, start=c.start, text=c.text)
+            for c in document.chunks]
+    s.add_all(rows)
     s.flush()
+    pairs = [{"id": r.id, "grams": g} for r in rows if (g := cjk_grams.indexed_text(r.text))]
+    if pairs:
+        s.execute(text("INSERT INTO attachment_chunks_cjk(rowid, grams) VALUES (:id, :grams)"),
+                  pairs)
     return _attachment(row, len(document.chunks))
 
 
@@ -70,22 +76,54 @@ def chunks_of(s: Session, attachment_id: int) -> list[AttachmentChunk]:
     return [_chunk(row) for row in s.scalars(query)]
 
 
-def search(s: Session, attachment_ids: Sequence[int], match: str, limit: int) -> list[ChunkHit]:
-    """The passages of those documents that match `match` (an FTS5 expression), best first."""
-    if not attachment_ids or not match:
+def search(s: Session, attachment_ids: Sequence[int], match: str | None, question: str,
+           limit: int) -> list[ChunkHit]:
+    """The passages of those documents that match `match` (an FTS5 expression for the trigram
+    index) or share character pairs with the Chinese or Japanese of `question`, best first: the
+    two rankings joined by reciprocal rank."""
+    if not attachment_ids:
         return []
-    if len(match) > MAX_QUERY_CHARS:
+    if len(match or "") > MAX_QUERY_CHARS:
         raise StoreError(f"a passage search is at most {MAX_QUERY_CHARS} characters")
+    limit = min(limit, MAX_HITS)
+    rankings = []
+    if match:
+        rankings.append(_ranked(s, "attachment_chunks_fts", attachment_ids, match, limit))
+    pairs = cjk_grams.match_expression(question[:MAX_QUERY_CHARS])
+    if pairs:
+        rankings.append(_ranked(s, "attachment_chunks_cjk", attachment_ids, pairs, limit))
+    return _fused(rankings, limit)
+
+
+def _ranked(s: Session, index: str, attachment_ids: Sequence[int], match: str,
+            limit: int) -> list[ChunkHit]:
     ids = ",".join(str(int(i)) for i in attachment_ids)
     rows = s.execute(text(
         "SELECT c.id, c.attachment_id, a.name, c.ordinal, c.page, c.heading, c.start, c.text, "
-        "bm25(attachment_chunks_fts) AS score FROM attachment_chunks_fts "
-        "JOIN attachment_chunks c ON c.id = attachment_chunks_fts.rowid "
+        f"bm25({index}) AS score FROM {index} "
+        f"JOIN attachment_chunks c ON c.id = {index}.rowid "
         "JOIN attachments a ON a.id = c.attachment_id "
-        f"WHERE attachment_chunks_fts MATCH :match AND c.attachment_id IN ({ids}) "
-        "ORDER BY score LIMIT :limit"), {"match": match, "limit": min(limit, MAX_HITS)})
+        f"WHERE {index} MATCH :match AND c.attachment_id IN ({ids}) "
+        "ORDER BY score LIMIT :limit"), {"match": match, "limit": limit})
     return [ChunkHit(cid, aid, name, AttachmentChunk(ordinal, body, page, heading, start), score)
             for cid, aid, name, ordinal, page, heading, start, body, score in rows]
+
+
+def _fused(rankings: list[list[ChunkHit]], limit: int) -> list[ChunkHit]:
+    """One ranking from several: each passage scores the sum of 1 / (60 + its rank) in each
+    (reciprocal rank fusion); a single ranking stays as it is."""
+    if not rankings:
+        return []
+    if len(rankings) == 1:
+        return rankings[0]
+    scores: dict[int, float] = {}
+    hits: dict[int, ChunkHit] = {}
+    for ranking in rankings:
+        for rank, hit in enumerate(ranking):
+            scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + 1 / (60 + rank)
+            hits.setdefault(hit.chunk_id, hit)
+    best = sorted(scores, key=lambda chunk_id: -scores[chunk_id])[:limit]
+    return [hits[chunk_id] for chunk_id in best]
 
 
 def exported(s: Session, cid: int) -> list[AttachedDocument]:

@@ -17,7 +17,7 @@ from .schema import Base
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VERSION_TABLE = "alembic_version"
 # Made by revisions 0002 and 0004 with raw SQL, so not in the ORM metadata.
-FTS_TABLES = ("messages_fts", "attachment_chunks_fts")
+FTS_TABLES = ("messages_fts", "attachment_chunks_fts", "attachment_chunks_cjk")
 
 
 def migrate_to_head(path: Path) -> Path | None:

@@ -420,13 +420,14 @@ class ConversationStore:
         with self._reading() as s:
             return attachments.chunks_of(s, attachment_id)
 
-    def search_passages(self, attachment_ids: list[int], match: str,
+    def search_passages(self, attachment_ids: list[int], match: str | None, question: str = "",
                         limit: int = 8) -> list[ChunkHit]:
-        """The passages of those documents matching the FTS5 expression `match` (bm25, best
-        first); StoreError when the expression cannot be read."""
+        """The passages of those documents matching the FTS5 expression `match` (for the
+        trigram index) or, for Chinese and Japanese, the character pairs of `question`, best
+        first (bm25); StoreError when the expression cannot be read."""
         with self._reading() as s:
             try:
-                return attachments.search(s, attachment_ids, match, limit)
+                return attachments.search(s, attachment_ids, match, question, limit)
             except SQLAlchemyError as error:
                 raise StoreError(f"the passage search {match[:80]!r} could not be run "
                                  f"({error.__cause__ or error})") from error

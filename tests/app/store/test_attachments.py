@@ -124,3 +124,23 @@ def test_a_document_comes_back_with_its_page_starts(store, asked) -> None:
     again = store.attachment_document(attached.id)
     assert again.page_starts == document().page_starts and again.pages == 3
     assert again.chunks == () and store.attachment_document(attached.id, True).chunks
+
+
+def test_a_chinese_question_finds_its_passage_by_two_character_words(store, asked) -> None:
+    passages = ("北京是中国的首都，人口超过两千万。", "上海是中国最大的城市和金融中心。",
+                "长城是中国古代的军事防御工程，全长两万多公里。")
+    attached = store.add_attachment(asked.id, document("中国.md", passages))
+    # No three characters of the question appear together in the passage: only pairs do.
+    hits = store.search_passages([attached.id], None, "长城有多长？")
+    assert [hit.chunk.ordinal for hit in hits][:1] == [2]
+    hits = store.search_passages([attached.id], '"金融"', "上海的金融")
+    assert hits[0].chunk.ordinal == 1
+
+
+def test_the_pair_index_goes_with_its_passages(store, asked) -> None:
+    attached = store.add_attachment(asked.id, document())
+    store.purge(asked.conversation_id)
+    other = store.append_user_message(store.create_conversation().id, "hi")
+    kept = store.add_attachment(other.id, document("b.pdf"))
+    hits = store.search_passages([attached.id, kept.id], None, "长城")
+    assert {hit.attachment_id for hit in hits} == {kept.id}

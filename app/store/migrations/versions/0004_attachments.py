@@ -23,7 +23,11 @@ FTS_STATEMENTS = [
     """CREATE TRIGGER attachment_chunks_fts_delete AFTER DELETE ON attachment_chunks BEGIN
         INSERT INTO attachment_chunks_fts(attachment_chunks_fts, rowid, text)
             VALUES ('delete', old.id, old.text);
+        DELETE FROM attachment_chunks_cjk WHERE rowid = old.id;
     END""",
+    # Chinese and Japanese passages as their character pairs (app/store/cjk_grams.py), written
+    # by the store beside each passage; rowid is the passage's id.
+    "CREATE VIRTUAL TABLE attachment_chunks_cjk USING fts5(grams, tokenize='unicode61')",
 ]
 
 
@@ -60,7 +64,8 @@ def upgrade() -> None:
     )
     op.create_index("ix_attachment_chunks_attachment_id", "attachment_chunks", ["attachment_id"])
     op.add_column("messages", sa.Column("sources", sa.Text))
-    for statement in FTS_STATEMENTS:
+    op.execute(FTS_STATEMENTS[-1])
+    for statement in FTS_STATEMENTS[:-1]:
         op.execute(statement)
 
 
@@ -68,6 +73,7 @@ def downgrade() -> None:
     for trigger in ("attachment_chunks_fts_delete", "attachment_chunks_fts_insert"):
         op.execute(f"DROP TRIGGER {trigger}")
     op.execute("DROP TABLE attachment_chunks_fts")
+    op.execute("DROP TABLE attachment_chunks_cjk")
     op.drop_column("messages", "sources")
     op.drop_table("attachment_chunks")
     op.drop_table("attachments")
