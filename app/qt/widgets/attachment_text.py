@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from app.components.view_models import AttachmentView, PassageView, SourceView
 
-DOCUMENT_MARK = "📄"
+# A page with lines: in the fonts every desktop has (an emoji needs an emoji font).
+DOCUMENT_MARK = "▤"
 READING = "reading…"
 
 

@@ -406,4 +406,5 @@ class SettingsPanel(QWidget):
 
     def _emit_settings(self) -> None:
         self._debounce.stop()  # what is emitted now already includes any pending text edit
-        self.settings_changed.emit(self.settings())
+        self._shown = self.settings()  # a later refresh of the tools keeps the user's choice
+        self.settings_changed.emit(self._shown)

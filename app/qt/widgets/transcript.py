@@ -580,7 +580,7 @@ class TranscriptView(QWidget):
         cursor.insertText(f" {elide(shown, ARGUMENTS_SHOWN)}", fmt)
 
     def _insert_attachments(self, cursor: QTextCursor, view: MessageView) -> None:
-        """A user's message: a line per document it brought, "📄 report.pdf · 12 pages · 340 KB"."""
+        """A user's message: a line per document it brought, "▤ report.pdf · 12 pages · 340 KB"."""
         for index, attachment in enumerate(view.attachments):
             line = QTextBlockFormat()
             line.setTopMargin(6 if index == 0 else 0)

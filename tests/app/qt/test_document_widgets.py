@@ -186,9 +186,9 @@ def test_chips_show_each_waiting_document_and_where_it_stands(tab):
     tab.show_pending_attachments([REPORT, READING, FAILED])
 
     assert chip_texts(tab) == [
-        ("📄 report.pdf", "12 pages · 340 KB"),
-        ("📄 big.pdf", "reading… page 40 / 200"),
-        ("📄 old.doc", FAILED.error),
+        ("▤ report.pdf", "12 pages · 340 KB"),
+        ("▤ big.pdf", "reading… page 40 / 200"),
+        ("▤ old.doc", FAILED.error),
     ]
     statuses = [chip.findChild(QLabel, "attachmentStatus") for chip in chips(tab)]
     assert [status.property("error") for status in statuses] == [None, None, True]
@@ -204,7 +204,7 @@ def test_the_cross_takes_that_document_off_failed_ones_too(tab, qtbot):
     assert remove_buttons(tab)[0].toolTip() == "Remove report.pdf"
 
     tab.show_pending_attachments([REPORT])
-    assert chip_texts(tab) == [("📄 report.pdf", "12 pages · 340 KB")]
+    assert chip_texts(tab) == [("▤ report.pdf", "12 pages · 340 KB")]
     tab.show_pending_attachments([])
     assert not tab.composer.findChild(QWidget, "attachmentChips").isVisible()
 
@@ -236,7 +236,7 @@ def test_a_user_message_lists_the_documents_it_brought(tab):
 
     text = tab.transcript.plain_text()
     assert "What does it say?" in text
-    assert "📄 report.pdf · 12 pages · 340 KB" in text
+    assert "▤ report.pdf · 12 pages · 340 KB" in text
 
 
 def test_a_reply_links_its_sources_and_a_click_asks_for_the_passage(tab, qtbot):
@@ -286,7 +286,7 @@ def test_a_new_tab_takes_documents_before_showing_anything(qtbot):
     fresh.show_pending_attachments([REPORT])
     fresh.show_passage(PassageView("report.pdf", 1, None, "text"))
 
-    assert chip_texts(fresh) == [("📄 report.pdf", "12 pages · 340 KB")]
+    assert chip_texts(fresh) == [("▤ report.pdf", "12 pages · 340 KB")]
 
 
 # -- forwarded to the session -------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel
 
@@ -290,3 +292,13 @@ def test_without_servers_the_panel_says_where_to_add_them(qtbot):
     panel = make_panel(qtbot)
     panel.set_tool_servers([])
     assert panel.tools_tree.isHidden() and not panel.no_tools_label.isHidden()
+
+
+def test_a_tool_checked_stays_checked_when_the_servers_are_shown_again(qtbot):
+    panel = make_panel(qtbot)
+    panel.set_tool_servers(SERVERS)
+    with qtbot.waitSignal(panel.settings_changed):
+        tool_item(panel, "math").setCheckState(0, Qt.CheckState.Checked)
+    panel.set_tool_servers([replace(SERVERS[0]), replace(SERVERS[1], state="starting")])
+    assert tool_item(panel, "math").checkState(0) == Qt.CheckState.Checked
+    assert panel.settings().tools == ("math",)
