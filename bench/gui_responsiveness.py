@@ -4,9 +4,10 @@ Runs the real window (offscreen unless a display is set) on a temporary database
 model. A 5 ms QTimer records the gap between its ticks; a gap far over 5 ms is a stall the user
 would feel as a frozen window. Not a test: results go to docs/BENCHMARKS.md.
 
-    .venv/bin/python bench/gui_responsiveness.py [--tabs 3] [--remote-tabs 0] [--max-tokens 128]
-                                                 [--local-threads N] [--remote-cpus N]
-                                                 [--trace-stalls MS] [--json out.json]
+    .venv/bin/python bench/gui_responsiveness.py [--tabs 3] [--remote-tabs 0] [--tool-tabs 0]
+                                                 [--max-tokens 128] [--local-threads N]
+                                                 [--remote-cpus N] [--trace-stalls MS]
+                                                 [--json out.json]
 
 --tabs counts the tabs answered by the engine in this process. --remote-tabs N adds N tabs
 answered by a saved server: Pagoda's own OpenAI-compatible server (`python -m engine serve`, the
@@ -14,9 +15,16 @@ same default model) started here as a separate process on 127.0.0.1, as a user's
 would be, except that it shares this machine's cores. `serve` has no thread option, so the server
 is pinned to the last --remote-cpus CPUs and its engine uses one thread per CPU it may run on.
 With remote tabs the local engine uses --local-threads (default for both: half the CPUs).
+--tool-tabs N adds N tabs answered by a saved server that is a scripted thinking, tool-calling
+model (bench/scripted_tool_model.py, a process of its own): it thinks for about 4 s, calls
+`clock`, then `hang` (3 s), then answers; the chats' tools are the tests' MCP server
+(tests/app/components/mcp_test_server.py, started before the meter, as after a first use).
+The bench clicks each call's Run link in the transcript with the mouse, as the user does, and
+reports from just before the click to the `clock` call's arrival at the server (its monotonic
+clock, the same one as ours), and the stalls while the tool tabs think and while `hang` runs.
 --trace-stalls MS samples every thread's stack while the tick is late by more than MS and
-reports them per stall, to find what held the GUI thread (it costs a little; leave it out of
-runs whose figures are reported).
+reports them per stall, and times the garbage collector's full collections, to find what held
+the GUI thread (it costs a little; leave it out of runs whose figures are reported).
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import argparse
 import asyncio
 import collections
 import dataclasses
+import gc
 import json
 import os
 import socket
@@ -50,6 +59,15 @@ PROMPTS = ["Write a short story about a lighthouse keeper.",
 TICK_MS = 5
 SERVER_START_TIMEOUT_S = 300
 REPLIES_TIMEOUT_S = 600
+TOOL_PROMPT = "What time is it on the server? Then wait three seconds, and tell me."
+TOOL_MAX_TOKENS = 1024  # room for the scripted model's thinking (400 pieces by default)
+MCP_SERVER = "bench"
+MCP_TEST_SERVER = ROOT / "tests/app/components/mcp_test_server.py"
+SCRIPTED_MODEL = ROOT / "bench/scripted_tool_model.py"
+POLL_S = 0.02  # how often the bench looks for a call asking and for a call's result
+LOOK_S = 0.2  # from showing a tab to clicking its Run: the least a user takes to find it
+CLICK_TIMEOUT_S = 5
+CALL_TIMEOUT_S = 60
 
 
 class StallMeter:
@@ -59,6 +77,7 @@ class StallMeter:
         from PySide6.QtCore import QTimer
 
         self.gaps_ms: list[float] = []
+        self.tick_times: list[float] = []  # when each gap ended (perf_counter)
         self.long_gaps: list[tuple[float, float]] = []  # (ended, s after the start; gap in ms)
         self._began = self._last = time.perf_counter()
         self._timer = QTimer(interval=TICK_MS, timeout=self._tick)
@@ -78,6 +97,7 @@ class StallMeter:
         now = time.perf_counter()
         gap_ms = (now - self._last) * 1000
         self.gaps_ms.append(gap_ms)
+        self.tick_times.append(now)
         if gap_ms > 50:
             self.long_gaps.append((round(now - self._began, 3), round(gap_ms, 1)))
         self._last = now
@@ -85,7 +105,9 @@ class StallMeter:
 
 class StallTracer:
     """Samples the GUI thread's stack from a thread of its own while the meter's tick is late by
-    more than `threshold_ms`: what the GUI thread ran during each stall, for finding its cause."""
+    more than `threshold_ms`: what the GUI thread ran during each stall, for finding its cause.
+    Also times the garbage collector's runs: a full collection holds the GIL throughout, so no
+    thread (the sampler neither) runs Python meanwhile, and its stall shows hardly a sample."""
 
     def __init__(self, meter: StallMeter, threshold_ms: float) -> None:
         self._meter = meter
@@ -95,14 +117,33 @@ class StallTracer:
         self._thread = threading.Thread(target=self._watch, name="stall-tracer", daemon=True)
         self._began = 0.0
         self.stalls: dict[float, collections.Counter] = {}
+        self.collections: list[dict] = []  # the collector's runs of the oldest generation
+        self._collecting_since = 0.0
+        self._collecting_in: list[str] = []  # the thread and frames whose allocation set it off
 
     def start(self) -> None:
         self._began = time.perf_counter()
+        gc.callbacks.append(self._on_gc)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+        gc.callbacks.remove(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            self._collecting_since = now
+            if info["generation"] == 2:
+                self._collecting_in = [threading.current_thread().name, *(
+                    f"{Path(f.filename).name}:{f.lineno} {f.name}"
+                    for f in traceback.extract_stack(sys._getframe(1))[-6:])]
+        elif info["generation"] == 2:
+            self.collections.append({"at_s": round(self._collecting_since - self._began, 3),
+                                     "ms": round((now - self._collecting_since) * 1000, 1),
+                                     "collected": info["collected"],
+                                     "set_off_by": self._collecting_in})
 
     def report(self) -> list[dict]:
         """Each stall: when it began (s after the start) and its stacks, most sampled first."""
@@ -133,20 +174,21 @@ def _is_idle(frame) -> bool:
         frame.f_code.co_filename).name in ("threading.py", "thread.py", "queue.py")
 
 
-class RemoteServer:
-    """`python -m engine serve` in a process of its own, pinned to `cpus`; stopped on exit."""
+class ServerProcess:
+    """A server in a process of its own on 127.0.0.1 (`command`, then --host and --port), pinned
+    to `cpus` when given; stopped on exit."""
 
-    def __init__(self, cpus: set[int], log_path: Path) -> None:
-        self.cpus = cpus
+    def __init__(self, command: list[str], log_path: Path, cpus: set[int] | None = None) -> None:
+        self.cpus = cpus or set()
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = log_path.open("wb")
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "engine", "serve", "--host", "127.0.0.1",
-             "--port", str(self.port)],
+            [*command, "--host", "127.0.0.1", "--port", str(self.port)],
             cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
-        # Before the interpreter has started any thread: every thread it makes inherits this.
-        os.sched_setaffinity(self._process.pid, cpus)
+        if cpus:
+            # Before the interpreter has started any thread: every thread it makes inherits this.
+            os.sched_setaffinity(self._process.pid, cpus)
         self._log_path = log_path
 
     def wait_ready(self) -> str:
@@ -222,13 +264,197 @@ async def _answer_from_server(window, connection):
         raise RuntimeError("the tab did not switch to the server")
 
 
+@dataclasses.dataclass(slots=True)
+class ToolCallTimes:
+    """One call the bench ran by clicking Run: `run_at` and `result_at` on the meter's clock
+    (perf_counter), `run_monotonic` on the clock the MCP server's `clock` tool reports
+    (CLOCK_MONOTONIC, one for every process of a Linux machine)."""
+
+    tab: int
+    name: str
+    run_at: float
+    run_monotonic: float
+    result_at: float = 0.0
+    result: str = ""
+
+    def run_to_server_ms(self) -> float | None:
+        """For `clock`: from just before the click to the server's clock as the call arrived."""
+        return (float(self.result) - self.run_monotonic) * 1000 if self.name == "clock" else None
+
+    def as_dict(self) -> dict:
+        """Its figures; the result is seen by polling, every POLL_S."""
+        reach = self.run_to_server_ms()
+        return {"tab": self.tab, "name": self.name,
+                "run_to_server_ms": None if reach is None else round(reach, 2),
+                "run_to_result_seen_ms": round((self.result_at - self.run_at) * 1000, 1)}
+
+
+class ToolTab:
+    """A tab answered by the scripted thinking, tool-calling model. Answers each call that asks
+    as the user does: the tab made current, a moment to find the card, then a mouse click on
+    the call's Run link in the transcript (one tab at a time: `hand` is the user's one mouse)."""
+
+    def __init__(self, window, tab, index: int, hand: asyncio.Lock) -> None:
+        self.window, self.tab, self.index, self.hand = window, tab, index, hand
+        self.controller = window.controllers[tab.conversation_id]
+        self.sent = 0.0
+        self.first_asked: float | None = None  # its first call asks: the thinking has ended
+        self.calls: list[ToolCallTimes] = []
+
+    async def drive(self, sent: float) -> None:
+        """Until the turn has ended: Run on each call that asks."""
+        self.sent = sent
+        while not _reply_ended(self.controller):
+            asking = _asking_call(self.controller.session.views)
+            if asking is None:
+                await asyncio.sleep(POLL_S)
+                continue
+            if self.first_asked is None:
+                self.first_asked = time.perf_counter()
+            async with self.hand:
+                times = await self._click_run(*asking)
+            await self._wait_for_result(times, asking[2].id)
+            self.calls.append(times)
+
+    async def _click_run(self, message_id: int, index: int, call) -> ToolCallTimes:
+        from PySide6.QtCore import Qt
+        from PySide6.QtTest import QTest
+
+        self.window.tabs.setCurrentWidget(self.tab)
+        await asyncio.sleep(LOOK_S)
+        browser, point = _run_link(self.tab.transcript, message_id, index)
+        times = ToolCallTimes(self.index, call.name, time.perf_counter(), time.monotonic())
+        QTest.mouseClick(browser.viewport(), Qt.MouseButton.LeftButton, pos=point)
+        return times
+
+    async def _wait_for_result(self, times: ToolCallTimes, call_id: str) -> None:
+        while True:
+            result = next((m for m in self.controller.path
+                           if m.role == "tool" and m.tool_call_id == call_id), None)
+            if result is not None:
+                times.result_at, times.result = time.perf_counter(), result.content
+                return
+            waited = time.perf_counter() - times.run_at
+            asking = _asking_call(self.controller.session.views)
+            if waited > CLICK_TIMEOUT_S and asking is not None and asking[2].id == call_id:
+                raise RuntimeError(f"tab {self.index}: the click on Run did not answer the call")
+            if waited > CALL_TIMEOUT_S:
+                raise RuntimeError(f"tab {self.index}: no result of {times.name} in "
+                                   f"{CALL_TIMEOUT_S} s: {self.controller.view.notice_text()}")
+            await asyncio.sleep(POLL_S)
+
+
+def _asking_call(views) -> tuple[int, int, object] | None:
+    """(message id, index, call view) of a call waiting for the user's answer, if any."""
+    for view in reversed(views):
+        for index, call in enumerate(view.tool_calls):
+            if call.state == "asking":
+                return view.id, index, call
+    return None
+
+
+def _run_link(transcript, message_id: int, index: int):
+    """The transcript's text browser and the middle of the call's Run link, scrolled into view
+    (in the viewport's coordinates, where a mouse click lands)."""
+    from PySide6.QtGui import QTextCursor
+    from PySide6.QtWidgets import QTextBrowser
+
+    browser = transcript.findChild(QTextBrowser, "transcriptText")
+    document = browser.document()
+    href_end = f"/call-run/{message_id}/{index}"
+    block = document.begin()
+    while block.isValid():
+        fragments = block.begin()
+        while not fragments.atEnd():
+            fragment = fragments.fragment()
+            if fragment.charFormat().anchorHref().endswith(href_end):
+                cursor = QTextCursor(document)
+                cursor.setPosition(fragment.position() + fragment.length() // 2)
+                return browser, _scrolled_into_view(browser, cursor)
+            fragments += 1
+        block = block.next()
+    raise RuntimeError(f"no Run link for call {index} of message {message_id} in the transcript")
+
+
+def _scrolled_into_view(browser, cursor):
+    rect = browser.cursorRect(cursor)
+    if not browser.viewport().rect().contains(rect.center()):
+        bar = browser.verticalScrollBar()
+        bar.setValue(bar.value() + rect.center().y() - browser.viewport().height() // 2)
+        rect = browser.cursorRect(cursor)
+    return rect.center()
+
+
+async def _start_mcp_server(window) -> None:
+    """The MCP test server saved in Settings -> Tools and started, as after a first use."""
+    from app.components.tools import McpServerConfig
+
+    window.toolbox.settings.add_servers(
+        [McpServerConfig(MCP_SERVER, command=sys.executable, args=(str(MCP_TEST_SERVER),))])
+    await window.toolbox.list_tools(MCP_SERVER)
+
+
+async def _open_tool_tab(window, connection, index: int, hand: asyncio.Lock) -> ToolTab:
+    """A tab on the scripted model with the MCP server's tools turned on, as the chat's
+    settings panel saves them."""
+    from app.store import SamplingSettings
+
+    settings = SamplingSettings(temperature=0.7, max_tokens=TOOL_MAX_TOKENS, seed=1)
+    tab = await _open_tab(window, settings, TOOL_PROMPT)
+    await _answer_from_server(window, connection)
+    session = window.controllers[tab.conversation_id].session
+    await session.save_settings(dataclasses.replace(session.settings, tools=(MCP_SERVER,)))
+    return ToolTab(window, tab, index, hand)
+
+
+def _gap_stats(gaps: list[float]) -> dict:
+    gaps = sorted(gaps)
+    if not gaps:
+        return {"ticks": 0}
+    return {"ticks": len(gaps), "max_stall_ms": round(gaps[-1], 1),
+            "p99_stall_ms": round(gaps[max(0, int(len(gaps) * 0.99) - 1)], 1)}
+
+
+def _gaps_during(meter: StallMeter, spans: list[tuple[float, float]]) -> list[float]:
+    """The gaps that overlap any of `spans` (perf_counter times)."""
+    return [gap for end, gap in zip(meter.tick_times, meter.gaps_ms, strict=True)
+            if any(end - gap / 1000 < until and end > since for since, until in spans)]
+
+
+def _tool_figures(meter: StallMeter, tool_tabs: list[ToolTab]) -> dict:
+    """Run to server per `clock` call, and the stalls while the tool tabs think (from the send
+    until the tab's first call asks: the model streams its thinking for all but the first
+    tens of ms) and while their `hang` calls run (from the click on Run to the result seen)."""
+    calls = [c for t in tool_tabs for c in t.calls]
+    reach = [c.run_to_server_ms() for c in calls if c.name == "clock"]
+    thinking = [(t.sent, t.first_asked) for t in tool_tabs if t.first_asked is not None]
+    hanging = [(c.run_at, c.result_at) for c in calls if c.name == "hang"]
+    return {
+        "tool_tabs": len(tool_tabs),
+        "run_clicked_by": "a mouse click (QTest) on the call's Run link in the transcript",
+        "tool_calls": [c.as_dict() for c in calls],
+        "run_to_server_ms": {"calls": len(reach),
+                             "median": round(statistics.median(reach), 2) if reach else None,
+                             "max": round(max(reach), 2) if reach else None},
+        "thinking": {"seconds": [round(b - a, 2) for a, b in thinking],
+                     **_gap_stats(_gaps_during(meter, thinking))},
+        "hang": {"seconds": [round(b - a, 2) for a, b in hanging],
+                 **_gap_stats(_gaps_during(meter, hanging))},
+    }
+
+
 async def measure(window, tabs: int, remote_tabs: int, max_tokens: int,
-                  server: RemoteServer | None, trace_stalls_ms: float | None) -> dict:
+                  server: ServerProcess | None, trace_stalls_ms: float | None,
+                  tool_tabs: int = 0, tool_server: ServerProcess | None = None) -> dict:
     from app.store import SamplingSettings
 
     model = await asyncio.to_thread(server.wait_ready) if server else None
     connection = await _save_server(window, server.url, model) if server else None
-    await window.restore()  # as the app starts: with the server among the saved ones
+    scripted = None
+    if tool_server:
+        scripted_model = await asyncio.to_thread(tool_server.wait_ready)
+        scripted = await _save_server(window, tool_server.url, scripted_model)
+    await window.restore()  # as the app starts: with the servers among the saved ones
     while not window.host.is_ready:
         await asyncio.sleep(0.05)
     settings = SamplingSettings(temperature=0.7, max_tokens=max_tokens, seed=1)
@@ -237,7 +463,11 @@ async def measure(window, tabs: int, remote_tabs: int, max_tokens: int,
     for i in range(tabs, tabs + remote_tabs):
         remote.append(await _open_tab(window, settings, PROMPTS[i % len(PROMPTS)]))
         await _answer_from_server(window, connection)
-    opened = local + remote
+    hand = asyncio.Lock()
+    if tool_tabs:
+        await _start_mcp_server(window)
+    tooled = [await _open_tool_tab(window, scripted, i, hand) for i in range(tool_tabs)]
+    opened = local + remote + [t.tab for t in tooled]
     load_before = os.getloadavg()
     meter = StallMeter()
     tracer = StallTracer(meter, trace_stalls_ms) if trace_stalls_ms else None
@@ -248,20 +478,24 @@ async def measure(window, tabs: int, remote_tabs: int, max_tokens: int,
     for tab in opened:
         tab.composer.send_requested.emit(tab.composer.text())
         tab.composer.set_text("")
+    drivers = asyncio.gather(*(t.drive(start) for t in tooled))
     controllers = [window.controllers[t.conversation_id] for t in opened]
     await asyncio.sleep(0.5)
     while not all(map(_reply_ended, controllers)):
+        if drivers.done():
+            drivers.result()  # a tool tab's failure, raised here
         if time.perf_counter() - start > REPLIES_TIMEOUT_S:
             notices = [c.view.notice_text() for c in controllers]
             raise RuntimeError(f"the replies did not end in {REPLIES_TIMEOUT_S} s: {notices}")
         await asyncio.sleep(0.05)
+    await drivers
     elapsed = time.perf_counter() - start
     meter.stop()
     if tracer:
         tracer.stop()
     replies = [c.path[-1] for c in controllers]
     local_tokens = sum(r.completion_tokens or 0 for r in replies[:tabs])
-    remote_tokens = sum(r.completion_tokens or 0 for r in replies[tabs:])
+    remote_tokens = sum(r.completion_tokens or 0 for r in replies[tabs:tabs + remote_tabs])
     tokens = local_tokens + remote_tokens
     gaps = sorted(meter.gaps_ms)
     return {"tabs": tabs, "remote_tabs": remote_tabs, "max_tokens": max_tokens,
@@ -276,7 +510,9 @@ async def measure(window, tabs: int, remote_tabs: int, max_tokens: int,
             "stalls_over_50ms_at_s_and_ms": meter.long_gaps,
             "load_average_before": [round(x, 2) for x in load_before],
             "load_average_after": [round(x, 2) for x in os.getloadavg()],
-            **({"stalls": tracer.report()} if tracer else {})}
+            **(_tool_figures(meter, tooled) if tooled else {}),
+            **({"stalls": tracer.report(), "full_collections": tracer.collections}
+               if tracer else {})}
 
 
 def _reply_ended(controller) -> bool:
@@ -292,6 +528,9 @@ def main() -> int:
     parser.add_argument("--tabs", type=int, default=3, help="tabs answered by the local engine")
     parser.add_argument("--remote-tabs", type=int, default=0,
                         help="tabs answered by a Pagoda server in another process (default 0)")
+    parser.add_argument("--tool-tabs", type=int, default=0,
+                        help="tabs answered by a scripted thinking, tool-calling model whose "
+                             "calls go to the tests' MCP server (default 0)")
     parser.add_argument("--max-tokens", type=int, default=128)
     half = max(1, len(os.sched_getaffinity(0)) // 2)
     parser.add_argument("--local-threads", type=int, default=None,
@@ -318,10 +557,15 @@ def main() -> int:
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
     with tempfile.TemporaryDirectory() as tmp:
-        server = None
-        if args.remote_tabs:
-            server = RemoteServer(_split_cpus(args.remote_cpus), Path(tmp) / "server.log")
+        remote_cpus = _split_cpus(args.remote_cpus) if args.remote_tabs else None
+        server = tool_server = None
         try:
+            if args.remote_tabs:
+                server = ServerProcess([sys.executable, "-m", "engine", "serve"],
+                                       Path(tmp) / "server.log", remote_cpus)
+            if args.tool_tabs:
+                tool_server = ServerProcess([sys.executable, str(SCRIPTED_MODEL)],
+                                            Path(tmp) / "scripted_model.log")
             window = MainWindow(AsyncStore(ConversationStore.open(Path(tmp) / "bench.db")),
                                 EngineHost(factory=_engine_with_threads(local_threads)),
                                 connection_keys=ConnectionKeys.in_memory())
@@ -330,12 +574,13 @@ def main() -> int:
             with loop:
                 result = loop.run_until_complete(
                     measure(window, args.tabs, args.remote_tabs, args.max_tokens, server,
-                            args.trace_stalls))
+                            args.trace_stalls, args.tool_tabs, tool_server))
                 window.close()
                 window.db.close()
         finally:
-            if server:
-                server.stop()
+            for process in (server, tool_server):
+                if process:
+                    process.stop()
     result["local_threads"] = local_threads or "all"
     result["remote_cpus"] = sorted(server.cpus) if server else []
     print(json.dumps(result, indent=2))
