@@ -4,6 +4,7 @@ status bar."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import html
 import logging
 from datetime import date
@@ -780,6 +781,7 @@ class MainWindow(QMainWindow):
         self.host.load(path)  # availability_changed: the local tabs stop sending meanwhile
 
     def _model_loaded(self, name: str) -> None:
+        settle_the_heap()
         self.settings_panel.set_max_tokens_limit(self.host.max_model_len)
         self.refresh_model_picker()
         self.spawn(self.db.set_setting(LAST_MODEL_SETTING, self.host.model_path))
@@ -915,6 +917,15 @@ def _follow_export_format(dialog: QFileDialog, name_filter: str) -> None:
     chosen = dialog.selectedFiles()
     if chosen:
         dialog.selectFile(with_suffix(Path(chosen[0]).name, suffix))
+
+
+def settle_the_heap() -> None:
+    """Collect once, then keep the objects alive now (torch's, the model's, the app's: about
+    half a million once a model is loaded) out of every later collection. A full collection
+    scans them all with the GIL held, which froze the window for 270-330 ms now and then while
+    replies streamed (bench/gui_responsiveness.py); after a load the user waits anyway."""
+    gc.collect()
+    gc.freeze()
 
 
 def _elide(title: str, limit: int = 28) -> str:
