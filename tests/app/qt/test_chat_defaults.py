@@ -99,3 +99,4 @@ def test_the_system_prompt_box_keeps_its_lines_when_a_long_title_wraps(window_on
     qtbot.waitUntil(lambda: panel.target_label.height() >= 2 * line)
 
     assert panel.system_prompt_edit.height() >= SYSTEM_PROMPT_MIN_LINES * line
+
