@@ -146,7 +146,7 @@ class ChatDocuments:
                                    error=f"{pending.path.name} could not be opened: "
                                          f"{exc.strerror or exc}")
         else:
-            pending.document, pending.attachment = document, _new_attachment(document, chunks)
+            pending.document, pending.attachment = document, attachment_of(document, chunks)
             pending.view = AttachmentView(document.name, document.kind, document.size_bytes,
                                           document.pages)
         self._changed()
@@ -275,7 +275,8 @@ def _with_system_text(messages: list[ChatMessage], text: str) -> list[ChatMessag
     return [ChatMessage("system", text), *messages]
 
 
-def _new_attachment(document: Document, chunks: list[Chunk]) -> NewAttachment:
+def attachment_of(document: Document, chunks: list[Chunk]) -> NewAttachment:
+    """A document read and cut, as the store keeps it."""
     return NewAttachment(document.name, document.kind, document.size_bytes, document.text,
                          tuple(AttachmentChunk(c.ordinal, c.text, c.page, c.heading, c.start)
                                for c in chunks), document.pages, document.page_starts)
