@@ -742,19 +742,22 @@ class ChatSession:
             self._on_reasoning(chunk.delta_reasoning)
         if not delta:
             return
-        if reply.reading is not None:
-            reply.reading = None
-            self.view.show_reading(reply.message.id, None)
+        self._end_reading()
         reply.text += delta
         self.view.append_delta(reply.message.id, delta)
         # Not awaited: the worker applies writes in order, and the stream need not wait for disk.
         self.db.submit(lambda _store, d=delta: reply.writer.append(d))
 
-    def _on_reasoning(self, delta: str) -> None:
+    def _end_reading(self) -> None:
+        """The reply writes: what it was reading is no longer said."""
         reply = self.reply
         if reply.reading is not None:
             reply.reading = None
             self.view.show_reading(reply.message.id, None)
+
+    def _on_reasoning(self, delta: str) -> None:
+        reply = self.reply
+        self._end_reading()
         reply.reasoning += delta
         self.view.append_reasoning(reply.message.id, delta)
         self.db.submit(lambda _store, d=delta: reply.writer.append_reasoning(d))

@@ -4,7 +4,6 @@ the ChatTools a ChatSession takes (app/components/tool_turns.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -12,7 +11,8 @@ from typing import Any, Protocol
 from app.components.tool_turns import ToolOffer, ToolOutcome
 from app.components.tools.catalog import McpTool, ToolCatalog
 from app.components.tools.data import ToolResult
-from app.components.tools.errors import ToolError, ToolServerError
+from app.components.tools.errors import ToolError
+from app.components.tools.hub import gather_tools
 from app.components.tools.settings import ToolSettingsModel
 
 
@@ -39,19 +39,9 @@ class McpChatTools:
         return self._settings.settings.max_calls_per_turn
 
     async def offer(self, selectors: Sequence[str]) -> ToolOffer:
-        servers = self._chosen_servers(selectors)
-        listed = await asyncio.gather(*(self._hub.list_tools(name) for name in servers),
-                                      return_exceptions=True)
-        tools: list[McpTool] = []
-        failures: list[ToolServerError] = []
-        for outcome in listed:
-            if isinstance(outcome, ToolServerError):
-                failures.append(outcome)
-            elif isinstance(outcome, BaseException):
-                raise outcome
-            else:
-                tools += [tool for tool in outcome if _chosen(tool, selectors)]
-        self._catalog = ToolCatalog(tools)
+        tools, failures = await gather_tools(self._hub.list_tools,
+                                             self._chosen_servers(selectors))
+        self._catalog = ToolCatalog(tool for tool in tools if _chosen(tool, selectors))
         return ToolOffer(self._catalog.specs(), tuple(str(failure) for failure in failures))
 
     def _chosen_servers(self, selectors: Sequence[str]) -> list[str]:

@@ -18,7 +18,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -51,6 +51,24 @@ class EnabledTools:
 
     catalog: ToolCatalog
     failures: tuple[ToolServerError, ...] = ()
+
+
+async def gather_tools(list_tools: Callable[[str], Awaitable[list[McpTool]]],
+                       servers: Iterable[str]) -> tuple[list[McpTool], tuple[ToolServerError, ...]]:
+    """The tools of these servers, listed at once, and the failures of those that cannot be
+    used (any other exception is raised)."""
+    listed = await asyncio.gather(*(list_tools(name) for name in servers),
+                                  return_exceptions=True)
+    tools: list[McpTool] = []
+    failures: list[ToolServerError] = []
+    for outcome in listed:
+        if isinstance(outcome, ToolServerError):
+            failures.append(outcome)
+        elif isinstance(outcome, BaseException):
+            raise outcome
+        else:
+            tools.extend(outcome)
+    return tools, tuple(failures)
 
 
 class McpHub:
@@ -109,18 +127,8 @@ class McpHub:
         """The catalog of the tools of every enabled server, listed at once; a server that
         cannot be used is left out and named in `failures`."""
         names = [config.name for config in self.configs() if config.enabled]
-        listed = await asyncio.gather(*(self.list_tools(name) for name in names),
-                                      return_exceptions=True)
-        tools: list[McpTool] = []
-        failures: list[ToolServerError] = []
-        for outcome in listed:
-            if isinstance(outcome, ToolServerError):
-                failures.append(outcome)
-            elif isinstance(outcome, BaseException):
-                raise outcome
-            else:
-                tools.extend(outcome)
-        return EnabledTools(ToolCatalog(tools), tuple(failures))
+        tools, failures = await gather_tools(self.list_tools, names)
+        return EnabledTools(ToolCatalog(tools), failures)
 
     def status(self, server: str) -> ServerStatus:
         """Where `server` stands now (any thread)."""

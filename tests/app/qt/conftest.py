@@ -208,3 +208,15 @@ def make_disk_window(qloop, qtbot, tmp_path, run_async, default_model):
     for window in windows:
         window.close()
         window.db.close()
+
+
+@pytest.fixture
+def view(qtbot):
+    """A transcript on screen, 640 x 480 (the transcript's tests render into it)."""
+    from app.qt.widgets.transcript import TranscriptView
+
+    widget = TranscriptView()
+    widget.resize(640, 480)
+    qtbot.addWidget(widget)
+    widget.show()
+    return widget

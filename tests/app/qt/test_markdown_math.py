@@ -69,15 +69,6 @@ def test_each_formula_leaves_its_own_placeholder_that_the_text_cannot_hold():
 # -- rendered in the transcript ------------------------------------------------------------------
 
 
-@pytest.fixture
-def view(qtbot) -> TranscriptView:
-    widget = TranscriptView()
-    widget.resize(640, 480)
-    qtbot.addWidget(widget)
-    widget.show()
-    return widget
-
-
 def show(view: TranscriptView, content: str) -> QTextDocument:
     view.set_messages([MessageView(1, "assistant", content, NOW)])
     return view.findChild(QTextBrowser).document()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import pytest
 from PySide6.QtCore import QPoint, Qt, QUrl
 from PySide6.QtGui import (
     QColor,
@@ -40,15 +39,6 @@ Done.
 
 def message(message_id: int, role: str, content: str, **fields) -> MessageView:
     return MessageView(message_id, role, content, NOW, **fields)
-
-
-@pytest.fixture
-def view(qtbot) -> TranscriptView:
-    widget = TranscriptView()
-    widget.resize(640, 480)
-    qtbot.addWidget(widget)
-    widget.show()
-    return widget
 
 
 def browser(view: TranscriptView) -> QTextBrowser:

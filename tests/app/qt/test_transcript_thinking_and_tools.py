@@ -38,15 +38,6 @@ def tool_turn(state: str = "done") -> list[MessageView]:
     ]
 
 
-@pytest.fixture
-def view(qtbot) -> TranscriptView:
-    widget = TranscriptView()
-    widget.resize(640, 480)
-    qtbot.addWidget(widget)
-    widget.show()
-    return widget
-
-
 def browser(view: TranscriptView) -> QTextBrowser:
     return view.findChild(QTextBrowser)
 
