@@ -8,6 +8,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 
 from app.components.async_store import AsyncStore
+from app.components.bounded_files import FileTooLargeError, read_utf8
 from app.store import ImportValidationError
 from app.store.errors import reason_of
 
@@ -24,15 +25,12 @@ class ChatImportError(Exception):
 def read_export(path: Path, limit: int = MAX_IMPORT_BYTES) -> str:
     """The file's text; refused before more than `limit` bytes are read."""
     try:
-        with path.open("rb") as file:
-            data = file.read(limit + 1)
+        return read_utf8(path, limit)
     except OSError as error:
         raise ChatImportError(f"Pagoda could not read {path}: {reason_of(error)}.") from None
-    if len(data) > limit:
+    except FileTooLargeError:
         raise ChatImportError(f"{path} is larger than {limit // 2**20} MiB, more than Pagoda "
-                              f"imports at once. {_FIX}")
-    try:
-        return data.decode("utf-8-sig")
+                              f"imports at once. {_FIX}") from None
     except UnicodeDecodeError:
         raise ChatImportError(f"{path} is not text (UTF-8), so not a Pagoda export. "
                               f"{_FIX}") from None

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from app.components.bounded_files import FileTooLargeError, read_utf8
 from app.components.tools.catalog import McpTool
 from app.components.tools.config import MAX_TEXT_BYTES, McpServerConfig, mcp_servers_json
 from app.components.tools.data import ServerStatus
@@ -136,15 +137,12 @@ def read_config_file(path: Path) -> str:
     """The text of an {"mcpServers": ...} file to import: UTF-8 (a byte-order mark is allowed),
     at most MAX_TEXT_BYTES; ToolConfigError in words otherwise."""
     try:
-        with path.open("rb") as file:
-            data = file.read(MAX_TEXT_BYTES + 1)
+        return read_utf8(path, MAX_TEXT_BYTES)
     except OSError as exc:
         raise ToolConfigError(f"'{path}' cannot be read: {exc.strerror or exc}") from None
-    if len(data) > MAX_TEXT_BYTES:
+    except FileTooLargeError:
         raise ToolConfigError(f"'{path.name}' is larger than {MAX_TEXT_BYTES // 1024} KiB; "
-                              "this is not a servers configuration")
-    try:
-        return data.decode("utf-8-sig")
+                              "this is not a servers configuration") from None
     except UnicodeDecodeError:
         raise ToolConfigError(f"'{path.name}' is not UTF-8 text") from None
 
