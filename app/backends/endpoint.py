@@ -83,8 +83,9 @@ class Endpoint:
     async def get_json(self, path: str) -> object:
         return await self._request_json("GET", path)
 
-    async def post_json(self, url: str, body: dict) -> object:
-        return await self._request_json("POST", url, body)
+    async def post_json(self, url: str, body: dict, *, max_bytes: int | None = None) -> object:
+        """POST `body` and read the JSON answer; one longer than `max_bytes` is refused."""
+        return await self._request_json("POST", url, body, max_bytes=max_bytes)
 
     async def probe(self, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
         """Ask for the server's models, briefly, and keep the answer in `unreachable`: why it
@@ -114,17 +115,18 @@ class Endpoint:
         except (httpx.TransportError, TimeoutError) as exc:
             raise self._transport_error(exc, answered) from exc
 
-    async def _request_json(self, method: str, path: str, body: dict | None = None) -> object:
+    async def _request_json(self, method: str, path: str, body: dict | None = None, *,
+                            max_bytes: int | None = None) -> object:
         try:
             async with self._client(read_timeout=self.response_timeout) as client:
                 request = client.build_request(method, path, json=body)
                 response = await self._send(client, request)
-                await response.aread()
                 await self._check_status(response)
+                content = await _read_at_most(response, max_bytes, self.url)
         except (httpx.TransportError, TimeoutError) as exc:
             raise self._transport_error(exc, answered=False) from exc
         try:
-            return json.loads(response.content)
+            return json.loads(content)
         except ValueError:
             raise MalformedStreamError(
                 f"{self.url} answered {method} {response.url.path} with something that is not "
@@ -154,3 +156,18 @@ class Endpoint:
             self.unreachable = str(error)
         return error
 
+
+
+async def _read_at_most(response: httpx.Response, max_bytes: int | None, url: str) -> bytes:
+    """The answer's body, refused past `max_bytes` (None: no bound) before more is read."""
+    if max_bytes is None:
+        return await response.aread()
+    body = bytearray()
+    async for piece in response.aiter_bytes():
+        body += piece
+        if len(body) > max_bytes:
+            await response.aclose()
+            raise MalformedStreamError(
+                f"{url} answered {response.url.path} with more than {max_bytes / 2**20:g} MiB: "
+                "more than an answer to this request holds")
+    return bytes(body)
