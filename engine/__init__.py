@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from engine.llm import LLM
     from engine.llm_engine import EngineStats, LLMEngine
     from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
-    from engine.sampling_params import SamplingParams
+    from engine.sampling_params import PoolingParams, SamplingParams
 
 _MODULE_OF = {
     "AsyncEngine": "engine.async_engine",
@@ -38,6 +38,7 @@ _MODULE_OF = {
     "CompletionOutput": "engine.outputs",
     "RequestMetrics": "engine.outputs",
     "RequestOutput": "engine.outputs",
+    "PoolingParams": "engine.sampling_params",
     "SamplingParams": "engine.sampling_params",
 }
 
@@ -52,6 +53,7 @@ __all__ = [
     "LLMEngine",
     "ModelLoadError",
     "PagodaError",
+    "PoolingParams",
     "PromptTooLongError",
     "RequestMetrics",
     "RequestOutput",

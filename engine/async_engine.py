@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import Self
 
 from engine.config import EngineConfig
-from engine.errors import EngineDeadError
+from engine.errors import EngineDeadError, RequestAbortedError, RequestFailedError
 from engine.llm_engine import EngineStats, LLMEngine
 from engine.outputs import RequestOutput
-from engine.sampling_params import SamplingParams
+from engine.sampling_params import PoolingParams, SamplingParams
 from engine.text.chat_template import Message, is_conversation
 from engine.text.chat_tokenizer import ChatTokenizer
 
@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 class _Add:
     request_id: str
     prompt: str | list[int]
-    params: SamplingParams
+    params: SamplingParams | PoolingParams
     sink: _Sink
     cache_tag: str | None = None
     grammar: object | None = None  # params.structured_outputs, compiled
@@ -162,6 +162,11 @@ class AsyncEngine:
         """The longest sequence (prompt + reply) this engine allows, in tokens."""
         return self.engine.max_model_len
 
+    @property
+    def hidden_size(self) -> int:
+        """The width of the vectors `embed` makes."""
+        return self.engine.hidden_size
+
     def clear_disk_cache(self) -> bool:
         """Drop the prefix cache's blocks on disk, and those queued for it; False when the engine
         keeps none (no folder configured). Any thread: the tier locks its own state."""
@@ -212,6 +217,33 @@ class AsyncEngine:
             consumer.release()
             if not finished:
                 self.abort(request_id)
+
+    async def embed(self, prompts: Sequence[list[int]], params: PoolingParams | None = None,
+                    request_id: str | None = None) -> list[list[float]]:
+        """One vector per prompt (token ids), in order: each prompt is a pooling request
+        (see PoolingParams), named f"{request_id}-{i}", that the engine thread reads in steps
+        shared with every other request.
+
+        Raises what adding a prompt raised (ValueError, PromptTooLongError), EngineDeadError,
+        RequestAbortedError when one was aborted, RequestFailedError when its step failed.
+        Then, or when the awaiting task is cancelled, the prompts' other requests are aborted."""
+        self.check_health()
+        params = params or PoolingParams()
+        request_id = request_id or f"embed-{next(self._ids)}"
+        request_ids = [f"{request_id}-{i}" for i in range(len(prompts))]
+        loop = asyncio.get_running_loop()
+        sinks = [_Sink(loop) for _ in prompts]
+        vectors: list[list[float]] = []
+        try:
+            for rid, prompt, sink in zip(request_ids, prompts, sinks, strict=True):
+                self._submit(_Add(rid, list(prompt), params, sink))
+            for sink in sinks:
+                vectors.append(await _pooled(sink))
+            return vectors
+        finally:
+            if len(vectors) < len(sinks):
+                for rid in request_ids[len(vectors):]:
+                    self.abort(rid)
 
     async def compile_grammar(self, params: SamplingParams) -> object | None:
         """params.structured_outputs compiled on the grammar thread (None without one);
@@ -349,6 +381,28 @@ class AsyncEngine:
     def _abort_all(self) -> None:
         for request_id in list(self._sinks):
             self._abort(request_id)
+
+
+async def _pooled(sink: _Sink) -> list[float]:
+    """The vector of the pooling request whose outputs `sink` receives."""
+    while True:
+        item = await sink.queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        if item.finished:
+            return _embedding(item)
+
+
+def _embedding(out: RequestOutput) -> list[float]:
+    if out.embedding is not None:
+        return out.embedding
+    completion = out.outputs[0]
+    if completion.finish_reason == "abort":
+        raise RequestAbortedError(f"the pooling request {out.request_id!r} was aborted before "
+                                  "its vector was made")
+    raise RequestFailedError(f"the pooling request {out.request_id!r} ended "
+                             f"({completion.finish_reason}) without its vector: "
+                             f"{completion.error or 'no error was given'}")
 
 
 def _loader(model: str | os.PathLike | None, config: EngineConfig | None) -> EngineBuilder:

@@ -17,6 +17,14 @@ class EngineDeadError(PagodaError, RuntimeError):
     """The engine thread has stopped; no new requests can be served."""
 
 
+class RequestAbortedError(PagodaError, RuntimeError):
+    """A request was aborted (its server or engine stopping) before its result was made."""
+
+
+class RequestFailedError(PagodaError, RuntimeError):
+    """The engine step that ran a request failed; the engine serves on, the request is lost."""
+
+
 class InvalidTextError(PagodaError, ValueError):
     """Text handed to the engine is not valid Unicode (a lone surrogate)."""
 

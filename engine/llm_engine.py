@@ -22,7 +22,7 @@ from engine.errors import PromptTooLongError
 from engine.loading.loader import LoadedModel, load_model
 from engine.loading.model_info import check_model_fits
 from engine.outputs import CompletionOutput, Logprob, PromptProgress, RequestOutput, TokenLogprobs
-from engine.sampling_params import SamplingParams
+from engine.sampling_params import PoolingParams, SamplingParams
 from engine.spec_decode.ngram_proposer import NgramProposer
 from engine.spec_decode.step_cost import StepCost
 from engine.structured_output.compiler import StructuredOutputCompiler
@@ -34,6 +34,7 @@ from engine.worker.calibration import calibrate_step_cost
 from engine.worker.logits_controls import bad_words_token_ids
 from engine.worker.logprobs import SampledLogprobs
 from engine.worker.model_runner import ModelRunner
+from engine.worker.pooler import pooled_vector
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,8 @@ class LLMEngine:
         release = loaded is None if release_weights is None else release_weights
         self.runner = ModelRunner(self.loaded, self.config, release)
         self.max_model_len = self.runner.max_model_len
+        # The width of a pooling request's vector.
+        self.hidden_size = self.runner.model.shape.hidden_size
         self.disk_cache = self._open_disk_cache()
         self.kv_cache = KVCacheManager(self.runner.num_blocks, self.config.block_size,
                                        self.config.enable_prefix_caching, self.disk_cache)
@@ -104,9 +107,11 @@ class LLMEngine:
         self._num_preemptions = 0
 
     def add_request(self, request_id: str, prompt: str | list[int],
-                    params: SamplingParams | None = None, cache_tag: str | None = None,
-                    grammar: object | None = None) -> None:
-        """cache_tag: a name for whatever this request belongs to (a chat); the blocks it uses
+                    params: SamplingParams | PoolingParams | None = None,
+                    cache_tag: str | None = None, grammar: object | None = None) -> None:
+        """params: SamplingParams for a reply, or PoolingParams to read the prompt into one
+        vector (its final output's `embedding`; see PoolingParams).
+        cache_tag: a name for whatever this request belongs to (a chat); the blocks it uses
         on disk are listed under it, so engine.disk_cache.store.forget_tag can remove them later.
         grammar: params.structured_outputs already compiled by `grammar_compiler` (off this
         thread); without it a constrained request is compiled here."""
@@ -119,7 +124,24 @@ class LLMEngine:
         if prompt_text is not None:
             check_encodable(prompt_text, "the prompt")
         token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        self._validate_prompt(token_ids)
+        if isinstance(params, PoolingParams):
+            seq = self._pooling_sequence(request_id, token_ids, params, prompt_text, cache_tag)
+        else:
+            seq = self._sampling_sequence(request_id, token_ids, params, prompt_text, cache_tag,
+                                          grammar)
+        detok = IncrementalDetokenizer(self.tokenizer, token_ids, seq.params.stop,
+                                       seq.params.skip_special_tokens, self.eos_token_ids)
+        self._requests[request_id] = (seq, detok)
+        if seq.params.logprobs is not None:
+            self._logprobs[request_id] = []
+        if seq.params.prompt_logprobs is not None:
+            self._prompt_logprobs[request_id] = [None] * len(token_ids)
+        self.scheduler.add(seq)
+
+    def _sampling_sequence(self, request_id: str, token_ids: list[int], params: SamplingParams,
+                           prompt_text: str | None, cache_tag: str | None,
+                           grammar: object | None) -> Sequence:
+        self._validate_prompt(token_ids, reply_tokens=1)
         self._validate_token_ids(params)
         seq = Sequence(request_id, token_ids, params, self.eos_token_ids, prompt=prompt_text,
                        cache_tag=cache_tag)
@@ -128,14 +150,16 @@ class LLMEngine:
                 params.structured_outputs))
         if params.bad_words:
             seq.bad_words_token_ids = bad_words_token_ids(self.tokenizer, params.bad_words)
-        detok = IncrementalDetokenizer(self.tokenizer, token_ids, params.stop,
-                                       params.skip_special_tokens, self.eos_token_ids)
-        self._requests[request_id] = (seq, detok)
-        if params.logprobs is not None:
-            self._logprobs[request_id] = []
-        if params.prompt_logprobs is not None:
-            self._prompt_logprobs[request_id] = [None] * len(token_ids)
-        self.scheduler.add(seq)
+        return seq
+
+    def _pooling_sequence(self, request_id: str, token_ids: list[int], params: PoolingParams,
+                          prompt_text: str | None, cache_tag: str | None) -> Sequence:
+        if cache_tag is not None:
+            raise ValueError("a pooling request keeps no blocks in the prefix cache, so it "
+                             "takes no cache_tag: leave it out")
+        self._validate_prompt(token_ids, reply_tokens=0)
+        return Sequence(request_id, token_ids, SamplingParams(), self.eos_token_ids,
+                        prompt=prompt_text, pooling=params)
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
         """End a request now and free its blocks; returns its final output if it was live."""
@@ -211,19 +235,22 @@ class LLMEngine:
         return open_disk_prefix_cache(Path(c.disk_cache_dir), c.disk_cache_bytes, fingerprint,
                                       KVBlockIO(self.runner.kv_caches))
 
-    def _validate_prompt(self, token_ids: list[int]) -> None:
+    def _validate_prompt(self, token_ids: list[int], reply_tokens: int) -> None:
+        """reply_tokens: the room the prompt must leave (1 for a reply's first token, 0 for a
+        pooling request, which is only read)."""
         if not token_ids:
             raise ValueError("the prompt is empty: give at least one token")
         vocab = self.runner.vocab_size
         bad = [t for t in token_ids if not 0 <= t < vocab]
         if bad:
             raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary [0, {vocab})")
-        if len(token_ids) >= self.max_model_len:
+        together = " (prompt and reply together)" if reply_tokens else ""
+        if len(token_ids) + reply_tokens > self.max_model_len:
             raise PromptTooLongError(
                 f"the prompt has {len(token_ids)} tokens but the model's context holds "
-                f"{self.max_model_len} (prompt and reply together): shorten the prompt")
+                f"{self.max_model_len}{together}: shorten the prompt")
         capacity = self.runner.num_blocks * self.config.block_size
-        if len(token_ids) >= capacity:
+        if len(token_ids) + reply_tokens > capacity:
             raise PromptTooLongError(
                 f"the prompt has {len(token_ids)} tokens but the KV cache holds {capacity}: "
                 f"raise EngineConfig.{self._kv_cache_setting()} or shorten the prompt")
@@ -317,10 +344,13 @@ class LLMEngine:
             delta = [self._token_logprobs(x) for x in (new_logprobs or [])[:len(new_tokens)]]
             so_far.extend(delta)
             completion.logprobs, completion.delta_logprobs = list(so_far), delta
+        embedding = (pooled_vector(seq) if seq.is_pooling and seq.finish_reason == "stop"
+                     else None)
         return RequestOutput(seq.request_id, seq.prompt, seq.prompt_token_ids, [completion],
                              seq.is_finished, seq.num_cached_tokens, seq.metrics,
                              prompt_logprobs=None if prompt_logprobs is None or not
-                             seq.num_output_tokens else list(prompt_logprobs))
+                             seq.num_output_tokens else list(prompt_logprobs),
+                             embedding=embedding)
 
     def _forget(self, request_id: str) -> None:
         self._requests.pop(request_id, None)

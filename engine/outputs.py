@@ -107,3 +107,6 @@ class RequestOutput:
     # With SamplingParams.prompt_logprobs: per prompt token (None for the first, which nothing
     # predicts, and for those not read yet), from the first output after the prompt is read.
     prompt_logprobs: list[TokenLogprobs | None] | None = None
+    # A pooling request's vector (see PoolingParams), on its last output once the whole prompt
+    # is read; None on any other output, and when it ended otherwise (aborted, failed).
+    embedding: list[float] | None = None

@@ -1,4 +1,5 @@
-"""Per-request sampling parameters, validated on construction."""
+"""Per-request parameters, validated on construction: SamplingParams for a reply, PoolingParams
+for a prompt read into one vector (an embedding)."""
 
 from __future__ import annotations
 
@@ -264,3 +265,20 @@ def _preview(value: object) -> object:
 def _check(ok: bool, name: str, value: object, rule: str) -> None:
     if not ok:
         raise ValueError(f"SamplingParams.{name}={value!r} is invalid: {rule}")
+
+
+@dataclass(slots=True, frozen=True)
+class PoolingParams:
+    """A pooling request (vLLM's name) is prefilled and never decoded. Its vector is the model's
+    final hidden state (after the final RMSNorm, before lm_head) averaged over every token of
+    the prompt, then L2-normalised unless `normalize` is False.
+
+    Mean pooling, not the last token's state: a chat model was not trained to sum a text up in
+    its last position (that state is shaped to predict one next token), while the mean over
+    every position weighs the whole text, which is what retrieval compares. Models trained for
+    last-token embeddings would want another pooling; none is served here yet.
+
+    Every token is computed: a pooling request never reads blocks from the prefix cache (it
+    would skip those tokens' hidden states) and leaves none in it."""
+
+    normalize: bool = True

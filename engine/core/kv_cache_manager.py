@@ -43,9 +43,10 @@ class KVCacheManager:
         """The longest cached prefix of a sequence that has computed nothing yet.
 
         At least one token is always left to compute, since sampling needs its logits; a
-        request for prompt logprobs computes its whole prompt, whose logits it needs.
+        request for prompt logprobs computes its whole prompt, whose logits it needs, and so
+        does a pooling request, whose vector needs every token's hidden state.
         """
-        if (not self.enable_prefix_caching or seq.num_computed_tokens
+        if (not self.enable_prefix_caching or seq.num_computed_tokens or seq.is_pooling
                 or seq.params.prompt_logprobs is not None):
             return []
         self._update_block_hashes(seq)
@@ -104,8 +105,10 @@ class KVCacheManager:
         return True
 
     def cache_full_blocks(self, seq: Sequence) -> None:
-        """Register the blocks that became full and computed, so later prompts can hit them."""
-        if not self.enable_prefix_caching:
+        """Register the blocks that became full and computed, so later prompts can hit them.
+        A pooling request's are not: it reads texts no chat continues (documents to index), and
+        its blocks would only push a chat's out of the cache."""
+        if not self.enable_prefix_caching or seq.is_pooling:
             return
         held = self._blocks.get(seq.request_id, [])
         num_full = min(seq.num_computed_tokens // self.block_size, len(held))

@@ -26,10 +26,16 @@ class ScheduledSequence:
     shadow_draft: int | None = None
 
     @property
-    def samples(self) -> bool:
-        """Whether this step reaches the end of the sequence, so a next token is sampled."""
+    def reaches_end(self) -> bool:
+        """Whether this step computes the sequence up to its last token."""
         end = self.num_computed_tokens + self.num_new_tokens - len(self.spec_token_ids)
         return end == self.seq.num_tokens
+
+    @property
+    def samples(self) -> bool:
+        """Whether a next token is sampled after this step: it reaches the end of a sequence
+        that is not a pooling one (those are read, never continued)."""
+        return self.reaches_end and not self.seq.is_pooling
 
 
 @dataclass(slots=True)
@@ -101,6 +107,8 @@ class Scheduler:
             self.kv_cache.cache_full_blocks(seq)
             if num_appended:
                 advanced.append((seq, num_appended))
+            if seq.is_pooling and item.reaches_end:
+                reason = "stop"  # the whole prompt is read: its vector is made
             if reason is not None:
                 self.finish(seq, reason)
         self.kv_cache.save_to_disk()

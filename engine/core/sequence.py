@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from engine.outputs import FinishReason, RequestMetrics
-from engine.sampling_params import SamplingParams
+from engine.sampling_params import PoolingParams, SamplingParams
 
 
 class SequenceStatus(enum.Enum):
@@ -44,6 +44,12 @@ class Sequence:
     grammar: object | None = None
     # SamplingParams.bad_words as token ids, tokenized once when the request is added.
     bad_words_token_ids: list[list[int]] | None = None
+    # Set for a pooling request: its prompt is read into one vector and nothing is sampled
+    # (`params` is then the defaults, never read for sampling).
+    pooling: PoolingParams | None = None
+    # A pooling request's running sum of hidden states (an engine.worker.pooler MeanPooler),
+    # made at its first chunk; the worker adds to it, bookkeeping here never touches it.
+    pooler: object | None = None
     metrics: RequestMetrics = field(default_factory=lambda: RequestMetrics(time.monotonic()))
     all_token_ids: list[int] = field(init=False)
 
@@ -61,6 +67,10 @@ class Sequence:
     @property
     def num_output_tokens(self) -> int:
         return len(self.output_token_ids)
+
+    @property
+    def is_pooling(self) -> bool:
+        return self.pooling is not None
 
     @property
     def is_finished(self) -> bool:

@@ -101,13 +101,22 @@ class LlamaForCausalLM:
                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
                 logits_indices: torch.Tensor) -> torch.Tensor:
         """Flat tokens of a mixed batch -> logits [len(logits_indices), vocab]."""
+        hidden = self.hidden_states(input_ids, positions, meta, kv_caches)
+        # Only the rows that sample need the final norm and the (large) vocabulary projection.
+        return self.compute_logits(hidden[logits_indices])
+
+    def hidden_states(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                      meta: AttentionMetadata | TritonAttentionMetadata,
+                      kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """Flat tokens of a mixed batch -> the last layer's output [tokens, hidden], before the
+        final norm (valid until the next call: a decode step's may be a reused buffer)."""
         s, ops = self.shape, self.ops
         cos, sin = self.rotary.lookup(positions)
         hidden = self.embed_tokens(input_ids)
         if self.native_decode is not None:
             out = self.native_decode.forward_layers(hidden, cos, sin, meta, kv_caches)
             if out is not None:
-                return self._logits(out[logits_indices])
+                return out
         residual = None
         for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
             if residual is None:
@@ -119,11 +128,15 @@ class LlamaForCausalLM:
             x, residual = ops.add_rms_norm(hidden, residual, layer.post_attention_norm,
                                            s.rms_norm_eps)
             hidden = layer.down_proj(ops.silu_and_mul(layer.gate_up_proj(x)))
-        # Only the rows that sample need the final norm and the (large) vocabulary projection.
-        return self._logits((hidden + residual)[logits_indices])
+        return hidden + residual
 
-    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.ops.rms_norm(hidden, self.norm, self.shape.rms_norm_eps))
+    def final_norm(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The model's last RMSNorm: what lm_head reads, and what a pooling request averages."""
+        return self.ops.rms_norm(hidden, self.norm, self.shape.rms_norm_eps)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Rows of `hidden_states` -> their logits [rows, vocab]."""
+        return self.lm_head(self.final_norm(hidden))
 
     def linears(self) -> list[Linear]:
         return [linear for layer in self.layers for linear in layer.linears()] + [self.lm_head.linear]

@@ -11,12 +11,14 @@ from fastapi.responses import JSONResponse, Response
 from engine.server.admission import DEFAULT_WORK_CONTEXTS, WorkBudget
 from engine.server.chat import create_chat_completion
 from engine.server.completions import create_completion
+from engine.server.embeddings import create_embeddings
 from engine.server.errors import APIError, install_handlers
 from engine.server.metrics import CONTENT_TYPE, CountingMiddleware, ServerMetrics
 from engine.server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
+    EmbeddingRequest,
     TokenizeRequest,
 )
 from engine.server.security import (
@@ -125,6 +127,11 @@ def _add_routes(app: FastAPI, source: ModelSource) -> None:
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
         return await create_completion(body, request, _served(source, body.model), metrics,
+                                       budget)
+
+    @app.post("/v1/embeddings")
+    async def embeddings(body: EmbeddingRequest, request: Request):
+        return await create_embeddings(body, request, _served(source, body.model), metrics,
                                        budget)
 
     @app.post("/tokenize")

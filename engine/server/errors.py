@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engine.errors import EngineDeadError, PromptTooLongError
+from engine.errors import EngineDeadError, PromptTooLongError, RequestAbortedError
 
 _TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
@@ -46,6 +46,9 @@ def from_engine_error(exc: Exception, prompt_field: str) -> APIError:
     """The API error for what the engine raised about a request."""
     if isinstance(exc, EngineDeadError):
         return APIError(503, f"the engine is not running: {exc}", code="engine_dead")
+    if isinstance(exc, RequestAbortedError):
+        return APIError(503, f"{exc}: the server or its engine is stopping; retry once it is "
+                             "back", code="request_aborted")
     if isinstance(exc, PromptTooLongError):
         return APIError(400, str(exc), param=prompt_field, code="context_length_exceeded")
     if isinstance(exc, ValueError):

@@ -107,6 +107,11 @@ class ServerMetrics:
             self.time_per_output_token.observe(
                 (metrics.finished_time - metrics.first_token_time) / later)
 
+    def observe_pooled(self, num_prompt_tokens: int, num_requests: int) -> None:
+        """An embeddings request's inputs, each a pooling request that read its prompt."""
+        self.prompt_tokens.inc(num_prompt_tokens)
+        self.requests.labels("stop").inc(num_requests)
+
     def observe_cut_short(self, outs: list[RequestOutput], reason: str) -> None:
         """Requests that ended before their last output ("abort": the client left; "error": the
         engine failed), counted with the tokens of the last output each had."""

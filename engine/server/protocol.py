@@ -9,7 +9,7 @@ refused in words rather than silently dropped. docs/SERVER.md lists every field.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,6 +27,11 @@ MAX_FUNCTION_NAME = 64
 # The most choices one request may ask for (its prompts x n): a batch of thousands would hold the
 # engine's queue, and memory, for everyone else.
 MAX_CHOICES = 128
+# Embeddings: the inputs of one request (OpenAI's limit), and their tokens all together.
+MAX_EMBEDDING_INPUTS = 2048
+MAX_EMBEDDING_TOKENS = 262_144
+# OpenAI's `user`: an identifier, not a document.
+MAX_USER_CHARS = 256
 
 
 class _Strict(BaseModel):
@@ -156,6 +161,7 @@ class _Refusing(_Strict):
 
     model_config = ConfigDict(strict=True, extra="allow")
     _refused: ClassVar[dict[str, Refusal]] = {}
+    _ignored: ClassVar[frozenset[str]] = _IGNORED
 
     def check_supported(self) -> None:
         for name, value in (self.model_extra or {}).items():
@@ -163,7 +169,7 @@ class _Refusing(_Strict):
             if refusal is not None and refusal[0](value):
                 raise APIError(400, f"{name} is not supported by this server: {refusal[1]}",
                                param=name)
-            if refusal is None and name not in _IGNORED:
+            if refusal is None and name not in self._ignored:
                 raise APIError(400, f"Unrecognized request argument supplied: {name} (this "
                                     "server does not know it, so it would have no effect: "
                                     "leave it out)", param=name)
@@ -423,6 +429,37 @@ class CompletionRequest(_SamplingRequest):
         if prompt and all(isinstance(p, int) for p in prompt):
             return [list(prompt)]
         return list(prompt)
+
+
+class EmbeddingRequest(_Refusing):
+    """OpenAI's embeddings body. `dimensions` is honoured only at the model's own width (the
+    route refuses any other: this model was not trained for shortened vectors). `user` is
+    OpenAI's opaque identifier of the end user, for abuse tracking: a string of at most
+    MAX_USER_CHARS, logged with the request id (engine.server.embeddings); it changes no
+    vector. Every other field is refused, the chat routes' ignored ones too: none of them is
+    OpenAI's here."""
+
+    _ignored: ClassVar[frozenset[str]] = frozenset()
+
+    model: str | None = None
+    input: str | list[str] | list[int] | list[list[int]]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+    user: str | None = Field(default=None, max_length=MAX_USER_CHARS)
+
+    def inputs(self) -> list[str | list[int]]:
+        """One input, or a batch of them, as text or token ids."""
+        if self._is_single():
+            return [self.input if isinstance(self.input, str) else list(self.input)]
+        return list(self.input)
+
+    def input_field(self, index: int) -> str:
+        """How errors name input `index`: `input` when it is the only one."""
+        return "input" if self._is_single() else f"input[{index}]"
+
+    def _is_single(self) -> bool:
+        given = self.input
+        return isinstance(given, str) or (bool(given) and all(isinstance(x, int) for x in given))
 
 
 class TokenizeRequest(_Strict):

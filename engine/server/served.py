@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 
 from engine.llm_engine import EngineStats
 from engine.outputs import RequestOutput
-from engine.sampling_params import SamplingParams
+from engine.sampling_params import PoolingParams, SamplingParams
 from engine.text.chat_template import Message
 from engine.text.chat_tokenizer import ChatTokenizer
 
@@ -19,6 +19,7 @@ class EngineBackend(Protocol):
 
     chat_tokenizer: ChatTokenizer  # every prompt is encoded with it, off the server's loop
     chat_template: str | None  # the model's, to choose how its replies are read
+    hidden_size: int  # the width of the vectors `embed` makes
 
     def token_text(self, token_ids: list[int]) -> str:
         """The text of tokens, safe on the server's thread."""
@@ -28,6 +29,10 @@ class EngineBackend(Protocol):
                request_id: str | None = None) -> AsyncIterator[RequestOutput]: ...
 
     def abort(self, request_id: str) -> None: ...
+
+    async def embed(self, prompts: Sequence[list[int]], params: PoolingParams | None = None,
+                    request_id: str | None = None) -> list[list[float]]:
+        """One vector per prompt, made by the engine (its requests f"{request_id}-{i}")."""
 
     async def compile_grammar(self, params: SamplingParams) -> object | None:
         """params.structured_outputs compiled (cached for the stream that follows);

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from engine.outputs import RequestOutput
-from engine.sampling_params import SamplingParams
+from engine.sampling_params import PoolingParams, SamplingParams
 from engine.server.errors import APIError
 from engine.server.served import EngineBackend, ModelSource, ServedModel
 from engine.text.chat_template import Message
@@ -19,9 +19,9 @@ class LiveRequests:
     """The engine requests this server started and has not seen end.
 
     A stop aborts them (`end_all`), so each ends as an engine abort does: a streamed reply with a
-    last chunk of finish_reason "abort" and `data: [DONE]`, a whole one with what it has; the
-    engine itself, which the app shares with its tabs, serves on. Requests that come after
-    are refused with 503.
+    last chunk of finish_reason "abort" and `data: [DONE]`, a whole one with what it has, an
+    embeddings request with a 503 (it has no vectors to give); the engine itself, which the app
+    shares with its tabs, serves on. Requests that come after are refused with 503.
     """
 
     def __init__(self) -> None:
@@ -47,9 +47,7 @@ class LiveRequests:
     async def stream(self, backend: EngineBackend, prompt: str | list[int] | Sequence[Message],
                      params: SamplingParams | None,
                      request_id: str | None) -> AsyncIterator[RequestOutput]:
-        if self.closing:
-            raise APIError(503, "the server is shutting down: retry once it is back",
-                           code="server_stopping")
+        self._check_open()
         request_id = request_id or f"api-{uuid.uuid4().hex}"
         self._live[request_id] = backend
         aborted = False
@@ -65,6 +63,25 @@ class LiveRequests:
         finally:
             self._live.pop(request_id, None)
 
+    async def embed(self, backend: EngineBackend, prompts: Sequence[list[int]],
+                    params: PoolingParams | None, request_id: str | None) -> list[list[float]]:
+        """The backend's embed, each prompt's request known here until the vectors are made
+        (an abort makes the backend raise RequestAbortedError)."""
+        self._check_open()
+        request_id = request_id or f"api-{uuid.uuid4().hex}"
+        request_ids = [f"{request_id}-{i}" for i in range(len(prompts))]
+        self._live.update(dict.fromkeys(request_ids, backend))
+        try:
+            return await backend.embed(prompts, params, request_id)
+        finally:
+            for rid in request_ids:
+                self._live.pop(rid, None)
+
+    def _check_open(self) -> None:
+        if self.closing:
+            raise APIError(503, "the server is shutting down: retry once it is back",
+                           code="server_stopping")
+
 
 class _TrackedBackend:
     """An engine backend whose streams `live` knows of while they run; all else (its chat
@@ -78,6 +95,10 @@ class _TrackedBackend:
                params: SamplingParams | None = None,
                request_id: str | None = None) -> AsyncIterator[RequestOutput]:
         return self._live.stream(self._backend, prompt, params, request_id)
+
+    async def embed(self, prompts: Sequence[list[int]], params: PoolingParams | None = None,
+                    request_id: str | None = None) -> list[list[float]]:
+        return await self._live.embed(self._backend, prompts, params, request_id)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._backend, name)

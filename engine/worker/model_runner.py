@@ -29,6 +29,7 @@ from engine.quantization.native_kernels import load_native
 from engine.quantization.tensors import Int4Weight, Int8Weight, Weight, split_int8_into_int4
 from engine.structured_output.matcher import GrammarRows, GrammarState
 from engine.worker.logprobs import LogprobsRequest, SampledLogprobs, StepLogprobs
+from engine.worker.pooler import PoolingChunk, pool_chunks
 from engine.worker.rejection_sampler import RejectionSampler
 from engine.worker.sampler import Sampler, SamplingMetadata, SamplingRow
 from kernels.attention_metadata import (
@@ -68,6 +69,8 @@ class ModelInputs:
     # logits (`order` is the scheduler index), and the tokens those rows predict.
     prompt_requests: list[LogprobsRequest]
     prompt_targets: list[list[int]]
+    # The chunks of pooling sequences, whose final hidden states are summed (engine.worker.pooler).
+    pooling_chunks: list[PoolingChunk]
 
 
 @dataclass(slots=True)
@@ -201,12 +204,7 @@ class ModelRunner:
         """Run one step: per scheduled sequence its new tokens (none mid-prefill, one sampled
         token, or after speculation the kept drafts and the model's next token)."""
         inputs = self.prepare_inputs(sched.scheduled)
-        if self.graphs is not None and self.graphs.can_run(inputs.attn):
-            logits = self.graphs.run(inputs.input_ids, inputs.positions, inputs.attn,
-                                     inputs.logits_indices)
-        else:
-            logits = self.model.forward(inputs.input_ids, inputs.positions, inputs.attn,
-                                        self.kv_caches, inputs.logits_indices)
+        logits = self._forward(inputs)
         sampled: list[list[int]] = [[] for _ in sched.scheduled]
         out = RunnerOutput(sampled, [None] * len(sched.scheduled))
         if inputs.prompt_requests:
@@ -221,6 +219,18 @@ class ModelRunner:
             sampled[idx] = run
             out.logprobs[idx] = logprobs[n]
         return out
+
+    def _forward(self, inputs: ModelInputs) -> torch.Tensor:
+        """The step's logits (the rows of logits_indices); pooling chunks' hidden states are
+        summed on the way, so a step with any runs eagerly (a graph keeps only logits)."""
+        if (self.graphs is not None and not inputs.pooling_chunks
+                and self.graphs.can_run(inputs.attn)):
+            return self.graphs.run(inputs.input_ids, inputs.positions, inputs.attn,
+                                   inputs.logits_indices)
+        hidden = self.model.hidden_states(inputs.input_ids, inputs.positions, inputs.attn,
+                                          self.kv_caches)
+        pool_chunks(hidden, inputs.pooling_chunks, self.model.final_norm)
+        return self.model.compute_logits(hidden[inputs.logits_indices])
 
     def _prompt_logprobs(self, logits: torch.Tensor, inputs: ModelInputs, num_scheduled: int
                          ) -> list[tuple[int, list[SampledLogprobs]] | None]:
@@ -266,6 +276,7 @@ class ModelRunner:
         logits_indices, rows, sampling_order, drafts = [], [], [], []
         grammar_entries, grammar_runs, logprobs_requests = [], [], []
         prompt_indices, prompt_requests, prompt_targets = [], [], []
+        pooling_chunks = []
         for i, s in zip(order, items, strict=True):
             start, end = s.num_computed_tokens, s.num_computed_tokens + s.num_new_tokens
             spec = s.spec_token_ids
@@ -273,6 +284,9 @@ class ModelRunner:
             input_ids.extend(spec)
             positions.extend(range(start, end))
             slots.extend(self._slots(s.seq.block_ids, start, end))
+            if s.seq.is_pooling:
+                pooling_chunks.append(PoolingChunk(s.seq, start, len(input_ids) - (end - start),
+                                                   end - start))
             scored = _scored_prompt_positions(s.seq, start, end)
             if scored:
                 first_flat = len(input_ids) - (end - start)
@@ -297,7 +311,7 @@ class ModelRunner:
         return ModelInputs(self._tensor(input_ids), self._tensor(positions), attn,
                            self._tensor(logits_indices + prompt_indices), rows, sampling_order,
                            drafts if speculates else None, grammar_entries, grammar_runs,
-                           logprobs_requests, prompt_requests, prompt_targets)
+                           logprobs_requests, prompt_requests, prompt_targets, pooling_chunks)
 
     def _grouped_metadata(self, items: list[ScheduledSequence], num_decodes: int,
                           slots: list[int]) -> AttentionMetadata:

@@ -1,5 +1,6 @@
-"""`python -m engine serve`'s way of building and serving: from the load to streamed replies,
-only the engine thread calls into torch (not the HTTP thread, nor the tokenizers')."""
+"""`python -m engine serve`'s way of building and serving: from the load to streamed replies and
+embeddings, only the engine thread calls into torch (not the HTTP thread, nor the
+tokenizers')."""
 
 from openai import OpenAI
 from tiny_gguf import QType, write_tiny_gguf
@@ -28,6 +29,8 @@ def test_serving_runs_torch_on_the_engine_thread_only(tmp_path):
             completion = client.completions.create(model="tiny", prompt="hello", max_tokens=4,
                                                    temperature=0)
             assert completion.usage.completion_tokens == 4
+            vectors = client.embeddings.create(model="tiny", input=["hello", "a longer text"])
+            assert len(vectors.data) == 2
         finally:
             server.stop()
             engine.shutdown()

@@ -49,6 +49,28 @@ def test_stopping_the_server_answers_a_whole_reply_with_what_it_has(start_server
     assert answer.json()["choices"][0]["finish_reason"] == "abort"
 
 
+def test_stopping_the_server_answers_embeddings_in_flight_with_a_503(start_server,
+                                                                    async_engine):
+    server = start_server()
+    inputs = [[5] * 1500] * 16  # one at a time in this engine's 128 blocks: seconds of work
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        reply = pool.submit(httpx.post, f"{server.url}/v1/embeddings", timeout=60,
+                            json={"model": MODEL, "input": inputs})
+        deadline = time.monotonic() + 30
+        while async_engine.stats().num_running == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        server.stop()
+        answer = reply.result()
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"]["code"] == "request_aborted"
+    deadline = time.monotonic() + 10
+    stats = async_engine.stats()
+    while (stats.num_waiting or stats.num_running) and time.monotonic() < deadline:
+        time.sleep(0.01)
+        stats = async_engine.stats()
+    assert stats.num_waiting == stats.num_running == 0  # the other inputs were aborted too
+
+
 def test_a_stopping_server_refuses_new_requests_in_words(start_server):
     server = start_server()
     server.app.state.end_requests()  # the first thing a stop does
