@@ -4,11 +4,16 @@
            a chat does it (target <= 10 s), while a 5 ms timer on the event loop records its
            longest stall (target < 50 ms)
   search   the passages for a question among 10,000 (target <= 50 ms), English and Chinese
+  hybrid   the same with a ranking by meaning joined (768-wide vectors stored for every
+           passage): the first question (the vectors read from the store), the next ones
+           (kept in memory), the question's own vector not counted (a server's time; with
+           --embeddings-url it is measured apart, on that server)
   prefix   a document that fits the context, asked twice through the chat with the default
            model: the second question's time to first token against the first (target
            <= 0.25x: the prefix cache keeps the document)
 
-    .venv/bin/python bench/documents.py [--only attach,search,prefix] [--json out.json]
+    .venv/bin/python bench/documents.py [--only attach,search,hybrid,prefix] [--json out.json]
+        [--embeddings-url http://host:port/v1 --embeddings-model NAME]
 """
 
 from __future__ import annotations
@@ -108,20 +113,28 @@ async def bench_attach(folder: Path) -> dict:
         db.close()
 
 
+def _passages(store) -> list[int]:
+    """SEARCH_PASSAGES passages in 25 documents of one chat; their attachment ids."""
+    from app.store import AttachmentChunk, NewAttachment
+
+    message = store.append_user_message(store.create_conversation().id, "Read these")
+    ids = []
+    per_document = 400
+    for d in range(SEARCH_PASSAGES // per_document):
+        chunks = tuple(AttachmentChunk(i, " ".join(TOPICS[(d + i + k) % len(TOPICS)]
+                                                   for k in range(8)) + f" Entry {d}-{i}.",
+                                       page=i // 2 + 1) for i in range(per_document))
+        ids.append(store.add_attachment(message.id, NewAttachment(
+            f"log-{d}.pdf", "pdf", 1, "", chunks, per_document // 2)).id)
+    return ids
+
+
 def bench_search(folder: Path) -> dict:
     from app.components.documents import fts_query
-    from app.store import AttachmentChunk, ConversationStore, NewAttachment
+    from app.store import ConversationStore
 
     with ConversationStore.open(folder / "search.db") as store:
-        message = store.append_user_message(store.create_conversation().id, "Read these")
-        ids = []
-        per_document = 400
-        for d in range(SEARCH_PASSAGES // per_document):
-            chunks = tuple(AttachmentChunk(i, " ".join(TOPICS[(d + i + k) % len(TOPICS)]
-                                                       for k in range(8)) + f" Entry {d}-{i}.",
-                                           page=i // 2 + 1) for i in range(per_document))
-            ids.append(store.add_attachment(message.id, NewAttachment(
-                f"log-{d}.pdf", "pdf", 1, "", chunks, per_document // 2)).id)
+        ids = _passages(store)
         times = {}
         for question in QUESTIONS:
             runs = []
@@ -132,6 +145,80 @@ def bench_search(folder: Path) -> dict:
             times[question] = {"median_ms": round(statistics.median(runs) * 1000, 1),
                                "max_ms": round(max(runs) * 1000, 1), "hits": len(hits)}
         return {"passages": SEARCH_PASSAGES, "questions": times}
+
+
+class _StoredVectors:
+    """Stands in for the server in the hybrid stage: every question's vector is a fixed random
+    one, so what is timed is ours (reading the vectors, the ranking, the joined search)."""
+
+    def __init__(self, source, width: int) -> None:
+        import numpy as np
+
+        self.source = source
+        self._vector = np.random.default_rng(1).standard_normal(width).astype(np.float32)
+        self._vector /= np.linalg.norm(self._vector)
+
+    async def embed(self, texts):
+        import numpy as np
+
+        return np.stack([self._vector] * len(texts))
+
+
+async def bench_hybrid(folder: Path, url: str | None, model: str | None) -> dict:
+    import numpy as np
+
+    from app.components.async_store import AsyncStore
+    from app.components.connections import ConnectionKeys, SavedConnections
+    from app.components.document_embeddings import DocumentEmbeddings, EmbeddingsChoice
+    from app.components.documents import fts_query
+    from app.store import ConversationStore
+
+    width = 768
+    db = AsyncStore(ConversationStore.open(folder / "hybrid.db"))
+    try:
+        ids = await db.run(_passages)
+        embeddings = DocumentEmbeddings(db, SavedConnections(db, ConnectionKeys.in_memory()),
+                                        client=lambda source: _StoredVectors(source, width))
+        server = await embeddings.connections.add("http://127.0.0.1:9/v1", "chat", None)
+        await embeddings.choose(EmbeddingsChoice(server.id, "bench-768"))
+        rng = np.random.default_rng(0)
+        key = embeddings.source.key
+        for attachment in ids:
+            missing = await db.chunks_without_vectors(attachment, key, 400)
+            for at in range(0, len(missing), 200):
+                rows = missing[at:at + 200]
+                vectors = rng.standard_normal((len(rows), width)).astype("<f4")
+                await db.add_chunk_vectors(key, [(c, v.tobytes()) for (c, _), v
+                                                 in zip(rows, vectors, strict=True)])
+        runs = []
+        for question in QUESTIONS * 3:
+            began = time.perf_counter()
+            ranked = await embeddings.ranking(ids, question, 50)
+            await db.search_passages(ids, fts_query(question), question, 12, ranked=ranked)
+            runs.append(time.perf_counter() - began)
+        report = {"passages": SEARCH_PASSAGES, "width": width,
+                  "first_question_ms": round(runs[0] * 1000, 1),
+                  "next_questions_median_ms": round(statistics.median(runs[1:]) * 1000, 1),
+                  "next_questions_max_ms": round(max(runs[1:]) * 1000, 1)}
+        if url and model:
+            report["server"] = await _server_question_ms(url, model)
+        return report
+    finally:
+        db.close()
+
+
+async def _server_question_ms(url: str, model: str) -> dict:
+    from app.backends.embeddings import EmbeddingModel, EmbeddingsClient
+
+    client = EmbeddingsClient(EmbeddingModel(url, model))
+    await client.embed(["warm-up"])
+    runs = []
+    for question in QUESTIONS:
+        began = time.perf_counter()
+        await client.embed([question])
+        runs.append(time.perf_counter() - began)
+    return {"url": url, "model": model,
+            "question_vector_median_ms": round(statistics.median(runs) * 1000, 1)}
 
 
 async def bench_prefix(folder: Path) -> dict:
@@ -177,8 +264,10 @@ async def bench_prefix(folder: Path) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="attach,search,prefix")
+    parser.add_argument("--only", default="attach,search,hybrid,prefix")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--embeddings-url", help="a server's /v1 whose question vectors to time")
+    parser.add_argument("--embeddings-model")
     args = parser.parse_args()
     wanted = set(args.only.split(","))
     report: dict = {"cpu": cpu_name(), "cores": os.cpu_count()}
@@ -188,6 +277,9 @@ def main() -> int:
             report["attach"] = asyncio.run(bench_attach(folder))
         if "search" in wanted:
             report["search"] = bench_search(folder)
+        if "hybrid" in wanted:
+            report["hybrid"] = asyncio.run(bench_hybrid(folder, args.embeddings_url,
+                                                        args.embeddings_model))
         if "prefix" in wanted:
             report["prefix"] = asyncio.run(bench_prefix(folder))
     print(json.dumps(report, indent=2, ensure_ascii=False))

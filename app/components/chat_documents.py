@@ -3,52 +3,47 @@ thread, with progress), kept with the user's message when it is sent, and, for e
 of the branch's documents the model is given: all of them, once, at the head of the prompt
 where they fit the context (a prefix the prefix cache keeps from turn to turn), else the
 passages retrieved for the question (bm25 over the store's index), numbered for the reply to
-cite. No Qt."""
+cite. A chat with folders (folder_index.py) always gets passages, from its folders' files and
+the branch's documents together. No Qt."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from app.backends import ChatMessage, TokenCount, ToolSpec
 from app.components.async_store import AsyncStore
+from app.components.document_embeddings import DocumentEmbeddings
 from app.components.documents import (
     Chunk,
     Document,
     DocumentError,
     Hit,
+    Kind,
     chunk_document,
     fts_query,
     passage_sources,
     read_document,
+    reading_thread,
     retrieved_passages_message,
     whole_documents_message,
 )
 from app.components.view_models import AttachmentView, PassageView
-from app.store import Attachment, AttachmentChunk, Citation, Message, NewAttachment
+from app.store import Attachment, AttachmentChunk, Citation, FolderFile, Message, NewAttachment
 
 MAX_PENDING = 20  # files waiting in the composer at once
+MAX_RANKED = 50  # passages ranked by meaning, joined with bm25's ranking
 MAX_PASSAGES = 12  # retrieved for one question, before the budget cuts them
 # Of what the context leaves beside the chat and the reply, the share retrieved passages may take.
 PASSAGE_SHARE = 0.5
 ESTIMATED_CHARS_PER_TOKEN = 3  # to budget passages before the exact count of the whole prompt
+PASSAGE_GONE = ("This passage is no longer in the chat: its document changed or was removed "
+                "since this reply (a folder's file is read again when it changes).")
 
 TokenCounter = Callable[[list[ChatMessage], Sequence[ToolSpec]], Awaitable[TokenCount]]
 Reader = Callable[[Path, Callable[[int, int], None] | None], Document]
-
-_executor: ThreadPoolExecutor | None = None
-
-
-def _reading_thread() -> ThreadPoolExecutor:
-    """One worker reads every chat's files, one at a time: a 200-page PDF is CPU work."""
-    global _executor
-    if _executor is None:
-        _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagoda-documents")
-    return _executor
-
 
 @dataclass(slots=True)
 class _Pending:
@@ -91,6 +86,10 @@ class ChatDocuments:
         self._pending: list[_Pending] = []
         self._documents: dict[int, Document] = {}  # attached documents read back, by id
         self.on_pending_changed: Callable[[list[AttachmentView]], None] = lambda _views: None
+        # What is indexed of the chat's folders (ChatFolders.documents); none without folders.
+        self.folder_files: Callable[[], Awaitable[list[FolderFile]]] = _no_folder_files
+        # Passages ranked by meaning too, where the window has an embedding server chosen.
+        self.embeddings: DocumentEmbeddings | None = None
 
     # -- the composer's files --------------------------------------------------------------------
 
@@ -128,7 +127,10 @@ class ChatDocuments:
         ready = [p.attachment for p in self._pending if p.attachment is not None]
         self._pending = []
         self._changed()
-        return [await self.db.add_attachment(message_id, attachment) for attachment in ready]
+        stored = [await self.db.add_attachment(message_id, attachment) for attachment in ready]
+        if self.embeddings is not None and stored:
+            self.embeddings.index_soon([a.id for a in stored])
+        return stored
 
     async def _read_one(self, pending: _Pending) -> None:
         loop = asyncio.get_running_loop()
@@ -138,7 +140,7 @@ class ChatDocuments:
 
         try:
             document, chunks = await loop.run_in_executor(
-                _reading_thread(), lambda: self._read_and_cut(pending.path, progress))
+                reading_thread(), lambda: self._read_and_cut(pending.path, progress))
         except DocumentError as exc:
             pending.view = replace(pending.view, state="failed", progress="", error=str(exc))
         except OSError as exc:
@@ -170,11 +172,14 @@ class ChatDocuments:
                      max_tokens: int) -> DocumentPrompt:
         """`messages` (the branch as the model is given it) with the branch's documents: whole
         in the system message where the prompt then still leaves room for the reply, else the
-        passages best matching the newest user message, above it."""
+        passages best matching the newest user message, above it. A chat with folders gets
+        passages, from its folders' files and the branch's documents together."""
         held = await self._held(path)
-        if not held:
+        folder_files = await self.folder_files()
+        if not held and not folder_files:
             return DocumentPrompt(messages)
-        return await self._shaped(messages, held, count, tools, max_model_len, max_tokens)
+        return await self._shaped(messages, held, count, tools, max_model_len, max_tokens,
+                                  folder_files)
 
     async def counted(self, messages: list[ChatMessage], path: Sequence[Message],
                       count: TokenCounter, tools: Sequence[ToolSpec], max_model_len: int,
@@ -184,34 +189,52 @@ class ChatDocuments:
         held = await self._held(path)
         held += [_Held(None, p.view.name, p.document) for p in self._pending
                  if p.document is not None]
-        if not held:
+        folder_files = await self.folder_files()
+        if not held and not folder_files:
             return await count(messages, tools)
-        shaped = await self._shaped(messages, held, count, tools, max_model_len, max_tokens)
+        shaped = await self._shaped(messages, held, count, tools, max_model_len, max_tokens,
+                                    folder_files)
         return await count(shaped.messages, tools)
 
     async def _shaped(self, messages: list[ChatMessage], held: list[_Held],
                       count: TokenCounter, tools: Sequence[ToolSpec], max_model_len: int,
-                      max_tokens: int) -> DocumentPrompt:
+                      max_tokens: int, folder_files: Sequence[FolderFile] = ()
+                      ) -> DocumentPrompt:
         reply_room = min(max_tokens, max_model_len // 4)
-        whole = _with_system_text(messages, whole_documents_message([h.document for h in held]))
-        counted = await count(whole, tools)
-        if counted.n + reply_room <= max_model_len:
-            stored = [h for h in held if h.attachment_id is not None]
-            return DocumentPrompt(whole, tuple(Citation(i, h.attachment_id, h.name, 0) for i, h
-                                               in enumerate(stored, 1)), whole=True)
+        if not folder_files:
+            whole = await self._whole(messages, held, count, tools, max_model_len - reply_room)
+            if whole is not None:
+                return whole
         chat = await count(messages, tools)
         budget = int((max_model_len - chat.n - reply_room) * PASSAGE_SHARE)
-        return await self._retrieved(messages, held, budget)
+        kinds = {h.attachment_id: h.document.kind for h in held if h.attachment_id is not None}
+        kinds |= {f.attachment_id: f.kind for f in folder_files}
+        return await self._retrieved(messages, kinds, budget)  # type: ignore[arg-type]
 
-    async def _retrieved(self, messages: list[ChatMessage], held: list[_Held],
+    @staticmethod
+    async def _whole(messages: list[ChatMessage], held: list[_Held], count: TokenCounter,
+                     tools: Sequence[ToolSpec], room: int) -> DocumentPrompt | None:
+        """The documents whole in the system message, where the prompt then takes at most
+        `room` tokens; None where it would take more."""
+        whole = _with_system_text(messages, whole_documents_message([h.document for h in held]))
+        if (await count(whole, tools)).n > room:
+            return None
+        stored = [h for h in held if h.attachment_id is not None]
+        return DocumentPrompt(whole, tuple(Citation(i, h.attachment_id, h.name, 0)
+                                           for i, h in enumerate(stored, 1)), whole=True)
+
+    async def _retrieved(self, messages: list[ChatMessage], kinds: dict[int, Kind],
                          budget: int) -> DocumentPrompt:
+        """The passages of the documents `kinds` names that best answer the newest user
+        message, above it, as many as `budget` (tokens) holds."""
         question_at = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
         if question_at is None:
             return DocumentPrompt(messages)
         question = messages[question_at].content
-        kinds = {h.attachment_id: h.document.kind for h in held if h.attachment_id is not None}
+        ranked = (await self.embeddings.ranking(list(kinds), question, MAX_RANKED)
+                  if self.embeddings is not None and kinds else [])
         found = await self.db.search_passages(list(kinds), fts_query(question), question,
-                                              MAX_PASSAGES) if kinds else []
+                                              MAX_PASSAGES, ranked=ranked) if kinds else []
         chosen, ids, used = [], [], 0
         for hit in found:
             cost = len(hit.chunk.text) // ESTIMATED_CHARS_PER_TOKEN + 16
@@ -253,7 +276,7 @@ class ChatDocuments:
         chunks = await self.db.attachment_chunks(citation.attachment_id)
         chunk = next((c for c in chunks if c.ordinal == citation.ordinal), None)
         if chunk is None:
-            return PassageView(citation.name, citation.page, None, "")
+            return PassageView(citation.name, citation.page, None, PASSAGE_GONE)
         return PassageView(citation.name, chunk.page, chunk.heading, chunk.text)
 
 
@@ -264,6 +287,10 @@ def attachment_views(attachments: Sequence[Attachment]) -> dict[int, tuple[Attac
         views.setdefault(a.message_id, []).append(
             AttachmentView(a.name, a.kind, a.size_bytes, a.pages))
     return {mid: tuple(v) for mid, v in views.items()}
+
+
+async def _no_folder_files() -> list[FolderFile]:
+    return []
 
 
 def _with_system_text(messages: list[ChatMessage], text: str) -> list[ChatMessage]:

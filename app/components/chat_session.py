@@ -9,6 +9,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Protocol
 
 from app.backends import (
@@ -23,6 +24,7 @@ from app.backends import (
 )
 from app.components.async_store import AsyncStore
 from app.components.chat_documents import ChatDocuments, DocumentPrompt, attachment_views
+from app.components.folder_index import ChatFolders, FolderError
 from app.components.prompting import (
     ContextOverflowError,
     FittedPrompt,
@@ -47,6 +49,7 @@ from app.components.tool_turns import (
 )
 from app.components.view_models import (
     AttachmentView,
+    FolderView,
     MessageView,
     PassageView,
     SamplingView,
@@ -58,6 +61,7 @@ from app.store import (
     ConversationStore,
     GenerationStats,
     Message,
+    StoreError,
     StreamingWriter,
     ToolCall,
 )
@@ -67,6 +71,7 @@ logger = logging.getLogger(__name__)
 MODEL_SWITCHED = ("The model was switched while this reply was being written: what it had "
                   "written is kept, marked interrupted. Regenerate to answer with the new model.")
 WAIT_TO_SWITCH = "Wait for the reply to finish (or stop it) to switch branches."
+READING_FOLDERS = "looking for changes in the chat's folders…"
 
 
 class BackendSource(Protocol):
@@ -99,6 +104,8 @@ class ChatView(Protocol):
         """The files waiting in the composer: being read, ready, or failed and why."""
     def show_passage(self, view: PassageView) -> None:
         """A passage a reply cited, opened."""
+    def show_folders(self, views: list[FolderView]) -> None:
+        """The folders the chat answers from, and where their indexing stands."""
     def show_title(self, title: str) -> None: ...
     def show_notice(self, text: str, error: bool = False) -> None: ...
     def show_streaming(self, streaming: bool) -> None: ...
@@ -180,6 +187,11 @@ class ChatSession:
         self.tools = tools  # where the model's calls go; None: this chat's model calls nothing
         self.documents = ChatDocuments(db)
         self.documents.on_pending_changed = lambda views: self.view.show_pending_attachments(views)
+        self.folders = ChatFolders(conversation_id, db)
+        self.folders.on_changed = lambda views: self.view.show_folders(views)
+        self.folders.on_settled = lambda: self.spawn(self.refresh_context_meter())
+        self.folders.on_error = self._action_failed
+        self.documents.folder_files = self.folders.documents
         self.view: ChatView = view or NullView()
         self.conversation: Conversation | None = None
         self.path: list[Message] = []
@@ -236,6 +248,7 @@ class ChatSession:
         c = self.conversation
         self.settings = SamplingView.of(c.system_prompt, c.sampling)
         self.view.show_settings(self.settings)
+        await self.folders.open()
         await self.refresh_context_meter()
 
     async def _reload(self, *, streaming: int | None = None, ending: int | None = None) -> None:
@@ -337,8 +350,27 @@ class ChatSession:
     # -- documents -------------------------------------------------------------------------------
 
     async def attach(self, paths: list[str]) -> None:
-        """Files for the next message: read off the loop, shown waiting in the composer."""
-        await self.documents.attach(paths)
+        """Files for the next message: read off the loop, shown waiting in the composer. A
+        folder among them (dropped on the chat) becomes one of the chat's folders."""
+        folders = [path for path in paths if Path(path).is_dir()]
+        for folder in folders:
+            await self.add_folder(folder)
+        files = [path for path in paths if path not in folders]
+        if files:
+            await self.documents.attach(files)
+        await self.refresh_context_meter()
+
+    async def add_folder(self, path: str) -> None:
+        """The chat answers from the folder's files too, indexed in the background; one that
+        cannot be added is said in the chat's notice."""
+        try:
+            await self.folders.add(path)
+        except (FolderError, StoreError) as exc:
+            self._notify(f"This folder cannot be added: {exc}", error=True)
+
+    async def remove_folder(self, folder_id: int) -> None:
+        """The chat no longer answers from the folder; its index is deleted."""
+        await self.folders.remove(folder_id)
         await self.refresh_context_meter()
 
     def remove_pending(self, index: int) -> None:
@@ -722,11 +754,29 @@ class ChatSession:
 
     async def _with_documents(self, backend: ChatBackend, branch: list[Message],
                               tools: tuple[ToolSpec, ...]) -> DocumentPrompt:
-        """The branch as the model is given it, with the branch's documents."""
+        """The branch as the model is given it, with the branch's documents (and the chat's
+        folders', looked at again first)."""
+        await self._folders_ready()
         messages = chat_messages(self.conversation.system_prompt, branch)
         return await self.documents.prompt(messages, branch, backend.count_tokens, tools,
                                            backend.max_model_len,
                                            self.conversation.sampling.max_tokens)
+
+    async def _folders_ready(self) -> None:
+        """The folders looked at again before the reply, and the few files changed since
+        read; where a folder is still being indexed, the notice says the answer comes from what
+        is indexed so far."""
+        if not self.folders.views:
+            return
+        self.view.show_reading(self.reply.message.id, READING_FOLDERS)
+        try:
+            busy = await self.folders.before_question()
+        finally:
+            self.view.show_reading(self.reply.message.id, None)
+        if busy and not self.closed:
+            verb = "is" if len(busy) == 1 else "are"
+            self._notify(f"{', '.join(busy)} {verb} still being indexed: this answer comes from "
+                         "the files indexed so far.")
 
     def _on_chunk(self, chunk: ReplyChunk) -> None:
         reply = self.reply
@@ -851,6 +901,7 @@ class ChatSession:
         self.closed = True
         self.view = NullView()  # its widgets may be gone by the time a stream ends
         self._end_tool_work()
+        self.folders.close()
         reply = self.reply
         if reply is None:
             return

@@ -11,6 +11,7 @@ from app.components.async_store import AsyncStore
 from app.components.chat_defaults import load_chat_defaults
 from app.components.chat_session import ChatSession
 from app.components.chat_sources import LOCAL, ChatSources, RemoteSource
+from app.components.document_embeddings import DocumentEmbeddings
 from app.components.tasks import TaskSet
 from app.components.tool_turns import ChatTools
 
@@ -29,9 +30,12 @@ class OpenChats:
     """
 
     def __init__(self, db: AsyncStore, sources: ChatSources,
-                 tools: Callable[[], ChatTools | None] = lambda: None) -> None:
-        """`tools()` gives each chat opened the tools its model may call (None: none)."""
+                 tools: Callable[[], ChatTools | None] = lambda: None,
+                 embeddings: DocumentEmbeddings | None = None) -> None:
+        """`tools()` gives each chat opened the tools its model may call (None: none);
+        `embeddings` ranks every chat's passages by meaning too."""
         self.db = db
+        self._embeddings = embeddings
         self.sources = sources
         self._tools = tools
         self.ids: list[int] = []
@@ -92,6 +96,7 @@ class OpenChats:
             return self.sessions[cid]
         session = ChatSession(cid, self.db, self.sources.source(self.sources.chosen_for(cid)),
                               tools=self._tools())
+        session.documents.embeddings = self._embeddings
         self.sessions[cid] = session
         self.ids.append(cid)
         self.on_opened(session)
@@ -141,7 +146,8 @@ class OpenChats:
 
     async def _after_closed(self, session: ChatSession) -> None:
         conversation = session.conversation
-        if conversation is not None and not session.path and not conversation.title:
+        if (conversation is not None and not session.path and not conversation.title
+                and not session.folders.views):
             await self.db.purge(conversation.id)
             self.on_purged(conversation.id)
         await self.save()

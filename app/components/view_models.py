@@ -53,6 +53,29 @@ class AttachmentView:
     error: str = ""
 
 
+FolderState = Literal["scanning", "indexing", "ready", "failed"]
+
+
+@dataclass(slots=True, frozen=True)
+class FolderView:
+    """A folder a chat answers from, as its chip shows it: the files found in it and how many
+    are indexed, the reading under way (`done` of `to_read`), the files that could not be read
+    (their path in the folder, and why), what the bounds left out (`notes`, in words), and why
+    the folder cannot be looked in ("failed", `error`)."""
+
+    id: int
+    name: str
+    path: str
+    state: FolderState = "scanning"
+    files: int = 0
+    indexed: int = 0
+    done: int = 0
+    to_read: int = 0
+    failed: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()
+    error: str = ""
+
+
 @dataclass(slots=True, frozen=True)
 class SourceView:
     """A passage a reply was given, as it cites it: "[1] report.pdf, page 12"."""

@@ -6,11 +6,18 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout, QWidget
 
-from app.components.view_models import AttachmentView, MessageView, PassageView, SamplingView
+from app.components.view_models import (
+    AttachmentView,
+    FolderView,
+    MessageView,
+    PassageView,
+    SamplingView,
+)
 from app.qt.widgets.composer import Composer
 from app.qt.widgets.context_meter import ContextMeter
 from app.qt.widgets.elide import ElidedLabel
 from app.qt.widgets.file_drops import FileDrops
+from app.qt.widgets.folder_chips import FolderChips
 from app.qt.widgets.passage_dialog import PassageDialog
 from app.qt.widgets.transcript import TranscriptView
 
@@ -22,13 +29,16 @@ class ChatTab(QWidget):
     edits from the window's settings panel while this tab is the current one;
     `notice_dismissed()` when the notice's ✕ is clicked; `attach_requested(list[str])` with the
     paths of files chosen by the composer's paperclip, pasted into it, or dropped anywhere on
-    the tab.
+    the tab; `folder_requested(str)` with a folder chosen by the composer's folder button;
+    `folder_removed(int)` with the id of the folder whose chip's ✕ was clicked.
     """
 
     title_changed = Signal(str)
     settings_changed = Signal(object)
     notice_dismissed = Signal()
     attach_requested = Signal(list)
+    folder_requested = Signal(str)
+    folder_removed = Signal(int)
 
     def __init__(self, conversation_id: int, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -38,6 +48,7 @@ class ChatTab(QWidget):
         self.transcript = TranscriptView(self)
         self.context_meter = ContextMeter(self)
         self.composer = Composer(self)
+        self.folder_chips = FolderChips(self)
         self.regenerate_button = QPushButton("Regenerate", self, objectName="regenerateButton")
         self.regenerate_button.setToolTip("Answer the last message again, as a new branch")
         self.regenerate_button.setEnabled(False)
@@ -49,6 +60,8 @@ class ChatTab(QWidget):
         self._notice_close.clicked.connect(self.notice_dismissed)
         self._passage: PassageDialog | None = None
         self.composer.attach_requested.connect(self.attach_requested)
+        self.composer.folder_requested.connect(self.folder_requested)
+        self.folder_chips.removed.connect(self.folder_removed)
         self._drops = FileDrops(self)
         self._drops.dropped.connect(self.attach_requested)
         self._drops.watch(self)
@@ -69,6 +82,7 @@ class ChatTab(QWidget):
         layout.addWidget(self.transcript, 1)
         layout.addLayout(notice_row)
         layout.addLayout(tools)
+        layout.addWidget(self.folder_chips)
         layout.addWidget(self.composer)
 
     # -- the ChatView a session renders into ---------------------------------------------------
@@ -125,6 +139,10 @@ class ChatTab(QWidget):
     def show_pending_attachments(self, views: list[AttachmentView]) -> None:
         """The documents waiting to go with the next message (reading, ready or failed)."""
         self.composer.show_attachments(views)
+
+    def show_folders(self, views: list[FolderView]) -> None:
+        """The folders the chat answers from, and where their indexing stands."""
+        self.folder_chips.show_folders(views)
 
     def show_passage(self, view: PassageView) -> None:
         """Open a cited passage beside the chat; a second one replaces the first."""

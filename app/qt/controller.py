@@ -52,6 +52,8 @@ class ChatController(QObject):
         v.notice_dismissed.connect(s.clear_notice)
         v.attach_requested.connect(lambda paths: s.spawn(s.attach(paths)))
         v.composer.pending_removed.connect(lambda index: s.remove_pending(index))
+        v.folder_requested.connect(lambda path: s.spawn(s.add_folder(path)))
+        v.folder_removed.connect(lambda folder_id: s.spawn(s.remove_folder(folder_id)))
         v.transcript.source_requested.connect(lambda mid, n: s.spawn(s.open_source(mid, n)))
         self._draft_timer.timeout.connect(
             lambda: s.spawn(s.count_draft(v.composer.text())))

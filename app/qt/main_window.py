@@ -39,6 +39,7 @@ from app.components.connections import (
     SavedConnections,
     ServerConnection,
 )
+from app.components.document_embeddings import DocumentEmbeddings, EmbeddingsState
 from app.components.export_names import EXPORT_FORMATS, export_file_name, with_suffix
 from app.components.local_models import LocalListing, LocalModels
 from app.components.local_server import LocalServer
@@ -63,6 +64,7 @@ from app.qt.models_folder_settings import ModelsFolderSettings
 from app.qt.server_controller import LocalServerController
 from app.qt.theme import THEMES, apply_theme
 from app.qt.widgets.appearance_settings import AppearancePanel
+from app.qt.widgets.documents_dialog import DOCUMENTS_DIALOG, DocumentsDialog
 from app.qt.widgets.model_library_dialog import ModelLibraryDialog
 from app.qt.widgets.model_picker import ModelPicker
 from app.qt.widgets.model_settings import ModelSettingsPanel
@@ -115,7 +117,8 @@ class MainWindow(QMainWindow):
         self.sources = ChatSources(host, SavedConnections(db, connection_keys or ConnectionKeys()),
                                    db)
         self.toolbox = Toolbox(db)
-        self.chats = OpenChats(db, self.sources, self.toolbox.for_chat)
+        self.embeddings = DocumentEmbeddings(db, self.sources.saved)
+        self.chats = OpenChats(db, self.sources, self.toolbox.for_chat, self.embeddings)
         self.sidebar = Sidebar(self)
         self.tabs = QTabWidget(self, objectName="chatTabs", tabsClosable=True, movable=True,
                                documentMode=True)
@@ -188,6 +191,7 @@ class MainWindow(QMainWindow):
         toolbar.addSeparator()
         toolbar.addAction("Settings", self.toggle_settings)
         toolbar.addAction("Tools", self.open_tools_dialog)
+        toolbar.addAction("Documents", self.open_documents_dialog)
         toolbar.addAction("Shortcuts", self.show_shortcuts)
         self.addToolBar(toolbar)
 
@@ -200,6 +204,22 @@ class MainWindow(QMainWindow):
         dialog.raise_()
         dialog.activateWindow()
         return dialog
+
+    def open_documents_dialog(self) -> DocumentsDialog:
+        """Settings → Documents (the embedding server), non-modal; one dialog, raised if open."""
+        dialog = self.findChild(DocumentsDialog, DOCUMENTS_DIALOG)
+        if dialog is None:
+            dialog = DocumentsDialog(self.embeddings, self.spawn, self)
+        dialog.refresh()
+        dialog.show()
+        dialog.raise_()
+        dialog.activateWindow()
+        return dialog
+
+    def _embeddings_changed(self, state: EmbeddingsState) -> None:
+        dialog = self.findChild(DocumentsDialog, DOCUMENTS_DIALOG)
+        if dialog is not None:
+            dialog.show_state(state)
 
     def _build_shortcuts(self) -> None:
         for keys, slot in [("Ctrl+N", lambda: self.spawn(self.new_chat())),
@@ -249,6 +269,7 @@ class MainWindow(QMainWindow):
         self.chats.on_current = self._show_tab
         self.chats.on_purged = lambda _cid: self.spawn(self.refresh_conversations())
         self.toolbox.on_changed = self._show_tool_servers
+        self.embeddings.on_changed = self._embeddings_changed
         self.settings_panel.settings_changed.connect(self._settings_edited)
         self.settings_panel.defaults_requested.connect(
             lambda settings: self.spawn(self.use_as_defaults(settings)))
@@ -290,6 +311,7 @@ class MainWindow(QMainWindow):
         """Reopen the tabs of the last session (or a new chat), show the conversation list and
         finish the deletes a crash left undoable."""
         await self.sources.load()
+        await self.embeddings.load()
         await self.toolbox.load()
         self._show_tool_servers()
         self.settings_panel.set_defaults(await load_chat_defaults(self.db))
@@ -855,6 +877,7 @@ class MainWindow(QMainWindow):
         self._closing = True
         self.chats.close_all()  # queues each partial reply's ending on the store's worker
         self.toolbox.close()  # every MCP server stops; a call in flight was cancelled above
+        self.embeddings.close()  # passages not embedded yet are embedded next time
         self.chats.save_now()
         deleted, self._undoable_delete = self._undoable_delete, None
         if deleted is not None:  # closing ends the Undo window

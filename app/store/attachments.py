@@ -12,7 +12,7 @@ from datetime import datetime
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from . import cjk_grams
+from . import cjk_grams, vectors
 from .errors import StoreError
 from .records import (
     AttachedDocument,
@@ -33,11 +33,22 @@ def add(s: Session, message: MessageRow, document: NewAttachment, now: datetime)
     if message.role != "user":
         raise StoreError(f"message {message.id} is a {message.role} message: documents come "
                          "with the user's messages")
-    row = AttachmentRow(conversation_id=message.conversation_id, message_id=message.id,
-                        name=document.name, kind=document.kind, size_bytes=document.size_bytes,
-                        pages=document.pages, text=document.text, created_at=now,
-                        page_starts=json.dumps(document.page_starts) if document.page_starts
-                        else None)
+    row = document_row(document, now, conversation_id=message.conversation_id,
+                       message_id=message.id)
+    insert(s, row, document)
+    return _attachment(row, len(document.chunks))
+
+
+def document_row(document: NewAttachment, now: datetime, **owner: object) -> AttachmentRow:
+    """The row of `document`, owned by what `owner` names (a message, or a folder's file)."""
+    return AttachmentRow(name=document.name, kind=document.kind, size_bytes=document.size_bytes,
+                         pages=document.pages, text=document.text, created_at=now,
+                         page_starts=json.dumps(document.page_starts) if document.page_starts
+                         else None, **owner)
+
+
+def insert(s: Session, row: AttachmentRow, document: NewAttachment) -> None:
+    """Add the document's row and its passages, indexed by both search indexes."""
     s.add(row)
     s.flush()
     rows = [AttachmentChunkRow(attachment_id=row.id, ordinal=c.ordinal, page=c.page,
@@ -49,16 +60,17 @@ def add(s: Session, message: MessageRow, document: NewAttachment, now: datetime)
     if pairs:
         s.execute(text("INSERT INTO attachment_chunks_cjk(rowid, grams) VALUES (:id, :grams)"),
                   pairs)
-    return _attachment(row, len(document.chunks))
 
 
 def of_conversation(s: Session, cid: int) -> list[Attachment]:
-    """Every document of the conversation, on any branch, oldest first."""
+    """Every document attached to the conversation's messages, on any branch, oldest first
+    (its folders' files are not: they come with no message)."""
     counts = (select(AttachmentChunkRow.attachment_id, func.count().label("n"))
               .group_by(AttachmentChunkRow.attachment_id).subquery())
     query = (select(AttachmentRow, func.coalesce(counts.c.n, 0))
              .outerjoin(counts, counts.c.attachment_id == AttachmentRow.id)
-             .where(AttachmentRow.conversation_id == cid).order_by(AttachmentRow.id))
+             .where(AttachmentRow.conversation_id == cid, AttachmentRow.message_id.is_not(None))
+             .order_by(AttachmentRow.id))
     return [_attachment(row, n) for row, n in s.execute(query)]
 
 
@@ -77,10 +89,11 @@ def chunks_of(s: Session, attachment_id: int) -> list[AttachmentChunk]:
 
 
 def search(s: Session, attachment_ids: Sequence[int], match: str | None, question: str,
-           limit: int) -> list[ChunkHit]:
+           limit: int, ranked: Sequence[int] = ()) -> list[ChunkHit]:
     """The passages of those documents that match `match` (an FTS5 expression for the trigram
-    index) or share character pairs with the Chinese or Japanese of `question`, best first: the
-    two rankings joined by reciprocal rank."""
+    index) or share character pairs with the Chinese or Japanese of `question`, and those named
+    by `ranked` (passage ids, best first: a ranking by meaning), best first: the rankings
+    joined by reciprocal rank."""
     if not attachment_ids:
         return []
     if len(match or "") > MAX_QUERY_CHARS:
@@ -92,6 +105,8 @@ def search(s: Session, attachment_ids: Sequence[int], match: str | None, questio
     pairs = cjk_grams.match_expression(question[:MAX_QUERY_CHARS])
     if pairs:
         rankings.append(_ranked(s, "attachment_chunks_cjk", attachment_ids, pairs, limit))
+    if ranked:
+        rankings.append(vectors.hits(s, list(ranked)[:MAX_HITS], attachment_ids))
     return _fused(rankings, limit)
 
 
@@ -127,8 +142,10 @@ def _fused(rankings: list[list[ChunkHit]], limit: int) -> list[ChunkHit]:
 
 
 def exported(s: Session, cid: int) -> list[AttachedDocument]:
-    """The conversation's documents, whole, as an export holds them."""
-    rows = s.scalars(select(AttachmentRow).where(AttachmentRow.conversation_id == cid)
+    """The documents attached to the conversation's messages, whole, as an export holds them
+    (its folders' files stay out: they are read from the folders)."""
+    rows = s.scalars(select(AttachmentRow).where(AttachmentRow.conversation_id == cid,
+                                                 AttachmentRow.message_id.is_not(None))
                      .order_by(AttachmentRow.id))
     return [AttachedDocument(row.message_id, _document(s, row, with_chunks=True)) for row in rows]
 

@@ -99,6 +99,31 @@ class Attachment:
 
 
 @dataclass(slots=True, frozen=True)
+class Folder:
+    """A folder on this computer a chat answers from (`path`, absolute)."""
+
+    id: int
+    conversation_id: int
+    path: str
+    added_at: datetime
+
+
+@dataclass(slots=True, frozen=True)
+class FolderFile:
+    """A file of a chat's folder, as indexed: its path inside the folder ("/" between parts),
+    the modification time and size it had when it was read, and its document (an attachment
+    with no message: `attachment_id`, what it is, how many passages)."""
+
+    folder_id: int
+    source_path: str
+    mtime_ns: int
+    size: int
+    attachment_id: int
+    kind: str
+    num_chunks: int
+
+
+@dataclass(slots=True, frozen=True)
 class ChunkHit:
     """A passage found for a question, best first: `score` is FTS5's bm25 (lower is better)."""
 

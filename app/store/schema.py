@@ -2,7 +2,18 @@
 
 from datetime import UTC, datetime
 
-from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Integer, String, Text, TypeDecorator
+from sqlalchemy import (
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
 
 from .sanitize import replace_lone_surrogates
@@ -97,18 +108,47 @@ class MessageRow(Base):
                                 "reasoning", "tool_calls", "tool_call_id", "tool_name")
 
 
-class AttachmentRow(Base):
-    """A document attached to a chat, with the user message it came with."""
+class ChatFolderRow(Base):
+    """A folder on this computer a chat answers from: its files are kept as attachments."""
 
-    __tablename__ = "attachments"
-    __table_args__ = ({"sqlite_autoincrement": True},)
+    __tablename__ = "chat_folders"
+    __table_args__ = (
+        UniqueConstraint("conversation_id", "path", name="uq_chat_folders_path"),
+        {"sqlite_autoincrement": True},
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     conversation_id: Mapped[int] = mapped_column(
         ForeignKey("conversations.id", ondelete="CASCADE"), index=True
     )
-    message_id: Mapped[int] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"),
-                                            index=True)
+    path: Mapped[str] = mapped_column(Text)
+    added_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    _clean_text = _text_columns("path")
+
+
+class AttachmentRow(Base):
+    """A document of a chat: attached to a user message, or a file of one of its folders
+    (`source_path` inside it, with the modification time and size it had when read)."""
+
+    __tablename__ = "attachments"
+    __table_args__ = (
+        CheckConstraint("(message_id IS NULL) != (folder_id IS NULL)", name="ck_attachments_owner"),
+        Index("ix_attachments_folder_file", "folder_id", "source_path", unique=True),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    conversation_id: Mapped[int] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), index=True
+    )
+    message_id: Mapped[int | None] = mapped_column(
+        ForeignKey("messages.id", ondelete="CASCADE"), index=True
+    )
+    folder_id: Mapped[int | None] = mapped_column(ForeignKey("chat_folders.id", ondelete="CASCADE"))
+    source_path: Mapped[str | None] = mapped_column(Text)
+    mtime_ns: Mapped[int | None]
+    file_size: Mapped[int | None]
     name: Mapped[str] = mapped_column(Text)
     kind: Mapped[str] = mapped_column(Text)
     size_bytes: Mapped[int]
@@ -117,7 +157,7 @@ class AttachmentRow(Base):
     text: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
-    _clean_text = _text_columns("name", "kind", "text")
+    _clean_text = _text_columns("name", "kind", "text", "source_path")
 
 
 class AttachmentChunkRow(Base):
@@ -164,3 +204,14 @@ class OpenTabRow(Base):
     position: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     conversation_id: Mapped[int] = mapped_column(ForeignKey("conversations.id", ondelete="CASCADE"))
     active: Mapped[bool] = mapped_column(default=False)
+
+
+class ChunkVectorRow(Base):
+    """A passage's vector from one embedding model (float32 bytes), for retrieval beside bm25."""
+
+    __tablename__ = "chunk_vectors"
+
+    chunk_id: Mapped[int] = mapped_column(
+        ForeignKey("attachment_chunks.id", ondelete="CASCADE"), primary_key=True)
+    model: Mapped[str] = mapped_column(Text, primary_key=True)
+    vector: Mapped[bytes] = mapped_column(LargeBinary)

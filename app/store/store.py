@@ -4,7 +4,7 @@ import heapq
 import json
 import logging
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,7 +14,7 @@ from sqlalchemy import Engine, delete, func, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from . import attachments, convert, migrate, recovery, search, transfer
+from . import attachments, convert, folders, migrate, recovery, search, transfer, vectors
 from .connection import create_store_engine, read_only
 from .errors import (
     ConversationNotFound,
@@ -32,6 +32,8 @@ from .records import (
     ChunkHit,
     Citation,
     Conversation,
+    Folder,
+    FolderFile,
     GenerationStats,
     Message,
     NewAttachment,
@@ -421,16 +423,35 @@ class ConversationStore:
             return attachments.chunks_of(s, attachment_id)
 
     def search_passages(self, attachment_ids: list[int], match: str | None, question: str = "",
-                        limit: int = 8) -> list[ChunkHit]:
+                        limit: int = 8, ranked: Sequence[int] = ()) -> list[ChunkHit]:
         """The passages of those documents matching the FTS5 expression `match` (for the
-        trigram index) or, for Chinese and Japanese, the character pairs of `question`, best
-        first (bm25); StoreError when the expression cannot be read."""
+        trigram index) or, for Chinese and Japanese, the character pairs of `question` (bm25),
+        joined with `ranked` (passage ids ranked by meaning), best first; StoreError when the
+        expression cannot be read."""
         with self._reading() as s:
             try:
-                return attachments.search(s, attachment_ids, match, question, limit)
+                return attachments.search(s, attachment_ids, match, question, limit, ranked)
             except SQLAlchemyError as error:
                 raise StoreError(f"the passage search {match[:80]!r} could not be run "
                                  f"({error.__cause__ or error})") from error
+
+    # -- passages' vectors (embeddings) ---------------------------------------------------------
+
+    def chunks_without_vectors(self, attachment_id: int, model: str,
+                               limit: int) -> list[tuple[int, str]]:
+        """(id, text) of up to `limit` of the document's passages that `model` has not
+        embedded."""
+        with self._reading() as s:
+            return vectors.missing(s, attachment_id, model, limit)
+
+    def add_chunk_vectors(self, model: str, rows: list[tuple[int, bytes]]) -> None:
+        """Keep passages' vectors (float32 bytes) from the embedding model `model`."""
+        with self._writing() as s:
+            vectors.add(s, model, rows)
+
+    def chunk_vectors(self, attachment_id: int, model: str) -> list[tuple[int, bytes]]:
+        with self._reading() as s:
+            return vectors.of_document(s, attachment_id, model)
 
     def set_sources(self, message_id: int, citations: tuple[Citation, ...]) -> None:
         """The passages the reply `message_id` was given to answer from."""
@@ -557,6 +578,47 @@ class ConversationStore:
             (cid, title, mid, role, search.python_snippet(content, terms), created)
             for cid, title, mid, role, content, created in s.execute(query)
         ]
+
+    # -- a chat's folders ----------------------------------------------------------------
+
+    def add_folder(self, cid: int, path: str) -> Folder:
+        """A folder (an absolute path) the chat answers from; at most MAX_FOLDERS a chat, each
+        once. Its files are added one by one with `put_folder_file`."""
+        with self._writing() as s:
+            return folders.add(s, _conversation_row(s, cid), path, _now())
+
+    def folders(self, cid: int) -> list[Folder]:
+        with self._reading() as s:
+            _conversation_row(s, cid)
+            return folders.of_conversation(s, cid)
+
+    def remove_folder(self, folder_id: int) -> None:
+        """The folder leaves its chat, with its files' documents, passages and index entries."""
+        with self._writing() as s:
+            folders.remove(s, folder_id)
+
+    def folder_files(self, folder_id: int) -> list[FolderFile]:
+        """What is indexed of the folder: each file's path in it, the mtime and size it was
+        read at, its document's id and passages."""
+        with self._reading() as s:
+            return folders.files(s, folder_id=folder_id)
+
+    def chat_folder_files(self, cid: int) -> list[FolderFile]:
+        """What is indexed of all the chat's folders."""
+        with self._reading() as s:
+            return folders.files(s, cid=cid)
+
+    def put_folder_file(self, folder_id: int, source_path: str, mtime_ns: int, size: int,
+                        document: NewAttachment) -> FolderFile:
+        """Keep `document` as the folder's file `source_path` (read at `mtime_ns` and `size`),
+        replacing what was kept of that file, in one transaction."""
+        with self._writing() as s:
+            return folders.put_file(s, folder_id, source_path, mtime_ns, size, document, _now())
+
+    def drop_folder_file(self, folder_id: int, source_path: str) -> None:
+        """Forget the folder's file `source_path` (gone from the folder, or no longer read)."""
+        with self._writing() as s:
+            folders.drop_file(s, folder_id, source_path)
 
     # -- export and import ---------------------------------------------------------------
 

@@ -2,11 +2,14 @@
 
     convert          read_document: a file (PDF, DOCX, PPTX, XLSX, HTML, text, Markdown, code)
                      into a Document, on a worker thread
+    sniff            a file's type from its name and first bytes; named_readable: whether a
+                     folder's file is one to read, by its name
     document         Document and the bounds a file is read within
     chunking         chunk_document: a Document cut into Chunks for retrieval
     retrieval_query  fts_query: a question as an FTS5 MATCH expression for a trigram index
     context          the prompt's documents: whole, or as retrieved passages with their Sources
     errors           DocumentError and its kinds
+    reading_thread   the one worker thread every chat's files are read on
 
 Importing this package imports neither markitdown nor PDFium; reading the first such file does.
 """
@@ -31,7 +34,9 @@ from app.components.documents.errors import (
     UnsupportedDocumentError,
 )
 from app.components.documents.pdf import ProgressCallback
+from app.components.documents.reading_thread import reading_thread
 from app.components.documents.retrieval_query import fts_query
+from app.components.documents.sniff import named_readable
 
 __all__ = [
     "Chunk",
@@ -49,8 +54,10 @@ __all__ = [
     "UnsupportedDocumentError",
     "chunk_document",
     "fts_query",
+    "named_readable",
     "passage_sources",
     "read_document",
+    "reading_thread",
     "retrieved_passages_message",
     "whole_documents_message",
 ]

@@ -54,6 +54,9 @@ _BINARY_MAGIC = (
 )
 _MARKDOWN = {".md", ".markdown", ".mdown", ".mkd", ".mdx"}
 _HTML = {".html", ".htm", ".xhtml"}
+# Text a folder's files are read as by their name (any other name is read as text only when
+# attached by hand: in a folder it is more often data than prose).
+_PLAIN_TEXT = {".txt", ".text", ".rst", ".csv", ".tsv"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,14 @@ def detect_type(name: str, head: bytes) -> FileType:
         raise UnsupportedDocumentError(name, f"Pagoda does not read {suffix} files",
                                        _SAVE_AS[suffix])
     return _text_type(name, suffix)
+
+
+def named_readable(name: str) -> bool:
+    """Whether the name of a file says it is one Pagoda reads: PDF, Word, PowerPoint, Excel,
+    HTML, Markdown, plain text, or source code."""
+    suffix = PurePath(name).suffix.lower()
+    return (suffix == ".pdf" or suffix in _OFFICE or suffix in _HTML or suffix in _MARKDOWN
+            or suffix in _PLAIN_TEXT or code_language(name) is not None)
 
 
 def _compound_file(name: str, suffix: str) -> FileType:

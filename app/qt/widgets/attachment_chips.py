@@ -4,21 +4,13 @@ the composer is narrow."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal
-from PySide6.QtWidgets import (
-    QFrame,
-    QHBoxLayout,
-    QLabel,
-    QLayout,
-    QLayoutItem,
-    QToolButton,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from app.components.view_models import AttachmentView
 from app.qt.widgets.attachment_text import DOCUMENT_MARK, attachment_status
 from app.qt.widgets.elide import ElidedLabel
+from app.qt.widgets.wrap_layout import WrapLayout
 
 CHIP_CHARS = 30  # the widest a chip grows, in average characters; longer names are cut
 CHIP_SPACING = 6
@@ -33,7 +25,7 @@ class AttachmentChips(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("attachmentChips")
-        self._layout = _WrapLayout(self)
+        self._layout = WrapLayout(self, CHIP_SPACING)
         self.hide()
 
     def show_attachments(self, views: list[AttachmentView]) -> None:
@@ -81,63 +73,3 @@ class AttachmentChips(QWidget):
         status.setToolTip(status.text())
         status.setProperty("muted", True)
         return status
-
-
-class _WrapLayout(QLayout):
-    """Its widgets left to right at their preferred width (at most the row's), a new row
-    where the width runs out."""
-
-    def __init__(self, parent: QWidget) -> None:
-        super().__init__(parent)
-        self._items: list[QLayoutItem] = []
-        self.setContentsMargins(0, 0, 0, 0)
-        self.setSpacing(CHIP_SPACING)
-
-    def addItem(self, item: QLayoutItem) -> None:
-        self._items.append(item)
-
-    def count(self) -> int:
-        return len(self._items)
-
-    def itemAt(self, index: int) -> QLayoutItem | None:
-        return self._items[index] if 0 <= index < len(self._items) else None
-
-    def takeAt(self, index: int) -> QLayoutItem | None:
-        return self._items.pop(index) if 0 <= index < len(self._items) else None
-
-    def expandingDirections(self) -> Qt.Orientation:
-        return Qt.Orientation(0)
-
-    def hasHeightForWidth(self) -> bool:
-        return True
-
-    def heightForWidth(self, width: int) -> int:
-        return self._arrange(QRect(0, 0, width, 0), place=False)
-
-    def setGeometry(self, rect: QRect) -> None:
-        super().setGeometry(rect)
-        self._arrange(rect, place=True)
-
-    def sizeHint(self) -> QSize:
-        return self.minimumSize()
-
-    def minimumSize(self) -> QSize:
-        size = QSize()
-        for item in self._items:
-            size = size.expandedTo(item.minimumSize())
-        return size
-
-    def _arrange(self, rect: QRect, place: bool) -> int:
-        """Lay the items out in `rect` (or only measure); returns the height they take."""
-        x, y, row_height = rect.x(), rect.y(), 0
-        for item in self._items:
-            hint = item.sizeHint()
-            width = max(min(hint.width(), rect.width()), item.minimumSize().width())
-            height = item.heightForWidth(width) if item.hasHeightForWidth() else hint.height()
-            if x > rect.x() and x + width > rect.x() + rect.width():
-                x, y, row_height = rect.x(), y + row_height + self.spacing(), 0
-            if place:
-                item.setGeometry(QRect(QPoint(x, y), QSize(width, height)))
-            x += width + self.spacing()
-            row_height = max(row_height, height)
-        return y + row_height - rect.y()

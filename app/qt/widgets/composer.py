@@ -1,6 +1,7 @@
 """Where the user writes: Enter sends, Shift+Enter breaks the line, Esc stops or cancels an edit.
 Documents join the message by the paperclip, or pasted or dropped as files; they wait as chips
-above the box, and Send waits while one is still being read."""
+above the box, and Send waits while one is still being read. The folder button beside the
+paperclip adds a folder the chat answers from."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ MIN_LINES = 2
 MAX_LINES = 8
 ENTER_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
 ATTACH_TIP = "Attach files (PDF, Word, PowerPoint, Excel, HTML, text, code)"
+FOLDER_TIP = "Add a folder: this chat answers from its files, kept indexed as they change"
 ATTACH_FILTERS = ("All files (*)", "PDF (*.pdf)", "Word, PowerPoint, Excel (*.docx *.pptx *.xlsx)",
                   "Web pages (*.html *.htm)", "Text and Markdown (*.txt *.md)")
 
@@ -78,6 +80,7 @@ class Composer(QWidget):
     edit_submitted = Signal(int, str)  # message_id, new text
     draft_changed = Signal(str)  # the new message's text as typed (not while editing an old one)
     attach_requested = Signal(list)  # paths of files chosen, pasted or dropped into the box
+    folder_requested = Signal(str)  # the path of a folder chosen for the chat to answer from
     pending_removed = Signal(int)  # the index of the waiting document the user took off
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -94,6 +97,7 @@ class Composer(QWidget):
         self._chips.removed.connect(self.pending_removed)
         self._input = self._build_input()
         self._attach = self._build_attach_button()
+        self._folder = self._build_folder_button()
         self._send = self._build_button("Send", "sendButton", self._submit)
         self._stop = self._build_button("Stop", "stopButton", self.stop_requested.emit)
         self._lay_out()
@@ -124,6 +128,17 @@ class Composer(QWidget):
         dialog.setFileMode(QFileDialog.FileMode.ExistingFiles)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.filesSelected.connect(self._files_chosen)
+        dialog.open()
+        return dialog
+
+    def choose_folder(self) -> QFileDialog:
+        """Non-blocking: the folder chosen becomes `folder_requested`."""
+        dialog = QFileDialog(self, "Add a folder to this chat", self._attach_folder)
+        dialog.setObjectName("folderDialog")
+        dialog.setFileMode(QFileDialog.FileMode.Directory)
+        dialog.setOption(QFileDialog.Option.ShowDirsOnly, True)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.fileSelected.connect(self._folder_chosen)
         dialog.open()
         return dialog
 
@@ -202,6 +217,11 @@ class Composer(QWidget):
             self._attach_folder = str(Path(paths[0]).parent)
             self.attach_requested.emit(paths)
 
+    def _folder_chosen(self, path: str) -> None:
+        if path:
+            self._attach_folder = str(Path(path).parent)
+            self.folder_requested.emit(path)
+
     def _show_hint(self, text: str) -> None:
         self._hint.setText(text)
         self._hint.show()
@@ -256,6 +276,13 @@ class Composer(QWidget):
         button.clicked.connect(self.choose_files)
         return button
 
+    def _build_folder_button(self) -> QToolButton:
+        button = QToolButton(self, objectName="folderButton", autoRaise=True)
+        button.setIcon(icon("folder"))
+        button.setToolTip(FOLDER_TIP)
+        button.clicked.connect(self.choose_folder)
+        return button
+
     def _text_changed(self) -> None:
         if self._editing_id is None:
             self.draft_changed.emit(self._input.toPlainText())
@@ -271,10 +298,12 @@ class Composer(QWidget):
         super().changeEvent(event)
         if event.type() == QEvent.Type.PaletteChange:
             self._attach.setIcon(icon("attach"))  # drawn in the new theme's text colour
+            self._folder.setIcon(icon("folder"))
 
     def _lay_out(self) -> None:
         row = QHBoxLayout()
         row.addWidget(self._attach, 0, Qt.AlignmentFlag.AlignBottom)
+        row.addWidget(self._folder, 0, Qt.AlignmentFlag.AlignBottom)
         row.addWidget(self._input, 1)
         row.addWidget(self._send, 0, Qt.AlignmentFlag.AlignBottom)
         row.addWidget(self._stop, 0, Qt.AlignmentFlag.AlignBottom)

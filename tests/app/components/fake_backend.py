@@ -21,7 +21,13 @@ from app.backends import (
     ToolCallRecord,
     ToolSpec,
 )
-from app.components.view_models import AttachmentView, MessageView, PassageView, SamplingView
+from app.components.view_models import (
+    AttachmentView,
+    FolderView,
+    MessageView,
+    PassageView,
+    SamplingView,
+)
 
 WAIT_S = 5.0
 LOADING = "A model is loading: send again once it is ready."
@@ -293,6 +299,9 @@ class RecordingView:
 
     def show_pending_attachments(self, views: list[AttachmentView]) -> None:
         self._record("show_pending_attachments", views)
+
+    def show_folders(self, views: list[FolderView]) -> None:
+        self._record("show_folders", views)
 
     def show_passage(self, view: PassageView) -> None:
         self._record("show_passage", view)

@@ -67,6 +67,19 @@ async def test_closing_an_untouched_new_chat_leaves_nothing_behind(make_chats, d
     assert await db.load_open_tabs() == ([kept], kept)
 
 
+async def test_a_new_chat_given_a_folder_is_kept_when_its_tab_closes(make_chats, db, tmp_path):
+    chats = await make_chats()
+    await chats.restore()
+    with_folder = chats.current
+    await chats.sessions[with_folder].add_folder(str(tmp_path))
+    await chats.new_chat()
+
+    await chats.close(with_folder)
+
+    assert ("purged", with_folder) not in chats.events
+    assert [f.path for f in await db.folders(with_folder)] == [str(tmp_path.resolve())]
+
+
 async def test_closing_the_current_tab_makes_its_right_neighbour_current(make_chats):
     chats = await make_chats()
     await chats.restore()

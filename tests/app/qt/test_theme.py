@@ -44,6 +44,7 @@ REQUIRED_ICONS = (
     "regenerate",
     "copy",
     "edit",
+    "folder",
 )
 
 OFFSCREEN_NOISE = "does not support propagateSizeHints"  # the offscreen platform, not our QSS
