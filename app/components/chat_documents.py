@@ -12,10 +12,10 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.backends import ChatMessage, TokenCount, ToolSpec
 from app.components.async_store import AsyncStore
-from app.components.document_embeddings import DocumentEmbeddings
 from app.components.documents import (
     Chunk,
     Document,
@@ -32,6 +32,9 @@ from app.components.documents import (
 )
 from app.components.view_models import AttachmentView, PassageView
 from app.store import Attachment, AttachmentChunk, Citation, FolderFile, Message, NewAttachment
+
+if TYPE_CHECKING:
+    from app.components.document_embeddings import DocumentEmbeddings
 
 MAX_PENDING = 20  # files waiting in the composer at once
 MAX_RANKED = 50  # passages ranked by meaning, joined with bm25's ranking

@@ -12,14 +12,16 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from app.backends import BackendError
 from app.backends.embeddings import MAX_TEXTS, EmbeddingModel, EmbeddingsClient
-from app.components.connections import SavedConnections
 from app.components.tasks import TaskSet
+
+if TYPE_CHECKING:
+    from app.components.connections import SavedConnections
 
 logger = logging.getLogger(__name__)
 

@@ -6,14 +6,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from app.components.async_store import AsyncStore
 from app.components.chat_defaults import load_chat_defaults
 from app.components.chat_session import ChatSession
 from app.components.chat_sources import LOCAL, ChatSources, RemoteSource
-from app.components.document_embeddings import DocumentEmbeddings
 from app.components.tasks import TaskSet
 from app.components.tool_turns import ChatTools
+
+if TYPE_CHECKING:
+    from app.components.document_embeddings import DocumentEmbeddings
 
 logger = logging.getLogger(__name__)
 
