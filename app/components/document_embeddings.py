@@ -75,6 +75,7 @@ class DocumentEmbeddings:
         self._worker: asyncio.Task | None = None
         self._failed_at = 0.0
         self._vectors: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
+        self._vectors_generation = 0  # bumped whenever _vectors changes
         self._joined: tuple[tuple, tuple[np.ndarray, np.ndarray]] | None = None
         self._tasks = TaskSet(lambda exc: logger.error("Embedding failed", exc_info=exc))
 
@@ -174,7 +175,7 @@ class DocumentEmbeddings:
             await self.db.add_chunk_vectors(key, [
                 (chunk_id, vectors[i].astype("<f4").tobytes())
                 for i, (chunk_id, _) in enumerate(missing)])
-            self._vectors.pop((attachment_id, key), None)
+            self._forget_vectors((attachment_id, key))
             done += len(missing)
             self._set_state(EmbeddingsState(f"{self.choice.model if self.choice else key}: "
                                             f"{done:,} passages embedded"))
@@ -207,18 +208,21 @@ class DocumentEmbeddings:
     async def _stored_vectors(self, attachment_ids: Sequence[int],
                               key: str) -> tuple[np.ndarray, np.ndarray]:
         """The documents' vectors as one matrix, kept for the next question while the same
-        documents are asked about and none of them has gained vectors."""
-        parts = [await self._vectors_of(a, key) for a in attachment_ids]
-        asked = (key, *(id(p[1]) for p in parts))
+        documents are asked about, all of them embedded whole and kept."""
+        asked = (key, tuple(attachment_ids), self._vectors_generation)
         if self._joined is not None and self._joined[0] == asked:
             return self._joined[1]
+        parts = [await self._vectors_of(a, key) for a in attachment_ids]
+        if any(self._vectors.get((a, key)) is not p for a, p in zip(attachment_ids, parts)):
+            asked = None  # some still being embedded: joined again next time
         full = [p for p in parts if len(p[0])]
         if not full:
             return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
         width = full[-1][1].shape[1]
         full = [p for p in full if p[1].shape[1] == width]  # a model changed under its name
         joined = np.concatenate([p[0] for p in full]), np.concatenate([p[1] for p in full])
-        self._joined = (asked, joined)
+        self._joined = None if asked is None else (
+            (key, tuple(attachment_ids), self._vectors_generation), joined)
         return joined
 
     async def _vectors_of(self, attachment_id: int, key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -229,9 +233,14 @@ class DocumentEmbeddings:
             if (attachment_id, key) not in self._embedded:
                 return cached  # still being embedded: read again next time
             if len(self._vectors) >= MAX_CACHED_DOCUMENTS:
-                self._vectors.pop(next(iter(self._vectors)))
+                self._forget_vectors(next(iter(self._vectors)))
             self._vectors[(attachment_id, key)] = cached
+            self._vectors_generation += 1
         return cached
+
+    def _forget_vectors(self, document: tuple[int, str]) -> None:
+        if self._vectors.pop(document, None) is not None:
+            self._vectors_generation += 1
 
     def _set_state(self, state: EmbeddingsState) -> None:
         if state != self.state:

@@ -9,11 +9,13 @@ import html
 import logging
 from datetime import date
 from pathlib import Path
+from typing import TypeVar
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QKeyEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
+    QDialog,
     QDockWidget,
     QFileDialog,
     QMainWindow,
@@ -76,6 +78,7 @@ from app.qt.widgets.tools_dialog import TOOLS_DIALOG, ToolsDialog
 from app.store import SearchHit
 
 logger = logging.getLogger(__name__)
+D = TypeVar("D", bound=QDialog)
 
 UNDO_SECONDS = 10
 SHORTCUTS = {
@@ -200,10 +203,7 @@ class MainWindow(QMainWindow):
         dialog = self.findChild(ToolsDialog, TOOLS_DIALOG)
         if dialog is None:
             dialog = ToolsDialog(self.toolbox, self.spawn, self)
-        dialog.show()
-        dialog.raise_()
-        dialog.activateWindow()
-        return dialog
+        return _presented(dialog)
 
     def open_documents_dialog(self) -> DocumentsDialog:
         """Settings → Documents (the embedding server), non-modal; one dialog, raised if open."""
@@ -211,10 +211,7 @@ class MainWindow(QMainWindow):
         if dialog is None:
             dialog = DocumentsDialog(self.embeddings, self.spawn, self)
         dialog.refresh()
-        dialog.show()
-        dialog.raise_()
-        dialog.activateWindow()
-        return dialog
+        return _presented(dialog)
 
     def _embeddings_changed(self, state: EmbeddingsState) -> None:
         dialog = self.findChild(DocumentsDialog, DOCUMENTS_DIALOG)
@@ -959,3 +956,11 @@ def _result_item(hit: SearchHit) -> SearchResultItem:
     """The store's snippet is already HTML-escaped, with matches in <b>…</b>."""
     return SearchResultItem(hit.conversation_id, hit.message_id,
                             hit.conversation_title or "New chat", hit.snippet)
+
+
+def _presented(dialog: D) -> D:
+    """A non-modal dialog shown, raised and given the focus, whether new or already open."""
+    dialog.show()
+    dialog.raise_()
+    dialog.activateWindow()
+    return dialog

@@ -29,14 +29,8 @@ class AttachmentChips(QWidget):
         self.hide()
 
     def show_attachments(self, views: list[AttachmentView]) -> None:
-        while self._layout.count():
-            chip = self._layout.takeAt(0).widget()
-            chip.hide()
-            chip.deleteLater()
-        for index, view in enumerate(views):
-            chip = self._chip(index, view)
-            self._layout.addWidget(chip)
-            chip.show()  # now, not when the event loop next runs
+        self._layout.replace_widgets(
+            [self._chip(index, view) for index, view in enumerate(views)])
         self.setVisible(bool(views))
 
     def _chip(self, index: int, view: AttachmentView) -> QFrame:

@@ -31,14 +31,7 @@ class FolderChips(QWidget):
         self.hide()
 
     def show_folders(self, views: list[FolderView]) -> None:
-        while self._layout.count():
-            chip = self._layout.takeAt(0).widget()
-            chip.hide()
-            chip.deleteLater()
-        for view in views:
-            chip = self._chip(view)
-            self._layout.addWidget(chip)
-            chip.show()
+        self._layout.replace_widgets([self._chip(view) for view in views])
         self.setVisible(bool(views))
 
     def _chip(self, view: FolderView) -> QFrame:

@@ -17,6 +17,17 @@ class WrapLayout(QLayout):
         self.setContentsMargins(0, 0, 0, 0)
         self.setSpacing(spacing)
 
+    def replace_widgets(self, widgets: list[QWidget]) -> None:
+        """Its widgets deleted and these shown in their place, now rather than when the
+        event loop next runs."""
+        while self._items:
+            old = self._items.pop(0).widget()
+            old.hide()
+            old.deleteLater()
+        for widget in widgets:
+            self.addWidget(widget)
+            widget.show()
+
     def addItem(self, item: QLayoutItem) -> None:
         self._items.append(item)
 

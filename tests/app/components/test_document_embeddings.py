@@ -115,6 +115,22 @@ async def test_a_question_ranks_passages_by_meaning(make_embeddings, store):
     assert hits[0].chunk.text == PASSAGES[0]
 
 
+async def test_a_document_embedded_later_joins_the_next_questions_ranking(make_embeddings,
+                                                                          store):
+    embeddings = await chosen(make_embeddings)
+    first = document(store, PASSAGES[1:])
+    embeddings.index_soon([first])
+    await embeddings.wait_idle()
+    assert len(await embeddings.ranking([first], "Where was the automobile?", 5)) == 3
+    second = document(store, PASSAGES[:1], name="car.md")
+    assert len(await embeddings.ranking([first, second], "Where was the automobile?", 5)) == 3
+    await embeddings.wait_idle()  # the question above queued the new document
+    ranked = await embeddings.ranking([first, second], "Where was the automobile?", 5)
+    car = store.chunk_vectors(second, embeddings.source.key)[0][0]
+    assert len(ranked) == 4 and ranked[0] == car
+    assert car not in await embeddings.ranking([first], "Where was the automobile?", 5)
+
+
 async def test_the_first_question_starts_the_embedding_and_the_next_one_uses_it(
         make_embeddings, store):
     embeddings = await chosen(make_embeddings)
