@@ -3,6 +3,13 @@
 from pathlib import Path
 
 import pytest
+import torch
+
+from engine.config import EngineConfig
+from engine.worker.evaluation import prompt_logits
+from engine.worker.model_runner import ModelRunner
+
+QUALITY_TEXT = Path(__file__).parent / "data" / "quality_text.txt"
 
 
 @pytest.fixture(scope="session")
@@ -24,3 +31,15 @@ def kernels_at_every_step(monkeypatch):
 
     monkeypatch.setattr(cpu_paths, "_timings", lambda probe, native, rows: {
         m: RowTimings(2.0, None if native is None else 1.0, 100.0, 100.0) for m in rows})
+
+
+@pytest.fixture(scope="session")
+def quality_reference(default_model) -> tuple[list[int], torch.Tensor]:
+    """The quality text's token ids (~2,500, English and Chinese) and the default model's
+    logits after each, every weight dequantized and computed in fp32: the teacher-forced
+    reference for quantized weights and for a narrower compute dtype. Computed once per session
+    (a prefill of the whole text), kept until its end (the logits take ~0.5 GB)."""
+    token_ids = default_model.tokenizer.encode(QUALITY_TEXT.read_text(encoding="utf-8"))
+    assert len(token_ids) >= 2000
+    fp32 = EngineConfig(num_kv_blocks=200, dtype=torch.float32)
+    return token_ids, prompt_logits(ModelRunner(default_model, fp32), token_ids)

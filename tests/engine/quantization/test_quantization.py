@@ -214,15 +214,6 @@ def test_int8_on_load_stays_close_to_the_float_model(tiny_llama):
     assert error < 0.1
 
 
-@pytest.fixture(scope="module")
-def quality_reference(default_model) -> tuple[list[int], torch.Tensor]:
-    """The quality text's token ids and the dequantized default model's logits after each."""
-    token_ids = default_model.tokenizer.encode(QUALITY_TEXT.read_text(encoding="utf-8"))
-    assert len(token_ids) >= 2000
-    return token_ids, prompt_logits(ModelRunner(default_model, EngineConfig(num_kv_blocks=200)),
-                                    token_ids)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("quantization, layers, min_agreement, native", [
     ("auto", Int4Weight, 0.98, "1"),  # its own Q4_1 bits through q4_gemv; measured 100.0%
