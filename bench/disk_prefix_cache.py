@@ -3,7 +3,8 @@ without the blocks kept on disk, and what keeping them costs while generating.
 
 For each history length: one process reads the history and answers (saving its blocks to a
 fresh folder), then fresh processes send one more message after that history, with the disk
-tier and without it, and report the time to first token. Then the cost: one stream decodes the
+tier and without it, and report the time to first token (with the disk tier's own measure of
+reading a block, what its cost model weighs). Then the cost: one stream decodes the
 same tokens with the tier on and off, alternately, and the mean step time of each is compared.
 Not a test: run on a quiet machine, copy the table into docs/BENCHMARKS.md.
 
@@ -64,10 +65,12 @@ def child(args: argparse.Namespace) -> dict:
     engine.close(timeout=300)
     stats = engine.stats().disk_cache
     decode = step_times[-(args.max_tokens - 1):] if args.max_tokens > 1 else []
+    read_s = engine.disk_cache.read_s_per_block if engine.disk_cache else None
     return {"prompt_tokens": len(prompt), "ttft_s": ttft, "cached_tokens": final.num_cached_tokens,
             "decode_step_ms": 1000 * sum(decode) / len(decode) if decode else None,
             "disk_bytes": stats.size_bytes if stats else 0,
-            "disk_blocks": stats.num_blocks if stats else 0}
+            "disk_blocks": stats.num_blocks if stats else 0,
+            "read_ms_per_block": None if read_s is None else 1000 * read_s}
 
 
 def run_child(**kwargs) -> dict:
@@ -90,6 +93,7 @@ def reopen(history: int) -> dict:
     return {"history": history, "bytes_per_token": first["disk_bytes"] / history,
             "disk_mib": first["disk_bytes"] / 2**20,
             "ttft_with_disk_s": with_disk["ttft_s"], "cached_tokens": with_disk["cached_tokens"],
+            "read_ms_per_block": with_disk["read_ms_per_block"],
             "ttft_without_s": without["ttft_s"],
             "ratio": with_disk["ttft_s"] / without["ttft_s"]}
 
@@ -123,14 +127,17 @@ def main() -> int:
         print(json.dumps(child(args)))
         return 0
     print(f"{cpu_name()}, {os.cpu_count()} cores; default model; warm page cache\n")
-    print("| history | on disk | bytes/token | TTFT, blocks on disk | TTFT, recomputed | ratio |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| history | on disk | bytes/token | TTFT, blocks on disk | read, per block "
+          "| TTFT, recomputed | ratio |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     rows = []
     for history in args.histories:
         row = reopen(history)
         rows.append(row)
+        read = row["read_ms_per_block"]
         print(f"| {history:,} | {row['disk_mib']:.0f} MiB | {row['bytes_per_token']:,.0f} | "
               f"{row['ttft_with_disk_s']:.2f} s ({row['cached_tokens']:,} cached) | "
+              f"{'-' if read is None else f'{read:.2f} ms'} | "
               f"{row['ttft_without_s']:.2f} s | {row['ratio']:.2f}x |", flush=True)
     cost = write_cost(args.rounds, args.decode_tokens)
     print(f"\ndecode step, one stream, {args.decode_tokens} tokens: tier on "

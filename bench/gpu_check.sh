@@ -3,8 +3,8 @@
 # time-limited, a failing stage reported while the others still run.
 #   bash bench/gpu_check.sh [OUT_DIR]      (default: $OUT, else ./gpu_check_out)
 # Needs torch, triton and transformers on the machine's python (pytest for the kernel tests);
-# no .venv, no network. The engine also imports gguf and platformdirs, which the lent H200 lacks:
-# carry them as wheels (pip download --no-deps ... -d .whl gguf platformdirs, then
+# no .venv, no network. The engine also imports gguf, platformdirs and xxhash, which the lent H200
+# lacks: carry them as wheels (pip download --no-deps ... -d .whl gguf platformdirs xxhash, then
 # pip install --no-index --target /tmp/site .whl/*.whl and PYTHONPATH=/tmp/site), see the device README.
 # Writes OUT_DIR/gpu_check.json and OUT_DIR/gpu_check.md (the table for docs/BENCHMARKS.md), plus
 # one log per stage: 20 files, more than a lent machine sends back, so write to /tmp and tar them.
@@ -34,7 +34,7 @@ stage kernel_tests 110 "$PY" -m pytest -q -p no:cacheprovider --confcutdir=tests
     tests/kernels
 stage parity 75 "$PY" bench/gpu_bench.py parity --out "$OUT_DIR"
 stage decode 60 "$PY" bench/gpu_bench.py decode --out "$OUT_DIR"
-stage quant 50 "$PY" bench/gpu_bench.py quant --out "$OUT_DIR"
+stage quant 90 "$PY" bench/gpu_bench.py quant --out "$OUT_DIR"
 stage throughput 120 "$PY" bench/gpu_bench.py throughput --out "$OUT_DIR"
 stage disk_cache 150 "$PY" bench/gpu_bench.py disk_cache --out "$OUT_DIR"
 stage spec_cost 60 "$PY" bench/gpu_bench.py spec_cost --out "$OUT_DIR"

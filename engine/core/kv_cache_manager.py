@@ -25,7 +25,8 @@ class KVCacheStats:
 
 class KVCacheManager:
     """Bookkeeping on block ids: no tensors live here. With a disk tier (`disk`), blocks the
-    memory cache lacks are looked up and loaded from disk, and full blocks are saved to it."""
+    memory cache lacks are looked up and loaded from disk (read ahead from when the sequence is
+    added: `prefetch`), and full blocks are saved to it."""
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
                  disk: DiskPrefixCache | None = None) -> None:
@@ -46,19 +47,42 @@ class KVCacheManager:
         request for prompt logprobs computes its whole prompt, whose logits it needs, and so
         does a pooling request, whose vector needs every token's hidden state.
         """
-        if (not self.enable_prefix_caching or seq.num_computed_tokens or seq.is_pooling
-                or seq.params.prompt_logprobs is not None):
+        if not self._looks_up_prefix(seq):
             return []
         self._update_block_hashes(seq)
         max_blocks = (seq.num_tokens - 1) // self.block_size
+        hits = self._memory_hits(seq, max_blocks)
+        if self.disk is not None:
+            if len(hits) < max_blocks:
+                hits += self._load_from_disk(seq, hits, max_blocks)
+            self.disk.discard(seq.block_hashes[:max_blocks])  # what it read ahead and not taken
+        return hits
+
+    def prefetch(self, seq: Sequence) -> None:
+        """Have the disk tier start reading the blocks of a new sequence's prompt that the
+        memory cache lacks and the disk has, so that they are in host memory when it is
+        scheduled."""
+        if self.disk is None or not self._looks_up_prefix(seq):
+            return
+        self._update_block_hashes(seq)
+        max_blocks = (seq.num_tokens - 1) // self.block_size
+        start = len(self._memory_hits(seq, max_blocks))
+        n = self.disk.num_hits(seq.block_hashes[start:max_blocks])
+        self.disk.prefetch([(seq.block_hashes[i], self._block_tokens(seq, i))
+                            for i in range(start, start + n)])
+
+    def _looks_up_prefix(self, seq: Sequence) -> bool:
+        """Whether the sequence may start from cached blocks (see get_computed_blocks)."""
+        return (self.enable_prefix_caching and not seq.num_computed_tokens
+                and not seq.is_pooling and seq.params.prompt_logprobs is None)
+
+    def _memory_hits(self, seq: Sequence, max_blocks: int) -> list[KVCacheBlock]:
         hits = []
         for i in range(max_blocks):
             block = self.pool.lookup(seq.block_hashes[i], self._block_tokens(seq, i))
             if block is None:
                 break
             hits.append(block)
-        if self.disk is not None and len(hits) < max_blocks:
-            hits += self._load_from_disk(seq, hits, max_blocks)
         return hits
 
     def _load_from_disk(self, seq: Sequence, hits: list[KVCacheBlock],
@@ -147,6 +171,8 @@ class KVCacheManager:
 
     def free(self, seq: Sequence) -> None:
         """Release every block; tail blocks are evicted first, the shared prefix last."""
+        if self.disk is not None:
+            self.disk.discard(seq.block_hashes)  # an aborted prompt's reads ahead, if any
         held = self._blocks.pop(seq.request_id, [])
         self._num_cached.pop(seq.request_id, None)
         self.pool.free(list(reversed(held)))

@@ -71,6 +71,7 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
+        self.kv_cache.prefetch(seq)
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()

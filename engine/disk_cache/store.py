@@ -8,10 +8,14 @@ payload of bytes.
 A file is a header, the fingerprint, the token ids and the payload::
 
     magic b"PGKV" | version u16 | fingerprint length u16 | token count u32 | payload length u64
-    | blake2b-128 of the payload | fingerprint (ASCII) | token ids (int64 each) | payload
+    | XXH3-64 of the payload u64 | fingerprint (ASCII) | token ids (int64 each) | payload
 
 all little-endian. Every field is checked before a payload is handed out: a truncated, corrupt or
-foreign file is a miss (and is removed), never wrong data.
+foreign file is a miss (and is removed), never wrong data. The checksum guards against a damaged
+disk or a torn file, not against someone who can write the folder (only the user: 0700), so it
+is a fast non-cryptographic hash (version 2): on a 2-core AMD EPYC, version 1's blake2b-128 of
+a default-model block (737 KB) took 1.6 ms, ten times the rest of reading the file; zlib's CRC-32
+takes 0.4 ms, XXH3 0.015. A file of another version is a miss like any other foreign file.
 
 Cache tags say which blocks a chat used: ``folder/<fingerprint>/tags/<tag>.hashes`` lists the
 hex hash of each block a request with that tag found or saved, one a line (appended to, so a
@@ -31,15 +35,15 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from hashlib import blake2b
 from pathlib import Path
+
+import xxhash
 
 logger = logging.getLogger(__name__)
 
 MAGIC = b"PGKV"
-FORMAT_VERSION = 1
-_HEADER = struct.Struct("<4sHHIQ16s")
-_CHECKSUM_BYTES = 16
+FORMAT_VERSION = 2
+_HEADER = struct.Struct("<4sHHIQQ")
 _BLOCK_SUFFIX = ".kv"
 _TEMP_SUFFIX = ".tmp"
 # A temp file this old belongs to a writer that died; a younger one may still be in use.
@@ -101,8 +105,8 @@ def _append_private(path: Path, text: str) -> None:
         f.write(text)
 
 
-def _checksum(payload: bytes | memoryview) -> bytes:
-    return blake2b(payload, digest_size=_CHECKSUM_BYTES).digest()
+def _checksum(payload: bytes | memoryview) -> int:
+    return xxhash.xxh3_64_intdigest(payload)
 
 
 def _encode_tokens(token_ids: Sequence[int]) -> bytes:
@@ -131,8 +135,9 @@ class DiskBlockStore:
     """Block files of one model fingerprint, with an in-memory LRU index of them.
 
     Thread-safe: `save` may run on a writer thread while `contains` and `load` run on the
-    engine's. I/O and format problems never raise: they are counted in `stats`, logged once per
-    store, and the block is treated as absent."""
+    engine's, and `load` on the read-ahead's too (engine.disk_cache.read_ahead). I/O and format
+    problems never raise: they are counted in `stats`, logged once per store, and the block is
+    treated as absent."""
 
     def __init__(self, folder: Path, fingerprint: str, capacity_bytes: int) -> None:
         if not _is_hex(fingerprint):

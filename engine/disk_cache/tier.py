@@ -5,11 +5,13 @@ Blocks are named by the same chained hashes as in memory (engine.core.block_pool
 fingerprint of everything that makes their keys and values: the model's weights (sampled from
 their files), dtype, quantization, kernels, block size and KV layout. A block of another model,
 or made another way, is never found. What is saved is copied out of the cache on the engine
-thread and written by a background thread (engine.disk_cache.writer); what is loaded is read on the
-engine thread when the prompt is scheduled, verified (checksum and token ids) by the store
-(engine.disk_cache.store), and written into free blocks that then join the memory cache. The blocks a
-request with a cache tag found or saved are listed under its tag, written with the next batch,
-so that deleting a chat can remove the blocks only it used (engine.disk_cache.store.forget_tag).
+thread and written by a background thread (engine.disk_cache.writer). What is loaded is read
+ahead on background threads from when the prompt is added (engine.disk_cache.read_ahead) and
+verified (checksum and token ids) by the store (engine.disk_cache.store); when the prompt is
+scheduled, the engine thread takes it (or reads it, if no thread has yet) and writes it into free
+blocks that then join the memory cache. The blocks a request with a cache tag found or saved are
+listed under its tag, written with the next batch, so that deleting a chat can remove the blocks
+only it used (engine.disk_cache.store.forget_tag).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from hashlib import blake2b
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engine.disk_cache.read_ahead import Block, ReadAhead
 from engine.disk_cache.store import DiskBlockStore, DiskCacheStats
 from engine.disk_cache.writer import DiskBlockWriter
 
@@ -50,12 +53,17 @@ class DiskPrefixCache:
     """Used only where it pays: reading a block must be faster than computing its tokens again.
     Both are measured as the engine runs (a GPU recomputes 2,000 tokens of an 8B model faster
     than it reads them from disk; a CPU is a hundred times slower at it): until both are known
-    the tier is used, then it loads and saves only while reading is the faster."""
+    the tier is used, then it loads and saves only while reading is the faster. Reading is
+    costed by what the engine thread spends in `load`: a block read ahead costs only its wait
+    and its copy into the cache."""
 
-    def __init__(self, store: DiskBlockStore, writer: DiskBlockWriter, io: KVBlockIO) -> None:
+    def __init__(self, store: DiskBlockStore, writer: DiskBlockWriter, io: KVBlockIO,
+                 read_ahead: ReadAhead | None = None) -> None:
         self.store = store
         self.writer = writer
         self.io = io
+        self.read_ahead = (read_ahead if read_ahead is not None
+                           else ReadAhead(store, io.bytes_per_block))
         self.block_size = io.block_shape[2]
         self.read_s_per_block: float | None = None
         self.compute_s_per_token: float | None = None
@@ -90,13 +98,22 @@ class DiskPrefixCache:
             n += 1
         return n
 
+    def prefetch(self, blocks: Sequence[Block]) -> None:
+        """Start reading these blocks (hash, token ids: those `num_hits` found, of a prompt
+        just added) in the background, so that `load` finds them in memory."""
+        self.read_ahead.prefetch(blocks)
+
+    def discard(self, block_hashes: Sequence[bytes]) -> None:
+        """What was read ahead for these blocks will not be loaded: free its memory."""
+        self.read_ahead.discard(block_hashes)
+
     def load(self, blocks: Sequence[BlockRef]) -> int:
         """Read the blocks into their places in the cache, from the first until one cannot be
         read (missing, corrupt, another's tokens); returns how many were loaded."""
         began = time.perf_counter()
         payloads = []
         for block in blocks:
-            payload = self.store.load(block.block_hash, block.token_ids)
+            payload = self.read_ahead.load(block.block_hash, block.token_ids)
             if payload is None or len(payload) != self.io.bytes_per_block:
                 break
             payloads.append(payload)
@@ -133,10 +150,12 @@ class DiskPrefixCache:
         """Forget every block on disk, every model's, and those still queued (privacy: the
         keys and values are derived from the chats)."""
         self.writer.clear()
+        self.read_ahead.clear()
 
     def close(self, timeout: float = 10.0) -> None:
-        """Write what is still queued, then stop the writer."""
+        """Write what is still queued, then stop the writer and the reads ahead."""
         self.writer.close(timeout)
+        self.read_ahead.close(timeout)
 
 
 def _smoothed(estimate: float | None, measured: float) -> float:

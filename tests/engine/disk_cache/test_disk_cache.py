@@ -7,6 +7,7 @@ import logging
 import os
 import random
 import stat
+import struct
 import threading
 import time
 from collections import OrderedDict
@@ -142,6 +143,30 @@ def test_damaged_file_is_a_miss_and_is_removed(store, damage):
     assert store.load(*block(2)[:2]) == block(2)[2]
     store.save([block(1)])
     assert store.load(*block(1)[:2]) == block(1)[2]
+
+
+def _as_version_1(path: Path, token_ids: tuple[int, ...], payload: bytes) -> None:
+    """Rewrite a block file as the first format wrote it (a blake2b-128 of the payload)."""
+    header = struct.pack("<4sHHIQ16s", b"PGKV", 1, len(FINGERPRINT), len(token_ids), len(payload),
+                         blake2b(payload, digest_size=16).digest())
+    path.write_bytes(header + FINGERPRINT.encode()
+                     + struct.pack(f"<{len(token_ids)}q", *token_ids) + payload)
+
+
+def test_a_file_of_the_first_format_is_a_miss_and_is_removed(tmp_path):
+    folder = tmp_path / "kv"
+    first = DiskBlockStore(folder, FINGERPRINT, MiB)
+    first.save([block(1), block(2)])
+    block_hash, tokens, payload = block(1)
+    _as_version_1(file_of(first, 1), tokens, payload)  # as a Pagoda of version 1 left it
+
+    upgraded = DiskBlockStore(folder, FINGERPRINT, MiB)
+
+    assert upgraded.contains(block_hash)  # by its name, until it is read
+    assert upgraded.load(block_hash, tokens) is None
+    assert not file_of(upgraded, 1).exists() and not upgraded.contains(block_hash)
+    assert upgraded.stats().errors == 1
+    assert upgraded.load(*block(2)[:2]) == block(2)[2]
 
 
 def test_damaged_files_are_logged_once(store, caplog):

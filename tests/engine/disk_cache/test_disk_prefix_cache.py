@@ -1,12 +1,14 @@
 """The prefix cache's disk tier in the engine: blocks saved by one engine are found by the next
 (another process included), give the same tokens as recomputing, are never found by another
-model, and a block that cannot be read is recomputed."""
+model, a block that cannot be read is recomputed, and a prompt's blocks are read ahead from
+when it is added."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -39,6 +41,11 @@ def engine(model: Path, disk: Path | None, **config) -> LLMEngine:
 
 def generate(eng: LLMEngine, prompt: list[int], request_id: str = "r"):
     eng.add_request(request_id, prompt, GREEDY)
+    return run_to_end(eng)
+
+
+def run_to_end(eng: LLMEngine):
+    """Step until every request is done; the last one's final output."""
     final = None
     while eng.has_unfinished_requests():
         for out in eng.step():
@@ -197,3 +204,39 @@ def test_the_engine_measures_reading_and_recomputing_as_it_runs(tiny, tmp_path):
     disk = eng.disk_cache
     assert disk.read_s_per_block > 0 and disk.compute_s_per_token > 0
     assert disk.pays == (disk.read_s_per_block < disk.compute_s_per_token * BLOCK)
+
+
+def wait_until(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_prompt_is_read_ahead_when_added_and_no_block_file_is_read_twice(tiny, tmp_path):
+    prompt = history(100)
+    saved_by_a_first_engine(tiny, tmp_path, prompt)
+    eng = engine(tiny, tmp_path)
+    read_ahead = eng.disk_cache.read_ahead
+
+    eng.add_request("r", prompt, GREEDY)
+    wait_until(lambda: read_ahead.stats().read == 6)  # before any step
+    out = run_to_end(eng)
+
+    assert out.num_cached_tokens == 96
+    assert out.outputs[0].token_ids == generate(engine(tiny, None), prompt).outputs[0].token_ids
+    assert read_ahead.stats().taken == 6
+    assert eng.stats().disk_cache.hits == 6
+    assert read_ahead.held_bytes == 0
+
+
+def test_an_aborted_prompt_leaves_nothing_read_ahead(tiny, tmp_path):
+    saved_by_a_first_engine(tiny, tmp_path, history(100))
+    eng = engine(tiny, tmp_path)
+    read_ahead = eng.disk_cache.read_ahead
+    eng.add_request("r", history(100), GREEDY)
+    wait_until(lambda: read_ahead.stats().read == 6)
+
+    eng.abort_request("r")
+
+    assert read_ahead.held_bytes == 0 and read_ahead.stats().dropped == 6
