@@ -100,29 +100,51 @@ static inline void bq_quantize16_scalar(const float *v, int16_t *q, float *scale
         (out) = _mm_cvtss_f32(h_);                                                         \
     } while (0)
 
+/* The largest |v| of n values (n a multiple of 8). */
+__attribute__((target("avx2,fma"), always_inline))
+static inline float bq_amax_avx2(const float *v, int n)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 a = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8)
+        a = _mm256_max_ps(a, _mm256_andnot_ps(sign, _mm256_loadu_ps(v + i)));
+    __m128 a4 = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    a4 = _mm_max_ps(a4, _mm_movehl_ps(a4, a4));
+    a4 = _mm_max_ss(a4, _mm_movehdup_ps(a4));
+    return _mm_cvtss_f32(a4);
+}
+
+/* 32 values divided by d (non-zero) and rounded to the nearest integer, even on ties, in four
+ * vectors of 8. */
+__attribute__((target("avx2,fma"), always_inline))
+static inline void bq_round_by_avx2(const float *v, float d, __m256i out[4])
+{
+    const __m256 dv = _mm256_set1_ps(d);
+    const int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    for (int i = 0; i < 4; i++)
+        out[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(v + 8 * i), dv),
+                                                    mode));
+}
+
 /* The block's 32 values rounded to integers (in four vectors of 8) and its scale; 0 where the
  * block is all zeros (then nothing is rounded). */
 __attribute__((target("avx2,fma"), always_inline))
 static inline float bq_round_block_avx2(const float *v, float levels, __m256i out[4])
 {
-    __m256 x[4];
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 a = _mm256_setzero_ps();
-    for (int i = 0; i < 4; i++) {
-        x[i] = _mm256_loadu_ps(v + 8 * i);
-        a = _mm256_max_ps(a, _mm256_andnot_ps(sign, x[i]));
-    }
-    __m128 a4 = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    a4 = _mm_max_ps(a4, _mm_movehl_ps(a4, a4));
-    a4 = _mm_max_ss(a4, _mm_movehdup_ps(a4));
-    float d = _mm_cvtss_f32(a4) / levels;
-    if (d == 0.0f)
-        return 0.0f;
-    const __m256 dv = _mm256_set1_ps(d);
-    const int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    for (int i = 0; i < 4; i++)
-        out[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(x[i], dv), mode));
+    float d = bq_amax_avx2(v, BQ_BLOCK) / levels;
+    if (d != 0.0f)
+        bq_round_by_avx2(v, d, out);
     return d;
+}
+
+/* Four vectors of 8 int32 (each within int16) stored as 32 int16 in order. */
+__attribute__((target("avx2,fma"), always_inline))
+static inline void bq_store16_avx2(int16_t *q, const __m256i i[4])
+{
+    /* packs interleaves 128-bit lanes; a 64-bit permute puts the 16 values back in order. */
+    _mm256_storeu_si256((__m256i *)q, _mm256_permute4x64_epi64(_mm256_packs_epi32(i[0], i[1]), 0xD8));
+    _mm256_storeu_si256((__m256i *)(q + 16),
+                        _mm256_permute4x64_epi64(_mm256_packs_epi32(i[2], i[3]), 0xD8));
 }
 
 __attribute__((target("avx2,fma"), always_inline))
@@ -164,10 +186,7 @@ static inline void bq_quantize16_avx2(const float *v, int16_t *q, float *scale, 
         *sum = 0.0f;
         return;
     }
-    /* packs interleaves 128-bit lanes; a 64-bit permute puts the 16 values back in order. */
-    _mm256_storeu_si256((__m256i *)q, _mm256_permute4x64_epi64(_mm256_packs_epi32(i[0], i[1]), 0xD8));
-    _mm256_storeu_si256((__m256i *)(q + 16),
-                        _mm256_permute4x64_epi64(_mm256_packs_epi32(i[2], i[3]), 0xD8));
+    bq_store16_avx2(q, i);
     *sum = d * (float)bq_sum_rounded_avx2(i);
 }
 

@@ -617,6 +617,168 @@ static void permute16_blocks(int16_t *xq, size_t blocks)
     }
 }
 
+/* ---- Q4_K records on AVX-512: integer sums over a super-block ---------------------------
+ * Q4_K's weights are d * sc * q - dmin * m with six-bit sc and m per block of 32 and fp16 d and
+ * dmin per super-block of 256. With the activations quantized to int16 per super-block (one
+ * s_x for 256 values, as llama.cpp's Q8_K does with int8), a super-block's products are
+ * integers until its end: each block's dot (as tile16_vnni's lanes) times its sc, and each
+ * block's sum of q_x times its m, summed in int32 over the 8 blocks, then one conversion and
+ * one scale (d * s_x, dmin * s_x) per super-block instead of per block. Per block of a tile
+ * that leaves the weight unpacking, four dot products, one multiply and one add per activation
+ * row. The sums cannot overflow: 8 blocks x 63 x 8 products x 15 x 32767 < 2^31 a lane, and
+ * 8 x 63 x 32 x 32767 for the mins. */
+#define KQ_ROW_CHUNK 4
+
+struct activations16_kq {
+    const int16_t *q;    /* [m, k], each block in permute16_blocks' order */
+    const float *scale;  /* [m, k / 256]: s_x per super-block */
+    const int32_t *qsum; /* [m, k / 32]: each block's sum of q_x */
+    int m;
+};
+
+/* x fp32 [m, k] (k a multiple of 256) -> xq int16 [m, k], s_x = max|x| / 32767 per
+ * super-block of 256, and each block's sum of q_x; rounded as bq_quantize16_avx2 rounds. */
+__attribute__((target("avx2,fma")))
+static void quantize_rows16_kq(const float *x, int m, int k, int16_t *xq, float *xscale,
+                               int32_t *xqsum)
+{
+    const int super = Q4R_KQ_BLOCKS * BLOCK;
+    size_t supers = (size_t)m * (k / super);
+    for (size_t s = 0; s < supers; s++) {
+        const float *v = x + s * super;
+        float d = bq_amax_avx2(v, super) / BQ_I16_MAX;
+        xscale[s] = d;
+        for (int g = 0; g < Q4R_KQ_BLOCKS; g++) {
+            size_t b = s * Q4R_KQ_BLOCKS + g;
+            if (d == 0.0f) {
+                memset(xq + b * BLOCK, 0, BLOCK * sizeof(int16_t));
+                xqsum[b] = 0;
+                continue;
+            }
+            __m256i q[4];
+            bq_round_by_avx2(v + g * BLOCK, d, q);
+            bq_store16_avx2(xq + b * BLOCK, q);
+            xqsum[b] = bq_sum_rounded_avx2(q);
+        }
+    }
+}
+
+__attribute__((target(BQ_ZMM_TARGET), always_inline))
+static inline void tile16_kq_vnni(const uint8_t *tile, int groups,
+                                  const struct activations16_kq *x, int i0, int rows, int row0,
+                                  int n, float *y)
+{
+    const __m512i nibble = _mm512_set1_epi16(15);
+    const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    /* From a dword in every lane, byte r zero-extended into 128-bit lane r's four dwords:
+     * their control bytes are r, 0xff, 0xff, 0xff (a set top bit picks zero). */
+    const __m512i pick = _mm512_set_epi32(
+        -253, -253, -253, -253, -254, -254, -254, -254, -255, -255, -255, -255,
+        -256, -256, -256, -256);
+    int supers = groups / Q4R_KQ_BLOCKS;
+    __m512 acc[KQ_ROW_CHUNK];
+    __m128 acc_min[KQ_ROW_CHUNK];
+    for (int i = 0; i < rows; i++) {
+        acc[i] = _mm512_setzero_ps();
+        acc_min[i] = _mm_setzero_ps();
+    }
+    for (int s = 0; s < supers; s++) {
+        const uint8_t *head = tile + (size_t)s * Q4R_KQ_SUPER;
+        __m512i dots[KQ_ROW_CHUNK];
+        __m128i mins[KQ_ROW_CHUNK];
+        for (int i = 0; i < rows; i++) {
+            dots[i] = _mm512_setzero_si512();
+            mins[i] = _mm_setzero_si128();
+        }
+        for (int g = 0; g < Q4R_KQ_BLOCKS; g++) {
+            const uint8_t *rec = head + Q4R_KQ_HEAD + g * Q4R_KQ_RECORD;
+            __m512i raw = _mm512_loadu_si512((const void *)rec);
+            __m512i w0 = _mm512_and_si512(raw, nibble);
+            __m512i w1 = _mm512_and_si512(_mm512_srli_epi16(raw, 8), nibble);
+            __m512i w2 = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble);
+            __m512i w3 = _mm512_srli_epi16(raw, 12);
+            int32_t sc4, m4;
+            memcpy(&sc4, rec + Q4R_NIBBLES, sizeof(sc4));
+            memcpy(&m4, rec + Q4R_NIBBLES + TILE_ROWS, sizeof(m4));
+            __m512i sc = _mm512_shuffle_epi8(_mm512_set1_epi32(sc4), pick);
+            __m128i m = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(m4));
+            for (int i = 0; i < rows; i++) {
+                size_t b = (size_t)(i0 + i) * groups + s * Q4R_KQ_BLOCKS + g;
+                __m512i dot = dot16_lanes(w0, w1, w2, w3, x->q + b * BLOCK);
+                dots[i] = _mm512_add_epi32(dots[i], _mm512_mullo_epi32(dot, sc));
+                mins[i] = _mm_add_epi32(mins[i], _mm_mullo_epi32(m, _mm_set1_epi32(x->qsum[b])));
+            }
+        }
+        __m128 d = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)head));
+        __m128 dmin = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(head + Q4R_KQ_HEAD / 2)));
+        __m512 d_lanes = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(d));
+        for (int i = 0; i < rows; i++) {
+            float sx = x->scale[(size_t)(i0 + i) * supers + s];
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[i]),
+                                     _mm512_mul_ps(d_lanes, _mm512_set1_ps(sx)), acc[i]);
+            acc_min[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(mins[i]), _mm_mul_ps(dmin, _mm_set1_ps(sx)),
+                                      acc_min[i]);
+        }
+    }
+    for (int i = 0; i < rows; i++) {
+        float lanes[16], dmins[TILE_ROWS];
+        _mm512_storeu_ps(lanes, acc[i]);
+        _mm_storeu_ps(dmins, acc_min[i]);
+        for (int r = 0; r < TILE_ROWS && row0 + r < n; r++) {
+            const float *l = lanes + 4 * r;
+            y[(size_t)(i0 + i) * n + row0 + r] = ((l[0] + l[1]) + (l[2] + l[3])) - dmins[r];
+        }
+    }
+}
+
+/* Every activation row against one tile: chunks of KQ_ROW_CHUNK, then one of two and one row. */
+__attribute__((target(BQ_ZMM_TARGET)))
+static void tile16_kq_vnni_all_rows(const uint8_t *tile, int groups,
+                                    const struct activations16_kq *x, int row0, int n, float *y)
+{
+    int i = 0;
+    for (; i + KQ_ROW_CHUNK <= x->m; i += KQ_ROW_CHUNK)
+        tile16_kq_vnni(tile, groups, x, i, KQ_ROW_CHUNK, row0, n, y);
+    if (x->m - i >= 2) {
+        tile16_kq_vnni(tile, groups, x, i, 2, row0, n, y);
+        i += 2;
+    }
+    if (i < x->m)
+        tile16_kq_vnni(tile, groups, x, i, 1, row0, n, y);
+}
+
+static void gemm16_kq_tiles(const uint8_t *w, int n, int groups,
+                            const struct activations16_kq *x, float *y, int tile_begin,
+                            int tile_end)
+{
+    for (int t = tile_begin; t < tile_end; t++)
+        tile16_kq_vnni_all_rows(w + (size_t)t * q4r_tile_bytes(Q4R_KQ, groups), groups, x,
+                                t * TILE_ROWS, n, y);
+}
+
+/* q4_linear16 of Q4_K records on AVX-512: x quantized per super-block, integer sums. */
+static void linear16_kq(const uint8_t *w, int n, int k, const float *x, int m, float *y,
+                        void *work, int n_threads)
+{
+    int16_t *xq = (int16_t *)work;
+    float *xscale = (float *)(xq + (size_t)m * k);
+    int32_t *xqsum = (int32_t *)(xscale + (size_t)m * (k / (Q4R_KQ_BLOCKS * BLOCK)));
+    quantize_rows16_kq(x, m, k, xq, xscale, xqsum);
+    permute16_blocks(xq, (size_t)m * (k / BLOCK));
+    struct activations16_kq xa = {xq, xscale, xqsum, m};
+    int groups = k / BLOCK, tiles = tiles_of(n);
+    if (n_threads <= 1) {
+        gemm16_kq_tiles(w, n, groups, &xa, y, 0, tiles);
+        return;
+    }
+#pragma omp parallel num_threads(n_threads)
+    {
+        int begin, end;
+        if (bq_team_share(tiles, &begin, &end))
+            gemm16_kq_tiles(w, n, groups, &xa, y, begin, end);
+    }
+}
+
 static void gemm16_tiles(int isa, const uint8_t *w, int fmt, int n, int groups,
                          const struct activations16 *x, float *y, int tile_begin, int tile_end)
 {
@@ -666,6 +828,10 @@ int q4_linear16(int isa, const uint8_t *w, int fmt, int n, int k, const float *x
     isa = bq_resolve_isa(isa);
     if (isa < 0 || !q4r_format_ok(fmt, k) || n <= 0 || m <= 0 || k <= 0 || k % BLOCK)
         return -1;
+    if (isa == Q4_ISA_AVX512_VNNI && fmt == Q4R_KQ) {
+        linear16_kq(w, n, k, x, m, y, work, n_threads);
+        return 0;
+    }
     bq_quantize_rows(isa, 1, x, m, k, xq, xscale, xsum);
     if (isa == Q4_ISA_AVX512_VNNI)
         permute16_blocks(xq, (size_t)m * (k / BLOCK));

@@ -238,10 +238,80 @@ def test_smaller_records_give_the_fp32_records_bits_in_every_linear(q4, isa, kin
     _runnable(q4, isa)
     fp32, smaller = _fp32_and(q4, kind, 963, 1536)
     x = activations(3, 1536)
-    for linear in (q4.linear, q4.linear_split, q4.linear16):
+    # AVX-512's int16 pass reads Q4_K records in its own arithmetic (per super-block, below).
+    linears = (q4.linear, q4.linear_split) if _kq_on_avx512(kind, isa) else (
+        q4.linear, q4.linear_split, q4.linear16)
+    for linear in linears:
         assert torch.equal(linear(smaller, x, isa), linear(fp32, x, isa)), linear.__name__
         assert torch.equal(linear(smaller, x, isa, threads=2), linear(fp32, x, isa)), (
             linear.__name__)
+
+
+def _kq_on_avx512(kind: str, isa: int) -> bool:
+    return kind == "q4_k" and isa == AVX512_VNNI
+
+
+def _rounded_per_super_block(x: torch.Tensor) -> torch.Tensor:
+    """x as the int16 pass of Q4_K records on AVX-512 sees it: s_x = max |x| / 32767 per 256
+    inputs, x / s_x rounded to nearest even, times s_x (float64)."""
+    m, k = x.shape
+    supers = x.view(m, k // 256, 256)
+    scale = supers.abs().amax(-1, keepdim=True) / 32767
+    safe = torch.where(scale == 0, torch.ones_like(scale), scale)
+    return (torch.round(supers / safe).double() * scale.double()).view(m, k)
+
+
+def _assert_the_product_of_super_block_activations(y: torch.Tensor, w: Int4Weight,
+                                                   x: torch.Tensor) -> None:
+    """y is the rounded activations times the weights, to fp32 rounding of its terms."""
+    n, k = w.shape
+    q = unpack_int4(w.packed).double().view(n, k // 32, 32)
+    weights = (q * w.scales.double().unsqueeze(-1) + w.mins.double().unsqueeze(-1)).view(n, k)
+    xr = _rounded_per_super_block(x)
+    bound = xr.abs() @ weights.abs().T
+    _assert_within_fp32_rounding(y, xr @ weights.T, bound)
+
+
+@pytest.mark.parametrize("k,n", [(512, 963), (1536, 576), (1536, 5)])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 7, 16])
+def test_q4_k_int16_pass_on_avx512_sums_each_super_block_in_integers(q4, m, k, n):
+    """One s_x per 256 activations (as llama.cpp's Q8_K, with 16 bits instead of 8): each
+    block's dot times its six-bit sc, and its sum of q_x times its m, add up as integers over
+    the super-block; the result is the exact product of those activations, to fp32 rounding,
+    at every row count (rows pass in fours, twos and ones)."""
+    _runnable(q4, AVX512_VNNI)
+    w, parts = q4_k_weight(n, k)
+    kq = q4.repack_kq(w.packed, parts.d, parts.dmin, parts.sc, parts.m)
+    x = activations(m, k)
+    _assert_the_product_of_super_block_activations(q4.linear16(kq, x, AVX512_VNNI), w, x)
+
+
+def test_q4_k_integer_sums_hold_the_largest_weights_and_activations(q4):
+    """Every q 15, every sc and m 63, every activation the block's largest: each int32 lane
+    reaches 8 x 63 x 8 x 15 x 32767 (within 2^31) and nothing wraps."""
+    _runnable(q4, AVX512_VNNI)
+    n, k = 8, 512
+    _, parts = q4_k_weight(n, k)
+    packed = torch.full((n, k // 2), 0xFF, dtype=torch.uint8)
+    sc = torch.full_like(parts.sc, 63)
+    d = torch.full_like(parts.d, 1e-3)
+    kq = q4.repack_kq(packed, d, d, sc, sc)
+    scales = d.float().repeat_interleave(8, dim=1) * 63
+    w = Int4Weight(packed, scales, -scales)
+    for sign in (1.0, -1.0):
+        x = torch.full((1, k), sign * 3.0)
+        y = q4.linear16(kq, x, AVX512_VNNI)
+        _assert_the_product_of_super_block_activations(y, w, x)
+        assert torch.allclose(y.double(), _exact_product(w, x), rtol=1e-6)
+
+
+def test_q4_k_int16_pass_on_avx512_gives_two_threads_one_threads_bits(q4):
+    _runnable(q4, AVX512_VNNI)
+    w, parts = q4_k_weight(963, 1536)
+    kq = q4.repack_kq(w.packed, parts.d, parts.dmin, parts.sc, parts.m)
+    x = activations(5, 1536)
+    assert torch.equal(q4.linear16(kq, x, AVX512_VNNI, threads=1),
+                       q4.linear16(kq, x, AVX512_VNNI, threads=2))
 
 
 def test_q4_k_records_refuse_a_width_of_partial_super_blocks(q4):
@@ -289,13 +359,19 @@ def test_int16_pass_on_avx512_four_rows_a_register_matches_the_exact_product_at_
 
 
 @ISAS
+@pytest.mark.parametrize("kind", ["fp32", "q4_k"])
 @pytest.mark.parametrize("m", [3, 13])
-def test_every_activation_row_gets_the_product_it_gets_alone(q4, isa, m):
-    """Rows pass a tile in chunks (eight, then four, two, one on AVX-512): a row's output does
-    not depend on the rows beside it, so a sequence's tokens do not depend on its batch."""
+def test_every_activation_row_gets_the_product_it_gets_alone(q4, isa, kind, m):
+    """Rows pass a tile in chunks (eight, then four, two, one on AVX-512; fours for Q4_K
+    records there): a row's output does not depend on the rows beside it, so a sequence's
+    tokens do not depend on its batch."""
     _runnable(q4, isa)
-    w = _weight(963, 576)
-    repacked = q4.repack(w.packed, w.scales, w.mins)
-    x = activations(m, 576)
+    k = 512
+    if kind == "q4_k":
+        repacked = _fp32_and(q4, "q4_k", 963, k)[1]
+    else:
+        w = _weight(963, k)
+        repacked = q4.repack(w.packed, w.scales, w.mins)
+    x = activations(m, k)
     alone = torch.cat([q4.linear16(repacked, x[i:i + 1], isa) for i in range(m)])
     assert torch.equal(q4.linear16(repacked, x, isa), alone)
