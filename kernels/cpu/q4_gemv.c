@@ -292,12 +292,7 @@ int q4_gemm(int isa, const uint8_t *w, int fmt, int n, int k, const int8_t *xq,
         gemm_tiles(isa, w, fmt, n, groups, &x, y, 0, tiles);
         return 0;
     }
-#pragma omp parallel num_threads(n_threads)
-    {
-        int begin, end;
-        if (bq_team_share(tiles, &begin, &end))
-            gemm_tiles(isa, w, fmt, n, groups, &x, y, begin, end);
-    }
+    BQ_TEAM_SPLIT(tiles, gemm_tiles(isa, w, fmt, n, groups, &x, y, begin, end));
     return 0;
 }
 
@@ -771,12 +766,7 @@ static void linear16_kq(const uint8_t *w, int n, int k, const float *x, int m, f
         gemm16_kq_tiles(w, n, groups, &xa, y, 0, tiles);
         return;
     }
-#pragma omp parallel num_threads(n_threads)
-    {
-        int begin, end;
-        if (bq_team_share(tiles, &begin, &end))
-            gemm16_kq_tiles(w, n, groups, &xa, y, begin, end);
-    }
+    BQ_TEAM_SPLIT(tiles, gemm16_kq_tiles(w, n, groups, &xa, y, begin, end));
 }
 
 static void gemm16_tiles(int isa, const uint8_t *w, int fmt, int n, int groups,
@@ -804,12 +794,7 @@ static int gemm16(int isa, const uint8_t *w, int fmt, int n, int k, const int16_
         gemm16_tiles(isa, w, fmt, n, groups, &x, y, 0, tiles);
         return 0;
     }
-#pragma omp parallel num_threads(n_threads)
-    {
-        int begin, end;
-        if (bq_team_share(tiles, &begin, &end))
-            gemm16_tiles(isa, w, fmt, n, groups, &x, y, begin, end);
-    }
+    BQ_TEAM_SPLIT(tiles, gemm16_tiles(isa, w, fmt, n, groups, &x, y, begin, end));
     return 0;
 }
 

@@ -693,12 +693,7 @@ static int gemm(int isa, int wide, const int8_t *q, const void *scales, const vo
         gemm_tiles(isa, wide, &w, &x, y, 0, tiles);
         return 0;
     }
-#pragma omp parallel num_threads(n_threads)
-    {
-        int begin, end;
-        if (bq_team_share(tiles, &begin, &end))
-            gemm_tiles(isa, wide, &w, &x, y, begin, end);
-    }
+    BQ_TEAM_SPLIT(tiles, gemm_tiles(isa, wide, &w, &x, y, begin, end));
     return 0;
 }
 

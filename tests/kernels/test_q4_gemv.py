@@ -183,6 +183,25 @@ def test_int16_activations_are_as_close_to_the_exact_product_as_the_split(q4, is
     assert int16 < 1e-4 and int16 < 2 * split, f"int16 {int16:.2e}, split {split:.2e}"
 
 
+@pytest.mark.parametrize("kind", ["fp32", "q4_k"])
+def test_large_layers_split_in_chunks_as_threads_ask_give_one_threads_bits(q4, kind):
+    """4,098 rows: 1,025 tiles, past where threads take chunks of 32 tiles as they come free
+    (the last chunk one tile, partial). Every pass, the rows the exact product's."""
+    n, k = 4098, 256
+    fp32, kq = _fp32_and(q4, "q4_k", n, k)
+    w = kq if kind == "q4_k" else fp32
+    x = activations(3, k)
+    for linear in (q4.linear, q4.linear16):
+        one = linear(w, x, threads=1)
+        assert torch.equal(linear(w, x, threads=2), one), linear.__name__
+    weight = q4_k_weight(n, k)[0]
+    assert _relative_error(q4.linear16(w, x, threads=2), _exact_product(weight, x)) < 1e-4
+
+
+def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return ((got.double() - want).norm() / want.norm()).item()
+
+
 def test_int16_activations_on_two_threads_give_one_threads_bits(q4):
     w, x = _weight(963, 1536), activations(4, 1536)
     repacked = q4.repack(w.packed, w.scales, w.mins)

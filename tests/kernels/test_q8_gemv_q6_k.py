@@ -79,8 +79,11 @@ def test_q6_k_vector_bodies_give_the_scalar_fallbacks_bits(q8, width, isa, m):
 
 
 @WIDTHS
-def test_q6_k_on_two_threads_gives_one_threads_bits(q8, width):
-    blocks, x = _blocks(64, 768, seed=4), activations(5, 768, seed=5)
+@pytest.mark.parametrize("n", [64, 2050], ids=["one-share-a-thread", "chunks-as-threads-ask"])
+def test_q6_k_on_two_threads_gives_one_threads_bits(q8, width, n):
+    """2,050 rows: 513 tiles, past where threads take chunks of 32 tiles as they come free
+    (the last chunk short, the last tile partial)."""
+    blocks, x = _blocks(n, 768, seed=4), activations(5, 768, seed=5)
     operand = Q8Gemv.q6_k_operand(blocks)
     wide = width.dtype == torch.int16
     assert torch.equal(q8.linear(operand, x, threads=2, wide=wide),
