@@ -62,6 +62,11 @@ class NativeLinearKernel:
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
         m = x.shape[0]
+        if x.dim() != 2 or x.shape[1] != self._k or x.dtype != torch.float32:
+            # The C function reads m x k floats from x: anything else would be read past.
+            raise ValueError(f"{self._name} takes float32 [rows, {self._k}] inputs for its "
+                             f"[{self._n}, {self._k}] weight, got {x.dtype} "
+                             f"{list(x.shape)}")
         if not m:  # a step where no row samples: the kernel takes no empty inputs
             return x.new_empty(0, self._n)
         if m != self._rows:

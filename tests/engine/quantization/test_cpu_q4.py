@@ -110,6 +110,16 @@ def test_q4_vocabulary_pass_is_int8_precise(q4):
     assert 1e-4 < error < 2e-2  # one int8 pass: coarser than the layers', fine for candidates
 
 
+@pytest.mark.parametrize("x", [torch.randn(1, 64), torch.randn(64), torch.randn(1, 96).half()],
+                         ids=["narrower", "one-dimensional", "fp16"])
+def test_q4_layer_refuses_an_input_it_would_read_past_or_misread(q4, x):
+    """The C function reads rows x k floats: a narrower row would be read past its end."""
+    torch.manual_seed(3)
+    layer = CpuInt4Method(quantize_int4(torch.randn(40, 96) * 0.05), Q4_EVERY_STEP, q4=q4)
+    with pytest.raises(ValueError, match=r"float32 \[rows, 96\] inputs"):
+        layer.kernel(x)
+
+
 def test_q4_layer_reuses_its_output_buffer_between_decode_steps(q4):
     torch.manual_seed(2)
     weight = quantize_int4(torch.randn(32, 64))
