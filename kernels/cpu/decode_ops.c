@@ -784,10 +784,13 @@ static void attend_split(const struct attn_args *a, int it, int splits, float *a
                  m + (size_t)it * group, l + (size_t)it * group);
 }
 
-/* Splits per (sequence, kv head): enough items for every thread twice, each >= MIN_SPLIT_KEYS. */
+/* Splits per (sequence, kv head): none where there are as many pairs as threads, so a
+ * sequence's output has the same bits whatever the thread count and whatever its batch (a
+ * split sums its keys in another order); else enough items for every thread twice, each
+ * >= MIN_SPLIT_KEYS (one kv head, or more threads than a sequence has kv heads). */
 static int choose_splits(int pairs, int threads, int64_t longest)
 {
-    if (threads <= 1)
+    if (threads <= 1 || pairs >= threads)
         return 1;
     int wanted = (2 * threads + pairs - 1) / pairs;
     int64_t by_length = (longest + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS;

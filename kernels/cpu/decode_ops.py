@@ -31,8 +31,11 @@ CACHE_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 # thread: waking the pool costs more than the work (measured in docs/KERNELS.md). The step's
 # decode groups (engine/worker/model_runner.py) are counted together: 32 sequences of 100-400 tokens
 # come as four groups of a few rows each, none of them this wide alone, and attended on one
-# thread each they kept the second core idle for ~13% of a 32-stream run.
-PARALLEL_MIN_SCORES = 32768
+# thread each they kept the second core idle for ~13% of a 32-stream run. The linears around
+# it keep the pool awake (its threads spin between them), so waking costs little: on the Zen 4
+# (2026-12-03) two threads paid from ~1,000 pairs (the 1B shape, 32 heads at 32 keys, 21.5 ->
+# 17.4 µs a call; the 135M's 9 heads lost at 64 keys and won at 128).
+PARALLEL_MIN_SCORES = 1024
 
 _ptr, _i32, _i64, _f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
 _SIGNATURES = {

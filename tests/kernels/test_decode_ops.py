@@ -220,11 +220,38 @@ def two_threads(monkeypatch):
     torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("kv_heads", [KV_HEADS, 1], ids=["gqa3", "mqa-keys-split"])
 @pytest.mark.parametrize("context_lens", [[900], [900, 517], [300, 2]])
-def test_decode_attention_across_threads_and_key_splits(lib, two_threads, context_lens):
+def test_decode_attention_across_threads_and_key_splits(lib, two_threads, context_lens,
+                                                        kv_heads):
+    """One kv head: fewer (sequence, kv head) pairs than threads, so a sequence's keys split."""
     torch.manual_seed(8)
     meta = _decode_metadata(context_lens, block_size=16, num_blocks=100)
-    _assert_attention_matches_torch(lib, meta, HEADS, KV_HEADS, HEAD_DIM, 16, 100)
+    _assert_attention_matches_torch(lib, meta, HEADS, kv_heads, HEAD_DIM, 16, 100)
+
+
+@pytest.mark.parametrize("context_lens", [[900], [300, 2], [600, 450, 31]])
+def test_a_sequence_with_a_kv_head_for_every_thread_gets_one_threads_bits(lib, monkeypatch,
+                                                                        context_lens):
+    """Its keys are not split: alone or batched, on one thread or two, a sequence's attention
+    is the same sum in the same order, so its tokens do not depend on either."""
+    torch.manual_seed(10)
+    meta = _decode_metadata(context_lens, block_size=16, num_blocks=120)
+    n = len(context_lens)
+    q, k, v = _step_qkv(n, HEADS, KV_HEADS, HEAD_DIM)
+    caches = _filled_caches(120, 16, KV_HEADS, HEAD_DIM, torch.float32)
+    outputs = []
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(decode_ops, "PARALLEL_MIN_SCORES", 0)
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            k_cache, v_cache = caches[0].clone(), caches[1].clone()
+            outputs.append(lib.paged_attention(q, k, v, k_cache, v_cache, meta, 0.125).clone())
+            meta.decode_workspace = None
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(outputs[0], outputs[1])
 
 
 def test_a_steps_decode_groups_together_decide_whether_attention_takes_every_thread(
