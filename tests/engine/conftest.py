@@ -8,6 +8,7 @@ import torch
 from engine.config import EngineConfig
 from engine.worker.evaluation import prompt_logits
 from engine.worker.model_runner import ModelRunner
+from tests.engine.hf_reference import load_hf_model
 
 QUALITY_TEXT = Path(__file__).parent / "data" / "quality_text.txt"
 
@@ -43,3 +44,10 @@ def quality_reference(default_model) -> tuple[list[int], torch.Tensor]:
     assert len(token_ids) >= 2000
     fp32 = EngineConfig(num_kv_blocks=200, dtype=torch.float32)
     return token_ids, prompt_logits(ModelRunner(default_model, fp32), token_ids)
+
+
+@pytest.fixture(scope="session")
+def hf_default_model(default_model):
+    """The default model as transformers reads and dequantizes its GGUF file, in fp32: loaded
+    once per session (~25 s here, most of it transformers' GGUF reader), read-only."""
+    return load_hf_model(default_model.path)

@@ -1,22 +1,24 @@
 """Greedy decoding gives the same tokens as Hugging Face transformers on the same weights.
 
-The reference is `AutoModelForCausalLM.generate(do_sample=False)` in fp32, one prompt at a time
-without padding; our engine runs all prompts together in one batch. The only difference accepted
-is a flip where Hugging Face's own two best logits are within float noise of each other, since
-there either token is a correct greedy choice.
+Our engine runs all prompts together in one batch; the reference is transformers' fp32 forward
+pass over each prompt and our reply, one sequence at a time without padding (teacher-forced).
+Every token of ours must be the reference's argmax after the tokens before it, which is what
+`generate(do_sample=False)` would have chosen there, and a reply that stops without EOS must be
+MAX_NEW_TOKENS long. The only difference accepted is a flip where the reference's own two best
+logits are within float noise of each other, since there either token is a correct greedy
+choice (later tokens are then not compared).
 """
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
-import transformers
 from tiny_models import TINY_VARIANTS, save_tiny_model
 
 from engine import LLM, SamplingParams
+from tests.engine.hf_reference import load_hf_model
 
 MAX_NEW_TOKENS = 64
 # Two logits this close are a tie as far as fp32 is concerned: different but correct kernels
@@ -40,12 +42,6 @@ RAW_TEXTS = [
 ]
 
 
-@dataclass(slots=True)
-class GreedyReference:
-    token_ids: list[int]
-    logits: list[torch.Tensor]  # the raw logits [vocab] behind each generated token
-
-
 def parity_prompts(tokenizer) -> list[list[int]]:
     """Chat-templated questions (English, Chinese, code) and raw text continuations, as ids."""
     chats = [tokenizer.apply_chat_template([{"role": "user", "content": c}],
@@ -56,31 +52,32 @@ def parity_prompts(tokenizer) -> list[list[int]]:
 
 
 @torch.inference_mode()
-def hf_greedy(model, prompt: list[int], eos_token_ids: frozenset[int]) -> GreedyReference:
-    input_ids = torch.tensor([prompt])
-    out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
-                         max_new_tokens=MAX_NEW_TOKENS, eos_token_id=sorted(eos_token_ids),
-                         pad_token_id=min(eos_token_ids), output_logits=True,
-                         return_dict_in_generate=True)
-    return GreedyReference(out.sequences[0, len(prompt):].tolist(),
-                           [step[0].float() for step in out.logits])
+def teacher_forced_logits(model, prompt: list[int], reply: list[int]) -> torch.Tensor:
+    """The reference's fp32 logits [len(reply), vocab] behind each token of our reply."""
+    if not reply:
+        return torch.empty(0)
+    input_ids = torch.tensor([prompt + reply[:-1]])
+    return model(input_ids).logits[0, len(prompt) - 1:].float()
 
 
-def assert_matches_reference(ours: list[int], ref: GreedyReference, label: str) -> None:
-    """Token ids identical, or diverging first where the reference's top-2 logits nearly tie."""
-    for pos, (got, want) in enumerate(zip(ours, ref.token_ids)):
+def assert_matches_reference(ours: list[int], logits: torch.Tensor, eos: frozenset[int],
+                             label: str) -> None:
+    """Each token the reference's argmax, or diverging first where its top-2 logits nearly tie;
+    a reply without EOS is MAX_NEW_TOKENS long, and EOS comes only last."""
+    for pos, got in enumerate(ours):
+        want = int(logits[pos].argmax())
         if got == want:
+            assert got not in eos or pos == len(ours) - 1, f"{label}: went on past EOS at {pos}"
             continue
-        top2 = ref.logits[pos].topk(2)
+        top2 = logits[pos].topk(2)
         gap = (top2.values[0] - top2.values[1]).item()
         assert gap <= NEAR_TIE and got in top2.indices.tolist(), (
-            f"{label}: token {pos} is {got}, Hugging Face chose {want} with a top-2 logit gap of "
-            f"{gap:.3g} (top-2 ids {top2.indices.tolist()})\nours: {ours}\nref:  {ref.token_ids}")
+            f"{label}: token {pos} is {got}, Hugging Face chooses {want} with a top-2 logit gap "
+            f"of {gap:.3g} (top-2 ids {top2.indices.tolist()})\nours: {ours}")
         print(f"{label}: near-tie at token {pos} (top-2 gap {gap:.2e}); later tokens not compared")
         return
-    assert len(ours) == len(ref.token_ids), (
-        f"{label}: same tokens, but we stopped after {len(ours)} and Hugging Face after "
-        f"{len(ref.token_ids)}\nours: {ours}\nref:  {ref.token_ids}")
+    assert (ours and ours[-1] in eos) or len(ours) == MAX_NEW_TOKENS, (
+        f"{label}: stopped after {len(ours)} tokens without EOS\nours: {ours}")
 
 
 def assert_greedy_parity(llm: LLM, hf_model, prompts: list[list[int]]) -> None:
@@ -88,27 +85,18 @@ def assert_greedy_parity(llm: LLM, hf_model, prompts: list[list[int]]) -> None:
     eos = llm.engine.eos_token_ids
     for i, (prompt, out) in enumerate(zip(prompts, outputs, strict=True)):
         ours = out.outputs[0].token_ids
-        ref = hf_greedy(hf_model, prompt, eos)
-        assert_matches_reference(ours, ref, f"prompt {i} ({len(prompt)} tokens)")
+        logits = teacher_forced_logits(hf_model, prompt, ours)
+        assert_matches_reference(ours, logits, eos, f"prompt {i} ({len(prompt)} tokens)")
         expected_reason = "stop" if ours and ours[-1] in eos else "length"
         assert out.outputs[0].finish_reason == expected_reason
 
 
-def load_hf_model(path: Path):
-    """A model folder, or a .gguf file dequantized by transformers' own GGUF reader."""
-    if path.suffix == ".gguf":
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            path.parent, gguf_file=path.name, dtype=torch.float32)
-    else:
-        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    return model.eval()
-
-
 @pytest.mark.slow
-def test_default_model_greedy_matches_transformers_on_a_mixed_batch(default_model, make_llm):
+def test_default_model_greedy_matches_transformers_on_a_mixed_batch(
+        default_model, hf_default_model, make_llm):
     llm = make_llm(num_kv_blocks=128, num_threads=NUM_THREADS)
     prompts = parity_prompts(default_model.tokenizer)
-    assert_greedy_parity(llm, load_hf_model(default_model.path), prompts)
+    assert_greedy_parity(llm, hf_default_model, prompts)
 
 
 def save_tiny_variant(tmp_path_factory, tokenizer_dir: Path, variant: str) -> Path:

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from engine.sampling_params import SamplingParams
-from tests.engine.models.test_parity import load_hf_model
 
 
 @pytest.fixture(scope="module")
@@ -17,14 +16,13 @@ def llm(make_llm):
 
 
 @pytest.mark.slow
-def test_logprobs_equal_transformers_log_softmax(llm, default_model):
+def test_logprobs_equal_transformers_log_softmax(llm, hf_default_model):
     prompt = llm.tokenizer.encode("The three primary colours are")
     out = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=6, logprobs=5))[0]
     completion = out.outputs[0]
-    hf = load_hf_model(default_model.path)
     tokens = prompt + completion.token_ids
     with torch.inference_mode():
-        reference = hf(torch.tensor([tokens])).logits[0].float().log_softmax(-1)
+        reference = hf_default_model(torch.tensor([tokens])).logits[0].float().log_softmax(-1)
     for i, entry in enumerate(completion.logprobs):
         row = reference[len(prompt) - 1 + i]
         assert entry.chosen.token_id == completion.token_ids[i]
@@ -70,13 +68,12 @@ def test_requests_without_logprobs_get_none(llm):
 
 @pytest.mark.slow
 def test_prompt_logprobs_equal_transformers_log_softmax_across_prefill_chunks(
-        make_llm, default_model):
+        make_llm, hf_default_model):
     llm = make_llm(max_num_batched_tokens=16)  # a 40-token prompt read in three chunks
     prompt = llm.tokenizer.encode("The quick brown fox jumps over the lazy dog, and then " * 4)
     out = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=2))[0]
-    hf = load_hf_model(default_model.path)
     with torch.inference_mode():
-        reference = hf(torch.tensor([prompt])).logits[0].float().log_softmax(-1)
+        reference = hf_default_model(torch.tensor([prompt])).logits[0].float().log_softmax(-1)
     assert out.prompt_logprobs[0] is None and len(out.prompt_logprobs) == len(prompt)
     for position, entry in enumerate(out.prompt_logprobs[1:], 1):
         row = reference[position - 1]
