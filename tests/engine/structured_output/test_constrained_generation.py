@@ -10,6 +10,7 @@ import pytest
 
 from engine.sampling_params import SamplingParams, StructuredOutputsParams
 from tests.engine.structured_output.schemas import SCHEMAS
+from tests.engine.test_batch_invariance import record_steps
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string"},
                                           "age": {"type": "integer"}},
@@ -82,19 +83,25 @@ def test_a_reply_cut_by_max_tokens_mid_json_ends_with_length(llm):
 
 
 @pytest.mark.slow
-def test_a_preempted_constrained_reply_resumes_where_its_grammar_was(make_llm):
-    # Few blocks for eight long replies: sequences are preempted and recomputed mid-reply.
-    llm = make_llm(max_num_seqs=8, num_kv_blocks=24, block_size=16)
+def test_a_preempted_constrained_reply_resumes_where_its_grammar_was(make_llm, monkeypatch):
     schema = {"type": "object", "properties": {"items": {
-        "type": "array", "items": {"type": "string"}, "minItems": 6, "maxItems": 6}},
+        "type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2}},
         "required": ["items"]}
-    outs = llm.chat([_ask(f"List six things about topic {i} as JSON.") for i in range(8)],
-                    [_json_params(schema, temperature=1.0, seed=i, max_tokens=160)
-                     for i in range(8)])
-    assert llm.stats().num_preemptions > 0
+    prompts = [_ask(f"List two things about topic {i} as JSON.") for i in range(3)]
+    params = [_json_params(schema, temperature=0, max_tokens=40)] * len(prompts)
+    roomy = make_llm(max_num_seqs=8, num_kv_blocks=64, num_threads=1)
+    want = [out.outputs[0].token_ids for out in roomy.chat(prompts, params)]
+    # Six 16-token blocks hold one ~75-token reply, not three: they are preempted and
+    # recomputed mid-reply, and each must go on under its grammar as if it never stopped.
+    llm = make_llm(max_num_seqs=8, num_kv_blocks=6, block_size=16, num_threads=1)
+    steps = record_steps(llm, monkeypatch)
+    outs = llm.chat(prompts, params)
+    assert any(n > 0 for step in steps for n in step.preempted_num_outputs), (
+        "no request was preempted after it had started its reply")
+    assert [out.outputs[0].token_ids for out in outs] == want
     for out in outs:
-        if out.outputs[0].finish_reason == "stop":
-            jsonschema.validate(json.loads(out.outputs[0].text), schema)
+        assert out.outputs[0].finish_reason == "stop"
+        jsonschema.validate(json.loads(out.outputs[0].text), schema)
 
 
 def test_an_aborted_constrained_request_frees_its_place(make_engine):
