@@ -104,6 +104,7 @@ class LLMEngine:
         self._logprobs: dict[str, list[TokenLogprobs]] = {}
         self._prompt_logprobs: dict[str, list[TokenLogprobs | None]] = {}
         self._token_times: deque[tuple[float, int]] = deque()
+        self._window_tokens = 0  # the sum of _token_times' counts
         self._num_preemptions = 0
 
     def add_request(self, request_id: str, prompt: str | list[int],
@@ -429,14 +430,15 @@ class LLMEngine:
     def _record_tokens(self, n: int) -> None:
         now = time.monotonic()
         self._token_times.append((now, n))
+        self._window_tokens += n
         while self._token_times and now - self._token_times[0][0] > _THROUGHPUT_WINDOW_S:
-            self._token_times.popleft()
+            self._window_tokens -= self._token_times.popleft()[1]
 
     def _recent_throughput(self) -> float:
         if len(self._token_times) < 2:
             return 0.0
         span = self._token_times[-1][0] - self._token_times[0][0]
-        tokens = sum(n for _, n in list(self._token_times)[1:])
+        tokens = self._window_tokens - self._token_times[0][1]  # those after the first time
         return tokens / span if span > 0 else 0.0
 
 
