@@ -187,6 +187,31 @@ def test_concurrent_streams_all_finish_and_match_llm_generate(engine, llm):
         assert outputs[-1].outputs[0].text == want.outputs[0].text
 
 
+def test_a_step_wakes_the_loop_of_its_streams_once(engine):
+    prompts = ["The capital of France is", "def fibonacci(n):", "My favourite colour is",
+               "Water boils at"]
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    wake_ups = []
+
+    async def scenario() -> list[list[RequestOutput]]:
+        loop = asyncio.get_running_loop()
+        call_soon_threadsafe = loop.call_soon_threadsafe
+
+        def counted(callback, *args):
+            wake_ups.append(threading.current_thread().name)
+            return call_soon_threadsafe(callback, *args)
+
+        loop.call_soon_threadsafe = counted
+        return await asyncio.gather(*(collect(engine, p, params) for p in prompts))
+
+    streamed = asyncio.run(scenario())
+    assert all(len(outputs) == 12 for outputs in streamed)  # one output a token, each stream
+    engine_wake_ups = wake_ups.count("pagoda-engine")
+    # Four streams of 12 tokens: 48 outputs, in ~12 steps if all four run in each (plus a few
+    # while they join), not one wake-up an output.
+    assert 12 <= engine_wake_ups <= 20, wake_ups
+
+
 @pytest.mark.slow
 def test_same_seed_gives_the_same_text_at_temperature_0_8(engine):
     def sampled(seed: int) -> SamplingParams:
