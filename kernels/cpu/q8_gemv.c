@@ -526,35 +526,68 @@ static inline void pass8_zmm(const struct weight *w, const struct activations *x
         for (int r = 0; r < TILE_ROWS; r++)                                                 \
             y[(size_t)(i0 + i) * w->n + row0 + r] = bq_hsum_half(acc[i][r / 2], r % 2)
 
+/* Per pair of rows and half super-block, the scales of its eight sub-blocks per row become
+ * 16-bit words [a0..a7 b0..b7] once; block j's two multipliers (a's scale in the low 16 words,
+ * b's in the high ones) are then one word permute each, where building them from bytes per
+ * block took eight instructions of the ~27 a block's pair costs (this pass is bound by them,
+ * not by memory: its time barely changed with the weights in L3). */
+__attribute__((target(BQ_ZMM_TARGET), always_inline))
+static inline __m512i q6k_pair_scales16(const uint8_t *a, const uint8_t *b, int h)
+{
+    __m128i bytes = _mm_unpacklo_epi64(
+        _mm_loadl_epi64((const __m128i *)(a + Q6K_SCALES_AT + 8 * h)),
+        _mm_loadl_epi64((const __m128i *)(b + Q6K_SCALES_AT + 8 * h)));
+    return _mm512_castsi256_si512(_mm256_cvtepi8_epi16(bytes));
+}
+
 __attribute__((target(BQ_ZMM_TARGET), always_inline))
 static inline void q6k_pass16_zmm(const struct weight *w, const struct activations *x, int row0,
                                   int rows, int i0, int irows, float *y)
 {
     (void)rows;
     const int16_t *xq = (const int16_t *)x->q;
-    /* Bytes [a0 a1 b0 b1] -> a's scale in the low 16 bytes, b's in the high ones. */
-    const __m256i first = _mm256_setr_epi64x(0, 0, 0x0202020202020202, 0x0202020202020202);
-    const __m256i second = _mm256_add_epi8(first, _mm256_set1_epi8(1));
+    /* Word index of block j's first (second) sub-block scale: a's for 16 words, b's (8 on). */
+    __m512i first[4], second[4];
+    for (int j = 0; j < 4; j++) {
+        __m512i lo = _mm512_set1_epi16((short)(2 * j)), hi = _mm512_set1_epi16((short)(8 + 2 * j));
+        first[j] = _mm512_mask_blend_epi16(0xFFFF0000u, lo, hi);
+        second[j] = _mm512_add_epi16(first[j], _mm512_set1_epi16(1));
+    }
     ZERO_PAIR_ACCUMULATORS(acc);
-    Q6K_PAIRS(
-        __m256i ya = _mm512_castsi512_si256(q[j]), yb = _mm512_extracti64x4_epi64(q[j], 1);
-        __m512i wlo = _mm512_mullo_epi16(
-            _mm512_cvtepi8_epi16(_mm256_permute2x128_si256(ya, yb, 0x20)),
-            _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(sc, first)));
-        __m512i whi = _mm512_mullo_epi16(
-            _mm512_cvtepi8_epi16(_mm256_permute2x128_si256(ya, yb, 0x31)),
-            _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(sc, second)));
-        for (int i = 0; i < irows; i++) {
-            size_t blk = (size_t)(i0 + i) * w->groups + g0 + j;
-            __m512i xlo = _mm512_broadcast_i64x4(
-                _mm256_loadu_si256((const __m256i *)(xq + blk * BLOCK)));
-            __m512i xhi = _mm512_broadcast_i64x4(
-                _mm256_loadu_si256((const __m256i *)(xq + blk * BLOCK + 16)));
-            __m512i dot = _mm512_dpwssd_epi32(_mm512_madd_epi16(wlo, xlo), whi, xhi);
-            acc[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
-                                        _mm512_mul_ps(d, _mm512_set1_ps(x->scale[blk])),
-                                        acc[i][p]);
-        })
+    size_t row_bytes = q6k_row_bytes(w->k);
+    const uint8_t *tile = (const uint8_t *)w->q + (size_t)row0 * row_bytes;
+    for (int g0 = 0; g0 < w->groups; g0 += 4) {
+        size_t at = (size_t)(g0 / Q6K_BLOCKS) * Q6K_BYTES;
+        int h = (g0 % Q6K_BLOCKS) / 4;
+        Q6K_PREFETCH_NEXT_TILE(tile, row_bytes, at + (size_t)h * Q6K_HALF_BYTES);
+        for (int p = 0; p < TILE_ROWS / 2; p++) {
+            const uint8_t *a = tile + (size_t)(2 * p) * row_bytes + at, *b = a + row_bytes;
+            __m512 d = bq_pair(q6k_d_f16c(a), q6k_d_f16c(b));
+            __m512i q[4];
+            q6k_half_pair_zmm(a, b, h, q);
+            __m512i scales = q6k_pair_scales16(a, b, h);
+            for (int j = 0; j < 4; j++) {
+                __m256i ya = _mm512_castsi512_si256(q[j]), yb = _mm512_extracti64x4_epi64(q[j], 1);
+                __m512i wlo = _mm512_mullo_epi16(
+                    _mm512_cvtepi8_epi16(_mm256_permute2x128_si256(ya, yb, 0x20)),
+                    _mm512_permutexvar_epi16(first[j], scales));
+                __m512i whi = _mm512_mullo_epi16(
+                    _mm512_cvtepi8_epi16(_mm256_permute2x128_si256(ya, yb, 0x31)),
+                    _mm512_permutexvar_epi16(second[j], scales));
+                for (int i = 0; i < irows; i++) {
+                    size_t blk = (size_t)(i0 + i) * w->groups + g0 + j;
+                    __m512i xlo = _mm512_broadcast_i64x4(
+                        _mm256_loadu_si256((const __m256i *)(xq + blk * BLOCK)));
+                    __m512i xhi = _mm512_broadcast_i64x4(
+                        _mm256_loadu_si256((const __m256i *)(xq + blk * BLOCK + 16)));
+                    __m512i dot = _mm512_dpwssd_epi32(_mm512_madd_epi16(wlo, xlo), whi, xhi);
+                    acc[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                                _mm512_mul_ps(d, _mm512_set1_ps(x->scale[blk])),
+                                                acc[i][p]);
+                }
+            }
+        }
+    }
     Q6K_STORE_PAIRS(acc);
 }
 
