@@ -95,9 +95,10 @@ static inline void q6k_half_avx2(const uint8_t *super, int h, __m256i out[4])
 }
 
 /* The same for two rows' super-blocks at once: row a's blocks in bytes 0-31 of each out[j],
- * row b's in bytes 32-63. */
+ * row b's in bytes 32-63; q itself (0..63) if `unsigned_q`, else q - 32. */
 __attribute__((target("avx512f,avx512bw,avx2"), always_inline))
-static inline void q6k_half_pair_zmm(const uint8_t *a, const uint8_t *b, int h, __m512i out[4])
+static inline void q6k_half_pair_zmm_q(const uint8_t *a, const uint8_t *b, int h, int unsigned_q,
+                                       __m512i out[4])
 {
 #define Q6K_PAIR_LOAD(at)                                                                   \
     _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(a + (at)))), \
@@ -110,9 +111,17 @@ static inline void q6k_half_pair_zmm(const uint8_t *a, const uint8_t *b, int h, 
     __m512i lo[4] = {l0, l1, _mm512_srli_epi16(l0, 4), _mm512_srli_epi16(l1, 4)};
     __m512i hi[4] = {_mm512_slli_epi16(qh, 4), _mm512_slli_epi16(qh, 2), qh,
                      _mm512_srli_epi16(qh, 2)};
-    for (int j = 0; j < 4; j++)
-        out[j] = _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(lo[j], low),
-                                                 _mm512_and_si512(hi[j], high)), off);
+    for (int j = 0; j < 4; j++) {
+        out[j] = _mm512_or_si512(_mm512_and_si512(lo[j], low), _mm512_and_si512(hi[j], high));
+        if (!unsigned_q)
+            out[j] = _mm512_sub_epi8(out[j], off);
+    }
+}
+
+__attribute__((target("avx512f,avx512bw,avx2"), always_inline))
+static inline void q6k_half_pair_zmm(const uint8_t *a, const uint8_t *b, int h, __m512i out[4])
+{
+    q6k_half_pair_zmm_q(a, b, h, 0, out);
 }
 
 #endif

@@ -495,31 +495,8 @@ static inline void pass8_zmm(const struct weight *w, const struct activations *x
 }
 
 /* AVX-512 VNNI Q6_K passes: two weight rows a 512-bit register, as pass16_zmm; the same lanes
- * as the 256-bit Q6_K passes, so the same bits. Full tiles only. Per pair of rows and half
- * super-block: rows a = 2p and b = 2p + 1's blocks, their sub-block scales as bytes
- * [a0 a1 b0 b1] (block j's two), and d as a pair. */
-#define Q6K_PAIRS(...)                                                                      \
-    size_t row_bytes = q6k_row_bytes(w->k);                                                 \
-    const uint8_t *tile = (const uint8_t *)w->q + (size_t)row0 * row_bytes;                 \
-    for (int g0 = 0; g0 < w->groups; g0 += 4) {                                             \
-        size_t at = (size_t)(g0 / Q6K_BLOCKS) * Q6K_BYTES;                                  \
-        int h = (g0 % Q6K_BLOCKS) / 4;                                                      \
-        Q6K_PREFETCH_NEXT_TILE(tile, row_bytes, at + (size_t)h * Q6K_HALF_BYTES);           \
-        for (int p = 0; p < TILE_ROWS / 2; p++) {                                           \
-            const uint8_t *a = tile + (size_t)(2 * p) * row_bytes + at, *b = a + row_bytes; \
-            __m512 d = bq_pair(q6k_d_f16c(a), q6k_d_f16c(b));                               \
-            __m512i q[4];                                                                   \
-            q6k_half_pair_zmm(a, b, h, q);                                                  \
-            for (int j = 0; j < 4; j++) {                                                   \
-                uint16_t sa, sb;                                                            \
-                memcpy(&sa, a + Q6K_SCALES_AT + 8 * h + 2 * j, 2);                          \
-                memcpy(&sb, b + Q6K_SCALES_AT + 8 * h + 2 * j, 2);                          \
-                __m256i sc = _mm256_set1_epi32((int)((uint32_t)sa | (uint32_t)sb << 16));   \
-                __VA_ARGS__                                                                 \
-            }                                                                               \
-        }                                                                                   \
-    }
-
+ * as the 256-bit Q6_K passes, so the same bits. Full tiles only. Per pair of rows a = 2p and
+ * b = 2p + 1 and half super-block: their blocks unpacked side by side, d as a pair. */
 /* The pairs' accumulators summed into y. */
 #define Q6K_STORE_PAIRS(acc)                                                                \
     for (int i = 0; i < irows; i++)                                                         \
@@ -591,31 +568,61 @@ static inline void q6k_pass16_zmm(const struct weight *w, const struct activatio
     Q6K_STORE_PAIRS(acc);
 }
 
+/* Int8 activations: q unsigned (0..63, not q - 32) is dpbusd's unsigned operand as it is, so
+ * a lane's q.x less 32 times its four x (once per activation block and half super-block,
+ * shared by the tile's rows: the dot's starting value) is w.x without taking w's sign into
+ * x per row; the same integer, so the same bits. Sub-block scales as int32 lanes
+ * [a0 x4, a1 x4, b0 x4, b1 x4] are one permute of the half's eight a and eight b scales. This
+ * pass bounds a 1B model's Q6_K vocabulary by instructions as much as by memory. */
 __attribute__((target(BQ_ZMM_TARGET), always_inline))
 static inline void q6k_pass8_zmm(const struct weight *w, const struct activations *x, int row0,
                                  int rows, int i0, int irows, float *y)
 {
     (void)rows;
     const int8_t *xq = (const int8_t *)x->q;
-    /* Bytes [a0 a1 b0 b1] -> int32 lanes a0 x4, a1 x4, b0 x4, b1 x4: a lane covers 4 values. */
-    const __m128i spread = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i thirty_two = _mm512_set1_epi8(32);
+    __m512i pick[4];
+    for (int j = 0; j < 4; j++) {
+        int a0 = 2 * j, a1 = a0 + 1, b0 = 8 + a0, b1 = b0 + 1;
+        pick[j] = _mm512_setr_epi32(a0, a0, a0, a0, a1, a1, a1, a1, b0, b0, b0, b0, b1, b1, b1, b1);
+    }
     ZERO_PAIR_ACCUMULATORS(acc);
-    Q6K_PAIRS(
-        __m512i scv = _mm512_cvtepi8_epi32(
-            _mm_shuffle_epi8(_mm256_castsi256_si128(sc), spread));
-        __m512i abs_w = _mm512_abs_epi8(q[j]);
-        __mmask64 negative = _mm512_movepi8_mask(q[j]);
-        for (int i = 0; i < irows; i++) {
-            size_t blk = (size_t)(i0 + i) * w->groups + g0 + j;
-            __m512i xv = _mm512_broadcast_i64x4(
-                _mm256_loadu_si256((const __m256i *)(xq + blk * BLOCK)));
-            /* x with w's sign: AVX-512 has no sign_epi8; w = 0 gives |w| = 0 either way. */
-            __m512i xs = _mm512_mask_sub_epi8(xv, negative, _mm512_setzero_si512(), xv);
-            __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), abs_w, xs);
-            acc[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(dot, scv)),
-                                        _mm512_mul_ps(d, _mm512_set1_ps(x->scale[blk])),
-                                        acc[i][p]);
-        })
+    size_t row_bytes = q6k_row_bytes(w->k);
+    const uint8_t *tile = (const uint8_t *)w->q + (size_t)row0 * row_bytes;
+    for (int g0 = 0; g0 < w->groups; g0 += 4) {
+        size_t at = (size_t)(g0 / Q6K_BLOCKS) * Q6K_BYTES;
+        int h = (g0 % Q6K_BLOCKS) / 4;
+        Q6K_PREFETCH_NEXT_TILE(tile, row_bytes, at + (size_t)h * Q6K_HALF_BYTES);
+        __m512i xv[ROW_CHUNK][4], start[ROW_CHUNK][4];
+        for (int i = 0; i < irows; i++)
+            for (int j = 0; j < 4; j++) {
+                size_t blk = (size_t)(i0 + i) * w->groups + g0 + j;
+                xv[i][j] = _mm512_broadcast_i64x4(
+                    _mm256_loadu_si256((const __m256i *)(xq + blk * BLOCK)));
+                start[i][j] = _mm512_sub_epi32(
+                    _mm512_setzero_si512(),
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), thirty_two, xv[i][j]));
+            }
+        for (int p = 0; p < TILE_ROWS / 2; p++) {
+            const uint8_t *a = tile + (size_t)(2 * p) * row_bytes + at, *b = a + row_bytes;
+            __m512 d = bq_pair(q6k_d_f16c(a), q6k_d_f16c(b));
+            __m512i q[4];
+            q6k_half_pair_zmm_q(a, b, h, 1, q);
+            __m512i scales = _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(
+                _mm_loadl_epi64((const __m128i *)(a + Q6K_SCALES_AT + 8 * h)),
+                _mm_loadl_epi64((const __m128i *)(b + Q6K_SCALES_AT + 8 * h))));
+            for (int j = 0; j < 4; j++) {
+                __m512i scv = _mm512_permutexvar_epi32(pick[j], scales);
+                for (int i = 0; i < irows; i++) {
+                    size_t blk = (size_t)(i0 + i) * w->groups + g0 + j;
+                    __m512i dot = _mm512_dpbusd_epi32(start[i][j], q[j], xv[i][j]);
+                    acc[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(dot, scv)),
+                                                _mm512_mul_ps(d, _mm512_set1_ps(x->scale[blk])),
+                                                acc[i][p]);
+                }
+            }
+        }
+    }
     Q6K_STORE_PAIRS(acc);
 }
 
