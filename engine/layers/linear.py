@@ -24,6 +24,7 @@ from engine.quantization.base import LinearMethod
 from engine.quantization.cpu_paths import CpuPathPolicy
 from engine.quantization.cpu_q4 import Q4Context
 from engine.quantization.cpu_q8 import Q8Context
+from engine.quantization.dequantize_workspace import DequantWorkspace
 from engine.quantization.tensors import (
     Int4Weight,
     Int8Weight,
@@ -49,12 +50,16 @@ class Linear:
 
 @dataclass(slots=True)
 class Embedding:
-    """A token table; a quantized one dequantizes only the rows a step gathers."""
+    """A token table; a quantized one dequantizes only the rows a step gathers (with our C
+    kernel where `widen` has it)."""
 
     weight: Weight
     dtype: torch.dtype
+    widen: DequantWorkspace | None = None
 
     def __call__(self, token_ids: torch.Tensor) -> torch.Tensor:
+        if self.widen is not None:
+            return self.widen.gather(self.weight, token_ids, self.dtype)
         return dequantize_rows(self.weight, token_ids, self.dtype)
 
 
@@ -111,7 +116,9 @@ def make_fused_linear(parts: list[Weight], bias: torch.Tensor | None,
 
 
 def make_embedding(weight: Weight, placement: Placement) -> Embedding:
-    return Embedding(to_device(weight, placement.device, placement.dtype), placement.dtype)
+    quantized_on_cpu = not isinstance(weight, torch.Tensor) and placement.device.type == "cpu"
+    widen = DequantWorkspace.for_this_machine() if quantized_on_cpu else None
+    return Embedding(to_device(weight, placement.device, placement.dtype), placement.dtype, widen)
 
 
 def _method_for(weight: Weight, placement: Placement, precise_int8: bool,

@@ -4,7 +4,8 @@ A quantized kernel returns bf16 outputs, and at logits of 10 to 30 bf16's spacin
 0.125: more than the gap between the two likeliest tokens at many steps, so greedy choices would
 follow the rounding (the default model agreed with its dequantized self on only 96.6% of next
 tokens). The kernel's logits pick the candidates; the top few are recomputed in fp32 from the
-weight's exact rows, which costs a gather of a few rows per sampled position.
+weight's exact rows, which costs a gather of a few rows per sampled position, widened by our C
+kernel where it builds (`DequantWorkspace.gather`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.layers.linear import Linear
+from engine.quantization.dequantize_workspace import DequantWorkspace
 from engine.quantization.tensors import Weight, dequantize_rows
 
 REFINED_CANDIDATES = 32
@@ -24,18 +26,23 @@ class LMHead:
     linear: Linear
     # The weight in its exact layout where the kernel approximates it; None for float weights.
     exact: Weight | None
+    # What widens the gathered rows; None: torch's dequantize.
+    widen: DequantWorkspace | None = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         logits = self.linear(x)
         if self.exact is None or x.shape[0] == 0:
             return logits
-        return refine_top_logits(logits, x, self.exact)
+        return refine_top_logits(logits, x, self.exact, widen=self.widen)
 
 
 def refine_top_logits(logits: torch.Tensor, x: torch.Tensor, exact: Weight,
-                      k: int = REFINED_CANDIDATES) -> torch.Tensor:
+                      k: int = REFINED_CANDIDATES,
+                      widen: DequantWorkspace | None = None) -> torch.Tensor:
     """logits [M, V] with the top k of each row replaced by x's product with exact's rows."""
     top = logits.topk(min(k, logits.shape[1]), dim=-1).indices
-    rows = dequantize_rows(exact, top, x.dtype)  # [M, k, hidden]
+    rows = (widen.gather(exact, top, x.dtype, reuse_buffer=True)  # [M, k, hidden]
+            if widen is not None else dequantize_rows(exact, top, x.dtype))
     refined = torch.bmm(rows, x.unsqueeze(-1)).squeeze(-1)
     return logits.scatter_(1, top, refined.to(logits.dtype))
+

@@ -22,6 +22,7 @@ from engine.models.config import head_dim
 from engine.models.memory import release_freed_memory
 from engine.models.native_decode import NativeDecode
 from engine.models.rotary import RotaryTables
+from engine.quantization.dequantize_workspace import DequantWorkspace
 from engine.quantization.tensors import Weight, concat
 from kernels.attention_metadata import AttentionMetadata, TritonAttentionMetadata
 
@@ -79,7 +80,9 @@ class LlamaForCausalLM:
         # A tied lm_head shares the embedding's tensors on the device, not a second copy.
         lm_head = weights.get("lm_head.weight", self.embed_tokens.weight)
         exact = None if isinstance(lm_head, torch.Tensor) else to_device(lm_head, device, dtype)
-        self.lm_head = LMHead(make_linear(lm_head, None, placement, precise_int8=False), exact)
+        widen = None if exact is None or device.type != "cpu" else DequantWorkspace.for_this_machine()
+        self.lm_head = LMHead(make_linear(lm_head, None, placement, precise_int8=False), exact,
+                              widen)
         self.norm = weights["model.norm.weight"].to(device=device, dtype=dtype)
         self.layers = []
         for i in range(s.num_layers):

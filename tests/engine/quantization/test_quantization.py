@@ -6,9 +6,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from gguf import GGMLQuantizationType as QType
+from tiny_gguf import random_blocks
 
 from engine.config import EngineConfig
 from engine.layers.linear import Placement, make_linear
@@ -19,9 +22,11 @@ from engine.quantization import cpu_paths
 from engine.quantization.cpu_int4 import CpuInt4Method
 from engine.quantization.cpu_int8 import CpuInt8Method
 from engine.quantization.cpu_paths import CpuPathPolicy, RowTimings
+from engine.quantization.dequantize_workspace import DequantWorkspace
 from engine.quantization.tensors import (
     Int4Weight,
     Int8Weight,
+    Q6KWeight,
     concat,
     dequantize,
     k_quant_scales,
@@ -245,6 +250,28 @@ def test_refined_logits_are_exact_for_the_top_candidates():
     refined = refine_top_logits(coarse.clone(), x, exact, k=32)
     torch.testing.assert_close(refined.gather(1, top), want.gather(1, top))
     assert torch.equal(refined.argmax(-1), want.argmax(-1))
+
+
+def _q6_k_vocabulary(n: int, k: int) -> Q6KWeight:
+    blocks = random_blocks(QType.Q6_K, n, k, np.random.default_rng(7))
+    return Q6KWeight(torch.from_numpy(np.ascontiguousarray(blocks)))
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4", "q6_k"])
+def test_top_candidates_widened_by_our_kernel_are_torchs_exact_rows(kind):
+    widen = DequantWorkspace.for_this_machine()
+    if not widen.native:
+        pytest.skip("our dequant kernel does not build here (so torch widens the rows)")
+    torch.manual_seed(8)
+    exact = {"int8": lambda: quantize_int8(torch.randn(700, 256), group_size=32),
+             "int4": lambda: quantize_int4(torch.randn(700, 256), group_size=32),
+             "q6_k": lambda: _q6_k_vocabulary(700, 256)}[kind]()
+    x = torch.randn(3, 256)
+    coarse = (F.linear(x, dequantize(exact)) + 0.3 * torch.randn(3, 700)).bfloat16().float()
+    by_torch = refine_top_logits(coarse.clone(), x, exact, k=32)
+    by_kernel = refine_top_logits(coarse.clone(), x, exact, k=32, widen=widen)
+    assert not torch.equal(by_torch, coarse)  # the candidates were recomputed
+    assert torch.equal(by_kernel, by_torch)
 
 
 def test_tied_quantized_vocabulary_is_refined_from_the_embedding_itself(tiny_llama):
