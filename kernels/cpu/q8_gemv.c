@@ -329,6 +329,16 @@ static inline float scale_at(const struct weight *w, size_t i)
             _mm_prefetch(next_ + c_, _MM_HINT_T0);                                          \
     } while (0)
 
+/* Where half super-block g0 / 4 (blocks g0 .. g0 + 3) starts in a row, and which half (*h) it
+ * is; the next tile's matching share is prefetched. */
+static inline size_t q6k_half_at(const uint8_t *tile, size_t row_bytes, int g0, int *h)
+{
+    size_t at = (size_t)(g0 / Q6K_BLOCKS) * Q6K_BYTES;
+    *h = (g0 % Q6K_BLOCKS) / 4;
+    Q6K_PREFETCH_NEXT_TILE(tile, row_bytes, at + (size_t)*h * Q6K_HALF_BYTES);
+    return at;
+}
+
 /* The loop both Q6_K passes share: per half super-block g0 (blocks g0 .. g0 + 3) and tile row
  * r, the row's four blocks q[4], its super-block's scales sc and d; the body runs per block
  * j of them. */
@@ -336,9 +346,8 @@ static inline float scale_at(const struct weight *w, size_t i)
     size_t row_bytes = q6k_row_bytes(w->k);                                                 \
     const uint8_t *tile = (const uint8_t *)w->q + (size_t)row0 * row_bytes;                 \
     for (int g0 = 0; g0 < w->groups; g0 += 4) {                                             \
-        size_t at = (size_t)(g0 / Q6K_BLOCKS) * Q6K_BYTES;                                  \
-        int h = (g0 % Q6K_BLOCKS) / 4;                                                      \
-        Q6K_PREFETCH_NEXT_TILE(tile, row_bytes, at + (size_t)h * Q6K_HALF_BYTES);           \
+        int h;                                                                              \
+        size_t at = q6k_half_at(tile, row_bytes, g0, &h);                                   \
         for (int r = 0; r < rows; r++) {                                                    \
             const uint8_t *super = tile + (size_t)r * row_bytes + at;                       \
             const int8_t *sc = (const int8_t *)(super + Q6K_SCALES_AT) + 8 * h;             \
@@ -534,9 +543,8 @@ static inline void q6k_pass16_zmm(const struct weight *w, const struct activatio
     size_t row_bytes = q6k_row_bytes(w->k);
     const uint8_t *tile = (const uint8_t *)w->q + (size_t)row0 * row_bytes;
     for (int g0 = 0; g0 < w->groups; g0 += 4) {
-        size_t at = (size_t)(g0 / Q6K_BLOCKS) * Q6K_BYTES;
-        int h = (g0 % Q6K_BLOCKS) / 4;
-        Q6K_PREFETCH_NEXT_TILE(tile, row_bytes, at + (size_t)h * Q6K_HALF_BYTES);
+        int h;
+        size_t at = q6k_half_at(tile, row_bytes, g0, &h);
         for (int p = 0; p < TILE_ROWS / 2; p++) {
             const uint8_t *a = tile + (size_t)(2 * p) * row_bytes + at, *b = a + row_bytes;
             __m512 d = bq_pair(q6k_d_f16c(a), q6k_d_f16c(b));
@@ -590,9 +598,8 @@ static inline void q6k_pass8_zmm(const struct weight *w, const struct activation
     size_t row_bytes = q6k_row_bytes(w->k);
     const uint8_t *tile = (const uint8_t *)w->q + (size_t)row0 * row_bytes;
     for (int g0 = 0; g0 < w->groups; g0 += 4) {
-        size_t at = (size_t)(g0 / Q6K_BLOCKS) * Q6K_BYTES;
-        int h = (g0 % Q6K_BLOCKS) / 4;
-        Q6K_PREFETCH_NEXT_TILE(tile, row_bytes, at + (size_t)h * Q6K_HALF_BYTES);
+        int h;
+        size_t at = q6k_half_at(tile, row_bytes, g0, &h);
         __m512i xv[ROW_CHUNK][4], start[ROW_CHUNK][4];
         for (int i = 0; i < irows; i++)
             for (int j = 0; j < 4; j++) {
