@@ -118,9 +118,12 @@ def main(argv: list[str] | None = None) -> None:
         calls = {variant: [(label, caller(lib, entry_name(linear, engine_libs), linear, x, threads))
                            for (label, linear), x in zip(linears, xs)]
                  for variant, lib in builds.items()}
-        for step in calls.values():  # the same products from both builds, or no table
+        identical = True  # the same products from both builds (to fp32 rounding), or no table
+        for step in calls.values():
             for (label, a), (_, b) in zip(calls["tree"], step):
-                torch.testing.assert_close(a().clone(), b(), rtol=1e-4, atol=1e-3, msg=label)
+                want, got = a().clone(), b()
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3, msg=label)
+                identical &= torch.equal(got, want)
         totals, by_label = defaultdict(list), defaultdict(list)
         for _ in range(args.rounds):
             for variant, step in calls.items():
@@ -134,7 +137,8 @@ def main(argv: list[str] | None = None) -> None:
                     by_label[variant, label].append(seconds)
     labels = sorted({label for label, _ in linears})
     print(f"CPU: {cpu_name()}, {threads} threads; {args.model}; one row, {len(linears)} layer "
-          f"linears a step, {args.rounds} interleaved rounds; ms a step (median, best)\n")
+          f"linears a step, {args.rounds} interleaved rounds; ms a step (median, best); "
+          f"products {'bit-identical' if identical else 'equal to fp32 rounding'}\n")
     print("| build | " + " | ".join(labels) + " | all |")
     print("|---|" + "---|" * (len(labels) + 1))
     for variant in calls:
