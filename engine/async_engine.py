@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import os
 import queue
 import threading
@@ -53,6 +54,12 @@ _STOP = object()
 # Python each time, ~0.5% of a 135M step); when the engine goes idle, before its last outputs
 # are sent.
 _STATS_INTERVAL_S = 0.1
+# A loop is woken at most this often for outputs that can wait: ~60 times a second, what a
+# window repaints. A stream's first output, its last and errors go at once, and nothing waits
+# behind a step that may be long (the last step took longer, or a request just arrived). At
+# 135M a token is ~7.5 ms and waking the loop for each one cost 2.4-5.3% of the decode rate:
+# the loop thread's wake-up lands on a core the step's two threads use.
+_WAKE_INTERVAL_S = 1 / 60
 
 
 class _Sink:
@@ -61,31 +68,49 @@ class _Sink:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
+        self.started = False  # whether anything was sent to it yet (its first token waits not)
 
 
 class _Outbox:
     """What the engine thread has for the streams' loops, in the order it was posted, sent
     with one wake-up per loop: a step's outputs for 32 streams of one loop wake it once, not
-    32 times (each wake-up a write to its self-pipe, on the engine thread)."""
+    32 times (each wake-up a write to its self-pipe, on the engine thread); and outputs that
+    can wait, at most every _WAKE_INTERVAL_S per loop."""
 
     def __init__(self) -> None:
         self._posted: list[tuple[_Sink, RequestOutput | BaseException]] = []
+        self._woken: dict[asyncio.AbstractEventLoop, float] = {}  # recently, when
 
     def post(self, sink: _Sink, item: RequestOutput | BaseException) -> None:
         self._posted.append((sink, item))
 
-    def send(self) -> None:
+    def send(self, now: float, hold: bool = False) -> None:
+        """hold: a loop woken less than _WAKE_INTERVAL_S ago keeps what can wait until a later
+        send (the next step's); else everything goes."""
         if not self._posted:
             return
         posted, self._posted = self._posted, []
         by_loop: dict[asyncio.AbstractEventLoop, list] = {}
         for sink, item in posted:
-            by_loop.setdefault(sink.loop, []).append((sink.queue, item))
+            by_loop.setdefault(sink.loop, []).append((sink, item))
         for loop, batch in by_loop.items():
+            if hold and now - self._woken.get(loop, -math.inf) < _WAKE_INTERVAL_S and not any(
+                    _urgent(sink, item) for sink, item in batch):
+                self._posted.extend(batch)
+                continue
+            self._woken[loop] = now
+            for sink, _ in batch:
+                sink.started = True
             try:
-                loop.call_soon_threadsafe(_put_all, batch)
+                loop.call_soon_threadsafe(_put_all, [(sink.queue, item) for sink, item in batch])
             except RuntimeError:  # the caller's loop is closed: nobody is listening any more
                 pass
+        self._woken = {loop: t for loop, t in self._woken.items()
+                       if now - t < _WAKE_INTERVAL_S}  # no closed loop is kept
+
+
+def _urgent(sink: _Sink, item: RequestOutput | BaseException) -> bool:
+    return not sink.started or isinstance(item, BaseException) or item.finished
 
 
 def _put_all(batch: list[tuple[asyncio.Queue, RequestOutput | BaseException]]) -> None:
@@ -143,6 +168,7 @@ class AsyncEngine:
         self._sinks: dict[str, _Sink] = {}
         self._outbox = _Outbox()  # the engine thread's only
         self._stats_due = 0.0  # when the engine thread next refreshes _stats while busy
+        self._arrived = False  # a request was added since the last send (its prefill is next)
         self._ids = itertools.count()
         self._dead: BaseException | None = None
         # Held while a request enters the inbox and while the exiting thread closes it, so no
@@ -340,13 +366,19 @@ class AsyncEngine:
     def _run(self) -> None:
         try:
             while self._handle_inbox():
+                short_step = False
                 if self.engine.has_unfinished_requests():
+                    started = time.monotonic()
                     self._deliver(self.engine.step())
-                if (not self.engine.has_unfinished_requests()
-                        or time.monotonic() >= self._stats_due):
+                    short_step = time.monotonic() - started < _WAKE_INTERVAL_S
+                busy = self.engine.has_unfinished_requests()
+                now = time.monotonic()
+                if not busy or now >= self._stats_due:
                     self._stats = self.engine.stats()
-                    self._stats_due = time.monotonic() + _STATS_INTERVAL_S
-                self._outbox.send()
+                    self._stats_due = now + _STATS_INTERVAL_S
+                # What can wait, waits only for another step like the last (short, no arrival).
+                self._outbox.send(now, hold=busy and short_step and not self._arrived)
+                self._arrived = False
         except BaseException as exc:
             logger.exception("engine thread died")
             self._dead = exc
@@ -355,7 +387,7 @@ class AsyncEngine:
         finally:
             self._abort_all()
             self._close_inbox()
-            self._outbox.send()
+            self._outbox.send(time.monotonic())
             self.engine.close()
 
     def _close_inbox(self) -> None:
@@ -386,6 +418,7 @@ class AsyncEngine:
             if msg is _STOP:
                 return False
             if isinstance(msg, _Add):
+                self._arrived = True
                 self._add(msg)
             else:
                 self._abort(msg.request_id)
