@@ -68,7 +68,7 @@ class _Sink:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
-        self.started = False  # whether anything was sent to it yet (its first token waits not)
+        self.started = False  # whether anything was sent to it yet: its first output never waits
 
 
 class _Outbox:

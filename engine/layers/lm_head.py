@@ -19,6 +19,11 @@ from engine.quantization.dequantize_workspace import DequantWorkspace
 from engine.quantization.tensors import Weight, dequantize_rows
 
 REFINED_CANDIDATES = 32
+# The candidates' rows go into one buffer kept from step to step up to this many floats (4 MB:
+# a decode batch of 16 rows of a 2048-wide model), where a fresh 256 KB tensor per step cost
+# more in page faults than the widening; a larger batch gets a new tensor, so the buffer kept
+# stays small.
+_REUSED_FLOATS = 1 << 20
 
 
 @dataclass(slots=True)
@@ -41,8 +46,10 @@ def refine_top_logits(logits: torch.Tensor, x: torch.Tensor, exact: Weight,
                       widen: DequantWorkspace | None = None) -> torch.Tensor:
     """logits [M, V] with the top k of each row replaced by x's product with exact's rows."""
     top = logits.topk(min(k, logits.shape[1]), dim=-1).indices
-    rows = (widen.gather(exact, top, x.dtype, reuse_buffer=True)  # [M, k, hidden]
-            if widen is not None else dequantize_rows(exact, top, x.dtype))
+    if widen is None:
+        rows = dequantize_rows(exact, top, x.dtype)  # [M, k, hidden]
+    else:
+        small = top.numel() * x.shape[1] <= _REUSED_FLOATS
+        rows = widen.gather(exact, top, x.dtype, reuse_buffer=small)
     refined = torch.bmm(rows, x.unsqueeze(-1)).squeeze(-1)
     return logits.scatter_(1, top, refined.to(logits.dtype))
-
