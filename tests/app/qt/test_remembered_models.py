@@ -42,7 +42,9 @@ def test_a_model_opened_from_a_file_stays_in_the_picker_after_a_switch_and_a_res
         window_on, run_async, qtbot, tmp_path, elsewhere):
     window = _start(window_on, run_async, tmp_path)
     window.open_model_file(str(elsewhere))
-    qtbot.waitUntil(lambda: window.host.model_path == str(elsewhere), timeout=WAIT_MS)
+    # The load is over once the old engine has stopped, after model_path names the new one.
+    qtbot.waitUntil(lambda: window.host.model_path == str(elsewhere)
+                    and not window.host.is_loading, timeout=WAIT_MS)
     _load(window, qtbot, None)  # back to the bundled model
 
     qtbot.waitUntil(lambda: _in_picker(window, elsewhere), timeout=WAIT_MS)
