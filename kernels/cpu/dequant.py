@@ -16,7 +16,8 @@ import torch
 from kernels.cpu.q4_gemv import Q4Repacked
 
 NAME = "dequant"
-BEST_ISA, SCALAR, AVX2 = -1, 0, 1
+# AVX512 (with BF16): int4 weights in either layout; int8 and Q6_K refuse it.
+BEST_ISA, SCALAR, AVX2, AVX512 = -1, 0, 1, 2
 _OUT_DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 _PARAM_DTYPES = (torch.float32, torch.float16)
 
@@ -38,11 +39,17 @@ class Dequantizer:
         self._q6_k.argtypes = [ptr, i32, i32, i32, ptr, i32, i32]
         self._q6_k.restype = i32
         self._has_vector = bool(lib.dq_has_vector_path())
+        self._has_avx512 = bool(lib.dq_has_avx512_path())
         self._threads = threads
 
     @property
     def has_vector_path(self) -> bool:
         return self._has_vector
+
+    @property
+    def has_avx512_path(self) -> bool:
+        """Whether int4 weights widen with AVX-512 and its BF16 conversion here."""
+        return self._has_avx512
 
     def int4_into(self, packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
                   out: torch.Tensor, isa: int = BEST_ISA) -> torch.Tensor:

@@ -11,11 +11,14 @@ from engine.quantization.tensors import (
     with_compact_scales,
 )
 from kernels.cpu import native
-from kernels.cpu.dequant import AVX2, SCALAR, Dequantizer
+from kernels.cpu.dequant import AVX2, AVX512, SCALAR, Dequantizer
 from kernels.cpu.q4_gemv import Q4Gemv
 from tests.q4_k_weight import q4_k_weight
 
 ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2], ids=["scalar", "avx2"])
+# int4 weights, in either layout, have a 512-bit path too.
+INT4_ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2, AVX512],
+                                      ids=["scalar", "avx2", "avx512"])
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +31,8 @@ def dq(tmp_path_factory) -> Dequantizer:
 def _runnable(dq: Dequantizer, isa: int) -> int:
     if isa == AVX2 and not dq.has_vector_path:
         pytest.skip("this CPU lacks AVX2/FMA/F16C, so that path is untested here")
+    if isa == AVX512 and not dq.has_avx512_path:
+        pytest.skip("this CPU lacks AVX-512 with BF16, so that path is untested here")
     return isa
 
 
@@ -41,7 +46,7 @@ def _weight(n: int, k: int, group: int = 32, compact: bool = False):
     return with_compact_scales(w)
 
 
-@ISAS
+@INT4_ISAS
 @pytest.mark.parametrize(("n", "k", "group"), [(576, 576, 32), (5, 1536, 32), (3, 128, 64),
                                                (7, 96, 32)])
 def test_fp32_rows_equal_torch_dequantize(dq, isa, n, k, group):
@@ -50,7 +55,7 @@ def test_fp32_rows_equal_torch_dequantize(dq, isa, n, k, group):
     assert torch.equal(out, dequantize(w))
 
 
-@ISAS
+@INT4_ISAS
 def test_fp16_scales_and_fp32_mins_mixed_are_read_as_stored(dq, isa):
     w = _weight(64, 256)
     mixed_scales = w.scales.half()
@@ -59,7 +64,7 @@ def test_fp16_scales_and_fp32_mins_mixed_are_read_as_stored(dq, isa):
     assert torch.equal(out, exact)
 
 
-@ISAS
+@INT4_ISAS
 def test_bf16_output_rounds_as_torch_does(dq, isa):
     w = _weight(96, 512, compact=True)
     out = dq.int4_into(w.packed, w.scales, w.mins, torch.empty(96, 512, dtype=torch.bfloat16),
@@ -98,7 +103,7 @@ def q4(tmp_path_factory) -> Q4Gemv:
     return Q4Gemv.load(tmp_path_factory.mktemp("q4"))
 
 
-@ISAS
+@INT4_ISAS
 @pytest.mark.parametrize("n", [576, 963, 5])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("compact", [False, True], ids=["fp32-records", "fp16-records"])
@@ -112,7 +117,7 @@ def test_q4_gemv_layout_widens_to_the_weight_it_was_repacked_from(dq, q4, isa, n
     assert torch.equal(out, dequantize(w, dtype))
 
 
-@ISAS
+@INT4_ISAS
 def test_q4_gemv_layout_with_scales_fp16_cannot_hold_widens_exactly(dq, q4, isa):
     w = with_compact_scales(_weight(963, 256))
     repacked = q4.repack(w.packed, w.scales, w.mins)
@@ -121,7 +126,7 @@ def test_q4_gemv_layout_with_scales_fp16_cannot_hold_widens_exactly(dq, q4, isa)
     assert torch.equal(out, dequantize(w))
 
 
-@ISAS
+@INT4_ISAS
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_q4_gemv_layout_in_q4_k_records_widens_to_the_weight_it_was_repacked_from(dq, q4, isa,
                                                                                   dtype):
@@ -129,3 +134,9 @@ def test_q4_gemv_layout_in_q4_k_records_widens_to_the_weight_it_was_repacked_fro
     repacked = q4.repack_kq(w.packed, parts.d, parts.dmin, parts.sc, parts.m)
     out = dq.q4_repacked_into(repacked, torch.empty(963, 512, dtype=dtype), _runnable(dq, isa))
     assert torch.equal(out, dequantize(w, dtype))
+
+
+def test_entry_points_without_a_512_bit_path_refuse_it_in_words(dq):
+    w = quantize_int8(torch.randn(8, 64), 32)
+    with pytest.raises(ValueError, match="instruction set 2"):
+        dq.int8_into(w.q, w.scales, w.mins, torch.empty(8, 64), AVX512)
