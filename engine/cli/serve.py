@@ -50,13 +50,14 @@ def run_serve(args: argparse.Namespace,
     # Imported here: `python -m engine chat` need not load the web stack.
     from engine.server.api import ServerSettings, build_app
     from engine.server.connections import ConnectionLimits
-    from engine.server.runner import bind, check_bind_address, serve_forever
+    from engine.server.runner import bind, check_bind_address, serve_forever, settle_the_heap
     from engine.server.served import ServedModel
 
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     check_bind_address(args.host, api_key)
     sock = bind(args.host, args.port)  # before loading: a taken port fails in a second
     engine = (make_engine or _load_engine)(args)
+    settle_the_heap()
     try:
         served = ServedModel(args.served_model_name or engine.model_name, engine,
                              engine.max_model_len)

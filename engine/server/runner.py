@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import ipaddress
 import signal
 import socket
@@ -40,6 +41,16 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def settle_the_heap() -> None:
+    """Once the model has loaded: collect once, then keep every object alive now (torch's, the
+    model's, the tokenizer's: hundreds of thousands) out of all later collections, as vLLM's
+    engine does. A serving process allocates per request and per token, and each collection
+    that reached the older generations scanned them all with the GIL held: ~3% of a 32-stream
+    run's samples on the default model, none after."""
+    gc.collect()
+    gc.freeze()
 
 
 def check_bind_address(host: str, api_key: str | None) -> None:

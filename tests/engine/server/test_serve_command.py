@@ -1,6 +1,8 @@
 """`python -m engine serve`: refuses what it should before loading anything, then serves."""
 
+import argparse
 import contextlib
+import gc
 import json
 import os
 import re
@@ -14,6 +16,8 @@ import httpx
 import pytest
 
 from engine.cli.main import main
+from engine.cli.serve import run_serve
+from engine.server import runner
 
 
 def test_serving_a_reachable_address_without_a_key_is_refused(capsys, monkeypatch):
@@ -29,6 +33,35 @@ def test_a_port_in_use_is_a_clear_error(capsys):
         port = taken.getsockname()[1]
         assert main(["serve", "--port", str(port)]) == 2
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+class _LoadedEngine:
+    """What run_serve reads of an engine, with objects of its own made at load."""
+
+    model_name, max_model_len = "tiny", 64
+
+    def __init__(self) -> None:
+        self.weights = [{"layer": i} for i in range(1000)]
+        self.stopped = False
+
+    def shutdown(self) -> None:
+        self.stopped = True
+
+
+def test_serving_keeps_what_loaded_out_of_later_garbage_collections(monkeypatch):
+    frozen_when_serving = []
+    monkeypatch.setattr(runner, "serve_forever",
+                        lambda *args: frozen_when_serving.append(gc.get_freeze_count()))
+    args = argparse.Namespace(host="127.0.0.1", port=0, api_key=None, served_model_name=None,
+                              allowed_origins=[], header_timeout=10.0, max_connections=10)
+    gc.unfreeze()
+    loaded = _LoadedEngine()
+    try:
+        assert run_serve(args, lambda _: loaded) == 0
+    finally:
+        gc.unfreeze()  # the rest of this test process collects as before
+    assert frozen_when_serving[0] > len(loaded.weights)
+    assert loaded.stopped
 
 
 def start_serving(*options: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
