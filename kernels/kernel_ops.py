@@ -31,6 +31,8 @@ class KernelOps:
     # A decode step's whole layer stack in one call where the backend has it
     # (kernels/cpu/decode_layers.py; engine/models/native_decode.py drives it).
     decode_layers: object | None = None
+    # Each row's indices of its k largest values, as a set (the vocabulary's candidates).
+    top_k_indices: Callable[..., torch.Tensor] = torch_ref.top_k_indices
 
 
 TORCH_OPS = KernelOps(

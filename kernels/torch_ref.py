@@ -39,6 +39,12 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     return F.silu(gate).mul_(up)
 
 
+def top_k_indices(x: torch.Tensor, k: int) -> torch.Tensor:
+    """[rows, n] -> int64 [rows, k]: each row's indices of its k largest values (NaN largest).
+    Callers use them as a set: a backend may return them in any order."""
+    return x.topk(k, dim=-1).indices
+
+
 def write_kv_cache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                    v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     """Scatter new keys/values [tokens, kv_heads, head_dim] into [blocks, block_size, ...],

@@ -10,6 +10,7 @@ kernel where it builds (`DequantWorkspace.gather`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +18,9 @@ import torch
 from engine.layers.linear import Linear
 from engine.quantization.dequantize_workspace import DequantWorkspace
 from engine.quantization.tensors import Weight, dequantize_rows
+from kernels.torch_ref import top_k_indices
+
+TopK = Callable[[torch.Tensor, int], torch.Tensor]
 
 REFINED_CANDIDATES = 32
 # The candidates' rows go into one buffer kept from step to step up to this many floats (4 MB:
@@ -33,19 +37,22 @@ class LMHead:
     exact: Weight | None
     # What widens the gathered rows; None: torch's dequantize.
     widen: DequantWorkspace | None = None
+    # What picks the candidates: the kernel backend's (KernelOps.top_k_indices).
+    top_k: TopK = top_k_indices
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         logits = self.linear(x)
         if self.exact is None or x.shape[0] == 0:
             return logits
-        return refine_top_logits(logits, x, self.exact, widen=self.widen)
+        return refine_top_logits(logits, x, self.exact, widen=self.widen, top_k=self.top_k)
 
 
 def refine_top_logits(logits: torch.Tensor, x: torch.Tensor, exact: Weight,
                       k: int = REFINED_CANDIDATES,
-                      widen: DequantWorkspace | None = None) -> torch.Tensor:
+                      widen: DequantWorkspace | None = None,
+                      top_k: TopK = top_k_indices) -> torch.Tensor:
     """logits [M, V] with the top k of each row replaced by x's product with exact's rows."""
-    top = logits.topk(min(k, logits.shape[1]), dim=-1).indices
+    top = top_k(logits, min(k, logits.shape[1]))
     if widen is None:
         rows = dequantize_rows(exact, top, x.dtype)  # [M, k, hidden]
     else:

@@ -82,7 +82,7 @@ class LlamaForCausalLM:
         exact = None if isinstance(lm_head, torch.Tensor) else to_device(lm_head, device, dtype)
         widen = None if exact is None or device.type != "cpu" else DequantWorkspace.for_this_machine()
         self.lm_head = LMHead(make_linear(lm_head, None, placement, precise_int8=False), exact,
-                              widen)
+                              widen, placement.ops.top_k_indices)
         self.norm = weights["model.norm.weight"].to(device=device, dtype=dtype)
         self.layers = []
         for i in range(s.num_layers):

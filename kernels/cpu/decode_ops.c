@@ -290,6 +290,101 @@ int pg_silu_and_mul(const float *x, long x_stride, int n, int m, float *out)
     return 0;
 }
 
+/* ---- The k largest of each row (a step's logits) ---- */
+
+/* Rows from which the rows split over the OpenMP team (a decode batch's; one row alone stays). */
+#define TOP_K_PARALLEL_FROM 2
+#define TOP_K_MAX 256
+/* Replacements of the kept k a row may take, times k, before the call gives the row up (returns
+ * TOP_K_GAVE_UP for the caller to sort instead): a row of logits makes ~k ln(n / k) of them
+ * (~240 of 32 in 49152), one in ascending order makes n, each costing a scan of the k. */
+#define TOP_K_BUDGET 64
+#define TOP_K_GAVE_UP 2
+
+/* a ranks below b: NaN ranks above every number, as in torch.topk. */
+static inline int ranks_below(float a, float b)
+{
+    return !isnan(a) && (isnan(b) || a < b);
+}
+
+struct top_k_row {
+    float vals[TOP_K_MAX];
+    int64_t *idx;
+    int k, low;       /* the kept lowest, which a candidate must rank above */
+    long budget;      /* replacements left */
+};
+
+/* Of equal lowest values the latest in the row goes first, so ties at the k-th place keep the
+ * first ones. */
+static void find_lowest(struct top_k_row *t)
+{
+    int low = 0;
+    for (int i = 1; i < t->k; i++)
+        if (ranks_below(t->vals[i], t->vals[low])
+            || (t->vals[i] == t->vals[low] && t->idx[i] > t->idx[low]))
+            low = i;
+    t->low = low;
+}
+
+static inline void offer(struct top_k_row *t, float v, int64_t i)
+{
+    if (!ranks_below(t->vals[t->low], v))
+        return;
+    t->vals[t->low] = v;
+    t->idx[t->low] = i;
+    t->budget--;
+    find_lowest(t);
+}
+
+/* Elements [from, n) offered 8 at a time: one compare per 8 against the kept lowest (not
+ * less-or-equal, so NaN passes), the few that pass one by one. Returns where it stopped. */
+__attribute__((target("avx2,fma")))
+static int top_k_avx2(const float *x, int from, int n, struct top_k_row *t)
+{
+    int i = from;
+    __m256 bar = _mm256_set1_ps(t->vals[t->low]);
+    for (; i + 8 <= n && t->budget > 0; i += 8) {
+        int hits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), bar, _CMP_NLE_UQ));
+        if (!hits)
+            continue;
+        for (; hits; hits &= hits - 1)
+            offer(t, x[i + __builtin_ctz(hits)], i + __builtin_ctz(hits));
+        bar = _mm256_set1_ps(t->vals[t->low]);
+    }
+    return i;
+}
+
+/* 0, or TOP_K_GAVE_UP where the row spent its budget. */
+static int top_k_row(const float *x, int n, int k, int64_t *out)
+{
+    struct top_k_row t = {.idx = out, .k = k, .budget = (long)TOP_K_BUDGET * k};
+    for (int i = 0; i < k; i++) {
+        t.vals[i] = x[i];
+        out[i] = i;
+    }
+    find_lowest(&t);
+    int i = use_avx2(8) ? top_k_avx2(x, k, n, &t) : k;
+    for (; i < n && t.budget > 0; i++)
+        offer(&t, x[i], i);
+    return i < n ? TOP_K_GAVE_UP : 0;
+}
+
+/* x [rows, n] rows x_stride floats apart -> out [rows, k] int64: each row's indices of its k
+ * largest values (NaN largest), in no particular order; among equal values at the k-th place,
+ * the first ones. k at most TOP_K_MAX and n. Returns 0, 1 for arguments it refuses, or
+ * TOP_K_GAVE_UP where some row was too far from a row of logits (see TOP_K_BUDGET). */
+int pg_top_k(const float *x, long x_stride, int rows, int n, int k, int64_t *out)
+{
+    if (rows < 0 || k <= 0 || k > n || k > TOP_K_MAX)
+        return 1;
+    int gave_up = 0;
+#pragma omp parallel for schedule(static) if (rows >= TOP_K_PARALLEL_FROM) \
+    reduction(| : gave_up)
+    for (int r = 0; r < rows; r++)
+        gave_up |= top_k_row(x + (size_t)r * x_stride, n, k, out + (size_t)r * k);
+    return gave_up ? TOP_K_GAVE_UP : 0;
+}
+
 /* ---- KV-cache write ---- */
 
 /*

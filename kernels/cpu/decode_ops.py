@@ -36,6 +36,10 @@ CACHE_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 # (2026-12-03) two threads paid from ~1,000 pairs (the 1B shape, 32 heads at 32 keys, 21.5 ->
 # 17.4 µs a call; the 135M's 9 heads lost at 64 keys and won at 128).
 PARALLEL_MIN_SCORES = 1024
+# The most indices pg_top_k keeps per row (decode_ops.c's TOP_K_MAX); more go to torch. It
+# returns _TOP_K_GAVE_UP where a row needed too many replacements of its kept k (TOP_K_BUDGET).
+TOP_K_MAX = 256
+_TOP_K_GAVE_UP = 2
 
 _ptr, _i32, _i64, _f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
 _SIGNATURES = {
@@ -45,6 +49,7 @@ _SIGNATURES = {
     "pg_add_rms_norm": [_ptr, _ptr, _i64, _ptr, _i32, _i32, _f32, _ptr],
     "pg_rotary": [_ptr, _i64, _i32, _i32, _i32, _ptr, _ptr, _ptr],
     "pg_silu_and_mul": [_ptr, _i64, _i32, _i32, _ptr],
+    "pg_top_k": [_ptr, _i64, _i32, _i32, _i32, _ptr],
     "pg_write_kv": [_ptr, _i64, _ptr, _i64, _i32, _i32, _i32, _ptr, _ptr, _i32, _i64, _ptr],
     "pg_decode_attention": [_ptr, _i64, _i32, _i32, _i32, _i32, _ptr, _ptr, _i32, _i32, _i32,
                             _ptr, _i32, _ptr, _i32, _f32, _ptr, _i32],
@@ -61,6 +66,7 @@ class DecodeOps:
         self._lib = lib
         self._rms, self._add_rms = lib.pg_rms_norm, lib.pg_add_rms_norm
         self._rotary, self._silu = lib.pg_rotary, lib.pg_silu_and_mul
+        self._top_k = lib.pg_top_k
         self._write, self._attend = lib.pg_write_kv, lib.pg_decode_attention
 
     @classmethod
@@ -119,6 +125,20 @@ class DecodeOps:
         n, m = x.shape[0], x.shape[1] // 2
         out = torch.empty(n, m)
         _check(self._silu(x.data_ptr(), x.stride(0), n, m, out.data_ptr()), "pg_silu_and_mul")
+        return out
+
+    def top_k_indices(self, x: torch.Tensor, k: int) -> torch.Tensor:
+        """torch_ref.top_k_indices' set of indices per row, in no particular order: one pass
+        over a row, most of it one compare per 8 values (a 49152-wide vocabulary's 32 largest:
+        ~10 µs a row where torch's topk took ~40)."""
+        if x.dtype != _F32 or x.dim() != 2 or x.stride(1) != 1 or not 0 < k <= min(x.shape[1],
+                                                                                   TOP_K_MAX):
+            return torch_ref.top_k_indices(x, k)
+        out = torch.empty(x.shape[0], k, dtype=torch.int64)
+        rc = self._top_k(x.data_ptr(), x.stride(0), x.shape[0], x.shape[1], k, out.data_ptr())
+        if rc == _TOP_K_GAVE_UP:  # a row far from logits (say, ascending): torch sorts it
+            return torch_ref.top_k_indices(x, k)
+        _check(rc, "pg_top_k")
         return out
 
     def write_kv_cache(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
@@ -217,6 +237,7 @@ def decode_kernel_ops(lib: ctypes.CDLL) -> KernelOps:
         add_rms_norm=ops.add_rms_norm,
         rotary_embedding=ops.rotary_embedding,
         silu_and_mul=ops.silu_and_mul,
+        top_k_indices=ops.top_k_indices,
         write_kv_cache=ops.write_kv_cache,
         paged_attention=ops.paged_attention,
         decode_layers=DecodeLayers(lib),

@@ -91,6 +91,46 @@ def test_silu_and_mul_matches_torch(ops, shape):
     torch.testing.assert_close(ops.silu_and_mul(x), torch_ref.silu_and_mul(x))
 
 
+def _as_sets(indices: torch.Tensor) -> list[set[int]]:
+    return [set(row.tolist()) for row in indices]
+
+
+@ISAS
+@pytest.mark.parametrize(("rows", "n", "k"), [(1, 49152, 32), (32, 49152, 32), (3, 100, 7),
+                                              (2, 37, 37), (4, 1000, 256)])
+def test_top_k_indices_are_torch_topks_set(ops, rows, n, k):
+    torch.manual_seed(rows + n + k)
+    x = torch.randn(rows, n) * 5
+    got = ops.top_k_indices(x, k)
+    assert got.shape == (rows, k) and got.dtype == torch.int64
+    assert _as_sets(got) == _as_sets(torch_ref.top_k_indices(x, k))
+
+
+@ISAS
+def test_top_k_counts_nan_largest_and_keeps_the_first_of_ties_at_the_kth_place(ops):
+    x = torch.zeros(2, 64)
+    x[0, 40] = float("nan")
+    x[0, 50] = 3.0
+    x[1, 60] = 9.0
+    x[1, 30] = x[1, 20] = x[1, 10] = 1.0  # four places for three: ties at the k-th are zeros
+    assert _as_sets(ops.top_k_indices(x, 2)) == [{40, 50}, {60, 10}]
+    assert _as_sets(ops.top_k_indices(x, 5)) == [{40, 50, 0, 1, 2}, {60, 10, 20, 30, 0}]
+
+
+@ISAS
+def test_top_k_reads_the_rows_of_a_wider_tensor(ops):
+    torch.manual_seed(7)
+    wide = torch.randn(3, 300)
+    x = wide[:, :200]
+    assert _as_sets(ops.top_k_indices(x, 16)) == _as_sets(torch_ref.top_k_indices(x, 16))
+
+
+def test_top_k_beyond_the_kernels_reach_is_torchs(lib):
+    x = torch.randn(2, 1000)
+    assert torch.equal(lib.top_k_indices(x, 300), torch_ref.top_k_indices(x, 300))
+    assert torch.equal(lib.top_k_indices(x.double(), 5), torch_ref.top_k_indices(x.double(), 5))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_kv_write_rounds_like_torch_into_each_cache_dtype(lib, dtype):
     torch.manual_seed(4)
@@ -315,3 +355,9 @@ def test_cpu_ops_come_from_the_library_when_it_loads(lib):
     ops = select_ops(cpu, "torch", lambda name: lib._lib)
     assert ops.name == "torch" and ops.paged_attention != TORCH_OPS.paged_attention
     assert select_ops(cpu, "torch", lambda name: None) is TORCH_OPS
+
+
+@ISAS
+def test_top_k_of_a_row_in_ascending_order_is_still_the_largest(ops):
+    x = torch.randn(3, 20000).sort(dim=-1).values  # every value a new largest: torch's instead
+    assert _as_sets(ops.top_k_indices(x, 32)) == [set(range(19968, 20000))] * 3
