@@ -48,7 +48,7 @@ def settle_the_heap() -> None:
     model's, the tokenizer's: hundreds of thousands) out of all later collections, as vLLM's
     engine does. A serving process allocates per request and per token, and each collection
     that reached the older generations scanned them all with the GIL held: ~3% of a 32-stream
-    run's samples on the default model, none after."""
+    run's samples on the default model."""
     gc.collect()
     gc.freeze()
 

@@ -129,8 +129,9 @@ class DecodeOps:
 
     def top_k_indices(self, x: torch.Tensor, k: int) -> torch.Tensor:
         """torch_ref.top_k_indices' set of indices per row, in no particular order: one pass
-        over a row, most of it one compare per 8 values (a 49152-wide vocabulary's 32 largest:
-        ~10 µs a row where torch's topk took ~40)."""
+        over a row, most of it one compare per 8 values (a 49152-wide vocabulary's 32 largest
+        on a 2-core Xeon: 25 µs for one row where torch's topk took 100, 0.47 ms for 32 rows
+        against 1.28)."""
         if x.dtype != _F32 or x.dim() != 2 or x.stride(1) != 1 or not 0 < k <= min(x.shape[1],
                                                                                    TOP_K_MAX):
             return torch_ref.top_k_indices(x, k)
