@@ -30,8 +30,8 @@ static int has_avx2(void)
         && __builtin_cpu_supports("f16c");
 }
 
-/* What the q4_gemv layout's 512-bit path uses: 16 fp32 per register and the BF16 extension's
- * conversion of two of them to 32 bf16 in one instruction. */
+/* What int4's 512-bit paths use: 16 fp32 per register and the BF16 extension's conversion of
+ * two of them to 32 bf16 in one instruction. */
 static int has_avx512(void)
 {
     __builtin_cpu_init();
@@ -126,8 +126,10 @@ static void row_avx2(const uint8_t *packed, const void *scales, const void *mins
 
 /* 32 weights (lo: the first 16 as bytes, hi: the next 16) times one scale plus one min, stored
  * as fp32 or as bf16 (round to nearest even, as torch's; the BF16 conversion reads an fp32
- * denormal as zero, which int4 weights cannot be: a Q4_0, Q4_1 or Q4_K weight is 0 or at least
- * 2^-24 in size, its scale and min being fp16 values times small integers). */
+ * denormal as zero where torch keeps it. No GGUF int4 weight is one: with fp16 scales and mins
+ * (Q4_0, Q4_1, Q4_K) a weight is 0 or at least 2^-24 in size. With fp32 ones only a group
+ * whose weights are all below 2^-126 in size could give one, and its bf16 would be a denormal
+ * against our zero.) */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c"), always_inline))
 static inline void store32_avx512(__m128i lo, __m128i hi, float scale, float min,
                                   int out_dtype, void *out, size_t at)
@@ -173,8 +175,8 @@ static void row_avx512(const uint8_t *packed, const void *scales, const void *mi
 }
 
 /* halves: bit 0 set if scales are fp16, bit 1 if mins are (else fp32). out: fp32 or bf16
- * [n, k], contiguous. isa: -1 the best this CPU has, 0 scalar, 1 AVX2 (refused where the CPU
- * lacks it). Returns 0, or -1 for arguments it refuses. */
+ * [n, k], contiguous. isa: -1 the best this CPU has, 0 scalar, 1 AVX2, 2 AVX-512 with BF16
+ * (refused where the CPU lacks it). Returns 0, or -1 for arguments it refuses. */
 int dq_int4(const uint8_t *packed, const void *scales, const void *mins, int halves,
             int n, int k, int group, int out_dtype, void *out, int isa, int threads)
 {
