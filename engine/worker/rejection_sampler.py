@@ -20,8 +20,8 @@ from engine.worker.sampler import (
     SamplingMetadata,
     draw,
     filter_logits,
-    greedy_tokens,
     process_logits,
+    row_argmax,
     uniform_like,
 )
 
@@ -45,14 +45,14 @@ class RejectionSampler:
         """Per row: the token emitted if the run stops there, and whether its draft is kept."""
         sampling = metadata.sampling
         if sampling is None:
-            targets = greedy_tokens(logits)
+            targets = row_argmax(logits)
             return targets, targets == draft_ids
         if metadata.sampled_rows is None:
             return _verify_random(logits, draft_ids, sampling)
         greedy, sampled = metadata.greedy_rows, metadata.sampled_rows
         targets = torch.empty(metadata.num_rows, dtype=torch.long, device=logits.device)
         accepted = torch.empty(metadata.num_rows, dtype=torch.bool, device=logits.device)
-        targets[greedy] = greedy_tokens(logits[greedy])
+        targets[greedy] = row_argmax(logits[greedy])
         accepted[greedy] = targets[greedy] == draft_ids[greedy]
         targets[sampled], accepted[sampled] = _verify_random(logits[sampled], draft_ids[sampled],
                                                              sampling)

@@ -120,7 +120,7 @@ class SamplingMetadata:
         )
 
 
-def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
+def row_argmax(logits: torch.Tensor) -> torch.Tensor:
     """Each row's argmax, the first index of its largest value (a NaN counting as largest), as
     `argmax` gives it: `max` over the last dimension returns the same indices about 3x faster
     on a CPU (a 49152-wide vocabulary: 27 against 72 µs a row alone, 0.45 against 1.24 ms for
@@ -138,11 +138,11 @@ class Sampler:
         """
         logits = process_logits(logits, metadata)
         if metadata.sampling is None:
-            return greedy_tokens(logits)
+            return row_argmax(logits)
         if metadata.sampled_rows is None:
             return _sample(logits, metadata.sampling)
         tokens = torch.empty(metadata.num_rows, dtype=torch.long, device=logits.device)
-        tokens[metadata.greedy_rows] = greedy_tokens(logits[metadata.greedy_rows])
+        tokens[metadata.greedy_rows] = row_argmax(logits[metadata.greedy_rows])
         tokens[metadata.sampled_rows] = _sample(logits[metadata.sampled_rows], metadata.sampling)
         return tokens
 
@@ -319,7 +319,7 @@ def draw(logits: torch.Tensor, sampling: RandomSampling) -> torch.Tensor:
     # Exponential race: argmax(p / q) with q ~ Exp(1) is a draw from p, and in log space it
     # needs no softmax: argmax(logit - log q).
     logits.sub_(_log_exponential_noise(logits, sampling))
-    return greedy_tokens(logits)
+    return row_argmax(logits)
 
 
 def _keep_threshold(logits: torch.Tensor, sampling: RandomSampling) -> torch.Tensor | None:

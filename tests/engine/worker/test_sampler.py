@@ -13,7 +13,7 @@ from engine.worker.sampler import (
     Sampler,
     SamplingMetadata,
     SamplingRow,
-    greedy_tokens,
+    row_argmax,
 )
 
 CPU = torch.device("cpu")
@@ -67,7 +67,7 @@ def test_all_greedy_batch_without_penalties_runs_only_a_max() -> None:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         Sampler()(logits, metadata)
     top_level = [e.name for e in profile.events() if e.cpu_parent is None and "aten::" in e.name]
-    assert top_level == ["aten::max"]  # greedy_tokens' argmax
+    assert top_level == ["aten::max"]  # row_argmax
 
 
 def test_top_k_of_one_matches_greedy() -> None:
@@ -310,12 +310,12 @@ def test_seeded_rows_follow_the_softmax_too() -> None:
     assert chi_square(tokens, logits.softmax(dim=-1)) < 16.3  # 3 degrees of freedom, 0.1%
 
 
-def test_greedy_tokens_are_argmax_first_of_ties_and_nan_counting_as_largest():
+def test_row_argmax_is_argmax_first_of_ties_and_nan_counting_as_largest():
     torch.manual_seed(0)
     logits = torch.randint(0, 4, (64, 49152)).float()  # many ties for the largest value
     logits[5, 777] = logits[5, 40000] = float("nan")
     logits[6, -1] = float("inf")
-    tokens = greedy_tokens(logits)
+    tokens = row_argmax(logits)
     assert torch.equal(tokens, logits.argmax(dim=-1))
     assert tokens[5] == 777 and tokens[6] == 49151
     assert tokens[0] == (logits[0] == 3).nonzero()[0, 0]
