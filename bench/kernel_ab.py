@@ -73,7 +73,7 @@ def layer_linears(llm: LLM) -> list[tuple[str, CLinear]]:
         for label, linear in zip(("qkv", "o", "gate_up", "down"), layer.linears()):
             native_kernel = getattr(linear.method, "native", None)
             if native_kernel is not None and hasattr(native_kernel, "c_linear"):
-                found.append((f"{label} {type(linear.method).__name__}", native_kernel.c_linear()))
+                found.append((f"{label} {type(linear.method).__name__}", native_kernel.c_linear(1)))
     return found
 
 

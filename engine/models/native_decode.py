@@ -183,7 +183,7 @@ def _fill_linear(linear: Linear, m: int, args: LinearArgs) -> int | None:
     bias = linear.bias
     if bias is not None and (bias.dtype != torch.float32 or not bias.is_contiguous()):
         return None
-    args.set(kernel.c_linear(), None if bias is None else bias.data_ptr())
+    args.set(kernel.c_linear(m), None if bias is None else bias.data_ptr())
     return kernel.workspace_bytes(m)
 
 

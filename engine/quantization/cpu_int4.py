@@ -44,7 +44,8 @@ class CpuInt4Method:
         self.group_size = weight.group_size
         self.out_features = weight.shape[0]
         use_native = q4 is not None and self.policy.native_below_rows > 0
-        self.native = Q4Kernel(weight, q4, precise, reuse_output) if use_native else None
+        self.native = (Q4Kernel(weight, q4, precise, reuse_output, self.policy.amx_from_rows)
+                       if use_native else None)
         self.native_below_rows = self.policy.native_below_rows if use_native else 0
         self.packed = self.scales_and_zeros = None
         if self.native is None or self.policy.runs_int4pack:

@@ -7,7 +7,9 @@ an eighth of fp32's bytes, which is what a decode step of a few rows is bound by
 (prefill chunks, large batches) the multiply is bound by arithmetic instead, and there a plain
 GEMM on a dequantized copy can win: by how much depends on the CPU (a bf16 GEMM is several times
 faster than fp32 where the CPU has AVX512-BF16 or AMX, and several times slower where it has only
-AVX2). So `calibrate` times them all on one of the model's own layers at load.
+AVX2). So `calibrate` times them all on one of the model's own layers at load, and with them,
+where this CPU has AMX, q4_amx (kernels/cpu/q4_amx.c): q4_gemv's records multiplied on the
+tiles, which wins steps of many rows.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Protocol
 
@@ -30,6 +32,9 @@ logger = logging.getLogger(__name__)
 # (it never wins below). A step of a count between two uses the smaller's choice.
 CALIBRATION_ROWS = (1, 2, 4, 16, 64, 256)
 _GEMM_FROM_ROWS = 16
+# q4_amx is timed from this many rows: below, one tile of 16 rows is mostly empty and it never
+# wins (0.35-0.62x q4_gemv's speed at 1-4 rows on a Xeon with AMX).
+_AMX_FROM_ROWS = 4
 # The kernel must lose to the faster GEMM dtype by this much before steps dequantize.
 _MIN_GAIN = 1.15
 # PyTorch's int4 kernel takes one-row steps only where it beats q4_gemv by this much per call:
@@ -52,11 +57,15 @@ _MAX_CALLS = 100
 class CpuPathPolicy:
     """Shared by every layer of one format: steps of at least `dequantize_from_rows` rows
     dequantize into `gemm_dtype` and run one GEMM (None: never); below that, steps of fewer
-    than `native_below_rows` rows run our q4_gemv (`cpu_q4`), the others torch's int4 kernel."""
+    than `native_below_rows` rows run our q4_gemv (`cpu_q4`), the others torch's int4 kernel;
+    of q4_gemv's steps, those of at least `amx_from_rows` rows run q4_amx, and of q8_gemv's
+    int8 pass (the vocabulary's), those of at least `int8_pass_amx_from_rows` q8_amx."""
 
     dequantize_from_rows: int | None = None
     gemm_dtype: torch.dtype = torch.float32
     native_below_rows: int = 0
+    amx_from_rows: int = sys.maxsize
+    int8_pass_amx_from_rows: int = sys.maxsize
     reason: str = "not calibrated"
     # Where steps that dequantize widen a layer: shared by the model's layers.
     workspace: DequantWorkspace = field(default_factory=lambda: DequantWorkspace(None))
@@ -75,6 +84,7 @@ class RowTimings:
     q4: float | None = None
     fp32: float | None = None
     bf16: float | None = None
+    amx: float | None = None
 
 
 class CpuQuantizedMethod(Protocol):
@@ -88,6 +98,14 @@ class Kernel(Protocol):
     def kernel(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
+class NativeKernel(Kernel, Protocol):
+    """q4_gemv's, which may have a kernel for many rows (q4_amx) to time as well."""
+
+    @property
+    def has_wide_call(self) -> bool: ...
+    def wide_kernel(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
 def apply(method: CpuQuantizedMethod, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     threshold = method.policy.dequantize_from_rows
     if threshold is not None and x.shape[0] >= threshold:
@@ -99,7 +117,7 @@ def apply(method: CpuQuantizedMethod, x: torch.Tensor, bias: torch.Tensor | None
 
 
 def calibrate(probe: CpuQuantizedMethod, max_rows: int,
-              native: Kernel | None = None) -> CpuPathPolicy:
+              native: NativeKernel | None = None) -> CpuPathPolicy:
     """Time torch's int4 kernel (probe, built with a policy that keeps its dequantizing source
     and no q4_gemv layout), our q4_gemv on the same weight (native, where it loads) and
     dequantize-and-GEMM on one layer; the result is every layer of its format's policy."""
@@ -132,7 +150,33 @@ def choose_int8_kernel(halves: Kernel, native: Kernel, in_features: int,
     return chosen, why
 
 
-def _timings(probe: CpuQuantizedMethod, native: Kernel | None,
+def choose_amx_rows(native: NativeKernel, in_features: int, rows: list[int]) -> tuple[int, str]:
+    """(from how many rows the kernel's wide call (AMX) runs, why), timed against its own
+    narrow one at the step sizes given (from _AMX_FROM_ROWS)."""
+    timings = {}
+    for m in (r for r in rows if r >= _AMX_FROM_ROWS):
+        x = torch.randn(m, in_features)
+        best = _best_times({"narrow": partial(native.kernel, x),
+                            "wide": partial(native.wide_kernel, x)})
+        timings[m] = (best["narrow"], best["wide"])
+    table = ", ".join(f"{m} rows {n * 1e3:.2f} / {w * 1e3:.2f} ms"
+                      for m, (n, w) in timings.items())
+    from_rows = _wins_from(timings)
+    why = f"AMX from {from_rows} rows" if from_rows != sys.maxsize else "AMX never faster"
+    return from_rows, f"{why} (narrow / AMX: {table})"
+
+
+def _wins_from(timings: dict[int, tuple[float, float]]) -> int:
+    """The smallest row count from which the second time is below the first at every larger
+    one (sys.maxsize: none)."""
+    rows = sorted(timings)
+    for i, m in enumerate(rows):
+        if all(timings[r][1] < timings[r][0] for r in rows[i:]):
+            return m
+    return sys.maxsize
+
+
+def _timings(probe: CpuQuantizedMethod, native: NativeKernel | None,
              rows: list[int]) -> dict[int, RowTimings]:
     k = probe.dequantized(torch.float32).shape[1]
     timings = {}
@@ -141,6 +185,8 @@ def _timings(probe: CpuQuantizedMethod, native: Kernel | None,
         calls: dict[str, Callable[[], object]] = {"int4pack": partial(probe.kernel, x)}
         if native is not None:
             calls["q4"] = partial(native.kernel, x)
+            if native.has_wide_call and m >= _AMX_FROM_ROWS:
+                calls["amx"] = partial(native.wide_kernel, x)
         if m >= _GEMM_FROM_ROWS or m == rows[-1]:
             calls["fp32"] = partial(_dequantized_gemm, probe, x)
             calls["bf16"] = partial(_dequantized_gemm, probe, x.bfloat16())
@@ -152,6 +198,9 @@ def _policy_from_timings(timings: dict[int, RowTimings]) -> CpuPathPolicy:
     """Which kernel runs each step size, and from which the dequantized GEMM does. The kernel
     is chosen over the step sizes that some kernel can keep from the GEMM."""
     table = "; ".join(f"{m} rows: {_row_table(t)}" for m, t in sorted(timings.items()))
+    amx_from, amx_why = _amx_choice(timings)
+    # From there on q4_gemv's steps are q4_amx's: its times are the native kernel's.
+    timings = {m: replace(t, q4=t.amx) if m >= amx_from else t for m, t in timings.items()}
     best = {m: min(t.int4pack, t.q4 or t.int4pack) for m, t in timings.items()}
     reach = _dequantize_choice(timings, best)[0] or sys.maxsize
     native_below, why = _native_choice({m: t for m, t in timings.items() if m < reach})
@@ -159,7 +208,22 @@ def _policy_from_timings(timings: dict[int, RowTimings]) -> CpuPathPolicy:
     threshold, dtype, gemm_why = _dequantize_choice(timings, kernel)
     if threshold is not None and native_below >= threshold:
         native_below = sys.maxsize  # so no layer builds a layout that no step reads
-    return CpuPathPolicy(threshold, dtype, native_below, f"{why}; {gemm_why} ({table})")
+    return CpuPathPolicy(threshold, dtype, native_below, amx_from,
+                         f"{why}; {amx_why}; {gemm_why} ({table})")
+
+
+def _amx_choice(timings: dict[int, RowTimings]) -> tuple[int, str]:
+    """(from how many rows q4_gemv's steps run q4_amx, why): the smallest timed count from
+    which it is faster at every larger one. Its activations keep as many bits as q4_gemv's
+    int16 ones, so speed alone decides."""
+    pairs = {m: (t.q4, t.amx) for m, t in timings.items()
+             if t.amx is not None and t.q4 is not None}
+    if not pairs:
+        return sys.maxsize, "no q4_amx"
+    from_rows = _wins_from(pairs)
+    if from_rows == sys.maxsize:
+        return from_rows, "q4_amx slower than q4_gemv at the largest step sizes"
+    return from_rows, f"q4_amx from {from_rows} rows"
 
 
 def _native_choice(timings: dict[int, RowTimings]) -> tuple[int, str]:
@@ -202,8 +266,8 @@ def _dequantize_choice(timings: dict[int, RowTimings], kernel: dict[int, float],
 
 
 def _row_table(t: RowTimings) -> str:
-    cells = [("int4pack", t.int4pack), ("q4_gemv", t.q4), ("fp32 GEMM", t.fp32),
-             ("bf16 GEMM", t.bf16)]
+    cells = [("int4pack", t.int4pack), ("q4_gemv", t.q4), ("q4_amx", t.amx),
+             ("fp32 GEMM", t.fp32), ("bf16 GEMM", t.bf16)]
     return ", ".join(f"{name} {value * 1e3:.2f} ms" for name, value in cells if value is not None)
 
 

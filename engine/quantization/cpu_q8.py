@@ -9,20 +9,26 @@ Q8_0's 1.06, and for a tied vocabulary a second copy beside the table the embedd
 the exact top-logit refinement read. The vocabulary projection takes int8 activations (its top
 logits are recomputed exactly, `engine.layers.lm_head`), layers int16 ones (~16 bits), where the
 load-time calibration chose this kernel for them (`cpu_paths.choose_int8_kernel`).
+
+On a CPU with AMX the int8 pass's steps of many rows run on its tiles (kernels/cpu/q8_amx.c:
+the same operand read in place, the same quantized activations, their block products exact in
+int32) from the step size the load-time timing finds it faster (`cpu_paths.choose_amx_rows`).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 
 import torch
 
 from engine.quantization import cpu_paths
 from engine.quantization.cpu_paths import CpuPathPolicy
-from engine.quantization.native_kernels import load_native
-from engine.quantization.native_linear import NativeLinearKernel, Scratch
+from engine.quantization.native_kernels import load_amx_kernel, load_native
+from engine.quantization.native_linear import NativeLinearKernel, Scratch, WideCall
 from engine.quantization.tensors import Int8Weight, Q6KWeight
 from kernels.cpu.decode_layers import Q8_KIND, CLinear
+from kernels.cpu.q8_amx import Q8Amx
 from kernels.cpu.q8_gemv import Q8Gemv
 
 logger = logging.getLogger(__name__)
@@ -31,13 +37,19 @@ _AVX2 = 1
 
 
 class Q8Context:
-    """The loaded library and one model's scratch memory for the quantized activations."""
+    """The loaded libraries (q8_amx where this CPU and its OS run AMX, else None) and one
+    model's scratch memory for the quantized activations."""
 
-    __slots__ = ("lib", "scratch")
+    __slots__ = ("amx", "lib", "scratch")
 
-    def __init__(self, lib: Q8Gemv) -> None:
+    def __init__(self, lib: Q8Gemv, amx: Q8Amx | None = None) -> None:
         self.lib = lib
+        self.amx = amx
         self.scratch = Scratch()
+
+    def with_own_scratch(self) -> Q8Context:
+        """The same libraries with scratch of its own (for a probe's calls)."""
+        return Q8Context(self.lib, self.amx)
 
 
 def load_q8_context() -> Q8Context | None:
@@ -50,29 +62,34 @@ def load_q8_context() -> Q8Context | None:
     if q8.best_isa() < _AVX2:
         logger.info("CPU kernel q8_gemv not used: this CPU lacks AVX2 and FMA")
         return None
-    return Q8Context(q8)
+    return Q8Context(q8, load_amx_kernel("q8_amx", Q8Amx))
 
 
 class Q8Kernel(NativeLinearKernel):
     """One grouped int8 weight multiplied on fp32 rows in place: `kernel(x)` = x @ W.T, its
-    output reused as `NativeLinearKernel` describes. precise: int16 activations, else int8."""
+    output reused as `NativeLinearKernel` describes. precise: int16 activations, else int8,
+    whose steps of at least amx_from_rows rows run q8_amx where the context has it and the
+    weight is not Q6_K blocks (it times them at any count: `wide_kernel`)."""
 
     __slots__ = ("operand",)
 
     def __init__(self, weight: Int8Weight | Q6KWeight, context: Q8Context, precise: bool,
-                 reuse_output: bool) -> None:
+                 reuse_output: bool, amx_from_rows: int = sys.maxsize) -> None:
         lib = context.lib
         self.operand = _operand(weight)
         call = lib.raw.q8_linear16 if precise else lib.raw.q8_linear
         workspace = lib.workspace16_bytes if precise else lib.workspace_bytes
+        amx = None if precise or isinstance(weight, Q6KWeight) else context.amx
+        wide = None if amx is None else WideCall(amx.raw.q8a_linear, amx.workspace_bytes,
+                                                 amx_from_rows)
         super().__init__("q8_gemv", call, (*self.operand.pointers, *weight.shape), weight.shape,
-                         context.scratch, workspace, reuse_output)
+                         context.scratch, workspace, reuse_output, wide)
 
-    def c_linear(self) -> CLinear:
-        """This kernel for callers in C (`kernels.cpu.decode_layers`)."""
+    def c_linear(self, rows: int) -> CLinear:
+        """This kernel for callers in C (`kernels.cpu.decode_layers`) at steps of `rows`."""
         q, scales, mins, halves = self.operand.pointers
-        return CLinear(Q8_KIND, self._function_address(), q, self._n, self._k, halves, scales,
-                       mins)
+        return CLinear(Q8_KIND, self._function_address(rows), q, self._n, self._k, halves,
+                       scales, mins)
 
 
 def _operand(weight: Int8Weight | Q6KWeight):
@@ -92,7 +109,8 @@ class CpuQ8Method:
                  context: Q8Context, precise: bool, reuse_output: bool) -> None:
         self.weight = weight
         self.policy = policy
-        self.native = Q8Kernel(weight, context, precise, reuse_output)
+        self.native = Q8Kernel(weight, context, precise, reuse_output,
+                               policy.int8_pass_amx_from_rows)
 
     def apply(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         return cpu_paths.apply(self, x, bias)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from engine.folders import cache_dir
 from kernels.cpu import native
@@ -21,6 +23,13 @@ logger = logging.getLogger(__name__)
 NATIVE_KERNELS_ENV_VAR = "PAGODA_NATIVE_KERNELS"
 
 _unavailable: dict[str, str] = {}
+
+
+class AmxKernel(Protocol):
+    def available(self) -> bool: ...
+
+
+AmxT = TypeVar("AmxT", bound=AmxKernel)
 
 
 def kernel_build_dir() -> Path:
@@ -60,3 +69,17 @@ def load_native(name: str) -> ctypes.CDLL | None:
         _unavailable[name] = str(exc)
         logger.warning("CPU kernel %s unavailable, torch's kernels run instead: %s", name, exc)
         return None
+
+
+def load_amx_kernel(name: str, wrap: Callable[[ctypes.CDLL], AmxT]) -> AmxT | None:
+    """kernels/cpu/<name>.c (an AMX kernel) wrapped, where it loads and this CPU and its OS let
+    the process use AMX tiles; else None, logged."""
+    lib = load_native(name)
+    if lib is None:
+        return None
+    kernel = wrap(lib)
+    if not kernel.available():
+        logger.info("CPU kernel %s not used: this CPU has no AMX (tiles, BF16, INT8), or its OS "
+                    "does not let this process use the tiles", name)
+        return None
+    return kernel

@@ -18,7 +18,7 @@ from kernels.cpu.decode_layers import CLinear, parts_linear
 
 
 class PartKernel(Protocol):
-    def c_linear(self) -> CLinear: ...
+    def c_linear(self, rows: int) -> CLinear: ...
     def workspace_bytes(self, m: int) -> int: ...
 
 
@@ -28,15 +28,19 @@ class PartMethod(Protocol):
 
 
 class StackedKernel:
-    """The parts' C kernels as one (`c_linear`); holds the array its CLinear points to."""
+    """The parts' C kernels at one step size as one (`c_linear`); holds the array its CLinear
+    points to."""
 
-    __slots__ = ("_array", "_kernels", "_linear")
+    __slots__ = ("_array", "_kernels", "_linear", "_rows")
 
-    def __init__(self, kernels: list[PartKernel]) -> None:
+    def __init__(self, kernels: list[PartKernel], rows: int) -> None:
         self._kernels = kernels
-        self._linear, self._array = parts_linear([k.c_linear() for k in kernels])
+        self._rows = rows
+        self._linear, self._array = parts_linear([k.c_linear(rows) for k in kernels])
 
-    def c_linear(self) -> CLinear:
+    def c_linear(self, rows: int) -> CLinear:
+        if rows != self._rows:
+            raise ValueError(f"parts built for {self._rows}-row steps asked for {rows} rows")
         return self._linear
 
     def workspace_bytes(self, m: int) -> int:
@@ -59,7 +63,7 @@ class StackedMethod:
         the decode step's arguments point into it)."""
         if rows not in self._c_kernels:
             kernels = [getattr(m, "c_kernel", lambda _: None)(rows) for m in self.methods]
-            self._c_kernels[rows] = None if None in kernels else StackedKernel(kernels)
+            self._c_kernels[rows] = None if None in kernels else StackedKernel(kernels, rows)
         return self._c_kernels[rows]
 
 

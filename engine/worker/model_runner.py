@@ -23,7 +23,7 @@ from engine.quantization import cpu_paths
 from engine.quantization.cpu_int4 import CpuInt4Method
 from engine.quantization.cpu_paths import CpuPathPolicy
 from engine.quantization.cpu_q4 import Q4Context, Q4Kernel, load_q4_context
-from engine.quantization.cpu_q8 import CpuQ8Method, Q8Context, load_q8_context
+from engine.quantization.cpu_q8 import CpuQ8Method, Q8Context, Q8Kernel, load_q8_context
 from engine.quantization.dequantize_workspace import DequantWorkspace
 from engine.quantization.native_kernels import load_native
 from engine.quantization.tensors import Int4Weight, Int8Weight, Weight, split_int8_into_int4
@@ -49,6 +49,9 @@ _MAX_DECODE_GROUPS = 4
 _GROUP_LENGTH_RATIO = 0.75
 # GPU memory kept out of the KV pool for cuBLAS workspaces, CUDA graphs and fragmentation.
 _GPU_RESERVE_BYTES = 512 << 20
+# Rows of the vocabulary's table its int8 pass is timed on at load (q8_gemv against q8_amx):
+# a few ms a call, where the whole table's would be ~50 ms at 64 rows.
+_VOCABULARY_PROBE_ROWS = 4096
 
 
 @dataclass(slots=True)
@@ -139,8 +142,25 @@ class ModelRunner:
         q8 = load_q8_context() if fp32 else None
         if q8 is None:
             return placement
+        policy.int8_pass_amx_from_rows = self._vocabulary_amx_from_rows(weights, q8)
         return replace(placement, q8=q8, q8_layers=self._int8_layers_run_q8(weights, placement,
                                                                             q8))
+
+    def _vocabulary_amx_from_rows(self, weights: Mapping[str, Weight], q8: Q8Context) -> int:
+        """From how many rows the vocabulary's int8 pass runs q8_amx (sys.maxsize: never),
+        timed against q8_gemv on its first rows (the time per row does not depend on which)."""
+        vocab = weights.get("lm_head.weight", weights.get("model.embed_tokens.weight"))
+        if (q8.amx is None or not isinstance(vocab, Int8Weight) or vocab.group_size is None
+                or vocab.q.dim() != 2):
+            return sys.maxsize
+        rows = min(_VOCABULARY_PROBE_ROWS, vocab.shape[0])
+        probe = Int8Weight(vocab.q[:rows], vocab.scales[:rows], vocab.group_size,
+                           None if vocab.mins is None else vocab.mins[:rows])
+        kernel = Q8Kernel(probe, q8.with_own_scratch(), precise=False, reuse_output=False)
+        counts = [m for m in cpu_paths.CALIBRATION_ROWS if m <= self.config.max_num_batched_tokens]
+        from_rows, why = cpu_paths.choose_amx_rows(kernel, probe.shape[1], counts)
+        logger.info("CPU vocabulary projection's int8 pass: %s", why)
+        return from_rows
 
     def _int8_layers_run_q8(self, weights: Mapping[str, Weight], placement: Placement,
                             q8: Q8Context) -> bool:
@@ -156,9 +176,9 @@ class ModelRunner:
         rows = [m for m in cpu_paths.CALIBRATION_ROWS
                 if m <= self.config.max_num_batched_tokens and m < below] or [1]
         # Their own scratch, as the int4 probe's: the model's stays decode-sized.
-        q4 = None if placement.q4 is None else Q4Context(placement.q4.lib)
+        q4 = None if placement.q4 is None else placement.q4.with_own_scratch()
         halves = make_linear(probe, None, replace(placement, q4=q4, q8=None)).method
-        native = CpuQ8Method(probe, policy, Q8Context(q8.lib), precise=True, reuse_output=True)
+        native = CpuQ8Method(probe, policy, q8.with_own_scratch(), precise=True, reuse_output=True)
         return cpu_paths.choose_int8_kernel(halves, native, probe.shape[1], rows)[0]
 
     def _cpu_int4_policy(self, weights: Mapping[str, Weight],
@@ -180,7 +200,7 @@ class ModelRunner:
         keeps_source = CpuPathPolicy(dequantize_from_rows=1,
                                      workspace=DequantWorkspace.for_this_machine())
         # Its own scratch: the probe's 256-row calls would leave the model's one that large.
-        native = None if q4 is None else Q4Kernel(probe, Q4Context(q4.lib), precise=True,
+        native = None if q4 is None else Q4Kernel(probe, q4.with_own_scratch(), precise=True,
                                                   reuse_output=True)
         return cpu_paths.calibrate(CpuInt4Method(probe, keeps_source),
                                    self.config.max_num_batched_tokens, native)

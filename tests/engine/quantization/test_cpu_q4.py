@@ -3,6 +3,7 @@ a layer keeps, the load-time choice between it and PyTorch's kernel, and the fal
 
 from __future__ import annotations
 
+import ctypes
 import sys
 
 import pytest
@@ -21,11 +22,13 @@ from engine.quantization.cpu_int4 import CpuInt4Method
 from engine.quantization.cpu_paths import CpuPathPolicy, RowTimings
 from engine.quantization.cpu_q4 import Q4Context, load_q4_context
 from engine.quantization.dequantize_workspace import DequantWorkspace
+from engine.quantization.native_kernels import load_native
 from engine.quantization.tensors import Int4Weight, dequantize, quantize_int4, quantize_int8
 from engine.worker.model_runner import ModelRunner
 from kernels.cpu import native
 from kernels.cpu.dequant import Dequantizer
 from kernels.cpu.native import find_compiler
+from kernels.cpu.q4_amx import Q4Amx
 from kernels.cpu.q4_gemv import KQ_RECORDS, Q4Gemv
 from kernels.kernel_ops import TORCH_OPS
 
@@ -240,6 +243,27 @@ def test_policy_gives_one_row_steps_to_q4_for_the_one_call_decode_step(q4_time):
     assert policy.native_below_rows == sys.maxsize
 
 
+def test_policy_runs_q4_amx_from_the_step_size_where_it_wins_for_good():
+    timings = {1: RowTimings(14, 10), 4: RowTimings(24, 20, amx=19),
+               16: RowTimings(90, 50, amx=60), 64: RowTimings(300, 200, amx=90),
+               256: RowTimings(900, 800, amx=300)}
+    assert cpu_paths._policy_from_timings(timings).amx_from_rows == 64
+
+
+def test_policy_keeps_q4_gemv_where_q4_amx_loses_the_largest_steps():
+    timings = {1: RowTimings(14, 10), 16: RowTimings(90, 50, amx=30),
+               64: RowTimings(300, 200, amx=210)}
+    assert cpu_paths._policy_from_timings(timings).amx_from_rows == sys.maxsize
+
+
+def test_policy_weighs_the_dequantized_gemm_against_q4_amx_where_it_runs():
+    # q4_gemv alone would lose 64 rows to the fp32 GEMM (200 against 100); q4_amx does not.
+    timings = {1: RowTimings(14, 10), 16: RowTimings(90, 50, 60, 200, amx=20),
+               64: RowTimings(300, 200, 100, 400, amx=60)}
+    policy = cpu_paths._policy_from_timings(timings)
+    assert policy.amx_from_rows == 16 and policy.dequantize_from_rows is None
+
+
 def test_policy_dequantizes_from_where_the_chosen_kernel_loses_to_fp32():
     timings = {1: RowTimings(14, 10), 16: RowTimings(90, 50, 60, 200),
                64: RowTimings(300, 200, 100, 400), 256: RowTimings(900, 800, 300, 1200)}
@@ -304,6 +328,51 @@ def test_engine_without_the_library_runs_pytorchs_int4_kernel(monkeypatch, tiny_
 def test_engine_greedy_tokens_through_q4_are_the_dequantized_models(
         q4, q4_chosen, tiny_q4_1):
     assert greedy_tokens(tiny_q4_1, "auto") == greedy_tokens(tiny_q4_1, "none")
+
+
+@pytest.fixture
+def amx_chosen(q4_chosen, monkeypatch):
+    """As q4_chosen, and the calibration finds q4_amx faster than q4_gemv from 4 rows, and
+    q8_amx faster than the vocabulary's int8 pass through q8_gemv from 4 rows (skipped where
+    this CPU cannot run them)."""
+    if load_native("q4_amx") is None or not Q4Amx(load_native("q4_amx")).available():
+        pytest.skip("this CPU (or its OS) has no AMX with BF16: q4_amx never runs here")
+
+    def timings(probe, native, rows):
+        wide = native is not None and native.has_wide_call
+        return {m: RowTimings(2.0, None if native is None else 1.0, 100.0, 100.0,
+                              0.5 if wide and m >= 4 else None) for m in rows}
+
+    monkeypatch.setattr(cpu_paths, "_timings", timings)
+    monkeypatch.setattr(cpu_paths, "choose_amx_rows", lambda native, k, rows: (4, "chosen"))
+
+
+def test_batched_steps_run_amx_where_chosen_and_reply_as_the_dequantized_model(
+        q4, amx_chosen, tmp_path):
+    """Q4_1 layers through q4_amx, the Q8_0 tied vocabulary's int8 pass through q8_amx."""
+    from gguf import GGMLQuantizationType as QType
+
+    path = write_tiny_gguf(tmp_path / "tiny.gguf", matrix_type=QType.Q4_1,
+                           mixed={"token_embd": QType.Q8_0}).path
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    prompts = [list(range(100 + 7 * i, 120 + 9 * i)) for i in range(6)]
+
+    def replies(quantization: str) -> tuple[LLM, list[list[int]]]:
+        llm = LLM(str(path), num_kv_blocks=32, num_threads=1, quantization=quantization)
+        return llm, [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+
+    quantized, got = replies("auto")
+    method = quantized.engine.runner.model.layers[0].qkv_proj.method
+    assert method.policy.amx_from_rows == 4
+    amx_address = ctypes.cast(load_native("q4_amx").q4a_linear, ctypes.c_void_p).value
+    # The decode step's one C call runs q4_amx from 4 rows, q4_gemv below.
+    assert method.c_kernel(6).c_linear(6).fn == amx_address
+    assert method.c_kernel(3).c_linear(3).fn != amx_address
+    # The vocabulary's int8 pass runs q8_amx from 4 rows too.
+    vocabulary = quantized.engine.runner.model.lm_head.linear.method.native
+    q8_amx = ctypes.cast(load_native("q8_amx").q8a_linear, ctypes.c_void_p).value
+    assert vocabulary.c_linear(6).fn == q8_amx and vocabulary.c_linear(3).fn != q8_amx
+    assert got == replies("none")[1]
 
 
 def test_no_compiler_means_pytorchs_int4_kernel(monkeypatch, tmp_path):
