@@ -229,6 +229,7 @@ def report(runs: list[Run], args) -> None:
     print(f"\n{cpu_name()}, {args.clients} clients, up to {args.max_tokens} tokens each\n")
     print("| run | output tok/s | median TTFT (ms) | TTFT added by the server, median / p90 (ms) |")
     print("|---|---|---|---|")
+    runs = [run for run in runs if run.ttft]  # `--single 0` makes empty runs
     for run in runs:
         rate = f"{run.tok_per_s:.1f}" if run.tokens else "-"
         added = "-"
