@@ -208,8 +208,8 @@ def _policy_from_timings(timings: dict[int, RowTimings]) -> CpuPathPolicy:
     threshold, dtype, gemm_why = _dequantize_choice(timings, kernel)
     if threshold is not None and native_below >= threshold:
         native_below = sys.maxsize  # so no layer builds a layout that no step reads
-    return CpuPathPolicy(threshold, dtype, native_below, amx_from,
-                         f"{why}; {amx_why}; {gemm_why} ({table})")
+    return CpuPathPolicy(threshold, dtype, native_below, amx_from_rows=amx_from,
+                         reason=f"{why}; {amx_why}; {gemm_why} ({table})")
 
 
 def _amx_choice(timings: dict[int, RowTimings]) -> tuple[int, str]:

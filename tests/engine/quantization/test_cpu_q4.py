@@ -247,7 +247,9 @@ def test_policy_runs_q4_amx_from_the_step_size_where_it_wins_for_good():
     timings = {1: RowTimings(14, 10), 4: RowTimings(24, 20, amx=19),
                16: RowTimings(90, 50, amx=60), 64: RowTimings(300, 200, amx=90),
                256: RowTimings(900, 800, amx=300)}
-    assert cpu_paths._policy_from_timings(timings).amx_from_rows == 64
+    policy = cpu_paths._policy_from_timings(timings)
+    assert policy.amx_from_rows == 64 and "q4_amx from 64 rows" in policy.reason
+    assert policy.int8_pass_amx_from_rows == sys.maxsize  # timed apart, on the vocabulary
 
 
 def test_policy_keeps_q4_gemv_where_q4_amx_loses_the_largest_steps():
