@@ -4,8 +4,11 @@
  *
  * AMX needs the kernel's permission once per process (arch_prctl ARCH_REQ_XCOMP_PERM for
  * XFEATURE_XTILEDATA, Linux 5.16 and later); without it the first tile instruction faults.
- * A tile's state is per thread: each thread of a team loads the configuration before its first
- * tile instruction and releases the tiles after its last.
+ * A tile's state is per thread, and other code on the same threads may keep a configuration
+ * loaded between its calls (torch's oneDNN micro-kernels remember per thread which one they
+ * loaded last and skip loading it again): so a thread saves the configuration it finds, loads
+ * ours, and after its last tile instruction loads the saved one again, or releases the tiles
+ * where it found none (`amx_enter`, `amx_leave`).
  */
 #ifndef PAGODA_AMX_TILES_H
 #define PAGODA_AMX_TILES_H
@@ -60,11 +63,14 @@ static inline int amx_permitted(void)
     return state;
 }
 
-/* Load a configuration of 8 tiles, tile t being rows[t] rows of colsb[t] bytes. */
+/* Save this thread's tile configuration into *saved (all zeros where none is loaded) and
+ * load one of 8 tiles, tile t being rows[t] rows of colsb[t] bytes. */
 __attribute__((target(AMX_TARGET), always_inline))
-static inline void amx_configure(const uint8_t rows[8], const uint16_t colsb[8])
+static inline void amx_enter(struct amx_tile_config *saved, const uint8_t rows[8],
+                             const uint16_t colsb[8])
 {
     struct amx_tile_config config;
+    _tile_storeconfig(saved);
     memset(&config, 0, sizeof(config));
     config.palette = 1;
     for (int t = 0; t < 8; t++) {
@@ -72,6 +78,16 @@ static inline void amx_configure(const uint8_t rows[8], const uint16_t colsb[8])
         config.colsb[t] = colsb[t];
     }
     _tile_loadconfig(&config);
+}
+
+/* Give the thread back the configuration amx_enter found (the tiles' contents are not kept). */
+__attribute__((target(AMX_TARGET), always_inline))
+static inline void amx_leave(const struct amx_tile_config *saved)
+{
+    if (saved->palette)
+        _tile_loadconfig(saved);
+    else
+        _tile_release();
 }
 
 /* r[i] lane j -> r[j] lane i, for 16 registers of 16 dwords. */

@@ -68,13 +68,9 @@ size_t q4a_workspace_bytes(int m, int k)
     return units * (2 * TILE_BYTES + TILE_ROWS * sizeof(float));
 }
 
-__attribute__((target(AMX_TARGET)))
-static void configure_tiles(void)
-{
-    static const uint8_t rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
-    static const uint16_t colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};
-    amx_configure(rows, colsb);
-}
+/* Every tile 16 rows of 64 bytes. */
+static const uint8_t tile_rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
+static const uint16_t tile_colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};
 
 /* bf16 lanes 0-15 (upper = 0) or 16-31 (upper = 1) of v as fp32. */
 __attribute__((target(AMX_TARGET), always_inline))
@@ -239,7 +235,8 @@ static void panels(const uint8_t *w, int fmt, int n, int groups, const struct ac
     struct chunk ch;
     float sums[GROUP_TILES][TILE_ROWS * TILE_ROWS] __attribute__((aligned(64)));
     int tiles = (n + Q4R_TILE - 1) / Q4R_TILE;
-    configure_tiles();
+    struct amx_tile_config saved;
+    amx_enter(&saved, tile_rows, tile_colsb);
     for (int p = begin; p < end; p++) {
         for (int rt0 = 0; rt0 < x->tiles; rt0 += GROUP_TILES) {
             int group = x->tiles - rt0 < GROUP_TILES ? x->tiles - rt0 : GROUP_TILES;
@@ -253,7 +250,7 @@ static void panels(const uint8_t *w, int fmt, int n, int groups, const struct ac
                 amx_store_transposed(sums[i], (rt0 + i) * TILE_ROWS, x->m, n, p * TILE_ROWS, y);
         }
     }
-    _tile_release();
+    amx_leave(&saved);
 }
 
 static void prepare_all(const float *x, int m, int k, struct activations *a, uint8_t *hi,

@@ -80,14 +80,9 @@ size_t q8a_workspace_bytes(int m, int k)
     return quantized_bytes(m, k) + units * (B_TILE_BYTES + 2 * TILE_ROWS * sizeof(float));
 }
 
-__attribute__((target(AMX_TARGET)))
-static void configure_tiles(void)
-{
-    /* C: 16 x 16 int32; A: 16 rows x 32 int8; B: 8 rows x 16 groups of 4 int8. */
-    static const uint8_t rows[8] = {16, 16, 16, 16, 8, 8, 0, 0};
-    static const uint16_t colsb[8] = {64, 64, 32, 32, 64, 64, 0, 0};
-    amx_configure(rows, colsb);
-}
+/* C: 16 x 16 int32; A: 16 rows x 32 int8; B: 8 rows x 16 groups of 4 int8. */
+static const uint8_t tile_rows[8] = {16, 16, 16, 16, 8, 8, 0, 0};
+static const uint16_t tile_colsb[8] = {64, 64, 32, 32, 64, 64, 0, 0};
 
 /* Row `row`'s `groups` scales (or mins) as fp32 at out; zeros past the weight's rows. */
 __attribute__((target(AMX_TARGET)))
@@ -187,7 +182,8 @@ static void panels(const struct weight *w, const struct activations *x, float *y
 {
     float sums[GROUP_TILES][TILE_ROWS * TILE_ROWS] __attribute__((aligned(64)));
     float *scales = params, *mins = w->mins ? params + (size_t)w->groups * TILE_ROWS : NULL;
-    configure_tiles();
+    struct amx_tile_config saved;
+    amx_enter(&saved, tile_rows, tile_colsb);
     for (int p = begin; p < end; p++) {
         int n0 = p * TILE_ROWS, count = w->n - n0 < TILE_ROWS ? w->n - n0 : TILE_ROWS;
         const int8_t *a = w->q + (size_t)n0 * w->k;
@@ -211,7 +207,7 @@ static void panels(const struct weight *w, const struct activations *x, float *y
                 amx_store_transposed(sums[i], (rt0 + i) * TILE_ROWS, x->m, w->n, n0, y);
         }
     }
-    _tile_release();
+    amx_leave(&saved);
 }
 
 /* Panels [begin, end) with their own buffers: the panel's scales and mins, and a last panel

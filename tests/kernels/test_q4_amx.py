@@ -119,3 +119,21 @@ def test_amx_refuses_shapes_formats_and_instruction_sets_it_cannot_read(libs):
     assert call(k=500) == -1 and call(m=0) == -1 and call(n=0) == -1
     assert call(fmt=KQ_RECORDS, k=480) == -1  # Q4_K records take whole super-blocks
     assert call(fmt=7) == -1
+
+
+def test_torchs_bf16_attention_and_ours_interleave_on_the_same_threads(libs):
+    """torch's bf16 attention (oneDNN micro-kernels where the CPU has AMX) and ours take turns
+    on torch's threads and each gives its own results. (That ours hands each thread back the
+    tile configuration it found, amx_tiles.h, is what keeps a kernel that remembers its own
+    loaded: this attention reconfigures each call and does not show it.)"""
+    q4, amx = libs
+    _, repacked = _weight(q4, FP16_RECORDS, 963, 512)
+    x = activations(33, 512)
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(1, 4, 256, 64).bfloat16() for _ in range(3))
+    attention = torch.nn.functional.scaled_dot_product_attention
+    want = attention(q, k, v, is_causal=True)
+    for _ in range(3):
+        y = amx.linear(repacked, x, threads=torch.get_num_threads())
+        assert torch.equal(attention(q, k, v, is_causal=True), want)
+    assert torch.equal(y, amx.linear(repacked, x, threads=torch.get_num_threads()))
