@@ -57,7 +57,7 @@ class NativeLinearKernel:
     a layer inside the model, whose output is consumed before the next step, not for logits."""
 
     __slots__ = ("_args", "_call", "_k", "_n", "_name", "_narrow", "_out", "_out_ptr",
-                 "_reuse", "_rows", "_scratch", "_wide", "_workspace_bytes")
+                 "_reuse", "_rows", "_scratch", "_wide")
 
     def __init__(self, name: str, call: ctypes._CFuncPtr, args: tuple, shape: tuple[int, int],
                  scratch: Scratch, workspace_bytes: Callable[[int, int], int],
@@ -69,7 +69,6 @@ class NativeLinearKernel:
         self._args = args
         self._n, self._k = shape
         self._scratch = scratch
-        self._workspace_bytes = workspace_bytes
         self._reuse = reuse_output
         self._rows = -1
         self._out: torch.Tensor | None = None
@@ -141,8 +140,8 @@ class NativeLinearKernel:
         """The C function, scratch and (for decode-sized steps) the output buffer for steps
         of m rows."""
         self._rows = m
-        self._call, self._workspace_bytes = self._call_for(m)
-        self._scratch.reserve(self._workspace_bytes(m, self._k))
+        self._call, workspace_bytes = self._call_for(m)
+        self._scratch.reserve(workspace_bytes(m, self._k))
         if self._reuse and m <= REUSED_OUTPUT_ROWS:
             self._out = torch.empty(m, self._n)
             self._out_ptr = self._out.data_ptr()

@@ -31,6 +31,9 @@
 
 enum { AMX_BF16 = 22, AMX_TILE = 24, AMX_INT8 = 25 }; /* CPUID.(7, 0):EDX bits */
 
+/* Tiles of AMX_ROWS activation rows that m rows take. */
+static inline int amx_row_tiles(int m) { return (m + AMX_ROWS - 1) / AMX_ROWS; }
+
 struct amx_tile_config {
     uint8_t palette;
     uint8_t start_row;

@@ -59,12 +59,10 @@
 /* 1 where this CPU has AMX and the kernel lets this process use its tiles. */
 int q4a_available(void) { return amx_permitted(); }
 
-static int row_tiles(int m) { return (m + TILE_ROWS - 1) / TILE_ROWS; }
-
 /* The activations' hi and lo tiles and their blocks' sums, for [m, k]. */
 size_t q4a_workspace_bytes(int m, int k)
 {
-    size_t units = (size_t)row_tiles(m) * (k / BLOCK);
+    size_t units = (size_t)amx_row_tiles(m) * (k / BLOCK);
     return units * (2 * TILE_BYTES + TILE_ROWS * sizeof(float));
 }
 
@@ -272,7 +270,7 @@ int q4a_linear(int isa, const uint8_t *w, int fmt, int n, int k, const float *x,
     int groups = k / BLOCK;
     struct activations a;
     a.m = m;
-    a.tiles = row_tiles(m);
+    a.tiles = amx_row_tiles(m);
     size_t units = (size_t)a.tiles * groups;
     uint8_t *hi = (uint8_t *)work, *lo = hi + units * TILE_BYTES;
     float *sums = (float *)(lo + units * TILE_BYTES);

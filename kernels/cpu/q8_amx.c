@@ -67,8 +67,6 @@ struct activations {
 
 int q8a_available(void) { return amx_permitted(); }
 
-static int row_tiles(int m) { return (m + TILE_ROWS - 1) / TILE_ROWS; }
-
 static size_t quantized_bytes(int m, int k)
 {
     return (size_t)m * k + 2 * (size_t)m * (k / BLOCK) * sizeof(float);
@@ -76,7 +74,7 @@ static size_t quantized_bytes(int m, int k)
 
 size_t q8a_workspace_bytes(int m, int k)
 {
-    size_t units = (size_t)row_tiles(m) * (k / BLOCK);
+    size_t units = (size_t)amx_row_tiles(m) * (k / BLOCK);
     return quantized_bytes(m, k) + units * (B_TILE_BYTES + 2 * TILE_ROWS * sizeof(float));
 }
 
@@ -241,7 +239,7 @@ int q8a_linear(int isa, const int8_t *q, const void *scales, const void *mins, i
     bq_quantize_rows(BQ_ISA_AVX2, 0, x, m, k, xq, xscale, xsum);
     struct activations a = {0};
     a.m = m;
-    a.row_tiles = row_tiles(m);
+    a.row_tiles = amx_row_tiles(m);
     size_t units = (size_t)a.row_tiles * groups;
     uint8_t *tiles = (uint8_t *)work + quantized_bytes(m, k);
     float *lanes = (float *)(tiles + units * B_TILE_BYTES);
