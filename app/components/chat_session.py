@@ -38,6 +38,7 @@ from app.components.tool_turns import (
     DECISIONS,
     DENIED,
     STOPPED,
+    CallKey,
     ChatTools,
     Decision,
     ToolOutcome,
@@ -211,8 +212,8 @@ class ChatSession:
         self._streamed = False  # the view was told a reply streams (told again when it ends)
         self._stop_requested = False
         # The turn's calls waiting for the user's Run or Deny, and the one running.
-        self._call_states: dict[str, ToolCallState] = {}
-        self._decisions: dict[str, asyncio.Future[Decision]] = {}
+        self._call_states: dict[CallKey, ToolCallState] = {}
+        self._decisions: dict[CallKey, asyncio.Future[Decision]] = {}
         self._running_call: asyncio.Task[ToolOutcome] | None = None
         self._offered: tuple[tuple[str, ...], tuple[ToolSpec, ...]] = ((), ())
         self.closed = False
@@ -469,12 +470,13 @@ class ChatSession:
             self.reply.backend.abort(self.reply.request_id)
         self._end_tool_work()
 
-    def answer_tool_call(self, call_id: str, decision: str) -> None:
-        """The user's answer to a call waiting for it: "run", "always" (run, and never ask for
-        this tool again) or "deny". An answer to no waiting call is ignored: it came late."""
+    def answer_tool_call(self, message_id: int, index: int, decision: str) -> None:
+        """The user's answer to the call `index` of the reply `message_id`, waiting for it:
+        "run", "always" (run, and never ask for this tool again) or "deny". An answer to no
+        waiting call is ignored: it came late."""
         if decision not in DECISIONS:
             raise ValueError(f"a call's answer is one of {', '.join(DECISIONS)}, not {decision!r}")
-        future = self._decisions.get(call_id)
+        future = self._decisions.get((message_id, index))
         if future is not None and not future.done():
             future.set_result(decision)  # type: ignore[arg-type]
 
@@ -565,28 +567,28 @@ class ChatSession:
             if i >= calls_left:
                 ended = "denied", over_the_limit(self.tools.max_calls_per_turn)
             else:
-                ended = await self._decide_and_run(message_id, call)
+                ended = await self._decide_and_run((message_id, i), call)
             if ended is None or self.closed:
                 return None
             result = await self.db.append_tool_message(parent, call, ended[1], ended[0])
             parent = result.id
-            self._call_states.pop(call.id, None)
+            self._call_states.pop((message_id, i), None)
             await self._reload()
             if self._stop_requested:
                 return None
         return parent
 
-    async def _decide_and_run(self, message_id: int, call: ToolCall) -> tuple[str, str] | None:
+    async def _decide_and_run(self, key: CallKey, call: ToolCall) -> tuple[str, str] | None:
         """(outcome, what the model is told), or None: stopped while the user was asked."""
         if not self.tools.always_allowed(call.name):
-            decision = await self._ask(message_id, call)
+            decision = await self._ask(key)
             if decision == "stop":
                 return None
             if decision == "deny":
                 return "denied", DENIED
             if decision == "always":
                 self.tools.allow_always(call.name)
-        self._show_call_state(message_id, call.id, "running")
+        self._show_call_state(key, "running")
         task = asyncio.ensure_future(self.tools.call(call.name, call.arguments))
         self._running_call = task
         try:
@@ -601,18 +603,18 @@ class ChatSession:
         outcome = task.result()
         return outcome.outcome, outcome.text
 
-    async def _ask(self, message_id: int, call: ToolCall) -> Decision:
+    async def _ask(self, key: CallKey) -> Decision:
         future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
-        self._decisions[call.id] = future
-        self._show_call_state(message_id, call.id, "asking")
+        self._decisions[key] = future
+        self._show_call_state(key, "asking")
         try:
             return await future
         finally:
-            self._decisions.pop(call.id, None)
+            self._decisions.pop(key, None)
 
-    def _show_call_state(self, message_id: int, call_id: str, state: ToolCallState) -> None:
-        self._call_states[call_id] = state
-        self._redraw_calls(message_id)
+    def _show_call_state(self, key: CallKey, state: ToolCallState) -> None:
+        self._call_states[key] = state
+        self._redraw_calls(key[0])
 
     def _redraw_calls(self, message_id: int | None = None) -> None:
         """Show where the calls of `message_id` (None: of every reply shown) stand now."""

@@ -66,21 +66,40 @@ class ChatTools(Protocol):
         (cancelling the task stops the call)."""
 
 
-def call_views(message: Message, results: dict[str, str],
-               states: dict[str, ToolCallState], tools: ChatTools | None) -> tuple[ToolCallView, ...]:
+# A call, as the turn keys it: the id of the reply that made it and its place among the reply's
+# calls. Never the model's own id, which models reuse from turn to turn ("call_1" again).
+CallKey = tuple[int, int]
+
+
+def call_views(message: Message, results: dict[CallKey, str],
+               states: dict[CallKey, ToolCallState],
+               tools: ChatTools | None) -> tuple[ToolCallView, ...]:
     """The calls of `message` as shown: a stored result's outcome, else where the running turn
     has them (`states`), else never run."""
     return tuple(
         ToolCallView(call.id, call.name, call.arguments,
-                     results.get(call.id) or states.get(call.id, "not run"),
+                     results.get((message.id, i)) or states.get((message.id, i), "not run"),
                      tools.server_of(call.name) if tools is not None else None)
-        for call in message.tool_calls)
+        for i, call in enumerate(message.tool_calls))
 
 
-def call_outcomes(path: Sequence[Message]) -> dict[str, str]:
-    """The outcome of every call answered on the branch, by call id."""
-    return {m.tool_call_id: m.finish_reason or "done" for m in path
-            if m.role == "tool" and m.tool_call_id is not None}
+def call_outcomes(path: Sequence[Message]) -> dict[CallKey, str]:
+    """The outcome of every call answered on the branch. A result answers a call of the reply
+    just above it (results follow their reply, each under the one before), the first of that
+    reply's calls with its id not answered yet."""
+    outcomes: dict[CallKey, str] = {}
+    caller: Message | None = None
+    for m in path:
+        if m.role != "tool":
+            caller = m if m.role == "assistant" else None
+            continue
+        if caller is None or m.tool_call_id is None:
+            continue
+        index = next((i for i, c in enumerate(caller.tool_calls)
+                      if c.id == m.tool_call_id and (caller.id, i) not in outcomes), None)
+        if index is not None:
+            outcomes[(caller.id, index)] = m.finish_reason or "done"
+    return outcomes
 
 
 def answered_calls(message: Message, path: Sequence[Message]) -> tuple[ToolCallRecord, ...]:
@@ -88,8 +107,8 @@ def answered_calls(message: Message, path: Sequence[Message]) -> tuple[ToolCallR
     call without its result, from a turn that was stopped, is left out: templates and servers
     want each call answered)."""
     answered = call_outcomes(path)
-    return tuple(ToolCallRecord(c.id, c.name, c.arguments) for c in message.tool_calls
-                 if c.id in answered)
+    return tuple(ToolCallRecord(c.id, c.name, c.arguments)
+                 for i, c in enumerate(message.tool_calls) if (message.id, i) in answered)
 
 
 def stored_calls(records: Sequence[ToolCallRecord]) -> tuple[ToolCall, ...]:

@@ -46,7 +46,7 @@ class ChatController(QObject):
         v.transcript.regenerate_requested.connect(lambda mid: s.spawn(s.regenerate(mid)))
         v.transcript.continue_requested.connect(lambda mid: s.spawn(s.continue_reply(mid)))
         v.transcript.tool_call_answered.connect(
-            lambda call_id, decision: s.answer_tool_call(call_id, decision))
+            lambda mid, index, decision: s.answer_tool_call(mid, index, decision))
         v.regenerate_button.clicked.connect(lambda: s.spawn(s.regenerate_last()))
         v.settings_changed.connect(lambda settings: s.spawn(s.save_settings(settings)))
         v.notice_dismissed.connect(s.clear_notice)

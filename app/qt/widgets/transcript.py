@@ -175,7 +175,8 @@ class TranscriptView(QWidget):
     edit_requested = Signal(int)  # a user message's id
     regenerate_requested = Signal(int)  # an assistant message's id
     continue_requested = Signal(int)  # a reply cut at its max tokens
-    tool_call_answered = Signal(str, str)  # a call's id, "run" / "always" / "deny"
+    # A call's answer: the reply's id, the call's place among its calls, "run"/"always"/"deny".
+    tool_call_answered = Signal(int, int, str)
     source_requested = Signal(int, int)  # a reply's id, the number of the source clicked
     copied = Signal(str)
 
@@ -746,7 +747,7 @@ class TranscriptView(QWidget):
     def _answer_call(self, block: _Block, index: int, decision: str) -> None:
         calls = block.view.tool_calls
         if index < len(calls) and calls[index].state == "asking":
-            self.tool_call_answered.emit(calls[index].id, decision)
+            self.tool_call_answered.emit(block.view.id, index, decision)
 
     def _copy(self, text: str) -> None:
         QGuiApplication.clipboard().setText(text)

@@ -56,3 +56,12 @@ class FakeTools:
             return ToolOutcome("failed", "fake: the server exited (code 1)")
         args = json.loads(arguments)
         return ToolOutcome("done", str(args["a"] + args["b"]))
+
+
+def answer(session, call_id: str, decision: str) -> None:
+    """Answer the call with the model's id `call_id` that waits for the user, as its card's
+    Run / Always / Deny does: by the reply that made it and its place among the reply's calls."""
+    asking = [(v.id, i) for v in session.views for i, c in enumerate(v.tool_calls)
+              if c.id == call_id and c.state == "asking"]
+    assert len(asking) == 1, f"{len(asking)} calls {call_id} wait for the user"
+    session.answer_tool_call(*asking[0], decision)

@@ -23,6 +23,7 @@ from app.components.tools.settings import (
     settings_from,
 )
 from tests.app.components.fake_backend import WAIT_S, eventually
+from tests.app.components.fake_tools import answer
 
 TEST_SERVER = str(Path(__file__).with_name("mcp_test_server.py"))
 
@@ -79,7 +80,7 @@ async def test_a_call_reaches_the_mcp_server_and_its_result_the_model(store, db,
     await first.call_tools(ToolCallRecord("c1", "add", '{"a": 20, "b": 22}'))
     await asked(session, "c1")
     assert session.views[-1].tool_calls[0].server == "calc"
-    session.answer_tool_call("c1", "run")
+    answer(session, "c1", "run")
     second = await asyncio.wait_for(backend.next_request(), 30)
     assert (second.messages[-1].role, second.messages[-1].content) == ("tool", "42")
     await second.say("42.", "stop")
@@ -100,7 +101,7 @@ async def test_a_failing_tool_and_bad_arguments_are_told_to_the_model(store, db,
                            ToolCallRecord("c3", "nope", "{}"))
     await eventually(lambda: any(c.id == "c3" and c.state == "asking" for v in session.views
                                  for c in v.tool_calls), "the unknown tool's question")
-    session.answer_tool_call("c3", "run")
+    answer(session, "c3", "run")
     second = await asyncio.wait_for(backend.next_request(), 30)
     results = [m.content for m in second.messages if m.role == "tool"]
     assert "it failed on purpose" in results[0]

@@ -12,7 +12,7 @@ import pytest
 from app.components.chat_session import ChatSession
 from app.components.tool_turns import DENIED, STOPPED
 from tests.app.components.fake_backend import WAIT_S, eventually
-from tests.app.components.fake_tools import FakeTools, call
+from tests.app.components.fake_tools import FakeTools, answer, call
 
 
 @pytest.fixture
@@ -124,7 +124,7 @@ async def test_a_call_waits_for_run_then_its_result_goes_back_to_the_model(tool_
     await call_state(session, "call_add", "asking")
     assert tools.calls == [] and session.is_streaming
 
-    session.answer_tool_call("call_add", "run")
+    answer(session, "call_add", "run")
     second = await backend.next_request()
     assert tools.calls == [("add", '{"a": 2, "b": 3}')]
     assistant, result = second.messages[-2:]
@@ -140,13 +140,74 @@ async def test_a_call_waits_for_run_then_its_result_goes_back_to_the_model(tool_
     assert not session.is_streaming and session.can_regenerate
 
 
+async def test_a_call_reusing_an_earlier_turns_id_asks_runs_and_goes_back_to_the_model(
+        tool_chat, backend, tools):
+    session = await tool_chat()
+    task = session.spawn(session.send("What is 2 + 3?"))
+    await (await backend.next_request()).call_tools(call("add", '{"a": 2, "b": 3}', "call_1"))
+    await call_state(session, "call_1", "asking")
+    answer(session, "call_1", "run")
+    await (await backend.next_request()).say("5.", "stop")
+    await asyncio.wait_for(task, WAIT_S)
+
+    task = session.spawn(session.send("And 4 + 4?"))
+    await (await backend.next_request()).call_tools(call("add", '{"a": 4, "b": 4}', "call_1"))
+    await call_state(session, "call_1", "asking")  # not shown done by the first turn's result
+    answer(session, "call_1", "run")
+    last = await backend.next_request()
+    assert tools.calls == [("add", '{"a": 2, "b": 3}'), ("add", '{"a": 4, "b": 4}')]
+    assert [(m.role, m.content) for m in last.messages if m.role == "tool"] == [
+        ("tool", "5"), ("tool", "8")]
+    await last.say("8.", "stop")
+    await asyncio.wait_for(task, WAIT_S)
+    assert not session.is_streaming
+    assert [[c.state for c in v.tool_calls] for v in session.views if v.tool_calls] == [
+        ["done"], ["done"]]
+
+
+async def test_two_calls_of_one_reply_sharing_an_id_are_each_asked(tool_chat, backend, tools):
+    session = await tool_chat()
+    task = session.spawn(session.send("add two pairs"))
+    await (await backend.next_request()).call_tools(call("add", '{"a": 1, "b": 2}', "c"),
+                                                    call("add", '{"a": 3, "b": 4}', "c"))
+    await call_state(session, "c", "asking")
+    answer(session, "c", "run")
+    await eventually(lambda: [c.state for c in session.views[1].tool_calls] == ["done", "asking"],
+                     "the second call's question")
+    answer(session, "c", "run")
+    last = await backend.next_request()
+    assert [m.content for m in last.messages if m.role == "tool"] == ["3", "7"]
+    await last.say("3 and 7.", "stop")
+    await asyncio.wait_for(task, WAIT_S)
+
+
+async def test_a_stopped_call_reusing_an_answered_id_is_left_out_of_the_next_prompt(
+        tool_chat, backend):
+    session = await tool_chat()
+    task = session.spawn(session.send("add"))
+    await (await backend.next_request()).call_tools(call("add", '{"a": 1, "b": 1}', "call_1"))
+    await call_state(session, "call_1", "asking")
+    answer(session, "call_1", "run")
+    await (await backend.next_request()).call_tools(call("add", '{"a": 2, "b": 2}', "call_1"))
+    await eventually(lambda: [c.state for v in session.views for c in v.tool_calls]
+                     == ["done", "asking"], "the second call's question")
+    session.stop()
+    await asyncio.wait_for(task, WAIT_S)
+
+    task = session.spawn(session.send("never mind"))
+    request = await backend.next_request()
+    assert [len(m.tool_calls) for m in request.messages if m.role == "assistant"] == [1]
+    await request.finish()
+    await asyncio.wait_for(task, WAIT_S)
+
+
 async def test_a_denied_call_never_runs_and_the_model_is_told(tool_chat, backend, tools):
     session = await tool_chat()
     task = session.spawn(session.send("add"))
     first = await backend.next_request()
     await first.call_tools(call("add", '{"a": 1, "b": 1}'))
     await call_state(session, "call_add", "asking")
-    session.answer_tool_call("call_add", "deny")
+    answer(session, "call_add", "deny")
     second = await backend.next_request()
     assert second.messages[-1].content == DENIED
     await second.say("I could not add them.", "stop")
@@ -161,7 +222,7 @@ async def test_always_runs_that_tool_without_asking_again(tool_chat, backend, to
     first = await backend.next_request()
     await first.call_tools(call("add", '{"a": 1, "b": 2}', "c1"))
     await call_state(session, "c1", "asking")
-    session.answer_tool_call("c1", "always")
+    answer(session, "c1", "always")
     second = await backend.next_request()
     await second.call_tools(call("add", '{"a": 3, "b": 4}', "c2"))
     third = await backend.next_request()
@@ -179,7 +240,7 @@ async def test_a_failing_server_is_shown_in_words_and_the_model_told(tool_chat, 
     first = await backend.next_request()
     await first.call_tools(call("broken"))
     await call_state(session, "call_broken", "asking")
-    session.answer_tool_call("call_broken", "run")
+    answer(session, "call_broken", "run")
     second = await backend.next_request()
     assert second.messages[-1].content == "fake: the server exited (code 1)"
     await second.say("The tool failed.", "stop")
@@ -214,7 +275,7 @@ async def test_stop_while_a_tool_runs_cancels_it_and_keeps_why(tool_chat, backen
     first = await backend.next_request()
     await first.call_tools(call("hang"))
     await call_state(session, "call_hang", "asking")
-    session.answer_tool_call("call_hang", "run")
+    answer(session, "call_hang", "run")
     await call_state(session, "call_hang", "running")
     await eventually(lambda: tools.calls, "the call")
     session.stop()
@@ -232,7 +293,7 @@ async def test_a_turn_stops_calling_at_its_limit_and_the_model_answers_without_t
     await first.call_tools(call("add", '{"a": 1, "b": 2}', "c1"),
                            call("add", '{"a": 3, "b": 4}', "c2"))
     await call_state(session, "c1", "asking")
-    session.answer_tool_call("c1", "run")
+    answer(session, "c1", "run")
     second = await backend.next_request()
     assert second.options.tools == ()
     assert "most tool calls a turn may (1)" in second.messages[-1].content
@@ -256,7 +317,7 @@ async def test_regenerate_runs_the_turn_again_from_the_users_message(tool_chat, 
     first = await backend.next_request()
     await first.call_tools(call("add", '{"a": 2, "b": 3}'))
     await call_state(session, "call_add", "asking")
-    session.answer_tool_call("call_add", "run")
+    answer(session, "call_add", "run")
     await (await backend.next_request()).say("5.", "stop")
     await asyncio.wait_for(task, WAIT_S)
     user_id = session.path[0].id
@@ -278,7 +339,7 @@ async def test_calls_and_results_are_shown_again_after_a_restart(tool_chat, back
     await first.think("Use the tool.")
     await first.call_tools(call("add", '{"a": 2, "b": 3}'))
     await call_state(session, "call_add", "asking")
-    session.answer_tool_call("call_add", "run")
+    answer(session, "call_add", "run")
     await (await backend.next_request()).say("5.", "stop")
     await asyncio.wait_for(task, WAIT_S)
     session.close()

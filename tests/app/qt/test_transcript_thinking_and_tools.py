@@ -220,7 +220,7 @@ def test_each_choice_answers_the_call(view, qtbot, label, decision):
     with qtbot.waitSignal(view.tool_call_answered) as answered:
         click(view, 2, label)
 
-    assert answered.args == ["call_1", decision]
+    assert answered.args == [2, 0, decision]
 
 
 def test_a_call_no_longer_asking_offers_no_choices(view, qtbot):
@@ -355,14 +355,14 @@ def test_regenerate_stays_on_the_last_reply_past_results(view):
 
 
 def test_run_in_a_tab_answers_the_session(tab, monkeypatch):
-    answers: list[tuple[str, str]] = []
+    answers: list[tuple[int, int, str]] = []
     monkeypatch.setattr(tab.session, "answer_tool_call", lambda *answer: answers.append(answer))
     tab.view.show_messages(tool_turn("asking")[:2])
     transcript = tab.view.transcript
 
     click(transcript, 2, "Run")
 
-    assert answers == [("call_1", "run")]
+    assert answers == [(2, 0, "run")]
 
 
 def test_a_tab_streams_reasoning_into_its_transcript(tab):
