@@ -249,8 +249,9 @@ class ChatDocuments:
         asked = f"{retrieved_passages_message(chosen)}\n\n{question}"
         shaped = [*messages[:question_at], replace(messages[question_at], content=asked),
                   *messages[question_at + 1:]]
-        citations = tuple(Citation(s.number, aid, s.name, s.ordinal, s.page)
-                          for s, aid in zip(passage_sources(chosen), ids, strict=True))
+        citations = tuple(Citation(s.number, aid, s.name, s.ordinal, s.page, hit.chunk.heading)
+                          for s, hit, aid in zip(passage_sources(chosen), chosen, ids,
+                                                 strict=True))
         return DocumentPrompt(shaped, citations)
 
     async def _held(self, path: Sequence[Message]) -> list[_Held]:

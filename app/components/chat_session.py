@@ -154,7 +154,8 @@ def message_view(m: Message, sibling_index: int = 0, sibling_count: int = 1,
                        finish_reason=m.finish_reason, completion_tokens=m.completion_tokens,
                        reasoning=m.reasoning, reasoning_s=m.reasoning_s, tool_name=m.tool_name,
                        attachments=attachments,
-                       sources=tuple(SourceView(c.number, c.name, c.page) for c in m.sources))
+                       sources=tuple(SourceView(c.number, c.name, c.page, c.heading, c.ordinal)
+                                     for c in m.sources))
 
 
 def load_branch(store: ConversationStore, cid: int) -> tuple[Conversation, list[Message],

@@ -78,11 +78,14 @@ class FolderView:
 
 @dataclass(slots=True, frozen=True)
 class SourceView:
-    """A passage a reply was given, as it cites it: "[1] report.pdf, page 12"."""
+    """A passage a reply was given, as it cites it: "[1] report.pdf, p. 12"; the heading it is
+    under and its place in the document (`ordinal`) tell apart passages of one file."""
 
     number: int
     name: str
     page: int | None = None
+    heading: str | None = None
+    ordinal: int = 0
 
 
 @dataclass(slots=True, frozen=True)

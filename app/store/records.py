@@ -136,13 +136,15 @@ class ChunkHit:
 
 @dataclass(slots=True, frozen=True)
 class Citation:
-    """A passage a reply was given, as it cites it ([number]): the document and its page."""
+    """A passage a reply was given, as it cites it ([number]): the document, and the page and
+    heading the passage is under (which tell apart several passages of one document)."""
 
     number: int
     attachment_id: int
     name: str
     ordinal: int
     page: int | None = None
+    heading: str | None = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -233,7 +233,7 @@ def _chunks(items: list[Any], where: str) -> tuple[AttachmentChunk, ...]:
     return tuple(_record(AttachmentChunk, CHUNK, OBJECT.check(item, f"{where}[{i}]"),
                          f"{where}[{i}]") for i, item in enumerate(items))
 CITATION = {"number": COUNT, "attachment_id": ID, "name": TEXT, "ordinal": COUNT,
-            "page": maybe(COUNT)}
+            "page": maybe(COUNT), "heading": maybe(TEXT)}
 
 
 def _citations(items: list[Any], where: str) -> tuple[Citation, ...]:

@@ -4,11 +4,15 @@ transcript and the passage dialog draw them."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
+
 from app.components.view_models import AttachmentView, PassageView, SourceView
 
 # A page with lines: in the fonts every desktop has (an emoji needs an emoji font).
 DOCUMENT_MARK = "▤"
 READING = "reading…"
+HEADING_CHARS = 40  # of the heading a source names; the passage dialog shows it whole
 
 
 def size_text(num_bytes: int) -> str:
@@ -53,10 +57,26 @@ def reading_reason(views: list[AttachmentView]) -> str | None:
     return f"Reading {reading[0]}{more}…"
 
 
-def source_label(source: SourceView) -> str:
-    """"[1] report.pdf, p. 12" (a file without pages: its name alone)."""
+def source_labels(sources: Sequence[SourceView]) -> list[str]:
+    """A reply's sources as it lists them: "[1] report.pdf, p. 12", "[2] report.docx › Results";
+    where two would still read alike (one page or heading, or neither), each says which
+    passage of its file it is: "[3] notes.txt, passage 4"."""
+    places = [_place(source) for source in sources]
+    alike = Counter(places)
+    return [f"[{source.number}] {place}" + (f", passage {source.ordinal + 1}"
+                                            if alike[place] > 1 else "")
+            for source, place in zip(sources, places, strict=True)]
+
+
+def _place(source: SourceView) -> str:
     page = f", p. {source.page}" if source.page is not None else ""
-    return f"[{source.number}] {source.name}{page}"
+    heading = f" › {_cut(source.heading, HEADING_CHARS)}" if source.heading else ""
+    return f"{source.name}{page}{heading}"
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
 
 
 def passage_place(view: PassageView) -> str:

@@ -42,7 +42,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QTextBrowser, QToolButton, QVBoxLayout, QWidget
 
 from app.components.view_models import MessageView, Role, ToolCallView
-from app.qt.widgets.attachment_text import DOCUMENT_MARK, attachment_status, source_label
+from app.qt.widgets.attachment_text import DOCUMENT_MARK, attachment_status, source_labels
 from app.qt.widgets.markdown_render import (
     LINE_SEPARATOR,
     RenderStyle,
@@ -601,10 +601,11 @@ class TranscriptView(QWidget):
         line.setTopMargin(6)
         cursor.insertBlock(line, QTextCharFormat())
         cursor.insertText("Sources: ", self._muted_format())
-        for index, source in enumerate(view.sources):
+        for index, (source, label) in enumerate(zip(view.sources, source_labels(view.sources),
+                                                    strict=True)):
             if index:
                 cursor.insertText("  ·  ", self._muted_format())
-            self._insert_action(cursor, source_label(source), "source", view.id, source.number)
+            self._insert_action(cursor, label, "source", view.id, source.number)
 
     def _fill_result(self, cursor: QTextCursor, block: _Block) -> None:
         """A tool message: what became of the call, then its result folded to a line, or

@@ -65,14 +65,21 @@ async def test_a_document_that_fits_goes_whole_and_stays_the_same_prefix(session
     assert [(s.number, s.name) for s in reply.sources] == [(1, "log.md")]
 
 
-async def test_a_document_too_long_for_the_context_gives_the_passages_for_the_question(
-        open_chat, source, tmp_path, view):
+async def ask_about_a_long_document(open_chat, source, tmp_path, question: str):
+    """A chat whose model's context is too small for its document, asked `question`: the
+    session and the request its backend got."""
     small = ScriptedBackend(max_model_len=700)
     source.swap(small)
     session = await open_chat()
     text = "\n\n".join([FILLER] * 3 + [NOTES] + [FILLER] * 3)
     await session.attach([write(tmp_path, "big.md", text)])
-    request = await ask(session, small, "How many litres of oil did the lamp use?")
+    return session, await ask(session, small, question)
+
+
+async def test_a_document_too_long_for_the_context_gives_the_passages_for_the_question(
+        open_chat, source, tmp_path, view):
+    session, request = await ask_about_a_long_document(
+        open_chat, source, tmp_path, "How many litres of oil did the lamp use?")
     question = request.messages[-1]
     assert question.role == "user" and question.content.endswith(
         "How many litres of oil did the lamp use?")
@@ -83,6 +90,18 @@ async def test_a_document_too_long_for_the_context_gives_the_passages_for_the_qu
     await session.open_source(reply.id, reply.sources[0].number)
     (passage,) = view.called("show_passage")
     assert "forty litres" in passage[0].text and passage[0].name == "big.md"
+
+
+async def test_a_cited_passage_names_the_heading_it_is_under_after_a_reopen_too(
+        open_chat, source, db, tmp_path):
+    session, _request = await ask_about_a_long_document(
+        open_chat, source, tmp_path, "How many litres of oil did the lamp use?")
+    cited = [(s.name, s.heading) for s in session.views[-1].sources]
+    assert ("big.md", "Lighthouse log") in cited
+    session.close()
+    reopened = ChatSession(session.conversation_id, db, source)
+    await reopened.open()
+    assert [(s.name, s.heading) for s in reopened.views[-1].sources] == cited
 
 
 async def test_a_file_that_cannot_be_read_says_why_and_does_not_stop_the_message(

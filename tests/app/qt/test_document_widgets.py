@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 from app.components.view_models import AttachmentView, MessageView, PassageView, SourceView
 from app.qt.chat_tab import ChatTab
 from app.qt.controller import ChatController
-from app.qt.widgets.attachment_text import size_text
+from app.qt.widgets.attachment_text import size_text, source_labels
 from app.qt.widgets.composer import ATTACH_TIP
 from app.qt.widgets.passage_dialog import PassageDialog
 
@@ -250,6 +250,29 @@ def test_a_reply_links_its_sources_and_a_click_asks_for_the_passage(tab, qtbot):
         tab.transcript.findChild(QTextBrowser).anchorClicked.emit(
             transcript_links(tab)["[2] notes.md"])
     assert requested.args == [2, 2]
+
+
+def test_passages_of_one_file_are_told_apart_by_heading_and_page(tab):
+    sources = (SourceView(1, "falcon-report.docx", None, "Flight tests", 3),
+               SourceView(2, "falcon-report.docx", None, "Engine wear and inspection intervals "
+                          "after the first hundred hours", 7),
+               SourceView(3, "falcon-report.docx", None, "Flight tests", 4),
+               SourceView(4, "falcon-report.pdf", 12, None, 20))
+    tab.show_messages([message(1, "user", "Summarise the report."),
+                       message(2, "assistant", "It flew [1][2][3][4].", sources=sources)])
+
+    assert ("Sources: [1] falcon-report.docx › Flight tests, passage 4  ·  "
+            "[2] falcon-report.docx › Engine wear and inspection intervals af…  ·  "
+            "[3] falcon-report.docx › Flight tests, passage 5  ·  "
+            "[4] falcon-report.pdf, p. 12") in tab.transcript.plain_text()
+
+
+def test_passages_without_page_or_heading_say_which_passage_they_are():
+    same_file = (SourceView(1, "notes.txt", None, None, 0), SourceView(2, "notes.txt", None, None, 5),
+                 SourceView(3, "other.txt", None, None, 2))
+
+    assert source_labels(same_file) == ["[1] notes.txt, passage 1", "[2] notes.txt, passage 6",
+                                         "[3] other.txt"]
 
 
 def test_a_streaming_reply_keeps_its_sources_below_the_answer(tab):
