@@ -24,9 +24,12 @@ MIN_CUT_CHARS = 1_000
 OVERLAP_CHARS = 200
 
 _PARAGRAPH = re.compile(r"\n[ \t]*\n\s*")
-_SENTENCE = re.compile(r"[.!?…]+[\"'”’)\]]*\s+|[。！？；]+[」』”’）]*\s*")
+# A run of marks is tried from its first mark only, and never given back: tried from each mark
+# in turn, a long run of "." that no space follows took time quadratic in its length.
+_SENTENCE = re.compile(r"(?<![.!?…])[.!?…]++[\"'”’)\]]*+\s+|[。！？；]++[」』”’）]*+\s*")
 _LINE = re.compile(r"\n\s*")
 _WORD = re.compile(r"\s+")
+_VISIBLE = re.compile(r"\S")
 _CJK_CHAR = re.compile(f"[{CJK_CLASS}]")
 # Where a chunk may end, best first: the last such place in the window wins.
 _CUTS = (_PARAGRAPH, _SENTENCE, _LINE, _WORD, _CJK_CHAR)
@@ -94,9 +97,8 @@ def _overlap_start(text: str, start: int, cut: int) -> int:
 
 
 def _skip_space(text: str, start: int, high: int) -> int:
-    while start < high and text[start].isspace():
-        start += 1
-    return start
+    visible = _VISIBLE.search(text, start, high)
+    return visible.start() if visible is not None else high
 
 
 def _trim_end(text: str, start: int, end: int) -> int:
