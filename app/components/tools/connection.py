@@ -25,6 +25,7 @@ from app.components.tools.errors import ToolServerError, ToolTimeoutError
 from app.components.tools.failures import describe_failure, is_connection_closed
 from app.components.tools.results import bounded_text, tool_result
 from app.components.tools.server_log import STARTING, LogRing, StderrPipe
+from app.components.tools.stdio_streams import REPLY_TOO_LARGE
 from app.components.tools.transports import open_transport
 
 logger = logging.getLogger(__name__)
@@ -41,12 +42,10 @@ CLIENT_INFO = mcp_types.Implementation(name="pagoda", version=__version__)
 class McpConnection:
     """A server's session: list_tools and call_tool start it when needed; stop() ends it."""
 
-    def __init__(self, config: McpServerConfig, log: LogRing, spawn_lock: asyncio.Lock,
-                 start_timeout_s: float) -> None:
+    def __init__(self, config: McpServerConfig, log: LogRing, start_timeout_s: float) -> None:
         self.config = config
         self.status = ServerStatus("stopped")
         self._log = log
-        self._spawn_lock = spawn_lock
         self._start_timeout_s = start_timeout_s
         self._client: Client | None = None
         self._runner: asyncio.Task | None = None
@@ -96,8 +95,9 @@ class McpConnection:
         except MCPError as exc:
             if is_connection_closed(exc):
                 raise await self._fail(exc, client) from None
-            return ToolResult(bounded_text(f"{self.name}: the server refused the call: "
-                                           f"{exc.message}"), is_error=True)
+            said = exc.message if exc.code == REPLY_TOO_LARGE \
+                else f"the server refused the call: {exc.message}"
+            return ToolResult(bounded_text(f"{self.name}: {said}"), is_error=True)
         except Exception as exc:
             self._suspect = True
             raise ToolServerError(self.name, describe_failure(
@@ -172,7 +172,7 @@ class McpConnection:
 
     async def _serve(self, ready: asyncio.Future[Client], closing: asyncio.Event) -> None:
         """The task that holds the session open, from the spawn to stop() or a failure."""
-        transport = open_transport(self.config, self._stderr, self._spawn_lock,
+        transport = open_transport(self.config, self._stderr, self._log.note,
                                    self._set_process)
         client = Client(transport, client_info=CLIENT_INFO, cache=None,
                         message_handler=self._on_message)

@@ -82,7 +82,6 @@ class McpHub:
         self._closed = False
         self._connections: dict[str, McpConnection] = {}  # touched on the hub's loop only
         self._stopping: set[asyncio.Task] = set()
-        self._spawn_lock = asyncio.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name=THREAD_NAME, daemon=True)
         self._thread.start()
@@ -208,7 +207,7 @@ class McpHub:
             raise ToolServerError(server, DISABLED)
         connection = self._connections.get(server)
         if connection is None:
-            connection = McpConnection(config, log, self._spawn_lock, self._start_timeout_s)
+            connection = McpConnection(config, log, self._start_timeout_s)
             self._connections[server] = connection
         return connection
 

@@ -68,6 +68,10 @@ def build_server() -> MCPServer:
     async def clock() -> float:
         return time.monotonic()
 
+    @server.tool(description="A text of this many mebibytes, on one line of JSON-RPC.")
+    def big(mebibytes: float) -> str:
+        return "x" * int(mebibytes * 1024 * 1024)
+
     @server.tool(description="A 1x1 PNG.")
     def picture() -> Image:
         return Image(data=PNG_1X1, format="png")

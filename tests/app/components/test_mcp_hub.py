@@ -9,6 +9,7 @@ server serve most tests; the tests that stop or close servers make their own.
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import sys
 import threading
@@ -26,6 +27,8 @@ from app.components.tools import (
     ToolServerError,
     ToolTimeoutError,
 )
+from app.components.tools.results import MAX_RESULT_CHARS
+from app.components.tools.stdio_streams import MiB
 from tests.app.components.mcp_test_server import EXIT_AT_START_ENV, build_server
 
 TEST_SERVER = str(Path(__file__).with_name("mcp_test_server.py"))
@@ -130,6 +133,23 @@ async def test_an_unknown_tool_gives_an_error_result_the_model_can_read(hub):
 async def test_an_image_is_named_with_its_type_and_size(hub):
     result = await hub.call_tool("test", "picture", {}, timeout_s=5)
     assert result.text == "[image: image/png, 67 bytes]"
+
+
+async def test_a_long_reply_under_the_bound_is_read_and_cut_for_the_model(hub):
+    result = await hub.call_tool("test", "big", {"mebibytes": 4}, timeout_s=60)
+    assert not result.is_error
+    assert result.text.endswith(f"[cut: the reply was {4 * MiB} characters; the first "
+                                f"{MAX_RESULT_CHARS} are shown]")
+
+
+async def test_a_reply_over_the_bound_is_refused_in_words_and_the_server_serves_on(hub):
+    pid = await server_pid(hub)
+    result = await hub.call_tool("test", "big", {"mebibytes": 20}, timeout_s=60)
+    assert result.is_error
+    assert re.fullmatch(r"test: the server's reply was \d+\.\d MiB, more than the 16 MiB "
+                        r"Pagoda reads of one reply: it was not read", result.text)
+    assert await server_pid(hub) == pid
+    assert (await hub.call_tool("test", "add", {"a": 1, "b": 1}, timeout_s=5)).text == "2"
 
 
 async def test_a_call_over_its_time_limit_is_cancelled_and_the_next_call_works(hub):
