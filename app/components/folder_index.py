@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -35,6 +36,7 @@ from app.components.folder_scan import (
     FileStat,
     FolderError,
     FolderScan,
+    is_utf8_name,
     scan_folder,
 )
 from app.components.tasks import TaskSet
@@ -47,6 +49,7 @@ RESCAN_S = 30.0
 # A question waits for the files found changed just before it to be read, where they are this
 # few (an edited note); more (a folder's first indexing) and it answers from what is indexed.
 QUESTION_WAITS_FOR = 20
+MISNAMED_SHOWN = 5  # of the names a folder's note lists that cannot be read as text
 
 _looker: ThreadPoolExecutor | None = None
 
@@ -339,6 +342,10 @@ def folder_path(path: str | Path) -> Path:
     resolved = Path(path).expanduser().resolve()
     if not resolved.is_dir():
         raise FolderError(f"{path} is not a folder: choose a folder to answer from")
+    if not is_utf8_name(str(resolved)):
+        shown = os.fsencode(resolved).decode("utf-8", "backslashreplace")
+        raise FolderError(f"{shown} cannot be kept: its path is not UTF-8 text. Rename the "
+                          "folder, then add it again")
     return resolved
 
 
@@ -353,4 +360,10 @@ def _notes(scan: FolderScan) -> tuple[str, ...]:
         notes.append(f"{scan.too_deep:,} folders more than {MAX_DEPTH} levels down are left out.")
     if scan.unopened:
         notes.append(f"{scan.unopened:,} folders could not be opened.")
+    if scan.misnamed:
+        shown = ", ".join(scan.misnamed[:MISNAMED_SHOWN])
+        more = (f" and {len(scan.misnamed) - MISNAMED_SHOWN:,} more"
+                if len(scan.misnamed) > MISNAMED_SHOWN else "")
+        notes.append(f"Left out, as their names are not UTF-8 text: {shown}{more}. Rename them "
+                     "to have them read.")
     return tuple(notes)

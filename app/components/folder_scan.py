@@ -34,12 +34,14 @@ class FileStat:
 class FolderScan:
     """The files found, in a stable order (names sorted, folder by folder), and what the
     bounds left out: `more_files` (files past MAX_FILES, or entries past MAX_ENTRIES),
-    `too_deep` (folders below MAX_DEPTH) and `unopened` (folders that could not be listed)."""
+    `too_deep` (folders below MAX_DEPTH), `unopened` (folders that could not be listed) and
+    `misnamed` (files to read and folders whose name is not UTF-8 text, as shown to a user)."""
 
     files: tuple[FileStat, ...]
     more_files: bool = False
     too_deep: int = 0
     unopened: int = 0
+    misnamed: tuple[str, ...] = ()
 
 
 def scan_folder(root: Path) -> FolderScan:
@@ -54,7 +56,8 @@ def scan_folder(root: Path) -> FolderScan:
         walk.folder(walk.root, "", 0)
     except OSError as error:
         raise FolderError(f"{root} cannot be opened: {error.strerror or error}") from None
-    return FolderScan(tuple(walk.files), walk.more_files, walk.too_deep, walk.unopened)
+    return FolderScan(tuple(walk.files), walk.more_files, walk.too_deep, walk.unopened,
+                      tuple(walk.misnamed))
 
 
 @dataclass(slots=True)
@@ -64,6 +67,7 @@ class _Walk:
     more_files: bool = False
     too_deep: int = 0
     unopened: int = 0
+    misnamed: list[str] = field(default_factory=list)
     entries: int = 0
 
     def folder(self, path: Path, prefix: str, depth: int) -> None:
@@ -79,7 +83,9 @@ class _Walk:
 
     def _entry(self, entry: os.DirEntry, relative: str, depth: int) -> None:
         try:
-            if entry.is_symlink():
+            if not is_utf8_name(entry.name):
+                self._misnamed(entry, relative)
+            elif entry.is_symlink():
                 self._link(entry, relative)
             elif entry.is_dir(follow_symlinks=False):
                 self._subfolder(Path(entry.path), relative, depth + 1)
@@ -87,6 +93,12 @@ class _Walk:
                 self._add(relative, entry.stat(follow_symlinks=False))
         except (OSError, RuntimeError):
             pass  # gone since the listing, or a link in a loop: not a file to read
+
+    def _misnamed(self, entry: os.DirEntry, relative: str) -> None:
+        """A name the store cannot keep (a file from an old system, in Latin-1, say): left
+        out, and named, where it is a folder or a file Pagoda would read."""
+        if entry.is_dir(follow_symlinks=False) or named_readable(entry.name):
+            self.misnamed.append(os.fsencode(relative).decode("utf-8", "backslashreplace"))
 
     def _subfolder(self, path: Path, relative: str, depth: int) -> None:
         if depth > MAX_DEPTH:
@@ -109,3 +121,12 @@ class _Walk:
             self.more_files = True
             return
         self.files.append(FileStat(relative, stat.st_mtime_ns, stat.st_size))
+
+
+def is_utf8_name(name: str) -> bool:
+    """Whether `name` was UTF-8 on disk: bytes that are not come back as lone surrogates."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

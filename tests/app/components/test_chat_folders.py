@@ -10,10 +10,13 @@ import os
 import threading
 from pathlib import Path
 
+import pytest
+
 from app.components import folder_index, folder_scan
 from app.components.chat_session import ChatSession
 from app.components.documents import read_document
 from app.components.folder_index import ChatFolders
+from app.components.folder_scan import FolderError
 from tests.app.components.fake_backend import WAIT_S, ScriptedBackend, eventually
 
 LIGHTHOUSE = """# Lighthouse log
@@ -293,3 +296,37 @@ async def test_a_passage_whose_file_changed_since_says_so(session, backend, view
     await session.open_source(reply.id, reply.sources[0].number)
     (passage,) = view.called("show_passage")
     assert "no longer in the chat" in passage[0].text
+
+
+async def test_a_file_whose_name_is_not_utf8_is_reported_and_the_others_are_indexed(db, tmp_path):
+    reads: list[str] = []
+
+    def counting(path, on_progress, stopped=None):
+        reads.append(path.name)
+        return read_document(path, on_progress)
+
+    root = notes_folder(tmp_path)
+    (root / os.fsdecode(b"caf\xe9 menu.txt")).write_bytes(b"Cider at two crowns a jug.\n")
+    folders = ChatFolders(db.store.create_conversation().id, db, read=counting)
+    await folders.open()
+    await folders.add(root)
+    await folders.settled()
+    (shown,) = folders.views
+    assert (shown.state, shown.indexed) == ("ready", 3)
+    (note,) = [note for note in shown.notes if "caf" in note]
+    assert "caf\\xe9 menu.txt" in note and "UTF-8" in note and "Unicode" not in note
+    await folders.rescan()
+    await folders.settled()
+    assert folders.views[0].state == "ready"
+    assert not any("caf" in name for name in reads)
+    folders.close()
+
+
+async def test_a_folder_whose_path_is_not_utf8_is_refused_in_words(db, tmp_path):
+    root = tmp_path / os.fsdecode(b"r\xe9sum\xe9s")
+    root.mkdir()
+    folders = ChatFolders(db.store.create_conversation().id, db)
+
+    with pytest.raises(FolderError, match=r"r\\xe9sum\\xe9s cannot be kept: its path is not UTF-8"):
+        await folders.add(root)
+    assert await db.folders(folders.conversation_id) == []
