@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QRegularExpression, Qt, QTimer, Signal
 from PySide6.QtGui import QRegularExpressionValidator
@@ -18,7 +18,6 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
-    QToolButton,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -35,6 +34,7 @@ RESET_TO_BUILT_IN = ("This chat's system prompt and sampling are back to the def
                      "chats, which are Pagoda's built-in values (none of your own are saved).")
 ALREADY_DEFAULTS = "This chat already uses the defaults for new chats: nothing to reset."
 BUILT_IN_DONE = "This chat and new chats are back to Pagoda's built-in settings."
+UNDONE = "Reset undone: this chat's settings are as they were."
 MAX_TOKENS_CEILING = 32768
 SEED_MAX = 2**31 - 1
 TOP_K_MAX = 1_000_000
@@ -87,11 +87,21 @@ def _lines_high(box: QPlainTextEdit, lines: int) -> int:
     return int(lines * box.fontMetrics().lineSpacing() + chrome)
 
 
+@dataclass(slots=True, frozen=True)
+class _BeforeReset:
+    """What a reset changed: the chat's settings and the defaults for new chats before it."""
+
+    settings: SamplingView
+    defaults: SamplingView
+
+
 class SettingsPanel(QWidget):
     """Edits the current chat's SamplingView; emits `settings_changed(SamplingView)` only for the
-    user's edits, `defaults_requested(SamplingView)` when the user makes them the defaults
-    for new chats, and `built_in_defaults_requested()` when new chats should start with the
-    built-in values again. It says which chat it edits (`set_target`) and what a reset did."""
+    user's edits (a reset and its Undo included), `defaults_requested(SamplingView)` when the
+    user makes them the defaults for new chats (or Undo gives back those that Pagoda's
+    built-in values replaced), and `built_in_defaults_requested()` when new chats should start
+    with the built-in values again. It says which chat it edits (`set_target`) and what a
+    reset did, with Undo until the next edit or another chat is shown."""
 
     settings_changed = Signal(object)
     defaults_requested = Signal(object)
@@ -104,6 +114,7 @@ class SettingsPanel(QWidget):
         self._applying = False
         self._defaults = SamplingView()
         self._shown = SamplingView()  # the last settings shown: fields no widget edits
+        self._before_reset: _BeforeReset | None = None  # what Undo gives back
         self._build_widgets()
         self._build_layout()
         self._debounce = QTimer(self)
@@ -141,17 +152,21 @@ class SettingsPanel(QWidget):
         self.target_label = QLabel("This chat")
         self.target_label.setObjectName("settingsTarget")
         self.target_label.setWordWrap(True)
-        self.reset_button = QToolButton(text="Reset to defaults", objectName="resetButton")
+        self.reset_button = QPushButton("Reset to defaults", objectName="resetButton")
         self.reset_button.setToolTip(
             "Give this chat the defaults for new chats: their system prompt and sampling. "
-            "The arrow offers Pagoda's built-in values."
+            "Undo brings its own back."
         )
-        self.reset_button.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
-        self.restore_built_in_action = self.reset_button.addAction(
-            "Restore built-in values (this chat and new chats)")
-        self.restore_built_in_action.setObjectName("restoreBuiltIn")
         self.note_label = QLabel(objectName="settingsNote", wordWrap=True)
         self.note_label.hide()
+        self.undo_reset_button = QPushButton("Undo", objectName="undoReset")
+        self.undo_reset_button.setToolTip("Give this chat back the settings it had before the reset")
+        self.restore_built_in_button = QPushButton("Use Pagoda's built-in values",
+                                                   objectName="restoreBuiltIn")
+        self.restore_built_in_button.setToolTip(
+            "Pagoda's own settings, for this chat and as the defaults for new chats")
+        for button in (self.undo_reset_button, self.restore_built_in_button):
+            button.hide()
         self.make_default_button = QPushButton("Use as default for new chats")
         self.make_default_button.setObjectName("makeDefaultButton")
         self.make_default_button.setToolTip(
@@ -199,6 +214,11 @@ class SettingsPanel(QWidget):
         buttons.addWidget(self.reset_button)
         layout.addLayout(buttons)
         layout.addWidget(self.note_label)
+        after_reset = QHBoxLayout()
+        after_reset.addWidget(self.undo_reset_button)
+        after_reset.addWidget(self.restore_built_in_button)
+        after_reset.addStretch(1)
+        layout.addLayout(after_reset)
         layout.addStretch(1)
 
     def _connect_edits(self) -> None:
@@ -216,7 +236,8 @@ class SettingsPanel(QWidget):
         self.thinking_combo.currentIndexChanged.connect(self._on_value_edited)
         self.tools_tree.itemChanged.connect(self._on_tool_checked)
         self.reset_button.clicked.connect(self.reset_to_defaults)
-        self.restore_built_in_action.triggered.connect(self.restore_built_in_values)
+        self.undo_reset_button.clicked.connect(self.undo_reset)
+        self.restore_built_in_button.clicked.connect(self.restore_built_in_values)
         self.make_default_button.clicked.connect(
             lambda: self.defaults_requested.emit(self.settings()))
 
@@ -364,29 +385,54 @@ class SettingsPanel(QWidget):
             self._applying = False
 
     def reset_to_defaults(self) -> None:
-        """Give this chat the defaults for new chats, system prompt included; say what it did."""
+        """Give this chat the defaults for new chats, system prompt included; say what it did,
+        with Undo (and Pagoda's built-in values, where the defaults are the user's own)."""
+        own_defaults = self._defaults != SamplingView()
         if self.settings() == self._clamped(self._defaults):
-            self._show_note(ALREADY_DEFAULTS)
+            self._show_note(ALREADY_DEFAULTS, built_in=own_defaults)
             return
+        before = _BeforeReset(self.settings(), self._defaults)
         self.set_settings(self._defaults)
         self._emit_settings()
-        self._show_note(RESET_TO_BUILT_IN if self._defaults == SamplingView() else RESET_DONE)
+        self._show_note(RESET_DONE if own_defaults else RESET_TO_BUILT_IN, before,
+                        built_in=own_defaults)
 
     def restore_built_in_values(self) -> None:
-        """Pagoda's own values, for this chat and as the defaults for new chats."""
+        """Pagoda's own values, for this chat and as the defaults for new chats; Undo gives back
+        both as they were before (before the reset that offered this, if one did)."""
+        before = self._before_reset or _BeforeReset(self.settings(), self._defaults)
         self._defaults = SamplingView()
         self.set_settings(self._defaults)
         self._emit_settings()
         self.built_in_defaults_requested.emit()
-        self._show_note(BUILT_IN_DONE)
+        self._show_note(BUILT_IN_DONE, before)
+
+    def undo_reset(self) -> None:
+        """The chat's settings as they were before the last reset, and the defaults for new
+        chats too where it changed them."""
+        before = self._before_reset
+        if before is None:
+            return
+        self.set_settings(before.settings)
+        self._emit_settings()
+        if before.defaults != self._defaults:
+            self._defaults = before.defaults
+            self.defaults_requested.emit(before.defaults)
+        self._show_note(UNDONE)
 
     def note(self) -> str:
         """What the last reset did, as the panel says it ("" when nothing is said)."""
         return self.note_label.text()
 
-    def _show_note(self, text: str) -> None:
+    def _show_note(self, text: str, before: _BeforeReset | None = None,
+                   built_in: bool = False) -> None:
+        """Say `text`; offer Undo while `before` can be given back, and Pagoda's built-in
+        values where `built_in`. An edit, or another chat shown, ends both."""
+        self._before_reset = before
         self.note_label.setText(text)
         self.note_label.setVisible(bool(text))
+        self.undo_reset_button.setVisible(before is not None)
+        self.restore_built_in_button.setVisible(built_in)
 
     def _clamped(self, settings: SamplingView) -> SamplingView:
         """`settings` as the widgets would show them (a max tokens above the model's context is

@@ -77,7 +77,8 @@ def test_restoring_built_in_values_brings_them_back_for_new_chats_too(window_on,
     _edit(panel, system_prompt="Answer in French.", top_p=0.5)
     run_async(window.use_as_defaults(panel.settings()))
 
-    panel.restore_built_in_action.trigger()
+    panel.reset_to_defaults()
+    panel.restore_built_in_button.click()
 
     qtbot.waitUntil(lambda: chat_defaults_from(window.db.store.get_setting(
         NEW_CHAT_DEFAULTS_SETTING)) == SamplingView(), timeout=5000)
@@ -87,6 +88,25 @@ def test_restoring_built_in_values_brings_them_back_for_new_chats_too(window_on,
     run_async(window.new_chat())
     conversation = window.db.store.get_conversation(window.chats.current)
     assert conversation.system_prompt is None and conversation.sampling.top_p == SamplingView().top_p
+
+
+def test_undo_after_a_reset_gives_the_chat_its_settings_back_in_the_store(window_on, qtbot,
+                                                                         run_async, tmp_path):
+    window = window_on(tmp_path / "chats.db")
+    panel = window.settings_panel
+    _edit(panel, system_prompt="Answer in French.", top_p=0.5)
+
+    def stored():
+        return window.db.store.get_conversation(window.chats.current)
+
+    qtbot.waitUntil(lambda: stored().sampling.top_p == 0.5, timeout=5000)
+
+    panel.reset_button.click()
+    qtbot.waitUntil(lambda: stored().sampling.top_p == SamplingView().top_p, timeout=5000)
+    panel.undo_reset_button.click()
+
+    qtbot.waitUntil(lambda: stored().sampling.top_p == 0.5, timeout=5000)
+    assert stored().system_prompt == "Answer in French."
 
 
 def test_the_system_prompt_box_keeps_its_lines_when_a_long_title_wraps(window_on, run_async,

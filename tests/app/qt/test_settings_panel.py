@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel
+from PySide6.QtWidgets import QLabel, QPushButton
 
 from app.components.view_models import SamplingView, ToolServerView
 from app.qt.widgets.settings_panel import (
@@ -14,6 +14,7 @@ from app.qt.widgets.settings_panel import (
     RESET_DONE,
     RESET_TO_BUILT_IN,
     TEXT_DEBOUNCE_MS,
+    UNDONE,
     SettingsPanel,
 )
 
@@ -33,6 +34,18 @@ def make_panel(qtbot) -> SettingsPanel:
     panel = SettingsPanel()
     qtbot.addWidget(panel)
     return panel
+
+
+def panel_between(qtbot, defaults: SamplingView,
+                  settings: SamplingView = CUSTOM) -> tuple[SettingsPanel, list[SamplingView]]:
+    """A panel showing `settings`, with `defaults` for new chats, and the list of what it
+    emits from then on."""
+    panel = make_panel(qtbot)
+    panel.set_defaults(defaults)
+    panel.set_settings(settings)
+    received: list[SamplingView] = []
+    panel.settings_changed.connect(received.append)
+    return panel, received
 
 
 def test_settings_round_trip(qtbot):
@@ -155,12 +168,8 @@ def test_max_tokens_limit_caps_the_value_without_emitting(qtbot):
 
 
 def test_reset_gives_the_chat_the_defaults_system_prompt_included_and_says_so(qtbot):
-    panel = make_panel(qtbot)
     defaults = SamplingView(system_prompt="Be kind.", temperature=0.2)
-    panel.set_defaults(defaults)
-    panel.set_settings(CUSTOM)
-    received: list[SamplingView] = []
-    panel.settings_changed.connect(received.append)
+    panel, received = panel_between(qtbot, defaults)
 
     qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
 
@@ -191,14 +200,12 @@ def test_reset_when_nothing_differs_says_so_and_emits_nothing(qtbot):
 
 
 def test_restoring_built_in_values_resets_the_chat_and_the_defaults(qtbot):
-    panel = make_panel(qtbot)
-    panel.set_defaults(CUSTOM)
-    panel.set_settings(CUSTOM)
-    received: list[SamplingView] = []
-    panel.settings_changed.connect(received.append)
+    panel, received = panel_between(qtbot, CUSTOM)
 
+    panel.reset_to_defaults()  # nothing to reset: the built-in values are offered
+    assert panel.note() == ALREADY_DEFAULTS and panel.restore_built_in_button.isVisibleTo(panel)
     with qtbot.waitSignal(panel.built_in_defaults_requested):
-        panel.restore_built_in_action.trigger()
+        panel.restore_built_in_button.click()
 
     assert panel.settings() == SamplingView() and received == [SamplingView()]
     assert panel.note() == BUILT_IN_DONE
@@ -206,6 +213,49 @@ def test_restoring_built_in_values_resets_the_chat_and_the_defaults(qtbot):
     assert panel.note() == ""
     panel.reset_to_defaults()
     assert panel.settings() == SamplingView()
+
+
+def test_reset_is_a_plain_button_and_one_click_can_be_undone(qtbot):
+    panel, received = panel_between(qtbot, SamplingView(system_prompt="Be kind."))
+
+    assert isinstance(panel.reset_button, QPushButton) and panel.reset_button.menu() is None
+    assert "▾" not in panel.reset_button.text()
+    qtbot.mouseClick(panel.reset_button, Qt.MouseButton.LeftButton)
+    assert panel.settings().system_prompt == "Be kind."
+    assert panel.undo_reset_button.isVisibleTo(panel)
+    qtbot.mouseClick(panel.undo_reset_button, Qt.MouseButton.LeftButton)
+
+    assert panel.settings() == CUSTOM and received[-1] == CUSTOM
+    assert panel.note() == UNDONE and not panel.undo_reset_button.isVisibleTo(panel)
+
+
+def test_undo_after_the_built_in_values_gives_back_the_chat_and_the_defaults(qtbot):
+    defaults = SamplingView(system_prompt="Be kind.", temperature=0.2)
+    panel, _received = panel_between(qtbot, defaults)
+    restored: list[SamplingView] = []
+    panel.defaults_requested.connect(restored.append)
+
+    panel.reset_to_defaults()
+    panel.restore_built_in_button.click()
+    assert panel.settings() == SamplingView()
+    panel.undo_reset_button.click()
+
+    assert panel.settings() == CUSTOM  # as before the first reset
+    assert restored == [defaults]
+    panel.reset_to_defaults()
+    assert panel.settings() == defaults
+
+
+def test_an_edit_or_another_chat_ends_the_undo(qtbot):
+    panel = make_panel(qtbot)
+    panel.set_settings(CUSTOM)
+    panel.reset_to_defaults()
+    panel.temperature_spin.setValue(0.9)  # as the user's edit
+    assert not panel.undo_reset_button.isVisibleTo(panel) and panel.note() == ""
+    panel.set_settings(CUSTOM)
+    panel.reset_to_defaults()
+    panel.set_settings(CUSTOM)  # another chat shown
+    assert not panel.undo_reset_button.isVisibleTo(panel)
 
 
 def test_every_knob_has_a_label_with_a_one_line_tooltip(qtbot):
