@@ -527,17 +527,19 @@ class ConversationStore:
             return []
         with self._reading() as s:
             if search.needs_substring_scan(terms):
-                rows = self._search_substrings(s, terms, limit)
+                found = self._substring_hits(s, terms, limit)
             else:
-                rows = self._search_fts(s, terms, limit)
-            return [convert.to_search_hit(row, markers, escape_html) for row in rows]
+                found = self._fts_hits(s, terms, limit)
+            # Each text is read on its own, after the sort: the sort carries no text, and no
+            # more than one message's text is held at a time.
+            return [convert.to_search_hit((cid, title, mid, role, self._snippet(s, mid, terms),
+                                           created), markers, escape_html)
+                    for cid, title, mid, role, created in found]
 
     @staticmethod
-    def _search_fts(s: Session, terms: list[str], limit: int) -> list[tuple]:
+    def _fts_hits(s: Session, terms: list[str], limit: int) -> list[tuple]:
         sql = text(
-            f"""SELECT m.conversation_id, c.title, m.id, m.role,
-                   snippet(messages_fts, 0, :open, :close, :ellipsis, {search.SNIPPET_TOKENS}),
-                   m.created_at
+            """SELECT m.conversation_id, c.title, m.id, m.role, m.created_at
             FROM messages_fts
             JOIN messages AS m ON m.id = messages_fts.rowid
             JOIN conversations AS c ON c.id = m.conversation_id
@@ -545,24 +547,16 @@ class ConversationStore:
             ORDER BY m.created_at DESC, m.id DESC
             LIMIT :limit"""
         )
-        params = {
-            "open": search.HIT_OPEN,
-            "close": search.HIT_CLOSE,
-            "ellipsis": search.ELLIPSIS,
-            "match": search.fts_match_expression(terms),
-            "limit": limit,
-        }
-        return list(s.execute(sql, params))
+        return list(s.execute(sql, {"match": search.fts_match_expression(terms), "limit": limit}))
 
     @staticmethod
-    def _search_substrings(s: Session, terms: list[str], limit: int) -> list[tuple]:
+    def _substring_hits(s: Session, terms: list[str], limit: int) -> list[tuple]:
         query = (
             select(
                 MessageRow.conversation_id,
                 ConversationRow.title,
                 MessageRow.id,
                 MessageRow.role,
-                MessageRow.content,
                 MessageRow.created_at,
             )
             .join(ConversationRow, ConversationRow.id == MessageRow.conversation_id)
@@ -574,10 +568,12 @@ class ConversationStore:
         # as itself; lower() folds ASCII case as LIKE would.
         for term in terms:
             query = query.where(func.instr(func.lower(MessageRow.content), func.lower(term)) > 0)
-        return [
-            (cid, title, mid, role, search.python_snippet(content, terms), created)
-            for cid, title, mid, role, content, created in s.execute(query)
-        ]
+        return list(s.execute(query))
+
+    @staticmethod
+    def _snippet(s: Session, mid: int, terms: list[str]) -> str:
+        content = s.scalar(select(MessageRow.content).where(MessageRow.id == mid))
+        return search.snippet(content or "", terms)
 
     # -- a chat's folders ----------------------------------------------------------------
 

@@ -1,5 +1,7 @@
 """Search: FTS5 trigram for 3+ characters, a substring scan for shorter terms; English, Chinese."""
 
+import time
+
 import pytest
 
 from app.store import ConversationStore, search
@@ -120,3 +122,38 @@ def test_index_follows_streaming_edits_and_purges(store: ConversationStore) -> N
 def test_limit_and_empty_query(filled) -> None:
     assert len(filled.search("e", limit=2)) == 2
     assert filled.search("   ") == []
+
+
+# FTS5's own snippet() took ~20 s here (126 s on a loaded machine) over 1 MB of repeated
+# lines, and its time grows with the square of the size: 2 MB would take minutes.
+REPEATED_TEXT_CHARS = 2 * 2**20
+GENEROUS_SECONDS = 10.0
+
+
+@pytest.mark.parametrize(("line", "query", "marked"), [
+    ("2026-01-01 12:00:00 INFO worker started job queue ok\n", "worker started",
+     ["<b>worker</b>", "<b>started</b>"]),
+    ("任务队列已启动，北京节点工作正常。\n", "队列已启动 北京", ["<b>队列已启动</b>", "<b>北京</b>"]),
+    ("任务队列已启动，北京节点工作正常。\n", "节点工作", ["<b>节点工作</b>"]),
+])
+def test_a_search_over_megabytes_of_repeated_lines_is_quick_and_marks_the_match(
+        store: ConversationStore, line: str, query: str, marked: list[str]) -> None:
+    cid = store.create_conversation("Pasted log").id
+    log = line * (REPEATED_TEXT_CHARS // len(line))
+    store.append_user_message(cid, log + "the disk is full at the very end")
+    started = time.monotonic()
+    hits = store.search(query)
+    assert time.monotonic() - started < GENEROUS_SECONDS
+    assert len(hits) == 1
+    assert all(mark in hits[0].snippet for mark in marked)
+    assert len(hits[0].snippet) < 200
+    last = store.search("disk full")[0].snippet
+    assert last.startswith("…") and "<b>disk</b> is <b>full</b> at the very end" in last
+
+
+def test_the_snippet_shows_the_place_where_the_most_terms_meet(store: ConversationStore) -> None:
+    cid = store.create_conversation().id
+    store.append_user_message(cid, "the harbour " + "and a long road " * 20
+                              + "then the harbour lights came on " + "quiet night " * 20)
+    snippet = store.search("harbour lights")[0].snippet
+    assert "<b>harbour</b> <b>lights</b> came on" in snippet
