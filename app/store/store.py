@@ -184,7 +184,9 @@ class ConversationStore:
             return convert.to_conversation(_conversation_row(s, cid), _leaf_id(s, cid))
 
     def list_conversations(self, include_archived: bool = False) -> list[Conversation]:
-        """Not deleted; pinned first, then the most recently active."""
+        """Not deleted; pinned first, then by the user's last activity (a message sent or
+        edited, a reply asked for again or continued): a reply's streaming, its tool results
+        and its end move no chat, so the list keeps still while replies are written."""
         query = (
             select(ConversationRow, LeafRow.message_id)
             .outerjoin(LeafRow, LeafRow.conversation_id == ConversationRow.id)
@@ -308,6 +310,7 @@ class ConversationStore:
                 raise StoreError(f"message {mid} is not the newest of its branch")
             row.status = "streaming"
             row.finish_reason = None
+            _conversation_row(s, row.conversation_id).updated_at = _now()
             return convert.to_message(row)
 
     def update_streaming(self, mid: int, content: str, reasoning: str | None = None) -> None:
@@ -375,7 +378,6 @@ class ConversationStore:
         row.status = status
         if parts is not None:
             convert.apply_parts(row, parts)
-        _conversation_row(s, row.conversation_id).updated_at = _now()
         return row
 
     def append_tool_message(self, parent_id: int, call: ToolCall, content: str,
@@ -476,6 +478,7 @@ class ConversationStore:
             original = _message_row(s, assistant_mid)
             _check_role(original, "assistant")
             conversation = _conversation_row(s, original.conversation_id)
+            conversation.updated_at = _now()
             return convert.to_message(_start_reply(s, conversation, original.parent_id, None))
 
     def siblings(self, mid: int) -> list[Message]:
@@ -760,7 +763,8 @@ def _add_message(
     s.add(row)
     s.flush()
     _set_leaf(s, conversation.id, row.id)
-    conversation.updated_at = now
+    if role == "user":  # the user's activity orders the list; a reply's messages do not
+        conversation.updated_at = now
     return row
 
 

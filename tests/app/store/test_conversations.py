@@ -8,8 +8,10 @@ import pytest
 from app.store import (
     ConversationNotFound,
     ConversationStore,
+    ReplyParts,
     SamplingSettings,
     StoreError,
+    ToolCall,
     default_db_path,
     resolve_db_path,
 )
@@ -41,6 +43,28 @@ def test_list_shows_pinned_first_then_most_recent(store: ConversationStore) -> N
     assert [c.title for c in store.list_conversations()] == ["old", "middle", "new"]
     store.set_pinned(old.id, False)
     assert [c.title for c in store.list_conversations()] == ["middle", "new", "old"]
+
+
+def test_replies_being_written_and_ending_do_not_reorder_the_list(
+        store: ConversationStore) -> None:
+    first, second = store.create_conversation("first"), store.create_conversation("second")
+    store.append_user_message(first.id, "A question")
+    store.append_user_message(second.id, "Another question")
+    reply = store.start_assistant_message(first.id)
+
+    def titles() -> list[str | None]:
+        return [c.title for c in store.list_conversations()]
+
+    assert titles() == ["second", "first"]
+
+    store.update_streaming(reply.id, "Half an answer")
+    store.finish_message(reply.id, "A whole answer", "tool_calls",
+                         parts=ReplyParts(tool_calls=(ToolCall("call_1", "add", "{}"),)))
+    store.append_tool_message(reply.id, ToolCall("call_1", "add", "{}"), "3", "done")
+    assert titles() == ["second", "first"]
+
+    store.regenerate(reply.id)  # the user asked again: the chat is the latest active
+    assert titles() == ["first", "second"]
 
 
 def test_archived_conversations_are_listed_only_on_request(store: ConversationStore) -> None:
