@@ -57,6 +57,7 @@ _LAYER_TENSORS = {
     "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
     "post_attention_layernorm": "ffn_norm",
 }
+_QWEN3_ONLY = ("self_attn.q_norm", "self_attn.k_norm")
 _LAYER_PARAMETER = re.compile(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)")
 _GLOBAL_PARAMETER = re.compile(r"(.+)\.(weight|bias)")
 
@@ -69,6 +70,7 @@ class GGUFModelFile:
         self._reader = open_gguf_reader(path)
         self.architecture = self._read_architecture()
         self.tensors = {t.name: t for t in self._reader.tensors}
+        self._check_tensor_list()
 
     def _read_architecture(self) -> str:
         field = self._reader.get_field("general.architecture")
@@ -80,6 +82,52 @@ class GGUFModelFile:
                 "Mistral, Qwen2/2.5, Qwen3)."
             )
         return architecture
+
+    def _check_tensor_list(self) -> None:
+        """Refuse a file that lacks a matrix or norm every model of its architecture needs, or
+        holds one in a type Pagoda cannot read, from its header alone: milliseconds, where its
+        tokenizer takes seconds and its weights more. Shapes are checked against the config."""
+        if not self.tensors:
+            raise ModelLoadError(
+                f"{self.path} holds no tensors: it has a model's settings but none of its "
+                "weights. The file is incomplete: re-download it.")
+        needed = self._needed_tensors()
+        missing = [hf for hf in needed if gguf_tensor_name(hf) not in self.tensors]
+        if missing:
+            shown = ", ".join(f"{gguf_tensor_name(hf)} ({hf})" for hf in missing[:3])
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            raise ModelLoadError(
+                f"{self.path} has no tensor {shown}{more}, which every {self.architecture} "
+                "model needs. The file is incomplete or damaged: re-download it.")
+        for hf in needed:
+            self._check_readable(self.tensors[gguf_tensor_name(hf)])
+
+    def _needed_tensors(self) -> list[str]:
+        """The Hugging Face names of the weights every model of the file's architecture and
+        layer count has (biases and a separate output matrix vary, and are checked later)."""
+        field = self._reader.get_field(f"{self.architecture}.block_count")
+        if field is None:
+            raise ModelLoadError(
+                f"{self.path} does not say how many layers its model has (no "
+                f"{self.architecture}.block_count). The file is damaged: re-download it.")
+        layers = int(field.contents())
+        modules = [module for module in _LAYER_TENSORS
+                   if self.architecture == "qwen3" or module not in _QWEN3_ONLY]
+        if layers * len(modules) > len(self.tensors):  # bounds the list before it is built
+            raise ModelLoadError(
+                f"{self.path} holds {len(self.tensors)} tensors, too few for the {layers} "
+                "layers its settings state. The file is incomplete: re-download it.")
+        return ["model.embed_tokens.weight", "model.norm.weight",
+                *(f"model.layers.{i}.{module}.weight"
+                  for i in range(layers) for module in modules)]
+
+    def _check_readable(self, tensor: gguf.ReaderTensor) -> None:
+        if tensor.tensor_type not in INT4_TYPES | INT8_TYPES | FLOAT_TYPES:
+            readable = ", ".join(t.name for t in sorted(INT4_TYPES | INT8_TYPES | FLOAT_TYPES))
+            raise ModelLoadError(
+                f"Tensor {tensor.name} in {self.path} is stored as {tensor.tensor_type.name}, "
+                f"which Pagoda cannot read. It reads {readable}: download a Q4_K_M, Q4_0, "
+                "Q5_K_M, Q6_K or Q8_0 file of the model instead.")
 
     def config_and_tokenizer(
         self, cache: Path
@@ -151,13 +199,7 @@ class GGUFModelFile:
                 f"Tensor {name} ({hf_name}) in {self.path} has shape {got}, but the file's config "
                 f"implies {shape}. The file is damaged: re-download it."
             )
-        if tensor.tensor_type not in INT4_TYPES | INT8_TYPES | FLOAT_TYPES:
-            readable = ", ".join(t.name for t in sorted(INT4_TYPES | INT8_TYPES | FLOAT_TYPES))
-            raise ModelLoadError(
-                f"Tensor {name} in {self.path} is stored as {tensor.tensor_type.name}, which "
-                f"Pagoda cannot read. It reads {readable}: download a Q4_K_M, Q4_0, Q5_K_M, "
-                "Q6_K or Q8_0 file of the model instead."
-            )
+        self._check_readable(tensor)
         return tensor
 
     def _rows_in_hf_order(self, hf_name: str, tensor: gguf.ReaderTensor,

@@ -74,6 +74,11 @@ def write_tiny_gguf(path: Path, architecture: str = "llama", matrix_type: QType 
     return model
 
 
+def tensor_names(architecture: str = "llama", tied: bool = True) -> tuple[str, ...]:
+    """The GGUF names of every tensor a tiny file holds (skip them all: a file of no weights)."""
+    return tuple(name for name, _hf_name, _shape in _tensors(architecture, tied))
+
+
 def permute_like_llama_cpp(w: np.ndarray, heads: int) -> np.ndarray:
     """Hugging Face's row j * d/2 + i of a head (half j, pair i) goes to row 2i + j."""
     half = w.shape[0] // heads // 2

@@ -10,7 +10,14 @@ import pytest
 import torch
 import transformers
 from gguf import GGMLQuantizationType as QType
-from tiny_gguf import CHAT_TEMPLATE, HEADS, KV_HEADS, random_blocks, write_tiny_gguf
+from tiny_gguf import (
+    CHAT_TEMPLATE,
+    HEADS,
+    KV_HEADS,
+    random_blocks,
+    tensor_names,
+    write_tiny_gguf,
+)
 
 from engine.errors import ModelLoadError
 from engine.loading.gguf import GGUFModelFile, decode_int4, gguf_tensor_name, rotary_unpermutation
@@ -297,6 +304,26 @@ def test_missing_tensor_names_it(tmp_path):
     with pytest.raises(ModelLoadError, match=r"blk\.1\.ffn_up\.weight") as error:
         load_model(path)
     assert "model.layers.1.mlp.up_proj.weight" in str(error.value)
+
+
+@pytest.mark.parametrize("damage, words", [
+    ({"skip": tensor_names()}, "holds no tensors: it has a model's settings but none of its"),
+    ({"skip": ("blk.0.attn_k.weight",)}, r"no tensor blk\.0\.attn_k\.weight"),
+    ({"matrix_type": QType.Q2_K}, "stored as Q2_K, which Pagoda cannot read"),
+], ids=["no weights", "a matrix missing", "unreadable matrices"])
+def test_a_file_that_cannot_run_is_refused_before_its_tokenizer_is_read(tmp_path, monkeypatch,
+                                                                        damage, words):
+    path = write_tiny_gguf(tmp_path / "tiny.gguf", **damage).path
+
+    def read_tokenizer(self):
+        raise AssertionError("the tokenizer was read before the file's tensors were checked")
+
+    monkeypatch.setattr(GGUFModelFile, "_build_config_and_tokenizer", read_tokenizer)
+    steps = []
+    with pytest.raises(ModelLoadError, match=words) as error:
+        load_model(path, on_progress=lambda step, _done, _total: steps.append(step))
+    assert str(path) in str(error.value) and "download" in str(error.value)
+    assert steps == ["reading the model file"]
 
 
 def test_unsupported_architecture_names_it_and_the_file(tmp_path):
