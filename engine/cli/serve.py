@@ -17,12 +17,16 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                              "other address needs an API key)")
     server.add_argument("--port", type=int, default=8000, help="(default: 8000)")
     server.add_argument("--api-key", default=None, metavar="KEY",
-                        help=f"require 'Authorization: Bearer KEY' on /v1 routes (default: "
-                             f"${API_KEY_ENV}, else none)")
+                        help=f"require 'Authorization: Bearer KEY' on every route but /health "
+                             f"and /metrics (default: ${API_KEY_ENV}, else none)")
     server.add_argument("--served-model-name", metavar="NAME",
                         help="the model's id in the API (default: the model's own name)")
     server.add_argument("--allowed-origins", nargs="+", default=[], metavar="ORIGIN",
                         help="browser origins allowed by CORS (default: none, CORS off)")
+    server.add_argument("--allowed-hosts", nargs="+", default=[], metavar="NAME",
+                        help="host names a server on 127.0.0.1 answers to besides localhost, "
+                             "127.0.0.1 and [::1]; '*' allows any (default: none; other names are "
+                             "refused with 403, against DNS rebinding)")
     # The defaults are engine.server.connections' (not imported here: it loads uvicorn).
     server.add_argument("--header-timeout", type=_positive(float), default=10.0,
                         metavar="SECONDS",
@@ -61,8 +65,9 @@ def run_serve(args: argparse.Namespace,
     try:
         served = ServedModel(args.served_model_name or engine.model_name, engine,
                              engine.max_model_len)
-        app = build_app(lambda: served, ServerSettings(api_key=api_key,
-                                                       allowed_origins=tuple(args.allowed_origins)))
+        app = build_app(lambda: served, ServerSettings(
+            api_key=api_key, allowed_origins=tuple(args.allowed_origins), listen_host=args.host,
+            allowed_hosts=tuple(args.allowed_hosts)))
         host, port = sock.getsockname()[:2]
         print(f"Serving {served.name} on http://{host}:{port}/v1 (Ctrl-C stops)", file=sys.stderr,
               flush=True)

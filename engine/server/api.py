@@ -25,6 +25,8 @@ from engine.server.security import (
     DEFAULT_MAX_BODY_BYTES,
     APIKeyMiddleware,
     BodyLimitMiddleware,
+    HostCheckMiddleware,
+    is_loopback,
     key_digest,
 )
 from engine.server.served import ModelSource, ServedModel
@@ -36,19 +38,29 @@ from engine.server.tokenize import detokenize, tokenize
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
     """api_key, or only its SHA-256 (api_key_sha256, what the app keeps): either turns the key
-    check on for /v1 routes. max_work_contexts: how much work (prompt and max_tokens of every
+    check on for every route but /health and /metrics. listen_host: the address the server
+    listens on; on loopback, requests must name a loopback host or one of allowed_hosts ("*":
+    any). max_work_contexts: how much work (prompt and max_tokens of every
     choice, in full contexts of the model) the requests in progress may hold; beyond it a
     request is answered 429 (see engine.server.admission)."""
 
     api_key: str | None = None
     api_key_sha256: str | None = None
     allowed_origins: tuple[str, ...] = ()
+    listen_host: str = "127.0.0.1"
+    allowed_hosts: tuple[str, ...] = ()
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_work_contexts: int = DEFAULT_WORK_CONTEXTS
 
     @property
     def key_sha256(self) -> str | None:
         return key_digest(self.api_key) if self.api_key else self.api_key_sha256
+
+    @property
+    def checks_host(self) -> bool:
+        """A server on another address needs a key, and answers to whatever name the network
+        gives it; one on loopback may have no key, which DNS rebinding would get around."""
+        return is_loopback(self.listen_host) and "*" not in self.allowed_hosts
 
 
 def build_app(source: ModelSource, settings: ServerSettings | None = None) -> FastAPI:
@@ -70,7 +82,8 @@ def running_requests(app: FastAPI) -> int:
 
 
 def _add_middleware(app: FastAPI, settings: ServerSettings) -> None:
-    # The last added runs first: CORS answers preflights, then the key, then the body limit.
+    # The last added runs first: the Host, CORS answers preflights, then the key, then the body
+    # limit.
     app.add_middleware(CountingMiddleware, counter=app.state.metrics.running)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     if settings.key_sha256:
@@ -79,6 +92,8 @@ def _add_middleware(app: FastAPI, settings: ServerSettings) -> None:
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins),
                            allow_methods=["GET", "POST", "OPTIONS"],
                            allow_headers=["Authorization", "Content-Type"])
+    if settings.checks_host:
+        app.add_middleware(HostCheckMiddleware, allowed=settings.allowed_hosts)
 
 
 def _served(source: ModelSource, requested: str | None) -> ServedModel:

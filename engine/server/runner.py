@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import ipaddress
 import signal
 import socket
 import threading
@@ -15,8 +14,8 @@ from fastapi import FastAPI
 
 from engine.errors import PagodaError
 from engine.server.connections import ConnectionLimits
+from engine.server.security import is_loopback
 
-_LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 # How long a stopping server lets its aborted replies send their last chunk.
 DRAIN_SECONDS = 5.0
 
@@ -32,15 +31,6 @@ class ServeError(PagodaError):
 
 class BindRefused(ServeError, ValueError):
     """Serving on a reachable address without an API key."""
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def settle_the_heap() -> None:

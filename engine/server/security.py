@@ -1,9 +1,11 @@
-"""ASGI middleware guarding the API: the key on /v1 routes, and limits on request bodies."""
+"""ASGI middleware guarding the API: the Host a request names, the key on every route but the
+probes', and limits on request bodies."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import re
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -16,8 +18,10 @@ DEFAULT_MAX_BODY_BYTES = 8 << 20
 # messages, or a batch of 128 prompts, holds far fewer.
 DEFAULT_MAX_JSON_CONTAINERS = 1 << 16
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-# What a key guards: everything that runs the model. /health and /metrics stay open (probes).
-GUARDED_PATHS = ("/v1", "/tokenize")
+# The only routes a key does not guard: probes, which tell whether a server is up and how busy.
+# Every other path, a route added later included, needs the key.
+PUBLIC_PATHS = frozenset({"/health", "/metrics"})
+_LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 
 def key_digest(api_key: str) -> str:
@@ -25,16 +29,66 @@ def key_digest(api_key: str) -> str:
     return hashlib.sha256(api_key.encode()).hexdigest()
 
 
+def is_loopback(host: str) -> bool:
+    """Whether a host name or address (an IPv6 one in brackets or not) is this machine's
+    loopback: localhost and its aliases, names under .localhost, 127.0.0.0/8, ::1."""
+    name = host.lower().rstrip(".")
+    if name in _LOOPBACK_NAMES or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(header: bytes) -> str:
+    """The name of a Host header without its port: `[::1]:8000` -> `[::1]`."""
+    text = header.decode("latin-1").strip()
+    if text.startswith("["):
+        return text[:text.find("]") + 1] if "]" in text else text
+    return text.rpartition(":")[0] if ":" in text else text
+
+
+class HostCheckMiddleware:
+    """A server that listens on loopback answers only requests addressed to a loopback name
+    (or one of `allowed`). A web page can point a name of its own at 127.0.0.1 (DNS
+    rebinding) and so reach a server without a key from the browser; its requests still
+    name that page's host, and are refused with 403."""
+
+    def __init__(self, app: ASGIApp, allowed: tuple[str, ...] = ()) -> None:
+        self.app = app
+        self._allowed = {name.lower().rstrip(".") for name in allowed}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self._allows(scope):
+            await self.app(scope, receive, send)
+            return
+        name = host_name(dict(scope["headers"])[b"host"])
+        error = APIError(403, f"this server listens on this machine only and answers requests "
+                              f"addressed to localhost, 127.0.0.1 or [::1], not to {name!r}: a web "
+                              f"page can point a name of its own at this machine. To serve that "
+                              f"name, start the server with --allowed-hosts {name or 'NAME'}",
+                         code="host_not_allowed")
+        await error.response()(scope, receive, send)
+
+    def _allows(self, scope: Scope) -> bool:
+        header = dict(scope["headers"]).get(b"host")
+        if header is None:
+            return True  # an HTTP/1.0 client: a browser always names the host
+        name = host_name(header)
+        return is_loopback(name) or name.lower().rstrip(".") in self._allowed
+
+
 class APIKeyMiddleware:
-    """Requests to /v1 and /tokenize must carry `Authorization: Bearer <key>`. The key's SHA-256 is compared
-    in constant time with the one the server was given."""
+    """Requests to every path but PUBLIC_PATHS must carry `Authorization: Bearer <key>`. The
+    key's SHA-256 is compared in constant time with the one the server was given."""
 
     def __init__(self, app: ASGIApp, key_sha256: str) -> None:
         self.app = app
         self._digest = key_sha256.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(GUARDED_PATHS) \
+        if scope["type"] == "http" and scope["path"] not in PUBLIC_PATHS \
                 and scope["method"] != "OPTIONS" and not self._authorized(scope):
             error = APIError(401, "a valid API key is required: send 'Authorization: Bearer "
                                   "<key>' (the key the server was started with)",

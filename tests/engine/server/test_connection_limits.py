@@ -47,7 +47,7 @@ def closed_after(sock: socket.socket, limit: float = 10.0) -> tuple[float, bytes
     return time.monotonic() - began, received
 
 
-@pytest.mark.parametrize("sent", [b"", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-"],
+@pytest.mark.parametrize("sent", [b"", b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-"],
                          ids=["nothing", "half-the-headers"])
 def test_a_client_that_does_not_send_its_headers_in_time_is_closed(start, sent):
     server = start(ConnectionLimits(header_timeout=TIMEOUT))
@@ -63,7 +63,7 @@ def test_a_client_that_does_not_send_its_headers_in_time_is_closed(start, sent):
 def test_a_slow_second_request_on_a_kept_alive_connection_is_closed_too(start):
     server = start(ConnectionLimits(header_timeout=TIMEOUT))
     with socket.create_connection((server.host, server.port)) as client:
-        client.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+        client.sendall(b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n")
         client.settimeout(5)
         assert client.recv(4096).startswith(b"HTTP/1.1 200 ")
         client.sendall(b"GET /v1/models HTTP/1.1\r\nHo")  # and then nothing more
@@ -75,7 +75,7 @@ def test_a_slow_second_request_on_a_kept_alive_connection_is_closed_too(start):
 def test_a_client_with_headers_in_time_is_answered(start):
     server = start(ConnectionLimits(header_timeout=TIMEOUT))
     with socket.create_connection((server.host, server.port)) as client:
-        for part in (b"GET /v1/models HTTP/1.1\r\n", b"Host: x\r\n", b"\r\n"):
+        for part in (b"GET /v1/models HTTP/1.1\r\n", b"Host: localhost\r\n", b"\r\n"):
             client.sendall(part)
             time.sleep(TIMEOUT / 4)
         client.settimeout(5)
@@ -86,7 +86,7 @@ def test_past_the_most_connections_a_client_gets_503_until_one_closes(start):
     server = start(ConnectionLimits(header_timeout=30, max_connections=3))
     busy = [socket.create_connection((server.host, server.port)) for _ in range(3)]
     for sock in busy:  # each request runs, waiting for a body that does not come
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n"
                      b"Expect: 100-continue\r\n\r\n")
         sock.settimeout(5)
         assert sock.recv(4096).startswith(b"HTTP/1.1 100 ")  # its headers were read
@@ -118,7 +118,7 @@ def test_a_crowd_of_slow_clients_does_not_keep_a_prompt_one_out(start):
     server = start(ConnectionLimits(header_timeout=30, max_connections=3))
     slow = [socket.create_connection((server.host, server.port)) for _ in range(3)]
     for sock in slow:  # answered once (so surely open), then slow with the next request
-        sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n")
         sock.settimeout(5)
         assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
         sock.sendall(b"GET /v1/models HTTP/1.1\r\nHo")

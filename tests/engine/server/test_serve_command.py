@@ -53,7 +53,8 @@ def test_serving_keeps_what_loaded_out_of_later_garbage_collections(monkeypatch)
     monkeypatch.setattr(runner, "serve_forever",
                         lambda *args: frozen_when_serving.append(gc.get_freeze_count()))
     args = argparse.Namespace(host="127.0.0.1", port=0, api_key=None, served_model_name=None,
-                              allowed_origins=[], header_timeout=10.0, max_connections=10)
+                              allowed_origins=[], allowed_hosts=[], header_timeout=10.0,
+                              max_connections=10)
     gc.unfreeze()
     loaded = _LoadedEngine()
     try:
