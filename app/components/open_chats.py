@@ -14,6 +14,7 @@ from app.components.chat_session import ChatSession
 from app.components.chat_sources import LOCAL, ChatSources, RemoteSource
 from app.components.tasks import TaskSet
 from app.components.tool_turns import ChatTools
+from app.store import Conversation
 
 if TYPE_CHECKING:
     from app.components.document_embeddings import DocumentEmbeddings
@@ -149,11 +150,18 @@ class OpenChats:
 
     async def _after_closed(self, session: ChatSession) -> None:
         conversation = session.conversation
-        if (conversation is not None and not session.path and not conversation.title
-                and not session.folders.views):
+        if conversation is not None and not session.path and _untouched(session, conversation):
             await self.db.purge(conversation.id)
             self.on_purged(conversation.id)
         await self.save()
+
+    def unlisted(self, conversation: Conversation) -> bool:
+        """Whether the chat list leaves `conversation` out: a new chat open in a tab that
+        nothing was written to yet (no message, title or folder), which closing its tab
+        removes. It joins the list with its first message."""
+        session = self.sessions.get(conversation.id)
+        return (session is not None and conversation.leaf_id is None
+                and _untouched(session, conversation))
 
     async def save(self) -> None:
         await self.db.save_open_tabs(list(self.ids), self.current)
@@ -172,6 +180,10 @@ class OpenChats:
     @staticmethod
     def _failed(exc: BaseException) -> None:
         logger.error("saving the open tabs failed: %s", exc, exc_info=exc)
+
+
+def _untouched(session: ChatSession, conversation: Conversation) -> bool:
+    return not conversation.title and not session.folders.views
 
 
 async def _unreachable(source: object) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QCloseEvent, QKeyEvent, QKeySequence, QShortcut
+from PySide6.QtGui import QCloseEvent, QIcon, QKeyEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
     QDialog,
@@ -64,7 +64,7 @@ from app.qt.disk_cache_settings import DiskCacheSettings
 from app.qt.engine_host import EngineHost
 from app.qt.models_folder_settings import ModelsFolderSettings
 from app.qt.server_controller import LocalServerController
-from app.qt.theme import THEMES, apply_theme
+from app.qt.theme import THEMES, apply_theme, icon
 from app.qt.widgets.appearance_settings import AppearancePanel
 from app.qt.widgets.documents_dialog import DOCUMENTS_DIALOG, DocumentsDialog
 from app.qt.widgets.model_library_dialog import ModelLibraryDialog
@@ -347,10 +347,21 @@ class MainWindow(QMainWindow):
         self._show_source(controller)
         tab.title_changed.connect(lambda title, t=tab: self._retitle(t, title))
         controller.conversation_changed.connect(lambda _cid: self.spawn(self.refresh_conversations()))
+        controller.streaming_changed.connect(
+            lambda writing, t=tab: self._show_writing(t, writing))
         self.tabs.addTab(tab, "New chat")
+
+    def _show_writing(self, tab: ChatTab, writing: bool) -> None:
+        """A chat writing a reply says so on its tab and its row in the list, whichever chat is
+        shown."""
+        index = self.tabs.indexOf(tab)
+        if index >= 0:
+            self.tabs.setTabIcon(index, icon("writing") if writing else QIcon())
+        self.sidebar.show_writing(tab.conversation_id, writing)
 
     def _remove_tab(self, cid: int) -> None:
         controller = self.controllers.pop(cid)
+        self.sidebar.show_writing(cid, False)
         self.tabs.removeTab(self.tabs.indexOf(controller.view))
         controller.view.deleteLater()
 
@@ -444,7 +455,7 @@ class MainWindow(QMainWindow):
         conversations = await self.db.list_conversations(include_archived=archived)
         self.sidebar.set_conversations([
             ConversationItem(c.id, c.title or "New chat", c.updated_at, c.pinned, c.archived)
-            for c in conversations])
+            for c in conversations if not self.chats.unlisted(c)])
         current = self.tabs.currentWidget()
         if isinstance(current, ChatTab):
             self.sidebar.select_conversation(current.conversation_id)

@@ -1,4 +1,5 @@
-"""The conversation list with search: pinned first, then recent; a context menu per chat."""
+"""The conversation list with search: pinned first, then recent; a context menu per chat, the
+chats writing a reply marked, and New chat and Import above."""
 
 from __future__ import annotations
 
@@ -6,10 +7,21 @@ import html
 from dataclasses import dataclass
 from datetime import datetime
 
-from PySide6.QtCore import QEvent, QModelIndex, QPoint, QRect, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QKeyEvent, QMouseEvent
+from PySide6.QtCore import (
+    QEvent,
+    QItemSelectionModel,
+    QModelIndex,
+    QPoint,
+    QRect,
+    QSize,
+    Qt,
+    QTimer,
+    Signal,
+)
+from PySide6.QtGui import QIcon, QKeyEvent, QMouseEvent
 from PySide6.QtWidgets import (
     QCheckBox,
+    QHBoxLayout,
     QLabel,
     QLineEdit,
     QListWidget,
@@ -61,8 +73,9 @@ class _SearchBox(QLineEdit):
 
 
 class _ChatList(QListWidget):
-    """The list of chats. A right click opens the chat's menu without making it the highlighted
-    row: the highlight stays on the chat whose tab is current."""
+    """The list of chats. A right click opens the chat's menu without making it the current
+    row: the current row stays the chat whose tab is current (the menu marks its own row while
+    it is open)."""
 
     def mousePressEvent(self, event: QMouseEvent) -> None:
         if event.button() == Qt.MouseButton.RightButton:
@@ -90,8 +103,8 @@ class Sidebar(QWidget):
     """Signals: open_requested(conversation id, message id or 0), new_requested(),
     search_requested(str) (debounced; "" clears), rename_requested(id, title),
     pin_requested(id, bool), archive_requested(id, bool), delete_requested(id),
-    export_requested(id), import_requested(), show_archived_changed(bool) (the "Show archived"
-    switch below the list).
+    export_requested(id), import_requested() (Import… above the list, or a chat's menu),
+    show_archived_changed(bool) (the "Show archived" switch below the list).
     """
 
     open_requested = Signal(int, int)
@@ -109,6 +122,8 @@ class Sidebar(QWidget):
         super().__init__(parent)
         self.new_button = QPushButton("New chat", self, objectName="newChatButton")
         self.new_button.setToolTip("Start a new conversation (Ctrl+N)")
+        self.import_button = QPushButton("Import…", self, objectName="importChatsButton")
+        self.import_button.setToolTip("Import chats from a Pagoda export (a .json file)")
         self.search_box = _SearchBox(self, objectName="searchBox", clearButtonEnabled=True)
         self.search_box.setPlaceholderText("Search all chats (Esc clears)")
         self.conversation_list = _ChatList(self, objectName="conversationList")
@@ -126,6 +141,7 @@ class Sidebar(QWidget):
         self._stack.addWidget(self.conversation_list)
         self._stack.addWidget(self.results_list)
         self._items: dict[int, ConversationItem] = {}
+        self._writing: set[int] = set()  # the chats writing a reply now
         self._debounce = QTimer(self, singleShot=True, interval=SEARCH_DEBOUNCE_MS)
         self._layout()
         self._connect()
@@ -133,13 +149,17 @@ class Sidebar(QWidget):
     def _layout(self) -> None:
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
-        layout.addWidget(self.new_button)
+        header = QHBoxLayout()
+        header.addWidget(self.new_button, 1)
+        header.addWidget(self.import_button)
+        layout.addLayout(header)
         layout.addWidget(self.search_box)
         layout.addWidget(self._stack, 1)
         layout.addWidget(self.show_archived)
 
     def _connect(self) -> None:
         self.new_button.clicked.connect(self.new_requested)
+        self.import_button.clicked.connect(self.import_requested)
         self.search_box.textChanged.connect(lambda _text: self._debounce.start())
         self._debounce.timeout.connect(self._search_now)
         self.search_box.cleared.connect(self._search_now)
@@ -169,27 +189,51 @@ class Sidebar(QWidget):
         for item in items:
             row = QListWidgetItem(item.title)
             row.setData(ID_ROLE, item.id)
-            if item.pinned:
-                row.setIcon(icon("pin"))
-            pinned = "Pinned · " if item.pinned else ""
-            archived = "Archived · " if item.archived else ""
             if item.archived:
                 row.setForeground(self.palette().placeholderText())
-            last_active = f"{item.updated_at.astimezone():%Y-%m-%d %H:%M}"
-            row.setToolTip(f"{item.title}\n{archived}{pinned}Last active {last_active}")
             row.setFlags(row.flags() | Qt.ItemFlag.ItemIsEditable)
+            self._decorate(row)
             self.conversation_list.addItem(row)
         self.conversation_list.blockSignals(False)
         self.select_conversation(current)
 
+    def show_writing(self, conversation_id: int, writing: bool) -> None:
+        """Mark the chat's row while it writes a reply (kept across refreshes of the list)."""
+        if writing:
+            self._writing.add(conversation_id)
+        else:
+            self._writing.discard(conversation_id)
+        row = self._row_of(conversation_id)
+        if row is not None:
+            self._decorate(row)
+
+    def is_writing(self, conversation_id: int) -> bool:
+        """Whether the chat's row shows that it writes a reply."""
+        return conversation_id in self._writing and self._row_of(conversation_id) is not None
+
+    def _decorate(self, row: QListWidgetItem) -> None:
+        """The row's icon (writing, else the pin) and tooltip."""
+        item = self._items[row.data(ID_ROLE)]
+        writing = item.id in self._writing
+        row.setIcon(icon("writing") if writing else icon("pin") if item.pinned else QIcon())
+        states = [text for text, on in (("Writing a reply…", writing), ("Archived", item.archived),
+                                        ("Pinned", item.pinned)) if on]
+        last_active = f"Last active {item.updated_at.astimezone():%Y-%m-%d %H:%M}"
+        row.setToolTip(f"{item.title}\n{' · '.join([*states, last_active])}")
+
+    def _row_of(self, conversation_id: int) -> QListWidgetItem | None:
+        for index in range(self.conversation_list.count()):
+            row = self.conversation_list.item(index)
+            if row.data(ID_ROLE) == conversation_id:
+                return row
+        return None
+
     def select_conversation(self, conversation_id: int | None) -> None:
-        for row in range(self.conversation_list.count()):
-            item = self.conversation_list.item(row)
-            if item.data(ID_ROLE) == conversation_id:
-                self.conversation_list.blockSignals(True)
-                self.conversation_list.setCurrentItem(item)
-                self.conversation_list.blockSignals(False)
-                return
+        item = self._row_of(conversation_id) if conversation_id is not None else None
+        if item is not None:
+            self.conversation_list.blockSignals(True)
+            self.conversation_list.setCurrentItem(item)
+            self.conversation_list.blockSignals(False)
 
     def current_conversation_id(self) -> int | None:
         item = self.conversation_list.currentItem()
@@ -207,14 +251,12 @@ class Sidebar(QWidget):
     def changeEvent(self, event: QEvent) -> None:
         super().changeEvent(event)
         if event.type() == QEvent.Type.PaletteChange:
-            self._repaint_pins()
+            self._repaint_icons()
 
-    def _repaint_pins(self) -> None:
+    def _repaint_icons(self) -> None:
         """Icons are painted in the palette's text color, so a theme change needs new ones."""
         for row in range(self.conversation_list.count()):
-            item = self.conversation_list.item(row)
-            if self._items[item.data(ID_ROLE)].pinned:
-                item.setIcon(icon("pin"))
+            self._decorate(self.conversation_list.item(row))
 
     def _open_item(self, item: QListWidgetItem) -> None:
         message_id = item.data(MESSAGE_ROLE) or 0
@@ -229,7 +271,32 @@ class Sidebar(QWidget):
     def _context_menu(self, pos: QPoint) -> None:
         item = self.conversation_list.itemAt(pos)
         menu = self.build_context_menu(None if item is None else item.data(ID_ROLE))
+        menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        if item is not None:
+            self._mark(item)
+            menu.aboutToHide.connect(self._unmark)
         menu.popup(self.conversation_list.viewport().mapToGlobal(pos))
+
+    def _mark(self, item: QListWidgetItem) -> None:
+        """Highlight the row a menu acts on, leaving the current row where it is."""
+        chats = self.conversation_list
+        chats.selectionModel().select(chats.indexFromItem(item),
+                                      QItemSelectionModel.SelectionFlag.ClearAndSelect)
+
+    def _unmark(self) -> None:
+        """The highlight goes back to the current chat's row."""
+        chats = self.conversation_list
+        current = chats.currentItem()
+        if current is None:
+            chats.clearSelection()
+        else:
+            chats.selectionModel().select(chats.indexFromItem(current),
+                                          QItemSelectionModel.SelectionFlag.ClearAndSelect)
+
+    def marked_conversation_id(self) -> int | None:
+        """The chat whose row is highlighted: the current one, or the one a menu acts on."""
+        selected = self.conversation_list.selectedItems()
+        return selected[0].data(ID_ROLE) if selected else None
 
     def build_context_menu(self, conversation_id: int | None) -> QMenu:
         """A chat's menu; below the chats (None), only Import chats…."""
@@ -251,10 +318,9 @@ class Sidebar(QWidget):
         return menu
 
     def _edit_title(self, conversation_id: int) -> None:
-        for row in range(self.conversation_list.count()):
-            item = self.conversation_list.item(row)
-            if item.data(ID_ROLE) == conversation_id:
-                self.conversation_list.editItem(item)
+        item = self._row_of(conversation_id)
+        if item is not None:
+            self.conversation_list.editItem(item)
 
     # -- search ------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QLineEdit
+from PySide6.QtWidgets import QLineEdit, QMenu
 
 from app.qt.theme import theme_stylesheet
 from app.qt.widgets.sidebar import ConversationItem, Sidebar
@@ -83,7 +83,8 @@ def test_esc_clears_the_search_and_returns_to_the_conversation_list(sidebar, qtb
     assert not sidebar.results_list.isVisible()
 
 
-def test_a_right_click_leaves_the_highlight_on_the_current_chat(sidebar, qtbot):
+def test_a_right_click_marks_the_row_its_menu_acts_on_and_keeps_the_current_chat(sidebar,
+                                                                                 qtbot):
     sidebar.select_conversation(1)
     chats = sidebar.conversation_list
     second = chats.visualItemRect(chats.item(1)).center()
@@ -91,7 +92,32 @@ def test_a_right_click_leaves_the_highlight_on_the_current_chat(sidebar, qtbot):
     with qtbot.waitSignal(chats.customContextMenuRequested):  # through the window, as a user's
         QTest.mouseClick(sidebar.windowHandle(), Qt.MouseButton.RightButton,
                          Qt.KeyboardModifier.NoModifier, chats.viewport().mapTo(sidebar, second))
+    menu = next(m for m in sidebar.findChildren(QMenu) if m.isVisible())
 
+    assert sidebar.marked_conversation_id() == 2  # the row the menu is about
     assert sidebar.current_conversation_id() == 1
+    menu.close()
+    assert sidebar.marked_conversation_id() == 1
     qtbot.mouseClick(chats.viewport(), Qt.MouseButton.LeftButton, pos=second)
     assert sidebar.current_conversation_id() == 2
+
+
+def test_import_is_a_button_above_the_list(sidebar, qtbot):
+    button = sidebar.import_button
+    assert button.isVisible() and button.text() == "Import…"
+
+    with qtbot.waitSignal(sidebar.import_requested):
+        qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+
+
+def test_a_chat_writing_a_reply_is_marked_until_it_ends(sidebar):
+    sidebar.show_writing(2, True)
+    sidebar.set_conversations([ConversationItem(2, "Sourdough starter", NOW, False),
+                               ConversationItem(1, "Trip to Kyoto", NOW, True)])
+    writing = sidebar.conversation_list.item(0)
+
+    assert sidebar.is_writing(2) and not writing.icon().isNull()
+    assert "Writing a reply" in writing.toolTip()
+    sidebar.show_writing(2, False)
+    assert not sidebar.is_writing(2) and writing.icon().isNull()
+    assert "Writing" not in writing.toolTip()
