@@ -263,6 +263,9 @@ class ChatSession:
             return
         self.conversation, self.path = conversation, path
         views = self._with_calls(path, views)
+        max_tokens = conversation.sampling.max_tokens
+        views = [replace(v, max_tokens=max_tokens) if v.finish_reason == "length" else v
+                 for v in views]
         if streaming is not None:
             views = [v for v in views if v.id != streaming]
         self._render(views, ending)
@@ -425,13 +428,15 @@ class ChatSession:
                 self.on_conversation_changed(self.conversation_id)
 
     async def continue_reply(self, message_id: int) -> None:
-        """Go on with a reply cut at its max tokens: the same message grows, on the same
-        branch, from where it stopped (the local engine reuses the cached prefix)."""
+        """Go on with a reply cut at its max tokens, or stopped or interrupted: the same
+        message grows, on the same branch, from where it stopped (the local engine reuses the
+        cached prefix)."""
         if self.is_streaming or not self._check_backend():
             return
-        last = self.path[-1] if self.path else None
-        if last is None or last.id != message_id or last.finish_reason != "length":
-            self._notify("Only the newest reply, cut at its max tokens, can be continued.")
+        last = self.views[-1] if self.views else None
+        if last is None or last.id != message_id or not last.can_continue:
+            self._notify("Only the newest reply, cut at its max tokens or stopped with some "
+                         "of its answer written, can be continued.")
             return
         async with self._replying_now():
             message = await self.db.resume_message(message_id)

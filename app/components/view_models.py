@@ -119,11 +119,22 @@ class MessageView:
     reasoning: str | None = None
     reasoning_s: float | None = None
     tool_calls: tuple[ToolCallView, ...] = ()
+    max_tokens: int | None = None  # a reply cut at its max tokens: the chat's max tokens
     # A tool message: the function whose result `content` is; its outcome is `finish_reason`
     # ("done", "denied" or "failed").
     tool_name: str | None = None
     attachments: tuple[AttachmentView, ...] = ()  # a user's message: the documents it brought
     sources: tuple[SourceView, ...] = ()  # a reply: the passages it was given to answer from
+
+    @property
+    def can_continue(self) -> bool:
+        """A reply that can go on where it ended: cut at its max tokens, or stopped or
+        interrupted once some of its answer was written (not one that called tools)."""
+        if self.role != "assistant" or self.tool_calls:
+            return False
+        if self.status == "complete":
+            return self.finish_reason == "length"
+        return self.status == "interrupted" and bool(self.content)
 
 
 @dataclass(slots=True, frozen=True)

@@ -297,15 +297,16 @@ class ConversationStore:
             return convert.to_message(_start_reply(s, conversation, parent_id, model))
 
     def resume_message(self, mid: int) -> Message:
-        """Reopen a reply cut at its max tokens (finish reason "length") to stream its rest:
-        it becomes 'streaming' again, keeping its text. Only the newest message of its branch
-        can be continued."""
+        """Reopen a reply cut at its max tokens (finish reason "length"), or stopped or
+        interrupted, to stream its rest: it becomes 'streaming' again, keeping its text. Only
+        the newest message of its branch can be continued."""
         with self._writing() as s:
             row = _message_row(s, mid)
             _check_role(row, "assistant")
-            if row.status != "complete" or row.finish_reason != "length":
-                raise StoreError(f"message {mid} was not cut at its max tokens: only such a "
-                                 "reply can be continued")
+            cut = row.status == "complete" and row.finish_reason == "length"
+            if not (cut or row.status == "interrupted") or row.tool_calls:
+                raise StoreError(f"message {mid} was not cut at its max tokens nor stopped: "
+                                 "only such a reply can be continued")
             if _leaf_id(s, row.conversation_id) != mid:
                 raise StoreError(f"message {mid} is not the newest of its branch")
             row.status = "streaming"

@@ -163,18 +163,30 @@ def ending_text(view: MessageView) -> str:
     if view.status == "interrupted":
         return "■ stopped" if view.finish_reason == "stopped" else "⚠ interrupted"
     if view.status == "complete" and view.finish_reason == "length":
-        count = f"{view.completion_tokens:,} tokens" if view.completion_tokens else "max tokens"
-        return f"✂ cut at {count} (the chat's max tokens)"
+        return cut_text(view.completion_tokens, view.max_tokens)
     return ""
 
 
 class TranscriptView(QWidget):
+def cut_text(written: int | None, max_tokens: int | None) -> str:
+    """A reply cut at its max tokens: how long it is, and the chat's max tokens where that
+    is not its length (a reply continued is longer; one that filled the context, shorter)."""
+    if not written:
+        return "✂ cut at the chat's max tokens"
+    if max_tokens is None or written == max_tokens:
+        return f"✂ cut at {written:,} tokens (the chat's max tokens)"
+    if written > max_tokens:
+        return (f"✂ cut at the chat's max tokens ({max_tokens:,} a reply) · {written:,} tokens "
+                "in all")
+    return f"✂ cut at {written:,} tokens (the context was full before the chat's {max_tokens:,})"
+
+
     """Renders the current branch of a conversation and emits what the user asks of a message."""
 
     branch_requested = Signal(int, int)  # message_id, direction (-1 or +1)
     edit_requested = Signal(int)  # a user message's id
     regenerate_requested = Signal(int)  # an assistant message's id
-    continue_requested = Signal(int)  # a reply cut at its max tokens
+    continue_requested = Signal(int)  # a reply cut at its max tokens, or stopped
     # A call's answer: the reply's id, the call's place among its calls, "run"/"always"/"deny".
     tool_call_answered = Signal(int, int, str)
     source_requested = Signal(int, int)  # a reply's id, the number of the source clicked
@@ -647,7 +659,7 @@ class TranscriptView(QWidget):
         cursor.insertBlock(footer, QTextCharFormat())
         for i, (text, fmt) in enumerate(parts):
             cursor.insertText(("  ·  " if i else "") + text, fmt)
-        if view.status == "complete" and view.finish_reason == "length":
+        if view.can_continue:
             cursor.insertText("  ·  ", self._muted_format())
             self._insert_action(cursor, "Continue", "continue", view.id)
 

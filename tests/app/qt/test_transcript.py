@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import pytest
 from PySide6.QtCore import QPoint, Qt, QUrl
 from PySide6.QtGui import (
     QColor,
@@ -614,6 +615,31 @@ def test_a_streaming_reply_says_how_much_of_the_prompt_is_read_until_it_writes(v
     view.show_activity(5, "reading your message: 1,200 / 3,300 tokens")
     assert "reading your message: 1,200 / 3,300 tokens" in frame_text(view, -1)
     assert "writing…" not in frame_text(view, -1)
+def test_a_stopped_or_interrupted_reply_offers_continue_once_it_wrote_something(view, qtbot):
+    view.set_messages([message(1, "user", "Write a poem"),
+                       message(2, "assistant", "Roses are", status="interrupted",
+                               finish_reason="stopped"),
+                       message(3, "assistant", "Violets", status="interrupted"),
+                       message(4, "assistant", "", status="interrupted", finish_reason="stopped")])
+    assert "Continue" in links(view, 2) and "Continue" in links(view, 3)
+    assert "Continue" not in links(view, 4)  # nothing to go on from: Regenerate
+    with qtbot.waitSignal(view.continue_requested) as asked:
+        click(view, 2, "Continue")
+    assert asked.args == [2]
+
+
+@pytest.mark.parametrize("written, max_tokens, note", [
+    (16, 16, "✂ cut at 16 tokens (the chat's max tokens)"),
+    (32, 16, "✂ cut at the chat's max tokens (16 a reply) · 32 tokens in all"),
+    (12, 16, "✂ cut at 12 tokens (the context was full before the chat's 16)"),
+])
+def test_a_cut_reply_says_its_length_and_the_chats_max_tokens_where_they_differ(
+        view, written, max_tokens, note):
+    view.set_messages([message(1, "assistant", "Roses are red,", finish_reason="length",
+                               completion_tokens=written, max_tokens=max_tokens)])
+    assert note in frame_text(view, 0)
+
+
 
     view.show_activity(5, None)
     view.append_delta(5, "Hello")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from app.store import ConversationStore, StoreError, StreamingWriter
+from app.store import ConversationStore, StoreError, StreamingWriter, ToolCall
 
 
 def _cut(store: ConversationStore) -> tuple[int, int]:
@@ -38,3 +38,26 @@ def test_only_the_newest_reply_cut_at_max_tokens_can_be_reopened(
     store.finish_message(done.id, "Fine.", "stop")
     with pytest.raises(StoreError, match="max tokens"):
         store.resume_message(done.id)
+
+
+def test_a_stopped_reply_reopens_but_not_a_finished_one_or_one_that_called_tools(
+        store: ConversationStore) -> None:
+    cid = store.create_conversation().id
+    store.append_user_message(cid, "Write a poem")
+    reply = store.start_assistant_message(cid)
+    writer = StreamingWriter(store, reply.id)
+    writer.append("Roses are")
+    writer.interrupt("stopped")
+    resumed = store.resume_message(reply.id)
+    assert (resumed.status, resumed.content, resumed.finish_reason) == (
+        "streaming", "Roses are", None)
+    StreamingWriter(store, reply.id, text=resumed.content).finish("stop")
+    with pytest.raises(StoreError, match="max tokens nor stopped"):
+        store.resume_message(reply.id)
+
+    caller = store.start_assistant_message(cid)
+    writer = StreamingWriter(store, caller.id)
+    writer.set_tool_calls((ToolCall("call_1", "add", "{}"),))
+    writer.interrupt("stopped")
+    with pytest.raises(StoreError, match="max tokens nor stopped"):
+        store.resume_message(caller.id)
