@@ -19,7 +19,6 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Self
 
@@ -28,6 +27,8 @@ from engine.errors import EngineDeadError, RequestAbortedError, RequestFailedErr
 from engine.llm_engine import EngineStats, LLMEngine
 from engine.outputs import RequestOutput
 from engine.sampling_params import PoolingParams, SamplingParams
+from engine.structured_output.compiler import grammar_source
+from engine.structured_output.workers import GrammarWorkers
 from engine.text.chat_template import Message, is_conversation
 from engine.text.chat_tokenizer import ChatTokenizer
 
@@ -188,10 +189,10 @@ class AsyncEngine:
         # Chats are encoded on threads of their own, never on the caller's loop (see the
         # module); one far over the context is refused before it is encoded.
         self.chat_tokenizer = ChatTokenizer(self.engine.tokenizer, self.engine.max_model_len)
-        # Constraints are compiled here, one at a time, never on the engine thread: a slow
-        # compile delays only its own request.
-        self._grammar_thread = ThreadPoolExecutor(max_workers=1,
-                                                  thread_name_prefix="pagoda-grammar")
+        # Constraints are compiled in child processes, never on the engine thread: a slow
+        # compile delays only its own request, and is stopped at its deadline or when its
+        # caller leaves.
+        self.grammar_workers = GrammarWorkers(self.engine.vocabulary)
 
     @property
     def tokenizer(self):
@@ -303,18 +304,18 @@ class AsyncEngine:
                     self.abort(rid)
 
     async def compile_grammar(self, params: SamplingParams) -> object | None:
-        """params.structured_outputs compiled on the grammar thread (None without one);
-        StructuredOutputError naming the problem when it cannot be."""
-        if params.structured_outputs is None:
+        """params.structured_outputs compiled in a child process (None without one), or found
+        compiled; StructuredOutputError naming the problem when it cannot be, or when it takes
+        longer than `grammar_workers.timeout_s`. Cancelling the awaiting task stops the compile."""
+        constraint = params.structured_outputs
+        if constraint is None:
             return None
         compiler = self.engine.grammar_compiler
-        try:
-            return await asyncio.get_running_loop().run_in_executor(
-                self._grammar_thread, compiler.compile, params.structured_outputs)
-        except RuntimeError as exc:
-            if "after shutdown" not in str(exc):
-                raise
-            raise EngineDeadError("the engine was shut down") from exc
+        compiled = compiler.cached(constraint)
+        if compiled is None:
+            compiled = await self.grammar_workers.compile(*grammar_source(constraint))
+            compiler.keep(constraint, compiled)
+        return compiled
 
     def abort(self, request_id: str) -> None:
         """Stop a request at once; its stream ends with finish_reason "abort"."""
@@ -330,7 +331,7 @@ class AsyncEngine:
             if self._dead is None:
                 self._dead = EngineDeadError("the engine was shut down")
         self.chat_tokenizer.close()
-        self._grammar_thread.shutdown(wait=False, cancel_futures=True)
+        self.grammar_workers.close()
         if self._thread.is_alive():
             self._inbox.put(_STOP)
             self._thread.join(timeout)

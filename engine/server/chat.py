@@ -26,7 +26,7 @@ from engine.server.logprobs import chat_logprobs
 from engine.server.metrics import ServerMetrics
 from engine.server.protocol import ChatCompletionRequest, engine_chat
 from engine.server.served import ServedModel
-from engine.server.tools import tool_use
+from engine.server.tools import tool_use, tools_constraint
 
 # Enough of the prompt's end to see whether it opens the reasoning ("<think>\n").
 _PROMPT_TAIL_TOKENS = 8
@@ -58,7 +58,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                    for i in range(body.n)]
     generation = Generation(served, metrics, budget, choices, new_id("chatcmpl"), "messages")
     if constraint is not None:
-        await generation.check_constraint(constraint)
+        await generation.check_constraint(constraint, request)
     return await respond(generation, request, body.stream,
                          lambda: _chunks(generation, shape, body.include_usage,
                                          body.return_progress),
@@ -69,11 +69,13 @@ def _constraint(body: ChatCompletionRequest, use: ToolUse) -> str | None:
     """The field whose constraint the reply follows, if any: one of the request's, or the
     tools' under tool_choice "required" or a named function (never both)."""
     given = body.constraint()
-    if use.constraint is not None:
+    tools = tools_constraint(use)
+    if tools is not None:
         if given is not None:
-            raise APIError(400, f"tool_choice and {given[0]} both constrain the reply: give "
-                                "one", param=given[0])
-        return "tools"
+            field = given[0].split(".")[0]
+            raise APIError(400, f"tool_choice and {field} both constrain the reply: give one",
+                           param=field)
+        return tools[0]
     return None if given is None else given[0]
 
 

@@ -39,7 +39,7 @@ async def create_completion(body: CompletionRequest, request: Request, served: S
     generation = Generation(served, metrics, budget, choices, new_id("cmpl"), "prompt")
     constraint = body.constraint()
     if constraint is not None:
-        await generation.check_constraint(constraint[0])
+        await generation.check_constraint(constraint[0], request)
     echo = _Echo(served, prompts, token_ids) if body.echo else None
     return await respond(generation, request, body.stream,
                          lambda: _chunks(generation, echo, body.include_usage,

@@ -90,6 +90,10 @@ def validation_error(exc: RequestValidationError) -> APIError:
         return APIError(400, f"the request body is not valid JSON: {detail}")
     if not path:
         return APIError(400, f"the request body is invalid: {detail}")
+    if first.get("type") == "extra_forbidden":
+        return APIError(400, f"Unrecognized request argument supplied: {path} (this server "
+                             "does not know it, so it would have no effect: leave it out)",
+                        param=path)
     return APIError(400, f"{path}: {detail}", param=path)
 
 

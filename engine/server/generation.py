@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import Request
 
+from engine.errors import EngineDeadError
 from engine.outputs import PromptProgress, RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.server.admission import WorkBudget, choice_work
-from engine.server.errors import APIError, as_api_errors
+from engine.server.errors import APIError, as_api_errors, from_engine_error
 from engine.server.metrics import ServerMetrics
 from engine.server.served import ServedModel
 from engine.server.streams import merge, peek, tagged, until_disconnected
@@ -83,13 +84,17 @@ class Generation:
         self._prompt_field = prompt_field
         self._events: AsyncIterator[tuple[int, RequestOutput]] | None = None
 
-    async def check_constraint(self, field: str) -> None:
+    async def check_constraint(self, field: str, request: Request) -> None:
         """Compile the choices' constraint (they share one) before anything runs, so one that
-        cannot be compiled is a 400 naming `field`; the streams then find it compiled."""
+        cannot be compiled, or not within the engine's deadline, is a 400 naming `field`; the
+        streams then find it compiled. A client that leaves meanwhile stops its compile."""
         try:
-            await self.served.backend.compile_grammar(self.choices[0].params)
+            await until_disconnected(
+                request, lambda: self.served.backend.compile_grammar(self.choices[0].params))
         except ValueError as exc:
             raise APIError(400, f"{field}: {exc}", param=field) from exc
+        except EngineDeadError as exc:  # the server is stopping
+            raise from_engine_error(exc, self._prompt_field) from exc
 
     async def start(self) -> None:
         """Submit every choice and wait for the first output, so a request the engine refuses

@@ -19,6 +19,7 @@ from engine.sampling_params import (
     response_format_constraint,
 )
 from engine.server.errors import APIError
+from engine.text.bounded_json import MAX_JSON_DEPTH, nesting_depth
 
 MAX_N = 16
 # Tools one request may offer, and the length of a function's name (OpenAI's limits).
@@ -38,6 +39,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
 
+class _Closed(_Strict):
+    """A nested object of OpenAI's whose fields are all known: another field is a 400 naming
+    it, as OpenAI's own API answers, never silently dropped."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
 class ContentPart(_Strict):
     """A part of a message's content; only text parts are read (see `engine_chat`)."""
 
@@ -45,16 +53,16 @@ class ContentPart(_Strict):
     text: str | None = None
 
 
-class FunctionCall(_Strict):
+class FunctionCall(_Closed):
     name: str
     arguments: str  # JSON text, as OpenAI sends and returns it
 
 
-class ToolCallParam(_Strict):
+class ToolCallParam(_Closed):
     """A call the assistant made, as a client sends it back in the history."""
 
     id: str | None = None
-    type: str = "function"
+    type: Literal["function"] = "function"
     function: FunctionCall
 
 
@@ -101,6 +109,9 @@ def _engine_message(m: ChatMessage, index: int) -> dict[str, object]:
         if m.role != "assistant":
             raise APIError(400, f"messages[{index}].tool_calls is only for assistant messages",
                            param=f"messages[{index}].tool_calls")
+        for j, call in enumerate(m.tool_calls):
+            _check_depth(call.function.arguments,
+                         f"messages[{index}].tool_calls[{j}].function.arguments")
         message["tool_calls"] = [
             {"id": c.id, "type": "function",
              "function": {"name": c.function.name, "arguments": c.function.arguments}}
@@ -111,6 +122,14 @@ def _engine_message(m: ChatMessage, index: int) -> dict[str, object]:
         if m.name is not None:
             message["name"] = m.name
     return message
+
+
+def _check_depth(arguments: str, path: str) -> None:
+    """Arguments are read back as JSON for the template: refuse what nests too deep to read."""
+    depth = nesting_depth(arguments)
+    if depth > MAX_JSON_DEPTH:
+        raise APIError(400, f"{path} nests {depth:,} levels deep: at most {MAX_JSON_DEPTH} are "
+                            "read; send arguments of ordinary depth", param=path)
 
 
 def check_choices(num_prompts: int, n: int) -> None:
@@ -179,7 +198,7 @@ class StreamOptions(_Strict):
     include_usage: bool = False
 
 
-class JSONSchemaFormat(_Strict):
+class JSONSchemaFormat(_Closed):
     name: str | None = None
     description: str | None = None
     # OpenAI's field is `schema`, which pydantic's BaseModel reserves.
@@ -221,6 +240,9 @@ class StructuredOutputs(_Strict):
 # Where a constraint may come from: OpenAI's, vLLM's (current and older names) and llama.cpp's.
 _CONSTRAINT_FIELDS = ("response_format", "structured_outputs", "guided_json", "guided_regex",
                       "guided_choice", "guided_grammar", "json_schema", "grammar")
+# Where the JSON schema sits in the fields that hold it deeper, for errors naming its keywords.
+_SCHEMA_PATHS = {"response_format": "response_format.json_schema.schema",
+                 "structured_outputs": "structured_outputs.json"}
 
 
 class _SamplingRequest(_Refusing):
@@ -272,7 +294,9 @@ class _SamplingRequest(_Refusing):
             constraint = _constraint_of(name, getattr(self, name))
         except ValueError as exc:
             raise APIError(400, f"{name}: {exc}", param=name) from exc
-        return None if constraint is None else (name, constraint)
+        if constraint is None:
+            return None
+        return _SCHEMA_PATHS.get(name, name) if constraint.kind == "json" else name, constraint
 
     def _constraint_fields(self) -> tuple[str, ...]:
         return _CONSTRAINT_FIELDS[1:]
@@ -338,23 +362,23 @@ def _constraint_of(name: str, value: Any) -> StructuredOutputsParams | None:
     return StructuredOutputsParams(grammar=value)
 
 
-class FunctionDefinition(_Strict):
+class FunctionDefinition(_Closed):
     name: str = Field(min_length=1, max_length=MAX_FUNCTION_NAME)
     description: str | None = None
     parameters: dict | None = None
     strict: bool | None = None
 
 
-class Tool(_Strict):
+class Tool(_Closed):
     type: str
     function: FunctionDefinition
 
 
-class NamedFunction(_Strict):
+class NamedFunction(_Closed):
     name: str
 
 
-class NamedToolChoice(_Strict):
+class NamedToolChoice(_Closed):
     type: str
     function: NamedFunction
 

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 from engine.parsers.tool_use import ToolUse
+from engine.sampling_params import MAX_CONSTRAINT_CHARS, StructuredOutputsParams
 from engine.server.errors import APIError
 from engine.server.protocol import ChatCompletionRequest, NamedToolChoice
+from engine.text.bounded_json import MAX_JSON_DEPTH, value_depth
 
 
 def tool_use(body: ChatCompletionRequest) -> ToolUse:
@@ -33,6 +35,11 @@ def _check_tools(tools: list[dict]) -> None:
         if tool["type"] != "function":
             raise APIError(400, f"tools[{i}].type={tool['type']!r}: only 'function' tools are "
                                 "supported", param=f"tools[{i}].type")
+        depth = value_depth(tool["function"].get("parameters"))
+        if depth > MAX_JSON_DEPTH:
+            field = f"tools[{i}].function.parameters"
+            raise APIError(400, f"{field} nests {depth:,} levels deep: at most {MAX_JSON_DEPTH} "
+                                "are read", param=field)
         name = tool["function"]["name"]
         if name in names:
             raise APIError(400, f"tools[{i}] repeats the function name {name!r}",
@@ -48,3 +55,27 @@ def _named(choice: NamedToolChoice, tools: list[dict], parallel: bool) -> ToolUs
         raise APIError(400, f"tool_choice names {choice.function.name!r}, which is not among "
                             "the tools", param="tool_choice.function.name")
     return ToolUse("named", tools, choice.function.name, parallel)
+
+
+def tools_constraint(use: ToolUse) -> tuple[str, StructuredOutputsParams] | None:
+    """The constraint tool_choice "required" or a named function puts on the reply, with the
+    field its errors name (the named function's parameters, or the tools); None otherwise."""
+    if use.mode not in ("required", "named"):
+        return None
+    names = [t["function"]["name"] for t in use.tools or []]
+    field = "tools" if use.mode == "required" else \
+        f"tools[{names.index(use.function)}].function.parameters"
+    try:
+        return field, use.constraint
+    except ValueError as exc:
+        holds = "the calls of every tool" if use.mode == "required" else \
+            f"the parameters of {use.function!r}"
+        raise APIError(400, f"{field}: tool_choice {_choice_name(use)} holds the reply to "
+                            f"{holds}, a JSON schema longer than the {MAX_CONSTRAINT_CHARS:,} "
+                            "characters a constraint may have: give smaller parameters"
+                            f"{' or fewer tools' if use.mode == 'required' else ''}, or use "
+                            "tool_choice 'auto'", param=field) from exc
+
+
+def _choice_name(use: ToolUse) -> str:
+    return "'required'" if use.mode == "required" else f"naming {use.function!r}"

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+from engine.text import bounded_json
+
 # The instructions of the fallback: what a tool is, and how to call one.
 _INSTRUCTIONS = (
     "You can call functions to answer. These are the functions, one JSON signature per line, "
@@ -93,7 +95,7 @@ def _parsed(arguments: object) -> object:
     """JSON text of arguments as the object it spells; anything else as it is."""
     if isinstance(arguments, str):
         try:
-            return json.loads(arguments)
-        except json.JSONDecodeError:
+            return bounded_json.loads(arguments)
+        except ValueError:  # not JSON, or nested too deep to read back: kept as text
             return arguments
     return {} if arguments is None else arguments

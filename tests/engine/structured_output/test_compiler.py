@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import xgrammar as xgr
 
 from engine.errors import StructuredOutputError
 from engine.sampling_params import StructuredOutputsParams
@@ -48,3 +49,52 @@ def test_exactly_one_constraint_is_taken():
 def test_a_constraint_over_the_size_bound_is_refused_before_compiling():
     with pytest.raises(ValueError, match="at most 65536 characters"):
         StructuredOutputsParams(grammar='root ::= "' + "a" * 70000 + '"')
+
+
+def _follows(compiled, text: str) -> bool:
+    """Whether the grammar lets a reply write `text` and then stop (token 2 stops)."""
+    matcher = xgr.GrammarMatcher(compiled)
+    return matcher.accept_string(text) and matcher.accept_token(2)
+
+
+@pytest.mark.parametrize(("schema", "fits", "breaks"), [
+    ({"type": "integer", "minimum": 5}, "5", "4"),
+    ({"type": "number", "exclusiveMaximum": 5}, "4.5", "5"),
+    ({"type": "integer", "multipleOf": 7}, "14", "155555"),
+    ({"type": "string", "maxLength": 3}, '"abc"', '"abcd"'),
+    ({"type": "string", "pattern": "^a+$"}, '"aa"', '"ab"'),
+    ({"type": "string", "format": "email"}, '"a@b.co"', '"not an email"'),
+    ({"type": "array", "items": {"type": "integer"}, "maxItems": 1}, "[1]", "[1,2]"),
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+     '{"a": 1}', "{}"),
+    ({"type": "object", "properties": {"a": {}}, "additionalProperties": False},
+     '{"a": 1}', '{"b": 1}'),
+    ({"type": "object", "additionalProperties": True, "maxProperties": 1}, '{"a": 1}',
+     '{"a": 1, "b": 2}'),
+    ({"type": ["integer", "null"], "minimum": 0}, "null", "-1"),
+    ({"type": "string", "enum": ["x", "y"]}, '"x"', '"z"'),
+    ({"oneOf": [{"type": "object", "properties": {"circle": {"type": "number"}},
+                 "required": ["circle"]},
+                {"type": "object", "properties": {"square": {"type": "number"}},
+                 "required": ["square"]}]}, '{"circle": 1}', '{"circle": 1, "square": 2}'),
+    ({"$defs": {"n": {"type": "integer", "maximum": 3}}, "$ref": "#/$defs/n"}, "3", "4"),
+])
+def test_the_keywords_that_are_accepted_are_enforced(compiler, schema, fits, breaks):
+    compiled = compiler.compile(StructuredOutputsParams(json=schema))
+    assert _follows(compiled, fits)
+    assert not _follows(compiled, breaks)
+
+
+@pytest.mark.parametrize("constraint", [
+    # xgrammar raises this one with an empty message.
+    StructuredOutputsParams(json={"type": "integer", "minimum": 10 ** 400}),
+    StructuredOutputsParams(json={"type": "integer", "maximum": 5, "minimum": 6}),
+    StructuredOutputsParams(regex="(?=a)"),
+    # xgrammar's reason ends "but got " (the end of the text, which it does not name).
+    StructuredOutputsParams(grammar="root ::= ("),
+])
+def test_every_compile_error_gives_a_reason(compiler, constraint):
+    with pytest.raises(StructuredOutputError) as caught:
+        compiler.compile(constraint)
+    reason = str(caught.value).partition("cannot be compiled: ")[2]
+    assert reason.strip() and not reason.endswith("but got"), str(caught.value)
