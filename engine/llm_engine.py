@@ -47,9 +47,10 @@ class EngineStats:
 
     spec_draft_tokens / spec_accepted_tokens: tokens proposed by speculative decoding and those the
     model kept; spec_acceptance_rate is their ratio, None while speculation is off or has proposed
-    nothing yet. spec_status says whether the latest step that had drafts to offer verified
-    them ("drafts off: 13% accepted"), spec_reason why ("..., and a 2-row step costs 1.33x a
-    1-row step here"); both None until such a step.
+    nothing yet. spec_status says whether the recent steps that had drafts to offer verified
+    them ("drafts off: 13% accepted": a trend over many steps, which does not flip with each
+    step's own decision), spec_reason how often and why the latest did or did not ("..., and a
+    2-row step costs 1.33x a 1-row step here"); both None until such a step.
     """
 
     num_running: int
@@ -206,7 +207,7 @@ class LLMEngine:
 
     def stats(self) -> EngineStats:
         kv = self.kv_cache.stats()
-        spec, plan = self.scheduler.proposer, self.scheduler.last_plan
+        spec, drafting = self.scheduler.proposer, self.scheduler.drafting
         return EngineStats(len(self.scheduler.running), len(self.scheduler.waiting), kv.usage,
                            kv.num_blocks, kv.prefix_hit_rate, self._recent_throughput(),
                            self._num_preemptions,
@@ -214,8 +215,8 @@ class LLMEngine:
                            spec_accepted_tokens=spec.num_accepted_tokens if spec else 0,
                            spec_acceptance_rate=spec.acceptance_rate if spec else None,
                            disk_cache=self.disk_cache.stats() if self.disk_cache else None,
-                           spec_status=plan.headline() if plan else None,
-                           spec_reason=plan.reason() if plan else None)
+                           spec_status=drafting.headline(),
+                           spec_reason=drafting.reason())
 
     def _open_disk_cache(self) -> DiskPrefixCache | None:
         """The prefix cache's disk tier, when config.disk_cache_dir names a folder, for this

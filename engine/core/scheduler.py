@@ -10,7 +10,7 @@ from engine.config import SchedulerConfig
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.sequence import Sequence, SequenceStatus
 from engine.outputs import FinishReason
-from engine.spec_decode.draft_policy import DraftCandidate, DraftPlan, plan_drafts
+from engine.spec_decode.draft_policy import DraftCandidate, DraftingTrend, plan_drafts
 from engine.spec_decode.ngram_proposer import NgramProposer
 from engine.spec_decode.step_cost import StepCost
 
@@ -64,7 +64,7 @@ class Scheduler:
         self.kv_cache = kv_cache
         self.proposer = proposer
         self.step_cost = step_cost or StepCost()
-        self.last_plan: DraftPlan | None = None  # the latest step's drafting decision
+        self.drafting = DraftingTrend()  # the latest step's drafting decision, and the trend
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._finished: list[Sequence] = []
@@ -174,7 +174,7 @@ class Scheduler:
                       for item, drafts in zip(items, proposals, strict=True)]
         plan = plan_drafts(self.step_cost, out.num_batched_tokens,
                            sum(1 for item in out.scheduled if item.samples), candidates, budget)
-        self.last_plan = plan
+        self.drafting.record(plan)
         for item, drafts, num in zip(items, proposals, plan.num_drafts, strict=True):
             if num and self.kv_cache.allocate_slots(item.seq, 1 + num):
                 item.spec_token_ids = drafts[:num]

@@ -12,12 +12,18 @@ measurement noise does not buy drafts that do not pay.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 from engine.spec_decode.step_cost import StepCost
 
 # Drafts are verified only when the model expects at least this much more tokens per second.
 SPEEDUP_MARGIN = 0.02
+# What the engine reports as on or off is the trend of this many recent steps that had drafts
+# to offer: each step decides anew, so the latest step alone flips from poll to poll. The trend
+# turns on once at least ON_SHARE of them verified drafts and off once at most OFF_SHARE did.
+TREND_STEPS = 256
+ON_SHARE, OFF_SHARE = 0.6, 0.4
 
 
 @dataclass(slots=True, frozen=True)
@@ -54,6 +60,42 @@ class DraftPlan:
         cost = (f"a {rows}-row step costs {self.cost_ratio:.2f}x a {self.base_rows}-row step "
                 "here")
         return f"{self.headline()}; {cost}" if self.total else f"{self.headline()}, and {cost}"
+
+
+@dataclass(slots=True)
+class DraftingTrend:
+    """Whether drafts are verified lately, steadier than any one step's plan: the share of the
+    last TREND_STEPS steps that had drafts to offer and verified some, and an on/off state that
+    changes only once that share has moved past ON_SHARE or OFF_SHARE."""
+
+    steps: deque[bool] = field(default_factory=lambda: deque(maxlen=TREND_STEPS))
+    on: bool = False
+    latest: DraftPlan | None = None
+
+    def record(self, plan: DraftPlan) -> None:
+        self.latest = plan
+        self.steps.append(plan.total > 0)
+        if self.share >= ON_SHARE:
+            self.on = True
+        elif self.share <= OFF_SHARE:
+            self.on = False
+
+    @property
+    def share(self) -> float:
+        return sum(self.steps) / len(self.steps) if self.steps else 0.0
+
+    def headline(self) -> str | None:
+        """"drafts on: 60% accepted" (the latest acceptance); None before any step drafted."""
+        if self.latest is None:
+            return None
+        return f"drafts {'on' if self.on else 'off'}: {self.latest.acceptance:.0%} accepted"
+
+    def reason(self) -> str | None:
+        """Why: how often recent steps verified drafts, and the latest step's plan."""
+        if self.latest is None:
+            return None
+        return (f"drafts verified in {self.share:.0%} of the last {len(self.steps)} steps "
+                f"that had some to offer; the latest: {self.latest.reason()}")
 
 
 def plan_drafts(cost: StepCost, base_rows: int, base_tokens: int,

@@ -221,7 +221,7 @@ def test_drafts_the_step_cost_refuses_are_shadow_checked_and_hold_no_blocks():
     item = out.scheduled[0]
     assert (item.spec_token_ids, item.shadow_draft, item.num_new_tokens) == ([], 3, 1)
     assert len(seq.block_ids) == -(-seq.num_tokens // BLOCK_SIZE)  # none for drafts
-    assert sched.last_plan.reason().startswith("drafts off")
+    assert sched.drafting.latest.reason().startswith("drafts off")
     sched.update_from_output(out, [[3]])  # the shadow draft was right
     assert sched.proposer.acceptance(seq) > before
     assert (sched.proposer.num_draft_tokens, seq.metrics.num_draft_tokens) == (0, 0)

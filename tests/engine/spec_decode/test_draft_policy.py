@@ -11,7 +11,7 @@ import pytest
 
 from engine.core.sequence import Sequence
 from engine.sampling_params import SamplingParams
-from engine.spec_decode.draft_policy import DraftCandidate, plan_drafts
+from engine.spec_decode.draft_policy import TREND_STEPS, DraftCandidate, DraftingTrend, plan_drafts
 from engine.spec_decode.ngram_proposer import NgramProposer
 from engine.spec_decode.step_cost import FASTER_WEIGHT, SLOWER_WEIGHT, StepCost
 
@@ -105,3 +105,22 @@ def test_a_step_is_never_taken_as_cheaper_than_one_with_fewer_rows():
 
     assert noisy.seconds(2) == 0.050 and noisy.ratio(2, 1) == 1.0
     assert noisy.seconds(5) == pytest.approx(0.070 + 2 * 0.020)
+
+
+def test_the_reported_state_follows_the_trend_not_each_steps_decision():
+    drafts, none = plan(FREE_ROWS, 0.9), plan(COSTLY_ROWS, 0.1)
+    assert drafts.total and not none.total
+    trend = DraftingTrend()
+    trend.record(drafts)
+    assert trend.headline().startswith("drafts on")
+
+    headlines = set()
+    for step in range(40):  # steps alternating, as several chats' decisions do
+        trend.record(drafts if step % 2 else none)
+        headlines.add(trend.headline().split(":")[0])
+    assert headlines == {"drafts on"}
+    assert "verified in 51% of the last 41 steps" in trend.reason()
+
+    for _ in range(TREND_STEPS):  # drafts stop paying for good
+        trend.record(none)
+    assert trend.headline().startswith("drafts off") and trend.share == 0.0
