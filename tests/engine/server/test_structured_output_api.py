@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import jsonschema
 import pytest
+from openai import BadRequestError
 from pydantic import BaseModel
 
 from tests.engine.server.conftest import MODEL
+from tests.engine.structured_output.test_grammar_workers import SLOW_REGEX
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string"},
                                           "age": {"type": "integer"}},
@@ -86,6 +92,78 @@ def test_a_schema_that_cannot_compile_is_a_400_naming_the_field(server):
     error = reply.json()["error"]
     assert error["param"] == "response_format.json_schema.schema"
     assert "nonsense" in error["message"]
+
+
+@pytest.mark.parametrize(("schema", "keyword"), [
+    ({"type": "object", "properties": {"name": {"not": {"type": "string"}}}}, "not"),
+    ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "uniqueItems"),
+    ({"type": "number", "multipleOf": 7}, "multipleOf"),
+    ({"$ref": "https://example.com/person.json"}, "$ref"),
+])
+def test_schema_keywords_a_reply_could_break_are_400s_naming_them(client, schema, keyword):
+    with pytest.raises(BadRequestError) as caught:
+        _chat(client, response_format={"type": "json_schema", "json_schema": {
+            "name": "x", "schema": schema}})
+    assert caught.value.param == "response_format.json_schema.schema"
+    assert f"keyword '{keyword}'" in str(caught.value)
+
+
+def test_an_unknown_field_inside_response_format_is_a_400_naming_it(client):
+    with pytest.raises(BadRequestError) as caught:
+        _chat(client, response_format={"type": "json_schema", "json_schema": {
+            "name": "person", "schema": PERSON, "bogus": 1}})
+    assert caught.value.param == "response_format.json_schema.bogus"
+
+
+@pytest.mark.slow
+def test_a_regex_too_slow_to_compile_is_refused_while_another_clients_schema_is_served(
+        server, client, async_engine, monkeypatch):
+    monkeypatch.setattr(async_engine.grammar_workers, "timeout_s", 5)
+    body = {"model": MODEL, "messages": ASK_PERSON, "max_tokens": 5, "guided_regex": SLOW_REGEX}
+    started = time.monotonic()
+    with ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(httpx.post, f"{server.url}/v1/chat/completions", json=body,
+                           timeout=120)
+        time.sleep(0.5)
+        schema = {**PERSON, "title": "Someone"}  # not compiled before
+        reply = _chat(client, response_format={"type": "json_schema", "json_schema": {
+            "name": "person", "schema": schema}})
+        refused = slow.result()
+    jsonschema.validate(json.loads(reply.choices[0].message.content), PERSON)
+    assert refused.status_code == 400
+    assert "did not compile within 5 s" in refused.json()["error"]["message"]
+    assert refused.json()["error"]["param"] == "guided_regex"
+    assert time.monotonic() - started < 60  # a compile takes a minute; the bound is 5 s
+
+
+@pytest.mark.slow
+def test_a_client_that_leaves_stops_its_compile(server, async_engine, monkeypatch):
+    monkeypatch.setattr(async_engine.grammar_workers, "timeout_s", 600)
+    body = {"model": MODEL, "messages": ASK_PERSON, "max_tokens": 5,
+            "guided_regex": SLOW_REGEX.replace("a", "x")}  # not cached by another test
+    workers = async_engine.grammar_workers
+    # Both processes started (each compile takes ~1 s), so the slow one runs in one of them.
+    asyncio.run(_both(workers.compile("regex", "[^q]{1,100}"),
+                      workers.compile("regex", "[^r]{1,100}")))
+    compiling = workers.process_ids()
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=3)
+    deadline = time.monotonic() + 15
+    while all(_alive(pid) for pid in compiling) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not all(_alive(pid) for pid in compiling)  # its process was killed
+
+
+async def _both(*compiles):
+    return await asyncio.gather(*compiles)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_two_constraints_at_once_are_refused(server):

@@ -1,0 +1,100 @@
+"""Constraints compile in child processes: one too slow to compile is stopped at its deadline or
+when its caller leaves, and holds up no other constraint."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+
+from engine.errors import EngineDeadError, StructuredOutputError
+from engine.structured_output.vocabulary import Vocabulary
+from engine.structured_output.workers import GrammarWorkers
+
+pytestmark = pytest.mark.slow  # each test starts compile processes (xgrammar imports torch)
+
+# 120 characters that take about a minute to compile on one core (issue 51, item 12).
+SLOW_REGEX = "".join(f"[^{chr(ord('a') + i)}]{{1,{1000 + i}}}" for i in range(10))
+PERSON = '{"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}'
+
+
+@pytest.fixture(scope="module")
+def vocabulary(default_model) -> Vocabulary:
+    return Vocabulary(default_model.tokenizer, default_model.config.vocab_size, [2])
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+async def _started(workers: GrammarWorkers, count: int) -> list[int]:
+    while len(workers.process_ids()) < count:
+        await asyncio.sleep(0.05)
+    return workers.process_ids()
+
+
+def test_a_regex_past_the_deadline_is_refused_while_a_schema_compiles_beside_it(vocabulary):
+    workers = GrammarWorkers(vocabulary, timeout_s=3)
+
+    async def run():
+        # Both processes started first: what is timed below is compiling, not starting.
+        await asyncio.gather(workers.compile("regex", "a+"), workers.compile("regex", "b+"))
+        slow = asyncio.ensure_future(workers.compile("regex", SLOW_REGEX))
+        await asyncio.sleep(0.5)
+        schema = await workers.compile("json", PERSON)
+        assert not slow.done()  # the schema did not wait for the regex
+        started = time.monotonic()
+        with pytest.raises(StructuredOutputError, match="did not compile within 3 s"):
+            await slow
+        return schema, time.monotonic() - started
+
+    try:
+        schema, waited = asyncio.run(run())
+    finally:
+        workers.close()
+    assert schema is not None
+    assert waited < 30  # the deadline, not the minute the compile would take
+
+
+def test_a_cancelled_compile_ends_its_process_and_others_go_on(vocabulary):
+    workers = GrammarWorkers(vocabulary, timeout_s=600)
+
+    async def run():
+        slow = asyncio.ensure_future(workers.compile("regex", SLOW_REGEX))
+        [pid] = await _started(workers, 1)
+        await asyncio.sleep(1)  # compiling now
+        slow.cancel()
+        await asyncio.gather(slow, return_exceptions=True)
+        assert _gone(pid, within_s=10)
+        return await workers.compile("json", PERSON)
+
+    try:
+        assert asyncio.run(run()) is not None
+    finally:
+        workers.close()
+
+
+def test_closing_does_not_wait_for_a_compile(vocabulary):
+    workers = GrammarWorkers(vocabulary, timeout_s=600)
+
+    async def run():
+        slow = asyncio.ensure_future(workers.compile("regex", SLOW_REGEX))
+        [pid] = await _started(workers, 1)
+        await asyncio.sleep(1)
+        started = time.monotonic()
+        workers.close()
+        with pytest.raises(EngineDeadError):
+            await slow
+        assert time.monotonic() - started < 10
+        assert _gone(pid, within_s=10)
+
+    asyncio.run(run())
