@@ -30,6 +30,7 @@ from app.components.documents import (
     retrieved_passages_message,
     whole_documents_message,
 )
+from app.components.documents.retrieval_query import search_terms
 from app.components.view_models import AttachmentView, PassageView
 from app.store import Attachment, AttachmentChunk, Citation, FolderFile, Message, NewAttachment
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 MAX_PENDING = 20  # files waiting in the composer at once
 MAX_RANKED = 50  # passages ranked by meaning, joined with bm25's ranking
 MAX_PASSAGES = 12  # retrieved for one question, before the budget cuts them
+MAX_STAND_IN_CHUNKS = 4_000  # of the files waiting, looked at for the meter's count
 # Of what the context leaves beside the chat and the reply, the share retrieved passages may take.
 PASSAGE_SHARE = 0.5
 ESTIMATED_CHARS_PER_TOKEN = 3  # to budget passages before the exact count of the whole prompt
@@ -73,6 +75,7 @@ class DocumentPrompt:
     messages: list[ChatMessage]
     citations: tuple[Citation, ...] = ()
     whole: bool = False
+    stand_ins: bool = False  # the meter's count: passages of files not yet sent stand in
 
     @property
     def has_documents(self) -> bool:
@@ -190,19 +193,23 @@ class ChatDocuments:
         """What the chat with `messages` (a draft last, maybe) takes as a prompt with its
         documents, those waiting in the composer included: the context meter's count."""
         held = await self._held(path)
-        held += [_Held(None, p.view.name, p.document) for p in self._pending
-                 if p.document is not None]
+        waiting = [p for p in self._pending if p.document is not None]
+        held += [_Held(None, p.view.name, p.document) for p in waiting]
         folder_files = await self.folder_files()
         if not held and not folder_files:
             return await count(messages, tools)
+        draft = messages[-1].content if messages and messages[-1].role == "user" else None
+        stand_ins = await asyncio.to_thread(_stand_ins, waiting, draft) if waiting else []
         shaped = await self._shaped(messages, held, count, tools, max_model_len, max_tokens,
-                                    folder_files)
-        return await count(shaped.messages, tools)
+                                    folder_files, stand_ins)
+        counted = await count(shaped.messages, tools)
+        # Passages of the files waiting stand in for those the question will find: a guess.
+        return replace(counted, exact=False) if shaped.stand_ins else counted
 
     async def _shaped(self, messages: list[ChatMessage], held: list[_Held],
                       count: TokenCounter, tools: Sequence[ToolSpec], max_model_len: int,
-                      max_tokens: int, folder_files: Sequence[FolderFile] = ()
-                      ) -> DocumentPrompt:
+                      max_tokens: int, folder_files: Sequence[FolderFile] = (),
+                      stand_ins: Sequence[Hit] = ()) -> DocumentPrompt:
         reply_room = min(max_tokens, max_model_len // 4)
         if not folder_files:
             whole = await self._whole(messages, held, count, tools, max_model_len - reply_room)
@@ -212,7 +219,7 @@ class ChatDocuments:
         budget = int((max_model_len - chat.n - reply_room) * PASSAGE_SHARE)
         kinds = {h.attachment_id: h.document.kind for h in held if h.attachment_id is not None}
         kinds |= {f.attachment_id: f.kind for f in folder_files}
-        return await self._retrieved(messages, kinds, budget)  # type: ignore[arg-type]
+        return await self._retrieved(messages, kinds, budget, stand_ins)  # type: ignore[arg-type]
 
     @staticmethod
     async def _whole(messages: list[ChatMessage], held: list[_Held], count: TokenCounter,
@@ -227,32 +234,38 @@ class ChatDocuments:
                                            for i, h in enumerate(stored, 1)), whole=True)
 
     async def _retrieved(self, messages: list[ChatMessage], kinds: dict[int, Kind],
-                         budget: int) -> DocumentPrompt:
+                         budget: int, stand_ins: Sequence[Hit] = ()) -> DocumentPrompt:
         """The passages of the documents `kinds` names that best answer the newest user
-        message, above it, as many as `budget` (tokens) holds."""
+        message, above it, as many as `budget` (tokens) holds; `stand_ins` (the meter's count
+        of files not yet stored) after them, above a message still to be written if none is."""
         question_at = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
         if question_at is None:
-            return DocumentPrompt(messages)
+            if not stand_ins:
+                return DocumentPrompt(messages)
+            messages, question_at = [*messages, ChatMessage("user", "")], len(messages)
         question = messages[question_at].content
         ranked = (await self.embeddings.ranking(list(kinds), question, MAX_RANKED)
                   if self.embeddings is not None and kinds else [])
         found = await self.db.search_passages(list(kinds), fts_query(question), question,
                                               MAX_PASSAGES, ranked=ranked) if kinds else []
+        candidates = [(Hit(hit.name, kinds[hit.attachment_id], _chunk(hit.chunk)),
+                       hit.attachment_id) for hit in found]
+        candidates += [(hit, None) for hit in stand_ins]
         chosen, ids, used = [], [], 0
-        for hit in found:
+        for hit, attachment_id in candidates[:MAX_PASSAGES]:
             cost = len(hit.chunk.text) // ESTIMATED_CHARS_PER_TOKEN + 16
             if used + cost > budget:
                 break
             used += cost
-            chosen.append(Hit(hit.name, kinds[hit.attachment_id], _chunk(hit.chunk)))
-            ids.append(hit.attachment_id)
+            chosen.append(hit)
+            ids.append(attachment_id)
         asked = f"{retrieved_passages_message(chosen)}\n\n{question}"
         shaped = [*messages[:question_at], replace(messages[question_at], content=asked),
                   *messages[question_at + 1:]]
         citations = tuple(Citation(s.number, aid, s.name, s.ordinal, s.page, hit.chunk.heading)
                           for s, hit, aid in zip(passage_sources(chosen), chosen, ids,
-                                                 strict=True))
-        return DocumentPrompt(shaped, citations)
+                                                 strict=True) if aid is not None)
+        return DocumentPrompt(shaped, citations, stand_ins=None in ids)
 
     async def _held(self, path: Sequence[Message]) -> list[_Held]:
         """The documents on the branch, read back from the store once."""
@@ -311,6 +324,23 @@ def attachment_of(document: Document, chunks: list[Chunk]) -> NewAttachment:
     return NewAttachment(document.name, document.kind, document.size_bytes, document.text,
                          tuple(AttachmentChunk(c.ordinal, c.text, c.page, c.heading, c.start)
                                for c in chunks), document.pages, document.page_starts)
+
+
+def _stand_ins(waiting: Sequence[_Pending], question: str | None) -> list[Hit]:
+    """The passages of the files waiting in the composer that stand in, in the meter's
+    count, for those the question will find once they are stored: those holding its search
+    terms, most terms first, as the store's search ranks them; with no question typed yet,
+    their first passages. At most MAX_STAND_IN_CHUNKS passages are looked at."""
+    hits = [Hit(p.view.name, p.document.kind, _chunk(chunk)) for p in waiting
+            if p.attachment is not None for chunk in p.attachment.chunks]
+    hits = hits[:MAX_STAND_IN_CHUNKS]
+    if question is None:
+        return hits[:MAX_PASSAGES]
+    terms = search_terms(question)
+    found = [(sum(term in text for term in terms), i) for i, text in
+             enumerate(hit.chunk.text.lower() for hit in hits)]
+    return [hits[i] for matched, i in sorted(found, key=lambda f: (-f[0], f[1]))
+            if matched][:MAX_PASSAGES]
 
 
 def _chunk(chunk: AttachmentChunk) -> Chunk:

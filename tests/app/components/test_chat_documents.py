@@ -163,6 +163,23 @@ async def test_the_meter_counts_the_documents_waiting_to_be_sent(session, backen
     assert session.context_usage[0] > before + 30
 
 
+async def test_the_meter_counts_the_passages_a_waiting_document_too_long_to_go_whole_gives(
+        open_chat, source, view, tmp_path):
+    small = ScriptedBackend(max_model_len=2000)
+    source.swap(small)
+    session = await open_chat()
+    await session.attach([write(tmp_path, "big.md", "\n\n".join([FILLER] * 6 + [NOTES]))])
+    assert session.context_usage[0] > 200  # before a word is typed: passages it may give
+    await session.count_draft("How many litres of oil did the lamp use?")
+    meter, _context, _max_tokens = session.context_usage
+    assert view.called("show_context_usage")[-1][-1] is False  # an estimate: "≈"
+
+    request = await ask(session, small, "How many litres of oil did the lamp use?")
+    sent = sum(len(m.content.split()) for m in request.messages)  # the fake's tokens: words
+    assert "forty litres" in request.messages[-1].content  # the passage went with it
+    assert sent * 0.8 <= meter <= sent * 1.25
+
+
 @pytest.mark.parametrize(("documents", "continuing", "said"), [
     (True, False, "reading your documents: 1,000 / 3,000 tokens"),
     (False, False, "reading your message: 1,000 / 3,000 tokens"),
