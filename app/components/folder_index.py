@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from app.components.async_store import AsyncStore
-from app.components.chat_documents import Reader, attachment_of
+from app.components.chat_documents import attachment_of
 from app.components.documents import (
     DocumentError,
+    DocumentReader,
     DocumentTooLargeError,
+    ReadingCancelled,
     chunk_document,
     read_document,
     reading_thread,
@@ -59,7 +61,7 @@ class ChatFolders:
     one changes, `on_settled()` when a folder's reading ends, `on_error(exc)` on a failure
     that is not a file's."""
 
-    def __init__(self, conversation_id: int, db: AsyncStore, read: Reader = read_document,
+    def __init__(self, conversation_id: int, db: AsyncStore, read: DocumentReader = read_document,
                  rescan_s: float = RESCAN_S) -> None:
         self.conversation_id = conversation_id
         self.db = db
@@ -173,7 +175,7 @@ class FolderIndex:
     """One folder of a chat, kept indexed; `view` says where it stands, `on_changed()` fires
     when it changes and `on_settled()` when a reading ends. `spawn` runs its reading."""
 
-    def __init__(self, folder: Folder, db: AsyncStore, read: Reader,
+    def __init__(self, folder: Folder, db: AsyncStore, read: DocumentReader,
                  spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task]) -> None:
         self.folder = folder
         self.db = db
@@ -276,7 +278,7 @@ class FolderIndex:
             await self._failed_to_read(stat, f"{stat.source_path} could not be opened: "
                                              f"{exc.strerror or exc}")
             return
-        except _Cancelled:
+        except ReadingCancelled:
             return
         self._failed.pop(stat.source_path, None)
         await self.db.put_folder_file(self.folder.id, stat.source_path, stat.mtime_ns,
@@ -292,14 +294,13 @@ class FolderIndex:
             reading_thread(), self._read_and_cut, path, stat.source_path)
 
     def _read_and_cut(self, path: Path, source_path: str) -> NewAttachment:
-        """On the reading thread; a PDF's reading stops at its next page once the folder's
-        work is cancelled."""
-        document = self._read(path, self._stop_if_cancelled)
+        """On the reading thread; the reading is stopped (its process killed) within moments
+        of the folder's work being cancelled, so a file that takes long holds nobody."""
+        document = self._read(path, stopped=self._is_stopped)
         return replace(attachment_of(document, chunk_document(document)), name=source_path)
 
-    def _stop_if_cancelled(self, _done: int, _total: int) -> None:
-        if self._stopped:
-            raise _Cancelled
+    def _is_stopped(self) -> bool:
+        return self._stopped
 
     async def _failed_to_read(self, stat: FileStat, why: str) -> None:
         """Reported, and the version kept from before (if any) dropped: it is no longer the
@@ -330,10 +331,6 @@ def _looking_thread() -> ThreadPoolExecutor:
     if _looker is None:
         _looker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagoda-folders")
     return _looker
-
-
-class _Cancelled(Exception):
-    """Raised on the reading thread to stop reading a file whose folder's work was cancelled."""
 
 
 def folder_path(path: str | Path) -> Path:

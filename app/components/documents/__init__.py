@@ -1,7 +1,9 @@
 """Files attached to a chat, read into text the model can answer from. Plain Python, no Qt.
 
-    convert          read_document: a file (PDF, DOCX, PPTX, XLSX, HTML, text, Markdown, code)
-                     into a Document, on a worker thread
+    convert          convert_document: a file (PDF, DOCX, PPTX, XLSX, HTML, text, Markdown,
+                     code) into a Document, with no bound on what its parsers take
+    reading_process  read_document: convert_document in a worker process, within limits on
+                     memory and time, killed past them (or when the caller stops it)
     sniff            a file's type from its name and first bytes; named_readable: whether a
                      folder's file is one to read, by its name
     document         Document and the bounds a file is read within
@@ -22,7 +24,6 @@ from app.components.documents.context import (
     retrieved_passages_message,
     whole_documents_message,
 )
-from app.components.documents.convert import read_document
 from app.components.documents.document import Document, Kind
 from app.components.documents.errors import (
     DocumentError,
@@ -30,10 +31,18 @@ from app.components.documents.errors import (
     EmptyDocumentError,
     EncryptedDocumentError,
     NoTextLayerError,
+    ReadingStoppedError,
     UnreadableDocumentError,
     UnsupportedDocumentError,
 )
 from app.components.documents.pdf import ProgressCallback
+from app.components.documents.reading_process import (
+    DocumentReader,
+    ReadingCancelled,
+    ReadingLimits,
+    ReadingProcess,
+    read_document,
+)
 from app.components.documents.reading_thread import reading_thread
 from app.components.documents.retrieval_query import fts_query
 from app.components.documents.sniff import named_readable
@@ -42,6 +51,7 @@ __all__ = [
     "Chunk",
     "Document",
     "DocumentError",
+    "DocumentReader",
     "DocumentTooLargeError",
     "EmptyDocumentError",
     "EncryptedDocumentError",
@@ -49,6 +59,10 @@ __all__ = [
     "Kind",
     "NoTextLayerError",
     "ProgressCallback",
+    "ReadingCancelled",
+    "ReadingLimits",
+    "ReadingProcess",
+    "ReadingStoppedError",
     "Source",
     "UnreadableDocumentError",
     "UnsupportedDocumentError",

@@ -3,6 +3,7 @@ extracted by the reader for that type, every bound checked."""
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
@@ -18,14 +19,17 @@ from app.components.documents.pdf import ProgressCallback, read_pdf
 from app.components.documents.sniff import HEAD_BYTES, detect_type
 from app.components.documents.text_files import read_text_file
 
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
 
-def read_document(path: Path, on_progress: ProgressCallback | None = None) -> Document:
+
+def convert_document(path: Path, on_progress: ProgressCallback | None = None) -> Document:
     """The file at `path` as Markdown text; raises a DocumentError in words when it cannot be read.
 
     Blocking and CPU-bound (a 200-page PDF ~0.3 s, the first Office or HTML file ~1 s more while
-    markitdown imports): call it on a worker thread, never on the GUI thread. `on_progress(done,
-    total)` is called on that thread after each page of a PDF; an exception it raises stops the
-    reading and comes out of read_document, which is how a caller cancels."""
+    markitdown imports), and with no bound on the memory or time its parsers take: the app calls
+    it in its reading process (reading_process.read_document), never in its own. `on_progress(
+    done, total)` is called after each page of a PDF; an exception it raises stops the reading
+    and comes out of convert_document."""
     data = _bytes_of(path)
     file_type = detect_type(path.name, data[:HEAD_BYTES])
     if file_type.kind == "pdf":
@@ -42,12 +46,17 @@ def read_document(path: Path, on_progress: ProgressCallback | None = None) -> Do
 def _bytes_of(path: Path) -> bytes:
     name = path.name
     try:
-        # Checked before opening: opening a named pipe would wait for a writer.
-        if not stat.S_ISREG(path.stat().st_mode):
-            raise UnsupportedDocumentError(name, "it is a folder or a device, not a file",
-                                           "Attach the files inside it one by one.")
-        with path.open("rb") as file:
-            data = file.read(MAX_FILE_BYTES + 1)
+        # Opened without waiting (a named pipe would wait for a writer), then checked: a check
+        # of the name before opening could be answered by another file than the one opened.
+        descriptor = os.open(path, _OPEN_FLAGS)
+        try:
+            mode = os.fstat(descriptor).st_mode
+            if not stat.S_ISREG(mode):
+                raise _not_a_file(name, mode)
+            with open(descriptor, "rb", closefd=False) as file:
+                data = file.read(MAX_FILE_BYTES + 1)
+        finally:
+            os.close(descriptor)
     except OSError as error:
         raise UnreadableDocumentError(name, (error.strerror or str(error)).lower(),
                                       "Check that the file is still there and that you may "
@@ -58,6 +67,14 @@ def _bytes_of(path: Path) -> bytes:
     if not data:
         raise EmptyDocumentError(name)
     return data
+
+
+def _not_a_file(name: str, mode: int) -> UnsupportedDocumentError:
+    if stat.S_ISDIR(mode):
+        return UnsupportedDocumentError(name, "it is a folder, not a file",
+                                        "Attach the files inside it one by one.")
+    return UnsupportedDocumentError(name, "it is a named pipe or a device, not a file",
+                                    "Attach a file saved on disk.")
 
 
 def _checked(document: Document) -> Document:

@@ -17,6 +17,10 @@ MAX_TEXT_CHARS = 20_000_000
 # Office files are ZIP archives: their unpacked size, checked before a parser inflates them, bounds
 # what a small file of highly compressed XML (a "ZIP bomb") could make the parser allocate.
 MAX_UNPACKED_BYTES = 256 * 2**20
+# A sheet is read as a table as wide as its widest row and as long as its last row, every cell
+# filled in: one cell far out (XFD1048576) makes 17 G of them. A cell takes at least two
+# characters of the Markdown table, so a sheet of more cells is past MAX_TEXT_CHARS anyway.
+MAX_SHEET_CELLS = MAX_TEXT_CHARS // 2
 
 PAGE_SEPARATOR = "\n\n"
 

@@ -14,6 +14,18 @@ class DocumentError(Exception):
         super().__init__(message)
         self.name = name
 
+    def __reduce__(self) -> tuple:
+        # Files are read in a worker process, and its errors come back pickled: rebuilt from
+        # their message, as each kind's own arguments differ.
+        return _rebuilt, (type(self), self.name, str(self), self.__dict__)
+
+
+def _rebuilt(kind: type[DocumentError], name: str, message: str, state: dict) -> DocumentError:
+    error = kind.__new__(kind)
+    DocumentError.__init__(error, name, message)
+    error.__dict__.update(state)
+    return error
+
 
 class UnsupportedDocumentError(DocumentError):
     """A file of a type Pagoda does not read (an image, an archive, an old Office format), or a
@@ -65,3 +77,14 @@ class EmptyDocumentError(DocumentError):
 
     def __init__(self, name: str) -> None:
         super().__init__(name, f"{name} is empty: there is no text in it to read.")
+
+
+class ReadingStoppedError(DocumentError):
+    """A file whose reading went past a limit on memory or time, or crashed its reader: it was
+    stopped, and nothing else with it. `reason` says which."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(name, f"Pagoda stopped reading {name}: {reason}. The file may be damaged "
+                               "or built to overwhelm a reader; open it in its own app to check, "
+                               "or save a copy of the part you need.")
+        self.reason = reason

@@ -124,7 +124,7 @@ async def test_a_question_during_a_first_indexing_is_answered_from_what_is_index
     monkeypatch.setattr(folder_index, "QUESTION_WAITS_FOR", 1)
     release = threading.Event()
 
-    def slow(path, on_progress):
+    def slow(path, on_progress=None, stopped=None):
         release.wait(WAIT_S)
         return read_document(path, on_progress)
 
@@ -155,7 +155,7 @@ async def test_a_file_that_cannot_be_read_is_reported_and_read_again_only_once_i
         db, tmp_path):
     reads: list[str] = []
 
-    def counting(path, on_progress):
+    def counting(path, on_progress=None, stopped=None):
         reads.append(path.name)
         return read_document(path, on_progress)
 
@@ -209,7 +209,7 @@ async def test_a_folder_dropped_on_the_chat_becomes_one_of_its_folders(session, 
 async def test_removing_a_folder_while_it_is_read_stops_and_deletes_its_index(db, tmp_path):
     release, reading = threading.Event(), threading.Event()
 
-    def slow(path, on_progress):
+    def slow(path, on_progress=None, stopped=None):
         reading.set()
         release.wait(WAIT_S)
         return read_document(path, on_progress)
@@ -262,7 +262,7 @@ async def test_the_folders_are_looked_at_again_while_the_chat_is_open(db, tmp_pa
 async def test_closing_the_chat_stops_its_folders_reading(db, tmp_path):
     release, reading = threading.Event(), threading.Event()
 
-    def slow(path, on_progress):
+    def slow(path, on_progress=None, stopped=None):
         reading.set()
         release.wait(WAIT_S)
         return read_document(path, on_progress)
@@ -301,7 +301,7 @@ async def test_a_passage_whose_file_changed_since_says_so(session, backend, view
 async def test_a_file_whose_name_is_not_utf8_is_reported_and_the_others_are_indexed(db, tmp_path):
     reads: list[str] = []
 
-    def counting(path, on_progress, stopped=None):
+    def counting(path, on_progress=None, stopped=None):
         reads.append(path.name)
         return read_document(path, on_progress)
 

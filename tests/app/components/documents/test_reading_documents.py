@@ -1,4 +1,4 @@
-"""read_document on real files of every kind a user attaches, and on the ones it must refuse."""
+"""convert_document on real files of every kind a user attaches, and on the ones it must refuse."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from app.components.documents import (
     convert,
     office,
     pdf,
-    read_document,
 )
+from app.components.documents.convert import convert_document
 from tests.app.components.documents.document_files import (
     write_docx,
     write_pdf,
@@ -39,7 +39,7 @@ THREE_CHAPTERS = [
 
 
 def test_pdf_text_is_read_page_by_page(tmp_path: Path) -> None:
-    document = read_document(write_pdf(tmp_path / "harbour.pdf", THREE_CHAPTERS))
+    document = convert_document(write_pdf(tmp_path / "harbour.pdf", THREE_CHAPTERS))
 
     assert (document.name, document.kind, document.pages) == ("harbour.pdf", "pdf", 3)
     assert len(document.page_starts) == 3
@@ -50,7 +50,7 @@ def test_pdf_text_is_read_page_by_page(tmp_path: Path) -> None:
 
 
 def test_pdf_chunks_know_their_page(tmp_path: Path) -> None:
-    document = read_document(write_pdf(tmp_path / "harbour.pdf", THREE_CHAPTERS))
+    document = convert_document(write_pdf(tmp_path / "harbour.pdf", THREE_CHAPTERS))
 
     pages = {chunk.page for chunk in chunk_document(document) if "storm" in chunk.text}
 
@@ -60,8 +60,8 @@ def test_pdf_chunks_know_their_page(tmp_path: Path) -> None:
 def test_pdf_progress_is_reported_after_each_page(tmp_path: Path) -> None:
     calls: list[tuple[int, int]] = []
 
-    read_document(write_pdf(tmp_path / "harbour.pdf", THREE_CHAPTERS),
-                  on_progress=lambda done, total: calls.append((done, total)))
+    convert_document(write_pdf(tmp_path / "harbour.pdf", THREE_CHAPTERS),
+                     on_progress=lambda done, total: calls.append((done, total)))
 
     assert calls == [(1, 3), (2, 3), (3, 3)]
 
@@ -75,23 +75,23 @@ def test_pdf_reading_stops_when_progress_raises(tmp_path: Path) -> None:
             raise Cancelled
 
     with pytest.raises(Cancelled):
-        read_document(write_pdf(tmp_path / "harbour.pdf", THREE_CHAPTERS),
-                      on_progress=cancel_at_page_two)
-    assert read_document(tmp_path / "harbour.pdf").pages == 3
+        convert_document(write_pdf(tmp_path / "harbour.pdf", THREE_CHAPTERS),
+                         on_progress=cancel_at_page_two)
+    assert convert_document(tmp_path / "harbour.pdf").pages == 3
 
 
 def test_password_protected_pdf_is_refused_in_words(tmp_path: Path) -> None:
     path = write_pdf(tmp_path / "secret.pdf", THREE_CHAPTERS, password="hunter2")
 
     with pytest.raises(EncryptedDocumentError, match=r"secret\.pdf is password-protected"):
-        read_document(path)
+        convert_document(path)
 
 
 def test_scanned_pdf_is_refused_with_advice_to_run_ocr(tmp_path: Path) -> None:
     path = write_scanned_pdf(tmp_path / "scan.pdf", pages=3)
 
     with pytest.raises(NoTextLayerError) as raised:
-        read_document(path)
+        convert_document(path)
 
     assert "scan.pdf has no text to read" in str(raised.value)
     assert "scanned image" in str(raised.value) and "OCR" in str(raised.value)
@@ -100,7 +100,7 @@ def test_scanned_pdf_is_refused_with_advice_to_run_ocr(tmp_path: Path) -> None:
 def test_pdf_with_a_blank_page_lists_it_and_keeps_the_others(tmp_path: Path) -> None:
     pages = [THREE_CHAPTERS[0], ("", []), THREE_CHAPTERS[2]]
 
-    document = read_document(write_pdf(tmp_path / "gaps.pdf", pages))
+    document = convert_document(write_pdf(tmp_path / "gaps.pdf", pages))
 
     assert (document.pages, document.textless_pages) == (3, (2,))
     assert "Fish sold" in document.text[document.page_starts[2]:]
@@ -111,20 +111,20 @@ def test_pdf_with_more_pages_than_the_bound_is_refused(tmp_path: Path,
     monkeypatch.setattr(pdf, "MAX_PAGES", 2)
 
     with pytest.raises(DocumentTooLargeError, match=r"harbour\.pdf is too large.*3 pages"):
-        read_document(write_pdf(tmp_path / "harbour.pdf", THREE_CHAPTERS))
+        convert_document(write_pdf(tmp_path / "harbour.pdf", THREE_CHAPTERS))
 
 
 def test_pdf_content_is_read_as_pdf_whatever_its_name(tmp_path: Path) -> None:
     path = write_pdf(tmp_path / "harbour.pdf", THREE_CHAPTERS).rename(tmp_path / "harbour.txt")
 
-    assert read_document(path).kind == "pdf"
+    assert convert_document(path).kind == "pdf"
 
 
 def test_notes_that_mention_a_pdf_header_are_still_notes(tmp_path: Path) -> None:
     path = tmp_path / "formats.md"
     path.write_text("# PDF\n\nEvery PDF begins with `%PDF-1.7` or similar.\n", encoding="utf-8")
 
-    assert read_document(path).kind == "markdown"
+    assert convert_document(path).kind == "markdown"
 
 
 def test_file_named_pdf_that_is_not_one_is_refused(tmp_path: Path) -> None:
@@ -132,7 +132,7 @@ def test_file_named_pdf_that_is_not_one_is_refused(tmp_path: Path) -> None:
     path.write_text("just some words", encoding="utf-8")
 
     with pytest.raises(UnreadableDocumentError, match=r"fake\.pdf.*no %PDF header"):
-        read_document(path)
+        convert_document(path)
 
 
 def test_broken_pdf_is_refused_as_damaged(tmp_path: Path) -> None:
@@ -140,7 +140,7 @@ def test_broken_pdf_is_refused_as_damaged(tmp_path: Path) -> None:
     path.write_bytes(b"%PDF-1.7\n" + bytes(range(256)) * 8)
 
     with pytest.raises(UnreadableDocumentError, match=r"could not read broken\.pdf.*damaged"):
-        read_document(path)
+        convert_document(path)
 
 
 def test_docx_headings_and_paragraphs_become_markdown(tmp_path: Path) -> None:
@@ -149,7 +149,7 @@ def test_docx_headings_and_paragraphs_become_markdown(tmp_path: Path) -> None:
         ("Results", ["Forty boats came back before noon."]),
     ])
 
-    document = read_document(path)
+    document = convert_document(path)
 
     assert (document.kind, document.pages, document.page_starts) == ("docx", None, ())
     assert "# Methods\n\nWe counted boats at dawn." in document.text
@@ -163,7 +163,7 @@ def test_docx_chunks_know_the_heading_above_them(tmp_path: Path) -> None:
         ("Results", ["Forty boats came back before noon.", long_paragraph]),
     ])
 
-    chunks = chunk_document(read_document(path))
+    chunks = chunk_document(convert_document(path))
 
     result_chunks = [chunk for chunk in chunks if "Forty boats" in chunk.text]
     assert [chunk.heading for chunk in result_chunks] == ["Results"]
@@ -176,7 +176,7 @@ def test_word_file_locked_with_a_password_is_refused(tmp_path: Path) -> None:
     path.write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(2048))
 
     with pytest.raises(EncryptedDocumentError, match=r"locked\.docx is password-protected"):
-        read_document(path)
+        convert_document(path)
 
 
 def test_docx_that_is_not_a_zip_archive_is_refused(tmp_path: Path) -> None:
@@ -184,7 +184,7 @@ def test_docx_that_is_not_a_zip_archive_is_refused(tmp_path: Path) -> None:
     path.write_text("plain words, not a Word file", encoding="utf-8")
 
     with pytest.raises(UnreadableDocumentError, match=r"notes\.docx.*not a \.docx file inside"):
-        read_document(path)
+        convert_document(path)
 
 
 def test_zip_archive_named_docx_without_a_document_is_refused(tmp_path: Path) -> None:
@@ -193,7 +193,7 @@ def test_zip_archive_named_docx_without_a_document_is_refused(tmp_path: Path) ->
         archive.writestr("holiday.txt", "sun")
 
     with pytest.raises(UnreadableDocumentError, match=r"photos\.docx.*no Word document inside"):
-        read_document(path)
+        convert_document(path)
 
 
 def test_office_file_that_unpacks_past_the_bound_is_refused_before_converting(
@@ -202,7 +202,7 @@ def test_office_file_that_unpacks_past_the_bound_is_refused_before_converting(
     monkeypatch.setattr(office, "MAX_UNPACKED_BYTES", 1024)
 
     with pytest.raises(DocumentTooLargeError, match=r"report\.docx is too large.*unpacked"):
-        read_document(path)
+        convert_document(path)
 
 
 def test_corrupt_docx_is_refused_naming_what_failed(tmp_path: Path) -> None:
@@ -212,7 +212,7 @@ def test_corrupt_docx_is_refused_naming_what_failed(tmp_path: Path) -> None:
         archive.writestr("word/document.xml", "<not really xml")
 
     with pytest.raises(UnreadableDocumentError, match=r"mangled\.docx.*as a Word document failed"):
-        read_document(path)
+        convert_document(path)
 
 
 def test_old_word_format_is_refused_with_advice_to_save_as_docx(tmp_path: Path) -> None:
@@ -221,14 +221,14 @@ def test_old_word_format_is_refused_with_advice_to_save_as_docx(tmp_path: Path) 
 
     with pytest.raises(UnsupportedDocumentError,
                        match=r"memo\.doc: it is in an old .*Save it as \.docx in Word"):
-        read_document(path)
+        convert_document(path)
 
 
 def test_presentation_slides_are_its_pages(tmp_path: Path) -> None:
     path = write_pptx(tmp_path / "deck.pptx", [("Budget", "Costs fell by a tenth."),
                                                ("Plans", "Two new boats in spring.")])
 
-    document = read_document(path)
+    document = convert_document(path)
 
     assert (document.kind, document.pages) == ("pptx", 2)
     assert document.text[document.page_starts[1]:].startswith("# Plans")
@@ -241,7 +241,7 @@ def test_workbook_sheets_become_headed_tables(tmp_path: Path) -> None:
     path = write_xlsx(tmp_path / "sales.xlsx", {"North": [["Month", "Boats"], ["May", 12]],
                                                 "South": [["Month", "Boats"], ["May", 7]]})
 
-    document = read_document(path)
+    document = convert_document(path)
 
     assert document.kind == "xlsx"
     assert "## North" in document.text and "| May | 12 |" in document.text
@@ -255,7 +255,7 @@ def test_html_page_becomes_markdown_without_its_scripts(tmp_path: Path) -> None:
                     "<h2>Notes</h2><p>Spring tides &amp; neap tides.</p></body></html>",
                     encoding="utf-8")
 
-    document = read_document(path)
+    document = convert_document(path)
 
     assert document.kind == "html"
     assert "# Tide tables" in document.text and "## Notes" in document.text
@@ -268,14 +268,14 @@ def test_html_in_latin1_is_decoded(tmp_path: Path) -> None:
     path.write_bytes("<html><body><p>Le café du port est ouvert à midi, été comme hiver, "
                      "déjà depuis des années.</p></body></html>".encode("latin-1"))
 
-    assert "Le café du port est ouvert à midi" in read_document(path).text
+    assert "Le café du port est ouvert à midi" in convert_document(path).text
 
 
 def test_markdown_is_read_as_it_is(tmp_path: Path) -> None:
     path = tmp_path / "notes.md"
     path.write_text("# Notes\n\nBring **rope**.\n", encoding="utf-8")
 
-    document = read_document(path)
+    document = convert_document(path)
 
     assert (document.kind, document.text) == ("markdown", "# Notes\n\nBring **rope**.\n")
 
@@ -284,7 +284,7 @@ def test_python_file_is_fenced_with_its_language(tmp_path: Path) -> None:
     path = tmp_path / "tides.py"
     path.write_text("# high water\ndef high_water():\n    return 6.2\n", encoding="utf-8")
 
-    document = read_document(path)
+    document = convert_document(path)
 
     assert document.kind == "code"
     assert document.text == "```python\n# high water\ndef high_water():\n    return 6.2\n```"
@@ -295,7 +295,7 @@ def test_code_holding_a_fence_gets_a_longer_fence(tmp_path: Path) -> None:
     path = tmp_path / "readme_tool.py"
     path.write_text('DOC = """\n```bash\nls\n```\n"""\n', encoding="utf-8")
 
-    text = read_document(path).text
+    text = convert_document(path).text
 
     assert text.startswith("````python\n") and text.endswith("\n````")
 
@@ -304,7 +304,7 @@ def test_utf16_text_is_decoded(tmp_path: Path) -> None:
     path = tmp_path / "log.txt"
     path.write_text("Boats: 40\r\nWind: 5 Bft, gusting ≥ 7\r\n", encoding="utf-16")
 
-    document = read_document(path)
+    document = convert_document(path)
 
     assert (document.kind, document.text) == ("text", "Boats: 40\nWind: 5 Bft, gusting ≥ 7\n")
 
@@ -320,14 +320,14 @@ def test_legacy_encoded_text_is_decoded(tmp_path: Path, text: str, encoding: str
     path = tmp_path / "port.txt"
     path.write_bytes(text.encode(encoding))
 
-    assert read_document(path).text == text
+    assert convert_document(path).text == text
 
 
 def test_text_with_an_unknown_extension_is_read_as_text(tmp_path: Path) -> None:
     path = tmp_path / "harbour.notes"
     path.write_text("Forty boats came back.\n", encoding="utf-8")
 
-    assert read_document(path).kind == "text"
+    assert convert_document(path).kind == "text"
 
 
 def test_empty_file_is_refused(tmp_path: Path) -> None:
@@ -335,7 +335,7 @@ def test_empty_file_is_refused(tmp_path: Path) -> None:
     path.write_bytes(b"")
 
     with pytest.raises(EmptyDocumentError, match=r"nothing\.txt is empty"):
-        read_document(path)
+        convert_document(path)
 
 
 def test_file_of_blank_space_is_refused_as_empty(tmp_path: Path) -> None:
@@ -343,7 +343,7 @@ def test_file_of_blank_space_is_refused_as_empty(tmp_path: Path) -> None:
     path.write_text("  \n\n\t\n", encoding="utf-8")
 
     with pytest.raises(EmptyDocumentError, match=r"blank\.md is empty"):
-        read_document(path)
+        convert_document(path)
 
 
 def test_binary_bytes_named_txt_are_refused_as_not_text(tmp_path: Path) -> None:
@@ -351,7 +351,7 @@ def test_binary_bytes_named_txt_are_refused_as_not_text(tmp_path: Path) -> None:
     path.write_bytes(bytes(range(256)) * 16)
 
     with pytest.raises(UnsupportedDocumentError, match=r"data\.txt: it does not hold text"):
-        read_document(path)
+        convert_document(path)
 
 
 def test_binary_file_with_an_unknown_extension_is_refused(tmp_path: Path) -> None:
@@ -359,7 +359,7 @@ def test_binary_file_with_an_unknown_extension_is_refused(tmp_path: Path) -> Non
     path.write_bytes(b"\x00\x01\x02\xfe\xff" * 400)
 
     with pytest.raises(UnsupportedDocumentError) as raised:
-        read_document(path)
+        convert_document(path)
 
     assert "firmware.qqq" in str(raised.value)
     assert "Pagoda reads PDF, Word (.docx)" in str(raised.value)
@@ -370,14 +370,14 @@ def test_image_is_refused_as_an_image(tmp_path: Path) -> None:
     path.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(500))
 
     with pytest.raises(UnsupportedDocumentError, match=r"boat\.png: it is a PNG image"):
-        read_document(path)
+        convert_document(path)
 
 
 def test_text_that_starts_like_a_program_header_is_still_text(tmp_path: Path) -> None:
     path = tmp_path / "minutes.txt"
     path.write_text("MZ Harbour Group minutes: forty boats.\n", encoding="utf-8")
 
-    assert read_document(path).text.startswith("MZ Harbour Group")
+    assert convert_document(path).text.startswith("MZ Harbour Group")
 
 
 def test_file_past_the_size_bound_is_refused_before_reading_it_all(
@@ -387,7 +387,7 @@ def test_file_past_the_size_bound_is_refused_before_reading_it_all(
     monkeypatch.setattr(convert, "MAX_FILE_BYTES", 2**20 // 1024)
 
     with pytest.raises(DocumentTooLargeError, match=r"big\.txt is too large"):
-        read_document(path)
+        convert_document(path)
 
 
 def test_text_past_the_character_bound_is_refused(tmp_path: Path,
@@ -397,20 +397,20 @@ def test_text_past_the_character_bound_is_refused(tmp_path: Path,
     monkeypatch.setattr(convert, "MAX_TEXT_CHARS", 100)
 
     with pytest.raises(DocumentTooLargeError, match=r"long\.md is too large.*600 characters"):
-        read_document(path)
+        convert_document(path)
 
 
 def test_folder_is_refused(tmp_path: Path) -> None:
     (tmp_path / "reports").mkdir()
 
     with pytest.raises(UnsupportedDocumentError, match=r"reports: it is a folder"):
-        read_document(tmp_path / "reports")
+        convert_document(tmp_path / "reports")
 
 
 def test_missing_file_is_refused_naming_it(tmp_path: Path) -> None:
     with pytest.raises(UnreadableDocumentError,
                        match=r"could not read gone\.pdf: no such file.*still there"):
-        read_document(tmp_path / "gone.pdf")
+        convert_document(tmp_path / "gone.pdf")
 
 
 def test_importing_the_package_leaves_markitdown_and_pdfium_unloaded() -> None:

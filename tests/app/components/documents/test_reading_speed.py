@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from app.components.documents import chunk_document, read_document
+from app.components.documents import chunk_document
+from app.components.documents.convert import convert_document
 from tests.app.components.documents.document_files import write_long_pdf
 
 PAGES = 200
@@ -18,7 +19,7 @@ def test_200_page_pdf_is_read_and_chunked_well_within_the_budget(tmp_path: Path)
     path = write_long_pdf(tmp_path / "book.pdf", PAGES)
 
     began = time.perf_counter()
-    document = read_document(path)
+    document = convert_document(path)
     read_s = time.perf_counter() - began
     chunks = chunk_document(document)
     total_s = time.perf_counter() - began
