@@ -1,5 +1,10 @@
+import multiprocessing
 import sys
 
 from app.main import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    # In the bundle, the process documents are read in (documents/reading_process.py) starts as
+    # this program with multiprocessing's arguments: they are answered here, before main's.
+    multiprocessing.freeze_support()
+    sys.exit(main())

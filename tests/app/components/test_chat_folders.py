@@ -8,15 +8,18 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from app.components import folder_index, folder_scan
 from app.components.chat_session import ChatSession
-from app.components.documents import read_document
+from app.components.documents import ReadingLimits, ReadingProcess, read_document, reading_thread
 from app.components.folder_index import ChatFolders
 from app.components.folder_scan import FolderError
+from tests.app.components.documents.document_files import write_docx
+from tests.app.components.documents.hostile_files import write_huge_xml_docx
 from tests.app.components.fake_backend import WAIT_S, ScriptedBackend, eventually
 
 LIGHTHOUSE = """# Lighthouse log
@@ -330,3 +333,47 @@ async def test_a_folder_whose_path_is_not_utf8_is_refused_in_words(db, tmp_path)
     with pytest.raises(FolderError, match=r"r\\xe9sum\\xe9s cannot be kept: its path is not UTF-8"):
         await folders.add(root)
     assert await db.folders(folders.conversation_id) == []
+
+
+def office_bomb(root: Path, tmp_path: Path, xml_mib: float) -> Path:
+    """A 40 KB Word file of MiBs of paragraphs: minutes of markitdown's time a MiB."""
+    base = write_docx(tmp_path / "base.docx", [("Cider", ["Nine crates."])])
+    return write_huge_xml_docx(root / "a-report.docx", base, xml_mib)
+
+
+async def test_an_office_bomb_in_a_folder_is_stopped_and_the_other_files_are_indexed(
+        db, tmp_path):
+    root = tmp_path / "notes"
+    write(root, "log/lighthouse.md", LIGHTHOUSE)
+    write(root, "harbour.txt", HARBOUR)
+    office_bomb(root, tmp_path, xml_mib=4)  # read first, by its name
+    reading = ReadingProcess(ReadingLimits(seconds=1, seconds_per_mib=0))
+    folders = ChatFolders(db.store.create_conversation().id, db, read=reading.read)
+    await folders.open()
+    await folders.add(root)
+    await folders.settled()
+    (shown,) = folders.views
+    assert (shown.state, shown.indexed) == ("ready", 2)
+    [(path, why)] = shown.failed
+    assert path == "a-report.docx" and "reading it took more than 1.0 s" in why
+    folders.close()
+    reading.close()
+
+
+async def test_closing_the_chat_stops_an_office_bomb_and_frees_the_reading_thread(db, tmp_path):
+    root = tmp_path / "reports"
+    root.mkdir()
+    office_bomb(root, tmp_path, xml_mib=8)
+    reading = ReadingProcess(ReadingLimits(seconds=600))
+    folders = ChatFolders(db.store.create_conversation().id, db, read=reading.read)
+    await folders.open()
+    await folders.add(root)
+    await eventually(lambda: folders.views[0].state == "indexing", "the reading")
+    await asyncio.sleep(1.0)  # well into the file
+    folders.close()
+    closed = time.monotonic()
+    await asyncio.get_running_loop().run_in_executor(reading_thread(), lambda: None)
+    assert time.monotonic() - closed < 5
+    await folders.settled()
+    assert await db.chat_folder_files(folders.conversation_id) == []
+    reading.close()
