@@ -498,6 +498,11 @@ def _tree_size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
+def size_on_disk(path: Path) -> int:
+    """A model's size as the models table gives it: a file's, or all of a folder's files."""
+    return _tree_size(path) if path.is_dir() else path.stat().st_size
+
+
 def _key(folder: Path, path: Path) -> str | None:
     """path inside folder, as the last-used file names it; None for a path outside."""
     try:

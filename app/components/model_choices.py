@@ -1,4 +1,5 @@
-"""The models the picker offers, each described (format, quantization, memory) off the GUI thread."""
+"""The models the picker offers, each described (format, quantization, size on disk, memory) off
+the GUI thread. Sizes read as the models table writes them ("98.4 MB")."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from app.backends.model_files import (
     model_name,
     read_model_headers,
 )
+from app.components.local_models import size_on_disk
+from app.components.model_library import format_size
 
 if TYPE_CHECKING:
     from engine.config import EngineConfig
@@ -31,12 +34,15 @@ _FORMAT_LABELS = {"gguf": "GGUF", "safetensors": "safetensors"}
 @dataclass(slots=True, frozen=True)
 class ModelChoice:
     """One picker entry. source: a path, or None for the bundled default; info is None while
-    the model is being read, and error says why it could not be."""
+    the model is being read, and error says why it could not be. size_bytes: its files' size
+    on disk, the one figure the entry shows, as the models table does; the memory its weights
+    take under the chosen quantization is in the tooltip."""
 
     source: str | None
     name: str
     info: ModelInfo | None = None
     error: str = ""
+    size_bytes: int = 0
 
     @property
     def text(self) -> str:
@@ -47,7 +53,7 @@ class ModelChoice:
             return f"{name} · reading…"
         info = self.info
         return (f"{name} · {_FORMAT_LABELS[info.format]} · {quantization_text(info)} · "
-                f"{format_bytes(info.weight_bytes)}")
+                f"{format_size(self.size_bytes)}")
 
     @property
     def tooltip(self) -> str:
@@ -57,18 +63,14 @@ class ModelChoice:
             return self.source or "The bundled default model"
         info = self.info
         return (f"{info.path}\n{format_parameters(info.num_parameters)} parameters, "
-                f"{quantization_text(info)}: {format_bytes(info.weight_bytes)} of weights in "
-                "memory")
+                f"{quantization_text(info)}: {format_size(self.size_bytes)} on disk, "
+                f"{format_size(info.weight_bytes)} of weights in memory")
 
 
 def quantization_text(info: ModelInfo) -> str:
     if info.quantization == info.file_quantization:
         return info.quantization
     return f"{info.quantization} (from {info.file_quantization})"
-
-
-def format_bytes(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 def format_parameters(n: int) -> str:
@@ -101,7 +103,7 @@ class ModelChoices:
     def __init__(self, engine_config: Callable[[], EngineConfig]) -> None:
         self._engine_config = engine_config
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagoda-models")
-        self._reads: dict[str | None, asyncio.Future[ModelHeaders | str]] = {}
+        self._reads: dict[str | None, asyncio.Future[_Read | str]] = {}
 
     def known(self, source: str | None, quantization: str) -> ModelChoice:
         """The entry as far as it is known now, without reading anything."""
@@ -115,15 +117,14 @@ class ModelChoices:
             loop = asyncio.get_running_loop()
             self._reads[source] = loop.run_in_executor(self._executor, _read, source)
         # Shielded: a caller that gives up does not cancel the read others share.
-        headers = await asyncio.shield(self._reads[source])
-        return self._choice(source, headers, quantization)
+        read = await asyncio.shield(self._reads[source])
+        return self._choice(source, read, quantization)
 
-    def _choice(self, source: str | None, headers: ModelHeaders | str,
-                quantization: str) -> ModelChoice:
-        if isinstance(headers, str):
-            return ModelChoice(source, _name_of(source), error=headers)
-        info = describe_headers(headers, quantization, self._engine_config())
-        return ModelChoice(source, info.name, info)
+    def _choice(self, source: str | None, read: _Read | str, quantization: str) -> ModelChoice:
+        if isinstance(read, str):
+            return ModelChoice(source, _name_of(source), error=read)
+        info = describe_headers(read.headers, quantization, self._engine_config())
+        return ModelChoice(source, info.name, info, size_bytes=read.size_bytes)
 
     def close(self, wait: bool = False) -> None:
         """Reads not begun are dropped; wait: until the one under way (seconds for a GGUF) ends
@@ -131,12 +132,21 @@ class ModelChoices:
         self._executor.shutdown(wait=wait, cancel_futures=True)
 
 
-def _read(source: str | None) -> ModelHeaders | str:
+@dataclass(slots=True, frozen=True)
+class _Read:
+    headers: ModelHeaders
+    size_bytes: int
+
+
+def _read(source: str | None) -> _Read | str:
     """On the reader's thread, which may be the first to import the engine."""
     try:
-        return read_model_headers(source)
+        headers = read_model_headers(source)
+        return _Read(headers, size_on_disk(headers.path))
     except EngineError as error:
         return str(error)
+    except OSError as error:
+        return f"{source or 'The bundled model'} could not be read: {error.strerror or error}"
 
 
 def _name_of(source: str | None) -> str:

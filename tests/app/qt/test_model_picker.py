@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QLabel, QMessageBox
 from safetensors.torch import save_file
 
+from app.components.model_library import format_size
 from engine.loading.loader import default_model_file
 from tests.app.qt.fake_engine import IdleEngine
 
@@ -93,14 +94,18 @@ def _error_box(qtbot, window) -> QMessageBox:
     return window.findChild(QMessageBox, "modelErrorDialog")
 
 
-def test_picker_shows_format_quantization_and_memory(picker_window, qtbot):
+def test_picker_shows_format_quantization_and_the_size_the_models_table_shows(picker_window,
+                                                                             qtbot):
     window, _ = picker_window()
     _wait_described(qtbot, window)
-    assert _items(window) == ["SmolLM2-135M-Instruct (bundled) · GGUF · Q4_1 · 128 MiB",
+    on_disk = format_size(default_model_file().stat().st_size)  # the models table's figure
+    assert on_disk == "98.4 MB"
+    assert _items(window) == [f"SmolLM2-135M-Instruct (bundled) · GGUF · Q4_1 · {on_disk}",
                               "", "Open model file…", "Get models…",
                               "Add a server…"]
     tooltip = window.model_picker.itemData(0, Qt.ItemDataRole.ToolTipRole)
     assert "135M parameters" in tooltip and str(default_model_file()) in tooltip
+    assert f"{on_disk} on disk" in tooltip and "MiB" not in tooltip
 
 
 def test_picker_shows_memory_under_the_chosen_quantization(picker_window, qtbot):
@@ -109,7 +114,9 @@ def test_picker_shows_memory_under_the_chosen_quantization(picker_window, qtbot)
     box = window.model_settings.quantization_box
     box.setCurrentIndex(box.findData("none"))
     box.activated.emit(box.currentIndex())
-    qtbot.waitUntil(lambda: "fp32 (from Q4_1) · 513 MiB" in _items(window)[0], timeout=5000)
+    qtbot.waitUntil(lambda: "fp32 (from Q4_1) · 98.4 MB" in _items(window)[0], timeout=5000)
+    tooltip = window.model_picker.itemData(0, Qt.ItemDataRole.ToolTipRole)
+    assert "fp32 (from Q4_1): 98.4 MB on disk, 538.1 MB of weights in memory" in tooltip
 
 
 def test_open_model_file_entry_opens_a_dialog_for_gguf_files_and_model_folders(picker_window,
