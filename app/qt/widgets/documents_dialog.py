@@ -98,10 +98,21 @@ class DocumentsDialog(QDialog):
         self._edited()
 
     def _edited(self) -> None:
+        """Use (or Turn off) is offered only where it would change something: Turn off while
+        embeddings are on, Use for a server and model other than those in use."""
         off = self.server.currentData() is None
+        model = self.model.text().strip()
         self.model.setEnabled(not off)
         self.use_button.setText("Turn off" if off else "Use")
-        self.use_button.setEnabled(off or bool(self.model.text().strip()))
+        current = self.embeddings.choice
+        if off:
+            self.use_button.setEnabled(current is not None)
+            self.use_button.setToolTip("" if current is not None
+                                       else "Embeddings are off already.")
+        else:
+            in_use = current == EmbeddingsChoice(self.server.currentData(), model)
+            self.use_button.setEnabled(bool(model) and not in_use)
+            self.use_button.setToolTip("This server and model are in use." if in_use else "")
         self.test_button.setEnabled(self.embeddings.source is not None)
 
     def _use(self) -> None:

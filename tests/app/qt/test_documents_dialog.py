@@ -16,6 +16,28 @@ def window(window_on, tmp_path):
     return window_on(tmp_path / "chats.db")
 
 
+def test_use_and_turn_off_are_offered_only_where_they_change_something(window, qtbot,
+                                                                         run_async):
+    run_async(window.sources.saved.add("http://embedder:8080/v1", "chat", None))
+    dialog = window.open_documents_dialog()
+    assert dialog.use_button.text() == "Turn off" and not dialog.use_button.isEnabled()
+    assert "off already" in dialog.use_button.toolTip()
+
+    dialog.server.setCurrentIndex(1)
+    dialog.model.setText("nomic-embed-text")
+    dialog.use_button.click()
+    qtbot.waitUntil(lambda: window.embeddings.source is not None, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not dialog.use_button.isEnabled(), timeout=WAIT_MS)  # in use
+    dialog.model.setText("bge-small")
+    assert dialog.use_button.isEnabled()
+    dialog.server.setCurrentIndex(0)
+    assert dialog.use_button.isEnabled()
+
+    dialog.use_button.click()
+    qtbot.waitUntil(lambda: window.embeddings.source is None, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not dialog.use_button.isEnabled(), timeout=WAIT_MS)
+
+
 def test_an_embedding_server_is_chosen_kept_and_turned_off(window, qtbot, run_async):
     server = run_async(window.sources.saved.add("http://embedder:8080/v1", "chat", None))
     dialog = window.open_documents_dialog()
