@@ -17,6 +17,7 @@ from app.components.documents.errors import (
     NoTextLayerError,
     UnreadableDocumentError,
 )
+from app.components.documents.pdf_lines import LINE_END, line_bottoms, prose_text
 
 if TYPE_CHECKING:
     import pypdfium2
@@ -29,7 +30,6 @@ MIN_PAGE_CHARS = 16
 # PDFium is not thread-safe: two PDFs read at once, on two worker threads, take turns.
 _PDFIUM = threading.Lock()
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ufffe\uffff]")
-_TRAILING_SPACE = re.compile(r"[ \t]+\n")
 
 
 def read_pdf(name: str, data: bytes, on_progress: ProgressCallback | None = None) -> Document:
@@ -90,19 +90,23 @@ def _page_text(name: str, pdf: pypdfium2.PdfDocument, index: int) -> str:
         page = pdf[index]
         try:
             textpage = page.get_textpage()
-            text = textpage.get_text_bounded()
-            textpage.close()
+            try:
+                text = textpage.get_text_range()
+                bottoms = line_bottoms(textpage, text)
+            finally:
+                textpage.close()
         finally:
             page.close()
     except pdfium.PdfiumError as error:
         reason = f"page {index + 1} could not be read: {error}".rstrip(".")
         raise UnreadableDocumentError(name, reason) from None
-    return _cleaned(text)
+    return _cleaned(text, bottoms)
 
 
-def _cleaned(text: str) -> str:
-    text = _CONTROL.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
-    return _TRAILING_SPACE.sub("\n", text).strip()
+def _cleaned(text: str, bottoms: list[float] | None) -> str:
+    lines = [line.rstrip() for line in text.split(LINE_END)]
+    text = prose_text(lines, bottoms).replace("\r", "\n")
+    return _CONTROL.sub("", text).strip()
 
 
 def _visible(text: str) -> int:

@@ -22,8 +22,10 @@ from app.components.documents import (
     pdf,
 )
 from app.components.documents.convert import convert_document
+from app.components.documents.pdf_lines import prose_text
 from tests.app.components.documents.document_files import (
     write_docx,
+    write_long_pdf,
     write_pdf,
     write_pptx,
     write_scanned_pdf,
@@ -47,6 +49,40 @@ def test_pdf_text_is_read_page_by_page(tmp_path: Path) -> None:
         assert document.text[start:].startswith(heading)
         assert lines[-1] in document.text[start:]
     assert document.size_bytes == (tmp_path / "harbour.pdf").stat().st_size
+
+
+def test_pdf_paragraphs_read_as_prose_not_as_the_pdfs_lines(tmp_path: Path) -> None:
+    document = convert_document(write_long_pdf(tmp_path / "book.pdf", pages=2))
+
+    lines = document.text.split("\n")
+    for page, paragraph in ((1, 1), (1, 4), (2, 3)):
+        sentence = (f"On page {page}, paragraph {paragraph}, the harbour master counted "
+                    f"{page * paragraph} boats while the tide rose over the old pier.")
+        assert " ".join([sentence] * 5) in lines
+    assert "Chapter 2: the harbour in season 2" in lines
+
+
+def test_a_word_broken_at_a_pdf_lines_end_is_made_whole(tmp_path: Path) -> None:
+    lines = ["The keeper of the lighthouse climbed the stairs at dusk and lit the great",
+             "lamp; the harbour master counted forty boats from the old light-",
+             "house gallery before the tide turned against the fleet."]
+
+    document = convert_document(write_pdf(tmp_path / "keeper.pdf", [("The keeper", lines)]))
+
+    assert document.text == ("The keeper\nThe keeper of the lighthouse climbed the stairs at "
+                             "dusk and lit the great lamp; the harbour master counted forty boats "
+                             "from the old lighthouse gallery before the tide turned against the "
+                             "fleet.")
+
+
+def test_a_pdfs_short_lines_and_list_items_stay_lines() -> None:
+    lines = ["Pack these for the boat trip that leaves the old pier at seven tomorrow:",
+             "• two coils of rope and a spare anchor chain for the small dinghy",
+             "• oilskins",
+             "Harbour office",
+             "12 Quay Street"]
+
+    assert prose_text(lines) == "\n".join(lines)
 
 
 def test_pdf_chunks_know_their_page(tmp_path: Path) -> None:
