@@ -29,18 +29,21 @@ MAX_HITS = 200
 MAX_QUERY_CHARS = 4096
 
 
-def add(s: Session, message: MessageRow, document: NewAttachment, now: datetime) -> Attachment:
+def add(s: Session, message: MessageRow, document: NewAttachment, now: datetime,
+        attachment_id: int | None = None) -> Attachment:
+    """Attach `document` to the user's `message`, under `attachment_id` (None: a new id)."""
     if message.role != "user":
         raise StoreError(f"message {message.id} is a {message.role} message: documents come "
                          "with the user's messages")
-    row = document_row(document, now, conversation_id=message.conversation_id,
-                       message_id=message.id)
+    row = document_row(document, now, id=attachment_id,
+                       conversation_id=message.conversation_id, message_id=message.id)
     insert(s, row, document)
     return _attachment(row, len(document.chunks))
 
 
 def document_row(document: NewAttachment, now: datetime, **owner: object) -> AttachmentRow:
-    """The row of `document`, owned by what `owner` names (a message, or a folder's file)."""
+    """The row of `document`, owned by what `owner` names (a message, or a folder's file; and
+    the id it is kept under, where it has one)."""
     return AttachmentRow(name=document.name, kind=document.kind, size_bytes=document.size_bytes,
                          pages=document.pages, text=document.text, created_at=now,
                          page_starts=json.dumps(document.page_starts) if document.page_starts
@@ -147,7 +150,8 @@ def exported(s: Session, cid: int) -> list[AttachedDocument]:
     rows = s.scalars(select(AttachmentRow).where(AttachmentRow.conversation_id == cid,
                                                  AttachmentRow.message_id.is_not(None))
                      .order_by(AttachmentRow.id))
-    return [AttachedDocument(row.message_id, _document(s, row, with_chunks=True)) for row in rows]
+    return [AttachedDocument(row.message_id, _document(s, row, with_chunks=True), row.id)
+            for row in rows]
 
 
 def _document(s: Session, row: AttachmentRow, with_chunks: bool) -> NewAttachment:

@@ -200,10 +200,12 @@ class SearchHit:
 
 @dataclass(slots=True, frozen=True)
 class AttachedDocument:
-    """A document as exported: the user message it came with, and all of it."""
+    """A document as exported: the user message it came with, and all of it; its id is what
+    the replies' citations name (None in an export made before exports kept it)."""
 
     message_id: int
     document: NewAttachment
+    attachment_id: int | None = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -6,6 +6,7 @@ import logging
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Self
@@ -43,8 +44,15 @@ from .records import (
     Thread,
     ToolCall,
 )
-from .schema import ConversationRow, LeafRow, MessageRow, OpenTabRow, SettingRow
-from .titles import auto_title
+from .schema import (
+    AttachmentRow,
+    ConversationRow,
+    LeafRow,
+    MessageRow,
+    OpenTabRow,
+    SettingRow,
+)
+from .titles import auto_title, imported_title
 
 log = logging.getLogger(__name__)
 
@@ -634,7 +642,13 @@ class ConversationStore:
         """Add the conversations of an export; ids are kept where they are free. Returns new ids."""
         threads = transfer.threads_from_json(text)
         with self._writing() as s:
-            return [_import_thread(s, thread) for thread in threads]
+            # Only titles there before the import: an export restored into an empty database
+            # keeps its titles, repeated ones too.
+            taken = set(s.scalars(select(ConversationRow.title).distinct()))
+            return [_import_thread(s, replace(thread.conversation,
+                                              title=imported_title(thread.conversation.title,
+                                                                   taken)), thread)
+                    for thread in threads]
 
     def export_markdown(self, cid: int) -> str:
         """The current branch as Markdown."""
@@ -803,10 +817,11 @@ def _check_streaming(row: MessageRow) -> None:
 # -- import --------------------------------------------------------------------------------
 
 
-def _import_thread(s: Session, thread: Thread) -> int:
-    conversation, messages = thread.conversation, thread.messages
-    ordered = _parents_first(messages)
-    keep_ids = _ids_free(s, conversation, messages)
+def _import_thread(s: Session, conversation: Conversation, thread: Thread) -> int:
+    """Add the thread as `conversation` (its title made distinct), with its messages, their
+    documents, and the replies' sources pointed at those documents' new ids."""
+    messages = thread.messages
+    keep_ids = _ids_free(s, thread)
     row = ConversationRow(
         id=conversation.id if keep_ids else None,
         title=conversation.title,
@@ -822,14 +837,28 @@ def _import_thread(s: Session, thread: Thread) -> int:
     s.add(row)
     s.flush()
     new_ids: dict[int, int] = {}
-    for message in ordered:
+    for message in _parents_first(messages):
         new_ids[message.id] = _import_message(s, row.id, message, new_ids, keep_ids)
     if conversation.leaf_id is not None:
         s.add(LeafRow(conversation_id=row.id, message_id=new_ids[conversation.leaf_id]))
+    document_ids: dict[int, int] = {}
     for attached in thread.documents:
         message = s.get(MessageRow, new_ids[attached.message_id])
-        attachments.add(s, message, attached.document, message.created_at)
+        added = attachments.add(s, message, attached.document, message.created_at,
+                                attached.attachment_id if keep_ids else None)
+        if attached.attachment_id is not None:
+            document_ids[attached.attachment_id] = added.id
+    for message in messages:
+        if message.sources:
+            s.get(MessageRow, new_ids[message.id]).sources = attachments.sources_json(
+                _cited_in(message.sources, document_ids))
     return row.id
+
+
+def _cited_in(citations: Sequence[Citation], document_ids: dict[int, int]) -> list[Citation]:
+    """The citations with the imported documents' ids; 0 for a document the export did not
+    hold (a file of the chat's folder): its passage opens as no longer kept."""
+    return [replace(c, attachment_id=document_ids.get(c.attachment_id, 0)) for c in citations]
 
 
 def _import_message(
@@ -854,7 +883,6 @@ def _import_message(
         cached_tokens=stats.cached_tokens,
         tool_call_id=message.tool_call_id,
         tool_name=message.tool_name,
-        sources=attachments.sources_json(message.sources),
     )
     convert.apply_parts(row, ReplyParts(message.reasoning, message.reasoning_s,
                                         message.tool_calls))
@@ -884,13 +912,17 @@ def _parents_first(messages: list[Message]) -> list[Message]:
     return ordered
 
 
-def _ids_free(s: Session, conversation: Conversation, messages: list[Message]) -> bool:
+def _ids_free(s: Session, thread: Thread) -> bool:
     """Whether the export's ids can be kept: all free, and low enough not to exhaust the
-    AUTOINCREMENT counter that later conversations and messages draw from."""
-    ids = [m.id for m in messages]
-    if max([conversation.id, *ids]) > KEEPABLE_ID_LIMIT:
+    AUTOINCREMENT counter that later conversations, messages and documents draw from."""
+    conversation = thread.conversation
+    ids = [m.id for m in thread.messages]
+    document_ids = [d.attachment_id for d in thread.documents if d.attachment_id is not None]
+    if max([conversation.id, *ids, *document_ids]) > KEEPABLE_ID_LIMIT:
         return False
     if s.get(ConversationRow, conversation.id) is not None:
         return False
     taken = s.scalars(select(MessageRow.id).where(MessageRow.id.in_(ids)).limit(1)).first()
-    return taken is None
+    taken_document = s.scalars(select(AttachmentRow.id).where(AttachmentRow.id.in_(document_ids))
+                               .limit(1)).first()
+    return taken is None and taken_document is None

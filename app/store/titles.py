@@ -1,4 +1,4 @@
-"""A conversation's automatic title, taken from its first user message.
+"""A conversation's automatic title, taken from its first user message; an imported one's.
 
 Stored without an ellipsis: the sidebar, the tabs and the window elide a title to the room
 they have as they draw it, so a title the user renames holds only words they wrote."""
@@ -21,3 +21,19 @@ def auto_title(text: str, limit: int = TITLE_LIMIT) -> str | None:
     if boundary >= limit // 2:
         cut = cut[:boundary]
     return cut.rstrip(" ,.;:-")
+
+
+def imported_title(title: str | None, taken: set[str | None]) -> str | None:
+    """An imported chat's title: its own, unless a chat already has it, then "<title>
+    (imported)", "(imported 2)"... so the copy and its original can be told apart in the list.
+    A new title is added to `taken`; a title kept is not, so an export restored into an empty
+    database keeps its repeated titles."""
+    if title is None or title not in taken:
+        return title
+    chosen = f"{title} (imported)"
+    copies = 1
+    while chosen in taken:
+        copies += 1
+        chosen = f"{title} (imported {copies})"
+    taken.add(chosen)
+    return chosen

@@ -98,8 +98,8 @@ def _status_note(message: Message) -> str | None:
 def _thread_to_dict(thread: Thread) -> dict[str, Any]:
     item = asdict(thread.conversation)
     item["messages"] = [_encode_times(asdict(m)) for m in thread.messages]
-    item["documents"] = [{"message_id": d.message_id, **asdict(d.document)}
-                         for d in thread.documents]
+    item["documents"] = [{"id": d.attachment_id, "message_id": d.message_id,
+                          **asdict(d.document)} for d in thread.documents]
     return _encode_times(item)
 
 

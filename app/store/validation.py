@@ -30,6 +30,15 @@ from .records import (
 
 MAX_ID = 2**63 - 1  # SQLite's INTEGER
 SHOWN_CHARS = 40
+# Each field is bounded by the most the app itself writes into it, checked before anything is
+# stored (indexing text for search costs time with every character: 200 MB took minutes). The
+# longest text the app keeps is a document's (app.components.documents.document.MAX_TEXT_CHARS);
+# a message, its thinking or a tool call's arguments must fit a model's context, far less.
+MAX_TEXT_CHARS = 20_000_000
+# A title, a name or an id is one line: Qt's line edit (the sidebar's rename box) holds at most
+# 32,767 characters, and models', tools' and files' names are far shorter.
+MAX_NAME_CHARS = 32_767
+MAX_TIME_CHARS = 64  # an ISO 8601 time with microseconds and an offset is 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +84,13 @@ def describe(value: Any) -> str:
         return "an array"
     if value == "":
         return "an empty string"
-    shown = _shortened(repr(value))
+    shown = _shortened(value)
     return f"a string {shown}" if isinstance(value, str) and value[0].isdigit() else shown
 
 
-def _shortened(text: str) -> str:
+def _shortened(value: Any) -> str:
+    """repr() of the value's start: a long string is cut before repr() copies it."""
+    text = repr(value[:SHOWN_CHARS + 1] if isinstance(value, str) else value)
     return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
 
 
@@ -139,15 +150,31 @@ def _is_text(value: Any) -> bool:
     return isinstance(value, str)
 
 
+def _at_most(limit: int) -> Callable[[str, str], str]:
+    def read(value: str, where: str) -> str:
+        if len(value) > limit:
+            raise ImportValidationError(
+                where, f"is {len(value):,} characters long, more than Pagoda writes there (at "
+                       f"most {limit:,})")
+        return value
+
+    return read
+
+
+def _bounded_time(value: str, where: str) -> datetime:
+    return _time(_at_most(MAX_TIME_CHARS)(value, where), where)
+
+
 OBJECT = Kind("an object", lambda value: isinstance(value, dict))
 ARRAY = Kind("an array", lambda value: isinstance(value, list))
-TEXT = Kind("a string", _is_text)
+TEXT = Kind("a string", _is_text, _at_most(MAX_TEXT_CHARS))
+NAME = Kind("a string", _is_text, _at_most(MAX_NAME_CHARS))
 FLAG = Kind("true or false", lambda value: isinstance(value, bool))
 NUMBER = Kind("a number", _is_number, _finite)
 INTEGER = Kind("a whole number", _is_int)
 COUNT = Kind("a whole number", _is_int, _in_column(0))
 ID = Kind("a whole number", _is_int, _in_column(1))
-TIME = Kind("an ISO 8601 time", _is_text, _time)
+TIME = Kind("an ISO 8601 time", _is_text, _bounded_time)
 
 
 def _record(cls: type, kinds: dict[str, Kind], item: dict[str, Any], where: str) -> Any:
@@ -178,20 +205,20 @@ SAMPLING = {
     "max_tokens": INTEGER,
     "seed": maybe(INTEGER),
     "enable_thinking": maybe(FLAG),
-    "tools": Kind("an array", ARRAY.is_type, lambda value, where: _texts(value, where)),
+    "tools": Kind("an array", ARRAY.is_type, lambda value, where: _names(value, where)),
 }
 STATS = {
-    "model": maybe(TEXT),
+    "model": maybe(NAME),
     "ttft_s": maybe(NUMBER),
     "tokens_per_s": maybe(NUMBER),
     "cached_tokens": maybe(COUNT),
 }
 CONVERSATION = {
     "id": ID,
-    "title": maybe(TEXT),
+    "title": maybe(NAME),
     "created_at": TIME,
     "updated_at": TIME,
-    "model": maybe(TEXT),
+    "model": maybe(NAME),
     "system_prompt": maybe(TEXT),
     "sampling": Kind("an object", OBJECT.is_type, _sampling),
     "pinned": FLAG,
@@ -207,7 +234,7 @@ MESSAGE = {
     "content": TEXT,
     "created_at": TIME,
     "status": _one_of(STATUSES),
-    "finish_reason": maybe(TEXT),
+    "finish_reason": maybe(NAME),
     "prompt_tokens": maybe(COUNT),
     "completion_tokens": maybe(COUNT),
     "stats": maybe(Kind("an object", OBJECT.is_type, _stats)),
@@ -215,14 +242,14 @@ MESSAGE = {
     "reasoning": maybe(TEXT),
     "reasoning_s": maybe(NUMBER),
     "tool_calls": Kind("an array", ARRAY.is_type, lambda value, where: _tool_calls(value, where)),
-    "tool_call_id": maybe(TEXT),
-    "tool_name": maybe(TEXT),
+    "tool_call_id": maybe(NAME),
+    "tool_name": maybe(NAME),
     "sources": Kind("an array", ARRAY.is_type, lambda value, where: _citations(value, where)),
 }
-TOOL_CALL = {"id": TEXT, "name": TEXT, "arguments": TEXT}
+TOOL_CALL = {"id": NAME, "name": NAME, "arguments": TEXT}
 CHUNK = {"ordinal": COUNT, "text": TEXT, "page": maybe(COUNT), "heading": maybe(TEXT),
          "start": COUNT}
-DOCUMENT = {"message_id": ID, "name": TEXT, "kind": TEXT, "size_bytes": COUNT, "text": TEXT,
+DOCUMENT = {"message_id": ID, "name": NAME, "kind": NAME, "size_bytes": COUNT, "text": TEXT,
             "pages": maybe(COUNT),
             "page_starts": Kind("an array", ARRAY.is_type, lambda value, where: tuple(
                 COUNT.check(item, f"{where}[{i}]") for i, item in enumerate(value))),
@@ -232,7 +259,8 @@ DOCUMENT = {"message_id": ID, "name": TEXT, "kind": TEXT, "size_bytes": COUNT, "
 def _chunks(items: list[Any], where: str) -> tuple[AttachmentChunk, ...]:
     return tuple(_record(AttachmentChunk, CHUNK, OBJECT.check(item, f"{where}[{i}]"),
                          f"{where}[{i}]") for i, item in enumerate(items))
-CITATION = {"number": COUNT, "attachment_id": ID, "name": TEXT, "ordinal": COUNT,
+# A source's attachment_id is 0 where its document is not kept (see _check_citations).
+CITATION = {"number": COUNT, "attachment_id": COUNT, "name": NAME, "ordinal": COUNT,
             "page": maybe(COUNT), "heading": maybe(TEXT)}
 
 
@@ -241,8 +269,8 @@ def _citations(items: list[Any], where: str) -> tuple[Citation, ...]:
                  for i, item in enumerate(items))
 
 
-def _texts(items: list[Any], where: str) -> tuple[str, ...]:
-    return tuple(TEXT.check(item, f"{where}[{i}]") for i, item in enumerate(items))
+def _names(items: list[Any], where: str) -> tuple[str, ...]:
+    return tuple(NAME.check(item, f"{where}[{i}]") for i, item in enumerate(items))
 
 
 def _tool_calls(items: list[Any], where: str) -> tuple[ToolCall, ...]:
@@ -282,25 +310,79 @@ def _thread(item: Any, where: str, claims: Claims) -> Thread:
     for message, place in zip(messages, places, strict=True):
         _claim(claims, "message", message.id, place)
     _check_tree(conversation, messages, places, where)
-    return Thread(conversation, messages, _documents(item, messages, where))
+    documents = _documents(item, messages, where, claims)
+    _check_citations(messages, places, documents)
+    return Thread(conversation, messages, documents)
 
 
-def _documents(item: dict[str, Any], messages: list[Message],
-               where: str) -> list[AttachedDocument]:
+def _documents(item: dict[str, Any], messages: list[Message], where: str,
+               claims: Claims) -> list[AttachedDocument]:
     """The thread's documents (an export made before documents has none), each attached to a
-    user message of the thread."""
+    user message of the thread, with passages that are its own text."""
     users = {m.id for m in messages if m.role == "user"}
     items = ARRAY.check(item.get("documents", []), f"{where}.documents")
     documents = []
     for i, one in enumerate(items):
         place = f"{where}.documents[{i}]"
         OBJECT.check(one, place)
+        attachment_id = maybe(ID).check(one.get("id"), f"{place}.id")
+        if attachment_id is not None:
+            _claim(claims, "document", attachment_id, place)
         message_id = ID.check(required(one, "message_id", place), f"{place}.message_id")
         if message_id not in users:
             raise ImportValidationError(f"{place}.message_id",
                                         f"{message_id} is not a user message of this conversation")
-        documents.append(AttachedDocument(message_id, _record(NewAttachment, DOCUMENT, one, place)))
+        document: NewAttachment = _record(NewAttachment, DOCUMENT, one, place)
+        _check_pages(document, place)
+        _check_passages(document, place)
+        documents.append(AttachedDocument(message_id, document, attachment_id))
     return documents
+
+
+def _check_pages(document: NewAttachment, place: str) -> None:
+    starts = document.page_starts
+    if list(starts) != sorted(starts) or (starts and starts[-1] > len(document.text)):
+        raise ImportValidationError(f"{place}.page_starts",
+                                    f"must rise and lie inside the document's text "
+                                    f"({len(document.text):,} characters)")
+
+
+def _check_passages(document: NewAttachment, place: str) -> None:
+    """Each passage is the document's text from where it says it starts, and has a number of
+    its own: a reply's sources open it by that number."""
+    numbers: set[int] = set()
+    for i, chunk in enumerate(document.chunks):
+        where = f"{place}.chunks[{i}]"
+        if chunk.ordinal in numbers:
+            raise ImportValidationError(f"{where}.ordinal", f"{chunk.ordinal} is also the number "
+                                                            "of another passage of this document")
+        numbers.add(chunk.ordinal)
+        if not document.text.startswith(chunk.text, chunk.start):
+            raise ImportValidationError(f"{where}.text", f"is not in the document: its text from "
+                                                         f"character {chunk.start} reads otherwise")
+
+
+def _check_citations(messages: list[Message], places: list[str],
+                     documents: list[AttachedDocument]) -> None:
+    """A source that names a document of this export is one of its passages, under its name.
+    (One that names no such document, such as a file of the chat's folder, which exports leave
+    out, is imported as a passage no longer kept.)"""
+    exported = {d.attachment_id: (d.document.name, {chunk.ordinal for chunk in d.document.chunks})
+                for d in documents if d.attachment_id is not None}
+    for message, place in zip(messages, places, strict=True):
+        for j, citation in enumerate(message.sources):
+            if citation.attachment_id not in exported:
+                continue
+            name, ordinals = exported[citation.attachment_id]
+            where = f"{place}.sources[{j}]"
+            if citation.name != name:
+                raise ImportValidationError(
+                    f"{where}.name", f"{describe(citation.name)} is not the name of document "
+                                     f"{citation.attachment_id} ({describe(name)})")
+            if citation.ordinal not in ordinals:
+                raise ImportValidationError(
+                    f"{where}.ordinal", f"is {citation.ordinal}, a passage document "
+                                        f"{citation.attachment_id} does not have")
 
 
 def _message(item: Any, where: str) -> Message:

@@ -4,6 +4,7 @@ database is left exactly as it was."""
 import copy
 import json
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.store import ConversationStore, ImportValidationError, StoreError
+from app.store.validation import MAX_NAME_CHARS, MAX_TEXT_CHARS
 
 
 def dump(store: ConversationStore) -> list[tuple[str, list[tuple]]]:
@@ -216,6 +218,37 @@ def test_lone_surrogates_in_an_import_become_replacement_characters(
     text = json.dumps(with_value(document, (*M1, "content"), "half \ud83d"))
     (_, cid) = store.import_json(text)
     assert store.messages(cid)[1].content == "half \ufffd"
+
+
+# Refusing a field that is too long takes a parse and a look at its length; importing 20 MB
+# took seconds, and 200 MB did not finish.
+GENEROUS_SECONDS = 30.0
+
+
+@pytest.mark.parametrize(("path", "length", "says"), [
+    ((*M1, "content"), MAX_TEXT_CHARS + 1, "at most 20,000,000"),
+    ((*C1, "system_prompt"), MAX_TEXT_CHARS + 1, "at most 20,000,000"),
+    ((*C1, "title"), MAX_NAME_CHARS + 1, "at most 32,767"),
+    ((*M1, "finish_reason"), MAX_NAME_CHARS + 1, "at most 32,767"),
+    ((*M1, "created_at"), 100_000, "at most 64"),
+])
+def test_a_field_longer_than_pagoda_writes_is_refused_quickly_in_words(
+    used: ConversationStore, document: dict, path: tuple, length: int, says: str
+) -> None:
+    text = json.dumps(with_value(document, path, "2" * length))
+    started = time.monotonic()
+    error = refused(used, text)
+    assert time.monotonic() - started < GENEROUS_SECONDS
+    where = "".join(f"[{key}]" if isinstance(key, int) else f".{key}" for key in path)
+    assert error.where == where.lstrip(".")
+    assert f"is {length:,} characters long" in str(error) and says in str(error)
+    assert len(str(error)) < 300
+
+
+def test_the_longest_text_imported_is_the_longest_document_pagoda_reads() -> None:
+    from app.components.documents.document import MAX_TEXT_CHARS as DOCUMENT_CHARS
+
+    assert MAX_TEXT_CHARS == DOCUMENT_CHARS
 
 
 # -- any document at all -------------------------------------------------------------------

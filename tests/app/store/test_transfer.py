@@ -150,3 +150,27 @@ def test_import_with_ids_near_the_limit_gives_new_ids_so_later_ones_still_fit(st
         assert new_id < top and [m.id < top for m in other.messages(new_id)] == [True]
         later = other.create_conversation().id
         assert other.append_user_message(later, "still room").conversation_id == later
+
+
+def test_an_imported_chat_beside_its_original_is_marked_imported(store) -> None:
+    weather = with_tools(store)
+    exported = store.export_json([weather])
+    (first,) = store.import_json(exported)
+    (second,) = store.import_json(exported)
+    titles = {c.id: c.title for c in store.list_conversations()}
+    assert (titles[weather], titles[first], titles[second]) == (
+        "Weather", "Weather (imported)", "Weather (imported 2)")
+
+
+def test_a_restore_into_an_empty_database_keeps_repeated_titles(store, tmp_path: Path) -> None:
+    for _ in range(2):
+        store.create_conversation("Hello")
+    store.create_conversation()
+    exported = store.export_json()
+    with ConversationStore.open(tmp_path / "empty.db") as empty:
+        empty.import_json(exported)
+        assert sorted(c.title or "" for c in empty.list_conversations()) == ["", "Hello", "Hello"]
+        assert empty.export_json() == exported
+        empty.import_json(exported)
+        assert sorted(c.title or "" for c in empty.list_conversations()) == sorted([
+            "", "", "Hello", "Hello", "Hello (imported)", "Hello (imported 2)"])
