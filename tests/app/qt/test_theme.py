@@ -13,6 +13,7 @@ from PySide6.QtCore import QEvent, QtMsgType, qInstallMessageHandler
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import (
     QApplication,
+    QCheckBox,
     QComboBox,
     QListWidget,
     QMainWindow,
@@ -20,6 +21,8 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollBar,
     QSplitter,
+    QStyle,
+    QStyleOptionButton,
     QTabWidget,
     QTextBrowser,
     QToolButton,
@@ -342,3 +345,39 @@ def test_missing_resources_name_the_folders_searched(tmp_path, monkeypatch):
     monkeypatch.setattr(theme.site, "getuserbase", lambda: str(tmp_path))
     with pytest.raises(theme.ResourcesNotFoundError, match="share/pagoda/resources"):
         theme.resources_dir()
+
+
+def _luminance(color: QColor) -> float:
+    def channel(value: float) -> float:
+        return value / 12.92 if value <= 0.04045 else ((value + 0.055) / 1.055) ** 2.4
+    return (0.2126 * channel(color.redF()) + 0.7152 * channel(color.greenF())
+            + 0.0722 * channel(color.blueF()))
+
+
+def _contrast(a: QColor, b: QColor) -> float:
+    high, low = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def _indicator_contrast(qtbot, checked: bool) -> float:
+    """The strongest contrast between the box's own drawing and the panel behind it."""
+    box = QCheckBox("Show archived chats")
+    box.setChecked(checked)
+    qtbot.addWidget(box)
+    box.show()
+    image = box.grab().toImage()
+    option = QStyleOptionButton()
+    box.initStyleOption(option)
+    rect = box.style().subElementRect(QStyle.SubElement.SE_CheckBoxIndicator, option, box)
+    behind = box.palette().color(QPalette.ColorRole.Window)
+    return max(_contrast(image.pixelColor(x, y), behind)
+               for x in range(rect.left(), rect.right() + 1)
+               for y in range(rect.top(), rect.bottom() + 1))
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+@pytest.mark.parametrize("checked", [False, True])
+def test_checkboxes_stand_out_from_the_panel(qtbot, app, mode, checked):
+    theme.apply_theme(app, mode)
+
+    assert _indicator_contrast(qtbot, checked) >= 3.0  # WCAG's bar for a control's outline
