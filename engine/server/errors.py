@@ -121,4 +121,7 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc.__cause__, RecursionError):  # FastAPI's "error parsing the body"
+            return APIError(400, "the request body nests its arrays and objects too deep to "
+                                 "be read: send JSON of ordinary depth").response()
         return APIError(exc.status_code, str(exc.detail)).response()

@@ -124,3 +124,66 @@ def test_streamed_required_calls_arrive_before_the_reply_ends(client):
     with_calls = [i for i, c in enumerate(chunks) if c.delta.tool_calls]
     assert with_calls and with_calls[0] < len(chunks) - 1
     assert chunks[-1].finish_reason == "tool_calls"
+
+
+def _wide_parameters() -> dict:
+    """A parameters schema of about 70,000 characters: over the bound on a constraint."""
+    fields = {f"field_{i}": {"type": "string", "description": "a field " * 3} for i in range(1200)}
+    return {"type": "object", "properties": fields}
+
+
+@pytest.mark.parametrize(("tool_choice", "param"), [
+    ("required", "tools"),
+    ({"type": "function", "function": {"name": "wide"}}, "tools[0].function.parameters"),
+])
+def test_tool_parameters_over_the_constraint_bound_are_a_400_in_words(client, tool_choice, param):
+    tools = [{"type": "function", "function": {"name": "wide", "parameters": _wide_parameters()}}]
+    with pytest.raises(BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=2, tools=tools,
+                                       tool_choice=tool_choice)
+    assert caught.value.param == param
+    assert "65,536 characters" in str(caught.value)
+
+
+def _with_call(arguments: str, call_type: str = "function") -> list[dict]:
+    call = {"id": "call_1", "type": call_type,
+            "function": {"name": "get_weather", "arguments": arguments}}
+    return [*ASK, {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+
+
+def test_call_arguments_nested_100000_deep_are_a_400_naming_them(server):
+    body = {"model": MODEL, "max_tokens": 2, "tools": TOOLS,
+            "messages": _with_call("[" * 100_000 + "]" * 100_000)}
+    reply = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=60)
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["param"] == "messages[1].tool_calls[0].function.arguments"
+    assert "100,000 levels deep" in error["message"]
+
+
+def test_tool_parameters_nested_too_deep_are_a_400_naming_them(server):
+    parameters: dict = {"type": "string"}
+    for _ in range(300):
+        parameters = {"type": "array", "items": parameters}
+    tools = [{"type": "function", "function": {"name": "deep", "parameters": parameters}}]
+    reply = httpx.post(f"{server.url}/v1/chat/completions", timeout=60,
+                       json={"model": MODEL, "max_tokens": 2, "tools": tools, "messages": ASK})
+    assert reply.status_code == 400
+    assert reply.json()["error"]["param"] == "tools[0].function.parameters"
+
+
+def test_a_body_nested_60000_deep_is_a_400(server):
+    # Under the bound on a body's arrays and objects (65,536), which answers 413 past it.
+    body = '{"model": "' + MODEL + '", "messages": ' + "[" * 60_000 + "]" * 60_000 + "}"
+    reply = httpx.post(f"{server.url}/v1/chat/completions", content=body, timeout=60,
+                       headers={"content-type": "application/json"})
+    assert reply.status_code == 400
+    assert "too deep" in reply.json()["error"]["message"]
+
+
+def test_a_call_of_a_type_openai_does_not_know_is_a_400_naming_it(client):
+    with pytest.raises(BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, max_tokens=2, tools=TOOLS,
+                                       messages=_with_call('{"city": "Paris"}', "bogus"))
+    assert caught.value.param == "messages[1].tool_calls[0].type"
