@@ -97,10 +97,8 @@ class ReadingProcess:
             try:
                 return self._answer(path.name, connection, self._time_limit(path), on_progress,
                                     stopped or _never)
-            except (ReadingStoppedError, ReadingCancelled):
-                raise
-            except (DocumentError, OSError):
-                raise  # the worker said so, and goes on to the next file
+            except (DocumentError, OSError, ReadingCancelled):
+                raise  # said by the worker, which reads the next file, or it is gone already
             except BaseException:
                 self._stop_worker()  # a reading left half done goes with its process
                 raise
