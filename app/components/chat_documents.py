@@ -20,8 +20,10 @@ from app.components.documents import (
     Chunk,
     Document,
     DocumentError,
+    DocumentReader,
     Hit,
     Kind,
+    ReadingCancelled,
     chunk_document,
     fts_query,
     passage_sources,
@@ -48,7 +50,6 @@ PASSAGE_GONE = ("This passage is no longer in the chat: its document changed or 
                 "since this reply (a folder's file is read again when it changes).")
 
 TokenCounter = Callable[[list[ChatMessage], Sequence[ToolSpec]], Awaitable[TokenCount]]
-Reader = Callable[[Path, Callable[[int, int], None] | None], Document]
 
 @dataclass(slots=True)
 class _Pending:
@@ -56,6 +57,7 @@ class _Pending:
     view: AttachmentView
     document: Document | None = None
     attachment: NewAttachment | None = None
+    removed: bool = False  # by the user, while it may still be being read
 
 
 @dataclass(slots=True, frozen=True)
@@ -86,7 +88,7 @@ class ChatDocuments:
     """`views` (the files waiting in the composer), `reading` (one is being read);
     `on_pending_changed(views)` fires when they change."""
 
-    def __init__(self, db: AsyncStore, read: Reader = read_document) -> None:
+    def __init__(self, db: AsyncStore, read: DocumentReader = read_document) -> None:
         self.db = db
         self._read = read
         self._pending: list[_Pending] = []
@@ -124,8 +126,9 @@ class ChatDocuments:
             await self._read_one(pending)
 
     def remove(self, index: int) -> None:
+        """The file leaves the composer; where it is being read, its reading is stopped."""
         if 0 <= index < len(self._pending):
-            del self._pending[index]
+            self._pending.pop(index).removed = True
             self._changed()
 
     async def keep_with(self, message_id: int) -> list[Attachment]:
@@ -146,7 +149,9 @@ class ChatDocuments:
 
         try:
             document, chunks = await loop.run_in_executor(
-                reading_thread(), lambda: self._read_and_cut(pending.path, progress))
+                reading_thread(), lambda: self._read_and_cut(pending, progress))
+        except ReadingCancelled:
+            return
         except DocumentError as exc:
             pending.view = replace(pending.view, state="failed", progress="", error=str(exc))
         except OSError as exc:
@@ -159,8 +164,10 @@ class ChatDocuments:
                                           document.pages)
         self._changed()
 
-    def _read_and_cut(self, path: Path, progress) -> tuple[Document, list[Chunk]]:
-        document = self._read(path, progress)
+    def _read_and_cut(self, pending: _Pending, progress) -> tuple[Document, list[Chunk]]:
+        if pending.removed:
+            raise ReadingCancelled(pending.path.name)
+        document = self._read(pending.path, progress, lambda: pending.removed)
         return document, chunk_document(document)
 
     def _show_progress(self, pending: _Pending, done: int, total: int) -> None:

@@ -119,7 +119,7 @@ async def test_a_file_that_cannot_be_read_says_why_and_does_not_stop_the_message
 async def test_a_message_waits_while_a_file_is_being_read(db, source, view, tmp_path, backend):
     release = threading.Event()
 
-    def slow_read(path, on_progress):
+    def slow_read(path, on_progress, stopped=None):
         from app.components.documents import read_document
 
         on_progress(1, 2)
@@ -186,3 +186,23 @@ async def test_the_meter_counts_the_passages_a_waiting_document_too_long_to_go_w
     (False, True, "reading the chat: 1,000 / 3,000 tokens")])
 def test_the_reading_note_says_what_is_being_read(documents, continuing, said):
     assert reading_text(PromptProgress(1000, 3000), continuing, documents) == said
+
+
+async def test_removing_a_file_while_it_is_read_stops_its_reading_at_once(session, tmp_path):
+    from app.components.documents import ReadingLimits, ReadingProcess
+    from tests.app.components.documents.document_files import write_docx
+    from tests.app.components.documents.hostile_files import write_huge_xml_docx
+
+    base = write_docx(tmp_path / "base.docx", [("Cider", ["Nine crates."])])
+    bomb = write_huge_xml_docx(tmp_path / "report.docx", base, xml_mib=8)  # minutes to read
+    reading = ReadingProcess(ReadingLimits(seconds=600))
+    session.documents._read = reading.read
+    attaching = session.spawn(session.attach([str(bomb)]))
+    await eventually(lambda: session.documents.reading == "report.docx", "the reading")
+    await asyncio.sleep(1.0)  # well into the file
+    session.remove_pending(0)
+    await asyncio.wait_for(attaching, 5.0)
+    assert session.documents.views == []
+    await session.attach([write(tmp_path, "log.md", NOTES)])
+    assert [v.state for v in session.documents.views] == ["ready"]
+    reading.close()
