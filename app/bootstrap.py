@@ -43,13 +43,18 @@ def install_event_loop(app: QApplication) -> qasync.QEventLoop:
     return loop
 
 
-def build_window(store: ConversationStore, device: str) -> MainWindow:
-    """The main window over an open store, its engine on `device`; create the app first."""
+def build_window(store: ConversationStore, device: str,
+                 remember_layout: bool = True) -> MainWindow:
+    """The main window over an open store, its engine on `device`; create the app first.
+    `remember_layout`: it opens where it was left and keeps where it is left (not for a window
+    nobody sees, which would overwrite the user's)."""
     from app.components.async_store import AsyncStore
     from app.qt.engine_host import EngineHost
     from app.qt.main_window import MainWindow
+    from app.qt.window_layout import WindowLayout
 
-    window = MainWindow(AsyncStore(store), EngineHost(device=device))
+    window = MainWindow(AsyncStore(store), EngineHost(device=device),
+                        window_layout=WindowLayout.default() if remember_layout else None)
     window.recovered_from = store.recovered_from
     return window
 

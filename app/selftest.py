@@ -89,7 +89,7 @@ def _run_in_window(db_path: Path, args: argparse.Namespace, timeout_s: float) ->
     from app.store import ConversationStore
 
     loop = install_event_loop(create_app(args.theme or "system"))
-    window = build_window(ConversationStore.open(db_path), args.device)
+    window = build_window(ConversationStore.open(db_path), args.device, remember_layout=False)
     try:
         return run_until_done(loop, _exercise_then_close(window, args.model, timeout_s))
     finally:

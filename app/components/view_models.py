@@ -162,13 +162,30 @@ class SamplingView:
 
 
 @dataclass(slots=True, frozen=True)
+class LoadStepView:
+    """How far a model's load has got: step `number` of `steps`, what it does (`words`), and
+    the share of that step done where the step has a measure."""
+
+    words: str
+    number: int
+    steps: int
+    fraction: float | None = None
+
+    @property
+    def share(self) -> float:
+        """Of the whole load, counting each step as an equal part."""
+        return (self.number - 1 + (self.fraction or 0.0)) / self.steps
+
+
+@dataclass(slots=True, frozen=True)
 class EngineStatusView:
     """What the status bar shows, refreshed a few times a second."""
 
     state: Literal["loading", "ready", "error"]
     device: str
     model: str = ""
-    detail: str = ""  # loading phase or error message
+    detail: str = ""  # error message
+    load: LoadStepView | None = None  # while loading: the step under way
     num_running: int = 0
     num_waiting: int = 0
     tokens_per_s: float = 0.0

@@ -1,16 +1,26 @@
-"""One open conversation's widgets: the transcript, the context meter, notices and the composer.
-It is the ChatView its ChatSession renders into (app/components/chat_session.py)."""
+"""One open conversation's widgets: the transcript, the context meter, notices, the model's
+load while it goes on, and the composer. It is the ChatView its ChatSession renders into
+(app/components/chat_session.py)."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.components.view_models import (
     AttachmentView,
     FolderView,
     MessageView,
     PassageView,
+    LoadStepView,
     SamplingView,
 )
 from app.qt.widgets.composer import Composer
@@ -19,7 +29,10 @@ from app.qt.widgets.elide import ElidedLabel
 from app.qt.widgets.file_drops import FileDrops
 from app.qt.widgets.folder_chips import FolderChips
 from app.qt.widgets.passage_dialog import PassageDialog
+from app.qt.widgets.status_bar import show_share
 from app.qt.widgets.transcript import TranscriptView
+
+SEND_WAITS = "You can write meanwhile; Send waits until the model is ready."
 
 
 class ChatTab(QWidget):
@@ -59,6 +72,10 @@ class ChatTab(QWidget):
         self._notice_close.clicked.connect(self.clear_notice)
         self._notice_close.clicked.connect(self.notice_dismissed)
         self._passage: PassageDialog | None = None
+        self._loading = QWidget(self, objectName="modelLoading")
+        self._loading_text = QLabel(self._loading, objectName="modelLoadingText", wordWrap=True)
+        self._loading_bar = QProgressBar(self._loading, objectName="modelLoadingBar",
+                                         textVisible=False)
         self.composer.attach_requested.connect(self.attach_requested)
         self.composer.folder_requested.connect(self.folder_requested)
         self.folder_chips.removed.connect(self.folder_removed)
@@ -83,7 +100,19 @@ class ChatTab(QWidget):
         layout.addLayout(notice_row)
         layout.addLayout(tools)
         layout.addWidget(self.folder_chips)
+        layout.addWidget(self._build_loading())
         layout.addWidget(self.composer)
+
+    def _build_loading(self) -> QWidget:
+        """Above the message box, where the user looks to write: the model's load, hidden
+        until one goes on."""
+        row = QVBoxLayout(self._loading)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(2)
+        row.addWidget(self._loading_text)
+        row.addWidget(self._loading_bar)
+        self._loading.hide()
+        return self._loading
 
     # -- the ChatView a session renders into ---------------------------------------------------
 
@@ -129,6 +158,24 @@ class ChatTab(QWidget):
         self.source_label.setText(text)
         self.source_label.setToolTip(f"Replies in this chat come from {text}. Choose another "
                                      "model or server in the model picker.")
+
+    def show_model_loading(self, text: str | None, step: LoadStepView | None = None) -> None:
+        """While the model this chat answers from loads: `text` (which model, what the load
+        does, how far it is) and `step`'s share on a bar; None once it is over."""
+        if text is None:
+            if not self._loading.isHidden():
+                self._loading.hide()
+            return
+        shown = f"{text}. {SEND_WAITS}"
+        if self._loading_text.text() != shown:
+            self._loading_text.setText(shown)
+        show_share(self._loading_bar, step)
+        if self._loading.isHidden():
+            self._loading.show()
+
+    def model_loading_text(self) -> str | None:
+        """What the chat says of the model's load; None while none goes on."""
+        return None if self._loading.isHidden() else self._loading_text.text()
 
     def restore_draft(self, text: str) -> None:
         self.composer.set_text(text)

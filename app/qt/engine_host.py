@@ -17,10 +17,12 @@ from app.backends import ChatBackend, ModelLoadingError, chat_cache_tag
 from app.backends.engine_import import ENGINE_IMPORT_LOCK
 from app.backends.local_engine import (
     DEFAULT_DISK_CACHE_BYTES,
+    LOAD_STEPS,
     QUANTIZATIONS,
     EngineConfig,
     EngineError,
     EngineFactory,
+    LoadProgress,
     clear_folder,
     disk_kv_cache_dir,
     folder_size,
@@ -29,7 +31,7 @@ from app.backends.local_engine import (
     resident_bytes,
 )
 from app.backends.model_files import default_model_file, model_name
-from app.components.view_models import EngineStatusView
+from app.components.view_models import EngineStatusView, LoadStepView
 
 if TYPE_CHECKING:
     from engine import AsyncEngine
@@ -56,15 +58,17 @@ class EngineHost(QObject):
     `availability_changed()` when whether `backend_for_new_request` hands out a backend may
     have changed (a load began or ended); `model_loaded(str)` with the model's name;
     `load_failed(str)` with the loader's message. A load is over (`is_loading` False) before
-    the last two fire, so their listeners see the state after it.
+    the last two fire, so their listeners see the state after it. While it goes on, the status
+    says which of LOAD_STEPS it is at, and how far into it where the step has a measure;
+    `loading_model` is the model it loads (None: the bundled one).
     """
 
     status_changed = Signal(object)
     availability_changed = Signal()
     model_loaded = Signal(str)
     load_failed = Signal(str)
-    # Emitted from the loading thread; Qt queues it onto the GUI thread.
-    _progress = Signal(str, int, int)
+    # A LoadProgress, emitted from the loading thread; Qt queues it onto the GUI thread.
+    _progress = Signal(object)
 
     def __init__(self, device: str = "cpu", factory: EngineFactory = make_local_engine,
                  parent: QObject | None = None) -> None:
@@ -72,6 +76,7 @@ class EngineHost(QObject):
         self.device = device
         self.backend: ChatBackend | None = None
         self.model_path: str | None = None
+        self.loading_model: str | None = None
         self.quantization = "auto"
         self.loaded_quantization = "auto"
         self.disk_cache_dir: Path | None = disk_kv_cache_dir()
@@ -82,7 +87,7 @@ class EngineHost(QObject):
         self._loading: asyncio.Task | None = None
         self._is_loading = False  # from load() until the load's outcome is published
         self._load_started = 0.0  # time.perf_counter() at the last load()
-        self._status = EngineStatusView(state="loading", device=device, detail="Starting")
+        self._status = EngineStatusView(state="loading", device=device, load=_load_step(0))
         # Polls the engine's figures once a model serves, and this process's memory always
         # (it grows while a model loads).
         self._timer = QTimer(self, interval=STATS_INTERVAL_MS, timeout=self._poll_stats)
@@ -182,6 +187,7 @@ class EngineHost(QObject):
         if self.is_loading:
             raise EngineError("a model is already loading: wait for it to finish")
         self._is_loading = True
+        self.loading_model = model
         self._load_started = time.perf_counter()
         self._loading = asyncio.ensure_future(self._load(model))
         self.availability_changed.emit()
@@ -194,7 +200,8 @@ class EngineHost(QObject):
             self._end_load()  # also when cancelled: no tab may wait for a load that is gone
 
     async def _load_and_swap(self, model: str | None) -> None:
-        self._set_status(state="loading", model=_display_name(model), detail="Loading")
+        self._set_status(state="loading", model=_display_name(model), detail="",
+                         load=_load_step(0))
         quantization = self.quantization
         loop = asyncio.get_running_loop()
         try:
@@ -223,9 +230,9 @@ class EngineHost(QObject):
     def _after_failed_load(self, message: str) -> None:
         self._end_load()
         if self.backend is None:
-            self._set_status(state="error", model="", detail=message)
+            self._set_status(state="error", model="", detail=message, load=None)
         else:
-            self._set_status(state="ready", model=self.model_name, detail="")
+            self._set_status(state="ready", model=self.model_name, detail="", load=None)
         self.load_failed.emit(message)
 
     async def _swap(self, backend: ChatBackend, model: str | None, quantization: str) -> None:
@@ -240,13 +247,13 @@ class EngineHost(QObject):
         self._end_load()
         logger.info("model %s ready %.2f s after its load began", self.model_name,
                     time.perf_counter() - self._load_started)
-        self._set_status(state="ready", model=self.model_name, detail="")
+        self._set_status(state="ready", model=self.model_name, detail="", load=None)
         self._timer.start()
         self.model_loaded.emit(self.model_name)
 
-    def _show_progress(self, step: str, done: int, total: int) -> None:
+    def _show_progress(self, progress: LoadProgress) -> None:
         if self.is_loading:
-            self._set_status(detail=f"Loading the model: {step} ({done}/{total})")
+            self._set_status(load=_load_step(progress.step, progress.fraction))
 
     def shutdown(self) -> None:
         self._timer.stop()
@@ -273,6 +280,10 @@ class EngineHost(QObject):
         if status != self._status:
             self._status = status
             self.status_changed.emit(status)
+
+
+def _load_step(index: int, fraction: float | None = None) -> LoadStepView:
+    return LoadStepView(LOAD_STEPS[index], index + 1, len(LOAD_STEPS), fraction)
 
 
 def _display_name(model: str | None) -> str:

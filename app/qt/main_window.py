@@ -11,7 +11,7 @@ from datetime import date
 from pathlib import Path
 from typing import TypeVar
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QIcon, QKeyEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QPushButton,
+    QScrollArea,
     QSplitter,
     QTabWidget,
     QToolBar,
@@ -73,8 +74,9 @@ from app.qt.widgets.model_settings import ModelSettingsPanel
 from app.qt.widgets.server_settings import LocalServerPanel
 from app.qt.widgets.settings_panel import SettingsPanel
 from app.qt.widgets.sidebar import ConversationItem, SearchResultItem, Sidebar
-from app.qt.widgets.status_bar import EngineStatusBar
+from app.qt.widgets.status_bar import EngineStatusBar, loading_text, picker_loading_mark
 from app.qt.widgets.tools_dialog import TOOLS_DIALOG, ToolsDialog
+from app.qt.window_layout import WindowLayout, place_first_window
 from app.store import SearchHit
 
 logger = logging.getLogger(__name__)
@@ -103,17 +105,20 @@ THEME_SETTING = "theme"
 
 
 class MainWindow(QMainWindow):
-    """`closed` fires once every partial reply is saved and the engine has stopped."""
+    """`closed` fires once every partial reply is saved and the engine has stopped.
+    `window_layout` keeps its size, place and Settings' state for the next start; without one
+    it opens as on a first start, and nothing is kept."""
 
     closed = Signal()
 
     def __init__(self, db: AsyncStore, host: EngineHost,
                  api_key_file: ApiKeyFile | None = None,
-                 connection_keys: ConnectionKeys | None = None) -> None:
+                 connection_keys: ConnectionKeys | None = None,
+                 window_layout: WindowLayout | None = None) -> None:
         super().__init__()
         self.recovered_from: Path | None = None
         self.setWindowTitle("Pagoda")
-        self.resize(1200, 800)
+        self.window_layout = window_layout
         self.db = db
         self.host = host
         self.controllers: dict[int, ChatController] = {}
@@ -152,6 +157,10 @@ class MainWindow(QMainWindow):
         self._closing = False
         self._build()
         self._connect()
+        if window_layout is not None:
+            window_layout.restore(self)
+        else:
+            place_first_window(self)
         self.local_server = LocalServer(host, api_key_file or ApiKeyFile.default())
         self.server_controller = LocalServerController(self.local_server, self.server_panel,
                                                        self.status, db, self.spawn, self)
@@ -175,17 +184,19 @@ class MainWindow(QMainWindow):
         self._build_toolbar()
         self._build_shortcuts()
 
-    def _settings_column(self) -> QWidget:
+    def _settings_column(self) -> QScrollArea:
         """This chat's settings above the model's and the local server's, which every chat
-        shares."""
-        column = QWidget(self)
+        shares; they scroll, so that however much they hold (tools, a note after Reset) the
+        window keeps fitting the screen."""
+        column = QWidget(self, objectName="settingsColumn")
         layout = QVBoxLayout(column)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.settings_panel, 1)
+        layout.addWidget(self.settings_panel)
         layout.addWidget(self.model_settings)
         layout.addWidget(self.server_panel)
         layout.addWidget(self.appearance_panel)
-        return column
+        layout.addStretch(1)
+        return _VerticalScroll(column, self)
 
     def _build_toolbar(self) -> None:
         toolbar = QToolBar("Model", self, objectName="modelToolbar", movable=False)
@@ -391,6 +402,14 @@ class MainWindow(QMainWindow):
         tab, source = controller.view, controller.session.source
         tab.show_source(self.sources.describe(source))
         tab.composer.set_send_blocked(controller.session.unable_to_send())
+        self._show_model_loading(controller)
+
+    def _show_model_loading(self, controller: ChatController) -> None:
+        """A local chat says, above its message box, how the model's load goes while it does."""
+        status = self.host.status
+        loading = self._is_local(controller) and self.host.is_loading
+        controller.view.show_model_loading(loading_text(status) if loading else None,
+                                           status.load)
 
     async def save_open_tabs(self) -> None:
         await self.chats.save()
@@ -718,7 +737,8 @@ class MainWindow(QMainWindow):
         """The bundled model, the running one when it is another, the models folder's most
         recently used, and this run's downloads."""
         sources: list[str | None] = [None]
-        for path in [self.host.model_path, *map(str, self.local_models.recent()),
+        loading = self.host.loading_model if self.host.is_loading else None
+        for path in [self.host.model_path, loading, *map(str, self.local_models.recent()),
                      *map(str, self.model_library.finished_paths())]:
             if path is not None and path not in sources:
                 sources.append(path)
@@ -756,18 +776,30 @@ class MainWindow(QMainWindow):
             self._add_picker_item("Remove this chat's server…", REMOVE_SERVER_ITEM,
                                   "Forget the server and its key; its chats are kept")
         picker.blockSignals(False)
+        self._mark_loading_in_picker()
         self._select_in_picker()
+
+    def _mark_loading_in_picker(self) -> None:
+        """The entry of the model loading now says so, and how far it has got."""
+        if self.host.is_loading:
+            self.model_picker.mark_loading(self.host.loading_model or "",
+                                           picker_loading_mark(self.host.status.load))
+        else:
+            self.model_picker.mark_loading(None)
 
     def _add_picker_item(self, text: str, data: str, tooltip: str) -> None:
         self.model_picker.add_entry(text, data, tooltip)
 
     def _select_in_picker(self) -> None:
-        """The current chat's source: its server, or the model running here."""
+        """The current chat's source: its server, or the model running here (the one loading
+        while none runs)."""
         controller = self.current_controller()
         if controller is not None and not self._is_local(controller):
             data = SERVER_ITEM_PREFIX + self.sources.id_of(controller.session.source)
-        else:
+        elif self.host.is_ready or not self.host.is_loading:
             data = self.host.model_path or ""
+        else:
+            data = self.host.loading_model or ""
         self.model_picker.setCurrentIndex(max(self.model_picker.findData(data), 0))
 
     async def restore_appearance(self, for_this_run: str | None = None) -> None:
@@ -840,6 +872,9 @@ class MainWindow(QMainWindow):
 
     def _host_status_changed(self, status) -> None:
         self.status.show_memory(status.resident_bytes)
+        for local in filter(self._is_local, self.controllers.values()):
+            self._show_model_loading(local)
+        self._mark_loading_in_picker()
         controller = self.current_controller()
         if controller is None or self._is_local(controller):
             self.status.show_status(status)
@@ -883,6 +918,8 @@ class MainWindow(QMainWindow):
         """Keep every partial reply (as interrupted), remember the tabs, delete for good what
         could still be undone, stop the engine."""
         self._closing = True
+        if self.window_layout is not None:
+            self.window_layout.save(self)
         self.chats.close_all()  # queues each partial reply's ending on the store's worker
         self.toolbox.close()  # every MCP server stops; a call in flight was cancelled above
         self.embeddings.close()  # passages not embedded yet are embedded next time
@@ -911,6 +948,27 @@ class MainWindow(QMainWindow):
             QMessageBox.Icon.Warning, "The chat database was damaged",
             f"Pagoda could not read its database, so it started a fresh one. The damaged file "
             f"was kept, untouched, at:\n{moved_to}", object_name="recoveredDialog")
+
+
+class _VerticalScroll(QScrollArea):
+    """`content` at the scroll area's width, scrolled up and down: as wide as the content needs
+    (never cut on the right), and as low as the window needs (what does not fit scrolls)."""
+
+    def __init__(self, content: QWidget, parent: QWidget) -> None:
+        super().__init__(parent, objectName="settingsScroll", widgetResizable=True)
+        self.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setWidget(content)
+
+    def _width_for(self, content_width: int) -> int:
+        return content_width + self.verticalScrollBar().sizeHint().width() + 2 * self.frameWidth()
+
+    def sizeHint(self) -> QSize:
+        return QSize(self._width_for(self.widget().sizeHint().width()), super().sizeHint().height())
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(self._width_for(self.widget().minimumSizeHint().width()),
+                     super().minimumSizeHint().height())
 
 
 class _DownloadsInPicker(NullLibraryView):

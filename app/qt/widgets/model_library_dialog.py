@@ -92,7 +92,10 @@ class ModelLibraryDialog(QDialog):
         self.query = QLineEdit(self, objectName="hubSearch",
                                placeholderText="Search models, e.g. Qwen2.5 GGUF")
         self.search_button = QPushButton("Search", self, objectName="hubSearchButton")
-        self.results = QListWidget(self, objectName="hubResults")
+        self.results = QListWidget(self, objectName="hubResults", wordWrap=True)
+        # Rows wrap at the list's width (a recommendation's note was cut at "quick on a…"),
+        # laid out again as the dialog is resized.
+        self.results.setResizeMode(QListWidget.ResizeMode.Adjust)
         self.files = QTreeWidget(self, objectName="hubFiles")
         self.files.setHeaderLabels(["File", "Quantization", "Size", "Memory", ""])
         self.files.setRootIsDecorated(False)

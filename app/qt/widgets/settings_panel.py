@@ -18,13 +18,13 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
-    QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
 from app.components.view_models import SamplingView, ToolServerView
+from app.qt.widgets.fitted_tree import FittedTree
 
 TEXT_DEBOUNCE_MS = 300
 SYSTEM_PROMPT_MIN_LINES = 4
@@ -145,9 +145,8 @@ class SettingsPanel(QWidget):
         self.thinking_combo = QComboBox()
         for text, value in THINKING_CHOICES:
             self.thinking_combo.addItem(text, value)
-        self.tools_tree = QTreeWidget()
+        self.tools_tree = FittedTree()
         self.tools_tree.setHeaderHidden(True)
-        self.tools_tree.setMinimumHeight(80)
         self.no_tools_label = QLabel(NO_TOOL_SERVERS, objectName="noToolServers", wordWrap=True)
         self.target_label = QLabel("This chat")
         self.target_label.setObjectName("settingsTarget")

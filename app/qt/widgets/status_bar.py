@@ -7,21 +7,39 @@ from __future__ import annotations
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
 
 from app.backends import BackendStats
-from app.components.view_models import EngineStatusView, LocalServerView
+from app.components.view_models import EngineStatusView, LoadStepView, LocalServerView
 from app.qt.widgets.elide import elided, with_whole_text
 
 SEPARATOR = " · "
 ERROR_STYLE = 'QLabel[severity="error"] { color: #e5484d; }'
+PROGRESS_STEPS = 1000  # of the load's progress bar
 
 
 def state_text(status: EngineStatusView) -> str:
     """The engine's state in words, e.g. "Ready · cpu"."""
     if status.state == "loading":
-        text = f"Loading {status.model or 'model'}…"
-        return f"{text} {status.detail}" if status.detail else text
+        return loading_text(status)
     if status.state == "error":
         return f"Error: {status.detail}" if status.detail else "Engine error"
     return f"Ready{SEPARATOR}{status.device}" if status.device else "Ready"
+
+
+def loading_text(status: EngineStatusView) -> str:
+    """E.g. "Loading SmolLM2-135M-Instruct… building the model 40% (step 5 of 6)"."""
+    text = f"Loading {status.model or 'the model'}…"
+    return f"{text} {load_step_text(status.load)}" if status.load is not None else text
+
+
+def load_step_text(step: LoadStepView) -> str:
+    """E.g. "building the model 40% (step 5 of 6)"."""
+    done = "" if step.fraction is None else f" {percent(step.fraction)}"
+    return f"{step.words}{done} (step {step.number} of {step.steps})"
+
+
+def picker_loading_mark(step: LoadStepView | None) -> str:
+    """What the model picker's entry of the model loading now reads before its name, e.g.
+    "Loading 52%", so that it does not look ready."""
+    return "Loading…" if step is None else f"Loading {percent(step.share)}"
 
 
 def requests_text(status: EngineStatusView) -> str:
@@ -107,7 +125,7 @@ class EngineStatusBar(QStatusBar):
         self.state_label = self._add_label("engineState")
         self.progress = QProgressBar()
         self.progress.setObjectName("loadingProgress")
-        self.progress.setRange(0, 0)  # indeterminate: loading has no reliable percentage
+        self.progress.setRange(0, 0)  # indeterminate until the load says how far it is
         self.progress.setTextVisible(False)
         self.progress.setFixedWidth(120)
         self.addPermanentWidget(self.progress)
@@ -148,6 +166,7 @@ class EngineStatusBar(QStatusBar):
         self._show_state(state_text(status), status.model)
         self._set_severity("error" if status.state == "error" else "")
         self._set_visible(self.progress, status.state == "loading")
+        show_share(self.progress, status.load)
         ready = status.state == "ready"
         spec = spec_text(status)
         speculating = spec is not None
@@ -252,6 +271,16 @@ class EngineStatusBar(QStatusBar):
         self.state_label.setProperty("severity", severity)
         self.state_label.style().unpolish(self.state_label)
         self.state_label.style().polish(self.state_label)
+
+
+def show_share(bar: QProgressBar, step: LoadStepView | None) -> None:
+    """The load's share done on `bar`; moving to and fro where it is not known."""
+    maximum = 0 if step is None else PROGRESS_STEPS
+    value = 0 if step is None else round(step.share * PROGRESS_STEPS)
+    if bar.maximum() != maximum:
+        bar.setRange(0, maximum)
+    if bar.value() != value:
+        bar.setValue(value)
 
 
 def _sentence(text: str | None) -> str:

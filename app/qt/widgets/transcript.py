@@ -43,6 +43,7 @@ from PySide6.QtWidgets import QTextBrowser, QToolButton, QVBoxLayout, QWidget
 
 from app.components.view_models import MessageView, Role, ToolCallView
 from app.qt.widgets.attachment_text import DOCUMENT_MARK, attachment_status, source_labels
+from app.qt.widgets.empty_hint import EmptyChatHint
 from app.qt.widgets.markdown_render import (
     LINE_SEPARATOR,
     RenderStyle,
@@ -167,7 +168,6 @@ def ending_text(view: MessageView) -> str:
     return ""
 
 
-class TranscriptView(QWidget):
 def cut_text(written: int | None, max_tokens: int | None) -> str:
     """A reply cut at its max tokens: how long it is, and the chat's max tokens where that
     is not its length (a reply continued is longer; one that filled the context, shorter)."""
@@ -181,6 +181,7 @@ def cut_text(written: int | None, max_tokens: int | None) -> str:
     return f"✂ cut at {written:,} tokens (the context was full before the chat's {max_tokens:,})"
 
 
+class TranscriptView(QWidget):
     """Renders the current branch of a conversation and emits what the user asks of a message."""
 
     branch_requested = Signal(int, int)  # message_id, direction (-1 or +1)
@@ -198,7 +199,7 @@ def cut_text(written: int | None, max_tokens: int | None) -> str:
         self._browser = _TranscriptBrowser(self)
         self._browser.setObjectName("transcriptText")
         self._browser.setOpenLinks(False)
-        self._browser.setPlaceholderText(EMPTY_CHAT_HINT)  # Qt shows it while the chat is empty
+        self._empty_hint = EmptyChatHint(EMPTY_CHAT_HINT, self._browser)
         self._browser.anchorClicked.connect(self._on_anchor_clicked)
         self._document = self._browser.document()
         self._document.setUndoRedoEnabled(False)

@@ -4,6 +4,8 @@ import logging
 import threading
 
 from app.backends import ModelLoadingError
+from app.backends.local_engine import LOAD_STEPS, LoadProgress
+from app.components.view_models import LoadStepView
 from app.qt.engine_host import EngineHost
 
 
@@ -24,17 +26,21 @@ def test_load_progress_reaches_the_status_while_loading(qloop, qtbot):
     release = threading.Event()
 
     def factory(model, config, on_progress):
-        on_progress("decoding the weights", 2, 3)
+        on_progress(LoadProgress(4, 0.4))
         release.wait(10)
         return _FakeBackend("tiny")
 
     host = EngineHost(factory=factory)
+    assert host.status.load == LoadStepView("starting the engine", 1, len(LOAD_STEPS))
     task = host.load("whatever.gguf")
-    qtbot.waitUntil(lambda: "decoding the weights (2/3)" in host.status.detail, timeout=5000)
+    assert host.loading_model == "whatever.gguf"
+    qtbot.waitUntil(lambda: host.status.load.number == 5, timeout=5000)
+    assert host.status.load == LoadStepView("building the model", 5, len(LOAD_STEPS), 0.4)
     assert host.status.state == "loading" and not host.is_ready
     release.set()
     qtbot.waitUntil(task.done, timeout=5000)
     assert host.is_ready and host.status.state == "ready" and host.model_name == "tiny"
+    assert host.status.load is None
     host._timer.stop()
 
 

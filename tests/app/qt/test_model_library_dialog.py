@@ -4,7 +4,7 @@ and loads at once."""
 
 import threading
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QRect, Qt
 from PySide6.QtWidgets import QLabel, QPushButton
 
 from app.components.model_library import HUB_TOKEN_ID, Recommendation
@@ -118,6 +118,19 @@ def test_the_recommended_models_are_listed_at_open_and_list_their_files(
     assert dialog.results.item(0).text() == f"Small: Tiny\n{LIBRARY_REPO} · a test model"
     dialog.results.setCurrentRow(0)
     qtbot.waitUntil(lambda: dialog.files.topLevelItemCount() == 2, timeout=10_000)
+
+
+def test_the_recommendations_are_shown_whole_not_cut_at_the_lists_edge(window_on, tmp_path,
+                                                                      qtbot):
+    dialog = _open_from_picker(window_on(tmp_path / "chats.db"))
+    qtbot.waitExposed(dialog)
+    results = dialog.results
+    width = results.viewport().width()
+    for row in range(results.count()):
+        item = results.item(row)
+        wrapped = results.fontMetrics().boundingRect(
+            QRect(0, 0, width, 10_000), Qt.TextFlag.TextWordWrap, item.text())
+        assert results.visualItemRect(item).height() >= wrapped.height(), item.text()
 
 
 def test_a_token_saved_in_the_dialog_goes_to_the_keyring_never_to_the_chats_database(

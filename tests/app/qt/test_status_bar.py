@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtWidgets import QLabel
 
-from app.components.view_models import EngineStatusView, LocalServerView
+from app.components.view_models import EngineStatusView, LoadStepView, LocalServerView
 from app.qt.widgets.status_bar import SPEC_EXPLAINED, EngineStatusBar
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -30,11 +30,18 @@ def test_loading_shows_the_model_and_an_indeterminate_progress_bar(bar):
     assert not bar.is_error()
 
 
-def test_loading_names_its_phase(bar):
-    bar.show_status(
-        EngineStatusView(state="loading", device="cpu", model=MODEL, detail="converting weights")
-    )
-    assert bar.summary_text() == "Loading SmolLM2-135M-Instruct… converting weights"
+def test_loading_names_its_step_and_how_far_it_has_got(bar):
+    bar.show_status(EngineStatusView(state="loading", device="cpu", model=MODEL,
+                                     load=LoadStepView("building the model", 5, 6, 0.4)))
+    assert bar.summary_text() == ("Loading SmolLM2-135M-Instruct… building the model 40% "
+                                  "(step 5 of 6)")
+    assert bar.progress.value() / bar.progress.maximum() == pytest.approx((4 + 0.4) / 6, abs=1e-3)
+
+    bar.show_status(EngineStatusView(state="loading", device="cpu", model=MODEL,
+                                     load=LoadStepView("preparing the engine", 6, 6)))
+    assert bar.summary_text() == ("Loading SmolLM2-135M-Instruct… preparing the engine "
+                                  "(step 6 of 6)")
+    assert bar.progress.value() / bar.progress.maximum() == pytest.approx(5 / 6, abs=1e-3)
 
 
 def test_ready_shows_device_and_hides_progress(bar):

@@ -16,7 +16,14 @@ from PySide6.QtGui import (
     QTextFrame,
     QTextTable,
 )
-from PySide6.QtWidgets import QApplication, QMainWindow, QTextBrowser, QToolButton, QWidget
+from PySide6.QtWidgets import (
+    QApplication,
+    QLabel,
+    QMainWindow,
+    QTextBrowser,
+    QToolButton,
+    QWidget,
+)
 
 from app.components.view_models import MessageView
 from app.qt.widgets import transcript
@@ -608,13 +615,6 @@ def test_a_reply_cut_at_max_tokens_offers_continue(view, qtbot):
     assert asked.args == [2]
 
 
-def test_a_streaming_reply_says_how_much_of_the_prompt_is_read_until_it_writes(view):
-    view.begin_stream(message(5, "assistant", "", status="streaming"))
-    assert view.activity_text(5) == "writing…"
-
-    view.show_activity(5, "reading your message: 1,200 / 3,300 tokens")
-    assert "reading your message: 1,200 / 3,300 tokens" in frame_text(view, -1)
-    assert "writing…" not in frame_text(view, -1)
 def test_a_stopped_or_interrupted_reply_offers_continue_once_it_wrote_something(view, qtbot):
     view.set_messages([message(1, "user", "Write a poem"),
                        message(2, "assistant", "Roses are", status="interrupted",
@@ -640,6 +640,13 @@ def test_a_cut_reply_says_its_length_and_the_chats_max_tokens_where_they_differ(
     assert note in frame_text(view, 0)
 
 
+def test_a_streaming_reply_says_how_much_of_the_prompt_is_read_until_it_writes(view):
+    view.begin_stream(message(5, "assistant", "", status="streaming"))
+    assert view.activity_text(5) == "writing…"
+
+    view.show_activity(5, "reading your message: 1,200 / 3,300 tokens")
+    assert "reading your message: 1,200 / 3,300 tokens" in frame_text(view, -1)
+    assert "writing…" not in frame_text(view, -1)
 
     view.show_activity(5, None)
     view.append_delta(5, "Hello")
@@ -657,11 +664,24 @@ def test_reading_is_not_shown_on_a_finished_message(view):
     assert view.activity_text(2) is None
 
 
+def empty_hint(view) -> QLabel:
+    return view.findChild(QLabel, "emptyChatHint")
+
+
 def test_an_empty_chat_says_what_to_do_until_its_first_message(view):
-    assert browser(view).placeholderText() == transcript.EMPTY_CHAT_HINT
-    assert browser(view).document().isEmpty()  # Qt paints the hint only then
+    assert empty_hint(view).text() == transcript.EMPTY_CHAT_HINT
+    assert empty_hint(view).isVisible()
 
     view.set_messages([message(1, "user", "Hello")])
-    assert not browser(view).document().isEmpty()
+    assert not empty_hint(view).isVisible()
     view.set_messages([])
-    assert browser(view).document().isEmpty()
+    assert empty_hint(view).isVisible()
+
+
+def test_the_empty_chats_hint_wraps_to_a_narrow_transcript_instead_of_being_cut(view, qtbot):
+    view.resize(360, 300)
+    qtbot.waitUntil(lambda: browser(view).viewport().width() < 360)
+    hint, viewport = empty_hint(view), browser(view).viewport()
+    assert hint.wordWrap() and hint.geometry().right() < viewport.width()
+    assert hint.height() >= hint.heightForWidth(hint.width()) > hint.fontMetrics().height() * 2
+    assert viewport.rect().contains(hint.geometry())

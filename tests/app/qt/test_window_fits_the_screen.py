@@ -1,0 +1,89 @@
+"""The real window on a real X server (Xvfb, with openbox framing it where installed), on the
+most common laptop screen and on a larger one: with Settings docked, the message box, Send and
+the status bar (which holds the load's progress) are on screen on the first start, after
+enabling tools in a chat and after Reset; the settings panel scrolls instead of pushing them
+off; the window's size and Settings' state come back after a restart, fitted to the screen.
+
+window_on_screen.py does the steps in a child process and reports what it measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCREENS = ("1366x768", "1600x1000")
+SCRIPT = Path(__file__).with_name("window_on_screen.py")
+WITH_SETTINGS = ("first start", "after enabling tools", "after reset", "second start",
+                 "after leaving it larger than the screen")
+RUN_TIMEOUT_S = 180
+XVFB_MISSING = ("xvfb-run is not installed (apt-get install xvfb xauth libxcb-icccm4 "
+                "libxcb-keysyms1 openbox; .ci/run installs them)")
+
+pytestmark = pytest.mark.slow
+
+
+def _x_server_command(screen: str, config: Path) -> list[str]:
+    window = f"exec {sys.executable} {SCRIPT} {config}"
+    if shutil.which("openbox"):  # frames the window as a desktop does: a title bar, borders
+        window = f"openbox >/dev/null 2>&1 & {window}"
+    return ["xvfb-run", "-a", "-s", f"-screen 0 {screen}x24", "sh", "-c", window]
+
+
+@pytest.fixture(scope="module", params=SCREENS)
+def measured(request, tmp_path_factory) -> dict:
+    if shutil.which("xvfb-run") is None:
+        if os.environ.get("CI"):
+            pytest.fail(XVFB_MISSING)
+        pytest.skip(XVFB_MISSING)
+    config = tmp_path_factory.mktemp(f"screen-{request.param}")
+    env = {**os.environ, "QT_QPA_PLATFORM": "xcb"}
+    done = subprocess.run(_x_server_command(request.param, config), capture_output=True,
+                          text=True, timeout=RUN_TIMEOUT_S, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def inside(rect: list[int], screen: list[int]) -> bool:
+    x, y, width, height = rect
+    left, top, screen_width, screen_height = screen
+    return (x >= left and y >= top and x + width <= left + screen_width
+            and y + height <= top + screen_height and width > 0 and height > 0)
+
+
+@pytest.mark.parametrize("step", WITH_SETTINGS)
+def test_message_box_send_and_status_bar_are_on_screen_with_settings_docked(measured, step):
+    seen = measured[step]
+    assert seen["settings shown"] and not seen["settings floating"]
+    for part in ("window", "composer", "send", "status bar"):
+        assert inside(seen[part], seen["screen"]), (part, seen[part], seen["screen"])
+
+
+@pytest.mark.parametrize("step", WITH_SETTINGS)
+def test_the_system_prompt_box_ends_above_the_temperature_row(measured, step):
+    _x, prompt_top, _w, prompt_height = measured[step]["system prompt"]
+    assert prompt_top + prompt_height <= measured[step]["temperature"][1]
+
+
+def test_a_chats_tools_show_every_row_at_full_height(measured):
+    seen = measured["after enabling tools"]
+    assert seen["tools shown"] and seen["tools rows"] == 3 + 6  # one server opened
+    assert 0 < seen["tools rows bottom"] < seen["tools viewport height"]
+
+
+def test_reset_says_what_it_did_without_pushing_the_message_box_off(measured):
+    assert measured["after reset"]["note"]
+    assert measured["after reset"]["composer"] == measured["after enabling tools"]["composer"]
+
+
+def test_the_window_comes_back_where_it_was_with_settings_as_left(measured):
+    assert measured["second start"]["window"] == measured["first start"]["window"]
+    assert measured["second start"]["settings shown"]
+    closed = measured["after closing settings"]
+    assert not closed["settings shown"] and closed["window"] == measured["first start"]["window"]
+    assert inside(closed["composer"], closed["screen"])
