@@ -1,15 +1,23 @@
 """A conversation's automatic title, taken from its first user message; an imported one's.
 
 Stored without an ellipsis: the sidebar, the tabs and the window elide a title to the room
-they have as they draw it, so a title the user renames holds only words they wrote."""
+they have as they draw it, so a title the user renames holds only words they wrote. Math in
+the message reads as plain text there ("$\\frac{a}{b}$" as "a/b"): no view renders TeX in a
+title."""
+
+from .plain_math import plain_math
 
 # Longer than any view shows whole; a first line longer than this is cut at a word boundary.
 TITLE_LIMIT = 120
+# Of the message's start, what is read for its first line (math spans lines: $$ … $$).
+SOURCE_CHARS = 8 * TITLE_LIMIT
 
 
 def auto_title(text: str, limit: int = TITLE_LIMIT) -> str | None:
-    """The first non-empty line, cut at a word boundary near `limit` characters."""
-    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    """The first non-empty line, its math as plain text, cut at a word boundary near `limit`
+    characters."""
+    source = plain_math(text.lstrip()[:SOURCE_CHARS])
+    line = next((line.strip() for line in source.splitlines() if line.strip()), "")
     line = " ".join(line.split())
     if not line:
         return None
