@@ -4,6 +4,8 @@
                      code) into a Document, with no bound on what its parsers take
     reading_process  read_document: convert_document in a worker process, within limits on
                      memory and time, killed past them (or when the caller stops it)
+    pdf, pdf_lines   a PDF's pages by PDFium, their wrapped lines joined into paragraphs
+    office           Word, PowerPoint, Excel and HTML by markitdown, their ZIPs bounded first
     sniff            a file's type from its name and first bytes; named_readable: whether a
                      folder's file is one to read, by its name
     document         Document and the bounds a file is read within
@@ -13,7 +15,8 @@
     errors           DocumentError and its kinds
     reading_thread   the one worker thread every chat's files are read on
 
-Importing this package imports neither markitdown nor PDFium; reading the first such file does.
+Importing this package imports neither markitdown nor PDFium; the reading process imports them
+for the first such file.
 """
 
 from app.components.documents.chunking import Chunk, chunk_document
