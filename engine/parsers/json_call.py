@@ -7,8 +7,9 @@ left to `json` once it is complete."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
+
+from engine.text import bounded_json
 
 _JSON_SPACE = " \t\r\n"
 _VALUE_STARTS = '{["-0123456789tfn'
@@ -144,7 +145,7 @@ class CallObjectReader:
         if not self.done or self.name is None:
             return None
         try:
-            json.loads(self.raw)
+            bounded_json.loads(self.raw)
         except ValueError:
             return None
         arguments = object_arguments(None if self._arguments is None else self._arguments.raw)
@@ -232,9 +233,9 @@ def object_arguments(raw: str | None) -> str | None:
     if raw is None or raw.strip() == "null":
         return "{}"
     try:
-        value = json.loads(raw)
+        value = bounded_json.loads(raw)
         if isinstance(value, str):
-            return value if isinstance(json.loads(value), dict) else None
+            return value if isinstance(bounded_json.loads(value), dict) else None
     except ValueError:
         return None
     return raw if isinstance(value, dict) else None
@@ -242,7 +243,7 @@ def object_arguments(raw: str | None) -> str | None:
 
 def _decoded_string(raw: str) -> str | None:
     try:
-        value = json.loads(raw)
+        value = bounded_json.loads(raw)
     except ValueError:
         return None
     return value if isinstance(value, str) else None

@@ -54,6 +54,12 @@ def test_call_without_a_usable_name_or_object_arguments_is_kept_as_content(body)
     assert shape(parser.parse(call_block(body))) == (call_block(body), [])
 
 
+def test_a_call_nested_past_the_recursion_limit_is_kept_as_content():
+    deep = "[" * 5000 + "]" * 5000
+    body = f'{{"name": "get_weather", "arguments": {{"days": {deep}}}}}'
+    assert shape(parser.parse(call_block(body))) == (call_block(body), [])
+
+
 def test_bad_block_ends_at_its_closing_tag_and_the_next_call_still_counts():
     bad = call_block("{oops}")
     reply = parser.parse(f"{bad}\n{GOOD}")
