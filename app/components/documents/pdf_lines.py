@@ -7,6 +7,7 @@ a word broken over two lines is made whole."""
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 from statistics import median
 from typing import TYPE_CHECKING
 
@@ -46,7 +47,7 @@ def prose_text(lines: list[str], bottoms: list[float] | None = None) -> str:
     wrapped = _wrapped_length(lines)
     spacing = _line_spacing(bottoms)
     text = lines[0] if lines else ""
-    for index, (before, after) in enumerate(zip(lines, lines[1:])):
+    for index, (before, after) in enumerate(pairwise(lines)):
         if not _goes_on(before, after, wrapped) or _paragraph_gap(bottoms, index, spacing):
             text += "\n" + after
         elif _BROKEN_WORD.search(before) and after[:1].islower():
@@ -73,7 +74,7 @@ def _goes_on(line: str, next_line: str, wrapped: float) -> bool:
 def _line_spacing(bottoms: list[float] | None) -> float | None:
     if bottoms is None:
         return None
-    steps = [high - low for high, low in zip(bottoms, bottoms[1:]) if high - low > 0]
+    steps = [high - low for high, low in pairwise(bottoms) if high - low > 0]
     return median(steps) if steps else None
 
 

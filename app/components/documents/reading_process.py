@@ -66,7 +66,7 @@ class ReadingLimits:
         return self.seconds + self.seconds_per_mib * size_bytes / 2**20
 
 
-class ReadingCancelled(Exception):  # noqa: N818 - it is a request honoured, not a failure
+class ReadingCancelled(Exception):
     """The caller's `stopped()` said to stop; the worker reading the file was killed."""
 
 
