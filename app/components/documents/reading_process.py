@@ -206,6 +206,9 @@ class ReadingProcess:
 
 def serve_readings(connection: Connection) -> None:
     """The worker: reads the files it is sent, one at a time, until its pipe closes."""
+    # Ctrl+C in a terminal reaches the whole process group: the app closes its window, and the
+    # worker goes when the app does, without a traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     connection.send_bytes(_READY)
     while True:
         try:
