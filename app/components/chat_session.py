@@ -73,6 +73,7 @@ MODEL_SWITCHED = ("The model was switched while this reply was being written: wh
                   "written is kept, marked interrupted. Regenerate to answer with the new model.")
 WAIT_TO_SWITCH = "Wait for the reply to finish (or stop it) to switch branches."
 READING_FOLDERS = "looking for changes in the chat's folders…"
+STOPPING = "stopping…"
 
 
 class BackendSource(Protocol):
@@ -472,8 +473,10 @@ class ChatSession:
         if not self.is_streaming:
             return
         self._stop_requested = True
-        if self.reply is not None and self.reply.backend is not None:
-            self.reply.backend.abort(self.reply.request_id)
+        if self.reply is not None:
+            self.view.show_reading(self.reply.message.id, STOPPING)
+            if self.reply.backend is not None:
+                self.reply.backend.abort(self.reply.request_id)
         self._end_tool_work()
 
     def answer_tool_call(self, message_id: int, index: int, decision: str) -> None:
@@ -790,7 +793,10 @@ class ChatSession:
         reply = self.reply
         delta = chunk.delta_text
         reply.last_chunk = chunk
-        if self.closed:
+        if self.closed or self._stop_requested:
+            # After Stop the reply stays as the user saw it when they pressed it; what the
+            # backend wrote before it heard is neither drawn nor kept, so a backlog of chunks
+            # (three tabs streaming) does not hold the stop up.
             return
         if chunk.prompt_progress is not None:
             reply.reading = reading_text(chunk.prompt_progress, reply.continuing,

@@ -41,12 +41,16 @@ ATTACH_FILTERS = ("All files (*)", "PDF (*.pdf)", "Word, PowerPoint, Excel (*.do
 
 
 class _InputBox(QPlainTextEdit):
-    """A plain-text box that turns Enter and Esc into signals instead of editing keys, and files
-    pasted or dropped into it into `files_given` instead of their paths as text."""
+    """A plain-text box that turns Enter into a signal instead of an editing key, Esc into a
+    call of `escape` (which says whether it used it), and files pasted or dropped into it into
+    `files_given` instead of their paths as text."""
 
     submitted = Signal()
-    escaped = Signal()
     files_given = Signal(list)  # the files' paths
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.escape: Callable[[], bool] = lambda: False
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         if event.key() in ENTER_KEYS:
@@ -56,7 +60,8 @@ class _InputBox(QPlainTextEdit):
                 self.submitted.emit()
             return
         if event.key() == Qt.Key.Key_Escape:
-            self.escaped.emit()
+            if not self.escape():
+                event.ignore()  # on to the window, which stops the chat's reply if one is due
             return
         super().keyPressEvent(event)
 
@@ -226,11 +231,16 @@ class Composer(QWidget):
         self._hint.setText(text)
         self._hint.show()
 
-    def _escape(self) -> None:
+    def _escape(self) -> bool:
+        """Esc cancels an edit, or stops the reply this box shows streaming; False: it did
+        neither (a reply still being started is stopped by the window)."""
         if self._editing_id is not None:
             self.cancel_edit()
         elif self._streaming:
             self.stop_requested.emit()
+        else:
+            return False
+        return True
 
     def _refresh_buttons(self) -> None:
         self._send.setVisible(not self._streaming)
@@ -263,7 +273,7 @@ class Composer(QWidget):
         box.setPlaceholderText(PLACEHOLDER)
         box.setTabChangesFocus(True)
         box.submitted.connect(self._submit)
-        box.escaped.connect(self._escape)
+        box.escape = self._escape
         box.document().contentsChanged.connect(self._fit_height)
         box.textChanged.connect(self._text_changed)
         box.files_given.connect(self.attach_requested)
