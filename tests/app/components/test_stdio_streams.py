@@ -64,12 +64,12 @@ def test_a_message_over_the_bound_that_is_no_reply_is_said_in_the_servers_log():
     notes: list[str] = []
     line = OversizedLine(20 * 1024 * 1024, b'{"jsonrpc":"2.0","method":"notifications/x"', b"}")
     assert parsed(line, 16 * 1024 * 1024, notes.append) is None
-    assert notes == ["[pagoda] the server wrote a message of 20.0 MiB, more than the 16 MiB "
-                     "Pagoda reads of one: it was not read"]
+    assert notes == [("[pagoda] the server wrote a message of 20.0 MiB, more than the 16 MiB "
+                      "Pagoda reads of one: it was not read")]
 
 
 def test_a_line_that_is_not_json_rpc_is_said_in_the_servers_log():
     notes: list[str] = []
     assert isinstance(parsed(b"hello from a print()", 100, notes.append), Exception)
-    assert notes == ["[pagoda] the server wrote a line that is not a JSON-RPC message: "
-                     "hello from a print()"]
+    assert notes == [("[pagoda] the server wrote a line that is not a JSON-RPC message: "
+                      "hello from a print()")]
