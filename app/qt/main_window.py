@@ -405,11 +405,14 @@ class MainWindow(QMainWindow):
         self._show_model_loading(controller)
 
     def _show_model_loading(self, controller: ChatController) -> None:
-        """A local chat says, above its message box, how the model's load goes while it does."""
+        """A local chat says, above its message box, how the model's load goes while it does;
+        its source reads "loading", not "no model loaded", until the first model is in."""
         status = self.host.status
         loading = self._is_local(controller) and self.host.is_loading
         controller.view.show_model_loading(loading_text(status) if loading else None,
                                            status.load)
+        if loading and not self.host.is_ready:
+            controller.view.show_source(f"{status.model or 'the model'} · loading")
 
     async def save_open_tabs(self) -> None:
         await self.chats.save()

@@ -64,11 +64,13 @@ def test_the_empty_chat_says_above_its_message_box_how_the_first_load_goes(start
     bar = tab.findChild(QProgressBar, "modelLoadingBar")
     assert bar.isVisible() and 0 < bar.value() < bar.maximum()
     assert tab.composer.send_blocked_reason() is not None
+    assert tab.source_label.text() == f"{window.host.status.model} · loading"
 
     load.release.set()
     qtbot.waitUntil(lambda: window.host.is_ready, timeout=WAIT_MS)
     assert tab.model_loading_text() is None and not bar.isVisible()
     assert tab.composer.send_blocked_reason() is None
+    assert tab.source_label.text() == "first · this computer"
 
 
 def test_the_picker_says_loading_until_the_model_is_ready(starting, qtbot):
