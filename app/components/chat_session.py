@@ -263,10 +263,7 @@ class ChatSession:
         if self.closed:
             return
         self.conversation, self.path = conversation, path
-        views = self._with_calls(path, views)
-        max_tokens = conversation.sampling.max_tokens
-        views = [replace(v, max_tokens=max_tokens) if v.finish_reason == "length" else v
-                 for v in views]
+        views = self._with_max_tokens(self._with_calls(path, views))
         if streaming is not None:
             views = [v for v in views if v.id != streaming]
         self._render(views, ending)
@@ -278,6 +275,13 @@ class ChatSession:
         outcomes = call_outcomes(path)
         return [replace(v, tool_calls=call_views(m, outcomes, self._call_states, self.tools))
                 if m.tool_calls else v for m, v in zip(path, views, strict=True)]
+
+    def _with_max_tokens(self, views: list[MessageView]) -> list[MessageView]:
+        """The views with the chat's max tokens on each reply cut at them (its note says them
+        where they differ from its length: a reply continued)."""
+        max_tokens = self.conversation.sampling.max_tokens
+        return [replace(v, max_tokens=max_tokens) if v.finish_reason == "length" else v
+                for v in views]
 
     def _render(self, views: list[MessageView], ending: int | None = None) -> None:
         """Redraw only the messages that changed: a full render of a long chat is slow."""
@@ -301,6 +305,8 @@ class ChatSession:
                                       system_prompt=settings.system_prompt or None,
                                       sampling=settings.sampling())
         self.conversation = await self.db.get_conversation(self.conversation_id)
+        if not self.closed:
+            self._render(self._with_max_tokens(self.views))
         await self.refresh_context_meter()
 
     async def count_draft(self, text: str) -> None:

@@ -101,3 +101,5 @@ async def test_a_continued_reply_knows_the_chats_max_tokens_apart_from_its_lengt
     await asyncio.wait_for(task, WAIT_S)
     cut = session.views[-1]
     assert (cut.completion_tokens, cut.max_tokens, cut.can_continue) == (32, 16, True)
+    await session.save_settings(replace(session.settings, max_tokens=64))
+    assert session.views[-1].max_tokens == 64
