@@ -1,6 +1,7 @@
 """`python -m engine serve`: refuses what it should before loading anything, then serves."""
 
 import argparse
+import concurrent.futures
 import contextlib
 import gc
 import json
@@ -138,3 +139,43 @@ def test_a_stop_ends_live_streams_with_a_finish_reason_and_exits_quietly(stop):
     assert code == 0
     assert took < 10
     assert "Traceback" not in log and len(log.splitlines()) <= 2, log
+
+
+def _spawned(pid: int) -> list[int]:
+    """The processes `pid` started with multiprocessing's spawn (Linux's /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/stat") as stat, \
+                    open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                parent = int(stat.read().rpartition(")")[2].split()[1])
+                if parent == pid and b"spawn_main" in cmdline.read():
+                    found.append(int(entry))
+    return found
+
+
+@pytest.mark.slow
+def test_a_stop_does_not_wait_for_a_compile_and_exits_quietly(tiny_model_folder):
+    from tests.engine.structured_output.test_grammar_workers import SLOW_REGEX
+
+    process, url = start_serving("--model", str(tiny_model_folder))
+    body = {"prompt": "Hello", "max_tokens": 3, "guided_regex": SLOW_REGEX}
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(httpx.post, f"{url}/v1/completions", json=body, timeout=120)
+            deadline = time.monotonic() + 60
+            while not _spawned(process.pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            [compiler] = _spawned(process.pid)
+            time.sleep(3)  # the process has started compiling (a minute's work)
+            process.send_signal(signal.SIGTERM)
+            stopped = time.monotonic()
+            code = process.wait(timeout=60)
+            took = time.monotonic() - stopped
+    finally:
+        process.kill()
+    log = process.stderr.read()
+    assert code == 0
+    assert took < 15  # the drain of live replies (5 s), not the compile
+    assert not os.path.exists(f"/proc/{compiler}")
+    assert "Traceback" not in log, log
