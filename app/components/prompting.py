@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from app.backends import ChatMessage, SamplingOptions, TokenCount, ToolSpec
-from app.components.tool_turns import answered_calls
+from app.components.tool_turns import answered_calls, call_outcomes
 from app.store import GenerationStats, Message, SamplingSettings
 
 TokenCounter = Callable[[list[ChatMessage]], Awaitable[TokenCount]]
@@ -32,6 +32,7 @@ def chat_messages(system_prompt: str | None, path: Sequence[Message]) -> list[Ch
     assistant's reasoning beside its answer (the template decides what it keeps), its answered
     calls and their results."""
     messages = [ChatMessage("system", system_prompt)] if system_prompt else []
+    answered = call_outcomes(path)
     for m in path:
         if m.role == "tool":
             messages.append(ChatMessage("tool", m.content, tool_call_id=m.tool_call_id))
@@ -39,7 +40,7 @@ def chat_messages(system_prompt: str | None, path: Sequence[Message]) -> list[Ch
         if m.role != "assistant":
             messages.append(ChatMessage(m.role, m.content))
             continue
-        calls = answered_calls(m, path)
+        calls = answered_calls(m, answered)
         if m.content or calls:  # else a reply that failed before its first token, or the new one
             messages.append(ChatMessage("assistant", m.content, tool_calls=calls,
                                         reasoning=m.reasoning))

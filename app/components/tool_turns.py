@@ -102,11 +102,11 @@ def call_outcomes(path: Sequence[Message]) -> dict[CallKey, str]:
     return outcomes
 
 
-def answered_calls(message: Message, path: Sequence[Message]) -> tuple[ToolCallRecord, ...]:
-    """The calls of `message` whose results are on the branch, as the model is given them (a
-    call without its result, from a turn that was stopped, is left out: templates and servers
-    want each call answered)."""
-    answered = call_outcomes(path)
+def answered_calls(message: Message,
+                   answered: dict[CallKey, str]) -> tuple[ToolCallRecord, ...]:
+    """The calls of `message` answered on the branch (`call_outcomes`), as the model is given
+    them (a call without its result, from a turn that was stopped, is left out: templates and
+    servers want each call answered)."""
     return tuple(ToolCallRecord(c.id, c.name, c.arguments)
                  for i, c in enumerate(message.tool_calls) if (message.id, i) in answered)
 
