@@ -148,7 +148,7 @@ async def stdio_streams(config: McpServerConfig, errlog: TextIO, note: Callable[
     outgoing, outgoing_reader = anyio.create_memory_object_stream[SessionMessage](0)
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(_read, process, incoming_writer, note, max_message_bytes)
-        tasks.start_soon(_write, process, outgoing_reader)
+        tasks.start_soon(_write, process, outgoing_reader, incoming_writer)
         try:
             yield incoming, outgoing
         finally:
@@ -191,12 +191,17 @@ async def _read(process, sink: ObjectSendStream[SessionMessage | Exception],
                         delivering = False
 
 
-async def _write(process, source: ObjectReceiveStream[SessionMessage]) -> None:
+async def _write(process, source: ObjectReceiveStream[SessionMessage],
+                 sink: ObjectSendStream[SessionMessage | Exception]) -> None:
+    """The session's messages to the server's stdin, a line each; when the server takes no
+    more, the session is told its connection ended (its calls fail, rather than wait)."""
     async with source:
-        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+        try:
             async for message in source:
                 text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                 await process.stdin.send((text + "\n").encode())
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            await sink.aclose()
 
 
 async def _stop(process) -> None:
