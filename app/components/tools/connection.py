@@ -95,7 +95,7 @@ class McpConnection:
         except MCPError as exc:
             if is_connection_closed(exc):
                 raise await self._fail(exc, client) from None
-            said = exc.message if exc.code == REPLY_TOO_LARGE \
+            said = exc.message if exc.data == REPLY_TOO_LARGE \
                 else f"the server refused the call: {exc.message}"
             return ToolResult(bounded_text(f"{self.name}: {said}"), is_error=True)
         except Exception as exc:

@@ -31,7 +31,10 @@ MiB = 1024 * 1024
 MAX_MESSAGE_BYTES = 16 * MiB  # far past what a chat model reads of a result (64 KiB of text)
 EDGE_BYTES = 256              # kept of each end of a line over the bound: where its id is
 EXIT_WAIT_S = 2.0             # for a server to leave once its stdin closes, before it is killed
-REPLY_TOO_LARGE = -32001      # the JSON-RPC error code of a reply refused for its size
+# The error its caller gets for a reply refused for its size: a server error code, and data
+# that tells it from a server's own error of that code.
+REPLY_TOO_LARGE_CODE = -32099
+REPLY_TOO_LARGE = {"pagoda": "reply too large"}
 
 _ID = rb'(-?\d+|"(?:[^"\\]|\\.)*")'
 # {"jsonrpc": "2.0", "id": 7, "result": … (the Python SDK's order) …
@@ -110,7 +113,7 @@ def too_large_reply(line: OversizedLine, max_bytes: int) -> SessionMessage | Non
     request_id = reply_id(line)
     if request_id is None:
         return None
-    error = mcp_types.ErrorData(code=REPLY_TOO_LARGE, message=(
+    error = mcp_types.ErrorData(code=REPLY_TOO_LARGE_CODE, data=REPLY_TOO_LARGE, message=(
         f"the server's reply was {line.size / MiB:.1f} MiB, more than the "
         f"{max_bytes / MiB:g} MiB Pagoda reads of one reply: it was not read"))
     return SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))

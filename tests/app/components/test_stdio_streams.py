@@ -54,7 +54,7 @@ def test_a_reply_over_the_bound_answers_its_caller_with_its_size_in_words():
     line = OversizedLine(40 * 1024 * 1024, b'{"jsonrpc":"2.0","id":5,"result":{', b"}}")
     message = parsed(line, 16 * 1024 * 1024, notes.append).message
     assert isinstance(message, mcp_types.JSONRPCError) and message.id == 5
-    assert message.error.code == REPLY_TOO_LARGE
+    assert message.error.data == REPLY_TOO_LARGE
     assert message.error.message == ("the server's reply was 40.0 MiB, more than the 16 MiB "
                                      "Pagoda reads of one reply: it was not read")
     assert notes == []
