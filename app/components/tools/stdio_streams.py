@@ -41,7 +41,7 @@ _ID = rb'(-?\d+|"(?:[^"\\]|\\.)*")'
 _ID_FIRST = re.compile(rb'\A\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*' + _ID
                        + rb'\s*,\s*"(?:result|error)"')
 # … or {"result": …, "id": 7} (the id last)
-_REPLY_START = re.compile(rb'\A\s*\{\s*"(?:result|error|jsonrpc)"')
+_REPLY_START = re.compile(rb'\A\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"(?:result|error)"')
 _ID_LAST = re.compile(rb'[,{]\s*"id"\s*:\s*' + _ID + rb'\s*\}\s*\Z')
 
 Stream = tuple[ObjectReceiveStream[SessionMessage | Exception], ObjectSendStream[SessionMessage]]

@@ -38,12 +38,17 @@ def test_a_replys_id_is_read_at_its_start_or_at_its_end():
     assert reply_id(OversizedLine(10**8, b'{"jsonrpc":"2.0","id":7,"result":{"content', b"")) == 7
     assert reply_id(OversizedLine(10**8, b'{"result":{"content":[{"text":"',
                                   b'xx"}]},"jsonrpc":"2.0","id":"a-1"}')) == "a-1"
+    assert reply_id(OversizedLine(10**8, b'{"jsonrpc":"2.0","result":{"content":[',
+                                  b'xx"}]},"id":8}')) == 8
 
 
 def test_a_request_or_an_id_inside_the_text_is_not_taken_for_a_reply():
     request = OversizedLine(10**8, b'{"jsonrpc":"2.0","id":3,"method":"sampling/createMessage"',
                             b'"}}')
     assert reply_id(request) is None
+    id_last = OversizedLine(10**8, b'{"jsonrpc":"2.0","method":"sampling/createMessage"',
+                            b'"}},"id":3}')
+    assert reply_id(id_last) is None
     quoted = OversizedLine(10**8, b'{"result":{"content":[{"text":"',
                            b'xx \\"id\\": 9}"}]}, "id": 4, "jsonrpc": "2.0"}')
     assert reply_id(quoted) is None
