@@ -131,6 +131,13 @@ class ChatDocuments:
             self._pending.pop(index).removed = True
             self._changed()
 
+    def close(self) -> None:
+        """The chat closes: every file still waiting is dropped and its reading stopped, so a
+        long file does not hold the reading thread for a chat that is gone."""
+        for pending in self._pending:
+            pending.removed = True
+        self._pending = []
+
     async def keep_with(self, message_id: int) -> list[Attachment]:
         """Store the files read with the user's message `message_id`; the list is emptied."""
         ready = [p.attachment for p in self._pending if p.attachment is not None]

@@ -922,6 +922,7 @@ class ChatSession:
         self.view = NullView()  # its widgets may be gone by the time a stream ends
         self._end_tool_work()
         self.folders.close()
+        self.documents.close()
         reply = self.reply
         if reply is None:
             return

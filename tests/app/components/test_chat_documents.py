@@ -206,3 +206,21 @@ async def test_removing_a_file_while_it_is_read_stops_its_reading_at_once(sessio
     await session.attach([write(tmp_path, "log.md", NOTES)])
     assert [v.state for v in session.documents.views] == ["ready"]
     reading.close()
+
+
+async def test_closing_the_chat_stops_the_reading_of_its_waiting_file(session, tmp_path):
+    from app.components.documents import ReadingLimits, ReadingProcess
+    from tests.app.components.documents.document_files import write_docx
+    from tests.app.components.documents.hostile_files import write_huge_xml_docx
+
+    base = write_docx(tmp_path / "base.docx", [("Cider", ["Nine crates."])])
+    bomb = write_huge_xml_docx(tmp_path / "report.docx", base, xml_mib=8)  # minutes to read
+    reading = ReadingProcess(ReadingLimits(seconds=600))
+    session.documents._read = reading.read
+    attaching = session.spawn(session.attach([str(bomb)]))
+    await eventually(lambda: session.documents.reading == "report.docx", "the reading")
+    await asyncio.sleep(1.0)  # well into the file
+    session.close()
+    await asyncio.wait_for(attaching, 5.0)
+    assert session.documents.views == []
+    reading.close()
