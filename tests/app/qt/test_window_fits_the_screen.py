@@ -1,8 +1,9 @@
 """The real window on a real X server (Xvfb, with openbox framing it where installed), on the
 most common laptop screen and on a larger one: with Settings docked, the message box, Send and
 the status bar (which holds the load's progress) are on screen on the first start, after
-enabling tools in a chat and after Reset; the settings panel scrolls instead of pushing them
-off; the window's size and Settings' state come back after a restart, fitted to the screen.
+enabling tools in a chat, after Reset and maximized; the settings panel scrolls instead of
+pushing them off; the window's size and Settings' state come back after a restart, fitted to
+the screen.
 
 window_on_screen.py does the steps in a child process and reports what it measured."""
 
@@ -19,8 +20,8 @@ import pytest
 
 SCREENS = ("1366x768", "1600x1000")
 SCRIPT = Path(__file__).with_name("window_on_screen.py")
-WITH_SETTINGS = ("first start", "after enabling tools", "after reset", "second start",
-                 "after leaving it larger than the screen")
+WITH_SETTINGS = ("first start", "after enabling tools", "after reset", "maximized",
+                 "second start", "after leaving it larger than the screen")
 RUN_TIMEOUT_S = 180
 XVFB_MISSING = ("xvfb-run is not installed (apt-get install xvfb xauth libxcb-icccm4 "
                 "libxcb-keysyms1 openbox; .ci/run installs them)")

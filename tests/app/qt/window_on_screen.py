@@ -4,8 +4,8 @@ on stdout. Each step's record holds the screen's free area and the global rectan
 must be on screen.
 
 Steps: the first start (the model still loading), after enabling tools in a chat, after Reset,
-then a second start from the layout the first one kept, a third after Settings was closed, and
-a fourth after the window was left larger than the screen.
+maximized, then a second start from the layout the first one kept, a third after Settings was
+closed, and a fourth after the window was left larger than the screen.
 
     python window_on_screen.py CONFIG_DIR
 """
@@ -149,6 +149,11 @@ async def steps(config: Path) -> dict:
     await settle()
     report["after reset"] = measure(window)
     report["after reset"]["note"] = window.settings_panel.note()
+    window.showMaximized()
+    await settle()
+    report["maximized"] = measure(window)
+    window.showNormal()
+    await settle()
     await close(window)
 
     report["second start"] = await restart(config, lambda w: w.settings_dock.hide())
