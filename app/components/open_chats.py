@@ -57,14 +57,17 @@ class OpenChats:
         return self.sessions.get(self.current) if self.current is not None else None
 
     async def restore(self) -> None:
-        """Reopen the tabs of the last session, in their order (or a new chat)."""
+        """Reopen the tabs of the last session, in their order (or a new chat); new chats that
+        a crash left empty and without a tab are removed."""
         self._restoring = True
         try:
             ids, active = await self.db.load_open_tabs()
-            known = {c.id for c in await self.db.list_conversations()}
+            listed = await self.db.list_conversations()
+            known = {c.id for c in listed}
             for cid in ids:
                 if cid in known:
                     await self.open(cid)
+            await self._remove_left_empty([c for c in listed if c.id not in self.sessions])
             if not self.ids:
                 await self.new_chat()
             if active in self.sessions:
@@ -154,6 +157,13 @@ class OpenChats:
             await self.db.purge(conversation.id)
             self.on_purged(conversation.id)
         await self.save()
+
+    async def _remove_left_empty(self, conversations: list[Conversation]) -> None:
+        """Closing a new chat's tab removes it when nothing was written to it; one whose tab a
+        crash (or a Pagoda before this rule) left behind is removed here."""
+        for c in conversations:
+            if c.leaf_id is None and not c.title and not await self.db.folders(c.id):
+                await self.db.purge(c.id)
 
     def unlisted(self, conversation: Conversation) -> bool:
         """Whether the chat list leaves `conversation` out: a new chat open in a tab that

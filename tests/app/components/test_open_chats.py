@@ -67,6 +67,22 @@ async def test_closing_an_untouched_new_chat_leaves_nothing_behind(make_chats, d
     assert await db.load_open_tabs() == ([kept], kept)
 
 
+async def test_empty_new_chats_left_without_a_tab_are_removed_at_start(make_chats, db,
+                                                                       tmp_path):
+    left_empty = (await db.create_conversation()).id  # as a crash leaves one
+    titled = (await db.create_conversation("Plans")).id
+    with_folder = (await db.create_conversation()).id
+    await db.add_folder(with_folder, str(tmp_path))
+    written = (await db.create_conversation()).id
+    await db.append_user_message(written, "Hello")
+
+    chats = await make_chats()
+    await chats.restore()
+
+    kept = {c.id for c in await db.list_conversations()}
+    assert left_empty not in kept and {titled, with_folder, written} <= kept
+
+
 async def test_a_new_chat_given_a_folder_is_kept_when_its_tab_closes(make_chats, db, tmp_path):
     chats = await make_chats()
     await chats.restore()
