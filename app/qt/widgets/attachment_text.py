@@ -60,12 +60,14 @@ def reading_reason(views: list[AttachmentView]) -> str | None:
 def source_labels(sources: Sequence[SourceView]) -> list[str]:
     """A reply's sources as it lists them: "[1] report.pdf, p. 12", "[2] report.docx › Results";
     where two would still read alike (one page or heading, or neither), each says which
-    passage of its file it is: "[3] notes.txt, passage 4"."""
+    passage of its file it is: "[3] notes.txt, passage 4" (where that tells them apart)."""
     places = [_place(source) for source in sources]
     alike = Counter(places)
-    return [f"[{source.number}] {place}" + (f", passage {source.ordinal + 1}"
-                                            if alike[place] > 1 else "")
-            for source, place in zip(sources, places, strict=True)]
+    passages = Counter((place, s.ordinal) for place, s in zip(places, sources, strict=True))
+    return [f"[{s.number}] {place}" + (f", passage {s.ordinal + 1}"
+                                       if alike[place] > 1 and passages[place, s.ordinal] == 1
+                                       else "")
+            for s, place in zip(sources, places, strict=True)]
 
 
 def _place(source: SourceView) -> str:

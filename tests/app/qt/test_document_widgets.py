@@ -273,6 +273,8 @@ def test_passages_without_page_or_heading_say_which_passage_they_are():
 
     assert source_labels(same_file) == ["[1] notes.txt, passage 1", "[2] notes.txt, passage 6",
                                          "[3] other.txt"]
+    whole_files = (SourceView(1, "report.pdf"), SourceView(2, "report.pdf"))  # two files, whole
+    assert source_labels(whole_files) == ["[1] report.pdf", "[2] report.pdf"]
 
 
 def test_a_streaming_reply_keeps_its_sources_below_the_answer(tab):
