@@ -11,7 +11,7 @@ from datetime import date
 from pathlib import Path
 from typing import TypeVar
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QIcon, QKeyEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
@@ -369,6 +369,14 @@ class MainWindow(QMainWindow):
         if index >= 0:
             self.tabs.setTabIcon(index, icon("writing") if writing else QIcon())
         self.sidebar.show_writing(tab.conversation_id, writing)
+
+    def changeEvent(self, event: QEvent) -> None:
+        """The writing icons are drawn in the palette's colors: a theme change redraws them."""
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            for controller in self.controllers.values():
+                if controller.is_streaming:
+                    self._show_writing(controller.view, True)
 
     def _remove_tab(self, cid: int) -> None:
         controller = self.controllers.pop(cid)

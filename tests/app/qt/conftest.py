@@ -26,6 +26,27 @@ def _collect_garbage_here() -> None:
 
 
 @pytest.fixture
+def app(qapp):
+    """The application, with its look restored after the test so other tests see the default
+    (a test may apply a theme)."""
+    import shiboken6
+    from PySide6.QtGui import QFont, QPalette
+
+    from app.qt import theme
+
+    style, palette = qapp.style().name(), QPalette(qapp.palette())
+    sheet, font = qapp.styleSheet(), QFont(qapp.font())
+    yield qapp
+    controller = qapp.findChild(theme._ThemeController, "pagodaThemeController")
+    if controller is not None:
+        shiboken6.delete(controller)
+    qapp.setStyleSheet(sheet)
+    qapp.setStyle(style)
+    qapp.setPalette(palette)
+    qapp.setFont(font)
+
+
+@pytest.fixture
 def tab(qloop, qtbot, tmp_path, run_async):
     """A window with one chat tab on a fake engine that streams what the test says
     (fake_engine.open_tab)."""

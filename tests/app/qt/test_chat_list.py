@@ -7,6 +7,8 @@ from __future__ import annotations
 from fake_engine import WAIT_MS
 from PySide6.QtWidgets import QFileDialog
 
+from app.qt.theme import apply_theme
+
 
 def _listed(window) -> set[int]:
     return set(window.sidebar._items)
@@ -48,6 +50,25 @@ def test_a_chat_writing_a_reply_is_marked_on_its_tab_and_row(window_on, run_asyn
 
     qtbot.waitUntil(lambda: not controller.is_streaming, timeout=WAIT_MS)
     assert window.tabs.tabIcon(index).isNull() and not window.sidebar.is_writing(cid)
+
+
+def test_a_theme_change_redraws_the_writing_mark_in_its_colors(window_on, qtbot, app,
+                                                                tmp_path):
+    window = window_on(tmp_path / "chats.db")
+    controller = window.current_controller()
+    engine = window.host._factory.built[None]
+    apply_theme(app, "dark")
+    controller.spawn(controller.session.send("Tell me a story"))
+    qtbot.waitUntil(lambda: bool(engine.requests), timeout=WAIT_MS)
+    index = window.tabs.indexOf(controller.view)
+    qtbot.waitUntil(lambda: not window.tabs.tabIcon(index).isNull(), timeout=WAIT_MS)
+    on_dark = window.tabs.tabIcon(index).cacheKey()
+
+    apply_theme(app, "light")
+
+    assert window.tabs.tabIcon(index).cacheKey() != on_dark
+    engine.say(engine.requests[-1], "Once upon a time", "stop")
+    qtbot.waitUntil(lambda: not controller.is_streaming, timeout=WAIT_MS)
 
 
 def test_import_above_the_list_opens_the_file_dialog(window_on, tmp_path):

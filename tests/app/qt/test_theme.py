@@ -8,9 +8,8 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-import shiboken6
 from PySide6.QtCore import QEvent, QtMsgType, qInstallMessageHandler
-from PySide6.QtGui import QColor, QFont, QPalette
+from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import (
     QApplication,
     QCheckBox,
@@ -51,21 +50,6 @@ REQUIRED_ICONS = (
 )
 
 OFFSCREEN_NOISE = "does not support propagateSizeHints"  # the offscreen platform, not our QSS
-
-
-@pytest.fixture
-def app(qapp: QApplication) -> Iterator[QApplication]:
-    """The application, with its look restored after the test so other tests see the default."""
-    style, palette = qapp.style().name(), QPalette(qapp.palette())
-    sheet, font = qapp.styleSheet(), QFont(qapp.font())
-    yield qapp
-    controller = qapp.findChild(theme._ThemeController, "pagodaThemeController")
-    if controller is not None:
-        shiboken6.delete(controller)
-    qapp.setStyleSheet(sheet)
-    qapp.setStyle(style)
-    qapp.setPalette(palette)
-    qapp.setFont(font)
 
 
 @pytest.fixture
