@@ -39,6 +39,10 @@ class CompileCancelled(Exception):
     """The caller stopped waiting for a compile (its process was killed)."""
 
 
+class _PastDeadline(Exception):
+    """A compile ran longer than its deadline."""
+
+
 class GrammarWorkers:
     """Compiles constraints in up to `processes` child processes, each compile stopped after
     `timeout_s` (StructuredOutputError saying so) or when the task awaiting it is cancelled."""
@@ -93,7 +97,7 @@ class GrammarWorkers:
             raise CompileCancelled
         try:
             reply = process.compile(job.kind, job.text, self.timeout_s)
-        except TimeoutError:
+        except _PastDeadline:
             self._drop(process)
             raise StructuredOutputError(_too_slow(job.kind, self.timeout_s)) from None
         except (EOFError, OSError) as exc:
@@ -185,17 +189,16 @@ class _Process:
         return self._process.is_alive()
 
     def compile(self, kind: str, text: str, timeout_s: float) -> tuple[str, str]:
-        """("ok", the grammar serialized) or ("error", why); TimeoutError past `timeout_s`,
-        EOFError or OSError when the process was killed."""
+        """("ok", the grammar serialized) or ("error", why); _PastDeadline past `timeout_s`,
+        EOFError or OSError when the process was killed (or did not start)."""
         if not self._ready:
-            self._receive(START_TIMEOUT_S)
+            if not self._conn.poll(START_TIMEOUT_S):
+                raise EOFError("the compiling process did not start")
+            self._conn.recv()
             self._ready = True
         self._conn.send((kind, text))
-        return self._receive(timeout_s)
-
-    def _receive(self, timeout_s: float):
         if not self._conn.poll(timeout_s):
-            raise TimeoutError
+            raise _PastDeadline
         return self._conn.recv()
 
     def kill(self) -> None:
