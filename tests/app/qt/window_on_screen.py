@@ -22,7 +22,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[2]), str(HERE)]
 os.environ["QT_QPA_PLATFORM"] = "xcb"
-SETTLE_S = 0.6  # for the window manager to frame and place a window, and Qt to lay it out
+SETTLE_S = 0.3  # a window that kept its place this long has settled
+SETTLE_MAX_S = 15.0
 
 TOOL_SERVERS = [("files", 6), ("time", 2), ("search", 4)]
 
@@ -70,11 +71,19 @@ def _last_row(tree):
     return tree.visualItemRect(last)
 
 
-async def settle() -> None:
-    from PySide6.QtWidgets import QApplication
-
-    await asyncio.sleep(SETTLE_S)
-    QApplication.processEvents()
+async def settle(window) -> None:
+    """Until the window manager has framed and placed the window and Qt has laid it out: its
+    frame and message box the same over SETTLE_S, the window exposed (at most SETTLE_MAX_S;
+    the test then says what it found)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SETTLE_MAX_S
+    before = None
+    while loop.time() < deadline:
+        await asyncio.sleep(SETTLE_S)
+        now = (rect(window), measure(window)["composer"])
+        if now == before and window.windowHandle().isExposed():
+            return
+        before = now
 
 
 def enable_tools(window) -> None:
@@ -137,23 +146,23 @@ async def steps(config: Path) -> dict:
     window = start(config, loading)
     await window.restore()
     window.host.load(None)
-    await settle()
+    await settle(window)
     report["first start"] = measure(window)
     loading.gate.set()
     while not window.host.is_ready:
         await asyncio.sleep(0.05)
     enable_tools(window)
-    await settle()
+    await settle(window)
     report["after enabling tools"] = measure(window)
     reset_chat_settings(window)
-    await settle()
+    await settle(window)
     report["after reset"] = measure(window)
     report["after reset"]["note"] = window.settings_panel.note()
     window.showMaximized()
-    await settle()
+    await settle(window)
     report["maximized"] = measure(window)
     window.showNormal()
-    await settle()
+    await settle(window)
     await close(window)
 
     report["second start"] = await restart(config, lambda w: w.settings_dock.hide())
@@ -167,10 +176,10 @@ async def restart(config: Path, then) -> dict:
     done before it closes (and keeps its layout)."""
     window = start(config)
     await window.restore()
-    await settle()
+    await settle(window)
     seen = measure(window)
     then(window)
-    await settle()
+    await settle(window)
     await close(window)
     return seen
 
