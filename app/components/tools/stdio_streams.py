@@ -113,10 +113,15 @@ def too_large_reply(line: OversizedLine, max_bytes: int) -> SessionMessage | Non
     request_id = reply_id(line)
     if request_id is None:
         return None
-    error = mcp_types.ErrorData(code=REPLY_TOO_LARGE_CODE, data=REPLY_TOO_LARGE, message=(
+    return SessionMessage(too_large_error(request_id, (
         f"the server's reply was {line.size / MiB:.1f} MiB, more than the "
-        f"{max_bytes / MiB:g} MiB Pagoda reads of one reply: it was not read"))
-    return SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+        f"{max_bytes / MiB:g} MiB Pagoda reads of one reply: it was not read")))
+
+
+def too_large_error(request_id: int | str, words: str) -> mcp_types.JSONRPCError:
+    """The JSON-RPC error the call `request_id` gets for a reply refused for its size."""
+    error = mcp_types.ErrorData(code=REPLY_TOO_LARGE_CODE, data=REPLY_TOO_LARGE, message=words)
+    return mcp_types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
 
 
 def parsed(line: bytes | OversizedLine, max_bytes: int,

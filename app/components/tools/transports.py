@@ -20,6 +20,7 @@ import psutil
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
+from app.components.tools.bounded_http import BoundedReplies
 from app.components.tools.config import McpServerConfig
 from app.components.tools.errors import ToolServerError
 from app.components.tools.server_log import StderrPipe
@@ -44,7 +45,8 @@ async def open_transport(config: McpServerConfig, stderr: StderrPipe | None,
             yield streams
     elif config.transport == "http":
         timeout = httpx2.Timeout(HTTP_CONNECT_TIMEOUT_S, read=HTTP_READ_TIMEOUT_S)
-        async with (httpx2.AsyncClient(headers=config.headers, timeout=timeout) as http,
+        async with (httpx2.AsyncClient(headers=config.headers, timeout=timeout,
+                                       transport=BoundedReplies()) as http,
                     streamable_http_client(config.url, http_client=http) as streams):
             yield streams
     else:

@@ -152,6 +152,14 @@ async def test_a_reply_over_the_bound_is_refused_in_words_and_the_server_serves_
     assert (await hub.call_tool("test", "add", {"a": 1, "b": 1}, timeout_s=5)).text == "2"
 
 
+async def test_a_json_reply_over_the_bound_from_a_url_server_is_refused_in_words(hub):
+    result = await hub.call_tool("web", "big", {"mebibytes": 20}, timeout_s=60)
+    assert result.is_error
+    assert result.text == ("web: the server's reply was more than the 16 MiB Pagoda reads of "
+                           "one reply: it was not read")
+    assert (await hub.call_tool("web", "add", {"a": 1, "b": 1}, timeout_s=5)).text == "2"
+
+
 async def test_a_call_over_its_time_limit_is_cancelled_and_the_next_call_works(hub):
     started = time.monotonic()
     with pytest.raises(ToolTimeoutError, match="test: the tool 'hang' did not finish within 0.5 s"):
