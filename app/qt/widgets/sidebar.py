@@ -181,7 +181,10 @@ class Sidebar(QWidget):
     # -- conversations -----------------------------------------------------------------------
 
     def set_conversations(self, items: list[ConversationItem]) -> None:
-        """Show the list as given (the store orders it: pinned first, then most recent)."""
+        """Show the list as given (the store orders it: pinned first, then most recent). The
+        same list again (a reply ended) leaves the rows as they are, a rename in progress too."""
+        if list(self._items.values()) == items:
+            return
         current = self.current_conversation_id()
         self.conversation_list.blockSignals(True)
         self.conversation_list.clear()

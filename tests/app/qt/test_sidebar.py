@@ -58,6 +58,16 @@ def test_renaming_a_pinned_chat_sends_the_new_title(sidebar, qtbot):
     assert renamed.args == [1, "Kyoto in spring"]
 
 
+def test_the_same_list_again_leaves_a_rename_in_progress_open(sidebar):
+    editor = start_renaming(sidebar, 2)
+    editor.setText("Sourdough, day 3")
+
+    sidebar.set_conversations([ConversationItem(1, "Trip to Kyoto", NOW, True),
+                               ConversationItem(2, "Sourdough starter", NOW, False)])
+
+    assert editor.isVisible() and editor.text() == "Sourdough, day 3"
+
+
 def test_pinned_chat_shows_the_pin_icon_instead_of_an_emoji(sidebar):
     pinned, unpinned = (sidebar.conversation_list.item(row) for row in range(2))
 
