@@ -5,8 +5,8 @@ ten `[^a]{1,1000}` in a row took 60 s of one core (the token masks are worked ou
 position of every repetition). In a child process such a compile can be stopped: at its
 deadline, or as soon as its caller stops waiting (the client left, the server is stopping), the
 process is killed, and the next compile starts a fresh one. MAX_PROCESSES compile at once, so
-one slow constraint does not hold up another request's. A grammar comes back serialized (tens
-of KB for a schema) and the engine's cache keeps it.
+one slow constraint does not hold up another request's; one process is kept between compiles.
+A grammar comes back serialized (tens of KB for a schema) and the engine's cache keeps it.
 """
 
 from __future__ import annotations
@@ -127,11 +127,14 @@ class GrammarWorkers:
             return process
 
     def _give_back(self, process: _Process) -> None:
+        """Keep one idle process for the next compile; end the others (each holds ~0.3 GB)."""
         with self._lock:
-            kept = process in self._started
+            kept = process in self._started and not self._idle
             if kept:
                 self._idle.append(process)
-        if not kept:  # closed meanwhile
+            else:
+                self._started.discard(process)
+        if not kept:
             process.close()
 
     def _drop(self, process: _Process) -> None:
