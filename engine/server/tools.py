@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+from engine.errors import StructuredOutputError
 from engine.parsers.tool_use import ToolUse
 from engine.sampling_params import MAX_CONSTRAINT_CHARS, StructuredOutputsParams
 from engine.server.errors import APIError
 from engine.server.protocol import ChatCompletionRequest, NamedToolChoice
+from engine.structured_output.json_schema import check_schema
 from engine.text.bounded_json import MAX_JSON_DEPTH, value_depth
 
 
@@ -63,6 +65,8 @@ def tools_constraint(use: ToolUse) -> tuple[str, StructuredOutputsParams] | None
     if use.mode not in ("required", "named"):
         return None
     names = [t["function"]["name"] for t in use.tools or []]
+    if use.mode == "required":
+        _check_parameters(use.tools or [])
     field = "tools" if use.mode == "required" else \
         f"tools[{names.index(use.function)}].function.parameters"
     try:
@@ -75,6 +79,20 @@ def tools_constraint(use: ToolUse) -> tuple[str, StructuredOutputsParams] | None
                             "characters a constraint may have: give smaller parameters"
                             f"{' or fewer tools' if use.mode == 'required' else ''}, or use "
                             "tool_choice 'auto'", param=field) from exc
+
+
+def _check_parameters(tools: list[dict]) -> None:
+    """Each tool's parameters as the schema its calls are held to, so an error names the tool
+    (under "required" they are compiled as one schema, a list of every tool's calls)."""
+    for i, tool in enumerate(tools):
+        parameters = tool["function"].get("parameters")
+        if parameters is None:
+            continue
+        try:
+            check_schema(parameters)
+        except StructuredOutputError as exc:
+            field = f"tools[{i}].function.parameters"
+            raise APIError(400, f"{field}: {exc}", param=field) from exc
 
 
 def _choice_name(use: ToolUse) -> str:

@@ -145,6 +145,22 @@ def test_tool_parameters_over_the_constraint_bound_are_a_400_in_words(client, to
     assert "65,536 characters" in str(caught.value)
 
 
+@pytest.mark.parametrize(("tool_choice", "param"), [
+    ("required", "tools[1].function.parameters"),
+    ({"type": "function", "function": {"name": "tags"}}, "tools[1].function.parameters"),
+])
+def test_a_parameters_keyword_a_call_could_break_is_a_400_naming_the_tool(client, tool_choice,
+                                                                          param):
+    tags = {"type": "object", "properties": {"tags": {
+        "type": "array", "items": {"type": "string"}, "uniqueItems": True}}}
+    tools = [TOOLS[0], {"type": "function", "function": {"name": "tags", "parameters": tags}}]
+    with pytest.raises(BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=2, tools=tools,
+                                       tool_choice=tool_choice)
+    assert caught.value.param == param
+    assert "keyword 'uniqueItems'" in str(caught.value)
+
+
 def _with_call(arguments: str, call_type: str = "function") -> list[dict]:
     call = {"id": "call_1", "type": call_type,
             "function": {"name": "get_weather", "arguments": arguments}}
