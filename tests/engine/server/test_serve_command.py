@@ -19,6 +19,7 @@ import pytest
 from engine.cli.main import main
 from engine.cli.serve import run_serve
 from engine.server import runner
+from tests.engine.structured_output.schemas import SLOW_REGEX
 
 
 def test_serving_a_reachable_address_without_a_key_is_refused(capsys, monkeypatch):
@@ -156,8 +157,6 @@ def _spawned(pid: int) -> list[int]:
 
 @pytest.mark.slow
 def test_a_stop_does_not_wait_for_a_compile_and_exits_quietly(tiny_model_folder):
-    from tests.engine.structured_output.test_grammar_workers import SLOW_REGEX
-
     process, url = start_serving("--model", str(tiny_model_folder))
     body = {"prompt": "Hello", "max_tokens": 3, "guided_regex": SLOW_REGEX}
     try:

@@ -15,7 +15,7 @@ from openai import BadRequestError
 from pydantic import BaseModel
 
 from tests.engine.server.conftest import MODEL
-from tests.engine.structured_output.test_grammar_workers import SLOW_REGEX
+from tests.engine.structured_output.schemas import SLOW_REGEX
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string"},
                                           "age": {"type": "integer"}},

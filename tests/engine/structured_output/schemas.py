@@ -1,5 +1,6 @@
 """Thirty-odd JSON schemas of the kinds clients send: nested objects, bounded arrays, enums,
-anyOf, optional keys, string patterns and formats, integers and numbers with ranges."""
+anyOf, optional keys, string patterns and formats, integers and numbers with ranges; and a
+short regular expression that is slow to compile."""
 
 from __future__ import annotations
 
@@ -84,3 +85,6 @@ SCHEMAS: list[dict] = [
     {"type": "object", "properties": {"note": {"type": ["string", "null"]}},
      "required": ["note"]},
 ]
+
+# 120 characters that take about a minute to compile on one core (issue 51, item 12).
+SLOW_REGEX = "".join(f"[^{chr(ord('a') + i)}]{{1,{1000 + i}}}" for i in range(10))

@@ -12,11 +12,10 @@ import pytest
 from engine.errors import EngineDeadError, StructuredOutputError
 from engine.structured_output.vocabulary import Vocabulary
 from engine.structured_output.workers import GrammarWorkers
+from tests.engine.structured_output.schemas import SLOW_REGEX
 
 pytestmark = pytest.mark.slow  # each test starts compile processes (xgrammar imports torch)
 
-# 120 characters that take about a minute to compile on one core (issue 51, item 12).
-SLOW_REGEX = "".join(f"[^{chr(ord('a') + i)}]{{1,{1000 + i}}}" for i in range(10))
 PERSON = '{"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}'
 
 
