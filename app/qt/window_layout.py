@@ -88,6 +88,9 @@ class WindowLayout:
         settings.setValue(MAXIMIZED_KEY, window.isMaximized())
         settings.setValue(DOCKS_KEY, window.saveState())
         settings.sync()
+        if settings.status() != QSettings.Status.NoError:  # the next start opens as a first
+            logger.warning("%s: the window's size and place could not be kept (%s)", self.file,
+                           settings.status().name)
 
     def _settings(self) -> QSettings:
         return QSettings(str(self.file), QSettings.Format.IniFormat)

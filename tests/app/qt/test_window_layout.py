@@ -96,3 +96,11 @@ def test_an_unreadable_layout_file_opens_as_a_first_start(start, tmp_path):
     assert window.settings_dock.isVisible()
     assert window.geometry() == first_start_geometry(window.screen().availableGeometry(),
                                                      window.minimumSizeHint())
+
+
+def test_a_layout_that_cannot_be_kept_is_said_in_the_log(start, tmp_path, caplog):
+    window = start()
+    (tmp_path / "config").mkdir(exist_ok=True)
+    (tmp_path / "config" / LAYOUT_FILE).mkdir()  # a folder where the file should be
+    window.close()
+    assert "could not be kept" in caplog.text
