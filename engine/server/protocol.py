@@ -282,7 +282,8 @@ class _SamplingRequest(_Refusing):
     grammar: str | None = None
 
     def constraint(self) -> tuple[str, StructuredOutputsParams] | None:
-        """The one constraint the request gives, with the field that gave it."""
+        """The one constraint the request gives, with where it sits: the field that gave it,
+        or the schema inside it (`response_format.json_schema.schema`), for errors to name."""
         given = [name for name in self._constraint_fields() if _constrains(getattr(self, name))]
         if len(given) > 1:
             raise APIError(400, f"{' and '.join(given)} both constrain the reply: give one",
