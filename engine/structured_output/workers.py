@@ -13,10 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import signal
+import socket
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Protocol
 
 import xgrammar as xgr
 
@@ -31,8 +37,13 @@ MAX_PROCESSES = 2
 TIMEOUT_S = 10.0
 # A new process imports xgrammar and torch first: seconds on a busy machine, counted apart.
 START_TIMEOUT_S = 120.0
-# Spawned, not forked: the parent runs torch's threads, which a fork would copy mid-work.
+# Never forked: the parent runs torch's threads, which a fork would copy mid-work. Started as a
+# fresh interpreter that imports only this module (multiprocessing's spawn would run the
+# parent's __main__ again, a user's script without a main guard included); a frozen app, or
+# Windows, which cannot pass a socket to a child, uses spawn, where freeze_support answers.
 _SPAWN = multiprocessing.get_context("spawn")
+# Where `engine` is imported from, for the child's sys.path.
+_SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 class CompileCancelled(Exception):
@@ -177,19 +188,20 @@ class _Process:
     """A child process that compiles what it is sent, one constraint at a time."""
 
     def __init__(self, info_json: str) -> None:
-        self._conn, child = _SPAWN.Pipe()
-        self._process = _SPAWN.Process(target=_serve, args=(child, info_json),
-                                       name="pagoda-grammar", daemon=True)
-        self._process.start()
-        child.close()
+        if _uses_spawn():
+            self._child: _Child = _SpawnedChild()
+        else:
+            self._child = _InterpreterChild()
+        self._conn = self._child.conn
+        self._conn.send(info_json)
         self._ready = False
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid
+        return self._child.pid
 
     def is_alive(self) -> bool:
-        return self._process.is_alive()
+        return self._child.is_alive()
 
     def compile(self, kind: str, text: str, timeout_s: float) -> tuple[str, str]:
         """("ok", the grammar serialized) or ("error", why); _PastDeadline past `timeout_s`,
@@ -206,18 +218,86 @@ class _Process:
 
     def kill(self) -> None:
         """Any thread: ends the process now; whoever waits on it gets EOFError."""
-        if self._process.is_alive():
-            self._process.kill()
+        if self._child.is_alive():
+            self._child.kill()
 
     def close(self) -> None:
         self.kill()
-        self._process.join()
+        self._child.join()
         self._conn.close()
 
 
-def _serve(conn: Connection, info_json: str) -> None:
-    """The child process: compile each (kind, text) it receives until its pipe closes."""
+def _uses_spawn() -> bool:
+    return bool(getattr(sys, "frozen", False)) or sys.platform == "win32"
+
+
+class _Child(Protocol):
+    conn: Connection
+    pid: int | None
+
+    def is_alive(self) -> bool: ...
+    def kill(self) -> None: ...
+    def join(self) -> None: ...
+
+
+class _InterpreterChild:
+    """`python -c` importing this module, its end of a socket pair passed by descriptor; in a
+    session of its own, so a terminal's Ctrl-C goes to the parent, which kills it."""
+
+    def __init__(self) -> None:
+        mine, theirs = socket.socketpair()
+        with theirs:
+            fd = theirs.fileno()
+            path = os.pathsep.join(filter(None, [_SOURCE_ROOT, os.environ.get("PYTHONPATH")]))
+            self._popen = subprocess.Popen(
+                [sys.executable, "-c", f"from {__name__} import serve_fd; serve_fd({fd})"],
+                pass_fds=(fd,), stdin=subprocess.DEVNULL, start_new_session=True,
+                env={**os.environ, "PYTHONPATH": path})
+        self.conn = Connection(mine.detach())
+        self.pid = self._popen.pid
+
+    def is_alive(self) -> bool:
+        return self._popen.poll() is None
+
+    def kill(self) -> None:
+        self._popen.kill()
+
+    def join(self) -> None:
+        self._popen.wait()
+
+
+class _SpawnedChild:
+    def __init__(self) -> None:
+        self.conn, child = _SPAWN.Pipe()
+        self._process = _SPAWN.Process(target=_serve, args=(child,), name="pagoda-grammar",
+                                       daemon=True)
+        self._process.start()
+        child.close()
+        self.pid = self._process.pid
+
+    def is_alive(self) -> bool:
+        return self._process.is_alive()
+
+    def kill(self) -> None:
+        self._process.kill()
+
+    def join(self) -> None:
+        self._process.join()
+
+
+def serve_fd(fd: int) -> None:
+    """The child interpreter's entry: serve on the socket `fd` its parent passed."""
+    _serve(Connection(fd))
+
+
+def _serve(conn: Connection) -> None:
+    """The child process: take the vocabulary, then compile each (kind, text) it receives
+    until its pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the parent, which kills us
+    try:
+        info_json = conn.recv()
+    except (EOFError, OSError):
+        return
     compiler = grammar_compiler(xgr.TokenizerInfo.deserialize_json(info_json))
     conn.send(("ready", ""))
     while True:

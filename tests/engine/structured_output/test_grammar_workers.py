@@ -109,3 +109,46 @@ def test_closing_does_not_wait_for_a_compile(vocabulary):
         assert _gone(pid, within_s=10)
 
     asyncio.run(run())
+
+
+UNGUARDED_SCRIPT = """
+import asyncio, pathlib, sys
+with open(sys.argv[1], "a") as runs:
+    runs.write("ran\\n")  # a spawned child would run this again, as its own __main__
+from transformers import AutoTokenizer
+from engine.structured_output.vocabulary import Vocabulary
+from engine.structured_output.workers import GrammarWorkers
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[2])
+workers = GrammarWorkers(Vocabulary(tokenizer, len(tokenizer), [2]))
+asyncio.run(workers.compile("json", '{"type": "object"}'))
+workers.close()
+print("compiled")
+"""
+
+
+def test_a_script_without_a_main_guard_compiles_and_is_not_run_again(tmp_path,
+                                                                       tiny_model_folder):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script, runs = tmp_path / "agent.py", tmp_path / "runs.txt"
+    script.write_text(UNGUARDED_SCRIPT, encoding="utf-8")
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, str(script), str(runs), str(tiny_model_folder)],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "compiled"
+    assert runs.read_text() == "ran\n"  # the compile process did not run the user's script
+
+
+def test_a_frozen_app_compiles_in_a_spawned_process(vocabulary, monkeypatch):
+    # The PyInstaller bundle has no `python -c`: multiprocessing's spawn, which its
+    # freeze_support answers, starts the process there.
+    monkeypatch.setattr("engine.structured_output.workers._uses_spawn", lambda: True)
+    workers = GrammarWorkers(vocabulary)
+    try:
+        assert asyncio.run(workers.compile("json", PERSON)) is not None
+    finally:
+        workers.close()
