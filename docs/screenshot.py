@@ -33,21 +33,30 @@ READ_AT_LEAST = 1024  # tokens of the paste read when the picture is taken
 READING = re.compile(r"reading your message: ([\d,]+) / ")
 
 
-async def converse(window) -> None:
-    from app.store import SamplingSettings
-
+async def ready_window(window) -> None:
+    """The window restored with its model loaded, and no tab open."""
     await window.restore()
     while not window.host.is_ready:
         await asyncio.sleep(0.1)
     window.close_tab(0)  # the empty chat restore() opened
-    cut = await window.db.create_conversation(
-        title="A lighthouse poem", sampling=SamplingSettings(temperature=0.7, max_tokens=40,
-                                                             seed=3))
-    tab = await window.open_conversation(cut.id)
-    tab.composer.send_requested.emit(CUT_CHAT)
+
+
+async def ask_in_a_new_chat(window, title: str, sampling, question: str) -> None:
+    """A new chat `title` asked `question`, its reply waited for."""
+    chat = await window.db.create_conversation(title=title, sampling=sampling)
+    tab = await window.open_conversation(chat.id)
+    tab.composer.send_requested.emit(question)
     await asyncio.sleep(0.5)
-    while window.controllers[cut.id].is_streaming:
+    while window.controllers[chat.id].is_streaming:
         await asyncio.sleep(0.2)
+
+
+async def converse(window) -> None:
+    from app.store import SamplingSettings
+
+    await ready_window(window)
+    await ask_in_a_new_chat(window, "A lighthouse poem",
+                            SamplingSettings(temperature=0.7, max_tokens=40, seed=3), CUT_CHAT)
     notes = await window.db.create_conversation(
         title="Season notes", sampling=SamplingSettings(temperature=0.3, max_tokens=80))
     tab = await window.open_conversation(notes.id)

@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "docs"))
 os.environ.setdefault("QT_QPA_PLATFORM", "xcb")
 
-from screenshot import start_app  # noqa: E402 - after the path above
+from screenshot import ask_in_a_new_chat, ready_window, start_app
 
 QUESTION = "In two sentences: why do lighthouses flash instead of shining steadily?"
 SETTLE_S = 1.0  # for the window manager to frame the window and Qt to lay it out
@@ -29,17 +29,9 @@ SETTLE_S = 1.0  # for the window manager to frame the window and Qt to lay it ou
 async def converse(window) -> None:
     from app.store import SamplingSettings
 
-    await window.restore()
-    while not window.host.is_ready:
-        await asyncio.sleep(0.1)
-    window.close_tab(0)  # the empty chat restore() opened
-    chat = await window.db.create_conversation(
-        title="Lighthouses", sampling=SamplingSettings(temperature=0.3, max_tokens=120, seed=7))
-    tab = await window.open_conversation(chat.id)
-    tab.composer.send_requested.emit(QUESTION)
-    await asyncio.sleep(0.5)
-    while window.controllers[chat.id].is_streaming:
-        await asyncio.sleep(0.2)
+    await ready_window(window)
+    await ask_in_a_new_chat(window, "Lighthouses",
+                            SamplingSettings(temperature=0.3, max_tokens=120, seed=7), QUESTION)
     await asyncio.sleep(SETTLE_S)
 
 

@@ -188,7 +188,9 @@ def test_the_reading_note_says_what_is_being_read(documents, continuing, said):
     assert reading_text(PromptProgress(1000, 3000), continuing, documents) == said
 
 
-async def test_removing_a_file_while_it_is_read_stops_its_reading_at_once(session, tmp_path):
+async def _reading_a_long_file(session, tmp_path):
+    """The session reading a Word file that takes minutes, well into it: (its attach, the
+    reading process)."""
     from app.components.documents import ReadingLimits, ReadingProcess
     from tests.app.components.documents.document_files import write_docx
     from tests.app.components.documents.hostile_files import write_huge_xml_docx
@@ -200,6 +202,11 @@ async def test_removing_a_file_while_it_is_read_stops_its_reading_at_once(sessio
     attaching = session.spawn(session.attach([str(bomb)]))
     await eventually(lambda: session.documents.reading == "report.docx", "the reading")
     await asyncio.sleep(1.0)  # well into the file
+    return attaching, reading
+
+
+async def test_removing_a_file_while_it_is_read_stops_its_reading_at_once(session, tmp_path):
+    attaching, reading = await _reading_a_long_file(session, tmp_path)
     session.remove_pending(0)
     await asyncio.wait_for(attaching, 5.0)
     assert session.documents.views == []
@@ -209,17 +216,7 @@ async def test_removing_a_file_while_it_is_read_stops_its_reading_at_once(sessio
 
 
 async def test_closing_the_chat_stops_the_reading_of_its_waiting_file(session, tmp_path):
-    from app.components.documents import ReadingLimits, ReadingProcess
-    from tests.app.components.documents.document_files import write_docx
-    from tests.app.components.documents.hostile_files import write_huge_xml_docx
-
-    base = write_docx(tmp_path / "base.docx", [("Cider", ["Nine crates."])])
-    bomb = write_huge_xml_docx(tmp_path / "report.docx", base, xml_mib=8)  # minutes to read
-    reading = ReadingProcess(ReadingLimits(seconds=600))
-    session.documents._read = reading.read
-    attaching = session.spawn(session.attach([str(bomb)]))
-    await eventually(lambda: session.documents.reading == "report.docx", "the reading")
-    await asyncio.sleep(1.0)  # well into the file
+    attaching, reading = await _reading_a_long_file(session, tmp_path)
     session.close()
     await asyncio.wait_for(attaching, 5.0)
     assert session.documents.views == []
