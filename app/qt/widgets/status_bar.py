@@ -25,15 +25,15 @@ def state_text(status: EngineStatusView) -> str:
 
 
 def loading_text(status: EngineStatusView) -> str:
-    """E.g. "Loading SmolLM2-135M-Instruct… building the model 40% (step 5 of 6)"."""
+    """E.g. "Loading SmolLM2-135M-Instruct… 73%: building the model (step 5 of 6)"."""
     text = f"Loading {status.model or 'the model'}…"
     return f"{text} {load_step_text(status.load)}" if status.load is not None else text
 
 
 def load_step_text(step: LoadStepView) -> str:
-    """E.g. "building the model 40% (step 5 of 6)"."""
-    done = "" if step.fraction is None else f" {percent(step.fraction)}"
-    return f"{step.words}{done} (step {step.number} of {step.steps})"
+    """E.g. "73%: building the model (step 5 of 6)": the whole load's share, the figure the
+    progress bars and the picker show, then the step under way."""
+    return f"{percent(step.share)}: {step.words} (step {step.number} of {step.steps})"
 
 
 def picker_loading_mark(step: LoadStepView | None) -> str:

@@ -33,13 +33,13 @@ def test_loading_shows_the_model_and_an_indeterminate_progress_bar(bar):
 def test_loading_names_its_step_and_how_far_it_has_got(bar):
     bar.show_status(EngineStatusView(state="loading", device="cpu", model=MODEL,
                                      load=LoadStepView("building the model", 5, 6, 0.4)))
-    assert bar.summary_text() == ("Loading SmolLM2-135M-Instruct… building the model 40% "
+    assert bar.summary_text() == ("Loading SmolLM2-135M-Instruct… 73%: building the model "
                                   "(step 5 of 6)")
     assert bar.progress.value() / bar.progress.maximum() == pytest.approx((4 + 0.4) / 6, abs=1e-3)
 
     bar.show_status(EngineStatusView(state="loading", device="cpu", model=MODEL,
                                      load=LoadStepView("preparing the engine", 6, 6)))
-    assert bar.summary_text() == ("Loading SmolLM2-135M-Instruct… preparing the engine "
+    assert bar.summary_text() == ("Loading SmolLM2-135M-Instruct… 83%: preparing the engine "
                                   "(step 6 of 6)")
     assert bar.progress.value() / bar.progress.maximum() == pytest.approx(5 / 6, abs=1e-3)
 
