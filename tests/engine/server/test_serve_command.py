@@ -142,15 +142,15 @@ def test_a_stop_ends_live_streams_with_a_finish_reason_and_exits_quietly(stop):
     assert "Traceback" not in log and len(log.splitlines()) <= 2, log
 
 
-def _spawned(pid: int) -> list[int]:
-    """The processes `pid` started with multiprocessing's spawn (Linux's /proc)."""
+def _compilers(pid: int) -> list[int]:
+    """The grammar-compiling processes `pid` started (Linux's /proc)."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             with contextlib.suppress(OSError), open(f"/proc/{entry}/stat") as stat, \
                     open(f"/proc/{entry}/cmdline", "rb") as cmdline:
                 parent = int(stat.read().rpartition(")")[2].split()[1])
-                if parent == pid and b"spawn_main" in cmdline.read():
+                if parent == pid and b"serve_fd" in cmdline.read():
                     found.append(int(entry))
     return found
 
@@ -163,9 +163,9 @@ def test_a_stop_does_not_wait_for_a_compile_and_exits_quietly(tiny_model_folder)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             pool.submit(httpx.post, f"{url}/v1/completions", json=body, timeout=120)
             deadline = time.monotonic() + 60
-            while not _spawned(process.pid) and time.monotonic() < deadline:
+            while not _compilers(process.pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            [compiler] = _spawned(process.pid)
+            [compiler] = _compilers(process.pid)
             time.sleep(3)  # the process has started compiling (a minute's work)
             process.send_signal(signal.SIGTERM)
             stopped = time.monotonic()
