@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import torch
 import transformers
 
@@ -20,12 +21,18 @@ from engine.loading.loader import tokenizer_folder
 TINY_MODEL_TYPES = ("llama", "qwen2", "mistral", "qwen3")
 # Further variants of those types, by name: save_tiny_model(path, "qwen3-tied").
 TINY_VARIANTS = (*TINY_MODEL_TYPES, "qwen3-tied", "llama3-rope")
+# The families of issue 52, also converted to GGUF by llama.cpp and recorded against it
+# (tests/data/llama_cpp/). Apart from TINY_VARIANTS until the engine runs them.
+FAMILY_VARIANTS = ("gemma3", "gemma3-query-scalar", "phi3", "phi3-longrope", "smollm3")
 
 _MODEL_CLASSES = {
     "llama": transformers.LlamaForCausalLM,
     "qwen2": transformers.Qwen2ForCausalLM,
     "mistral": transformers.MistralForCausalLM,
     "qwen3": transformers.Qwen3ForCausalLM,
+    "gemma3_text": transformers.Gemma3ForCausalLM,
+    "phi3": transformers.Phi3ForCausalLM,
+    "smollm3": transformers.SmolLM3ForCausalLM,
 }
 # Llama is tied like SmolLM2; qwen2 (q/k/v bias) and mistral exercise a separate lm_head.
 # The rope thetas differ so that reading the wrong one shows up in parity tests.
@@ -44,36 +51,83 @@ _VARIANTS = {
                     "rope_parameters": {"rope_type": "llama3", "factor": 8.0,
                                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                         "original_max_position_embeddings": 64}},
+    # Gemma 3 as its 270M is built: one KV head (MQA), head_dim 32 beside hidden / heads = 16,
+    # layers 0-4 windowed (8 tokens, so the window cuts into every test prompt) and layer 5
+    # global, each kind with its own RoPE base (neither the default). GeGLU and the (1 + w) norms
+    # come with the class. query_pre_attn_scalar equals head_dim because llama.cpp does not
+    # read it (it takes 1/sqrt(head_dim), or hidden / heads for the 62-layer 27B); the
+    # "-query-scalar" variant below sets another, for parity with transformers only.
+    # attn_logit_softcapping stays unset: Gemma 3 dropped it (transformers' Gemma3Attention never
+    # applies it and llama.cpp's converter refuses a config that sets it). The final softcap is
+    # honoured by both; it cannot move an argmax but shows in every logit and logprob.
+    "gemma3": {"model_type": "gemma3_text", "num_hidden_layers": 6, "num_key_value_heads": 1,
+               "head_dim": 32, "query_pre_attn_scalar": 32, "sliding_window": 8,
+               "final_logit_softcapping": 8.0, "tie_word_embeddings": True,
+               "rope_parameters": {
+                   "sliding_attention": {"rope_type": "default", "rope_theta": 1000.0},
+                   "full_attention": {"rope_type": "default", "rope_theta": 100000.0}}},
+    # Phi-4-mini's layout: fused qkv and gate_up, tied, 3/4 of each head rotated (12 of 16 dims).
+    "phi3": {"tie_word_embeddings": True, "original_max_position_embeddings": 512,
+             "rope_parameters": {"rope_type": "default", "rope_theta": 50000.0,
+                                 "partial_rotary_factor": 0.75}},
+    # ...and its longrope: short factors within an original context of 256 tokens, long ones past
+    # it, with the attention factor of a 16x longer context. llama.cpp picks the long factors when
+    # its context (-c, padded to 256) exceeds 256 tokens; transformers when the sequence does.
+    "phi3-longrope": {"model_type": "phi3", "tie_word_embeddings": False,
+                      "max_position_embeddings": 4096, "original_max_position_embeddings": 256,
+                      "rope_parameters": {"rope_type": "longrope", "rope_theta": 50000.0,
+                                          "partial_rotary_factor": 0.75,
+                                          "original_max_position_embeddings": 256,
+                                          "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5],
+                                          "long_factor": [1.0, 1.5, 3.0, 6.0, 12.0, 24.0]}},
+    # Gemma 3 27B's scaling (by a query_pre_attn_scalar other than head_dim), as transformers has it.
+    "gemma3-query-scalar": {"based_on": "gemma3", "query_pre_attn_scalar": 48},
+    # SmolLM3: layer 3 of 4 has no RoPE (transformers' and llama.cpp's every-4th rule).
+    "smollm3": {"num_hidden_layers": 4, "tie_word_embeddings": True, "rope_theta": 2000000.0},
 }
 # Released checkpoints of these variants keep rope_theta and rope_scaling at the top level of
 # config.json (transformers 4.x's layout); the saved folder is rewritten that way.
 _LEGACY_ROPE_LAYOUT = frozenset({"llama3-rope"})
+# llama.cpp's Phi-3 converter reads the tokenizer as GPT-2 byte-level BPE only when
+# tokenizer_config.json names GPT2Tokenizer (as Phi-4's does), else it wants a sentencepiece
+# tokenizer.model. The default model's tokenizer is that BPE; transformers 5 saves it as
+# "TokenizersBackend", so these folders name it as Phi-4 does.
+_GPT2_TOKENIZER_CLASS = frozenset({"phi3", "phi3-longrope"})
+# Gemma's norms hold w of the (1 + w) they scale by: centred on 0, not on 1.
+_ZERO_CENTRED_NORMS = frozenset({"gemma3_text"})
+# Gemma scales its (tied) embeddings by sqrt(hidden) = 8: at the initializer's 0.2 a token's own
+# embedding dominates the residual and greedy output repeats one token; at 0.1 it varies.
+_EMBEDDING_STD = {"gemma3_text": 0.1}
 
 
 def tiny_config(variant: str, vocab_size: int) -> transformers.PretrainedConfig:
     settings = dict(_VARIANTS[variant])
+    if "based_on" in settings:
+        settings = _VARIANTS[settings.pop("based_on")] | settings
     model_type = settings.pop("model_type", variant)
-    rope = {"rope_type": "default", "rope_theta": settings.pop("rope_theta"),
-            **settings.pop("rope_parameters", {})}
+    if "rope_theta" in settings:
+        settings["rope_parameters"] = {"rope_type": "default", "rope_theta": settings.pop("rope_theta"),
+                                       **settings.get("rope_parameters", {})}
+    shape = {
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+        "max_position_embeddings": 512,
+    }
     return transformers.AutoConfig.for_model(
         model_type,
         vocab_size=vocab_size,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=128,
-        max_position_embeddings=512,
         rms_norm_eps=1e-5,
         # At the usual 0.02 a tied model just echoes its input token and top-2 logits nearly tie;
         # at 0.2 greedy output varies and the top-2 gap (~0.15) dwarfs float error.
         initializer_range=0.2,
-        rope_parameters=rope,
         bos_token_id=1,
         eos_token_id=2,
         pad_token_id=2,
         dtype="float32",
-        **settings,
+        **(shape | settings),
     )
 
 
@@ -89,14 +143,28 @@ def save_tiny_model(
     config = tiny_config(variant, vocab_size=len(tokenizer))
     torch.manual_seed(seed)
     model = _MODEL_CLASSES[config.model_type](config).to(torch.float32)
-    _randomize_biases_and_norms(model, seed)
+    if variant in FAMILY_VARIANTS:
+        _draw_weights_with_numpy(
+            model, seed, std=config.initializer_range,
+            embedding_std=_EMBEDDING_STD.get(config.model_type, config.initializer_range),
+            norms_centred_on=0.0 if config.model_type in _ZERO_CENTRED_NORMS else 1.0)
+    else:
+        _randomize_biases_and_norms(model, seed)
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     if variant in _LEGACY_ROPE_LAYOUT:
         _move_rope_to_legacy_layout(path / "config.json")
+    if variant in _GPT2_TOKENIZER_CLASS:
+        _name_tokenizer_class(path / "tokenizer_config.json", "GPT2Tokenizer")
     return path
+
+
+def _name_tokenizer_class(tokenizer_config: Path, name: str) -> None:
+    config = json.loads(tokenizer_config.read_text())
+    config["tokenizer_class"] = name
+    tokenizer_config.write_text(json.dumps(config, indent=2))
 
 
 def _move_rope_to_legacy_layout(config_file: Path) -> None:
@@ -105,6 +173,30 @@ def _move_rope_to_legacy_layout(config_file: Path) -> None:
     config["rope_theta"] = rope.pop("rope_theta")
     config["rope_scaling"] = rope
     config_file.write_text(json.dumps(config, indent=2))
+
+
+@torch.no_grad()
+def _draw_weights_with_numpy(model: torch.nn.Module, seed: int, std: float, embedding_std: float,
+                             norms_centred_on: float) -> None:
+    """Every parameter drawn from numpy's PCG64, in the order named_parameters() gives.
+
+    The files of these models are recorded against llama.cpp by their sha256
+    (tests/data/llama_cpp/); torch's CPU normal sampler has vectorised paths whose last bits
+    depend on the CPU, numpy's Generator is the same stream everywhere. Matrices get the
+    initializer's std, norm weights a spread of 0.2 around their neutral value and biases 0.5,
+    so that an engine that ignores a norm or a bias fails parity."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    for name, w in model.named_parameters():
+        if "norm" in name:
+            scale, centre = 0.2, norms_centred_on
+        elif name.endswith(".bias"):
+            scale, centre = 0.5, 0.0
+        elif "embed_tokens" in name:
+            scale, centre = embedding_std, 0.0
+        else:
+            scale, centre = std, 0.0
+        values = centre + scale * rng.standard_normal(tuple(w.shape))
+        w.copy_(torch.from_numpy(values.astype(np.float32)))
 
 
 @torch.no_grad()
