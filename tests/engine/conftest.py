@@ -51,3 +51,18 @@ def hf_default_model(default_model):
     """The default model as transformers reads and dequantizes its GGUF file, in fp32: loaded
     once per session (~25 s here, most of it transformers' GGUF reader), read-only."""
     return load_hf_model(default_model.path)
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_ggufs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    """Each tiny family llama.cpp runs (LLAMA_CPP_VARIANTS) as an HF folder and as the f16 GGUF
+    llama.cpp's own converter writes from it: {variant: (hf_folder, gguf_file)}, made once per
+    session (~10 s: one converter process). Skipped where the converter is not installed."""
+    from tests.engine.llama_cpp_converter import LLAMA_CPP_VARIANTS, convert_all, require_converter
+    from tests.engine.tiny_models import save_tiny_model
+
+    require_converter()
+    root = tmp_path_factory.mktemp("llama-cpp-families")
+    folders = {v: save_tiny_model(root / v, v) for v in LLAMA_CPP_VARIANTS}
+    files = convert_all([(folder, root / f"{v}.f16.gguf") for v, folder in folders.items()])
+    return {v: (folders[v], f) for v, f in zip(LLAMA_CPP_VARIANTS, files, strict=True)}

@@ -22,7 +22,7 @@ TINY_MODEL_TYPES = ("llama", "qwen2", "mistral", "qwen3")
 # Further variants of those types, by name: save_tiny_model(path, "qwen3-tied").
 TINY_VARIANTS = (*TINY_MODEL_TYPES, "qwen3-tied", "llama3-rope")
 # The families of issue 52, also converted to GGUF by llama.cpp and recorded against it
-# (tests/data/llama_cpp/). Apart from TINY_VARIANTS until the engine runs them.
+# (tests/engine/data/llama_cpp/). Apart from TINY_VARIANTS until the engine runs them.
 FAMILY_VARIANTS = ("gemma3", "gemma3-query-scalar", "phi3", "phi3-longrope", "smollm3")
 
 _MODEL_CLASSES = {
@@ -181,7 +181,7 @@ def _draw_weights_with_numpy(model: torch.nn.Module, seed: int, std: float, embe
     """Every parameter drawn from numpy's PCG64, in the order named_parameters() gives.
 
     The files of these models are recorded against llama.cpp by their sha256
-    (tests/data/llama_cpp/); torch's CPU normal sampler has vectorised paths whose last bits
+    (tests/engine/data/llama_cpp/); torch's CPU normal sampler has vectorised paths whose last bits
     depend on the CPU, numpy's Generator is the same stream everywhere. Matrices get the
     initializer's std, norm weights a spread of 0.2 around their neutral value and biases 0.5,
     so that an engine that ignores a norm or a bias fails parity."""

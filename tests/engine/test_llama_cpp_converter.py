@@ -1,0 +1,101 @@
+"""What llama.cpp's own converter writes for each tiny family: the files our loader must read.
+
+The GGUF files come from the session fixture llama_cpp_ggufs (tests/engine/conftest.py); each
+claim here is one a family's loader relies on, checked with gguf-py's reader (through
+open_gguf_reader, which reads a 49k-token vocabulary several times faster).
+"""
+
+import gguf
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+from tiny_models import tiny_config
+
+from engine.loading.gguf import open_gguf_reader
+from tests.engine.llama_cpp_converter import LLAMA_CPP_VARIANTS
+
+ARCHITECTURES = {"gemma3": "gemma3", "phi3": "phi3", "phi3-longrope": "phi3", "smollm3": "smollm3"}
+_LLAMA_BLOCK = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+                "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"}
+# Per block, by GGUF name (each with ".weight"). Phi-3 fuses q, k, v into attn_qkv and gate and
+# up into ffn_up; Gemma 3 adds q/k norms and a norm after attention and after the MLP.
+BLOCK_TENSORS = {
+    "gemma3": _LLAMA_BLOCK | {"attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"},
+    "phi3": {"attn_norm", "attn_qkv", "attn_output", "ffn_norm", "ffn_up", "ffn_down"},
+    "smollm3": _LLAMA_BLOCK,
+}
+# Outside the blocks: tied models have no output.weight; longrope's factors are tensors.
+GLOBAL_TENSORS = {
+    "gemma3": {"token_embd", "output_norm"},
+    "phi3": {"token_embd", "output_norm"},
+    "phi3-longrope": {"token_embd", "output_norm", "output", "rope_factors_long", "rope_factors_short"},
+    "smollm3": {"token_embd", "output_norm"},
+}
+
+
+@pytest.fixture(scope="module")
+def readers(llama_cpp_ggufs) -> dict[str, gguf.GGUFReader]:
+    return {variant: open_gguf_reader(gguf_file) for variant, (_, gguf_file) in llama_cpp_ggufs.items()}
+
+
+def field(reader: gguf.GGUFReader, key: str):
+    return reader.fields[key].contents()
+
+
+def tensor(reader: gguf.GGUFReader, name: str) -> np.ndarray:
+    return np.asarray(next(t for t in reader.tensors if t.name == name).data)
+
+
+@pytest.mark.slow  # the session's conversions: ~10 s in one converter process, shared with the families' tests
+@pytest.mark.parametrize("variant", LLAMA_CPP_VARIANTS)
+def test_each_family_is_written_under_its_architecture_with_its_tensors(readers, variant):
+    reader = readers[variant]
+    arch = ARCHITECTURES[variant]
+    layers = tiny_config(variant, vocab_size=1).num_hidden_layers
+
+    assert field(reader, "general.architecture") == arch
+    assert field(reader, f"{arch}.block_count") == layers
+    block = BLOCK_TENSORS[arch]
+    want = {f"{g}.weight" for g in GLOBAL_TENSORS[variant]} | {
+        f"blk.{i}.{name}.weight" for i in range(layers) for name in block}
+    assert {t.name for t in reader.tensors} == want
+
+
+def test_gemma3_norms_are_written_as_one_plus_the_hf_weight_with_their_gemma_names(llama_cpp_ggufs, readers):
+    """Gemma multiplies by (1 + w); the converter stores 1 + w, so a loader must not add 1 again.
+    Its ffn_norm is the norm before the MLP and post_attention_norm the one after attention
+    (Llama's post_attention_layernorm is the GGUF ffn_norm: the names do not carry over)."""
+    hf = load_file(llama_cpp_ggufs["gemma3"][0] / "model.safetensors")
+    reader = readers["gemma3"]
+    pairs = {"attn_norm": "input_layernorm", "post_attention_norm": "post_attention_layernorm",
+             "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm",
+             "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
+    for ours, theirs in pairs.items():
+        np.testing.assert_allclose(tensor(reader, f"blk.2.{ours}.weight"),
+                                   1 + hf[f"model.layers.2.{theirs}.weight"], rtol=1e-6)
+    np.testing.assert_allclose(tensor(reader, "output_norm.weight"), 1 + hf["model.norm.weight"],
+                               rtol=1e-6)
+
+
+def test_gemma3_window_and_both_rope_bases_are_in_the_file(readers):
+    reader = readers["gemma3"]
+    config = tiny_config("gemma3", vocab_size=1)
+
+    assert field(reader, "gemma3.attention.sliding_window") == config.sliding_window
+    assert field(reader, "gemma3.rope.freq_base_swa") == config.rope_parameters["sliding_attention"]["rope_theta"]
+    assert field(reader, "gemma3.rope.freq_base") == config.rope_parameters["full_attention"]["rope_theta"]
+    assert field(reader, "gemma3.attention.key_length") == config.head_dim
+    assert field(reader, "gemma3.final_logit_softcapping") == config.final_logit_softcapping
+
+
+def test_phi3_partial_rotary_and_longrope_factors_are_in_the_file(readers):
+    reader = readers["phi3-longrope"]
+    rope = tiny_config("phi3-longrope", vocab_size=1).rope_parameters
+    head_dim = 64 // 4
+
+    assert field(reader, "phi3.rope.dimension_count") == int(head_dim * rope["partial_rotary_factor"])
+    assert field(reader, "phi3.rope.scaling.original_context_length") == rope["original_max_position_embeddings"]
+    np.testing.assert_allclose(tensor(reader, "rope_factors_long.weight"), rope["long_factor"])
+    np.testing.assert_allclose(tensor(reader, "rope_factors_short.weight"), rope["short_factor"])
+    # sqrt(1 + ln(4096 / 256) / ln(256)), transformers' longrope attention factor
+    assert field(reader, "phi3.rope.scaling.attn_factor") == pytest.approx(1.5 ** 0.5)
