@@ -1,9 +1,11 @@
 """Read a GGUF file as it is: config, tokenizer and weights by Hugging Face parameter names.
 
 Quantized tensors stay quantized (`engine.quantization.tensors`): Q4_0, Q4_1 and Q4_K blocks map
-exactly onto `Int4Weight` (groups of 32 with a scale and a min), the other block types the engine
-reads become `Int8Weight` in groups of 32 (Q8_0 exactly), float tensors stay float. Decoding works on every block of a tensor at
-once, so the default model's 211 matrices take about a second.
+exactly onto `Int4Weight` (groups of 32 with a scale and a min), Q8_0 onto `Int8Weight`, Q6_K
+stays in its blocks; the other block types the engine reads are decoded by our own code
+(`engine.loading.gguf_blocks`) and widened to `Int8Weight` in groups of 32; float tensors stay
+float. Decoding works on every block of a tensor at once, so the default model's 211 matrices
+take about a second.
 
 The config and tokenizer come from transformers' GGUF support, which takes seconds on a 49k-token
 vocabulary; they are saved once per file (keyed by its content) into a cache folder and read from
@@ -26,6 +28,14 @@ import transformers
 from gguf import GGMLQuantizationType as QType
 
 from engine.errors import ModelLoadError
+from engine.loading.gguf_blocks import (
+    DECODED_TYPES,
+    dequantize_rows,
+    fp16_field,
+    k_quant_scales_and_mins,
+    log_widened_types,
+    widen_to_int8,
+)
 from engine.loading.gguf_header import check_gguf_header
 from engine.loading.layouts import GGUF_FLOAT_TYPES, GGUF_INT4_TYPES, GGUF_INT8_TYPES
 from engine.loading.lazy_weights import LazyWeights
@@ -36,7 +46,6 @@ from engine.quantization.tensors import (
     Int8Weight,
     Q6KWeight,
     Weight,
-    quantize_int8,
 )
 
 logger = logging.getLogger(__name__)
@@ -177,6 +186,8 @@ class GGUFModelFile:
         if quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization={quantization!r} must be one of {QUANTIZATIONS}")
         tensors = {name: self._checked_tensor(name, shape) for name, shape in expected.items()}
+        if quantization != "none":
+            log_widened_types(tensor.tensor_type for tensor in tensors.values())
 
         def decode(name: str) -> Weight:
             tensor = tensors[name]
@@ -258,13 +269,15 @@ def _decode(data: np.ndarray, kind: QType, shape: tuple[int, ...], quantization:
         return decode_q8_0(data)
     if kind == QType.Q6_K:  # read in place by our CPU kernel; widened where that does not run
         return Q6KWeight(torch.from_numpy(np.array(data, dtype=np.uint8)))
-    if kind in INT8_TYPES:  # 5 bits: int8 in groups of 32 is finer than their own steps
-        return quantize_int8(dequantize_to_float(data, kind, shape), INT8_GROUP_SIZE)
+    if kind in DECODED_TYPES:  # exactly, or in groups of 32 finer than their own steps
+        return widen_to_int8(data, kind)
     return _float_tensor(data, kind, shape).to(dtype)
 
 
 def dequantize_to_float(data: np.ndarray, kind: QType, shape: tuple[int, ...]) -> torch.Tensor:
-    """float32, by gguf's own reference dequantization."""
+    """float32: the types without a kernel by our own decoding, others by gguf-py's."""
+    if kind in DECODED_TYPES:
+        return torch.from_numpy(dequantize_rows(data, kind)).reshape(shape)
     values = gguf.quants.dequantize(data, kind)
     if not values.flags.writeable:  # a view of the read-only memory map (F32)
         values = values.copy()
@@ -283,10 +296,11 @@ def decode_int4(data: np.ndarray, kind: QType) -> Int4Weight:
     rows = data.shape[0]
     blocks = np.asarray(data).reshape(rows, -1, type_size)
     if kind == QType.Q4_0:
-        d = _f16(blocks, 0)
+        d = fp16_field(blocks, 0)
         scales, mins, packed = d, -8 * d, _repack_nibbles(blocks[..., 2:])
     elif kind == QType.Q4_1:
-        scales, mins, packed = _f16(blocks, 0), _f16(blocks, 2), _repack_nibbles(blocks[..., 4:])
+        scales, mins = fp16_field(blocks, 0), fp16_field(blocks, 2)
+        packed = _repack_nibbles(blocks[..., 4:])
     else:
         scales, mins, packed = _q4_k_parts(blocks)
     return Int4Weight(
@@ -303,32 +317,18 @@ def decode_q8_0(data: np.ndarray) -> Int8Weight:
     rows = data.shape[0]
     blocks = np.asarray(data).reshape(rows, -1, type_size)
     q = np.ascontiguousarray(blocks[..., 2:]).view(np.int8).reshape(rows, -1)
-    return Int8Weight(torch.from_numpy(q), torch.from_numpy(_f16(blocks, 0)), INT8_GROUP_SIZE)
+    scales = torch.from_numpy(fp16_field(blocks, 0))
+    return Int8Weight(torch.from_numpy(q), scales, INT8_GROUP_SIZE)
 
 
 def _q4_k_parts(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A Q4_K super-block: fp16 d and dmin, 12 bytes of 6-bit sub-block scales and mins, then 4
     chunks of 32 bytes, each holding two 32-value sub-blocks (low nibbles first)."""
-    d = _f16(blocks, 0)[..., None]
-    dmin = _f16(blocks, 2)[..., None]
-    sub_scales, sub_mins = _q4_k_scales_and_mins(blocks[..., 4:16])
+    d = fp16_field(blocks, 0)[..., None]
+    dmin = fp16_field(blocks, 2)[..., None]
+    sub_scales, sub_mins = k_quant_scales_and_mins(blocks[..., 4:16])
     chunks = blocks[..., 16:].reshape(*blocks.shape[:2], 4, 32)
     return d * sub_scales, -(dmin * sub_mins), _repack_nibbles(chunks)
-
-
-def _q4_k_scales_and_mins(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """12 bytes -> 8 six-bit scales and 8 six-bit mins, as float32.
-
-    Bytes 0-3 hold scales 0-3 and bytes 4-7 mins 0-3 in their low 6 bits; scales and mins 4-7
-    keep their low 4 bits in bytes 8-11 (scale low nibble, min high nibble) and their top 2 bits
-    in the top bits of bytes 0-3 and 4-7.
-    """
-    low_scales, low_mins, rest = packed[..., 0:4], packed[..., 4:8], packed[..., 8:12]
-    scales_hi = (rest & 0x0F) | ((low_scales >> 6) << 4)
-    mins_hi = (rest >> 4) | ((low_mins >> 6) << 4)
-    scales = np.concatenate([low_scales & 0x3F, scales_hi], axis=-1)
-    mins = np.concatenate([low_mins & 0x3F, mins_hi], axis=-1)
-    return scales.astype(np.float32), mins.astype(np.float32)
 
 
 def _repack_nibbles(qs: np.ndarray) -> np.ndarray:
@@ -339,12 +339,6 @@ def _repack_nibbles(qs: np.ndarray) -> np.ndarray:
     first_half = (even & 0x0F) | ((odd & 0x0F) << 4)
     second_half = (even >> 4) | (odd & 0xF0)
     return np.concatenate([first_half, second_half], axis=-1)
-
-
-def _f16(blocks: np.ndarray, offset: int) -> np.ndarray:
-    """The fp16 at byte offset of every block, as float32 [rows, blocks]."""
-    raw = np.ascontiguousarray(blocks[..., offset:offset + 2])
-    return raw.view(np.float16)[..., 0].astype(np.float32)
 
 
 # Reading the file

@@ -3,8 +3,8 @@ memory estimate (model_info.py) both read, so the estimate cannot drift from wha
 
 Layouts are the engine's own (engine/quantization/tensors.py): "int4" (Int4Weight, groups of
 32), "int8" (Int8Weight, groups of 32; Q6_K blocks are kept as the file stores them and read in
-place by the CPU kernel, counted here as int8, which they become where that kernel does not run),
-"float".
+place by the CPU kernel, counted here as int8, which they become where that kernel does not run;
+the widened types become it at load), "float".
 """
 
 from __future__ import annotations
@@ -13,10 +13,15 @@ from typing import Literal
 
 Layout = Literal["float", "int4", "int8"]
 
-# GGUF block types by the layout "auto" keeps them in. 5 and 6 bits go to int8: its groups of 32
-# are finer than their own steps.
+# GGUF block types by the layout "auto" keeps them in. Q8_0 is int8 exactly and Q6_K blocks are
+# read in place; the widened types have no kernel of their own yet and are decoded and
+# requantized to int8 at load (engine/loading/gguf_blocks.py): its groups of 32 are finer than
+# any of their own steps.
 GGUF_INT4_TYPES = frozenset({"Q4_0", "Q4_1", "Q4_K"})
-GGUF_INT8_TYPES = frozenset({"Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0"})
+GGUF_WIDENED_TYPES = frozenset({"Q2_K", "Q3_K", "Q5_0", "Q5_1", "Q5_K", "IQ4_NL", "IQ4_XS",
+                                "MXFP4", "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S",
+                                "IQ3_XXS", "IQ3_S"})
+GGUF_INT8_TYPES = frozenset({"Q6_K", "Q8_0"}) | GGUF_WIDENED_TYPES
 GGUF_FLOAT_TYPES = frozenset({"F32", "F16", "BF16"})
 
 # The token table and the vocabulary projection, under the names of a Hugging Face folder and of

@@ -4,9 +4,9 @@
     model.path, model.source["model.layers.0.self_attn.q_proj.weight"]
 
 Matrices are stored in matrix_type (1-D norms and biases in F32). Types gguf-py can quantize are
-quantized from random float weights; K-quants, which it cannot, are random raw blocks with small
-fp16 scales. `source` holds the float weights in Hugging Face's row order (for random raw
-blocks: None). As llama.cpp does, llama q and k rows are stored permuted.
+quantized from random float weights; K-quants and IQ types, which it cannot, are random raw
+blocks with small fp16 scales. `source` holds the float weights in Hugging Face's row order (for
+random raw blocks: None). As llama.cpp does, llama q and k rows are stored permuted.
 """
 
 from __future__ import annotations
@@ -32,13 +32,19 @@ CHAT_TEMPLATE = (
     " + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-_RANDOM_BLOCK_TYPES = frozenset({QType.Q4_K, QType.Q5_K, QType.Q6_K, QType.Q2_K, QType.Q3_K})
-# Byte offsets of the fp16 scales inside a block of each K-quant.
+# Byte offsets of the fp16 scales inside a block of each K-quant and IQ type (IQ1_M spreads its
+# one scale over four nibbles: `_set_iq1_m_scale`).
 _FP16_FIELDS = {QType.Q4_K: (0, 2), QType.Q5_K: (0, 2), QType.Q6_K: (208,),
-                QType.Q2_K: (80, 82), QType.Q3_K: (108,)}
-# Their range: Q6_K's d multiplies an int8 sub-scale (where the others' take six bits) times a
-# value of up to 32, so it is kept 16x smaller for weights of the others' size.
-_FP16_RANGE = {QType.Q6_K: (6e-5, 2.5e-4)}
+                QType.Q2_K: (80, 82), QType.Q3_K: (108,), QType.IQ4_NL: (0,),
+                QType.IQ4_XS: (0,), QType.IQ2_XXS: (0,), QType.IQ2_XS: (0,), QType.IQ2_S: (0,),
+                QType.IQ3_XXS: (0,), QType.IQ3_S: (0,), QType.IQ1_S: (0,), QType.IQ1_M: ()}
+_RANDOM_BLOCK_TYPES = frozenset(_FP16_FIELDS)
+# Their range, for weights of about 0.05: Q6_K's d multiplies an int8 sub-scale (where the
+# others' take six bits) times a value of up to 32; IQ4's d a level of up to 127 (IQ4_XS's also a
+# six-bit scale); IQ3's d a grid value of up to 62 (IQ3_XXS) or 15 times up to 31 (IQ3_S).
+_FP16_RANGE = {QType.Q6_K: (6e-5, 2.5e-4), QType.IQ4_NL: (2e-4, 8e-4),
+               QType.IQ4_XS: (1e-5, 4e-5), QType.IQ3_XXS: (2e-4, 8e-4),
+               QType.IQ3_S: (1e-4, 4e-4), QType.IQ1_M: (1e-3, 4e-3)}
 
 
 @dataclass(slots=True)
@@ -98,7 +104,17 @@ def random_blocks(kind: QType, rows: int, cols: int, rng: np.random.Generator) -
     if kind == QType.Q4_K:
         blocks[..., 4] |= 0x3F  # scale 0's six bits
         blocks[..., 9] |= 0x3F  # min 1's six bits
+    if kind == QType.IQ1_M:
+        _set_iq1_m_scale(blocks, rng.uniform(*_FP16_RANGE[kind], size=blocks.shape[:2]))
     return blocks.reshape(rows, -1)
+
+
+def _set_iq1_m_scale(blocks: np.ndarray, scales: np.ndarray) -> None:
+    """IQ1_M keeps its fp16 scale in the top nibbles of its last four uint16, lowest first."""
+    bits = scales.astype(np.float16).view(np.uint16)
+    for k in range(4):
+        top = ((bits >> (4 * k)) & 0x0F).astype(np.uint8) << 4
+        blocks[..., 49 + 2 * k] = (blocks[..., 49 + 2 * k] & 0x0F) | top
 
 
 def _add_config(writer: gguf.GGUFWriter, architecture: str, name: str) -> None:

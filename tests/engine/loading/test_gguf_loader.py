@@ -21,6 +21,8 @@ from tiny_gguf import (
 
 from engine.errors import ModelLoadError
 from engine.loading.gguf import GGUFModelFile, decode_int4, gguf_tensor_name, rotary_unpermutation
+from engine.loading.gguf_blocks import EXACT_TYPES
+from engine.loading.layouts import GGUF_WIDENED_TYPES
 from engine.loading.loader import (
     cache_dir,
     load_model,
@@ -31,7 +33,8 @@ from engine.models.config import expected_weight_shapes
 from engine.quantization.tensors import Int4Weight, Int8Weight, Q6KWeight, dequantize
 
 INT4_TYPES = (QType.Q4_0, QType.Q4_1, QType.Q4_K)
-INT8_TYPES = (QType.Q5_0, QType.Q5_1, QType.Q5_K, QType.Q6_K, QType.Q8_0)
+WIDENED_TYPES = tuple(sorted(QType[name] for name in GGUF_WIDENED_TYPES))
+INT8_TYPES = (QType.Q6_K, QType.Q8_0, *WIDENED_TYPES)
 FLOAT_TYPES = (QType.F32, QType.F16, QType.BF16)
 Q_PROJ = "model.layers.1.self_attn.q_proj.weight"
 # The default model's tokenizer cache is shared with every other run (keyed by content).
@@ -106,10 +109,14 @@ def test_each_supported_type_loads_in_its_layout_and_matches_ggufs_dequantizatio
     elif kind == QType.Q6_K:  # the file's own blocks, read in place
         assert isinstance(weights[name], Q6KWeight)
         assert torch.equal(dequantize(weights[name]), expected)
+    elif kind in EXACT_TYPES:  # small integers times a factor per 32: int8 holds them as they are
+        assert isinstance(weights[name], Int8Weight) and weights[name].group_size == 32
+        # A min is added by a fused multiply-add, which rounds once where ggml rounds twice.
+        torch.testing.assert_close(dequantize(weights[name]), expected, rtol=1e-6, atol=1e-6)
     elif kind in INT8_TYPES:
         weight = weights[name]
         assert isinstance(weight, Int8Weight) and weight.group_size == 32
-        half_step = weight.scales.repeat_interleave(weight.group_size, dim=1) / 2
+        half_step = weight.scales.abs().repeat_interleave(weight.group_size, dim=1) / 2
         assert ((dequantize(weight) - expected).abs() <= half_step * 1.001).all()
     else:
         assert isinstance(weights[name], torch.Tensor)
@@ -291,12 +298,13 @@ def test_empty_file_is_not_a_gguf(tmp_path):
         load_model(path)
 
 
-@pytest.mark.parametrize("kind", [QType.Q2_K, QType.Q3_K], ids=lambda k: k.name)
-def test_unsupported_tensor_type_names_the_tensor_and_the_type(tmp_path, kind):
+@pytest.mark.parametrize("kind", [QType.TQ1_0, QType.TQ2_0], ids=lambda k: k.name)
+def test_unsupported_tensor_type_names_the_tensor_the_type_and_what_to_download(tmp_path, kind):
     path = write_tiny_gguf(tmp_path / "tiny.gguf", matrix_type=kind).path
     with pytest.raises(ModelLoadError, match=kind.name) as error:
         load_model(path)
     assert "token_embd.weight" in str(error.value) and str(path) in str(error.value)
+    assert "download a Q4_K_M" in str(error.value)
 
 
 def test_missing_tensor_names_it(tmp_path):
@@ -309,7 +317,7 @@ def test_missing_tensor_names_it(tmp_path):
 @pytest.mark.parametrize("damage, words", [
     ({"skip": tensor_names()}, "holds no tensors: it has a model's settings but none of its"),
     ({"skip": ("blk.0.attn_k.weight",)}, r"no tensor blk\.0\.attn_k\.weight"),
-    ({"matrix_type": QType.Q2_K}, "stored as Q2_K, which Pagoda cannot read"),
+    ({"matrix_type": QType.TQ2_0}, "stored as TQ2_0, which Pagoda cannot read"),
 ], ids=["no weights", "a matrix missing", "unreadable matrices"])
 def test_a_file_that_cannot_run_is_refused_before_its_tokenizer_is_read(tmp_path, monkeypatch,
                                                                         damage, words):
