@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -55,10 +55,17 @@ class AttentionMetadata:
     # Scratch space for gathered decode keys and values, made by the first layer and reused by
     # the rest: a fresh multi-MB buffer per layer costs more in page faults than the copy itself.
     decode_workspace: tuple[torch.Tensor, torch.Tensor] | None = None
+    # The same step masked for the model's other windows, by window (Gemma 3's global layers
+    # beside its windowed ones): built by the model runner, read through `for_window`.
+    windowed: dict[int, AttentionMetadata] = field(default_factory=dict)
 
     @property
     def num_decode_tokens(self) -> int:
         return self.decode_groups[-1].end if self.decode_groups else 0
+
+    def for_window(self, window: int) -> AttentionMetadata:
+        """This step's metadata for a layer attending `window` keys back (0: all of them)."""
+        return self if window == self.sliding_window else self.windowed[window]
 
 
 @dataclass(slots=True)
@@ -87,6 +94,11 @@ class TritonAttentionMetadata:
     @property
     def num_seqs(self) -> int:
         return self.seq_lens.shape[0]
+
+    def for_window(self, window: int) -> TritonAttentionMetadata:
+        """This step's metadata for a layer attending `window` keys back (0: all of them): the
+        kernels mask by the number alone, so every tensor is shared."""
+        return self if window == self.sliding_window else replace(self, sliding_window=window)
 
 
 def choose_num_kv_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int,

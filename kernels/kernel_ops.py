@@ -33,6 +33,7 @@ class KernelOps:
     decode_layers: object | None = None
     # Each row's indices of its k largest values, as a set (the vocabulary's candidates).
     top_k_indices: Callable[..., torch.Tensor] = torch_ref.top_k_indices
+    gelu_tanh_and_mul: Callable[..., torch.Tensor] = torch_ref.gelu_tanh_and_mul
 
 
 TORCH_OPS = KernelOps(

@@ -60,6 +60,7 @@ def triton_ops() -> KernelOps:
         add_rms_norm=triton_layers.add_rms_norm,
         rotary_embedding=triton_layers.rotary_embedding,
         silu_and_mul=triton_layers.silu_and_mul,
+        gelu_tanh_and_mul=triton_layers.gelu_tanh_and_mul,
         write_kv_cache=triton_layers.write_kv_cache,
         paged_attention=triton_attention.paged_attention,
         int4_linear=triton_quant.int4_linear,

@@ -39,6 +39,12 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     return F.silu(gate).mul_(up)
 
 
+def gelu_tanh_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """Gemma's GeGLU: GELU (tanh approximation) of the gate times up."""
+    gate, up = x.chunk(2, dim=-1)
+    return F.gelu(gate, approximate="tanh").mul_(up)
+
+
 def top_k_indices(x: torch.Tensor, k: int) -> torch.Tensor:
     """[rows, n] -> int64 [rows, k]: each row's indices of its k largest values (NaN largest).
     Callers use them as a set: a backend may return them in any order."""

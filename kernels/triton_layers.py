@@ -95,25 +95,43 @@ def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tenso
     return out
 
 
+_SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)
+
+
 @triton.jit
-def _silu_and_mul_kernel(out_ptr, x_ptr, stride_x, stride_o, num_cols, BLOCK: tl.constexpr):
+def _gated_act_kernel(out_ptr, x_ptr, stride_x, stride_o, num_cols, GELU_TANH: tl.constexpr,
+                      BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < num_cols
     gate = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
     up = tl.load(x_ptr + row * stride_x + num_cols + cols, mask=mask, other=0.0).to(tl.float32)
-    out = gate * tl.sigmoid(gate) * up
-    tl.store(out_ptr + row * stride_o + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
+    if GELU_TANH:
+        # tanh(z) = 2 sigmoid(2z) - 1, so 0.5 g (1 + tanh(z)) = g sigmoid(2z).
+        inner = _SQRT_2_OVER_PI * (gate + 0.044715 * gate * gate * gate)
+        act = gate * tl.sigmoid(2.0 * inner)
+    else:
+        act = gate * tl.sigmoid(gate)
+    tl.store(out_ptr + row * stride_o + cols, (act * up).to(out_ptr.dtype.element_ty), mask=mask)
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     """[tokens, 2 * d] (gate then up) -> silu(gate) * up, [tokens, d]."""
+    return _gated_act(x, gelu_tanh=False)
+
+
+def gelu_tanh_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """[tokens, 2 * d] (gate then up) -> gelu_tanh(gate) * up, [tokens, d] (Gemma's GeGLU)."""
+    return _gated_act(x, gelu_tanh=True)
+
+
+def _gated_act(x: torch.Tensor, gelu_tanh: bool) -> torch.Tensor:
     assert x.dim() == 2 and x.stride(1) == 1
     num_rows, d = x.shape[0], x.shape[1] // 2
     out = torch.empty(num_rows, d, dtype=x.dtype, device=x.device)
     block = min(triton.next_power_of_2(d), _BLOCK_COLS)
-    _silu_and_mul_kernel[(num_rows, triton.cdiv(d, block))](
-        out, x, x.stride(0), out.stride(0), d, BLOCK=block)
+    _gated_act_kernel[(num_rows, triton.cdiv(d, block))](
+        out, x, x.stride(0), out.stride(0), d, GELU_TANH=gelu_tanh, BLOCK=block)
     return out
 
 

@@ -35,11 +35,11 @@ from huggingface_hub.errors import (
 
 from engine.errors import HubAccessError, HubNotFoundError, HubUnreachableError
 from engine.loading.model_files import quantization_of
+from engine.models.registry import supported_gguf_architectures, supported_model_types
 
-# What the engine loads: engine.loading.loader's model types and engine.loading.gguf's architectures,
-# repeated so that this module imports no torch (a test keeps the lists equal).
-ENGINE_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
-GGUF_ARCHITECTURES = frozenset({"llama", "qwen2", "qwen3"})
+# What the engine loads, from the family registry (which imports no torch).
+ENGINE_MODEL_TYPES = supported_model_types()
+GGUF_ARCHITECTURES = supported_gguf_architectures()
 # The usual balance of size and quality for a chat model; without it, the smallest 4-bit file.
 PREFERRED_QUANTIZATION = "Q4_K_M"
 _SPLIT_PART = re.compile(r"-\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)

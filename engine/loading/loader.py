@@ -25,7 +25,11 @@ from engine.folders import cache_dir
 from engine.loading.gguf import GGUFModelFile
 from engine.loading.model_files import default_model_file, model_name
 from engine.loading.on_load import apply_quantization
-from engine.models.config import expected_weight_shapes
+from engine.models.registry import (
+    expected_weight_shapes,
+    supported_model_types,
+    unsupported_message,
+)
 from engine.quantization.tensors import Weight, weight_shape
 
 # step name, steps done, steps in all
@@ -33,7 +37,7 @@ ProgressCallback = Callable[[str, int, int], None]
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
+SUPPORTED_MODEL_TYPES = supported_model_types()
 SHARD_INDEX = "model.safetensors.index.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
@@ -188,11 +192,7 @@ def _check_supported(raw: object, config_file: Path) -> None:
             "Re-download the model.")
     model_type = raw.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ModelLoadError(
-            f"Unsupported architecture {model_type!r} in {config_file}. Pagoda runs "
-            f"{', '.join(sorted(SUPPORTED_MODEL_TYPES))} models "
-            "(Llama 2/3, SmolLM/SmolLM2, Qwen2/2.5, Qwen3, Mistral)."
-        )
+        raise ModelLoadError(unsupported_message(model_type, str(config_file)))
     quantization = raw.get("quantization_config")
     if quantization:
         method = (

@@ -1,4 +1,5 @@
-"""What a model's Hugging Face config implies: head size, RoPE base, and every weight's shape.
+"""What a model's Hugging Face config implies, read the same way by every family: head size,
+RoPE base, each layer's attention window, the model's shape, and every weight's shape.
 
 The model code and the loader both read these facts; they live beside the model, which is what
 they describe, so the loader depends on the model's definition and not the other way round.
@@ -8,49 +9,8 @@ from __future__ import annotations
 
 import transformers
 
-
-def expected_weight_shapes(config: transformers.PretrainedConfig) -> dict[str, tuple[int, ...]]:
-    """Every parameter the Llama-family model needs, by Hugging Face name, with its shape."""
-    hidden = config.hidden_size
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    dim = head_dim(config)
-    inter = config.intermediate_size
-    qkv_bias, o_bias = _attention_biases(config)
-    mlp_bias = bool(getattr(config, "mlp_bias", False))
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (config.vocab_size, hidden)}
-    for i in range(config.num_hidden_layers):
-        layer = f"model.layers.{i}"
-        projections = {
-            "self_attn.q_proj": ((heads * dim, hidden), qkv_bias),
-            "self_attn.k_proj": ((kv_heads * dim, hidden), qkv_bias),
-            "self_attn.v_proj": ((kv_heads * dim, hidden), qkv_bias),
-            "self_attn.o_proj": ((hidden, heads * dim), o_bias),
-            "mlp.gate_proj": ((inter, hidden), mlp_bias),
-            "mlp.up_proj": ((inter, hidden), mlp_bias),
-            "mlp.down_proj": ((hidden, inter), mlp_bias),
-        }
-        for module, (shape, has_bias) in projections.items():
-            shapes[f"{layer}.{module}.weight"] = shape
-            if has_bias:
-                shapes[f"{layer}.{module}.bias"] = (shape[0],)
-        if config.model_type == "qwen3":
-            shapes[f"{layer}.self_attn.q_norm.weight"] = (dim,)
-            shapes[f"{layer}.self_attn.k_norm.weight"] = (dim,)
-        shapes[f"{layer}.input_layernorm.weight"] = (hidden,)
-        shapes[f"{layer}.post_attention_layernorm.weight"] = (hidden,)
-    shapes["model.norm.weight"] = (hidden,)
-    if not config.tie_word_embeddings:
-        shapes["lm_head.weight"] = (config.vocab_size, hidden)
-    return shapes
-
-
-def _attention_biases(config: transformers.PretrainedConfig) -> tuple[bool, bool]:
-    """(q/k/v have a bias, o_proj has a bias), as Hugging Face's modelling code builds them."""
-    if config.model_type == "qwen2":
-        return True, False
-    bias = bool(getattr(config, "attention_bias", False))
-    return bias, bias
+from engine.errors import ModelLoadError
+from engine.models.architecture import FULL_ATTENTION, DecoderArchitecture, ModelShape
 
 
 def head_dim(config: transformers.PretrainedConfig) -> int:
@@ -65,3 +25,87 @@ def rope_theta(config: transformers.PretrainedConfig) -> float:
         parameters = getattr(config, "rope_parameters", None) or {}
         theta = parameters.get("rope_theta")
     return float(theta) if theta is not None else 10000.0
+
+
+def layer_types(config: transformers.PretrainedConfig) -> list[str]:
+    """Each layer's kind as config.json names it: "full_attention" or "sliding_attention"."""
+    kinds = list(getattr(config, "layer_types", None) or [])
+    if not kinds:
+        return ["full_attention"] * config.num_hidden_layers
+    if len(kinds) != config.num_hidden_layers:
+        raise ModelLoadError(
+            f"config.json names {len(kinds)} layer types (layer_types) for "
+            f"{config.num_hidden_layers} layers. The model's settings are damaged.")
+    unknown = sorted(set(kinds) - {"full_attention", "sliding_attention"})
+    if unknown:
+        raise ModelLoadError(f"config.json's layer_types include {', '.join(unknown)}, which "
+                             "Pagoda does not run (it runs full_attention and sliding_attention).")
+    return kinds
+
+
+def layer_windows(config: transformers.PretrainedConfig) -> tuple[int, ...]:
+    """Each layer's attention window (FULL_ATTENTION for all keys).
+
+    Hugging Face windows the "sliding_attention" layers of `layer_types` (Qwen2/3 derive them
+    from max_window_layers, Gemma 3 from its pattern), every layer when a window is set and
+    no types are named (Mistral), none when use_sliding_window is false.
+    """
+    window = getattr(config, "sliding_window", None)
+    if not getattr(config, "use_sliding_window", True) or not window:
+        return (FULL_ATTENTION,) * config.num_hidden_layers
+    if window < 1:
+        raise ModelLoadError(f"config.json's sliding_window is {window}: a window needs at "
+                             "least one key.")
+    if not getattr(config, "layer_types", None):
+        return (int(window),) * config.num_hidden_layers
+    return tuple(int(window) if kind == "sliding_attention" else FULL_ATTENTION
+                 for kind in layer_types(config))
+
+
+def model_shape(config: transformers.PretrainedConfig,
+                windows: tuple[int, ...] | None = None) -> ModelShape:
+    return ModelShape(
+        num_layers=config.num_hidden_layers, hidden_size=config.hidden_size,
+        num_heads=config.num_attention_heads,
+        num_kv_heads=getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
+        head_dim=head_dim(config), vocab_size=config.vocab_size,
+        rms_norm_eps=config.rms_norm_eps,
+        max_position_embeddings=config.max_position_embeddings,
+        intermediate_size=config.intermediate_size,
+        layer_windows=windows if windows is not None else layer_windows(config))
+
+
+def weight_shapes(arch: DecoderArchitecture) -> dict[str, tuple[int, ...]]:
+    """Every parameter the model needs, by Hugging Face name, with its shape."""
+    s, names = arch.shape, arch.names
+    q, kv = s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
+    by_module: dict[str, tuple[tuple[int, ...], bool]] = {names.o: ((s.hidden_size, q),
+                                                                   arch.o_bias),
+                                                          names.down: ((s.hidden_size,
+                                                                        s.intermediate_size),
+                                                                       arch.mlp_bias)}
+    qkv_rows = (q, kv, kv) if len(names.qkv) == 3 else (q + 2 * kv,)
+    for module, rows in zip(names.qkv, qkv_rows, strict=True):
+        by_module[module] = ((rows, s.hidden_size), arch.qkv_bias)
+    gate_up_rows = (s.intermediate_size,) * 2 if len(names.gate_up) == 2 else (
+        2 * s.intermediate_size,)
+    for module, rows in zip(names.gate_up, gate_up_rows, strict=True):
+        by_module[module] = ((rows, s.hidden_size), arch.mlp_bias)
+    norms = {names.input_norm: s.hidden_size, names.mlp_norm: s.hidden_size,
+             names.attention_out_norm: s.hidden_size, names.mlp_out_norm: s.hidden_size,
+             names.q_norm: s.head_dim, names.k_norm: s.head_dim}
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (s.vocab_size,
+                                                                        s.hidden_size)}
+    for i in range(s.num_layers):
+        layer = f"model.layers.{i}"
+        for module, (shape, has_bias) in by_module.items():
+            shapes[f"{layer}.{module}.weight"] = shape
+            if has_bias:
+                shapes[f"{layer}.{module}.bias"] = (shape[0],)
+        for module, size in norms.items():
+            if module is not None:
+                shapes[f"{layer}.{module}.weight"] = (size,)
+    shapes["model.norm.weight"] = (s.hidden_size,)
+    if not arch.tied_embeddings:
+        shapes["lm_head.weight"] = (s.vocab_size, s.hidden_size)
+    return shapes

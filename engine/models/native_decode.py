@@ -5,7 +5,8 @@ machine) in the Python between its C kernels: ~10 calls per layer, 30 layers. Wh
 linear of the model runs one of our C kernels at the step's size and the C decode ops are loaded,
 `pg_decode_layers` (kernels/cpu/decode_ops.c) runs the same operators in the same order, so the
 hidden states are the eager path's bit for bit; anything else (prefill, bf16 activations, a
-linear on PyTorch's kernel or a GEMM, Qwen3's per-head norms) stays eager.
+linear on PyTorch's kernel or a GEMM, a layer unlike Llama's: `DecoderArchitecture.is_plain_llama`)
+stays eager.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from kernels.cpu.decode_ops import CACHE_DTYPES, as_int64, attention_threads
 
 if TYPE_CHECKING:
     from engine.layers.linear import Linear
-    from engine.models.llama import LlamaForCausalLM, LlamaShape
+    from engine.models.architecture import ModelShape
+    from engine.models.decoder import DecoderForCausalLM
 
 # Decode batches of up to this many rows run in one call (where every linear has a C kernel at
 # their size); larger ones, which only a server with a raised max_num_seqs makes, stay eager.
@@ -61,18 +63,16 @@ class _Buffers:
 class NativeDecode:
     """`forward_layers` gives the last layer's hidden + residual, or None to run eager."""
 
-    def __init__(self, model: LlamaForCausalLM, lib: DecodeLayers) -> None:
+    def __init__(self, model: DecoderForCausalLM, lib: DecodeLayers) -> None:
         self._model = model
         self._lib = lib
         self._plans: dict[int, _Plan | None] = {}
         self._buffers: _Buffers | None = None
 
     @classmethod
-    def build(cls, model: LlamaForCausalLM) -> NativeDecode | None:
+    def build(cls, model: DecoderForCausalLM) -> NativeDecode | None:
         lib = model.ops.decode_layers
         if not isinstance(lib, DecodeLayers) or model.norm.dtype != torch.float32:
-            return None
-        if any(layer.q_norm is not None for layer in model.layers):
             return None
         return cls(model, lib)
 
@@ -127,7 +127,7 @@ class NativeDecode:
                for k, v in kv_caches):
             return None
         norms = [t for layer in self._model.layers
-                 for t in (layer.input_norm, layer.post_attention_norm)]
+                 for t in (layer.input_norm, layer.mlp_norm)]
         if any(t.dtype != torch.float32 or not t.is_contiguous() for t in norms):
             return None
         layers = (LayerArgs * s.num_layers)()
@@ -141,7 +141,7 @@ class NativeDecode:
                     return None
                 work = max(work, need)
             args.input_norm = layer.input_norm.data_ptr()
-            args.post_norm = layer.post_attention_norm.data_ptr()
+            args.post_norm = layer.mlp_norm.data_ptr()
             args.k_cache, args.v_cache = k.data_ptr(), v.data_ptr()
         intermediate = layers[0].down.k
         if not _shapes_agree(layers, s, intermediate):
@@ -187,7 +187,7 @@ def _fill_linear(linear: Linear, m: int, args: LinearArgs) -> int | None:
     return kernel.workspace_bytes(m)
 
 
-def _shapes_agree(layers: ctypes.Array, s: LlamaShape, intermediate: int) -> bool:
+def _shapes_agree(layers: ctypes.Array, s: ModelShape, intermediate: int) -> bool:
     q, kv = s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
     expected = ((q + 2 * kv, s.hidden_size), (s.hidden_size, q), (2 * intermediate, s.hidden_size),
                 (s.hidden_size, intermediate))

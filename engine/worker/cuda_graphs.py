@@ -83,6 +83,6 @@ class DecodeGraphs:
             max_query_len=1, max_seq_len=self.max_model_len,
             num_kv_splits=choose_num_kv_splits(size, num_kv_heads, self.max_model_len,
                                                self.num_sms),
-            sliding_window=self.model.shape.sliding_window or 0)
+            sliding_window=self.model.shape.windows[0])
         return (self.input_ids[:size], self.positions[:size], meta, self.kv_caches,
                 self.logits_indices[:size])

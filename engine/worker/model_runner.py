@@ -16,9 +16,10 @@ from engine.core.sequence import Sequence
 from engine.layers.linear import Placement, make_linear
 from engine.loading.loader import LoadedModel
 from engine.loading.model_info import available_memory
+from engine.models.decoder import DecoderForCausalLM
 from engine.models.kv_cache_sizing import kv_cache_dtype, num_kv_blocks
-from engine.models.llama import LlamaForCausalLM
 from engine.models.memory import release_freed_memory, zeroed_host_tensor
+from engine.models.registry import architecture_of
 from engine.quantization import cpu_paths
 from engine.quantization.cpu_int4 import CpuInt4Method
 from engine.quantization.cpu_paths import CpuPathPolicy
@@ -102,6 +103,14 @@ def group_by_length(lengths: list[int]) -> list[tuple[int, int]]:
     return groups
 
 
+def _causal_mask(query_pos: torch.Tensor, key_pos: torch.Tensor, window: int) -> torch.Tensor:
+    """True where a query attends a key: not after it, and inside the window (0: no window)."""
+    mask = key_pos <= query_pos
+    if window:
+        mask &= key_pos > query_pos - window
+    return mask
+
+
 class ModelRunner:
     def __init__(self, loaded: LoadedModel, config: EngineConfig,
                  release_weights: bool = False) -> None:
@@ -114,7 +123,8 @@ class ModelRunner:
         placement = Placement(self.device, self.dtype, ops)
         if placement.uses_cpu_kernels:
             placement = self._with_cpu_int4_policy(placement, loaded.weights)
-        self.model = LlamaForCausalLM(loaded.config, loaded.weights, placement, release_weights)
+        self.model = DecoderForCausalLM(architecture_of(loaded.config), loaded.config,
+                                        loaded.weights, placement, release_weights)
         self.kv_dtype = self._kv_dtype(ops.name)
         # The context this engine allows: the setting, within what the model was trained for.
         self.max_model_len = min(config.max_model_len or 1 << 62,
@@ -335,9 +345,15 @@ class ModelRunner:
 
     def _grouped_metadata(self, items: list[ScheduledSequence], num_decodes: int,
                           slots: list[int]) -> AttentionMetadata:
-        return AttentionMetadata(self._tensor(slots), self._decode_groups(items[:num_decodes]),
-                                 self._prefill_segments(items[num_decodes:], num_decodes),
-                                 self.model.shape.sliding_window or 0)
+        """The step's metadata for the model's first window, with one masked for each other
+        window its layers have (`AttentionMetadata.for_window`)."""
+        slot_mapping = self._tensor(slots)
+        metas = [AttentionMetadata(slot_mapping, self._decode_groups(items[:num_decodes], window),
+                                   self._prefill_segments(items[num_decodes:], num_decodes,
+                                                          window), window)
+                 for window in self.model.shape.windows]
+        metas[0].windowed = {meta.sliding_window: meta for meta in metas[1:]}
+        return metas[0]
 
     def _triton_metadata(self, items: list[ScheduledSequence], num_decodes: int,
                          slots: list[int]) -> TritonAttentionMetadata:
@@ -358,13 +374,13 @@ class ModelRunner:
             seq_lens=self._int32(seq_lens),
             block_tables=self._int32([_padded(s.seq.block_ids, width) for s in items]),
             max_query_len=max_query_len, max_seq_len=max(seq_lens), num_kv_splits=splits,
-            sliding_window=self.model.shape.sliding_window or 0)
+            sliding_window=self.model.shape.windows[0])
 
     def _slots(self, block_ids: list[int], start: int, end: int) -> list[int]:
         bs = self.block_size
         return [block_ids[p // bs] * bs + p % bs for p in range(start, end)]
 
-    def _decode_groups(self, decodes: list[ScheduledSequence]) -> list[DecodeGroup]:
+    def _decode_groups(self, decodes: list[ScheduledSequence], window: int) -> list[DecodeGroup]:
         bs = self.block_size
         context_lens = [s.num_computed_tokens + 1 for s in decodes]
         groups = []
@@ -373,35 +389,28 @@ class ModelRunner:
             num_blocks = -(-lens[0] // bs)
             tables = self._tensor([_padded(s.seq.block_ids, num_blocks)
                                    for s in decodes[start:end]])
-            groups.append(DecodeGroup(start, end, tables, self._decode_mask(lens, num_blocks),
+            groups.append(DecodeGroup(start, end, tables,
+                                      self._decode_mask(lens, num_blocks, window),
                                       self._tensor(lens)))
         return groups
 
-    def _decode_mask(self, context_lens: list[int], num_blocks: int) -> torch.Tensor:
+    def _decode_mask(self, context_lens: list[int], num_blocks: int,
+                     window: int) -> torch.Tensor:
         query_pos = self._tensor(context_lens).unsqueeze(1) - 1
         key_pos = torch.arange(num_blocks * self.block_size, device=self.device).unsqueeze(0)
-        return self._causal_mask(query_pos, key_pos).view(len(context_lens), 1, 1, -1)
+        return _causal_mask(query_pos, key_pos, window).view(len(context_lens), 1, 1, -1)
 
-    def _causal_mask(self, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
-        """True where a query attends a key: not after it, and inside the sliding window."""
-        mask = key_pos <= query_pos
-        window = self.model.shape.sliding_window
-        if window is not None:
-            mask &= key_pos > query_pos - window
-        return mask
-
-    def _prefill_segments(self, prefills: list[ScheduledSequence],
-                          offset: int) -> list[PrefillSegment]:
+    def _prefill_segments(self, prefills: list[ScheduledSequence], offset: int,
+                          window: int) -> list[PrefillSegment]:
         segments = []
-        window = self.model.shape.sliding_window
         for s in prefills:
             start, n = s.num_computed_tokens, s.num_new_tokens
             context_len = start + n
             mask = None
-            if start > 0 or (window is not None and context_len > window):
+            if start > 0 or (window and context_len > window):
                 q_pos = torch.arange(start, context_len, device=self.device).unsqueeze(1)
                 k_pos = torch.arange(context_len, device=self.device).unsqueeze(0)
-                mask = self._causal_mask(q_pos, k_pos)
+                mask = _causal_mask(q_pos, k_pos, window)
             num_blocks = -(-context_len // self.block_size)
             table = self._tensor(s.seq.block_ids[:num_blocks])
             segments.append(PrefillSegment(offset, offset + n, context_len, table, mask))

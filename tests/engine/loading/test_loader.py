@@ -15,8 +15,8 @@ from engine.loading.loader import (
     load_model,
     metadata_cache_folder,
 )
-from engine.models.config import expected_weight_shapes, rope_theta
-from engine.models.llama import LlamaShape
+from engine.models.config import layer_windows, rope_theta
+from engine.models.registry import expected_weight_shapes
 
 
 @pytest.fixture(scope="session")
@@ -221,7 +221,16 @@ def test_unsupported_architecture_names_model_type_and_supported_ones(model_copy
     config_file.write_text(json.dumps(config))
     with pytest.raises(ModelLoadError, match="gpt2") as error:
         load_model(model_copy)
-    assert "llama, mistral, qwen2" in str(error.value)
+    assert "Llama (Llama 2/3, SmolLM/SmolLM2, Mistral, Qwen2/2.5, Qwen3)" in str(error.value)
+
+
+def test_a_family_not_run_yet_is_refused_with_the_reason(model_copy):
+    config_file = model_copy / "config.json"
+    config = json.loads(config_file.read_text())
+    config["model_type"] = "qwen3_moe"
+    config_file.write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="mixture-of-experts: not yet"):
+        load_model(model_copy)
 
 
 def test_folder_without_weight_files_is_reported(model_copy):
@@ -291,20 +300,17 @@ def qwen3_window_config(use_sliding_window: bool, max_window_layers: int):
 
 def test_qwen_sliding_window_follows_its_layer_types():
     # Hugging Face windows the layers from max_window_layers on, and only with use_sliding_window.
-    assert LlamaShape.from_config(qwen3_window_config(False, 0)).sliding_window is None
-    assert LlamaShape.from_config(qwen3_window_config(True, 2)).sliding_window is None
-    assert LlamaShape.from_config(qwen3_window_config(True, 0)).sliding_window == 24
+    assert layer_windows(qwen3_window_config(False, 0)) == (0, 0)
+    assert layer_windows(qwen3_window_config(True, 2)) == (0, 0)
+    assert layer_windows(qwen3_window_config(True, 0)) == (24, 24)
 
 
-def test_window_in_some_layers_only_is_refused_with_the_fix():
-    with pytest.raises(ModelLoadError, match="some layers only") as error:
-        LlamaShape.from_config(qwen3_window_config(True, 1))
-    assert "use_sliding_window" in str(error.value)
+def test_window_in_some_layers_only_windows_those_layers():
+    assert layer_windows(qwen3_window_config(True, 1)) == (0, 24)
 
 
 def test_expected_shapes_use_an_explicit_head_dim():
-    config = SimpleNamespace(
-        model_type="mistral",
+    config = transformers.MistralConfig(
         hidden_size=64,
         num_attention_heads=4,
         num_key_value_heads=2,

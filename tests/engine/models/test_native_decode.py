@@ -184,7 +184,8 @@ def test_without_our_c_kernels_there_is_no_layer_stack_call(monkeypatch, tiny_q4
 
 
 def test_qwen3_per_head_norms_keep_decode_steps_eager(q4, q4_chosen, tiny_q4_1):
-    model = _engine(tiny_q4_1).runner.model
-    assert NativeDecode.build(model) is not None
-    model.layers[1].q_norm = torch.ones(model.shape.head_dim)
-    assert NativeDecode.build(model) is None
+    arch = _engine(tiny_q4_1).runner.model.arch
+    assert arch.is_plain_llama
+    qwen3 = dataclasses.replace(arch, names=dataclasses.replace(
+        arch.names, q_norm="self_attn.q_norm", k_norm="self_attn.k_norm"))
+    assert not qwen3.is_plain_llama

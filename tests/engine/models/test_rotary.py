@@ -5,7 +5,7 @@ import torch
 import transformers
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-from engine.models.rotary import RotaryTables, inverse_frequencies
+from engine.layers.rotary import RotaryTables, inverse_frequencies, rope_spec
 
 MAX_POSITIONS = 512
 HEAD_DIM = 16
@@ -26,6 +26,10 @@ def llama_config(rope_type: str) -> transformers.PretrainedConfig:
                                     max_position_embeddings=MAX_POSITIONS, rope_parameters=rope)
 
 
+def spec(config: transformers.PretrainedConfig):
+    return rope_spec(config, HEAD_DIM)
+
+
 def hf_cos_sin(rope_type: str) -> tuple[torch.Tensor, torch.Tensor]:
     rotary = LlamaRotaryEmbedding(llama_config(rope_type))
     x = torch.zeros(1, dtype=torch.float32)
@@ -35,7 +39,7 @@ def hf_cos_sin(rope_type: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.mark.parametrize("rope_type", ROPE_TYPES)
 def test_rotary_tables_equal_transformers_cos_and_sin(rope_type):
-    ours = RotaryTables(llama_config(rope_type), HEAD_DIM, MAX_POSITIONS, torch.float32,
+    ours = RotaryTables(llama_config(rope_type), spec(llama_config(rope_type)), MAX_POSITIONS, torch.float32,
                         torch.device("cpu"))
     cos, sin = hf_cos_sin(rope_type)
     half = HEAD_DIM // 2
@@ -45,8 +49,8 @@ def test_rotary_tables_equal_transformers_cos_and_sin(rope_type):
 
 
 def test_llama3_scaling_slows_only_the_long_wavelengths():
-    plain, _ = inverse_frequencies(llama_config("default"), HEAD_DIM)
-    scaled, scaling = inverse_frequencies(llama_config("llama3"), HEAD_DIM)
+    plain, _ = inverse_frequencies(llama_config("default"), spec(llama_config("default")))
+    scaled, scaling = inverse_frequencies(llama_config("llama3"), spec(llama_config("llama3")))
     assert scaling == 1.0
     # Wavelength 2 pi is under the high-frequency cut (64 / 4): kept. The next (~33) lies
     # between the cuts: smoothed. The rest exceed 64 tokens: divided by the factor of 8.
@@ -56,9 +60,9 @@ def test_llama3_scaling_slows_only_the_long_wavelengths():
 
 
 def test_yarn_attention_factor_scales_cos_and_sin():
-    ours = RotaryTables(llama_config("yarn"), HEAD_DIM, MAX_POSITIONS, torch.float32,
+    ours = RotaryTables(llama_config("yarn"), spec(llama_config("yarn")), MAX_POSITIONS, torch.float32,
                         torch.device("cpu"))
-    _, scaling = inverse_frequencies(llama_config("yarn"), HEAD_DIM)
+    _, scaling = inverse_frequencies(llama_config("yarn"), spec(llama_config("yarn")))
     assert scaling > 1.0
     assert torch.allclose(ours.cos[0], torch.full((HEAD_DIM,), scaling))
     assert torch.allclose(ours.cos.square() + ours.sin_signed.square(),

@@ -1,0 +1,75 @@
+"""Self-attention over the paged KV cache, its kind set per layer: every key or a sliding window,
+rotated by one of the model's rotary tables or not at all (NoPE), with optional per-head query
+and key norms (Qwen3, Gemma 3) and partial rotary (Phi-4-mini)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.layers.linear import Linear
+from kernels.attention_metadata import AttentionMetadata, TritonAttentionMetadata
+from kernels.kernel_ops import KernelOps
+
+# cos and signed sin of this step's positions, per rotary table (engine.layers.rotary).
+StepRotary = dict[str, tuple[torch.Tensor, torch.Tensor]]
+Metadata = AttentionMetadata | TritonAttentionMetadata
+
+
+@dataclass(slots=True, frozen=True)
+class HeadShape:
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+
+
+@dataclass(slots=True)
+class Attention:
+    qkv_proj: Linear  # q, k and v in one matmul
+    o_proj: Linear
+    heads: HeadShape
+    window: int  # 0: every key (engine.models.architecture.FULL_ATTENTION)
+    rope: str | None  # the rotary table's key; None: no RoPE
+    scale: float
+    eps: float
+    q_norm: torch.Tensor | None = None
+    k_norm: torch.Tensor | None = None
+
+    def __call__(self, x: torch.Tensor, rotary: StepRotary, k_cache: torch.Tensor,
+                 v_cache: torch.Tensor, meta: Metadata, ops: KernelOps) -> torch.Tensor:
+        h = self.heads
+        n = x.shape[0]
+        qkv = self.qkv_proj(x)
+        qk_width = (h.num_heads + h.num_kv_heads) * h.head_dim
+        q_and_k = qkv[:, :qk_width].view(n, -1, h.head_dim)
+        if self.q_norm is not None:
+            q_and_k = self._norm_heads(q_and_k, ops)
+        if self.rope is not None:
+            cos, sin = rotary[self.rope]
+            q_and_k = _rotate(q_and_k, cos, sin, ops)
+        q, k = q_and_k.split((h.num_heads, h.num_kv_heads), dim=1)
+        v = qkv[:, qk_width:].view(n, h.num_kv_heads, h.head_dim)
+        attn = ops.paged_attention(q, k, v, k_cache, v_cache, meta.for_window(self.window),
+                                   self.scale)
+        return self.o_proj(attn)
+
+    def _norm_heads(self, q_and_k: torch.Tensor, ops: KernelOps) -> torch.Tensor:
+        """Per-head RMSNorm of [tokens, heads + kv_heads, head_dim] queries and keys."""
+        h = self.heads
+        q, k = q_and_k.split((h.num_heads, h.num_kv_heads), dim=1)
+        # 2-D rows of head_dim: the shape every rms_norm backend takes.
+        q = ops.rms_norm(q.reshape(-1, h.head_dim), self.q_norm, self.eps)
+        k = ops.rms_norm(k.reshape(-1, h.head_dim), self.k_norm, self.eps)
+        n = q_and_k.shape[0]
+        return torch.cat((q.view(n, -1, h.head_dim), k.view(n, -1, h.head_dim)), dim=1)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+            ops: KernelOps) -> torch.Tensor:
+    """RoPE on the first cos.shape[-1] dims of each head; the rest pass through."""
+    rotary_dim = cos.shape[-1]
+    if rotary_dim == x.shape[-1]:
+        return ops.rotary_embedding(x, cos, sin)
+    rotated = ops.rotary_embedding(x[..., :rotary_dim].contiguous(), cos, sin)
+    return torch.cat((rotated, x[..., rotary_dim:]), dim=-1)

@@ -1,0 +1,55 @@
+"""The one table of GGUF tensor names: which GGUF tensor holds each Hugging Face parameter, per
+architecture, as llama.cpp's converter (convert_hf_to_gguf.py) writes them.
+
+Most architectures share the Llama names; an architecture lists only where it differs. The trap
+this table exists for: Gemma's `post_attention_layernorm` is the norm on the attention's output
+(GGUF `post_attention_norm`), where Llama's is the norm before the MLP (GGUF `ffn_norm`).
+"""
+
+from __future__ import annotations
+
+import re
+
+_GLOBAL = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
+_LAYER = {
+    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+}
+# Where an architecture's names differ from the Llama ones above.
+_LAYER_BY_ARCHITECTURE: dict[str, dict[str, str]] = {}
+# The layer modules every file of an architecture holds (biases and a separate output matrix
+# vary, and are checked against the config later).
+_LLAMA_MODULES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                  "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "input_layernorm",
+                  "post_attention_layernorm")
+_QK_NORMS = ("self_attn.q_norm", "self_attn.k_norm")
+_NEEDED_MODULES: dict[str, tuple[str, ...]] = {
+    "llama": _LLAMA_MODULES,
+    "qwen2": _LLAMA_MODULES,
+    "qwen3": _LLAMA_MODULES + _QK_NORMS,
+}
+# llama.cpp's converter interleaves the rotary halves of each q and k head for these
+# architectures (Llama's own RoPE kernel pairs neighbours); the loader turns them back.
+PERMUTED_QK = frozenset({"llama"})
+
+_LAYER_PARAMETER = re.compile(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)")
+_GLOBAL_PARAMETER = re.compile(r"(.+)\.(weight|bias)")
+
+
+def gguf_tensor_name(hf_name: str, architecture: str = "llama") -> str:
+    """"model.layers.3.mlp.up_proj.weight" -> "blk.3.ffn_up.weight"."""
+    layer = _LAYER_PARAMETER.fullmatch(hf_name)
+    if layer is not None:
+        index, module, kind = layer.groups()
+        names = _LAYER_BY_ARCHITECTURE.get(architecture, {})
+        return f"blk.{index}.{names.get(module) or _LAYER[module]}.{kind}"
+    module, kind = _GLOBAL_PARAMETER.fullmatch(hf_name).groups()
+    return f"{_GLOBAL[module]}.{kind}"
+
+
+def needed_layer_modules(architecture: str) -> tuple[str, ...]:
+    """The Hugging Face module names (within model.layers.N.) every layer of such a file has."""
+    return _NEEDED_MODULES[architecture]

@@ -1,0 +1,105 @@
+"""What a decoder-only model family is made of, as data: every family module
+(engine/models/llama.py, gemma3.py, ...) reads its config.json into a `DecoderArchitecture`, and
+one decoder (engine/models/decoder.py) builds and runs any of them from shared layers.
+
+Weights keep Hugging Face's parameter names; `LayerNames` says which of a layer's names fills
+each role, so a GGUF file (whose names the loader maps to Hugging Face's) and a folder load the
+same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.layers.rotary import RopeSpec
+
+FULL_ATTENTION = 0  # an AttentionKind's window when a query sees every earlier key
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionKind:
+    """One layer's attention: `window` keys back (the query's own included), or every key when
+    FULL_ATTENTION; rotated by the model's table `rope` (a key of `DecoderArchitecture.ropes`),
+    or not at all when None (NoPE)."""
+
+    window: int = FULL_ATTENTION
+    rope: str | None = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class LayerNames:
+    """The Hugging Face module names (within model.layers.N.) that fill each role. A tuple of
+    several names is concatenated into one matmul; a single fused name is read as it is (Phi-3's
+    qkv_proj). Norms that a family lacks are None."""
+
+    qkv: tuple[str, ...] = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
+    o: str = "self_attn.o_proj"
+    gate_up: tuple[str, ...] = ("mlp.gate_proj", "mlp.up_proj")
+    down: str = "mlp.down_proj"
+    input_norm: str = "input_layernorm"
+    # "Sandwich" norms (Gemma): on the attention's output and the MLP's, before each residual add.
+    attention_out_norm: str | None = None
+    mlp_norm: str = "post_attention_layernorm"
+    mlp_out_norm: str | None = None
+    # Per-head RMSNorm of queries and keys before RoPE (Qwen3, Gemma 3).
+    q_norm: str | None = None
+    k_norm: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    rms_norm_eps: float
+    max_position_embeddings: int
+    intermediate_size: int
+    # Each layer's attention window (FULL_ATTENTION for none), in layer order.
+    layer_windows: tuple[int, ...]
+
+    @property
+    def windows(self) -> tuple[int, ...]:
+        """The distinct windows, FULL_ATTENTION first where a layer has it."""
+        return tuple(sorted(set(self.layer_windows)))
+
+
+@dataclass(frozen=True, slots=True)
+class DecoderArchitecture:
+    family: str  # the family module's name, as the load log and errors say it ("Gemma 3")
+    shape: ModelShape
+    layers: tuple[AttentionKind, ...]
+    ropes: dict[str, RopeSpec]
+    names: LayerNames = field(default_factory=LayerNames)
+    attention_scale: float | None = None  # None: head_dim ** -0.5
+    # Gemma's norms scale by (1 + w): added to every norm weight of a Hugging Face folder at load.
+    norm_offset: float = 0.0
+    activation: str = "silu"  # of the gated MLP: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
+    embedding_scale: float | None = None  # Gemma multiplies embeddings by sqrt(hidden)
+    attention_softcap: float | None = None  # cap * tanh(scores / cap) before the softmax
+    final_softcap: float | None = None  # the same on the logits
+    tied_embeddings: bool = True  # lm_head reads the token table
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+
+    def __post_init__(self) -> None:
+        if len(self.layers) != self.shape.num_layers:
+            raise ValueError(f"{len(self.layers)} attention kinds for "
+                             f"{self.shape.num_layers} layers")
+
+    @property
+    def scale(self) -> float:
+        return self.attention_scale or self.shape.head_dim ** -0.5
+
+    @property
+    def is_plain_llama(self) -> bool:
+        """Every layer as a Llama layer: the layout the one-C-call decode step runs."""
+        n = self.names
+        kinds = {(kind.window, kind.rope) for kind in self.layers}
+        full_rotary = all(spec.rotary_dim == self.shape.head_dim for spec in self.ropes.values())
+        return (len(kinds) == 1 and next(iter(kinds))[1] is not None and full_rotary
+                and n.attention_out_norm is None and n.mlp_out_norm is None and n.q_norm is None
+                and self.activation == "silu" and self.attention_softcap is None)

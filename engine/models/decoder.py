@@ -1,0 +1,197 @@
+"""A decoder-only transformer on a paged KV cache, built from a family's `DecoderArchitecture`
+(engine/models/architecture.py) and the shared layers of engine/layers/.
+
+Plain tensors and functions, no nn.Module: per-call overhead is per-step cost here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import MutableMapping
+from dataclasses import dataclass
+
+import torch
+from transformers import PretrainedConfig
+
+from engine.layers.attention import Attention, HeadShape, Metadata
+from engine.layers.linear import (
+    Linear,
+    Placement,
+    make_embedding,
+    make_fused_linear,
+    make_linear,
+    to_device,
+)
+from engine.layers.lm_head import LMHead
+from engine.layers.mlp import GatedMLP
+from engine.layers.rotary import RotaryTables
+from engine.models.architecture import DecoderArchitecture
+from engine.models.memory import release_freed_memory
+from engine.models.native_decode import NativeDecode
+from engine.quantization.dequantize_workspace import DequantWorkspace
+from engine.quantization.tensors import Weight, concat
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class DecoderLayer:
+    input_norm: torch.Tensor
+    attention: Attention
+    mlp_norm: torch.Tensor  # Llama's post_attention_layernorm, Gemma's pre_feedforward one
+    mlp: GatedMLP
+    attention_out_norm: torch.Tensor | None = None  # Gemma's sandwich norms
+    mlp_out_norm: torch.Tensor | None = None
+
+    # The names the one-C-call decode step (native_decode.py) reads.
+    @property
+    def qkv_proj(self) -> Linear:
+        return self.attention.qkv_proj
+
+    @property
+    def o_proj(self) -> Linear:
+        return self.attention.o_proj
+
+    @property
+    def gate_up_proj(self) -> Linear:
+        return self.mlp.gate_up_proj
+
+    @property
+    def down_proj(self) -> Linear:
+        return self.mlp.down_proj
+
+    def linears(self) -> list[Linear]:
+        return [self.qkv_proj, self.o_proj, self.gate_up_proj, self.down_proj]
+
+
+class DecoderForCausalLM:
+    def __init__(self, arch: DecoderArchitecture, config: PretrainedConfig,
+                 weights: MutableMapping[str, Weight], placement: Placement,
+                 release_weights: bool = False) -> None:
+        """release_weights: empty `weights` as the layers take them, so the loader's layout and
+        the kernels' never both hold the whole model (a CPU int4 layer repacks its weight)."""
+        self.arch = arch
+        self.shape = s = arch.shape
+        self.ops = placement.ops
+        device, dtype = placement.device, placement.dtype
+        self.embed_tokens = make_embedding(weights["model.embed_tokens.weight"], placement)
+        self.embedding_scale = (None if arch.embedding_scale is None
+                                else torch.tensor(arch.embedding_scale, dtype=dtype).item())
+        # A tied lm_head shares the embedding's tensors on the device, not a second copy.
+        lm_head = weights.get("lm_head.weight", self.embed_tokens.weight)
+        exact = None if isinstance(lm_head, torch.Tensor) else to_device(lm_head, device, dtype)
+        widen = None if exact is None or device.type != "cpu" else DequantWorkspace.for_this_machine()
+        self.lm_head = LMHead(make_linear(lm_head, None, placement, precise_int8=False), exact,
+                              widen, placement.ops.top_k_indices)
+        self.norm = self._norm(weights["model.norm.weight"], placement)
+        self.layers = []
+        for i in range(s.num_layers):
+            prefix = f"model.layers.{i}."
+            self.layers.append(self._load_layer(weights, i, placement))
+            if release_weights:
+                for name in [n for n in weights if n.startswith(prefix)]:
+                    del weights[name]
+                release_freed_memory()
+        if release_weights:
+            weights.clear()
+            release_freed_memory()
+        self.rotary = {key: RotaryTables(config, spec, s.max_position_embeddings, dtype, device)
+                       for key, spec in arch.ropes.items()}
+        self.scale = arch.scale
+        self.native_decode = NativeDecode.build(self) if arch.is_plain_llama else None
+        if self.native_decode is None and self.ops.decode_layers is not None:
+            logger.info("%s: decode steps run layer by layer (the one-call C decode step covers "
+                        "Llama-shaped layers only)", arch.family)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: Metadata,
+                kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+                logits_indices: torch.Tensor) -> torch.Tensor:
+        """Flat tokens of a mixed batch -> logits [len(logits_indices), vocab]."""
+        hidden = self.hidden_states(input_ids, positions, meta, kv_caches)
+        # Only the rows that sample need the final norm and the (large) vocabulary projection.
+        return self.compute_logits(hidden[logits_indices])
+
+    def hidden_states(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: Metadata,
+                      kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """Flat tokens of a mixed batch -> the last layer's output [tokens, hidden], before the
+        final norm (valid until the next call: a decode step's may be a reused buffer)."""
+        rotary = {key: tables.lookup(positions) for key, tables in self.rotary.items()}
+        hidden = self.embed_tokens(input_ids)
+        if self.embedding_scale is not None:
+            hidden = hidden * self.embedding_scale
+        if self.native_decode is not None:
+            cos, sin = rotary["default"]
+            out = self.native_decode.forward_layers(hidden, cos, sin, meta, kv_caches)
+            if out is not None:
+                return out
+        residual = None
+        eps, ops = self.shape.rms_norm_eps, self.ops
+        for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
+            if residual is None:
+                residual = hidden
+                x = ops.rms_norm(hidden, layer.input_norm, eps)
+            else:
+                x, residual = ops.add_rms_norm(hidden, residual, layer.input_norm, eps)
+            hidden = layer.attention(x, rotary, k_cache, v_cache, meta, ops)
+            if layer.attention_out_norm is not None:
+                hidden = ops.rms_norm(hidden, layer.attention_out_norm, eps)
+            x, residual = ops.add_rms_norm(hidden, residual, layer.mlp_norm, eps)
+            hidden = layer.mlp(x, ops)
+            if layer.mlp_out_norm is not None:
+                hidden = ops.rms_norm(hidden, layer.mlp_out_norm, eps)
+        return hidden + residual
+
+    def final_norm(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The model's last RMSNorm: what lm_head reads, and what a pooling request averages."""
+        return self.ops.rms_norm(hidden, self.norm, self.shape.rms_norm_eps)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Rows of `hidden_states` -> their logits [rows, vocab]."""
+        logits = self.lm_head(self.final_norm(hidden))
+        cap = self.arch.final_softcap
+        if cap is not None:
+            logits = torch.tanh(logits.div_(cap)).mul_(cap)
+        return logits
+
+    def linears(self) -> list[Linear]:
+        return [linear for layer in self.layers for linear in layer.linears()] + [self.lm_head.linear]
+
+    def _norm(self, weight: Weight, placement: Placement) -> torch.Tensor:
+        norm = weight.to(device=placement.device, dtype=torch.float32)
+        if self.arch.norm_offset:
+            norm = norm + self.arch.norm_offset  # in fp32, as Gemma's (1 + w)
+        return norm.to(placement.dtype)
+
+    def _load_layer(self, w: MutableMapping[str, Weight], index: int,
+                    placement: Placement) -> DecoderLayer:
+        arch, s, names = self.arch, self.shape, self.arch.names
+        prefix = f"model.layers.{index}."
+
+        def linear(modules: tuple[str, ...]) -> Linear:
+            weights = [w[f"{prefix}{m}.weight"] for m in modules]
+            bias = _fused(w, [f"{prefix}{m}.bias" for m in modules])
+            return make_fused_linear(weights, bias, placement)
+
+        def norm(module: str | None) -> torch.Tensor | None:
+            return None if module is None else self._norm(w[f"{prefix}{module}.weight"],
+                                                          placement)
+
+        kind = arch.layers[index]
+        attention = Attention(
+            qkv_proj=linear(names.qkv), o_proj=linear((names.o,)),
+            heads=HeadShape(s.num_heads, s.num_kv_heads, s.head_dim), window=kind.window,
+            rope=kind.rope, scale=arch.scale, eps=s.rms_norm_eps,
+            q_norm=norm(names.q_norm), k_norm=norm(names.k_norm))
+        return DecoderLayer(
+            input_norm=norm(names.input_norm), attention=attention,
+            mlp_norm=norm(names.mlp_norm),
+            mlp=GatedMLP(linear(names.gate_up), linear((names.down,)), arch.activation),
+            attention_out_norm=norm(names.attention_out_norm),
+            mlp_out_norm=norm(names.mlp_out_norm))
+
+
+def _fused(w: MutableMapping[str, Weight], names: list[str]) -> Weight | None:
+    """Concatenate projections that share an input into one matmul (None if absent)."""
+    if names[0] not in w:
+        return None
+    return concat([w[n] for n in names]) if len(names) > 1 else w[names[0]]

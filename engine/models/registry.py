@@ -1,0 +1,98 @@
+"""Which model families Pagoda runs: each family module (engine/models/<family>.py) is found here
+by Hugging Face's `model_type` and by a GGUF file's `general.architecture`.
+
+Families the engine does not run yet are named too, with the reason, so that a user who picks
+such a file, or finds it on the Hub, reads why instead of a bare "unsupported".
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from engine.errors import ModelLoadError
+
+if TYPE_CHECKING:  # the table itself imports neither torch nor transformers (the Hub search reads it)
+    from transformers import PretrainedConfig
+
+    from engine.models.architecture import DecoderArchitecture
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFamily:
+    name: str  # as users know it: "Gemma 3"
+    module: str  # engine.models.<module> defines NAME and architecture(config)
+    model_types: tuple[str, ...]  # config.json's model_type
+    gguf_architectures: tuple[str, ...]  # a GGUF file's general.architecture
+    examples: str  # the models it covers, for messages
+
+    def architecture(self, config: PretrainedConfig) -> DecoderArchitecture:
+        return importlib.import_module(f"engine.models.{self.module}").architecture(config)
+
+
+FAMILIES: tuple[ModelFamily, ...] = (
+    # Mistral's GGUF files say "llama".
+    ModelFamily("Llama", "llama", ("llama", "mistral", "qwen2", "qwen3"),
+                ("llama", "qwen2", "qwen3"), "Llama 2/3, SmolLM/SmolLM2, Mistral, Qwen2/2.5, Qwen3"),
+)
+
+# Known families the engine does not run yet: the reason shown in words.
+_MIXTURE_OF_EXPERTS = "mixture-of-experts: not yet"
+_HYBRID = "hybrid attention and state-space layers: not yet"
+_VISION = "vision-language model: not yet"
+NOT_YET: dict[str, str] = {
+    **dict.fromkeys(("qwen2_moe", "qwen2moe", "qwen3_moe", "qwen3moe", "gpt_oss", "gpt-oss",
+                     "mixtral", "deepseek_v2", "deepseek2", "deepseek_v3", "olmoe",
+                     "granitemoe", "phimoe", "llama4", "dbrx", "glm4_moe", "glm4moe"),
+                    _MIXTURE_OF_EXPERTS),
+    **dict.fromkeys(("qwen3_next", "qwen3next", "qwen3_5", "qwen35", "qwen3_5_moe", "qwen35moe",
+                     "granitemoehybrid", "granitehybrid", "lfm2", "mamba", "mamba2", "jamba",
+                     "falcon_h1", "falcon-h1", "nemotron_h", "nemotron_h_moe", "rwkv6", "rwkv7"),
+                    _HYBRID),
+    **dict.fromkeys(("qwen2_vl", "qwen2vl", "qwen2_5_vl", "qwen25vl", "qwen3_vl", "qwen3vl",
+                     "smolvlm", "idefics3", "mistral3", "llava", "mllama", "gemma3n"), _VISION),
+}
+
+
+def family_for_model_type(model_type: str | None) -> ModelFamily | None:
+    return next((f for f in FAMILIES if model_type in f.model_types), None)
+
+
+def family_for_gguf(architecture: str | None) -> ModelFamily | None:
+    return next((f for f in FAMILIES if architecture in f.gguf_architectures), None)
+
+
+def supported_model_types() -> frozenset[str]:
+    return frozenset(t for f in FAMILIES for t in f.model_types)
+
+
+def supported_gguf_architectures() -> frozenset[str]:
+    return frozenset(a for f in FAMILIES for a in f.gguf_architectures)
+
+
+def why_not_supported(name: str | None) -> str:
+    """The reason a model_type or GGUF architecture does not run, in words."""
+    if name in NOT_YET:
+        return NOT_YET[name]
+    return "not a model family Pagoda knows"
+
+
+def unsupported_message(name: str | None, where: str) -> str:
+    runs = "; ".join(f"{f.name} ({f.examples})" for f in FAMILIES)
+    return (f"Unsupported architecture {name!r} in {where} ({why_not_supported(name)}). "
+            f"Pagoda runs these families: {runs}.")
+
+
+def architecture_of(config: PretrainedConfig) -> DecoderArchitecture:
+    family = family_for_model_type(config.model_type)
+    if family is None:
+        raise ModelLoadError(unsupported_message(config.model_type, "config.json"))
+    return family.architecture(config)
+
+
+def expected_weight_shapes(config: PretrainedConfig) -> dict[str, tuple[int, ...]]:
+    """Every parameter the model needs, by Hugging Face name, with its shape."""
+    from engine.models.config import weight_shapes
+
+    return weight_shapes(architecture_of(config))
