@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -37,8 +36,10 @@ from engine.loading.gguf_blocks import (
     widen_to_int8,
 )
 from engine.loading.gguf_header import check_gguf_header
+from engine.loading.gguf_names import PERMUTED_QK, gguf_tensor_name, needed_layer_modules
 from engine.loading.layouts import GGUF_FLOAT_TYPES, GGUF_INT4_TYPES, GGUF_INT8_TYPES
 from engine.loading.lazy_weights import LazyWeights
+from engine.models.registry import supported_gguf_architectures, unsupported_message
 from engine.quantization.tensors import (
     INT4_GROUP_SIZE,
     INT8_GROUP_SIZE,
@@ -50,25 +51,12 @@ from engine.quantization.tensors import (
 
 logger = logging.getLogger(__name__)
 
-# GGUF's name for an architecture; Mistral files say "llama".
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3")
+SUPPORTED_ARCHITECTURES = tuple(sorted(supported_gguf_architectures()))
 INT4_TYPES = frozenset(QType[name] for name in GGUF_INT4_TYPES)
 INT8_TYPES = frozenset(QType[name] for name in GGUF_INT8_TYPES)
 FLOAT_TYPES = frozenset(QType[name] for name in GGUF_FLOAT_TYPES)
 QUANTIZATIONS = ("auto", "none", "int8", "int4")
 
-_GLOBAL_TENSORS = {"model.embed_tokens": "token_embd", "model.norm": "output_norm",
-                   "lm_head": "output"}
-_LAYER_TENSORS = {
-    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
-    "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
-    "post_attention_layernorm": "ffn_norm",
-}
-_QWEN3_ONLY = ("self_attn.q_norm", "self_attn.k_norm")
-_LAYER_PARAMETER = re.compile(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)")
-_GLOBAL_PARAMETER = re.compile(r"(.+)\.(weight|bias)")
 
 
 class GGUFModelFile:
@@ -85,11 +73,7 @@ class GGUFModelFile:
         field = self._reader.get_field("general.architecture")
         architecture = field.contents() if field is not None else None
         if architecture not in SUPPORTED_ARCHITECTURES:
-            raise ModelLoadError(
-                f"Unsupported architecture {architecture!r} in {self.path}. Pagoda reads GGUF "
-                f"files of {', '.join(SUPPORTED_ARCHITECTURES)} models (Llama 2/3, SmolLM/SmolLM2, "
-                "Mistral, Qwen2/2.5, Qwen3)."
-            )
+            raise ModelLoadError(unsupported_message(architecture, str(self.path)))
         return architecture
 
     def _check_tensor_list(self) -> None:
@@ -101,15 +85,15 @@ class GGUFModelFile:
                 f"{self.path} holds no tensors: it has a model's settings but none of its "
                 "weights. The file is incomplete: re-download it.")
         needed = self._needed_tensors()
-        missing = [hf for hf in needed if gguf_tensor_name(hf) not in self.tensors]
+        missing = [hf for hf in needed if self.tensor_name(hf) not in self.tensors]
         if missing:
-            shown = ", ".join(f"{gguf_tensor_name(hf)} ({hf})" for hf in missing[:3])
+            shown = ", ".join(f"{self.tensor_name(hf)} ({hf})" for hf in missing[:3])
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
             raise ModelLoadError(
                 f"{self.path} has no tensor {shown}{more}, which every {self.architecture} "
                 "model needs. The file is incomplete or damaged: re-download it.")
         for hf in needed:
-            self._check_readable(self.tensors[gguf_tensor_name(hf)])
+            self._check_readable(self.tensors[self.tensor_name(hf)])
 
     def _needed_tensors(self) -> list[str]:
         """The Hugging Face names of the weights every model of the file's architecture and
@@ -120,8 +104,7 @@ class GGUFModelFile:
                 f"{self.path} does not say how many layers its model has (no "
                 f"{self.architecture}.block_count). The file is damaged: re-download it.")
         layers = int(field.contents())
-        modules = [module for module in _LAYER_TENSORS
-                   if self.architecture == "qwen3" or module not in _QWEN3_ONLY]
+        modules = needed_layer_modules(self.architecture)
         if layers * len(modules) > len(self.tensors):  # bounds the list before it is built
             raise ModelLoadError(
                 f"{self.path} holds {len(self.tensors)} tensors, too few for the {layers} "
@@ -196,8 +179,12 @@ class GGUFModelFile:
 
         return LazyWeights(tensors, decode)
 
+    def tensor_name(self, hf_name: str) -> str:
+        """The GGUF name of a Hugging Face parameter in this file's architecture."""
+        return gguf_tensor_name(hf_name, self.architecture)
+
     def _checked_tensor(self, hf_name: str, shape: tuple[int, ...]) -> gguf.ReaderTensor:
-        name = gguf_tensor_name(hf_name)
+        name = self.tensor_name(hf_name)
         tensor = self.tensors.get(name)
         if tensor is None:
             raise ModelLoadError(
@@ -218,7 +205,7 @@ class GGUFModelFile:
         """The tensor's raw rows; for llama q and k reordered, as llama.cpp's converter
         interleaved the rotary halves of each head. A row is whole blocks, so this is exact
         for every type (and numpy's row gather is ~500x faster than torch's on uint8)."""
-        if self.architecture != "llama":
+        if self.architecture not in PERMUTED_QK:
             return tensor.data
         if ".self_attn.q_proj." in hf_name:
             heads = config.num_attention_heads
@@ -227,16 +214,6 @@ class GGUFModelFile:
         else:
             return tensor.data
         return tensor.data[rotary_unpermutation(tensor.data.shape[0], heads).numpy()]
-
-
-def gguf_tensor_name(hf_name: str) -> str:
-    """"model.layers.3.mlp.up_proj.weight" -> "blk.3.ffn_up.weight"."""
-    layer = _LAYER_PARAMETER.fullmatch(hf_name)
-    if layer is not None:
-        index, module, kind = layer.groups()
-        return f"blk.{index}.{_LAYER_TENSORS[module]}.{kind}"
-    module, kind = _GLOBAL_PARAMETER.fullmatch(hf_name).groups()
-    return f"{_GLOBAL_TENSORS[module]}.{kind}"
 
 
 def tensor_shape(tensor: gguf.ReaderTensor) -> tuple[int, ...]:

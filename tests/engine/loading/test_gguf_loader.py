@@ -29,7 +29,7 @@ from engine.loading.loader import (
     metadata_cache_folder,
     tokenizer_folder,
 )
-from engine.models.config import expected_weight_shapes
+from engine.models.registry import expected_weight_shapes
 from engine.quantization.tensors import Int4Weight, Int8Weight, Q6KWeight, dequantize
 
 INT4_TYPES = (QType.Q4_0, QType.Q4_1, QType.Q4_K)
@@ -338,7 +338,7 @@ def test_unsupported_architecture_names_it_and_the_file(tmp_path):
     path = write_tiny_gguf(tmp_path / "tiny.gguf", architecture="phi3").path
     with pytest.raises(ModelLoadError, match="'phi3'") as error:
         load_model(path)
-    assert str(path) in str(error.value) and "llama" in str(error.value)
+    assert str(path) in str(error.value) and "Llama 2/3" in str(error.value)
 
 
 # The default model
