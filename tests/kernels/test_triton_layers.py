@@ -48,6 +48,13 @@ def test_silu_and_mul_matches_reference(dtype, intermediate):
 
 
 @pytest.mark.parametrize("dtype", KERNEL_DTYPES)
+@pytest.mark.parametrize("intermediate", [128, 2048])  # Gemma 3 270M's is 2048
+def test_gelu_tanh_and_mul_matches_reference(dtype, intermediate):
+    x = 3 * randn(4, 2 * intermediate, dtype=dtype)  # out to where tanh saturates
+    assert_close(triton_layers.gelu_tanh_and_mul(x), torch_ref.gelu_tanh_and_mul(x))
+
+
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
 def test_write_kv_cache_lands_in_slots_and_skips_padding(dtype):
     num_blocks, block_size, kv_heads, head_dim = 4, 16, 2, 64
     k_cache = torch.zeros(num_blocks, block_size, kv_heads, head_dim, device=DEVICE, dtype=dtype)

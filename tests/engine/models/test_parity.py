@@ -100,15 +100,20 @@ def test_default_model_greedy_matches_transformers_on_a_mixed_batch(
 
 
 def save_tiny_variant(tmp_path_factory, tokenizer_dir: Path, variant: str) -> Path:
-    """One of TINY_VARIANTS, or e.g. "mistral-window24" (keys beyond 24 tokens back masked)."""
+    """One of TINY_VARIANTS, or e.g. "mistral-window24" (keys beyond 24 tokens back masked), or
+    "qwen3-window24-first" (only the first layer windowed, the other global)."""
     base, _, window = variant.partition("-window")
+    window = window.removesuffix("-first")
     folder = save_tiny_model(tmp_path_factory.mktemp(variant), base, tokenizer_dir)
     if window:
         config = json.loads((folder / "config.json").read_text())
         config["sliding_window"] = int(window)
         if "layer_types" in config:  # Qwen windows only the layers it lists as sliding
             config["use_sliding_window"] = True
-            config["layer_types"] = ["sliding_attention"] * config["num_hidden_layers"]
+            layers = config["num_hidden_layers"]
+            config["layer_types"] = (["sliding_attention"] + ["full_attention"] * (layers - 1)
+                                     if variant.endswith("-first")
+                                     else ["sliding_attention"] * layers)
         (folder / "config.json").write_text(json.dumps(config))
     return folder
 
@@ -126,7 +131,8 @@ def tiny_variant(tmp_path_factory, default_model) -> Callable[[str], Path]:
     return saved
 
 
-@pytest.fixture(params=[*TINY_VARIANTS, "mistral-window24", "qwen3-window24"])
+@pytest.fixture(params=[*TINY_VARIANTS, "mistral-window24", "qwen3-window24",
+                        "qwen3-window24-first"])
 def tiny_model_dir(request, tiny_variant) -> Path:
     return tiny_variant(request.param)
 
@@ -137,8 +143,9 @@ def test_tiny_random_model_greedy_matches_transformers(tiny_model_dir, default_m
     assert_greedy_parity(llm, load_hf_model(tiny_model_dir), prompts)
 
 
-def test_sliding_window_holds_across_prefill_chunks(tiny_variant, default_model):
-    folder = tiny_variant("mistral-window24")
+@pytest.mark.parametrize("variant", ["mistral-window24", "qwen3-window24-first"])
+def test_sliding_window_holds_across_prefill_chunks(variant, tiny_variant, default_model):
+    folder = tiny_variant(variant)
     # 16-token chunks: later chunks of the ~45-token chat prompts attend through the window mask.
     llm = LLM(str(folder), num_kv_blocks=128, num_threads=NUM_THREADS, max_num_batched_tokens=16)
     prompts = parity_prompts(default_model.tokenizer)
