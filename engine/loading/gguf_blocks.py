@@ -3,8 +3,8 @@
 Q2_K, Q3_K, Q5_0/1/K, IQ4_NL, IQ4_XS, MXFP4, IQ1_S/M and IQ2/IQ3 blocks are decoded here and, under
 "auto", widened to int8 in groups of 32 (`widen_to_int8`). Most of them are small integers
 times one factor per 32 values (`GroupedInts`), which int8 holds exactly; the others (Q2_K,
-Q3_K, IQ2_XS, IQ2_S, IQ1_M: two factors, or a min, per 32 values) are requantized, whose 127
-levels a group are finer than any of their own steps. gguf-py's `gguf.quants.dequantize` is
+IQ2_XS, IQ2_S, IQ1_M: two factors, or a min, per 32 values) are requantized, whose 127 levels
+a group are finer than any of their own steps. gguf-py's `gguf.quants.dequantize` is
 the reference the tests hold the float values to, bit for bit; it runs the same arithmetic in
 many small pieces, several times slower.
 
@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 _WIDEN_CHUNK_VALUES = 1 << 24
 _F32 = np.float32
 _GROUP = INT8_GROUP_SIZE
+QK_K = 256  # values in a K-quant or IQ super-block
 
 
 @dataclass(slots=True)
@@ -69,12 +70,12 @@ def _blocks(raw: np.ndarray, kind: QType) -> np.ndarray:
 
 
 def widen_to_int8(data: np.ndarray, kind: QType) -> Int8Weight:
-    """A matrix's raw rows -> Int8Weight in groups of 32: exactly where the type is GroupedInts,
+    """A matrix's raw rows -> Int8Weight in groups of 32: exactly where the type has GroupedInts,
     else requantized a slice of rows at a time, so that a large table never exists whole as
     float32."""
     rows = data.shape[0]
-    if kind in _GROUPED:
-        grouped = _GROUPED[kind](_blocks(np.asarray(data), kind))
+    if kind in _EXACT_INT8:
+        grouped = _EXACT_INT8[kind](_blocks(np.asarray(data), kind))
         mins = None if grouped.mins is None else torch.from_numpy(grouped.mins.reshape(rows, -1))
         return Int8Weight(torch.from_numpy(grouped.q.reshape(rows, -1)),
                           torch.from_numpy(grouped.scales.reshape(rows, -1)), _GROUP, mins)
@@ -319,7 +320,8 @@ def _iq1_s(blocks: np.ndarray) -> GroupedInts:
     return GroupedInts(q, fp16_field(blocks, 0)[:, None] * odd * _F32(0.125))
 
 
-# Types with two factors, or a min, per 32 values: float
+# Types with two factors, or a min, per 32 values: float (Q3_K also as GroupedInts, whose
+# values are the same but zeros may take the other sign)
 
 
 def _q2_k(blocks: np.ndarray) -> np.ndarray:
@@ -332,21 +334,36 @@ def _q2_k(blocks: np.ndarray) -> np.ndarray:
 
 
 def _q3_k(blocks: np.ndarray) -> np.ndarray:
-    """110 bytes: 32 of high bits, 64 of 2-bit values, 12 of 6-bit scales, d. A clear high bit
-    takes 4 off the value."""
+    """110 bytes: 32 of high bits, 64 of 2-bit values, 12 of 6-bit scales, d; one scale per 16
+    values."""
     d = fp16_field(blocks, 108)[:, None]
-    q = _crumbs(blocks[:, 32:96]).astype(np.int8) - 4 * (1 - _bit_planes(blocks[:, :32])).astype(
+    return _per_sub_block(d * _q3_k_scales(blocks).astype(_F32), _q3_k_values(blocks).astype(_F32))
+
+
+def _q3_k_ints(blocks: np.ndarray) -> GroupedInts:
+    """Q3_K's values are d times a scale (-32..31) times a value (-4..3): all of a block's one
+    factor d times integers from -124 to 128, which int8 holds with the signs turned (-d)."""
+    n = blocks.shape[0]
+    products = _q3_k_scales(blocks).astype(np.int16)[..., None] * _q3_k_values(blocks).reshape(
+        n, 16, 16)
+    minus_d = np.repeat(-fp16_field(blocks, 108)[:, None], QK_K // _GROUP, axis=1)
+    return GroupedInts((-products).astype(np.int8).reshape(n, -1), minus_d)
+
+
+def _q3_k_values(blocks: np.ndarray) -> np.ndarray:
+    """The 2-bit values less 4 where their high bit is clear: int8 -4..3 [n, 256]."""
+    return _crumbs(blocks[:, 32:96]).astype(np.int8) - 4 * (1 - _bit_planes(blocks[:, :32])).astype(
         np.int8)
-    return _per_sub_block(d * _q3_k_scales(blocks[:, 96:108]), q.astype(_F32))
 
 
-def _q3_k_scales(packed: np.ndarray) -> np.ndarray:
-    """12 bytes -> 16 six-bit scales less 32, float32: scale j's low 4 bits are nibble j // 8 of
-    byte j % 8, its top 2 bits the bits 2 (j // 4) of byte 8 + j % 4."""
+def _q3_k_scales(blocks: np.ndarray) -> np.ndarray:
+    """Bytes 96-107 -> 16 six-bit scales less 32, int8: scale j's low 4 bits are nibble j // 8
+    of byte j % 8, its top 2 bits the bits 2 (j // 4) of byte 8 + j % 4."""
+    packed = blocks[:, 96:108]
     n = packed.shape[0]
     low = (packed[:, None, :8] >> np.array([0, 4], dtype=np.uint8)[:, None]).reshape(n, 16) & 0x0F
     high = (packed[:, None, 8:] >> np.array([0, 2, 4, 6], dtype=np.uint8)[:, None]).reshape(n, 16)
-    return ((low | ((high & 3) << 4)).astype(np.int8) - 32).astype(_F32)
+    return (low | ((high & 3) << 4)).astype(np.int8) - 32
 
 
 def _iq2_xs(blocks: np.ndarray) -> np.ndarray:
@@ -401,7 +418,8 @@ _DECODERS: dict[QType, Callable[[np.ndarray], np.ndarray]] = {
     QType.Q2_K: _q2_k, QType.Q3_K: _q3_k, QType.IQ2_XS: _iq2_xs, QType.IQ2_S: _iq2_s,
     QType.IQ1_M: _iq1_m,
 }
+_EXACT_INT8 = {**_GROUPED, QType.Q3_K: _q3_k_ints}
 # The types decoded here: the loader widens them (layouts.GGUF_WIDENED_TYPES names them), those
 # of EXACT_TYPES without changing a value.
-EXACT_TYPES = frozenset(_GROUPED)
+EXACT_TYPES = frozenset(_EXACT_INT8)
 DECODED_TYPES = EXACT_TYPES | frozenset(_DECODERS)

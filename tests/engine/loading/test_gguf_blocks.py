@@ -90,3 +90,14 @@ def test_widening_a_slice_of_rows_at_a_time_gives_the_whole_tensors_weight(monke
     monkeypatch.setattr(gguf_blocks, "_WIDEN_CHUNK_VALUES", 3 * COLS)  # 3 rows, then 3, then 2
     sliced = widen_to_int8(raw, QType.IQ3_S)
     assert torch.equal(sliced.q, whole.q) and torch.equal(sliced.scales, whole.scales)
+
+
+def test_q3_k_widens_its_largest_product_exactly():
+    # Scale -32 (every scale bit clear) times value -4 (every value and high bit clear): 128,
+    # one past int8's top, held negated.
+    raw = raw_rows(QType.Q3_K)
+    blocks = raw.reshape(ROWS, -1, 110)
+    blocks[0, 0, :108] = 0
+    weight = widen_to_int8(raw, QType.Q3_K)
+    assert weight.q[0, :256].eq(-128).all()
+    assert torch.equal(dequantize(weight), torch.from_numpy(gguf.quants.dequantize(raw, QType.Q3_K)))
