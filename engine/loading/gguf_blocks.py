@@ -30,8 +30,9 @@ from engine.quantization.tensors import INT8_GROUP_SIZE, Int8Weight, quantize_in
 
 logger = logging.getLogger(__name__)
 
-# Values decoded at once while widening: bounds the float copy of one tensor (64 MB).
-_WIDEN_CHUNK_VALUES = 1 << 24
+# Values decoded at once while widening: bounds the temporary arrays of one tensor (a float32
+# copy of a slice is 64 MB).
+_WIDEN_SLICE_VALUES = 1 << 24
 _F32 = np.float32
 _GROUP = INT8_GROUP_SIZE
 QK_K = 256  # values in a K-quant or IQ super-block
@@ -71,23 +72,27 @@ def _blocks(raw: np.ndarray, kind: QType) -> np.ndarray:
 
 def widen_to_int8(data: np.ndarray, kind: QType) -> Int8Weight:
     """A matrix's raw rows -> Int8Weight in groups of 32: exactly where the type has GroupedInts,
-    else requantized a slice of rows at a time, so that a large table never exists whole as
-    float32."""
-    rows = data.shape[0]
-    if kind in _EXACT_INT8:
-        grouped = _EXACT_INT8[kind](_blocks(np.asarray(data), kind))
-        mins = None if grouped.mins is None else torch.from_numpy(grouped.mins.reshape(rows, -1))
-        return Int8Weight(torch.from_numpy(grouped.q.reshape(rows, -1)),
-                          torch.from_numpy(grouped.scales.reshape(rows, -1)), _GROUP, mins)
+    else requantized. A slice of rows at a time, so that a large table's decoding never needs
+    more than a slice's worth of temporary arrays."""
     block_size, type_size = gguf.GGML_QUANT_SIZES[kind]
-    rows_per_chunk = max(1, _WIDEN_CHUNK_VALUES // (data.shape[1] // type_size * block_size))
-    parts = [quantize_int8(torch.from_numpy(dequantize_rows(data[start:start + rows_per_chunk],
-                                                            kind)), _GROUP)
-             for start in range(0, rows, rows_per_chunk)]
+    rows_per_slice = max(1, _WIDEN_SLICE_VALUES // (data.shape[1] // type_size * block_size))
+    parts = [_widened_slice(data[start:start + rows_per_slice], kind)
+             for start in range(0, data.shape[0], rows_per_slice)]
     if len(parts) == 1:
         return parts[0]
+    mins = None if parts[0].mins is None else torch.cat([p.mins for p in parts])
     return Int8Weight(torch.cat([p.q for p in parts]), torch.cat([p.scales for p in parts]),
-                      _GROUP)
+                      _GROUP, mins)
+
+
+def _widened_slice(data: np.ndarray, kind: QType) -> Int8Weight:
+    if kind not in _EXACT_INT8:
+        return quantize_int8(torch.from_numpy(dequantize_rows(data, kind)), _GROUP)
+    rows = data.shape[0]
+    grouped = _EXACT_INT8[kind](_blocks(np.asarray(data), kind))
+    mins = None if grouped.mins is None else torch.from_numpy(grouped.mins.reshape(rows, -1))
+    return Int8Weight(torch.from_numpy(grouped.q.reshape(rows, -1)),
+                      torch.from_numpy(grouped.scales.reshape(rows, -1)), _GROUP, mins)
 
 
 def log_widened_types(kinds: Iterable[QType]) -> None:

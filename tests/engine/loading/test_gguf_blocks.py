@@ -84,12 +84,14 @@ def test_widening_moves_each_value_by_at_most_half_an_int8_step(kind):
     assert ((dequantize(weight) - exact).abs() <= half_step * 1.001).all()
 
 
-def test_widening_a_slice_of_rows_at_a_time_gives_the_whole_tensors_weight(monkeypatch):
-    raw = raw_rows(QType.IQ3_S)
-    whole = widen_to_int8(raw, QType.IQ3_S)
-    monkeypatch.setattr(gguf_blocks, "_WIDEN_CHUNK_VALUES", 3 * COLS)  # 3 rows, then 3, then 2
-    sliced = widen_to_int8(raw, QType.IQ3_S)
+@pytest.mark.parametrize("kind", [QType.IQ2_S, QType.IQ3_S, QType.Q5_K], ids=lambda k: k.name)
+def test_widening_a_slice_of_rows_at_a_time_gives_the_whole_tensors_weight(monkeypatch, kind):
+    raw = raw_rows(kind)
+    whole = widen_to_int8(raw, kind)
+    monkeypatch.setattr(gguf_blocks, "_WIDEN_SLICE_VALUES", 3 * COLS)  # 3 rows, then 3, then 2
+    sliced = widen_to_int8(raw, kind)
     assert torch.equal(sliced.q, whole.q) and torch.equal(sliced.scales, whole.scales)
+    assert (sliced.mins is None and whole.mins is None) or torch.equal(sliced.mins, whole.mins)
 
 
 def test_q3_k_widens_its_largest_product_exactly():
