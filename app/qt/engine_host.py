@@ -222,7 +222,11 @@ class EngineHost(QObject):
 
     def _build_engine(self, model: str | None, quantization: str) -> AsyncEngine:
         """On the host's thread, where the first load imports the engine (seconds of torch and
-        transformers) while the window is already up."""
+        transformers) while the window is already up. A model Pagoda does not run is refused
+        before that, from its header or config.json: in milliseconds, with the reason."""
+        with ENGINE_IMPORT_LOCK:
+            from engine.loading.model_check import refuse_unrunnable_model
+        refuse_unrunnable_model(model)
         with ENGINE_IMPORT_LOCK:
             import app.backends.local  # noqa: F401 - the engine behind it; _load wraps the result
         return self._factory(model, self.engine_config(quantization), self._progress.emit)

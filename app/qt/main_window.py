@@ -865,8 +865,13 @@ class MainWindow(QMainWindow):
 
     def _model_failed(self, message: str) -> None:
         self._ready_tabs()
+        # Over the Models dialog while it is open: the model was picked there, and a box
+        # behind it would go unseen.
+        library = self._library_dialog
         self._message_box(QMessageBox.Icon.Critical, "Could not load the model", message,
-                          object_name="modelErrorDialog")
+                          object_name="modelErrorDialog",
+                          parent=library if library is not None and library.isVisible()
+                          else None)
 
     def _show_local_sources(self) -> None:
         for controller in self.controllers.values():
@@ -909,9 +914,11 @@ class MainWindow(QMainWindow):
         self.status.show_remote(source.connection.label, source.backend.stats())
 
     def _message_box(self, icon: QMessageBox.Icon, title: str, text: str,
-                     object_name: str = "messageBox") -> QMessageBox:
-        """Non-blocking: never exec() a dialog while coroutines run on this loop."""
-        box = QMessageBox(icon, title, text, QMessageBox.StandardButton.Ok, self)
+                     object_name: str = "messageBox",
+                     parent: QWidget | None = None) -> QMessageBox:
+        """Non-blocking: never exec() a dialog while coroutines run on this loop. Over parent,
+        else this window."""
+        box = QMessageBox(icon, title, text, QMessageBox.StandardButton.Ok, parent or self)
         box.setObjectName(object_name)
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.open()

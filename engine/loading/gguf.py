@@ -39,6 +39,7 @@ from engine.loading.gguf_header import check_gguf_header
 from engine.loading.gguf_names import PERMUTED_QK, gguf_tensor_name, needed_layer_modules
 from engine.loading.layouts import GGUF_FLOAT_TYPES, GGUF_INT4_TYPES, GGUF_INT8_TYPES
 from engine.loading.lazy_weights import LazyWeights
+from engine.loading.model_check import unreadable_type_message
 from engine.models.registry import supported_gguf_architectures, unsupported_message
 from engine.quantization.tensors import (
     INT4_GROUP_SIZE,
@@ -115,11 +116,8 @@ class GGUFModelFile:
 
     def _check_readable(self, tensor: gguf.ReaderTensor) -> None:
         if tensor.tensor_type not in INT4_TYPES | INT8_TYPES | FLOAT_TYPES:
-            readable = ", ".join(t.name for t in sorted(INT4_TYPES | INT8_TYPES | FLOAT_TYPES))
-            raise ModelLoadError(
-                f"Tensor {tensor.name} in {self.path} is stored as {tensor.tensor_type.name}, "
-                f"which Pagoda cannot read. It reads {readable}: download a Q4_K_M, Q4_0, "
-                "Q5_K_M, Q6_K or Q8_0 file of the model instead.")
+            raise ModelLoadError(unreadable_type_message(tensor.name, tensor.tensor_type.name,
+                                                         self.path))
 
     def config_and_tokenizer(
         self, cache: Path

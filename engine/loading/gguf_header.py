@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import mmap
 import struct
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -42,7 +43,16 @@ _MIN_TENSOR_INFO_BYTES = 8 + 4 + 4 + 8
 _MIN_ARRAY_BYTES = 4 + 8
 
 
-def check_gguf_header(path: Path) -> None:
+@dataclass(slots=True)
+class GGUFHeader:
+    """What the scan read on its way: the file's general.architecture (None when it names none)
+    and each tensor's type, enough to tell whether Pagoda runs the file."""
+
+    architecture: str | None = None
+    tensor_types: dict[str, GGMLQuantizationType] = field(default_factory=dict)
+
+
+def check_gguf_header(path: Path) -> GGUFHeader:
     """Raise MalformedGGUFError, naming path and the field, unless every count, length, tensor
     shape and tensor extent in path's header fits in the file."""
     with open(path, "rb") as file:
@@ -50,7 +60,7 @@ def check_gguf_header(path: Path) -> None:
         if size < _HEADER_BYTES:
             raise _refusal(path, f"it is {size} bytes long, shorter than a GGUF header")
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            _HeaderScan(path, data, size).run()
+            return _HeaderScan(path, data, size).run()
 
 
 class _HeaderScan:
@@ -60,8 +70,9 @@ class _HeaderScan:
         self.order = "<"
         self.items = 0
         self.alignment = DEFAULT_ALIGNMENT
+        self.header = GGUFHeader()
 
-    def run(self) -> None:
+    def run(self) -> GGUFHeader:
         self._read_magic_and_version()
         tensor_count = self._count("the tensor count", _MIN_TENSOR_INFO_BYTES, MAX_TENSORS)
         key_count = self._count("the metadata key count", _MIN_KEY_BYTES, MAX_KEYS)
@@ -71,6 +82,7 @@ class _HeaderScan:
         data_start = _aligned(self.offset, self.alignment)
         for name, nbytes, tensor_offset in tensors:
             self._check_tensor_extent(name, nbytes, data_start + tensor_offset)
+        return self.header
 
     def _read_magic_and_version(self) -> None:
         if self.data[:4] != b"GGUF":
@@ -90,6 +102,8 @@ class _HeaderScan:
         value_type = self._unsigned(4, f"the type of {label}")
         if key == "general.alignment" and value_type == _UINT32:
             self._read_alignment(label)
+        elif key == "general.architecture" and value_type == _STRING:
+            self.header.architecture = self._string(label)
         else:
             self._skip_value(value_type, label, depth=0)
 
@@ -148,6 +162,7 @@ class _HeaderScan:
                                       f"{MAX_DIMS}")
         dims = [self._unsigned(8, f"dimension {d} of {name}") for d in range(n_dims)]
         kind = self._tensor_type(name)
+        self.header.tensor_types[raw_name] = kind
         tensor_offset = self._unsigned(8, f"the data offset of {name}")
         block_size, type_size = GGML_QUANT_SIZES[kind]
         if dims and dims[0] % block_size:

@@ -23,13 +23,10 @@ from safetensors import SafetensorError, safe_open
 from engine.errors import ModelLoadError
 from engine.folders import cache_dir
 from engine.loading.gguf import GGUFModelFile
+from engine.loading.model_check import check_config_supported
 from engine.loading.model_files import default_model_file, model_name
 from engine.loading.on_load import apply_quantization
-from engine.models.registry import (
-    expected_weight_shapes,
-    supported_model_types,
-    unsupported_message,
-)
+from engine.models.registry import expected_weight_shapes, supported_model_types
 from engine.quantization.tensors import Weight, weight_shape
 
 # step name, steps done, steps in all
@@ -105,7 +102,7 @@ def _load_gguf(path: Path, dtype: torch.dtype, quantization: str,
     gguf = GGUFModelFile(path)
     step(1)
     config, tokenizer = gguf.config_and_tokenizer(metadata_cache_folder(path))
-    _check_supported(config.to_dict(), path)
+    check_config_supported(config.to_dict(), path)
     step(2)
     expected = expected_weight_shapes(config)
     weights = gguf.weights(expected, config, quantization, dtype)
@@ -176,32 +173,13 @@ def _read_config(folder: Path) -> transformers.PretrainedConfig:
         raise ModelLoadError(
             f"{config_file} is not readable JSON ({error}). Re-download the model."
         ) from error
-    _check_supported(raw, config_file)
+    check_config_supported(raw, config_file)
     try:
         return transformers.AutoConfig.from_pretrained(folder)
     except Exception as error:
         raise ModelLoadError(
             f"{config_file} could not be read as a model config: {error}. Re-download the model."
         ) from error
-
-
-def _check_supported(raw: object, config_file: Path) -> None:
-    if not isinstance(raw, dict):
-        raise ModelLoadError(
-            f"{config_file} holds a JSON {type(raw).__name__}, not an object of settings. "
-            "Re-download the model.")
-    model_type = raw.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ModelLoadError(unsupported_message(model_type, str(config_file)))
-    quantization = raw.get("quantization_config")
-    if quantization:
-        method = (
-            quantization.get("quant_method", "unknown") if isinstance(quantization, dict) else ""
-        )
-        raise ModelLoadError(
-            f"{config_file} describes a quantized checkpoint ({method}), which Pagoda cannot "
-            "read. Use an unquantized (fp32/fp16/bf16) model folder or a .gguf file."
-        )
 
 
 def _read_tokenizer(

@@ -24,6 +24,7 @@ from engine.errors import ModelLoadError
 from engine.loading.gguf import open_gguf_reader
 from engine.loading.layouts import VOCABULARY_MATRICES, Layout, gguf_layout
 from engine.loading.loader import default_model_file, model_name
+from engine.loading.model_check import refuse_unrunnable_model
 from engine.models.kv_cache_sizing import kv_cache_memory_bound
 from engine.quantization.tensors import INT4_GROUP_SIZE
 
@@ -100,8 +101,10 @@ def describe_model(source: str | os.PathLike | None = None, quantization: str = 
 
 def read_model_headers(source: str | os.PathLike | None = None) -> ModelHeaders:
     """The slow part of describe_model (a GGUF's metadata is parsed whole: about 2 s for the
-    default model's tokenizer), done once per file."""
+    default model's tokenizer), done once per file. A model Pagoda does not run (its family,
+    a tensor type) is refused first, from the header's scan alone."""
     path = _existing_path(source)
+    refuse_unrunnable_model(path)
     if path.is_dir():
         return ModelHeaders(path, "safetensors", tuple(read_safetensors_headers(path)))
     if path.suffix.lower() == ".gguf":

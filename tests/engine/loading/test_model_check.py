@@ -1,0 +1,89 @@
+"""A model Pagoda does not run is refused from its GGUF header or config.json alone, with the
+reason, before the engine is imported or any tokenizer or weight is read."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from tiny_gguf import QType, write_tiny_gguf
+
+from engine.errors import ModelLoadError
+from engine.loading.model_check import refuse_unrunnable_model
+from engine.loading.model_info import read_model_headers
+
+
+@pytest.fixture(scope="module")
+def ggufs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("check")
+    return {
+        "qwen3moe": write_tiny_gguf(folder / "moe.gguf", architecture="qwen3moe").path,
+        "qwen2vl": write_tiny_gguf(folder / "vl.gguf", architecture="qwen2vl").path,
+        "bert": write_tiny_gguf(folder / "bert.gguf", architecture="bert").path,
+        "TQ2_0": write_tiny_gguf(folder / "tq.gguf", matrix_type=QType.TQ2_0).path,
+        "llama": write_tiny_gguf(folder / "llama.gguf").path,
+    }
+
+
+@pytest.mark.parametrize(("file", "reason"), [
+    ("qwen3moe", "Unsupported architecture 'qwen3moe'"),
+    ("qwen3moe", "mixture-of-experts: not yet"),
+    ("qwen2vl", "vision-language model: not yet"),
+    ("bert", "not a model family Pagoda knows"),
+    ("TQ2_0", "is stored as TQ2_0, which Pagoda cannot read"),
+])
+def test_a_gguf_of_a_family_or_type_pagoda_does_not_run_is_refused_with_the_reason(
+        ggufs, file, reason):
+    with pytest.raises(ModelLoadError, match=reason) as refused:
+        refuse_unrunnable_model(ggufs[file])
+
+    assert str(ggufs[file]) in str(refused.value)
+
+
+def test_the_refusal_names_the_families_pagoda_runs(ggufs):
+    with pytest.raises(ModelLoadError, match="Pagoda runs these families: Llama"):
+        refuse_unrunnable_model(ggufs["qwen3moe"])
+
+
+def test_a_gguf_pagoda_runs_passes(ggufs):
+    refuse_unrunnable_model(ggufs["llama"])
+
+
+@pytest.mark.parametrize(("config", "reason"), [
+    ({"model_type": "qwen3_moe"}, "mixture-of-experts: not yet"),
+    ({"model_type": "lfm2"}, "hybrid attention and state-space layers: not yet"),
+    ({"model_type": ["llama"]}, "not a model family Pagoda knows"),
+    ({"model_type": "llama", "quantization_config": {"quant_method": "gptq"}},
+     "quantized checkpoint \\(gptq\\)"),
+    ([1, 2], "holds a JSON list"),
+])
+def test_a_folder_whose_config_pagoda_does_not_run_is_refused_with_the_reason(
+        tmp_path, config, reason):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+
+    with pytest.raises(ModelLoadError, match=reason):
+        refuse_unrunnable_model(tmp_path)
+
+
+def test_what_the_check_cannot_read_is_left_to_the_loaders_own_errors(tmp_path):
+    damaged = tmp_path / "cut.gguf"
+    damaged.write_bytes(b"GGUF\3\0\0\0")
+    (tmp_path / "folder").mkdir()
+
+    for source in (None, damaged, tmp_path / "folder", tmp_path / "missing.gguf"):
+        refuse_unrunnable_model(source)
+
+
+def test_reading_the_headers_for_the_fit_check_refuses_the_same_files(ggufs):
+    with pytest.raises(ModelLoadError, match="mixture-of-experts: not yet"):
+        read_model_headers(ggufs["qwen3moe"])
+
+
+def test_the_check_imports_neither_torch_nor_transformers():
+    probe = ("import sys; import engine.loading.model_check; "
+             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+
+    assert out.strip() == "[]"
