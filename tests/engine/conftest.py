@@ -58,11 +58,7 @@ def llama_cpp_ggufs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     """Each tiny family llama.cpp runs (LLAMA_CPP_VARIANTS) as an HF folder and as the f16 GGUF
     llama.cpp's own converter writes from it: {variant: (hf_folder, gguf_file)}, made once per
     session (~10 s: one converter process). Skipped where the converter is not installed."""
-    from tests.engine.llama_cpp_converter import LLAMA_CPP_VARIANTS, convert_all, require_converter
-    from tests.engine.tiny_models import save_tiny_model
+    from tests.engine.llama_cpp_converter import convert_tiny_variants, require_converter
 
     require_converter()
-    root = tmp_path_factory.mktemp("llama-cpp-families")
-    folders = {v: save_tiny_model(root / v, v) for v in LLAMA_CPP_VARIANTS}
-    files = convert_all([(folder, root / f"{v}.f16.gguf") for v, folder in folders.items()])
-    return {v: (folders[v], f) for v, f in zip(LLAMA_CPP_VARIANTS, files, strict=True)}
+    return convert_tiny_variants(tmp_path_factory.mktemp("llama-cpp-families"))

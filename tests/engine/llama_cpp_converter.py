@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.engine.tiny_models import save_tiny_model
+
 # The tiny families (tests/engine/tiny_models.py) whose GGUF llama.cpp runs as transformers does.
 # Not "gemma3-query-scalar": llama.cpp takes Gemma 3's attention scale from head_dim, not from
 # query_pre_attn_scalar, so its file would mean another model.
@@ -27,9 +29,9 @@ CONVERTER = CONVERTER_DIR / "convert_hf_to_gguf.py"
 # (the converter reads tokenizers through them) takes several, so one interpreter runs them all.
 _RUN_EACH = """
 import runpy, sys
-script, outtype, *pairs = sys.argv[1:]
-for hf_folder, out_path in zip(pairs[::2], pairs[1::2]):
-    sys.argv = [script, hf_folder, "--outfile", out_path, "--outtype", outtype]
+script, outtype, *jobs = sys.argv[1:]
+for hf_folder, out_path, name in zip(jobs[::3], jobs[1::3], jobs[2::3]):
+    sys.argv = [script, hf_folder, "--outfile", out_path, "--outtype", outtype, "--model-name", name]
     runpy.run_path(script, run_name="__main__")
 """
 _TIMEOUT_S = 600
@@ -46,13 +48,22 @@ def require_converter() -> Path:
     pytest.skip(message)
 
 
-def convert_to_gguf(hf_folder: Path, out_path: Path, outtype: str = "f16") -> Path:
+def gguf_model_name(variant: str) -> str:
+    """The general.name a tiny variant's file gets. llama.cpp's vocabulary loader takes a model
+    whose name holds "phi3" for Phi-3 with its sentencepiece vocabulary and looks up "</s>", which
+    the GPT-2-style tokenizer lacks (it fails to load); our Phi-3 variants are laid out as Phi-4
+    mini, whose files are named "Phi 4 ...", so they are named so."""
+    return "Tiny " + variant.replace("phi3", "Phi 4 mini")
+
+
+def convert_to_gguf(hf_folder: Path, out_path: Path, outtype: str = "f16", name: str = "Tiny") -> Path:
     """Convert one HF folder with llama.cpp's converter; returns out_path."""
-    return convert_all([(hf_folder, out_path)], outtype)[0]
+    return convert_all([(hf_folder, out_path, name)], outtype)[0]
 
 
-def convert_all(jobs: Sequence[tuple[Path, Path]], outtype: str = "f16") -> list[Path]:
-    """Convert each (hf_folder, out_path) pair in one converter process; returns the out paths.
+def convert_all(jobs: Sequence[tuple[Path, Path, str]], outtype: str = "f16") -> list[Path]:
+    """Convert each (hf_folder, out_path, general.name) in one converter process; returns the
+    out paths.
 
     outtype is the converter's --outtype (f32, f16, bf16, q8_0). A conversion the converter
     refuses fails the test with the converter's own last words."""
@@ -63,5 +74,14 @@ def convert_all(jobs: Sequence[tuple[Path, Path]], outtype: str = "f16") -> list
                           check=False, env=env, capture_output=True, text=True, timeout=_TIMEOUT_S)
     if done.returncode != 0:
         pytest.fail(f"llama.cpp's converter failed (exit {done.returncode}) on "
-                    f"{[str(hf) for hf, _ in jobs]}:\n{done.stderr[-3000:]}")
-    return [Path(out) for _, out in jobs]
+                    f"{[str(hf) for hf, _, _ in jobs]}:\n{done.stderr[-3000:]}")
+    return [Path(out) for _, out, _ in jobs]
+
+
+def convert_tiny_variants(root: Path, variants: Sequence[str] = LLAMA_CPP_VARIANTS) -> dict[str, tuple[Path, Path]]:
+    """Each tiny variant saved under root and converted to f16 there:
+    {variant: (hf_folder, root / "tiny-<variant>.f16.gguf")}."""
+    folders = {v: save_tiny_model(root / v, v) for v in variants}
+    files = convert_all([(folder, root / f"tiny-{v}.f16.gguf", gguf_model_name(v))
+                         for v, folder in folders.items()])
+    return {v: (folders[v], f) for v, f in zip(variants, files, strict=True)}

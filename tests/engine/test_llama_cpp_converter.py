@@ -13,6 +13,11 @@ from tiny_models import tiny_config
 
 from engine.loading.gguf import open_gguf_reader
 from tests.engine.llama_cpp_converter import LLAMA_CPP_VARIANTS
+from tests.engine.llama_cpp_references import llama_cpp_records, sha256
+
+# The session's tiny models and their conversion (~15 s on a quiet 2-core machine: one converter
+# process for all four) come with whichever of these runs first; the families' tests share them.
+pytestmark = pytest.mark.slow
 
 ARCHITECTURES = {"gemma3": "gemma3", "phi3": "phi3", "phi3-longrope": "phi3", "smollm3": "smollm3"}
 _LLAMA_BLOCK = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
@@ -46,7 +51,6 @@ def tensor(reader: gguf.GGUFReader, name: str) -> np.ndarray:
     return np.asarray(next(t for t in reader.tensors if t.name == name).data)
 
 
-@pytest.mark.slow  # the session's conversions: ~10 s in one converter process, shared with the families' tests
 @pytest.mark.parametrize("variant", LLAMA_CPP_VARIANTS)
 def test_each_family_is_written_under_its_architecture_with_its_tensors(readers, variant):
     reader = readers[variant]
@@ -99,3 +103,15 @@ def test_phi3_partial_rotary_and_longrope_factors_are_in_the_file(readers):
     np.testing.assert_allclose(tensor(reader, "rope_factors_short.weight"), rope["short_factor"])
     # sqrt(1 + ln(4096 / 256) / ln(256)), transformers' longrope attention factor
     assert field(reader, "phi3.rope.scaling.attn_factor") == pytest.approx(1.5 ** 0.5)
+
+
+@pytest.mark.parametrize("variant", LLAMA_CPP_VARIANTS)
+def test_our_conversion_is_the_file_llama_cpps_tokens_were_recorded_on(llama_cpp_ggufs, variant):
+    """The tiny weights are drawn the same on every CPU and the converter is pinned, so the
+    recorded tokens (tests/engine/data/llama_cpp/tiny_families.json) belong to this file."""
+    recorded = {r.sha256 for r in llama_cpp_records("tiny_families.json", family=variant, type="f16")}
+    assert recorded, f"no llama.cpp record of {variant}: run tests/engine/data/llama_cpp/record.py"
+    assert {sha256(llama_cpp_ggufs[variant][1])} == recorded, (
+        f"{variant}'s f16 GGUF is not the one llama.cpp was recorded on: the tiny model, its "
+        "tokenizer or the converter changed; rerun tests/engine/data/llama_cpp/record.py "
+        "(docs/ENGINE.md, 'Testing families against llama.cpp')")
