@@ -94,6 +94,9 @@ def closed_port() -> int:
 LIBRARY_REPO = "pagoda-test/tiny-GGUF"
 LIBRARY_GATED_REPO = "pagoda-test/locked-GGUF"
 LIBRARY_FOLDER_REPO = "pagoda-test/pocket-llama"  # a safetensors model folder that loads
+LIBRARY_MOE_REPO = "pagoda-test/pocket-moe-GGUF"
+LIBRARY_MOE_FOLDER_REPO = "pagoda-test/pocket-moe"
+LIBRARY_TERNARY_REPO = "pagoda-test/ternary-GGUF"
 LIBRARY_FILES = {"tiny-Q4_K_M.gguf": bytes(range(256)) * 1200,
                  "tiny-Q8_0.gguf": bytes(range(255, -1, -1)) * 2000,
                  "README.md": b"# tiny\n"}
@@ -115,6 +118,15 @@ def _library_hub(tmp_path_factory):
                      gated=True, architecture="llama"))
     hub.add(FakeRepo("pagoda-test/tiny-llama", ["safetensors", "llama"],
                      {"model.safetensors": b"\0" * 64, "config.json": b"{}"}, downloads=900))
+    # What the engine does not run: a family (as GGUF and as a folder), a tensor type.
+    hub.add(FakeRepo(LIBRARY_MOE_REPO, ["gguf"], {"moe-Q4_K_M.gguf": b"\2" * 4096},
+                     downloads=7, architecture="qwen3moe"))
+    hub.add(FakeRepo(LIBRARY_MOE_FOLDER_REPO, ["safetensors", "qwen3_moe"],
+                     {"model.safetensors": b"\0" * 64, "config.json": b"{}",
+                      "tokenizer.json": b"{}"}, downloads=3, model_type="qwen3_moe"))
+    hub.add(FakeRepo(LIBRARY_TERNARY_REPO, ["gguf", "llama"],
+                     {"ternary-TQ2_0.gguf": b"\3" * 4096, "ternary-Q4_K_M.gguf": b"\4" * 4096},
+                     architecture="llama"))
     with served(hub):
         yield hub
 

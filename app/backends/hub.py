@@ -25,13 +25,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class FileFits:
-    """A repository's loadable GGUF files (split parts left out), the recommended one first, each
-    with its fit; `folder` is the fit of its safetensors model folder, None when it has none the
-    engine loads."""
+    """A repository's GGUF files (split parts left out), the recommended one first, each with
+    its fit; `folder` is the fit of its safetensors model folder, None when it has none the
+    engine loads; `folder_files`: the files of its model folder, whether or not the engine runs
+    its model type (empty when it has none)."""
 
     files: list[tuple[HubFile, MemoryFit]]
     recommended: HubFile | None
     folder: MemoryFit | None
+    folder_files: list[HubFile]
 
 
 def search(query: str, token: str | None) -> list[HubModel] | str:
@@ -62,7 +64,7 @@ def file_fits(repo: HubRepo, quantization: str = "auto") -> FileFits:
     with ENGINE_IMPORT_LOCK:
         from engine.config import EngineConfig
         from engine.hub.fit import file_fit, folder_fit
-        from engine.hub.search import recommended_file
+        from engine.hub.search import folder_files, recommended_file
         from engine.models.kv_cache_sizing import kv_cache_memory_bound
 
     kv_cache_bytes = kv_cache_memory_bound(EngineConfig())
@@ -71,7 +73,8 @@ def file_fits(repo: HubRepo, quantization: str = "auto") -> FileFits:
                    key=lambda f: (f is not recommended, f.filename))
     files = [(f, file_fit(repo, f, kv_cache_bytes, quantization=quantization)) for f in ggufs]
     return FileFits(files, recommended,
-                    folder_fit(repo, kv_cache_bytes, quantization=quantization))
+                    folder_fit(repo, kv_cache_bytes, quantization=quantization),
+                    folder_files(repo.files))
 
 
 def download(repo_id: str, filename: str | None, dest_dir: Path | None,

@@ -64,7 +64,9 @@ RECOMMENDED_MODELS = (
 class FileChoice:
     """One file of a repository as the library offers it, or (filename MODEL_FOLDER) its whole
     safetensors model folder. fit: whether it fits this machine's memory, in a few words
-    ("fits", "tight", "too big"); fit_detail: the figures behind it."""
+    ("fits", "tight", "too big"); fit_detail: the figures behind it. unsupported: why the
+    engine does not run it ("mixture-of-experts: not yet"), shown and never downloaded; empty
+    when it runs."""
 
     filename: str
     quantization: str | None
@@ -73,11 +75,16 @@ class FileChoice:
     fit: str = ""
     fit_detail: str = ""
     fit_verdict: str = "unknown"
+    unsupported: str = ""
 
     @property
     def label(self) -> str:
         return "Whole model folder (safetensors)" if self.filename == MODEL_FOLDER \
             else self.filename
+
+    @property
+    def can_download(self) -> bool:
+        return not self.unsupported
 
 
 @dataclass(slots=True)
@@ -162,6 +169,8 @@ class ModelLibrary:
         self._running: Download | None = None
         self._next_id = 1
         self._closed = False
+        # Why each listed file the engine does not run is not downloaded, by (repo, filename).
+        self._unsupported: dict[tuple[str, str], str] = {}
 
     def attach(self, view: LibraryView) -> None:
         """`view` is told the downloads, and the search still running (a dialog closed and
@@ -238,9 +247,13 @@ class ModelLibrary:
     def _show_results(self, models: list[HubModel]) -> None:
         self._tell("show_results", models)
         if not models:
-            self._tell("show_status", "No model the engine can run matches that search.")
+            self._tell("show_status", "No model matches that search.")
+        elif all(m.unsupported for m in models):
+            self._tell("show_status", "None of these runs in Pagoda yet: each says why.")
 
     def _show_files(self, repo_id: str, files: list[FileChoice]) -> None:
+        self._unsupported.update({(repo_id, f.filename): f.unsupported for f in files
+                                  if f.unsupported})
         self._tell("show_files", repo_id, files)
 
     # -- fetching ------------------------------------------------------------------------------
@@ -248,7 +261,7 @@ class ModelLibrary:
     def download(self, repo_id: str, filename: str) -> Download:
         """Queue a file (MODEL_FOLDER: the repository's model folder); it starts once the
         downloads before it have ended. A file already queued or downloading is not queued
-        twice."""
+        twice. A file listed as one the engine does not run fails at once, saying why."""
         for download in self.downloads:
             if download.is_active and (download.repo_id, download.filename) == (repo_id,
                                                                                  filename):
@@ -256,6 +269,10 @@ class ModelLibrary:
         download = Download(self._next_id, repo_id, filename)
         self._next_id += 1
         self.downloads.append(download)
+        reason = self._unsupported.get((repo_id, filename))
+        if reason:
+            download.state = FAILED
+            download.error = f"Not downloaded: Pagoda does not run it ({reason})."
         self._tell("show_download", download)
         self._start_next()
         return download
@@ -372,21 +389,29 @@ def _list_files(repo_id: str, token: str | None, quantization: str) -> list[File
 
 def file_choices(repo: HubRepo, quantization: str = "auto") -> list[FileChoice]:
     """The GGUF files of a repository, the recommended first, then its safetensors model folder
-    when it has one the engine loads (one file of a folder alone loads nothing), each with
-    whether it fits this machine's memory under the engine's quantization setting. Parts of a
-    split GGUF file are left out: the engine does not load them."""
+    when it has one (one file of a folder alone loads nothing), each with whether it fits this
+    machine's memory under the engine's quantization setting, or why the engine does not run
+    it: the repository's family, a file's tensor type. Parts of a split GGUF file are left out:
+    the engine does not load them."""
     fits = hub.file_fits(repo, quantization)
-    choices = [_choice(f.filename, f.quantization, f.size, f is fits.recommended, fit)
+    family = repo.unsupported or ""
+    choices = [_choice(f.filename, f.quantization, f.size,
+                       f is fits.recommended and not family, fit, family or f.unreadable or "")
                for f, fit in fits.files]
+    size = sum(f.size for f in fits.folder_files)
     if fits.folder is not None:
-        size = sum(f.size for f in repo.folder_files)
-        choices.append(_choice(MODEL_FOLDER, repo.weights_dtype, size, not choices, fits.folder))
+        choices.append(_choice(MODEL_FOLDER, repo.weights_dtype, size,
+                               not any(c.can_download for c in choices), fits.folder))
+    elif family and fits.folder_files:
+        choices.append(FileChoice(MODEL_FOLDER, repo.weights_dtype, size, False,
+                                  unsupported=family))
     return choices
 
 
 def _choice(filename: str, quantization: str | None, size: int, recommended: bool,
-            fit: MemoryFit) -> FileChoice:
-    return FileChoice(filename, quantization, size, recommended, *fit_words(fit), fit.verdict)
+            fit: MemoryFit, unsupported: str = "") -> FileChoice:
+    return FileChoice(filename, quantization, size, recommended, *fit_words(fit), fit.verdict,
+                      unsupported)
 
 
 def fit_words(fit: MemoryFit) -> tuple[str, str]:

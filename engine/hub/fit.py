@@ -13,14 +13,13 @@ with a large vocabulary (Qwen2.5-7B's Q4_K_M file).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from engine.hub.search import HubFile, HubRepo
+from engine.hub.search import HubFile, HubRepo, main_tensor_type
 from engine.loading.model_info import (
     MEMORY_OVERHEAD_BYTES,
     ModelFormat,
@@ -37,8 +36,6 @@ from engine.quantization.tensors import INT4_GROUP_SIZE
 FitVerdict = Literal["fits", "tight", "too_big", "unknown"]
 # Checkpoints on the Hub are mostly bf16 or fp16 when the Hub does not say.
 _DEFAULT_SAFETENSORS_DTYPE = "BF16"
-# A K-quant mix ("Q4_K_M": mostly Q4_K) by its main tensor type.
-_K_QUANT_MIX = re.compile(r"^(Q\d_K)_(?:S|M|L|XL)$")
 # The type llama.cpp keeps a mix's larger tensors in.
 _MIX_TYPE = "Q6_K"
 
@@ -69,7 +66,7 @@ def estimate_fit(file_quantization: str | None, size: int, num_parameters: int |
     when not given."""
     if model_format == "safetensors":
         file_quantization = file_quantization or _DEFAULT_SAFETENSORS_DTYPE
-    kind = _tensor_type(file_quantization)
+    kind = main_tensor_type(file_quantization)
     if kind is None:  # neither its layout nor its bytes per weight known: taken at its size
         num_parameters, weights = None, size
     else:
@@ -121,13 +118,6 @@ def _split_by_size(num_parameters: int, size: int, tensor_type: str) -> dict[str
 def _bytes_per_weight(tensor_type: str) -> float:
     block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType[tensor_type]]
     return block_bytes / block
-
-
-def _tensor_type(file_quantization: str | None) -> str | None:
-    """The GGUF tensor type a file's quantization is made of mostly; None when unknown."""
-    label = (file_quantization or "").upper()
-    label = _K_QUANT_MIX.sub(r"\1", label)
-    return label if label in GGMLQuantizationType.__members__ else None
 
 
 def _as_one_matrix(num_parameters: int, tensor_type: str) -> TensorHeader:

@@ -1,6 +1,10 @@
 """Finding models on the Hugging Face Hub: search, a repository's files and parameter count,
 which of them make a model folder the engine loads.
 
+A model or file the engine does not run is listed too, with the reason in words
+(`HubModel.unsupported`, `HubFile.unreadable`, `HubRepo.unsupported`): a user who searches
+"gemma" or "qwen3-30b-a3b" sees what exists and why it does not run, rather than nothing.
+
 Everything goes through huggingface_hub's own client. Nothing is contacted at import: the endpoint
 (HF_ENDPOINT) and offline mode (HF_HUB_OFFLINE) are read when a function is called, so a setting
 changed after start-up (or by a test) is honoured. Before a call the endpoint's host is probed
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httpx2
+from gguf import GGMLQuantizationType
 from huggingface_hub import HfApi, ModelInfo, constants
 from huggingface_hub.errors import (
     GatedRepoError,
@@ -34,12 +39,23 @@ from huggingface_hub.errors import (
 )
 
 from engine.errors import HubAccessError, HubNotFoundError, HubUnreachableError
+from engine.loading.model_check import READABLE_GGUF_TYPES
 from engine.loading.model_files import quantization_of
-from engine.models.registry import supported_gguf_architectures, supported_model_types
+from engine.models.registry import (
+    NOT_YET,
+    supported_gguf_architectures,
+    supported_model_types,
+    why_not_supported,
+)
 
 # What the engine loads, from the family registry (which imports no torch).
 ENGINE_MODEL_TYPES = supported_model_types()
 GGUF_ARCHITECTURES = supported_gguf_architectures()
+# The model types a repository's tags may name: those the engine runs and those it names a
+# reason for.
+_KNOWN_MODEL_TYPES = ENGINE_MODEL_TYPES | NOT_YET.keys()
+# A K-quant mix ("Q4_K_M": mostly Q4_K) by its main tensor type.
+_K_QUANT_MIX = re.compile(r"^(Q\d_K)_(?:S|M|L|XL)$")
 # The usual balance of size and quality for a chat model; without it, the smallest 4-bit file.
 PREFERRED_QUANTIZATION = "Q4_K_M"
 _SPLIT_PART = re.compile(r"-\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)
@@ -72,6 +88,7 @@ class HubModel:
     has_safetensors: bool
     gated: bool
     architecture: str | None  # the GGUF files' architecture, else the model_type tag
+    unsupported: str | None = None  # why the engine does not run it; None when it does
 
 
 @dataclass(slots=True)
@@ -88,6 +105,15 @@ class HubFile:
     @property
     def is_gguf(self) -> bool:
         return self.filename.lower().endswith(".gguf")
+
+    @property
+    def unreadable(self) -> str | None:
+        """Why the engine cannot read this GGUF file's tensors, by the type its name states
+        ("TQ2_0"); None when it can, or when the name does not say."""
+        kind = main_tensor_type(self.quantization)
+        if not self.is_gguf or kind is None or kind in READABLE_GGUF_TYPES:
+            return None
+        return f"{kind} tensors: a type Pagoda cannot read yet"
 
     @property
     def is_split_part(self) -> bool:
@@ -108,6 +134,17 @@ class HubRepo:
     num_parameters: int | None = None
     weights_dtype: str | None = None
     model_type: str | None = None
+    architecture: str | None = None  # the GGUF files' general.architecture, when reported
+
+    @property
+    def unsupported(self) -> str | None:
+        """Why the engine runs no model of this repository, from its GGUF architecture or its
+        config's model_type; None when it runs them (or the Hub does not say)."""
+        for name, runs in ((self.architecture, GGUF_ARCHITECTURES),
+                           (self.model_type, ENGINE_MODEL_TYPES)):
+            if name is not None and name not in runs:
+                return why_not_supported(name)
+        return None
 
     @property
     def folder_files(self) -> list[HubFile]:
@@ -176,29 +213,35 @@ def _unreachable_message() -> str:
 
 
 def search_models(query: str, limit: int = 20, token: str | None = None) -> list[HubModel]:
-    """Repositories whose names match query and whose GGUF files or safetensors the engine
-    runs, most downloaded first (a GGUF repository whose architecture the Hub does not report
-    is kept). It makes network calls: call it off the UI thread."""
+    """Repositories whose names match query with GGUF files or safetensors: those the engine
+    runs first (a GGUF repository whose architecture the Hub does not report among them), then
+    the others with the reason they do not run, each most downloaded first. It makes network
+    calls: call it off the UI thread."""
     api = hub_api(token)
     with hub_errors(query, token=token):
-        gguf = [m for m in api.list_models(search=query, filter="gguf", sort="downloads",
-                                           limit=limit, expand=_SEARCH_FIELDS)
-                if _gguf_architecture(m) in GGUF_ARCHITECTURES | {None}]
-        safetensors = [m for m in api.list_models(search=query, filter="safetensors",
-                                                  sort="downloads", limit=limit,
-                                                  expand=_SEARCH_FIELDS)
-                       if ENGINE_MODEL_TYPES & set(m.tags or ())]
-    found = {m.id: _hub_model(m) for m in [*gguf, *safetensors]}
-    return sorted(found.values(), key=lambda m: m.downloads, reverse=True)[:limit]
+        found = {m.id: _hub_model(m)
+                 for kind in ("gguf", "safetensors")
+                 for m in api.list_models(search=query, filter=kind, sort="downloads",
+                                          limit=limit, expand=_SEARCH_FIELDS)}
+    return sorted(found.values(),
+                  key=lambda m: (m.unsupported is not None, -m.downloads))[:limit]
 
 
 def _hub_model(info: ModelInfo) -> HubModel:
     tags = set(info.tags or ())
-    model_types = sorted(ENGINE_MODEL_TYPES & tags)
+    gguf_architecture = _gguf_architecture(info)
+    model_type = min(ENGINE_MODEL_TYPES & tags, default=None) or min(
+        _KNOWN_MODEL_TYPES & tags, default=None)
+    if gguf_architecture is not None:
+        runs, architecture = gguf_architecture in GGUF_ARCHITECTURES, gguf_architecture
+    elif "gguf" in tags:  # the Hub did not read the files' header: they may well run
+        runs, architecture = True, model_type
+    else:
+        runs, architecture = model_type in ENGINE_MODEL_TYPES, model_type
     return HubModel(repo_id=info.id, downloads=info.downloads or 0, likes=info.likes or 0,
                     has_gguf="gguf" in tags, has_safetensors="safetensors" in tags,
-                    gated=bool(info.gated),
-                    architecture=_gguf_architecture(info) or next(iter(model_types), None))
+                    gated=bool(info.gated), architecture=architecture,
+                    unsupported=None if runs else why_not_supported(architecture))
 
 
 def _gguf_architecture(info: ModelInfo) -> str | None:
@@ -218,7 +261,8 @@ def repo_info(repo_id: str, revision: str | None = None, token: str | None = Non
     return HubRepo(repo_id=repo_id, commit=info.sha, files=files,
                    num_parameters=_num_parameters(info),
                    weights_dtype=max(by_dtype, key=by_dtype.get) if by_dtype else None,
-                   model_type=(info.config or {}).get("model_type"))
+                   model_type=(info.config or {}).get("model_type"),
+                   architecture=_gguf_architecture(info))
 
 
 def _num_parameters(info: ModelInfo) -> int | None:
@@ -249,14 +293,21 @@ def folder_files(files: list[HubFile]) -> list[HubFile]:
 def recommended_file(files: list[HubFile]) -> HubFile | None:
     """Which GGUF file to fetch when the user names none: Q4_K_M, else the smallest 4-bit file,
     else the only GGUF file there is. Split files (-00001-of-00003) are never chosen: one part
-    alone does not load. None when the choice is the user's."""
-    ggufs = [f for f in files if f.is_gguf and not f.is_split_part]
+    alone does not load; nor a file whose tensor type the engine cannot read. None when the choice is the user's."""
+    ggufs = [f for f in files if f.is_gguf and not f.is_split_part and f.unreadable is None]
     preferred = [f for f in ggufs if f.quantization == PREFERRED_QUANTIZATION]
     four_bit = [f for f in ggufs if (f.quantization or "").lstrip("I").startswith("Q4")]
     for choice in (preferred, four_bit, ggufs if len(ggufs) == 1 else []):
         if choice:
             return min(choice, key=lambda f: f.size)
     return None
+
+
+def main_tensor_type(file_quantization: str | None) -> str | None:
+    """The GGUF tensor type a file's quantization is made of mostly ("Q4_K_M" -> "Q4_K",
+    "IQ4_XS", "BF16"); None when it is not a type GGUF knows."""
+    label = _K_QUANT_MIX.sub(r"\1", (file_quantization or "").upper())
+    return label if label in GGMLQuantizationType.__members__ else None
 
 
 @contextlib.contextmanager

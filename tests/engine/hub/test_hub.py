@@ -37,6 +37,7 @@ from engine.loading.model_files import quantization_of
 REPO = Path(__file__).resolve().parents[3]
 GGUF_REPO = "pagoda-test/tiny-GGUF"
 GATED_REPO = "pagoda-test/tiny-gated-GGUF"
+MOE_REPO = "pagoda-test/tiny-moe-GGUF"
 Q8 = "tiny-Q8_0.gguf"
 Q4 = "tiny-Q4_K_M.gguf"
 # huggingface_hub reads the body in 10 MB pieces; small ones let a tiny file show progress,
@@ -58,8 +59,10 @@ def fake_hub(gguf_bytes):
     hub = FakeHub()
     hub.add(FakeRepo(GGUF_REPO, ["gguf", "llama"], {**gguf_bytes, "README.md": b"# tiny\n"},
                      downloads=500, likes=7, architecture="llama"))
-    hub.add(FakeRepo("pagoda-test/tiny-gemma-GGUF", ["gguf"], {"g-Q4_K_M.gguf": b"GGUF"},
-                     downloads=800, architecture="gemma3"))
+    hub.add(FakeRepo(MOE_REPO, ["gguf"], {"m-Q4_K_M.gguf": b"GGUF"}, downloads=800,
+                     architecture="qwen3moe"))
+    hub.add(FakeRepo("pagoda-test/tiny-vl", ["safetensors", "qwen2_5_vl"],
+                     {"model.safetensors": b"\0" * 64}, downloads=20_000))
     hub.add(FakeRepo("pagoda-test/tiny-llama", ["safetensors", "llama", "text-generation"],
                      {"model.safetensors": b"\0" * 64, "config.json": b"{}"}, downloads=900))
     hub.add(FakeRepo("pagoda-test/tiny-bert", ["safetensors", "bert"],
@@ -83,12 +86,38 @@ def models_dir(tmp_path: Path) -> Path:
 def test_search_finds_gguf_and_engine_safetensors_repositories_most_downloaded_first(hub):
     found = search_models("tiny", limit=10)
 
-    assert [m.repo_id for m in found] == ["pagoda-test/tiny-llama", GGUF_REPO, GATED_REPO]
-    llama, gguf, gated = found
+    assert [m.repo_id for m in found[:3]] == ["pagoda-test/tiny-llama", GGUF_REPO, GATED_REPO]
+    llama, gguf, gated = found[:3]
+    assert llama.unsupported is gguf.unsupported is gated.unsupported is None
     assert (llama.has_safetensors, llama.has_gguf, llama.downloads) == (True, False, 900)
     assert (gguf.has_gguf, gguf.likes, gguf.gated) == (True, 7, False)
     assert (llama.architecture, gguf.architecture, gated.architecture) == ("llama",) * 3
     assert gated.gated
+
+
+def test_search_lists_what_the_engine_does_not_run_after_what_it_runs_with_the_reason(hub):
+    found = search_models("tiny", limit=10)
+    reasons = {m.repo_id: m.unsupported for m in found[3:]}
+
+    assert reasons == {"pagoda-test/tiny-vl": "vision-language model: not yet",
+                       "pagoda-test/tiny-bert": "not a model family Pagoda knows",
+                       MOE_REPO: "mixture-of-experts: not yet"}
+    assert [m.architecture for m in found[3:]] == ["qwen2_5_vl", None, "qwen3moe"]
+
+
+def test_a_repository_of_a_family_the_engine_does_not_run_says_why(hub):
+    assert repo_info(MOE_REPO).unsupported == "mixture-of-experts: not yet"
+    assert repo_info(GGUF_REPO).unsupported is None
+
+
+@pytest.mark.parametrize(("name", "unreadable"), [
+    ("bitnet-b1.58-TQ2_0.gguf", "TQ2_0 tensors: a type Pagoda cannot read yet"),
+    ("m-Q8_K.gguf", "Q8_K tensors: a type Pagoda cannot read yet"),
+    ("m-IQ2_XS.gguf", None), ("m-Q4_K_M.gguf", None), ("m.gguf", None),
+    ("model-TQ2_0.safetensors", None),
+])
+def test_a_gguf_file_whose_type_the_engine_cannot_read_says_so_by_its_name(name, unreadable):
+    assert HubFile(name, 10, None, None, quantization_of(name)).unreadable == unreadable
 
 
 def test_the_hub_module_lists_what_the_loaders_load():
@@ -116,6 +145,8 @@ def test_a_repository_lists_its_files_with_size_checksum_and_quantization(hub, g
     (["m.f16.gguf"], "m.f16.gguf"),
     (["m-Q8_0.gguf", "m-F16.gguf"], None),
     (["m-Q4_K_M-00001-of-00002.gguf", "m-Q4_K_M-00002-of-00002.gguf"], None),
+    (["m-TQ2_0.gguf"], None),
+    (["m-TQ1_0.gguf", "m-Q8_0.gguf"], "m-Q8_0.gguf"),
 ])
 def test_the_recommended_file_is_q4_k_m_else_the_smallest_4_bit_one(names, chosen):
     files = [HubFile(name, 1000 - i, None, None, quantization_of(name))
