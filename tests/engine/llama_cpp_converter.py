@@ -85,3 +85,15 @@ def convert_tiny_variants(root: Path, variants: Sequence[str] = LLAMA_CPP_VARIAN
     files = convert_all([(folder, root / f"tiny-{v}.f16.gguf", gguf_model_name(v))
                          for v, folder in folders.items()])
     return {v: (folders[v], f) for v, f in zip(variants, files, strict=True)}
+
+
+def quantize_with_llama_cpp(f16_file: Path, out_path: Path, kind: str = "Q4_K_M") -> Path:
+    """llama-quantize's file of kind from f16_file, as tiny_families.json records it; only where
+    a built llama.cpp is named by PAGODA_LLAMA_CPP_BIN (bench/build_llama_cpp.sh prints it), as
+    CI has none: skips elsewhere."""
+    bin_dir = os.environ.get("PAGODA_LLAMA_CPP_BIN")
+    if not bin_dir or not Path(bin_dir, "llama-quantize").is_file():
+        pytest.skip("no llama-quantize: set PAGODA_LLAMA_CPP_BIN to a build of bench/build_llama_cpp.sh")
+    subprocess.run([str(Path(bin_dir, "llama-quantize")), str(f16_file), str(out_path), kind],
+                   check=True, capture_output=True, timeout=_TIMEOUT_S)
+    return out_path

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -42,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[3]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "engine")]
 
-from llama_cpp_converter import convert_tiny_variants
+from llama_cpp_converter import convert_tiny_variants, quantize_with_llama_cpp
 from llama_cpp_references import Continuation, FileRecord, sha256
 from real_gemma3 import gemma3_270m_file
 from transformers import AutoTokenizer
@@ -149,9 +150,7 @@ def record_tiny_families(bin_dir: Path, work: Path) -> list[FileRecord]:
     prompts = [tokenizer.encode(text) for text in TINY_TEXTS]
     records = []
     for variant, (_, f16) in convert_tiny_variants(work).items():
-        q4 = work / f"tiny-{variant}.Q4_K_M.gguf"
-        subprocess.run([str(bin_dir / "llama-quantize"), str(f16), str(q4), "Q4_K_M"],
-                       check=True, capture_output=True)
+        q4 = quantize_with_llama_cpp(f16, work / f"tiny-{variant}.Q4_K_M.gguf")
         for n_ctx in CONTEXTS.get(variant, (DEFAULT_CONTEXT,)):
             for path, kind in ((f16, "f16"), (q4, "Q4_K_M")):
                 records.append(record_file(bin_dir, variant, path, kind, n_ctx, prompts, TINY_NEW_TOKENS))
@@ -181,6 +180,7 @@ def main() -> None:
                         help="folder with llama-server and llama-quantize (bench/build_llama_cpp.sh)")
     parser.add_argument("--only", choices=("tiny", "gemma3"), help="record one of the two files")
     args = parser.parse_args()
+    os.environ["PAGODA_LLAMA_CPP_BIN"] = str(args.bin)
     if args.only != "gemma3":
         work = Path(tempfile.mkdtemp(prefix="llama-cpp-record-"))
         try:
