@@ -9,6 +9,7 @@ downloaded model.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -139,7 +140,7 @@ def save_tiny_model(
     The tokenizer comes from tokenizer_dir (a model folder or a .gguf file), by default the
     default model's.
     """
-    tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_folder(tokenizer_dir))
+    tokenizer = _tokenizer(tokenizer_dir)
     config = tiny_config(variant, vocab_size=len(tokenizer))
     torch.manual_seed(seed)
     model = _MODEL_CLASSES[config.model_type](config).to(torch.float32)
@@ -159,6 +160,13 @@ def save_tiny_model(
     if variant in _GPT2_TOKENIZER_CLASS:
         _name_tokenizer_class(path / "tokenizer_config.json", "GPT2Tokenizer")
     return path
+
+
+@functools.cache
+def _tokenizer(tokenizer_dir: Path | None) -> transformers.PreTrainedTokenizerBase:
+    """Read once per session: finding the default model's tokenizer takes seconds. Only read
+    and saved here, never changed."""
+    return transformers.AutoTokenizer.from_pretrained(tokenizer_folder(tokenizer_dir))
 
 
 def _name_tokenizer_class(tokenizer_config: Path, name: str) -> None:
