@@ -214,7 +214,8 @@ def _unreachable_message() -> str:
 
 def search_models(query: str, limit: int = 20, token: str | None = None) -> list[HubModel]:
     """Repositories whose names match query with GGUF files or safetensors: those the engine
-    runs first (a GGUF repository whose architecture the Hub does not report among them), then
+    runs first (a GGUF repository whose architecture the Hub does not report among them, unless
+    a tag names a model type it does not run), then
     the others with the reason they do not run, each most downloaded first. It makes network
     calls: call it off the UI thread."""
     api = hub_api(token)
@@ -235,7 +236,7 @@ def _hub_model(info: ModelInfo) -> HubModel:
     if gguf_architecture is not None:
         runs, architecture = gguf_architecture in GGUF_ARCHITECTURES, gguf_architecture
     elif "gguf" in tags:  # the Hub did not read the files' header: they may well run
-        runs, architecture = True, model_type
+        runs, architecture = model_type in ENGINE_MODEL_TYPES | {None}, model_type
     else:
         runs, architecture = model_type in ENGINE_MODEL_TYPES, model_type
     return HubModel(repo_id=info.id, downloads=info.downloads or 0, likes=info.likes or 0,
