@@ -93,13 +93,3 @@ class DecoderArchitecture:
     @property
     def scale(self) -> float:
         return self.attention_scale or self.shape.head_dim ** -0.5
-
-    @property
-    def is_plain_llama(self) -> bool:
-        """Every layer as a Llama layer: the layout the one-C-call decode step runs."""
-        n = self.names
-        kinds = {(kind.window, kind.rope) for kind in self.layers}
-        full_rotary = all(spec.rotary_dim == self.shape.head_dim for spec in self.ropes.values())
-        return (len(kinds) == 1 and next(iter(kinds))[1] is not None and full_rotary
-                and n.attention_out_norm is None and n.mlp_out_norm is None and n.q_norm is None
-                and self.activation == "silu" and self.attention_softcap is None)

@@ -27,7 +27,7 @@ from engine.layers.mlp import GatedMLP
 from engine.layers.rotary import RotaryTables
 from engine.models.architecture import DecoderArchitecture
 from engine.models.memory import release_freed_memory
-from engine.models.native_decode import NativeDecode
+from engine.models.native_decode import NativeDecode, not_covered
 from engine.quantization.dequantize_workspace import DequantWorkspace
 from engine.quantization.tensors import Weight, concat
 
@@ -98,10 +98,11 @@ class DecoderForCausalLM:
         self.rotary = {key: RotaryTables(config, spec, s.max_position_embeddings, dtype, device)
                        for key, spec in arch.ropes.items()}
         self.scale = arch.scale
-        self.native_decode = NativeDecode.build(self) if arch.is_plain_llama else None
-        if self.native_decode is None and self.ops.decode_layers is not None:
-            logger.info("%s: decode steps run layer by layer (the one-call C decode step covers "
-                        "Llama-shaped layers only)", arch.family)
+        self.native_decode = NativeDecode.build(self)
+        uncovered = not_covered(arch)
+        if uncovered is not None and self.ops.decode_layers is not None:
+            logger.info("%s: decode steps run layer by layer (the one-call C decode step does "
+                        "not run %s)", arch.family, uncovered)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: Metadata,
                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
@@ -120,8 +121,7 @@ class DecoderForCausalLM:
         if self.embedding_scale is not None:
             hidden = hidden * self.embedding_scale
         if self.native_decode is not None:
-            cos, sin = rotary["default"]
-            out = self.native_decode.forward_layers(hidden, cos, sin, meta, kv_caches)
+            out = self.native_decode.forward_layers(hidden, rotary, meta, kv_caches)
             if out is not None:
                 return out
         residual = None

@@ -1,12 +1,13 @@
-"""Decode-only steps of a Llama model through one C call for the whole layer stack.
+"""Decode-only steps of a decoder model through one C call for the whole layer stack.
 
 At one token per step the eager forward spends ~4 ms of a ~19 ms step (135M, this 2-core
 machine) in the Python between its C kernels: ~10 calls per layer, 30 layers. Where every
 linear of the model runs one of our C kernels at the step's size and the C decode ops are loaded,
 `pg_decode_layers` (kernels/cpu/decode_ops.c) runs the same operators in the same order, so the
-hidden states are the eager path's bit for bit; anything else (prefill, bf16 activations, a
-linear on PyTorch's kernel or a GEMM, a layer unlike Llama's: `DecoderArchitecture.is_plain_llama`)
-stays eager.
+hidden states are the eager path's bit for bit. Its layers may differ as the families' do: a
+window per layer, several rotary tables or none (NoPE), partial rotary, per-head q/k norms,
+sandwich norms, SiLU or GeGLU. Anything else (prefill, bf16 activations, a linear on PyTorch's
+kernel or a GEMM, a layer the call does not run: `not_covered`) stays eager.
 """
 
 from __future__ import annotations
@@ -17,20 +18,44 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from kernels.attention_metadata import AttentionMetadata
-from kernels.cpu.decode_layers import DecodeLayers, GroupArgs, LayerArgs, LinearArgs, StepArgs
+from kernels.attention_metadata import AttentionMetadata, DecodeGroup
+from kernels.cpu.decode_layers import (
+    GELU_TANH,
+    NO_ROPE,
+    SILU,
+    DecodeLayers,
+    GroupArgs,
+    LayerArgs,
+    LinearArgs,
+    RopeArgs,
+    StepArgs,
+)
 from kernels.cpu.decode_ops import CACHE_DTYPES, as_int64, attention_threads
 
 if TYPE_CHECKING:
+    from engine.layers.attention import StepRotary
     from engine.layers.linear import Linear
-    from engine.models.architecture import ModelShape
-    from engine.models.decoder import DecoderForCausalLM
+    from engine.models.architecture import DecoderArchitecture, ModelShape
+    from engine.models.decoder import DecoderForCausalLM, DecoderLayer
 
 # Decode batches of up to this many rows run in one call (where every linear has a C kernel at
 # their size); larger ones, which only a server with a raised max_num_seqs makes, stay eager.
 # Up to 8 rows until 2026-12-02: running 9-32 rows in one call too took 32 streams of the
 # default model from a median 409 to 434 tok/s (one process, alternating rounds).
 MAX_ROWS = 256
+_ACTIVATIONS = {"silu": SILU, "gelu_tanh": GELU_TANH}
+
+
+def not_covered(arch: DecoderArchitecture) -> str | None:
+    """What of this architecture's layers the one-call step does not run (the load log says
+    it), or None where it runs them all."""
+    if arch.attention_softcap is not None:
+        return "attention logit softcapping"
+    if (arch.names.q_norm is None) != (arch.names.k_norm is None):
+        return "a query norm without a key norm, or the reverse"
+    if arch.activation not in _ACTIVATIONS:
+        return f"the activation {arch.activation!r}"
+    return None
 
 
 @dataclass(slots=True)
@@ -39,6 +64,7 @@ class _Plan:
 
     step: StepArgs
     layers: ctypes.Array
+    ropes: ctypes.Array
     out: torch.Tensor
     cache_ptr: int
 
@@ -68,16 +94,20 @@ class NativeDecode:
         self._lib = lib
         self._plans: dict[int, _Plan | None] = {}
         self._buffers: _Buffers | None = None
+        # The step's group sets, one per window the layers attend, and its rotary tables, in
+        # the order the layers' indices into them count.
+        self._windows = sorted({layer.attention.window for layer in model.layers})
+        self._rope_keys = list(model.rotary)
 
     @classmethod
     def build(cls, model: DecoderForCausalLM) -> NativeDecode | None:
         lib = model.ops.decode_layers
-        if not isinstance(lib, DecodeLayers) or model.norm.dtype != torch.float32:
+        if (not isinstance(lib, DecodeLayers) or model.norm.dtype != torch.float32
+                or not_covered(model.arch) is not None):
             return None
         return cls(model, lib)
 
-    def forward_layers(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                       meta: AttentionMetadata,
+    def forward_layers(self, hidden: torch.Tensor, rotary: StepRotary, meta: AttentionMetadata,
                        kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor | None:
         m = hidden.shape[0]
         if (not isinstance(meta, AttentionMetadata) or meta.prefills or not meta.decode_groups
@@ -86,26 +116,22 @@ class NativeDecode:
         plan = self._plan(m, kv_caches)
         if plan is None:
             return None
-        groups = [(as_int64(g.block_tables), as_int64(g.context_lens), g)
-                  for g in meta.decode_groups]
-        group_args = (GroupArgs * len(groups))()
-        threads = attention_threads(self._model.shape.num_heads, kv_caches[0][0].shape[1],
-                                    meta.decode_groups)
-        for args, (tables, lens, g) in zip(group_args, groups, strict=True):
-            n, width = tables.shape
-            if n != g.end - g.start or lens.shape != (n,):
-                return None
-            args.block_tables, args.context_lens = tables.data_ptr(), lens.data_ptr()
-            args.start, args.n, args.max_blocks = g.start, n, width
-            args.threads = threads
+        block_size = kv_caches[0][0].shape[1]
+        group_sets = [meta.for_window(window).decode_groups for window in self._windows]
+        kept: list[torch.Tensor] = []  # what the call reads, alive until it returns
+        group_args = _group_args(group_sets, self._model.shape.num_heads, block_size, kept)
         slots = meta.slot_mapping
-        if slots.dtype is not torch.int64 or not slots.is_contiguous():
+        if group_args is None or slots.dtype is not torch.int64 or not slots.is_contiguous():
             return None
-        hidden, cos, sin = hidden.contiguous(), cos.contiguous(), sin.contiguous()
+        for args, key in zip(plan.ropes, self._rope_keys):
+            cos, sin = (t.contiguous() for t in rotary[key])
+            args.cos, args.sin_signed = cos.data_ptr(), sin.data_ptr()
+            kept += (cos, sin)
+        hidden = hidden.contiguous()
         step = plan.step
-        step.groups, step.num_groups = group_args, len(groups)
-        step.hidden_in, step.cos, step.sin_signed = hidden.data_ptr(), cos.data_ptr(), sin.data_ptr()
-        step.slots, step.window = slots.data_ptr(), meta.sliding_window
+        step.groups, step.num_groups = group_args, len(group_sets[0])
+        step.num_group_sets = len(group_sets)
+        step.hidden_in, step.slots = hidden.data_ptr(), slots.data_ptr()
         step.linear_threads = torch.get_num_threads()
         self._lib.run(step)
         return plan.out
@@ -126,9 +152,7 @@ class NativeDecode:
                or v.shape != k.shape or not k.is_contiguous() or not v.is_contiguous()
                for k, v in kv_caches):
             return None
-        norms = [t for layer in self._model.layers
-                 for t in (layer.input_norm, layer.mlp_norm)]
-        if any(t.dtype != torch.float32 or not t.is_contiguous() for t in norms):
+        if any(t.cos.dtype != torch.float32 for t in self._model.rotary.values()):
             return None
         layers = (LayerArgs * s.num_layers)()
         work = 0
@@ -140,21 +164,52 @@ class NativeDecode:
                 if need is None:
                     return None
                 work = max(work, need)
-            args.input_norm = layer.input_norm.data_ptr()
-            args.post_norm = layer.mlp_norm.data_ptr()
+            if not self._fill_layer(layer, args):
+                return None
             args.k_cache, args.v_cache = k.data_ptr(), v.data_ptr()
         intermediate = layers[0].down.k
         if not _shapes_agree(layers, s, intermediate):
             return None
         buffers = self._reserve(m, work, intermediate)
         out = buffers.out[:m]
+        ropes = (RopeArgs * max(len(self._rope_keys), 1))()
         step = StepArgs(
-            layers=layers, out=out.data_ptr(), scratch=buffers.scratch.data_ptr(),
-            linear_work=buffers.work_ptr, num_layers=s.num_layers, m=m, hidden=s.hidden_size,
-            heads=s.num_heads, kv_heads=s.num_kv_heads, head_dim=s.head_dim,
-            intermediate=intermediate, cache_dtype=CACHE_DTYPES[k_cache.dtype],
-            num_blocks=shape[0], block_size=shape[1], eps=s.rms_norm_eps, scale=self._model.scale)
-        return _Plan(step, layers, out, k_cache.data_ptr())
+            layers=layers, ropes=ropes, out=out.data_ptr(), scratch=buffers.scratch.data_ptr(),
+            linear_work=buffers.work_ptr, num_layers=s.num_layers,
+            num_ropes=len(self._rope_keys), m=m, hidden=s.hidden_size, heads=s.num_heads,
+            kv_heads=s.num_kv_heads, head_dim=s.head_dim, intermediate=intermediate,
+            cache_dtype=CACHE_DTYPES[k_cache.dtype], num_blocks=shape[0], block_size=shape[1],
+            eps=s.rms_norm_eps, scale=self._model.scale)
+        return _Plan(step, layers, ropes, out, k_cache.data_ptr())
+
+    def _fill_layer(self, layer: DecoderLayer, args: LayerArgs) -> bool:
+        """The layer's norms, window, rotary table and activation into args; False where the
+        call cannot run it as the eager path does."""
+        s, attention = self._model.shape, layer.attention
+        norms = {"input_norm": (layer.input_norm, s.hidden_size),
+                 "post_norm": (layer.mlp_norm, s.hidden_size),
+                 "q_norm": (attention.q_norm, s.head_dim),
+                 "k_norm": (attention.k_norm, s.head_dim),
+                 "attention_out_norm": (layer.attention_out_norm, s.hidden_size),
+                 "mlp_out_norm": (layer.mlp_out_norm, s.hidden_size)}
+        for name, (norm, width) in norms.items():
+            if norm is not None and (norm.dtype != torch.float32 or not norm.is_contiguous()
+                                     or norm.shape != (width,)):
+                return False
+            setattr(args, name, None if norm is None else norm.data_ptr())
+        if (attention.q_norm is None) != (attention.k_norm is None):
+            return False
+        args.window, args.group_set = attention.window, self._windows.index(attention.window)
+        if attention.rope is None:
+            args.rope, args.rotary_dim = NO_ROPE, 0
+        else:
+            args.rope = self._rope_keys.index(attention.rope)
+            args.rotary_dim = self._model.rotary[attention.rope].rotary_dim
+        activation = _ACTIVATIONS.get(layer.mlp.activation)
+        if activation is None:
+            return False
+        args.activation = activation
+        return True
 
     def _reserve(self, m: int, work: int, intermediate: int) -> _Buffers:
         """Buffers for a step of m rows whose linears need `work` bytes; growing them drops
@@ -172,6 +227,31 @@ class NativeDecode:
                                                  s.num_kv_heads, s.head_dim, intermediate)),
             torch.empty(work + 64, dtype=torch.uint8), torch.empty(rows, s.hidden_size))
         return self._buffers
+
+
+def _group_args(group_sets: list[list[DecodeGroup]], heads: int, block_size: int,
+                kept: list[torch.Tensor]) -> ctypes.Array | None:
+    """Each window's decode groups, set after set (the tensors they point to added to kept),
+    or None where the sets do not list the same rows or a group's tables and lengths
+    disagree."""
+    spans = [(g.start, g.end) for g in group_sets[0]]
+    args = (GroupArgs * (len(group_sets) * len(spans)))()
+    at = 0
+    for groups in group_sets:
+        if [(g.start, g.end) for g in groups] != spans:
+            return None
+        threads = attention_threads(heads, block_size, groups)
+        for g in groups:
+            tables, lens = as_int64(g.block_tables), as_int64(g.context_lens)
+            kept += (tables, lens)
+            n, width = tables.shape
+            if n != g.end - g.start or lens.shape != (n,):
+                return None
+            group = args[at]
+            group.block_tables, group.context_lens = tables.data_ptr(), lens.data_ptr()
+            group.start, group.n, group.max_blocks, group.threads = g.start, n, width, threads
+            at += 1
+    return args
 
 
 def _fill_linear(linear: Linear, m: int, args: LinearArgs) -> int | None:

@@ -58,15 +58,33 @@ def parts_linear(parts: list[CLinear]) -> tuple[CLinear, ctypes.Array]:
     return linear, array
 
 
+SILU, GELU_TANH = 0, 1  # LayerArgs.activation
+NO_ROPE = -1  # LayerArgs.rope of a layer that rotates nothing (NoPE)
+
+
 class LayerArgs(ctypes.Structure):
-    _fields_ = [("input_norm", _ptr), ("post_norm", _ptr), ("qkv", LinearArgs),
+    """One layer: its norms (q_norm, k_norm, attention_out_norm and mlp_out_norm None where it
+    has none), linears and caches; the window it attends (0: every key), the step's group set
+    made for that window, its rotary table (an index into StepArgs.ropes, or NO_ROPE) rotating
+    the first rotary_dim dims of each head, and its MLP's activation."""
+
+    _fields_ = [("input_norm", _ptr), ("post_norm", _ptr), ("q_norm", _ptr), ("k_norm", _ptr),
+                ("attention_out_norm", _ptr), ("mlp_out_norm", _ptr), ("qkv", LinearArgs),
                 ("o", LinearArgs), ("gate_up", LinearArgs), ("down", LinearArgs),
-                ("k_cache", _ptr), ("v_cache", _ptr)]
+                ("k_cache", _ptr), ("v_cache", _ptr), ("window", _i32), ("group_set", _i32),
+                ("rope", _i32), ("rotary_dim", _i32), ("activation", _i32)]
+
+
+class RopeArgs(ctypes.Structure):
+    """A rotary table's cos and signed sin at the step's positions, [m, its rotary_dim]."""
+
+    _fields_ = [("cos", _ptr), ("sin_signed", _ptr)]
 
 
 class GroupArgs(ctypes.Structure):
     """Decode rows [start, start + n): block tables [n, max_blocks] and context lengths [n],
-    both int64, attended on `threads` threads."""
+    both int64, attended on `threads` threads. A step has one set of them per window its
+    layers attend, set after set, each listing the same rows."""
 
     _fields_ = [("block_tables", _ptr), ("context_lens", _ptr), ("start", _i32), ("n", _i32),
                 ("max_blocks", _i32), ("threads", _i32)]
@@ -74,12 +92,13 @@ class GroupArgs(ctypes.Structure):
 
 class StepArgs(ctypes.Structure):
     _fields_ = [("layers", ctypes.POINTER(LayerArgs)), ("groups", ctypes.POINTER(GroupArgs)),
-                ("hidden_in", _ptr), ("cos", _ptr), ("sin_signed", _ptr), ("slots", _ptr),
+                ("ropes", ctypes.POINTER(RopeArgs)), ("hidden_in", _ptr), ("slots", _ptr),
                 ("out", _ptr), ("scratch", _ptr), ("linear_work", _ptr),
-                ("num_layers", _i32), ("num_groups", _i32), ("m", _i32), ("hidden", _i32),
-                ("heads", _i32), ("kv_heads", _i32), ("head_dim", _i32), ("intermediate", _i32),
+                ("num_layers", _i32), ("num_groups", _i32), ("num_group_sets", _i32),
+                ("num_ropes", _i32), ("m", _i32), ("hidden", _i32), ("heads", _i32),
+                ("kv_heads", _i32), ("head_dim", _i32), ("intermediate", _i32),
                 ("cache_dtype", _i32), ("num_blocks", _i32), ("block_size", _i32),
-                ("window", _i32), ("linear_threads", _i32), ("eps", _f32), ("scale", _f32)]
+                ("linear_threads", _i32), ("eps", _f32), ("scale", _f32)]
 
 
 class DecodeLayers:

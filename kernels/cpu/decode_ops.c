@@ -1,7 +1,8 @@
 /*
  * The small per-layer operators of a decode step, on fp32 activations: RMSNorm (alone and after
- * the residual add), rotate-half RoPE, SiLU(gate) * up, the KV-cache write by slot, and decode
- * attention read straight from the paged cache through each sequence's block table.
+ * the residual add), rotate-half RoPE, SiLU(gate) * up and GELU(gate) * up, the KV-cache write
+ * by slot, and decode attention read straight from the paged cache through each sequence's
+ * block table.
  *
  * Why C: at one token per step each of these is a few hundred to a few thousand flops, and the
  * torch path spends 20-90 us per call in dispatch, temporaries and thread wake-ups (an
@@ -230,6 +231,31 @@ int pg_add_rms_norm(float *x, const float *residual, long r_stride, const float 
 /* ---- rotate-half RoPE ---- */
 
 /*
+ * The first rd dims of each head: out = x * cos + rotate_half(x) * sin_signed over them. x rows
+ * x_stride floats apart, heads x_head floats apart; out rows out_stride apart, heads out_head
+ * apart; cos and sin_signed [n, rd]. One body for pg_rotary and the layer stack's partial
+ * rotary, so both round alike.
+ */
+__attribute__((noinline)) static void rotate_heads(const float *x, long x_stride, int x_head,
+                                                   int n, int heads, int rd, const float *cos,
+                                                   const float *sin_signed, float *out,
+                                                   long out_stride, int out_head)
+{
+    int half = rd / 2;
+    for (int t = 0; t < n; t++) {
+        const float *c = cos + (size_t)t * rd, *s = sin_signed + (size_t)t * rd;
+        for (int h = 0; h < heads; h++) {
+            const float *xr = x + (size_t)t * x_stride + (size_t)h * x_head;
+            float *o = out + (size_t)t * out_stride + (size_t)h * out_head;
+            for (int i = 0; i < half; i++) {
+                o[i] = xr[i] * c[i] + xr[i + half] * s[i];
+                o[i + half] = xr[i + half] * c[i + half] + xr[i] * s[i + half];
+            }
+        }
+    }
+}
+
+/*
  * out[t, h, i] = x[t, h, i] * cos[t, i] + x[t, h, (i + half) % hd] * sin_signed[t, i], which is
  * x * cos + rotate_half(x) * sin. x rows (tokens) x_stride floats apart, heads hd apart; cos and
  * sin_signed [n, hd]; out [n, heads, hd] contiguous.
@@ -239,22 +265,11 @@ int pg_rotary(const float *x, long x_stride, int n, int heads, int hd, const flo
 {
     if (n < 0 || heads <= 0 || hd <= 0 || hd % 2)
         return 1;
-    int half = hd / 2;
-    for (int t = 0; t < n; t++) {
-        const float *c = cos + (size_t)t * hd, *s = sin_signed + (size_t)t * hd;
-        for (int h = 0; h < heads; h++) {
-            const float *xr = x + (size_t)t * x_stride + (size_t)h * hd;
-            float *o = out + ((size_t)t * heads + h) * hd;
-            for (int i = 0; i < half; i++) {
-                o[i] = xr[i] * c[i] + xr[i + half] * s[i];
-                o[i + half] = xr[i + half] * c[i + half] + xr[i] * s[i + half];
-            }
-        }
-    }
+    rotate_heads(x, x_stride, hd, n, heads, hd, cos, sin_signed, out, (long)heads * hd, hd);
     return 0;
 }
 
-/* ---- SiLU(gate) * up ---- */
+/* ---- SiLU(gate) * up, and GELU(gate) * up below ---- */
 
 __attribute__((target("avx2,fma"))) static void silu_mul_avx2(const float *g, const float *u,
                                                               int m, float *o)
@@ -268,26 +283,72 @@ __attribute__((target("avx2,fma"))) static void silu_mul_avx2(const float *g, co
     }
 }
 
-/* Elements from which SiLU * up splits its rows over the OpenMP team (a prefill chunk's; a
+/* Elements from which act(gate) * up splits its rows over the OpenMP team (a prefill chunk's; a
  * decode step's few rows stay on one thread, where waking a second costs more than it saves). */
-#define SILU_PARALLEL_FROM (1 << 16)
+#define GATED_PARALLEL_FROM (1 << 16)
+
+static void silu_mul_scalar(const float *g, const float *u, int m, float *o)
+{
+    for (int i = 0; i < m; i++)
+        o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/* act(gate) * up of one row's m gates and m ups into o: an activation's AVX2 or scalar body. */
+typedef void (*gated_row_fn)(const float *g, const float *u, int m, float *o);
 
 /* x [n, 2m] rows x_stride apart (gate first, then up) -> out [n, m] contiguous. */
-int pg_silu_and_mul(const float *x, long x_stride, int n, int m, float *out)
+static int gated_rows(const float *x, long x_stride, int n, int m, float *out, gated_row_fn avx2,
+                      gated_row_fn scalar)
 {
     if (n < 0 || m <= 0)
         return 1;
-#pragma omp parallel for schedule(static) if ((long)n * m >= SILU_PARALLEL_FROM)
+#pragma omp parallel for schedule(static) if ((long)n * m >= GATED_PARALLEL_FROM)
     for (int t = 0; t < n; t++) {
-        const float *g = x + (size_t)t * x_stride, *u = g + m;
-        float *o = out + (size_t)t * m;
-        if (use_avx2(m))
-            silu_mul_avx2(g, u, m, o);
-        else
-            for (int i = 0; i < m; i++)
-                o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        const float *g = x + (size_t)t * x_stride;
+        (use_avx2(m) ? avx2 : scalar)(g, g + m, m, out + (size_t)t * m);
     }
     return 0;
+}
+
+int pg_silu_and_mul(const float *x, long x_stride, int n, int m, float *out)
+{
+    return gated_rows(x, x_stride, n, m, out, silu_mul_avx2, silu_mul_scalar);
+}
+
+/* ---- GELU(gate, tanh approximation) * up: Gemma's GeGLU ---- */
+
+/* 0.5 x (1 + tanh(u)) is x sigmoid(2u) = x / (1 + e^-2u), u = sqrt(2 / pi) (x + 0.044715 x^3):
+ * SiLU's shape, so it takes exp8 and its error (a few ulp; torch's tanh is Sleef's, not ours:
+ * the two agree to rounding, and the eager CPU path calls this one too, so eager and the layer
+ * stack agree bit for bit). */
+#define GELU_BETA 0.7978845608028654f
+#define GELU_KAPPA 0.044715f
+
+__attribute__((target("avx2,fma"))) static void gelu_tanh_mul_avx2(const float *g, const float *u,
+                                                                   int m, float *o)
+{
+    __m256 one = _mm256_set1_ps(1.0f), minus_two_beta = _mm256_set1_ps(-2.0f * GELU_BETA);
+    __m256 kappa = _mm256_set1_ps(GELU_KAPPA);
+    for (int i = 0; i < m; i += 8) {
+        __m256 x = _mm256_loadu_ps(g + i);
+        __m256 inner = _mm256_fmadd_ps(_mm256_mul_ps(kappa, x), _mm256_mul_ps(x, x), x);
+        __m256 e = exp8(_mm256_mul_ps(minus_two_beta, inner));
+        __m256 gelu = _mm256_div_ps(x, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(o + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(u + i)));
+    }
+}
+
+static void gelu_tanh_mul_scalar(const float *g, const float *u, int m, float *o)
+{
+    for (int i = 0; i < m; i++) {
+        float x = g[i], inner = x + GELU_KAPPA * x * x * x;
+        o[i] = x / (1.0f + expf(-2.0f * GELU_BETA * inner)) * u[i];
+    }
+}
+
+int pg_gelu_tanh_and_mul(const float *x, long x_stride, int n, int m, float *out)
+{
+    return gated_rows(x, x_stride, n, m, out, gelu_tanh_mul_avx2, gelu_tanh_mul_scalar);
 }
 
 /* ---- The k largest of each row (a step's logits) ---- */
@@ -953,8 +1014,9 @@ int pg_decode_attention(const float *q, long q_stride, int n, int heads, int kv_
 
 /* ---- a decode step's whole layer stack in one call ----------------------------------------
  *
- * The Llama layer of engine/models/llama.py for a step whose every row is a decode, with the
- * same operators above in the same order, so its result is the eager path's bit for bit; the
+ * The layer of engine/models/decoder.py (`DecoderForCausalLM.hidden_states`, attention as
+ * engine/layers/attention.py runs it) for a step whose every row is a decode, with the same
+ * operators above in the same order, so its result is the eager path's bit for bit; the
  * linears are the caller's C kernels, reached through function pointers (q4_gemv's
  * q4_linear16 has this signature). What it saves is the Python between the operators: ~10
  * calls per layer at ~10-20 us each against ~300 us of arithmetic per layer at 135M.
@@ -978,13 +1040,30 @@ struct pg_linear {
     int kind, format, n, k;             /* format: q4's record format, q8's halves */
 };
 
+enum { PG_SILU = 0, PG_GELU_TANH = 1 };
+
+/* What sets one layer apart (engine/models/architecture.py's AttentionKind and LayerNames):
+ * its window (0: every key) and the step's group set made for it, its rotary table (an index
+ * into the step's, rotating the first rotary_dim dims of each head; -1: NoPE), per-head q and k
+ * norms before RoPE (Qwen3, Gemma 3), norms of the attention's and the MLP's outputs before
+ * their residual adds (Gemma's "sandwich"), and the MLP's activation. Absent norms are NULL. */
 struct pg_layer {
     const float *input_norm, *post_norm;
+    const float *q_norm, *k_norm;                     /* [head_dim] */
+    const float *attention_out_norm, *mlp_out_norm;   /* [hidden] */
     struct pg_linear qkv, o, gate_up, down;
     void *k_cache, *v_cache;
+    int window, group_set, rope, rotary_dim, activation;
 };
 
-/* Decode rows [start, start + n) of the step, attended with these block tables. */
+/* A rotary table's cos and signed sin at the step's positions: [m, its rotary_dim]. */
+struct pg_rope {
+    const float *cos, *sin_signed;
+};
+
+/* Decode rows [start, start + n) of the step, attended with these block tables. A step has one
+ * set of num_groups groups per window its layers have, set after set (each window's metadata
+ * lists the same rows; their block tables may differ). */
 struct pg_group {
     const int64_t *block_tables, *context_lens;
     int start, n, max_blocks, threads;
@@ -992,15 +1071,15 @@ struct pg_group {
 
 struct pg_step {
     const struct pg_layer *layers;
-    const struct pg_group *groups;
+    const struct pg_group *groups; /* num_group_sets x num_groups */
+    const struct pg_rope *ropes;   /* num_ropes */
     const float *hidden_in;  /* [m, hidden]: the step's embeddings */
-    const float *cos, *sin_signed; /* [m, head_dim] */
     const int64_t *slots;    /* [m] cache slots */
     float *out;              /* [m, hidden]: the last layer's hidden + residual */
     float *scratch;          /* pg_decode_scratch_floats(...) floats */
     void *linear_work;       /* the largest workspace the linears ask for */
-    int num_layers, num_groups, m, hidden, heads, kv_heads, head_dim, intermediate;
-    int cache_dtype, num_blocks, block_size, window, linear_threads;
+    int num_layers, num_groups, num_group_sets, num_ropes, m, hidden, heads, kv_heads, head_dim;
+    int intermediate, cache_dtype, num_blocks, block_size, linear_threads;
     float eps, scale;
 };
 
@@ -1057,41 +1136,99 @@ static int run_linear(const struct pg_step *s, const struct pg_linear *l, const 
     return 0;
 }
 
+/* The per-head norms of q and k (in place in qkv), then the layer's RoPE over the first
+ * rotary_dim dims of each head (the rest copied as they are), or none: q and k into qk. */
+static int queries_and_keys(const struct pg_step *s, const struct pg_layer *layer, float *qkv,
+                            float *qk)
+{
+    int hd = s->head_dim, heads = s->heads + s->kv_heads, rd = layer->rotary_dim;
+    long qkv_stride = (s->heads + 2L * s->kv_heads) * hd, qk_stride = (long)heads * hd;
+    for (int t = 0; t < s->m; t++)
+        for (int h = 0; h < heads; h++) {
+            const float *w = h < s->heads ? layer->q_norm : layer->k_norm;
+            float *row = qkv + t * qkv_stride + (long)h * hd;
+            if (w)
+                rms_row(row, w, hd, s->eps, row);
+        }
+    if (layer->rope < 0) {
+        for (int t = 0; t < s->m; t++)
+            memcpy(qk + t * qk_stride, qkv + t * qkv_stride, sizeof(float) * qk_stride);
+        return 0;
+    }
+    if (layer->rope >= s->num_ropes || rd <= 0 || rd > hd || rd % 2)
+        return 1;
+    const struct pg_rope *rope = &s->ropes[layer->rope];
+    rotate_heads(qkv, qkv_stride, hd, s->m, heads, rd, rope->cos, rope->sin_signed, qk, qk_stride,
+                 hd);
+    for (int t = 0; rd < hd && t < s->m; t++)
+        for (int h = 0; h < heads; h++)
+            memcpy(qk + t * qk_stride + (long)h * hd + rd, qkv + t * qkv_stride + (long)h * hd + rd,
+                   sizeof(float) * (hd - rd));
+    return 0;
+}
+
 /* x (normed) -> o_proj of the attention, into y. */
 static int attention_block(const struct pg_step *s, const struct pg_layer *layer, const float *x,
                            float *qkv, float *qk, float *attn, float *y)
 {
     int hd = s->head_dim, q_width = s->heads * hd, kv_width = s->kv_heads * hd;
     long qkv_stride = q_width + 2L * kv_width, qk_stride = q_width + (long)kv_width;
+    if (layer->group_set < 0 || layer->group_set >= s->num_group_sets)
+        return 1;
+    const struct pg_group *groups = s->groups + (size_t)layer->group_set * s->num_groups;
     int rc = run_linear(s, &layer->qkv, x, qkv);
     if (!rc)
-        rc = pg_rotary(qkv, qkv_stride, s->m, s->heads + s->kv_heads, hd, s->cos, s->sin_signed, qk);
+        rc = queries_and_keys(s, layer, qkv, qk);
     if (!rc)
         rc = pg_write_kv(qk + q_width, qk_stride, qkv + q_width + kv_width, qkv_stride, s->m,
                          s->kv_heads, hd, layer->k_cache, layer->v_cache, s->cache_dtype,
                          (long)s->num_blocks * s->block_size, s->slots);
     for (int g = 0; g < s->num_groups && !rc; g++) {
-        const struct pg_group *grp = &s->groups[g];
+        const struct pg_group *grp = &groups[g];
         rc = pg_decode_attention(qk + (size_t)grp->start * qk_stride, qk_stride, grp->n, s->heads,
                                  s->kv_heads, hd, layer->k_cache, layer->v_cache, s->cache_dtype,
                                  s->num_blocks, s->block_size, grp->block_tables, grp->max_blocks,
-                                 grp->context_lens, s->window, s->scale,
+                                 grp->context_lens, layer->window, s->scale,
                                  attn + (size_t)grp->start * q_width, grp->threads);
     }
     return rc ? rc : run_linear(s, &layer->o, attn, y);
 }
 
+/* The gated MLP of x (normed) into y, with the activation between its two linears. */
+static int mlp_block(const struct pg_step *s, const struct pg_layer *layer, const float *x,
+                     float *gate_up, float *act, float *y)
+{
+    int rc = run_linear(s, &layer->gate_up, x, gate_up);
+    if (!rc && layer->activation == PG_SILU)
+        rc = pg_silu_and_mul(gate_up, 2L * s->intermediate, s->m, s->intermediate, act);
+    else if (!rc && layer->activation == PG_GELU_TANH)
+        rc = pg_gelu_tanh_and_mul(gate_up, 2L * s->intermediate, s->m, s->intermediate, act);
+    else if (!rc)
+        rc = 1;
+    return rc ? rc : run_linear(s, &layer->down, act, y);
+}
+
+/* Whether every group set lists the step's m rows in order, each group at least one. */
+static int groups_cover_rows(const struct pg_step *s)
+{
+    for (int set = 0; set < s->num_group_sets; set++) {
+        const struct pg_group *groups = s->groups + (size_t)set * s->num_groups;
+        int covered = 0;
+        for (int g = 0; g < s->num_groups; g++) {
+            if (groups[g].start != covered || groups[g].n <= 0)
+                return 0;
+            covered += groups[g].n;
+        }
+        if (covered != s->m)
+            return 0;
+    }
+    return 1;
+}
+
 int pg_decode_layers(const struct pg_step *s)
 {
-    if (s->m <= 0 || s->num_layers <= 0 || s->num_groups <= 0 || s->hidden <= 0)
-        return 1;
-    int covered = 0;
-    for (int g = 0; g < s->num_groups; g++) {
-        if (s->groups[g].start != covered || s->groups[g].n <= 0)
-            return 1;
-        covered += s->groups[g].n;
-    }
-    if (covered != s->m)
+    if (s->m <= 0 || s->num_layers <= 0 || s->num_groups <= 0 || s->num_group_sets <= 0
+        || s->hidden <= 0 || !groups_cover_rows(s))
         return 1;
     size_t h = (size_t)s->m * s->hidden;
     int hd = s->head_dim;
@@ -1113,17 +1250,19 @@ int pg_decode_layers(const struct pg_step *s)
         }
         if (!rc)
             rc = attention_block(s, layer, x, qkv, qk, attn, hidden);
+        if (!rc && layer->attention_out_norm)
+            rc = pg_rms_norm(hidden, s->hidden, layer->attention_out_norm, s->m, s->hidden,
+                             s->eps, hidden);
         if (!rc) {
             rc = pg_add_rms_norm(hidden, residual, s->hidden, layer->post_norm, s->m, s->hidden,
                                  s->eps, x);
             swap = residual, residual = hidden, hidden = swap;
         }
         if (!rc)
-            rc = run_linear(s, &layer->gate_up, x, gate_up);
-        if (!rc)
-            rc = pg_silu_and_mul(gate_up, 2L * s->intermediate, s->m, s->intermediate, act);
-        if (!rc)
-            rc = run_linear(s, &layer->down, act, hidden);
+            rc = mlp_block(s, layer, x, gate_up, act, hidden);
+        if (!rc && layer->mlp_out_norm)
+            rc = pg_rms_norm(hidden, s->hidden, layer->mlp_out_norm, s->m, s->hidden, s->eps,
+                             hidden);
     }
     for (size_t j = 0; j < h && !rc; j++)
         s->out[j] = hidden[j] + residual[j];

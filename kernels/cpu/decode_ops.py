@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -49,6 +49,7 @@ _SIGNATURES = {
     "pg_add_rms_norm": [_ptr, _ptr, _i64, _ptr, _i32, _i32, _f32, _ptr],
     "pg_rotary": [_ptr, _i64, _i32, _i32, _i32, _ptr, _ptr, _ptr],
     "pg_silu_and_mul": [_ptr, _i64, _i32, _i32, _ptr],
+    "pg_gelu_tanh_and_mul": [_ptr, _i64, _i32, _i32, _ptr],
     "pg_top_k": [_ptr, _i64, _i32, _i32, _i32, _ptr],
     "pg_write_kv": [_ptr, _i64, _ptr, _i64, _i32, _i32, _i32, _ptr, _ptr, _i32, _i64, _ptr],
     "pg_decode_attention": [_ptr, _i64, _i32, _i32, _i32, _i32, _ptr, _ptr, _i32, _i32, _i32,
@@ -66,6 +67,7 @@ class DecodeOps:
         self._lib = lib
         self._rms, self._add_rms = lib.pg_rms_norm, lib.pg_add_rms_norm
         self._rotary, self._silu = lib.pg_rotary, lib.pg_silu_and_mul
+        self._gelu_tanh = lib.pg_gelu_tanh_and_mul
         self._top_k = lib.pg_top_k
         self._write, self._attend = lib.pg_write_kv, lib.pg_decode_attention
 
@@ -120,11 +122,22 @@ class DecodeOps:
         return out
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+        return self._gated(x, self._silu, "pg_silu_and_mul", torch_ref.silu_and_mul)
+
+    def gelu_tanh_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+        """torch_ref.gelu_tanh_and_mul to a few ulp (its tanh is Sleef's, ours from exp): the
+        eager CPU path calls this one so that it and the C layer stack agree bit for bit."""
+        return self._gated(x, self._gelu_tanh, "pg_gelu_tanh_and_mul", torch_ref.gelu_tanh_and_mul)
+
+    @staticmethod
+    def _gated(x: torch.Tensor, fn: Callable[..., int], name: str,
+               fallback: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """act(gate) * up of x [n, 2m] (gate first) by the C function fn, else by fallback."""
         if x.dtype != _F32 or x.dim() != 2 or x.stride(1) != 1 or x.shape[1] % 2:
-            return torch_ref.silu_and_mul(x)
+            return fallback(x)
         n, m = x.shape[0], x.shape[1] // 2
         out = torch.empty(n, m)
-        _check(self._silu(x.data_ptr(), x.stride(0), n, m, out.data_ptr()), "pg_silu_and_mul")
+        _check(fn(x.data_ptr(), x.stride(0), n, m, out.data_ptr()), name)
         return out
 
     def top_k_indices(self, x: torch.Tensor, k: int) -> torch.Tensor:
@@ -238,6 +251,7 @@ def decode_kernel_ops(lib: ctypes.CDLL) -> KernelOps:
         add_rms_norm=ops.add_rms_norm,
         rotary_embedding=ops.rotary_embedding,
         silu_and_mul=ops.silu_and_mul,
+        gelu_tanh_and_mul=ops.gelu_tanh_and_mul,
         top_k_indices=ops.top_k_indices,
         write_kv_cache=ops.write_kv_cache,
         paged_attention=ops.paged_attention,

@@ -182,10 +182,3 @@ def test_without_our_c_kernels_there_is_no_layer_stack_call(monkeypatch, tiny_q4
     monkeypatch.setenv("PAGODA_NATIVE_KERNELS", "0")
     assert _engine(tiny_q4_1).runner.model.native_decode is None
 
-
-def test_qwen3_per_head_norms_keep_decode_steps_eager(q4, q4_chosen, tiny_q4_1):
-    arch = _engine(tiny_q4_1).runner.model.arch
-    assert arch.is_plain_llama
-    qwen3 = dataclasses.replace(arch, names=dataclasses.replace(
-        arch.names, q_norm="self_attn.q_norm", k_norm="self_attn.k_norm"))
-    assert not qwen3.is_plain_llama
