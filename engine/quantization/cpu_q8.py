@@ -1,8 +1,8 @@
 """Grouped int8 weights on the CPU through our own kernel, kernels/cpu/q8_gemv.c, which reads the
 engine's `Int8Weight` in place: GGUF's Q8_0 (the default model's tied vocabulary table) and the
-formats the loader widens to int8 (Q5_0, Q5_1, Q5_K); and GGUF's Q6_K blocks (`Q6KWeight`, a
-Q4_K_M file's vocabulary and some of its v and down projections), read in place at 0.82 bytes
-a weight.
+types the loader widens to int8 (Q5_*, Q2_K, Q3_K, IQ*, MXFP4); and GGUF's Q6_K blocks
+(`Q6KWeight`, a Q4_K_M file's vocabulary and some of its v and down projections), read in place
+at 0.82 bytes a weight.
 
 Without it such a weight runs as two int4 halves (`split_int8`), 1.5 bytes a weight against
 Q8_0's 1.06, and for a tied vocabulary a second copy beside the table the embedding lookup and
