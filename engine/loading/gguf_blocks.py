@@ -1,12 +1,12 @@
 """GGUF block types the engine has no kernel for, decoded on every block at once.
 
-Q2_K, Q3_K, Q5_0/1/K, IQ4_NL, IQ4_XS, MXFP4, IQ1_S/M and IQ2/IQ3 blocks are decoded here and, under
-"auto", widened to int8 in groups of 32 (`widen_to_int8`). Most of them are small integers
-times one factor per 32 values (`GroupedInts`), which int8 holds exactly; the others (Q2_K,
-IQ2_XS, IQ2_S, IQ1_M: two factors, or a min, per 32 values) are requantized, whose 127 levels
-a group are finer than any of their own steps. gguf-py's `gguf.quants.dequantize` is
-the reference the tests hold the float values to, bit for bit; it runs the same arithmetic in
-many small pieces, several times slower.
+Q2_K, Q3_K, Q5_0/1/K, IQ4_NL, IQ4_XS, MXFP4, IQ1_S/M and IQ2/IQ3 blocks are decoded here and,
+under "auto", widened to int8 in groups of 32 (`widen_to_int8`). Most of them are small
+integers times one factor per 32 values (`GroupedInts`), which int8 holds exactly; the others
+(Q2_K, IQ2_XS, IQ2_S, IQ1_M: two factors, or a min, per 32 values) are requantized, whose 127
+levels a group are finer than any of their own steps. gguf-py's `gguf.quants.dequantize` is
+the reference the tests hold the float values to, bit for bit (this is as fast as it, or up to
+4x faster on the IQ types).
 
 Every decoder takes a tensor's blocks [n, bytes a block] and gives [n, values a block] (or
 their GroupedInts), doing each product in float32 in the order ggml does (d times a sub-block

@@ -102,4 +102,5 @@ def test_q3_k_widens_its_largest_product_exactly():
     blocks[0, 0, :108] = 0
     weight = widen_to_int8(raw, QType.Q3_K)
     assert weight.q[0, :256].eq(-128).all()
-    assert torch.equal(dequantize(weight), torch.from_numpy(gguf.quants.dequantize(raw, QType.Q3_K)))
+    expected = torch.from_numpy(gguf.quants.dequantize(raw, QType.Q3_K))
+    assert torch.equal(dequantize(weight), expected)
