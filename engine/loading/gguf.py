@@ -40,7 +40,11 @@ from engine.loading.gguf_names import PERMUTED_QK, gguf_tensor_name, needed_laye
 from engine.loading.layouts import GGUF_FLOAT_TYPES, GGUF_INT4_TYPES, GGUF_INT8_TYPES
 from engine.loading.lazy_weights import LazyWeights
 from engine.loading.model_check import unreadable_type_message
-from engine.models.registry import supported_gguf_architectures, unsupported_message
+from engine.models.registry import (
+    family_for_gguf,
+    supported_gguf_architectures,
+    unsupported_message,
+)
 from engine.quantization.tensors import (
     INT4_GROUP_SIZE,
     INT8_GROUP_SIZE,
@@ -137,9 +141,16 @@ class GGUFModelFile:
         self,
     ) -> tuple[transformers.PretrainedConfig, transformers.PreTrainedTokenizerBase]:
         folder, name = self.path.parent, self.path.name
+        # Families whose files transformers does not read, or reads with defaults in place of
+        # the file's settings, build their config from the file's keys themselves.
+        config = family_for_gguf(self.architecture).config_from_gguf(self)
         try:
-            config = transformers.AutoConfig.from_pretrained(folder, gguf_file=name)
-            tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+            if config is None:
+                config = transformers.AutoConfig.from_pretrained(folder, gguf_file=name)
+                tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+            else:  # AutoTokenizer would read the config through transformers first
+                tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(
+                    folder, gguf_file=name)
         except Exception as error:
             raise ModelLoadError(
                 f"The config or tokenizer of {self.path} could not be read: "
@@ -152,6 +163,27 @@ class GGUFModelFile:
         if head_dim is not None:
             config.head_dim = int(head_dim.contents())
         return config, tokenizer
+
+    # What a family reads to build its config (engine.models.gguf_config.GGUFSettings).
+
+    def metadata(self, key: str) -> object:
+        field = self._reader.get_field(key)
+        return None if field is None else field.contents()
+
+    def tensor_dims(self, name: str) -> tuple[int, ...] | None:
+        tensor = self.tensors.get(name)
+        return None if tensor is None else tensor_shape(tensor)
+
+    def small_vector(self, name: str, length: int) -> list[float] | None:
+        tensor = self.tensors.get(name)
+        if tensor is None:
+            return None
+        if tensor_shape(tensor) != (length,) or tensor.tensor_type not in FLOAT_TYPES:
+            raise ModelLoadError(
+                f"Tensor {name} in {self.path} holds {tensor_shape(tensor)} values as "
+                f"{tensor.tensor_type.name}, where its model needs {length} floats. The file "
+                "is damaged: re-download it.")
+        return dequantize_to_float(tensor.data, tensor.tensor_type, (length,)).tolist()
 
     def weights(
         self, expected: dict[str, tuple[int, ...]], config: transformers.PretrainedConfig,

@@ -19,7 +19,10 @@ _LAYER = {
     "post_attention_layernorm": "ffn_norm",
 }
 # Where an architecture's names differ from the Llama ones above.
-_LAYER_BY_ARCHITECTURE: dict[str, dict[str, str]] = {}
+_LAYER_BY_ARCHITECTURE: dict[str, dict[str, str]] = {
+    # Phi-3's fused q/k/v and gate/up matrices, as one tensor each.
+    "phi3": {"self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"},
+}
 # The layer modules every file of an architecture holds (biases and a separate output matrix
 # vary, and are checked against the config later).
 _LLAMA_MODULES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
@@ -30,10 +33,14 @@ _NEEDED_MODULES: dict[str, tuple[str, ...]] = {
     "llama": _LLAMA_MODULES,
     "qwen2": _LLAMA_MODULES,
     "qwen3": _LLAMA_MODULES + _QK_NORMS,
+    "phi3": ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj",
+             "input_layernorm", "post_attention_layernorm"),
+    "smollm3": _LLAMA_MODULES,
 }
 # llama.cpp's converter interleaves the rotary halves of each q and k head for these
 # architectures (Llama's own RoPE kernel pairs neighbours); the loader turns them back.
-PERMUTED_QK = frozenset({"llama"})
+# SmolLM3's converter derives from Llama's and permutes every layer's, its NoPE layers' too.
+PERMUTED_QK = frozenset({"llama", "smollm3"})
 
 _LAYER_PARAMETER = re.compile(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)")
 _GLOBAL_PARAMETER = re.compile(r"(.+)\.(weight|bias)")

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the table itself imports neither torch nor transformers (th
     from transformers import PretrainedConfig
 
     from engine.models.architecture import DecoderArchitecture
+    from engine.models.gguf_config import GGUFSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,11 +31,20 @@ class ModelFamily:
     def architecture(self, config: PretrainedConfig) -> DecoderArchitecture:
         return importlib.import_module(f"engine.models.{self.module}").architecture(config)
 
+    def config_from_gguf(self, settings: GGUFSettings) -> PretrainedConfig | None:
+        """A GGUF file's config built from its keys by the family's module, where it defines
+        config_from_gguf (transformers' GGUF reader does not read it, or not whole); else None."""
+        module = importlib.import_module(f"engine.models.{self.module}")
+        build = getattr(module, "config_from_gguf", None)
+        return None if build is None else build(settings)
+
 
 FAMILIES: tuple[ModelFamily, ...] = (
     # Mistral's GGUF files say "llama".
     ModelFamily("Llama", "llama", ("llama", "mistral", "qwen2", "qwen3"),
                 ("llama", "qwen2", "qwen3"), "Llama 2/3, SmolLM/SmolLM2, Mistral, Qwen2/2.5, Qwen3"),
+    ModelFamily("Phi-3", "phi3", ("phi3",), ("phi3",), "Phi-3/3.5-mini, Phi-4-mini"),
+    ModelFamily("SmolLM3", "smollm3", ("smollm3",), ("smollm3",), "SmolLM3"),
 )
 
 # Known families the engine does not run yet: the reason shown in words.

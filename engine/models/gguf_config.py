@@ -1,0 +1,106 @@
+"""A Llama-shaped model's config read from a GGUF file's own metadata keys, for the families whose
+files transformers' GGUF reader does not read (SmolLM3) or reads with settings left at its class
+defaults (Phi-3: partial rotary, the trained context, longrope, the window). The family module
+(engine/models/<family>.py) adds its own keys to these and builds its config class.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from engine.errors import ModelLoadError
+
+
+class GGUFSettings(Protocol):
+    """What a family reads from a GGUF file to build its config (engine.loading.gguf.GGUFModelFile)."""
+
+    architecture: str
+
+    def metadata(self, key: str) -> object:
+        """A metadata key's value (a list for an array), or None where the file lacks it."""
+
+    def tensor_dims(self, name: str) -> tuple[int, ...] | None:
+        """A tensor's shape, outermost first ([vocab, hidden] for token_embd), or None."""
+
+    def small_vector(self, name: str, length: int) -> list[float] | None:
+        """A float tensor of exactly `length` values (llama.cpp keeps some settings as tensors),
+        or None where the file lacks it."""
+
+
+def count(settings: GGUFSettings, key: str, default: int | None = None) -> int:
+    """A positive whole number the file states under `<architecture>.<key>`."""
+    value = settings.metadata(f"{settings.architecture}.{key}")
+    if value is None and default is not None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        stated = "nothing" if value is None else repr(value)
+        raise ModelLoadError(
+            f"The file states {stated} for {settings.architecture}.{key}, where a positive whole "
+            "number is needed. The file is damaged: re-download it.")
+    return value
+
+
+def number(settings: GGUFSettings, key: str, default: float) -> float:
+    value = settings.metadata(f"{settings.architecture}.{key}")
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ModelLoadError(
+            f"The file states {value!r} for {settings.architecture}.{key}, where a positive "
+            "number is needed. The file is damaged: re-download it.")
+    return float(value)
+
+
+def llama_shape(settings: GGUFSettings) -> dict:
+    """The config fields every Llama-shaped file states the same way: sizes, RoPE base, norm
+    epsilon, a tied or separate output matrix, and the special tokens."""
+    hidden = count(settings, "embedding_length")
+    heads = count(settings, "attention.head_count")
+    kv_heads = count(settings, "attention.head_count_kv", default=heads)
+    if hidden % heads or heads % kv_heads:
+        raise ModelLoadError(
+            f"The file states {heads} attention heads over {kv_heads} key-value heads for a "
+            f"width of {hidden}: the heads must divide the width and the key-value heads the "
+            "heads. The file is damaged: re-download it.")
+    embedding = settings.tensor_dims("token_embd.weight")
+    if embedding is None or len(embedding) != 2:
+        raise ModelLoadError("The file has no token_embd.weight matrix, which every model needs. "
+                             "The file is incomplete: re-download it.")
+    shape = {
+        "num_hidden_layers": count(settings, "block_count"),
+        "hidden_size": hidden,
+        "intermediate_size": count(settings, "feed_forward_length"),
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "max_position_embeddings": count(settings, "context_length"),
+        "rms_norm_eps": number(settings, "attention.layer_norm_rms_epsilon", 1e-5),
+        "vocab_size": embedding[0],
+        "tie_word_embeddings": settings.tensor_dims("output.weight") is None,
+        **_special_tokens(settings),
+    }
+    shape["head_dim"] = count(settings, "attention.key_length", default=hidden // heads)
+    return shape
+
+
+def rope_theta(settings: GGUFSettings) -> float:
+    return number(settings, "rope.freq_base", 10000.0)
+
+
+def rotary_dims(settings: GGUFSettings, head_dim: int) -> int:
+    """How many of each head's dimensions rotate (rope.dimension_count; all where absent)."""
+    dims = count(settings, "rope.dimension_count", default=head_dim)
+    if dims % 2 or dims > head_dim:
+        raise ModelLoadError(
+            f"The file rotates {dims} of each head's {head_dim} dimensions "
+            f"({settings.architecture}.rope.dimension_count): an even count up to the head size "
+            "is needed. The file is damaged: re-download it.")
+    return dims
+
+
+def _special_tokens(settings: GGUFSettings) -> dict:
+    tokens = {}
+    for field in ("bos", "eos", "padding"):
+        value = settings.metadata(f"tokenizer.ggml.{field}_token_id")
+        if value is not None:
+            tokens["pad_token_id" if field == "padding" else f"{field}_token_id"] = int(value)
+    return tokens

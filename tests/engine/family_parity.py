@@ -1,0 +1,73 @@
+"""What the families' tests hold our engine to: transformers' fp32 logits at every position of a
+teacher-forced prompt (one model folder), the folder's logits from llama.cpp's GGUF of it (to
+its fp16 rounding), and llama.cpp's own greedy tokens on that file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from engine import LLM, SamplingParams
+from engine.config import EngineConfig
+from engine.loading.loader import load_model
+from engine.worker.evaluation import prompt_logits
+from engine.worker.model_runner import ModelRunner
+from tests.engine.llama_cpp_references import FileRecord, sha256
+
+# Two fp32 logits this close are a tie: either token is a correct greedy choice.
+NEAR_TIE = 1e-4
+# llama.cpp's two best log-probabilities this close: its kernels and ours may order them apart.
+LLAMA_CPP_NEAR_TIE = 0.05
+# 16-token chunks: each prompt's later chunks attend to keys cached by earlier ones.
+PREFILL_CHUNK = 16
+
+
+def engine_logits(source: Path, prompts: list[list[int]]) -> list[torch.Tensor]:
+    """Our fp32 logits after every token of each prompt, prefilled in PREFILL_CHUNK chunks."""
+    runner = ModelRunner(load_model(source, quantization="none"),
+                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1))
+    return [prompt_logits(runner, ids, chunk=PREFILL_CHUNK) for ids in prompts]
+
+
+@torch.inference_mode()
+def hf_logits(model, prompts: list[list[int]]) -> list[torch.Tensor]:
+    return [model(torch.tensor([ids])).logits[0].float() for ids in prompts]
+
+
+@torch.no_grad()
+def round_matrices_to_fp16(model):
+    """The model with each matrix as llama.cpp's f16 file holds it (norms stay fp32 there)."""
+    for parameter in model.parameters():
+        if parameter.ndim == 2:
+            parameter.copy_(parameter.half().float())
+    return model
+
+
+def assert_same_argmax(ours: torch.Tensor, reference: torch.Tensor, label: str) -> None:
+    """The same next token after every position, but where the reference's top two tie."""
+    top2 = reference.topk(2, dim=-1)
+    gap = top2.values[:, 0] - top2.values[:, 1]
+    differ = (ours.argmax(-1) != top2.indices[:, 0]) & (gap > NEAR_TIE)
+    assert not differ.any(), (f"{label}: another next token at positions "
+                              f"{differ.nonzero().flatten().tolist()} of {len(reference)}")
+
+
+def assert_greedy_tokens_equal_llama_cpps(gguf_file: Path, record: FileRecord) -> None:
+    """Our greedy tokens (EOS ignored, as recorded) equal llama.cpp's on the very file it ran,
+    up to its first near-tie, after which the two may rightly part."""
+    assert sha256(gguf_file) == record.sha256, (
+        f"{gguf_file.name} is not the file llama.cpp's tokens were recorded on: rerun "
+        "tests/engine/data/llama_cpp/record.py")
+    llm = LLM(str(gguf_file), num_kv_blocks=64, num_threads=1)
+    params = SamplingParams(temperature=0, max_tokens=len(record.continuations[0].llama_cpp_tokens),
+                            ignore_eos=True)
+    outputs = llm.generate([c.prompt_ids for c in record.continuations], params)
+    for i, (c, out) in enumerate(zip(record.continuations, outputs, strict=True)):
+        ours = list(out.outputs[0].token_ids)
+        # At a near-tie either token is right (the record keeps only llama.cpp's), and the tokens
+        # after it continue another text: compared up to the first one.
+        ties = [j for j, gap in enumerate(c.top2_logprob_gaps) if gap <= LLAMA_CPP_NEAR_TIE]
+        compared = ties[0] if ties else len(c.llama_cpp_tokens)
+        assert ours[:compared] == c.llama_cpp_tokens[:compared], (
+            f"prompt {i}: ours {ours}, llama.cpp's {c.llama_cpp_tokens} (n_ctx {record.n_ctx})")

@@ -1,0 +1,101 @@
+"""SmolLM3 (Llama layers, every fourth without RoPE) runs as transformers defines it, from a model
+folder and from the GGUF llama.cpp's converter writes of it.
+
+The tiny model (tests/engine/tiny_models.py) has 4 layers: layer 3 is NoPE. Rotating it, or
+leaving another layer unrotated, moves every logit after the first token.
+"""
+
+import pytest
+import torch
+import transformers
+
+from engine import LLM
+from engine.errors import ModelLoadError
+from engine.loading.gguf import GGUFModelFile
+from engine.models.config import head_dim
+from engine.models.smollm3 import architecture, config_from_gguf, rotated_layers
+from tests.engine.family_parity import (
+    assert_greedy_tokens_equal_llama_cpps,
+    assert_same_argmax,
+    engine_logits,
+    hf_logits,
+    round_matrices_to_fp16,
+)
+from tests.engine.hf_reference import load_hf_model
+from tests.engine.llama_cpp_references import llama_cpp_records
+from tests.engine.models.test_parity import NUM_THREADS, assert_greedy_parity, parity_prompts
+
+pytestmark = pytest.mark.usefixtures("fresh_gguf_metadata_cache")
+
+
+@pytest.fixture(scope="module")
+def smollm3(llama_cpp_ggufs):
+    """(folder, gguf file)"""
+    return llama_cpp_ggufs["smollm3"]
+
+
+@pytest.fixture(scope="module")
+def prompts(smollm3) -> list[list[int]]:
+    return parity_prompts(transformers.AutoTokenizer.from_pretrained(smollm3[0]))
+
+
+@pytest.fixture(scope="module")
+def hf_model(smollm3):
+    return load_hf_model(smollm3[0])
+
+
+def test_smollm3_folder_predicts_transformers_next_token_at_every_position(
+        smollm3, hf_model, prompts):
+    for i, (ours, theirs) in enumerate(zip(engine_logits(smollm3[0], prompts),
+                                           hf_logits(hf_model, prompts), strict=True)):
+        assert_same_argmax(ours, theirs, f"prompt {i}")
+        torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+
+
+def test_smollm3_greedy_through_the_scheduler_matches_transformers(smollm3, hf_model, prompts):
+    llm = LLM(str(smollm3[0]), num_kv_blocks=128, num_threads=NUM_THREADS,
+              max_num_batched_tokens=16)
+    assert_greedy_parity(llm, hf_model, prompts)
+
+
+def test_smollm3_gguf_gives_the_folders_logits_to_fp16_rounding(smollm3, prompts):
+    """The converter interleaves q and k rows as for Llama (every layer's, NoPE or not) and
+    does not say which layers are NoPE: the loader undoes the one and takes llama.cpp's every
+    fourth for the other."""
+    reference = round_matrices_to_fp16(load_hf_model(smollm3[0]))
+    for ours, theirs in zip(engine_logits(smollm3[1], prompts), hf_logits(reference, prompts),
+                            strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+
+
+def test_smollm3_gguf_config_states_what_the_folders_does(smollm3):
+    want = transformers.AutoConfig.from_pretrained(smollm3[0])
+    got = config_from_gguf(GGUFModelFile(smollm3[1]))
+
+    for field in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                  "num_key_value_heads", "max_position_embeddings", "vocab_size", "no_rope_layers", "layer_types", "sliding_window", "tie_word_embeddings",
+                  "attention_bias", "mlp_bias", "bos_token_id", "eos_token_id"):
+        assert getattr(got, field, None) == getattr(want, field, None), field
+    assert got.rope_parameters["rope_theta"] == want.rope_parameters["rope_theta"]
+    assert head_dim(got) == head_dim(want)
+
+
+def test_smollm3_gguf_greedy_tokens_equal_llama_cpps(smollm3):
+    record, = llama_cpp_records("tiny_families.json", family="smollm3", type="f16")
+    assert_greedy_tokens_equal_llama_cpps(smollm3[1], record)
+
+
+def test_smollm3_layers_marked_0_in_no_rope_layers_are_nope():
+    config = transformers.SmolLM3Config(num_hidden_layers=6, hidden_size=64, num_attention_heads=4,
+                                        num_key_value_heads=2, no_rope_layers=[1, 0, 1, 1, 0, 1])
+    assert [kind.rope for kind in architecture(config).layers] == [
+        "default", None, "default", "default", None, "default"]
+
+
+@pytest.mark.parametrize("flags", [[1, 1, 1], [1, 1, 2, 0]])
+def test_a_damaged_no_rope_layers_list_is_refused(flags):
+    config = transformers.SmolLM3Config(num_hidden_layers=4, hidden_size=64,
+                                        num_attention_heads=4, num_key_value_heads=2)
+    config.no_rope_layers = flags
+    with pytest.raises(ModelLoadError, match="no_rope_layers"):
+        rotated_layers(config)
