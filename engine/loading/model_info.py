@@ -3,6 +3,11 @@
 A GGUF file through `gguf.GGUFReader` (memory-mapped: tensor types and element counts), a
 Hugging Face folder through its safetensors headers (dtypes and shapes). The app shows this in
 its model picker and refuses, before loading starts, a model that would not fit in memory.
+
+The model's shape (layers, key-value heads, each layer's attention window, its context) comes
+from the config the loader would build, without the tokenizer: a folder's config.json, a GGUF
+file's keys as its family reads them. The KV cache is sized from it
+(engine.models.kv_cache_sizing.model_kv_cache_bytes: a windowed layer holds only its window).
 """
 
 from __future__ import annotations
@@ -11,21 +16,27 @@ import logging
 import math
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import gguf
 import torch
+import transformers
 from safetensors import SafetensorError, safe_open
 
 from engine.config import QUANTIZATIONS, EngineConfig
-from engine.errors import ModelLoadError
-from engine.loading.gguf import open_gguf_reader
+from engine.errors import MalformedGGUFError, ModelLoadError
+from engine.loading.gguf import GGUFModelFile, open_gguf_reader
 from engine.loading.layouts import VOCABULARY_MATRICES, Layout, gguf_layout
 from engine.loading.loader import default_model_file, model_name
 from engine.loading.model_check import refuse_unrunnable_model
-from engine.models.kv_cache_sizing import kv_cache_memory_bound
+from engine.models.architecture import ModelShape
+from engine.models.config import model_shape
+from engine.models.gguf_config import llama_shape
+from engine.models.kv_cache_sizing import model_kv_cache_bytes
+from engine.models.registry import family_for_gguf
 from engine.quantization.tensors import INT4_GROUP_SIZE
 
 logger = logging.getLogger(__name__)
@@ -85,11 +96,13 @@ class ModelInfo:
 
 @dataclass(slots=True, frozen=True)
 class ModelHeaders:
-    """A model's tensors as its files describe them: read once, described under any setting."""
+    """A model's tensors as its files describe them, and its shape (None where not read): read
+    once, described under any setting."""
 
     path: Path
     format: ModelFormat
     tensors: tuple[TensorHeader, ...]
+    shape: ModelShape | None = None
 
 
 def describe_model(source: str | os.PathLike | None = None, quantization: str = "auto",
@@ -106,9 +119,10 @@ def read_model_headers(source: str | os.PathLike | None = None) -> ModelHeaders:
     path = _existing_path(source)
     refuse_unrunnable_model(path)
     if path.is_dir():
-        return ModelHeaders(path, "safetensors", tuple(read_safetensors_headers(path)))
+        return ModelHeaders(path, "safetensors", tuple(read_safetensors_headers(path)),
+                            _folder_shape(path))
     if path.suffix.lower() == ".gguf":
-        return ModelHeaders(path, "gguf", tuple(read_gguf_headers(path)))
+        return _read_gguf(path)
     raise ModelLoadError(
         f"{path} is neither a model folder nor a .gguf file. Choose a Hugging Face model "
         "folder (config.json, *.safetensors, tokenizer files) or a .gguf file.")
@@ -130,11 +144,39 @@ def describe_headers(headers: ModelHeaders, quantization: str = "auto",
     )
 
 
-def read_gguf_headers(path: Path) -> list[TensorHeader]:
-    reader = open_gguf_reader(path)
-    return [TensorHeader(t.name, tensor_kind(t.tensor_type.name),
-                         tuple(int(d) for d in reversed(t.shape)))
-            for t in reader.tensors]
+def _read_gguf(path: Path) -> ModelHeaders:
+    try:
+        gguf = GGUFModelFile(path)
+    except MalformedGGUFError:
+        raise
+    except ModelLoadError:
+        # Not a whole model (a layer's tensor or a key missing: the loader refuses it, saying
+        # which); its tensors still tell its size, and the fit check takes the KV cache's bound.
+        return ModelHeaders(path, "gguf", _gguf_tensor_headers(open_gguf_reader(path).tensors))
+    return ModelHeaders(path, "gguf", _gguf_tensor_headers(gguf.tensors.values()),
+                        gguf_shape(gguf))
+
+
+def _gguf_tensor_headers(tensors: Iterable[gguf.ReaderTensor]) -> tuple[TensorHeader, ...]:
+    return tuple(TensorHeader(t.name, tensor_kind(t.tensor_type.name),
+                              tuple(int(d) for d in reversed(t.shape)))
+                 for t in tensors)
+
+
+def gguf_shape(gguf: GGUFModelFile) -> ModelShape:
+    """The model's shape from the file's keys, without the tokenizer: the family's own config
+    where it reads one (its windows and layer kinds), else the keys every Llama-shaped file
+    states as transformers reads them."""
+    config = family_for_gguf(gguf.architecture).config_from_gguf(gguf)
+    return model_shape(config or transformers.PretrainedConfig(**llama_shape(gguf)))
+
+
+def _folder_shape(folder: Path) -> ModelShape:
+    try:
+        return model_shape(transformers.AutoConfig.from_pretrained(folder))
+    except (OSError, ValueError, KeyError) as error:
+        raise ModelLoadError(f"{folder / 'config.json'} could not be read as a model config: "
+                             f"{error}. Re-download the model.") from error
 
 
 def read_safetensors_headers(folder: Path) -> list[TensorHeader]:
@@ -210,9 +252,10 @@ def check_model_fits(model: str | os.PathLike | None, config: EngineConfig,
 
     On CUDA the weights and the KV pool live on the GPU, which sizes its pool by itself.
     """
-    info = describe_model(model, config.quantization, config.dtype)
+    headers = read_model_headers(model)
+    info = describe_headers(headers, config.quantization, config.dtype)
     if not config.device.startswith("cuda"):
-        check_fits_memory(info, kv_cache_memory_bound(config), available)
+        check_fits_memory(info, model_kv_cache_bytes(headers.shape, config), available)
     return info
 
 

@@ -14,13 +14,22 @@ memory available after the weights keep a long-context model from taking the mac
 that the pool then cannot hold is refused in words (PromptTooLongError). The pool's pages are
 committed by the OS as blocks are first written (`engine.models.memory.zeroed_host_tensor`), so an
 engine that has served short chats holds only what they used.
+
+The memory a model's KV cache takes, known from its headers before it loads (`model_kv_cache_bytes`,
+for the fit check), counts what each layer holds: a full-attention layer every token of the
+context, a layer with a window of W keys at most W and one block more (its blocks that fall out of
+the window go back to the pool), so Gemma 3 (five windowed layers per global one) needs about a
+sixth of what its layers would hold all global.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from engine.config import EngineConfig
+from engine.models.architecture import FULL_ATTENTION, ModelShape
 
 KV_CONTEXTS = 2
 AUTO_KV_CACHE_LIMIT = 1 << 30
@@ -40,6 +49,29 @@ def kv_cache_memory_bound(config: EngineConfig) -> int:
     """The most bytes the KV pool may take, known before the model is read: for the memory
     checks made from a model's headers."""
     return config.kv_cache_memory if config.kv_cache_memory is not None else AUTO_KV_CACHE_LIMIT
+
+
+def kv_tokens_held(layer_windows: Sequence[int], context: int, block_size: int) -> int:
+    """Keys (and as many values) one sequence of `context` tokens holds, summed over the layers:
+    a full-attention layer every token, a windowed one at most its window and the block its
+    oldest visible key shares."""
+    return sum(context if window == FULL_ATTENTION else min(context, window + block_size)
+               for window in layer_windows)
+
+
+def model_kv_cache_bytes(shape: ModelShape | None, config: EngineConfig) -> int:
+    """The KV pool's bytes for a model under config, known before it loads: kv_cache_memory when
+    set, else the automatic rule's contexts at the context allowed (the setting, else the
+    model's own), each counting only what its layers hold, at most AUTO_KV_CACHE_LIMIT.
+    shape None (not known): kv_cache_memory_bound."""
+    if shape is None or config.kv_cache_memory is not None:
+        return kv_cache_memory_bound(config)
+    context = min(config.max_model_len or shape.max_position_embeddings,
+                  shape.max_position_embeddings)
+    per_token = 2 * shape.num_kv_heads * shape.head_dim * kv_cache_dtype(config).itemsize
+    held = kv_tokens_held(shape.layer_windows, context, config.block_size)
+    wanted = min(config.max_num_seqs, KV_CONTEXTS) * held * per_token
+    return min(wanted, AUTO_KV_CACHE_LIMIT)
 
 
 def auto_kv_cache_bytes(bytes_per_token: int, max_model_len: int, max_num_seqs: int,

@@ -1,0 +1,68 @@
+"""The fit check sizes a model's KV cache from its headers as its layers hold it: a Gemma-3-shaped
+model (five windowed layers per global one) counts a windowed layer's window and one block, not
+the whole context, read without its tokenizer or weights."""
+
+import pytest
+from tiny_gguf import HEAD_DIM as TINY_HEAD_DIM
+from tiny_gguf import KV_HEADS as TINY_KV_HEADS
+from tiny_gguf import LAYERS as TINY_LAYERS
+from tiny_gguf import write_tiny_gguf
+
+from engine.config import EngineConfig
+from engine.errors import ModelLoadError
+from engine.loading.model_info import (
+    MEMORY_OVERHEAD_BYTES,
+    check_model_fits,
+    describe_headers,
+    read_model_headers,
+)
+from engine.models.architecture import FULL_ATTENTION, ModelShape
+from engine.models.kv_cache_sizing import (
+    AUTO_KV_CACHE_LIMIT,
+    kv_tokens_held,
+    model_kv_cache_bytes,
+)
+
+LAYERS, KV_HEADS, HEAD_DIM = 6, 1, 32
+CONTEXT, WINDOW, BLOCK = 4096, 64, 16
+GEMMA3_WINDOWS = (WINDOW,) * 5 + (FULL_ATTENTION,)
+FP32_KEY_AND_VALUE = 2 * KV_HEADS * HEAD_DIM * 4  # bytes per layer and token
+GEMMA3_SHAPE = ModelShape(num_layers=LAYERS, hidden_size=64, num_heads=2, num_kv_heads=KV_HEADS,
+                          head_dim=HEAD_DIM, vocab_size=32, rms_norm_eps=1e-6,
+                          max_position_embeddings=CONTEXT, intermediate_size=128,
+                          layer_windows=GEMMA3_WINDOWS)
+
+
+def test_a_windowed_layer_holds_its_window_and_one_block_a_global_layer_the_context():
+    assert kv_tokens_held(GEMMA3_WINDOWS, CONTEXT, BLOCK) == CONTEXT + 5 * (WINDOW + BLOCK)
+    assert kv_tokens_held(GEMMA3_WINDOWS, 32, BLOCK) == 6 * 32  # a short context: all of it
+
+
+def test_the_kv_estimate_of_a_gemma3_shape_counts_only_what_its_layers_hold():
+    held = model_kv_cache_bytes(GEMMA3_SHAPE, EngineConfig(block_size=BLOCK))
+
+    two_contexts = 2 * (CONTEXT + 5 * (WINDOW + BLOCK)) * FP32_KEY_AND_VALUE
+    all_global = 2 * LAYERS * CONTEXT * FP32_KEY_AND_VALUE
+    assert held == two_contexts
+    assert held <= 0.3 * all_global
+
+
+def test_the_context_setting_and_the_byte_settings_bound_the_estimate():
+    short = model_kv_cache_bytes(GEMMA3_SHAPE, EngineConfig(block_size=BLOCK, max_model_len=32))
+
+    assert short == 2 * LAYERS * 32 * FP32_KEY_AND_VALUE
+    assert model_kv_cache_bytes(GEMMA3_SHAPE, EngineConfig(kv_cache_memory=12345)) == 12345
+    assert model_kv_cache_bytes(None, EngineConfig()) == AUTO_KV_CACHE_LIMIT
+
+
+def test_the_fit_check_asks_for_the_weights_the_models_kv_cache_and_the_overhead(tmp_path):
+    path = write_tiny_gguf(tmp_path / "tiny.gguf").path  # every layer global, 512 positions
+    config = EngineConfig()
+    headers = read_model_headers(path)
+    kv = model_kv_cache_bytes(headers.shape, config)
+    needed = describe_headers(headers).weight_bytes + kv + MEMORY_OVERHEAD_BYTES
+
+    assert kv == 2 * TINY_LAYERS * 512 * 2 * TINY_KV_HEADS * TINY_HEAD_DIM * 4
+    check_model_fits(path, config, available=needed)
+    with pytest.raises(ModelLoadError, match="needs about"):
+        check_model_fits(path, config, available=needed - 1)
