@@ -18,13 +18,15 @@ from engine.layers.rotary import RotaryTables, rope_spec
 from engine.loading.gguf import GGUFModelFile
 from engine.models.phi3 import architecture, config_from_gguf
 from tests.engine.family_parity import (
-    assert_greedy_tokens_equal_llama_cpps,
+    LLAMA_CPP_QUANTIZED_NEAR_TIE,
     assert_same_argmax,
     engine_logits,
+    greedy_disagreements_with_llama_cpp,
     hf_logits,
     round_matrices_to_fp16,
 )
 from tests.engine.hf_reference import load_hf_model
+from tests.engine.llama_cpp_converter import quantize_with_llama_cpp
 from tests.engine.llama_cpp_references import llama_cpp_records
 from tests.engine.models.test_parity import (
     LONG_TEXT,
@@ -105,7 +107,18 @@ def test_phi3_gguf_greedy_tokens_equal_llama_cpps(variant, n_ctx, llama_cpp_gguf
     """phi3-longrope against llama.cpp at a 256-token context, where it takes the short factors
     as we do below position 256 (at -c 512 it takes the long ones at every position)."""
     record, = llama_cpp_records("tiny_families.json", family=variant, type="f16", n_ctx=n_ctx)
-    assert_greedy_tokens_equal_llama_cpps(llama_cpp_ggufs[variant][1], record)
+    assert not greedy_disagreements_with_llama_cpp(llama_cpp_ggufs[variant][1], record)
+
+
+@pytest.mark.parametrize(("variant", "n_ctx"), [("phi3", 512), ("phi3-longrope", 256)])
+def test_phi3_q4_k_m_greedy_tokens_equal_llama_cpps(
+        variant, n_ctx, llama_cpp_ggufs, tmp_path):
+    """llama-quantize's Q4_K_M (with rows 64 wide: Q5_0 layers, a Q8_0 embedding), which we
+    read exactly; llama.cpp also rounds activations to 8 bits, so ties are wider."""
+    q4 = quantize_with_llama_cpp(llama_cpp_ggufs[variant][1],
+                                 tmp_path / f"tiny-{variant}.Q4_K_M.gguf")
+    record, = llama_cpp_records("tiny_families.json", family=variant, type="Q4_K_M", n_ctx=n_ctx)
+    assert not greedy_disagreements_with_llama_cpp(q4, record, LLAMA_CPP_QUANTIZED_NEAR_TIE)
 
 
 def test_longrope_table_is_transformers_short_one_below_the_original_context_and_long_above(
