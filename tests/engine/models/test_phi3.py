@@ -1,3 +1,4 @@
+# ruff: noqa: F811 (the fixtures imported from test_cpu_q4 are test arguments)
 """Phi-3/4 (fused q/k/v and gate/up, partial rotary, LongRoPE) runs as transformers defines it,
 from a model folder and from the GGUF llama.cpp's converter writes of it.
 
@@ -28,12 +29,15 @@ from tests.engine.family_parity import (
 from tests.engine.hf_reference import load_hf_model
 from tests.engine.llama_cpp_converter import quantize_with_llama_cpp
 from tests.engine.llama_cpp_references import llama_cpp_records
+from tests.engine.models.test_native_decode import PROMPTS, _decoding, _engine
+from tests.engine.models.test_native_decode_layers import _assert_fused_steps_are_eager
 from tests.engine.models.test_parity import (
     LONG_TEXT,
     NUM_THREADS,
     assert_greedy_parity,
     parity_prompts,
 )
+from tests.engine.quantization.test_cpu_q4 import q4, q4_chosen  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.usefixtures("fresh_gguf_metadata_cache")
 
@@ -119,6 +123,16 @@ def test_phi3_q4_k_m_greedy_tokens_equal_llama_cpps(
                                  tmp_path / f"tiny-{variant}.Q4_K_M.gguf")
     record, = llama_cpp_records("tiny_families.json", family=variant, type="Q4_K_M", n_ctx=n_ctx)
     assert not greedy_disagreements_with_llama_cpp(q4, record, LLAMA_CPP_QUANTIZED_NEAR_TIE)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_phi3_decode_steps_run_in_one_c_call_with_the_eager_logits(
+        variant, q4, q4_chosen, llama_cpp_ggufs):
+    """Quantized to int4, every linear has a C kernel: the one-call step runs the fused q/k/v,
+    the 12 rotated dimensions of 16 and the longrope table's rows."""
+    engine = _engine(llama_cpp_ggufs[variant][0], quantization="int4")
+    _decoding(engine, PROMPTS, steps=2)
+    _assert_fused_steps_are_eager(engine, steps=3)
 
 
 def test_longrope_table_is_transformers_short_one_below_the_original_context_and_long_above(

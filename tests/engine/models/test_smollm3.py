@@ -1,3 +1,4 @@
+# ruff: noqa: F811 (the fixtures imported from test_cpu_q4 are test arguments)
 """SmolLM3 (Llama layers, every fourth without RoPE) runs as transformers defines it, from a model
 folder and from the GGUF llama.cpp's converter writes of it.
 
@@ -25,7 +26,10 @@ from tests.engine.family_parity import (
 from tests.engine.hf_reference import load_hf_model
 from tests.engine.llama_cpp_converter import quantize_with_llama_cpp
 from tests.engine.llama_cpp_references import llama_cpp_records
+from tests.engine.models.test_native_decode import PROMPTS, _decoding, _engine
+from tests.engine.models.test_native_decode_layers import _assert_fused_steps_are_eager
 from tests.engine.models.test_parity import NUM_THREADS, assert_greedy_parity, parity_prompts
+from tests.engine.quantization.test_cpu_q4 import q4, q4_chosen  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.usefixtures("fresh_gguf_metadata_cache")
 
@@ -93,6 +97,14 @@ def test_smollm3_q4_k_m_greedy_tokens_equal_llama_cpps(smollm3, tmp_path):
     q4 = quantize_with_llama_cpp(smollm3[1], tmp_path / "tiny-smollm3.Q4_K_M.gguf")
     record, = llama_cpp_records("tiny_families.json", family="smollm3", type="Q4_K_M")
     assert not greedy_disagreements_with_llama_cpp(q4, record, LLAMA_CPP_QUANTIZED_NEAR_TIE)
+
+
+def test_smollm3_decode_steps_run_in_one_c_call_with_the_eager_logits(q4, q4_chosen, smollm3):
+    """Quantized to int4, every linear has a C kernel: the one-call step rotates layers 0-2 and
+    leaves layer 3 unrotated, as the eager path does."""
+    engine = _engine(smollm3[0], quantization="int4")
+    _decoding(engine, PROMPTS, steps=2)
+    _assert_fused_steps_are_eager(engine, steps=3)
 
 
 def test_smollm3_layers_marked_0_in_no_rope_layers_are_nope():
