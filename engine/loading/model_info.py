@@ -146,15 +146,15 @@ def describe_headers(headers: ModelHeaders, quantization: str = "auto",
 
 def _read_gguf(path: Path) -> ModelHeaders:
     try:
-        gguf = GGUFModelFile(path)
+        model_file = GGUFModelFile(path)
     except MalformedGGUFError:
         raise
     except ModelLoadError:
         # Not a whole model (a layer's tensor or a key missing: the loader refuses it, saying
         # which); its tensors still tell its size, and the fit check takes the KV cache's bound.
         return ModelHeaders(path, "gguf", _gguf_tensor_headers(open_gguf_reader(path).tensors))
-    return ModelHeaders(path, "gguf", _gguf_tensor_headers(gguf.tensors.values()),
-                        gguf_shape(gguf))
+    return ModelHeaders(path, "gguf", _gguf_tensor_headers(model_file.tensors.values()),
+                        gguf_shape(model_file))
 
 
 def _gguf_tensor_headers(tensors: Iterable[gguf.ReaderTensor]) -> tuple[TensorHeader, ...]:
@@ -163,12 +163,12 @@ def _gguf_tensor_headers(tensors: Iterable[gguf.ReaderTensor]) -> tuple[TensorHe
                  for t in tensors)
 
 
-def gguf_shape(gguf: GGUFModelFile) -> ModelShape:
+def gguf_shape(model_file: GGUFModelFile) -> ModelShape:
     """The model's shape from the file's keys, without the tokenizer: the family's own config
     where it reads one (its windows and layer kinds), else the keys every Llama-shaped file
     states as transformers reads them."""
-    config = family_for_gguf(gguf.architecture).config_from_gguf(gguf)
-    return model_shape(config or transformers.PretrainedConfig(**llama_shape(gguf)))
+    config = family_for_gguf(model_file.architecture).config_from_gguf(model_file)
+    return model_shape(config or transformers.PretrainedConfig(**llama_shape(model_file)))
 
 
 def _folder_shape(folder: Path) -> ModelShape:
