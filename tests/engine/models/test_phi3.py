@@ -38,6 +38,7 @@ from tests.engine.models.test_parity import (
     parity_prompts,
 )
 from tests.engine.quantization.test_cpu_q4 import q4, q4_chosen  # noqa: F401 (fixtures)
+from tests.engine.test_triton_engine import greedy as triton_greedy
 
 pytestmark = pytest.mark.usefixtures("fresh_gguf_metadata_cache")
 
@@ -133,6 +134,14 @@ def test_phi3_decode_steps_run_in_one_c_call_with_the_eager_logits(
     engine = _engine(llama_cpp_ggufs[variant][0], quantization="int4")
     _decoding(engine, PROMPTS, steps=2)
     _assert_fused_steps_are_eager(engine, steps=3)
+
+
+@pytest.mark.slow  # Triton's interpreter runs its kernels on the CPU: ~10 s on a quiet machine
+def test_phi3_on_the_triton_kernels_gives_the_torch_paths_greedy_tokens(llama_cpp_ggufs):
+    """The Triton rotary kernel on the 12 rotated dimensions of each 16, with longrope's table
+    (SmolLM3's NoPE layers skip the rotary call on every backend alike)."""
+    folder, _ = llama_cpp_ggufs["phi3-longrope"]
+    assert triton_greedy(folder, "triton") == triton_greedy(folder, "torch")
 
 
 def test_longrope_table_is_transformers_short_one_below_the_original_context_and_long_above(
