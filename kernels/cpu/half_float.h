@@ -6,6 +6,7 @@
 #ifndef PAGODA_HALF_FLOAT_H
 #define PAGODA_HALF_FLOAT_H
 
+#include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -42,6 +43,24 @@ static inline float f16_to_f32(uint16_t h)
     float f;
     memcpy(&f, &u, 4);
     return f;
+}
+
+/* An fp16 stored at p (any alignment: a field of a GGUF block), as fp32. */
+static inline float f16_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, sizeof(h));
+    return f16_to_f32(h);
+}
+
+/* The same by F16C's conversion, for vector paths: an fp16 subnormal takes f16_to_f32's slow
+ * branch. */
+__attribute__((target("f16c"), always_inline))
+static inline float f16_at_f16c(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, sizeof(h));
+    return _cvtsh_ss(h);
 }
 
 static inline uint16_t f32_to_f16(float f)

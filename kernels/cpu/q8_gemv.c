@@ -12,7 +12,9 @@
  *
  * Or GGUF's Q6_K blocks as the file stores them (kernels/cpu/q6_k_blocks.h, 0.82 bytes a
  * weight): each block of 32 is unpacked to q - 32 in -32..31 and its products are scaled by
- * its two sub-block scales while still integers (below), then by d * s_x as above.
+ * its two sub-block scales while still integers (below), then by d * s_x as above. IQ4_XS
+ * (kernels/cpu/iq4_xs_blocks.h, 0.53 bytes a weight) and Q5_K (q5_k_blocks.h, 0.69) blocks
+ * alike, with one integer scale per block of 32; Q5_K's mins are a term of their own.
  *
  * Two activation widths, as in q4_gemv.c: int8 (q_x -127..127; the vocabulary projection,
  * whose top logits are recomputed exactly afterwards) and int16 (q_x -32767..32767, ~16 bits;
@@ -39,6 +41,8 @@
 
 #include "block_quant.h"
 #include "half_float.h"
+#include "iq4_xs_blocks.h"
+#include "q5_k_blocks.h"
 #include "q6_k_blocks.h"
 
 #define BLOCK BQ_BLOCK
@@ -49,11 +53,17 @@
 #define ROW_CHUNK 2
 #define LANES 8
 
-/* bits of the `halves` argument: which of scales and mins are fp16 (else fp32); or Q6_K: q is
- * GGUF Q6_K blocks (q6_k_blocks.h), which hold their own scales (scales and mins NULL) */
+/* bits of the `halves` argument: which of scales and mins are fp16 (else fp32); or Q6_K,
+ * IQ4_XS, Q5_K: q is GGUF blocks of that type, which hold their own scales (scales and mins
+ * NULL) */
 #define SCALES_HALF 1
 #define MINS_HALF 2
 #define Q6_K 4
+#define IQ4_XS 8
+#define Q5_K 16
+/* The types whose super-block is 8 blocks of 32 integers with an integer scale each. */
+#define SUB_BLOCK_TYPES (IQ4_XS | Q5_K)
+#define SUB_BLOCKS 8
 
 struct weight {
     const int8_t *q;
@@ -123,8 +133,12 @@ static float min_term_avx2(const struct weight *w, const struct activations *x, 
     return sum_lanes(lanes);
 }
 
+static float q5k_min_term(const struct weight *w, const struct activations *x, int row, int i);
+
 static float min_term(const struct weight *w, const struct activations *x, int row, int i)
 {
+    if (w->halves & Q5_K)
+        return q5k_min_term(w, x, row, i);
     if (w->mins == NULL)
         return 0.0f;
     return w->vector ? min_term_avx2(w, x, row, i) : min_term_scalar(w, x, row, i);
@@ -190,11 +204,122 @@ static void row_q6k_scalar(int wide, const struct weight *w, const struct activa
     }
 }
 
+/* ---- IQ4_XS and Q5_K: per block of 32, integers and one integer scale ------------------------ */
+
+static size_t sub_block_row_bytes(const struct weight *w)
+{
+    return (w->halves & IQ4_XS) ? iq4xs_row_bytes(w->k) : q5k_row_bytes(w->k);
+}
+
+static const uint8_t *sub_block_row(const struct weight *w, size_t row)
+{
+    return (const uint8_t *)w->q + row * sub_block_row_bytes(w);
+}
+
+/* Super-block s of a row: its block j's values and scale, and its d. */
+static void sub_block_scalar(const struct weight *w, const uint8_t *super, int j, int8_t q[32],
+                             int *sc, float *d)
+{
+    if (w->halves & IQ4_XS) {
+        iq4xs_block_scalar(super, j, q);
+        *sc = iq4xs_scale(super, j);
+        *d = iq4xs_d(super);
+    } else {
+        q5k_block_scalar(super, j, q);
+        *sc = q5k_scale(super, j, 0);
+        *d = q5k_d(super);
+    }
+}
+
+/* int16: the weights times their scale in int16 first (|q sc| <= 4064), then the int16 lane;
+ * int8: the int8 lane times the scale as int32. */
+static int32_t sub_block_lane16(const int8_t *q, int sc, const int16_t *x, int t)
+{
+    int32_t s = 0;
+    for (int j = 2 * t; j < 2 * t + 2; j++)
+        s += (int32_t)(int16_t)(q[j] * sc) * x[j] + (int32_t)(int16_t)(q[j + 16] * sc) * x[j + 16];
+    return s;
+}
+
+static void row_sub_block_scalar(int wide, const struct weight *w, const struct activations *x,
+                                 int row, float *y)
+{
+    const uint8_t *base = sub_block_row(w, (size_t)row);
+    size_t super_bytes = sub_block_row_bytes(w) / (size_t)(w->groups / SUB_BLOCKS);
+    for (int i = 0; i < x->m; i++) {
+        float acc[LANES] = {0};
+        for (int g = 0; g < w->groups; g++) {
+            int8_t q[BLOCK];
+            int sc;
+            float d;
+            sub_block_scalar(w, base + (size_t)(g / SUB_BLOCKS) * super_bytes, g % SUB_BLOCKS, q,
+                             &sc, &d);
+            size_t b = (size_t)i * w->groups + g;
+            float s = d * x->scale[b];
+            for (int t = 0; t < LANES; t++) {
+                int32_t lane = wide ? sub_block_lane16(q, sc, (const int16_t *)x->q + b * BLOCK, t)
+                                    : lane8(q, (const int8_t *)x->q + b * BLOCK, t) * sc;
+                acc[t] = fmaf((float)lane, s, acc[t]);
+            }
+        }
+        y[(size_t)i * w->n + row] = sum_lanes(acc) + min_term(w, x, row, i);
+    }
+}
+
+/* Q5_K's mins: - sum_j dmin m_j sum_x[j], lane t taking each super-block's block t (the 8
+ * lanes of min_term's other layouts, as every super-block has 8 blocks). dmin times a six-bit
+ * m is exact in fp32, so the vector body's product gives the same bits. */
+static float q5k_min_term_scalar(const struct weight *w, const struct activations *x, int row,
+                                 int i)
+{
+    const uint8_t *base = sub_block_row(w, (size_t)row);
+    const float *sums = x->sum + (size_t)i * w->groups;
+    float lanes[LANES] = {0};
+    for (int s = 0; s < w->groups / SUB_BLOCKS; s++) {
+        const uint8_t *super = base + (size_t)s * Q5K_BYTES;
+        float dmin = q5k_dmin(super);
+        for (int j = 0; j < SUB_BLOCKS; j++)
+            lanes[j] = fmaf(-(dmin * (float)q5k_scale(super, j, 1)), sums[s * SUB_BLOCKS + j],
+                            lanes[j]);
+    }
+    return sum_lanes(lanes);
+}
+
+__attribute__((target("avx2,fma,f16c")))
+static float q5k_min_term_avx2(const struct weight *w, const struct activations *x, int row,
+                               int i)
+{
+    const uint8_t *base = sub_block_row(w, (size_t)row);
+    const float *sums = x->sum + (size_t)i * w->groups;
+    __m256 acc = _mm256_setzero_ps();
+    for (int s = 0; s < w->groups / SUB_BLOCKS; s++) {
+        const uint8_t *super = base + (size_t)s * Q5K_BYTES;
+        int32_t m[SUB_BLOCKS];
+        for (int j = 0; j < SUB_BLOCKS; j++)
+            m[j] = q5k_scale(super, j, 1);
+        __m256 mins = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)m)),
+                                    _mm256_set1_ps(-q5k_dmin_f16c(super)));
+        acc = _mm256_fmadd_ps(mins, _mm256_loadu_ps(sums + s * SUB_BLOCKS), acc);
+    }
+    float lanes[LANES];
+    _mm256_storeu_ps(lanes, acc);
+    return sum_lanes(lanes);
+}
+
+static float q5k_min_term(const struct weight *w, const struct activations *x, int row, int i)
+{
+    return w->vector ? q5k_min_term_avx2(w, x, row, i) : q5k_min_term_scalar(w, x, row, i);
+}
+
 static void row_scalar(int wide, const struct weight *w, const struct activations *x, int row,
                        float *y)
 {
     if (w->halves & Q6_K) {
         row_q6k_scalar(wide, w, x, row, y);
+        return;
+    }
+    if (w->halves & SUB_BLOCK_TYPES) {
+        row_sub_block_scalar(wide, w, x, row, y);
         return;
     }
     int k = w->k, groups = w->groups;
@@ -339,10 +464,10 @@ static inline size_t q6k_half_at(const uint8_t *tile, size_t row_bytes, int g0, 
     return at;
 }
 
-/* The loop both Q6_K passes share: per half super-block g0 (blocks g0 .. g0 + 3) and tile row
- * r, the row's four blocks q[4], its super-block's scales sc and d; the body runs per block
- * j of them. */
-#define Q6K_HALVES(...)                                                                     \
+/* Walks a tile's Q6_K blocks: per half super-block g0 (blocks g0 .. g0 + 3) and tile row r,
+ * the row's four blocks, then per block g: its 32 values qv, the scales of its halves sc_lo
+ * and sc_hi (values 0..15 and 16..31), and d; the body runs per block. */
+#define Q6K_WALK(...)                                                                       \
     size_t row_bytes = q6k_row_bytes(w->k);                                                 \
     const uint8_t *tile = (const uint8_t *)w->q + (size_t)row0 * row_bytes;                 \
     for (int g0 = 0; g0 < w->groups; g0 += 4) {                                             \
@@ -355,50 +480,79 @@ static inline size_t q6k_half_at(const uint8_t *tile, size_t row_bytes, int g0, 
             __m256i q[4];                                                                   \
             q6k_half_avx2(super, h, q);                                                     \
             for (int j = 0; j < 4; j++) {                                                   \
+                __m256i qv = q[j];                                                          \
+                int sc_lo = sc[2 * j], sc_hi = sc[2 * j + 1];                               \
+                size_t g = (size_t)g0 + j;                                                  \
                 __VA_ARGS__                                                                 \
             }                                                                               \
         }                                                                                   \
     }
 
-/* As DEFINE_PASS8 for Q6_K blocks: the lanes times their sub-block's scale as int32. */
-#define DEFINE_Q6K_PASS8(NAME, TARGET, DOT)                                                 \
+/* The same for IQ4_XS and Q5_K (FMT: their headers' prefix): per super-block s and tile row
+ * r, its d, then per block its values (FMT's AVX2 unpacking) and its one integer scale. While
+ * one super-block is read, the next tile's matching share is fetched, as for Q6_K. */
+#define SUB_BLOCKS_OF(FMT, FMT_BYTES, SCALE, ...)                                          \
+    size_t row_bytes = FMT##_row_bytes(w->k);                                               \
+    const uint8_t *tile = (const uint8_t *)w->q + (size_t)row0 * row_bytes;                 \
+    for (int s = 0; s < w->groups / SUB_BLOCKS; s++) {                                      \
+        size_t at = (size_t)s * (FMT_BYTES);                                                \
+        const char *next_ = (const char *)tile + TILE_ROWS * (row_bytes + at);              \
+        for (int c_ = 0; c_ < TILE_ROWS * (FMT_BYTES); c_ += 64)                            \
+            _mm_prefetch(next_ + c_, _MM_HINT_T0);                                          \
+        for (int r = 0; r < rows; r++) {                                                    \
+            const uint8_t *super = tile + (size_t)r * row_bytes + at;                       \
+            float d = FMT##_d_f16c(super);                                                  \
+            for (int j = 0; j < SUB_BLOCKS; j++) {                                          \
+                __m256i qv = FMT##_block_avx2(super, j);                                    \
+                int sc_lo = SCALE(super, j), sc_hi = sc_lo;                                 \
+                size_t g = (size_t)s * SUB_BLOCKS + j;                                      \
+                __VA_ARGS__                                                                 \
+            }                                                                               \
+        }                                                                                   \
+    }
+#define IQ4XS_WALK(...) SUB_BLOCKS_OF(iq4xs, IQ4XS_BYTES, iq4xs_scale, __VA_ARGS__)
+#define Q5K_SCALE(super, j) q5k_scale(super, j, 0)
+#define Q5K_WALK(...) SUB_BLOCKS_OF(q5k, Q5K_BYTES, Q5K_SCALE, __VA_ARGS__)
+
+/* As DEFINE_PASS8 for GGUF blocks (WALK: Q6K_WALK, IQ4XS_WALK, Q5K_WALK): the lanes
+ * times their half's integer scale as int32. */
+#define DEFINE_BLOCKS_PASS8(NAME, TARGET, DOT, WALK)                                        \
     __attribute__((target(TARGET), always_inline))                                          \
     static inline void NAME(const struct weight *w, const struct activations *x, int row0,  \
                             int rows, int i0, int irows, float *y)                          \
     {                                                                                       \
         const int8_t *xq = (const int8_t *)x->q;                                            \
         ZERO_ACCUMULATORS(acc);                                                             \
-        Q6K_HALVES(                                                                         \
-            __m256i abs_w = _mm256_sign_epi8(q[j], q[j]);                                   \
-            __m256i scv = _mm256_setr_m128i(_mm_set1_epi32(sc[2 * j]),                      \
-                                            _mm_set1_epi32(sc[2 * j + 1]));                 \
+        WALK(                                                                               \
+            __m256i abs_w = _mm256_sign_epi8(qv, qv);                                       \
+            __m256i scv = _mm256_setr_m128i(_mm_set1_epi32(sc_lo), _mm_set1_epi32(sc_hi));  \
             for (int i = 0; i < irows; i++) {                                               \
-                size_t b = (size_t)(i0 + i) * w->groups + g0 + j;                           \
+                size_t b = (size_t)(i0 + i) * w->groups + g;                                \
                 __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + b * BLOCK));         \
-                __m256i dot = DOT(abs_w, _mm256_sign_epi8(xv, q[j]));                       \
+                __m256i dot = DOT(abs_w, _mm256_sign_epi8(xv, qv));                         \
                 __m256 p = _mm256_cvtepi32_ps(_mm256_mullo_epi32(dot, scv));                \
                 acc[i][r] = _mm256_fmadd_ps(p, _mm256_set1_ps(d * x->scale[b]), acc[i][r]); \
             })                                                                              \
         STORE_ACCUMULATORS(acc, rows, irows)                                                \
     }
 
-/* As DEFINE_PASS16 for Q6_K blocks: the weights times their sub-block's scale in int16 first
- * (|q sc| <= 32 x 128). */
-#define DEFINE_Q6K_PASS16(NAME, TARGET, DOT)                                                \
+/* As DEFINE_PASS16 for GGUF blocks: the weights times their half's integer scale in int16
+ * first (|q sc| <= 32 x 128). */
+#define DEFINE_BLOCKS_PASS16(NAME, TARGET, DOT, WALK)                                       \
     __attribute__((target(TARGET), always_inline))                                          \
     static inline void NAME(const struct weight *w, const struct activations *x, int row0,  \
                             int rows, int i0, int irows, float *y)                          \
     {                                                                                       \
         const int16_t *xq = (const int16_t *)x->q;                                          \
         ZERO_ACCUMULATORS(acc);                                                             \
-        Q6K_HALVES(                                                                         \
-            __m256i wlo = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(q[j])), \
-                                             _mm256_set1_epi16(sc[2 * j]));                 \
+        WALK(                                                                               \
+            __m256i wlo = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(qv)), \
+                                             _mm256_set1_epi16((int16_t)sc_lo));            \
             __m256i whi = _mm256_mullo_epi16(                                               \
-                _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q[j], 1)),                    \
-                _mm256_set1_epi16(sc[2 * j + 1]));                                          \
+                _mm256_cvtepi8_epi16(_mm256_extracti128_si256(qv, 1)),                      \
+                _mm256_set1_epi16((int16_t)sc_hi));                                         \
             for (int i = 0; i < irows; i++) {                                               \
-                size_t b = (size_t)(i0 + i) * w->groups + g0 + j;                           \
+                size_t b = (size_t)(i0 + i) * w->groups + g;                                \
                 __m256i xlo = _mm256_loadu_si256((const __m256i *)(xq + b * BLOCK));        \
                 __m256i xhi = _mm256_loadu_si256((const __m256i *)(xq + b * BLOCK + 16));   \
                 __m256 p = _mm256_cvtepi32_ps(DOT(wlo, whi, xlo, xhi));                     \
@@ -670,36 +824,56 @@ DEFINE_TILE(tile8_avx2, AVX2, pass8_avx2)
 DEFINE_TILE2(tile8_vnni, VNNI, pass8_zmm, pass8_vnni)
 DEFINE_TILE(tile16_avx2, AVX2, pass16_avx2)
 DEFINE_TILE2(tile16_vnni, VNNI, pass16_zmm, pass16_vnni)
-DEFINE_Q6K_PASS8(q6k_pass8_avx2, AVX2, bq_dot8_avx2)
-DEFINE_Q6K_PASS8(q6k_pass8_vnni, VNNI, bq_dot8_vnni)
-DEFINE_Q6K_PASS16(q6k_pass16_avx2, AVX2, bq_dot16_avx2)
-DEFINE_Q6K_PASS16(q6k_pass16_vnni, VNNI, bq_dot16_vnni)
+DEFINE_BLOCKS_PASS8(q6k_pass8_avx2, AVX2, bq_dot8_avx2, Q6K_WALK)
+DEFINE_BLOCKS_PASS8(q6k_pass8_vnni, VNNI, bq_dot8_vnni, Q6K_WALK)
+DEFINE_BLOCKS_PASS16(q6k_pass16_avx2, AVX2, bq_dot16_avx2, Q6K_WALK)
+DEFINE_BLOCKS_PASS16(q6k_pass16_vnni, VNNI, bq_dot16_vnni, Q6K_WALK)
 DEFINE_TILE(q6k_tile8_avx2, AVX2, q6k_pass8_avx2)
 DEFINE_TILE2(q6k_tile8_vnni, VNNI, q6k_pass8_zmm, q6k_pass8_vnni)
 DEFINE_TILE(q6k_tile16_avx2, AVX2, q6k_pass16_avx2)
 DEFINE_TILE2(q6k_tile16_vnni, VNNI, q6k_pass16_zmm, q6k_pass16_vnni)
+/* IQ4_XS's and Q5_K's passes and tiles (256-bit on every instruction set). */
+#define DEFINE_SUB_BLOCK_TILES(FMT, WALK)                                                   \
+    DEFINE_BLOCKS_PASS8(FMT##_pass8_avx2, AVX2, bq_dot8_avx2, WALK)                         \
+    DEFINE_BLOCKS_PASS8(FMT##_pass8_vnni, VNNI, bq_dot8_vnni, WALK)                         \
+    DEFINE_BLOCKS_PASS16(FMT##_pass16_avx2, AVX2, bq_dot16_avx2, WALK)                      \
+    DEFINE_BLOCKS_PASS16(FMT##_pass16_vnni, VNNI, bq_dot16_vnni, WALK)                      \
+    DEFINE_TILE(FMT##_tile8_avx2, AVX2, FMT##_pass8_avx2)                                   \
+    DEFINE_TILE(FMT##_tile8_vnni, VNNI, FMT##_pass8_vnni)                                   \
+    DEFINE_TILE(FMT##_tile16_avx2, AVX2, FMT##_pass16_avx2)                                 \
+    DEFINE_TILE(FMT##_tile16_vnni, VNNI, FMT##_pass16_vnni)
+DEFINE_SUB_BLOCK_TILES(iq4xs, IQ4XS_WALK)
+DEFINE_SUB_BLOCK_TILES(q5k, Q5K_WALK)
 
 typedef void (*tile_fn)(const struct weight *, const struct activations *, int, float *);
 
-/* The vector tile for an instruction set, activation width and weight format; NULL: scalar. */
-static tile_fn vector_tile(int isa, int wide, int q6k)
+/* The weight formats' rows of vector_tile's table. */
+static int format_index(int halves)
 {
-    static const tile_fn tiles[2][2][2] = {
-        /* AVX2: {int8, int16} x {int8 weights, Q6_K} */
-        {{tile8_avx2, q6k_tile8_avx2}, {tile16_avx2, q6k_tile16_avx2}},
-        {{tile8_vnni, q6k_tile8_vnni}, {tile16_vnni, q6k_tile16_vnni}},
+    return (halves & Q6_K) ? 1 : (halves & IQ4_XS) ? 2 : (halves & Q5_K) ? 3 : 0;
+}
+
+/* The vector tile for an instruction set, activation width and weight format; NULL: scalar. */
+static tile_fn vector_tile(int isa, int wide, int format)
+{
+    static const tile_fn tiles[2][2][4] = {
+        /* AVX2: {int8, int16} x {int8 weights, Q6_K, IQ4_XS, Q5_K} */
+        {{tile8_avx2, q6k_tile8_avx2, iq4xs_tile8_avx2, q5k_tile8_avx2},
+         {tile16_avx2, q6k_tile16_avx2, iq4xs_tile16_avx2, q5k_tile16_avx2}},
+        {{tile8_vnni, q6k_tile8_vnni, iq4xs_tile8_vnni, q5k_tile8_vnni},
+         {tile16_vnni, q6k_tile16_vnni, iq4xs_tile16_vnni, q5k_tile16_vnni}},
     };
     if (isa == BQ_ISA_AVX512_VNNI)
-        return tiles[1][wide][q6k];
+        return tiles[1][wide][format];
     if (isa == BQ_ISA_AVX2)
-        return tiles[0][wide][q6k];
+        return tiles[0][wide][format];
     return NULL;
 }
 
 static void gemm_tiles(int isa, int wide, const struct weight *w, const struct activations *x,
                        float *y, int tile_begin, int tile_end)
 {
-    tile_fn tile = vector_tile(isa, wide, (w->halves & Q6_K) != 0);
+    tile_fn tile = vector_tile(isa, wide, format_index(w->halves));
     for (int t = tile_begin; t < tile_end; t++) {
         int row0 = t * TILE_ROWS;
         if (tile)
@@ -717,11 +891,12 @@ static int valid(int isa, int n, int k, int m)
     return isa >= 0 && n > 0 && m > 0 && k > 0 && k % BLOCK == 0;
 }
 
-/* Q6_K blocks carry their scales: none are passed, and a row is whole super-blocks. */
+/* GGUF blocks carry their scales: none are passed, and a row is whole super-blocks. */
 static int valid_weight(int halves, const void *scales, const void *mins, int k)
 {
-    if (halves & Q6_K)
-        return halves == Q6_K && !scales && !mins && k % Q6K_SUPER == 0;
+    if (halves & (Q6_K | SUB_BLOCK_TYPES))
+        return (halves == Q6_K || halves == IQ4_XS || halves == Q5_K) && !scales && !mins
+               && k % Q6K_SUPER == 0;
     return halves >= 0 && halves <= (SCALES_HALF | MINS_HALF) && scales;
 }
 

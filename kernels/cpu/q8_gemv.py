@@ -20,8 +20,10 @@ NAME = "q8_gemv"
 BEST_ISA = -1
 GROUP_SIZE = 32
 _PARAM_DTYPES = (torch.float32, torch.float16)
-_SCALES_HALF, _MINS_HALF, _Q6_K = 1, 2, 4
+_SCALES_HALF, _MINS_HALF = 1, 2
 Q6_K_SUPER_BLOCK, Q6_K_BLOCK_BYTES = 256, 210
+# GGUF block types read in place: (the `halves` flag saying so, bytes per 256 values).
+BLOCK_TYPES = {"Q6_K": (4, Q6_K_BLOCK_BYTES), "IQ4_XS": (8, 136), "Q5_K": (16, 176)}
 
 
 @dataclass(slots=True, frozen=True)
@@ -30,8 +32,8 @@ class Q8Operand:
     tensors, checked once (`Q8Gemv.operand`, `Q8Gemv.q6_k_operand`), so a call passes their
     addresses with no copy."""
 
-    q: torch.Tensor  # int8 [n, k], or Q6_K blocks uint8 [n, k / 256 * 210]
-    scales: torch.Tensor | None  # None: Q6_K blocks hold their own
+    q: torch.Tensor  # int8 [n, k], or GGUF blocks uint8 [n, k / 256 * bytes a super-block]
+    scales: torch.Tensor | None  # None: GGUF blocks hold their own
     mins: torch.Tensor | None
     halves: int
     in_features: int
@@ -124,14 +126,23 @@ class Q8Gemv:
     def q6_k_operand(blocks: torch.Tensor) -> Q8Operand:
         """GGUF Q6_K rows as the file stores them (uint8 [n, super-blocks x 210]), read in
         place: w = d * sc * (q - 32) per sub-block of 16 (kernels/cpu/q6_k_blocks.h)."""
+        return Q8Gemv.blocks_operand(blocks, "Q6_K")
+
+    @staticmethod
+    def blocks_operand(blocks: torch.Tensor, type_name: str) -> Q8Operand:
+        """GGUF rows of a type in BLOCK_TYPES as the file stores them (uint8 [n, super-blocks x
+        its bytes]), read in place (kernels/cpu/q6_k_blocks.h, iq4_xs_blocks.h, q5_k_blocks.h)."""
+        if type_name not in BLOCK_TYPES:
+            raise ValueError(f"q8_gemv reads {', '.join(BLOCK_TYPES)} blocks, not {type_name}")
+        flag, size = BLOCK_TYPES[type_name]
         if blocks.dtype != torch.uint8 or blocks.dim() != 2 or not blocks.is_contiguous():
-            raise ValueError(f"Q6_K blocks must be a contiguous uint8 [n, bytes] tensor, not "
-                             f"{blocks.dtype} {tuple(blocks.shape)}")
-        if blocks.shape[1] == 0 or blocks.shape[1] % Q6_K_BLOCK_BYTES:
-            raise ValueError(f"a Q6_K row is whole {Q6_K_BLOCK_BYTES}-byte super-blocks, not "
+            raise ValueError(f"{type_name} blocks must be a contiguous uint8 [n, bytes] tensor, "
+                             f"not {blocks.dtype} {tuple(blocks.shape)}")
+        if blocks.shape[1] == 0 or blocks.shape[1] % size:
+            raise ValueError(f"a {type_name} row is whole {size}-byte super-blocks, not "
                              f"{blocks.shape[1]} bytes")
-        k = blocks.shape[1] // Q6_K_BLOCK_BYTES * Q6_K_SUPER_BLOCK
-        return Q8Operand(blocks, None, None, _Q6_K, k)
+        k = blocks.shape[1] // size * Q6_K_SUPER_BLOCK
+        return Q8Operand(blocks, None, None, flag, k)
 
     def quantize_rows(self, x: torch.Tensor, isa: int = BEST_ISA,
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

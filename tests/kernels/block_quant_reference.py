@@ -30,6 +30,13 @@ def activations(m: int, k: int, seed: int = 1) -> torch.Tensor:
     return x
 
 
+def runnable(kernel, isa: int) -> int:
+    """isa, or the test skipped where this CPU lacks it (kernel: a Q4Gemv or a Q8Gemv)."""
+    if not kernel.isa_supported(isa):
+        pytest.skip(f"this CPU cannot run instruction set {isa} (so that path is untested here)")
+    return isa
+
+
 def quantize(kernel, width: Width, x: torch.Tensor, isa: int = -1):
     """kernel: a Q4Gemv or a Q8Gemv; its quantize_rows or quantize_rows16 by width."""
     fn = kernel.quantize_rows if width.dtype == torch.int8 else kernel.quantize_rows16

@@ -1,0 +1,110 @@
+"""q8_gemv multiplies GGUF IQ4_XS and Q5_K blocks read in place (kernels/cpu/iq4_xs_blocks.h,
+q5_k_blocks.h) by activations quantized per block to int8 or int16: the weight is gguf's own
+dequantization of the blocks, the product is the same math in float64 to fp32 rounding, and
+every instruction set and thread count gives the same bits."""
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from block_quant_reference import WIDTHS, activations, quantize, runnable
+from tiny_gguf import random_blocks
+
+from kernels.cpu.native import find_compiler
+from kernels.cpu.q8_gemv import BLOCK_TYPES, Q8Gemv
+
+SCALAR, AVX2, AVX512_VNNI = 0, 1, 2
+ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2, AVX512_VNNI],
+                               ids=["scalar", "avx2", "avx512-vnni"])
+TYPES = pytest.mark.parametrize("kind", ["IQ4_XS", "Q5_K"])
+# Odd N leaves a partial tile of rows (tiles are 4 rows); 512 inputs are two super-blocks.
+SHAPES = [(512, 9), (256, 5)]
+
+
+@pytest.fixture(scope="module")
+def q8(tmp_path_factory) -> Q8Gemv:
+    if find_compiler() is None:
+        pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/q8_gemv.c")
+    return Q8Gemv.load(tmp_path_factory.mktemp("q8_gemv"))
+
+
+def _blocks(kind: str, n: int, k: int, seed: int = 0) -> torch.Tensor:
+    """Random rows: every value, six-bit scale and min; small positive fp16 scales (IQ4_XS's
+    subnormal, as real files' are)."""
+    blocks = random_blocks(gguf.GGMLQuantizationType[kind], n, k, np.random.default_rng(seed))
+    return torch.from_numpy(np.ascontiguousarray(blocks))
+
+
+def _gguf_weight(kind: str, blocks: torch.Tensor, k: int) -> torch.Tensor:
+    values = gguf.quants.dequantize(blocks.numpy(), gguf.GGMLQuantizationType[kind])
+    return torch.from_numpy(np.array(values)).reshape(blocks.shape[0], k)
+
+
+@TYPES
+@ISAS
+@WIDTHS
+@pytest.mark.parametrize("k,n", SHAPES)
+def test_blocks_product_is_quantized_activations_times_ggufs_own_weight(q8, kind, isa, width,
+                                                                        k, n):
+    isa = runnable(q8, isa)
+    blocks = _blocks(kind, n, k)
+    weight = _gguf_weight(kind, blocks, k).double().unsqueeze(0)
+    for m in range(1, 5):  # a tile's activation rows go in pairs, then one alone
+        xq, scale, total = quantize(q8, width, activations(m, k, seed=m), isa)
+        y = q8.gemm(Q8Gemv.blocks_operand(blocks, kind), xq, scale, total, isa)
+        terms = (xq.double() * scale.double().repeat_interleave(32, dim=1)).unsqueeze(1) * weight
+        want, bound = terms.sum(-1), terms.abs().sum(-1)
+        assert (y.double() - want).abs().le(bound * 2e-6 + 1e-30).all(), m
+
+
+@TYPES
+@WIDTHS
+@pytest.mark.parametrize("isa", [AVX2, AVX512_VNNI], ids=["avx2", "avx512-vnni"])
+@pytest.mark.parametrize("m", [1, 2, 3, 8])
+def test_blocks_vector_bodies_give_the_scalar_fallbacks_bits(q8, kind, width, isa, m):
+    isa = runnable(q8, isa)
+    blocks, x = _blocks(kind, 9, 512, seed=2), activations(m, 512, seed=3)
+    xq, scale, total = quantize(q8, width, x, SCALAR)
+    operand = Q8Gemv.blocks_operand(blocks, kind)
+    assert torch.equal(q8.gemm(operand, xq, scale, total, isa),
+                       q8.gemm(operand, xq, scale, total, SCALAR))
+
+
+@TYPES
+@pytest.mark.parametrize("n", [64, 2050], ids=["one-share-a-thread", "chunks-as-threads-ask"])
+def test_blocks_on_two_threads_give_one_threads_bits(q8, kind, n):
+    blocks, x = _blocks(kind, n, 768, seed=4), activations(5, 768, seed=5)
+    operand = Q8Gemv.blocks_operand(blocks, kind)
+    assert torch.equal(q8.linear(operand, x, threads=2, wide=True),
+                       q8.linear(operand, x, threads=1, wide=True))
+
+
+@TYPES
+def test_int16_activations_carry_x_nearly_exactly(q8, kind):
+    blocks, x = _blocks(kind, 32, 512, seed=6), torch.randn(2, 512)
+    exact = x.double() @ _gguf_weight(kind, blocks, 512).double().T
+    y = q8.linear(Q8Gemv.blocks_operand(blocks, kind), x, wide=True)
+    assert ((y.double() - exact).norm() / exact.norm()).item() < 1e-4
+
+
+@TYPES
+def test_blocks_are_read_in_place_not_copied(q8, kind):
+    blocks = _blocks(kind, 8, 256)
+    assert Q8Gemv.blocks_operand(blocks, kind).q.data_ptr() == blocks.data_ptr()
+
+
+@pytest.mark.parametrize("kind, blocks, message", [
+    ("IQ4_XS", torch.zeros(4, 136, dtype=torch.int8), "contiguous uint8"),
+    ("IQ4_XS", torch.zeros(4, 140, dtype=torch.uint8), "whole 136-byte super-blocks"),
+    ("Q5_K", torch.zeros(4, 0, dtype=torch.uint8), "whole 176-byte super-blocks"),
+    ("Q5_K", torch.zeros(352, 4, dtype=torch.uint8).T, "contiguous uint8"),
+    ("Q4_K", torch.zeros(4, 144, dtype=torch.uint8), "not Q4_K"),
+])
+def test_rows_the_kernel_cannot_read_are_refused(kind, blocks, message):
+    with pytest.raises(ValueError, match=message):
+        Q8Gemv.blocks_operand(blocks, kind)
+
+
+def test_block_sizes_are_ggufs():
+    for kind, (_, size) in BLOCK_TYPES.items():
+        assert gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[kind]] == (256, size)
