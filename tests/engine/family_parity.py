@@ -7,9 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+import transformers
 
 from engine import LLM, SamplingParams
 from engine.config import EngineConfig
+from engine.loading.gguf import GGUFModelFile
 from engine.loading.loader import load_model
 from engine.worker.evaluation import prompt_logits
 from engine.worker.model_runner import ModelRunner
@@ -46,6 +48,19 @@ def round_matrices_to_fp16(model):
         if parameter.ndim == 2:
             parameter.copy_(parameter.half().float())
     return model
+
+
+def assert_gguf_tokenizer_is_the_folders(gguf_file: Path, folder: Path, cache: Path) -> None:
+    """The chat template, special tokens and ids a GGUF file's own tokenizer gives are the
+    folder's it was converted from."""
+    _, ours = GGUFModelFile(gguf_file).config_and_tokenizer(cache)
+    theirs = transformers.AutoTokenizer.from_pretrained(folder)
+    assert ours.chat_template == theirs.chat_template
+    for token in ("bos_token", "eos_token", "pad_token"):
+        assert getattr(ours, token) == getattr(theirs, token), token
+    chat = [{"role": "user", "content": "用三句话介绍一下长城, then say it in English."}]
+    assert (ours.apply_chat_template(chat, add_generation_prompt=True)
+            == theirs.apply_chat_template(chat, add_generation_prompt=True))
 
 
 def assert_same_argmax(ours: torch.Tensor, reference: torch.Tensor, label: str) -> None:

@@ -20,6 +20,7 @@ from engine.loading.gguf import GGUFModelFile
 from engine.models.phi3 import architecture, config_from_gguf
 from tests.engine.family_parity import (
     LLAMA_CPP_QUANTIZED_NEAR_TIE,
+    assert_gguf_tokenizer_is_the_folders,
     assert_same_argmax,
     engine_logits,
     greedy_disagreements_with_llama_cpp,
@@ -105,6 +106,11 @@ def test_phi3_gguf_config_states_what_the_folders_does(variant, llama_cpp_ggufs)
         # What transformers computes from the lengths, sqrt(1 + ln(4096 / 256) / ln(256)), the
         # file states.
         assert ours["attention_factor"] == pytest.approx((1 + 4 / 8) ** 0.5)
+
+
+def test_phi3_gguf_chat_template_and_tokens_are_the_files(llama_cpp_ggufs, tmp_path):
+    folder, gguf_file = llama_cpp_ggufs["phi3"]
+    assert_gguf_tokenizer_is_the_folders(gguf_file, folder, tmp_path)
 
 
 @pytest.mark.parametrize(("variant", "n_ctx"), [("phi3", 512), ("phi3-longrope", 256)])

@@ -17,6 +17,7 @@ from engine.models.config import head_dim
 from engine.models.smollm3 import architecture, config_from_gguf, rotated_layers
 from tests.engine.family_parity import (
     LLAMA_CPP_QUANTIZED_NEAR_TIE,
+    assert_gguf_tokenizer_is_the_folders,
     assert_same_argmax,
     engine_logits,
     greedy_disagreements_with_llama_cpp,
@@ -84,6 +85,11 @@ def test_smollm3_gguf_config_states_what_the_folders_does(smollm3):
         assert getattr(got, field, None) == getattr(want, field, None), field
     assert got.rope_parameters["rope_theta"] == want.rope_parameters["rope_theta"]
     assert head_dim(got) == head_dim(want)
+
+
+def test_smollm3_gguf_chat_template_and_tokens_are_the_files(smollm3, tmp_path):
+    """Read without transformers' AutoTokenizer, which refuses an architecture it does not know."""
+    assert_gguf_tokenizer_is_the_folders(smollm3[1], smollm3[0], tmp_path)
 
 
 def test_smollm3_gguf_greedy_tokens_equal_llama_cpps(smollm3):
