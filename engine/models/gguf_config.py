@@ -86,6 +86,34 @@ def rope_theta(settings: GGUFSettings) -> float:
     return number(settings, "rope.freq_base", 10000.0)
 
 
+def scaled_rope(settings: GGUFSettings) -> dict:
+    """The rope parameters of a file from llama.cpp's Llama-path converter, which writes linear
+    and YaRN scaling as keys (rope.scaling.*) and Llama 3's as a rope_freqs tensor."""
+    rope = {"rope_type": "default", "rope_theta": rope_theta(settings)}
+    kind = settings.metadata(f"{settings.architecture}.rope.scaling.type")
+    if settings.tensor_dims("rope_freqs.weight") is not None or kind not in (None, "none",
+                                                                             "linear", "yarn"):
+        scaling = "a rope_freqs tensor" if kind in (None, "none") else repr(kind)
+        raise ModelLoadError(
+            f"The file scales RoPE by {scaling}, which Pagoda does not read from a "
+            f"{settings.architecture} GGUF file (it reads linear and YaRN scaling).")
+    if kind in (None, "none"):
+        return rope
+    rope |= {"rope_type": kind, "factor": number(settings, "rope.scaling.factor", 1.0)}
+    if kind == "yarn":
+        rope["original_max_position_embeddings"] = count(
+            settings, "rope.scaling.original_context_length")
+        for key, name in (("yarn_attn_factor", "attention_factor"),
+                          ("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
+            if settings.metadata(f"{settings.architecture}.rope.scaling.{key}") is not None:
+                rope[name] = number(settings, f"rope.scaling.{key}", 1.0)
+        if number(settings, "rope.scaling.yarn_ext_factor", 1.0) != 1.0:
+            raise ModelLoadError(
+                "The file sets YaRN's extrapolation factor (rope.scaling.yarn_ext_factor), "
+                "which transformers' YaRN, the reference Pagoda follows, does not have.")
+    return rope
+
+
 def rotary_dims(settings: GGUFSettings, head_dim: int) -> int:
     """How many of each head's dimensions rotate (rope.dimension_count; all where absent)."""
     dims = count(settings, "rope.dimension_count", default=head_dim)

@@ -11,7 +11,7 @@ from engine.errors import ModelLoadError
 from engine.layers.rotary import rope_spec
 from engine.models.architecture import AttentionKind, DecoderArchitecture
 from engine.models.config import head_dim, model_shape
-from engine.models.gguf_config import GGUFSettings, llama_shape, rope_theta, rotary_dims
+from engine.models.gguf_config import GGUFSettings, llama_shape, rotary_dims, scaled_rope
 
 NAME = "SmolLM3"  # its entry in engine/models/registry.py names the model types it covers
 # llama.cpp's rule for a smollm3 file, which does not list its NoPE layers: every fourth.
@@ -61,6 +61,6 @@ def config_from_gguf(settings: GGUFSettings) -> PretrainedConfig:
                              "damaged: re-download it.")
     bias = settings.tensor_dims("blk.0.attn_q.bias") is not None
     return SmolLM3Config(
-        **shape, rope_parameters={"rope_type": "default", "rope_theta": rope_theta(settings)},
+        **shape, rope_parameters=scaled_rope(settings),
         no_rope_layer_interval=GGUF_NO_ROPE_INTERVAL, use_sliding_window=False,
         attention_bias=bias, mlp_bias=settings.tensor_dims("blk.0.ffn_gate.bias") is not None)

@@ -93,3 +93,23 @@ def greedy_disagreements_with_llama_cpp(gguf_file: Path, record: FileRecord,
             disagreements.append(f"prompt {i}: ours {ours}, llama.cpp's {c.llama_cpp_tokens} "
                                  f"(n_ctx {record.n_ctx})")
     return disagreements
+
+
+class FakeGGUFSettings:
+    """A GGUF file's keys and tensors as a family's config_from_gguf reads them, without a file:
+    a token table of 100 x 64, other tensors where `vectors` holds them."""
+
+    def __init__(self, architecture: str, metadata: dict, vectors: dict[str, list[float]]):
+        self.architecture = architecture
+        self._metadata, self._vectors = metadata, vectors
+
+    def metadata(self, key: str) -> object:
+        return self._metadata.get(key)
+
+    def tensor_dims(self, name: str) -> tuple[int, ...] | None:
+        if name == "token_embd.weight":
+            return (100, 64)
+        return (len(self._vectors[name]),) if name in self._vectors else None
+
+    def small_vector(self, name: str, length: int) -> list[float] | None:
+        return self._vectors.get(name)

@@ -20,6 +20,7 @@ from engine.loading.gguf import GGUFModelFile
 from engine.models.phi3 import architecture, config_from_gguf
 from tests.engine.family_parity import (
     LLAMA_CPP_QUANTIZED_NEAR_TIE,
+    FakeGGUFSettings,
     assert_gguf_tokenizer_is_the_folders,
     assert_same_argmax,
     engine_logits,
@@ -182,24 +183,6 @@ def test_longrope_positions_keep_their_logits_when_the_sequence_outgrows_the_ori
     assert not torch.allclose(whole[:ORIGINAL_CONTEXT], within, atol=1e-2)
 
 
-class _Settings:
-    """A phi3 file's keys and settings tensors, without a file."""
-
-    architecture = "phi3"
-
-    def __init__(self, metadata: dict, vectors: dict):
-        self._metadata, self._vectors = metadata, vectors
-
-    def metadata(self, key: str) -> object:
-        return self._metadata.get(key)
-
-    def tensor_dims(self, name: str) -> tuple[int, ...] | None:
-        return {"token_embd.weight": (100, 64)}.get(name)
-
-    def small_vector(self, name: str, length: int) -> list[float] | None:
-        return self._vectors.get(name)
-
-
 _PHI3_KEYS = {"phi3.embedding_length": 64, "phi3.attention.head_count": 4,
               "phi3.attention.head_count_kv": 2, "phi3.block_count": 2,
               "phi3.feed_forward_length": 128, "phi3.context_length": 4096,
@@ -207,7 +190,7 @@ _PHI3_KEYS = {"phi3.embedding_length": 64, "phi3.attention.head_count": 4,
 
 
 def test_a_phi3_file_with_one_of_the_two_longrope_factor_tensors_is_refused():
-    settings = _Settings(_PHI3_KEYS, {"rope_factors_long.weight": [1.0] * 6})
+    settings = FakeGGUFSettings("phi3", _PHI3_KEYS, {"rope_factors_long.weight": [1.0] * 6})
     with pytest.raises(ModelLoadError, match="rope_factors_short and rope_factors_long"):
         config_from_gguf(settings)
 
@@ -219,16 +202,17 @@ def test_a_longrope_factor_tensor_of_the_wrong_length_is_refused(llama_cpp_ggufs
 
 
 def test_a_phi3_file_whose_heads_do_not_divide_its_width_is_refused():
-    settings = _Settings(_PHI3_KEYS | {"phi3.attention.head_count": 5}, {})
+    settings = FakeGGUFSettings("phi3", _PHI3_KEYS | {"phi3.attention.head_count": 5}, {})
     with pytest.raises(ModelLoadError, match="5 attention heads"):
         config_from_gguf(settings)
 
 
 def test_a_phi3_file_sliding_window_windows_every_layer_as_transformers_does():
     """Phi-3-mini's files state its 2047-key window (llama.cpp ignores it); Phi-4's state 0."""
-    windowed = config_from_gguf(_Settings(_PHI3_KEYS | {"phi3.attention.sliding_window": 2047},
-                                          {}))
-    unwindowed = config_from_gguf(_Settings(_PHI3_KEYS | {"phi3.attention.sliding_window": 0},
-                                            {}))
+    def config(window: int):
+        keys = _PHI3_KEYS | {"phi3.attention.sliding_window": window}
+        return config_from_gguf(FakeGGUFSettings("phi3", keys, {}))
+
+    windowed, unwindowed = config(2047), config(0)
     assert architecture(windowed).shape.layer_windows == (2047, 2047)
     assert architecture(unwindowed).shape.layer_windows == (0, 0)

@@ -17,6 +17,7 @@ from engine.models.config import head_dim
 from engine.models.smollm3 import architecture, config_from_gguf, rotated_layers
 from tests.engine.family_parity import (
     LLAMA_CPP_QUANTIZED_NEAR_TIE,
+    FakeGGUFSettings,
     assert_gguf_tokenizer_is_the_folders,
     assert_same_argmax,
     engine_logits,
@@ -127,3 +128,28 @@ def test_a_damaged_no_rope_layers_list_is_refused(flags):
     config.no_rope_layers = flags
     with pytest.raises(ModelLoadError, match="no_rope_layers"):
         rotated_layers(config)
+
+
+_SMOLLM3_KEYS = {"smollm3.embedding_length": 64, "smollm3.attention.head_count": 4,
+                 "smollm3.attention.head_count_kv": 2, "smollm3.block_count": 4,
+                 "smollm3.feed_forward_length": 128, "smollm3.context_length": 65536,
+                 "smollm3.rope.freq_base": 5e6}
+
+
+def test_a_smollm3_files_yarn_scaling_is_read_as_transformers_states_it():
+    """SmolLM3's model card extends it to 128k tokens with YaRN: the converter writes it as keys."""
+    keys = _SMOLLM3_KEYS | {"smollm3.rope.scaling.type": "yarn", "smollm3.rope.scaling.factor": 2.0,
+                            "smollm3.rope.scaling.original_context_length": 65536}
+    config = config_from_gguf(FakeGGUFSettings("smollm3", keys, {}))
+    assert config.rope_parameters == {"rope_type": "yarn", "rope_theta": 5e6, "factor": 2.0,
+                                      "original_max_position_embeddings": 65536}
+    assert [kind.rope for kind in architecture(config).layers] == ["default"] * 3 + [None]
+
+
+@pytest.mark.parametrize(("keys", "vectors", "words"), [
+    ({"smollm3.rope.scaling.type": "longrope"}, {}, "'longrope'"),
+    ({}, {"rope_freqs.weight": [1.0] * 8}, "a rope_freqs tensor"),
+])
+def test_a_smollm3_file_scaled_in_a_way_pagoda_does_not_read_is_refused(keys, vectors, words):
+    with pytest.raises(ModelLoadError, match=words):
+        config_from_gguf(FakeGGUFSettings("smollm3", _SMOLLM3_KEYS | keys, vectors))
