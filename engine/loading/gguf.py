@@ -36,7 +36,12 @@ from engine.loading.gguf_blocks import (
     widen_to_int8,
 )
 from engine.loading.gguf_header import check_gguf_header
-from engine.loading.gguf_names import PERMUTED_QK, gguf_tensor_name, needed_layer_modules
+from engine.loading.gguf_names import (
+    NORMS_HOLD_ONE_PLUS_W,
+    PERMUTED_QK,
+    gguf_tensor_name,
+    needed_layer_modules,
+)
 from engine.loading.layouts import GGUF_FLOAT_TYPES, GGUF_INT4_TYPES, GGUF_INT8_TYPES
 from engine.loading.lazy_weights import LazyWeights
 from engine.loading.model_check import unreadable_type_message
@@ -204,10 +209,15 @@ class GGUFModelFile:
 
         def decode(name: str) -> Weight:
             tensor = tensors[name]
-            return _decode(self._rows_in_hf_order(name, tensor, config), tensor.tensor_type,
-                           expected[name], quantization, dtype)
+            rows = self._rows_in_hf_order(name, tensor, config)
+            if self._holds_one_plus_w(name):
+                return _norm_less_one(rows, tensor.tensor_type, expected[name])
+            return _decode(rows, tensor.tensor_type, expected[name], quantization, dtype)
 
         return LazyWeights(tensors, decode)
+
+    def _holds_one_plus_w(self, hf_name: str) -> bool:
+        return self.architecture in NORMS_HOLD_ONE_PLUS_W and hf_name.endswith("norm.weight")
 
     def tensor_name(self, hf_name: str) -> str:
         """The GGUF name of a Hugging Face parameter in this file's architecture."""
@@ -279,6 +289,13 @@ def _decode(data: np.ndarray, kind: QType, shape: tuple[int, ...], quantization:
     if kind in DECODED_TYPES:  # exactly, or in groups of 32 finer than their own steps
         return widen_to_int8(data, kind)
     return _float_tensor(data, kind, shape).to(dtype)
+
+
+def _norm_less_one(data: np.ndarray, kind: QType, shape: tuple[int, ...]) -> torch.Tensor:
+    """A Gemma norm the converter wrote as 1 + w, as Hugging Face's w: in float64, where
+    subtracting 1 is exact, so that the model's own 1 + w (engine.models.decoder) gives back the
+    file's values to the bit."""
+    return dequantize_to_float(data, kind, shape).double() - 1
 
 
 def dequantize_to_float(data: np.ndarray, kind: QType, shape: tuple[int, ...]) -> torch.Tensor:

@@ -20,6 +20,9 @@ _LAYER = {
 }
 # Where an architecture's names differ from the Llama ones above.
 _LAYER_BY_ARCHITECTURE: dict[str, dict[str, str]] = {
+    "gemma3": {"post_attention_layernorm": "post_attention_norm",
+               "pre_feedforward_layernorm": "ffn_norm",
+               "post_feedforward_layernorm": "post_ffw_norm"},
     # Phi-3's fused q/k/v and gate/up matrices, as one tensor each.
     "phi3": {"self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"},
 }
@@ -33,6 +36,8 @@ _NEEDED_MODULES: dict[str, tuple[str, ...]] = {
     "llama": _LLAMA_MODULES,
     "qwen2": _LLAMA_MODULES,
     "qwen3": _LLAMA_MODULES + _QK_NORMS,
+    "gemma3": _LLAMA_MODULES + _QK_NORMS + ("pre_feedforward_layernorm",
+                                            "post_feedforward_layernorm"),
     "phi3": ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj",
              "input_layernorm", "post_attention_layernorm"),
     "smollm3": _LLAMA_MODULES,
@@ -41,6 +46,10 @@ _NEEDED_MODULES: dict[str, tuple[str, ...]] = {
 # architectures (Llama's own RoPE kernel pairs neighbours); the loader turns them back.
 # SmolLM3's converter derives from Llama's and permutes every layer's, its NoPE layers' too.
 PERMUTED_QK = frozenset({"llama", "smollm3"})
+# llama.cpp's converter writes these architectures' norm weights as 1 + w (Gemma's RMSNorm
+# scales by 1 + w, llama.cpp's by the weight): every tensor whose Hugging Face name ends in
+# "norm.weight". The loader gives back w, so a file and a folder load the same model.
+NORMS_HOLD_ONE_PLUS_W = frozenset({"gemma3"})
 
 _LAYER_PARAMETER = re.compile(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)")
 _GLOBAL_PARAMETER = re.compile(r"(.+)\.(weight|bias)")

@@ -157,10 +157,13 @@ class DecoderForCausalLM:
         return [linear for layer in self.layers for linear in layer.linears()] + [self.lm_head.linear]
 
     def _norm(self, weight: Weight, placement: Placement) -> torch.Tensor:
-        norm = weight.to(device=placement.device, dtype=torch.float32)
-        if self.arch.norm_offset:
-            norm = norm + self.arch.norm_offset  # in fp32, as Gemma's (1 + w)
-        return norm.to(placement.dtype)
+        if not self.arch.norm_offset:
+            return weight.to(device=placement.device, dtype=placement.dtype)
+        # Exact in float64, rounded once: fp32's 1 + w for a folder's fp32 w (as Gemma's own
+        # RMSNorm computes it), and a GGUF file's stored 1 + w to the bit for the w the loader
+        # gives back from it (engine.loading.gguf).
+        norm = weight.to(torch.float64) + self.arch.norm_offset  # on the loader's CPU
+        return norm.to(device=placement.device, dtype=torch.float32).to(placement.dtype)
 
     def _load_layer(self, w: MutableMapping[str, Weight], index: int,
                     placement: Placement) -> DecoderLayer:
