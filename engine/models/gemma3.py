@@ -14,7 +14,7 @@ from engine.layers.mlp import activation_of
 from engine.layers.rotary import rope_spec
 from engine.models.architecture import AttentionKind, DecoderArchitecture, LayerNames
 from engine.models.config import head_dim, layer_types, model_shape
-from engine.models.gguf_config import GGUFSettings, count, llama_shape, number, rope_theta
+from engine.models.gguf_config import GGUFSettings, count, llama_shape, number, scaled_rope
 
 NAME = "Gemma 3"  # its entry in engine/models/registry.py names the model types it covers
 
@@ -94,7 +94,7 @@ def config_from_gguf(settings: GGUFSettings) -> PretrainedConfig:
             _SLIDING: {"rope_type": "default",
                        "rope_theta": number(settings, "rope.freq_base_swa",
                                             _GGUF_DEFAULT_LOCAL_BASE)},
-            _FULL: _global_rope(settings)},
+            _FULL: scaled_rope(settings)},  # llama.cpp scales the global layers alone
         query_pre_attn_scalar=scalar,
         final_logit_softcapping=number(settings, "final_logit_softcapping", 0.0) if cap else None)
 
@@ -115,17 +115,3 @@ def _windowed_layers(pattern: object, layers: int) -> list[bool]:
             f"The file states {pattern!r} for gemma3.attention.sliding_window_pattern, where a "
             "period or one flag per layer is needed. The file is damaged: re-download it.")
     return [pattern == 0 or i % pattern < pattern - 1 for i in range(layers)]
-
-
-def _global_rope(settings: GGUFSettings) -> dict:
-    base = rope_theta(settings)
-    scaling = settings.metadata("gemma3.rope.scaling.type")
-    factor = settings.metadata("gemma3.rope.scaling.factor")
-    if scaling in (None, "none") or (scaling == "linear" and not factor):
-        return {"rope_type": "default", "rope_theta": base}
-    if scaling == "linear":
-        return {"rope_type": "linear", "rope_theta": base,
-                "factor": number(settings, "rope.scaling.factor", 1.0)}
-    raise ModelLoadError(
-        f"The file scales Gemma 3's global RoPE by {scaling!r} (gemma3.rope.scaling.type), "
-        "which Pagoda does not read from a gemma3 file (it reads linear scaling).")
