@@ -2,6 +2,8 @@
 model (five windowed layers per global one) counts a windowed layer's window and one block, not
 the whole context, read without its tokenizer or weights."""
 
+import gguf
+import numpy as np
 import pytest
 from tiny_gguf import HEAD_DIM as TINY_HEAD_DIM
 from tiny_gguf import KV_HEADS as TINY_KV_HEADS
@@ -10,6 +12,7 @@ from tiny_gguf import write_tiny_gguf
 
 from engine.config import EngineConfig
 from engine.errors import ModelLoadError
+from engine.loading.gguf_names import gguf_tensor_name, needed_layer_modules
 from engine.loading.model_info import (
     MEMORY_OVERHEAD_BYTES,
     check_model_fits,
@@ -28,9 +31,54 @@ CONTEXT, WINDOW, BLOCK = 4096, 64, 16
 GEMMA3_WINDOWS = (WINDOW,) * 5 + (FULL_ATTENTION,)
 FP32_KEY_AND_VALUE = 2 * KV_HEADS * HEAD_DIM * 4  # bytes per layer and token
 GEMMA3_SHAPE = ModelShape(num_layers=LAYERS, hidden_size=64, num_heads=2, num_kv_heads=KV_HEADS,
-                          head_dim=HEAD_DIM, vocab_size=32, rms_norm_eps=1e-6,
+                          head_dim=HEAD_DIM, vocab_size=32, rms_norm_eps=2 ** -20,
                           max_position_embeddings=CONTEXT, intermediate_size=128,
                           layer_windows=GEMMA3_WINDOWS)
+
+
+@pytest.fixture(scope="module")
+def gemma3_header(tmp_path_factory):
+    """Keys as llama.cpp's converter writes a Gemma 3 file's (the layer pattern left to
+    llama.cpp's default of 6), every tensor a layer needs present but tiny: only the header is
+    read."""
+    path = tmp_path_factory.mktemp("gemma3") / "tiny-gemma3.gguf"
+    writer = gguf.GGUFWriter(path, "gemma3")
+    writer.add_block_count(LAYERS)
+    writer.add_context_length(CONTEXT)
+    writer.add_embedding_length(GEMMA3_SHAPE.hidden_size)
+    writer.add_feed_forward_length(GEMMA3_SHAPE.intermediate_size)
+    writer.add_head_count(GEMMA3_SHAPE.num_heads)
+    writer.add_head_count_kv(KV_HEADS)
+    writer.add_key_length(HEAD_DIM)
+    writer.add_value_length(HEAD_DIM)
+    writer.add_layer_norm_rms_eps(GEMMA3_SHAPE.rms_norm_eps)
+    writer.add_sliding_window(WINDOW)
+    writer.add_tensor("token_embd.weight",
+                      np.zeros((GEMMA3_SHAPE.vocab_size, GEMMA3_SHAPE.hidden_size), np.float32))
+    names = ["model.norm.weight", *(f"model.layers.{i}.{module}.weight" for i in range(LAYERS)
+                                    for module in needed_layer_modules("gemma3"))]
+    for name in names:
+        writer.add_tensor(gguf_tensor_name(name, "gemma3"), np.ones(4, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_gemma3_files_shape_and_layer_windows_are_read_from_its_keys(gemma3_header):
+    assert read_model_headers(gemma3_header).shape == GEMMA3_SHAPE
+
+
+def test_the_fit_check_of_a_gemma3_file_counts_its_windowed_kv_cache(gemma3_header):
+    config = EngineConfig(block_size=BLOCK)
+    weights = describe_headers(read_model_headers(gemma3_header)).weight_bytes
+    needed = weights + 2 * (CONTEXT + 5 * (WINDOW + BLOCK)) * FP32_KEY_AND_VALUE + \
+        MEMORY_OVERHEAD_BYTES
+
+    check_model_fits(gemma3_header, config, available=needed)
+    with pytest.raises(ModelLoadError, match="needs about"):
+        check_model_fits(gemma3_header, config, available=needed - 1)
 
 
 def test_a_windowed_layer_holds_its_window_and_one_block_a_global_layer_the_context():
