@@ -7,6 +7,8 @@ weight's layout, the device and the kernel backend, owns how the weight is kept 
 
 from __future__ import annotations
 
+import functools
+import logging
 from dataclasses import dataclass, field, replace
 from itertools import groupby
 
@@ -26,16 +28,18 @@ from engine.quantization.cpu_q4 import Q4Context
 from engine.quantization.cpu_q8 import Q8Context
 from engine.quantization.dequantize_workspace import DequantWorkspace
 from engine.quantization.tensors import (
+    BlockWeight,
     Int4Weight,
     Int8Weight,
-    Q6KWeight,
     Weight,
     concat,
     dequantize_rows,
     split_int8_into_int4,
-    widen_q6_k,
+    widen_blocks,
 )
 from kernels.kernel_ops import KernelOps
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -104,10 +108,11 @@ def make_fused_linear(parts: list[Weight], bias: torch.Tensor | None,
     layout, each run of one layout through its own method, outputs side by side (`stacked`)."""
     from engine.quantization.stacked import StackedMethod
 
-    q6_k = [isinstance(w, Q6KWeight) for w in parts]
-    if not _runs_q6_k(placement) or all(q6_k) or not any(q6_k):
+    block_types = [type(w) if isinstance(w, BlockWeight) else None for w in parts]
+    if not _runs_blocks(placement) or len(set(block_types)) == 1:
         return make_linear(concat(parts) if len(parts) > 1 else parts[0], bias, placement)
-    runs = [[w for w, _ in run] for _, run in groupby(zip(parts, q6_k), key=lambda p: p[1])]
+    runs = [[w for w, _ in run] for _, run in groupby(zip(parts, block_types),
+                                                      key=lambda p: p[1])]
     methods = [_method_for(concat(run) if len(run) > 1 else run[0], placement, True)
                for run in runs]
     if bias is not None:
@@ -124,12 +129,14 @@ def make_embedding(weight: Weight, placement: Placement) -> Embedding:
 def _method_for(weight: Weight, placement: Placement, precise_int8: bool,
                 split_activations: bool = False) -> LinearMethod:
     device, dtype, ops = placement.device, placement.dtype, placement.ops
-    if isinstance(weight, Q6KWeight):
-        if _runs_q6_k(placement):
-            # Read in place at 0.82 bytes a weight: less than any other path reads.
+    if isinstance(weight, BlockWeight):
+        if _runs_blocks(placement):
+            # Read in place at the file's own width (Q6_K 0.82 bytes a weight, Q5_K 0.69,
+            # IQ4_XS 0.53): less than any other path reads.
             return cpu_q8.CpuQ8Method(weight, placement.cpu_int4_policy, placement.q8,
                                       precise_int8, reuse_output=precise_int8)
-        weight = widen_q6_k(weight)
+        _log_widened(weight.TYPE_NAME)
+        weight = widen_blocks(weight)
     if isinstance(weight, torch.Tensor):
         return unquantized.UnquantizedMethod(weight.to(device=device, dtype=dtype))
     if isinstance(weight, Int4Weight):
@@ -160,7 +167,12 @@ def _method_for(weight: Weight, placement: Placement, precise_int8: bool,
     raise TypeError(f"no linear method for weights of type {type(weight).__name__}")
 
 
-def _runs_q6_k(placement: Placement) -> bool:
+@functools.cache
+def _log_widened(type_name: str) -> None:
+    logger.info("%s: our CPU kernel does not run here, widened to int8", type_name)
+
+
+def _runs_blocks(placement: Placement) -> bool:
     return placement.uses_cpu_kernels and placement.q8 is not None
 
 
@@ -175,10 +187,10 @@ def to_device(weight: Weight, device: torch.device, dtype: torch.dtype) -> Weigh
     if isinstance(weight, torch.Tensor):
         return weight.to(device=device, dtype=dtype)
     scale_dtype = torch.float32 if device.type == "cpu" else dtype
-    if isinstance(weight, Q6KWeight):
+    if isinstance(weight, BlockWeight):
         if device.type == "cpu":
             return weight
-        weight = widen_q6_k(weight)  # the GPU kernels read grouped int8
+        weight = widen_blocks(weight)  # the GPU kernels read grouped int8
     if isinstance(weight, Int8Weight):
         mins = None if weight.mins is None else weight.mins.to(device, scale_dtype)
         return Int8Weight(weight.q.to(device), weight.scales.to(device, scale_dtype),

@@ -55,6 +55,8 @@ from engine.quantization.tensors import (
     INT8_GROUP_SIZE,
     Int4Weight,
     Int8Weight,
+    IQ4XSWeight,
+    Q5KWeight,
     Q6KWeight,
     Weight,
 )
@@ -66,6 +68,8 @@ INT4_TYPES = frozenset(QType[name] for name in GGUF_INT4_TYPES)
 INT8_TYPES = frozenset(QType[name] for name in GGUF_INT8_TYPES)
 FLOAT_TYPES = frozenset(QType[name] for name in GGUF_FLOAT_TYPES)
 QUANTIZATIONS = ("auto", "none", "int8", "int4")
+# Kept as the file stores them, read in place by our CPU kernel (widened where it does not run).
+BLOCK_WEIGHTS = {QType[kind.TYPE_NAME]: kind for kind in (Q6KWeight, IQ4XSWeight, Q5KWeight)}
 
 
 
@@ -205,7 +209,8 @@ class GGUFModelFile:
             raise ValueError(f"quantization={quantization!r} must be one of {QUANTIZATIONS}")
         tensors = {name: self._checked_tensor(name, shape) for name, shape in expected.items()}
         if quantization != "none":
-            log_widened_types(tensor.tensor_type for tensor in tensors.values())
+            log_widened_types(tensor.tensor_type for tensor in tensors.values()
+                              if tensor.tensor_type not in BLOCK_WEIGHTS)
 
         def decode(name: str) -> Weight:
             tensor = tensors[name]
@@ -284,8 +289,8 @@ def _decode(data: np.ndarray, kind: QType, shape: tuple[int, ...], quantization:
         return decode_int4(data, kind)
     if kind == QType.Q8_0:
         return decode_q8_0(data)
-    if kind == QType.Q6_K:  # read in place by our CPU kernel; widened where that does not run
-        return Q6KWeight(torch.from_numpy(np.array(data, dtype=np.uint8)))
+    if kind in BLOCK_WEIGHTS:  # read in place by our CPU kernel; widened where that does not run
+        return BLOCK_WEIGHTS[kind](torch.from_numpy(np.array(data, dtype=np.uint8)))
     if kind in DECODED_TYPES:  # exactly, or in groups of 32 finer than their own steps
         return widen_to_int8(data, kind)
     return _float_tensor(data, kind, shape).to(dtype)

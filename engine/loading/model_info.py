@@ -29,7 +29,12 @@ from safetensors import SafetensorError, safe_open
 from engine.config import QUANTIZATIONS, EngineConfig
 from engine.errors import MalformedGGUFError, ModelLoadError
 from engine.loading.gguf import GGUFModelFile, open_gguf_reader
-from engine.loading.layouts import VOCABULARY_MATRICES, Layout, gguf_layout
+from engine.loading.layouts import (
+    GGUF_BLOCK_BYTES_PER_ELEMENT,
+    VOCABULARY_MATRICES,
+    Layout,
+    gguf_layout,
+)
 from engine.loading.loader import default_model_file, model_name
 from engine.loading.model_check import refuse_unrunnable_model
 from engine.models.architecture import ModelShape
@@ -236,6 +241,8 @@ def resident_bytes(tensor: TensorHeader, quantization: str, dtype: torch.dtype,
     layout = resident_layout(tensor, quantization, model_format)
     if layout == "float":
         return tensor.numel * dtype.itemsize
+    if quantization == "auto" and tensor.kind in GGUF_BLOCK_BYTES_PER_ELEMENT:
+        return tensor.numel * GGUF_BLOCK_BYTES_PER_ELEMENT[tensor.kind]
     kernel = INT4_BYTES_PER_ELEMENT if layout == "int4" else INT8_BYTES_PER_ELEMENT
     exact = VOCABULARY_EXACT_BYTES[layout] if tensor.name in VOCABULARY_MATRICES else 0
     return tensor.numel * (kernel + exact)

@@ -1,8 +1,9 @@
 """Grouped int8 weights on the CPU through our own kernel, kernels/cpu/q8_gemv.c, which reads the
 engine's `Int8Weight` in place: GGUF's Q8_0 (the default model's tied vocabulary table) and the
-types the loader widens to int8 (Q5_*, Q2_K, Q3_K, IQ*, MXFP4); and GGUF's Q6_K blocks
-(`Q6KWeight`, a Q4_K_M file's vocabulary and some of its v and down projections), read in place
-at 0.82 bytes a weight.
+types the loader widens to int8 (Q5_0, Q5_1, Q2_K, Q3_K, IQ*, MXFP4); and GGUF's Q6_K, IQ4_XS
+and Q5_K blocks (`BlockWeight`: a Q4_K_M file's vocabulary and some of its v and down
+projections; IQ4_XS and Q5_K_M files' layers), read in place at 0.82, 0.53 and 0.69 bytes a
+weight.
 
 Without it such a weight runs as two int4 halves (`split_int8`), 1.5 bytes a weight against
 Q8_0's 1.06, and for a tied vocabulary a second copy beside the table the embedding lookup and
@@ -26,7 +27,7 @@ from engine.quantization import cpu_paths
 from engine.quantization.cpu_paths import CpuPathPolicy
 from engine.quantization.native_kernels import load_amx_kernel, load_native
 from engine.quantization.native_linear import NativeLinearKernel, Scratch, WideCall
-from engine.quantization.tensors import Int8Weight, Q6KWeight
+from engine.quantization.tensors import BlockWeight, Int8Weight
 from kernels.cpu.decode_layers import Q8_KIND, CLinear
 from kernels.cpu.q8_amx import Q8Amx
 from kernels.cpu.q8_gemv import Q8Gemv
@@ -69,17 +70,17 @@ class Q8Kernel(NativeLinearKernel):
     """One grouped int8 weight multiplied on fp32 rows in place: `kernel(x)` = x @ W.T, its
     output reused as `NativeLinearKernel` describes. precise: int16 activations, else int8,
     whose steps of at least amx_from_rows rows run q8_amx where the context has it and the
-    weight is not Q6_K blocks (it times them at any count: `wide_kernel`)."""
+    weight is not GGUF blocks (it times them at any count: `wide_kernel`)."""
 
     __slots__ = ("operand",)
 
-    def __init__(self, weight: Int8Weight | Q6KWeight, context: Q8Context, precise: bool,
+    def __init__(self, weight: Int8Weight | BlockWeight, context: Q8Context, precise: bool,
                  reuse_output: bool, amx_from_rows: int = sys.maxsize) -> None:
         lib = context.lib
         self.operand = _operand(weight)
         call = lib.raw.q8_linear16 if precise else lib.raw.q8_linear
         workspace = lib.workspace16_bytes if precise else lib.workspace_bytes
-        amx = None if precise or isinstance(weight, Q6KWeight) else context.amx
+        amx = None if precise or isinstance(weight, BlockWeight) else context.amx
         wide = None if amx is None else WideCall(amx.raw.q8a_linear, amx.workspace_bytes,
                                                  amx_from_rows)
         super().__init__("q8_gemv", call, (*self.operand.pointers, *weight.shape), weight.shape,
@@ -92,20 +93,20 @@ class Q8Kernel(NativeLinearKernel):
                        scales, mins)
 
 
-def _operand(weight: Int8Weight | Q6KWeight):
-    if isinstance(weight, Q6KWeight):
-        return Q8Gemv.q6_k_operand(weight.blocks.contiguous())
+def _operand(weight: Int8Weight | BlockWeight):
+    if isinstance(weight, BlockWeight):
+        return Q8Gemv.blocks_operand(weight.blocks.contiguous(), weight.TYPE_NAME)
     mins = None if weight.mins is None else weight.mins.contiguous()
     return Q8Gemv.operand(weight.q.contiguous(), weight.scales.contiguous(), mins)
 
 
 class CpuQ8Method:
-    """A grouped int8 or Q6_K layer (or vocabulary) through q8_gemv; steps that dequantize
+    """A grouped int8 or GGUF blocks layer (or vocabulary) through q8_gemv; steps that dequantize
     (`cpu_paths`) widen the same weight, so it is the only copy kept."""
 
     __slots__ = ("native", "policy", "weight")
 
-    def __init__(self, weight: Int8Weight | Q6KWeight, policy: CpuPathPolicy,
+    def __init__(self, weight: Int8Weight | BlockWeight, policy: CpuPathPolicy,
                  context: Q8Context, precise: bool, reuse_output: bool) -> None:
         self.weight = weight
         self.policy = policy

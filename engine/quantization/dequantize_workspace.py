@@ -16,6 +16,7 @@ import torch
 
 from engine.quantization.native_kernels import load_native
 from engine.quantization.tensors import (
+    BlockWeight,
     Int4Weight,
     Int8Weight,
     Q6KWeight,
@@ -23,6 +24,7 @@ from engine.quantization.tensors import (
     dequantize,
     dequantize_rows,
     select_rows,
+    widen_blocks,
 )
 from kernels.cpu.dequant import Dequantizer
 from kernels.cpu.q4_gemv import Q4Repacked
@@ -77,6 +79,8 @@ class DequantWorkspace:
             return self._dq.int4_into(weight.packed, weight.scales, weight.mins, out)
         if isinstance(weight, Q6KWeight):
             return self._dq.q6_k_into(weight.blocks, weight.shape[1], out)
+        if isinstance(weight, BlockWeight):  # IQ4_XS, Q5_K: their exact int8, widened
+            weight = widen_blocks(weight)
         assert isinstance(weight, Int8Weight)
         return self._dq.int8_into(weight.q, weight.scales, weight.mins, out)
 

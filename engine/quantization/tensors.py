@@ -9,17 +9,21 @@ method turns one into whatever its kernel wants (`engine.quantization.methods`).
 - `Int8Weight`: 8-bit values with one scale per output channel, w[n, k] = q[n, k] * scales[n],
   or per group of inputs, w[n, k] = q[n, k] * scales[n, k // g] (GGUF's Q8_0 exactly, g = 32),
   optionally with a min per group too: + mins[n, k // g].
-- `Q6KWeight`: GGUF's Q6_K rows as the file stores them, six-bit values with an int8 scale per
-  16 and an fp16 scale per 256, read in place by our CPU kernel (`cpu_q8`); 0.82 bytes a
-  weight, where int8 in groups of 32 costs 1.125. Paths that cannot read it widen it to
-  grouped int8 (`widen_q6_k`).
+- `BlockWeight`: GGUF rows as the file stores them, read in place by our CPU kernel (`cpu_q8`):
+  `Q6KWeight` (six-bit values with an int8 scale per 16 and an fp16 scale per 256; 0.82 bytes a
+  weight, where int8 in groups of 32 costs 1.125), `IQ4XSWeight` (4.25 bits) and `Q5KWeight`
+  (5.5 bits). Paths that cannot read them widen them to grouped int8 (`widen_blocks`: exactly
+  for IQ4_XS and Q5_K, Q6_K's finer steps requantized).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
+
+from engine.quantization.gguf_block_ints import iq4_xs_ints, q5_k_ints
 
 INT4_GROUP_SIZE = 32
 INT8_GROUP_SIZE = 32
@@ -69,23 +73,52 @@ Q6_K_BLOCK_BYTES = 210
 
 
 @dataclass(slots=True)
-class Q6KWeight:
-    """blocks: uint8 [N, K // 256 * 210], each 256 inputs of a row one super-block: ql [128]
-    (low 4 bits), qh [64] (high 2 bits), int8 scales [16], fp16 d; w = d * sc[e // 16] *
-    (q[e] - 32). Rows are whole blocks, so selecting rows is exact."""
+class BlockWeight:
+    """blocks: uint8 [N, K // 256 * BLOCK_BYTES], each 256 inputs of a row one super-block of
+    the GGUF type TYPE_NAME (a subclass per type). Rows are whole blocks, so selecting rows is
+    exact."""
 
     blocks: torch.Tensor
+    TYPE_NAME: ClassVar[str]
+    BLOCK_BYTES: ClassVar[int]
 
     @property
     def shape(self) -> tuple[int, int]:
-        return self.blocks.shape[0], self.blocks.shape[1] // Q6_K_BLOCK_BYTES * Q6_K_SUPER_BLOCK
+        return self.blocks.shape[0], self.blocks.shape[1] // self.BLOCK_BYTES * Q6_K_SUPER_BLOCK
 
     @property
     def nbytes(self) -> int:
         return _nbytes(self.blocks)
 
 
-Weight = torch.Tensor | Int4Weight | Int8Weight | Q6KWeight
+@dataclass(slots=True)
+class Q6KWeight(BlockWeight):
+    """ql [128] (low 4 bits), qh [64] (high 2 bits), int8 scales [16], fp16 d;
+    w = d * sc[e // 16] * (q[e] - 32)."""
+
+    TYPE_NAME: ClassVar[str] = "Q6_K"
+    BLOCK_BYTES: ClassVar[int] = Q6_K_BLOCK_BYTES
+
+
+@dataclass(slots=True)
+class IQ4XSWeight(BlockWeight):
+    """fp16 d, six-bit scales per 32, nibbles indexing 16 levels; w = d * (ls - 32) * level
+    (engine/quantization/gguf_block_ints.py)."""
+
+    TYPE_NAME: ClassVar[str] = "IQ4_XS"
+    BLOCK_BYTES: ClassVar[int] = 136
+
+
+@dataclass(slots=True)
+class Q5KWeight(BlockWeight):
+    """fp16 d and dmin, six-bit scales and mins per 32, five-bit values;
+    w = d * sc * q - dmin * m (engine/quantization/gguf_block_ints.py)."""
+
+    TYPE_NAME: ClassVar[str] = "Q5_K"
+    BLOCK_BYTES: ClassVar[int] = 176
+
+
+Weight = torch.Tensor | Int4Weight | Int8Weight | BlockWeight
 
 
 def weight_shape(weight: Weight) -> tuple[int, ...]:
@@ -166,6 +199,8 @@ def dequantize(weight: Weight, dtype: torch.dtype = torch.float32) -> torch.Tens
         return _dequantize_int8(weight).to(dtype)
     if isinstance(weight, Q6KWeight):
         return _dequantize_q6_k(weight).to(dtype)
+    if isinstance(weight, BlockWeight):
+        return _dequantize_int8(widen_blocks(weight)).to(dtype)
     n, k = weight.shape
     groups = k // weight.group_size
     q = unpack_int4(weight.packed).view(n, groups, weight.group_size).float()
@@ -184,8 +219,8 @@ def select_rows(weight: Weight, index: torch.Tensor) -> Weight:
     """The output channels (rows) at index, in that order; exact for every layout."""
     if isinstance(weight, torch.Tensor):
         return weight.index_select(0, index)
-    if isinstance(weight, Q6KWeight):
-        return Q6KWeight(weight.blocks.index_select(0, index))
+    if isinstance(weight, BlockWeight):
+        return type(weight)(weight.blocks.index_select(0, index))
     if isinstance(weight, Int8Weight):
         mins = None if weight.mins is None else weight.mins.index_select(0, index)
         return Int8Weight(weight.q.index_select(0, index), weight.scales.index_select(0, index),
@@ -209,9 +244,15 @@ def _dequantize_q6_k(weight: Q6KWeight) -> torch.Tensor:
     return (scale * q.float().view(n, -1, 16, 16)).view(n, k)
 
 
-def widen_q6_k(weight: Q6KWeight) -> Int8Weight:
-    """Grouped int8 (symmetric, groups of 32) for the paths that cannot read Q6_K: its steps
-    are finer than Q6_K's, so the values barely move."""
+def widen_blocks(weight: BlockWeight) -> Int8Weight:
+    """Grouped int8 (groups of 32) for the paths that cannot read GGUF blocks: IQ4_XS and Q5_K
+    exactly (an integer times one factor a group, and Q5_K's min); Q6_K requantized
+    (symmetric), whose steps are finer than its own, so the values barely move."""
+    if isinstance(weight, IQ4XSWeight):
+        return Int8Weight(*iq4_xs_ints(weight.blocks), INT8_GROUP_SIZE)
+    if isinstance(weight, Q5KWeight):
+        q, scales, mins = q5_k_ints(weight.blocks)
+        return Int8Weight(q, scales, INT8_GROUP_SIZE, mins)
     return quantize_int8(dequantize(weight), INT8_GROUP_SIZE)
 
 
@@ -280,14 +321,15 @@ def concat(weights: list[Weight]) -> Weight:
     """Weights that share an input, stacked along the output dimension (fused QKV, gate/up).
 
     Parts of different layouts (a Q4_K_M file keeps some v projections in Q6_K) are brought to
-    the one that keeps them all: Q6_K parts beside others are widened to grouped int8 first; float stays float when every part is float; int4 and grouped
+    the one that keeps them all: GGUF blocks beside others (or another block type) are widened
+    to grouped int8 first; float stays float when every part is float; int4 and grouped
     int8 parts of one group size become grouped int8 with mins, exactly (`_as_grouped_int8`);
     anything else is requantized to per-channel int8.
     """
     kinds = {type(w) for w in weights}
-    if kinds == {Q6KWeight}:
-        return Q6KWeight(torch.cat([w.blocks for w in weights]))
-    weights = [widen_q6_k(w) if isinstance(w, Q6KWeight) else w for w in weights]
+    if len(kinds) == 1 and issubclass(*kinds, BlockWeight):
+        return type(weights[0])(torch.cat([w.blocks for w in weights]))
+    weights = [widen_blocks(w) if isinstance(w, BlockWeight) else w for w in weights]
     kinds = {type(w) for w in weights}
     if kinds == {torch.Tensor} or all(isinstance(w, torch.Tensor) for w in weights):
         return torch.cat(weights)

@@ -22,7 +22,7 @@ from tiny_gguf import (
 from engine.errors import ModelLoadError
 from engine.loading.gguf import GGUFModelFile, decode_int4, gguf_tensor_name, rotary_unpermutation
 from engine.loading.gguf_blocks import EXACT_TYPES
-from engine.loading.layouts import GGUF_WIDENED_TYPES
+from engine.loading.layouts import GGUF_BLOCK_BYTES_PER_ELEMENT, GGUF_WIDENED_TYPES
 from engine.loading.loader import (
     cache_dir,
     load_model,
@@ -30,7 +30,7 @@ from engine.loading.loader import (
     tokenizer_folder,
 )
 from engine.models.registry import expected_weight_shapes
-from engine.quantization.tensors import Int4Weight, Int8Weight, Q6KWeight, dequantize
+from engine.quantization.tensors import BlockWeight, Int4Weight, Int8Weight, dequantize
 
 INT4_TYPES = (QType.Q4_0, QType.Q4_1, QType.Q4_K)
 WIDENED_TYPES = tuple(sorted(QType[name] for name in GGUF_WIDENED_TYPES))
@@ -106,8 +106,8 @@ def test_each_supported_type_loads_in_its_layout_and_matches_ggufs_dequantizatio
     elif kind == QType.Q8_0:
         assert isinstance(weights[name], Int8Weight) and weights[name].group_size == 32
         assert torch.equal(dequantize(weights[name]), expected)
-    elif kind == QType.Q6_K:  # the file's own blocks, read in place
-        assert isinstance(weights[name], Q6KWeight)
+    elif kind.name in GGUF_BLOCK_BYTES_PER_ELEMENT:  # the file's own blocks, read in place
+        assert isinstance(weights[name], BlockWeight) and weights[name].TYPE_NAME == kind.name
         assert torch.equal(dequantize(weights[name]), expected)
     elif kind in EXACT_TYPES:  # small integers times a factor per 32: int8 holds them as they are
         assert isinstance(weights[name], Int8Weight) and weights[name].group_size == 32

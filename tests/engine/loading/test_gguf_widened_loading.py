@@ -1,4 +1,4 @@
-"""GGUF files of the types without a kernel of their own (IQ*, Q2_K, Q3_K, MXFP4, Q5_*) load:
+"""GGUF files of the types without a kernel of their own (IQ*, Q2_K, Q3_K, MXFP4, Q5_0/1) load:
 widened to int8 under "auto", which the load log says once per type, float under "none"; the
 model runs as its float self and the memory estimate counts the int8 it becomes."""
 
@@ -24,8 +24,8 @@ from engine.worker.model_runner import ModelRunner
 MIXES = {
     "exact": (QType.IQ4_NL, {
         "token_embd": QType.MXFP4, "attn_q": QType.IQ2_XXS, "attn_k": QType.IQ3_XXS,
-        "attn_v": QType.IQ3_S, "attn_output": QType.IQ4_XS, "ffn_gate": QType.IQ1_S,
-        "ffn_up": QType.Q5_K}),
+        "attn_v": QType.IQ3_S, "attn_output": QType.Q5_0, "ffn_gate": QType.IQ1_S,
+        "ffn_up": QType.Q5_1}),
     "requantized": (QType.Q3_K, {
         "token_embd": QType.Q2_K, "attn_q": QType.IQ2_XS, "attn_k": QType.IQ2_S,
         "attn_v": QType.IQ1_M}),
@@ -86,7 +86,7 @@ def test_none_widens_nothing_and_says_nothing(mixed_file, caplog):
     assert not any("widened" in record.getMessage() for record in caplog.records)
 
 
-@pytest.mark.parametrize("kind", [QType.IQ4_XS, QType.Q2_K, QType.MXFP4], ids=lambda k: k.name)
+@pytest.mark.parametrize("kind", [QType.IQ4_NL, QType.Q2_K, QType.MXFP4], ids=lambda k: k.name)
 def test_memory_estimate_counts_a_widened_type_as_the_int8_it_becomes(tmp_path, kind):
     widened = write_tiny_gguf(tmp_path / f"tiny.{kind.name}.gguf", matrix_type=kind).path
     q8_0 = write_tiny_gguf(tmp_path / "tiny.Q8_0.gguf", matrix_type=QType.Q8_0).path

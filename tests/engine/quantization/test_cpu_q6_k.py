@@ -32,7 +32,7 @@ from engine.quantization.tensors import (
     dequantize,
     quantize_int4,
     select_rows,
-    widen_q6_k,
+    widen_blocks,
 )
 from engine.worker.model_runner import ModelRunner
 from kernels.kernel_ops import TORCH_OPS
@@ -122,7 +122,7 @@ def test_q4_k_and_q6_k_parts_of_one_input_run_their_own_kernels_side_by_side(q8)
 
 def test_widened_q6_k_moves_each_value_by_at_most_half_an_int8_step():
     weight = _weight()
-    widened = widen_q6_k(weight)
+    widened = widen_blocks(weight)
     assert isinstance(widened, Int8Weight) and widened.group_size == 32
     half_step = widened.scales.repeat_interleave(32, dim=1) / 2
     assert ((dequantize(widened) - dequantize(weight)).abs() <= half_step * 1.001).all()

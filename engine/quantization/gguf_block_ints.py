@@ -1,0 +1,57 @@
+"""The integers and scales of GGUF blocks that the engine keeps as the file stores them and
+whose values are an integer times one factor per 32 (plus a min for Q5_K): IQ4_XS and Q5_K.
+Read by `dequantize` and by widening to grouped int8 (exact) where our CPU kernel does not run
+(engine/quantization/tensors.py); kernels/cpu/iq4_xs_blocks.h and q5_k_blocks.h describe the
+same blocks for the kernel. The products are gguf's, in its order: d times the sub-block scale,
+then times the value, so the values are gguf-py's to the bit (tested)."""
+
+from __future__ import annotations
+
+import torch
+
+SUPER_BLOCK = 256
+SUB_BLOCKS = 8  # blocks of 32 per super-block
+# IQ4_XS's (and IQ4_NL's) 16 non-linear levels: the format's definition.
+IQ4_LEVELS = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+
+
+def _super_blocks(blocks: torch.Tensor, size: int) -> torch.Tensor:
+    return blocks.view(blocks.shape[0], -1, size)
+
+
+def _f16(b: torch.Tensor, at: int) -> torch.Tensor:
+    """The fp16 field at byte `at` of each super-block, float32 [n, supers, 1]."""
+    return b[..., at:at + 2].contiguous().view(torch.float16).float()
+
+
+def iq4_xs_ints(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """IQ4_XS rows (136 bytes per 256 values) -> (q int8 [n, k], scales float32 [n, k / 32]):
+    w = scales * q, where q is a level and scale d * (ls - 32)."""
+    b = _super_blocks(blocks, 136)
+    j = torch.arange(SUB_BLOCKS, device=blocks.device)
+    high_bits = b[..., 2:4].contiguous().view(torch.int16).int() & 0xFFFF
+    low = (b[..., 4 + j // 2].int() >> (4 * (j % 2))) & 15
+    ls = low | (((high_bits >> (2 * j)) & 3) << 4)
+    qs = b[..., 8:].reshape(*b.shape[:2], SUB_BLOCKS, 16).long()
+    levels = torch.tensor(IQ4_LEVELS, dtype=torch.int8, device=blocks.device)
+    q = levels[torch.cat([qs & 15, qs >> 4], dim=-1)]
+    scales = _f16(b, 0) * (ls - 32).float()
+    return q.reshape(blocks.shape[0], -1), scales.reshape(blocks.shape[0], -1)
+
+
+def q5_k_ints(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q5_K rows (176 bytes per 256 values) -> (q int8 0..31 [n, k], scales, mins float32
+    [n, k / 32]): w = scales * q + mins, scale d * sc and min -(dmin * m)."""
+    b = _super_blocks(blocks, 176)
+    s = b[..., 4:16].int()
+    sc = torch.cat([s[..., 0:4] & 63, (s[..., 8:12] & 15) | ((s[..., 0:4] >> 6) << 4)], dim=-1)
+    m = torch.cat([s[..., 4:8] & 63, (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)], dim=-1)
+    qs = b[..., 48:].reshape(*b.shape[:2], 4, 1, 32).int()
+    low = (qs >> torch.tensor([0, 4], device=blocks.device).view(2, 1)) & 15
+    bits = torch.arange(SUB_BLOCKS, device=blocks.device).view(SUB_BLOCKS, 1)
+    high = (b[..., 16:48].int().unsqueeze(2) >> bits) & 1
+    q = low.reshape(*b.shape[:2], SUB_BLOCKS, 32) | (high << 4)
+    n = blocks.shape[0]
+    scales = (_f16(b, 0) * sc.float()).reshape(n, -1)
+    mins = (-(_f16(b, 2) * m.float())).reshape(n, -1)
+    return q.to(torch.int8).reshape(n, -1), scales, mins

@@ -1,0 +1,142 @@
+# ruff: noqa: F811 (the fixtures imported from test_cpu_q4 and _q8 are test arguments)
+"""GGUF IQ4_XS and Q5_K weights kept at their own width (`IQ4XSWeight`, 0.53 bytes a weight;
+`Q5KWeight`, 0.69) and multiplied by q8_gemv from the file's blocks; widened to grouped int8
+exactly where q8_gemv does not run and for the steps given a GEMM; a file of them loads so,
+says nothing of widening, is counted at its own bytes, and answers as its dequantized self."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from dequantized_self import greedy_tokens, logits_error
+from gguf import GGMLQuantizationType as QType
+from tiny_gguf import random_blocks, write_tiny_gguf
+
+from engine.config import EngineConfig
+from engine.layers.linear import Placement, make_fused_linear, make_linear
+from engine.loading.loader import load_model
+from engine.loading.model_info import describe_model
+from engine.quantization.cpu_paths import CpuPathPolicy
+from engine.quantization.cpu_q8 import CpuQ8Method, Q8Context
+from engine.quantization.split_int8 import CpuSplitInt8Method
+from engine.quantization.stacked import StackedMethod
+from engine.quantization.tensors import (
+    BlockWeight,
+    Int8Weight,
+    IQ4XSWeight,
+    Q5KWeight,
+    concat,
+    dequantize,
+    widen_blocks,
+)
+from engine.worker.model_runner import ModelRunner
+from kernels.kernel_ops import TORCH_OPS
+from tests.engine.quantization.test_cpu_q4 import q4_chosen  # noqa: F401 (a fixture: our kernels at every step size)
+from tests.engine.quantization.test_cpu_q8 import q8  # noqa: F401 (a fixture: q8_gemv's context, where it runs)
+
+KINDS = pytest.mark.parametrize("kind", [IQ4XSWeight, Q5KWeight], ids=["IQ4_XS", "Q5_K"])
+# An IQ4_XS file as llama-quantize makes one keeps some layers at other types: Q5_K here.
+MIX = {"ffn_down": QType.Q5_K, "attn_v": QType.Q5_K}
+
+
+@pytest.fixture(scope="module")
+def tiny_iq4_xs(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-iq4-xs") / "tiny.gguf"
+    return write_tiny_gguf(path, matrix_type=QType.IQ4_XS, mixed=MIX).path
+
+
+def _weight(kind: type[BlockWeight], n: int = 40, k: int = 512, seed: int = 3) -> BlockWeight:
+    blocks = random_blocks(QType[kind.TYPE_NAME], n, k, np.random.default_rng(seed))
+    return kind(torch.from_numpy(np.ascontiguousarray(blocks)))
+
+
+def _placement(q8: Q8Context | None, **policy) -> Placement:
+    return Placement(torch.device("cpu"), torch.float32, TORCH_OPS, CpuPathPolicy(**policy),
+                     q8=q8)
+
+
+def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return ((got - want).norm() / want.norm()).item()
+
+
+@KINDS
+def test_layer_runs_q8_on_the_files_blocks_to_16_bits(q8, kind):
+    weight = _weight(kind)
+    method = make_linear(weight, None, _placement(q8)).method
+    assert isinstance(method, CpuQ8Method)
+    assert method.native.operand.q.data_ptr() == weight.blocks.data_ptr()
+    for rows in (1, 2, 3, 4):
+        x = torch.randn(rows, 512)
+        assert _relative_error(method.apply(x, None), F.linear(x, dequantize(weight))) < 1e-4
+
+
+@KINDS
+def test_vocabulary_runs_q8s_int8_pass(q8, kind):
+    weight = _weight(kind)
+    vocabulary = make_linear(weight, None, _placement(q8), precise_int8=False)
+    assert isinstance(vocabulary.method, CpuQ8Method)
+    x = torch.randn(3, 512)
+    assert _relative_error(vocabulary(x), F.linear(x, dequantize(weight))) < 2e-2
+
+
+@KINDS
+def test_steps_given_a_gemm_widen_the_same_blocks(q8, kind):
+    weight = _weight(kind)
+    method = make_linear(weight, None, _placement(q8, dequantize_from_rows=4)).method
+    assert method.weight is weight
+    x = torch.randn(5, 512)
+    torch.testing.assert_close(method.apply(x, None), F.linear(x, dequantize(weight)))
+
+
+@KINDS
+def test_without_q8_a_layer_runs_widened_to_grouped_int8_exactly(kind):
+    weight = _weight(kind)
+    widened = widen_blocks(weight)
+    assert isinstance(widened, Int8Weight) and widened.group_size == 32
+    assert torch.equal(dequantize(widened), dequantize(weight))
+    assert isinstance(make_linear(weight, None, _placement(None)).method, CpuSplitInt8Method)
+
+
+def test_parts_stack_by_type_and_run_side_by_side_where_types_differ(q8):
+    a, b = _weight(IQ4XSWeight, 8, 256, seed=1), _weight(IQ4XSWeight, 4, 256, seed=2)
+    stacked = concat([a, b])
+    assert isinstance(stacked, IQ4XSWeight)
+    assert torch.equal(dequantize(stacked), torch.cat([dequantize(a), dequantize(b)]))
+    v = _weight(Q5KWeight, 4, 256, seed=3)
+    linear = make_fused_linear([a, b, v], None, _placement(q8))
+    assert isinstance(linear.method, StackedMethod)
+    assert [type(m.weight) for m in linear.method.methods] == [IQ4XSWeight, Q5KWeight]
+    x = torch.randn(2, 256)
+    want = F.linear(x, torch.cat([dequantize(a), dequantize(b), dequantize(v)]))
+    assert _relative_error(linear(x), want) < 1e-4
+
+
+def test_iq4_xs_file_keeps_its_blocks_and_never_says_widened(q8, q4_chosen, tiny_iq4_xs,
+                                                             caplog):
+    with caplog.at_level(logging.INFO):
+        model = ModelRunner(load_model(tiny_iq4_xs), EngineConfig(num_kv_blocks=16)).model
+    assert not any("widened" in record.getMessage() for record in caplog.records)
+    layer = model.layers[0]
+    assert isinstance(layer.down_proj.method, CpuQ8Method)
+    assert isinstance(layer.down_proj.method.weight, Q5KWeight)
+    assert isinstance(layer.gate_up_proj.method.weight, IQ4XSWeight)
+
+
+def test_memory_estimate_counts_the_files_own_bytes(tiny_iq4_xs, tmp_path):
+    q8_0 = write_tiny_gguf(tmp_path / "tiny.Q8_0.gguf", matrix_type=QType.Q8_0).path
+    assert describe_model(tiny_iq4_xs).weight_bytes < 0.6 * describe_model(q8_0).weight_bytes
+
+
+def test_iq4_xs_engine_logits_are_its_dequantized_selfs_to_a_percent(q8, q4_chosen,
+                                                                     tiny_iq4_xs):
+    assert logits_error(tiny_iq4_xs)[0] < 0.01
+
+
+def test_iq4_xs_engine_greedy_tokens_are_its_dequantized_selfs(q8, q4_chosen, tiny_iq4_xs):
+    assert greedy_tokens(tiny_iq4_xs, "auto") == greedy_tokens(tiny_iq4_xs, "none")
+
+
