@@ -1,4 +1,5 @@
-"""A 1.1B Llama-shaped GGUF with random weights, quantized to Q4_K_M by llama.cpp's own tool.
+"""A 1.1B Llama-shaped GGUF with random weights, quantized by llama.cpp's own tool (Q4_K_M, or
+the types --type names: IQ4_XS, Q5_K_M ...).
 
 Not a test: the benches that compare Pagoda with llama.cpp at 1B (issue 26) need a real Q4_K_M
 mix (Q4_K layers with some Q6_K, as `llama-quantize` chooses them), and no such file ships with
@@ -8,9 +9,9 @@ chat template (so text prompts and chat requests work in both servers), then run
 
     llama-quantize IN.f16.gguf OUT.Q4_K_M.gguf Q4_K_M
 
-    python bench/llama_1b_file.py --llama-quantize PATH/llama-quantize [--dir DIR]
+    python bench/llama_1b_file.py --llama-quantize PATH/llama-quantize [--dir DIR] [--type T ...]
 
-and prints the quantized file's path. The text it generates is noise; every byte is read as in
+and prints the quantized files' paths. The text it generates is noise; every byte is read as in
 a real model, which is all a speed bench needs.
 """
 
@@ -34,20 +35,24 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--llama-quantize", type=Path, required=True)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/pagoda-1b"))
+    parser.add_argument("--type", action="append", dest="types",
+                        help="a llama-quantize type (repeatable; default Q4_K_M)")
     args = parser.parse_args(argv)
-    print(quantized_file(args.dir, args.llama_quantize))
+    for kind in args.types or ["Q4_K_M"]:
+        print(quantized_file(args.dir, args.llama_quantize, kind))
+    (args.dir / f"{NAME}.f16.gguf").unlink(missing_ok=True)
 
 
-def quantized_file(folder: Path, llama_quantize: Path) -> Path:
-    out = folder / f"{NAME}.Q4_K_M.gguf"
+def quantized_file(folder: Path, llama_quantize: Path, kind: str = "Q4_K_M") -> Path:
+    """The file quantized to kind, made (from the float16 one, written once) if missing."""
+    out = folder / f"{NAME}.{kind}.gguf"
     if out.is_file():
         return out
     f16 = folder / f"{NAME}.f16.gguf"
     if not f16.is_file():
         write_f16(f16, default_model_file())
-    subprocess.run([str(llama_quantize), str(f16), str(out), "Q4_K_M"], check=True,
+    subprocess.run([str(llama_quantize), str(f16), str(out), kind], check=True,
                    stdout=subprocess.DEVNULL)
-    f16.unlink()
     return out
 
 

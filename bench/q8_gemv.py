@@ -120,6 +120,22 @@ def _int4_policy_of(llms: dict):
         ModelRunner._cpu_int4_policy = calibrate
 
 
+def chat_rounds(llms: dict, params, rounds: int) -> tuple[dict[str, list[float]], dict]:
+    """Interleaved rounds of one `LLM.chat` per engine: each one's tok/s per round, and its
+    last reply's tokens."""
+    speeds: dict[str, list[float]] = {name: [] for name in llms}
+    replies = {}
+    for i in range(rounds):
+        for name, llm in llms.items():
+            start = time.perf_counter()
+            out = llm.chat(CHAT, params).outputs[0]
+            speeds[name].append(len(out.token_ids) / (time.perf_counter() - start))
+            replies[name] = out.token_ids
+        print(f"round {i + 1}: " + ", ".join(f"{n} {s[-1]:.1f} tok/s" for n, s in speeds.items()),
+              flush=True)
+    return speeds, replies
+
+
 def bench_engine(rounds: int, max_tokens: int) -> None:
     from weight_bytes import tensor_bytes
 
@@ -136,16 +152,7 @@ def bench_engine(rounds: int, max_tokens: int) -> None:
     policy = llms[PATHS[0]].engine.runner.model.layers[0].qkv_proj.method.policy
     print(f"int4 layers (both engines): {policy.reason}\n")
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
-    speeds: dict[str, list[float]] = {name: [] for name in PATHS}
-    replies = {}
-    for i in range(rounds):
-        for name, llm in llms.items():
-            start = time.perf_counter()
-            out = llm.chat(CHAT, params).outputs[0]
-            speeds[name].append(len(out.token_ids) / (time.perf_counter() - start))
-            replies[name] = out.token_ids
-        print(f"round {i + 1}: " + ", ".join(f"{n} {s[-1]:.1f} tok/s" for n, s in speeds.items()),
-              flush=True)
+    speeds, replies = chat_rounds(llms, params, rounds)
     print("\n| path | embedding + vocabulary MB | whole model MB | tok/s (best) | median |")
     print("|---|---|---|---|---|")
     for name, llm in llms.items():
