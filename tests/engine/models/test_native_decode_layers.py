@@ -140,3 +140,15 @@ def test_attention_logit_softcapping_stays_eager_and_the_load_log_says_why(
         engine = _engine(tiny_qwen3)
     assert engine.runner.model.native_decode is None
     assert "does not run attention logit softcapping" in caplog.text
+
+
+
+def test_the_tiny_gemma3_decodes_in_one_c_call_as_eager_does(q4, q4_chosen, llama_cpp_ggufs):
+    """The Gemma 3 family module's own architecture (five windowed layers of 8 tokens and a
+    global one, two rotary tables, q/k and sandwich norms, GeGLU, scaled embeddings, the final
+    softcap), its weights quantized to int4 at load so that every linear has a C kernel."""
+    folder, _gguf = llama_cpp_ggufs["gemma3"]
+    engine = _engine(folder, quantization="int4", num_kv_blocks=64)
+    assert engine.runner.model.arch.family == "Gemma 3"
+    _decoding(engine, PROMPTS, steps=2)
+    _assert_fused_steps_are_eager(engine, steps=3)
