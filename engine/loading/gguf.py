@@ -56,6 +56,7 @@ from engine.quantization.tensors import (
     Int4Weight,
     Int8Weight,
     IQ4XSWeight,
+    Q3KWeight,
     Q5KWeight,
     Q6KWeight,
     Weight,
@@ -69,7 +70,8 @@ INT8_TYPES = frozenset(QType[name] for name in GGUF_INT8_TYPES)
 FLOAT_TYPES = frozenset(QType[name] for name in GGUF_FLOAT_TYPES)
 QUANTIZATIONS = ("auto", "none", "int8", "int4")
 # Kept as the file stores them, read in place by our CPU kernel (widened where it does not run).
-BLOCK_WEIGHTS = {QType[kind.TYPE_NAME]: kind for kind in (Q6KWeight, IQ4XSWeight, Q5KWeight)}
+BLOCK_WEIGHTS = {QType[kind.TYPE_NAME]: kind
+                 for kind in (Q6KWeight, IQ4XSWeight, Q5KWeight, Q3KWeight)}
 
 
 

@@ -2,9 +2,9 @@
 memory estimate (model_info.py) both read, so the estimate cannot drift from what loads.
 
 Layouts are the engine's own (engine/quantization/tensors.py): "int4" (Int4Weight, groups of
-32), "int8" (Int8Weight, groups of 32; Q6_K, IQ4_XS and Q5_K blocks are kept as the file stores
-them and read in place by the CPU kernel, which they become where that kernel does not run; the
-other widened types become it at load), "float".
+32), "int8" (Int8Weight, groups of 32; Q6_K, IQ4_XS, Q5_K and Q3_K blocks are kept as the file
+stores them and read in place by the CPU kernel, which they become where that kernel does not
+run; the other widened types become it at load), "float".
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ GGUF_WIDENED_TYPES = frozenset({"Q2_K", "Q3_K", "Q5_0", "Q5_1", "Q5_K", "IQ4_NL"
                                 "IQ3_XXS", "IQ3_S"})
 GGUF_INT8_TYPES = frozenset({"Q6_K", "Q8_0"}) | GGUF_WIDENED_TYPES
 # Kept as the file's blocks (`BlockWeight`) under "auto", with the bytes a weight they hold: one
-# copy, which a vocabulary's embedding lookup and projection both read. IQ4_XS and Q5_K are
-# decoded by the widening code too, for "none" and where our CPU kernel does not run.
-GGUF_BLOCK_BYTES_PER_ELEMENT = {"Q6_K": 210 / 256, "IQ4_XS": 136 / 256, "Q5_K": 176 / 256}
+# copy, which a vocabulary's embedding lookup and projection both read. IQ4_XS, Q5_K and Q3_K
+# are decoded by the widening code too, for "none" and where our CPU kernel does not run.
+GGUF_BLOCK_BYTES_PER_ELEMENT = {"Q6_K": 210 / 256, "IQ4_XS": 136 / 256, "Q5_K": 176 / 256,
+                                "Q3_K": 110 / 256}
 GGUF_FLOAT_TYPES = frozenset({"F32", "F16", "BF16"})
 
 # The token table and the vocabulary projection, under the names of a Hugging Face folder and of

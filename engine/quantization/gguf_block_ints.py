@@ -1,8 +1,9 @@
 """The integers and scales of GGUF blocks that the engine keeps as the file stores them and
-whose values are an integer times one factor per 32 (plus a min for Q5_K): IQ4_XS and Q5_K.
+whose values are an integer times one factor per 32 (plus a min for Q5_K): IQ4_XS, Q5_K and
+Q3_K (whose two scales per 32 fold into its values, below).
 Read by `dequantize` and by widening to grouped int8 (exact) where our CPU kernel does not run
-(engine/quantization/tensors.py); kernels/cpu/iq4_xs_blocks.h and q5_k_blocks.h describe the
-same blocks for the kernel. The products are gguf's, in its order: d times the sub-block scale,
+(engine/quantization/tensors.py); kernels/cpu/iq4_xs_blocks.h, q5_k_blocks.h and q3_k_blocks.h
+describe the same blocks for the kernel. The products are gguf's, in its order: d times the sub-block scale,
 then times the value, so the values are gguf-py's to the bit (tested)."""
 
 from __future__ import annotations
@@ -55,3 +56,24 @@ def q5_k_ints(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
     scales = (_f16(b, 0) * sc.float()).reshape(n, -1)
     mins = (-(_f16(b, 2) * m.float())).reshape(n, -1)
     return q.to(torch.int8).reshape(n, -1), scales, mins
+
+
+def q3_k_ints(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q3_K rows (110 bytes per 256 values) -> (q int8 [n, k], scales float32 [n, k / 32]):
+    w = d (sc - 32) v with v in -4..3 and one scale per 16, held as q = -(sc - 32) v
+    (-128..124 fits int8) times -d per group of 32; products of small integers and d, so
+    exact, and equal to gguf's (d (sc - 32)) v."""
+    b = _super_blocks(blocks, 110)
+    n, supers = b.shape[:2]
+    s = b[..., 96:108].int()
+    i = torch.arange(16, device=blocks.device)
+    low = torch.where(i < 8, s[..., i % 8] & 15, s[..., i % 8] >> 4)
+    sc = (low | (((s[..., 8 + i % 4] >> (2 * (i // 4))) & 3) << 4)) - 32  # [n, supers, 16]
+    j = torch.arange(SUB_BLOCKS, device=blocks.device).view(SUB_BLOCKS, 1)
+    qs = b[..., 32:96].reshape(n, supers, 2, 1, 32).int()
+    low_bits = (qs >> (2 * j[:4])) & 3  # [n, supers, 2, 4, 32]
+    high = (b[..., :32].int().unsqueeze(2) >> j) & 1  # [n, supers, 8, 32]
+    v = low_bits.reshape(n, supers, SUB_BLOCKS, 32) - 4 * (1 - high)
+    q = -(v.view(n, supers, 16, 16) * sc.unsqueeze(-1))
+    scales = (-_f16(b, 108)).expand(n, supers, SUB_BLOCKS)
+    return q.to(torch.int8).reshape(n, -1), scales.reshape(n, -1).contiguous()

@@ -11,9 +11,9 @@ method turns one into whatever its kernel wants (`engine.quantization.methods`).
   optionally with a min per group too: + mins[n, k // g].
 - `BlockWeight`: GGUF rows as the file stores them, read in place by our CPU kernel (`cpu_q8`):
   `Q6KWeight` (six-bit values with an int8 scale per 16 and an fp16 scale per 256; 0.82 bytes a
-  weight, where int8 in groups of 32 costs 1.125), `IQ4XSWeight` (4.25 bits) and `Q5KWeight`
-  (5.5 bits). Paths that cannot read them widen them to grouped int8 (`widen_blocks`: exactly
-  for IQ4_XS and Q5_K, Q6_K's finer steps requantized).
+  weight, where int8 in groups of 32 costs 1.125), `IQ4XSWeight` (4.25 bits), `Q5KWeight`
+  (5.5 bits) and `Q3KWeight` (3.44 bits). Paths that cannot read them widen them to grouped
+  int8 (`widen_blocks`: exactly for IQ4_XS, Q5_K and Q3_K, Q6_K's finer steps requantized).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import ClassVar
 
 import torch
 
-from engine.quantization.gguf_block_ints import iq4_xs_ints, q5_k_ints
+from engine.quantization.gguf_block_ints import iq4_xs_ints, q3_k_ints, q5_k_ints
 
 INT4_GROUP_SIZE = 32
 INT8_GROUP_SIZE = 32
@@ -116,6 +116,15 @@ class Q5KWeight(BlockWeight):
 
     TYPE_NAME: ClassVar[str] = "Q5_K"
     BLOCK_BYTES: ClassVar[int] = 176
+
+
+@dataclass(slots=True)
+class Q3KWeight(BlockWeight):
+    """third bits, 2-bit values, six-bit scales per 16, fp16 d; w = d * (sc - 32) * v, v in
+    -4..3 (engine/quantization/gguf_block_ints.py)."""
+
+    TYPE_NAME: ClassVar[str] = "Q3_K"
+    BLOCK_BYTES: ClassVar[int] = 110
 
 
 Weight = torch.Tensor | Int4Weight | Int8Weight | BlockWeight
@@ -245,14 +254,16 @@ def _dequantize_q6_k(weight: Q6KWeight) -> torch.Tensor:
 
 
 def widen_blocks(weight: BlockWeight) -> Int8Weight:
-    """Grouped int8 (groups of 32) for the paths that cannot read GGUF blocks: IQ4_XS and Q5_K
-    exactly (an integer times one factor a group, and Q5_K's min); Q6_K requantized
+    """Grouped int8 (groups of 32) for the paths that cannot read GGUF blocks: IQ4_XS, Q5_K and
+    Q3_K exactly (an integer times one factor a group, and Q5_K's min); Q6_K requantized
     (symmetric), whose steps are finer than its own, so the values barely move."""
     if isinstance(weight, IQ4XSWeight):
         return Int8Weight(*iq4_xs_ints(weight.blocks), INT8_GROUP_SIZE)
     if isinstance(weight, Q5KWeight):
         q, scales, mins = q5_k_ints(weight.blocks)
         return Int8Weight(q, scales, INT8_GROUP_SIZE, mins)
+    if isinstance(weight, Q3KWeight):
+        return Int8Weight(*q3_k_ints(weight.blocks), INT8_GROUP_SIZE)
     return quantize_int8(dequantize(weight), INT8_GROUP_SIZE)
 
 

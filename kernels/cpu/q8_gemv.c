@@ -12,9 +12,10 @@
  *
  * Or GGUF's Q6_K blocks as the file stores them (kernels/cpu/q6_k_blocks.h, 0.82 bytes a
  * weight): each block of 32 is unpacked to q - 32 in -32..31 and its products are scaled by
- * its two sub-block scales while still integers (below), then by d * s_x as above. IQ4_XS
- * (kernels/cpu/iq4_xs_blocks.h, 0.53 bytes a weight) and Q5_K (q5_k_blocks.h, 0.69) blocks
- * alike, with one integer scale per block of 32; Q5_K's mins are a term of their own.
+ * its two sub-block scales while still integers (below), then by d * s_x as above. Q3_K
+ * (kernels/cpu/q3_k_blocks.h, 0.43 bytes a weight) alike; IQ4_XS (iq4_xs_blocks.h, 0.53) and
+ * Q5_K (q5_k_blocks.h, 0.69) with one integer scale per block of 32; Q5_K's mins are a term of
+ * their own.
  *
  * Two activation widths, as in q4_gemv.c: int8 (q_x -127..127; the vocabulary projection,
  * whose top logits are recomputed exactly afterwards) and int16 (q_x -32767..32767, ~16 bits;
@@ -42,6 +43,7 @@
 #include "block_quant.h"
 #include "half_float.h"
 #include "iq4_xs_blocks.h"
+#include "q3_k_blocks.h"
 #include "q5_k_blocks.h"
 #include "q6_k_blocks.h"
 
@@ -54,15 +56,17 @@
 #define LANES 8
 
 /* bits of the `halves` argument: which of scales and mins are fp16 (else fp32); or Q6_K,
- * IQ4_XS, Q5_K: q is GGUF blocks of that type, which hold their own scales (scales and mins
- * NULL) */
+ * IQ4_XS, Q5_K, Q3_K: q is GGUF blocks of that type, which hold their own scales (scales and
+ * mins NULL) */
 #define SCALES_HALF 1
 #define MINS_HALF 2
 #define Q6_K 4
 #define IQ4_XS 8
 #define Q5_K 16
-/* The types whose super-block is 8 blocks of 32 integers with an integer scale each. */
-#define SUB_BLOCK_TYPES (IQ4_XS | Q5_K)
+#define Q3_K 32
+/* The types whose super-block is 8 blocks of 32 integers with an integer scale for each half
+ * of a block, walked a super-block at a time (Q6_K's layout is walked by half super-blocks). */
+#define SUB_BLOCK_TYPES (IQ4_XS | Q5_K | Q3_K)
 #define SUB_BLOCKS 8
 
 struct weight {
@@ -204,11 +208,13 @@ static void row_q6k_scalar(int wide, const struct weight *w, const struct activa
     }
 }
 
-/* ---- IQ4_XS and Q5_K: per block of 32, integers and one integer scale ------------------------ */
+/* ---- IQ4_XS, Q5_K, Q3_K: per block of 32, integers and an integer scale per half ------------ */
 
 static size_t sub_block_row_bytes(const struct weight *w)
 {
-    return (w->halves & IQ4_XS) ? iq4xs_row_bytes(w->k) : q5k_row_bytes(w->k);
+    if (w->halves & IQ4_XS)
+        return iq4xs_row_bytes(w->k);
+    return (w->halves & Q5_K) ? q5k_row_bytes(w->k) : q3k_row_bytes(w->k);
 }
 
 static const uint8_t *sub_block_row(const struct weight *w, size_t row)
@@ -216,29 +222,24 @@ static const uint8_t *sub_block_row(const struct weight *w, size_t row)
     return (const uint8_t *)w->q + row * sub_block_row_bytes(w);
 }
 
-/* Super-block s of a row: its block j's values and scale, and its d. */
+/* A super-block's block j: its values, the scales of its halves (values 0..15, 16..31), d. */
 static void sub_block_scalar(const struct weight *w, const uint8_t *super, int j, int8_t q[32],
-                             int *sc, float *d)
+                             int sc[2], float *d)
 {
     if (w->halves & IQ4_XS) {
         iq4xs_block_scalar(super, j, q);
-        *sc = iq4xs_scale(super, j);
+        sc[0] = sc[1] = iq4xs_scale(super, j);
         *d = iq4xs_d(super);
-    } else {
+    } else if (w->halves & Q5_K) {
         q5k_block_scalar(super, j, q);
-        *sc = q5k_scale(super, j, 0);
+        sc[0] = sc[1] = q5k_scale(super, j, 0);
         *d = q5k_d(super);
+    } else {
+        q3k_block_scalar(super, j, q);
+        sc[0] = q3k_scale(super, 2 * j);
+        sc[1] = q3k_scale(super, 2 * j + 1);
+        *d = q3k_d(super);
     }
-}
-
-/* int16: the weights times their scale in int16 first (|q sc| <= 4064), then the int16 lane;
- * int8: the int8 lane times the scale as int32. */
-static int32_t sub_block_lane16(const int8_t *q, int sc, const int16_t *x, int t)
-{
-    int32_t s = 0;
-    for (int j = 2 * t; j < 2 * t + 2; j++)
-        s += (int32_t)(int16_t)(q[j] * sc) * x[j] + (int32_t)(int16_t)(q[j + 16] * sc) * x[j + 16];
-    return s;
 }
 
 static void row_sub_block_scalar(int wide, const struct weight *w, const struct activations *x,
@@ -250,15 +251,16 @@ static void row_sub_block_scalar(int wide, const struct weight *w, const struct 
         float acc[LANES] = {0};
         for (int g = 0; g < w->groups; g++) {
             int8_t q[BLOCK];
-            int sc;
+            int sc[2];
             float d;
             sub_block_scalar(w, base + (size_t)(g / SUB_BLOCKS) * super_bytes, g % SUB_BLOCKS, q,
-                             &sc, &d);
+                             sc, &d);
             size_t b = (size_t)i * w->groups + g;
             float s = d * x->scale[b];
+            int8_t sc8[2] = {(int8_t)sc[0], (int8_t)sc[1]};
             for (int t = 0; t < LANES; t++) {
-                int32_t lane = wide ? sub_block_lane16(q, sc, (const int16_t *)x->q + b * BLOCK, t)
-                                    : lane8(q, (const int8_t *)x->q + b * BLOCK, t) * sc;
+                int32_t lane = wide ? q6k_lane16(q, sc8, (const int16_t *)x->q + b * BLOCK, t)
+                                    : q6k_lane8(q, sc8, (const int8_t *)x->q + b * BLOCK, t);
                 acc[t] = fmaf((float)lane, s, acc[t]);
             }
         }
@@ -488,10 +490,11 @@ static inline size_t q6k_half_at(const uint8_t *tile, size_t row_bytes, int g0, 
         }                                                                                   \
     }
 
-/* The same for IQ4_XS and Q5_K (FMT: their headers' prefix): per super-block s and tile row
- * r, its d, then per block its values (FMT's AVX2 unpacking) and its one integer scale. While
- * one super-block is read, the next tile's matching share is fetched, as for Q6_K. */
-#define SUB_BLOCKS_OF(FMT, FMT_BYTES, SCALE, ...)                                          \
+/* The same for IQ4_XS, Q5_K and Q3_K (FMT: their headers' prefix): per super-block s and tile
+ * row r, its d, then per block its values (FMT's AVX2 unpacking) and its halves' integer scales
+ * (SCALE_LO, SCALE_HI). While one super-block is read, the next tile's matching share is
+ * fetched, as for Q6_K. */
+#define SUB_BLOCKS_OF(FMT, FMT_BYTES, SCALE_LO, SCALE_HI, ...)                              \
     size_t row_bytes = FMT##_row_bytes(w->k);                                               \
     const uint8_t *tile = (const uint8_t *)w->q + (size_t)row0 * row_bytes;                 \
     for (int s = 0; s < w->groups / SUB_BLOCKS; s++) {                                      \
@@ -504,17 +507,20 @@ static inline size_t q6k_half_at(const uint8_t *tile, size_t row_bytes, int g0, 
             float d = FMT##_d_f16c(super);                                                  \
             for (int j = 0; j < SUB_BLOCKS; j++) {                                          \
                 __m256i qv = FMT##_block_avx2(super, j);                                    \
-                int sc_lo = SCALE(super, j), sc_hi = sc_lo;                                 \
+                int sc_lo = SCALE_LO(super, j), sc_hi = SCALE_HI(super, j);                 \
                 size_t g = (size_t)s * SUB_BLOCKS + j;                                      \
                 __VA_ARGS__                                                                 \
             }                                                                               \
         }                                                                                   \
     }
-#define IQ4XS_WALK(...) SUB_BLOCKS_OF(iq4xs, IQ4XS_BYTES, iq4xs_scale, __VA_ARGS__)
+#define IQ4XS_WALK(...) SUB_BLOCKS_OF(iq4xs, IQ4XS_BYTES, iq4xs_scale, iq4xs_scale, __VA_ARGS__)
 #define Q5K_SCALE(super, j) q5k_scale(super, j, 0)
-#define Q5K_WALK(...) SUB_BLOCKS_OF(q5k, Q5K_BYTES, Q5K_SCALE, __VA_ARGS__)
+#define Q5K_WALK(...) SUB_BLOCKS_OF(q5k, Q5K_BYTES, Q5K_SCALE, Q5K_SCALE, __VA_ARGS__)
+#define Q3K_SCALE_LO(super, j) q3k_scale(super, 2 * (j))
+#define Q3K_SCALE_HI(super, j) q3k_scale(super, 2 * (j) + 1)
+#define Q3K_WALK(...) SUB_BLOCKS_OF(q3k, Q3K_BYTES, Q3K_SCALE_LO, Q3K_SCALE_HI, __VA_ARGS__)
 
-/* As DEFINE_PASS8 for GGUF blocks (WALK: Q6K_WALK, IQ4XS_WALK, Q5K_WALK): the lanes
+/* As DEFINE_PASS8 for GGUF blocks (WALK: Q6K_WALK, IQ4XS_WALK, Q5K_WALK, Q3K_WALK): the lanes
  * times their half's integer scale as int32. */
 #define DEFINE_BLOCKS_PASS8(NAME, TARGET, DOT, WALK)                                        \
     __attribute__((target(TARGET), always_inline))                                          \
@@ -832,7 +838,7 @@ DEFINE_TILE(q6k_tile8_avx2, AVX2, q6k_pass8_avx2)
 DEFINE_TILE2(q6k_tile8_vnni, VNNI, q6k_pass8_zmm, q6k_pass8_vnni)
 DEFINE_TILE(q6k_tile16_avx2, AVX2, q6k_pass16_avx2)
 DEFINE_TILE2(q6k_tile16_vnni, VNNI, q6k_pass16_zmm, q6k_pass16_vnni)
-/* IQ4_XS's and Q5_K's passes and tiles (256-bit on every instruction set). */
+/* IQ4_XS's, Q5_K's and Q3_K's passes and tiles (256-bit on every instruction set). */
 #define DEFINE_SUB_BLOCK_TILES(FMT, WALK)                                                   \
     DEFINE_BLOCKS_PASS8(FMT##_pass8_avx2, AVX2, bq_dot8_avx2, WALK)                         \
     DEFINE_BLOCKS_PASS8(FMT##_pass8_vnni, VNNI, bq_dot8_vnni, WALK)                         \
@@ -844,24 +850,26 @@ DEFINE_TILE2(q6k_tile16_vnni, VNNI, q6k_pass16_zmm, q6k_pass16_vnni)
     DEFINE_TILE(FMT##_tile16_vnni, VNNI, FMT##_pass16_vnni)
 DEFINE_SUB_BLOCK_TILES(iq4xs, IQ4XS_WALK)
 DEFINE_SUB_BLOCK_TILES(q5k, Q5K_WALK)
+DEFINE_SUB_BLOCK_TILES(q3k, Q3K_WALK)
 
 typedef void (*tile_fn)(const struct weight *, const struct activations *, int, float *);
 
 /* The weight formats' rows of vector_tile's table. */
 static int format_index(int halves)
 {
-    return (halves & Q6_K) ? 1 : (halves & IQ4_XS) ? 2 : (halves & Q5_K) ? 3 : 0;
+    return (halves & Q6_K) ? 1 : (halves & IQ4_XS) ? 2 : (halves & Q5_K) ? 3
+         : (halves & Q3_K) ? 4 : 0;
 }
 
 /* The vector tile for an instruction set, activation width and weight format; NULL: scalar. */
 static tile_fn vector_tile(int isa, int wide, int format)
 {
-    static const tile_fn tiles[2][2][4] = {
-        /* AVX2: {int8, int16} x {int8 weights, Q6_K, IQ4_XS, Q5_K} */
-        {{tile8_avx2, q6k_tile8_avx2, iq4xs_tile8_avx2, q5k_tile8_avx2},
-         {tile16_avx2, q6k_tile16_avx2, iq4xs_tile16_avx2, q5k_tile16_avx2}},
-        {{tile8_vnni, q6k_tile8_vnni, iq4xs_tile8_vnni, q5k_tile8_vnni},
-         {tile16_vnni, q6k_tile16_vnni, iq4xs_tile16_vnni, q5k_tile16_vnni}},
+    static const tile_fn tiles[2][2][5] = {
+        /* AVX2: {int8, int16} x {int8 weights, Q6_K, IQ4_XS, Q5_K, Q3_K} */
+        {{tile8_avx2, q6k_tile8_avx2, iq4xs_tile8_avx2, q5k_tile8_avx2, q3k_tile8_avx2},
+         {tile16_avx2, q6k_tile16_avx2, iq4xs_tile16_avx2, q5k_tile16_avx2, q3k_tile16_avx2}},
+        {{tile8_vnni, q6k_tile8_vnni, iq4xs_tile8_vnni, q5k_tile8_vnni, q3k_tile8_vnni},
+         {tile16_vnni, q6k_tile16_vnni, iq4xs_tile16_vnni, q5k_tile16_vnni, q3k_tile16_vnni}},
     };
     if (isa == BQ_ISA_AVX512_VNNI)
         return tiles[1][wide][format];
@@ -895,7 +903,8 @@ static int valid(int isa, int n, int k, int m)
 static int valid_weight(int halves, const void *scales, const void *mins, int k)
 {
     if (halves & (Q6_K | SUB_BLOCK_TYPES))
-        return (halves == Q6_K || halves == IQ4_XS || halves == Q5_K) && !scales && !mins
+        return (halves == Q6_K || halves == IQ4_XS || halves == Q5_K || halves == Q3_K) && !scales
+               && !mins
                && k % Q6K_SUPER == 0;
     return halves >= 0 && halves <= (SCALES_HALF | MINS_HALF) && scales;
 }

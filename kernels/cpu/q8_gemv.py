@@ -23,7 +23,8 @@ _PARAM_DTYPES = (torch.float32, torch.float16)
 _SCALES_HALF, _MINS_HALF = 1, 2
 Q6_K_SUPER_BLOCK, Q6_K_BLOCK_BYTES = 256, 210
 # GGUF block types read in place: (the `halves` flag saying so, bytes per 256 values).
-BLOCK_TYPES = {"Q6_K": (4, Q6_K_BLOCK_BYTES), "IQ4_XS": (8, 136), "Q5_K": (16, 176)}
+BLOCK_TYPES = {"Q6_K": (4, Q6_K_BLOCK_BYTES), "IQ4_XS": (8, 136), "Q5_K": (16, 176),
+               "Q3_K": (32, 110)}
 
 
 @dataclass(slots=True, frozen=True)
@@ -131,7 +132,8 @@ class Q8Gemv:
     @staticmethod
     def blocks_operand(blocks: torch.Tensor, type_name: str) -> Q8Operand:
         """GGUF rows of a type in BLOCK_TYPES as the file stores them (uint8 [n, super-blocks x
-        its bytes]), read in place (kernels/cpu/q6_k_blocks.h, iq4_xs_blocks.h, q5_k_blocks.h)."""
+        its bytes]), read in place (kernels/cpu/q6_k_blocks.h, iq4_xs_blocks.h, q5_k_blocks.h,
+        q3_k_blocks.h)."""
         if type_name not in BLOCK_TYPES:
             raise ValueError(f"q8_gemv reads {', '.join(BLOCK_TYPES)} blocks, not {type_name}")
         flag, size = BLOCK_TYPES[type_name]

@@ -1,4 +1,4 @@
-"""GGUF files of the types without a kernel of their own (IQ*, Q2_K, Q3_K, MXFP4, Q5_0/1) load:
+"""GGUF files of the types without a kernel of their own (IQ*, Q2_K, MXFP4, Q5_0/1) load:
 widened to int8 under "auto", which the load log says once per type, float under "none"; the
 model runs as its float self and the memory estimate counts the int8 it becomes."""
 
@@ -26,7 +26,7 @@ MIXES = {
         "token_embd": QType.MXFP4, "attn_q": QType.IQ2_XXS, "attn_k": QType.IQ3_XXS,
         "attn_v": QType.IQ3_S, "attn_output": QType.Q5_0, "ffn_gate": QType.IQ1_S,
         "ffn_up": QType.Q5_1}),
-    "requantized": (QType.Q3_K, {
+    "requantized": (QType.Q2_K, {
         "token_embd": QType.Q2_K, "attn_q": QType.IQ2_XS, "attn_k": QType.IQ2_S,
         "attn_v": QType.IQ1_M}),
 }

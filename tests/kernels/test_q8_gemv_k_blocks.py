@@ -1,5 +1,5 @@
-"""q8_gemv multiplies GGUF IQ4_XS and Q5_K blocks read in place (kernels/cpu/iq4_xs_blocks.h,
-q5_k_blocks.h) by activations quantized per block to int8 or int16: the weight is gguf's own
+"""q8_gemv multiplies GGUF IQ4_XS, Q5_K and Q3_K blocks read in place
+(kernels/cpu/iq4_xs_blocks.h, q5_k_blocks.h, q3_k_blocks.h) by activations quantized per block to int8 or int16: the weight is gguf's own
 dequantization of the blocks, the product is the same math in float64 to fp32 rounding, and
 every instruction set and thread count gives the same bits."""
 
@@ -16,7 +16,7 @@ from kernels.cpu.q8_gemv import BLOCK_TYPES, Q8Gemv
 SCALAR, AVX2, AVX512_VNNI = 0, 1, 2
 ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2, AVX512_VNNI],
                                ids=["scalar", "avx2", "avx512-vnni"])
-TYPES = pytest.mark.parametrize("kind", ["IQ4_XS", "Q5_K"])
+TYPES = pytest.mark.parametrize("kind", ["IQ4_XS", "Q5_K", "Q3_K"])
 # Odd N leaves a partial tile of rows (tiles are 4 rows); 512 inputs are two super-blocks.
 SHAPES = [(512, 9), (256, 5)]
 

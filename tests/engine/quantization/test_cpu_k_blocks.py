@@ -1,6 +1,6 @@
 # ruff: noqa: F811 (the fixtures imported from test_cpu_q4 and _q8 are test arguments)
-"""GGUF IQ4_XS and Q5_K weights kept at their own width (`IQ4XSWeight`, 0.53 bytes a weight;
-`Q5KWeight`, 0.69) and multiplied by q8_gemv from the file's blocks; widened to grouped int8
+"""GGUF IQ4_XS, Q5_K and Q3_K weights kept at their own width (`IQ4XSWeight`, 0.53 bytes a
+weight; `Q5KWeight`, 0.69; `Q3KWeight`, 0.43) and multiplied by q8_gemv from the file's blocks; widened to grouped int8
 exactly where q8_gemv does not run and for the steps given a GEMM; a file of them loads so,
 says nothing of widening, is counted at its own bytes, and answers as its dequantized self."""
 
@@ -28,6 +28,7 @@ from engine.quantization.tensors import (
     BlockWeight,
     Int8Weight,
     IQ4XSWeight,
+    Q3KWeight,
     Q5KWeight,
     concat,
     dequantize,
@@ -38,9 +39,11 @@ from kernels.kernel_ops import TORCH_OPS
 from tests.engine.quantization.test_cpu_q4 import q4_chosen  # noqa: F401 (a fixture: our kernels at every step size)
 from tests.engine.quantization.test_cpu_q8 import q8  # noqa: F401 (a fixture: q8_gemv's context, where it runs)
 
-KINDS = pytest.mark.parametrize("kind", [IQ4XSWeight, Q5KWeight], ids=["IQ4_XS", "Q5_K"])
-# An IQ4_XS file as llama-quantize makes one keeps some layers at other types: Q5_K here.
-MIX = {"ffn_down": QType.Q5_K, "attn_v": QType.Q5_K}
+KINDS = pytest.mark.parametrize("kind", [IQ4XSWeight, Q5KWeight, Q3KWeight],
+                                ids=["IQ4_XS", "Q5_K", "Q3_K"])
+# An IQ4_XS file as llama-quantize makes one keeps some layers at other types: Q5_K and Q3_K
+# here.
+MIX = {"ffn_down": QType.Q5_K, "attn_v": QType.Q5_K, "attn_output": QType.Q3_K}
 
 
 @pytest.fixture(scope="module")
