@@ -34,10 +34,12 @@ from tests.engine.llama_cpp_references import llama_cpp_records
 from tests.engine.models.test_native_decode import PROMPTS, _decoding, _engine
 from tests.engine.models.test_native_decode_layers import _assert_fused_steps_are_eager
 from tests.engine.models.test_parity import (
+    CHATS,
     LONG_TEXT,
     NUM_THREADS,
     assert_greedy_parity,
     parity_prompts,
+    save_tiny_variant,
 )
 from tests.engine.quantization.test_cpu_q4 import q4, q4_chosen  # noqa: F401 (fixtures)
 from tests.engine.test_triton_engine import greedy as triton_greedy
@@ -67,6 +69,17 @@ def test_phi3_folder_predicts_transformers_next_token_at_every_position(
     for i, (ours, theirs) in enumerate(zip(engine_logits(folder, prompts),
                                            hf_logits(hf_models[variant], prompts), strict=True)):
         assert_same_argmax(ours, theirs, f"{variant} prompt {i}")
+        torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+
+
+def test_phi3_sliding_window_windows_every_layer_as_transformers_does(tmp_path_factory, prompts):
+    """24 keys: the chat prompts (~45 tokens) run past it at every layer, in 16-token chunks."""
+    folder = save_tiny_variant(tmp_path_factory, None, "phi3-window24")
+    chats = prompts[:len(CHATS)]
+    assert min(map(len, chats)) > 24
+    for i, (ours, theirs) in enumerate(zip(engine_logits(folder, chats),
+                                           hf_logits(load_hf_model(folder), chats), strict=True)):
+        assert_same_argmax(ours, theirs, f"prompt {i}")
         torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
 
 
