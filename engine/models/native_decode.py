@@ -125,6 +125,8 @@ class NativeDecode:
             return None
         for args, key in zip(plan.ropes, self._rope_keys):
             cos, sin = (t.contiguous() for t in rotary[key])
+            if cos.numel() != m * self._model.rotary[key].rotary_dim or sin.shape != cos.shape:
+                return None
             args.cos, args.sin_signed = cos.data_ptr(), sin.data_ptr()
             kept += (cos, sin)
         hidden = hidden.contiguous()
