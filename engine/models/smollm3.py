@@ -8,6 +8,7 @@ from __future__ import annotations
 from transformers import PretrainedConfig, SmolLM3Config
 
 from engine.errors import ModelLoadError
+from engine.layers.mlp import activation_of
 from engine.layers.rotary import rope_spec
 from engine.models.architecture import AttentionKind, DecoderArchitecture
 from engine.models.config import head_dim, model_shape
@@ -27,6 +28,7 @@ def architecture(config: PretrainedConfig) -> DecoderArchitecture:
                      for window, rotated in zip(shape.layer_windows, rotated_layers(config),
                                                 strict=True)),
         ropes={"default": rope_spec(config, head_dim(config))},
+        activation=activation_of(getattr(config, "hidden_act", None), NAME),
         tied_embeddings=bool(config.tie_word_embeddings), qkv_bias=bias, o_bias=bias,
         mlp_bias=bool(getattr(config, "mlp_bias", False)))
 

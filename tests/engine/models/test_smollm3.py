@@ -121,6 +121,13 @@ def test_smollm3_layers_marked_0_in_no_rope_layers_are_nope():
         "default", None, "default", "default", None, "default"]
 
 
+def test_a_smollm3_whose_mlp_activation_pagoda_does_not_run_is_refused():
+    config = transformers.SmolLM3Config(num_hidden_layers=4, hidden_size=64, num_attention_heads=4,
+                                        num_key_value_heads=2, hidden_act="relu")
+    with pytest.raises(ModelLoadError, match="'relu'"):
+        architecture(config)
+
+
 @pytest.mark.parametrize("flags", [[1, 1, 1], [1, 1, 2, 0]])
 def test_a_damaged_no_rope_layers_list_is_refused(flags):
     config = transformers.SmolLM3Config(num_hidden_layers=4, hidden_size=64,
