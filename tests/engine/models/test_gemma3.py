@@ -8,10 +8,14 @@ layer 5 global, each kind with its own RoPE base, so every test prompt runs past
 """
 
 import json
+import re
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
 import transformers
+from safetensors.torch import load_file, save_file
 from tiny_models import save_tiny_model
 
 from engine import LLM
@@ -35,6 +39,7 @@ from tests.engine.hf_reference import load_hf_model
 from tests.engine.llama_cpp_converter import quantize_with_llama_cpp
 from tests.engine.llama_cpp_references import llama_cpp_records
 from tests.engine.models.test_parity import NUM_THREADS, assert_greedy_parity, parity_prompts
+from tests.engine.test_triton_engine import greedy as triton_greedy
 
 pytestmark = pytest.mark.usefixtures("fresh_gguf_metadata_cache")
 
@@ -77,6 +82,31 @@ def test_gemma3_greedy_through_chunked_prefill_and_decoding_past_the_window_matc
     llm = LLM(str(folders["gemma3"]), num_kv_blocks=128, num_threads=NUM_THREADS,
               max_num_batched_tokens=16)
     assert_greedy_parity(llm, hf_model, prompts)
+
+
+@pytest.fixture(scope="module")
+def two_layer_folder(folders, tmp_path_factory) -> Path:
+    """The tiny model cut to its layer 4 (windowed) and layer 5 (global): Triton's interpreter
+    runs each kernel launch in Python, so every layer costs seconds."""
+    folder = tmp_path_factory.mktemp("gemma3-two-layers")
+    for file in folders["gemma3"].iterdir():
+        if file.name != "model.safetensors":
+            shutil.copy(file, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config |= {"num_hidden_layers": 2, "layer_types": config["layer_types"][-2:]}
+    (folder / "config.json").write_text(json.dumps(config))
+    tensors = load_file(folders["gemma3"] / "model.safetensors")
+    renamed = {re.sub(r"layers\.([45])\.", lambda m: f"layers.{int(m[1]) - 4}.", name): tensor
+               for name, tensor in tensors.items() if not re.search(r"layers\.[0-3]\.", name)}
+    save_file(renamed, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+@pytest.mark.slow  # Triton's interpreter runs its kernels on the CPU: ~10 s on a quiet machine
+def test_gemma3_on_the_triton_kernels_gives_the_torch_paths_greedy_tokens(two_layer_folder):
+    """GeGLU, the per-head q/k norms and the sandwich norms on Triton, two rotary tables, and
+    attention windowed in one layer (the prompts run past 8 tokens) but not in the other."""
+    assert triton_greedy(two_layer_folder, "triton") == triton_greedy(two_layer_folder, "torch")
 
 
 def test_gemma3_gguf_gives_the_folders_logits_to_fp16_rounding(llama_cpp_ggufs, prompts):
