@@ -129,6 +129,10 @@ def _special_tokens(settings: GGUFSettings) -> dict:
     tokens = {}
     for field in ("bos", "eos", "padding"):
         value = settings.metadata(f"tokenizer.ggml.{field}_token_id")
-        if value is not None:
-            tokens["pad_token_id" if field == "padding" else f"{field}_token_id"] = int(value)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ModelLoadError(f"The file states {value!r} for tokenizer.ggml.{field}_token_id, "
+                                 "where a token id is needed. The file is damaged: re-download it.")
+        tokens["pad_token_id" if field == "padding" else f"{field}_token_id"] = value
     return tokens

@@ -160,3 +160,9 @@ def test_a_smollm3_files_yarn_scaling_is_read_as_transformers_states_it():
 def test_a_smollm3_file_scaled_in_a_way_pagoda_does_not_read_is_refused(keys, vectors, words):
     with pytest.raises(ModelLoadError, match=words):
         config_from_gguf(FakeGGUFSettings("smollm3", _SMOLLM3_KEYS | keys, vectors))
+
+
+def test_a_smollm3_file_whose_eos_token_is_not_a_token_id_is_refused():
+    keys = _SMOLLM3_KEYS | {"tokenizer.ggml.eos_token_id": [2, 7]}
+    with pytest.raises(ModelLoadError, match="tokenizer.ggml.eos_token_id"):
+        config_from_gguf(FakeGGUFSettings("smollm3", keys, {}))
