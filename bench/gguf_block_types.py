@@ -1,16 +1,18 @@
-"""q8_gemv on GGUF IQ4_XS and Q5_K blocks read in place, against the same layers widened to
-grouped int8 at load (what the engine did before), side by side in one process.
+"""q8_gemv on GGUF IQ4_XS, Q5_K and Q3_K blocks read in place, against the same layers widened
+to grouped int8 at load (what the engine did before), side by side in one process.
 
 Not a test: run it on a quiet machine and copy the tables into docs/BENCHMARKS.md. FILE is a
 1B-shaped file from `python bench/llama_1b_file.py --type IQ4_XS --type Q5_K_M ...`.
 
     .venv/bin/python bench/gguf_block_types.py kernels FILE ...  # one row, a layer's matrices
+    .venv/bin/python bench/gguf_block_types.py kernels random    # the same at 1B shapes, random bits
     .venv/bin/python bench/gguf_block_types.py engine FILE       # one stream decode tok/s
 
 `kernels`: per block type in the file and matrix (ffn_gate, ffn_up, ffn_down, attn_q ...), µs
 per call of one row with int16 activations (as layers run), best and median of interleaved
 rounds, each path cycling through every layer's matrix of that name and type (together larger
-than the caches, as a decode step reads them). `engine`: two engines over the file, one
+than the caches, as a decode step reads them; `random`: random blocks at TinyLlama 1.1B's shapes,
+as many copies as exceed 100 MB). `engine`: two engines over the file, one
 reading the blocks in place and one with them widened to grouped int8 as before, in
 interleaved rounds of one `LLM.chat` of greedy tokens with `ignore_eos`.
 """
@@ -21,6 +23,7 @@ import argparse
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,10 +34,19 @@ from cpu_info import cpu_name
 from q8_gemv import chat_rounds
 
 from engine.quantization.native_kernels import load_native
-from engine.quantization.tensors import BlockWeight, IQ4XSWeight, Q5KWeight, widen_blocks
+from engine.quantization.tensors import (
+    BlockWeight,
+    IQ4XSWeight,
+    Q3KWeight,
+    Q5KWeight,
+    widen_blocks,
+)
 from kernels.cpu.q8_gemv import Q8Gemv
 
-KINDS = {kind.TYPE_NAME: kind for kind in (IQ4XSWeight, Q5KWeight)}
+KINDS = {kind.TYPE_NAME: kind for kind in (IQ4XSWeight, Q5KWeight, Q3KWeight)}
+# TinyLlama 1.1B's layer matrices (out x in).
+SHAPES = {"attn_q": (2048, 2048), "ffn_gate": (5632, 2048), "ffn_down": (2048, 5632)}
+RANDOM_BYTES = 100 << 20
 PATHS = ("in place", "widened")
 
 
@@ -47,6 +59,24 @@ def _matrices(path: Path) -> dict[tuple[str, str], list[BlockWeight]]:
             blocks = torch.from_numpy(np.array(tensor.data, dtype=np.uint8))
             found[kind, tensor.name.split(".")[2]].append(KINDS[kind](blocks))
     return found
+
+
+def _random_matrices() -> Iterator[tuple[tuple[str, str], list[BlockWeight]]]:
+    """Random bits with every fp16 scale set to 2^-10 (any bits are valid blocks), one
+    (type, matrix) at a time."""
+    rng = np.random.default_rng(0)
+    for kind, cls in KINDS.items():
+        d_at = {"IQ4_XS": (0,), "Q5_K": (0, 2), "Q3_K": (108,)}[kind]
+        for name, (n, k) in SHAPES.items():
+            size = k // 256 * cls.BLOCK_BYTES
+            copies = max(4, RANDOM_BYTES // (n * size))
+            weights = []
+            for _ in range(copies):
+                blocks = rng.integers(0, 256, size=(n, k // 256, cls.BLOCK_BYTES), dtype=np.uint8)
+                for at in d_at:
+                    blocks[..., at:at + 2] = np.array([2 ** -10], dtype=np.float16).view(np.uint8)
+                weights.append(cls(torch.from_numpy(blocks.reshape(n, size))))
+            yield (kind, name), weights
 
 
 def _operands(q8: Q8Gemv, weights: list[BlockWeight]) -> dict[str, list]:
@@ -64,7 +94,8 @@ def bench_kernels(files: list[Path], rounds: int, threads: int) -> None:
     print("| type | matrix (out x in) | path | MB a call | µs (best) | µs (median) | GB/s (best) |")
     print("|---|---|---|---|---|---|---|")
     for path in files:
-        for (kind, name), weights in _matrices(path).items():
+        matrices = _random_matrices() if str(path) == "random" else _matrices(path).items()
+        for (kind, name), weights in matrices:
             operands = _operands(q8, weights)
             n, k = weights[0].shape
             x = torch.randn(1, k)

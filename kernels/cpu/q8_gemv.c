@@ -256,11 +256,17 @@ static void row_sub_block_scalar(int wide, const struct weight *w, const struct 
             sub_block_scalar(w, base + (size_t)(g / SUB_BLOCKS) * super_bytes, g % SUB_BLOCKS, q,
                              sc, &d);
             size_t b = (size_t)i * w->groups + g;
-            float s = d * x->scale[b];
+            const void *xb = wide ? (const void *)((const int16_t *)x->q + b * BLOCK)
+                                  : (const void *)((const int8_t *)x->q + b * BLOCK);
+            /* Q3_K: its halves' scales on the integers, as Q6_K's; one scale a block: on
+             * the float (d sc is exact), so the lanes are the int8 weights' own. */
+            int halves_scaled = (w->halves & Q3_K) != 0;
+            float s = halves_scaled ? d * x->scale[b] : (d * (float)sc[0]) * x->scale[b];
             int8_t sc8[2] = {(int8_t)sc[0], (int8_t)sc[1]};
             for (int t = 0; t < LANES; t++) {
-                int32_t lane = wide ? q6k_lane16(q, sc8, (const int16_t *)x->q + b * BLOCK, t)
-                                    : q6k_lane8(q, sc8, (const int8_t *)x->q + b * BLOCK, t);
+                int32_t lane = halves_scaled
+                    ? (wide ? q6k_lane16(q, sc8, xb, t) : q6k_lane8(q, sc8, xb, t))
+                    : (wide ? lane16(q, xb, t) : lane8(q, xb, t));
                 acc[t] = fmaf((float)lane, s, acc[t]);
             }
         }
@@ -490,18 +496,23 @@ static inline size_t q6k_half_at(const uint8_t *tile, size_t row_bytes, int g0, 
         }                                                                                   \
     }
 
-/* The same for IQ4_XS, Q5_K and Q3_K (FMT: their headers' prefix): per super-block s and tile
- * row r, its d, then per block its values (FMT's AVX2 unpacking) and its halves' integer scales
- * (SCALE_LO, SCALE_HI). While one super-block is read, the next tile's matching share is
- * fetched, as for Q6_K. */
-#define SUB_BLOCKS_OF(FMT, FMT_BYTES, SCALE_LO, SCALE_HI, ...)                              \
+/* Opens the loop over a tile's super-blocks s (at: where s starts in a row), fetching the next
+ * tile's matching share of bytes while this one is read, as for Q6_K. */
+#define SUPER_BLOCKS_OF_TILE(FMT, FMT_BYTES)                                                \
     size_t row_bytes = FMT##_row_bytes(w->k);                                               \
     const uint8_t *tile = (const uint8_t *)w->q + (size_t)row0 * row_bytes;                 \
     for (int s = 0; s < w->groups / SUB_BLOCKS; s++) {                                      \
         size_t at = (size_t)s * (FMT_BYTES);                                                \
         const char *next_ = (const char *)tile + TILE_ROWS * (row_bytes + at);              \
         for (int c_ = 0; c_ < TILE_ROWS * (FMT_BYTES); c_ += 64)                            \
-            _mm_prefetch(next_ + c_, _MM_HINT_T0);                                          \
+            _mm_prefetch(next_ + c_, _MM_HINT_T0);
+
+/* The same for Q3_K (FMT: its header's prefix): per super-block s and tile row r, its d, then
+ * per block its values (FMT's AVX2 unpacking) and its halves' integer scales (SCALE_LO,
+ * SCALE_HI). While one super-block is read, the next tile's matching share is fetched, as for
+ * Q6_K. */
+#define SUB_BLOCKS_OF(FMT, FMT_BYTES, SCALE_LO, SCALE_HI, ...)                              \
+    SUPER_BLOCKS_OF_TILE(FMT, FMT_BYTES)                                                    \
         for (int r = 0; r < rows; r++) {                                                    \
             const uint8_t *super = tile + (size_t)r * row_bytes + at;                       \
             float d = FMT##_d_f16c(super);                                                  \
@@ -513,14 +524,12 @@ static inline size_t q6k_half_at(const uint8_t *tile, size_t row_bytes, int g0, 
             }                                                                               \
         }                                                                                   \
     }
-#define IQ4XS_WALK(...) SUB_BLOCKS_OF(iq4xs, IQ4XS_BYTES, iq4xs_scale, iq4xs_scale, __VA_ARGS__)
 #define Q5K_SCALE(super, j) q5k_scale(super, j, 0)
-#define Q5K_WALK(...) SUB_BLOCKS_OF(q5k, Q5K_BYTES, Q5K_SCALE, Q5K_SCALE, __VA_ARGS__)
 #define Q3K_SCALE_LO(super, j) q3k_scale(super, 2 * (j))
 #define Q3K_SCALE_HI(super, j) q3k_scale(super, 2 * (j) + 1)
 #define Q3K_WALK(...) SUB_BLOCKS_OF(q3k, Q3K_BYTES, Q3K_SCALE_LO, Q3K_SCALE_HI, __VA_ARGS__)
 
-/* As DEFINE_PASS8 for GGUF blocks (WALK: Q6K_WALK, IQ4XS_WALK, Q5K_WALK, Q3K_WALK): the lanes
+/* As DEFINE_PASS8 for GGUF blocks (WALK: Q6K_WALK, Q3K_WALK): the lanes
  * times their half's integer scale as int32. */
 #define DEFINE_BLOCKS_PASS8(NAME, TARGET, DOT, WALK)                                        \
     __attribute__((target(TARGET), always_inline))                                          \
@@ -563,6 +572,77 @@ static inline size_t q6k_half_at(const uint8_t *tile, size_t row_bytes, int g0, 
                 __m256i xhi = _mm256_loadu_si256((const __m256i *)(xq + b * BLOCK + 16));   \
                 __m256 p = _mm256_cvtepi32_ps(DOT(wlo, whi, xlo, xhi));                     \
                 acc[i][r] = _mm256_fmadd_ps(p, _mm256_set1_ps(d * x->scale[b]), acc[i][r]); \
+            })                                                                              \
+        STORE_ACCUMULATORS(acc, rows, irows)                                                \
+    }
+
+/* IQ4_XS and Q5_K: one scale a block, so it goes on the float scale (d sc is exact in fp32)
+ * and a block's lanes are the int8 weights' own: no integer multiply. As the int8 weights'
+ * passes, a block's activations are loaded once for the tile's rows; per super-block each
+ * row's d is converted once. FMT: the header's prefix. */
+#define SCALED_BLOCKS(FMT, FMT_BYTES, SCALE, LOAD_X, ...)                                   \
+    SUPER_BLOCKS_OF_TILE(FMT, FMT_BYTES)                                                    \
+        const uint8_t *super[TILE_ROWS];                                                    \
+        float d[TILE_ROWS];                                                                 \
+        for (int r = 0; r < rows; r++) {                                                    \
+            super[r] = tile + (size_t)r * row_bytes + at;                                   \
+            d[r] = FMT##_d_f16c(super[r]);                                                  \
+        }                                                                                   \
+        for (int j = 0; j < SUB_BLOCKS; j++) {                                              \
+            size_t g = (size_t)s * SUB_BLOCKS + j;                                          \
+            LOAD_X                                                                          \
+            for (int r = 0; r < rows; r++) {                                                \
+                __m256i qv = FMT##_block_avx2(super[r], j);                                 \
+                float sw = d[r] * (float)SCALE(super[r], j);                                \
+                __VA_ARGS__                                                                 \
+            }                                                                               \
+        }                                                                                   \
+    }
+
+#define DEFINE_SCALED_PASS8(NAME, TARGET, DOT, FMT, FMT_BYTES, SCALE)                       \
+    __attribute__((target(TARGET), always_inline))                                          \
+    static inline void NAME(const struct weight *w, const struct activations *x, int row0,  \
+                            int rows, int i0, int irows, float *y)                          \
+    {                                                                                       \
+        const int8_t *xq = (const int8_t *)x->q;                                            \
+        ZERO_ACCUMULATORS(acc);                                                             \
+        __m256i xv[ROW_CHUNK];                                                              \
+        float sx[ROW_CHUNK];                                                                \
+        SCALED_BLOCKS(FMT, FMT_BYTES, SCALE,                                                \
+            for (int i = 0; i < irows; i++) {                                               \
+                size_t b = (size_t)(i0 + i) * w->groups + g;                                \
+                xv[i] = _mm256_loadu_si256((const __m256i *)(xq + b * BLOCK));              \
+                sx[i] = x->scale[b];                                                        \
+            },                                                                              \
+            __m256i abs_w = _mm256_sign_epi8(qv, qv);                                       \
+            for (int i = 0; i < irows; i++) {                                               \
+                __m256 p = _mm256_cvtepi32_ps(DOT(abs_w, _mm256_sign_epi8(xv[i], qv)));     \
+                acc[i][r] = _mm256_fmadd_ps(p, _mm256_set1_ps(sw * sx[i]), acc[i][r]);      \
+            })                                                                              \
+        STORE_ACCUMULATORS(acc, rows, irows)                                                \
+    }
+
+#define DEFINE_SCALED_PASS16(NAME, TARGET, DOT, FMT, FMT_BYTES, SCALE)                      \
+    __attribute__((target(TARGET), always_inline))                                          \
+    static inline void NAME(const struct weight *w, const struct activations *x, int row0,  \
+                            int rows, int i0, int irows, float *y)                          \
+    {                                                                                       \
+        const int16_t *xq = (const int16_t *)x->q;                                          \
+        ZERO_ACCUMULATORS(acc);                                                             \
+        __m256i xlo[ROW_CHUNK], xhi[ROW_CHUNK];                                             \
+        float sx[ROW_CHUNK];                                                                \
+        SCALED_BLOCKS(FMT, FMT_BYTES, SCALE,                                                \
+            for (int i = 0; i < irows; i++) {                                               \
+                size_t b = (size_t)(i0 + i) * w->groups + g;                                \
+                xlo[i] = _mm256_loadu_si256((const __m256i *)(xq + b * BLOCK));             \
+                xhi[i] = _mm256_loadu_si256((const __m256i *)(xq + b * BLOCK + 16));        \
+                sx[i] = x->scale[b];                                                        \
+            },                                                                              \
+            __m256i wlo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(qv));                 \
+            __m256i whi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(qv, 1));            \
+            for (int i = 0; i < irows; i++) {                                               \
+                __m256 p = _mm256_cvtepi32_ps(DOT(wlo, whi, xlo[i], xhi[i]));               \
+                acc[i][r] = _mm256_fmadd_ps(p, _mm256_set1_ps(sw * sx[i]), acc[i][r]);      \
             })                                                                              \
         STORE_ACCUMULATORS(acc, rows, irows)                                                \
     }
@@ -838,19 +918,27 @@ DEFINE_TILE(q6k_tile8_avx2, AVX2, q6k_pass8_avx2)
 DEFINE_TILE2(q6k_tile8_vnni, VNNI, q6k_pass8_zmm, q6k_pass8_vnni)
 DEFINE_TILE(q6k_tile16_avx2, AVX2, q6k_pass16_avx2)
 DEFINE_TILE2(q6k_tile16_vnni, VNNI, q6k_pass16_zmm, q6k_pass16_vnni)
-/* IQ4_XS's, Q5_K's and Q3_K's passes and tiles (256-bit on every instruction set). */
-#define DEFINE_SUB_BLOCK_TILES(FMT, WALK)                                                   \
-    DEFINE_BLOCKS_PASS8(FMT##_pass8_avx2, AVX2, bq_dot8_avx2, WALK)                         \
-    DEFINE_BLOCKS_PASS8(FMT##_pass8_vnni, VNNI, bq_dot8_vnni, WALK)                         \
-    DEFINE_BLOCKS_PASS16(FMT##_pass16_avx2, AVX2, bq_dot16_avx2, WALK)                      \
-    DEFINE_BLOCKS_PASS16(FMT##_pass16_vnni, VNNI, bq_dot16_vnni, WALK)                      \
+/* The passes' tiles, 256-bit on every instruction set. */
+#define DEFINE_TILES(FMT)                                                                   \
     DEFINE_TILE(FMT##_tile8_avx2, AVX2, FMT##_pass8_avx2)                                   \
     DEFINE_TILE(FMT##_tile8_vnni, VNNI, FMT##_pass8_vnni)                                   \
     DEFINE_TILE(FMT##_tile16_avx2, AVX2, FMT##_pass16_avx2)                                 \
     DEFINE_TILE(FMT##_tile16_vnni, VNNI, FMT##_pass16_vnni)
-DEFINE_SUB_BLOCK_TILES(iq4xs, IQ4XS_WALK)
-DEFINE_SUB_BLOCK_TILES(q5k, Q5K_WALK)
-DEFINE_SUB_BLOCK_TILES(q3k, Q3K_WALK)
+/* IQ4_XS's and Q5_K's passes (one scale a block). */
+#define DEFINE_SCALED_TILES(FMT, FMT_BYTES, SCALE)                                          \
+    DEFINE_SCALED_PASS8(FMT##_pass8_avx2, AVX2, bq_dot8_avx2, FMT, FMT_BYTES, SCALE)        \
+    DEFINE_SCALED_PASS8(FMT##_pass8_vnni, VNNI, bq_dot8_vnni, FMT, FMT_BYTES, SCALE)        \
+    DEFINE_SCALED_PASS16(FMT##_pass16_avx2, AVX2, bq_dot16_avx2, FMT, FMT_BYTES, SCALE)     \
+    DEFINE_SCALED_PASS16(FMT##_pass16_vnni, VNNI, bq_dot16_vnni, FMT, FMT_BYTES, SCALE)     \
+    DEFINE_TILES(FMT)
+DEFINE_SCALED_TILES(iq4xs, IQ4XS_BYTES, iq4xs_scale)
+DEFINE_SCALED_TILES(q5k, Q5K_BYTES, Q5K_SCALE)
+/* Q3_K's (two scales a block, as Q6_K's). */
+DEFINE_BLOCKS_PASS8(q3k_pass8_avx2, AVX2, bq_dot8_avx2, Q3K_WALK)
+DEFINE_BLOCKS_PASS8(q3k_pass8_vnni, VNNI, bq_dot8_vnni, Q3K_WALK)
+DEFINE_BLOCKS_PASS16(q3k_pass16_avx2, AVX2, bq_dot16_avx2, Q3K_WALK)
+DEFINE_BLOCKS_PASS16(q3k_pass16_vnni, VNNI, bq_dot16_vnni, Q3K_WALK)
+DEFINE_TILES(q3k)
 
 typedef void (*tile_fn)(const struct weight *, const struct activations *, int, float *);
 
