@@ -140,10 +140,11 @@ class HubRepo:
     def unsupported(self) -> str | None:
         """Why the engine runs no model of this repository, from its GGUF architecture or its
         config's model_type; None when it runs them (or the Hub does not say)."""
-        for name, runs in ((self.architecture, GGUF_ARCHITECTURES),
-                           (self.model_type, ENGINE_MODEL_TYPES)):
-            if name is not None and name not in runs:
-                return why_not_supported(name)
+        if self.architecture is not None:  # GGUF files: their architecture decides, not the tag
+            runs = self.architecture in GGUF_ARCHITECTURES
+            return None if runs else why_not_supported(self.architecture)
+        if self.model_type is not None and self.model_type not in ENGINE_MODEL_TYPES:
+            return why_not_supported(self.model_type)
         return None
 
     @property
@@ -236,7 +237,10 @@ def _hub_model(info: ModelInfo) -> HubModel:
     if gguf_architecture is not None:
         runs, architecture = gguf_architecture in GGUF_ARCHITECTURES, gguf_architecture
     elif "gguf" in tags:  # the Hub did not read the files' header: they may well run
-        runs, architecture = model_type in ENGINE_MODEL_TYPES | {None}, model_type
+        # A tag may name a GGUF architecture the engine runs ("gemma3": its GGUF files hold the
+        # text model, where a "gemma3" folder is the vision-language one).
+        runs = model_type in ENGINE_MODEL_TYPES | GGUF_ARCHITECTURES | {None}
+        architecture = model_type
     else:
         runs, architecture = model_type in ENGINE_MODEL_TYPES, model_type
     return HubModel(repo_id=info.id, downloads=info.downloads or 0, likes=info.likes or 0,
