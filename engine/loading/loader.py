@@ -36,6 +36,9 @@ logger = logging.getLogger(__name__)
 
 SUPPORTED_MODEL_TYPES = supported_model_types()
 SHARD_INDEX = "model.safetensors.index.json"
+# Raised whenever the config or tokenizer built from a GGUF file changes (2: each family builds
+# its own config from the file's keys), so no cache of an older build is read.
+METADATA_FORMAT = 2
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
 
@@ -115,9 +118,10 @@ def metadata_cache_folder(gguf: Path) -> Path:
     """Where a GGUF file's config and tokenizer are cached, keyed by its content.
 
     A copy of the same file (the package reinstalled into a new venv, a moved download) reuses
-    the cache; a changed file gets a new folder.
+    the cache; a changed file gets a new folder, and so does every file when the way a config
+    is built from a file changes (`METADATA_FORMAT`).
     """
-    return cache_dir() / "gguf" / f"{gguf.stem}-{_content_key(gguf)}"
+    return cache_dir() / "gguf" / f"{gguf.stem}-{_content_key(gguf)}-v{METADATA_FORMAT}"
 
 
 def _content_key(path: Path, samples: int = 16, chunk: int = 1 << 16) -> str:

@@ -10,6 +10,7 @@ from safetensors.torch import load_file, save_file
 from tiny_models import save_tiny_model
 
 from engine.errors import ModelLoadError
+from engine.loading import loader
 from engine.loading.loader import (
     default_model_file,
     load_model,
@@ -343,3 +344,9 @@ def test_a_changed_gguf_gets_its_own_tokenizer_cache(tmp_path):
     data[len(data) // 2] ^= 0xFF
     changed.write_bytes(bytes(data))
     assert metadata_cache_folder(original) != metadata_cache_folder(changed)
+
+
+def test_a_new_way_of_building_configs_from_files_reads_no_older_cache(monkeypatch):
+    before = metadata_cache_folder(default_model_file())
+    monkeypatch.setattr(loader, "METADATA_FORMAT", loader.METADATA_FORMAT + 1)
+    assert metadata_cache_folder(default_model_file()) != before
