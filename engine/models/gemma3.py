@@ -2,7 +2,8 @@
 base; per-head q/k norms; a norm on the attention's output and on the MLP's ("sandwich");
 every norm scales by (1 + w); GeGLU; embeddings times sqrt(hidden); the final logits softcapped.
 
-Its layers are not Llama's, so decode steps run layer by layer (no one-call C step).
+Decode steps run in the one-call C step on CPU (engine/models/native_decode.py), which covers
+these layers too.
 """
 
 from __future__ import annotations
