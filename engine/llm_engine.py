@@ -87,7 +87,7 @@ class LLMEngine:
         # The width of a pooling request's vector.
         self.hidden_size = self.runner.model.shape.hidden_size
         self.disk_cache = self._open_disk_cache()
-        self.kv_cache = KVCacheManager(self.runner.num_blocks, self.config.block_size,
+        self.kv_cache = KVCacheManager(self.runner.kv_cache_groups, self.config.block_size,
                                        self.config.enable_prefix_caching, self.disk_cache)
         proposer = _proposer(self.config)
         measure = proposer is not None and self.config.speculative_cost_model
@@ -223,6 +223,11 @@ class LLMEngine:
         model made this way (see engine.disk_cache.tier)."""
         c = self.config
         if c.disk_cache_dir is None or not c.enable_prefix_caching:
+            return None
+        if len(self.runner.kv_cache_groups) > 1:
+            logger.warning("the prefix cache stays in memory: its disk tier keeps the blocks of "
+                           "models whose layers all attend alike, and this one's sliding-window "
+                           "layers keep blocks of their own")
             return None
         shape = self.runner.model.shape
         settings = {"dtype": self.runner.dtype, "quantization": c.quantization,

@@ -90,15 +90,21 @@ class TritonAttentionMetadata:
     max_seq_len: int
     num_kv_splits: int = 1
     sliding_window: int = 0
+    # The same step for the model's other windows, by window, where their layers keep blocks
+    # of their own (a KV cache group each: own block tables and slots).
+    windowed: dict[int, TritonAttentionMetadata] = field(default_factory=dict)
 
     @property
     def num_seqs(self) -> int:
         return self.seq_lens.shape[0]
 
     def for_window(self, window: int) -> TritonAttentionMetadata:
-        """This step's metadata for a layer attending `window` keys back (0: all of them): the
-        kernels mask by the number alone, so every tensor is shared."""
-        return self if window == self.sliding_window else replace(self, sliding_window=window)
+        """This step's metadata for a layer attending `window` keys back (0: all of them): its
+        group's where the runner gave one, else this one's tensors (the kernels mask by the
+        number alone)."""
+        if window == self.sliding_window:
+            return self
+        return self.windowed.get(window) or replace(self, sliding_window=window)
 
 
 def choose_num_kv_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int,

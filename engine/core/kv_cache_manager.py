@@ -1,12 +1,45 @@
-"""Which blocks each sequence holds, prefix-cache hits, and the counters about them."""
+"""Which blocks each sequence holds, prefix-cache hits, and the counters about them.
+
+A model whose layers attend in different ways (Gemma 3: five sliding-window layers to one global)
+keeps its layers in KV cache groups, one per kind, each with its own pool of blocks and its own
+block table per sequence. A windowed group's table holds only the blocks its window can still
+see: the blocks wholly behind it go back to its pool as the sequence advances (still findable by
+the prefix cache until they are reused), and its table says NULL_BLOCK in their place.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from engine.core.block_pool import BlockPool, KVCacheBlock, hash_block_tokens
-from engine.core.sequence import Sequence
+from engine.core.sequence import NULL_BLOCK, Sequence
 from engine.disk_cache.tier import BlockRef, DiskPrefixCache
+
+
+@dataclass(slots=True, frozen=True)
+class KVCacheGroup:
+    """Layers sharing one pool and one block table per sequence. window: a block wholly more
+    than this many tokens behind the next token to compute is released (0 keeps every block).
+    bytes_per_block: what one block of the group holds over all of its layers."""
+
+    num_blocks: int
+    window: int = 0
+    bytes_per_block: int = 1
+
+    def first_needed_block(self, num_computed: int, block_size: int) -> int:
+        """The first block whose keys the token at position num_computed still attends."""
+        if not self.window:
+            return 0
+        return max(0, num_computed - self.window + 1) // block_size
+
+
+@dataclass(slots=True, frozen=True)
+class PrefixHit:
+    """A new sequence's cached prefix: num_tokens, and per group the blocks that hold it (None
+    where a windowed group needs no block: behind the window at the prefix's end)."""
+
+    num_tokens: int
+    blocks: tuple[list[KVCacheBlock | None], ...]
 
 
 @dataclass(slots=True, frozen=True)
@@ -14,41 +47,122 @@ class KVCacheStats:
     num_blocks: int
     num_free_blocks: int
     num_cached_blocks: int
-    usage: float
+    usage: float  # of the bytes of every group's pool, the share sequences hold
     prefix_queried_tokens: int
     prefix_hit_tokens: int
+    held_bytes: int  # KV bytes that running sequences hold, over every group
+    total_bytes: int
 
     @property
     def prefix_hit_rate(self) -> float:
         return self.prefix_hit_tokens / self.prefix_queried_tokens if self.prefix_queried_tokens else 0.0
 
 
-class KVCacheManager:
-    """Bookkeeping on block ids: no tensors live here. With a disk tier (`disk`), blocks the
-    memory cache lacks are looked up and loaded from disk (read ahead from when the sequence is
-    added: `prefetch`), and full blocks are saved to it."""
+class _GroupTables:
+    """One group's pool and each sequence's table in it."""
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
+    def __init__(self, spec: KVCacheGroup, block_size: int) -> None:
+        self.spec = spec
+        self.block_size = block_size
+        self.pool = BlockPool(spec.num_blocks)
+        self.tables: dict[str, list[KVCacheBlock | None]] = {}
+        self.num_cached: dict[str, int] = {}
+        # How far each table has been released behind its window (everything before is None).
+        self.num_released: dict[str, int] = {}
+
+    def release_behind_window(self, request_id: str, num_computed: int) -> None:
+        held = self.tables.get(request_id)
+        if not held or not self.spec.window:
+            return
+        start = self.num_released.get(request_id, 0)
+        end = min(self.spec.first_needed_block(num_computed, self.block_size), len(held))
+        if end <= start:
+            return
+        released = [b for b in held[start:end] if b is not None]
+        held[start:end] = [None] * (end - start)
+        self.num_released[request_id] = end
+        # The newest first: eviction takes the oldest, the prefix least likely asked again.
+        self.pool.free(released)
+
+    def blocks_wanted(self, request_id: str, num_required: int,
+                      hit: list[KVCacheBlock | None]) -> int:
+        """Free blocks that growing the table to num_required with `hit` takes."""
+        held = self.tables.get(request_id, [])
+        num_new = max(0, num_required - len(held) - len(hit))
+        return num_new + sum(1 for b in hit if b is not None and self.pool.is_free(b))
+
+    def grow(self, request_id: str, num_required: int, hit: list[KVCacheBlock | None]) -> None:
+        held = self.tables.setdefault(request_id, [])
+        taken = [b for b in hit if b is not None]
+        self.pool.touch(taken)
+        if hit and self.spec.window:
+            self.num_released[request_id] = len(hit) - len(taken)
+        held.extend(hit)
+        held.extend(self.pool.allocate(max(0, num_required - len(held))))
+
+    def block_ids(self, request_id: str) -> list[int]:
+        held = self.tables.get(request_id, [])
+        if not self.spec.window:
+            return [b.block_id for b in held]
+        return [NULL_BLOCK if b is None else b.block_id for b in held]
+
+    def trim(self, request_id: str, keep: int) -> None:
+        held = self.tables.get(request_id, [])
+        if len(held) <= keep:
+            return
+        released = [b for b in held[keep:] if b is not None]
+        del held[keep:]
+        self.pool.free(list(reversed(released)))
+
+    def free(self, request_id: str) -> None:
+        held = self.tables.pop(request_id, [])
+        self.num_cached.pop(request_id, None)
+        self.num_released.pop(request_id, None)
+        self.pool.free([b for b in reversed(held) if b is not None])
+
+    @property
+    def held_bytes(self) -> int:
+        return (self.pool.num_blocks - self.pool.num_free_blocks) * self.spec.bytes_per_block
+
+
+class KVCacheManager:
+    """Bookkeeping on block ids: no tensors live here. `groups`: the KV cache groups (the first
+    keeps every block), or a number of blocks for a model whose layers all attend alike. With a
+    disk tier (`disk`), blocks the memory cache lacks are looked up and loaded from disk (read
+    ahead from when the sequence is added: `prefetch`), and full blocks are saved to it."""
+
+    def __init__(self, groups: int | tuple[KVCacheGroup, ...], block_size: int,
+                 enable_prefix_caching: bool = True,
                  disk: DiskPrefixCache | None = None) -> None:
+        specs = (KVCacheGroup(groups),) if isinstance(groups, int) else tuple(groups)
+        if not specs or specs[0].window:
+            raise ValueError("the first KV cache group keeps every block (window 0)")
+        if disk is not None and len(specs) > 1:
+            raise ValueError("the disk prefix cache keeps blocks of one KV cache group only")
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self.pool = BlockPool(num_blocks)
+        self._groups = [_GroupTables(spec, block_size) for spec in specs]
+        self.pool = self._groups[0].pool
         self.disk = disk if enable_prefix_caching else None
-        self._blocks: dict[str, list[KVCacheBlock]] = {}
-        self._num_cached: dict[str, int] = {}
         self._queried_tokens = 0
         self._hit_tokens = 0
         self._to_save: list[BlockRef] = []
 
-    def get_computed_blocks(self, seq: Sequence) -> list[KVCacheBlock]:
-        """The longest cached prefix of a sequence that has computed nothing yet.
+    @property
+    def pools(self) -> list[BlockPool]:
+        """Each group's pool, the first group's (`pool`) first."""
+        return [g.pool for g in self._groups]
+
+    def get_computed_blocks(self, seq: Sequence) -> PrefixHit:
+        """The longest cached prefix of a sequence that has computed nothing yet: the first
+        group's blocks from the start, each windowed group's within its window at the end.
 
         At least one token is always left to compute, since sampling needs its logits; a
         request for prompt logprobs computes its whole prompt, whose logits it needs, and so
         does a pooling request, whose vector needs every token's hidden state.
         """
         if not self._looks_up_prefix(seq):
-            return []
+            return PrefixHit(0, tuple([] for _ in self._groups))
         self._update_block_hashes(seq)
         max_blocks = (seq.num_tokens - 1) // self.block_size
         hits = self._memory_hits(seq, max_blocks)
@@ -56,7 +170,25 @@ class KVCacheManager:
             if len(hits) < max_blocks:
                 hits += self._load_from_disk(seq, hits, max_blocks)
             self.disk.discard(seq.block_hashes[:max_blocks])  # what it read ahead and not taken
-        return hits
+        return self._within_windows(seq, hits)
+
+    def _within_windows(self, seq: Sequence, hits: list[KVCacheBlock]) -> PrefixHit:
+        """The hit cut back to where every windowed group also has its window's blocks."""
+        windowed = self._groups[1:]
+        found = [[g.pool.lookup(seq.block_hashes[i], self._block_tokens(seq, i))
+                  for i in range(len(hits))] for g in windowed]
+        runs = [_cached_runs(blocks) for blocks in found]
+        end = len(hits)
+        while end and not all(
+                run[end - 1] >= end - g.spec.first_needed_block(end * self.block_size,
+                                                                self.block_size)
+                for g, run in zip(windowed, runs, strict=True)):
+            end -= 1
+        tables = [hits[:end]]
+        for g, blocks in zip(windowed, found, strict=True):
+            first = g.spec.first_needed_block(end * self.block_size, self.block_size)
+            tables.append([None] * first + blocks[first:end])
+        return PrefixHit(end * self.block_size, tuple(tables))
 
     def prefetch(self, seq: Sequence) -> None:
         """Have the disk tier start reading the blocks of a new sequence's prompt that the
@@ -113,19 +245,21 @@ class KVCacheManager:
         self._hit_tokens += num_hit_tokens
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int,
-                       computed_blocks: list[KVCacheBlock] | tuple = ()) -> bool:
-        """Reserve room for `num_new_tokens` more; False (and nothing changed) if it does not fit."""
-        held = self._blocks.setdefault(seq.request_id, [])
-        num_computed = seq.num_computed_tokens + len(computed_blocks) * self.block_size
+                       computed: PrefixHit | None = None) -> bool:
+        """Reserve room for `num_new_tokens` more (after the prefix hit `computed` of a new
+        sequence); False (and nothing held changed) if it does not fit. Windowed groups first
+        give back the blocks that the step's first token no longer sees."""
+        num_computed = seq.num_computed_tokens + (computed.num_tokens if computed else 0)
         num_required = -(-(num_computed + num_new_tokens) // self.block_size)
-        num_new_blocks = max(0, num_required - len(held) - len(computed_blocks))
-        num_reviving = sum(1 for b in computed_blocks if self.pool.is_free(b))
-        if num_new_blocks + num_reviving > self.pool.num_free_blocks:
+        hits = computed.blocks if computed else tuple([] for _ in self._groups)
+        for group in self._groups:
+            group.release_behind_window(seq.request_id, num_computed)
+        if any(g.blocks_wanted(seq.request_id, num_required, hit) > g.pool.num_free_blocks
+               for g, hit in zip(self._groups, hits, strict=True)):
             return False
-        self.pool.touch(list(computed_blocks))
-        held.extend(computed_blocks)
-        held.extend(self.pool.allocate(num_new_blocks))
-        seq.block_ids = [b.block_id for b in held]
+        for group, hit in zip(self._groups, hits, strict=True):
+            group.grow(seq.request_id, num_required, hit)
+        self._write_tables(seq)
         return True
 
     def cache_full_blocks(self, seq: Sequence) -> None:
@@ -134,16 +268,21 @@ class KVCacheManager:
         its blocks would only push a chat's out of the cache."""
         if not self.enable_prefix_caching or seq.is_pooling:
             return
-        held = self._blocks.get(seq.request_id, [])
-        num_full = min(seq.num_computed_tokens // self.block_size, len(held))
-        start = self._num_cached.get(seq.request_id, 0)
+        first = self._groups[0]
+        rid = seq.request_id
+        num_full = min(seq.num_computed_tokens // self.block_size, len(first.tables.get(rid, [])))
+        start = first.num_cached.get(rid, 0)
         if num_full <= start:
             return
         self._update_block_hashes(seq)
-        for i in range(start, num_full):
-            self.pool.cache(held[i], seq.block_hashes[i], self._block_tokens(seq, i))
-        self._num_cached[seq.request_id] = num_full
+        for group in self._groups:
+            held = group.tables.get(rid, [])
+            for i in range(group.num_cached.get(rid, 0), min(num_full, len(held))):
+                if held[i] is not None:
+                    group.pool.cache(held[i], seq.block_hashes[i], self._block_tokens(seq, i))
+            group.num_cached[rid] = num_full
         if self.disk is not None:
+            held = first.tables[rid]
             self._to_save += [BlockRef(held[i].block_id, seq.block_hashes[i],
                                        self._block_tokens(seq, i)) for i in range(start, num_full)]
             if seq.cache_tag is not None:
@@ -160,29 +299,29 @@ class KVCacheManager:
 
     def trim(self, seq: Sequence) -> None:
         """Release the blocks past the computed tokens: those that held rejected drafts."""
-        held = self._blocks.get(seq.request_id, [])
         keep = -(-seq.num_computed_tokens // self.block_size)
-        if len(held) <= keep:
-            return
-        released = held[keep:]
-        del held[keep:]
-        self.pool.free(list(reversed(released)))
-        seq.block_ids = seq.block_ids[:keep]
+        for group in self._groups:
+            group.trim(seq.request_id, keep)
+        self._write_tables(seq)
 
     def free(self, seq: Sequence) -> None:
         """Release every block; tail blocks are evicted first, the shared prefix last."""
         if self.disk is not None:
             self.disk.discard(seq.block_hashes)  # an aborted prompt's reads ahead, if any
-        held = self._blocks.pop(seq.request_id, [])
-        self._num_cached.pop(seq.request_id, None)
-        self.pool.free(list(reversed(held)))
-        seq.block_ids = []
+        for group in self._groups:
+            group.free(seq.request_id)
+        self._write_tables(seq)
 
     def stats(self) -> KVCacheStats:
         n = self.pool.num_blocks
-        free = self.pool.num_free_blocks
-        return KVCacheStats(n, free, self.pool.num_cached_blocks, 1.0 - free / n,
-                            self._queried_tokens, self._hit_tokens)
+        held = sum(g.held_bytes for g in self._groups)
+        total = sum(g.pool.num_blocks * g.spec.bytes_per_block for g in self._groups)
+        return KVCacheStats(n, self.pool.num_free_blocks, self.pool.num_cached_blocks,
+                            held / total, self._queried_tokens, self._hit_tokens, held, total)
+
+    def _write_tables(self, seq: Sequence) -> None:
+        seq.block_ids = self._groups[0].block_ids(seq.request_id)
+        seq.windowed_block_ids = [g.block_ids(seq.request_id) for g in self._groups[1:]]
 
     def _block_tokens(self, seq: Sequence, i: int) -> tuple[int, ...]:
         return tuple(seq.all_token_ids[i * self.block_size:(i + 1) * self.block_size])
@@ -192,3 +331,12 @@ class KVCacheManager:
         for i in range(len(hashes), seq.num_tokens // self.block_size):
             parent = hashes[-1] if hashes else None
             hashes.append(hash_block_tokens(parent, self._block_tokens(seq, i)))
+
+
+def _cached_runs(blocks: list[KVCacheBlock | None]) -> list[int]:
+    """Per index, how many blocks in a row up to and including it are cached."""
+    runs, run = [], 0
+    for block in blocks:
+        run = run + 1 if block is not None else 0
+        runs.append(run)
+    return runs

@@ -216,7 +216,7 @@ class Scheduler:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
             computed = self.kv_cache.get_computed_blocks(seq)
-            num_hit = len(computed) * self.kv_cache.block_size
+            num_hit = computed.num_tokens
             n = min(seq.num_tokens - num_hit, budget)
             if not self.kv_cache.allocate_slots(seq, n, computed):
                 break

@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from engine.outputs import FinishReason, RequestMetrics
 from engine.sampling_params import PoolingParams, SamplingParams
 
+# A windowed KV cache group's table entry for a block released behind the window.
+NULL_BLOCK = -1
+
 
 class SequenceStatus(enum.Enum):
     WAITING = enum.auto()
@@ -30,7 +33,11 @@ class Sequence:
     output_token_ids: list[int] = field(default_factory=list)
     status: SequenceStatus = SequenceStatus.WAITING
     finish_reason: FinishReason | None = None
+    # The block table of the first KV cache group (every layer's, when they all attend alike).
     block_ids: list[int] = field(default_factory=list)
+    # One table per windowed KV cache group (engine.core.kv_cache_manager), NULL_BLOCK behind
+    # its window.
+    windowed_block_ids: list[list[int]] = field(default_factory=list)
     # Hashes of the full blocks of all_token_ids, chained block to block.
     block_hashes: list[bytes] = field(default_factory=list)
     num_computed_tokens: int = 0

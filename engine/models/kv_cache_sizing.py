@@ -20,6 +20,12 @@ for the fit check), counts what each layer holds: a full-attention layer every t
 context, a layer with a window of W keys at most W and one block more (its blocks that fall out of
 the window go back to the pool), so Gemma 3 (five windowed layers per global one) needs about a
 sixth of what its layers would hold all global.
+
+A model whose layers attend in different ways keeps one pool per kind (KV cache groups, see
+engine/core/kv_cache_manager.py). The rule above sizes the first group's, which keeps every
+block (the full-attention layers); a sliding-window group takes only what its windows can use at
+once (`window_blocks_wanted`) and never more than the first group, and the byte budget is split
+so that both fit in it (`group_num_blocks`).
 """
 
 from __future__ import annotations
@@ -78,10 +84,14 @@ def auto_kv_cache_bytes(bytes_per_token: int, max_model_len: int, max_num_seqs: 
                         available: int | None) -> int:
     """The automatic pool size in bytes (the rule above); available None: not measurable."""
     wanted = bytes_per_token * max_model_len * min(max_num_seqs, KV_CONTEXTS)
-    bound = AUTO_KV_CACHE_LIMIT
-    if available is not None:
-        bound = min(bound, int(available * AVAILABLE_FRACTION))
-    return min(wanted, bound)
+    return min(wanted, _auto_bound(available))
+
+
+def _auto_bound(available: int | None) -> int:
+    """The automatic pool's most bytes: the cap, and the share of what is available."""
+    if available is None:
+        return AUTO_KV_CACHE_LIMIT
+    return min(AUTO_KV_CACHE_LIMIT, int(available * AVAILABLE_FRACTION))
 
 
 def num_kv_blocks(config: EngineConfig, bytes_per_block: int, max_model_len: int,
@@ -99,3 +109,54 @@ def num_kv_blocks(config: EngineConfig, bytes_per_block: int, max_model_len: int
     bytes_per_token = bytes_per_block // config.block_size
     budget = auto_kv_cache_bytes(bytes_per_token, max_model_len, config.max_num_seqs, available)
     return max(1, budget // bytes_per_block)
+
+
+def window_blocks_wanted(window: int, config: EngineConfig) -> int:
+    """The most blocks a sliding-window group uses at once: every running sequence's window
+    and the block its next tokens (drafts included) start, a step's whole token budget as one
+    prefill chunk, and one sequence's window more, so that a finished chat's stays cached for
+    its next turn."""
+    bs = config.block_size
+    per_sequence = -(-(window + config.num_speculative_tokens) // bs) + 1
+    return (config.max_num_seqs + 1) * per_sequence + -(-config.max_num_batched_tokens // bs) + 1
+
+
+def split_kv_budget(budget: int, bytes_per_block: list[int], wanted: list[int]) -> list[int]:
+    """Blocks per group within `budget` bytes: the first group as many as fit beside the
+    others, each of which takes min(its wanted, the first group's); wanted[0] is not read."""
+    def cost(n: int) -> int:
+        return n * bytes_per_block[0] + sum(min(n, w) * b for w, b in
+                                            zip(wanted[1:], bytes_per_block[1:], strict=True))
+
+    low, high = 0, budget // bytes_per_block[0]
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if cost(mid) <= budget else (low, mid - 1)
+    return [low] + [min(low, w) for w in wanted[1:]]
+
+
+def group_num_blocks(config: EngineConfig, bytes_per_block: list[int], windows: list[int],
+                     max_model_len: int, available: int | None) -> list[int]:
+    """Blocks of each group's CPU pool, the first group's (window 0: every block kept) as
+    `num_kv_blocks` sizes a single pool, windowed ones as much as their windows use. Raises
+    ValueError when the bytes hold no block of the first group."""
+    wanted = [0] + [window_blocks_wanted(w, config) for w in windows[1:]]
+    if config.num_kv_blocks is not None:
+        n = config.num_kv_blocks
+        return [n] + [min(n, w) for w in wanted[1:]]
+    if len(bytes_per_block) == 1:
+        return [num_kv_blocks(config, bytes_per_block[0], max_model_len, available)]
+    if config.kv_cache_memory is not None:
+        budget = config.kv_cache_memory
+    else:
+        per_token = bytes_per_block[0] // config.block_size
+        first = auto_kv_cache_bytes(per_token, max_model_len, config.max_num_seqs, available)
+        blocks = max(1, first // bytes_per_block[0])
+        budget = min(_auto_bound(available),
+                     first + sum(min(blocks, w) * b for w, b in
+                                 zip(wanted[1:], bytes_per_block[1:], strict=True)))
+    counts = split_kv_budget(budget, bytes_per_block, wanted)
+    if counts[0] < 1:
+        raise ValueError(f"EngineConfig.kv_cache_memory={budget} holds no block of "
+                         f"{bytes_per_block[0]} bytes beside the windowed layers'; raise it")
+    return counts

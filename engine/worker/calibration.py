@@ -57,7 +57,7 @@ def _scratch_step(runner, drafts_per_seq: list[int]) -> SchedulerOutput | None:
     in KV blocks numbered from 0 (all free before the first request)."""
     block_size = runner.block_size
     blocks_per_seq = -(-(CALIBRATION_CONTEXT + max(drafts_per_seq)) // block_size)
-    if blocks_per_seq * len(drafts_per_seq) > runner.num_blocks:
+    if blocks_per_seq * len(drafts_per_seq) > min(g.num_blocks for g in runner.kv_cache_groups):
         return None  # a KV pool too small for this batch
     out = SchedulerOutput()
     for i, num_drafts in enumerate(drafts_per_seq):
@@ -65,6 +65,7 @@ def _scratch_step(runner, drafts_per_seq: list[int]) -> SchedulerOutput | None:
         seq = Sequence(f"calibration-{i}", token_ids, SamplingParams(temperature=0.0),
                        frozenset())
         seq.block_ids = list(range(i * blocks_per_seq, (i + 1) * blocks_per_seq))
+        seq.windowed_block_ids = [seq.block_ids] * (len(runner.kv_cache_groups) - 1)
         out.scheduled.append(ScheduledSequence(seq, CALIBRATION_CONTEXT - 1, 1 + num_drafts,
                                                token_ids[:num_drafts]))
     return out

@@ -26,7 +26,9 @@ def graph_batch_sizes(max_num_seqs: int) -> list[int]:
 class DecodeGraphs:
     def __init__(self, model, kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
                  max_num_seqs: int, max_model_len: int, block_size: int,
-                 device: torch.device) -> None:
+                 device: torch.device, windows: list[int]) -> None:
+        """windows: each KV cache group's attention window, the first group's first; every
+        group has its own slots and block tables."""
         self.model = model
         self.kv_caches = kv_caches
         self.max_model_len = max_model_len
@@ -34,11 +36,13 @@ class DecodeGraphs:
         n = max_num_seqs
         self.input_ids = torch.zeros(n, dtype=torch.long, device=device)
         self.positions = torch.zeros(n, dtype=torch.long, device=device)
-        self.slot_mapping = torch.full((n,), -1, dtype=torch.long, device=device)
+        self.windows = windows
+        self.slot_mappings = [torch.full((n,), -1, dtype=torch.long, device=device)
+                              for _ in windows]
         self.seq_lens = torch.ones(n, dtype=torch.int32, device=device)
         self.query_start_loc = torch.arange(n + 1, dtype=torch.int32, device=device)
-        self.block_tables = torch.zeros(n, -(-max_model_len // block_size), dtype=torch.int32,
-                                        device=device)
+        self.block_tables = [torch.zeros(n, -(-max_model_len // block_size), dtype=torch.int32,
+                                         device=device) for _ in windows]
         self.logits_indices = torch.arange(n, dtype=torch.long, device=device)
         self.num_sms = torch.cuda.get_device_properties(device).multi_processor_count
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
@@ -67,22 +71,29 @@ class DecodeGraphs:
         size = next(s for s in self.sizes if s >= n)
         self.input_ids[:n].copy_(input_ids)
         self.positions[:n].copy_(positions)
-        self.slot_mapping[:n].copy_(meta.slot_mapping)
-        self.slot_mapping[n:size].fill_(-1)
+        for window, slots, tables in zip(self.windows, self.slot_mappings, self.block_tables,
+                                         strict=True):
+            group = meta.for_window(window)
+            slots[:n].copy_(group.slot_mapping)
+            slots[n:size].fill_(-1)
+            tables[:n, :group.block_tables.shape[1]].copy_(group.block_tables)
         self.seq_lens[:n].copy_(meta.seq_lens)
         self.seq_lens[n:size].fill_(1)
-        self.block_tables[:n, :meta.block_tables.shape[1]].copy_(meta.block_tables)
         self.graphs[size].replay()
         return self.logits[size][logits_indices]
 
     def _static_args(self, size: int) -> tuple:
         num_kv_heads = self.kv_caches[0][0].shape[2]
-        meta = TritonAttentionMetadata(
-            slot_mapping=self.slot_mapping[:size], query_start_loc=self.query_start_loc[:size + 1],
-            seq_lens=self.seq_lens[:size], block_tables=self.block_tables[:size],
+        metas = [TritonAttentionMetadata(
+            slot_mapping=slots[:size], query_start_loc=self.query_start_loc[:size + 1],
+            seq_lens=self.seq_lens[:size], block_tables=tables[:size],
             max_query_len=1, max_seq_len=self.max_model_len,
             num_kv_splits=choose_num_kv_splits(size, num_kv_heads, self.max_model_len,
                                                self.num_sms),
-            sliding_window=self.model.shape.windows[0])
+            sliding_window=window)
+            for window, slots, tables in zip(self.windows, self.slot_mappings, self.block_tables,
+                                             strict=True)]
+        meta = metas[0]
+        meta.windowed = {m.sliding_window: m for m in metas[1:]}
         return (self.input_ids[:size], self.positions[:size], meta, self.kv_caches,
                 self.logits_indices[:size])

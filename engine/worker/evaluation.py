@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.scheduler import ScheduledSequence
 from engine.core.sequence import Sequence
 from engine.sampling_params import SamplingParams
@@ -39,10 +40,15 @@ def prompt_logits(runner: ModelRunner, token_ids: list[int], chunk: int = 256) -
         raise ValueError(f"{len(token_ids)} tokens need {num_blocks} KV blocks; the runner has "
                          f"{runner.num_blocks}")
     seq = Sequence("evaluation", list(token_ids), SamplingParams(max_tokens=1), frozenset())
-    seq.block_ids = list(range(num_blocks))
+    # The engine's bookkeeping, so that windowed layers' blocks are released as in a chat.
+    kv = KVCacheManager(runner.kv_cache_groups, runner.block_size, enable_prefix_caching=False)
     logits = []
     for start in range(0, len(token_ids), chunk):
         n = min(chunk, len(token_ids) - start)
+        seq.num_computed_tokens = start
+        if not kv.allocate_slots(seq, n):
+            raise ValueError(f"a chunk of {n} tokens finds no room in the runner's windowed "
+                             "KV cache groups: evaluate in smaller chunks")
         inputs = runner.prepare_inputs([ScheduledSequence(seq, start, n)])
         every_row = torch.arange(n, device=runner.device)
         logits.append(runner.model.forward(inputs.input_ids, inputs.positions, inputs.attn,

@@ -11,13 +11,19 @@ from dataclasses import dataclass, replace
 import torch
 
 from engine.config import EngineConfig
+from engine.core.kv_cache_manager import KVCacheGroup
 from engine.core.scheduler import ScheduledSequence, SchedulerOutput
-from engine.core.sequence import Sequence
+from engine.core.sequence import NULL_BLOCK, Sequence
 from engine.layers.linear import Placement, make_linear
 from engine.loading.loader import LoadedModel
 from engine.loading.model_info import available_memory
 from engine.models.decoder import DecoderForCausalLM
-from engine.models.kv_cache_sizing import kv_cache_dtype, num_kv_blocks
+from engine.models.kv_cache_sizing import (
+    group_num_blocks,
+    kv_cache_dtype,
+    split_kv_budget,
+    window_blocks_wanted,
+)
 from engine.models.memory import release_freed_memory, zeroed_host_tensor
 from engine.models.registry import architecture_of
 from engine.quantization import cpu_paths
@@ -133,7 +139,11 @@ class ModelRunner:
         self._attention_metadata = (self._triton_metadata if ops.name == "triton"
                                     else self._grouped_metadata)
         self.block_size = config.block_size
-        self.num_blocks = self._num_blocks()
+        # (attention window, layers) of each KV cache group, and each group's pool.
+        self.kv_layout = kv_cache_layout(self.model.shape.layer_windows)
+        self.kv_cache_groups = self._kv_cache_groups()
+        # The blocks of the group that keeps every block: the context the cache holds.
+        self.num_blocks = self.kv_cache_groups[0].num_blocks
         self.kv_caches = self._allocate_kv_cache()
         self.sampler = Sampler()
         self.rejection_sampler = RejectionSampler()
@@ -224,9 +234,10 @@ class ModelRunner:
                 "leave kv_cache_dtype at 'auto', or set dtype to it")
         return dtype
 
-    def bytes_per_block(self) -> int:
+    def bytes_per_block(self, num_layers: int | None = None) -> int:
+        """A block's bytes over num_layers layers (all of them when None)."""
         s = self.model.shape
-        return (2 * s.num_layers * self.block_size * s.num_kv_heads * s.head_dim
+        return (2 * (num_layers or s.num_layers) * self.block_size * s.num_kv_heads * s.head_dim
                 * self.kv_dtype.itemsize)
 
     @torch.inference_mode()
@@ -345,18 +356,51 @@ class ModelRunner:
 
     def _grouped_metadata(self, items: list[ScheduledSequence], num_decodes: int,
                           slots: list[int]) -> AttentionMetadata:
-        """The step's metadata for the model's first window, with one masked for each other
-        window its layers have (`AttentionMetadata.for_window`)."""
-        slot_mapping = self._tensor(slots)
-        metas = [AttentionMetadata(slot_mapping, self._decode_groups(items[:num_decodes], window),
-                                   self._prefill_segments(items[num_decodes:], num_decodes,
-                                                          window), window)
-                 for window in self.model.shape.windows]
+        """The step's metadata for the first KV cache group, with one for each other group
+        (its window's mask, block tables and slots; `AttentionMetadata.for_window`)."""
+        metas = []
+        for g, (window, _) in enumerate(self.kv_layout):
+            tables = self._group_tables(items, g)
+            slot_mapping = self._tensor(slots if g == 0 else self._group_slots(items, tables))
+            metas.append(AttentionMetadata(
+                slot_mapping, self._decode_groups(items[:num_decodes], tables, window),
+                self._prefill_segments(items[num_decodes:], tables[num_decodes:], num_decodes,
+                                       window), window))
         metas[0].windowed = {meta.sliding_window: meta for meta in metas[1:]}
         return metas[0]
 
+    def _group_tables(self, items: list[ScheduledSequence], group: int) -> list[list[int]]:
+        """Each item's block table in a KV cache group; a windowed group's released blocks
+        read as block 0, which its mask never attends."""
+        if group == 0:
+            return [s.seq.block_ids for s in items]
+        return [[0 if b == NULL_BLOCK else b for b in s.seq.windowed_block_ids[group - 1]]
+                for s in items]
+
+    def _group_slots(self, items: list[ScheduledSequence], tables: list[list[int]]) -> list[int]:
+        slots = []
+        for s, table in zip(items, tables, strict=True):
+            slots.extend(self._slots(table, s.num_computed_tokens,
+                                     s.num_computed_tokens + s.num_new_tokens))
+        return slots
+
     def _triton_metadata(self, items: list[ScheduledSequence], num_decodes: int,
                          slots: list[int]) -> TritonAttentionMetadata:
+        """The step's varlen metadata for the first KV cache group, with one for each other
+        group (its window, block tables and slots; `TritonAttentionMetadata.for_window`)."""
+        meta = self._triton_group_metadata(items, slots, self._group_tables(items, 0),
+                                           self.kv_layout[0][0])
+        for g, (window, _) in enumerate(self.kv_layout[1:], 1):
+            tables = self._group_tables(items, g)
+            meta.windowed[window] = replace(
+                meta, slot_mapping=self._tensor(self._group_slots(items, tables)),
+                block_tables=self._int32([_padded(t, meta.block_tables.shape[1])
+                                          for t in tables]),
+                sliding_window=window, windowed={})
+        return meta
+
+    def _triton_group_metadata(self, items: list[ScheduledSequence], slots: list[int],
+                               tables: list[list[int]], window: int) -> TritonAttentionMetadata:
         query_lens = [s.num_new_tokens for s in items]
         seq_lens = [s.num_computed_tokens + s.num_new_tokens for s in items]
         width = -(-max(seq_lens) // self.block_size)
@@ -372,24 +416,24 @@ class ModelRunner:
             slot_mapping=self._tensor(slots),
             query_start_loc=self._int32(query_start_loc),
             seq_lens=self._int32(seq_lens),
-            block_tables=self._int32([_padded(s.seq.block_ids, width) for s in items]),
+            block_tables=self._int32([_padded(t, width) for t in tables]),
             max_query_len=max_query_len, max_seq_len=max(seq_lens), num_kv_splits=splits,
-            sliding_window=self.model.shape.windows[0])
+            sliding_window=window)
 
     def _slots(self, block_ids: list[int], start: int, end: int) -> list[int]:
         bs = self.block_size
         return [block_ids[p // bs] * bs + p % bs for p in range(start, end)]
 
-    def _decode_groups(self, decodes: list[ScheduledSequence], window: int) -> list[DecodeGroup]:
+    def _decode_groups(self, decodes: list[ScheduledSequence], tables: list[list[int]],
+                       window: int) -> list[DecodeGroup]:
         bs = self.block_size
         context_lens = [s.num_computed_tokens + 1 for s in decodes]
         groups = []
         for start, end in group_by_length(context_lens):
             lens = context_lens[start:end]
             num_blocks = -(-lens[0] // bs)
-            tables = self._tensor([_padded(s.seq.block_ids, num_blocks)
-                                   for s in decodes[start:end]])
-            groups.append(DecodeGroup(start, end, tables,
+            group_tables = self._tensor([_padded(t, num_blocks) for t in tables[start:end]])
+            groups.append(DecodeGroup(start, end, group_tables,
                                       self._decode_mask(lens, num_blocks, window),
                                       self._tensor(lens)))
         return groups
@@ -400,10 +444,10 @@ class ModelRunner:
         key_pos = torch.arange(num_blocks * self.block_size, device=self.device).unsqueeze(0)
         return _causal_mask(query_pos, key_pos, window).view(len(context_lens), 1, 1, -1)
 
-    def _prefill_segments(self, prefills: list[ScheduledSequence], offset: int,
-                          window: int) -> list[PrefillSegment]:
+    def _prefill_segments(self, prefills: list[ScheduledSequence], tables: list[list[int]],
+                          offset: int, window: int) -> list[PrefillSegment]:
         segments = []
-        for s in prefills:
+        for s, block_ids in zip(prefills, tables, strict=True):
             start, n = s.num_computed_tokens, s.num_new_tokens
             context_len = start + n
             mask = None
@@ -412,7 +456,7 @@ class ModelRunner:
                 k_pos = torch.arange(context_len, device=self.device).unsqueeze(0)
                 mask = _causal_mask(q_pos, k_pos, window)
             num_blocks = -(-context_len // self.block_size)
-            table = self._tensor(s.seq.block_ids[:num_blocks])
+            table = self._tensor(block_ids[:num_blocks])
             segments.append(PrefillSegment(offset, offset + n, context_len, table, mask))
             offset += n
         return segments
@@ -423,27 +467,36 @@ class ModelRunner:
     def _int32(self, values: list) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.int32, device=self.device)
 
-    def _num_blocks(self) -> int:
+    def _kv_cache_groups(self) -> tuple[KVCacheGroup, ...]:
+        """Each KV cache group's pool; the first keeps every block, the others (sliding-window
+        layers beside full-attention ones) only their windows'."""
+        windows = [window for window, _ in self.kv_layout]
+        bytes_per_block = [self.bytes_per_block(len(layers)) for _, layers in self.kv_layout]
         if self.device.type == "cuda" and self.config.num_kv_blocks is None:
-            return self._num_blocks_from_free_gpu_memory()
-        # What the weights left, freed memory given back first so that it counts as available.
-        release_freed_memory()
-        return num_kv_blocks(self.config, self.bytes_per_block(), self.max_model_len,
-                             available_memory())
+            counts = self._blocks_from_free_gpu_memory(bytes_per_block, windows)
+        else:
+            # What the weights left, freed memory given back first so that it counts as available.
+            release_freed_memory()
+            counts = group_num_blocks(self.config, bytes_per_block, windows, self.max_model_len,
+                                      available_memory())
+        return tuple(KVCacheGroup(n, window if g else 0, size) for g, (n, window, size)
+                     in enumerate(zip(counts, windows, bytes_per_block, strict=True)))
 
-    def _num_blocks_from_free_gpu_memory(self) -> int:
+    def _blocks_from_free_gpu_memory(self, bytes_per_block: list[int],
+                                     windows: list[int]) -> list[int]:
         """What is left of gpu_memory_utilization x total memory after the weights (already
-        loaded), a step's activations and a fixed reserve."""
+        loaded), a step's activations and a fixed reserve, split between the groups."""
         free, total = torch.cuda.mem_get_info(self.device)
         budget = (total * self.config.gpu_memory_utilization - (total - free)
                   - self._peak_activation_bytes() - _GPU_RESERVE_BYTES)
-        n = int(budget // self.bytes_per_block())
-        if n < 1:
+        wanted = [0] + [window_blocks_wanted(w, self.config) for w in windows[1:]]
+        counts = split_kv_budget(max(0, int(budget)), bytes_per_block, wanted)
+        if counts[0] < 1:
             raise ValueError(
                 f"EngineConfig.gpu_memory_utilization={self.config.gpu_memory_utilization} leaves "
                 f"no room for the KV cache ({free / 2**30:.1f} of {total / 2**30:.1f} GiB free "
                 "after loading the weights): raise it, or free GPU memory")
-        return n
+        return counts
 
     def _peak_activation_bytes(self) -> int:
         """A bound on one step's live tensors: the widest layer intermediates for the token
@@ -468,7 +521,8 @@ class ModelRunner:
         from engine.worker.cuda_graphs import DecodeGraphs
 
         graphs = DecodeGraphs(self.model, self.kv_caches, self.config.max_num_seqs,
-                              self.max_model_len, self.block_size, self.device)
+                              self.max_model_len, self.block_size, self.device,
+                              [window for window, _ in self.kv_layout])
         graphs.capture()
         return graphs
 
@@ -477,17 +531,35 @@ class ModelRunner:
         return torch.cuda.get_device_properties(self.device).multi_processor_count
 
     def _allocate_kv_cache(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's key and value blocks, in its KV cache group's pool."""
         s = self.model.shape
-        shape = (self.num_blocks, self.block_size, s.num_kv_heads, s.head_dim)
-        logger.info("KV cache: %d blocks of %d tokens, %s (%.0f MiB)", self.num_blocks,
-                    self.block_size, self.kv_dtype, self.num_blocks * self.bytes_per_block() / 2**20)
-        # Zeros, not empty: masked-out keys are still multiplied by 0 and NaN * 0 is NaN.
-        if self.device.type == "cpu":
-            pool = zeroed_host_tensor((s.num_layers, 2, *shape), self.kv_dtype)
-            return [(pool[i, 0], pool[i, 1]) for i in range(s.num_layers)]
-        return [(torch.zeros(shape, dtype=self.kv_dtype, device=self.device),
-                 torch.zeros(shape, dtype=self.kv_dtype, device=self.device))
-                for _ in range(s.num_layers)]
+        caches: list[tuple[torch.Tensor, torch.Tensor]] = [None] * s.num_layers  # type: ignore
+        for (window, layers), group in zip(self.kv_layout, self.kv_cache_groups, strict=True):
+            shape = (group.num_blocks, self.block_size, s.num_kv_heads, s.head_dim)
+            kind = f"window {window}" if window else "full attention"
+            logger.info("KV cache (%d layers, %s): %d blocks of %d tokens, %s (%.0f MiB)",
+                        len(layers), kind, group.num_blocks, self.block_size, self.kv_dtype,
+                        group.num_blocks * group.bytes_per_block / 2**20)
+            # Zeros, not empty: masked-out keys are still multiplied by 0 and NaN * 0 is NaN.
+            if self.device.type == "cpu":
+                pool = zeroed_host_tensor((len(layers), 2, *shape), self.kv_dtype)
+                for i, layer in enumerate(layers):
+                    caches[layer] = (pool[i, 0], pool[i, 1])
+                continue
+            for layer in layers:
+                caches[layer] = (torch.zeros(shape, dtype=self.kv_dtype, device=self.device),
+                                 torch.zeros(shape, dtype=self.kv_dtype, device=self.device))
+        return caches
+
+
+def kv_cache_layout(layer_windows: tuple[int, ...]) -> list[tuple[int, tuple[int, ...]]]:
+    """(attention window, layers) of each KV cache group: one group per window, the first the
+    one whose blocks are all kept (the full-attention layers; without any, the widest window's),
+    then the other windows narrowest first."""
+    distinct = set(layer_windows)
+    first = 0 if 0 in distinct else max(distinct)
+    windows = [first] + sorted(distinct - {first})
+    return [(w, tuple(i for i, lw in enumerate(layer_windows) if lw == w)) for w in windows]
 
 
 def _sampling_rows(seq: Sequence, drafts: list[int]) -> list[SamplingRow]:
