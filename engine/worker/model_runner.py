@@ -145,6 +145,12 @@ class ModelRunner:
         # The blocks of the group that keeps every block: the context the cache holds.
         self.num_blocks = self.kv_cache_groups[0].num_blocks
         self.kv_caches = self._allocate_kv_cache()
+        if len(self.kv_layout) > 1 and self.model.native_decode is not None:
+            # It writes every layer's keys at the first group's slots.
+            logger.info("decode steps run layer by layer: the one-call C step keeps every "
+                        "layer's blocks in one table, and this model's windowed layers have "
+                        "their own")
+            self.model.native_decode = None
         self.sampler = Sampler()
         self.rejection_sampler = RejectionSampler()
         self.vocab_size = self.model.shape.vocab_size
