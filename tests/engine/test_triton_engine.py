@@ -89,3 +89,13 @@ def test_triton_quantized_linears_give_the_torch_paths_greedy_tokens(tmp_path):
         return [o.outputs[0].token_ids for o in outputs]
 
     assert quantized_greedy("triton") == quantized_greedy("torch")
+
+
+@pytest.mark.slow
+def test_triton_kernels_read_each_kv_cache_groups_own_tables(tmp_path_factory, default_model):
+    """A Qwen3 whose first layer alone has an 8-token window keeps that layer's blocks in a KV
+    cache group of its own (tables, slots, blocks given back behind the window)."""
+    from tests.engine.models.test_parity import save_tiny_variant
+
+    folder = save_tiny_variant(tmp_path_factory, default_model.path, "qwen3-window8-first")
+    assert greedy(folder, "triton") == greedy(folder, "torch")
