@@ -366,28 +366,48 @@ class ModelRunner:
         (its window's mask, block tables and slots; `AttentionMetadata.for_window`)."""
         metas = []
         for g, (window, _) in enumerate(self.kv_layout):
-            tables = self._group_tables(items, g)
-            slot_mapping = self._tensor(slots if g == 0 else self._group_slots(items, tables))
+            if g == 0:
+                tables, skipped = [s.seq.block_ids for s in items], [0] * len(items)
+                slot_mapping = self._tensor(slots)
+            else:
+                tables, skipped = self._window_tables(items, g, window)
+                slot_mapping = self._tensor(self._group_slots(items, tables, skipped))
             metas.append(AttentionMetadata(
-                slot_mapping, self._decode_groups(items[:num_decodes], tables, window),
-                self._prefill_segments(items[num_decodes:], tables[num_decodes:], num_decodes,
-                                       window), window))
+                slot_mapping, self._decode_groups(items[:num_decodes], tables[:num_decodes],
+                                                  skipped[:num_decodes], window),
+                self._prefill_segments(items[num_decodes:], tables[num_decodes:],
+                                       skipped[num_decodes:], num_decodes, window), window))
         metas[0].windowed = {meta.sliding_window: meta for meta in metas[1:]}
         return metas[0]
 
+    def _window_tables(self, items: list[ScheduledSequence], group: int,
+                       window: int) -> tuple[list[list[int]], list[int]]:
+        """Each item's table in a windowed group from the first block its step attends (the
+        blocks before it are released), and how many positions that skips: the step's keys are
+        counted from there, as attention depends on positions only through RoPE, applied before
+        keys are cached."""
+        bs = self.block_size
+        tables, skipped = [], []
+        for s in items:
+            first = max(0, s.num_computed_tokens - window + 1) // bs
+            tables.append(s.seq.windowed_block_ids[group - 1][first:])
+            skipped.append(first * bs)
+        return tables, skipped
+
     def _group_tables(self, items: list[ScheduledSequence], group: int) -> list[list[int]]:
-        """Each item's block table in a KV cache group; a windowed group's released blocks
-        read as block 0, which its mask never attends."""
+        """Each item's whole block table in a KV cache group; a windowed group's released
+        blocks read as block 0, which the window never attends."""
         if group == 0:
             return [s.seq.block_ids for s in items]
         return [[0 if b == NULL_BLOCK else b for b in s.seq.windowed_block_ids[group - 1]]
                 for s in items]
 
-    def _group_slots(self, items: list[ScheduledSequence], tables: list[list[int]]) -> list[int]:
+    def _group_slots(self, items: list[ScheduledSequence], tables: list[list[int]],
+                     skipped: list[int]) -> list[int]:
         slots = []
-        for s, table in zip(items, tables, strict=True):
-            slots.extend(self._slots(table, s.num_computed_tokens,
-                                     s.num_computed_tokens + s.num_new_tokens))
+        for s, table, skip in zip(items, tables, skipped, strict=True):
+            start = s.num_computed_tokens - skip
+            slots.extend(self._slots(table, start, start + s.num_new_tokens))
         return slots
 
     def _triton_metadata(self, items: list[ScheduledSequence], num_decodes: int,
@@ -399,7 +419,8 @@ class ModelRunner:
         for g, (window, _) in enumerate(self.kv_layout[1:], 1):
             tables = self._group_tables(items, g)
             meta.windowed[window] = replace(
-                meta, slot_mapping=self._tensor(self._group_slots(items, tables)),
+                meta, slot_mapping=self._tensor(self._group_slots(items, tables,
+                                                                  [0] * len(items))),
                 block_tables=self._int32([_padded(t, meta.block_tables.shape[1])
                                           for t in tables]),
                 sliding_window=window, windowed={})
@@ -431,13 +452,15 @@ class ModelRunner:
         return [block_ids[p // bs] * bs + p % bs for p in range(start, end)]
 
     def _decode_groups(self, decodes: list[ScheduledSequence], tables: list[list[int]],
-                       window: int) -> list[DecodeGroup]:
+                       skipped: list[int], window: int) -> list[DecodeGroup]:
+        """skipped: per decode, the positions before its table's first block."""
         bs = self.block_size
-        context_lens = [s.num_computed_tokens + 1 for s in decodes]
+        context_lens = [s.num_computed_tokens + 1 - skip
+                        for s, skip in zip(decodes, skipped, strict=True)]
         groups = []
         for start, end in group_by_length(context_lens):
             lens = context_lens[start:end]
-            num_blocks = -(-lens[0] // bs)
+            num_blocks = -(-max(lens) // bs)
             group_tables = self._tensor([_padded(t, num_blocks) for t in tables[start:end]])
             groups.append(DecodeGroup(start, end, group_tables,
                                       self._decode_mask(lens, num_blocks, window),
@@ -451,10 +474,11 @@ class ModelRunner:
         return _causal_mask(query_pos, key_pos, window).view(len(context_lens), 1, 1, -1)
 
     def _prefill_segments(self, prefills: list[ScheduledSequence], tables: list[list[int]],
-                          offset: int, window: int) -> list[PrefillSegment]:
+                          skipped: list[int], offset: int, window: int) -> list[PrefillSegment]:
+        """skipped: per chunk, the positions before its table's first block."""
         segments = []
-        for s, block_ids in zip(prefills, tables, strict=True):
-            start, n = s.num_computed_tokens, s.num_new_tokens
+        for s, block_ids, skip in zip(prefills, tables, skipped, strict=True):
+            start, n = s.num_computed_tokens - skip, s.num_new_tokens
             context_len = start + n
             mask = None
             if start > 0 or (window and context_len > window):
