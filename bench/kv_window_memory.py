@@ -65,7 +65,7 @@ def peak_held_bytes(kv_groups: tuple[KVCacheGroup, ...], config: EngineConfig,
 
 
 def measure(window: int, context: int, kv_heads: int) -> dict:
-    config = EngineConfig(max_model_len=context, max_num_seqs=1, dtype=None)
+    config = EngineConfig(max_model_len=context, dtype=None)
     hybrid = groups([0, window], [GLOBAL_LAYERS, WINDOWED_LAYERS], kv_heads, config)
     every_global = groups([0], [GLOBAL_LAYERS + WINDOWED_LAYERS], kv_heads, config)
     h_peak, h_last, h_pool = peak_held_bytes(hybrid, config, context)

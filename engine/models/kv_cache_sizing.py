@@ -22,10 +22,12 @@ the window go back to the pool), so Gemma 3 (five windowed layers per global one
 sixth of what its layers would hold all global.
 
 A model whose layers attend in different ways keeps one pool per kind (KV cache groups, see
-engine/core/kv_cache_manager.py). The rule above sizes the first group's, which keeps every
-block (the full-attention layers); a sliding-window group takes only what its windows can use at
-once (`window_blocks_wanted`) and never more than the first group, and the byte budget is split
-so that both fit in it (`group_num_blocks`).
+engine/core/kv_cache_manager.py). The automatic rule sizes the first group's, which keeps every
+block (the full-attention layers); a sliding-window group takes the windows of as many sequences
+as the rule counts contexts, and a step's prefill chunk (`window_blocks_wanted`: about what the
+estimate above counts), never more than the first group; the byte budget is split so that both
+fit in it (`group_num_blocks`). More sequences than that past their windows at once share the
+windowed pool, and the newest is preempted when it runs out, as when the first group does.
 """
 
 from __future__ import annotations
@@ -112,13 +114,13 @@ def num_kv_blocks(config: EngineConfig, bytes_per_block: int, max_model_len: int
 
 
 def window_blocks_wanted(window: int, config: EngineConfig) -> int:
-    """The most blocks a sliding-window group uses at once: every running sequence's window
-    and the block its next tokens (drafts included) start, a step's whole token budget as one
-    prefill chunk, and one sequence's window more, so that a finished chat's stays cached for
-    its next turn."""
+    """A sliding-window group's blocks: the window of each sequence the automatic rule counts
+    a context for, with the block its next tokens (drafts included) start, and a step's whole
+    token budget as one prefill chunk, so that one sequence always fits."""
     bs = config.block_size
     per_sequence = -(-(window + config.num_speculative_tokens) // bs) + 1
-    return (config.max_num_seqs + 1) * per_sequence + -(-config.max_num_batched_tokens // bs) + 1
+    sequences = min(config.max_num_seqs, KV_CONTEXTS)
+    return sequences * per_sequence + -(-config.max_num_batched_tokens // bs) + 1
 
 
 def split_kv_budget(budget: int, bytes_per_block: list[int], wanted: list[int]) -> list[int]:
