@@ -117,12 +117,16 @@ class NativeDecode:
         if plan is None:
             return None
         block_size = kv_caches[0][0].shape[1]
-        group_sets = [meta.for_window(window).decode_groups for window in self._windows]
+        metas = [meta.for_window(window) for window in self._windows]
+        group_sets = [m.decode_groups for m in metas]
         kept: list[torch.Tensor] = []  # what the call reads, alive until it returns
         group_args = _group_args(group_sets, self._model.shape.num_heads, block_size, kept)
-        slots = meta.slot_mapping
-        if group_args is None or slots.dtype is not torch.int64 or not slots.is_contiguous():
+        # Each window's slots: its layers' KV cache group (engine.core.kv_cache_manager).
+        slots = [m.slot_mapping for m in metas]
+        if group_args is None or any(t.dtype is not torch.int64 or not t.is_contiguous()
+                                     for t in slots):
             return None
+        slot_ptrs = (ctypes.c_void_p * len(slots))(*(t.data_ptr() for t in slots))
         for args, key in zip(plan.ropes, self._rope_keys):
             cos, sin = (t.contiguous() for t in rotary[key])
             if cos.numel() != m * self._model.rotary[key].rotary_dim or sin.shape != cos.shape:
@@ -133,7 +137,7 @@ class NativeDecode:
         step = plan.step
         step.groups, step.num_groups = group_args, len(group_sets[0])
         step.num_group_sets = len(group_sets)
-        step.hidden_in, step.slots = hidden.data_ptr(), slots.data_ptr()
+        step.hidden_in, step.slots = hidden.data_ptr(), ctypes.addressof(slot_ptrs)
         step.linear_threads = torch.get_num_threads()
         self._lib.run(step)
         return plan.out
@@ -149,10 +153,11 @@ class NativeDecode:
                    ) -> _Plan | None:
         s = self._model.shape
         k_cache = kv_caches[0][0]
-        shape = (k_cache.shape[0], k_cache.shape[1], s.num_kv_heads, s.head_dim)
-        if any(k.dtype not in CACHE_DTYPES or v.dtype is not k.dtype or tuple(k.shape) != shape
-               or v.shape != k.shape or not k.is_contiguous() or not v.is_contiguous()
-               for k, v in kv_caches):
+        # Blocks per layer may differ: a windowed layer's pool is its KV cache group's.
+        shape = (k_cache.shape[1], s.num_kv_heads, s.head_dim)
+        if any(k.dtype is not k_cache.dtype or k.dtype not in CACHE_DTYPES or v.dtype is not k.dtype
+               or tuple(k.shape[1:]) != shape or v.shape != k.shape or not k.is_contiguous()
+               or not v.is_contiguous() for k, v in kv_caches):
             return None
         if any(t.cos.dtype != torch.float32 for t in self._model.rotary.values()):
             return None
@@ -168,7 +173,7 @@ class NativeDecode:
                 work = max(work, need)
             if not self._fill_layer(layer, args):
                 return None
-            args.k_cache, args.v_cache = k.data_ptr(), v.data_ptr()
+            args.k_cache, args.v_cache, args.num_blocks = k.data_ptr(), v.data_ptr(), k.shape[0]
         intermediate = layers[0].down.k
         if not _shapes_agree(layers, s, intermediate):
             return None
@@ -180,7 +185,7 @@ class NativeDecode:
             linear_work=buffers.work_ptr, num_layers=s.num_layers,
             num_ropes=len(self._rope_keys), m=m, hidden=s.hidden_size, heads=s.num_heads,
             kv_heads=s.num_kv_heads, head_dim=s.head_dim, intermediate=intermediate,
-            cache_dtype=CACHE_DTYPES[k_cache.dtype], num_blocks=shape[0], block_size=shape[1],
+            cache_dtype=CACHE_DTYPES[k_cache.dtype], block_size=shape[0],
             eps=s.rms_norm_eps, scale=self._model.scale)
         return _Plan(step, layers, ropes, out, k_cache.data_ptr())
 

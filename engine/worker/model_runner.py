@@ -145,12 +145,6 @@ class ModelRunner:
         # The blocks of the group that keeps every block: the context the cache holds.
         self.num_blocks = self.kv_cache_groups[0].num_blocks
         self.kv_caches = self._allocate_kv_cache()
-        if len(self.kv_layout) > 1 and self.model.native_decode is not None:
-            # It writes every layer's keys at the first group's slots.
-            logger.info("decode steps run layer by layer: the one-call C step keeps every "
-                        "layer's blocks in one table, and this model's windowed layers have "
-                        "their own")
-            self.model.native_decode = None
         self.sampler = Sampler()
         self.rejection_sampler = RejectionSampler()
         self.vocab_size = self.model.shape.vocab_size
@@ -364,6 +358,8 @@ class ModelRunner:
                           slots: list[int]) -> AttentionMetadata:
         """The step's metadata for the first KV cache group, with one for each other group
         (its window's mask, block tables and slots; `AttentionMetadata.for_window`)."""
+        # Every group's decodes in the same runs, by the whole context (the C step's rule).
+        spans = group_by_length([s.num_computed_tokens + 1 for s in items[:num_decodes]])
         metas = []
         for g, (window, _) in enumerate(self.kv_layout):
             if g == 0:
@@ -374,7 +370,7 @@ class ModelRunner:
                 slot_mapping = self._tensor(self._group_slots(items, tables, skipped))
             metas.append(AttentionMetadata(
                 slot_mapping, self._decode_groups(items[:num_decodes], tables[:num_decodes],
-                                                  skipped[:num_decodes], window),
+                                                  skipped[:num_decodes], window, spans),
                 self._prefill_segments(items[num_decodes:], tables[num_decodes:],
                                        skipped[num_decodes:], num_decodes, window), window))
         metas[0].windowed = {meta.sliding_window: meta for meta in metas[1:]}
@@ -452,13 +448,15 @@ class ModelRunner:
         return [block_ids[p // bs] * bs + p % bs for p in range(start, end)]
 
     def _decode_groups(self, decodes: list[ScheduledSequence], tables: list[list[int]],
-                       skipped: list[int], window: int) -> list[DecodeGroup]:
-        """skipped: per decode, the positions before its table's first block."""
+                       skipped: list[int], window: int,
+                       spans: list[tuple[int, int]]) -> list[DecodeGroup]:
+        """skipped: per decode, the positions before its table's first block; spans: the
+        [start, end) runs of decodes attended together."""
         bs = self.block_size
         context_lens = [s.num_computed_tokens + 1 - skip
                         for s, skip in zip(decodes, skipped, strict=True)]
         groups = []
-        for start, end in group_by_length(context_lens):
+        for start, end in spans:
             lens = context_lens[start:end]
             num_blocks = -(-max(lens) // bs)
             group_tables = self._tensor([_padded(t, num_blocks) for t in tables[start:end]])

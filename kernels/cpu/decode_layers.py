@@ -72,7 +72,8 @@ class LayerArgs(ctypes.Structure):
                 ("attention_out_norm", _ptr), ("mlp_out_norm", _ptr), ("qkv", LinearArgs),
                 ("o", LinearArgs), ("gate_up", LinearArgs), ("down", LinearArgs),
                 ("k_cache", _ptr), ("v_cache", _ptr), ("window", _i32), ("group_set", _i32),
-                ("rope", _i32), ("rotary_dim", _i32), ("activation", _i32)]
+                ("rope", _i32), ("rotary_dim", _i32), ("activation", _i32),
+                ("num_blocks", _i32)]
 
 
 class RopeArgs(ctypes.Structure):
@@ -97,7 +98,7 @@ class StepArgs(ctypes.Structure):
                 ("num_layers", _i32), ("num_groups", _i32), ("num_group_sets", _i32),
                 ("num_ropes", _i32), ("m", _i32), ("hidden", _i32), ("heads", _i32),
                 ("kv_heads", _i32), ("head_dim", _i32), ("intermediate", _i32),
-                ("cache_dtype", _i32), ("num_blocks", _i32), ("block_size", _i32),
+                ("cache_dtype", _i32), ("block_size", _i32),
                 ("linear_threads", _i32), ("eps", _f32), ("scale", _f32)]
 
 

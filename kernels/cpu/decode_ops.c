@@ -1054,6 +1054,7 @@ struct pg_layer {
     struct pg_linear qkv, o, gate_up, down;
     void *k_cache, *v_cache;
     int window, group_set, rope, rotary_dim, activation;
+    int num_blocks; /* of its caches: a KV cache group's pool (windowed layers keep their own) */
 };
 
 /* A rotary table's cos and signed sin at the step's positions: [m, its rotary_dim]. */
@@ -1074,12 +1075,12 @@ struct pg_step {
     const struct pg_group *groups; /* num_group_sets x num_groups */
     const struct pg_rope *ropes;   /* num_ropes */
     const float *hidden_in;  /* [m, hidden]: the step's embeddings */
-    const int64_t *slots;    /* [m] cache slots */
+    const int64_t *const *slots; /* per group set: [m] cache slots in its layers' pool */
     float *out;              /* [m, hidden]: the last layer's hidden + residual */
     float *scratch;          /* pg_decode_scratch_floats(...) floats */
     void *linear_work;       /* the largest workspace the linears ask for */
     int num_layers, num_groups, num_group_sets, num_ropes, m, hidden, heads, kv_heads, head_dim;
-    int intermediate, cache_dtype, num_blocks, block_size, linear_threads;
+    int intermediate, cache_dtype, block_size, linear_threads;
     float eps, scale;
 };
 
@@ -1182,12 +1183,12 @@ static int attention_block(const struct pg_step *s, const struct pg_layer *layer
     if (!rc)
         rc = pg_write_kv(qk + q_width, qk_stride, qkv + q_width + kv_width, qkv_stride, s->m,
                          s->kv_heads, hd, layer->k_cache, layer->v_cache, s->cache_dtype,
-                         (long)s->num_blocks * s->block_size, s->slots);
+                         (long)layer->num_blocks * s->block_size, s->slots[layer->group_set]);
     for (int g = 0; g < s->num_groups && !rc; g++) {
         const struct pg_group *grp = &groups[g];
         rc = pg_decode_attention(qk + (size_t)grp->start * qk_stride, qk_stride, grp->n, s->heads,
                                  s->kv_heads, hd, layer->k_cache, layer->v_cache, s->cache_dtype,
-                                 s->num_blocks, s->block_size, grp->block_tables, grp->max_blocks,
+                                 layer->num_blocks, s->block_size, grp->block_tables, grp->max_blocks,
                                  grp->context_lens, layer->window, s->scale,
                                  attn + (size_t)grp->start * q_width, grp->threads);
     }

@@ -32,9 +32,12 @@ def prompts(default_model) -> list[list[int]]:
 
 
 def _keeping_every_block(monkeypatch):
-    """The runner's groups as before windows released anything: each keeps every block."""
+    """The runner's groups as before windows released anything: each keeps every block, in a
+    pool as large as the first group's."""
     monkeypatch.setattr("engine.worker.model_runner.KVCacheGroup",
                         lambda n, window, size: KVCacheGroup(n, 0, size))
+    monkeypatch.setattr("engine.models.kv_cache_sizing.window_blocks_wanted",
+                        lambda window, config: 1 << 30)
 
 
 def test_windowed_layers_give_their_blocks_back_during_a_long_reply(hybrid, prompts):
