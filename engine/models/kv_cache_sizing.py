@@ -32,14 +32,16 @@ windowed pool, and the newest is preempted when it runs out, as when the first g
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 
 from engine.config import EngineConfig
-from engine.models.architecture import FULL_ATTENTION, ModelShape
+from engine.models.architecture import ModelShape
 
 KV_CONTEXTS = 2
+# Sequences past their window that a windowed group's pool holds at once, beside the full
+# group's KV_CONTEXTS contexts: those contexts are shared by many shorter chats (tabs, a
+# server's clients), each of which keeps a whole window once past it. A 9th waits, preempted.
+WINDOWED_SEQUENCES = 8
 AUTO_KV_CACHE_LIMIT = 1 << 30
 AVAILABLE_FRACTION = 0.25
 
@@ -59,14 +61,6 @@ def kv_cache_memory_bound(config: EngineConfig) -> int:
     return config.kv_cache_memory if config.kv_cache_memory is not None else AUTO_KV_CACHE_LIMIT
 
 
-def kv_tokens_held(layer_windows: Sequence[int], context: int, block_size: int) -> int:
-    """Keys (and as many values) one sequence of `context` tokens holds, summed over the layers:
-    a full-attention layer every token, a windowed one at most its window and the block its
-    oldest visible key shares."""
-    return sum(context if window == FULL_ATTENTION else min(context, window + block_size)
-               for window in layer_windows)
-
-
 def model_kv_cache_bytes(shape: ModelShape | None, config: EngineConfig) -> int:
     """The KV pool's bytes for a model under config, known before it loads: kv_cache_memory when
     set, else the automatic rule's contexts at the context allowed (the setting, else the
@@ -76,10 +70,13 @@ def model_kv_cache_bytes(shape: ModelShape | None, config: EngineConfig) -> int:
         return kv_cache_memory_bound(config)
     context = min(config.max_model_len or shape.max_position_embeddings,
                   shape.max_position_embeddings)
-    per_token = 2 * shape.num_kv_heads * shape.head_dim * kv_cache_dtype(config).itemsize
-    held = kv_tokens_held(shape.layer_windows, context, config.block_size)
-    wanted = min(config.max_num_seqs, KV_CONTEXTS) * held * per_token
-    return min(wanted, AUTO_KV_CACHE_LIMIT)
+    per_layer_token = 2 * shape.num_kv_heads * shape.head_dim * kv_cache_dtype(config).itemsize
+    windows = list(shape.windows)
+    bytes_per_block = [shape.layer_windows.count(w) * config.block_size * per_layer_token
+                       for w in windows]
+    # The pools the engine will allocate (`group_num_blocks`), as it sizes them at load.
+    counts = group_num_blocks(config, bytes_per_block, windows, context, None)
+    return sum(n * size for n, size in zip(counts, bytes_per_block, strict=True))
 
 
 def auto_kv_cache_bytes(bytes_per_token: int, max_model_len: int, max_num_seqs: int,
@@ -114,12 +111,12 @@ def num_kv_blocks(config: EngineConfig, bytes_per_block: int, max_model_len: int
 
 
 def window_blocks_wanted(window: int, config: EngineConfig) -> int:
-    """A sliding-window group's blocks: the window of each sequence the automatic rule counts
-    a context for, with the block its next tokens (drafts included) start, and a step's whole
-    token budget as one prefill chunk, so that one sequence always fits."""
+    """A sliding-window group's blocks: the window of WINDOWED_SEQUENCES sequences, each with the
+    block its next tokens (drafts included) start, and a step's whole token budget as one
+    prefill chunk, so that one sequence always fits."""
     bs = config.block_size
     per_sequence = -(-(window + config.num_speculative_tokens) // bs) + 1
-    sequences = min(config.max_num_seqs, KV_CONTEXTS)
+    sequences = min(config.max_num_seqs, WINDOWED_SEQUENCES)
     return sequences * per_sequence + -(-config.max_num_batched_tokens // bs) + 1
 
 

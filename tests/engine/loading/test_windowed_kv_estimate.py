@@ -2,6 +2,8 @@
 model (five windowed layers per global one) counts a windowed layer's window and one block, not
 the whole context, read without its tokenizer or weights."""
 
+from dataclasses import replace
+
 import gguf
 import numpy as np
 import pytest
@@ -22,7 +24,7 @@ from engine.loading.model_info import (
 from engine.models.architecture import FULL_ATTENTION, ModelShape
 from engine.models.kv_cache_sizing import (
     AUTO_KV_CACHE_LIMIT,
-    kv_tokens_held,
+    WINDOWED_SEQUENCES,
     model_kv_cache_bytes,
 )
 
@@ -30,6 +32,11 @@ LAYERS, KV_HEADS, HEAD_DIM = 6, 1, 32
 CONTEXT, WINDOW, BLOCK = 4096, 64, 16
 GEMMA3_WINDOWS = (WINDOW,) * 5 + (FULL_ATTENTION,)
 FP32_KEY_AND_VALUE = 2 * KV_HEADS * HEAD_DIM * 4  # bytes per layer and token
+CHUNK = EngineConfig(block_size=BLOCK).max_num_batched_tokens
+# The pools the engine allocates: the global layer's two whole contexts; the five windowed
+# layers' window and one block for each of WINDOWED_SEQUENCES sequences, and a prefill chunk.
+GEMMA3_POOLS = (2 * CONTEXT + 5 * (WINDOWED_SEQUENCES * (WINDOW + BLOCK) + CHUNK + BLOCK)) * \
+    FP32_KEY_AND_VALUE
 GEMMA3_SHAPE = ModelShape(num_layers=LAYERS, hidden_size=64, num_heads=2, num_kv_heads=KV_HEADS,
                           head_dim=HEAD_DIM, vocab_size=32, rms_norm_eps=2 ** -20,
                           max_position_embeddings=CONTEXT, intermediate_size=128,
@@ -73,26 +80,23 @@ def test_a_gemma3_files_shape_and_layer_windows_are_read_from_its_keys(gemma3_he
 def test_the_fit_check_of_a_gemma3_file_counts_its_windowed_kv_cache(gemma3_header):
     config = EngineConfig(block_size=BLOCK)
     weights = describe_headers(read_model_headers(gemma3_header)).weight_bytes
-    needed = weights + 2 * (CONTEXT + 5 * (WINDOW + BLOCK)) * FP32_KEY_AND_VALUE + \
-        MEMORY_OVERHEAD_BYTES
+    needed = weights + GEMMA3_POOLS + MEMORY_OVERHEAD_BYTES
 
     check_model_fits(gemma3_header, config, available=needed)
     with pytest.raises(ModelLoadError, match="needs about"):
         check_model_fits(gemma3_header, config, available=needed - 1)
 
 
-def test_a_windowed_layer_holds_its_window_and_one_block_a_global_layer_the_context():
-    assert kv_tokens_held(GEMMA3_WINDOWS, CONTEXT, BLOCK) == CONTEXT + 5 * (WINDOW + BLOCK)
-    assert kv_tokens_held(GEMMA3_WINDOWS, 32, BLOCK) == 6 * 32  # a short context: all of it
+def test_the_kv_estimate_of_a_gemma3_shape_counts_the_pools_its_layers_get():
+    assert model_kv_cache_bytes(GEMMA3_SHAPE, EngineConfig(block_size=BLOCK)) == GEMMA3_POOLS
 
 
-def test_the_kv_estimate_of_a_gemma3_shape_counts_only_what_its_layers_hold():
-    held = model_kv_cache_bytes(GEMMA3_SHAPE, EngineConfig(block_size=BLOCK))
-
-    two_contexts = 2 * (CONTEXT + 5 * (WINDOW + BLOCK)) * FP32_KEY_AND_VALUE
-    all_global = 2 * LAYERS * CONTEXT * FP32_KEY_AND_VALUE
-    assert held == two_contexts
-    assert held <= 0.3 * all_global
+def test_a_gemma3_shape_at_32k_tokens_asks_for_under_0_3x_of_every_layer_global():
+    shape = replace(GEMMA3_SHAPE, max_position_embeddings=32768,
+                    layer_windows=(512,) * 5 + (FULL_ATTENTION,))
+    all_global = replace(shape, layer_windows=(FULL_ATTENTION,) * LAYERS)
+    config = EngineConfig(block_size=BLOCK)
+    assert model_kv_cache_bytes(shape, config) <= 0.3 * model_kv_cache_bytes(all_global, config)
 
 
 def test_the_context_setting_and_the_byte_settings_bound_the_estimate():

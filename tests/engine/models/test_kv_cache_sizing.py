@@ -107,19 +107,20 @@ def test_an_engine_holds_no_more_of_its_pool_than_its_sequences_wrote(make_llm):
     assert 0 < written < 100 << 20
 
 
-def test_windowed_layers_pool_two_windows_and_a_chunk_beside_two_full_contexts():
-    from engine.models.kv_cache_sizing import group_num_blocks
+def test_windowed_layers_pool_eight_windows_and_a_chunk_beside_two_full_contexts():
+    from engine.models.kv_cache_sizing import WINDOWED_SEQUENCES, group_num_blocks
 
     config = EngineConfig(max_model_len=32768, block_size=16, max_num_batched_tokens=512)
     full, windowed = 1 * 16 * 2048, 5 * 16 * 2048  # a global layer and five windowed, per block
     blocks = group_num_blocks(config, [full, windowed], [0, 512], 32768, None)
-    assert blocks == [2 * 32768 // 16, 2 * (512 // 16 + 1) + 512 // 16 + 1]
+    assert WINDOWED_SEQUENCES == 8
+    assert blocks == [2 * 32768 // 16, 8 * (512 // 16 + 1) + 512 // 16 + 1]
 
 
 def test_a_byte_budget_is_split_so_every_group_fits():
     from engine.models.kv_cache_sizing import group_num_blocks
 
-    config = EngineConfig(kv_cache_memory=100_000, block_size=16, max_num_batched_tokens=64)
+    config = EngineConfig(kv_cache_memory=300_000, block_size=16, max_num_batched_tokens=64)
     blocks = group_num_blocks(config, [1000, 5000], [0, 32], 4096, None)
-    assert blocks[1] == 2 * 3 + 4 + 1  # what the window wants: less than the first group gets
-    assert blocks[0] == (100_000 - blocks[1] * 5000) // 1000
+    assert blocks[1] == 8 * 3 + 4 + 1  # what the window wants: less than the first group gets
+    assert blocks[0] == (300_000 - blocks[1] * 5000) // 1000
