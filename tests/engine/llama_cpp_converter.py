@@ -69,7 +69,10 @@ def convert_all(jobs: Sequence[tuple[Path, Path, str]], outtype: str = "f16") ->
     refuses fails the test with the converter's own last words."""
     script = require_converter()
     pairs = [str(p) for job in jobs for p in job]
-    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(CONVERTER_DIR), str(CONVERTER_DIR / "gguf-py")])}
+    # The converter's own packages (gguf-py, and sentencepiece, which `make install` keeps out
+    # of the venv: importing it maps a second OpenMP runtime beside torch's into the process).
+    paths = [CONVERTER_DIR, CONVERTER_DIR / "gguf-py", CONVERTER_DIR / "deps"]
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(str(p) for p in paths)}
     done = subprocess.run([sys.executable, "-c", _RUN_EACH, str(script), outtype, *pairs],
                           check=False, env=env, capture_output=True, text=True, timeout=_TIMEOUT_S)
     if done.returncode != 0:
