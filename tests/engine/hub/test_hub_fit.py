@@ -21,6 +21,8 @@ B7 = 7_600_000_000  # Qwen2.5-7B
 B05 = 494_000_000  # Qwen2.5-0.5B
 GGUF_REPO = "pagoda-test/counted-GGUF"
 FOLDER_REPO = "pagoda-test/counted-llama"
+# A Q6_K block: 256 weights in 210 bytes, kept as the file stores them on CPU.
+Q6_K_BYTES_PER_ELEMENT = 210 / 256
 
 
 def test_a_7b_q8_0_file_is_too_big_for_8_gib():
@@ -71,7 +73,7 @@ def test_total_memory_without_psutil_reads_meminfo(monkeypatch):
     ("Q4_K_M", "gguf", "auto", INT4_BYTES_PER_ELEMENT),
     ("Q4_0", "gguf", "auto", INT4_BYTES_PER_ELEMENT),
     ("Q8_0", "gguf", "auto", INT8_BYTES_PER_ELEMENT),
-    ("Q6_K", "gguf", "auto", INT8_BYTES_PER_ELEMENT),
+    ("Q6_K", "gguf", "auto", Q6_K_BYTES_PER_ELEMENT),  # its own blocks, read in place
     ("F16", "gguf", "auto", 4),
     ("BF16", "safetensors", "auto", 4),
     ("BF16", "safetensors", "int4", INT4_BYTES_PER_ELEMENT),
@@ -86,13 +88,13 @@ def test_weights_are_priced_in_the_layout_the_loader_keeps(quantization, model_f
     assert fit.needed_bytes == fit.weight_bytes + KV + MEMORY_OVERHEAD_BYTES
 
 
-def test_a_q4_k_m_files_bytes_beyond_4_5_bits_per_weight_are_priced_as_q6_k_kept_int8():
+def test_a_q4_k_m_files_bytes_beyond_4_5_bits_per_weight_are_priced_as_q6_k_blocks():
     size = 4_683_073_952  # Qwen2.5-7B-Instruct-Q4_K_M.gguf
     in_q6_k = (size - B7 * 144 / 256) / (210 / 256 - 144 / 256)
 
     fit = estimate_fit("Q4_K_M", size, B7, "gguf", KV, available=GIB, total=GIB)
 
-    expected = (B7 - in_q6_k) * INT4_BYTES_PER_ELEMENT + in_q6_k * INT8_BYTES_PER_ELEMENT
+    expected = (B7 - in_q6_k) * INT4_BYTES_PER_ELEMENT + in_q6_k * Q6_K_BYTES_PER_ELEMENT
     assert fit.weight_bytes == pytest.approx(expected, rel=1e-6)
 
 
