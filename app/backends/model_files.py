@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EngineError", "ModelLoadError", "bundled_model_file", "default_model_file",
            "default_models_dir", "describe_headers", "model_name",
-           "quantization_of", "read_model_headers"]
+           "quantization_of", "read_model_headers", "refuse_unrunnable_model"]
 
 
 def read_model_headers(source: str | None) -> ModelHeaders:
@@ -32,6 +32,14 @@ def read_model_headers(source: str | None) -> ModelHeaders:
     with ENGINE_IMPORT_LOCK:
         from engine.loading.model_info import read_model_headers as read
     return read(source)
+
+
+def refuse_unrunnable_model(source: str | None) -> None:
+    """Raises ModelLoadError with the reason when the model's family or tensor types are ones
+    the engine does not run, from its GGUF header or config.json alone (milliseconds, no torch)."""
+    with ENGINE_IMPORT_LOCK:
+        from engine.loading.model_check import refuse_unrunnable_model as refuse
+    refuse(source)
 
 
 def describe_headers(headers: ModelHeaders, quantization: str, config: EngineConfig) -> ModelInfo:

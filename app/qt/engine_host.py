@@ -30,7 +30,7 @@ from app.backends.local_engine import (
     make_local_engine,
     resident_bytes,
 )
-from app.backends.model_files import default_model_file, model_name
+from app.backends.model_files import default_model_file, model_name, refuse_unrunnable_model
 from app.components.view_models import EngineStatusView, LoadStepView
 
 if TYPE_CHECKING:
@@ -224,8 +224,6 @@ class EngineHost(QObject):
         """On the host's thread, where the first load imports the engine (seconds of torch and
         transformers) while the window is already up. A model Pagoda does not run is refused
         before that, from its header or config.json: in milliseconds, with the reason."""
-        with ENGINE_IMPORT_LOCK:
-            from engine.loading.model_check import refuse_unrunnable_model
         refuse_unrunnable_model(model)
         with ENGINE_IMPORT_LOCK:
             import app.backends.local  # noqa: F401 - the engine behind it; _load wraps the result
