@@ -17,12 +17,7 @@ import time
 import openai
 from stream_paths import _free_port, _wait_for
 
-G = sys.argv[1]
-port = _free_port()
-ours = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--port", str(port), "--model", G],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-url = f"http://127.0.0.1:{port}/v1"
-_wait_for(url, ours)
+
 def decode(url, n=128):
     c = openai.OpenAI(base_url=url, api_key="none", timeout=600)
     m = c.models.list().data[0].id
@@ -34,14 +29,27 @@ def decode(url, n=128):
             first = first or time.perf_counter()
     end = time.perf_counter()
     return (count - 1) / (end - first), count
-res = {"Pagoda server": [], "llama.cpp server": []}
-try:
-    for r in range(3):
-        for name, u in (("Pagoda server", url), ("llama.cpp server", sys.argv[2])):
-            res[name].append(decode(u))
-            print(r, name, res[name][-1], flush=True)
-finally:
-    ours.terminate()
-    ours.wait(30)
-for name, v in res.items():
-    print(f"| {name} | {statistics.median(x for x, _ in v[1:]):.1f} tok/s | chunks {v[-1][1]} |")
+
+
+def main() -> None:
+    model = sys.argv[1]
+    port = _free_port()
+    ours = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--port", str(port), "--model", model],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+    _wait_for(url, ours)
+    res = {"Pagoda server": [], "llama.cpp server": []}
+    try:
+        for r in range(3):
+            for name, u in (("Pagoda server", url), ("llama.cpp server", sys.argv[2])):
+                res[name].append(decode(u))
+                print(r, name, res[name][-1], flush=True)
+    finally:
+        ours.terminate()
+        ours.wait(30)
+    for name, v in res.items():
+        print(f"| {name} | {statistics.median(x for x, _ in v[1:]):.1f} tok/s | chunks {v[-1][1]} |")
+
+
+if __name__ == "__main__":
+    main()
