@@ -1,5 +1,5 @@
 """What a model's Hugging Face config implies, read the same way by every family: head size,
-RoPE base, each layer's attention window, the model's shape, and every weight's shape.
+each layer's attention window, the model's shape, and every weight's shape.
 
 The model code and the loader both read these facts; they live beside the model, which is what
 they describe, so the loader depends on the model's definition and not the other way round.
@@ -16,15 +16,6 @@ from engine.models.architecture import FULL_ATTENTION, DecoderArchitecture, Mode
 def head_dim(config: transformers.PretrainedConfig) -> int:
     dim = getattr(config, "head_dim", None)
     return dim if dim is not None else config.hidden_size // config.num_attention_heads
-
-
-def rope_theta(config: transformers.PretrainedConfig) -> float:
-    # transformers 5.x moved it into rope_parameters and leaves config.rope_theta None or absent.
-    theta = getattr(config, "rope_theta", None)
-    if theta is None:
-        parameters = getattr(config, "rope_parameters", None) or {}
-        theta = parameters.get("rope_theta")
-    return float(theta) if theta is not None else 10000.0
 
 
 def layer_types(config: transformers.PretrainedConfig) -> list[str]:

@@ -10,13 +10,14 @@ from safetensors.torch import load_file, save_file
 from tiny_models import save_tiny_model
 
 from engine.errors import ModelLoadError
+from engine.layers.rotary import rope_spec
 from engine.loading import loader
 from engine.loading.loader import (
     default_model_file,
     load_model,
     metadata_cache_folder,
 )
-from engine.models.config import layer_windows, rope_theta
+from engine.models.config import layer_windows
 from engine.models.registry import expected_weight_shapes
 
 
@@ -44,6 +45,11 @@ def tiny_qwen3(tmp_path_factory, default_model) -> Path:
 def model_copy(tmp_path, tiny_qwen2) -> Path:
     """A tiny model this test may damage."""
     return Path(shutil.copytree(tiny_qwen2, tmp_path / "model"))
+
+
+def rope_theta(config) -> float:
+    """The RoPE base the model's rotary table is built with."""
+    return rope_spec(config, 64).theta
 
 
 def edit_weights(folder: Path, edit) -> None:
