@@ -221,6 +221,12 @@ class AsyncEngine:
         return self.engine.max_model_len
 
     @property
+    def usable_context_len(self) -> int:
+        """The longest sequence one request can run: max_model_len, within what the KV cache
+        holds (a model with sliding-window layers reaches further at the same memory)."""
+        return self.engine.usable_context_len
+
+    @property
     def hidden_size(self) -> int:
         """The width of the vectors `embed` makes."""
         return self.engine.hidden_size

@@ -15,7 +15,7 @@ from engine.config import EngineConfig, SchedulerConfig
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.scheduler import Scheduler, SchedulerOutput
 from engine.core.sequence import Sequence
-from engine.disk_cache.block_io import KVBlockIO
+from engine.disk_cache.block_io import group_block_ios
 from engine.disk_cache.store import DiskCacheStats, check_cache_tag
 from engine.disk_cache.tier import DiskPrefixCache, model_fingerprint, open_disk_prefix_cache
 from engine.errors import PromptTooLongError
@@ -84,6 +84,10 @@ class LLMEngine:
         release = loaded is None if release_weights is None else release_weights
         self.runner = ModelRunner(self.loaded, self.config, release)
         self.max_model_len = self.runner.max_model_len
+        # The longest sequence one request can run here: the context allowed, within what the
+        # KV cache's first group holds (its blocks are all kept: the full-attention layers;
+        # windowed layers keep only their windows, so at the same memory that reaches further).
+        self.usable_context_len = min(self.max_model_len, self._kv_cache_capacity())
         # The width of a pooling request's vector.
         self.hidden_size = self.runner.model.shape.hidden_size
         self.disk_cache = self._open_disk_cache()
@@ -224,11 +228,6 @@ class LLMEngine:
         c = self.config
         if c.disk_cache_dir is None or not c.enable_prefix_caching:
             return None
-        if len(self.runner.kv_cache_groups) > 1:
-            logger.warning("the prefix cache stays in memory: its disk tier keeps the blocks of "
-                           "models whose layers all attend alike, and this one's sliding-window "
-                           "layers keep blocks of their own")
-            return None
         shape = self.runner.model.shape
         settings = {"dtype": self.runner.dtype, "quantization": c.quantization,
                     "kernels": self.runner.model.ops.name, "device": self.runner.device.type,
@@ -238,9 +237,17 @@ class LLMEngine:
         if self.runner.kv_dtype != self.runner.dtype:
             # Only then: caches written before the KV dtype was a setting stay valid.
             settings["kv_cache_dtype"] = self.runner.kv_dtype
+        layout = self.runner.kv_layout
+        ios = group_block_ios(self.runner.kv_caches, [layers for _, layers in layout])
+        if len(ios) > 1:
+            # Only then, as the KV dtype: a model of one group keeps its files. Each group's
+            # layers and block shape, so no file of another grouping is read as a group's part.
+            settings["kv_groups"] = ";".join(
+                f"window {window}: layers {list(layers)} {list(io.block_shape)}"
+                for (window, layers), io in zip(layout, ios, strict=True))
         fingerprint = model_fingerprint(self.loaded.path, settings)
         return open_disk_prefix_cache(Path(c.disk_cache_dir), c.disk_cache_bytes, fingerprint,
-                                      KVBlockIO(self.runner.kv_caches))
+                                      ios)
 
     def _validate_prompt(self, token_ids: list[int], reply_tokens: int) -> None:
         """reply_tokens: the room the prompt must leave (1 for a reply's first token, 0 for a
@@ -256,11 +263,15 @@ class LLMEngine:
             raise PromptTooLongError(
                 f"the prompt has {len(token_ids)} tokens but the model's context holds "
                 f"{self.max_model_len}{together}: shorten the prompt")
-        capacity = self.runner.num_blocks * self.config.block_size
+        capacity = self._kv_cache_capacity()
         if len(token_ids) + reply_tokens > capacity:
             raise PromptTooLongError(
                 f"the prompt has {len(token_ids)} tokens but the KV cache holds {capacity}: "
                 f"raise EngineConfig.{self._kv_cache_setting()} or shorten the prompt")
+
+    def _kv_cache_capacity(self) -> int:
+        """The tokens one sequence can hold in the KV cache: its first group's blocks."""
+        return self.runner.num_blocks * self.config.block_size
 
     def _kv_cache_setting(self) -> str:
         """The setting that sizes the KV cache here."""

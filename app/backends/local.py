@@ -57,7 +57,7 @@ class LocalBackend:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self.model_name = engine.model_name
-        self.max_model_len = engine.max_model_len
+        self.max_model_len = engine.usable_context_len
         self._last_ttft: float | None = None
         self._starting = StartingReplies()
         self._ids = itertools.count()

@@ -23,8 +23,9 @@ class ChatBackend(Protocol):
 
     model_name: the model's name, as the backend reports it.
     location: where replies are written, in words ("this computer", or the server's address).
-    max_model_len: the context length, prompt and reply together; `max_model_len_known` is
-    False when the backend did not report it and it is a guess.
+    max_model_len: the context length, prompt and reply together (the engine in this process:
+    what its KV cache holds of it); `max_model_len_known` is False when the backend did not
+    report it and it is a guess.
     """
 
     model_name: str
