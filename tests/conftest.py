@@ -41,6 +41,15 @@ def tiny_model_folder(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_gemma3_folder(tmp_path_factory) -> Path:
+    """The tiny Gemma 3 (tests/engine/tiny_models.py: layers 0-4 windowed to 8 keys, layer 5
+    global), for claims about a model whose KV cache keeps its windowed layers apart."""
+    from tests.engine.tiny_models import save_tiny_model
+
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-gemma3"), "gemma3")
+
+
+@pytest.fixture(scope="session")
 def make_engine(default_model):
     """Build an LLMEngine over the already-loaded default model: make_engine(num_kv_blocks=64)."""
     from engine.config import EngineConfig

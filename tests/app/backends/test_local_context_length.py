@@ -15,7 +15,6 @@ from engine.async_engine import AsyncEngine
 from engine.config import EngineConfig
 from engine.errors import PromptTooLongError
 from engine.llm_engine import LLMEngine
-from tests.engine.tiny_models import save_tiny_model
 
 BLOCK = 16
 # Between the all-global model's pool at its 512 positions (1.5 MiB) and the windowed one's
@@ -26,10 +25,10 @@ ENGINE = EngineConfig(num_threads=1, block_size=BLOCK, max_num_batched_tokens=64
 
 
 @pytest.fixture(scope="module")
-def gemma3_folders(tmp_path_factory):
+def gemma3_folders(tiny_gemma3_folder, tmp_path_factory):
     """The tiny Gemma 3 (layers 0-4 windowed to 8 keys, layer 5 global), and a copy whose
     layers are all global."""
-    windowed = save_tiny_model(tmp_path_factory.mktemp("gemma3"), "gemma3")
+    windowed = tiny_gemma3_folder
     all_global = tmp_path_factory.mktemp("gemma3-global") / "model"
     shutil.copytree(windowed, all_global)
     config = json.loads((all_global / "config.json").read_text())

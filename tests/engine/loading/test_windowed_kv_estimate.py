@@ -14,6 +14,7 @@ from tiny_gguf import write_tiny_gguf
 
 from engine.config import EngineConfig
 from engine.errors import ModelLoadError
+from engine.llm_engine import LLMEngine
 from engine.loading.gguf_names import gguf_tensor_name, needed_layer_modules
 from engine.loading.model_info import (
     MEMORY_OVERHEAD_BYTES,
@@ -118,3 +119,15 @@ def test_the_fit_check_asks_for_the_weights_the_models_kv_cache_and_the_overhead
     check_model_fits(path, config, available=needed)
     with pytest.raises(ModelLoadError, match="needs about"):
         check_model_fits(path, config, available=needed - 1)
+
+
+def test_the_estimate_of_a_gemma3_folder_is_the_bytes_its_engine_allocates(tiny_gemma3_folder):
+    """The tiny Gemma 3 under the automatic rule: the estimate from its config.json equals the
+    pools the loaded engine holds."""
+    folder = tiny_gemma3_folder
+    config = EngineConfig(num_threads=1)
+    estimate = model_kv_cache_bytes(read_model_headers(folder).shape, config)
+
+    groups = LLMEngine(str(folder), config).runner.kv_cache_groups
+    assert [group.window for group in groups] == [FULL_ATTENTION, 8]
+    assert estimate == sum(group.num_blocks * group.bytes_per_block for group in groups)
