@@ -1,9 +1,10 @@
 """Whether Pagoda runs a model, from a GGUF file's header or a folder's config.json alone.
 
-Milliseconds and no torch or transformers: a file of a family or tensor type Pagoda does not run
-is refused with the reason as soon as it is picked, before the engine is imported (seconds at a
-window's first load) and before its tokenizer or weights are read. The loader checks the same
-facts again as it reads (engine/loading/gguf.py, loader.py), with these messages.
+Milliseconds and no torch or transformers: a file of a family or tensor type Pagoda does not run,
+or a GGUF file whose header is damaged, is refused with the reason as soon as it is picked,
+before the engine is imported (seconds at a window's first load) and before its tokenizer or
+weights are read. The loader checks the same facts again as it reads (engine/loading/gguf.py,
+loader.py), with these messages.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from engine.errors import MalformedGGUFError, ModelLoadError
+from engine.errors import ModelLoadError
 from engine.loading.gguf_header import check_gguf_header
 from engine.loading.layouts import GGUF_FLOAT_TYPES, GGUF_INT4_TYPES, GGUF_INT8_TYPES
 from engine.models.registry import (
@@ -27,8 +28,10 @@ READABLE_GGUF_TYPES = GGUF_INT4_TYPES | GGUF_INT8_TYPES | GGUF_FLOAT_TYPES
 def refuse_unrunnable_model(source: str | os.PathLike | None) -> None:
     """Raise ModelLoadError when source's header or config.json says Pagoda does not run it:
     an architecture (model_type) it does not run, with the reason, a tensor type it cannot read,
-    a quantized checkpoint. A path that is not there or cannot be read as a model is left to the
-    loader, whose errors name each fault."""
+    a quantized checkpoint, a GGUF header that is damaged (MalformedGGUFError, the loader's own
+    error naming the field: a cut download is refused before the engine is imported, seconds
+    at a window's first load). A path that is not there or cannot be read, or a folder without
+    a readable config.json, is left to the loader, whose errors name each fault."""
     if source is None:
         return  # the bundled model
     path = Path(source).expanduser()
@@ -41,8 +44,8 @@ def refuse_unrunnable_model(source: str | os.PathLike | None) -> None:
 def _refuse_unrunnable_gguf(path: Path) -> None:
     try:
         header = check_gguf_header(path)
-    except (MalformedGGUFError, OSError):
-        return  # damaged: the loader says where
+    except OSError:
+        return  # unreadable: the loader says why
     if header.architecture not in supported_gguf_architectures():
         raise ModelLoadError(unsupported_message(header.architecture, str(path)))
     for name, kind in header.tensor_types.items():

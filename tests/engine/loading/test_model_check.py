@@ -8,7 +8,8 @@ import sys
 import pytest
 from tiny_gguf import QType, write_tiny_gguf
 
-from engine.errors import ModelLoadError
+from engine.errors import MalformedGGUFError, ModelLoadError
+from engine.loading.gguf import open_gguf_reader
 from engine.loading.model_check import refuse_unrunnable_model
 from engine.loading.model_info import read_model_headers
 
@@ -66,12 +67,34 @@ def test_a_folder_whose_config_pagoda_does_not_run_is_refused_with_the_reason(
 
 
 def test_what_the_check_cannot_read_is_left_to_the_loaders_own_errors(tmp_path):
-    damaged = tmp_path / "cut.gguf"
-    damaged.write_bytes(b"GGUF\3\0\0\0")
     (tmp_path / "folder").mkdir()
 
-    for source in (None, damaged, tmp_path / "folder", tmp_path / "missing.gguf"):
+    for source in (None, tmp_path / "folder", tmp_path / "missing.gguf"):
         refuse_unrunnable_model(source)
+
+
+@pytest.mark.parametrize(("content", "fault"), [
+    (b"GGUF\3\0\0\0", "shorter than a GGUF header"),
+    (b"<!DOCTYPE html><html><body>Entry not found</body></html>", "GGUF magic bytes"),
+])
+def test_a_damaged_gguf_is_refused_with_the_loaders_own_error(tmp_path, content, fault):
+    damaged = tmp_path / "cut.gguf"
+    damaged.write_bytes(content)
+
+    with pytest.raises(MalformedGGUFError, match=fault) as refused:
+        refuse_unrunnable_model(damaged)
+    with pytest.raises(MalformedGGUFError) as loaded:
+        open_gguf_reader(damaged)
+    assert str(refused.value) == str(loaded.value)
+
+
+def test_a_gguf_cut_inside_its_tensor_data_is_refused_naming_the_tensor(tmp_path):
+    whole = write_tiny_gguf(tmp_path / "whole.gguf").path
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole.read_bytes()[:whole.stat().st_size // 2])
+
+    with pytest.raises(MalformedGGUFError, match="data .* runs past"):
+        refuse_unrunnable_model(cut)
 
 
 def test_reading_the_headers_for_the_fit_check_refuses_the_same_files(ggufs):
