@@ -374,9 +374,9 @@ def timed_loads(eng: LLMEngine) -> list[tuple[int, float]]:
     disk, loads = eng.disk_cache, []
     load = disk.load
 
-    def timed(blocks):
+    def timed(blocks, group=0):
         began = time.perf_counter()
-        n = load(blocks)
+        n = load(blocks, group)
         torch.cuda.synchronize()
         loads.append((n, time.perf_counter() - began))
         return n

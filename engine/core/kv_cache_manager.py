@@ -5,6 +5,10 @@ keeps its layers in KV cache groups, one per kind, each with its own pool of blo
 block table per sequence. A windowed group's table holds only the blocks its window can still
 see: the blocks wholly behind it go back to its pool as the sequence advances (still findable by
 the prefix cache until they are reused), and its table says NULL_BLOCK in their place.
+
+With a disk tier, each group saves its part of every full block it holds and a hit loads what a
+hit in memory would take: the first group's blocks and each windowed group's within its window
+at the hit's end (engine.disk_cache.tier).
 """
 
 from __future__ import annotations
@@ -128,8 +132,9 @@ class _GroupTables:
 class KVCacheManager:
     """Bookkeeping on block ids: no tensors live here. `groups`: the KV cache groups (the first
     keeps every block), or a number of blocks for a model whose layers all attend alike. With a
-    disk tier (`disk`), blocks the memory cache lacks are looked up and loaded from disk (read
-    ahead from when the sequence is added: `prefetch`), and full blocks are saved to it."""
+    disk tier (`disk`, holding each group's part of a block), blocks the memory cache lacks are
+    looked up and loaded from disk (read ahead from when the sequence is added: `prefetch`),
+    and full blocks are saved to it."""
 
     def __init__(self, groups: int | tuple[KVCacheGroup, ...], block_size: int,
                  enable_prefix_caching: bool = True,
@@ -137,8 +142,9 @@ class KVCacheManager:
         specs = (KVCacheGroup(groups),) if isinstance(groups, int) else tuple(groups)
         if not specs or specs[0].window:
             raise ValueError("the first KV cache group keeps every block (window 0)")
-        if disk is not None and len(specs) > 1:
-            raise ValueError("the disk prefix cache keeps blocks of one KV cache group only")
+        if disk is not None and len(disk.ios) != len(specs):
+            raise ValueError(f"the disk prefix cache keeps blocks of {len(disk.ios)} KV cache "
+                             f"groups, the KV cache has {len(specs)}")
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self._groups = [_GroupTables(spec, block_size) for spec in specs]
@@ -146,7 +152,7 @@ class KVCacheManager:
         self.disk = disk if enable_prefix_caching else None
         self._queried_tokens = 0
         self._hit_tokens = 0
-        self._to_save: list[BlockRef] = []
+        self._to_save: list[list[BlockRef]] = [[] for _ in specs]  # per group
 
     @property
     def pools(self) -> list[BlockPool]:
@@ -167,28 +173,86 @@ class KVCacheManager:
         max_blocks = (seq.num_tokens - 1) // self.block_size
         hits = self._memory_hits(seq, max_blocks)
         if self.disk is not None:
-            if len(hits) < max_blocks:
-                hits += self._load_from_disk(seq, hits, max_blocks)
+            end = self._disk_hit_end(seq, len(hits), max_blocks)
+            if end > len(hits):
+                hits += self._read_into_pool(seq, 0, range(len(hits), end), hits)
+            self._load_windows_from_disk(seq, len(hits))
             self.disk.discard(seq.block_hashes[:max_blocks])  # what it read ahead and not taken
         return self._within_windows(seq, hits)
 
     def _within_windows(self, seq: Sequence, hits: list[KVCacheBlock]) -> PrefixHit:
         """The hit cut back to where every windowed group also has its window's blocks."""
         windowed = self._groups[1:]
-        found = [[g.pool.lookup(seq.block_hashes[i], self._block_tokens(seq, i))
-                  for i in range(len(hits))] for g in windowed]
-        runs = [_cached_runs(blocks) for blocks in found]
-        end = len(hits)
-        while end and not all(
-                run[end - 1] >= end - g.spec.first_needed_block(end * self.block_size,
-                                                                self.block_size)
-                for g, run in zip(windowed, runs, strict=True)):
-            end -= 1
+        found = [self._group_lookups(seq, g, len(hits)) for g in windowed]
+        end = self._hit_end(len(hits), [[b is not None for b in blocks] for blocks in found])
         tables = [hits[:end]]
         for g, blocks in zip(windowed, found, strict=True):
             first = g.spec.first_needed_block(end * self.block_size, self.block_size)
             tables.append([None] * first + blocks[first:end])
         return PrefixHit(end * self.block_size, tuple(tables))
+
+    def _hit_end(self, num_blocks: int, present: list[list[bool]]) -> int:
+        """How many of the first num_blocks blocks a hit may take: the most at whose end every
+        windowed group has the blocks its window needs (`present`, per windowed group and
+        block)."""
+        runs = [_runs(group_present) for group_present in present]
+        end = num_blocks
+        while end and not all(
+                run[end - 1] >= end - g.spec.first_needed_block(end * self.block_size,
+                                                                self.block_size)
+                for g, run in zip(self._groups[1:], runs, strict=True)):
+            end -= 1
+        return end
+
+    def _group_lookups(self, seq: Sequence, group: _GroupTables,
+                       num_blocks: int) -> list[KVCacheBlock | None]:
+        return [group.pool.lookup(seq.block_hashes[i], self._block_tokens(seq, i))
+                for i in range(num_blocks)]
+
+    def _disk_hit_end(self, seq: Sequence, num_memory_hits: int, max_blocks: int) -> int:
+        """Where a hit could end once the disk's blocks are read: past the first group's memory
+        hits by the blocks on disk after them, cut back to where every windowed group has its
+        window's blocks in memory or on disk."""
+        start = num_memory_hits
+        return self._reachable_end(
+            seq, start + self.disk.num_hits(seq.block_hashes[start:max_blocks]))
+
+    def _reachable_end(self, seq: Sequence, num_blocks: int) -> int:
+        """The most of the first num_blocks blocks at whose end every windowed group has its
+        window's blocks in memory or on disk."""
+        present = []
+        for g, group in enumerate(self._groups[1:], 1):
+            in_memory = [b is not None for b in self._group_lookups(seq, group, num_blocks)]
+            missing = [i for i, found in enumerate(in_memory) if not found]
+            on_disk = self.disk.on_disk([seq.block_hashes[i] for i in missing], g)
+            for i, found in zip(missing, on_disk, strict=True):
+                in_memory[i] = found
+            present.append(in_memory)
+        return self._hit_end(num_blocks, present)
+
+    def _window_misses(self, seq: Sequence, end: int) -> list[tuple[int, list[int],
+                                                                    list[KVCacheBlock]]]:
+        """Per windowed group (its index), the blocks its window needs at `end` that its memory
+        cache lacks, and those it has."""
+        misses = []
+        for g, group in enumerate(self._groups[1:], 1):
+            first = group.spec.first_needed_block(end * self.block_size, self.block_size)
+            found = self._group_lookups(seq, group, end)[first:]
+            misses.append((g, [i for i, b in enumerate(found, first) if b is None],
+                           [b for b in found if b is not None]))
+        return misses
+
+    def _load_windows_from_disk(self, seq: Sequence, num_blocks: int) -> None:
+        """Read from disk the blocks each windowed group's window needs, and lacks, at the end
+        of the longest hit within num_blocks that memory and disk allow; where one cannot be
+        read (a damaged file, now forgotten; no room), again for the longest hit before it."""
+        end = self._reachable_end(seq, num_blocks)
+        while end:
+            short = [len(self._read_into_pool(seq, g, missing, found)) < len(missing)
+                     for g, missing, found in self._window_misses(seq, end) if missing]
+            if not any(short):
+                return
+            end = self._reachable_end(seq, end - 1)
 
     def prefetch(self, seq: Sequence) -> None:
         """Have the disk tier start reading the blocks of a new sequence's prompt that the
@@ -199,9 +263,13 @@ class KVCacheManager:
         self._update_block_hashes(seq)
         max_blocks = (seq.num_tokens - 1) // self.block_size
         start = len(self._memory_hits(seq, max_blocks))
-        n = self.disk.num_hits(seq.block_hashes[start:max_blocks])
+        end = self._disk_hit_end(seq, start, max_blocks)
         self.disk.prefetch([(seq.block_hashes[i], self._block_tokens(seq, i))
-                            for i in range(start, start + n)])
+                            for i in range(start, end)])
+        for g, missing, _ in self._window_misses(seq, end):
+            on_disk = self.disk.on_disk([seq.block_hashes[i] for i in missing], g)
+            self.disk.prefetch([(seq.block_hashes[i], self._block_tokens(seq, i))
+                                for i, found in zip(missing, on_disk, strict=True) if found], g)
 
     def _looks_up_prefix(self, seq: Sequence) -> bool:
         """Whether the sequence may start from cached blocks (see get_computed_blocks)."""
@@ -217,27 +285,26 @@ class KVCacheManager:
             hits.append(block)
         return hits
 
-    def _load_from_disk(self, seq: Sequence, hits: list[KVCacheBlock],
-                        max_blocks: int) -> list[KVCacheBlock]:
-        """The blocks after the memory hits that the disk has, read into free blocks that join
-        the memory cache (free and cached, as a finished sequence leaves them)."""
-        start = len(hits)
-        n = self.disk.num_hits(seq.block_hashes[start:max_blocks])
-        if n == 0:
-            return []
-        self.pool.touch(hits)  # so that making room for the loaded blocks never evicts them
-        blocks = self.pool.allocate(min(n, self.pool.num_free_blocks))
+    def _read_into_pool(self, seq: Sequence, group: int, indices: range | list[int],
+                        found: list[KVCacheBlock]) -> list[KVCacheBlock]:
+        """The sequence's blocks at `indices` (in order) read from disk into free blocks of a
+        group's pool, which join its memory cache (free and cached, as a finished sequence
+        leaves them), until one cannot be read; `found`: blocks of that group already found,
+        which making room must not evict."""
+        pool = self._groups[group].pool
+        pool.touch(found)
+        blocks = pool.allocate(min(len(indices), pool.num_free_blocks))
         num_loaded = 0
         try:
-            refs = [BlockRef(b.block_id, seq.block_hashes[start + i],
-                             self._block_tokens(seq, start + i)) for i, b in enumerate(blocks)]
-            num_loaded = self.disk.load(refs)
+            refs = [BlockRef(b.block_id, seq.block_hashes[i], self._block_tokens(seq, i))
+                    for b, i in zip(blocks, indices, strict=False)]
+            num_loaded = self.disk.load(refs, group)
             for block, ref in zip(blocks[:num_loaded], refs, strict=False):
-                self.pool.cache(block, ref.block_hash, ref.token_ids)
+                pool.cache(block, ref.block_hash, ref.token_ids)
         finally:
             # Unread blocks are reused first; the loaded ones tail first, as `free` does.
-            self.pool.free(blocks[num_loaded:] + list(reversed(blocks[:num_loaded])))
-            self.pool.free(hits)
+            pool.free(blocks[num_loaded:] + list(reversed(blocks[:num_loaded])))
+            pool.free(found)
         return blocks[:num_loaded]
 
     def record_prefix_query(self, num_tokens: int, num_hit_tokens: int) -> None:
@@ -275,26 +342,25 @@ class KVCacheManager:
         if num_full <= start:
             return
         self._update_block_hashes(seq)
-        for group in self._groups:
+        for group, to_save in zip(self._groups, self._to_save, strict=True):
             held = group.tables.get(rid, [])
             for i in range(group.num_cached.get(rid, 0), min(num_full, len(held))):
                 if held[i] is not None:
                     group.pool.cache(held[i], seq.block_hashes[i], self._block_tokens(seq, i))
+                    if self.disk is not None:
+                        to_save.append(BlockRef(held[i].block_id, seq.block_hashes[i],
+                                                self._block_tokens(seq, i)))
             group.num_cached[rid] = num_full
-        if self.disk is not None:
-            held = first.tables[rid]
-            self._to_save += [BlockRef(held[i].block_id, seq.block_hashes[i],
-                                       self._block_tokens(seq, i)) for i in range(start, num_full)]
-            if seq.cache_tag is not None:
-                # From the first block: prefix hits (memory or disk) are this chat's blocks too.
-                self.disk.record(seq.cache_tag, seq.block_hashes[start:num_full])
+        if self.disk is not None and seq.cache_tag is not None:
+            # From the first block: prefix hits (memory or disk) are this chat's blocks too.
+            self.disk.record(seq.cache_tag, seq.block_hashes[start:num_full])
 
     def save_to_disk(self) -> None:
         """Hand the blocks that became full this step to the disk tier (it copies them now and
         writes them in the background), and which blocks each cache tag used: call once per
         step, before any block is reused."""
         if self.disk is not None:
-            blocks, self._to_save = self._to_save, []
+            blocks, self._to_save = self._to_save, [[] for _ in self._groups]
             self.disk.save(blocks)
 
     def trim(self, seq: Sequence) -> None:
@@ -333,10 +399,10 @@ class KVCacheManager:
             hashes.append(hash_block_tokens(parent, self._block_tokens(seq, i)))
 
 
-def _cached_runs(blocks: list[KVCacheBlock | None]) -> list[int]:
-    """Per index, how many blocks in a row up to and including it are cached."""
+def _runs(present: list[bool]) -> list[int]:
+    """Per index, how many blocks in a row up to and including it are present."""
     runs, run = [], 0
-    for block in blocks:
-        run = run + 1 if block is not None else 0
+    for found in present:
+        run = run + 1 if found else 0
         runs.append(run)
     return runs

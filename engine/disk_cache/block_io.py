@@ -1,14 +1,18 @@
 """Copying whole KV-cache blocks out of the cache and back in, as bytes: what the disk tier of
 the prefix cache (engine.disk_cache.tier) saves and restores.
 
-One block's bytes hold every layer's keys and values for its tokens, laid out as
+One block's bytes hold its tokens' keys and values in every layer of its KV cache group, as
 [layer][key, value][token][kv head][head dim] in the cache's dtype. Copies out are taken at once
 on the engine thread (the block may be reused the next step); turning them into bytes and
 writing them is left to whoever takes them. A cache on a CUDA device is copied through a pinned
-host buffer (engine.disk_cache.host_staging); a cache in host memory directly.
+host buffer (engine.disk_cache.host_staging); a cache in host memory directly. A model with
+several KV cache groups has one KVBlockIO per group (`group_block_ios`): each group's layers,
+block ids and block shape are its own.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -28,7 +32,7 @@ class KVBlockIO:
         self.dtype = key.dtype
         # [layer][key, value][token][kv head][head dim] of one block
         self.block_shape = (len(kv_caches), 2, *key.shape[1:])
-        self.bytes_per_block = key[0].numel() * key.element_size() * 2 * len(kv_caches)
+        self.bytes_per_block = _bytes_per_block(kv_caches)
         if staging is None and self.device.type == "cuda":
             staging = HostStaging(self.device, max(DEFAULT_MAX_BYTES, self.bytes_per_block))
         if staging is not None and staging.max_bytes < self.bytes_per_block:
@@ -101,3 +105,22 @@ class KVBlockIO:
 
     def _blocks_per_part(self) -> int:
         return self.staging.max_bytes // self.bytes_per_block
+
+
+def group_block_ios(kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+                    layer_groups: Sequence[Sequence[int]]) -> list[KVBlockIO]:
+    """One KVBlockIO per KV cache group, over the caches of its layers (`layer_groups`: each
+    group's layer indices into `kv_caches`); on CUDA they share one staging buffer, as the
+    engine thread copies one group at a time."""
+    groups = [[kv_caches[layer] for layer in layers] for layers in layer_groups]
+    device = kv_caches[0][0].device
+    staging = None
+    if device.type == "cuda":
+        largest = max(_bytes_per_block(caches) for caches in groups)
+        staging = HostStaging(device, max(DEFAULT_MAX_BYTES, largest))
+    return [KVBlockIO(caches, staging) for caches in groups]
+
+
+def _bytes_per_block(kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> int:
+    key = kv_caches[0][0]
+    return key[0].numel() * key.element_size() * 2 * len(kv_caches)

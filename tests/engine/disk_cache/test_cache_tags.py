@@ -101,11 +101,12 @@ def tiny(tmp_path_factory) -> Path:
     return save_tiny_model(tmp_path_factory.mktemp("tiny-llama"), "llama", seed=0)
 
 
-def chained_hashes(tokens: list[int]) -> list[bytes]:
+def chained_hashes(tokens: list[int], block: int = BLOCK) -> list[bytes]:
+    """The hashes of the full blocks of `block` tokens, as the prefix cache names them."""
     hashes: list[bytes] = []
-    for i in range(len(tokens) // BLOCK):
+    for i in range(len(tokens) // block):
         hashes.append(hash_block_tokens(hashes[-1] if hashes else None,
-                                        tokens[i * BLOCK:(i + 1) * BLOCK]))
+                                        tokens[i * block:(i + 1) * block]))
     return hashes
 
 
