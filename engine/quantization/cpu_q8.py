@@ -30,7 +30,7 @@ from engine.quantization.native_linear import NativeLinearKernel, Scratch, WideC
 from engine.quantization.tensors import BlockWeight, Int8Weight
 from kernels.cpu.decode_layers import Q8_KIND, CLinear
 from kernels.cpu.q8_amx import Q8Amx
-from kernels.cpu.q8_gemv import Q8Gemv
+from kernels.cpu.q8_gemv import SUPER_SCALED_TYPES, Q8Gemv
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +110,11 @@ class CpuQ8Method:
                  context: Q8Context, precise: bool, reuse_output: bool) -> None:
         self.weight = weight
         self.policy = policy
+        # IQ4_XS and Q5_K layers take int8 activations a scale per 256 values, as llama.cpp's
+        # kernels for them do (Q8_K): their products then add up in int32 a super-block at a
+        # time (kernels/cpu/q8_gemv.c), and the weights' own rounding outweighs the
+        # activations'.
+        precise = precise and getattr(weight, "TYPE_NAME", None) not in SUPER_SCALED_TYPES
         self.native = Q8Kernel(weight, context, precise, reuse_output,
                                policy.int8_pass_amx_from_rows)
 

@@ -24,7 +24,6 @@ from engine.quantization.tensors import (
     dequantize,
     dequantize_rows,
     select_rows,
-    widen_blocks,
 )
 from kernels.cpu.dequant import Dequantizer
 from kernels.cpu.q4_gemv import Q4Repacked
@@ -79,8 +78,9 @@ class DequantWorkspace:
             return self._dq.int4_into(weight.packed, weight.scales, weight.mins, out)
         if isinstance(weight, Q6KWeight):
             return self._dq.q6_k_into(weight.blocks, weight.shape[1], out)
-        if isinstance(weight, BlockWeight):  # IQ4_XS, Q5_K: their exact int8, widened
-            weight = widen_blocks(weight)
+        if isinstance(weight, BlockWeight):  # IQ4_XS, Q5_K, Q3_K: from their blocks
+            return self._dq.sub_blocks_into(weight.blocks, weight.TYPE_NAME, weight.shape[1],
+                                            out)
         assert isinstance(weight, Int8Weight)
         return self._dq.int8_into(weight.q, weight.scales, weight.mins, out)
 

@@ -14,9 +14,11 @@ from engine.config import EngineConfig
 from engine.core.kv_cache_manager import KVCacheGroup
 from engine.core.scheduler import ScheduledSequence, SchedulerOutput
 from engine.core.sequence import NULL_BLOCK, Sequence
+from engine.errors import ModelLoadError
 from engine.layers.linear import Placement, make_linear
 from engine.loading.loader import LoadedModel
 from engine.loading.model_info import available_memory
+from engine.models.architecture import ModelShape
 from engine.models.decoder import DecoderForCausalLM
 from engine.models.kv_cache_sizing import (
     group_num_blocks,
@@ -33,7 +35,14 @@ from engine.quantization.cpu_q4 import Q4Context, Q4Kernel, load_q4_context
 from engine.quantization.cpu_q8 import CpuQ8Method, Q8Context, Q8Kernel, load_q8_context
 from engine.quantization.dequantize_workspace import DequantWorkspace
 from engine.quantization.native_kernels import load_native
-from engine.quantization.tensors import Int4Weight, Int8Weight, Weight, split_int8_into_int4
+from engine.quantization.tensors import (
+    BlockWeight,
+    Int4Weight,
+    Int8Weight,
+    Weight,
+    split_int8_into_int4,
+    widen_blocks,
+)
 from engine.structured_output.matcher import GrammarRows, GrammarState
 from engine.worker.logprobs import LogprobsRequest, SampledLogprobs, StepLogprobs
 from engine.worker.pooler import PoolingChunk, pool_chunks
@@ -140,7 +149,7 @@ class ModelRunner:
                                     else self._grouped_metadata)
         self.block_size = config.block_size
         # (attention window, layers) of each KV cache group, and each group's pool.
-        self.kv_layout = kv_cache_layout(self.model.shape.layer_windows)
+        self.kv_layout = kv_cache_layout(self.model.shape)
         self.kv_cache_groups = self._kv_cache_groups()
         # The blocks of the group that keeps every block: the context the cache holds.
         self.num_blocks = self.kv_cache_groups[0].num_blocks
@@ -212,8 +221,10 @@ class ModelRunner:
         layers = [weights[name] for name in weights if name.startswith("model.layers.0.")]
         int4 = [w for w in layers if isinstance(w, Int4Weight)]
         if not int4:
-            int4 = [split_int8_into_int4(w) for w in layers
-                    if isinstance(w, Int8Weight) and w.group_size is not None][:1]
+            # Grouped int8 or GGUF blocks only: their exact int8, as int4 halves, stands in.
+            int4 = [split_int8_into_int4(widen_blocks(w) if isinstance(w, BlockWeight) else w)
+                    for w in layers if isinstance(w, BlockWeight)
+                    or (isinstance(w, Int8Weight) and w.group_size is not None)][:1]
         if not int4:
             return CpuPathPolicy()
         probe = max(int4, key=lambda w: w.shape[0] * w.shape[1])
@@ -234,11 +245,12 @@ class ModelRunner:
                 "leave kv_cache_dtype at 'auto', or set dtype to it")
         return dtype
 
-    def bytes_per_block(self, num_layers: int | None = None) -> int:
-        """A block's bytes over num_layers layers (all of them when None)."""
+    def bytes_per_block(self, layers: tuple[int, ...] | None = None) -> int:
+        """A block's bytes over these layers (all of them when None), each at its own KV heads
+        and head size."""
         s = self.model.shape
-        return (2 * (num_layers or s.num_layers) * self.block_size * s.num_kv_heads * s.head_dim
-                * self.kv_dtype.itemsize)
+        floats = s.kv_floats(range(s.num_layers) if layers is None else layers)
+        return 2 * self.block_size * floats * self.kv_dtype.itemsize
 
     @torch.inference_mode()
     def execute(self, sched: SchedulerOutput) -> RunnerOutput:
@@ -499,7 +511,7 @@ class ModelRunner:
         """Each KV cache group's pool; the first keeps every block, the others (sliding-window
         layers beside full-attention ones) only their windows'."""
         windows = [window for window, _ in self.kv_layout]
-        bytes_per_block = [self.bytes_per_block(len(layers)) for _, layers in self.kv_layout]
+        bytes_per_block = [self.bytes_per_block(layers) for _, layers in self.kv_layout]
         if self.device.type == "cuda" and self.config.num_kv_blocks is None:
             counts = self._blocks_from_free_gpu_memory(bytes_per_block, windows)
         else:
@@ -563,7 +575,7 @@ class ModelRunner:
         s = self.model.shape
         caches: list[tuple[torch.Tensor, torch.Tensor]] = [None] * s.num_layers  # type: ignore
         for (window, layers), group in zip(self.kv_layout, self.kv_cache_groups, strict=True):
-            shape = (group.num_blocks, self.block_size, s.num_kv_heads, s.head_dim)
+            shape = (group.num_blocks, self.block_size, *s.kv_heads(layers[0]))
             kind = f"window {window}" if window else "full attention"
             logger.info("KV cache (%d layers, %s): %d blocks of %d tokens, %s (%.0f MiB)",
                         len(layers), kind, group.num_blocks, self.block_size, self.kv_dtype,
@@ -580,14 +592,22 @@ class ModelRunner:
         return caches
 
 
-def kv_cache_layout(layer_windows: tuple[int, ...]) -> list[tuple[int, tuple[int, ...]]]:
+def kv_cache_layout(shape: ModelShape) -> list[tuple[int, tuple[int, ...]]]:
     """(attention window, layers) of each KV cache group: one group per window, the first the
     one whose blocks are all kept (the full-attention layers; without any, the widest window's),
-    then the other windows narrowest first."""
-    distinct = set(layer_windows)
+    then the other windows narrowest first. A group's layers share one KV shape, its pool's
+    (Gemma 4's global layers, of their own head size, are its full-attention group)."""
+    distinct = set(shape.layer_windows)
     first = 0 if 0 in distinct else max(distinct)
     windows = [first] + sorted(distinct - {first})
-    return [(w, tuple(i for i, lw in enumerate(layer_windows) if lw == w)) for w in windows]
+    layout = [(w, tuple(i for i, lw in enumerate(shape.layer_windows) if lw == w))
+              for w in windows]
+    for window, layers in layout:
+        if len({shape.kv_heads(i) for i in layers}) > 1:
+            raise ModelLoadError(
+                f"The layers of attention window {window or 'full'} differ in head size or KV "
+                "heads, which Pagoda's KV cache does not hold in one group.")
+    return layout
 
 
 def _sampling_rows(seq: Sequence, drafts: list[int]) -> list[SamplingRow]:

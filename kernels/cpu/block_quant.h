@@ -17,6 +17,7 @@
 #include <string.h>
 
 #define BQ_BLOCK 32
+#define BQ_SUPER 256
 #define BQ_I8_MAX 127.0f
 #define BQ_I16_MAX 32767.0f
 
@@ -58,17 +59,23 @@ static inline int bq_resolve_isa(int isa)
 
 /* ---- scalar ------------------------------------------------------------------------------ */
 
-static inline float bq_block_scale(const float *v, float levels)
+static inline float bq_amax_scalar(const float *v, int n)
 {
     float amax = 0.0f;
-    for (int j = 0; j < BQ_BLOCK; j++)
+    for (int j = 0; j < n; j++)
         amax = fmaxf(amax, fabsf(v[j]));
-    return amax / levels;
+    return amax;
 }
 
-static inline void bq_quantize8_scalar(const float *v, int8_t *q, float *scale, float *sum)
+static inline float bq_block_scale(const float *v, float levels)
 {
-    float d = bq_block_scale(v, BQ_I8_MAX);
+    return bq_amax_scalar(v, BQ_BLOCK) / levels;
+}
+
+/* A block of 32 values rounded to int8 by the scale d (0: all zeros) given. */
+static inline void bq_quantize8_by_scalar(const float *v, float d, int8_t *q, float *scale,
+                                          float *sum)
+{
     int32_t qsum = 0;
     for (int j = 0; j < BQ_BLOCK; j++) {
         q[j] = d == 0.0f ? 0 : (int8_t)nearbyintf(v[j] / d);
@@ -76,6 +83,11 @@ static inline void bq_quantize8_scalar(const float *v, int8_t *q, float *scale, 
     }
     *scale = d;
     *sum = d * (float)qsum;
+}
+
+static inline void bq_quantize8_scalar(const float *v, int8_t *q, float *scale, float *sum)
+{
+    bq_quantize8_by_scalar(v, bq_block_scale(v, BQ_I8_MAX), q, scale, sum);
 }
 
 static inline void bq_quantize16_scalar(const float *v, int16_t *q, float *scale, float *sum)
@@ -157,22 +169,30 @@ static inline int32_t bq_sum_rounded_avx2(const __m256i i[4])
     return _mm_cvtsi128_si32(s4);
 }
 
+/* A block of 32 values rounded to int8 by the scale d (0: all zeros) given. */
 __attribute__((target("avx2,fma")))
-static inline void bq_quantize8_avx2(const float *v, int8_t *q, float *scale, float *sum)
+static inline void bq_quantize8_by_avx2(const float *v, float d, int8_t *q, float *scale,
+                                        float *sum)
 {
-    __m256i i[4];
-    float d = bq_round_block_avx2(v, BQ_I8_MAX, i);
     *scale = d;
     if (d == 0.0f) {
         memset(q, 0, BQ_BLOCK);
         *sum = 0.0f;
         return;
     }
+    __m256i i[4];
+    bq_round_by_avx2(v, d, i);
     /* The packs interleave 128-bit lanes; one permute puts the 32 bytes back in order. */
     __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
     b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256((__m256i *)q, b);
     *sum = d * (float)bq_sum_rounded_avx2(i);
+}
+
+__attribute__((target("avx2,fma")))
+static inline void bq_quantize8_avx2(const float *v, int8_t *q, float *scale, float *sum)
+{
+    bq_quantize8_by_avx2(v, bq_amax_avx2(v, BQ_BLOCK) / BQ_I8_MAX, q, scale, sum);
 }
 
 __attribute__((target("avx2,fma")))
@@ -209,6 +229,33 @@ static inline void bq_quantize_rows(int isa, int wide, const float *x, int m, in
                 bq_quantize8_scalar(v, q, xscale + b, xsum + b);
             else
                 bq_quantize8_avx2(v, q, xscale + b, xsum + b);
+        }
+    }
+}
+
+__attribute__((target("avx2,fma")))
+static inline float bq_amax_super_avx2(const float *v) { return bq_amax_avx2(v, BQ_SUPER); }
+
+/* As bq_quantize_rows to int8 (k a multiple of 256), each 256 values of a row (a GGUF
+ * super-block's width) by one scale, s_x = max|x| / 127 over them, as llama.cpp's Q8_K
+ * activations are: every block of the 8 still gets its own scale and sum entries (equal
+ * scales), so a kernel reading blocks reads them as it reads per-block ones. */
+static inline void bq_quantize_rows_super8(int isa, const float *x, int m, int k, int8_t *xq,
+                                           float *xscale, float *xsum)
+{
+    size_t supers = (size_t)m * (k / BQ_SUPER);
+    for (size_t s = 0; s < supers; s++) {
+        const float *v = x + s * BQ_SUPER;
+        float d = (isa == BQ_ISA_SCALAR ? bq_amax_scalar(v, BQ_SUPER)
+                                        : bq_amax_super_avx2(v)) / BQ_I8_MAX;
+        for (int j = 0; j < BQ_SUPER / BQ_BLOCK; j++) {
+            size_t b = s * (BQ_SUPER / BQ_BLOCK) + j;
+            if (isa == BQ_ISA_SCALAR)
+                bq_quantize8_by_scalar(v + j * BQ_BLOCK, d, xq + b * BQ_BLOCK, xscale + b,
+                                       xsum + b);
+            else
+                bq_quantize8_by_avx2(v + j * BQ_BLOCK, d, xq + b * BQ_BLOCK, xscale + b,
+                                     xsum + b);
         }
     }
 }

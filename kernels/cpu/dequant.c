@@ -19,6 +19,9 @@
 
 #include "half_float.h"
 #include "q4_records.h"
+#include "iq4_xs_blocks.h"
+#include "q3_k_blocks.h"
+#include "q5_k_blocks.h"
 #include "q6_k_blocks.h"
 
 enum { DQ_FP32 = 0, DQ_BF16 = 1 };
@@ -408,6 +411,108 @@ int dq_q6_k(const uint8_t *blocks, int n, int k, int out_dtype, void *out, int i
             q6k_row_avx2(blocks, (size_t)row, k, out_dtype, out);
         else
             q6k_row_scalar(blocks, (size_t)row, k, out_dtype, out);
+    }
+    return 0;
+}
+
+/* ---- GGUF IQ4_XS, Q5_K and Q3_K blocks (their headers), read in place ----------------------
+ * Sub-blocks of 32 values with integer scales: w = (d * sc) * q - dmin * m in fp32 (Q5_K's
+ * min; the others have none), the order of gguf's reference dequantization. Q3_K has a scale
+ * per 16 values, the others one per 32. */
+
+enum { SB_IQ4_XS = 0, SB_Q5_K = 1, SB_Q3_K = 2 };
+
+static size_t sb_row_bytes(int fmt, int k)
+{
+    return fmt == SB_IQ4_XS ? iq4xs_row_bytes(k) : fmt == SB_Q5_K ? q5k_row_bytes(k)
+                                                                  : q3k_row_bytes(k);
+}
+
+/* Sub-block j's float scale of each half (values 0..15, 16..31) and the min subtracted. */
+static void sb_params(int fmt, const uint8_t *super, int j, float scale[2], float *min)
+{
+    *min = 0.0f;
+    if (fmt == SB_IQ4_XS) {
+        scale[0] = scale[1] = iq4xs_d(super) * (float)iq4xs_scale(super, j);
+    } else if (fmt == SB_Q5_K) {
+        scale[0] = scale[1] = q5k_d(super) * (float)q5k_scale(super, j, 0);
+        *min = q5k_dmin(super) * (float)q5k_scale(super, j, 1);
+    } else {
+        float d = q3k_d(super);
+        scale[0] = d * (float)q3k_scale(super, 2 * j);
+        scale[1] = d * (float)q3k_scale(super, 2 * j + 1);
+    }
+}
+
+static void sb_values_scalar(int fmt, const uint8_t *super, int j, int8_t q[32])
+{
+    if (fmt == SB_IQ4_XS)
+        iq4xs_block_scalar(super, j, q);
+    else if (fmt == SB_Q5_K)
+        q5k_block_scalar(super, j, q);
+    else
+        q3k_block_scalar(super, j, q);
+}
+
+/* No fused multiply-add: the product is rounded before the min is taken, as gguf's is. */
+__attribute__((optimize("fp-contract=off")))
+static void sb_row_scalar(int fmt, const uint8_t *blocks, size_t row, int k, int out_dtype,
+                          void *out)
+{
+    const uint8_t *base = blocks + row * sb_row_bytes(fmt, k);
+    size_t super_bytes = sb_row_bytes(fmt, 256);
+    for (int g = 0; g < k / 32; g++) {
+        const uint8_t *super = base + (size_t)(g / 8) * super_bytes;
+        float scale[2], min;
+        int8_t q[32];
+        sb_params(fmt, super, g % 8, scale, &min);
+        sb_values_scalar(fmt, super, g % 8, q);
+        for (int e = 0; e < 32; e++) {
+            float w = scale[e / 16] * (float)q[e];
+            store1(w - min, out_dtype, out, row * (size_t)k + (size_t)g * 32 + e);
+        }
+    }
+}
+
+__attribute__((target("avx2,fma,f16c"), optimize("fp-contract=off")))
+static void sb_row_avx2(int fmt, const uint8_t *blocks, size_t row, int k, int out_dtype,
+                        void *out)
+{
+    const uint8_t *base = blocks + row * sb_row_bytes(fmt, k);
+    size_t super_bytes = sb_row_bytes(fmt, 256);
+    for (int g = 0; g < k / 32; g++) {
+        const uint8_t *super = base + (size_t)(g / 8) * super_bytes;
+        int j = g % 8;
+        float scale[2], min;
+        sb_params(fmt, super, j, scale, &min);
+        __m256i q = fmt == SB_IQ4_XS ? iq4xs_block_avx2(super, j)
+                  : fmt == SB_Q5_K   ? q5k_block_avx2(super, j)
+                                     : q3k_block_avx2(super, j);
+        __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+        __m256 m = _mm256_set1_ps(min);
+        for (int p = 0; p < 4; p++) {
+            __m128i eight = p % 2 ? _mm_srli_si128(halves[p / 2], 8) : halves[p / 2];
+            __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eight));
+            __m256 w = _mm256_mul_ps(_mm256_set1_ps(scale[p / 2]), v);
+            store8(_mm256_sub_ps(w, m), out_dtype, out, row * (size_t)k + (size_t)g * 32 + 8 * p);
+        }
+    }
+}
+
+/* blocks: n rows of k / 256 super-blocks of format fmt (SB_*); out: fp32 or bf16 [n, k]. */
+int dq_sub_blocks(const uint8_t *blocks, int fmt, int n, int k, int out_dtype, void *out,
+                  int isa, int threads)
+{
+    if (fmt < SB_IQ4_XS || fmt > SB_Q3_K || n <= 0 || k <= 0 || k % 256
+        || !target_ok(out_dtype, isa, 1))
+        return -1;
+    int vector = isa != 0 && has_avx2();
+#pragma omp parallel for num_threads(threads < 1 ? 1 : threads) schedule(static)
+    for (int row = 0; row < n; row++) {
+        if (vector)
+            sb_row_avx2(fmt, blocks, (size_t)row, k, out_dtype, out);
+        else
+            sb_row_scalar(fmt, blocks, (size_t)row, k, out_dtype, out);
     }
     return 0;
 }

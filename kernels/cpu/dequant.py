@@ -1,4 +1,4 @@
-"""kernels/cpu/dequant.c through ctypes: int4, int8 and GGUF Q6_K weights widened to fp32 or
+"""kernels/cpu/dequant.c through ctypes: int4, int8 and GGUF Q6_K, IQ4_XS, Q5_K and Q3_K weights widened to fp32 or
 bf16 at memory speed.
 
 Takes the weight's parts as tensors (kernels/ does not import the engine's weight types): for
@@ -20,6 +20,8 @@ NAME = "dequant"
 BEST_ISA, SCALAR, AVX2, AVX512 = -1, 0, 1, 2
 _OUT_DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 _PARAM_DTYPES = (torch.float32, torch.float16)
+# dequant.c's SB_* formats, and their super-blocks' bytes.
+_SUB_BLOCK_TYPES = {"IQ4_XS": (0, 136), "Q5_K": (1, 176), "Q3_K": (2, 110)}
 
 
 class Dequantizer:
@@ -38,6 +40,9 @@ class Dequantizer:
         self._q6_k = lib.dq_q6_k
         self._q6_k.argtypes = [ptr, i32, i32, i32, ptr, i32, i32]
         self._q6_k.restype = i32
+        self._sub_blocks = lib.dq_sub_blocks
+        self._sub_blocks.argtypes = [ptr, i32, i32, i32, i32, ptr, i32, i32]
+        self._sub_blocks.restype = i32
         self._has_vector = bool(lib.dq_has_vector_path())
         self._has_avx512 = bool(lib.dq_has_avx512_path())
         self._threads = threads
@@ -118,6 +123,27 @@ class Dequantizer:
                         out.data_ptr(), isa, threads)
         if rc:
             raise ValueError(f"dq_q6_k refused instruction set {isa} on this CPU")
+        return out
+
+    def sub_blocks_into(self, blocks: torch.Tensor, type_name: str, k: int, out: torch.Tensor,
+                        isa: int = BEST_ISA) -> torch.Tensor:
+        """out [n, k] = (d * sc) * q - dmin * m from GGUF IQ4_XS, Q5_K or Q3_K rows (uint8
+        [n, k / 256 * their bytes]), as gguf's reference computes it."""
+        n = blocks.shape[0]
+        _check_out(out, n, k)
+        if type_name not in _SUB_BLOCK_TYPES:
+            raise ValueError(f"no sub-block dequantization for {type_name!r}: one of "
+                             f"{', '.join(_SUB_BLOCK_TYPES)}")
+        fmt, super_bytes = _SUB_BLOCK_TYPES[type_name]
+        if blocks.dtype != torch.uint8 or k % 256 or blocks.shape != (n, k // 256 * super_bytes):
+            raise ValueError(f"{type_name} rows of {k} weights are uint8 "
+                             f"[{n}, {k // 256 * super_bytes}], not {blocks.dtype} "
+                             f"{tuple(blocks.shape)}")
+        threads = self._threads or torch.get_num_threads()
+        rc = self._sub_blocks(blocks.contiguous().data_ptr(), fmt, n, k,
+                              _OUT_DTYPES[out.dtype], out.data_ptr(), isa, threads)
+        if rc:
+            raise ValueError(f"dq_sub_blocks refused instruction set {isa} on this CPU")
         return out
 
 

@@ -68,6 +68,10 @@
  * of a block, walked a super-block at a time (Q6_K's layout is walked by half super-blocks). */
 #define SUB_BLOCK_TYPES (IQ4_XS | Q5_K | Q3_K)
 #define SUB_BLOCKS 8
+/* The types whose int8 activations q8_linear quantizes a super-block (256 values) to a scale,
+ * as llama.cpp's Q8_K: a block's integer scale then applies in int16 and a super-block's 8
+ * products add up in int32 before one float multiply (SUPER_PASS8). */
+#define SUPER_SCALED_TYPES (IQ4_XS | Q5_K)
 
 struct weight {
     const int8_t *q;
@@ -83,6 +87,7 @@ struct activations {
     const float *scale;
     const float *sum;
     int m;
+    int super; /* int8, one scale per 256 values (bq_quantize_rows_super8) */
 };
 
 int q8_isa_supported(int isa) { return bq_cpu_has(isa); }
@@ -647,6 +652,183 @@ static inline size_t q6k_half_at(const uint8_t *tile, size_t row_bytes, int g0, 
         STORE_ACCUMULATORS(acc, rows, irows)                                                \
     }
 
+/* IQ4_XS and Q5_K against int8 activations with a scale per super-block (x->super): per
+ * super-block and row, each block's maddubs pairs times the block's integer scale (madd;
+ * |pair| <= 2 x 127 x 127, |sc| <= 63) add up in int32 over the 8 blocks, then one conversion
+ * and one multiply by d s_x. The scales of a super-block are unpacked at once, each lane of
+ * `scale32` a block's scale twice in int16 (what madd multiplies by), and a block's is
+ * broadcast from it by one permute. Plain AVX2, also where VNNI runs (its dpbusd sums in
+ * fours, past where the scale could apply in int16). */
+
+/* The accumulators of `rows` weight rows x `irows` activation rows into y, as is (the
+ * passes below fold Q5_K's mins in themselves). */
+#define STORE_SUMS(acc, rows, irows)                                                        \
+    for (int i = 0; i < (irows); i++)                                                      \
+        for (int r = 0; r < (rows); r++) {                                                 \
+            float s_;                                                                      \
+            BQ_HSUM256(acc[i][r], s_);                                                     \
+            y[(size_t)(i0 + i) * w->n + row0 + r] = s_;                                    \
+        }
+
+/* Each int32 lane's low int16 copied to its high one. */
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline __m256i twice16(__m256i v)
+{
+    return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)),
+                           _mm256_slli_epi32(v, 16));
+}
+
+/* Lane j: IQ4_XS sub-block j's scale, ls - 32 (iq4xs_scale's, 8 at once). */
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline __m256i iq4xs_scales_avx2(const uint8_t *super)
+{
+    uint16_t high;
+    uint32_t low;
+    memcpy(&high, super + 2, sizeof(high));
+    memcpy(&low, super + 4, sizeof(low));
+    __m256i lo = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32((int)low), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+        _mm256_set1_epi32(15));
+    __m256i hi = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32(high), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+        _mm256_set1_epi32(3));
+    return _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+}
+
+/* Lanes j: Q5_K sub-block j's scale (*scales) and min (*mins) (q5k_scale's, 8 at once). */
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline void q5k_scales_avx2(const uint8_t *super, __m256i *scales, __m256i *mins)
+{
+    uint32_t u[3];
+    memcpy(u, super + Q5K_SCALES_AT, sizeof(u));
+    uint32_t sc_lo = u[0] & 0x3f3f3f3f, m_lo = u[1] & 0x3f3f3f3f;
+    uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | ((u[0] >> 6) & 0x03030303) << 4;
+    uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 6) & 0x03030303) << 4;
+    *scales = _mm256_cvtepu8_epi32(_mm_setr_epi32((int)sc_lo, (int)sc_hi, 0, 0));
+    *mins = _mm256_cvtepu8_epi32(_mm_setr_epi32((int)m_lo, (int)m_hi, 0, 0));
+}
+
+/* Blocks 2p and 2p + 1 of activation row b0 (its super-block's first block) as IQ4_XS pairs
+ * them: values 0..15 of each (*lo), then 16..31 of each (*hi). */
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline void iq4xs_pair_x(const int8_t *xq, size_t b0, int p, __m256i *lo, __m256i *hi)
+{
+    __m256i a = _mm256_loadu_si256((const __m256i *)(xq + (b0 + 2 * p) * BLOCK));
+    __m256i b = _mm256_loadu_si256((const __m256i *)(xq + (b0 + 2 * p + 1) * BLOCK));
+    *lo = _mm256_permute2x128_si256(a, b, 0x20);
+    *hi = _mm256_permute2x128_si256(a, b, 0x31);
+}
+
+/* A super-block's two blocks 2p, 2p + 1 at once: the 32 bytes of their values hold 0..15 of
+ * each in the low nibbles and 16..31 in the high ones. */
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline void iq4xs_super8_pass(const struct weight *w, const struct activations *x,
+                                     int row0, int rows, int i0, int irows, float *y)
+{
+    const int8_t *xq = (const int8_t *)x->q;
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)iq4xs_levels));
+    const __m256i nibble = _mm256_set1_epi8(15);
+    ZERO_ACCUMULATORS(acc);
+    SUPER_BLOCKS_OF_TILE(iq4xs, IQ4XS_BYTES)
+        size_t b0[ROW_CHUNK];
+        __m256i xlo[ROW_CHUNK][SUB_BLOCKS / 2], xhi[ROW_CHUNK][SUB_BLOCKS / 2];
+        for (int i = 0; i < irows; i++) {
+            b0[i] = (size_t)(i0 + i) * w->groups + (size_t)s * SUB_BLOCKS;
+            for (int p = 0; p < SUB_BLOCKS / 2; p++)
+                iq4xs_pair_x(xq, b0[i], p, &xlo[i][p], &xhi[i][p]);
+        }
+        for (int r = 0; r < rows; r++) {
+            const uint8_t *super = tile + (size_t)r * row_bytes + at;
+            __m256i scale32 = twice16(iq4xs_scales_avx2(super));
+            __m256i isum[ROW_CHUNK];
+            for (int i = 0; i < irows; i++)
+                isum[i] = _mm256_setzero_si256();
+            for (int p = 0; p < SUB_BLOCKS / 2; p++) {
+                __m256i qs = _mm256_loadu_si256(
+                    (const __m256i *)(super + IQ4XS_QS_AT + 32 * p));
+                __m256i wlo = _mm256_shuffle_epi8(table, _mm256_and_si256(qs, nibble));
+                __m256i whi = _mm256_shuffle_epi8(
+                    table, _mm256_and_si256(_mm256_srli_epi16(qs, 4), nibble));
+                __m256i sc = _mm256_permutevar8x32_epi32(
+                    scale32, _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1,
+                                               2 * p + 1, 2 * p + 1));
+                __m256i alo = _mm256_sign_epi8(wlo, wlo), ahi = _mm256_sign_epi8(whi, whi);
+                for (int i = 0; i < irows; i++) {
+                    __m256i pairs = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(alo, _mm256_sign_epi8(xlo[i][p], wlo)),
+                        _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(xhi[i][p], whi)));
+                    isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(pairs, sc));
+                }
+            }
+            float d = iq4xs_d_f16c(super);
+            for (int i = 0; i < irows; i++)
+                acc[i][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]),
+                                            _mm256_set1_ps(d * x->scale[b0[i]]), acc[i][r]);
+        }
+    }
+    STORE_SUMS(acc, rows, irows)
+}
+
+/* Q5_K's values are 0..31, so maddubs takes them as they are (no sign moves); blocks 2p and
+ * 2p + 1 share the bytes of their low four bits. Its mins go in here too: - dmin m_j times the
+ * block's activation sum, 8 blocks a multiply-add. */
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline void q5k_super8_pass(const struct weight *w, const struct activations *x,
+                                   int row0, int rows, int i0, int irows, float *y)
+{
+    const int8_t *xq = (const int8_t *)x->q;
+    const __m256i nibble = _mm256_set1_epi8(15), sixteen = _mm256_set1_epi8(16);
+    ZERO_ACCUMULATORS(acc);
+    SUPER_BLOCKS_OF_TILE(q5k, Q5K_BYTES)
+        size_t b0[ROW_CHUNK];
+        for (int i = 0; i < irows; i++)
+            b0[i] = (size_t)(i0 + i) * w->groups + (size_t)s * SUB_BLOCKS;
+        for (int r = 0; r < rows; r++) {
+            const uint8_t *super = tile + (size_t)r * row_bytes + at;
+            __m256i scales, mins;
+            q5k_scales_avx2(super, &scales, &mins);
+            __m256i scale32 = twice16(scales);
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(super + Q5K_QH_AT));
+            __m256i isum[ROW_CHUNK];
+            for (int i = 0; i < irows; i++)
+                isum[i] = _mm256_setzero_si256();
+            for (int p = 0; p < SUB_BLOCKS / 2; p++) {
+                __m256i qs = _mm256_loadu_si256((const __m256i *)(super + Q5K_QS_AT + 32 * p));
+                __m256i bit0 = _mm256_set1_epi8((char)(1 << (2 * p)));
+                __m256i bit1 = _mm256_set1_epi8((char)(2 << (2 * p)));
+                __m256i w0 = _mm256_or_si256(
+                    _mm256_and_si256(qs, nibble),
+                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit0), bit0), sixteen));
+                __m256i w1 = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(qs, 4), nibble),
+                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit1), bit1), sixteen));
+                __m256i sc0 = _mm256_permutevar8x32_epi32(scale32, _mm256_set1_epi32(2 * p));
+                __m256i sc1 = _mm256_permutevar8x32_epi32(scale32, _mm256_set1_epi32(2 * p + 1));
+                for (int i = 0; i < irows; i++) {
+                    const int8_t *xb = xq + (b0[i] + 2 * p) * BLOCK;
+                    __m256i x0 = _mm256_loadu_si256((const __m256i *)xb);
+                    __m256i x1 = _mm256_loadu_si256((const __m256i *)(xb + BLOCK));
+                    isum[i] = _mm256_add_epi32(
+                        isum[i],
+                        _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(w0, x0), sc0),
+                                         _mm256_madd_epi16(_mm256_maddubs_epi16(w1, x1), sc1)));
+                }
+            }
+            float d = q5k_d_f16c(super);
+            __m256 neg_mins = _mm256_mul_ps(_mm256_cvtepi32_ps(mins),
+                                            _mm256_set1_ps(-q5k_dmin_f16c(super)));
+            for (int i = 0; i < irows; i++) {
+                acc[i][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]),
+                                            _mm256_set1_ps(d * x->scale[b0[i]]), acc[i][r]);
+                acc[i][r] = _mm256_fmadd_ps(neg_mins, _mm256_loadu_ps(x->sum + b0[i]),
+                                            acc[i][r]);
+            }
+        }
+    }
+    STORE_SUMS(acc, rows, irows)
+}
+
 /* The accumulators of the 512-bit passes: activation rows x pairs of weight rows; and them
  * summed into y with the mins' term. */
 #define STORE_PAIR_ACCUMULATORS(acc)                                                        \
@@ -933,6 +1115,8 @@ DEFINE_TILE2(q6k_tile16_vnni, VNNI, q6k_pass16_zmm, q6k_pass16_vnni)
     DEFINE_TILES(FMT)
 DEFINE_SCALED_TILES(iq4xs, IQ4XS_BYTES, iq4xs_scale)
 DEFINE_SCALED_TILES(q5k, Q5K_BYTES, Q5K_SCALE)
+DEFINE_TILE(iq4xs_tile8s_avx2, AVX2, iq4xs_super8_pass)
+DEFINE_TILE(q5k_tile8s_avx2, AVX2, q5k_super8_pass)
 /* Q3_K's (two scales a block, as Q6_K's). */
 DEFINE_BLOCKS_PASS8(q3k_pass8_avx2, AVX2, bq_dot8_avx2, Q3K_WALK)
 DEFINE_BLOCKS_PASS8(q3k_pass8_vnni, VNNI, bq_dot8_vnni, Q3K_WALK)
@@ -966,10 +1150,21 @@ static tile_fn vector_tile(int isa, int wide, int format)
     return NULL;
 }
 
+/* The tile for activations with a scale per super-block (x->super): NULL where none is
+ * faster than the per-block passes, which read the repeated scales as they read any. */
+static tile_fn super_tile(int isa, int halves)
+{
+    if (isa < BQ_ISA_AVX2)
+        return NULL;
+    return (halves & IQ4_XS) ? iq4xs_tile8s_avx2 : (halves & Q5_K) ? q5k_tile8s_avx2 : NULL;
+}
+
 static void gemm_tiles(int isa, int wide, const struct weight *w, const struct activations *x,
                        float *y, int tile_begin, int tile_end)
 {
-    tile_fn tile = vector_tile(isa, wide, format_index(w->halves));
+    tile_fn tile = x->super ? super_tile(isa, w->halves) : NULL;
+    if (tile == NULL)
+        tile = vector_tile(isa, wide, format_index(w->halves));
     for (int t = tile_begin; t < tile_end; t++) {
         int row0 = t * TILE_ROWS;
         if (tile)
@@ -1000,13 +1195,13 @@ static int valid_weight(int halves, const void *scales, const void *mins, int k)
 /* The product of quantized activations (xq int8 or int16 by `wide`) and the weight. */
 static int gemm(int isa, int wide, const int8_t *q, const void *scales, const void *mins,
                 int halves, int n, int k, const void *xq, const float *xscale, const float *xsum,
-                int m, float *y, int n_threads)
+                int m, float *y, int n_threads, int super)
 {
     isa = bq_resolve_isa(isa);
-    if (!valid(isa, n, k, m) || !valid_weight(halves, scales, mins, k))
+    if (!valid(isa, n, k, m) || !valid_weight(halves, scales, mins, k) || (super && wide))
         return -1;
     struct weight w = {q, scales, mins, halves, n, k, k / BLOCK, isa >= BQ_ISA_AVX2};
-    struct activations x = {xq, xscale, xsum, m};
+    struct activations x = {xq, xscale, xsum, m, super};
     int tiles = (n + TILE_ROWS - 1) / TILE_ROWS;
     if (n_threads <= 1) {
         gemm_tiles(isa, wide, &w, &x, y, 0, tiles);
@@ -1017,12 +1212,15 @@ static int gemm(int isa, int wide, const int8_t *q, const void *scales, const vo
 }
 
 static int quantize(int isa, int wide, const float *x, int m, int k, void *xq, float *xscale,
-                    float *xsum)
+                    float *xsum, int super)
 {
     isa = bq_resolve_isa(isa);
-    if (!valid(isa, 1, k, m))
+    if (!valid(isa, 1, k, m) || (super && (wide || k % BQ_SUPER)))
         return -1;
-    bq_quantize_rows(isa, wide, x, m, k, xq, xscale, xsum);
+    if (super)
+        bq_quantize_rows_super8(isa, x, m, k, xq, xscale, xsum);
+    else
+        bq_quantize_rows(isa, wide, x, m, k, xq, xscale, xsum);
     return 0;
 }
 
@@ -1030,14 +1228,22 @@ static int quantize(int isa, int wide, const float *x, int m, int k, void *xq, f
 int q8_quantize_rows(int isa, const float *x, int m, int k, int8_t *xq, float *xscale,
                      float *xsum)
 {
-    return quantize(isa, 0, x, m, k, xq, xscale, xsum);
+    return quantize(isa, 0, x, m, k, xq, xscale, xsum, 0);
+}
+
+/* As q8_quantize_rows, one scale per 256 values (k a multiple of 256) repeated in each of
+ * their blocks' entries, as q8_linear quantizes for SUPER_SCALED_TYPES. */
+int q8_quantize_rows_super(int isa, const float *x, int m, int k, int8_t *xq, float *xscale,
+                           float *xsum)
+{
+    return quantize(isa, 0, x, m, k, xq, xscale, xsum, 1);
 }
 
 /* As q8_quantize_rows, to int16 (s_x = max|x| / 32767). */
 int q8_quantize_rows16(int isa, const float *x, int m, int k, int16_t *xq, float *xscale,
                        float *xsum)
 {
-    return quantize(isa, 1, x, m, k, xq, xscale, xsum);
+    return quantize(isa, 1, x, m, k, xq, xscale, xsum, 0);
 }
 
 /* q int8 [n, k]; scales, mins [n, k / 32] (fp16 where `halves` says, mins NULL: none);
@@ -1047,7 +1253,15 @@ int q8_gemm(int isa, const int8_t *q, const void *scales, const void *mins, int 
             int k, const int8_t *xq, const float *xscale, const float *xsum, int m, float *y,
             int n_threads)
 {
-    return gemm(isa, 0, q, scales, mins, halves, n, k, xq, xscale, xsum, m, y, n_threads);
+    return gemm(isa, 0, q, scales, mins, halves, n, k, xq, xscale, xsum, m, y, n_threads, 0);
+}
+
+/* As q8_gemm, with q8_quantize_rows_super's output. */
+int q8_gemm_super(int isa, const int8_t *q, const void *scales, const void *mins, int halves,
+                  int n, int k, const int8_t *xq, const float *xscale, const float *xsum, int m,
+                  float *y, int n_threads)
+{
+    return gemm(isa, 0, q, scales, mins, halves, n, k, xq, xscale, xsum, m, y, n_threads, 1);
 }
 
 /* As q8_gemm, with q8_quantize_rows16's output. */
@@ -1055,7 +1269,7 @@ int q8_gemm16(int isa, const int8_t *q, const void *scales, const void *mins, in
               int k, const int16_t *xq, const float *xscale, const float *xsum, int m, float *y,
               int n_threads)
 {
-    return gemm(isa, 1, q, scales, mins, halves, n, k, xq, xscale, xsum, m, y, n_threads);
+    return gemm(isa, 1, q, scales, mins, halves, n, k, xq, xscale, xsum, m, y, n_threads, 0);
 }
 
 size_t q8_workspace_bytes(int m, int k)
@@ -1076,10 +1290,11 @@ static int linear(int isa, int wide, const int8_t *q, const void *scales, const 
     size_t values = (size_t)m * k * (wide ? sizeof(int16_t) : 1);
     float *xscale = (float *)((char *)work + values);
     float *xsum = xscale + (size_t)m * (k / BLOCK);
-    int rc = quantize(isa, wide, x, m, k, work, xscale, xsum);
+    int super = !wide && (halves & SUPER_SCALED_TYPES);
+    int rc = quantize(isa, wide, x, m, k, work, xscale, xsum, super);
     return rc ? rc
               : gemm(isa, wide, q, scales, mins, halves, n, k, work, xscale, xsum, m, y,
-                     n_threads);
+                     n_threads, super);
 }
 
 /* y = x @ W.T with x (fp32 [m, k], contiguous) quantized to int8 per block inside; work is

@@ -23,6 +23,8 @@ _PARAM_DTYPES = (torch.float32, torch.float16)
 _SCALES_HALF, _MINS_HALF = 1, 2
 Q6_K_SUPER_BLOCK, Q6_K_BLOCK_BYTES = 256, 210
 # GGUF block types read in place: (the `halves` flag saying so, bytes per 256 values).
+# The block types whose int8 activations `linear` quantizes a scale per 256 values (q8_gemv.c).
+SUPER_SCALED_TYPES = ("IQ4_XS", "Q5_K")
 BLOCK_TYPES = {"Q6_K": (4, Q6_K_BLOCK_BYTES), "IQ4_XS": (8, 136), "Q5_K": (16, 176),
                "Q3_K": (32, 110)}
 
@@ -74,8 +76,10 @@ class Q8Gemv:
             "q8_workspace16_bytes": ([i32, i32], size),
             "q8_quantize_rows": ([i32, ptr, i32, i32, ptr, ptr, ptr], i32),
             "q8_quantize_rows16": ([i32, ptr, i32, i32, ptr, ptr, ptr], i32),
+            "q8_quantize_rows_super": ([i32, ptr, i32, i32, ptr, ptr, ptr], i32),
             "q8_gemm": ([i32, *weight, ptr, ptr, ptr, i32, ptr, i32], i32),
             "q8_gemm16": ([i32, *weight, ptr, ptr, ptr, i32, ptr, i32], i32),
+            "q8_gemm_super": ([i32, *weight, ptr, ptr, ptr, i32, ptr, i32], i32),
             "q8_linear": ([i32, *weight, ptr, i32, ptr, ptr, i32], i32),
             "q8_linear16": ([i32, *weight, ptr, i32, ptr, ptr, i32], i32),
         }
@@ -157,10 +161,20 @@ class Q8Gemv:
         """As quantize_rows, to int16 (s_x = max|x| / 32767)."""
         return self._quantize_rows("q8_quantize_rows16", torch.int16, x, isa)
 
+    def quantize_rows_super(self, x: torch.Tensor, isa: int = BEST_ISA,
+                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """As quantize_rows, one scale per 256 values (k a multiple of 256), repeated in each
+        of their 8 blocks' entries: how `linear` quantizes activations for IQ4_XS and Q5_K
+        blocks (SUPER_SCALED_TYPES)."""
+        return self._quantize_rows("q8_quantize_rows_super", torch.int8, x, isa)
+
     def gemm(self, w: Q8Operand, xq: torch.Tensor, scale: torch.Tensor, total: torch.Tensor,
-             isa: int = BEST_ISA, threads: int = 1) -> torch.Tensor:
-        """The product of quantize_rows' (int8) or quantize_rows16's (int16) output and w."""
-        name = "q8_gemm" if xq.dtype == torch.int8 else "q8_gemm16"
+             isa: int = BEST_ISA, threads: int = 1, super_scales: bool = False) -> torch.Tensor:
+        """The product of quantize_rows' (int8) or quantize_rows16's (int16) output and w;
+        super_scales: quantize_rows_super's output, which IQ4_XS and Q5_K blocks then read a
+        super-block at a time."""
+        name = ("q8_gemm_super" if super_scales else "q8_gemm" if xq.dtype == torch.int8
+                else "q8_gemm16")
         m = xq.shape[0]
         y = torch.empty(m, w.out_features)
         self._check(getattr(self._lib, name)(isa, *w.pointers, w.out_features, w.in_features,
@@ -170,7 +184,8 @@ class Q8Gemv:
 
     def linear(self, w: Q8Operand, x: torch.Tensor, isa: int = BEST_ISA, threads: int = 1,
                wide: bool = False) -> torch.Tensor:
-        """y = x @ W.T with x quantized per block inside: to int16 if wide, else int8."""
+        """y = x @ W.T with x quantized per block inside: to int16 if wide, else int8 (per
+        256 values for the SUPER_SCALED_TYPES' blocks, as quantize_rows_super)."""
         x = x.float().contiguous()
         m = x.shape[0]
         y = torch.empty(m, w.out_features)

@@ -10,8 +10,9 @@ import torch
 from block_quant_reference import WIDTHS, activations, quantize, runnable
 from tiny_gguf import random_blocks
 
-from kernels.cpu.native import find_compiler
-from kernels.cpu.q8_gemv import BLOCK_TYPES, Q8Gemv
+from kernels.cpu.dequant import Dequantizer
+from kernels.cpu.native import find_compiler, load
+from kernels.cpu.q8_gemv import BLOCK_TYPES, SUPER_SCALED_TYPES, Q8Gemv
 
 SCALAR, AVX2, AVX512_VNNI = 0, 1, 2
 ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2, AVX512_VNNI],
@@ -108,3 +109,72 @@ def test_rows_the_kernel_cannot_read_are_refused(kind, blocks, message):
 def test_block_sizes_are_ggufs():
     for kind, (_, size) in BLOCK_TYPES.items():
         assert gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[kind]] == (256, size)
+
+
+@pytest.fixture(scope="module")
+def dq(tmp_path_factory) -> Dequantizer:
+    if find_compiler() is None:
+        pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/dequant.c")
+    return Dequantizer(load("dequant", tmp_path_factory.mktemp("dequant")))
+
+
+@TYPES
+@pytest.mark.parametrize("isa", [SCALAR, AVX2], ids=["scalar", "avx2"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_blocks_widen_to_ggufs_reference_values(dq, kind, isa, dtype):
+    if isa and not dq.has_vector_path:
+        pytest.skip("this CPU has no AVX2 (so that path is untested here)")
+    blocks = _blocks(kind, 7, 512, seed=7)
+    out = dq.sub_blocks_into(blocks, kind, 512, torch.empty(7, 512, dtype=dtype), isa)
+    assert torch.equal(out, _gguf_weight(kind, blocks, 512).to(dtype))
+
+
+def test_widening_refuses_a_type_it_has_no_layout_for_and_rows_of_the_wrong_width(dq):
+    out = torch.empty(2, 256)
+    with pytest.raises(ValueError, match="no sub-block dequantization for 'Q4_K'"):
+        dq.sub_blocks_into(torch.zeros(2, 144, dtype=torch.uint8), "Q4_K", 256, out)
+    with pytest.raises(ValueError, match=r"IQ4_XS rows of 256 weights are uint8 \[2, 136\]"):
+        dq.sub_blocks_into(torch.zeros(2, 135, dtype=torch.uint8), "IQ4_XS", 256, out)
+
+
+SUPER_TYPES = pytest.mark.parametrize("kind", SUPER_SCALED_TYPES)
+
+
+@pytest.mark.parametrize("isa", [SCALAR, AVX2], ids=["scalar", "avx2"])
+def test_super_block_activations_share_one_scale_per_256_values(q8, isa):
+    isa = runnable(q8, isa)
+    x = activations(3, 768, seed=8)
+    xq, scale, total = q8.quantize_rows_super(x, isa)
+    supers = x.view(3, 3, 256)
+    want_scale = (supers.abs().amax(-1) / 127).repeat_interleave(8, dim=1)
+    assert torch.equal(scale, want_scale)
+    want_q = torch.round(x / want_scale.repeat_interleave(32, dim=1))
+    assert torch.equal(xq, want_q.to(torch.int8))
+    assert torch.equal(total, scale * xq.view(3, 24, 32).sum(-1).float())
+
+
+@SUPER_TYPES
+@pytest.mark.parametrize("isa", [SCALAR, AVX2, AVX512_VNNI],
+                         ids=["scalar", "avx2", "avx512-vnni"])
+@pytest.mark.parametrize("k,n", SHAPES)
+def test_super_block_product_is_the_activations_times_ggufs_own_weight(q8, kind, isa, k, n):
+    isa = runnable(q8, isa)
+    blocks = _blocks(kind, n, k, seed=9)
+    weight = _gguf_weight(kind, blocks, k).double().unsqueeze(0)
+    operand = Q8Gemv.blocks_operand(blocks, kind)
+    for m in range(1, 5):
+        xq, scale, total = q8.quantize_rows_super(activations(m, k, seed=m), isa)
+        y = q8.gemm(operand, xq, scale, total, isa, super_scales=True)
+        terms = (xq.double() * scale.double().repeat_interleave(32, dim=1)).unsqueeze(1) * weight
+        want, bound = terms.sum(-1), terms.abs().sum(-1)
+        assert (y.double() - want).abs().le(bound * 2e-6 + 1e-30).all(), m
+
+
+@SUPER_TYPES
+def test_int8_linear_on_super_scaled_types_quantizes_per_super_block(q8, kind):
+    blocks, x = _blocks(kind, 10, 512, seed=10), activations(3, 512, seed=11)
+    operand = Q8Gemv.blocks_operand(blocks, kind)
+    xq, scale, total = q8.quantize_rows_super(x)
+    assert torch.equal(q8.linear(operand, x), q8.gemm(operand, xq, scale, total,
+                                                      super_scales=True))
+    assert torch.equal(q8.linear(operand, x, threads=2), q8.linear(operand, x, threads=1))

@@ -66,15 +66,21 @@ def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return ((got - want).norm() / want.norm()).item()
 
 
+# A layer's activations: Q3_K's to 16 bits; IQ4_XS's and Q5_K's to int8 a scale per 256
+# values, as llama.cpp's kernels for them take them (Q8_K): to about a percent.
+LAYER_ERROR = {IQ4XSWeight: 2e-2, Q5KWeight: 2e-2, Q3KWeight: 1e-4}
+
+
 @KINDS
-def test_layer_runs_q8_on_the_files_blocks_to_16_bits(q8, kind):
+def test_layer_runs_q8_on_the_files_blocks(q8, kind):
     weight = _weight(kind)
     method = make_linear(weight, None, _placement(q8)).method
     assert isinstance(method, CpuQ8Method)
     assert method.native.operand.q.data_ptr() == weight.blocks.data_ptr()
     for rows in (1, 2, 3, 4):
         x = torch.randn(rows, 512)
-        assert _relative_error(method.apply(x, None), F.linear(x, dequantize(weight))) < 1e-4
+        error = _relative_error(method.apply(x, None), F.linear(x, dequantize(weight)))
+        assert error < LAYER_ERROR[kind]
 
 
 @KINDS
@@ -115,7 +121,7 @@ def test_parts_stack_by_type_and_run_side_by_side_where_types_differ(q8):
     assert [type(m.weight) for m in linear.method.methods] == [IQ4XSWeight, Q5KWeight]
     x = torch.randn(2, 256)
     want = F.linear(x, torch.cat([dequantize(a), dequantize(b), dequantize(v)]))
-    assert _relative_error(linear(x), want) < 1e-4
+    assert _relative_error(linear(x), want) < LAYER_ERROR[IQ4XSWeight]
 
 
 def test_iq4_xs_file_keeps_its_blocks_and_never_says_widened(q8, q4_chosen, tiny_iq4_xs,
@@ -134,9 +140,10 @@ def test_memory_estimate_counts_the_files_own_bytes(tiny_iq4_xs, tmp_path):
     assert describe_model(tiny_iq4_xs).weight_bytes < 0.6 * describe_model(q8_0).weight_bytes
 
 
-def test_iq4_xs_engine_logits_are_its_dequantized_selfs_to_a_percent(q8, q4_chosen,
-                                                                     tiny_iq4_xs):
-    assert logits_error(tiny_iq4_xs)[0] < 0.01
+def test_iq4_xs_engine_logits_are_its_dequantized_selfs_to_a_few_percent(q8, q4_chosen,
+                                                                         tiny_iq4_xs):
+    # Each layer's int8 activations (LAYER_ERROR) add up over the tiny model's layers.
+    assert logits_error(tiny_iq4_xs)[0] < 0.05
 
 
 def test_iq4_xs_engine_greedy_tokens_are_its_dequantized_selfs(q8, q4_chosen, tiny_iq4_xs):
