@@ -58,22 +58,30 @@ def repository(repo_id: str, token: str | None) -> HubRepo | str:
         return _sentence(error)
 
 
-def file_fits(repo: HubRepo, quantization: str = "auto") -> FileFits:
+def file_fits(repo: HubRepo, quantization: str = "auto", token: str | None = None) -> FileFits:
     """Whether each file (and the folder) fits this machine's memory under the engine's
-    `quantization` setting, with the KV cache the engine's defaults would reserve."""
+    `quantization` setting, with the KV cache the engine's defaults would allocate for the
+    model: sized from the repository's config.json where it has one (a sliding-window layer
+    holds its window only), else the cap."""
     with ENGINE_IMPORT_LOCK:
         from engine.config import EngineConfig
-        from engine.hub.fit import file_fit, folder_fit
-        from engine.hub.search import folder_files, recommended_file
-        from engine.models.kv_cache_sizing import kv_cache_memory_bound
+        from engine.errors import PagodaError
+        from engine.hub.fit import file_fit, folder_fit, kv_cache_bytes
+        from engine.hub.search import folder_files, recommended_file, repo_config
 
-    kv_cache_bytes = kv_cache_memory_bound(EngineConfig())
+    config_json = None
+    if repo.unsupported is None:  # nothing of a family the engine does not run is fetched
+        try:
+            config_json = repo_config(repo, token)
+        except PagodaError:  # the listing came, its config did not: the fit counts the cap
+            pass
+    kv_bytes = kv_cache_bytes(config_json, EngineConfig())
     recommended = recommended_file(repo.files)
     ggufs = sorted((f for f in repo.files if f.is_gguf and not f.is_split_part),
                    key=lambda f: (f is not recommended, f.filename))
-    files = [(f, file_fit(repo, f, kv_cache_bytes, quantization=quantization)) for f in ggufs]
+    files = [(f, file_fit(repo, f, kv_bytes, quantization=quantization)) for f in ggufs]
     return FileFits(files, recommended,
-                    folder_fit(repo, kv_cache_bytes, quantization=quantization),
+                    folder_fit(repo, kv_bytes, quantization=quantization),
                     folder_files(repo.files))
 
 

@@ -384,16 +384,17 @@ def _search(query: str, token: str | None) -> list[HubModel] | str:
 
 def _list_files(repo_id: str, token: str | None, quantization: str) -> list[FileChoice] | str:
     repo = hub.repository(repo_id, token)
-    return repo if isinstance(repo, str) else file_choices(repo, quantization)
+    return repo if isinstance(repo, str) else file_choices(repo, quantization, token)
 
 
-def file_choices(repo: HubRepo, quantization: str = "auto") -> list[FileChoice]:
+def file_choices(repo: HubRepo, quantization: str = "auto",
+                 token: str | None = None) -> list[FileChoice]:
     """The GGUF files of a repository, the recommended first, then its safetensors model folder
     when it has one (one file of a folder alone loads nothing), each with whether it fits this
     machine's memory under the engine's quantization setting, or why the engine does not run
     it: the repository's family, a file's tensor type. Parts of a split GGUF file are left out:
     the engine does not load them."""
-    fits = hub.file_fits(repo, quantization)
+    fits = hub.file_fits(repo, quantization, token)
     family = repo.unsupported or ""
     choices = [_choice(f.filename, f.quantization, f.size,
                        f is fits.recommended and not family, fit, family or f.unreadable or "")

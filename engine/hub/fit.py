@@ -7,19 +7,25 @@ than its count at its main type holds some tensors at Q6_K (llama.cpp's mixes: t
 matrix, some attention and feed-forward ones), priced as such. Without the headers the
 vocabulary's exact copy (engine.loading.model_info.VOCABULARY_EXACT_BYTES) is not counted: the loader
 asks for that much more, 3% for SmolLM2-135M's Q4_1 file, nearer a fifth for a quantized model
-with a large vocabulary (Qwen2.5-7B's Q4_K_M file).
+with a large vocabulary (Qwen2.5-7B's Q4_K_M file). The KV cache comes from the repository's
+config.json where it has one (`kv_cache_bytes`), else it is the cap.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import torch
+import transformers
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from engine.config import EngineConfig
+from engine.errors import ModelLoadError
 from engine.hub.search import HubFile, HubRepo, main_tensor_type
+from engine.loading.model_check import check_config_supported
 from engine.loading.model_info import (
     MEMORY_OVERHEAD_BYTES,
     ModelFormat,
@@ -29,6 +35,9 @@ from engine.loading.model_info import (
     tensor_kind,
     total_memory,
 )
+from engine.models.architecture import ModelShape
+from engine.models.config import model_shape
+from engine.models.kv_cache_sizing import model_kv_cache_bytes
 from engine.quantization.tensors import INT4_GROUP_SIZE
 
 # fits: fits in the memory available now; tight: in the machine's RAM, not in what other
@@ -96,6 +105,24 @@ def folder_fit(repo: HubRepo, kv_cache_bytes: int, **settings) -> MemoryFit | No
         return None
     return estimate_fit(repo.weights_dtype, sum(f.size for f in weights), repo.num_parameters,
                         "safetensors", kv_cache_bytes, **settings)
+
+
+def kv_cache_bytes(config_json: dict | None, settings: EngineConfig) -> int:
+    """The KV cache the engine under `settings` would allocate for a model, from its config.json
+    as the Hub serves it (search.repo_config): each layer counted as it holds keys, a
+    sliding-window layer its window only (model_kv_cache_bytes). Without a config.json Pagoda
+    reads as a model it runs: the cap (or the setting's size)."""
+    return model_kv_cache_bytes(_shape(config_json), settings)
+
+
+def _shape(config_json: dict | None) -> ModelShape | None:
+    if config_json is None:
+        return None
+    try:
+        check_config_supported(config_json, Path("config.json"))
+        return model_shape(transformers.AutoConfig.for_model(**config_json))
+    except (ModelLoadError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def parameters_from_size(size: int, tensor_type: str) -> int:

@@ -15,6 +15,7 @@ says so in a few. Downloads are in engine/hub/download.py.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import re
@@ -28,7 +29,7 @@ from urllib.parse import urlsplit
 
 import httpx2
 from gguf import GGMLQuantizationType
-from huggingface_hub import HfApi, ModelInfo, constants
+from huggingface_hub import HfApi, ModelInfo, constants, hf_hub_url
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
@@ -37,6 +38,7 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
+from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
 from engine.errors import HubAccessError, HubNotFoundError, HubUnreachableError
 from engine.loading.model_check import READABLE_GGUF_TYPES
@@ -72,6 +74,9 @@ _TOKENIZER_EXTRAS = frozenset({"tokenizer_config.json", "special_tokens_map.json
 # Mistral's repositories also hold its own format's copy of the weights: never both.
 _OTHER_FORMATS = re.compile(r"^consolidated\b", re.IGNORECASE)
 _PROBE_TIMEOUT_S = 3.0
+# config.json is a few KB; a larger one (the listing's size, or the bytes that come) is not read.
+MAX_CONFIG_BYTES = 1 << 20
+_CONFIG_TIMEOUT_S = 10.0
 # A host that answered is not probed again for this long: one listing makes several calls.
 _REACHABLE_FOR_S = 60.0
 _reached_at: dict[tuple[str, int], float] = {}
@@ -268,6 +273,32 @@ def repo_info(repo_id: str, revision: str | None = None, token: str | None = Non
                    weights_dtype=max(by_dtype, key=by_dtype.get) if by_dtype else None,
                    model_type=(info.config or {}).get("model_type"),
                    architecture=_gguf_architecture(info))
+
+
+def repo_config(repo: HubRepo, token: str | None = None) -> dict | None:
+    """The config.json at the top of repo, at its commit, as parsed JSON: the model's shape for
+    the fit's KV cache, one small request. None when the repository has none, or one larger
+    than MAX_CONFIG_BYTES or that is not a JSON object."""
+    listed = next((f for f in repo.files if f.filename == _CONFIG), None)
+    if listed is None or listed.size > MAX_CONFIG_BYTES:
+        return None
+    _refuse_when_offline()
+    _check_reachable()
+    url = hf_hub_url(repo.repo_id, _CONFIG, revision=repo.commit, endpoint=hub_endpoint())
+    body = bytearray()
+    with hub_errors(repo.repo_id, _CONFIG, token), get_session().stream(
+            "GET", url, headers=build_hf_headers(token=token), follow_redirects=True,
+            timeout=_CONFIG_TIMEOUT_S) as response:
+        hf_raise_for_status(response)
+        for piece in response.iter_bytes():
+            body += piece
+            if len(body) > MAX_CONFIG_BYTES:
+                return None
+    try:
+        config = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return config if isinstance(config, dict) else None
 
 
 def _num_parameters(info: ModelInfo) -> int | None:

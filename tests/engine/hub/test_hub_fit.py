@@ -1,19 +1,24 @@
 """Whether a model on the Hub fits this machine's memory, before it is downloaded: the loader's
 estimate (engine.loading.model_info) applied to the Hub's parameter count or the file's size."""
 
+import json
 import sys
+from dataclasses import replace
 
 import pytest
 from fake_hub import FakeHub, FakeRepo, served, use_hub
 
-from engine.hub.fit import estimate_fit, file_fit, folder_fit, parameters_from_size
-from engine.hub.search import HubFile, HubRepo, repo_info
+from engine.config import EngineConfig
+from engine.hub.fit import estimate_fit, file_fit, folder_fit, kv_cache_bytes, parameters_from_size
+from engine.hub.search import HubFile, HubRepo, repo_config, repo_info
 from engine.loading.model_info import (
     INT4_BYTES_PER_ELEMENT,
     INT8_BYTES_PER_ELEMENT,
     MEMORY_OVERHEAD_BYTES,
     total_memory,
 )
+from engine.models.architecture import FULL_ATTENTION, ModelShape
+from engine.models.kv_cache_sizing import AUTO_KV_CACHE_LIMIT, model_kv_cache_bytes
 
 GIB = 1 << 30
 KV = 1 << 30
@@ -21,6 +26,16 @@ B7 = 7_600_000_000  # Qwen2.5-7B
 B05 = 494_000_000  # Qwen2.5-0.5B
 GGUF_REPO = "pagoda-test/counted-GGUF"
 FOLDER_REPO = "pagoda-test/counted-llama"
+GEMMA_REPO = "pagoda-test/gemma-shaped-GGUF"
+# Gemma 3 270M's layers, six of them (five windowed to 512 keys, one global), at 32k positions.
+GEMMA3_CONFIG = {"model_type": "gemma3_text", "num_hidden_layers": 6, "hidden_size": 640,
+                 "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+                 "intermediate_size": 2048, "vocab_size": 262144, "sliding_window": 512,
+                 "max_position_embeddings": 32768, "rms_norm_eps": 1e-6}
+GEMMA3_SHAPE = ModelShape(num_layers=6, hidden_size=640, num_heads=4, num_kv_heads=1,
+                          head_dim=256, vocab_size=262144, rms_norm_eps=1e-6,
+                          max_position_embeddings=32768, intermediate_size=2048,
+                          layer_windows=(512,) * 5 + (FULL_ATTENTION,))
 # A Q6_K block: 256 weights in 210 bytes, kept as the file stores them on CPU.
 Q6_K_BYTES_PER_ELEMENT = 210 / 256
 
@@ -123,6 +138,10 @@ def fake_hub():
                      {"config.json": b"{}", "model.safetensors": b"\0" * 4000,
                       "tokenizer.json": b"{}"},
                      model_type="llama", num_parameters=B7, safetensors_dtype="BF16"))
+    hub.add(FakeRepo(GEMMA_REPO, ["gguf", "gemma3"],
+                     {"config.json": json.dumps(GEMMA3_CONFIG).encode(),
+                      "gemma-Q4_K_M.gguf": b"GGUF" * 100},
+                     architecture="gemma3", num_parameters=B05))
     with served(hub):
         yield hub
 
@@ -156,3 +175,21 @@ def test_a_repository_without_a_folder_has_no_folder_fit():
     repo = HubRepo("o/gguf", "c0ffee", [HubFile("m-Q4_K_M.gguf", 10, None, None, "Q4_K_M")])
 
     assert folder_fit(repo, KV) is None
+
+
+def test_a_repositorys_config_json_comes_as_its_settings(hub):
+    assert repo_config(repo_info(GEMMA_REPO)) == GEMMA3_CONFIG
+    assert repo_config(repo_info(GGUF_REPO)) is None  # it has none
+
+
+def test_the_kv_cache_of_a_gemma3_shaped_config_counts_its_windowed_layers_windows():
+    config = EngineConfig()
+    all_global = replace(GEMMA3_SHAPE, layer_windows=(FULL_ATTENTION,) * 6)
+
+    assert kv_cache_bytes(GEMMA3_CONFIG, config) == model_kv_cache_bytes(GEMMA3_SHAPE, config)
+    assert kv_cache_bytes(GEMMA3_CONFIG, config) < 0.3 * model_kv_cache_bytes(all_global, config)
+
+
+@pytest.mark.parametrize("config_json", [None, {}, {"model_type": "qwen3_moe"}, [1]])
+def test_without_a_config_pagoda_reads_the_kv_cache_is_the_cap(config_json):
+    assert kv_cache_bytes(config_json, EngineConfig()) == AUTO_KV_CACHE_LIMIT
