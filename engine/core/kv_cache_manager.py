@@ -204,10 +204,11 @@ class KVCacheManager:
             end -= 1
         return end
 
-    def _group_lookups(self, seq: Sequence, group: _GroupTables,
-                       num_blocks: int) -> list[KVCacheBlock | None]:
+    def _group_lookups(self, seq: Sequence, group: _GroupTables, end: int,
+                       start: int = 0) -> list[KVCacheBlock | None]:
+        """The group's cached blocks for the sequence's blocks start..end-1 (None: not cached)."""
         return [group.pool.lookup(seq.block_hashes[i], self._block_tokens(seq, i))
-                for i in range(num_blocks)]
+                for i in range(start, end)]
 
     def _disk_hit_end(self, seq: Sequence, num_memory_hits: int, max_blocks: int) -> int:
         """Where a hit could end once the disk's blocks are read: past the first group's memory
@@ -237,7 +238,7 @@ class KVCacheManager:
         misses = []
         for g, group in enumerate(self._groups[1:], 1):
             first = group.spec.first_needed_block(end * self.block_size, self.block_size)
-            found = self._group_lookups(seq, group, end)[first:]
+            found = self._group_lookups(seq, group, end, first)
             misses.append((g, [i for i, b in enumerate(found, first) if b is None],
                            [b for b in found if b is not None]))
         return misses

@@ -172,3 +172,20 @@ def test_forgetting_a_chat_removes_every_groups_part_of_its_blocks(chat, tmp_pat
     forget_tag(tmp_path, TAG)
 
     assert not list(tmp_path.rglob("*.kv"))
+
+
+def test_windowed_blocks_pushed_out_of_memory_are_read_back_from_disk(gemma3, cold, tmp_path):
+    eng = engine(gemma3, tmp_path)
+    chat = history(40) + generate(eng, history(40)).outputs[0].token_ids
+    windowed_pool = eng.kv_cache.pools[1].num_blocks
+    # Other prompts cycle the small windowed pool, never the global pool's blocks of the chat.
+    generate(eng, history(4 * (windowed_pool + 4), start=3000))
+    assert eng.kv_cache.pools[1].num_free_blocks == windowed_pool
+    eng.disk_cache.flush(10)
+
+    restored = generate(eng, chat)
+
+    num_blocks = (len(chat) - 1) // BLOCK
+    assert restored.num_cached_tokens == num_blocks * BLOCK
+    assert eng.stats().disk_cache.hits == WINDOW // BLOCK  # the window's parts alone
+    assert_same_reply(restored, generate(cold, chat))
