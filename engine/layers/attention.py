@@ -1,6 +1,7 @@
 """Self-attention over the paged KV cache, its kind set per layer: every key or a sliding window,
 rotated by one of the model's rotary tables or not at all (NoPE), with optional per-head query
-and key norms (Qwen3, Gemma 3) and partial rotary (Phi-4-mini)."""
+and key norms (Qwen3, Gemma 3), partial rotary (Phi-4-mini), and Gemma 4's value norm and
+values taken from the keys' projection."""
 
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ class Attention:
     eps: float
     q_norm: torch.Tensor | None = None
     k_norm: torch.Tensor | None = None
+    # Gemma 4: values RMS-normed per head (a weight of ones: the norm has none), and on its
+    # global layers the keys' projection as values (no v_proj: qkv_proj gives q and k only).
+    v_norm: torch.Tensor | None = None
+    values_from_keys: bool = False
 
     def __call__(self, x: torch.Tensor, rotary: StepRotary, k_cache: torch.Tensor,
                  v_cache: torch.Tensor, meta: Metadata, ops: KernelOps) -> torch.Tensor:
@@ -42,6 +47,7 @@ class Attention:
         n = x.shape[0]
         qkv = self.qkv_proj(x)
         qk_width = (h.num_heads + h.num_kv_heads) * h.head_dim
+        v = self._values(qkv, qk_width, ops)
         q_and_k = qkv[:, :qk_width].view(n, -1, h.head_dim)
         if self.q_norm is not None:
             q_and_k = self._norm_heads(q_and_k, ops)
@@ -49,10 +55,23 @@ class Attention:
             cos, sin = rotary[self.rope]
             q_and_k = _rotate(q_and_k, cos, sin, ops)
         q, k = q_and_k.split((h.num_heads, h.num_kv_heads), dim=1)
-        v = qkv[:, qk_width:].view(n, h.num_kv_heads, h.head_dim)
         attn = ops.paged_attention(q, k, v, k_cache, v_cache, meta.for_window(self.window),
                                    self.scale)
         return self.o_proj(attn)
+
+    def _values(self, qkv: torch.Tensor, qk_width: int, ops: KernelOps) -> torch.Tensor:
+        """[tokens, kv_heads, head_dim] values, taken before the keys are normed and rotated
+        (which may be in place) where they are the keys' projection."""
+        h = self.heads
+        if self.values_from_keys:
+            v = qkv[:, h.num_heads * h.head_dim:qk_width]
+            if self.v_norm is None:
+                v = v.clone()
+        else:
+            v = qkv[:, qk_width:]
+        if self.v_norm is not None:
+            v = ops.rms_norm(v.reshape(-1, h.head_dim), self.v_norm, self.eps)
+        return v.view(qkv.shape[0], h.num_kv_heads, h.head_dim)
 
     def _norm_heads(self, q_and_k: torch.Tensor, ops: KernelOps) -> torch.Tensor:
         """Per-head RMSNorm of [tokens, heads + kv_heads, head_dim] queries and keys."""

@@ -53,6 +53,10 @@ def rope_spec(config: PretrainedConfig, head_dim: int,
               layer_type: str | None = None) -> RopeSpec:
     params = rope_parameters(config, layer_type)
     factor = params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
+    if params.get("rope_type") == "proportional":
+        # Gemma 4's global layers: pairs (i, i + head_dim / 2) across the whole head, those past
+        # the rotated share at frequency 0 (transformers' tables say so), not a rotated prefix.
+        factor = None
     rotary_dim = int(head_dim * float(factor)) if factor is not None else head_dim
     if rotary_dim % 2 or not 0 < rotary_dim <= head_dim:
         raise ModelLoadError(f"config.json rotates {rotary_dim} of each head's {head_dim} "

@@ -157,7 +157,7 @@ class GGUFModelFile:
         config = family_for_gguf(self.architecture).config_from_gguf(self)
         try:
             if config is None:
-                config = transformers.AutoConfig.from_pretrained(folder, gguf_file=name)
+                config = self._transformers_config(folder, name)
                 tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
             else:  # AutoTokenizer would read the config through transformers first
                 tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(
@@ -168,12 +168,17 @@ class GGUFModelFile:
                 f"{str(error).rstrip('.')}. "
                 "Re-download the file."
             ) from error
+        return config, tokenizer
+
+    def _transformers_config(self, folder: Path, name: str) -> transformers.PretrainedConfig:
+        config = transformers.AutoConfig.from_pretrained(folder, gguf_file=name)
         # transformers leaves head_dim at its class default for these architectures (Qwen3: 128),
-        # which is wrong for a model whose heads are not that size.
+        # which is wrong for a model whose heads are not that size. (A family's own config reads
+        # its head sizes itself: Gemma 4's key_length is its global layers'.)
         head_dim = self._reader.get_field(f"{self.architecture}.attention.key_length")
         if head_dim is not None:
             config.head_dim = int(head_dim.contents())
-        return config, tokenizer
+        return config
 
     # What a family reads to build its config (engine.models.gguf_config.GGUFSettings).
 

@@ -19,10 +19,13 @@ _LAYER = {
     "post_attention_layernorm": "ffn_norm",
 }
 # Where an architecture's names differ from the Llama ones above.
+_GEMMA_NORMS = {"post_attention_layernorm": "post_attention_norm",
+                "pre_feedforward_layernorm": "ffn_norm",
+                "post_feedforward_layernorm": "post_ffw_norm"}
 _LAYER_BY_ARCHITECTURE: dict[str, dict[str, str]] = {
-    "gemma3": {"post_attention_layernorm": "post_attention_norm",
-               "pre_feedforward_layernorm": "ffn_norm",
-               "post_feedforward_layernorm": "post_ffw_norm"},
+    "gemma3": _GEMMA_NORMS,
+    # Gemma 4's layer_scalar (a parameter without a suffix; its tensor is "<name>.weight").
+    "gemma4": _GEMMA_NORMS | {"layer_scalar": "layer_output_scale"},
     # Phi-3's fused q/k/v and gate/up matrices, as one tensor each.
     "phi3": {"self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"},
 }
@@ -32,12 +35,16 @@ _LLAMA_MODULES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "s
                   "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "input_layernorm",
                   "post_attention_layernorm")
 _QK_NORMS = ("self_attn.q_norm", "self_attn.k_norm")
+_GEMMA_MODULES = _LLAMA_MODULES + _QK_NORMS + ("pre_feedforward_layernorm",
+                                               "post_feedforward_layernorm")
 _NEEDED_MODULES: dict[str, tuple[str, ...]] = {
     "llama": _LLAMA_MODULES,
     "qwen2": _LLAMA_MODULES,
     "qwen3": _LLAMA_MODULES + _QK_NORMS,
-    "gemma3": _LLAMA_MODULES + _QK_NORMS + ("pre_feedforward_layernorm",
-                                            "post_feedforward_layernorm"),
+    "gemma3": _GEMMA_MODULES,
+    # Gemma 4's global layers may have no v_proj (their values are the keys' projection): the
+    # config says which, and the loader checks the file against it.
+    "gemma4": tuple(m for m in _GEMMA_MODULES if m != "self_attn.v_proj"),
     "phi3": ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj",
              "input_layernorm", "post_attention_layernorm"),
     "smollm3": _LLAMA_MODULES,
@@ -51,7 +58,7 @@ PERMUTED_QK = frozenset({"llama", "smollm3"})
 # "norm.weight". The loader gives back w, so a file and a folder load the same model.
 NORMS_HOLD_ONE_PLUS_W = frozenset({"gemma3"})
 
-_LAYER_PARAMETER = re.compile(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)")
+_LAYER_PARAMETER = re.compile(r"model\.layers\.(\d+)\.(.+?)(?:\.(weight|bias))?")
 _GLOBAL_PARAMETER = re.compile(r"(.+)\.(weight|bias)")
 
 
@@ -61,7 +68,7 @@ def gguf_tensor_name(hf_name: str, architecture: str = "llama") -> str:
     if layer is not None:
         index, module, kind = layer.groups()
         names = _LAYER_BY_ARCHITECTURE.get(architecture, {})
-        return f"blk.{index}.{names.get(module) or _LAYER[module]}.{kind}"
+        return f"blk.{index}.{names.get(module) or _LAYER[module]}.{kind or 'weight'}"
     module, kind = _GLOBAL_PARAMETER.fullmatch(hf_name).groups()
     return f"{_GLOBAL[module]}.{kind}"
 

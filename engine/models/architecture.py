@@ -9,6 +9,7 @@ same way.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from engine.layers.rotary import RopeSpec
@@ -24,6 +25,9 @@ class AttentionKind:
 
     window: int = FULL_ATTENTION
     rope: str | None = "default"
+    # Values are the keys' projection (Gemma 4's global layers: attention_k_eq_v), read before
+    # the key norm and RoPE; the layer has no v_proj.
+    values_from_keys: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +48,9 @@ class LayerNames:
     # Per-head RMSNorm of queries and keys before RoPE (Qwen3, Gemma 3).
     q_norm: str | None = None
     k_norm: str | None = None
+    # A scalar the layer's output is multiplied by (Gemma 4's layer_scalar; a parameter without
+    # a ".weight" suffix).
+    layer_scalar: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +66,23 @@ class ModelShape:
     intermediate_size: int
     # Each layer's attention window (FULL_ATTENTION for none), in layer order.
     layer_windows: tuple[int, ...]
+    # Each layer's (KV heads, head size) where layers differ (Gemma 4's global layers have
+    # their own); empty where every layer has num_kv_heads heads of head_dim.
+    layer_heads: tuple[tuple[int, int], ...] = ()
 
     @property
     def windows(self) -> tuple[int, ...]:
         """The distinct windows, FULL_ATTENTION first where a layer has it."""
         return tuple(sorted(set(self.layer_windows)))
+
+    def kv_heads(self, layer: int) -> tuple[int, int]:
+        """Layer `layer`'s (KV heads, head size): what its KV cache holds per token."""
+        return self.layer_heads[layer] if self.layer_heads else (self.num_kv_heads,
+                                                                 self.head_dim)
+
+    def kv_floats(self, layers: Iterable[int]) -> int:
+        """Keys' (or values') floats per token over these layers."""
+        return sum(heads * size for heads, size in map(self.kv_heads, layers))
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +98,7 @@ class DecoderArchitecture:
     activation: str = "silu"  # of the gated MLP: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
     embedding_scale: float | None = None  # Gemma multiplies embeddings by sqrt(hidden)
     attention_softcap: float | None = None  # cap * tanh(scores / cap) before the softmax
+    value_norm: bool = False  # Gemma 4: values RMS-normed per head, without a weight
     final_softcap: float | None = None  # the same on the logits
     tied_embeddings: bool = True  # lm_head reads the token table
     qkv_bias: bool = False

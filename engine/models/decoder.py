@@ -42,6 +42,7 @@ class DecoderLayer:
     mlp: GatedMLP
     attention_out_norm: torch.Tensor | None = None  # Gemma's sandwich norms
     mlp_out_norm: torch.Tensor | None = None
+    scalar: torch.Tensor | None = None  # Gemma 4: the layer's output times this
 
     # The names the one-C-call decode step (native_decode.py) reads.
     @property
@@ -139,7 +140,10 @@ class DecoderForCausalLM:
             hidden = layer.mlp(x, ops)
             if layer.mlp_out_norm is not None:
                 hidden = ops.rms_norm(hidden, layer.mlp_out_norm, eps)
-        return hidden + residual
+            if layer.scalar is not None:
+                # The layer's whole output is scaled: the next layer starts a residual afresh.
+                hidden, residual = (hidden + residual) * layer.scalar, None
+        return hidden if residual is None else hidden + residual
 
     def final_norm(self, hidden: torch.Tensor) -> torch.Tensor:
         """The model's last RMSNorm: what lm_head reads, and what a pooling request averages."""
@@ -170,6 +174,8 @@ class DecoderForCausalLM:
         arch, s, names = self.arch, self.shape, self.arch.names
         prefix = f"model.layers.{index}."
 
+        kind = arch.layers[index]
+
         def linear(modules: tuple[str, ...]) -> Linear:
             weights = [w[f"{prefix}{m}.weight"] for m in modules]
             bias = _fused(w, [f"{prefix}{m}.bias" for m in modules])
@@ -179,18 +185,25 @@ class DecoderForCausalLM:
             return None if module is None else self._norm(w[f"{prefix}{module}.weight"],
                                                           placement)
 
-        kind = arch.layers[index]
+        num_kv_heads, head_dim = s.kv_heads(index)
+        # A layer whose values are its keys' projection has no v_proj (the last of names.qkv).
+        qkv = names.qkv[:2] if kind.values_from_keys else names.qkv
         attention = Attention(
-            qkv_proj=linear(names.qkv), o_proj=linear((names.o,)),
-            heads=HeadShape(s.num_heads, s.num_kv_heads, s.head_dim), window=kind.window,
+            qkv_proj=linear(qkv), o_proj=linear((names.o,)),
+            heads=HeadShape(s.num_heads, num_kv_heads, head_dim), window=kind.window,
             rope=kind.rope, scale=arch.scale, eps=s.rms_norm_eps,
-            q_norm=norm(names.q_norm), k_norm=norm(names.k_norm))
+            q_norm=norm(names.q_norm), k_norm=norm(names.k_norm),
+            v_norm=(torch.ones(head_dim, dtype=placement.dtype, device=placement.device)
+                    if arch.value_norm else None),
+            values_from_keys=kind.values_from_keys)
+        scalar = (None if names.layer_scalar is None else
+                  w[prefix + names.layer_scalar].to(device=placement.device, dtype=placement.dtype))
         return DecoderLayer(
             input_norm=norm(names.input_norm), attention=attention,
             mlp_norm=norm(names.mlp_norm),
             mlp=GatedMLP(linear(names.gate_up), linear((names.down,)), arch.activation),
             attention_out_norm=norm(names.attention_out_norm),
-            mlp_out_norm=norm(names.mlp_out_norm))
+            mlp_out_norm=norm(names.mlp_out_norm), scalar=scalar)
 
 
 def _fused(w: MutableMapping[str, Weight], names: list[str]) -> Weight | None:

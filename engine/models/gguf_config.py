@@ -51,12 +51,28 @@ def number(settings: GGUFSettings, key: str, default: float) -> float:
     return float(value)
 
 
-def llama_shape(settings: GGUFSettings) -> dict:
+def layer_counts(settings: GGUFSettings, key: str, layers: int) -> list[int]:
+    """A positive whole number per layer: the file's list of one per layer, or one for all."""
+    values = settings.metadata(f"{settings.architecture}.{key}")
+    if not isinstance(values, list):
+        return [count(settings, key)] * layers
+    if len(values) != layers or any(isinstance(v, bool) or not isinstance(v, int) or v < 1
+                                    for v in values):
+        raise ModelLoadError(
+            f"The file states {len(values)} values for {settings.architecture}.{key}, where a "
+            f"positive whole number for each of its {layers} layers is needed. The file is "
+            "damaged: re-download it.")
+    return values
+
+
+def llama_shape(settings: GGUFSettings, kv_heads: int | None = None,
+                intermediate: int | None = None) -> dict:
     """The config fields every Llama-shaped file states the same way: sizes, RoPE base, norm
-    epsilon, a tied or separate output matrix, and the special tokens."""
+    epsilon, a tied or separate output matrix, and the special tokens. kv_heads, intermediate:
+    where the file states them per layer (`layer_counts`), the family's choice."""
     hidden = count(settings, "embedding_length")
     heads = count(settings, "attention.head_count")
-    kv_heads = count(settings, "attention.head_count_kv", default=heads)
+    kv_heads = kv_heads or count(settings, "attention.head_count_kv", default=heads)
     if hidden % heads or heads % kv_heads:
         raise ModelLoadError(
             f"The file states {heads} attention heads over {kv_heads} key-value heads for a "
@@ -69,7 +85,7 @@ def llama_shape(settings: GGUFSettings) -> dict:
     shape = {
         "num_hidden_layers": count(settings, "block_count"),
         "hidden_size": hidden,
-        "intermediate_size": count(settings, "feed_forward_length"),
+        "intermediate_size": intermediate or count(settings, "feed_forward_length"),
         "num_attention_heads": heads,
         "num_key_value_heads": kv_heads,
         "max_position_embeddings": count(settings, "context_length"),

@@ -55,7 +55,13 @@ def not_covered(arch: DecoderArchitecture) -> str | None:
         return "a query norm without a key norm, or the reverse"
     if arch.activation not in _ACTIVATIONS:
         return f"the activation {arch.activation!r}"
-    return None
+    gemma4 = [what for what, present in (
+        ("layers of their own head size or KV heads", bool(arch.shape.layer_heads)),
+        ("values taken from the keys' projection",
+         any(kind.values_from_keys for kind in arch.layers)),
+        ("value norms", arch.value_norm),
+        ("layer output scalars", arch.names.layer_scalar is not None)) if present]
+    return ", ".join(gemma4) or None
 
 
 @dataclass(slots=True)

@@ -47,6 +47,10 @@ FAMILIES: tuple[ModelFamily, ...] = (
     # text model alone under "gemma3".
     ModelFamily("Gemma 3", "gemma3", ("gemma3_text",), ("gemma3",),
                 "Gemma 3 text models: 270M and 1B folders, every size as GGUF"),
+    # Dense Gemma 4 text models; a multimodal "gemma4" folder is refused below, and the family
+    # refuses mixture-of-experts layers, per-layer embeddings and shared KV caches itself.
+    ModelFamily("Gemma 4", "gemma4", ("gemma4_text",), ("gemma4",),
+                "Gemma 4 dense text models (31B-shaped: no per-layer embeddings)"),
     ModelFamily("Phi-3", "phi3", ("phi3",), ("phi3",), "Phi-3/3.5-mini, Phi-4-mini"),
     ModelFamily("SmolLM3", "smollm3", ("smollm3",), ("smollm3",), "SmolLM3"),
 )
@@ -55,9 +59,6 @@ FAMILIES: tuple[ModelFamily, ...] = (
 _MIXTURE_OF_EXPERTS = "mixture-of-experts: not yet"
 _HYBRID = "hybrid attention and state-space layers: not yet"
 _VISION = "vision-language model: not yet"
-_GEMMA4 = ("Gemma 4: not yet (its global layers have their own head size and key-value heads, "
-           "its values are normalised, and its small models add per-layer embeddings and "
-           "key-value caches shared between layers)")
 NOT_YET: dict[str, str] = {
     **dict.fromkeys(("qwen2_moe", "qwen2moe", "qwen3_moe", "qwen3moe", "gpt_oss", "gpt-oss",
                      "mixtral", "deepseek_v2", "deepseek2", "deepseek_v3", "olmoe",
@@ -68,9 +69,9 @@ NOT_YET: dict[str, str] = {
                      "falcon_h1", "falcon-h1", "nemotron_h", "nemotron_h_moe", "rwkv6", "rwkv7"),
                     _HYBRID),
     **dict.fromkeys(("qwen2_vl", "qwen2vl", "qwen2_5_vl", "qwen25vl", "qwen3_vl", "qwen3vl",
-                     "smolvlm", "idefics3", "mistral3", "llava", "mllama", "gemma3n", "gemma3"),
+                     "smolvlm", "idefics3", "mistral3", "llava", "mllama", "gemma3n", "gemma3",
+                     "gemma4"),
                     _VISION),
-    **dict.fromkeys(("gemma4", "gemma4_text"), _GEMMA4),
 }
 
 

@@ -24,7 +24,7 @@ TINY_MODEL_TYPES = ("llama", "qwen2", "mistral", "qwen3")
 TINY_VARIANTS = (*TINY_MODEL_TYPES, "qwen3-tied", "llama3-rope")
 # The families of issue 52, also converted to GGUF by llama.cpp and recorded against it
 # (tests/engine/data/llama_cpp/). Apart from TINY_VARIANTS until the engine runs them.
-FAMILY_VARIANTS = ("gemma3", "gemma3-query-scalar", "phi3", "phi3-longrope", "smollm3")
+FAMILY_VARIANTS = ("gemma3", "gemma3-query-scalar", "gemma4", "phi3", "phi3-longrope", "smollm3")
 
 _MODEL_CLASSES = {
     "llama": transformers.LlamaForCausalLM,
@@ -32,6 +32,7 @@ _MODEL_CLASSES = {
     "mistral": transformers.MistralForCausalLM,
     "qwen3": transformers.Qwen3ForCausalLM,
     "gemma3_text": transformers.Gemma3ForCausalLM,
+    "gemma4_text": transformers.Gemma4ForCausalLM,
     "phi3": transformers.Phi3ForCausalLM,
     "smollm3": transformers.SmolLM3ForCausalLM,
 }
@@ -67,6 +68,22 @@ _VARIANTS = {
                "rope_parameters": {
                    "sliding_attention": {"rope_type": "default", "rope_theta": 1000.0},
                    "full_attention": {"rope_type": "default", "rope_theta": 100000.0}}},
+    # Gemma 4 as its 31B is built, smaller: windowed layers (8 tokens) of head_dim 32 over two
+    # KV heads, global layers (2 and 5) of their own head_dim 96 over one KV head (so a token's
+    # keys take another size there: 96 floats, not 64), whose values are their keys' projection
+    # (attention_k_eq_v) and which rotate a quarter of their pairs ("proportional" RoPE); each
+    # kind with its own base. No per-layer embeddings and no shared KV caches (the E2B/E4B
+    # models' features, which Pagoda refuses).
+    "gemma4": {"model_type": "gemma4_text", "num_hidden_layers": 6, "num_key_value_heads": 2,
+               "head_dim": 32, "global_head_dim": 96, "num_global_key_value_heads": 1,
+               "attention_k_eq_v": True, "sliding_window": 8, "hidden_size_per_layer_input": 0,
+               "final_logit_softcapping": 8.0, "tie_word_embeddings": True,
+               "layer_types": ["sliding_attention"] * 2 + ["full_attention"]
+               + ["sliding_attention"] * 2 + ["full_attention"],
+               "rope_parameters": {
+                   "sliding_attention": {"rope_type": "default", "rope_theta": 1000.0},
+                   "full_attention": {"rope_type": "proportional", "rope_theta": 100000.0,
+                                      "partial_rotary_factor": 0.25}}},
     # Phi-4-mini's layout: fused qkv and gate_up, tied, 3/4 of each head rotated (12 of 16 dims).
     "phi3": {"tie_word_embeddings": True, "original_max_position_embeddings": 512,
              "rope_parameters": {"rope_type": "default", "rope_theta": 50000.0,
@@ -98,7 +115,24 @@ _GPT2_TOKENIZER_CLASS = frozenset({"phi3", "phi3-longrope"})
 _ZERO_CENTRED_NORMS = frozenset({"gemma3_text"})
 # Gemma scales its (tied) embeddings by sqrt(hidden) = 8: at the initializer's 0.2 a token's own
 # embedding dominates the residual and greedy output repeats one token; at 0.1 it varies.
-_EMBEDDING_STD = {"gemma3_text": 0.1}
+_EMBEDDING_STD = {"gemma3_text": 0.1, "gemma4_text": 0.1}
+
+
+# Gemma 4's converter reads only a sentencepiece-style BPE tokenizer (byte fallback, "▁" for a
+# space: Gemma's own), so that variant carries a small one of its own (`_gemma_style_tokenizer`)
+# instead of the default model's byte-level one, with Gemma's special token ids.
+_GEMMA_TOKENIZER = frozenset({"gemma4"})
+_GEMMA_SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>",
+                         "<end_of_turn>")
+# A few merges of English letter pairs, in rank order: enough that words are not all letters.
+_GEMMA_MERGES = (("▁", "t"), ("h", "e"), ("▁t", "he"), ("i", "n"), ("e", "r"), ("a", "n"),
+                 ("o", "n"), ("r", "e"), ("▁", "a"), ("▁", "s"), ("e", "n"), ("▁", "w"),
+                 ("o", "r"), ("a", "t"), ("▁", "c"), ("i", "t"), ("e", "s"), ("▁", "o"),
+                 ("▁", "i"), ("in", "g"))
+_GEMMA_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<start_of_turn>"
+    "{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n{{ m['content'] }}<end_of_turn>\n"
+    "{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
 
 
 def tiny_config(variant: str, vocab_size: int) -> transformers.PretrainedConfig:
@@ -117,6 +151,9 @@ def tiny_config(variant: str, vocab_size: int) -> transformers.PretrainedConfig:
         "intermediate_size": 128,
         "max_position_embeddings": 512,
     }
+    special_ids = ({"bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0}
+                   if variant in _GEMMA_TOKENIZER
+                   else {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2})
     return transformers.AutoConfig.for_model(
         model_type,
         vocab_size=vocab_size,
@@ -124,11 +161,8 @@ def tiny_config(variant: str, vocab_size: int) -> transformers.PretrainedConfig:
         # At the usual 0.02 a tied model just echoes its input token and top-2 logits nearly tie;
         # at 0.2 greedy output varies and the top-2 gap (~0.15) dwarfs float error.
         initializer_range=0.2,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=2,
         dtype="float32",
-        **(shape | settings),
+        **(special_ids | shape | settings),
     )
 
 
@@ -140,7 +174,8 @@ def save_tiny_model(
     The tokenizer comes from tokenizer_dir (a model folder or a .gguf file), by default the
     default model's.
     """
-    tokenizer = _tokenizer(tokenizer_dir)
+    tokenizer = (_gemma_style_tokenizer() if variant in _GEMMA_TOKENIZER and tokenizer_dir is None
+                 else _tokenizer(tokenizer_dir))
     config = tiny_config(variant, vocab_size=len(tokenizer))
     torch.manual_seed(seed)
     model = _MODEL_CLASSES[config.model_type](config).to(torch.float32)
@@ -149,6 +184,7 @@ def save_tiny_model(
             model, seed, std=config.initializer_range,
             embedding_std=_EMBEDDING_STD.get(config.model_type, config.initializer_range),
             norms_centred_on=0.0 if config.model_type in _ZERO_CENTRED_NORMS else 1.0)
+        _draw_layer_scalars(model, seed)
     else:
         _randomize_biases_and_norms(model, seed)
     path = Path(path)
@@ -167,6 +203,17 @@ def _tokenizer(tokenizer_dir: Path | None) -> transformers.PreTrainedTokenizerBa
     """Read once per session: finding the default model's tokenizer takes seconds. Only read
     and saved here, never changed."""
     return transformers.AutoTokenizer.from_pretrained(tokenizer_folder(tokenizer_dir))
+
+
+@functools.cache
+def _gemma_style_tokenizer() -> transformers.PreTrainedTokenizerBase:
+    """Gemma's kind of tokenizer, small: its special tokens, a token per byte (the fallback), "▁"
+    and the printable ASCII characters, then `_GEMMA_MERGES`; with a Gemma-like chat template."""
+    pieces = [*_GEMMA_SPECIAL_TOKENS, *(f"<0x{b:02X}>" for b in range(256)), "▁",
+              *(chr(c) for c in range(33, 127)), *(a + b for a, b in _GEMMA_MERGES)]
+    return transformers.GemmaTokenizer(
+        vocab={piece: i for i, piece in enumerate(pieces)}, merges=list(_GEMMA_MERGES),
+        extra_special_tokens=list(_GEMMA_SPECIAL_TOKENS[5:]), chat_template=_GEMMA_CHAT_TEMPLATE)
 
 
 def _name_tokenizer_class(tokenizer_config: Path, name: str) -> None:
@@ -205,6 +252,17 @@ def _draw_weights_with_numpy(model: torch.nn.Module, seed: int, std: float, embe
             scale, centre = std, 0.0
         values = centre + scale * rng.standard_normal(tuple(w.shape))
         w.copy_(torch.from_numpy(values.astype(np.float32)))
+
+
+@torch.no_grad()
+def _draw_layer_scalars(model: torch.nn.Module, seed: int) -> None:
+    """Gemma 4's layer_scalar buffers (ones as transformers makes them) between 0.5 and 1.5, so
+    that an engine that ignores them fails parity; from a stream of their own, after the
+    parameters', so the other families' files stay as recorded."""
+    scalars = [b for name, b in model.named_buffers() if name.endswith(".layer_scalar")]
+    rng = np.random.Generator(np.random.PCG64(seed + 1))
+    for scalar in scalars:
+        scalar.copy_(torch.from_numpy(rng.uniform(0.5, 1.5, tuple(scalar.shape)).astype(np.float32)))
 
 
 @torch.no_grad()

