@@ -71,7 +71,7 @@
 /* The types whose int8 activations q8_linear quantizes a super-block (256 values) to a scale,
  * as llama.cpp's Q8_K: a block's integer scale then applies in int16 and a super-block's 8
  * products add up in int32 before one float multiply (SUPER_PASS8). */
-#define SUPER_SCALED_TYPES (IQ4_XS | Q5_K)
+#define SUPER_SCALED_TYPES (IQ4_XS | Q5_K | Q6_K)
 
 struct weight {
     const int8_t *q;
@@ -770,6 +770,15 @@ static inline void iq4xs_super8_pass(const struct weight *w, const struct activa
     STORE_SUMS(acc, rows, irows)
 }
 
+/* Block j's fifth bits (bit j of each qh byte) moved to bit 4: a 16-bit shift moves both
+ * bytes of a lane alike, and the mask keeps each byte's own. */
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline __m256i q5k_fifth_bits(__m256i qh, int j, __m256i sixteen)
+{
+    __m256i moved = j <= 4 ? _mm256_slli_epi16(qh, 4 - j) : _mm256_srli_epi16(qh, j - 4);
+    return _mm256_and_si256(moved, sixteen);
+}
+
 /* Q5_K's values are 0..31, so maddubs takes them as they are (no sign moves); blocks 2p and
  * 2p + 1 share the bytes of their low four bits. Its mins go in here too: - dmin m_j times the
  * block's activation sum, 8 blocks a multiply-add. */
@@ -795,14 +804,10 @@ static inline void q5k_super8_pass(const struct weight *w, const struct activati
                 isum[i] = _mm256_setzero_si256();
             for (int p = 0; p < SUB_BLOCKS / 2; p++) {
                 __m256i qs = _mm256_loadu_si256((const __m256i *)(super + Q5K_QS_AT + 32 * p));
-                __m256i bit0 = _mm256_set1_epi8((char)(1 << (2 * p)));
-                __m256i bit1 = _mm256_set1_epi8((char)(2 << (2 * p)));
-                __m256i w0 = _mm256_or_si256(
-                    _mm256_and_si256(qs, nibble),
-                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit0), bit0), sixteen));
-                __m256i w1 = _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(qs, 4), nibble),
-                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit1), bit1), sixteen));
+                __m256i w0 = _mm256_or_si256(_mm256_and_si256(qs, nibble),
+                                             q5k_fifth_bits(qh, 2 * p, sixteen));
+                __m256i w1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 4), nibble),
+                                             q5k_fifth_bits(qh, 2 * p + 1, sixteen));
                 __m256i sc0 = _mm256_permutevar8x32_epi32(scale32, _mm256_set1_epi32(2 * p));
                 __m256i sc1 = _mm256_permutevar8x32_epi32(scale32, _mm256_set1_epi32(2 * p + 1));
                 for (int i = 0; i < irows; i++) {
@@ -824,6 +829,68 @@ static inline void q5k_super8_pass(const struct weight *w, const struct activati
                 acc[i][r] = _mm256_fmadd_ps(neg_mins, _mm256_loadu_ps(x->sum + b0[i]),
                                             acc[i][r]);
             }
+        }
+    }
+    STORE_SUMS(acc, rows, irows)
+}
+
+/* Q6_K's values as 0..63 (q + 32), so maddubs takes them as they are; the 32 x_j it adds too
+ * many per pair are taken back in int16 (maddubs of 32 and x, per activation row and
+ * super-block, shared by a tile's rows) before each half's scale (one per 16 values) applies.
+ * |pair| <= 2 x 63 x 127 + 2 x 32 x 127, times |sc| <= 128, in int32. */
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline void q6k_super8_pass(const struct weight *w, const struct activations *x,
+                                   int row0, int rows, int i0, int irows, float *y)
+{
+    const int8_t *xq = (const int8_t *)x->q;
+    const __m256i thirty_two = _mm256_set1_epi8(32);
+    const __m256i low = _mm256_set1_epi8(15), high = _mm256_set1_epi8(3 << 4);
+    ZERO_ACCUMULATORS(acc);
+    SUPER_BLOCKS_OF_TILE(q6k, Q6K_BYTES)
+        size_t b0[ROW_CHUNK];
+        __m256i xs[ROW_CHUNK][SUB_BLOCKS], extra[ROW_CHUNK][SUB_BLOCKS];
+        for (int i = 0; i < irows; i++) {
+            b0[i] = (size_t)(i0 + i) * w->groups + (size_t)s * SUB_BLOCKS;
+            for (int j = 0; j < SUB_BLOCKS; j++) {
+                xs[i][j] = _mm256_loadu_si256((const __m256i *)(xq + (b0[i] + j) * BLOCK));
+                extra[i][j] = _mm256_maddubs_epi16(thirty_two, xs[i][j]);
+            }
+        }
+        for (int r = 0; r < rows; r++) {
+            const uint8_t *super = tile + (size_t)r * row_bytes + at;
+            __m128i scales = _mm_loadu_si128((const __m128i *)(super + Q6K_SCALES_AT));
+            __m256i isum[ROW_CHUNK];
+            for (int i = 0; i < irows; i++)
+                isum[i] = _mm256_setzero_si256();
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *ql = super + 64 * h;
+                __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+                __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+                __m256i qh = _mm256_loadu_si256((const __m256i *)(super + Q6K_QH_AT + 32 * h));
+                __m256i lo[4] = {l0, l1, _mm256_srli_epi16(l0, 4), _mm256_srli_epi16(l1, 4)};
+                __m256i hi[4] = {_mm256_slli_epi16(qh, 4), _mm256_slli_epi16(qh, 2), qh,
+                                 _mm256_srli_epi16(qh, 2)};
+                for (int jj = 0; jj < 4; jj++) {
+                    int j = 4 * h + jj;
+                    __m256i u = _mm256_or_si256(_mm256_and_si256(lo[jj], low),
+                                                _mm256_and_si256(hi[jj], high));
+                    /* [sc 2j x 8 | sc 2j + 1 x 8] in int16: the halves' scales. */
+                    __m128i pick = _mm_setr_epi8(2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j,
+                                                 2 * j, 2 * j + 1, 2 * j + 1, 2 * j + 1,
+                                                 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1,
+                                                 2 * j + 1);
+                    __m256i sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
+                    for (int i = 0; i < irows; i++) {
+                        __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(u, xs[i][j]),
+                                                         extra[i][j]);
+                        isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(pairs, sc));
+                    }
+                }
+            }
+            float d = q6k_d_f16c(super);
+            for (int i = 0; i < irows; i++)
+                acc[i][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]),
+                                            _mm256_set1_ps(d * x->scale[b0[i]]), acc[i][r]);
         }
     }
     STORE_SUMS(acc, rows, irows)
@@ -1117,6 +1184,7 @@ DEFINE_SCALED_TILES(iq4xs, IQ4XS_BYTES, iq4xs_scale)
 DEFINE_SCALED_TILES(q5k, Q5K_BYTES, Q5K_SCALE)
 DEFINE_TILE(iq4xs_tile8s_avx2, AVX2, iq4xs_super8_pass)
 DEFINE_TILE(q5k_tile8s_avx2, AVX2, q5k_super8_pass)
+DEFINE_TILE(q6k_tile8s_avx2, AVX2, q6k_super8_pass)
 /* Q3_K's (two scales a block, as Q6_K's). */
 DEFINE_BLOCKS_PASS8(q3k_pass8_avx2, AVX2, bq_dot8_avx2, Q3K_WALK)
 DEFINE_BLOCKS_PASS8(q3k_pass8_vnni, VNNI, bq_dot8_vnni, Q3K_WALK)
@@ -1156,7 +1224,8 @@ static tile_fn super_tile(int isa, int halves)
 {
     if (isa < BQ_ISA_AVX2)
         return NULL;
-    return (halves & IQ4_XS) ? iq4xs_tile8s_avx2 : (halves & Q5_K) ? q5k_tile8s_avx2 : NULL;
+    return (halves & IQ4_XS) ? iq4xs_tile8s_avx2 : (halves & Q5_K) ? q5k_tile8s_avx2
+         : (halves & Q6_K) ? q6k_tile8s_avx2 : NULL;
 }
 
 static void gemm_tiles(int isa, int wide, const struct weight *w, const struct activations *x,

@@ -24,7 +24,7 @@ _SCALES_HALF, _MINS_HALF = 1, 2
 Q6_K_SUPER_BLOCK, Q6_K_BLOCK_BYTES = 256, 210
 # GGUF block types read in place: (the `halves` flag saying so, bytes per 256 values).
 # The block types whose int8 activations `linear` quantizes a scale per 256 values (q8_gemv.c).
-SUPER_SCALED_TYPES = ("IQ4_XS", "Q5_K")
+SUPER_SCALED_TYPES = ("IQ4_XS", "Q5_K", "Q6_K")
 BLOCK_TYPES = {"Q6_K": (4, Q6_K_BLOCK_BYTES), "IQ4_XS": (8, 136), "Q5_K": (16, 176),
                "Q3_K": (32, 110)}
 

@@ -1,6 +1,7 @@
 # ruff: noqa: F811 (the fixtures imported from test_cpu_q4 and _q8 are test arguments)
 """GGUF Q6_K weights kept at their own width (`Q6KWeight`, 0.82 bytes a weight) and multiplied by
-q8_gemv from the file's blocks: layers with int16 activations, the vocabulary with int8 ones,
+q8_gemv from the file's blocks with int8 activations a scale per 256 values (layers and the
+vocabulary alike, as llama.cpp's Q8_K),
 widened for GEMM steps, and widened to grouped int8 where q8_gemv does not run; a Q4_K_M-like
 file's engine reads them so and answers as its dequantized self."""
 
@@ -72,13 +73,16 @@ def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return ((got - want).norm() / want.norm()).item()
 
 
-def test_q6_k_layer_runs_q8_on_the_files_blocks_to_16_bits(q8):
+def test_q6_k_layer_runs_q8_on_the_files_blocks_with_int8_activations_per_super_block(q8):
     weight = _weight()
     method = make_linear(weight, None, _placement(q8)).method
     assert isinstance(method, CpuQ8Method)
     assert method.native.operand.q.data_ptr() == weight.blocks.data_ptr()
     x = torch.randn(3, 512)
-    assert _relative_error(method.apply(x, None), F.linear(x, dequantize(weight))) < 1e-4
+    # int8 a scale per 256 values, as llama.cpp's Q6_K kernel takes them (Q8_K): about a
+    # percent, where 16 bits gave 1e-4.
+    error = _relative_error(method.apply(x, None), F.linear(x, dequantize(weight)))
+    assert 1e-4 < error < 2e-2
 
 
 def test_q6_k_vocabulary_runs_q8s_int8_pass(q8):
