@@ -12,7 +12,7 @@ from app.qt.engine_host import EngineHost
 class _FakeBackend:
     def __init__(self, name):
         self.model_name = name
-        self.max_model_len = 2048
+        self.max_model_len = self.usable_context_len = 2048
         self.stopped = False
 
     def shutdown(self, timeout=10.0):
