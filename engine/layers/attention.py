@@ -16,6 +16,7 @@ from kernels.kernel_ops import KernelOps
 # cos and signed sin of this step's positions, per rotary table (engine.layers.rotary).
 StepRotary = dict[str, tuple[torch.Tensor, torch.Tensor]]
 Metadata = AttentionMetadata | TritonAttentionMetadata
+StepKV = tuple[torch.Tensor, torch.Tensor]  # a step's keys and values [tokens, kv_heads, head_dim]
 
 
 @dataclass(slots=True, frozen=True)
@@ -42,22 +43,44 @@ class Attention:
     values_from_keys: bool = False
 
     def __call__(self, x: torch.Tensor, rotary: StepRotary, k_cache: torch.Tensor,
-                 v_cache: torch.Tensor, meta: Metadata, ops: KernelOps) -> torch.Tensor:
-        h = self.heads
-        n = x.shape[0]
+                 v_cache: torch.Tensor, meta: Metadata, ops: KernelOps,
+                 shared: StepKV | None = None) -> tuple[torch.Tensor, StepKV]:
+        """The attention's output and this step's keys and values. shared: those of the layer
+        whose KV cache this one reads (Gemma 4's shared KV caches; qkv_proj then gives queries
+        alone): they are written again to the same slots, then attended."""
         qkv = self.qkv_proj(x)
+        if shared is None:
+            q, k, v = self._queries_keys_values(qkv, rotary, ops)
+        else:
+            q, (k, v) = self._queries(qkv, rotary, ops), shared
+        attn = ops.paged_attention(q, k, v, k_cache, v_cache, meta.for_window(self.window),
+                                   self.scale)
+        return self.o_proj(attn), (k, v)
+
+    def _queries_keys_values(self, qkv: torch.Tensor, rotary: StepRotary, ops: KernelOps,
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        h = self.heads
         qk_width = (h.num_heads + h.num_kv_heads) * h.head_dim
         v = self._values(qkv, qk_width, ops)
-        q_and_k = qkv[:, :qk_width].view(n, -1, h.head_dim)
+        q_and_k = qkv[:, :qk_width].view(qkv.shape[0], -1, h.head_dim)
         if self.q_norm is not None:
             q_and_k = self._norm_heads(q_and_k, ops)
         if self.rope is not None:
             cos, sin = rotary[self.rope]
             q_and_k = _rotate(q_and_k, cos, sin, ops)
         q, k = q_and_k.split((h.num_heads, h.num_kv_heads), dim=1)
-        attn = ops.paged_attention(q, k, v, k_cache, v_cache, meta.for_window(self.window),
-                                   self.scale)
-        return self.o_proj(attn)
+        return q, k, v
+
+    def _queries(self, q: torch.Tensor, rotary: StepRotary, ops: KernelOps) -> torch.Tensor:
+        """[tokens, heads, head_dim] queries, normed and rotated, from q_proj's output alone."""
+        h = self.heads
+        if self.q_norm is not None:
+            q = ops.rms_norm(q.reshape(-1, h.head_dim), self.q_norm, self.eps)
+        q = q.view(-1, h.num_heads, h.head_dim)
+        if self.rope is not None:
+            cos, sin = rotary[self.rope]
+            q = _rotate(q, cos, sin, ops)
+        return q
 
     def _values(self, qkv: torch.Tensor, qk_width: int, ops: KernelOps) -> torch.Tensor:
         """[tokens, kv_heads, head_dim] values, taken before the keys are normed and rotated

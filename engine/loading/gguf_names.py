@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import re
 
-_GLOBAL = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
+_GLOBAL = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output",
+           # Gemma 4's per-layer embeddings (E2B, E4B)
+           "model.embed_tokens_per_layer": "per_layer_token_embd",
+           "model.per_layer_model_projection": "per_layer_model_proj",
+           "model.per_layer_projection_norm": "per_layer_proj_norm"}
 _LAYER = {
     "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
     "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
@@ -24,8 +28,12 @@ _GEMMA_NORMS = {"post_attention_layernorm": "post_attention_norm",
                 "post_feedforward_layernorm": "post_ffw_norm"}
 _LAYER_BY_ARCHITECTURE: dict[str, dict[str, str]] = {
     "gemma3": _GEMMA_NORMS,
-    # Gemma 4's layer_scalar (a parameter without a suffix; its tensor is "<name>.weight").
-    "gemma4": _GEMMA_NORMS | {"layer_scalar": "layer_output_scale"},
+    # Gemma 4's layer_scalar (a parameter without a suffix; its tensor is "<name>.weight") and
+    # per-layer inputs.
+    "gemma4": _GEMMA_NORMS | {"layer_scalar": "layer_output_scale",
+                              "per_layer_input_gate": "inp_gate",
+                              "per_layer_projection": "proj",
+                              "post_per_layer_input_norm": "post_norm"},
     # Phi-3's fused q/k/v and gate/up matrices, as one tensor each.
     "phi3": {"self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"},
 }
@@ -42,9 +50,11 @@ _NEEDED_MODULES: dict[str, tuple[str, ...]] = {
     "qwen2": _LLAMA_MODULES,
     "qwen3": _LLAMA_MODULES + _QK_NORMS,
     "gemma3": _GEMMA_MODULES,
-    # Gemma 4's global layers may have no v_proj (their values are the keys' projection): the
-    # config says which, and the loader checks the file against it.
-    "gemma4": tuple(m for m in _GEMMA_MODULES if m != "self_attn.v_proj"),
+    # Gemma 4's global layers may have no v_proj (their values are the keys' projection), and
+    # layers that read another's KV cache no k_proj or k_norm: the config says which, and the
+    # loader checks the file against it.
+    "gemma4": tuple(m for m in _GEMMA_MODULES
+                    if m not in ("self_attn.k_proj", "self_attn.v_proj", "self_attn.k_norm")),
     "phi3": ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj",
              "input_layernorm", "post_attention_layernorm"),
     "smollm3": _LLAMA_MODULES,

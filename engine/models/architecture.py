@@ -51,6 +51,11 @@ class LayerNames:
     # A scalar the layer's output is multiplied by (Gemma 4's layer_scalar; a parameter without
     # a ".weight" suffix).
     layer_scalar: str | None = None
+    # Per-layer embeddings (Gemma 4's E2B/E4B): the layer's output through a gate to the
+    # per-layer width, times the token's per-layer input, projected back and normed, added.
+    per_layer_gate: str | None = None
+    per_layer_projection: str | None = None
+    per_layer_norm: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +74,12 @@ class ModelShape:
     # Each layer's (KV heads, head size) where layers differ (Gemma 4's global layers have
     # their own); empty where every layer has num_kv_heads heads of head_dim.
     layer_heads: tuple[tuple[int, int], ...] = ()
+    # Each layer's KV cache: its own (its index) or an earlier layer's, whose keys and values it
+    # reads and does not write (Gemma 4's E2B/E4B: the last layers share); empty: all its own.
+    layer_kv_from: tuple[int, ...] = ()
+    # Each layer's MLP width where layers differ (Gemma 4's double-wide MLPs); empty: all
+    # intermediate_size.
+    layer_intermediate: tuple[int, ...] = ()
 
     @property
     def windows(self) -> tuple[int, ...]:
@@ -81,8 +92,15 @@ class ModelShape:
                                                                  self.head_dim)
 
     def kv_floats(self, layers: Iterable[int]) -> int:
-        """Keys' (or values') floats per token over these layers."""
+        """Keys' (or values') floats per token over these layers' own KV caches."""
         return sum(heads * size for heads, size in map(self.kv_heads, layers))
+
+    def kv_owner(self, layer: int) -> int:
+        """The layer whose KV cache `layer` reads: itself, or the earlier one it shares."""
+        return self.layer_kv_from[layer] if self.layer_kv_from else layer
+
+    def intermediate(self, layer: int) -> int:
+        return self.layer_intermediate[layer] if self.layer_intermediate else self.intermediate_size
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +117,7 @@ class DecoderArchitecture:
     embedding_scale: float | None = None  # Gemma multiplies embeddings by sqrt(hidden)
     attention_softcap: float | None = None  # cap * tanh(scores / cap) before the softmax
     value_norm: bool = False  # Gemma 4: values RMS-normed per head, without a weight
+    per_layer_input: int = 0  # Gemma 4's per-layer embeddings: their width per layer (0: none)
     final_softcap: float | None = None  # the same on the logits
     tied_embeddings: bool = True  # lm_head reads the token table
     qkv_bias: bool = False

@@ -44,6 +44,35 @@ def layer_heads(config: transformers.PretrainedConfig) -> tuple[tuple[int, int],
     return () if len(set(heads)) == 1 else heads
 
 
+def layer_kv_from(config: transformers.PretrainedConfig) -> tuple[int, ...]:
+    """Each layer's KV cache owner where the last `num_kv_shared_layers` layers (Gemma 4's
+    E2B/E4B) read the keys and values of the last earlier layer of their own kind, else ()."""
+    shared = getattr(config, "num_kv_shared_layers", 0) or 0
+    if not shared:
+        return ()
+    layers = config.num_hidden_layers
+    first = layers - shared
+    kinds = layer_types(config)
+    owners = {kind: i for i, kind in enumerate(kinds[:first])}  # the last of each kind
+    missing = sorted(set(kinds[first:]) - owners.keys())
+    if first < 1 or missing:
+        raise ModelLoadError(
+            f"config.json shares the KV caches of its last {shared} of {layers} layers "
+            f"(num_kv_shared_layers), but no earlier layer of kind {', '.join(missing) or 'any'} "
+            "holds one to share. The model's settings are damaged.")
+    return tuple(i if i < first else owners[kinds[i]] for i in range(layers))
+
+
+def layer_intermediate(config: transformers.PretrainedConfig) -> tuple[int, ...]:
+    """Each layer's MLP width where Gemma 4's layers that share KV caches have MLPs twice as
+    wide (`use_double_wide_mlp`), else ()."""
+    owners = layer_kv_from(config)
+    if not (owners and getattr(config, "use_double_wide_mlp", False)):
+        return ()
+    width = config.intermediate_size
+    return tuple(width if owner == i else 2 * width for i, owner in enumerate(owners))
+
+
 def _first_layer(config: transformers.PretrainedConfig) -> transformers.PretrainedConfig:
     """A config to read per-layer attributes from: the first layer's where layers differ (the
     whole config then refuses to say them)."""
@@ -97,7 +126,16 @@ def model_shape(config: transformers.PretrainedConfig,
         max_position_embeddings=config.max_position_embeddings,
         intermediate_size=config.intermediate_size,
         layer_windows=windows if windows is not None else layer_windows(config),
-        layer_heads=layer_heads(config))
+        layer_heads=layer_heads(config), layer_kv_from=layer_kv_from(config),
+        layer_intermediate=layer_intermediate(config))
+
+
+def qkv_modules(arch: DecoderArchitecture, index: int) -> int:
+    """How many of `names.qkv` layer `index` has: q alone where it reads another layer's KV
+    cache, q and k where its values are its keys' projection, else all."""
+    if arch.shape.kv_owner(index) != index:
+        return 1
+    return 2 if arch.layers[index].values_from_keys else len(arch.names.qkv)
 
 
 def weight_shapes(arch: DecoderArchitecture) -> dict[str, tuple[int, ...]]:
@@ -110,31 +148,39 @@ def weight_shapes(arch: DecoderArchitecture) -> dict[str, tuple[int, ...]]:
     shapes["model.norm.weight"] = (s.hidden_size,)
     if not arch.tied_embeddings:
         shapes["lm_head.weight"] = (s.vocab_size, s.hidden_size)
+    if arch.per_layer_input:
+        width = s.num_layers * arch.per_layer_input
+        shapes |= {"model.embed_tokens_per_layer.weight": (s.vocab_size, width),
+                   "model.per_layer_model_projection.weight": (width, s.hidden_size),
+                   "model.per_layer_projection_norm.weight": (arch.per_layer_input,)}
     return shapes
 
 
 def _layer_weight_shapes(arch: DecoderArchitecture, index: int) -> dict[str, tuple[int, ...]]:
-    """Layer `index`'s parameters: its own head size and KV heads, no v_proj where its values
-    are its keys' projection."""
+    """Layer `index`'s parameters: its own head size, KV heads and MLP width; no v_proj where
+    its values are its keys' projection, only q_proj and q_norm where it reads another layer's
+    KV cache."""
     s, names = arch.shape, arch.names
     num_kv_heads, size = s.kv_heads(index)
     q, kv = s.num_heads * size, num_kv_heads * size
+    intermediate = s.intermediate(index)
     by_module: dict[str, tuple[tuple[int, ...], bool]] = {
         names.o: ((s.hidden_size, q), arch.o_bias),
-        names.down: ((s.hidden_size, s.intermediate_size), arch.mlp_bias)}
+        names.down: ((s.hidden_size, intermediate), arch.mlp_bias)}
     qkv_rows = (q, kv, kv) if len(names.qkv) == 3 else (q + 2 * kv,)
-    qkv = zip(names.qkv, qkv_rows, strict=True)
-    if arch.layers[index].values_from_keys:
-        qkv = list(qkv)[:2]
-    for module, rows in qkv:
+    for module, rows in list(zip(names.qkv, qkv_rows, strict=True))[:qkv_modules(arch, index)]:
         by_module[module] = ((rows, s.hidden_size), arch.qkv_bias)
-    gate_up_rows = (s.intermediate_size,) * 2 if len(names.gate_up) == 2 else (
-        2 * s.intermediate_size,)
+    gate_up_rows = (intermediate,) * 2 if len(names.gate_up) == 2 else (2 * intermediate,)
     for module, rows in zip(names.gate_up, gate_up_rows, strict=True):
         by_module[module] = ((rows, s.hidden_size), arch.mlp_bias)
+    shares_kv = s.kv_owner(index) != index
     norms = {names.input_norm: s.hidden_size, names.mlp_norm: s.hidden_size,
              names.attention_out_norm: s.hidden_size, names.mlp_out_norm: s.hidden_size,
-             names.q_norm: size, names.k_norm: size}
+             names.q_norm: size, None if shares_kv else names.k_norm: size}
+    if arch.per_layer_input:
+        norms[names.per_layer_norm] = s.hidden_size
+        by_module |= {names.per_layer_gate: ((arch.per_layer_input, s.hidden_size), False),
+                      names.per_layer_projection: ((s.hidden_size, arch.per_layer_input), False)}
     layer = f"model.layers.{index}"
     shapes: dict[str, tuple[int, ...]] = {}
     for module, (shape, has_bias) in by_module.items():

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import torch
 from transformers import PretrainedConfig
 
-from engine.layers.attention import Attention, HeadShape, Metadata
+from engine.layers.attention import Attention, HeadShape, Metadata, StepKV
 from engine.layers.linear import (
+    Embedding,
     Linear,
     Placement,
     make_embedding,
@@ -26,12 +27,54 @@ from engine.layers.lm_head import LMHead
 from engine.layers.mlp import GatedMLP
 from engine.layers.rotary import RotaryTables
 from engine.models.architecture import DecoderArchitecture
+from engine.models.config import qkv_modules
 from engine.models.memory import release_freed_memory
 from engine.models.native_decode import NativeDecode, not_covered
 from engine.quantization.dequantize_workspace import DequantWorkspace
 from engine.quantization.tensors import Weight, concat
+from kernels.kernel_ops import KernelOps
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class PerLayerInput:
+    """A layer's use of its per-layer input (Gemma 4's E2B/E4B): its output through `gate` to
+    the per-layer width, GELU (tanh), times the token's input for this layer, back through
+    `projection`, normed, added to the output."""
+
+    gate: Linear
+    projection: Linear
+    norm: torch.Tensor
+
+    def __call__(self, hidden: torch.Tensor, per_layer_input: torch.Tensor, ops: KernelOps,
+                 eps: float) -> torch.Tensor:
+        gated = ops.gelu_tanh_and_mul(torch.cat((self.gate(hidden), per_layer_input), dim=-1))
+        return hidden + ops.rms_norm(self.projection(gated), self.norm, eps)
+
+
+@dataclass(slots=True)
+class PerLayerEmbeddings:
+    """Each token's input to every layer (Gemma 4's E2B/E4B): its row of a token table of
+    layers x width, beside the embedding projected to the same and normed per layer, averaged
+    (their sum times 1/sqrt(2), as transformers computes it)."""
+
+    table: Embedding
+    table_scale: float  # sqrt(width), in the compute dtype
+    projection: Linear
+    projection_scale: float  # 1 / sqrt(hidden)
+    norm: torch.Tensor
+    num_layers: int
+    width: int
+
+    def __call__(self, input_ids: torch.Tensor, embeddings: torch.Tensor, ops: KernelOps,
+                 eps: float) -> torch.Tensor:
+        """[tokens] ids and their scaled embeddings -> [tokens, layers, width]."""
+        shape = (input_ids.shape[0], self.num_layers, self.width)
+        tokens = (self.table(input_ids) * self.table_scale).view(shape)
+        projected = self.projection(embeddings) * self.projection_scale
+        projected = ops.rms_norm(projected.reshape(-1, self.width), self.norm, eps).view(shape)
+        return (projected + tokens) * 2.0 ** -0.5
 
 
 @dataclass(slots=True)
@@ -43,6 +86,8 @@ class DecoderLayer:
     attention_out_norm: torch.Tensor | None = None  # Gemma's sandwich norms
     mlp_out_norm: torch.Tensor | None = None
     scalar: torch.Tensor | None = None  # Gemma 4: the layer's output times this
+    per_layer: PerLayerInput | None = None  # Gemma 4's E2B/E4B
+    kv_from: int | None = None  # the earlier layer whose KV cache this one reads (Gemma 4)
 
     # The names the one-C-call decode step (native_decode.py) reads.
     @property
@@ -85,6 +130,9 @@ class DecoderForCausalLM:
         self.lm_head = LMHead(make_linear(lm_head, None, placement, precise_int8=False), exact,
                               widen, placement.ops.top_k_indices)
         self.norm = self._norm(weights["model.norm.weight"], placement)
+        self.per_layer_embeddings = self._per_layer_embeddings(weights, placement)
+        # Layers whose keys and values later layers read in the same step (Gemma 4).
+        self.kv_sources = {s.kv_owner(i) for i in range(s.num_layers) if s.kv_owner(i) != i}
         self.layers = []
         for i in range(s.num_layers):
             prefix = f"model.layers.{i}."
@@ -127,22 +175,32 @@ class DecoderForCausalLM:
                 return out
         residual = None
         eps, ops = self.shape.rms_norm_eps, self.ops
-        for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
+        per_layer_inputs = (None if self.per_layer_embeddings is None
+                            else self.per_layer_embeddings(input_ids, hidden, ops, eps))
+        step_kv: dict[int, StepKV] = {}  # the keys and values later layers read (kv_from)
+        for i, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, kv_caches, strict=True)):
             if residual is None:
                 residual = hidden
                 x = ops.rms_norm(hidden, layer.input_norm, eps)
             else:
                 x, residual = ops.add_rms_norm(hidden, residual, layer.input_norm, eps)
-            hidden = layer.attention(x, rotary, k_cache, v_cache, meta, ops)
+            hidden, kv = layer.attention(x, rotary, k_cache, v_cache, meta, ops,
+                                         None if layer.kv_from is None else step_kv[layer.kv_from])
+            if i in self.kv_sources:
+                step_kv[i] = kv
             if layer.attention_out_norm is not None:
                 hidden = ops.rms_norm(hidden, layer.attention_out_norm, eps)
             x, residual = ops.add_rms_norm(hidden, residual, layer.mlp_norm, eps)
             hidden = layer.mlp(x, ops)
             if layer.mlp_out_norm is not None:
                 hidden = ops.rms_norm(hidden, layer.mlp_out_norm, eps)
+            if layer.per_layer is not None or layer.scalar is not None:
+                # The layer's whole output goes on: the next layer starts a residual afresh.
+                hidden, residual = hidden + residual, None
+            if layer.per_layer is not None:
+                hidden = layer.per_layer(hidden, per_layer_inputs[:, i], ops, eps)
             if layer.scalar is not None:
-                # The layer's whole output is scaled: the next layer starts a residual afresh.
-                hidden, residual = (hidden + residual) * layer.scalar, None
+                hidden = hidden * layer.scalar
         return hidden if residual is None else hidden + residual
 
     def final_norm(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -169,6 +227,19 @@ class DecoderForCausalLM:
         norm = weight.to(torch.float64) + self.arch.norm_offset  # on the loader's CPU
         return norm.to(device=placement.device, dtype=torch.float32).to(placement.dtype)
 
+    def _per_layer_embeddings(self, w: MutableMapping[str, Weight],
+                              placement: Placement) -> PerLayerEmbeddings | None:
+        width = self.arch.per_layer_input
+        if not width:
+            return None
+        return PerLayerEmbeddings(
+            table=make_embedding(w["model.embed_tokens_per_layer.weight"], placement),
+            table_scale=torch.tensor(width ** 0.5, dtype=placement.dtype).item(),
+            projection=make_linear(w["model.per_layer_model_projection.weight"], None, placement),
+            projection_scale=self.shape.hidden_size ** -0.5,
+            norm=self._norm(w["model.per_layer_projection_norm.weight"], placement),
+            num_layers=self.shape.num_layers, width=width)
+
     def _load_layer(self, w: MutableMapping[str, Weight], index: int,
                     placement: Placement) -> DecoderLayer:
         arch, s, names = self.arch, self.shape, self.arch.names
@@ -186,13 +257,15 @@ class DecoderForCausalLM:
                                                           placement)
 
         num_kv_heads, head_dim = s.kv_heads(index)
-        # A layer whose values are its keys' projection has no v_proj (the last of names.qkv).
-        qkv = names.qkv[:2] if kind.values_from_keys else names.qkv
+        # q alone where the layer reads another's KV cache; no v_proj where its values are its
+        # keys' projection.
+        qkv = names.qkv[:qkv_modules(arch, index)]
+        kv_from = None if s.kv_owner(index) == index else s.kv_owner(index)
         attention = Attention(
             qkv_proj=linear(qkv), o_proj=linear((names.o,)),
             heads=HeadShape(s.num_heads, num_kv_heads, head_dim), window=kind.window,
             rope=kind.rope, scale=arch.scale, eps=s.rms_norm_eps,
-            q_norm=norm(names.q_norm), k_norm=norm(names.k_norm),
+            q_norm=norm(names.q_norm), k_norm=None if kv_from is not None else norm(names.k_norm),
             v_norm=(torch.ones(head_dim, dtype=placement.dtype, device=placement.device)
                     if arch.value_norm else None),
             values_from_keys=kind.values_from_keys)
@@ -203,7 +276,12 @@ class DecoderForCausalLM:
             mlp_norm=norm(names.mlp_norm),
             mlp=GatedMLP(linear(names.gate_up), linear((names.down,)), arch.activation),
             attention_out_norm=norm(names.attention_out_norm),
-            mlp_out_norm=norm(names.mlp_out_norm), scalar=scalar)
+            mlp_out_norm=norm(names.mlp_out_norm), scalar=scalar,
+            per_layer=(PerLayerInput(linear((names.per_layer_gate,)),
+                                     linear((names.per_layer_projection,)),
+                                     norm(names.per_layer_norm))
+                       if arch.per_layer_input else None),
+            kv_from=kv_from)
 
 
 def _fused(w: MutableMapping[str, Weight], names: list[str]) -> Weight | None:

@@ -4,11 +4,13 @@ by w (not 1 + w), attention is not scaled (its q/k norms set the scale), values 
 per head without a weight, each layer's output is multiplied by its own scalar, and the global
 layers have their own head size and KV heads, rotate by "proportional" RoPE (a share of the
 head's pairs, the rest at frequency 0) and, where `attention_k_eq_v`, take their values from
-the keys' projection (no v_proj).
+the keys' projection (no v_proj). The small models (E2B, E4B) add per-layer embeddings (each
+token's input to every layer, `hidden_size_per_layer_input`) and have their last layers read
+the KV caches of earlier ones (`num_kv_shared_layers`), with MLPs twice as wide there
+(`use_double_wide_mlp`).
 
-Not run, refused with the reason: mixture-of-experts layers (`enable_moe_block`), the small
-models' per-layer embeddings (`hidden_size_per_layer_input`) and KV caches shared between layers
-(`num_kv_shared_layers`), and attention in both directions over all tokens.
+Not run, refused with the reason: mixture-of-experts layers (`enable_moe_block`) and attention in
+both directions over all tokens.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ NAME = "Gemma 4"  # its entry in engine/models/registry.py names the model types
 GEMMA4_NAMES = LayerNames(
     attention_out_norm="post_attention_layernorm", mlp_norm="pre_feedforward_layernorm",
     mlp_out_norm="post_feedforward_layernorm", q_norm="self_attn.q_norm",
-    k_norm="self_attn.k_norm", layer_scalar="layer_scalar")
+    k_norm="self_attn.k_norm", layer_scalar="layer_scalar",
+    per_layer_gate="per_layer_input_gate", per_layer_projection="per_layer_projection",
+    per_layer_norm="post_per_layer_input_norm")
 
 _SLIDING, _FULL = "sliding_attention", "full_attention"
 MIXTURE_OF_EXPERTS = "mixture-of-experts: not yet"
@@ -53,6 +57,7 @@ def architecture(config: PretrainedConfig) -> DecoderArchitecture:
         embedding_scale=config.hidden_size ** 0.5,
         final_softcap=config.final_logit_softcapping,
         value_norm=True,
+        per_layer_input=getattr(config, "hidden_size_per_layer_input", 0) or 0,
         tied_embeddings=bool(config.tie_word_embeddings), qkv_bias=bias, o_bias=bias)
 
 
@@ -61,16 +66,13 @@ def _refuse_what_is_not_run(config: PretrainedConfig) -> None:
         raise ModelLoadError(
             f"This Gemma 4 model has mixture-of-experts layers (enable_moe_block): "
             f"{MIXTURE_OF_EXPERTS}. Pagoda runs the dense Gemma 4 models.")
-    if getattr(config, "hidden_size_per_layer_input", 0):
+    per_layer_vocabulary = getattr(config, "vocab_size_per_layer_input", config.vocab_size)
+    if getattr(config, "hidden_size_per_layer_input", 0) and (
+            per_layer_vocabulary != config.vocab_size):
         raise ModelLoadError(
-            "This Gemma 4 model adds per-layer embeddings to every layer "
-            "(hidden_size_per_layer_input, the E2B and E4B models): per-layer embeddings: "
-            "not yet. Pagoda runs the Gemma 4 models without them.")
-    if getattr(config, "num_kv_shared_layers", 0):
-        raise ModelLoadError(
-            "This Gemma 4 model's last layers read earlier layers' keys and values "
-            "(num_kv_shared_layers, the E2B and E4B models): key-value caches shared between "
-            "layers: not yet.")
+            f"This Gemma 4 model's per-layer embeddings cover {per_layer_vocabulary} tokens "
+            f"(vocab_size_per_layer_input) of its {config.vocab_size}, which Pagoda does not "
+            "run: it runs per-layer embeddings of the whole vocabulary, as released.")
     if getattr(config, "use_bidirectional_attention", None) == "all":
         raise ModelLoadError(
             "This Gemma 4 model attends in both directions (use_bidirectional_attention: "
@@ -90,11 +92,9 @@ def config_from_gguf(settings: GGUFSettings) -> PretrainedConfig:
     layers = count(settings, "block_count")
     windowed = _windowed_layers(settings, layers)
     kv_heads = layer_counts(settings, "attention.head_count_kv", layers)
+    shared = _optional_count(settings, "attention.shared_kv_layers")
     widths = layer_counts(settings, "feed_forward_length", layers)
-    if len(set(widths)) > 1:  # the double-wide MLPs of the layers that share KV caches
-        raise ModelLoadError(
-            "This Gemma 4 file's layers differ in MLP width (the E2B and E4B models' layers "
-            "that share key-value caches): key-value caches shared between layers: not yet.")
+    double_wide = _double_wide_mlps(widths, layers - shared)
     first_windowed = windowed.index(True) if any(windowed) else 0
     shape = llama_shape(settings, kv_heads=kv_heads[first_windowed], intermediate=widths[0])
     global_size = shape["head_dim"]  # attention.key_length: the global layers'
@@ -115,10 +115,25 @@ def config_from_gguf(settings: GGUFSettings) -> PretrainedConfig:
         attention_k_eq_v=bool(full) and all(
             settings.tensor_dims(f"blk.{i}.attn_v.weight") is None for i in full),
         hidden_size_per_layer_input=_optional_count(settings, "embedding_length_per_layer_input"),
-        num_kv_shared_layers=_optional_count(settings, "attention.shared_kv_layers"),
+        vocab_size_per_layer_input=shape["vocab_size"],
+        num_kv_shared_layers=shared, use_double_wide_mlp=double_wide,
         enable_moe_block=bool(_optional_count(settings, "expert_count")),
         per_layer_config={i: {"head_dim": global_size, "num_key_value_heads": kv_heads[i]}
                           for i in full})
+
+
+def _double_wide_mlps(widths: list[int], first_shared: int) -> bool:
+    """Whether the layers that share KV caches (from first_shared on) have MLPs twice as wide
+    as the others, the only way a Gemma 4 file's widths differ."""
+    if len(set(widths)) == 1:
+        return False
+    doubled = [widths[0]] * first_shared + [2 * widths[0]] * (len(widths) - first_shared)
+    if widths != doubled:
+        raise ModelLoadError(
+            f"The file's gemma4.feed_forward_length states the MLP widths {widths}, where a "
+            "Gemma 4 model has one width, doubled on the layers that share KV caches. The file "
+            "is damaged: re-download it.")
+    return True
 
 
 def _windowed_layers(settings: GGUFSettings, layers: int) -> list[bool]:

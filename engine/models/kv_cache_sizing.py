@@ -72,9 +72,11 @@ def model_kv_cache_bytes(shape: ModelShape | None, config: EngineConfig) -> int:
                   shape.max_position_embeddings)
     per_float = 2 * config.block_size * kv_cache_dtype(config).itemsize  # keys and values
     windows = list(shape.windows)
-    # Each layer at its own KV heads and head size (Gemma 4's global layers have their own).
-    bytes_per_block = [per_float * shape.kv_floats(i for i, lw in enumerate(shape.layer_windows)
-                                                   if lw == w) for w in windows]
+    # Each layer at its own KV heads and head size (Gemma 4's global layers have their own);
+    # a layer that reads an earlier layer's KV cache holds none.
+    bytes_per_block = [per_float * shape.kv_floats(
+        i for i, lw in enumerate(shape.layer_windows) if lw == w and shape.kv_owner(i) == i)
+        for w in windows]
     # The pools the engine will allocate (`group_num_blocks`), as it sizes them at load.
     counts = group_num_blocks(config, bytes_per_block, windows, context, None)
     return sum(n * size for n, size in zip(counts, bytes_per_block, strict=True))

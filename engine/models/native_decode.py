@@ -60,7 +60,9 @@ def not_covered(arch: DecoderArchitecture) -> str | None:
         ("values taken from the keys' projection",
          any(kind.values_from_keys for kind in arch.layers)),
         ("value norms", arch.value_norm),
-        ("layer output scalars", arch.names.layer_scalar is not None)) if present]
+        ("layer output scalars", arch.names.layer_scalar is not None),
+        ("per-layer embeddings", bool(arch.per_layer_input)),
+        ("layers reading another layer's KV cache", bool(arch.shape.layer_kv_from))) if present]
     return ", ".join(gemma4) or None
 
 

@@ -48,9 +48,9 @@ FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily("Gemma 3", "gemma3", ("gemma3_text",), ("gemma3",),
                 "Gemma 3 text models: 270M and 1B folders, every size as GGUF"),
     # Dense Gemma 4 text models; a multimodal "gemma4" folder is refused below, and the family
-    # refuses mixture-of-experts layers, per-layer embeddings and shared KV caches itself.
+    # refuses mixture-of-experts layers itself.
     ModelFamily("Gemma 4", "gemma4", ("gemma4_text",), ("gemma4",),
-                "Gemma 4 dense text models (31B-shaped: no per-layer embeddings)"),
+                "Gemma 4 dense text models: E2B, E4B, 31B"),
     ModelFamily("Phi-3", "phi3", ("phi3",), ("phi3",), "Phi-3/3.5-mini, Phi-4-mini"),
     ModelFamily("SmolLM3", "smollm3", ("smollm3",), ("smollm3",), "SmolLM3"),
 )

@@ -246,10 +246,12 @@ class ModelRunner:
         return dtype
 
     def bytes_per_block(self, layers: tuple[int, ...] | None = None) -> int:
-        """A block's bytes over these layers (all of them when None), each at its own KV heads
-        and head size."""
+        """A block's bytes over these layers (all that hold a KV cache when None), each at its
+        own KV heads and head size."""
         s = self.model.shape
-        floats = s.kv_floats(range(s.num_layers) if layers is None else layers)
+        if layers is None:  # a layer that reads an earlier layer's cache holds none
+            layers = tuple(i for i in range(s.num_layers) if s.kv_owner(i) == i)
+        floats = s.kv_floats(layers)
         return 2 * self.block_size * floats * self.kv_dtype.itemsize
 
     @torch.inference_mode()
@@ -589,7 +591,8 @@ class ModelRunner:
             for layer in layers:
                 caches[layer] = (torch.zeros(shape, dtype=self.kv_dtype, device=self.device),
                                  torch.zeros(shape, dtype=self.kv_dtype, device=self.device))
-        return caches
+        # Layers that share an earlier layer's KV cache read (and rewrite) its very tensors.
+        return [caches[s.kv_owner(i)] for i in range(s.num_layers)]
 
 
 def kv_cache_layout(shape: ModelShape) -> list[tuple[int, tuple[int, ...]]]:
@@ -600,8 +603,9 @@ def kv_cache_layout(shape: ModelShape) -> list[tuple[int, tuple[int, ...]]]:
     distinct = set(shape.layer_windows)
     first = 0 if 0 in distinct else max(distinct)
     windows = [first] + sorted(distinct - {first})
-    layout = [(w, tuple(i for i, lw in enumerate(shape.layer_windows) if lw == w))
-              for w in windows]
+    # A layer that reads an earlier layer's KV cache (Gemma 4's shared ones) has none of its own.
+    layout = [(w, tuple(i for i, lw in enumerate(shape.layer_windows)
+                        if lw == w and shape.kv_owner(i) == i)) for w in windows]
     for window, layers in layout:
         if len({shape.kv_heads(i) for i in layers}) > 1:
             raise ModelLoadError(

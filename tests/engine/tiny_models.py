@@ -24,7 +24,8 @@ TINY_MODEL_TYPES = ("llama", "qwen2", "mistral", "qwen3")
 TINY_VARIANTS = (*TINY_MODEL_TYPES, "qwen3-tied", "llama3-rope")
 # The families of issue 52, also converted to GGUF by llama.cpp and recorded against it
 # (tests/engine/data/llama_cpp/). Apart from TINY_VARIANTS until the engine runs them.
-FAMILY_VARIANTS = ("gemma3", "gemma3-query-scalar", "gemma4", "phi3", "phi3-longrope", "smollm3")
+FAMILY_VARIANTS = ("gemma3", "gemma3-query-scalar", "gemma4", "gemma4-e2b", "phi3", "phi3-longrope",
+                   "smollm3")
 
 _MODEL_CLASSES = {
     "llama": transformers.LlamaForCausalLM,
@@ -84,6 +85,17 @@ _VARIANTS = {
                    "sliding_attention": {"rope_type": "default", "rope_theta": 1000.0},
                    "full_attention": {"rope_type": "proportional", "rope_theta": 100000.0,
                                       "partial_rotary_factor": 0.25}}},
+    # Gemma 4 as its E2B is built: per-layer embeddings (16 wide per layer) and the last two
+    # layers (4: windowed, 5: global) reading the KV caches of layers 2 and 3, with MLPs twice
+    # as wide; global layers of their own head_dim (96) with their own v_proj (no k_eq_v). The
+    # last layer before the sharing ones is global and the one before it windowed, as in the
+    # E2B: llama.cpp takes the shared caches from those two whatever the layer types say.
+    "gemma4-e2b": {"based_on": "gemma4", "attention_k_eq_v": False,
+                   "num_global_key_value_heads": None, "hidden_size_per_layer_input": 16,
+                   "num_kv_shared_layers": 2, "use_double_wide_mlp": True,
+                   "layer_types": ["sliding_attention"] * 3 + ["full_attention",
+                                                                "sliding_attention",
+                                                                "full_attention"]},
     # Phi-4-mini's layout: fused qkv and gate_up, tied, 3/4 of each head rotated (12 of 16 dims).
     "phi3": {"tie_word_embeddings": True, "original_max_position_embeddings": 512,
              "rope_parameters": {"rope_type": "default", "rope_theta": 50000.0,
@@ -121,7 +133,7 @@ _EMBEDDING_STD = {"gemma3_text": 0.1, "gemma4_text": 0.1}
 # Gemma 4's converter reads only a sentencepiece-style BPE tokenizer (byte fallback, "▁" for a
 # space: Gemma's own), so that variant carries a small one of its own (`_gemma_style_tokenizer`)
 # instead of the default model's byte-level one, with Gemma's special token ids.
-_GEMMA_TOKENIZER = frozenset({"gemma4"})
+_GEMMA_TOKENIZER = frozenset({"gemma4", "gemma4-e2b"})
 _GEMMA_SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>",
                          "<end_of_turn>")
 # A few merges of English letter pairs, in rank order: enough that words are not all letters.
@@ -140,6 +152,8 @@ def tiny_config(variant: str, vocab_size: int) -> transformers.PretrainedConfig:
     if "based_on" in settings:
         settings = _VARIANTS[settings.pop("based_on")] | settings
     model_type = settings.pop("model_type", variant)
+    if settings.get("hidden_size_per_layer_input"):  # Gemma 4's per-layer embeddings
+        settings.setdefault("vocab_size_per_layer_input", vocab_size)
     if "rope_theta" in settings:
         settings["rope_parameters"] = {"rope_type": "default", "rope_theta": settings.pop("rope_theta"),
                                        **settings.get("rope_parameters", {})}

@@ -267,9 +267,8 @@ def test_a_bidirectional_gemma3_embedding_model_is_refused():
 @pytest.mark.parametrize(("model_type", "words"), [
     ("gemma3", "vision-language model: not yet"),
     ("gemma4", "vision-language model: not yet"),
-    ("gemma4_text", "per-layer embeddings: not yet"),  # Gemma4TextConfig's defaults: E2B's
 ])
-def test_a_multimodal_gemma3_or_gemma4_folder_or_a_gemma4_with_per_layer_embeddings_is_refused(
+def test_a_multimodal_gemma3_or_gemma4_folder_is_refused_with_the_reason(
         model_type, words, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
     with pytest.raises(ModelLoadError, match=words):
