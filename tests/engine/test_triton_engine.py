@@ -13,6 +13,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before kernels.triton_* are imported
 
 import pytest
+from gguf import GGMLQuantizationType as QType
 from tiny_gguf import write_tiny_gguf
 from tiny_models import save_tiny_model
 
@@ -99,3 +100,22 @@ def test_triton_kernels_read_each_kv_cache_groups_own_tables(tmp_path_factory, d
 
     folder = save_tiny_variant(tmp_path_factory, default_model.path, "qwen3-window8-first")
     assert greedy(folder, "triton") == greedy(folder, "torch")
+
+
+@pytest.mark.slow
+def test_triton_runs_a_file_of_iq4_xs_q5_k_and_q3_k_blocks_as_its_dequantized_self(tmp_path):
+    """The GGUF types people download reach the GPU's kernels widened to grouped int8 at load
+    (exactly: tests/engine/quantization/test_cpu_k_blocks.py) and through its int8 path: greedy
+    tokens equal to the torch path's on the file dequantized to floats."""
+    mixed = {"ffn_down": QType.Q5_K, "attn_v": QType.Q5_K, "attn_output": QType.Q3_K}
+    model = write_tiny_gguf(tmp_path / "tiny.IQ4_XS.gguf", matrix_type=QType.IQ4_XS,
+                            mixed=mixed).path
+    params = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
+
+    def greedy_tokens(backend: str, quantization: str) -> list[list[int]]:
+        llm = LLM(str(model), num_kv_blocks=16, num_threads=1, kernel_backend=backend,
+                  quantization=quantization)
+        outputs = llm.generate([list(range(100, 110)), list(range(200, 205))], params)
+        return [o.outputs[0].token_ids for o in outputs]
+
+    assert greedy_tokens("triton", "auto") == greedy_tokens("torch", "none")
