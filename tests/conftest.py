@@ -4,6 +4,7 @@ backends and of the app."""
 
 import os
 import socket
+import struct
 import sys
 from pathlib import Path
 
@@ -106,8 +107,22 @@ LIBRARY_FOLDER_REPO = "pagoda-test/pocket-llama"  # a safetensors model folder t
 LIBRARY_MOE_REPO = "pagoda-test/pocket-moe-GGUF"
 LIBRARY_MOE_FOLDER_REPO = "pagoda-test/pocket-moe"
 LIBRARY_TERNARY_REPO = "pagoda-test/ternary-GGUF"
-LIBRARY_FILES = {"tiny-Q4_K_M.gguf": bytes(range(256)) * 1200,
-                 "tiny-Q8_0.gguf": bytes(range(255, -1, -1)) * 2000,
+
+
+def runnable_gguf_bytes(size: int, fill: bytes = b"\0") -> bytes:
+    """size bytes that open as a GGUF file of a family Pagoda runs (llama, no tensors) and then
+    `fill` repeated: what passes the pick-time check (engine/loading/model_check.py), for tests
+    whose engine is a fake."""
+    def string(text: str) -> bytes:
+        return struct.pack("<Q", len(text)) + text.encode()
+
+    header = (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + string("general.architecture")
+              + struct.pack("<I", 8) + string("llama"))
+    return (header + fill * size)[:size]
+
+
+LIBRARY_FILES = {"tiny-Q4_K_M.gguf": runnable_gguf_bytes(256 * 1200, bytes(range(256))),
+                 "tiny-Q8_0.gguf": runnable_gguf_bytes(256 * 2000, bytes(range(255, -1, -1))),
                  "README.md": b"# tiny\n"}
 
 

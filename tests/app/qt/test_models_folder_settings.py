@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from app.qt.models_folder_settings import MODELS_FOLDER_SETTING
 from app.qt.widgets.local_models_panel import LocalModelsPanel
-from tests.conftest import LIBRARY_FILES, LIBRARY_REPO
+from tests.conftest import LIBRARY_FILES, LIBRARY_REPO, runnable_gguf_bytes
 
 Q4 = "tiny-Q4_K_M.gguf"
 
@@ -24,7 +24,7 @@ def default_folder() -> Path:
 def a_model(folder: Path, name: str) -> Path:
     path = folder / "owner" / "repo" / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"\0" * 64)
+    path.write_bytes(runnable_gguf_bytes(128))
     return path
 
 
