@@ -40,6 +40,9 @@ PARALLEL_MIN_SCORES = 1024
 # returns _TOP_K_GAVE_UP where a row needed too many replacements of its kept k (TOP_K_BUDGET).
 TOP_K_MAX = 256
 _TOP_K_GAVE_UP = 2
+# The widest head decode attention reads in C (decode_ops.c's MAX_HEAD_DIM: its key and value
+# chunks live on the stack); wider ones (Gemma 4's global layers, 512) attend through torch_ref.
+MAX_HEAD_DIM = 256
 
 _ptr, _i32, _i64, _f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
 _SIGNATURES = {
@@ -175,7 +178,7 @@ class DecodeOps:
                         scale: float) -> torch.Tensor:
         """torch_ref.paged_attention's contract: decodes attend in C over the cache in place,
         prefill segments through torch_ref."""
-        if (q.dtype is not _F32 or q.stride()[1:] != (q.shape[2], 1)
+        if (q.dtype is not _F32 or q.stride()[1:] != (q.shape[2], 1) or q.shape[2] > MAX_HEAD_DIM
                 or not self._writes(k, v, k_cache, v_cache, meta.slot_mapping)):
             return torch_ref.paged_attention(q, k, v, k_cache, v_cache, meta, scale)
         self._write_checked(k, v, k_cache, v_cache, meta.slot_mapping)

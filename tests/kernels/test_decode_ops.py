@@ -262,6 +262,14 @@ def test_decode_attention_with_odd_block_and_head_sizes(ops):
     _assert_attention_matches_torch(ops, meta, 6, 2, 12, 5, 12)
 
 
+def test_decode_attention_of_heads_wider_than_the_c_kernel_reads_is_torchs(lib):
+    """Gemma 4's global heads of 512: beyond decode_ops.c's MAX_HEAD_DIM, torch_ref attends."""
+    torch.manual_seed(9)
+    hd = 2 * decode_ops.MAX_HEAD_DIM
+    meta = _decode_metadata([40, 3], block_size=16, num_blocks=8)
+    _assert_attention_matches_torch(lib, meta, 4, 1, hd, 16, 8)
+
+
 @ISAS
 def test_decode_attention_keeps_to_the_sliding_window(ops):
     torch.manual_seed(7)
