@@ -19,7 +19,8 @@ from tests.engine.llama_cpp_references import llama_cpp_records, sha256
 # process for all four) come with whichever of these runs first; the families' tests share them.
 pytestmark = pytest.mark.slow
 
-ARCHITECTURES = {"gemma3": "gemma3", "phi3": "phi3", "phi3-longrope": "phi3", "smollm3": "smollm3"}
+ARCHITECTURES = {"gemma3": "gemma3", "gemma4": "gemma4", "gemma4-e2b": "gemma4", "phi3": "phi3",
+                 "phi3-longrope": "phi3", "smollm3": "smollm3"}
 _LLAMA_BLOCK = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
                 "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"}
 # Per block, by GGUF name (each with ".weight"). Phi-3 fuses q, k, v into attn_qkv and gate and
@@ -29,9 +30,22 @@ BLOCK_TENSORS = {
     "phi3": {"attn_norm", "attn_qkv", "attn_output", "ffn_norm", "ffn_up", "ffn_down"},
     "smollm3": _LLAMA_BLOCK,
 }
-# Outside the blocks: tied models have no output.weight; longrope's factors are tensors.
+_GEMMA4_BLOCK = BLOCK_TENSORS["gemma3"] | {"layer_output_scale"}
+# Gemma 4's blocks differ by layer: no attn_v on the global layers (2, 5) whose values are their
+# keys; in the E2B-shaped one the last two layers read layers 2 and 3's KV caches (no attn_k,
+# attn_v or attn_k_norm) and every block has its per-layer input's gate, projection and norm.
+LAYER_TENSORS = {
+    "gemma4": lambda i: _GEMMA4_BLOCK - ({"attn_v"} if i in (2, 5) else set()),
+    "gemma4-e2b": lambda i: (_GEMMA4_BLOCK | {"inp_gate", "proj", "post_norm"})
+    - ({"attn_k", "attn_v", "attn_k_norm"} if i >= 4 else set()),
+}
+# Outside the blocks: tied models have no output.weight; longrope's factors are tensors, and so
+# are Gemma 4's global layers' rotated share (rope_freqs).
 GLOBAL_TENSORS = {
     "gemma3": {"token_embd", "output_norm"},
+    "gemma4": {"token_embd", "output_norm", "rope_freqs"},
+    "gemma4-e2b": {"token_embd", "output_norm", "rope_freqs", "per_layer_token_embd",
+                   "per_layer_model_proj", "per_layer_proj_norm"},
     "phi3": {"token_embd", "output_norm"},
     "phi3-longrope": {"token_embd", "output_norm", "output", "rope_factors_long", "rope_factors_short"},
     "smollm3": {"token_embd", "output_norm"},
@@ -59,9 +73,9 @@ def test_each_family_is_written_under_its_architecture_with_its_tensors(readers,
 
     assert field(reader, "general.architecture") == arch
     assert field(reader, f"{arch}.block_count") == layers
-    block = BLOCK_TENSORS[arch]
+    blocks = LAYER_TENSORS.get(variant, lambda i: BLOCK_TENSORS[arch])
     want = {f"{g}.weight" for g in GLOBAL_TENSORS[variant]} | {
-        f"blk.{i}.{name}.weight" for i in range(layers) for name in block}
+        f"blk.{i}.{name}.weight" for i in range(layers) for name in blocks(i)}
     assert {t.name for t in reader.tensors} == want
 
 
@@ -79,6 +93,27 @@ def test_gemma3_norms_are_written_as_one_plus_the_hf_weight_with_their_gemma_nam
                                    1 + hf[f"model.layers.2.{theirs}.weight"], rtol=1e-6)
     np.testing.assert_allclose(tensor(reader, "output_norm.weight"), 1 + hf["model.norm.weight"],
                                rtol=1e-6)
+
+
+def test_gemma4_norms_and_layer_scalars_are_written_as_the_hf_weights(llama_cpp_ggufs, readers):
+    """Gemma 4's norms multiply by w (no 1 + w): the converter stores w as it is."""
+    hf = load_file(llama_cpp_ggufs["gemma4"][0] / "model.safetensors")
+    reader = readers["gemma4"]
+    for ours, theirs in {"post_attention_norm": "post_attention_layernorm",
+                         "ffn_norm": "pre_feedforward_layernorm",
+                         "layer_output_scale": "layer_scalar"}.items():
+        name = f"model.layers.2.{theirs}" + ("" if theirs == "layer_scalar" else ".weight")
+        np.testing.assert_array_equal(tensor(reader, f"blk.2.{ours}.weight"), hf[name])
+
+
+def test_gemma4_global_layers_head_size_kv_heads_and_rotated_share_are_in_the_file(readers):
+    reader = readers["gemma4"]
+    assert field(reader, "gemma4.attention.key_length") == 96
+    assert field(reader, "gemma4.attention.key_length_swa") == 32
+    assert field(reader, "gemma4.attention.head_count_kv") == [2, 2, 1, 2, 2, 1]
+    # A quarter of the 48 pairs rotate; llama.cpp divides the others' frequencies by 1e30.
+    np.testing.assert_array_equal(tensor(reader, "rope_freqs.weight"),
+                                  np.array([1.0] * 12 + [1e30] * 36, dtype=np.float32))
 
 
 def test_gemma3_window_and_both_rope_bases_are_in_the_file(readers):
