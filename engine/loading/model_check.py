@@ -17,12 +17,16 @@ from engine.errors import ModelLoadError
 from engine.loading.gguf_header import check_gguf_header
 from engine.loading.layouts import GGUF_FLOAT_TYPES, GGUF_INT4_TYPES, GGUF_INT8_TYPES
 from engine.models.registry import (
+    MIXTURE_OF_EXPERTS,
     supported_gguf_architectures,
     supported_model_types,
     unsupported_message,
 )
 
 READABLE_GGUF_TYPES = GGUF_INT4_TYPES | GGUF_INT8_TYPES | GGUF_FLOAT_TYPES
+# Gemma 4's mixture-of-experts model (26B-A4B) is a "gemma4" file or "gemma4_text" folder like
+# the dense ones its family runs: its routers (GGUF) or enable_moe_block (config.json) tell it.
+_GEMMA4_ROUTER = ".ffn_gate_inp."
 
 
 def refuse_unrunnable_model(source: str | os.PathLike | None) -> None:
@@ -48,9 +52,17 @@ def _refuse_unrunnable_gguf(path: Path) -> None:
         return  # unreadable: the loader says why
     if header.architecture not in supported_gguf_architectures():
         raise ModelLoadError(unsupported_message(header.architecture, str(path)))
+    if header.architecture == "gemma4" and any(_GEMMA4_ROUTER in t for t in header.tensor_types):
+        raise ModelLoadError(_gemma4_experts_message(path))
     for name, kind in header.tensor_types.items():
         if kind.name not in READABLE_GGUF_TYPES:
             raise ModelLoadError(unreadable_type_message(name, kind.name, path))
+
+
+def _gemma4_experts_message(path: Path) -> str:
+    return (f"{path} is Gemma 4's mixture-of-experts model (its layers route each token to "
+            f"experts): {MIXTURE_OF_EXPERTS}. Pagoda runs the dense Gemma 4 models (E2B, E4B, "
+            "31B).")
 
 
 def unreadable_type_message(tensor: str, type_name: str, path: Path) -> str:
@@ -80,6 +92,8 @@ def check_config_supported(raw: object, config_file: Path) -> None:
     model_type = model_type if isinstance(model_type, str) else None
     if model_type not in supported_model_types():
         raise ModelLoadError(unsupported_message(model_type, str(config_file)))
+    if model_type == "gemma4_text" and raw.get("enable_moe_block"):
+        raise ModelLoadError(_gemma4_experts_message(config_file))
     quantization = raw.get("quantization_config")
     if quantization:
         method = (

@@ -23,6 +23,7 @@ from engine.layers.rotary import rope_spec
 from engine.models.architecture import AttentionKind, DecoderArchitecture, LayerNames
 from engine.models.config import layer_types, model_shape
 from engine.models.gguf_config import GGUFSettings, count, layer_counts, llama_shape, number
+from engine.models.registry import MIXTURE_OF_EXPERTS
 
 NAME = "Gemma 4"  # its entry in engine/models/registry.py names the model types it covers
 
@@ -34,7 +35,6 @@ GEMMA4_NAMES = LayerNames(
     per_layer_norm="post_per_layer_input_norm")
 
 _SLIDING, _FULL = "sliding_attention", "full_attention"
-MIXTURE_OF_EXPERTS = "mixture-of-experts: not yet"
 
 
 def architecture(config: PretrainedConfig) -> DecoderArchitecture:

@@ -56,14 +56,14 @@ FAMILIES: tuple[ModelFamily, ...] = (
 )
 
 # Known families the engine does not run yet: the reason shown in words.
-_MIXTURE_OF_EXPERTS = "mixture-of-experts: not yet"
+MIXTURE_OF_EXPERTS = "mixture-of-experts: not yet"
 _HYBRID = "hybrid attention and state-space layers: not yet"
 _VISION = "vision-language model: not yet"
 NOT_YET: dict[str, str] = {
     **dict.fromkeys(("qwen2_moe", "qwen2moe", "qwen3_moe", "qwen3moe", "gpt_oss", "gpt-oss",
                      "mixtral", "deepseek_v2", "deepseek2", "deepseek_v3", "olmoe",
                      "granitemoe", "phimoe", "llama4", "dbrx", "glm4_moe", "glm4moe"),
-                    _MIXTURE_OF_EXPERTS),
+                    MIXTURE_OF_EXPERTS),
     **dict.fromkeys(("qwen3_next", "qwen3next", "qwen3_5", "qwen35", "qwen3_5_moe", "qwen35moe",
                      "granitemoehybrid", "granitehybrid", "lfm2", "mamba", "mamba2", "jamba",
                      "falcon_h1", "falcon-h1", "nemotron_h", "nemotron_h_moe", "rwkv6", "rwkv7"),

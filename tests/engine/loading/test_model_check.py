@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import gguf
+import numpy as np
 import pytest
 from tiny_gguf import QType, write_tiny_gguf
 
@@ -52,6 +54,8 @@ def test_a_gguf_pagoda_runs_passes(ggufs):
 
 @pytest.mark.parametrize(("config", "reason"), [
     ({"model_type": "qwen3_moe"}, "mixture-of-experts: not yet"),
+    ({"model_type": "gemma4_text", "enable_moe_block": True},
+     "Gemma 4's mixture-of-experts model .*: mixture-of-experts: not yet"),
     ({"model_type": "lfm2"}, "hybrid attention and state-space layers: not yet"),
     ({"model_type": ["llama"]}, "not a model family Pagoda knows"),
     ({"model_type": "llama", "quantization_config": {"quant_method": "gptq"}},
@@ -64,6 +68,24 @@ def test_a_folder_whose_config_pagoda_does_not_run_is_refused_with_the_reason(
 
     with pytest.raises(ModelLoadError, match=reason):
         refuse_unrunnable_model(tmp_path)
+
+
+def test_a_gemma4_gguf_with_expert_routers_is_refused_but_a_dense_one_passes(tmp_path):
+    """Gemma 4's 26B-A4B is a "gemma4" file like the dense models the family runs."""
+    def gemma4_file(name: str, tensors: list[str]):
+        writer = gguf.GGUFWriter(tmp_path / name, "gemma4")
+        for tensor in tensors:
+            writer.add_tensor(tensor, np.zeros((4, 4), dtype=np.float32))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        return tmp_path / name
+
+    dense = ["token_embd.weight", "blk.0.attn_q.weight"]
+    refuse_unrunnable_model(gemma4_file("dense.gguf", dense))
+    with pytest.raises(ModelLoadError, match="mixture-of-experts: not yet"):
+        refuse_unrunnable_model(gemma4_file("moe.gguf", [*dense, "blk.0.ffn_gate_inp.weight"]))
 
 
 def test_what_the_check_cannot_read_is_left_to_the_loaders_own_errors(tmp_path):
