@@ -90,6 +90,12 @@ def config_from_gguf(settings: GGUFSettings) -> PretrainedConfig:
     rope_freqs tensor: 1 for a rotated pair, 1e30 for one left alone), values from the keys
     where the global layers have no attn_v."""
     layers = count(settings, "block_count")
+    scaling = settings.metadata("gemma4.rope.scaling.type")
+    if scaling not in (None, "none"):
+        raise ModelLoadError(
+            f"The file scales RoPE by {scaling!r} (gemma4.rope.scaling.type), which Pagoda does "
+            "not read from a gemma4 file: released Gemma 4 models rotate by proportional RoPE "
+            "unscaled.")
     windowed = _windowed_layers(settings, layers)
     kv_heads = layer_counts(settings, "attention.head_count_kv", layers)
     shared = _optional_count(settings, "attention.shared_kv_layers")

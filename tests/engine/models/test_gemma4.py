@@ -289,6 +289,7 @@ def test_a_gemma4_file_global_layers_take_their_head_size_kv_heads_and_rotated_s
     ({"gemma4.attention.sliding_window_pattern": [True, False]}, None, "one flag per layer"),
     ({"gemma4.attention.head_count_kv": [2, 1]}, None, "2 values"),
     ({}, {"rope_freqs.weight": [1e30] * 8 + [1.0] * 24}, "rope_freqs"),
+    ({"gemma4.rope.scaling.type": "yarn"}, None, "scales RoPE by 'yarn'"),
 ])
 def test_a_gemma4_file_pagoda_cannot_run_or_read_is_refused_in_words(keys, vectors, words):
     with pytest.raises(ModelLoadError, match=words):
