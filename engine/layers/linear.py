@@ -83,6 +83,9 @@ class Placement:
     q4: Q4Context | None = None
     q8: Q8Context | None = None
     q8_layers: bool = False
+    # GGUF blocks read in place: int4's policy with the step size from which they widen for a
+    # GEMM timed on their own kernel (None: int4's policy as it is).
+    cpu_blocks_policy: CpuPathPolicy | None = None
 
     @property
     def uses_cpu_kernels(self) -> bool:
@@ -133,8 +136,9 @@ def _method_for(weight: Weight, placement: Placement, precise_int8: bool,
         if _runs_blocks(placement):
             # Read in place at the file's own width (Q6_K 0.82 bytes a weight, Q5_K 0.69,
             # IQ4_XS 0.53): less than any other path reads.
-            return cpu_q8.CpuQ8Method(weight, placement.cpu_int4_policy, placement.q8,
-                                      precise_int8, reuse_output=precise_int8)
+            policy = placement.cpu_blocks_policy or placement.cpu_int4_policy
+            return cpu_q8.CpuQ8Method(weight, policy, placement.q8, precise_int8,
+                                      reuse_output=precise_int8)
         _log_widened(weight.TYPE_NAME)
         weight = widen_blocks(weight)
     if isinstance(weight, torch.Tensor):

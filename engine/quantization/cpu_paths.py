@@ -150,6 +150,28 @@ def choose_int8_kernel(halves: Kernel, native: Kernel, in_features: int,
     return chosen, why
 
 
+def choose_blocks_gemm_rows(method: CpuQuantizedMethod, in_features: int, rows: list[int],
+                            dtype: torch.dtype) -> tuple[int | None, str]:
+    """(from how many rows GGUF blocks read in place by q8_gemv (method) dequantize and run one
+    GEMM at dtype, None: never; why), timed on one layer at the step sizes given. Their kernel
+    is not int4's, so int4's threshold is not theirs: the super-block passes lose to the GEMM
+    from far fewer rows than q4_gemv does."""
+    timings = {}
+    for m in (r for r in rows if r >= _GEMM_FROM_ROWS):
+        x = torch.randn(m, in_features)
+        best = _best_times({"kernel": partial(method.kernel, x),
+                            "gemm": partial(_dequantized_gemm, method, x.to(dtype))})
+        timings[m] = (best["kernel"], best["gemm"] * _MIN_GAIN)
+    table = ", ".join(f"{m} rows {k * 1e3:.2f} / {g / _MIN_GAIN * 1e3:.2f} ms"
+                      for m, (k, g) in timings.items())
+    from_rows = _wins_from(timings) if timings else sys.maxsize
+    threshold = None if from_rows == sys.maxsize else from_rows
+    why = (f"GGUF blocks: {'GEMM from ' + str(threshold) + ' rows' if threshold else 'no GEMM'} "
+           f"(kernel / {dtype} GEMM: {table})")
+    logger.info("CPU quantized linears: %s", why)
+    return threshold, why
+
+
 def choose_amx_rows(native: NativeKernel, in_features: int, rows: list[int]) -> tuple[int, str]:
     """(from how many rows the kernel's wide call (AMX) runs, why), timed against its own
     narrow one at the step sizes given (from _AMX_FROM_ROWS)."""

@@ -172,8 +172,26 @@ class ModelRunner:
         if q8 is None:
             return placement
         policy.int8_pass_amx_from_rows = self._vocabulary_amx_from_rows(weights, q8)
-        return replace(placement, q8=q8, q8_layers=self._int8_layers_run_q8(weights, placement,
-                                                                            q8))
+        return replace(placement, q8=q8,
+                       q8_layers=self._int8_layers_run_q8(weights, placement, q8),
+                       cpu_blocks_policy=self._blocks_policy(weights, policy, q8))
+
+    def _blocks_policy(self, weights: Mapping[str, Weight], policy: CpuPathPolicy,
+                       q8: Q8Context) -> CpuPathPolicy | None:
+        """int4's policy with the step size from which GGUF blocks read in place dequantize
+        for a GEMM instead, timed on the first layer's largest block matrix (None: no blocks
+        in it)."""
+        layers = [weights[name] for name in weights if name.startswith("model.layers.0.")]
+        blocks = [w for w in layers if isinstance(w, BlockWeight)]
+        if not blocks:
+            return None
+        probe = max(blocks, key=lambda w: w.shape[0] * w.shape[1])
+        method = CpuQ8Method(probe, policy, q8.with_own_scratch(), precise=True,
+                             reuse_output=True)
+        rows = [m for m in cpu_paths.CALIBRATION_ROWS if m <= self.config.max_num_batched_tokens]
+        threshold = cpu_paths.choose_blocks_gemm_rows(method, probe.shape[1], rows,
+                                                      policy.gemm_dtype)[0]
+        return replace(policy, dequantize_from_rows=threshold)
 
     def _vocabulary_amx_from_rows(self, weights: Mapping[str, Weight], q8: Q8Context) -> int:
         """From how many rows the vocabulary's int8 pass runs q8_amx (sys.maxsize: never),
