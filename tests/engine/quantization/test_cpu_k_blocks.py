@@ -20,6 +20,7 @@ from engine.config import EngineConfig
 from engine.layers.linear import Placement, make_fused_linear, make_linear
 from engine.loading.loader import load_model
 from engine.loading.model_info import describe_model
+from engine.quantization import cpu_paths
 from engine.quantization.cpu_paths import CpuPathPolicy
 from engine.quantization.cpu_q8 import CpuQ8Method, Q8Context
 from engine.quantization.split_int8 import CpuSplitInt8Method
@@ -150,3 +151,28 @@ def test_iq4_xs_engine_greedy_tokens_are_its_dequantized_selfs(q8, q4_chosen, ti
     assert greedy_tokens(tiny_iq4_xs, "auto") == greedy_tokens(tiny_iq4_xs, "none")
 
 
+
+
+@pytest.mark.parametrize("kernel_over_gemm, threshold", [
+    ({16: 0.2, 64: 1.3, 256: 3.0}, 64),     # the GEMM wins for good from 64 rows
+    ({16: 0.2, 64: 1.1, 256: 3.0}, 256),    # by less than the margin at 64: from 256
+    ({16: 0.2, 64: 2.0, 256: 0.9}, None),   # the kernel takes the largest steps back: never
+])
+def test_blocks_widen_for_a_gemm_from_where_their_own_kernel_loses_for_good(
+        monkeypatch, kernel_over_gemm, threshold):
+    rows = iter(kernel_over_gemm)
+    monkeypatch.setattr(cpu_paths, "_best_times",
+                        lambda calls: {"kernel": kernel_over_gemm[next(rows)], "gemm": 1.0})
+    method = make_linear(_weight(IQ4XSWeight), None, _placement(None, dequantize_from_rows=1))
+    chosen = cpu_paths.choose_blocks_gemm_rows(method.method, 512, [1, 4, *kernel_over_gemm],
+                                               torch.float32)[0]
+    assert chosen == threshold
+
+
+def test_an_engine_on_a_file_of_blocks_times_their_own_gemm_step(q8, q4_chosen, tiny_iq4_xs,
+                                                                monkeypatch):
+    monkeypatch.setattr(cpu_paths, "choose_blocks_gemm_rows", lambda *args: (64, "chosen"))
+    model = ModelRunner(load_model(tiny_iq4_xs), EngineConfig(num_kv_blocks=16)).model
+    layer = model.layers[0]
+    assert layer.gate_up_proj.method.policy.dequantize_from_rows == 64
+    assert layer.down_proj.method.policy.dequantize_from_rows == 64
