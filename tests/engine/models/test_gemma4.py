@@ -126,6 +126,18 @@ def test_gemma4_layers_that_share_kv_caches_read_their_owners_pool_and_hold_none
     assert runner.bytes_per_block() == block * (2 * 96 + 3 * 2 * 32)
 
 
+def test_gemma4_e2b_prefix_cache_hits_give_the_tokens_of_a_cold_run(llama_cpp_ggufs, prompts):
+    """A hit restores the blocks of the layers that own KV caches; the layers that share them
+    read those, past their window too (the prompt runs past 8 tokens)."""
+    llm = LLM(str(llama_cpp_ggufs["gemma4-e2b"][0]), num_kv_blocks=64, num_threads=1)
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    prompt = prompts[4] + prompts[5]
+    cold, = llm.generate([prompt], params)
+    warm, = llm.generate([prompt], params)
+    assert warm.num_cached_tokens >= 32
+    assert warm.outputs[0].token_ids == cold.outputs[0].token_ids
+
+
 def test_gemma4_memory_estimate_is_the_pools_the_engine_allocates(folder):
     """The fit check reads the shape from the headers alone: each layer at its own KV heads and
     head size, and the very pools a loaded engine then holds."""
