@@ -24,10 +24,15 @@ class GatedMLP:
     activation: str
 
     def __call__(self, x: torch.Tensor, ops: KernelOps) -> torch.Tensor:
-        gate_up = self.gate_up_proj(x)
-        if self.activation == "silu":
-            return self.down_proj(ops.silu_and_mul(gate_up))
-        return self.down_proj(ops.gelu_tanh_and_mul(gate_up))
+        return self.down_proj(activation_and_mul(self.gate_up_proj(x), self.activation, ops))
+
+
+def activation_and_mul(gate_up: torch.Tensor, activation: str, ops: KernelOps) -> torch.Tensor:
+    """act(gate) * up of [rows, 2 x width] gate and up side by side (activation: one of
+    ACTIVATIONS)."""
+    if activation == "silu":
+        return ops.silu_and_mul(gate_up)
+    return ops.gelu_tanh_and_mul(gate_up)
 
 
 def activation_of(name: str | None, family: str) -> str:

@@ -24,7 +24,7 @@ from engine.layers.linear import (
     to_device,
 )
 from engine.layers.lm_head import LMHead
-from engine.layers.mlp import GatedMLP
+from engine.layers.mlp import GatedMLP, activation_and_mul
 from engine.layers.rotary import RotaryTables
 from engine.models.architecture import DecoderArchitecture
 from engine.models.config import qkv_modules
@@ -40,16 +40,18 @@ logger = logging.getLogger(__name__)
 @dataclass(slots=True)
 class PerLayerInput:
     """A layer's use of its per-layer input (Gemma 4's E2B/E4B): its output through `gate` to
-    the per-layer width, GELU (tanh), times the token's input for this layer, back through
-    `projection`, normed, added to the output."""
+    the per-layer width, the MLP's activation, times the token's input for this layer, back
+    through `projection`, normed, added to the output."""
 
     gate: Linear
     projection: Linear
     norm: torch.Tensor
+    activation: str
 
     def __call__(self, hidden: torch.Tensor, per_layer_input: torch.Tensor, ops: KernelOps,
                  eps: float) -> torch.Tensor:
-        gated = ops.gelu_tanh_and_mul(torch.cat((self.gate(hidden), per_layer_input), dim=-1))
+        gate_and_input = torch.cat((self.gate(hidden), per_layer_input), dim=-1)
+        gated = activation_and_mul(gate_and_input, self.activation, ops)
         return hidden + ops.rms_norm(self.projection(gated), self.norm, eps)
 
 
@@ -279,7 +281,7 @@ class DecoderForCausalLM:
             mlp_out_norm=norm(names.mlp_out_norm), scalar=scalar,
             per_layer=(PerLayerInput(linear((names.per_layer_gate,)),
                                      linear((names.per_layer_projection,)),
-                                     norm(names.per_layer_norm))
+                                     norm(names.per_layer_norm), arch.activation)
                        if arch.per_layer_input else None),
             kv_from=kv_from)
 
