@@ -53,6 +53,9 @@
 /* Activation rows that share one pass over a tile's weights: their accumulators stay in the
  * 16 ymm registers AVX2 has. */
 #define ROW_CHUNK 2
+/* The super-block passes' (SUPER_SCALED_TYPES): their accumulators take a register a row only
+ * once per super-block, so more activation rows share each unpacking of the weights. */
+#define SUPER_ROW_CHUNK 4
 #define LANES 8
 
 /* bits of the `halves` argument: which of scales and mins are fp16 (else fp32); or Q6_K,
@@ -364,11 +367,12 @@ static inline float scale_at(const struct weight *w, size_t i)
 }
 
 /* A pass's accumulators: activation rows x weight rows. */
-#define ZERO_ACCUMULATORS(acc)                                                              \
-    __m256 acc[ROW_CHUNK][TILE_ROWS];                                                       \
-    for (int i_ = 0; i_ < ROW_CHUNK; i_++)                                                  \
+#define ZERO_ACCUMULATORS_OF(acc, chunk)                                                    \
+    __m256 acc[chunk][TILE_ROWS];                                                           \
+    for (int i_ = 0; i_ < (chunk); i_++)                                                    \
         for (int r_ = 0; r_ < TILE_ROWS; r_++)                                              \
             acc[i_][r_] = _mm256_setzero_ps()
+#define ZERO_ACCUMULATORS(acc) ZERO_ACCUMULATORS_OF(acc, ROW_CHUNK)
 
 /* The accumulators of `rows` weight rows x `irows` activation rows, summed into y. */
 #define STORE_ACCUMULATORS(acc, rows, irows)                                                \
@@ -729,10 +733,10 @@ static inline void iq4xs_super8_pass(const struct weight *w, const struct activa
     const __m256i table = _mm256_broadcastsi128_si256(
         _mm_loadu_si128((const __m128i *)iq4xs_levels));
     const __m256i nibble = _mm256_set1_epi8(15);
-    ZERO_ACCUMULATORS(acc);
+    ZERO_ACCUMULATORS_OF(acc, SUPER_ROW_CHUNK);
     SUPER_BLOCKS_OF_TILE(iq4xs, IQ4XS_BYTES)
-        size_t b0[ROW_CHUNK];
-        __m256i xlo[ROW_CHUNK][SUB_BLOCKS / 2], xhi[ROW_CHUNK][SUB_BLOCKS / 2];
+        size_t b0[SUPER_ROW_CHUNK];
+        __m256i xlo[SUPER_ROW_CHUNK][SUB_BLOCKS / 2], xhi[SUPER_ROW_CHUNK][SUB_BLOCKS / 2];
         for (int i = 0; i < irows; i++) {
             b0[i] = (size_t)(i0 + i) * w->groups + (size_t)s * SUB_BLOCKS;
             for (int p = 0; p < SUB_BLOCKS / 2; p++)
@@ -741,7 +745,7 @@ static inline void iq4xs_super8_pass(const struct weight *w, const struct activa
         for (int r = 0; r < rows; r++) {
             const uint8_t *super = tile + (size_t)r * row_bytes + at;
             __m256i scale32 = twice16(iq4xs_scales_avx2(super));
-            __m256i isum[ROW_CHUNK];
+            __m256i isum[SUPER_ROW_CHUNK];
             for (int i = 0; i < irows; i++)
                 isum[i] = _mm256_setzero_si256();
             for (int p = 0; p < SUB_BLOCKS / 2; p++) {
@@ -788,9 +792,9 @@ static inline void q5k_super8_pass(const struct weight *w, const struct activati
 {
     const int8_t *xq = (const int8_t *)x->q;
     const __m256i nibble = _mm256_set1_epi8(15), sixteen = _mm256_set1_epi8(16);
-    ZERO_ACCUMULATORS(acc);
+    ZERO_ACCUMULATORS_OF(acc, SUPER_ROW_CHUNK);
     SUPER_BLOCKS_OF_TILE(q5k, Q5K_BYTES)
-        size_t b0[ROW_CHUNK];
+        size_t b0[SUPER_ROW_CHUNK];
         for (int i = 0; i < irows; i++)
             b0[i] = (size_t)(i0 + i) * w->groups + (size_t)s * SUB_BLOCKS;
         for (int r = 0; r < rows; r++) {
@@ -799,7 +803,7 @@ static inline void q5k_super8_pass(const struct weight *w, const struct activati
             q5k_scales_avx2(super, &scales, &mins);
             __m256i scale32 = twice16(scales);
             __m256i qh = _mm256_loadu_si256((const __m256i *)(super + Q5K_QH_AT));
-            __m256i isum[ROW_CHUNK];
+            __m256i isum[SUPER_ROW_CHUNK];
             for (int i = 0; i < irows; i++)
                 isum[i] = _mm256_setzero_si256();
             for (int p = 0; p < SUB_BLOCKS / 2; p++) {
@@ -845,10 +849,10 @@ static inline void q6k_super8_pass(const struct weight *w, const struct activati
     const int8_t *xq = (const int8_t *)x->q;
     const __m256i thirty_two = _mm256_set1_epi8(32);
     const __m256i low = _mm256_set1_epi8(15), high = _mm256_set1_epi8(3 << 4);
-    ZERO_ACCUMULATORS(acc);
+    ZERO_ACCUMULATORS_OF(acc, SUPER_ROW_CHUNK);
     SUPER_BLOCKS_OF_TILE(q6k, Q6K_BYTES)
-        size_t b0[ROW_CHUNK];
-        __m256i xs[ROW_CHUNK][SUB_BLOCKS], extra[ROW_CHUNK][SUB_BLOCKS];
+        size_t b0[SUPER_ROW_CHUNK];
+        __m256i xs[SUPER_ROW_CHUNK][SUB_BLOCKS], extra[SUPER_ROW_CHUNK][SUB_BLOCKS];
         for (int i = 0; i < irows; i++) {
             b0[i] = (size_t)(i0 + i) * w->groups + (size_t)s * SUB_BLOCKS;
             for (int j = 0; j < SUB_BLOCKS; j++) {
@@ -859,7 +863,7 @@ static inline void q6k_super8_pass(const struct weight *w, const struct activati
         for (int r = 0; r < rows; r++) {
             const uint8_t *super = tile + (size_t)r * row_bytes + at;
             __m128i scales = _mm_loadu_si128((const __m128i *)(super + Q6K_SCALES_AT));
-            __m256i isum[ROW_CHUNK];
+            __m256i isum[SUPER_ROW_CHUNK];
             for (int i = 0; i < irows; i++)
                 isum[i] = _mm256_setzero_si256();
             for (int h = 0; h < 2; h++) {
@@ -1182,9 +1186,35 @@ DEFINE_TILE2(q6k_tile16_vnni, VNNI, q6k_pass16_zmm, q6k_pass16_vnni)
     DEFINE_TILES(FMT)
 DEFINE_SCALED_TILES(iq4xs, IQ4XS_BYTES, iq4xs_scale)
 DEFINE_SCALED_TILES(q5k, Q5K_BYTES, Q5K_SCALE)
-DEFINE_TILE(iq4xs_tile8s_avx2, AVX2, iq4xs_super8_pass)
-DEFINE_TILE(q5k_tile8s_avx2, AVX2, q5k_super8_pass)
-DEFINE_TILE(q6k_tile8s_avx2, AVX2, q6k_super8_pass)
+/* As DEFINE_TILE for the super-block passes: SUPER_ROW_CHUNK activation rows a pass, then
+ * two, then one. */
+#define RUN_SUPER_ROWS(PASS, row0, rows)                                                    \
+    do {                                                                                    \
+        int i_ = 0;                                                                         \
+        for (; i_ + SUPER_ROW_CHUNK <= x->m; i_ += SUPER_ROW_CHUNK)                         \
+            PASS(w, x, row0, rows, i_, SUPER_ROW_CHUNK, y);                                 \
+        if (i_ + 2 <= x->m) {                                                               \
+            PASS(w, x, row0, rows, i_, 2, y);                                               \
+            i_ += 2;                                                                        \
+        }                                                                                   \
+        if (i_ < x->m)                                                                      \
+            PASS(w, x, row0, rows, i_, 1, y);                                               \
+    } while (0)
+#define DEFINE_SUPER_TILE(NAME, PASS)                                                       \
+    __attribute__((target(AVX2)))                                                           \
+    static void NAME(const struct weight *w, const struct activations *x, int row0,         \
+                     float *y)                                                              \
+    {                                                                                       \
+        if (w->n - row0 >= TILE_ROWS) {                                                     \
+            RUN_SUPER_ROWS(PASS, row0, TILE_ROWS);                                          \
+            return;                                                                         \
+        }                                                                                   \
+        for (int r = row0; r < w->n; r++)                                                   \
+            RUN_SUPER_ROWS(PASS, r, 1);                                                     \
+    }
+DEFINE_SUPER_TILE(iq4xs_tile8s_avx2, iq4xs_super8_pass)
+DEFINE_SUPER_TILE(q5k_tile8s_avx2, q5k_super8_pass)
+DEFINE_SUPER_TILE(q6k_tile8s_avx2, q6k_super8_pass)
 /* Q3_K's (two scales a block, as Q6_K's). */
 DEFINE_BLOCKS_PASS8(q3k_pass8_avx2, AVX2, bq_dot8_avx2, Q3K_WALK)
 DEFINE_BLOCKS_PASS8(q3k_pass8_vnni, VNNI, bq_dot8_vnni, Q3K_WALK)

@@ -162,7 +162,7 @@ def test_super_block_product_is_the_activations_times_ggufs_own_weight(q8, kind,
     blocks = _blocks(kind, n, k, seed=9)
     weight = _gguf_weight(kind, blocks, k).double().unsqueeze(0)
     operand = Q8Gemv.blocks_operand(blocks, kind)
-    for m in range(1, 5):
+    for m in (1, 2, 3, 4, 7):  # a pass takes 4 activation rows, then 2, then 1
         xq, scale, total = q8.quantize_rows_super(activations(m, k, seed=m), isa)
         y = q8.gemm(operand, xq, scale, total, isa, super_scales=True)
         terms = (xq.double() * scale.double().repeat_interleave(32, dim=1)).unsqueeze(1) * weight
