@@ -60,19 +60,32 @@ def write_kv_cache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                    v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-    """Write this step's keys/values into the cache, then attend. q [tokens, heads, head_dim]."""
+                    v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
+                    softcap: float | None = None) -> torch.Tensor:
+    """Write this step's keys/values into the cache, then attend. q [tokens, heads, head_dim].
+    softcap: the scores become softcap * tanh(scores / softcap) before the softmax (Gemma 2)."""
     write_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping)
     num_tokens, num_heads, head_dim = q.shape
     if len(meta.decode_groups) == 1 and not meta.prefills:
-        return _decode_attention(q, k_cache, v_cache, meta, meta.decode_groups[0], scale)
+        return _decode_attention(q, k_cache, v_cache, meta, meta.decode_groups[0], scale, softcap)
     out = q.new_empty(num_tokens, num_heads * head_dim)
     for group in meta.decode_groups:
         out[group.start:group.end] = _decode_attention(q[group.start:group.end], k_cache, v_cache,
-                                                       meta, group, scale)
+                                                       meta, group, scale, softcap)
     for seg in meta.prefills:
-        out[seg.start:seg.end] = prefill_attention(q, k, v, k_cache, v_cache, seg, scale)
+        out[seg.start:seg.end] = prefill_attention(q, k, v, k_cache, v_cache, seg, scale, softcap)
     return out
+
+
+def _softcapped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                          mask: torch.Tensor, scale: float, softcap: float) -> torch.Tensor:
+    """SDPA's contract without its GQA (as many key heads as q's, or a broadcast), the mask
+    True where a key takes part, with the scaled scores capped before the softmax. SDPA has no
+    such cap; the scores and the softmax run in fp32, as transformers' eager attention does."""
+    scores = torch.matmul(q.float(), keys.float().transpose(-1, -2)) * scale
+    scores = torch.tanh(scores / softcap) * softcap
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return torch.matmul(weights, values.float()).to(q.dtype)
 
 
 def _gather_blocks(cache: torch.Tensor, block_tables: torch.Tensor,
@@ -86,7 +99,8 @@ def _gather_blocks(cache: torch.Tensor, block_tables: torch.Tensor,
 
 
 def _decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                      meta: AttentionMetadata, group: DecodeGroup, scale: float) -> torch.Tensor:
+                      meta: AttentionMetadata, group: DecodeGroup, scale: float,
+                      softcap: float | None) -> torch.Tensor:
     n, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
     k_out, v_out = _decode_workspace(k_cache, v_cache, meta, group.block_tables.numel())
@@ -94,6 +108,9 @@ def _decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     values = _gather_blocks(v_cache, group.block_tables, v_out)
     # The query heads that share a kv head become that head's rows: plain attention, no repeat.
     q = q.reshape(n, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    if softcap is not None:
+        return _softcapped_attention(q, keys, values, group.mask, scale,
+                                     softcap).reshape(n, num_heads * head_dim)
     # A narrower cache is widened once gathered: the attention itself runs in q's dtype.
     o = F.scaled_dot_product_attention(q, keys.to(q.dtype), values.to(q.dtype),
                                        attn_mask=group.mask, scale=scale)
@@ -114,9 +131,12 @@ def _decode_workspace(k_cache: torch.Tensor, v_cache: torch.Tensor, meta: Attent
 
 
 def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                      v_cache: torch.Tensor, seg: PrefillSegment, scale: float) -> torch.Tensor:
+                      v_cache: torch.Tensor, seg: PrefillSegment, scale: float,
+                      softcap: float | None = None) -> torch.Tensor:
     """One prefill segment's queries (rows seg.start..seg.end of q) over its cached keys and
     this step's, after they were written: [seg.end - seg.start, heads * head_dim]."""
+    if softcap is not None:
+        return _softcapped_prefill(q, k_cache, v_cache, seg, scale, softcap)
     qs = q[seg.start:seg.end].transpose(0, 1).unsqueeze(0)
     if seg.mask is None:
         keys = k[seg.start:seg.end].transpose(0, 1).unsqueeze(0)
@@ -129,6 +149,23 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache
         o = F.scaled_dot_product_attention(qs, keys.to(q.dtype), values.to(q.dtype),
                                            attn_mask=seg.mask, scale=scale, enable_gqa=True)
     return o.squeeze(0).transpose(0, 1).reshape(seg.end - seg.start, -1)
+
+
+def _softcapped_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                        seg: PrefillSegment, scale: float, softcap: float) -> torch.Tensor:
+    """prefill_attention with capped scores: the segment's keys read back from the cache (this
+    step's were written there first), each kv head repeated for the query heads that share it."""
+    n = seg.end - seg.start
+    qs = q[seg.start:seg.end].transpose(0, 1)
+    group = qs.shape[0] // k_cache.shape[2]
+    keys = _gather_blocks(k_cache, seg.block_table)[:, :seg.context_len]
+    values = _gather_blocks(v_cache, seg.block_table)[:, :seg.context_len]
+    mask = seg.mask
+    if mask is None:  # keys 0..n-1, causal
+        mask = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+    o = _softcapped_attention(qs, keys.repeat_interleave(group, dim=0),
+                              values.repeat_interleave(group, dim=0), mask, scale, softcap)
+    return o.transpose(0, 1).reshape(n, -1)
 
 
 def varlen_paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -194,9 +194,11 @@ def _merge_kv_splits_kernel(
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                    v_cache: torch.Tensor, meta: TritonAttentionMetadata,
-                    scale: float) -> torch.Tensor:
-    """Write this step's keys/values into the cache, then attend. q [tokens, heads, head_dim]."""
+                    v_cache: torch.Tensor, meta: TritonAttentionMetadata, scale: float,
+                    softcap: float | None = None) -> torch.Tensor:
+    """Write this step's keys/values into the cache, then attend. q [tokens, heads, head_dim].
+    No softcap here: a model that caps its scores is refused on this backend at load."""
+    assert softcap is None, "attention logit softcapping is not in the Triton kernels"
     write_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping)
     num_tokens, num_heads, head_dim = q.shape
     assert q.stride(2) == 1 and k_cache.is_contiguous() and v_cache.is_contiguous()

@@ -175,9 +175,12 @@ class DecodeOps:
 
     def paged_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
-                        scale: float) -> torch.Tensor:
+                        scale: float, softcap: float | None = None) -> torch.Tensor:
         """torch_ref.paged_attention's contract: decodes attend in C over the cache in place,
-        prefill segments through torch_ref."""
+        prefill segments through torch_ref; softcapped scores all through torch_ref (the C
+        kernel has no cap)."""
+        if softcap is not None:
+            return torch_ref.paged_attention(q, k, v, k_cache, v_cache, meta, scale, softcap)
         if (q.dtype is not _F32 or q.stride()[1:] != (q.shape[2], 1) or q.shape[2] > MAX_HEAD_DIM
                 or not self._writes(k, v, k_cache, v_cache, meta.slot_mapping)):
             return torch_ref.paged_attention(q, k, v, k_cache, v_cache, meta, scale)

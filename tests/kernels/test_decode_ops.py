@@ -277,6 +277,23 @@ def test_decode_attention_keeps_to_the_sliding_window(ops):
     _assert_attention_matches_torch(ops, meta, HEADS, KV_HEADS, HEAD_DIM, 16, 20)
 
 
+def test_softcapped_decode_attention_is_torchs_capped_attention(lib):
+    """The C kernel has no cap: a softcapped step attends through torch_ref, capped."""
+    torch.manual_seed(10)
+    meta = _decode_metadata([40, 17, 3], block_size=16, num_blocks=8)
+    q, k, v = _step_qkv(len(meta.slot_mapping), HEADS, KV_HEADS, HEAD_DIM)
+    q = q * 4  # scores well past the cap
+    k_cache, v_cache = _filled_caches(8, 16, KV_HEADS, HEAD_DIM, torch.float32)
+    caches = [(k_cache.clone(), v_cache.clone()) for _ in range(3)]
+    got = lib.paged_attention(q, k, v, *caches[0], meta, HEAD_DIM ** -0.5, softcap=2.0)
+    meta.decode_workspace = None
+    want = torch_ref.paged_attention(q, k, v, *caches[1], meta, HEAD_DIM ** -0.5, softcap=2.0)
+    meta.decode_workspace = None
+    uncapped = lib.paged_attention(q, k, v, *caches[2], meta, HEAD_DIM ** -0.5)
+    assert torch.equal(got, want) and torch.equal(caches[0][0], caches[1][0])
+    assert (got - uncapped).abs().max() > 0.1
+
+
 @pytest.fixture
 def two_threads(monkeypatch):
     """Attention on two threads whatever its size; one sequence's keys then split in two."""

@@ -1,6 +1,11 @@
-"""The torch paged attention matches plain causal attention over each sequence's own keys."""
+"""The torch paged attention matches plain causal attention over each sequence's own keys,
+with its scores capped where a softcap is given (as Gemma 2's eager attention in transformers)."""
 
+import types
+
+import pytest
 import torch
+from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward
 
 from kernels.attention_metadata import AttentionMetadata, DecodeGroup, PrefillSegment
 from kernels.kernel_ops import TORCH_OPS as ops
@@ -21,8 +26,22 @@ def reference_attention(q, keys, values, first_pos):
     return (scores.softmax(-1) @ v).transpose(0, 1).reshape(q.shape[0], -1)
 
 
-def test_mixed_decodes_and_prefills_match_per_sequence_attention():
-    torch.manual_seed(0)
+def capped_reference_attention(q, keys, values, first_pos, softcap):
+    """reference_attention with its scores capped, by transformers' Gemma 2 eager attention."""
+    module = types.SimpleNamespace(num_key_value_groups=HEADS // KV_HEADS, training=False)
+    q_pos = torch.arange(first_pos, first_pos + q.shape[0]).unsqueeze(1)
+    hidden = torch.arange(keys.shape[0]).unsqueeze(0) > q_pos
+    additive = torch.zeros(hidden.shape).masked_fill(hidden, float("-inf"))
+    out, _ = eager_attention_forward(module, q.transpose(0, 1)[None], keys.transpose(0, 1)[None],
+                                     values.transpose(0, 1)[None], additive[None, None],
+                                     scaling=HEAD_DIM ** -0.5, softcap=softcap)
+    return out[0].reshape(q.shape[0], -1)
+
+
+def _mixed_step(seed: int):
+    """Two decode groups, a prefill that continues a cached prefix and a fresh one, in one
+    step: (q, k, v, caches, metadata) and each sequence's (cached, new, all keys, all values)."""
+    torch.manual_seed(seed)
     k_cache = torch.zeros(NUM_BLOCKS, BLOCK_SIZE, KV_HEADS, HEAD_DIM)
     v_cache = torch.zeros_like(k_cache)
     perm = torch.randperm(NUM_BLOCKS).tolist()
@@ -64,13 +83,37 @@ def test_mixed_decodes_and_prefills_match_per_sequence_attention():
         prefills=[PrefillSegment(3, 8, 11, torch.tensor(tables[3]), prefix_mask),
                   PrefillSegment(8, 15, 7, torch.tensor(tables[4]), None)],
     )
-    out = ops.paged_attention(q, new_k, new_v, k_cache, v_cache, meta, HEAD_DIM ** -0.5)
+    sequences = [(cached, n, full_k[i], full_v[i]) for i, (cached, n) in enumerate(shapes)]
+    return (q, new_k, new_v, k_cache, v_cache, meta), sequences
 
+
+def _each_sequence(sequences):
+    """Each sequence's rows of the step, with its cached count, keys and values."""
     start = 0
-    for i, (cached, n) in enumerate(shapes):
-        expected = reference_attention(q[start:start + n], full_k[i], full_v[i], cached)
-        torch.testing.assert_close(out[start:start + n], expected, atol=1e-5, rtol=1e-5)
+    for cached, n, keys, values in sequences:
+        yield slice(start, start + n), cached, keys, values
         start += n
+
+
+def test_mixed_decodes_and_prefills_match_per_sequence_attention():
+    step, sequences = _mixed_step(seed=0)
+    q = step[0]
+    out = ops.paged_attention(*step, HEAD_DIM ** -0.5)
+    for rows, cached, keys, values in _each_sequence(sequences):
+        expected = reference_attention(q[rows], keys, values, cached)
+        torch.testing.assert_close(out[rows], expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("softcap", [1.0, 3.0])
+def test_softcapped_scores_match_gemma2s_eager_attention_in_decodes_and_prefills(softcap):
+    step, sequences = _mixed_step(seed=1)
+    q = step[0] * 4  # scores well past the cap
+    out = ops.paged_attention(q, *step[1:], HEAD_DIM ** -0.5, softcap=softcap)
+    for rows, cached, keys, values in _each_sequence(sequences):
+        expected = capped_reference_attention(q[rows], keys, values, cached, softcap)
+        torch.testing.assert_close(out[rows], expected, atol=1e-5, rtol=1e-5)
+        uncapped = reference_attention(q[rows], keys, values, cached)
+        assert (out[rows] - uncapped).abs().max() > 0.1
 
 
 def test_new_keys_and_values_land_in_their_slots():
