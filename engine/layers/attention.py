@@ -1,7 +1,7 @@
 """Self-attention over the paged KV cache, its kind set per layer: every key or a sliding window,
 rotated by one of the model's rotary tables or not at all (NoPE), with optional per-head query
-and key norms (Qwen3, Gemma 3), partial rotary (Phi-4-mini), and Gemma 4's value norm and
-values taken from the keys' projection."""
+and key norms (Qwen3, Gemma 3), partial rotary (Phi-4-mini), Gemma 4's value norm and values
+taken from the keys' projection, and attention logit softcapping."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ class Attention:
     # global layers the keys' projection as values (no v_proj: qkv_proj gives q and k only).
     v_norm: torch.Tensor | None = None
     values_from_keys: bool = False
+    softcap: float | None = None  # scores capped at softcap * tanh(scores / softcap) (Gemma 2)
 
     def __call__(self, x: torch.Tensor, rotary: StepRotary, k_cache: torch.Tensor,
                  v_cache: torch.Tensor, meta: Metadata, ops: KernelOps,
@@ -54,7 +55,7 @@ class Attention:
         else:
             q, (k, v) = self._queries(qkv, rotary, ops), shared
         attn = ops.paged_attention(q, k, v, k_cache, v_cache, meta.for_window(self.window),
-                                   self.scale)
+                                   self.scale, softcap=self.softcap)
         return self.o_proj(attn), (k, v)
 
     def _queries_keys_values(self, qkv: torch.Tensor, rotary: StepRotary, ops: KernelOps,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PretrainedConfig
 
+from engine.errors import ModelLoadError
 from engine.layers.attention import Attention, HeadShape, Metadata, StepKV
 from engine.layers.linear import (
     Embedding,
@@ -118,6 +119,7 @@ class DecoderForCausalLM:
                  release_weights: bool = False) -> None:
         """release_weights: empty `weights` as the layers take them, so the loader's layout and
         the kernels' never both hold the whole model (a CPU int4 layer repacks its weight)."""
+        _refuse_what_the_kernels_do_not_run(arch, placement.ops)
         self.arch = arch
         self.shape = s = arch.shape
         self.ops = placement.ops
@@ -270,7 +272,7 @@ class DecoderForCausalLM:
             q_norm=norm(names.q_norm), k_norm=None if kv_from is not None else norm(names.k_norm),
             v_norm=(torch.ones(head_dim, dtype=placement.dtype, device=placement.device)
                     if arch.value_norm else None),
-            values_from_keys=kind.values_from_keys)
+            values_from_keys=kind.values_from_keys, softcap=arch.attention_softcap)
         scalar = (None if names.layer_scalar is None else
                   w[prefix + names.layer_scalar].to(device=placement.device, dtype=placement.dtype))
         return DecoderLayer(
@@ -284,6 +286,14 @@ class DecoderForCausalLM:
                                      norm(names.per_layer_norm), arch.activation)
                        if arch.per_layer_input else None),
             kv_from=kv_from)
+
+
+def _refuse_what_the_kernels_do_not_run(arch: DecoderArchitecture, ops: KernelOps) -> None:
+    if arch.attention_softcap is not None and ops.name == "triton":
+        raise ModelLoadError(
+            f"This {arch.family} model caps its attention scores (attention logit softcapping), "
+            "which Pagoda's Triton attention kernels do not apply yet: run it on the torch kernels "
+            "(kernel_backend='torch' or PAGODA_KERNEL_BACKEND=torch).")
 
 
 def _fused(w: MutableMapping[str, Weight], names: list[str]) -> Weight | None:

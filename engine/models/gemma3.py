@@ -60,9 +60,10 @@ def _refuse_what_is_not_run(config: PretrainedConfig) -> None:
     cap = getattr(config, "attn_logit_softcapping", None)
     if cap is not None:
         raise ModelLoadError(
-            f"This Gemma 3 model's config.json sets attn_logit_softcapping ({cap}), which Pagoda's "
-            "attention kernels do not apply (released Gemma 3 models leave it unset). Remove the "
-            "setting only if the model was trained without it.")
+            f"This Gemma 3 model's config.json sets attn_logit_softcapping ({cap}), which "
+            "transformers' Gemma 3 never applies and llama.cpp's converter refuses (released "
+            "Gemma 3 models leave it unset), so whether the model was trained with it is "
+            "unknown. Remove the setting if the model was trained or run with transformers.")
     if getattr(config, "use_bidirectional_attention", False):
         raise ModelLoadError(
             "This Gemma 3 model attends in both directions (use_bidirectional_attention: an "
