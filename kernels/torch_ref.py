@@ -79,9 +79,13 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
 
 def _softcapped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                           mask: torch.Tensor, scale: float, softcap: float) -> torch.Tensor:
-    """SDPA's contract without its GQA (as many key heads as q's, or a broadcast), the mask
-    True where a key takes part, with the scaled scores capped before the softmax. SDPA has no
-    such cap; the scores and the softmax run in fp32, as transformers' eager attention does."""
+    """SDPA's contract (q [..., heads, n, D]; keys, values [..., kv_heads, context, D], each kv
+    head serving heads / kv_heads query heads), the mask True where a key takes part, with the
+    scaled scores capped before the softmax. SDPA has no such cap; the scores and the softmax
+    run in fp32, as transformers' eager attention does."""
+    group = q.shape[-3] // keys.shape[-3]
+    if group > 1:
+        keys, values = keys.repeat_interleave(group, -3), values.repeat_interleave(group, -3)
     scores = torch.matmul(q.float(), keys.float().transpose(-1, -2)) * scale
     scores = torch.tanh(scores / softcap) * softcap
     weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
@@ -154,23 +158,22 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache
 def _softcapped_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                         seg: PrefillSegment, scale: float, softcap: float) -> torch.Tensor:
     """prefill_attention with capped scores: the segment's keys read back from the cache (this
-    step's were written there first), each kv head repeated for the query heads that share it."""
+    step's were written there first)."""
     n = seg.end - seg.start
-    qs = q[seg.start:seg.end].transpose(0, 1)
-    group = qs.shape[0] // k_cache.shape[2]
     keys = _gather_blocks(k_cache, seg.block_table)[:, :seg.context_len]
     values = _gather_blocks(v_cache, seg.block_table)[:, :seg.context_len]
     mask = seg.mask
     if mask is None:  # keys 0..n-1, causal
         mask = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
-    o = _softcapped_attention(qs, keys.repeat_interleave(group, dim=0),
-                              values.repeat_interleave(group, dim=0), mask, scale, softcap)
+    o = _softcapped_attention(q[seg.start:seg.end].transpose(0, 1), keys, values, mask, scale,
+                              softcap)
     return o.transpose(0, 1).reshape(n, -1)
 
 
 def varlen_paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                            k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           meta: TritonAttentionMetadata, scale: float) -> torch.Tensor:
+                           meta: TritonAttentionMetadata, scale: float,
+                           softcap: float | None = None) -> torch.Tensor:
     """The reference for the Triton kernels: same flat metadata, one sequence at a time, fp32."""
     write_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping)
     out = torch.zeros(q.shape[0], q.shape[1] * q.shape[2], dtype=q.dtype, device=q.device)
@@ -185,8 +188,11 @@ def varlen_paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         if meta.sliding_window:
             mask &= k_pos > q_pos - meta.sliding_window
         qs = q[start:end].transpose(0, 1).float()
-        o = F.scaled_dot_product_attention(qs, keys, values, attn_mask=mask, scale=scale,
-                                           enable_gqa=True)
+        if softcap is None:
+            o = F.scaled_dot_product_attention(qs, keys, values, attn_mask=mask, scale=scale,
+                                               enable_gqa=True)
+        else:
+            o = _softcapped_attention(qs, keys, values, mask, scale, softcap)
         out[start:end] = o.transpose(0, 1).reshape(end - start, -1).to(q.dtype)
     return out
 

@@ -9,6 +9,8 @@ first):
   Each (sequence, kv head) splits its keys across `num_kv_splits` programs, each keeps a partial
   output and its log-sum-exp, and a second kernel merges them. Long contexts then fill the GPU
   even at batch 1.
+Both cap the scores (attention logit softcapping) where SOFTCAP is set: a constant of the
+compiled kernel, so an uncapped model's kernels are the same as before.
 The reference is `kernels.torch_ref.varlen_paged_attention`.
 """
 
@@ -47,11 +49,20 @@ def _find_seq_idx(query_start_loc_ptr, q_block_idx, num_seqs, BLOCK_Q: tl.conste
 
 
 @triton.jit
+def _tanh(x):
+    # exp overflows to inf for large x, giving 1; underflows to 0 for very negative x, giving -1.
+    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
+
+
+@triton.jit
 def _attend_tile(q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, block_tables_ptr, tile, kv_head,
                  q_pos, seq_len, sliding_window, qk_scale, stride_c_block, stride_c_tok,
                  stride_c_head, BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
-                 HEAD_DIM_PADDED: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """One paged block of keys into the online softmax of rows at positions q_pos."""
+                 HEAD_DIM_PADDED: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                 SOFTCAP: tl.constexpr):
+    """One paged block of keys into the online softmax of rows at positions q_pos. Scores are
+    in log2 units (qk_scale holds log2(e)); SOFTCAP too (cap * log2(e)), 0 for none: capping
+    cap * tanh(x / cap) in those units is the same formula."""
     offs_t = tl.arange(0, BLOCK_SIZE)
     dims = tl.arange(0, HEAD_DIM_PADDED)
     block = tl.load(block_tables_ptr + tile).to(tl.int64)
@@ -61,6 +72,8 @@ def _attend_tile(q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, block_tables_ptr, t
     k = tl.load(k_cache_ptr + kv_offsets, mask=dim_mask, other=0.0)
     v = tl.load(v_cache_ptr + kv_offsets, mask=dim_mask, other=0.0)
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+    if SOFTCAP > 0:
+        s = SOFTCAP * _tanh(s / SOFTCAP)
     key_pos = tile * BLOCK_SIZE + offs_t
     visible = (key_pos[None, :] <= q_pos[:, None]) & (key_pos[None, :] < seq_len)
     if sliding_window > 0:
@@ -84,7 +97,7 @@ def _unified_attention_kernel(
     stride_c_block, stride_c_tok, stride_c_head,
     NUM_QUERIES_PER_KV: tl.constexpr, BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
     HEAD_DIM_PADDED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, SOFTCAP: tl.constexpr,
 ):
     q_block_idx = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -118,7 +131,7 @@ def _unified_attention_kernel(
         acc, m_i, l_i = _attend_tile(q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, tile,
                                      kv_head, q_pos, seq_len, sliding_window, qk_scale,
                                      stride_c_block, stride_c_tok, stride_c_head, BLOCK_SIZE,
-                                     HEAD_DIM, HEAD_DIM_PADDED, DOT_PRECISION)
+                                     HEAD_DIM, HEAD_DIM_PADDED, DOT_PRECISION, SOFTCAP)
     acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
     tl.store(out_ptr + (q_start + tok)[:, None] * stride_o_tok + head[:, None] * stride_o_head
              + dims[None, :], acc.to(out_ptr.dtype.element_ty), mask=io_mask)
@@ -131,7 +144,7 @@ def _split_kv_decode_kernel(
     stride_q_tok, stride_q_head, stride_bt_seq, stride_c_block, stride_c_tok, stride_c_head,
     NUM_HEADS: tl.constexpr, NUM_QUERIES_PER_KV: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr, BLOCK_H: tl.constexpr,
-    NUM_KV_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    NUM_KV_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr, SOFTCAP: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -161,7 +174,7 @@ def _split_kv_decode_kernel(
         acc, m_i, l_i = _attend_tile(q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, tile,
                                      kv_head, q_pos, seq_len, sliding_window, qk_scale,
                                      stride_c_block, stride_c_tok, stride_c_head, BLOCK_SIZE,
-                                     HEAD_DIM, HEAD_DIM_PADDED, DOT_PRECISION)
+                                     HEAD_DIM, HEAD_DIM_PADDED, DOT_PRECISION, SOFTCAP)
     # log2-sum-exp of this split's scores; -inf marks a split that saw no key.
     lse = tl.where(l_i > 0.0, m_i + tl.log2(tl.where(l_i > 0.0, l_i, 1.0)), float("-inf"))
     acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
@@ -197,16 +210,16 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
                     v_cache: torch.Tensor, meta: TritonAttentionMetadata, scale: float,
                     softcap: float | None = None) -> torch.Tensor:
     """Write this step's keys/values into the cache, then attend. q [tokens, heads, head_dim].
-    No softcap here: a model that caps its scores is refused on this backend at load."""
-    assert softcap is None, "attention logit softcapping is not in the Triton kernels"
+    softcap: the scores become softcap * tanh(scores / softcap) before the softmax (Gemma 2)."""
     write_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping)
     num_tokens, num_heads, head_dim = q.shape
     assert q.stride(2) == 1 and k_cache.is_contiguous() and v_cache.is_contiguous()
     out = q.new_empty(num_tokens, num_heads * head_dim)
+    cap = 0.0 if softcap is None else softcap * _LOG2E
     if meta.max_query_len == 1 and meta.num_kv_splits > 1:
-        _split_kv_decode(out, q, k_cache, v_cache, meta, scale)
+        _split_kv_decode(out, q, k_cache, v_cache, meta, scale, cap)
     else:
-        _unified_attention(out, q, k_cache, v_cache, meta, scale)
+        _unified_attention(out, q, k_cache, v_cache, meta, scale, cap)
     return out
 
 
@@ -216,7 +229,8 @@ def _dot_precision(dtype: torch.dtype) -> str:
 
 
 def _unified_attention(out: torch.Tensor, q: torch.Tensor, k_cache: torch.Tensor,
-                       v_cache: torch.Tensor, meta: TritonAttentionMetadata, scale: float) -> None:
+                       v_cache: torch.Tensor, meta: TritonAttentionMetadata, scale: float,
+                       cap: float) -> None:
     num_tokens, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
     per_kv = num_heads // num_kv_heads
@@ -231,12 +245,13 @@ def _unified_attention(out: torch.Tensor, q: torch.Tensor, k_cache: torch.Tensor
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         NUM_QUERIES_PER_KV=per_kv, BLOCK_SIZE=k_cache.shape[1], HEAD_DIM=head_dim,
         HEAD_DIM_PADDED=triton.next_power_of_2(head_dim), BLOCK_M=block_m, BLOCK_Q=block_q,
-        DOT_PRECISION=_dot_precision(q.dtype),
+        DOT_PRECISION=_dot_precision(q.dtype), SOFTCAP=cap,
     )
 
 
 def _split_kv_decode(out: torch.Tensor, q: torch.Tensor, k_cache: torch.Tensor,
-                     v_cache: torch.Tensor, meta: TritonAttentionMetadata, scale: float) -> None:
+                     v_cache: torch.Tensor, meta: TritonAttentionMetadata, scale: float,
+                     cap: float) -> None:
     _, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
     per_kv = num_heads // num_kv_heads
@@ -253,7 +268,7 @@ def _split_kv_decode(out: torch.Tensor, q: torch.Tensor, k_cache: torch.Tensor,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         NUM_HEADS=num_heads, NUM_QUERIES_PER_KV=per_kv, BLOCK_SIZE=k_cache.shape[1],
         HEAD_DIM=head_dim, HEAD_DIM_PADDED=padded, BLOCK_H=max(16, triton.next_power_of_2(per_kv)),
-        NUM_KV_SPLITS=splits, DOT_PRECISION=_dot_precision(q.dtype),
+        NUM_KV_SPLITS=splits, DOT_PRECISION=_dot_precision(q.dtype), SOFTCAP=cap,
     )
     _merge_kv_splits_kernel[(meta.num_seqs, num_heads)](
         out, partial_out, partial_lse, meta.query_start_loc, out.stride(0), head_dim,

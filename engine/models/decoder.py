@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import torch
 from transformers import PretrainedConfig
 
-from engine.errors import ModelLoadError
 from engine.layers.attention import Attention, HeadShape, Metadata, StepKV
 from engine.layers.linear import (
     Embedding,
@@ -119,7 +118,6 @@ class DecoderForCausalLM:
                  release_weights: bool = False) -> None:
         """release_weights: empty `weights` as the layers take them, so the loader's layout and
         the kernels' never both hold the whole model (a CPU int4 layer repacks its weight)."""
-        _refuse_what_the_kernels_do_not_run(arch, placement.ops)
         self.arch = arch
         self.shape = s = arch.shape
         self.ops = placement.ops
@@ -286,14 +284,6 @@ class DecoderForCausalLM:
                                      norm(names.per_layer_norm), arch.activation)
                        if arch.per_layer_input else None),
             kv_from=kv_from)
-
-
-def _refuse_what_the_kernels_do_not_run(arch: DecoderArchitecture, ops: KernelOps) -> None:
-    if arch.attention_softcap is not None and ops.name == "triton":
-        raise ModelLoadError(
-            f"This {arch.family} model caps its attention scores (attention logit softcapping), "
-            "which Pagoda's Triton attention kernels do not apply yet: run it on the torch kernels "
-            "(kernel_backend='torch' or PAGODA_KERNEL_BACKEND=torch).")
 
 
 def _fused(w: MutableMapping[str, Weight], names: list[str]) -> Weight | None:

@@ -27,10 +27,11 @@ class Batch:
     v_cache: torch.Tensor
     meta: TritonAttentionMetadata
     expected: torch.Tensor  # plain causal attention over each sequence's own keys, fp32
+    softcap: float | None = None
 
 
 def make_batch(shapes, num_heads, num_kv_heads, head_dim, block_size, dtype, num_kv_splits=1,
-               sliding_window=0, seed=0) -> Batch:
+               sliding_window=0, seed=0, softcap=None) -> Batch:
     gen = torch.Generator().manual_seed(seed)
     tables = _scatter_blocks(shapes, block_size, gen)
     num_blocks = sum(len(t) for t in tables) + 2
@@ -44,13 +45,13 @@ def make_batch(shapes, num_heads, num_kv_heads, head_dim, block_size, dtype, num
             v_cache[tables[i][p // block_size], p % block_size] = full_v[i][p]
     q = torch.randn(sum(n for _, n in shapes), num_heads, head_dim, generator=gen).to(dtype)
     expected = torch.cat([
-        _causal_attention(q_i, full_k[i], full_v[i], cached, sliding_window)
+        _causal_attention(q_i, full_k[i], full_v[i], cached, sliding_window, softcap)
         for i, ((cached, _), q_i) in enumerate(zip(shapes, q.split([n for _, n in shapes])))])
     meta = _metadata(shapes, tables, block_size, num_kv_splits, sliding_window)
     new_k = torch.cat([full_k[i][c:] for i, (c, _) in enumerate(shapes)])
     new_v = torch.cat([full_v[i][c:] for i, (c, _) in enumerate(shapes)])
     return Batch(*(t.to(DEVICE) for t in (q, new_k, new_v, k_cache, v_cache)), meta,
-                 expected.to(DEVICE))
+                 expected.to(DEVICE), softcap)
 
 
 def _scatter_blocks(shapes, block_size, gen) -> list[list[int]]:
@@ -78,12 +79,15 @@ def _metadata(shapes, tables, block_size, num_kv_splits, sliding_window) -> Trit
         num_kv_splits=num_kv_splits, sliding_window=sliding_window)
 
 
-def _causal_attention(q, keys, values, first_pos, sliding_window):
-    """q [n, H, D] at positions first_pos.., keys/values [ctx, KV, D]; GQA by repeat, fp32."""
+def _causal_attention(q, keys, values, first_pos, sliding_window, softcap=None):
+    """q [n, H, D] at positions first_pos.., keys/values [ctx, KV, D]; GQA by repeat, fp32;
+    the scores capped at softcap * tanh(scores / softcap) where softcap is given."""
     group = q.shape[1] // keys.shape[1]
     k = keys.float().repeat_interleave(group, dim=1).transpose(0, 1)
     v = values.float().repeat_interleave(group, dim=1).transpose(0, 1)
     scores = q.float().transpose(0, 1) @ k.transpose(1, 2) * q.shape[-1] ** -0.5
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
     q_pos = torch.arange(first_pos, first_pos + q.shape[0]).unsqueeze(1)
     k_pos = torch.arange(keys.shape[0]).unsqueeze(0)
     hidden = k_pos > q_pos
@@ -97,9 +101,11 @@ def run_and_check(batch: Batch) -> None:
     ref_k_cache, ref_v_cache = batch.k_cache.clone(), batch.v_cache.clone()
     scale = batch.q.shape[-1] ** -0.5
     out = triton_attention.paged_attention(batch.q, batch.k, batch.v, batch.k_cache,
-                                           batch.v_cache, batch.meta, scale)
+                                           batch.v_cache, batch.meta, scale,
+                                           softcap=batch.softcap)
     reference = torch_ref.varlen_paged_attention(batch.q, batch.k, batch.v, ref_k_cache,
-                                                 ref_v_cache, batch.meta, scale)
+                                                 ref_v_cache, batch.meta, scale,
+                                                 softcap=batch.softcap)
     assert_close(out, batch.expected.to(out.dtype))
     assert_close(out, reference)
     assert torch.equal(batch.k_cache, ref_k_cache) and torch.equal(batch.v_cache, ref_v_cache)
@@ -138,6 +144,18 @@ def test_sliding_window_masks_old_keys(num_kv_splits):
     shapes = [(50, 1), (10, 1)] if num_kv_splits > 1 else MIXED_BATCH
     run_and_check(make_batch(shapes, heads, kv_heads, 64, 16, torch.float32, num_kv_splits,
                              sliding_window=24))
+
+
+@pytest.mark.parametrize("num_kv_splits", [1, 4])
+def test_softcapped_scores_in_prefill_chunks_and_split_decodes(num_kv_splits):
+    """A cap of 0.5 bends the scores of these random heads (about 1 apart) a lot."""
+    heads, kv_heads = GQA[3]
+    shapes = [(50, 1), (10, 1)] if num_kv_splits > 1 else MIXED_BATCH
+    capped = make_batch(shapes, heads, kv_heads, 64, 16, torch.float32, num_kv_splits,
+                        softcap=0.5)
+    uncapped = make_batch(shapes, heads, kv_heads, 64, 16, torch.float32, num_kv_splits)
+    assert (capped.expected - uncapped.expected).abs().max() > 0.1
+    run_and_check(capped)
 
 
 def test_long_prefill_chunk_spans_several_query_blocks():
