@@ -87,6 +87,8 @@ def config_from_gguf(settings: GGUFSettings) -> PretrainedConfig:
     # original query_pre_attn_scalar was (the file does not keep it).
     scalar = (shape["hidden_size"] // shape["num_attention_heads"] if layers == _LAYERS_OF_27B
               else shape["head_dim"])
+    # gemma3.attn_logit_softcapping is not read, as llama.cpp's gemma3 does not read it: its
+    # model saver writes that key (50 by default) into files of every architecture.
     cap = settings.metadata("gemma3.final_logit_softcapping")
     return Gemma3TextConfig(
         **shape, hidden_activation="gelu_pytorch_tanh",
