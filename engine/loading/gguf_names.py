@@ -27,6 +27,7 @@ _GEMMA_NORMS = {"post_attention_layernorm": "post_attention_norm",
                 "pre_feedforward_layernorm": "ffn_norm",
                 "post_feedforward_layernorm": "post_ffw_norm"}
 _LAYER_BY_ARCHITECTURE: dict[str, dict[str, str]] = {
+    "gemma2": _GEMMA_NORMS,
     "gemma3": _GEMMA_NORMS,
     # Gemma 4's layer_scalar (a parameter without a suffix; its tensor is "<name>.weight") and
     # per-layer inputs.
@@ -49,6 +50,7 @@ _NEEDED_MODULES: dict[str, tuple[str, ...]] = {
     "llama": _LLAMA_MODULES,
     "qwen2": _LLAMA_MODULES,
     "qwen3": _LLAMA_MODULES + _QK_NORMS,
+    "gemma2": tuple(m for m in _GEMMA_MODULES if m not in _QK_NORMS),
     "gemma3": _GEMMA_MODULES,
     # Gemma 4's global layers may have no v_proj (their values are the keys' projection), and
     # layers that read another's KV cache no k_proj or k_norm: the config says which, and the
@@ -66,7 +68,7 @@ PERMUTED_QK = frozenset({"llama", "smollm3"})
 # llama.cpp's converter writes these architectures' norm weights as 1 + w (Gemma's RMSNorm
 # scales by 1 + w, llama.cpp's by the weight): every tensor whose Hugging Face name ends in
 # "norm.weight". The loader gives back w, so a file and a folder load the same model.
-NORMS_HOLD_ONE_PLUS_W = frozenset({"gemma3"})
+NORMS_HOLD_ONE_PLUS_W = frozenset({"gemma2", "gemma3"})
 
 _LAYER_PARAMETER = re.compile(r"model\.layers\.(\d+)\.(.+?)(?:\.(weight|bias))?")
 _GLOBAL_PARAMETER = re.compile(r"(.+)\.(weight|bias)")

@@ -43,6 +43,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
     # Mistral's GGUF files say "llama".
     ModelFamily("Llama", "llama", ("llama", "mistral", "qwen2", "qwen3"),
                 ("llama", "qwen2", "qwen3"), "Llama 2/3, SmolLM/SmolLM2, Mistral, Qwen2/2.5, Qwen3"),
+    ModelFamily("Gemma 2", "gemma2", ("gemma2",), ("gemma2",), "Gemma 2 2B, 9B, 27B"),
     # A multimodal Gemma 3 folder (model_type "gemma3") is refused below; its GGUF files hold the
     # text model alone under "gemma3".
     ModelFamily("Gemma 3", "gemma3", ("gemma3_text",), ("gemma3",),

@@ -24,7 +24,7 @@ TINY_MODEL_TYPES = ("llama", "qwen2", "mistral", "qwen3")
 TINY_VARIANTS = (*TINY_MODEL_TYPES, "qwen3-tied", "llama3-rope")
 # The families of issue 52, also converted to GGUF by llama.cpp and recorded against it
 # (tests/engine/data/llama_cpp/). Apart from TINY_VARIANTS until the engine runs them.
-FAMILY_VARIANTS = ("gemma3", "gemma3-query-scalar", "gemma4", "gemma4-e2b", "phi3", "phi3-longrope",
+FAMILY_VARIANTS = ("gemma2", "gemma3", "gemma3-query-scalar", "gemma4", "gemma4-e2b", "phi3", "phi3-longrope",
                    "smollm3")
 
 _MODEL_CLASSES = {
@@ -32,6 +32,7 @@ _MODEL_CLASSES = {
     "qwen2": transformers.Qwen2ForCausalLM,
     "mistral": transformers.MistralForCausalLM,
     "qwen3": transformers.Qwen3ForCausalLM,
+    "gemma2": transformers.Gemma2ForCausalLM,
     "gemma3_text": transformers.Gemma3ForCausalLM,
     "gemma4_text": transformers.Gemma4ForCausalLM,
     "phi3": transformers.Phi3ForCausalLM,
@@ -54,6 +55,14 @@ _VARIANTS = {
                     "rope_parameters": {"rope_type": "llama3", "factor": 8.0,
                                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                         "original_max_position_embeddings": 64}},
+    # Gemma 2 as its 2B is built, smaller: head_dim 32 beside hidden / heads = 16, layers 0 and 2
+    # windowed (8 tokens, so the window cuts into every test prompt), 1 and 3 global, one RoPE
+    # base. The attention cap of 5 binds on these scores (the released 50 would not), the final
+    # one of 8 on these logits. query_pre_attn_scalar equals head_dim as llama.cpp assumes.
+    "gemma2": {"num_hidden_layers": 4, "head_dim": 32, "query_pre_attn_scalar": 32,
+               "sliding_window": 8, "attn_logit_softcapping": 5.0,
+               "final_logit_softcapping": 8.0, "tie_word_embeddings": True,
+               "rope_theta": 20000.0},
     # Gemma 3 as its 270M is built: one KV head (MQA), head_dim 32 beside hidden / heads = 16,
     # layers 0-4 windowed (8 tokens, so the window cuts into every test prompt) and layer 5
     # global, each kind with its own RoPE base (neither the default). GeGLU and the (1 + w) norms
@@ -124,10 +133,10 @@ _LEGACY_ROPE_LAYOUT = frozenset({"llama3-rope"})
 # "TokenizersBackend", so these folders name it as Phi-4 does.
 _GPT2_TOKENIZER_CLASS = frozenset({"phi3", "phi3-longrope"})
 # Gemma's norms hold w of the (1 + w) they scale by: centred on 0, not on 1.
-_ZERO_CENTRED_NORMS = frozenset({"gemma3_text"})
+_ZERO_CENTRED_NORMS = frozenset({"gemma2", "gemma3_text"})
 # Gemma scales its (tied) embeddings by sqrt(hidden) = 8: at the initializer's 0.2 a token's own
 # embedding dominates the residual and greedy output repeats one token; at 0.1 it varies.
-_EMBEDDING_STD = {"gemma3_text": 0.1, "gemma4_text": 0.1}
+_EMBEDDING_STD = {"gemma2": 0.1, "gemma3_text": 0.1, "gemma4_text": 0.1}
 
 
 # Gemma 4's converter reads only a sentencepiece-style BPE tokenizer (byte fallback, "▁" for a
