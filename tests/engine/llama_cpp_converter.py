@@ -21,7 +21,7 @@ from tests.engine.tiny_models import save_tiny_model
 # The tiny families (tests/engine/tiny_models.py) whose GGUF llama.cpp runs as transformers does.
 # Not "gemma3-query-scalar": llama.cpp takes Gemma 3's attention scale from head_dim, not from
 # query_pre_attn_scalar, so its file would mean another model.
-LLAMA_CPP_VARIANTS = ("gemma3", "gemma4", "gemma4-e2b", "phi3", "phi3-longrope", "smollm3")
+LLAMA_CPP_VARIANTS = ("gemma2", "gemma3", "gemma4", "gemma4-e2b", "phi3", "phi3-longrope", "smollm3")
 
 CONVERTER_DIR = Path(sys.prefix, "share", "llama.cpp")
 CONVERTER = CONVERTER_DIR / "convert_hf_to_gguf.py"

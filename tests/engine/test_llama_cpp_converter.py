@@ -19,13 +19,14 @@ from tests.engine.llama_cpp_references import llama_cpp_records, sha256
 # process for all four) come with whichever of these runs first; the families' tests share them.
 pytestmark = pytest.mark.slow
 
-ARCHITECTURES = {"gemma3": "gemma3", "gemma4": "gemma4", "gemma4-e2b": "gemma4", "phi3": "phi3",
+ARCHITECTURES = {"gemma2": "gemma2", "gemma3": "gemma3", "gemma4": "gemma4", "gemma4-e2b": "gemma4", "phi3": "phi3",
                  "phi3-longrope": "phi3", "smollm3": "smollm3"}
 _LLAMA_BLOCK = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
                 "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"}
 # Per block, by GGUF name (each with ".weight"). Phi-3 fuses q, k, v into attn_qkv and gate and
-# up into ffn_up; Gemma 3 adds q/k norms and a norm after attention and after the MLP.
+# up into ffn_up; Gemma 2 adds a norm after attention and after the MLP, Gemma 3 q/k norms too.
 BLOCK_TENSORS = {
+    "gemma2": _LLAMA_BLOCK | {"post_attention_norm", "post_ffw_norm"},
     "gemma3": _LLAMA_BLOCK | {"attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"},
     "phi3": {"attn_norm", "attn_qkv", "attn_output", "ffn_norm", "ffn_up", "ffn_down"},
     "smollm3": _LLAMA_BLOCK,
@@ -42,6 +43,7 @@ LAYER_TENSORS = {
 # Outside the blocks: tied models have no output.weight; longrope's factors are tensors, and so
 # are Gemma 4's global layers' rotated share (rope_freqs).
 GLOBAL_TENSORS = {
+    "gemma2": {"token_embd", "output_norm"},
     "gemma3": {"token_embd", "output_norm"},
     "gemma4": {"token_embd", "output_norm", "rope_freqs"},
     "gemma4-e2b": {"token_embd", "output_norm", "rope_freqs", "per_layer_token_embd",

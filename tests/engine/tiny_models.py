@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -57,12 +58,13 @@ _VARIANTS = {
                                         "original_max_position_embeddings": 64}},
     # Gemma 2 as its 2B is built, smaller: head_dim 32 beside hidden / heads = 16, layers 0 and 2
     # windowed (8 tokens, so the window cuts into every test prompt), 1 and 3 global, one RoPE
-    # base. The attention cap of 5 binds on these scores (the released 50 would not), the final
-    # one of 8 on these logits. query_pre_attn_scalar equals head_dim as llama.cpp assumes.
+    # base: the released 10,000, as llama.cpp's converter writes none and llama.cpp assumes it.
+    # The attention cap of 5 binds on these scores (the released 50 would not), the final one of
+    # 8 on these logits. query_pre_attn_scalar equals head_dim as llama.cpp assumes.
     "gemma2": {"num_hidden_layers": 4, "head_dim": 32, "query_pre_attn_scalar": 32,
                "sliding_window": 8, "attn_logit_softcapping": 5.0,
                "final_logit_softcapping": 8.0, "tie_word_embeddings": True,
-               "rope_theta": 20000.0},
+               "rope_theta": 10000.0},
     # Gemma 3 as its 270M is built: one KV head (MQA), head_dim 32 beside hidden / heads = 16,
     # layers 0-4 windowed (8 tokens, so the window cuts into every test prompt) and layer 5
     # global, each kind with its own RoPE base (neither the default). GeGLU and the (1 + w) norms
@@ -142,7 +144,10 @@ _EMBEDDING_STD = {"gemma2": 0.1, "gemma3_text": 0.1, "gemma4_text": 0.1}
 # Gemma 4's converter reads only a sentencepiece-style BPE tokenizer (byte fallback, "▁" for a
 # space: Gemma's own), so that variant carries a small one of its own (`_gemma_style_tokenizer`)
 # instead of the default model's byte-level one, with Gemma's special token ids.
-_GEMMA_TOKENIZER = frozenset({"gemma4", "gemma4-e2b"})
+_GEMMA_TOKENIZER = frozenset({"gemma2", "gemma4", "gemma4-e2b"})
+# Gemma 2's converter reads only sentencepiece's tokenizer.model: these folders hold one too,
+# of the same pieces (`_sentencepiece_model`).
+_SENTENCEPIECE_FILE = frozenset({"gemma2"})
 _GEMMA_SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>",
                          "<end_of_turn>")
 # A few merges of English letter pairs, in rank order: enough that words are not all letters.
@@ -218,6 +223,9 @@ def save_tiny_model(
         _move_rope_to_legacy_layout(path / "config.json")
     if variant in _GPT2_TOKENIZER_CLASS:
         _name_tokenizer_class(path / "tokenizer_config.json", "GPT2Tokenizer")
+    if variant in _SENTENCEPIECE_FILE:
+        (path / "tokenizer.model").write_bytes(_sentencepiece_model())
+        _list_added_tokens(path / "tokenizer_config.json", tokenizer)
     return path
 
 
@@ -237,6 +245,67 @@ def _gemma_style_tokenizer() -> transformers.PreTrainedTokenizerBase:
     return transformers.GemmaTokenizer(
         vocab={piece: i for i, piece in enumerate(pieces)}, merges=list(_GEMMA_MERGES),
         extra_special_tokens=list(_GEMMA_SPECIAL_TOKENS[5:]), chat_template=_GEMMA_CHAT_TEMPLATE)
+
+
+def _sentencepiece_model() -> bytes:
+    """`_gemma_style_tokenizer`'s pieces as a sentencepiece BPE model (its protobuf, written by
+    hand: sentencepiece stays out of the test process): the same ids, each merge scored by its
+    rank, byte fallback, no dummy prefix, as Gemma's own tokenizer.model."""
+    kinds = {"<pad>": _SP_CONTROL, "<eos>": _SP_CONTROL, "<bos>": _SP_CONTROL,
+             "<unk>": _SP_UNKNOWN, "<mask>": _SP_CONTROL}
+    merged = {a + b: rank for rank, (a, b) in enumerate(_GEMMA_MERGES)}
+    pieces = b""
+    for piece in _gemma_style_tokenizer().convert_ids_to_tokens(
+            range(len(_gemma_style_tokenizer()))):
+        kind = kinds.get(piece, _SP_USER_DEFINED if piece in _GEMMA_SPECIAL_TOKENS else
+                         _SP_BYTE if piece.startswith("<0x") else _SP_NORMAL)
+        score = -float(merged.get(piece, 0))
+        pieces += _proto_field(1, _proto_field(1, piece.encode()) + _proto_float(2, score)
+                               + _proto_varint(3, kind))
+    trainer = (_proto_varint(3, 2) + _proto_varint(4, len(_gemma_style_tokenizer()))  # BPE
+               + _proto_varint(35, 1) + _proto_varint(40, 3) + _proto_varint(41, 2)
+               + _proto_varint(42, 1) + _proto_varint(43, 0))
+    normalizer = (_proto_field(1, b"identity") + _proto_varint(3, 0) + _proto_varint(4, 0)
+                  + _proto_varint(5, 1))
+    return pieces + _proto_field(2, trainer) + _proto_field(3, normalizer)
+
+
+_SP_NORMAL, _SP_UNKNOWN, _SP_CONTROL, _SP_USER_DEFINED, _SP_BYTE = 1, 2, 3, 4, 6
+
+
+def _varint(value: int) -> bytes:
+    out = b""
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out += bytes([byte | (0x80 if value else 0)])
+        if not value:
+            return out
+
+
+def _proto_varint(number: int, value: int) -> bytes:
+    return _varint(number << 3) + _varint(value)
+
+
+def _proto_float(number: int, value: float) -> bytes:
+    return _varint(number << 3 | 5) + struct.pack("<f", value)
+
+
+def _proto_field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _list_added_tokens(tokenizer_config: Path,
+                       tokenizer: transformers.PreTrainedTokenizerBase) -> None:
+    """The special tokens by id, as Gemma's own tokenizer_config.json lists them
+    (added_tokens_decoder, which transformers 5 no longer writes): the sentencepiece converter
+    reads the turn markers' kind there."""
+    config = json.loads(tokenizer_config.read_text())
+    config["added_tokens_decoder"] = {
+        str(tokenizer.convert_tokens_to_ids(token)): {
+            "content": token, "lstrip": False, "normalized": False, "rstrip": False,
+            "single_word": False, "special": True}
+        for token in _GEMMA_SPECIAL_TOKENS}
+    tokenizer_config.write_text(json.dumps(config, indent=2))
 
 
 def _name_tokenizer_class(tokenizer_config: Path, name: str) -> None:
