@@ -17,7 +17,7 @@ import pytest
 import torch
 import transformers
 
-from engine import LLM
+from engine import LLM, SamplingParams
 from engine.errors import ModelLoadError
 from engine.loading.gguf import GGUFModelFile
 from engine.models.gemma2 import architecture, config_from_gguf
@@ -174,3 +174,17 @@ def test_a_gemma2_file_scales_attention_by_head_dim_but_the_27b_by_hidden_over_h
 def test_a_gemma2_file_with_settings_pagoda_cannot_read_is_refused_in_words(settings, words):
     with pytest.raises(ModelLoadError, match=words):
         config_from_gguf(_keys(settings))
+
+
+@pytest.mark.slow  # Triton's interpreter runs its kernels on the CPU: ~10 s on a quiet machine
+def test_gemma2_on_the_triton_kernels_gives_the_torch_paths_greedy_tokens(folder, prompts):
+    """The capped attention kernels, prefill and decode, in windowed and global layers."""
+    def greedy(backend: str) -> list[list[int]]:
+        llm = LLM(str(folder), num_kv_blocks=64, num_threads=1, kernel_backend=backend,
+                  max_num_batched_tokens=16)
+        assert llm.engine.runner.model.ops.name == backend
+        replies = llm.generate(prompts[:2], SamplingParams(temperature=0, max_tokens=8,
+                                                           ignore_eos=True))
+        return [reply.outputs[0].token_ids for reply in replies]
+
+    assert greedy("triton") == greedy("torch")
