@@ -758,11 +758,13 @@ static inline void iq4xs_super8_pass(const struct weight *w, const struct activa
                     scale32, _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1,
                                                2 * p + 1, 2 * p + 1));
                 __m256i alo = _mm256_sign_epi8(wlo, wlo), ahi = _mm256_sign_epi8(whi, whi);
+                /* Each half's pairs reach 2 x 127 x 127: they take the scale apart, in
+                 * int32 (their sum would leave int16). */
                 for (int i = 0; i < irows; i++) {
-                    __m256i pairs = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(alo, _mm256_sign_epi8(xlo[i][p], wlo)),
-                        _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(xhi[i][p], whi)));
-                    isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(pairs, sc));
+                    __m256i lo = _mm256_maddubs_epi16(alo, _mm256_sign_epi8(xlo[i][p], wlo));
+                    __m256i hi = _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(xhi[i][p], whi));
+                    isum[i] = _mm256_add_epi32(isum[i], _mm256_add_epi32(_mm256_madd_epi16(lo, sc),
+                                                                         _mm256_madd_epi16(hi, sc)));
                 }
             }
             float d = iq4xs_d_f16c(super);

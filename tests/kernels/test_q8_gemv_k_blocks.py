@@ -178,3 +178,26 @@ def test_int8_linear_on_super_scaled_types_quantizes_per_super_block(q8, kind):
     assert torch.equal(q8.linear(operand, x), q8.gemm(operand, xq, scale, total,
                                                       super_scales=True))
     assert torch.equal(q8.linear(operand, x, threads=2), q8.linear(operand, x, threads=1))
+
+
+@SUPER_TYPES
+def test_super_block_products_at_the_largest_values_do_not_wrap(q8, kind):
+    """Every weight at its type's largest magnitude and every activation at +-127: the int16
+    pairs and int32 sums of the super-block passes at their bounds."""
+    blocks = _blocks(kind, 8, 512, seed=12).numpy().copy()
+    level_at = {"IQ4_XS": (slice(8, 136), 0x00),   # index 0 of the table: -127
+                "Q5_K": (slice(16, 176), 0xFF),    # 31 (fifth bits and nibbles all set)
+                "Q6_K": (slice(0, 192), 0xFF)}     # 63 - 32 = 31
+    at, byte = level_at[kind]
+    rows = blocks.reshape(8, 2, -1)
+    rows[:, :, at] = byte
+    blocks = torch.from_numpy(rows.reshape(8, -1).copy())
+    weight = _gguf_weight(kind, blocks, 512).double()
+    x = torch.full((2, 512), 3.0)
+    x[1, ::2] = -3.0
+    operand = Q8Gemv.blocks_operand(blocks, kind)
+    xq, scale, total = q8.quantize_rows_super(x)
+    assert xq.abs().eq(127).all()
+    want = (xq.double() * scale.double().repeat_interleave(32, dim=1)) @ weight.T
+    y = q8.gemm(operand, xq, scale, total, super_scales=True)
+    assert (y.double() - want).abs().le(want.abs() * 1e-5 + 1e-6).all()

@@ -78,6 +78,7 @@ def test_layer_runs_q8_on_the_files_blocks(q8, kind):
     method = make_linear(weight, None, _placement(q8)).method
     assert isinstance(method, CpuQ8Method)
     assert method.native.operand.q.data_ptr() == weight.blocks.data_ptr()
+    torch.manual_seed(0)
     for rows in (1, 2, 3, 4):
         x = torch.randn(rows, 512)
         error = _relative_error(method.apply(x, None), F.linear(x, dequantize(weight)))
@@ -89,6 +90,7 @@ def test_vocabulary_runs_q8s_int8_pass(q8, kind):
     weight = _weight(kind)
     vocabulary = make_linear(weight, None, _placement(q8), precise_int8=False)
     assert isinstance(vocabulary.method, CpuQ8Method)
+    torch.manual_seed(1)
     x = torch.randn(3, 512)
     assert _relative_error(vocabulary(x), F.linear(x, dequantize(weight))) < 3e-2
 
@@ -120,6 +122,7 @@ def test_parts_stack_by_type_and_run_side_by_side_where_types_differ(q8):
     linear = make_fused_linear([a, b, v], None, _placement(q8))
     assert isinstance(linear.method, StackedMethod)
     assert [type(m.weight) for m in linear.method.methods] == [IQ4XSWeight, Q5KWeight]
+    torch.manual_seed(2)
     x = torch.randn(2, 256)
     want = F.linear(x, torch.cat([dequantize(a), dequantize(b), dequantize(v)]))
     assert _relative_error(linear(x), want) < LAYER_ERROR[IQ4XSWeight]
