@@ -61,34 +61,47 @@ def write_kv_cache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                     v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
-                    softcap: float | None = None) -> torch.Tensor:
+                    softcap: float | None = None,
+                    sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Write this step's keys/values into the cache, then attend. q [tokens, heads, head_dim].
-    softcap: the scores become softcap * tanh(scores / softcap) before the softmax (Gemma 2)."""
+    softcap: the scores become softcap * tanh(scores / softcap) before the softmax (Gemma 2).
+    sinks [heads]: a logit per query head that joins the softmax's denominator and attends to
+    no value (gpt-oss), so a head may give its keys less than all of its weight."""
     write_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping)
     num_tokens, num_heads, head_dim = q.shape
     if len(meta.decode_groups) == 1 and not meta.prefills:
-        return _decode_attention(q, k_cache, v_cache, meta, meta.decode_groups[0], scale, softcap)
+        return _decode_attention(q, k_cache, v_cache, meta, meta.decode_groups[0], scale, softcap,
+                                 sinks)
     out = q.new_empty(num_tokens, num_heads * head_dim)
     for group in meta.decode_groups:
         out[group.start:group.end] = _decode_attention(q[group.start:group.end], k_cache, v_cache,
-                                                       meta, group, scale, softcap)
+                                                       meta, group, scale, softcap, sinks)
     for seg in meta.prefills:
-        out[seg.start:seg.end] = prefill_attention(q, k, v, k_cache, v_cache, seg, scale, softcap)
+        out[seg.start:seg.end] = prefill_attention(q, k, v, k_cache, v_cache, seg, scale, softcap,
+                                                   sinks)
     return out
 
 
-def _softcapped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                          mask: torch.Tensor, scale: float, softcap: float) -> torch.Tensor:
+def _eager_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                     mask: torch.Tensor, scale: float, softcap: float | None,
+                     sinks: torch.Tensor | None) -> torch.Tensor:
     """SDPA's contract (q [..., heads, n, D]; keys, values [..., kv_heads, context, D], each kv
-    head serving heads / kv_heads query heads), the mask True where a key takes part, with the
-    scaled scores capped before the softmax. SDPA has no such cap; the scores and the softmax
-    run in fp32, as transformers' eager attention does."""
+    head serving heads / kv_heads query heads), the mask True where a key takes part, with what
+    SDPA has no room for: the scaled scores capped before the softmax, and a sink logit per
+    row (sinks broadcast to [..., heads, n, 1]) beside the keys' in the softmax, whose weight
+    is dropped. The scores and the softmax run in fp32, as transformers' eager attention does."""
     group = q.shape[-3] // keys.shape[-3]
     if group > 1:
         keys, values = keys.repeat_interleave(group, -3), values.repeat_interleave(group, -3)
     scores = torch.matmul(q.float(), keys.float().transpose(-1, -2)) * scale
-    scores = torch.tanh(scores / softcap) * softcap
-    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    scores = scores.masked_fill(~mask, float("-inf"))
+    if sinks is None:
+        weights = torch.softmax(scores, dim=-1)
+    else:
+        sink = sinks.float().expand(*scores.shape[:-1], 1)
+        weights = torch.softmax(torch.cat((scores, sink), dim=-1), dim=-1)[..., :-1]
     return torch.matmul(weights, values.float()).to(q.dtype)
 
 
@@ -104,7 +117,7 @@ def _gather_blocks(cache: torch.Tensor, block_tables: torch.Tensor,
 
 def _decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                       meta: AttentionMetadata, group: DecodeGroup, scale: float,
-                      softcap: float | None) -> torch.Tensor:
+                      softcap: float | None, sinks: torch.Tensor | None) -> torch.Tensor:
     n, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
     k_out, v_out = _decode_workspace(k_cache, v_cache, meta, group.block_tables.numel())
@@ -112,9 +125,11 @@ def _decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     values = _gather_blocks(v_cache, group.block_tables, v_out)
     # The query heads that share a kv head become that head's rows: plain attention, no repeat.
     q = q.reshape(n, num_kv_heads, num_heads // num_kv_heads, head_dim)
-    if softcap is not None:
-        return _softcapped_attention(q, keys, values, group.mask, scale,
-                                     softcap).reshape(n, num_heads * head_dim)
+    if softcap is not None or sinks is not None:
+        # Each kv head's query heads are its rows here: their sinks one per row.
+        row_sinks = None if sinks is None else sinks.view(num_kv_heads, -1, 1)
+        return _eager_attention(q, keys, values, group.mask, scale, softcap,
+                                row_sinks).reshape(n, num_heads * head_dim)
     # A narrower cache is widened once gathered: the attention itself runs in q's dtype.
     o = F.scaled_dot_product_attention(q, keys.to(q.dtype), values.to(q.dtype),
                                        attn_mask=group.mask, scale=scale)
@@ -136,11 +151,12 @@ def _decode_workspace(k_cache: torch.Tensor, v_cache: torch.Tensor, meta: Attent
 
 def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                       v_cache: torch.Tensor, seg: PrefillSegment, scale: float,
-                      softcap: float | None = None) -> torch.Tensor:
+                      softcap: float | None = None,
+                      sinks: torch.Tensor | None = None) -> torch.Tensor:
     """One prefill segment's queries (rows seg.start..seg.end of q) over its cached keys and
     this step's, after they were written: [seg.end - seg.start, heads * head_dim]."""
-    if softcap is not None:
-        return _softcapped_prefill(q, k_cache, v_cache, seg, scale, softcap)
+    if softcap is not None or sinks is not None:
+        return _eager_prefill(q, k_cache, v_cache, seg, scale, softcap, sinks)
     qs = q[seg.start:seg.end].transpose(0, 1).unsqueeze(0)
     if seg.mask is None:
         keys = k[seg.start:seg.end].transpose(0, 1).unsqueeze(0)
@@ -155,25 +171,27 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache
     return o.squeeze(0).transpose(0, 1).reshape(seg.end - seg.start, -1)
 
 
-def _softcapped_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                        seg: PrefillSegment, scale: float, softcap: float) -> torch.Tensor:
-    """prefill_attention with capped scores: the segment's keys read back from the cache (this
-    step's were written there first)."""
+def _eager_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   seg: PrefillSegment, scale: float, softcap: float | None,
+                   sinks: torch.Tensor | None) -> torch.Tensor:
+    """prefill_attention with capped scores or sinks: the segment's keys read back from the
+    cache (this step's were written there first)."""
     n = seg.end - seg.start
     keys = _gather_blocks(k_cache, seg.block_table)[:, :seg.context_len]
     values = _gather_blocks(v_cache, seg.block_table)[:, :seg.context_len]
     mask = seg.mask
     if mask is None:  # keys 0..n-1, causal
         mask = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
-    o = _softcapped_attention(q[seg.start:seg.end].transpose(0, 1), keys, values, mask, scale,
-                              softcap)
+    o = _eager_attention(q[seg.start:seg.end].transpose(0, 1), keys, values, mask, scale, softcap,
+                         _head_sinks(sinks))
     return o.transpose(0, 1).reshape(n, -1)
 
 
 def varlen_paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                            k_cache: torch.Tensor, v_cache: torch.Tensor,
                            meta: TritonAttentionMetadata, scale: float,
-                           softcap: float | None = None) -> torch.Tensor:
+                           softcap: float | None = None,
+                           sinks: torch.Tensor | None = None) -> torch.Tensor:
     """The reference for the Triton kernels: same flat metadata, one sequence at a time, fp32."""
     write_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping)
     out = torch.zeros(q.shape[0], q.shape[1] * q.shape[2], dtype=q.dtype, device=q.device)
@@ -188,13 +206,18 @@ def varlen_paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         if meta.sliding_window:
             mask &= k_pos > q_pos - meta.sliding_window
         qs = q[start:end].transpose(0, 1).float()
-        if softcap is None:
+        if softcap is None and sinks is None:
             o = F.scaled_dot_product_attention(qs, keys, values, attn_mask=mask, scale=scale,
                                                enable_gqa=True)
         else:
-            o = _softcapped_attention(qs, keys, values, mask, scale, softcap)
+            o = _eager_attention(qs, keys, values, mask, scale, softcap, _head_sinks(sinks))
         out[start:end] = o.transpose(0, 1).reshape(end - start, -1).to(q.dtype)
     return out
+
+
+def _head_sinks(sinks: torch.Tensor | None) -> torch.Tensor | None:
+    """[heads] sinks as one per row of [heads, n, context] scores."""
+    return None if sinks is None else sinks.view(-1, 1, 1)
 
 
 def dequantize_int4(packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,

@@ -10,7 +10,10 @@ first):
   output and its log-sum-exp, and a second kernel merges them. Long contexts then fill the GPU
   even at batch 1.
 Both cap the scores (attention logit softcapping) where SOFTCAP is set: a constant of the
-compiled kernel, so an uncapped model's kernels are the same as before.
+compiled kernel, so an uncapped model's kernels are the same as before. Both take attention
+sinks where HAS_SINKS is set (gpt-oss): a logit per query head that joins each softmax's
+denominator and weighs no value; the unified kernel starts its online softmax from it (as if
+from one key of value zero), the split decode adds it when the splits are merged.
 The reference is `kernels.torch_ref.varlen_paged_attention`.
 """
 
@@ -92,12 +95,12 @@ def _attend_tile(q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, block_tables_ptr, t
 @triton.jit
 def _unified_attention_kernel(
     out_ptr, q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
-    query_start_loc_ptr, qk_scale, num_seqs, sliding_window,
+    query_start_loc_ptr, sinks_ptr, qk_scale, num_seqs, sliding_window,
     stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_bt_seq,
     stride_c_block, stride_c_tok, stride_c_head,
     NUM_QUERIES_PER_KV: tl.constexpr, BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
     HEAD_DIM_PADDED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, SOFTCAP: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr,
 ):
     q_block_idx = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -120,8 +123,12 @@ def _unified_attention_kernel(
                 + dims[None, :], mask=io_mask, other=0.0)
     q_pos = context_len + tok
 
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
+    if HAS_SINKS:  # the sink as a first key of weight exp(sink) and value zero
+        m_i = tl.load(sinks_ptr + head, mask=row_valid, other=0.0).to(tl.float32) * _LOG2E
+        l_i = tl.full([BLOCK_M], 1.0, tl.float32)
+    else:
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PADDED], tl.float32)
     last_key = context_len + tl.minimum((q_block + 1) * BLOCK_Q, q_len)
     window_start = tl.maximum(context_len + q_block * BLOCK_Q - sliding_window + 1, 0)
@@ -186,9 +193,9 @@ def _split_kv_decode_kernel(
 
 @triton.jit
 def _merge_kv_splits_kernel(
-    out_ptr, partial_out_ptr, partial_lse_ptr, query_start_loc_ptr, stride_o_tok, stride_o_head,
-    NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PADDED: tl.constexpr,
-    NUM_KV_SPLITS: tl.constexpr,
+    out_ptr, partial_out_ptr, partial_lse_ptr, query_start_loc_ptr, sinks_ptr, stride_o_tok,
+    stride_o_head, NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr, NUM_KV_SPLITS: tl.constexpr, HAS_SINKS: tl.constexpr,
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
@@ -197,9 +204,14 @@ def _merge_kv_splits_kernel(
     row = (seq * NUM_HEADS + head) * NUM_KV_SPLITS + splits
     lse = tl.load(partial_lse_ptr + row)
     m = tl.max(lse, 0)
+    if HAS_SINKS:  # one more split: a single score that weighs no value
+        sink = tl.load(sinks_ptr + head).to(tl.float32) * _LOG2E
+        m = tl.maximum(m, sink)
     weights = tl.exp2(lse - tl.where(m == float("-inf"), 0.0, m))
     parts = tl.load(partial_out_ptr + row[:, None] * HEAD_DIM_PADDED + dims[None, :])
     total = tl.sum(weights, 0)
+    if HAS_SINKS:
+        total += tl.exp2(sink - m)
     out = tl.sum(parts * weights[:, None], 0) / tl.where(total == 0.0, 1.0, total)
     tok = tl.load(query_start_loc_ptr + seq)
     tl.store(out_ptr + tok * stride_o_tok + head * stride_o_head + dims,
@@ -208,18 +220,21 @@ def _merge_kv_splits_kernel(
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                     v_cache: torch.Tensor, meta: TritonAttentionMetadata, scale: float,
-                    softcap: float | None = None) -> torch.Tensor:
+                    softcap: float | None = None,
+                    sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Write this step's keys/values into the cache, then attend. q [tokens, heads, head_dim].
-    softcap: the scores become softcap * tanh(scores / softcap) before the softmax (Gemma 2)."""
+    softcap: the scores become softcap * tanh(scores / softcap) before the softmax (Gemma 2).
+    sinks [heads]: a logit per query head in the softmax's denominator (gpt-oss)."""
     write_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping)
     num_tokens, num_heads, head_dim = q.shape
     assert q.stride(2) == 1 and k_cache.is_contiguous() and v_cache.is_contiguous()
+    assert sinks is None or (sinks.shape == (num_heads,) and sinks.is_contiguous())
     out = q.new_empty(num_tokens, num_heads * head_dim)
     cap = 0.0 if softcap is None else softcap * _LOG2E
     if meta.max_query_len == 1 and meta.num_kv_splits > 1:
-        _split_kv_decode(out, q, k_cache, v_cache, meta, scale, cap)
+        _split_kv_decode(out, q, k_cache, v_cache, meta, scale, cap, sinks)
     else:
-        _unified_attention(out, q, k_cache, v_cache, meta, scale, cap)
+        _unified_attention(out, q, k_cache, v_cache, meta, scale, cap, sinks)
     return out
 
 
@@ -230,7 +245,7 @@ def _dot_precision(dtype: torch.dtype) -> str:
 
 def _unified_attention(out: torch.Tensor, q: torch.Tensor, k_cache: torch.Tensor,
                        v_cache: torch.Tensor, meta: TritonAttentionMetadata, scale: float,
-                       cap: float) -> None:
+                       cap: float, sinks: torch.Tensor | None) -> None:
     num_tokens, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
     per_kv = num_heads // num_kv_heads
@@ -240,18 +255,18 @@ def _unified_attention(out: torch.Tensor, q: torch.Tensor, k_cache: torch.Tensor
     grid = (num_tokens // block_q + meta.num_seqs, num_kv_heads)
     _unified_attention_kernel[grid](
         out, q, k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc,
-        scale * _LOG2E, meta.num_seqs, meta.sliding_window,
+        q if sinks is None else sinks, scale * _LOG2E, meta.num_seqs, meta.sliding_window,
         q.stride(0), q.stride(1), out.stride(0), head_dim, meta.block_tables.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         NUM_QUERIES_PER_KV=per_kv, BLOCK_SIZE=k_cache.shape[1], HEAD_DIM=head_dim,
         HEAD_DIM_PADDED=triton.next_power_of_2(head_dim), BLOCK_M=block_m, BLOCK_Q=block_q,
-        DOT_PRECISION=_dot_precision(q.dtype), SOFTCAP=cap,
+        DOT_PRECISION=_dot_precision(q.dtype), SOFTCAP=cap, HAS_SINKS=sinks is not None,
     )
 
 
 def _split_kv_decode(out: torch.Tensor, q: torch.Tensor, k_cache: torch.Tensor,
                      v_cache: torch.Tensor, meta: TritonAttentionMetadata, scale: float,
-                     cap: float) -> None:
+                     cap: float, sinks: torch.Tensor | None) -> None:
     _, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
     per_kv = num_heads // num_kv_heads
@@ -271,7 +286,8 @@ def _split_kv_decode(out: torch.Tensor, q: torch.Tensor, k_cache: torch.Tensor,
         NUM_KV_SPLITS=splits, DOT_PRECISION=_dot_precision(q.dtype), SOFTCAP=cap,
     )
     _merge_kv_splits_kernel[(meta.num_seqs, num_heads)](
-        out, partial_out, partial_lse, meta.query_start_loc, out.stride(0), head_dim,
-        NUM_HEADS=num_heads, HEAD_DIM=head_dim, HEAD_DIM_PADDED=padded, NUM_KV_SPLITS=splits,
+        out, partial_out, partial_lse, meta.query_start_loc, q if sinks is None else sinks,
+        out.stride(0), head_dim, NUM_HEADS=num_heads, HEAD_DIM=head_dim, HEAD_DIM_PADDED=padded,
+        NUM_KV_SPLITS=splits, HAS_SINKS=sinks is not None,
     )
 

@@ -482,6 +482,7 @@ struct attn_args {
     const char *k_cache, *v_cache;
     const int64_t *block_tables, *context_lens;
     float scale;
+    const float *sinks; /* [heads] logits in the softmax's denominator (gpt-oss), or NULL */
     float *out;
 };
 
@@ -907,6 +908,11 @@ static void merge_parts(const struct attn_args *a, int seq, int kvh, int parts, 
         float most = -INFINITY, total = 0.0f;
         for (int p = 0; p < parts; p++)
             most = m[p * group + g] > most ? m[p * group + g] : most;
+        /* A sink is one more part: a single score that weighs no value. */
+        float sink = a->sinks ? a->sinks[kvh * group + g] : -INFINITY;
+        most = sink > most ? sink : most;
+        if (a->sinks)
+            total += expf(sink - most);
         float w[MAX_SPLITS];
         for (int p = 0; p < parts; p++) {
             w[p] = l[p * group + g] > 0.0f ? expf(m[p * group + g] - most) : 0.0f;
@@ -961,14 +967,16 @@ static int choose_splits(int pairs, int threads, int64_t longest)
  * n decode queries (one token each; q rows q_stride floats apart, heads hd apart) attend to
  * their sequence's keys 0..context_lens[i]-1 (the last window of them when window > 0) read
  * through block_tables [n, max_blocks] from the caches. out [n, heads * hd] contiguous.
- * Query head h reads kv head h / (heads / kv_heads). Work items (sequence, kv head, split of
- * its keys) run on up to `threads` threads: 1 keeps the calling thread alone (and one split).
+ * Query head h reads kv head h / (heads / kv_heads). sinks: NULL, or [heads] logits each
+ * head's softmax adds to its denominator (attention sinks). Work items (sequence, kv head,
+ * split of its keys) run on up to `threads` threads: 1 keeps the calling thread alone (and one
+ * split).
  */
 int pg_decode_attention(const float *q, long q_stride, int n, int heads, int kv_heads, int hd,
                         const void *k_cache, const void *v_cache, int dtype, int num_blocks,
                         int block_size, const int64_t *block_tables, int max_blocks,
-                        const int64_t *context_lens, int window, float scale, float *out,
-                        int threads)
+                        const int64_t *context_lens, int window, float scale,
+                        const float *sinks, float *out, int threads)
 {
     if (n < 0 || kv_heads <= 0 || heads % kv_heads || heads / kv_heads > MAX_GROUP || hd <= 0
         || hd > MAX_HEAD_DIM || block_size <= 0 || dtype < PG_F32 || dtype > PG_F16)
@@ -983,7 +991,7 @@ int pg_decode_attention(const float *q, long q_stride, int n, int heads, int kv_
                 return 3;
     }
     struct attn_args a = {q, q_stride, heads, kv_heads, hd, dtype, block_size, max_blocks, window,
-                          k_cache, v_cache, block_tables, context_lens, scale, out};
+                          k_cache, v_cache, block_tables, context_lens, scale, sinks, out};
     int group = heads / kv_heads, pairs = n * kv_heads;
     int64_t longest = 0;
     for (int i = 0; i < n; i++)
@@ -1189,7 +1197,7 @@ static int attention_block(const struct pg_step *s, const struct pg_layer *layer
         rc = pg_decode_attention(qk + (size_t)grp->start * qk_stride, qk_stride, grp->n, s->heads,
                                  s->kv_heads, hd, layer->k_cache, layer->v_cache, s->cache_dtype,
                                  layer->num_blocks, s->block_size, grp->block_tables, grp->max_blocks,
-                                 grp->context_lens, layer->window, s->scale,
+                                 grp->context_lens, layer->window, s->scale, NULL,
                                  attn + (size_t)grp->start * q_width, grp->threads);
     }
     return rc ? rc : run_linear(s, &layer->o, attn, y);

@@ -56,7 +56,7 @@ _SIGNATURES = {
     "pg_top_k": [_ptr, _i64, _i32, _i32, _i32, _ptr],
     "pg_write_kv": [_ptr, _i64, _ptr, _i64, _i32, _i32, _i32, _ptr, _ptr, _i32, _i64, _ptr],
     "pg_decode_attention": [_ptr, _i64, _i32, _i32, _i32, _i32, _ptr, _ptr, _i32, _i32, _i32,
-                            _ptr, _i32, _ptr, _i32, _f32, _ptr, _i32],
+                            _ptr, _i32, _ptr, _i32, _f32, _ptr, _ptr, _i32],
 }
 
 
@@ -175,29 +175,34 @@ class DecodeOps:
 
     def paged_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
-                        scale: float, softcap: float | None = None) -> torch.Tensor:
-        """torch_ref.paged_attention's contract: decodes attend in C over the cache in place,
-        prefill segments through torch_ref; softcapped scores all through torch_ref (the C
-        kernel has no cap)."""
+                        scale: float, softcap: float | None = None,
+                        sinks: torch.Tensor | None = None) -> torch.Tensor:
+        """torch_ref.paged_attention's contract: decodes attend in C over the cache in place
+        (with their sinks where given), prefill segments through torch_ref; softcapped scores
+        all through torch_ref (the C kernel has no cap)."""
         if softcap is not None:
-            return torch_ref.paged_attention(q, k, v, k_cache, v_cache, meta, scale, softcap)
+            return torch_ref.paged_attention(q, k, v, k_cache, v_cache, meta, scale, softcap,
+                                             sinks)
         if (q.dtype is not _F32 or q.stride()[1:] != (q.shape[2], 1) or q.shape[2] > MAX_HEAD_DIM
+                or (sinks is not None and not _fp32_vector(sinks, q.shape[1]))
                 or not self._writes(k, v, k_cache, v_cache, meta.slot_mapping)):
-            return torch_ref.paged_attention(q, k, v, k_cache, v_cache, meta, scale)
+            return torch_ref.paged_attention(q, k, v, k_cache, v_cache, meta, scale, sinks=sinks)
         self._write_checked(k, v, k_cache, v_cache, meta.slot_mapping)
         num_tokens, heads, hd = q.shape
         out = torch.empty(num_tokens, heads * hd)
         threads = attention_threads(heads, k_cache.shape[1], meta.decode_groups)
+        sinks_ptr = None if sinks is None else sinks.data_ptr()
         for group in meta.decode_groups:
-            self._decode(q, k_cache, v_cache, group, meta.sliding_window, scale, out, threads)
+            self._decode(q, k_cache, v_cache, group, meta.sliding_window, scale, sinks_ptr, out,
+                         threads)
         for seg in meta.prefills:
             out[seg.start:seg.end] = torch_ref.prefill_attention(q, k, v, k_cache, v_cache, seg,
-                                                                 scale)
+                                                                 scale, sinks=sinks)
         return out
 
     def _decode(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                group: DecodeGroup, window: int, scale: float, out: torch.Tensor,
-                threads: int) -> None:
+                group: DecodeGroup, window: int, scale: float, sinks: int | None,
+                out: torch.Tensor, threads: int) -> None:
         _, heads, hd = q.shape
         num_blocks, block_size, kv_heads, _ = k_cache.shape
         tables, lens = as_int64(group.block_tables), as_int64(group.context_lens)
@@ -209,7 +214,7 @@ class DecodeOps:
         _check(self._attend(q.data_ptr() + group.start * q.stride(0) * 4, q.stride(0), n, heads,
                             kv_heads, hd, k_cache.data_ptr(), v_cache.data_ptr(),
                             CACHE_DTYPES[k_cache.dtype], num_blocks, block_size, tables.data_ptr(),
-                            max_blocks, lens.data_ptr(), window, scale,
+                            max_blocks, lens.data_ptr(), window, scale, sinks,
                             out.data_ptr() + group.start * heads * hd * 4, threads),
                "pg_decode_attention")
 
@@ -234,6 +239,10 @@ def attention_threads(heads: int, block_size: int, groups: Sequence[DecodeGroup]
     the pool pays; each group then runs on them."""
     keys = sum((g.end - g.start) * g.block_tables.shape[-1] for g in groups) * block_size
     return torch.get_num_threads() if heads * keys >= PARALLEL_MIN_SCORES else 1
+
+
+def _fp32_vector(t: torch.Tensor, length: int) -> bool:
+    return t.dtype is _F32 and t.shape == (length,) and t.is_contiguous()
 
 
 def as_int64(t: torch.Tensor) -> torch.Tensor:
