@@ -29,6 +29,7 @@ from engine.quantization.cpu_q8 import Q8Context
 from engine.quantization.dequantize_workspace import DequantWorkspace
 from engine.quantization.tensors import (
     BlockWeight,
+    GGUFRows,
     Int4Weight,
     Int8Weight,
     Weight,
@@ -132,6 +133,8 @@ def make_embedding(weight: Weight, placement: Placement) -> Embedding:
 def _method_for(weight: Weight, placement: Placement, precise_int8: bool,
                 split_activations: bool = False) -> LinearMethod:
     device, dtype, ops = placement.device, placement.dtype, placement.ops
+    if isinstance(weight, GGUFRows):  # an expert's rows in place: as linear, its usual layout
+        weight = weight.decoded()
     if isinstance(weight, BlockWeight):
         if _runs_blocks(placement):
             # Read in place at the file's own width (Q6_K 0.82 bytes a weight, Q5_K 0.69,
@@ -190,6 +193,8 @@ def to_device(weight: Weight, device: torch.device, dtype: torch.dtype) -> Weigh
     at the compute dtype on a GPU (fp16/bf16 there) and float32 on a CPU."""
     if isinstance(weight, torch.Tensor):
         return weight.to(device=device, dtype=dtype)
+    if isinstance(weight, GGUFRows):
+        weight = weight.decoded()
     scale_dtype = torch.float32 if device.type == "cpu" else dtype
     if isinstance(weight, BlockWeight):
         if device.type == "cpu":

@@ -77,3 +77,60 @@ def q3_k_ints(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     q = -(v.view(n, supers, 16, 16) * sc.unsqueeze(-1))
     scales = (-_f16(b, 108)).expand(n, supers, SUB_BLOCKS)
     return q.to(torch.int8).reshape(n, -1), scales.reshape(n, -1).contiguous()
+
+
+# The types of expert weights read in place (`GGUFRows`), as the engine's own layouts where our
+# expert kernel does not run: Q4_K and Q4_0 as int4 with a scale and a min per 32, Q8_0 and
+# MXFP4 as grouped int8, each exactly.
+
+def _nibble_values(qs: torch.Tensor) -> torch.Tensor:
+    """[..., 16 c] bytes whose low nibbles hold values 0..15 of a block of 32 and high nibbles
+    16..31 (Q4_0's and MXFP4's layout; Q4_K's per 64) -> uint8 values [..., 32 c]."""
+    return torch.cat([qs & 15, qs >> 4], dim=-1)
+
+
+def q4_k_ints(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q4_K rows (144 bytes per 256 values) -> (q uint8 0..15 [n, k], scales, mins float32
+    [n, k / 32]): w = scales * q + mins, scale d * sc and min -(dmin * m) (Q5_K's scale
+    packing, without its fifth bits)."""
+    b = _super_blocks(blocks, 144)
+    n = blocks.shape[0]
+    s = b[..., 4:16].int()
+    sc = torch.cat([s[..., 0:4] & 63, (s[..., 8:12] & 15) | ((s[..., 0:4] >> 6) << 4)], dim=-1)
+    m = torch.cat([s[..., 4:8] & 63, (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)], dim=-1)
+    q = _nibble_values(b[..., 16:].reshape(n, b.shape[1], 4, 32))
+    scales = (_f16(b, 0) * sc.float()).reshape(n, -1)
+    mins = (-(_f16(b, 2) * m.float())).reshape(n, -1)
+    return q.reshape(n, -1), scales, mins
+
+
+def q4_0_ints(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q4_0 rows (18 bytes per 32 values) -> (q uint8 0..15 [n, k], d float32 [n, k / 32]):
+    w = d * (q - 8)."""
+    b = _super_blocks(blocks, 18)
+    return _nibble_values(b[..., 2:]).reshape(b.shape[0], -1), _f16(b, 0).reshape(b.shape[0], -1)
+
+
+def q8_0_ints(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q8_0 rows (34 bytes per 32 values) -> (q int8 [n, k], d float32 [n, k / 32])."""
+    b = _super_blocks(blocks, 34)
+    q = b[..., 2:].contiguous().view(torch.int8)
+    return q.reshape(b.shape[0], -1), _f16(b, 0).reshape(b.shape[0], -1)
+
+
+# MXFP4's e2m1 codes as their values doubled (its e8m0 scale is then halved): the format's
+# definition, -12..12, integers.
+MXFP4_LEVELS = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+
+
+def mxfp4_ints(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """MXFP4 rows (17 bytes per 32 values: an e8m0 exponent e, 16 bytes of e2m1 codes) ->
+    (q int8 [n, k], scales float32 [n, k / 32]): w = 2^(e - 128) * level (levels doubled),
+    exact in float32 for every e (2^-128 and 2^-127 are subnormal)."""
+    b = _super_blocks(blocks, 17)
+    levels = torch.tensor(MXFP4_LEVELS, dtype=torch.int8, device=blocks.device)
+    q = levels[_nibble_values(b[..., 1:]).long()]
+    e = b[..., 0].int()
+    # The float32 bits of 2^(e - 128): exponent field e - 1, or below it a subnormal's bit.
+    bits = torch.where(e < 2, 0x00200000 << e, (e - 1) << 23)
+    return q.reshape(b.shape[0], -1), bits.view(torch.float32)

@@ -14,6 +14,9 @@ method turns one into whatever its kernel wants (`engine.quantization.methods`).
   weight, where int8 in groups of 32 costs 1.125), `IQ4XSWeight` (4.25 bits), `Q5KWeight`
   (5.5 bits) and `Q3KWeight` (3.44 bits). Paths that cannot read them widen them to grouped
   int8 (`widen_blocks`: exactly for IQ4_XS, Q5_K and Q3_K, Q6_K's finer steps requantized).
+- `GGUFRows`: a mixture-of-experts file's expert rows, any block type the expert kernel reads
+  (Q4_K, Q4_0, Q8_0, MXFP4 and the BlockWeight types), a view of the file's memory map
+  (engine/quantization/expert_weights.py); paths other than that kernel take `decoded()`.
 """
 
 from __future__ import annotations
@@ -23,7 +26,15 @@ from typing import ClassVar
 
 import torch
 
-from engine.quantization.gguf_block_ints import iq4_xs_ints, q3_k_ints, q5_k_ints
+from engine.quantization.gguf_block_ints import (
+    iq4_xs_ints,
+    mxfp4_ints,
+    q3_k_ints,
+    q4_0_ints,
+    q4_k_ints,
+    q5_k_ints,
+    q8_0_ints,
+)
 
 INT4_GROUP_SIZE = 32
 INT8_GROUP_SIZE = 32
@@ -127,7 +138,49 @@ class Q3KWeight(BlockWeight):
     BLOCK_BYTES: ClassVar[int] = 110
 
 
-Weight = torch.Tensor | Int4Weight | Int8Weight | BlockWeight
+# GGUF block types by name: (values a block, bytes a block).
+GGUF_BLOCKS = {"Q4_0": (32, 18), "Q8_0": (32, 34), "MXFP4": (32, 17), "Q4_K": (256, 144),
+               "Q5_K": (256, 176), "Q6_K": (256, 210), "IQ4_XS": (256, 136), "Q3_K": (256, 110)}
+_BLOCK_WEIGHT_TYPES = {kind.TYPE_NAME: kind for kind in (Q6KWeight, IQ4XSWeight, Q5KWeight,
+                                                            Q3KWeight)}
+
+
+@dataclass(slots=True, frozen=True)
+class GGUFRows:
+    """A matrix's rows as a GGUF file stores them, blocks of `type_name` (a key of
+    GGUF_BLOCKS), uint8 [N, K / values a block * bytes a block]: a mixture-of-experts layer's
+    expert, read in place by kernels/cpu/moe_experts.c. Every other path takes `decoded()`."""
+
+    blocks: torch.Tensor
+    type_name: str
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        values, size = GGUF_BLOCKS[self.type_name]
+        return self.blocks.shape[0], self.blocks.shape[1] // size * values
+
+    @property
+    def nbytes(self) -> int:
+        return _nbytes(self.blocks)
+
+    def decoded(self) -> Int4Weight | Int8Weight | BlockWeight:
+        """The same values in the engine's usual layout: the BlockWeight types as they are (a
+        view, read in place by q8_gemv), Q4_K and Q4_0 as Int4Weight, Q8_0 and MXFP4 as grouped
+        int8; each exactly (a copy for those four)."""
+        kind = _BLOCK_WEIGHT_TYPES.get(self.type_name)
+        if kind is not None:
+            return kind(self.blocks)
+        if self.type_name == "Q4_K":
+            q, scales, mins = q4_k_ints(self.blocks)
+            return Int4Weight(pack_int4(q), scales, mins)
+        if self.type_name == "Q4_0":
+            q, d = q4_0_ints(self.blocks)
+            return Int4Weight(pack_int4(q), d, -8 * d)
+        ints = q8_0_ints if self.type_name == "Q8_0" else mxfp4_ints
+        return Int8Weight(*ints(self.blocks), INT8_GROUP_SIZE)
+
+
+Weight = torch.Tensor | Int4Weight | Int8Weight | BlockWeight | GGUFRows
 
 
 def weight_shape(weight: Weight) -> tuple[int, ...]:
@@ -202,6 +255,8 @@ def _exact_half(values: torch.Tensor) -> torch.Tensor:
 
 
 def dequantize(weight: Weight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    if isinstance(weight, GGUFRows):
+        weight = weight.decoded()
     if isinstance(weight, torch.Tensor):
         return weight.to(dtype)
     if isinstance(weight, Int8Weight):
@@ -230,6 +285,8 @@ def select_rows(weight: Weight, index: torch.Tensor) -> Weight:
         return weight.index_select(0, index)
     if isinstance(weight, BlockWeight):
         return type(weight)(weight.blocks.index_select(0, index))
+    if isinstance(weight, GGUFRows):
+        return GGUFRows(weight.blocks.index_select(0, index), weight.type_name)
     if isinstance(weight, Int8Weight):
         mins = None if weight.mins is None else weight.mins.index_select(0, index)
         return Int8Weight(weight.q.index_select(0, index), weight.scales.index_select(0, index),
@@ -337,6 +394,7 @@ def concat(weights: list[Weight]) -> Weight:
     int8 parts of one group size become grouped int8 with mins, exactly (`_as_grouped_int8`);
     anything else is requantized to per-channel int8.
     """
+    weights = [w.decoded() if isinstance(w, GGUFRows) else w for w in weights]
     kinds = {type(w) for w in weights}
     if len(kinds) == 1 and issubclass(*kinds, BlockWeight):
         return type(weights[0])(torch.cat([w.blocks for w in weights]))
