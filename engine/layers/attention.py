@@ -1,7 +1,7 @@
 """Self-attention over the paged KV cache, its kind set per layer: every key or a sliding window,
 rotated by one of the model's rotary tables or not at all (NoPE), with optional per-head query
 and key norms (Qwen3, Gemma 3), partial rotary (Phi-4-mini), Gemma 4's value norm and values
-taken from the keys' projection, and attention logit softcapping."""
+taken from the keys' projection, attention logit softcapping, and attention sinks (gpt-oss)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ class Attention:
     v_norm: torch.Tensor | None = None
     values_from_keys: bool = False
     softcap: float | None = None  # scores capped at softcap * tanh(scores / softcap) (Gemma 2)
+    sinks: torch.Tensor | None = None  # [heads] fp32 logits in each softmax's denominator (gpt-oss)
 
     def __call__(self, x: torch.Tensor, rotary: StepRotary, k_cache: torch.Tensor,
                  v_cache: torch.Tensor, meta: Metadata, ops: KernelOps,
@@ -55,7 +56,7 @@ class Attention:
         else:
             q, (k, v) = self._queries(qkv, rotary, ops), shared
         attn = ops.paged_attention(q, k, v, k_cache, v_cache, meta.for_window(self.window),
-                                   self.scale, softcap=self.softcap)
+                                   self.scale, softcap=self.softcap, sinks=self.sinks)
         return self.o_proj(attn), (k, v)
 
     def _queries_keys_values(self, qkv: torch.Tensor, rotary: StepRotary, ops: KernelOps,
