@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import gguf
@@ -39,17 +40,20 @@ from engine.loading.gguf_header import check_gguf_header
 from engine.loading.gguf_names import (
     NORMS_HOLD_ONE_PLUS_W,
     PERMUTED_QK,
+    gguf_expert_slice,
     gguf_tensor_name,
     needed_layer_modules,
 )
 from engine.loading.layouts import GGUF_FLOAT_TYPES, GGUF_INT4_TYPES, GGUF_INT8_TYPES
 from engine.loading.lazy_weights import LazyWeights
 from engine.loading.model_check import unreadable_type_message
+from engine.models.moe_gguf import has_experts
 from engine.models.registry import (
     family_for_gguf,
     supported_gguf_architectures,
     unsupported_message,
 )
+from engine.quantization.expert_weights import IN_PLACE_EXPERT_TYPES, expert_weight
 from engine.quantization.tensors import (
     INT4_GROUP_SIZE,
     INT8_GROUP_SIZE,
@@ -120,7 +124,7 @@ class GGUFModelFile:
                 f"{self.path} does not say how many layers its model has (no "
                 f"{self.architecture}.block_count). The file is damaged: re-download it.")
         layers = int(field.contents())
-        modules = needed_layer_modules(self.architecture)
+        modules = needed_layer_modules(self.architecture, experts=has_experts(self))
         if layers * len(modules) > len(self.tensors):  # bounds the list before it is built
             raise ModelLoadError(
                 f"{self.path} holds {len(self.tensors)} tensors, too few for the {layers} "
@@ -214,13 +218,20 @@ class GGUFModelFile:
         """
         if quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization={quantization!r} must be one of {QUANTIZATIONS}")
-        tensors = {name: self._checked_tensor(name, shape) for name, shape in expected.items()}
+        slices = {name: where for name in expected
+                  if (where := gguf_expert_slice(name, self.architecture)) is not None}
+        experts = Counter(stacked for stacked, _ in slices.values())
+        tensors = {name: self._checked_tensor(name, shape, slices.get(name), experts)
+                   for name, shape in expected.items()}
         if quantization != "none":
             log_widened_types(tensor.tensor_type for tensor in tensors.values()
                               if tensor.tensor_type not in BLOCK_WEIGHTS)
 
         def decode(name: str) -> Weight:
             tensor = tensors[name]
+            if name in slices:
+                return _decode_expert(tensor.data[slices[name][1]], tensor.tensor_type,
+                                      expected[name], quantization, dtype)
             rows = self._rows_in_hf_order(name, tensor, config)
             if self._holds_one_plus_w(name):
                 return _norm_less_one(rows, tensor.tensor_type, expected[name])
@@ -235,8 +246,13 @@ class GGUFModelFile:
         """The GGUF name of a Hugging Face parameter in this file's architecture."""
         return gguf_tensor_name(hf_name, self.architecture)
 
-    def _checked_tensor(self, hf_name: str, shape: tuple[int, ...]) -> gguf.ReaderTensor:
-        name = self.tensor_name(hf_name)
+    def _checked_tensor(self, hf_name: str, shape: tuple[int, ...],
+                        expert: tuple[str, int] | None, experts: Counter[str]) -> gguf.ReaderTensor:
+        """expert: where an expert's matrix lies (`gguf_expert_slice`); experts: how many
+        experts the config gives each 3-D tensor, whose matrices it stacks outermost."""
+        name = self.tensor_name(hf_name) if expert is None else expert[0]
+        if expert is not None:
+            shape = (experts[name], *shape)
         tensor = self.tensors.get(name)
         if tensor is None:
             raise ModelLoadError(
@@ -301,6 +317,16 @@ def _decode(data: np.ndarray, kind: QType, shape: tuple[int, ...], quantization:
     if kind in DECODED_TYPES:  # exactly, or in groups of 32 finer than their own steps
         return widen_to_int8(data, kind)
     return _float_tensor(data, kind, shape).to(dtype)
+
+
+def _decode_expert(rows: np.ndarray, kind: QType, shape: tuple[int, ...], quantization: str,
+                   dtype: torch.dtype) -> Weight:
+    """One expert's matrix from its rows in the file's 3-D tensor (a view of the memory map):
+    blocks stay there, read in place (`expert_weight`: a 30B-A3B's experts are most of its
+    18 GB), other types are decoded as any matrix."""
+    if quantization != "none" and kind.name in IN_PLACE_EXPERT_TYPES:
+        return expert_weight(rows, kind)
+    return _decode(rows, kind, shape, quantization, dtype)
 
 
 def _norm_less_one(data: np.ndarray, kind: QType, shape: tuple[int, ...]) -> torch.Tensor:

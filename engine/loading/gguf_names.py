@@ -21,6 +21,12 @@ _LAYER = {
     "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
     "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
     "post_attention_layernorm": "ffn_norm",
+    # A sparse MLP (engine/models/architecture.py's names): the router, each of gate, up and down
+    # as one 3-D tensor of every expert's matrix ([experts, rows, columns]), the shared expert.
+    "mlp.gate": "ffn_gate_inp", "mlp.experts.gate_proj": "ffn_gate_exps",
+    "mlp.experts.up_proj": "ffn_up_exps", "mlp.experts.down_proj": "ffn_down_exps",
+    "mlp.shared_expert.gate_proj": "ffn_gate_shexp", "mlp.shared_expert.up_proj": "ffn_up_shexp",
+    "mlp.shared_expert.down_proj": "ffn_down_shexp", "mlp.shared_expert_gate": "ffn_gate_inp_shexp",
 }
 # Where an architecture's names differ from the Llama ones above.
 _GEMMA_NORMS = {"post_attention_layernorm": "post_attention_norm",
@@ -44,8 +50,20 @@ _LLAMA_MODULES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "s
                   "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "input_layernorm",
                   "post_attention_layernorm")
 _QK_NORMS = ("self_attn.q_norm", "self_attn.k_norm")
+_DENSE_MLP = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+_SPARSE_MLP = ("mlp.gate", "mlp.experts.gate_proj", "mlp.experts.up_proj",
+               "mlp.experts.down_proj")
+_SHARED_EXPERT = ("mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj",
+                  "mlp.shared_expert.down_proj", "mlp.shared_expert_gate")
 _GEMMA_MODULES = _LLAMA_MODULES + _QK_NORMS + ("pre_feedforward_layernorm",
                                                "post_feedforward_layernorm")
+
+
+def _sparse(modules: tuple[str, ...]) -> tuple[str, ...]:
+    """A layer's modules with its dense MLP replaced by a router and experts."""
+    return tuple(m for m in modules if m not in _DENSE_MLP) + _SPARSE_MLP
+
+
 _NEEDED_MODULES: dict[str, tuple[str, ...]] = {
     "llama": _LLAMA_MODULES,
     "qwen2": _LLAMA_MODULES,
@@ -60,6 +78,9 @@ _NEEDED_MODULES: dict[str, tuple[str, ...]] = {
     "phi3": ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj",
              "input_layernorm", "post_attention_layernorm"),
     "smollm3": _LLAMA_MODULES,
+    # Every layer sparse, as llama.cpp runs these (it reads no dense layers from such a file).
+    "qwen3moe": _sparse(_LLAMA_MODULES + _QK_NORMS),
+    "qwen2moe": _sparse(_LLAMA_MODULES) + _SHARED_EXPERT,
 }
 # llama.cpp's converter interleaves the rotary halves of each q and k head for these
 # architectures (Llama's own RoPE kernel pairs neighbours); the loader turns them back.
@@ -71,6 +92,7 @@ PERMUTED_QK = frozenset({"llama", "smollm3"})
 NORMS_HOLD_ONE_PLUS_W = frozenset({"gemma2", "gemma3"})
 
 _LAYER_PARAMETER = re.compile(r"model\.layers\.(\d+)\.(.+?)(?:\.(weight|bias))?")
+_EXPERT_PARAMETER = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(\w+)\.(weight|bias)")
 _GLOBAL_PARAMETER = re.compile(r"(.+)\.(weight|bias)")
 
 
@@ -85,6 +107,19 @@ def gguf_tensor_name(hf_name: str, architecture: str = "llama") -> str:
     return f"{_GLOBAL[module]}.{kind}"
 
 
-def needed_layer_modules(architecture: str) -> tuple[str, ...]:
-    """The Hugging Face module names (within model.layers.N.) every layer of such a file has."""
-    return _NEEDED_MODULES[architecture]
+def gguf_expert_slice(hf_name: str, architecture: str = "llama") -> tuple[str, int] | None:
+    """"model.layers.3.mlp.experts.5.up_proj.weight" -> ("blk.3.ffn_up_exps.weight", 5): the
+    3-D tensor that holds an expert's matrix, and its index there; None for other names."""
+    expert = _EXPERT_PARAMETER.fullmatch(hf_name)
+    if expert is None:
+        return None
+    layer, index, module, kind = expert.groups()
+    stacked = f"model.layers.{layer}.mlp.experts.{module}.{kind}"
+    return gguf_tensor_name(stacked, architecture), int(index)
+
+
+def needed_layer_modules(architecture: str, experts: bool = False) -> tuple[str, ...]:
+    """The Hugging Face module names (within model.layers.N.) every layer of such a file has;
+    with experts, of a Llama-named file whose layers are sparse (Mixtral's "llama" files)."""
+    modules = _NEEDED_MODULES[architecture]
+    return _sparse(modules) if experts and _DENSE_MLP[0] in modules else modules

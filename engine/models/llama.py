@@ -8,6 +8,8 @@ from transformers import PretrainedConfig
 from engine.layers.rotary import rope_spec
 from engine.models.architecture import AttentionKind, DecoderArchitecture, LayerNames
 from engine.models.config import head_dim, model_shape
+from engine.models.gguf_config import GGUFSettings
+from engine.models.moe_gguf import has_experts, mixtral_config
 
 NAME = "Llama"  # its entry in engine/models/registry.py names the model types it covers
 
@@ -24,6 +26,12 @@ def architecture(config: PretrainedConfig) -> DecoderArchitecture:
                          k_norm="self_attn.k_norm" if qk_norm else None),
         tied_embeddings=bool(config.tie_word_embeddings), qkv_bias=qkv_bias, o_bias=o_bias,
         mlp_bias=bool(getattr(config, "mlp_bias", False)))
+
+
+def config_from_gguf(settings: GGUFSettings) -> PretrainedConfig | None:
+    """A "llama" file that states experts is a Mixtral (its config from the file's keys, as
+    llama.cpp reads them); others are read by transformers' GGUF reader (None)."""
+    return mixtral_config(settings) if has_experts(settings) else None
 
 
 def _attention_biases(config: PretrainedConfig) -> tuple[bool, bool]:
