@@ -62,11 +62,12 @@ def file_fits(repo: HubRepo, quantization: str = "auto", token: str | None = Non
     """Whether each file (and the folder) fits this machine's memory under the engine's
     `quantization` setting, with the KV cache the engine's defaults would allocate for the
     model: sized from the repository's config.json where it has one (a sliding-window layer
-    holds its window only), else the cap."""
+    holds its window only), else the cap; a mixture of experts' active parameters from it
+    too."""
     with ENGINE_IMPORT_LOCK:
         from engine.config import EngineConfig
         from engine.errors import PagodaError
-        from engine.hub.fit import file_fit, folder_fit, kv_cache_bytes
+        from engine.hub.fit import experts_of, file_fit, folder_fit, kv_cache_bytes
         from engine.hub.search import folder_files, recommended_file, repo_config
 
     config_json = None
@@ -76,12 +77,12 @@ def file_fits(repo: HubRepo, quantization: str = "auto", token: str | None = Non
         except PagodaError:  # the listing came, its config did not: the fit counts the cap
             pass
     kv_bytes = kv_cache_bytes(config_json, EngineConfig())
+    settings = {"quantization": quantization, "experts": experts_of(config_json)}
     recommended = recommended_file(repo.files)
     ggufs = sorted((f for f in repo.files if f.is_gguf and not f.is_split_part),
                    key=lambda f: (f is not recommended, f.filename))
-    files = [(f, file_fit(repo, f, kv_bytes, quantization=quantization)) for f in ggufs]
-    return FileFits(files, recommended,
-                    folder_fit(repo, kv_bytes, quantization=quantization),
+    files = [(f, file_fit(repo, f, kv_bytes, **settings)) for f in ggufs]
+    return FileFits(files, recommended, folder_fit(repo, kv_bytes, **settings),
                     folder_files(repo.files))
 
 

@@ -9,6 +9,12 @@ vocabulary's exact copy (engine.loading.model_info.VOCABULARY_EXACT_BYTES) is no
 asks for that much more, 3% for SmolLM2-135M's Q4_1 file, nearer a fifth for a quantized model
 with a large vocabulary (Qwen2.5-7B's Q4_K_M file). The KV cache comes from the repository's
 config.json where it has one (`kv_cache_bytes`), else it is the cap.
+
+A mixture of experts' config.json also tells how many of the parameters are routed experts
+(`experts_of`): a token reads top_k of each layer's E, so the fit counts the active parameters
+too, and a GGUF file's experts at the file's own bytes, memory-mapped as the loader keeps them
+(engine.loading.model_info). A repository without a config.json (many GGUF ones) is counted
+as dense.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from engine.config import EngineConfig
 from engine.errors import ModelLoadError
 from engine.hub.search import HubFile, HubRepo, main_tensor_type
+from engine.loading.expert_footprint import ExpertRouting, expert_parameters, routing_from_config
 from engine.loading.model_check import check_config_supported
 from engine.loading.model_info import (
     MEMORY_OVERHEAD_BYTES,
@@ -38,6 +45,7 @@ from engine.loading.model_info import (
 from engine.models.architecture import ModelShape
 from engine.models.config import model_shape
 from engine.models.kv_cache_sizing import model_kv_cache_bytes
+from engine.quantization.expert_weights import IN_PLACE_EXPERT_TYPES
 from engine.quantization.tensors import INT4_GROUP_SIZE
 
 # fits: fits in the memory available now; tight: in the machine's RAM, not in what other
@@ -54,7 +62,9 @@ class MemoryFit:
     """needed_bytes: weights + KV cache + overhead, as engine.loading.model_info.memory_needed counts
     them. num_parameters: the count used, None when neither the Hub nor the file's quantization
     told it (the weights are then taken at the file's size). available_bytes, total_bytes: None
-    when they cannot be measured."""
+    when they cannot be measured. num_active_parameters: those a token reads (a mixture of
+    experts: top_k of E experts; a dense model: all); mapped_bytes: the part of weight_bytes
+    memory-mapped from the file (a GGUF's experts)."""
 
     verdict: FitVerdict
     needed_bytes: int
@@ -62,38 +72,80 @@ class MemoryFit:
     num_parameters: int | None
     available_bytes: int | None
     total_bytes: int | None
+    num_active_parameters: int | None = None
+    mapped_bytes: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class Experts:
+    """A mixture of experts as its config.json states it: the routing, and how many of the
+    model's parameters are routed experts' (all E of every sparse layer)."""
+
+    routing: ExpertRouting
+    num_parameters: int
+
+
+def experts_of(config_json: dict | None) -> Experts | None:
+    """None for a dense model and for a config.json whose experts cannot be counted (no widths,
+    or counts no model has): the fit then counts the model as dense."""
+    if config_json is None:
+        return None
+    try:
+        routing = routing_from_config(config_json, "config.json")
+    except ModelLoadError:
+        return None
+    routed = expert_parameters(config_json, routing) if routing is not None else 0
+    return Experts(routing, routed) if routed else None
 
 
 def estimate_fit(file_quantization: str | None, size: int, num_parameters: int | None,
                  model_format: ModelFormat, kv_cache_bytes: int, available: int | None = None,
                  total: int | None = None, quantization: str = "auto",
-                 dtype: torch.dtype = torch.float32) -> MemoryFit:
+                 dtype: torch.dtype = torch.float32, experts: Experts | None = None) -> MemoryFit:
     """file_quantization: the file's quantization ("Q4_K_M", "Q8_0", "F16"; a safetensors
     folder's dtype, "BF16"); size: its bytes on the Hub (a folder: its weight files');
     num_parameters: the Hub's count, None to derive it from size. quantization and dtype: the
     engine's settings (EngineConfig.quantization, .dtype). available and total are measured
-    when not given."""
+    when not given. experts: a mixture of experts' (experts_of), None for a dense model."""
     if model_format == "safetensors":
         file_quantization = file_quantization or _DEFAULT_SAFETENSORS_DTYPE
     kind = main_tensor_type(file_quantization)
+    active = mapped = None
     if kind is None:  # neither its layout nor its bytes per weight known: taken at its size
         num_parameters, weights = None, size
     else:
         num_parameters = num_parameters or parameters_from_size(size, kind)
-        split = _split_by_size(num_parameters, size, kind) if model_format == "gguf" else {}
-        parts = split or {kind: num_parameters}
-        weights = round(sum(resident_bytes(_as_one_matrix(count, part), quantization, dtype,
-                                           model_format) for part, count in parts.items()))
+        routed = experts.num_parameters if experts is not None else 0
+        if routed > num_parameters:  # a config.json that is not this model's: counted dense
+            routed = 0
+        in_place = model_format == "gguf" and quantization == "auto" \
+            and kind in IN_PLACE_EXPERT_TYPES
+        # Mapped experts take the file's bytes, at the file's average bytes a weight.
+        mapped = round(size * routed / num_parameters) if in_place else 0
+        converted = num_parameters - (routed if in_place else 0)
+        weights = mapped + _converted_bytes(converted, size - mapped, kind, model_format,
+                                            quantization, dtype)
+        share = experts.routing.active_share if routed else 1.0
+        active = round(num_parameters - routed * (1 - share))
     needed = weights + kv_cache_bytes + MEMORY_OVERHEAD_BYTES
     available = available_memory() if available is None else available
     total = total_memory() if total is None else total
     return MemoryFit(_verdict(needed, available, total), needed, weights, num_parameters,
-                     available, total)
+                     available, total, active, mapped or 0)
+
+
+def _converted_bytes(num_parameters: int, size: int, kind: str, model_format: ModelFormat,
+                     quantization: str, dtype: torch.dtype) -> int:
+    """The memory of weights converted to the engine's layouts at load."""
+    split = _split_by_size(num_parameters, size, kind) if model_format == "gguf" else {}
+    parts = split or {kind: num_parameters}
+    return round(sum(resident_bytes(_as_one_matrix(count, part), quantization, dtype,
+                                    model_format) for part, count in parts.items()))
 
 
 def file_fit(repo: HubRepo, file: HubFile, kv_cache_bytes: int, **settings) -> MemoryFit:
     """The fit of one GGUF file of repo (settings: estimate_fit's quantization, dtype,
-    available, total)."""
+    available, total, experts)."""
     return estimate_fit(file.quantization, file.size, repo.num_parameters, "gguf",
                         kv_cache_bytes, **settings)
 
