@@ -28,34 +28,40 @@ _FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repetition_penalty", "presenc
                  "frequency_penalty")
 
 
+_CONSTRAINT_KINDS = ("json", "regex", "grammar", "choice", "structural_tag")
+
+
 @dataclass(slots=True, frozen=True)
 class StructuredOutputsParams:
     """One constraint on a reply, in vLLM's names: exactly one of a JSON schema (`json`, as a
     dict or its text), any JSON object (`json_object=True`), a regular expression, an EBNF
-    grammar (xgrammar's dialect, as GBNF), or a choice among strings."""
+    grammar (xgrammar's dialect, as GBNF), a choice among strings, or a structural tag
+    (xgrammar's, as JSON text: how a harmony reply's frame holds another constraint, see
+    engine/parsers/harmony_frame.py)."""
 
     json: dict | str | None = None
     json_object: bool = False
     regex: str | None = None
     grammar: str | None = None
     choice: tuple[str, ...] | None = None
+    structural_tag: str | None = None
 
     def __post_init__(self) -> None:
         if self.choice is not None and not isinstance(self.choice, tuple):
             _check(isinstance(self.choice, list), "structured_outputs.choice", self.choice,
                    "must be a list of strings")
             object.__setattr__(self, "choice", tuple(self.choice))
-        given = [name for name in ("json", "regex", "grammar", "choice")
-                 if getattr(self, name) is not None]
+        given = [name for name in _CONSTRAINT_KINDS if getattr(self, name) is not None]
         given += ["json_object"] if self.json_object is True else []
         _check(len(given) == 1, "structured_outputs", given or None,
-               "must give exactly one of json, json_object, regex, grammar or choice")
+               "must give exactly one of json, json_object, regex, grammar, choice or "
+               "structural_tag")
         self._validate()
 
     def _validate(self) -> None:
         _check(isinstance(self.json_object, bool), "structured_outputs.json_object",
                self.json_object, "must be True or False")
-        for name in ("regex", "grammar"):
+        for name in ("regex", "grammar", "structural_tag"):
             value = getattr(self, name)
             _check(value is None or (isinstance(value, str) and value.strip() != ""),
                    f"structured_outputs.{name}", value, "must be a non-empty string")
@@ -73,11 +79,11 @@ class StructuredOutputsParams:
 
     @property
     def kind(self) -> str:
-        """Which constraint this is: json, json_object, regex, grammar or choice."""
+        """Which constraint this is: json, json_object, regex, grammar, choice or
+        structural_tag."""
         if self.json_object is True:
             return "json_object"
-        return next(name for name in ("json", "regex", "grammar", "choice")
-                    if getattr(self, name) is not None)
+        return next(name for name in _CONSTRAINT_KINDS if getattr(self, name) is not None)
 
     def text(self) -> str:
         """The constraint as text: the schema's JSON, the regex, the grammar, or the choices
@@ -92,7 +98,7 @@ class StructuredOutputsParams:
                                  ) from exc
         if self.choice is not None:
             return json.dumps(list(self.choice), ensure_ascii=False)
-        return self.regex or self.grammar or ""
+        return self.regex or self.grammar or self.structural_tag or ""
 
 
 def response_format_constraint(response_format: Mapping) -> StructuredOutputsParams | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from engine.parsers.json_call import CallObjectReader
+from engine.parsers.json_call import CallObjectReader, JsonValueScanner, object_arguments
 from engine.parsers.tags import partial_tag_length
 from engine.parsers.tool_calls import StreamDelta, ToolCallDelta, ToolCallStreamer, new_tool_call_id
 
@@ -19,7 +19,8 @@ logger = logging.getLogger(__name__)
 
 
 class CallStreamer(ToolCallStreamer):
-    """The shared bookkeeping; a family sets `_step` and calls the helpers below.
+    """The shared bookkeeping; a family sets `_step` (its content state is `_in_content`) and
+    calls the helpers below.
 
     `_block` is the text of the call being read: shown as content if it turns out no call.
     Whitespace is held while nothing else was shown, so that a reply of calls alone has no
@@ -37,6 +38,9 @@ class CallStreamer(ToolCallStreamer):
         self._block = ""
         # How much of the current call's arguments went out; None while it has not been named.
         self._streamed: int | None = None
+        # A call whose name came before its arguments (`_arguments_then`).
+        self._name = ""
+        self._arguments = JsonValueScanner()
 
     def feed(self, delta_text: str) -> StreamDelta:
         self._buffer += delta_text
@@ -105,6 +109,30 @@ class CallStreamer(ToolCallStreamer):
         if not self._end_call(self._reader.call()):
             return self._give_up_call()
         self._step = after
+        return True
+
+    def _arguments_then(self, text: str, after: Callable[[], bool]) -> bool | None:
+        """Reads text (the buffer's front) into the arguments of the call `_name` (`_arguments`,
+        an object), streaming them as they come; once they close, ends the call and goes on
+        with `after`, or gives the call up where they are no object. True once it moved on,
+        None while the arguments are still open."""
+        self._to_block(self._arguments.consume(text))
+        if not self._whole and self._arguments.raw:
+            self._stream_arguments(self._name, self._arguments.raw)
+        if self._arguments.broken:
+            return self._give_up_call()
+        if not self._arguments.done:
+            return None
+        arguments = object_arguments(self._arguments.raw)
+        if not self._end_call(None if arguments is None else (self._name, arguments)):
+            return self._give_up_call()
+        self._step = after
+        return True
+
+    def _give_up_call(self) -> bool:
+        """The call being read is none: its text is content, and content is read on."""
+        self._fail_call()
+        self._step = self._in_content
         return True
 
     def _stream_arguments(self, name: str | None, arguments: str | None) -> None:

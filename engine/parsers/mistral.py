@@ -8,7 +8,7 @@ so is text after the calls. Both tags are special tokens: the detokenizer must k
 from __future__ import annotations
 
 from engine.parsers.call_streamer import CallStreamer
-from engine.parsers.json_call import CallObjectReader, JsonValueScanner, object_arguments
+from engine.parsers.json_call import CallObjectReader, JsonValueScanner
 from engine.parsers.tags import partial_tag_length
 from engine.parsers.tool_calls import ToolParser
 
@@ -35,8 +35,6 @@ class MistralStreamer(CallStreamer):
         self._step = self._in_content
         self._argument_keys = argument_keys
         self._reader = CallObjectReader(argument_keys)
-        self._name = ""
-        self._arguments = JsonValueScanner()
 
     def _in_content(self) -> bool:
         at = self._buffer.find(_TOOL_CALLS)
@@ -103,23 +101,7 @@ class MistralStreamer(CallStreamer):
     def _in_arguments(self) -> bool:
         if not self._arguments.raw and self._buffer[:1] not in ("", "{"):
             return self._give_up_call()
-        self._to_block(self._arguments.consume(self._buffer))
-        if not self._whole and self._arguments.raw:
-            self._stream_arguments(self._name, self._arguments.raw)
-        if self._arguments.broken:
-            return self._give_up_call()
-        if not self._arguments.done:
-            return False
-        arguments = object_arguments(self._arguments.raw)
-        if not self._end_call(None if arguments is None else (self._name, arguments)):
-            return self._give_up_call()
-        self._step = self._in_content
-        return True
-
-    def _give_up_call(self) -> bool:
-        self._fail_call()
-        self._step = self._in_content
-        return True
+        return self._arguments_then(self._buffer, self._in_content) or False
 
 
 def _in_name(char: str) -> bool:

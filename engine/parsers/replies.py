@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from engine.parsers.harmony import HarmonyParser, is_harmony_template
+from engine.parsers.harmony_frame import framed
 from engine.parsers.listed_calls import ListedCallsParser
 from engine.parsers.reasoning import prompt_opens_reasoning, reasoning_parser_for_template
 from engine.parsers.registry import tool_parser, tool_parser_for_template
@@ -22,24 +24,35 @@ class ReplyShape:
     template calls for (`parser` is empty where none apply)."""
 
     use: ToolUse
-    parser: ReplyParser
+    parser: ReplyParser | HarmonyParser
     starts_in_reasoning: bool = False
 
     @property
     def has_reasoning(self) -> bool:
-        return self.parser.reasoning is not None
+        return self.parser.has_reasoning
+
+    @property
+    def arguments_only(self) -> bool:
+        """Whether the reply is the named function's arguments and nothing else (its
+        constraint makes it so), rather than a call in the model's own frame (harmony's)."""
+        return self.use.mode == "named" and not isinstance(self.parser, HarmonyParser)
 
     def adjusted(self, params: SamplingParams) -> SamplingParams:
         """The request's sampling with what reading its replies needs: the special tokens kept
-        in the text where the tool parser's tags are special tokens (Mistral's, Llama 3's)."""
-        tools = self.parser.tools
-        if tools is None or not tools.reads_special_tokens:
+        in the text where the parser's tags are special tokens (Mistral's, Llama 3's,
+        harmony's), and under harmony the constraint inside its frame
+        (engine/parsers/harmony_frame.py)."""
+        if isinstance(self.parser, HarmonyParser) and (
+                params.structured_outputs is not None or self.use.constraint is not None):
+            params = replace(params, structured_outputs=framed(params.structured_outputs,
+                                                                self.use))
+        if not self.parser.reads_special_tokens:
             return params
         return replace(params, skip_special_tokens=False)
 
     def message(self, text: str) -> dict:
         """The whole reply's `message`."""
-        if self.use.mode == "named":
+        if self.arguments_only:
             calls = [ToolCall(new_tool_call_id(), self.use.function or "", text)]
             return self._message(None, None, calls)
         parts = self.parser.parse(text, starts_in_reasoning=self.starts_in_reasoning)
@@ -66,15 +79,15 @@ class ReplyStream:
 
     def __init__(self, shape: ReplyShape) -> None:
         self._shape = shape
-        self._parsed = (shape.parser.streamer(starts_in_reasoning=shape.starts_in_reasoning)
-                        if shape.use.mode != "named" else None)
+        self._parsed = (None if shape.arguments_only else
+                        shape.parser.streamer(starts_in_reasoning=shape.starts_in_reasoning))
         self._named_id: str | None = None
         self.called = False
 
     def feed(self, text: str) -> dict:
         if not text:
             return {}
-        if self._shape.use.mode == "named":
+        if self._shape.arguments_only:
             return self._named(text)
         return self._fields(self._parsed.feed(text))
 
@@ -127,8 +140,11 @@ def reply_shape(chat_template: str | None, use: ToolUse,
     shapes the whole reply) and, under tool_choice "auto", its tool-call syntax. `prompt_tail`
     gives the prompt's last few tokens as text (does it open the reasoning?), asked only of a
     reasoning model. ValueError for "auto" with a template whose tool-call syntax no parser
-    here reads."""
+    here reads. A harmony template's replies are read by its own parser whatever the tool use
+    (engine/parsers/harmony.py)."""
     template = chat_template or ""
+    if is_harmony_template(template):
+        return ReplyShape(use, HarmonyParser(reads_calls=use.mode != "none"))
     reasoning = None
     if use.mode not in ("named", "required"):
         reasoning = reasoning_parser_for_template(template)

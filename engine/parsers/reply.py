@@ -35,6 +35,15 @@ class ReplyParser:
     reasoning: ReasoningParser | None = None
     tools: ToolParser | None = None
 
+    @property
+    def has_reasoning(self) -> bool:
+        return self.reasoning is not None
+
+    @property
+    def reads_special_tokens(self) -> bool:
+        """Whether the tool parser's tags are special tokens, which the text must keep."""
+        return self.tools is not None and self.tools.reads_special_tokens
+
     def parse(self, text: str, *, starts_in_reasoning: bool = False) -> ReplyParts:
         """The parts of a whole reply; starts_in_reasoning: the prompt opened the reasoning."""
         self._check(starts_in_reasoning)

@@ -24,12 +24,13 @@ class ToolUse:
     def constraint(self) -> StructuredOutputsParams | None:
         """The reply's shape under "required" (a list of calls) and "named" (its arguments)."""
         if self.mode == "named":
-            return StructuredOutputsParams(json=self._parameters(self.function))
+            return StructuredOutputsParams(json=self.parameters(self.function))
         if self.mode == "required":
             return StructuredOutputsParams(json=self._calls_schema())
         return None
 
-    def _parameters(self, name: str | None) -> dict:
+    def parameters(self, name: str | None) -> dict:
+        """The JSON schema of the named tool's arguments (any object where it gives none)."""
         for tool in self.tools or []:
             if tool["function"]["name"] == name:
                 return tool["function"].get("parameters") or _ANY_OBJECT

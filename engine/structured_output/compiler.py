@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import xgrammar as xgr
 
@@ -93,6 +93,8 @@ def grammar_source(constraint: StructuredOutputsParams) -> tuple[str, str]:
         return "json", _schema_text(constraint.json)
     if constraint.kind == "choice":
         return "choice", choice_grammar(constraint.choice or ())
+    if constraint.kind == "structural_tag":
+        return "structural_tag", _structural_tag_text(constraint.structural_tag or "")
     return constraint.kind, constraint.text()
 
 
@@ -106,14 +108,17 @@ def compile_source(compiler: xgr.GrammarCompiler, kind: str, text: str) -> xgr.C
                                                 max_whitespace_cnt=MAX_JSON_WHITESPACE)
         if kind == "regex":
             return compiler.compile_regex(text)
+        if kind == "structural_tag":
+            return compiler.compile_structural_tag(text)
         return compiler.compile_grammar(text)
-    except RuntimeError as exc:
+    except (RuntimeError, ValueError) as exc:  # ValueError: a structural tag of the wrong shape
         raise StructuredOutputError(
             f"the {NAMES[kind]} cannot be compiled: {_reason(exc)}") from exc
 
 
 NAMES = {"json": "JSON schema", "json_object": "JSON object constraint",
-         "regex": "regular expression", "grammar": "grammar", "choice": "choice"}
+         "regex": "regular expression", "grammar": "grammar", "choice": "choice",
+         "structural_tag": "structural tag"}
 
 
 def choice_grammar(choices: Iterable[str]) -> str:
@@ -134,7 +139,33 @@ def _schema_text(schema: dict | str | None) -> str:
     return json.dumps(schema, ensure_ascii=False)
 
 
-def _reason(exc: RuntimeError) -> str:
+def _structural_tag_text(text: str) -> str:
+    """The structural tag with each JSON schema in it checked as a `json` constraint's is, and
+    its whitespace bounded the same way."""
+    try:
+        tag = bounded_json.loads(text)
+    except ValueError as exc:
+        raise StructuredOutputError(f"the structural tag is not valid JSON: {exc}") from exc
+    for part in _formats(tag):
+        if part.get("type") == "json_schema":
+            part["json_schema"] = json.loads(_schema_text(part.get("json_schema")))
+            part.setdefault("max_whitespace_cnt", MAX_JSON_WHITESPACE)
+    return json.dumps(tag, ensure_ascii=False)
+
+
+def _formats(value: object) -> Iterator[dict]:
+    """Every object in a structural tag but the JSON schemas' insides."""
+    if isinstance(value, list):
+        for item in value:
+            yield from _formats(item)
+    elif isinstance(value, dict):
+        yield value
+        for key, item in list(value.items()):
+            if not (key == "json_schema" and value.get("type") == "json_schema"):
+                yield from _formats(item)
+
+
+def _reason(exc: RuntimeError | ValueError) -> str:
     """xgrammar's message without its source location ("[12:00:00] /project/cpp/x.cc:12: "),
     never empty (xgrammar raises some errors, such as a bound of 1e400, with no message)."""
     message = str(exc).strip()
