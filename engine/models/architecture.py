@@ -103,6 +103,54 @@ class ModelShape:
         return self.layer_intermediate[layer] if self.layer_intermediate else self.intermediate_size
 
 
+# The names of a sparse (mixture-of-experts) layer's weights within model.layers.N., whatever
+# the family or the file: a folder's or a GGUF file's own names are mapped to these at load.
+ROUTER = "mlp.gate"
+EXPERTS = "mlp.experts"  # expert e: mlp.experts.{e}.gate_proj / up_proj / down_proj
+SHARED_EXPERT = "mlp.shared_expert"  # its gate_proj / up_proj / down_proj
+SHARED_EXPERT_GATE = "mlp.shared_expert_gate"
+EXPERT_MODULES = ("gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True, slots=True)
+class MoESpec:
+    """A mixture-of-experts model's sparse MLPs: a router scores `num_experts` experts per
+    token, the token goes through its `top_k` best (each a gated MLP `intermediate_size`
+    wide) and their outputs are added, weighted by the scores; plus a shared expert every
+    token goes through, where the model has one. Layers not in `sparse_layers` keep a dense
+    MLP of the shape's intermediate size."""
+
+    num_experts: int
+    top_k: int
+    intermediate_size: int
+    sparse_layers: frozenset[int]
+    scoring: str = "softmax"  # of the router's logits: "softmax" or "sigmoid"
+    renormalize: bool = False  # the top-k weights scaled to sum to 1 (norm_topk_prob)
+    # gpt-oss: the top k chosen by raw logit, their weights a softmax over those k alone.
+    softmax_after_top_k: bool = False
+    router_bias: bool = False
+    expert_bias: bool = False  # gate, up and down of every expert (gpt-oss)
+    shared_expert_size: int = 0  # the shared expert's width (0: none; Qwen2-MoE has one)
+    shared_expert_gate: bool = False  # its output times sigmoid(a [1, hidden] projection)
+    activation: str = "silu"  # "silu" (SwiGLU) or gpt-oss's clamped "swiglu_oai"
+    swiglu_limit: float | None = None  # swiglu_oai's clamp of gate and up
+    swiglu_alpha: float | None = None  # swiglu_oai's gate * sigmoid(alpha * gate)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.top_k <= self.num_experts:
+            raise ValueError(f"top {self.top_k} of {self.num_experts} experts")
+
+    def is_sparse(self, layer: int) -> bool:
+        return layer in self.sparse_layers
+
+
+def sparse_layers(num_layers: int, every: int = 1,
+                  dense: Iterable[int] = ()) -> frozenset[int]:
+    """Hugging Face's rule (Qwen2/3-MoE's decoder_sparse_step and mlp_only_layers): layer i is
+    sparse when i + 1 is a multiple of `every` and i is not in `dense`."""
+    return frozenset(i for i in range(num_layers) if (i + 1) % every == 0) - set(dense)
+
+
 @dataclass(frozen=True, slots=True)
 class DecoderArchitecture:
     family: str  # the family module's name, as the load log and errors say it ("Gemma 3")
@@ -123,11 +171,16 @@ class DecoderArchitecture:
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
+    moe: MoESpec | None = None  # a mixture of experts: which layers are sparse, and how
 
     def __post_init__(self) -> None:
         if len(self.layers) != self.shape.num_layers:
             raise ValueError(f"{len(self.layers)} attention kinds for "
                              f"{self.shape.num_layers} layers")
+
+    def is_sparse(self, layer: int) -> bool:
+        """Whether layer `layer`'s MLP is a mixture of experts."""
+        return self.moe is not None and self.moe.is_sparse(layer)
 
     @property
     def scale(self) -> float:

@@ -10,7 +10,17 @@ from __future__ import annotations
 import transformers
 
 from engine.errors import ModelLoadError
-from engine.models.architecture import FULL_ATTENTION, DecoderArchitecture, ModelShape
+from engine.models.architecture import (
+    EXPERT_MODULES,
+    EXPERTS,
+    FULL_ATTENTION,
+    ROUTER,
+    SHARED_EXPERT,
+    SHARED_EXPERT_GATE,
+    DecoderArchitecture,
+    ModelShape,
+    MoESpec,
+)
 
 # What a config may state per layer (transformers' per_layer_config: Gemma 4's global layers).
 _PER_LAYER_ATTRIBUTES = frozenset({"head_dim", "num_key_value_heads"})
@@ -165,14 +175,17 @@ def _layer_weight_shapes(arch: DecoderArchitecture, index: int) -> dict[str, tup
     q, kv = s.num_heads * size, num_kv_heads * size
     intermediate = s.intermediate(index)
     by_module: dict[str, tuple[tuple[int, ...], bool]] = {
-        names.o: ((s.hidden_size, q), arch.o_bias),
-        names.down: ((s.hidden_size, intermediate), arch.mlp_bias)}
+        names.o: ((s.hidden_size, q), arch.o_bias)}
     qkv_rows = (q, kv, kv) if len(names.qkv) == 3 else (q + 2 * kv,)
     for module, rows in list(zip(names.qkv, qkv_rows, strict=True))[:qkv_modules(arch, index)]:
         by_module[module] = ((rows, s.hidden_size), arch.qkv_bias)
-    gate_up_rows = (intermediate,) * 2 if len(names.gate_up) == 2 else (2 * intermediate,)
-    for module, rows in zip(names.gate_up, gate_up_rows, strict=True):
-        by_module[module] = ((rows, s.hidden_size), arch.mlp_bias)
+    if arch.is_sparse(index):
+        by_module |= _sparse_mlp_modules(arch.moe, s.hidden_size)
+    else:
+        by_module[names.down] = ((s.hidden_size, intermediate), arch.mlp_bias)
+        gate_up_rows = (intermediate,) * 2 if len(names.gate_up) == 2 else (2 * intermediate,)
+        for module, rows in zip(names.gate_up, gate_up_rows, strict=True):
+            by_module[module] = ((rows, s.hidden_size), arch.mlp_bias)
     shares_kv = s.kv_owner(index) != index
     norms = {names.input_norm: s.hidden_size, names.mlp_norm: s.hidden_size,
              names.attention_out_norm: s.hidden_size, names.mlp_out_norm: s.hidden_size,

@@ -7,7 +7,7 @@ Plain tensors and functions, no nn.Module: per-call overhead is per-step cost he
 from __future__ import annotations
 
 import logging
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 
 import torch
@@ -25,8 +25,22 @@ from engine.layers.linear import (
 )
 from engine.layers.lm_head import LMHead
 from engine.layers.mlp import GatedMLP, activation_and_mul
+from engine.layers.moe import (
+    ExpertActivation,
+    ExpertWeights,
+    Router,
+    SparseMoE,
+    experts_method_for,
+)
 from engine.layers.rotary import RotaryTables
-from engine.models.architecture import DecoderArchitecture
+from engine.models.architecture import (
+    EXPERT_MODULES,
+    EXPERTS,
+    ROUTER,
+    SHARED_EXPERT,
+    SHARED_EXPERT_GATE,
+    DecoderArchitecture,
+)
 from engine.models.config import qkv_modules
 from engine.models.memory import release_freed_memory
 from engine.models.native_decode import NativeDecode, not_covered
@@ -84,14 +98,14 @@ class DecoderLayer:
     input_norm: torch.Tensor
     attention: Attention
     mlp_norm: torch.Tensor  # Llama's post_attention_layernorm, Gemma's pre_feedforward one
-    mlp: GatedMLP
+    mlp: GatedMLP | SparseMoE
     attention_out_norm: torch.Tensor | None = None  # Gemma's sandwich norms
     mlp_out_norm: torch.Tensor | None = None
     scalar: torch.Tensor | None = None  # Gemma 4: the layer's output times this
     per_layer: PerLayerInput | None = None  # Gemma 4's E2B/E4B
     kv_from: int | None = None  # the earlier layer whose KV cache this one reads (Gemma 4)
 
-    # The names the one-C-call decode step (native_decode.py) reads.
+    # The names the one-C-call decode step (native_decode.py) reads (dense layers only).
     @property
     def qkv_proj(self) -> Linear:
         return self.attention.qkv_proj
@@ -109,7 +123,14 @@ class DecoderLayer:
         return self.mlp.down_proj
 
     def linears(self) -> list[Linear]:
-        return [self.qkv_proj, self.o_proj, self.gate_up_proj, self.down_proj]
+        """The layer's linears; a sparse layer's router and shared expert, not its routed
+        experts (their `ExpertsMethod` keeps them)."""
+        if isinstance(self.mlp, GatedMLP):
+            return [self.qkv_proj, self.o_proj, self.gate_up_proj, self.down_proj]
+        shared = [] if self.mlp.shared is None else [self.mlp.shared.gate_up_proj,
+                                                     self.mlp.shared.down_proj]
+        gate = [] if self.mlp.shared_gate is None else [self.mlp.shared_gate]
+        return [self.qkv_proj, self.o_proj, self.mlp.router.gate, *shared, *gate]
 
 
 class DecoderForCausalLM:
@@ -220,6 +241,18 @@ class DecoderForCausalLM:
     def linears(self) -> list[Linear]:
         return [linear for layer in self.layers for linear in layer.linears()] + [self.lm_head.linear]
 
+    def mlp_floats_per_row(self) -> int:
+        """A bound on the floats one token's MLP holds at once, in its widest layer: gate and
+        up and their product; in a sparse layer, for each of its k experts, its copy of the
+        input, gate and up, and output, and the shared expert's."""
+        s, moe = self.shape, self.arch.moe
+        dense = [2 * 2 * s.intermediate(i) for i in range(s.num_layers)
+                 if not self.arch.is_sparse(i)]
+        sparse = ([] if moe is None else
+                  [2 * moe.top_k * (2 * moe.intermediate_size + 2 * s.hidden_size)
+                   + 2 * 2 * moe.shared_expert_size])
+        return max(dense + sparse)
+
     def _norm(self, weight: Weight, placement: Placement) -> torch.Tensor:
         if not self.arch.norm_offset:
             return weight.to(device=placement.device, dtype=placement.dtype)
@@ -284,6 +317,27 @@ class DecoderForCausalLM:
                                      norm(names.per_layer_norm), arch.activation)
                        if arch.per_layer_input else None),
             kv_from=kv_from)
+
+    def _sparse_mlp(self, w: MutableMapping[str, Weight], prefix: str,
+                    linear: Callable[[tuple[str, ...]], Linear],
+                    placement: Placement) -> SparseMoE:
+        moe = self.arch.moe
+        router = Router(linear((ROUTER,)), moe.top_k, moe.scoring, moe.renormalize,
+                        moe.softmax_after_top_k)
+
+        def expert(e: int) -> ExpertWeights:
+            names = [f"{prefix}{EXPERTS}.{e}.{module}" for module in EXPERT_MODULES]
+            biases = [w[f"{name}.bias"] for name in names] if moe.expert_bias else [None] * 3
+            return ExpertWeights(*(w[f"{name}.weight"] for name in names), *biases)
+
+        activation = ExpertActivation(moe.activation, moe.swiglu_limit, moe.swiglu_alpha)
+        experts = experts_method_for([expert(e) for e in range(moe.num_experts)], activation,
+                                     placement)
+        shared = (GatedMLP(linear((f"{SHARED_EXPERT}.gate_proj", f"{SHARED_EXPERT}.up_proj")),
+                           linear((f"{SHARED_EXPERT}.down_proj",)), self.arch.activation)
+                  if moe.shared_expert_size else None)
+        shared_gate = linear((SHARED_EXPERT_GATE,)) if moe.shared_expert_gate else None
+        return SparseMoE(router, experts, shared, shared_gate)
 
 
 def _fused(w: MutableMapping[str, Weight], names: list[str]) -> Weight | None:

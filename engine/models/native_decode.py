@@ -49,6 +49,8 @@ _ACTIVATIONS = {"silu": SILU, "gelu_tanh": GELU_TANH}
 def not_covered(arch: DecoderArchitecture) -> str | None:
     """What of this architecture's layers the one-call step does not run (the load log says
     it), or None where it runs them all."""
+    if arch.moe is not None:
+        return "mixture-of-experts layers"
     if arch.attention_softcap is not None:
         return "attention logit softcapping"
     if (arch.names.q_norm is None) != (arch.names.k_norm is None):

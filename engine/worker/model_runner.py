@@ -566,7 +566,7 @@ class ModelRunner:
         layer = self.model.layers[0]
         elem = torch.empty((), dtype=self.dtype).element_size()
         width = (4 * s.hidden_size + layer.qkv_proj.out_features
-                 + 2 * layer.gate_up_proj.out_features)
+                 + self.model.mlp_floats_per_row())
         c = self.config
         rows = min(c.max_num_seqs * (1 + c.num_speculative_tokens),
                    max(c.max_num_seqs, c.max_num_batched_tokens))
@@ -574,8 +574,10 @@ class ModelRunner:
         return 2 * self.config.max_num_batched_tokens * width * elem + logits
 
     def _uses_cuda_graphs(self) -> bool:
+        # A sparse layer's experts run as many matmuls as the step routes rows to: no fixed
+        # graph replays that.
         return (self.device.type == "cuda" and self.model.ops.name == "triton"
-                and not self.config.enforce_eager)
+                and not self.config.enforce_eager and self.model.arch.moe is None)
 
     def _capture_graphs(self):
         from engine.worker.cuda_graphs import DecodeGraphs

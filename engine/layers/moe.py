@@ -1,0 +1,172 @@
+"""The sparse MLP of a mixture-of-experts model: a router picks each token's top k experts and
+their outputs are added, weighted by the router's scores; a shared expert, where the model has
+one, sees every token.
+
+The routed experts are applied through an `ExpertsMethod` (as a linear layer's weights are
+through a `LinearMethod`): the layer hands it the rows and their experts, and the method owns how
+the experts' weights are kept and read. `experts_method_for` is the one place that chooses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from engine.layers.linear import Linear, Placement, make_fused_linear, make_linear
+from engine.layers.mlp import ACTIVATIONS, GatedMLP, activation_and_mul
+from engine.quantization.tensors import Weight
+from kernels.kernel_ops import KernelOps
+
+SCORINGS = ("softmax", "sigmoid")
+# gpt-oss's clamped SwiGLU beside the gated MLP's own.
+EXPERT_ACTIVATIONS = (*ACTIVATIONS, "swiglu_oai")
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertActivation:
+    """act(gate) * up of an expert's [rows, 2 x width] gate and up side by side. "swiglu_oai"
+    (gpt-oss): gate clamped to at most `limit`, up to [-limit, limit], then
+    gate * sigmoid(alpha * gate) * (up + 1)."""
+
+    name: str = "silu"
+    limit: float | None = None
+    alpha: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in EXPERT_ACTIVATIONS:
+            raise ValueError(f"unknown expert activation {self.name!r}")
+        if self.name == "swiglu_oai" and (self.limit is None or self.alpha is None):
+            raise ValueError("swiglu_oai needs its limit and alpha")
+
+    def __call__(self, gate_up: torch.Tensor, ops: KernelOps) -> torch.Tensor:
+        if self.name != "swiglu_oai":
+            return activation_and_mul(gate_up, self.name, ops)
+        gate, up = gate_up.chunk(2, dim=-1)
+        gate = gate.clamp(max=self.limit)
+        up = up.clamp(min=-self.limit, max=self.limit)
+        return gate * torch.sigmoid(gate * self.alpha) * (up + 1)
+
+
+@dataclass(slots=True)
+class Router:
+    """Each row's top k experts and their weights (float32) from a [experts, hidden]
+    projection: softmax or sigmoid scores, optionally renormalised to sum to 1 over the k; or
+    (`softmax_after_top_k`, gpt-oss) the k best logits, softmaxed among themselves."""
+
+    gate: Linear
+    top_k: int
+    scoring: str = "softmax"
+    renormalize: bool = False
+    softmax_after_top_k: bool = False
+
+    def __post_init__(self) -> None:
+        if self.scoring not in SCORINGS:
+            raise ValueError(f"unknown router scoring {self.scoring!r}")
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.gate(x).float()
+        if self.softmax_after_top_k:
+            best, ids = logits.topk(self.top_k, dim=-1)
+            return best.softmax(dim=-1), ids
+        scores = logits.softmax(dim=-1) if self.scoring == "softmax" else logits.sigmoid()
+        weights, ids = scores.topk(self.top_k, dim=-1)
+        if self.renormalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights, ids
+
+
+class ExpertsMethod(Protocol):
+    """Applies a layer's routed experts: [m, hidden] rows, each row's k weights (float32) and
+    expert ids [m, k] -> [m, hidden], the weighted sum of each row's experts' outputs."""
+
+    def apply(self, x: torch.Tensor, topk_weights: torch.Tensor,
+              topk_ids: torch.Tensor) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertWeights:
+    """One expert's weights as the loader gave them (views into a file's 3-D tensor or a
+    folder's own tensors); biases where the experts have them (gpt-oss)."""
+
+    gate: Weight
+    up: Weight
+    down: Weight
+    gate_bias: torch.Tensor | None = None
+    up_bias: torch.Tensor | None = None
+    down_bias: torch.Tensor | None = None
+
+
+@dataclass(slots=True)
+class Expert:
+    gate_up_proj: Linear  # gate and up in one matmul
+    down_proj: Linear
+
+
+class GroupedExperts:
+    """The rows of the whole step grouped by expert: each active expert runs once, on all the
+    rows routed to it (gate and up fused), through the linear methods its weights' layout
+    chose. Each row's k outputs are then summed in the row's own top-k order, so a row's
+    result does not depend on which other rows share the step."""
+
+    def __init__(self, experts: list[Expert], activation: ExpertActivation,
+                 ops: KernelOps) -> None:
+        self.experts = experts
+        self.activation = activation
+        self.ops = ops
+
+    def apply(self, x: torch.Tensor, topk_weights: torch.Tensor,
+              topk_ids: torch.Tensor) -> torch.Tensor:
+        m, k = topk_ids.shape
+        flat_ids = topk_ids.flatten()
+        by_expert = flat_ids.argsort(stable=True)  # the (row, slot) pairs, expert by expert
+        rows = by_expert // k
+        counts = torch.bincount(flat_ids, minlength=len(self.experts)).tolist()
+        outputs = x.new_empty((m * k, x.shape[-1]))
+        start = 0
+        for expert, count in zip(self.experts, counts, strict=True):
+            if not count:
+                continue
+            pairs = slice(start, start + count)
+            gate_up = expert.gate_up_proj(x[rows[pairs]])
+            outputs[by_expert[pairs]] = expert.down_proj(self.activation(gate_up, self.ops))
+            start += count
+        weighted = outputs.view(m, k, -1) * topk_weights.to(x.dtype).unsqueeze(-1)
+        return weighted.sum(dim=1)
+
+
+def experts_method_for(experts: Sequence[ExpertWeights], activation: ExpertActivation,
+                       placement: Placement) -> ExpertsMethod:
+    """The one place that chooses how a layer's routed experts run, from their weights' layout,
+    the device and the kernels."""
+    return GroupedExperts([_expert(w, placement) for w in experts], activation, placement.ops)
+
+
+def _expert(weights: ExpertWeights, placement: Placement) -> Expert:
+    bias = (None if weights.gate_bias is None
+            else torch.cat((weights.gate_bias, weights.up_bias)))
+    return Expert(make_fused_linear([weights.gate, weights.up], bias, placement),
+                  make_linear(weights.down, weights.down_bias, placement))
+
+
+@dataclass(slots=True)
+class SparseMoE:
+    """A sparse MLP: the routed experts' weighted outputs, plus the shared expert's (times
+    sigmoid(shared_gate(x)) where it has a gate)."""
+
+    router: Router
+    experts: ExpertsMethod
+    shared: GatedMLP | None = None
+    shared_gate: Linear | None = None
+
+    def __call__(self, x: torch.Tensor, ops: KernelOps) -> torch.Tensor:
+        weights, ids = self.router(x)
+        out = self.experts.apply(x, weights, ids)
+        if self.shared is None:
+            return out
+        shared = self.shared(x, ops)
+        if self.shared_gate is not None:
+            shared = shared * torch.sigmoid(self.shared_gate(x))
+        return out + shared
