@@ -94,6 +94,22 @@ static inline void q6k_half_avx2(const uint8_t *super, int h, __m256i out[4])
                                                  _mm256_and_si256(hi[j], high)), off);
 }
 
+/* Block j (of 8) alone, q - 32: one 32-byte load of each of ql and qh, as q6k_half_avx2 reads
+ * them for four. */
+__attribute__((target("avx2"), always_inline))
+static inline __m256i q6k_block_avx2(const uint8_t *super, int j)
+{
+    int h = j / 4, part = j % 4;
+    __m256i ql = _mm256_loadu_si256((const __m256i *)(super + 64 * h + 32 * (part % 2)));
+    __m256i qh = _mm256_loadu_si256((const __m256i *)(super + Q6K_QH_AT + 32 * h));
+    __m256i lo = _mm256_and_si256(part / 2 ? _mm256_srli_epi16(ql, 4) : ql, _mm256_set1_epi8(15));
+    /* bits 2 part, 2 part + 1 of each qh byte to bits 4, 5 */
+    __m256i hi = part == 0 ? _mm256_slli_epi16(qh, 4) : part == 1 ? _mm256_slli_epi16(qh, 2)
+               : part == 2 ? qh : _mm256_srli_epi16(qh, 2);
+    hi = _mm256_and_si256(hi, _mm256_set1_epi8(3 << 4));
+    return _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
+}
+
 /* The same for two rows' super-blocks at once: row a's blocks in bytes 0-31 of each out[j],
  * row b's in bytes 32-63; q itself (0..63) if `unsigned_q`, else q - 32. */
 __attribute__((target("avx512f,avx512bw,avx2"), always_inline))

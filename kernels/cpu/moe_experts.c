@@ -1,0 +1,633 @@
+/*
+ * A mixture-of-experts layer's routed experts for one step, in one call: every active expert's
+ * GGUF blocks read in place (a view of the file's memory map, or any caller's rows), once for
+ * all the step's rows routed to it.
+ *
+ *   for each expert e and each row r routed to it (slot s of r's top k):
+ *     h = act(x[r] @ gate_e.T (+ b), x[r] @ up_e.T (+ b))       gate and up in one pass
+ *     out[r] += weight[r, s] * (h @ down_e.T (+ b))
+ *
+ * act is SiLU (silu(g) * u) or gpt-oss's clamped SwiGLU: g = min(g, 7), u in [-7, 7],
+ * (u + 1) * g * sigmoid(1.702 g), biases added before.
+ *
+ * Activations are quantized to int8 once a row: per block of 32 for the types of 32 values
+ * (Q4_0, Q8_0, MXFP4: blocks_of_32.h), per 256 for the K-quants and IQ4_XS (Q4_K, Q5_K, Q6_K,
+ * IQ4_XS, Q3_K: one scale a super-block, llama.cpp's Q8_K), as block_quant.h quantizes them;
+ * so are the intermediate rows h, by the down projection's type.
+ *
+ * Products. Each block of 32 weights is unpacked to int8 (signed, or 0..15 / 0..31 for Q4_K
+ * and Q5_K), multiplied with maddubs (|w| and x with w's sign where w is signed; pairs up to
+ * 2 x 128 x 127, inside int16) and madd by the block's integer scale per half (K-quants) or by
+ * ones, so every lane is an exact int32. A K-quant's 8 blocks add up in int32 (at most
+ * 16.6 M a lane for Q6_K) before one conversion and one multiply-add by d s_x; a block of 32
+ * takes its own d s_x. Q4_K's and Q5_K's mins add - dmin m_j times block j's activation sum.
+ * The scalar fallback computes the same lanes and adds them in the same order: the same bits.
+ *
+ * Threads (OpenMP, torch's team): gate and up over (active expert, tile of intermediate rows),
+ * the intermediate rows' quantization over rows, down over tiles of output rows, each tile
+ * adding the row's experts in ascending id. A row's output thus never depends on which other
+ * rows share the step, or on the thread count.
+ *
+ * Plain C with a C ABI; built with -fopenmp but linked without libgomp (kernels/cpu/native.py).
+ */
+
+#include <immintrin.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "block_quant.h"
+#include "blocks_of_32.h"
+#include "half_float.h"
+#include "iq4_xs_blocks.h"
+#include "q3_k_blocks.h"
+#include "q4_k_blocks.h"
+#include "q5_k_blocks.h"
+#include "q6_k_blocks.h"
+
+/* The weight types, by the code the Python side passes. */
+enum { MOE_Q4_0, MOE_Q8_0, MOE_MXFP4, MOE_Q4_K, MOE_Q5_K, MOE_Q6_K, MOE_IQ4_XS, MOE_Q3_K,
+       MOE_TYPES };
+enum { MOE_SILU = 0, MOE_SWIGLU_OAI = 1 };
+
+/* Values and bytes a block; super: a super-block of 8 blocks of 32 (activations per 256). */
+static const struct { int values, bytes, super, mins, halves; } TYPES[MOE_TYPES] = {
+    [MOE_Q4_0] = {32, Q4_0_BYTES, 0, 0, 0},     [MOE_Q8_0] = {32, Q8_0_BYTES, 0, 0, 0},
+    [MOE_MXFP4] = {32, MXFP4_BYTES, 0, 0, 0},   [MOE_Q4_K] = {256, Q4K_BYTES, 1, 1, 0},
+    [MOE_Q5_K] = {256, Q5K_BYTES, 1, 1, 0},     [MOE_Q6_K] = {256, Q6K_BYTES, 1, 0, 1},
+    [MOE_IQ4_XS] = {256, IQ4XS_BYTES, 1, 0, 0}, [MOE_Q3_K] = {256, Q3K_BYTES, 1, 0, 1},
+};
+
+#define SUB_BLOCKS 8
+#define LANES 8
+/* Activation rows that share one pass over a weight row. */
+#define XROWS 4
+/* Weight rows a work item takes: 16 rows of gate and up at 2048 inputs are ~37 KB of Q4_K. */
+#define UNIT_ROWS 16
+#define SWIGLU_LIMIT 7.0f
+#define SWIGLU_ALPHA 1.702f
+
+/* Quantized activation rows, up to XROWS, each with its block scales and sums. */
+struct xrows {
+    int n;
+    const int8_t *q[XROWS];
+    const float *scale[XROWS];
+    const float *sum[XROWS];
+};
+
+typedef void (*dot_fn)(int type, const uint8_t *row, int k, const struct xrows *x, float *out);
+
+static size_t row_bytes(int type, int k) { return (size_t)(k / TYPES[type].values) * TYPES[type].bytes; }
+
+/* The order BQ_HSUM256 adds a vector's 8 lanes in. */
+static float sum_lanes(const float a[LANES])
+{
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+/* ---- scalar: the vector bodies' lanes, one at a time --------------------------------------- */
+
+/* Block g of a row: its 32 integers, the integer scales of its halves (values 0..15, 16..31)
+ * and d (the super-block's, or the block's own). */
+static void block_scalar(int type, const uint8_t *row, int g, int8_t q[32], int sc[2], float *d)
+{
+    const uint8_t *at = row + (size_t)(g / (TYPES[type].values / 32)) * TYPES[type].bytes;
+    int j = g % SUB_BLOCKS;
+    sc[0] = sc[1] = 1;
+    switch (type) {
+    case MOE_Q4_0:
+        nibble_block_scalar(at + 2, NULL, q);
+        *d = f16_at(at);
+        return;
+    case MOE_Q8_0:
+        memcpy(q, at + 2, 32);
+        *d = f16_at(at);
+        return;
+    case MOE_MXFP4:
+        nibble_block_scalar(at + 1, mxfp4_levels, q);
+        *d = mxfp4_scale(at);
+        return;
+    case MOE_Q4_K:
+        q4k_block_scalar(at, j, q);
+        sc[0] = sc[1] = q5k_scale(at, j, 0);
+        *d = f16_at(at);
+        return;
+    case MOE_Q5_K:
+        q5k_block_scalar(at, j, q);
+        sc[0] = sc[1] = q5k_scale(at, j, 0);
+        *d = q5k_d(at);
+        return;
+    case MOE_Q6_K:
+        q6k_block_scalar(at, g, q);
+        sc[0] = q6k_scales(at, g)[0];
+        sc[1] = q6k_scales(at, g)[1];
+        *d = q6k_d(at);
+        return;
+    case MOE_IQ4_XS:
+        iq4xs_block_scalar(at, j, q);
+        sc[0] = sc[1] = iq4xs_scale(at, j);
+        *d = iq4xs_d(at);
+        return;
+    default:
+        q3k_block_scalar(at, j, q);
+        sc[0] = q3k_scale(at, 2 * j);
+        sc[1] = q3k_scale(at, 2 * j + 1);
+        *d = q3k_d(at);
+    }
+}
+
+/* Lane t of a block's product: values 4t..4t+3 times their half's scale. */
+static int32_t lane_scalar(const int8_t *q, const int sc[2], const int8_t *x, int t)
+{
+    int32_t s = 0;
+    for (int e = 4 * t; e < 4 * t + 4; e++)
+        s += (int32_t)q[e] * x[e];
+    return s * sc[t / 4];
+}
+
+/* Q4_K's and Q5_K's min of block j: - dmin m_j (exact in fp32). */
+static float neg_min(const uint8_t *super, int j) { return -(f16_at(super + 2) * (float)q5k_scale(super, j, 1)); }
+
+static void dot_scalar(int type, const uint8_t *row, int k, const struct xrows *x, float *out)
+{
+    int groups = k / 32;
+    for (int i = 0; i < x->n; i++) {
+        float acc[LANES] = {0};
+        int32_t isum[LANES] = {0};
+        for (int g = 0; g < groups; g++) {
+            int8_t q[32];
+            int sc[2];
+            float d;
+            block_scalar(type, row, g, q, sc, &d);
+            for (int t = 0; t < LANES; t++)
+                isum[t] += lane_scalar(q, sc, x->q[i] + (size_t)g * 32, t);
+            if (TYPES[type].super && g % SUB_BLOCKS != SUB_BLOCKS - 1)
+                continue; /* a super-block's 8 blocks add up in int32 first */
+            float s = d * x->scale[i][g];
+            for (int t = 0; t < LANES; t++) {
+                acc[t] = fmaf((float)isum[t], s, acc[t]);
+                isum[t] = 0;
+            }
+            if (TYPES[type].mins) {
+                const uint8_t *super = row + (size_t)(g / SUB_BLOCKS) * TYPES[type].bytes;
+                int first = g - (SUB_BLOCKS - 1);
+                for (int t = 0; t < LANES; t++)
+                    acc[t] = fmaf(neg_min(super, t), x->sum[i][first + t], acc[t]);
+            }
+        }
+        out[i] = sum_lanes(acc);
+    }
+}
+
+/* ---- AVX2 ----------------------------------------------------------------------------------- */
+
+#define AVX2 "avx2,fma,f16c"
+
+/* A K-quant block j of a super-block: its values (*signed_w: take w's sign into x) and its
+ * scale per int16 lane of maddubs' output (lanes 0-7 values 0..15, 8-15 values 16..31). */
+__attribute__((target(AVX2), always_inline))
+static inline __m256i super_block_avx2(int type, const uint8_t *super, int j, __m256i *scale)
+{
+    switch (type) {
+    case MOE_Q4_K:
+        *scale = _mm256_set1_epi16((int16_t)q5k_scale(super, j, 0));
+        return q4k_block_avx2(super, j);
+    case MOE_Q5_K:
+        *scale = _mm256_set1_epi16((int16_t)q5k_scale(super, j, 0));
+        return q5k_block_avx2(super, j);
+    case MOE_Q6_K: {
+        const int8_t *sc = q6k_scales(super, j);
+        *scale = _mm256_setr_m128i(_mm_set1_epi16(sc[0]), _mm_set1_epi16(sc[1]));
+        return q6k_block_avx2(super, j);
+    }
+    case MOE_IQ4_XS:
+        *scale = _mm256_set1_epi16((int16_t)iq4xs_scale(super, j));
+        return iq4xs_block_avx2(super, j);
+    default:
+        *scale = _mm256_setr_m128i(_mm_set1_epi16((int16_t)q3k_scale(super, 2 * j)),
+                                   _mm_set1_epi16((int16_t)q3k_scale(super, 2 * j + 1)));
+        return q3k_block_avx2(super, j);
+    }
+}
+
+__attribute__((target(AVX2), always_inline))
+static inline float super_d_avx2(int type, const uint8_t *super)
+{
+    switch (type) {
+    case MOE_Q6_K:
+        return q6k_d_f16c(super);
+    case MOE_Q3_K:
+        return q3k_d_f16c(super);
+    default: /* Q4_K, Q5_K, IQ4_XS: d first */
+        return f16_at_f16c(super);
+    }
+}
+
+/* Lanes j: - dmin m_j, as neg_min. */
+__attribute__((target(AVX2), always_inline))
+static inline __m256 neg_mins_avx2(const uint8_t *super)
+{
+    int32_t m[SUB_BLOCKS];
+    for (int j = 0; j < SUB_BLOCKS; j++)
+        m[j] = q5k_scale(super, j, 1);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)m)),
+                         _mm256_set1_ps(-f16_at_f16c(super + 2)));
+}
+
+/* One weight row of a K-quant TYPE against N activation rows (constants: the accumulators
+ * stay in registers). */
+__attribute__((target(AVX2), always_inline))
+static inline void super_dot_avx2(const int type, const uint8_t *row, int k, const struct xrows *x,
+                                  float *out, const int n)
+{
+    const int is_signed = type != MOE_Q4_K && type != MOE_Q5_K;
+    __m256 acc[XROWS];
+    for (int i = 0; i < n; i++)
+        acc[i] = _mm256_setzero_ps();
+    for (int s = 0; s < k / 256; s++) {
+        const uint8_t *super = row + (size_t)s * TYPES[type].bytes;
+        __m256i isum[XROWS];
+        for (int i = 0; i < n; i++)
+            isum[i] = _mm256_setzero_si256();
+        for (int j = 0; j < SUB_BLOCKS; j++) {
+            __m256i scale, w = super_block_avx2(type, super, j, &scale);
+            __m256i u = is_signed ? _mm256_sign_epi8(w, w) : w;
+            for (int i = 0; i < n; i++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(x->q[i] + (size_t)s * 256 + 32 * j));
+                if (is_signed)
+                    xv = _mm256_sign_epi8(xv, w);
+                isum[i] = _mm256_add_epi32(isum[i],
+                                           _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), scale));
+            }
+        }
+        float d = super_d_avx2(type, super);
+        for (int i = 0; i < n; i++)
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]),
+                                     _mm256_set1_ps(d * x->scale[i][s * SUB_BLOCKS]), acc[i]);
+        if (TYPES[type].mins) {
+            __m256 mins = neg_mins_avx2(super);
+            for (int i = 0; i < n; i++)
+                acc[i] = _mm256_fmadd_ps(mins, _mm256_loadu_ps(x->sum[i] + s * SUB_BLOCKS), acc[i]);
+        }
+    }
+    for (int i = 0; i < n; i++)
+        BQ_HSUM256(acc[i], out[i]);
+}
+
+__attribute__((target(AVX2), always_inline))
+static inline __m256i block32_avx2(int type, const uint8_t *block, float *d)
+{
+    switch (type) {
+    case MOE_Q4_0:
+        *d = f16_at_f16c(block);
+        return q4_0_block_avx2(block);
+    case MOE_Q8_0:
+        *d = f16_at_f16c(block);
+        return _mm256_loadu_si256((const __m256i *)(block + 2));
+    default:
+        *d = mxfp4_scale(block);
+        return mxfp4_block_avx2(block);
+    }
+}
+
+/* The same for a type of blocks of 32 (one float scale each). */
+__attribute__((target(AVX2), always_inline))
+static inline void block32_dot_avx2(const int type, const uint8_t *row, int k,
+                                    const struct xrows *x, float *out, const int n)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[XROWS];
+    for (int i = 0; i < n; i++)
+        acc[i] = _mm256_setzero_ps();
+    for (int g = 0; g < k / 32; g++) {
+        float d;
+        __m256i w = block32_avx2(type, row + (size_t)g * TYPES[type].bytes, &d);
+        __m256i u = _mm256_sign_epi8(w, w);
+        for (int i = 0; i < n; i++) {
+            __m256i xv = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(x->q[i] + 32 * g)), w);
+            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones);
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * x->scale[i][g]),
+                                     acc[i]);
+        }
+    }
+    for (int i = 0; i < n; i++)
+        BQ_HSUM256(acc[i], out[i]);
+}
+
+/* A type's AVX2 dot, its row count made a constant. */
+#define DEFINE_DOT(NAME, BODY, TYPE)                                                        \
+    __attribute__((target(AVX2)))                                                           \
+    static void NAME(int type, const uint8_t *row, int k, const struct xrows *x, float *out) \
+    {                                                                                       \
+        (void)type;                                                                         \
+        switch (x->n) {                                                                     \
+        case 1: BODY(TYPE, row, k, x, out, 1); break;                                       \
+        case 2: BODY(TYPE, row, k, x, out, 2); break;                                       \
+        case 3: BODY(TYPE, row, k, x, out, 3); break;                                       \
+        default: BODY(TYPE, row, k, x, out, 4); break;                                      \
+        }                                                                                   \
+    }
+DEFINE_DOT(q4_0_dot_avx2, block32_dot_avx2, MOE_Q4_0)
+DEFINE_DOT(q8_0_dot_avx2, block32_dot_avx2, MOE_Q8_0)
+DEFINE_DOT(mxfp4_dot_avx2, block32_dot_avx2, MOE_MXFP4)
+DEFINE_DOT(q4_k_dot_avx2, super_dot_avx2, MOE_Q4_K)
+DEFINE_DOT(q5_k_dot_avx2, super_dot_avx2, MOE_Q5_K)
+DEFINE_DOT(q6_k_dot_avx2, super_dot_avx2, MOE_Q6_K)
+DEFINE_DOT(iq4_xs_dot_avx2, super_dot_avx2, MOE_IQ4_XS)
+DEFINE_DOT(q3_k_dot_avx2, super_dot_avx2, MOE_Q3_K)
+
+/* AVX2 bodies also where VNNI runs: a K-quant's scale applies to maddubs' int16 pairs, past
+ * which dpbusd sums. */
+static dot_fn pick_dot(int isa, int type)
+{
+    static const dot_fn avx2[MOE_TYPES] = {
+        [MOE_Q4_0] = q4_0_dot_avx2, [MOE_Q8_0] = q8_0_dot_avx2, [MOE_MXFP4] = mxfp4_dot_avx2,
+        [MOE_Q4_K] = q4_k_dot_avx2, [MOE_Q5_K] = q5_k_dot_avx2, [MOE_Q6_K] = q6_k_dot_avx2,
+        [MOE_IQ4_XS] = iq4_xs_dot_avx2, [MOE_Q3_K] = q3_k_dot_avx2,
+    };
+    return isa >= BQ_ISA_AVX2 ? avx2[type] : dot_scalar;
+}
+
+/* ---- the layer ------------------------------------------------------------------------------ */
+
+/* One layer's experts (kernels/cpu/moe_experts.py fills it once). Pointer arrays have
+ * num_experts entries: each expert's rows of blocks ([inter, .] for gate and up, [hidden, .]
+ * for down) and its bias (NULL arrays: none). */
+struct moe_layer {
+    int hidden, inter, num_experts, top_k;
+    int gate_type, up_type, down_type;
+    int activation;
+    const uint8_t *const *gate;
+    const uint8_t *const *up;
+    const uint8_t *const *down;
+    const float *const *gate_bias;
+    const float *const *up_bias;
+    const float *const *down_bias;
+};
+
+/* Quantized rows: values int8 [rows, k], block scales and sums [rows, k / 32]. */
+struct qrows {
+    int8_t *q;
+    float *scale, *sum;
+    int k;
+};
+
+/* The step's routing: expert e's (row, slot) pairs, as row * top_k + slot, are
+ * pair[begin[e] .. begin[e + 1]), by row; active lists the experts with any, ascending; fill
+ * is the sort's scratch. */
+struct routing {
+    int *begin, *active, *fill, *pair;
+    int n_active;
+};
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static size_t qrows_bytes(int rows, int k)
+{
+    return align64((size_t)rows * k) + 2 * align64((size_t)rows * (k / 32) * sizeof(float));
+}
+
+size_t moe_workspace_bytes(const struct moe_layer *layer, int m)
+{
+    size_t pairs = (size_t)m * layer->top_k;
+    return qrows_bytes(m, layer->hidden) + qrows_bytes((int)pairs, layer->inter)
+         + align64(pairs * layer->inter * sizeof(float))
+         + align64((size_t)(3 * layer->num_experts + 1 + pairs) * sizeof(int));
+}
+
+static char *take(char **at, size_t bytes)
+{
+    char *p = *at;
+    *at += align64(bytes);
+    return p;
+}
+
+static struct qrows take_qrows(char **at, int rows, int k)
+{
+    struct qrows r;
+    r.q = (int8_t *)take(at, (size_t)rows * k);
+    r.scale = (float *)take(at, (size_t)rows * (k / 32) * sizeof(float));
+    r.sum = (float *)take(at, (size_t)rows * (k / 32) * sizeof(float));
+    r.k = k;
+    return r;
+}
+
+static void quantize_row(int isa, int super, const float *v, int k, const struct qrows *r, int row)
+{
+    size_t b = (size_t)row * (k / 32);
+    int8_t *q = r->q + (size_t)row * k;
+    if (super)
+        bq_quantize_rows_super8(isa, v, 1, k, q, r->scale + b, r->sum + b);
+    else
+        bq_quantize_rows(isa, 0, v, 1, k, q, r->scale + b, r->sum + b);
+}
+
+/* Counting sort of the (row, slot) pairs by expert; -1 for an id out of range. */
+static int route(const struct moe_layer *layer, const int64_t *ids, int m, struct routing *r)
+{
+    int e_count = layer->num_experts, pairs = m * layer->top_k;
+    memset(r->begin, 0, (size_t)(e_count + 1) * sizeof(int));
+    for (int p = 0; p < pairs; p++) {
+        if (ids[p] < 0 || ids[p] >= e_count)
+            return -1;
+        r->begin[ids[p] + 1]++;
+    }
+    r->n_active = 0;
+    for (int e = 0; e < e_count; e++) {
+        if (r->begin[e + 1])
+            r->active[r->n_active++] = e;
+        r->begin[e + 1] += r->begin[e];
+    }
+    memcpy(r->fill, r->begin, (size_t)e_count * sizeof(int));
+    for (int p = 0; p < pairs; p++)
+        r->pair[r->fill[ids[p]]++] = p;
+    return 0;
+}
+
+static float activate(int activation, float g, float u)
+{
+    if (activation == MOE_SILU)
+        return g / (1.0f + expf(-g)) * u;
+    g = fminf(g, SWIGLU_LIMIT);
+    u = fminf(fmaxf(u, -SWIGLU_LIMIT), SWIGLU_LIMIT);
+    return (u + 1.0f) * (g / (1.0f + expf(-SWIGLU_ALPHA * g)));
+}
+
+static int min_int(int a, int b) { return a < b ? a : b; }
+
+/* The activation rows of places [from, min(end, from + XROWS)) of a routing list (their
+ * count): by pair, x's rows (pair / top_k) for gate and up; with pair NULL, the rows at those
+ * places (the intermediate rows, for down). */
+static int gather(const struct qrows *r, const int *pair, int from, int end, int top_k,
+                  struct xrows *x)
+{
+    x->n = min_int(end - from, XROWS);
+    for (int i = 0; i < x->n; i++) {
+        size_t row = pair ? (size_t)(pair[from + i] / top_k) : (size_t)(from + i);
+        x->q[i] = r->q + row * r->k;
+        x->scale[i] = r->scale + row * (r->k / 32);
+        x->sum[i] = r->sum + row * (r->k / 32);
+    }
+    return x->n;
+}
+
+/* Intermediate rows [row0, row0 + UNIT_ROWS) of expert e for all its pairs: gate and up read
+ * together, the activation applied, into h (by the pair's place in the routing). */
+static void gate_up_unit(const struct moe_layer *layer, dot_fn gate_dot, dot_fn up_dot,
+                         const struct qrows *xq, const struct routing *r, int e, int row0,
+                         float *h)
+{
+    int k = layer->hidden, end = min_int(row0 + UNIT_ROWS, layer->inter);
+    size_t gate_bytes = row_bytes(layer->gate_type, k), up_bytes = row_bytes(layer->up_type, k);
+    const float *gb = layer->gate_bias ? layer->gate_bias[e] : NULL;
+    const float *ub = layer->up_bias ? layer->up_bias[e] : NULL;
+    for (int from = r->begin[e]; from < r->begin[e + 1]; from += XROWS) {
+        struct xrows x;
+        int n = gather(xq, r->pair, from, r->begin[e + 1], layer->top_k, &x);
+        for (int row = row0; row < end; row++) {
+            float g[XROWS], u[XROWS];
+            gate_dot(layer->gate_type, layer->gate[e] + row * gate_bytes, k, &x, g);
+            up_dot(layer->up_type, layer->up[e] + row * up_bytes, k, &x, u);
+            for (int i = 0; i < n; i++)
+                h[(size_t)(from + i) * layer->inter + row] =
+                    activate(layer->activation, gb ? g[i] + gb[row] : g[i], ub ? u[i] + ub[row] : u[i]);
+        }
+    }
+}
+
+/* Output rows [row0, row0 + UNIT_ROWS) of every step row: each active expert's down rows, in
+ * ascending expert id, added into out times the pair's router weight. */
+static void down_unit(const struct moe_layer *layer, dot_fn dot, const struct qrows *hq,
+                      const struct routing *r, const float *weights, int m, int row0, float *out)
+{
+    int k = layer->inter, end = min_int(row0 + UNIT_ROWS, layer->hidden);
+    size_t bytes = row_bytes(layer->down_type, k);
+    for (int i = 0; i < m; i++)
+        memset(out + (size_t)i * layer->hidden + row0, 0, (size_t)(end - row0) * sizeof(float));
+    for (int a = 0; a < r->n_active; a++) {
+        int e = r->active[a];
+        const float *bias = layer->down_bias ? layer->down_bias[e] : NULL;
+        for (int from = r->begin[e]; from < r->begin[e + 1]; from += XROWS) {
+            struct xrows x;
+            int n = gather(hq, NULL, from, r->begin[e + 1], layer->top_k, &x);
+            for (int row = row0; row < end; row++) {
+                float y[XROWS];
+                dot(layer->down_type, layer->down[e] + row * bytes, k, &x, y);
+                for (int i = 0; i < n; i++) {
+                    int p = r->pair[from + i];
+                    float v = bias ? y[i] + bias[row] : y[i];
+                    out[(size_t)(p / layer->top_k) * layer->hidden + row] += weights[p] * v;
+                }
+            }
+        }
+    }
+}
+
+static int valid_type(int type, int k) { return type >= 0 && type < MOE_TYPES && k % TYPES[type].values == 0; }
+
+static int valid_layer(const struct moe_layer *l)
+{
+    return l->hidden > 0 && l->inter > 0 && l->num_experts > 0 && l->top_k > 0
+        && l->top_k <= l->num_experts && valid_type(l->gate_type, l->hidden)
+        && valid_type(l->up_type, l->hidden) && valid_type(l->down_type, l->inter)
+        /* gate and up read one quantization of x */
+        && TYPES[l->gate_type].super == TYPES[l->up_type].super
+        && (l->activation == MOE_SILU || l->activation == MOE_SWIGLU_OAI)
+        && l->gate && l->up && l->down;
+}
+
+/* out [m, hidden] = the layer's routed experts for x [m, hidden] (fp32, contiguous), ids and
+ * weights [m, top_k] (int64, fp32). work: moe_workspace_bytes(layer, m), 64-byte aligned.
+ * Returns 0, or -1 for arguments it refuses (an instruction set this CPU lacks, a width that
+ * is not whole blocks, an expert id out of range). */
+int moe_forward(int isa, const struct moe_layer *layer, const float *x, int m,
+                const int64_t *ids, const float *weights, float *out, void *work, int n_threads)
+{
+    isa = bq_resolve_isa(isa);
+    if (isa < 0 || m <= 0 || !valid_layer(layer) || ((uintptr_t)work & 63))
+        return -1;
+    int pairs = m * layer->top_k;
+    char *at = work;
+    struct qrows xq = take_qrows(&at, m, layer->hidden);
+    struct qrows hq = take_qrows(&at, pairs, layer->inter);
+    float *h = (float *)take(&at, (size_t)pairs * layer->inter * sizeof(float));
+    struct routing r;
+    r.begin = (int *)at;
+    r.active = r.begin + layer->num_experts + 1;
+    r.fill = r.active + layer->num_experts;
+    r.pair = r.fill + layer->num_experts;
+    if (route(layer, ids, m, &r))
+        return -1;
+    dot_fn gate_dot = pick_dot(isa, layer->gate_type), up_dot = pick_dot(isa, layer->up_type);
+    dot_fn down_dot = pick_dot(isa, layer->down_type);
+    int x_super = TYPES[layer->gate_type].super, h_super = TYPES[layer->down_type].super;
+    int tiles_in = (layer->inter + UNIT_ROWS - 1) / UNIT_ROWS;
+    int tiles_out = (layer->hidden + UNIT_ROWS - 1) / UNIT_ROWS;
+    int gate_up_units = r.n_active * tiles_in;
+#pragma omp parallel num_threads(n_threads) if (n_threads > 1)
+    {
+#pragma omp for schedule(static)
+        for (int i = 0; i < m; i++)
+            quantize_row(isa, x_super, x + (size_t)i * layer->hidden, layer->hidden, &xq, i);
+#pragma omp for schedule(dynamic, 1)
+        for (int u = 0; u < gate_up_units; u++)
+            gate_up_unit(layer, gate_dot, up_dot, &xq, &r, r.active[u / tiles_in],
+                         (u % tiles_in) * UNIT_ROWS, h);
+#pragma omp for schedule(static)
+        for (int p = 0; p < pairs; p++)
+            quantize_row(isa, h_super, h + (size_t)p * layer->inter, layer->inter, &hq, p);
+#pragma omp for schedule(dynamic, 1)
+        for (int t = 0; t < tiles_out; t++)
+            down_unit(layer, down_dot, &hq, &r, weights, m, t * UNIT_ROWS, out);
+    }
+    return 0;
+}
+
+/* One projection alone, as moe_forward runs each: y [m, n] = x [m, k] (fp32, quantized inside
+ * as moe_forward quantizes rows for this type) times rows [n, .] of blocks of `type`; work is
+ * moe_linear_workspace_bytes(m, k), 64-byte aligned. One thread. For the tests and benches. */
+size_t moe_linear_workspace_bytes(int m, int k) { return qrows_bytes(m, k); }
+
+int moe_linear(int isa, int type, const uint8_t *rows, int n, int k, const float *x, int m,
+               float *y, void *work)
+{
+    isa = bq_resolve_isa(isa);
+    if (isa < 0 || n <= 0 || m <= 0 || !valid_type(type, k) || ((uintptr_t)work & 63))
+        return -1;
+    char *at = work;
+    struct qrows xq = take_qrows(&at, m, k);
+    for (int i = 0; i < m; i++)
+        quantize_row(isa, TYPES[type].super, x + (size_t)i * k, k, &xq, i);
+    dot_fn dot = pick_dot(isa, type);
+    size_t bytes = row_bytes(type, k);
+    for (int from = 0; from < m; from += XROWS) {
+        struct xrows xr;
+        gather(&xq, NULL, from, m, 1, &xr);
+        for (int row = 0; row < n; row++) {
+            float out[XROWS];
+            dot(type, rows + row * bytes, k, &xr, out);
+            for (int i = 0; i < xr.n; i++)
+                y[(size_t)(from + i) * n + row] = out[i];
+        }
+    }
+    return 0;
+}
+
+/* x [m, k] quantized as moe_linear quantizes it for `type`: xq int8 [m, k], scales and sums
+ * [m, k / 32]. */
+int moe_quantize_rows(int isa, int type, const float *x, int m, int k, int8_t *xq, float *scale,
+                      float *sum)
+{
+    isa = bq_resolve_isa(isa);
+    if (isa < 0 || m <= 0 || !valid_type(type, k))
+        return -1;
+    struct qrows r = {xq, scale, sum, k};
+    for (int i = 0; i < m; i++)
+        quantize_row(isa, TYPES[type].super, x + (size_t)i * k, k, &r, i);
+    return 0;
+}
+
+int moe_best_isa(void) { return bq_best_isa(); }
+
+int moe_isa_supported(int isa) { return bq_cpu_has(isa); }
