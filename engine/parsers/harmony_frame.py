@@ -7,18 +7,22 @@ function, one call `<|channel|>commentary to=functions.NAME <|constrain|>json<|m
 followed by JSON arguments that fit NAME's parameters; under a response format (or any other
 constraint) one final message `<|channel|>final<|message|>` whose text is what the constraint
 allows. The grammar then ends, so only a stop token may follow (`<|call|>`, `<|return|>`).
-A harmony turn ends at its first call, so "required" is exactly one call."""
+A harmony turn ends at its first call, so "required" is exactly one call. The frame's tokens
+cannot come inside the analysis text or a JSON string (where the parser would take them for a
+frame); a string with a `pattern` or `format` is held to that alone (xgrammar's rule)."""
 
 from __future__ import annotations
 
 import json
 
-from engine.parsers.harmony import CHANNEL, CONSTRAIN, END, MESSAGE, START
+from engine.parsers.harmony import CALL, CHANNEL, CONSTRAIN, END, MESSAGE, RETURN, START
 from engine.parsers.tool_use import ToolUse
 from engine.sampling_params import StructuredOutputsParams
 
+_FRAME_TOKENS = [START, CHANNEL, MESSAGE, CONSTRAIN, END, CALL, RETURN]
 _ANALYSIS = {"type": "optional", "content": {"type": "sequence", "elements": [
-    {"type": "tag", "begin": f"{CHANNEL}analysis{MESSAGE}", "content": {"type": "any_text"},
+    {"type": "tag", "begin": f"{CHANNEL}analysis{MESSAGE}",
+     "content": {"type": "any_text", "excludes": [t for t in _FRAME_TOKENS if t != END]},
      "end": END},
     {"type": "const_string", "value": f"{START}assistant"}]}}
 _FINAL = f"{CHANNEL}final{MESSAGE}"
@@ -43,17 +47,20 @@ def framed(constraint: StructuredOutputsParams | None, use: ToolUse) -> Structur
 def _call(name: str | None, parameters: dict) -> dict:
     header = f"{CHANNEL}commentary to=functions.{name} {CONSTRAIN}json{MESSAGE}"
     return {"type": "sequence", "elements": [
-        {"type": "const_string", "value": header},
-        {"type": "json_schema", "json_schema": parameters}]}
+        {"type": "const_string", "value": header}, _json(parameters)]}
+
+
+def _json(schema: dict | str | None) -> dict:
+    return {"type": "json_schema", "json_schema": schema, "excludes": _FRAME_TOKENS}
 
 
 def _text_format(constraint: StructuredOutputsParams) -> dict:
     """The constraint as a structural tag's format of the same sentences."""
     kind = constraint.kind
     if kind == "json":
-        return {"type": "json_schema", "json_schema": constraint.json}
+        return _json(constraint.json)
     if kind == "json_object":
-        return {"type": "json_schema", "json_schema": {"type": "object"}}
+        return _json({"type": "object"})
     if kind == "regex":
         return {"type": "regex", "pattern": constraint.regex}
     if kind == "grammar":
