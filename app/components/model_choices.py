@@ -1,5 +1,6 @@
 """The models the picker offers, each described (format, quantization, size on disk, memory) off
-the GUI thread. Sizes read as the models table writes them ("98.4 MB")."""
+the GUI thread. Sizes read as the models table writes them ("98.4 MB"); a mixture of experts'
+entry also says its parameters and those a token reads ("30.5B, 3.4B active")."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from app.backends.model_files import (
     read_model_headers,
 )
 from app.components.local_models import size_on_disk
-from app.components.model_library import format_size
+from app.components.model_library import format_parameters, format_size, parameter_counts
 
 if TYPE_CHECKING:
     from engine.config import EngineConfig
@@ -35,8 +36,9 @@ _FORMAT_LABELS = {"gguf": "GGUF", "safetensors": "safetensors"}
 class ModelChoice:
     """One picker entry. source: a path, or None for the bundled default; info is None while
     the model is being read, and error says why it could not be. size_bytes: its files' size
-    on disk, the one figure the entry shows, as the models table does; the memory its weights
-    take under the chosen quantization is in the tooltip."""
+    on disk, the one figure a dense model's entry shows, as the models table does; a mixture
+    of experts' also shows its parameters, total and active. The memory its weights take under
+    the chosen quantization is in the tooltip."""
 
     source: str | None
     name: str
@@ -52,8 +54,11 @@ class ModelChoice:
         if self.info is None:
             return f"{name} · reading…"
         info = self.info
-        return (f"{name} · {_FORMAT_LABELS[info.format]} · {quantization_text(info)} · "
+        text = (f"{name} · {_FORMAT_LABELS[info.format]} · {quantization_text(info)} · "
                 f"{format_size(self.size_bytes)}")
+        if info.routing is None:
+            return text
+        return f"{text} · {parameter_counts(info.num_parameters, info.num_active_parameters)}"
 
     @property
     def tooltip(self) -> str:
@@ -62,19 +67,22 @@ class ModelChoice:
         if self.info is None:
             return self.source or "The bundled default model"
         info = self.info
-        return (f"{info.path}\n{format_parameters(info.num_parameters)} parameters, "
+        text = (f"{info.path}\n{format_parameters(info.num_parameters)} parameters, "
                 f"{quantization_text(info)}: {format_size(self.size_bytes)} on disk, "
                 f"{format_size(info.weight_bytes)} of weights in memory")
+        if info.routing is None:
+            return text
+        routing = info.routing
+        return (f"{text}, {format_size(info.mapped_bytes)} of it experts memory-mapped from the "
+                f"file\nA mixture of experts: each token goes through {routing.num_used} of "
+                f"{routing.num_experts} experts, {format_parameters(info.num_active_parameters)} "
+                f"parameters ({format_size(info.active_bytes)} of weights) a token")
 
 
 def quantization_text(info: ModelInfo) -> str:
     if info.quantization == info.file_quantization:
         return info.quantization
     return f"{info.quantization} (from {info.file_quantization})"
-
-
-def format_parameters(n: int) -> str:
-    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
 
 
 def model_source_from_selection(selected: str) -> str:

@@ -66,7 +66,8 @@ class FileChoice:
     safetensors model folder. fit: whether it fits this machine's memory, in a few words
     ("fits", "tight", "too big"); fit_detail: the figures behind it. unsupported: why the
     engine does not run it ("mixture-of-experts: not yet"), shown and never downloaded; empty
-    when it runs."""
+    when it runs. parameters: the model's parameter count ("7.6B"; a mixture of experts':
+    "30.5B, 3.3B active"), empty when the Hub does not tell it."""
 
     filename: str
     quantization: str | None
@@ -76,6 +77,7 @@ class FileChoice:
     fit_detail: str = ""
     fit_verdict: str = "unknown"
     unsupported: str = ""
+    parameters: str = ""
 
     @property
     def label(self) -> str:
@@ -367,6 +369,20 @@ def format_size(n: int) -> str:
     return f"{n} B"
 
 
+def format_parameters(n: int) -> str:
+    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+
+
+def parameter_counts(total: int | None, active: int | None) -> str:
+    """A model's parameters: "7.6B"; a mixture of experts', whose tokens each read fewer,
+    "30.5B, 3.3B active"; empty when the count is not known."""
+    if total is None:
+        return ""
+    if active is None or active >= total:
+        return format_parameters(total)
+    return f"{format_parameters(total)}, {format_parameters(active)} active"
+
+
 def format_duration(seconds: float) -> str:
     seconds = int(seconds)
     if seconds >= 3600:
@@ -412,7 +428,7 @@ def file_choices(repo: HubRepo, quantization: str = "auto",
 def _choice(filename: str, quantization: str | None, size: int, recommended: bool,
             fit: MemoryFit, unsupported: str = "") -> FileChoice:
     return FileChoice(filename, quantization, size, recommended, *fit_words(fit), fit.verdict,
-                      unsupported)
+                      unsupported, parameter_counts(fit.num_parameters, fit.num_active_parameters))
 
 
 def fit_words(fit: MemoryFit) -> tuple[str, str]:

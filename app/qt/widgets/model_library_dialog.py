@@ -38,12 +38,15 @@ from app.qt.widgets.local_models_panel import LocalModelsPanel
 
 _PROGRESS_STEPS = 1000  # a bar's range; byte counts overflow a QProgressBar's int
 _FIT_COLORS = {"tight": "#b9770e", "too_big": "#c0392b"}
+_FILE_COLUMNS = ["File", "Quantization", "Size", "Parameters", "Memory", ""]
+_MEMORY_COLUMN = _FILE_COLUMNS.index("Memory")
+_NOTE_COLUMN = len(_FILE_COLUMNS) - 1  # "recommended", or why it does not run
 
 
 def _show_unsupported(item: QTreeWidgetItem, reason: str) -> None:
     """Greyed, not selectable (so never downloaded), the reason in place of its fit."""
-    item.setText(3, "")
-    item.setText(4, f"does not run: {reason}")
+    item.setText(_MEMORY_COLUMN, "")
+    item.setText(_NOTE_COLUMN, f"does not run: {reason}")
     for column in range(item.columnCount()):
         item.setToolTip(column, f"Pagoda does not run this file: {reason}")
     item.setDisabled(True)
@@ -106,7 +109,7 @@ class ModelLibraryDialog(QDialog):
         # laid out again as the dialog is resized.
         self.results.setResizeMode(QListWidget.ResizeMode.Adjust)
         self.files = QTreeWidget(self, objectName="hubFiles")
-        self.files.setHeaderLabels(["File", "Quantization", "Size", "Memory", ""])
+        self.files.setHeaderLabels(_FILE_COLUMNS)
         self.files.setRootIsDecorated(False)
         self.download_button = QPushButton("Download", self, objectName="downloadButton",
                                            enabled=False)
@@ -266,12 +269,13 @@ class ModelLibraryDialog(QDialog):
         self.files.clear()
         for choice in files:
             item = QTreeWidgetItem(self.files, [choice.label, choice.quantization or "",
-                                                format_size(choice.size), choice.fit,
+                                                format_size(choice.size), choice.parameters,
+                                                choice.fit,
                                                 "recommended" if choice.recommended else ""])
             item.setData(0, Qt.ItemDataRole.UserRole, choice.filename)
-            item.setToolTip(3, choice.fit_detail)
+            item.setToolTip(_MEMORY_COLUMN, choice.fit_detail)
             if choice.fit_verdict in _FIT_COLORS:
-                item.setForeground(3, QColor(_FIT_COLORS[choice.fit_verdict]))
+                item.setForeground(_MEMORY_COLUMN, QColor(_FIT_COLORS[choice.fit_verdict]))
             if not choice.can_download:
                 _show_unsupported(item, choice.unsupported)
             elif choice.recommended:

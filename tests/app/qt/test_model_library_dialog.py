@@ -7,7 +7,7 @@ import threading
 from PySide6.QtCore import QRect, Qt
 from PySide6.QtWidgets import QLabel, QPushButton
 
-from app.components.model_library import HUB_TOKEN_ID, Recommendation
+from app.components.model_library import HUB_TOKEN_ID, FileChoice, ModelLibrary, Recommendation
 from app.qt.main_window import GET_MODELS_ITEM
 from app.qt.widgets.model_library_dialog import DownloadRow, ModelLibraryDialog
 from tests.conftest import LIBRARY_FILES, LIBRARY_REPO
@@ -47,8 +47,8 @@ def test_a_search_shows_the_hubs_models_and_a_repository_its_files(library_hub, 
     dialog.results.setCurrentRow(1)
     qtbot.waitUntil(lambda: dialog.files.topLevelItemCount() == 2, timeout=10_000)
     chosen = dialog.files.currentItem()
-    assert [chosen.text(c) for c in (0, 1, 2, 4)] == [Q4, "Q4_K_M", "307.2 kB", "recommended"]
-    assert chosen.text(3) in {"fits", "tight", "too big"} and chosen.toolTip(3)
+    assert [chosen.text(c) for c in (0, 1, 2, 5)] == [Q4, "Q4_K_M", "307.2 kB", "recommended"]
+    assert chosen.text(4) in {"fits", "tight", "too big"} and chosen.toolTip(4)
     assert dialog.download_button.isEnabled()
 
 
@@ -189,7 +189,29 @@ def test_a_model_the_engine_does_not_run_is_shown_greyed_with_the_reason_and_not
     dialog.results.setCurrentRow(0)
     qtbot.waitUntil(lambda: dialog.files.topLevelItemCount() == 1, timeout=10_000)
     row = dialog.files.topLevelItem(0)
-    assert row.isDisabled() and row.text(4) == "does not run: mixture-of-experts: not yet"
+    assert row.isDisabled() and row.text(5) == "does not run: mixture-of-experts: not yet"
     assert "Pagoda does not run" in dialog.status_line.text()
     dialog.files.setCurrentItem(row)
     assert not dialog.download_button.isEnabled()
+
+
+def test_a_files_parameters_have_a_column_of_their_own(qloop, qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the choice's own listing answers at once
+    library = ModelLibrary(tmp_path / "models")
+    dialog = ModelLibraryDialog(library, lambda path: None)
+    qtbot.addWidget(dialog)
+    dialog.show_recommended()
+    dialog.results.setCurrentRow(0)
+    repo_id = dialog.results.item(0).data(Qt.ItemDataRole.UserRole)
+
+    dialog.show_files(repo_id, [FileChoice("m-Q4_K_M.gguf", "Q4_K_M", 18_556_685_024, True,
+                                           "fits", "Needs about 19.6 GB", "fits",
+                                           parameters="30.5B, 3.4B active")])
+
+    row = dialog.files.topLevelItem(0)
+    header = dialog.files.headerItem()
+    columns = {header.text(c): row.text(c) for c in range(dialog.files.columnCount())}
+    assert columns["Parameters"] == "30.5B, 3.4B active"
+    assert columns["Memory"] == "fits" and columns["Size"] == "18.6 GB"
+    qtbot.waitUntil(lambda: not dialog.is_busy(), timeout=10_000)
+    library.close()
