@@ -17,6 +17,7 @@ import torch
 
 from engine.layers.linear import Linear, Placement, make_fused_linear, make_linear
 from engine.layers.mlp import ACTIVATIONS, GatedMLP, activation_and_mul
+from engine.quantization.cpu_experts import in_place_experts
 from engine.quantization.tensors import Weight
 from kernels.kernel_ops import KernelOps
 
@@ -140,7 +141,12 @@ class GroupedExperts:
 def experts_method_for(experts: Sequence[ExpertWeights], activation: ExpertActivation,
                        placement: Placement) -> ExpertsMethod:
     """The one place that chooses how a layer's routed experts run, from their weights' layout,
-    the device and the kernels."""
+    the device and the kernels: on a CPU, a GGUF file's experts read in place by our kernel
+    (`cpu_experts`) where it serves them; else grouped through the linear methods."""
+    if placement.uses_cpu_kernels:
+        method = in_place_experts(experts, activation.name, activation.limit, activation.alpha)
+        if method is not None:
+            return method
     return GroupedExperts([_expert(w, placement) for w in experts], activation, placement.ops)
 
 

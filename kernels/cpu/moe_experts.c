@@ -7,8 +7,9 @@
  *     h = act(x[r] @ gate_e.T (+ b), x[r] @ up_e.T (+ b))       gate and up in one pass
  *     out[r] += weight[r, s] * (h @ down_e.T (+ b))
  *
- * act is SiLU (silu(g) * u) or gpt-oss's clamped SwiGLU: g = min(g, 7), u in [-7, 7],
- * (u + 1) * g * sigmoid(1.702 g), biases added before.
+ * act is SiLU (silu(g) * u) or gpt-oss's clamped SwiGLU: g = min(g, limit), u in
+ * [-limit, limit], (u + 1) * g * sigmoid(alpha g) (7 and 1.702 in gpt-oss), biases added
+ * before.
  *
  * Activations are quantized to int8 once a row: per block of 32 for the types of 32 values
  * (Q4_0, Q8_0, MXFP4: blocks_of_32.h), per 256 for the K-quants and IQ4_XS (Q4_K, Q5_K, Q6_K,
@@ -65,8 +66,6 @@ static const struct { int values, bytes, super, mins, halves; } TYPES[MOE_TYPES]
 #define XROWS 4
 /* Weight rows a work item takes: 16 rows of gate and up at 2048 inputs are ~37 KB of Q4_K. */
 #define UNIT_ROWS 16
-#define SWIGLU_LIMIT 7.0f
-#define SWIGLU_ALPHA 1.702f
 
 /* Quantized activation rows, up to XROWS, each with its block scales and sums. */
 struct xrows {
@@ -358,6 +357,7 @@ struct moe_layer {
     int hidden, inter, num_experts, top_k;
     int gate_type, up_type, down_type;
     int activation;
+    float limit, alpha; /* MOE_SWIGLU_OAI's */
     const uint8_t *const *gate;
     const uint8_t *const *up;
     const uint8_t *const *down;
@@ -445,13 +445,13 @@ static int route(const struct moe_layer *layer, const int64_t *ids, int m, struc
     return 0;
 }
 
-static float activate(int activation, float g, float u)
+static float activate(const struct moe_layer *layer, float g, float u)
 {
-    if (activation == MOE_SILU)
+    if (layer->activation == MOE_SILU)
         return g / (1.0f + expf(-g)) * u;
-    g = fminf(g, SWIGLU_LIMIT);
-    u = fminf(fmaxf(u, -SWIGLU_LIMIT), SWIGLU_LIMIT);
-    return (u + 1.0f) * (g / (1.0f + expf(-SWIGLU_ALPHA * g)));
+    g = fminf(g, layer->limit);
+    u = fminf(fmaxf(u, -layer->limit), layer->limit);
+    return (u + 1.0f) * (g / (1.0f + expf(-layer->alpha * g)));
 }
 
 static int min_int(int a, int b) { return a < b ? a : b; }
@@ -491,7 +491,7 @@ static void gate_up_unit(const struct moe_layer *layer, dot_fn gate_dot, dot_fn 
             up_dot(layer->up_type, layer->up[e] + row * up_bytes, k, &x, u);
             for (int i = 0; i < n; i++)
                 h[(size_t)(from + i) * layer->inter + row] =
-                    activate(layer->activation, gb ? g[i] + gb[row] : g[i], ub ? u[i] + ub[row] : u[i]);
+                    activate(layer, gb ? g[i] + gb[row] : g[i], ub ? u[i] + ub[row] : u[i]);
         }
     }
 }

@@ -31,10 +31,12 @@ _ALIGN = 64
 
 
 class _Layer(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_int) for name in
-                ("hidden", "inter", "num_experts", "top_k", "gate_type", "up_type", "down_type",
-                 "activation")] + [(name, ctypes.c_void_p) for name in
-                                   ("gate", "up", "down", "gate_bias", "up_bias", "down_bias")]
+    _fields_ = [*((name, ctypes.c_int) for name in
+                  ("hidden", "inter", "num_experts", "top_k", "gate_type", "up_type",
+                   "down_type", "activation")),
+                ("limit", ctypes.c_float), ("alpha", ctypes.c_float),
+                *((name, ctypes.c_void_p) for name in
+                  ("gate", "up", "down", "gate_bias", "up_bias", "down_bias"))]
 
 
 @dataclass(slots=True, frozen=True)
@@ -51,12 +53,11 @@ class MoeLayer:
     """One layer's experts as the kernel reads them: the C structure and the pointer arrays
     it points into, kept alive with the tensors they address."""
 
-    __slots__ = ("_arrays", "_tensors", "hidden", "struct", "top_k")
+    __slots__ = ("_arrays", "_tensors", "hidden", "struct")
 
     def __init__(self, struct: _Layer, arrays: list, tensors: list[torch.Tensor]) -> None:
         self.struct = struct
         self.hidden = struct.hidden
-        self.top_k = struct.top_k
         self._arrays = arrays
         self._tensors = tensors
 
@@ -91,16 +92,18 @@ class MoeExperts:
     def isa_supported(self, isa: int) -> bool:
         return bool(self._lib.moe_isa_supported(isa))
 
-    def layer(self, gate: Projection, up: Projection, down: Projection, top_k: int,
-              activation: str = "silu") -> MoeLayer:
-        """The experts of one layer; raises ValueError for shapes, types or layouts the kernel
+    def layer(self, gate: Projection, up: Projection, down: Projection,
+              activation: str = "silu", limit: float = 0.0, alpha: float = 0.0) -> MoeLayer:
+        """The experts of one layer; activation "silu" or "swiglu_oai" (gpt-oss's, clamped
+        at limit, sigmoid(alpha g)). Raises ValueError for shapes, types or layouts the kernel
         cannot read in place."""
         experts = len(gate.rows)
         if not experts or len(up.rows) != experts or len(down.rows) != experts:
             raise ValueError("gate, up and down need one weight per expert each "
                              f"({len(gate.rows)}, {len(up.rows)}, {len(down.rows)} given)")
-        if not 0 < top_k <= experts:
-            raise ValueError(f"top_k {top_k} must be 1..{experts}")
+        if BLOCKS[gate.type_name][0] != BLOCKS[up.type_name][0]:
+            raise ValueError(f"gate ({gate.type_name}) and up ({up.type_name}) read one "
+                             "quantization of x: both blocks of 32 or both super-blocks")
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation {activation!r} is none of {', '.join(ACTIVATIONS)}")
         inter, hidden = _width(gate, None), _width(down, None)
@@ -119,12 +122,13 @@ class MoeExperts:
                     raise ValueError(f"{name} biases must be {experts} vectors of {out}")
                 bias = _pointers(biases, arrays, tensors)
             fields[f"{name}_bias"] = bias
-        struct = _Layer(hidden, inter, experts, top_k, TYPE_CODES[gate.type_name],
+        struct = _Layer(hidden, inter, experts, 1, TYPE_CODES[gate.type_name],
                         TYPE_CODES[up.type_name], TYPE_CODES[down.type_name],
-                        ACTIVATIONS[activation], **fields)
+                        ACTIVATIONS[activation], limit, alpha, **fields)
         return MoeLayer(struct, arrays, tensors)
 
-    def workspace_bytes(self, layer: MoeLayer, m: int) -> int:
+    def workspace_bytes(self, layer: MoeLayer, m: int, top_k: int) -> int:
+        layer.struct.top_k = top_k
         return self._lib.moe_workspace_bytes(ctypes.byref(layer.struct), m)
 
     def forward(self, layer: MoeLayer, x: torch.Tensor, topk_ids: torch.Tensor,
@@ -134,15 +138,15 @@ class MoeExperts:
         """The routed experts' sum for x fp32 [m, hidden], topk_ids int64 and topk_weights
         fp32 [m, top_k]; work: at least workspace_bytes(layer, m) + 64 bytes of uint8 (made
         here if None), out fp32 [m, hidden] (likewise)."""
-        m = x.shape[0]
+        m, top_k = x.shape[0], topk_ids.shape[-1]
         if (x.dtype != torch.float32 or tuple(x.shape) != (m, layer.hidden)
                 or not x.is_contiguous()):
             raise ValueError(f"x must be contiguous float32 [m, {layer.hidden}]")
         for name, t, dtype in (("topk_ids", topk_ids, torch.int64),
                                ("topk_weights", topk_weights, torch.float32)):
-            if t.dtype != dtype or tuple(t.shape) != (m, layer.top_k) or not t.is_contiguous():
-                raise ValueError(f"{name} must be contiguous {dtype} [{m}, {layer.top_k}]")
-        needed = self.workspace_bytes(layer, m) + _ALIGN
+            if t.dtype != dtype or tuple(t.shape) != (m, top_k) or not t.is_contiguous():
+                raise ValueError(f"{name} must be contiguous {dtype} [{m}, {top_k}]")
+        needed = self.workspace_bytes(layer, m, top_k) + _ALIGN
         if work is None or work.numel() < needed:
             work = torch.empty(needed, dtype=torch.uint8)
         if out is None:
@@ -153,7 +157,8 @@ class MoeExperts:
                                    work.data_ptr() + aligned, threads)
         if rc:
             raise ValueError("moe_forward refused its arguments (an expert id out of range, "
-                             "or an instruction set this CPU lacks)")
+                             "top_k above the expert count, or an instruction set this CPU "
+                             "lacks)")
         return out
 
 

@@ -138,7 +138,7 @@ def test_largest_weights_and_activations_do_not_wrap(moe, kind, isa):
 @TYPES
 def test_layer_is_the_float_layer_on_its_int8_activations(moe, kind):
     projections = _experts(kind, _inter(kind))
-    layer = moe.layer(*projections, top_k=TOP_K)
+    layer = moe.layer(*projections)
     x = activations(5, HIDDEN, seed=7)
     ids, weights = _routing(5, seed=1)
     got = moe.forward(layer, x, ids, weights).double()
@@ -148,7 +148,8 @@ def test_layer_is_the_float_layer_on_its_int8_activations(moe, kind):
 
 def test_gpt_oss_clamped_swiglu_with_biases_is_the_float_layer(moe):
     projections = _experts("MXFP4", 96, biases=True, seed=3)
-    layer = moe.layer(*projections, top_k=TOP_K, activation="swiglu_oai")
+    layer = moe.layer(*projections, activation="swiglu_oai", limit=7.0,
+                      alpha=1.702)
     x = activations(4, HIDDEN, seed=8) * 4  # gate values past the clamp at 7
     ids, weights = _routing(4, seed=2)
     got = moe.forward(layer, x, ids, weights).double()
@@ -158,7 +159,7 @@ def test_gpt_oss_clamped_swiglu_with_biases_is_the_float_layer(moe):
 
 @pytest.mark.parametrize("kind", ["Q4_K", "MXFP4"])
 def test_rows_to_overlapping_and_disjoint_experts_get_what_they_get_alone(moe, kind):
-    layer = moe.layer(*_experts(kind, _inter(kind)), top_k=TOP_K)
+    layer = moe.layer(*_experts(kind, _inter(kind)))
     # rows 0 and 1 share both experts, 2 one of them, 3 none, 4 repeats row 0's in the other order
     ids = torch.tensor([[0, 1], [1, 0], [1, 4], [2, 3], [0, 1], [5, 2], [4, 0]])
     weights = torch.softmax(torch.randn(7, TOP_K, generator=torch.Generator().manual_seed(5)), -1)
@@ -173,7 +174,7 @@ def test_rows_to_overlapping_and_disjoint_experts_get_what_they_get_alone(moe, k
 @TYPES
 def test_vector_bodies_give_the_scalar_fallbacks_bits(moe, kind):
     runnable(moe, AVX2)
-    layer = moe.layer(*_experts(kind, _inter(kind), biases=True), top_k=TOP_K)
+    layer = moe.layer(*_experts(kind, _inter(kind), biases=True))
     x = activations(6, HIDDEN, seed=4)
     ids, weights = _routing(6, seed=3)
     assert torch.equal(moe.forward(layer, x, ids, weights, isa=AVX2),
@@ -181,7 +182,7 @@ def test_vector_bodies_give_the_scalar_fallbacks_bits(moe, kind):
 
 
 def test_two_threads_give_one_threads_bits(moe):
-    layer = moe.layer(*_experts("Q4_K", 256), top_k=TOP_K)
+    layer = moe.layer(*_experts("Q4_K", 256))
     x = activations(9, HIDDEN, seed=5)
     ids, weights = _routing(9, seed=4)
     assert torch.equal(moe.forward(layer, x, ids, weights, threads=2),
@@ -192,7 +193,7 @@ def test_mixed_types_per_projection(moe):
     """Q4_K_M files keep some layers' down experts in Q6_K beside Q4_K gate and up."""
     gate, up, _ = _experts("Q4_K", 256)
     down = _experts("Q6_K", 256, seed=2)[2]
-    layer = moe.layer(gate, up, down, top_k=TOP_K)
+    layer = moe.layer(gate, up, down)
     x = activations(3, HIDDEN, seed=6)
     ids, weights = _routing(3, seed=5)
     got = moe.forward(layer, x, ids, weights).double()
@@ -203,12 +204,12 @@ def test_mixed_types_per_projection(moe):
 def test_refuses_what_it_cannot_read(moe):
     gate, up, down = _experts("Q8_0", 96)
     with pytest.raises(ValueError, match="one weight per expert"):
-        moe.layer(gate, up, Projection(down.rows[:-1], "Q8_0"), top_k=TOP_K)
+        moe.layer(gate, up, Projection(down.rows[:-1], "Q8_0"))
     with pytest.raises(ValueError, match="rows must be contiguous uint8"):
-        moe.layer(gate, up, Projection([r[:, :-34] for r in down.rows], "Q8_0"), top_k=TOP_K)
+        moe.layer(gate, up, Projection([r[:, :-34] for r in down.rows], "Q8_0"))
     with pytest.raises(ValueError, match="not Q5_0"):
-        moe.layer(gate, up, Projection(down.rows, "Q5_0"), top_k=TOP_K)
-    layer = moe.layer(gate, up, down, top_k=TOP_K)
+        moe.layer(gate, up, Projection(down.rows, "Q5_0"))
+    layer = moe.layer(gate, up, down)
     x = activations(1, HIDDEN)
     with pytest.raises(ValueError, match="expert id out of range"):
         moe.forward(layer, x, torch.tensor([[0, EXPERTS]]), torch.ones(1, TOP_K))
