@@ -40,12 +40,6 @@ class ExpertRouting:
         """The share of a sparse layer's expert weights one token reads."""
         return self.num_used / self.num_experts
 
-    def expected_distinct(self, rows: int) -> float:
-        """How many experts of a sparse layer a step of `rows` rows reads, were each row to
-        choose its num_used apart from the others and every expert alike:
-        E * (1 - (1 - k/E)^rows). One row reads k; many rows saturate at E."""
-        return self.num_experts * (1.0 - (1.0 - self.active_share) ** max(rows, 0))
-
 
 def is_expert_tensor(name: str) -> bool:
     """Whether a tensor (a GGUF or a Hugging Face name) holds routed experts' weights."""

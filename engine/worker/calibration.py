@@ -5,19 +5,24 @@ one sequence with 0 to k drafts (1 to k+1 rows), then two with k drafts each (th
 small batch that speculates; larger ones extrapolate, and are timed once they run). Their KV
 lands in blocks no request holds yet, and nothing of it is ever cached or read by a request.
 Each shape is timed twice and the faster time kept: whatever else the machine does only ever
-adds time.
+adds time. A mixture of experts' table is interpolated and extrapolated by the experts its rows
+read (`step_work`), not by its rows.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from functools import partial
 
 from engine.core.scheduler import ScheduledSequence, SchedulerOutput
 from engine.core.sequence import Sequence
+from engine.loading.expert_footprint import is_expert_tensor
+from engine.models.architecture import DecoderArchitecture
+from engine.models.config import weight_shapes
 from engine.sampling_params import SamplingParams
-from engine.spec_decode.step_cost import StepCost
+from engine.spec_decode.step_cost import ExpertStepWork, StepCost
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +40,7 @@ def calibrate_step_cost(runner, num_speculative_tokens: int, max_rows: int) -> S
     steps = [step for step in map(partial(_scratch_step, runner), shapes)
              if step is not None and step.num_batched_tokens <= max_rows]
     began = time.perf_counter()
-    cost = StepCost()
+    cost = StepCost(work=step_work(runner.model.arch))
     if steps:
         runner.execute(steps[-1])  # untimed: the first run of a shape touches memory first
     for step in steps:
@@ -44,6 +49,23 @@ def calibrate_step_cost(runner, num_speculative_tokens: int, max_rows: int) -> S
     logger.info("step cost by rows, calibrated in %.2f s: %s", time.perf_counter() - began,
                 {rows: f"{seconds * 1e3:.1f} ms" for rows, seconds in cost.table().items()})
     return cost
+
+
+def step_work(arch: DecoderArchitecture) -> ExpertStepWork | None:
+    """How a mixture of experts' step grows with its rows; None for a dense model. Its dense
+    share is that of the parameters one token reads (a proxy for their bytes): every weight but
+    the routed experts', of which top_k of E, and the token table's one row where the
+    vocabulary projection is a matrix of its own."""
+    moe = arch.moe
+    if moe is None:
+        return None
+    shapes = weight_shapes(arch)
+    if "lm_head.weight" in shapes:
+        del shapes["model.embed_tokens.weight"]
+    routed = sum(math.prod(shape) for name, shape in shapes.items() if is_expert_tensor(name))
+    dense = sum(math.prod(shape) for shape in shapes.values()) - routed
+    read = dense + routed * moe.top_k / moe.num_experts
+    return ExpertStepWork(moe.num_experts, moe.top_k, dense / read)
 
 
 def _timed(runner, sched: SchedulerOutput) -> float:

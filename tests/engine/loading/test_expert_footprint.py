@@ -173,11 +173,3 @@ def test_shared_experts_and_routers_are_not_routed_experts():
                                           "model.layers.0.mlp.shared_expert.up_proj.weight",
                                           "model.layers.0.mlp.shared_experts.up_proj.weight",
                                           "model.layers.0.mlp.gate.weight"]))
-
-
-def test_distinct_experts_grow_from_top_k_to_all_of_them():
-    routing = ExpertRouting(128, 8)
-
-    assert routing.expected_distinct(1) == pytest.approx(8)
-    assert routing.expected_distinct(2) == pytest.approx(8 + 8 * 120 / 128)
-    assert 127 < routing.expected_distinct(256) < 128
