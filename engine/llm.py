@@ -12,6 +12,9 @@ from tqdm import tqdm
 from engine.config import EngineConfig
 from engine.llm_engine import EngineStats, LLMEngine
 from engine.outputs import RequestOutput
+from engine.parsers.harmony import is_harmony_template
+from engine.parsers.harmony_frame import framed
+from engine.parsers.tool_use import ToolUse
 from engine.sampling_params import SamplingParams, response_format_constraint
 from engine.text.chat_template import Message, encode_chat, is_conversation
 
@@ -56,7 +59,8 @@ class LLM:
         (OpenAI's function definitions) go into each prompt as the model's template takes them
         (engine/text/tool_prompt.py); the replies are text, parsed by engine.parsers.
         `response_format` (OpenAI's) constrains every reply, as
-        SamplingParams.structured_outputs does."""
+        SamplingParams.structured_outputs does (a harmony model's final message, inside its
+        frame: engine/parsers/harmony_frame.py)."""
         if not messages:
             raise ValueError("chat() needs messages: a conversation (a list of role/content "
                              "messages) or a list of conversations")
@@ -65,7 +69,8 @@ class LLM:
         prompts = [encode_chat(self.tokenizer, c, tools=tools,
                                template_kwargs=chat_template_kwargs) for c in conversations]
         if response_format is not None:
-            params = _with_response_format(params, response_format, len(prompts))
+            harmony = is_harmony_template(self.tokenizer.chat_template or "")
+            params = _with_response_format(params, response_format, len(prompts), harmony)
         outputs = self._run(prompts, params, use_tqdm)
         return outputs[0] if single else outputs
 
@@ -96,8 +101,11 @@ class LLM:
         return [finished[i] for i in ids]
 
 
-def _with_response_format(params, response_format: Mapping, n: int) -> list[SamplingParams]:
+def _with_response_format(params, response_format: Mapping, n: int,
+                          harmony: bool) -> list[SamplingParams]:
     constraint = response_format_constraint(response_format)
+    if harmony and constraint is not None:
+        constraint = framed(constraint, ToolUse("none", None))
     given = _broadcast_params(params, n)
     if constraint is not None and any(p.structured_outputs is not None for p in given):
         raise ValueError("response_format and SamplingParams.structured_outputs both constrain "

@@ -30,6 +30,9 @@ from engine.server.tools import tool_use, tools_constraint
 
 # Enough of the prompt's end to see whether it opens the reasoning ("<think>\n").
 _PROMPT_TAIL_TOKENS = 8
+# What gpt-oss's template takes as its reasoning_effort ("Reasoning: high" in its system
+# message); OpenAI's other values ("minimal", "none") it has no words for.
+REASONING_EFFORTS = ("low", "medium", "high")
 
 
 async def create_chat_completion(body: ChatCompletionRequest, request: Request,
@@ -42,12 +45,13 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                        param="add_generation_prompt")
     use = tool_use(body)
     constraint = _constraint(body, use)
+    template_kwargs = _template_kwargs(body, served.backend.chat_template)
     with as_api_errors("messages"):
         # Encoded once for all n choices, and before admission, which counts its tokens. With
         # continue_final_message the prompt ends inside the last reply, to go on with it.
         prompt = await served.backend.chat_tokenizer.encode_chat(
             messages, continue_final_message=body.continue_final_message, tools=use.tools,
-            template_kwargs=body.chat_template_kwargs)
+            template_kwargs=template_kwargs)
     try:
         shape = reply_shape(served.backend.chat_template, use,
                             lambda: served.backend.token_text(prompt[-_PROMPT_TAIL_TOKENS:]))
@@ -77,6 +81,27 @@ def _constraint(body: ChatCompletionRequest, use: ToolUse) -> str | None:
                            param=field)
         return tools[0]
     return None if given is None else given[0]
+
+
+def _template_kwargs(body: ChatCompletionRequest, chat_template: str | None) -> dict | None:
+    """chat_template_kwargs, with reasoning_effort where the model's template reads it; a 400
+    saying why where it does not."""
+    effort = body.reasoning_effort
+    if effort is None:
+        return body.chat_template_kwargs
+    if "reasoning_effort" not in (chat_template or ""):
+        raise APIError(400, "reasoning_effort is not supported by this model: its chat template "
+                            "has no reasoning settings (a reasoning model's thinking comes back "
+                            "as reasoning_content; chat_template_kwargs such as enable_thinking "
+                            "reach its template)", param="reasoning_effort")
+    if effort not in REASONING_EFFORTS:
+        raise APIError(400, f"reasoning_effort={effort!r}: this model's chat template takes "
+                            "'low', 'medium' or 'high'", param="reasoning_effort")
+    kwargs = dict(body.chat_template_kwargs or {})
+    if kwargs.get("reasoning_effort", effort) != effort:
+        raise APIError(400, "reasoning_effort and chat_template_kwargs.reasoning_effort differ: "
+                            "give one", param="reasoning_effort")
+    return {**kwargs, "reasoning_effort": effort}
 
 
 def _params(body: ChatCompletionRequest, index: int, use: ToolUse):

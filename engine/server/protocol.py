@@ -162,7 +162,6 @@ _CHAT_REFUSED: dict[str, Refusal] = {
     "function_call": (_is_set, "it takes tool_choice, not the deprecated function_call"),
     "modalities": (lambda v: v is not None and v != ["text"], "this model answers in text only"),
     "audio": (_is_set, "this model answers in text only"),
-    "reasoning_effort": (_is_set, "it has no reasoning settings"),
 }
 _COMPLETION_REFUSED: dict[str, Refusal] = {
     "suffix": (_asks, "it does not complete text before a suffix"),
@@ -395,6 +394,9 @@ class ChatCompletionRequest(_SamplingRequest):
     parallel_tool_calls: bool = True
     # vLLM's: more variables for the chat template (Qwen3's enable_thinking).
     chat_template_kwargs: dict | None = None
+    # OpenAI's; honoured where the model's template reads it (gpt-oss's), else refused
+    # (engine/server/chat.py).
+    reasoning_effort: str | None = None
     # vLLM's: go on with the last (assistant) message instead of starting a new reply.
     continue_final_message: bool = False
     add_generation_prompt: bool = True

@@ -133,6 +133,14 @@ def test_chat_fields_this_server_cannot_honour_are_refused_in_words(client, fiel
     assert caught.value.body["message"].startswith(f"{param} is not supported by this server: ")
 
 
+def test_reasoning_effort_is_refused_with_its_reason_for_a_model_whose_template_lacks_it(client):
+    with pytest.raises(BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=2,
+                                       reasoning_effort="low")
+    assert caught.value.status_code == 400 and caught.value.param == "reasoning_effort"
+    assert "its chat template has no reasoning settings" in caught.value.body["message"]
+
+
 @pytest.mark.parametrize(("fields", "param"), [
     ({"suffix": " the end."}, "suffix"),
     ({"best_of": 3}, "best_of"),
