@@ -434,6 +434,8 @@ def _choice(filename: str, quantization: str | None, size: int, recommended: boo
 def fit_words(fit: MemoryFit) -> tuple[str, str]:
     """Whether it fits, in a few words, and the figures behind it."""
     needed = format_size(fit.needed_bytes)
+    if fit.mapped_bytes:
+        needed += f" ({format_size(fit.mapped_bytes)} of it experts read from the file as needed)"
     free = "" if fit.available_bytes is None else format_size(fit.available_bytes)
     if fit.verdict == "fits":
         return "fits", f"Needs about {needed} of memory; {free} is free now."

@@ -63,12 +63,14 @@ def test_a_mixture_of_experts_hub_file_shows_its_total_and_active_parameters(hub
 
     # 46.7B - 6/8 of 45.1B in experts
     assert choice.parameters == "46.7B, 12.9B active"
+    assert "of it experts read from the file as needed" in choice.fit_detail
 
 
 def test_a_dense_hub_file_shows_its_parameters_alone(hub):
     (choice,) = file_choices(repository(DENSE_REPO, None))
 
     assert choice.parameters == "7.6B"
+    assert "experts" not in choice.fit_detail
 
 
 def test_an_unknown_count_shows_nothing():
