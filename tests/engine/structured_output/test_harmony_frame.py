@@ -14,6 +14,8 @@ import torch
 import xgrammar as xgr
 
 from engine.errors import StructuredOutputError
+from engine.llm import LLM
+from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from engine.parsers.harmony import HarmonyParser
 from engine.parsers.harmony_frame import framed
 from engine.parsers.tool_use import ToolUse
@@ -144,3 +146,37 @@ def test_a_schema_keyword_the_grammar_cannot_hold_is_named_inside_the_frame(comp
         "type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}}}]
     with pytest.raises(StructuredOutputError, match="uniqueItems"):
         compiler.compile(framed(None, ToolUse("named", tools, "tag")))
+
+
+class RecordingEngine:
+    """Takes LLM.chat's requests, keeps their sampling, and finishes each at once."""
+
+    def __init__(self) -> None:
+        self.tokenizer = harmony_tokenizer()
+        self.params = []
+        self._waiting: list[str] = []
+
+    def add_request(self, request_id, prompt, params) -> None:
+        self.params.append(params)
+        self._waiting.append(request_id)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self._waiting)
+
+    def step(self) -> list[RequestOutput]:
+        done, self._waiting = self._waiting, []
+        return [RequestOutput(i, None, [], [CompletionOutput(0, "", [], "stop")], True, 0,
+                              RequestMetrics(0.0)) for i in done]
+
+    def abort_request(self, request_id) -> None:
+        pass
+
+
+def test_llm_chat_puts_a_response_format_inside_a_harmony_models_frame(compiler):
+    engine = RecordingEngine()
+    LLM.from_engine(engine).chat(
+        [{"role": "user", "content": "Sum?"}],
+        response_format={"type": "json_schema", "json_schema": {"schema": {"type": "object"}}})
+    compiled = compiler.compile(engine.params[0].structured_outputs)
+    assert follows(compiled, '<|channel|>final<|message|>{"sum": 4}')
+    assert not follows(compiled, '{"sum": 4}')
