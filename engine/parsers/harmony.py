@@ -3,9 +3,11 @@
 already in the prompt. The analysis channel is the reasoning (`reasoning_content`); a message
 addressed `to=functions.NAME` (in its role or its channel part, with `<|constrain|>json` or
 `json` after) is a call of NAME whose text is its JSON arguments, ended by `<|call|>`; the final
-channel, and the commentary channel without a recipient (a preamble to the user), is content.
-`<|return|>` ends the reply. `<|call|>` and `<|return|>` are stop tokens, so the text usually
-ends without them.
+channel, the commentary channel without a recipient (a preamble to the user) and any other
+message (another recipient, another channel) is content. `<|return|>` ends the reply.
+`<|call|>` and `<|return|>` are stop tokens, so the text usually ends without them. A frame
+token ends its message wherever it comes (inside a JSON string too): the model writes it as
+one special token, never as text.
 
 Read as the other families are (engine/parsers/call_streamer.py): one set of states for a whole
 reply and a stream, so both agree at every chunk boundary; a call's arguments stream as they
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from engine.parsers.call_streamer import CallStreamer
 from engine.parsers.json_call import JsonValueScanner
@@ -71,8 +74,8 @@ class HarmonyParser:
     tools offered, their text is content)."""
 
     reads_calls: bool = True
-    has_reasoning = True
-    reads_special_tokens = True
+    has_reasoning: ClassVar[bool] = True
+    reads_special_tokens: ClassVar[bool] = True
 
     def parse(self, text: str, *, starts_in_reasoning: bool = False) -> ReplyParts:
         """The parts of a whole reply; reasoning is None where it had no analysis message."""
