@@ -290,6 +290,14 @@ static inline __m256i bq_dot16_vnni(__m256i w_lo, __m256i w_hi, __m256i x_lo, __
     return _mm256_dpwssd_epi32(_mm256_madd_epi16(w_lo, x_lo), w_hi, x_hi);
 }
 
+/* Each int32 lane's low int16 copied to its high one. */
+__attribute__((target("avx2,fma"), always_inline))
+static inline __m256i bq_twice16(__m256i v)
+{
+    return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)),
+                           _mm256_slli_epi32(v, 16));
+}
+
 /* ---- 512 bits: two weight rows a register (AVX-512 VNNI) ---------------------------------
  * Lanes 0-7 of a 512-bit register hold one row's 8 sums exactly as a 256-bit body's lanes do,
  * lanes 8-15 the next row's; each half is summed as BQ_HSUM256 sums a 256-bit register, so a

@@ -73,4 +73,21 @@ static inline __m256i iq4xs_block_avx2(const uint8_t *super, int j)
     return _mm256_shuffle_epi8(table, idx);
 }
 
+/* Lane j: IQ4_XS sub-block j's scale, ls - 32 (iq4xs_scale's, 8 at once). */
+__attribute__((target("avx2"), always_inline))
+static inline __m256i iq4xs_scales_avx2(const uint8_t *super)
+{
+    uint16_t high;
+    uint32_t low;
+    memcpy(&high, super + 2, sizeof(high));
+    memcpy(&low, super + 4, sizeof(low));
+    __m256i lo = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32((int)low), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+        _mm256_set1_epi32(15));
+    __m256i hi = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32(high), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+        _mm256_set1_epi32(3));
+    return _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+}
+
 #endif

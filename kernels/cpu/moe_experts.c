@@ -183,25 +183,53 @@ static void dot_scalar(int type, const uint8_t *row, int k, const struct xrows *
 
 #define AVX2 "avx2,fma,f16c"
 
-/* A K-quant block j of a super-block: its values (*signed_w: take w's sign into x) and its
- * scale per int16 lane of maddubs' output (lanes 0-7 values 0..15, 8-15 values 16..31). */
+/* What a K-quant super-block's blocks share, unpacked once: Q4_K's, Q5_K's and IQ4_XS's eight
+ * scales (each lane twice in int16, as madd multiplies) and Q4_K's and Q5_K's mins; Q6_K's
+ * sixteen int8 scales as they are. */
+struct super_scales {
+    __m256i scale32, mins;
+    __m128i bytes;
+};
+
 __attribute__((target(AVX2), always_inline))
-static inline __m256i super_block_avx2(int type, const uint8_t *super, int j, __m256i *scale)
+static inline struct super_scales super_scales_avx2(int type, const uint8_t *super)
+{
+    struct super_scales s = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm_setzero_si128()};
+    if (type == MOE_Q4_K || type == MOE_Q5_K) {
+        __m256i scales;
+        q5k_scales_avx2(super, &scales, &s.mins);
+        s.scale32 = bq_twice16(scales);
+    } else if (type == MOE_IQ4_XS) {
+        s.scale32 = bq_twice16(iq4xs_scales_avx2(super));
+    } else if (type == MOE_Q6_K) {
+        s.bytes = _mm_loadu_si128((const __m128i *)(super + Q6K_SCALES_AT));
+    }
+    return s;
+}
+
+/* A K-quant block j of a super-block: its values and its scale per int16 lane of maddubs'
+ * output (lanes 0-7 values 0..15, 8-15 values 16..31). */
+__attribute__((target(AVX2), always_inline))
+static inline __m256i super_block_avx2(int type, const uint8_t *super, const struct super_scales *s,
+                                       int j, __m256i *scale)
 {
     switch (type) {
     case MOE_Q4_K:
-        *scale = _mm256_set1_epi16((int16_t)q5k_scale(super, j, 0));
+        *scale = _mm256_permutevar8x32_epi32(s->scale32, _mm256_set1_epi32(j));
         return q4k_block_avx2(super, j);
     case MOE_Q5_K:
-        *scale = _mm256_set1_epi16((int16_t)q5k_scale(super, j, 0));
+        *scale = _mm256_permutevar8x32_epi32(s->scale32, _mm256_set1_epi32(j));
         return q5k_block_avx2(super, j);
     case MOE_Q6_K: {
-        const int8_t *sc = q6k_scales(super, j);
-        *scale = _mm256_setr_m128i(_mm_set1_epi16(sc[0]), _mm_set1_epi16(sc[1]));
+        /* scales 2j (values 0..15) and 2j + 1 (16..31), eight int16 lanes each */
+        __m128i pick = _mm_setr_epi8(2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j,
+                                     2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1,
+                                     2 * j + 1, 2 * j + 1, 2 * j + 1);
+        *scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s->bytes, pick));
         return q6k_block_avx2(super, j);
     }
     case MOE_IQ4_XS:
-        *scale = _mm256_set1_epi16((int16_t)iq4xs_scale(super, j));
+        *scale = _mm256_permutevar8x32_epi32(s->scale32, _mm256_set1_epi32(j));
         return iq4xs_block_avx2(super, j);
     default:
         *scale = _mm256_setr_m128i(_mm_set1_epi16((int16_t)q3k_scale(super, 2 * j)),
@@ -223,16 +251,6 @@ static inline float super_d_avx2(int type, const uint8_t *super)
     }
 }
 
-/* Lanes j: - dmin m_j, as neg_min. */
-__attribute__((target(AVX2), always_inline))
-static inline __m256 neg_mins_avx2(const uint8_t *super)
-{
-    int32_t m[SUB_BLOCKS];
-    for (int j = 0; j < SUB_BLOCKS; j++)
-        m[j] = q5k_scale(super, j, 1);
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)m)),
-                         _mm256_set1_ps(-f16_at_f16c(super + 2)));
-}
 
 /* One weight row of a K-quant TYPE against N activation rows (constants: the accumulators
  * stay in registers). */
@@ -249,8 +267,9 @@ static inline void super_dot_avx2(const int type, const uint8_t *row, int k, con
         __m256i isum[XROWS];
         for (int i = 0; i < n; i++)
             isum[i] = _mm256_setzero_si256();
+        struct super_scales scales = super_scales_avx2(type, super);
         for (int j = 0; j < SUB_BLOCKS; j++) {
-            __m256i scale, w = super_block_avx2(type, super, j, &scale);
+            __m256i scale, w = super_block_avx2(type, super, &scales, j, &scale);
             __m256i u = is_signed ? _mm256_sign_epi8(w, w) : w;
             for (int i = 0; i < n; i++) {
                 __m256i xv = _mm256_loadu_si256((const __m256i *)(x->q[i] + (size_t)s * 256 + 32 * j));
@@ -264,8 +283,9 @@ static inline void super_dot_avx2(const int type, const uint8_t *row, int k, con
         for (int i = 0; i < n; i++)
             acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]),
                                      _mm256_set1_ps(d * x->scale[i][s * SUB_BLOCKS]), acc[i]);
-        if (TYPES[type].mins) {
-            __m256 mins = neg_mins_avx2(super);
+        if (TYPES[type].mins) { /* lanes j: - dmin m_j, as neg_min */
+            __m256 mins = _mm256_mul_ps(_mm256_cvtepi32_ps(scales.mins),
+                                        _mm256_set1_ps(-f16_at_f16c(super + 2)));
             for (int i = 0; i < n; i++)
                 acc[i] = _mm256_fmadd_ps(mins, _mm256_loadu_ps(x->sum[i] + s * SUB_BLOCKS), acc[i]);
         }

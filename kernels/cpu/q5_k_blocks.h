@@ -22,6 +22,7 @@
 #include <immintrin.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "half_float.h"
 
@@ -73,6 +74,19 @@ static inline __m256i q5k_block_avx2(const uint8_t *super, int j)
     __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit),
                                     _mm256_set1_epi8(16));
     return _mm256_or_si256(low, high);
+}
+
+/* Lanes j: Q5_K sub-block j's scale (*scales) and min (*mins) (q5k_scale's, 8 at once). */
+__attribute__((target("avx2"), always_inline))
+static inline void q5k_scales_avx2(const uint8_t *super, __m256i *scales, __m256i *mins)
+{
+    uint32_t u[3];
+    memcpy(u, super + Q5K_SCALES_AT, sizeof(u));
+    uint32_t sc_lo = u[0] & 0x3f3f3f3f, m_lo = u[1] & 0x3f3f3f3f;
+    uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | ((u[0] >> 6) & 0x03030303) << 4;
+    uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 6) & 0x03030303) << 4;
+    *scales = _mm256_cvtepu8_epi32(_mm_setr_epi32((int)sc_lo, (int)sc_hi, 0, 0));
+    *mins = _mm256_cvtepu8_epi32(_mm_setr_epi32((int)m_lo, (int)m_hi, 0, 0));
 }
 
 #endif

@@ -674,44 +674,6 @@ static inline size_t q6k_half_at(const uint8_t *tile, size_t row_bytes, int g0, 
             y[(size_t)(i0 + i) * w->n + row0 + r] = s_;                                    \
         }
 
-/* Each int32 lane's low int16 copied to its high one. */
-__attribute__((target("avx2,fma,f16c"), always_inline))
-static inline __m256i twice16(__m256i v)
-{
-    return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)),
-                           _mm256_slli_epi32(v, 16));
-}
-
-/* Lane j: IQ4_XS sub-block j's scale, ls - 32 (iq4xs_scale's, 8 at once). */
-__attribute__((target("avx2,fma,f16c"), always_inline))
-static inline __m256i iq4xs_scales_avx2(const uint8_t *super)
-{
-    uint16_t high;
-    uint32_t low;
-    memcpy(&high, super + 2, sizeof(high));
-    memcpy(&low, super + 4, sizeof(low));
-    __m256i lo = _mm256_and_si256(
-        _mm256_srlv_epi32(_mm256_set1_epi32((int)low), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-        _mm256_set1_epi32(15));
-    __m256i hi = _mm256_and_si256(
-        _mm256_srlv_epi32(_mm256_set1_epi32(high), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
-        _mm256_set1_epi32(3));
-    return _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
-}
-
-/* Lanes j: Q5_K sub-block j's scale (*scales) and min (*mins) (q5k_scale's, 8 at once). */
-__attribute__((target("avx2,fma,f16c"), always_inline))
-static inline void q5k_scales_avx2(const uint8_t *super, __m256i *scales, __m256i *mins)
-{
-    uint32_t u[3];
-    memcpy(u, super + Q5K_SCALES_AT, sizeof(u));
-    uint32_t sc_lo = u[0] & 0x3f3f3f3f, m_lo = u[1] & 0x3f3f3f3f;
-    uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | ((u[0] >> 6) & 0x03030303) << 4;
-    uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 6) & 0x03030303) << 4;
-    *scales = _mm256_cvtepu8_epi32(_mm_setr_epi32((int)sc_lo, (int)sc_hi, 0, 0));
-    *mins = _mm256_cvtepu8_epi32(_mm_setr_epi32((int)m_lo, (int)m_hi, 0, 0));
-}
-
 /* Blocks 2p and 2p + 1 of activation row b0 (its super-block's first block) as IQ4_XS pairs
  * them: values 0..15 of each (*lo), then 16..31 of each (*hi). */
 __attribute__((target("avx2,fma,f16c"), always_inline))
@@ -744,7 +706,7 @@ static inline void iq4xs_super8_pass(const struct weight *w, const struct activa
         }
         for (int r = 0; r < rows; r++) {
             const uint8_t *super = tile + (size_t)r * row_bytes + at;
-            __m256i scale32 = twice16(iq4xs_scales_avx2(super));
+            __m256i scale32 = bq_twice16(iq4xs_scales_avx2(super));
             __m256i isum[SUPER_ROW_CHUNK];
             for (int i = 0; i < irows; i++)
                 isum[i] = _mm256_setzero_si256();
@@ -803,7 +765,7 @@ static inline void q5k_super8_pass(const struct weight *w, const struct activati
             const uint8_t *super = tile + (size_t)r * row_bytes + at;
             __m256i scales, mins;
             q5k_scales_avx2(super, &scales, &mins);
-            __m256i scale32 = twice16(scales);
+            __m256i scale32 = bq_twice16(scales);
             __m256i qh = _mm256_loadu_si256((const __m256i *)(super + Q5K_QH_AT));
             __m256i isum[SUPER_ROW_CHUNK];
             for (int i = 0; i < irows; i++)
