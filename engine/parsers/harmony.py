@@ -55,9 +55,14 @@ class Header:
 
     @classmethod
     def read(cls, text: str) -> Header:
-        role_part, has_channel, channel_part = text.partition(CHANNEL)
-        channel_words = channel_part.replace(CONSTRAIN, " ").split() if has_channel else []
-        words = role_part.replace(CONSTRAIN, " ").split() + channel_words[1:]
+        """The last `<|channel|>` names the channel: gpt-oss sometimes writes a stray one first
+        (`<|channel|>commentary to=assistant<|channel|>analysis`)."""
+        role_part, has_channel, channel_part = text.rpartition(CHANNEL)
+        if not has_channel:
+            role_part, channel_part = channel_part, ""
+        channel_words = channel_part.replace(CONSTRAIN, " ").split()
+        words = role_part.replace(CHANNEL, " ").replace(CONSTRAIN, " ").split() + \
+            channel_words[1:]
         recipient = next((w[len("to="):] for w in words if w.startswith("to=")), None)
         return cls(channel_words[0] if channel_words else None, recipient or None)
 

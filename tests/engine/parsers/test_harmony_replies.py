@@ -67,6 +67,20 @@ REPLIES = {
     "call_whose_json_is_no_object_stays_content": Harmony(
         "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>Tokyo",
         None, "Tokyo", []),
+    "call_on_the_analysis_channel": Harmony(
+        f"<|channel|>analysis to=functions.get_weather<|message|>{WEATHER}<|call|>",
+        None, None, [("get_weather", WEATHER)]),
+    "stray_channel_before_the_real_one": Harmony(
+        "<|channel|>commentary to=assistant<|channel|>analysis<|message|>Hmm.<|end|>"
+        "<|start|>assistant<|channel|>commentary to=assistant<|channel|>final<|message|>Done.",
+        "Hmm.", "Done.", []),
+    "final_answer_constrained_to_json": Harmony(
+        "<|channel|>analysis<|message|>Give JSON.<|end|><|start|>assistant"
+        '<|channel|>final <|constrain|>json<|message|>{"total": 12.5}',
+        "Give JSON.", '{"total": 12.5}', []),
+    "message_to_a_tool_never_offered_is_content": Harmony(
+        "<|channel|>commentary to=python <|constrain|>code<|message|>print(1)", None,
+        "print(1)", []),
     "text_without_any_frame_is_content": Harmony("Plain words, no channels.", None,
                                                  "Plain words, no channels.", []),
 }
