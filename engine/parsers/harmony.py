@@ -32,6 +32,8 @@ CONSTRAIN, END, CALL, RETURN = "<|constrain|>", "<|end|>", "<|call|>", "<|return
 # Where one message's text ends, and where the next one's header begins (the role implied
 # when `<|channel|>` follows a message's end at once).
 _ENDS = (END, CALL, RETURN)
+# Where a reply ends: at its call, or once its answer is given.
+REPLY_ENDS = (CALL, RETURN)
 _HEADS = (START, CHANNEL)
 _MARKERS = _ENDS + _HEADS
 # Longer than any header the format writes (a role, a channel, a recipient naming a function,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from engine.parsers.harmony import HarmonyParser, is_harmony_template
+from engine.parsers.harmony import REPLY_ENDS, HarmonyParser, is_harmony_template
 from engine.parsers.harmony_frame import framed
 from engine.parsers.listed_calls import ListedCallsParser
 from engine.parsers.reasoning import prompt_opens_reasoning, reasoning_parser_for_template
@@ -40,12 +40,9 @@ class ReplyShape:
     def adjusted(self, params: SamplingParams) -> SamplingParams:
         """The request's sampling with what reading its replies needs: the special tokens kept
         in the text where the parser's tags are special tokens (Mistral's, Llama 3's,
-        harmony's), and under harmony the constraint inside its frame
-        (engine/parsers/harmony_frame.py)."""
-        if isinstance(self.parser, HarmonyParser) and (
-                params.structured_outputs is not None or self.use.constraint is not None):
-            params = replace(params, structured_outputs=framed(params.structured_outputs,
-                                                                self.use))
+        harmony's), and under harmony its ends and frame (`_harmony_params`)."""
+        if isinstance(self.parser, HarmonyParser):
+            params = _harmony_params(params, self.use)
         if not self.parser.reads_special_tokens:
             return params
         return replace(params, skip_special_tokens=False)
@@ -116,6 +113,18 @@ class ReplyStream:
             self.called = True
             fields["tool_calls"] = [_call_delta(d) for d in calls]
         return fields
+
+
+def _harmony_params(params: SamplingParams, use: ToolUse) -> SamplingParams:
+    """A harmony reply ends at its call or its return whether or not the model's files name
+    those stop tokens (a GGUF file may name `<|return|>` alone, and the model would write a
+    tool's answer itself after its call); a constraint holds the frame too
+    (engine/parsers/harmony_frame.py)."""
+    stop = params.stop + [end for end in REPLY_ENDS if end not in params.stop]
+    constraint = params.structured_outputs
+    if constraint is not None or use.constraint is not None:
+        constraint = framed(constraint, use)
+    return replace(params, stop=stop, structured_outputs=constraint)
 
 
 def _call(call: ToolCall) -> dict:

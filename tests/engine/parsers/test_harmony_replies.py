@@ -200,10 +200,12 @@ def test_a_harmony_template_reads_replies_into_openai_message_fields():
         {"name": "get_weather", "arguments": WEATHER}]
 
 
-def test_a_harmony_reply_keeps_its_frame_tokens_in_the_text():
-    shape = reply_shape(HARMONY_TEMPLATE, ToolUse("none", None), lambda: "")
-    assert shape.adjusted(SamplingParams()).skip_special_tokens is False
-    assert shape.adjusted(SamplingParams()).structured_outputs is None
+def test_a_harmony_reply_keeps_its_frame_tokens_and_ends_at_its_call_or_return():
+    shape = reply_shape(HARMONY_TEMPLATE, ToolUse("auto", TOOLS), lambda: "")
+    params = shape.adjusted(SamplingParams(stop=["END"]))
+    assert params.skip_special_tokens is False
+    assert params.stop == ["END", "<|call|>", "<|return|>"]  # whatever the model's stop tokens
+    assert params.structured_outputs is None
 
 
 def test_a_named_function_under_harmony_is_read_from_its_frame_and_constrained_in_it():
