@@ -146,6 +146,8 @@ class MoeExperts:
                                ("topk_weights", topk_weights, torch.float32)):
             if t.dtype != dtype or tuple(t.shape) != (m, top_k) or not t.is_contiguous():
                 raise ValueError(f"{name} must be contiguous {dtype} [{m}, {top_k}]")
+        if not m:  # a step with no rows: the C call takes none
+            return torch.empty(0, layer.hidden)
         needed = self.workspace_bytes(layer, m, top_k) + _ALIGN
         if work is None or work.numel() < needed:
             work = torch.empty(needed, dtype=torch.uint8)

@@ -201,6 +201,13 @@ def test_mixed_types_per_projection(moe):
     assert ((got - want).norm(dim=-1) / want.norm(dim=-1)).max() < 1e-5
 
 
+def test_a_step_without_rows_gives_no_rows(moe):
+    layer = moe.layer(*_experts("Q8_0", 96))
+    out = moe.forward(layer, torch.empty(0, HIDDEN), torch.empty(0, TOP_K, dtype=torch.int64),
+                      torch.empty(0, TOP_K))
+    assert out.shape == (0, HIDDEN)
+
+
 def test_refuses_what_it_cannot_read(moe):
     gate, up, down = _experts("Q8_0", 96)
     with pytest.raises(ValueError, match="one weight per expert"):
