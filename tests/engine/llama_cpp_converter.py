@@ -22,6 +22,9 @@ from tests.engine.tiny_models import save_tiny_model
 # Not "gemma3-query-scalar": llama.cpp takes Gemma 3's attention scale from head_dim, not from
 # query_pre_attn_scalar, so its file would mean another model.
 LLAMA_CPP_VARIANTS = ("gemma2", "gemma3", "gemma4", "gemma4-e2b", "phi3", "phi3-longrope", "smollm3")
+# The mixtures of experts llama.cpp runs as transformers does (recorded apart, in tiny_moe.json).
+# Not "qwen3moe-dense-layers": llama.cpp's qwen3moe has a router in every layer.
+LLAMA_CPP_MOE_VARIANTS = ("qwen3moe", "qwen2moe", "mixtral")
 
 CONVERTER_DIR = Path(sys.prefix, "share", "llama.cpp")
 CONVERTER = CONVERTER_DIR / "convert_hf_to_gguf.py"
@@ -90,13 +93,29 @@ def convert_tiny_variants(root: Path, variants: Sequence[str] = LLAMA_CPP_VARIAN
     return {v: (folders[v], f) for v, f in zip(variants, files, strict=True)}
 
 
-def quantize_with_llama_cpp(f16_file: Path, out_path: Path, kind: str = "Q4_K_M") -> Path:
+def quantize_with_llama_cpp(f16_file: Path, out_path: Path, kind: str = "Q4_K_M",
+                            options: Sequence[str] = ()) -> Path:
     """llama-quantize's file of kind from f16_file, as tiny_families.json records it; only where
     a built llama.cpp is named by PAGODA_LLAMA_CPP_BIN (bench/build_llama_cpp.sh prints it), as
-    CI has none: skips elsewhere."""
+    CI has none: skips elsewhere. options: llama-quantize's own, before the files."""
     bin_dir = os.environ.get("PAGODA_LLAMA_CPP_BIN")
     if not bin_dir or not Path(bin_dir, "llama-quantize").is_file():
         pytest.skip("no llama-quantize: set PAGODA_LLAMA_CPP_BIN to a build of bench/build_llama_cpp.sh")
-    subprocess.run([str(Path(bin_dir, "llama-quantize")), str(f16_file), str(out_path), kind],
-                   check=True, capture_output=True, timeout=_TIMEOUT_S)
+    subprocess.run([str(Path(bin_dir, "llama-quantize")), *options, str(f16_file), str(out_path),
+                    kind], check=True, capture_output=True, timeout=_TIMEOUT_S)
     return out_path
+
+
+# llama-quantize's MXFP4_MOE with every tensor but the experts kept at f16 (it would write them
+# as Q8_0): on the tiny gpt-oss, llama.cpp's 8-bit activations beside Q8_0 attention move its
+# logits by up to ~0.8 (a router's choice flips), which no near-tie allowance separates from a
+# fault; the experts alone move them by a few hundredths.
+MXFP4_EXPERTS_ONLY = ("--output-tensor-type", "f16", "--token-embedding-type", "f16",
+                      *(option for name in ("attn_q", "attn_k", "attn_v", "attn_output")
+                        for option in ("--tensor-type", f"{name}=f16")))
+
+
+def mxfp4_experts_file(f16_file: Path, out_path: Path) -> Path:
+    """f16_file with its experts' matrices quantized by llama-quantize to MXFP4, the rest as it
+    is (`MXFP4_EXPERTS_ONLY`); skips where llama-quantize is not built."""
+    return quantize_with_llama_cpp(f16_file, out_path, "MXFP4_MOE", MXFP4_EXPERTS_ONLY)

