@@ -145,9 +145,9 @@ def _library_hub(tmp_path_factory):
     # What the engine does not run: a family (as GGUF and as a folder), a tensor type.
     hub.add(FakeRepo(LIBRARY_MOE_REPO, ["gguf"], {"moe-Q4_K_M.gguf": b"\2" * 4096},
                      downloads=7, architecture="qwen3moe"))
-    hub.add(FakeRepo(LIBRARY_MOE_FOLDER_REPO, ["safetensors", "qwen3_moe"],
+    hub.add(FakeRepo(LIBRARY_MOE_FOLDER_REPO, ["safetensors", "deepseek_v3"],
                      {"model.safetensors": b"\0" * 64, "config.json": b"{}",
-                      "tokenizer.json": b"{}"}, downloads=3, model_type="qwen3_moe"))
+                      "tokenizer.json": b"{}"}, downloads=3, model_type="deepseek_v3"))
     hub.add(FakeRepo(LIBRARY_TERNARY_REPO, ["gguf", "llama"],
                      {"ternary-TQ2_0.gguf": b"\3" * 4096, "ternary-Q4_K_M.gguf": b"\4" * 4096},
                      architecture="llama"))

@@ -9,6 +9,7 @@ run; the other widened types become it at load), "float".
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 Layout = Literal["float", "int4", "int8"]
@@ -35,6 +36,15 @@ GGUF_FLOAT_TYPES = frozenset({"F32", "F16", "BF16"})
 # reads them.
 VOCABULARY_MATRICES = frozenset({"model.embed_tokens.weight", "lm_head.weight",
                                  "token_embd.weight", "output.weight"})
+
+# A mixture of experts' routers and shared-expert gates stay float under "int8"/"int4", as
+# llama.cpp's quantizer leaves them: a rounded score can send a token to another expert.
+_FLOAT_MATRICES = re.compile(r".*\.mlp\.(?:gate|shared_expert_gate)\.weight")
+
+
+def kept_float(name: str) -> bool:
+    """Whether the matrix of this Hugging Face name stays float whatever the quantization."""
+    return _FLOAT_MATRICES.fullmatch(name) is not None
 
 
 def gguf_layout(type_name: str) -> Layout:

@@ -26,7 +26,11 @@ from engine.loading.gguf import GGUFModelFile
 from engine.loading.model_check import check_config_supported
 from engine.loading.model_files import default_model_file, model_name
 from engine.loading.on_load import apply_quantization
-from engine.models.registry import expected_weight_shapes, supported_model_types
+from engine.models.registry import (
+    expected_weight_shapes,
+    family_for_model_type,
+    supported_model_types,
+)
 from engine.quantization.tensors import Weight, weight_shape
 
 # step name, steps done, steps in all
@@ -241,16 +245,25 @@ def _read_weights(
     folder: Path, config: transformers.PretrainedConfig, dtype: torch.dtype
 ) -> dict[str, torch.Tensor]:
     expected = expected_weight_shapes(config)
+    family = family_for_model_type(config.model_type)
+    renamed = family.folder_tensor_pattern()  # names the family maps to the shared ones
     weights: dict[str, torch.Tensor] = {}
+    own_names: dict[str, torch.Tensor] = {}
     for file in _weight_files(folder):
         try:
             with safe_open(file, framework="pt") as tensors:
-                for name in expected.keys() & set(tensors.keys()):
-                    weights[name] = tensors.get_tensor(name).to(dtype)
+                names = tensors.keys()
+                for name in names:
+                    if name in expected:
+                        weights[name] = tensors.get_tensor(name).to(dtype)
+                    elif renamed is not None and renamed.fullmatch(name):
+                        own_names[name] = tensors.get_tensor(name).to(dtype)
         except (SafetensorError, OSError) as error:
             raise ModelLoadError(
                 f"Weight file {file} is truncated or corrupt ({error}). Re-download it."
             ) from error
+    if own_names:
+        weights |= family.folder_weights(config, own_names)
     _check_weights(weights, expected, folder)
     return {name: weights[name] for name in expected}
 

@@ -6,7 +6,7 @@ from collections.abc import MutableMapping
 
 import torch
 
-from engine.loading.layouts import VOCABULARY_MATRICES
+from engine.loading.layouts import VOCABULARY_MATRICES, kept_float
 from engine.loading.lazy_weights import LazyWeights
 from engine.quantization.tensors import (
     INT4_GROUP_SIZE,
@@ -43,8 +43,8 @@ def _dequantized(weight: Weight) -> torch.Tensor:
 
 
 def _quantized(name: str, weight: Weight, quantization: str) -> Weight:
-    if isinstance(weight, torch.Tensor) and weight.ndim != 2:
-        return weight  # norms and biases stay float
+    if isinstance(weight, torch.Tensor) and (weight.ndim != 2 or kept_float(name)):
+        return weight  # norms, biases and routers stay float
     inputs = weight.shape[1]
     if quantization == "int4" and name not in VOCABULARY_MATRICES and inputs % INT4_GROUP_SIZE == 0:
         return weight if isinstance(weight, Int4Weight) else quantize_int4(dequantize(weight))

@@ -206,3 +206,24 @@ def _layer_weight_shapes(arch: DecoderArchitecture, index: int) -> dict[str, tup
     if names.layer_scalar is not None:
         shapes[f"{layer}.{names.layer_scalar}"] = (1,)
     return shapes
+
+
+def _sparse_mlp_modules(moe: MoESpec, hidden: int) -> dict[str, tuple[tuple[int, ...], bool]]:
+    """A sparse layer's modules (shape, has a bias): the router, every expert's gate, up and
+    down, the shared expert and its gate."""
+    modules = {ROUTER: ((moe.num_experts, hidden), moe.router_bias)}
+    for e in range(moe.num_experts):
+        modules |= {f"{EXPERTS}.{e}.{m}": (shape, moe.expert_bias)
+                    for m, shape in _gated_mlp_shapes(moe.intermediate_size, hidden).items()}
+    if moe.shared_expert_size:
+        modules |= {f"{SHARED_EXPERT}.{m}": (shape, False)
+                    for m, shape in _gated_mlp_shapes(moe.shared_expert_size, hidden).items()}
+    if moe.shared_expert_gate:
+        modules[SHARED_EXPERT_GATE] = ((1, hidden), False)
+    return modules
+
+
+def _gated_mlp_shapes(width: int, hidden: int) -> dict[str, tuple[int, int]]:
+    """gate_proj, up_proj and down_proj of a gated MLP `width` wide."""
+    return dict(zip(EXPERT_MODULES, ((width, hidden), (width, hidden), (hidden, width)),
+                    strict=True))

@@ -306,10 +306,11 @@ class DecoderForCausalLM:
             values_from_keys=kind.values_from_keys, softcap=arch.attention_softcap)
         scalar = (None if names.layer_scalar is None else
                   w[prefix + names.layer_scalar].to(device=placement.device, dtype=placement.dtype))
+        mlp = (self._sparse_mlp(w, prefix, linear, placement) if arch.is_sparse(index)
+               else GatedMLP(linear(names.gate_up), linear((names.down,)), arch.activation))
         return DecoderLayer(
             input_norm=norm(names.input_norm), attention=attention,
-            mlp_norm=norm(names.mlp_norm),
-            mlp=GatedMLP(linear(names.gate_up), linear((names.down,)), arch.activation),
+            mlp_norm=norm(names.mlp_norm), mlp=mlp,
             attention_out_norm=norm(names.attention_out_norm),
             mlp_out_norm=norm(names.mlp_out_norm), scalar=scalar,
             per_layer=(PerLayerInput(linear((names.per_layer_gate,)),

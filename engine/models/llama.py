@@ -1,5 +1,7 @@
 """The Llama family: Llama 2/3, SmolLM/SmolLM2, Mistral, Qwen2/2.5 (q/k/v bias) and Qwen3
-(per-head q/k norms). Every layer is a Llama layer, so the one-C-call decode step runs them."""
+(per-head q/k norms). Every layer is a Llama layer, so the one-C-call decode step runs them.
+The mixtures of experts built on these layers (engine/models/qwen3_moe.py, mixtral.py) take
+their attention from here."""
 
 from __future__ import annotations
 
@@ -12,11 +14,12 @@ from engine.models.gguf_config import GGUFSettings
 from engine.models.moe_gguf import has_experts, mixtral_config
 
 NAME = "Llama"  # its entry in engine/models/registry.py names the model types it covers
+_QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe"})
 
 
 def architecture(config: PretrainedConfig) -> DecoderArchitecture:
     shape = model_shape(config)
-    qk_norm = config.model_type == "qwen3"
+    qk_norm = config.model_type in _QK_NORM_TYPES
     qkv_bias, o_bias = _attention_biases(config)
     return DecoderArchitecture(
         family=NAME, shape=shape,
@@ -38,5 +41,7 @@ def _attention_biases(config: PretrainedConfig) -> tuple[bool, bool]:
     """(q/k/v have a bias, o_proj has a bias), as Hugging Face's modelling code builds them."""
     if config.model_type == "qwen2":
         return True, False
+    if config.model_type == "qwen2_moe":
+        return bool(config.qkv_bias), False
     bias = bool(getattr(config, "attention_bias", False))
     return bias, bias

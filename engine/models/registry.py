@@ -8,6 +8,7 @@ such a file, or finds it on the Hub, reads why instead of a bare "unsupported".
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,17 @@ class ModelFamily:
         build = getattr(module, "config_from_gguf", None)
         return None if build is None else build(settings)
 
+    def folder_tensor_pattern(self) -> re.Pattern | None:
+        """The folder tensors the family's module maps to the shared names itself
+        (FOLDER_TENSORS: gpt-oss's fused experts), or None where a folder's names are those."""
+        return getattr(importlib.import_module(f"engine.models.{self.module}"),
+                       "FOLDER_TENSORS", None)
+
+    def folder_weights(self, config: PretrainedConfig, tensors: dict) -> dict:
+        """Those tensors (`folder_tensor_pattern`'s) under the shared names."""
+        return importlib.import_module(f"engine.models.{self.module}").folder_weights(config,
+                                                                                     tensors)
+
 
 FAMILIES: tuple[ModelFamily, ...] = (
     # Mistral's GGUF files say "llama".
@@ -54,6 +66,9 @@ FAMILIES: tuple[ModelFamily, ...] = (
                 "Gemma 4 dense text models: E2B, E4B, 31B"),
     ModelFamily("Phi-3", "phi3", ("phi3",), ("phi3",), "Phi-3/3.5-mini, Phi-4-mini"),
     ModelFamily("SmolLM3", "smollm3", ("smollm3",), ("smollm3",), "SmolLM3"),
+    ModelFamily("Qwen3-MoE", "qwen3_moe", ("qwen3_moe", "qwen2_moe"), (),
+                "Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen1.5-MoE, Qwen2-57B-A14B"),
+    ModelFamily("Mixtral", "mixtral", ("mixtral",), (), "Mixtral 8x7B, 8x22B"),
 )
 
 # Known families the engine does not run yet: the reason shown in words.
@@ -61,8 +76,8 @@ MIXTURE_OF_EXPERTS = "mixture-of-experts: not yet"
 _HYBRID = "hybrid attention and state-space layers: not yet"
 _VISION = "vision-language model: not yet"
 NOT_YET: dict[str, str] = {
-    **dict.fromkeys(("qwen2_moe", "qwen2moe", "qwen3_moe", "qwen3moe", "gpt_oss", "gpt-oss",
-                     "mixtral", "deepseek_v2", "deepseek2", "deepseek_v3", "olmoe",
+    **dict.fromkeys(("qwen2moe", "qwen3moe", "gpt_oss", "gpt-oss", "deepseek_v2", "deepseek2",
+                     "deepseek_v3", "olmoe",
                      "granitemoe", "phimoe", "llama4", "dbrx", "glm4_moe", "glm4moe"),
                     MIXTURE_OF_EXPERTS),
     **dict.fromkeys(("qwen3_next", "qwen3next", "qwen3_5", "qwen35", "qwen3_5_moe", "qwen35moe",

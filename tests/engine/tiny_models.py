@@ -26,7 +26,7 @@ TINY_VARIANTS = (*TINY_MODEL_TYPES, "qwen3-tied", "llama3-rope")
 # The families of issue 52, also converted to GGUF by llama.cpp and recorded against it
 # (tests/engine/data/llama_cpp/). Apart from TINY_VARIANTS until the engine runs them.
 FAMILY_VARIANTS = ("gemma2", "gemma3", "gemma3-query-scalar", "gemma4", "gemma4-e2b", "phi3", "phi3-longrope",
-                   "smollm3")
+                   "smollm3", "qwen3moe", "qwen3moe-dense-layers", "qwen2moe", "mixtral")
 
 _MODEL_CLASSES = {
     "llama": transformers.LlamaForCausalLM,
@@ -38,6 +38,9 @@ _MODEL_CLASSES = {
     "gemma4_text": transformers.Gemma4ForCausalLM,
     "phi3": transformers.Phi3ForCausalLM,
     "smollm3": transformers.SmolLM3ForCausalLM,
+    "qwen3_moe": transformers.Qwen3MoeForCausalLM,
+    "qwen2_moe": transformers.Qwen2MoeForCausalLM,
+    "mixtral": transformers.MixtralForCausalLM,
 }
 # Llama is tied like SmolLM2; qwen2 (q/k/v bias) and mistral exercise a separate lm_head.
 # The rope thetas differ so that reading the wrong one shows up in parity tests.
@@ -125,6 +128,27 @@ _VARIANTS = {
     "gemma3-query-scalar": {"based_on": "gemma3", "query_pre_attn_scalar": 48},
     # SmolLM3: layer 3 of 4 has no RoPE (transformers' and llama.cpp's every-4th rule).
     "smollm3": {"num_hidden_layers": 4, "tie_word_embeddings": True, "rope_theta": 2000000.0},
+    # Qwen3-30B-A3B's layout, smaller: 16 experts of width 32, each token to 4, renormalised;
+    # every layer sparse, as llama.cpp's converter wants.
+    "qwen3moe": {"model_type": "qwen3_moe", "num_hidden_layers": 3, "head_dim": 32,
+                 "num_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 32,
+                 "norm_topk_prob": True, "tie_word_embeddings": False, "rope_theta": 1000000.0},
+    # ...and dense layers among the sparse ones: every second layer sparse
+    # (decoder_sparse_step 2: 1, 3, 5) but layer 3 (mlp_only_layers), the dense ones 128 wide;
+    # 8 experts, top 2, not renormalised.
+    "qwen3moe-dense-layers": {"based_on": "qwen3moe", "num_hidden_layers": 6, "num_experts": 8,
+                              "num_experts_per_tok": 2, "norm_topk_prob": False,
+                              "decoder_sparse_step": 2, "mlp_only_layers": [3]},
+    # Qwen1.5-MoE's layout: q/k/v biases, 8 experts of width 32, top 2 (not renormalised), and
+    # a shared expert 48 wide behind its sigmoid gate.
+    "qwen2moe": {"model_type": "qwen2_moe", "num_hidden_layers": 3, "num_experts": 8,
+                 "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                 "shared_expert_intermediate_size": 48, "tie_word_embeddings": False,
+                 "rope_theta": 1000000.0},
+    # Mixtral's layout: 8 experts of width 64 (intermediate_size), top 2, renormalised.
+    "mixtral": {"num_hidden_layers": 3, "num_local_experts": 8, "num_experts_per_tok": 2,
+                "intermediate_size": 64, "tie_word_embeddings": False, "sliding_window": None,
+                "rope_theta": 1000000.0},
 }
 # Released checkpoints of these variants keep rope_theta and rope_scaling at the top level of
 # config.json (transformers 4.x's layout); the saved folder is rewritten that way.

@@ -190,6 +190,6 @@ def test_the_kv_cache_of_a_gemma3_shaped_config_counts_its_windowed_layers_windo
     assert kv_cache_bytes(GEMMA3_CONFIG, config) < 0.3 * model_kv_cache_bytes(all_global, config)
 
 
-@pytest.mark.parametrize("config_json", [None, {}, {"model_type": "qwen3_moe"}, [1]])
+@pytest.mark.parametrize("config_json", [None, {}, {"model_type": "deepseek_v3"}, [1]])
 def test_without_a_config_pagoda_reads_the_kv_cache_is_the_cap(config_json):
     assert kv_cache_bytes(config_json, EngineConfig()) == AUTO_KV_CACHE_LIMIT

@@ -234,7 +234,7 @@ def test_unsupported_architecture_names_model_type_and_supported_ones(model_copy
 def test_a_family_not_run_yet_is_refused_with_the_reason(model_copy):
     config_file = model_copy / "config.json"
     config = json.loads(config_file.read_text())
-    config["model_type"] = "qwen3_moe"
+    config["model_type"] = "deepseek_v3"
     config_file.write_text(json.dumps(config))
     with pytest.raises(ModelLoadError, match="mixture-of-experts: not yet"):
         load_model(model_copy)

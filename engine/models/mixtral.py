@@ -1,0 +1,42 @@
+"""The Mixtral family (Mixtral 8x7B, 8x22B): Mistral's layers with a sparse MLP in every layer.
+A router picks each token's top `num_experts_per_tok` of `num_local_experts` experts (each as
+wide as `intermediate_size`) by softmax, their weights renormalised to sum to 1. Mixtral's own
+checkpoints name them block_sparse_moe.gate and block_sparse_moe.experts.E.w1/w3/w2 (gate, up,
+down), which the loader reads under the shared names (engine/models/moe_folders.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from transformers import PretrainedConfig
+
+from engine.errors import ModelLoadError
+from engine.layers.mlp import activation_of
+from engine.models import llama, moe_folders
+from engine.models.architecture import DecoderArchitecture, MoESpec
+
+NAME = "Mixtral"  # its entry in engine/models/registry.py names the model types it covers
+
+FOLDER_TENSORS = moe_folders.FOLDER_TENSORS
+
+
+def architecture(config: PretrainedConfig) -> DecoderArchitecture:
+    return dataclasses.replace(llama.architecture(config), family=NAME, moe=_moe(config))
+
+
+def folder_weights(config: PretrainedConfig,
+                   tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return moe_folders.shared_names(tensors)
+
+
+def _moe(config: PretrainedConfig) -> MoESpec:
+    experts, top_k = config.num_local_experts, config.num_experts_per_tok
+    if not 0 < top_k <= experts:
+        raise ModelLoadError(
+            f"config.json routes each token to {top_k} (num_experts_per_tok) of {experts} "
+            "experts (num_local_experts). The model's settings are damaged.")
+    return MoESpec(
+        num_experts=experts, top_k=top_k, intermediate_size=config.intermediate_size,
+        sparse_layers=frozenset(range(config.num_hidden_layers)), renormalize=True,
+        activation=activation_of(config.hidden_act, NAME))

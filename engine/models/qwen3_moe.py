@@ -1,0 +1,56 @@
+"""The Qwen3-MoE family (Qwen3-30B-A3B, Qwen3-235B-A22B) and Qwen2-MoE before it (Qwen1.5-MoE,
+Qwen2-57B-A14B): Qwen3's (or Qwen2's) attention layers with sparse MLPs. A router picks each
+token's top `num_experts_per_tok` of `num_experts` experts by softmax, renormalised where
+`norm_topk_prob` says; layer i is sparse where i + 1 is a multiple of `decoder_sparse_step` and
+i is not in `mlp_only_layers` (those keep a dense MLP of `intermediate_size`). Qwen2-MoE adds a
+shared expert every token goes through, its output gated by a sigmoid."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from transformers import PretrainedConfig
+
+from engine.errors import ModelLoadError
+from engine.layers.mlp import activation_of
+from engine.models import llama, moe_folders
+from engine.models.architecture import DecoderArchitecture, MoESpec, sparse_layers
+
+NAME = "Qwen3-MoE"  # its entry in engine/models/registry.py names the model types it covers
+
+# Folders in transformers 5's own layout keep a layer's experts in two 3-D tensors.
+FOLDER_TENSORS = moe_folders.FOLDER_TENSORS
+
+
+def architecture(config: PretrainedConfig) -> DecoderArchitecture:
+    return dataclasses.replace(llama.architecture(config), family=NAME, moe=_moe(config))
+
+
+def folder_weights(config: PretrainedConfig,
+                   tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return moe_folders.shared_names(tensors)
+
+
+def _moe(config: PretrainedConfig) -> MoESpec:
+    layers, experts, top_k = (config.num_hidden_layers, config.num_experts,
+                              config.num_experts_per_tok)
+    if not 0 < top_k <= experts:
+        raise ModelLoadError(
+            f"config.json routes each token to {top_k} (num_experts_per_tok) of {experts} "
+            "experts (num_experts). The model's settings are damaged.")
+    every = config.decoder_sparse_step
+    dense = list(config.mlp_only_layers or [])
+    outside = [i for i in dense if not 0 <= i < layers]
+    if every < 1 or outside:
+        raise ModelLoadError(
+            f"config.json's decoder_sparse_step ({every}) or mlp_only_layers ({dense}) name no "
+            f"layers of its {layers}: a step of at least 1 and layers 0 to {layers - 1}. The "
+            "model's settings are damaged.")
+    shared = getattr(config, "shared_expert_intermediate_size", 0) or 0
+    return MoESpec(
+        num_experts=experts, top_k=top_k, intermediate_size=config.moe_intermediate_size,
+        sparse_layers=sparse_layers(layers, every, dense),
+        renormalize=bool(config.norm_topk_prob),
+        shared_expert_size=shared, shared_expert_gate=bool(shared),
+        activation=activation_of(config.hidden_act, NAME))
