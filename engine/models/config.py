@@ -140,6 +140,17 @@ def model_shape(config: transformers.PretrainedConfig,
         layer_intermediate=layer_intermediate(config))
 
 
+def routed_experts(config: transformers.PretrainedConfig, count_key: str) -> tuple[int, int]:
+    """A mixture of experts' (experts, experts a token goes to): `count_key` and
+    num_experts_per_tok, checked."""
+    experts, top_k = getattr(config, count_key), config.num_experts_per_tok
+    if not 0 < top_k <= experts:
+        raise ModelLoadError(
+            f"config.json routes each token to {top_k} (num_experts_per_tok) of {experts} "
+            f"experts ({count_key}). The model's settings are damaged.")
+    return experts, top_k
+
+
 def qkv_modules(arch: DecoderArchitecture, index: int) -> int:
     """How many of `names.qkv` layer `index` has: q alone where it reads another layer's KV
     cache, q and k where its values are its keys' projection, else all."""

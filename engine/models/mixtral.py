@@ -8,35 +8,22 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
 from transformers import PretrainedConfig
 
-from engine.errors import ModelLoadError
 from engine.layers.mlp import activation_of
 from engine.models import llama, moe_folders
 from engine.models.architecture import DecoderArchitecture, MoESpec
+from engine.models.config import routed_experts
 
 NAME = "Mixtral"  # its entry in engine/models/registry.py names the model types it covers
 
-FOLDER_TENSORS = moe_folders.FOLDER_TENSORS
+FOLDER_TENSORS, folder_weights = moe_folders.FOLDER_TENSORS, moe_folders.folder_weights
 
 
 def architecture(config: PretrainedConfig) -> DecoderArchitecture:
-    return dataclasses.replace(llama.architecture(config), family=NAME, moe=_moe(config))
-
-
-def folder_weights(config: PretrainedConfig,
-                   tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return moe_folders.shared_names(tensors)
-
-
-def _moe(config: PretrainedConfig) -> MoESpec:
-    experts, top_k = config.num_local_experts, config.num_experts_per_tok
-    if not 0 < top_k <= experts:
-        raise ModelLoadError(
-            f"config.json routes each token to {top_k} (num_experts_per_tok) of {experts} "
-            "experts (num_local_experts). The model's settings are damaged.")
-    return MoESpec(
+    experts, top_k = routed_experts(config, "num_local_experts")
+    moe = MoESpec(
         num_experts=experts, top_k=top_k, intermediate_size=config.intermediate_size,
         sparse_layers=frozenset(range(config.num_hidden_layers)), renormalize=True,
         activation=activation_of(config.hidden_act, NAME))
+    return dataclasses.replace(llama.architecture(config), family=NAME, moe=moe)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 
 import torch
+from transformers import PretrainedConfig
 
 from engine.errors import ModelLoadError
 from engine.models.architecture import EXPERTS, ROUTER
@@ -31,8 +32,10 @@ _MIXTRAL_MODULES = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj"}
 _FUSED = re.compile(r"(model\.layers\.\d+\.)mlp\.experts\.(gate_up_proj|down_proj)")
 
 
-def shared_names(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Tensors FOLDER_TENSORS matched, under the shared names."""
+def folder_weights(config: PretrainedConfig,
+                   tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Tensors FOLDER_TENSORS matched, under the shared names (the family modules' hook:
+    engine/models/registry.py)."""
     named: dict[str, torch.Tensor] = {}
     for name, tensor in tensors.items():
         if mixtral := _MIXTRAL.fullmatch(name):

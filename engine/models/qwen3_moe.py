@@ -9,36 +9,27 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
 from transformers import PretrainedConfig
 
 from engine.errors import ModelLoadError
 from engine.layers.mlp import activation_of
 from engine.models import llama, moe_folders
 from engine.models.architecture import DecoderArchitecture, MoESpec, sparse_layers
+from engine.models.config import routed_experts
 
 NAME = "Qwen3-MoE"  # its entry in engine/models/registry.py names the model types it covers
 
 # Folders in transformers 5's own layout keep a layer's experts in two 3-D tensors.
-FOLDER_TENSORS = moe_folders.FOLDER_TENSORS
+FOLDER_TENSORS, folder_weights = moe_folders.FOLDER_TENSORS, moe_folders.folder_weights
 
 
 def architecture(config: PretrainedConfig) -> DecoderArchitecture:
     return dataclasses.replace(llama.architecture(config), family=NAME, moe=_moe(config))
 
 
-def folder_weights(config: PretrainedConfig,
-                   tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return moe_folders.shared_names(tensors)
-
-
 def _moe(config: PretrainedConfig) -> MoESpec:
-    layers, experts, top_k = (config.num_hidden_layers, config.num_experts,
-                              config.num_experts_per_tok)
-    if not 0 < top_k <= experts:
-        raise ModelLoadError(
-            f"config.json routes each token to {top_k} (num_experts_per_tok) of {experts} "
-            "experts (num_experts). The model's settings are damaged.")
+    layers = config.num_hidden_layers
+    experts, top_k = routed_experts(config, "num_experts")
     every = config.decoder_sparse_step
     dense = list(config.mlp_only_layers or [])
     outside = [i for i in dense if not 0 <= i < layers]
