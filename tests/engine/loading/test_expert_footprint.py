@@ -2,10 +2,13 @@
 what one token reads (top_k of E experts); the fit check lets the mapped experts live in the page
 cache. Files here are real GGUF headers over a hole (tests/engine/moe_header_gguf.py)."""
 
+import json
 import logging
 
 import pytest
+import torch
 from gguf import GGMLQuantizationType as QType
+from safetensors.torch import save_file
 
 from engine.errors import ModelLoadError
 from engine.loading.expert_footprint import (
@@ -173,3 +176,34 @@ def test_shared_experts_and_routers_are_not_routed_experts():
                                           "model.layers.0.mlp.shared_expert.up_proj.weight",
                                           "model.layers.0.mlp.shared_experts.up_proj.weight",
                                           "model.layers.0.mlp.gate.weight"]))
+
+
+
+# Qwen3-MoE as transformers 5 writes its config.json (the expert count as num_local_experts):
+# every second layer sparse (1, 3, 5) but layer 3.
+FOLDER_CONFIG = {"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 128,
+                 "moe_intermediate_size": 32, "num_hidden_layers": 6, "num_attention_heads": 4,
+                 "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 256,
+                 "num_local_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 2,
+                 "mlp_only_layers": [3]}
+
+
+def test_a_folders_experts_are_counted_from_config_json_and_its_tensors(tmp_path):
+    experts = {f"model.layers.{i}.mlp.experts.{e}.{m}.weight": torch.zeros(shape)
+               for i in (1, 5) for e in range(8)
+               for m, shape in (("gate_proj", (32, 64)), ("up_proj", (32, 64)),
+                                ("down_proj", (64, 32)))}
+    others = {"model.embed_tokens.weight": torch.zeros(256, 64),
+              "model.layers.1.mlp.gate.weight": torch.zeros(8, 64),
+              "model.layers.1.mlp.shared_expert.up_proj.weight": torch.zeros(48, 64)}
+    save_file(experts | others, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps(FOLDER_CONFIG))
+
+    info = describe_headers(read_model_headers(tmp_path))
+
+    routed = 2 * 8 * 3 * 64 * 32
+    assert info.routing == ExpertRouting(8, 2)
+    assert routed == expert_parameters(FOLDER_CONFIG, info.routing)  # the Hub's count's view
+    assert info.num_parameters == routed + 256 * 64 + 8 * 64 + 48 * 64
+    assert info.num_active_parameters == info.num_parameters - routed * 6 // 8
+    assert info.mapped_bytes == 0  # a folder's experts are converted, and resident
