@@ -18,14 +18,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from engine.errors import ModelLoadError
+from engine.models.moe_gguf import MAX_EXPERTS
 
 # config.json's names for the number of routed experts and for top_k, by family: Qwen2/3-MoE,
 # Mixtral and gpt-oss, DeepSeek; every one of them says top_k as num_experts_per_tok (gpt-oss
 # also as experts_per_token).
 _EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 _EXPERTS_USED_KEYS = ("num_experts_per_tok", "experts_per_token")
-# Far beyond any model (DeepSeek-V3: 256, Qwen3-MoE: 128); a count past it is a damaged file.
-MAX_EXPERTS = 1 << 12
 
 
 @dataclass(slots=True, frozen=True)
