@@ -24,6 +24,10 @@ from engine.models.architecture import (
 
 # What a config may state per layer (transformers' per_layer_config: Gemma 4's global layers).
 _PER_LAYER_ATTRIBUTES = frozenset({"head_dim", "num_key_value_heads"})
+# A mixture of experts' bounds (llama.cpp's LLAMA_MAX_EXPERTS a layer): each expert of each layer
+# is three weights by name, named before any is read.
+MAX_EXPERTS = 1024
+MAX_EXPERT_MATRICES = 1 << 16  # layers x experts
 
 
 def head_dim(config: transformers.PretrainedConfig) -> int:
@@ -142,12 +146,17 @@ def model_shape(config: transformers.PretrainedConfig,
 
 def routed_experts(config: transformers.PretrainedConfig, count_key: str) -> tuple[int, int]:
     """A mixture of experts' (experts, experts a token goes to): `count_key` and
-    num_experts_per_tok, checked."""
+    num_experts_per_tok, checked, and the experts bounded before a weight is named for each."""
     experts, top_k = getattr(config, count_key), config.num_experts_per_tok
     if not 0 < top_k <= experts:
         raise ModelLoadError(
             f"config.json routes each token to {top_k} (num_experts_per_tok) of {experts} "
             f"experts ({count_key}). The model's settings are damaged.")
+    if experts > MAX_EXPERTS or experts * config.num_hidden_layers > MAX_EXPERT_MATRICES:
+        raise ModelLoadError(
+            f"config.json has {experts} experts ({count_key}) in each of "
+            f"{config.num_hidden_layers} layers, more than Pagoda reads ({MAX_EXPERTS} a layer, "
+            f"{MAX_EXPERT_MATRICES} in all, as llama.cpp bounds them).")
     return experts, top_k
 
 

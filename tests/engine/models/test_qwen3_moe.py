@@ -109,9 +109,11 @@ def test_int4_quantization_keeps_the_routers_float(folders):
     ({"decoder_sparse_step": 0}, "decoder_sparse_step"),
     ({"mlp_only_layers": [7]}, "mlp_only_layers"),
     ({"num_experts_per_tok": 9}, "9 \\(num_experts_per_tok\\) of 8"),
+    ({"num_experts": 2048}, "2048 experts \\(num_experts\\) in each of 4 layers"),
+    ({"num_experts": 1000, "num_hidden_layers": 100}, "65536 in all"),
 ])
-def test_a_qwen_moe_config_naming_no_such_layers_or_experts_is_refused(settings, words):
-    config = transformers.Qwen3MoeConfig(num_hidden_layers=4, num_experts=8, **settings)
+def test_a_qwen_moe_config_naming_no_such_layers_or_too_many_experts_is_refused(settings, words):
+    config = transformers.Qwen3MoeConfig(**({"num_hidden_layers": 4, "num_experts": 8} | settings))
     with pytest.raises(ModelLoadError, match=words):
         architecture(config)
 
