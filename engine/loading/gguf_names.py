@@ -43,6 +43,8 @@ _LAYER_BY_ARCHITECTURE: dict[str, dict[str, str]] = {
                               "post_per_layer_input_norm": "post_norm"},
     # Phi-3's fused q/k/v and gate/up matrices, as one tensor each.
     "phi3": {"self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"},
+    # gpt-oss's norm before the MLP, and its attention sinks (a parameter without a suffix).
+    "gpt-oss": {"post_attention_layernorm": "post_attention_norm", "self_attn.sinks": "attn_sinks"},
 }
 # The layer modules every file of an architecture holds (biases and a separate output matrix
 # vary, and are checked against the config later).
@@ -81,6 +83,7 @@ _NEEDED_MODULES: dict[str, tuple[str, ...]] = {
     # Every layer sparse, as llama.cpp runs these (it reads no dense layers from such a file).
     "qwen3moe": _sparse(_LLAMA_MODULES + _QK_NORMS),
     "qwen2moe": _sparse(_LLAMA_MODULES) + _SHARED_EXPERT,
+    "gpt-oss": _sparse(_LLAMA_MODULES) + ("self_attn.sinks",),
 }
 # llama.cpp's converter interleaves the rotary halves of each q and k head for these
 # architectures (Llama's own RoPE kernel pairs neighbours); the loader turns them back.

@@ -51,6 +51,9 @@ class LayerNames:
     # A scalar the layer's output is multiplied by (Gemma 4's layer_scalar; a parameter without
     # a ".weight" suffix).
     layer_scalar: str | None = None
+    # Attention sinks (gpt-oss's self_attn.sinks, no ".weight" suffix either): a logit per query
+    # head that joins the softmax's denominator and weighs no value.
+    sinks: str | None = None
     # Per-layer embeddings (Gemma 4's E2B/E4B): the layer's output through a gate to the
     # per-layer width, times the token's per-layer input, projected back and normed, added.
     per_layer_gate: str | None = None

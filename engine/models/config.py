@@ -225,6 +225,8 @@ def _layer_weight_shapes(arch: DecoderArchitecture, index: int) -> dict[str, tup
             shapes[f"{layer}.{module}.weight"] = (width,)
     if names.layer_scalar is not None:
         shapes[f"{layer}.{names.layer_scalar}"] = (1,)
+    if names.sinks is not None:
+        shapes[f"{layer}.{names.sinks}"] = (s.num_heads,)
     return shapes
 
 

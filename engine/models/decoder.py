@@ -303,7 +303,9 @@ class DecoderForCausalLM:
             q_norm=norm(names.q_norm), k_norm=None if kv_from is not None else norm(names.k_norm),
             v_norm=(torch.ones(head_dim, dtype=placement.dtype, device=placement.device)
                     if arch.value_norm else None),
-            values_from_keys=kind.values_from_keys, softcap=arch.attention_softcap)
+            values_from_keys=kind.values_from_keys, softcap=arch.attention_softcap,
+            sinks=(None if names.sinks is None else  # fp32 as the softmax that reads them
+                   w[prefix + names.sinks].to(device=placement.device, dtype=torch.float32)))
         scalar = (None if names.layer_scalar is None else
                   w[prefix + names.layer_scalar].to(device=placement.device, dtype=placement.dtype))
         mlp = (self._sparse_mlp(w, prefix, linear, placement) if arch.is_sparse(index)

@@ -53,6 +53,8 @@ def not_covered(arch: DecoderArchitecture) -> str | None:
         return "mixture-of-experts layers"
     if arch.attention_softcap is not None:
         return "attention logit softcapping"
+    if arch.names.sinks is not None:
+        return "attention sinks"
     if (arch.names.q_norm is None) != (arch.names.k_norm is None):
         return "a query norm without a key norm, or the reverse"
     if arch.activation not in _ACTIVATIONS:

@@ -66,6 +66,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
                 "Gemma 4 dense text models: E2B, E4B, 31B"),
     ModelFamily("Phi-3", "phi3", ("phi3",), ("phi3",), "Phi-3/3.5-mini, Phi-4-mini"),
     ModelFamily("SmolLM3", "smollm3", ("smollm3",), ("smollm3",), "SmolLM3"),
+    ModelFamily("gpt-oss", "gpt_oss", ("gpt_oss",), ("gpt-oss",), "gpt-oss-20b, gpt-oss-120b"),
     ModelFamily("Qwen3-MoE", "qwen3_moe", ("qwen3_moe", "qwen2_moe"), (),
                 "Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen1.5-MoE, Qwen2-57B-A14B"),
     ModelFamily("Mixtral", "mixtral", ("mixtral",), (), "Mixtral 8x7B, 8x22B"),
@@ -76,7 +77,7 @@ MIXTURE_OF_EXPERTS = "mixture-of-experts: not yet"
 _HYBRID = "hybrid attention and state-space layers: not yet"
 _VISION = "vision-language model: not yet"
 NOT_YET: dict[str, str] = {
-    **dict.fromkeys(("qwen2moe", "qwen3moe", "gpt_oss", "gpt-oss", "deepseek_v2", "deepseek2",
+    **dict.fromkeys(("qwen2moe", "qwen3moe", "deepseek_v2", "deepseek2",
                      "deepseek_v3", "olmoe",
                      "granitemoe", "phimoe", "llama4", "dbrx", "glm4_moe", "glm4moe"),
                     MIXTURE_OF_EXPERTS),

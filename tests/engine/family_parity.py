@@ -41,6 +41,13 @@ def hf_logits(model, prompts: list[list[int]]) -> list[torch.Tensor]:
     return [model(torch.tensor([ids])).logits[0].float() for ids in prompts]
 
 
+def eager_hf_model(folder: Path, **config):
+    """transformers' fp32 model on its eager attention: the one that applies softcaps and
+    sinks. config: settings that override config.json's."""
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, attn_implementation="eager", **config).eval()
+
+
 @torch.no_grad()
 def round_matrices_to_fp16(model):
     """The model with each matrix as llama.cpp's f16 file holds it (norms stay fp32 there)."""

@@ -26,7 +26,8 @@ TINY_VARIANTS = (*TINY_MODEL_TYPES, "qwen3-tied", "llama3-rope")
 # The families of issue 52, also converted to GGUF by llama.cpp and recorded against it
 # (tests/engine/data/llama_cpp/). Apart from TINY_VARIANTS until the engine runs them.
 FAMILY_VARIANTS = ("gemma2", "gemma3", "gemma3-query-scalar", "gemma4", "gemma4-e2b", "phi3", "phi3-longrope",
-                   "smollm3", "qwen3moe", "qwen3moe-dense-layers", "qwen2moe", "mixtral")
+                   "smollm3", "gpt-oss", "qwen3moe", "qwen3moe-dense-layers", "qwen2moe",
+                   "mixtral")
 
 _MODEL_CLASSES = {
     "llama": transformers.LlamaForCausalLM,
@@ -38,6 +39,7 @@ _MODEL_CLASSES = {
     "gemma4_text": transformers.Gemma4ForCausalLM,
     "phi3": transformers.Phi3ForCausalLM,
     "smollm3": transformers.SmolLM3ForCausalLM,
+    "gpt_oss": transformers.GptOssForCausalLM,
     "qwen3_moe": transformers.Qwen3MoeForCausalLM,
     "qwen2_moe": transformers.Qwen2MoeForCausalLM,
     "mixtral": transformers.MixtralForCausalLM,
@@ -128,6 +130,16 @@ _VARIANTS = {
     "gemma3-query-scalar": {"based_on": "gemma3", "query_pre_attn_scalar": 48},
     # SmolLM3: layer 3 of 4 has no RoPE (transformers' and llama.cpp's every-4th rule).
     "smollm3": {"num_hidden_layers": 4, "tie_word_embeddings": True, "rope_theta": 2000000.0},
+    # gpt-oss as its 20B is built, smaller: layers 0 and 2 windowed (8 keys, so the window cuts
+    # into every test prompt), 1 and 3 full; 8 experts of width 32, top 2; sinks, biases and
+    # the released YaRN (factor 32 over 4,096 positions, base 150,000).
+    "gpt-oss": {"model_type": "gpt_oss", "num_hidden_layers": 4, "head_dim": 16,
+                "intermediate_size": 32, "num_local_experts": 8, "num_experts_per_tok": 2,
+                "sliding_window": 8, "tie_word_embeddings": False,
+                "max_position_embeddings": 4096,
+                "rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
+                                    "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                                    "original_max_position_embeddings": 4096}},
     # Qwen3-30B-A3B's layout, smaller: 16 experts of width 32, each token to 4, renormalised;
     # every layer sparse, as llama.cpp's converter wants.
     "qwen3moe": {"model_type": "qwen3_moe", "num_hidden_layers": 3, "head_dim": 32,

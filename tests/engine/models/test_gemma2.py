@@ -25,6 +25,7 @@ from tests.engine.family_parity import (
     FakeGGUFSettings,
     assert_gguf_tokenizer_is_the_folders,
     assert_same_argmax,
+    eager_hf_model,
     engine_logits,
     greedy_disagreements_with_llama_cpp,
     hf_logits,
@@ -50,11 +51,6 @@ def prompts(folder) -> list[list[int]]:
     ids = parity_prompts(transformers.AutoTokenizer.from_pretrained(folder))
     assert min(map(len, ids)) > WINDOW
     return ids
-
-
-def eager_hf_model(folder, **config):
-    return transformers.AutoModelForCausalLM.from_pretrained(
-        folder, dtype=torch.float32, attn_implementation="eager", **config).eval()
 
 
 @pytest.fixture(scope="module")
