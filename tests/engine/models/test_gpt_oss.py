@@ -193,7 +193,7 @@ def mxfp4_file(files, tmp_path_factory):
 
 def test_gpt_oss_mxfp4_experts_give_transformers_logits_on_gguf_pys_values(
         mxfp4_file, folder, prompts):
-    """Our MXFP4 reading, in place and dequantized, is gguf-py's to the bit."""
+    """Our MXFP4 decoding is gguf-py's: the model on it gives transformers' logits."""
     _assert_file_predicts_transformers_on_its_weights(mxfp4_file, folder, prompts)
 
 
