@@ -104,3 +104,14 @@ def test_q3_k_widens_its_largest_product_exactly():
     assert weight.q[0, :256].eq(-128).all()
     expected = torch.from_numpy(gguf.quants.dequantize(raw, QType.Q3_K))
     assert torch.equal(dequantize(weight), expected)
+
+
+def test_mxfp4_decodes_at_every_exponent_as_gguf_does():
+    """gpt-oss's experts: an e8m0 exponent per 32 values, from 2^-128 (a subnormal float32
+    scale) to 2^127 (whose larger values overflow to infinity, in gguf-py too)."""
+    raw = raw_rows(QType.MXFP4)  # 8 rows of 32 blocks: 256 blocks, one per exponent
+    raw.reshape(-1, 17)[:, 0] = np.arange(256, dtype=np.uint8)
+    with np.errstate(over="ignore"):
+        expected = gguf.quants.dequantize(raw, QType.MXFP4)
+        got = dequantize_rows(raw, QType.MXFP4)
+    assert np.array_equal(got.view(np.uint32), expected.view(np.uint32))
