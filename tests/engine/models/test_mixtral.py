@@ -41,7 +41,7 @@ def test_the_tiny_mixtral_folder_keeps_mixtrals_own_expert_names(folder):
 
 def test_mixtral_folder_predicts_transformers_next_token_at_every_position(
         folder, hf_model, prompts):
-    some = prompts[::2]
+    some = [prompts[0], prompts[6]]  # a chat in English, a raw text in code
     for i, (ours, theirs) in enumerate(zip(engine_logits(folder, some),
                                            hf_logits(hf_model, some), strict=True)):
         assert_same_argmax(ours, theirs, f"prompt {i}")

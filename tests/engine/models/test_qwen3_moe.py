@@ -41,7 +41,7 @@ def hf_model(folder):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_qwen_moe_folder_predicts_transformers_next_token_at_every_position(
         folders, prompts, variant):
-    some = prompts[::2]  # a chat and a raw text, each in English and code
+    some = [prompts[0], prompts[6]]  # a chat in English, a raw text in code (all 8: greedy)
     theirs = hf_logits(hf_model(folders[variant]), some)
     for i, (ours, reference) in enumerate(zip(engine_logits(folders[variant], some), theirs,
                                               strict=True)):
