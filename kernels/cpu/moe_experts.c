@@ -52,12 +52,13 @@ enum { MOE_Q4_0, MOE_Q8_0, MOE_MXFP4, MOE_Q4_K, MOE_Q5_K, MOE_Q6_K, MOE_IQ4_XS, 
        MOE_TYPES };
 enum { MOE_SILU = 0, MOE_SWIGLU_OAI = 1 };
 
-/* Values and bytes a block; super: a super-block of 8 blocks of 32 (activations per 256). */
-static const struct { int values, bytes, super, mins, halves; } TYPES[MOE_TYPES] = {
-    [MOE_Q4_0] = {32, Q4_0_BYTES, 0, 0, 0},     [MOE_Q8_0] = {32, Q8_0_BYTES, 0, 0, 0},
-    [MOE_MXFP4] = {32, MXFP4_BYTES, 0, 0, 0},   [MOE_Q4_K] = {256, Q4K_BYTES, 1, 1, 0},
-    [MOE_Q5_K] = {256, Q5K_BYTES, 1, 1, 0},     [MOE_Q6_K] = {256, Q6K_BYTES, 1, 0, 1},
-    [MOE_IQ4_XS] = {256, IQ4XS_BYTES, 1, 0, 0}, [MOE_Q3_K] = {256, Q3K_BYTES, 1, 0, 1},
+/* Values and bytes a block; super: a super-block of 8 blocks of 32 (activations per 256);
+ * mins: Q4_K's and Q5_K's - dmin m per block. */
+static const struct { int values, bytes, super, mins; } TYPES[MOE_TYPES] = {
+    [MOE_Q4_0] = {32, Q4_0_BYTES, 0, 0},     [MOE_Q8_0] = {32, Q8_0_BYTES, 0, 0},
+    [MOE_MXFP4] = {32, MXFP4_BYTES, 0, 0},   [MOE_Q4_K] = {256, Q4K_BYTES, 1, 1},
+    [MOE_Q5_K] = {256, Q5K_BYTES, 1, 1},     [MOE_Q6_K] = {256, Q6K_BYTES, 1, 0},
+    [MOE_IQ4_XS] = {256, IQ4XS_BYTES, 1, 0}, [MOE_Q3_K] = {256, Q3K_BYTES, 1, 0},
 };
 
 #define SUB_BLOCKS 8
