@@ -8,8 +8,9 @@ followed by JSON arguments that fit NAME's parameters; under a response format (
 constraint) one final message `<|channel|>final<|message|>` whose text is what the constraint
 allows. The grammar then ends, so only a stop token may follow (`<|call|>`, `<|return|>`).
 A harmony turn ends at its first call, so "required" is exactly one call. The frame's tokens
-cannot come inside the analysis text or a JSON string (where the parser would take them for a
-frame); a string with a `pattern` or `format` is held to that alone (xgrammar's rule)."""
+cannot come inside the analysis text (the parser would take them for a frame). JSON strings are
+held to their schema alone: xgrammar can keep text out of a JSON string only by dropping the
+string's minLength and maxLength, and a model has no reason to write a frame token there."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def _call(name: str | None, parameters: dict) -> dict:
 
 
 def _json(schema: dict | str | None) -> dict:
-    return {"type": "json_schema", "json_schema": schema, "excludes": _FRAME_TOKENS}
+    return {"type": "json_schema", "json_schema": schema}
 
 
 def _text_format(constraint: StructuredOutputsParams) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import jsonschema
 import pytest
@@ -65,8 +66,7 @@ def follows(compiled, text: str) -> bool:
     (ANALYSIS + "<|channel|>final<|message|>" + ARGUMENTS, False),
     (ANALYSIS, False),
     ("Sure! " + CALL + ARGUMENTS, False),
-    # The frame's tokens, which the parser would read as frame, inside a string or the analysis.
-    (CALL + '{"location": "<|end|>", "unit": "celsius"}', False),
+    # A frame token inside the analysis, which the parser would read as a new message.
     (ANALYSIS.replace("weather", "<|channel|>final") + CALL + ARGUMENTS, False),
 ])
 def test_a_forced_call_allows_only_its_frame_with_valid_arguments(compiler, reply, allowed):
@@ -81,17 +81,17 @@ def allowed_tokens(matcher: xgr.GrammarMatcher, vocab_size: int) -> list[int]:
 
 
 def sampled_reply(compiled, rng: random.Random, max_tokens: int = 600) -> str:
-    """A reply drawn token by token from what the grammar allows, weighted toward the frame's
-    tokens and JSON's punctuation so it ends soon; its text as the detokenizer shows it."""
+    """A reply drawn token by token from what the grammar allows, weighted toward `<|end|>`
+    and JSON's punctuation so it ends soon; its text as the detokenizer shows it."""
     tokenizer = harmony_tokenizer()
     matcher = xgr.GrammarMatcher(compiled)
     stops = set(stop_token_ids())
-    special = set(tokenizer.all_special_ids)
+    end = tokenizer.convert_tokens_to_ids("<|end|>")
     punctuation = set(tokenizer.convert_tokens_to_ids(list('"{}:,')))
     written: list[int] = []
     for _ in range(max_tokens):
         choices = allowed_tokens(matcher, len(tokenizer))
-        weights = [40 if t in special else 10 if t in punctuation else 1 for t in choices]
+        weights = [40 if t == end else 10 if t in punctuation else 1 for t in choices]
         token = rng.choices(choices, weights)[0]
         assert matcher.accept_token(token)
         if token in stops:
@@ -100,17 +100,39 @@ def sampled_reply(compiled, rng: random.Random, max_tokens: int = 600) -> str:
     raise AssertionError(f"no stop token in {max_tokens} tokens: {tokenizer.decode(written)!r}")
 
 
+FORCED_CALL = re.compile(r"(<\|channel\|>analysis<\|message\|>(?:(?!<\|end\|>).)*"
+                         r"<\|end\|><\|start\|>assistant)?" + re.escape(CALL) + "(.*)",
+                         re.DOTALL)
+
+
 def test_every_reply_sampled_under_a_forced_call_is_that_call_with_fitting_arguments(compiler):
     compiled = compiler.compile(forced("get_weather"))
     rng = random.Random(0)
-    with_reasoning = 0
+    with_reasoning = read_back = 0
     for _ in range(12):
-        parts = HarmonyParser().parse(sampled_reply(compiled, rng))
-        assert parts.content is None
-        assert [c.name for c in parts.tool_calls] == ["get_weather"]
-        jsonschema.validate(json.loads(parts.tool_calls[0].arguments), WEATHER)
-        with_reasoning += parts.reasoning is not None
+        reply = sampled_reply(compiled, rng)
+        frame = FORCED_CALL.fullmatch(reply)
+        assert frame is not None, reply
+        jsonschema.validate(json.loads(frame[2]), WEATHER)
+        with_reasoning += frame[1] is not None
+        if "<|" not in frame[2]:  # a frame token in a JSON string is not excluded (see framed)
+            parts = HarmonyParser().parse(reply)
+            assert [(c.name, c.arguments) for c in parts.tool_calls] == [("get_weather",
+                                                                           frame[2])]
+            assert parts.content is None
+            read_back += 1
     assert 0 < with_reasoning < 12  # the analysis message may come or not
+    assert read_back
+
+
+def test_a_forced_call_holds_its_strings_to_their_lengths(compiler):
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"code": {"type": "string", "maxLength": 4}},
+        "required": ["code"]}}}]
+    compiled = compiler.compile(framed(None, ToolUse("named", tools, "f")))
+    header = CALL.replace("get_weather", "f")
+    assert follows(compiled, header + '{"code": "abcd"}')
+    assert not follows(compiled, header + '{"code": "abcde"}')
 
 
 def test_tool_choice_required_under_harmony_is_one_call_of_any_tool(compiler):
