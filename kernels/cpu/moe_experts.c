@@ -26,7 +26,8 @@
  *
  * Threads (OpenMP, torch's team): gate and up over (active expert, tile of intermediate rows),
  * the intermediate rows' quantization over rows, down over (active expert, tile of output
- * rows), then each row adds its experts' outputs in ascending expert id. A row's output thus
+ * rows), then each row adds its experts' outputs in ascending expert id (x is quantized
+ * before the team starts). A row's output thus
  * never depends on which other rows share the step, or on the thread count.
  *
  * Plain C with a C ABI; built with -fopenmp but linked without libgomp (kernels/cpu/native.py).
@@ -625,11 +626,12 @@ int moe_forward(int isa, const struct moe_layer *layer, const float *x, int m,
     int tiles_in = (layer->inter + UNIT_ROWS - 1) / UNIT_ROWS;
     int tiles_out = (layer->hidden + UNIT_ROWS - 1) / UNIT_ROWS;
     int gate_up_units = r.n_active * tiles_in, down_units = r.n_active * tiles_out;
+    /* x before the team starts: one barrier fewer (each waits for a thread a busy machine
+     * may have descheduled), for ~1 us a row */
+    for (int i = 0; i < m; i++)
+        quantize_row(isa, x_super, x + (size_t)i * layer->hidden, layer->hidden, &xq, i);
 #pragma omp parallel num_threads(n_threads) if (n_threads > 1)
     {
-#pragma omp for schedule(static)
-        for (int i = 0; i < m; i++)
-            quantize_row(isa, x_super, x + (size_t)i * layer->hidden, layer->hidden, &xq, i);
 #pragma omp for schedule(dynamic, 1)
         for (int u = 0; u < gate_up_units; u++)
             gate_up_unit(layer, gate_dot, up_dot, &xq, &r, r.active[u / tiles_in],

@@ -36,10 +36,10 @@ def _inter(kind: str) -> int:
     return 256 if BLOCKS[kind][0] == 256 else 96
 
 
-def _experts(kind: str, inter: int, biases: bool = False, seed: int = 0):
+def _experts(kind: str, inter: int, biases: bool = False, seed: int = 0, hidden: int = HIDDEN):
     """(gate, up, down) Projections of EXPERTS random experts of one type."""
     projections = []
-    for p, (n, k) in enumerate([(inter, HIDDEN), (inter, HIDDEN), (HIDDEN, inter)]):
+    for p, (n, k) in enumerate([(inter, hidden), (inter, hidden), (hidden, inter)]):
         rows = [_rows(kind, n, k, seed=100 * seed + 10 * p + e) for e in range(EXPERTS)]
         bias = [torch.randn(n, generator=torch.Generator().manual_seed(p * 7 + e)) * 0.1
                 for e in range(EXPERTS)] if biases else None
@@ -147,10 +147,11 @@ def test_layer_is_the_float_layer_on_its_int8_activations(moe, kind):
 
 
 def test_gpt_oss_clamped_swiglu_with_biases_is_the_float_layer(moe):
-    projections = _experts("MXFP4", 96, biases=True, seed=3)
+    """At gpt-oss's hidden width, 2880: whole blocks of 32, not of 256."""
+    projections = _experts("MXFP4", 96, biases=True, seed=3, hidden=2880)
     layer = moe.layer(*projections, activation="swiglu_oai", limit=7.0,
                       alpha=1.702)
-    x = activations(4, HIDDEN, seed=8) * 4  # gate values past the clamp at 7
+    x = activations(4, 2880, seed=8) * 4  # gate values past the clamp at 7
     ids, weights = _routing(4, seed=2)
     got = moe.forward(layer, x, ids, weights).double()
     want = _float_layer(moe, x, ids, weights, projections, "swiglu_oai")
