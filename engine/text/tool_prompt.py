@@ -26,7 +26,10 @@ def template_takes_tools(chat_template: str) -> bool:
 
 def template_messages(messages: Sequence[Mapping]) -> list[dict]:
     """Messages as chat templates read them: a call's arguments as a mapping (templates write
-    them with `tojson`; OpenAI sends them as JSON text) and no None content."""
+    them with `tojson`; OpenAI sends them as JSON text) and no None content. The reasoning
+    before a call is also `thinking`, where gpt-oss's template reads it (it keeps a call's
+    reasoning until an answer follows, and refuses a call message with both content and
+    thinking, so a call that came with text keeps its text alone)."""
     out = []
     for message in messages:
         m = dict(message)
@@ -34,6 +37,8 @@ def template_messages(messages: Sequence[Mapping]) -> list[dict]:
             m["content"] = ""
         if m.get("tool_calls"):
             m["tool_calls"] = [_with_parsed_arguments(call) for call in m["tool_calls"]]
+            if m.get("reasoning_content") and not m["content"]:
+                m.setdefault("thinking", m["reasoning_content"])
         out.append(m)
     return out
 

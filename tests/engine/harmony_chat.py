@@ -5,8 +5,8 @@ The tokenizer is byte-level with one token per byte and no merges, then the spec
 gpt-oss's tokenizer adds them (whole tokens, kept in the text with skip_special_tokens=False).
 The template is ours, written to the format (not gpt-oss's own): a system message that says the
 reasoning effort, as gpt-oss's template does from its `reasoning_effort` variable, the tools in a
-developer message, past calls to the commentary channel, and `<|start|>assistant` to open the
-reply."""
+developer message, past calls to the commentary channel after their reasoning (read from
+`thinking`, as gpt-oss's template reads it), and `<|start|>assistant` to open the reply."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ HARMONY_TEMPLATE = (
     "{{ tool.function.parameters | tojson }}{%- endfor %}<|end|>{%- endif %}"
     "{%- for message in messages %}"
     "{%- if message.role == 'assistant' and message.tool_calls %}"
+    "{%- if message.thinking %}<|start|>assistant<|channel|>analysis<|message|>"
+    "{{ message.thinking }}<|end|>{%- endif %}"
     "{%- for call in message.tool_calls %}<|start|>assistant to=functions."
     "{{ call.function.name }}<|channel|>commentary json<|message|>"
     "{{ call.function.arguments | tojson }}<|call|>{%- endfor %}"
