@@ -144,7 +144,7 @@ def _library_hub(tmp_path_factory):
                      {"model.safetensors": b"\0" * 64, "config.json": b"{}"}, downloads=900))
     # What the engine does not run: a family (as GGUF and as a folder), a tensor type.
     hub.add(FakeRepo(LIBRARY_MOE_REPO, ["gguf"], {"moe-Q4_K_M.gguf": b"\2" * 4096},
-                     downloads=7, architecture="qwen3moe"))
+                     downloads=7, architecture="deepseek2"))
     hub.add(FakeRepo(LIBRARY_MOE_FOLDER_REPO, ["safetensors", "deepseek_v3"],
                      {"model.safetensors": b"\0" * 64, "config.json": b"{}",
                       "tokenizer.json": b"{}"}, downloads=3, model_type="deepseek_v3"))

@@ -16,6 +16,8 @@ from engine.layers.mlp import activation_of
 from engine.models import llama, moe_folders
 from engine.models.architecture import DecoderArchitecture, MoESpec, sparse_layers
 from engine.models.config import routed_experts
+from engine.models.gguf_config import GGUFSettings
+from engine.models.moe_gguf import qwen2moe_config, qwen3moe_config
 
 NAME = "Qwen3-MoE"  # its entry in engine/models/registry.py names the model types it covers
 
@@ -25,6 +27,11 @@ FOLDER_TENSORS, folder_weights = moe_folders.FOLDER_TENSORS, moe_folders.folder_
 
 def architecture(config: PretrainedConfig) -> DecoderArchitecture:
     return dataclasses.replace(llama.architecture(config), family=NAME, moe=_moe(config))
+
+
+def config_from_gguf(settings: GGUFSettings) -> PretrainedConfig:
+    """A qwen3moe or qwen2moe file's config from its keys, routed as llama.cpp routes it."""
+    return (qwen2moe_config if settings.architecture == "qwen2moe" else qwen3moe_config)(settings)
 
 
 def _moe(config: PretrainedConfig) -> MoESpec:

@@ -67,7 +67,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily("Phi-3", "phi3", ("phi3",), ("phi3",), "Phi-3/3.5-mini, Phi-4-mini"),
     ModelFamily("SmolLM3", "smollm3", ("smollm3",), ("smollm3",), "SmolLM3"),
     ModelFamily("gpt-oss", "gpt_oss", ("gpt_oss",), ("gpt-oss",), "gpt-oss-20b, gpt-oss-120b"),
-    ModelFamily("Qwen3-MoE", "qwen3_moe", ("qwen3_moe", "qwen2_moe"), (),
+    ModelFamily("Qwen3-MoE", "qwen3_moe", ("qwen3_moe", "qwen2_moe"), ("qwen3moe", "qwen2moe"),
                 "Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen1.5-MoE, Qwen2-57B-A14B"),
     ModelFamily("Mixtral", "mixtral", ("mixtral",), (), "Mixtral 8x7B, 8x22B"),
 )
@@ -77,8 +77,7 @@ MIXTURE_OF_EXPERTS = "mixture-of-experts: not yet"
 _HYBRID = "hybrid attention and state-space layers: not yet"
 _VISION = "vision-language model: not yet"
 NOT_YET: dict[str, str] = {
-    **dict.fromkeys(("qwen2moe", "qwen3moe", "deepseek_v2", "deepseek2",
-                     "deepseek_v3", "olmoe",
+    **dict.fromkeys(("deepseek_v2", "deepseek2", "deepseek_v3", "olmoe",
                      "granitemoe", "phimoe", "llama4", "dbrx", "glm4_moe", "glm4moe"),
                     MIXTURE_OF_EXPERTS),
     **dict.fromkeys(("qwen3_next", "qwen3next", "qwen3_5", "qwen35", "qwen3_5_moe", "qwen35moe",

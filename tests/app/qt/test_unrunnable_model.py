@@ -13,7 +13,7 @@ from app.qt.main_window import GET_MODELS_ITEM
 def unrunnable(tmp_path_factory):
     folder = tmp_path_factory.mktemp("unrunnable")
     return {"mixture-of-experts: not yet":
-            write_tiny_gguf(folder / "moe.gguf", architecture="qwen3moe").path,
+            write_tiny_gguf(folder / "moe.gguf", architecture="deepseek2").path,
             "stored as TQ2_0, which Pagoda cannot read":
             write_tiny_gguf(folder / "tq.gguf", matrix_type=QType.TQ2_0).path}
 

@@ -60,7 +60,7 @@ def fake_hub(gguf_bytes):
     hub.add(FakeRepo(GGUF_REPO, ["gguf", "llama"], {**gguf_bytes, "README.md": b"# tiny\n"},
                      downloads=500, likes=7, architecture="llama"))
     hub.add(FakeRepo(MOE_REPO, ["gguf"], {"m-Q4_K_M.gguf": b"GGUF"}, downloads=800,
-                     architecture="qwen3moe"))
+                     architecture="deepseek2"))
     hub.add(FakeRepo("pagoda-test/tiny-olmoe-GGUF", ["gguf", "olmoe"], {"o-Q4_K_M.gguf": b"GGUF"},
                      downloads=1))  # the Hub did not read its header: only the tag tells
     hub.add(FakeRepo("pagoda-test/tiny-vl", ["safetensors", "qwen2_5_vl"],
@@ -110,7 +110,7 @@ def test_search_lists_what_the_engine_does_not_run_after_what_it_runs_with_the_r
                        "pagoda-test/tiny-bert": "not a model family Pagoda knows",
                        MOE_REPO: "mixture-of-experts: not yet",
                        "pagoda-test/tiny-olmoe-GGUF": "mixture-of-experts: not yet"}
-    assert [m.architecture for m in found[3:]] == ["qwen2_5_vl", None, "qwen3moe", "olmoe"]
+    assert [m.architecture for m in found[3:]] == ["qwen2_5_vl", None, "deepseek2", "olmoe"]
 
 
 def test_gemma3_gguf_files_run_where_a_gemma3_folder_is_vision_language(hub):

@@ -20,7 +20,7 @@ from engine.loading.model_info import read_model_headers
 def ggufs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("check")
     return {
-        "qwen3moe": write_tiny_gguf(folder / "moe.gguf", architecture="qwen3moe").path,
+        "deepseek2": write_tiny_gguf(folder / "moe.gguf", architecture="deepseek2").path,
         "qwen2vl": write_tiny_gguf(folder / "vl.gguf", architecture="qwen2vl").path,
         "bert": write_tiny_gguf(folder / "bert.gguf", architecture="bert").path,
         "TQ2_0": write_tiny_gguf(folder / "tq.gguf", matrix_type=QType.TQ2_0).path,
@@ -29,8 +29,8 @@ def ggufs(tmp_path_factory):
 
 
 @pytest.mark.parametrize(("file", "reason"), [
-    ("qwen3moe", "Unsupported architecture 'qwen3moe'"),
-    ("qwen3moe", "mixture-of-experts: not yet"),
+    ("deepseek2", "Unsupported architecture 'deepseek2'"),
+    ("deepseek2", "mixture-of-experts: not yet"),
     ("qwen2vl", "vision-language model: not yet"),
     ("bert", "not a model family Pagoda knows"),
     ("TQ2_0", "is stored as TQ2_0, which Pagoda cannot read"),
@@ -45,7 +45,7 @@ def test_a_gguf_of_a_family_or_type_pagoda_does_not_run_is_refused_with_the_reas
 
 def test_the_refusal_names_the_families_pagoda_runs(ggufs):
     with pytest.raises(ModelLoadError, match="Pagoda runs these families: Llama"):
-        refuse_unrunnable_model(ggufs["qwen3moe"])
+        refuse_unrunnable_model(ggufs["deepseek2"])
 
 
 def test_a_gguf_pagoda_runs_passes(ggufs):
@@ -121,7 +121,7 @@ def test_a_gguf_cut_inside_its_tensor_data_is_refused_naming_the_tensor(tmp_path
 
 def test_reading_the_headers_for_the_fit_check_refuses_the_same_files(ggufs):
     with pytest.raises(ModelLoadError, match="mixture-of-experts: not yet"):
-        read_model_headers(ggufs["qwen3moe"])
+        read_model_headers(ggufs["deepseek2"])
 
 
 def test_the_check_imports_neither_torch_nor_transformers():
