@@ -13,10 +13,12 @@ vocabulary matrices are a third of the real ones), then runs
 
     python bench/qwen3_moe_file.py --llama-quantize PATH/llama-quantize [--dir DIR] [--layers N]
 
-and prints the quantized file's path. Sizes at the default 4 layers: the float16 file 5.3 GB
-(deleted afterwards), Q4_K_M 1.5 GB; each layer adds 1.25 GB and 0.36 GB. The real model's 48
-layers would need a 59 GB float16 file on the way (17 GB as Q4_K_M). The router's random
-scores spread the tokens over the experts about evenly; the text it generates is noise.
+and prints the quantized file's path. Sizes at the default 4 layers: the float16 file 5.4 GB
+(deleted afterwards), Q4_K_M 1.65 GB (4.90 bits a weight: Q4_K with Q6_K in some layers' down
+experts, a Q6_K output matrix); each layer adds 1.25 GB and 0.38 GB. On the shared 2-core
+machine, busy, it took 25 minutes (6 to write, 19 for llama-quantize). The real model's 48
+layers would need a 60 GB float16 file on the way (about 18 GB as Q4_K_M). The router's
+random scores spread the tokens over the experts about evenly; the text it generates is noise.
 """
 
 from __future__ import annotations
