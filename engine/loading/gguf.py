@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import struct
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -410,7 +411,11 @@ def _repack_nibbles(qs: np.ndarray) -> np.ndarray:
 
 class _PlainArrayReader(gguf.GGUFReader):
     """GGUFReader over a plain ndarray view of its memory map: slicing an np.memmap runs Python
-    code per slice, which made reading a 49k-token vocabulary's header take 2 s instead of 0.5."""
+    code per slice, which made reading a 49k-token vocabulary's header take 2 s instead of 0.5.
+
+    Arrays of strings or numbers are split into the same parts gguf-py makes, but from one scan
+    of the string lengths and one view of the numbers, where gguf-py parses every item as a
+    field of its own: a 262k-token vocabulary (Gemma 3) took it 16-20 s, this about a second."""
 
     @property
     def data(self) -> np.ndarray:
@@ -419,6 +424,35 @@ class _PlainArrayReader(gguf.GGUFReader):
     @data.setter
     def data(self, value: np.ndarray) -> None:
         self._plain_data = value.view(np.ndarray)
+
+    def _get_field_parts(
+        self, orig_offs: int, raw_type: int,
+    ) -> tuple[int, list[np.ndarray], list[int], list[gguf.GGUFValueType]]:
+        if raw_type != gguf.GGUFValueType.ARRAY or self.byte_order != "I":
+            return super()._get_field_parts(orig_offs, raw_type)
+        item_type, count = self._get(orig_offs, np.uint32), self._get(orig_offs + 4, np.uint64)
+        kind, start = gguf.GGUFValueType(item_type[0]), orig_offs + 12
+        if count[0] == 0 or kind == gguf.GGUFValueType.ARRAY:
+            return super()._get_field_parts(orig_offs, raw_type)
+        if kind == gguf.GGUFValueType.STRING:  # parts: each string's length, then its bytes
+            items, end = self._string_parts(start, int(count[0]))
+            data = list(range(3, 2 + len(items), 2))
+        else:
+            values = self._get(start, self.gguf_scalar_to_np[kind], count[0])
+            items, end = [values[i:i + 1] for i in range(len(values))], start + values.nbytes
+            data = list(range(2, 2 + len(items)))
+        return end - orig_offs, [item_type, count, *items], data, [gguf.GGUFValueType.ARRAY, kind]
+
+    def _string_parts(self, offset: int, count: int) -> tuple[list[np.ndarray], int]:
+        """Each string's length (a one-item uint64 view) and bytes, as gguf-py's parts, and the
+        offset after the last; check_gguf_header has bounded every length by the file's size."""
+        data, buffer = self.data, memoryview(self.data)
+        parts: list[np.ndarray] = []
+        for _ in range(count):
+            length = struct.unpack_from("=Q", buffer, offset)[0]
+            parts += (data[offset:offset + 8].view(np.uint64), data[offset + 8:offset + 8 + length])
+            offset += 8 + length
+        return parts, offset
 
 
 def open_gguf_reader(path: Path) -> gguf.GGUFReader:
