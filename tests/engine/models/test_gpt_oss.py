@@ -32,7 +32,11 @@ from tests.engine.family_parity import (
     greedy_disagreements_with_llama_cpp,
     hf_logits,
 )
-from tests.engine.llama_cpp_converter import convert_tiny_variants, mxfp4_experts_file
+from tests.engine.llama_cpp_converter import (
+    convert_tiny_variants,
+    mxfp4_experts_file,
+    quantize_with_llama_cpp,
+)
 from tests.engine.llama_cpp_references import llama_cpp_records
 from tests.engine.models.test_parity import NUM_THREADS, assert_greedy_parity, parity_prompts
 
@@ -138,15 +142,17 @@ def truncated_yarn_model(folder):
 
 @torch.no_grad()
 def _set_weights_from_gguf(model, gguf_file) -> None:
-    """The model's matrices as the file holds them: f16 where it keeps them so, its experts as
-    gguf-py dequantizes them (biases, norms, sinks and routers are float32 in the file, as in
-    the folder)."""
-    for name, parameter in model.named_parameters():
-        if parameter.ndim == 2 and "router" not in name and not name.endswith("_bias"):
-            parameter.copy_(parameter.half().float())
+    """The model's matrices as gguf-py dequantizes the file's (biases, norms, sinks and routers
+    are float32 in the file, as in the folder)."""
     tensors = {t.name: torch.from_numpy(np.array(gguf.quants.dequantize(t.data, t.tensor_type)))
-               for t in gguf.GGUFReader(gguf_file).tensors if "_exps.weight" in t.name}
+               for t in gguf.GGUFReader(gguf_file).tensors if t.name.endswith("weight")
+               and t.tensor_type != gguf.GGMLQuantizationType.F32}
+    model.model.embed_tokens.weight.copy_(tensors["token_embd.weight"])
+    model.lm_head.weight.copy_(tensors["output.weight"])
     for i, layer in enumerate(model.model.layers):
+        for module, name in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"),
+                             ("o_proj", "attn_output")):
+            getattr(layer.self_attn, module).weight.copy_(tensors[f"blk.{i}.{name}.weight"])
         experts = layer.mlp.experts
         gate, up, down = (tensors[f"blk.{i}.ffn_{kind}_exps.weight"]
                           for kind in ("gate", "up", "down"))
@@ -195,6 +201,14 @@ def test_gpt_oss_mxfp4_experts_give_transformers_logits_on_gguf_pys_values(
         mxfp4_file, folder, prompts):
     """Our MXFP4 decoding is gguf-py's: the model on it gives transformers' logits."""
     _assert_file_predicts_transformers_on_its_weights(mxfp4_file, folder, prompts)
+
+
+def test_gpt_oss_mxfp4_moe_file_gives_transformers_logits_on_gguf_pys_values(
+        files, prompts, tmp_path):
+    """llama-quantize's MXFP4_MOE as released files hold it: MXFP4 experts, Q8_0 elsewhere."""
+    path = quantize_with_llama_cpp(files[1], tmp_path / "tiny-gpt-oss.MXFP4_MOE.gguf",
+                                   "MXFP4_MOE")
+    _assert_file_predicts_transformers_on_its_weights(path, files[0], prompts)
 
 
 def test_gpt_oss_mxfp4_experts_greedy_tokens_equal_llama_cpps(mxfp4_file):
