@@ -1,15 +1,17 @@
 """One mixture-of-experts layer's routed experts for a step, at Qwen3-30B-A3B's widths (hidden
-2048, 128 experts, 8 active, expert width 768, Q4_K blocks as a Q4_K_M file holds them): the
-in-place kernel (kernels/cpu/moe_experts.c through `CpuExpertsMethod`) beside the default
+2048, 128 experts, 8 active, expert width 768, Q4_K blocks as a Q4_K_M file holds them) or
+gpt-oss-20b's (`--shape gpt-oss-20b`: hidden and width 2880, 32 experts, 4 active, MXFP4,
+its clamped SwiGLU): the in-place kernel (kernels/cpu/moe_experts.c through `CpuExpertsMethod`) beside the default
 grouped method (each active expert once on its rows, through the linear methods on the experts'
 decoded int4 layout: q4_gemv where it loads, else torch's int4 kernel).
 
 Not a test: run it on a quiet machine, then copy the table into docs/KERNELS.md.
 
-    .venv/bin/python bench/moe_experts.py [--rows 1 8] [--rounds 5] [--experts 128]
+    .venv/bin/python bench/moe_experts.py [--shape qwen3-30b-a3b] [--rows 1 8] [--rounds 5]
+                                          [--experts N] [--threads N] [--no-grouped]
 
 Each call gets another random routing (of ROUTINGS, cycled), so the experts it reads come from
-memory as a decode step's do (one layer's 128 experts are 340 MB). GB/s: the bytes of the
+memory as a decode step's do (one layer's 128 Q4_K experts are 340 MB). GB/s: the bytes of the
 distinct experts a call reads (gate, up and down blocks), over its best time (a shared
 machine's median is its neighbours' as much as ours; both are printed).
 """
@@ -20,7 +22,7 @@ import argparse
 import statistics
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -39,28 +41,50 @@ from engine.quantization.cpu_q4 import load_q4_context
 from engine.quantization.expert_weights import expert_weight
 from kernels.kernel_ops import TORCH_OPS
 
-HIDDEN, WIDTH, TOP_K = 2048, 768, 8
-Q4_K_BYTES = 144
 ROUTINGS = 16
 
 
-def random_q4_k(rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
-    """Random Q4_K rows: random nibbles, scales and mins, small fp16 d and dmin."""
-    blocks = rng.integers(0, 256, size=(rows, cols // 256, Q4_K_BYTES), dtype=np.uint8)
-    for at in (0, 2):
+@dataclass(frozen=True)
+class Shape:
+    hidden: int
+    width: int
+    experts: int
+    top_k: int
+    kind: str
+    activation: ExpertActivation
+
+
+SHAPES = {
+    "qwen3-30b-a3b": Shape(2048, 768, 128, 8, "Q4_K", ExpertActivation()),
+    "gpt-oss-20b": Shape(2880, 2880, 32, 4, "MXFP4",
+                         ExpertActivation("swiglu_oai", limit=7.0, alpha=1.702)),
+}
+# (values, bytes) a block
+BLOCKS = {"Q4_K": (256, 144), "MXFP4": (32, 17)}
+
+
+def random_blocks(kind: str, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    """Random rows: random codes, scales and mins; Q4_K's fp16 d and dmin small, MXFP4's
+    exponents 2^-8..2^-3."""
+    values, size = BLOCKS[kind]
+    blocks = rng.integers(0, 256, size=(rows, cols // values, size), dtype=np.uint8)
+    if kind == "MXFP4":
+        blocks[..., 0] = rng.integers(120, 126, size=blocks.shape[:2], dtype=np.uint8)
+    for at in (0, 2) if kind == "Q4_K" else ():
         d = rng.uniform(1e-3, 4e-3, size=blocks.shape[:2]).astype(np.float16)
         blocks[..., at:at + 2] = d[..., None].view(np.uint8)
     return blocks.reshape(rows, -1)
 
 
-def experts(count: int) -> list[ExpertWeights]:
+def experts(shape: Shape, count: int) -> list[ExpertWeights]:
     rng = np.random.default_rng(0)
-    return [ExpertWeights(*(expert_weight(random_q4_k(n, k, rng), "Q4_K")
-                            for n, k in ((WIDTH, HIDDEN), (WIDTH, HIDDEN), (HIDDEN, WIDTH))))
-            for _ in range(count)]
+    sizes = ((shape.width, shape.hidden), (shape.width, shape.hidden),
+             (shape.hidden, shape.width))
+    return [ExpertWeights(*(expert_weight(random_blocks(shape.kind, n, k, rng), shape.kind)
+                            for n, k in sizes)) for _ in range(count)]
 
 
-def grouped(weights: list[ExpertWeights]) -> GroupedExperts:
+def grouped(weights: list[ExpertWeights], activation: ExpertActivation) -> GroupedExperts:
     """The default method as the engine builds it on this CPU (q4_gemv for every step where
     it loads)."""
     q4 = load_q4_context()
@@ -70,18 +94,21 @@ def grouped(weights: list[ExpertWeights]) -> GroupedExperts:
         placement = replace(placement, cpu_int4_policy=CpuPathPolicy())
     built = [Expert(make_fused_linear([w.gate, w.up], None, placement),
                     make_linear(w.down, None, placement)) for w in weights]
-    return GroupedExperts(built, ExpertActivation(), TORCH_OPS)
+    return GroupedExperts(built, activation, TORCH_OPS)
 
 
-def time_method(method, rows: int, count: int, rounds: int) -> tuple[float, float, float]:
+def time_method(method, shape: Shape, rows: int, count: int,
+                rounds: int) -> tuple[float, float, float]:
     """(best and median seconds a call, median bytes a call reads)."""
     g = torch.Generator().manual_seed(rows)
     steps = []
     for _ in range(ROUTINGS):
-        ids = torch.stack([torch.randperm(count, generator=g)[:TOP_K] for _ in range(rows)])
-        weights = torch.softmax(torch.randn(rows, TOP_K, generator=g), dim=-1)
-        steps.append((torch.randn(rows, HIDDEN, generator=g), weights, ids))
-    expert_bytes = 3 * WIDTH * HIDDEN // 256 * Q4_K_BYTES
+        ids = torch.stack([torch.randperm(count, generator=g)[:shape.top_k]
+                           for _ in range(rows)])
+        weights = torch.softmax(torch.randn(rows, shape.top_k, generator=g), dim=-1)
+        steps.append((torch.randn(rows, shape.hidden, generator=g), weights, ids))
+    values, size = BLOCKS[shape.kind]
+    expert_bytes = 3 * shape.width * shape.hidden // values * size
     method.apply(*steps[0])
     times, reads = [], []
     for _ in range(rounds):
@@ -95,26 +122,33 @@ def time_method(method, rows: int, count: int, rounds: int) -> tuple[float, floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=SHAPES, default="qwen3-30b-a3b")
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--experts", type=int, default=128)
+    parser.add_argument("--experts", type=int, help="fewer experts than the model's")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--no-grouped", action="store_true", help="the kernel alone")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    weights = experts(args.experts)
-    methods = {"moe_experts (in place)": in_place_experts(weights, "silu")}
+    shape = SHAPES[args.shape]
+    count = args.experts or shape.experts
+    weights = experts(shape, count)
+    act = shape.activation
+    methods = {"moe_experts (in place)": in_place_experts(weights, act.name, act.limit,
+                                                          act.alpha)}
     if methods["moe_experts (in place)"] is None:
         raise SystemExit("kernels/cpu/moe_experts.c did not build here")
     start = time.perf_counter()
-    methods["grouped (decoded)"] = grouped(weights)
-    print(f"{cpu_name()}, {args.threads} threads; {args.experts} Q4_K experts "
-          f"({HIDDEN} x {WIDTH}), top {TOP_K}; grouped method built in "
+    if not args.no_grouped:
+        methods["grouped (decoded)"] = grouped(weights, act)
+    print(f"{cpu_name()}, {args.threads} threads; {count} {shape.kind} experts "
+          f"({shape.hidden} x {shape.width}), top {shape.top_k}; grouped method built in "
           f"{time.perf_counter() - start:.1f} s")
     print("| rows | method | ms a call, best | median | MB read | GB/s (best) |")
     print("|---|---|---|---|---|---|")
     for rows in args.rows:
         for name, method in methods.items():
-            best, median, read = time_method(method, rows, args.experts, args.rounds)
+            best, median, read = time_method(method, shape, rows, count, args.rounds)
             print(f"| {rows} | {name} | {best * 1e3:.2f} | {median * 1e3:.2f} | "
                   f"{read / 1e6:.1f} | {read / best / 1e9:.1f} |", flush=True)
 
