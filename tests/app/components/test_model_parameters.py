@@ -9,7 +9,7 @@ import pytest
 from app.backends.hub import repository
 from app.components.model_choices import ModelChoice
 from app.components.model_library import file_choices, parameter_counts
-from engine.loading.model_info import ModelInfo, _read_gguf, describe_headers
+from engine.loading.model_info import ModelInfo, describe_headers, read_model_headers
 from tests.engine.fake_hub import FakeHub, FakeRepo, served, use_hub
 from tests.engine.moe_header_gguf import QWEN3_30B_A3B, write_moe_header_gguf
 
@@ -40,7 +40,7 @@ def hub(fake_hub, monkeypatch, tmp_path) -> FakeHub:
 
 def test_a_30b_a3b_files_picker_entry_says_30_5b_and_3_4b_active(tmp_path):
     path = write_moe_header_gguf(tmp_path / "a3b.gguf", QWEN3_30B_A3B)
-    info = describe_headers(_read_gguf(path))
+    info = describe_headers(read_model_headers(path))
 
     choice = ModelChoice(str(path), info.name, info, size_bytes=path.stat().st_size)
 
