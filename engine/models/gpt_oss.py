@@ -32,7 +32,7 @@ from engine.models.architecture import (
     LayerNames,
     MoESpec,
 )
-from engine.models.config import head_dim, model_shape
+from engine.models.config import head_dim, model_shape, routed_experts
 from engine.models.gguf_config import GGUFSettings, count, llama_shape, scaled_rope
 from engine.models.moe_gguf import expert_settings
 
@@ -53,9 +53,9 @@ FOLDER_TENSORS = re.compile(
 def architecture(config: PretrainedConfig) -> DecoderArchitecture:
     shape = model_shape(config)
     bias = bool(getattr(config, "attention_bias", True))
+    experts, top_k = routed_experts(config, "num_local_experts")
     moe = MoESpec(
-        num_experts=config.num_local_experts, top_k=config.num_experts_per_tok,
-        intermediate_size=config.intermediate_size,
+        num_experts=experts, top_k=top_k, intermediate_size=config.intermediate_size,
         sparse_layers=frozenset(range(shape.num_layers)), softmax_after_top_k=True,
         router_bias=True, expert_bias=True, activation="swiglu_oai",
         swiglu_limit=float(config.swiglu_limit), swiglu_alpha=float(config.swiglu_alpha))

@@ -121,6 +121,18 @@ def test_gpt_oss_architecture_reads_windows_sinks_biases_and_its_experts(folder)
     assert dict(arch.ropes["default"].parameters)["rope_type"] == "yarn"
 
 
+@pytest.mark.parametrize(("settings", "words"), [
+    ({"num_local_experts": 10 ** 7}, "more than Pagoda reads"),
+    ({"num_experts_per_tok": 9}, "routes each token to 9"),
+])
+def test_a_config_of_impossible_experts_is_refused_in_words(folder, settings, words):
+    config = transformers.AutoConfig.from_pretrained(folder)
+    for key, value in settings.items():
+        setattr(config, key, value)
+    with pytest.raises(ModelLoadError, match=words):
+        architecture(config)
+
+
 def test_a_folder_whose_fused_experts_disagree_with_its_config_is_refused(folder, tmp_path):
     """The experts' tensors are sliced per expert at load: a wrong width is refused first."""
     copy = shutil.copytree(folder, tmp_path / "narrower")
