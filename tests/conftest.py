@@ -51,6 +51,21 @@ def tiny_gemma3_folder(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def moe_ggufs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    """{variant: (HF folder, llama.cpp's f16 GGUF of it)} of the tiny mixtures of experts
+    llama.cpp runs (LLAMA_CPP_MOE_VARIANTS), converted once a session in one converter process
+    (tens of seconds on a busy machine), for the families' tests and the window's."""
+    from tests.engine.llama_cpp_converter import (
+        LLAMA_CPP_MOE_VARIANTS,
+        convert_tiny_variants,
+        require_converter,
+    )
+
+    require_converter()
+    return convert_tiny_variants(tmp_path_factory.mktemp("llama-cpp-moe"), LLAMA_CPP_MOE_VARIANTS)
+
+
+@pytest.fixture(scope="session")
 def make_engine(default_model):
     """Build an LLMEngine over the already-loaded default model: make_engine(num_kv_blocks=64)."""
     from engine.config import EngineConfig

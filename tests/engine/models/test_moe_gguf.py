@@ -33,9 +33,7 @@ from tests.engine.family_parity import (
 )
 from tests.engine.llama_cpp_converter import (
     LLAMA_CPP_MOE_VARIANTS,
-    convert_tiny_variants,
     quantize_with_llama_cpp,
-    require_converter,
 )
 from tests.engine.llama_cpp_references import llama_cpp_records, sha256
 from tests.engine.models.test_parity import parity_prompts
@@ -114,14 +112,8 @@ def test_a_file_routing_otherwise_than_llama_cpp_runs_it_is_refused_in_words(
         build(_settings(architecture, tensors, **keys))
 
 
-# The files llama.cpp's converter writes of the tiny Qwen3-MoE and Mixtral
-
-
-@pytest.fixture(scope="module")
-def moe_ggufs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
-    """{variant: (HF folder, llama.cpp's f16 GGUF of it)}, converted once (one process)."""
-    require_converter()
-    return convert_tiny_variants(tmp_path_factory.mktemp("llama-cpp-moe"), LLAMA_CPP_MOE_VARIANTS)
+# The files llama.cpp's converter writes of the tiny Qwen3-MoE and Mixtral (`moe_ggufs`,
+# tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
