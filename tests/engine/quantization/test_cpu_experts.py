@@ -6,14 +6,14 @@ import dataclasses
 
 import pytest
 import torch
-from expert_blocks import expert_blocks
+from expert_blocks import expert_blocks, experts_reference
 
 from engine.layers.linear import Placement
 from engine.layers.moe import ExpertActivation, ExpertWeights, GroupedExperts, experts_method_for
+from engine.quantization import cpu_experts
 from engine.quantization.cpu_experts import CpuExpertsMethod
 from engine.quantization.expert_weights import expert_weight
 from engine.quantization.native_kernels import load_native
-from engine.quantization.tensors import dequantize
 from kernels.kernel_ops import TORCH_OPS
 
 HIDDEN, WIDTH, EXPERTS, TOP_K = 256, 256, 4, 2
@@ -42,22 +42,6 @@ def _experts(gate_kind: str = "Q4_K", down_kind: str = "Q6_K", biases: bool = Fa
     return experts
 
 
-def _reference(experts, activation: ExpertActivation, x, weights, ids):
-    """Each row alone, in float64, on the experts' dequantized values."""
-    out = torch.zeros(x.shape, dtype=torch.float64)
-    for r in range(x.shape[0]):
-        for s in range(ids.shape[1]):
-            w = experts[int(ids[r, s])]
-            g = x[r].double() @ dequantize(w.gate).double().T
-            u = x[r].double() @ dequantize(w.up).double().T
-            if w.gate_bias is not None:
-                g, u = g + w.gate_bias, u + w.up_bias
-            h = activation(torch.cat([g, u]).unsqueeze(0), TORCH_OPS)[0]
-            y = h @ dequantize(w.down).double().T
-            out[r] += float(weights[r, s]) * (y if w.down_bias is None else y + w.down_bias)
-    return out
-
-
 def _routing(m: int):
     g = torch.Generator().manual_seed(m)
     ids = torch.stack([torch.randperm(EXPERTS, generator=g)[:TOP_K] for _ in range(m)])
@@ -74,22 +58,23 @@ def test_in_place_experts_on_a_cpu_run_the_kernel_and_give_the_layers_output(kin
     assert isinstance(method, CpuExpertsMethod)
     x = torch.randn(5, HIDDEN, generator=torch.Generator().manual_seed(2))
     weights, ids = _routing(5)
-    got, want = method.apply(x, weights, ids).double(), _reference(experts, activation, x,
-                                                                   weights, ids)
+    got = method.apply(x, weights, ids).double()
+    want = experts_reference(experts, activation, x, weights, ids)
     assert ((got - want).norm(dim=-1) / want.norm(dim=-1)).max() < ROUNDING
 
 
 def test_where_our_kernels_do_not_run_the_same_experts_run_decoded():
     """A GPU's placement (or any not on PyTorch's CPU kernels) takes the grouped method on the
-    experts' decoded layout."""
+    experts' decoded layout where the fused Triton kernel does not serve them (GeLU experts)."""
     experts = _experts()
+    gelu = ExpertActivation("gelu_tanh")
     placement = dataclasses.replace(CPU, ops=dataclasses.replace(TORCH_OPS, name="triton"))
-    method = experts_method_for(experts, ExpertActivation(), placement)
+    method = experts_method_for(experts, gelu, placement)
     assert isinstance(method, GroupedExperts)
     x = torch.randn(3, HIDDEN, generator=torch.Generator().manual_seed(3))
     weights, ids = _routing(3)
-    got, want = method.apply(x, weights, ids).double(), _reference(
-        experts, ExpertActivation(), x, weights, ids)
+    got = method.apply(x, weights, ids).double()
+    want = experts_reference(experts, gelu, x, weights, ids)
     assert ((got - want).norm(dim=-1) / want.norm(dim=-1)).max() < ROUNDING
 
 
@@ -101,7 +86,9 @@ def test_float_experts_keep_the_grouped_method():
     assert isinstance(experts_method_for(experts, ExpertActivation(), CPU), GroupedExperts)
 
 
-def test_a_batch_gives_each_row_what_it_gets_alone():
+def test_a_batch_gives_each_row_what_it_gets_alone(monkeypatch):
+    """Across the slices a long step goes in, too."""
+    monkeypatch.setattr(cpu_experts, "ROWS_A_CALL", 4)
     method = experts_method_for(_experts(), ExpertActivation(), CPU)
     x = torch.randn(6, HIDDEN, generator=torch.Generator().manual_seed(5))
     weights, ids = _routing(6)
