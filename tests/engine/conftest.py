@@ -47,6 +47,21 @@ def quality_reference(default_model) -> tuple[list[int], torch.Tensor]:
 
 
 @pytest.fixture(scope="session")
+def default_model_greedy_replies(default_model, make_llm):
+    """The parity prompts' greedy replies (tests/engine/models/test_parity.py, MAX_NEW_TOKENS
+    each, in one batch, on one thread) from the default model in fp32, with each token's top-2
+    logprobs, and the engine's stop tokens: held to transformers by test_parity and to bf16 by
+    test_compute_dtype, decoded once for both."""
+    from engine import SamplingParams
+    from tests.engine.models.test_parity import MAX_NEW_TOKENS, NUM_THREADS, parity_prompts
+
+    llm = make_llm(num_kv_blocks=128, num_threads=NUM_THREADS)
+    params = SamplingParams(temperature=0, max_tokens=MAX_NEW_TOKENS, logprobs=2)
+    outputs = llm.generate(parity_prompts(default_model.tokenizer), params)
+    return outputs, llm.engine.eos_token_ids
+
+
+@pytest.fixture(scope="session")
 def hf_default_model(default_model):
     """The default model as transformers reads and dequantizes its GGUF file, in fp32: loaded
     once per session (~25 s here, most of it transformers' GGUF reader), read-only."""

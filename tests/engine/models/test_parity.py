@@ -82,7 +82,11 @@ def assert_matches_reference(ours: list[int], logits: torch.Tensor, eos: frozens
 
 def assert_greedy_parity(llm: LLM, hf_model, prompts: list[list[int]]) -> None:
     outputs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_NEW_TOKENS))
-    eos = llm.engine.eos_token_ids
+    assert_replies_match_reference(outputs, llm.engine.eos_token_ids, hf_model, prompts)
+
+
+def assert_replies_match_reference(outputs, eos: frozenset[int], hf_model,
+                                   prompts: list[list[int]]) -> None:
     for i, (prompt, out) in enumerate(zip(prompts, outputs, strict=True)):
         ours = out.outputs[0].token_ids
         logits = teacher_forced_logits(hf_model, prompt, ours)
@@ -93,10 +97,10 @@ def assert_greedy_parity(llm: LLM, hf_model, prompts: list[list[int]]) -> None:
 
 @pytest.mark.slow
 def test_default_model_greedy_matches_transformers_on_a_mixed_batch(
-        default_model, hf_default_model, make_llm):
-    llm = make_llm(num_kv_blocks=128, num_threads=NUM_THREADS)
-    prompts = parity_prompts(default_model.tokenizer)
-    assert_greedy_parity(llm, hf_default_model, prompts)
+        default_model, hf_default_model, default_model_greedy_replies):
+    outputs, eos = default_model_greedy_replies
+    assert_replies_match_reference(outputs, eos, hf_default_model,
+                                   parity_prompts(default_model.tokenizer))
 
 
 def save_tiny_variant(tmp_path_factory, tokenizer_dir: Path, variant: str) -> Path:
