@@ -142,11 +142,18 @@ def experts_method_for(experts: Sequence[ExpertWeights], activation: ExpertActiv
                        placement: Placement) -> ExpertsMethod:
     """The one place that chooses how a layer's routed experts run, from their weights' layout,
     the device and the kernels: on a CPU, a GGUF file's experts read in place by our kernel
-    (`cpu_experts`) where it serves them; else grouped through the linear methods."""
+    (`cpu_experts`) where it serves them; on the Triton backend, the fused Triton kernel
+    (`triton_experts`) where it serves them; else grouped through the linear methods."""
+    method = None
     if placement.uses_cpu_kernels:
         method = in_place_experts(experts, activation.name, activation.limit, activation.alpha)
-        if method is not None:
-            return method
+    elif placement.ops.name == "triton":
+        from engine.quantization.triton_experts import triton_experts  # imports triton
+
+        method = triton_experts(experts, activation.name, activation.limit, activation.alpha,
+                                placement.device, placement.dtype)
+    if method is not None:
+        return method
     return GroupedExperts([_expert(w, placement) for w in experts], activation, placement.ops)
 
 

@@ -1,5 +1,5 @@
 """Random GGUF rows of every block type the expert kernel reads, and gguf-py's values of them:
-for the expert weights' and the expert kernel's tests."""
+for the expert weights' and the expert kernels' tests; and the routed experts' reference."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import numpy as np
 import torch
 from gguf import GGMLQuantizationType as QType
 from tiny_gguf import random_blocks
+
+from engine.quantization.tensors import dequantize
+from kernels.kernel_ops import TORCH_OPS
 
 EXPERT_TYPES = ("Q4_K", "Q4_0", "Q8_0", "MXFP4", "Q6_K", "Q5_K", "IQ4_XS", "Q3_K")
 
@@ -33,3 +36,21 @@ def gguf_values(kind: str, blocks: np.ndarray | torch.Tensor) -> torch.Tensor:
     raw = blocks.numpy() if isinstance(blocks, torch.Tensor) else blocks
     values = np.array(gguf.quants.dequantize(raw, QType[kind]), dtype=np.float32)
     return torch.from_numpy(values).reshape(raw.shape[0], -1)
+
+
+def experts_reference(experts, activation, x, weights, ids) -> torch.Tensor:
+    """A layer's routed experts (`engine.layers.moe.ExpertWeights`, `ExpertActivation`) on rows
+    x: each row alone, each of its experts in turn, in float64 on the dequantized weights."""
+    out = torch.zeros(x.shape, dtype=torch.float64)
+    for r in range(x.shape[0]):
+        for s in range(ids.shape[1]):
+            w = experts[int(ids[r, s])]
+            xr = x[r].cpu().double()
+            g = xr @ dequantize(w.gate).double().T
+            u = xr @ dequantize(w.up).double().T
+            if w.gate_bias is not None:
+                g, u = g + w.gate_bias, u + w.up_bias
+            h = activation(torch.cat([g, u]).unsqueeze(0), TORCH_OPS)[0]
+            y = h @ dequantize(w.down).double().T
+            out[r] += float(weights[r, s]) * (y if w.down_bias is None else y + w.down_bias)
+    return out

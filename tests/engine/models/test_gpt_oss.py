@@ -262,10 +262,16 @@ def test_a_gpt_oss_file_with_a_window_pattern_is_refused_in_words():
 
 @pytest.mark.slow  # Triton's interpreter runs its kernels on the CPU: ~10 s on a quiet machine
 def test_gpt_oss_on_the_triton_kernels_gives_the_torch_paths_greedy_tokens(folder, prompts):
-    """The attention kernels with sinks, prefill and decode, in windowed and full layers."""
+    """The attention kernels with sinks, prefill and decode, in windowed and full layers; the
+    biased experts' clamped SwiGLU in the fused experts kernel."""
+    from engine.quantization.triton_experts import TritonExpertsMethod  # imports triton
+
     def greedy(backend: str) -> list[int]:
         llm = LLM(str(folder), num_kv_blocks=32, num_threads=1, kernel_backend=backend)
-        assert llm.engine.runner.model.ops.name == backend
+        model = llm.engine.runner.model
+        assert model.ops.name == backend
+        fused = {isinstance(layer.mlp.experts, TritonExpertsMethod) for layer in model.layers}
+        assert fused == {backend == "triton"}
         params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
         return llm.generate([min(prompts, key=len)], params)[0].outputs[0].token_ids
 

@@ -127,11 +127,17 @@ def _tensor_names(folder) -> list[str]:
 
 @pytest.mark.slow  # Triton's interpreter runs its kernels on the CPU: ~15 s on a quiet machine
 def test_qwen_moe_on_the_triton_kernels_gives_the_torch_paths_greedy_tokens(folders, prompts):
-    """The experts' linears through the Triton kernels (the GPU's path), shared expert too."""
+    """The routed experts through the fused Triton kernel (the GPU's path), the shared
+    expert through the Triton linears."""
+    from engine.quantization.triton_experts import TritonExpertsMethod  # imports triton
+
     def greedy(backend: str) -> list[list[int]]:
         llm = LLM(str(folders["qwen2moe"]), num_kv_blocks=64, num_threads=1,
                   kernel_backend=backend, max_num_batched_tokens=16)
-        assert llm.engine.runner.model.ops.name == backend
+        model = llm.engine.runner.model
+        assert model.ops.name == backend
+        fused = {isinstance(layer.mlp.experts, TritonExpertsMethod) for layer in model.layers}
+        assert fused == {backend == "triton"}
         replies = llm.generate(prompts[:2], SamplingParams(temperature=0, max_tokens=6,
                                                            ignore_eos=True))
         return [reply.outputs[0].token_ids for reply in replies]
