@@ -201,16 +201,20 @@ static void dot_scalar(int type, const uint8_t *rows, size_t row_bytes, int nrow
 struct super_scales {
     __m256i scale32, mins;
     __m128i bytes;
+    __m256i qh; /* Q5_K's fifth bits, one load for its 8 blocks */
 };
 
 __attribute__((target(AVX2), always_inline))
 static inline struct super_scales super_scales_avx2(int type, const uint8_t *super)
 {
-    struct super_scales s = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm_setzero_si128()};
+    struct super_scales s = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm_setzero_si128(),
+                             _mm256_setzero_si256()};
     if (type == MOE_Q4_K || type == MOE_Q5_K) {
         __m256i scales;
         q5k_scales_avx2(super, &scales, &s.mins);
         s.scale32 = bq_twice16(scales);
+        if (type == MOE_Q5_K)
+            s.qh = _mm256_loadu_si256((const __m256i *)(super + Q5K_QH_AT));
     } else if (type == MOE_IQ4_XS) {
         s.scale32 = bq_twice16(iq4xs_scales_avx2(super));
     } else if (type == MOE_Q6_K) {
@@ -229,9 +233,10 @@ static inline __m256i super_block_avx2(int type, const uint8_t *super, const str
     case MOE_Q4_K:
         *scale = _mm256_permutevar8x32_epi32(s->scale32, _mm256_set1_epi32(j));
         return q4k_block_avx2(super, j);
-    case MOE_Q5_K:
+    case MOE_Q5_K: /* Q4_K's nibbles at Q5_K's place, and the fifth bit */
         *scale = _mm256_permutevar8x32_epi32(s->scale32, _mm256_set1_epi32(j));
-        return q5k_block_avx2(super, j);
+        return _mm256_or_si256(q4k_block_avx2(super + (Q5K_QS_AT - Q4K_QS_AT), j),
+                               q5k_fifth_bits(s->qh, j, _mm256_set1_epi8(16)));
     case MOE_Q6_K: {
         /* scales 2j (values 0..15) and 2j + 1 (16..31), eight int16 lanes each */
         __m128i pick = _mm_setr_epi8(2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j,

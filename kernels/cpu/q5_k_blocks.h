@@ -89,4 +89,13 @@ static inline void q5k_scales_avx2(const uint8_t *super, __m256i *scales, __m256
     *mins = _mm256_cvtepu8_epi32(_mm_setr_epi32((int)m_lo, (int)m_hi, 0, 0));
 }
 
+/* Block j's fifth bits (bit j of each qh byte) moved to bit 4: a 16-bit shift moves both
+ * bytes of a lane alike, and the mask keeps each byte's own. */
+__attribute__((target("avx2"), always_inline))
+static inline __m256i q5k_fifth_bits(__m256i qh, int j, __m256i sixteen)
+{
+    __m256i moved = j <= 4 ? _mm256_slli_epi16(qh, 4 - j) : _mm256_srli_epi16(qh, j - 4);
+    return _mm256_and_si256(moved, sixteen);
+}
+
 #endif

@@ -738,15 +738,6 @@ static inline void iq4xs_super8_pass(const struct weight *w, const struct activa
     STORE_SUMS(acc, rows, irows)
 }
 
-/* Block j's fifth bits (bit j of each qh byte) moved to bit 4: a 16-bit shift moves both
- * bytes of a lane alike, and the mask keeps each byte's own. */
-__attribute__((target("avx2,fma,f16c"), always_inline))
-static inline __m256i q5k_fifth_bits(__m256i qh, int j, __m256i sixteen)
-{
-    __m256i moved = j <= 4 ? _mm256_slli_epi16(qh, 4 - j) : _mm256_srli_epi16(qh, j - 4);
-    return _mm256_and_si256(moved, sixteen);
-}
-
 /* Q5_K's values are 0..31, so maddubs takes them as they are (no sign moves); blocks 2p and
  * 2p + 1 share the bytes of their low four bits. Its mins go in here too: - dmin m_j times the
  * block's activation sum, 8 blocks a multiply-add. */
