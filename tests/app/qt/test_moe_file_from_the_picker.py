@@ -7,18 +7,14 @@ import pytest
 import torch
 import transformers
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFileDialog, QPlainTextEdit
+from PySide6.QtWidgets import QFileDialog
 from safetensors.torch import load_file
 
-from app.components.async_store import AsyncStore
 from app.components.model_library import parameter_counts
-from app.qt.engine_host import EngineHost
-from app.qt.main_window import MainWindow
-from app.store import ConversationStore, SamplingSettings
 from engine.async_engine import AsyncEngine
+from tests.app.qt.greedy_chat import WAIT_MS, close_window, greedy_turn, real_window
 
 pytestmark = pytest.mark.slow  # llama.cpp's converter, once a session (shared with the engine's)
-WAIT_MS = 60_000
 REPLY_TOKENS = 8
 
 
@@ -60,9 +56,7 @@ def test_a_mixture_of_experts_file_opened_from_the_picker_says_its_active_parame
         return stream(self, prompt, *args, **kwargs)
 
     monkeypatch.setattr(AsyncEngine, "stream", noted)
-    window = MainWindow(AsyncStore(ConversationStore.open(tmp_path / "chats.db")), EngineHost())
-    qtbot.addWidget(window)
-    window.show()
+    window = real_window(qtbot, tmp_path / "chats.db")
     try:
         window.model_picker.activated.emit(window.model_picker.findText("Open model file…"))
         dialog = window.findChild(QFileDialog, "modelDialog")
@@ -80,25 +74,11 @@ def test_a_mixture_of_experts_file_opened_from_the_picker_says_its_active_parame
         assert "each token goes through 4 of 16 experts" in window.model_picker.itemData(
             window.model_picker.currentIndex(), Qt.ItemDataRole.ToolTipRole)
 
-        conversation = window.db.store.create_conversation(
-            sampling=SamplingSettings(temperature=0.0, repetition_penalty=1.0,
-                                      max_tokens=REPLY_TOKENS))
-        tab = run_async(window.open_conversation(conversation.id))
-        streamed: list[str] = []
-        append = tab.append_delta
-        tab.append_delta = lambda message_id, delta: (streamed.append(delta),
-                                                      append(message_id, delta))
-        box = tab.composer.findChild(QPlainTextEdit, "composer")
-        qtbot.keyClicks(box, "Which experts answer?")
-        qtbot.keyClick(box, Qt.Key.Key_Return)
-        controller = window.controllers[tab.conversation_id]
-        qtbot.waitUntil(lambda: len(controller.path) == 2 and not controller.is_streaming,
-                        timeout=WAIT_MS)
-        reply = controller.path[-1]
+        tab, reply, shown = greedy_turn(window, qtbot, run_async, "Which experts answer?",
+                                        REPLY_TOKENS)
         assert (reply.status, reply.finish_reason) == ("complete", "length"), reply.error
-        assert streamed and "".join(streamed) == reply.content
+        assert shown and "".join(delta for _, delta in shown) == reply.content
         assert tab.transcript.message_text(reply.id).strip() == reply.content.strip()
         assert reply.content == _the_folders_greedy_reply(folder, prompts[-1])
     finally:
-        window.close()
-        window.db.close()
+        close_window(window)
