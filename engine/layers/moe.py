@@ -15,7 +15,7 @@ from typing import Protocol
 
 import torch
 
-from engine.layers.linear import Linear, Placement, make_fused_linear, make_linear
+from engine.layers.linear import Linear, Placement, make_fused_linear, make_linear, to_device
 from engine.layers.mlp import ACTIVATIONS, GatedMLP, activation_and_mul
 from engine.quantization.cpu_experts import in_place_experts
 from engine.quantization.tensors import Weight
@@ -151,7 +151,7 @@ def experts_method_for(experts: Sequence[ExpertWeights], activation: ExpertActiv
         from engine.quantization.triton_experts import triton_experts  # imports triton
 
         method = triton_experts(experts, activation.name, activation.limit, activation.alpha,
-                                placement.device, placement.dtype)
+                                placement.device, placement.dtype, to_device)
     if method is not None:
         return method
     return GroupedExperts([_expert(w, placement) for w in experts], activation, placement.ops)

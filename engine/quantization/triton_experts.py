@@ -1,7 +1,8 @@
 """A mixture-of-experts layer's routed experts through the fused Triton kernel
 (kernels/triton_moe.py): each projection of every expert stacked into one [experts, ...] tensor
 at load, in the layout the GPU's linears read (a GGUF file's rows decoded, its other block types
-widened to grouped int8, as `engine.layers.linear.to_device` does for any weight).
+widened to grouped int8: `engine.layers.linear.to_device`, which the layer passes in, as for
+any weight).
 
 `triton_experts` is what `engine.layers.moe.experts_method_for` asks on the Triton backend; it
 answers None (and the layer's grouped method runs) where the kernel does not serve the experts:
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -42,17 +43,22 @@ class TritonExpertsMethod:
                              self.activation, self.limit, self.alpha)
 
 
+# A weight moved to the device in the layout the GPU's kernels read (linear.to_device).
+ToDevice = Callable[[Weight, torch.device, torch.dtype], Weight]
+
+
 def triton_experts(experts: Sequence[ExpertWeightsLike], activation: str, limit: float | None,
-                   alpha: float | None, device: torch.device,
-                   dtype: torch.dtype) -> TritonExpertsMethod | None:
+                   alpha: float | None, device: torch.device, dtype: torch.dtype,
+                   to_device: ToDevice) -> TritonExpertsMethod | None:
     """The fused kernel's method for these experts on `device` at the compute dtype, or None
     where it does not serve them (the reason logged once per kind)."""
     if activation not in ACTIVATIONS:
         _log_once(f"the experts' activation is {activation}")
         return None
     gate_up = _stacked([[e.gate, e.up] for e in experts],
-                       _biases(experts, ("gate_bias", "up_bias")), device, dtype)
-    down = _stacked([[e.down] for e in experts], _biases(experts, ("down_bias",)), device, dtype)
+                       _biases(experts, ("gate_bias", "up_bias")), device, dtype, to_device)
+    down = _stacked([[e.down] for e in experts], _biases(experts, ("down_bias",)), device, dtype,
+                    to_device)
     if gate_up is None or down is None:
         _log_once("the experts' weights are not one layout (kind, group size, mins) throughout")
         return None
@@ -67,11 +73,10 @@ def _biases(experts: Sequence[ExpertWeightsLike],
 
 
 def _stacked(parts: list[list[Weight]], biases: list[torch.Tensor] | None,
-             device: torch.device, dtype: torch.dtype) -> ExpertMatrices | None:
+             device: torch.device, dtype: torch.dtype,
+             to_device: ToDevice) -> ExpertMatrices | None:
     """Each expert's parts (gate and up, or down) one above the other, the experts stacked;
     None where they are not all one layout."""
-    from engine.layers.linear import to_device
-
     moved = [[to_device(w, device, dtype) for w in expert] for expert in parts]
     layouts = {_layout(w) for expert in moved for w in expert}
     if len(layouts) != 1:
