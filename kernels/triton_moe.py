@@ -178,11 +178,13 @@ def align_pairs(topk_ids: torch.Tensor, num_experts: int,
     run padded to whole blocks of block_m with the pair count (an empty slot):
     (pairs [blocks x block_m] int32, each block's expert [blocks] int32, -1 past the last).
     The block count is the bound for these shapes, not the step's own, so nothing waits on
-    the device."""
-    flat = topk_ids.flatten()
+    the device (and a CUDA graph can hold it)."""
+    flat = topk_ids.flatten().to(torch.int64)
     num_pairs = flat.numel()
     max_blocks = num_pairs // block_m + min(num_experts, num_pairs)
-    counts = torch.bincount(flat, minlength=num_experts)
+    # Not bincount: on CUDA it reads the largest id back to size its output.
+    counts = torch.zeros(num_experts, dtype=torch.int64, device=flat.device)
+    counts.scatter_add_(0, flat, torch.ones_like(flat))
     padded = (counts + block_m - 1) // block_m * block_m
     padded_end = padded.cumsum(0)
     order = flat.argsort(stable=True)
@@ -209,13 +211,14 @@ def fused_experts(x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.T
     assert gate_up.in_features == hidden and gate_up.out_features == 2 * width
     assert gate_up.num_experts == down.num_experts
     num_pairs = m * k
-    out = torch.zeros(num_pairs, hidden, dtype=torch.float32, device=x.device)
     if num_pairs == 0:
-        return out.view(m, k, hidden).sum(dim=1).to(x.dtype)
+        return x.new_zeros(m, hidden)
     block_m = _block_m(num_pairs, gate_up.num_experts)
     pairs, block_experts = align_pairs(topk_ids, gate_up.num_experts, block_m)
     blocks = block_experts.numel()
     act = torch.empty(num_pairs, width, dtype=x.dtype, device=x.device)
+    # Each pair's output; _down_kernel writes every element of it.
+    out = torch.empty(num_pairs, hidden, dtype=torch.float32, device=x.device)
     block_n, block_k, warps = _tiles(x.dtype)
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
     _gate_up_kernel[(blocks, triton.cdiv(width, block_n))](

@@ -89,10 +89,10 @@ def test_each_row_gets_its_experts_weighted_sum_in_every_layout(layout, activati
     assert_close(method.apply(x, weights, ids), experts_reference(experts, activation, x, weights, ids))
 
 
-def test_a_gguf_files_experts_in_place_and_a_single_row():
+def test_a_gguf_files_experts_in_place_a_single_row_and_none():
     experts = _gguf_experts()
     method = _method(experts, SILU)
-    for rows in (4, 1):
+    for rows in (4, 1, 0):
         x, weights, ids = _step(rows, torch.float32)
         assert_close(method.apply(x, weights, ids), experts_reference(experts, SILU, x, weights, ids))
 
@@ -108,7 +108,7 @@ def test_fp16_activations_round_only_as_fp16_does():
 
 
 def test_pairs_are_grouped_by_expert_in_whole_blocks():
-    ids = torch.tensor([[1, 3], [7, 1], [3, 1], [6, 2]])
+    ids = IDS.to(torch.int32)  # any integer type
     pairs, block_experts = align_pairs(ids, EXPERTS, block_m=2)
     flat = ids.flatten()
     blocks = pairs.view(-1, 2)
