@@ -18,9 +18,9 @@ from PySide6.QtWidgets import (
 from app.components.view_models import (
     AttachmentView,
     FolderView,
+    LoadStepView,
     MessageView,
     PassageView,
-    LoadStepView,
     SamplingView,
 )
 from app.qt.widgets.composer import Composer

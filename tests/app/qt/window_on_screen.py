@@ -194,7 +194,7 @@ def main() -> int:
     import qasync
     from PySide6.QtWidgets import QApplication
 
-    import app.components.connections as connections
+    from app.components import connections
     from app.qt.theme import apply_theme
 
     config = Path(sys.argv[1])
