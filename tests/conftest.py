@@ -32,6 +32,23 @@ def default_model() -> LoadedModel:
 
 
 @pytest.fixture(scope="session")
+def kernels_cache_dir(tmp_path_factory) -> Path:
+    """A cache folder of this test session's own, where the engine builds our C kernels once
+    (each source is built once per folder): tests that need a fresh engine start, not a fresh
+    build, share it, so no test reads or fills the user's cache."""
+    return tmp_path_factory.mktemp("pagoda-cache")
+
+
+@pytest.fixture(scope="session")
+def kernel_build_dir(kernels_cache_dir) -> Path:
+    """The folder the engine builds our C kernels in under kernels_cache_dir
+    (engine.quantization.native_kernels.kernel_build_dir): tests that load a kernel themselves
+    build it there too, so each source is compiled once a session (q8_gemv took ~7 s) rather
+    than once per test module. Tests of building itself keep folders of their own."""
+    return kernels_cache_dir / "kernels"
+
+
+@pytest.fixture(scope="session")
 def tiny_model_folder(tmp_path_factory) -> Path:
     """A 2-layer random llama folder with the default model's tokenizer and chat template, for
     subprocesses whose claim is not about the default model: it loads in a moment, where the

@@ -13,14 +13,6 @@ from tests.engine.hf_reference import load_hf_model
 QUALITY_TEXT = Path(__file__).parent / "data" / "quality_text.txt"
 
 
-@pytest.fixture(scope="session")
-def kernels_cache_dir(tmp_path_factory) -> Path:
-    """A cache folder of this test session's own, where the engine builds our C kernels once
-    (each source is built once per folder): tests that need a fresh engine start, not a fresh
-    build, share it, so no test reads or fills the user's cache."""
-    return tmp_path_factory.mktemp("pagoda-cache")
-
-
 @pytest.fixture
 def kernels_at_every_step(monkeypatch):
     """The load-time calibration finds the weight-only kernels (q4_gemv where it loads) faster

@@ -22,10 +22,10 @@ EPS = 1e-5
 
 
 @pytest.fixture(scope="module")
-def lib(tmp_path_factory) -> DecodeOps:
+def lib(kernel_build_dir) -> DecodeOps:
     if find_compiler() is None:
         pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/decode_ops.c")
-    return DecodeOps.load(tmp_path_factory.mktemp("decode_ops"))
+    return DecodeOps.load(kernel_build_dir)
 
 
 @pytest.fixture

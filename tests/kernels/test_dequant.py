@@ -22,10 +22,10 @@ INT4_ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2, AVX512],
 
 
 @pytest.fixture(scope="module")
-def dq(tmp_path_factory) -> Dequantizer:
+def dq(kernel_build_dir) -> Dequantizer:
     if native.find_compiler() is None:
         pytest.skip("no C compiler (gcc or $CC)")
-    return Dequantizer(native.load("dequant", tmp_path_factory.mktemp("dequant")))
+    return Dequantizer(native.load("dequant", kernel_build_dir))
 
 
 def _runnable(dq: Dequantizer, isa: int) -> int:
@@ -97,10 +97,10 @@ def test_int8_rows_equal_torch_dequantize(dq, isa, group, asymmetric, dtype):
 
 
 @pytest.fixture(scope="module")
-def q4(tmp_path_factory) -> Q4Gemv:
+def q4(kernel_build_dir) -> Q4Gemv:
     if native.find_compiler() is None:
         pytest.skip("no C compiler (gcc or $CC)")
-    return Q4Gemv.load(tmp_path_factory.mktemp("q4"))
+    return Q4Gemv.load(kernel_build_dir)
 
 
 @INT4_ISAS

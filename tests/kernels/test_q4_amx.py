@@ -21,14 +21,13 @@ SHAPES = pytest.mark.parametrize("n,k", [(960, 512), (963, 1536), (5, 768)])
 
 
 @pytest.fixture(scope="module")
-def libs(tmp_path_factory) -> tuple[Q4Gemv, Q4Amx]:
+def libs(kernel_build_dir) -> tuple[Q4Gemv, Q4Amx]:
     if find_compiler() is None:
         pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/q4_amx.c")
-    folder = tmp_path_factory.mktemp("q4_amx")
-    amx = Q4Amx.load(folder)
+    amx = Q4Amx.load(kernel_build_dir)
     if not amx.available():
         pytest.skip("this CPU (or its OS) has no AMX with BF16, so q4_amx is untested here")
-    return Q4Gemv.load(folder), amx
+    return Q4Gemv.load(kernel_build_dir), amx
 
 
 def _weight(q4: Q4Gemv, fmt: int, n: int, k: int) -> tuple[Int4Weight, Q4Repacked]:

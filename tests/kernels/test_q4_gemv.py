@@ -25,10 +25,10 @@ SHAPES = [(576, 960), (576, 576), (1536, 960), (1536, 576), (576, 963), (1536, 5
 
 
 @pytest.fixture(scope="module")
-def q4(tmp_path_factory) -> Q4Gemv:
+def q4(kernel_build_dir) -> Q4Gemv:
     if find_compiler() is None:
         pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/q4_gemv.c")
-    return Q4Gemv.load(tmp_path_factory.mktemp("q4_gemv"))
+    return Q4Gemv.load(kernel_build_dir)
 
 
 def _runnable(q4: Q4Gemv, isa: int) -> int:

@@ -20,14 +20,13 @@ PARAMS = pytest.mark.parametrize("dtype,with_mins", [
 
 
 @pytest.fixture(scope="module")
-def libs(tmp_path_factory) -> tuple[Q8Gemv, Q8Amx]:
+def libs(kernel_build_dir) -> tuple[Q8Gemv, Q8Amx]:
     if find_compiler() is None:
         pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/q8_amx.c")
-    folder = tmp_path_factory.mktemp("q8_amx")
-    amx = Q8Amx.load(folder)
+    amx = Q8Amx.load(kernel_build_dir)
     if not amx.available():
         pytest.skip("this CPU (or its OS) has no AMX, so q8_amx is untested here")
-    return Q8Gemv.load(folder), amx
+    return Q8Gemv.load(kernel_build_dir), amx
 
 
 def _operand(n: int, k: int, dtype: torch.dtype, with_mins: bool,

@@ -34,10 +34,10 @@ LAYOUTS = pytest.mark.parametrize("layout", [Layout(True, False), Layout(False, 
 
 
 @pytest.fixture(scope="module")
-def q8(tmp_path_factory) -> Q8Gemv:
+def q8(kernel_build_dir) -> Q8Gemv:
     if find_compiler() is None:
         pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/q8_gemv.c")
-    return Q8Gemv.load(tmp_path_factory.mktemp("q8_gemv"))
+    return Q8Gemv.load(kernel_build_dir)
 
 
 def _runnable(q8: Q8Gemv, isa: int) -> int:

@@ -23,10 +23,10 @@ SHAPES = [(512, 9), (256, 5)]
 
 
 @pytest.fixture(scope="module")
-def q8(tmp_path_factory) -> Q8Gemv:
+def q8(kernel_build_dir) -> Q8Gemv:
     if find_compiler() is None:
         pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/q8_gemv.c")
-    return Q8Gemv.load(tmp_path_factory.mktemp("q8_gemv"))
+    return Q8Gemv.load(kernel_build_dir)
 
 
 def _blocks(kind: str, n: int, k: int, seed: int = 0) -> torch.Tensor:
@@ -112,10 +112,10 @@ def test_block_sizes_are_ggufs():
 
 
 @pytest.fixture(scope="module")
-def dq(tmp_path_factory) -> Dequantizer:
+def dq(kernel_build_dir) -> Dequantizer:
     if find_compiler() is None:
         pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/dequant.c")
-    return Dequantizer(load("dequant", tmp_path_factory.mktemp("dequant")))
+    return Dequantizer(load("dequant", kernel_build_dir))
 
 
 @TYPES

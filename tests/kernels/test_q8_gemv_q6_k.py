@@ -22,17 +22,17 @@ SHAPES = [(512, 9), (256, 5), (768, 64)]
 
 
 @pytest.fixture(scope="module")
-def q8(tmp_path_factory) -> Q8Gemv:
+def q8(kernel_build_dir) -> Q8Gemv:
     if find_compiler() is None:
         pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/q8_gemv.c")
-    return Q8Gemv.load(tmp_path_factory.mktemp("q8_gemv"))
+    return Q8Gemv.load(kernel_build_dir)
 
 
 @pytest.fixture(scope="module")
-def dq(tmp_path_factory) -> Dequantizer:
+def dq(kernel_build_dir) -> Dequantizer:
     if find_compiler() is None:
         pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/dequant.c")
-    return Dequantizer(load("dequant", tmp_path_factory.mktemp("dequant")))
+    return Dequantizer(load("dequant", kernel_build_dir))
 
 
 def _runnable(q8: Q8Gemv, isa: int) -> int:

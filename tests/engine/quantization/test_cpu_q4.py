@@ -37,10 +37,10 @@ Q4_EVERY_STEP = CpuPathPolicy(native_below_rows=sys.maxsize)
 
 
 @pytest.fixture(scope="module")
-def q4(tmp_path_factory) -> Q4Context:
+def q4(kernel_build_dir) -> Q4Context:
     if find_compiler() is None:
         pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/q4_gemv.c")
-    lib = Q4Gemv.load(tmp_path_factory.mktemp("q4_gemv"))
+    lib = Q4Gemv.load(kernel_build_dir)
     if lib.best_isa() < 1:
         pytest.skip("this CPU lacks AVX2, so the engine keeps PyTorch's int4 kernel")
     return Q4Context(lib)

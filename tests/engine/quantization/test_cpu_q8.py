@@ -28,10 +28,10 @@ from kernels.kernel_ops import TORCH_OPS
 
 
 @pytest.fixture(scope="module")
-def q8(tmp_path_factory) -> Q8Context:
+def q8(kernel_build_dir) -> Q8Context:
     if find_compiler() is None:
         pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/q8_gemv.c")
-    lib = Q8Gemv.load(tmp_path_factory.mktemp("q8_gemv"))
+    lib = Q8Gemv.load(kernel_build_dir)
     if lib.best_isa() < 1:
         pytest.skip("this CPU lacks AVX2, so the engine keeps the int4 halves")
     return Q8Context(lib)
