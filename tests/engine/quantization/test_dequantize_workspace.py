@@ -9,10 +9,10 @@ from kernels.cpu import native
 
 
 @pytest.fixture
-def workspace(monkeypatch, tmp_path) -> DequantWorkspace:
+def workspace(monkeypatch, kernels_cache_dir) -> DequantWorkspace:
     if native.find_compiler() is None:
         pytest.skip("no C compiler (gcc or $CC)")
-    monkeypatch.setenv("PAGODA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PAGODA_CACHE_DIR", str(kernels_cache_dir))
     built = DequantWorkspace.for_this_machine()
     assert built.native
     return built
