@@ -37,10 +37,12 @@ def test_unknown_switch_value_is_refused(monkeypatch):
         native_kernels.load_native("q4_gemv")
 
 
-def test_report_names_every_kernel_and_where_it_came_from(monkeypatch, tmp_path):
+def test_report_names_every_kernel_and_where_it_came_from(monkeypatch, kernels_cache_dir):
+    # The session's cache folder: each kernel is built there once (building into a fresh folder
+    # is the test above's), not all of them again for this report (~15 s).
     if native.find_compiler() is None:
         pytest.skip("no C compiler (gcc or $CC)")
-    monkeypatch.setenv("PAGODA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PAGODA_CACHE_DIR", str(kernels_cache_dir))
     report = native_kernels.kernel_report()
     assert "q4_gemv" in report
     assert set(report.values()) <= {"built", "prebuilt"}
