@@ -165,7 +165,7 @@ def test_q4_layer_still_dequantizes_the_steps_its_policy_gives_a_gemm(q4):
 
 
 @pytest.mark.parametrize("fp16_scales", [False, True], ids=["fp32-records", "fp16-records"])
-def test_q4_layer_widens_its_own_layout_for_a_gemm_and_keeps_no_source(q4, tmp_path,
+def test_q4_layer_widens_its_own_layout_for_a_gemm_and_keeps_no_source(q4, kernel_build_dir,
                                                                        fp16_scales):
     """Where our dequant kernel runs, the steps that run a GEMM widen q4_gemv's layout: one copy
     of the weight serves every step."""
@@ -173,7 +173,7 @@ def test_q4_layer_widens_its_own_layout_for_a_gemm_and_keeps_no_source(q4, tmp_p
     weight = quantize_int4(torch.randn(48, 64))
     if fp16_scales:
         weight = _fp16_scaled(weight)
-    workspace = DequantWorkspace(Dequantizer(native.load("dequant", tmp_path)))
+    workspace = DequantWorkspace(Dequantizer(native.load("dequant", kernel_build_dir)))
     policy = CpuPathPolicy(dequantize_from_rows=4, native_below_rows=sys.maxsize,
                            workspace=workspace)
     layer = CpuInt4Method(weight, policy, q4=q4)
@@ -185,9 +185,10 @@ def test_q4_layer_widens_its_own_layout_for_a_gemm_and_keeps_no_source(q4, tmp_p
     assert workspace.nbytes == 48 * 64 * 4
 
 
-def test_calibration_frees_the_workspace_where_no_step_runs_a_gemm(q4, tmp_path, monkeypatch):
+def test_calibration_frees_the_workspace_where_no_step_runs_a_gemm(q4, kernel_build_dir,
+                                                                   monkeypatch):
     weight = quantize_int4(torch.randn(48, 64))
-    workspace = DequantWorkspace(Dequantizer(native.load("dequant", tmp_path)))
+    workspace = DequantWorkspace(Dequantizer(native.load("dequant", kernel_build_dir)))
     probe = CpuInt4Method(weight, CpuPathPolicy(dequantize_from_rows=1, workspace=workspace))
     probe.dequantized(torch.float32)
     monkeypatch.setattr(cpu_paths, "_timings", lambda probe, native, rows: {
