@@ -4,7 +4,11 @@ a 1,000-token prefill, and each side's resident memory with the model loaded.
 
 Not a test: run on a quiet machine and copy the table into docs/BENCHMARKS.md.
 
-    python bench/moe_vs_llama_cpp.py MODEL.gguf [LLAMA_SERVER]
+    python bench/moe_vs_llama_cpp.py MODEL.gguf [--server LLAMA_SERVER] [--rounds 3] [--alone]
+
+--alone runs each side by itself, ours first, the server after ours has exited: for a file
+that fits this machine's memory once but not beside a second process's copy (llama.cpp repacks
+some types into memory of its own at load).
 
 llama.cpp's figures are its own `timings` (HTTP not counted); eight streams are eight requests
 at once to a server with eight slots, timed from the first request sent to the last answer.
@@ -13,23 +17,23 @@ prompts in one call, 128 tokens each, over its wall time). Resident memory is ea
 VmRSS after the runs: both memory-map the file, so pages of the file that were read count on
 both sides.
 """
+import argparse
 import json
 import statistics
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
+from collections import defaultdict
 
 from cpu_info import cpu_name
 
 from engine.worker.process_memory import resident_bytes
 
-G = sys.argv[1]
-BIN = sys.argv[2] if len(sys.argv) > 2 else "/work/llama.cpp-build/build/bin/llama-server"
 PORT = 8392
 STREAMS = 8
 TOKENS = 128
+ROUNDS_MAX = 3
 WORDS = ["the", "keeper", "climbed", "the", "stairs", "of", "the", "old", "lighthouse", "while",
          "the", "storm", "rolled", "in", "from", "the", "west", "and", "the", "sea", "threw",
          "itself", "against", "the", "rocks", "below"]
@@ -45,9 +49,9 @@ def post(body: dict) -> dict:
     return json.loads(urllib.request.urlopen(req, timeout=1200).read())
 
 
-def start_server() -> subprocess.Popen:
+def start_server(model: str, binary: str) -> subprocess.Popen:
     server = subprocess.Popen(
-        [BIN, "-m", G, "-t", "2", "--port", str(PORT), "-c", str(4096 * STREAMS // 2),
+        [binary, "-m", model, "-t", "2", "--port", str(PORT), "-c", str(4096 * STREAMS // 2),
          "-np", str(STREAMS)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(600):
         try:
@@ -64,70 +68,132 @@ def resident_of(pid: int) -> int:
     return int(line.split()[1]) * 1024
 
 
-def llama_cpp_concurrent(r: int) -> float:
-    bodies = [{"prompt": f"Story {r}-{i}: once upon a time", "n_predict": TOKENS,
-               "ignore_eos": True, "cache_prompt": False, "temperature": 0}
-              for i in range(STREAMS)]
-    outs: list[dict] = [{}] * STREAMS
+class LlamaCpp:
+    """llama.cpp's server on the file: its own timings."""
 
-    def run(i: int) -> None:
-        outs[i] = post(bodies[i])
+    name = "llama.cpp"
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(STREAMS)]
-    t = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - t
-    return sum(o["timings"]["predicted_n"] for o in outs) / elapsed
+    def __init__(self, model: str, binary: str) -> None:
+        self.server = start_server(model, binary)
+        post({"prompt": "warm up", "n_predict": 8})
+
+    def one_stream(self, prompt: str) -> float:
+        out = post({"prompt": prompt, "n_predict": TOKENS, "ignore_eos": True,
+                    "cache_prompt": False, "temperature": 0})
+        return out["timings"]["predicted_per_second"]
+
+    def streams(self, prompts: list[str]) -> float:
+        outs: list[dict] = [{}] * len(prompts)
+
+        def run(i: int) -> None:
+            outs[i] = post({"prompt": prompts[i], "n_predict": TOKENS, "ignore_eos": True,
+                            "cache_prompt": False, "temperature": 0})
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+        t = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.perf_counter() - t
+        return sum(o["timings"]["predicted_n"] for o in outs) / elapsed
+
+    def prefill(self, ids: list[int]) -> float:
+        out = post({"prompt": ids, "n_predict": 1, "cache_prompt": False})
+        return out["timings"]["prompt_per_second"]
+
+    def resident(self) -> int:
+        return resident_of(self.server.pid)
+
+    def close(self) -> None:
+        self.server.terminate()
+        self.server.wait()
+
+
+class Ours:
+    """Our engine in this process (`LLM.generate`)."""
+
+    name = "ours"
+
+    def __init__(self, model: str) -> None:
+        from engine import LLM, SamplingParams
+
+        self.params = SamplingParams
+        t = time.perf_counter()
+        self.llm = LLM(model, num_threads=2)
+        print(f"ours: loaded in {time.perf_counter() - t:.1f} s", flush=True)
+        self.greedy = SamplingParams(temperature=0, max_tokens=TOKENS, ignore_eos=True)
+        self.llm.generate(["warm up"], SamplingParams(temperature=0, max_tokens=8,
+                                                      ignore_eos=True))
+
+    def one_stream(self, prompt: str) -> float:
+        t = time.perf_counter()
+        self.llm.generate([prompt], self.params(temperature=0, max_tokens=1))
+        first = time.perf_counter() - t
+        t = time.perf_counter()
+        self.llm.generate([prompt], self.greedy)
+        return (TOKENS - 1) / (time.perf_counter() - t - first)
+
+    def streams(self, prompts: list[str]) -> float:
+        t = time.perf_counter()
+        self.llm.generate(prompts, self.greedy)
+        return len(prompts) * TOKENS / (time.perf_counter() - t)
+
+    def prefill(self, ids: list[int]) -> float:
+        t = time.perf_counter()
+        self.llm.generate([ids], self.params(temperature=0, max_tokens=1))
+        return len(ids) / (time.perf_counter() - t)
+
+    def prompts_of_1000(self) -> list[list[int]]:
+        """Each round's 1,000-token prompt by the file's own tokenizer (both sides get ids)."""
+        engine = self.llm.engine
+        tokenizer = engine.tokenizer if hasattr(engine, "tokenizer") else self.llm.tokenizer
+        return [tokenizer.encode(text(100 + r, 1000))[:1000] for r in range(ROUNDS_MAX)]
+
+    def resident(self) -> int:
+        return resident_bytes()
+
+    def close(self) -> None:
+        self.llm = None
+
+
+def measure(side, rows: dict[str, list[float]], r: int, ids: list[int]) -> None:
+    rows[f"{side.name} decode, 1 stream"].append(side.one_stream(f"The capital of country {r} is"))
+    prompts = [f"Story {r}-{i}: once upon a time" for i in range(STREAMS)]
+    rows[f"{side.name} decode, {STREAMS} streams"].append(side.streams(prompts))
+    rows[f"{side.name} prefill"].append(side.prefill(ids))
 
 
 def main() -> None:
-    server = start_server()
-    from engine import LLM, SamplingParams
-
-    llm = LLM(G, num_threads=2)
-    tok = llm.engine.tokenizer if hasattr(llm.engine, "tokenizer") else llm.tokenizer
-    rows: dict[str, list[float]] = {k: [] for k in (
-        "ours decode, 1 stream", "llama.cpp decode, 1 stream",
-        f"ours decode, {STREAMS} streams", f"llama.cpp decode, {STREAMS} streams",
-        "ours prefill", "llama.cpp prefill")}
-    llm.generate(["warm up"], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
-    post({"prompt": "warm up", "n_predict": 8})
-    greedy = SamplingParams(temperature=0, max_tokens=TOKENS, ignore_eos=True)
-    for r in range(3):
-        prompt = f"The capital of country {r} is"
-        t = time.perf_counter()
-        llm.generate([prompt], SamplingParams(temperature=0, max_tokens=1))
-        t1 = time.perf_counter() - t
-        t = time.perf_counter()
-        llm.generate([prompt], greedy)
-        rows["ours decode, 1 stream"].append((TOKENS - 1) / (time.perf_counter() - t - t1))
-        out = post({"prompt": prompt, "n_predict": TOKENS, "ignore_eos": True,
-                    "cache_prompt": False, "temperature": 0})
-        rows["llama.cpp decode, 1 stream"].append(out["timings"]["predicted_per_second"])
-        prompts = [f"Story {r}-{i}: once upon a time" for i in range(STREAMS)]
-        t = time.perf_counter()
-        llm.generate(prompts, greedy)
-        rows[f"ours decode, {STREAMS} streams"].append(
-            STREAMS * TOKENS / (time.perf_counter() - t))
-        rows[f"llama.cpp decode, {STREAMS} streams"].append(llama_cpp_concurrent(r))
-        ids = tok.encode(text(100 + r, 1000))[:1000]
-        t = time.perf_counter()
-        llm.generate([ids], SamplingParams(temperature=0, max_tokens=1))
-        rows["ours prefill"].append(len(ids) / (time.perf_counter() - t))
-        out = post({"prompt": ids, "n_predict": 1, "cache_prompt": False})
-        rows["llama.cpp prefill"].append(out["timings"]["prompt_per_second"])
-        print(r, {k: round(v[-1], 1) for k, v in rows.items()}, flush=True)
-    ours_rss, theirs_rss = resident_bytes(), resident_of(server.pid)
-    server.terminate()
-    print(f"CPU: {cpu_name()}, 2 threads; file {G}; prefill prompt {len(ids)} tokens")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("model")
+    parser.add_argument("--server", default="/work/llama.cpp-build/build/bin/llama-server")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--alone", action="store_true")
+    args = parser.parse_args()
+    ids: list[list[int]] = []
+    rows: dict[str, list[float]] = defaultdict(list)
+    resident: dict[str, int] = {}
+    makers = [lambda: Ours(args.model), lambda: LlamaCpp(args.model, args.server)]
+    groups = [[make] for make in makers] if args.alone else [makers]
+    for group in groups:
+        sides = [make() for make in group]
+        ids = ids or sides[0].prompts_of_1000()  # ours is made first
+        for r in range(args.rounds):
+            for side in sides:
+                measure(side, rows, r, ids[r % ROUNDS_MAX])
+            print(r, {k: round(v[-1], 1) for k, v in rows.items()}, flush=True)
+        for side in sides:
+            resident[side.name] = side.resident()
+            side.close()
+    print(f"CPU: {cpu_name()}, 2 threads; file {args.model}; prefill prompt {len(ids[0])} "
+          f"tokens; {'each side alone' if args.alone else 'both sides loaded, alternating'}")
     print("| figure | median | rounds |\n|---|---|---|")
-    for k, v in rows.items():
+    for k in sorted(rows, key=lambda k: (k.split(" ", 1)[1], k)):
+        v = rows[k]
         print(f"| {k} | {statistics.median(v):.1f} tok/s | {', '.join(f'{x:.1f}' for x in v)} |")
-    print(f"| resident memory, ours | {ours_rss / 2**30:.2f} GiB | |")
-    print(f"| resident memory, llama.cpp | {theirs_rss / 2**30:.2f} GiB | |")
+    for name, value in resident.items():
+        print(f"| resident memory, {name} | {value / 2**30:.2f} GiB | |")
 
 
 if __name__ == "__main__":
