@@ -20,10 +20,10 @@ EXPERTS, TOP_K, HIDDEN = 6, 2, 512
 
 
 @pytest.fixture(scope="module")
-def moe(tmp_path_factory) -> MoeExperts:
+def moe(kernel_build_dir) -> MoeExperts:
     if find_compiler() is None:
         pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/moe_experts.c")
-    return MoeExperts.load(tmp_path_factory.mktemp("moe_experts"))
+    return MoeExperts.load(kernel_build_dir)
 
 
 def _rows(kind: str, n: int, k: int, seed: int) -> torch.Tensor:
