@@ -34,6 +34,9 @@ class KernelOps:
     # Each row's indices of its k largest values, as a set (the vocabulary's candidates).
     top_k_indices: Callable[..., torch.Tensor] = torch_ref.top_k_indices
     gelu_tanh_and_mul: Callable[..., torch.Tensor] = torch_ref.gelu_tanh_and_mul
+    # A mixture-of-experts router on a float weight, and a shared expert's sigmoid gate.
+    route: Callable[..., tuple[torch.Tensor, torch.Tensor]] = torch_ref.route
+    add_sigmoid_gated: Callable[..., torch.Tensor] = torch_ref.add_sigmoid_gated
 
 
 TORCH_OPS = KernelOps(

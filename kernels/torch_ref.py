@@ -51,6 +51,35 @@ def top_k_indices(x: torch.Tensor, k: int) -> torch.Tensor:
     return x.topk(k, dim=-1).indices
 
 
+def route(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, top_k: int,
+          scoring: str, renormalize: bool, softmax_after_top_k: bool,
+          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A mixture-of-experts router: x [m, hidden] against weight [experts, hidden] -> each row's
+    top_k expert weights (float32) and ids (int64), best first (`route_logits`)."""
+    return route_logits(F.linear(x, weight, bias).float(), top_k, scoring, renormalize,
+                        softmax_after_top_k)
+
+
+def route_logits(logits: torch.Tensor, top_k: int, scoring: str, renormalize: bool,
+                 softmax_after_top_k: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The "softmax" or "sigmoid" scores' top k, renormalised to sum to 1 where asked; or
+    (softmax_after_top_k, gpt-oss) the k best logits softmaxed among themselves."""
+    if softmax_after_top_k:
+        best, ids = logits.topk(top_k, dim=-1)
+        return best.softmax(dim=-1), ids
+    scores = logits.softmax(dim=-1) if scoring == "softmax" else logits.sigmoid()
+    weights, ids = scores.topk(top_k, dim=-1)
+    if renormalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights, ids
+
+
+def add_sigmoid_gated(routed: torch.Tensor, shared: torch.Tensor, x: torch.Tensor,
+                      gate: torch.Tensor) -> torch.Tensor:
+    """routed + shared * sigmoid(x . gate): a shared expert behind its gate ([1, hidden])."""
+    return routed + shared * torch.sigmoid(F.linear(x, gate))
+
+
 def write_kv_cache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                    v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     """Scatter new keys/values [tokens, kv_heads, head_dim] into [blocks, block_size, ...],

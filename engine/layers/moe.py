@@ -19,6 +19,8 @@ from engine.layers.linear import Linear, Placement, make_fused_linear, make_line
 from engine.layers.mlp import ACTIVATIONS, GatedMLP, activation_and_mul
 from engine.quantization.cpu_experts import in_place_experts
 from engine.quantization.tensors import Weight
+from engine.quantization.unquantized import UnquantizedMethod
+from kernels import torch_ref
 from kernels.kernel_ops import KernelOps
 
 SCORINGS = ("softmax", "sigmoid")
@@ -67,16 +69,21 @@ class Router:
         if self.scoring not in SCORINGS:
             raise ValueError(f"unknown router scoring {self.scoring!r}")
 
-    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = self.gate(x).float()
-        if self.softmax_after_top_k:
-            best, ids = logits.topk(self.top_k, dim=-1)
-            return best.softmax(dim=-1), ids
-        scores = logits.softmax(dim=-1) if self.scoring == "softmax" else logits.sigmoid()
-        weights, ids = scores.topk(self.top_k, dim=-1)
-        if self.renormalize:
-            weights = weights / weights.sum(dim=-1, keepdim=True)
-        return weights, ids
+    def __call__(self, x: torch.Tensor, ops: KernelOps) -> tuple[torch.Tensor, torch.Tensor]:
+        """A float router through the backend's `route` (on a CPU our C one, which the
+        one-call decode step shares); a quantized one through its linear, routed by torch."""
+        weight = float_weight(self.gate)
+        if weight is None:
+            return torch_ref.route_logits(self.gate(x).float(), self.top_k, self.scoring,
+                                          self.renormalize, self.softmax_after_top_k)
+        return ops.route(x, weight, self.gate.bias, self.top_k, self.scoring, self.renormalize,
+                         self.softmax_after_top_k)
+
+
+def float_weight(linear: Linear) -> torch.Tensor | None:
+    """The weight of a linear kept as a plain float tensor, else None."""
+    method = linear.method
+    return method.weight if isinstance(method, UnquantizedMethod) else None
 
 
 class ExpertsMethod(Protocol):
@@ -175,11 +182,14 @@ class SparseMoE:
     shared_gate: Linear | None = None
 
     def __call__(self, x: torch.Tensor, ops: KernelOps) -> torch.Tensor:
-        weights, ids = self.router(x)
+        weights, ids = self.router(x, ops)
         out = self.experts.apply(x, weights, ids)
         if self.shared is None:
             return out
         shared = self.shared(x, ops)
-        if self.shared_gate is not None:
-            shared = shared * torch.sigmoid(self.shared_gate(x))
-        return out + shared
+        if self.shared_gate is None:
+            return out + shared
+        gate = float_weight(self.shared_gate)
+        if gate is None or self.shared_gate.bias is not None:
+            return out + shared * torch.sigmoid(self.shared_gate(x))
+        return ops.add_sigmoid_gated(out, shared, x, gate)

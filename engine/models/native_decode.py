@@ -6,18 +6,24 @@ linear of the model runs one of our C kernels at the step's size and the C decod
 `pg_decode_layers` (kernels/cpu/decode_ops.c) runs the same operators in the same order, so the
 hidden states are the eager path's bit for bit. Its layers may differ as the families' do: a
 window per layer, several rotary tables or none (NoPE), partial rotary, per-head q/k norms,
-sandwich norms, SiLU or GeGLU. Anything else (prefill, bf16 activations, a linear on PyTorch's
-kernel or a GEMM, a layer the call does not run: `not_covered`) stays eager.
+sandwich norms, SiLU or GeGLU, attention sinks, and sparse MLPs (mixtures of experts) beside
+dense ones: the router dotted in C (the eager CPU path calls the same C router), the routed
+experts through moe_experts.c's own entry point, a gated shared expert. Anything else (prefill,
+bf16 activations, a linear on PyTorch's kernel or a GEMM, experts moe_experts does not serve, a
+quantized router, a layer the call does not run: `not_covered`) stays eager.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
+from engine.layers.mlp import GatedMLP
+from engine.layers.moe import SparseMoE, float_weight
 from kernels.attention_metadata import AttentionMetadata, DecodeGroup
 from kernels.cpu.decode_layers import (
     GELU_TANH,
@@ -27,10 +33,11 @@ from kernels.cpu.decode_layers import (
     GroupArgs,
     LayerArgs,
     LinearArgs,
+    MoeArgs,
     RopeArgs,
     StepArgs,
 )
-from kernels.cpu.decode_ops import CACHE_DTYPES, as_int64, attention_threads
+from kernels.cpu.decode_ops import CACHE_DTYPES, SCORINGS, as_int64, attention_threads
 
 if TYPE_CHECKING:
     from engine.layers.attention import StepRotary
@@ -38,6 +45,7 @@ if TYPE_CHECKING:
     from engine.models.architecture import DecoderArchitecture, ModelShape
     from engine.models.decoder import DecoderForCausalLM, DecoderLayer
 
+logger = logging.getLogger(__name__)
 # Decode batches of up to this many rows run in one call (where every linear has a C kernel at
 # their size); larger ones, which only a server with a raised max_num_seqs makes, stay eager.
 # Up to 8 rows until 2026-12-02: running 9-32 rows in one call too took 32 streams of the
@@ -49,12 +57,8 @@ _ACTIVATIONS = {"silu": SILU, "gelu_tanh": GELU_TANH}
 def not_covered(arch: DecoderArchitecture) -> str | None:
     """What of this architecture's layers the one-call step does not run (the load log says
     it), or None where it runs them all."""
-    if arch.moe is not None:
-        return "mixture-of-experts layers"
     if arch.attention_softcap is not None:
         return "attention logit softcapping"
-    if arch.names.sinks is not None:
-        return "attention sinks"
     if (arch.names.q_norm is None) != (arch.names.k_norm is None):
         return "a query norm without a key norm, or the reverse"
     if arch.activation not in _ACTIVATIONS:
@@ -79,6 +83,7 @@ class _Plan:
     ropes: ctypes.Array
     out: torch.Tensor
     cache_ptr: int
+    moes: list[MoeArgs]  # what the sparse layers' arguments point to
 
 
 @dataclass(slots=True)
@@ -116,6 +121,12 @@ class NativeDecode:
         lib = model.ops.decode_layers
         if (not isinstance(lib, DecodeLayers) or model.norm.dtype != torch.float32
                 or not_covered(model.arch) is not None):
+            return None
+        sparse = next((why for layer in model.layers if (why := _sparse_not_covered(layer))),
+                      None)
+        if sparse is not None:
+            logger.info("%s: decode steps run layer by layer (the one-call C decode step does "
+                        "not run %s)", model.arch.family, sparse)
             return None
         return cls(model, lib)
 
@@ -174,22 +185,31 @@ class NativeDecode:
         if any(t.cos.dtype != torch.float32 for t in self._model.rotary.values()):
             return None
         layers = (LayerArgs * s.num_layers)()
+        moes: list[MoeArgs] = []
         work = 0
         for args, layer, (k, v) in zip(layers, self._model.layers, kv_caches, strict=True):
-            linears = (layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj)
-            fields = (args.qkv, args.o, args.gate_up, args.down)
-            for linear, field in zip(linears, fields, strict=True):
+            linears = [(layer.qkv_proj, args.qkv), (layer.o_proj, args.o)]
+            mlp = _dense_part(layer)
+            if mlp is not None:
+                linears += [(mlp.gate_up_proj, args.gate_up), (mlp.down_proj, args.down)]
+            for linear, field in linears:
                 need = _fill_linear(linear, m, field)
+                if need is None:
+                    return None
+                work = max(work, need)
+            if isinstance(layer.mlp, SparseMoE):
+                need = _fill_moe(layer.mlp, m, s.hidden_size, args, moes)
                 if need is None:
                     return None
                 work = max(work, need)
             if not self._fill_layer(layer, args):
                 return None
             args.k_cache, args.v_cache, args.num_blocks = k.data_ptr(), v.data_ptr(), k.shape[0]
-        intermediate = layers[0].down.k
-        if not _shapes_agree(layers, s, intermediate):
+        intermediate = max(args.down.k for args in layers)
+        top_k = max((moe.top_k for moe in moes), default=0)
+        if not _shapes_agree(layers, s):
             return None
-        buffers = self._reserve(m, work, intermediate)
+        buffers = self._reserve(m, work, intermediate, top_k)
         out = buffers.out[:m]
         ropes = (RopeArgs * max(len(self._rope_keys), 1))()
         step = StepArgs(
@@ -197,9 +217,9 @@ class NativeDecode:
             linear_work=buffers.work_ptr, num_layers=s.num_layers,
             num_ropes=len(self._rope_keys), m=m, hidden=s.hidden_size, heads=s.num_heads,
             kv_heads=s.num_kv_heads, head_dim=s.head_dim, intermediate=intermediate,
-            cache_dtype=CACHE_DTYPES[k_cache.dtype], block_size=shape[0],
+            top_k=top_k, cache_dtype=CACHE_DTYPES[k_cache.dtype], block_size=shape[0],
             eps=s.rms_norm_eps, scale=self._model.scale)
-        return _Plan(step, layers, ropes, out, k_cache.data_ptr())
+        return _Plan(step, layers, ropes, out, k_cache.data_ptr(), moes)
 
     def _fill_layer(self, layer: DecoderLayer, args: LayerArgs) -> bool:
         """The layer's norms, window, rotary table and activation into args; False where the
@@ -218,34 +238,91 @@ class NativeDecode:
             setattr(args, name, None if norm is None else norm.data_ptr())
         if (attention.q_norm is None) != (attention.k_norm is None):
             return False
+        sinks = attention.sinks
+        if sinks is not None and (sinks.dtype != torch.float32 or not sinks.is_contiguous()
+                                  or sinks.shape != (s.num_heads,)):
+            return False
+        args.sinks = None if sinks is None else sinks.data_ptr()
         args.window, args.group_set = attention.window, self._windows.index(attention.window)
         if attention.rope is None:
             args.rope, args.rotary_dim = NO_ROPE, 0
         else:
             args.rope = self._rope_keys.index(attention.rope)
             args.rotary_dim = self._model.rotary[attention.rope].rotary_dim
-        activation = _ACTIVATIONS.get(layer.mlp.activation)
+        mlp = _dense_part(layer)
+        activation = SILU if mlp is None else _ACTIVATIONS.get(mlp.activation)
         if activation is None:
             return False
         args.activation = activation
         return True
 
-    def _reserve(self, m: int, work: int, intermediate: int) -> _Buffers:
-        """Buffers for a step of m rows whose linears need `work` bytes; growing them drops
-        the plans made so far, which point into the old ones."""
+    def _reserve(self, m: int, work: int, intermediate: int, top_k: int) -> _Buffers:
+        """Buffers for a step of m rows whose linears and experts need `work` bytes; growing
+        them drops the plans made so far, which point into the old ones."""
+        s = self._model.shape
+        floats = self._lib.scratch_floats(m, s.hidden_size, s.num_heads, s.num_kv_heads,
+                                          s.head_dim, intermediate, top_k)
         old = self._buffers
-        if old is not None and old.rows >= m and old.work_bytes >= work:
+        if (old is not None and old.rows >= m and old.work_bytes >= work
+                and old.scratch.numel() >= floats):
             return old
         rows, work = max(m, old.rows if old else 0), max(work, old.work_bytes if old else 0)
-        s = self._model.shape
+        floats = max(floats, old.scratch.numel() if old else 0)
         self._plans.clear()
         self._buffers = None  # freed before the larger ones are made
-        self._buffers = _Buffers(
-            rows, work,
-            torch.empty(self._lib.scratch_floats(rows, s.hidden_size, s.num_heads,
-                                                 s.num_kv_heads, s.head_dim, intermediate)),
-            torch.empty(work + 64, dtype=torch.uint8), torch.empty(rows, s.hidden_size))
+        self._buffers = _Buffers(rows, work, torch.empty(floats),
+                                 torch.empty(work + 64, dtype=torch.uint8),
+                                 torch.empty(rows, s.hidden_size))
         return self._buffers
+
+
+def _dense_part(layer: DecoderLayer) -> GatedMLP | None:
+    """The gated MLP the call runs through the layer's gate_up and down: a dense layer's, or a
+    sparse one's shared expert (None: it has none)."""
+    return layer.mlp.shared if isinstance(layer.mlp, SparseMoE) else layer.mlp
+
+
+def _sparse_not_covered(layer: DecoderLayer) -> str | None:
+    """What of this layer's sparse MLP the one-call step does not run, or None."""
+    moe = layer.mlp
+    if not isinstance(moe, SparseMoE):
+        return None
+    if getattr(moe.experts, "c_experts", None) is None:
+        return "experts that moe_experts does not read (a folder's float experts, other types)"
+    if float_weight(moe.router.gate) is None:
+        return "a quantized router"
+    if moe.shared_gate is not None and (float_weight(moe.shared_gate) is None
+                                        or moe.shared_gate.bias is not None):
+        return "a quantized or biased shared expert gate"
+    return None
+
+
+def _fill_moe(moe: SparseMoE, m: int, hidden: int, args: LayerArgs,
+              kept: list[MoeArgs]) -> int | None:
+    """The sparse MLP's arguments at m rows into args (kept alive in kept); the experts'
+    workspace bytes, or None where the call cannot run it as the eager path does."""
+    router = moe.router
+    weight, bias = float_weight(router.gate), router.gate.bias
+    experts = moe.experts.c_experts(m, router.top_k)
+    num_experts = weight.shape[0]
+    if (experts is None or weight.dtype != torch.float32 or weight.shape != (num_experts, hidden)
+            or not weight.is_contiguous() or router.scoring not in SCORINGS
+            or (bias is not None and (bias.dtype != torch.float32 or not bias.is_contiguous()
+                                      or bias.shape != (num_experts,)))):
+        return None
+    gate = None if moe.shared_gate is None else float_weight(moe.shared_gate)
+    if gate is not None and (gate.dtype != torch.float32 or gate.shape != (1, hidden)
+                             or not gate.is_contiguous()):
+        return None
+    args_moe = MoeArgs(
+        router=weight.data_ptr(), router_bias=None if bias is None else bias.data_ptr(),
+        shared_gate=None if gate is None else gate.data_ptr(), experts_fn=experts.fn,
+        experts=experts.layer, num_experts=num_experts, top_k=router.top_k,
+        scoring=SCORINGS[router.scoring], renormalize=router.renormalize,
+        softmax_after_top_k=router.softmax_after_top_k, shared=moe.shared is not None)
+    kept.append(args_moe)
+    args.moe = ctypes.pointer(args_moe)
+    return experts.workspace_bytes
 
 
 def _group_args(group_sets: list[list[DecodeGroup]], heads: int, block_size: int,
@@ -286,9 +363,17 @@ def _fill_linear(linear: Linear, m: int, args: LinearArgs) -> int | None:
     return kernel.workspace_bytes(m)
 
 
-def _shapes_agree(layers: ctypes.Array, s: ModelShape, intermediate: int) -> bool:
+def _shapes_agree(layers: ctypes.Array, s: ModelShape) -> bool:
+    """Every layer's q/k/v and o of the model's heads; its gated MLP (a dense one or a shared
+    expert) of some width of its own, or (a sparse layer without a shared expert) none."""
     q, kv = s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
-    expected = ((q + 2 * kv, s.hidden_size), (s.hidden_size, q), (2 * intermediate, s.hidden_size),
-                (s.hidden_size, intermediate))
-    return all(((a.qkv.n, a.qkv.k), (a.o.n, a.o.k), (a.gate_up.n, a.gate_up.k),
-                (a.down.n, a.down.k)) == expected for a in layers)
+    attention = ((q + 2 * kv, s.hidden_size), (s.hidden_size, q))
+
+    def mlp_agrees(a: LayerArgs) -> bool:
+        width = a.down.k
+        if not width:
+            return bool(a.moe) and not a.moe.contents.shared and a.gate_up.n == 0
+        return (a.gate_up.n, a.gate_up.k, a.down.n) == (2 * width, s.hidden_size, s.hidden_size)
+
+    return all(((a.qkv.n, a.qkv.k), (a.o.n, a.o.k)) == attention and mlp_agrees(a)
+               for a in layers)

@@ -22,7 +22,14 @@ import torch
 from engine.quantization.native_kernels import load_native
 from engine.quantization.native_linear import Scratch
 from engine.quantization.tensors import GGUFRows, Weight
-from kernels.cpu.moe_experts import ACTIVATIONS, BLOCKS, MoeExperts, MoeLayer, Projection
+from kernels.cpu.moe_experts import (
+    ACTIVATIONS,
+    BLOCKS,
+    CExperts,
+    MoeExperts,
+    MoeLayer,
+    Projection,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +80,13 @@ class CpuExpertsMethod:
                                  threads=torch.get_num_threads(), work=scratch.buffer,
                                  out=out[part])
         return out if x.dtype == torch.float32 else out.to(x.dtype)
+
+    def c_experts(self, m: int, top_k: int) -> CExperts | None:
+        """moe_forward and this layer's struct for a C caller's steps of m rows (one call,
+        as apply makes one for them), or None where apply would slice them."""
+        if m > ROWS_A_CALL:
+            return None
+        return self._kernel.c_experts(self._layer, m, top_k)
 
 
 def in_place_experts(experts: Sequence[ExpertWeightsLike], activation: str,

@@ -62,16 +62,31 @@ SILU, GELU_TANH = 0, 1  # LayerArgs.activation
 NO_ROPE = -1  # LayerArgs.rope of a layer that rotates nothing (NoPE)
 
 
+class MoeArgs(ctypes.Structure):
+    """A sparse MLP: the router (fp32 [num_experts, hidden] and bias [num_experts] or None;
+    scoring SCORINGS' code), the routed experts (experts_fn: moe_experts.c's moe_forward,
+    experts: its struct moe_layer, kernels.cpu.moe_experts.CExperts), and whether the layer's
+    gate_up and down are a shared expert (`shared`), gated by sigmoid(x . shared_gate) where
+    that ([hidden] fp32) is not None."""
+
+    _fields_ = [("router", _ptr), ("router_bias", _ptr), ("shared_gate", _ptr),
+                ("experts_fn", _ptr), ("experts", _ptr), ("num_experts", _i32),
+                ("top_k", _i32), ("scoring", _i32), ("renormalize", _i32),
+                ("softmax_after_top_k", _i32), ("shared", _i32)]
+
+
 class LayerArgs(ctypes.Structure):
     """One layer: its norms (q_norm, k_norm, attention_out_norm and mlp_out_norm None where it
-    has none), linears and caches; the window it attends (0: every key), the step's group set
-    made for that window, its rotary table (an index into StepArgs.ropes, or NO_ROPE) rotating
-    the first rotary_dim dims of each head, and its MLP's activation."""
+    has none), linears and caches, its attention sinks (None: none); its sparse MLP (moe; None:
+    a dense one); the window it attends (0: every key), the step's group set made for that
+    window, its rotary table (an index into StepArgs.ropes, or NO_ROPE) rotating the first
+    rotary_dim dims of each head, and its MLP's activation."""
 
     _fields_ = [("input_norm", _ptr), ("post_norm", _ptr), ("q_norm", _ptr), ("k_norm", _ptr),
                 ("attention_out_norm", _ptr), ("mlp_out_norm", _ptr), ("qkv", LinearArgs),
                 ("o", LinearArgs), ("gate_up", LinearArgs), ("down", LinearArgs),
-                ("k_cache", _ptr), ("v_cache", _ptr), ("window", _i32), ("group_set", _i32),
+                ("k_cache", _ptr), ("v_cache", _ptr), ("sinks", _ptr),
+                ("moe", ctypes.POINTER(MoeArgs)), ("window", _i32), ("group_set", _i32),
                 ("rope", _i32), ("rotary_dim", _i32), ("activation", _i32),
                 ("num_blocks", _i32)]
 
@@ -98,7 +113,7 @@ class StepArgs(ctypes.Structure):
                 ("num_layers", _i32), ("num_groups", _i32), ("num_group_sets", _i32),
                 ("num_ropes", _i32), ("m", _i32), ("hidden", _i32), ("heads", _i32),
                 ("kv_heads", _i32), ("head_dim", _i32), ("intermediate", _i32),
-                ("cache_dtype", _i32), ("block_size", _i32),
+                ("top_k", _i32), ("cache_dtype", _i32), ("block_size", _i32),
                 ("linear_threads", _i32), ("eps", _f32), ("scale", _f32)]
 
 
@@ -109,12 +124,14 @@ class DecodeLayers:
         self._run = lib.pg_decode_layers
         self._run.argtypes, self._run.restype = [ctypes.POINTER(StepArgs)], _i32
         self._scratch = lib.pg_decode_scratch_floats
-        self._scratch.argtypes = [_i32] * 6
+        self._scratch.argtypes = [_i32] * 7
         self._scratch.restype = ctypes.c_long
 
     def scratch_floats(self, m: int, hidden: int, heads: int, kv_heads: int, head_dim: int,
-                       intermediate: int) -> int:
-        return self._scratch(m, hidden, heads, kv_heads, head_dim, intermediate)
+                       intermediate: int, top_k: int = 0) -> int:
+        """intermediate: the widest MLP's (a dense layer's or a shared expert's); top_k: the
+        most experts a sparse layer routes a row to (0: no layer is sparse)."""
+        return self._scratch(m, hidden, heads, kv_heads, head_dim, intermediate, top_k)
 
     def run(self, step: StepArgs) -> None:
         rc = self._run(ctypes.byref(step))

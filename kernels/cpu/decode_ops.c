@@ -446,6 +446,129 @@ int pg_top_k(const float *x, long x_stride, int rows, int n, int k, int64_t *out
     return gave_up ? TOP_K_GAVE_UP : 0;
 }
 
+/* ---- A mixture-of-experts layer's router and its shared expert's gate ---- */
+
+/* Both are fp32 dot products of the layer's input whose rounding decides which experts a token
+ * gets: the eager CPU path (engine/layers/moe.py) and the layer stack call these same functions,
+ * so the two route every row alike, ties included. */
+enum { PG_SCORE_SOFTMAX = 0, PG_SCORE_SIGMOID = 1 };
+/* moe_gguf.py's MAX_EXPERTS: a row's logits live on the stack. */
+#define PG_MAX_EXPERTS 1024
+
+__attribute__((target("avx2,fma"))) static float dot_avx2(const float *x, const float *w, int d)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= d; i += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(w + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(w + i + 8), a1);
+    }
+    for (; i < d; i += 8)
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(w + i), a0);
+    return hsum8(_mm256_add_ps(a0, a1));
+}
+
+static float dot(const float *x, const float *w, int d)
+{
+    if (use_avx2(d))
+        return dot_avx2(x, w, d);
+    float sum = 0.0f;
+    for (int i = 0; i < d; i++)
+        sum += x[i] * w[i];
+    return sum;
+}
+
+/* The indices of v's k largest values (n at most PG_MAX_EXPERTS), largest first; of equal
+ * values the first (an expert's index decides a tie, whichever path runs the layer). */
+static void top_k_ids(const float *v, int n, int k, int64_t *ids)
+{
+    char taken[PG_MAX_EXPERTS] = {0};
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < n; e++)
+            if (!taken[e] && (best < 0 || v[e] > v[best] || (isnan(v[e]) && !isnan(v[best]))))
+                best = e;
+        taken[best] = 1;
+        ids[j] = best;
+    }
+}
+
+/* v[0..n) = softmax(v): minus the largest, e^, divided by their sum in order. */
+static void softmax_in_place(float *v, int n)
+{
+    float top = v[0], sum = 0.0f;
+    for (int i = 1; i < n; i++)
+        top = v[i] > top ? v[i] : top;
+    for (int i = 0; i < n; i++) {
+        v[i] = expf(v[i] - top);
+        sum += v[i];
+    }
+    for (int i = 0; i < n; i++)
+        v[i] /= sum;
+}
+
+/*
+ * Each row of x [m, hidden] (rows x_stride floats apart) routed among num_experts: logits
+ * x . router[e] (+ bias[e]); then either (softmax_after_top_k, gpt-oss) the top_k largest logits
+ * softmaxed among themselves, or the softmax or sigmoid (scoring) of every logit, its top_k
+ * largest kept, renormalised to sum to 1 where asked. ids int64 and weights fp32 [m, top_k],
+ * each row's experts best first.
+ */
+int pg_route(const float *x, long x_stride, int m, int hidden, const float *router,
+             const float *bias, int num_experts, int top_k, int scoring, int renormalize,
+             int softmax_after_top_k, int64_t *ids, float *weights)
+{
+    if (m < 0 || hidden <= 0 || num_experts <= 0 || num_experts > PG_MAX_EXPERTS || top_k <= 0
+        || top_k > num_experts || scoring < PG_SCORE_SOFTMAX || scoring > PG_SCORE_SIGMOID)
+        return 1;
+    float v[PG_MAX_EXPERTS];
+    for (int t = 0; t < m; t++) {
+        const float *row = x + (size_t)t * x_stride;
+        int64_t *id = ids + (size_t)t * top_k;
+        float *w = weights + (size_t)t * top_k;
+        for (int e = 0; e < num_experts; e++) {
+            v[e] = dot(row, router + (size_t)e * hidden, hidden);
+            if (bias)
+                v[e] += bias[e];
+        }
+        if (!softmax_after_top_k && scoring == PG_SCORE_SOFTMAX)
+            softmax_in_place(v, num_experts);
+        else if (!softmax_after_top_k)
+            for (int e = 0; e < num_experts; e++)
+                v[e] = 1.0f / (1.0f + expf(-v[e]));
+        top_k_ids(v, num_experts, top_k, id);
+        for (int j = 0; j < top_k; j++)
+            w[j] = v[id[j]];
+        if (softmax_after_top_k) {
+            softmax_in_place(w, top_k);
+        } else if (renormalize) {
+            float sum = 0.0f;
+            for (int j = 0; j < top_k; j++)
+                sum += w[j];
+            for (int j = 0; j < top_k; j++)
+                w[j] /= sum;
+        }
+    }
+    return 0;
+}
+
+/* out [m, hidden] = routed + shared * sigmoid(x . gate), row by row: a shared expert's output
+ * (Qwen2-MoE's) behind its gate, added to the routed experts'. x rows x_stride floats apart;
+ * routed, shared and out contiguous (out may be either of them). */
+int pg_add_sigmoid_gated(const float *routed, const float *shared, const float *x, long x_stride,
+                         const float *gate, int m, int hidden, float *out)
+{
+    if (m < 0 || hidden <= 0)
+        return 1;
+    for (int t = 0; t < m; t++) {
+        float g = 1.0f / (1.0f + expf(-dot(x + (size_t)t * x_stride, gate, hidden)));
+        size_t at = (size_t)t * hidden;
+        for (int j = 0; j < hidden; j++)
+            out[at + j] = routed[at + j] + shared[at + j] * g;
+    }
+    return 0;
+}
+
 /* ---- KV-cache write ---- */
 
 /*
@@ -1050,6 +1173,22 @@ struct pg_linear {
 
 enum { PG_SILU = 0, PG_GELU_TANH = 1 };
 
+/* A sparse MLP (engine/layers/moe.py's SparseMoE): the router (pg_route's arguments), the routed
+ * experts through moe_experts.c's moe_forward (its struct moe_layer, built by
+ * kernels/cpu/moe_experts.py; its workspace is the step's linear_work, which the caller sized for
+ * it), and, where `shared`, a shared expert in the layer's gate_up and down (SiLU), its output
+ * times sigmoid(x . shared_gate) where that is not NULL. */
+typedef int (*pg_experts_fn)(int isa, const void *layer, const float *x, int m,
+                             const int64_t *ids, const float *weights, float *out, void *work,
+                             int threads);
+
+struct pg_moe {
+    const float *router, *router_bias; /* [num_experts, hidden], [num_experts] or NULL */
+    const float *shared_gate;          /* [hidden] or NULL */
+    const void *experts_fn, *experts;
+    int num_experts, top_k, scoring, renormalize, softmax_after_top_k, shared;
+};
+
 /* What sets one layer apart (engine/models/architecture.py's AttentionKind and LayerNames):
  * its window (0: every key) and the step's group set made for it, its rotary table (an index
  * into the step's, rotating the first rotary_dim dims of each head; -1: NoPE), per-head q and k
@@ -1059,8 +1198,11 @@ struct pg_layer {
     const float *input_norm, *post_norm;
     const float *q_norm, *k_norm;                     /* [head_dim] */
     const float *attention_out_norm, *mlp_out_norm;   /* [hidden] */
-    struct pg_linear qkv, o, gate_up, down;
+    struct pg_linear qkv, o, gate_up, down;           /* a sparse layer's gate_up and down: its
+                                                         shared expert's, where moe->shared */
     void *k_cache, *v_cache;
+    const float *sinks;                               /* [heads] (gpt-oss) or NULL */
+    const struct pg_moe *moe;                         /* NULL: a dense MLP */
     int window, group_set, rope, rotary_dim, activation;
     int num_blocks; /* of its caches: a KV cache group's pool (windowed layers keep their own) */
 };
@@ -1088,15 +1230,29 @@ struct pg_step {
     float *scratch;          /* pg_decode_scratch_floats(...) floats */
     void *linear_work;       /* the largest workspace the linears ask for */
     int num_layers, num_groups, num_group_sets, num_ropes, m, hidden, heads, kv_heads, head_dim;
-    int intermediate, cache_dtype, block_size, linear_threads;
+    int intermediate; /* the widest MLP's: a dense layer's or a shared expert's */
+    int top_k;        /* the most experts a sparse layer routes a row to (0: none is sparse) */
+    int cache_dtype, block_size, linear_threads;
     float eps, scale;
 };
 
-long pg_decode_scratch_floats(int m, int hidden, int heads, int kv_heads, int head_dim,
-                              int intermediate)
+/* Floats before the sparse layers' routing in the scratch, rounded up to whole int64s. */
+static size_t dense_scratch_floats(int m, int hidden, int heads, int kv_heads, int head_dim,
+                                   int intermediate)
 {
-    long qkv = (long)(heads + 2 * kv_heads) * head_dim, qk = (long)(heads + kv_heads) * head_dim;
-    return (long)m * (3L * hidden + qkv + qk + (long)heads * head_dim + 3L * intermediate);
+    size_t qkv = (size_t)(heads + 2 * kv_heads) * head_dim, qk = (size_t)(heads + kv_heads) * head_dim;
+    size_t floats = (size_t)m * (3 * (size_t)hidden + qkv + qk + (size_t)heads * head_dim
+                                 + 3 * (size_t)intermediate);
+    return (floats + 1) & ~(size_t)1;
+}
+
+/* Beside those, a sparse layer's routed experts' output [m, hidden], each row's expert ids
+ * (int64) and weights [m, top_k]. */
+long pg_decode_scratch_floats(int m, int hidden, int heads, int kv_heads, int head_dim,
+                              int intermediate, int top_k)
+{
+    size_t dense = dense_scratch_floats(m, hidden, heads, kv_heads, head_dim, intermediate);
+    return (long)(dense + (top_k ? (size_t)m * (hidden + 3 * (size_t)top_k) : 0));
 }
 
 static int run_kernel(const struct pg_step *s, const struct pg_linear *l, const float *x, float *y)
@@ -1197,7 +1353,7 @@ static int attention_block(const struct pg_step *s, const struct pg_layer *layer
         rc = pg_decode_attention(qk + (size_t)grp->start * qk_stride, qk_stride, grp->n, s->heads,
                                  s->kv_heads, hd, layer->k_cache, layer->v_cache, s->cache_dtype,
                                  layer->num_blocks, s->block_size, grp->block_tables, grp->max_blocks,
-                                 grp->context_lens, layer->window, s->scale, NULL,
+                                 grp->context_lens, layer->window, s->scale, layer->sinks,
                                  attn + (size_t)grp->start * q_width, grp->threads);
     }
     return rc ? rc : run_linear(s, &layer->o, attn, y);
@@ -1207,14 +1363,44 @@ static int attention_block(const struct pg_step *s, const struct pg_layer *layer
 static int mlp_block(const struct pg_step *s, const struct pg_layer *layer, const float *x,
                      float *gate_up, float *act, float *y)
 {
+    int width = layer->down.k;
+    if (width > s->intermediate || layer->gate_up.n != 2 * width)
+        return 1;
     int rc = run_linear(s, &layer->gate_up, x, gate_up);
     if (!rc && layer->activation == PG_SILU)
-        rc = pg_silu_and_mul(gate_up, 2L * s->intermediate, s->m, s->intermediate, act);
+        rc = pg_silu_and_mul(gate_up, 2L * width, s->m, width, act);
     else if (!rc && layer->activation == PG_GELU_TANH)
-        rc = pg_gelu_tanh_and_mul(gate_up, 2L * s->intermediate, s->m, s->intermediate, act);
+        rc = pg_gelu_tanh_and_mul(gate_up, 2L * width, s->m, width, act);
     else if (!rc)
         rc = 1;
     return rc ? rc : run_linear(s, &layer->down, act, y);
+}
+
+/* A sparse MLP of x (normed) into y, as SparseMoE runs it: route, the routed experts' sum, then
+ * the shared expert's output (gated) added to it. ids and weights: [m, top_k]; routed:
+ * [m, hidden]. */
+static int sparse_block(const struct pg_step *s, const struct pg_layer *layer, const float *x,
+                        float *gate_up, float *act, int64_t *ids, float *weights, float *routed,
+                        float *y)
+{
+    const struct pg_moe *moe = layer->moe;
+    if (moe->top_k > s->top_k)
+        return 1;
+    int rc = pg_route(x, s->hidden, s->m, s->hidden, moe->router, moe->router_bias,
+                      moe->num_experts, moe->top_k, moe->scoring, moe->renormalize,
+                      moe->softmax_after_top_k, ids, weights);
+    float *experts_out = moe->shared ? routed : y;
+    if (!rc && ((pg_experts_fn)moe->experts_fn)(-1, moe->experts, x, s->m, ids, weights,
+                                                experts_out, s->linear_work, s->linear_threads))
+        rc = 11;
+    if (rc || !moe->shared)
+        return rc;
+    rc = mlp_block(s, layer, x, gate_up, act, y);
+    if (!rc && moe->shared_gate)
+        return pg_add_sigmoid_gated(routed, y, x, s->hidden, moe->shared_gate, s->m, s->hidden, y);
+    for (size_t j = 0; !rc && j < (size_t)s->m * s->hidden; j++)
+        y[j] = routed[j] + y[j];
+    return rc;
 }
 
 /* Whether every group set lists the step's m rows in order, each group at least one. */
@@ -1246,6 +1432,10 @@ int pg_decode_layers(const struct pg_step *s)
     float *attn = qk + (size_t)s->m * (s->heads + s->kv_heads) * hd;
     float *gate_up = attn + (size_t)s->m * s->heads * hd;
     float *act = gate_up + (size_t)s->m * 2 * s->intermediate;
+    int64_t *ids = (int64_t *)(s->scratch + dense_scratch_floats(s->m, s->hidden, s->heads,
+                                                                 s->kv_heads, hd, s->intermediate));
+    float *weights = (float *)(ids + (size_t)s->m * s->top_k);
+    float *routed = weights + (size_t)s->m * s->top_k;
     memcpy(residual, s->hidden_in, h * sizeof(float));
     int rc = pg_rms_norm(residual, s->hidden, s->layers[0].input_norm, s->m, s->hidden, s->eps, x);
     for (int i = 0; i < s->num_layers && !rc; i++) {
@@ -1267,7 +1457,9 @@ int pg_decode_layers(const struct pg_step *s)
                                  s->eps, x);
             swap = residual, residual = hidden, hidden = swap;
         }
-        if (!rc)
+        if (!rc && layer->moe)
+            rc = sparse_block(s, layer, x, gate_up, act, ids, weights, routed, hidden);
+        else if (!rc)
             rc = mlp_block(s, layer, x, gate_up, act, hidden);
         if (!rc && layer->mlp_out_norm)
             rc = pg_rms_norm(hidden, s->hidden, layer->mlp_out_norm, s->m, s->hidden, s->eps,

@@ -40,6 +40,9 @@ PARALLEL_MIN_SCORES = 1024
 # returns _TOP_K_GAVE_UP where a row needed too many replacements of its kept k (TOP_K_BUDGET).
 TOP_K_MAX = 256
 _TOP_K_GAVE_UP = 2
+# pg_route's scorings, and the most experts it routes among (decode_ops.c's PG_MAX_EXPERTS).
+SCORINGS = {"softmax": 0, "sigmoid": 1}
+MAX_EXPERTS = 1024
 # The widest head decode attention reads in C (decode_ops.c's MAX_HEAD_DIM: its key and value
 # chunks live on the stack); wider ones (Gemma 4's global layers, 512) attend through torch_ref.
 MAX_HEAD_DIM = 256
@@ -54,6 +57,8 @@ _SIGNATURES = {
     "pg_silu_and_mul": [_ptr, _i64, _i32, _i32, _ptr],
     "pg_gelu_tanh_and_mul": [_ptr, _i64, _i32, _i32, _ptr],
     "pg_top_k": [_ptr, _i64, _i32, _i32, _i32, _ptr],
+    "pg_route": [_ptr, _i64, _i32, _i32, _ptr, _ptr, _i32, _i32, _i32, _i32, _i32, _ptr, _ptr],
+    "pg_add_sigmoid_gated": [_ptr, _ptr, _ptr, _i64, _ptr, _i32, _i32, _ptr],
     "pg_write_kv": [_ptr, _i64, _ptr, _i64, _i32, _i32, _i32, _ptr, _ptr, _i32, _i64, _ptr],
     "pg_decode_attention": [_ptr, _i64, _i32, _i32, _i32, _i32, _ptr, _ptr, _i32, _i32, _i32,
                             _ptr, _i32, _ptr, _i32, _f32, _ptr, _ptr, _i32],
@@ -72,6 +77,7 @@ class DecodeOps:
         self._rotary, self._silu = lib.pg_rotary, lib.pg_silu_and_mul
         self._gelu_tanh = lib.pg_gelu_tanh_and_mul
         self._top_k = lib.pg_top_k
+        self._route, self._add_gated = lib.pg_route, lib.pg_add_sigmoid_gated
         self._write, self._attend = lib.pg_write_kv, lib.pg_decode_attention
 
     @classmethod
@@ -156,6 +162,43 @@ class DecodeOps:
         if rc == _TOP_K_GAVE_UP:  # a row far from logits (say, ascending): torch sorts it
             return torch_ref.top_k_indices(x, k)
         _check(rc, "pg_top_k")
+        return out
+
+    def route(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+              top_k: int, scoring: str, renormalize: bool, softmax_after_top_k: bool,
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """torch_ref.route's contract to rounding, its logits dotted in C: the one-call decode
+        step routes with the same function, so the eager path and it pick the same experts,
+        ties included (the lower index first)."""
+        experts = weight.shape[0]
+        if (x.dtype != _F32 or x.dim() != 2 or x.stride(1) != 1 or scoring not in SCORINGS
+                or not _fp32_matrix(weight, experts, x.shape[1]) or experts > MAX_EXPERTS
+                or (bias is not None and not _fp32_vector(bias, experts))
+                or not 0 < top_k <= experts):
+            return torch_ref.route(x, weight, bias, top_k, scoring, renormalize,
+                                   softmax_after_top_k)
+        m = x.shape[0]
+        ids = torch.empty(m, top_k, dtype=torch.int64)
+        weights = torch.empty(m, top_k)
+        _check(self._route(x.data_ptr(), x.stride(0), m, x.shape[1], weight.data_ptr(),
+                           None if bias is None else bias.data_ptr(), experts, top_k,
+                           SCORINGS[scoring], renormalize, softmax_after_top_k, ids.data_ptr(),
+                           weights.data_ptr()), "pg_route")
+        return weights, ids
+
+    def add_sigmoid_gated(self, routed: torch.Tensor, shared: torch.Tensor, x: torch.Tensor,
+                          gate: torch.Tensor) -> torch.Tensor:
+        """torch_ref.add_sigmoid_gated's, the gate's logit dotted in C (as the one-call step
+        does)."""
+        if (x.dtype != _F32 or x.dim() != 2 or x.stride(1) != 1
+                or not _fp32_matrix(gate, 1, x.shape[1])
+                or any(t.dtype != _F32 or t.shape != x.shape or not t.is_contiguous()
+                       for t in (routed, shared))):
+            return torch_ref.add_sigmoid_gated(routed, shared, x, gate)
+        out = torch.empty_like(routed)
+        _check(self._add_gated(routed.data_ptr(), shared.data_ptr(), x.data_ptr(), x.stride(0),
+                           gate.data_ptr(), x.shape[0], x.shape[1], out.data_ptr()),
+               "pg_add_sigmoid_gated")
         return out
 
     def write_kv_cache(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
@@ -245,6 +288,10 @@ def _fp32_vector(t: torch.Tensor, length: int) -> bool:
     return t.dtype is _F32 and t.shape == (length,) and t.is_contiguous()
 
 
+def _fp32_matrix(t: torch.Tensor, rows: int, cols: int) -> bool:
+    return t.dtype is _F32 and t.shape == (rows, cols) and t.is_contiguous()
+
+
 def as_int64(t: torch.Tensor) -> torch.Tensor:
     """t as contiguous int64, without a copy where it is one already."""
     return t if t.dtype == torch.int64 and t.is_contiguous() else t.long().contiguous()
@@ -268,6 +315,8 @@ def decode_kernel_ops(lib: ctypes.CDLL) -> KernelOps:
         silu_and_mul=ops.silu_and_mul,
         gelu_tanh_and_mul=ops.gelu_tanh_and_mul,
         top_k_indices=ops.top_k_indices,
+        route=ops.route,
+        add_sigmoid_gated=ops.add_sigmoid_gated,
         write_kv_cache=ops.write_kv_cache,
         paged_attention=ops.paged_attention,
         decode_layers=DecodeLayers(lib),

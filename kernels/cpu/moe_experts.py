@@ -49,6 +49,17 @@ class Projection:
     biases: list[torch.Tensor] | None = None
 
 
+@dataclass(slots=True, frozen=True)
+class CExperts:
+    """A layer's experts as a C caller runs them (decode_ops.c's one-call step): moe_forward's
+    address, the layer's struct moe_layer (its top_k set) and the workspace bytes a call of m
+    rows needs. Valid while the MoeLayer and the library live."""
+
+    fn: int
+    layer: int
+    workspace_bytes: int
+
+
 class MoeLayer:
     """One layer's experts as the kernel reads them: the C structure and the pointer arrays
     it points into, kept alive with the tensors they address."""
@@ -130,6 +141,13 @@ class MoeExperts:
     def workspace_bytes(self, layer: MoeLayer, m: int, top_k: int) -> int:
         layer.struct.top_k = top_k
         return self._lib.moe_workspace_bytes(ctypes.byref(layer.struct), m)
+
+    def c_experts(self, layer: MoeLayer, m: int, top_k: int) -> CExperts:
+        """The layer's C entry for steps of m rows routed to top_k experts each (the struct's
+        top_k is set to it, as workspace_bytes does)."""
+        work = self.workspace_bytes(layer, m, top_k)
+        fn = ctypes.cast(self._lib.moe_forward, ctypes.c_void_p).value
+        return CExperts(fn, ctypes.addressof(layer.struct), work)
 
     def forward(self, layer: MoeLayer, x: torch.Tensor, topk_ids: torch.Tensor,
                 topk_weights: torch.Tensor, isa: int = BEST_ISA, threads: int = 1,

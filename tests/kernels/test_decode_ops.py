@@ -406,3 +406,50 @@ def test_cpu_ops_come_from_the_library_when_it_loads(lib):
 def test_top_k_of_a_row_in_ascending_order_is_still_the_largest(ops):
     x = torch.randn(3, 20000).sort(dim=-1).values  # every value a new largest: torch's instead
     assert _as_sets(ops.top_k_indices(x, 32)) == [set(range(19968, 20000))] * 3
+
+
+# The mixture-of-experts router: the eager CPU path and the one-call step both route through it.
+ROUTINGS = {"softmax": ("softmax", False, False), "softmax renormalised": ("softmax", True, False),
+            "sigmoid": ("sigmoid", False, False), "sigmoid renormalised": ("sigmoid", True, False),
+            "gpt-oss: softmax after top-k": ("softmax", False, True)}
+# The router's dot products have an AVX2 body and a scalar one (no AVX-512 one).
+ROUTER_ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2], ids=["scalar", "avx2"])
+
+
+@ROUTER_ISAS
+@pytest.mark.parametrize("routing", ROUTINGS.values(), ids=ROUTINGS.keys())
+@pytest.mark.parametrize("hidden", [256, 100])
+def test_route_picks_torchs_experts_best_first_with_its_weights(ops, routing, hidden):
+    g = torch.Generator().manual_seed(hidden)
+    x, router = torch.randn(6, hidden, generator=g), 0.3 * torch.randn(16, hidden, generator=g)
+    bias = torch.randn(16, generator=g)
+    weights, ids = ops.route(x, router, bias, 4, *routing)
+    want_weights, want_ids = torch_ref.route(x, router, bias, 4, *routing)
+    assert torch.equal(ids, want_ids)  # no near-ties among these logits
+    torch.testing.assert_close(weights, want_weights)
+
+
+@ROUTER_ISAS
+def test_route_breaks_a_tie_for_the_lower_expert(ops):
+    """A router of equal rows scores every expert alike: experts 0..k-1, in order."""
+    x = torch.randn(3, 64)
+    router = torch.randn(1, 64).expand(8, 64).contiguous()
+    weights, ids = ops.route(x, router, None, 3, "softmax", True, False)
+    assert ids.tolist() == [[0, 1, 2]] * 3
+    torch.testing.assert_close(weights, torch.full((3, 3), 1 / 3))
+
+
+def test_route_beyond_the_kernels_reach_is_torchs(lib):
+    x, router = torch.randn(2, 32, dtype=torch.float64), torch.randn(8, 32, dtype=torch.float64)
+    weights, ids = lib.route(x, router, None, 2, "softmax", False, False)
+    want_weights, want_ids = torch_ref.route(x, router, None, 2, "softmax", False, False)
+    assert torch.equal(ids, want_ids) and torch.equal(weights, want_weights)
+
+
+@ROUTER_ISAS
+def test_a_shared_expert_behind_its_sigmoid_gate_is_added_as_torch_adds_it(ops):
+    g = torch.Generator().manual_seed(7)
+    routed, shared, x = (torch.randn(3, 96, generator=g) for _ in range(3))
+    gate = torch.randn(1, 96, generator=g)
+    torch.testing.assert_close(ops.add_sigmoid_gated(routed, shared, x, gate),
+                               torch_ref.add_sigmoid_gated(routed, shared, x, gate))

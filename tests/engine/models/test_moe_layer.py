@@ -126,14 +126,14 @@ def test_each_row_of_a_batch_gets_what_it_gets_alone(weights):
     between one row and twelve (another row's expert or weight would change it by ~1)."""
     layer = _layer(weights, top_k=2, renormalize=True)
     rows = weights["rows"]
-    _, ids = layer.router(rows)
+    _, ids = layer.router(rows, TORCH_OPS)
     chosen = [set(row) for row in ids.tolist()]
     # Some rows share an expert and some share none: both kinds of grouping are exercised.
     assert any(a & b for i, a in enumerate(chosen) for b in chosen[i + 1:])
     assert any(not a & b for i, a in enumerate(chosen) for b in chosen[i + 1:])
     batch = layer(rows, TORCH_OPS)
     for i in range(len(rows)):
-        assert layer.router(rows[i:i + 1])[1].tolist() == [ids[i].tolist()]
+        assert layer.router(rows[i:i + 1], TORCH_OPS)[1].tolist() == [ids[i].tolist()]
         torch.testing.assert_close(batch[i], layer(rows[i:i + 1], TORCH_OPS)[0],
                                    atol=1e-5, rtol=1e-5)
 
