@@ -38,6 +38,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "block_quant.h"
@@ -91,6 +92,7 @@ struct activations {
     const float *sum;
     int m;
     int super; /* int8, one scale per 256 values (bq_quantize_rows_super8) */
+    const uint8_t *biased; /* q + 128 as unsigned bytes, for q6k_biased_pass; or NULL */
 };
 
 int q8_isa_supported(int isa) { return bq_cpu_has(isa); }
@@ -793,6 +795,25 @@ static inline void q5k_super8_pass(const struct weight *w, const struct activati
     STORE_SUMS(acc, rows, irows)
 }
 
+/* A Q6_K super-block's 8 blocks of 32 values as stored, q + 32 (0..63). */
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline void q6k_unsigned_blocks(const uint8_t *super, __m256i u[SUB_BLOCKS])
+{
+    const __m256i low = _mm256_set1_epi8(15), high = _mm256_set1_epi8(3 << 4);
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = super + 64 * h;
+        __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+        __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(super + Q6K_QH_AT + 32 * h));
+        __m256i lo[4] = {l0, l1, _mm256_srli_epi16(l0, 4), _mm256_srli_epi16(l1, 4)};
+        __m256i hi[4] = {_mm256_slli_epi16(qh, 4), _mm256_slli_epi16(qh, 2), qh,
+                         _mm256_srli_epi16(qh, 2)};
+        for (int jj = 0; jj < 4; jj++)
+            u[4 * h + jj] = _mm256_or_si256(_mm256_and_si256(lo[jj], low),
+                                            _mm256_and_si256(hi[jj], high));
+    }
+}
+
 /* Q6_K's values as 0..63 (q + 32), so maddubs takes them as they are; the 32 x_j it adds too
  * many per pair are taken back in int16 (maddubs of 32 and x, per activation row and
  * super-block, shared by a tile's rows) before each half's scale (one per 16 values) applies.
@@ -803,7 +824,6 @@ static inline void q6k_super8_pass(const struct weight *w, const struct activati
 {
     const int8_t *xq = (const int8_t *)x->q;
     const __m256i thirty_two = _mm256_set1_epi8(32);
-    const __m256i low = _mm256_set1_epi8(15), high = _mm256_set1_epi8(3 << 4);
     ZERO_ACCUMULATORS_OF(acc, SUPER_ROW_CHUNK);
     SUPER_BLOCKS_OF_TILE(q6k, Q6K_BYTES)
         size_t b0[SUPER_ROW_CHUNK];
@@ -821,35 +841,97 @@ static inline void q6k_super8_pass(const struct weight *w, const struct activati
             __m256i isum[SUPER_ROW_CHUNK];
             for (int i = 0; i < irows; i++)
                 isum[i] = _mm256_setzero_si256();
-            for (int h = 0; h < 2; h++) {
-                const uint8_t *ql = super + 64 * h;
-                __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-                __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-                __m256i qh = _mm256_loadu_si256((const __m256i *)(super + Q6K_QH_AT + 32 * h));
-                __m256i lo[4] = {l0, l1, _mm256_srli_epi16(l0, 4), _mm256_srli_epi16(l1, 4)};
-                __m256i hi[4] = {_mm256_slli_epi16(qh, 4), _mm256_slli_epi16(qh, 2), qh,
-                                 _mm256_srli_epi16(qh, 2)};
-                for (int jj = 0; jj < 4; jj++) {
-                    int j = 4 * h + jj;
-                    __m256i u = _mm256_or_si256(_mm256_and_si256(lo[jj], low),
-                                                _mm256_and_si256(hi[jj], high));
-                    /* [sc 2j x 8 | sc 2j + 1 x 8] in int16: the halves' scales. */
-                    __m128i pick = _mm_setr_epi8(2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j,
-                                                 2 * j, 2 * j + 1, 2 * j + 1, 2 * j + 1,
-                                                 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1,
-                                                 2 * j + 1);
-                    __m256i sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
-                    for (int i = 0; i < irows; i++) {
-                        __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(u, xs[i][j]),
-                                                         extra[i][j]);
-                        isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(pairs, sc));
-                    }
+            __m256i u[SUB_BLOCKS];
+            q6k_unsigned_blocks(super, u);
+#pragma GCC unroll 8
+            for (int j = 0; j < SUB_BLOCKS; j++) {
+                /* [sc 2j x 8 | sc 2j + 1 x 8] in int16: the halves' scales. */
+                __m128i pick = _mm_setr_epi8(2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j,
+                                             2 * j, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1,
+                                             2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1);
+                __m256i sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
+                for (int i = 0; i < irows; i++) {
+                    __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(u[j], xs[i][j]),
+                                                     extra[i][j]);
+                    isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(pairs, sc));
                 }
             }
             float d = q6k_d_f16c(super);
             for (int i = 0; i < irows; i++)
                 acc[i][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]),
                                             _mm256_set1_ps(d * x->scale[b0[i]]), acc[i][r]);
+        }
+    }
+    STORE_SUMS(acc, rows, irows)
+}
+
+/* Q6_K against several activation rows: the activations made unsigned (x + 128, 1..255, by
+ * flipping their sign bits) go first into maddubs and the weights as they are (q, -32..31)
+ * second, so a pair is (x0 + 128) q0 + (x1 + 128) q1, at most 2 x 255 x 32 in magnitude. What
+ * the 128 adds is 128 x each half's scale times the sum of the weights, the same for every
+ * activation row: it is summed once per tile row and super-block (maddubs of ones and q, madd
+ * by the scales) and taken back from each row's int32 sums before their conversion. The sums
+ * are therefore q6k_super8_pass's integers exactly (|lane| <= 8 x 2 x 2 x 255 x 32 x 128 <
+ * 2^31 before the correction), and so are the outputs' bits; a block's work per activation
+ * row is one maddubs, one madd and one add (q6k_super8_pass: two maddubs, a subtract, a madd
+ * and an add), and a tile row's unpacking serves Q6K_ROW_CHUNK rows. */
+#define Q6K_ROW_CHUNK 8
+
+/* A Q6_K super-block's 16 scales as madd's multipliers: block j's in scale[j], its first half's
+ * scale in the low four int32 lanes and its second half's in the high four, each twice as int16. */
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline void q6k_block_scales(const uint8_t *super, __m256i scale[SUB_BLOCKS])
+{
+    __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(super + Q6K_SCALES_AT)));
+    /* int32 lanes: {s0..s3, s8..s11} and {s4..s7, s12..s15}, each int16 twice */
+    __m256i first = _mm256_unpacklo_epi16(s16, s16), second = _mm256_unpackhi_epi16(s16, s16);
+    for (int j = 0; j < SUB_BLOCKS; j++) {
+        int at = 4 * (j / 4) + 2 * (j % 2);
+        __m256i pick = _mm256_setr_epi32(at, at, at, at, at + 1, at + 1, at + 1, at + 1);
+        scale[j] = _mm256_permutevar8x32_epi32((j / 2) % 2 ? second : first, pick);
+    }
+}
+
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline void q6k_biased_pass(const struct weight *w, const struct activations *x,
+                                   int row0, int rows, int i0, int irows, float *y)
+{
+    const uint8_t *xu0 = x->biased;
+    const __m256i ones = _mm256_set1_epi8(1), thirty_two = _mm256_set1_epi8(32);
+    ZERO_ACCUMULATORS_OF(acc, Q6K_ROW_CHUNK);
+    SUPER_BLOCKS_OF_TILE(q6k, Q6K_BYTES)
+        size_t b0[Q6K_ROW_CHUNK];
+        for (int i = 0; i < irows; i++)
+            b0[i] = (size_t)(i0 + i) * w->groups + (size_t)s * SUB_BLOCKS;
+        for (int r = 0; r < rows; r++) {
+            const uint8_t *super = tile + (size_t)r * row_bytes + at;
+            __m256i q[SUB_BLOCKS], scale[SUB_BLOCKS];
+            q6k_unsigned_blocks(super, q);
+            for (int j = 0; j < SUB_BLOCKS; j++)
+                q[j] = _mm256_sub_epi8(q[j], thirty_two);
+            q6k_block_scales(super, scale);
+            __m256i isum[Q6K_ROW_CHUNK], bias = _mm256_setzero_si256();
+            for (int j = 0; j < SUB_BLOCKS; j++)
+                bias = _mm256_add_epi32(
+                    bias, _mm256_madd_epi16(_mm256_maddubs_epi16(ones, q[j]), scale[j]));
+            bias = _mm256_slli_epi32(bias, 7);
+            for (int i = 0; i < irows; i++)
+                isum[i] = _mm256_sub_epi32(_mm256_setzero_si256(), bias);
+            /* One block at a time, the rows' sums in registers. */
+#pragma GCC unroll 1
+            for (int j = 0; j < SUB_BLOCKS; j++) {
+                __m256i qj = q[j], sj = scale[j];
+                for (int i = 0; i < irows; i++) {
+                    __m256i xu = _mm256_loadu_si256((const __m256i *)(xu0 + (b0[i] + j) * BLOCK));
+                    isum[i] = _mm256_add_epi32(
+                        isum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(xu, qj), sj));
+                }
+            }
+            __m256 d = _mm256_set1_ps(q6k_d_f16c(super));
+            for (int i = 0; i < irows; i++)
+                acc[i][r] = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(isum[i]),
+                    _mm256_mul_ps(d, _mm256_broadcast_ss(x->scale + b0[i])), acc[i][r]);
         }
     }
     STORE_SUMS(acc, rows, irows)
@@ -1169,7 +1251,35 @@ DEFINE_SCALED_TILES(q5k, Q5K_BYTES, Q5K_SCALE)
     }
 DEFINE_SUPER_TILE(iq4xs_tile8s_avx2, iq4xs_super8_pass)
 DEFINE_SUPER_TILE(q5k_tile8s_avx2, q5k_super8_pass)
-DEFINE_SUPER_TILE(q6k_tile8s_avx2, q6k_super8_pass)
+/* Q6_K: Q6K_ROW_CHUNK activation rows a pass (q6k_biased_pass), then four, two and one; a
+ * single row through q6k_super8_pass. The passes give the same bits. */
+#define RUN_Q6K_ROWS(row0, rows)                                                            \
+    do {                                                                                    \
+        int i_ = 0;                                                                         \
+        for (; x->biased && i_ + Q6K_ROW_CHUNK <= x->m; i_ += Q6K_ROW_CHUNK)                \
+            q6k_biased_pass(w, x, row0, rows, i_, Q6K_ROW_CHUNK, y);                        \
+        if (x->m - i_ >= SUPER_ROW_CHUNK) {                                                 \
+            q6k_super8_pass(w, x, row0, rows, i_, SUPER_ROW_CHUNK, y);                      \
+            i_ += SUPER_ROW_CHUNK;                                                          \
+        }                                                                                   \
+        if (x->m - i_ >= 2) {                                                               \
+            q6k_super8_pass(w, x, row0, rows, i_, 2, y);                                    \
+            i_ += 2;                                                                        \
+        }                                                                                   \
+        if (i_ < x->m)                                                                      \
+            q6k_super8_pass(w, x, row0, rows, i_, 1, y);                                    \
+    } while (0)
+__attribute__((target(AVX2)))
+static void q6k_tile8s_avx2(const struct weight *w, const struct activations *x, int row0,
+                            float *y)
+{
+    if (w->n - row0 >= TILE_ROWS) {
+        RUN_Q6K_ROWS(row0, TILE_ROWS);
+        return;
+    }
+    for (int r = row0; r < w->n; r++)
+        RUN_Q6K_ROWS(r, 1);
+}
 /* Q3_K's (two scales a block, as Q6_K's). */
 DEFINE_BLOCKS_PASS8(q3k_pass8_avx2, AVX2, bq_dot8_avx2, Q3K_WALK)
 DEFINE_BLOCKS_PASS8(q3k_pass8_vnni, VNNI, bq_dot8_vnni, Q3K_WALK)
@@ -1246,6 +1356,17 @@ static int valid_weight(int halves, const void *scales, const void *mins, int k)
     return halves >= 0 && halves <= (SCALES_HALF | MINS_HALF) && scales;
 }
 
+/* int8 values as unsigned bytes q + 128 (n a multiple of 32). */
+__attribute__((target("avx2")))
+static void flip_sign_bits(const void *xq, size_t n, uint8_t *out)
+{
+    const __m256i sign_bit = _mm256_set1_epi8((char)0x80);
+    for (size_t i = 0; i < n; i += BLOCK)
+        _mm256_storeu_si256((__m256i *)(out + i),
+                            _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)((const uint8_t *)xq + i)),
+                                             sign_bit));
+}
+
 /* The product of quantized activations (xq int8 or int16 by `wide`) and the weight. */
 static int gemm(int isa, int wide, const int8_t *q, const void *scales, const void *mins,
                 int halves, int n, int k, const void *xq, const float *xscale, const float *xsum,
@@ -1255,13 +1376,22 @@ static int gemm(int isa, int wide, const int8_t *q, const void *scales, const vo
     if (!valid(isa, n, k, m) || !valid_weight(halves, scales, mins, k) || (super && wide))
         return -1;
     struct weight w = {q, scales, mins, halves, n, k, k / BLOCK, isa >= BQ_ISA_AVX2};
-    struct activations x = {xq, xscale, xsum, m, super};
-    int tiles = (n + TILE_ROWS - 1) / TILE_ROWS;
-    if (n_threads <= 1) {
-        gemm_tiles(isa, wide, &w, &x, y, 0, tiles);
-        return 0;
+    struct activations x = {xq, xscale, xsum, m, super, NULL};
+    /* Q6_K's pass of several rows reads the activations made unsigned; where they cannot be
+     * allocated, every row takes the one-row pass (the same bits). */
+    uint8_t *biased = NULL;
+    if (super && halves == Q6_K && isa >= BQ_ISA_AVX2 && m >= Q6K_ROW_CHUNK) {
+        biased = malloc((size_t)m * k);
+        if (biased)
+            flip_sign_bits(xq, (size_t)m * k, biased);
+        x.biased = biased;
     }
-    BQ_TEAM_SPLIT(tiles, gemm_tiles(isa, wide, &w, &x, y, begin, end));
+    int tiles = (n + TILE_ROWS - 1) / TILE_ROWS;
+    if (n_threads <= 1)
+        gemm_tiles(isa, wide, &w, &x, y, 0, tiles);
+    else
+        BQ_TEAM_SPLIT(tiles, gemm_tiles(isa, wide, &w, &x, y, begin, end));
+    free(biased);
     return 0;
 }
 

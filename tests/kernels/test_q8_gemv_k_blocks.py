@@ -193,11 +193,43 @@ def test_super_block_products_at_the_largest_values_do_not_wrap(q8, kind):
     rows[:, :, at] = byte
     blocks = torch.from_numpy(rows.reshape(8, -1).copy())
     weight = _gguf_weight(kind, blocks, 512).double()
-    x = torch.full((2, 512), 3.0)
-    x[1, ::2] = -3.0
+    x = torch.full((8, 512), 3.0)  # eight rows: Q6_K's pass of eight (below) too
+    x[1::2, ::2] = -3.0
     operand = Q8Gemv.blocks_operand(blocks, kind)
     xq, scale, total = q8.quantize_rows_super(x)
     assert xq.abs().eq(127).all()
+    want = (xq.double() * scale.double().repeat_interleave(32, dim=1)) @ weight.T
+    y = q8.gemm(operand, xq, scale, total, super_scales=True)
+    assert (y.double() - want).abs().le(want.abs() * 1e-5 + 1e-6).all()
+
+
+@pytest.mark.parametrize("m", [8, 9, 13, 16, 17])
+def test_q6_k_rows_in_eights_get_the_bits_each_row_gets_alone(q8, m):
+    """Int8 activations pass Q6_K tiles eight rows at a time (made unsigned, the weights' share
+    of the 128 taken back once per tile row), the rest in fours, twos and ones: a row's output
+    does not depend on the rows beside it or on the thread count."""
+    blocks, x = _blocks("Q6_K", 9, 512, seed=13), activations(m, 512, seed=14)
+    operand = Q8Gemv.blocks_operand(blocks, "Q6_K")
+    alone = torch.cat([q8.linear(operand, x[i:i + 1]) for i in range(m)])
+    assert torch.equal(q8.linear(operand, x), alone)
+    assert torch.equal(q8.linear(operand, x, threads=2), alone)
+
+
+def test_q6_k_pass_of_eight_rows_holds_the_most_negative_weights_and_scales(q8):
+    """Every value -32 (bits all clear), every scale -128, activations +-127: the unsigned
+    activations' pairs reach 2 x 255 x 32 and the sums 8 x 2 x 2 x 255 x 32 x 128 before the
+    128's share is taken back."""
+    blocks = _blocks("Q6_K", 8, 512, seed=15).numpy().copy()
+    rows = blocks.reshape(8, 2, -1)
+    rows[:, :, 0:192] = 0x00
+    rows[:, :, 192:208] = 0x80
+    blocks = torch.from_numpy(rows.reshape(8, -1).copy())
+    weight = _gguf_weight("Q6_K", blocks, 512).double()
+    x = torch.full((8, 512), 3.0)
+    x[1::2] = -3.0
+    x[2::4, 1::2] = -3.0
+    operand = Q8Gemv.blocks_operand(blocks, "Q6_K")
+    xq, scale, total = q8.quantize_rows_super(x)
     want = (xq.double() * scale.double().repeat_interleave(32, dim=1)) @ weight.T
     y = q8.gemm(operand, xq, scale, total, super_scales=True)
     assert (y.double() - want).abs().le(want.abs() * 1e-5 + 1e-6).all()
