@@ -68,6 +68,12 @@ static const struct { int values, bytes, super, mins; } TYPES[MOE_TYPES] = {
 #define XROWS 4
 /* Weight rows a work item takes: 16 rows of gate and up at 2048 inputs are ~37 KB of Q4_K. */
 #define UNIT_ROWS 16
+/* A type of blocks of 32 adds block g into accumulator g % CHAINS, the two added at the row's
+ * end: one chain waited on each multiply-add (4 cycles a 17-byte MXFP4 block). */
+#define CHAINS 2
+/* How far ahead of its reads a row's stream asks for memory: the hardware's prefetchers alone
+ * left one core's stream at ~12 GB/s of the ~14 it reaches with this (Zen 3). */
+#define PREFETCH_BYTES 1536
 
 /* Quantized activation rows, up to XROWS, each with its block scales and sums. */
 struct xrows {
@@ -157,7 +163,7 @@ static void row_dot_scalar(int type, const uint8_t *row, int k, const struct xro
 {
     int groups = k / 32;
     for (int i = 0; i < x->n; i++) {
-        float acc[LANES] = {0};
+        float acc[CHAINS][LANES] = {{0}};
         int32_t isum[LANES] = {0};
         for (int g = 0; g < groups; g++) {
             int8_t q[32];
@@ -168,19 +174,21 @@ static void row_dot_scalar(int type, const uint8_t *row, int k, const struct xro
                 isum[t] += lane_scalar(q, sc, x->q[i] + (size_t)g * 32, t);
             if (TYPES[type].super && g % SUB_BLOCKS != SUB_BLOCKS - 1)
                 continue; /* a super-block's 8 blocks add up in int32 first */
-            float s = d * x->scale[i][g];
+            float s = d * x->scale[i][g], *a = acc[TYPES[type].super ? 0 : g % CHAINS];
             for (int t = 0; t < LANES; t++) {
-                acc[t] = fmaf((float)isum[t], s, acc[t]);
+                a[t] = fmaf((float)isum[t], s, a[t]);
                 isum[t] = 0;
             }
             if (TYPES[type].mins) {
                 const uint8_t *super = row + (size_t)(g / SUB_BLOCKS) * TYPES[type].bytes;
                 int first = g - (SUB_BLOCKS - 1);
                 for (int t = 0; t < LANES; t++)
-                    acc[t] = fmaf(neg_min(super, t), x->sum[i][first + t], acc[t]);
+                    a[t] = fmaf(neg_min(super, t), x->sum[i][first + t], a[t]);
             }
         }
-        out[i] = sum_lanes(acc);
+        for (int t = 0; t < LANES; t++) /* chain 1 is all zero for a K-quant */
+            acc[0][t] += acc[1][t];
+        out[i] = sum_lanes(acc[0]);
     }
 }
 
@@ -199,10 +207,25 @@ static void dot_scalar(int type, const uint8_t *rows, size_t row_bytes, int nrow
  * scales (each lane twice in int16, as madd multiplies) and Q4_K's and Q5_K's mins; Q6_K's
  * sixteen int8 scales as they are. */
 struct super_scales {
-    __m256i scale32, mins;
+    __m256i scale16, mins;
     __m128i bytes;
     __m256i qh; /* Q5_K's fifth bits, one load for its 8 blocks */
 };
+
+/* Eight int32 scales as int16 lanes 0-7 of each 128-bit half, for scale16_of_avx2. */
+__attribute__((target(AVX2), always_inline))
+static inline __m256i scales16_avx2(__m256i scales32)
+{
+    return _mm256_permute4x64_epi64(_mm256_packs_epi32(scales32, scales32), 0x88);
+}
+
+/* Scale j of scales16_avx2's in every int16 lane: a byte shuffle (one cycle), where a 32-bit
+ * lane permute costs three. */
+__attribute__((target(AVX2), always_inline))
+static inline __m256i scale16_of_avx2(__m256i scales16, int j)
+{
+    return _mm256_shuffle_epi8(scales16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * j)));
+}
 
 __attribute__((target(AVX2), always_inline))
 static inline struct super_scales super_scales_avx2(int type, const uint8_t *super)
@@ -212,11 +235,11 @@ static inline struct super_scales super_scales_avx2(int type, const uint8_t *sup
     if (type == MOE_Q4_K || type == MOE_Q5_K) {
         __m256i scales;
         q5k_scales_avx2(super, &scales, &s.mins);
-        s.scale32 = bq_twice16(scales);
+        s.scale16 = scales16_avx2(scales);
         if (type == MOE_Q5_K)
             s.qh = _mm256_loadu_si256((const __m256i *)(super + Q5K_QH_AT));
     } else if (type == MOE_IQ4_XS) {
-        s.scale32 = bq_twice16(iq4xs_scales_avx2(super));
+        s.scale16 = scales16_avx2(iq4xs_scales_avx2(super));
     } else if (type == MOE_Q6_K) {
         s.bytes = _mm_loadu_si128((const __m128i *)(super + Q6K_SCALES_AT));
     }
@@ -231,10 +254,10 @@ static inline __m256i super_block_avx2(int type, const uint8_t *super, const str
 {
     switch (type) {
     case MOE_Q4_K:
-        *scale = _mm256_permutevar8x32_epi32(s->scale32, _mm256_set1_epi32(j));
+        *scale = scale16_of_avx2(s->scale16, j);
         return q4k_block_avx2(super, j);
     case MOE_Q5_K: /* Q4_K's nibbles at Q5_K's place, and the fifth bit */
-        *scale = _mm256_permutevar8x32_epi32(s->scale32, _mm256_set1_epi32(j));
+        *scale = scale16_of_avx2(s->scale16, j);
         return _mm256_or_si256(q4k_block_avx2(super + (Q5K_QS_AT - Q4K_QS_AT), j),
                                q5k_fifth_bits(s->qh, j, _mm256_set1_epi8(16)));
     case MOE_Q6_K: {
@@ -246,7 +269,7 @@ static inline __m256i super_block_avx2(int type, const uint8_t *super, const str
         return q6k_block_avx2(super, j);
     }
     case MOE_IQ4_XS:
-        *scale = _mm256_permutevar8x32_epi32(s->scale32, _mm256_set1_epi32(j));
+        *scale = scale16_of_avx2(s->scale16, j);
         return iq4xs_block_avx2(super, j);
     default:
         *scale = _mm256_setr_m128i(_mm_set1_epi16((int16_t)q3k_scale(super, 2 * j)),
@@ -281,6 +304,8 @@ static inline void super_dot_avx2(const int type, const uint8_t *row, int k, con
         acc[i] = _mm256_setzero_ps();
     for (int s = 0; s < k / 256; s++) {
         const uint8_t *super = row + (size_t)s * TYPES[type].bytes;
+        for (int at = 0; at < TYPES[type].bytes; at += 64)
+            _mm_prefetch((const char *)super + PREFETCH_BYTES + at, _MM_HINT_T0);
         __m256i isum[XROWS];
         for (int i = 0; i < n; i++)
             isum[i] = _mm256_setzero_si256();
@@ -327,30 +352,74 @@ static inline __m256i block32_avx2(int type, const uint8_t *block, float *d)
     }
 }
 
-/* The same for a type of blocks of 32 (one float scale each). */
+/* MXFP4 blocks g .. g + 7's scales (mxfp4_scale's, 8 at once) times the activation's block
+ * scales xs[g ..]: the products block32_dot_avx2's d * scale makes one at a time, for fewer
+ * instructions a block. (A gather of the exponent bytes was slower than eight loads.) */
+__attribute__((target(AVX2), always_inline))
+static inline __m256 mxfp4_scales8_avx2(const uint8_t *blocks, const float *xs)
+{
+    __m256i e = _mm256_setr_epi32(blocks[0], blocks[17], blocks[34], blocks[51], blocks[68],
+                                  blocks[85], blocks[102], blocks[119]);
+    __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    __m256i tiny = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    __m256i d = _mm256_blendv_epi8(normal, tiny, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e));
+    return _mm256_mul_ps(_mm256_castsi256_ps(d), _mm256_loadu_ps(xs));
+}
+
+/* Block g's product with N activation rows into acc (chain g % CHAINS's), d s_x given per
+ * row. */
+__attribute__((target(AVX2), always_inline))
+static inline void block32_step_avx2(__m256i w, const struct xrows *x, int g, const __m256 *ds,
+                                     __m256 (*acc)[CHAINS], const int n)
+{
+    __m256i u = _mm256_sign_epi8(w, w);
+    for (int i = 0; i < n; i++) {
+        __m256i xv = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(x->q[i] + 32 * g)), w);
+        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), _mm256_set1_epi16(1));
+        acc[i][g % CHAINS] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), ds[i], acc[i][g % CHAINS]);
+    }
+}
+
+/* The same for a type of blocks of 32 (one float scale each); MXFP4's scales 8 blocks at a
+ * time. */
 __attribute__((target(AVX2), always_inline))
 static inline void block32_dot_avx2(const int type, const uint8_t *row, int k,
                                     const struct xrows *x, float *out, const int n)
 {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[XROWS];
+    const int bytes = TYPES[type].bytes;
+    __m256 acc[XROWS][CHAINS], ds[XROWS];
     for (int i = 0; i < n; i++)
-        acc[i] = _mm256_setzero_ps();
-    for (int g = 0; g < k / 32; g++) {
-        float d;
-        __m256i w = block32_avx2(type, row + (size_t)g * TYPES[type].bytes, &d);
-        __m256i u = _mm256_sign_epi8(w, w);
-        for (int i = 0; i < n; i++) {
-            __m256i xv = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(x->q[i] + 32 * g)), w);
-            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones);
-            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * x->scale[i][g]),
-                                     acc[i]);
+        for (int c = 0; c < CHAINS; c++)
+            acc[i][c] = _mm256_setzero_ps();
+    int g = 0;
+    for (; g + 8 <= k / 32; g += 8) { /* g % CHAINS a constant in each unrolled step */
+        __m256 ds8[XROWS];
+        for (int i = 0; type == MOE_MXFP4 && i < n; i++)
+            ds8[i] = mxfp4_scales8_avx2(row + (size_t)g * bytes, x->scale[i] + g);
+        for (int b = 0; b < 8; b++) {
+            const uint8_t *block = row + (size_t)(g + b) * bytes;
+            _mm_prefetch((const char *)block + PREFETCH_BYTES, _MM_HINT_T0);
+            float d;
+            __m256i w = block32_avx2(type, block, &d);
+            for (int i = 0; i < n; i++)
+                ds[i] = type == MOE_MXFP4 ? _mm256_permutevar8x32_ps(ds8[i], _mm256_set1_epi32(b))
+                                          : _mm256_set1_ps(d * x->scale[i][g + b]);
+            block32_step_avx2(w, x, g + b, ds, acc, n);
         }
     }
+    for (; g < k / 32; g++) {
+        float d;
+        const uint8_t *block = row + (size_t)g * bytes;
+        __m256i w = block32_avx2(type, block, &d);
+        for (int i = 0; i < n; i++)
+            ds[i] = _mm256_set1_ps(d * x->scale[i][g]);
+        block32_step_avx2(w, x, g, ds, acc, n);
+    }
     for (int i = 0; i < n; i++)
-        BQ_HSUM256(acc[i], out[i]);
+        BQ_HSUM256(_mm256_add_ps(acc[i][0], acc[i][1]), out[i]);
 }
 
+/* A type's AVX2 dot (dot_fn), its activation row count made a constant. */
 /* A type's AVX2 dot (dot_fn), its activation row count made a constant. */
 #define DOT_ROWS(BODY, TYPE, N)                                                             \
     for (int r = 0; r < nrows; r++)                                                         \

@@ -182,6 +182,19 @@ def test_vector_bodies_give_the_scalar_fallbacks_bits(moe, kind):
                        moe.forward(layer, x, ids, weights, isa=SCALAR))
 
 
+@TYPES
+def test_projection_vector_body_gives_the_scalar_bits_for_each_activation_row_count(moe, kind):
+    """Nine weight rows, one to five activation rows; for the types of 32 a width of 9 blocks:
+    one run of eight blocks whose scales go in one vector (MXFP4), then a block alone."""
+    runnable(moe, AVX2)
+    k = 288 if BLOCKS[kind][0] == 32 else 512
+    rows = _rows(kind, 9, k, seed=6)
+    x = activations(5, k, seed=11)
+    for m in range(1, 6):
+        assert torch.equal(moe.linear(rows, kind, x[:m], AVX2),
+                           moe.linear(rows, kind, x[:m], SCALAR)), m
+
+
 def test_two_threads_give_one_threads_bits(moe):
     layer = moe.layer(*_experts("Q4_K", 256))
     x = activations(9, HIDDEN, seed=5)
