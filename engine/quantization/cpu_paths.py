@@ -188,6 +188,18 @@ def choose_amx_rows(native: NativeKernel, in_features: int, rows: list[int]) -> 
     return from_rows, f"{why} (narrow / AMX: {table})"
 
 
+def second_wins_from(calls: dict[int, tuple[Callable[[], object], Callable[[], object]]],
+                     ) -> tuple[int, dict[int, tuple[float, float]]]:
+    """(the smallest size from which the second call beats the first at every larger one,
+    sys.maxsize: none; each size's best times) for two ways to do one piece of work, timed as
+    the paths above are (interleaved, best of several)."""
+    timings = {}
+    for size, (first, second) in calls.items():
+        best = _best_times({"first": first, "second": second})
+        timings[size] = (best["first"], best["second"])
+    return _wins_from(timings), timings
+
+
 def _wins_from(timings: dict[int, tuple[float, float]]) -> int:
     """The smallest row count from which the second time is below the first at every larger
     one (sys.maxsize: none)."""
