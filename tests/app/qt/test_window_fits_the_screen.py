@@ -36,18 +36,40 @@ def _x_server_command(screen: str, config: Path) -> list[str]:
     return ["xvfb-run", "-a", "-s", f"-screen 0 {screen}x24", "sh", "-c", window]
 
 
-@pytest.fixture(scope="module", params=SCREENS)
-def measured(request, tmp_path_factory) -> dict:
+@pytest.fixture(scope="module")
+def runs_on_every_screen(tmp_path_factory) -> dict[str, tuple[int, str, str]]:
+    """{screen: (return code, stdout, stderr)} of window_on_screen.py on each screen, run at
+    the same time: each mostly waits (for torch's import, for its window to settle), so both
+    take about the time of one (~15 s each in CI). xvfb-run -a tries the next display number
+    where another server took the one it picked."""
     if shutil.which("xvfb-run") is None:
         if os.environ.get("CI"):
             pytest.fail(XVFB_MISSING)
         pytest.skip(XVFB_MISSING)
-    config = tmp_path_factory.mktemp(f"screen-{request.param}")
     env = {**os.environ, "QT_QPA_PLATFORM": "xcb"}
-    done = subprocess.run(_x_server_command(request.param, config), check=False,
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    children = {
+        screen: subprocess.Popen(
+            _x_server_command(screen, tmp_path_factory.mktemp(f"screen-{screen}")),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for screen in SCREENS}
+    runs = {}
+    try:
+        for screen, child in children.items():
+            stdout, stderr = child.communicate(timeout=RUN_TIMEOUT_S)
+            runs[screen] = (child.returncode, stdout, stderr)
+    finally:
+        for child in children.values():
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    return runs
+
+
+@pytest.fixture(scope="module", params=SCREENS)
+def measured(request, runs_on_every_screen) -> dict:
+    returncode, stdout, stderr = runs_on_every_screen[request.param]
+    assert returncode == 0, stdout[-3000:] + stderr[-3000:]
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def inside(rect: list[int], screen: list[int]) -> bool:
