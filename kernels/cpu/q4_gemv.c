@@ -42,6 +42,10 @@
 /* Activation rows that share one pass over a tile's weights: their accumulators stay in
  * the 16 ymm registers AVX2 has. */
 #define ROW_CHUNK 2
+/* The int16 pass's (at most 4: the rest go in a two and a one): its accumulators take more
+ * than the registers, but a weight block is widened to 16 bits once for all four rows, which
+ * saves more than their loads and stores cost (docs/KERNELS.md). */
+#define ROW_CHUNK16 4
 
 enum { Q4_ISA_SCALAR = 0, Q4_ISA_AVX2 = 1, Q4_ISA_AVX512_VNNI = 2 };
 
@@ -436,9 +440,9 @@ static void tile16_scalar(const uint8_t *tile, int fmt, int groups,
                             float *y)                                                       \
     {                                                                                       \
         const __m128i low = _mm_set1_epi8(15);                                              \
-        __m256 acc[ROW_CHUNK][TILE_ROWS];                                                   \
-        __m128 acc_min[ROW_CHUNK];                                                          \
-        for (int i = 0; i < ROW_CHUNK; i++) {                                               \
+        __m256 acc[ROW_CHUNK16][TILE_ROWS];                                                 \
+        __m128 acc_min[ROW_CHUNK16];                                                        \
+        for (int i = 0; i < ROW_CHUNK16; i++) {                                             \
             acc_min[i] = _mm_setzero_ps();                                                  \
             for (int r = 0; r < TILE_ROWS; r++)                                             \
                 acc[i][r] = _mm256_setzero_ps();                                            \
@@ -448,13 +452,16 @@ static void tile16_scalar(const uint8_t *tile, int fmt, int groups,
             const float *sw;                                                                \
             __m128 mw;                                                                      \
             const uint8_t *rec = q4r_params_vec(tile, fmt, g, sw_buf, &sw, &mw);            \
-            __m256i xlo[ROW_CHUNK], xhi[ROW_CHUNK];                                         \
-            float sx[ROW_CHUNK];                                                            \
+            __m256i xlo[ROW_CHUNK16], xhi[ROW_CHUNK16];                                     \
+            /* s_w s_x per tile row and activation row, each product rounded once           \
+             * as the scalar one is, four in one multiply */                                \
+            float scale[ROW_CHUNK16][TILE_ROWS];                                            \
+            __m128 sw4 = _mm_loadu_ps(sw);                                                  \
             for (int i = 0; i < rows; i++) {                                                \
                 size_t b = (size_t)(i0 + i) * groups + g;                                   \
                 xlo[i] = _mm256_loadu_si256((const __m256i *)(x->q + b * BLOCK));           \
                 xhi[i] = _mm256_loadu_si256((const __m256i *)(x->q + b * BLOCK + 16));      \
-                sx[i] = x->scale[b];                                                        \
+                _mm_storeu_ps(scale[i], _mm_mul_ps(sw4, _mm_broadcast_ss(x->scale + b)));   \
                 acc_min[i] = _mm_fmadd_ps(mw, _mm_set1_ps(x->sum[b]), acc_min[i]);          \
             }                                                                               \
             for (int r = 0; r < TILE_ROWS; r++) {                                           \
@@ -463,7 +470,8 @@ static void tile16_scalar(const uint8_t *tile, int fmt, int groups,
                 __m256i whi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), low)); \
                 for (int i = 0; i < rows; i++) {                                            \
                     __m256 p = _mm256_cvtepi32_ps(DOT(wlo, whi, xlo[i], xhi[i]));           \
-                    acc[i][r] = _mm256_fmadd_ps(p, _mm256_set1_ps(sw[r] * sx[i]), acc[i][r]);\
+                    acc[i][r] = _mm256_fmadd_ps(p, _mm256_broadcast_ss(&scale[i][r]),       \
+                                                acc[i][r]);                                 \
                 }                                                                           \
             }                                                                               \
         }                                                                                   \
@@ -479,6 +487,20 @@ static void tile16_scalar(const uint8_t *tile, int fmt, int groups,
     }                                                                                       \
     DEFINE_ALL_ROWS16(NAME, TARGET)
 
+/* Every activation row against one tile, ROW_CHUNK16 at a time, then two, then one. */
+#define ALL_ROWS16(NAME, FMT)                                                               \
+    do {                                                                                    \
+        int i_ = 0;                                                                         \
+        for (; i_ + ROW_CHUNK16 <= x->m; i_ += ROW_CHUNK16)                                 \
+            NAME(tile, FMT, groups, x, i_, ROW_CHUNK16, row0, n, y);                        \
+        if (x->m - i_ >= 2) {                                                               \
+            NAME(tile, FMT, groups, x, i_, 2, row0, n, y);                                  \
+            i_ += 2;                                                                        \
+        }                                                                                   \
+        if (i_ < x->m)                                                                      \
+            NAME(tile, FMT, groups, x, i_, 1, row0, n, y);                                  \
+    } while (0)
+
 /* Every activation row against one tile, for a tile chunk NAME of int16 activations. */
 #define DEFINE_ALL_ROWS16(NAME, TARGET)                                                     \
     __attribute__((target(TARGET)))                                                         \
@@ -486,11 +508,11 @@ static void tile16_scalar(const uint8_t *tile, int fmt, int groups,
                                 const struct activations16 *x, int row0, int n, float *y)   \
     {                                                                                       \
         if (fmt == Q4R_FP16)                                                                \
-            ALL_ROWS(NAME, Q4R_FP16);                                                       \
+            ALL_ROWS16(NAME, Q4R_FP16);                                                     \
         else if (fmt == Q4R_KQ)                                                             \
-            ALL_ROWS(NAME, Q4R_KQ);                                                         \
+            ALL_ROWS16(NAME, Q4R_KQ);                                                       \
         else                                                                                \
-            ALL_ROWS(NAME, Q4R_FP32);                                                       \
+            ALL_ROWS16(NAME, Q4R_FP32);                                                     \
     }
 
 DEFINE_TILE16_CHUNK(tile16_avx2, "avx2,fma,f16c", bq_dot16_avx2)

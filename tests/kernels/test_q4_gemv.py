@@ -379,11 +379,11 @@ def test_int16_pass_on_avx512_four_rows_a_register_matches_the_exact_product_at_
 
 @ISAS
 @pytest.mark.parametrize("kind", ["fp32", "q4_k"])
-@pytest.mark.parametrize("m", [3, 13])
+@pytest.mark.parametrize("m", [3, 6, 7, 13])
 def test_every_activation_row_gets_the_product_it_gets_alone(q4, isa, kind, m):
     """Rows pass a tile in chunks (eight, then four, two, one on AVX-512; fours for Q4_K
-    records there): a row's output does not depend on the rows beside it, so a sequence's
-    tokens do not depend on its batch."""
+    records there; fours, then two, one on AVX2): a row's output does not depend on the rows
+    beside it, so a sequence's tokens do not depend on its batch."""
     _runnable(q4, isa)
     k = 512
     if kind == "q4_k":
