@@ -24,11 +24,13 @@
  * takes its own d s_x. Q4_K's and Q5_K's mins add - dmin m_j times block j's activation sum.
  * The scalar fallback computes the same lanes and adds them in the same order: the same bits.
  *
- * Threads (OpenMP, torch's team): gate and up over (active expert, tile of intermediate rows),
- * the intermediate rows' quantization over rows, down over (active expert, tile of output
- * rows), then each row adds its experts' outputs in ascending expert id (x is quantized
- * before the team starts). A row's output thus
- * never depends on which other rows share the step, or on the thread count.
+ * Threads (OpenMP, torch's team) take work items from one counter, in order: gate and up over
+ * (active expert, tile of intermediate rows), then down over (active expert, tile of output
+ * rows). The thread that finishes an expert's last gate and up item quantizes its
+ * intermediate rows (its down items wait for that), and the thread that finishes the last
+ * down item of a row's last expert adds the row's experts' outputs, in ascending expert id:
+ * no barrier between the stages (x is quantized before the team starts). A row's output
+ * thus never depends on which other rows share the step, or on the thread count.
  *
  * Plain C with a C ABI; built with -fopenmp but linked without libgomp (kernels/cpu/native.py).
  */
@@ -66,8 +68,20 @@ static const struct { int values, bytes, super, mins; } TYPES[MOE_TYPES] = {
 #define LANES 8
 /* Activation rows that share one pass over a weight row. */
 #define XROWS 4
-/* Weight rows a work item takes: 16 rows of gate and up at 2048 inputs are ~37 KB of Q4_K. */
+/* Weight rows a work item takes, of gate and up (32 rows at 2048 inputs: ~74 KB of Q4_K) and
+ * of down (64 rows at 768 inputs: ~28 KB): long enough streams for the prefetchers and few
+ * enough items that taking one (an atomic add both cores contend for) costs little; 16 rows
+ * each made ~1,400 items of one row's step. */
+#ifndef GATE_UP_ROWS
+#define GATE_UP_ROWS 32
+#endif
+#ifndef DOWN_ROWS
+#define DOWN_ROWS 64
+#endif
+/* moe_linear's rows a dot call. */
 #define UNIT_ROWS 16
+/* ints apart, so two threads' counters never share a cache line */
+#define PAD 16
 /* A type of blocks of 32 adds block g into accumulator g % CHAINS, the two added at the row's
  * end: one chain waited on each multiply-add (4 cycles a 17-byte MXFP4 block). */
 #define CHAINS 2
@@ -501,10 +515,11 @@ static size_t qrows_bytes(int rows, int k)
 size_t moe_workspace_bytes(const struct moe_layer *layer, int m)
 {
     size_t pairs = (size_t)m * layer->top_k;
-    size_t widest = (size_t)(layer->inter > layer->hidden ? layer->inter : layer->hidden);
     return qrows_bytes(m, layer->hidden) + qrows_bytes((int)pairs, layer->inter)
-         + align64(pairs * widest * sizeof(float))
-         + align64((size_t)(3 * layer->num_experts + 1 + 2 * pairs) * sizeof(int));
+         + align64(pairs * (size_t)layer->inter * sizeof(float))
+         + align64(pairs * (size_t)layer->hidden * sizeof(float))
+         + align64((size_t)(3 * layer->num_experts + 1 + 2 * pairs) * sizeof(int))
+         + align64((size_t)(3 * layer->num_experts + m + 1) * PAD * sizeof(int));
 }
 
 static char *take(char **at, size_t bytes)
@@ -585,20 +600,20 @@ static int gather(const struct qrows *r, const int *pair, int from, int end, int
     return x->n;
 }
 
-/* Intermediate rows [row0, row0 + UNIT_ROWS) of expert e for all its pairs: gate and up read
+/* Intermediate rows [row0, row0 + GATE_UP_ROWS) of expert e for all its pairs: gate and up read
  * together, the activation applied, into h (by the pair's place in the routing). */
 static void gate_up_unit(const struct moe_layer *layer, dot_fn gate_dot, dot_fn up_dot,
                          const struct qrows *xq, const struct routing *r, int e, int row0,
                          float *h)
 {
-    int k = layer->hidden, end = min_int(row0 + UNIT_ROWS, layer->inter);
+    int k = layer->hidden, end = min_int(row0 + GATE_UP_ROWS, layer->inter);
     size_t gate_bytes = row_bytes(layer->gate_type, k), up_bytes = row_bytes(layer->up_type, k);
     const float *gb = layer->gate_bias ? layer->gate_bias[e] : NULL;
     const float *ub = layer->up_bias ? layer->up_bias[e] : NULL;
     for (int from = r->begin[e]; from < r->begin[e + 1]; from += XROWS) {
         struct xrows x;
         int n = gather(xq, r->pair, from, r->begin[e + 1], layer->top_k, &x);
-        float g[UNIT_ROWS * XROWS], u[UNIT_ROWS * XROWS];
+        float g[GATE_UP_ROWS * XROWS], u[GATE_UP_ROWS * XROWS];
         gate_dot(layer->gate_type, layer->gate[e] + row0 * gate_bytes, gate_bytes, end - row0, k,
                  &x, g);
         up_dot(layer->up_type, layer->up[e] + row0 * up_bytes, up_bytes, end - row0, k, &x, u);
@@ -611,20 +626,20 @@ static void gate_up_unit(const struct moe_layer *layer, dot_fn gate_dot, dot_fn 
     }
 }
 
-/* Output rows [row0, row0 + UNIT_ROWS) of expert e for all its pairs (its bias added), into
+/* Output rows [row0, row0 + DOWN_ROWS) of expert e for all its pairs (its bias added), into
  * y (by the pair's place in the routing): one expert's rows a work item, so each item streams
  * one stretch of memory (tiles over all active experts at once read as many stretches, which
  * at eight rows, ~30 experts, defeated the prefetchers: 1.7x slower). */
 static void down_unit(const struct moe_layer *layer, dot_fn dot, const struct qrows *hq,
                       const struct routing *r, int e, int row0, float *y)
 {
-    int k = layer->inter, end = min_int(row0 + UNIT_ROWS, layer->hidden);
+    int k = layer->inter, end = min_int(row0 + DOWN_ROWS, layer->hidden);
     size_t bytes = row_bytes(layer->down_type, k);
     const float *bias = layer->down_bias ? layer->down_bias[e] : NULL;
     for (int from = r->begin[e]; from < r->begin[e + 1]; from += XROWS) {
         struct xrows x;
         int n = gather(hq, NULL, from, r->begin[e + 1], layer->top_k, &x);
-        float ys[UNIT_ROWS * XROWS];
+        float ys[DOWN_ROWS * XROWS];
         dot(layer->down_type, layer->down[e] + row0 * bytes, bytes, end - row0, k, &x, ys);
         for (int row = row0; row < end; row++)
             for (int i = 0; i < n; i++) {
@@ -669,6 +684,95 @@ static int valid_layer(const struct moe_layer *l)
         && l->gate && l->up && l->down;
 }
 
+/* What the team counts down instead of waiting at barriers (each of which waits for the
+ * slowest thread, and on a busy machine for one descheduled): the next work item; per expert,
+ * its gate and up items not yet done (the thread that finishes the last quantizes the
+ * expert's intermediate rows and sets ready), and its down items not yet done (the thread
+ * that finishes the last counts the expert off its rows); per row, its experts not yet done
+ * (the thread that finishes the last adds the row up). All PAD ints apart. */
+struct countdown {
+    int *next, *gate_up_left, *ready, *down_left, *row_left;
+};
+
+static struct countdown take_countdown(char **at, const struct moe_layer *layer, int m,
+                                       int tiles_in, int tiles_out)
+{
+    int e_count = layer->num_experts;
+    int *c = (int *)take(at, (size_t)(3 * e_count + m + 1) * PAD * sizeof(int));
+    struct countdown d = {c, c + PAD, c + (1 + e_count) * PAD, c + (1 + 2 * e_count) * PAD,
+                          c + (1 + 3 * e_count) * PAD};
+    *d.next = 0;
+    for (int e = 0; e < e_count; e++) {
+        d.gate_up_left[e * PAD] = tiles_in;
+        d.ready[e * PAD] = 0;
+        d.down_left[e * PAD] = tiles_out;
+    }
+    for (int i = 0; i < m; i++)
+        d.row_left[i * PAD] = layer->top_k;
+    return d;
+}
+
+static int count_down(int *counter) { return __atomic_sub_fetch(counter, 1, __ATOMIC_ACQ_REL) == 0; }
+
+/* The step's work for a team: every active expert's gate and up items, then every down
+ * item, taken in that order from one counter (so a down item waits only on gate and up items
+ * that running threads hold); an expert's intermediate rows are quantized, and a row added
+ * up, by whichever thread finishes their inputs. */
+struct step {
+    const struct moe_layer *layer;
+    int isa, m, tiles_in, tiles_out;
+    dot_fn gate_dot, up_dot, down_dot;
+    const struct qrows *xq, *hq;
+    const struct routing *r;
+    const int64_t *ids;
+    const float *weights;
+    float *h, *y, *out;
+    struct countdown c;
+};
+
+static void run_gate_up(const struct step *t, int u)
+{
+    const struct moe_layer *layer = t->layer;
+    const struct routing *r = t->r;
+    int e = r->active[u / t->tiles_in];
+    gate_up_unit(layer, t->gate_dot, t->up_dot, t->xq, r, e, (u % t->tiles_in) * GATE_UP_ROWS,
+                 t->h);
+    if (!count_down(&t->c.gate_up_left[e * PAD]))
+        return;
+    for (int p = r->begin[e]; p < r->begin[e + 1]; p++)
+        quantize_row(t->isa, TYPES[layer->down_type].super, t->h + (size_t)p * layer->inter,
+                     layer->inter, t->hq, p);
+    __atomic_store_n(&t->c.ready[e * PAD], 1, __ATOMIC_RELEASE);
+}
+
+static void run_down(const struct step *t, int u)
+{
+    const struct routing *r = t->r;
+    int e = r->active[u / t->tiles_out];
+    while (!__atomic_load_n(&t->c.ready[e * PAD], __ATOMIC_ACQUIRE))
+        _mm_pause();
+    down_unit(t->layer, t->down_dot, t->hq, r, e, (u % t->tiles_out) * DOWN_ROWS, t->y);
+    if (!count_down(&t->c.down_left[e * PAD]))
+        return;
+    for (int p = r->begin[e]; p < r->begin[e + 1]; p++) {
+        int i = r->pair[p] / t->layer->top_k;
+        if (count_down(&t->c.row_left[i * PAD]))
+            combine_row(t->layer, t->ids, t->weights, r, t->y, i, t->out);
+    }
+}
+
+static void run_step(const struct step *t)
+{
+    int gate_up_units = t->r->n_active * t->tiles_in;
+    int units = gate_up_units + t->r->n_active * t->tiles_out;
+    for (int u; (u = __atomic_fetch_add(t->c.next, 1, __ATOMIC_RELAXED)) < units;) {
+        if (u < gate_up_units)
+            run_gate_up(t, u);
+        else
+            run_down(t, u - gate_up_units);
+    }
+}
+
 /* out [m, hidden] = the layer's routed experts for x [m, hidden] (fp32, contiguous), ids and
  * weights [m, top_k] (int64, fp32). work: moe_workspace_bytes(layer, m), 64-byte aligned.
  * Returns 0, or -1 for arguments it refuses (an instruction set this CPU lacks, a width that
@@ -683,44 +787,28 @@ int moe_forward(int isa, const struct moe_layer *layer, const float *x, int m,
     char *at = work;
     struct qrows xq = take_qrows(&at, m, layer->hidden);
     struct qrows hq = take_qrows(&at, pairs, layer->inter);
-    /* the intermediate rows, then (once quantized) the pairs' down rows */
-    int widest = layer->inter > layer->hidden ? layer->inter : layer->hidden;
-    float *h = (float *)take(&at, (size_t)pairs * widest * sizeof(float)), *y = h;
+    /* the intermediate rows and the pairs' down rows, each by the pair's place */
+    float *h = (float *)take(&at, (size_t)pairs * layer->inter * sizeof(float));
+    float *y = (float *)take(&at, (size_t)pairs * layer->hidden * sizeof(float));
     struct routing r;
-    r.begin = (int *)at;
+    r.begin = (int *)take(&at, (size_t)(3 * layer->num_experts + 1 + 2 * pairs) * sizeof(int));
     r.active = r.begin + layer->num_experts + 1;
     r.fill = r.active + layer->num_experts;
     r.pair = r.fill + layer->num_experts;
     r.place = r.pair + pairs;
     if (route(layer, ids, m, &r))
         return -1;
-    dot_fn gate_dot = pick_dot(isa, layer->gate_type), up_dot = pick_dot(isa, layer->up_type);
-    dot_fn down_dot = pick_dot(isa, layer->down_type);
-    int x_super = TYPES[layer->gate_type].super, h_super = TYPES[layer->down_type].super;
-    int tiles_in = (layer->inter + UNIT_ROWS - 1) / UNIT_ROWS;
-    int tiles_out = (layer->hidden + UNIT_ROWS - 1) / UNIT_ROWS;
-    int gate_up_units = r.n_active * tiles_in, down_units = r.n_active * tiles_out;
-    /* x before the team starts: one barrier fewer (each waits for a thread a busy machine
-     * may have descheduled), for ~1 us a row */
+    struct step t = {layer, isa, m, (layer->inter + GATE_UP_ROWS - 1) / GATE_UP_ROWS,
+                     (layer->hidden + DOWN_ROWS - 1) / DOWN_ROWS, pick_dot(isa, layer->gate_type),
+                     pick_dot(isa, layer->up_type), pick_dot(isa, layer->down_type), &xq, &hq,
+                     &r, ids, weights, h, y, out, {0}};
+    t.c = take_countdown(&at, layer, m, t.tiles_in, t.tiles_out);
+    /* x before the team starts, for ~1 us a row */
     for (int i = 0; i < m; i++)
-        quantize_row(isa, x_super, x + (size_t)i * layer->hidden, layer->hidden, &xq, i);
+        quantize_row(isa, TYPES[layer->gate_type].super, x + (size_t)i * layer->hidden,
+                     layer->hidden, &xq, i);
 #pragma omp parallel num_threads(n_threads) if (n_threads > 1)
-    {
-#pragma omp for schedule(dynamic, 1)
-        for (int u = 0; u < gate_up_units; u++)
-            gate_up_unit(layer, gate_dot, up_dot, &xq, &r, r.active[u / tiles_in],
-                         (u % tiles_in) * UNIT_ROWS, h);
-#pragma omp for schedule(static)
-        for (int p = 0; p < pairs; p++)
-            quantize_row(isa, h_super, h + (size_t)p * layer->inter, layer->inter, &hq, p);
-#pragma omp for schedule(dynamic, 1)
-        for (int u = 0; u < down_units; u++)
-            down_unit(layer, down_dot, &hq, &r, r.active[u / tiles_out],
-                      (u % tiles_out) * UNIT_ROWS, y);
-#pragma omp for schedule(static)
-        for (int i = 0; i < m; i++)
-            combine_row(layer, ids, weights, &r, y, i, out);
-    }
+    run_step(&t);
     return 0;
 }
 
