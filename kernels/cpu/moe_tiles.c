@@ -11,10 +11,12 @@
  * holds them; nothing is copied beyond the tile.
  *
  * Products (AVX2; integer lanes exact):
- *   K-quants (Q4_K, Q5_K, unsigned 0..15 / 0..31; activations one scale per 256, as
- *   block_quant.h's bq_quantize_rows_super8): per block, maddubs(w, x) then madd by the
- *   block's integer scale in every int16 lane; a super-block's 8 blocks add up in int32, then
- *   one conversion and fmadd by d s_x, and - dmin m_j times block j's activation sum.
+ *   K-quants (Q4_K, Q5_K, unsigned 0..15 / 0..31; Q6_K as 0..63 = value + 32; activations
+ *   one scale per 256, as block_quant.h's bq_quantize_rows_super8): per block, maddubs(w, x)
+ *   then madd by the block's integer scale (Q6_K's: each half's); a super-block's 8 blocks add
+ *   up in int32, Q6_K's less 32 sum_h scale_h (sum of q_x over half h) (one madd of its 16
+ *   scales by the activations' 16 half sums), then one conversion and fmadd by d s_x, and
+ *   - dmin m_j times block j's activation sum (Q4_K, Q5_K).
  *   Blocks of 32 (Q4_0 as 0..15 = value + 8, MXFP4 as 0..24 = level + 12; activations one
  *   scale per 32): per block, maddubs then madd by ones; 8 blocks' lanes summed into one
  *   vector of 8 block sums (hadd), converted, times s_x, less offset * the block's activation
@@ -42,9 +44,10 @@
 #include "half_float.h"
 #include "q4_k_blocks.h"
 #include "q5_k_blocks.h"
+#include "q6_k_blocks.h"
 
 /* moe_experts.py's type codes, of the types read here. */
-enum { TILE_Q4_0 = 0, TILE_MXFP4 = 2, TILE_Q4_K = 3, TILE_Q5_K = 4 };
+enum { TILE_Q4_0 = 0, TILE_MXFP4 = 2, TILE_Q4_K = 3, TILE_Q5_K = 4, TILE_Q6_K = 5 };
 enum { TILE_SILU = 0, TILE_SWIGLU_OAI = 1 };
 
 /* Weight rows a tile holds: gate's and up's 16 at 2880 inputs are ~200 KB unpacked. */
@@ -69,7 +72,7 @@ struct moe_layer {
     const float *const *down_bias;
 };
 
-static int is_super(int type) { return type == TILE_Q4_K || type == TILE_Q5_K; }
+static int is_super(int type) { return type == TILE_Q4_K || type == TILE_Q5_K || type == TILE_Q6_K; }
 
 static int block_bytes(int type)
 {
@@ -77,7 +80,8 @@ static int block_bytes(int type)
     case TILE_Q4_0: return Q4_0_BYTES;
     case TILE_MXFP4: return MXFP4_BYTES;
     case TILE_Q4_K: return Q4K_BYTES;
-    default: return Q5K_BYTES;
+    case TILE_Q5_K: return Q5K_BYTES;
+    default: return Q6K_BYTES;
     }
 }
 
@@ -95,7 +99,7 @@ static int min_int(int a, int b) { return a < b ? a : b; }
  * an int32, as madd multiplies int16 pairs), the super-blocks' d and each block's - dmin m_j; for blocks of 32
  * each block's d (padded with zeros to whole eights). */
 struct tile_row_layout {
-    size_t scale, d, mins, stride;
+    size_t scale, halves, d, mins, stride;
 };
 
 static struct tile_row_layout row_layout(int type, int k)
@@ -104,11 +108,12 @@ static struct tile_row_layout row_layout(int type, int k)
     int blocks = k / BLOCK;
     if (is_super(type)) {
         l.scale = (size_t)k;
-        l.d = l.scale + align64((size_t)blocks * 4);
+        l.halves = l.scale + align64((size_t)blocks * (type == TILE_Q6_K ? 32 : 4));
+        l.d = l.halves + (type == TILE_Q6_K ? (size_t)(k / SUPER) * 32 : 0);
         l.mins = l.d + align64((size_t)(k / SUPER) * sizeof(float));
         l.stride = align64(l.mins + (size_t)blocks * sizeof(float));
     } else {
-        l.scale = l.mins = 0;
+        l.scale = l.halves = l.mins = 0;
         l.d = (size_t)k;
         l.stride = align64(l.d + (size_t)((blocks + 7) / 8 * 8) * sizeof(float));
     }
@@ -138,6 +143,30 @@ static void unpack_super_row(int type, const uint8_t *row, int k, uint8_t *t,
         d[s] = f16_at_f16c(super);
         _mm256_storeu_ps(mins + s * 8, _mm256_mul_ps(_mm256_cvtepi32_ps(m),
                                                      _mm256_set1_ps(-f16_at_f16c(super + 2))));
+    }
+}
+
+/* Q6_K as stored, q = value + 32 (0..63); each block's scale vector (its halves' int8 scales,
+ * eight int16 lanes each, as madd meets maddubs' lanes) and each super-block's sixteen scales
+ * as int16 (the offset's correction: 32 sum_h scale_h sum of q_x over half h). */
+__attribute__((target(AVX2)))
+static void unpack_q6_k_row(const uint8_t *row, int k, uint8_t *t, const struct tile_row_layout *l)
+{
+    float *d = (float *)(t + l->d), *mins = (float *)(t + l->mins);
+    for (int s = 0; s < k / SUPER; s++) {
+        const uint8_t *super = row + (size_t)s * Q6K_BYTES;
+        const int8_t *sc = (const int8_t *)(super + Q6K_SCALES_AT);
+        for (int j = 0; j < 8; j++) {
+            __m256i v = _mm256_add_epi8(q6k_block_avx2(super, j), _mm256_set1_epi8(32));
+            _mm256_storeu_si256((__m256i *)(t + (size_t)s * SUPER + 32 * j), v);
+            _mm256_storeu_si256((__m256i *)(t + l->scale + ((size_t)s * 8 + j) * 32),
+                                _mm256_setr_m128i(_mm_set1_epi16(sc[2 * j]),
+                                                  _mm_set1_epi16(sc[2 * j + 1])));
+        }
+        _mm256_storeu_si256((__m256i *)(t + l->halves + (size_t)s * 32),
+                            _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc)));
+        d[s] = q6k_d_f16c(super);
+        _mm256_storeu_ps(mins + s * 8, _mm256_setzero_ps());
     }
 }
 
@@ -173,7 +202,9 @@ static void unpack_rows(int type, const uint8_t *rows, int n, int k, uint8_t *ti
 {
     size_t bytes = (size_t)(k / (is_super(type) ? SUPER : BLOCK)) * block_bytes(type);
     for (int r = 0; r < n; r++) {
-        if (is_super(type))
+        if (type == TILE_Q6_K)
+            unpack_q6_k_row(rows + r * bytes, k, tile + r * l->stride, l);
+        else if (is_super(type))
             unpack_super_row(type, rows + r * bytes, k, tile + r * l->stride, l);
         else
             unpack_block32_row(type, rows + r * bytes, k, tile + r * l->stride, l);
@@ -188,11 +219,12 @@ struct xgroup {
     const int8_t *q[XGROUP];
     const float *scale[XGROUP];
     const float *sum[XGROUP];
+    const int16_t *half[XGROUP]; /* sums of q over each 16 values (K-quant activations) */
 };
 
 __attribute__((target(AVX2), always_inline))
 static inline void super_dot(const uint8_t *t, const struct tile_row_layout *l, int k,
-                             const struct xgroup *x, float *out, const int n)
+                             const struct xgroup *x, float *out, const int n, const int q6)
 {
     const float *d = (const float *)(t + l->d), *mins = (const float *)(t + l->mins);
     __m256 acc[XGROUP];
@@ -206,13 +238,26 @@ static inline void super_dot(const uint8_t *t, const struct tile_row_layout *l, 
         for (int j = 0; j < 8; j++) {
             size_t at = (size_t)s * SUPER + 32 * j;
             __m256i w = _mm256_loadu_si256((const __m256i *)(t + at));
-            int32_t scale2;
-            memcpy(&scale2, t + l->scale + ((size_t)s * 8 + j) * 4, 4);
-            __m256i sc = _mm256_set1_epi32(scale2);
+            __m256i sc;
+            if (q6) {
+                sc = _mm256_loadu_si256((const __m256i *)(t + l->scale + ((size_t)s * 8 + j) * 32));
+            } else {
+                int32_t scale2;
+                memcpy(&scale2, t + l->scale + ((size_t)s * 8 + j) * 4, 4);
+                sc = _mm256_set1_epi32(scale2);
+            }
             for (int i = 0; i < n; i++) {
                 __m256i xv = _mm256_loadu_si256((const __m256i *)(x->q[i] + at));
                 isum[i] = _mm256_add_epi32(isum[i],
                                            _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), sc));
+            }
+        }
+        if (q6) { /* less 32 sum_h scale_h sum q_x over h */
+            __m256i scales = _mm256_loadu_si256((const __m256i *)(t + l->halves + (size_t)s * 32));
+            for (int i = 0; i < n; i++) {
+                __m256i halves = _mm256_loadu_si256((const __m256i *)(x->half[i] + s * 16));
+                isum[i] = _mm256_sub_epi32(isum[i],
+                                           _mm256_slli_epi32(_mm256_madd_epi16(scales, halves), 5));
             }
         }
         __m256 m = _mm256_loadu_ps(mins + s * 8);
@@ -298,11 +343,16 @@ static void tile_dot(int type, const uint8_t *tile, const struct tile_row_layout
         const uint8_t *t = tile + r * l->stride;
         float *o = out + r * XGROUP;
         if (is_super(type)) {
-            switch (x->n) {
-            case 1: super_dot(t, l, k, x, o, 1); break;
-            case 2: super_dot(t, l, k, x, o, 2); break;
-            case 3: super_dot(t, l, k, x, o, 3); break;
-            default: super_dot(t, l, k, x, o, 4); break;
+            int q6 = type == TILE_Q6_K;
+            switch (x->n + 4 * q6) {
+            case 1: super_dot(t, l, k, x, o, 1, 0); break;
+            case 2: super_dot(t, l, k, x, o, 2, 0); break;
+            case 3: super_dot(t, l, k, x, o, 3, 0); break;
+            case 4: super_dot(t, l, k, x, o, 4, 0); break;
+            case 5: super_dot(t, l, k, x, o, 1, 1); break;
+            case 6: super_dot(t, l, k, x, o, 2, 1); break;
+            case 7: super_dot(t, l, k, x, o, 3, 1); break;
+            default: super_dot(t, l, k, x, o, 4, 1); break;
             }
         } else {
             switch (x->n) {
@@ -320,6 +370,7 @@ static void tile_dot(int type, const uint8_t *tile, const struct tile_row_layout
 struct qrows {
     int8_t *q;
     float *scale, *sum;
+    int16_t *half; /* [rows, k / 16] */
     int k;
 };
 
@@ -330,12 +381,14 @@ static size_t qrows_part(int rows, int k, int part)
     return align64(part ? (size_t)rows * (k / BLOCK) * sizeof(float) : (size_t)rows * k);
 }
 
-static size_t qrows_bytes(int rows, int k) { return qrows_part(rows, k, 0) + 2 * qrows_part(rows, k, 1); }
+/* Values, scales, sums, half sums (as many bytes as the scales). */
+static size_t qrows_bytes(int rows, int k) { return qrows_part(rows, k, 0) + 3 * qrows_part(rows, k, 1); }
 
 static struct qrows carve_qrows(char **at, int rows, int k)
 {
     size_t values = qrows_part(rows, k, 0), blocks = qrows_part(rows, k, 1);
-    struct qrows r = {(int8_t *)*at, (float *)(*at + values), (float *)(*at + values + blocks), k};
+    struct qrows r = {(int8_t *)*at, (float *)(*at + values), (float *)(*at + values + blocks),
+                      (int16_t *)(*at + values + 2 * blocks), k};
     *at += qrows_bytes(rows, k);
     return r;
 }
@@ -344,9 +397,16 @@ static void quantize_row(int type, const float *v, const struct qrows *r, int ro
 {
     size_t b = (size_t)row * (r->k / BLOCK);
     int8_t *q = r->q + (size_t)row * r->k;
-    if (is_super(type))
+    if (is_super(type)) {
         bq_quantize_rows_super8(BQ_ISA_AVX2, v, 1, r->k, q, r->scale + b, r->sum + b);
-    else
+        int16_t *half = r->half + (size_t)row * (r->k / 16);
+        for (int h = 0; h < r->k / 16; h++) {
+            int sum = 0;
+            for (int e = 0; e < 16; e++)
+                sum += q[16 * h + e];
+            half[h] = (int16_t)sum;
+        }
+    } else
         bq_quantize_rows(BQ_ISA_AVX2, 0, v, 1, r->k, q, r->scale + b, r->sum + b);
 }
 
@@ -404,6 +464,7 @@ static void gather(const struct qrows *r, const struct routing *rt, int by_pair,
         x->q[i] = r->q + row * r->k;
         x->scale[i] = r->scale + row * (r->k / BLOCK);
         x->sum[i] = r->sum + row * (r->k / BLOCK);
+        x->half[i] = r->half + row * (r->k / 16);
     }
 }
 

@@ -18,7 +18,7 @@ from kernels.cpu.moe_experts import MoeLayer
 
 NAME = "moe_tiles"
 # The GGUF block types it reads (moe_experts.py's TYPE_CODES of them).
-TYPES = ("Q4_0", "MXFP4", "Q4_K", "Q5_K")
+TYPES = ("Q4_0", "MXFP4", "Q4_K", "Q5_K", "Q6_K")
 _ALIGN = 64
 
 

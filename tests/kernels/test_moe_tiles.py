@@ -59,21 +59,23 @@ def test_gpt_oss_clamped_swiglu_with_biases_at_2880_is_the_float_layer(moe, tile
 
 
 def _largest_stored(kind: str, n: int, k: int) -> torch.Tensor:
-    """test_moe_experts' largest rows, with the types of 32 at their largest as stored here
-    (value + offset): MXFP4's +12 (24), Q4_0's +7 (15)."""
-    rows = _largest(kind, n, k).view(n, k // 32, BLOCKS[kind][1]) if kind in ("MXFP4", "Q4_0") \
-        else _largest(kind, n, k)
+    """test_moe_experts' largest rows, with the signed types at their largest as stored here
+    (value + offset): MXFP4's +12 (24), Q4_0's +7 (15), Q6_K's +31 (63, at scale -128)."""
+    values, size = BLOCKS[kind]
+    rows = _largest(kind, n, k).view(n, k // values, size)
     if kind == "MXFP4":
         rows[..., 1:] = 0x77
     elif kind == "Q4_0":
         rows[..., 2:] = 0xFF
+    elif kind == "Q6_K":
+        rows[..., :192] = 0xFF
     return rows.reshape(n, -1)
 
 
 @pytest.mark.parametrize("kind", TYPES)
 def test_largest_weights_and_activations_do_not_wrap(moe, tiles, kind):
     """Every weight and scale at its largest (Q4_K's and Q5_K's 15 / 31 at scale 63, MXFP4's
-    12 stored as 24, Q4_0's 7 as 15), activations at +-127: maddubs' pairs and the
+    12 stored as 24, Q4_0's 7 as 15, Q6_K's 31 as 63 at scale -128), activations at +-127: maddubs' pairs and the
     super-blocks' int32 sums at their most."""
     inter = _inter(kind)
     projections = [Projection([_largest_stored(kind, n, k)] * 2, kind)
