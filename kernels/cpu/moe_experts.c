@@ -21,7 +21,7 @@
  * 2 x 128 x 127, inside int16) and madd by the block's integer scale per half (K-quants) or by
  * ones, so every lane is an exact int32. A K-quant's 8 blocks add up in int32 (at most
  * 16.6 M a lane for Q6_K) before one conversion and one multiply-add by d s_x; a block of 32
- * takes its own d s_x. Q4_K's and Q5_K's mins add - dmin m_j times block j's activation sum.
+ * takes its own d s_x, block g into accumulator g % CHAINS. Q4_K's and Q5_K's mins add - dmin m_j times block j's activation sum.
  * The scalar fallback computes the same lanes and adds them in the same order: the same bits.
  *
  * Threads (OpenMP, torch's team) take work items from one counter, in order: gate and up over
@@ -37,6 +37,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -82,6 +83,8 @@ static const struct { int values, bytes, super, mins; } TYPES[MOE_TYPES] = {
 #define UNIT_ROWS 16
 /* ints apart, so two threads' counters never share a cache line */
 #define PAD 16
+/* pauses a thread waits for an expert's rows before it yields its core */
+#define SPINS 1000
 /* A type of blocks of 32 adds block g into accumulator g % CHAINS, the two added at the row's
  * end: one chain waited on each multiply-add (4 cycles a 17-byte MXFP4 block). */
 #define CHAINS 2
@@ -745,12 +748,25 @@ static void run_gate_up(const struct step *t, int u)
     __atomic_store_n(&t->c.ready[e * PAD], 1, __ATOMIC_RELEASE);
 }
 
+/* Until an expert's intermediate rows are quantized: a thread that holds its last gate/up
+ * item is running it, or descheduled, so after a short spin (~20 us) this one gives its core
+ * away (as libgomp's barriers sleep): spinning on, it kept the core from that very thread and
+ * a busy machine's calls took a time slice each (~20 ms). */
+static void wait_ready(const int *ready)
+{
+    for (int spin = 0; !__atomic_load_n(ready, __ATOMIC_ACQUIRE); spin++) {
+        if (spin < SPINS)
+            _mm_pause();
+        else
+            sched_yield();
+    }
+}
+
 static void run_down(const struct step *t, int u)
 {
     const struct routing *r = t->r;
     int e = r->active[u / t->tiles_out];
-    while (!__atomic_load_n(&t->c.ready[e * PAD], __ATOMIC_ACQUIRE))
-        _mm_pause();
+    wait_ready(&t->c.ready[e * PAD]);
     down_unit(t->layer, t->down_dot, t->hq, r, e, (u % t->tiles_out) * DOWN_ROWS, t->y);
     if (!count_down(&t->c.down_left[e * PAD]))
         return;
