@@ -383,17 +383,18 @@ static inline __m256 mxfp4_scales8_avx2(const uint8_t *blocks, const float *xs)
     return _mm256_mul_ps(_mm256_castsi256_ps(d), _mm256_loadu_ps(xs));
 }
 
-/* Block g's product with N activation rows into acc (chain g % CHAINS's), d s_x given per
- * row. */
+/* Block g's product with N activation rows into accumulator `chain` (g % CHAINS, a constant
+ * where the caller unrolls: an accumulator indexed at run time lives in memory), d s_x given
+ * per row. */
 __attribute__((target(AVX2), always_inline))
-static inline void block32_step_avx2(__m256i w, const struct xrows *x, int g, const __m256 *ds,
-                                     __m256 (*acc)[CHAINS], const int n)
+static inline void block32_step_avx2(__m256i w, const struct xrows *x, int g, int chain,
+                                     const __m256 *ds, __m256 (*acc)[CHAINS], const int n)
 {
     __m256i u = _mm256_sign_epi8(w, w);
     for (int i = 0; i < n; i++) {
         __m256i xv = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(x->q[i] + 32 * g)), w);
         __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), _mm256_set1_epi16(1));
-        acc[i][g % CHAINS] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), ds[i], acc[i][g % CHAINS]);
+        acc[i][chain] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), ds[i], acc[i][chain]);
     }
 }
 
@@ -409,11 +410,12 @@ static inline void block32_dot_avx2(const int type, const uint8_t *row, int k,
         for (int c = 0; c < CHAINS; c++)
             acc[i][c] = _mm256_setzero_ps();
     int g = 0;
-    for (; g + 8 <= k / 32; g += 8) { /* g % CHAINS a constant in each unrolled step */
+    for (; g + 8 <= k / 32; g += 8) {
         __m256 ds8[XROWS];
         for (int i = 0; type == MOE_MXFP4 && i < n; i++)
             ds8[i] = mxfp4_scales8_avx2(row + (size_t)g * bytes, x->scale[i] + g);
-        for (int b = 0; b < 8; b++) {
+#pragma GCC unroll 8
+        for (int b = 0; b < 8; b++) { /* (g + b) % CHAINS = b % CHAINS, g a multiple of 8 */
             const uint8_t *block = row + (size_t)(g + b) * bytes;
             _mm_prefetch((const char *)block + PREFETCH_BYTES, _MM_HINT_T0);
             float d;
@@ -421,7 +423,7 @@ static inline void block32_dot_avx2(const int type, const uint8_t *row, int k,
             for (int i = 0; i < n; i++)
                 ds[i] = type == MOE_MXFP4 ? _mm256_permutevar8x32_ps(ds8[i], _mm256_set1_epi32(b))
                                           : _mm256_set1_ps(d * x->scale[i][g + b]);
-            block32_step_avx2(w, x, g + b, ds, acc, n);
+            block32_step_avx2(w, x, g + b, b % CHAINS, ds, acc, n);
         }
     }
     for (; g < k / 32; g++) {
@@ -430,7 +432,7 @@ static inline void block32_dot_avx2(const int type, const uint8_t *row, int k,
         __m256i w = block32_avx2(type, block, &d);
         for (int i = 0; i < n; i++)
             ds[i] = _mm256_set1_ps(d * x->scale[i][g]);
-        block32_step_avx2(w, x, g, ds, acc, n);
+        block32_step_avx2(w, x, g, g % CHAINS, ds, acc, n);
     }
     for (int i = 0; i < n; i++)
         BQ_HSUM256(_mm256_add_ps(acc[i][0], acc[i][1]), out[i]);
