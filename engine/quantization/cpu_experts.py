@@ -122,8 +122,9 @@ class CpuExpertsMethod:
 
     def c_experts(self, m: int, top_k: int) -> CExperts | None:
         """moe_forward and this layer's struct for a C caller's steps of m rows (one call,
-        as apply makes one for them), or None where apply would slice them."""
-        if m > ROWS_A_CALL:
+        as apply makes one for them), or None where apply would slice them or run
+        moe_tiles (which rounds otherwise)."""
+        if m > ROWS_A_CALL or self.runs_tiles(m, top_k):
             return None
         return self._kernel.c_experts(self._layer, m, top_k)
 

@@ -18,6 +18,7 @@ from gguf import GGMLQuantizationType as QType
 
 from engine.layers.moe import Router
 from engine.models import qwen3_moe
+from engine.quantization.cpu_experts import CpuExpertsMethod
 from tests.engine.models.test_native_decode import _counting, _decoding, _engine, _forward
 from tests.engine.quantization.test_cpu_q8 import q8, q8_chosen  # noqa: F401 (fixtures)
 from tests.engine.tiny_moe_gguf import WINDOW, write_tiny_moe_gguf
@@ -125,3 +126,15 @@ def test_experts_our_kernel_does_not_read_keep_the_step_eager_and_the_log_says_w
         engine = _engine(path)
     assert engine.runner.model.native_decode is None
     assert "experts that moe_experts does not read" in caplog.text
+
+
+@pytest.mark.parametrize("variant", ["qwen2moe with a gated shared expert"], indirect=True)
+def test_a_step_whose_experts_run_moe_tiles_is_not_planned(q8, q8_chosen, variant, monkeypatch):
+    """Where the calibration gives a step's rows to moe_tiles (which rounds otherwise than
+    moe_forward: here from 3 rows), the call makes no plan for the step, which runs eager."""
+    engine = _engine(variant)
+    native, caches = engine.runner.model.native_decode, engine.runner.kv_caches
+    assert native._make_plan(3, caches) is not None
+    monkeypatch.setattr(CpuExpertsMethod, "runs_tiles", lambda self, m, top_k: m >= 3)
+    assert native._make_plan(2, caches) is not None
+    assert native._make_plan(3, caches) is None
