@@ -12,6 +12,7 @@ Not a test: run it on a quiet machine, then copy the table into docs/KERNELS.md.
 from __future__ import annotations
 
 import argparse
+import logging
 import statistics
 import time
 
@@ -33,6 +34,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=1000)
     args = parser.parse_args()
+    logging.basicConfig(format="%(name)s: %(message)s")
+    logging.getLogger("engine.quantization.cpu_experts").setLevel(logging.INFO)  # the choice
     ours = Ours(args.model)
     engine = ours.llm.engine
     tokenizer = engine.tokenizer if hasattr(engine, "tokenizer") else ours.llm.tokenizer
