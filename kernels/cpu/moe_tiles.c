@@ -50,7 +50,7 @@
 enum { TILE_Q4_0 = 0, TILE_MXFP4 = 2, TILE_Q4_K = 3, TILE_Q5_K = 4, TILE_Q6_K = 5 };
 enum { TILE_SILU = 0, TILE_SWIGLU_OAI = 1 };
 
-/* Weight rows a tile holds: gate's and up's 16 at 2880 inputs are ~200 KB unpacked. */
+/* Weight rows a tile holds: gate's and up's 16 are ~105 KB unpacked at 2880 MXFP4 inputs. */
 #define TILE_ROWS 16
 /* Activation rows one pass over a weight row takes (their accumulators in registers). */
 #define XGROUP 4
