@@ -2,6 +2,7 @@
 OpenAI-compatible server (tests/app/backends/fake_server.py) is started once for the tests of the
 backends and of the app."""
 
+import importlib.util
 import os
 import socket
 import struct
@@ -14,6 +15,10 @@ import torch
 # import it while other test modules are collected: without a GPU, say so before anything runs.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+if os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("triton"):
+    from tests.triton_interpreter import patch_triton_language_once_a_launch
+
+    patch_triton_language_once_a_launch()
 
 import pytest
 
