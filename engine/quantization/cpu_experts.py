@@ -41,9 +41,9 @@ logger = logging.getLogger(__name__)
 _AVX2 = 1
 # Rows a kernel call takes at most: a prefill chunk goes in slices, which bounds the scratch
 # (an intermediate row, its quantized copy and an output row for each of a row's k experts:
-# ~26 MB at 256 rows of Qwen3-30B-A3B, where 2,048 rows would take 206) and changes no row's result (a row's output does
-# not depend on its company). Each slice still reads an expert once for all its rows routed to
-# it (~16 of 256 at 8 of 128 experts).
+# 26 MB at 256 rows of Qwen3-30B-A3B, where 2,048 rows would take 206) and changes no row's
+# result (a row's output does not depend on its company). Each slice still reads an expert
+# once for all its rows routed to it (~16 of 256 at 8 of 128 experts).
 ROWS_A_CALL = 256
 # Rows a call of moe_tiles (the kernel for steps whose experts each get many rows: a prefill
 # chunk) takes at most; its scratch holds an fp32 row per (row, slot) pair: ~40 MB at 512 rows
