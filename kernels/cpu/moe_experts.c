@@ -46,15 +46,11 @@
 #include "blocks_of_32.h"
 #include "half_float.h"
 #include "iq4_xs_blocks.h"
+#include "moe_layer.h"
 #include "q3_k_blocks.h"
 #include "q4_k_blocks.h"
 #include "q5_k_blocks.h"
 #include "q6_k_blocks.h"
-
-/* The weight types, by the code the Python side passes. */
-enum { MOE_Q4_0, MOE_Q8_0, MOE_MXFP4, MOE_Q4_K, MOE_Q5_K, MOE_Q6_K, MOE_IQ4_XS, MOE_Q3_K,
-       MOE_TYPES };
-enum { MOE_SILU = 0, MOE_SWIGLU_OAI = 1 };
 
 /* Values and bytes a block; super: a super-block of 8 blocks of 32 (activations per 256);
  * mins: Q4_K's and Q5_K's - dmin m per block. */
@@ -479,22 +475,6 @@ static dot_fn pick_dot(int isa, int type)
 
 /* ---- the layer ------------------------------------------------------------------------------ */
 
-/* One layer's experts (kernels/cpu/moe_experts.py fills it once). Pointer arrays have
- * num_experts entries: each expert's rows of blocks ([inter, .] for gate and up, [hidden, .]
- * for down) and its bias (NULL arrays: none). */
-struct moe_layer {
-    int hidden, inter, num_experts, top_k;
-    int gate_type, up_type, down_type;
-    int activation;
-    float limit, alpha; /* MOE_SWIGLU_OAI's */
-    const uint8_t *const *gate;
-    const uint8_t *const *up;
-    const uint8_t *const *down;
-    const float *const *gate_bias;
-    const float *const *up_bias;
-    const float *const *down_bias;
-};
-
 /* Quantized rows: values int8 [rows, k], block scales and sums [rows, k / 32]. */
 struct qrows {
     int8_t *q;
@@ -509,8 +489,6 @@ struct routing {
     int *begin, *active, *fill, *pair, *place; /* place: pair's inverse */
     int n_active;
 };
-
-static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 static size_t qrows_bytes(int rows, int k)
 {
@@ -578,17 +556,6 @@ static int route(const struct moe_layer *layer, const int64_t *ids, int m, struc
     return 0;
 }
 
-static float activate(const struct moe_layer *layer, float g, float u)
-{
-    if (layer->activation == MOE_SILU)
-        return g / (1.0f + expf(-g)) * u;
-    g = fminf(g, layer->limit);
-    u = fminf(fmaxf(u, -layer->limit), layer->limit);
-    return (u + 1.0f) * (g / (1.0f + expf(-layer->alpha * g)));
-}
-
-static int min_int(int a, int b) { return a < b ? a : b; }
-
 /* The activation rows of places [from, min(end, from + XROWS)) of a routing list (their
  * count): by pair, x's rows (pair / top_k) for gate and up; with pair NULL, the rows at those
  * places (the intermediate rows, for down). */
@@ -626,7 +593,7 @@ static void gate_up_unit(const struct moe_layer *layer, dot_fn gate_dot, dot_fn 
             const float *gr = g + (row - row0) * XROWS, *ur = u + (row - row0) * XROWS;
             for (int i = 0; i < n; i++)
                 h[(size_t)(from + i) * layer->inter + row] =
-                    activate(layer, gb ? gr[i] + gb[row] : gr[i], ub ? ur[i] + ub[row] : ur[i]);
+                    moe_activate(layer, gb ? gr[i] + gb[row] : gr[i], ub ? ur[i] + ub[row] : ur[i]);
         }
     }
 }

@@ -42,13 +42,11 @@
 #include "block_quant.h"
 #include "blocks_of_32.h"
 #include "half_float.h"
+#include "moe_layer.h"
 #include "q4_k_blocks.h"
 #include "q5_k_blocks.h"
 #include "q6_k_blocks.h"
 
-/* moe_experts.py's type codes, of the types read here. */
-enum { TILE_Q4_0 = 0, TILE_MXFP4 = 2, TILE_Q4_K = 3, TILE_Q5_K = 4, TILE_Q6_K = 5 };
-enum { TILE_SILU = 0, TILE_SWIGLU_OAI = 1 };
 
 /* Weight rows a tile holds: gate's and up's 16 are ~105 KB unpacked at 2880 MXFP4 inputs. */
 #define TILE_ROWS 16
@@ -58,41 +56,24 @@ enum { TILE_SILU = 0, TILE_SWIGLU_OAI = 1 };
 #define BLOCK 32
 #define AVX2 "avx2,fma,f16c"
 
-/* The layer as kernels/cpu/moe_experts.py's MoeLayer fills it (moe_experts.c's struct). */
-struct moe_layer {
-    int hidden, inter, num_experts, top_k;
-    int gate_type, up_type, down_type;
-    int activation;
-    float limit, alpha;
-    const uint8_t *const *gate;
-    const uint8_t *const *up;
-    const uint8_t *const *down;
-    const float *const *gate_bias;
-    const float *const *up_bias;
-    const float *const *down_bias;
-};
-
-static int is_super(int type) { return type == TILE_Q4_K || type == TILE_Q5_K || type == TILE_Q6_K; }
+static int is_super(int type) { return type == MOE_Q4_K || type == MOE_Q5_K || type == MOE_Q6_K; }
 
 static int block_bytes(int type)
 {
     switch (type) {
-    case TILE_Q4_0: return Q4_0_BYTES;
-    case TILE_MXFP4: return MXFP4_BYTES;
-    case TILE_Q4_K: return Q4K_BYTES;
-    case TILE_Q5_K: return Q5K_BYTES;
+    case MOE_Q4_0: return Q4_0_BYTES;
+    case MOE_MXFP4: return MXFP4_BYTES;
+    case MOE_Q4_K: return Q4K_BYTES;
+    case MOE_Q5_K: return Q5K_BYTES;
     default: return Q6K_BYTES;
     }
 }
 
 static int type_read(int type, int k)
 {
-    int ok = type == TILE_Q4_0 || type == TILE_MXFP4 || is_super(type);
+    int ok = type == MOE_Q4_0 || type == MOE_MXFP4 || is_super(type);
     return ok && k > 0 && k % (is_super(type) ? SUPER : BLOCK) == 0;
 }
-
-static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
-static int min_int(int a, int b) { return a < b ? a : b; }
 
 /* ---- a tile: weight rows unpacked --------------------------------------------------------
  * One row of k values: q, k unsigned bytes; then for a K-quant each block's scale (twice in
@@ -108,8 +89,8 @@ static struct tile_row_layout row_layout(int type, int k)
     int blocks = k / BLOCK;
     if (is_super(type)) {
         l.scale = (size_t)k;
-        l.halves = l.scale + align64((size_t)blocks * (type == TILE_Q6_K ? 32 : 4));
-        l.d = l.halves + (type == TILE_Q6_K ? (size_t)(k / SUPER) * 32 : 0);
+        l.halves = l.scale + align64((size_t)blocks * (type == MOE_Q6_K ? 32 : 4));
+        l.d = l.halves + (type == MOE_Q6_K ? (size_t)(k / SUPER) * 32 : 0);
         l.mins = l.d + align64((size_t)(k / SUPER) * sizeof(float));
         l.stride = align64(l.mins + (size_t)blocks * sizeof(float));
     } else {
@@ -130,10 +111,10 @@ static void unpack_super_row(int type, const uint8_t *row, int k, uint8_t *t,
         __m256i scales, m;
         q5k_scales_avx2(super, &scales, &m);
         __m256i twice = bq_twice16(scales);
-        __m256i qh = type == TILE_Q5_K ? _mm256_loadu_si256((const __m256i *)(super + Q5K_QH_AT))
+        __m256i qh = type == MOE_Q5_K ? _mm256_loadu_si256((const __m256i *)(super + Q5K_QH_AT))
                                        : _mm256_setzero_si256();
         for (int j = 0; j < 8; j++) {
-            __m256i v = type == TILE_Q4_K
+            __m256i v = type == MOE_Q4_K
                 ? q4k_block_avx2(super, j)
                 : _mm256_or_si256(q4k_block_avx2(super + (Q5K_QS_AT - Q4K_QS_AT), j),
                                   q5k_fifth_bits(qh, j, _mm256_set1_epi8(16)));
@@ -184,7 +165,7 @@ static void unpack_block32_row(int type, const uint8_t *row, int k, uint8_t *t,
     for (int g = 0; g < blocks; g++) {
         const uint8_t *block = row + (size_t)g * block_bytes(type);
         __m256i v;
-        if (type == TILE_Q4_0) {
+        if (type == MOE_Q4_0) {
             v = nibbles_avx2(block + 2);
             d[g] = f16_at_f16c(block);
         } else {
@@ -202,7 +183,7 @@ static void unpack_rows(int type, const uint8_t *rows, int n, int k, uint8_t *ti
 {
     size_t bytes = (size_t)(k / (is_super(type) ? SUPER : BLOCK)) * block_bytes(type);
     for (int r = 0; r < n; r++) {
-        if (type == TILE_Q6_K)
+        if (type == MOE_Q6_K)
             unpack_q6_k_row(rows + r * bytes, k, tile + r * l->stride, l);
         else if (is_super(type))
             unpack_super_row(type, rows + r * bytes, k, tile + r * l->stride, l);
@@ -338,12 +319,12 @@ __attribute__((target(AVX2)))
 static void tile_dot(int type, const uint8_t *tile, const struct tile_row_layout *l, int n_rows,
                      int k, const struct xgroup *x, float *out)
 {
-    float offset = type == TILE_Q4_0 ? 8.0f : 12.0f;
+    float offset = type == MOE_Q4_0 ? 8.0f : 12.0f;
     for (int r = 0; r < n_rows; r++) {
         const uint8_t *t = tile + r * l->stride;
         float *o = out + r * XGROUP;
         if (is_super(type)) {
-            int q6 = type == TILE_Q6_K;
+            int q6 = type == MOE_Q6_K;
             switch (x->n + 4 * q6) {
             case 1: super_dot(t, l, k, x, o, 1, 0); break;
             case 2: super_dot(t, l, k, x, o, 2, 0); break;
@@ -425,7 +406,7 @@ int moe_tiles_supported(const struct moe_layer *l)
         && l->top_k > 0 && l->top_k <= l->num_experts
         && type_read(l->gate_type, l->hidden) && type_read(l->up_type, l->hidden)
         && type_read(l->down_type, l->inter) && is_super(l->gate_type) == is_super(l->up_type)
-        && (l->activation == TILE_SILU || l->activation == TILE_SWIGLU_OAI)
+        && (l->activation == MOE_SILU || l->activation == MOE_SWIGLU_OAI)
         && l->gate && l->up && l->down;
 }
 
@@ -436,15 +417,6 @@ size_t moe_tiles_workspace_bytes(const struct moe_layer *layer, int m, int n_thr
     return qrows_bytes(m, layer->hidden) + qrows_bytes((int)pairs, layer->inter)
          + align64(pairs * widest * sizeof(float)) + align64(pairs * sizeof(int))
          + (size_t)(n_threads > 0 ? n_threads : 1) * align64(tile_bytes(layer));
-}
-
-static float activate(const struct moe_layer *layer, float g, float u)
-{
-    if (layer->activation == TILE_SILU)
-        return g / (1.0f + expf(-g)) * u;
-    g = fminf(g, layer->limit);
-    u = fminf(fmaxf(u, -layer->limit), layer->limit);
-    return (u + 1.0f) * (g / (1.0f + expf(-layer->alpha * g)));
 }
 
 /* The routing, and where each pair's rows sit. */
@@ -496,7 +468,7 @@ static void gate_up_tile(const struct moe_layer *layer, const struct qrows *xq,
                 int row = row0 + r;
                 float gv = g[r * XGROUP + i], uv = u[r * XGROUP + i];
                 h[(size_t)(from + i) * layer->inter + row] =
-                    activate(layer, gb ? gv + gb[row] : gv, ub ? uv + ub[row] : uv);
+                    moe_activate(layer, gb ? gv + gb[row] : gv, ub ? uv + ub[row] : uv);
             }
     }
 }
