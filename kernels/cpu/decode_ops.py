@@ -57,7 +57,8 @@ _SIGNATURES = {
     "pg_silu_and_mul": [_ptr, _i64, _i32, _i32, _ptr],
     "pg_gelu_tanh_and_mul": [_ptr, _i64, _i32, _i32, _ptr],
     "pg_top_k": [_ptr, _i64, _i32, _i32, _i32, _ptr],
-    "pg_route": [_ptr, _i64, _i32, _i32, _ptr, _ptr, _i32, _i32, _i32, _i32, _i32, _ptr, _ptr],
+    "pg_route": [_ptr, _i64, _i32, _i32, _ptr, _ptr, _i32, _i32, _i32, _i32, _i32, _ptr, _ptr,
+                 _i32],
     "pg_add_sigmoid_gated": [_ptr, _ptr, _ptr, _i64, _ptr, _i32, _i32, _ptr],
     "pg_write_kv": [_ptr, _i64, _ptr, _i64, _i32, _i32, _i32, _ptr, _ptr, _i32, _i64, _ptr],
     "pg_decode_attention": [_ptr, _i64, _i32, _i32, _i32, _i32, _ptr, _ptr, _i32, _i32, _i32,
@@ -183,7 +184,7 @@ class DecodeOps:
         _check(self._route(x.data_ptr(), x.stride(0), m, x.shape[1], weight.data_ptr(),
                            None if bias is None else bias.data_ptr(), experts, top_k,
                            SCORINGS[scoring], renormalize, softmax_after_top_k, ids.data_ptr(),
-                           weights.data_ptr()), "pg_route")
+                           weights.data_ptr(), torch.get_num_threads()), "pg_route")
         return weights, ids
 
     def add_sigmoid_gated(self, routed: torch.Tensor, shared: torch.Tensor, x: torch.Tensor,

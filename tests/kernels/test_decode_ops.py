@@ -439,6 +439,29 @@ def test_route_breaks_a_tie_for_the_lower_expert(ops):
     torch.testing.assert_close(weights, torch.full((3, 3), 1 / 3))
 
 
+def test_a_large_router_gives_each_row_its_own_routing_on_any_thread_count(lib):
+    """A Qwen3-30B-A3B-sized router (128 x 2048) dots its experts on the whole team, rows a
+    chunk at a time: 37 rows (two whole chunks and a part) get the bits each row gets alone,
+    on one thread or two."""
+    g = torch.Generator().manual_seed(3)
+    x, router = torch.randn(37, 2048, generator=g), 0.02 * torch.randn(128, 2048, generator=g)
+    bias = torch.randn(128, generator=g)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        batch = lib.route(x, router, bias, 8, "softmax", True, False)
+        torch.set_num_threads(1)
+        alone = [lib.route(x[t:t + 1], router, bias, 8, "softmax", True, False)
+                 for t in range(37)]
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(batch[1], torch.cat([ids for _, ids in alone]))
+    assert torch.equal(batch[0], torch.cat([weights for weights, _ in alone]))
+    want_weights, want_ids = torch_ref.route(x, router, bias, 8, "softmax", True, False)
+    assert torch.equal(batch[1].sort(dim=1).values, want_ids.sort(dim=1).values)
+    torch.testing.assert_close(batch[0], want_weights)
+
+
 def test_route_beyond_the_kernels_reach_is_torchs(lib):
     x, router = torch.randn(2, 32, dtype=torch.float64), torch.randn(8, 32, dtype=torch.float64)
     weights, ids = lib.route(x, router, None, 2, "softmax", False, False)
