@@ -42,6 +42,16 @@ static int has_avx512(void)
         && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
 }
 
+/* Fewer weights than this widen on the calling thread: an embedding lookup of a decode step's
+ * few rows, which a team would spend longer waking (its threads sleep through the Python
+ * between kernels) than the widening takes. */
+#define PARALLEL_FROM_WEIGHTS (1L << 15)
+
+static int team_for(int threads, int n, int k)
+{
+    return threads > 1 && (long)n * k >= PARALLEL_FROM_WEIGHTS ? threads : 1;
+}
+
 static float param(const void *values, int is_half, size_t i)
 {
     return is_half ? f16_to_f32(((const uint16_t *)values)[i]) : ((const float *)values)[i];
@@ -187,7 +197,8 @@ int dq_int4(const uint8_t *packed, const void *scales, const void *mins, int hal
         return -1;
     int vector = isa != 0 && has_avx2() && group % 32 == 0;
     int wide = vector && (isa == 2 || (isa == -1 && has_avx512()));
-#pragma omp parallel for num_threads(threads < 1 ? 1 : threads) schedule(static)
+#pragma omp parallel for num_threads(team_for(threads, n, k)) schedule(static) \
+    if (team_for(threads, n, k) > 1)
     for (int row = 0; row < n; row++) {
         if (wide)
             row_avx512(packed, scales, mins, halves, (size_t)row, k, group, out_dtype, out);
@@ -246,7 +257,8 @@ int dq_int8(const int8_t *q, const float *scales, const float *mins, int n, int 
     if (n <= 0 || k <= 0 || group <= 0 || k % group || !target_ok(out_dtype, isa, 1))
         return -1;
     int vector = isa != 0 && has_avx2() && group % 8 == 0;
-#pragma omp parallel for num_threads(threads < 1 ? 1 : threads) schedule(static)
+#pragma omp parallel for num_threads(team_for(threads, n, k)) schedule(static) \
+    if (team_for(threads, n, k) > 1)
     for (int row = 0; row < n; row++) {
         if (vector)
             row_int8_avx2(q, scales, mins, (size_t)row, k, group, out_dtype, out);
@@ -342,13 +354,15 @@ int dq_q4_repacked(const uint8_t *data, int fmt, int n, int k, int out_dtype, vo
         return -1;
     if (isa == 2 || (isa == -1 && has_avx512())) {
         int tiles = (n + Q4R_TILE - 1) / Q4R_TILE;
-#pragma omp parallel for num_threads(threads < 1 ? 1 : threads) schedule(static)
+#pragma omp parallel for num_threads(team_for(threads, n, k)) schedule(static) \
+    if (team_for(threads, n, k) > 1)
         for (int t = 0; t < tiles; t++)
             rp_tile_avx512(data, fmt, (size_t)t, n, k, out_dtype, out);
         return 0;
     }
     int vector = isa != 0 && has_avx2();
-#pragma omp parallel for num_threads(threads < 1 ? 1 : threads) schedule(static)
+#pragma omp parallel for num_threads(team_for(threads, n, k)) schedule(static) \
+    if (team_for(threads, n, k) > 1)
     for (int row = 0; row < n; row++) {
         if (vector)
             rp_row_avx2(data, fmt, (size_t)row, k, out_dtype, out);
@@ -405,7 +419,8 @@ int dq_q6_k(const uint8_t *blocks, int n, int k, int out_dtype, void *out, int i
     if (n <= 0 || k <= 0 || k % Q6K_SUPER || !target_ok(out_dtype, isa, 1))
         return -1;
     int vector = isa != 0 && has_avx2();
-#pragma omp parallel for num_threads(threads < 1 ? 1 : threads) schedule(static)
+#pragma omp parallel for num_threads(team_for(threads, n, k)) schedule(static) \
+    if (team_for(threads, n, k) > 1)
     for (int row = 0; row < n; row++) {
         if (vector)
             q6k_row_avx2(blocks, (size_t)row, k, out_dtype, out);
@@ -507,7 +522,8 @@ int dq_sub_blocks(const uint8_t *blocks, int fmt, int n, int k, int out_dtype, v
         || !target_ok(out_dtype, isa, 1))
         return -1;
     int vector = isa != 0 && has_avx2();
-#pragma omp parallel for num_threads(threads < 1 ? 1 : threads) schedule(static)
+#pragma omp parallel for num_threads(team_for(threads, n, k)) schedule(static) \
+    if (team_for(threads, n, k) > 1)
     for (int row = 0; row < n; row++) {
         if (vector)
             sb_row_avx2(fmt, blocks, (size_t)row, k, out_dtype, out);
