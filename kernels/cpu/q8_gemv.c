@@ -395,6 +395,62 @@ static inline float scale_at(const struct weight *w, size_t i)
         _mm_prefetch(next_ + 64, _MM_HINT_T0);                                              \
     } while (0)
 
+/* The fp32 products s_w[row, g] s_x[i, g] of SCALE_RUN groups from g0, for the tile's rows
+ * and the pass's activation rows: the weight scales converted 8 at a time and multiplied by the
+ * activations' in one instruction, where a block took a scalar conversion, a scalar multiply
+ * and a broadcast; a block then reads its product with one broadcast load. The same products
+ * (a group past the last run forms its own as before), so the same bits. */
+#define SCALE_RUN 8
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline void scale_products(const struct weight *w, const struct activations *x, int row0,
+                                  int rows, int i0, int irows, int g0,
+                                  float out[ROW_CHUNK][TILE_ROWS][SCALE_RUN])
+{
+    for (int r = 0; r < rows; r++) {
+        size_t at = (size_t)(row0 + r) * w->groups + g0;
+        __m256 sw = (w->halves & SCALES_HALF)
+            ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w->scales + at)))
+            : _mm256_loadu_ps((const float *)w->scales + at);
+        for (int i = 0; i < irows; i++)
+            _mm256_storeu_ps(out[i][r], _mm256_mul_ps(
+                sw, _mm256_loadu_ps(x->scale + (size_t)(i0 + i) * w->groups + g0)));
+    }
+}
+
+/* A pass's groups: runs of SCALE_RUN with their scale products (BODY(g, product of activation
+ * row i and tile row r)), then the last groups one at a time. */
+#define GROUPS_WITH_SCALES(BODY)                                                            \
+    int g_ = 0;                                                                             \
+    for (; g_ + SCALE_RUN <= w->groups; g_ += SCALE_RUN) {                                  \
+        float s_[ROW_CHUNK][TILE_ROWS][SCALE_RUN];                                          \
+        scale_products(w, x, row0, rows, i0, irows, g_, s_);                                \
+        _Pragma("GCC unroll 8")                                                             \
+        for (int j_ = 0; j_ < SCALE_RUN; j_++)                                              \
+            BODY(g_ + j_, _mm256_broadcast_ss(&s_[i][r][j_]));                              \
+    }                                                                                       \
+    for (; g_ < w->groups; g_++)                                                            \
+        BODY(g_, _mm256_set1_ps(scale_at(w, (size_t)(row0 + r) * w->groups + g_)           \
+                                * x->scale[(size_t)(i0 + i) * w->groups + g_]))
+
+/* A group g of DEFINE_PASS8: activation blocks loaded once for the tile's rows. */
+#define PASS8_GROUP(DOT, g, PRODUCT)                                                        \
+    do {                                                                                    \
+        __m256i xv[ROW_CHUNK];                                                              \
+        for (int i = 0; i < irows; i++)                                                     \
+            xv[i] = _mm256_loadu_si256(                                                     \
+                (const __m256i *)(xq + ((size_t)(i0 + i) * w->groups + (g)) * BLOCK));      \
+        PREFETCH_NEXT_TILE(row0, g);                                                        \
+        for (int r = 0; r < rows; r++) {                                                    \
+            __m256i wv = _mm256_loadu_si256(                                                \
+                (const __m256i *)(w->q + (size_t)(row0 + r) * w->k + (g) * BLOCK));         \
+            __m256i abs_w = _mm256_sign_epi8(wv, wv);                                       \
+            for (int i = 0; i < irows; i++) {                                               \
+                __m256 p = _mm256_cvtepi32_ps(DOT(abs_w, _mm256_sign_epi8(xv[i], wv)));     \
+                acc[i][r] = _mm256_fmadd_ps(p, PRODUCT, acc[i][r]);                         \
+            }                                                                               \
+        }                                                                                   \
+    } while (0)
+
 /* rows (1 or TILE_ROWS) weight rows from row0 against irows (1..ROW_CHUNK) activation rows
  * from i0; called with constant counts, so every accumulator stays in a register. */
 #define DEFINE_PASS8(NAME, TARGET, DOT)                                                     \
@@ -404,29 +460,32 @@ static inline float scale_at(const struct weight *w, size_t i)
     {                                                                                       \
         const int8_t *xq = (const int8_t *)x->q;                                            \
         ZERO_ACCUMULATORS(acc);                                                             \
-        for (int g = 0; g < w->groups; g++) {                                               \
-            __m256i xv[ROW_CHUNK];                                                          \
-            float sx[ROW_CHUNK];                                                            \
-            for (int i = 0; i < irows; i++) {                                               \
-                size_t b = (size_t)(i0 + i) * w->groups + g;                                \
-                xv[i] = _mm256_loadu_si256((const __m256i *)(xq + b * BLOCK));              \
-                sx[i] = x->scale[b];                                                        \
-            }                                                                               \
-            PREFETCH_NEXT_TILE(row0, g);                                                    \
-            for (int r = 0; r < rows; r++) {                                                \
-                size_t row = (size_t)(row0 + r);                                            \
-                __m256i wv = _mm256_loadu_si256(                                            \
-                    (const __m256i *)(w->q + row * w->k + g * BLOCK));                      \
-                float sw = scale_at(w, row * w->groups + g);                                \
-                __m256i abs_w = _mm256_sign_epi8(wv, wv);                                   \
-                for (int i = 0; i < irows; i++) {                                           \
-                    __m256 p = _mm256_cvtepi32_ps(DOT(abs_w, _mm256_sign_epi8(xv[i], wv))); \
-                    acc[i][r] = _mm256_fmadd_ps(p, _mm256_set1_ps(sw * sx[i]), acc[i][r]);  \
-                }                                                                           \
-            }                                                                               \
-        }                                                                                   \
+        GROUPS_WITH_SCALES(PASS8_##DOT);                                                    \
         STORE_ACCUMULATORS(acc, rows, irows)                                                \
     }
+#define PASS8_bq_dot8_avx2(g, PRODUCT) PASS8_GROUP(bq_dot8_avx2, g, PRODUCT)
+#define PASS8_bq_dot8_vnni(g, PRODUCT) PASS8_GROUP(bq_dot8_vnni, g, PRODUCT)
+
+/* A group g of DEFINE_PASS16. */
+#define PASS16_GROUP(DOT, g, PRODUCT)                                                       \
+    do {                                                                                    \
+        __m256i xlo[ROW_CHUNK], xhi[ROW_CHUNK];                                             \
+        for (int i = 0; i < irows; i++) {                                                   \
+            const int16_t *xb = xq + ((size_t)(i0 + i) * w->groups + (g)) * BLOCK;          \
+            xlo[i] = _mm256_loadu_si256((const __m256i *)xb);                               \
+            xhi[i] = _mm256_loadu_si256((const __m256i *)(xb + 16));                        \
+        }                                                                                   \
+        PREFETCH_NEXT_TILE(row0, g);                                                        \
+        for (int r = 0; r < rows; r++) {                                                    \
+            const int8_t *wq = w->q + (size_t)(row0 + r) * w->k + (g) * BLOCK;              \
+            __m256i wlo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wq));       \
+            __m256i whi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wq + 16))); \
+            for (int i = 0; i < irows; i++) {                                               \
+                __m256 p = _mm256_cvtepi32_ps(DOT(wlo, whi, xlo[i], xhi[i]));               \
+                acc[i][r] = _mm256_fmadd_ps(p, PRODUCT, acc[i][r]);                         \
+            }                                                                               \
+        }                                                                                   \
+    } while (0)
 
 #define DEFINE_PASS16(NAME, TARGET, DOT)                                                    \
     __attribute__((target(TARGET), always_inline))                                          \
@@ -435,31 +494,11 @@ static inline float scale_at(const struct weight *w, size_t i)
     {                                                                                       \
         const int16_t *xq = (const int16_t *)x->q;                                          \
         ZERO_ACCUMULATORS(acc);                                                             \
-        for (int g = 0; g < w->groups; g++) {                                               \
-            __m256i xlo[ROW_CHUNK], xhi[ROW_CHUNK];                                         \
-            float sx[ROW_CHUNK];                                                            \
-            for (int i = 0; i < irows; i++) {                                               \
-                size_t b = (size_t)(i0 + i) * w->groups + g;                                \
-                xlo[i] = _mm256_loadu_si256((const __m256i *)(xq + b * BLOCK));             \
-                xhi[i] = _mm256_loadu_si256((const __m256i *)(xq + b * BLOCK + 16));        \
-                sx[i] = x->scale[b];                                                        \
-            }                                                                               \
-            PREFETCH_NEXT_TILE(row0, g);                                                    \
-            for (int r = 0; r < rows; r++) {                                                \
-                size_t row = (size_t)(row0 + r);                                            \
-                const int8_t *wq = w->q + row * w->k + g * BLOCK;                           \
-                __m256i wlo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wq));   \
-                __m256i whi = _mm256_cvtepi8_epi16(                                         \
-                    _mm_loadu_si128((const __m128i *)(wq + 16)));                           \
-                float sw = scale_at(w, row * w->groups + g);                                \
-                for (int i = 0; i < irows; i++) {                                           \
-                    __m256 p = _mm256_cvtepi32_ps(DOT(wlo, whi, xlo[i], xhi[i]));           \
-                    acc[i][r] = _mm256_fmadd_ps(p, _mm256_set1_ps(sw * sx[i]), acc[i][r]);  \
-                }                                                                           \
-            }                                                                               \
-        }                                                                                   \
+        GROUPS_WITH_SCALES(PASS16_##DOT);                                                   \
         STORE_ACCUMULATORS(acc, rows, irows)                                                \
     }
+#define PASS16_bq_dot16_avx2(g, PRODUCT) PASS16_GROUP(bq_dot16_avx2, g, PRODUCT)
+#define PASS16_bq_dot16_vnni(g, PRODUCT) PASS16_GROUP(bq_dot16_vnni, g, PRODUCT)
 
 /* Q6_K passes walk half super-blocks (four blocks of 32, unpacked from three loads per row).
  * While one is read, the next tile's matching share of bytes (4 rows x 105) is fetched, so
