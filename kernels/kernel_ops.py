@@ -33,6 +33,8 @@ class KernelOps:
     decode_layers: object | None = None
     # Each row's indices of its k largest values, as a set (the vocabulary's candidates).
     top_k_indices: Callable[..., torch.Tensor] = torch_ref.top_k_indices
+    # Each row's argmax (the first of equal largest values; NaN largest): greedy sampling.
+    row_argmax: Callable[[torch.Tensor], torch.Tensor] = torch_ref.row_argmax
     gelu_tanh_and_mul: Callable[..., torch.Tensor] = torch_ref.gelu_tanh_and_mul
     # A mixture-of-experts router on a float weight, and a shared expert's sigmoid gate.
     route: Callable[..., tuple[torch.Tensor, torch.Tensor]] = torch_ref.route

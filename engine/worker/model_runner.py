@@ -154,8 +154,8 @@ class ModelRunner:
         # The blocks of the group that keeps every block: the context the cache holds.
         self.num_blocks = self.kv_cache_groups[0].num_blocks
         self.kv_caches = self._allocate_kv_cache()
-        self.sampler = Sampler()
-        self.rejection_sampler = RejectionSampler()
+        self.sampler = Sampler(ops.row_argmax)
+        self.rejection_sampler = RejectionSampler(ops.row_argmax)
         self.vocab_size = self.model.shape.vocab_size
         self.graphs = self._capture_graphs() if self._uses_cuda_graphs() else None
 

@@ -17,19 +17,23 @@ import torch
 
 from engine.worker.sampler import (
     RandomSampling,
+    RowArgmax,
     SamplingMetadata,
     draw,
     filter_logits,
     process_logits,
-    row_argmax,
     uniform_like,
 )
+from kernels.torch_ref import row_argmax
 
 _NO_DRAFT = -1
 _NEG_INF = float("-inf")
 
 
 class RejectionSampler:
+    def __init__(self, argmax: RowArgmax = row_argmax) -> None:
+        self.argmax = argmax
+
     def __call__(self, logits: torch.Tensor, metadata: SamplingMetadata,
                  drafts: list[list[int]]) -> list[list[int]]:
         """logits [sum(len(d) + 1 for d in drafts), vocab] float32, modified in place ->
@@ -45,22 +49,22 @@ class RejectionSampler:
         """Per row: the token emitted if the run stops there, and whether its draft is kept."""
         sampling = metadata.sampling
         if sampling is None:
-            targets = row_argmax(logits)
+            targets = self.argmax(logits)
             return targets, targets == draft_ids
         if metadata.sampled_rows is None:
-            return _verify_random(logits, draft_ids, sampling)
+            return _verify_random(logits, draft_ids, sampling, self.argmax)
         greedy, sampled = metadata.greedy_rows, metadata.sampled_rows
         targets = torch.empty(metadata.num_rows, dtype=torch.long, device=logits.device)
         accepted = torch.empty(metadata.num_rows, dtype=torch.bool, device=logits.device)
-        targets[greedy] = row_argmax(logits[greedy])
+        targets[greedy] = self.argmax(logits[greedy])
         accepted[greedy] = targets[greedy] == draft_ids[greedy]
         targets[sampled], accepted[sampled] = _verify_random(logits[sampled], draft_ids[sampled],
-                                                             sampling)
+                                                             sampling, self.argmax)
         return targets, accepted
 
 
-def _verify_random(logits: torch.Tensor, draft_ids: torch.Tensor,
-                   sampling: RandomSampling) -> tuple[torch.Tensor, torch.Tensor]:
+def _verify_random(logits: torch.Tensor, draft_ids: torch.Tensor, sampling: RandomSampling,
+                   argmax: RowArgmax) -> tuple[torch.Tensor, torch.Tensor]:
     """Accept draft x with probability p(x); the fallback token comes from p without x."""
     filtered = filter_logits(logits, sampling)
     has_draft = draft_ids != _NO_DRAFT
@@ -70,7 +74,7 @@ def _verify_random(logits: torch.Tensor, draft_ids: torch.Tensor,
     filtered[rows, draft_ids[rows]] = _NEG_INF
     # Rows without a draft keep all of p: their draw is the bonus token, from the same random
     # numbers `Sampler` would use, so a seeded request that does not speculate draws as usual.
-    fallback = draw(filtered, sampling)
+    fallback = draw(filtered, sampling, argmax)
     u = torch.ones_like(p_draft)
     generators = [sampling.generators[r] for r in rows.tolist()]
     u[rows] = uniform_like(p_draft[rows].unsqueeze(1), generators).squeeze(1)

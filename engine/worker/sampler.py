@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import chain
 
@@ -17,6 +18,7 @@ import torch
 from engine.sampling_params import SamplingParams
 from engine.structured_output.matcher import GrammarRows
 from engine.worker.logits_controls import LogitsControls, RowControls
+from kernels.torch_ref import row_argmax
 
 # A top-p row without top-k first looks for its nucleus among this many best tokens, since a
 # partial top-k is far cheaper than sorting the whole vocabulary; rows whose nucleus turns out to
@@ -120,16 +122,16 @@ class SamplingMetadata:
         )
 
 
-def row_argmax(logits: torch.Tensor) -> torch.Tensor:
-    """Each row's argmax, the first index of its largest value (a NaN counting as largest), as
-    `argmax` gives it: `max` over the last dimension returns the same indices about 3x faster
-    on a CPU (a 49152-wide vocabulary: 27 against 72 µs a row alone, 0.45 against 1.24 ms for
-    32 rows)."""
-    return logits.max(dim=-1).indices
+# Each row's argmax (the first of equal largest values; NaN largest): a kernel backend's
+# (`KernelOps.row_argmax`), torch's by default.
+RowArgmax = Callable[[torch.Tensor], torch.Tensor]
 
 
 class Sampler:
     """Picks the next token of every row from its logits, following the row's SamplingParams."""
+
+    def __init__(self, argmax: RowArgmax = row_argmax) -> None:
+        self.argmax = argmax
 
     def __call__(self, logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
         """logits [num_rows, vocab] float32 -> next token ids [num_rows] int64.
@@ -138,12 +140,13 @@ class Sampler:
         """
         logits = process_logits(logits, metadata)
         if metadata.sampling is None:
-            return row_argmax(logits)
+            return self.argmax(logits)
         if metadata.sampled_rows is None:
-            return _sample(logits, metadata.sampling)
+            return _sample(logits, metadata.sampling, self.argmax)
         tokens = torch.empty(metadata.num_rows, dtype=torch.long, device=logits.device)
-        tokens[metadata.greedy_rows] = row_argmax(logits[metadata.greedy_rows])
-        tokens[metadata.sampled_rows] = _sample(logits[metadata.sampled_rows], metadata.sampling)
+        tokens[metadata.greedy_rows] = self.argmax(logits[metadata.greedy_rows])
+        tokens[metadata.sampled_rows] = _sample(logits[metadata.sampled_rows], metadata.sampling,
+                                                self.argmax)
         return tokens
 
 
@@ -297,8 +300,8 @@ def _apply_penalties(
     return logits
 
 
-def _sample(logits: torch.Tensor, sampling: RandomSampling) -> torch.Tensor:
-    return draw(filter_logits(logits, sampling), sampling)
+def _sample(logits: torch.Tensor, sampling: RandomSampling, argmax: RowArgmax) -> torch.Tensor:
+    return draw(filter_logits(logits, sampling), sampling, argmax)
 
 
 def filter_logits(logits: torch.Tensor, sampling: RandomSampling) -> torch.Tensor:
@@ -314,12 +317,13 @@ def filter_logits(logits: torch.Tensor, sampling: RandomSampling) -> torch.Tenso
     return logits
 
 
-def draw(logits: torch.Tensor, sampling: RandomSampling) -> torch.Tensor:
+def draw(logits: torch.Tensor, sampling: RandomSampling,
+         argmax: RowArgmax = row_argmax) -> torch.Tensor:
     """One token per row from softmax(logits), consuming the logits."""
     # Exponential race: argmax(p / q) with q ~ Exp(1) is a draw from p, and in log space it
     # needs no softmax: argmax(logit - log q).
     logits.sub_(_log_exponential_noise(logits, sampling))
-    return row_argmax(logits)
+    return argmax(logits)
 
 
 def _keep_threshold(logits: torch.Tensor, sampling: RandomSampling) -> torch.Tensor | None:

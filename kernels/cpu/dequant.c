@@ -42,10 +42,10 @@ static int has_avx512(void)
         && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
 }
 
-/* Fewer weights than this widen on the calling thread: an embedding lookup of a decode step's
- * few rows, which a team would spend longer waking (its threads sleep through the Python
- * between kernels) than the widening takes. */
-#define PARALLEL_FROM_WEIGHTS (1L << 15)
+/* Fewer weights than this widen on the calling thread: a decode step's embedding rows and the
+ * vocabulary's 32 candidates for exact logits (engine/layers/lm_head.py), which take tens of
+ * microseconds, less than a team's start and join around them. */
+#define PARALLEL_FROM_WEIGHTS (1L << 17)
 
 static int team_for(int threads, int n, int k)
 {

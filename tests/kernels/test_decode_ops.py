@@ -144,6 +144,24 @@ def test_top_k_reads_the_rows_of_a_wider_tensor(ops):
     assert _as_sets(ops.top_k_indices(x, 16)) == _as_sets(torch_ref.top_k_indices(x, 16))
 
 
+@ISAS
+@pytest.mark.parametrize(("rows", "n"), [(1, 49152), (17, 1000), (3, 37), (2, 5)])
+def test_row_argmax_is_torchs_argmax(ops, rows, n):
+    torch.manual_seed(rows * n)
+    x = torch.randn(rows, n + 3)[:, :n] * 5  # rows of a wider tensor
+    assert torch.equal(ops.row_argmax(x), x.argmax(dim=-1))
+
+
+@ISAS
+def test_row_argmax_takes_the_first_of_equal_largest_and_the_first_nan(ops):
+    x = torch.zeros(4, 43)
+    x[0, [9, 12, 41]] = 2.0  # ties: the first
+    x[1, [3, 30, 42]] = torch.tensor([float("nan"), 5.0, float("nan")])  # NaN largest: first
+    x[2] = float("-inf")  # nothing larger than -inf: index 0
+    x[3, [1, 40]] = torch.tensor([-0.0, 0.0])  # every value 0 (signed or not): the first
+    assert ops.row_argmax(x).tolist() == [9, 3, 0, 0] == x.argmax(dim=-1).tolist()
+
+
 def test_top_k_beyond_the_kernels_reach_is_torchs(lib):
     x = torch.randn(2, 1000)
     assert torch.equal(lib.top_k_indices(x, 300), torch_ref.top_k_indices(x, 300))
