@@ -1290,22 +1290,21 @@ DEFINE_SCALED_TILES(q5k, Q5K_BYTES, Q5K_SCALE)
     }
 DEFINE_SUPER_TILE(iq4xs_tile8s_avx2, iq4xs_super8_pass)
 DEFINE_SUPER_TILE(q5k_tile8s_avx2, q5k_super8_pass)
-/* Q6_K: Q6K_ROW_CHUNK activation rows a pass (q6k_biased_pass), then four, two and one; a
- * single row through q6k_super8_pass. The passes give the same bits. */
+/* Q6_K: Q6K_ROW_CHUNK activation rows a pass (q6k_biased_pass), then four at a time, then the
+ * last one to three in one pass (each pass unpacks the tile's weights again: three rows cost
+ * little more than two); a single row through q6k_super8_pass. The passes give the same bits. */
 #define RUN_Q6K_ROWS(row0, rows)                                                            \
     do {                                                                                    \
         int i_ = 0;                                                                         \
         for (; x->biased && i_ + Q6K_ROW_CHUNK <= x->m; i_ += Q6K_ROW_CHUNK)                \
             q6k_biased_pass(w, x, row0, rows, i_, Q6K_ROW_CHUNK, y);                        \
-        if (x->m - i_ >= SUPER_ROW_CHUNK) {                                                 \
+        for (; x->m - i_ >= SUPER_ROW_CHUNK; i_ += SUPER_ROW_CHUNK)                         \
             q6k_super8_pass(w, x, row0, rows, i_, SUPER_ROW_CHUNK, y);                      \
-            i_ += SUPER_ROW_CHUNK;                                                          \
-        }                                                                                   \
-        if (x->m - i_ >= 2) {                                                               \
+        if (x->m - i_ == 3)                                                                 \
+            q6k_super8_pass(w, x, row0, rows, i_, 3, y);                                    \
+        else if (x->m - i_ == 2)                                                            \
             q6k_super8_pass(w, x, row0, rows, i_, 2, y);                                    \
-            i_ += 2;                                                                        \
-        }                                                                                   \
-        if (i_ < x->m)                                                                      \
+        else if (x->m - i_ == 1)                                                            \
             q6k_super8_pass(w, x, row0, rows, i_, 1, y);                                    \
     } while (0)
 __attribute__((target(AVX2)))

@@ -203,11 +203,11 @@ def test_super_block_products_at_the_largest_values_do_not_wrap(q8, kind):
     assert (y.double() - want).abs().le(want.abs() * 1e-5 + 1e-6).all()
 
 
-@pytest.mark.parametrize("m", [8, 9, 13, 16, 17])
+@pytest.mark.parametrize("m", [2, 3, 7, 8, 9, 11, 13, 16, 17])
 def test_q6_k_rows_in_eights_get_the_bits_each_row_gets_alone(q8, m):
     """Int8 activations pass Q6_K tiles eight rows at a time (made unsigned, the weights' share
-    of the 128 taken back once per tile row), the rest in fours, twos and ones: a row's output
-    does not depend on the rows beside it or on the thread count."""
+    of the 128 taken back once per tile row), the rest in fours, then the last one to three in
+    one pass: a row's output does not depend on the rows beside it or on the thread count."""
     blocks, x = _blocks("Q6_K", 9, 512, seed=13), activations(m, 512, seed=14)
     operand = Q8Gemv.blocks_operand(blocks, "Q6_K")
     alone = torch.cat([q8.linear(operand, x[i:i + 1]) for i in range(m)])
