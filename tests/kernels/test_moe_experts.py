@@ -195,6 +195,31 @@ def test_projection_vector_body_gives_the_scalar_bits_for_each_activation_row_co
                            moe.linear(rows, kind, x[:m], SCALAR)), m
 
 
+@pytest.mark.parametrize("blocks", [3, 8, 15, 17])
+def test_mxfp4_subnormal_scales_and_short_tails_give_the_scalar_bits_and_ggufs_values(moe, blocks):
+    """MXFP4 rows 8 blocks at a time, then a tail of 3 or 7 or 1 (or nothing): exponents 0
+    and 1 (subnormal scales 2^-128, 2^-127) in some rows only, which the vector body takes
+    through its slower exact pass, beside rows of normal ones, each row's the scalar bits and
+    gguf-py's values."""
+    runnable(moe, AVX2)
+    k = 32 * blocks
+    rows = _rows("MXFP4", 6, k, seed=blocks)
+    exponents = rows.view(6, blocks, 17)[..., 0]
+    exponents[1, 0], exponents[3, -1], exponents[4, blocks // 2] = 0, 1, 0
+    exponents[5] = torch.arange(blocks) % 2  # every scale subnormal
+    weight = gguf_values("MXFP4", rows).double().unsqueeze(0)
+    for m in range(1, 6):
+        x = activations(m, k, seed=m)
+        y = moe.linear(rows, "MXFP4", x, AVX2)
+        assert torch.equal(y, moe.linear(rows, "MXFP4", x, SCALAR)), m
+        xq, scale, _ = moe.quantize_rows(x, "MXFP4")
+        terms = (xq.double() * scale.double().repeat_interleave(32, dim=1)).unsqueeze(1) * weight
+        want, bound = terms.sum(-1), terms.abs().sum(-1)
+        normal = [0, 1, 2, 3, 4]
+        assert (y.double() - want)[:, normal].abs().le(bound[:, normal] * 2e-6).all(), m
+        assert (y[:, 5].double() - want[:, 5]).abs().le(bound[:, 5] * 1e-2 + 1e-44).all(), m
+
+
 def test_two_threads_give_one_threads_bits(moe):
     layer = moe.layer(*_experts("Q4_K", 256))
     x = activations(9, HIDDEN, seed=5)
