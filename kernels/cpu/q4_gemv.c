@@ -408,13 +408,18 @@ struct activations16 {
     int m;
 };
 
+/* One order of float operations for every body below but AVX-512's, so the scalar one gives
+ * the AVX2 one's bits and a row's result is the same whatever the rows beside it: per tile row
+ * and block, the block's dot is an exact int32 (32 x 15 x 32767 < 2^24, so its conversion is
+ * exact too), added as acc = fma(dot, s_w * s_x, acc), and the mins apart as
+ * mins = fma(min_w, sum_x, mins); y = acc + mins. One conversion and one fma per block and
+ * row where the products are, instead of one per eight products. */
 static void tile16_scalar(const uint8_t *tile, int fmt, int groups,
-                        const struct activations16 *x,
-                          int row0, int n, float *y)
+                          const struct activations16 *x, int row0, int n, float *y)
 {
     int k = groups * BLOCK;
     for (int i = 0; i < x->m; i++) {
-        float acc[TILE_ROWS] = {0};
+        float acc[TILE_ROWS] = {0}, mins[TILE_ROWS] = {0};
         for (int g = 0; g < groups; g++) {
             const uint8_t *rec = q4r_record(tile, fmt, g);
             const int16_t *xq = x->q + (size_t)i * k + g * BLOCK;
@@ -424,68 +429,191 @@ static void tile16_scalar(const uint8_t *tile, int fmt, int groups,
                 int32_t dot = 0;
                 for (int j = 0; j < NIBBLE_BYTES; j++)
                     dot += (nib[j] & 15) * xq[j] + (nib[j] >> 4) * xq[j + NIBBLE_BYTES];
-                float sw = q4r_param(tile, fmt, g, r);
-                acc[r] += (float)dot * (sw * sx) + q4r_param(tile, fmt, g, TILE_ROWS + r) * sumx;
+                acc[r] = fmaf((float)dot, q4r_param(tile, fmt, g, r) * sx, acc[r]);
+                mins[r] = fmaf(q4r_param(tile, fmt, g, TILE_ROWS + r), sumx, mins[r]);
             }
         }
         for (int r = 0; r < TILE_ROWS && row0 + r < n; r++)
-            y[(size_t)i * n + row0 + r] = acc[r];
+            y[(size_t)i * n + row0 + r] = acc[r] + mins[r];
     }
 }
 
-#define DEFINE_TILE16_CHUNK(NAME, TARGET, DOT)                                              \
-    __attribute__((target(TARGET), always_inline))                                          \
-    static inline void NAME(const uint8_t *tile, int fmt, int groups,                       \
-                            const struct activations16 *x, int i0, int rows, int row0, int n, \
-                            float *y)                                                       \
-    {                                                                                       \
-        const __m128i low = _mm_set1_epi8(15);                                              \
-        __m256 acc[ROW_CHUNK16][TILE_ROWS];                                                 \
-        __m128 acc_min[ROW_CHUNK16];                                                        \
-        for (int i = 0; i < ROW_CHUNK16; i++) {                                             \
-            acc_min[i] = _mm_setzero_ps();                                                  \
-            for (int r = 0; r < TILE_ROWS; r++)                                             \
-                acc[i][r] = _mm256_setzero_ps();                                            \
-        }                                                                                   \
-        for (int g = 0; g < groups; g++) {                                                  \
-            float sw_buf[TILE_ROWS];                                                        \
-            const float *sw;                                                                \
-            __m128 mw;                                                                      \
-            const uint8_t *rec = q4r_params_vec(tile, fmt, g, sw_buf, &sw, &mw);            \
-            __m256i xlo[ROW_CHUNK16], xhi[ROW_CHUNK16];                                     \
-            /* s_w s_x per tile row and activation row, each product rounded once           \
-             * as the scalar one is, four in one multiply */                                \
-            float scale[ROW_CHUNK16][TILE_ROWS];                                            \
-            __m128 sw4 = _mm_loadu_ps(sw);                                                  \
-            for (int i = 0; i < rows; i++) {                                                \
-                size_t b = (size_t)(i0 + i) * groups + g;                                   \
-                xlo[i] = _mm256_loadu_si256((const __m256i *)(x->q + b * BLOCK));           \
-                xhi[i] = _mm256_loadu_si256((const __m256i *)(x->q + b * BLOCK + 16));      \
-                _mm_storeu_ps(scale[i], _mm_mul_ps(sw4, _mm_broadcast_ss(x->scale + b)));   \
-                acc_min[i] = _mm_fmadd_ps(mw, _mm_set1_ps(x->sum[b]), acc_min[i]);          \
-            }                                                                               \
-            for (int r = 0; r < TILE_ROWS; r++) {                                           \
-                __m128i raw = _mm_loadu_si128((const __m128i *)(rec + r * NIBBLE_BYTES));   \
-                __m256i wlo = _mm256_cvtepu8_epi16(_mm_and_si128(raw, low));                \
-                __m256i whi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), low)); \
-                for (int i = 0; i < rows; i++) {                                            \
-                    __m256 p = _mm256_cvtepi32_ps(DOT(wlo, whi, xlo[i], xhi[i]));           \
-                    acc[i][r] = _mm256_fmadd_ps(p, _mm256_broadcast_ss(&scale[i][r]),       \
-                                                acc[i][r]);                                 \
-                }                                                                           \
-            }                                                                               \
-        }                                                                                   \
-        for (int i = 0; i < rows; i++) {                                                    \
-            float mins[TILE_ROWS];                                                          \
-            _mm_storeu_ps(mins, acc_min[i]);                                                \
-            for (int r = 0; r < TILE_ROWS && row0 + r < n; r++) {                           \
-                float s;                                                                    \
-                BQ_HSUM256(acc[i][r], s);                                                   \
-                y[(size_t)(i0 + i) * n + row0 + r] = s + mins[r];                           \
-            }                                                                               \
-        }                                                                                   \
-    }                                                                                       \
-    DEFINE_ALL_ROWS16(NAME, TARGET)
+/* AVX2: two tile rows of a block in one 256-bit register, one 128-bit lane each, widened to
+ * 16 bits by shifts and masks of its words as the AVX-512 body's four lanes are (activations
+ * permuted to match, permute16_blocks): four madds per pair of tile rows, whose lanes two
+ * hadds sum to the four rows' exact block dots, in the order [r0, r2, r1, r3] (DOT_LANES). */
+#define DOT_LANES _MM_SHUFFLE(3, 1, 2, 0)
+
+/* Tile rows r, r + 1 of a block's nibbles (at rec + r * 16) as four registers of words. */
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline void widen_pair_avx2(const uint8_t *nib, __m256i w[4])
+{
+    const __m256i nibble = _mm256_set1_epi16(15);
+    __m256i raw = _mm256_loadu_si256((const __m256i *)nib);
+    w[0] = _mm256_and_si256(raw, nibble);
+    w[1] = _mm256_and_si256(_mm256_srli_epi16(raw, 8), nibble);
+    w[2] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble);
+    w[3] = _mm256_srli_epi16(raw, 12);
+}
+
+/* A pair of tile rows (widen_pair_avx2) times a block's activations as expand16_avx2 lays
+ * them out: per lane, four int32 sums of its row's products. */
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline __m256i dot_pair_avx2(const __m256i w[4], const int16_t *xb)
+{
+#define XB(j) _mm256_loadu_si256((const __m256i *)(xb + 16 * (j)))
+    __m256i d01 = _mm256_add_epi32(_mm256_madd_epi16(w[0], XB(0)), _mm256_madd_epi16(w[1], XB(1)));
+    __m256i d23 = _mm256_add_epi32(_mm256_madd_epi16(w[2], XB(2)), _mm256_madd_epi16(w[3], XB(3)));
+    return _mm256_add_epi32(d01, d23);
+#undef XB
+}
+
+/* A block's 32 int16 activations as the AVX2 body multiplies them: the words' order
+ * (permute16_blocks') in four groups of eight, each group twice, once for each 128-bit lane
+ * (so a madd reads it from memory, with no register to broadcast it into). 64 words a block. */
+__attribute__((target("avx2,fma,f16c")))
+static void expand16_avx2(const int16_t *xq, int16_t *out, size_t blocks)
+{
+    /* In each 128-bit lane: its even words, then its odd ones. */
+    const __m256i evens_odds = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11,
+                                                14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7,
+                                                10, 11, 14, 15);
+    for (size_t b = 0; b < blocks; b++)
+        for (int h = 0; h < 2; h++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(xq + b * BLOCK + 16 * h));
+            v = _mm256_shuffle_epi8(v, evens_odds);
+            int16_t *o = out + b * 2 * BLOCK + 32 * h;
+            /* quadwords 0, 2: the 16 values' evens; 1, 3: their odds */
+            _mm256_storeu_si256((__m256i *)o, _mm256_permute4x64_epi64(v, 0x88));
+            _mm256_storeu_si256((__m256i *)(o + 16), _mm256_permute4x64_epi64(v, 0xdd));
+        }
+}
+
+/* A Q4R_KQ super-block's head: its rows' d in DOT_LANES, and their -dmin. */
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline void kq_head_avx2(const uint8_t *head, __m128 *d_lanes, __m128 *neg_dmin)
+{
+    __m128 d = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)head));
+    __m128 dmin = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(head + Q4R_KQ_HEAD / 2)));
+    *d_lanes = _mm_permute_ps(d, DOT_LANES);
+    *neg_dmin = _mm_xor_ps(dmin, _mm_set1_ps(-0.0f));
+}
+
+/* A Q4R_KQ record's scales d * sc in DOT_LANES and mins -(dmin * m), as q4r_param's. */
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline void kq_params_avx2(const uint8_t *params, __m128 d_lanes, __m128 neg_dmin,
+                                  __m128 *sw_lanes, __m128 *mw)
+{
+    /* Byte r zero-extended into lane r, in DOT_LANES order for sc. */
+    const __m128i sc_order = _mm_setr_epi8(0, -1, -1, -1, 2, -1, -1, -1, 1, -1, -1, -1, 3, -1,
+                                           -1, -1);
+    int32_t sc, m;
+    memcpy(&sc, params, sizeof(sc));
+    memcpy(&m, params + TILE_ROWS, sizeof(m));
+    __m128i sc_lanes = _mm_shuffle_epi8(_mm_cvtsi32_si128(sc), sc_order);
+    *sw_lanes = _mm_mul_ps(d_lanes, _mm_cvtepi32_ps(sc_lanes));
+    *mw = _mm_mul_ps(neg_dmin, _mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(m))));
+}
+
+/* Block records' scales in DOT_LANES and mins: fp32 or fp16 ones as they are, Q4R_KQ ones
+ * rebuilt from the super-block's head (kq_head_avx2 read once per 8 blocks). */
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline void record_params_avx2(const uint8_t *rec, int fmt, __m128 d_lanes,
+                                      __m128 neg_dmin, __m128 *sw_lanes, __m128 *mw)
+{
+    const uint8_t *params = rec + Q4R_NIBBLES;
+    if (fmt == Q4R_KQ) {
+        kq_params_avx2(params, d_lanes, neg_dmin, sw_lanes, mw);
+        return;
+    }
+    __m128 sw;
+    if (fmt == Q4R_FP16) {
+        sw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)params));
+        *mw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(params + 2 * TILE_ROWS)));
+    } else {
+        sw = _mm_loadu_ps((const float *)params);
+        *mw = _mm_loadu_ps((const float *)params + TILE_ROWS);
+    }
+    *sw_lanes = _mm_permute_ps(sw, DOT_LANES);
+}
+
+/* rows: 1..ROW_CHUNK16 activation rows starting at i0, all against one tile, whose records
+ * run in super-blocks of `per` (Q4R_KQ: 8 after their head; else one run of all). Each pair
+ * of tile rows is widened once for all the activation rows. */
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline void tile16_avx2(const uint8_t *tile, int fmt, int groups,
+                               const struct activations16 *x, int i0, int rows, int row0, int n,
+                               float *y)
+{
+    const int per = fmt == Q4R_KQ ? Q4R_KQ_BLOCKS : groups;
+    const size_t stride = q4r_record_bytes(fmt);
+    /* DOT_LANES twice, for the pair's first row in dwords 0-1, 4-5 and its second in 2-3, 6-7 */
+    const __m256i pair_lanes = _mm256_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3);
+    /* One row: acc[0] in DOT_LANES. Pairs i, i + 1: acc[i / 2] as the third hadd leaves them,
+     * [i: r0, r2; i + 1: r0, r2 | i: r1, r3; i + 1: r1, r3]. */
+    __m256 acc[ROW_CHUNK16 / 2];
+    __m128 acc_min[ROW_CHUNK16];
+    for (int i = 0; i < rows; i++) {
+        acc[i / 2] = _mm256_setzero_ps();
+        acc_min[i] = _mm_setzero_ps();
+    }
+    const uint8_t *rec = tile;
+    for (int g0 = 0; g0 < groups; g0 += per) {
+        __m128 d_lanes = _mm_setzero_ps(), neg_dmin = _mm_setzero_ps();
+        if (fmt == Q4R_KQ) {
+            kq_head_avx2(rec, &d_lanes, &neg_dmin);
+            rec += Q4R_KQ_HEAD;
+        }
+        for (int g = g0; g < g0 + per; g++, rec += stride) {
+            __m128 sw_lanes, mw;
+            record_params_avx2(rec, fmt, d_lanes, neg_dmin, &sw_lanes, &mw);
+            __m256i w[4], low_pair[ROW_CHUNK16];
+            widen_pair_avx2(rec, w);
+            for (int i = 0; i < rows; i++)
+                low_pair[i] = dot_pair_avx2(w, x->q + ((size_t)(i0 + i) * groups + g) * 2 * BLOCK);
+            widen_pair_avx2(rec + 2 * NIBBLE_BYTES, w);
+            __m256i h[ROW_CHUNK16];
+            for (int i = 0; i < rows; i++) {
+                size_t b = (size_t)(i0 + i) * groups + g;
+                h[i] = _mm256_hadd_epi32(low_pair[i], dot_pair_avx2(w, x->q + b * 2 * BLOCK));
+                acc_min[i] = _mm_fmadd_ps(mw, _mm_broadcast_ss(x->sum + b), acc_min[i]);
+            }
+            if (rows == 1) {
+                __m128i dot = _mm_hadd_epi32(_mm256_castsi256_si128(h[0]),
+                                             _mm256_extracti128_si256(h[0], 1));
+                __m128 scale = _mm_mul_ps(sw_lanes, _mm_broadcast_ss(x->scale + (size_t)i0 * groups + g));
+                __m128 sum = _mm_fmadd_ps(_mm_cvtepi32_ps(dot), scale,
+                                          _mm256_castps256_ps128(acc[0]));
+                acc[0] = _mm256_castps128_ps256(sum);
+                continue;
+            }
+            /* Rows in pairs: each lane's arithmetic is the one row's, so the same bits. */
+            __m256 sw_pairs = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(sw_lanes),
+                                                       pair_lanes);
+            for (int i = 0; i < rows; i += 2) {
+                size_t b = (size_t)(i0 + i) * groups + g;
+                __m128 sx = _mm_movelh_ps(_mm_broadcast_ss(x->scale + b),
+                                          _mm_broadcast_ss(x->scale + b + groups));
+                __m256 scale = _mm256_mul_ps(sw_pairs, _mm256_set_m128(sx, sx));
+                __m256i dots = _mm256_hadd_epi32(h[i], h[i + 1]);
+                acc[i / 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), scale, acc[i / 2]);
+            }
+        }
+    }
+    for (int i = 0; i < rows; i++) {
+        __m128 sums;
+        if (rows == 1) {
+            sums = _mm_permute_ps(_mm256_castps256_ps128(acc[0]), DOT_LANES);
+        } else {
+            __m128 lo = _mm256_castps256_ps128(acc[i / 2]), hi = _mm256_extractf128_ps(acc[i / 2], 1);
+            sums = i % 2 ? _mm_unpackhi_ps(lo, hi) : _mm_unpacklo_ps(lo, hi);
+        }
+        float out[TILE_ROWS];
+        _mm_storeu_ps(out, _mm_add_ps(sums, acc_min[i]));
+        for (int r = 0; r < TILE_ROWS && row0 + r < n; r++)
+            y[(size_t)(i0 + i) * n + row0 + r] = out[r];
+    }
+}
 
 /* Every activation row against one tile, ROW_CHUNK16 at a time, then two, then one. */
 #define ALL_ROWS16(NAME, FMT)                                                               \
@@ -515,7 +643,8 @@ static void tile16_scalar(const uint8_t *tile, int fmt, int groups,
             ALL_ROWS16(NAME, Q4R_FP32);                                                     \
     }
 
-DEFINE_TILE16_CHUNK(tile16_avx2, "avx2,fma,f16c", bq_dot16_avx2)
+DEFINE_ALL_ROWS16(tile16_avx2, "avx2,fma,f16c")
+
 
 /* AVX-512 VNNI: the four tile rows of a block in one 512-bit register, one 128-bit lane each.
  * Shifts and masks of its 16-bit words give four registers of 16-bit weights (lane r: eight
@@ -806,7 +935,8 @@ static void gemm16_tiles(int isa, const uint8_t *w, int fmt, int n, int groups,
     }
 }
 
-/* q4_gemm16 on activations in the order the ISA's body reads (permute16_blocks for AVX-512). */
+/* q4_gemm16 on activations as the ISA's body reads them (AVX2: expand16_avx2; AVX-512:
+ * permute16_blocks; scalar: as they are). */
 static int gemm16(int isa, const uint8_t *w, int fmt, int n, int k, const int16_t *xq,
                   const float *xscale, const float *xsum, int m, float *y, int n_threads)
 {
@@ -820,9 +950,10 @@ static int gemm16(int isa, const uint8_t *w, int fmt, int n, int k, const int16_
     return 0;
 }
 
+/* xq, xscale and xsum, then AVX2's expanded activations (expand16_avx2). */
 size_t q4_workspace16_bytes(int m, int k)
 {
-    return (size_t)m * k * sizeof(int16_t) + 2 * (size_t)m * (k / BLOCK) * sizeof(float);
+    return 3 * (size_t)m * k * sizeof(int16_t) + 2 * (size_t)m * (k / BLOCK) * sizeof(float);
 }
 
 /* Quantize x to int16 and multiply: work is q4_workspace16_bytes(m, k) bytes, 4-byte aligned. */
@@ -840,6 +971,11 @@ int q4_linear16(int isa, const uint8_t *w, int fmt, int n, int k, const float *x
         return 0;
     }
     bq_quantize_rows(isa, 1, x, m, k, xq, xscale, xsum);
+    if (isa == Q4_ISA_AVX2) {
+        int16_t *expanded = (int16_t *)(xsum + (size_t)m * (k / BLOCK));
+        expand16_avx2(xq, expanded, (size_t)m * (k / BLOCK));
+        return gemm16(isa, w, fmt, n, k, expanded, xscale, xsum, m, y, n_threads);
+    }
     if (isa == Q4_ISA_AVX512_VNNI)
         permute16_blocks(xq, (size_t)m * (k / BLOCK));
     return gemm16(isa, w, fmt, n, k, xq, xscale, xsum, m, y, n_threads);
@@ -852,14 +988,19 @@ int q4_gemm16(int isa, const uint8_t *w, int fmt, int n, int k, const int16_t *x
     isa = bq_resolve_isa(isa);
     if (isa < 0 || !q4r_format_ok(fmt, k) || n <= 0 || m <= 0 || k <= 0 || k % BLOCK)
         return -1;
-    if (isa != Q4_ISA_AVX512_VNNI)
+    if (isa == Q4_ISA_SCALAR)
         return gemm16(isa, w, fmt, n, k, xq, xscale, xsum, m, y, n_threads);
-    int16_t *permuted = malloc(sizeof(int16_t) * (size_t)m * k);
-    if (!permuted)
+    size_t blocks = (size_t)m * (k / BLOCK), words = isa == Q4_ISA_AVX2 ? 2 * BLOCK : BLOCK;
+    int16_t *ordered = malloc(sizeof(int16_t) * blocks * words);
+    if (!ordered)
         return -2;
-    memcpy(permuted, xq, sizeof(int16_t) * (size_t)m * k);
-    permute16_blocks(permuted, (size_t)m * (k / BLOCK));
-    int rc = gemm16(isa, w, fmt, n, k, permuted, xscale, xsum, m, y, n_threads);
-    free(permuted);
+    if (isa == Q4_ISA_AVX2) {
+        expand16_avx2(xq, ordered, blocks);
+    } else {
+        memcpy(ordered, xq, sizeof(int16_t) * blocks * words);
+        permute16_blocks(ordered, blocks);
+    }
+    int rc = gemm16(isa, w, fmt, n, k, ordered, xscale, xsum, m, y, n_threads);
+    free(ordered);
     return rc;
 }

@@ -266,6 +266,41 @@ def test_smaller_records_give_the_fp32_records_bits_in_every_linear(q4, isa, kin
             linear.__name__)
 
 
+INT16_RECORDS = pytest.mark.parametrize("kind", ["fp32", "fp16", "q4_k"])
+
+
+def _records(q4: Q4Gemv, kind: str, n: int, k: int) -> Q4Repacked:
+    if kind == "fp32":
+        w = _weight(n, k)
+        return q4.repack(w.packed, w.scales.float(), w.mins.float())
+    return _fp32_and(q4, kind, n, k)[1]
+
+
+@INT16_RECORDS
+@pytest.mark.parametrize("k,n", [(512, 963), (1536, 5)])
+def test_int16_pass_on_avx2_gives_the_scalar_bodys_bits(q4, kind, k, n):
+    """Both add each block's exact integer dot to its row's sum by one fma of s_w * s_x, and
+    the mins apart, in one order: the same bits (a sum of lanes in fp32 would not be)."""
+    _runnable(q4, AVX2)
+    w, x = _records(q4, kind, n, k), activations(7, k)
+    assert torch.equal(q4.linear16(w, x, SCALAR), q4.linear16(w, x, AVX2))
+    quantized = q4.quantize_rows16(x, AVX2)
+    assert torch.equal(q4.gemm16(w, *quantized, SCALAR), q4.gemm16(w, *quantized, AVX2))
+
+
+@pytest.mark.parametrize("isa", [SCALAR, AVX2], ids=["scalar", "avx2"])
+@INT16_RECORDS
+def test_int16_pass_gives_a_row_its_one_row_calls_bits_whatever_rows_share_the_call(
+        q4, isa, kind):
+    """Rows pass in fours, twos and ones (7 = 4 + 2 + 1); a decode step's row must not change
+    with the batch beside it."""
+    _runnable(q4, isa)
+    w, x = _records(q4, kind, 963, 512), activations(7, 512)
+    together = q4.linear16(w, x, isa)
+    for i in range(x.shape[0]):
+        assert torch.equal(together[i:i + 1], q4.linear16(w, x[i:i + 1], isa)), f"row {i}"
+
+
 def _kq_on_avx512(kind: str, isa: int) -> bool:
     return kind == "q4_k" and isa == AVX512_VNNI
 
