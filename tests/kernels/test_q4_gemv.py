@@ -290,12 +290,13 @@ def test_int16_pass_on_avx2_gives_the_scalar_bodys_bits(q4, kind, k, n):
 
 @pytest.mark.parametrize("isa", [SCALAR, AVX2], ids=["scalar", "avx2"])
 @INT16_RECORDS
+@pytest.mark.parametrize("m", [6, 7])
 def test_int16_pass_gives_a_row_its_one_row_calls_bits_whatever_rows_share_the_call(
-        q4, isa, kind):
-    """Rows pass in fours, twos and ones (7 = 4 + 2 + 1); a decode step's row must not change
-    with the batch beside it."""
+        q4, isa, kind, m):
+    """Rows pass in fours, then three, two or one (6 = 4 + 2, 7 = 4 + 3); a decode step's row
+    must not change with the batch beside it."""
     _runnable(q4, isa)
-    w, x = _records(q4, kind, 963, 512), activations(7, 512)
+    w, x = _records(q4, kind, 963, 512), activations(m, 512)
     together = q4.linear16(w, x, isa)
     for i in range(x.shape[0]):
         assert torch.equal(together[i:i + 1], q4.linear16(w, x[i:i + 1], isa)), f"row {i}"
