@@ -440,8 +440,8 @@ static void tile16_scalar(const uint8_t *tile, int fmt, int groups,
 
 /* AVX2: two tile rows of a block in one 256-bit register, one 128-bit lane each, widened to
  * 16 bits by shifts and masks of its words as the AVX-512 body's four lanes are (activations
- * permuted to match, permute16_blocks): four madds per pair of tile rows, whose lanes two
- * hadds sum to the four rows' exact block dots, in the order [r0, r2, r1, r3] (DOT_LANES). */
+ * laid out to match, expand16_avx2): four madds per pair of tile rows, whose lanes two hadds
+ * sum to the four rows' exact block dots, in the order [r0, r2, r1, r3] (DOT_LANES). */
 #define DOT_LANES _MM_SHUFFLE(3, 1, 2, 0)
 
 /* Tile rows r, r + 1 of a block's nibbles (at rec + r * 16) as four registers of words. */
@@ -614,7 +614,8 @@ static inline void tile16_avx2(const uint8_t *tile, int fmt, int groups,
         if (i == 2 * pairs) {
             sums = _mm_permute_ps(_mm256_castps256_ps128(acc[pairs]), DOT_LANES);
         } else {
-            __m128 lo = _mm256_castps256_ps128(acc[i / 2]), hi = _mm256_extractf128_ps(acc[i / 2], 1);
+            __m128 lo = _mm256_castps256_ps128(acc[i / 2]);
+            __m128 hi = _mm256_extractf128_ps(acc[i / 2], 1);
             sums = i % 2 ? _mm_unpackhi_ps(lo, hi) : _mm_unpacklo_ps(lo, hi);
         }
         float out[TILE_ROWS];
@@ -964,10 +965,24 @@ static int gemm16(int isa, const uint8_t *w, int fmt, int n, int k, const int16_
     return 0;
 }
 
-/* xq, xscale and xsum, then AVX2's expanded activations (expand16_avx2). */
+/* xq, xscale and xsum: xq in AVX2's expanded layout (expand16_avx2) twice the words. */
 size_t q4_workspace16_bytes(int m, int k)
 {
-    return 3 * (size_t)m * k * sizeof(int16_t) + 2 * (size_t)m * (k / BLOCK) * sizeof(float);
+    return 2 * (size_t)m * k * sizeof(int16_t) + 2 * (size_t)m * (k / BLOCK) * sizeof(float);
+}
+
+/* x fp32 [m, k] quantized as q4_quantize_rows16 does, each block expanded (expand16_avx2)
+ * into xq as it is made: 2 m k words, no copy in the natural order. */
+__attribute__((target("avx2,fma,f16c")))
+static void quantize_expanded16(const float *x, size_t blocks, int16_t *xq, float *xscale,
+                                float *xsum)
+{
+    for (size_t b = 0; b < blocks; b++) {
+        int16_t natural[BLOCK];
+        bq_quantize_rows(Q4_ISA_AVX2, 1, x + b * BLOCK, 1, BLOCK, natural, xscale + b,
+                         xsum + b);
+        expand16_avx2(natural, xq + b * 2 * BLOCK, 1);
+    }
 }
 
 /* Quantize x to int16 and multiply: work is q4_workspace16_bytes(m, k) bytes, 4-byte aligned. */
@@ -984,12 +999,13 @@ int q4_linear16(int isa, const uint8_t *w, int fmt, int n, int k, const float *x
         linear16_kq(w, n, k, x, m, y, work, n_threads);
         return 0;
     }
-    bq_quantize_rows(isa, 1, x, m, k, xq, xscale, xsum);
     if (isa == Q4_ISA_AVX2) {
-        int16_t *expanded = (int16_t *)(xsum + (size_t)m * (k / BLOCK));
-        expand16_avx2(xq, expanded, (size_t)m * (k / BLOCK));
-        return gemm16(isa, w, fmt, n, k, expanded, xscale, xsum, m, y, n_threads);
+        size_t blocks = (size_t)m * (k / BLOCK);
+        float *scale = (float *)(xq + 2 * (size_t)m * k), *sum = scale + blocks;
+        quantize_expanded16(x, blocks, xq, scale, sum);
+        return gemm16(isa, w, fmt, n, k, xq, scale, sum, m, y, n_threads);
     }
+    bq_quantize_rows(isa, 1, x, m, k, xq, xscale, xsum);
     if (isa == Q4_ISA_AVX512_VNNI)
         permute16_blocks(xq, (size_t)m * (k / BLOCK));
     return gemm16(isa, w, fmt, n, k, xq, xscale, xsum, m, y, n_threads);
