@@ -652,20 +652,53 @@ static struct qrows take_qrows(char **at, int rows, int k)
     return r;
 }
 
+/* The sums of q of a row's whole eights of blocks of 32 (their count of blocks). */
+__attribute__((target(AVX2)))
+static int block_sums_avx2(const int8_t *q, int blocks, int32_t *out)
+{
+    int g = 0;
+    for (; g + 8 <= blocks; g += 8) {
+        __m256i s[8];
+        for (int b = 0; b < 8; b++) /* lanes: 4 sums of 8 values each */
+            s[b] = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(_mm256_set1_epi8(1),
+                                     _mm256_loadu_si256((const __m256i *)(q + 32 * (g + b)))),
+                _mm256_set1_epi16(1));
+        __m256i lo = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]),
+                                       _mm256_hadd_epi32(s[2], s[3]));
+        __m256i hi = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]),
+                                       _mm256_hadd_epi32(s[6], s[7]));
+        _mm256_storeu_si256((__m256i *)(out + g),
+                            _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
+                                             _mm256_permute2x128_si256(lo, hi, 0x31)));
+    }
+    return g;
+}
+
+/* Each block of 32's sum of q: exact, the same bits whichever body. */
+static void block_sums(int isa, const int8_t *q, int blocks, int32_t *out)
+{
+    for (int g = isa >= BQ_ISA_AVX2 ? block_sums_avx2(q, blocks, out) : 0; g < blocks; g++) {
+        int32_t sum = 0;
+        for (int e = 0; e < 32; e++)
+            sum += q[32 * g + e];
+        out[g] = sum;
+    }
+}
+
+/* Row `row` of r: v quantized per 32 values, with each block's sum of q (read by MXFP4's
+ * body), or per 256 (super). */
 static void quantize_row(int isa, int super, const float *v, int k, const struct qrows *r, int row)
 {
     size_t b = (size_t)row * (k / 32);
     int8_t *q = r->q + (size_t)row * k;
-    if (super)
+    if (super) {
         bq_quantize_rows_super8(isa, v, 1, k, q, r->scale + b, r->sum + b);
-    else
-        bq_quantize_rows(isa, 0, v, 1, k, q, r->scale + b, r->sum + b);
-    for (int g = 0; r->qsum && g < k / 32; g++) {
-        int32_t sum = 0;
-        for (int e = 0; e < 32; e++)
-            sum += q[32 * g + e];
-        r->qsum[b + g] = sum;
+        return;
     }
+    bq_quantize_rows(isa, 0, v, 1, k, q, r->scale + b, r->sum + b);
+    if (r->qsum)
+        block_sums(isa, q, k / 32, r->qsum + b);
 }
 
 /* Counting sort of the (row, slot) pairs by expert; -1 for an id out of range. */
