@@ -17,9 +17,10 @@
  * so are the intermediate rows h, by the down projection's type.
  *
  * Products. Each block of 32 weights is unpacked to int8 (signed, or 0..15 / 0..31 for Q4_K
- * and Q5_K), multiplied with maddubs (|w| and x with w's sign where w is signed; pairs up to
- * 2 x 128 x 127, inside int16) and madd by the block's integer scale per half (K-quants) or by
- * ones, so every lane is an exact int32. A K-quant's 8 blocks add up in int32 (at most
+ * and Q5_K, Q6_K's q + 32 0..63 and MXFP4's level + 12 0..24, their offsets taken off in int32
+ * by the activations' exact sums of q), multiplied with maddubs (|w| and x with w's sign where
+ * w is signed; pairs up to 2 x 128 x 127, inside int16) and madd by the block's integer scale
+ * per half (K-quants) or by ones, so every lane is an exact int32. A K-quant's 8 blocks add up in int32 (at most
  * 16.6 M a lane for Q6_K) before one conversion and one multiply-add by d s_x; a block of 32
  * takes its own d s_x, block g into accumulator g % CHAINS (Q4_0, Q8_0); MXFP4's 8 blocks'
  * exact sums go into one vector, one a lane, converted together (mxfp4_dot_row_avx2). Q4_K's
@@ -102,6 +103,7 @@ struct xrows {
     const float *scale[XROWS];
     const float *sum[XROWS];
     const int32_t *qsum[XROWS]; /* each block's sum of q, exact */
+    const int16_t *half[XROWS]; /* each 16 values' sum of q (rows per 256) */
 };
 
 /* nrows weight rows of a type (row_bytes apart) against x's rows: out[r * XROWS + i]. One
@@ -210,10 +212,19 @@ static void row_dot_scalar(int type, const uint8_t *row, int k, const struct xro
             int sc[2];
             float d;
             block_scalar(type, row, g, q, sc, &d);
+            for (int e = 0; type == MOE_Q6_K && e < 32; e++)
+                q[e] += 32; /* as the vector body: 0..63, the 32 off at the end */
             for (int t = 0; t < LANES; t++)
                 isum[t] += lane_scalar(q, sc, x->q[i] + (size_t)g * 32, t);
             if (TYPES[type].super && g % SUB_BLOCKS != SUB_BLOCKS - 1)
                 continue; /* a super-block's 8 blocks add up in int32 first */
+            if (type == MOE_Q6_K) { /* lane t: block t's halves' 32 scale sum q */
+                const uint8_t *super = row + (size_t)(g / SUB_BLOCKS) * Q6K_BYTES;
+                const int16_t *half = x->half[i] + (size_t)(g / SUB_BLOCKS) * 16;
+                for (int t = 0; t < LANES; t++)
+                    isum[t] -= 32 * (q6k_scales(super, t)[0] * half[2 * t]
+                                     + q6k_scales(super, t)[1] * half[2 * t + 1]);
+            }
             float s = d * x->scale[i][g], *a = acc[TYPES[type].super ? 0 : g % CHAINS];
             for (int t = 0; t < LANES; t++) {
                 a[t] = fmaf((float)isum[t], s, a[t]);
@@ -338,7 +349,8 @@ __attribute__((target(AVX2), always_inline))
 static inline void super_dot_avx2(const int type, const uint8_t *row, int k, const struct xrows *x,
                                   float *out, const int n)
 {
-    const int is_signed = type != MOE_Q4_K && type != MOE_Q5_K;
+    /* Q6_K's values unsigned, 0..63 (the 32 off at the super-block's end) */
+    const int is_signed = type != MOE_Q4_K && type != MOE_Q5_K && type != MOE_Q6_K;
     __m256 acc[XROWS];
     for (int i = 0; i < n; i++)
         acc[i] = _mm256_setzero_ps();
@@ -352,6 +364,8 @@ static inline void super_dot_avx2(const int type, const uint8_t *row, int k, con
         struct super_scales scales = super_scales_avx2(type, super);
         for (int j = 0; j < SUB_BLOCKS; j++) {
             __m256i scale, w = super_block_avx2(type, super, &scales, j, &scale);
+            if (type == MOE_Q6_K)
+                w = _mm256_add_epi8(w, _mm256_set1_epi8(32));
             __m256i u = is_signed ? _mm256_sign_epi8(w, w) : w;
             for (int i = 0; i < n; i++) {
                 __m256i xv = _mm256_loadu_si256((const __m256i *)(x->q[i] + (size_t)s * 256 + 32 * j));
@@ -359,6 +373,14 @@ static inline void super_dot_avx2(const int type, const uint8_t *row, int k, con
                     xv = _mm256_sign_epi8(xv, w);
                 isum[i] = _mm256_add_epi32(isum[i],
                                            _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), scale));
+            }
+        }
+        if (type == MOE_Q6_K) { /* lane j: less 32 (scale_h sum_h q) of halves h = 2j, 2j + 1 */
+            __m256i scale16 = _mm256_cvtepi8_epi16(scales.bytes);
+            for (int i = 0; i < n; i++) {
+                __m256i half = _mm256_loadu_si256((const __m256i *)(x->half[i] + (size_t)s * 16));
+                isum[i] = _mm256_sub_epi32(
+                    isum[i], _mm256_slli_epi32(_mm256_madd_epi16(scale16, half), 5));
             }
         }
         float d = super_d_avx2(type, super);
@@ -608,6 +630,7 @@ struct qrows {
     int8_t *q;
     float *scale, *sum;
     int32_t *qsum; /* [rows, k / 32]: each block's sum of q (NULL: not kept) */
+    int16_t *half; /* [rows, k / 16]: each 16 values' sum of q, rows per 256 (NULL: not kept) */
     int k;
 };
 
@@ -621,7 +644,8 @@ struct routing {
 
 static size_t qrows_bytes(int rows, int k)
 {
-    return align64((size_t)rows * k) + 3 * align64((size_t)rows * (k / 32) * sizeof(float));
+    /* q; scale, sum and qsum per 32 values; half per 16 (as many bytes) */
+    return align64((size_t)rows * k) + 4 * align64((size_t)rows * (k / 32) * sizeof(float));
 }
 
 size_t moe_workspace_bytes(const struct moe_layer *layer, int m)
@@ -648,6 +672,7 @@ static struct qrows take_qrows(char **at, int rows, int k)
     r.scale = (float *)take(at, (size_t)rows * (k / 32) * sizeof(float));
     r.sum = (float *)take(at, (size_t)rows * (k / 32) * sizeof(float));
     r.qsum = (int32_t *)take(at, (size_t)rows * (k / 32) * sizeof(int32_t));
+    r.half = (int16_t *)take(at, (size_t)rows * (k / 16) * sizeof(int16_t));
     r.k = k;
     return r;
 }
@@ -686,18 +711,29 @@ static void block_sums(int isa, const int8_t *q, int blocks, int32_t *out)
     }
 }
 
-/* Row `row` of r: v quantized per 32 values, with each block's sum of q (read by MXFP4's
- * body), or per 256 (super). */
-static void quantize_row(int isa, int super, const float *v, int k, const struct qrows *r, int row)
+/* Whether a type's body reads its activations' exact sums of q: MXFP4 each block's (qsum),
+ * Q6_K each 16 values' (half). */
+static int reads_sums(int type) { return type == MOE_MXFP4 || type == MOE_Q6_K; }
+
+/* Row `row` of r: v quantized per 32 values, or per 256 (super); with `sums`, each block's
+ * sum of q, or each 16 values' (super). */
+static void quantize_row(int isa, int super, int sums, const float *v, int k,
+                         const struct qrows *r, int row)
 {
     size_t b = (size_t)row * (k / 32);
     int8_t *q = r->q + (size_t)row * k;
     if (super) {
         bq_quantize_rows_super8(isa, v, 1, k, q, r->scale + b, r->sum + b);
+        for (int h = 0; sums && r->half && h < k / 16; h++) { /* |sum| <= 16 x 127 */
+            int sum = 0;
+            for (int e = 0; e < 16; e++)
+                sum += q[16 * h + e];
+            r->half[(size_t)row * (k / 16) + h] = (int16_t)sum;
+        }
         return;
     }
     bq_quantize_rows(isa, 0, v, 1, k, q, r->scale + b, r->sum + b);
-    if (r->qsum)
+    if (sums && r->qsum)
         block_sums(isa, q, k / 32, r->qsum + b);
 }
 
@@ -738,6 +774,7 @@ static int gather(const struct qrows *r, const int *pair, int from, int end, int
         x->scale[i] = r->scale + row * (r->k / 32);
         x->sum[i] = r->sum + row * (r->k / 32);
         x->qsum[i] = r->qsum + row * (r->k / 32);
+        x->half[i] = r->half + row * (r->k / 16);
     }
     return x->n;
 }
@@ -882,8 +919,8 @@ static void run_gate_up(const struct step *t, int u)
     if (!count_down(&t->c.gate_up_left[e * PAD]))
         return;
     for (int p = r->begin[e]; p < r->begin[e + 1]; p++)
-        quantize_row(t->isa, TYPES[layer->down_type].super, t->h + (size_t)p * layer->inter,
-                     layer->inter, t->hq, p);
+        quantize_row(t->isa, TYPES[layer->down_type].super, reads_sums(layer->down_type),
+                     t->h + (size_t)p * layer->inter, layer->inter, t->hq, p);
     __atomic_store_n(&t->c.ready[e * PAD], 1, __ATOMIC_RELEASE);
 }
 
@@ -960,8 +997,9 @@ int moe_forward(int isa, const struct moe_layer *layer, const float *x, int m,
     t.c = take_countdown(&at, layer, m, t.tiles_in, t.tiles_out);
     /* x before the team starts, for ~1 us a row */
     for (int i = 0; i < m; i++)
-        quantize_row(isa, TYPES[layer->gate_type].super, x + (size_t)i * layer->hidden,
-                     layer->hidden, &xq, i);
+        quantize_row(isa, TYPES[layer->gate_type].super,
+                     reads_sums(layer->gate_type) || reads_sums(layer->up_type),
+                     x + (size_t)i * layer->hidden, layer->hidden, &xq, i);
 #pragma omp parallel num_threads(n_threads) if (n_threads > 1)
     run_step(&t);
     return 0;
@@ -981,7 +1019,7 @@ int moe_linear(int isa, int type, const uint8_t *rows, int n, int k, const float
     char *at = work;
     struct qrows xq = take_qrows(&at, m, k);
     for (int i = 0; i < m; i++)
-        quantize_row(isa, TYPES[type].super, x + (size_t)i * k, k, &xq, i);
+        quantize_row(isa, TYPES[type].super, reads_sums(type), x + (size_t)i * k, k, &xq, i);
     dot_fn dot = pick_dot(isa, type);
     size_t bytes = row_bytes(type, k);
     for (int from = 0; from < m; from += XROWS) {
@@ -1007,9 +1045,9 @@ int moe_quantize_rows(int isa, int type, const float *x, int m, int k, int8_t *x
     isa = bq_resolve_isa(isa);
     if (isa < 0 || m <= 0 || !valid_type(type, k))
         return -1;
-    struct qrows r = {xq, scale, sum, NULL, k};
+    struct qrows r = {xq, scale, sum, NULL, NULL, k};
     for (int i = 0; i < m; i++)
-        quantize_row(isa, TYPES[type].super, x + (size_t)i * k, k, &r, i);
+        quantize_row(isa, TYPES[type].super, 0, x + (size_t)i * k, k, &r, i);
     return 0;
 }
 
