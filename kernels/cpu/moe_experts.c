@@ -20,11 +20,13 @@
  * and Q5_K, Q6_K's q + 32 0..63 and MXFP4's level + 12 0..24, their offsets taken off in int32
  * by the activations' exact sums of q), multiplied with maddubs (|w| and x with w's sign where
  * w is signed; pairs up to 2 x 128 x 127, inside int16) and madd by the block's integer scale
- * per half (K-quants) or by ones, so every lane is an exact int32. A K-quant's 8 blocks add up in int32 (at most
- * 16.6 M a lane for Q6_K) before one conversion and one multiply-add by d s_x; a block of 32
- * takes its own d s_x, block g into accumulator g % CHAINS (Q4_0, Q8_0); MXFP4's 8 blocks'
- * exact sums go into one vector, one a lane, converted together (mxfp4_dot_row_avx2). Q4_K's
- * and Q5_K's mins add - dmin m_j times block j's activation sum.
+ * per half (K-quants) or by ones, so every lane is an exact int32. A K-quant's 8 blocks add up
+ * in int32 (Q6_K's at most 32.8 M a lane, less up to 16.6 M of its offset: past 2^24 only for
+ * extreme blocks, where the one conversion rounds alike in both bodies) before one conversion
+ * and one multiply-add by d s_x; a block of 32 takes its own d s_x, block g into accumulator
+ * g % CHAINS (Q4_0, Q8_0); MXFP4's 8 blocks' exact sums go into one vector, one a lane,
+ * converted together (mxfp4_dot_row_avx2). Q4_K's and Q5_K's mins add - dmin m_j times block
+ * j's activation sum.
  * The scalar fallback computes the same lanes and adds them in the same order: the same bits.
  *
  * Threads (OpenMP, torch's team) take work items from one counter, in order: gate and up over
@@ -91,8 +93,7 @@ static const struct { int values, bytes, super, mins; } TYPES[MOE_TYPES] = {
  * left one core's stream at ~12 GB/s of the ~14 it reaches with this (Zen 3). */
 #define PREFETCH_BYTES 1536
 
-/* MXFP4's levels plus MXFP4_OFFSET: 0..24, unsigned bytes for maddubs (mxfp4_dot_row_avx2). */
-#define MXFP4_OFFSET 12
+/* MXFP4's levels plus 12: 0..24, unsigned bytes for maddubs (mxfp4_dot_row_avx2). */
 static const int8_t mxfp4_offset_levels[16] = {12, 13, 14, 15, 16, 18, 20, 24,
                                                12, 11, 10, 9, 8, 6, 4, 0};
 
@@ -538,6 +539,7 @@ static inline void mxfp4_group_avx2(const uint8_t *group, __m256i table, const s
                                  : _mm256_maskload_epi32(x->qsum[i] + g, mask);
         __m256 xs = here == 8 ? _mm256_loadu_ps(x->scale[i] + g)
                               : _mm256_maskload_ps(x->scale[i] + g, mask);
+        /* 12 sum q, as 8 sum q + 4 sum q */
         __m256i offset = _mm256_add_epi32(_mm256_slli_epi32(qsum, 3), _mm256_slli_epi32(qsum, 2));
         acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sums, offset)),
                                  _mm256_mul_ps(d, xs), acc[i]);
