@@ -33,7 +33,6 @@ from engine.worker.process_memory import resident_bytes
 PORT = 8392
 STREAMS = 8
 TOKENS = 128
-ROUNDS_MAX = 3
 WORDS = ["the", "keeper", "climbed", "the", "stairs", "of", "the", "old", "lighthouse", "while",
          "the", "storm", "rolled", "in", "from", "the", "west", "and", "the", "sea", "threw",
          "itself", "against", "the", "rocks", "below"]
@@ -144,11 +143,12 @@ class Ours:
         self.llm.generate([ids], self.params(temperature=0, max_tokens=1))
         return len(ids) / (time.perf_counter() - t)
 
-    def prompts_of_1000(self) -> list[list[int]]:
-        """Each round's 1,000-token prompt by the file's own tokenizer (both sides get ids)."""
+    def prompts_of_1000(self, rounds: int) -> list[list[int]]:
+        """Each round's own 1,000-token prompt by the file's tokenizer (both sides get ids): a
+        prompt seen in an earlier round would be a prefix-cache hit."""
         engine = self.llm.engine
         tokenizer = engine.tokenizer if hasattr(engine, "tokenizer") else self.llm.tokenizer
-        return [tokenizer.encode(text(100 + r, 1000))[:1000] for r in range(ROUNDS_MAX)]
+        return [tokenizer.encode(text(100 + r, 1000))[:1000] for r in range(rounds)]
 
     def resident(self) -> int:
         return resident_bytes()
@@ -178,10 +178,10 @@ def main() -> None:
     groups = [[make] for make in makers] if args.alone else [makers]
     for group in groups:
         sides = [make() for make in group]
-        ids = ids or sides[0].prompts_of_1000()  # ours is made first
+        ids = ids or sides[0].prompts_of_1000(args.rounds)  # ours is made first
         for r in range(args.rounds):
             for side in sides:
-                measure(side, rows, r, ids[r % ROUNDS_MAX])
+                measure(side, rows, r, ids[r])
             print(r, {k: round(v[-1], 1) for k, v in rows.items()}, flush=True)
         for side in sides:
             resident[side.name] = side.resident()
