@@ -446,6 +446,18 @@ int pg_top_k(const float *x, long x_stride, int rows, int n, int k, int64_t *out
     return gave_up ? TOP_K_GAVE_UP : 0;
 }
 
+static int64_t argmax_scalar(const float *x, int n)
+{
+    int64_t best = 0;
+    for (int i = 0; i < n; i++) {
+        if (isnan(x[i]))
+            return i;
+        if (x[i] > x[best])
+            best = i;
+    }
+    return best;
+}
+
 /* The first index of x's largest value, or of its first NaN where it has one (torch's argmax:
  * NaN counts as the largest). Two passes: the largest value (NaN seen on the way), then where
  * it first is; a row of logits (192 KB at 49,152) is in L2 for the second. */
@@ -465,11 +477,8 @@ static int64_t argmax_avx2(const float *x, int n)
         best = lanes[j] > best ? lanes[j] : best;
     for (int j = i; j < n && !nan; j++)
         nan = isnan(x[j]);
-    if (nan) {
-        for (int j = 0; j < n; j++)
-            if (isnan(x[j]))
-                return j;
-    }
+    if (nan)
+        return argmax_scalar(x, n); /* it stops at the first NaN */
     for (int j = i; j < n; j++)
         best = x[j] > best ? x[j] : best;
     __m256 want = _mm256_set1_ps(best);
@@ -482,18 +491,6 @@ static int64_t argmax_avx2(const float *x, int n)
         if (x[i] == best)
             return i;
     return 0; /* every value -inf: the first */
-}
-
-static int64_t argmax_scalar(const float *x, int n)
-{
-    int64_t best = 0;
-    for (int i = 0; i < n; i++) {
-        if (isnan(x[i]))
-            return i;
-        if (x[i] > x[best])
-            best = i;
-    }
-    return best;
 }
 
 /* Rows from which argmax splits them over the team: one row takes ~5 us here. */

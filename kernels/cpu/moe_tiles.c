@@ -47,7 +47,6 @@
 #include "q5_k_blocks.h"
 #include "q6_k_blocks.h"
 
-
 /* Weight rows a tile holds: gate's and up's 16 are ~105 KB unpacked at 2880 MXFP4 inputs. */
 #define TILE_ROWS 16
 /* Activation rows one pass over a weight row takes (their accumulators in registers). */

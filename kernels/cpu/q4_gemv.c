@@ -660,7 +660,6 @@ static inline void tile16_avx2(const uint8_t *tile, int fmt, int groups,
 
 DEFINE_ALL_ROWS16(tile16_avx2, "avx2,fma,f16c")
 
-
 /* AVX-512 VNNI: the four tile rows of a block in one 512-bit register, one 128-bit lane each.
  * Shifts and masks of its 16-bit words give four registers of 16-bit weights (lane r: eight
  * of row r's elements), multiplied by the matching eight activations broadcast to every lane
