@@ -68,7 +68,7 @@ class DequantWorkspace:
         per step costs its page faults)."""
         if self._dq is None or dtype not in _DTYPES or isinstance(weight, torch.Tensor):
             return dequantize_rows(weight, rows, dtype)
-        picked = select_rows(weight, rows.reshape(-1))
+        picked = select_rows(weight, rows.reshape(-1), self._dq.take_rows)
         out = (self._view(picked.shape, dtype) if reuse_buffer
                else torch.empty(picked.shape, dtype=dtype))
         return self._into(picked, out).view(*rows.shape, -1)

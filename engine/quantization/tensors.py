@@ -21,6 +21,7 @@ method turns one into whatever its kernel wants (`engine.quantization.methods`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -181,6 +182,8 @@ class GGUFRows:
 
 
 Weight = torch.Tensor | Int4Weight | Int8Weight | BlockWeight | GGUFRows
+# One tensor's rows at an index: (tensor, 1-D int64 index) -> tensor.
+TakeRows = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def weight_shape(weight: Weight) -> tuple[int, ...]:
@@ -279,20 +282,25 @@ def dequantize_rows(weight: Weight, rows: torch.Tensor, dtype: torch.dtype) -> t
     return dequantize(select_rows(weight, rows.reshape(-1)), dtype).view(*rows.shape, -1)
 
 
-def select_rows(weight: Weight, index: torch.Tensor) -> Weight:
-    """The output channels (rows) at index, in that order; exact for every layout."""
+def _index_select(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    return t.index_select(0, index)
+
+
+def select_rows(weight: Weight, index: torch.Tensor, take: TakeRows = _index_select) -> Weight:
+    """The output channels (rows) at index, in that order; exact for every layout. take picks
+    one tensor's rows (the C kernel's copy on the calling thread, where it builds)."""
     if isinstance(weight, torch.Tensor):
-        return weight.index_select(0, index)
+        return take(weight, index)
     if isinstance(weight, BlockWeight):
-        return type(weight)(weight.blocks.index_select(0, index))
+        return type(weight)(take(weight.blocks, index))
     if isinstance(weight, GGUFRows):
-        return GGUFRows(weight.blocks.index_select(0, index), weight.type_name)
+        return GGUFRows(take(weight.blocks, index), weight.type_name)
     if isinstance(weight, Int8Weight):
-        mins = None if weight.mins is None else weight.mins.index_select(0, index)
-        return Int8Weight(weight.q.index_select(0, index), weight.scales.index_select(0, index),
-                          weight.group_size, mins)
-    return Int4Weight(weight.packed.index_select(0, index), weight.scales.index_select(0, index),
-                      weight.mins.index_select(0, index), weight.group_size)
+        mins = None if weight.mins is None else take(weight.mins, index)
+        return Int8Weight(take(weight.q, index), take(weight.scales, index), weight.group_size,
+                          mins)
+    return Int4Weight(take(weight.packed, index), take(weight.scales, index),
+                      take(weight.mins, index), weight.group_size)
 
 
 def _dequantize_q6_k(weight: Q6KWeight) -> torch.Tensor:

@@ -532,3 +532,23 @@ int dq_sub_blocks(const uint8_t *blocks, int fmt, int n, int k, int out_dtype, v
     }
     return 0;
 }
+
+/* ---- rows picked by index, on the calling thread ------------------------------------------
+ * A decode step's embedding rows and the vocabulary's 32 candidates for exact logits take a few
+ * kilobytes from each of a weight's tensors; torch's index_select splits even that over its
+ * team, whose start and join cost more than the copy. */
+
+/* dst [count, row_bytes] = src's rows at index (each in [0, n_rows)); -1 for an index outside,
+ * before anything is copied. */
+int dq_take_rows(const uint8_t *src, long row_bytes, long n_rows, const int64_t *index, int count,
+                 uint8_t *dst)
+{
+    if (row_bytes <= 0 || n_rows < 0 || count < 0)
+        return -1;
+    for (int i = 0; i < count; i++)
+        if (index[i] < 0 || index[i] >= n_rows)
+            return -1;
+    for (int i = 0; i < count; i++)
+        memcpy(dst + (size_t)i * row_bytes, src + (size_t)index[i] * row_bytes, (size_t)row_bytes);
+    return 0;
+}

@@ -43,6 +43,9 @@ class Dequantizer:
         self._sub_blocks = lib.dq_sub_blocks
         self._sub_blocks.argtypes = [ptr, i32, i32, i32, i32, ptr, i32, i32]
         self._sub_blocks.restype = i32
+        self._take = lib.dq_take_rows
+        self._take.argtypes = [ptr, ctypes.c_long, ctypes.c_long, ptr, i32, ptr]
+        self._take.restype = i32
         self._has_vector = bool(lib.dq_has_vector_path())
         self._has_avx512 = bool(lib.dq_has_avx512_path())
         self._threads = threads
@@ -144,6 +147,23 @@ class Dequantizer:
                               _OUT_DTYPES[out.dtype], out.data_ptr(), isa, threads)
         if rc:
             raise ValueError(f"dq_sub_blocks refused instruction set {isa} on this CPU")
+        return out
+
+    def take_rows(self, t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """t.index_select(0, index), copied on the calling thread where t is contiguous and
+        index a 1-D int64 tensor (a few rows: a decode step's embeddings and exact-logit
+        candidates)."""
+        row_bytes = t[0].numel() * t.element_size() if t.shape[0] else 0
+        if (not t.is_contiguous() or index.dtype != torch.int64 or index.dim() != 1
+                or not index.shape[0] or not row_bytes):
+            # A view (not to be copied whole), another index, or empty: torch's, its errors.
+            return t.index_select(0, index)
+        index = index.contiguous()
+        out = t.new_empty((index.shape[0], *t.shape[1:]))
+        if self._take(t.data_ptr(), row_bytes, t.shape[0], index.data_ptr(), index.shape[0],
+                      out.data_ptr()):
+            raise IndexError(f"a row index outside [0, {t.shape[0]}): "
+                             f"{index.min().item()}..{index.max().item()}")
         return out
 
 

@@ -140,3 +140,29 @@ def test_entry_points_without_a_512_bit_path_refuse_it_in_words(dq):
     w = quantize_int8(torch.randn(8, 64), 32)
     with pytest.raises(ValueError, match="instruction set 2"):
         dq.int8_into(w.q, w.scales, w.mins, torch.empty(8, 64), AVX512)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float16, torch.float32])
+def test_take_rows_equals_index_select_in_the_index_order(dq, dtype):
+    torch.manual_seed(3)
+    table = (torch.randn(37, 3, 10) * 50).to(dtype)
+    index = torch.tensor([36, 0, 5, 5, 17], dtype=torch.int64)
+    got = dq.take_rows(table, index)
+    assert got.dtype == dtype and torch.equal(got, table.index_select(0, index))
+
+
+def test_take_rows_refuses_an_index_outside_the_table_naming_it(dq):
+    table = torch.arange(12, dtype=torch.float32).view(4, 3)
+    with pytest.raises(IndexError, match=r"outside \[0, 4\)"):
+        dq.take_rows(table, torch.tensor([1, 4]))
+    with pytest.raises(IndexError, match=r"outside \[0, 4\)"):
+        dq.take_rows(table, torch.tensor([-1]))
+
+
+def test_take_rows_of_a_view_or_an_int32_index_is_torchs(dq):
+    table = torch.arange(24, dtype=torch.float32).view(6, 4)
+    view = table[:, 1:3]
+    assert torch.equal(dq.take_rows(view, torch.tensor([5, 2])), view[[5, 2]])
+    index32 = torch.tensor([3, 0], dtype=torch.int32)
+    assert torch.equal(dq.take_rows(table, index32), table[[3, 0]])
+    assert dq.take_rows(table, torch.tensor([], dtype=torch.int64)).shape == (0, 4)
