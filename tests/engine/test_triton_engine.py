@@ -58,7 +58,12 @@ def test_triton_kernels_give_the_torch_paths_greedy_tokens(tiny_model_dir):
 
 
 @pytest.mark.slow
-def test_triton_kernels_verify_drafts_as_the_torch_path_decodes(tiny_model_dir, monkeypatch):
+def test_triton_kernels_verify_drafts_as_the_torch_path_decodes(tiny_model_dir, monkeypatch,
+                                                                request):
+    """On Qwen3 alone: verifying drafts is the same kernels' work whatever the family (the
+    families' own parts are checked above), and each interpreted run is ~10 s of the suite."""
+    if request.node.callspec.params["tiny_model_dir"] != "qwen3":
+        pytest.skip("drafts are verified on the Qwen3 model only")
     want = greedy(tiny_model_dir, "torch")
     future = {tuple(p): tokens for p, tokens in zip(prompts(), want, strict=True)}
 
