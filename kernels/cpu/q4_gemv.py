@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from kernels.cpu import block_quant, native
+from kernels.cpu.huge_pages import huge_page_buffer
 
 ISA_NAMES = {0: "scalar", 1: "avx2", 2: "avx512-vnni"}
 BEST_ISA = -1
@@ -114,7 +115,7 @@ class Q4Gemv:
         if not compact:
             scales, mins = scales.float(), mins.float()
         scales, mins = scales.contiguous(), mins.contiguous()
-        out = torch.empty(self.repacked_bytes(n, k, record_format), dtype=torch.uint8)
+        out = huge_page_buffer(self.repacked_bytes(n, k, record_format))
         self._check(self._lib.q4_repack(packed.data_ptr(), scales.data_ptr(), mins.data_ptr(),
                                         record_format, n, k, out.data_ptr()), "q4_repack")
         return Q4Repacked(out, n, k, record_format)
@@ -130,7 +131,7 @@ class Q4Gemv:
             raise ValueError(f"Q4_K records need k a multiple of {KQ_SUPER_BLOCK} (got {k}), "
                              f"fp16 d and uint8 sub-scales (got {d.dtype}, {sc.dtype})")
         parts = [t.contiguous() for t in (packed, d, dmin, sc, m)]
-        out = torch.empty(size, dtype=torch.uint8)
+        out = huge_page_buffer(size)
         self._check(self._lib.q4_repack_kq(*(t.data_ptr() for t in parts), n, k,
                                            out.data_ptr()), "q4_repack_kq")
         return Q4Repacked(out, n, k, KQ_RECORDS)
