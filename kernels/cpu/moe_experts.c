@@ -255,12 +255,14 @@ static void dot_scalar(int type, const uint8_t *rows, size_t row_bytes, int nrow
 
 #define AVX2 "avx2,fma,f16c"
 
-/* What a K-quant super-block's blocks share, unpacked once: Q4_K's, Q5_K's and IQ4_XS's eight
- * scales (each lane twice in int16, as madd multiplies) and Q4_K's and Q5_K's mins; Q6_K's
- * sixteen int8 scales as they are. */
+/* What a K-quant super-block's blocks share, unpacked once, so that each block picks its
+ * scales with one byte shuffle (scale_of_avx2): Q4_K's and Q5_K's eight scales as bytes 0-7
+ * of each 128-bit half, their mins as int32 and d, dmin as floats; IQ4_XS's eight scales as
+ * int16 lanes 0-7 of each half; Q6_K's sixteen int8 scales widened to int16, 0-7 in both
+ * halves of scale16 and 8-15 in both halves of high16. */
 struct super_scales {
-    __m256i scale16, mins;
-    __m128i bytes;
+    __m256i scale16, high16, mins;
+    __m128 d;
     __m256i qh; /* Q5_K's fifth bits, one load for its 8 blocks */
 };
 
@@ -271,57 +273,70 @@ static inline __m256i scales16_avx2(__m256i scales32)
     return _mm256_permute4x64_epi64(_mm256_packs_epi32(scales32, scales32), 0x88);
 }
 
-/* Scale j of scales16_avx2's in every int16 lane: a byte shuffle (one cycle), where a 32-bit
- * lane permute costs three. */
+/* Block j's scale per int16 lane of maddubs' output (lanes 0-7 values 0..15, 8-15 values
+ * 16..31) from super_scales_avx2's: one byte shuffle (one cycle), where a 32-bit lane
+ * permute costs three. A control byte with its top bit set makes a zero byte. */
 __attribute__((target(AVX2), always_inline))
-static inline __m256i scale16_of_avx2(__m256i scales16, int j)
+static inline __m256i scale_of_avx2(int type, const struct super_scales *s, int j)
 {
-    return _mm256_shuffle_epi8(scales16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * j)));
+    switch (type) {
+    case MOE_Q4_K:
+    case MOE_Q5_K: /* byte j, zero-extended */
+        return _mm256_shuffle_epi8(s->scale16, _mm256_set1_epi16((short)(0xff00 + j)));
+    case MOE_Q6_K: { /* int16 scales 2j (low half) and 2j + 1 (high half) */
+        int lo = 2 * (2 * j % 8), hi = lo + 2;
+        return _mm256_shuffle_epi8(j < 4 ? s->scale16 : s->high16,
+                                   _mm256_setr_epi8(lo, lo + 1, lo, lo + 1, lo, lo + 1, lo, lo + 1,
+                                                    lo, lo + 1, lo, lo + 1, lo, lo + 1, lo, lo + 1,
+                                                    hi, hi + 1, hi, hi + 1, hi, hi + 1, hi, hi + 1,
+                                                    hi, hi + 1, hi, hi + 1, hi, hi + 1, hi, hi + 1));
+    }
+    default: /* IQ4_XS: int16 lane j */
+        return _mm256_shuffle_epi8(s->scale16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * j)));
+    }
 }
 
 __attribute__((target(AVX2), always_inline))
 static inline struct super_scales super_scales_avx2(int type, const uint8_t *super)
 {
-    struct super_scales s = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm_setzero_si128(),
-                             _mm256_setzero_si256()};
+    struct super_scales s = {_mm256_setzero_si256(), _mm256_setzero_si256(),
+                             _mm256_setzero_si256(), _mm_setzero_ps(), _mm256_setzero_si256()};
     if (type == MOE_Q4_K || type == MOE_Q5_K) {
-        __m256i scales;
-        q5k_scales_avx2(super, &scales, &s.mins);
-        s.scale16 = scales16_avx2(scales);
+        __m128i head = _mm_loadu_si128((const __m128i *)super);
+        __m128i bytes = q5k_scale_bytes_avx2(head);
+        s.scale16 = _mm256_broadcastsi128_si256(bytes);
+        s.mins = _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
+        s.d = _mm_cvtph_ps(head);
         if (type == MOE_Q5_K)
             s.qh = _mm256_loadu_si256((const __m256i *)(super + Q5K_QH_AT));
     } else if (type == MOE_IQ4_XS) {
         s.scale16 = scales16_avx2(iq4xs_scales_avx2(super));
     } else if (type == MOE_Q6_K) {
-        s.bytes = _mm_loadu_si128((const __m128i *)(super + Q6K_SCALES_AT));
+        __m256i wide = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(super + Q6K_SCALES_AT)));
+        s.scale16 = _mm256_permute4x64_epi64(wide, 0x44);
+        s.high16 = _mm256_permute4x64_epi64(wide, 0xee);
     }
     return s;
 }
 
-/* A K-quant block j of a super-block: its values and its scale per int16 lane of maddubs'
- * output (lanes 0-7 values 0..15, 8-15 values 16..31). */
+/* A K-quant block j of a super-block: its values and its scale (scale_of_avx2's). */
 __attribute__((target(AVX2), always_inline))
 static inline __m256i super_block_avx2(int type, const uint8_t *super, const struct super_scales *s,
                                        int j, __m256i *scale)
 {
     switch (type) {
     case MOE_Q4_K:
-        *scale = scale16_of_avx2(s->scale16, j);
+        *scale = scale_of_avx2(type, s, j);
         return q4k_block_avx2(super, j);
     case MOE_Q5_K: /* Q4_K's nibbles at Q5_K's place, and the fifth bit */
-        *scale = scale16_of_avx2(s->scale16, j);
+        *scale = scale_of_avx2(type, s, j);
         return _mm256_or_si256(q4k_block_avx2(super + (Q5K_QS_AT - Q4K_QS_AT), j),
                                q5k_fifth_bits(s->qh, j, _mm256_set1_epi8(16)));
-    case MOE_Q6_K: {
-        /* scales 2j (values 0..15) and 2j + 1 (16..31), eight int16 lanes each */
-        __m128i pick = _mm_setr_epi8(2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j,
-                                     2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1,
-                                     2 * j + 1, 2 * j + 1, 2 * j + 1);
-        *scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s->bytes, pick));
+    case MOE_Q6_K:
+        *scale = scale_of_avx2(type, s, j);
         return q6k_block_avx2(super, j);
-    }
     case MOE_IQ4_XS:
-        *scale = scale16_of_avx2(s->scale16, j);
+        *scale = scale_of_avx2(type, s, j);
         return iq4xs_block_avx2(super, j);
     default:
         *scale = _mm256_setr_m128i(_mm_set1_epi16((int16_t)q3k_scale(super, 2 * j)),
@@ -338,7 +353,7 @@ static inline float super_d_avx2(int type, const uint8_t *super)
         return q6k_d_f16c(super);
     case MOE_Q3_K:
         return q3k_d_f16c(super);
-    default: /* Q4_K, Q5_K, IQ4_XS: d first */
+    default: /* IQ4_XS: d first (Q4_K's and Q5_K's are in super_scales) */
         return f16_at_f16c(super);
     }
 }
@@ -377,20 +392,20 @@ static inline void super_dot_avx2(const int type, const uint8_t *row, int k, con
             }
         }
         if (type == MOE_Q6_K) { /* lane j: less 32 (scale_h sum_h q) of halves h = 2j, 2j + 1 */
-            __m256i scale16 = _mm256_cvtepi8_epi16(scales.bytes);
+            __m256i scale16 = _mm256_permute2x128_si256(scales.scale16, scales.high16, 0x30);
             for (int i = 0; i < n; i++) {
                 __m256i half = _mm256_loadu_si256((const __m256i *)(x->half[i] + (size_t)s * 16));
                 isum[i] = _mm256_sub_epi32(
                     isum[i], _mm256_slli_epi32(_mm256_madd_epi16(scale16, half), 5));
             }
         }
-        float d = super_d_avx2(type, super);
+        float d = TYPES[type].mins ? _mm_cvtss_f32(scales.d) : super_d_avx2(type, super);
         for (int i = 0; i < n; i++)
             acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]),
                                      _mm256_set1_ps(d * x->scale[i][s * SUB_BLOCKS]), acc[i]);
         if (TYPES[type].mins) { /* lanes j: - dmin m_j, as neg_min */
             __m256 mins = _mm256_mul_ps(_mm256_cvtepi32_ps(scales.mins),
-                                        _mm256_set1_ps(-f16_at_f16c(super + 2)));
+                                        _mm256_set1_ps(-_mm_cvtss_f32(_mm_movehdup_ps(scales.d))));
             for (int i = 0; i < n; i++)
                 acc[i] = _mm256_fmadd_ps(mins, _mm256_loadu_ps(x->sum[i] + s * SUB_BLOCKS), acc[i]);
         }

@@ -89,6 +89,26 @@ static inline void q5k_scales_avx2(const uint8_t *super, __m256i *scales, __m256
     *mins = _mm256_cvtepu8_epi32(_mm_setr_epi32((int)m_lo, (int)m_hi, 0, 0));
 }
 
+/* Bytes 0-7: sub-blocks 0-7's scales, bytes 8-15 their mins (q5k_scale's), from the
+ * super-block's first 16 bytes (d, dmin and the 12 packed bytes) in one register: two byte
+ * shuffles gather each value's low bits (the high-nibble mins shifted down) and its top two
+ * bits. No general registers on the way (q5k_scales_avx2's scalar unpacking and widening
+ * left moe_experts' one-row Q4_K dot ~20% slower). */
+__attribute__((target("avx2"), always_inline))
+static inline __m128i q5k_scale_bytes_avx2(__m128i head)
+{
+    /* b = the packed bytes (head's bytes 4-15): sc 0-3 = b0-3, m 0-3 = b4-7; sc 4-7 =
+     * b8-11 low nibbles with b0-3's top bits, m 4-7 = b8-11 high nibbles with b4-7's */
+    __m128i low = _mm_shuffle_epi8(head, _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15,
+                                                       8, 9, 10, 11, 12, 13, 14, 15));
+    __m128i top = _mm_shuffle_epi8(head, _mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7,
+                                                       -1, -1, -1, -1, 8, 9, 10, 11));
+    low = _mm_blend_epi32(low, _mm_srli_epi16(low, 4), 8); /* the mins' nibbles */
+    low = _mm_and_si128(low, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15,
+                                           63, 63, 63, 63, 15, 15, 15, 15));
+    return _mm_or_si128(low, _mm_and_si128(_mm_srli_epi16(top, 2), _mm_set1_epi8(0x30)));
+}
+
 /* Block j's fifth bits (bit j of each qh byte) moved to bit 4: a 16-bit shift moves both
  * bytes of a lane alike, and the mask keeps each byte's own. */
 __attribute__((target("avx2"), always_inline))
