@@ -48,6 +48,7 @@ from engine.loading.gguf_names import (
 from engine.loading.layouts import GGUF_FLOAT_TYPES, GGUF_INT4_TYPES, GGUF_INT8_TYPES
 from engine.loading.lazy_weights import LazyWeights
 from engine.loading.model_check import unreadable_type_message
+from engine.loading.populate import populate_in_background
 from engine.models.moe_gguf import has_experts
 from engine.models.registry import (
     family_for_gguf,
@@ -227,6 +228,11 @@ class GGUFModelFile:
         if quantization != "none":
             log_widened_types(tensor.tensor_type for tensor in tensors.values()
                               if tensor.tensor_type not in BLOCK_WEIGHTS)
+            # The experts' 3-D tensors, read in place: mapped by a thread before their first
+            # steps (engine/loading/populate.py).
+            stacked = {slices[name][0]: tensors[name] for name in slices}
+            populate_in_background([t.data for t in stacked.values()
+                                    if t.tensor_type.name in IN_PLACE_EXPERT_TYPES])
 
         def decode(name: str) -> Weight:
             tensor = tensors[name]
