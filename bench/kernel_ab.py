@@ -45,12 +45,8 @@ def build_revision(revision: str, out: Path) -> dict[str, ctypes.CDLL]:
             text = subprocess.run(["git", "show", f"{revision}:kernels/cpu/{name}"], check=True,
                                   capture_output=True).stdout
             (source / name).write_bytes(text)
-    here = native.SOURCE_DIR
-    native.SOURCE_DIR = source
-    try:
-        return {name: native._open(native.build(name, out / "build")) for name in KERNELS}
-    finally:
-        native.SOURCE_DIR = here
+    return {name: native._open(native.build(name, out / "build", source_dir=source))
+            for name in KERNELS}
 
 
 def build_tree(out: Path) -> dict[str, ctypes.CDLL]:

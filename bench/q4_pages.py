@@ -62,12 +62,7 @@ def plain_reader(out: Path) -> ctypes.CDLL:
     source = out / "src"
     source.mkdir()
     (source / "plain_read.c").write_text(PLAIN_READ)
-    here = native.SOURCE_DIR
-    native.SOURCE_DIR = source
-    try:
-        lib = native._open(native.build("plain_read", out / "build"))
-    finally:
-        native.SOURCE_DIR = here
+    lib = native._open(native.build("plain_read", out / "build", source_dir=source))
     lib.plain_read.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     return lib
 

@@ -40,8 +40,8 @@ def find_compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
 
 
-def source_path(name: str) -> Path:
-    return SOURCE_DIR / f"{name}.c"
+def source_path(name: str, source_dir: Path | None = None) -> Path:
+    return (source_dir or SOURCE_DIR) / f"{name}.c"
 
 
 def prebuilt_path(name: str) -> Path:
@@ -76,13 +76,15 @@ def load(name: str, build_dir: Path | None, compiler: str | None = None) -> ctyp
     return _open(build(name, build_dir, compiler))
 
 
-def build(name: str, build_dir: Path, compiler: str | None = None) -> Path:
-    """Compile kernels/cpu/<name>.c into build_dir/<key>/lib<name>.so unless it is there."""
+def build(name: str, build_dir: Path, compiler: str | None = None,
+          source_dir: Path | None = None) -> Path:
+    """Compile kernels/cpu/<name>.c (or source_dir's, with the headers beside it: another
+    revision's, a bench's own) into build_dir/<key>/lib<name>.so unless it is there."""
     compiler = compiler or find_compiler()
     if compiler is None:
         raise NativeBuildError("no C compiler found to build Pagoda's CPU kernels: install gcc "
                                "or set CC (torch's kernels run meanwhile)")
-    source = source_path(name)
+    source = source_path(name, source_dir)
     lib = build_dir / _build_key(source, compiler) / f"lib{name}.so"
     if lib.exists():
         return lib
