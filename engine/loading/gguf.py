@@ -67,6 +67,7 @@ from engine.quantization.tensors import (
     Q6KWeight,
     Weight,
 )
+from kernels.cpu.huge_pages import huge_page_empty
 
 logger = logging.getLogger(__name__)
 
@@ -387,9 +388,11 @@ def decode_q8_0(data: np.ndarray) -> Int8Weight:
     type_size = gguf.GGML_QUANT_SIZES[QType.Q8_0][1]
     rows = data.shape[0]
     blocks = np.asarray(data).reshape(rows, -1, type_size)
-    q = np.ascontiguousarray(blocks[..., 2:]).view(np.int8).reshape(rows, -1)
+    # In huge pages: a one-row step streams the values from memory (kernels/cpu/huge_pages.py).
+    q = huge_page_empty((rows, blocks.shape[1] * 32), torch.int8)
+    np.copyto(q.numpy().reshape(blocks.shape[:2] + (32,)), blocks[..., 2:].view(np.int8))
     scales = torch.from_numpy(fp16_field(blocks, 0))
-    return Int8Weight(torch.from_numpy(q), scales, INT8_GROUP_SIZE)
+    return Int8Weight(q, scales, INT8_GROUP_SIZE)
 
 
 def _q4_k_parts(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

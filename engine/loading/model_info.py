@@ -49,6 +49,7 @@ from engine.loading.layouts import (
 )
 from engine.loading.loader import default_model_file, model_name
 from engine.loading.model_check import refuse_unrunnable_model
+from engine.loading.system_memory import available_memory, total_memory
 from engine.models.architecture import ModelShape
 from engine.models.config import model_shape
 from engine.models.gguf_config import llama_shape
@@ -390,36 +391,6 @@ def _needed_parts(info: ModelInfo, kv_cache_bytes: int) -> str:
                "file" if info.mapped_bytes else "")
     return (f"weights {info.weight_bytes / GIB:.1f} GiB{experts}, KV cache "
             f"{kv_cache_bytes / GIB:.1f} GiB")
-
-
-def available_memory() -> int | None:
-    """Bytes the system can give without swapping: psutil's figure, else /proc/meminfo's."""
-    try:
-        import psutil
-    except ImportError:
-        return _meminfo_field("MemAvailable")
-    return int(psutil.virtual_memory().available)
-
-
-def total_memory() -> int | None:
-    """The machine's RAM: psutil's figure, else /proc/meminfo's MemTotal."""
-    try:
-        import psutil
-    except ImportError:
-        return _meminfo_field("MemTotal")
-    return int(psutil.virtual_memory().total)
-
-
-def _meminfo_field(name: str, meminfo: Path = Path("/proc/meminfo")) -> int | None:
-    try:
-        lines = meminfo.read_text(encoding="ascii").splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        key, _, value = line.partition(":")
-        if key == name:
-            return int(value.split()[0]) * 1024  # reported in kB
-    return None
 
 
 def _existing_path(source: str | os.PathLike | None) -> Path:

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from engine.loading.system_memory import available_memory
+
 logger = logging.getLogger(__name__)
 
 MADV_POPULATE_READ = 22  # linux/mman.h
@@ -52,25 +54,13 @@ def populate_in_background(arrays: Sequence[np.ndarray]) -> threading.Thread | N
     """populate(arrays) on a daemon thread (the call releases the GIL), where their bytes fit
     in the memory available; the thread, or None where nothing is populated."""
     size = sum(a.nbytes for a in arrays)
-    available = memory_available()
+    available = available_memory()
     if not arrays or _madvise() is None or available is None or size > available:
         return None
     thread = threading.Thread(target=populate, args=(list(arrays),), daemon=True,
                               name="populate-experts")
     thread.start()
     return thread
-
-
-def memory_available() -> int | None:
-    """MemAvailable from /proc/meminfo (bytes), or None where there is none."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 def _madvise():

@@ -36,6 +36,7 @@ from engine.quantization.gguf_block_ints import (
     q5_k_ints,
     q8_0_ints,
 )
+from kernels.cpu.huge_pages import huge_page_empty
 
 INT4_GROUP_SIZE = 32
 INT8_GROUP_SIZE = 32
@@ -412,8 +413,8 @@ def concat(weights: list[Weight]) -> Weight:
         return torch.cat(weights)
     if kinds == {Int8Weight} and len({(w.group_size, w.mins is None) for w in weights}) == 1:
         mins = None if weights[0].mins is None else torch.cat([w.mins for w in weights])
-        return Int8Weight(torch.cat([w.q for w in weights]), torch.cat([w.scales for w in weights]),
-                          weights[0].group_size, mins)
+        return Int8Weight(_stacked_values([w.q for w in weights]),
+                          torch.cat([w.scales for w in weights]), weights[0].group_size, mins)
     if kinds == {Int4Weight} and len({w.group_size for w in weights}) == 1:
         return Int4Weight(torch.cat([w.packed for w in weights]),
                           torch.cat([w.scales for w in weights]),
@@ -423,6 +424,15 @@ def concat(weights: list[Weight]) -> Weight:
         return Int8Weight(torch.cat([p.q for p in parts]), torch.cat([p.scales for p in parts]),
                           weights[0].group_size, torch.cat([p.mins for p in parts]))
     return quantize_int8(torch.cat([dequantize(w) for w in weights]))
+
+
+def _stacked_values(parts: list[torch.Tensor]) -> torch.Tensor:
+    """torch.cat(parts), in huge pages on the CPU (kernels/cpu/huge_pages.py): a one-row step
+    streams a fused projection's values from memory."""
+    if parts[0].device.type != "cpu":
+        return torch.cat(parts)
+    shape = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
+    return torch.cat(parts, out=huge_page_empty(shape, parts[0].dtype))
 
 
 def _all_grouped(weights: list[Weight]) -> bool:

@@ -15,6 +15,7 @@ up to. Where the system has no huge pages the advice does nothing, or fails and 
 from __future__ import annotations
 
 import ctypes
+import math
 import mmap
 
 import torch
@@ -36,3 +37,11 @@ def huge_page_buffer(size: int) -> torch.Tensor:
         pass  # no transparent huge pages in this kernel: 4 KB pages, as torch.empty's
     # The tensor holds the mapping: it is unmapped when the last view of it goes.
     return torch.frombuffer(region, dtype=torch.uint8, count=size, offset=start)
+
+
+def huge_page_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised contiguous tensor of `shape`, its bytes a huge_page_buffer's: for a
+    weight a decode step streams, made where it is first written so that it is the only copy."""
+    count = math.prod(shape)
+    size = count * torch.empty((), dtype=dtype).element_size()
+    return huge_page_buffer(size).view(dtype).view(shape)

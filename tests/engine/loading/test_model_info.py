@@ -143,15 +143,6 @@ def test_a_model_fits_in_exactly_what_it_needs_and_not_a_byte_less(tiny_gguf):
         check_fits_memory(info, GIB, available=needed - 1)
 
 
-def test_available_memory_is_measured():
-    assert available_memory() > 0
-
-
-def test_available_memory_without_psutil_reads_meminfo(monkeypatch):
-    monkeypatch.setitem(sys.modules, "psutil", None)  # import psutil now raises ImportError
-    assert available_memory() > 0
-
-
 def test_a_missing_model_names_the_path(tmp_path):
     with pytest.raises(ModelLoadError, match="no-such.gguf does not exist"):
         describe_model(tmp_path / "no-such.gguf")
