@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from starlette.requests import Request
 
@@ -35,9 +35,31 @@ _PROMPT_TAIL_TOKENS = 8
 REASONING_EFFORTS = ("low", "medium", "high")
 
 
+@dataclass(slots=True)
+class PreparedChat:
+    """A chat request ready to run: its generation (encoded, constraint compiled, not yet
+    started) and how its replies are read."""
+
+    generation: Generation
+    shape: ReplyShape
+
+
 async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                                  served: ServedModel, metrics: ServerMetrics,
                                  budget: WorkBudget):
+    chat = await prepare_chat(body, request, served, metrics, budget, new_id("chatcmpl"))
+    generation, shape = chat.generation, chat.shape
+    return await respond(generation, request, body.stream,
+                         lambda: _chunks(generation, shape, body.include_usage,
+                                         body.return_progress),
+                         lambda finals: _completion(generation, shape, finals))
+
+
+async def prepare_chat(body: ChatCompletionRequest, request: Request, served: ServedModel,
+                       metrics: ServerMetrics, budget: WorkBudget,
+                       request_id: str) -> PreparedChat:
+    """The request checked, its prompt encoded and its constraint compiled (the Responses
+    endpoint, engine/server/responses.py, comes here with the chat it builds)."""
     body.check_supported()
     messages = engine_chat(body.messages)
     if body.continue_final_message and body.add_generation_prompt:
@@ -60,13 +82,10 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     with as_api_errors("messages"):
         choices = [Choice(prompt, shape.adjusted(_params(body, i, use)))
                    for i in range(body.n)]
-    generation = Generation(served, metrics, budget, choices, new_id("chatcmpl"), "messages")
+    generation = Generation(served, metrics, budget, choices, request_id, "messages")
     if constraint is not None:
         await generation.check_constraint(constraint, request)
-    return await respond(generation, request, body.stream,
-                         lambda: _chunks(generation, shape, body.include_usage,
-                                         body.return_progress),
-                         lambda finals: _completion(generation, shape, finals))
+    return PreparedChat(generation, shape)
 
 
 def _constraint(body: ChatCompletionRequest, use: ToolUse) -> str | None:
