@@ -21,6 +21,9 @@ from engine.server.protocol import (
     EmbeddingRequest,
     TokenizeRequest,
 )
+from engine.server.responses import create_response
+from engine.server.responses_protocol import ResponsesRequest
+from engine.server.responses_store import ResponseStore
 from engine.server.security import (
     DEFAULT_MAX_BODY_BYTES,
     APIKeyMiddleware,
@@ -68,6 +71,7 @@ def build_app(source: ModelSource, settings: ServerSettings | None = None) -> Fa
     app = FastAPI(title="Pagoda", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.metrics = ServerMetrics(source)
     app.state.work_budget = WorkBudget(settings.max_work_contexts)
+    app.state.responses = ResponseStore()
     live = LiveRequests()
     app.state.end_requests = live.end_all  # what the runner calls when the server stops
     install_handlers(app)
@@ -90,7 +94,7 @@ def _add_middleware(app: FastAPI, settings: ServerSettings) -> None:
         app.add_middleware(APIKeyMiddleware, key_sha256=settings.key_sha256)
     if settings.allowed_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins),
-                           allow_methods=["GET", "POST", "OPTIONS"],
+                           allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
                            allow_headers=["Authorization", "Content-Type"])
     if settings.checks_host:
         app.add_middleware(HostCheckMiddleware, allowed=settings.allowed_hosts)
@@ -107,9 +111,18 @@ def _served(source: ModelSource, requested: str | None) -> ServedModel:
     return served
 
 
+def _no_query(request: Request) -> None:
+    """GET and DELETE of a stored response take no options (OpenAI's `include` or `stream`
+    would change the answer): refused rather than dropped."""
+    for name in request.query_params:
+        raise APIError(400, f"the query parameter {name!r} is not supported by this server: "
+                            "a stored response is returned whole, as it was made", param=name)
+
+
 def _add_routes(app: FastAPI, source: ModelSource) -> None:
     metrics: ServerMetrics = app.state.metrics
     budget: WorkBudget = app.state.work_budget
+    stored: ResponseStore = app.state.responses
 
     @app.get("/health")
     async def health() -> Response:
@@ -143,6 +156,22 @@ def _add_routes(app: FastAPI, source: ModelSource) -> None:
     async def completions(body: CompletionRequest, request: Request):
         return await create_completion(body, request, _served(source, body.model), metrics,
                                        budget)
+
+    @app.post("/v1/responses")
+    async def responses(body: ResponsesRequest, request: Request):
+        return await create_response(body, request, _served(source, body.model), metrics,
+                                     budget, stored)
+
+    @app.get("/v1/responses/{response_id}")
+    async def get_response(response_id: str, request: Request) -> dict:
+        _no_query(request)
+        return stored.get(response_id).body
+
+    @app.delete("/v1/responses/{response_id}")
+    async def delete_response(response_id: str, request: Request) -> dict:
+        _no_query(request)
+        stored.delete(response_id)
+        return {"id": response_id, "object": "response.deleted", "deleted": True}
 
     @app.post("/v1/embeddings")
     async def embeddings(body: EmbeddingRequest, request: Request):
