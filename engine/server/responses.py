@@ -162,6 +162,10 @@ def _part_text(part: ContentPart, path: str) -> str:
     if part.text is None:
         raise APIError(400, f"{path}.text is missing: a text part needs its text",
                        param=f"{path}.text")
+    unknown = sorted(part.model_extra or {})
+    if unknown:
+        raise APIError(400, f"Unrecognized request argument supplied: {path}.{unknown[0]} (a "
+                            "text part has no such field)", param=f"{path}.{unknown[0]}")
     return part.text
 
 

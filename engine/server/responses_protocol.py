@@ -21,6 +21,7 @@ from engine.server.protocol import (
     _given,
     _is_set,
     _Refusing,
+    _Strict,
 )
 
 # The items of one request's `input`: a conversation, not a corpus (the body limit bounds
@@ -32,20 +33,20 @@ MAX_METADATA_KEY = 64
 MAX_METADATA_VALUE = 512
 
 
-class ContentPart(_Closed):
+class ContentPart(_Strict):
+    # Other fields are kept so that a part of another type (an image's `image_url`) is refused
+    # by its type, and a text part's unknown field by its name (engine/server/responses.py).
+    model_config = ConfigDict(strict=True, extra="allow")
+
     """A part of a message's content: `input_text`, or `output_text` as a client sends our own
     output back (its `annotations` and `logprobs` are ours, read back and left out of the
-    prompt, as the chat endpoint's history keeps only text)."""
+    prompt, as the chat endpoint's history keeps only text), or a reasoning item's
+    `reasoning_text`."""
 
     type: str
     text: str | None = None
     annotations: list | None = None
     logprobs: list | None = None
-
-
-class ReasoningPart(_Closed):
-    type: str
-    text: str
 
 
 class InputItem(_Closed):
@@ -58,7 +59,7 @@ class InputItem(_Closed):
     status: str | None = None
     # A message.
     role: str | None = None
-    content: str | list[ContentPart] | list[ReasoningPart] | None = None
+    content: str | list[ContentPart] | None = None
     phase: str | None = None
     # A function call, and its output.
     call_id: str | None = None

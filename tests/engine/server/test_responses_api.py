@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import jsonschema
 import pytest
 from openai import BadRequestError, NotFoundError
@@ -130,6 +131,13 @@ def test_a_stored_response_can_be_read_back_and_deleted(client):
         client.responses.retrieve(made.id)
 
 
+def test_a_stored_response_takes_no_query_options_and_an_unknown_one_is_404(client, server):
+    made = client.responses.create(input="Hi", **SHORT)
+    asked = httpx.get(f"{server.url}/v1/responses/{made.id}", params={"stream": "true"})
+    assert asked.status_code == 400 and asked.json()["error"]["param"] == "stream"
+    assert httpx.delete(f"{server.url}/v1/responses/resp_nope").status_code == 404
+
+
 def test_a_response_made_with_store_false_is_not_kept(client):
     made = client.responses.create(input="Hi", store=False, **SHORT)
     with pytest.raises(NotFoundError):
@@ -154,6 +162,12 @@ def test_an_unknown_previous_response_id_is_a_404_naming_it(client):
     ({"reasoning": {"effort": "high"}}, "reasoning.effort"),
     ({"text": {"verbosity": "low"}}, "text.verbosity"),
     ({"input": [{"type": "input_image", "image_url": "x"}]}, "input[0].type"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+     "input[0].content[0].type"),
+    ({"input": [{"type": "function_call", "call_id": "c", "name": "f"}]}, "input[0].arguments"),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice.name"),
+    ({"text": {"format": {"type": "json_schema", "name": "n", "schema": {"uniqueItems": True}}}},
+     "text.format.schema"),
 ])
 def test_what_is_not_honoured_is_refused_naming_the_field(client, extra, param):
     with pytest.raises(BadRequestError) as caught:
