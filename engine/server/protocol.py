@@ -35,30 +35,30 @@ MAX_EMBEDDING_TOKENS = 262_144
 MAX_USER_CHARS = 256
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
 
-class _Closed(_Strict):
+class ClosedModel(StrictModel):
     """A nested object of OpenAI's whose fields are all known: another field is a 400 naming
     it, as OpenAI's own API answers, never silently dropped."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
 
-class ContentPart(_Strict):
+class ContentPart(StrictModel):
     """A part of a message's content; only text parts are read (see `engine_chat`)."""
 
     type: str
     text: str | None = None
 
 
-class FunctionCall(_Closed):
+class FunctionCall(ClosedModel):
     name: str
     arguments: str  # JSON text, as OpenAI sends and returns it
 
 
-class ToolCallParam(_Closed):
+class ToolCallParam(ClosedModel):
     """A call the assistant made, as a client sends it back in the history."""
 
     id: str | None = None
@@ -66,7 +66,7 @@ class ToolCallParam(_Closed):
     function: FunctionCall
 
 
-class ChatMessage(_Strict):
+class ChatMessage(StrictModel):
     role: str
     content: str | list[ContentPart] | None = None
     name: str | None = None
@@ -141,30 +141,30 @@ def check_choices(num_prompts: int, n: int) -> None:
                        param="prompt" if num_prompts > 1 else "n", code="too_many_choices")
 
 
-def _is_set(value: Any) -> bool:
+def is_set(value: Any) -> bool:
     return value is not None
 
 
-def _given(value: Any) -> bool:
+def is_given(value: Any) -> bool:
     """Anything but null or false (`"logprobs": false` asks for nothing)."""
     return value is not None and value is not False
 
 
-def _asks(value: Any) -> bool:
+def asks_for(value: Any) -> bool:
     """Anything but null, false or empty (`"logit_bias": {}`, `"tools": []`)."""
-    return _given(value) and value not in ({}, [], "")
+    return is_given(value) and value not in ({}, [], "")
 
 
 # A field we do not honour: refused when its value would change the result, with why.
 Refusal = tuple[Callable[[Any], bool], str]
 _CHAT_REFUSED: dict[str, Refusal] = {
-    "functions": (_asks, "it takes tools, not the deprecated functions: send them as tools"),
-    "function_call": (_is_set, "it takes tool_choice, not the deprecated function_call"),
+    "functions": (asks_for, "it takes tools, not the deprecated functions: send them as tools"),
+    "function_call": (is_set, "it takes tool_choice, not the deprecated function_call"),
     "modalities": (lambda v: v is not None and v != ["text"], "this model answers in text only"),
-    "audio": (_is_set, "this model answers in text only"),
+    "audio": (is_set, "this model answers in text only"),
 }
 _COMPLETION_REFUSED: dict[str, Refusal] = {
-    "suffix": (_asks, "it does not complete text before a suffix"),
+    "suffix": (asks_for, "it does not complete text before a suffix"),
 }
 
 
@@ -173,7 +173,7 @@ _IGNORED = frozenset({"user", "metadata", "store", "service_tier", "prompt_cache
                       "safety_identifier"})
 
 
-class _Refusing(_Strict):
+class RefusingRequest(StrictModel):
     """A request body that keeps the fields it does not declare, to refuse those it cannot
     honour and those it does not know (`check_supported`), as OpenAI's own API does."""
 
@@ -193,11 +193,11 @@ class _Refusing(_Strict):
                                     "leave it out)", param=name)
 
 
-class StreamOptions(_Strict):
+class StreamOptions(StrictModel):
     include_usage: bool = False
 
 
-class JSONSchemaFormat(_Closed):
+class JSONSchemaFormat(ClosedModel):
     name: str | None = None
     description: str | None = None
     # OpenAI's field is `schema`, which pydantic's BaseModel reserves.
@@ -205,7 +205,7 @@ class JSONSchemaFormat(_Closed):
     strict: bool | None = None
 
 
-class ResponseFormat(_Strict):
+class ResponseFormat(StrictModel):
     """OpenAI's response_format: text, any JSON object, or JSON following a schema."""
 
     model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)
@@ -221,7 +221,7 @@ class ResponseFormat(_Strict):
             raise APIError(400, str(exc), param=param) from exc
 
 
-class StructuredOutputs(_Strict):
+class StructuredOutputs(StrictModel):
     """vLLM's structured_outputs: one constraint (see engine.sampling_params)."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
@@ -244,7 +244,7 @@ _SCHEMA_PATHS = {"response_format": "response_format.json_schema.schema",
                  "structured_outputs": "structured_outputs.json"}
 
 
-class _SamplingRequest(_Refusing):
+class _SamplingRequest(RefusingRequest):
     """The sampling fields both endpoints share, in OpenAI's names plus vLLM's extras."""
 
     model: str | None = None
@@ -362,23 +362,23 @@ def _constraint_of(name: str, value: Any) -> StructuredOutputsParams | None:
     return StructuredOutputsParams(grammar=value)
 
 
-class FunctionDefinition(_Closed):
+class FunctionDefinition(ClosedModel):
     name: str = Field(min_length=1, max_length=MAX_FUNCTION_NAME)
     description: str | None = None
     parameters: dict | None = None
     strict: bool | None = None
 
 
-class Tool(_Closed):
+class Tool(ClosedModel):
     type: str
     function: FunctionDefinition
 
 
-class NamedFunction(_Closed):
+class NamedFunction(ClosedModel):
     name: str
 
 
-class NamedToolChoice(_Closed):
+class NamedToolChoice(ClosedModel):
     type: str
     function: NamedFunction
 
@@ -458,7 +458,7 @@ class CompletionRequest(_SamplingRequest):
         return list(prompt)
 
 
-class EmbeddingRequest(_Refusing):
+class EmbeddingRequest(RefusingRequest):
     """OpenAI's embeddings body. `dimensions` is honoured only at the model's own width (the
     route refuses any other: this model was not trained for shortened vectors). `user` is
     OpenAI's opaque identifier of the end user, for abuse tracking: a string of at most
@@ -489,7 +489,7 @@ class EmbeddingRequest(_Refusing):
         return isinstance(given, str) or (bool(given) and all(isinstance(x, int) for x in given))
 
 
-class TokenizeRequest(_Strict):
+class TokenizeRequest(StrictModel):
     """vLLM's POST /tokenize: a text prompt, or a chat in the model's template."""
 
     model: str | None = None
@@ -501,7 +501,7 @@ class TokenizeRequest(_Strict):
     chat_template_kwargs: dict | None = None
 
 
-class DetokenizeRequest(_Strict):
+class DetokenizeRequest(StrictModel):
     """vLLM's POST /detokenize: token ids back to text."""
 
     model: str | None = None

@@ -77,9 +77,13 @@ async def create_response(body: ResponsesRequest, request: Request, served: Serv
 
 
 def _turn(body: ResponsesRequest, store: ResponseStore) -> Turn:
-    history = () if body.previous_response_id is None else \
-        store.get(body.previous_response_id, "previous_response_id").conversation
-    return Turn(history, tuple(input_messages(body.input)))
+    if body.previous_response_id is None:
+        if body.input is None:
+            raise APIError(400, "input is missing: give the input, or a previous_response_id "
+                                "to continue", param="input")
+        return Turn((), tuple(input_messages(body.input)))
+    history = store.get(body.previous_response_id, "previous_response_id").conversation
+    return Turn(history, () if body.input is None else tuple(input_messages(body.input)))
 
 
 def _instructions(body: ResponsesRequest) -> list[ChatMessage]:

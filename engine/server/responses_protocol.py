@@ -15,13 +15,13 @@ from engine.server.errors import APIError
 from engine.server.protocol import (
     MAX_TOOLS,
     MAX_USER_CHARS,
+    ClosedModel,
     Refusal,
-    _asks,
-    _Closed,
-    _given,
-    _is_set,
-    _Refusing,
-    _Strict,
+    RefusingRequest,
+    StrictModel,
+    asks_for,
+    is_given,
+    is_set,
 )
 
 # The items of one request's `input`: a conversation, not a corpus (the body limit bounds
@@ -33,7 +33,7 @@ MAX_METADATA_KEY = 64
 MAX_METADATA_VALUE = 512
 
 
-class ContentPart(_Strict):
+class ContentPart(StrictModel):
     # Other fields are kept so that a part of another type (an image's `image_url`) is refused
     # by its type, and a text part's unknown field by its name (engine/server/responses.py).
     model_config = ConfigDict(strict=True, extra="allow")
@@ -49,7 +49,7 @@ class ContentPart(_Strict):
     logprobs: list | None = None
 
 
-class InputItem(_Closed):
+class InputItem(ClosedModel):
     """One item of `input`: a message (`type` "message" or absent), a `function_call` the model
     made, its `function_call_output`, or a `reasoning` item of ours sent back. Which fields an
     item may have is checked by its type (engine/server/responses.py)."""
@@ -71,7 +71,7 @@ class InputItem(_Closed):
     encrypted_content: str | None = None
 
 
-class TextFormat(_Closed):
+class TextFormat(ClosedModel):
     """`text.format`: plain text, any JSON object, or JSON following a schema (OpenAI's
     flat form of the chat endpoint's response_format)."""
 
@@ -83,11 +83,11 @@ class TextFormat(_Closed):
     strict: bool | None = None
 
 
-class TextConfig(_Closed):
+class TextConfig(ClosedModel):
     format: TextFormat | None = None
 
 
-class Reasoning(_Closed):
+class Reasoning(ClosedModel):
     effort: str | None = None
     # OpenAI's models write a summary of their reasoning; ours return the reasoning itself, so
     # only "auto" (the server's choice) is honoured.
@@ -95,37 +95,37 @@ class Reasoning(_Closed):
     generate_summary: str | None = None
 
 
-class NamedFunctionChoice(_Closed):
+class NamedFunctionChoice(ClosedModel):
     type: str
     name: str | None = None
 
 
 # What Pagoda cannot do of the Responses API, each with why.
 _RESPONSES_REFUSED: dict[str, Refusal] = {
-    "include": (_asks, "it returns no extra output data (no encrypted reasoning, no logprobs, "
+    "include": (asks_for, "it returns no extra output data (no encrypted reasoning, no logprobs, "
                        "no tool results): leave include out"),
-    "background": (_given, "it runs every response while the request waits: leave background "
+    "background": (is_given, "it runs every response while the request waits: leave background "
                            "out and keep the connection open (or stream)"),
-    "conversation": (_is_set, "it keeps no conversations: chain responses with "
+    "conversation": (is_set, "it keeps no conversations: chain responses with "
                               "previous_response_id"),
-    "prompt": (_is_set, "it keeps no saved prompts: send the prompt's text as instructions"),
+    "prompt": (is_set, "it keeps no saved prompts: send the prompt's text as instructions"),
     "truncation": (lambda v: v not in (None, "disabled"),
                    "it never drops input to fit the context: a prompt longer than the context "
                    "is a 400 (truncation 'disabled')"),
     "service_tier": (lambda v: v not in (None, "auto", "default"),
                      "it has one tier: leave service_tier out or send 'auto'"),
-    "top_logprobs": (_is_set, "it returns no logprobs here: use /v1/chat/completions with "
+    "top_logprobs": (is_set, "it returns no logprobs here: use /v1/chat/completions with "
                               "logprobs"),
-    "max_tool_calls": (_is_set, "it runs no built-in tools: the client runs the function "
+    "max_tool_calls": (is_set, "it runs no built-in tools: the client runs the function "
                                 "tools"),
-    "stream_options": (_is_set, "it sends the events as they are (no obfuscation)"),
-    "prompt_cache_retention": (_is_set, "its prefix cache keeps what memory allows, for no "
+    "stream_options": (is_set, "it sends the events as they are (no obfuscation)"),
+    "prompt_cache_retention": (is_set, "its prefix cache keeps what memory allows, for no "
                                         "set time"),
-    "context_management": (_is_set, "it never compacts the context"),
+    "context_management": (is_set, "it never compacts the context"),
 }
 
 
-class ResponsesRequest(_Refusing):
+class ResponsesRequest(RefusingRequest):
     """POST /v1/responses. Every field not declared here is refused in words
     (`_RESPONSES_REFUSED`) or as unrecognized: none is ignored."""
 
@@ -134,7 +134,7 @@ class ResponsesRequest(_Refusing):
 
     model: str | None = None
     # Items are read one by one (engine/server/responses.py), so an error names its index.
-    input: str | list[dict] = Field(default="", max_length=MAX_INPUT_ITEMS)
+    input: str | list[dict] | None = Field(default=None, max_length=MAX_INPUT_ITEMS)
     instructions: str | None = None
     tools: list[dict] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: str | NamedFunctionChoice | None = None

@@ -115,9 +115,12 @@ def test_previous_response_id_continues_the_conversation_from_the_prefix_cache(c
                                     **SHORT)
     second = client.responses.create(input="What is my name?", instructions=instructions,
                                      previous_response_id=first.id, **SHORT)
-    # The follow-up's prompt holds the first turn (its input and its reply), read from cache.
+    # The follow-up's prompt holds the first turn (its input and its reply) and starts with
+    # its tokens: the cache serves the whole first prompt and the reply's first tokens (whole
+    # blocks of 16; the 16 reply tokens cross a block's end), not only the instructions.
     assert second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens
-    assert second.usage.input_tokens_details.cached_tokens >= 64
+    assert first.usage.output_tokens == 16
+    assert second.usage.input_tokens_details.cached_tokens > first.usage.input_tokens
     assert second.previous_response_id == first.id
 
 
@@ -142,6 +145,14 @@ def test_a_response_made_with_store_false_is_not_kept(client):
     made = client.responses.create(input="Hi", store=False, **SHORT)
     with pytest.raises(NotFoundError):
         client.responses.retrieve(made.id)
+
+
+def test_a_request_without_input_is_refused_unless_it_continues_one(client):
+    with pytest.raises(BadRequestError) as caught:
+        client.responses.create(**SHORT)
+    assert caught.value.body["param"] == "input"
+    first = client.responses.create(input="Hi", **SHORT)
+    assert client.responses.create(previous_response_id=first.id, **SHORT).output_text
 
 
 def test_an_unknown_previous_response_id_is_a_404_naming_it(client):
