@@ -1,7 +1,8 @@
 """A gpt-oss (harmony) model behind the chat route: its analysis channel comes back as
 `reasoning_content`, its calls as `tool_calls` streamed argument by argument, its final channel
 as content; `reasoning_effort` reaches its template's system message (a model whose template has
-no such setting refuses it: tests/engine/server/test_api_errors.py).
+no such setting refuses it: tests/engine/server/test_api_errors.py). Behind /v1/responses the
+same reply is a reasoning item, then a message or a function_call item.
 
 The harmony model is a fake backend over a small tokenizer with harmony's special tokens
 (tests/engine/harmony_chat.py) that streams a scripted reply token by token: the claims are the
@@ -142,3 +143,40 @@ def test_a_named_function_under_harmony_constrains_the_call_frame_and_reads_it_b
     message = reply.choices[0].message
     assert message.tool_calls[0].function.arguments == ARGUMENTS
     assert message.model_extra["reasoning_content"] == "Need the weather tool."
+
+
+RESPONSES_TOOLS = [{"type": "function", "name": "get_weather",
+                    "parameters": TOOLS[0]["function"]["parameters"]}]
+
+
+def test_responses_reasoning_effort_reaches_the_template_as_the_chat_routes_does(harmony):
+    backend, client = harmony
+    backend.reply = ANSWER_REPLY
+    client.responses.create(model="gpt-oss-test", input="Weather in Tokyo?",
+                            reasoning={"effort": "low"})
+    assert "Reasoning: low" in backend.requests[-1][0]
+
+
+def test_a_harmony_answer_is_a_reasoning_item_then_a_message_in_responses(harmony):
+    backend, client = harmony
+    backend.reply = ANSWER_REPLY
+    reasoning, message = client.responses.create(model="gpt-oss-test",
+                                                 input="What is 2 + 2?").output
+    assert reasoning.type == "reasoning" and reasoning.content[0].text == "Simple sum."
+    assert message.type == "message" and message.content[0].text == "2 + 2 = 4."
+
+
+def test_a_streamed_harmony_call_is_reasoning_events_then_a_function_call_item(harmony):
+    backend, client = harmony
+    backend.reply = CALL_REPLY
+    with client.responses.stream(model="gpt-oss-test", input="Weather in Tokyo?",
+                                 tools=RESPONSES_TOOLS) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    thought = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    pieces = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+    assert thought == "Need the weather tool."
+    assert len(pieces) > 2 and "".join(pieces) == ARGUMENTS
+    reasoning, call = final.output
+    assert reasoning.type == "reasoning" and call.type == "function_call"
+    assert call.name == "get_weather" and call.arguments == ARGUMENTS
