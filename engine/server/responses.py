@@ -81,9 +81,9 @@ def _turn(body: ResponsesRequest, store: ResponseStore) -> Turn:
         if body.input is None:
             raise APIError(400, "input is missing: give the input, or a previous_response_id "
                                 "to continue", param="input")
-        return Turn((), tuple(input_messages(body.input)))
+        return Turn((), tuple(input_messages(body.input, ())))
     history = store.get(body.previous_response_id, "previous_response_id").conversation
-    return Turn(history, () if body.input is None else tuple(input_messages(body.input)))
+    return Turn(history, () if body.input is None else tuple(input_messages(body.input, history)))
 
 
 def _instructions(body: ResponsesRequest) -> list[ChatMessage]:
@@ -92,13 +92,17 @@ def _instructions(body: ResponsesRequest) -> list[ChatMessage]:
                                                              content=body.instructions)]
 
 
-def input_messages(given: str | list[dict]) -> list[ChatMessage]:
+def input_messages(given: str | list[dict], history: tuple[ChatMessage, ...],
+                   ) -> list[ChatMessage]:
     """`input` as chat messages: a function call joins the assistant message before it (a
     model's calls and its text are one turn), its output is a tool message."""
     if isinstance(given, str):
         return [ChatMessage(role="user", content=given)]
     messages: list[ChatMessage] = []
-    names: dict[str, str] = {}  # call_id -> the function, which some templates name
+    # call_id -> the function, which some templates name in its output's message; the call
+    # may be in this input or in the response it continues.
+    names = {call.id: call.function.name for message in history
+             for call in message.tool_calls or ()}
     for index, raw in enumerate(given):
         item = _input_item(raw, index)
         if item.type == "message":
@@ -300,6 +304,12 @@ class _Finisher:
         return body
 
 
+# The event that ends a stream, by the response's status: a reply the server stopped (it is
+# shutting down) has no event of its own in OpenAI's set, so it ends as a failure would.
+_LAST_EVENT = {"completed": "response.completed", "incomplete": "response.incomplete",
+               "cancelled": "response.failed"}
+
+
 def status_of(final: RequestOutput) -> str:
     return {"stop": "completed", "length": "incomplete"}.get(finish_reason(final), "cancelled")
 
@@ -357,5 +367,4 @@ async def _events(shape: ReplyShape, finished: _Finisher) -> AsyncIterator[str]:
     for event in events.finish(_item_status(status)):
         yield sse_event(event)
     body = finished.done(status, events.items, final)
-    kind = "response.completed" if status == "completed" else "response.incomplete"
-    yield sse_event(events.event(kind, response=body))
+    yield sse_event(events.event(_LAST_EVENT[status], response=body))

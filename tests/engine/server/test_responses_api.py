@@ -90,6 +90,24 @@ def test_a_forced_call_and_its_output_make_a_round_trip(client):
     assert second.output[0].type == "message" and second.output_text
 
 
+def test_a_call_output_can_continue_the_response_that_made_the_call(client):
+    first = client.responses.create(
+        input="What is the weather in Rome?", tools=TOOLS,
+        tool_choice={"type": "function", "name": "get_weather"}, **SHORT)
+    call = first.output[0]
+    output = {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}
+    continued = client.responses.create(previous_response_id=first.id, input=[output],
+                                        tools=TOOLS, tool_choice="none", **SHORT)
+    # The same conversation given whole: the question, the call and its output.
+    whole = client.responses.create(
+        input=[{"role": "user", "content": "What is the weather in Rome?"},
+               {"type": "function_call", "call_id": call.call_id, "name": call.name,
+                "arguments": call.arguments}, output],
+        tools=TOOLS, tool_choice="none", store=False, **SHORT)
+    assert continued.usage.input_tokens == whole.usage.input_tokens
+    assert continued.output_text == whole.output_text
+
+
 def test_a_streamed_call_sends_its_arguments_in_pieces(client):
     named = {"input": "Weather in Oslo?", "tools": TOOLS,
              "tool_choice": {"type": "function", "name": "get_weather"}, **SHORT}
