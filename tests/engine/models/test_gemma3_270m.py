@@ -95,9 +95,26 @@ def test_gemma3_270m_predicts_the_next_token_as_transformers_does_but_at_near_ti
     assert (gaps <= NEAR_TIE).all(), f"missed transformers' choice at top-2 gaps {gaps.tolist()}"
 
 
-def test_gemma3_270m_continues_the_capital_of_france_as_llama_cpp_and_transformers_do(llm):
-    out, = llm.generate(["The capital of France is"], SamplingParams(temperature=0, max_tokens=16))
-    assert out.outputs[0].text.startswith(FRANCE)
+def test_gemma3_270m_continues_the_capital_of_france_as_llama_cpp_and_transformers_do(
+        gemma3_270m, llm, reference):
+    """Their text, or theirs up to a token where our pick and theirs are both within NEAR_TIE
+    of transformers' best logit. Which kernel a layer runs is timed at load, so a loaded
+    machine may pick another of two exact-enough paths and part at such a tie (seen at the
+    12th token, "largest" against "capital")."""
+    _, _, tokenizer = gemma3_270m
+    prompt = tokenizer.encode("The capital of France is")
+    theirs = tokenizer.encode(FRANCE, add_special_tokens=False)
+    out, = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=len(theirs)))
+    ours = list(out.outputs[0].token_ids)
+    parted = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)
+    if parted is None:
+        assert out.outputs[0].text.startswith(FRANCE)
+        return
+    assert parted >= 8, f"parted at token {parted}: {out.outputs[0].text!r}"
+    with torch.inference_mode():
+        logits = reference(torch.tensor([prompt + theirs[:parted]])).logits[0, -1]
+    behind = (logits.max() - logits[[ours[parted], theirs[parted]]]).tolist()
+    assert max(behind) <= NEAR_TIE, f"token {parted}: {behind} behind transformers' best"
 
 
 def test_gemma3_270m_greedy_tokens_part_from_llama_cpps_only_at_near_ties(
