@@ -29,6 +29,9 @@ GREEDY_ENGINE = {"num_kv_blocks": 128, "num_threads": 1}
 # A top-2 logit gap under this is within bf16's reach: the largest gap where bf16 predicted
 # another next token than fp32, over the quality text, was 0.27.
 BF16_NEAR_TIE = 0.5
+# The quality reference's first three prefill chunks (its English): half the bf16 prefill of the
+# whole head, and ~500 positions with a top-2 gap over BF16_NEAR_TIE still bind the claim.
+BF16_TOKENS = 768
 
 
 def runner_in(loaded: LoadedModel, dtype: torch.dtype) -> ModelRunner:
@@ -63,15 +66,20 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 @pytest.mark.slow
 def test_bf16_predicts_the_next_token_as_fp32_does_but_at_near_ties(default_model,
                                                                      quality_reference_head):
-    """Teacher-forced over the quality text's first 1,536 tokens (English and the start of its
-    Chinese): a bf16 prefill on a CPU without AVX512-BF16 takes ~30 ms a token, so the whole
-    text's 2,561 were ~85 s of the suite; ~1,000 of these positions have a top-2 gap over
-    BF16_NEAR_TIE, each a prediction bf16 must share."""
+    """Teacher-forced over the quality text's first BF16_TOKENS tokens: a bf16 prefill on a CPU
+    without AVX512-BF16 takes ~30 ms a token, so the whole text's 2,561 were ~85 s of the suite
+    and the reference's 1,536 ~54 s; 506 of these 767 predictions have a top-2 gap over
+    BF16_NEAR_TIE, each one bf16 must share. The fp32 logits of a prefix are the reference's
+    own rows: a causal prefill in the same 256-token chunks computes them alike."""
     token_ids, fp32 = quality_reference_head
+    token_ids, fp32 = token_ids[:BF16_TOKENS], fp32[:BF16_TOKENS]
     bf16 = prompt_logits(runner_in(default_model, torch.bfloat16), token_ids)
     report = compare(fp32, bf16, token_ids)
-    assert report.top1_agreement >= 0.96  # measured 97.9% (97.1-97.3% over the whole text)
-    assert abs(report.perplexity_ratio - 1) < 0.005  # measured 1.0001 (1.0003 over the whole)
+    # Measured over these tokens: 97.7% and 1.0001 without AVX512-BF16 (oneDNN held to
+    # AVX512_CORE_VNNI; the same 97.7% over the 1,536), 97.4% and 1.0014 with it (97.7% and
+    # 1.0010 over the 1,536); the largest gap where the two parted was 0.17 (0.27 over the whole).
+    assert report.top1_agreement >= 0.96
+    assert abs(report.perplexity_ratio - 1) < 0.005
     assert gaps_where_predictions_part(fp32[:-1], bf16[:-1]).max() < BF16_NEAR_TIE
 
 
