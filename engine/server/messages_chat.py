@@ -50,6 +50,7 @@ def chat_request(body: MessagesRequest | CountTokensRequest, messages: list[Chat
         "tools": _chat_tools(body.tools),
         "chat_template_kwargs": _thinking_kwargs(body.thinking, chat_template or ""),
         **_tool_choice(body.tool_choice),
+        **_prefill(messages),
     }
     if isinstance(body, MessagesRequest):
         fields |= {"max_completion_tokens": body.max_tokens, "stop": body.stop_sequences,
@@ -60,6 +61,18 @@ def chat_request(body: MessagesRequest | CountTokensRequest, messages: list[Chat
             {name: value for name, value in fields.items() if value is not None})
     except ValidationError as exc:
         raise validation_error(exc) from exc
+
+
+def _prefill(messages: list[ChatMessage]) -> dict:
+    """A conversation that ends with the assistant's words is a reply begun: the model goes on
+    with it (Anthropic's prefill), as the chat endpoint's continue_final_message does."""
+    last = messages[-1] if messages else None
+    if last is None or last.role != "assistant":
+        return {}
+    if last.tool_calls:
+        raise APIError(400, "messages ends with an assistant tool_use: send its tool_result in "
+                            "a user message", param="messages")
+    return {"continue_final_message": True, "add_generation_prompt": False}
 
 
 def _chat_tools(tools: list[ToolDefinition] | None) -> list[dict] | None:

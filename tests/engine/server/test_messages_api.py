@@ -184,3 +184,11 @@ def test_the_key_is_read_from_x_api_key_and_a_wrong_one_is_refused(start_server)
         connect(server, "sk-wrong").messages.count_tokens(model=MODEL, messages=ASK)
     assert caught.value.body["error"]["type"] == "authentication_error"
     assert anthropic.__version__  # the client that sent x-api-key
+
+
+def test_a_final_assistant_message_is_a_reply_the_model_goes_on_with(claude):
+    whole = text_of(claude.messages.create(messages=ASK, **{**SHORT, "max_tokens": 16}))
+    begun = whole[:whole.index(":") + 1]  # "1. Red:", the reply's first tokens
+    went_on = claude.messages.create(
+        messages=[*ASK, {"role": "assistant", "content": begun}], **SHORT)
+    assert (begun + text_of(went_on)).startswith(whole[:len(begun) + 12])
