@@ -84,6 +84,8 @@ def _chat_tools(tools: list[ToolDefinition] | None) -> list[dict] | None:
             raise APIError(400, f"tools[{i}].type={tool.type!r}: only client tools (name, "
                                 "description, input_schema) are supported: this server runs "
                                 "no built-in tools", param=f"tools[{i}].type")
+        if tool.cache_control is not None:
+            tool.cache_control.check(f"tools[{i}].cache_control")
         function = {"name": tool.name, "parameters": tool.input_schema}
         if tool.description is not None:
             function["description"] = tool.description

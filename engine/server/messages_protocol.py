@@ -96,9 +96,6 @@ _MESSAGES_REFUSED: dict[str, Refusal] = {
     "inference_geo": (is_set, "it runs on this machine only"),
     "speed": (lambda v: v not in (None, "standard"), "it has one speed"),
     "diagnostics": (is_set, "it reports no prompt-cache diagnostics"),
-    "cache_control": (lambda v: v is not None and v != {"type": "ephemeral"},
-                      "only {'type': 'ephemeral'} is supported (its prefix cache keeps every "
-                      "prompt's blocks)"),
 }
 
 
@@ -114,9 +111,13 @@ class _MessagesBody(RefusingRequest):
     tools: list[ToolDefinition] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: ToolChoice | None = None
     thinking: ThinkingConfig | None = None
+    # Anthropic's automatic caching of the prompt's longest cached prefix.
+    cache_control: CacheControl | None = None
 
     def check_supported(self) -> None:
         super().check_supported()
+        if self.cache_control is not None:
+            self.cache_control.check("cache_control")
         if self.tool_choice is not None and self.tool_choice.type not in _TOOL_CHOICES:
             raise APIError(400, f"tool_choice.type={self.tool_choice.type!r}: one of "
                                 f"{', '.join(_TOOL_CHOICES)}", param="tool_choice.type")

@@ -157,6 +157,8 @@ def test_an_unknown_model_is_a_not_found_error(claude):
     ({"messages": [{"role": "user", "content": [
         {"type": "text", "text": "Hi", "cache_control": {"type": "persistent"}}]}]},
      "messages[0].content[0].cache_control.type"),
+    ({"tools": [{**TOOLS[0], "cache_control": {"type": "persistent"}}]},
+     "tools[0].cache_control.type"),
 ])
 def test_what_this_server_cannot_do_is_refused_naming_it(claude, extra, named):
     with pytest.raises(BadRequestError) as caught:
@@ -172,7 +174,9 @@ def test_cache_control_and_earlier_thinking_are_read_and_the_reply_goes_on(claud
         {"role": "assistant", "content": [
             {"type": "thinking", "thinking": "Greet back.", "signature": ""},
             {"type": "text", "text": "Hello!"}]},
-        {"role": "user", "content": "Name a colour."}], metadata={"user_id": "u-1"}, **SHORT)
+        {"role": "user", "content": "Name a colour."}], metadata={"user_id": "u-1"},
+        system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        **{**SHORT, "extra_body": {"temperature": 0, "cache_control": {"type": "ephemeral"}}})
     assert text_of(message)
 
 
