@@ -113,7 +113,7 @@ async def _events(reply: _Reply) -> AsyncIterator[str]:
     error event."""
     blocks = MessageBlocks()
     stream = reply.prepared.shape.streamer()
-    started = False
+    started, final = False, None
     try:
         async for _, out in reply.prepared.generation.events():
             if not started:
@@ -125,6 +125,8 @@ async def _events(reply: _Reply) -> AsyncIterator[str]:
                 final = out
             for event in sent:
                 yield sse_event(event)
+        if final is None:
+            raise APIError(500, "the engine ended the reply without its last output")
         stop = reply.stop(final, blocks)
     except APIError as exc:
         yield sse_event(exc.anthropic_body())

@@ -123,6 +123,7 @@ class _MessagesBody(RefusingRequest):
                                 f"{', '.join(_TOOL_CHOICES)}", param="tool_choice.type")
         if self.thinking is not None:
             self._check_thinking(self.thinking)
+            self._check_thinking_with_tools(self.thinking, self.tool_choice)
 
     def _check_thinking(self, thinking: ThinkingConfig) -> None:
         if thinking.type not in ("enabled", "adaptive", "disabled"):
@@ -137,6 +138,17 @@ class _MessagesBody(RefusingRequest):
                                            or thinking.budget_tokens < MIN_THINKING_BUDGET):
             raise APIError(400, f"thinking.budget_tokens: at least {MIN_THINKING_BUDGET} with "
                                 "thinking enabled", param="thinking.budget_tokens")
+
+
+    @staticmethod
+    def _check_thinking_with_tools(thinking: ThinkingConfig, choice: ToolChoice | None) -> None:
+        """Anthropic refuses this pair, and so does this server: on every template but
+        harmony's a forced call's constraint is the whole reply, with no room to think."""
+        if thinking.type != "disabled" and choice is not None and choice.type in ("any",
+                                                                                  "tool"):
+            raise APIError(400, f"thinking cannot be {thinking.type} when tool_choice forces "
+                                f"a tool ({choice.type!r}): use 'auto' or 'none', or leave "
+                                "thinking out", param="thinking")
 
 
 _TOOL_CHOICES = ("auto", "any", "tool", "none")

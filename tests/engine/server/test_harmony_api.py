@@ -225,3 +225,10 @@ def test_a_harmony_models_thinking_cannot_be_disabled_and_is_refused_in_words(cl
     with pytest.raises(BadRequestError, match="always reasons"):
         claude.messages.create(model="gpt-oss-test", max_tokens=64, messages=USER,
                                thinking={"type": "disabled"})
+
+
+def test_thinking_with_a_forced_tool_is_refused_as_anthropic_refuses_it(claude):
+    with pytest.raises(BadRequestError, match="forces a tool"):
+        claude.messages.create(model="gpt-oss-test", max_tokens=2048, messages=USER,
+                               tools=MESSAGES_TOOLS, tool_choice={"type": "any"},
+                               thinking={"type": "enabled", "budget_tokens": 1024})

@@ -154,6 +154,7 @@ def test_an_unknown_model_is_a_not_found_error(claude):
      "tools[0].type"),
     ({"extra_body": {"top_logprobs": 2}}, "top_logprobs"),
     ({"thinking": {"type": "between_tools"}}, "thinking.type"),
+    ({"stop_sequences": [""]}, "stop_sequences"),
     ({"messages": [{"role": "user", "content": [
         {"type": "text", "text": "Hi", "cache_control": {"type": "persistent"}}]}]},
      "messages[0].content[0].cache_control.type"),
