@@ -1,14 +1,18 @@
 """POST /v1/messages and /v1/messages/count_tokens through the real anthropic client against the
 real server: text, the SDK's stream, a forced tool_use and its tool_result, stop sequences,
-token counts, Anthropic's error shape, the x-api-key header, and what is refused."""
+token counts, every streamed event against the SDK's types, Anthropic's error shape, the x-api-key
+header, and what is refused."""
 
 from __future__ import annotations
+
+import json
 
 import anthropic
 import httpx
 import pytest
 from anthropic import Anthropic, AuthenticationError, BadRequestError, NotFoundError
-from anthropic.types import Message
+from anthropic.types import Message, RawMessageStreamEvent
+from pydantic import TypeAdapter
 
 from engine.server.api import ServerSettings
 from tests.engine.server.conftest import MODEL
@@ -197,3 +201,30 @@ def test_a_final_assistant_message_is_a_reply_the_model_goes_on_with(claude):
     went_on = claude.messages.create(
         messages=[*ASK, {"role": "assistant", "content": begun}], **SHORT)
     assert (begun + text_of(went_on)).startswith(whole[:len(begun) + 12])
+
+
+def raw_events(server, body: dict) -> list[tuple[str, dict]]:
+    """The stream's (event name, data) pairs, read as sent."""
+    with httpx.stream("POST", f"{server.url}/v1/messages", json={**body, "stream": True},
+                      headers={"anthropic-version": "2023-06-01"}, timeout=60) as answer:
+        frames = answer.read().decode().strip().split("\n\n")
+    pairs = []
+    for frame in frames:
+        name, data = frame.split("\n")
+        pairs.append((name.removeprefix("event: "), json.loads(data.removeprefix("data: "))))
+    return pairs
+
+
+@pytest.mark.parametrize("extra", [{}, {"tools": TOOLS, "tool_choice": {"type": "any"}}])
+def test_every_streamed_event_validates_as_the_sdks_type_and_is_named_by_it(server, extra):
+    body = {"model": MODEL, "max_tokens": 24, "temperature": 0,
+            "messages": [{"role": "user", "content": "Weather in Lima?"}], **extra}
+    events = raw_events(server, body)
+    adapter = TypeAdapter(RawMessageStreamEvent)
+    for name, data in events:
+        assert name == data["type"]
+        adapter.validate_python(data, strict=False)
+    Message.model_validate(events[0][1]["message"])
+    whole = httpx.post(f"{server.url}/v1/messages", json=body, timeout=60).json()
+    Message.model_validate(whole)
+    assert events[-2][1]["delta"]["stop_reason"] == whole["stop_reason"]
