@@ -355,7 +355,8 @@ class LLMEngine:
             seq.metrics.first_token_time = time.monotonic()
         delta_text, new_tokens = self._detokenize(seq, detok, new_tokens)
         completion = CompletionOutput(0, detok.text, list(seq.output_token_ids),
-                                      seq.finish_reason, delta_text, list(new_tokens))
+                                      seq.finish_reason, delta_text, list(new_tokens),
+                                      stop_string=detok.stop_string)
         prompt_logprobs = self._prompt_logprobs.get(seq.request_id)
         so_far = self._logprobs.get(seq.request_id)
         if so_far is not None:

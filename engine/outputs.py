@@ -84,6 +84,8 @@ class CompletionOutput:
     delta_text: str = ""
     delta_token_ids: list[int] = field(default_factory=list)
     error: str | None = None
+    # The stop string (of SamplingParams.stop) that ended it, if one did.
+    stop_string: str | None = None
     # With SamplingParams.logprobs: one entry per token of token_ids, and those of this output.
     logprobs: list[TokenLogprobs] | None = None
     delta_logprobs: list[TokenLogprobs] | None = None

@@ -13,6 +13,8 @@ from engine.server.chat import create_chat_completion
 from engine.server.completions import create_completion
 from engine.server.embeddings import create_embeddings
 from engine.server.errors import APIError, install_handlers
+from engine.server.messages import count_tokens, create_message
+from engine.server.messages_protocol import CountTokensRequest, MessagesRequest
 from engine.server.metrics import CONTENT_TYPE, CountingMiddleware, ServerMetrics
 from engine.server.protocol import (
     ChatCompletionRequest,
@@ -95,7 +97,8 @@ def _add_middleware(app: FastAPI, settings: ServerSettings) -> None:
     if settings.allowed_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins),
                            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
-                           allow_headers=["Authorization", "Content-Type"])
+                           allow_headers=["Authorization", "Content-Type", "x-api-key",
+                                          "anthropic-version"])
     if settings.checks_host:
         app.add_middleware(HostCheckMiddleware, allowed=settings.allowed_hosts)
 
@@ -162,6 +165,14 @@ def _add_routes(app: FastAPI, source: ModelSource) -> None:
         return await create_response(body, request, _served(source, body.model), metrics,
                                      budget, stored)
 
+    @app.post("/v1/messages")
+    async def messages(body: MessagesRequest, request: Request):
+        return await create_message(body, request, _served(source, body.model), metrics, budget)
+
+    @app.post("/v1/messages/count_tokens")
+    async def message_tokens(body: CountTokensRequest) -> dict:
+        return await count_tokens(body, _served(source, body.model))
+
     @app.get("/v1/responses/{response_id}")
     async def get_response(response_id: str, request: Request) -> dict:
         _no_query(request)
@@ -179,7 +190,7 @@ def _add_routes(app: FastAPI, source: ModelSource) -> None:
                                        budget)
 
     @app.post("/tokenize")
-    async def count_tokens(body: TokenizeRequest) -> dict:
+    async def prompt_tokens(body: TokenizeRequest) -> dict:
         return await tokenize(body, _served(source, body.model))
 
     @app.post("/detokenize")

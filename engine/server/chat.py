@@ -55,11 +55,18 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                          lambda finals: _completion(generation, shape, finals))
 
 
-async def prepare_chat(body: ChatCompletionRequest, request: Request, served: ServedModel,
-                       metrics: ServerMetrics, budget: WorkBudget,
-                       request_id: str) -> PreparedChat:
-    """The request checked, its prompt encoded and its constraint compiled (the Responses
-    endpoint, engine/server/responses.py, comes here with the chat it builds)."""
+@dataclass(slots=True)
+class EncodedChat:
+    """A chat request checked and its prompt encoded by the model's template: what the reply
+    and a token count (POST /v1/messages/count_tokens) both start from."""
+
+    prompt: list[int]
+    use: ToolUse
+    constraint: str | None  # the field whose constraint the reply follows, if any
+
+
+async def encode_chat_request(body: ChatCompletionRequest, served: ServedModel) -> EncodedChat:
+    """The request checked and its prompt encoded, tools and template settings included."""
     body.check_supported()
     messages = engine_chat(body.messages)
     if body.continue_final_message and body.add_generation_prompt:
@@ -74,6 +81,17 @@ async def prepare_chat(body: ChatCompletionRequest, request: Request, served: Se
         prompt = await served.backend.chat_tokenizer.encode_chat(
             messages, continue_final_message=body.continue_final_message, tools=use.tools,
             template_kwargs=template_kwargs)
+    return EncodedChat(prompt, use, constraint)
+
+
+async def prepare_chat(body: ChatCompletionRequest, request: Request, served: ServedModel,
+                       metrics: ServerMetrics, budget: WorkBudget,
+                       request_id: str) -> PreparedChat:
+    """The request checked, its prompt encoded and its constraint compiled (the Responses and
+    Messages endpoints, engine/server/responses.py and messages.py, come here with the chat
+    they build)."""
+    encoded = await encode_chat_request(body, served)
+    prompt, use = encoded.prompt, encoded.use
     try:
         shape = reply_shape(served.backend.chat_template, use,
                             lambda: served.backend.token_text(prompt[-_PROMPT_TAIL_TOKENS:]))
@@ -83,8 +101,8 @@ async def prepare_chat(body: ChatCompletionRequest, request: Request, served: Se
         choices = [Choice(prompt, shape.adjusted(_params(body, i, use)))
                    for i in range(body.n)]
     generation = Generation(served, metrics, budget, choices, request_id, "messages")
-    if constraint is not None:
-        await generation.check_constraint(constraint, request)
+    if encoded.constraint is not None:
+        await generation.check_constraint(encoded.constraint, request)
     return PreparedChat(generation, shape)
 
 

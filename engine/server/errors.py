@@ -1,4 +1,5 @@
-"""Errors in OpenAI's JSON shape: {"error": {"message", "type", "param", "code"}}."""
+"""Errors in OpenAI's JSON shape, {"error": {"message", "type", "param", "code"}}, or on the
+routes of Anthropic's Messages API in its shape, {"type": "error", "error": {"type", "message"}}."""
 
 from __future__ import annotations
 
@@ -19,6 +20,14 @@ _TYPES = {
     500: "server_error",
     503: "service_unavailable",
 }
+# Anthropic's error types by status (its SDK picks the exception by the status).
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+    404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
+    429: "rate_limit_error", 503: "overloaded_error",
+}
+# The paths whose clients speak Anthropic's API (engine/server/messages.py).
+ANTHROPIC_PATHS = "/v1/messages"
 _SAMPLING_FIELD = re.compile(r"SamplingParams\.(\w+)=")
 _MESSAGES_FIELD = re.compile(r"^(messages\[\d+\](?:\.\w+)?)")
 
@@ -38,8 +47,15 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": _TYPES.get(self.status, "error"),
                           "param": self.param, "code": self.code}}
 
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status)
+    def anthropic_body(self) -> dict:
+        return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(self.status, "api_error"),
+                                           "message": self.message}}
+
+    def response(self, path: str = "") -> JSONResponse:
+        """The error in the shape the clients of `path` read."""
+        anthropic = path == ANTHROPIC_PATHS or path.startswith(ANTHROPIC_PATHS + "/")
+        return JSONResponse(self.anthropic_body() if anthropic else self.body(),
+                            status_code=self.status)
 
 
 def from_engine_error(exc: Exception, prompt_field: str) -> APIError:
@@ -65,6 +81,25 @@ def as_api_errors(prompt_field: str) -> Iterator[None]:
         raise
     except Exception as exc:
         raise from_engine_error(exc, prompt_field) from exc
+
+
+@contextmanager
+def renamed_fields(names: tuple[tuple[re.Pattern, str], ...]) -> Iterator[None]:
+    """Errors raised inside with the fields they name renamed (pattern -> replacement): a
+    request that another endpoint's code checks (Responses and Messages become chat requests)
+    is answered in its own fields' names."""
+    try:
+        yield
+    except APIError as exc:
+        exc.message = _renamed(exc.message, names)
+        exc.param = None if exc.param is None else _renamed(exc.param, names)
+        raise
+
+
+def _renamed(text: str, names: tuple[tuple[re.Pattern, str], ...]) -> str:
+    for pattern, name in names:
+        text = pattern.sub(name, text)
+    return text
 
 
 def _param_of(message: str, prompt_field: str) -> str | None:
@@ -112,16 +147,16 @@ def _path(location: list) -> str:
 
 def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
-    async def _api_error(_request: Request, exc: APIError) -> JSONResponse:
-        return exc.response()
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return exc.response(request.url.path)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return validation_error(exc).response()
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return validation_error(exc).response(request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if isinstance(exc.__cause__, RecursionError):  # FastAPI's "error parsing the body"
             return APIError(400, "the request body nests its arrays and objects too deep to "
-                                 "be read: send JSON of ordinary depth").response()
-        return APIError(exc.status_code, str(exc.detail)).response()
+                                 "be read: send JSON of ordinary depth").response(request.url.path)
+        return APIError(exc.status_code, str(exc.detail)).response(request.url.path)

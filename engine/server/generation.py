@@ -64,9 +64,20 @@ def prompt_progress(progress: PromptProgress) -> dict:
             "time_ms": round(progress.elapsed * 1000)}
 
 
+def item_id(prefix: str) -> str:
+    """An id in the underscored form of OpenAI's Responses and Anthropic's Messages (resp_...,
+    msg_...)."""
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
 def sse(payload: dict | str) -> str:
     data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
     return f"data: {data}\n\n"
+
+
+def sse_event(event: dict) -> str:
+    """A typed event, named by its `type` (the Responses' and Messages' streams)."""
+    return f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
 
 
 class Generation:

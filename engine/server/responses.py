@@ -17,14 +17,21 @@ from engine.parsers.replies import ReplyShape
 from engine.server.admission import WorkBudget
 from engine.server.chat import PreparedChat, prepare_chat
 from engine.server.errors import APIError
-from engine.server.generation import Generation, finish_reason, respond, usage
+from engine.server.generation import (
+    Generation,
+    finish_reason,
+    item_id,
+    respond,
+    sse_event,
+    usage,
+)
 from engine.server.metrics import ServerMetrics
 from engine.server.protocol import ChatMessage
 from engine.server.responses_chat import chat_request, responses_errors
 from engine.server.responses_input import input_messages, output_messages
 from engine.server.responses_protocol import ResponsesRequest
 from engine.server.responses_store import ResponseStore, StoredResponse
-from engine.server.responses_stream import ResponseEvents, item_id, sse_event
+from engine.server.responses_stream import ResponseEvents
 from engine.server.served import ServedModel
 
 

@@ -4,12 +4,11 @@ request's errors with the Responses fields' names."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 from pydantic import ValidationError
 
-from engine.server.errors import APIError, validation_error
+from engine.server.errors import APIError, renamed_fields, validation_error
 from engine.server.protocol import ChatCompletionRequest, ChatMessage
 from engine.server.responses_protocol import NamedFunctionChoice, ResponsesRequest
 
@@ -78,18 +77,6 @@ def _response_format(body: ResponsesRequest) -> dict | None:
             "json_schema": {k: v for k, v in schema.items() if v is not None}}
 
 
-@contextmanager
-def responses_errors() -> Iterator[None]:
+def responses_errors() -> AbstractContextManager[None]:
     """The chat request's errors with this endpoint's field names (input, text.format, ...)."""
-    try:
-        yield
-    except APIError as exc:
-        exc.message = _renamed(exc.message)
-        exc.param = None if exc.param is None else _renamed(exc.param)
-        raise
-
-
-def _renamed(text: str) -> str:
-    for pattern, name in _FIELD_NAMES:
-        text = pattern.sub(name, text)
-    return text
+    return renamed_fields(_FIELD_NAMES)

@@ -60,7 +60,7 @@ def _input_item(raw: dict, index: int) -> InputItem:
     try:
         item = InputItem.model_validate(raw)
     except ValidationError as exc:
-        raise _within(validation_error(exc), f"input[{index}]") from exc
+        raise within(validation_error(exc), f"input[{index}]") from exc
     needed = {"message": ("role",), "function_call": ("call_id", "name", "arguments"),
               "function_call_output": ("call_id", "output")}.get(item.type, ())
     for name in needed:
@@ -70,7 +70,7 @@ def _input_item(raw: dict, index: int) -> InputItem:
     return item
 
 
-def _within(error: APIError, path: str) -> APIError:
+def within(error: APIError, path: str) -> APIError:
     """An error about a part of `path`, named from the request's top."""
     if error.param is None:
         return APIError(error.status, f"{path}: {error.message}", param=path)

@@ -5,20 +5,12 @@ give the same items."""
 
 from __future__ import annotations
 
-import json
-import uuid
 from dataclasses import dataclass, field
+
+from engine.server.generation import item_id
 
 # Which output item each field of a chat delta grows.
 _KINDS = (("reasoning_content", "reasoning"), ("content", "message"))
-
-
-def item_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex}"
-
-
-def sse_event(event: dict) -> str:
-    return f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
 
 
 @dataclass(slots=True)

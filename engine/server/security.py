@@ -69,7 +69,7 @@ class HostCheckMiddleware:
                               f"page can point a name of its own at this machine. To serve that "
                               f"name, start the server with --allowed-hosts {name or 'NAME'}",
                          code="host_not_allowed")
-        await error.response()(scope, receive, send)
+        await error.response(scope["path"])(scope, receive, send)
 
     def _allows(self, scope: Scope) -> bool:
         header = dict(scope["headers"]).get(b"host")
@@ -80,8 +80,9 @@ class HostCheckMiddleware:
 
 
 class APIKeyMiddleware:
-    """Requests to every path but PUBLIC_PATHS must carry `Authorization: Bearer <key>`. The
-    key's SHA-256 is compared in constant time with the one the server was given."""
+    """Requests to every path but PUBLIC_PATHS must carry `Authorization: Bearer <key>`, or
+    `x-api-key: <key>` as Anthropic's clients send it. The key's SHA-256 is compared in
+    constant time with the one the server was given."""
 
     def __init__(self, app: ASGIApp, key_sha256: str) -> None:
         self.app = app
@@ -91,17 +92,24 @@ class APIKeyMiddleware:
         if scope["type"] == "http" and scope["path"] not in PUBLIC_PATHS \
                 and scope["method"] != "OPTIONS" and not self._authorized(scope):
             error = APIError(401, "a valid API key is required: send 'Authorization: Bearer "
-                                  "<key>' (the key the server was started with)",
+                                  "<key>' or 'x-api-key: <key>' (the key the server was "
+                                  "started with)",
                              code="invalid_api_key")
-            await error.response()(scope, receive, send)
+            await error.response(scope["path"])(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
     def _authorized(self, scope: Scope) -> bool:
-        header = dict(scope["headers"]).get(b"authorization", b"")
-        scheme, _, token = header.partition(b" ")
+        headers = dict(scope["headers"])
+        scheme, _, bearer = headers.get(b"authorization", b"").partition(b" ")
+        if scheme.lower() == b"bearer" and self._matches(bearer):
+            return True
+        key = headers.get(b"x-api-key")
+        return key is not None and self._matches(key)
+
+    def _matches(self, token: bytes) -> bool:
         given = hashlib.sha256(token.strip()).hexdigest().encode()
-        return scheme.lower() == b"bearer" and hmac.compare_digest(given, self._digest)
+        return hmac.compare_digest(given, self._digest)
 
 
 def json_containers(body: bytes) -> int:
@@ -141,7 +149,7 @@ class BodyLimitMiddleware:
             error = APIError(413, f"the request body holds more than {self.max_containers} JSON "
                                   "arrays and objects, the server's limit: send fewer prompts or "
                                   "messages per request", code="request_too_large")
-            await error.response()(scope, receive, send)
+            await error.response(scope["path"])(scope, receive, send)
             return
         replayed = False
 
@@ -172,4 +180,4 @@ class BodyLimitMiddleware:
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         error = APIError(413, f"the request body is larger than the server's limit of "
                               f"{self.max_bytes} bytes", code="request_too_large")
-        await error.response()(scope, receive, send)
+        await error.response(scope["path"])(scope, receive, send)

@@ -57,6 +57,11 @@ class IncrementalDetokenizer:
             self._chunks = ["".join(self._chunks)]
         return self._chunks[0] if self._chunks else ""
 
+    @property
+    def stop_string(self) -> str | None:
+        """The stop string that ended the output, once one has."""
+        return self._stop_string
+
     def update(self, new_token_ids: list[int], finished: bool = False) -> DetokenizerUpdate:
         """Adds sampled tokens; `finished` (stop, length or abort) releases all held-back text."""
         if self._stop_string is not None:

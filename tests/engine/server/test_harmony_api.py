@@ -2,7 +2,8 @@
 `reasoning_content`, its calls as `tool_calls` streamed argument by argument, its final channel
 as content; `reasoning_effort` reaches its template's system message (a model whose template has
 no such setting refuses it: tests/engine/server/test_api_errors.py). Behind /v1/responses the
-same reply is a reasoning item, then a message or a function_call item.
+same reply is a reasoning item, then a message or a function_call item; behind /v1/messages, a
+thinking block, then a text or a tool_use block.
 
 The harmony model is a fake backend over a small tokenizer with harmony's special tokens
 (tests/engine/harmony_chat.py) that streams a scripted reply token by token: the claims are the
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from anthropic import Anthropic, BadRequestError
 from openai import OpenAI
 
 from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
@@ -180,3 +182,53 @@ def test_a_streamed_harmony_call_is_reasoning_events_then_a_function_call_item(h
     reasoning, call = final.output
     assert reasoning.type == "reasoning" and call.type == "function_call"
     assert call.name == "get_weather" and call.arguments == ARGUMENTS
+
+
+MESSAGES_TOOLS = [{"name": "get_weather", "input_schema": TOOLS[0]["function"]["parameters"]}]
+
+
+@pytest.fixture(scope="module")
+def claude(harmony):
+    _, client = harmony
+    return Anthropic(base_url=str(client.base_url).removesuffix("/v1/"), api_key="unused",
+                     max_retries=0, timeout=60)
+
+
+def test_a_harmony_answer_is_a_thinking_block_then_a_text_block_in_messages(harmony, claude):
+    backend, _ = harmony
+    backend.reply = ANSWER_REPLY
+    thinking, text = claude.messages.create(
+        model="gpt-oss-test", max_tokens=2048, messages=USER,
+        thinking={"type": "enabled", "budget_tokens": 1024}).content
+    assert thinking.type == "thinking" and thinking.thinking == "Simple sum."
+    assert text.type == "text" and text.text == "2 + 2 = 4."
+
+
+def test_a_streamed_harmony_call_is_thinking_deltas_then_a_tool_use_in_pieces(harmony, claude):
+    backend, _ = harmony
+    backend.reply = CALL_REPLY
+    with claude.messages.stream(model="gpt-oss-test", max_tokens=256, messages=USER,
+                                tools=MESSAGES_TOOLS) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    deltas = [e.delta for e in events if e.type == "content_block_delta"]
+    thought = "".join(d.thinking for d in deltas if d.type == "thinking_delta")
+    pieces = [d.partial_json for d in deltas if d.type == "input_json_delta"]
+    assert thought == "Need the weather tool."
+    assert len(pieces) > 2 and "".join(pieces) == ARGUMENTS
+    thinking, call = final.content
+    assert thinking.type == "thinking" and call.type == "tool_use"
+    assert call.input == json.loads(ARGUMENTS) and final.stop_reason == "tool_use"
+
+
+def test_a_harmony_models_thinking_cannot_be_disabled_and_is_refused_in_words(claude):
+    with pytest.raises(BadRequestError, match="always reasons"):
+        claude.messages.create(model="gpt-oss-test", max_tokens=64, messages=USER,
+                               thinking={"type": "disabled"})
+
+
+def test_thinking_with_a_forced_tool_is_refused_as_anthropic_refuses_it(claude):
+    with pytest.raises(BadRequestError, match="forces a tool"):
+        claude.messages.create(model="gpt-oss-test", max_tokens=2048, messages=USER,
+                               tools=MESSAGES_TOOLS, tool_choice={"type": "any"},
+                               thinking={"type": "enabled", "budget_tokens": 1024})
