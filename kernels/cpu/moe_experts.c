@@ -91,11 +91,24 @@ static const struct { int values, bytes, super, mins; } TYPES[MOE_TYPES] = {
 #define CHAINS 2
 /* How far ahead of its reads a row's stream asks for memory: the hardware's prefetchers alone
  * left one core's stream at ~12 GB/s of the ~14 it reaches with this (Zen 3). */
+#ifndef PREFETCH_BYTES
 #define PREFETCH_BYTES 1536
+#endif
 
 /* MXFP4's levels plus 12: 0..24, unsigned bytes for maddubs (mxfp4_dot_row_avx2). */
 static const int8_t mxfp4_offset_levels[16] = {12, 13, 14, 15, 16, 18, 20, 24,
                                                12, 11, 10, 9, 8, 6, 4, 0};
+
+/* Where value e of block g sits in MXFP4's activation rows: in each whole group of 8 blocks,
+ * pair j (0..3) is 64 bytes, block j's values 0..15, block j + 4's 0..15, block j's 16..31,
+ * block j + 4's 16..31, so that one vector's halves hold two blocks (mxfp4_group_avx2); the
+ * blocks past the last whole group stay in order. */
+static size_t mxfp4_value_at(int k, int g, int e)
+{
+    if (g >= k / 256 * 8)
+        return (size_t)g * 32 + e;
+    return (size_t)(g / 8) * 256 + 64 * (g % 4) + 32 * (e / 16) + 16 * (g % 8 / 4) + e % 16;
+}
 
 /* Quantized activation rows, up to XROWS, each with its block scales and sums. */
 struct xrows {
@@ -191,7 +204,7 @@ static void mxfp4_row_scalar(const uint8_t *row, int k, const struct xrows *x, f
             nibble_block_scalar(block + 1, mxfp4_levels, q);
             int32_t sum = 0;
             for (int e = 0; e < 32; e++)
-                sum += (int32_t)q[e] * x->q[i][(size_t)g * 32 + e];
+                sum += (int32_t)q[e] * x->q[i][mxfp4_value_at(k, g, e)];
             acc[g % LANES] = fmaf((float)sum, mxfp4_scale(block) * x->scale[i][g], acc[g % LANES]);
         }
         out[i] = sum_lanes(acc);
@@ -478,12 +491,10 @@ static inline void block32_dot_avx2(const int type, const uint8_t *row, int k,
 }
 
 /* MXFP4 rows, 8 blocks (136 bytes) a step. Each block's levels are looked up plus 12
- * (0..24, unsigned), so maddubs takes them as they are (no sign tricks); two blocks' maddubs
- * outputs (pairs of at most 2 x 24 x 127) add in one hadd in int16, madd by ones makes int32,
- * and two hadds and a lane swap leave the 8 blocks' sums, one a lane, less 12 times each
- * block's sum of q: the blocks' exact integer products. Then one conversion and one
- * multiply-add by d_b s_x,b for the 8 blocks, where each block took its own (hot, one core,
- * 2880 x 2880: 9.3 -> 12.6 GB/s). */
+ * (0..24, unsigned), so maddubs takes them as they are (no sign tricks), and each block's
+ * exact integer product comes out less 12 times its activations' sum of q, which is added
+ * back in int32. Then one conversion and one multiply-add by d_b s_x,b for the 8 blocks, where
+ * each block took its own (hot, one core, 2880 x 2880: 9.3 -> 12.6 GB/s). */
 __attribute__((target(AVX2), always_inline))
 static inline __m256i mxfp4_offset_block_avx2(__m256i table, const uint8_t *block)
 {
@@ -513,6 +524,68 @@ static inline __m256 mxfp4_scales_avx2(const uint8_t *blocks, const int here,
                                                   _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)));
 }
 
+/* acc += (sums - 12 sum q) d s_x for blocks g .. g + here - 1, one a lane (0 past `here`,
+ * whose scales and sums are not read: an activation row's last blocks end its buffer). */
+__attribute__((target(AVX2), always_inline))
+static inline __m256 mxfp4_accumulate_avx2(__m256i sums, __m256 d, const struct xrows *x,
+                                           int i, int g, const int here, __m256 acc)
+{
+    __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(here),
+                                      _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256i qsum = here == 8 ? _mm256_loadu_si256((const __m256i *)(x->qsum[i] + g))
+                             : _mm256_maskload_epi32(x->qsum[i] + g, mask);
+    __m256 xs = here == 8 ? _mm256_loadu_ps(x->scale[i] + g)
+                          : _mm256_maskload_ps(x->scale[i] + g, mask);
+    /* 12 sum q, as 8 sum q + 4 sum q */
+    __m256i offset = _mm256_add_epi32(_mm256_slli_epi32(qsum, 3), _mm256_slli_epi32(qsum, 2));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sums, offset)),
+                           _mm256_mul_ps(d, xs), acc);
+}
+
+/* A whole group of 8 blocks against N activation rows paired as mxfp4_value_at lays them out.
+ * Pair j's vectors hold block j in their low half and block j + 4 in their high half, the
+ * values 0..15 in one and 16..31 in the other: one add sums their maddubs outputs in int16
+ * (at most 4 x 24 x 127 a lane), one madd by ones makes int32, and a transpose of the four
+ * pairs' partial sums (unpacks and adds) leaves block b's sum in lane b. Two hadds a pair of
+ * blocks before (~3 uops each here) made the same sums; this takes 0.8x their time hot. */
+__attribute__((target(AVX2), always_inline))
+static inline void mxfp4_group_avx2(const uint8_t *group, __m256i table, const struct xrows *x,
+                                    int g, const int subnormal, __m256 *acc, __m256i *low,
+                                    const int n)
+{
+    for (int at = 0; at < 8 * MXFP4_BYTES; at += 64)
+        _mm_prefetch((const char *)group + PREFETCH_BYTES + at, _MM_HINT_T0);
+    const __m256i fifteen = _mm256_set1_epi8(15);
+    __m256i low_values[4], high_values[4];
+    for (int j = 0; j < 4; j++) {
+        __m256i codes = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(group + j * MXFP4_BYTES + 1))),
+            _mm_loadu_si128((const __m128i *)(group + (j + 4) * MXFP4_BYTES + 1)), 1);
+        low_values[j] = _mm256_shuffle_epi8(table, _mm256_and_si256(codes, fifteen));
+        high_values[j] = _mm256_shuffle_epi8(
+            table, _mm256_and_si256(_mm256_srli_epi16(codes, 4), fifteen));
+    }
+    __m256 d = mxfp4_scales_avx2(group, 8, subnormal, low);
+    for (int i = 0; i < n; i++) {
+        const int8_t *xq = x->q[i] + (size_t)g * 32;
+        __m256i p[4]; /* lanes 0-3: block j's four partial sums, 4-7: block j + 4's */
+        for (int j = 0; j < 4; j++) {
+            __m256i lo = _mm256_loadu_si256((const __m256i *)(xq + 64 * j));
+            __m256i hi = _mm256_loadu_si256((const __m256i *)(xq + 64 * j + 32));
+            p[j] = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(low_values[j], lo),
+                                                      _mm256_maddubs_epi16(high_values[j], hi)),
+                                     _mm256_set1_epi16(1));
+        }
+        __m256i p01 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[0], p[1]),
+                                       _mm256_unpackhi_epi32(p[0], p[1]));
+        __m256i p23 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2], p[3]),
+                                       _mm256_unpackhi_epi32(p[2], p[3]));
+        __m256i sums = _mm256_add_epi32(_mm256_unpacklo_epi64(p01, p23),
+                                        _mm256_unpackhi_epi64(p01, p23));
+        acc[i] = mxfp4_accumulate_avx2(sums, d, x, i, g, 8, acc[i]);
+    }
+}
+
 /* Blocks b and b + 1's products with one activation row (0 past `here`): int32 lanes 0-1 of
  * each 128-bit half block b's, 2-3 block b + 1's. */
 __attribute__((target(AVX2), always_inline))
@@ -527,21 +600,18 @@ static inline __m256i mxfp4_pair_avx2(const __m256i *w, const int8_t *xq, int b,
     return _mm256_madd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_set1_epi16(1));
 }
 
-/* Blocks g .. g + here - 1 (here <= 8, a constant) of a row against N activation rows. */
+/* A row's last blocks g .. g + here - 1 (here < 8, a constant), in order in the activation
+ * rows: each block unpacked alone, two blocks' maddubs outputs added by one hadd in int16,
+ * two more hadds and a lane swap leave the blocks' sums one a lane. */
 __attribute__((target(AVX2), always_inline))
-static inline void mxfp4_group_avx2(const uint8_t *group, __m256i table, const struct xrows *x,
-                                    int g, const int here, const int subnormal, __m256 *acc,
-                                    __m256i *low, const int n)
+static inline void mxfp4_tail_avx2(const uint8_t *tail, __m256i table, const struct xrows *x,
+                                   int g, const int here, const int subnormal, __m256 *acc,
+                                   __m256i *low, const int n)
 {
-    for (int at = 0; at < 8 * MXFP4_BYTES; at += 64)
-        _mm_prefetch((const char *)group + PREFETCH_BYTES + at, _MM_HINT_T0);
     __m256i w[8];
     for (int b = 0; b < here; b++)
-        w[b] = mxfp4_offset_block_avx2(table, group + b * MXFP4_BYTES);
-    __m256 d = mxfp4_scales_avx2(group, here, subnormal, low);
-    /* lanes past `here`: not read (an activation row's last blocks end its buffer) */
-    __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(here),
-                                      _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        w[b] = mxfp4_offset_block_avx2(table, tail + b * MXFP4_BYTES);
+    __m256 d = mxfp4_scales_avx2(tail, here, subnormal, low);
     for (int i = 0; i < n; i++) {
         const int8_t *xq = x->q[i] + (size_t)g * 32;
         __m256i lo = _mm256_hadd_epi32(mxfp4_pair_avx2(w, xq, 0, here),
@@ -550,14 +620,7 @@ static inline void mxfp4_group_avx2(const uint8_t *group, __m256i table, const s
                                        mxfp4_pair_avx2(w, xq, 6, here));
         __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
                                         _mm256_permute2x128_si256(lo, hi, 0x31));
-        __m256i qsum = here == 8 ? _mm256_loadu_si256((const __m256i *)(x->qsum[i] + g))
-                                 : _mm256_maskload_epi32(x->qsum[i] + g, mask);
-        __m256 xs = here == 8 ? _mm256_loadu_ps(x->scale[i] + g)
-                              : _mm256_maskload_ps(x->scale[i] + g, mask);
-        /* 12 sum q, as 8 sum q + 4 sum q */
-        __m256i offset = _mm256_add_epi32(_mm256_slli_epi32(qsum, 3), _mm256_slli_epi32(qsum, 2));
-        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sums, offset)),
-                                 _mm256_mul_ps(d, xs), acc[i]);
+        acc[i] = mxfp4_accumulate_avx2(sums, d, x, i, g, here, acc[i]);
     }
 }
 
@@ -573,12 +636,12 @@ static inline int mxfp4_row_pass_avx2(const uint8_t *row, int k, const struct xr
         acc[i] = _mm256_setzero_ps();
     int blocks = k / 32, g = 0;
     for (; g + 8 <= blocks; g += 8)
-        mxfp4_group_avx2(row + (size_t)g * MXFP4_BYTES, table, x, g, 8, subnormal, acc, &low, n);
+        mxfp4_group_avx2(row + (size_t)g * MXFP4_BYTES, table, x, g, subnormal, acc, &low, n);
     const uint8_t *tail = row + (size_t)g * MXFP4_BYTES;
     switch (blocks - g) { /* the last blocks, their count a constant */
 #define MXFP4_TAIL(H)                                                                       \
     case H:                                                                                 \
-        mxfp4_group_avx2(tail, table, x, g, H, subnormal, acc, &low, n);                    \
+        mxfp4_tail_avx2(tail, table, x, g, H, subnormal, acc, &low, n);                     \
         break;
         MXFP4_TAIL(1) MXFP4_TAIL(2) MXFP4_TAIL(3) MXFP4_TAIL(4)
         MXFP4_TAIL(5) MXFP4_TAIL(6) MXFP4_TAIL(7)
@@ -732,9 +795,22 @@ static void block_sums(int isa, const int8_t *q, int blocks, int32_t *out)
  * Q6_K each 16 values' (half). */
 static int reads_sums(int type) { return type == MOE_MXFP4 || type == MOE_Q6_K; }
 
+/* MXFP4's activation row q (k values, each block's sum of q taken) laid out as
+ * mxfp4_value_at says. */
+static void mxfp4_pair_values(int8_t *q, int k)
+{
+    for (int at = 0; at + 256 <= k; at += 256) {
+        int8_t group[256];
+        memcpy(group, q + at, sizeof(group));
+        for (int g = at / 32; g < at / 32 + 8; g++)
+            for (int e = 0; e < 32; e += 16)
+                memcpy(q + mxfp4_value_at(k, g, e), group + 32 * (g % 8) + e, 16);
+    }
+}
+
 /* Row `row` of r: v quantized per 32 values, or per 256 (super); with `sums`, each block's
- * sum of q, or each 16 values' (super). */
-static void quantize_row(int isa, int super, int sums, const float *v, int k,
+ * sum of q, or each 16 values' (super); `paired`: MXFP4's layout (mxfp4_value_at). */
+static void quantize_row(int isa, int super, int sums, int paired, const float *v, int k,
                          const struct qrows *r, int row)
 {
     size_t b = (size_t)row * (k / 32);
@@ -752,6 +828,8 @@ static void quantize_row(int isa, int super, int sums, const float *v, int k,
     bq_quantize_rows(isa, 0, v, 1, k, q, r->scale + b, r->sum + b);
     if (sums && r->qsum)
         block_sums(isa, q, k / 32, r->qsum + b);
+    if (paired)
+        mxfp4_pair_values(q, k);
 }
 
 /* Counting sort of the (row, slot) pairs by expert; -1 for an id out of range. */
@@ -874,8 +952,9 @@ static int valid_layer(const struct moe_layer *l)
     return l->hidden > 0 && l->inter > 0 && l->num_experts > 0 && l->top_k > 0
         && l->top_k <= l->num_experts && valid_type(l->gate_type, l->hidden)
         && valid_type(l->up_type, l->hidden) && valid_type(l->down_type, l->inter)
-        /* gate and up read one quantization of x */
+        /* gate and up read one quantization of x, laid out alike */
         && TYPES[l->gate_type].super == TYPES[l->up_type].super
+        && (l->gate_type == MOE_MXFP4) == (l->up_type == MOE_MXFP4)
         && (l->activation == MOE_SILU || l->activation == MOE_SWIGLU_OAI)
         && l->gate && l->up && l->down;
 }
@@ -937,6 +1016,7 @@ static void run_gate_up(const struct step *t, int u)
         return;
     for (int p = r->begin[e]; p < r->begin[e + 1]; p++)
         quantize_row(t->isa, TYPES[layer->down_type].super, reads_sums(layer->down_type),
+                     layer->down_type == MOE_MXFP4,
                      t->h + (size_t)p * layer->inter, layer->inter, t->hq, p);
     __atomic_store_n(&t->c.ready[e * PAD], 1, __ATOMIC_RELEASE);
 }
@@ -1016,6 +1096,7 @@ int moe_forward(int isa, const struct moe_layer *layer, const float *x, int m,
     for (int i = 0; i < m; i++)
         quantize_row(isa, TYPES[layer->gate_type].super,
                      reads_sums(layer->gate_type) || reads_sums(layer->up_type),
+                     layer->gate_type == MOE_MXFP4,
                      x + (size_t)i * layer->hidden, layer->hidden, &xq, i);
 #pragma omp parallel num_threads(n_threads) if (n_threads > 1)
     run_step(&t);
@@ -1036,7 +1117,8 @@ int moe_linear(int isa, int type, const uint8_t *rows, int n, int k, const float
     char *at = work;
     struct qrows xq = take_qrows(&at, m, k);
     for (int i = 0; i < m; i++)
-        quantize_row(isa, TYPES[type].super, reads_sums(type), x + (size_t)i * k, k, &xq, i);
+        quantize_row(isa, TYPES[type].super, reads_sums(type), type == MOE_MXFP4,
+                     x + (size_t)i * k, k, &xq, i);
     dot_fn dot = pick_dot(isa, type);
     size_t bytes = row_bytes(type, k);
     for (int from = 0; from < m; from += XROWS) {
@@ -1064,7 +1146,7 @@ int moe_quantize_rows(int isa, int type, const float *x, int m, int k, int8_t *x
         return -1;
     struct qrows r = {xq, scale, sum, NULL, NULL, k};
     for (int i = 0; i < m; i++)
-        quantize_row(isa, TYPES[type].super, 0, x + (size_t)i * k, k, &r, i);
+        quantize_row(isa, TYPES[type].super, 0, 0, x + (size_t)i * k, k, &r, i);
     return 0;
 }
 
