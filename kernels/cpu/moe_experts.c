@@ -116,7 +116,7 @@ struct xrows {
     const int8_t *q[XROWS];
     const float *scale[XROWS];
     const float *sum[XROWS];
-    const int32_t *qsum[XROWS]; /* each block's sum of q, exact */
+    const int32_t *offset[XROWS]; /* MXFP4's: 12 times each block's sum of q, exact */
     const int16_t *half[XROWS]; /* each 16 values' sum of q (rows per 256) */
 };
 
@@ -532,14 +532,26 @@ static inline __m256 mxfp4_accumulate_avx2(__m256i sums, __m256 d, const struct 
 {
     __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(here),
                                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    __m256i qsum = here == 8 ? _mm256_loadu_si256((const __m256i *)(x->qsum[i] + g))
-                             : _mm256_maskload_epi32(x->qsum[i] + g, mask);
+    __m256i offset = here == 8 ? _mm256_loadu_si256((const __m256i *)(x->offset[i] + g))
+                               : _mm256_maskload_epi32(x->offset[i] + g, mask);
     __m256 xs = here == 8 ? _mm256_loadu_ps(x->scale[i] + g)
                           : _mm256_maskload_ps(x->scale[i] + g, mask);
-    /* 12 sum q, as 8 sum q + 4 sum q */
-    __m256i offset = _mm256_add_epi32(_mm256_slli_epi32(qsum, 3), _mm256_slli_epi32(qsum, 2));
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sums, offset)),
                            _mm256_mul_ps(d, xs), acc);
+}
+
+/* acc + u8 . s8 in int32 lanes, 4 byte products each, s8 the 32 bytes at `s8`: AVX512-VNNI's
+ * dpbusd at 256 bits, as an instruction written out, so that one body serves AVX2 and VNNI (GCC
+ * will not inline the intrinsic into a function built for AVX2); run only where
+ * bq_cpu_has(BQ_ISA_AVX512_VNNI). s8 stays a memory operand: in a register, the extra pressure
+ * put the row's accumulator on the stack. */
+__attribute__((target(AVX2), always_inline))
+static inline __m256i dpbusd_vnni(__m256i acc, __m256i u8, const int8_t *s8)
+{
+    __asm__("%{evex%} vpdpbusd %2, %1, %0"
+            : "+v"(acc)
+            : "v"(u8), "m"(*(const __m256i_u *)s8));
+    return acc;
 }
 
 /* A whole group of 8 blocks against N activation rows paired as mxfp4_value_at lays them out.
@@ -547,11 +559,12 @@ static inline __m256 mxfp4_accumulate_avx2(__m256i sums, __m256 d, const struct 
  * values 0..15 in one and 16..31 in the other: one add sums their maddubs outputs in int16
  * (at most 4 x 24 x 127 a lane), one madd by ones makes int32, and a transpose of the four
  * pairs' partial sums (unpacks and adds) leaves block b's sum in lane b. Two hadds a pair of
- * blocks before (~3 uops each here) made the same sums; this takes 0.8x their time hot. */
+ * blocks before (~3 uops each here) made the same sums; this takes 0.8x their time hot. VNNI:
+ * two dpbusd a pair in place of the maddubs, add and madd. */
 __attribute__((target(AVX2), always_inline))
 static inline void mxfp4_group_avx2(const uint8_t *group, __m256i table, const struct xrows *x,
                                     int g, const int subnormal, __m256 *acc, __m256i *low,
-                                    const int n)
+                                    const int n, const int vnni)
 {
     for (int at = 0; at < 8 * MXFP4_BYTES; at += 64)
         _mm_prefetch((const char *)group + PREFETCH_BYTES + at, _MM_HINT_T0);
@@ -570,11 +583,18 @@ static inline void mxfp4_group_avx2(const uint8_t *group, __m256i table, const s
         const int8_t *xq = x->q[i] + (size_t)g * 32;
         __m256i p[4]; /* lanes 0-3: block j's four partial sums, 4-7: block j + 4's */
         for (int j = 0; j < 4; j++) {
-            __m256i lo = _mm256_loadu_si256((const __m256i *)(xq + 64 * j));
-            __m256i hi = _mm256_loadu_si256((const __m256i *)(xq + 64 * j + 32));
-            p[j] = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(low_values[j], lo),
-                                                      _mm256_maddubs_epi16(high_values[j], hi)),
-                                     _mm256_set1_epi16(1));
+            const int8_t *lo = xq + 64 * j, *hi = lo + 32;
+            if (vnni)
+                p[j] = dpbusd_vnni(dpbusd_vnni(_mm256_setzero_si256(), low_values[j], lo),
+                                   high_values[j], hi);
+            else
+                p[j] = _mm256_madd_epi16(
+                    _mm256_add_epi16(
+                        _mm256_maddubs_epi16(low_values[j],
+                                             _mm256_loadu_si256((const __m256i *)lo)),
+                        _mm256_maddubs_epi16(high_values[j],
+                                             _mm256_loadu_si256((const __m256i *)hi))),
+                    _mm256_set1_epi16(1));
         }
         __m256i p01 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[0], p[1]),
                                        _mm256_unpackhi_epi32(p[0], p[1]));
@@ -627,7 +647,8 @@ static inline void mxfp4_tail_avx2(const uint8_t *tail, __m256i table, const str
 /* A row's blocks, 8 at a time; 0 where a scale is subnormal and SUBNORMAL is not set. */
 __attribute__((target(AVX2), always_inline))
 static inline int mxfp4_row_pass_avx2(const uint8_t *row, int k, const struct xrows *x,
-                                      const int subnormal, __m256 *acc, const int n)
+                                      const int subnormal, __m256 *acc, const int n,
+                                      const int vnni)
 {
     __m256i table =
         _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)mxfp4_offset_levels));
@@ -636,7 +657,8 @@ static inline int mxfp4_row_pass_avx2(const uint8_t *row, int k, const struct xr
         acc[i] = _mm256_setzero_ps();
     int blocks = k / 32, g = 0;
     for (; g + 8 <= blocks; g += 8)
-        mxfp4_group_avx2(row + (size_t)g * MXFP4_BYTES, table, x, g, subnormal, acc, &low, n);
+        mxfp4_group_avx2(row + (size_t)g * MXFP4_BYTES, table, x, g, subnormal, acc, &low, n,
+                         vnni);
     const uint8_t *tail = row + (size_t)g * MXFP4_BYTES;
     switch (blocks - g) { /* the last blocks, their count a constant */
 #define MXFP4_TAIL(H)                                                                       \
@@ -654,15 +676,30 @@ static inline int mxfp4_row_pass_avx2(const uint8_t *row, int k, const struct xr
 }
 
 __attribute__((target(AVX2), always_inline))
+static inline void mxfp4_dot_row(const uint8_t *row, int k, const struct xrows *x, float *out,
+                                 const int n, const int vnni)
+{
+    __m256 acc[XROWS];
+    if (!mxfp4_row_pass_avx2(row, k, x, 0, acc, n, vnni))
+        mxfp4_row_pass_avx2(row, k, x, 1, acc, n, vnni);
+    for (int i = 0; i < n; i++)
+        BQ_HSUM256(acc[i], out[i]);
+}
+
+__attribute__((target(AVX2), always_inline))
 static inline void mxfp4_dot_row_avx2(const int type, const uint8_t *row, int k,
                                       const struct xrows *x, float *out, const int n)
 {
     (void)type;
-    __m256 acc[XROWS];
-    if (!mxfp4_row_pass_avx2(row, k, x, 0, acc, n))
-        mxfp4_row_pass_avx2(row, k, x, 1, acc, n);
-    for (int i = 0; i < n; i++)
-        BQ_HSUM256(acc[i], out[i]);
+    mxfp4_dot_row(row, k, x, out, n, 0);
+}
+
+__attribute__((target(AVX2), always_inline))
+static inline void mxfp4_dot_row_vnni(const int type, const uint8_t *row, int k,
+                                      const struct xrows *x, float *out, const int n)
+{
+    (void)type;
+    mxfp4_dot_row(row, k, x, out, n, 1);
 }
 
 /* A type's AVX2 dot (dot_fn), its activation row count made a constant. */
@@ -685,14 +722,15 @@ static inline void mxfp4_dot_row_avx2(const int type, const uint8_t *row, int k,
 DEFINE_DOT(q4_0_dot_avx2, block32_dot_avx2, MOE_Q4_0)
 DEFINE_DOT(q8_0_dot_avx2, block32_dot_avx2, MOE_Q8_0)
 DEFINE_DOT(mxfp4_dot_avx2, mxfp4_dot_row_avx2, MOE_MXFP4)
+DEFINE_DOT(mxfp4_dot_vnni, mxfp4_dot_row_vnni, MOE_MXFP4)
 DEFINE_DOT(q4_k_dot_avx2, super_dot_avx2, MOE_Q4_K)
 DEFINE_DOT(q5_k_dot_avx2, super_dot_avx2, MOE_Q5_K)
 DEFINE_DOT(q6_k_dot_avx2, super_dot_avx2, MOE_Q6_K)
 DEFINE_DOT(iq4_xs_dot_avx2, super_dot_avx2, MOE_IQ4_XS)
 DEFINE_DOT(q3_k_dot_avx2, super_dot_avx2, MOE_Q3_K)
 
-/* AVX2 bodies also where VNNI runs: a K-quant's scale applies to maddubs' int16 pairs, past
- * which dpbusd sums. */
+/* AVX2 bodies also where VNNI runs (a K-quant's scale applies to maddubs' int16 pairs, past
+ * which dpbusd sums), but for MXFP4's whole groups of blocks. */
 static dot_fn pick_dot(int isa, int type)
 {
     static const dot_fn avx2[MOE_TYPES] = {
@@ -700,6 +738,8 @@ static dot_fn pick_dot(int isa, int type)
         [MOE_Q4_K] = q4_k_dot_avx2, [MOE_Q5_K] = q5_k_dot_avx2, [MOE_Q6_K] = q6_k_dot_avx2,
         [MOE_IQ4_XS] = iq4_xs_dot_avx2, [MOE_Q3_K] = q3_k_dot_avx2,
     };
+    if (isa >= BQ_ISA_AVX512_VNNI && type == MOE_MXFP4)
+        return mxfp4_dot_vnni;
     return isa >= BQ_ISA_AVX2 ? avx2[type] : dot_scalar;
 }
 
@@ -709,7 +749,7 @@ static dot_fn pick_dot(int isa, int type)
 struct qrows {
     int8_t *q;
     float *scale, *sum;
-    int32_t *qsum; /* [rows, k / 32]: each block's sum of q (NULL: not kept) */
+    int32_t *offset; /* [rows, k / 32]: 12 times each block's sum of q (NULL: not kept) */
     int16_t *half; /* [rows, k / 16]: each 16 values' sum of q, rows per 256 (NULL: not kept) */
     int k;
 };
@@ -724,7 +764,7 @@ struct routing {
 
 static size_t qrows_bytes(int rows, int k)
 {
-    /* q; scale, sum and qsum per 32 values; half per 16 (as many bytes) */
+    /* q; scale, sum and offset per 32 values; half per 16 (as many bytes) */
     return align64((size_t)rows * k) + 4 * align64((size_t)rows * (k / 32) * sizeof(float));
 }
 
@@ -751,7 +791,7 @@ static struct qrows take_qrows(char **at, int rows, int k)
     r.q = (int8_t *)take(at, (size_t)rows * k);
     r.scale = (float *)take(at, (size_t)rows * (k / 32) * sizeof(float));
     r.sum = (float *)take(at, (size_t)rows * (k / 32) * sizeof(float));
-    r.qsum = (int32_t *)take(at, (size_t)rows * (k / 32) * sizeof(int32_t));
+    r.offset = (int32_t *)take(at, (size_t)rows * (k / 32) * sizeof(int32_t));
     r.half = (int16_t *)take(at, (size_t)rows * (k / 16) * sizeof(int16_t));
     r.k = k;
     return r;
@@ -791,7 +831,7 @@ static void block_sums(int isa, const int8_t *q, int blocks, int32_t *out)
     }
 }
 
-/* Whether a type's body reads its activations' exact sums of q: MXFP4 each block's (qsum),
+/* Whether a type's body reads its activations' exact sums of q: MXFP4 each block's (offset),
  * Q6_K each 16 values' (half). */
 static int reads_sums(int type) { return type == MOE_MXFP4 || type == MOE_Q6_K; }
 
@@ -808,8 +848,9 @@ static void mxfp4_pair_values(int8_t *q, int k)
     }
 }
 
-/* Row `row` of r: v quantized per 32 values, or per 256 (super); with `sums`, each block's
- * sum of q, or each 16 values' (super); `paired`: MXFP4's layout (mxfp4_value_at). */
+/* Row `row` of r: v quantized per 32 values, or per 256 (super); with `sums`, 12 times each
+ * block's sum of q (MXFP4's offset), or each 16 values' sum (super); `paired`: MXFP4's layout
+ * (mxfp4_value_at). */
 static void quantize_row(int isa, int super, int sums, int paired, const float *v, int k,
                          const struct qrows *r, int row)
 {
@@ -826,8 +867,12 @@ static void quantize_row(int isa, int super, int sums, int paired, const float *
         return;
     }
     bq_quantize_rows(isa, 0, v, 1, k, q, r->scale + b, r->sum + b);
-    if (sums && r->qsum)
-        block_sums(isa, q, k / 32, r->qsum + b);
+    if (sums && r->offset) { /* MXFP4's levels are read plus 12 */
+        int32_t *offset = r->offset + b;
+        block_sums(isa, q, k / 32, offset);
+        for (int g = 0; g < k / 32; g++)
+            offset[g] *= 12;
+    }
     if (paired)
         mxfp4_pair_values(q, k);
 }
@@ -868,7 +913,7 @@ static int gather(const struct qrows *r, const int *pair, int from, int end, int
         x->q[i] = r->q + row * r->k;
         x->scale[i] = r->scale + row * (r->k / 32);
         x->sum[i] = r->sum + row * (r->k / 32);
-        x->qsum[i] = r->qsum + row * (r->k / 32);
+        x->offset[i] = r->offset + row * (r->k / 32);
         x->half[i] = r->half + row * (r->k / 16);
     }
     return x->n;
