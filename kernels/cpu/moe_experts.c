@@ -70,15 +70,18 @@ static const struct { int values, bytes, super, mins; } TYPES[MOE_TYPES] = {
 #define LANES 8
 /* Activation rows that share one pass over a weight row. */
 #define XROWS 4
-/* Weight rows a work item takes, of gate and up (32 rows at 2048 inputs: ~74 KB of Q4_K) and
- * of down (64 rows at 768 inputs: ~28 KB): long enough streams for the prefetchers and few
- * enough items that taking one (an atomic add both cores contend for) costs little; 16 rows
- * each made ~1,400 items of one row's step. */
+/* Weight rows a work item takes, of gate and up (128 rows at 2880 inputs: 196 KB of MXFP4
+ * each) and of down (256 rows at 2880: 392 KB; at Qwen3-30B-A3B's 768 Q4_K inputs 110 KB):
+ * long streams for the prefetchers, and few items, since taking one is an atomic add both
+ * cores contend for and finishing one another; an item's rows (gpt-oss's gate and up 392 KB)
+ * still fit a core's L2 (1 MB) for the passes of a step's further activation rows. 32 and 64
+ * rows (gpt-oss-20b's one-row step: 540 items) took 1.25-1.3x as long at two threads (Zen 5;
+ * one thread alike); 16 rows had made ~1,400 items of one row's step on Zen 3. */
 #ifndef GATE_UP_ROWS
-#define GATE_UP_ROWS 32
+#define GATE_UP_ROWS 128
 #endif
 #ifndef DOWN_ROWS
-#define DOWN_ROWS 64
+#define DOWN_ROWS 256
 #endif
 /* moe_linear's rows a dot call. */
 #define UNIT_ROWS 16
@@ -90,9 +93,10 @@ static const struct { int values, bytes, super, mins; } TYPES[MOE_TYPES] = {
  * end: one chain waited on each multiply-add (4 cycles a 17-byte MXFP4 block). */
 #define CHAINS 2
 /* How far ahead of its reads a row's stream asks for memory: the hardware's prefetchers alone
- * left one core's stream at ~12 GB/s of the ~14 it reaches with this (Zen 3). */
+ * left one core's stream at ~12 GB/s of the ~14 it reached with 1536 bytes (Zen 3); Zen 5's
+ * core reads ~28 GB/s of MXFP4 with 4608 or more, 25 with 1536 (~1.5 us of memory ahead). */
 #ifndef PREFETCH_BYTES
-#define PREFETCH_BYTES 1536
+#define PREFETCH_BYTES 4608
 #endif
 
 /* MXFP4's levels plus 12: 0..24, unsigned bytes for maddubs (mxfp4_dot_row_avx2). */
