@@ -70,15 +70,18 @@ static const struct { int values, bytes, super, mins; } TYPES[MOE_TYPES] = {
 #define LANES 8
 /* Activation rows that share one pass over a weight row. */
 #define XROWS 4
-/* Weight rows a work item takes, of gate and up (32 rows at 2048 inputs: ~74 KB of Q4_K) and
- * of down (64 rows at 768 inputs: ~28 KB): long enough streams for the prefetchers and few
- * enough items that taking one (an atomic add both cores contend for) costs little; 16 rows
- * each made ~1,400 items of one row's step. */
+/* Weight rows a work item takes, of gate and up (128 rows at 2880 inputs: 196 KB of MXFP4
+ * each) and of down (256 rows at 2880: 392 KB; at Qwen3-30B-A3B's 768 Q4_K inputs 110 KB):
+ * long streams for the prefetchers, and few items, since taking one is an atomic add both
+ * cores contend for and finishing one another; an item's rows (gpt-oss's gate and up 392 KB)
+ * still fit a core's L2 (1 MB) for the passes of a step's further activation rows. 32 and 64
+ * rows (gpt-oss-20b's one-row step: 540 items) took 1.25-1.3x as long at two threads (Zen 5;
+ * one thread alike); 16 rows had made ~1,400 items of one row's step on Zen 3. */
 #ifndef GATE_UP_ROWS
-#define GATE_UP_ROWS 32
+#define GATE_UP_ROWS 128
 #endif
 #ifndef DOWN_ROWS
-#define DOWN_ROWS 64
+#define DOWN_ROWS 256
 #endif
 /* moe_linear's rows a dot call. */
 #define UNIT_ROWS 16
@@ -90,12 +93,26 @@ static const struct { int values, bytes, super, mins; } TYPES[MOE_TYPES] = {
  * end: one chain waited on each multiply-add (4 cycles a 17-byte MXFP4 block). */
 #define CHAINS 2
 /* How far ahead of its reads a row's stream asks for memory: the hardware's prefetchers alone
- * left one core's stream at ~12 GB/s of the ~14 it reaches with this (Zen 3). */
-#define PREFETCH_BYTES 1536
+ * left one core's stream at ~12 GB/s of the ~14 it reached with 1536 bytes (Zen 3); Zen 5's
+ * core reads ~28 GB/s of MXFP4 with 4608 or more, 25 with 1536 (~1.5 us of memory ahead). */
+#ifndef PREFETCH_BYTES
+#define PREFETCH_BYTES 4608
+#endif
 
 /* MXFP4's levels plus 12: 0..24, unsigned bytes for maddubs (mxfp4_dot_row_avx2). */
 static const int8_t mxfp4_offset_levels[16] = {12, 13, 14, 15, 16, 18, 20, 24,
                                                12, 11, 10, 9, 8, 6, 4, 0};
+
+/* Where value e of block g sits in MXFP4's activation rows: in each whole group of 8 blocks,
+ * pair j (0..3) is 64 bytes, block j's values 0..15, block j + 4's 0..15, block j's 16..31,
+ * block j + 4's 16..31, so that one vector's halves hold two blocks (mxfp4_group_avx2); the
+ * blocks past the last whole group stay in order. */
+static size_t mxfp4_value_at(int k, int g, int e)
+{
+    if (g >= k / 256 * 8)
+        return (size_t)g * 32 + e;
+    return (size_t)(g / 8) * 256 + 64 * (g % 4) + 32 * (e / 16) + 16 * (g % 8 / 4) + e % 16;
+}
 
 /* Quantized activation rows, up to XROWS, each with its block scales and sums. */
 struct xrows {
@@ -103,7 +120,7 @@ struct xrows {
     const int8_t *q[XROWS];
     const float *scale[XROWS];
     const float *sum[XROWS];
-    const int32_t *qsum[XROWS]; /* each block's sum of q, exact */
+    const int32_t *offset[XROWS]; /* MXFP4's: 12 times each block's sum of q, exact */
     const int16_t *half[XROWS]; /* each 16 values' sum of q (rows per 256) */
 };
 
@@ -191,7 +208,7 @@ static void mxfp4_row_scalar(const uint8_t *row, int k, const struct xrows *x, f
             nibble_block_scalar(block + 1, mxfp4_levels, q);
             int32_t sum = 0;
             for (int e = 0; e < 32; e++)
-                sum += (int32_t)q[e] * x->q[i][(size_t)g * 32 + e];
+                sum += (int32_t)q[e] * x->q[i][mxfp4_value_at(k, g, e)];
             acc[g % LANES] = fmaf((float)sum, mxfp4_scale(block) * x->scale[i][g], acc[g % LANES]);
         }
         out[i] = sum_lanes(acc);
@@ -478,12 +495,10 @@ static inline void block32_dot_avx2(const int type, const uint8_t *row, int k,
 }
 
 /* MXFP4 rows, 8 blocks (136 bytes) a step. Each block's levels are looked up plus 12
- * (0..24, unsigned), so maddubs takes them as they are (no sign tricks); two blocks' maddubs
- * outputs (pairs of at most 2 x 24 x 127) add in one hadd in int16, madd by ones makes int32,
- * and two hadds and a lane swap leave the 8 blocks' sums, one a lane, less 12 times each
- * block's sum of q: the blocks' exact integer products. Then one conversion and one
- * multiply-add by d_b s_x,b for the 8 blocks, where each block took its own (hot, one core,
- * 2880 x 2880: 9.3 -> 12.6 GB/s). */
+ * (0..24, unsigned), so maddubs takes them as they are (no sign tricks), and each block's
+ * exact integer product comes out less 12 times its activations' sum of q, which is added
+ * back in int32. Then one conversion and one multiply-add by d_b s_x,b for the 8 blocks, where
+ * each block took its own (hot, one core, 2880 x 2880: 9.3 -> 12.6 GB/s). */
 __attribute__((target(AVX2), always_inline))
 static inline __m256i mxfp4_offset_block_avx2(__m256i table, const uint8_t *block)
 {
@@ -513,6 +528,88 @@ static inline __m256 mxfp4_scales_avx2(const uint8_t *blocks, const int here,
                                                   _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)));
 }
 
+/* acc += (sums - 12 sum q) d s_x for blocks g .. g + here - 1, one a lane (0 past `here`,
+ * whose scales and sums are not read: an activation row's last blocks end its buffer). */
+__attribute__((target(AVX2), always_inline))
+static inline __m256 mxfp4_accumulate_avx2(__m256i sums, __m256 d, const struct xrows *x,
+                                           int i, int g, const int here, __m256 acc)
+{
+    __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(here),
+                                      _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256i offset = here == 8 ? _mm256_loadu_si256((const __m256i *)(x->offset[i] + g))
+                               : _mm256_maskload_epi32(x->offset[i] + g, mask);
+    __m256 xs = here == 8 ? _mm256_loadu_ps(x->scale[i] + g)
+                          : _mm256_maskload_ps(x->scale[i] + g, mask);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sums, offset)),
+                           _mm256_mul_ps(d, xs), acc);
+}
+
+/* acc + u8 . s8 in int32 lanes, 4 byte products each, s8 the 32 bytes at `s8`: AVX512-VNNI's
+ * dpbusd at 256 bits, as an instruction written out, so that one body serves AVX2 and VNNI (GCC
+ * will not inline the intrinsic into a function built for AVX2); run only where
+ * bq_cpu_has(BQ_ISA_AVX512_VNNI). s8 stays a memory operand: in a register, the extra pressure
+ * put the row's accumulator on the stack. */
+__attribute__((target(AVX2), always_inline))
+static inline __m256i dpbusd_vnni(__m256i acc, __m256i u8, const int8_t *s8)
+{
+    __asm__("%{evex%} vpdpbusd %2, %1, %0"
+            : "+v"(acc)
+            : "v"(u8), "m"(*(const __m256i_u *)s8));
+    return acc;
+}
+
+/* A whole group of 8 blocks against N activation rows paired as mxfp4_value_at lays them out.
+ * Pair j's vectors hold block j in their low half and block j + 4 in their high half, the
+ * values 0..15 in one and 16..31 in the other: one add sums their maddubs outputs in int16
+ * (at most 4 x 24 x 127 a lane), one madd by ones makes int32, and a transpose of the four
+ * pairs' partial sums (unpacks and adds) leaves block b's sum in lane b. Two hadds a pair of
+ * blocks before (~3 uops each here) made the same sums; this takes 0.8x their time hot. VNNI:
+ * two dpbusd a pair in place of the maddubs, add and madd. */
+__attribute__((target(AVX2), always_inline))
+static inline void mxfp4_group_avx2(const uint8_t *group, __m256i table, const struct xrows *x,
+                                    int g, const int subnormal, __m256 *acc, __m256i *low,
+                                    const int n, const int vnni)
+{
+    for (int at = 0; at < 8 * MXFP4_BYTES; at += 64)
+        _mm_prefetch((const char *)group + PREFETCH_BYTES + at, _MM_HINT_T0);
+    const __m256i fifteen = _mm256_set1_epi8(15);
+    __m256i low_values[4], high_values[4];
+    for (int j = 0; j < 4; j++) {
+        __m256i codes = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(group + j * MXFP4_BYTES + 1))),
+            _mm_loadu_si128((const __m128i *)(group + (j + 4) * MXFP4_BYTES + 1)), 1);
+        low_values[j] = _mm256_shuffle_epi8(table, _mm256_and_si256(codes, fifteen));
+        high_values[j] = _mm256_shuffle_epi8(
+            table, _mm256_and_si256(_mm256_srli_epi16(codes, 4), fifteen));
+    }
+    __m256 d = mxfp4_scales_avx2(group, 8, subnormal, low);
+    for (int i = 0; i < n; i++) {
+        const int8_t *xq = x->q[i] + (size_t)g * 32;
+        __m256i p[4]; /* lanes 0-3: block j's four partial sums, 4-7: block j + 4's */
+        for (int j = 0; j < 4; j++) {
+            const int8_t *lo = xq + 64 * j, *hi = lo + 32;
+            if (vnni)
+                p[j] = dpbusd_vnni(dpbusd_vnni(_mm256_setzero_si256(), low_values[j], lo),
+                                   high_values[j], hi);
+            else
+                p[j] = _mm256_madd_epi16(
+                    _mm256_add_epi16(
+                        _mm256_maddubs_epi16(low_values[j],
+                                             _mm256_loadu_si256((const __m256i *)lo)),
+                        _mm256_maddubs_epi16(high_values[j],
+                                             _mm256_loadu_si256((const __m256i *)hi))),
+                    _mm256_set1_epi16(1));
+        }
+        __m256i p01 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[0], p[1]),
+                                       _mm256_unpackhi_epi32(p[0], p[1]));
+        __m256i p23 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2], p[3]),
+                                       _mm256_unpackhi_epi32(p[2], p[3]));
+        __m256i sums = _mm256_add_epi32(_mm256_unpacklo_epi64(p01, p23),
+                                        _mm256_unpackhi_epi64(p01, p23));
+        acc[i] = mxfp4_accumulate_avx2(sums, d, x, i, g, 8, acc[i]);
+    }
+}
+
 /* Blocks b and b + 1's products with one activation row (0 past `here`): int32 lanes 0-1 of
  * each 128-bit half block b's, 2-3 block b + 1's. */
 __attribute__((target(AVX2), always_inline))
@@ -527,21 +624,18 @@ static inline __m256i mxfp4_pair_avx2(const __m256i *w, const int8_t *xq, int b,
     return _mm256_madd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_set1_epi16(1));
 }
 
-/* Blocks g .. g + here - 1 (here <= 8, a constant) of a row against N activation rows. */
+/* A row's last blocks g .. g + here - 1 (here < 8, a constant), in order in the activation
+ * rows: each block unpacked alone, two blocks' maddubs outputs added by one hadd in int16,
+ * two more hadds and a lane swap leave the blocks' sums one a lane. */
 __attribute__((target(AVX2), always_inline))
-static inline void mxfp4_group_avx2(const uint8_t *group, __m256i table, const struct xrows *x,
-                                    int g, const int here, const int subnormal, __m256 *acc,
-                                    __m256i *low, const int n)
+static inline void mxfp4_tail_avx2(const uint8_t *tail, __m256i table, const struct xrows *x,
+                                   int g, const int here, const int subnormal, __m256 *acc,
+                                   __m256i *low, const int n)
 {
-    for (int at = 0; at < 8 * MXFP4_BYTES; at += 64)
-        _mm_prefetch((const char *)group + PREFETCH_BYTES + at, _MM_HINT_T0);
     __m256i w[8];
     for (int b = 0; b < here; b++)
-        w[b] = mxfp4_offset_block_avx2(table, group + b * MXFP4_BYTES);
-    __m256 d = mxfp4_scales_avx2(group, here, subnormal, low);
-    /* lanes past `here`: not read (an activation row's last blocks end its buffer) */
-    __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(here),
-                                      _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        w[b] = mxfp4_offset_block_avx2(table, tail + b * MXFP4_BYTES);
+    __m256 d = mxfp4_scales_avx2(tail, here, subnormal, low);
     for (int i = 0; i < n; i++) {
         const int8_t *xq = x->q[i] + (size_t)g * 32;
         __m256i lo = _mm256_hadd_epi32(mxfp4_pair_avx2(w, xq, 0, here),
@@ -550,21 +644,15 @@ static inline void mxfp4_group_avx2(const uint8_t *group, __m256i table, const s
                                        mxfp4_pair_avx2(w, xq, 6, here));
         __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
                                         _mm256_permute2x128_si256(lo, hi, 0x31));
-        __m256i qsum = here == 8 ? _mm256_loadu_si256((const __m256i *)(x->qsum[i] + g))
-                                 : _mm256_maskload_epi32(x->qsum[i] + g, mask);
-        __m256 xs = here == 8 ? _mm256_loadu_ps(x->scale[i] + g)
-                              : _mm256_maskload_ps(x->scale[i] + g, mask);
-        /* 12 sum q, as 8 sum q + 4 sum q */
-        __m256i offset = _mm256_add_epi32(_mm256_slli_epi32(qsum, 3), _mm256_slli_epi32(qsum, 2));
-        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sums, offset)),
-                                 _mm256_mul_ps(d, xs), acc[i]);
+        acc[i] = mxfp4_accumulate_avx2(sums, d, x, i, g, here, acc[i]);
     }
 }
 
 /* A row's blocks, 8 at a time; 0 where a scale is subnormal and SUBNORMAL is not set. */
 __attribute__((target(AVX2), always_inline))
 static inline int mxfp4_row_pass_avx2(const uint8_t *row, int k, const struct xrows *x,
-                                      const int subnormal, __m256 *acc, const int n)
+                                      const int subnormal, __m256 *acc, const int n,
+                                      const int vnni)
 {
     __m256i table =
         _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)mxfp4_offset_levels));
@@ -573,12 +661,13 @@ static inline int mxfp4_row_pass_avx2(const uint8_t *row, int k, const struct xr
         acc[i] = _mm256_setzero_ps();
     int blocks = k / 32, g = 0;
     for (; g + 8 <= blocks; g += 8)
-        mxfp4_group_avx2(row + (size_t)g * MXFP4_BYTES, table, x, g, 8, subnormal, acc, &low, n);
+        mxfp4_group_avx2(row + (size_t)g * MXFP4_BYTES, table, x, g, subnormal, acc, &low, n,
+                         vnni);
     const uint8_t *tail = row + (size_t)g * MXFP4_BYTES;
     switch (blocks - g) { /* the last blocks, their count a constant */
 #define MXFP4_TAIL(H)                                                                       \
     case H:                                                                                 \
-        mxfp4_group_avx2(tail, table, x, g, H, subnormal, acc, &low, n);                    \
+        mxfp4_tail_avx2(tail, table, x, g, H, subnormal, acc, &low, n);                     \
         break;
         MXFP4_TAIL(1) MXFP4_TAIL(2) MXFP4_TAIL(3) MXFP4_TAIL(4)
         MXFP4_TAIL(5) MXFP4_TAIL(6) MXFP4_TAIL(7)
@@ -591,15 +680,30 @@ static inline int mxfp4_row_pass_avx2(const uint8_t *row, int k, const struct xr
 }
 
 __attribute__((target(AVX2), always_inline))
+static inline void mxfp4_dot_row(const uint8_t *row, int k, const struct xrows *x, float *out,
+                                 const int n, const int vnni)
+{
+    __m256 acc[XROWS];
+    if (!mxfp4_row_pass_avx2(row, k, x, 0, acc, n, vnni))
+        mxfp4_row_pass_avx2(row, k, x, 1, acc, n, vnni);
+    for (int i = 0; i < n; i++)
+        BQ_HSUM256(acc[i], out[i]);
+}
+
+__attribute__((target(AVX2), always_inline))
 static inline void mxfp4_dot_row_avx2(const int type, const uint8_t *row, int k,
                                       const struct xrows *x, float *out, const int n)
 {
     (void)type;
-    __m256 acc[XROWS];
-    if (!mxfp4_row_pass_avx2(row, k, x, 0, acc, n))
-        mxfp4_row_pass_avx2(row, k, x, 1, acc, n);
-    for (int i = 0; i < n; i++)
-        BQ_HSUM256(acc[i], out[i]);
+    mxfp4_dot_row(row, k, x, out, n, 0);
+}
+
+__attribute__((target(AVX2), always_inline))
+static inline void mxfp4_dot_row_vnni(const int type, const uint8_t *row, int k,
+                                      const struct xrows *x, float *out, const int n)
+{
+    (void)type;
+    mxfp4_dot_row(row, k, x, out, n, 1);
 }
 
 /* A type's AVX2 dot (dot_fn), its activation row count made a constant. */
@@ -622,14 +726,15 @@ static inline void mxfp4_dot_row_avx2(const int type, const uint8_t *row, int k,
 DEFINE_DOT(q4_0_dot_avx2, block32_dot_avx2, MOE_Q4_0)
 DEFINE_DOT(q8_0_dot_avx2, block32_dot_avx2, MOE_Q8_0)
 DEFINE_DOT(mxfp4_dot_avx2, mxfp4_dot_row_avx2, MOE_MXFP4)
+DEFINE_DOT(mxfp4_dot_vnni, mxfp4_dot_row_vnni, MOE_MXFP4)
 DEFINE_DOT(q4_k_dot_avx2, super_dot_avx2, MOE_Q4_K)
 DEFINE_DOT(q5_k_dot_avx2, super_dot_avx2, MOE_Q5_K)
 DEFINE_DOT(q6_k_dot_avx2, super_dot_avx2, MOE_Q6_K)
 DEFINE_DOT(iq4_xs_dot_avx2, super_dot_avx2, MOE_IQ4_XS)
 DEFINE_DOT(q3_k_dot_avx2, super_dot_avx2, MOE_Q3_K)
 
-/* AVX2 bodies also where VNNI runs: a K-quant's scale applies to maddubs' int16 pairs, past
- * which dpbusd sums. */
+/* AVX2 bodies also where VNNI runs (a K-quant's scale applies to maddubs' int16 pairs, past
+ * which dpbusd sums), but for MXFP4's whole groups of blocks. */
 static dot_fn pick_dot(int isa, int type)
 {
     static const dot_fn avx2[MOE_TYPES] = {
@@ -637,6 +742,8 @@ static dot_fn pick_dot(int isa, int type)
         [MOE_Q4_K] = q4_k_dot_avx2, [MOE_Q5_K] = q5_k_dot_avx2, [MOE_Q6_K] = q6_k_dot_avx2,
         [MOE_IQ4_XS] = iq4_xs_dot_avx2, [MOE_Q3_K] = q3_k_dot_avx2,
     };
+    if (isa >= BQ_ISA_AVX512_VNNI && type == MOE_MXFP4)
+        return mxfp4_dot_vnni;
     return isa >= BQ_ISA_AVX2 ? avx2[type] : dot_scalar;
 }
 
@@ -646,7 +753,7 @@ static dot_fn pick_dot(int isa, int type)
 struct qrows {
     int8_t *q;
     float *scale, *sum;
-    int32_t *qsum; /* [rows, k / 32]: each block's sum of q (NULL: not kept) */
+    int32_t *offset; /* [rows, k / 32]: 12 times each block's sum of q (NULL: not kept) */
     int16_t *half; /* [rows, k / 16]: each 16 values' sum of q, rows per 256 (NULL: not kept) */
     int k;
 };
@@ -661,7 +768,7 @@ struct routing {
 
 static size_t qrows_bytes(int rows, int k)
 {
-    /* q; scale, sum and qsum per 32 values; half per 16 (as many bytes) */
+    /* q; scale, sum and offset per 32 values; half per 16 (as many bytes) */
     return align64((size_t)rows * k) + 4 * align64((size_t)rows * (k / 32) * sizeof(float));
 }
 
@@ -688,7 +795,7 @@ static struct qrows take_qrows(char **at, int rows, int k)
     r.q = (int8_t *)take(at, (size_t)rows * k);
     r.scale = (float *)take(at, (size_t)rows * (k / 32) * sizeof(float));
     r.sum = (float *)take(at, (size_t)rows * (k / 32) * sizeof(float));
-    r.qsum = (int32_t *)take(at, (size_t)rows * (k / 32) * sizeof(int32_t));
+    r.offset = (int32_t *)take(at, (size_t)rows * (k / 32) * sizeof(int32_t));
     r.half = (int16_t *)take(at, (size_t)rows * (k / 16) * sizeof(int16_t));
     r.k = k;
     return r;
@@ -728,13 +835,27 @@ static void block_sums(int isa, const int8_t *q, int blocks, int32_t *out)
     }
 }
 
-/* Whether a type's body reads its activations' exact sums of q: MXFP4 each block's (qsum),
+/* Whether a type's body reads its activations' exact sums of q: MXFP4 each block's (offset),
  * Q6_K each 16 values' (half). */
 static int reads_sums(int type) { return type == MOE_MXFP4 || type == MOE_Q6_K; }
 
-/* Row `row` of r: v quantized per 32 values, or per 256 (super); with `sums`, each block's
- * sum of q, or each 16 values' (super). */
-static void quantize_row(int isa, int super, int sums, const float *v, int k,
+/* MXFP4's activation row q (k values, each block's sum of q taken) laid out as
+ * mxfp4_value_at says. */
+static void mxfp4_pair_values(int8_t *q, int k)
+{
+    for (int at = 0; at + 256 <= k; at += 256) {
+        int8_t group[256];
+        memcpy(group, q + at, sizeof(group));
+        for (int g = at / 32; g < at / 32 + 8; g++)
+            for (int e = 0; e < 32; e += 16)
+                memcpy(q + mxfp4_value_at(k, g, e), group + 32 * (g % 8) + e, 16);
+    }
+}
+
+/* Row `row` of r: v quantized per 32 values, or per 256 (super); with `sums`, 12 times each
+ * block's sum of q (MXFP4's offset), or each 16 values' sum (super); `paired`: MXFP4's layout
+ * (mxfp4_value_at). */
+static void quantize_row(int isa, int super, int sums, int paired, const float *v, int k,
                          const struct qrows *r, int row)
 {
     size_t b = (size_t)row * (k / 32);
@@ -750,8 +871,14 @@ static void quantize_row(int isa, int super, int sums, const float *v, int k,
         return;
     }
     bq_quantize_rows(isa, 0, v, 1, k, q, r->scale + b, r->sum + b);
-    if (sums && r->qsum)
-        block_sums(isa, q, k / 32, r->qsum + b);
+    if (sums && r->offset) { /* MXFP4's levels are read plus 12 */
+        int32_t *offset = r->offset + b;
+        block_sums(isa, q, k / 32, offset);
+        for (int g = 0; g < k / 32; g++)
+            offset[g] *= 12;
+    }
+    if (paired)
+        mxfp4_pair_values(q, k);
 }
 
 /* Counting sort of the (row, slot) pairs by expert; -1 for an id out of range. */
@@ -790,7 +917,7 @@ static int gather(const struct qrows *r, const int *pair, int from, int end, int
         x->q[i] = r->q + row * r->k;
         x->scale[i] = r->scale + row * (r->k / 32);
         x->sum[i] = r->sum + row * (r->k / 32);
-        x->qsum[i] = r->qsum + row * (r->k / 32);
+        x->offset[i] = r->offset + row * (r->k / 32);
         x->half[i] = r->half + row * (r->k / 16);
     }
     return x->n;
@@ -874,8 +1001,9 @@ static int valid_layer(const struct moe_layer *l)
     return l->hidden > 0 && l->inter > 0 && l->num_experts > 0 && l->top_k > 0
         && l->top_k <= l->num_experts && valid_type(l->gate_type, l->hidden)
         && valid_type(l->up_type, l->hidden) && valid_type(l->down_type, l->inter)
-        /* gate and up read one quantization of x */
+        /* gate and up read one quantization of x, laid out alike */
         && TYPES[l->gate_type].super == TYPES[l->up_type].super
+        && (l->gate_type == MOE_MXFP4) == (l->up_type == MOE_MXFP4)
         && (l->activation == MOE_SILU || l->activation == MOE_SWIGLU_OAI)
         && l->gate && l->up && l->down;
 }
@@ -937,6 +1065,7 @@ static void run_gate_up(const struct step *t, int u)
         return;
     for (int p = r->begin[e]; p < r->begin[e + 1]; p++)
         quantize_row(t->isa, TYPES[layer->down_type].super, reads_sums(layer->down_type),
+                     layer->down_type == MOE_MXFP4,
                      t->h + (size_t)p * layer->inter, layer->inter, t->hq, p);
     __atomic_store_n(&t->c.ready[e * PAD], 1, __ATOMIC_RELEASE);
 }
@@ -1016,6 +1145,7 @@ int moe_forward(int isa, const struct moe_layer *layer, const float *x, int m,
     for (int i = 0; i < m; i++)
         quantize_row(isa, TYPES[layer->gate_type].super,
                      reads_sums(layer->gate_type) || reads_sums(layer->up_type),
+                     layer->gate_type == MOE_MXFP4,
                      x + (size_t)i * layer->hidden, layer->hidden, &xq, i);
 #pragma omp parallel num_threads(n_threads) if (n_threads > 1)
     run_step(&t);
@@ -1036,7 +1166,8 @@ int moe_linear(int isa, int type, const uint8_t *rows, int n, int k, const float
     char *at = work;
     struct qrows xq = take_qrows(&at, m, k);
     for (int i = 0; i < m; i++)
-        quantize_row(isa, TYPES[type].super, reads_sums(type), x + (size_t)i * k, k, &xq, i);
+        quantize_row(isa, TYPES[type].super, reads_sums(type), type == MOE_MXFP4,
+                     x + (size_t)i * k, k, &xq, i);
     dot_fn dot = pick_dot(isa, type);
     size_t bytes = row_bytes(type, k);
     for (int from = 0; from < m; from += XROWS) {
@@ -1064,7 +1195,7 @@ int moe_quantize_rows(int isa, int type, const float *x, int m, int k, int8_t *x
         return -1;
     struct qrows r = {xq, scale, sum, NULL, NULL, k};
     for (int i = 0; i < m; i++)
-        quantize_row(isa, TYPES[type].super, 0, x + (size_t)i * k, k, &r, i);
+        quantize_row(isa, TYPES[type].super, 0, 0, x + (size_t)i * k, k, &r, i);
     return 0;
 }
 

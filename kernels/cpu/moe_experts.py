@@ -112,9 +112,11 @@ class MoeExperts:
         if not experts or len(up.rows) != experts or len(down.rows) != experts:
             raise ValueError("gate, up and down need one weight per expert each "
                              f"({len(gate.rows)}, {len(up.rows)}, {len(down.rows)} given)")
-        if BLOCKS[gate.type_name][0] != BLOCKS[up.type_name][0]:
+        if (BLOCKS[gate.type_name][0] != BLOCKS[up.type_name][0]
+                or (gate.type_name == "MXFP4") != (up.type_name == "MXFP4")):
             raise ValueError(f"gate ({gate.type_name}) and up ({up.type_name}) read one "
-                             "quantization of x: both blocks of 32 or both super-blocks")
+                             "quantization of x: both blocks of 32 or both super-blocks, "
+                             "both MXFP4 (its own layout) or neither")
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation {activation!r} is none of {', '.join(ACTIVATIONS)}")
         inter, hidden = _width(gate, None), _width(down, None)

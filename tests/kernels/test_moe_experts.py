@@ -15,6 +15,7 @@ from kernels.cpu.native import find_compiler
 SCALAR, AVX2, AVX512_VNNI = 0, 1, 2
 ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2, AVX512_VNNI],
                                ids=["scalar", "avx2", "avx512-vnni"])
+VECTOR_ISAS = pytest.mark.parametrize("isa", [AVX2, AVX512_VNNI], ids=["avx2", "avx512-vnni"])
 TYPES = pytest.mark.parametrize("kind", EXPERT_TYPES)
 EXPERTS, TOP_K, HIDDEN = 6, 2, 512
 
@@ -173,12 +174,13 @@ def test_rows_to_overlapping_and_disjoint_experts_get_what_they_get_alone(moe, k
 
 
 @TYPES
-def test_vector_bodies_give_the_scalar_fallbacks_bits(moe, kind):
-    runnable(moe, AVX2)
+@VECTOR_ISAS
+def test_vector_bodies_give_the_scalar_fallbacks_bits(moe, kind, isa):
+    runnable(moe, isa)
     layer = moe.layer(*_experts(kind, _inter(kind), biases=True))
     x = activations(6, HIDDEN, seed=4)
     ids, weights = _routing(6, seed=3)
-    assert torch.equal(moe.forward(layer, x, ids, weights, isa=AVX2),
+    assert torch.equal(moe.forward(layer, x, ids, weights, isa=isa),
                        moe.forward(layer, x, ids, weights, isa=SCALAR))
 
 
@@ -195,13 +197,15 @@ def test_projection_vector_body_gives_the_scalar_bits_for_each_activation_row_co
                            moe.linear(rows, kind, x[:m], SCALAR)), m
 
 
-@pytest.mark.parametrize("blocks", [3, 8, 15, 17])
-def test_mxfp4_subnormal_scales_and_short_tails_give_the_scalar_bits_and_ggufs_values(moe, blocks):
-    """MXFP4 rows 8 blocks at a time, then a tail of 3 or 7 or 1 (or nothing): exponents 0
-    and 1 (subnormal scales 2^-128, 2^-127) in some rows only, which the vector body takes
-    through its slower exact pass, beside rows of normal ones, each row's the scalar bits and
-    gguf-py's values."""
-    runnable(moe, AVX2)
+@pytest.mark.parametrize("blocks", [3, 8, 15, 17, 90])
+@VECTOR_ISAS
+def test_mxfp4_subnormal_scales_and_short_tails_give_the_scalar_bits_and_ggufs_values(moe, blocks,
+                                                                                     isa):
+    """MXFP4 rows 8 blocks at a time (VNNI's dpbusd there), then a tail of 3 or 7 or 1 or 2 (or
+    nothing): exponents 0 and 1 (subnormal scales 2^-128, 2^-127) in some rows only, which the
+    vector body takes through its slower exact pass, beside rows of normal ones, each row's the
+    scalar bits and gguf-py's values."""
+    runnable(moe, isa)
     k = 32 * blocks
     rows = _rows("MXFP4", 6, k, seed=blocks)
     exponents = rows.view(6, blocks, 17)[..., 0]
@@ -210,7 +214,7 @@ def test_mxfp4_subnormal_scales_and_short_tails_give_the_scalar_bits_and_ggufs_v
     weight = gguf_values("MXFP4", rows).double().unsqueeze(0)
     for m in range(1, 6):
         x = activations(m, k, seed=m)
-        y = moe.linear(rows, "MXFP4", x, AVX2)
+        y = moe.linear(rows, "MXFP4", x, isa)
         assert torch.equal(y, moe.linear(rows, "MXFP4", x, SCALAR)), m
         xq, scale, _ = moe.quantize_rows(x, "MXFP4")
         terms = (xq.double() * scale.double().repeat_interleave(32, dim=1)).unsqueeze(1) * weight
@@ -255,6 +259,9 @@ def test_refuses_what_it_cannot_read(moe):
         moe.layer(gate, up, Projection([r[:, :-34] for r in down.rows], "Q8_0"))
     with pytest.raises(ValueError, match="not Q5_0"):
         moe.layer(gate, up, Projection(down.rows, "Q5_0"))
+    mxfp4_up = _experts("MXFP4", 96)[1]  # x laid out for MXFP4 is not Q8_0's
+    with pytest.raises(ValueError, match="both MXFP4"):
+        moe.layer(gate, mxfp4_up, down)
     layer = moe.layer(gate, up, down)
     x = activations(1, HIDDEN)
     with pytest.raises(ValueError, match="expert id out of range"):
