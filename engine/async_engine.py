@@ -216,6 +216,15 @@ class AsyncEngine:
         return self.engine.loaded.name
 
     @property
+    def model_created(self) -> int:
+        """When the model's file (or folder) was last written, in Unix seconds: OpenAI's
+        `created` of a model; 0 where the path cannot be read."""
+        try:
+            return int(os.stat(self.engine.loaded.path).st_mtime)
+        except (OSError, TypeError, ValueError):
+            return 0
+
+    @property
     def max_model_len(self) -> int:
         """The longest sequence (prompt + reply) this engine allows, in tokens."""
         return self.engine.max_model_len

@@ -38,7 +38,8 @@ def served_model(backend: ChatBackend) -> ServedModel | None:
         return None
     from engine.server.served import ServedModel
 
-    return ServedModel(backend.model_name, backend.engine, backend.max_model_len)
+    return ServedModel(backend.model_name, backend.engine, backend.max_model_len,
+                       created=backend.engine.model_created)
 
 
 def start_server(served: Callable[[], ServedModel | None], api_key_sha256: str | None,

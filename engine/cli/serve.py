@@ -64,7 +64,7 @@ def run_serve(args: argparse.Namespace,
     settle_the_heap()
     try:
         served = ServedModel(args.served_model_name or engine.model_name, engine,
-                             engine.max_model_len)
+                             engine.max_model_len, created=engine.model_created)
         app = build_app(lambda: served, ServerSettings(
             api_key=api_key, allowed_origins=tuple(args.allowed_origins), listen_host=args.host,
             allowed_hosts=tuple(args.allowed_hosts)))

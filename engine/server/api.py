@@ -145,10 +145,11 @@ def _add_routes(app: FastAPI, source: ModelSource) -> None:
     @app.get("/v1/models")
     async def models() -> dict:
         served = source()
-        data = [] if served is None else [{
-            "id": served.name, "object": "model", "created": 0, "owned_by": served.owned_by,
-            "max_model_len": served.max_model_len}]
-        return {"object": "list", "data": data}
+        return {"object": "list", "data": [] if served is None else [served.card()]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> dict:
+        return _served(source, model_id).card()
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest, request: Request):

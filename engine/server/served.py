@@ -52,6 +52,12 @@ class ServedModel:
     backend: EngineBackend
     max_model_len: int
     owned_by: str = "pagoda"
+    created: int = 0  # its file's time (Unix seconds), as /v1/models shows it
+
+    def card(self) -> dict:
+        """Its entry in GET /v1/models, and the body of GET /v1/models/{id}."""
+        return {"id": self.name, "object": "model", "created": self.created,
+                "owned_by": self.owned_by, "max_model_len": self.max_model_len}
 
 
 # Returns the model being served now, or None while one is loading (requests get 503).

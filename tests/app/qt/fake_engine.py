@@ -62,6 +62,7 @@ class FakeEngine:
     def __init__(self, name: str, tokenizer: FakeTokenizer | None = None) -> None:
         self.model_name = name
         self.max_model_len = self.usable_context_len = 2048
+        self.model_created = 0
         self.tokenizer = tokenizer or FakeTokenizer()
         self.chat_tokenizer = ChatTokenizer(self.tokenizer)
         self.requests: list[str] = []
@@ -140,6 +141,7 @@ class IdleEngine:
     def __init__(self, name: str) -> None:
         self.model_name = name
         self.max_model_len = self.usable_context_len = 2048
+        self.model_created = 0
         self.stopped = False
 
     def clear_disk_cache(self) -> bool:

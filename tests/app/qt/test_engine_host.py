@@ -13,6 +13,7 @@ class _FakeBackend:
     def __init__(self, name):
         self.model_name = name
         self.max_model_len = self.usable_context_len = 2048
+        self.model_created = 0
         self.stopped = False
 
     def shutdown(self, timeout=10.0):

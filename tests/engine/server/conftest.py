@@ -21,7 +21,8 @@ def async_engine(make_engine):
 
 @pytest.fixture(scope="module")
 def served(async_engine) -> ServedModel:
-    return ServedModel(MODEL, async_engine, async_engine.max_model_len)
+    return ServedModel(MODEL, async_engine, async_engine.max_model_len,
+                       created=async_engine.model_created)
 
 
 @pytest.fixture(scope="module")

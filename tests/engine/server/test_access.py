@@ -138,7 +138,7 @@ def test_serve_takes_allowed_hosts(start, monkeypatch: pytest.MonkeyPatch) -> No
 
 
 class _Engine:
-    model_name, max_model_len = "tiny", 64
+    model_name, max_model_len, model_created = "tiny", 64, 0
 
     def shutdown(self) -> None:
         pass

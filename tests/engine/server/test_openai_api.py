@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import os
 import time
 
 import httpx
@@ -35,6 +36,18 @@ def test_models_lists_the_served_model_with_its_context(client, served):
     models = client.models.list().data
     assert [m.id for m in models] == [MODEL]
     assert models[0].max_model_len == served.max_model_len
+
+
+def test_a_model_is_retrieved_by_its_id_and_dated_by_its_file(client, async_engine):
+    model = client.models.retrieve(MODEL)
+    assert model.id == MODEL and model.object == "model"
+    assert model.created == int(os.stat(async_engine.engine.loaded.path).st_mtime) > 0
+    assert client.models.list().data[0].created == model.created
+
+
+def test_retrieving_a_model_not_served_is_a_404_naming_it(client):
+    with pytest.raises(openai.NotFoundError, match="'no-such-model' does not exist"):
+        client.models.retrieve("no-such-model")
 
 
 def test_greedy_chat_reply_equals_llm_chat(client, llm):

@@ -40,7 +40,7 @@ def test_a_port_in_use_is_a_clear_error(capsys):
 class _LoadedEngine:
     """What run_serve reads of an engine, with objects of its own made at load."""
 
-    model_name, max_model_len = "tiny", 64
+    model_name, max_model_len, model_created = "tiny", 64, 0
 
     def __init__(self) -> None:
         self.weights = [{"layer": i} for i in range(1000)]
