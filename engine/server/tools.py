@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from engine.errors import StructuredOutputError
 from engine.parsers.tool_use import ToolUse
 from engine.sampling_params import MAX_CONSTRAINT_CHARS, StructuredOutputsParams
@@ -11,15 +13,19 @@ from engine.server.protocol import ChatCompletionRequest, NamedToolChoice
 from engine.structured_output.json_schema import check_schema
 from engine.text.bounded_json import MAX_JSON_DEPTH, value_depth
 
+logger = logging.getLogger(__name__)
+
 
 def tool_use(body: ChatCompletionRequest) -> ToolUse:
     """The request's tools and tool_choice, checked as OpenAI checks them."""
     tools = [t.model_dump(exclude_none=True) for t in body.tools or []]
     choice = body.tool_choice
-    if choice is not None and not tools:
-        raise APIError(400, "tool_choice needs tools: give the tools it chooses among",
-                       param="tool_choice")
     if not tools:
+        if choice is not None:
+            # Clients send it with no tools (LlamaIndex's structured_predict sends "required"):
+            # with nothing to choose among, the reply is plain text, as llama.cpp's server
+            # answers. OpenAI refuses it; refusing broke those clients' default path.
+            logger.info("tool_choice without tools: answered as a chat without tools")
         return ToolUse("none", None)
     _check_tools(tools)
     if isinstance(choice, NamedToolChoice):

@@ -74,6 +74,18 @@ def test_auto_reply_is_content_or_calls_never_a_raw_tag(client):
         assert content or calls
 
 
+@pytest.mark.parametrize("tool_choice", ["required", "auto",
+                                         {"type": "function", "function": {"name": "f"}}])
+def test_tool_choice_without_tools_is_answered_as_a_chat_without_tools(client, tool_choice):
+    """LlamaIndex's structured_predict sends tool_choice "required" with no tools."""
+    plain = client.chat.completions.create(model=MODEL, messages=ASK, temperature=0,
+                                           max_tokens=8).choices[0]
+    chosen = client.chat.completions.create(model=MODEL, messages=ASK, temperature=0,
+                                            max_tokens=8, tool_choice=tool_choice).choices[0]
+    assert chosen.message.tool_calls is None
+    assert chosen.message.content == plain.message.content
+
+
 def test_none_keeps_the_tools_out_of_the_reply(client):
     choice = _ask(client, tool_choice="none").choices[0]
     assert choice.message.tool_calls is None and choice.finish_reason in ("stop", "length")
@@ -103,7 +115,6 @@ def test_tool_results_reach_the_prompt(server):
 
 
 @pytest.mark.parametrize(("fields", "param"), [
-    ({"tool_choice": "required"}, "tool_choice"),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
      "tool_choice.function.name"),
     ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
