@@ -157,6 +157,9 @@ class SamplingParams:
     # vLLM's: False writes special tokens into the text (a tool parser's tags, such as
     # Mistral's [TOOL_CALLS]); the stop tokens that end a reply are never text.
     skip_special_tokens: bool = True
+    # vLLM's: compute the whole prompt, not reusing a cached prefix (llama.cpp's
+    # cache_prompt=false); the prompt's blocks are still cached for later requests.
+    skip_reading_prefix_cache: bool = False
 
     def __post_init__(self) -> None:
         # None means none, as in vLLM's and OpenAI's APIs.
@@ -197,7 +200,7 @@ class SamplingParams:
                self.stop, "must be non-empty strings of valid Unicode (no lone surrogates)")
         _check(all(_is_int(t) and t >= 0 for t in self.stop_token_ids), "stop_token_ids",
                self.stop_token_ids, "must be non-negative integers")
-        for name in ("ignore_eos", "skip_special_tokens"):
+        for name in ("ignore_eos", "skip_special_tokens", "skip_reading_prefix_cache"):
             _check(isinstance(getattr(self, name), bool), name, getattr(self, name),
                    "must be True or False")
 

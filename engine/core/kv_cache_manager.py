@@ -275,7 +275,8 @@ class KVCacheManager:
     def _looks_up_prefix(self, seq: Sequence) -> bool:
         """Whether the sequence may start from cached blocks (see get_computed_blocks)."""
         return (self.enable_prefix_caching and not seq.num_computed_tokens
-                and not seq.is_pooling and seq.params.prompt_logprobs is None)
+                and not seq.is_pooling and seq.params.prompt_logprobs is None
+                and not seq.params.skip_reading_prefix_cache)
 
     def _memory_hits(self, seq: Sequence, max_blocks: int) -> list[KVCacheBlock]:
         hits = []

@@ -279,6 +279,30 @@ class _SamplingRequest(RefusingRequest):
     # llama.cpp's.
     json_schema: dict | None = None
     grammar: str | None = None
+    # llama.cpp's and Ollama's names for fields above: repetition_penalty (here over the
+    # prompt and the whole reply, as vLLM's, not llama.cpp's last 64 tokens), max_tokens, and
+    # whether a cached prefix is reused (false computes the whole prompt).
+    repeat_penalty: float | None = None
+    n_predict: int | None = None
+    cache_prompt: bool = True
+
+    def aliased(self, name: str, alias: str):
+        """The field's value, given under its own name or under llama.cpp's `alias` (a 400
+        where both are given)."""
+        own, other = getattr(self, name), getattr(self, alias)
+        if own is not None and other is not None:
+            raise APIError(400, f"{name} and {alias} are the same setting: give one", param=alias)
+        return own if other is None else other
+
+    def _max_tokens(self) -> int | None:
+        """max_tokens, or llama.cpp's n_predict (-1: until the context ends, as there)."""
+        if self.n_predict is not None and self.n_predict < 0:
+            if self.n_predict != -1 or self.max_tokens is not None:
+                self.aliased("max_tokens", "n_predict")  # both given: refused
+                raise APIError(400, f"n_predict={self.n_predict}: -1 (no limit) or a count",
+                               param="n_predict")
+            return None
+        return self.aliased("max_tokens", "n_predict")
 
     def constraint(self) -> tuple[str, StructuredOutputsParams] | None:
         """The one constraint the request gives, with where it sits: the field that gave it,
@@ -329,7 +353,7 @@ class _SamplingRequest(RefusingRequest):
             "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
             "min_p": self.min_p, "presence_penalty": self.presence_penalty,
             "frequency_penalty": self.frequency_penalty,
-            "repetition_penalty": self.repetition_penalty,
+            "repetition_penalty": self.aliased("repetition_penalty", "repeat_penalty"),
         }
         options = {name: value for name, value in given.items() if value is not None}
         seed = self.seed if self.seed is None or index == 0 else (self.seed + index) % (1 << 64)
@@ -341,7 +365,8 @@ class _SamplingRequest(RefusingRequest):
                               allowed_token_ids=self.allowed_token_ids,
                               bad_words=self.bad_words or None, logprobs=self._logprobs(),
                               prompt_logprobs=self._prompt_logprobs(),
-                              skip_special_tokens=self.skip_special_tokens)
+                              skip_special_tokens=self.skip_special_tokens,
+                              skip_reading_prefix_cache=not self.cache_prompt)
 
 
 def _constrains(value: Any) -> bool:
@@ -416,7 +441,7 @@ class ChatCompletionRequest(_SamplingRequest):
 
     def resolved_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None \
-            else self.max_tokens
+            else self._max_tokens()
 
 
 class CompletionRequest(_SamplingRequest):
@@ -446,7 +471,10 @@ class CompletionRequest(_SamplingRequest):
                                 "choice it makes (best_of must equal n)", param="best_of")
 
     def resolved_max_tokens(self) -> int | None:
-        return 16 if self.max_tokens is None else self.max_tokens  # OpenAI's default here
+        if self.n_predict == -1 and self.max_tokens is None:
+            return None  # llama.cpp's "no limit"
+        given = self._max_tokens()
+        return 16 if given is None else given  # OpenAI's default here
 
     def prompts(self) -> list[str | list[int]]:
         """One prompt, or a batch of them, as text or token ids."""

@@ -114,6 +114,48 @@ def test_streamed_completion_with_usage_ends_with_a_usage_chunk(client):
     assert text == whole.choices[0].text
 
 
+def test_llama_cpps_cache_prompt_false_computes_the_whole_prompt_to_the_same_reply(client):
+    messages = [{"role": "system", "content": "You answer in one line. " * 12},
+                {"role": "user", "content": "Name a colour."}]
+    cached = client.chat.completions.create(model=MODEL, messages=messages, **GREEDY)
+    again = client.chat.completions.create(model=MODEL, messages=messages, **GREEDY)
+    whole = client.chat.completions.create(model=MODEL, messages=messages, **GREEDY,
+                                           extra_body={"cache_prompt": False})
+    assert again.usage.prompt_tokens_details.cached_tokens >= 64
+    assert whole.usage.prompt_tokens_details.cached_tokens == 0
+    assert whole.choices[0].message.content == cached.choices[0].message.content
+
+
+def test_llama_cpps_repeat_penalty_and_n_predict_are_repetition_penalty_and_max_tokens(client):
+    ask = {"model": MODEL, "messages": CHAT, "temperature": 0}
+    theirs = client.chat.completions.create(
+        **ask, extra_body={"repeat_penalty": 1.5, "n_predict": 12})
+    ours = client.chat.completions.create(
+        **ask, max_tokens=12, extra_body={"repetition_penalty": 1.5})
+    plain = client.chat.completions.create(**ask, max_tokens=12)
+    assert theirs.usage.completion_tokens == ours.usage.completion_tokens
+    assert theirs.choices[0].message.content == ours.choices[0].message.content
+    assert ours.choices[0].message.content != plain.choices[0].message.content
+
+
+@pytest.mark.parametrize(("fields", "param"), [
+    ({"repeat_penalty": 1.2, "repetition_penalty": 1.1}, "repeat_penalty"),
+    ({"n_predict": 8, "max_tokens": 8}, "n_predict"),
+    ({"n_predict": -2}, "n_predict"),
+])
+def test_a_setting_given_under_both_names_or_out_of_range_is_a_400(client, fields, param):
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=MODEL, messages=CHAT, extra_body=fields)
+    assert refused.value.body["param"] == param
+
+
+def test_n_predict_minus_one_writes_until_the_reply_ends(client):
+    reply = client.completions.create(model=MODEL, prompt="Once upon a time", temperature=0,
+                                      extra_body={"n_predict": -1, "stop": ["."]})
+    assert reply.usage.completion_tokens > 16  # past the completions endpoint's default
+    assert reply.choices[0].finish_reason == "stop"
+
+
 def test_usage_counts_cached_tokens_when_a_prefix_repeats(client):
     system = {"role": "system", "content": "You are a careful assistant. " * 12}
     first = client.chat.completions.create(
