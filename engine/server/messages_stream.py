@@ -7,22 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.server.reply_segments import GROW, OPEN, ReplySegments, Segment, Step
 from engine.text import bounded_json
 
 # Which block each text field of a chat delta grows, and the delta that grows it.
-_KINDS = (("reasoning_content", "thinking", "thinking_delta"),
-          ("content", "text", "text_delta"))
-_TEXT_FIELD = {"thinking": "thinking", "text": "text"}
-
-
-@dataclass(slots=True)
-class _OpenBlock:
-    kind: str  # "thinking", "text" or "tool_use"
-    index: int
-    text: str = ""  # the text, or a call's arguments (JSON)
-    call_index: int | None = None  # the call's index in the chat deltas
-    call_id: str = ""
-    name: str = ""
+_KINDS = (("reasoning_content", "thinking"), ("content", "text"))
+_TEXT_DELTA = {"thinking": "thinking_delta", "text": "text_delta"}
 
 
 @dataclass(slots=True)
@@ -30,7 +20,7 @@ class MessageBlocks:
     """Content blocks and their events, in order."""
 
     blocks: list[dict] = field(default_factory=list)
-    _open: _OpenBlock | None = None
+    _segments: ReplySegments = field(default_factory=lambda: ReplySegments(_KINDS, "tool_use"))
 
     @property
     def called(self) -> bool:
@@ -38,63 +28,35 @@ class MessageBlocks:
 
     def feed(self, delta: dict) -> list[dict]:
         """The events for one chat delta: blocks started, grown and stopped."""
-        events: list[dict] = []
-        for key, kind, delta_type in _KINDS:
-            if delta.get(key):
-                events += self._grow_text(kind, delta_type, delta[key])
-        for call in delta.get("tool_calls", ()):
-            events += self._grow_call(call)
-        return events
+        return [self._event(step) for step in self._segments.feed(delta)]
 
     def finish(self) -> list[dict]:
         """Stop the block still open. An empty reply is an empty text block, so there is always
         a block to read."""
-        if not self.blocks and self._open is None:
-            return self._start(_OpenBlock("text", 0)) + self._stop()
-        return self._stop()
+        return [self._event(step) for step in self._segments.finish("text")]
 
-    def _grow_text(self, kind: str, delta_type: str, text: str) -> list[dict]:
-        events = []
-        if self._open is None or self._open.kind != kind:
-            events += self._stop()
-            events += self._start(_OpenBlock(kind, len(self.blocks)))
-        self._open.text += text
-        events.append(_delta(self._open.index, {"type": delta_type, _TEXT_FIELD[kind]: text}))
-        return events
+    def _event(self, step: Step) -> dict:
+        block = step.segment
+        if step.what == OPEN:
+            return {"type": "content_block_start", "index": block.index,
+                    "content_block": _block(block, started=True)}
+        if step.what == GROW:
+            return _delta(block.index, _grown(block.kind, step.piece))
+        self.blocks.append(_block(block, started=False))
+        return {"type": "content_block_stop", "index": block.index}
 
-    def _grow_call(self, call: dict) -> list[dict]:
-        events = []
-        opened = self._open
-        if opened is None or opened.kind != "tool_use" or opened.call_index != call["index"]:
-            events += self._stop()
-            events += self._start(_OpenBlock("tool_use", len(self.blocks),
-                                             call_index=call["index"], call_id=call["id"],
-                                             name=call["function"]["name"]))
-        arguments = call["function"].get("arguments") or ""
-        if arguments:
-            self._open.text += arguments
-            events.append(_delta(self._open.index, {"type": "input_json_delta",
-                                                    "partial_json": arguments}))
-        return events
 
-    def _start(self, opened: _OpenBlock) -> list[dict]:
-        self._open = opened
-        return [{"type": "content_block_start", "index": opened.index,
-                 "content_block": _block(opened, started=True)}]
-
-    def _stop(self) -> list[dict]:
-        opened, self._open = self._open, None
-        if opened is None:
-            return []
-        self.blocks.append(_block(opened, started=False))
-        return [{"type": "content_block_stop", "index": opened.index}]
+def _grown(kind: str, piece: str) -> dict:
+    if kind == "tool_use":
+        return {"type": "input_json_delta", "partial_json": piece}
+    return {"type": _TEXT_DELTA[kind], kind: piece}
 
 
 def _delta(index: int, delta: dict) -> dict:
     return {"type": "content_block_delta", "index": index, "delta": delta}
 
 
-def _block(opened: _OpenBlock, started: bool) -> dict:
+def _block(opened: Segment, started: bool) -> dict:
     """A block as its start event announces it (empty), or whole."""
     if opened.kind == "tool_use":
         return {"type": "tool_use", "id": opened.call_id, "name": opened.name,

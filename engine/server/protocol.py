@@ -294,15 +294,18 @@ class _SamplingRequest(RefusingRequest):
             raise APIError(400, f"{name} and {alias} are the same setting: give one", param=alias)
         return own if other is None else other
 
-    def _max_tokens(self) -> int | None:
-        """max_tokens, or llama.cpp's n_predict (-1: until the context ends, as there)."""
+    def _max_tokens(self, default: int | None) -> int | None:
+        """max_tokens, or llama.cpp's n_predict (-1: until the context ends, as there), or
+        `default` where neither is given."""
+        given = self.aliased("max_tokens", "n_predict")
+        if given is None:
+            return default
         if self.n_predict is not None and self.n_predict < 0:
-            if self.n_predict != -1 or self.max_tokens is not None:
-                self.aliased("max_tokens", "n_predict")  # both given: refused
+            if self.n_predict != -1:
                 raise APIError(400, f"n_predict={self.n_predict}: -1 (no limit) or a count",
                                param="n_predict")
             return None
-        return self.aliased("max_tokens", "n_predict")
+        return given
 
     def constraint(self) -> tuple[str, StructuredOutputsParams] | None:
         """The one constraint the request gives, with where it sits: the field that gave it,
@@ -441,7 +444,7 @@ class ChatCompletionRequest(_SamplingRequest):
 
     def resolved_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None \
-            else self._max_tokens()
+            else self._max_tokens(default=None)
 
 
 class CompletionRequest(_SamplingRequest):
@@ -471,10 +474,7 @@ class CompletionRequest(_SamplingRequest):
                                 "choice it makes (best_of must equal n)", param="best_of")
 
     def resolved_max_tokens(self) -> int | None:
-        if self.n_predict == -1 and self.max_tokens is None:
-            return None  # llama.cpp's "no limit"
-        given = self._max_tokens()
-        return 16 if given is None else given  # OpenAI's default here
+        return self._max_tokens(default=16)  # OpenAI's default here
 
     def prompts(self) -> list[str | list[int]]:
         """One prompt, or a batch of them, as text or token ids."""

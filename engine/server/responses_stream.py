@@ -8,20 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.server.generation import item_id
+from engine.server.reply_segments import GROW, OPEN, ReplySegments, Segment, Step
 
 # Which output item each field of a chat delta grows.
 _KINDS = (("reasoning_content", "reasoning"), ("content", "message"))
-
-
-@dataclass(slots=True)
-class _OpenItem:
-    kind: str  # "reasoning", "message" or "function_call"
-    output_index: int
-    id: str
-    text: str = ""  # the text, or a call's arguments
-    call_index: int | None = None  # the call's index in the chat deltas
-    call_id: str = ""
-    name: str = ""
 
 
 @dataclass(slots=True)
@@ -29,7 +19,8 @@ class ResponseEvents:
     """Output items and their events, in order; `sequence_number` counts every event."""
 
     items: list[dict] = field(default_factory=list)
-    _open: _OpenItem | None = None
+    _segments: ReplySegments = field(
+        default_factory=lambda: ReplySegments(_KINDS, "function_call"))
     _sequence: int = 0
 
     def event(self, type_: str, **fields) -> dict:
@@ -39,91 +30,74 @@ class ResponseEvents:
 
     def feed(self, delta: dict) -> list[dict]:
         """The events for one chat delta: items opened, grown and closed."""
-        events: list[dict] = []
-        for key, kind in _KINDS:
-            if delta.get(key):
-                events += self._grow_text(kind, delta[key])
-        for call in delta.get("tool_calls", ()):
-            events += self._grow_call(call)
-        return events
+        return self._events(self._segments.feed(delta), "completed")
 
     def finish(self, status: str) -> list[dict]:
         """Close the item still open: "completed", or "incomplete" when the reply was cut. An
         empty reply is an empty message, so there is always an item to read."""
-        events = self._open_text("message") if not self.items and self._open is None else []
-        return events + self._close(status)
+        return self._events(self._segments.finish("message"), status)
 
-    def _grow_text(self, kind: str, text: str) -> list[dict]:
+    def _events(self, steps: list[Step], status: str) -> list[dict]:
+        """Each step's events; an item closed takes `status`."""
         events = []
-        if self._open is None or self._open.kind != kind:
-            events += self._close("completed")
-            events += self._open_text(kind)
-        self._open.text += text
-        events.append(self.event(_DELTA[kind], **self._where(), content_index=0, delta=text,
-                                 **_LOGPROBS[kind]))
+        for step in steps:
+            if step.what == OPEN:
+                events += self._opened(step.segment)
+            elif step.what == GROW:
+                events.append(self._grown(step.segment, step.piece))
+            else:
+                events += self._closed(step.segment, status)
         return events
 
-    def _grow_call(self, call: dict) -> list[dict]:
-        events = []
-        opened = self._open
-        if opened is None or opened.kind != "function_call" or opened.call_index != call["index"]:
-            events += self._close("completed")
-            function = call["function"]
-            self._open = _OpenItem("function_call", len(self.items), item_id("fc"),
-                                   call_index=call["index"], call_id=call["id"],
-                                   name=function["name"])
-            events.append(self.event("response.output_item.added",
-                                     output_index=self._open.output_index,
-                                     item=self._item(self._open, "in_progress")))
-        arguments = call["function"].get("arguments") or ""
-        if arguments:
-            self._open.text += arguments
-            events.append(self.event("response.function_call_arguments.delta", **self._where(),
-                                     delta=arguments))
-        return events
+    def _opened(self, item: Segment) -> list[dict]:
+        prefix = {"function_call": "fc", "message": "msg"}.get(item.kind, "rs")
+        item.id = item_id(prefix)
+        if item.kind == "function_call":
+            return [self.event("response.output_item.added", output_index=item.index,
+                               item=_item(item, "in_progress"))]
+        return [self.event("response.output_item.added", output_index=item.index,
+                           item=_item(item, "in_progress", parts=[])),
+                self.event("response.content_part.added", **_where(item), content_index=0,
+                           part=_part(item.kind, ""))]
 
-    def _open_text(self, kind: str) -> list[dict]:
-        self._open = _OpenItem(kind, len(self.items), item_id("msg" if kind == "message" else "rs"))
-        where = self._where()
-        return [self.event("response.output_item.added", output_index=where["output_index"],
-                           item=self._item(self._open, "in_progress", parts=[])),
-                self.event("response.content_part.added", **where, content_index=0,
-                           part=_part(kind, ""))]
+    def _grown(self, item: Segment, piece: str) -> dict:
+        if item.kind == "function_call":
+            return self.event("response.function_call_arguments.delta", **_where(item),
+                              delta=piece)
+        return self.event(_DELTA[item.kind], **_where(item), content_index=0, delta=piece,
+                          **_LOGPROBS[item.kind])
 
-    def _close(self, status: str) -> list[dict]:
-        opened, self._open = self._open, None
-        if opened is None:
-            return []
-        where = {"item_id": opened.id, "output_index": opened.output_index}
-        if opened.kind == "function_call":
+    def _closed(self, item: Segment, status: str) -> list[dict]:
+        where = _where(item)
+        if item.kind == "function_call":
             events = [self.event("response.function_call_arguments.done", **where,
-                                 name=opened.name, arguments=opened.text)]
+                                 name=item.name, arguments=item.text)]
         else:
-            part = _part(opened.kind, opened.text)
-            events = [self.event(_DONE[opened.kind], **where, content_index=0, text=opened.text,
-                                 **_LOGPROBS[opened.kind]),
+            events = [self.event(_DONE[item.kind], **where, content_index=0, text=item.text,
+                                 **_LOGPROBS[item.kind]),
                       self.event("response.content_part.done", **where, content_index=0,
-                                 part=part)]
-        item = self._item(opened, status)
-        self.items.append(item)
-        events.append(self.event("response.output_item.done", output_index=opened.output_index,
-                                 item=item))
+                                 part=_part(item.kind, item.text))]
+        whole = _item(item, status)
+        self.items.append(whole)
+        events.append(self.event("response.output_item.done", output_index=item.index,
+                                 item=whole))
         return events
 
-    def _where(self) -> dict:
-        return {"item_id": self._open.id, "output_index": self._open.output_index}
 
-    @staticmethod
-    def _item(opened: _OpenItem, status: str, parts: list | None = None) -> dict:
-        if opened.kind == "function_call":
-            return {"id": opened.id, "type": "function_call", "status": status,
-                    "call_id": opened.call_id, "name": opened.name, "arguments": opened.text}
-        content = [_part(opened.kind, opened.text)] if parts is None else parts
-        if opened.kind == "reasoning":
-            return {"id": opened.id, "type": "reasoning", "status": status, "summary": [],
-                    "content": content}
-        return {"id": opened.id, "type": "message", "status": status, "role": "assistant",
+def _where(item: Segment) -> dict:
+    return {"item_id": item.id, "output_index": item.index}
+
+
+def _item(item: Segment, status: str, parts: list | None = None) -> dict:
+    if item.kind == "function_call":
+        return {"id": item.id, "type": "function_call", "status": status,
+                "call_id": item.call_id, "name": item.name, "arguments": item.text}
+    content = [_part(item.kind, item.text)] if parts is None else parts
+    if item.kind == "reasoning":
+        return {"id": item.id, "type": "reasoning", "status": status, "summary": [],
                 "content": content}
+    return {"id": item.id, "type": "message", "status": status, "role": "assistant",
+            "content": content}
 
 
 _DELTA = {"message": "response.output_text.delta", "reasoning": "response.reasoning_text.delta"}
