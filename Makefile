@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' app/__init__.py)
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' pagoda/__init__.py)
 PYINSTALLER_SPEC ?= pyinstaller==6.22.3
 # llama.cpp's own GGUF converter (convert_hf_to_gguf.py, its conversion/ package and gguf-py), for
 # the tests that load GGUF files made the way users' files are made (tests/engine/llama_cpp_converter.py).
@@ -42,10 +42,10 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m app
+	$(PY) -m pagoda
 
 chat: $(STAMP)
-	$(PY) -m engine chat
+	$(PY) -m pagoda.engine chat
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -124,7 +124,7 @@ def _random_blocks(kind: QType, rows: int, cols: int, rng: np.random.Generator) 
 
 def measure(path: Path, tokens: int) -> dict[str, float]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from engine import EngineConfig, LLMEngine, SamplingParams
+    from pagoda.engine import EngineConfig, LLMEngine, SamplingParams
 
     peak = _PeakAnonymousMemory()
     start = time.perf_counter()

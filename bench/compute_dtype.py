@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # The tests' helpers: `tests.` from the root, and test_parity's own `from tiny_models import`.
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "engine")]
 
-from engine import LLM, EngineConfig, LLMEngine
-from engine.loading.loader import load_model
-from engine.worker.evaluation import compare, prompt_logits
+from pagoda.engine import LLM, EngineConfig, LLMEngine
+from pagoda.engine.loading.loader import load_model
+from pagoda.engine.worker.evaluation import compare, prompt_logits
 from tests.engine.models.test_parity import MAX_NEW_TOKENS, parity_prompts
 from tests.engine.test_compute_dtype import (
     first_difference,

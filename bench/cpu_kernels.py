@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from cpu_info import cpu_name
 
-from engine.quantization.cpu_int4 import CpuInt4Method
-from engine.quantization.cpu_paths import CpuPathPolicy
-from engine.quantization.tensors import quantize_int4, quantize_int8
+from pagoda.engine.quantization.cpu_int4 import CpuInt4Method
+from pagoda.engine.quantization.cpu_paths import CpuPathPolicy
+from pagoda.engine.quantization.tensors import quantize_int4, quantize_int8
 
 # (name, outputs, inputs): SmolLM2-135M's fused projections.
 SHAPES = (("qkv", 960, 576), ("gate_up", 3072, 576), ("down", 576, 1536))

@@ -1,4 +1,4 @@
-"""Our C decode-step ops (kernels/cpu/decode_ops.c) against torch_ref, in one process.
+"""Our C decode-step ops (pagoda/kernels/cpu/decode_ops.c) against torch_ref, in one process.
 
 Not a test: `python bench/decode_ops.py` prints
 1. per-op µs on the default model's shapes (one decode row; attention at several context
@@ -22,9 +22,9 @@ from cpu_info import cpu_name
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "kernels"))
 import test_decode_ops as shapes
 
-from engine.quantization.native_kernels import kernel_build_dir
-from kernels import torch_ref
-from kernels.cpu.decode_ops import DecodeOps
+from pagoda.engine.quantization.native_kernels import kernel_build_dir
+from pagoda.kernels import torch_ref
+from pagoda.kernels.cpu.decode_ops import DecodeOps
 
 H, KV, D, HID, INTER, EPS = 9, 3, 64, 576, 1536, 1e-5
 
@@ -83,8 +83,8 @@ def bench_ops(lib: DecodeOps, rounds: int, context_lens: list[int]) -> None:
 
 
 def bench_decode(rounds: int, tokens: int, threads: int) -> None:
-    from engine import LLM, SamplingParams
-    from kernels.kernel_ops import TORCH_OPS
+    from pagoda.engine import LLM, SamplingParams
+    from pagoda.kernels.kernel_ops import TORCH_OPS
 
     engines = {}
     for label, switch in (("C decode ops", "1"), ("PAGODA_NATIVE_KERNELS=0", "0")):

@@ -43,9 +43,9 @@ def history_tokens(tokenizer, n: int, seed: int) -> list[int]:
 
 def child(args: argparse.Namespace) -> dict:
     """One fresh engine: read `history` (+ a new message), answer `max_tokens`, report."""
-    from engine.config import EngineConfig
-    from engine.llm_engine import LLMEngine
-    from engine.sampling_params import SamplingParams
+    from pagoda.engine.config import EngineConfig
+    from pagoda.engine.llm_engine import LLMEngine
+    from pagoda.engine.sampling_params import SamplingParams
 
     config = EngineConfig(disk_cache_dir=args.disk, max_model_len=8192)
     engine = LLMEngine(None, config)

@@ -86,9 +86,9 @@ class Ticker:
 
 
 async def bench_attach(folder: Path) -> dict:
-    from app.components.async_store import AsyncStore
-    from app.components.chat_documents import ChatDocuments
-    from app.store import ConversationStore
+    from pagoda.app.components.async_store import AsyncStore
+    from pagoda.app.components.chat_documents import ChatDocuments
+    from pagoda.app.store import ConversationStore
 
     pdf = folder / "log.pdf"
     make_pdf(pdf, PAGES)
@@ -115,7 +115,7 @@ async def bench_attach(folder: Path) -> dict:
 
 def _passages(store) -> list[int]:
     """SEARCH_PASSAGES passages in 25 documents of one chat; their attachment ids."""
-    from app.store import AttachmentChunk, NewAttachment
+    from pagoda.app.store import AttachmentChunk, NewAttachment
 
     message = store.append_user_message(store.create_conversation().id, "Read these")
     ids = []
@@ -130,8 +130,8 @@ def _passages(store) -> list[int]:
 
 
 def bench_search(folder: Path) -> dict:
-    from app.components.documents import fts_query
-    from app.store import ConversationStore
+    from pagoda.app.components.documents import fts_query
+    from pagoda.app.store import ConversationStore
 
     with ConversationStore.open(folder / "search.db") as store:
         ids = _passages(store)
@@ -167,11 +167,11 @@ class _StoredVectors:
 async def bench_hybrid(folder: Path, url: str | None, model: str | None) -> dict:
     import numpy as np
 
-    from app.components.async_store import AsyncStore
-    from app.components.connections import ConnectionKeys, SavedConnections
-    from app.components.document_embeddings import DocumentEmbeddings, EmbeddingsChoice
-    from app.components.documents import fts_query
-    from app.store import ConversationStore
+    from pagoda.app.components.async_store import AsyncStore
+    from pagoda.app.components.connections import ConnectionKeys, SavedConnections
+    from pagoda.app.components.document_embeddings import DocumentEmbeddings, EmbeddingsChoice
+    from pagoda.app.components.documents import fts_query
+    from pagoda.app.store import ConversationStore
 
     width = 768
     db = AsyncStore(ConversationStore.open(folder / "hybrid.db"))
@@ -208,7 +208,7 @@ async def bench_hybrid(folder: Path, url: str | None, model: str | None) -> dict
 
 
 async def _server_question_ms(url: str, model: str) -> dict:
-    from app.backends.embeddings import EmbeddingModel, EmbeddingsClient
+    from pagoda.app.backends.embeddings import EmbeddingModel, EmbeddingsClient
 
     client = EmbeddingsClient(EmbeddingModel(url, model))
     await client.embed(["warm-up"])
@@ -222,12 +222,12 @@ async def _server_question_ms(url: str, model: str) -> dict:
 
 
 async def bench_prefix(folder: Path) -> dict:
-    from app.backends.local import LocalBackend
-    from app.backends.local_engine import make_local_engine
-    from app.components.async_store import AsyncStore
-    from app.components.chat_session import ChatSession
-    from app.store import ConversationStore, SamplingSettings
-    from engine import EngineConfig
+    from pagoda.app.backends.local import LocalBackend
+    from pagoda.app.backends.local_engine import make_local_engine
+    from pagoda.app.components.async_store import AsyncStore
+    from pagoda.app.components.chat_session import ChatSession
+    from pagoda.app.store import ConversationStore, SamplingSettings
+    from pagoda.engine import EngineConfig
 
     notes = folder / "notes.md"
     notes.write_text("\n\n".join(f"## Day {day}\n\n{TOPICS[day % len(TOPICS)]} " * 3

@@ -1,5 +1,5 @@
 """One-stream greedy decode of a Gemma-4-shaped model, whose decode steps run layer by layer
-(the one-call C step does not run its layers: engine.models.native_decode.not_covered), beside
+(the one-call C step does not run its layers: pagoda.engine.models.native_decode.not_covered), beside
 a Gemma-3-shaped model of the same widths, once through the one-call C step and once eager.
 
 Random weights at real per-layer widths, fewer layers: hidden 1024, 4 query heads, windowed
@@ -21,9 +21,9 @@ import torch
 import transformers
 from cpu_info import cpu_name
 
-from engine import LLM, SamplingParams
-from engine.loading.loader import tokenizer_folder
-from engine.models import decoder
+from pagoda.engine import LLM, SamplingParams
+from pagoda.engine.loading.loader import tokenizer_folder
+from pagoda.engine.models import decoder
 
 SHAPE = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 12,
          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 256,

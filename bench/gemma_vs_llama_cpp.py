@@ -44,7 +44,7 @@ def main() -> None:
             break
         except OSError:  # not listening yet
             time.sleep(1)
-    from engine import LLM, SamplingParams
+    from pagoda.engine import LLM, SamplingParams
 
     llm = LLM(G, num_threads=2)
     tok = llm.engine.tokenizer if hasattr(llm.engine, "tokenizer") else llm.tokenizer

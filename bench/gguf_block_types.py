@@ -33,15 +33,15 @@ import torch
 from cpu_info import cpu_name
 from q8_gemv import chat_rounds
 
-from engine.quantization.native_kernels import load_native
-from engine.quantization.tensors import (
+from pagoda.engine.quantization.native_kernels import load_native
+from pagoda.engine.quantization.tensors import (
     BlockWeight,
     IQ4XSWeight,
     Q3KWeight,
     Q5KWeight,
     widen_blocks,
 )
-from kernels.cpu.q8_gemv import Q8Gemv
+from pagoda.kernels.cpu.q8_gemv import Q8Gemv
 
 KINDS = {kind.TYPE_NAME: kind for kind in (IQ4XSWeight, Q5KWeight, Q3KWeight)}
 # TinyLlama 1.1B's layer matrices (out x in).
@@ -118,7 +118,7 @@ def bench_kernels(files: list[Path], rounds: int, threads: int) -> None:
 @contextmanager
 def _path(name: str):
     """The blocks read in place, or widened to grouped int8 where each layer is built."""
-    from engine.layers import linear
+    from pagoda.engine.layers import linear
 
     runs = linear._runs_blocks
     if name == "widened":
@@ -130,8 +130,8 @@ def _path(name: str):
 
 
 def bench_engine(path: Path, rounds: int, max_tokens: int) -> None:
-    from engine import LLM, EngineConfig, LLMEngine, SamplingParams
-    from engine.loading.loader import load_model
+    from pagoda.engine import LLM, EngineConfig, LLMEngine, SamplingParams
+    from pagoda.engine.loading.loader import load_model
 
     print(f"CPU: {cpu_name()}, {path.name}\n")
     loaded = load_model(str(path))

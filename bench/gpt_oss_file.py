@@ -30,7 +30,7 @@ import gguf
 import numpy as np
 from llama_1b_file import _copy_tokenizer
 
-from engine.loading.model_files import default_model_file
+from pagoda.engine.loading.model_files import default_model_file
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 2880, 64, 8, 64
 EXPERTS, USED, EXPERT_WIDTH = 32, 4, 2880

@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from weight_bytes import tensor_bytes
 
-from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.loading.loader import LoadedModel
-from engine.quantization.tensors import Int4Weight, Int8Weight, quantize_int4, quantize_int8
-from kernels.attention_metadata import (
+from pagoda.engine import EngineConfig, LLMEngine, SamplingParams
+from pagoda.engine.loading.loader import LoadedModel
+from pagoda.engine.quantization.tensors import Int4Weight, Int8Weight, quantize_int4, quantize_int8
+from pagoda.kernels.attention_metadata import (
     AttentionMetadata,
     PrefillSegment,
     TritonAttentionMetadata,
@@ -300,7 +300,7 @@ def stage_spec_cost(out: Path) -> dict:
     """What the step cost calibration measures on the GPU (a few extra rows should be nearly
     free), what the engine then decides on prompts that repeat themselves, and that greedy
     tokens with the cost model are those without speculation (fp32)."""
-    from engine.worker.calibration import calibrate_step_cost
+    from pagoda.engine.worker.calibration import calibrate_step_cost
 
     config = smollm2_config()
     loaded = loaded_model(config, random_weights(config, torch.float32))
@@ -345,8 +345,8 @@ def block_round_trip_exact(dtype: torch.dtype, parts: bool = False) -> bool:
     """KV blocks copied out to the host (through the pinned staging buffer) and back into other
     blocks on the GPU, byte for byte; with `parts`, a buffer of two blocks, so that three go
     through it in two parts."""
-    from engine.disk_cache.block_io import KVBlockIO
-    from engine.disk_cache.host_staging import HostStaging
+    from pagoda.engine.disk_cache.block_io import KVBlockIO
+    from pagoda.engine.disk_cache.host_staging import HostStaging
 
     kv = [(torch.randn(64, 16, 8, 128, device="cuda").to(dtype),
            torch.randn(64, 16, 8, 128, device="cuda").to(dtype)) for _ in range(4)]
@@ -578,7 +578,7 @@ def quantized_layer(n: int, k: int, device: str) -> tuple[Int4Weight, Int8Weight
 def quant_calls(x: torch.Tensor, w4: Int4Weight, w8: Int8Weight,
                 dense: torch.Tensor) -> dict[str, tuple]:
     """name -> (the call, the weight bytes it reads)."""
-    from kernels import triton_quant
+    from pagoda.kernels import triton_quant
 
     return {"dense": (lambda: F.linear(x, dense), dense.numel() * dense.element_size()),
             "int8": (lambda: triton_quant.int8_linear(x, w8.q, w8.scales), w8.nbytes),
@@ -588,7 +588,7 @@ def quant_calls(x: torch.Tensor, w4: Int4Weight, w8: Int8Weight,
 
 def quant_error(x: torch.Tensor, w4: Int4Weight, w8: Int8Weight) -> dict:
     """Each Triton kernel against its torch reference: max |diff| / max |reference|."""
-    from kernels import torch_ref, triton_quant
+    from pagoda.kernels import torch_ref, triton_quant
 
     def rel(ours: torch.Tensor, ref: torch.Tensor) -> float:
         return float((ours.float() - ref.float()).abs().max() / ref.float().abs().max())
@@ -649,7 +649,7 @@ def stage_quant(out: Path, dry_run: bool = False) -> dict:
 
 def autotuned_configs() -> dict[str, str]:
     """What the autotuner chose per kernel and key (empty under the interpreter)."""
-    from kernels import triton_quant, triton_quant_gemv
+    from pagoda.kernels import triton_quant, triton_quant_gemv
 
     tuned = {"int4_gemv": triton_quant_gemv.INT4_GEMV_TUNED,
              "int8_gemv": triton_quant_gemv.INT8_GEMV_TUNED,

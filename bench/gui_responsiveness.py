@@ -10,7 +10,7 @@ would feel as a frozen window. Not a test: results go to docs/BENCHMARKS.md.
                                                  [--json out.json]
 
 --tabs counts the tabs answered by the engine in this process. --remote-tabs N adds N tabs
-answered by a saved server: Pagoda's own OpenAI-compatible server (`python -m engine serve`, the
+answered by a saved server: Pagoda's own OpenAI-compatible server (`python -m pagoda.engine serve`, the
 same default model) started here as a separate process on 127.0.0.1, as a user's second machine
 would be, except that it shares this machine's cores. `serve` has no thread option, so the server
 is pinned to the last --remote-cpus CPUs and its engine uses one thread per CPU it may run on.
@@ -236,7 +236,7 @@ def _split_cpus(remote_cpus: int) -> set[int]:
 
 def _engine_with_threads(num_threads: int | None):
     """The host's engine factory with the local engine's thread count set."""
-    from app.backends.local_engine import make_local_engine
+    from pagoda.app.backends.local_engine import make_local_engine
 
     def make(model, config, on_progress):
         return make_local_engine(model, dataclasses.replace(config, num_threads=num_threads),
@@ -387,7 +387,7 @@ def _scrolled_into_view(browser, cursor):
 
 async def _start_mcp_server(window) -> None:
     """The MCP test server saved in Settings -> Tools and started, as after a first use."""
-    from app.components.tools import McpServerConfig
+    from pagoda.app.components.tools import McpServerConfig
 
     window.toolbox.settings.add_servers(
         [McpServerConfig(MCP_SERVER, command=sys.executable, args=(str(MCP_TEST_SERVER),))])
@@ -397,7 +397,7 @@ async def _start_mcp_server(window) -> None:
 async def _open_tool_tab(window, connection, index: int, hand: asyncio.Lock) -> ToolTab:
     """A tab on the scripted model with the MCP server's tools turned on, as the chat's
     settings panel saves them."""
-    from app.store import SamplingSettings
+    from pagoda.app.store import SamplingSettings
 
     settings = SamplingSettings(temperature=0.7, max_tokens=TOOL_MAX_TOKENS, seed=1)
     tab = await _open_tab(window, settings, TOOL_PROMPT)
@@ -446,7 +446,7 @@ def _tool_figures(meter: StallMeter, tool_tabs: list[ToolTab]) -> dict:
 async def measure(window, tabs: int, remote_tabs: int, max_tokens: int,
                   server: ServerProcess | None, trace_stalls_ms: float | None,
                   tool_tabs: int = 0, tool_server: ServerProcess | None = None) -> dict:
-    from app.store import SamplingSettings
+    from pagoda.app.store import SamplingSettings
 
     model = await asyncio.to_thread(server.wait_ready) if server else None
     connection = await _save_server(window, server.url, model) if server else None
@@ -547,11 +547,11 @@ def main() -> int:
     import qasync
     from PySide6.QtWidgets import QApplication
 
-    from app.components.async_store import AsyncStore
-    from app.components.connections import ConnectionKeys
-    from app.qt.engine_host import EngineHost
-    from app.qt.main_window import MainWindow
-    from app.store import ConversationStore
+    from pagoda.app.components.async_store import AsyncStore
+    from pagoda.app.components.connections import ConnectionKeys
+    from pagoda.app.qt.engine_host import EngineHost
+    from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.store import ConversationStore
 
     app = QApplication(sys.argv[:1])
     loop = qasync.QEventLoop(app)
@@ -561,7 +561,7 @@ def main() -> int:
         server = tool_server = None
         try:
             if args.remote_tabs:
-                server = ServerProcess([sys.executable, "-m", "engine", "serve"],
+                server = ServerProcess([sys.executable, "-m", "pagoda.engine", "serve"],
                                        Path(tmp) / "server.log", remote_cpus)
             if args.tool_tabs:
                 tool_server = ServerProcess([sys.executable, str(SCRIPTED_MODEL)],

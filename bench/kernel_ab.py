@@ -1,7 +1,7 @@
 """A change to our C kernels, measured: a model's layer linears through this tree's kernels and
 through a git revision's, in one process, in interleaved rounds.
 
-Not a test: run it on a quiet machine before and after editing kernels/cpu/, then note the table
+Not a test: run it on a quiet machine before and after editing pagoda/kernels/cpu/, then note the table
 where the change is described (docs/BENCHMARKS.md). Both builds multiply the same loaded weights
 with the same arguments: one decode step's linears in the step's order, one activation row each,
 so the weights come from memory as in a real step (a 1B model's layers are far larger than the
@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 from cpu_info import cpu_name
 
-from engine import LLM
-from kernels.cpu import native
-from kernels.cpu.decode_layers import Q4_KIND, Q8_KIND, CLinear
+from pagoda.engine import LLM
+from pagoda.kernels.cpu import native
+from pagoda.kernels.cpu.decode_layers import Q4_KIND, Q8_KIND, CLinear
 
 KERNELS = ("q4_gemv", "q8_gemv")
 # The entry points a layer's CLinear may hold, by kind (int16 activations, or int8).
@@ -35,14 +35,14 @@ ENTRY_POINTS = {Q4_KIND: ("q4_linear16", "q4_linear"), Q8_KIND: ("q8_linear16", 
 
 
 def build_revision(revision: str, out: Path) -> dict[str, ctypes.CDLL]:
-    """kernels/cpu's C sources at a git revision, compiled and loaded beside this tree's."""
+    """pagoda/kernels/cpu's C sources at a git revision, compiled and loaded beside this tree's."""
     source = out / "src"
     source.mkdir()
-    names = subprocess.run(["git", "ls-tree", "--name-only", f"{revision}:kernels/cpu"],
+    names = subprocess.run(["git", "ls-tree", "--name-only", f"{revision}:pagoda/kernels/cpu"],
                            check=True, capture_output=True, text=True).stdout.split()
     for name in names:
         if name.endswith((".c", ".h")):
-            text = subprocess.run(["git", "show", f"{revision}:kernels/cpu/{name}"], check=True,
+            text = subprocess.run(["git", "show", f"{revision}:pagoda/kernels/cpu/{name}"], check=True,
                                   capture_output=True).stdout
             (source / name).write_bytes(text)
     return {name: native._open(native.build(name, out / "build", source_dir=source))

@@ -4,7 +4,7 @@ in KV cache groups of their own, against the same model with every layer global.
 The model is Gemma 3's KV layout at its real widths (one KV head of 256 dims, bf16, as the 1B;
 pass --kv-heads 4 for the 4B's), with fewer layers: five windowed layers and one global, its
 pattern. The engine's own scheduler and KV cache manager run a 32k-token prompt in prefill chunks
-and then a reply, over pools sized by the engine's rule (engine.models.kv_cache_sizing); after
+and then a reply, over pools sized by the engine's rule (pagoda.engine.models.kv_cache_sizing); after
 every step the bytes the sequence holds are read from the manager's stats. No forward pass runs:
 which blocks are held depends on the bookkeeping alone, and the bytes per block are the
 runner's (2 x layers x block_size x kv_heads x head_dim x 2 bytes). Not a test: results go to
@@ -21,12 +21,12 @@ from pathlib import Path
 
 from cpu_info import cpu_name
 
-from engine.config import EngineConfig, SchedulerConfig
-from engine.core.kv_cache_manager import KVCacheGroup, KVCacheManager
-from engine.core.scheduler import Scheduler
-from engine.core.sequence import Sequence
-from engine.models.kv_cache_sizing import group_num_blocks
-from engine.sampling_params import SamplingParams
+from pagoda.engine.config import EngineConfig, SchedulerConfig
+from pagoda.engine.core.kv_cache_manager import KVCacheGroup, KVCacheManager
+from pagoda.engine.core.scheduler import Scheduler
+from pagoda.engine.core.sequence import Sequence
+from pagoda.engine.models.kv_cache_sizing import group_num_blocks
+from pagoda.engine.sampling_params import SamplingParams
 
 WINDOWED_LAYERS, GLOBAL_LAYERS = 5, 1
 HEAD_DIM, BF16 = 256, 2

@@ -24,7 +24,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from engine.loading.model_files import default_model_file
+from pagoda.engine.loading.model_files import default_model_file
 
 LAYERS, HIDDEN, INTERMEDIATE, HEADS, KV_HEADS = 22, 2048, 5632, 32, 4
 HEAD_DIM = HIDDEN // HEADS

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from cpu_info import cpu_name
 
-from app.components.tools import McpHub, McpServerConfig
+from pagoda.app.components.tools import McpHub, McpServerConfig
 
 TEST_SERVER = Path(__file__).resolve().parents[1] / "tests/app/components/mcp_test_server.py"
 WARM_UP_CALLS = 5

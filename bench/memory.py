@@ -2,7 +2,7 @@
 of 128 tokens, and after 32 such chats at once, with the KV pool's size beside (its pages are
 committed as blocks are first written, so "loaded" holds none of it yet).
 
-Each figure is the process's VmRSS (`engine.worker.process_memory.resident_bytes`), what `top` and LM Studio
+Each figure is the process's VmRSS (`pagoda.engine.worker.process_memory.resident_bytes`), what `top` and LM Studio
 show; compare it with llama.cpp's server measured the same way, in the same window. Not a test:
 results go to docs/BENCHMARKS.md.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from cpu_info import cpu_name
 
-from engine.worker.process_memory import resident_bytes
+from pagoda.engine.worker.process_memory import resident_bytes
 
 CHAT = [{"role": "user", "content": "Tell me about the history of the printing press."}]
 REPLY_TOKENS = 128
@@ -25,7 +25,7 @@ CONCURRENT = 32
 
 
 def measure(model: str | None, engine_options: dict) -> dict:
-    from engine import LLM, SamplingParams
+    from pagoda.engine import LLM, SamplingParams
 
     figures = {"engine imported": resident_bytes()}
     llm = LLM(model, **engine_options)

@@ -2,7 +2,7 @@
 2048, 128 experts, 8 active, expert width 768, Q4_K blocks as a Q4_K_M file holds them, or
 `--down-kind Q6_K` for the down experts a Q4_K_M keeps in Q6_K in some layers) or
 gpt-oss-20b's (`--shape gpt-oss-20b`: hidden and width 2880, 32 experts, 4 active, MXFP4,
-its clamped SwiGLU): the in-place kernel (kernels/cpu/moe_experts.c through `CpuExpertsMethod`) beside the default
+its clamped SwiGLU): the in-place kernel (pagoda/kernels/cpu/moe_experts.c through `CpuExpertsMethod`) beside the default
 grouped method (each active expert once on its rows, through the linear methods on the experts'
 decoded int4 layout: q4_gemv where it loads, else torch's int4 kernel) and, with `--against
 REV`, beside the kernel as git revision REV had it (built here, timed in the same run: a
@@ -37,20 +37,20 @@ import numpy as np
 import torch
 from cpu_info import cpu_name
 
-from engine.layers.linear import Placement, make_fused_linear, make_linear
-from engine.layers.moe import (
+from pagoda.engine.layers.linear import Placement, make_fused_linear, make_linear
+from pagoda.engine.layers.moe import (
     Expert,
     ExpertActivation,
     ExpertWeights,
     GroupedExperts,
 )
-from engine.quantization.cpu_experts import CpuExpertsMethod, in_place_experts
-from engine.quantization.cpu_paths import CpuPathPolicy
-from engine.quantization.cpu_q4 import load_q4_context
-from engine.quantization.expert_weights import expert_weight
-from kernels.cpu import native
-from kernels.cpu.moe_experts import MoeExperts, Projection
-from kernels.kernel_ops import TORCH_OPS
+from pagoda.engine.quantization.cpu_experts import CpuExpertsMethod, in_place_experts
+from pagoda.engine.quantization.cpu_paths import CpuPathPolicy
+from pagoda.engine.quantization.cpu_q4 import load_q4_context
+from pagoda.engine.quantization.expert_weights import expert_weight
+from pagoda.kernels.cpu import native
+from pagoda.kernels.cpu.moe_experts import MoeExperts, Projection
+from pagoda.kernels.kernel_ops import TORCH_OPS
 
 ROUTINGS = 16
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,13 +99,13 @@ def experts(shape: Shape, count: int, down_kind: str) -> list[ExpertWeights]:
 
 
 def kernel_at(rev: str) -> MoeExperts:
-    """kernels/cpu/moe_experts.c as git revision rev had it (with its headers), built with the
+    """pagoda/kernels/cpu/moe_experts.c as git revision rev had it (with its headers), built with the
     flags the engine builds it with."""
     folder = Path(tempfile.mkdtemp(prefix="moe_experts_"))
-    tree = subprocess.run(["git", "archive", rev, "kernels/cpu"], cwd=ROOT, check=True,
+    tree = subprocess.run(["git", "archive", rev, "pagoda/kernels/cpu"], cwd=ROOT, check=True,
                           capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(folder)], input=tree, check=True)
-    compiler, source = native.find_compiler(), folder / "kernels/cpu/moe_experts.c"
+    compiler, source = native.find_compiler(), folder / "pagoda/kernels/cpu/moe_experts.c"
     subprocess.run([compiler, *native.COMPILE_FLAGS, "-c", str(source), "-o",
                     str(folder / "moe.o")], check=True)
     subprocess.run([compiler, "-shared", str(folder / "moe.o"), "-o", str(folder / "moe.so"),
@@ -186,7 +186,7 @@ def main() -> None:
     methods = {"moe_experts (in place)": in_place_experts(weights, act.name, act.limit,
                                                           act.alpha)}
     if methods["moe_experts (in place)"] is None:
-        raise SystemExit("kernels/cpu/moe_experts.c did not build here")
+        raise SystemExit("pagoda/kernels/cpu/moe_experts.c did not build here")
     if args.against:
         methods[f"moe_experts at {args.against}"] = kernel_method(kernel_at(args.against),
                                                                   weights, act)

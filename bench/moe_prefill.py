@@ -19,7 +19,7 @@ import time
 from cpu_info import cpu_name
 from moe_vs_llama_cpp import Ours, text
 
-from engine.quantization.cpu_experts import CpuExpertsMethod
+from pagoda.engine.quantization.cpu_experts import CpuExpertsMethod
 
 CHOICES = {
     "calibrated": CpuExpertsMethod.runs_tiles,
@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=1000)
     args = parser.parse_args()
     logging.basicConfig(format="%(name)s: %(message)s")
-    logging.getLogger("engine.quantization.cpu_experts").setLevel(logging.INFO)  # the choice
+    logging.getLogger("pagoda.engine.quantization.cpu_experts").setLevel(logging.INFO)  # the choice
     ours = Ours(args.model)
     engine = ours.llm.engine
     tokenizer = engine.tokenizer if hasattr(engine, "tokenizer") else ours.llm.tokenizer

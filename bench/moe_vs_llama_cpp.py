@@ -28,7 +28,7 @@ from collections import defaultdict
 
 from cpu_info import cpu_name
 
-from engine.worker.process_memory import resident_bytes
+from pagoda.engine.worker.process_memory import resident_bytes
 
 PORT = 8392
 STREAMS = 8
@@ -115,7 +115,7 @@ class Ours:
     name = "ours"
 
     def __init__(self, model: str) -> None:
-        from engine import LLM, SamplingParams
+        from pagoda.engine import LLM, SamplingParams
 
         self.params = SamplingParams
         t = time.perf_counter()

@@ -29,7 +29,7 @@ def _default_model() -> str:
 @torch.inference_mode()
 def layer_stack_ms(llm, native, rounds: int) -> dict[str, float]:
     """Best time of `hidden_states` for one decode row, with and without the one call."""
-    from engine import SamplingParams
+    from pagoda.engine import SamplingParams
 
     engine, model = llm.engine, llm.engine.runner.model
     engine.add_request("probe", list(range(1000, 1100)), SamplingParams(max_tokens=8))
@@ -56,7 +56,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
-    from engine import LLM, SamplingParams
+    from pagoda.engine import LLM, SamplingParams
 
     llm = LLM(args.model or _default_model(), num_threads=args.threads)
     model = llm.engine.runner.model

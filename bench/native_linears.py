@@ -18,10 +18,10 @@ from pathlib import Path
 from throughput import describe_machine, make_workload, run_engine
 from weight_bytes import tensor_bytes
 
-from engine import EngineConfig, LLMEngine
-from engine.loading.loader import load_model
-from engine.worker.evaluation import compare, prompt_logits
-from engine.worker.model_runner import ModelRunner
+from pagoda.engine import EngineConfig, LLMEngine
+from pagoda.engine.loading.loader import load_model
+from pagoda.engine.worker.evaluation import compare, prompt_logits
+from pagoda.engine.worker.model_runner import ModelRunner
 
 QUALITY_TEXT = Path(__file__).parent.parent / "tests" / "engine" / "data" / "quality_text.txt"
 PATHS = {"q4_gemv": "1", "int4pack": "0"}  # PAGODA_NATIVE_KERNELS for each

@@ -1,4 +1,4 @@
-"""Prefill speed: a long prompt's time to its first token, through `python -m engine serve` and
+"""Prefill speed: a long prompt's time to its first token, through `python -m pagoda.engine serve` and
 another OpenAI-compatible server (llama.cpp's), the same requests to both.
 
 Not a test: run on a quiet machine and copy the table into docs/BENCHMARKS.md.
@@ -51,7 +51,7 @@ def measure(url: str, requests: int, approx_tokens: int, offset: int) -> list[tu
 
 def _our_server(model: str) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--port", str(port),
+    server = subprocess.Popen([sys.executable, "-m", "pagoda.engine", "serve", "--port", str(port),
                                "--model", model],
                               cwd=Path(__file__).resolve().parent.parent)
     url = f"http://127.0.0.1:{port}/v1"

@@ -1,4 +1,4 @@
-"""kernels/cpu/q4_gemv.c (int8 activations x int4 weights) against the engine's int4 path and fp32.
+"""pagoda/kernels/cpu/q4_gemv.c (int8 activations x int4 weights) against the engine's int4 path and fp32.
 
 Not a test: `python bench/q4_gemv.py` builds the C kernel with the system compiler, then prints
 one table per layer shape of SmolLM2-135M: median µs per call and the weight bytes each kernel
@@ -26,16 +26,16 @@ import torch.nn.functional as F
 from cpu_info import cpu_name
 from cpu_kernels import LAYERS, _activations, _timed
 
-from engine.quantization.cpu_int4 import CpuInt4Method
-from engine.quantization.cpu_paths import CpuPathPolicy
-from engine.quantization.tensors import (
+from pagoda.engine.quantization.cpu_int4 import CpuInt4Method
+from pagoda.engine.quantization.cpu_paths import CpuPathPolicy
+from pagoda.engine.quantization.tensors import (
     Int4Weight,
     dequantize,
     quantize_int4,
     with_compact_scales,
 )
-from kernels.cpu.native import mapped_openmp_runtimes
-from kernels.cpu.q4_gemv import ISA_NAMES, Q4Gemv
+from pagoda.kernels.cpu.native import mapped_openmp_runtimes
+from pagoda.kernels.cpu.q4_gemv import ISA_NAMES, Q4Gemv
 
 # (name, outputs, inputs): a decode step's four linears per layer.
 SHAPES = (("qkv", 960, 576), ("o", 576, 576), ("gate_up", 3072, 576), ("down", 576, 1536))

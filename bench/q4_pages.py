@@ -3,7 +3,7 @@ plain read of the same bytes.
 
 Not a test: `python bench/q4_pages.py` repacks random Q4_K parts at the Qwen3-30B-A3B attention
 linears' shapes (fused qkv 5120 x 2048, o 2048 x 4096) into `--copies` copies each (20: 218 MB,
-far past a 32 MB L3), once into `kernels.cpu.huge_pages.huge_page_buffer`s (as the engine's
+far past a 32 MB L3), once into `pagoda.kernels.cpu.huge_pages.huge_page_buffer`s (as the engine's
 records now are) and once into `torch.empty` ones (4 KB pages). Each round calls `q4_linear16`
 at one row on every copy in a decode step's order (qkv, o, qkv, o, ...), then reads the same
 records plainly (a C loop of AVX2 loads on the same OpenMP team, built here), for both kinds of
@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 from cpu_info import cpu_name
 
-from kernels.cpu import native
-from kernels.cpu.huge_pages import huge_page_buffer
-from kernels.cpu.q4_gemv import KQ_RECORDS, KQ_SUPER_BLOCK, Q4Gemv
+from pagoda.kernels.cpu import native
+from pagoda.kernels.cpu.huge_pages import huge_page_buffer
+from pagoda.kernels.cpu.q4_gemv import KQ_RECORDS, KQ_SUPER_BLOCK, Q4Gemv
 
 SHAPES = (("qkv", 5120, 2048), ("o", 2048, 4096))
 PLAIN_READ = r"""

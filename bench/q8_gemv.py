@@ -1,4 +1,4 @@
-"""kernels/cpu/q8_gemv.c (grouped int8 weights read in place) against today's path for them, the
+"""pagoda/kernels/cpu/q8_gemv.c (grouped int8 weights read in place) against today's path for them, the
 weight split into two int4 halves through q4_gemv, in one run.
 
 Not a test: run it on a quiet machine, then copy the tables into docs/KERNELS.md.
@@ -42,9 +42,9 @@ import torch
 from cpu_info import cpu_name
 from kernel_ab import build_revision, build_tree
 
-from engine.quantization.tensors import Int8Weight, quantize_int8, split_int8_into_int4
-from kernels.cpu.q4_gemv import Q4Gemv
-from kernels.cpu.q8_gemv import Q8Gemv
+from pagoda.engine.quantization.tensors import Int8Weight, quantize_int8, split_int8_into_int4
+from pagoda.kernels.cpu.q4_gemv import Q4Gemv
+from pagoda.kernels.cpu.q8_gemv import Q8Gemv
 
 # (name, outputs, inputs, activations): the vocabularies run the int8 pass, the 1B's Q6_K
 # ffn_down the int16 one.
@@ -177,7 +177,7 @@ def bench_rows(base: str, rounds: int, threads: int) -> None:
 @contextmanager
 def _path(name: str):
     """q8_gemv as the engine loads it, or switched off (grouped int8 as int4 halves)."""
-    from engine.worker import model_runner
+    from pagoda.engine.worker import model_runner
 
     load = model_runner.load_q8_context
     if name == "halves":
@@ -193,7 +193,7 @@ def _int4_policy_of(llms: dict):
     """The int4 layers' calibrated policy of the first engine built, for the later ones: so
     the engines differ only in how grouped int8 runs (a timing on a busy machine can choose
     another int4 path, whose replies would differ for that reason alone)."""
-    from engine.worker.model_runner import ModelRunner
+    from pagoda.engine.worker.model_runner import ModelRunner
 
     if not llms:
         yield
@@ -226,8 +226,8 @@ def chat_rounds(llms: dict, params, rounds: int) -> tuple[dict[str, list[float]]
 def bench_engine(rounds: int, max_tokens: int) -> None:
     from weight_bytes import tensor_bytes
 
-    from engine import LLM, EngineConfig, LLMEngine, SamplingParams
-    from engine.loading.loader import load_model
+    from pagoda.engine import LLM, EngineConfig, LLMEngine, SamplingParams
+    from pagoda.engine.loading.loader import load_model
 
     print(f"CPU: {cpu_name()}\n")
     loaded = load_model()

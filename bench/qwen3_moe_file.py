@@ -31,7 +31,7 @@ import gguf
 import numpy as np
 from llama_1b_file import _copy_tokenizer
 
-from engine.loading.model_files import default_model_file
+from pagoda.engine.loading.model_files import default_model_file
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 2048, 32, 4, 128
 EXPERTS, USED, EXPERT_WIDTH, DENSE_WIDTH = 128, 8, 768, 6144

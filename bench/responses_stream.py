@@ -16,10 +16,10 @@ import time
 import httpx
 from cpu_info import cpu_name
 
-from engine import AsyncEngine
-from engine.server.api import build_app
-from engine.server.runner import ServerThread
-from engine.server.served import ServedModel
+from pagoda.engine import AsyncEngine
+from pagoda.engine.server.api import build_app
+from pagoda.engine.server.runner import ServerThread
+from pagoda.engine.server.served import ServedModel
 
 PROMPT = "Count from one to one hundred in words, separated by commas."
 

@@ -28,10 +28,10 @@ import httpx
 from cpu_info import cpu_name
 from throughput import make_workload, percentile
 
-from engine import AsyncEngine, EngineConfig, SamplingParams
-from engine.server.api import build_app
-from engine.server.runner import ServerThread, settle_the_heap
-from engine.server.served import ServedModel
+from pagoda.engine import AsyncEngine, EngineConfig, SamplingParams
+from pagoda.engine.server.api import build_app
+from pagoda.engine.server.runner import ServerThread, settle_the_heap
+from pagoda.engine.server.served import ServedModel
 
 
 @dataclass(slots=True)
@@ -176,7 +176,7 @@ def as_run(label: str, measured: tuple[float, list[tuple]], counted: bool,
 
 async def bench(args) -> list[Run]:
     engine = AsyncEngine(args.model, EngineConfig(max_num_seqs=args.clients))
-    settle_the_heap()  # as `python -m engine serve` does once its model has loaded
+    settle_the_heap()  # as `python -m pagoda.engine serve` does once its model has loaded
     name = engine.model_name
     clock = EngineClock(engine)
     served = ServedModel(name, clock, engine.max_model_len)

@@ -1,4 +1,4 @@
-"""One stream through two OpenAI-compatible servers: `python -m engine serve` and a peer serving
+"""One stream through two OpenAI-compatible servers: `python -m pagoda.engine serve` and a peer serving
 the same file (llama.cpp's `llama-server -m FILE -t 2`), by the completions endpoint (a base model
 has no chat template), streamed by the `openai` client, three alternating rounds.
 
@@ -34,7 +34,7 @@ def decode(url, n=128):
 def main() -> None:
     model = sys.argv[1]
     port = _free_port()
-    ours = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--port", str(port), "--model", model],
+    ours = subprocess.Popen([sys.executable, "-m", "pagoda.engine", "serve", "--port", str(port), "--model", model],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/v1"
     _wait_for(url, ours)

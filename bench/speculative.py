@@ -28,13 +28,13 @@ from pathlib import Path
 import torch
 from cpu_info import cpu_name
 
-from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.loading.loader import LoadedModel, load_model
-from engine.text.chat_template import encode_chat
-from engine.worker.calibration import calibrate_step_cost
+from pagoda.engine import EngineConfig, LLMEngine, SamplingParams
+from pagoda.engine.loading.loader import LoadedModel, load_model
+from pagoda.engine.text.chat_template import encode_chat
+from pagoda.engine.worker.calibration import calibrate_step_cost
 
 ROOT = Path(__file__).resolve().parent.parent
-CODE_FILES = ["engine/core/block_pool.py", "engine/core/kv_cache_manager.py", "engine/sampling_params.py"]
+CODE_FILES = ["pagoda/engine/core/block_pool.py", "pagoda/engine/core/kv_cache_manager.py", "pagoda/engine/sampling_params.py"]
 CODE_CHANGES = [("hash_block_tokens", "block_digest"), ("KVCacheStats", "CacheStats"),
                 ("_check", "_require")]
 PASSAGES = [

@@ -1,6 +1,6 @@
 """How long `pagoda` takes to show its window and to have its model ready, cold and warm.
 
-Starts the real app (`python -m app`, offscreen unless a display is set) on a temporary database
+Starts the real app (`python -m pagoda`, offscreen unless a display is set) on a temporary database
 and reads the two times it logs ("window shown", "model ... ready", measured from when its main
 module was imported), then closes it with SIGTERM as a logout would. "Cold": the first start
 with an empty cache folder (the bundled GGUF's tokenizer is read into it); "warm": the starts
@@ -34,7 +34,7 @@ def start_once(cache_dir: Path, db_path: Path) -> dict:
            "PAGODA_CONFIG_DIR": str(cache_dir / "config")}
     env.setdefault("QT_QPA_PLATFORM", "offscreen")
     began = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-m", "app", "--db", str(db_path)], cwd=ROOT,
+    process = subprocess.Popen([sys.executable, "-m", "pagoda", "--db", str(db_path)], cwd=ROOT,
                                env=env, stderr=subprocess.PIPE, text=True)
     found: dict = {}
     try:

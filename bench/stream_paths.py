@@ -10,8 +10,8 @@ paths so the machine's drift falls on all of them.
   async           `AsyncEngine(model)`: built and stepped on its engine thread (the server, the CLI)
   async-adopted   `AsyncEngine(engine=LLMEngine(...))`: built on the main thread, stepped on
                   the engine thread (how the window and the server ran before issue 26)
-  window          the window's loader (app.qt.engine_host) and its LocalBackend, on an asyncio loop
-  http            `python -m engine serve` in its own process, streamed by the `openai` client
+  window          the window's loader (pagoda.app.qt.engine_host) and its LocalBackend, on an asyncio loop
+  http            `python -m pagoda.engine serve` in its own process, streamed by the `openai` client
   --peer-url      the same request against another OpenAI-compatible server (llama.cpp's
                   `llama-server -m FILE -t 2`), as one more row
 
@@ -37,7 +37,7 @@ from pathlib import Path
 import psutil
 from cpu_info import cpu_name
 
-from engine.worker.process_memory import resident_bytes
+from pagoda.engine.worker.process_memory import resident_bytes
 
 PROMPT = "Write a long story about a lighthouse keeper and the storm that changed her life."
 PATHS = ("llm", "async", "async-adopted", "window", "http")
@@ -58,7 +58,7 @@ def _timed(chunks) -> Sample:
 
 
 def _params(max_tokens: int):
-    from engine import SamplingParams
+    from pagoda.engine import SamplingParams
 
     return SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
 
@@ -68,8 +68,8 @@ def _messages():
 
 
 def _run_llm(model, config, max_tokens: int, requests: int) -> list[Sample]:
-    from engine import LLMEngine
-    from engine.text.chat_template import encode_chat
+    from pagoda.engine import LLMEngine
+    from pagoda.engine.text.chat_template import encode_chat
 
     engine = LLMEngine(model, config)
     prompt = encode_chat(engine.tokenizer, _messages())
@@ -95,7 +95,7 @@ async def _stream_engine(engine, max_tokens: int, requests: int) -> list[Sample]
 
 
 def _run_async(model, config, max_tokens: int, requests: int, adopted: bool) -> list[Sample]:
-    from engine import AsyncEngine, LLMEngine
+    from pagoda.engine import AsyncEngine, LLMEngine
 
     engine = (AsyncEngine(engine=LLMEngine(model, config)) if adopted
               else AsyncEngine(model, config))
@@ -106,9 +106,9 @@ def _run_async(model, config, max_tokens: int, requests: int, adopted: bool) -> 
 
 
 def _run_window(model, config, max_tokens: int, requests: int) -> list[Sample]:
-    from app.backends.local import LocalBackend
-    from app.backends.local_engine import make_local_engine
-    from app.backends.types import ChatMessage, SamplingOptions
+    from pagoda.app.backends.local import LocalBackend
+    from pagoda.app.backends.local_engine import make_local_engine
+    from pagoda.app.backends.types import ChatMessage, SamplingOptions
 
     backend = LocalBackend(make_local_engine(model, config, lambda *_: None))
     # The window's options have no ignore_eos: a reply that ends early counts the tokens it has.
@@ -132,7 +132,7 @@ def _run_window(model, config, max_tokens: int, requests: int) -> list[Sample]:
 
 def _in_process(path: str, model: str | None, max_tokens: int, requests: int,
                 threads: int | None) -> list[Sample]:
-    from engine import EngineConfig
+    from pagoda.engine import EngineConfig
 
     config = EngineConfig(num_threads=threads)
     if path == "llm":
@@ -185,7 +185,7 @@ def _wait_for(url: str, server: subprocess.Popen, timeout: float = 300) -> str:
 
 def _run_http(model: str | None, max_tokens: int, requests: int) -> list[Sample]:
     port = _free_port()
-    command = [sys.executable, "-m", "engine", "serve", "--port", str(port)]
+    command = [sys.executable, "-m", "pagoda.engine", "serve", "--port", str(port)]
     server = subprocess.Popen(command + (["--model", model] if model else []),
                               cwd=Path(__file__).resolve().parent.parent)
     try:

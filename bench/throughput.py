@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass, replace
 import torch
 from cpu_info import cpu_name
 
-from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.loading.loader import LoadedModel, load_model
-from engine.text.chat_template import encode_chat
+from pagoda.engine import EngineConfig, LLMEngine, SamplingParams
+from pagoda.engine.loading.loader import LoadedModel, load_model
+from pagoda.engine.text.chat_template import encode_chat
 
 TOPICS = ["the ocean", "a lighthouse keeper", "quantum computers", "bread baking", "the moon",
           "a lost robot", "mountain climbing", "ancient Rome", "honeybees", "a jazz musician",

@@ -113,7 +113,7 @@ async def until(condition, timeout_s: float = 120.0) -> None:
 
 
 async def documents_chat(window, folder: Path) -> None:
-    from app.store import SamplingSettings
+    from pagoda.app.store import SamplingSettings
 
     while not window.host.is_ready:
         await asyncio.sleep(0.1)
@@ -131,8 +131,8 @@ async def documents_chat(window, folder: Path) -> None:
 
 
 async def tools_chat(window, url: str) -> None:
-    from app.components.tools import McpServerConfig
-    from app.store import SamplingSettings
+    from pagoda.app.components.tools import McpServerConfig
+    from pagoda.app.store import SamplingSettings
 
     test_server = ROOT / "tests" / "app" / "components" / "mcp_test_server.py"
     connection = await window.sources.saved.add(url, MODEL, None)
@@ -169,11 +169,11 @@ async def tools_chat(window, url: str) -> None:
 
 
 def main() -> int:
-    from app.components.async_store import AsyncStore
-    from app.components.connections import ConnectionKeys
-    from app.qt.engine_host import EngineHost
-    from app.qt.main_window import MainWindow
-    from app.store import ConversationStore
+    from pagoda.app.components.async_store import AsyncStore
+    from pagoda.app.components.connections import ConnectionKeys
+    from pagoda.app.qt.engine_host import EngineHost
+    from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.store import ConversationStore
 
     _app, loop = start_app()
     url = serve(scripted_model())

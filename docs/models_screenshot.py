@@ -4,7 +4,7 @@ The window is the app's own (ModelLibraryDialog over a ModelLibrary and a LocalM
 machine reaches no Hugging Face Hub, so the Hub's answers (a search for Qwen2.5 instruct, the
 files of Qwen2.5-7B-Instruct-GGUF with their sizes, a download under way) are given to the
 window as the library would give them; whether each file fits is computed by the real estimate
-(engine.hub.fit) against this machine's memory. The local tab lists a real models folder: sparse
+(pagoda.engine.hub.fit) against this machine's memory. The local tab lists a real models folder: sparse
 files of the sizes real downloads have, one of them loaded a day ago.
 
 Run under a real X server, e.g. `xvfb-run -a -s "-screen 0 1400x900x24" .venv/bin/python
@@ -45,8 +45,8 @@ LOCAL = [("bartowski/Llama-3.2-3B-Instruct-GGUF/Llama-3.2-3B-Instruct-Q4_K_M.ggu
 
 
 def hub_tab(dialog) -> None:
-    from app.components.model_library import DOWNLOADING, Download, file_choices
-    from engine.hub.search import HubFile, HubModel, HubRepo
+    from pagoda.app.components.model_library import DOWNLOADING, Download, file_choices
+    from pagoda.engine.hub.search import HubFile, HubModel, HubRepo
 
     dialog.query.setText("qwen2.5 instruct")
     dialog.show_results([HubModel(repo, downloads, 0, repo.endswith("GGUF"),
@@ -95,9 +95,9 @@ def make_folder(folder: Path) -> None:
 def main() -> int:
     from screenshot import start_app
 
-    from app.components.local_models import LocalModels
-    from app.components.model_library import ModelLibrary
-    from app.qt.widgets.model_library_dialog import ModelLibraryDialog
+    from pagoda.app.components.local_models import LocalModels
+    from pagoda.app.components.model_library import ModelLibrary
+    from pagoda.app.qt.widgets.model_library_dialog import ModelLibraryDialog
 
     _app, loop = start_app()
     with tempfile.TemporaryDirectory() as tmp:

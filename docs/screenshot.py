@@ -52,7 +52,7 @@ async def ask_in_a_new_chat(window, title: str, sampling, question: str) -> None
 
 
 async def converse(window) -> None:
-    from app.store import SamplingSettings
+    from pagoda.app.store import SamplingSettings
 
     await ready_window(window)
     await ask_in_a_new_chat(window, "A lighthouse poem",
@@ -80,7 +80,7 @@ def start_app():
     import qasync
     from PySide6.QtWidgets import QApplication
 
-    from app.qt.theme import app_icon, apply_theme
+    from pagoda.app.qt.theme import app_icon, apply_theme
 
     app = QApplication(sys.argv[:1])
     apply_theme(app, "light")
@@ -91,11 +91,11 @@ def start_app():
 
 
 def main() -> int:
-    from app.components.async_store import AsyncStore
-    from app.components.connections import ConnectionKeys
-    from app.qt.engine_host import EngineHost
-    from app.qt.main_window import MainWindow
-    from app.store import ConversationStore
+    from pagoda.app.components.async_store import AsyncStore
+    from pagoda.app.components.connections import ConnectionKeys
+    from pagoda.app.qt.engine_host import EngineHost
+    from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.store import ConversationStore
 
     _app, loop = start_app()
     out = ROOT / "docs" / "screenshot.png"

@@ -27,7 +27,7 @@ SETTLE_S = 1.0  # for the window manager to frame the window and Qt to lay it ou
 
 
 async def converse(window) -> None:
-    from app.store import SamplingSettings
+    from pagoda.app.store import SamplingSettings
 
     await ready_window(window)
     await ask_in_a_new_chat(window, "Lighthouses",
@@ -36,12 +36,12 @@ async def converse(window) -> None:
 
 
 def main() -> int:
-    from app.components.async_store import AsyncStore
-    from app.components.connections import ConnectionKeys
-    from app.qt.engine_host import EngineHost
-    from app.qt.main_window import MainWindow
-    from app.qt.window_layout import LAYOUT_FILE, WindowLayout
-    from app.store import ConversationStore
+    from pagoda.app.components.async_store import AsyncStore
+    from pagoda.app.components.connections import ConnectionKeys
+    from pagoda.app.qt.engine_host import EngineHost
+    from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.qt.window_layout import LAYOUT_FILE, WindowLayout
+    from pagoda.app.store import ConversationStore
 
     _app, loop = start_app()
     out = ROOT / "docs" / "screenshot-1366x768.png"

@@ -22,7 +22,7 @@ if os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("trito
 
 import pytest
 
-from engine.loading.loader import LoadedModel, load_model
+from pagoda.engine.loading.loader import LoadedModel, load_model
 
 sys.path.insert(0, str(Path(__file__).parent / "app" / "backends"))  # `from fake_server import ...`
 sys.path.insert(0, str(Path(__file__).parent / "engine"))  # `from tiny_gguf import ...`
@@ -47,7 +47,7 @@ def kernels_cache_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def kernel_build_dir(kernels_cache_dir) -> Path:
     """The folder the engine builds our C kernels in under kernels_cache_dir
-    (engine.quantization.native_kernels.kernel_build_dir): tests that load a kernel themselves
+    (pagoda.engine.quantization.native_kernels.kernel_build_dir): tests that load a kernel themselves
     build it there too, so each source is compiled once a session (q8_gemv took ~7 s) rather
     than once per test module. Tests of building itself keep folders of their own."""
     return kernels_cache_dir / "kernels"
@@ -90,8 +90,8 @@ def moe_ggufs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
 @pytest.fixture(scope="session")
 def make_engine(default_model):
     """Build an LLMEngine over the already-loaded default model: make_engine(num_kv_blocks=64)."""
-    from engine.config import EngineConfig
-    from engine.llm_engine import LLMEngine
+    from pagoda.engine.config import EngineConfig
+    from pagoda.engine.llm_engine import LLMEngine
 
     def build(**config) -> LLMEngine:
         config.setdefault("num_kv_blocks", 256)
@@ -103,7 +103,7 @@ def make_engine(default_model):
 @pytest.fixture(scope="session")
 def make_llm(make_engine):
     """An `LLM` over the shared default model: make_llm(max_num_batched_tokens=32)."""
-    from engine.llm import LLM
+    from pagoda.engine.llm import LLM
 
     return lambda **config: LLM.from_engine(make_engine(**config))
 
@@ -112,7 +112,7 @@ def make_llm(make_engine):
 def _fake_vllm_thread():
     from fake_server import VLLM, FakeServer
 
-    from engine.server.runner import ServerThread
+    from pagoda.engine.server.runner import ServerThread
 
     fake = FakeServer(VLLM)
     thread = ServerThread(fake.app()).start()
@@ -148,7 +148,7 @@ LIBRARY_TERNARY_REPO = "pagoda-test/ternary-GGUF"
 
 def runnable_gguf_bytes(size: int, fill: bytes = b"\0") -> bytes:
     """size bytes that open as a GGUF file of a family Pagoda runs (llama, no tensors) and then
-    `fill` repeated: what passes the pick-time check (engine/loading/model_check.py), for tests
+    `fill` repeated: what passes the pick-time check (pagoda/engine/loading/model_check.py), for tests
     whose engine is a fake."""
     def string(text: str) -> bytes:
         return struct.pack("<Q", len(text)) + text.encode()

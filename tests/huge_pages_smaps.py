@@ -1,5 +1,5 @@
 """Where this process's memory lies in transparent huge pages: /proc/self/smaps, read for tests
-of buffers asked for them (kernels/cpu/huge_pages.py and the weights the loader puts there)."""
+of buffers asked for them (pagoda/kernels/cpu/huge_pages.py and the weights the loader puts there)."""
 
 from pathlib import Path
 

@@ -37,7 +37,7 @@ def tell(child: subprocess.Popen, command: str) -> str:
 
 
 def _hold(db_path: str) -> None:
-    from app.store import ConversationStore
+    from pagoda.app.store import ConversationStore
 
     store = ConversationStore.open(db_path)
     cid = store.create_conversation().id

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.quantization.tensors import Int4Weight, KQuantScales, pack_int4
+from pagoda.engine.quantization.tensors import Int4Weight, KQuantScales, pack_int4
 
 
 def q4_k_weight(n: int, k: int, seed: int = 0) -> tuple[Int4Weight, KQuantScales]:

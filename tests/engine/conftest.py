@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.config import EngineConfig
-from engine.worker.evaluation import prompt_logits
-from engine.worker.model_runner import ModelRunner
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.worker.evaluation import prompt_logits
+from pagoda.engine.worker.model_runner import ModelRunner
 from tests.engine.hf_reference import load_hf_model
 
 QUALITY_TEXT = Path(__file__).parent / "data" / "quality_text.txt"
@@ -19,8 +19,8 @@ def kernels_at_every_step(monkeypatch):
     than a dequantized GEMM at every step size, so every step of a test runs them: a timing on
     a shared machine, or a bf16 GEMM on a CPU with AVX512-BF16, decides nothing a test of the
     kernels can rely on (the choice itself is tested on timings)."""
-    from engine.quantization import cpu_paths
-    from engine.quantization.cpu_paths import RowTimings
+    from pagoda.engine.quantization import cpu_paths
+    from pagoda.engine.quantization.cpu_paths import RowTimings
 
     monkeypatch.setattr(cpu_paths, "_timings", lambda probe, native, rows: {
         m: RowTimings(2.0, None if native is None else 1.0, 100.0, 100.0) for m in rows})
@@ -68,7 +68,7 @@ def default_model_greedy_replies(default_model, make_llm):
     each, in one batch, on one thread) from the default model in fp32, with each token's top-2
     logprobs, and the engine's stop tokens: held to transformers by test_parity and to bf16 by
     test_compute_dtype, decoded once for both."""
-    from engine import SamplingParams
+    from pagoda.engine import SamplingParams
     from tests.engine.models.test_parity import MAX_NEW_TOKENS, NUM_THREADS, parity_prompts
 
     llm = make_llm(num_kv_blocks=128, num_threads=NUM_THREADS)

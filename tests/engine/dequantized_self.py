@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from engine import LLM, SamplingParams
-from engine.config import EngineConfig
-from engine.loading.loader import load_model
-from engine.loading.on_load import apply_quantization
-from engine.worker.evaluation import prompt_logits
-from engine.worker.model_runner import ModelRunner
+from pagoda.engine import LLM, SamplingParams
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.loading.loader import load_model
+from pagoda.engine.loading.on_load import apply_quantization
+from pagoda.engine.worker.evaluation import prompt_logits
+from pagoda.engine.worker.model_runner import ModelRunner
 
 PROMPT_IDS = list(range(3, 200))
 

@@ -9,8 +9,8 @@ import torch
 from gguf import GGMLQuantizationType as QType
 from tiny_gguf import random_blocks
 
-from engine.quantization.tensors import dequantize
-from kernels.kernel_ops import TORCH_OPS
+from pagoda.engine.quantization.tensors import dequantize
+from pagoda.kernels.kernel_ops import TORCH_OPS
 
 EXPERT_TYPES = ("Q4_K", "Q4_0", "Q8_0", "MXFP4", "Q6_K", "Q5_K", "IQ4_XS", "Q3_K")
 
@@ -39,7 +39,7 @@ def gguf_values(kind: str, blocks: np.ndarray | torch.Tensor) -> torch.Tensor:
 
 
 def experts_reference(experts, activation, x, weights, ids) -> torch.Tensor:
-    """A layer's routed experts (`engine.layers.moe.ExpertWeights`, `ExpertActivation`) on rows
+    """A layer's routed experts (`pagoda.engine.layers.moe.ExpertWeights`, `ExpertActivation`) on rows
     x: each row alone, each of its experts in turn, in float64 on the dequantized weights."""
     out = torch.zeros(x.shape, dtype=torch.float64)
     for r in range(x.shape[0]):

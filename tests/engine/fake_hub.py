@@ -208,7 +208,7 @@ def _error(status: int, code: str, message: str) -> Response:
 def served(hub: FakeHub) -> Iterator[FakeHub]:
     """The hub on 127.0.0.1 (its url set) for as long as the block runs: a session or module
     fixture yields from it."""
-    from engine.server.runner import ServerThread
+    from pagoda.engine.server.runner import ServerThread
 
     server = ServerThread(hub.app()).start()
     hub.url = server.url

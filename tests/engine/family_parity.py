@@ -9,12 +9,12 @@ from pathlib import Path
 import torch
 import transformers
 
-from engine import LLM, SamplingParams
-from engine.config import EngineConfig
-from engine.loading.gguf import GGUFModelFile
-from engine.loading.loader import load_model
-from engine.worker.evaluation import prompt_logits
-from engine.worker.model_runner import ModelRunner
+from pagoda.engine import LLM, SamplingParams
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.loading.gguf import GGUFModelFile
+from pagoda.engine.loading.loader import load_model
+from pagoda.engine.worker.evaluation import prompt_logits
+from pagoda.engine.worker.model_runner import ModelRunner
 from tests.engine.llama_cpp_references import FileRecord, sha256
 
 # Two fp32 logits this close are a tie: either token is a correct greedy choice.

@@ -10,7 +10,7 @@ import gguf
 import torch
 import transformers
 
-from engine.loading.gguf import open_gguf_reader
+from pagoda.engine.loading.gguf import open_gguf_reader
 
 
 def load_hf_model(path: Path):

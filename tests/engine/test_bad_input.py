@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from engine import (
+from pagoda.engine import (
     LLM,
     AsyncEngine,
     InvalidTextError,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from engine import SamplingParams
+from pagoda.engine import SamplingParams
 
 MAX_TOKENS = 24
 PROMPT_LENGTHS = [450, 7, 130, 16, 310, 33, 64, 15, 380, 17, 220, 48, 90, 260, 31, 170]

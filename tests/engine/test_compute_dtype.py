@@ -16,12 +16,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import LLM, SamplingParams
-from engine.config import EngineConfig
-from engine.loading.loader import LoadedModel
-from engine.outputs import CompletionOutput
-from engine.worker.evaluation import compare, prompt_logits
-from engine.worker.model_runner import ModelRunner
+from pagoda.engine import LLM, SamplingParams
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.loading.loader import LoadedModel
+from pagoda.engine.outputs import CompletionOutput
+from pagoda.engine.worker.evaluation import compare, prompt_logits
+from pagoda.engine.worker.model_runner import ModelRunner
 from tests.engine.models.test_parity import MAX_NEW_TOKENS, parity_prompts
 
 # One thread, as the parity tests: a matmul thread that waits for a busy core slows every step.

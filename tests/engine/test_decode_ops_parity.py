@@ -1,11 +1,11 @@
 """On CPU the engine runs a step's norms, rope, SiLU, KV writes and decode attention in our C
-kernels (kernels/cpu/decode_ops.c) and decodes greedily the same tokens as with torch's."""
+kernels (pagoda/kernels/cpu/decode_ops.c) and decodes greedily the same tokens as with torch's."""
 
 import pytest
 
-from engine import LLM, SamplingParams
-from kernels.cpu import native
-from kernels.kernel_ops import TORCH_OPS
+from pagoda.engine import LLM, SamplingParams
+from pagoda.kernels.cpu import native
+from pagoda.kernels.kernel_ops import TORCH_OPS
 
 PROMPTS = [
     "The quick brown fox jumps over the lazy dog. Then the dog",

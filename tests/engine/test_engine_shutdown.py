@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from engine import AsyncEngine, EngineDeadError, SamplingParams
-from engine.async_engine import _STOP
+from pagoda.engine import AsyncEngine, EngineDeadError, SamplingParams
+from pagoda.engine.async_engine import _STOP
 
 PARAMS = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 # A test that would hang without the fix fails after this instead.

@@ -1,5 +1,5 @@
 """The engine thread builds the engine and runs all of its torch work: nothing else may, or two
-OpenMP thread teams share the cores (see engine/async_engine.py)."""
+OpenMP thread teams share the cores (see pagoda/engine/async_engine.py)."""
 
 import asyncio
 
@@ -7,9 +7,9 @@ import pytest
 from tiny_gguf import QType, write_tiny_gguf
 from torch_threads import torch_callers
 
-from engine import AsyncEngine, EngineConfig, LLMEngine, SamplingParams
-from engine.errors import PagodaError
-from engine.sampling_params import StructuredOutputsParams
+from pagoda.engine import AsyncEngine, EngineConfig, LLMEngine, SamplingParams
+from pagoda.engine.errors import PagodaError
+from pagoda.engine.sampling_params import StructuredOutputsParams
 
 CONFIG = EngineConfig(num_kv_blocks=16)
 

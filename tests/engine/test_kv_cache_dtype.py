@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import SamplingParams
-from engine.config import EngineConfig
-from engine.worker.evaluation import compare, prompt_logits
-from engine.worker.model_runner import ModelRunner
+from pagoda.engine import SamplingParams
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.worker.evaluation import compare, prompt_logits
+from pagoda.engine.worker.model_runner import ModelRunner
 
 QUALITY_TEXT = Path(__file__).parent / "data" / "quality_text.txt"
 HALF_DTYPES = ["float16", "bfloat16"]

@@ -11,7 +11,7 @@ import pytest
 from safetensors.numpy import load_file
 from tiny_models import tiny_config
 
-from engine.loading.gguf import open_gguf_reader
+from pagoda.engine.loading.gguf import open_gguf_reader
 from tests.engine.llama_cpp_converter import LLAMA_CPP_VARIANTS
 from tests.engine.llama_cpp_references import llama_cpp_records, sha256
 

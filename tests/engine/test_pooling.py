@@ -9,8 +9,8 @@ import pytest
 import torch
 import transformers
 
-from engine import AsyncEngine, EngineConfig, LLMEngine, PoolingParams, SamplingParams
-from engine.errors import PromptTooLongError
+from pagoda.engine import AsyncEngine, EngineConfig, LLMEngine, PoolingParams, SamplingParams
+from pagoda.engine.errors import PromptTooLongError
 
 # Float error of a 2-layer model in fp32, summed over a prompt.
 TOLERANCE = 1e-4

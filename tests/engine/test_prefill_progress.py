@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from engine import AsyncEngine, RequestOutput, SamplingParams
+from pagoda.engine import AsyncEngine, RequestOutput, SamplingParams
 
 CHUNK = 16
 ENGINE = {"num_kv_blocks": 64, "num_threads": 1, "max_num_batched_tokens": CHUNK}

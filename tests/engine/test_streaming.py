@@ -10,8 +10,8 @@ import unicodedata
 
 import pytest
 
-from engine import AsyncEngine, EngineConfig, RequestOutput, SamplingParams
-from engine.text.chat_template import encode_chat
+from pagoda.engine import AsyncEngine, EngineConfig, RequestOutput, SamplingParams
+from pagoda.engine.text.chat_template import encode_chat
 from tests.engine.tokenizer_threads import note_encoding_threads
 
 # One thread: with the two cores shared by other processes, two OpenMP threads spin against each
@@ -306,7 +306,7 @@ def test_llm_generate_stops_at_max_tokens_with_length(llm):
 
 
 def test_async_engine_is_what_the_server_serves(engine):
-    from engine.server.served import EngineBackend
+    from pagoda.engine.server.served import EngineBackend
 
     for name in ("stream", "abort", "stats", "check_health"):
         assert callable(getattr(engine, name))

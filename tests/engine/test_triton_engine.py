@@ -10,15 +10,15 @@ import os
 import torch
 
 if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before kernels.triton_* are imported
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before pagoda.kernels.triton_* are imported
 
 import pytest
 from gguf import GGMLQuantizationType as QType
 from tiny_gguf import write_tiny_gguf
 from tiny_models import save_tiny_model
 
-from engine import LLM, SamplingParams
-from engine.spec_decode.ngram_proposer import NgramProposer
+from pagoda.engine import LLM, SamplingParams
+from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
 
 SHARED_PREFIX = list(range(100, 140))
 

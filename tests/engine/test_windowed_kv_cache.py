@@ -6,9 +6,9 @@ and preemption under a small pool completes."""
 
 import pytest
 
-from engine import LLM, SamplingParams
-from engine.core.kv_cache_manager import KVCacheGroup
-from engine.core.sequence import NULL_BLOCK
+from pagoda.engine import LLM, SamplingParams
+from pagoda.engine.core.kv_cache_manager import KVCacheGroup
+from pagoda.engine.core.sequence import NULL_BLOCK
 from tests.engine.hf_reference import load_hf_model
 from tests.engine.models.test_parity import (
     assert_greedy_parity,
@@ -34,9 +34,9 @@ def prompts(default_model) -> list[list[int]]:
 def _keeping_every_block(monkeypatch):
     """The runner's groups as before windows released anything: each keeps every block, in a
     pool as large as the first group's."""
-    monkeypatch.setattr("engine.worker.model_runner.KVCacheGroup",
+    monkeypatch.setattr("pagoda.engine.worker.model_runner.KVCacheGroup",
                         lambda n, window, size: KVCacheGroup(n, 0, size))
-    monkeypatch.setattr("engine.models.kv_cache_sizing.window_blocks_wanted",
+    monkeypatch.setattr("pagoda.engine.models.kv_cache_sizing.window_blocks_wanted",
                         lambda window, config: 1 << 30)
 
 

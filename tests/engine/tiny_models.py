@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import transformers
 
-from engine.loading.loader import tokenizer_folder
+from pagoda.engine.loading.loader import tokenizer_folder
 
 TINY_MODEL_TYPES = ("llama", "qwen2", "mistral", "qwen3")
 # Further variants of those types, by name: save_tiny_model(path, "qwen3-tied").

@@ -22,8 +22,8 @@ import numpy as np
 from gguf import GGMLQuantizationType as QType
 from transformers import PretrainedConfig
 
-from engine.loading.gguf_names import gguf_expert_slice, gguf_tensor_name
-from engine.models.registry import expected_weight_shapes, family_for_gguf
+from pagoda.engine.loading.gguf_names import gguf_expert_slice, gguf_tensor_name
+from pagoda.engine.models.registry import expected_weight_shapes, family_for_gguf
 from tests.engine.family_parity import FakeGGUFSettings
 from tests.engine.tiny_gguf import _add_tokenizer, _vocabulary
 

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from engine.text.chat_tokenizer import ChatTokenizer
+from pagoda.engine.text.chat_tokenizer import ChatTokenizer
 
 LONG_TEXT_THREAD = "pagoda-tokenize-long"
 

@@ -1,4 +1,4 @@
-"""What q4_gemv's and q8_gemv's activation quantizers (kernels/cpu/block_quant.h) must give,
+"""What q4_gemv's and q8_gemv's activation quantizers (pagoda/kernels/cpu/block_quant.h) must give,
 written in torch: for both kernels' tests."""
 
 from __future__ import annotations

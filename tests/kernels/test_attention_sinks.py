@@ -13,8 +13,8 @@ from test_paged_attention import HEAD_DIM, HEADS, KV_HEADS, _each_sequence, _mix
 from test_triton_attention import GQA, MIXED_BATCH, make_batch
 from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
 
-from kernels import torch_ref, triton_attention
-from kernels.cpu import decode_ops
+from pagoda.kernels import torch_ref, triton_attention
+from pagoda.kernels.cpu import decode_ops
 
 
 def _sinks(heads: int, seed: int) -> torch.Tensor:

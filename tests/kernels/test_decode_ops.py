@@ -1,4 +1,4 @@
-"""kernels/cpu/decode_ops.c gives what torch_ref gives, op by op, on the default model's shapes
+"""pagoda/kernels/cpu/decode_ops.c gives what torch_ref gives, op by op, on the default model's shapes
 and odd ones, with both its scalar and AVX2 bodies; decode attention reads the paged cache in
 place (partial blocks, several sequences, GQA 1 and 3, sliding windows, narrow caches)."""
 
@@ -7,13 +7,13 @@ import itertools
 import pytest
 import torch
 
-from kernels import torch_ref
-from kernels.attention_metadata import AttentionMetadata, DecodeGroup, PrefillSegment
-from kernels.cpu import decode_ops
-from kernels.cpu.decode_ops import AVX2, AVX512, BEST_ISA, SCALAR, DecodeOps
-from kernels.cpu.native import find_compiler
-from kernels.kernel_ops import TORCH_OPS
-from kernels.ops import select_ops
+from pagoda.kernels import torch_ref
+from pagoda.kernels.attention_metadata import AttentionMetadata, DecodeGroup, PrefillSegment
+from pagoda.kernels.cpu import decode_ops
+from pagoda.kernels.cpu.decode_ops import AVX2, AVX512, BEST_ISA, SCALAR, DecodeOps
+from pagoda.kernels.cpu.native import find_compiler
+from pagoda.kernels.kernel_ops import TORCH_OPS
+from pagoda.kernels.ops import select_ops
 
 ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2, AVX512], ids=["scalar", "avx2", "avx512"])
 # The default model: hidden 576, 9 heads over 3 kv heads of 64, intermediate 1536.
@@ -24,7 +24,7 @@ EPS = 1e-5
 @pytest.fixture(scope="module")
 def lib(kernel_build_dir) -> DecodeOps:
     if find_compiler() is None:
-        pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/decode_ops.c")
+        pytest.skip("no C compiler (gcc or $CC) to build pagoda/kernels/cpu/decode_ops.c")
     return DecodeOps.load(kernel_build_dir)
 
 

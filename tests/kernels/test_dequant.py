@@ -1,18 +1,18 @@
-"""kernels/cpu/dequant.c widens int4 weights exactly as the engine's torch dequantize does."""
+"""pagoda/kernels/cpu/dequant.c widens int4 weights exactly as the engine's torch dequantize does."""
 
 import pytest
 import torch
 
-from engine.quantization.tensors import (
+from pagoda.engine.quantization.tensors import (
     Int4Weight,
     dequantize,
     quantize_int4,
     quantize_int8,
     with_compact_scales,
 )
-from kernels.cpu import native
-from kernels.cpu.dequant import AVX2, AVX512, SCALAR, Dequantizer
-from kernels.cpu.q4_gemv import Q4Gemv
+from pagoda.kernels.cpu import native
+from pagoda.kernels.cpu.dequant import AVX2, AVX512, SCALAR, Dequantizer
+from pagoda.kernels.cpu.q4_gemv import Q4Gemv
 from tests.q4_k_weight import q4_k_weight
 
 ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2], ids=["scalar", "avx2"])

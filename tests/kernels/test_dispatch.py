@@ -1,4 +1,4 @@
-"""kernels.ops picks Triton on CUDA and torch elsewhere, can be forced, and needs no triton for
+"""pagoda.kernels.ops picks Triton on CUDA and torch elsewhere, can be forced, and needs no triton for
 the torch path."""
 
 import os
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels.kernel_ops import TORCH_OPS
-from kernels.ops import BACKEND_ENV, select_ops
+from pagoda.kernels.kernel_ops import TORCH_OPS
+from pagoda.kernels.ops import BACKEND_ENV, select_ops
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
@@ -41,8 +41,8 @@ def test_engine_imports_and_runs_the_torch_path_without_triton():
     script = """
 import sys
 sys.modules["triton"] = None  # as if triton were not installed
-import engine, engine.worker.model_runner
-from kernels.ops import select_ops
+import pagoda.engine, pagoda.engine.worker.model_runner
+from pagoda.kernels.ops import select_ops
 import torch
 assert select_ops(torch.device("cpu")).name == "torch"
 try:

@@ -1,6 +1,6 @@
 from huge_pages_smaps import THP_ENABLED, needs_huge_pages, smaps_field
 
-from kernels.cpu.huge_pages import HUGE_PAGE, huge_page_buffer, huge_page_empty
+from pagoda.kernels.cpu.huge_pages import HUGE_PAGE, huge_page_buffer, huge_page_empty
 
 
 def test_huge_page_buffer_starts_at_a_huge_page_and_keeps_its_bytes():

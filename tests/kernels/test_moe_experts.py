@@ -1,5 +1,5 @@
 """moe_experts runs a mixture-of-experts layer's routed experts from GGUF blocks read in place
-(kernels/cpu/moe_experts.c): each type's product is its quantized activations times gguf-py's
+(pagoda/kernels/cpu/moe_experts.c): each type's product is its quantized activations times gguf-py's
 own weight, the layer is the float layer within int8 activations' rounding, and a row's output
 is the same bits whatever rows, instruction set or thread count share its step."""
 
@@ -9,8 +9,8 @@ import torch
 from block_quant_reference import activations, runnable
 from expert_blocks import EXPERT_TYPES, expert_blocks, gguf_values
 
-from kernels.cpu.moe_experts import BLOCKS, MoeExperts, Projection
-from kernels.cpu.native import find_compiler
+from pagoda.kernels.cpu.moe_experts import BLOCKS, MoeExperts, Projection
+from pagoda.kernels.cpu.native import find_compiler
 
 SCALAR, AVX2, AVX512_VNNI = 0, 1, 2
 ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2, AVX512_VNNI],
@@ -23,7 +23,7 @@ EXPERTS, TOP_K, HIDDEN = 6, 2, 512
 @pytest.fixture(scope="module")
 def moe(kernel_build_dir) -> MoeExperts:
     if find_compiler() is None:
-        pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/moe_experts.c")
+        pytest.skip("no C compiler (gcc or $CC) to build pagoda/kernels/cpu/moe_experts.c")
     return MoeExperts.load(kernel_build_dir)
 
 

@@ -1,5 +1,5 @@
 """moe_tiles runs a mixture-of-experts layer's routed experts for steps of many rows an expert
-(kernels/cpu/moe_tiles.c): the layer is the float layer on gguf-py's own weights within its
+(pagoda/kernels/cpu/moe_tiles.c): the layer is the float layer on gguf-py's own weights within its
 int8 activations' rounding, the largest weights and activations do not wrap its integer lanes,
 and a row's output is the same bits whatever rows or thread count share its step."""
 
@@ -8,9 +8,9 @@ import torch
 from block_quant_reference import activations
 from test_moe_experts import _experts, _float_layer, _inter, _largest, _routing
 
-from kernels.cpu.moe_experts import BLOCKS, MoeExperts, Projection
-from kernels.cpu.moe_tiles import TYPES, MoeTiles
-from kernels.cpu.native import find_compiler
+from pagoda.kernels.cpu.moe_experts import BLOCKS, MoeExperts, Projection
+from pagoda.kernels.cpu.moe_tiles import TYPES, MoeTiles
+from pagoda.kernels.cpu.native import find_compiler
 
 HIDDEN = 512  # tests/kernels/test_moe_experts.py's width, whose experts these are
 
@@ -18,7 +18,7 @@ HIDDEN = 512  # tests/kernels/test_moe_experts.py's width, whose experts these a
 @pytest.fixture(scope="module")
 def moe(kernel_build_dir) -> MoeExperts:
     if find_compiler() is None:
-        pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/moe_tiles.c")
+        pytest.skip("no C compiler (gcc or $CC) to build pagoda/kernels/cpu/moe_tiles.c")
     return MoeExperts.load(kernel_build_dir)
 
 

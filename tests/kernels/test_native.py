@@ -1,8 +1,8 @@
-"""kernels/cpu/native.py builds a C kernel once per source and compiler, and says why it cannot."""
+"""pagoda/kernels/cpu/native.py builds a C kernel once per source and compiler, and says why it cannot."""
 
 import pytest
 
-from kernels.cpu import native
+from pagoda.kernels.cpu import native
 
 
 @pytest.fixture

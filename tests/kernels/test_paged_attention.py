@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward
 
-from kernels.attention_metadata import AttentionMetadata, DecodeGroup, PrefillSegment
-from kernels.kernel_ops import TORCH_OPS as ops
+from pagoda.kernels.attention_metadata import AttentionMetadata, DecodeGroup, PrefillSegment
+from pagoda.kernels.kernel_ops import TORCH_OPS as ops
 
 BLOCK_SIZE = 4
 NUM_BLOCKS = 32

@@ -1,4 +1,4 @@
-"""kernels/cpu/q4_amx.c multiplies q4_gemv's int4 records (every format) by fp32 rows on AMX
+"""pagoda/kernels/cpu/q4_amx.c multiplies q4_gemv's int4 records (every format) by fp32 rows on AMX
 tiles: the dequantized weights times each activation split into two bf16 parts, to fp32
 rounding, whatever the rows' company or the threads. Skipped where this CPU has no AMX."""
 
@@ -6,10 +6,10 @@ import pytest
 import torch
 from block_quant_reference import activations
 
-from engine.quantization.tensors import Int4Weight, quantize_int4, unpack_int4, with_compact_scales
-from kernels.cpu.native import find_compiler
-from kernels.cpu.q4_amx import Q4Amx
-from kernels.cpu.q4_gemv import FP16_RECORDS, FP32_RECORDS, KQ_RECORDS, Q4Gemv, Q4Repacked
+from pagoda.engine.quantization.tensors import Int4Weight, quantize_int4, unpack_int4, with_compact_scales
+from pagoda.kernels.cpu.native import find_compiler
+from pagoda.kernels.cpu.q4_amx import Q4Amx
+from pagoda.kernels.cpu.q4_gemv import FP16_RECORDS, FP32_RECORDS, KQ_RECORDS, Q4Gemv, Q4Repacked
 from tests.q4_k_weight import q4_k_weight
 
 FORMATS = pytest.mark.parametrize("fmt", [FP32_RECORDS, FP16_RECORDS, KQ_RECORDS],
@@ -23,7 +23,7 @@ SHAPES = pytest.mark.parametrize("n,k", [(960, 512), (963, 1536), (5, 768)])
 @pytest.fixture(scope="module")
 def libs(kernel_build_dir) -> tuple[Q4Gemv, Q4Amx]:
     if find_compiler() is None:
-        pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/q4_amx.c")
+        pytest.skip("no C compiler (gcc or $CC) to build pagoda/kernels/cpu/q4_amx.c")
     amx = Q4Amx.load(kernel_build_dir)
     if not amx.available():
         pytest.skip("this CPU (or its OS) has no AMX with BF16, so q4_amx is untested here")

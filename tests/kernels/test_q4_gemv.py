@@ -1,4 +1,4 @@
-"""kernels/cpu/q4_gemv.c computes int8-quantized activations times int4 weights exactly as the
+"""pagoda/kernels/cpu/q4_gemv.c computes int8-quantized activations times int4 weights exactly as the
 same math in torch (float64), to fp32 rounding, on every instruction set this CPU has."""
 
 import os
@@ -7,14 +7,14 @@ import pytest
 import torch
 from block_quant_reference import WIDTHS, activations, assert_torchs_rounding, quantize
 
-from engine.quantization.tensors import (
+from pagoda.engine.quantization.tensors import (
     Int4Weight,
     quantize_int4,
     unpack_int4,
     with_compact_scales,
 )
-from kernels.cpu.native import find_compiler, mapped_openmp_runtimes, torch_openmp_runtime
-from kernels.cpu.q4_gemv import KQ_RECORDS, Q4Gemv, Q4Repacked
+from pagoda.kernels.cpu.native import find_compiler, mapped_openmp_runtimes, torch_openmp_runtime
+from pagoda.kernels.cpu.q4_gemv import KQ_RECORDS, Q4Gemv, Q4Repacked
 from tests.q4_k_weight import q4_k_weight
 
 SCALAR, AVX2, AVX512_VNNI = 0, 1, 2
@@ -27,7 +27,7 @@ SHAPES = [(576, 960), (576, 576), (1536, 960), (1536, 576), (576, 963), (1536, 5
 @pytest.fixture(scope="module")
 def q4(kernel_build_dir) -> Q4Gemv:
     if find_compiler() is None:
-        pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/q4_gemv.c")
+        pytest.skip("no C compiler (gcc or $CC) to build pagoda/kernels/cpu/q4_gemv.c")
     return Q4Gemv.load(kernel_build_dir)
 
 

@@ -1,4 +1,4 @@
-"""kernels/cpu/q8_amx.c computes q8_gemv's int8 pass on AMX tiles: grouped int8 weights read in
+"""pagoda/kernels/cpu/q8_amx.c computes q8_gemv's int8 pass on AMX tiles: grouped int8 weights read in
 place (fp16 or fp32 scales, with or without mins) times activations quantized per block of 32
 exactly as q8_gemv quantizes them, to fp32 rounding, whatever the rows' company or the threads.
 Skipped where this CPU has no AMX."""
@@ -7,9 +7,9 @@ import pytest
 import torch
 from block_quant_reference import activations
 
-from kernels.cpu.native import find_compiler
-from kernels.cpu.q8_amx import Q8Amx
-from kernels.cpu.q8_gemv import Q8Gemv, Q8Operand
+from pagoda.kernels.cpu.native import find_compiler
+from pagoda.kernels.cpu.q8_amx import Q8Amx
+from pagoda.kernels.cpu.q8_gemv import Q8Gemv, Q8Operand
 
 ROWS = pytest.mark.parametrize("m", [1, 15, 16, 17, 33, 70])
 # 963 and 5 leave a last panel of fewer than 16 weight rows.
@@ -22,7 +22,7 @@ PARAMS = pytest.mark.parametrize("dtype,with_mins", [
 @pytest.fixture(scope="module")
 def libs(kernel_build_dir) -> tuple[Q8Gemv, Q8Amx]:
     if find_compiler() is None:
-        pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/q8_amx.c")
+        pytest.skip("no C compiler (gcc or $CC) to build pagoda/kernels/cpu/q8_amx.c")
     amx = Q8Amx.load(kernel_build_dir)
     if not amx.available():
         pytest.skip("this CPU (or its OS) has no AMX, so q8_amx is untested here")

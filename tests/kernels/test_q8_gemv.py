@@ -1,4 +1,4 @@
-"""kernels/cpu/q8_gemv.c multiplies grouped int8 weights, read in place, by activations
+"""pagoda/kernels/cpu/q8_gemv.c multiplies grouped int8 weights, read in place, by activations
 quantized per block to int8 or int16, exactly as the same math in torch (float64) to fp32
 rounding, and with the same bits on every instruction set and thread count."""
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 from block_quant_reference import WIDTHS, activations, assert_torchs_rounding, quantize
 
-from engine.quantization.tensors import Int8Weight, dequantize, quantize_int8
-from kernels.cpu.native import find_compiler, mapped_openmp_runtimes, torch_openmp_runtime
-from kernels.cpu.q8_gemv import Q8Gemv, Q8Operand
+from pagoda.engine.quantization.tensors import Int8Weight, dequantize, quantize_int8
+from pagoda.kernels.cpu.native import find_compiler, mapped_openmp_runtimes, torch_openmp_runtime
+from pagoda.kernels.cpu.q8_gemv import Q8Gemv, Q8Operand
 
 SCALAR, AVX2, AVX512_VNNI = 0, 1, 2
 ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2, AVX512_VNNI],
@@ -36,7 +36,7 @@ LAYOUTS = pytest.mark.parametrize("layout", [Layout(True, False), Layout(False, 
 @pytest.fixture(scope="module")
 def q8(kernel_build_dir) -> Q8Gemv:
     if find_compiler() is None:
-        pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/q8_gemv.c")
+        pytest.skip("no C compiler (gcc or $CC) to build pagoda/kernels/cpu/q8_gemv.c")
     return Q8Gemv.load(kernel_build_dir)
 
 

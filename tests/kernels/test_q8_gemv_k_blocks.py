@@ -1,5 +1,5 @@
 """q8_gemv multiplies GGUF IQ4_XS, Q5_K and Q3_K blocks read in place
-(kernels/cpu/iq4_xs_blocks.h, q5_k_blocks.h, q3_k_blocks.h) by activations quantized per block to int8 or int16: the weight is gguf's own
+(pagoda/kernels/cpu/iq4_xs_blocks.h, q5_k_blocks.h, q3_k_blocks.h) by activations quantized per block to int8 or int16: the weight is gguf's own
 dequantization of the blocks, the product is the same math in float64 to fp32 rounding, and
 every instruction set and thread count gives the same bits."""
 
@@ -10,9 +10,9 @@ import torch
 from block_quant_reference import WIDTHS, activations, quantize, runnable
 from tiny_gguf import random_blocks
 
-from kernels.cpu.dequant import Dequantizer
-from kernels.cpu.native import find_compiler, load
-from kernels.cpu.q8_gemv import BLOCK_TYPES, SUPER_SCALED_TYPES, Q8Gemv
+from pagoda.kernels.cpu.dequant import Dequantizer
+from pagoda.kernels.cpu.native import find_compiler, load
+from pagoda.kernels.cpu.q8_gemv import BLOCK_TYPES, SUPER_SCALED_TYPES, Q8Gemv
 
 SCALAR, AVX2, AVX512_VNNI = 0, 1, 2
 ISAS = pytest.mark.parametrize("isa", [SCALAR, AVX2, AVX512_VNNI],
@@ -25,7 +25,7 @@ SHAPES = [(512, 9), (256, 5)]
 @pytest.fixture(scope="module")
 def q8(kernel_build_dir) -> Q8Gemv:
     if find_compiler() is None:
-        pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/q8_gemv.c")
+        pytest.skip("no C compiler (gcc or $CC) to build pagoda/kernels/cpu/q8_gemv.c")
     return Q8Gemv.load(kernel_build_dir)
 
 
@@ -114,7 +114,7 @@ def test_block_sizes_are_ggufs():
 @pytest.fixture(scope="module")
 def dq(kernel_build_dir) -> Dequantizer:
     if find_compiler() is None:
-        pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/dequant.c")
+        pytest.skip("no C compiler (gcc or $CC) to build pagoda/kernels/cpu/dequant.c")
     return Dequantizer(load("dequant", kernel_build_dir))
 
 

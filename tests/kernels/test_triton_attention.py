@@ -12,8 +12,8 @@ import pytest
 import torch
 from kernel_device import DEVICE, assert_close
 
-from kernels import torch_ref, triton_attention
-from kernels.attention_metadata import TritonAttentionMetadata, choose_num_kv_splits
+from pagoda.kernels import torch_ref, triton_attention
+from pagoda.kernels.attention_metadata import TritonAttentionMetadata, choose_num_kv_splits
 
 MIXED_BATCH = [(37, 1), (5, 1), (16, 1), (20, 11), (32, 16), (0, 9)]
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 from kernel_device import DEVICE, KERNEL_DTYPES, assert_close
 
-from kernels import torch_ref, triton_layers
+from pagoda.kernels import torch_ref, triton_layers
 
 EPS = 1e-5
 

@@ -1,4 +1,4 @@
-"""The fused Triton experts (kernels/triton_moe.py through engine/quantization/triton_experts.py):
+"""The fused Triton experts (pagoda/kernels/triton_moe.py through pagoda/engine/quantization/triton_experts.py):
 each row gets the weighted sum of its k experts, as a plain per-row reference computes it on the
 experts' dequantized values, for every weight layout and both activations; chosen for the
 Triton backend by the layer's one method-choice function.
@@ -12,14 +12,14 @@ import torch
 from expert_blocks import expert_blocks, experts_reference
 from kernel_device import DEVICE, assert_close
 
-from engine.layers.linear import Placement
-from engine.layers.moe import ExpertActivation, ExpertWeights, GroupedExperts, experts_method_for
-from engine.quantization.expert_weights import expert_weight
-from engine.quantization.tensors import quantize_int4, quantize_int8
-from engine.quantization.triton_experts import TritonExpertsMethod
-from kernels.kernel_ops import TORCH_OPS
-from kernels.ops import triton_ops
-from kernels.triton_moe import align_pairs
+from pagoda.engine.layers.linear import Placement
+from pagoda.engine.layers.moe import ExpertActivation, ExpertWeights, GroupedExperts, experts_method_for
+from pagoda.engine.quantization.expert_weights import expert_weight
+from pagoda.engine.quantization.tensors import quantize_int4, quantize_int8
+from pagoda.engine.quantization.triton_experts import TritonExpertsMethod
+from pagoda.kernels.kernel_ops import TORCH_OPS
+from pagoda.kernels.ops import triton_ops
+from pagoda.kernels.triton_moe import align_pairs
 
 EXPERTS, TOP_K, HIDDEN, WIDTH = 8, 2, 64, 32
 SILU = ExpertActivation()

@@ -17,9 +17,9 @@ import torch
 from kernel_device import DEVICE, KERNEL_DTYPES, assert_close
 from triton.compiler import ASTSource
 
-from kernels import torch_ref, triton_quant, triton_quant_gemv
-from kernels.kernel_ops import TORCH_OPS
-from kernels.ops import triton_ops
+from pagoda.kernels import torch_ref, triton_quant, triton_quant_gemv
+from pagoda.kernels.kernel_ops import TORCH_OPS
+from pagoda.kernels.ops import triton_ops
 
 GROUP = 32
 # M = 1 and 3 take the GEMV (3 with a padded row), 17 the GEMM (padded rows, columns and K).
@@ -240,7 +240,7 @@ def test_leading_dimensions_are_kept():
 def test_torch_int4_linear_is_dequantize_then_matmul():
     # engine is imported here, not at the top: importing it pulls in the loader's dependencies,
     # which the GPU check's kernel-test stage does not need to have.
-    from engine.quantization.tensors import dequantize, quantize_int4
+    from pagoda.engine.quantization.tensors import dequantize, quantize_int4
 
     gen = torch.Generator().manual_seed(1)
     w, x, bias = (torch.randn(*s, generator=gen) for s in ((48, 96), (5, 96), (48,)))
@@ -251,7 +251,7 @@ def test_torch_int4_linear_is_dequantize_then_matmul():
 
 
 def test_torch_int8_linear_is_dequantize_then_matmul():
-    from engine.quantization.tensors import dequantize, quantize_int8
+    from pagoda.engine.quantization.tensors import dequantize, quantize_int8
 
     gen = torch.Generator().manual_seed(2)
     w, x, bias = (torch.randn(*s, generator=gen) for s in ((48, 96), (5, 96), (48,)))
@@ -261,7 +261,7 @@ def test_torch_int8_linear_is_dequantize_then_matmul():
 
 
 def test_torch_reference_returns_half_inputs_in_half():
-    from engine.quantization.tensors import dequantize, quantize_int4
+    from pagoda.engine.quantization.tensors import dequantize, quantize_int4
 
     weight = quantize_int4(torch.randn(32, 64))
     x = torch.randn(3, 64)
@@ -286,7 +286,7 @@ import inspect, os, re, subprocess, sys, tempfile
 import torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from kernels import triton_quant as tq, triton_quant_gemv as tqg
+from pagoda.kernels import triton_quant as tq, triton_quant_gemv as tqg
 
 TYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
          torch.uint8: "u8", torch.int8: "i8", torch.int32: "i32"}

@@ -6,12 +6,12 @@ import asyncio
 import pytest
 from fake_server import LLAMA_CPP, FakeServer
 
-from app.backends.local import LocalBackend
-from app.backends.openai_remote import OpenAIBackend
-from engine.async_engine import AsyncEngine
-from engine.server.api import ServerSettings, build_app
-from engine.server.runner import ServerThread
-from engine.server.served import ServedModel
+from pagoda.app.backends.local import LocalBackend
+from pagoda.app.backends.openai_remote import OpenAIBackend
+from pagoda.engine.async_engine import AsyncEngine
+from pagoda.engine.server.api import ServerSettings, build_app
+from pagoda.engine.server.runner import ServerThread
+from pagoda.engine.server.served import ServedModel
 
 # One thread: the cores are shared with the servers' and the client's threads.
 ENGINE = {"num_kv_blocks": 128, "num_threads": 1}

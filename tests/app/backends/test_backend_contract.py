@@ -10,7 +10,7 @@ import pytest
 from conftest import ENGINE, SERVED_NAME, remote, run
 from fake_server import MODEL
 
-from app.backends import (
+from pagoda.app.backends import (
     BackendStoppedError,
     ChatBackend,
     ChatMessage,
@@ -19,8 +19,8 @@ from app.backends import (
     ReplyChunk,
     SamplingOptions,
 )
-from app.backends.local import LocalBackend
-from engine.async_engine import AsyncEngine
+from pagoda.app.backends.local import LocalBackend
+from pagoda.engine.async_engine import AsyncEngine
 
 CHAT = [ChatMessage("system", "You are a helpful assistant."),
         ChatMessage("user", "Tell me a short story about a cat.")]

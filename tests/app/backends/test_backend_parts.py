@@ -7,12 +7,12 @@ import json
 import pytest
 from conftest import run
 
-from app.backends import ChatMessage, SamplingOptions, ToolCallRecord
-from app.backends.estimate import estimate_tokens
-from app.backends.meter import ThroughputMeter
-from app.backends.reply_parts import NOTHING, ReplyParts
-from app.backends.sse import sse_data
-from engine.text.chat_template import encode_chat
+from pagoda.app.backends import ChatMessage, SamplingOptions, ToolCallRecord
+from pagoda.app.backends.estimate import estimate_tokens
+from pagoda.app.backends.meter import ThroughputMeter
+from pagoda.app.backends.reply_parts import NOTHING, ReplyParts
+from pagoda.app.backends.sse import sse_data
+from pagoda.engine.text.chat_template import encode_chat
 
 
 async def events(lines: list[str]) -> list[str]:
@@ -104,7 +104,7 @@ def test_counting_tokens_while_the_engine_streams_is_safe_and_exact(local_backen
 
 @pytest.mark.parametrize("said", ["temperature must be at most 2.", "temperature must be at most 2"])
 def test_a_servers_message_is_quoted_without_a_doubled_full_stop(said):
-    from app.backends.http_errors import error_for_status
+    from pagoda.app.backends.http_errors import error_for_status
 
     error = error_for_status(400, json.dumps({"error": {"message": said}}), "http://gpu:8000/v1")
 
@@ -112,7 +112,7 @@ def test_a_servers_message_is_quoted_without_a_doubled_full_stop(said):
 
 
 def test_quoting_keeps_an_ellipsis_and_drops_one_full_stop():
-    from app.backends.errors import clause
+    from pagoda.app.backends.errors import clause
 
     assert clause("cut short...") == "cut short..."
     assert clause(" no such file. ") == "no such file"

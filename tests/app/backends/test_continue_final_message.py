@@ -5,7 +5,7 @@ sent, with the reason in words."""
 import pytest
 from conftest import remote, run
 
-from app.backends import ChatMessage, InvalidRequestError, SamplingOptions
+from pagoda.app.backends import ChatMessage, InvalidRequestError, SamplingOptions
 
 QUESTION = [ChatMessage("user", "Name three colours.")]
 SHORT = SamplingOptions(temperature=0.0, max_tokens=4)

@@ -10,8 +10,8 @@ from conftest import run
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 
-from app.backends import MalformedStreamError
-from app.backends.embeddings import (
+from pagoda.app.backends import MalformedStreamError
+from pagoda.app.backends.embeddings import (
     MAX_ANSWER_BYTES,
     EmbeddingModel,
     EmbeddingsClient,
@@ -19,7 +19,7 @@ from app.backends.embeddings import (
     unit_rows,
     vectors_of,
 )
-from engine.server.runner import ServerThread
+from pagoda.engine.server.runner import ServerThread
 
 URL = "http://example/v1"
 

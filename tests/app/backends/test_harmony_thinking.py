@@ -1,11 +1,11 @@
 """A gpt-oss (harmony) model in this process: its analysis channel reaches the window as
 thinking, apart from the answer of its final channel, and the engine is asked to keep the frame
-tokens it is read by (engine/parsers/harmony.py)."""
+tokens it is read by (pagoda/engine/parsers/harmony.py)."""
 
 import asyncio
 
-from app.backends import ChatMessage, SamplingOptions
-from app.backends.local import LocalBackend
+from pagoda.app.backends import ChatMessage, SamplingOptions
+from pagoda.app.backends.local import LocalBackend
 from tests.app.qt.fake_engine import FakeEngine, FakeTokenizer
 from tests.engine.harmony_chat import HARMONY_TEMPLATE
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from app.backends.hub import file_fits, repository
-from engine.config import EngineConfig
-from engine.hub.fit import kv_cache_bytes
-from engine.loading.model_info import MEMORY_OVERHEAD_BYTES
-from engine.models.kv_cache_sizing import AUTO_KV_CACHE_LIMIT
+from pagoda.app.backends.hub import file_fits, repository
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.hub.fit import kv_cache_bytes
+from pagoda.engine.loading.model_info import MEMORY_OVERHEAD_BYTES
+from pagoda.engine.models.kv_cache_sizing import AUTO_KV_CACHE_LIMIT
 from tests.engine.fake_hub import FakeHub, FakeRepo, served, use_hub
 
 WINDOWED_REPO, PLAIN_REPO = "pagoda-test/gemma-1b-shaped-GGUF", "pagoda-test/no-config-GGUF"

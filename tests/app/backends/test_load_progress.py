@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-import engine
-import engine.loading.loader
-import engine.loading.model_info
-from app.backends.local_engine import LOAD_STEPS, EngineConfig, LoadProgress, make_local_engine
-from engine.loading.lazy_weights import LazyWeights
+import pagoda.engine as engine
+import pagoda.engine.loading.loader
+import pagoda.engine.loading.model_info
+from pagoda.app.backends.local_engine import LOAD_STEPS, EngineConfig, LoadProgress, make_local_engine
+from pagoda.engine.loading.lazy_weights import LazyWeights
 
 LAYERS = 10
 
@@ -43,8 +43,8 @@ def heard(monkeypatch) -> list[LoadProgress]:
         return SimpleNamespace(weights=LazyWeights(names, lambda name: f"decoded {name}"))
 
     _Layers.heard = told
-    monkeypatch.setattr(engine.loading.loader, "load_model", load_model)
-    monkeypatch.setattr(engine.loading.model_info, "check_model_fits", lambda model, config: None)
+    monkeypatch.setattr(pagoda.engine.loading.loader, "load_model", load_model)
+    monkeypatch.setattr(pagoda.engine.loading.model_info, "check_model_fits", lambda model, config: None)
     monkeypatch.setattr(engine, "LLMEngine", _Layers)
     monkeypatch.setattr(engine, "AsyncEngine", lambda build: build())
     built = make_local_engine("model.gguf", EngineConfig(device="cpu"), told.append)

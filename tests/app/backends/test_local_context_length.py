@@ -9,12 +9,12 @@ import shutil
 
 import pytest
 
-from app.backends.local import LocalBackend
-from engine import LLM, SamplingParams
-from engine.async_engine import AsyncEngine
-from engine.config import EngineConfig
-from engine.errors import PromptTooLongError
-from engine.llm_engine import LLMEngine
+from pagoda.app.backends.local import LocalBackend
+from pagoda.engine import LLM, SamplingParams
+from pagoda.engine.async_engine import AsyncEngine
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.errors import PromptTooLongError
+from pagoda.engine.llm_engine import LLMEngine
 
 BLOCK = 16
 # Between the all-global model's pool at its 512 positions (1.5 MiB) and the windowed one's

@@ -6,9 +6,9 @@ import json
 import pytest
 from conftest import ENGINE, SERVED_NAME, remote, run
 
-from app.backends import ChatMessage, PromptProgress, ReplyChunk, SamplingOptions
-from app.backends.local import LocalBackend
-from app.backends.openai_stream import ReplyReader
+from pagoda.app.backends import ChatMessage, PromptProgress, ReplyChunk, SamplingOptions
+from pagoda.app.backends.local import LocalBackend
+from pagoda.app.backends.openai_stream import ReplyReader
 
 CHUNK = 32
 
@@ -22,7 +22,7 @@ GREEDY = SamplingOptions(temperature=0.0, max_tokens=3)
 
 @pytest.fixture(scope="module")
 def chunked_engine(make_engine):
-    from engine.async_engine import AsyncEngine
+    from pagoda.engine.async_engine import AsyncEngine
 
     engine = AsyncEngine(engine=make_engine(**ENGINE, max_num_batched_tokens=CHUNK))
     yield engine
@@ -31,9 +31,9 @@ def chunked_engine(make_engine):
 
 @pytest.fixture(scope="module")
 def chunked_server(chunked_engine):
-    from engine.server.api import build_app
-    from engine.server.runner import ServerThread
-    from engine.server.served import ServedModel
+    from pagoda.engine.server.api import build_app
+    from pagoda.engine.server.runner import ServerThread
+    from pagoda.engine.server.served import ServedModel
 
     served = ServedModel(SERVED_NAME, chunked_engine, chunked_engine.engine.max_model_len)
     server = ServerThread(build_app(lambda: served)).start()

@@ -9,7 +9,7 @@ import pytest
 from conftest import remote, run
 from fake_server import PIECES, REPLY
 
-from app.backends import (
+from pagoda.app.backends import (
     BackendNotAnsweringError,
     BackendUnreachableError,
     ChatMessage,
@@ -21,7 +21,7 @@ from app.backends import (
     ServerError,
     UnauthorizedError,
 )
-from engine.server.api import ServerSettings
+from pagoda.engine.server.api import ServerSettings
 
 CHAT = [ChatMessage("user", "Hello?")]
 OPTIONS = SamplingOptions(temperature=0.0, max_tokens=50)

@@ -10,7 +10,7 @@ from conftest import remote, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.backends import (
+from pagoda.app.backends import (
     ChatMessage,
     InvalidRequestError,
     MalformedStreamError,
@@ -20,7 +20,7 @@ from app.backends import (
     ToolCallRecord,
     ToolSpec,
 )
-from app.backends.openai_stream import ReplyReader
+from pagoda.app.backends.openai_stream import ReplyReader
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 TOOLS = (ToolSpec("get_weather", "A city's weather", CITY), ToolSpec("get_time"))

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 from conftest import remote, run
 
-from app.backends import (
+from pagoda.app.backends import (
     ChatBackend,
     ChatMessage,
     InvalidRequestError,

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from conftest import run
 
-from app.components.async_store import AsyncStore
-from app.components.chat_session import ChatSession
-from app.store import ConversationStore, SamplingSettings
+from pagoda.app.components.async_store import AsyncStore
+from pagoda.app.components.chat_session import ChatSession
+from pagoda.app.store import ConversationStore, SamplingSettings
 
 LOG = "\n\n".join(f"## Day {day}\n\nThe keeper burned {20 + day} litres of oil and saw "
                   f"{day % 7} ships pass the point." for day in range(1, 40))

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from app.components.async_store import AsyncStore
-from app.components.chat_session import ChatSession
-from app.store import ConversationStore
+from pagoda.app.components.async_store import AsyncStore
+from pagoda.app.components.chat_session import ChatSession
+from pagoda.app.store import ConversationStore
 from tests.app.components.fake_backend import FakeSource, RecordingView, ScriptedBackend
 
 TEST_TIMEOUT_S = 10.0

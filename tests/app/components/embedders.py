@@ -11,8 +11,8 @@ import zlib
 
 import numpy as np
 
-from app.backends import BackendUnreachableError
-from app.backends.embeddings import EmbeddingModel, unit_rows
+from pagoda.app.backends import BackendUnreachableError
+from pagoda.app.backends.embeddings import EmbeddingModel, unit_rows
 
 CONCEPTS = {
     "car": 0, "automobile": 0, "vehicle": 0, "cars": 0,

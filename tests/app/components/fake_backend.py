@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from app.backends import (
+from pagoda.app.backends import (
     BackendError,
     BackendStats,
     BackendStoppedError,
@@ -21,7 +21,7 @@ from app.backends import (
     ToolCallRecord,
     ToolSpec,
 )
-from app.components.view_models import (
+from pagoda.app.components.view_models import (
     AttachmentView,
     FolderView,
     MessageView,

@@ -1,4 +1,4 @@
-"""A real MCP server for the tests of app.components.tools, written with the SDK's MCPServer.
+"""A real MCP server for the tests of pagoda.app.components.tools, written with the SDK's MCPServer.
 
     python tests/app/components/mcp_test_server.py      # serves over stdio
 

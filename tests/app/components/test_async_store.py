@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from app.components.async_store import AsyncStore
-from app.store import ConversationStore
+from pagoda.app.components.async_store import AsyncStore
+from pagoda.app.store import ConversationStore
 
 WAIT_S = 5.0
 

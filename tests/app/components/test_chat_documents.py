@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from app.backends import PromptProgress
-from app.components.chat_session import ChatSession, reading_text
+from pagoda.app.backends import PromptProgress
+from pagoda.app.components.chat_session import ChatSession, reading_text
 from tests.app.components.fake_backend import WAIT_S, ScriptedBackend, eventually
 
 NOTES = """# Lighthouse log
@@ -120,7 +120,7 @@ async def test_a_message_waits_while_a_file_is_being_read(db, source, view, tmp_
     release = threading.Event()
 
     def slow_read(path, on_progress, stopped=None):
-        from app.components.documents import read_document
+        from pagoda.app.components.documents import read_document
 
         on_progress(1, 2)
         release.wait(WAIT_S)
@@ -191,7 +191,7 @@ def test_the_reading_note_says_what_is_being_read(documents, continuing, said):
 async def _reading_a_long_file(session, tmp_path):
     """The session reading a Word file that takes minutes, well into it: (its attach, the
     reading process)."""
-    from app.components.documents import ReadingLimits, ReadingProcess
+    from pagoda.app.components.documents import ReadingLimits, ReadingProcess
     from tests.app.components.documents.document_files import write_docx
     from tests.app.components.documents.hostile_files import write_huge_xml_docx
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from app.components import folder_index, folder_scan
-from app.components.chat_session import ChatSession
-from app.components.documents import ReadingLimits, ReadingProcess, read_document, reading_thread
-from app.components.folder_index import ChatFolders
-from app.components.folder_scan import FolderError
+from pagoda.app.components import folder_index, folder_scan
+from pagoda.app.components.chat_session import ChatSession
+from pagoda.app.components.documents import ReadingLimits, ReadingProcess, read_document, reading_thread
+from pagoda.app.components.folder_index import ChatFolders
+from pagoda.app.components.folder_scan import FolderError
 from tests.app.components.documents.document_files import write_docx
 from tests.app.components.documents.hostile_files import write_huge_xml_docx
 from tests.app.components.fake_backend import WAIT_S, ScriptedBackend, eventually
@@ -194,7 +194,7 @@ async def test_a_path_that_is_no_folder_or_one_too_many_is_refused_in_the_notice
         session, view, tmp_path, monkeypatch):
     await session.add_folder(str(tmp_path / "missing"))
     assert "is not a folder" in view.notices[-1]
-    monkeypatch.setattr("app.store.folders.MAX_FOLDERS", 1)
+    monkeypatch.setattr("pagoda.app.store.folders.MAX_FOLDERS", 1)
     await with_folder(session, notes_folder(tmp_path))
     await session.add_folder(str(tmp_path))
     assert "at most 1 folders" in view.notices[-1]

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from app.backends import ServerError
-from app.components.chat_session import MODEL_SWITCHED, WAIT_TO_SWITCH, ChatSession
-from app.components.view_models import SamplingView
-from app.store import GenerationStats
+from pagoda.app.backends import ServerError
+from pagoda.app.components.chat_session import MODEL_SWITCHED, WAIT_TO_SWITCH, ChatSession
+from pagoda.app.components.view_models import SamplingView
+from pagoda.app.store import GenerationStats
 from tests.app.components.fake_backend import (
     LOADING,
     NO_MODEL,
@@ -655,8 +655,8 @@ async def test_an_unexpected_failure_in_an_action_is_shown_in_the_chat(session, 
 
 
 def test_the_chat_logic_loads_without_qt_or_torch():
-    code = ("import sys, app.components.chat_session, tests.app.components.fake_backend; "
-            "print(sorted(m for m in ('PySide6', 'torch', 'engine') if m in sys.modules))")
+    code = ("import sys, pagoda.app.components.chat_session, tests.app.components.fake_backend; "
+            "print(sorted(m for m in ('PySide6', 'torch', 'pagoda.engine') if m in sys.modules))")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=60, check=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from app.backends import ChatMessage
+from pagoda.app.backends import ChatMessage
 from tests.app.components.fake_backend import WAIT_S
 
 
@@ -48,7 +48,7 @@ async def test_only_a_reply_cut_at_max_tokens_can_be_continued(session, backend)
 
 
 async def test_a_failed_continuation_keeps_what_was_there(session, backend):
-    from app.backends import ServerError
+    from pagoda.app.backends import ServerError
 
     cut = await _cut_reply(session, backend)
     backend.fail_next_stream(ServerError("The server answered 500."))

@@ -8,12 +8,12 @@ import asyncio
 
 import pytest
 
-from app.components.connections import ConnectionKeys, SavedConnections
-from app.components.document_embeddings import (
+from pagoda.app.components.connections import ConnectionKeys, SavedConnections
+from pagoda.app.components.document_embeddings import (
     DocumentEmbeddings,
     EmbeddingsChoice,
 )
-from app.store import AttachmentChunk, NewAttachment
+from pagoda.app.store import AttachmentChunk, NewAttachment
 from tests.app.components.embedders import ConceptEmbedder
 
 PASSAGES = ["The red car was parked by the harbour wall.",

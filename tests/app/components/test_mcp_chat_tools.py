@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from app.backends import ToolCallRecord
-from app.components.chat_session import ChatSession
-from app.components.tools import McpHub, McpServerConfig, ToolConfigError
-from app.components.tools.chat_tools import McpChatTools
-from app.components.tools.settings import (
+from pagoda.app.backends import ToolCallRecord
+from pagoda.app.components.chat_session import ChatSession
+from pagoda.app.components.tools import McpHub, McpServerConfig, ToolConfigError
+from pagoda.app.components.tools.chat_tools import McpChatTools
+from pagoda.app.components.tools.settings import (
     SETTING,
     ToolSettings,
     ToolSettingsModel,

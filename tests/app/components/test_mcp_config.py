@@ -10,8 +10,8 @@ import re
 import mcp.types as mcp_types
 import pytest
 
-from app.backends import ToolSpec
-from app.components.tools import (
+from pagoda.app.backends import ToolSpec
+from pagoda.app.components.tools import (
     McpServerConfig,
     McpTool,
     ToolCatalog,
@@ -20,9 +20,9 @@ from app.components.tools import (
     mcp_servers_json,
     parse_mcp_servers,
 )
-from app.components.tools.config import MAX_ARGS, MAX_SERVERS, MAX_STRING_BYTES, MAX_TEXT_BYTES
-from app.components.tools.results import tool_result
-from app.components.tools.server_log import MAX_LINE_CHARS, LogRing
+from pagoda.app.components.tools.config import MAX_ARGS, MAX_SERVERS, MAX_STRING_BYTES, MAX_TEXT_BYTES
+from pagoda.app.components.tools.results import tool_result
+from pagoda.app.components.tools.server_log import MAX_LINE_CHARS, LogRing
 
 OPENAI_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from app.components.connections import ConnectionKeys
-from app.components.model_library import (
+from pagoda.app.components.connections import ConnectionKeys
+from pagoda.app.components.model_library import (
     CANCELLED,
     DONE,
     DOWNLOADING,
@@ -76,10 +76,10 @@ def view(library) -> RecordingView:
 @pytest.fixture
 def slow_pieces(monkeypatch):
     """Every piece reported, and written slowly enough for a cancel to land mid-file."""
-    from engine.hub.download import _ProgressFile
+    from pagoda.engine.hub.download import _ProgressFile
 
     write = _ProgressFile.write
-    monkeypatch.setattr("engine.hub.download._REPORT_INTERVAL_S", 0.0)
+    monkeypatch.setattr("pagoda.engine.hub.download._REPORT_INTERVAL_S", 0.0)
     monkeypatch.setattr(_ProgressFile, "write",
                         lambda self, chunk: (time.sleep(0.02), write(self, chunk))[1])
 
@@ -98,7 +98,7 @@ async def test_a_view_attached_during_a_search_is_told_it_runs_until_it_answers(
     import asyncio
     import threading
 
-    from app.components import model_library
+    from pagoda.app.components import model_library
 
     release, search = threading.Event(), model_library._search
     monkeypatch.setattr(model_library, "_search",
@@ -136,8 +136,8 @@ async def test_a_repository_lists_its_model_files_with_size_and_quantization_rec
                           (1 << 30, 1 << 30, "too big")])
 async def test_each_file_says_whether_it_fits_this_machines_memory(
         library, view, monkeypatch, available, total, fit):
-    monkeypatch.setattr("engine.hub.fit.available_memory", lambda: available)
-    monkeypatch.setattr("engine.hub.fit.total_memory", lambda: total)
+    monkeypatch.setattr("pagoda.engine.hub.fit.available_memory", lambda: available)
+    monkeypatch.setattr("pagoda.engine.hub.fit.total_memory", lambda: total)
 
     await library.choose_repo(LIBRARY_REPO)
 
@@ -147,7 +147,7 @@ async def test_each_file_says_whether_it_fits_this_machines_memory(
 
 async def test_a_safetensors_repository_is_offered_and_fetched_as_one_model_folder(
         library, view, tmp_path):
-    from engine.loading.model_info import describe_model
+    from pagoda.engine.loading.model_info import describe_model
 
     await library.choose_repo(LIBRARY_FOLDER_REPO)
     [choice] = view.files[LIBRARY_FOLDER_REPO]
@@ -366,9 +366,9 @@ async def test_the_folders_downloads_write_into_are_known_until_they_end(library
 
 
 def test_the_parts_of_a_split_gguf_file_are_not_offered():
-    from app.components.model_library import file_choices
-    from engine.hub.search import HubFile, HubRepo
-    from engine.loading.model_files import quantization_of
+    from pagoda.app.components.model_library import file_choices
+    from pagoda.engine.hub.search import HubFile, HubRepo
+    from pagoda.engine.loading.model_files import quantization_of
 
     names = ["m-Q4_K_M.gguf", "m-Q8_0-00001-of-00002.gguf", "m-Q8_0-00002-of-00002.gguf"]
     files = [HubFile(n, 1000, None, None, quantization_of(n)) for n in names]

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from app.backends.hub import repository
-from app.components.model_choices import ModelChoice
-from app.components.model_library import file_choices, parameter_counts
-from engine.loading.model_info import ModelInfo, describe_headers, read_model_headers
+from pagoda.app.backends.hub import repository
+from pagoda.app.components.model_choices import ModelChoice
+from pagoda.app.components.model_library import file_choices, parameter_counts
+from pagoda.engine.loading.model_info import ModelInfo, describe_headers, read_model_headers
 from tests.engine.fake_hub import FakeHub, FakeRepo, served, use_hub
 from tests.engine.moe_header_gguf import QWEN3_30B_A3B, write_moe_header_gguf
 

@@ -5,9 +5,9 @@ import asyncio
 
 import pytest
 
-from app.backends import ChatMessage, SamplingOptions, TokenCount
-from app.components.prompting import ContextOverflowError, fit_to_context, sampling_options
-from app.store import SamplingSettings
+from pagoda.app.backends import ChatMessage, SamplingOptions, TokenCount
+from pagoda.app.components.prompting import ContextOverflowError, fit_to_context, sampling_options
+from pagoda.app.store import SamplingSettings
 
 
 class _Counter:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from app.backends import PromptProgress
-from app.components.chat_session import reading_text
+from pagoda.app.backends import PromptProgress
+from pagoda.app.components.chat_session import reading_text
 from tests.app.components.fake_backend import WAIT_S
 
 

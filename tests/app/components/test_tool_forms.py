@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from app.components.tools import McpServerConfig, McpTool, ServerStatus, ToolConfigError
-from app.components.tools.config import MAX_TEXT_BYTES, parse_mcp_servers
-from app.components.tools.errors import ToolServerError
-from app.components.tools.forms import (
+from pagoda.app.components.tools import McpServerConfig, McpTool, ServerStatus, ToolConfigError
+from pagoda.app.components.tools.config import MAX_TEXT_BYTES, parse_mcp_servers
+from pagoda.app.components.tools.errors import ToolServerError
+from pagoda.app.components.tools.forms import (
     Listing,
     ServerForm,
     ToolListings,

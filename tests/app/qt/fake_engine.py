@@ -4,16 +4,16 @@ holds, when its shutdown ends. The host wraps it in a LocalBackend like the real
 import asyncio
 import threading
 
-from app.components.async_store import AsyncStore
-from app.components.chat_session import ChatSession
-from app.qt.chat_tab import ChatTab
-from app.qt.controller import ChatController
-from app.qt.engine_host import EngineHost
-from app.store import ConversationStore, SamplingSettings
-from engine import EngineDeadError
-from engine.llm_engine import EngineStats
-from engine.outputs import CompletionOutput, PromptProgress, RequestMetrics, RequestOutput
-from engine.text.chat_tokenizer import ChatTokenizer
+from pagoda.app.components.async_store import AsyncStore
+from pagoda.app.components.chat_session import ChatSession
+from pagoda.app.qt.chat_tab import ChatTab
+from pagoda.app.qt.controller import ChatController
+from pagoda.app.qt.engine_host import EngineHost
+from pagoda.app.store import ConversationStore, SamplingSettings
+from pagoda.engine import EngineDeadError
+from pagoda.engine.llm_engine import EngineStats
+from pagoda.engine.outputs import CompletionOutput, PromptProgress, RequestMetrics, RequestOutput
+from pagoda.engine.text.chat_tokenizer import ChatTokenizer
 
 WAIT_MS = 5_000
 
@@ -38,7 +38,7 @@ class Gate:
 
 
 class FakeTokenizer:
-    """The parts of a Hugging Face tokenizer engine.text.chat_template reads: a real template, which
+    """The parts of a Hugging Face tokenizer pagoda.engine.text.chat_template reads: a real template, which
     joins the messages' texts with spaces."""
 
     chat_template = "{{ messages | map(attribute='content') | join(' ') }}"

@@ -8,10 +8,10 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QPlainTextEdit
 
-from app.components.async_store import AsyncStore
-from app.qt.engine_host import EngineHost
-from app.qt.main_window import MainWindow
-from app.store import ConversationStore, SamplingSettings
+from pagoda.app.components.async_store import AsyncStore
+from pagoda.app.qt.engine_host import EngineHost
+from pagoda.app.qt.main_window import MainWindow
+from pagoda.app.store import ConversationStore, SamplingSettings
 
 WAIT_MS = 60_000
 

@@ -8,10 +8,10 @@ from fake_server import MODEL
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QWidget
 
-from app.components.async_store import AsyncStore
-from app.components.connections import AddServerFlow, ConnectionKeys, SavedConnections, ServerProbe
-from app.qt.add_server import open_add_server_dialog
-from app.store import ConversationStore
+from pagoda.app.components.async_store import AsyncStore
+from pagoda.app.components.connections import AddServerFlow, ConnectionKeys, SavedConnections, ServerProbe
+from pagoda.app.qt.add_server import open_add_server_dialog
+from pagoda.app.store import ConversationStore
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QPlainTextEdit
 
-from app.qt.chat_tab import ChatTab
-from app.store import SamplingSettings
+from pagoda.app.qt.chat_tab import ChatTab
+from pagoda.app.store import SamplingSettings
 
 pytestmark = pytest.mark.slow
 

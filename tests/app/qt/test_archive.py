@@ -4,7 +4,7 @@ reach."""
 
 from __future__ import annotations
 
-from app.store import SamplingSettings
+from pagoda.app.store import SamplingSettings
 
 SHORT = SamplingSettings(max_tokens=8)
 

@@ -1,5 +1,5 @@
-"""Both entry points, `pagoda` (app.main) and `pagoda --selftest` (app.selftest), start the app
-through app.bootstrap, and neither imports the other."""
+"""Both entry points, `pagoda` (pagoda.app.main) and `pagoda --selftest` (pagoda.app.selftest), start the app
+through pagoda.app.bootstrap, and neither imports the other."""
 
 import ast
 import os
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app import bootstrap
-from app.store import ConversationStore
+from pagoda.app import bootstrap
+from pagoda.app.store import ConversationStore
 
 APP_DIR = Path(bootstrap.__file__).parent
 
@@ -22,7 +22,7 @@ print(" ".join(sorted(name for name in sys.modules if name.startswith("app."))))
 
 RUN_ON_THE_LOOP = """
 import asyncio
-from app import bootstrap
+from pagoda.app import bootstrap
 
 bootstrap.style_app = lambda app, theme: None
 app = bootstrap.create_app("system")
@@ -32,7 +32,7 @@ async def answer():
     await asyncio.sleep(0)
     return 42
 
-print(app.applicationName(), app.desktopFileName(), asyncio.get_event_loop() is loop,
+print(pagoda.app.applicationName(), pagoda.app.desktopFileName(), asyncio.get_event_loop() is loop,
       bootstrap.run_until_done(loop, answer()), loop.is_closed())
 """
 
@@ -54,8 +54,8 @@ def _modules_imported_by(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize(("module", "other"), [("app.selftest", "app.main"),
-                                                ("app.main", "app.selftest")])
+@pytest.mark.parametrize(("module", "other"), [("pagoda.app.selftest", "pagoda.app.main"),
+                                                ("pagoda.app.main", "pagoda.app.selftest")])
 def test_importing_one_entry_point_does_not_import_the_other(module, other):
     done = _python("-c", LOADED_AFTER_IMPORT.format(module=module))
     assert done.returncode == 0, done.stderr
@@ -64,10 +64,10 @@ def test_importing_one_entry_point_does_not_import_the_other(module, other):
 
 
 def test_neither_the_self_test_nor_the_bootstrap_imports_the_main_entry_point_anywhere():
-    assert "app.main" not in _modules_imported_by(APP_DIR / "selftest.py")
-    assert not {"app.main", "app.selftest"} & _modules_imported_by(APP_DIR / "bootstrap.py")
-    assert "app.bootstrap" in _modules_imported_by(APP_DIR / "main.py")
-    assert "app.bootstrap" in _modules_imported_by(APP_DIR / "selftest.py")
+    assert "pagoda.app.main" not in _modules_imported_by(APP_DIR / "selftest.py")
+    assert not {"pagoda.app.main", "pagoda.app.selftest"} & _modules_imported_by(APP_DIR / "bootstrap.py")
+    assert "pagoda.app.bootstrap" in _modules_imported_by(APP_DIR / "main.py")
+    assert "pagoda.app.bootstrap" in _modules_imported_by(APP_DIR / "selftest.py")
 
 
 def test_the_app_is_named_pagoda_and_the_loop_runs_a_coroutine_to_its_result_then_closes():
@@ -101,7 +101,7 @@ def test_the_window_opens_over_the_store_and_says_what_was_recovered(qloop, tmp_
 
 
 def test_the_self_test_starts_the_window_and_names_the_failed_step(tmp_path):
-    done = _python("-m", "app", "--selftest", "--model", str(tmp_path / "missing.gguf"),
+    done = _python("-m", "pagoda", "--selftest", "--model", str(tmp_path / "missing.gguf"),
                    timeout=300)
     assert done.returncode == 1, done.stderr
     assert "FAILED: SelftestError: the model did not load" in done.stderr

@@ -12,13 +12,13 @@ from fake_keyring import FakeKeyring, LockedKeyring
 from fake_server import MODEL
 from keyring.backends import fail
 
-from app.backends.errors import (
+from pagoda.app.backends.errors import (
     BackendUnreachableError,
     InvalidAddressError,
     UnauthorizedError,
 )
-from app.components.async_store import AsyncStore
-from app.components.connections import (
+from pagoda.app.components.async_store import AsyncStore
+from pagoda.app.components.connections import (
     CONNECTIONS_SETTING,
     KEYRING_SERVICE,
     AddServerFlow,
@@ -28,7 +28,7 @@ from app.components.connections import (
     backend_for,
     probe_server,
 )
-from app.store import ConversationStore
+from pagoda.app.store import ConversationStore
 
 KEY = "sk-test-7f3a9c1e5b2d4f6a8e0c"
 
@@ -101,7 +101,7 @@ def test_without_a_system_keyring_keys_stay_in_memory_and_it_says_so(monkeypatch
 def test_a_keyring_that_fails_when_used_falls_back_to_memory(caplog):
     keys = ConnectionKeys(LockedKeyring())
     assert keys.persistent and keys.notice is None
-    with caplog.at_level(logging.WARNING, logger="app.components.connections"):
+    with caplog.at_level(logging.WARNING, logger="pagoda.app.components.connections"):
         keys.set("abc", KEY)
     assert not keys.persistent
     assert keys.notice is not None
@@ -137,7 +137,7 @@ def test_a_malformed_setting_is_ignored_with_a_log_line(open_db, caplog):
     db = open_db()
     saved = SavedConnections(db, ConnectionKeys(FakeKeyring()))
     run(db.set_setting(CONNECTIONS_SETTING, {"not": "a list"}))
-    with caplog.at_level(logging.WARNING, logger="app.components.connections"):
+    with caplog.at_level(logging.WARNING, logger="pagoda.app.components.connections"):
         run(saved.load())
     assert saved.list() == []
     assert CONNECTIONS_SETTING in caplog.text
@@ -147,7 +147,7 @@ def test_a_malformed_setting_is_ignored_with_a_log_line(open_db, caplog):
            {"id": "c4", "base_url": "gpu-box:8000", "model": 7}]
     run(db.set_setting(CONNECTIONS_SETTING, [bad[0], good, *bad[1:]]))
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="app.components.connections"):
+    with caplog.at_level(logging.WARNING, logger="pagoda.app.components.connections"):
         run(saved.load())
     assert saved.list() == [ServerConnection("c1", "http://gpu-box:8000/v1", "m", False)]
     assert caplog.text.count("malformed") == len(bad)

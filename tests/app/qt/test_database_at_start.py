@@ -6,17 +6,17 @@ import pytest
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QFileDialog, QLineEdit, QMessageBox
 
-from app import bootstrap
-from app import main as app_main
-from app.open_store import open_store
-from app.qt.widgets import database_dialog
-from app.qt.widgets.database_dialog import (
+from pagoda.app import bootstrap
+from pagoda.app import main as app_main
+from pagoda.app.open_store import open_store
+from pagoda.app.qt.widgets import database_dialog
+from pagoda.app.qt.widgets.database_dialog import (
     CHOOSE,
     QUIT,
     ask_for_another_database,
     database_error_box,
 )
-from app.store import ConversationStore, DatabaseTooNewError, StoreError
+from pagoda.app.store import ConversationStore, DatabaseTooNewError, StoreError
 
 
 def _written_by_a_newer_pagoda(path):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.store import ConversationNotFound, SamplingSettings
+from pagoda.app.store import ConversationNotFound, SamplingSettings
 
 UNDO_S = 1
 SHORT = SamplingSettings(temperature=0.0, max_tokens=24, repetition_penalty=1.0)
@@ -32,7 +32,7 @@ def listed_blocks(conversation_id: int) -> set[Path]:
 def window(make_disk_window, monkeypatch):
     """A window over a real engine keeping its prefix cache on disk, with an Undo window of one
     second."""
-    monkeypatch.setattr("app.qt.main_window.UNDO_SECONDS", UNDO_S)
+    monkeypatch.setattr("pagoda.app.qt.main_window.UNDO_SECONDS", UNDO_S)
     return make_disk_window()
 
 
@@ -92,8 +92,8 @@ def test_closing_the_app_within_the_undo_window_deletes_for_good(window, qtbot, 
 
 def test_a_chat_a_crash_left_deleted_is_deleted_for_good_at_the_next_start(window_on, tmp_path,
                                                                              qtbot):
-    from app.store import ConversationStore
-    from engine.disk_cache.store import DiskBlockStore
+    from pagoda.app.store import ConversationStore
+    from pagoda.engine.disk_cache.store import DiskBlockStore
 
     store = ConversationStore.open(tmp_path / "chats.db")
     cid = store.create_conversation("deleted just before the crash").id

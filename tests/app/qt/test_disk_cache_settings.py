@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from app.qt.disk_cache_settings import DISK_CACHE_SETTING, USAGE_REFRESH_MS
-from app.qt.widgets.model_settings import GIB, format_bytes
-from app.store import SamplingSettings
-from engine.config import DEFAULT_DISK_CACHE_BYTES
-from engine.disk_cache.store import DiskBlockStore
+from pagoda.app.qt.disk_cache_settings import DISK_CACHE_SETTING, USAGE_REFRESH_MS
+from pagoda.app.qt.widgets.model_settings import GIB, format_bytes
+from pagoda.app.store import SamplingSettings
+from pagoda.engine.config import DEFAULT_DISK_CACHE_BYTES
+from pagoda.engine.disk_cache.store import DiskBlockStore
 
 # The prompt's blocks are what is saved: a reply of the default length (up to 1024 tokens) only
 # adds time.

@@ -3,10 +3,10 @@
 import logging
 import threading
 
-from app.backends import ModelLoadingError
-from app.backends.local_engine import LOAD_STEPS, LoadProgress
-from app.components.view_models import LoadStepView
-from app.qt.engine_host import EngineHost
+from pagoda.app.backends import ModelLoadingError
+from pagoda.app.backends.local_engine import LOAD_STEPS, LoadProgress
+from pagoda.app.components.view_models import LoadStepView
+from pagoda.app.qt.engine_host import EngineHost
 
 
 class _FakeBackend:
@@ -105,7 +105,7 @@ def test_a_load_is_over_when_its_outcome_is_announced(qloop, qtbot):
 
 def test_each_load_logs_its_own_time_and_only_the_first_the_time_since_start(qloop, qtbot,
                                                                              caplog):
-    from app.main import log_first_model_ready
+    from pagoda.app.main import log_first_model_ready
 
     host = EngineHost(factory=lambda model, config, on_progress: _FakeBackend(model or "first"))
     log_first_model_ready(host)

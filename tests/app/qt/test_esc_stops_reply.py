@@ -10,7 +10,7 @@ from fake_engine import WAIT_MS
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
-from app.qt.main_window import MainWindow
+from pagoda.app.qt.main_window import MainWindow
 
 
 def _finished_chat(window: MainWindow, qtbot):

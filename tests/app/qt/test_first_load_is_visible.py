@@ -10,12 +10,12 @@ import pytest
 from fake_engine import WAIT_MS, FakeEngine
 from PySide6.QtWidgets import QProgressBar
 
-from app.backends.local_engine import LoadProgress
-from app.components.async_store import AsyncStore
-from app.qt.chat_tab import SEND_WAITS
-from app.qt.engine_host import EngineHost
-from app.qt.main_window import MainWindow
-from app.store import ConversationStore
+from pagoda.app.backends.local_engine import LoadProgress
+from pagoda.app.components.async_store import AsyncStore
+from pagoda.app.qt.chat_tab import SEND_WAITS
+from pagoda.app.qt.engine_host import EngineHost
+from pagoda.app.qt.main_window import MainWindow
+from pagoda.app.store import ConversationStore
 
 
 class SteppedLoad:

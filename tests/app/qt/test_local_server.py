@@ -11,9 +11,9 @@ import threading
 import httpx
 import pytest
 
-from app.components.api_key import KEY_FILENAME, ApiKeyFile
-from app.components.local_server import LocalServer
-from app.qt.engine_host import EngineHost
+from pagoda.app.components.api_key import KEY_FILENAME, ApiKeyFile
+from pagoda.app.components.local_server import LocalServer
+from pagoda.app.qt.engine_host import EngineHost
 from tests.app.qt.fake_engine import IdleEngine
 
 WAIT_MS = 5_000

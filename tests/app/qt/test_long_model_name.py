@@ -2,7 +2,7 @@
 its model so): the window shows it cut in the middle, the whole name in a tooltip, and keeps
 its own size and the sidebar's width."""
 
-from app.qt.main_window import SERVER_ITEM_PREFIX
+from pagoda.app.qt.main_window import SERVER_ITEM_PREFIX
 
 LONG_NAME = "/home/someone/models/" + "very-long-folder-name/" * 12 + "Qwen2.5-7B-Instruct.gguf"
 LONG_NAME = LONG_NAME[-300:]

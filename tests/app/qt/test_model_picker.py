@@ -11,8 +11,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QLabel, QMessageBox
 from safetensors.torch import save_file
 
-from app.components.model_library import format_size
-from engine.loading.loader import default_model_file
+from pagoda.app.components.model_library import format_size
+from pagoda.engine.loading.loader import default_model_file
 from tests.app.qt.fake_engine import IdleEngine
 
 RUNNING = "running-model"
@@ -28,7 +28,7 @@ class _Loads:
         self.available: int | None = None
 
     def __call__(self, model, config, on_progress):
-        from engine.loading.model_info import check_model_fits
+        from pagoda.engine.loading.model_info import check_model_fits
 
         if self.available is not None:
             check_model_fits(model, config, self.available)
@@ -41,10 +41,10 @@ class _Loads:
 def picker_window(qloop, qtbot, tmp_path):
     """build() -> (window, loads): a MainWindow over a fake engine, started like the app starts
     (the saved model settings restored, then the default model loaded)."""
-    from app.components.async_store import AsyncStore
-    from app.qt.engine_host import EngineHost
-    from app.qt.main_window import MainWindow
-    from app.store import ConversationStore
+    from pagoda.app.components.async_store import AsyncStore
+    from pagoda.app.qt.engine_host import EngineHost
+    from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.store import ConversationStore
 
     windows = []
 
@@ -199,7 +199,7 @@ def test_quantization_setting_is_kept_for_the_next_start(picker_window, qtbot, t
 
 
 def test_the_quantization_setting_says_it_applies_on_the_next_load(qtbot):
-    from app.qt.widgets.model_settings import ModelSettingsPanel
+    from pagoda.app.qt.widgets.model_settings import ModelSettingsPanel
 
     panel = ModelSettingsPanel()
     qtbot.addWidget(panel)
@@ -215,13 +215,13 @@ def test_the_quantization_setting_says_it_applies_on_the_next_load(qtbot):
 
 def test_the_hosts_own_loader_checks_memory_before_reading_any_weights(qloop, qtbot,
                                                                         monkeypatch):
-    from app.qt.engine_host import EngineHost
+    from pagoda.app.qt.engine_host import EngineHost
 
     def must_not_load(*args, **kwargs):
         raise AssertionError("the weights were read although the model cannot fit")
 
-    monkeypatch.setattr("engine.loading.loader.load_model", must_not_load)
-    monkeypatch.setattr("engine.loading.model_info.available_memory", lambda: 64 << 20)
+    monkeypatch.setattr("pagoda.engine.loading.loader.load_model", must_not_load)
+    monkeypatch.setattr("pagoda.engine.loading.model_info.available_memory", lambda: 64 << 20)
     host = EngineHost()
     with qtbot.waitSignal(host.load_failed, timeout=30_000) as failed:
         host.load(str(default_model_file()))

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from fake_engine import WAIT_MS
 
-from app.qt.engine_host import ModelLoadingError
+from pagoda.app.qt.engine_host import ModelLoadingError
 
 
 def _gate_assistant_start(controller) -> asyncio.Event:
@@ -115,7 +115,7 @@ def test_a_reply_tokenizes_its_chat_once(tab, qtbot):
 def test_a_reply_whose_chat_was_being_tokenized_when_the_model_switched_is_kept_and_says_so(
         tab, qtbot, monkeypatch):
     # With no counted chat kept, the stream tokenizes the chat again: the second call.
-    monkeypatch.setattr("app.backends.local.ENCODED_CHATS_KEPT", 0)
+    monkeypatch.setattr("pagoda.app.backends.local.ENCODED_CHATS_KEPT", 0)
     first = tab.models.built[None]
     first.tokenizer.gate.hold_call = 2  # the chat is counted to fit it, then tokenized to send
     tab.spawn(tab.session.send("Hello"))

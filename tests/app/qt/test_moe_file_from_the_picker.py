@@ -10,8 +10,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog
 from safetensors.torch import load_file
 
-from app.components.model_library import parameter_counts
-from engine.async_engine import AsyncEngine
+from pagoda.app.components.model_library import parameter_counts
+from pagoda.engine.async_engine import AsyncEngine
 from tests.app.qt.greedy_chat import WAIT_MS, close_window, greedy_turn, real_window
 
 pytestmark = pytest.mark.slow  # llama.cpp's converter, once a session (shared with the engine's)

@@ -4,11 +4,11 @@ window; it builds nothing of Qt."""
 import subprocess
 import sys
 
-import app.main
+import pagoda.app.main
 
 HELP_PROBE = """
 import sys
-from app.main import main
+from pagoda.app.main import main
 try:
     main(["serve", "--help"])
 except SystemExit as exit:
@@ -18,8 +18,8 @@ except SystemExit as exit:
 
 def test_pagoda_serve_hands_its_arguments_to_the_engines_serve_command(monkeypatch):
     calls = []
-    monkeypatch.setattr("engine.cli.main.main", lambda argv: calls.append(argv) or 7)
-    assert app.main.main(["serve", "--port", "9001", "--api-key", "k"]) == 7
+    monkeypatch.setattr("pagoda.engine.cli.main.main", lambda argv: calls.append(argv) or 7)
+    assert pagoda.app.main.main(["serve", "--port", "9001", "--api-key", "k"]) == 7
     assert calls == [["serve", "--port", "9001", "--api-key", "k"]]
 
 

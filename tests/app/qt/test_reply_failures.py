@@ -3,7 +3,7 @@ and timings, a failure shows the backend's words, and what arrived before it is 
 
 from fake_engine import WAIT_MS
 
-from app.store import GenerationStats
+from pagoda.app.store import GenerationStats
 
 
 def _start_reply(tab, qtbot, text="Tell me a story"):

@@ -8,11 +8,11 @@ from fake_engine import WAIT_MS, FakeModels
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QMessageBox, QPlainTextEdit, QPushButton
 
-from app.components.async_store import AsyncStore
-from app.qt.engine_host import EngineHost
-from app.qt.main_window import MainWindow
-from app.qt.widgets.composer import KEPT_NOTE
-from app.store import ConversationStore
+from pagoda.app.components.async_store import AsyncStore
+from pagoda.app.qt.engine_host import EngineHost
+from pagoda.app.qt.main_window import MainWindow
+from pagoda.app.qt.widgets.composer import KEPT_NOTE
+from pagoda.app.store import ConversationStore
 
 
 def send_button(window: MainWindow) -> QPushButton:

@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QPlainTextEdit
 
-from app.store import SamplingSettings
+from pagoda.app.store import SamplingSettings
 
 pytestmark = pytest.mark.slow
 

@@ -7,8 +7,8 @@ from dataclasses import replace
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QPushButton
 
-from app.components.view_models import SamplingView, ToolServerView
-from app.qt.widgets.settings_panel import (
+from pagoda.app.components.view_models import SamplingView, ToolServerView
+from pagoda.app.qt.widgets.settings_panel import (
     ALREADY_DEFAULTS,
     BUILT_IN_DONE,
     RESET_DONE,
@@ -269,7 +269,7 @@ def test_every_knob_has_a_label_with_a_one_line_tooltip(qtbot):
 
 
 def test_view_defaults_and_round_trip_follow_the_stores_sampling_settings():
-    from app.store import SamplingSettings
+    from pagoda.app.store import SamplingSettings
 
     assert SamplingView().sampling() == SamplingSettings()
     stored = SamplingSettings(temperature=0.2, top_k=40, max_tokens=77, seed=3)

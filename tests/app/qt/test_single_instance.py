@@ -13,17 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from app import bootstrap
-from app import main as app_main
-from app.open_store import open_store
-from app.qt.single_instance import (
+from pagoda.app import bootstrap
+from pagoda.app import main as app_main
+from pagoda.app.open_store import open_store
+from pagoda.app.qt.single_instance import (
     WindowRaiser,
     ask_running_window_to_raise,
     bring_to_front,
     server_name,
 )
-from app.qt.widgets import database_dialog
-from app.store import DatabaseInUseError
+from pagoda.app.qt.widgets import database_dialog
+from pagoda.app.store import DatabaseInUseError
 from tests.lock_holder import start_lock_holder
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -32,7 +32,7 @@ ASK = """
 import sys
 from pathlib import Path
 from PySide6.QtCore import QCoreApplication
-from app.qt.single_instance import ask_running_window_to_raise
+from pagoda.app.qt.single_instance import ask_running_window_to_raise
 
 app = QCoreApplication([])
 print(ask_running_window_to_raise(Path(sys.argv[1])), flush=True)
@@ -42,7 +42,7 @@ LISTEN_THEN_WAIT = """
 import sys, time
 from pathlib import Path
 from PySide6.QtCore import QCoreApplication
-from app.qt.single_instance import WindowRaiser
+from pagoda.app.qt.single_instance import WindowRaiser
 
 app = QCoreApplication([])
 raiser = WindowRaiser(Path(sys.argv[1]))
@@ -118,13 +118,13 @@ def holder(tmp_path):
 def test_a_second_start_brings_the_running_window_to_the_front_and_exits(tmp_path):
     db_path = tmp_path / "chats.db"
     missing_model = str(tmp_path / "missing.gguf")  # the window stays up, without torch's work
-    first = subprocess.Popen([sys.executable, "-m", "app", "--db", str(db_path),
+    first = subprocess.Popen([sys.executable, "-m", "pagoda", "--db", str(db_path),
                               "--model", missing_model], cwd=REPO_ROOT, env=_env(tmp_path),
                              stderr=subprocess.PIPE, text=True)
     try:
         log = _Lines(first.stderr)
         log.wait_for("window shown", timeout_s=240)
-        second = subprocess.run([sys.executable, "-m", "app", "--db", str(db_path)],
+        second = subprocess.run([sys.executable, "-m", "pagoda", "--db", str(db_path)],
                                 cwd=REPO_ROOT, env=_env(tmp_path), capture_output=True,
                                 text=True, timeout=120, check=False)
         assert second.returncode == 0, second.stderr

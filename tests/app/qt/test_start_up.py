@@ -9,7 +9,7 @@ import sys
 
 HEAVY = ("torch", "transformers", "fastapi", "huggingface_hub")
 
-# Runs `pagoda --db DB --model M` (app.main.main) as a user would, noting which modules are
+# Runs `pagoda --db DB --model M` (pagoda.app.main.main) as a user would, noting which modules are
 # loaded when the window is shown and which thread first imports each heavy one; closes the
 # window once the model is ready (or failed to load). M is a 2-layer model folder: it loads by
 # the bundled model's way (EngineHost's worker, torch and transformers imported there), without
@@ -30,7 +30,7 @@ class WatchHeavyImports:
 
 sys.meta_path.insert(0, WatchHeavyImports())
 
-from app import bootstrap, main
+from pagoda.app import bootstrap, main
 
 loaded_at_show, outcome = [], []
 build_window = bootstrap.build_window

@@ -25,10 +25,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.components.view_models import MessageView
-from app.qt.widgets import transcript
-from app.qt.widgets.markdown_render import Segment, split_fenced_code
-from app.qt.widgets.transcript import TranscriptView
+from pagoda.app.components.view_models import MessageView
+from pagoda.app.qt.widgets import transcript
+from pagoda.app.qt.widgets.markdown_render import Segment, split_fenced_code
+from pagoda.app.qt.widgets.transcript import TranscriptView
 
 NOW = datetime(2026, 11, 29, 14, 3)
 ANSWER = """Here is a **bold** word and a list:

@@ -6,7 +6,7 @@ import pytest
 from PySide6.QtWidgets import QMessageBox
 from tiny_gguf import QType, write_tiny_gguf
 
-from app.qt.main_window import GET_MODELS_ITEM
+from pagoda.app.qt.main_window import GET_MODELS_ITEM
 
 
 @pytest.fixture(scope="module")

@@ -8,17 +8,17 @@ import pytest
 from fake_engine import WAIT_MS, FakeModels
 from PySide6.QtCore import QMargins, QRect, QSize
 
-from app.components.async_store import AsyncStore
-from app.qt.engine_host import EngineHost
-from app.qt.main_window import MainWindow
-from app.qt.window_layout import (
+from pagoda.app.components.async_store import AsyncStore
+from pagoda.app.qt.engine_host import EngineHost
+from pagoda.app.qt.main_window import MainWindow
+from pagoda.app.qt.window_layout import (
     FIRST_START_LARGEST,
     LAYOUT_FILE,
     WindowLayout,
     first_start_geometry,
     fitted,
 )
-from app.store import ConversationStore
+from pagoda.app.store import ConversationStore
 
 LAPTOP = QRect(0, 0, 1366, 768)
 TITLE_BAR = QMargins(1, 28, 1, 1)

@@ -7,10 +7,10 @@ from PySide6.QtWidgets import QPlainTextEdit
 from tiny_gguf import QType, write_tiny_gguf
 from torch_threads import torch_callers
 
-from app.components.async_store import AsyncStore
-from app.qt.engine_host import EngineHost
-from app.qt.main_window import MainWindow
-from app.store import ConversationStore, SamplingSettings
+from pagoda.app.components.async_store import AsyncStore
+from pagoda.app.qt.engine_host import EngineHost
+from pagoda.app.qt.main_window import MainWindow
+from pagoda.app.store import ConversationStore, SamplingSettings
 
 pytestmark = pytest.mark.slow
 WAIT_MS = 60_000

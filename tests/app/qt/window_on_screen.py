@@ -91,7 +91,7 @@ def enable_tools(window) -> None:
     and check another server whole."""
     from PySide6.QtCore import Qt
 
-    from app.components.view_models import ToolServerView
+    from pagoda.app.components.view_models import ToolServerView
 
     window.settings_panel.set_tool_servers([
         ToolServerView(name, tuple((f"{name}_tool_{i}", f"Tool {i} of {name}")
@@ -116,12 +116,12 @@ def reset_chat_settings(window) -> None:
 def start(config: Path, models=None):
     from fake_engine import FakeModels
 
-    from app.components.async_store import AsyncStore
-    from app.components.connections import ConnectionKeys
-    from app.qt.engine_host import EngineHost
-    from app.qt.main_window import MainWindow
-    from app.qt.window_layout import WindowLayout
-    from app.store import ConversationStore
+    from pagoda.app.components.async_store import AsyncStore
+    from pagoda.app.components.connections import ConnectionKeys
+    from pagoda.app.qt.engine_host import EngineHost
+    from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.qt.window_layout import WindowLayout
+    from pagoda.app.store import ConversationStore
 
     host = EngineHost(factory=models or FakeModels())
     window = MainWindow(AsyncStore(ConversationStore.open(config / "chats.db")), host,
@@ -194,8 +194,8 @@ def main() -> int:
     import qasync
     from PySide6.QtWidgets import QApplication
 
-    from app.components import connections
-    from app.qt.theme import apply_theme
+    from pagoda.app.components import connections
+    from pagoda.app.qt.theme import apply_theme
 
     config = Path(sys.argv[1])
     os.environ.update(PAGODA_CONFIG_DIR=str(config), PAGODA_KV_CACHE_DIR=str(config / "kv"),

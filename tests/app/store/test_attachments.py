@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from app.store import (
+from pagoda.app.store import (
     AttachmentChunk,
     Citation,
     ConversationStore,

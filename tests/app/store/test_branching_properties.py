@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.store import ConversationStore
+from pagoda.app.store import ConversationStore
 
 ACTIONS = st.lists(
     st.tuples(

@@ -8,7 +8,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from app.store import AttachmentChunk, NewAttachment, StoreError
+from pagoda.app.store import AttachmentChunk, NewAttachment, StoreError
 
 PASSAGES = ["Oil use rose to forty litres a week in winter.",
             "The lens was cleaned on Tuesdays.",

@@ -2,7 +2,7 @@
 
 import threading
 
-from app.store import ConversationStore
+from pagoda.app.store import ConversationStore
 
 UPDATES = 200
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from app.store import (
+from pagoda.app.store import (
     ConversationNotFound,
     ConversationStore,
     ReplyParts,

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from app.store import ConversationStore
+from pagoda.app.store import ConversationStore
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 STREAMER = """
 import json, sys, time
-from app.store import ConversationStore, StreamingWriter
+from pagoda.app.store import ConversationStore, StreamingWriter
 
 class Clock:
     now = 0.0

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.store import ConversationStore, ImportValidationError, StoreError
-from app.store.validation import MAX_NAME_CHARS, MAX_TEXT_CHARS
+from pagoda.app.store import ConversationStore, ImportValidationError, StoreError
+from pagoda.app.store.validation import MAX_NAME_CHARS, MAX_TEXT_CHARS
 
 
 def dump(store: ConversationStore) -> list[tuple[str, list[tuple]]]:
@@ -246,7 +246,7 @@ def test_a_field_longer_than_pagoda_writes_is_refused_quickly_in_words(
 
 
 def test_the_longest_text_imported_is_the_longest_document_pagoda_reads() -> None:
-    from app.components.documents.document import MAX_TEXT_CHARS as DOCUMENT_CHARS
+    from pagoda.app.components.documents.document import MAX_TEXT_CHARS as DOCUMENT_CHARS
 
     assert MAX_TEXT_CHARS == DOCUMENT_CHARS
 

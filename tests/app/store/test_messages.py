@@ -2,13 +2,13 @@
 
 import pytest
 
-from app.store import (
+from pagoda.app.store import (
     ConversationStore,
     GenerationStats,
     MessageNotFound,
     StoreError,
 )
-from app.store.titles import TITLE_LIMIT
+from pagoda.app.store.titles import TITLE_LIMIT
 
 
 def chat(store: ConversationStore, *turns: tuple[str, str]) -> int:

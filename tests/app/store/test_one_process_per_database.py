@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.store import ConversationStore, DatabaseInUseError, NotAPagodaDatabaseError
+from pagoda.app.store import ConversationStore, DatabaseInUseError, NotAPagodaDatabaseError
 from tests.lock_holder import start_lock_holder, tell
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from app.store import ConversationStore, StoreError, StreamingWriter, ToolCall
+from pagoda.app.store import ConversationStore, StoreError, StreamingWriter, ToolCall
 
 
 def _cut(store: ConversationStore) -> tuple[int, int]:

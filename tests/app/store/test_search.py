@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from app.store import ConversationStore, search
+from pagoda.app.store import ConversationStore, search
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from itertools import pairwise
 
 import pytest
 
-from app.store import ConversationStore, GenerationStats, StoreError, StreamingWriter
+from pagoda.app.store import ConversationStore, GenerationStats, StoreError, StreamingWriter
 
 
 class FakeClock:

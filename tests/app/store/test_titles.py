@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.store import ConversationStore
-from app.store.plain_math import plain_math
-from app.store.titles import auto_title
+from pagoda.app.store import ConversationStore
+from pagoda.app.store.plain_math import plain_math
+from pagoda.app.store.titles import auto_title
 
 
 def test_math_in_the_first_message_is_plain_text_in_the_title(store: ConversationStore) -> None:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from app.store import ConversationStore, SamplingSettings
+from pagoda.app.store import ConversationStore, SamplingSettings
 
 BROKEN = "half an emoji \ud83d and a stray \udc00 here"
 REPAIRED = "half an emoji \ufffd and a stray \ufffd here"

@@ -1,4 +1,4 @@
-"""`python -m engine` as a user runs it: a subprocess, with tiny replies.
+"""`python -m pagoda.engine` as a user runs it: a subprocess, with tiny replies.
 
 Plain `generate` runs the default model, as a user who names none gets; the JSON and chat
 tests are about the CLI's output and turns, so they run a 2-layer model folder given with
@@ -17,7 +17,7 @@ SMALL = ["--max-tokens", "4", "--kv-cache-mb", "32"]
 
 
 def run_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine", *args], input=stdin, cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "pagoda.engine", *args], input=stdin, cwd=REPO,
                           capture_output=True, text=True, timeout=600, check=False)
 
 
@@ -77,8 +77,8 @@ def test_negative_temperature_is_rejected_by_name():
 
 
 def test_speculative_tokens_option_reaches_the_engine_config():
-    from engine.cli.common import engine_options
-    from engine.cli.main import build_parser
+    from pagoda.engine.cli.common import engine_options
+    from pagoda.engine.cli.main import build_parser
 
     args = build_parser().parse_args(["generate", "hi", "--speculative-tokens", "4"])
     assert engine_options(args) == {"num_speculative_tokens": 4}

@@ -1,9 +1,9 @@
 """KV cache groups: a sliding-window group holds only the blocks its window still sees, gives the
 others back to its pool as a sequence advances, and a prefix hit needs only its window's blocks."""
 
-from engine.core.kv_cache_manager import KVCacheGroup, KVCacheManager
-from engine.core.sequence import NULL_BLOCK, Sequence
-from engine.sampling_params import SamplingParams
+from pagoda.engine.core.kv_cache_manager import KVCacheGroup, KVCacheManager
+from pagoda.engine.core.sequence import NULL_BLOCK, Sequence
+from pagoda.engine.sampling_params import SamplingParams
 
 BLOCK_SIZE = 4
 WINDOW = 8

@@ -1,12 +1,12 @@
 """Pooling requests in the scheduler's bookkeeping: read in chunks, never sampled, finished with
 "stop" once the whole prompt is read; no prefix-cache hits taken and none left behind."""
 
-from engine.config import SchedulerConfig
-from engine.core.kv_cache_manager import KVCacheManager
-from engine.core.scheduler import Scheduler
-from engine.core.sequence import Sequence
-from engine.sampling_params import PoolingParams, SamplingParams
-from engine.spec_decode.ngram_proposer import NgramProposer
+from pagoda.engine.config import SchedulerConfig
+from pagoda.engine.core.kv_cache_manager import KVCacheManager
+from pagoda.engine.core.scheduler import Scheduler
+from pagoda.engine.core.sequence import Sequence
+from pagoda.engine.sampling_params import PoolingParams, SamplingParams
+from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
 
 BLOCK_SIZE = 4
 PROMPT = list(range(10, 20))  # two full blocks and two tokens

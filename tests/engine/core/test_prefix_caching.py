@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from engine import RequestOutput, SamplingParams
-from engine.text.chat_template import encode_chat
+from pagoda.engine import RequestOutput, SamplingParams
+from pagoda.engine.text.chat_template import encode_chat
 
 BLOCK_SIZE = 16
 # One thread: with the two cores shared by other processes, two OpenMP threads spin against each

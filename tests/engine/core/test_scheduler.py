@@ -11,11 +11,11 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.config import SchedulerConfig
-from engine.core.kv_cache_manager import KVCacheManager
-from engine.core.scheduler import Scheduler
-from engine.core.sequence import Sequence
-from engine.sampling_params import SamplingParams
+from pagoda.engine.config import SchedulerConfig
+from pagoda.engine.core.kv_cache_manager import KVCacheManager
+from pagoda.engine.core.scheduler import Scheduler
+from pagoda.engine.core.sequence import Sequence
+from pagoda.engine.sampling_params import SamplingParams
 
 BLOCK_SIZE = 4
 EOS = 0

@@ -12,13 +12,13 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.config import SchedulerConfig
-from engine.core.kv_cache_manager import KVCacheManager
-from engine.core.scheduler import Scheduler, SchedulerOutput
-from engine.core.sequence import Sequence
-from engine.sampling_params import SamplingParams
-from engine.spec_decode.ngram_proposer import NgramProposer
-from engine.spec_decode.step_cost import StepCost
+from pagoda.engine.config import SchedulerConfig
+from pagoda.engine.core.kv_cache_manager import KVCacheManager
+from pagoda.engine.core.scheduler import Scheduler, SchedulerOutput
+from pagoda.engine.core.sequence import Sequence
+from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
+from pagoda.engine.spec_decode.step_cost import StepCost
 from tests.engine.core.test_scheduler import BLOCK_SIZE, EOS, check_invariants
 
 # A small alphabet, so the context repeats and the proposer drafts often.

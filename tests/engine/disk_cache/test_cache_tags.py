@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.core.block_pool import hash_block_tokens
-from engine.disk_cache.store import (
+from pagoda.engine.core.block_pool import hash_block_tokens
+from pagoda.engine.disk_cache.store import (
     TAGS_FOLDER,
     DiskBlockStore,
     check_cache_tag,

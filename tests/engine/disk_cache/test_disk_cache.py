@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.disk_cache import store as disk_cache
-from engine.disk_cache.store import DiskBlockStore
+from pagoda.engine.disk_cache import store as disk_cache
+from pagoda.engine.disk_cache.store import DiskBlockStore
 
 FINGERPRINT = "ab" * 16
 OTHER_FINGERPRINT = "cd" * 16
@@ -174,7 +174,7 @@ def test_damaged_files_are_logged_once(store, caplog):
     for n in range(5):
         _flip_payload_byte(file_of(store, n))
 
-    with caplog.at_level(logging.WARNING, logger="engine.disk_cache.store"):
+    with caplog.at_level(logging.WARNING, logger="pagoda.engine.disk_cache.store"):
         for n in range(5):
             assert store.load(hash_of(n), tokens_of(n)) is None
 
@@ -359,7 +359,7 @@ def test_read_only_folder_is_not_written_and_does_not_raise(tmp_path, caplog):
     folder.mkdir()
     os.chmod(folder, 0o500)
     try:
-        with caplog.at_level(logging.WARNING, logger="engine.disk_cache.store"):
+        with caplog.at_level(logging.WARNING, logger="pagoda.engine.disk_cache.store"):
             store = DiskBlockStore(folder, FINGERPRINT, MiB)
             store.save([block(1)])
             store.save([block(2)])
@@ -448,7 +448,7 @@ def test_block_larger_than_capacity_is_not_written(tmp_path):
 
 
 def test_the_folder_size_and_clearing_cover_every_models_blocks_without_a_store(tmp_path):
-    from engine.disk_cache.store import clear_folder, folder_size
+    from pagoda.engine.disk_cache.store import clear_folder, folder_size
 
     for fingerprint in ("aa11", "bb22"):
         DiskBlockStore(tmp_path, fingerprint, 1 << 20).save(
@@ -483,7 +483,7 @@ def test_a_shard_folder_replaced_by_a_link_is_not_written_through(store, decoy, 
     shard = file_of(store, 1).parent
     shard.parent.mkdir(parents=True, exist_ok=True)
     shard.symlink_to(decoy, target_is_directory=True)
-    with caplog.at_level(logging.WARNING, logger="engine.disk_cache.store"):
+    with caplog.at_level(logging.WARNING, logger="pagoda.engine.disk_cache.store"):
         store.save([block(1)])
     assert untouched(decoy)
     assert not store.contains(hash_of(1))
@@ -507,7 +507,7 @@ def test_a_tag_file_replaced_by_a_link_is_not_appended_to(store, decoy, caplog):
     tag_file = store.folder / store.fingerprint / disk_cache.TAGS_FOLDER / "chat-a.hashes"
     tag_file.unlink()
     tag_file.symlink_to(decoy / "precious.txt")
-    with caplog.at_level(logging.WARNING, logger="engine.disk_cache.store"):
+    with caplog.at_level(logging.WARNING, logger="pagoda.engine.disk_cache.store"):
         store.record_tags({"chat-a": [hash_of(2)]})
     assert untouched(decoy)
     assert store.stats().errors == 1 and str(tag_file) in caplog.text

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import EngineConfig
-from engine.llm_engine import LLMEngine
-from engine.sampling_params import SamplingParams
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.llm_engine import LLMEngine
+from pagoda.engine.sampling_params import SamplingParams
 from tests.engine.tiny_models import save_tiny_model
 
 BLOCK = 16
@@ -165,9 +165,9 @@ def test_no_folder_means_no_disk_tier(tiny):
 def test_a_second_process_reuses_the_first_processes_blocks(tiny, tmp_path):
     prompt = history(100)
     script = textwrap.dedent(f"""
-        from engine.config import EngineConfig
-        from engine.llm_engine import LLMEngine
-        from engine.sampling_params import SamplingParams
+        from pagoda.engine.config import EngineConfig
+        from pagoda.engine.llm_engine import LLMEngine
+        from pagoda.engine.sampling_params import SamplingParams
         eng = LLMEngine({str(tiny)!r}, EngineConfig(**{ENGINE!r}, disk_cache_dir={str(tmp_path)!r}))
         eng.add_request("r", {prompt!r}, SamplingParams(temperature=0, max_tokens=4))
         while eng.has_unfinished_requests():

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.disk_cache.store import DiskBlockStore
-from engine.disk_cache.writer import THREAD_NAME, DiskBlockWriter
+from pagoda.engine.disk_cache.store import DiskBlockStore
+from pagoda.engine.disk_cache.writer import THREAD_NAME, DiskBlockWriter
 
 FINGERPRINT = "ab" * 16
 MiB = 1 << 20
@@ -170,8 +170,8 @@ def test_queued_blocks_are_written_when_the_process_exits(tmp_path):
     script = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from engine.disk_cache.store import DiskBlockStore
-        from engine.disk_cache.writer import DiskBlockWriter
+        from pagoda.engine.disk_cache.store import DiskBlockStore
+        from pagoda.engine.disk_cache.writer import DiskBlockWriter
 
         class SlowDisk(DiskBlockStore):
             def save(self, blocks):

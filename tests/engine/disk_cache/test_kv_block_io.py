@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.disk_cache.block_io import KVBlockIO
-from engine.disk_cache.host_staging import HostStaging
-from engine.disk_cache.tier import model_fingerprint
+from pagoda.engine.disk_cache.block_io import KVBlockIO
+from pagoda.engine.disk_cache.host_staging import HostStaging
+from pagoda.engine.disk_cache.tier import model_fingerprint
 
 SHAPE = (8, 4, 2, 3)  # blocks, block size, kv heads, head dim
 
@@ -106,7 +106,7 @@ def test_the_fingerprint_follows_the_weights_and_the_settings(tmp_path):
 
 
 def test_recomputing_is_costed_by_its_fastest_step_and_reading_by_recent_ones():
-    from engine.disk_cache.tier import DiskPrefixCache
+    from pagoda.engine.disk_cache.tier import DiskPrefixCache
 
     io = KVBlockIO(caches())
     disk = DiskPrefixCache(store=None, writer=None, io=io)

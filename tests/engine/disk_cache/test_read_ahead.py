@@ -12,10 +12,10 @@ from hashlib import blake2b
 import pytest
 import torch
 
-from engine.disk_cache.block_io import KVBlockIO
-from engine.disk_cache.read_ahead import THREAD_NAME, ReadAhead
-from engine.disk_cache.store import DiskBlockStore
-from engine.disk_cache.tier import BlockRef, DiskPrefixCache
+from pagoda.engine.disk_cache.block_io import KVBlockIO
+from pagoda.engine.disk_cache.read_ahead import THREAD_NAME, ReadAhead
+from pagoda.engine.disk_cache.store import DiskBlockStore
+from pagoda.engine.disk_cache.tier import BlockRef, DiskPrefixCache
 
 FINGERPRINT = "ab" * 16
 PAYLOAD = 256

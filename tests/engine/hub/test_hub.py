@@ -16,7 +16,7 @@ from fake_hub import TOKEN, FakeHub, FakeRepo, hub_environment, served, use_hub
 from gguf import GGMLQuantizationType as QType
 from tiny_gguf import write_tiny_gguf
 
-from engine.errors import (
+from pagoda.engine.errors import (
     ChecksumMismatchError,
     DownloadCancelledError,
     HubAccessError,
@@ -25,14 +25,14 @@ from engine.errors import (
     NotEnoughDiskError,
     OversizedDownloadError,
 )
-from engine.hub.download import download_model_file
-from engine.hub.search import (
+from pagoda.engine.hub.download import download_model_file
+from pagoda.engine.hub.search import (
     HubFile,
     recommended_file,
     repo_info,
     search_models,
 )
-from engine.loading.model_files import quantization_of
+from pagoda.engine.loading.model_files import quantization_of
 
 REPO = Path(__file__).resolve().parents[3]
 GGUF_REPO = "pagoda-test/tiny-GGUF"
@@ -136,9 +136,9 @@ def test_a_gguf_file_whose_type_the_engine_cannot_read_says_so_by_its_name(name,
 
 
 def test_the_hub_module_lists_what_the_loaders_load():
-    from engine.hub import search as hub
-    from engine.loading import gguf as gguf_loader
-    from engine.loading import loader
+    from pagoda.engine.hub import search as hub
+    from pagoda.engine.loading import gguf as gguf_loader
+    from pagoda.engine.loading import loader
 
     assert hub.ENGINE_MODEL_TYPES == loader.SUPPORTED_MODEL_TYPES
     assert hub.GGUF_ARCHITECTURES == set(gguf_loader.SUPPORTED_ARCHITECTURES)
@@ -233,7 +233,7 @@ def range_start(header: str) -> int:
 
 def test_a_cancelled_download_keeps_its_partial_and_the_next_one_fetches_only_the_rest(
         hub, gguf_bytes, tmp_path, monkeypatch):
-    monkeypatch.setattr("engine.hub.download._REPORT_INTERVAL_S", 0.0)  # every piece reported
+    monkeypatch.setattr("pagoda.engine.hub.download._REPORT_INTERVAL_S", 0.0)  # every piece reported
     cancel = threading.Event()
 
     with pytest.raises(DownloadCancelledError, match="resumes"):
@@ -304,7 +304,7 @@ def test_a_small_file_is_checked_by_its_git_blob_id(hub, tmp_path):
 
 
 def test_a_full_disk_is_refused_before_the_download_starts(hub, monkeypatch, gguf_bytes):
-    monkeypatch.setattr("engine.hub.download.free_bytes", lambda folder: 1000)
+    monkeypatch.setattr("pagoda.engine.hub.download.free_bytes", lambda folder: 1000)
     size = len(gguf_bytes[Q8])
 
     with pytest.raises(NotEnoughDiskError, match=f"needs .*\\({size:,} bytes\\).* only .*"
@@ -357,13 +357,13 @@ def test_no_network_is_said_plainly_within_seconds(hub, monkeypatch):
 
 
 def test_a_host_that_does_not_answer_is_given_up_on_after_the_probe(hub, monkeypatch):
-    monkeypatch.setattr("engine.hub.search._PROBE_TIMEOUT_S", 0.5)
-    monkeypatch.setattr("engine.hub.search._reached_at", {})
+    monkeypatch.setattr("pagoda.engine.hub.search._PROBE_TIMEOUT_S", 0.5)
+    monkeypatch.setattr("pagoda.engine.hub.search._reached_at", {})
     def answers_late(address, timeout):
         time.sleep(2)
         raise TimeoutError("timed out")
 
-    monkeypatch.setattr("engine.hub.search.socket.create_connection", answers_late)
+    monkeypatch.setattr("pagoda.engine.hub.search.socket.create_connection", answers_late)
 
     started = time.monotonic()
     with pytest.raises(HubUnreachableError, match="Cannot reach the Hugging Face Hub"):
@@ -374,7 +374,7 @@ def test_a_host_that_does_not_answer_is_given_up_on_after_the_probe(hub, monkeyp
 
 def test_importing_fetches_nothing(hub, tmp_path):
     env = os.environ | hub_environment(hub.url, tmp_path)
-    result = subprocess.run([sys.executable, "-c", "import engine.hub.search, engine.hub.download"],
+    result = subprocess.run([sys.executable, "-c", "import pagoda.engine.hub.search, pagoda.engine.hub.download"],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
                             check=False)
 
@@ -383,10 +383,10 @@ def test_importing_fetches_nothing(hub, tmp_path):
 
 
 def test_the_downloaded_gguf_loads_and_answers(hub):
-    from engine.config import EngineConfig
-    from engine.llm_engine import LLMEngine
-    from engine.loading.loader import load_model
-    from engine.sampling_params import SamplingParams
+    from pagoda.engine.config import EngineConfig
+    from pagoda.engine.llm_engine import LLMEngine
+    from pagoda.engine.loading.loader import load_model
+    from pagoda.engine.sampling_params import SamplingParams
 
     path = download_model_file(GGUF_REPO, Q8)
     engine = LLMEngine(config=EngineConfig(num_kv_blocks=16), loaded=load_model(path))
@@ -403,7 +403,7 @@ def test_pull_without_a_file_fetches_the_recommended_one(hub, gguf_bytes, tmp_pa
     env = os.environ | hub_environment(hub.url, tmp_path)
     dest = tmp_path / "pulled"
 
-    result = subprocess.run([sys.executable, "-m", "engine", "pull", GGUF_REPO, "--dest",
+    result = subprocess.run([sys.executable, "-m", "pagoda.engine", "pull", GGUF_REPO, "--dest",
                              str(dest)], cwd=REPO, env=env, capture_output=True, text=True,
                             timeout=300, check=False)
 
@@ -416,7 +416,7 @@ def test_pull_without_a_file_fetches_the_recommended_one(hub, gguf_bytes, tmp_pa
 
 
 def test_pull_with_a_file_fetches_that_file(hub, gguf_bytes, tmp_path, capsys):
-    from engine.cli.main import main
+    from pagoda.engine.cli.main import main
 
     assert main(["pull", GGUF_REPO, Q8]) == 0
 
@@ -426,7 +426,7 @@ def test_pull_with_a_file_fetches_that_file(hub, gguf_bytes, tmp_path, capsys):
 
 
 def test_pull_says_why_a_gated_repository_refused(hub, capsys):
-    from engine.cli.main import main
+    from pagoda.engine.cli.main import main
 
     assert main(["pull", GATED_REPO, Q4]) == 2
 

@@ -1,5 +1,5 @@
 """Whether a model on the Hub fits this machine's memory, before it is downloaded: the loader's
-estimate (engine.loading.model_info) applied to the Hub's parameter count or the file's size."""
+estimate (pagoda.engine.loading.model_info) applied to the Hub's parameter count or the file's size."""
 
 import json
 import sys
@@ -8,17 +8,17 @@ from dataclasses import replace
 import pytest
 from fake_hub import FakeHub, FakeRepo, served, use_hub
 
-from engine.config import EngineConfig
-from engine.hub.fit import estimate_fit, file_fit, folder_fit, kv_cache_bytes, parameters_from_size
-from engine.hub.search import HubFile, HubRepo, repo_config, repo_info
-from engine.loading.model_info import (
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.hub.fit import estimate_fit, file_fit, folder_fit, kv_cache_bytes, parameters_from_size
+from pagoda.engine.hub.search import HubFile, HubRepo, repo_config, repo_info
+from pagoda.engine.loading.model_info import (
     INT4_BYTES_PER_ELEMENT,
     INT8_BYTES_PER_ELEMENT,
     MEMORY_OVERHEAD_BYTES,
     total_memory,
 )
-from engine.models.architecture import FULL_ATTENTION, ModelShape
-from engine.models.kv_cache_sizing import AUTO_KV_CACHE_LIMIT, model_kv_cache_bytes
+from pagoda.engine.models.architecture import FULL_ATTENTION, ModelShape
+from pagoda.engine.models.kv_cache_sizing import AUTO_KV_CACHE_LIMIT, model_kv_cache_bytes
 
 GIB = 1 << 30
 KV = 1 << 30
@@ -63,8 +63,8 @@ def test_a_half_billion_model_fits_16_gib():
 
 
 def test_the_verdict_is_unknown_when_memory_cannot_be_measured(monkeypatch):
-    monkeypatch.setattr("engine.hub.fit.available_memory", lambda: None)
-    monkeypatch.setattr("engine.hub.fit.total_memory", lambda: None)
+    monkeypatch.setattr("pagoda.engine.hub.fit.available_memory", lambda: None)
+    monkeypatch.setattr("pagoda.engine.hub.fit.total_memory", lambda: None)
 
     fit = estimate_fit("Q4_K_M", 400_000_000, B05, "gguf", KV)
 

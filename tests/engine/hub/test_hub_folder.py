@@ -10,14 +10,14 @@ from fake_hub import FakeHub, FakeRepo, served, use_hub
 from safetensors.torch import load_file, save_file
 from tiny_models import save_tiny_model
 
-from engine.errors import (
+from pagoda.engine.errors import (
     ChecksumMismatchError,
     DownloadCancelledError,
     HubNotFoundError,
     HubUnreachableError,
 )
-from engine.hub.download import download_model_folder
-from engine.hub.search import HubFile, HubRepo, folder_files, repo_info
+from pagoda.engine.hub.download import download_model_folder
+from pagoda.engine.hub.search import HubFile, HubRepo, folder_files, repo_info
 
 FOLDER_REPO = "pagoda-test/tiny-llama-sharded"
 NO_CONFIG_REPO = "pagoda-test/tiny-llama-no-config"
@@ -67,10 +67,10 @@ def folder_path(tmp_path: Path) -> Path:
 
 def test_a_safetensors_repository_downloads_as_a_folder_that_loads_and_answers(
         hub, folder_bytes, tmp_path):
-    from engine.config import EngineConfig
-    from engine.llm_engine import LLMEngine
-    from engine.loading.loader import load_model
-    from engine.sampling_params import SamplingParams
+    from pagoda.engine.config import EngineConfig
+    from pagoda.engine.llm_engine import LLMEngine
+    from pagoda.engine.loading.loader import load_model
+    from pagoda.engine.sampling_params import SamplingParams
 
     events = []
 
@@ -143,7 +143,7 @@ def test_a_repository_without_config_json_is_not_offered_as_a_folder(hub):
 
 
 def test_pull_of_a_repository_without_gguf_files_fetches_its_folder(hub, tmp_path, capsys):
-    from engine.cli.main import main
+    from pagoda.engine.cli.main import main
 
     assert main(["pull", FOLDER_REPO]) == 0
 
@@ -152,7 +152,7 @@ def test_pull_of_a_repository_without_gguf_files_fetches_its_folder(hub, tmp_pat
 
 
 def test_pull_says_when_a_repository_is_neither_gguf_nor_a_folder(hub, capsys):
-    from engine.cli.main import main
+    from pagoda.engine.cli.main import main
 
     assert main(["pull", NO_CONFIG_REPO]) == 2
 
@@ -199,7 +199,7 @@ def test_a_model_type_the_engine_does_not_run_is_not_a_folder():
 
 def test_a_cancelled_folder_resumes_with_progress_counting_the_bytes_already_on_disk(
         hub, folder_bytes, tmp_path, monkeypatch):
-    monkeypatch.setattr("engine.hub.download._REPORT_INTERVAL_S", 0.0)
+    monkeypatch.setattr("pagoda.engine.hub.download._REPORT_INTERVAL_S", 0.0)
     cancel = threading.Event()
 
     with pytest.raises(DownloadCancelledError, match="resumes"):

@@ -4,7 +4,7 @@ file's experts at the file's bytes, memory-mapped as the loader keeps them."""
 
 import pytest
 
-from engine.hub.fit import estimate_fit, experts_of
+from pagoda.engine.hub.fit import estimate_fit, experts_of
 
 GIB = 1 << 30
 KV = 1 << 30

@@ -10,15 +10,15 @@ import torch
 from gguf import GGMLQuantizationType as QType
 from safetensors.torch import save_file
 
-from engine.config import EngineConfig
-from engine.errors import ModelLoadError
-from engine.loading.expert_footprint import (
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.errors import ModelLoadError
+from pagoda.engine.loading.expert_footprint import (
     ExpertRouting,
     expert_parameters,
     is_expert_tensor,
     routing_from_config,
 )
-from engine.loading.model_info import (
+from pagoda.engine.loading.model_info import (
     GIB,
     INT4_BYTES_PER_ELEMENT,
     ModelHeaders,
@@ -26,7 +26,7 @@ from engine.loading.model_info import (
     describe_headers,
     read_model_headers,
 )
-from engine.models.kv_cache_sizing import AUTO_KV_CACHE_LIMIT, model_kv_cache_bytes
+from pagoda.engine.models.kv_cache_sizing import AUTO_KV_CACHE_LIMIT, model_kv_cache_bytes
 from tests.engine.moe_header_gguf import (
     QWEN3_30B_A3B,
     TINY_MIXTRAL,
@@ -97,7 +97,7 @@ def test_a_24_gib_machine_opens_a_30b_a3b_q4_k_m(a3b_headers, a3b):
 
 
 def test_experts_beyond_what_is_available_now_load_with_a_warning(a3b, caplog):
-    with caplog.at_level(logging.WARNING, "engine.loading.model_info"):
+    with caplog.at_level(logging.WARNING, "pagoda.engine.loading.model_info"):
         check_fits_memory(a3b, AUTO_KV_CACHE_LIMIT, available=8 * GIB, total=24 * GIB)
 
     assert "read experts from the disk" in caplog.text

@@ -9,10 +9,10 @@ import torch
 from gguf import GGMLQuantizationType as QType
 from tiny_gguf import random_blocks
 
-from engine.loading import gguf_blocks
-from engine.loading.gguf_blocks import DECODED_TYPES, EXACT_TYPES, dequantize_rows, widen_to_int8
-from engine.loading.layouts import GGUF_WIDENED_TYPES
-from engine.quantization.tensors import dequantize
+from pagoda.engine.loading import gguf_blocks
+from pagoda.engine.loading.gguf_blocks import DECODED_TYPES, EXACT_TYPES, dequantize_rows, widen_to_int8
+from pagoda.engine.loading.layouts import GGUF_WIDENED_TYPES
+from pagoda.engine.quantization.tensors import dequantize
 
 ROWS, COLS = 8, 1024  # several rows of several blocks (4 super-blocks, or 32 blocks of 32)
 # Types gguf-py can quantize: real blocks from float weights. The others: random bytes with

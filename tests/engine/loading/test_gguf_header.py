@@ -14,10 +14,10 @@ from gguf import GGMLQuantizationType as QType
 from gguf import GGUFValueType as VType
 from tiny_gguf import raw_array, raw_gguf, raw_key, raw_string, raw_tensor_info, write_tiny_gguf
 
-from engine.errors import MalformedGGUFError
-from engine.loading.gguf_header import check_gguf_header
-from engine.loading.loader import default_model_file, load_model
-from engine.loading.model_info import describe_model
+from pagoda.engine.errors import MalformedGGUFError
+from pagoda.engine.loading.gguf_header import check_gguf_header
+from pagoda.engine.loading.loader import default_model_file, load_model
+from pagoda.engine.loading.model_info import describe_model
 
 ROOT = Path(__file__).resolve().parents[3]
 # Well above what the engine's modules take once imported (~0.7 GB of address space), far below
@@ -63,7 +63,7 @@ PROBE = textwrap.dedent("""
     import json, resource, sys, time
     from pathlib import Path
     resource.setrlimit(resource.RLIMIT_AS, ({ceiling}, {ceiling}))
-    from engine.loading.gguf import open_gguf_reader
+    from pagoda.engine.loading.gguf import open_gguf_reader
     results = {{}}
     for path in sys.argv[1:]:
         start = time.monotonic()

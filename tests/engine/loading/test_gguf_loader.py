@@ -19,24 +19,24 @@ from tiny_gguf import (
     write_tiny_gguf,
 )
 
-from engine.errors import ModelLoadError
-from engine.loading.gguf import (
+from pagoda.engine.errors import ModelLoadError
+from pagoda.engine.loading.gguf import (
     GGUFModelFile,
     decode_int4,
     gguf_tensor_name,
     open_gguf_reader,
     rotary_unpermutation,
 )
-from engine.loading.gguf_blocks import EXACT_TYPES
-from engine.loading.layouts import GGUF_BLOCK_BYTES_PER_ELEMENT, GGUF_WIDENED_TYPES
-from engine.loading.loader import (
+from pagoda.engine.loading.gguf_blocks import EXACT_TYPES
+from pagoda.engine.loading.layouts import GGUF_BLOCK_BYTES_PER_ELEMENT, GGUF_WIDENED_TYPES
+from pagoda.engine.loading.loader import (
     cache_dir,
     load_model,
     metadata_cache_folder,
     tokenizer_folder,
 )
-from engine.models.registry import expected_weight_shapes
-from engine.quantization.tensors import BlockWeight, Int4Weight, Int8Weight, dequantize
+from pagoda.engine.models.registry import expected_weight_shapes
+from pagoda.engine.quantization.tensors import BlockWeight, Int4Weight, Int8Weight, dequantize
 
 INT4_TYPES = (QType.Q4_0, QType.Q4_1, QType.Q4_K)
 WIDENED_TYPES = tuple(sorted(QType[name] for name in GGUF_WIDENED_TYPES))

@@ -11,13 +11,13 @@ from dequantized_self import PROMPT_IDS
 from gguf import GGMLQuantizationType as QType
 from tiny_gguf import write_tiny_gguf
 
-from engine.config import EngineConfig
-from engine.loading.gguf_blocks import EXACT_TYPES
-from engine.loading.loader import load_model
-from engine.loading.model_info import describe_model
-from engine.quantization.tensors import Int8Weight, dequantize
-from engine.worker.evaluation import prompt_logits
-from engine.worker.model_runner import ModelRunner
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.loading.gguf_blocks import EXACT_TYPES
+from pagoda.engine.loading.loader import load_model
+from pagoda.engine.loading.model_info import describe_model
+from pagoda.engine.quantization.tensors import Int8Weight, dequantize
+from pagoda.engine.worker.evaluation import prompt_logits
+from pagoda.engine.worker.model_runner import ModelRunner
 
 # Every widened type in two files: a base type for the matrices, others per GGUF module. The
 # first file's types widen exactly, the second's are requantized.
@@ -71,7 +71,7 @@ def test_widened_model_runs_as_its_dequantized_self(mixed_file, kernels_at_every
 
 def test_load_log_names_each_widened_type_once(mixed_file, caplog):
     path, kinds = mixed_file
-    with caplog.at_level(logging.INFO, logger="engine.loading.gguf_blocks"):
+    with caplog.at_level(logging.INFO, logger="pagoda.engine.loading.gguf_blocks"):
         load_model(path)
     lines = [record.getMessage() for record in caplog.records]
     assert sorted(line for line in lines if "widened" in line) == sorted(
@@ -80,7 +80,7 @@ def test_load_log_names_each_widened_type_once(mixed_file, caplog):
 
 def test_none_widens_nothing_and_says_nothing(mixed_file, caplog):
     path, _ = mixed_file
-    with caplog.at_level(logging.INFO, logger="engine.loading.gguf_blocks"):
+    with caplog.at_level(logging.INFO, logger="pagoda.engine.loading.gguf_blocks"):
         model = load_model(path, quantization="none")
     assert all(isinstance(weight, torch.Tensor) for weight in model.weights.values())
     assert not any("widened" in record.getMessage() for record in caplog.records)

@@ -6,7 +6,7 @@ import weakref
 import pytest
 import torch
 
-from engine.loading.lazy_weights import LazyWeights
+from pagoda.engine.loading.lazy_weights import LazyWeights
 
 
 class _Maker:

@@ -9,16 +9,16 @@ import transformers
 from safetensors.torch import load_file, save_file
 from tiny_models import save_tiny_model
 
-from engine.errors import ModelLoadError
-from engine.layers.rotary import rope_spec
-from engine.loading import loader
-from engine.loading.loader import (
+from pagoda.engine.errors import ModelLoadError
+from pagoda.engine.layers.rotary import rope_spec
+from pagoda.engine.loading import loader
+from pagoda.engine.loading.loader import (
     default_model_file,
     load_model,
     metadata_cache_folder,
 )
-from engine.models.config import layer_windows
-from engine.models.registry import expected_weight_shapes
+from pagoda.engine.models.config import layer_windows
+from pagoda.engine.models.registry import expected_weight_shapes
 
 
 @pytest.fixture(scope="session")

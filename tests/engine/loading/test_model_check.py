@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from tiny_gguf import QType, write_tiny_gguf
 
-from engine.errors import MalformedGGUFError, ModelLoadError
-from engine.loading.gguf import open_gguf_reader
-from engine.loading.model_check import refuse_unrunnable_model
-from engine.loading.model_info import read_model_headers
+from pagoda.engine.errors import MalformedGGUFError, ModelLoadError
+from pagoda.engine.loading.gguf import open_gguf_reader
+from pagoda.engine.loading.model_check import refuse_unrunnable_model
+from pagoda.engine.loading.model_info import read_model_headers
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +125,7 @@ def test_reading_the_headers_for_the_fit_check_refuses_the_same_files(ggufs):
 
 
 def test_the_check_imports_neither_torch_nor_transformers():
-    probe = ("import sys; import engine.loading.model_check; "
+    probe = ("import sys; import pagoda.engine.loading.model_check; "
              "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
 
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from engine.errors import ModelLoadError
-from engine.loading.model_info import (
+from pagoda.engine.errors import ModelLoadError
+from pagoda.engine.loading.model_info import (
     GIB,
     INT4_BYTES_PER_ELEMENT,
     INT8_BYTES_PER_ELEMENT,
@@ -173,12 +173,12 @@ def test_an_unknown_quantization_is_refused(tiny_gguf):
 
 
 def test_an_engine_refuses_a_model_too_large_before_loading_it(monkeypatch, tiny_gguf):
-    from engine import EngineConfig, LLMEngine
-    from engine.loading import model_info
+    from pagoda.engine import EngineConfig, LLMEngine
+    from pagoda.engine.loading import model_info
 
     loads = []
     monkeypatch.setattr(model_info, "available_memory", lambda: 64 << 20)
-    monkeypatch.setattr("engine.llm_engine.load_model", lambda *args, **kw: loads.append(args))
+    monkeypatch.setattr("pagoda.engine.llm_engine.load_model", lambda *args, **kw: loads.append(args))
     with pytest.raises(ModelLoadError, match="needs about"):
         LLMEngine(str(tiny_gguf), EngineConfig(num_kv_blocks=8))
     assert loads == []

@@ -1,4 +1,4 @@
-"""engine/loading/populate.py maps a file's pages into the process before anything reads them."""
+"""pagoda/engine/loading/populate.py maps a file's pages into the process before anything reads them."""
 
 import resource
 import sys
@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from engine.loading.populate import populate, populate_in_background
+from pagoda.engine.loading.populate import populate, populate_in_background
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="MADV_POPULATE_READ is Linux's")
@@ -38,9 +38,9 @@ def test_a_populated_mapping_is_read_without_page_faults(tmp_path):
 
 def test_experts_larger_than_the_memory_available_are_left_to_fault_in(tmp_path, monkeypatch):
     array = _mapped_file(tmp_path, "big.bin")
-    monkeypatch.setattr("engine.loading.populate.available_memory", lambda: array.nbytes - 1)
+    monkeypatch.setattr("pagoda.engine.loading.populate.available_memory", lambda: array.nbytes - 1)
     assert populate_in_background([array]) is None
-    monkeypatch.setattr("engine.loading.populate.available_memory", lambda: array.nbytes)
+    monkeypatch.setattr("pagoda.engine.loading.populate.available_memory", lambda: array.nbytes)
     thread = populate_in_background([array])
     assert thread is not None
     thread.join(timeout=30)

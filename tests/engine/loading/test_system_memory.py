@@ -1,8 +1,8 @@
-"""engine/loading/system_memory.py tells the memory the machine has and can give now."""
+"""pagoda/engine/loading/system_memory.py tells the memory the machine has and can give now."""
 
 import sys
 
-from engine.loading.system_memory import available_memory, total_memory
+from pagoda.engine.loading.system_memory import available_memory, total_memory
 
 
 def test_available_memory_is_measured():

@@ -6,9 +6,9 @@ import numpy as np
 import torch
 from huge_pages_smaps import needs_huge_pages, smaps_field
 
-from engine.loading.gguf import decode_q8_0
-from engine.quantization.tensors import Int8Weight, concat, dequantize
-from kernels.cpu.huge_pages import HUGE_PAGE
+from pagoda.engine.loading.gguf import decode_q8_0
+from pagoda.engine.quantization.tensors import Int8Weight, concat, dequantize
+from pagoda.kernels.cpu.huge_pages import HUGE_PAGE
 
 ROWS, COLUMNS = 384, 8192  # 3 MB of int8 values: one whole huge page at least
 

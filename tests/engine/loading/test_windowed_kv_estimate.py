@@ -12,18 +12,18 @@ from tiny_gguf import KV_HEADS as TINY_KV_HEADS
 from tiny_gguf import LAYERS as TINY_LAYERS
 from tiny_gguf import write_tiny_gguf
 
-from engine.config import EngineConfig
-from engine.errors import ModelLoadError
-from engine.llm_engine import LLMEngine
-from engine.loading.gguf_names import gguf_tensor_name, needed_layer_modules
-from engine.loading.model_info import (
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.errors import ModelLoadError
+from pagoda.engine.llm_engine import LLMEngine
+from pagoda.engine.loading.gguf_names import gguf_tensor_name, needed_layer_modules
+from pagoda.engine.loading.model_info import (
     MEMORY_OVERHEAD_BYTES,
     check_model_fits,
     describe_headers,
     read_model_headers,
 )
-from engine.models.architecture import FULL_ATTENTION, ModelShape
-from engine.models.kv_cache_sizing import (
+from pagoda.engine.models.architecture import FULL_ATTENTION, ModelShape
+from pagoda.engine.models.kv_cache_sizing import (
     AUTO_KV_CACHE_LIMIT,
     WINDOWED_SEQUENCES,
     model_kv_cache_bytes,

@@ -10,5 +10,5 @@ def fresh_gguf_metadata_cache(tmp_path_factory):
     version of the code that builds it) would stand in for the one under test."""
     folder = tmp_path_factory.mktemp("gguf-metadata")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("engine.loading.loader.cache_dir", lambda: folder)
+        patch.setattr("pagoda.engine.loading.loader.cache_dir", lambda: folder)
         yield

@@ -18,8 +18,8 @@ import transformers
 from tiny_models import save_tiny_model
 from transformers.models.gemma3 import modeling_gemma3
 
-from engine import LLM, SamplingParams
-from engine.models import gemma3
+from pagoda.engine import LLM, SamplingParams
+from pagoda.engine.models import gemma3
 from tests.engine.family_parity import assert_same_argmax, engine_logits, hf_logits
 from tests.engine.models.test_parity import NUM_THREADS, assert_greedy_parity, parity_prompts
 

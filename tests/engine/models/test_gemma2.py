@@ -17,10 +17,10 @@ import pytest
 import torch
 import transformers
 
-from engine import LLM, SamplingParams
-from engine.errors import ModelLoadError
-from engine.loading.gguf import GGUFModelFile
-from engine.models.gemma2 import architecture, config_from_gguf
+from pagoda.engine import LLM, SamplingParams
+from pagoda.engine.errors import ModelLoadError
+from pagoda.engine.loading.gguf import GGUFModelFile
+from pagoda.engine.models.gemma2 import architecture, config_from_gguf
 from tests.engine.family_parity import (
     FakeGGUFSettings,
     assert_gguf_tokenizer_is_the_folders,

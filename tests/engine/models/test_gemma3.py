@@ -18,14 +18,14 @@ import transformers
 from safetensors.torch import load_file, save_file
 from tiny_models import save_tiny_model
 
-from engine import LLM
-from engine.config import EngineConfig
-from engine.errors import ModelLoadError
-from engine.loading.gguf import GGUFModelFile
-from engine.loading.loader import load_model
-from engine.models.gemma3 import architecture, config_from_gguf
-from engine.models.registry import architecture_of
-from engine.worker.model_runner import ModelRunner
+from pagoda.engine import LLM
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.errors import ModelLoadError
+from pagoda.engine.loading.gguf import GGUFModelFile
+from pagoda.engine.loading.loader import load_model
+from pagoda.engine.models.gemma3 import architecture, config_from_gguf
+from pagoda.engine.models.registry import architecture_of
+from pagoda.engine.worker.model_runner import ModelRunner
 from tests.engine.family_parity import (
     LLAMA_CPP_QUANTIZED_NEAR_TIE,
     assert_gguf_tokenizer_is_the_folders,

@@ -15,13 +15,13 @@ import torch
 import transformers
 from transformers.initialization import no_init_weights
 
-from engine import LLM, SamplingParams
-from engine.config import EngineConfig
-from engine.llm_engine import LLMEngine
-from engine.loading.gguf import GGUFModelFile
-from engine.loading.loader import LoadedModel, metadata_cache_folder
-from engine.models.gemma3 import config_from_gguf
-from engine.models.registry import expected_weight_shapes
+from pagoda.engine import LLM, SamplingParams
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.llm_engine import LLMEngine
+from pagoda.engine.loading.gguf import GGUFModelFile
+from pagoda.engine.loading.loader import LoadedModel, metadata_cache_folder
+from pagoda.engine.models.gemma3 import config_from_gguf
+from pagoda.engine.models.registry import expected_weight_shapes
 from tests.engine.llama_cpp_references import llama_cpp_records
 from tests.engine.real_gemma3 import gemma3_270m_file
 

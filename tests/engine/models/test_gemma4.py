@@ -21,18 +21,18 @@ import transformers
 from safetensors.torch import load_file, save_file
 from tiny_models import tiny_config
 
-from engine import LLM, SamplingParams
-from engine.config import EngineConfig
-from engine.errors import ModelLoadError
-from engine.hub.search import HubRepo
-from engine.loading.gguf import GGUFModelFile
-from engine.loading.loader import load_model
-from engine.loading.model_info import read_model_headers
-from engine.models.gemma4 import architecture, config_from_gguf
-from engine.models.kv_cache_sizing import model_kv_cache_bytes
-from engine.models.native_decode import not_covered
-from engine.models.registry import architecture_of, family_for_gguf, family_for_model_type
-from engine.worker.model_runner import ModelRunner
+from pagoda.engine import LLM, SamplingParams
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.errors import ModelLoadError
+from pagoda.engine.hub.search import HubRepo
+from pagoda.engine.loading.gguf import GGUFModelFile
+from pagoda.engine.loading.loader import load_model
+from pagoda.engine.loading.model_info import read_model_headers
+from pagoda.engine.models.gemma4 import architecture, config_from_gguf
+from pagoda.engine.models.kv_cache_sizing import model_kv_cache_bytes
+from pagoda.engine.models.native_decode import not_covered
+from pagoda.engine.models.registry import architecture_of, family_for_gguf, family_for_model_type
+from pagoda.engine.worker.model_runner import ModelRunner
 from tests.engine.family_parity import (
     LLAMA_CPP_QUANTIZED_NEAR_TIE,
     FakeGGUFSettings,

@@ -20,10 +20,10 @@ import pytest
 import torch
 import transformers
 
-from engine import LLM, SamplingParams
-from engine.errors import ModelLoadError
-from engine.loading.gguf import GGUFModelFile
-from engine.models.gpt_oss import architecture, config_from_gguf
+from pagoda.engine import LLM, SamplingParams
+from pagoda.engine.errors import ModelLoadError
+from pagoda.engine.loading.gguf import GGUFModelFile
+from pagoda.engine.models.gpt_oss import architecture, config_from_gguf
 from tests.engine.family_parity import (
     FakeGGUFSettings,
     assert_same_argmax,
@@ -264,7 +264,7 @@ def test_a_gpt_oss_file_with_a_window_pattern_is_refused_in_words():
 def test_gpt_oss_on_the_triton_kernels_gives_the_torch_paths_greedy_tokens(folder, prompts):
     """The attention kernels with sinks, prefill and decode, in windowed and full layers; the
     biased experts' clamped SwiGLU in the fused experts kernel."""
-    from engine.quantization.triton_experts import TritonExpertsMethod  # imports triton
+    from pagoda.engine.quantization.triton_experts import TritonExpertsMethod  # imports triton
 
     def greedy(backend: str) -> list[int]:
         llm = LLM(str(folder), num_kv_blocks=32, num_threads=1, kernel_backend=backend)

@@ -6,17 +6,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import PromptTooLongError, SamplingParams
-from engine.config import EngineConfig
-from engine.models.kv_cache_sizing import (
+from pagoda.engine import PromptTooLongError, SamplingParams
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.models.kv_cache_sizing import (
     AUTO_KV_CACHE_LIMIT,
     KV_CONTEXTS,
     auto_kv_cache_bytes,
     kv_cache_memory_bound,
     num_kv_blocks,
 )
-from engine.models.memory import zeroed_host_tensor
-from engine.worker.process_memory import resident_bytes
+from pagoda.engine.models.memory import zeroed_host_tensor
+from pagoda.engine.worker.process_memory import resident_bytes
 
 # The default model: 30 layers x 3 KV heads x 64 dims, keys and values, fp32.
 BYTES_PER_TOKEN = 2 * 30 * 3 * 64 * 4
@@ -60,7 +60,7 @@ def test_memory_checks_before_loading_count_the_cap_or_the_explicit_size():
 
 
 def test_prompt_longer_than_a_capped_default_pool_names_kv_cache_memory(make_llm, monkeypatch):
-    monkeypatch.setattr("engine.models.kv_cache_sizing.AUTO_KV_CACHE_LIMIT", 64 * 16 * BYTES_PER_TOKEN)
+    monkeypatch.setattr("pagoda.engine.models.kv_cache_sizing.AUTO_KV_CACHE_LIMIT", 64 * 16 * BYTES_PER_TOKEN)
     llm = make_llm(**ENGINE)
     assert llm.engine.runner.num_blocks == 64
     with pytest.raises(PromptTooLongError, match="KV cache holds 1024.*kv_cache_memory"):
@@ -108,7 +108,7 @@ def test_an_engine_holds_no_more_of_its_pool_than_its_sequences_wrote(make_llm):
 
 
 def test_windowed_layers_pool_eight_windows_and_a_chunk_beside_two_full_contexts():
-    from engine.models.kv_cache_sizing import WINDOWED_SEQUENCES, group_num_blocks
+    from pagoda.engine.models.kv_cache_sizing import WINDOWED_SEQUENCES, group_num_blocks
 
     config = EngineConfig(max_model_len=32768, block_size=16, max_num_batched_tokens=512)
     full, windowed = 1 * 16 * 2048, 5 * 16 * 2048  # a global layer and five windowed, per block
@@ -118,7 +118,7 @@ def test_windowed_layers_pool_eight_windows_and_a_chunk_beside_two_full_contexts
 
 
 def test_a_byte_budget_is_split_so_every_group_fits():
-    from engine.models.kv_cache_sizing import group_num_blocks
+    from pagoda.engine.models.kv_cache_sizing import group_num_blocks
 
     config = EngineConfig(kv_cache_memory=300_000, block_size=16, max_num_batched_tokens=64)
     blocks = group_num_blocks(config, [1000, 5000], [0, 32], 4096, None)

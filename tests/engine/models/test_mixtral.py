@@ -9,9 +9,9 @@ import transformers
 from safetensors import safe_open
 from tiny_models import save_tiny_model
 
-from engine import LLM
-from engine.errors import ModelLoadError
-from engine.models.mixtral import architecture
+from pagoda.engine import LLM
+from pagoda.engine.errors import ModelLoadError
+from pagoda.engine.models.mixtral import architecture
 from tests.engine.family_parity import assert_same_argmax, engine_logits, hf_logits
 from tests.engine.models.test_parity import NUM_THREADS, assert_greedy_parity, parity_prompts
 

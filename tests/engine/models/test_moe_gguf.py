@@ -1,4 +1,4 @@
-"""Mixture-of-experts GGUF files (engine/loading/gguf.py, engine/models/moe_gguf.py): their
+"""Mixture-of-experts GGUF files (pagoda/engine/loading/gguf.py, pagoda/engine/models/moe_gguf.py): their
 settings read as llama.cpp reads them, what Pagoda does not run refused in words; the tiny
 Qwen3-MoE and Mixtral (tests/engine/tiny_models.py) as llama.cpp's converter writes them give
 their folders' logits and llama.cpp's greedy tokens; a 30B-A3B-shaped file's experts stay in
@@ -12,18 +12,18 @@ import pytest
 import torch
 import transformers
 
-from engine import LLM, SamplingParams
-from engine.errors import ModelLoadError
-from engine.loading.gguf import GGUFModelFile
-from engine.models.moe_gguf import (
+from pagoda.engine import LLM, SamplingParams
+from pagoda.engine.errors import ModelLoadError
+from pagoda.engine.loading.gguf import GGUFModelFile
+from pagoda.engine.models.moe_gguf import (
     MAX_EXPERT_MATRICES,
     MAX_EXPERTS,
     mixtral_config,
     qwen2moe_config,
     qwen3moe_config,
 )
-from engine.models.registry import architecture_of, expected_weight_shapes, family_for_gguf
-from engine.quantization.tensors import GGUFRows
+from pagoda.engine.models.registry import architecture_of, expected_weight_shapes, family_for_gguf
+from pagoda.engine.quantization.tensors import GGUFRows
 from tests.engine.family_parity import (
     LLAMA_CPP_QUANTIZED_NEAR_TIE,
     FakeGGUFSettings,

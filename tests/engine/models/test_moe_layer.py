@@ -1,4 +1,4 @@
-"""The sparse MLP (engine/layers/moe.py) against a plain per-row torch reference: routing by
+"""The sparse MLP (pagoda/engine/layers/moe.py) against a plain per-row torch reference: routing by
 softmax or sigmoid scores, renormalised or not, gpt-oss's softmax after the top k, router and
 expert biases, a gated shared expert; and a batch's rows each given what they get alone."""
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 import transformers
 
-from engine.layers.linear import Placement, make_fused_linear, make_linear
-from engine.layers.mlp import GatedMLP
-from engine.layers.moe import (
+from pagoda.engine.layers.linear import Placement, make_fused_linear, make_linear
+from pagoda.engine.layers.mlp import GatedMLP
+from pagoda.engine.layers.moe import (
     ExpertActivation,
     ExpertWeights,
     GroupedExperts,
@@ -16,8 +16,8 @@ from engine.layers.moe import (
     SparseMoE,
     experts_method_for,
 )
-from engine.quantization.tensors import dequantize, quantize_int8
-from kernels.kernel_ops import TORCH_OPS
+from pagoda.engine.quantization.tensors import dequantize, quantize_int8
+from pagoda.kernels.kernel_ops import TORCH_OPS
 
 HIDDEN, WIDTH, EXPERTS, SHARED = 32, 32, 8, 24
 CPU = Placement(torch.device("cpu"), torch.float32, TORCH_OPS)

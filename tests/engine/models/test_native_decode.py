@@ -1,5 +1,5 @@
 # ruff: noqa: F811 (the fixtures imported from test_cpu_q4 and _q8 are test arguments)
-"""Decode-only steps run the whole layer stack in one C call (engine/models/native_decode.py):
+"""Decode-only steps run the whole layer stack in one C call (pagoda/engine/models/native_decode.py):
 the same logits as the eager forward bit for bit, and eager wherever the call cannot serve."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import dataclasses
 import pytest
 import torch
 
-from engine import SamplingParams
-from engine.config import EngineConfig
-from engine.llm_engine import LLMEngine
-from engine.models.native_decode import NativeDecode
-from engine.quantization.stacked import StackedMethod
+from pagoda.engine import SamplingParams
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.llm_engine import LLMEngine
+from pagoda.engine.models.native_decode import NativeDecode
+from pagoda.engine.quantization.stacked import StackedMethod
 from tests.engine.quantization.test_cpu_q4 import q4, q4_chosen, tiny_q4_1  # noqa: F401 (fixtures, as arguments below)
 from tests.engine.quantization.test_cpu_q6_k import tiny_q4_k_m  # noqa: F401
 from tests.engine.quantization.test_cpu_q8 import q8, q8_chosen, tiny_q8_0  # noqa: F401

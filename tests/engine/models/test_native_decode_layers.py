@@ -14,9 +14,9 @@ import logging
 import pytest
 import torch
 
-from engine.layers.rotary import RopeSpec
-from engine.models import llama
-from engine.models.architecture import AttentionKind, DecoderArchitecture
+from pagoda.engine.layers.rotary import RopeSpec
+from pagoda.engine.models import llama
+from pagoda.engine.models.architecture import AttentionKind, DecoderArchitecture
 from tests.engine.models.test_native_decode import PROMPTS, _counting, _decoding, _engine, _forward
 from tests.engine.quantization.test_cpu_q4 import q4, q4_chosen  # noqa: F401 (fixtures)
 from tests.engine.tiny_gguf import write_tiny_gguf
@@ -136,7 +136,7 @@ def test_attention_logit_softcapping_stays_eager_and_the_load_log_says_why(
     capped = llama.architecture
     monkeypatch.setattr(llama, "architecture",
                         lambda config: dataclasses.replace(capped(config), attention_softcap=50.0))
-    with caplog.at_level(logging.INFO, logger="engine.models.decoder"):
+    with caplog.at_level(logging.INFO, logger="pagoda.engine.models.decoder"):
         engine = _engine(tiny_qwen3)
     assert engine.runner.model.native_decode is None
     assert "does not run attention logit softcapping" in caplog.text

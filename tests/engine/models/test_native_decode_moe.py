@@ -16,9 +16,9 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as QType
 
-from engine.layers.moe import Router
-from engine.models import qwen3_moe
-from engine.quantization.cpu_experts import CpuExpertsMethod
+from pagoda.engine.layers.moe import Router
+from pagoda.engine.models import qwen3_moe
+from pagoda.engine.quantization.cpu_experts import CpuExpertsMethod
 from tests.engine.models.test_native_decode import _counting, _decoding, _engine, _forward
 from tests.engine.quantization.test_cpu_q8 import q8, q8_chosen  # noqa: F401 (fixtures)
 from tests.engine.tiny_moe_gguf import WINDOW, write_tiny_moe_gguf
@@ -122,7 +122,7 @@ def test_experts_our_kernel_does_not_read_keep_the_step_eager_and_the_log_says_w
     """F16 experts are decoded at load and run grouped through their linear methods."""
     path = write_tiny_moe_gguf(tmp_path / "f16-experts.gguf", "qwen3moe",
                                expert_type=QType.F16)
-    with caplog.at_level(logging.INFO, logger="engine.models.native_decode"):
+    with caplog.at_level(logging.INFO, logger="pagoda.engine.models.native_decode"):
         engine = _engine(path)
     assert engine.runner.model.native_decode is None
     assert "experts that moe_experts does not read" in caplog.text

@@ -17,7 +17,7 @@ import pytest
 import torch
 from tiny_models import TINY_VARIANTS, save_tiny_model
 
-from engine import LLM, SamplingParams
+from pagoda.engine import LLM, SamplingParams
 from tests.engine.hf_reference import load_hf_model
 
 MAX_NEW_TOKENS = 64

@@ -4,7 +4,7 @@ from a model folder and from the GGUF llama.cpp's converter writes of it.
 
 The tiny models (tests/engine/tiny_models.py) are laid out as Phi-4-mini: 12 of each head's 16
 dimensions rotate. "phi3-longrope" takes short factors within its original 256 tokens and long
-ones beyond; Pagoda chooses them per position (engine/layers/rotary.py), transformers per
+ones beyond; Pagoda chooses them per position (pagoda/engine/layers/rotary.py), transformers per
 sequence, so the two agree on every sequence that stays within 256 tokens.
 """
 
@@ -13,11 +13,11 @@ import torch
 import transformers
 from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding
 
-from engine import LLM
-from engine.errors import ModelLoadError
-from engine.layers.rotary import RotaryTables, rope_spec
-from engine.loading.gguf import GGUFModelFile
-from engine.models.phi3 import architecture, config_from_gguf
+from pagoda.engine import LLM
+from pagoda.engine.errors import ModelLoadError
+from pagoda.engine.layers.rotary import RotaryTables, rope_spec
+from pagoda.engine.loading.gguf import GGUFModelFile
+from pagoda.engine.models.phi3 import architecture, config_from_gguf
 from tests.engine.family_parity import (
     LLAMA_CPP_QUANTIZED_NEAR_TIE,
     FakeGGUFSettings,

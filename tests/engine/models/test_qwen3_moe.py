@@ -13,10 +13,10 @@ import torch
 import transformers
 from tiny_models import save_tiny_model
 
-from engine import LLM, SamplingParams
-from engine.errors import ModelLoadError
-from engine.loading.loader import load_model
-from engine.models.qwen3_moe import architecture
+from pagoda.engine import LLM, SamplingParams
+from pagoda.engine.errors import ModelLoadError
+from pagoda.engine.loading.loader import load_model
+from pagoda.engine.models.qwen3_moe import architecture
 from tests.engine.family_parity import assert_same_argmax, engine_logits, hf_logits
 from tests.engine.models.test_parity import NUM_THREADS, assert_greedy_parity, parity_prompts
 
@@ -129,7 +129,7 @@ def _tensor_names(folder) -> list[str]:
 def test_qwen_moe_on_the_triton_kernels_gives_the_torch_paths_greedy_tokens(folders, prompts):
     """The routed experts through the fused Triton kernel (the GPU's path), the shared
     expert through the Triton linears."""
-    from engine.quantization.triton_experts import TritonExpertsMethod  # imports triton
+    from pagoda.engine.quantization.triton_experts import TritonExpertsMethod  # imports triton
 
     def greedy(backend: str) -> list[list[int]]:
         llm = LLM(str(folders["qwen2moe"]), num_kv_blocks=64, num_threads=1,

@@ -5,7 +5,7 @@ import torch
 import transformers
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-from engine.layers.rotary import RotaryTables, inverse_frequencies, rope_spec
+from pagoda.engine.layers.rotary import RotaryTables, inverse_frequencies, rope_spec
 
 MAX_POSITIONS = 512
 HEAD_DIM = 16

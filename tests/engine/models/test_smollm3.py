@@ -10,11 +10,11 @@ import pytest
 import torch
 import transformers
 
-from engine import LLM
-from engine.errors import ModelLoadError
-from engine.loading.gguf import GGUFModelFile
-from engine.models.config import head_dim
-from engine.models.smollm3 import architecture, config_from_gguf, rotated_layers
+from pagoda.engine import LLM
+from pagoda.engine.errors import ModelLoadError
+from pagoda.engine.loading.gguf import GGUFModelFile
+from pagoda.engine.models.config import head_dim
+from pagoda.engine.models.smollm3 import architecture, config_from_gguf, rotated_layers
 from tests.engine.family_parity import (
     LLAMA_CPP_QUANTIZED_NEAR_TIE,
     FakeGGUFSettings,

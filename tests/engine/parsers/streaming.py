@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from hypothesis import strategies as st
 
-from engine.parsers.tool_calls import ParsedReply, StreamDelta, ToolParser, join_deltas
+from pagoda.engine.parsers.tool_calls import ParsedReply, StreamDelta, ToolParser, join_deltas
 
 
 def pieces(text: str, cuts: set[int]) -> list[str]:
@@ -37,7 +37,7 @@ def shape(reply: ParsedReply) -> tuple[str | None, list[tuple[str, str]]]:
 
 
 @contextmanager
-def warnings_logged(logger_name: str = "engine.parsers") -> Iterator[list[logging.LogRecord]]:
+def warnings_logged(logger_name: str = "pagoda.engine.parsers") -> Iterator[list[logging.LogRecord]]:
     """The warnings the parsers log inside the block."""
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.WARNING)

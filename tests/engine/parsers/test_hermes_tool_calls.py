@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.parsers.hermes import HermesToolParser
+from pagoda.engine.parsers.hermes import HermesToolParser
 from tests.engine.parsers.recorded_replies import HERMES, PARIS
 from tests.engine.parsers.streaming import shape
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.parsers.json_call import CallObjectReader, JsonValueScanner, object_arguments
+from pagoda.engine.parsers.json_call import CallObjectReader, JsonValueScanner, object_arguments
 from tests.engine.parsers.recorded_replies import TRICKY
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.parsers.llama3_json import Llama3JsonToolParser
+from pagoda.engine.parsers.llama3_json import Llama3JsonToolParser
 from tests.engine.parsers.recorded_replies import LLAMA3
 from tests.engine.parsers.streaming import shape
 

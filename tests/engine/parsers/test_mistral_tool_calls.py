@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.parsers.mistral import MistralToolParser
+from pagoda.engine.parsers.mistral import MistralToolParser
 from tests.engine.parsers.recorded_replies import MISTRAL
 from tests.engine.parsers.streaming import shape
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.parsers.reasoning import (
+from pagoda.engine.parsers.reasoning import (
     ReasoningParser,
     prompt_opens_reasoning,
     reasoning_parser_for_template,

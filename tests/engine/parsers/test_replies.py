@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from engine.parsers.reasoning import ReasoningParser
-from engine.parsers.registry import tool_parser
-from engine.parsers.replies import ReplyShape, reply_shape
-from engine.parsers.reply import ReplyParser
-from engine.parsers.tool_use import ToolUse
+from pagoda.engine.parsers.reasoning import ReasoningParser
+from pagoda.engine.parsers.registry import tool_parser
+from pagoda.engine.parsers.replies import ReplyShape, reply_shape
+from pagoda.engine.parsers.reply import ReplyParser
+from pagoda.engine.parsers.tool_use import ToolUse
 
 TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
 THOUGHT = "<think>\nThe user wants a sum.\n</think>\n\n"
@@ -94,7 +94,7 @@ def test_required_calls_stream_as_they_are_written_in_any_chunk_size():
 
 
 def test_a_parser_whose_tags_are_special_tokens_keeps_them_in_the_text():
-    from engine.sampling_params import SamplingParams
+    from pagoda.engine.sampling_params import SamplingParams
 
     plain = SamplingParams()
     for family, kept in (("hermes", True), ("mistral", False), ("llama3_json", False)):

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.parsers.reasoning import ReasoningParser
-from engine.parsers.registry import tool_parser
-from engine.parsers.reply import ReplyParser, ReplyParts
-from engine.parsers.tool_calls import ParsedReply, StreamDelta, join_deltas
+from pagoda.engine.parsers.reasoning import ReasoningParser
+from pagoda.engine.parsers.registry import tool_parser
+from pagoda.engine.parsers.reply import ReplyParser, ReplyParts
+from pagoda.engine.parsers.tool_calls import ParsedReply, StreamDelta, join_deltas
 from tests.engine.parsers.recorded_replies import PARIS
 from tests.engine.parsers.streaming import cuts_of, pieces
 

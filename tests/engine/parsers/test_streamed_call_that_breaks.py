@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.parsers.registry import tool_parser
+from pagoda.engine.parsers.registry import tool_parser
 from tests.engine.parsers.streaming import shape, streamed, warnings_logged
 
 CUT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa'

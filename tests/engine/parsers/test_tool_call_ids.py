@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from engine.parsers.registry import tool_parser
-from engine.parsers.tool_calls import new_tool_call_id
+from pagoda.engine.parsers.registry import tool_parser
+from pagoda.engine.parsers.tool_calls import new_tool_call_id
 from tests.engine.parsers.recorded_replies import HERMES
 
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.parsers.registry import tool_parser
-from engine.parsers.tool_calls import join_deltas
+from pagoda.engine.parsers.registry import tool_parser
+from pagoda.engine.parsers.tool_calls import join_deltas
 from tests.engine.parsers.recorded_replies import ALL, BY_FAMILY, PARIS
 from tests.engine.parsers.streaming import (
     cuts_of,

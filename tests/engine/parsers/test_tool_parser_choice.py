@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.parsers.registry import UnknownToolParserError, tool_parser, tool_parser_for_template
+from pagoda.engine.parsers.registry import UnknownToolParserError, tool_parser, tool_parser_for_template
 
 QWEN = ('{%- if tools %}For each function call, return a json object within <tool_call></tool_call>'
         ' XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n'

@@ -1,5 +1,5 @@
 """A GGUF file's experts, kept in place, run on the CPU through moe_experts
-(engine/quantization/cpu_experts.py), chosen by the layer's one method-choice function; other
+(pagoda/engine/quantization/cpu_experts.py), chosen by the layer's one method-choice function; other
 experts, and paths without our kernels, keep the grouped method on the decoded weights."""
 
 import dataclasses
@@ -8,13 +8,13 @@ import pytest
 import torch
 from expert_blocks import expert_blocks, experts_reference
 
-from engine.layers.linear import Placement
-from engine.layers.moe import ExpertActivation, ExpertWeights, GroupedExperts, experts_method_for
-from engine.quantization import cpu_experts
-from engine.quantization.cpu_experts import CpuExpertsMethod
-from engine.quantization.expert_weights import expert_weight
-from engine.quantization.native_kernels import load_native
-from kernels.kernel_ops import TORCH_OPS
+from pagoda.engine.layers.linear import Placement
+from pagoda.engine.layers.moe import ExpertActivation, ExpertWeights, GroupedExperts, experts_method_for
+from pagoda.engine.quantization import cpu_experts
+from pagoda.engine.quantization.cpu_experts import CpuExpertsMethod
+from pagoda.engine.quantization.expert_weights import expert_weight
+from pagoda.engine.quantization.native_kernels import load_native
+from pagoda.kernels.kernel_ops import TORCH_OPS
 
 HIDDEN, WIDTH, EXPERTS, TOP_K = 256, 256, 4, 2
 CPU = Placement(torch.device("cpu"), torch.float32, TORCH_OPS)
@@ -26,7 +26,7 @@ ROUNDING = 0.04
 @pytest.fixture(scope="module", autouse=True)
 def kernel():
     if load_native("moe_experts") is None:
-        pytest.skip("kernels/cpu/moe_experts.c does not build here")
+        pytest.skip("pagoda/kernels/cpu/moe_experts.c does not build here")
 
 
 def _experts(gate_kind: str = "Q4_K", down_kind: str = "Q6_K", biases: bool = False):

@@ -1,5 +1,5 @@
 """The CPU experts' method runs moe_tiles for calls of many rows an expert and moe_forward for
-the others (engine/quantization/cpu_experts.py), from the row count the load-time calibration
+the others (pagoda/engine/quantization/cpu_experts.py), from the row count the load-time calibration
 measured moe_tiles faster; it calibrates once per layer shape."""
 
 import sys
@@ -8,11 +8,11 @@ import pytest
 import torch
 from expert_blocks import expert_blocks
 
-from engine.layers.moe import ExpertWeights
-from engine.quantization import cpu_experts, cpu_paths
-from engine.quantization.cpu_experts import CpuExpertsMethod, ManyRows, in_place_experts
-from engine.quantization.expert_weights import expert_weight
-from engine.quantization.native_kernels import load_native
+from pagoda.engine.layers.moe import ExpertWeights
+from pagoda.engine.quantization import cpu_experts, cpu_paths
+from pagoda.engine.quantization.cpu_experts import CpuExpertsMethod, ManyRows, in_place_experts
+from pagoda.engine.quantization.expert_weights import expert_weight
+from pagoda.engine.quantization.native_kernels import load_native
 
 HIDDEN, WIDTH, EXPERTS, TOP_K = 256, 96, 4, 2
 
@@ -20,7 +20,7 @@ HIDDEN, WIDTH, EXPERTS, TOP_K = 256, 96, 4, 2
 @pytest.fixture(scope="module", autouse=True)
 def kernels():
     if load_native("moe_experts") is None or cpu_experts._tiles_kernel() is None:
-        pytest.skip("kernels/cpu/moe_experts.c or moe_tiles.c does not build here")
+        pytest.skip("pagoda/kernels/cpu/moe_experts.c or moe_tiles.c does not build here")
 
 
 def _experts(kind: str = "MXFP4") -> list[ExpertWeights]:

@@ -12,26 +12,26 @@ import torch.nn.functional as F
 from dequantized_self import greedy_tokens, logits_error
 from tiny_gguf import write_tiny_gguf
 
-from engine import LLM, SamplingParams
-from engine.config import EngineConfig
-from engine.layers.linear import Placement, make_linear
-from engine.llm_engine import LLMEngine
-from engine.loading.loader import load_model
-from engine.quantization import cpu_paths
-from engine.quantization.cpu_int4 import CpuInt4Method
-from engine.quantization.cpu_paths import CpuPathPolicy, RowTimings
-from engine.quantization.cpu_q4 import Q4Context, load_q4_context
-from engine.quantization.dequantize_workspace import DequantWorkspace
-from engine.quantization.native_kernels import load_native
-from engine.quantization.tensors import Int4Weight, dequantize, quantize_int4, quantize_int8
-from engine.worker.evaluation import compare, prompt_logits
-from engine.worker.model_runner import ModelRunner
-from kernels.cpu import native
-from kernels.cpu.dequant import Dequantizer
-from kernels.cpu.native import find_compiler
-from kernels.cpu.q4_amx import Q4Amx
-from kernels.cpu.q4_gemv import KQ_RECORDS, Q4Gemv
-from kernels.kernel_ops import TORCH_OPS
+from pagoda.engine import LLM, SamplingParams
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.layers.linear import Placement, make_linear
+from pagoda.engine.llm_engine import LLMEngine
+from pagoda.engine.loading.loader import load_model
+from pagoda.engine.quantization import cpu_paths
+from pagoda.engine.quantization.cpu_int4 import CpuInt4Method
+from pagoda.engine.quantization.cpu_paths import CpuPathPolicy, RowTimings
+from pagoda.engine.quantization.cpu_q4 import Q4Context, load_q4_context
+from pagoda.engine.quantization.dequantize_workspace import DequantWorkspace
+from pagoda.engine.quantization.native_kernels import load_native
+from pagoda.engine.quantization.tensors import Int4Weight, dequantize, quantize_int4, quantize_int8
+from pagoda.engine.worker.evaluation import compare, prompt_logits
+from pagoda.engine.worker.model_runner import ModelRunner
+from pagoda.kernels.cpu import native
+from pagoda.kernels.cpu.dequant import Dequantizer
+from pagoda.kernels.cpu.native import find_compiler
+from pagoda.kernels.cpu.q4_amx import Q4Amx
+from pagoda.kernels.cpu.q4_gemv import KQ_RECORDS, Q4Gemv
+from pagoda.kernels.kernel_ops import TORCH_OPS
 
 Q4_EVERY_STEP = CpuPathPolicy(native_below_rows=sys.maxsize)
 
@@ -39,7 +39,7 @@ Q4_EVERY_STEP = CpuPathPolicy(native_below_rows=sys.maxsize)
 @pytest.fixture(scope="module")
 def q4(kernel_build_dir) -> Q4Context:
     if find_compiler() is None:
-        pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/q4_gemv.c")
+        pytest.skip("no C compiler (gcc or $CC) to build pagoda/kernels/cpu/q4_gemv.c")
     lib = Q4Gemv.load(kernel_build_dir)
     if lib.best_isa() < 1:
         pytest.skip("this CPU lacks AVX2, so the engine keeps PyTorch's int4 kernel")
@@ -51,7 +51,7 @@ def q4_chosen(monkeypatch, kernels_cache_dir, kernels_at_every_step):
     """The engine builds q4_gemv under the session's cache folder, and its calibration finds it
     the faster kernel at every step size (`kernels_at_every_step`)."""
     monkeypatch.setenv("PAGODA_CACHE_DIR", str(kernels_cache_dir))
-    monkeypatch.setattr("engine.quantization.native_kernels._unavailable", {})
+    monkeypatch.setattr("pagoda.engine.quantization.native_kernels._unavailable", {})
 
 
 def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -397,7 +397,7 @@ def test_default_model_through_amx_in_64_row_steps_predicts_like_dequantized(
 def test_no_compiler_means_pytorchs_int4_kernel(monkeypatch, tmp_path):
     monkeypatch.setenv("PAGODA_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
-    monkeypatch.setattr("engine.quantization.native_kernels._unavailable", {})
+    monkeypatch.setattr("pagoda.engine.quantization.native_kernels._unavailable", {})
     assert load_q4_context() is None
 
 

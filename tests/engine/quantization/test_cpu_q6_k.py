@@ -17,15 +17,15 @@ from dequantized_self import greedy_tokens, logits_error
 from gguf import GGMLQuantizationType as QType
 from tiny_gguf import random_blocks, write_tiny_gguf
 
-from engine.config import EngineConfig
-from engine.layers.linear import Placement, make_fused_linear, make_linear
-from engine.loading.loader import load_model
-from engine.quantization.cpu_int4 import CpuInt4Method
-from engine.quantization.cpu_paths import CpuPathPolicy
-from engine.quantization.cpu_q8 import CpuQ8Method, Q8Context
-from engine.quantization.split_int8 import CpuSplitInt8Method
-from engine.quantization.stacked import StackedMethod
-from engine.quantization.tensors import (
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.layers.linear import Placement, make_fused_linear, make_linear
+from pagoda.engine.loading.loader import load_model
+from pagoda.engine.quantization.cpu_int4 import CpuInt4Method
+from pagoda.engine.quantization.cpu_paths import CpuPathPolicy
+from pagoda.engine.quantization.cpu_q8 import CpuQ8Method, Q8Context
+from pagoda.engine.quantization.split_int8 import CpuSplitInt8Method
+from pagoda.engine.quantization.stacked import StackedMethod
+from pagoda.engine.quantization.tensors import (
     Int4Weight,
     Int8Weight,
     Q6KWeight,
@@ -35,8 +35,8 @@ from engine.quantization.tensors import (
     select_rows,
     widen_blocks,
 )
-from engine.worker.model_runner import ModelRunner
-from kernels.kernel_ops import TORCH_OPS
+from pagoda.engine.worker.model_runner import ModelRunner
+from pagoda.kernels.kernel_ops import TORCH_OPS
 from tests.engine.quantization.test_cpu_q4 import q4_chosen  # noqa: F401 (a fixture: our kernels at every step size)
 from tests.engine.quantization.test_cpu_q8 import q8  # noqa: F401 (a fixture: q8_gemv's context, where it runs)
 

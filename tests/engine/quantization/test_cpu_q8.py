@@ -13,24 +13,24 @@ from dequantized_self import greedy_tokens, logits_error
 from gguf import GGMLQuantizationType as QType
 from tiny_gguf import write_tiny_gguf
 
-from engine.config import EngineConfig
-from engine.layers.linear import Placement, make_linear
-from engine.loading.loader import load_model
-from engine.quantization import cpu_paths
-from engine.quantization.cpu_paths import CpuPathPolicy
-from engine.quantization.cpu_q8 import CpuQ8Method, Q8Context, load_q8_context
-from engine.quantization.split_int8 import CpuSplitInt8Method
-from engine.quantization.tensors import Int8Weight, dequantize, quantize_int8
-from engine.worker.model_runner import ModelRunner
-from kernels.cpu.native import find_compiler
-from kernels.cpu.q8_gemv import Q8Gemv
-from kernels.kernel_ops import TORCH_OPS
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.layers.linear import Placement, make_linear
+from pagoda.engine.loading.loader import load_model
+from pagoda.engine.quantization import cpu_paths
+from pagoda.engine.quantization.cpu_paths import CpuPathPolicy
+from pagoda.engine.quantization.cpu_q8 import CpuQ8Method, Q8Context, load_q8_context
+from pagoda.engine.quantization.split_int8 import CpuSplitInt8Method
+from pagoda.engine.quantization.tensors import Int8Weight, dequantize, quantize_int8
+from pagoda.engine.worker.model_runner import ModelRunner
+from pagoda.kernels.cpu.native import find_compiler
+from pagoda.kernels.cpu.q8_gemv import Q8Gemv
+from pagoda.kernels.kernel_ops import TORCH_OPS
 
 
 @pytest.fixture(scope="module")
 def q8(kernel_build_dir) -> Q8Context:
     if find_compiler() is None:
-        pytest.skip("no C compiler (gcc or $CC) to build kernels/cpu/q8_gemv.c")
+        pytest.skip("no C compiler (gcc or $CC) to build pagoda/kernels/cpu/q8_gemv.c")
     lib = Q8Gemv.load(kernel_build_dir)
     if lib.best_isa() < 1:
         pytest.skip("this CPU lacks AVX2, so the engine keeps the int4 halves")
@@ -43,7 +43,7 @@ def q8_chosen(monkeypatch, kernels_cache_dir, kernels_at_every_step):
     the layers at every step size (`kernels_at_every_step`; the choice itself is tested on
     timings below)."""
     monkeypatch.setenv("PAGODA_CACHE_DIR", str(kernels_cache_dir))
-    monkeypatch.setattr("engine.quantization.native_kernels._unavailable", {})
+    monkeypatch.setattr("pagoda.engine.quantization.native_kernels._unavailable", {})
     monkeypatch.setattr(cpu_paths, "choose_int8_kernel", lambda *args: (True, "chosen"))
 
 
@@ -156,5 +156,5 @@ def test_engine_without_the_library_runs_grouped_int8_as_int4_halves(monkeypatch
 def test_no_compiler_means_no_q8(monkeypatch, tmp_path):
     monkeypatch.setenv("PAGODA_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
-    monkeypatch.setattr("engine.quantization.native_kernels._unavailable", {})
+    monkeypatch.setattr("pagoda.engine.quantization.native_kernels._unavailable", {})
     assert load_q8_context() is None

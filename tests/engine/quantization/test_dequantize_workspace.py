@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from engine.quantization.dequantize_workspace import DequantWorkspace
-from engine.quantization.tensors import dequantize, quantize_int4, quantize_int8
-from kernels.cpu import native
+from pagoda.engine.quantization.dequantize_workspace import DequantWorkspace
+from pagoda.engine.quantization.tensors import dequantize, quantize_int4, quantize_int8
+from pagoda.kernels.cpu import native
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ import pytest
 import torch
 from expert_blocks import EXPERT_TYPES, expert_blocks, gguf_values
 
-from engine.errors import ModelLoadError
-from engine.quantization.expert_weights import IN_PLACE_EXPERT_TYPES, expert_weight
-from engine.quantization.tensors import GGUFRows, dequantize, select_rows
+from pagoda.engine.errors import ModelLoadError
+from pagoda.engine.quantization.expert_weights import IN_PLACE_EXPERT_TYPES, expert_weight
+from pagoda.engine.quantization.tensors import GGUFRows, dequantize, select_rows
 
 
 @pytest.mark.parametrize("kind", EXPERT_TYPES)

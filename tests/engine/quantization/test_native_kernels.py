@@ -2,8 +2,8 @@
 
 import pytest
 
-from engine.quantization import native_kernels
-from kernels.cpu import native
+from pagoda.engine.quantization import native_kernels
+from pagoda.kernels.cpu import native
 
 
 def test_kernels_build_under_the_cache_folder(monkeypatch, tmp_path):

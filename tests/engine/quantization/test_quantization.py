@@ -13,17 +13,17 @@ import torch.nn.functional as F
 from gguf import GGMLQuantizationType as QType
 from tiny_gguf import random_blocks
 
-from engine.config import EngineConfig
-from engine.layers.linear import Placement, make_linear
-from engine.layers.lm_head import refine_top_logits
-from engine.loading.loader import load_model, tokenizer_folder
-from engine.loading.on_load import apply_quantization
-from engine.quantization import cpu_paths
-from engine.quantization.cpu_int4 import CpuInt4Method
-from engine.quantization.cpu_int8 import CpuInt8Method
-from engine.quantization.cpu_paths import CpuPathPolicy, RowTimings
-from engine.quantization.dequantize_workspace import DequantWorkspace
-from engine.quantization.tensors import (
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.layers.linear import Placement, make_linear
+from pagoda.engine.layers.lm_head import refine_top_logits
+from pagoda.engine.loading.loader import load_model, tokenizer_folder
+from pagoda.engine.loading.on_load import apply_quantization
+from pagoda.engine.quantization import cpu_paths
+from pagoda.engine.quantization.cpu_int4 import CpuInt4Method
+from pagoda.engine.quantization.cpu_int8 import CpuInt8Method
+from pagoda.engine.quantization.cpu_paths import CpuPathPolicy, RowTimings
+from pagoda.engine.quantization.dequantize_workspace import DequantWorkspace
+from pagoda.engine.quantization.tensors import (
     Int4Weight,
     Int8Weight,
     Q6KWeight,
@@ -34,9 +34,9 @@ from engine.quantization.tensors import (
     quantize_int8,
     split_int8_into_int4,
 )
-from engine.worker.evaluation import compare, prompt_logits
-from engine.worker.model_runner import ModelRunner
-from kernels.kernel_ops import TORCH_OPS
+from pagoda.engine.worker.evaluation import compare, prompt_logits
+from pagoda.engine.worker.model_runner import ModelRunner
+from pagoda.kernels.kernel_ops import TORCH_OPS
 from tests.engine.tiny_models import save_tiny_model
 from tests.q4_k_weight import q4_k_weight
 

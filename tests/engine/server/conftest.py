@@ -2,10 +2,10 @@
 
 import pytest
 
-from engine.async_engine import AsyncEngine
-from engine.server.api import ServerSettings, build_app
-from engine.server.runner import ServerThread
-from engine.server.served import ServedModel
+from pagoda.engine.async_engine import AsyncEngine
+from pagoda.engine.server.api import ServerSettings, build_app
+from pagoda.engine.server.runner import ServerThread
+from pagoda.engine.server.served import ServedModel
 
 # One thread: the two cores are shared with the server's and the client's threads.
 ENGINE = {"num_kv_blocks": 128, "num_threads": 1}

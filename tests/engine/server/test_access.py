@@ -12,11 +12,11 @@ import httpx
 import pytest
 from fastapi.routing import APIRoute
 
-from engine.cli.serve import add_serve_options, run_serve
-from engine.server import runner
-from engine.server.api import ServerSettings, build_app
-from engine.server.runner import ServerThread
-from engine.server.security import PUBLIC_PATHS, host_name
+from pagoda.engine.cli.serve import add_serve_options, run_serve
+from pagoda.engine.server import runner
+from pagoda.engine.server.api import ServerSettings, build_app
+from pagoda.engine.server.runner import ServerThread
+from pagoda.engine.server.security import PUBLIC_PATHS, host_name
 
 KEY = "sk-test-0123456789"
 PROBES = {"/health", "/metrics"}
@@ -91,7 +91,7 @@ def test_a_server_on_loopback_refuses_a_request_naming_another_host(start, host:
 
 @pytest.mark.parametrize("host", ["localhost", "localhost:8000", "LOCALHOST.", "127.0.0.1",
                                   "127.0.0.1:1234", "127.0.0.2", "[::1]", "[::1]:8000",
-                                  "app.localhost:5173"])
+                                  "pagoda.app.localhost:5173"])
 def test_a_server_on_loopback_answers_loopback_names(start, host: str) -> None:
     server = start()
     assert send(server, "GET", "/v1/models", Host=host).status_code == 200

@@ -6,12 +6,12 @@ import httpx
 import pytest
 from openai import BadRequestError
 
-from engine.async_engine import AsyncEngine
-from engine.errors import PromptTooLongError
-from engine.server.api import ServerSettings
-from engine.server.runner import BindRefused, check_bind_address
-from engine.server.security import key_digest
-from engine.server.served import ServedModel
+from pagoda.engine.async_engine import AsyncEngine
+from pagoda.engine.errors import PromptTooLongError
+from pagoda.engine.server.api import ServerSettings
+from pagoda.engine.server.runner import BindRefused, check_bind_address
+from pagoda.engine.server.security import key_digest
+from pagoda.engine.server.served import ServedModel
 from tests.engine.server.conftest import MODEL
 
 KEY = "sk-test-0123456789"
@@ -288,7 +288,7 @@ def test_no_model_loaded_yet_answers_503(start_server):
 
 
 def test_prompt_too_long_error_keeps_the_engine_message(served):
-    from engine.server.errors import from_engine_error
+    from pagoda.engine.server.errors import from_engine_error
 
     error = from_engine_error(PromptTooLongError("the prompt has 9 tokens; context holds 8"),
                               "prompt")

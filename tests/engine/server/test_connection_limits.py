@@ -10,14 +10,14 @@ import time
 import httpx
 import pytest
 
-from engine.cli.serve import add_serve_options
-from engine.server.api import build_app
-from engine.server.connections import (
+from pagoda.engine.cli.serve import add_serve_options
+from pagoda.engine.server.api import build_app
+from pagoda.engine.server.connections import (
     DEFAULT_HEADER_TIMEOUT,
     DEFAULT_MAX_CONNECTIONS,
     ConnectionLimits,
 )
-from engine.server.runner import ServerThread
+from pagoda.engine.server.runner import ServerThread
 
 TIMEOUT = 0.5
 

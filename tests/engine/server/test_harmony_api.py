@@ -17,13 +17,13 @@ import pytest
 from anthropic import Anthropic, BadRequestError
 from openai import OpenAI
 
-from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
-from engine.server.api import build_app
-from engine.server.runner import ServerThread
-from engine.server.served import ServedModel
-from engine.structured_output.compiler import StructuredOutputCompiler
-from engine.structured_output.vocabulary import Vocabulary
-from engine.text.chat_tokenizer import ChatTokenizer
+from pagoda.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from pagoda.engine.server.api import build_app
+from pagoda.engine.server.runner import ServerThread
+from pagoda.engine.server.served import ServedModel
+from pagoda.engine.structured_output.compiler import StructuredOutputCompiler
+from pagoda.engine.structured_output.vocabulary import Vocabulary
+from pagoda.engine.text.chat_tokenizer import ChatTokenizer
 from tests.engine.harmony_chat import HARMONY_TEMPLATE, harmony_tokenizer, stop_token_ids
 
 ARGUMENTS = '{"location": "Tokyo", "unit": "celsius"}'

@@ -14,7 +14,7 @@ from anthropic import Anthropic, AuthenticationError, BadRequestError, NotFoundE
 from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
 
-from engine.server.api import ServerSettings
+from pagoda.engine.server.api import ServerSettings
 from tests.engine.server.conftest import MODEL
 
 # This SDK has no temperature argument: it goes in the body as the API still takes it.

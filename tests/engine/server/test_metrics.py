@@ -6,8 +6,8 @@ import time
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.errors import EngineDeadError
-from engine.server.served import ServedModel
+from pagoda.engine.errors import EngineDeadError
+from pagoda.engine.server.served import ServedModel
 from tests.engine.server.conftest import MODEL
 
 LONG = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 1500, "stream": True,

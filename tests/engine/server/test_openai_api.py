@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from engine.sampling_params import SamplingParams
+from pagoda.engine.sampling_params import SamplingParams
 from tests.engine.server.conftest import ENGINE, MODEL
 
 CHAT = [{"role": "system", "content": "You are terse."},
@@ -265,8 +265,8 @@ def test_openai_client_raises_on_errors(client):
 
 
 def test_a_stream_cut_by_an_engine_shutdown_ends_with_abort(start_server, make_engine):
-    from engine.async_engine import AsyncEngine
-    from engine.server.served import ServedModel
+    from pagoda.engine.async_engine import AsyncEngine
+    from pagoda.engine.server.served import ServedModel
 
     engine = AsyncEngine(engine=make_engine(**ENGINE))
     server = start_server(source=lambda: ServedModel(MODEL, engine, 2048))

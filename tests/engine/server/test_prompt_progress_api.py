@@ -14,8 +14,8 @@ LONG = "Read this twice. " * 40  # about 200 tokens: several chunks of 32
 
 @pytest.fixture(scope="module")
 def chunked_server(start_server, make_engine):
-    from engine.async_engine import AsyncEngine
-    from engine.server.served import ServedModel
+    from pagoda.engine.async_engine import AsyncEngine
+    from pagoda.engine.server.served import ServedModel
 
     engine = AsyncEngine(engine=make_engine(**ENGINE, max_num_batched_tokens=CHUNK))
     yield start_server(source=lambda: ServedModel(MODEL, engine, 2048))

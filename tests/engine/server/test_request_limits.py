@@ -9,11 +9,11 @@ import openai
 import pytest
 from openai import OpenAI
 
-from engine.server.admission import WorkBudget
-from engine.server.api import ServerSettings
-from engine.server.errors import APIError
-from engine.server.protocol import MAX_CHOICES
-from engine.server.security import DEFAULT_MAX_JSON_CONTAINERS, json_containers
+from pagoda.engine.server.admission import WorkBudget
+from pagoda.engine.server.api import ServerSettings
+from pagoda.engine.server.errors import APIError
+from pagoda.engine.server.protocol import MAX_CHOICES
+from pagoda.engine.server.security import DEFAULT_MAX_JSON_CONTAINERS, json_containers
 from tests.engine.server.conftest import MODEL
 from tests.engine.tokenizer_threads import hold_long_texts, note_encoding_threads
 

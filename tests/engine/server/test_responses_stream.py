@@ -6,7 +6,7 @@ from __future__ import annotations
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from engine.server.responses_stream import ResponseEvents
+from pagoda.engine.server.responses_stream import ResponseEvents
 
 EVENTS = TypeAdapter(ResponseStreamEvent)
 DELTAS = [

@@ -1,4 +1,4 @@
-"""`python -m engine serve`: refuses what it should before loading anything, then serves."""
+"""`python -m pagoda.engine serve`: refuses what it should before loading anything, then serves."""
 
 import argparse
 import concurrent.futures
@@ -16,9 +16,9 @@ import time
 import httpx
 import pytest
 
-from engine.cli.main import main
-from engine.cli.serve import run_serve
-from engine.server import runner
+from pagoda.engine.cli.main import main
+from pagoda.engine.cli.serve import run_serve
+from pagoda.engine.server import runner
 from tests.engine.structured_output.schemas import SLOW_REGEX
 
 
@@ -68,9 +68,9 @@ def test_serving_keeps_what_loaded_out_of_later_garbage_collections(monkeypatch)
 
 
 def start_serving(*options: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
-    """`python -m engine serve` on a free port as "tiny", and its address once it serves."""
+    """`python -m pagoda.engine serve` on a free port as "tiny", and its address once it serves."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "engine", "serve", "--port", "0", "--served-model-name", "tiny",
+        [sys.executable, "-m", "pagoda.engine", "serve", "--port", "0", "--served-model-name", "tiny",
          "--kv-cache-mb", "64", *options], stderr=subprocess.PIPE, text=True,
         env={**os.environ, **(env or {})})
     line = process.stderr.readline()
@@ -102,7 +102,7 @@ def test_serve_answers_until_interrupted(stop, tiny_model_folder):
 def test_the_listening_socket_turns_nagle_off_for_every_connection():
     # asyncio sets TCP_NODELAY only on sockets whose proto is IPPROTO_TCP; a keep-alive client
     # of a socket made with proto 0 waited ~40 ms for every answer (delayed ACK).
-    from engine.server.runner import bind
+    from pagoda.engine.server.runner import bind
 
     sock = bind("127.0.0.1", 0)
     try:

@@ -1,4 +1,4 @@
-"""`python -m engine serve`'s way of building and serving: from the load to streamed replies and
+"""`python -m pagoda.engine serve`'s way of building and serving: from the load to streamed replies and
 embeddings, only the engine thread calls into torch (not the HTTP thread, nor the
 tokenizers')."""
 
@@ -6,11 +6,11 @@ from openai import OpenAI
 from tiny_gguf import QType, write_tiny_gguf
 from torch_threads import torch_callers
 
-from engine.async_engine import AsyncEngine
-from engine.config import EngineConfig
-from engine.server.api import build_app
-from engine.server.runner import ServerThread
-from engine.server.served import ServedModel
+from pagoda.engine.async_engine import AsyncEngine
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.server.api import build_app
+from pagoda.engine.server.runner import ServerThread
+from pagoda.engine.server.served import ServedModel
 
 
 def test_serving_runs_torch_on_the_engine_thread_only(tmp_path):

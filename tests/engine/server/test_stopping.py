@@ -1,5 +1,5 @@
 """A server that stops ends its replies with a last chunk, leaves the engine serving, and logs
-nothing. (The `python -m engine serve` process under SIGINT and SIGTERM: test_serve_command.py.)"""
+nothing. (The `python -m pagoda.engine serve` process under SIGINT and SIGTERM: test_serve_command.py.)"""
 
 import asyncio
 import concurrent.futures
@@ -10,8 +10,8 @@ import httpx
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 
-from engine.server import runner
-from engine.server.runner import ServerThread
+from pagoda.engine.server import runner
+from pagoda.engine.server.runner import ServerThread
 from tests.engine.server.conftest import MODEL
 
 LONG = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 1500, "stream": True,

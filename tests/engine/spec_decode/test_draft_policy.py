@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine.core.sequence import Sequence
-from engine.sampling_params import SamplingParams
-from engine.spec_decode.draft_policy import TREND_STEPS, DraftCandidate, DraftingTrend, plan_drafts
-from engine.spec_decode.ngram_proposer import NgramProposer
-from engine.spec_decode.step_cost import FASTER_WEIGHT, SLOWER_WEIGHT, StepCost
+from pagoda.engine.core.sequence import Sequence
+from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.spec_decode.draft_policy import TREND_STEPS, DraftCandidate, DraftingTrend, plan_drafts
+from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
+from pagoda.engine.spec_decode.step_cost import FASTER_WEIGHT, SLOWER_WEIGHT, StepCost
 
 FREE_ROWS = StepCost({1: 0.0100, 2: 0.0101, 3: 0.0102, 6: 0.0110, 12: 0.0125})
 COSTLY_ROWS = StepCost({1: 0.0556, 4: 0.111})

@@ -8,11 +8,11 @@ from dataclasses import replace
 import pytest
 from transformers import LlamaConfig
 
-from engine.models.architecture import MoESpec, sparse_layers
-from engine.models.registry import architecture_of
-from engine.spec_decode.draft_policy import DraftCandidate, plan_drafts
-from engine.spec_decode.step_cost import ExpertStepWork, StepCost
-from engine.worker.calibration import step_work
+from pagoda.engine.models.architecture import MoESpec, sparse_layers
+from pagoda.engine.models.registry import architecture_of
+from pagoda.engine.spec_decode.draft_policy import DraftCandidate, plan_drafts
+from pagoda.engine.spec_decode.step_cost import ExpertStepWork, StepCost
+from pagoda.engine.worker.calibration import step_work
 
 A3B = ExpertStepWork(num_experts=128, top_k=8, dense_share=0.4)
 # Measured at 1-3 rows where each more row costs nearly a whole step (a compute-bound CPU).

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.config import EngineConfig
-from engine.core.sequence import Sequence
-from engine.sampling_params import SamplingParams
-from engine.spec_decode.ngram_proposer import DEFAULT_ACCEPTANCE, NgramProposer
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.core.sequence import Sequence
+from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.spec_decode.ngram_proposer import DEFAULT_ACCEPTANCE, NgramProposer
 
 
 def seq(tokens: list[int]) -> Sequence:

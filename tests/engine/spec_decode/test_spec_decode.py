@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine import SamplingParams
-from engine.text.chat_template import encode_chat
+from pagoda.engine import SamplingParams
+from pagoda.engine.text.chat_template import encode_chat
 from tests.engine.test_batch_invariance import make_prompt
 
 # See test_parity: on a small shared machine one thread is several times faster than two.

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import xgrammar as xgr
 
-from engine.errors import StructuredOutputError
-from engine.sampling_params import StructuredOutputsParams
-from engine.structured_output.compiler import StructuredOutputCompiler
-from engine.structured_output.vocabulary import Vocabulary
+from pagoda.engine.errors import StructuredOutputError
+from pagoda.engine.sampling_params import StructuredOutputsParams
+from pagoda.engine.structured_output.compiler import StructuredOutputCompiler
+from pagoda.engine.structured_output.vocabulary import Vocabulary
 
 
 @pytest.fixture(scope="module")

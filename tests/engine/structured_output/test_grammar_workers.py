@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from engine.errors import EngineDeadError, StructuredOutputError
-from engine.structured_output.vocabulary import Vocabulary
-from engine.structured_output.workers import GrammarWorkers
+from pagoda.engine.errors import EngineDeadError, StructuredOutputError
+from pagoda.engine.structured_output.vocabulary import Vocabulary
+from pagoda.engine.structured_output.workers import GrammarWorkers
 from tests.engine.structured_output.schemas import SLOW_REGEX
 
 pytestmark = pytest.mark.slow  # each test starts compile processes (xgrammar imports torch)
@@ -116,8 +116,8 @@ import asyncio, pathlib, sys
 with open(sys.argv[1], "a") as runs:
     runs.write("ran\\n")  # a spawned child would run this again, as its own __main__
 from transformers import AutoTokenizer
-from engine.structured_output.vocabulary import Vocabulary
-from engine.structured_output.workers import GrammarWorkers
+from pagoda.engine.structured_output.vocabulary import Vocabulary
+from pagoda.engine.structured_output.workers import GrammarWorkers
 tokenizer = AutoTokenizer.from_pretrained(sys.argv[2])
 workers = GrammarWorkers(Vocabulary(tokenizer, len(tokenizer), [2]))
 asyncio.run(workers.compile("json", '{"type": "object"}'))
@@ -146,7 +146,7 @@ def test_a_script_without_a_main_guard_compiles_and_is_not_run_again(tmp_path,
 def test_a_frozen_app_compiles_in_a_spawned_process(vocabulary, monkeypatch):
     # The PyInstaller bundle has no `python -c`: multiprocessing's spawn, which its
     # freeze_support answers, starts the process there.
-    monkeypatch.setattr("engine.structured_output.workers._uses_spawn", lambda: True)
+    monkeypatch.setattr("pagoda.engine.structured_output.workers._uses_spawn", lambda: True)
     workers = GrammarWorkers(vocabulary)
     try:
         assert asyncio.run(workers.compile("json", PERSON)) is not None

@@ -14,15 +14,15 @@ import pytest
 import torch
 import xgrammar as xgr
 
-from engine.errors import StructuredOutputError
-from engine.llm import LLM
-from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
-from engine.parsers.harmony import HarmonyParser
-from engine.parsers.harmony_frame import framed
-from engine.parsers.tool_use import ToolUse
-from engine.sampling_params import StructuredOutputsParams
-from engine.structured_output.compiler import StructuredOutputCompiler
-from engine.structured_output.vocabulary import Vocabulary
+from pagoda.engine.errors import StructuredOutputError
+from pagoda.engine.llm import LLM
+from pagoda.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from pagoda.engine.parsers.harmony import HarmonyParser
+from pagoda.engine.parsers.harmony_frame import framed
+from pagoda.engine.parsers.tool_use import ToolUse
+from pagoda.engine.sampling_params import StructuredOutputsParams
+from pagoda.engine.structured_output.compiler import StructuredOutputCompiler
+from pagoda.engine.structured_output.vocabulary import Vocabulary
 from tests.engine.harmony_chat import harmony_tokenizer, stop_token_ids
 
 WEATHER = {"type": "object", "properties": {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.errors import StructuredOutputError
-from engine.structured_output.json_schema import MAX_SCHEMA_DEPTH, check_schema
+from pagoda.engine.errors import StructuredOutputError
+from pagoda.engine.structured_output.json_schema import MAX_SCHEMA_DEPTH, check_schema
 from tests.engine.structured_output.schemas import SCHEMAS
 
 _INTS = {"type": "array", "items": {"type": "integer"}}

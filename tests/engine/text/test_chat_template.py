@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import transformers
 
-from engine.errors import ChatTemplateError
-from engine.loading.loader import default_model_file, tokenizer_folder
-from engine.text.chat_template import encode_chat, render_chat
-from engine.text.chat_tokenizer import ChatTokenizer
+from pagoda.engine.errors import ChatTemplateError
+from pagoda.engine.loading.loader import default_model_file, tokenizer_folder
+from pagoda.engine.text.chat_template import encode_chat, render_chat
+from pagoda.engine.text.chat_tokenizer import ChatTokenizer
 
 ROOT = Path(__file__).resolve().parents[3]
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
@@ -141,8 +141,8 @@ PROBE = textwrap.dedent("""
     import json, resource, sys, time
     resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
     import transformers
-    from engine.text.chat_template import render_chat
-    from engine.loading.loader import default_model_file, tokenizer_folder
+    from pagoda.engine.text.chat_template import render_chat
+    from pagoda.engine.loading.loader import default_model_file, tokenizer_folder
     tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_folder(default_model_file()))
     results = {}
     for name, template in json.loads(sys.argv[1]).items():

@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
-from engine.errors import InvalidTextError, PromptTooLongError
-from engine.text.chat_template import encode_chat
-from engine.text.chat_tokenizer import LONG_TEXT_CHARS, ChatTokenizer, longest_token_chars
+from pagoda.engine.errors import InvalidTextError, PromptTooLongError
+from pagoda.engine.text.chat_template import encode_chat
+from pagoda.engine.text.chat_tokenizer import LONG_TEXT_CHARS, ChatTokenizer, longest_token_chars
 from tests.engine.tokenizer_threads import hold_long_texts, note_encoding_threads
 
 TIMEOUT_S = 30

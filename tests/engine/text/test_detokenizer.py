@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.text.detokenizer import DetokenizerUpdate, IncrementalDetokenizer
+from pagoda.engine.text.detokenizer import DetokenizerUpdate, IncrementalDetokenizer
 from tests.engine.hf_reference import transformers_reading_gguf_quickly
 
 ENGLISH = "The quick brown fox jumps over the lazy dog. It was not amused, and said so."

@@ -4,7 +4,7 @@ message, as gpt-oss's does)."""
 
 from __future__ import annotations
 
-from engine.text.chat_template import encode_chat
+from pagoda.engine.text.chat_template import encode_chat
 from tests.engine.harmony_chat import harmony_tokenizer
 
 

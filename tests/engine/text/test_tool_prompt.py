@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from engine.text.chat_template import encode_chat
+from pagoda.engine.text.chat_template import encode_chat
 
 TOOL = {"type": "function", "function": {"name": "get_weather", "description": "A city's weather",
                                          "parameters": {"type": "object"}}}

@@ -2,7 +2,7 @@
 
 from itertools import pairwise
 
-from engine.worker.model_runner import group_by_length
+from pagoda.engine.worker.model_runner import group_by_length
 
 
 def test_similar_lengths_share_one_group():

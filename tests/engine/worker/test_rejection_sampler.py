@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.sampling_params import SamplingParams
-from engine.worker.rejection_sampler import RejectionSampler
-from engine.worker.sampler import Sampler, SamplingMetadata, SamplingRow
+from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.worker.rejection_sampler import RejectionSampler
+from pagoda.engine.worker.sampler import Sampler, SamplingMetadata, SamplingRow
 
 CPU = torch.device("cpu")
 VOCAB = 6

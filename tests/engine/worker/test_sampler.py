@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from engine.sampling_params import SamplingParams
-from engine.worker.sampler import (
+from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.worker.sampler import (
     TOP_P_CANDIDATES,
     Sampler,
     SamplingMetadata,

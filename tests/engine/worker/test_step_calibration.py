@@ -3,9 +3,9 @@ engine's own steps, and the cost model deciding drafts without changing a greedy
 
 from __future__ import annotations
 
-from engine import SamplingParams
-from engine.text.chat_template import encode_chat
-from engine.worker.calibration import CALIBRATION_REPEATS, calibrate_step_cost
+from pagoda.engine import SamplingParams
+from pagoda.engine.text.chat_template import encode_chat
+from pagoda.engine.worker.calibration import CALIBRATION_REPEATS, calibrate_step_cost
 
 COPY = "Repeat this list exactly: apples, pears, plums, figs, dates, limes, kiwis, grapes."
 OPEN = "Write a short story about a dragon who learns to bake bread."

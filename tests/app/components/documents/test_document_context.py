@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.components.documents import (
+from pagoda.app.components.documents import (
     Chunk,
     Document,
     Hit,
@@ -14,7 +14,7 @@ from app.components.documents import (
     retrieved_passages_message,
     whole_documents_message,
 )
-from app.components.documents.document import join_pages
+from pagoda.app.components.documents.document import join_pages
 
 
 def pdf(name: str, pages: list[str]) -> Document:

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.components.documents import fts_query
-from app.components.documents.retrieval_query import MAX_TERM_CHARS, MAX_TERMS
+from pagoda.app.components.documents import fts_query
+from pagoda.app.components.documents.retrieval_query import MAX_TERM_CHARS, MAX_TERMS
 
 PASSAGES = [
     "The harbour master counted forty boats at dawn.",

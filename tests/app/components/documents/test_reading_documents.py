@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.components.documents import (
+from pagoda.app.components.documents import (
     DocumentTooLargeError,
     EmptyDocumentError,
     EncryptedDocumentError,
@@ -21,8 +21,8 @@ from app.components.documents import (
     office,
     pdf,
 )
-from app.components.documents.convert import convert_document
-from app.components.documents.pdf_lines import prose_text
+from pagoda.app.components.documents.convert import convert_document
+from pagoda.app.components.documents.pdf_lines import prose_text
 from tests.app.components.documents.document_files import (
     write_docx,
     write_long_pdf,
@@ -450,7 +450,7 @@ def test_missing_file_is_refused_naming_it(tmp_path: Path) -> None:
 
 
 def test_importing_the_package_leaves_markitdown_and_pdfium_unloaded() -> None:
-    probe = ("import sys, app.components.documents; "
+    probe = ("import sys, pagoda.app.components.documents; "
              "print(sorted({'markitdown', 'pypdfium2', 'charset_normalizer'} & set(sys.modules)))")
 
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from app.components.documents import chunk_document
-from app.components.documents.convert import convert_document
+from pagoda.app.components.documents import chunk_document
+from pagoda.app.components.documents.convert import convert_document
 from tests.app.components.documents.document_files import write_long_pdf
 
 PAGES = 200

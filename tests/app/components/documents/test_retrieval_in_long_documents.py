@@ -10,9 +10,9 @@ from reportlab.pdfbase import pdfmetrics
 from reportlab.pdfbase.cidfonts import UnicodeCIDFont
 from reportlab.pdfgen.canvas import Canvas
 
-from app.components.chat_documents import attachment_of
-from app.components.documents import chunk_document, fts_query, read_document
-from app.store import ConversationStore
+from pagoda.app.components.chat_documents import attachment_of
+from pagoda.app.components.documents import chunk_document, fts_query, read_document
+from pagoda.app.store import ConversationStore
 
 PAGES = 200
 ANSWER_PAGE = 137

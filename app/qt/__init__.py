@@ -1,1 +1,0 @@
-"""The Qt window: widgets render the models of app.components and forward input to them."""

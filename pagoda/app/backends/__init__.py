@@ -1,0 +1,64 @@
+"""The app's backends: the seam (ChatBackend), the data it passes and the errors it raises.
+
+The backends themselves are imported from their modules: pagoda.app.backends.local (the engine in
+this process) and pagoda.app.backends.openai_remote (an OpenAI-compatible server), so that using one
+never loads the other's dependencies (torch, httpx).
+"""
+
+from pagoda.app.backends.errors import (
+    BackendError,
+    BackendNotAnsweringError,
+    BackendStoppedError,
+    BackendUnreachableError,
+    ConnectionDroppedError,
+    InvalidAddressError,
+    InvalidRequestError,
+    MalformedStreamError,
+    ModelLoadingError,
+    ModelNotFoundError,
+    PromptTooLongError,
+    ServerError,
+    UnauthorizedError,
+)
+from pagoda.app.backends.protocol import ChatBackend
+from pagoda.app.backends.types import (
+    BackendStats,
+    ChatMessage,
+    FinishReason,
+    PromptProgress,
+    ReplyChunk,
+    ReplyFormat,
+    SamplingOptions,
+    TokenCount,
+    ToolCallRecord,
+    ToolSpec,
+    chat_cache_tag,
+)
+
+__all__ = [
+    "BackendError",
+    "BackendNotAnsweringError",
+    "BackendStats",
+    "BackendStoppedError",
+    "BackendUnreachableError",
+    "ChatBackend",
+    "ChatMessage",
+    "ConnectionDroppedError",
+    "FinishReason",
+    "InvalidAddressError",
+    "InvalidRequestError",
+    "MalformedStreamError",
+    "ModelLoadingError",
+    "ModelNotFoundError",
+    "PromptProgress",
+    "PromptTooLongError",
+    "ReplyChunk",
+    "ReplyFormat",
+    "SamplingOptions",
+    "ServerError",
+    "TokenCount",
+    "ToolCallRecord",
+    "ToolSpec",
+    "UnauthorizedError",
+    "chat_cache_tag",
+]

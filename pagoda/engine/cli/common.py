@@ -1,0 +1,100 @@
+"""What every command line shares: the model and engine options, sampling, and how it speaks."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pagoda.engine.config import KV_CACHE_DTYPES, QUANTIZATIONS
+from pagoda.engine.sampling_params import SamplingParams
+
+_DIM, _RESET = "\x1b[2m", "\x1b[0m"
+
+
+def add_common_options(parser: argparse.ArgumentParser, *, temperature: float, top_p: float,
+                        max_tokens: int, repetition_penalty: float) -> None:
+    add_model_options(parser)
+    sampling = parser.add_argument_group("sampling")
+    sampling.add_argument("--temperature", type=float, default=temperature,
+                          help=f"0 is greedy (default: {temperature})")
+    sampling.add_argument("--top-p", type=float, default=top_p, help=f"(default: {top_p})")
+    sampling.add_argument("--top-k", type=int, default=-1, help="-1 disables it (default)")
+    sampling.add_argument("--min-p", type=float, default=0.0, help="0 disables it (default)")
+    sampling.add_argument("--repetition-penalty", type=float, default=repetition_penalty,
+                          help=f"1 disables it (default: {repetition_penalty})")
+    sampling.add_argument("--max-tokens", type=int, default=max_tokens,
+                          help=f"the most tokens per reply (default: {max_tokens})")
+    sampling.add_argument("--seed", type=int, help="make sampling reproducible")
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """Which model to load and how the engine holds it: shared by every command."""
+    parser.add_argument("--model", metavar="PATH",
+                        help="a Hugging Face model folder or a .gguf file "
+                             "(default: the bundled SmolLM2-135M-Instruct)")
+    engine = parser.add_argument_group("engine")
+    engine.add_argument("--device", default=None, metavar="DEVICE",
+                        help="cpu or cuda (default: cpu)")
+    engine.add_argument("--kv-cache-mb", type=_positive_int, metavar="MB",
+                        help="memory for the KV cache (default: two full contexts of the model, "
+                             "at most 1024 MB and a quarter of the memory available)")
+    engine.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES,
+                        help="what the KV cache keeps keys and values in (default: auto, the "
+                             "compute dtype)")
+    engine.add_argument("--max-num-seqs", type=_positive_int, metavar="N",
+                        help="the most requests computed together (default: 64)")
+    engine.add_argument("--speculative-tokens", type=int, metavar="K",
+                        help="draft K tokens per step by prompt lookup (default: 0, off)")
+    engine.add_argument("--quantization", choices=QUANTIZATIONS,
+                        help="how weights are kept: auto (a .gguf keeps its own quantization, a "
+                             "folder loads as stored), none (all float), int8 or int4 "
+                             "(quantized on load) (default: auto)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log progress (model conversion, loading)")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
+    return value
+
+
+def sampling_params(args: argparse.Namespace) -> SamplingParams:
+    return SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                          min_p=args.min_p, repetition_penalty=args.repetition_penalty,
+                          max_tokens=args.max_tokens, seed=args.seed)
+
+
+def engine_options(args: argparse.Namespace) -> dict[str, int | str]:
+    """The EngineConfig fields set on the command line; the rest keep EngineConfig's defaults."""
+    options = {}
+    if args.device is not None:
+        options["device"] = args.device
+    if args.kv_cache_mb is not None:
+        options["kv_cache_memory"] = args.kv_cache_mb << 20
+    if args.kv_cache_dtype is not None:
+        options["kv_cache_dtype"] = args.kv_cache_dtype
+    if args.max_num_seqs is not None:
+        options["max_num_seqs"] = args.max_num_seqs
+    if args.speculative_tokens is not None:
+        options["num_speculative_tokens"] = args.speculative_tokens
+    if args.quantization is not None:
+        options["quantization"] = args.quantization
+    return options
+
+
+def require_chat_template(tokenizer, model: str | None) -> None:
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(f"the model {model or '(default)'} has no chat template: "
+                         "use `generate` without --chat, or pick an instruction-tuned model")
+
+
+def note(text: str) -> None:
+    if sys.stderr.isatty():
+        text = f"{_DIM}{text}{_RESET}"
+    print(text, file=sys.stderr, flush=True)
+
+
+def error(text: str) -> None:
+    print(f"error: {text}", file=sys.stderr, flush=True)

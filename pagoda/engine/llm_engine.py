@@ -1,0 +1,481 @@
+"""The synchronous engine: add requests, step, get outputs. One thread drives it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import GenerationConfig
+
+from pagoda.engine.config import EngineConfig, SchedulerConfig
+from pagoda.engine.core.kv_cache_manager import KVCacheManager
+from pagoda.engine.core.scheduler import Scheduler, SchedulerOutput
+from pagoda.engine.core.sequence import Sequence
+from pagoda.engine.disk_cache.block_io import group_block_ios
+from pagoda.engine.disk_cache.store import DiskCacheStats, check_cache_tag
+from pagoda.engine.disk_cache.tier import DiskPrefixCache, model_fingerprint, open_disk_prefix_cache
+from pagoda.engine.errors import PromptTooLongError
+from pagoda.engine.loading.loader import LoadedModel, load_model
+from pagoda.engine.loading.model_info import check_model_fits
+from pagoda.engine.outputs import CompletionOutput, Logprob, PromptProgress, RequestOutput, TokenLogprobs
+from pagoda.engine.sampling_params import PoolingParams, SamplingParams
+from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
+from pagoda.engine.spec_decode.step_cost import StepCost
+from pagoda.engine.structured_output.compiler import StructuredOutputCompiler
+from pagoda.engine.structured_output.matcher import GrammarState
+from pagoda.engine.structured_output.vocabulary import Vocabulary
+from pagoda.engine.text.detokenizer import IncrementalDetokenizer
+from pagoda.engine.text.unicode import check_encodable
+from pagoda.engine.worker.calibration import calibrate_step_cost
+from pagoda.engine.worker.logits_controls import bad_words_token_ids
+from pagoda.engine.worker.logprobs import SampledLogprobs
+from pagoda.engine.worker.model_runner import ModelRunner
+from pagoda.engine.worker.pooler import pooled_vector
+
+logger = logging.getLogger(__name__)
+
+_THROUGHPUT_WINDOW_S = 10.0
+
+
+@dataclass(slots=True, frozen=True)
+class EngineStats:
+    """An immutable snapshot, safe to hand to another thread.
+
+    spec_draft_tokens / spec_accepted_tokens: tokens proposed by speculative decoding and those the
+    model kept; spec_acceptance_rate is their ratio, None while speculation is off or has proposed
+    nothing yet. spec_status says whether the recent steps that had drafts to offer verified
+    them ("drafts off: 13% accepted": a trend over many steps, which does not flip with each
+    step's own decision), spec_reason how often and why the latest did or did not ("..., and a
+    2-row step costs 1.33x a 1-row step here"); both None until such a step.
+    """
+
+    num_running: int
+    num_waiting: int
+    kv_cache_usage: float
+    num_kv_blocks: int
+    prefix_cache_hit_rate: float
+    generation_tokens_per_s: float
+    num_preemptions: int
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
+    spec_acceptance_rate: float | None = None
+    disk_cache: DiskCacheStats | None = None  # the prefix cache's disk tier, when it has one
+    spec_status: str | None = None
+    spec_reason: str | None = None
+
+
+class LLMEngine:
+    def __init__(self, model: str | None = None, config: EngineConfig | None = None,
+                 loaded: LoadedModel | None = None, release_weights: bool | None = None) -> None:
+        """release_weights: hand loaded.weights over to the model, emptying it as layers are
+        built (the default when the engine loads the model itself); a caller that builds more
+        engines from one LoadedModel keeps it."""
+        self.config = config or EngineConfig()
+        torch.set_num_threads(self.config.resolved_num_threads())
+        if loaded is None:
+            check_model_fits(model, self.config)
+        self.loaded = loaded or load_model(model, self.config.dtype,
+                                           quantization=self.config.quantization)
+        self.tokenizer = self.loaded.tokenizer
+        release = loaded is None if release_weights is None else release_weights
+        self.runner = ModelRunner(self.loaded, self.config, release)
+        self.max_model_len = self.runner.max_model_len
+        # The longest sequence one request can run here: the context allowed, within what the
+        # KV cache's first group holds (its blocks are all kept: the full-attention layers;
+        # windowed layers keep only their windows, so at the same memory that reaches further).
+        self.usable_context_len = min(self.max_model_len, self._kv_cache_capacity())
+        # The width of a pooling request's vector.
+        self.hidden_size = self.runner.model.shape.hidden_size
+        self.disk_cache = self._open_disk_cache()
+        self.kv_cache = KVCacheManager(self.runner.kv_cache_groups, self.config.block_size,
+                                       self.config.enable_prefix_caching, self.disk_cache)
+        proposer = _proposer(self.config)
+        measure = proposer is not None and self.config.speculative_cost_model
+        self.step_cost = self._calibrate() if measure else StepCost()
+        self.scheduler = Scheduler(
+            SchedulerConfig(self.config.max_num_seqs, self.config.max_num_batched_tokens,
+                            self.max_model_len, self.config.speculative_disable_by_batch_size),
+            self.kv_cache, proposer, self.step_cost)
+        self.eos_token_ids = _eos_token_ids(self.loaded)
+        self.vocabulary = Vocabulary(self.tokenizer, self.runner.vocab_size, self.eos_token_ids)
+        # Thread-safe: AsyncEngine compiles on a thread of its own, LLM on the caller's.
+        self.grammar_compiler = StructuredOutputCompiler(self.vocabulary)
+        self._requests: dict[str, tuple[Sequence, IncrementalDetokenizer]] = {}
+        # The logprobs of each request that asked for them, so far, and its prompt's.
+        self._logprobs: dict[str, list[TokenLogprobs]] = {}
+        self._prompt_logprobs: dict[str, list[TokenLogprobs | None]] = {}
+        self._token_times: deque[tuple[float, int]] = deque()
+        self._window_tokens = 0  # the sum of _token_times' counts
+        self._num_preemptions = 0
+
+    def add_request(self, request_id: str, prompt: str | list[int],
+                    params: SamplingParams | PoolingParams | None = None,
+                    cache_tag: str | None = None, grammar: object | None = None) -> None:
+        """params: SamplingParams for a reply, or PoolingParams to read the prompt into one
+        vector (its final output's `embedding`; see PoolingParams).
+        cache_tag: a name for whatever this request belongs to (a chat); the blocks it uses
+        on disk are listed under it, so pagoda.engine.disk_cache.store.forget_tag can remove them later.
+        grammar: params.structured_outputs already compiled by `grammar_compiler` (off this
+        thread); without it a constrained request is compiled here."""
+        params = params or SamplingParams()
+        if request_id in self._requests:
+            raise ValueError(f"request_id {request_id!r} is already running")
+        if cache_tag is not None:
+            check_cache_tag(cache_tag)
+        prompt_text = prompt if isinstance(prompt, str) else None
+        if prompt_text is not None:
+            check_encodable(prompt_text, "the prompt")
+        token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if isinstance(params, PoolingParams):
+            seq = self._pooling_sequence(request_id, token_ids, params, prompt_text, cache_tag)
+        else:
+            seq = self._sampling_sequence(request_id, token_ids, params, prompt_text, cache_tag,
+                                          grammar)
+        detok = IncrementalDetokenizer(self.tokenizer, token_ids, seq.params.stop,
+                                       seq.params.skip_special_tokens, self.eos_token_ids)
+        self._requests[request_id] = (seq, detok)
+        if seq.params.logprobs is not None:
+            self._logprobs[request_id] = []
+        if seq.params.prompt_logprobs is not None:
+            self._prompt_logprobs[request_id] = [None] * len(token_ids)
+        self.scheduler.add(seq)
+
+    def _sampling_sequence(self, request_id: str, token_ids: list[int], params: SamplingParams,
+                           prompt_text: str | None, cache_tag: str | None,
+                           grammar: object | None) -> Sequence:
+        self._validate_prompt(token_ids, reply_tokens=1)
+        self._validate_token_ids(params)
+        seq = Sequence(request_id, token_ids, params, self.eos_token_ids, prompt=prompt_text,
+                       cache_tag=cache_tag)
+        if params.structured_outputs is not None:
+            seq.grammar = GrammarState(grammar or self.grammar_compiler.compile(
+                params.structured_outputs))
+        if params.bad_words:
+            seq.bad_words_token_ids = bad_words_token_ids(self.tokenizer, params.bad_words)
+        return seq
+
+    def _pooling_sequence(self, request_id: str, token_ids: list[int], params: PoolingParams,
+                          prompt_text: str | None, cache_tag: str | None) -> Sequence:
+        if cache_tag is not None:
+            raise ValueError("a pooling request keeps no blocks in the prefix cache, so it "
+                             "takes no cache_tag: leave it out")
+        self._validate_prompt(token_ids, reply_tokens=0)
+        return Sequence(request_id, token_ids, SamplingParams(), self.eos_token_ids,
+                        prompt=prompt_text, pooling=params)
+
+    def abort_request(self, request_id: str) -> RequestOutput | None:
+        """End a request now and free its blocks; returns its final output if it was live."""
+        entry = self._requests.get(request_id)
+        if entry is None:
+            return None
+        self.scheduler.finish(entry[0], "abort")
+        out = self._output(self._requests[request_id][0], self._requests[request_id][1], [])
+        self._forget(request_id)
+        return out
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self._requests)
+
+    def step(self) -> list[RequestOutput]:
+        sched = self.scheduler.schedule()
+        self._num_preemptions += len(sched.preempted)
+        advanced: list[Sequence] = []
+        if not sched.is_empty:
+            began = time.perf_counter()
+            try:
+                result = self.runner.execute(sched)
+            except Exception as exc:  # a failed step fails its requests, never the engine
+                logger.exception("engine step failed")
+                return self._fail(sched, exc)
+            seconds = time.perf_counter() - began
+            self._observe_prefill(sched, seconds)
+            self._observe_decode(sched, seconds)
+            advanced = self.scheduler.update_from_output(sched, result.sampled)
+            self._record_tokens(sum(n for _, n in advanced))
+            logprobs = {item.seq.request_id: entries
+                        for item, entries in zip(sched.scheduled, result.logprobs, strict=True)
+                        if entries is not None}
+            self._record_prompt_logprobs(sched, result.prompt_logprobs)
+            return self._collect_outputs(advanced, logprobs) + self._progress_outputs(sched)
+        return self._collect_outputs(advanced, {}) + self._progress_outputs(sched)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Write what the disk tier still has queued; the engine can still step afterwards, but
+        nothing more is saved. Idempotent."""
+        if self.disk_cache is not None:
+            self.disk_cache.close(timeout)
+
+    def stats(self) -> EngineStats:
+        kv = self.kv_cache.stats()
+        spec, drafting = self.scheduler.proposer, self.scheduler.drafting
+        return EngineStats(len(self.scheduler.running), len(self.scheduler.waiting), kv.usage,
+                           kv.num_blocks, kv.prefix_hit_rate, self._recent_throughput(),
+                           self._num_preemptions,
+                           spec_draft_tokens=spec.num_draft_tokens if spec else 0,
+                           spec_accepted_tokens=spec.num_accepted_tokens if spec else 0,
+                           spec_acceptance_rate=spec.acceptance_rate if spec else None,
+                           disk_cache=self.disk_cache.stats() if self.disk_cache else None,
+                           spec_status=drafting.headline(),
+                           spec_reason=drafting.reason())
+
+    def _open_disk_cache(self) -> DiskPrefixCache | None:
+        """The prefix cache's disk tier, when config.disk_cache_dir names a folder, for this
+        model made this way (see pagoda.engine.disk_cache.tier)."""
+        c = self.config
+        if c.disk_cache_dir is None or not c.enable_prefix_caching:
+            return None
+        shape = self.runner.model.shape
+        settings = {"dtype": self.runner.dtype, "quantization": c.quantization,
+                    "kernels": self.runner.model.ops.name, "device": self.runner.device.type,
+                    "block_size": c.block_size, "layers": shape.num_layers,
+                    "kv_heads": shape.num_kv_heads, "head_dim": shape.head_dim,
+                    "architecture": type(self.runner.model).__name__}
+        if self.runner.kv_dtype != self.runner.dtype:
+            # Only then: caches written before the KV dtype was a setting stay valid.
+            settings["kv_cache_dtype"] = self.runner.kv_dtype
+        layout = self.runner.kv_layout
+        ios = group_block_ios(self.runner.kv_caches, [layers for _, layers in layout])
+        if len(ios) > 1:
+            # Only then, as the KV dtype: a model of one group keeps its files. Each group's
+            # layers and block shape, so no file of another grouping is read as a group's part.
+            settings["kv_groups"] = ";".join(
+                f"window {window}: layers {list(layers)} {list(io.block_shape)}"
+                for (window, layers), io in zip(layout, ios, strict=True))
+        fingerprint = model_fingerprint(self.loaded.path, settings)
+        return open_disk_prefix_cache(Path(c.disk_cache_dir), c.disk_cache_bytes, fingerprint,
+                                      ios)
+
+    def _validate_prompt(self, token_ids: list[int], reply_tokens: int) -> None:
+        """reply_tokens: the room the prompt must leave (1 for a reply's first token, 0 for a
+        pooling request, which is only read)."""
+        if not token_ids:
+            raise ValueError("the prompt is empty: give at least one token")
+        vocab = self.runner.vocab_size
+        bad = [t for t in token_ids if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary [0, {vocab})")
+        together = " (prompt and reply together)" if reply_tokens else ""
+        if len(token_ids) + reply_tokens > self.max_model_len:
+            raise PromptTooLongError(
+                f"the prompt has {len(token_ids)} tokens but the model's context holds "
+                f"{self.max_model_len}{together}: shorten the prompt")
+        capacity = self._kv_cache_capacity()
+        if len(token_ids) + reply_tokens > capacity:
+            raise PromptTooLongError(
+                f"the prompt has {len(token_ids)} tokens but the KV cache holds {capacity}: "
+                f"raise EngineConfig.{self._kv_cache_setting()} or shorten the prompt")
+
+    def _kv_cache_capacity(self) -> int:
+        """The tokens one sequence can hold in the KV cache: its first group's blocks."""
+        return self.runner.num_blocks * self.config.block_size
+
+    def _kv_cache_setting(self) -> str:
+        """The setting that sizes the KV cache here."""
+        if self.config.num_kv_blocks is not None:
+            return "num_kv_blocks"
+        if self.config.device.startswith("cuda"):
+            return "gpu_memory_utilization"
+        return "kv_cache_memory"
+
+    def _collect_outputs(self, advanced: list[tuple[Sequence, int]],
+                         logprobs: dict[str, list[SampledLogprobs]]) -> list[RequestOutput]:
+        outputs = []
+        for seq, num_new in advanced:
+            seq_detok = self._requests[seq.request_id]
+            outputs.append(self._output(*seq_detok, seq.output_token_ids[-num_new:],
+                                        logprobs.get(seq.request_id)))
+        reported = {o.request_id for o in outputs}
+        for seq in self.scheduler.take_finished():
+            entry = self._requests.get(seq.request_id)
+            # By identity: an aborted request's id may already name a new request.
+            if seq.request_id not in reported and entry is not None and entry[0] is seq:
+                outputs.append(self._output(seq, entry[1], []))
+        for out in outputs:
+            if out.finished:
+                self._forget(out.request_id)
+        return outputs
+
+    def _observe_prefill(self, sched: SchedulerOutput, seconds: float) -> None:
+        """Tell the disk tier what computing prompt tokens costs here, from steps that are
+        mostly prompt. On a GPU only a step that samples waits for its work (one that only reads
+        a chunk returns before it is done), so only those are timed there."""
+        if self.disk_cache is None:
+            return
+        if self.runner.device.type != "cpu" and not any(s.samples for s in sched.scheduled):
+            return
+        num_prompt = sum(s.num_new_tokens for s in sched.scheduled
+                         if s.num_computed_tokens < s.seq.num_prompt_tokens)
+        if num_prompt >= 4 * self.config.block_size:
+            self.disk_cache.observe_prefill(sched.num_batched_tokens, seconds)
+
+    def _calibrate(self) -> StepCost:
+        """The step cost table's first figures (pagoda.engine.worker.calibration), before any
+        request: a fraction of a second for the default model on a CPU."""
+        return calibrate_step_cost(self.runner, self.config.num_speculative_tokens,
+                                   self.config.max_num_batched_tokens)
+
+    def _observe_decode(self, sched: SchedulerOutput, seconds: float) -> None:
+        """Refine the step cost with a step of decodes only (each row one sequence's next
+        token or a draft): its time by rows. Steps that read prompt chunks are not rows of
+        the same cost."""
+        if not self.step_cost.is_known:  # no speculation, or no cost model
+            return
+        for item in sched.scheduled:
+            if not item.samples or item.num_computed_tokens < item.seq.num_tokens - 1:
+                return
+        self.step_cost.observe(sched.num_batched_tokens, seconds)
+
+    def _progress_outputs(self, sched: SchedulerOutput) -> list[RequestOutput]:
+        """An output without tokens for each prompt this step read a chunk of but not to its end
+        (it sampled nothing yet), saying how much of it is read. A sequence recomputed after
+        preemption has output already and reports nothing: its reader is past the prompt."""
+        outputs = []
+        now = time.monotonic()
+        for item in sched.scheduled:
+            seq = item.seq
+            if seq.num_output_tokens or seq.is_finished:  # decoding (most rows), or done
+                continue
+            entry = self._requests.get(seq.request_id)
+            if entry is None or entry[0] is not seq:
+                continue
+            out = self._output(seq, entry[1], [])
+            started = seq.metrics.first_scheduled_time or seq.metrics.arrival_time
+            out.prompt_progress = PromptProgress(seq.num_prompt_tokens, seq.num_computed_tokens,
+                                                 seq.num_cached_tokens, now - started)
+            outputs.append(out)
+        return outputs
+
+    def _output(self, seq: Sequence, detok: IncrementalDetokenizer, new_tokens: list[int],
+                new_logprobs: list[SampledLogprobs] | None = None) -> RequestOutput:
+        if new_tokens and seq.metrics.first_token_time is None:
+            seq.metrics.first_token_time = time.monotonic()
+        delta_text, new_tokens = self._detokenize(seq, detok, new_tokens)
+        completion = CompletionOutput(0, detok.text, list(seq.output_token_ids),
+                                      seq.finish_reason, delta_text, list(new_tokens),
+                                      stop_string=detok.stop_string)
+        prompt_logprobs = self._prompt_logprobs.get(seq.request_id)
+        so_far = self._logprobs.get(seq.request_id)
+        if so_far is not None:
+            delta = [self._token_logprobs(x) for x in (new_logprobs or [])[:len(new_tokens)]]
+            so_far.extend(delta)
+            completion.logprobs, completion.delta_logprobs = list(so_far), delta
+        embedding = (pooled_vector(seq) if seq.is_pooling and seq.finish_reason == "stop"
+                     else None)
+        return RequestOutput(seq.request_id, seq.prompt, seq.prompt_token_ids, [completion],
+                             seq.is_finished, seq.num_cached_tokens, seq.metrics,
+                             prompt_logprobs=None if prompt_logprobs is None or not
+                             seq.num_output_tokens else list(prompt_logprobs),
+                             embedding=embedding)
+
+    def _forget(self, request_id: str) -> None:
+        self._requests.pop(request_id, None)
+        self._logprobs.pop(request_id, None)
+        self._prompt_logprobs.pop(request_id, None)
+
+    def _record_prompt_logprobs(self, sched: SchedulerOutput, scored) -> None:
+        """Each scored prompt token's logprobs, by position (a prompt read again after a
+        preemption writes the same ones again)."""
+        if scored is None:
+            return
+        for item, entry in zip(sched.scheduled, scored, strict=True):
+            kept = self._prompt_logprobs.get(item.seq.request_id)
+            if entry is None or kept is None:
+                continue
+            first, entries = entry
+            kept[first:first + len(entries)] = [self._token_logprobs(e) for e in entries]
+
+    def _token_logprobs(self, sampled: SampledLogprobs) -> TokenLogprobs:
+        top = tuple(self._logprob(t, v) for t, v in zip(sampled.top_ids, sampled.top_logprobs,
+                                                         strict=True))
+        return TokenLogprobs(self._logprob(sampled.token_id, sampled.logprob), sampled.rank, top)
+
+    def _logprob(self, token_id: int, logprob: float) -> Logprob:
+        raw = self.vocabulary.token_bytes(token_id)
+        return Logprob(token_id, raw.decode("utf-8", errors="replace"), raw, logprob)
+
+    def _validate_token_ids(self, params: SamplingParams) -> None:
+        """Token ids a request names must be in the model's vocabulary."""
+        vocab = self.runner.vocab_size
+        for name, ids in (("logit_bias", params.logit_bias or ()),
+                          ("allowed_token_ids", params.allowed_token_ids or ())):
+            bad = next((t for t in ids if t >= vocab), None)
+            if bad is not None:
+                raise ValueError(f"SamplingParams.{name} names token {bad}, outside the "
+                                 f"vocabulary [0, {vocab})")
+
+    def _detokenize(self, seq: Sequence, detok: IncrementalDetokenizer,
+                    new_tokens: list[int]) -> tuple[str, list[int]]:
+        """The new text and the new tokens that count, fed one token at a time as without
+        speculation: a stop string completed inside a run of kept drafts ends the output at the
+        token that completed it, and the tokens after it are dropped."""
+        if len(new_tokens) <= 1:
+            update = detok.update(new_tokens, finished=seq.is_finished)
+            if update.stop_string is not None:
+                self.scheduler.finish(seq, "stop")
+            return update.delta_text, new_tokens
+        deltas = []
+        for n, token in enumerate(new_tokens, 1):
+            update = detok.update([token], finished=seq.is_finished and n == len(new_tokens))
+            deltas.append(update.delta_text)
+            if update.stop_string is not None:
+                self._stop_at_string(seq, seq.num_output_tokens - len(new_tokens) + n)
+                return "".join(deltas), new_tokens[:n]
+        return "".join(deltas), new_tokens
+
+    def _stop_at_string(self, seq: Sequence, num_output_tokens: int) -> None:
+        if num_output_tokens < seq.num_output_tokens:
+            seq.truncate_output(num_output_tokens)
+            # It may have ended later for another reason (EOS, max_tokens) in the dropped part.
+            if seq.is_finished:
+                seq.finish_reason = "stop"
+        self.scheduler.finish(seq, "stop")
+
+    def _fail(self, sched: SchedulerOutput, exc: Exception) -> list[RequestOutput]:
+        outputs = []
+        for item in sched.scheduled:
+            seq = item.seq
+            self.scheduler.finish(seq, "error")
+            out = self._output(seq, self._requests[seq.request_id][1], [])
+            self._forget(seq.request_id)
+            out.outputs[0].error = f"{type(exc).__name__}: {exc}"
+            outputs.append(out)
+        return outputs
+
+    def _record_tokens(self, n: int) -> None:
+        now = time.monotonic()
+        self._token_times.append((now, n))
+        self._window_tokens += n
+        while self._token_times and now - self._token_times[0][0] > _THROUGHPUT_WINDOW_S:
+            self._window_tokens -= self._token_times.popleft()[1]
+
+    def _recent_throughput(self) -> float:
+        if len(self._token_times) < 2:
+            return 0.0
+        span = self._token_times[-1][0] - self._token_times[0][0]
+        tokens = self._window_tokens - self._token_times[0][1]  # those after the first time
+        return tokens / span if span > 0 else 0.0
+
+
+def _proposer(config: EngineConfig) -> NgramProposer | None:
+    if config.num_speculative_tokens == 0:
+        return None
+    return NgramProposer(config.num_speculative_tokens, config.ngram_min, config.ngram_max)
+
+
+def _eos_token_ids(loaded: LoadedModel) -> frozenset[int]:
+    ids = set()
+    try:
+        gen = GenerationConfig.from_pretrained(loaded.path)
+    except (OSError, ValueError):
+        gen = None
+    for source in (getattr(gen, "eos_token_id", None), loaded.config.eos_token_id,
+                   loaded.tokenizer.eos_token_id):
+        if isinstance(source, int):
+            ids.add(source)
+        elif source:
+            ids.update(source)
+    return frozenset(ids)

@@ -1,0 +1,190 @@
+"""What a decoder-only model family is made of, as data: every family module
+(pagoda/engine/models/llama.py, gemma3.py, ...) reads its config.json into a `DecoderArchitecture`, and
+one decoder (pagoda/engine/models/decoder.py) builds and runs any of them from shared layers.
+
+Weights keep Hugging Face's parameter names; `LayerNames` says which of a layer's names fills
+each role, so a GGUF file (whose names the loader maps to Hugging Face's) and a folder load the
+same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from pagoda.engine.layers.rotary import RopeSpec
+
+FULL_ATTENTION = 0  # an AttentionKind's window when a query sees every earlier key
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionKind:
+    """One layer's attention: `window` keys back (the query's own included), or every key when
+    FULL_ATTENTION; rotated by the model's table `rope` (a key of `DecoderArchitecture.ropes`),
+    or not at all when None (NoPE)."""
+
+    window: int = FULL_ATTENTION
+    rope: str | None = "default"
+    # Values are the keys' projection (Gemma 4's global layers: attention_k_eq_v), read before
+    # the key norm and RoPE; the layer has no v_proj.
+    values_from_keys: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LayerNames:
+    """The Hugging Face module names (within model.layers.N.) that fill each role. A tuple of
+    several names is concatenated into one matmul; a single fused name is read as it is (Phi-3's
+    qkv_proj). Norms that a family lacks are None."""
+
+    qkv: tuple[str, ...] = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
+    o: str = "self_attn.o_proj"
+    gate_up: tuple[str, ...] = ("mlp.gate_proj", "mlp.up_proj")
+    down: str = "mlp.down_proj"
+    input_norm: str = "input_layernorm"
+    # "Sandwich" norms (Gemma): on the attention's output and the MLP's, before each residual add.
+    attention_out_norm: str | None = None
+    mlp_norm: str = "post_attention_layernorm"
+    mlp_out_norm: str | None = None
+    # Per-head RMSNorm of queries and keys before RoPE (Qwen3, Gemma 3).
+    q_norm: str | None = None
+    k_norm: str | None = None
+    # A scalar the layer's output is multiplied by (Gemma 4's layer_scalar; a parameter without
+    # a ".weight" suffix).
+    layer_scalar: str | None = None
+    # Attention sinks (gpt-oss's self_attn.sinks, no ".weight" suffix either): a logit per query
+    # head that joins the softmax's denominator and weighs no value.
+    sinks: str | None = None
+    # Per-layer embeddings (Gemma 4's E2B/E4B): the layer's output through a gate to the
+    # per-layer width, times the token's per-layer input, projected back and normed, added.
+    per_layer_gate: str | None = None
+    per_layer_projection: str | None = None
+    per_layer_norm: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    rms_norm_eps: float
+    max_position_embeddings: int
+    intermediate_size: int
+    # Each layer's attention window (FULL_ATTENTION for none), in layer order.
+    layer_windows: tuple[int, ...]
+    # Each layer's (KV heads, head size) where layers differ (Gemma 4's global layers have
+    # their own); empty where every layer has num_kv_heads heads of head_dim.
+    layer_heads: tuple[tuple[int, int], ...] = ()
+    # Each layer's KV cache: its own (its index) or an earlier layer's, whose keys and values it
+    # reads and does not write (Gemma 4's E2B/E4B: the last layers share); empty: all its own.
+    layer_kv_from: tuple[int, ...] = ()
+    # Each layer's MLP width where layers differ (Gemma 4's double-wide MLPs); empty: all
+    # intermediate_size.
+    layer_intermediate: tuple[int, ...] = ()
+
+    @property
+    def windows(self) -> tuple[int, ...]:
+        """The distinct windows, FULL_ATTENTION first where a layer has it."""
+        return tuple(sorted(set(self.layer_windows)))
+
+    def kv_heads(self, layer: int) -> tuple[int, int]:
+        """Layer `layer`'s (KV heads, head size): what its KV cache holds per token."""
+        return self.layer_heads[layer] if self.layer_heads else (self.num_kv_heads,
+                                                                 self.head_dim)
+
+    def kv_floats(self, layers: Iterable[int]) -> int:
+        """Keys' (or values') floats per token over these layers' own KV caches."""
+        return sum(heads * size for heads, size in map(self.kv_heads, layers))
+
+    def kv_owner(self, layer: int) -> int:
+        """The layer whose KV cache `layer` reads: itself, or the earlier one it shares."""
+        return self.layer_kv_from[layer] if self.layer_kv_from else layer
+
+    def intermediate(self, layer: int) -> int:
+        return self.layer_intermediate[layer] if self.layer_intermediate else self.intermediate_size
+
+
+# The names of a sparse (mixture-of-experts) layer's weights within model.layers.N., whatever
+# the family or the file: a folder's or a GGUF file's own names are mapped to these at load.
+ROUTER = "mlp.gate"
+EXPERTS = "mlp.experts"  # expert e: mlp.experts.{e}.gate_proj / up_proj / down_proj
+SHARED_EXPERT = "mlp.shared_expert"  # its gate_proj / up_proj / down_proj
+SHARED_EXPERT_GATE = "mlp.shared_expert_gate"
+EXPERT_MODULES = ("gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True, slots=True)
+class MoESpec:
+    """A mixture-of-experts model's sparse MLPs: a router scores `num_experts` experts per
+    token, the token goes through its `top_k` best (each a gated MLP `intermediate_size`
+    wide) and their outputs are added, weighted by the scores; plus a shared expert every
+    token goes through, where the model has one. Layers not in `sparse_layers` keep a dense
+    MLP of the shape's intermediate size."""
+
+    num_experts: int
+    top_k: int
+    intermediate_size: int
+    sparse_layers: frozenset[int]
+    scoring: str = "softmax"  # of the router's logits: "softmax" or "sigmoid"
+    renormalize: bool = False  # the top-k weights scaled to sum to 1 (norm_topk_prob)
+    # gpt-oss: the top k chosen by raw logit, their weights a softmax over those k alone.
+    softmax_after_top_k: bool = False
+    router_bias: bool = False
+    expert_bias: bool = False  # gate, up and down of every expert (gpt-oss)
+    shared_expert_size: int = 0  # the shared expert's width (0: none; Qwen2-MoE has one)
+    shared_expert_gate: bool = False  # its output times sigmoid(a [1, hidden] projection)
+    activation: str = "silu"  # "silu" (SwiGLU) or gpt-oss's clamped "swiglu_oai"
+    swiglu_limit: float | None = None  # swiglu_oai's clamp of gate and up
+    swiglu_alpha: float | None = None  # swiglu_oai's gate * sigmoid(alpha * gate)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.top_k <= self.num_experts:
+            raise ValueError(f"top {self.top_k} of {self.num_experts} experts")
+
+    def is_sparse(self, layer: int) -> bool:
+        return layer in self.sparse_layers
+
+
+def sparse_layers(num_layers: int, every: int = 1,
+                  dense: Iterable[int] = ()) -> frozenset[int]:
+    """Hugging Face's rule (Qwen2/3-MoE's decoder_sparse_step and mlp_only_layers): layer i is
+    sparse when i + 1 is a multiple of `every` and i is not in `dense`."""
+    return frozenset(i for i in range(num_layers) if (i + 1) % every == 0) - set(dense)
+
+
+@dataclass(frozen=True, slots=True)
+class DecoderArchitecture:
+    family: str  # the family module's name, as the load log and errors say it ("Gemma 3")
+    shape: ModelShape
+    layers: tuple[AttentionKind, ...]
+    ropes: dict[str, RopeSpec]
+    names: LayerNames = field(default_factory=LayerNames)
+    attention_scale: float | None = None  # None: head_dim ** -0.5
+    # Gemma's norms scale by (1 + w): added to every norm weight of a Hugging Face folder at load.
+    norm_offset: float = 0.0
+    activation: str = "silu"  # of the gated MLP: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
+    embedding_scale: float | None = None  # Gemma multiplies embeddings by sqrt(hidden)
+    attention_softcap: float | None = None  # cap * tanh(scores / cap) before the softmax
+    value_norm: bool = False  # Gemma 4: values RMS-normed per head, without a weight
+    per_layer_input: int = 0  # Gemma 4's per-layer embeddings: their width per layer (0: none)
+    final_softcap: float | None = None  # the same on the logits
+    tied_embeddings: bool = True  # lm_head reads the token table
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    moe: MoESpec | None = None  # a mixture of experts: which layers are sparse, and how
+
+    def __post_init__(self) -> None:
+        if len(self.layers) != self.shape.num_layers:
+            raise ValueError(f"{len(self.layers)} attention kinds for "
+                             f"{self.shape.num_layers} layers")
+
+    def is_sparse(self, layer: int) -> bool:
+        """Whether layer `layer`'s MLP is a mixture of experts."""
+        return self.moe is not None and self.moe.is_sparse(layer)
+
+    @property
+    def scale(self) -> float:
+        return self.attention_scale or self.shape.head_dim ** -0.5

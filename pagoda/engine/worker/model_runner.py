@@ -1,0 +1,667 @@
+"""Owns every tensor: the weights, the KV cache, each step's flat inputs, and sampling."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+import torch
+
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.core.kv_cache_manager import KVCacheGroup
+from pagoda.engine.core.scheduler import ScheduledSequence, SchedulerOutput
+from pagoda.engine.core.sequence import NULL_BLOCK, Sequence
+from pagoda.engine.errors import ModelLoadError
+from pagoda.engine.layers.linear import Placement, make_linear
+from pagoda.engine.loading.loader import LoadedModel
+from pagoda.engine.loading.model_info import available_memory
+from pagoda.engine.models.architecture import ModelShape
+from pagoda.engine.models.decoder import DecoderForCausalLM
+from pagoda.engine.models.kv_cache_sizing import (
+    group_num_blocks,
+    kv_cache_dtype,
+    split_kv_budget,
+    window_blocks_wanted,
+)
+from pagoda.engine.models.memory import release_freed_memory, zeroed_host_tensor
+from pagoda.engine.models.registry import architecture_of
+from pagoda.engine.quantization import cpu_paths
+from pagoda.engine.quantization.cpu_int4 import CpuInt4Method
+from pagoda.engine.quantization.cpu_paths import CpuPathPolicy
+from pagoda.engine.quantization.cpu_q4 import Q4Context, Q4Kernel, load_q4_context
+from pagoda.engine.quantization.cpu_q8 import CpuQ8Method, Q8Context, Q8Kernel, load_q8_context
+from pagoda.engine.quantization.dequantize_workspace import DequantWorkspace
+from pagoda.engine.quantization.native_kernels import load_native
+from pagoda.engine.quantization.tensors import (
+    BlockWeight,
+    Int4Weight,
+    Int8Weight,
+    Weight,
+    split_int8_into_int4,
+    widen_blocks,
+)
+from pagoda.engine.structured_output.matcher import GrammarRows, GrammarState
+from pagoda.engine.worker.logprobs import LogprobsRequest, SampledLogprobs, StepLogprobs
+from pagoda.engine.worker.pooler import PoolingChunk, pool_chunks
+from pagoda.engine.worker.rejection_sampler import RejectionSampler
+from pagoda.engine.worker.sampler import Sampler, SamplingMetadata, SamplingRow
+from pagoda.kernels.attention_metadata import (
+    AttentionMetadata,
+    DecodeGroup,
+    PrefillSegment,
+    TritonAttentionMetadata,
+    choose_num_kv_splits,
+)
+from pagoda.kernels.ops import select_ops
+
+logger = logging.getLogger(__name__)
+
+
+# Decodes are attended in groups of similar length, since each group pads to its longest.
+_MAX_DECODE_GROUPS = 4
+_GROUP_LENGTH_RATIO = 0.75
+# GPU memory kept out of the KV pool for cuBLAS workspaces, CUDA graphs and fragmentation.
+_GPU_RESERVE_BYTES = 512 << 20
+# Rows of the vocabulary's table its int8 pass is timed on at load (q8_gemv against q8_amx):
+# a few ms a call, where the whole table's would be ~50 ms at 64 rows.
+_VOCABULARY_PROBE_ROWS = 4096
+
+
+@dataclass(slots=True)
+class ModelInputs:
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    attn: AttentionMetadata | TritonAttentionMetadata
+    logits_indices: torch.Tensor
+    sampling_rows: list[SamplingRow]
+    sampling_order: list[int]  # scheduler index of each sampling sequence
+    # Per sampling sequence, the drafts its rows verify; None when no sequence speculates.
+    draft_token_ids: list[list[int]] | None
+    # Constrained sequences: (first logits row, grammar, drafts), and the index of their run.
+    grammar_entries: list[tuple[int, GrammarState, list[int]]]
+    grammar_runs: list[int]
+    logprobs_requests: list[LogprobsRequest]  # `order` is the index among sampling sequences
+    # Prompt chunks whose logprobs were asked for: their rows follow the sampling rows in the
+    # logits (`order` is the scheduler index), and the tokens those rows predict.
+    prompt_requests: list[LogprobsRequest]
+    prompt_targets: list[list[int]]
+    # The chunks of pooling sequences, whose final hidden states are summed (pagoda.engine.worker.pooler).
+    pooling_chunks: list[PoolingChunk]
+
+
+@dataclass(slots=True)
+class RunnerOutput:
+    """Per scheduled sequence: its new tokens (none mid-prefill; after speculation, the kept
+    drafts and one more) and, where its request asked, their logprobs."""
+
+    sampled: list[list[int]]
+    logprobs: list[list[SampledLogprobs] | None]
+    # Per scheduled sequence asking for prompt logprobs: the position of the first prompt token
+    # this step scored, and each scored token's logprobs.
+    prompt_logprobs: list[tuple[int, list[SampledLogprobs]] | None] | None = None
+
+
+def group_by_length(lengths: list[int]) -> list[tuple[int, int]]:
+    """Split lengths sorted longest first into [start, end) runs that pad little."""
+    groups: list[tuple[int, int]] = []
+    start = 0
+    for i in range(1, len(lengths)):
+        if (lengths[i] < lengths[start] * _GROUP_LENGTH_RATIO
+                and len(groups) < _MAX_DECODE_GROUPS - 1):
+            groups.append((start, i))
+            start = i
+    if lengths:
+        groups.append((start, len(lengths)))
+    return groups
+
+
+def _causal_mask(query_pos: torch.Tensor, key_pos: torch.Tensor, window: int) -> torch.Tensor:
+    """True where a query attends a key: not after it, and inside the window (0: no window)."""
+    mask = key_pos <= query_pos
+    if window:
+        mask &= key_pos > query_pos - window
+    return mask
+
+
+class ModelRunner:
+    def __init__(self, loaded: LoadedModel, config: EngineConfig,
+                 release_weights: bool = False) -> None:
+        """release_weights: the model takes loaded.weights over, emptying it as it goes."""
+        self.config = config
+        self.device = torch.device(config.device)
+        self.dtype = config.dtype
+        backend = None if config.kernel_backend == "auto" else config.kernel_backend
+        ops = select_ops(self.device, backend, load_native)
+        placement = Placement(self.device, self.dtype, ops)
+        if placement.uses_cpu_kernels:
+            placement = self._with_cpu_int4_policy(placement, loaded.weights)
+        self.model = DecoderForCausalLM(architecture_of(loaded.config), loaded.config,
+                                        loaded.weights, placement, release_weights)
+        self.kv_dtype = self._kv_dtype(ops.name)
+        # The context this engine allows: the setting, within what the model was trained for.
+        self.max_model_len = min(config.max_model_len or 1 << 62,
+                                 self.model.shape.max_position_embeddings)
+        # Chosen once: the Triton kernels read the flat varlen layout, the torch path groups.
+        self._attention_metadata = (self._triton_metadata if ops.name == "triton"
+                                    else self._grouped_metadata)
+        self.block_size = config.block_size
+        # (attention window, layers) of each KV cache group, and each group's pool.
+        self.kv_layout = kv_cache_layout(self.model.shape)
+        self.kv_cache_groups = self._kv_cache_groups()
+        # The blocks of the group that keeps every block: the context the cache holds.
+        self.num_blocks = self.kv_cache_groups[0].num_blocks
+        self.kv_caches = self._allocate_kv_cache()
+        self.sampler = Sampler(ops.row_argmax)
+        self.rejection_sampler = RejectionSampler(ops.row_argmax)
+        self.vocab_size = self.model.shape.vocab_size
+        self.graphs = self._capture_graphs() if self._uses_cuda_graphs() else None
+
+    def _with_cpu_int4_policy(self, placement: Placement,
+                              weights: Mapping[str, Weight]) -> Placement:
+        """The placement with its int4 path policy (`cpu_paths`) and, where the policy runs
+        it at all, our q4_gemv kernel (fp32 activations only, the compute dtype on a CPU)."""
+        fp32 = self.dtype == torch.float32
+        q4 = load_q4_context() if fp32 else None
+        policy = self._cpu_int4_policy(weights, q4)
+        placement = replace(placement, cpu_int4_policy=policy,
+                            q4=q4 if policy.native_below_rows else None)
+        q8 = load_q8_context() if fp32 else None
+        if q8 is None:
+            return placement
+        policy.int8_pass_amx_from_rows = self._vocabulary_amx_from_rows(weights, q8)
+        return replace(placement, q8=q8,
+                       q8_layers=self._int8_layers_run_q8(weights, placement, q8),
+                       cpu_blocks_policy=self._blocks_policy(weights, policy, q8))
+
+    def _blocks_policy(self, weights: Mapping[str, Weight], policy: CpuPathPolicy,
+                       q8: Q8Context) -> CpuPathPolicy | None:
+        """int4's policy with the step size from which GGUF blocks read in place dequantize
+        for a GEMM instead, timed on the first layer's largest block matrix (None: no blocks
+        in it)."""
+        layers = [weights[name] for name in weights if name.startswith("model.layers.0.")]
+        blocks = [w for w in layers if isinstance(w, BlockWeight)]
+        if not blocks:
+            return None
+        probe = max(blocks, key=lambda w: w.shape[0] * w.shape[1])
+        method = CpuQ8Method(probe, policy, q8.with_own_scratch(), precise=True,
+                             reuse_output=True)
+        rows = [m for m in cpu_paths.CALIBRATION_ROWS if m <= self.config.max_num_batched_tokens]
+        threshold = cpu_paths.choose_blocks_gemm_rows(method, probe.shape[1], rows,
+                                                      policy.gemm_dtype)[0]
+        return replace(policy, dequantize_from_rows=threshold)
+
+    def _vocabulary_amx_from_rows(self, weights: Mapping[str, Weight], q8: Q8Context) -> int:
+        """From how many rows the vocabulary's int8 pass runs q8_amx (sys.maxsize: never),
+        timed against q8_gemv on its first rows (the time per row does not depend on which)."""
+        vocab = weights.get("lm_head.weight", weights.get("model.embed_tokens.weight"))
+        if (q8.amx is None or not isinstance(vocab, Int8Weight) or vocab.group_size is None
+                or vocab.q.dim() != 2):
+            return sys.maxsize
+        rows = min(_VOCABULARY_PROBE_ROWS, vocab.shape[0])
+        probe = Int8Weight(vocab.q[:rows], vocab.scales[:rows], vocab.group_size,
+                           None if vocab.mins is None else vocab.mins[:rows])
+        kernel = Q8Kernel(probe, q8.with_own_scratch(), precise=False, reuse_output=False)
+        counts = [m for m in cpu_paths.CALIBRATION_ROWS if m <= self.config.max_num_batched_tokens]
+        from_rows, why = cpu_paths.choose_amx_rows(kernel, probe.shape[1], counts)
+        logger.info("CPU vocabulary projection's int8 pass: %s", why)
+        return from_rows
+
+    def _int8_layers_run_q8(self, weights: Mapping[str, Weight], placement: Placement,
+                            q8: Q8Context) -> bool:
+        """Whether grouped int8 layers run q8_gemv rather than int4 halves: timed on the first
+        layer's largest grouped int8 matrix at the step sizes that run a kernel."""
+        layers = [weights[name] for name in weights if name.startswith("model.layers.0.")]
+        int8 = [w for w in layers if isinstance(w, Int8Weight) and w.group_size is not None]
+        if not int8:
+            return False
+        probe = max(int8, key=lambda w: w.shape[0] * w.shape[1])
+        policy = placement.cpu_int4_policy
+        below = policy.dequantize_from_rows or sys.maxsize
+        rows = [m for m in cpu_paths.CALIBRATION_ROWS
+                if m <= self.config.max_num_batched_tokens and m < below] or [1]
+        # Their own scratch, as the int4 probe's: the model's stays decode-sized.
+        q4 = None if placement.q4 is None else placement.q4.with_own_scratch()
+        halves = make_linear(probe, None, replace(placement, q4=q4, q8=None)).method
+        native = CpuQ8Method(probe, policy, q8.with_own_scratch(), precise=True, reuse_output=True)
+        return cpu_paths.choose_int8_kernel(halves, native, probe.shape[1], rows)[0]
+
+    def _cpu_int4_policy(self, weights: Mapping[str, Weight],
+                         q4: Q4Context | None) -> CpuPathPolicy:
+        """Which int4 kernel runs each step size, and from how many rows a step dequantizes
+        int4 layers (and grouped int8 ones, which run on the int4 kernels) and runs one GEMM,
+        timed on the largest int4 matrix before any layer is built, so that layers keep only
+        the layouts their steps read. The probe is the first layer's largest matrix: the
+        vocabulary's is larger, but no step runs it on many rows."""
+        # The first layer only: weights may be decoded lazily, layer by layer.
+        layers = [weights[name] for name in weights if name.startswith("model.layers.0.")]
+        int4 = [w for w in layers if isinstance(w, Int4Weight)]
+        if not int4:
+            # Grouped int8 or GGUF blocks only: their exact int8, as int4 halves, stands in.
+            int4 = [split_int8_into_int4(widen_blocks(w) if isinstance(w, BlockWeight) else w)
+                    for w in layers if isinstance(w, BlockWeight)
+                    or (isinstance(w, Int8Weight) and w.group_size is not None)][:1]
+        if not int4:
+            return CpuPathPolicy()
+        probe = max(int4, key=lambda w: w.shape[0] * w.shape[1])
+        keeps_source = CpuPathPolicy(dequantize_from_rows=1,
+                                     workspace=DequantWorkspace.for_this_machine())
+        # Its own scratch: the probe's 256-row calls would leave the model's one that large.
+        native = None if q4 is None else Q4Kernel(probe, q4.with_own_scratch(), precise=True,
+                                                  reuse_output=True)
+        return cpu_paths.calibrate(CpuInt4Method(probe, keeps_source),
+                                   self.config.max_num_batched_tokens, native)
+
+    def _kv_dtype(self, ops_name: str) -> torch.dtype:
+        dtype = kv_cache_dtype(self.config)
+        if dtype != self.dtype and ops_name != "torch":
+            raise ValueError(
+                f"EngineConfig.kv_cache_dtype={self.config.kv_cache_dtype!r} differs from the "
+                f"compute dtype ({self.dtype}), which the {ops_name} kernels read the cache in: "
+                "leave kv_cache_dtype at 'auto', or set dtype to it")
+        return dtype
+
+    def bytes_per_block(self, layers: tuple[int, ...] | None = None) -> int:
+        """A block's bytes over these layers (all that hold a KV cache when None), each at its
+        own KV heads and head size."""
+        s = self.model.shape
+        if layers is None:  # a layer that reads an earlier layer's cache holds none
+            layers = tuple(i for i in range(s.num_layers) if s.kv_owner(i) == i)
+        floats = s.kv_floats(layers)
+        return 2 * self.block_size * floats * self.kv_dtype.itemsize
+
+    @torch.inference_mode()
+    def execute(self, sched: SchedulerOutput) -> RunnerOutput:
+        """Run one step: per scheduled sequence its new tokens (none mid-prefill, one sampled
+        token, or after speculation the kept drafts and the model's next token)."""
+        inputs = self.prepare_inputs(sched.scheduled)
+        logits = self._forward(inputs)
+        sampled: list[list[int]] = [[] for _ in sched.scheduled]
+        out = RunnerOutput(sampled, [None] * len(sched.scheduled))
+        if inputs.prompt_requests:
+            num_sampling = len(inputs.sampling_rows)
+            out.prompt_logprobs = self._prompt_logprobs(logits[num_sampling:], inputs,
+                                                        len(sched.scheduled))
+            logits = logits[:num_sampling]
+        if not inputs.sampling_rows:
+            return out
+        runs, logprobs = self._sample(logits.float(), inputs)
+        for n, (idx, run) in enumerate(zip(inputs.sampling_order, runs, strict=True)):
+            sampled[idx] = run
+            out.logprobs[idx] = logprobs[n]
+        return out
+
+    def _forward(self, inputs: ModelInputs) -> torch.Tensor:
+        """The step's logits (the rows of logits_indices); pooling chunks' hidden states are
+        summed on the way, so a step with any runs eagerly (a graph keeps only logits)."""
+        if (self.graphs is not None and not inputs.pooling_chunks
+                and self.graphs.can_run(inputs.attn)):
+            return self.graphs.run(inputs.input_ids, inputs.positions, inputs.attn,
+                                   inputs.logits_indices)
+        hidden = self.model.hidden_states(inputs.input_ids, inputs.positions, inputs.attn,
+                                          self.kv_caches)
+        pool_chunks(hidden, inputs.pooling_chunks, self.model.final_norm)
+        return self.model.compute_logits(hidden[inputs.logits_indices])
+
+    def _prompt_logprobs(self, logits: torch.Tensor, inputs: ModelInputs, num_scheduled: int
+                         ) -> list[tuple[int, list[SampledLogprobs]] | None]:
+        step = StepLogprobs(logits, inputs.prompt_requests)
+        targets: list[list[int]] = [[] for _ in range(num_scheduled)]
+        for request, tokens in zip(inputs.prompt_requests, inputs.prompt_targets, strict=True):
+            targets[request.order] = tokens
+        scored = step.for_runs(targets, num_scheduled)
+        firsts = {r.order: r.first_position for r in inputs.prompt_requests}
+        return [None if entries is None else (firsts[i], entries)
+                for i, entries in enumerate(scored)]
+
+    def _sample(self, logits: torch.Tensor, inputs: ModelInputs
+                ) -> tuple[list[list[int]], list[list[SampledLogprobs] | None]]:
+        """Each sampling sequence's run, and its logprobs where asked; constrained sequences'
+        grammars advance past their runs."""
+        grammar = None
+        if inputs.grammar_entries:
+            grammar = GrammarRows.build(inputs.grammar_entries, self.vocab_size, self.device)
+        meta = SamplingMetadata.build(inputs.sampling_rows, self.vocab_size, self.device, grammar)
+        # Taken before sampling, which changes the logits in place.
+        step_logprobs = (StepLogprobs(logits, inputs.logprobs_requests)
+                         if inputs.logprobs_requests else None)
+        if inputs.draft_token_ids is None:
+            runs = [[token] for token in self.sampler(logits, meta).tolist()]
+        else:
+            runs = self.rejection_sampler(logits, meta, inputs.draft_token_ids)
+        for (_, state, _), run_index in zip(inputs.grammar_entries, inputs.grammar_runs,
+                                            strict=True):
+            state.accept(runs[run_index])
+        if step_logprobs is None:
+            return runs, [None] * len(runs)
+        return runs, step_logprobs.for_runs(runs, len(runs))
+
+    def prepare_inputs(self, scheduled: list[ScheduledSequence]) -> ModelInputs:
+        """Flatten the step: decodes (longest context first), then prefill chunks and
+        speculating sequences (their last token and drafts, attended like a prefill chunk)."""
+        decode_idx = sorted((i for i, s in enumerate(scheduled) if s.num_new_tokens == 1),
+                            key=lambda i: -scheduled[i].num_computed_tokens)
+        order = decode_idx + [i for i, s in enumerate(scheduled) if s.num_new_tokens > 1]
+        items = [scheduled[i] for i in order]
+        input_ids, positions, slots = [], [], []
+        logits_indices, rows, sampling_order, drafts = [], [], [], []
+        grammar_entries, grammar_runs, logprobs_requests = [], [], []
+        prompt_indices, prompt_requests, prompt_targets = [], [], []
+        pooling_chunks = []
+        for i, s in zip(order, items, strict=True):
+            start, end = s.num_computed_tokens, s.num_computed_tokens + s.num_new_tokens
+            spec = s.spec_token_ids
+            input_ids.extend(s.seq.all_token_ids[start:end - len(spec)])
+            input_ids.extend(spec)
+            positions.extend(range(start, end))
+            slots.extend(self._slots(s.seq.block_ids, start, end))
+            if s.seq.is_pooling:
+                pooling_chunks.append(PoolingChunk(s.seq, start, len(input_ids) - (end - start),
+                                                   end - start))
+            scored = _scored_prompt_positions(s.seq, start, end)
+            if scored:
+                first_flat = len(input_ids) - (end - start)
+                prompt_requests.append(LogprobsRequest(
+                    i, len(prompt_indices), len(scored), s.seq.params.prompt_logprobs,
+                    scored[0] + 1))
+                prompt_indices.extend(first_flat + p - start for p in scored)
+                prompt_targets.append([s.seq.prompt_token_ids[p + 1] for p in scored])
+            if s.samples:
+                logits_indices.extend(range(len(input_ids) - len(spec) - 1, len(input_ids)))
+                if s.seq.grammar is not None:
+                    grammar_entries.append((len(rows), s.seq.grammar, spec))
+                    grammar_runs.append(len(sampling_order))
+                if s.seq.params.logprobs is not None:
+                    logprobs_requests.append(LogprobsRequest(
+                        len(sampling_order), len(rows), len(spec) + 1, s.seq.params.logprobs))
+                rows.extend(_sampling_rows(s.seq, spec))
+                sampling_order.append(i)
+                drafts.append(spec)
+        attn = self._attention_metadata(items, len(decode_idx), slots)
+        speculates = any(drafts)
+        return ModelInputs(self._tensor(input_ids), self._tensor(positions), attn,
+                           self._tensor(logits_indices + prompt_indices), rows, sampling_order,
+                           drafts if speculates else None, grammar_entries, grammar_runs,
+                           logprobs_requests, prompt_requests, prompt_targets, pooling_chunks)
+
+    def _grouped_metadata(self, items: list[ScheduledSequence], num_decodes: int,
+                          slots: list[int]) -> AttentionMetadata:
+        """The step's metadata for the first KV cache group, with one for each other group
+        (its window's mask, block tables and slots; `AttentionMetadata.for_window`)."""
+        # Every group's decodes in the same runs, by the whole context (the C step's rule).
+        spans = group_by_length([s.num_computed_tokens + 1 for s in items[:num_decodes]])
+        metas = []
+        for g, (window, _) in enumerate(self.kv_layout):
+            if g == 0:
+                tables, skipped = [s.seq.block_ids for s in items], [0] * len(items)
+                slot_mapping = self._tensor(slots)
+            else:
+                tables, skipped = self._window_tables(items, g, window)
+                slot_mapping = self._tensor(self._group_slots(items, tables, skipped))
+            metas.append(AttentionMetadata(
+                slot_mapping, self._decode_groups(items[:num_decodes], tables[:num_decodes],
+                                                  skipped[:num_decodes], window, spans),
+                self._prefill_segments(items[num_decodes:], tables[num_decodes:],
+                                       skipped[num_decodes:], num_decodes, window), window))
+        metas[0].windowed = {meta.sliding_window: meta for meta in metas[1:]}
+        return metas[0]
+
+    def _window_tables(self, items: list[ScheduledSequence], group: int,
+                       window: int) -> tuple[list[list[int]], list[int]]:
+        """Each item's table in a windowed group from the first block its step attends (the
+        blocks before it are released), and how many positions that skips: the step's keys are
+        counted from there, as attention depends on positions only through RoPE, applied before
+        keys are cached."""
+        bs = self.block_size
+        tables, skipped = [], []
+        for s in items:
+            first = max(0, s.num_computed_tokens - window + 1) // bs
+            tables.append(s.seq.windowed_block_ids[group - 1][first:])
+            skipped.append(first * bs)
+        return tables, skipped
+
+    def _group_tables(self, items: list[ScheduledSequence], group: int) -> list[list[int]]:
+        """Each item's whole block table in a KV cache group; a windowed group's released
+        blocks read as block 0, which the window never attends."""
+        if group == 0:
+            return [s.seq.block_ids for s in items]
+        return [[0 if b == NULL_BLOCK else b for b in s.seq.windowed_block_ids[group - 1]]
+                for s in items]
+
+    def _group_slots(self, items: list[ScheduledSequence], tables: list[list[int]],
+                     skipped: list[int]) -> list[int]:
+        slots = []
+        for s, table, skip in zip(items, tables, skipped, strict=True):
+            start = s.num_computed_tokens - skip
+            slots.extend(self._slots(table, start, start + s.num_new_tokens))
+        return slots
+
+    def _triton_metadata(self, items: list[ScheduledSequence], num_decodes: int,
+                         slots: list[int]) -> TritonAttentionMetadata:
+        """The step's varlen metadata for the first KV cache group, with one for each other
+        group (its window, block tables and slots; `TritonAttentionMetadata.for_window`)."""
+        meta = self._triton_group_metadata(items, slots, self._group_tables(items, 0),
+                                           self.kv_layout[0][0])
+        for g, (window, _) in enumerate(self.kv_layout[1:], 1):
+            tables = self._group_tables(items, g)
+            meta.windowed[window] = replace(
+                meta, slot_mapping=self._tensor(self._group_slots(items, tables,
+                                                                  [0] * len(items))),
+                block_tables=self._int32([_padded(t, meta.block_tables.shape[1])
+                                          for t in tables]),
+                sliding_window=window, windowed={})
+        return meta
+
+    def _triton_group_metadata(self, items: list[ScheduledSequence], slots: list[int],
+                               tables: list[list[int]], window: int) -> TritonAttentionMetadata:
+        query_lens = [s.num_new_tokens for s in items]
+        seq_lens = [s.num_computed_tokens + s.num_new_tokens for s in items]
+        width = -(-max(seq_lens) // self.block_size)
+        query_start_loc = [0]
+        for n in query_lens:
+            query_start_loc.append(query_start_loc[-1] + n)
+        max_query_len = max(query_lens)
+        splits = 1
+        if max_query_len == 1 and self.device.type == "cuda":
+            splits = choose_num_kv_splits(len(items), self.model.shape.num_kv_heads,
+                                          max(seq_lens), self._num_sms)
+        return TritonAttentionMetadata(
+            slot_mapping=self._tensor(slots),
+            query_start_loc=self._int32(query_start_loc),
+            seq_lens=self._int32(seq_lens),
+            block_tables=self._int32([_padded(t, width) for t in tables]),
+            max_query_len=max_query_len, max_seq_len=max(seq_lens), num_kv_splits=splits,
+            sliding_window=window)
+
+    def _slots(self, block_ids: list[int], start: int, end: int) -> list[int]:
+        bs = self.block_size
+        return [block_ids[p // bs] * bs + p % bs for p in range(start, end)]
+
+    def _decode_groups(self, decodes: list[ScheduledSequence], tables: list[list[int]],
+                       skipped: list[int], window: int,
+                       spans: list[tuple[int, int]]) -> list[DecodeGroup]:
+        """skipped: per decode, the positions before its table's first block; spans: the
+        [start, end) runs of decodes attended together."""
+        bs = self.block_size
+        context_lens = [s.num_computed_tokens + 1 - skip
+                        for s, skip in zip(decodes, skipped, strict=True)]
+        groups = []
+        for start, end in spans:
+            lens = context_lens[start:end]
+            num_blocks = -(-max(lens) // bs)
+            group_tables = self._tensor([_padded(t, num_blocks) for t in tables[start:end]])
+            groups.append(DecodeGroup(start, end, group_tables,
+                                      self._decode_mask(lens, num_blocks, window),
+                                      self._tensor(lens)))
+        return groups
+
+    def _decode_mask(self, context_lens: list[int], num_blocks: int,
+                     window: int) -> torch.Tensor:
+        query_pos = self._tensor(context_lens).unsqueeze(1) - 1
+        key_pos = torch.arange(num_blocks * self.block_size, device=self.device).unsqueeze(0)
+        return _causal_mask(query_pos, key_pos, window).view(len(context_lens), 1, 1, -1)
+
+    def _prefill_segments(self, prefills: list[ScheduledSequence], tables: list[list[int]],
+                          skipped: list[int], offset: int, window: int) -> list[PrefillSegment]:
+        """skipped: per chunk, the positions before its table's first block."""
+        segments = []
+        for s, block_ids, skip in zip(prefills, tables, skipped, strict=True):
+            start, n = s.num_computed_tokens - skip, s.num_new_tokens
+            context_len = start + n
+            mask = None
+            if start > 0 or (window and context_len > window):
+                q_pos = torch.arange(start, context_len, device=self.device).unsqueeze(1)
+                k_pos = torch.arange(context_len, device=self.device).unsqueeze(0)
+                mask = _causal_mask(q_pos, k_pos, window)
+            num_blocks = -(-context_len // self.block_size)
+            table = self._tensor(block_ids[:num_blocks])
+            segments.append(PrefillSegment(offset, offset + n, context_len, table, mask))
+            offset += n
+        return segments
+
+    def _tensor(self, values: list) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long, device=self.device)
+
+    def _int32(self, values: list) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int32, device=self.device)
+
+    def _kv_cache_groups(self) -> tuple[KVCacheGroup, ...]:
+        """Each KV cache group's pool; the first keeps every block, the others (sliding-window
+        layers beside full-attention ones) only their windows'."""
+        windows = [window for window, _ in self.kv_layout]
+        bytes_per_block = [self.bytes_per_block(layers) for _, layers in self.kv_layout]
+        if self.device.type == "cuda" and self.config.num_kv_blocks is None:
+            counts = self._blocks_from_free_gpu_memory(bytes_per_block, windows)
+        else:
+            # What the weights left, freed memory given back first so that it counts as available.
+            release_freed_memory()
+            counts = group_num_blocks(self.config, bytes_per_block, windows, self.max_model_len,
+                                      available_memory())
+        return tuple(KVCacheGroup(n, window if g else 0, size) for g, (n, window, size)
+                     in enumerate(zip(counts, windows, bytes_per_block, strict=True)))
+
+    def _blocks_from_free_gpu_memory(self, bytes_per_block: list[int],
+                                     windows: list[int]) -> list[int]:
+        """What is left of gpu_memory_utilization x total memory after the weights (already
+        loaded), a step's activations and a fixed reserve, split between the groups."""
+        free, total = torch.cuda.mem_get_info(self.device)
+        budget = (total * self.config.gpu_memory_utilization - (total - free)
+                  - self._peak_activation_bytes() - _GPU_RESERVE_BYTES)
+        wanted = [0] + [window_blocks_wanted(w, self.config) for w in windows[1:]]
+        counts = split_kv_budget(max(0, int(budget)), bytes_per_block, wanted)
+        if counts[0] < 1:
+            raise ValueError(
+                f"EngineConfig.gpu_memory_utilization={self.config.gpu_memory_utilization} leaves "
+                f"no room for the KV cache ({free / 2**30:.1f} of {total / 2**30:.1f} GiB free "
+                "after loading the weights): raise it, or free GPU memory")
+        return counts
+
+    def _peak_activation_bytes(self) -> int:
+        """A bound on one step's live tensors: the widest layer intermediates for the token
+        budget, and the fp32 logits and sampler copies for every sequence (for each of its
+        positions when it speculates)."""
+        s = self.model.shape
+        layer = self.model.layers[0]
+        elem = torch.empty((), dtype=self.dtype).element_size()
+        width = (4 * s.hidden_size + layer.qkv_proj.out_features
+                 + self.model.mlp_floats_per_row())
+        c = self.config
+        rows = min(c.max_num_seqs * (1 + c.num_speculative_tokens),
+                   max(c.max_num_seqs, c.max_num_batched_tokens))
+        logits = rows * s.vocab_size * (elem + 3 * 4)
+        return 2 * self.config.max_num_batched_tokens * width * elem + logits
+
+    def _uses_cuda_graphs(self) -> bool:
+        # A sparse layer's experts run as many matmuls as the step routes rows to: no fixed
+        # graph replays that.
+        return (self.device.type == "cuda" and self.model.ops.name == "triton"
+                and not self.config.enforce_eager and self.model.arch.moe is None)
+
+    def _capture_graphs(self):
+        from pagoda.engine.worker.cuda_graphs import DecodeGraphs
+
+        graphs = DecodeGraphs(self.model, self.kv_caches, self.config.max_num_seqs,
+                              self.max_model_len, self.block_size, self.device,
+                              [window for window, _ in self.kv_layout])
+        graphs.capture()
+        return graphs
+
+    @functools.cached_property
+    def _num_sms(self) -> int:
+        return torch.cuda.get_device_properties(self.device).multi_processor_count
+
+    def _allocate_kv_cache(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's key and value blocks, in its KV cache group's pool."""
+        s = self.model.shape
+        caches: list[tuple[torch.Tensor, torch.Tensor]] = [None] * s.num_layers  # type: ignore
+        for (window, layers), group in zip(self.kv_layout, self.kv_cache_groups, strict=True):
+            shape = (group.num_blocks, self.block_size, *s.kv_heads(layers[0]))
+            kind = f"window {window}" if window else "full attention"
+            logger.info("KV cache (%d layers, %s): %d blocks of %d tokens, %s (%.0f MiB)",
+                        len(layers), kind, group.num_blocks, self.block_size, self.kv_dtype,
+                        group.num_blocks * group.bytes_per_block / 2**20)
+            # Zeros, not empty: masked-out keys are still multiplied by 0 and NaN * 0 is NaN.
+            if self.device.type == "cpu":
+                pool = zeroed_host_tensor((len(layers), 2, *shape), self.kv_dtype)
+                for i, layer in enumerate(layers):
+                    caches[layer] = (pool[i, 0], pool[i, 1])
+                continue
+            for layer in layers:
+                caches[layer] = (torch.zeros(shape, dtype=self.kv_dtype, device=self.device),
+                                 torch.zeros(shape, dtype=self.kv_dtype, device=self.device))
+        # Layers that share an earlier layer's KV cache read (and rewrite) its very tensors.
+        return [caches[s.kv_owner(i)] for i in range(s.num_layers)]
+
+
+def kv_cache_layout(shape: ModelShape) -> list[tuple[int, tuple[int, ...]]]:
+    """(attention window, layers) of each KV cache group: one group per window, the first the
+    one whose blocks are all kept (the full-attention layers; without any, the widest window's),
+    then the other windows narrowest first. A group's layers share one KV shape, its pool's
+    (Gemma 4's global layers, of their own head size, are its full-attention group)."""
+    distinct = set(shape.layer_windows)
+    first = 0 if 0 in distinct else max(distinct)
+    windows = [first] + sorted(distinct - {first})
+    # A layer that reads an earlier layer's KV cache (Gemma 4's shared ones) has none of its own.
+    layout = [(w, tuple(i for i, lw in enumerate(shape.layer_windows)
+                        if lw == w and shape.kv_owner(i) == i)) for w in windows]
+    for window, layers in layout:
+        if len({shape.kv_heads(i) for i in layers}) > 1:
+            raise ModelLoadError(
+                f"The layers of attention window {window or 'full'} differ in head size or KV "
+                "heads, which Pagoda's KV cache does not hold in one group.")
+    return layout
+
+
+def _sampling_rows(seq: Sequence, drafts: list[int]) -> list[SamplingRow]:
+    """One row per position that samples: after the last token, then after each draft, whose
+    penalties count the drafts before it as output."""
+    params, prompt, output = seq.params, seq.prompt_token_ids, seq.output_token_ids
+    generator = _generator(seq)
+    bad_words = seq.bad_words_token_ids
+    if not drafts or not (params.uses_penalties or bad_words):
+        return [SamplingRow(params, prompt, output, generator, bad_words)] * (len(drafts) + 1)
+    return [SamplingRow(params, prompt, output + drafts[:j], generator, bad_words)
+            for j in range(len(drafts) + 1)]
+
+
+def _scored_prompt_positions(seq: Sequence, start: int, end: int) -> list[int]:
+    """The positions of this chunk whose logits score the next prompt token, when the request
+    asked for prompt logprobs: all before the prompt's last (whose logits sample)."""
+    if seq.params.prompt_logprobs is None:
+        return []
+    return list(range(start, min(end, seq.num_prompt_tokens - 1)))
+
+
+def _generator(seq: Sequence) -> torch.Generator | None:
+    """A seeded request's generator, made at its first sample and kept on the sequence, so its
+    draws continue across steps and do not depend on the other rows."""
+    if seq.params.seed is not None and seq.generator is None:
+        seq.generator = torch.Generator().manual_seed(seq.params.seed)
+    return seq.generator  # type: ignore[return-value]
+
+
+def _padded(block_ids: list[int], n: int) -> list[int]:
+    """The first n block ids, padded with block 0 (masked out) for shorter sequences."""
+    return block_ids[:n] + [0] * (n - len(block_ids[:n]))

@@ -1,0 +1,140 @@
+"""A decode step's whole layer stack in one C call (`pg_decode_layers` in decode_ops.c).
+
+The structures mirror the C ones field for field. The caller (pagoda/engine/models/native_decode.py)
+fills the per-layer ones once per step size and only the per-step fields each step, so a step
+costs one ctypes call where the eager path makes ~10 per layer.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+_ptr, _i32, _f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+
+
+Q4_KIND, Q8_KIND, PARTS_KIND = 0, 1, 2
+
+
+@dataclass(slots=True, frozen=True)
+class CLinear:
+    """A linear's C kernel as pg_decode_layers calls it: q4_gemv's q4_linear16 / q4_linear
+    (kind Q4_KIND: weight = the repacked records, format = their record format, as
+    pagoda/kernels/cpu/q4_records.h defines it) or q8_gemv's (Q8_KIND: weight, scales, mins = the int8
+    weight's tensors, format = its fp16-scales flag, or Q6_K blocks), or parts of those
+    (PARTS_KIND, `parts_linear`).
+    Addresses stay valid while the kernel that made this lives."""
+
+    kind: int
+    fn: int
+    weight: int
+    n: int
+    k: int
+    format: int = 0
+    scales: int | None = None
+    mins: int | None = None
+
+
+class LinearArgs(ctypes.Structure):
+    _fields_ = [("fn", _ptr), ("weight", _ptr), ("scales", _ptr), ("mins", _ptr),
+                ("bias", _ptr), ("kind", _i32), ("format", _i32), ("n", _i32), ("k", _i32)]
+
+    def set(self, linear: CLinear, bias: int | None) -> None:
+        self.fn, self.weight, self.scales, self.mins = (linear.fn, linear.weight, linear.scales,
+                                                        linear.mins)
+        self.bias, self.kind, self.format = bias, linear.kind, linear.format
+        self.n, self.k = linear.n, linear.k
+
+
+def parts_linear(parts: list[CLinear]) -> tuple[CLinear, ctypes.Array]:
+    """Linears of one input whose outputs side by side make one, as one CLinear (PARTS_KIND:
+    weight = an array of the parts' arguments, format = their count), and that array, which
+    must live as long as the CLinear is used."""
+    array = (LinearArgs * len(parts))()
+    for args, part in zip(array, parts, strict=True):
+        args.set(part, None)
+    linear = CLinear(PARTS_KIND, 0, ctypes.addressof(array), sum(p.n for p in parts), parts[0].k,
+                     len(parts))
+    return linear, array
+
+
+SILU, GELU_TANH = 0, 1  # LayerArgs.activation
+NO_ROPE = -1  # LayerArgs.rope of a layer that rotates nothing (NoPE)
+
+
+class MoeArgs(ctypes.Structure):
+    """A sparse MLP: the router (fp32 [num_experts, hidden] and bias [num_experts] or None;
+    scoring SCORINGS' code), the routed experts (experts_fn: moe_experts.c's moe_forward,
+    experts: its struct moe_layer, pagoda.kernels.cpu.moe_experts.CExperts), and whether the layer's
+    gate_up and down are a shared expert (`shared`), gated by sigmoid(x . shared_gate) where
+    that ([hidden] fp32) is not None."""
+
+    _fields_ = [("router", _ptr), ("router_bias", _ptr), ("shared_gate", _ptr),
+                ("experts_fn", _ptr), ("experts", _ptr), ("num_experts", _i32),
+                ("top_k", _i32), ("scoring", _i32), ("renormalize", _i32),
+                ("softmax_after_top_k", _i32), ("shared", _i32)]
+
+
+class LayerArgs(ctypes.Structure):
+    """One layer: its norms (q_norm, k_norm, attention_out_norm and mlp_out_norm None where it
+    has none), linears and caches, its attention sinks (None: none); its sparse MLP (moe; None:
+    a dense one); the window it attends (0: every key), the step's group set made for that
+    window, its rotary table (an index into StepArgs.ropes, or NO_ROPE) rotating the first
+    rotary_dim dims of each head, and its MLP's activation."""
+
+    _fields_ = [("input_norm", _ptr), ("post_norm", _ptr), ("q_norm", _ptr), ("k_norm", _ptr),
+                ("attention_out_norm", _ptr), ("mlp_out_norm", _ptr), ("qkv", LinearArgs),
+                ("o", LinearArgs), ("gate_up", LinearArgs), ("down", LinearArgs),
+                ("k_cache", _ptr), ("v_cache", _ptr), ("sinks", _ptr),
+                ("moe", ctypes.POINTER(MoeArgs)), ("window", _i32), ("group_set", _i32),
+                ("rope", _i32), ("rotary_dim", _i32), ("activation", _i32),
+                ("num_blocks", _i32)]
+
+
+class RopeArgs(ctypes.Structure):
+    """A rotary table's cos and signed sin at the step's positions, [m, its rotary_dim]."""
+
+    _fields_ = [("cos", _ptr), ("sin_signed", _ptr)]
+
+
+class GroupArgs(ctypes.Structure):
+    """Decode rows [start, start + n): block tables [n, max_blocks] and context lengths [n],
+    both int64, attended on `threads` threads. A step has one set of them per window its
+    layers attend, set after set, each listing the same rows."""
+
+    _fields_ = [("block_tables", _ptr), ("context_lens", _ptr), ("start", _i32), ("n", _i32),
+                ("max_blocks", _i32), ("threads", _i32)]
+
+
+class StepArgs(ctypes.Structure):
+    _fields_ = [("layers", ctypes.POINTER(LayerArgs)), ("groups", ctypes.POINTER(GroupArgs)),
+                ("ropes", ctypes.POINTER(RopeArgs)), ("hidden_in", _ptr), ("slots", _ptr),
+                ("out", _ptr), ("scratch", _ptr), ("linear_work", _ptr),
+                ("num_layers", _i32), ("num_groups", _i32), ("num_group_sets", _i32),
+                ("num_ropes", _i32), ("m", _i32), ("hidden", _i32), ("heads", _i32),
+                ("kv_heads", _i32), ("head_dim", _i32), ("intermediate", _i32),
+                ("top_k", _i32), ("cache_dtype", _i32), ("block_size", _i32),
+                ("linear_threads", _i32), ("eps", _f32), ("scale", _f32)]
+
+
+class DecodeLayers:
+    """The library's entry points for whole-stack decode steps."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self._run = lib.pg_decode_layers
+        self._run.argtypes, self._run.restype = [ctypes.POINTER(StepArgs)], _i32
+        self._scratch = lib.pg_decode_scratch_floats
+        self._scratch.argtypes = [_i32] * 7
+        self._scratch.restype = ctypes.c_long
+
+    def scratch_floats(self, m: int, hidden: int, heads: int, kv_heads: int, head_dim: int,
+                       intermediate: int, top_k: int = 0) -> int:
+        """intermediate: the widest MLP's (a dense layer's or a shared expert's); top_k: the
+        most experts a sparse layer routes a row to (0: no layer is sparse)."""
+        return self._scratch(m, hidden, heads, kv_heads, head_dim, intermediate, top_k)
+
+    def run(self, step: StepArgs) -> None:
+        rc = self._run(ctypes.byref(step))
+        if rc:
+            raise ValueError(f"pg_decode_layers refused its step (code {rc}): rows, groups or "
+                             "a slot or context length outside the cache, or a linear failed")
