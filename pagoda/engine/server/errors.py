@@ -12,7 +12,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from pagoda.engine.errors import EngineDeadError, PromptTooLongError, RequestAbortedError
+from pagoda.engine.errors import (
+    EngineDeadError,
+    PromptTooLongError,
+    RequestAbortedError,
+    RequestFieldError,
+)
 
 _TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
@@ -67,6 +72,8 @@ def from_engine_error(exc: Exception, prompt_field: str) -> APIError:
                              "back", code="request_aborted")
     if isinstance(exc, PromptTooLongError):
         return APIError(400, str(exc), param=prompt_field, code="context_length_exceeded")
+    if isinstance(exc, RequestFieldError):
+        return APIError(400, str(exc), param=exc.field)
     if isinstance(exc, ValueError):
         return APIError(400, str(exc), param=_param_of(str(exc), prompt_field))
     return APIError(500, f"{type(exc).__name__}: {exc}")

@@ -391,7 +391,8 @@ def _constraint_of(name: str, value: Any) -> StructuredOutputsParams | None:
 
 
 class FunctionDefinition(ClosedModel):
-    name: str = Field(min_length=1, max_length=MAX_FUNCTION_NAME)
+    # An empty name is refused with the other tool rules (pagoda/engine/requests/tools.py).
+    name: str = Field(max_length=MAX_FUNCTION_NAME)
     description: str | None = None
     parameters: dict | None = None
     strict: bool | None = None
