@@ -11,12 +11,14 @@ from pagoda.app.backends.errors import InvalidRequestError, clause
 from pagoda.app.backends.types import SamplingOptions
 from pagoda.engine.errors import RequestFieldError
 from pagoda.engine.parsers.tool_use import ToolUse
-from pagoda.engine.requests import tools as rules
+from pagoda.engine.requests.constraints import check_one_constraint
+from pagoda.engine.requests.tools import TOOL_CHOICE_MODES
+from pagoda.engine.requests.tools import tool_use as checked_tool_use
 
 
 def openai_tool_choice(tool_choice: str | None) -> str | dict | None:
     """tool_choice in OpenAI's shape: a mode as it is, a function's name as a named choice."""
-    if tool_choice is None or tool_choice in rules.TOOL_CHOICE_MODES:
+    if tool_choice is None or tool_choice in TOOL_CHOICE_MODES:
         return tool_choice
     return {"type": "function", "function": {"name": tool_choice}}
 
@@ -30,9 +32,9 @@ def tool_use(options: SamplingOptions) -> ToolUse:
         raise InvalidRequestError(f"tool_choice={options.tool_choice!r} needs tools to choose "
                                   "among: add tools to this chat, or clear its tool_choice.")
     with refused_in_words():
-        use = rules.tool_use([tool.as_dict() for tool in options.tools],
-                             openai_tool_choice(options.tool_choice))
-        rules.check_one_constraint(use, None if options.reply_format is None else "reply_format")
+        use = checked_tool_use([tool.as_dict() for tool in options.tools],
+                               openai_tool_choice(options.tool_choice))
+        check_one_constraint(use, None if options.reply_format is None else "reply_format")
     return use
 
 

@@ -1,6 +1,5 @@
 """A request's tools and tool_choice, checked as OpenAI checks them, into a ToolUse
-(pagoda/engine/parsers/tool_use.py); the constraint a forced call puts on the reply; and the
-rule that a forced call and a constraint of the request's own cannot both shape one reply.
+(pagoda/engine/parsers/tool_use.py), and the constraint a forced call puts on the reply.
 
 The shapes are OpenAI's: a tool is {"type": "function", "function": {"name", "parameters",
 ...}}, tool_choice a mode or {"type": "function", "function": {"name": ...}}."""
@@ -45,15 +44,6 @@ def tool_use(tools: Sequence[dict], tool_choice: str | Mapping | None,
     return ToolUse(mode, None if mode == "none" else tools, parallel=parallel)
 
 
-def check_one_constraint(use: ToolUse, constraint_field: str | None) -> None:
-    """RequestFieldError naming `constraint_field` (the request's own constraint, if it gives
-    one) where tool_choice forces a call too: each would shape the whole reply."""
-    if constraint_field is not None and use.mode in ("required", "named"):
-        raise RequestFieldError(constraint_field,
-                                f"tool_choice {_choice_name(use)} and {constraint_field} both "
-                                "shape the whole reply: give one of them")
-
-
 def tools_constraint(use: ToolUse) -> tuple[str, StructuredOutputsParams] | None:
     """The constraint tool_choice "required" or a named function puts on the reply, with the
     field its errors name (the named function's parameters, or the tools); None otherwise.
@@ -71,14 +61,17 @@ def tools_constraint(use: ToolUse) -> tuple[str, StructuredOutputsParams] | None
     try:
         return field, use.constraint
     except ValueError as exc:
-        holds = "the calls of every tool" if use.mode == "required" else \
-            f"the parameters of {use.function!r}"
-        fewer = " or fewer tools" if use.mode == "required" else ""
-        raise RequestFieldError(field, f"{field}: tool_choice {_choice_name(use)} holds the "
-                                       f"reply to {holds}, a JSON schema longer than the "
-                                       f"{MAX_CONSTRAINT_CHARS:,} characters a constraint may "
-                                       f"have: give smaller parameters{fewer}, or use "
-                                       "tool_choice 'auto'") from exc
+        raise _too_long(use, field) from exc
+
+
+def _too_long(use: ToolUse, field: str) -> RequestFieldError:
+    holds = "the calls of every tool" if use.mode == "required" else \
+        f"the parameters of {use.function!r}"
+    fewer = " or fewer tools" if use.mode == "required" else ""
+    return RequestFieldError(field, f"{field}: tool_choice {forced_choice(use)} holds the reply "
+                                    f"to {holds}, a JSON schema longer than the "
+                                    f"{MAX_CONSTRAINT_CHARS:,} characters a constraint may have: "
+                                    f"give smaller parameters{fewer}, or use tool_choice 'auto'")
 
 
 def check_tools(tools: Sequence[dict]) -> None:
@@ -133,5 +126,6 @@ def _check_parameters(tools: list[dict]) -> None:
             raise RequestFieldError(field, f"{field}: {exc}") from exc
 
 
-def _choice_name(use: ToolUse) -> str:
+def forced_choice(use: ToolUse) -> str:
+    """How an error names the tool_choice that forces a call: 'required', or naming one."""
     return "'required'" if use.mode == "required" else f"naming {use.function!r}"

@@ -10,9 +10,10 @@ from starlette.requests import Request
 from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.parsers.replies import ReplyShape, reply_shape
 from pagoda.engine.parsers.tool_use import ToolUse
-from pagoda.engine.requests.tools import check_one_constraint, tool_use, tools_constraint
+from pagoda.engine.requests.constraints import check_one_constraint
+from pagoda.engine.requests.tools import tool_use, tools_constraint
 from pagoda.engine.server.admission import WorkBudget
-from pagoda.engine.server.errors import APIError, as_api_errors
+from pagoda.engine.server.errors import APIError, as_api_errors, rule_errors
 from pagoda.engine.server.generation import (
     Choice,
     Generation,
@@ -72,7 +73,7 @@ async def encode_chat_request(body: ChatCompletionRequest, served: ServedModel) 
     if body.continue_final_message and body.add_generation_prompt:
         raise APIError(400, "continue_final_message needs add_generation_prompt=false",
                        param="add_generation_prompt")
-    with as_api_errors("messages"):
+    with rule_errors():
         use = _tool_use(body)
         constraint = _constraint(body, use)
     template_kwargs = _template_kwargs(body, served.backend.chat_template)

@@ -73,7 +73,7 @@ def from_engine_error(exc: Exception, prompt_field: str) -> APIError:
     if isinstance(exc, PromptTooLongError):
         return APIError(400, str(exc), param=prompt_field, code="context_length_exceeded")
     if isinstance(exc, RequestFieldError):
-        return APIError(400, str(exc), param=exc.field)
+        return _broken_rule(exc)
     if isinstance(exc, ValueError):
         return APIError(400, str(exc), param=_param_of(str(exc), prompt_field))
     return APIError(500, f"{type(exc).__name__}: {exc}")
@@ -88,6 +88,19 @@ def as_api_errors(prompt_field: str) -> Iterator[None]:
         raise
     except Exception as exc:
         raise from_engine_error(exc, prompt_field) from exc
+
+
+@contextmanager
+def rule_errors() -> Iterator[None]:
+    """A request rule broken inside (pagoda/engine/requests/) as the 400 naming its field."""
+    try:
+        yield
+    except RequestFieldError as exc:
+        raise _broken_rule(exc) from exc
+
+
+def _broken_rule(exc: RequestFieldError) -> APIError:
+    return APIError(400, str(exc), param=exc.field)
 
 
 @contextmanager

@@ -1,15 +1,10 @@
-"""The rules on a request's tools, tool_choice and constraints (pagoda/engine/requests/tools.py),
-which Pagoda's server and the app's backends both follow: each refusal names its field."""
+"""The rules on a request's tools and tool_choice (pagoda/engine/requests/tools.py), which
+Pagoda's server and the app's backends both follow: each refusal names its field."""
 
 import pytest
 
 from pagoda.engine.errors import PagodaError, RequestFieldError
-from pagoda.engine.requests.tools import (
-    check_one_constraint,
-    check_tools,
-    tool_use,
-    tools_constraint,
-)
+from pagoda.engine.requests.tools import check_tools, tool_use, tools_constraint
 
 CITY = {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}
 
@@ -79,19 +74,6 @@ def test_parameters_nested_deeper_than_a_template_reads_are_refused_naming_them(
     error = refusal(check_tools, [function("deep", parameters)])
     assert error.field == "tools[0].function.parameters"
     assert "levels deep" in str(error)
-
-
-@pytest.mark.parametrize("choice", ["required", named("get_weather")])
-def test_a_forced_call_and_a_constraint_of_the_request_are_refused_naming_the_constraint(
-        choice):
-    error = refusal(check_one_constraint, tool_use(TOOLS, choice), "response_format")
-    assert error.field == "response_format"
-    assert "both shape the whole reply" in str(error)
-
-
-@pytest.mark.parametrize("choice", [None, "auto", "none"])
-def test_a_constraint_goes_with_tools_the_model_may_leave_uncalled(choice):
-    check_one_constraint(tool_use(TOOLS, choice), "response_format")
 
 
 def test_a_named_function_holds_the_reply_to_its_parameters():
