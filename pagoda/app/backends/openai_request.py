@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from pagoda.app.backends.errors import InvalidRequestError
-from pagoda.app.backends.tool_options import named_function
+from pagoda.app.backends.tool_options import openai_tool_choice
 from pagoda.app.backends.types import ChatMessage, ReplyFormat, SamplingOptions
 
 Flavor = Literal["vllm", "sglang", "pagoda", "llama.cpp", "openai"]
@@ -86,11 +86,8 @@ def _set_tools(body: dict, options: SamplingOptions) -> None:
     """tools and tool_choice in OpenAI's shapes: a function's name as a named choice."""
     if options.tools:
         body["tools"] = [tool.as_dict() for tool in options.tools]
-    if options.tool_choice is None:
-        return
-    named = named_function(options.tool_choice)
-    body["tool_choice"] = (options.tool_choice if named is None
-                           else {"type": "function", "function": {"name": named}})
+    if options.tool_choice is not None:
+        body["tool_choice"] = openai_tool_choice(options.tool_choice)
 
 
 # Servers that pass chat_template_kwargs to the model's template (vLLM's, SGLang's and

@@ -18,7 +18,8 @@ from pagoda.engine.sampling_params import (
     StructuredOutputsParams,
     response_format_constraint,
 )
-from pagoda.engine.server.errors import APIError
+from pagoda.engine.requests.constraints import one_constraint
+from pagoda.engine.server.errors import APIError, rule_errors
 from pagoda.engine.text.bounded_json import MAX_JSON_DEPTH, nesting_depth
 
 MAX_N = 16
@@ -311,12 +312,10 @@ class _SamplingRequest(RefusingRequest):
         """The one constraint the request gives, with where it sits: the field that gave it,
         or the schema inside it (`response_format.json_schema.schema`), for errors to name."""
         given = [name for name in self._constraint_fields() if _constrains(getattr(self, name))]
-        if len(given) > 1:
-            raise APIError(400, f"{' and '.join(given)} both constrain the reply: give one",
-                           param=given[1])
-        if not given:
+        with rule_errors():
+            name = one_constraint(given)
+        if name is None:
             return None
-        name = given[0]
         try:
             constraint = _constraint_of(name, getattr(self, name))
         except ValueError as exc:
@@ -391,7 +390,8 @@ def _constraint_of(name: str, value: Any) -> StructuredOutputsParams | None:
 
 
 class FunctionDefinition(ClosedModel):
-    name: str = Field(min_length=1, max_length=MAX_FUNCTION_NAME)
+    # An empty name is refused with the other tool rules (pagoda/engine/requests/tools.py).
+    name: str = Field(max_length=MAX_FUNCTION_NAME)
     description: str | None = None
     parameters: dict | None = None
     strict: bool | None = None
