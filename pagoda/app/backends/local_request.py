@@ -11,7 +11,7 @@ from pagoda.app.backends.tool_options import check_tool_options, named_function
 from pagoda.app.backends.types import ReplyFormat, SamplingOptions
 from pagoda.engine import SamplingParams
 from pagoda.engine.parsers.tool_use import ToolUse
-from pagoda.engine.sampling_params import StructuredOutputsParams
+from pagoda.engine.sampling.params import StructuredOutputsParams
 
 
 @dataclass(slots=True, frozen=True)

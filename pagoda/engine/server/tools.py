@@ -7,7 +7,7 @@ import logging
 
 from pagoda.engine.errors import StructuredOutputError
 from pagoda.engine.parsers.tool_use import ToolUse
-from pagoda.engine.sampling_params import MAX_CONSTRAINT_CHARS, StructuredOutputsParams
+from pagoda.engine.sampling.params import MAX_CONSTRAINT_CHARS, StructuredOutputsParams
 from pagoda.engine.server.errors import APIError
 from pagoda.engine.server.protocol import ChatCompletionRequest, NamedToolChoice
 from pagoda.engine.structured_output.json_schema import check_schema

@@ -15,7 +15,7 @@ from itertools import chain
 
 import torch
 
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 from pagoda.engine.structured_output.matcher import GrammarRows
 from pagoda.engine.worker.logits_controls import LogitsControls, RowControls
 from pagoda.kernels.torch_ref import row_argmax

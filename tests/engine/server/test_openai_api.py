@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 from tests.engine.server.conftest import ENGINE, MODEL
 
 CHAT = [{"role": "system", "content": "You are terse."},
