@@ -124,8 +124,8 @@ class SamplingParams:
     """How to pick each next token and when to stop, in vLLM's vocabulary.
 
     The sampling knobs come first, one field per row of pagoda.engine.sampling.fields
-    (temperature, top_k, top_p, min_p, the penalties, ...), each with its default and its
-    neutral value there; temperature 0 means greedy.
+    (temperature, top_k, top_p, the penalties, ...), each with its default and its neutral
+    value there; temperature 0 means greedy.
     """
 
     seed: int | None = None

@@ -261,7 +261,7 @@ _SamplingFields = create_model("_SamplingFields", __base__=RefusingRequest, **_t
 
 class _SamplingRequest(_SamplingFields):
     """The sampling fields both endpoints share, in OpenAI's names plus vLLM's extras; the
-    sampling knobs (temperature, top_p, top_k, min_p, ...) come from the table."""
+    sampling knobs (temperature, top_p, top_k, ...) come from the table."""
 
     model: str | None = None
     max_tokens: int | None = None
