@@ -136,7 +136,8 @@ class LLMEngine:
             seq = self._sampling_sequence(request_id, token_ids, params, prompt_text, cache_tag,
                                           grammar)
         detok = IncrementalDetokenizer(self.tokenizer, token_ids, seq.params.stop,
-                                       seq.params.skip_special_tokens, self.eos_token_ids)
+                                       seq.params.skip_special_tokens, self.eos_token_ids,
+                                       seq.params.min_tokens)
         self._requests[request_id] = (seq, detok)
         if seq.params.logprobs is not None:
             self._logprobs[request_id] = []

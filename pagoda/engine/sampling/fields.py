@@ -162,6 +162,18 @@ SAMPLING_FIELDS: tuple[SamplingField, ...] = (
         help="Lowers every token the reply already holds by this much per time it appears; "
              "0 turns it off.",
         spin=Spin(-2.0, 2.0, 0.1, 2), openai=True),
+    SamplingField(
+        "typical_p", float, default=1.0, neutral=1.0,
+        bounds=Bounds(low=0.0, high=1.0, low_open=True), label="Typical P",
+        help="Locally typical sampling: only the tokens whose surprise is nearest the "
+             "expected surprise, as many as add up to this share; 1.0 turns it off.",
+        spin=Spin(0.01, 1.0, 0.05, 2), servers={"llama.cpp": "typical_p"}),
+    SamplingField(
+        "min_tokens", int, default=0, neutral=0, bounds=Bounds(low=0), label="Min tokens",
+        help="The reply may not end (its end token, a stop token or a stop string) before "
+             "this many tokens; 0 turns it off.",
+        spin=Spin(0, 32768, 16, off_text="Off"),
+        servers={"vllm": "min_tokens", "sglang": "min_tokens"}),
 )
 
 FIELD_OF: dict[str, SamplingField] = {f.name: f for f in SAMPLING_FIELDS}

@@ -177,6 +177,8 @@ class SamplingParams:
             _check(problem is None, sampling_field.name, value, problem or "")
         _check(self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1),
                "max_tokens", self.max_tokens, "must be a positive integer or None")
+        _check(self.max_tokens is None or self.min_tokens <= self.max_tokens, "min_tokens",
+               self.min_tokens, f"must be at most max_tokens ({self.max_tokens})")
         _check(self.seed is None or (_is_int(self.seed) and 0 <= self.seed < _SEED_LIMIT),
                "seed", self.seed, "must be None or an integer from 0 to 2**64 - 1")
         _check(all(isinstance(s, str) and s and lone_surrogate_at(s) is None for s in self.stop), "stop",

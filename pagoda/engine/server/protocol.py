@@ -158,14 +158,23 @@ def asks_for(value: Any) -> bool:
 
 # A field we do not honour: refused when its value would change the result, with why.
 Refusal = tuple[Callable[[Any], bool], str]
+# llama.cpp's mirostat (1 or 2) replaces the other filters with a feedback loop on surprise;
+# its tau and eta tune only that loop, so they are ignored (mirostat is never on here).
+_SAMPLER_REFUSED: dict[str, Refusal] = {
+    "mirostat": (lambda v: v not in (None, 0), "its sampler has no mirostat: send 0, or "
+                 "sample with top_p, min_p or typical_p"),
+}
+_MIROSTAT_TUNING = frozenset({"mirostat_tau", "mirostat_eta"})
 _CHAT_REFUSED: dict[str, Refusal] = {
     "functions": (asks_for, "it takes tools, not the deprecated functions: send them as tools"),
     "function_call": (is_set, "it takes tool_choice, not the deprecated function_call"),
     "modalities": (lambda v: v is not None and v != ["text"], "this model answers in text only"),
     "audio": (is_set, "this model answers in text only"),
+    **_SAMPLER_REFUSED,
 }
 _COMPLETION_REFUSED: dict[str, Refusal] = {
     "suffix": (asks_for, "it does not complete text before a suffix"),
+    **_SAMPLER_REFUSED,
 }
 
 
@@ -262,6 +271,8 @@ _SamplingFields = create_model("_SamplingFields", __base__=RefusingRequest, **_t
 class _SamplingRequest(_SamplingFields):
     """The sampling fields both endpoints share, in OpenAI's names plus vLLM's extras; the
     sampling knobs (temperature, top_p, top_k, ...) come from the table."""
+
+    _ignored: ClassVar[frozenset[str]] = _IGNORED | _MIROSTAT_TUNING
 
     model: str | None = None
     max_tokens: int | None = None
