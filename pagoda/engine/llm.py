@@ -16,7 +16,7 @@ from pagoda.engine.parsers.harmony import is_harmony_template
 from pagoda.engine.parsers.harmony_frame import framed
 from pagoda.engine.parsers.tool_use import ToolUse
 from pagoda.engine.requests.constraints import one_constraint
-from pagoda.engine.sampling_params import SamplingParams, response_format_constraint
+from pagoda.engine.sampling.params import SamplingParams, response_format_constraint
 from pagoda.engine.text.chat_template import Message, encode_chat, is_conversation
 
 Prompt = str | list[int]

@@ -22,7 +22,7 @@ from pagoda.engine.errors import PromptTooLongError
 from pagoda.engine.loading.loader import LoadedModel, load_model
 from pagoda.engine.loading.model_info import check_model_fits
 from pagoda.engine.outputs import CompletionOutput, Logprob, PromptProgress, RequestOutput, TokenLogprobs
-from pagoda.engine.sampling_params import PoolingParams, SamplingParams
+from pagoda.engine.sampling.params import PoolingParams, SamplingParams
 from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
 from pagoda.engine.spec_decode.step_cost import StepCost
 from pagoda.engine.structured_output.compiler import StructuredOutputCompiler
@@ -136,7 +136,8 @@ class LLMEngine:
             seq = self._sampling_sequence(request_id, token_ids, params, prompt_text, cache_tag,
                                           grammar)
         detok = IncrementalDetokenizer(self.tokenizer, token_ids, seq.params.stop,
-                                       seq.params.skip_special_tokens, self.eos_token_ids)
+                                       seq.params.skip_special_tokens, self.eos_token_ids,
+                                       seq.params.min_tokens)
         self._requests[request_id] = (seq, detok)
         if seq.params.logprobs is not None:
             self._logprobs[request_id] = []

@@ -12,7 +12,8 @@ from pagoda.app.backends.types import ReplyFormat, SamplingOptions
 from pagoda.engine import SamplingParams
 from pagoda.engine.parsers.tool_use import ToolUse
 from pagoda.engine.requests.tools import tools_constraint
-from pagoda.engine.sampling_params import StructuredOutputsParams
+from pagoda.engine.sampling.fields import sampling_values
+from pagoda.engine.sampling.params import StructuredOutputsParams
 
 
 @dataclass(slots=True, frozen=True)
@@ -46,13 +47,8 @@ def local_request(options: SamplingOptions) -> LocalRequest:
 
 def sampling_params(options: SamplingOptions) -> SamplingParams:
     try:
-        return SamplingParams(
-            temperature=options.temperature, top_p=options.top_p,
-            top_k=options.top_k if options.top_k > 0 else -1, min_p=options.min_p,
-            repetition_penalty=options.repetition_penalty,
-            presence_penalty=options.presence_penalty,
-            frequency_penalty=options.frequency_penalty, max_tokens=options.max_tokens,
-            seed=options.seed, stop=list(options.stop))
+        return SamplingParams(**sampling_values(options), max_tokens=options.max_tokens,
+                              seed=options.seed, stop=list(options.stop))
     except ValueError as exc:
         raise InvalidRequestError(f"This chat's sampling settings are invalid: {clause(exc)}.") from exc
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from pagoda.engine.errors import RequestFieldError, StructuredOutputError
 from pagoda.engine.parsers.tool_use import ToolUse
-from pagoda.engine.sampling_params import MAX_CONSTRAINT_CHARS, StructuredOutputsParams
+from pagoda.engine.sampling.params import MAX_CONSTRAINT_CHARS, StructuredOutputsParams
 from pagoda.engine.structured_output.json_schema import check_schema
 from pagoda.engine.text.bounded_json import MAX_JSON_DEPTH, value_depth
 
