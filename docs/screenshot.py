@@ -80,7 +80,7 @@ def start_app():
     import qasync
     from PySide6.QtWidgets import QApplication
 
-    from pagoda.app.qt.theme import app_icon, apply_theme
+    from pagoda.app.qt.shared.theme import app_icon, apply_theme
 
     app = QApplication(sys.argv[:1])
     apply_theme(app, "light")
@@ -91,9 +91,9 @@ def start_app():
 
 
 def main() -> int:
-    from pagoda.app.components.async_store import AsyncStore
-    from pagoda.app.components.connections import ConnectionKeys
-    from pagoda.app.qt.engine_host import EngineHost
+    from pagoda.app.components.shared.async_store import AsyncStore
+    from pagoda.app.components.shared.connections import ConnectionKeys
+    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.qt.main_window import MainWindow
     from pagoda.app.store import ConversationStore
 

@@ -106,7 +106,7 @@ def open_store_or_say_why(path: Path | None) -> ConversationStore | None:
     """The store, at `path` or at a file the user chooses instead; None when they quit (said on
     stderr). Modal dialogs: call it before the event loop runs."""
     from pagoda.app.open_store import open_store
-    from pagoda.app.qt.widgets.database_dialog import ask_for_another_database
+    from pagoda.app.qt.conversations.database_dialog import ask_for_another_database
     from pagoda.app.store.errors import StoreError
 
     try:

@@ -146,7 +146,7 @@ async def _exercise(window, model: str | None) -> SelftestReport:
 
 def _math_line() -> str:
     """A formula drawn as the transcript draws one: the math fonts are where ziamath reads them."""
-    from pagoda.app.qt.widgets.math_render import MathLook, render_math
+    from pagoda.app.qt.chat.markdown.math_render import MathLook, render_math
 
     drawn = render_math(r"e^{i\pi} + 1 = 0", MathLook("#000000", 16, display=False))
     if drawn is None or drawn.image.isNull():

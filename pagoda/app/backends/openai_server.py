@@ -1,5 +1,5 @@
 """The window's engine served over OpenAI's API to other apps on this computer (pagoda.engine.server),
-on a thread of its own: what pagoda.app.components.local_server turns on and off.
+on a thread of its own: what pagoda.app.components.server.local_server turns on and off.
 
 Importing the server takes fastapi and uvicorn (not light): each function here imports it on the
 caller's worker thread, under ENGINE_IMPORT_LOCK the first time.

@@ -30,52 +30,52 @@ from PySide6.QtWidgets import (
 )
 
 from pagoda.app.backends.model_files import bundled_model_file
-from pagoda.app.components.api_key import ApiKeyFile
-from pagoda.app.components.async_store import AsyncStore
-from pagoda.app.components.chat_defaults import load_chat_defaults, save_chat_defaults
-from pagoda.app.components.chat_import import ChatImportError, import_chats, imported_text
-from pagoda.app.components.chat_session import ChatSession
-from pagoda.app.components.chat_sources import LOCAL, ChatSources, RemoteSource
-from pagoda.app.components.connections import (
+from pagoda.app.components.server.api_key import ApiKeyFile
+from pagoda.app.components.shared.async_store import AsyncStore
+from pagoda.app.components.settings.chat_defaults import load_chat_defaults, save_chat_defaults
+from pagoda.app.components.conversations.chat_import import ChatImportError, import_chats, imported_text
+from pagoda.app.components.chat.chat_session import ChatSession
+from pagoda.app.components.chat.chat_sources import LOCAL, ChatSources, RemoteSource
+from pagoda.app.components.shared.connections import (
     AddServerFlow,
     ConnectionKeys,
     SavedConnections,
     ServerConnection,
 )
-from pagoda.app.components.document_embeddings import DocumentEmbeddings, EmbeddingsState
-from pagoda.app.components.export_names import EXPORT_FORMATS, export_file_name, with_suffix
-from pagoda.app.components.local_models import LocalListing, LocalModels
-from pagoda.app.components.local_server import LocalServer
-from pagoda.app.components.model_choices import (
+from pagoda.app.components.documents.document_embeddings import DocumentEmbeddings, EmbeddingsState
+from pagoda.app.components.conversations.export_names import EXPORT_FORMATS, export_file_name, with_suffix
+from pagoda.app.components.models.local_models import LocalListing, LocalModels
+from pagoda.app.components.server.local_server import LocalServer
+from pagoda.app.components.models.model_choices import (
     MODEL_FILE_FILTER,
     ModelChoice,
     ModelChoices,
     ModelLoadError,
     model_source_from_selection,
 )
-from pagoda.app.components.model_library import DONE, Download, ModelLibrary, NullLibraryView
-from pagoda.app.components.open_chats import OpenChats
-from pagoda.app.components.opened_models import OpenedModels
+from pagoda.app.components.models.model_library import DONE, Download, ModelLibrary, NullLibraryView
+from pagoda.app.components.conversations.open_chats import OpenChats
+from pagoda.app.components.models.opened_models import OpenedModels
 from pagoda.app.components.tools.toolbox import Toolbox
-from pagoda.app.components.view_models import SamplingView
-from pagoda.app.qt.add_server import open_add_server_dialog
-from pagoda.app.qt.chat_tab import ChatTab
-from pagoda.app.qt.controller import ChatController
-from pagoda.app.qt.disk_cache_settings import DiskCacheSettings
-from pagoda.app.qt.engine_host import EngineHost
-from pagoda.app.qt.models_folder_settings import ModelsFolderSettings
-from pagoda.app.qt.server_controller import LocalServerController
-from pagoda.app.qt.theme import THEMES, apply_theme, icon
-from pagoda.app.qt.widgets.appearance_settings import AppearancePanel
-from pagoda.app.qt.widgets.documents_dialog import DOCUMENTS_DIALOG, DocumentsDialog
-from pagoda.app.qt.widgets.model_library_dialog import ModelLibraryDialog
-from pagoda.app.qt.widgets.model_picker import ModelPicker
-from pagoda.app.qt.widgets.model_settings import ModelSettingsPanel
-from pagoda.app.qt.widgets.server_settings import LocalServerPanel
-from pagoda.app.qt.widgets.settings_panel import SettingsPanel
-from pagoda.app.qt.widgets.sidebar import ConversationItem, SearchResultItem, Sidebar
-from pagoda.app.qt.widgets.status_bar import EngineStatusBar, loading_text, picker_loading_mark
-from pagoda.app.qt.widgets.tools_dialog import TOOLS_DIALOG, ToolsDialog
+from pagoda.app.components.shared.view_models import SamplingView
+from pagoda.app.qt.server.add_server import open_add_server_dialog
+from pagoda.app.qt.chat.chat_tab import ChatTab
+from pagoda.app.qt.chat.controller import ChatController
+from pagoda.app.qt.models.disk_cache_settings import DiskCacheSettings
+from pagoda.app.qt.models.engine_host import EngineHost
+from pagoda.app.qt.models.models_folder_settings import ModelsFolderSettings
+from pagoda.app.qt.server.server_controller import LocalServerController
+from pagoda.app.qt.shared.theme import THEMES, apply_theme, icon
+from pagoda.app.qt.settings.appearance_settings import AppearancePanel
+from pagoda.app.qt.documents.documents_dialog import DOCUMENTS_DIALOG, DocumentsDialog
+from pagoda.app.qt.models.model_library_dialog import ModelLibraryDialog
+from pagoda.app.qt.models.model_picker import ModelPicker
+from pagoda.app.qt.models.model_settings import ModelSettingsPanel
+from pagoda.app.qt.server.server_settings import LocalServerPanel
+from pagoda.app.qt.settings.settings_panel import SettingsPanel
+from pagoda.app.qt.conversations.sidebar import ConversationItem, SearchResultItem, Sidebar
+from pagoda.app.qt.status_bar import EngineStatusBar, loading_text, picker_loading_mark
+from pagoda.app.qt.tools.tools_dialog import TOOLS_DIALOG, ToolsDialog
 from pagoda.app.qt.window_layout import WindowLayout, place_first_window
 from pagoda.app.store import SearchHit
 

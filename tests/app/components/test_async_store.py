@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from pagoda.app.components.async_store import AsyncStore
+from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.store import ConversationStore
 
 WAIT_S = 5.0

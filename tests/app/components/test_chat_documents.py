@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pagoda.app.backends import PromptProgress
-from pagoda.app.components.chat_session import ChatSession, reading_text
+from pagoda.app.components.chat.chat_session import ChatSession, reading_text
 from tests.app.components.fake_backend import WAIT_S, ScriptedBackend, eventually
 
 NOTES = """# Lighthouse log

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pagoda.app.components import folder_index, folder_scan
-from pagoda.app.components.chat_session import ChatSession
+from pagoda.app.components.documents import folder_index, folder_scan
+from pagoda.app.components.chat.chat_session import ChatSession
 from pagoda.app.components.documents import ReadingLimits, ReadingProcess, read_document, reading_thread
-from pagoda.app.components.folder_index import ChatFolders
-from pagoda.app.components.folder_scan import FolderError
+from pagoda.app.components.documents.folder_index import ChatFolders
+from pagoda.app.components.documents.folder_scan import FolderError
 from tests.app.components.documents.document_files import write_docx
 from tests.app.components.documents.hostile_files import write_huge_xml_docx
 from tests.app.components.fake_backend import WAIT_S, ScriptedBackend, eventually

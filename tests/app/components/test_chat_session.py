@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from pagoda.app.backends import ServerError
-from pagoda.app.components.chat_session import MODEL_SWITCHED, WAIT_TO_SWITCH, ChatSession
-from pagoda.app.components.view_models import SamplingView
+from pagoda.app.components.chat.chat_session import MODEL_SWITCHED, WAIT_TO_SWITCH, ChatSession
+from pagoda.app.components.shared.view_models import SamplingView
 from pagoda.app.store import GenerationStats
 from tests.app.components.fake_backend import (
     LOADING,
@@ -655,7 +655,7 @@ async def test_an_unexpected_failure_in_an_action_is_shown_in_the_chat(session, 
 
 
 def test_the_chat_logic_loads_without_qt_or_torch():
-    code = ("import sys, pagoda.app.components.chat_session, tests.app.components.fake_backend; "
+    code = ("import sys, pagoda.app.components.chat.chat_session, tests.app.components.fake_backend; "
             "print(sorted(m for m in ('PySide6', 'torch', 'pagoda.engine') if m in sys.modules))")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,

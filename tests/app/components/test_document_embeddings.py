@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from pagoda.app.components.connections import ConnectionKeys, SavedConnections
-from pagoda.app.components.document_embeddings import (
+from pagoda.app.components.shared.connections import ConnectionKeys, SavedConnections
+from pagoda.app.components.documents.document_embeddings import (
     DocumentEmbeddings,
     EmbeddingsChoice,
 )

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pagoda.app.components import folder_scan
-from pagoda.app.components.folder_scan import FolderError, scan_folder
+from pagoda.app.components.documents import folder_scan
+from pagoda.app.components.documents.folder_scan import FolderError, scan_folder
 
 
 def write(root: Path, relative: str, text: str = "some words") -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pagoda.app.backends import ToolCallRecord
-from pagoda.app.components.chat_session import ChatSession
+from pagoda.app.components.chat.chat_session import ChatSession
 from pagoda.app.components.tools import McpHub, McpServerConfig, ToolConfigError
 from pagoda.app.components.tools.chat_tools import McpChatTools
 from pagoda.app.components.tools.settings import (

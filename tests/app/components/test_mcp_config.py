@@ -21,8 +21,8 @@ from pagoda.app.components.tools import (
     parse_mcp_servers,
 )
 from pagoda.app.components.tools.config import MAX_ARGS, MAX_SERVERS, MAX_STRING_BYTES, MAX_TEXT_BYTES
-from pagoda.app.components.tools.results import tool_result
-from pagoda.app.components.tools.server_log import MAX_LINE_CHARS, LogRing
+from pagoda.app.components.tools.mcp.results import tool_result
+from pagoda.app.components.tools.mcp.server_log import MAX_LINE_CHARS, LogRing
 
 OPENAI_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 

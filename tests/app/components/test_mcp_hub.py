@@ -27,8 +27,8 @@ from pagoda.app.components.tools import (
     ToolServerError,
     ToolTimeoutError,
 )
-from pagoda.app.components.tools.results import MAX_RESULT_CHARS
-from pagoda.app.components.tools.stdio_streams import MiB
+from pagoda.app.components.tools.mcp.results import MAX_RESULT_CHARS
+from pagoda.app.components.tools.mcp.stdio_streams import MiB
 from tests.app.components.mcp_test_server import EXIT_AT_START_ENV, build_server
 
 TEST_SERVER = str(Path(__file__).with_name("mcp_test_server.py"))

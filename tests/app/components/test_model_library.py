@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from pagoda.app.components.connections import ConnectionKeys
-from pagoda.app.components.model_library import (
+from pagoda.app.components.shared.connections import ConnectionKeys
+from pagoda.app.components.models.model_library import (
     CANCELLED,
     DONE,
     DOWNLOADING,
@@ -98,7 +98,7 @@ async def test_a_view_attached_during_a_search_is_told_it_runs_until_it_answers(
     import asyncio
     import threading
 
-    from pagoda.app.components import model_library
+    from pagoda.app.components.models import model_library
 
     release, search = threading.Event(), model_library._search
     monkeypatch.setattr(model_library, "_search",
@@ -366,7 +366,7 @@ async def test_the_folders_downloads_write_into_are_known_until_they_end(library
 
 
 def test_the_parts_of_a_split_gguf_file_are_not_offered():
-    from pagoda.app.components.model_library import file_choices
+    from pagoda.app.components.models.model_library import file_choices
     from pagoda.engine.hub.search import HubFile, HubRepo
     from pagoda.engine.loading.model_files import quantization_of
 

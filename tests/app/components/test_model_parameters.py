@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from pagoda.app.backends.hub import repository
-from pagoda.app.components.model_choices import ModelChoice
-from pagoda.app.components.model_library import file_choices, parameter_counts
+from pagoda.app.components.models.model_choices import ModelChoice
+from pagoda.app.components.models.model_library import file_choices, parameter_counts
 from pagoda.engine.loading.model_info import ModelInfo, describe_headers, read_model_headers
 from tests.engine.fake_hub import FakeHub, FakeRepo, served, use_hub
 from tests.engine.moe_header_gguf import QWEN3_30B_A3B, write_moe_header_gguf

@@ -1,4 +1,4 @@
-"""A stdio server's stdout as lines of JSON-RPC (pagoda/app/components/tools/stdio_streams.py): lines
+"""A stdio server's stdout as lines of JSON-RPC (pagoda/app/components/tools/mcp/stdio_streams.py): lines
 split across reads, a line over the bound kept only by its ends, and the reply id read there so
 that its caller is answered in words rather than left waiting."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import mcp.types as mcp_types
 
-from pagoda.app.components.tools.stdio_streams import (
+from pagoda.app.components.tools.mcp.stdio_streams import (
     REPLY_TOO_LARGE,
     LineSplitter,
     OversizedLine,

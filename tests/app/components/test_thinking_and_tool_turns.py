@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from pagoda.app.components.chat_session import ChatSession
-from pagoda.app.components.tool_turns import DENIED, STOPPED
+from pagoda.app.components.chat.chat_session import ChatSession
+from pagoda.app.components.chat.tool_turns import DENIED, STOPPED
 from tests.app.components.fake_backend import WAIT_S, eventually
 from tests.app.components.fake_tools import FakeTools, answer, call
 

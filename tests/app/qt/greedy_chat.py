@@ -8,8 +8,8 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QPlainTextEdit
 
-from pagoda.app.components.async_store import AsyncStore
-from pagoda.app.qt.engine_host import EngineHost
+from pagoda.app.components.shared.async_store import AsyncStore
+from pagoda.app.qt.models.engine_host import EngineHost
 from pagoda.app.qt.main_window import MainWindow
 from pagoda.app.store import ConversationStore, SamplingSettings
 

@@ -6,7 +6,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QPlainTextEdit
 
-from pagoda.app.qt.chat_tab import ChatTab
+from pagoda.app.qt.chat.chat_tab import ChatTab
 from pagoda.app.store import SamplingSettings
 
 pytestmark = pytest.mark.slow

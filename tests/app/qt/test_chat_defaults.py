@@ -2,13 +2,13 @@
 default for new chats" keeps its settings in the store, and new chats start with them."""
 
 
-from pagoda.app.components.chat_defaults import (
+from pagoda.app.components.settings.chat_defaults import (
     NEW_CHAT_DEFAULTS_SETTING,
     chat_defaults_from,
     load_chat_defaults,
 )
-from pagoda.app.components.view_models import SamplingView
-from pagoda.app.qt.widgets.settings_panel import SYSTEM_PROMPT_MIN_LINES
+from pagoda.app.components.shared.view_models import SamplingView
+from pagoda.app.qt.settings.settings_panel import SYSTEM_PROMPT_MIN_LINES
 
 
 def _edit(panel, **changes):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from fake_engine import WAIT_MS
 from PySide6.QtWidgets import QFileDialog
 
-from pagoda.app.qt.theme import apply_theme
+from pagoda.app.qt.shared.theme import apply_theme
 
 
 def _listed(window) -> set[int]:

@@ -6,7 +6,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QPushButton
 
-from pagoda.app.qt.widgets.composer import EDIT_BANNER, KEPT_NOTE, STREAMING_HINT, Composer
+from pagoda.app.qt.chat.composer import EDIT_BANNER, KEPT_NOTE, STREAMING_HINT, Composer
 
 
 @pytest.fixture

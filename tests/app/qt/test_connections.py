@@ -17,8 +17,8 @@ from pagoda.app.backends.errors import (
     InvalidAddressError,
     UnauthorizedError,
 )
-from pagoda.app.components.async_store import AsyncStore
-from pagoda.app.components.connections import (
+from pagoda.app.components.shared.async_store import AsyncStore
+from pagoda.app.components.shared.connections import (
     CONNECTIONS_SETTING,
     KEYRING_SERVICE,
     AddServerFlow,
@@ -101,7 +101,7 @@ def test_without_a_system_keyring_keys_stay_in_memory_and_it_says_so(monkeypatch
 def test_a_keyring_that_fails_when_used_falls_back_to_memory(caplog):
     keys = ConnectionKeys(LockedKeyring())
     assert keys.persistent and keys.notice is None
-    with caplog.at_level(logging.WARNING, logger="pagoda.app.components.connections"):
+    with caplog.at_level(logging.WARNING, logger="pagoda.app.components.shared.connections"):
         keys.set("abc", KEY)
     assert not keys.persistent
     assert keys.notice is not None
@@ -137,7 +137,7 @@ def test_a_malformed_setting_is_ignored_with_a_log_line(open_db, caplog):
     db = open_db()
     saved = SavedConnections(db, ConnectionKeys(FakeKeyring()))
     run(db.set_setting(CONNECTIONS_SETTING, {"not": "a list"}))
-    with caplog.at_level(logging.WARNING, logger="pagoda.app.components.connections"):
+    with caplog.at_level(logging.WARNING, logger="pagoda.app.components.shared.connections"):
         run(saved.load())
     assert saved.list() == []
     assert CONNECTIONS_SETTING in caplog.text
@@ -147,7 +147,7 @@ def test_a_malformed_setting_is_ignored_with_a_log_line(open_db, caplog):
            {"id": "c4", "base_url": "gpu-box:8000", "model": 7}]
     run(db.set_setting(CONNECTIONS_SETTING, [bad[0], good, *bad[1:]]))
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="pagoda.app.components.connections"):
+    with caplog.at_level(logging.WARNING, logger="pagoda.app.components.shared.connections"):
         run(saved.load())
     assert saved.list() == [ServerConnection("c1", "http://gpu-box:8000/v1", "m", False)]
     assert caplog.text.count("malformed") == len(bad)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pagoda.app.qt.widgets.context_meter import FULL_MESSAGE, ContextMeter
+from pagoda.app.qt.chat.context_meter import FULL_MESSAGE, ContextMeter
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from PySide6.QtWidgets import QApplication, QFileDialog, QLineEdit, QMessageBox
 from pagoda.app import bootstrap
 from pagoda.app import main as app_main
 from pagoda.app.open_store import open_store
-from pagoda.app.qt.widgets import database_dialog
-from pagoda.app.qt.widgets.database_dialog import (
+from pagoda.app.qt.conversations import database_dialog
+from pagoda.app.qt.conversations.database_dialog import (
     CHOOSE,
     QUIT,
     ask_for_another_database,

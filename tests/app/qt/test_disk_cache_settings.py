@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pagoda.app.qt.disk_cache_settings import DISK_CACHE_SETTING, USAGE_REFRESH_MS
-from pagoda.app.qt.widgets.model_settings import GIB, format_bytes
+from pagoda.app.qt.models.disk_cache_settings import DISK_CACHE_SETTING, USAGE_REFRESH_MS
+from pagoda.app.qt.models.model_settings import GIB, format_bytes
 from pagoda.app.store import SamplingSettings
 from pagoda.engine.config import DEFAULT_DISK_CACHE_BYTES
 from pagoda.engine.disk_cache.store import DiskBlockStore

@@ -21,12 +21,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from pagoda.app.components.view_models import AttachmentView, MessageView, PassageView, SourceView
-from pagoda.app.qt.chat_tab import ChatTab
-from pagoda.app.qt.controller import ChatController
-from pagoda.app.qt.widgets.attachment_text import size_text, source_labels
-from pagoda.app.qt.widgets.composer import ATTACH_TIP
-from pagoda.app.qt.widgets.passage_dialog import PassageDialog
+from pagoda.app.components.shared.view_models import AttachmentView, MessageView, PassageView, SourceView
+from pagoda.app.qt.chat.chat_tab import ChatTab
+from pagoda.app.qt.chat.controller import ChatController
+from pagoda.app.qt.documents.attachment_text import size_text, source_labels
+from pagoda.app.qt.chat.composer import ATTACH_TIP
+from pagoda.app.qt.documents.passage_dialog import PassageDialog
 
 NOW = datetime(2026, 11, 29, 14, 3)
 REPORT = AttachmentView("report.pdf", "pdf", 340_000, 12)

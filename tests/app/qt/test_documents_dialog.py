@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pagoda.app.components.document_embeddings import EMBEDDINGS_SETTING
-from pagoda.app.qt.widgets.documents_dialog import OFF, DocumentsDialog
+from pagoda.app.components.documents.document_embeddings import EMBEDDINGS_SETTING
+from pagoda.app.qt.documents.documents_dialog import OFF, DocumentsDialog
 
 WAIT_MS = 10_000
 

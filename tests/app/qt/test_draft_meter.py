@@ -2,7 +2,7 @@
 
 from fake_engine import WAIT_MS
 
-from pagoda.app.qt.controller import DRAFT_COUNT_DELAY_MS
+from pagoda.app.qt.chat.controller import DRAFT_COUNT_DELAY_MS
 
 
 def test_typing_updates_the_context_meter_after_a_pause(tab, qtbot):

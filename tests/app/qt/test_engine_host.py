@@ -5,8 +5,8 @@ import threading
 
 from pagoda.app.backends import ModelLoadingError
 from pagoda.app.backends.local_engine import LOAD_STEPS, LoadProgress
-from pagoda.app.components.view_models import LoadStepView
-from pagoda.app.qt.engine_host import EngineHost
+from pagoda.app.components.shared.view_models import LoadStepView
+from pagoda.app.qt.models.engine_host import EngineHost
 
 
 class _FakeBackend:

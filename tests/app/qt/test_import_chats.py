@@ -69,7 +69,7 @@ def test_a_file_that_is_not_an_export_is_refused_in_words_and_nothing_is_importe
 
 def test_a_file_too_large_to_be_an_export_is_refused_before_it_is_read(
         window_on, run_async, tmp_path, monkeypatch, export_file):
-    monkeypatch.setattr("pagoda.app.components.chat_import.MAX_IMPORT_BYTES", 1024)
+    monkeypatch.setattr("pagoda.app.components.conversations.chat_import.MAX_IMPORT_BYTES", 1024)
     window = window_on(tmp_path / "chats.db")
     export_file.write_text(export_file.read_text() + " " * 2048)
 

@@ -13,7 +13,7 @@ import pytest
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtWidgets import QMessageBox
 
-from pagoda.app.components.local_models import (
+from pagoda.app.components.models.local_models import (
     BUNDLED,
     GGUF,
     LAST_USED_FILE,
@@ -23,8 +23,8 @@ from pagoda.app.components.local_models import (
     LocalModels,
     format_last_used,
 )
-from pagoda.app.components.opened_models import MAX_REMEMBERED, OPENED_FILE, OpenedModels
-from pagoda.app.qt.widgets.local_models_panel import LocalModelsPanel
+from pagoda.app.components.models.opened_models import MAX_REMEMBERED, OPENED_FILE, OpenedModels
+from pagoda.app.qt.models.local_models_panel import LocalModelsPanel
 
 DAY = 86400.0
 
@@ -197,7 +197,7 @@ def test_a_delete_the_system_refuses_is_said_in_a_sentence(folder, make_library,
     def refuse(path):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr("pagoda.app.components.local_models.shutil.rmtree", refuse)
+    monkeypatch.setattr("pagoda.app.components.models.local_models.shutil.rmtree", refuse)
     statuses = []
     library = make_library(folder)
     library.attach(Recorder(statuses))
@@ -276,7 +276,7 @@ def test_load_hands_the_chosen_model_over_and_a_partial_cannot_be_loaded(folder,
 def test_show_in_folder_opens_the_folder_that_holds_the_model(folder, make_panel, qtbot,
                                                               monkeypatch):
     opened: list[QUrl] = []
-    monkeypatch.setattr("pagoda.app.qt.widgets.local_models_panel.QDesktopServices.openUrl",
+    monkeypatch.setattr("pagoda.app.qt.models.local_models_panel.QDesktopServices.openUrl",
                         opened.append)
     panel, _ = make_panel(folder)
 

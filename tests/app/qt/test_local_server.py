@@ -11,9 +11,9 @@ import threading
 import httpx
 import pytest
 
-from pagoda.app.components.api_key import KEY_FILENAME, ApiKeyFile
-from pagoda.app.components.local_server import LocalServer
-from pagoda.app.qt.engine_host import EngineHost
+from pagoda.app.components.server.api_key import KEY_FILENAME, ApiKeyFile
+from pagoda.app.components.server.local_server import LocalServer
+from pagoda.app.qt.models.engine_host import EngineHost
 from tests.app.qt.fake_engine import IdleEngine
 
 WAIT_MS = 5_000

@@ -9,13 +9,13 @@ from PySide6.QtCore import QPoint, Qt, QUrl
 from PySide6.QtGui import QColor, QImage, QPalette, QTextBlock, QTextDocument, QTextFormat
 from PySide6.QtWidgets import QTextBrowser
 
-from pagoda.app.components.view_models import MessageView
-from pagoda.app.qt.widgets import math_insert
-from pagoda.app.qt.widgets.markdown_math import Formula, hide_math, split_math
-from pagoda.app.qt.widgets.markdown_render import split_fenced_code
-from pagoda.app.qt.widgets.math_render import MAX_SOURCE_CHARS, MathLook, render_math
-from pagoda.app.qt.widgets.quote_bars import QUOTE_INDENT, quote_bars
-from pagoda.app.qt.widgets.transcript import TranscriptView
+from pagoda.app.components.shared.view_models import MessageView
+from pagoda.app.qt.chat.markdown import math_insert
+from pagoda.app.qt.chat.markdown.markdown_math import Formula, hide_math, split_math
+from pagoda.app.qt.chat.markdown.markdown_render import split_fenced_code
+from pagoda.app.qt.chat.markdown.math_render import MAX_SOURCE_CHARS, MathLook, render_math
+from pagoda.app.qt.chat.markdown.quote_bars import QUOTE_INDENT, quote_bars
+from pagoda.app.qt.chat.transcript import TranscriptView
 
 NOW = datetime(2026, 11, 29, 14, 3)
 DARK = {QPalette.ColorRole.Base: "#1e1e1e", QPalette.ColorRole.Text: "#e0e0e0",

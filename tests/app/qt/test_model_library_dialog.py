@@ -7,9 +7,9 @@ import threading
 from PySide6.QtCore import QRect, Qt
 from PySide6.QtWidgets import QLabel, QPushButton
 
-from pagoda.app.components.model_library import HUB_TOKEN_ID, FileChoice, ModelLibrary, Recommendation
+from pagoda.app.components.models.model_library import HUB_TOKEN_ID, FileChoice, ModelLibrary, Recommendation
 from pagoda.app.qt.main_window import GET_MODELS_ITEM
-from pagoda.app.qt.widgets.model_library_dialog import DownloadRow, ModelLibraryDialog
+from pagoda.app.qt.models.model_library_dialog import DownloadRow, ModelLibraryDialog
 from tests.conftest import LIBRARY_FILES, LIBRARY_REPO
 from tests.engine.fake_hub import TOKEN
 
@@ -65,7 +65,7 @@ def test_an_unreachable_hub_is_said_in_the_status_line(library_hub, window_on, t
 
 def test_a_search_shows_that_it_is_searching_until_its_error_comes(library_hub, window_on,
                                                                    tmp_path, qtbot, monkeypatch):
-    from pagoda.app.components import model_library
+    from pagoda.app.components.models import model_library
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     release, search = threading.Event(), model_library._search
@@ -111,7 +111,7 @@ def test_a_finished_download_joins_the_picker_and_loads_at_once(library_hub, win
 
 def test_the_recommended_models_are_listed_at_open_and_list_their_files(
         library_hub, window_on, tmp_path, qtbot, monkeypatch):
-    monkeypatch.setattr("pagoda.app.components.model_library.RECOMMENDED_MODELS",
+    monkeypatch.setattr("pagoda.app.components.models.model_library.RECOMMENDED_MODELS",
                         (Recommendation("Small", "Tiny", LIBRARY_REPO, "a test model"),))
     dialog = _open_from_picker(window_on(tmp_path / "chats.db"))
 

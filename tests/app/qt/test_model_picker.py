@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QLabel, QMessageBox
 from safetensors.torch import save_file
 
-from pagoda.app.components.model_library import format_size
+from pagoda.app.components.models.model_library import format_size
 from pagoda.engine.loading.loader import default_model_file
 from tests.app.qt.fake_engine import IdleEngine
 
@@ -41,8 +41,8 @@ class _Loads:
 def picker_window(qloop, qtbot, tmp_path):
     """build() -> (window, loads): a MainWindow over a fake engine, started like the app starts
     (the saved model settings restored, then the default model loaded)."""
-    from pagoda.app.components.async_store import AsyncStore
-    from pagoda.app.qt.engine_host import EngineHost
+    from pagoda.app.components.shared.async_store import AsyncStore
+    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.qt.main_window import MainWindow
     from pagoda.app.store import ConversationStore
 
@@ -199,7 +199,7 @@ def test_quantization_setting_is_kept_for_the_next_start(picker_window, qtbot, t
 
 
 def test_the_quantization_setting_says_it_applies_on_the_next_load(qtbot):
-    from pagoda.app.qt.widgets.model_settings import ModelSettingsPanel
+    from pagoda.app.qt.models.model_settings import ModelSettingsPanel
 
     panel = ModelSettingsPanel()
     qtbot.addWidget(panel)
@@ -215,7 +215,7 @@ def test_the_quantization_setting_says_it_applies_on_the_next_load(qtbot):
 
 def test_the_hosts_own_loader_checks_memory_before_reading_any_weights(qloop, qtbot,
                                                                         monkeypatch):
-    from pagoda.app.qt.engine_host import EngineHost
+    from pagoda.app.qt.models.engine_host import EngineHost
 
     def must_not_load(*args, **kwargs):
         raise AssertionError("the weights were read although the model cannot fit")

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from fake_engine import WAIT_MS
 
-from pagoda.app.qt.engine_host import ModelLoadingError
+from pagoda.app.qt.models.engine_host import ModelLoadingError
 
 
 def _gate_assistant_start(controller) -> asyncio.Event:

@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog
 from safetensors.torch import load_file
 
-from pagoda.app.components.model_library import parameter_counts
+from pagoda.app.components.models.model_library import parameter_counts
 from pagoda.engine.async_engine import AsyncEngine
 from tests.app.qt.greedy_chat import WAIT_MS, close_window, greedy_turn, real_window
 

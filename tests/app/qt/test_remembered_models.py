@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pagoda.app.components.local_models import BUNDLED, OUTSIDE
-from pagoda.app.components.opened_models import OPENED_FILE
+from pagoda.app.components.models.local_models import BUNDLED, OUTSIDE
+from pagoda.app.components.models.opened_models import OPENED_FILE
 from tests.conftest import LIBRARY_FILES
 
 WAIT_MS = 10_000

@@ -89,7 +89,7 @@ def test_a_server_that_drops_mid_reply_keeps_the_text_interrupted_with_the_reaso
 
 
 def test_add_a_server_opens_the_dialog(window_on, tmp_path):
-    from pagoda.app.qt.widgets.add_server_dialog import AddServerDialog
+    from pagoda.app.qt.server.add_server_dialog import AddServerDialog
 
     window = window_on(tmp_path / "chats.db")
     window._model_picked(window.model_picker.findData(ADD_SERVER_ITEM))
@@ -101,8 +101,8 @@ def test_removing_a_server_forgets_it_and_its_chats_answer_here_again(
         window_on, fake_vllm, qtbot, run_async, tmp_path):
     from PySide6.QtWidgets import QMessageBox
 
-    from pagoda.app.components.chat_sources import CHAT_SOURCES_SETTING
-    from pagoda.app.components.connections import CONNECTIONS_SETTING
+    from pagoda.app.components.chat.chat_sources import CHAT_SOURCES_SETTING
+    from pagoda.app.components.shared.connections import CONNECTIONS_SETTING
     from pagoda.app.qt.main_window import REMOVE_SERVER_ITEM
 
     _, url = fake_vllm

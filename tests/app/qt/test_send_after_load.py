@@ -8,10 +8,10 @@ from fake_engine import WAIT_MS, FakeModels
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QMessageBox, QPlainTextEdit, QPushButton
 
-from pagoda.app.components.async_store import AsyncStore
-from pagoda.app.qt.engine_host import EngineHost
+from pagoda.app.components.shared.async_store import AsyncStore
+from pagoda.app.qt.models.engine_host import EngineHost
 from pagoda.app.qt.main_window import MainWindow
-from pagoda.app.qt.widgets.composer import KEPT_NOTE
+from pagoda.app.qt.chat.composer import KEPT_NOTE
 from pagoda.app.store import ConversationStore
 
 

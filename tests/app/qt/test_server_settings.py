@@ -11,8 +11,8 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog, QLineEdit
 
-from pagoda.app.components.api_key import KEY_FILENAME, ApiKeyFile
-from pagoda.app.qt.server_controller import SERVER_ENABLED_SETTING, SERVER_PORT_SETTING
+from pagoda.app.components.server.api_key import KEY_FILENAME, ApiKeyFile
+from pagoda.app.qt.server.server_controller import SERVER_ENABLED_SETTING, SERVER_PORT_SETTING
 from tests.app.qt.fake_engine import IdleEngine
 
 WAIT_MS = 5_000
@@ -23,8 +23,8 @@ RUNNING = "running-model"
 def server_window(qloop, qtbot, tmp_path):
     """build(db_path=None) -> a MainWindow over a fake engine, started like the app starts
     (settings restored, the model loaded, the local server as it was left)."""
-    from pagoda.app.components.async_store import AsyncStore
-    from pagoda.app.qt.engine_host import EngineHost
+    from pagoda.app.components.shared.async_store import AsyncStore
+    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.qt.main_window import MainWindow
     from pagoda.app.store import ConversationStore
 

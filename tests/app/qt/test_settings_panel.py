@@ -7,8 +7,8 @@ from dataclasses import replace
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QPushButton
 
-from pagoda.app.components.view_models import SamplingView, ToolServerView
-from pagoda.app.qt.widgets.settings_panel import (
+from pagoda.app.components.shared.view_models import SamplingView, ToolServerView
+from pagoda.app.qt.settings.settings_panel import (
     ALREADY_DEFAULTS,
     BUILT_IN_DONE,
     RESET_DONE,

@@ -22,7 +22,7 @@ from pagoda.app.qt.single_instance import (
     bring_to_front,
     server_name,
 )
-from pagoda.app.qt.widgets import database_dialog
+from pagoda.app.qt.conversations import database_dialog
 from pagoda.app.store import DatabaseInUseError
 from tests.lock_holder import start_lock_holder
 

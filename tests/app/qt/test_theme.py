@@ -29,11 +29,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from pagoda.app.components.view_models import EngineStatusView
-from pagoda.app.qt import theme
-from pagoda.app.qt.widgets.context_meter import ContextMeter
-from pagoda.app.qt.widgets.settings_panel import SettingsPanel
-from pagoda.app.qt.widgets.status_bar import EngineStatusBar
+from pagoda.app.components.shared.view_models import EngineStatusView
+from pagoda.app.qt.shared import theme
+from pagoda.app.qt.chat.context_meter import ContextMeter
+from pagoda.app.qt.settings.settings_panel import SettingsPanel
+from pagoda.app.qt.status_bar import EngineStatusBar
 
 REQUIRED_ICONS = (
     "new-chat",
@@ -318,13 +318,13 @@ def test_resources_dir_finds_an_installed_wheels_data_files(tmp_path, monkeypatc
     installed = tmp_path / "share" / "pagoda" / "resources"
     for folder in ("themes", "icons"):
         (installed / folder).mkdir(parents=True)
-    monkeypatch.setattr(theme, "__file__", str(tmp_path / "site-packages" / "pagoda" / "app" / "qt" / "theme.py"))
+    monkeypatch.setattr(theme, "__file__", str(tmp_path / "site-packages" / "pagoda" / "app" / "qt" / "shared" / "theme.py"))
     monkeypatch.setattr(theme.sys, "prefix", str(tmp_path))
     assert theme.resources_dir() == installed
 
 
 def test_missing_resources_name_the_folders_searched(tmp_path, monkeypatch):
-    monkeypatch.setattr(theme, "__file__", str(tmp_path / "pagoda" / "app" / "qt" / "theme.py"))
+    monkeypatch.setattr(theme, "__file__", str(tmp_path / "pagoda" / "app" / "qt" / "shared" / "theme.py"))
     monkeypatch.setattr(theme.sys, "prefix", str(tmp_path))
     monkeypatch.setattr(theme.site, "getuserbase", lambda: str(tmp_path))
     with pytest.raises(theme.ResourcesNotFoundError, match="share/pagoda/resources"):

@@ -15,7 +15,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QPushButton, QToolBar
 
 from pagoda.app.components.tools import McpServerConfig, parse_mcp_servers
-from pagoda.app.qt.widgets.tools_dialog import ToolsDialog
+from pagoda.app.qt.tools.tools_dialog import ToolsDialog
 
 TEST_SERVER = str(Path(__file__).parents[1] / "components" / "mcp_test_server.py")
 WAIT_MS = 20_000

@@ -25,10 +25,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from pagoda.app.components.view_models import MessageView
-from pagoda.app.qt.widgets import transcript
-from pagoda.app.qt.widgets.markdown_render import Segment, split_fenced_code
-from pagoda.app.qt.widgets.transcript import TranscriptView
+from pagoda.app.components.shared.view_models import MessageView
+from pagoda.app.qt.chat import transcript
+from pagoda.app.qt.chat.markdown.markdown_render import Segment, split_fenced_code
+from pagoda.app.qt.chat.transcript import TranscriptView
 
 NOW = datetime(2026, 11, 29, 14, 3)
 ANSWER = """Here is a **bold** word and a list:

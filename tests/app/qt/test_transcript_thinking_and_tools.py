@@ -12,8 +12,8 @@ from PySide6.QtCore import QUrl
 from PySide6.QtGui import QGuiApplication, QTextCursor, QTextFrame
 from PySide6.QtWidgets import QTextBrowser
 
-from pagoda.app.components.view_models import MessageView, ToolCallView
-from pagoda.app.qt.widgets.transcript import TranscriptView
+from pagoda.app.components.shared.view_models import MessageView, ToolCallView
+from pagoda.app.qt.chat.transcript import TranscriptView
 
 NOW = datetime(2026, 11, 29, 14, 3)
 REASONING = "The user wants 2 + 3.\nAdding them gives 5."

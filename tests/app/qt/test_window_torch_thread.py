@@ -7,8 +7,8 @@ from PySide6.QtWidgets import QPlainTextEdit
 from tiny_gguf import QType, write_tiny_gguf
 from torch_threads import torch_callers
 
-from pagoda.app.components.async_store import AsyncStore
-from pagoda.app.qt.engine_host import EngineHost
+from pagoda.app.components.shared.async_store import AsyncStore
+from pagoda.app.qt.models.engine_host import EngineHost
 from pagoda.app.qt.main_window import MainWindow
 from pagoda.app.store import ConversationStore, SamplingSettings
 

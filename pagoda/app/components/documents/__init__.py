@@ -19,8 +19,8 @@ Importing this package imports neither markitdown nor PDFium; the reading proces
 for the first such file.
 """
 
-from pagoda.app.components.documents.chunking import Chunk, chunk_document
-from pagoda.app.components.documents.context import (
+from pagoda.app.components.documents.passages.chunking import Chunk, chunk_document
+from pagoda.app.components.documents.passages.context import (
     Hit,
     Source,
     passage_sources,
@@ -38,17 +38,17 @@ from pagoda.app.components.documents.errors import (
     UnreadableDocumentError,
     UnsupportedDocumentError,
 )
-from pagoda.app.components.documents.pdf import ProgressCallback
-from pagoda.app.components.documents.reading_process import (
+from pagoda.app.components.documents.reading.pdf import ProgressCallback
+from pagoda.app.components.documents.reading.reading_process import (
     DocumentReader,
     ReadingCancelled,
     ReadingLimits,
     ReadingProcess,
     read_document,
 )
-from pagoda.app.components.documents.reading_thread import reading_thread
-from pagoda.app.components.documents.retrieval_query import fts_query
-from pagoda.app.components.documents.sniff import named_readable
+from pagoda.app.components.documents.reading.reading_thread import reading_thread
+from pagoda.app.components.documents.passages.retrieval_query import fts_query
+from pagoda.app.components.documents.reading.sniff import named_readable
 
 __all__ = [
     "Chunk",
