@@ -18,7 +18,7 @@ With remote tabs the local engine uses --local-threads (default for both: half t
 --tool-tabs N adds N tabs answered by a saved server that is a scripted thinking, tool-calling
 model (bench/scripted_tool_model.py, a process of its own): it thinks for about 4 s, calls
 `clock`, then `hang` (3 s), then answers; the chats' tools are the tests' MCP server
-(tests/app/components/mcp_test_server.py, started before the meter, as after a first use).
+(tests/app/components/tools/mcp_test_server.py, started before the meter, as after a first use).
 The bench clicks each call's Run link in the transcript with the mouse, as the user does, and
 reports from just before the click to the `clock` call's arrival at the server (its monotonic
 clock, the same one as ours), and the stalls while the tool tabs think and while `hang` runs.
@@ -62,7 +62,7 @@ REPLIES_TIMEOUT_S = 600
 TOOL_PROMPT = "What time is it on the server? Then wait three seconds, and tell me."
 TOOL_MAX_TOKENS = 1024  # room for the scripted model's thinking (400 pieces by default)
 MCP_SERVER = "bench"
-MCP_TEST_SERVER = ROOT / "tests/app/components/mcp_test_server.py"
+MCP_TEST_SERVER = ROOT / "tests/app/components/tools/mcp_test_server.py"
 SCRIPTED_MODEL = ROOT / "bench/scripted_tool_model.py"
 POLL_S = 0.02  # how often the bench looks for a call asking and for a call's result
 LOOK_S = 0.2  # from showing a tab to clicking its Run: the least a user takes to find it

@@ -134,7 +134,7 @@ async def tools_chat(window, url: str) -> None:
     from pagoda.app.components.tools import McpServerConfig
     from pagoda.app.store import SamplingSettings
 
-    test_server = ROOT / "tests" / "app" / "components" / "mcp_test_server.py"
+    test_server = ROOT / "tests" / "app" / "components" / "tools" / "mcp_test_server.py"
     connection = await window.sources.saved.add(url, MODEL, None)
     chat = await window.db.create_conversation(
         title="Oil totals", sampling=SamplingSettings(max_tokens=400))

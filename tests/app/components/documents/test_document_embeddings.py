@@ -14,7 +14,7 @@ from pagoda.app.components.documents.document_embeddings import (
     EmbeddingsChoice,
 )
 from pagoda.app.store import AttachmentChunk, NewAttachment
-from tests.app.components.embedders import ConceptEmbedder
+from tests.app.components.documents.embedders import ConceptEmbedder
 
 PASSAGES = ["The red car was parked by the harbour wall.",
             "Her salary was paid on the first of the month.",

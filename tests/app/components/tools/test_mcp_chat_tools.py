@@ -1,4 +1,4 @@
-"""A chat's tools from a real MCP server (tests/app/components/mcp_test_server.py over stdio,
+"""A chat's tools from a real MCP server (tests/app/components/tools/mcp_test_server.py over stdio,
 through McpHub): the turn's calls reach the server, its results and failures go back to the
 model, and Settings → Tools (kept in the store) decides which servers run and what always runs."""
 

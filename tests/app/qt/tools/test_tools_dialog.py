@@ -1,6 +1,6 @@
 """Settings → Tools: MCP servers added by command or URL or from pasted JSON, their tools and
 log, removed and switched off, and the limits of a turn's tool calls, kept in the store. The
-servers that start are the real test server (tests/app/components/mcp_test_server.py)."""
+servers that start are the real test server (tests/app/components/tools/mcp_test_server.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QPushButton, QToolBar
 from pagoda.app.components.tools import McpServerConfig, parse_mcp_servers
 from pagoda.app.qt.tools.tools_dialog import ToolsDialog
 
-TEST_SERVER = str(Path(__file__).parents[1] / "components" / "mcp_test_server.py")
+TEST_SERVER = str(Path(__file__).parents[2] / "components" / "tools" / "mcp_test_server.py")
 WAIT_MS = 20_000
 
 

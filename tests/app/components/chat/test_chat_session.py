@@ -25,7 +25,7 @@ from tests.app.components.fake_backend import (
     eventually,
 )
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 HISTORY = [("user", "What is a pagoda?"), ("assistant", "A tiered tower."),
            ("user", "Where are they found?"), ("assistant", "Mostly in Asia.")]
 

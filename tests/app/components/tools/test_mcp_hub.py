@@ -1,4 +1,4 @@
-"""McpHub against a real MCP server (tests/app/components/mcp_test_server.py): over stdio as a
+"""McpHub against a real MCP server (tests/app/components/tools/mcp_test_server.py): over stdio as a
 subprocess, and over streamable HTTP and HTTP+SSE on uvicorn in this process.
 
 Each `async def` test runs in an event loop of its own (conftest), never the hub's: every call
@@ -29,7 +29,7 @@ from pagoda.app.components.tools import (
 )
 from pagoda.app.components.tools.mcp.results import MAX_RESULT_CHARS
 from pagoda.app.components.tools.mcp.stdio_streams import MiB
-from tests.app.components.mcp_test_server import EXIT_AT_START_ENV, build_server
+from tests.app.components.tools.mcp_test_server import EXIT_AT_START_ENV, build_server
 
 TEST_SERVER = str(Path(__file__).with_name("mcp_test_server.py"))
 START_TIMEOUT_S = 20.0

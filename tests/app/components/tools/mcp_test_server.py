@@ -1,6 +1,6 @@
 """A real MCP server for the tests of pagoda.app.components.tools, written with the SDK's MCPServer.
 
-    python tests/app/components/mcp_test_server.py      # serves over stdio
+    python tests/app/components/tools/mcp_test_server.py      # serves over stdio
 
 Tools: add, echo, fail (raises: the client sees isError), hang (sleeps, cancellable), freeze
 (blocks the server's event loop: a hung server), log (a line on stderr), pid, clock (this
