@@ -208,7 +208,7 @@ async def bench_hybrid(folder: Path, url: str | None, model: str | None) -> dict
 
 
 async def _server_question_ms(url: str, model: str) -> dict:
-    from pagoda.app.backends.embeddings import EmbeddingModel, EmbeddingsClient
+    from pagoda.app.backends.services.embeddings import EmbeddingModel, EmbeddingsClient
 
     client = EmbeddingsClient(EmbeddingModel(url, model))
     await client.embed(["warm-up"])
@@ -222,8 +222,8 @@ async def _server_question_ms(url: str, model: str) -> dict:
 
 
 async def bench_prefix(folder: Path) -> dict:
-    from pagoda.app.backends.local import LocalBackend
-    from pagoda.app.backends.local_engine import make_local_engine
+    from pagoda.app.backends.chat.local import LocalBackend
+    from pagoda.app.backends.services.local_engine import make_local_engine
     from pagoda.app.components.shared.async_store import AsyncStore
     from pagoda.app.components.chat.chat_session import ChatSession
     from pagoda.app.store import ConversationStore, SamplingSettings

@@ -236,7 +236,7 @@ def _split_cpus(remote_cpus: int) -> set[int]:
 
 def _engine_with_threads(num_threads: int | None):
     """The host's engine factory with the local engine's thread count set."""
-    from pagoda.app.backends.local_engine import make_local_engine
+    from pagoda.app.backends.services.local_engine import make_local_engine
 
     def make(model, config, on_progress):
         return make_local_engine(model, dataclasses.replace(config, num_threads=num_threads),

@@ -174,10 +174,10 @@ def make_files(folder: Path) -> dict[str, Path]:
 
 def import_engine_as_a_load_has() -> None:
     """What a model's earlier load left imported: the engine behind the backend, its loader."""
-    from pagoda.app.backends.engine_import import ENGINE_IMPORT_LOCK
+    from pagoda.app.backends.services.engine_import import ENGINE_IMPORT_LOCK
 
     with ENGINE_IMPORT_LOCK:
-        for module in ("pagoda.app.backends.local", "pagoda.engine.loading.loader", "pagoda.engine.loading.model_info"):
+        for module in ("pagoda.app.backends.chat.local", "pagoda.engine.loading.loader", "pagoda.engine.loading.model_info"):
             importlib.import_module(module)
 
 

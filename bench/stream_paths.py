@@ -106,8 +106,8 @@ def _run_async(model, config, max_tokens: int, requests: int, adopted: bool) -> 
 
 
 def _run_window(model, config, max_tokens: int, requests: int) -> list[Sample]:
-    from pagoda.app.backends.local import LocalBackend
-    from pagoda.app.backends.local_engine import make_local_engine
+    from pagoda.app.backends.chat.local import LocalBackend
+    from pagoda.app.backends.services.local_engine import make_local_engine
     from pagoda.app.backends.types import ChatMessage, SamplingOptions
 
     backend = LocalBackend(make_local_engine(model, config, lambda *_: None))

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from pagoda.app.backends.model_files import bundled_model_file
+from pagoda.app.backends.services.model_files import bundled_model_file
 from pagoda.app.components.server.api_key import ApiKeyFile
 from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.components.settings.chat_defaults import load_chat_defaults, save_chat_defaults

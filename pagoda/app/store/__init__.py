@@ -13,7 +13,7 @@ from .errors import (
     NotAPagodaDatabaseError,
     StoreError,
 )
-from .location import add_db_argument, default_db_path, resolve_db_path
+from .database.location import add_db_argument, default_db_path, resolve_db_path
 from .records import (
     Attachment,
     AttachmentChunk,

@@ -4,7 +4,8 @@ import json
 from dataclasses import asdict
 from datetime import UTC, datetime
 
-from . import attachments, search
+from .documents import attachments
+from .search import search
 from .records import (
     Conversation,
     GenerationStats,

@@ -12,8 +12,8 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from pagoda.app.backends import BackendError, ChatBackend, ModelLoadingError
-from pagoda.app.backends.endpoint import tls_context
-from pagoda.app.backends.openai_remote import OpenAIBackend
+from pagoda.app.backends.remote.endpoint import tls_context
+from pagoda.app.backends.remote.openai_remote import OpenAIBackend
 from pagoda.app.components.chat.chat_session import BackendSource
 from pagoda.app.components.shared.connections import (
     ConnectionKeys,

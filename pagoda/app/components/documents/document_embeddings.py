@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from pagoda.app.backends import BackendError
-from pagoda.app.backends.embeddings import MAX_TEXTS, EmbeddingModel, EmbeddingsClient
+from pagoda.app.backends.services.embeddings import MAX_TEXTS, EmbeddingModel, EmbeddingsClient
 from pagoda.app.components.shared.tasks import TaskSet
 
 if TYPE_CHECKING:

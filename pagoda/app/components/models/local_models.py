@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from pagoda.app.backends.model_files import default_models_dir, model_name, quantization_of
+from pagoda.app.backends.services.model_files import default_models_dir, model_name, quantization_of
 from pagoda.app.components.models.model_library import format_size
 from pagoda.app.components.models.opened_models import OpenedModels
 from pagoda.app.components.shared.tasks import TaskSet

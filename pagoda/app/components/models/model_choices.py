@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pagoda.app.backends.model_files import (
+from pagoda.app.backends.services.model_files import (
     EngineError,
     ModelLoadError,
     default_model_file,

@@ -2,7 +2,7 @@
 of the chosen repository, and a queue of downloads fetched one at a time. It tells a
 `LibraryView` what changed; the "Get models" dialog is one such view, the tests another.
 
-The Hub is asked through pagoda.app.backends.hub, on this library's own worker threads: the engine's Hub
+The Hub is asked through pagoda.app.backends.services.hub, on this library's own worker threads: the engine's Hub
 client imports huggingface_hub, which is not light, there the first time it is asked anything.
 """
 
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from pagoda.app.backends import hub
-from pagoda.app.backends.model_files import default_models_dir
+from pagoda.app.backends.services import hub
+from pagoda.app.backends.services.model_files import default_models_dir
 from pagoda.app.components.shared.connections import ConnectionKeys
 from pagoda.app.components.shared.tasks import TaskSet
 
@@ -392,7 +392,7 @@ def format_duration(seconds: float) -> str:
     return f"{seconds} s"
 
 
-# -- on the worker threads: the Hub through pagoda.app.backends.hub ------------------------------------
+# -- on the worker threads: the Hub through pagoda.app.backends.services.hub ------------------------------------
 
 def _search(query: str, token: str | None) -> list[HubModel] | str:
     return hub.search(query, token)

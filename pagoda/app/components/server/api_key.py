@@ -10,7 +10,7 @@ from pathlib import Path
 
 import platformdirs
 
-from pagoda.app.backends.openai_server import key_digest
+from pagoda.app.backends.services.openai_server import key_digest
 
 KEY_PREFIX = "sk-pagoda-"
 KEY_FILENAME = "api_key.sha256"

@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
 from pagoda.app.backends import ModelLoadingError
-from pagoda.app.backends.local_engine import EngineError
-from pagoda.app.backends.openai_server import (
+from pagoda.app.backends.services.local_engine import EngineError
+from pagoda.app.backends.services.openai_server import (
     PortUnavailableError,
     running_requests,
     served_model,

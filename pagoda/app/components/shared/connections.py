@@ -15,15 +15,15 @@ from typing import Any, Protocol
 
 import httpx
 
-from pagoda.app.backends.endpoint import CONNECT_TIMEOUT_S, Endpoint, api_base
+from pagoda.app.backends.remote.endpoint import CONNECT_TIMEOUT_S, Endpoint, api_base
 from pagoda.app.backends.errors import (
     BackendError,
     MalformedStreamError,
     ModelNotFoundError,
     UnauthorizedError,
 )
-from pagoda.app.backends.openai_remote import OpenAIBackend
-from pagoda.app.backends.openai_request import Flavor, flavor_of
+from pagoda.app.backends.remote.openai_remote import OpenAIBackend
+from pagoda.app.backends.remote.openai_request import Flavor, flavor_of
 from pagoda.app.store import StoreError
 
 logger = logging.getLogger(__name__)

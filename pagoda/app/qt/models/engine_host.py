@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from pagoda.app.backends import ChatBackend, ModelLoadingError, chat_cache_tag
-from pagoda.app.backends.engine_import import ENGINE_IMPORT_LOCK
-from pagoda.app.backends.local_engine import (
+from pagoda.app.backends.services.engine_import import ENGINE_IMPORT_LOCK
+from pagoda.app.backends.services.local_engine import (
     DEFAULT_DISK_CACHE_BYTES,
     LOAD_STEPS,
     QUANTIZATIONS,
@@ -30,7 +30,7 @@ from pagoda.app.backends.local_engine import (
     make_local_engine,
     resident_bytes,
 )
-from pagoda.app.backends.model_files import default_model_file, model_name, refuse_unrunnable_model
+from pagoda.app.backends.services.model_files import default_model_file, model_name, refuse_unrunnable_model
 from pagoda.app.components.shared.view_models import EngineStatusView, LoadStepView
 
 if TYPE_CHECKING:
@@ -211,7 +211,7 @@ class EngineHost(QObject):
             logger.warning("could not load model %s: %s", model or "(default)", exc)
             self._after_failed_load(str(exc))
             return
-        from pagoda.app.backends.local import LocalBackend  # imported by _build_engine, off this thread
+        from pagoda.app.backends.chat.local import LocalBackend  # imported by _build_engine, off this thread
 
         await self._swap(LocalBackend(engine), model, quantization)
 
@@ -226,7 +226,7 @@ class EngineHost(QObject):
         before that, from its header or config.json: in milliseconds, with the reason."""
         refuse_unrunnable_model(model)
         with ENGINE_IMPORT_LOCK:
-            import pagoda.app.backends.local  # noqa: F401 - the engine behind it; _load wraps the result
+            import pagoda.app.backends.chat.local  # noqa: F401 - the engine behind it; _load wraps the result
         return self._factory(model, self.engine_config(quantization), self._progress.emit)
 
     def _after_failed_load(self, message: str) -> None:

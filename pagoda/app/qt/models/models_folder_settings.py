@@ -10,7 +10,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from pagoda.app.backends.model_files import default_models_dir
+from pagoda.app.backends.services.model_files import default_models_dir
 from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.components.models.local_models import LocalModels
 from pagoda.app.components.models.model_library import ModelLibrary

@@ -12,7 +12,7 @@ import zlib
 import numpy as np
 
 from pagoda.app.backends import BackendUnreachableError
-from pagoda.app.backends.embeddings import EmbeddingModel, unit_rows
+from pagoda.app.backends.services.embeddings import EmbeddingModel, unit_rows
 
 CONCEPTS = {
     "car": 0, "automobile": 0, "vehicle": 0, "cars": 0,

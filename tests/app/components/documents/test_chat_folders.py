@@ -194,7 +194,7 @@ async def test_a_path_that_is_no_folder_or_one_too_many_is_refused_in_the_notice
         session, view, tmp_path, monkeypatch):
     await session.add_folder(str(tmp_path / "missing"))
     assert "is not a folder" in view.notices[-1]
-    monkeypatch.setattr("pagoda.app.store.folders.MAX_FOLDERS", 1)
+    monkeypatch.setattr("pagoda.app.store.documents.folders.MAX_FOLDERS", 1)
     await with_folder(session, notes_folder(tmp_path))
     await session.add_folder(str(tmp_path))
     assert "at most 1 folders" in view.notices[-1]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pagoda.app.backends.hub import repository
+from pagoda.app.backends.services.hub import repository
 from pagoda.app.components.models.model_choices import ModelChoice
 from pagoda.app.components.models.model_library import file_choices, parameter_counts
 from pagoda.engine.loading.model_info import ModelInfo, describe_headers, read_model_headers

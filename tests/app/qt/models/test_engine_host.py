@@ -4,7 +4,7 @@ import logging
 import threading
 
 from pagoda.app.backends import ModelLoadingError
-from pagoda.app.backends.local_engine import LOAD_STEPS, LoadProgress
+from pagoda.app.backends.services.local_engine import LOAD_STEPS, LoadProgress
 from pagoda.app.components.shared.view_models import LoadStepView
 from pagoda.app.qt.models.engine_host import EngineHost
 

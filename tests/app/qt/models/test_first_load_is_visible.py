@@ -10,7 +10,7 @@ import pytest
 from fake_engine import WAIT_MS, FakeEngine
 from PySide6.QtWidgets import QProgressBar
 
-from pagoda.app.backends.local_engine import LoadProgress
+from pagoda.app.backends.services.local_engine import LoadProgress
 from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.qt.chat.chat_tab import SEND_WAITS
 from pagoda.app.qt.models.engine_host import EngineHost

@@ -115,7 +115,7 @@ def test_a_reply_tokenizes_its_chat_once(tab, qtbot):
 def test_a_reply_whose_chat_was_being_tokenized_when_the_model_switched_is_kept_and_says_so(
         tab, qtbot, monkeypatch):
     # With no counted chat kept, the stream tokenizes the chat again: the second call.
-    monkeypatch.setattr("pagoda.app.backends.local.ENCODED_CHATS_KEPT", 0)
+    monkeypatch.setattr("pagoda.app.backends.chat.local.ENCODED_CHATS_KEPT", 0)
     first = tab.models.built[None]
     first.tokenizer.gate.hold_call = 2  # the chat is counted to fit it, then tokenized to send
     tab.spawn(tab.session.send("Hello"))

@@ -22,8 +22,8 @@ from pagoda.app.backends.errors import (
     InvalidAddressError,
     MalformedStreamError,
 )
-from pagoda.app.backends.http_errors import error_for_status, error_for_transport
-from pagoda.app.backends.sse import sse_data
+from pagoda.app.backends.remote.http_errors import error_for_status, error_for_transport
+from pagoda.app.backends.remote.sse import sse_data
 
 CONNECT_TIMEOUT_S = 10.0
 # Pagoda's server begins its answer with the first token, after the whole prompt is read: long.

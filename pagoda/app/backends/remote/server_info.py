@@ -6,9 +6,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pagoda.app.backends.endpoint import Endpoint
+from pagoda.app.backends.remote.endpoint import Endpoint
 from pagoda.app.backends.errors import BackendError, MalformedStreamError, ModelNotFoundError
-from pagoda.app.backends.openai_request import Flavor, flavor_of
+from pagoda.app.backends.remote.openai_request import Flavor, flavor_of
 from pagoda.app.backends.types import ChatMessage, ToolSpec
 
 logger = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ FTS_STATEMENTS = [
             VALUES ('delete', old.id, old.text);
         DELETE FROM attachment_chunks_cjk WHERE rowid = old.id;
     END""",
-    # Chinese and Japanese passages as their character pairs (pagoda/app/store/cjk_grams.py), written
+    # Chinese and Japanese passages as their character pairs (pagoda/app/store/search/cjk_grams.py), written
     # by the store beside each passage; rowid is the passage's id.
     "CREATE VIRTUAL TABLE attachment_chunks_cjk USING fts5(grams, tokenize='unicode61')",
 ]

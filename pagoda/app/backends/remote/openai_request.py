@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from pagoda.app.backends.errors import InvalidRequestError
-from pagoda.app.backends.tool_options import named_function
+from pagoda.app.backends.chat.tool_options import named_function
 from pagoda.app.backends.types import ChatMessage, ReplyFormat, SamplingOptions
 
 Flavor = Literal["vllm", "sglang", "pagoda", "llama.cpp", "openai"]

@@ -13,9 +13,9 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from . import attachments
-from .errors import StoreError
-from .records import Folder, FolderFile, NewAttachment
-from .schema import AttachmentChunkRow, AttachmentRow, ChatFolderRow, ConversationRow
+from ..errors import StoreError
+from ..records import Folder, FolderFile, NewAttachment
+from ..schema import AttachmentChunkRow, AttachmentRow, ChatFolderRow, ConversationRow
 
 MAX_FOLDERS = 8  # a chat's; each is up to a few thousand files searched at every question
 

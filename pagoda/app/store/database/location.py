@@ -7,7 +7,7 @@ from pathlib import Path
 
 import platformdirs
 
-from .errors import DatabaseLocationError
+from ..errors import DatabaseLocationError
 
 APP_NAME = "pagoda"
 DB_FILENAME = "pagoda.db"

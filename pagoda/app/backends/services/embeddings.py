@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pagoda.app.backends.endpoint import Endpoint
+from pagoda.app.backends.remote.endpoint import Endpoint
 from pagoda.app.backends.errors import BackendError, MalformedStreamError, ModelNotFoundError, clause
 
 MAX_TEXTS = 64  # a request's texts; callers send more in several requests

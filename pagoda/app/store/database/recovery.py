@@ -9,7 +9,7 @@ import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .errors import NotAPagodaDatabaseError
+from ..errors import NotAPagodaDatabaseError
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from pagoda.app.store.schema import Base
 
 connection = context.config.attributes.get("connection")
 if connection is None:
-    raise RuntimeError("run migrations through pagoda.app.store.migrate, which supplies a connection")
+    raise RuntimeError("run migrations through pagoda.app.store.database.migrate, which supplies a connection")
 
 context.configure(
     connection=connection,

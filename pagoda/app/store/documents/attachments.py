@@ -12,9 +12,9 @@ from datetime import datetime
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from . import cjk_grams, vectors
-from .errors import StoreError
-from .records import (
+from ..search import cjk_grams, vectors
+from ..errors import StoreError
+from ..records import (
     AttachedDocument,
     Attachment,
     AttachmentChunk,
@@ -22,7 +22,7 @@ from .records import (
     Citation,
     NewAttachment,
 )
-from .schema import AttachmentChunkRow, AttachmentRow, MessageRow
+from ..schema import AttachmentChunkRow, AttachmentRow, MessageRow
 
 MAX_HITS = 200
 # A chunk's FTS query is built by the app (documents.retrieval_query); bound what reaches SQLite.

@@ -15,7 +15,7 @@ from pathlib import Path
 from threading import Event
 from typing import TYPE_CHECKING
 
-from pagoda.app.backends.engine_import import ENGINE_IMPORT_LOCK
+from pagoda.app.backends.services.engine_import import ENGINE_IMPORT_LOCK
 
 if TYPE_CHECKING:
     from pagoda.engine.hub.download import DownloadProgress

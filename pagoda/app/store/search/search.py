@@ -13,7 +13,7 @@ import html
 import re
 from itertools import islice, takewhile
 
-from .sanitize import replace_lone_surrogates
+from ..sanitize import replace_lone_surrogates
 
 MIN_FTS_TERM = 3
 # Private-use characters mark hits inside SQL and Python snippets; they are swapped for the

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from .errors import StoreError
-from .records import AttachmentChunk, ChunkHit
-from .schema import AttachmentChunkRow, AttachmentRow, ChunkVectorRow
+from ..errors import StoreError
+from ..records import AttachmentChunk, ChunkHit
+from ..schema import AttachmentChunkRow, AttachmentRow, ChunkVectorRow
 
 MAX_MODEL_CHARS = 512
 MAX_VECTOR_BYTES = 4 * 16_384  # float32, the widest vector an embeddings answer may hold

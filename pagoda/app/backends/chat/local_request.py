@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pagoda.app.backends.errors import InvalidRequestError, clause
-from pagoda.app.backends.tool_options import check_tool_options, named_function
+from pagoda.app.backends.chat.tool_options import check_tool_options, named_function
 from pagoda.app.backends.types import ReplyFormat, SamplingOptions
 from pagoda.engine import SamplingParams
 from pagoda.engine.parsers.tool_use import ToolUse

@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import DatabaseInUseError
+from ..errors import DatabaseInUseError
 
 LOCK_SUFFIX = ".lock"
 PID_BYTES = 32  # a process id in decimal, with room to spare; nothing longer is read

@@ -11,8 +11,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from . import recovery
 from .connection import create_store_engine
-from .errors import DatabaseLocationError, DatabaseTooNewError, NotAPagodaDatabaseError, reason_of
-from .schema import Base
+from ..errors import DatabaseLocationError, DatabaseTooNewError, NotAPagodaDatabaseError, reason_of
+from ..schema import Base
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VERSION_TABLE = "alembic_version"

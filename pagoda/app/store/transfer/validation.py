@@ -12,8 +12,8 @@ from dataclasses import MISSING, dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from .errors import ImportValidationError
-from .records import (
+from ..errors import ImportValidationError
+from ..records import (
     ROLES,
     STATUSES,
     AttachedDocument,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pagoda.app.backends.engine_import import ENGINE_IMPORT_LOCK
+from pagoda.app.backends.services.engine_import import ENGINE_IMPORT_LOCK
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.errors import ModelLoadError
 from pagoda.engine.errors import PagodaError as EngineError

@@ -6,8 +6,8 @@ from datetime import datetime
 from typing import Any
 
 from . import validation
-from .errors import ImportValidationError
-from .records import Conversation, Message, Thread
+from ..errors import ImportValidationError
+from ..records import Conversation, Message, Thread
 
 FORMAT_NAME = "pagoda-conversations"
 FORMAT_VERSION = 1

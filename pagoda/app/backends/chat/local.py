@@ -15,9 +15,9 @@ from pagoda.app.backends.errors import (
     ServerError,
     clause,
 )
-from pagoda.app.backends.local_request import LocalRequest, local_request
-from pagoda.app.backends.reply_parts import NOTHING, ReplyParts, Step
-from pagoda.app.backends.starting import StartingReplies
+from pagoda.app.backends.chat.local_request import LocalRequest, local_request
+from pagoda.app.backends.chat.reply_parts import NOTHING, ReplyParts, Step
+from pagoda.app.backends.chat.starting import StartingReplies
 from pagoda.app.backends.types import (
     BackendStats,
     ChatMessage,
