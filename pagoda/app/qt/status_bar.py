@@ -9,9 +9,9 @@ from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
 from pagoda.app.backends import BackendStats
 from pagoda.app.components.shared.view_models import EngineStatusView, LoadStepView, LocalServerView
 from pagoda.app.qt.shared.elide import elided, with_whole_text
+from pagoda.app.qt.shared.theme import ERROR_STYLE
 
 SEPARATOR = " · "
-ERROR_STYLE = 'QLabel[severity="error"] { color: #e5484d; }'
 PROGRESS_STEPS = 1000  # of the load's progress bar
 
 

@@ -39,15 +39,14 @@ from pagoda.app.components.chat.tool_turns import (
     DENIED,
     STOPPED,
     CallKey,
-    ChatTools,
     Decision,
-    ToolOutcome,
     call_outcomes,
     call_views,
     over_the_limit,
     stored_calls,
     turn_start,
 )
+from pagoda.app.components.shared.tool_seam import ChatTools, ToolOutcome
 from pagoda.app.components.shared.view_models import (
     AttachmentView,
     FolderView,

@@ -1,14 +1,14 @@
-"""What a chat needs to let its model call tools: where the tools come from (`ChatTools`), how
-a call ended (`ToolOutcome`), and how a branch's calls and results read as views and as the
-messages the model is given. No Qt; the MCP side is pagoda.app.components.tools."""
+"""How a branch's tool calls and results read as views and as the messages the model is given,
+and what the model is told of a call that did not run. What a chat needs of tools (`ChatTools`)
+is pagoda.app.components.shared.tool_seam; the MCP side is pagoda.app.components.tools. No Qt."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
-from pagoda.app.backends import ToolCallRecord, ToolSpec
+from pagoda.app.backends import ToolCallRecord
+from pagoda.app.components.shared.tool_seam import ChatTools
 from pagoda.app.components.shared.view_models import ToolCallState, ToolCallView
 from pagoda.app.store import Message, ToolCall
 
@@ -21,49 +21,6 @@ STOPPED = "The user stopped the reply before this call returned."
 def over_the_limit(max_calls: int) -> str:
     return (f"Not run: this turn has made the most tool calls a turn may ({max_calls}). "
             "Answer with what you have.")
-
-
-@dataclass(slots=True, frozen=True)
-class ToolOutcome:
-    """How a call ended ("done" or "failed") and what the model is told: the tool's result, or
-    the failure in words (a server that would not start, crashed or timed out)."""
-
-    outcome: Literal["done", "failed"]
-    text: str
-
-
-@dataclass(slots=True, frozen=True)
-class ToolOffer:
-    """The functions a chat's model is shown, and what kept others out, in words (a server
-    that would not start)."""
-
-    specs: tuple[ToolSpec, ...] = ()
-    problems: tuple[str, ...] = ()
-
-
-class ChatTools(Protocol):
-    """The tools chats may give their model (Settings -> Tools). Called on the app's loop."""
-
-    @property
-    def max_calls_per_turn(self) -> int:
-        """How many calls one turn may make before its model must answer without tools."""
-
-    async def offer(self, selectors: Sequence[str]) -> ToolOffer:
-        """The functions a chat with these selectors ("server", "server/tool") may call, as the
-        model is shown them. Starts servers that are not running; a server that cannot start
-        is left out, and said why."""
-
-    def server_of(self, name: str) -> str | None:
-        """The server of the function `name`, as `offer` named it; None: unknown."""
-
-    def always_allowed(self, name: str) -> bool:
-        """Whether calls of `name` run without asking (the user's "Always for this tool")."""
-
-    def allow_always(self, name: str) -> None: ...
-
-    async def call(self, name: str, arguments: str) -> ToolOutcome:
-        """Run the call; every failure comes back as a "failed" outcome in words, never raised
-        (cancelling the task stops the call)."""
 
 
 # A call, as the turn keys it: the id of the reply that made it and its place among the reply's

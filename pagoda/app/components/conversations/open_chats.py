@@ -13,7 +13,7 @@ from pagoda.app.components.settings.chat_defaults import load_chat_defaults
 from pagoda.app.components.chat.chat_session import ChatSession
 from pagoda.app.components.chat.chat_sources import LOCAL, ChatSources, RemoteSource
 from pagoda.app.components.shared.tasks import TaskSet
-from pagoda.app.components.chat.tool_turns import ChatTools
+from pagoda.app.components.shared.tool_seam import ChatTools
 from pagoda.app.store import Conversation
 
 if TYPE_CHECKING:

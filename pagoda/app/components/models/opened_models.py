@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from pagoda.app.components.server.api_key import config_dir
+from pagoda.app.components.shared.config_folder import config_dir
 from pagoda.app.components.shared.times_file import read_times, write_times
 
 logger = logging.getLogger(__name__)

@@ -8,25 +8,16 @@ import re
 import secrets
 from pathlib import Path
 
-import platformdirs
-
 from pagoda.app.backends.services.openai_server import key_digest
+from pagoda.app.components.shared.config_folder import config_dir
 
 KEY_PREFIX = "sk-pagoda-"
 KEY_FILENAME = "api_key.sha256"
-CONFIG_DIR_ENV_VAR = "PAGODA_CONFIG_DIR"
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 class ApiKeyError(Exception):
     """The key's file cannot be read or written."""
-
-
-def config_dir() -> Path:
-    """$PAGODA_CONFIG_DIR, else the user's config folder for Pagoda."""
-    override = os.environ.get(CONFIG_DIR_ENV_VAR)
-    return Path(override) if override else platformdirs.user_config_path("pagoda",
-                                                                         appauthor=False)
 
 
 def new_api_key() -> str:

@@ -26,7 +26,7 @@ from pagoda.app.components.documents.document_embeddings import (
     EmbeddingsChoice,
     EmbeddingsState,
 )
-from pagoda.app.qt.server.add_server_dialog import ERROR_STYLE
+from pagoda.app.qt.shared.theme import ERROR_STYLE
 
 DOCUMENTS_DIALOG = "documentsDialog"
 OFF = "Off: find passages by their words only"

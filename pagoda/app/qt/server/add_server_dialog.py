@@ -18,7 +18,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-ERROR_STYLE = 'QLabel[severity="error"] { color: #e5484d; }'
+from pagoda.app.qt.shared.theme import ERROR_STYLE
+
 EXPLANATION = ("A server with OpenAI's API (vLLM, SGLang, llama.cpp's server, Ollama, another "
                "Pagoda). Connect to list the models it serves, choose one, then Add.")
 CONNECT_TEXT, CONNECTING_TEXT = "Connect", "Connecting…"

@@ -16,9 +16,9 @@ from PySide6.QtWidgets import (
 )
 
 from pagoda.app.components.shared.view_models import LocalServerView
+from pagoda.app.qt.shared.theme import ERROR_STYLE
 
 MIN_PORT, MAX_PORT = 1024, 65535
-ERROR_STYLE = 'QLabel[severity="error"] { color: #e5484d; }'
 ENABLED_TOOLTIP = ("Answer OpenAI-compatible requests (/v1/chat/completions, /v1/completions, "
                    "/v1/models) from programs on this computer with the loaded model; they "
                    "share the engine with the chats.")

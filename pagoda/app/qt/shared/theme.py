@@ -45,6 +45,8 @@ ThemeMode = Literal["system", "light", "dark"]
 THEMES: tuple[ThemeMode, ...] = ("system", "light", "dark")
 
 ICON_SIZES = (16, 20, 24, 32, 40, 48, 64)
+# An error line (a label whose `severity` property is "error"): red that reads in both themes.
+ERROR_STYLE = 'QLabel[severity="error"] { color: #e5484d; }'
 CJK_FAMILY_HINTS = (
     "Noto Sans CJK",
     "Source Han Sans",

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 
 from pagoda.app.components.tools.errors import ToolConfigError
 from pagoda.app.components.tools.forms import ServerForm, read_config_file
-from pagoda.app.qt.server.add_server_dialog import ERROR_STYLE
+from pagoda.app.qt.shared.theme import ERROR_STYLE
 
 JSON_FILTER = "JSON (*.json);;All files (*)"
 IMPORT_EXAMPLE = ('{"mcpServers": {\n  "memory": {"command": "npx", "args": ["-y", '
