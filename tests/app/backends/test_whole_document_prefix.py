@@ -34,7 +34,7 @@ def test_the_second_question_reads_the_document_from_the_prefix_cache(local_back
             sampling=SamplingSettings(temperature=0.0, max_tokens=4))).id
         session = ChatSession(cid, db, _Source(local_backend))
         await session.open()
-        await session.attach([str(tmp_path / "log.md")])
+        await session.files.attach([str(tmp_path / "log.md")])
         replies = []
         for question in ("How much oil on day 12?", "And on day 30?"):
             await session.send(question)

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pagoda.app.backends import BackendError, ChatBackend, ModelLoadingError
 from pagoda.app.backends.remote.endpoint import tls_context
 from pagoda.app.backends.remote.openai_remote import OpenAIBackend
-from pagoda.app.components.chat.chat_session import BackendSource
+from pagoda.app.components.chat.seams import BackendSource
 from pagoda.app.components.shared.connections import (
     ConnectionKeys,
     SavedConnections,

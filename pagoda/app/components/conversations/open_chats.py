@@ -103,7 +103,7 @@ class OpenChats:
             return self.sessions[cid]
         session = ChatSession(cid, self.db, self.sources.source(self.sources.chosen_for(cid)),
                               tools=self._tools())
-        session.documents.embeddings = self._embeddings
+        session.files.documents.embeddings = self._embeddings
         self.sessions[cid] = session
         self.ids.append(cid)
         self.on_opened(session)
@@ -193,7 +193,7 @@ class OpenChats:
 
 
 def _untouched(session: ChatSession, conversation: Conversation) -> bool:
-    return not conversation.title and not session.folders.views
+    return not conversation.title and not session.files.folders.views
 
 
 async def _unreachable(source: object) -> bool:

@@ -8,7 +8,8 @@ import asyncio
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from pagoda.app.components.shared.async_store import AsyncStore
-from pagoda.app.components.chat.chat_session import ChatSession, Reply
+from pagoda.app.components.chat.chat_session import ChatSession
+from pagoda.app.components.chat.reply_stream import Reply
 from pagoda.app.qt.chat.chat_tab import ChatTab
 from pagoda.app.store import Conversation, Message
 
@@ -50,11 +51,11 @@ class ChatController(QObject):
         v.regenerate_button.clicked.connect(lambda: s.spawn(s.regenerate_last()))
         v.settings_changed.connect(lambda settings: s.spawn(s.save_settings(settings)))
         v.notice_dismissed.connect(s.clear_notice)
-        v.attach_requested.connect(lambda paths: s.spawn(s.attach(paths)))
-        v.composer.pending_removed.connect(lambda index: s.remove_pending(index))
-        v.folder_requested.connect(lambda path: s.spawn(s.add_folder(path)))
-        v.folder_removed.connect(lambda folder_id: s.spawn(s.remove_folder(folder_id)))
-        v.transcript.source_requested.connect(lambda mid, n: s.spawn(s.open_source(mid, n)))
+        v.attach_requested.connect(lambda paths: s.spawn(s.files.attach(paths)))
+        v.composer.pending_removed.connect(lambda index: s.files.remove_pending(index))
+        v.folder_requested.connect(lambda path: s.spawn(s.files.add_folder(path)))
+        v.folder_removed.connect(lambda folder_id: s.spawn(s.files.remove_folder(folder_id)))
+        v.transcript.source_requested.connect(lambda mid, n: s.spawn(s.files.open_source(mid, n)))
         self._draft_timer.timeout.connect(
             lambda: s.spawn(s.count_draft(v.composer.text())))
         v.composer.draft_changed.connect(lambda _text: self._draft_timer.start())

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from pagoda.app.backends import ServerError
-from pagoda.app.components.chat.chat_session import MODEL_SWITCHED, WAIT_TO_SWITCH, ChatSession
+from pagoda.app.components.chat.chat_session import WAIT_TO_SWITCH, ChatSession
+from pagoda.app.components.chat.reply_stream import MODEL_SWITCHED
 from pagoda.app.components.shared.view_models import SamplingView
 from pagoda.app.store import GenerationStats
 from tests.app.components.fake_backend import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from pagoda.app.backends import PromptProgress
-from pagoda.app.components.chat.chat_session import reading_text
+from pagoda.app.components.chat.reply_stream import reading_text
 from tests.app.components.fake_backend import WAIT_S
 
 

@@ -87,7 +87,7 @@ async def test_a_new_chat_given_a_folder_is_kept_when_its_tab_closes(make_chats,
     chats = await make_chats()
     await chats.restore()
     with_folder = chats.current
-    await chats.sessions[with_folder].add_folder(str(tmp_path))
+    await chats.sessions[with_folder].files.add_folder(str(tmp_path))
     await chats.new_chat()
 
     await chats.close(with_folder)

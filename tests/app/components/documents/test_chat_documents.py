@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from pagoda.app.backends import PromptProgress
-from pagoda.app.components.chat.chat_session import ChatSession, reading_text
+from pagoda.app.components.chat.chat_session import ChatSession
+from pagoda.app.components.chat.reply_stream import reading_text
 from tests.app.components.fake_backend import WAIT_S, ScriptedBackend, eventually
 
 NOTES = """# Lighthouse log
@@ -41,20 +42,20 @@ async def ask(session: ChatSession, backend: ScriptedBackend, text: str, reply: 
 
 async def test_an_attached_file_is_read_kept_with_the_message_and_shown_on_it(session, backend,
                                                                              view, tmp_path):
-    await session.attach([write(tmp_path, "log.md", NOTES)])
-    (pending,) = session.documents.views
+    await session.files.attach([write(tmp_path, "log.md", NOTES)])
+    (pending,) = session.files.documents.views
     assert (pending.name, pending.state, pending.kind) == ("log.md", "ready", "markdown")
     first_shown = view.called("show_pending_attachments")[0][0]
     assert [v.state for v in first_shown] == ["reading"]
     await ask(session, backend, "How much oil did the lamp use?")
-    assert session.documents.views == []
+    assert session.files.documents.views == []
     user = session.views[0]
     assert [(a.name, a.kind) for a in user.attachments] == [("log.md", "markdown")]
 
 
 async def test_a_document_that_fits_goes_whole_and_stays_the_same_prefix(session, backend,
                                                                         tmp_path):
-    await session.attach([write(tmp_path, "log.md", NOTES)])
+    await session.files.attach([write(tmp_path, "log.md", NOTES)])
     first = await ask(session, backend, "How much oil did the lamp use?")
     system = first.messages[0]
     assert system.role == "system" and "forty litres a week" in system.content
@@ -72,7 +73,7 @@ async def ask_about_a_long_document(open_chat, source, tmp_path, question: str):
     source.swap(small)
     session = await open_chat()
     text = "\n\n".join([FILLER] * 3 + [NOTES] + [FILLER] * 3)
-    await session.attach([write(tmp_path, "big.md", text)])
+    await session.files.attach([write(tmp_path, "big.md", text)])
     return session, await ask(session, small, question)
 
 
@@ -87,7 +88,7 @@ async def test_a_document_too_long_for_the_context_gives_the_passages_for_the_qu
     assert all("<file" not in m.content for m in request.messages)
     reply = session.views[-1]
     assert reply.sources and reply.sources[0].name == "big.md"
-    await session.open_source(reply.id, reply.sources[0].number)
+    await session.files.open_source(reply.id, reply.sources[0].number)
     (passage,) = view.called("show_passage")
     assert "forty litres" in passage[0].text and passage[0].name == "big.md"
 
@@ -107,8 +108,8 @@ async def test_a_cited_passage_names_the_heading_it_is_under_after_a_reopen_too(
 async def test_a_file_that_cannot_be_read_says_why_and_does_not_stop_the_message(
         session, backend, tmp_path):
     (tmp_path / "empty.txt").write_bytes(b"")
-    await session.attach([str(tmp_path / "empty.txt"), str(tmp_path / "missing.pdf")])
-    failed = session.documents.views
+    await session.files.attach([str(tmp_path / "empty.txt"), str(tmp_path / "missing.pdf")])
+    failed = session.files.documents.views
     assert [v.state for v in failed] == ["failed", "failed"]
     assert "empty.txt" in failed[0].error and "missing.pdf" in failed[1].error
     request = await ask(session, backend, "hello")
@@ -128,11 +129,11 @@ async def test_a_message_waits_while_a_file_is_being_read(db, source, view, tmp_
 
     cid = db.store.create_conversation().id
     session = ChatSession(cid, db, source, view)
-    session.documents._read = slow_read
+    session.files.documents._read = slow_read
     await session.open()
-    attaching = session.spawn(session.attach([write(tmp_path, "log.md", NOTES)]))
-    await eventually(lambda: session.documents.views
-                     and session.documents.views[0].progress == "page 1 / 2", "progress")
+    attaching = session.spawn(session.files.attach([write(tmp_path, "log.md", NOTES)]))
+    await eventually(lambda: session.files.documents.views
+                     and session.files.documents.views[0].progress == "page 1 / 2", "progress")
     await session.send("What does it say?")
     assert view.drafts == ["What does it say?"] and "still being read" in view.notices[-1]
     release.set()
@@ -142,7 +143,7 @@ async def test_a_message_waits_while_a_file_is_being_read(db, source, view, tmp_
 
 async def test_a_reopened_chat_still_has_its_documents_and_sources(session, backend, db, source,
                                                                   tmp_path):
-    await session.attach([write(tmp_path, "log.md", NOTES)])
+    await session.files.attach([write(tmp_path, "log.md", NOTES)])
     await ask(session, backend, "Oil?")
     session.close()
     reopened = ChatSession(session.conversation_id, db, source)
@@ -159,7 +160,7 @@ async def test_a_reopened_chat_still_has_its_documents_and_sources(session, back
 async def test_the_meter_counts_the_documents_waiting_to_be_sent(session, backend, tmp_path):
     await session.refresh_context_meter()
     before = session.context_usage[0] if session.context_usage else 0
-    await session.attach([write(tmp_path, "log.md", NOTES)])
+    await session.files.attach([write(tmp_path, "log.md", NOTES)])
     assert session.context_usage[0] > before + 30
 
 
@@ -168,7 +169,7 @@ async def test_the_meter_counts_the_passages_a_waiting_document_too_long_to_go_w
     small = ScriptedBackend(max_model_len=2000)
     source.swap(small)
     session = await open_chat()
-    await session.attach([write(tmp_path, "big.md", "\n\n".join([FILLER] * 6 + [NOTES]))])
+    await session.files.attach([write(tmp_path, "big.md", "\n\n".join([FILLER] * 6 + [NOTES]))])
     assert session.context_usage[0] > 200  # before a word is typed: passages it may give
     await session.count_draft("How many litres of oil did the lamp use?")
     meter, _context, _max_tokens = session.context_usage
@@ -198,20 +199,20 @@ async def _reading_a_long_file(session, tmp_path):
     base = write_docx(tmp_path / "base.docx", [("Cider", ["Nine crates."])])
     bomb = write_huge_xml_docx(tmp_path / "report.docx", base, xml_mib=8)  # minutes to read
     reading = ReadingProcess(ReadingLimits(seconds=600))
-    session.documents._read = reading.read
-    attaching = session.spawn(session.attach([str(bomb)]))
-    await eventually(lambda: session.documents.reading == "report.docx", "the reading")
+    session.files.documents._read = reading.read
+    attaching = session.spawn(session.files.attach([str(bomb)]))
+    await eventually(lambda: session.files.documents.reading == "report.docx", "the reading")
     await asyncio.sleep(1.0)  # well into the file
     return attaching, reading
 
 
 async def test_removing_a_file_while_it_is_read_stops_its_reading_at_once(session, tmp_path):
     attaching, reading = await _reading_a_long_file(session, tmp_path)
-    session.remove_pending(0)
+    session.files.remove_pending(0)
     await asyncio.wait_for(attaching, 5.0)
-    assert session.documents.views == []
-    await session.attach([write(tmp_path, "log.md", NOTES)])
-    assert [v.state for v in session.documents.views] == ["ready"]
+    assert session.files.documents.views == []
+    await session.files.attach([write(tmp_path, "log.md", NOTES)])
+    assert [v.state for v in session.files.documents.views] == ["ready"]
     reading.close()
 
 
@@ -219,5 +220,5 @@ async def test_closing_the_chat_stops_the_reading_of_its_waiting_file(session, t
     attaching, reading = await _reading_a_long_file(session, tmp_path)
     session.close()
     await asyncio.wait_for(attaching, 5.0)
-    assert session.documents.views == []
+    assert session.files.documents.views == []
     reading.close()

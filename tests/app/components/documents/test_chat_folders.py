@@ -62,22 +62,22 @@ async def ask(session: ChatSession, backend: ScriptedBackend, text: str):
 
 
 async def with_folder(session: ChatSession, root: Path) -> None:
-    await session.add_folder(str(root))
-    await session.folders.settled()
+    await session.files.add_folder(str(root))
+    await session.files.folders.settled()
 
 
 async def indexed_texts(session: ChatSession) -> str:
-    files = await session.folders.documents()
+    files = await session.files.folders.documents()
     return "\n".join([await session.db.attachment_text(f.attachment_id) for f in files])
 
 
 async def test_a_folders_files_are_indexed_and_shown_up_to_date(session, view, tmp_path):
     root = notes_folder(tmp_path)
     await with_folder(session, root)
-    (shown,) = session.folders.views
+    (shown,) = session.files.folders.views
     assert (shown.name, shown.path, shown.state) == ("notes", str(root.resolve()), "ready")
     assert (shown.files, shown.indexed, shown.failed) == (3, 3, ())
-    files = await session.folders.documents()
+    files = await session.files.folders.documents()
     assert [(f.source_path, f.kind) for f in files] == [
         ("garden.html", "html"), ("harbour.txt", "text"), ("log/lighthouse.md", "markdown")]
     states = [views[0].state for (views,) in view.called("show_folders") if views]
@@ -93,7 +93,7 @@ async def test_a_question_is_answered_from_a_passage_of_a_folders_file(session, 
     assert all("<file" not in m.content for m in request.messages)
     reply = session.views[-1]
     assert reply.sources[0].name == "log/lighthouse.md"
-    await session.open_source(reply.id, reply.sources[0].number)
+    await session.files.open_source(reply.id, reply.sources[0].number)
     (passage,) = view.called("show_passage")
     assert "forty litres" in passage[0].text and passage[0].name == "log/lighthouse.md"
 
@@ -101,7 +101,7 @@ async def test_a_question_is_answered_from_a_passage_of_a_folders_file(session, 
 async def test_with_a_folder_attached_documents_are_given_as_passages_too(session, backend,
                                                                          tmp_path):
     await with_folder(session, notes_folder(tmp_path))
-    await session.attach([str(write(tmp_path, "orchard.md", ORCHARD))])
+    await session.files.attach([str(write(tmp_path, "orchard.md", ORCHARD))])
     request = await ask(session, backend, "How many crates of cider apples, and how many boats?")
     question = request.messages[-1].content
     assert "[1]" in question and "orchard.md" in question and "harbour.txt" in question
@@ -118,7 +118,7 @@ async def test_a_changed_file_is_read_again_before_the_question_and_its_old_text
     texts = await indexed_texts(session)
     assert "eighty kayaks" in texts and "thirty boats" not in texts
     hits = await session.db.search_passages(
-        [f.attachment_id for f in await session.folders.documents()], '"thirty"')
+        [f.attachment_id for f in await session.files.folders.documents()], '"thirty"')
     assert hits == []
 
 
@@ -131,14 +131,14 @@ async def test_a_question_during_a_first_indexing_is_answered_from_what_is_index
         release.wait(WAIT_S)
         return read_document(path, on_progress)
 
-    session.folders._read = slow
-    await session.add_folder(str(notes_folder(tmp_path)))
-    await eventually(lambda: session.folders.views[0].state == "indexing", "the indexing")
+    session.files.folders._read = slow
+    await session.files.add_folder(str(notes_folder(tmp_path)))
+    await eventually(lambda: session.files.folders.views[0].state == "indexing", "the indexing")
     await ask(session, backend, "How many boats at the pier?")
     assert view.notices[-1].startswith("notes is still being indexed")
     release.set()
-    await session.folders.settled()
-    assert session.folders.views[0].state == "ready"
+    await session.files.folders.settled()
+    assert session.files.folders.views[0].state == "ready"
 
 
 async def test_a_file_deleted_is_forgotten_and_a_file_added_is_found(session, tmp_path):
@@ -146,12 +146,12 @@ async def test_a_file_deleted_is_forgotten_and_a_file_added_is_found(session, tm
     await with_folder(session, root)
     (root / "garden.html").unlink()
     write(root, "orchard/apples.md", ORCHARD)
-    await session.folders.rescan()
-    await session.folders.settled()
-    paths = [f.source_path for f in await session.folders.documents()]
+    await session.files.folders.rescan()
+    await session.files.folders.settled()
+    paths = [f.source_path for f in await session.files.folders.documents()]
     assert paths == ["harbour.txt", "log/lighthouse.md", "orchard/apples.md"]
     assert "tomatoes" not in await indexed_texts(session)
-    assert session.folders.views[0].files == 3
+    assert session.files.folders.views[0].files == 3
 
 
 async def test_a_file_that_cannot_be_read_is_reported_and_read_again_only_once_it_changes(
@@ -185,28 +185,28 @@ async def test_a_file_that_cannot_be_read_is_reported_and_read_again_only_once_i
 async def test_a_folder_past_the_bounds_says_what_was_left_out(session, tmp_path, monkeypatch):
     monkeypatch.setattr(folder_scan, "MAX_FILES", 2)
     await with_folder(session, notes_folder(tmp_path))
-    (shown,) = session.folders.views
+    (shown,) = session.files.folders.views
     assert (shown.files, shown.indexed) == (2, 2)
     assert any(note.startswith("Only the first 2 files are indexed") for note in shown.notes)
 
 
 async def test_a_path_that_is_no_folder_or_one_too_many_is_refused_in_the_notice(
         session, view, tmp_path, monkeypatch):
-    await session.add_folder(str(tmp_path / "missing"))
+    await session.files.add_folder(str(tmp_path / "missing"))
     assert "is not a folder" in view.notices[-1]
     monkeypatch.setattr("pagoda.app.store.documents.folders.MAX_FOLDERS", 1)
     await with_folder(session, notes_folder(tmp_path))
-    await session.add_folder(str(tmp_path))
+    await session.files.add_folder(str(tmp_path))
     assert "at most 1 folders" in view.notices[-1]
-    assert len(session.folders.views) == 1
+    assert len(session.files.folders.views) == 1
 
 
 async def test_a_folder_dropped_on_the_chat_becomes_one_of_its_folders(session, tmp_path):
     root = notes_folder(tmp_path)
-    await session.attach([str(root), str(write(tmp_path, "orchard.md", ORCHARD))])
-    await session.folders.settled()
-    assert [v.name for v in session.folders.views] == ["notes"]
-    assert [v.name for v in session.documents.views] == ["orchard.md"]
+    await session.files.attach([str(root), str(write(tmp_path, "orchard.md", ORCHARD))])
+    await session.files.folders.settled()
+    assert [v.name for v in session.files.folders.views] == ["notes"]
+    assert [v.name for v in session.files.documents.views] == ["orchard.md"]
 
 
 async def test_removing_a_folder_while_it_is_read_stops_and_deletes_its_index(db, tmp_path):
@@ -240,9 +240,9 @@ async def test_a_reopened_chat_keeps_its_folders_and_looks_at_them_again(session
     write(root, "orchard.md", ORCHARD)
     reopened = ChatSession(session.conversation_id, db, source)
     await reopened.open()
-    assert [v.name for v in reopened.folders.views] == ["notes"]
-    await reopened.folders.settled()
-    assert reopened.folders.views[0].indexed == 4
+    assert [v.name for v in reopened.files.folders.views] == ["notes"]
+    await reopened.files.folders.settled()
+    assert reopened.files.folders.views[0].indexed == 4
     request = await ask(reopened, backend, "How many crates of cider apples?")
     assert "nine crates" in request.messages[-1].content
     reopened.close()
@@ -293,10 +293,10 @@ async def test_a_passage_whose_file_changed_since_says_so(session, backend, view
     await with_folder(session, root)
     await ask(session, backend, "How many litres of oil did the lamp use?")
     touch_later(root / "log/lighthouse.md", "# Lighthouse log\n\nThe lamp is electric now.\n")
-    await session.folders.rescan()
-    await session.folders.settled()
+    await session.files.folders.rescan()
+    await session.files.folders.settled()
     reply = session.views[-1]
-    await session.open_source(reply.id, reply.sources[0].number)
+    await session.files.open_source(reply.id, reply.sources[0].number)
     (passage,) = view.called("show_passage")
     assert "no longer in the chat" in passage[0].text
 

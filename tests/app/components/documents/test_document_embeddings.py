@@ -177,16 +177,16 @@ async def test_a_chat_finds_by_meaning_the_passage_its_words_miss(open_chat, sou
     small = ScriptedBackend(max_model_len=2000)
     source.swap(small)
     session = await open_chat()
-    session.documents.embeddings = await chosen(make_embeddings)
+    session.files.documents.embeddings = await chosen(make_embeddings)
     filler = "Unrelated words about the harbour and its many boats fill this page. " * 40
     path = tmp_path / "big.md"
     path.write_text("\n\n".join([filler] * 3 + [PASSAGES[0]] + [filler] * 3), encoding="utf-8")
-    await session.attach([str(path)])
+    await session.files.attach([str(path)])
     for _ in range(2):  # the first question starts the embedding; the second one uses it
         task = session.spawn(session.send("Where did the automobile stand?"))
         request = await small.next_request()
         await request.say("ok", "stop")
         await asyncio.wait_for(task, WAIT_S)
-        await session.documents.embeddings.wait_idle()
+        await session.files.documents.embeddings.wait_idle()
     question = request.messages[-1].content
     assert "red car was parked" in question and "[1] big.md" in question

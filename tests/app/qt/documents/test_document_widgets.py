@@ -322,6 +322,7 @@ class RecordingSession:
 
     def __init__(self) -> None:
         self.calls: list[tuple] = []
+        self.files = self  # the session's files (a ChatFiles) are recorded here too
 
     def spawn(self, call: tuple) -> None:
         self.calls.append(("spawn", *call))

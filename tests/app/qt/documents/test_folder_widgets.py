@@ -102,6 +102,7 @@ class RecordingSession:
 
     def __init__(self) -> None:
         self.calls: list[tuple] = []
+        self.files = self  # the session's files (a ChatFiles) are recorded here too
 
     def spawn(self, call: tuple) -> None:
         self.calls.append(call)
@@ -148,5 +149,5 @@ def test_a_folder_added_in_the_window_is_indexed_and_comes_back_after_a_restart(
     qtbot.waitUntil(lambda: chip_texts(tab) == [("notes", "3 files · up to date")],
                     timeout=WAIT_MS)
     session = again.current_controller().session
-    assert [f.source_path for f in run_async(session.folders.documents())] == [
+    assert [f.source_path for f in run_async(session.files.folders.documents())] == [
         "garden.html", "harbour.txt", "log/lighthouse.md"]
