@@ -247,7 +247,7 @@ def _engine_with_threads(num_threads: int | None):
 
 async def _open_tab(window, settings, prompt: str):
     conversation = await window.db.create_conversation(sampling=settings)
-    tab = await window.open_conversation(conversation.id)
+    tab = await window.chat_tabs.open_conversation(conversation.id)
     tab.composer.set_text(prompt)
     return tab
 
@@ -259,8 +259,8 @@ async def _save_server(window, url: str, model: str):
 
 async def _answer_from_server(window, connection):
     """Switches the current tab to the saved server, as the model picker would."""
-    window.use_source_in_current_chat(connection.id)
-    if window.current_controller().session.source is not window.sources.source(connection.id):
+    window.remote_servers.use_source_in_current_chat(connection.id)
+    if window.chat_tabs.current_controller().session.source is not window.sources.source(connection.id):
         raise RuntimeError("the tab did not switch to the server")
 
 

@@ -38,13 +38,13 @@ async def ready_window(window) -> None:
     await window.restore()
     while not window.host.is_ready:
         await asyncio.sleep(0.1)
-    window.close_tab(0)  # the empty chat restore() opened
+    window.chat_tabs.close_tab(0)  # the empty chat restore() opened
 
 
 async def ask_in_a_new_chat(window, title: str, sampling, question: str) -> None:
     """A new chat `title` asked `question`, its reply waited for."""
     chat = await window.db.create_conversation(title=title, sampling=sampling)
-    tab = await window.open_conversation(chat.id)
+    tab = await window.chat_tabs.open_conversation(chat.id)
     tab.composer.send_requested.emit(question)
     await asyncio.sleep(0.5)
     while window.controllers[chat.id].is_streaming:
@@ -59,7 +59,7 @@ async def converse(window) -> None:
                             SamplingSettings(temperature=0.7, max_tokens=40, seed=3), CUT_CHAT)
     notes = await window.db.create_conversation(
         title="Season notes", sampling=SamplingSettings(temperature=0.3, max_tokens=80))
-    tab = await window.open_conversation(notes.id)
+    tab = await window.chat_tabs.open_conversation(notes.id)
     window.settings_dock.setVisible(True)
     tab.composer.send_requested.emit(LONG_CHAT)
     while _tokens_read(window, notes.id) < READ_AT_LEAST:

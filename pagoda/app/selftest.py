@@ -123,7 +123,7 @@ async def _exercise(window, model: str | None) -> SelftestReport:
 
     greedy = SamplingSettings(temperature=0.0, max_tokens=32, repetition_penalty=1.0)
     conversation = await window.db.create_conversation(title="Self-test", sampling=greedy)
-    tab = await window.open_conversation(conversation.id)
+    tab = await window.chat_tabs.open_conversation(conversation.id)
     controller = window.controllers[conversation.id]
     _line("asked", QUESTION)
     tab.composer.send_requested.emit(QUESTION)

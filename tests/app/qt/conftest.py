@@ -149,7 +149,7 @@ def make_window(qloop, qtbot, tmp_path, make_engine):
 
     yield build
     for window in windows:
-        if not window._closing:
+        if not window.closing:
             window.close()
         window.db.close()
 
@@ -219,7 +219,7 @@ def make_disk_window(qloop, qtbot, tmp_path, run_async, default_model):
         windows.append(window)
         qtbot.addWidget(window)
         window.show()
-        run_async(window.restore_model_settings())
+        run_async(window.models_controller.restore_model_settings())
         window.host.load(None)
         qtbot.waitUntil(lambda: window.host.is_ready, timeout=60_000)
         run_async(window.restore())

@@ -35,7 +35,7 @@ def greedy_turn(window: MainWindow, qtbot, run_async, text: str, max_tokens: int
     Greedy and unpenalised, so the reply is the model's own argmax."""
     conversation = window.db.store.create_conversation(sampling=SamplingSettings(
         temperature=0.0, repetition_penalty=1.0, max_tokens=max_tokens))
-    tab = run_async(window.open_conversation(conversation.id))
+    tab = run_async(window.chat_tabs.open_conversation(conversation.id))
     shown: list[tuple[str, str]] = []
     for method, kind in (("append_reasoning", "thinking"), ("append_delta", "answer")):
         _note_calls(tab, method, kind, shown)

@@ -68,7 +68,7 @@ def start(qloop, qtbot, tmp_path):
 
 
 def close(window: MainWindow) -> None:
-    if not window._closing:
+    if not window.closing:
         window.close()
     window.db.close()
 

@@ -15,7 +15,7 @@ from pagoda.app.qt.main_window import MainWindow
 
 def _finished_chat(window: MainWindow, qtbot):
     """The current tab after one finished exchange; its fake engine."""
-    controller = window.current_controller()
+    controller = window.chat_tabs.current_controller()
     engine = window.host._factory.built[None]
     controller.spawn(controller.session.send("Tell me a story"))
     qtbot.waitUntil(lambda: bool(engine.requests), timeout=WAIT_MS)
@@ -88,8 +88,8 @@ def test_esc_right_after_switching_tabs_stops_that_tabs_reply_at_once(window_on,
     engine.say(engine.requests[-1], "Long ago")
     qtbot.waitUntil(lambda: first.reply is not None and first.reply.text == "Long ago",
                     timeout=WAIT_MS)
-    run_async(window.new_chat())
-    second = window.current_controller()
+    run_async(window.chat_tabs.new_chat())
+    second = window.chat_tabs.current_controller()
     second.spawn(second.session.send("Hello"))
     qtbot.waitUntil(lambda: len(engine.requests) == 3, timeout=WAIT_MS)
     heard: list[str] = []
@@ -97,7 +97,7 @@ def test_esc_right_after_switching_tabs_stops_that_tabs_reply_at_once(window_on,
 
     _press(window, qtbot, Qt.Key.Key_Tab,
            Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
-    assert window.current_controller() is first
+    assert window.chat_tabs.current_controller() is first
     _press(window, qtbot, Qt.Key.Key_Escape)
 
     assert heard == [engine.requests[1]]

@@ -4,20 +4,20 @@ The server is the fake one in vLLM's shape on 127.0.0.1; the local engine is a f
 
 from fake_server import MODEL, REPLY
 
-from pagoda.app.qt.main_window import ADD_SERVER_ITEM, SERVER_ITEM_PREFIX
+from pagoda.app.qt.models.models_controller import ADD_SERVER_ITEM, SERVER_ITEM_PREFIX
 
 WAIT_MS = 10_000
 
 
 def _add_and_pick(window, run_async, url: str):
     connection = run_async(window.sources.saved.add(url, MODEL, None))
-    window.refresh_model_picker()
-    window._model_picked(window.model_picker.findData(SERVER_ITEM_PREFIX + connection.id))
+    window.models_controller.refresh_picker()
+    window.models_controller.picked(window.model_picker.findData(SERVER_ITEM_PREFIX + connection.id))
     return connection
 
 
 def _send(window, qtbot, text: str):
-    controller = window.current_controller()
+    controller = window.chat_tabs.current_controller()
     controller.view.composer.send_requested.emit(text)
     qtbot.waitUntil(lambda: controller.is_streaming, timeout=WAIT_MS)
     qtbot.waitUntil(lambda: not controller.is_streaming, timeout=WAIT_MS)
@@ -53,12 +53,12 @@ def test_a_chat_keeps_its_server_after_a_restart_and_new_chats_follow_it(
     window.db.close()  # as the app does at exit: the next start takes the database's lock
 
     again = window_on(db_path)
-    controller = again.current_controller()
+    controller = again.chat_tabs.current_controller()
     assert controller.view.source_label.text() == connection.label
     assert again.model_picker.currentData() == SERVER_ITEM_PREFIX + connection.id
-    run_async(again.new_chat())
-    assert again.current_controller() is not controller
-    assert again.current_controller().view.source_label.text() == connection.label
+    run_async(again.chat_tabs.new_chat())
+    assert again.chat_tabs.current_controller() is not controller
+    assert again.chat_tabs.current_controller().view.source_label.text() == connection.label
 
 
 def test_picking_the_local_model_moves_the_chat_back_to_this_computer(
@@ -66,9 +66,9 @@ def test_picking_the_local_model_moves_the_chat_back_to_this_computer(
     _, url = fake_vllm
     window = window_on(tmp_path / "chats.db")
     _add_and_pick(window, run_async, url)
-    window._model_picked(window.model_picker.findData(""))
+    window.models_controller.picked(window.model_picker.findData(""))
     assert window.model_picker.currentData() == ""
-    controller = window.current_controller()
+    controller = window.chat_tabs.current_controller()
     assert controller.session.source is window.host
     assert controller.view.source_label.text().endswith("· this computer")
     assert not window.status.summary_text().startswith("Remote")
@@ -92,7 +92,7 @@ def test_add_a_server_opens_the_dialog(window_on, tmp_path):
     from pagoda.app.qt.server.add_server_dialog import AddServerDialog
 
     window = window_on(tmp_path / "chats.db")
-    window._model_picked(window.model_picker.findData(ADD_SERVER_ITEM))
+    window.models_controller.picked(window.model_picker.findData(ADD_SERVER_ITEM))
     dialog = window.findChild(AddServerDialog, "addServerDialog")
     assert dialog is not None and dialog.isVisible()
 
@@ -103,16 +103,16 @@ def test_removing_a_server_forgets_it_and_its_chats_answer_here_again(
 
     from pagoda.app.components.chat.chat_sources import CHAT_SOURCES_SETTING
     from pagoda.app.components.shared.connections import CONNECTIONS_SETTING
-    from pagoda.app.qt.main_window import REMOVE_SERVER_ITEM
+    from pagoda.app.qt.models.models_controller import REMOVE_SERVER_ITEM
 
     _, url = fake_vllm
     window = window_on(tmp_path / "chats.db")
     connection = _add_and_pick(window, run_async, url)
-    window._model_picked(window.model_picker.findData(REMOVE_SERVER_ITEM))
+    window.models_controller.picked(window.model_picker.findData(REMOVE_SERVER_ITEM))
     box = window.findChild(QMessageBox, "removeServerDialog")
     box.button(QMessageBox.StandardButton.Yes).click()
 
-    controller = window.current_controller()
+    controller = window.chat_tabs.current_controller()
     qtbot.waitUntil(lambda: controller.session.source is window.host, timeout=WAIT_MS)
     qtbot.waitUntil(lambda: window.model_picker.findData(SERVER_ITEM_PREFIX + connection.id) < 0,
                     timeout=WAIT_MS)

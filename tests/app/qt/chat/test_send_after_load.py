@@ -73,7 +73,7 @@ def test_a_tab_open_while_the_model_switches_can_send_on_the_new_one(window_on, 
     window = window_on(tmp_path / "chats.db")
     models = window.host._factory
     models.gate.clear()
-    window.load_model("second")
+    window.models_controller.load_model("second")
     assert not send_button(window).isEnabled()
 
     models.gate.set()
@@ -103,7 +103,7 @@ def test_after_a_failed_switch_the_tab_sends_on_the_model_still_running(window_o
     models = _FailingModels()
     window.host._factory = models
     models.gate.clear()
-    window.load_model("broken.gguf")
+    window.models_controller.load_model("broken.gguf")
     assert not send_button(window).isEnabled()
 
     models.gate.set()

@@ -18,15 +18,15 @@ def test_new_chats_join_the_list_with_their_first_message(window_on, run_async, 
                                                           tmp_path):
     window = window_on(tmp_path / "chats.db")
     first = window.chats.current
-    run_async(window.new_chat())
-    run_async(window.new_chat())
+    run_async(window.chat_tabs.new_chat())
+    run_async(window.chat_tabs.new_chat())
     empty, written = window.chats.ids[1:]
     assert _listed(window) == set()
 
     controller = window.controllers[written]
     controller.spawn(controller.session.send("Where is Kyoto?"))
     qtbot.waitUntil(lambda: written in _listed(window), timeout=WAIT_MS)
-    run_async(window.close_tab(window.chats.ids.index(empty)))
+    run_async(window.chat_tabs.close_tab(window.chats.ids.index(empty)))
 
     assert _listed(window) == {written}
     kept = {c.id for c in window.db.store.list_conversations(include_archived=True)}
@@ -36,12 +36,12 @@ def test_new_chats_join_the_list_with_their_first_message(window_on, run_async, 
 def test_a_chat_writing_a_reply_is_marked_on_its_tab_and_row(window_on, run_async, qtbot,
                                                              tmp_path):
     window = window_on(tmp_path / "chats.db")
-    controller = window.current_controller()
+    controller = window.chat_tabs.current_controller()
     cid = controller.conversation_id
     engine = window.host._factory.built[None]
     controller.spawn(controller.session.send("Tell me a story"))
     qtbot.waitUntil(lambda: bool(engine.requests), timeout=WAIT_MS)
-    run_async(window.new_chat())  # another chat is shown meanwhile
+    run_async(window.chat_tabs.new_chat())  # another chat is shown meanwhile
 
     index = window.tabs.indexOf(controller.view)
     qtbot.waitUntil(lambda: window.sidebar.is_writing(cid), timeout=WAIT_MS)
@@ -55,7 +55,7 @@ def test_a_chat_writing_a_reply_is_marked_on_its_tab_and_row(window_on, run_asyn
 def test_a_theme_change_redraws_the_writing_mark_in_its_colors(window_on, qtbot, app,
                                                                 tmp_path):
     window = window_on(tmp_path / "chats.db")
-    controller = window.current_controller()
+    controller = window.chat_tabs.current_controller()
     engine = window.host._factory.built[None]
     apply_theme(app, "dark")
     controller.spawn(controller.session.send("Tell me a story"))

@@ -32,15 +32,15 @@ def listed_blocks(conversation_id: int) -> set[Path]:
 def window(make_disk_window, monkeypatch):
     """A window over a real engine keeping its prefix cache on disk, with an Undo window of one
     second."""
-    monkeypatch.setattr("pagoda.app.qt.main_window.UNDO_SECONDS", UNDO_S)
+    monkeypatch.setattr("pagoda.app.qt.conversations.chat_list.UNDO_SECONDS", UNDO_S)
     return make_disk_window()
 
 
 def chat(window, qtbot, run_async, text: str) -> int:
     """A new chat with one short reply; returns its id once its blocks are on disk."""
     conversation = window.db.store.create_conversation(sampling=SHORT)
-    run_async(window.open_conversation(conversation.id))
-    controller = window.current_controller()
+    run_async(window.chat_tabs.open_conversation(conversation.id))
+    controller = window.chat_tabs.current_controller()
     run_async(controller.session.send(text))
     qtbot.waitUntil(lambda: not controller.is_streaming, timeout=60_000)
     assert window.host.backend.flush_disk_cache()
@@ -56,7 +56,7 @@ def test_a_chat_deleted_for_good_leaves_no_block_of_its_own_on_disk(window, qtbo
     own_blocks = deleted_blocks - kept_blocks
     assert own_blocks
 
-    run_async(window.delete(deleted))
+    run_async(window.chat_list.delete(deleted))
     assert own_blocks <= kv_files()  # Undo can still bring it back, blocks and all
     qtbot.waitUntil(lambda: not own_blocks & kv_files(), timeout=(UNDO_S + 10) * 1000)
 
@@ -70,8 +70,8 @@ def test_undo_keeps_the_chat_and_its_blocks(window, qtbot, run_async):
     cid = chat(window, qtbot, run_async, "Tell me about lighthouses. " * 12)
     blocks = listed_blocks(cid)
 
-    run_async(window.delete(cid))
-    run_async(window.undo_delete(cid))
+    run_async(window.chat_list.delete(cid))
+    run_async(window.chat_list.undo_delete(cid))
     qtbot.wait((UNDO_S + 1) * 1000)
 
     assert blocks <= kv_files()
@@ -82,7 +82,7 @@ def test_closing_the_app_within_the_undo_window_deletes_for_good(window, qtbot, 
     cid = chat(window, qtbot, run_async, "Tell me about lighthouses. " * 12)
     blocks = listed_blocks(cid)
 
-    run_async(window.delete(cid))
+    run_async(window.chat_list.delete(cid))
     window.close()
 
     assert not blocks & kv_files()

@@ -37,7 +37,7 @@ def test_picking_the_other_format_swaps_the_suffix():
 def test_the_export_dialog_suggests_the_chats_name(window_on, run_async, tmp_path):
     window = window_on(tmp_path / "chats.db")
     cid = window.chats.current
-    run_async(window.rename(cid, "Trip to Kyoto"))
+    run_async(window.chat_list.rename(cid, "Trip to Kyoto"))
 
     window.sidebar.export_requested.emit(cid)
 

@@ -38,7 +38,7 @@ def _error_box(window) -> QMessageBox | None:
 def test_imported_chats_appear_in_the_sidebar_and_the_count_is_said(window_on, export_file,
                                                                      run_async, tmp_path):
     window = window_on(tmp_path / "chats.db")
-    run_async(window.import_from(export_file))
+    run_async(window.chat_list.import_from(export_file))
 
     assert {"Trip to Kyoto", "Sourdough starter"} <= set(_titles(window))
     assert window.status.currentMessage() == "Imported 2 chats from chats.json."
@@ -58,7 +58,7 @@ def test_a_file_that_is_not_an_export_is_refused_in_words_and_nothing_is_importe
     bad = tmp_path / "bad.json"
     bad.write_text(content, encoding="utf-8")
 
-    run_async(window.import_from(bad))
+    run_async(window.chat_list.import_from(bad))
 
     box = _error_box(window)
     assert box is not None and box.isVisible()
@@ -73,7 +73,7 @@ def test_a_file_too_large_to_be_an_export_is_refused_before_it_is_read(
     window = window_on(tmp_path / "chats.db")
     export_file.write_text(export_file.read_text() + " " * 2048)
 
-    run_async(window.import_from(export_file))
+    run_async(window.chat_list.import_from(export_file))
 
     assert "larger than" in _error_box(window).text()
     assert "Trip to Kyoto" not in _titles(window)
@@ -84,7 +84,7 @@ def test_a_file_that_is_not_text_is_refused_in_words(window_on, run_async, tmp_p
     binary = tmp_path / "photo.json"
     binary.write_bytes(b"\xff\xd8\xff\xe0" + bytes(range(256)))
 
-    run_async(window.import_from(binary))
+    run_async(window.chat_list.import_from(binary))
 
     assert "is not text" in _error_box(window).text()
 
@@ -92,7 +92,7 @@ def test_a_file_that_is_not_text_is_refused_in_words(window_on, run_async, tmp_p
 def test_import_chats_sits_beside_export_in_a_chats_menu_and_opens_a_file_dialog(
         window_on, run_async, tmp_path, export_file):
     window = window_on(tmp_path / "chats.db")
-    run_async(window.import_from(export_file))
+    run_async(window.chat_list.import_from(export_file))
     cid = next(iter(window.sidebar._items))
     menus = [window.sidebar.build_context_menu(cid), window.sidebar.build_context_menu(None)]
     texts = [action.text() for action in menus[0].actions()]

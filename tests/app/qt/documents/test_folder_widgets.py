@@ -136,7 +136,7 @@ def test_a_folder_added_in_the_window_is_indexed_and_comes_back_after_a_restart(
     db_path = tmp_path / "chats.db"
     root = write_notes(tmp_path / "notes")
     window = window_on(db_path)
-    tab = window.current_controller().view
+    tab = window.chat_tabs.current_controller().view
 
     tab.composer.folder_requested.emit(str(root))
     qtbot.waitUntil(lambda: chip_texts(tab) == [("notes", "3 files · up to date")],
@@ -145,9 +145,9 @@ def test_a_folder_added_in_the_window_is_indexed_and_comes_back_after_a_restart(
     window.db.close()  # as the app does at exit: the next start takes the database's lock
 
     again = window_on(db_path)
-    tab = again.current_controller().view
+    tab = again.chat_tabs.current_controller().view
     qtbot.waitUntil(lambda: chip_texts(tab) == [("notes", "3 files · up to date")],
                     timeout=WAIT_MS)
-    session = again.current_controller().session
+    session = again.chat_tabs.current_controller().session
     assert [f.source_path for f in run_async(session.files.folders.documents())] == [
         "garden.html", "harbour.txt", "log/lighthouse.md"]

@@ -40,7 +40,7 @@ def test_the_engine_keeps_its_prefix_cache_on_disk_by_default(window_on, tmp_pat
 def test_a_new_size_is_kept_for_the_next_start_and_the_next_load(window_on, tmp_path, run_async,
                                                                  qtbot):
     window = window_on(tmp_path / "chats.db")
-    run_async(window.restore_model_settings())
+    run_async(window.models_controller.restore_model_settings())
     box = window.model_settings.disk_cache_box
 
     box.setValue(0.5)
@@ -51,7 +51,7 @@ def test_a_new_size_is_kept_for_the_next_start_and_the_next_load(window_on, tmp_
     window.close()
     window.db.close()  # as the app does at exit: the next start takes the database's lock
     again = window_on(tmp_path / "chats.db")
-    run_async(again.restore_model_settings())
+    run_async(again.models_controller.restore_model_settings())
     assert again.model_settings.disk_cache_bytes() == GIB // 2
 
 
@@ -70,7 +70,7 @@ def test_the_settings_say_what_is_on_disk_and_clearing_removes_it(window_on, tmp
                                                                    run_async):
     size = some_blocks_on_disk()
     window = window_on(tmp_path / "chats.db")
-    run_async(window.restore_model_settings())
+    run_async(window.models_controller.restore_model_settings())
     panel = window.model_settings
     assert panel.disk_cache_usage.text() == f"{format_bytes(size)} on disk"
     assert panel.clear_disk_cache_button.isEnabled()
@@ -87,7 +87,7 @@ def test_a_stored_size_that_is_not_a_size_is_ignored(window_on, tmp_path, run_as
     window = window_on(tmp_path / "chats.db")
     window.db.store.set_setting(DISK_CACHE_SETTING, "lots")
 
-    run_async(window.restore_model_settings())
+    run_async(window.models_controller.restore_model_settings())
 
     assert window.host.disk_cache_bytes == DEFAULT_DISK_CACHE_BYTES
 
@@ -103,8 +103,8 @@ def test_a_real_engine_saves_a_chats_blocks_and_clear_removes_them(make_disk_win
                                                                    run_async):
     window = make_disk_window()
     conversation = window.db.store.create_conversation(sampling=SHORT_REPLY)
-    run_async(window.open_conversation(conversation.id))
-    controller = window.current_controller()
+    run_async(window.chat_tabs.open_conversation(conversation.id))
+    controller = window.chat_tabs.current_controller()
     run_async(controller.session.send("Tell me about lighthouses. " * 12))
     qtbot.waitUntil(lambda: not controller.is_streaming, timeout=60_000)
     qtbot.waitUntil(lambda: any(kv_folder().rglob("*.kv")), timeout=10_000)
@@ -129,7 +129,7 @@ def test_opening_the_settings_shows_what_is_on_disk_now(window_on, tmp_path, qtb
 def test_the_size_on_disk_follows_what_is_written_while_the_settings_are_shown(
         window_on, tmp_path, run_async, qtbot):
     window = window_on(tmp_path / "chats.db")
-    run_async(window.restore_model_settings())
+    run_async(window.models_controller.restore_model_settings())
     panel = window.model_settings
     assert panel.disk_cache_usage.text() == "0 bytes on disk"
 

@@ -21,7 +21,7 @@ def test_gpt_oss_analysis_shows_as_thinking_and_its_final_answer_as_the_reply_af
         gpt_oss_folder, qloop, qtbot, run_async, tmp_path):
     window = real_window(qtbot, tmp_path / "chats.db")
     try:
-        window.open_model_file(str(gpt_oss_folder / "config.json"))
+        window.models_controller.open_model_file(str(gpt_oss_folder / "config.json"))
         qtbot.waitUntil(lambda: window.host.is_ready, timeout=WAIT_MS)
         _, reply, shown = greedy_turn(window, qtbot, run_async, "What is 2 + 3?", 32)
         assert (reply.status, reply.finish_reason) == ("complete", "stop"), reply.error

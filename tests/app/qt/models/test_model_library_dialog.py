@@ -8,7 +8,7 @@ from PySide6.QtCore import QRect, Qt
 from PySide6.QtWidgets import QLabel, QPushButton
 
 from pagoda.app.components.models.model_library import HUB_TOKEN_ID, FileChoice, ModelLibrary, Recommendation
-from pagoda.app.qt.main_window import GET_MODELS_ITEM
+from pagoda.app.qt.models.models_controller import GET_MODELS_ITEM
 from pagoda.app.qt.models.model_library_dialog import DownloadRow, ModelLibraryDialog
 from tests.conftest import LIBRARY_FILES, LIBRARY_REPO
 from tests.engine.fake_hub import TOKEN
@@ -18,7 +18,7 @@ Q4 = "tiny-Q4_K_M.gguf"
 
 def _open_from_picker(window) -> ModelLibraryDialog:
     picker = window.model_picker
-    window._model_picked(picker.findData(GET_MODELS_ITEM))
+    window.models_controller.picked(picker.findData(GET_MODELS_ITEM))
     return window.findChild(ModelLibraryDialog, "modelLibraryDialog")
 
 
@@ -34,7 +34,7 @@ def test_get_models_in_the_picker_opens_the_library(library_hub, window_on, tmp_
     dialog = _open_from_picker(window)
 
     assert dialog is not None and dialog.isVisible()
-    assert window.open_model_library() is dialog  # one dialog, shown again
+    assert window.models_controller.open_model_library() is dialog  # one dialog, shown again
 
 
 def test_a_search_shows_the_hubs_models_and_a_repository_its_files(library_hub, window_on,

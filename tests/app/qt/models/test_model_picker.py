@@ -55,14 +55,14 @@ def picker_window(qloop, qtbot, tmp_path):
         qtbot.addWidget(window)
         window.show()
         windows.append(window)
-        restored = window.spawn(window.restore_model_settings())
+        restored = window.spawn(window.models_controller.restore_model_settings())
         qtbot.waitUntil(restored.done, timeout=5000)
         qtbot.waitUntil(window.host.load(None).done, timeout=5000)
         return window, loads
 
     yield build
     for window in windows:
-        if not window._closing:
+        if not window.closing:
             window.close()
             window.db.close()
 
@@ -122,7 +122,7 @@ def test_picker_shows_memory_under_the_chosen_quantization(picker_window, qtbot)
 def test_open_model_file_entry_opens_a_dialog_for_gguf_files_and_model_folders(picker_window,
                                                                                 qtbot):
     window, _ = picker_window()
-    window._model_picked(window.model_picker.findText("Open model file…"))
+    window.models_controller.picked(window.model_picker.findText("Open model file…"))
     dialog = window.findChild(QFileDialog, "modelDialog")
     assert dialog is not None and dialog.isVisible()
     assert any("*.gguf" in f and "config.json" in f for f in dialog.nameFilters())
@@ -131,7 +131,7 @@ def test_open_model_file_entry_opens_a_dialog_for_gguf_files_and_model_folders(p
 
 def test_choosing_a_folders_config_json_loads_the_folder(picker_window, qtbot, tiny_folder):
     window, loads = picker_window()
-    dialog = window.open_model_dialog()
+    dialog = window.models_controller.open_model_dialog()
     dialog.fileSelected.emit(str(tiny_folder / "config.json"))
     dialog.reject()
     qtbot.waitUntil(lambda: window.host.model_path == str(tiny_folder), timeout=5000)
@@ -143,7 +143,7 @@ def test_choosing_a_folders_config_json_loads_the_folder(picker_window, qtbot, t
 
 def test_choosing_a_gguf_file_loads_it(picker_window, qtbot):
     window, loads = picker_window()
-    window.open_model_file(str(default_model_file()))
+    window.models_controller.open_model_file(str(default_model_file()))
     qtbot.waitUntil(lambda: window.host.model_path == str(default_model_file()), timeout=5000)
     assert loads.models == [None, str(default_model_file())]
 
@@ -153,7 +153,7 @@ def test_choosing_something_that_is_not_a_model_says_so_and_loads_nothing(picker
     window, loads = picker_window()
     notes = tmp_path / "notes.txt"
     notes.write_text("hello")
-    window.open_model_file(str(notes))
+    window.models_controller.open_model_file(str(notes))
     assert "notes.txt is not a model" in _error_box(qtbot, window).text()
     assert loads.models == [None] and not window.host.is_loading
 
@@ -163,7 +163,7 @@ def test_a_model_too_large_for_memory_is_refused_and_the_running_one_stays(picke
     window, loads = picker_window()
     running = window.host.backend
     loads.available = 64 << 20
-    window.open_model_file(str(default_model_file()))
+    window.models_controller.open_model_file(str(default_model_file()))
     message = _error_box(qtbot, window).text()
     assert "SmolLM2-135M-Instruct" in message and "only 0.1 GiB is available" in message
     assert "int4" in message and "smaller" in message
@@ -180,7 +180,7 @@ def test_quantization_setting_reaches_the_next_engine_config(picker_window, qtbo
     box.setCurrentIndex(box.findData("int4"))
     box.activated.emit(box.currentIndex())
     assert loads.configs[-1].quantization == "auto"  # nothing reloads by itself
-    window._model_picked(0)  # the running model, picked again
+    window.models_controller.picked(0)  # the running model, picked again
     qtbot.waitUntil(lambda: window.host.loaded_quantization == "int4", timeout=5000)
     assert [c.quantization for c in loads.configs] == ["auto", "int4"]
 

@@ -30,7 +30,7 @@ def a_model(folder: Path, name: str) -> Path:
 
 def restored(window_on, tmp_path, run_async):
     window = window_on(tmp_path / "chats.db")
-    run_async(window.restore_model_settings())
+    run_async(window.models_controller.restore_model_settings())
     run_async(window.local_models.wait_idle())  # the folder is listed in the background
     return window
 
@@ -88,7 +88,7 @@ def test_the_picker_offers_the_folders_models_the_last_loaded_first(window_on, t
     offered = [p for p in picker_paths(window) if p.startswith(str(default_folder()))]
     assert len(offered) == 8  # the picker stays short
 
-    window.load_model(str(models[9]))
+    window.models_controller.load_model(str(models[9]))
     qtbot.waitUntil(lambda: window.host.model_path == str(models[9]), timeout=10_000)
     qtbot.waitUntil(lambda: window.local_models.listing.folder_models[0].last_used is not None,
                     timeout=10_000)
@@ -106,7 +106,7 @@ def test_the_panel_loads_into_the_window_and_will_not_delete_the_running_model(
         window_on, tmp_path, run_async, qtbot):
     model = a_model(default_folder(), "tiny-Q8_0.gguf")
     window = restored(window_on, tmp_path, run_async)
-    panel = LocalModelsPanel(window.local_models, lambda path: window.load_model(str(path)))
+    panel = LocalModelsPanel(window.local_models, lambda path: window.models_controller.load_model(str(path)))
     qtbot.addWidget(panel)
 
     panel.select(model)

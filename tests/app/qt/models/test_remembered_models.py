@@ -25,7 +25,7 @@ def elsewhere(tmp_path) -> Path:
 
 def _start(window_on, run_async, tmp_path):
     window = window_on(tmp_path / "chats.db")
-    run_async(window.restore_model_settings())  # as at start: lists what is on this computer
+    run_async(window.models_controller.restore_model_settings())  # as at start: lists what is on this computer
     return window
 
 
@@ -41,7 +41,7 @@ def _in_picker(window, path: Path) -> bool:
 def test_a_model_opened_from_a_file_stays_in_the_picker_after_a_switch_and_a_restart(
         window_on, run_async, qtbot, tmp_path, elsewhere):
     window = _start(window_on, run_async, tmp_path)
-    window.open_model_file(str(elsewhere))
+    window.models_controller.open_model_file(str(elsewhere))
     # The load is over once the old engine has stopped, after model_path names the new one.
     qtbot.waitUntil(lambda: window.host.model_path == str(elsewhere)
                     and not window.host.is_loading, timeout=WAIT_MS)
@@ -62,7 +62,7 @@ def test_on_this_computer_lists_the_bundled_model_and_files_opened_from_elsewher
     window = _start(window_on, run_async, tmp_path)
     _load(window, qtbot, str(elsewhere))
     _load(window, qtbot, None)
-    panel = window.open_model_library().local_panel
+    panel = window.models_controller.open_model_library().local_panel
 
     def kinds():
         return {e.path: e.kind for e in panel.library.listing.entries}

@@ -6,7 +6,7 @@ import pytest
 from PySide6.QtWidgets import QMessageBox
 from tiny_gguf import QType, write_tiny_gguf
 
-from pagoda.app.qt.main_window import GET_MODELS_ITEM
+from pagoda.app.qt.models.models_controller import GET_MODELS_ITEM
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def test_a_picked_file_pagoda_does_not_run_is_refused_with_the_reason_and_never_
     window = window_on(tmp_path / "chats.db")
     running = window.host.backend
 
-    window.open_model_file(str(unrunnable[reason]))
+    window.models_controller.open_model_file(str(unrunnable[reason]))
 
     qtbot.waitUntil(lambda: _error_box(window) is not None, timeout=10_000)
     assert reason in _error_box(window).text()
@@ -41,8 +41,8 @@ def test_a_picked_file_pagoda_does_not_run_is_refused_with_the_reason_and_never_
 def test_a_refusal_for_a_model_loaded_from_the_models_dialog_shows_over_that_dialog(
         window_on, tmp_path, qtbot, unrunnable):
     window = window_on(tmp_path / "chats.db")
-    window._model_picked(window.model_picker.findData(GET_MODELS_ITEM))
-    dialog = window.open_model_library()
+    window.models_controller.picked(window.model_picker.findData(GET_MODELS_ITEM))
+    dialog = window.models_controller.open_model_library()
 
     dialog._on_load(unrunnable["mixture-of-experts: not yet"])
 

@@ -43,7 +43,7 @@ def test_the_windows_server_and_a_tab_stream_at_the_same_time_from_one_engine(
     assert window.local_server.served().backend is engine
     conversation = window.db.store.create_conversation(
         sampling=SamplingSettings(temperature=0.0, max_tokens=24, repetition_penalty=1.0))
-    tab = run_async(window.open_conversation(conversation.id))
+    tab = run_async(window.chat_tabs.open_conversation(conversation.id))
     controller = window.controllers[tab.conversation_id]
 
     result: dict = {}

@@ -46,7 +46,7 @@ def server_window(qloop, qtbot, tmp_path):
 
     yield build
     for window in windows:
-        if not window._closing:
+        if not window.closing:
             window.close()
         window.db.close()
 
@@ -154,7 +154,7 @@ def test_switching_models_in_the_window_shows_in_v1_models(server_window, qtbot)
     window = server_window()
     _choose_port(qtbot, window, _free_port())
     _turn_on(qtbot, window)
-    window.load_model("/models/other-model")
+    window.models_controller.load_model("/models/other-model")
     qtbot.waitUntil(lambda: not window.host.is_loading, timeout=WAIT_MS)
     models = httpx.get(f"{window.local_server.address}/v1/models", timeout=10).json()["data"]
     assert [m["id"] for m in models] == ["other-model"]

@@ -66,20 +66,20 @@ def test_the_theme_picked_in_settings_applies_at_once_and_comes_back(window_on, 
     db_path = tmp_path / "chats.db"
     window = window_on(db_path)
     app = QApplication.instance()
-    run_async(window.restore_appearance())
-    window.set_theme("dark")
+    run_async(window.settings_dock.restore_appearance())
+    window.settings_dock.set_theme("dark")
     dark = app.palette().window().color().lightness()
-    window.set_theme("light")
+    window.settings_dock.set_theme("light")
     assert app.palette().window().color().lightness() > dark
-    window.set_theme("dark")
+    window.settings_dock.set_theme("dark")
     qtbot.waitUntil(lambda: window.db.store.get_setting("theme") == "dark", timeout=5000)
     window.close()
     window.db.close()  # as the app does at exit: the next start takes the database's lock
 
     again = window_on(db_path)
-    run_async(again.restore_appearance())
+    run_async(again.settings_dock.restore_appearance())
     assert again.appearance_panel.theme() == "dark"
-    run_async(again.restore_appearance("light"))  # the start flag, for this run only
+    run_async(again.settings_dock.restore_appearance("light"))  # the start flag, for this run only
     assert again.appearance_panel.theme() == "light"
     assert again.db.store.get_setting("theme") == "dark"
-    again.set_theme("system")
+    again.settings_dock.set_theme("system")

@@ -20,7 +20,7 @@ def _edit(panel, **changes):
 
 def test_the_settings_panel_names_the_chat_it_edits(window_on, run_async, tmp_path):
     window = window_on(tmp_path / "chats.db")
-    run_async(window.rename(window.chats.current, "Trip to Kyoto"))
+    run_async(window.chat_list.rename(window.chats.current, "Trip to Kyoto"))
     assert "Trip to Kyoto" in window.settings_panel.target_label.text()
     assert window.windowTitle() == "Trip to Kyoto · Pagoda"
 
@@ -34,7 +34,7 @@ def test_a_new_chat_starts_with_the_settings_made_default(window_on, qtbot, run_
     qtbot.waitUntil(lambda: window.db.store.get_setting(NEW_CHAT_DEFAULTS_SETTING) is not None,
                     timeout=5000)
 
-    run_async(window.new_chat())
+    run_async(window.chat_tabs.new_chat())
 
     conversation = window.db.store.get_conversation(window.chats.current)
     assert conversation.system_prompt == "Answer in French."
@@ -47,7 +47,7 @@ def test_defaults_survive_a_restart_and_reset_restores_them(window_on, qtbot, ru
     db_path = tmp_path / "chats.db"
     window = window_on(db_path)
     _edit(window.settings_panel, top_p=0.5)
-    run_async(window.use_as_defaults(window.settings_panel.settings()))
+    run_async(window.settings_dock.use_as_defaults(window.settings_panel.settings()))
     window.close()
     window.db.close()  # as the app does at exit: the next start takes the database's lock
 
@@ -75,7 +75,7 @@ def test_restoring_built_in_values_brings_them_back_for_new_chats_too(window_on,
     window = window_on(tmp_path / "chats.db")
     panel = window.settings_panel
     _edit(panel, system_prompt="Answer in French.", top_p=0.5)
-    run_async(window.use_as_defaults(panel.settings()))
+    run_async(window.settings_dock.use_as_defaults(panel.settings()))
 
     panel.reset_to_defaults()
     panel.restore_built_in_button.click()
@@ -85,7 +85,7 @@ def test_restoring_built_in_values_brings_them_back_for_new_chats_too(window_on,
     assert "built-in" in panel.note()
     qtbot.waitUntil(lambda: window.db.store.get_conversation(window.chats.current).sampling
                     == SamplingView().sampling(), timeout=5000)
-    run_async(window.new_chat())
+    run_async(window.chat_tabs.new_chat())
     conversation = window.db.store.get_conversation(window.chats.current)
     assert conversation.system_prompt is None and conversation.sampling.top_p == SamplingView().top_p
 
@@ -115,7 +115,7 @@ def test_the_system_prompt_box_keeps_its_lines_when_a_long_title_wraps(window_on
     panel = window.settings_panel
     line = panel.system_prompt_edit.fontMetrics().lineSpacing()
 
-    run_async(window.rename(window.chats.current, "A long title that wraps in the panel " * 4))
+    run_async(window.chat_list.rename(window.chats.current, "A long title that wraps in the panel " * 4))
     qtbot.waitUntil(lambda: panel.target_label.height() >= 2 * line)
 
     assert panel.system_prompt_edit.height() >= SYSTEM_PROMPT_MIN_LINES * line
