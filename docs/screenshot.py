@@ -93,8 +93,8 @@ def start_app():
 def main() -> int:
     from pagoda.app.components.shared.async_store import AsyncStore
     from pagoda.app.components.shared.connections import ConnectionKeys
-    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.store import ConversationStore
 
     _app, loop = start_app()

@@ -49,8 +49,8 @@ def build_window(store: ConversationStore, device: str,
     `remember_layout`: it opens where it was left and keeps where it is left (not for a window
     nobody sees, which would overwrite the user's)."""
     from pagoda.app.components.shared.async_store import AsyncStore
-    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.qt.window_layout import WindowLayout
 
     window = MainWindow(AsyncStore(store), EngineHost(device=device),

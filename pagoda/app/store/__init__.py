@@ -3,6 +3,7 @@
 Imports no torch and no Qt. `ConversationStore` is the only code that opens a database session.
 """
 
+from .database.location import add_db_argument, default_db_path, resolve_db_path
 from .errors import (
     ConversationNotFound,
     DatabaseInUseError,
@@ -13,7 +14,6 @@ from .errors import (
     NotAPagodaDatabaseError,
     StoreError,
 )
-from .database.location import add_db_argument, default_db_path, resolve_db_path
 from .records import (
     Attachment,
     AttachmentChunk,

@@ -5,7 +5,6 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 
 from .documents import attachments
-from .search import search
 from .records import (
     Conversation,
     GenerationStats,
@@ -16,6 +15,7 @@ from .records import (
     ToolCall,
 )
 from .schema import ConversationRow, MessageRow
+from .search import search
 
 
 def sampling_json(sampling: SamplingSettings) -> str:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import run
 
-from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.components.chat.chat_session import ChatSession
+from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.store import ConversationStore, SamplingSettings
 
 LOG = "\n\n".join(f"## Day {day}\n\nThe keeper burned {20 + day} litres of oil and saw "

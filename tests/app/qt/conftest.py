@@ -123,8 +123,8 @@ def make_window(qloop, qtbot, tmp_path, make_engine):
     """A MainWindow on a fresh database (or the given one), over the shared default model;
     keyword arguments go to the EngineConfig."""
     from pagoda.app.components.shared.async_store import AsyncStore
-    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.store import ConversationStore
     from pagoda.engine import AsyncEngine
 
@@ -172,8 +172,8 @@ def window_on(qtbot, qloop, run_async, tmp_path):
     from fake_engine import FakeModels
 
     from pagoda.app.components.shared.async_store import AsyncStore
-    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.store import ConversationStore
 
     windows = []
@@ -200,8 +200,8 @@ def make_disk_window(qloop, qtbot, tmp_path, run_async, default_model):
     """make_disk_window() -> a restored MainWindow over a real engine (the default model) that
     keeps its prefix cache on disk (in this test's PAGODA_KV_CACHE_DIR); closed after."""
     from pagoda.app.components.shared.async_store import AsyncStore
-    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.store import ConversationStore
     from pagoda.engine import AsyncEngine
     from pagoda.engine.config import EngineConfig

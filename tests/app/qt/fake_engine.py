@@ -4,8 +4,8 @@ holds, when its shutdown ends. The host wraps it in a LocalBackend like the real
 import asyncio
 import threading
 
-from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.components.chat.chat_session import ChatSession
+from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.qt.chat.chat_tab import ChatTab
 from pagoda.app.qt.chat.controller import ChatController
 from pagoda.app.qt.models.engine_host import EngineHost

@@ -9,8 +9,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QPlainTextEdit
 
 from pagoda.app.components.shared.async_store import AsyncStore
-from pagoda.app.qt.models.engine_host import EngineHost
 from pagoda.app.qt.main_window import MainWindow
+from pagoda.app.qt.models.engine_host import EngineHost
 from pagoda.app.store import ConversationStore, SamplingSettings
 
 WAIT_MS = 60_000

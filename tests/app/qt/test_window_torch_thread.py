@@ -8,8 +8,8 @@ from tiny_gguf import QType, write_tiny_gguf
 from torch_threads import torch_callers
 
 from pagoda.app.components.shared.async_store import AsyncStore
-from pagoda.app.qt.models.engine_host import EngineHost
 from pagoda.app.qt.main_window import MainWindow
+from pagoda.app.qt.models.engine_host import EngineHost
 from pagoda.app.store import ConversationStore, SamplingSettings
 
 pytestmark = pytest.mark.slow

@@ -118,8 +118,8 @@ def start(config: Path, models=None):
 
     from pagoda.app.components.shared.async_store import AsyncStore
     from pagoda.app.components.shared.connections import ConnectionKeys
-    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.qt.window_layout import WindowLayout
     from pagoda.app.store import ConversationStore
 

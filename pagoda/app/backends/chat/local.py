@@ -8,6 +8,9 @@ import json
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 
+from pagoda.app.backends.chat.local_request import LocalRequest, local_request
+from pagoda.app.backends.chat.reply_parts import NOTHING, ReplyParts, Step
+from pagoda.app.backends.chat.starting import StartingReplies
 from pagoda.app.backends.errors import (
     BackendStoppedError,
     InvalidRequestError,
@@ -15,9 +18,6 @@ from pagoda.app.backends.errors import (
     ServerError,
     clause,
 )
-from pagoda.app.backends.chat.local_request import LocalRequest, local_request
-from pagoda.app.backends.chat.reply_parts import NOTHING, ReplyParts, Step
-from pagoda.app.backends.chat.starting import StartingReplies
 from pagoda.app.backends.types import (
     BackendStats,
     ChatMessage,

@@ -8,15 +8,20 @@ import itertools
 import time
 from collections.abc import AsyncIterator, Sequence
 
-from pagoda.app.backends.remote.endpoint import CONNECT_TIMEOUT_S, RESPONSE_TIMEOUT_S, Endpoint
-from pagoda.app.backends.errors import BackendError, BackendStoppedError, InvalidRequestError
 from pagoda.app.backends.chat.estimate import estimate_tokens
 from pagoda.app.backends.chat.meter import ThroughputMeter
-from pagoda.app.backends.remote.openai_request import CONTINUING_FLAVORS, FLAVORS, Flavor, chat_request
-from pagoda.app.backends.remote.openai_stream import ReplyReader
-from pagoda.app.backends.remote.server_info import fetch_server_info, tokenize_chat
 from pagoda.app.backends.chat.starting import StartingReplies
 from pagoda.app.backends.chat.tool_options import check_tool_options
+from pagoda.app.backends.errors import BackendError, BackendStoppedError, InvalidRequestError
+from pagoda.app.backends.remote.endpoint import CONNECT_TIMEOUT_S, RESPONSE_TIMEOUT_S, Endpoint
+from pagoda.app.backends.remote.openai_request import (
+    CONTINUING_FLAVORS,
+    FLAVORS,
+    Flavor,
+    chat_request,
+)
+from pagoda.app.backends.remote.openai_stream import ReplyReader
+from pagoda.app.backends.remote.server_info import fetch_server_info, tokenize_chat
 from pagoda.app.backends.types import (
     BackendStats,
     ChatMessage,

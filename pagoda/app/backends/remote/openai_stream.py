@@ -13,9 +13,9 @@ import json
 import time
 from dataclasses import dataclass
 
+from pagoda.app.backends.chat.reply_parts import MalformedDeltaError, ReplyParts, Step
 from pagoda.app.backends.errors import ConnectionDroppedError, MalformedStreamError, ServerError
 from pagoda.app.backends.remote.http_errors import server_message
-from pagoda.app.backends.chat.reply_parts import MalformedDeltaError, ReplyParts, Step
 from pagoda.app.backends.types import FinishReason, PromptProgress, ReplyChunk
 
 DONE = "[DONE]"

@@ -6,8 +6,8 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pagoda.app.backends.remote.endpoint import Endpoint
 from pagoda.app.backends.errors import BackendError, MalformedStreamError, ModelNotFoundError
+from pagoda.app.backends.remote.endpoint import Endpoint
 from pagoda.app.backends.remote.openai_request import Flavor, flavor_of
 from pagoda.app.backends.types import ChatMessage, ToolSpec
 

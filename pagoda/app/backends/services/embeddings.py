@@ -15,8 +15,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pagoda.app.backends.errors import (
+    BackendError,
+    MalformedStreamError,
+    ModelNotFoundError,
+    clause,
+)
 from pagoda.app.backends.remote.endpoint import Endpoint
-from pagoda.app.backends.errors import BackendError, MalformedStreamError, ModelNotFoundError, clause
 
 MAX_TEXTS = 64  # a request's texts; callers send more in several requests
 MAX_TEXT_CHARS = 8192  # a passage is ~1,500 characters; a question is cut here

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pagoda.app.backends.services.engine_import import ENGINE_IMPORT_LOCK
 from pagoda.app.backends.protocol import ChatBackend
+from pagoda.app.backends.services.engine_import import ENGINE_IMPORT_LOCK
 
 if TYPE_CHECKING:
     from pagoda.engine.server.runner import ServerThread
@@ -32,7 +32,9 @@ def key_digest(key: str) -> str:
 def served_model(backend: ChatBackend) -> ServedModel | None:
     """The model the server answers with through `backend`; None when its replies are written
     elsewhere (a remote server): there is no engine here to serve."""
-    from pagoda.app.backends.chat.local import LocalBackend  # imported with the engine behind `backend`
+    from pagoda.app.backends.chat.local import (
+        LocalBackend,  # imported with the engine behind `backend`
+    )
 
     if not isinstance(backend, LocalBackend):
         return None

@@ -8,10 +8,10 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pagoda.app.components.shared.async_store import AsyncStore
-from pagoda.app.components.settings.chat_defaults import load_chat_defaults
 from pagoda.app.components.chat.chat_session import ChatSession
 from pagoda.app.components.chat.chat_sources import LOCAL, ChatSources, RemoteSource
+from pagoda.app.components.settings.chat_defaults import load_chat_defaults
+from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.components.shared.tasks import TaskSet
 from pagoda.app.components.shared.tool_seam import ChatTools
 from pagoda.app.store import Conversation

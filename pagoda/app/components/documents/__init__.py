@@ -19,14 +19,6 @@ Importing this package imports neither markitdown nor PDFium; the reading proces
 for the first such file.
 """
 
-from pagoda.app.components.documents.passages.chunking import Chunk, chunk_document
-from pagoda.app.components.documents.passages.context import (
-    Hit,
-    Source,
-    passage_sources,
-    retrieved_passages_message,
-    whole_documents_message,
-)
 from pagoda.app.components.documents.document import Document, Kind
 from pagoda.app.components.documents.errors import (
     DocumentError,
@@ -38,6 +30,15 @@ from pagoda.app.components.documents.errors import (
     UnreadableDocumentError,
     UnsupportedDocumentError,
 )
+from pagoda.app.components.documents.passages.chunking import Chunk, chunk_document
+from pagoda.app.components.documents.passages.context import (
+    Hit,
+    Source,
+    passage_sources,
+    retrieved_passages_message,
+    whole_documents_message,
+)
+from pagoda.app.components.documents.passages.retrieval_query import fts_query
 from pagoda.app.components.documents.reading.pdf import ProgressCallback
 from pagoda.app.components.documents.reading.reading_process import (
     DocumentReader,
@@ -47,7 +48,6 @@ from pagoda.app.components.documents.reading.reading_process import (
     read_document,
 )
 from pagoda.app.components.documents.reading.reading_thread import reading_thread
-from pagoda.app.components.documents.passages.retrieval_query import fts_query
 from pagoda.app.components.documents.reading.sniff import named_readable
 
 __all__ = [

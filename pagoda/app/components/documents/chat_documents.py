@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pagoda.app.backends import ChatMessage, TokenCount, ToolSpec
-from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.components.documents import (
     Chunk,
     Document,
@@ -33,8 +32,16 @@ from pagoda.app.components.documents import (
     whole_documents_message,
 )
 from pagoda.app.components.documents.passages.retrieval_query import search_terms
+from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.components.shared.view_models import AttachmentView, PassageView
-from pagoda.app.store import Attachment, AttachmentChunk, Citation, FolderFile, Message, NewAttachment
+from pagoda.app.store import (
+    Attachment,
+    AttachmentChunk,
+    Citation,
+    FolderFile,
+    Message,
+    NewAttachment,
+)
 
 if TYPE_CHECKING:
     from pagoda.app.components.documents.document_embeddings import DocumentEmbeddings

@@ -19,8 +19,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pagoda.app.components.shared.async_store import AsyncStore
-from pagoda.app.components.documents.chat_documents import attachment_of
 from pagoda.app.components.documents import (
     DocumentError,
     DocumentReader,
@@ -30,6 +28,7 @@ from pagoda.app.components.documents import (
     read_document,
     reading_thread,
 )
+from pagoda.app.components.documents.chat_documents import attachment_of
 from pagoda.app.components.documents.document import MAX_FILE_BYTES
 from pagoda.app.components.documents.folder_scan import (
     MAX_DEPTH,
@@ -41,6 +40,7 @@ from pagoda.app.components.documents.folder_scan import (
     is_utf8_name,
     scan_folder,
 )
+from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.components.shared.tasks import TaskSet
 from pagoda.app.components.shared.view_models import FolderView
 from pagoda.app.store import Folder, FolderFile, NewAttachment, StoreError

@@ -20,7 +20,11 @@ from pagoda.app.backends.services.model_files import (
     read_model_headers,
 )
 from pagoda.app.components.models.local_models import size_on_disk
-from pagoda.app.components.models.model_library import format_parameters, format_size, parameter_counts
+from pagoda.app.components.models.model_library import (
+    format_parameters,
+    format_size,
+    parameter_counts,
+)
 
 if TYPE_CHECKING:
     from pagoda.engine.config import EngineConfig

@@ -15,13 +15,13 @@ from typing import Any, Protocol
 
 import httpx
 
-from pagoda.app.backends.remote.endpoint import CONNECT_TIMEOUT_S, Endpoint, api_base
 from pagoda.app.backends.errors import (
     BackendError,
     MalformedStreamError,
     ModelNotFoundError,
     UnauthorizedError,
 )
+from pagoda.app.backends.remote.endpoint import CONNECT_TIMEOUT_S, Endpoint, api_base
 from pagoda.app.backends.remote.openai_remote import OpenAIBackend
 from pagoda.app.backends.remote.openai_request import Flavor, flavor_of
 from pagoda.app.store import StoreError

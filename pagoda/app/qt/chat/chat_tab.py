@@ -25,12 +25,12 @@ from pagoda.app.components.shared.view_models import (
 )
 from pagoda.app.qt.chat.composer import Composer
 from pagoda.app.qt.chat.context_meter import ContextMeter
-from pagoda.app.qt.shared.elide import ElidedLabel
 from pagoda.app.qt.chat.file_drops import FileDrops
+from pagoda.app.qt.chat.transcript import TranscriptView
 from pagoda.app.qt.documents.folder_chips import FolderChips
 from pagoda.app.qt.documents.passage_dialog import PassageDialog
+from pagoda.app.qt.shared.elide import ElidedLabel
 from pagoda.app.qt.status_bar import show_share
-from pagoda.app.qt.chat.transcript import TranscriptView
 
 SEND_WAITS = "You can write meanwhile; Send waits until the model is ready."
 

@@ -22,10 +22,10 @@ from PySide6.QtWidgets import (
 )
 
 from pagoda.app.components.shared.view_models import AttachmentView
-from pagoda.app.qt.shared.theme import icon
+from pagoda.app.qt.chat.file_drops import dropped_files
 from pagoda.app.qt.documents.attachment_chips import AttachmentChips
 from pagoda.app.qt.documents.attachment_text import reading_reason
-from pagoda.app.qt.chat.file_drops import dropped_files
+from pagoda.app.qt.shared.theme import icon
 
 EDIT_BANNER = "Editing a message — Enter to save as a new branch, Esc to cancel"
 STREAMING_HINT = "A reply is being written: press Esc to stop it, or wait to send"

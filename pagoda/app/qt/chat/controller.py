@@ -7,9 +7,9 @@ import asyncio
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.components.chat.chat_session import ChatSession
 from pagoda.app.components.chat.reply_stream import Reply
+from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.qt.chat.chat_tab import ChatTab
 from pagoda.app.store import Conversation, Message
 

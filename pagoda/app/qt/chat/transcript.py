@@ -42,7 +42,6 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QTextBrowser, QToolButton, QVBoxLayout, QWidget
 
 from pagoda.app.components.shared.view_models import MessageView, Role, ToolCallView
-from pagoda.app.qt.documents.attachment_text import DOCUMENT_MARK, attachment_status, source_labels
 from pagoda.app.qt.chat.empty_hint import EmptyChatHint
 from pagoda.app.qt.chat.markdown.markdown_render import (
     LINE_SEPARATOR,
@@ -64,6 +63,7 @@ from pagoda.app.qt.chat.transcript_text import (
     result_title,
     thought_label,
 )
+from pagoda.app.qt.documents.attachment_text import DOCUMENT_MARK, attachment_status, source_labels
 
 logger = logging.getLogger(__name__)
 

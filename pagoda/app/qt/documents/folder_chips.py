@@ -8,9 +8,9 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from pagoda.app.components.shared.view_models import FolderView
-from pagoda.app.qt.shared.theme import icon
-from pagoda.app.qt.shared.elide import ElidedLabel
 from pagoda.app.qt.documents.folder_text import folder_details, folder_status
+from pagoda.app.qt.shared.elide import ElidedLabel
+from pagoda.app.qt.shared.theme import icon
 from pagoda.app.qt.shared.wrap_layout import WrapLayout
 
 CHIP_CHARS = 34  # the widest a chip grows, in average characters

@@ -30,7 +30,11 @@ from pagoda.app.backends.services.local_engine import (
     make_local_engine,
     resident_bytes,
 )
-from pagoda.app.backends.services.model_files import default_model_file, model_name, refuse_unrunnable_model
+from pagoda.app.backends.services.model_files import (
+    default_model_file,
+    model_name,
+    refuse_unrunnable_model,
+)
 from pagoda.app.components.shared.view_models import EngineStatusView, LoadStepView
 
 if TYPE_CHECKING:
@@ -211,7 +215,9 @@ class EngineHost(QObject):
             logger.warning("could not load model %s: %s", model or "(default)", exc)
             self._after_failed_load(str(exc))
             return
-        from pagoda.app.backends.chat.local import LocalBackend  # imported by _build_engine, off this thread
+        from pagoda.app.backends.chat.local import (
+            LocalBackend,  # imported by _build_engine, off this thread
+        )
 
         await self._swap(LocalBackend(engine), model, quantization)
 

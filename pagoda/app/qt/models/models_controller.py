@@ -69,12 +69,14 @@ class ModelsController(QObject):
         w, settings = self.window, self.window.model_settings
         self.picker.activated.connect(self.picked)
         settings.quantization_changed.connect(self.set_quantization)
-        status = lambda text: w.status.showMessage(text, 10_000)  # noqa: E731
-        self.disk_cache = DiskCacheSettings(settings, self.host, w.db, w.spawn, status)
+        self.disk_cache = DiskCacheSettings(settings, self.host, w.db, w.spawn, self._say)
         self.models_folder = ModelsFolderSettings(settings, self.library, self.local_models,
-                                                  w.db, w.spawn, status)
+                                                  w.db, w.spawn, self._say)
         self.host.model_loaded.connect(self._model_loaded)
         self.host.load_failed.connect(self._model_failed)
+
+    def _say(self, text: str) -> None:
+        self.window.status.showMessage(text, 10_000)
 
     def picked(self, index: int) -> None:
         data = self.picker.itemData(index) or ""

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from pagoda.app.backends.services.model_files import default_models_dir
-from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.components.models.local_models import LocalModels
 from pagoda.app.components.models.model_library import ModelLibrary
+from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.qt.models.model_settings import ModelSettingsPanel
 
 MODELS_FOLDER_SETTING = "models_folder"

@@ -8,8 +8,8 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QWidget
 
-from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.components.server.local_server import DEFAULT_PORT, LocalServer
+from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.qt.server.api_key_dialog import show_new_api_key
 from pagoda.app.qt.server.server_settings import MAX_PORT, MIN_PORT, LocalServerPanel
 from pagoda.app.qt.status_bar import EngineStatusBar

@@ -47,7 +47,11 @@ from pagoda.app.components.tools.forms import (
 from pagoda.app.components.tools.settings import CALL_TIMEOUT_RANGE_S, MAX_CALLS_LIMIT, ToolSettings
 from pagoda.app.components.tools.toolbox import Toolbox
 from pagoda.app.qt.shared.theme import ERROR_STYLE
-from pagoda.app.qt.tools.mcp_server_forms import JSON_FILTER, AddToolServerDialog, ImportServersDialog
+from pagoda.app.qt.tools.mcp_server_forms import (
+    JSON_FILTER,
+    AddToolServerDialog,
+    ImportServersDialog,
+)
 
 TOOLS_DIALOG = "toolsDialog"
 REFRESH_MS = 1000  # states and the log, while the dialog is shown

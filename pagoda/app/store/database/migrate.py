@@ -9,10 +9,10 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy.exc import SQLAlchemyError
 
-from . import recovery
-from .connection import create_store_engine
 from ..errors import DatabaseLocationError, DatabaseTooNewError, NotAPagodaDatabaseError, reason_of
 from ..schema import Base
+from . import recovery
+from .connection import create_store_engine
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VERSION_TABLE = "alembic_version"

@@ -12,7 +12,6 @@ from datetime import datetime
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from ..search import cjk_grams, vectors
 from ..errors import StoreError
 from ..records import (
     AttachedDocument,
@@ -23,6 +22,7 @@ from ..records import (
     NewAttachment,
 )
 from ..schema import AttachmentChunkRow, AttachmentRow, MessageRow
+from ..search import cjk_grams, vectors
 
 MAX_HITS = 200
 # A chunk's FTS query is built by the app (documents.retrieval_query); bound what reaches SQLite.

@@ -12,10 +12,10 @@ from datetime import datetime
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from . import attachments
 from ..errors import StoreError
 from ..records import Folder, FolderFile, NewAttachment
 from ..schema import AttachmentChunkRow, AttachmentRow, ChatFolderRow, ConversationRow
+from . import attachments
 
 MAX_FOLDERS = 8  # a chat's; each is up to a few thousand files searched at every question
 

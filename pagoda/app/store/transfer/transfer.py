@@ -5,9 +5,9 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from . import validation
 from ..errors import ImportValidationError
 from ..records import Conversation, Message, Thread
+from . import validation
 
 FORMAT_NAME = "pagoda-conversations"
 FORMAT_VERSION = 1

@@ -6,7 +6,11 @@ import asyncio
 import pytest
 
 from pagoda.app.backends import ChatMessage, SamplingOptions, TokenCount
-from pagoda.app.components.chat.prompting import ContextOverflowError, fit_to_context, sampling_options
+from pagoda.app.components.chat.prompting import (
+    ContextOverflowError,
+    fit_to_context,
+    sampling_options,
+)
 from pagoda.app.store import SamplingSettings
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from pagoda.app.components.chat.chat_sources import LOCAL, ChatSources, RemoteSource
-from pagoda.app.components.shared.connections import ConnectionKeys, SavedConnections
 from pagoda.app.components.conversations.open_chats import LOCAL_INSTEAD, OpenChats
+from pagoda.app.components.shared.connections import ConnectionKeys, SavedConnections
 from tests.app.components.fake_backend import eventually
 
 

@@ -13,9 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from pagoda.app.components.documents import folder_index, folder_scan
 from pagoda.app.components.chat.chat_session import ChatSession
-from pagoda.app.components.documents import ReadingLimits, ReadingProcess, read_document, reading_thread
+from pagoda.app.components.documents import (
+    ReadingLimits,
+    ReadingProcess,
+    folder_index,
+    folder_scan,
+    read_document,
+    reading_thread,
+)
 from pagoda.app.components.documents.folder_index import ChatFolders
 from pagoda.app.components.documents.folder_scan import FolderError
 from tests.app.components.documents.document_files import write_docx

@@ -8,11 +8,11 @@ import asyncio
 
 import pytest
 
-from pagoda.app.components.shared.connections import ConnectionKeys, SavedConnections
 from pagoda.app.components.documents.document_embeddings import (
     DocumentEmbeddings,
     EmbeddingsChoice,
 )
+from pagoda.app.components.shared.connections import ConnectionKeys, SavedConnections
 from pagoda.app.store import AttachmentChunk, NewAttachment
 from tests.app.components.documents.embedders import ConceptEmbedder
 

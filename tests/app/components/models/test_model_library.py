@@ -7,7 +7,6 @@ import time
 
 import pytest
 
-from pagoda.app.components.shared.connections import ConnectionKeys
 from pagoda.app.components.models.model_library import (
     CANCELLED,
     DONE,
@@ -20,6 +19,7 @@ from pagoda.app.components.models.model_library import (
     ModelLibrary,
     NullLibraryView,
 )
+from pagoda.app.components.shared.connections import ConnectionKeys
 from tests.app.qt.fake_keyring import FakeKeyring
 from tests.conftest import (
     LIBRARY_FILES,

@@ -20,7 +20,12 @@ from pagoda.app.components.tools import (
     mcp_servers_json,
     parse_mcp_servers,
 )
-from pagoda.app.components.tools.config import MAX_ARGS, MAX_SERVERS, MAX_STRING_BYTES, MAX_TEXT_BYTES
+from pagoda.app.components.tools.config import (
+    MAX_ARGS,
+    MAX_SERVERS,
+    MAX_STRING_BYTES,
+    MAX_TEXT_BYTES,
+)
 from pagoda.app.components.tools.mcp.results import tool_result
 from pagoda.app.components.tools.mcp.server_log import MAX_LINE_CHARS, LogRing
 

@@ -9,9 +9,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QMessageBox, QPlainTextEdit, QPushButton
 
 from pagoda.app.components.shared.async_store import AsyncStore
-from pagoda.app.qt.models.engine_host import EngineHost
-from pagoda.app.qt.main_window import MainWindow
 from pagoda.app.qt.chat.composer import KEPT_NOTE
+from pagoda.app.qt.main_window import MainWindow
+from pagoda.app.qt.models.engine_host import EngineHost
 from pagoda.app.store import ConversationStore
 
 

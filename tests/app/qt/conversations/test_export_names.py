@@ -6,7 +6,11 @@ from datetime import date
 
 from PySide6.QtWidgets import QFileDialog
 
-from pagoda.app.components.conversations.export_names import MAX_TITLE_CHARS, export_file_name, with_suffix
+from pagoda.app.components.conversations.export_names import (
+    MAX_TITLE_CHARS,
+    export_file_name,
+    with_suffix,
+)
 
 DAY = date(2026, 12, 1)
 

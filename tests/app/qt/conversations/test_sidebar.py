@@ -10,8 +10,8 @@ from PySide6.QtGui import QFontMetrics
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QLineEdit, QMenu
 
-from pagoda.app.qt.shared.theme import theme_stylesheet
 from pagoda.app.qt.conversations.sidebar import ConversationItem, Sidebar
+from pagoda.app.qt.shared.theme import theme_stylesheet
 
 NOW = datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
 

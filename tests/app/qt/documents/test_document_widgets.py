@@ -21,11 +21,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from pagoda.app.components.shared.view_models import AttachmentView, MessageView, PassageView, SourceView
+from pagoda.app.components.shared.view_models import (
+    AttachmentView,
+    MessageView,
+    PassageView,
+    SourceView,
+)
 from pagoda.app.qt.chat.chat_tab import ChatTab
+from pagoda.app.qt.chat.composer import ATTACH_TIP
 from pagoda.app.qt.chat.controller import ChatController
 from pagoda.app.qt.documents.attachment_text import size_text, source_labels
-from pagoda.app.qt.chat.composer import ATTACH_TIP
 from pagoda.app.qt.documents.passage_dialog import PassageDialog
 
 NOW = datetime(2026, 11, 29, 14, 3)

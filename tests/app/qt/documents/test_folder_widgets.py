@@ -12,8 +12,8 @@ from PySide6.QtWidgets import QFileDialog, QFrame, QLabel, QToolButton, QWidget
 
 from pagoda.app.components.shared.view_models import FolderView
 from pagoda.app.qt.chat.chat_tab import ChatTab
-from pagoda.app.qt.chat.controller import ChatController
 from pagoda.app.qt.chat.composer import FOLDER_TIP
+from pagoda.app.qt.chat.controller import ChatController
 
 WAIT_MS = 10_000
 INDEXING = FolderView(3, "notes", "/home/ana/notes", "indexing", files=120, indexed=40, done=40,

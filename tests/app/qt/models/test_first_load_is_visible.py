@@ -13,8 +13,8 @@ from PySide6.QtWidgets import QProgressBar
 from pagoda.app.backends.services.local_engine import LoadProgress
 from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.qt.chat.chat_tab import SEND_WAITS
-from pagoda.app.qt.models.engine_host import EngineHost
 from pagoda.app.qt.main_window import MainWindow
+from pagoda.app.qt.models.engine_host import EngineHost
 from pagoda.app.store import ConversationStore
 
 

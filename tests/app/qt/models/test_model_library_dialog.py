@@ -7,9 +7,14 @@ import threading
 from PySide6.QtCore import QRect, Qt
 from PySide6.QtWidgets import QLabel, QPushButton
 
-from pagoda.app.components.models.model_library import HUB_TOKEN_ID, FileChoice, ModelLibrary, Recommendation
-from pagoda.app.qt.models.models_controller import GET_MODELS_ITEM
+from pagoda.app.components.models.model_library import (
+    HUB_TOKEN_ID,
+    FileChoice,
+    ModelLibrary,
+    Recommendation,
+)
 from pagoda.app.qt.models.model_library_dialog import DownloadRow, ModelLibraryDialog
+from pagoda.app.qt.models.models_controller import GET_MODELS_ITEM
 from tests.conftest import LIBRARY_FILES, LIBRARY_REPO
 from tests.engine.fake_hub import TOKEN
 

@@ -42,8 +42,8 @@ def picker_window(qloop, qtbot, tmp_path):
     """build() -> (window, loads): a MainWindow over a fake engine, started like the app starts
     (the saved model settings restored, then the default model loaded)."""
     from pagoda.app.components.shared.async_store import AsyncStore
-    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.store import ConversationStore
 
     windows = []

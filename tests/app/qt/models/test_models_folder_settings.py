@@ -10,8 +10,8 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from pagoda.app.qt.models.models_folder_settings import MODELS_FOLDER_SETTING
 from pagoda.app.qt.models.local_models_panel import LocalModelsPanel
+from pagoda.app.qt.models.models_folder_settings import MODELS_FOLDER_SETTING
 from tests.conftest import LIBRARY_FILES, LIBRARY_REPO, runnable_gguf_bytes
 
 Q4 = "tiny-Q4_K_M.gguf"

@@ -9,7 +9,12 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QWidget
 
 from pagoda.app.components.shared.async_store import AsyncStore
-from pagoda.app.components.shared.connections import AddServerFlow, ConnectionKeys, SavedConnections, ServerProbe
+from pagoda.app.components.shared.connections import (
+    AddServerFlow,
+    ConnectionKeys,
+    SavedConnections,
+    ServerProbe,
+)
 from pagoda.app.qt.server.add_server import open_add_server_dialog
 from pagoda.app.store import ConversationStore
 

@@ -24,8 +24,8 @@ def server_window(qloop, qtbot, tmp_path):
     """build(db_path=None) -> a MainWindow over a fake engine, started like the app starts
     (settings restored, the model loaded, the local server as it was left)."""
     from pagoda.app.components.shared.async_store import AsyncStore
-    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.store import ConversationStore
 
     windows = []

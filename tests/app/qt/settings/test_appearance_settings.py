@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from PySide6.QtWidgets import QComboBox
 
-from pagoda.app.qt.shared.theme import THEMES
 from pagoda.app.qt.settings.appearance_settings import AppearancePanel
+from pagoda.app.qt.shared.theme import THEMES
 
 
 @pytest.fixture

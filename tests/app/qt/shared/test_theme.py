@@ -30,9 +30,9 @@ from PySide6.QtWidgets import (
 )
 
 from pagoda.app.components.shared.view_models import EngineStatusView
-from pagoda.app.qt.shared import theme
 from pagoda.app.qt.chat.context_meter import ContextMeter
 from pagoda.app.qt.settings.settings_panel import SettingsPanel
+from pagoda.app.qt.shared import theme
 from pagoda.app.qt.status_bar import EngineStatusBar
 
 REQUIRED_ICONS = (

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 
-from pagoda.app.components.documents.passages.cjk import CJK_CLASS
 from pagoda.app.components.documents.document import Document
+from pagoda.app.components.documents.passages.cjk import CJK_CLASS
 from pagoda.app.components.documents.passages.headings import Outline, markdown_outline
 
 # ~375 tokens of English, ~1,000 of Chinese: a passage long enough to carry its context, short

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from html import escape
 from itertools import pairwise
 
-from pagoda.app.components.documents.passages.chunking import Chunk
 from pagoda.app.components.documents.document import Document, Kind
+from pagoda.app.components.documents.passages.chunking import Chunk
 
 _WHOLE_INSTRUCTION = ("The user attached these files. Answer from them, and say which file (and "
                       "page, where there are pages) each fact comes from.")

@@ -26,7 +26,6 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Protocol
 
-from pagoda.app.components.documents.reading.convert import convert_document
 from pagoda.app.components.documents.document import MAX_TEXT_CHARS, Document
 from pagoda.app.components.documents.errors import (
     DocumentError,
@@ -34,6 +33,7 @@ from pagoda.app.components.documents.errors import (
     ReadingStoppedError,
     UnreadableDocumentError,
 )
+from pagoda.app.components.documents.reading.convert import convert_document
 from pagoda.app.components.documents.reading.pdf import ProgressCallback
 
 logger = logging.getLogger(__name__)

@@ -20,9 +20,9 @@ import psutil
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
-from pagoda.app.components.tools.mcp.bounded_http import BoundedReplies
 from pagoda.app.components.tools.config import McpServerConfig
 from pagoda.app.components.tools.errors import ToolServerError
+from pagoda.app.components.tools.mcp.bounded_http import BoundedReplies
 from pagoda.app.components.tools.mcp.server_log import StderrPipe
 from pagoda.app.components.tools.mcp.stdio_streams import stdio_streams
 
