@@ -86,8 +86,8 @@ class Ticker:
 
 
 async def bench_attach(folder: Path) -> dict:
-    from pagoda.app.components.async_store import AsyncStore
-    from pagoda.app.components.chat_documents import ChatDocuments
+    from pagoda.app.components.documents.chat_documents import ChatDocuments
+    from pagoda.app.components.shared.async_store import AsyncStore
     from pagoda.app.store import ConversationStore
 
     pdf = folder / "log.pdf"
@@ -167,10 +167,13 @@ class _StoredVectors:
 async def bench_hybrid(folder: Path, url: str | None, model: str | None) -> dict:
     import numpy as np
 
-    from pagoda.app.components.async_store import AsyncStore
-    from pagoda.app.components.connections import ConnectionKeys, SavedConnections
-    from pagoda.app.components.document_embeddings import DocumentEmbeddings, EmbeddingsChoice
     from pagoda.app.components.documents import fts_query
+    from pagoda.app.components.documents.document_embeddings import (
+        DocumentEmbeddings,
+        EmbeddingsChoice,
+    )
+    from pagoda.app.components.shared.async_store import AsyncStore
+    from pagoda.app.components.shared.connections import ConnectionKeys, SavedConnections
     from pagoda.app.store import ConversationStore
 
     width = 768
@@ -208,7 +211,7 @@ async def bench_hybrid(folder: Path, url: str | None, model: str | None) -> dict
 
 
 async def _server_question_ms(url: str, model: str) -> dict:
-    from pagoda.app.backends.embeddings import EmbeddingModel, EmbeddingsClient
+    from pagoda.app.backends.services.embeddings import EmbeddingModel, EmbeddingsClient
 
     client = EmbeddingsClient(EmbeddingModel(url, model))
     await client.embed(["warm-up"])
@@ -222,10 +225,10 @@ async def _server_question_ms(url: str, model: str) -> dict:
 
 
 async def bench_prefix(folder: Path) -> dict:
-    from pagoda.app.backends.local import LocalBackend
-    from pagoda.app.backends.local_engine import make_local_engine
-    from pagoda.app.components.async_store import AsyncStore
-    from pagoda.app.components.chat_session import ChatSession
+    from pagoda.app.backends.chat.local import LocalBackend
+    from pagoda.app.backends.services.local_engine import make_local_engine
+    from pagoda.app.components.chat.chat_session import ChatSession
+    from pagoda.app.components.shared.async_store import AsyncStore
     from pagoda.app.store import ConversationStore, SamplingSettings
     from pagoda.engine import EngineConfig
 

@@ -18,7 +18,7 @@ With remote tabs the local engine uses --local-threads (default for both: half t
 --tool-tabs N adds N tabs answered by a saved server that is a scripted thinking, tool-calling
 model (bench/scripted_tool_model.py, a process of its own): it thinks for about 4 s, calls
 `clock`, then `hang` (3 s), then answers; the chats' tools are the tests' MCP server
-(tests/app/components/mcp_test_server.py, started before the meter, as after a first use).
+(tests/app/components/tools/mcp_test_server.py, started before the meter, as after a first use).
 The bench clicks each call's Run link in the transcript with the mouse, as the user does, and
 reports from just before the click to the `clock` call's arrival at the server (its monotonic
 clock, the same one as ours), and the stalls while the tool tabs think and while `hang` runs.
@@ -62,7 +62,7 @@ REPLIES_TIMEOUT_S = 600
 TOOL_PROMPT = "What time is it on the server? Then wait three seconds, and tell me."
 TOOL_MAX_TOKENS = 1024  # room for the scripted model's thinking (400 pieces by default)
 MCP_SERVER = "bench"
-MCP_TEST_SERVER = ROOT / "tests/app/components/mcp_test_server.py"
+MCP_TEST_SERVER = ROOT / "tests/app/components/tools/mcp_test_server.py"
 SCRIPTED_MODEL = ROOT / "bench/scripted_tool_model.py"
 POLL_S = 0.02  # how often the bench looks for a call asking and for a call's result
 LOOK_S = 0.2  # from showing a tab to clicking its Run: the least a user takes to find it
@@ -236,7 +236,7 @@ def _split_cpus(remote_cpus: int) -> set[int]:
 
 def _engine_with_threads(num_threads: int | None):
     """The host's engine factory with the local engine's thread count set."""
-    from pagoda.app.backends.local_engine import make_local_engine
+    from pagoda.app.backends.services.local_engine import make_local_engine
 
     def make(model, config, on_progress):
         return make_local_engine(model, dataclasses.replace(config, num_threads=num_threads),
@@ -247,7 +247,7 @@ def _engine_with_threads(num_threads: int | None):
 
 async def _open_tab(window, settings, prompt: str):
     conversation = await window.db.create_conversation(sampling=settings)
-    tab = await window.open_conversation(conversation.id)
+    tab = await window.chat_tabs.open_conversation(conversation.id)
     tab.composer.set_text(prompt)
     return tab
 
@@ -259,8 +259,8 @@ async def _save_server(window, url: str, model: str):
 
 async def _answer_from_server(window, connection):
     """Switches the current tab to the saved server, as the model picker would."""
-    window.use_source_in_current_chat(connection.id)
-    if window.current_controller().session.source is not window.sources.source(connection.id):
+    window.remote_servers.use_source_in_current_chat(connection.id)
+    if window.chat_tabs.current_controller().session.source is not window.sources.source(connection.id):
         raise RuntimeError("the tab did not switch to the server")
 
 
@@ -547,10 +547,10 @@ def main() -> int:
     import qasync
     from PySide6.QtWidgets import QApplication
 
-    from pagoda.app.components.async_store import AsyncStore
-    from pagoda.app.components.connections import ConnectionKeys
-    from pagoda.app.qt.engine_host import EngineHost
+    from pagoda.app.components.shared.async_store import AsyncStore
+    from pagoda.app.components.shared.connections import ConnectionKeys
     from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.store import ConversationStore
 
     app = QApplication(sys.argv[:1])

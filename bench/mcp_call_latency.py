@@ -1,6 +1,6 @@
 """How long a tool call takes to reach its MCP server (target: < 50 ms), through McpHub.
 
-Starts the tests' MCP server (tests/app/components/mcp_test_server.py) over stdio, warms it up,
+Starts the tests' MCP server (tests/app/components/tools/mcp_test_server.py) over stdio, warms it up,
 then times calls of its `clock` tool from an event loop other than the hub's, as the window's
 calls go: "reach" is from just before `await hub.call_tool(...)` to the server's monotonic clock
 when its tool ran (one clock for every process of a machine), "round trip" to the answer.
@@ -22,7 +22,7 @@ from cpu_info import cpu_name
 
 from pagoda.app.components.tools import McpHub, McpServerConfig
 
-TEST_SERVER = Path(__file__).resolve().parents[1] / "tests/app/components/mcp_test_server.py"
+TEST_SERVER = Path(__file__).resolve().parents[1] / "tests/app/components/tools/mcp_test_server.py"
 WARM_UP_CALLS = 5
 CALL_TIMEOUT_S = 10.0
 

@@ -174,16 +174,16 @@ def make_files(folder: Path) -> dict[str, Path]:
 
 def import_engine_as_a_load_has() -> None:
     """What a model's earlier load left imported: the engine behind the backend, its loader."""
-    from pagoda.app.backends.engine_import import ENGINE_IMPORT_LOCK
+    from pagoda.app.backends.services.engine_import import ENGINE_IMPORT_LOCK
 
     with ENGINE_IMPORT_LOCK:
-        for module in ("pagoda.app.backends.local", "pagoda.engine.loading.loader", "pagoda.engine.loading.model_info"):
+        for module in ("pagoda.app.backends.chat.local", "pagoda.engine.loading.loader", "pagoda.engine.loading.model_info"):
             importlib.import_module(module)
 
 
 async def pick(host, selected: str) -> tuple[float, str | None]:
     """Seconds from the pick until the host reports the load's end; its failure's message."""
-    from pagoda.app.components.model_choices import model_source_from_selection
+    from pagoda.app.components.models.model_choices import model_source_from_selection
 
     ended: asyncio.Future = asyncio.get_running_loop().create_future()
 
@@ -209,7 +209,7 @@ def child(path: str, mode: str, runs: int) -> None:
     app = QApplication([])
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
-    from pagoda.app.qt.engine_host import EngineHost
+    from pagoda.app.qt.models.engine_host import EngineHost
 
     if mode == "warm":
         import_engine_as_a_load_has()

@@ -10,7 +10,7 @@ paths so the machine's drift falls on all of them.
   async           `AsyncEngine(model)`: built and stepped on its engine thread (the server, the CLI)
   async-adopted   `AsyncEngine(engine=LLMEngine(...))`: built on the main thread, stepped on
                   the engine thread (how the window and the server ran before issue 26)
-  window          the window's loader (pagoda.app.qt.engine_host) and its LocalBackend, on an asyncio loop
+  window          the window's loader (pagoda.app.qt.models.engine_host) and its LocalBackend, on an asyncio loop
   http            `python -m pagoda.engine serve` in its own process, streamed by the `openai` client
   --peer-url      the same request against another OpenAI-compatible server (llama.cpp's
                   `llama-server -m FILE -t 2`), as one more row
@@ -106,8 +106,8 @@ def _run_async(model, config, max_tokens: int, requests: int, adopted: bool) -> 
 
 
 def _run_window(model, config, max_tokens: int, requests: int) -> list[Sample]:
-    from pagoda.app.backends.local import LocalBackend
-    from pagoda.app.backends.local_engine import make_local_engine
+    from pagoda.app.backends.chat.local import LocalBackend
+    from pagoda.app.backends.services.local_engine import make_local_engine
     from pagoda.app.backends.types import ChatMessage, SamplingOptions
 
     backend = LocalBackend(make_local_engine(model, config, lambda *_: None))

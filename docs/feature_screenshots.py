@@ -121,7 +121,7 @@ async def documents_chat(window, folder: Path) -> None:
     log.write_text(LOG, encoding="utf-8")
     chat = await window.db.create_conversation(
         title="Lighthouse log", sampling=SamplingSettings(temperature=0.0, max_tokens=60))
-    tab = await window.open_conversation(chat.id)
+    tab = await window.chat_tabs.open_conversation(chat.id)
     session = window.controllers[chat.id].session
     await session.attach([str(log)])
     tab.composer.send_requested.emit("According to the log, how many litres of oil did the lamp burn in "
@@ -134,12 +134,12 @@ async def tools_chat(window, url: str) -> None:
     from pagoda.app.components.tools import McpServerConfig
     from pagoda.app.store import SamplingSettings
 
-    test_server = ROOT / "tests" / "app" / "components" / "mcp_test_server.py"
+    test_server = ROOT / "tests" / "app" / "components" / "tools" / "mcp_test_server.py"
     connection = await window.sources.saved.add(url, MODEL, None)
     chat = await window.db.create_conversation(
         title="Oil totals", sampling=SamplingSettings(max_tokens=400))
-    tab = await window.open_conversation(chat.id)
-    window.use_source_in_current_chat(connection.id)
+    tab = await window.chat_tabs.open_conversation(chat.id)
+    window.remote_servers.use_source_in_current_chat(connection.id)
     session = window.controllers[chat.id].session
     window.toolbox.settings.add_servers(
         [McpServerConfig("calculator", command=sys.executable, args=(str(test_server),))])
@@ -169,10 +169,10 @@ async def tools_chat(window, url: str) -> None:
 
 
 def main() -> int:
-    from pagoda.app.components.async_store import AsyncStore
-    from pagoda.app.components.connections import ConnectionKeys
-    from pagoda.app.qt.engine_host import EngineHost
+    from pagoda.app.components.shared.async_store import AsyncStore
+    from pagoda.app.components.shared.connections import ConnectionKeys
     from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.store import ConversationStore
 
     _app, loop = start_app()
@@ -189,7 +189,7 @@ def main() -> int:
         host.load(None)
         with loop:
             loop.run_until_complete(window.restore())
-            window.close_tab(0)
+            window.chat_tabs.close_tab(0)
             loop.run_until_complete(documents_chat(window, folder))
             window.grab().save(str(ROOT / "docs" / "documents.png"))
             loop.run_until_complete(tools_chat(window, url))

@@ -45,7 +45,7 @@ LOCAL = [("bartowski/Llama-3.2-3B-Instruct-GGUF/Llama-3.2-3B-Instruct-Q4_K_M.ggu
 
 
 def hub_tab(dialog) -> None:
-    from pagoda.app.components.model_library import DOWNLOADING, Download, file_choices
+    from pagoda.app.components.models.model_library import DOWNLOADING, Download, file_choices
     from pagoda.engine.hub.search import HubFile, HubModel, HubRepo
 
     dialog.query.setText("qwen2.5 instruct")
@@ -95,9 +95,9 @@ def make_folder(folder: Path) -> None:
 def main() -> int:
     from screenshot import start_app
 
-    from pagoda.app.components.local_models import LocalModels
-    from pagoda.app.components.model_library import ModelLibrary
-    from pagoda.app.qt.widgets.model_library_dialog import ModelLibraryDialog
+    from pagoda.app.components.models.local_models import LocalModels
+    from pagoda.app.components.models.model_library import ModelLibrary
+    from pagoda.app.qt.models.model_library_dialog import ModelLibraryDialog
 
     _app, loop = start_app()
     with tempfile.TemporaryDirectory() as tmp:

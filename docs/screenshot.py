@@ -38,13 +38,13 @@ async def ready_window(window) -> None:
     await window.restore()
     while not window.host.is_ready:
         await asyncio.sleep(0.1)
-    window.close_tab(0)  # the empty chat restore() opened
+    window.chat_tabs.close_tab(0)  # the empty chat restore() opened
 
 
 async def ask_in_a_new_chat(window, title: str, sampling, question: str) -> None:
     """A new chat `title` asked `question`, its reply waited for."""
     chat = await window.db.create_conversation(title=title, sampling=sampling)
-    tab = await window.open_conversation(chat.id)
+    tab = await window.chat_tabs.open_conversation(chat.id)
     tab.composer.send_requested.emit(question)
     await asyncio.sleep(0.5)
     while window.controllers[chat.id].is_streaming:
@@ -59,7 +59,7 @@ async def converse(window) -> None:
                             SamplingSettings(temperature=0.7, max_tokens=40, seed=3), CUT_CHAT)
     notes = await window.db.create_conversation(
         title="Season notes", sampling=SamplingSettings(temperature=0.3, max_tokens=80))
-    tab = await window.open_conversation(notes.id)
+    tab = await window.chat_tabs.open_conversation(notes.id)
     window.settings_dock.setVisible(True)
     tab.composer.send_requested.emit(LONG_CHAT)
     while _tokens_read(window, notes.id) < READ_AT_LEAST:
@@ -80,7 +80,7 @@ def start_app():
     import qasync
     from PySide6.QtWidgets import QApplication
 
-    from pagoda.app.qt.theme import app_icon, apply_theme
+    from pagoda.app.qt.shared.theme import app_icon, apply_theme
 
     app = QApplication(sys.argv[:1])
     apply_theme(app, "light")
@@ -91,10 +91,10 @@ def start_app():
 
 
 def main() -> int:
-    from pagoda.app.components.async_store import AsyncStore
-    from pagoda.app.components.connections import ConnectionKeys
-    from pagoda.app.qt.engine_host import EngineHost
+    from pagoda.app.components.shared.async_store import AsyncStore
+    from pagoda.app.components.shared.connections import ConnectionKeys
     from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.store import ConversationStore
 
     _app, loop = start_app()

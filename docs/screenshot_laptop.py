@@ -36,10 +36,10 @@ async def converse(window) -> None:
 
 
 def main() -> int:
-    from pagoda.app.components.async_store import AsyncStore
-    from pagoda.app.components.connections import ConnectionKeys
-    from pagoda.app.qt.engine_host import EngineHost
+    from pagoda.app.components.shared.async_store import AsyncStore
+    from pagoda.app.components.shared.connections import ConnectionKeys
     from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.qt.window_layout import LAYOUT_FILE, WindowLayout
     from pagoda.app.store import ConversationStore
 

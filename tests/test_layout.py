@@ -27,8 +27,41 @@ def test_import_contracts_hold():
 
 @pytest.mark.parametrize(("package", "most"), [("engine", 10), ("app", 6)])
 def test_package_roots_stay_small(package, most):
-    modules = sorted(p.name for p in (ROOT / "pagoda" / package).glob("*.py"))
-    assert len(modules) <= most, f"pagoda/{package}/ holds {len(modules)} modules: {modules}"
+    assert _too_many_modules(ROOT / "pagoda" / package, most) == []
+
+
+# A room of the app holds at most this many modules (its __init__ counted) before it needs rooms
+# of its own (docs/ARCHITECTURE.md).
+MOST_MODULES_IN_AN_APP_ROOM = 12
+
+
+def _app_packages() -> list[Path]:
+    return sorted(init.parent for init in (ROOT / "pagoda" / "app").rglob("__init__.py"))
+
+
+def _too_many_modules(package: Path, most: int) -> list[str]:
+    """The package, named with its modules, when it holds more than `most`; else nothing."""
+    modules = sorted(path.name for path in package.glob("*.py"))
+    if len(modules) <= most:
+        return []
+    name = package.relative_to(ROOT) if package.is_relative_to(ROOT) else package
+    return [f"{name}/ holds {len(modules)} modules: {modules}"]
+
+
+def test_every_room_of_the_app_stays_small():
+    packages = _app_packages()
+    assert ROOT / "pagoda" / "app" / "components" / "chat" in packages, "found no app package"
+    crowded = [line for package in packages if package != ROOT / "pagoda" / "app"
+               for line in _too_many_modules(package, MOST_MODULES_IN_AN_APP_ROOM)]
+    assert crowded == []
+
+
+def test_a_room_past_its_limit_is_named(tmp_path):
+    for index in range(MOST_MODULES_IN_AN_APP_ROOM):
+        (tmp_path / f"module_{index}.py").write_text("")
+    assert _too_many_modules(tmp_path, MOST_MODULES_IN_AN_APP_ROOM) == []
+    (tmp_path / "one_more.py").write_text("")
+    assert _too_many_modules(tmp_path, MOST_MODULES_IN_AN_APP_ROOM) != []
 
 
 def _our_imports(path: Path) -> list[tuple[str, list[str]]]:

@@ -29,7 +29,7 @@ def create_app(theme: str) -> QApplication:
 
 
 def style_app(app: QApplication, theme: str) -> None:
-    from pagoda.app.qt.theme import app_icon, apply_theme
+    from pagoda.app.qt.shared.theme import app_icon, apply_theme
 
     apply_theme(app, theme)
     app.setWindowIcon(app_icon())
@@ -48,9 +48,9 @@ def build_window(store: ConversationStore, device: str,
     """The main window over an open store, its engine on `device`; create the app first.
     `remember_layout`: it opens where it was left and keeps where it is left (not for a window
     nobody sees, which would overwrite the user's)."""
-    from pagoda.app.components.async_store import AsyncStore
-    from pagoda.app.qt.engine_host import EngineHost
+    from pagoda.app.components.shared.async_store import AsyncStore
     from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.qt.window_layout import WindowLayout
 
     window = MainWindow(AsyncStore(store), EngineHost(device=device),

@@ -106,7 +106,7 @@ def open_store_or_say_why(path: Path | None) -> ConversationStore | None:
     """The store, at `path` or at a file the user chooses instead; None when they quit (said on
     stderr). Modal dialogs: call it before the event loop runs."""
     from pagoda.app.open_store import open_store
-    from pagoda.app.qt.widgets.database_dialog import ask_for_another_database
+    from pagoda.app.qt.conversations.database_dialog import ask_for_another_database
     from pagoda.app.store.errors import StoreError
 
     try:
@@ -125,8 +125,8 @@ async def _run(window, args: argparse.Namespace) -> None:
     log_first_model_ready(window.host)
     if window.recovered_from is not None:
         window.notify_recovered(window.recovered_from)
-    await window.restore_appearance(args.theme)
-    await window.restore_model_settings()
+    await window.settings_dock.restore_appearance(args.theme)
+    await window.models_controller.restore_model_settings()
     model = args.model or await _last_model(window)
     window.host.load(model)
     await window.server_controller.restore()
@@ -148,7 +148,7 @@ def log_first_model_ready(host) -> None:
 
 async def _last_model(window) -> str | None:
     """The model the user last chose, if it is still there; else the bundled one."""
-    from pagoda.app.qt.main_window import LAST_MODEL_SETTING
+    from pagoda.app.qt.models.models_controller import LAST_MODEL_SETTING
 
     path = await window.db.get_setting(LAST_MODEL_SETTING)
     return path if path and Path(path).exists() else None

@@ -123,7 +123,7 @@ async def _exercise(window, model: str | None) -> SelftestReport:
 
     greedy = SamplingSettings(temperature=0.0, max_tokens=32, repetition_penalty=1.0)
     conversation = await window.db.create_conversation(title="Self-test", sampling=greedy)
-    tab = await window.open_conversation(conversation.id)
+    tab = await window.chat_tabs.open_conversation(conversation.id)
     controller = window.controllers[conversation.id]
     _line("asked", QUESTION)
     tab.composer.send_requested.emit(QUESTION)
@@ -146,7 +146,7 @@ async def _exercise(window, model: str | None) -> SelftestReport:
 
 def _math_line() -> str:
     """A formula drawn as the transcript draws one: the math fonts are where ziamath reads them."""
-    from pagoda.app.qt.widgets.math_render import MathLook, render_math
+    from pagoda.app.qt.chat.markdown.math_render import MathLook, render_math
 
     drawn = render_math(r"e^{i\pi} + 1 = 0", MathLook("#000000", 16, display=False))
     if drawn is None or drawn.image.isNull():

@@ -1,7 +1,7 @@
 """The app's backends: the seam (ChatBackend), the data it passes and the errors it raises.
 
-The backends themselves are imported from their modules: pagoda.app.backends.local (the engine in
-this process) and pagoda.app.backends.openai_remote (an OpenAI-compatible server), so that using one
+The backends themselves are imported from their modules: pagoda.app.backends.chat.local (the engine in
+this process) and pagoda.app.backends.remote.openai_remote (an OpenAI-compatible server), so that using one
 never loads the other's dependencies (torch, httpx).
 """
 

@@ -1,6 +1,6 @@
 """One window per database. A second `pagoda` start on a database that a running Pagoda has open
 asks that one, over a local socket named after the database, to bring its window to the front,
-and exits without opening the database; the store's lock (pagoda/app/store/lock.py) is what refuses
+and exits without opening the database; the store's lock (pagoda/app/store/database/lock.py) is what refuses
 the database when nobody answers."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from PySide6.QtCore import QByteArray, QMargins, QPoint, QRect, QSettings, QSize
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QMainWindow
 
-from pagoda.app.components.api_key import config_dir
+from pagoda.app.components.shared.config_folder import config_dir
 
 logger = logging.getLogger(__name__)
 

@@ -3,6 +3,7 @@
 Imports no torch and no Qt. `ConversationStore` is the only code that opens a database session.
 """
 
+from .database.location import add_db_argument, default_db_path, resolve_db_path
 from .errors import (
     ConversationNotFound,
     DatabaseInUseError,
@@ -13,7 +14,6 @@ from .errors import (
     NotAPagodaDatabaseError,
     StoreError,
 )
-from .location import add_db_argument, default_db_path, resolve_db_path
 from .records import (
     Attachment,
     AttachmentChunk,
@@ -32,7 +32,7 @@ from .records import (
 )
 from .store import ConversationStore
 from .streaming import StreamingWriter
-from .validation import sampling_setting
+from .transfer.validation import sampling_setting
 
 __all__ = [
     "Attachment",

@@ -4,7 +4,7 @@ import json
 from dataclasses import asdict
 from datetime import UTC, datetime
 
-from . import attachments, search
+from .documents import attachments
 from .records import (
     Conversation,
     GenerationStats,
@@ -15,6 +15,7 @@ from .records import (
     ToolCall,
 )
 from .schema import ConversationRow, MessageRow
+from .search import search
 
 
 def sampling_json(sampling: SamplingSettings) -> str:

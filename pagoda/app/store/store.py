@@ -15,8 +15,12 @@ from sqlalchemy import Engine, delete, func, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from . import attachments, convert, folders, migrate, recovery, search, transfer, vectors
-from .connection import create_store_engine, read_only
+from . import convert
+from .database import migrate, recovery
+from .database.connection import create_store_engine, read_only
+from .database.location import prepare_location, resolve_db_path
+from .database.lock import DatabaseLock
+from .documents import attachments, folders
 from .errors import (
     ConversationNotFound,
     DatabaseLocationError,
@@ -24,8 +28,6 @@ from .errors import (
     StoreError,
     reason_of,
 )
-from .location import prepare_location, resolve_db_path
-from .lock import DatabaseLock
 from .records import (
     TOOL_OUTCOMES,
     Attachment,
@@ -52,7 +54,9 @@ from .schema import (
     OpenTabRow,
     SettingRow,
 )
+from .search import search, vectors
 from .titles import auto_title, imported_title
+from .transfer import transfer
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ import asyncio
 import pytest
 from fake_server import LLAMA_CPP, FakeServer
 
-from pagoda.app.backends.local import LocalBackend
-from pagoda.app.backends.openai_remote import OpenAIBackend
+from pagoda.app.backends.chat.local import LocalBackend
+from pagoda.app.backends.remote.openai_remote import OpenAIBackend
 from pagoda.engine.async_engine import AsyncEngine
 from pagoda.engine.server.api import ServerSettings, build_app
 from pagoda.engine.server.runner import ServerThread

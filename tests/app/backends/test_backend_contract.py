@@ -19,7 +19,7 @@ from pagoda.app.backends import (
     ReplyChunk,
     SamplingOptions,
 )
-from pagoda.app.backends.local import LocalBackend
+from pagoda.app.backends.chat.local import LocalBackend
 from pagoda.engine.async_engine import AsyncEngine
 
 CHAT = [ChatMessage("system", "You are a helpful assistant."),

@@ -8,10 +8,10 @@ import pytest
 from conftest import run
 
 from pagoda.app.backends import ChatMessage, SamplingOptions, ToolCallRecord
-from pagoda.app.backends.estimate import estimate_tokens
-from pagoda.app.backends.meter import ThroughputMeter
-from pagoda.app.backends.reply_parts import NOTHING, ReplyParts
-from pagoda.app.backends.sse import sse_data
+from pagoda.app.backends.chat.estimate import estimate_tokens
+from pagoda.app.backends.chat.meter import ThroughputMeter
+from pagoda.app.backends.chat.reply_parts import NOTHING, ReplyParts
+from pagoda.app.backends.remote.sse import sse_data
 from pagoda.engine.text.chat_template import encode_chat
 
 
@@ -104,7 +104,7 @@ def test_counting_tokens_while_the_engine_streams_is_safe_and_exact(local_backen
 
 @pytest.mark.parametrize("said", ["temperature must be at most 2.", "temperature must be at most 2"])
 def test_a_servers_message_is_quoted_without_a_doubled_full_stop(said):
-    from pagoda.app.backends.http_errors import error_for_status
+    from pagoda.app.backends.remote.http_errors import error_for_status
 
     error = error_for_status(400, json.dumps({"error": {"message": said}}), "http://gpu:8000/v1")
 

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 
 from pagoda.app.backends import MalformedStreamError
-from pagoda.app.backends.embeddings import (
+from pagoda.app.backends.services.embeddings import (
     MAX_ANSWER_BYTES,
     EmbeddingModel,
     EmbeddingsClient,

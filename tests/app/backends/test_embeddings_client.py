@@ -3,7 +3,7 @@
 import numpy as np
 from conftest import SERVED_NAME, run
 
-from pagoda.app.backends.embeddings import EmbeddingModel, EmbeddingsClient
+from pagoda.app.backends.services.embeddings import EmbeddingModel, EmbeddingsClient
 
 
 def test_a_real_servers_vectors_come_back_in_order_at_unit_length(pagoda_server):

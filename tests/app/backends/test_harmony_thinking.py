@@ -5,7 +5,7 @@ tokens it is read by (pagoda/engine/parsers/harmony.py)."""
 import asyncio
 
 from pagoda.app.backends import ChatMessage, SamplingOptions
-from pagoda.app.backends.local import LocalBackend
+from pagoda.app.backends.chat.local import LocalBackend
 from tests.app.qt.fake_engine import FakeEngine, FakeTokenizer
 from tests.engine.harmony_chat import HARMONY_TEMPLATE
 

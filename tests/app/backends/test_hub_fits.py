@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pagoda.app.backends.hub import file_fits, repository
+from pagoda.app.backends.services.hub import file_fits, repository
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.hub.fit import kv_cache_bytes
 from pagoda.engine.loading.model_info import MEMORY_OVERHEAD_BYTES

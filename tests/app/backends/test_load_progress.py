@@ -11,7 +11,12 @@ import pytest
 import pagoda.engine as engine
 import pagoda.engine.loading.loader
 import pagoda.engine.loading.model_info
-from pagoda.app.backends.local_engine import LOAD_STEPS, EngineConfig, LoadProgress, make_local_engine
+from pagoda.app.backends.services.local_engine import (
+    LOAD_STEPS,
+    EngineConfig,
+    LoadProgress,
+    make_local_engine,
+)
 from pagoda.engine.loading.lazy_weights import LazyWeights
 
 LAYERS = 10

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from pagoda.app.backends.local import LocalBackend
+from pagoda.app.backends.chat.local import LocalBackend
 from pagoda.engine import LLM, SamplingParams
 from pagoda.engine.async_engine import AsyncEngine
 from pagoda.engine.config import EngineConfig

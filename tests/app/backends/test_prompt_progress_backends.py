@@ -7,8 +7,8 @@ import pytest
 from conftest import ENGINE, SERVED_NAME, remote, run
 
 from pagoda.app.backends import ChatMessage, PromptProgress, ReplyChunk, SamplingOptions
-from pagoda.app.backends.local import LocalBackend
-from pagoda.app.backends.openai_stream import ReplyReader
+from pagoda.app.backends.chat.local import LocalBackend
+from pagoda.app.backends.remote.openai_stream import ReplyReader
 
 CHUNK = 32
 

@@ -6,8 +6,8 @@ from conftest import remote, run
 from fake_server import LLAMA_CPP_CONTEXT, MODEL
 
 from pagoda.app.backends import ChatMessage, InvalidAddressError, SamplingOptions
-from pagoda.app.backends.endpoint import api_base
-from pagoda.app.backends.openai_remote import DEFAULT_MAX_MODEL_LEN
+from pagoda.app.backends.remote.endpoint import api_base
+from pagoda.app.backends.remote.openai_remote import DEFAULT_MAX_MODEL_LEN
 
 CHAT = [ChatMessage("system", "Be brief."), ChatMessage("user", "Hi")]
 TUNED = SamplingOptions(temperature=0.7, top_p=0.9, top_k=40, min_p=0.05,

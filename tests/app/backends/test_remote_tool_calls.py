@@ -20,7 +20,7 @@ from pagoda.app.backends import (
     ToolCallRecord,
     ToolSpec,
 )
-from pagoda.app.backends.openai_stream import ReplyReader
+from pagoda.app.backends.remote.openai_stream import ReplyReader
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 TOOLS = (ToolSpec("get_weather", "A city's weather", CITY), ToolSpec("get_time"))

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from pagoda.app.backends import ChatMessage, InvalidRequestError, SamplingOptions
-from pagoda.app.backends.local import LocalBackend
-from pagoda.app.backends.openai_request import chat_request
+from pagoda.app.backends.chat.local import LocalBackend
+from pagoda.app.backends.remote.openai_request import chat_request
 from tests.app.qt.fake_engine import FakeEngine, FakeTokenizer
 
 # A small template in Qwen3's manner: reasoning is written for the turn being answered only,

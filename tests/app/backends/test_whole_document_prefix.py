@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import run
 
-from pagoda.app.components.async_store import AsyncStore
-from pagoda.app.components.chat_session import ChatSession
+from pagoda.app.components.chat.chat_session import ChatSession
+from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.store import ConversationStore, SamplingSettings
 
 LOG = "\n\n".join(f"## Day {day}\n\nThe keeper burned {20 + day} litres of oil and saw "
@@ -34,7 +34,7 @@ def test_the_second_question_reads_the_document_from_the_prefix_cache(local_back
             sampling=SamplingSettings(temperature=0.0, max_tokens=4))).id
         session = ChatSession(cid, db, _Source(local_backend))
         await session.open()
-        await session.attach([str(tmp_path / "log.md")])
+        await session.files.attach([str(tmp_path / "log.md")])
         replies = []
         for question in ("How much oil on day 12?", "And on day 30?"):
             await session.send(question)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pagoda.app.components.async_store import AsyncStore
-from pagoda.app.components.chat_session import ChatSession
+from pagoda.app.components.chat.chat_session import ChatSession
+from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.store import ConversationStore
 from tests.app.components.fake_backend import FakeSource, RecordingView, ScriptedBackend
 

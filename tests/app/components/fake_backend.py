@@ -21,7 +21,7 @@ from pagoda.app.backends import (
     ToolCallRecord,
     ToolSpec,
 )
-from pagoda.app.components.view_models import (
+from pagoda.app.components.shared.view_models import (
     AttachmentView,
     FolderView,
     MessageView,

@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 
 from pagoda.app.backends import ToolCallRecord, ToolSpec
-from pagoda.app.components.tool_turns import ToolOffer, ToolOutcome
+from pagoda.app.components.shared.tool_seam import ToolOffer, ToolOutcome
 
 ADD = ToolSpec("add", "Adds two integers.", {"type": "object", "properties": {
     "a": {"type": "integer"}, "b": {"type": "integer"}}})

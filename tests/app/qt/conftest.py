@@ -32,7 +32,7 @@ def app(qapp):
     import shiboken6
     from PySide6.QtGui import QFont, QPalette
 
-    from pagoda.app.qt import theme
+    from pagoda.app.qt.shared import theme
 
     style, palette = qapp.style().name(), QPalette(qapp.palette())
     sheet, font = qapp.styleSheet(), QFont(qapp.font())
@@ -68,7 +68,7 @@ def _private_config_dir(tmp_path, monkeypatch):
 @pytest.fixture(autouse=True)
 def _no_system_keyring(monkeypatch):
     """No test reads or writes the user's keyring: saved servers' keys stay in memory."""
-    monkeypatch.setattr("pagoda.app.components.connections._system_keyring", lambda: None)
+    monkeypatch.setattr("pagoda.app.components.shared.connections._system_keyring", lambda: None)
 
 
 @pytest.fixture(autouse=True)
@@ -84,7 +84,7 @@ def _no_model_read_outlives_its_test(monkeypatch, qapp):
     GUI thread. Collected here, they go on this thread, between tests."""
     from PySide6.QtCore import QCoreApplication, QEvent
 
-    from pagoda.app.components.model_choices import ModelChoices
+    from pagoda.app.components.models.model_choices import ModelChoices
 
     made: list[ModelChoices] = []
     init = ModelChoices.__init__
@@ -122,9 +122,9 @@ def qloop(_session_loop):
 def make_window(qloop, qtbot, tmp_path, make_engine):
     """A MainWindow on a fresh database (or the given one), over the shared default model;
     keyword arguments go to the EngineConfig."""
-    from pagoda.app.components.async_store import AsyncStore
-    from pagoda.app.qt.engine_host import EngineHost
+    from pagoda.app.components.shared.async_store import AsyncStore
     from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.store import ConversationStore
     from pagoda.engine import AsyncEngine
 
@@ -149,7 +149,7 @@ def make_window(qloop, qtbot, tmp_path, make_engine):
 
     yield build
     for window in windows:
-        if not window._closing:
+        if not window.closing:
             window.close()
         window.db.close()
 
@@ -171,9 +171,9 @@ def window_on(qtbot, qloop, run_async, tmp_path):
     """window_on(db_path) -> a restored MainWindow over a fake local model (fast: no engine)."""
     from fake_engine import FakeModels
 
-    from pagoda.app.components.async_store import AsyncStore
-    from pagoda.app.qt.engine_host import EngineHost
+    from pagoda.app.components.shared.async_store import AsyncStore
     from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.store import ConversationStore
 
     windows = []
@@ -199,9 +199,9 @@ def window_on(qtbot, qloop, run_async, tmp_path):
 def make_disk_window(qloop, qtbot, tmp_path, run_async, default_model):
     """make_disk_window() -> a restored MainWindow over a real engine (the default model) that
     keeps its prefix cache on disk (in this test's PAGODA_KV_CACHE_DIR); closed after."""
-    from pagoda.app.components.async_store import AsyncStore
-    from pagoda.app.qt.engine_host import EngineHost
+    from pagoda.app.components.shared.async_store import AsyncStore
     from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.store import ConversationStore
     from pagoda.engine import AsyncEngine
     from pagoda.engine.config import EngineConfig
@@ -219,7 +219,7 @@ def make_disk_window(qloop, qtbot, tmp_path, run_async, default_model):
         windows.append(window)
         qtbot.addWidget(window)
         window.show()
-        run_async(window.restore_model_settings())
+        run_async(window.models_controller.restore_model_settings())
         window.host.load(None)
         qtbot.waitUntil(lambda: window.host.is_ready, timeout=60_000)
         run_async(window.restore())
@@ -234,7 +234,7 @@ def make_disk_window(qloop, qtbot, tmp_path, run_async, default_model):
 @pytest.fixture
 def view(qtbot):
     """A transcript on screen, 640 x 480 (the transcript's tests render into it)."""
-    from pagoda.app.qt.widgets.transcript import TranscriptView
+    from pagoda.app.qt.chat.transcript import TranscriptView
 
     widget = TranscriptView()
     widget.resize(640, 480)

@@ -4,11 +4,11 @@ holds, when its shutdown ends. The host wraps it in a LocalBackend like the real
 import asyncio
 import threading
 
-from pagoda.app.components.async_store import AsyncStore
-from pagoda.app.components.chat_session import ChatSession
-from pagoda.app.qt.chat_tab import ChatTab
-from pagoda.app.qt.controller import ChatController
-from pagoda.app.qt.engine_host import EngineHost
+from pagoda.app.components.chat.chat_session import ChatSession
+from pagoda.app.components.shared.async_store import AsyncStore
+from pagoda.app.qt.chat.chat_tab import ChatTab
+from pagoda.app.qt.chat.controller import ChatController
+from pagoda.app.qt.models.engine_host import EngineHost
 from pagoda.app.store import ConversationStore, SamplingSettings
 from pagoda.engine import EngineDeadError
 from pagoda.engine.llm_engine import EngineStats

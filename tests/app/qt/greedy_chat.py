@@ -8,9 +8,9 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QPlainTextEdit
 
-from pagoda.app.components.async_store import AsyncStore
-from pagoda.app.qt.engine_host import EngineHost
+from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.qt.main_window import MainWindow
+from pagoda.app.qt.models.engine_host import EngineHost
 from pagoda.app.store import ConversationStore, SamplingSettings
 
 WAIT_MS = 60_000
@@ -35,7 +35,7 @@ def greedy_turn(window: MainWindow, qtbot, run_async, text: str, max_tokens: int
     Greedy and unpenalised, so the reply is the model's own argmax."""
     conversation = window.db.store.create_conversation(sampling=SamplingSettings(
         temperature=0.0, repetition_penalty=1.0, max_tokens=max_tokens))
-    tab = run_async(window.open_conversation(conversation.id))
+    tab = run_async(window.chat_tabs.open_conversation(conversation.id))
     shown: list[tuple[str, str]] = []
     for method, kind in (("append_reasoning", "thinking"), ("append_delta", "answer")):
         _note_calls(tab, method, kind, shown)

@@ -6,7 +6,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QPlainTextEdit
 
-from pagoda.app.qt.chat_tab import ChatTab
+from pagoda.app.qt.chat.chat_tab import ChatTab
 from pagoda.app.store import SamplingSettings
 
 pytestmark = pytest.mark.slow
@@ -18,7 +18,7 @@ def _chat(window, run_async, settings=GREEDY_SHORT, title=None):
     """A conversation with the given settings, opened in a tab."""
     store = window.db.store
     conversation = store.create_conversation(title=title, sampling=settings)
-    return run_async(window.open_conversation(conversation.id))
+    return run_async(window.chat_tabs.open_conversation(conversation.id))
 
 
 def _input(tab):
@@ -108,7 +108,7 @@ def test_switching_the_model_mid_reply_keeps_it_interrupted_and_says_so(make_win
     qtbot.waitUntil(lambda: controller.reply is not None and len(controller.reply.text) > 20,
                     timeout=60_000)
     old = window.host.backend
-    window.load_model(None)
+    window.models_controller.load_model(None)
     reply = _wait_reply_done(qtbot, window, tab)
     qtbot.waitUntil(lambda: not window.host.is_loading, timeout=60_000)
     assert window.host.backend is not old
@@ -141,14 +141,14 @@ def test_a_new_window_restores_conversations_and_open_tabs(make_window, qtbot, r
     _chat(window, run_async, title="Beta")
     _send(qtbot, a, "Hello!")
     _wait_reply_done(qtbot, window, a)
-    expected = [t.conversation_id for t in window.open_tabs()]
+    expected = [t.conversation_id for t in window.chat_tabs.open_tabs()]
     window.tabs.setCurrentWidget(a)
     window.close()
     window.db.close()
 
     again = make_window(db, load=False)
     run_async(again.restore())
-    assert [t.conversation_id for t in again.open_tabs()] == expected
+    assert [t.conversation_id for t in again.chat_tabs.open_tabs()] == expected
     assert again.tabs.currentWidget().conversation_id == a.conversation_id
     restored = _controller(again, again.tabs.currentWidget())
     assert [m.role for m in restored.path] == ["user", "assistant"]
@@ -159,7 +159,7 @@ def test_a_bad_model_path_shows_the_loader_error_and_keeps_the_model(make_window
                                                                       tmp_path):
     window = make_window()
     running = window.host.backend
-    window.load_model(str(tmp_path / "no-such-model"))
+    window.models_controller.load_model(str(tmp_path / "no-such-model"))
     qtbot.waitUntil(lambda: window.findChild(QMessageBox, "modelErrorDialog") is not None,
                     timeout=30_000)
     box = window.findChild(QMessageBox, "modelErrorDialog")
@@ -234,7 +234,7 @@ def test_a_long_chat_leaves_out_its_oldest_turns_and_says_so(make_window, qtbot,
         store.append_user_message(conversation.id, f"Note {i}: {filler}")
         reply = store.start_assistant_message(conversation.id)
         store.finish_message(reply.id, "Noted.", "stop")
-    tab = run_async(window.open_conversation(conversation.id))
+    tab = run_async(window.chat_tabs.open_conversation(conversation.id))
     _send(qtbot, tab, "What is the capital of France?")
     reply = _wait_reply_done(qtbot, window, tab, timeout=120_000)
     assert reply.status == "complete"

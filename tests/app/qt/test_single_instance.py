@@ -16,13 +16,13 @@ import pytest
 from pagoda.app import bootstrap
 from pagoda.app import main as app_main
 from pagoda.app.open_store import open_store
+from pagoda.app.qt.conversations import database_dialog
 from pagoda.app.qt.single_instance import (
     WindowRaiser,
     ask_running_window_to_raise,
     bring_to_front,
     server_name,
 )
-from pagoda.app.qt.widgets import database_dialog
 from pagoda.app.store import DatabaseInUseError
 from tests.lock_holder import start_lock_holder
 

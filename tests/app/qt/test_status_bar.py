@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from PySide6.QtWidgets import QLabel
 
-from pagoda.app.components.view_models import EngineStatusView, LoadStepView, LocalServerView
-from pagoda.app.qt.widgets.status_bar import SPEC_EXPLAINED, EngineStatusBar
+from pagoda.app.components.shared.view_models import EngineStatusView, LoadStepView, LocalServerView
+from pagoda.app.qt.status_bar import SPEC_EXPLAINED, EngineStatusBar
 
 MODEL = "SmolLM2-135M-Instruct"
 

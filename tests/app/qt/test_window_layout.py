@@ -8,9 +8,9 @@ import pytest
 from fake_engine import WAIT_MS, FakeModels
 from PySide6.QtCore import QMargins, QRect, QSize
 
-from pagoda.app.components.async_store import AsyncStore
-from pagoda.app.qt.engine_host import EngineHost
+from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.qt.main_window import MainWindow
+from pagoda.app.qt.models.engine_host import EngineHost
 from pagoda.app.qt.window_layout import (
     FIRST_START_LARGEST,
     LAYOUT_FILE,
@@ -68,7 +68,7 @@ def start(qloop, qtbot, tmp_path):
 
 
 def close(window: MainWindow) -> None:
-    if not window._closing:
+    if not window.closing:
         window.close()
     window.db.close()
 

@@ -7,9 +7,9 @@ from PySide6.QtWidgets import QPlainTextEdit
 from tiny_gguf import QType, write_tiny_gguf
 from torch_threads import torch_callers
 
-from pagoda.app.components.async_store import AsyncStore
-from pagoda.app.qt.engine_host import EngineHost
+from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.qt.main_window import MainWindow
+from pagoda.app.qt.models.engine_host import EngineHost
 from pagoda.app.store import ConversationStore, SamplingSettings
 
 pytestmark = pytest.mark.slow
@@ -24,11 +24,11 @@ def test_a_reply_in_the_window_runs_torch_on_the_engine_thread_only(qloop, qtbot
     window.show()
     try:
         with torch_callers() as callers:
-            window.load_model(str(model))
+            window.models_controller.load_model(str(model))
             qtbot.waitUntil(lambda: window.host.is_ready, timeout=WAIT_MS)
             conversation = window.db.store.create_conversation(
                 sampling=SamplingSettings(temperature=0.0, max_tokens=4))
-            tab = run_async(window.open_conversation(conversation.id))
+            tab = run_async(window.chat_tabs.open_conversation(conversation.id))
             box = tab.composer.findChild(QPlainTextEdit, "composer")
             qtbot.keyClicks(box, "hello")
             qtbot.keyClick(box, Qt.Key.Key_Return)

@@ -91,7 +91,7 @@ def enable_tools(window) -> None:
     and check another server whole."""
     from PySide6.QtCore import Qt
 
-    from pagoda.app.components.view_models import ToolServerView
+    from pagoda.app.components.shared.view_models import ToolServerView
 
     window.settings_panel.set_tool_servers([
         ToolServerView(name, tuple((f"{name}_tool_{i}", f"Tool {i} of {name}")
@@ -116,10 +116,10 @@ def reset_chat_settings(window) -> None:
 def start(config: Path, models=None):
     from fake_engine import FakeModels
 
-    from pagoda.app.components.async_store import AsyncStore
-    from pagoda.app.components.connections import ConnectionKeys
-    from pagoda.app.qt.engine_host import EngineHost
+    from pagoda.app.components.shared.async_store import AsyncStore
+    from pagoda.app.components.shared.connections import ConnectionKeys
     from pagoda.app.qt.main_window import MainWindow
+    from pagoda.app.qt.models.engine_host import EngineHost
     from pagoda.app.qt.window_layout import WindowLayout
     from pagoda.app.store import ConversationStore
 
@@ -194,8 +194,8 @@ def main() -> int:
     import qasync
     from PySide6.QtWidgets import QApplication
 
-    from pagoda.app.components import connections
-    from pagoda.app.qt.theme import apply_theme
+    from pagoda.app.components.shared import connections
+    from pagoda.app.qt.shared.theme import apply_theme
 
     config = Path(sys.argv[1])
     os.environ.update(PAGODA_CONFIG_DIR=str(config), PAGODA_KV_CACHE_DIR=str(config / "kv"),

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import text
 
 from pagoda.app.store import ConversationStore, DatabaseTooNewError, StoreError
-from pagoda.app.store.migrate import current_revision, head_revision, upgrade
+from pagoda.app.store.database.migrate import current_revision, head_revision, upgrade
 
 
 def digest(path: Path) -> str:

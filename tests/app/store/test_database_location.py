@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pagoda.app.store import ConversationStore, DatabaseLocationError, NotAPagodaDatabaseError
-from pagoda.app.store.migrate import head_revision, upgrade
+from pagoda.app.store.database.migrate import head_revision, upgrade
 
 FIX = "--db PATH or PAGODA_DB"
 
@@ -140,6 +140,6 @@ def test_every_failure_to_open_comes_out_as_a_location_error(
     def disk_gone(*args: object, **kwargs: object) -> None:
         raise sqlite3.OperationalError("disk I/O error")
 
-    monkeypatch.setattr("pagoda.app.store.migrate.upgrade", disk_gone)
+    monkeypatch.setattr("pagoda.app.store.database.migrate.upgrade", disk_gone)
     assert "disk I/O error" in str(refused(db_path))
 

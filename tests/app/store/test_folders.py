@@ -10,9 +10,14 @@ import pytest
 from alembic import command
 
 from pagoda.app.store import AttachmentChunk, ConversationStore, NewAttachment, StoreError
-from pagoda.app.store.connection import create_store_engine
-from pagoda.app.store.folders import MAX_FOLDERS
-from pagoda.app.store.migrate import alembic_config, current_revision, head_revision, upgrade
+from pagoda.app.store.database.connection import create_store_engine
+from pagoda.app.store.database.migrate import (
+    alembic_config,
+    current_revision,
+    head_revision,
+    upgrade,
+)
+from pagoda.app.store.documents.folders import MAX_FOLDERS
 
 LIGHTHOUSE = "The lighthouse keeper lit the lamp at dusk every evening."
 SOLAR = "Solar panels on the roof gave 4.2 kW of capacity in the summer."

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pagoda.app.store import ConversationStore, ImportValidationError, StoreError
-from pagoda.app.store.validation import MAX_NAME_CHARS, MAX_TEXT_CHARS
+from pagoda.app.store.transfer.validation import MAX_NAME_CHARS, MAX_TEXT_CHARS
 
 
 def dump(store: ConversationStore) -> list[tuple[str, list[tuple]]]:

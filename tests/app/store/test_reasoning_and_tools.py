@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pagoda.app.store import ConversationStore, ReplyParts, StoreError, StreamingWriter, ToolCall
-from pagoda.app.store.migrate import current_revision, head_revision, upgrade
+from pagoda.app.store.database.migrate import current_revision, head_revision, upgrade
 
 CALL = ToolCall("call_7", "add", '{"a": 2, "b": 3}')
 

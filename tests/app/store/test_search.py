@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from pagoda.app.store import ConversationStore, search
+from pagoda.app.store import ConversationStore
+from pagoda.app.store.search import search
 
 
 @pytest.fixture

@@ -1,32 +1,24 @@
 """Files attached to a chat, read into text the model can answer from. Plain Python, no Qt.
 
-    convert          convert_document: a file (PDF, DOCX, PPTX, XLSX, HTML, text, Markdown,
-                     code) into a Document, with no bound on what its parsers take
-    reading_process  read_document: convert_document in a worker process, within limits on
-                     memory and time, killed past them (or when the caller stops it)
-    pdf, pdf_lines   a PDF's pages by PDFium, their wrapped lines joined into paragraphs
-    office           Word, PowerPoint, Excel and HTML by markitdown, their ZIPs bounded first
-    sniff            a file's type from its name and first bytes; named_readable: whether a
-                     folder's file is one to read, by its name
+    reading/         a file into a Document: convert (PDF, DOCX, PPTX, XLSX, HTML, text,
+                     Markdown, code), reading_process (convert in a worker process, within
+                     limits on memory and time, killed past them), pdf and pdf_lines (PDFium),
+                     office (markitdown, its ZIPs bounded first), sniff (a file's type; whether
+                     a folder's file is one to read), text_files, languages, reading_thread
+                     (the one worker thread every chat's files are read on)
+    passages/        chunking (a Document cut into Chunks), headings, cjk, retrieval_query (a
+                     question as an FTS5 MATCH expression), context (the prompt's documents:
+                     whole, or retrieved passages with their Sources)
     document         Document and the bounds a file is read within
-    chunking         chunk_document: a Document cut into Chunks for retrieval
-    retrieval_query  fts_query: a question as an FTS5 MATCH expression for a trigram index
-    context          the prompt's documents: whole, or as retrieved passages with their Sources
     errors           DocumentError and its kinds
-    reading_thread   the one worker thread every chat's files are read on
+    chat_documents   a chat's documents: the composer's files, kept with messages, in prompts
+    folder_scan, folder_index   a chat's folders: a look at their files, their index kept
+    document_embeddings         passages' vectors from an embeddings server
 
 Importing this package imports neither markitdown nor PDFium; the reading process imports them
 for the first such file.
 """
 
-from pagoda.app.components.documents.chunking import Chunk, chunk_document
-from pagoda.app.components.documents.context import (
-    Hit,
-    Source,
-    passage_sources,
-    retrieved_passages_message,
-    whole_documents_message,
-)
 from pagoda.app.components.documents.document import Document, Kind
 from pagoda.app.components.documents.errors import (
     DocumentError,
@@ -38,17 +30,25 @@ from pagoda.app.components.documents.errors import (
     UnreadableDocumentError,
     UnsupportedDocumentError,
 )
-from pagoda.app.components.documents.pdf import ProgressCallback
-from pagoda.app.components.documents.reading_process import (
+from pagoda.app.components.documents.passages.chunking import Chunk, chunk_document
+from pagoda.app.components.documents.passages.context import (
+    Hit,
+    Source,
+    passage_sources,
+    retrieved_passages_message,
+    whole_documents_message,
+)
+from pagoda.app.components.documents.passages.retrieval_query import fts_query
+from pagoda.app.components.documents.reading.pdf import ProgressCallback
+from pagoda.app.components.documents.reading.reading_process import (
     DocumentReader,
     ReadingCancelled,
     ReadingLimits,
     ReadingProcess,
     read_document,
 )
-from pagoda.app.components.documents.reading_thread import reading_thread
-from pagoda.app.components.documents.retrieval_query import fts_query
-from pagoda.app.components.documents.sniff import named_readable
+from pagoda.app.components.documents.reading.reading_thread import reading_thread
+from pagoda.app.components.documents.reading.sniff import named_readable
 
 __all__ = [
     "Chunk",

@@ -1,6 +1,6 @@
 """One chat's tools from the MCP servers: the functions its selectors ("server",
 "server/tool") choose, under names the model calls, and its calls, run through the hub. It is
-the ChatTools a ChatSession takes (pagoda/app/components/tool_turns.py)."""
+the ChatTools a ChatSession takes (pagoda/app/components/shared/tool_seam.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from pagoda.app.components.tool_turns import ToolOffer, ToolOutcome
+from pagoda.app.components.shared.tool_seam import ToolOffer, ToolOutcome
 from pagoda.app.components.tools.catalog import McpTool, ToolCatalog
 from pagoda.app.components.tools.data import ToolResult
 from pagoda.app.components.tools.errors import ToolError

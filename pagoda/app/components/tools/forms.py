@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pagoda.app.components.bounded_files import FileTooLargeError, read_utf8
+from pagoda.app.components.shared.bounded_files import FileTooLargeError, read_utf8
 from pagoda.app.components.tools.catalog import McpTool
 from pagoda.app.components.tools.config import MAX_TEXT_BYTES, McpServerConfig, mcp_servers_json
 from pagoda.app.components.tools.data import ServerStatus

@@ -26,10 +26,10 @@ from pagoda.app.components.tools.catalog import McpTool, ToolCatalog
 from pagoda.app.components.tools.config import McpServerConfig
 from pagoda.app.components.tools.data import ServerStatus, ToolResult
 from pagoda.app.components.tools.errors import ToolConfigError, ToolServerError
-from pagoda.app.components.tools.server_log import LogRing
+from pagoda.app.components.tools.mcp.server_log import LogRing
 
 if TYPE_CHECKING:
-    from pagoda.app.components.tools.connection import McpConnection
+    from pagoda.app.components.tools.mcp.connection import McpConnection
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class McpHub:
 
     def _connection(self, server: str) -> McpConnection:
         """The connection for `server`'s current configuration (hub's loop)."""
-        from pagoda.app.components.tools.connection import McpConnection
+        from pagoda.app.components.tools.mcp.connection import McpConnection
 
         self._drop_stale_connections()
         with self._lock:
@@ -236,7 +236,7 @@ class McpHub:
     def _run_loop(self) -> None:
         try:
             # Loaded here, off the caller's thread: the SDK takes about a second to import.
-            import pagoda.app.components.tools.connection  # noqa: F401
+            import pagoda.app.components.tools.mcp.connection  # noqa: F401
         except ImportError:
             logger.exception("The MCP SDK cannot be imported; every tool call will fail")
         asyncio.set_event_loop(self._loop)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from pagoda.app.components.async_store import AsyncStore
+from pagoda.app.components.shared.async_store import AsyncStore
+from pagoda.app.components.shared.view_models import ToolServerView
 from pagoda.app.components.tools.catalog import McpTool
 from pagoda.app.components.tools.chat_tools import McpChatTools
 from pagoda.app.components.tools.config import McpServerConfig
@@ -15,7 +16,6 @@ from pagoda.app.components.tools.data import ServerStatus
 from pagoda.app.components.tools.errors import ToolServerError
 from pagoda.app.components.tools.hub import McpHub
 from pagoda.app.components.tools.settings import SETTING, ToolSettingsModel, settings_from
-from pagoda.app.components.view_models import ToolServerView
 
 logger = logging.getLogger(__name__)
 

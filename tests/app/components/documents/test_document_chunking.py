@@ -9,8 +9,12 @@ import time
 import pytest
 
 from pagoda.app.components.documents import Chunk, Document, chunk_document
-from pagoda.app.components.documents.chunking import CHUNK_CHARS, MIN_CUT_CHARS, OVERLAP_CHARS
 from pagoda.app.components.documents.document import Kind, join_pages
+from pagoda.app.components.documents.passages.chunking import (
+    CHUNK_CHARS,
+    MIN_CUT_CHARS,
+    OVERLAP_CHARS,
+)
 
 
 def sentences(count: int, topic: str = "harbour") -> str:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pagoda.app.components.documents import fts_query
-from pagoda.app.components.documents.retrieval_query import MAX_TERM_CHARS, MAX_TERMS
+from pagoda.app.components.documents.passages.retrieval_query import MAX_TERM_CHARS, MAX_TERMS
 
 PASSAGES = [
     "The harbour master counted forty boats at dawn.",

@@ -17,12 +17,10 @@ from pagoda.app.components.documents import (
     UnreadableDocumentError,
     UnsupportedDocumentError,
     chunk_document,
-    convert,
-    office,
-    pdf,
 )
-from pagoda.app.components.documents.convert import convert_document
-from pagoda.app.components.documents.pdf_lines import prose_text
+from pagoda.app.components.documents.reading import convert, office, pdf
+from pagoda.app.components.documents.reading.convert import convert_document
+from pagoda.app.components.documents.reading.pdf_lines import prose_text
 from tests.app.components.documents.document_files import (
     write_docx,
     write_long_pdf,

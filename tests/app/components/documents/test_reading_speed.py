@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from pagoda.app.components.documents import chunk_document
-from pagoda.app.components.documents.convert import convert_document
+from pagoda.app.components.documents.reading.convert import convert_document
 from tests.app.components.documents.document_files import write_long_pdf
 
 PAGES = 200

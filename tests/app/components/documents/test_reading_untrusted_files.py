@@ -23,7 +23,7 @@ from pagoda.app.components.documents import (
     UnreadableDocumentError,
     UnsupportedDocumentError,
 )
-from pagoda.app.components.documents.convert import convert_document
+from pagoda.app.components.documents.reading.convert import convert_document
 from tests.app.components.documents.document_files import write_docx, write_pdf
 from tests.app.components.documents.hostile_files import (
     write_far_cell_xlsx,

@@ -10,8 +10,8 @@ from reportlab.pdfbase import pdfmetrics
 from reportlab.pdfbase.cidfonts import UnicodeCIDFont
 from reportlab.pdfgen.canvas import Canvas
 
-from pagoda.app.components.chat_documents import attachment_of
 from pagoda.app.components.documents import chunk_document, fts_query, read_document
+from pagoda.app.components.documents.chat_documents import attachment_of
 from pagoda.app.store import ConversationStore
 
 PAGES = 200

@@ -1,0 +1,1 @@
+"""The chat backends' shared parts and the engine in this process: LocalBackend and its request, a reply's parts, tool options, replies that have not started, token estimates, the throughput meter."""

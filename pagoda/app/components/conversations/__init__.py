@@ -1,0 +1,1 @@
+"""The chats as a list: the open tabs, importing chats, the names exports suggest."""

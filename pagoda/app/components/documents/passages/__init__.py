@@ -1,0 +1,1 @@
+"""A Document cut into passages, a question as a search, the prompt's documents."""

@@ -1,0 +1,1 @@
+"""The settings a new chat starts with."""

@@ -1,0 +1,1 @@
+"""What several features of the window's models use: tasks on the event loop, the store awaited off the GUI thread, the view models widgets render, saved servers and their keys, small bounded files. It imports no feature."""

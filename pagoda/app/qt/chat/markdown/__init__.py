@@ -1,0 +1,1 @@
+"""A reply's Markdown as the transcript renders it: code, quotes, math."""

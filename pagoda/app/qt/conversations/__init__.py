@@ -1,0 +1,1 @@
+"""The chat list (sidebar) and the database dialog at start."""

@@ -1,0 +1,1 @@
+"""A chat's documents and folders as chips, the passage a reply cites, the Documents dialog."""

@@ -1,0 +1,1 @@
+"""The chat's settings panel and the appearance settings."""

@@ -1,0 +1,1 @@
+"""Settings → Tools: the MCP servers' dialog and its forms."""

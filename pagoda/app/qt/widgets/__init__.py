@@ -1,1 +1,0 @@
-"""Qt widgets: they render view models and emit signals; they never call the engine or the store."""

@@ -1,0 +1,1 @@
+"""Attached documents and a chat's folders in the database, with their passages."""
