@@ -34,7 +34,7 @@ from pagoda.app.backends.model_files import default_model_file, model_name, refu
 from pagoda.app.components.view_models import EngineStatusView, LoadStepView
 
 if TYPE_CHECKING:
-    from pagoda.engine import AsyncEngine
+    from pagoda.app.backends.local_engine import AsyncEngine
 
 logger = logging.getLogger(__name__)
 
