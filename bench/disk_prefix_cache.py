@@ -45,7 +45,7 @@ def child(args: argparse.Namespace) -> dict:
     """One fresh engine: read `history` (+ a new message), answer `max_tokens`, report."""
     from pagoda.engine.config import EngineConfig
     from pagoda.engine.llm_engine import LLMEngine
-    from pagoda.engine.sampling_params import SamplingParams
+    from pagoda.engine.sampling.params import SamplingParams
 
     config = EngineConfig(disk_cache_dir=args.disk, max_model_len=8192)
     engine = LLMEngine(None, config)

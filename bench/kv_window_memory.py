@@ -26,7 +26,7 @@ from pagoda.engine.core.kv_cache_manager import KVCacheGroup, KVCacheManager
 from pagoda.engine.core.scheduler import Scheduler
 from pagoda.engine.core.sequence import Sequence
 from pagoda.engine.models.kv_cache_sizing import group_num_blocks
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 
 WINDOWED_LAYERS, GLOBAL_LAYERS = 5, 1
 HEAD_DIM, BF16 = 256, 2

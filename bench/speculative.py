@@ -34,7 +34,8 @@ from pagoda.engine.text.chat_template import encode_chat
 from pagoda.engine.worker.calibration import calibrate_step_cost
 
 ROOT = Path(__file__).resolve().parent.parent
-CODE_FILES = ["pagoda/engine/core/block_pool.py", "pagoda/engine/core/kv_cache_manager.py", "pagoda/engine/sampling_params.py"]
+CODE_FILES = ["pagoda/engine/core/block_pool.py", "pagoda/engine/core/kv_cache_manager.py",
+              "pagoda/engine/sampling/params.py"]
 CODE_CHANGES = [("hash_block_tokens", "block_digest"), ("KVCacheStats", "CacheStats"),
                 ("_check", "_require")]
 PASSAGES = [

@@ -16,7 +16,7 @@ import time
 from cpu_info import cpu_name
 
 from pagoda.engine import LLM, SamplingParams
-from pagoda.engine.sampling_params import StructuredOutputsParams
+from pagoda.engine.sampling.params import StructuredOutputsParams
 
 # A list long enough that a reply under it runs about as long as the free one.
 LONG_REPLY = {"type": "object", "properties": {

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from pagoda.engine.llm import LLM
     from pagoda.engine.llm_engine import EngineStats, LLMEngine
     from pagoda.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
-    from pagoda.engine.sampling_params import PoolingParams, SamplingParams
+    from pagoda.engine.sampling.params import PoolingParams, SamplingParams
 
 _MODULE_OF = {
     "AsyncEngine": "pagoda.engine.async_engine",
@@ -38,8 +38,8 @@ _MODULE_OF = {
     "CompletionOutput": "pagoda.engine.outputs",
     "RequestMetrics": "pagoda.engine.outputs",
     "RequestOutput": "pagoda.engine.outputs",
-    "PoolingParams": "pagoda.engine.sampling_params",
-    "SamplingParams": "pagoda.engine.sampling_params",
+    "PoolingParams": "pagoda.engine.sampling.params",
+    "SamplingParams": "pagoda.engine.sampling.params",
 }
 
 __all__ = [

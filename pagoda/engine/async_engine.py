@@ -26,7 +26,7 @@ from pagoda.engine.config import EngineConfig
 from pagoda.engine.errors import EngineDeadError, RequestAbortedError, RequestFailedError
 from pagoda.engine.llm_engine import EngineStats, LLMEngine
 from pagoda.engine.outputs import RequestOutput
-from pagoda.engine.sampling_params import PoolingParams, SamplingParams
+from pagoda.engine.sampling.params import PoolingParams, SamplingParams
 from pagoda.engine.structured_output.compiler import grammar_source
 from pagoda.engine.structured_output.workers import GrammarWorkers
 from pagoda.engine.text.chat_template import Message, is_conversation

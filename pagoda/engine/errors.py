@@ -70,3 +70,13 @@ class OversizedDownloadError(PagodaError):
 
 class StructuredOutputError(PagodaError, ValueError):
     """A request's constraint (JSON schema, regex, grammar, choice) cannot be compiled."""
+
+
+class RequestFieldError(PagodaError, ValueError):
+    """A field of a request breaks one of its rules (pagoda/engine/requests/): `field` names it
+    as the request does (tool_choice, tools[2].function.name), the message says what is wrong
+    and what to give instead."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field

@@ -15,7 +15,8 @@ from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.parsers.harmony import is_harmony_template
 from pagoda.engine.parsers.harmony_frame import framed
 from pagoda.engine.parsers.tool_use import ToolUse
-from pagoda.engine.sampling_params import SamplingParams, response_format_constraint
+from pagoda.engine.requests.constraints import one_constraint
+from pagoda.engine.sampling.params import SamplingParams, response_format_constraint
 from pagoda.engine.text.chat_template import Message, encode_chat, is_conversation
 
 Prompt = str | list[int]
@@ -107,9 +108,10 @@ def _with_response_format(params, response_format: Mapping, n: int,
     if harmony and constraint is not None:
         constraint = framed(constraint, ToolUse("none", None))
     given = _broadcast_params(params, n)
-    if constraint is not None and any(p.structured_outputs is not None for p in given):
-        raise ValueError("response_format and SamplingParams.structured_outputs both constrain "
-                         "the reply: give one")
+    sources = (("response_format", constraint is not None),
+               ("SamplingParams.structured_outputs",
+                any(p.structured_outputs is not None for p in given)))
+    one_constraint([name for name, constrains in sources if constrains])
     return [replace(p, structured_outputs=constraint) if constraint else p for p in given]
 
 

@@ -23,7 +23,7 @@ from pagoda.engine.loading.loader import LoadedModel, load_model
 from pagoda.engine.loading.model_info import check_model_fits
 from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.processing.output_processor import OutputProcessor
-from pagoda.engine.sampling_params import PoolingParams, SamplingParams
+from pagoda.engine.sampling.params import PoolingParams, SamplingParams
 from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
 from pagoda.engine.spec_decode.step_cost import StepCost
 from pagoda.engine.structured_output.compiler import StructuredOutputCompiler

@@ -9,7 +9,7 @@ from torch_threads import torch_callers
 
 from pagoda.engine import AsyncEngine, EngineConfig, LLMEngine, SamplingParams
 from pagoda.engine.errors import PagodaError
-from pagoda.engine.sampling_params import StructuredOutputsParams
+from pagoda.engine.sampling.params import StructuredOutputsParams
 
 CONFIG = EngineConfig(num_kv_blocks=16)
 

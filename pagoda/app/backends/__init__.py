@@ -21,6 +21,7 @@ from pagoda.app.backends.errors import (
     UnauthorizedError,
 )
 from pagoda.app.backends.protocol import ChatBackend
+from pagoda.engine.sampling.fields import SAMPLING_FIELDS, SamplingField, sampling_values
 from pagoda.app.backends.types import (
     BackendStats,
     ChatMessage,
@@ -54,6 +55,8 @@ __all__ = [
     "PromptTooLongError",
     "ReplyChunk",
     "ReplyFormat",
+    "SAMPLING_FIELDS",
+    "SamplingField",
     "SamplingOptions",
     "ServerError",
     "TokenCount",
@@ -61,4 +64,5 @@ __all__ = [
     "ToolSpec",
     "UnauthorizedError",
     "chat_cache_tag",
+    "sampling_values",
 ]

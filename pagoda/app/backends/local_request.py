@@ -7,11 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pagoda.app.backends.errors import InvalidRequestError, clause
-from pagoda.app.backends.tool_options import check_tool_options, named_function
+from pagoda.app.backends.tool_options import refused_in_words, tool_use
 from pagoda.app.backends.types import ReplyFormat, SamplingOptions
 from pagoda.engine import SamplingParams
 from pagoda.engine.parsers.tool_use import ToolUse
-from pagoda.engine.sampling_params import StructuredOutputsParams
+from pagoda.engine.requests.tools import tools_constraint
+from pagoda.engine.sampling.fields import sampling_values
+from pagoda.engine.sampling.params import StructuredOutputsParams
 
 
 @dataclass(slots=True, frozen=True)
@@ -28,12 +30,13 @@ class LocalRequest:
 
 def local_request(options: SamplingOptions) -> LocalRequest:
     """InvalidRequestError, in words naming the setting, for what the engine cannot take."""
-    check_tool_options(options)
     use = tool_use(options)
     params = sampling_params(options)
     thinking = options.enable_thinking
-    if use.constraint is not None:
-        return LocalRequest(replace(params, structured_outputs=use.constraint), use,
+    with refused_in_words():
+        tools = tools_constraint(use)
+    if tools is not None:
+        return LocalRequest(replace(params, structured_outputs=tools[1]), use,
                             "the parameters of this chat's tools", thinking)
     if options.reply_format is not None:
         constraint = _constraint(options.reply_format)
@@ -42,27 +45,10 @@ def local_request(options: SamplingOptions) -> LocalRequest:
     return LocalRequest(params, use, None, thinking)
 
 
-def tool_use(options: SamplingOptions) -> ToolUse:
-    """The chat's tools and tool_choice as the engine's parsers take them (checked before)."""
-    tools = [tool.as_dict() for tool in options.tools]
-    choice = options.tool_choice or "auto"
-    if not tools or choice == "none":
-        return ToolUse("none", None)
-    named = named_function(choice)
-    if named is not None:
-        return ToolUse("named", tools, named)
-    return ToolUse(choice, tools)
-
-
 def sampling_params(options: SamplingOptions) -> SamplingParams:
     try:
-        return SamplingParams(
-            temperature=options.temperature, top_p=options.top_p,
-            top_k=options.top_k if options.top_k > 0 else -1, min_p=options.min_p,
-            repetition_penalty=options.repetition_penalty,
-            presence_penalty=options.presence_penalty,
-            frequency_penalty=options.frequency_penalty, max_tokens=options.max_tokens,
-            seed=options.seed, stop=list(options.stop))
+        return SamplingParams(**sampling_values(options), max_tokens=options.max_tokens,
+                              seed=options.seed, stop=list(options.stop))
     except ValueError as exc:
         raise InvalidRequestError(f"This chat's sampling settings are invalid: {clause(exc)}.") from exc
 

@@ -16,7 +16,7 @@ from pagoda.app.backends.openai_request import CONTINUING_FLAVORS, FLAVORS, Flav
 from pagoda.app.backends.openai_stream import ReplyReader
 from pagoda.app.backends.server_info import fetch_server_info, tokenize_chat
 from pagoda.app.backends.starting import StartingReplies
-from pagoda.app.backends.tool_options import check_tool_options
+from pagoda.app.backends.tool_options import tool_use
 from pagoda.app.backends.types import (
     BackendStats,
     ChatMessage,
@@ -139,7 +139,7 @@ class OpenAIBackend:
             raise InvalidRequestError(
                 f"{self.location} cannot continue a reply where it stopped (only vLLM, SGLang "
                 "and Pagoda can): regenerate it with a larger max tokens instead.")
-        check_tool_options(options)
+        tool_use(options)  # checked here as the engine in this process checks it
         body = chat_request(self.model_name, messages, options, self.flavor,
                             continue_final_message)
         reader = ReplyReader(self.endpoint.url, time.monotonic())

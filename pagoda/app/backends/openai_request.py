@@ -6,26 +6,13 @@ from collections.abc import Sequence
 from typing import Literal
 
 from pagoda.app.backends.errors import InvalidRequestError
-from pagoda.app.backends.tool_options import named_function
+from pagoda.app.backends.tool_options import openai_tool_choice
 from pagoda.app.backends.types import ChatMessage, ReplyFormat, SamplingOptions
+from pagoda.engine.sampling.fields import SAMPLING_FIELDS, SamplingField
 
 Flavor = Literal["vllm", "sglang", "pagoda", "llama.cpp", "openai"]
 FLAVORS: tuple[Flavor, ...] = ("vllm", "sglang", "pagoda", "llama.cpp", "openai")
 
-# The sampling fields beyond OpenAI's that each kind of server reads, under its own names;
-# "openai" (OpenAI's API, Ollama, anything unknown) gets the standard fields only.
-_VLLM_EXTRAS = {"top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty"}
-_EXTRAS: dict[Flavor, dict[str, str]] = {
-    "vllm": _VLLM_EXTRAS,
-    "sglang": _VLLM_EXTRAS,
-    "pagoda": _VLLM_EXTRAS,
-    "llama.cpp": {"top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repeat_penalty"},
-    "openai": {},
-}
-# The value that turns each option off: left out of the request, so a server's own default
-# applies and a server that does not know the field never sees it.
-_NEUTRAL = {"top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0,
-            "frequency_penalty": 0.0}
 
 
 def flavor_of(owned_by: object) -> Flavor:
@@ -50,13 +37,9 @@ def chat_request(model: str, messages: Sequence[ChatMessage], options: SamplingO
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": options.max_tokens,
-        "temperature": options.temperature,
-        "top_p": options.top_p,
     }
-    for name in ("presence_penalty", "frequency_penalty"):
-        _set_unless_neutral(body, name, name, options)
-    for name, wire_name in _EXTRAS[flavor].items():
-        _set_unless_neutral(body, name, wire_name, options)
+    for field in SAMPLING_FIELDS:
+        _set_sampling(body, field, flavor, options)
     if options.seed is not None:
         body["seed"] = options.seed
     if options.stop:
@@ -86,11 +69,8 @@ def _set_tools(body: dict, options: SamplingOptions) -> None:
     """tools and tool_choice in OpenAI's shapes: a function's name as a named choice."""
     if options.tools:
         body["tools"] = [tool.as_dict() for tool in options.tools]
-    if options.tool_choice is None:
-        return
-    named = named_function(options.tool_choice)
-    body["tool_choice"] = (options.tool_choice if named is None
-                           else {"type": "function", "function": {"name": named}})
+    if options.tool_choice is not None:
+        body["tool_choice"] = openai_tool_choice(options.tool_choice)
 
 
 # Servers that pass chat_template_kwargs to the model's template (vLLM's, SGLang's and
@@ -105,7 +85,21 @@ def _set_thinking(body: dict, enabled: bool, flavor: Flavor) -> None:
     body["chat_template_kwargs"] = {"enable_thinking": enabled}
 
 
-def _set_unless_neutral(body: dict, name: str, wire_name: str, options: SamplingOptions) -> None:
-    value = getattr(options, name)
-    if value != _NEUTRAL[name]:
+def _set_sampling(body: dict, field: SamplingField, flavor: Flavor,
+                  options: SamplingOptions) -> None:
+    """A sampling field under the name this kind of server reads it by, where it reads it
+    ("openai": OpenAI's API, Ollama, anything unknown, reads OpenAI's fields only). A neutral
+    value is left out, so a server's own default applies and one that does not know the
+    field never sees it."""
+    value = getattr(options, field.name)
+    if value == field.neutral and not field.always_sent:
+        return
+    wire_name = _wire_name(field, flavor)
+    if wire_name is not None:
         body[wire_name] = value
+
+
+def _wire_name(field: SamplingField, flavor: Flavor) -> str | None:
+    if field.openai or flavor == "pagoda":
+        return field.name
+    return field.servers.get(flavor)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pagoda.engine.sampling.fields import with_sampling_fields
+
 Role = Literal["system", "user", "assistant", "tool"]
 # Why a reply ended; "tool_calls": it stopped by itself after calling tools. A failure is never
 # a finish reason: the stream raises a BackendError.
@@ -92,21 +94,16 @@ class ReplyFormat:
 
 
 @dataclass(slots=True, frozen=True)
+@with_sampling_fields()
 class SamplingOptions:
     """How the reply is sampled and when it stops; what a conversation's settings ask for.
 
-    temperature 0 is greedy. top_k 0, top_p 1, min_p 0 and the penalties' neutral values turn
-    each off. top_k, min_p and repetition_penalty are vLLM's extras: a server that does not know
-    them (OpenAI's own API, Ollama) samples without them.
+    The sampling knobs come first, one field per row of pagoda.engine.sampling.fields at the
+    engine's defaults (temperature 0 is greedy; each neutral value turns its knob off); the
+    table says which servers read each (a server that does not know one, such as OpenAI's own
+    API for vLLM's extras, samples without it).
     """
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
     max_tokens: int = 256
     seed: int | None = None
     stop: tuple[str, ...] = ()

@@ -8,24 +8,22 @@ from dataclasses import asdict, fields
 from typing import Any
 
 from pagoda.app.components.view_models import SamplingView
+from pagoda.app.store import ImportValidationError, sampling_setting
 
 logger = logging.getLogger(__name__)
 
 NEW_CHAT_DEFAULTS_SETTING = "new_chat_defaults"
-_NUMBER = (int, float)
-_TYPES = {"system_prompt": (str,), "temperature": _NUMBER, "top_p": _NUMBER,
-          "top_k": (int,), "min_p": _NUMBER, "repetition_penalty": _NUMBER,
-          "max_tokens": (int,), "seed": (int, type(None))}
 
 
 def _read(name: str, value: Any) -> tuple[bool, Any]:
-    """(whether `value` fits the field `name`, the value as the field holds it)."""
-    if name == "enable_thinking":
-        return value is None or isinstance(value, bool), value
-    if name == "tools":
-        fits = isinstance(value, list) and all(isinstance(item, str) for item in value)
-        return fits, tuple(value) if fits else value
-    return not isinstance(value, bool) and isinstance(value, _TYPES[name]), value
+    """(whether `value` fits the field `name`, the value as the field holds it): the sampling
+    settings as a chat's imported ones are checked."""
+    if name == "system_prompt":
+        return isinstance(value, str), value
+    try:
+        return True, sampling_setting(name, value)
+    except ImportValidationError:
+        return False, value
 
 
 async def load_chat_defaults(db) -> SamplingView:

@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from pagoda.app.backends import ChatMessage, SamplingOptions, TokenCount, ToolSpec
+from pagoda.app.backends import (
+    ChatMessage,
+    SamplingOptions,
+    TokenCount,
+    ToolSpec,
+    sampling_values,
+)
 from pagoda.app.components.tool_turns import answered_calls, call_outcomes
 from pagoda.app.store import GenerationStats, Message, SamplingSettings
 
@@ -79,11 +85,7 @@ def sampling_options(settings: SamplingSettings, max_tokens: int, *,
     """The reply's options; the chat's thinking switch only where the model has one (the
     settings say so where it has not)."""
     return SamplingOptions(
-        temperature=settings.temperature,
-        top_p=settings.top_p,
-        top_k=settings.top_k,
-        min_p=settings.min_p,
-        repetition_penalty=settings.repetition_penalty,
+        **sampling_values(settings),
         max_tokens=max_tokens,
         seed=settings.seed,
         tools=tools,

@@ -8,8 +8,6 @@ from typing import Literal
 
 from pagoda.app.store import SamplingSettings
 
-_DEFAULT_SAMPLING = SamplingSettings()
-
 Role = Literal["system", "user", "assistant", "tool"]
 MessageStatus = Literal["complete", "streaming", "interrupted", "error"]
 # Where a call of the model's stands: waiting for the user's Run or Deny, running, done,
@@ -137,21 +135,28 @@ class MessageView:
         return self.status == "interrupted" and bool(self.content)
 
 
+def _with_fields_of(source: type):
+    """A class decorator, put under @dataclass: the fields of the dataclass `source`, at its
+    defaults, after the class's own (as if written out again)."""
+
+    def add_fields(cls: type) -> type:
+        own = dict(cls.__dict__.get("__annotations__", {}))
+        cls.__annotations__ = {**own, **{f.name: f.type for f in fields(source)}}
+        defaults = source()
+        for f in fields(source):
+            setattr(cls, f.name, getattr(defaults, f.name))
+        return cls
+
+    return add_fields
+
+
 @dataclass(slots=True, frozen=True)
+@_with_fields_of(SamplingSettings)
 class SamplingView:
-    """The per-conversation settings the side panel edits: the system prompt and the stored
-    SamplingSettings, flattened for the widgets (defaults are the store's)."""
+    """The per-conversation settings the side panel edits: the system prompt, then every field
+    of the stored SamplingSettings, flattened for the widgets (defaults are the store's)."""
 
     system_prompt: str = ""
-    temperature: float = _DEFAULT_SAMPLING.temperature
-    top_p: float = _DEFAULT_SAMPLING.top_p
-    top_k: int = _DEFAULT_SAMPLING.top_k
-    min_p: float = _DEFAULT_SAMPLING.min_p
-    repetition_penalty: float = _DEFAULT_SAMPLING.repetition_penalty
-    max_tokens: int = _DEFAULT_SAMPLING.max_tokens
-    seed: int | None = _DEFAULT_SAMPLING.seed
-    enable_thinking: bool | None = _DEFAULT_SAMPLING.enable_thinking
-    tools: tuple[str, ...] = _DEFAULT_SAMPLING.tools
 
     @classmethod
     def of(cls, system_prompt: str | None, sampling: SamplingSettings) -> SamplingView:

@@ -32,6 +32,7 @@ from .records import (
 )
 from .store import ConversationStore
 from .streaming import StreamingWriter
+from .validation import sampling_setting
 
 __all__ = [
     "Attachment",
@@ -61,4 +62,5 @@ __all__ = [
     "add_db_argument",
     "default_db_path",
     "resolve_db_path",
+    "sampling_setting",
 ]

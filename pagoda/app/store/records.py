@@ -4,6 +4,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+from pagoda.engine.sampling.fields import with_sampling_fields
+
 Role = Literal["system", "user", "assistant", "tool"]
 Status = Literal["complete", "streaming", "interrupted", "error"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
@@ -15,12 +17,12 @@ STATUSES: tuple[str, ...] = ("complete", "streaming", "interrupted", "error")
 
 
 @dataclass(slots=True, frozen=True)
+@with_sampling_fields(chat=True)
 class SamplingSettings:
-    temperature: float = 0.7
-    top_p: float = 0.9
-    top_k: int = 0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.1
+    """A chat's settings, kept as JSON in its row: the sampling knobs first, one field per row
+    of pagoda.engine.sampling.fields at a new chat's value (a row added there is read as its
+    value from rows saved before it), then these."""
+
     max_tokens: int = 1024
     seed: int | None = None
     # The chat template's thinking switch: None leaves the model's default.

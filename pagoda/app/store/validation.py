@@ -12,6 +12,8 @@ from dataclasses import MISSING, dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from pagoda.engine.sampling.fields import SAMPLING_FIELDS, SamplingField
+
 from .errors import ImportValidationError
 from .records import (
     ROLES,
@@ -188,6 +190,12 @@ def _record(cls: type, kinds: dict[str, Kind], item: dict[str, Any], where: str)
     return cls(**values)
 
 
+def sampling_setting(name: str, value: Any) -> Any:
+    """One field of SamplingSettings, checked as an import checks it and as the field holds it
+    (a list of tools as a tuple); ImportValidationError where it does not fit."""
+    return SAMPLING[name].check(value, name)
+
+
 def _sampling(value: dict[str, Any], where: str) -> SamplingSettings:
     return _record(SamplingSettings, SAMPLING, value, where)
 
@@ -196,12 +204,14 @@ def _stats(value: dict[str, Any], where: str) -> GenerationStats:
     return _record(GenerationStats, STATS, value, where)
 
 
+def _sampling_kind(field: SamplingField) -> Kind:
+    """A sampling knob of the table: a whole number or a number (its range is the engine's to
+    check, as for a chat made here)."""
+    return INTEGER if field.kind is int else NUMBER
+
+
 SAMPLING = {
-    "temperature": NUMBER,
-    "top_p": NUMBER,
-    "top_k": INTEGER,
-    "min_p": NUMBER,
-    "repetition_penalty": NUMBER,
+    **{field.name: _sampling_kind(field) for field in SAMPLING_FIELDS},
     "max_tokens": INTEGER,
     "seed": maybe(INTEGER),
     "enable_thinking": maybe(FLAG),

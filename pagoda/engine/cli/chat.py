@@ -14,7 +14,7 @@ from pagoda.engine.cli.common import engine_options, error, note, require_chat_t
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.errors import PromptTooLongError
 from pagoda.engine.outputs import RequestOutput
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 from pagoda.engine.text.chat_template import Message
 
 

@@ -6,22 +6,23 @@ import argparse
 import sys
 
 from pagoda.engine.config import KV_CACHE_DTYPES, QUANTIZATIONS
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.fields import SAMPLING_FIELDS, sampling_values
+from pagoda.engine.sampling.params import SamplingParams
 
 _DIM, _RESET = "\x1b[2m", "\x1b[0m"
 
 
-def add_common_options(parser: argparse.ArgumentParser, *, temperature: float, top_p: float,
-                        max_tokens: int, repetition_penalty: float) -> None:
+def add_common_options(parser: argparse.ArgumentParser, *, max_tokens: int,
+                       **defaults: float) -> None:
+    """The model's options and a flag per sampling field (pagoda.engine.sampling.fields), at
+    its default there or at this command's in `defaults` (temperature=0.2)."""
     add_model_options(parser)
     sampling = parser.add_argument_group("sampling")
-    sampling.add_argument("--temperature", type=float, default=temperature,
-                          help=f"0 is greedy (default: {temperature})")
-    sampling.add_argument("--top-p", type=float, default=top_p, help=f"(default: {top_p})")
-    sampling.add_argument("--top-k", type=int, default=-1, help="-1 disables it (default)")
-    sampling.add_argument("--min-p", type=float, default=0.0, help="0 disables it (default)")
-    sampling.add_argument("--repetition-penalty", type=float, default=repetition_penalty,
-                          help=f"1 disables it (default: {repetition_penalty})")
+    for field in SAMPLING_FIELDS:
+        default = defaults.pop(field.name, field.default)
+        sampling.add_argument(field.flag, type=field.kind, default=default,
+                              help=f"{field.help.rstrip('.')} (default: {default:g})")
+    assert not defaults, f"no sampling fields {sorted(defaults)}"
     sampling.add_argument("--max-tokens", type=int, default=max_tokens,
                           help=f"the most tokens per reply (default: {max_tokens})")
     sampling.add_argument("--seed", type=int, help="make sampling reproducible")
@@ -61,9 +62,7 @@ def _positive_int(text: str) -> int:
 
 
 def sampling_params(args: argparse.Namespace) -> SamplingParams:
-    return SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                          min_p=args.min_p, repetition_penalty=args.repetition_penalty,
-                          max_tokens=args.max_tokens, seed=args.seed)
+    return SamplingParams(**sampling_values(args), max_tokens=args.max_tokens, seed=args.seed)
 
 
 def engine_options(args: argparse.Namespace) -> dict[str, int | str]:

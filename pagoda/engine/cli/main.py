@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Measured on the default 135M model: at 0.7 its first token is often "L" or "Al" (the top
     # choice has only ~25%) and replies drift into French; at 0.2 without a penalty they loop.
     add_common_options(chat, temperature=0.2, top_p=0.9, max_tokens=512,
-                        repetition_penalty=1.1)
+                       repetition_penalty=1.1)
     chat.set_defaults(run=run_chat)
 
     generate = commands.add_parser("generate", help="complete prompts as one batch",
@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--json", action="store_true",
                           help="print one JSON object per prompt, one per line")
     add_common_options(generate, temperature=0.0, top_p=1.0, max_tokens=256,
-                        repetition_penalty=1.0)
+                       repetition_penalty=1.0)
     generate.set_defaults(run=run_generate)
 
     serve = commands.add_parser("serve", help="an OpenAI-compatible HTTP API on localhost",

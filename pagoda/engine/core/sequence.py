@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from pagoda.engine.outputs import FinishReason, RequestMetrics
-from pagoda.engine.sampling_params import PoolingParams, SamplingParams
+from pagoda.engine.sampling.params import PoolingParams, SamplingParams
 
 # A windowed KV cache group's table entry for a block released behind the window.
 NULL_BLOCK = -1

@@ -18,7 +18,7 @@ import json
 
 from pagoda.engine.parsers.harmony import CALL, CHANNEL, CONSTRAIN, END, MESSAGE, RETURN, START
 from pagoda.engine.parsers.tool_use import ToolUse
-from pagoda.engine.sampling_params import StructuredOutputsParams
+from pagoda.engine.sampling.params import StructuredOutputsParams
 
 _FRAME_TOKENS = [START, CHANNEL, MESSAGE, CONSTRAIN, END, CALL, RETURN]
 _ANALYSIS = {"type": "optional", "content": {"type": "sequence", "elements": [

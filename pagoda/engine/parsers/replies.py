@@ -14,7 +14,7 @@ from pagoda.engine.parsers.registry import tool_parser, tool_parser_for_template
 from pagoda.engine.parsers.reply import ReplyDelta, ReplyParser
 from pagoda.engine.parsers.tool_calls import ToolCall, ToolCallDelta, new_tool_call_id
 from pagoda.engine.parsers.tool_use import ToolUse
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 from pagoda.engine.text.tool_prompt import template_takes_tools
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pagoda.engine.sampling_params import StructuredOutputsParams
+from pagoda.engine.sampling.params import StructuredOutputsParams
 
 Mode = Literal["none", "auto", "required", "named"]
 _ANY_OBJECT = {"type": "object"}

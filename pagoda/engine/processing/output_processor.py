@@ -53,7 +53,8 @@ class OutputProcessor:
     def add_request(self, seq: Sequence) -> None:
         params = seq.params
         detokenizer = IncrementalDetokenizer(self._tokenizer, seq.prompt_token_ids, params.stop,
-                                             params.skip_special_tokens, self._eos_token_ids)
+                                             params.skip_special_tokens, self._eos_token_ids,
+                                             params.min_tokens)
         logprobs = [] if params.logprobs is not None else None
         prompt_logprobs = ([None] * seq.num_prompt_tokens
                            if params.prompt_logprobs is not None else None)

@@ -10,8 +10,10 @@ from starlette.requests import Request
 from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.parsers.replies import ReplyShape, reply_shape
 from pagoda.engine.parsers.tool_use import ToolUse
+from pagoda.engine.requests.constraints import check_one_constraint
+from pagoda.engine.requests.tools import tool_use, tools_constraint
 from pagoda.engine.server.admission import WorkBudget
-from pagoda.engine.server.errors import APIError, as_api_errors
+from pagoda.engine.server.errors import APIError, as_api_errors, rule_errors
 from pagoda.engine.server.generation import (
     Choice,
     Generation,
@@ -24,9 +26,8 @@ from pagoda.engine.server.generation import (
 )
 from pagoda.engine.server.logprobs import chat_logprobs
 from pagoda.engine.server.metrics import ServerMetrics
-from pagoda.engine.server.protocol import ChatCompletionRequest, engine_chat
+from pagoda.engine.server.protocol import ChatCompletionRequest, NamedToolChoice, engine_chat
 from pagoda.engine.server.served import ServedModel
-from pagoda.engine.server.tools import tool_use, tools_constraint
 
 # Enough of the prompt's end to see whether it opens the reasoning ("<think>\n").
 _PROMPT_TAIL_TOKENS = 8
@@ -72,8 +73,9 @@ async def encode_chat_request(body: ChatCompletionRequest, served: ServedModel) 
     if body.continue_final_message and body.add_generation_prompt:
         raise APIError(400, "continue_final_message needs add_generation_prompt=false",
                        param="add_generation_prompt")
-    use = tool_use(body)
-    constraint = _constraint(body, use)
+    with rule_errors():
+        use = _tool_use(body)
+        constraint = _constraint(body, use)
     template_kwargs = _template_kwargs(body, served.backend.chat_template)
     with as_api_errors("messages"):
         # Encoded once for all n choices, and before admission, which counts its tokens. With
@@ -106,16 +108,22 @@ async def prepare_chat(body: ChatCompletionRequest, request: Request, served: Se
     return PreparedChat(generation, shape)
 
 
+def _tool_use(body: ChatCompletionRequest) -> ToolUse:
+    """The request's tools and tool_choice, checked (pagoda/engine/requests/tools.py)."""
+    tools = [tool.model_dump(exclude_none=True) for tool in body.tools or []]
+    choice = body.tool_choice
+    if isinstance(choice, NamedToolChoice):
+        choice = choice.model_dump()
+    return tool_use(tools, choice, body.parallel_tool_calls)
+
+
 def _constraint(body: ChatCompletionRequest, use: ToolUse) -> str | None:
     """The field whose constraint the reply follows, if any: one of the request's, or the
     tools' under tool_choice "required" or a named function (never both)."""
     given = body.constraint()
+    check_one_constraint(use, None if given is None else given[0].split(".")[0])
     tools = tools_constraint(use)
     if tools is not None:
-        if given is not None:
-            field = given[0].split(".")[0]
-            raise APIError(400, f"tool_choice and {field} both constrain the reply: give one",
-                           param=field)
         return tools[0]
     return None if given is None else given[0]
 

@@ -1,6 +1,6 @@
 """POST /v1/embeddings: OpenAI's embeddings of texts or token ids, made by the served model as
 pooling requests on its engine (the mean of the final-normed hidden states, L2-normalised:
-see pagoda.engine.sampling_params.PoolingParams)."""
+see pagoda.engine.sampling.params.PoolingParams)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from pagoda.engine.errors import EngineDeadError, PromptTooLongError, RequestAbortedError
+from pagoda.engine.errors import (
+    EngineDeadError,
+    PromptTooLongError,
+    RequestAbortedError,
+    RequestFieldError,
+)
 
 _TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
@@ -67,6 +72,8 @@ def from_engine_error(exc: Exception, prompt_field: str) -> APIError:
                              "back", code="request_aborted")
     if isinstance(exc, PromptTooLongError):
         return APIError(400, str(exc), param=prompt_field, code="context_length_exceeded")
+    if isinstance(exc, RequestFieldError):
+        return _broken_rule(exc)
     if isinstance(exc, ValueError):
         return APIError(400, str(exc), param=_param_of(str(exc), prompt_field))
     return APIError(500, f"{type(exc).__name__}: {exc}")
@@ -81,6 +88,19 @@ def as_api_errors(prompt_field: str) -> Iterator[None]:
         raise
     except Exception as exc:
         raise from_engine_error(exc, prompt_field) from exc
+
+
+@contextmanager
+def rule_errors() -> Iterator[None]:
+    """A request rule broken inside (pagoda/engine/requests/) as the 400 naming its field."""
+    try:
+        yield
+    except RequestFieldError as exc:
+        raise _broken_rule(exc) from exc
+
+
+def _broken_rule(exc: RequestFieldError) -> APIError:
+    return APIError(400, str(exc), param=exc.field)
 
 
 @contextmanager

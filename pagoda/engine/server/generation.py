@@ -13,7 +13,7 @@ from starlette.requests import Request
 
 from pagoda.engine.errors import EngineDeadError
 from pagoda.engine.outputs import PromptProgress, RequestOutput
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 from pagoda.engine.server.admission import WorkBudget, choice_work
 from pagoda.engine.server.errors import APIError, as_api_errors, from_engine_error
 from pagoda.engine.server.metrics import ServerMetrics

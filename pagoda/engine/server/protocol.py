@@ -11,14 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from pagoda.engine.sampling_params import (
+from pagoda.engine.sampling.fields import FIELD_OF, SAMPLING_FIELDS
+from pagoda.engine.sampling.params import (
     SamplingParams,
     StructuredOutputsParams,
     response_format_constraint,
 )
-from pagoda.engine.server.errors import APIError
+from pagoda.engine.requests.constraints import one_constraint
+from pagoda.engine.server.errors import APIError, rule_errors
 from pagoda.engine.text.bounded_json import MAX_JSON_DEPTH, nesting_depth
 
 MAX_N = 16
@@ -157,14 +159,23 @@ def asks_for(value: Any) -> bool:
 
 # A field we do not honour: refused when its value would change the result, with why.
 Refusal = tuple[Callable[[Any], bool], str]
+# llama.cpp's mirostat (1 or 2) replaces the other filters with a feedback loop on surprise;
+# its tau and eta tune only that loop, so they are ignored (mirostat is never on here).
+_SAMPLER_REFUSED: dict[str, Refusal] = {
+    "mirostat": (lambda v: v not in (None, 0), "its sampler has no mirostat: send 0, or "
+                 "sample with top_p, min_p or typical_p"),
+}
+_MIROSTAT_TUNING = frozenset({"mirostat_tau", "mirostat_eta"})
 _CHAT_REFUSED: dict[str, Refusal] = {
     "functions": (asks_for, "it takes tools, not the deprecated functions: send them as tools"),
     "function_call": (is_set, "it takes tool_choice, not the deprecated function_call"),
     "modalities": (lambda v: v is not None and v != ["text"], "this model answers in text only"),
     "audio": (is_set, "this model answers in text only"),
+    **_SAMPLER_REFUSED,
 }
 _COMPLETION_REFUSED: dict[str, Refusal] = {
     "suffix": (asks_for, "it does not complete text before a suffix"),
+    **_SAMPLER_REFUSED,
 }
 
 
@@ -222,7 +233,7 @@ class ResponseFormat(StrictModel):
 
 
 class StructuredOutputs(StrictModel):
-    """vLLM's structured_outputs: one constraint (see pagoda.engine.sampling_params)."""
+    """vLLM's structured_outputs: one constraint (see pagoda.engine.sampling.params)."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
     json_: dict | str | None = Field(default=None, alias="json")
@@ -244,21 +255,31 @@ _SCHEMA_PATHS = {"response_format": "response_format.json_schema.schema",
                  "structured_outputs": "structured_outputs.json"}
 
 
-class _SamplingRequest(RefusingRequest):
-    """The sampling fields both endpoints share, in OpenAI's names plus vLLM's extras."""
+def _table_fields() -> dict[str, Any]:
+    """Each sampling field of the table, and each other name it goes by, as an optional
+    request field of its kind (ranges are SamplingParams' to check)."""
+    given: dict[str, Any] = {}
+    for sampling_field in SAMPLING_FIELDS:
+        for name in (sampling_field.name, *sampling_field.aliases):
+            given[name] = (sampling_field.kind | None, None)
+    return given
+
+
+# The table's fields (pagoda.engine.sampling.fields) under their names and aliases.
+_SamplingFields = create_model("_SamplingFields", __base__=RefusingRequest, **_table_fields())
+
+
+class _SamplingRequest(_SamplingFields):
+    """The sampling fields both endpoints share, in OpenAI's names plus vLLM's extras; the
+    sampling knobs (temperature, top_p, top_k, ...) come from the table."""
+
+    _ignored: ClassVar[frozenset[str]] = _IGNORED | _MIROSTAT_TUNING
 
     model: str | None = None
     max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
     n: int = Field(default=1, ge=1, le=MAX_N)
     stop: str | list[str] | None = None
     seed: int | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    repetition_penalty: float | None = None
     ignore_eos: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -279,20 +300,22 @@ class _SamplingRequest(RefusingRequest):
     # llama.cpp's.
     json_schema: dict | None = None
     grammar: str | None = None
-    # llama.cpp's and Ollama's names for fields above: repetition_penalty (here over the
-    # prompt and the whole reply, as vLLM's, not llama.cpp's last 64 tokens), max_tokens, and
-    # whether a cached prefix is reused (false computes the whole prompt).
-    repeat_penalty: float | None = None
+    # llama.cpp's and Ollama's names for max_tokens, and whether a cached prefix is reused
+    # (false computes the whole prompt).
     n_predict: int | None = None
     cache_prompt: bool = True
 
-    def aliased(self, name: str, alias: str):
-        """The field's value, given under its own name or under llama.cpp's `alias` (a 400
-        where both are given)."""
-        own, other = getattr(self, name), getattr(self, alias)
-        if own is not None and other is not None:
-            raise APIError(400, f"{name} and {alias} are the same setting: give one", param=alias)
-        return own if other is None else other
+    def aliased(self, name: str, *aliases: str):
+        """The field's value, given under its own name or under one of llama.cpp's `aliases`
+        (a 400 where two are given)."""
+        value = getattr(self, name)
+        for alias in aliases:
+            other = getattr(self, alias)
+            if value is not None and other is not None:
+                raise APIError(400, f"{name} and {alias} are the same setting: give one",
+                               param=alias)
+            value = other if value is None else value
+        return value
 
     def _max_tokens(self, default: int | None) -> int | None:
         """max_tokens, or llama.cpp's n_predict (-1: until the context ends, as there), or
@@ -311,12 +334,10 @@ class _SamplingRequest(RefusingRequest):
         """The one constraint the request gives, with where it sits: the field that gave it,
         or the schema inside it (`response_format.json_schema.schema`), for errors to name."""
         given = [name for name in self._constraint_fields() if _constrains(getattr(self, name))]
-        if len(given) > 1:
-            raise APIError(400, f"{' and '.join(given)} both constrain the reply: give one",
-                           param=given[1])
-        if not given:
+        with rule_errors():
+            name = one_constraint(given)
+        if name is None:
             return None
-        name = given[0]
         try:
             constraint = _constraint_of(name, getattr(self, name))
         except ValueError as exc:
@@ -352,12 +373,7 @@ class _SamplingRequest(RefusingRequest):
     def sampling_params(self, max_tokens: int | None, index: int = 0) -> SamplingParams:
         """The engine's parameters for choice `index` (a seed moves on by one per choice, so n
         seeded choices differ and stay reproducible)."""
-        given = {
-            "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
-            "min_p": self.min_p, "presence_penalty": self.presence_penalty,
-            "frequency_penalty": self.frequency_penalty,
-            "repetition_penalty": self.aliased("repetition_penalty", "repeat_penalty"),
-        }
+        given = {name: self.aliased(name, *FIELD_OF[name].aliases) for name in FIELD_OF}
         options = {name: value for name, value in given.items() if value is not None}
         seed = self.seed if self.seed is None or index == 0 else (self.seed + index) % (1 << 64)
         constraint = self.constraint()
@@ -391,7 +407,8 @@ def _constraint_of(name: str, value: Any) -> StructuredOutputsParams | None:
 
 
 class FunctionDefinition(ClosedModel):
-    name: str = Field(min_length=1, max_length=MAX_FUNCTION_NAME)
+    # An empty name is refused with the other tool rules (pagoda/engine/requests/tools.py).
+    name: str = Field(max_length=MAX_FUNCTION_NAME)
     description: str | None = None
     parameters: dict | None = None
     strict: bool | None = None

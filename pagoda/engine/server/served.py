@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 
 from pagoda.engine.llm_engine import EngineStats
 from pagoda.engine.outputs import RequestOutput
-from pagoda.engine.sampling_params import PoolingParams, SamplingParams
+from pagoda.engine.sampling.params import PoolingParams, SamplingParams
 from pagoda.engine.text.chat_template import Message
 from pagoda.engine.text.chat_tokenizer import ChatTokenizer
 

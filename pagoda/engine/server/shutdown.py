@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from pagoda.engine.outputs import RequestOutput
-from pagoda.engine.sampling_params import PoolingParams, SamplingParams
+from pagoda.engine.sampling.params import PoolingParams, SamplingParams
 from pagoda.engine.server.errors import APIError
 from pagoda.engine.server.served import EngineBackend, ModelSource, ServedModel
 from pagoda.engine.text.chat_template import Message

@@ -4,6 +4,7 @@ the text of token ids."""
 
 from __future__ import annotations
 
+from pagoda.engine.requests.tools import check_tools
 from pagoda.engine.server.errors import APIError, as_api_errors
 from pagoda.engine.server.protocol import DetokenizeRequest, TokenizeRequest, engine_chat
 from pagoda.engine.server.served import ServedModel
@@ -18,8 +19,9 @@ async def tokenize(body: TokenizeRequest, served: ServedModel) -> dict:
             if not body.add_generation_prompt:
                 raise APIError(400, "add_generation_prompt=false is not supported by this server",
                                param="add_generation_prompt")
-            tools = [t.model_dump(exclude_none=True) for t in body.tools or []] or None
-            tokens = await tokenizer.encode_chat(engine_chat(body.messages), tools=tools,
+            tools = [t.model_dump(exclude_none=True) for t in body.tools or []]
+            check_tools(tools)  # as a chat request's, so the count is of a prompt it could send
+            tokens = await tokenizer.encode_chat(engine_chat(body.messages), tools=tools or None,
                                                  template_kwargs=body.chat_template_kwargs)
         else:
             tokens = await tokenizer.encode_text(body.prompt, "prompt")

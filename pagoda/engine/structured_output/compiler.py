@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 import xgrammar as xgr
 
 from pagoda.engine.errors import StructuredOutputError
-from pagoda.engine.sampling_params import StructuredOutputsParams
+from pagoda.engine.sampling.params import StructuredOutputsParams
 from pagoda.engine.structured_output.json_schema import check_schema
 from pagoda.engine.structured_output.vocabulary import Vocabulary
 from pagoda.engine.text import bounded_json

@@ -35,14 +35,17 @@ class IncrementalDetokenizer:
 
     def __init__(self, tokenizer: Any, prompt_token_ids: list[int], stop: list[str],
                  skip_special_tokens: bool = True,
-                 always_skip: frozenset[int] = frozenset()) -> None:
+                 always_skip: frozenset[int] = frozenset(), min_tokens: int = 0) -> None:
         """always_skip: ids that are never text, special tokens shown or not (the stop
-        tokens that end a reply)."""
+        tokens that end a reply). min_tokens: a stop string ends the output only from the
+        update that brings it to this many tokens on (SamplingParams.min_tokens); one written
+        before is text."""
         self._tokenizer = tokenizer
         # all_special_ids is recomputed on every access; look it up once per request.
         special = frozenset(tokenizer.all_special_ids) if skip_special_tokens else frozenset()
         self._skip_ids = special | always_skip
         self._stop = list(stop)
+        self._tokens_until_stops = min_tokens
         # The decode window: tokens[:read_offset] were already turned into text, the rest are new.
         self._tokens = self._to_tokens(prompt_token_ids[-_PROMPT_CONTEXT_TOKENS:])
         self._read_offset = len(self._tokens)
@@ -66,6 +69,7 @@ class IncrementalDetokenizer:
         """Adds sampled tokens; `finished` (stop, length or abort) releases all held-back text."""
         if self._stop_string is not None:
             return DetokenizerUpdate("")
+        self._tokens_until_stops -= len(new_token_ids)
         self._tokens.extend(self._to_tokens(new_token_ids))
         self._pending += self._decode_new_text(flush=finished)
         return self._release(finished)
@@ -100,6 +104,8 @@ class IncrementalDetokenizer:
         return self._emit(self._pending[:cut], held=self._pending[cut:])
 
     def _find_stop(self) -> tuple[int, str] | None:
+        if self._tokens_until_stops > 0:
+            return None
         # Pending text held no whole stop string last step, so searching it all finds only new hits.
         hits = [(index, stop) for stop in self._stop if (index := self._pending.find(stop)) != -1]
         return min(hits, key=lambda hit: hit[0], default=None)

@@ -21,7 +21,7 @@ from pagoda.engine.core.sequence import Sequence
 from pagoda.engine.loading.expert_footprint import is_expert_tensor
 from pagoda.engine.models.architecture import DecoderArchitecture
 from pagoda.engine.models.config import weight_shapes
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 from pagoda.engine.spec_decode.step_cost import ExpertStepWork, StepCost
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
 from pagoda.engine.core.scheduler import ScheduledSequence
 from pagoda.engine.core.sequence import Sequence
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 from pagoda.engine.worker.model_runner import ModelRunner
 
 

@@ -1,6 +1,6 @@
 """Pooling requests' vectors: the final-normed hidden states of each prompt chunk, summed
 across the chunks a long prompt is read in, then averaged (see
-pagoda.engine.sampling_params.PoolingParams)."""
+pagoda.engine.sampling.params.PoolingParams)."""
 
 from __future__ import annotations
 

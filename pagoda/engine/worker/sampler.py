@@ -1,5 +1,8 @@
 """Turns one step's logits into next tokens: penalties, greedy or filtered random sampling.
 
+The knobs each row may set are the table's (pagoda.engine.sampling.fields); each is honoured
+here, and a row at its neutral value costs nothing.
+
 Every row carries its own parameters, so the work is vectorized over rows with per-row tensors
 built once per step by `SamplingMetadata.build`. Work a batch does not need is skipped: an
 all-greedy batch without penalties is a single argmax.
@@ -15,7 +18,7 @@ from itertools import chain
 
 import torch
 
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 from pagoda.engine.structured_output.matcher import GrammarRows
 from pagoda.engine.worker.logits_controls import LogitsControls, RowControls
 from pagoda.kernels.torch_ref import row_argmax
@@ -40,6 +43,8 @@ class SamplingRow:
     generator: torch.Generator | None = None
     # The request's bad words as token ids (SamplingParams.bad_words, tokenized once).
     bad_words_token_ids: list[list[int]] | None = None
+    # The model's end tokens, banned with the stop tokens until min_tokens are written.
+    eos_token_ids: frozenset[int] = frozenset()
 
 
 @dataclass(slots=True)
@@ -77,6 +82,7 @@ class RandomSampling:
     temperature: torch.Tensor | None  # [rows, 1]; None when every row uses temperature 1
     top_k_top_p: TopKTopP | None  # None when no row uses either
     min_p_log: torch.Tensor | None  # [rows, 1] log(min_p), -inf where off; None when all off
+    typical_p: torch.Tensor | None  # [rows, 1], inf where off; None when all off
     generators: list[torch.Generator | None]
     any_unseeded: bool
 
@@ -94,6 +100,9 @@ class SamplingMetadata:
     output_penalty: OutputPenalty | None
     grammar: GrammarRows | None = None  # the constrained rows' allowed tokens
     controls: LogitsControls | None = None  # biased, allowed-only and bad-word rows
+    # Flat positions (row * vocab + token) of the end and stop tokens of the rows short of
+    # their min_tokens: not sampled yet.
+    early_ends: torch.Tensor | None = None
 
     @classmethod
     def build(
@@ -119,6 +128,7 @@ class SamplingMetadata:
             output_penalty=_build_output_penalty(rows, vocab_size, device) if penalized else None,
             grammar=grammar,
             controls=_build_controls(rows, vocab_size, device),
+            early_ends=_build_early_ends(rows, vocab_size, device),
         )
 
 
@@ -162,11 +172,16 @@ def _build_random_sampling(
     if any(p.min_p > 0.0 for p in params):
         logs = [math.log(p.min_p) if p.min_p > 0.0 else _NEG_INF for p in params]
         min_p_log = torch.tensor(logs, device=device).unsqueeze(1)
+    typical_p = None
+    if any(p.typical_p < 1.0 for p in params):
+        masses = [p.typical_p if p.typical_p < 1.0 else math.inf for p in params]
+        typical_p = torch.tensor(masses, device=device).unsqueeze(1)
     generators = [row.generator for row in rows]
     return RandomSampling(
         temperature=temperature,
         top_k_top_p=_build_top_k_top_p(params, vocab_size, device),
         min_p_log=min_p_log,
+        typical_p=typical_p,
         generators=generators,
         any_unseeded=any(g is None for g in generators),
     )
@@ -204,6 +219,19 @@ def _build_controls(rows: list[SamplingRow], vocab_size: int,
                               row.bad_words_token_ids, row.output_token_ids)
                   for i, row in enumerate(rows) if row.params.processes_logits]
     return LogitsControls.build(controlled, vocab_size, device) if controlled else None
+
+
+def _build_early_ends(rows: list[SamplingRow], vocab_size: int,
+                      device: torch.device) -> torch.Tensor | None:
+    """The tokens that would end each row short of its min_tokens: its stop tokens, and its
+    end tokens unless it ignores them (vLLM's rule)."""
+    short = [i for i, row in enumerate(rows) if len(row.output_token_ids) < row.params.min_tokens]
+    if not short:
+        return None
+    ends = [sorted(set(rows[i].params.stop_token_ids)
+                   | (frozenset() if rows[i].params.ignore_eos else rows[i].eos_token_ids))
+            for i in short]
+    return _flat_positions(ends, short, vocab_size, device)[0]
 
 
 def _build_repetition(
@@ -267,12 +295,15 @@ def process_logits(logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Te
     greedy rows take the argmax of."""
     assert logits.shape[0] == metadata.num_rows, "one logits row per sampling row"
     assert logits.dtype == torch.float32, "penalties and noise need float32 logits"
-    if metadata.grammar is not None or metadata.controls is not None:
+    if metadata.grammar is not None or metadata.controls is not None or \
+            metadata.early_ends is not None:
         logits = logits.contiguous()
         if metadata.grammar is not None:
             metadata.grammar.apply(logits)
         if metadata.controls is not None:
             metadata.controls.apply(logits)
+        if metadata.early_ends is not None:  # last, so no bias brings an end token back
+            logits.view(-1)[metadata.early_ends] = _NEG_INF
     if metadata.repetition is None and metadata.output_penalty is None:
         return logits
     return _apply_penalties(logits, metadata.repetition, metadata.output_penalty)
@@ -305,7 +336,8 @@ def _sample(logits: torch.Tensor, sampling: RandomSampling, argmax: RowArgmax) -
 
 
 def filter_logits(logits: torch.Tensor, sampling: RandomSampling) -> torch.Tensor:
-    """Temperature, then top-k, top-p and min-p as one cut-off per row (-inf below it), in place.
+    """Temperature, then top-k, top-p and min-p as one cut-off per row (-inf below it), then
+    typical-p over what they leave (Hugging Face's order), in place.
 
     The result is the log of the distribution each random row draws from, up to a constant.
     """
@@ -314,7 +346,23 @@ def filter_logits(logits: torch.Tensor, sampling: RandomSampling) -> torch.Tenso
     threshold = _keep_threshold(logits, sampling)
     if threshold is not None:
         logits.masked_fill_(logits < threshold, _NEG_INF)
+    if sampling.typical_p is not None:
+        _keep_typical(logits, sampling.typical_p)
     return logits
+
+
+def _keep_typical(logits: torch.Tensor, typical_p: torch.Tensor) -> None:
+    """Locally typical sampling (Meister et al., 2022): rank tokens by how far their surprise
+    (-log p) is from the distribution's entropy, the expected surprise, and keep the fewest
+    nearest ones whose probabilities reach typical_p (at least one); -inf for the rest."""
+    log_probs = logits.log_softmax(dim=-1)
+    probs = log_probs.exp()
+    # p log p is 0 for a token already cut (0 * -inf would be NaN).
+    entropy = -torch.where(probs > 0, probs * log_probs, 0.0).sum(dim=-1, keepdim=True)
+    order = (-log_probs - entropy).abs_().argsort(dim=-1)
+    ordered = probs.gather(-1, order)
+    beyond = (ordered.cumsum(dim=-1) - ordered) >= typical_p
+    logits.masked_fill_(beyond.scatter(-1, order, beyond), _NEG_INF)
 
 
 def draw(logits: torch.Tensor, sampling: RandomSampling,

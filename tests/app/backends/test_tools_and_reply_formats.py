@@ -106,6 +106,7 @@ def test_a_schema_that_cannot_be_followed_is_refused_naming_the_reply_format(bac
     (options(tools=TOOLS, tool_choice="get_news"), "'get_news', which is not among"),
     (options(tool_choice="required"), "needs tools"),
     (options(tools=(*TOOLS, ToolSpec("get_time"))), "repeat the name 'get_time'"),
+    (options(tools=(*TOOLS, ToolSpec(""))), r"tools\[2\] has no name"),
 ])
 def test_tool_settings_that_cannot_be_followed_are_refused_in_words(backend, opts, words):
     with pytest.raises(InvalidRequestError, match=words):

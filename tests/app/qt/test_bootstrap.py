@@ -17,7 +17,7 @@ APP_DIR = Path(bootstrap.__file__).parent
 LOADED_AFTER_IMPORT = """
 import sys
 import {module}
-print(" ".join(sorted(name for name in sys.modules if name.startswith("app."))))
+print(" ".join(sorted(name for name in sys.modules if name.startswith("pagoda.app."))))
 """
 
 RUN_ON_THE_LOOP = """
@@ -32,7 +32,7 @@ async def answer():
     await asyncio.sleep(0)
     return 42
 
-print(pagoda.app.applicationName(), pagoda.app.desktopFileName(), asyncio.get_event_loop() is loop,
+print(app.applicationName(), app.desktopFileName(), asyncio.get_event_loop() is loop,
       bootstrap.run_until_done(loop, answer()), loop.is_closed())
 """
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QPushButton
 
+from pagoda.app.backends import SAMPLING_FIELDS
 from pagoda.app.components.view_models import SamplingView, ToolServerView
 from pagoda.app.qt.widgets.settings_panel import (
     ALREADY_DEFAULTS,
@@ -91,7 +92,7 @@ def test_typing_a_system_prompt_emits_once_after_debounce(qtbot):
 def test_spin_box_edit_emits_immediately(qtbot):
     panel = make_panel(qtbot)
     with qtbot.waitSignal(panel.settings_changed, timeout=100) as blocker:
-        qtbot.keyClick(panel.temperature_spin, Qt.Key.Key_Up)
+        qtbot.keyClick(panel.sampling_spins["temperature"], Qt.Key.Key_Up)
     assert blocker.args[0].temperature == 0.75
 
 
@@ -111,7 +112,7 @@ def test_spin_edit_flushes_a_pending_prompt_edit_into_one_signal(qtbot):
     received: list[SamplingView] = []
     panel.settings_changed.connect(received.append)
     qtbot.keyClicks(panel.system_prompt_edit, "Hi")
-    qtbot.keyClick(panel.top_k_spin, Qt.Key.Key_Up)
+    qtbot.keyClick(panel.sampling_spins["top_k"], Qt.Key.Key_Up)
     qtbot.wait(TEXT_DEBOUNCE_MS + 100)
     assert len(received) == 1
     assert (received[0].system_prompt, received[0].top_k) == ("Hi", 1)
@@ -250,7 +251,7 @@ def test_an_edit_or_another_chat_ends_the_undo(qtbot):
     panel = make_panel(qtbot)
     panel.set_settings(CUSTOM)
     panel.reset_to_defaults()
-    panel.temperature_spin.setValue(0.9)  # as the user's edit
+    panel.sampling_spins["temperature"].setValue(0.9)  # as the user's edit
     assert not panel.undo_reset_button.isVisibleTo(panel) and panel.note() == ""
     panel.set_settings(CUSTOM)
     panel.reset_to_defaults()
@@ -262,7 +263,8 @@ def test_every_knob_has_a_label_with_a_one_line_tooltip(qtbot):
     panel = make_panel(qtbot)
     labels = [label for label in panel.findChildren(QLabel)
               if label not in (panel.target_label, panel.note_label, panel.no_tools_label)]
-    assert len(labels) == 10
+    # The system prompt, a row per sampling field of the table, max tokens, seed, thinking, tools.
+    assert len(labels) == 5 + len(SAMPLING_FIELDS)
     for label in labels:
         assert label.toolTip()
         assert "\n" not in label.toolTip()
@@ -334,7 +336,7 @@ def test_a_chats_tools_survive_edits_of_other_knobs_and_servers_not_listed(qtbot
     panel.set_tool_servers(SERVERS)
     assert tool_item(panel, "files", "write").checkState(0) == Qt.CheckState.Checked
     with qtbot.waitSignal(panel.settings_changed) as emitted:
-        panel.temperature_spin.setValue(0.3)
+        panel.sampling_spins["temperature"].setValue(0.3)
     assert set(emitted.args[0].tools) == {"files", "gone/tool"}
 
 

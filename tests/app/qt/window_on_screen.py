@@ -55,7 +55,7 @@ def measure(window) -> dict:
         "settings shown": window.settings_dock.isVisible(),
         "settings floating": window.settings_dock.isFloating(),
         "system prompt": rect(panel.system_prompt_edit),
-        "temperature": rect(panel.temperature_spin),
+        "temperature": rect(panel.sampling_spins["temperature"]),
         "tools rows": tree.rows_shown(),
         "tools rows bottom": _last_row(tree).bottom() if tree.topLevelItemCount() else 0,
         "tools viewport height": tree.viewport().height(),
@@ -109,7 +109,7 @@ def reset_chat_settings(window) -> None:
     """A chat whose settings differ from the defaults, reset as the user does: with the button."""
     panel = window.settings_panel
     panel.system_prompt_edit.setPlainText("You answer in French, briefly.\nAlways cite.")
-    panel.temperature_spin.setValue(1.3)
+    panel.sampling_spins["temperature"].setValue(1.3)
     panel.reset_button.click()
 
 

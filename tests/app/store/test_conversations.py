@@ -15,6 +15,7 @@ from pagoda.app.store import (
     default_db_path,
     resolve_db_path,
 )
+from pagoda.app.store.convert import sampling_of
 
 
 def test_new_conversation_round_trips_every_field(store: ConversationStore) -> None:
@@ -34,6 +35,15 @@ def test_new_conversation_round_trips_every_field(store: ConversationStore) -> N
 
 def test_default_sampling_settings(store: ConversationStore) -> None:
     assert store.create_conversation().sampling == SamplingSettings()
+
+
+def test_settings_saved_before_a_sampling_field_existed_read_it_at_a_new_chats_value() -> None:
+    """A chat's settings as an older Pagoda wrote them, before presence_penalty and the
+    fields after it were in the table: no migration, each missing knob takes its default."""
+    saved = ('{"enable_thinking": null, "max_tokens": 1024, "min_p": 0.0, "repetition_penalty": '
+             '1.1, "seed": 3, "temperature": 0.2, "tools": ["files"], "top_k": 40, "top_p": 0.9}')
+    assert sampling_of(saved) == SamplingSettings(temperature=0.2, top_k=40, seed=3,
+                                                  tools=("files",))
 
 
 def test_list_shows_pinned_first_then_most_recent(store: ConversationStore) -> None:

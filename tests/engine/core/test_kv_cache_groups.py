@@ -3,7 +3,7 @@ others back to its pool as a sequence advances, and a prefix hit needs only its 
 
 from pagoda.engine.core.kv_cache_manager import KVCacheGroup, KVCacheManager
 from pagoda.engine.core.sequence import NULL_BLOCK, Sequence
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 
 BLOCK_SIZE = 4
 WINDOW = 8

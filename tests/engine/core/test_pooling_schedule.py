@@ -5,7 +5,7 @@ from pagoda.engine.config import SchedulerConfig
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
 from pagoda.engine.core.scheduler import Scheduler
 from pagoda.engine.core.sequence import Sequence
-from pagoda.engine.sampling_params import PoolingParams, SamplingParams
+from pagoda.engine.sampling.params import PoolingParams, SamplingParams
 from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
 
 BLOCK_SIZE = 4

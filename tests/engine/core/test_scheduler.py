@@ -15,7 +15,7 @@ from pagoda.engine.config import SchedulerConfig
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
 from pagoda.engine.core.scheduler import Scheduler
 from pagoda.engine.core.sequence import Sequence
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 
 BLOCK_SIZE = 4
 EOS = 0

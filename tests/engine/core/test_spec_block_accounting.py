@@ -16,7 +16,7 @@ from pagoda.engine.config import SchedulerConfig
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
 from pagoda.engine.core.scheduler import Scheduler, SchedulerOutput
 from pagoda.engine.core.sequence import Sequence
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
 from pagoda.engine.spec_decode.step_cost import StepCost
 from tests.engine.core.test_scheduler import BLOCK_SIZE, EOS, check_invariants

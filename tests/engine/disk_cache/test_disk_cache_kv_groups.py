@@ -15,7 +15,7 @@ from pagoda.engine.config import EngineConfig
 from pagoda.engine.disk_cache.store import forget_tag
 from pagoda.engine.disk_cache.tier import group_block_key
 from pagoda.engine.llm_engine import LLMEngine
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 from tests.engine.disk_cache.test_cache_tags import chained_hashes
 from tests.engine.disk_cache.test_disk_prefix_cache import history, run_to_end, wait_until
 from tests.engine.tiny_models import save_tiny_model

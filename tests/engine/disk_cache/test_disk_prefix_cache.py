@@ -15,7 +15,7 @@ import pytest
 
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.llm_engine import LLMEngine
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 from tests.engine.tiny_models import save_tiny_model
 
 BLOCK = 16
@@ -167,7 +167,7 @@ def test_a_second_process_reuses_the_first_processes_blocks(tiny, tmp_path):
     script = textwrap.dedent(f"""
         from pagoda.engine.config import EngineConfig
         from pagoda.engine.llm_engine import LLMEngine
-        from pagoda.engine.sampling_params import SamplingParams
+        from pagoda.engine.sampling.params import SamplingParams
         eng = LLMEngine({str(tiny)!r}, EngineConfig(**{ENGINE!r}, disk_cache_dir={str(tmp_path)!r}))
         eng.add_request("r", {prompt!r}, SamplingParams(temperature=0, max_tokens=4))
         while eng.has_unfinished_requests():

@@ -386,7 +386,7 @@ def test_the_downloaded_gguf_loads_and_answers(hub):
     from pagoda.engine.config import EngineConfig
     from pagoda.engine.llm_engine import LLMEngine
     from pagoda.engine.loading.loader import load_model
-    from pagoda.engine.sampling_params import SamplingParams
+    from pagoda.engine.sampling.params import SamplingParams
 
     path = download_model_file(GGUF_REPO, Q8)
     engine = LLMEngine(config=EngineConfig(num_kv_blocks=16), loaded=load_model(path))

@@ -70,7 +70,7 @@ def test_a_safetensors_repository_downloads_as_a_folder_that_loads_and_answers(
     from pagoda.engine.config import EngineConfig
     from pagoda.engine.llm_engine import LLMEngine
     from pagoda.engine.loading.loader import load_model
-    from pagoda.engine.sampling_params import SamplingParams
+    from pagoda.engine.sampling.params import SamplingParams
 
     events = []
 

@@ -14,7 +14,7 @@ from pagoda.engine.parsers.harmony import MAX_HEADER_CHARS, HarmonyParser
 from pagoda.engine.parsers.replies import reply_shape
 from pagoda.engine.parsers.reply import ReplyDelta
 from pagoda.engine.parsers.tool_use import ToolUse
-from pagoda.engine.sampling_params import SamplingParams, StructuredOutputsParams
+from pagoda.engine.sampling.params import SamplingParams, StructuredOutputsParams
 from tests.engine.harmony_chat import HARMONY_TEMPLATE
 from tests.engine.parsers.streaming import cuts_of, pieces, warnings_logged
 

@@ -94,7 +94,7 @@ def test_required_calls_stream_as_they_are_written_in_any_chunk_size():
 
 
 def test_a_parser_whose_tags_are_special_tokens_keeps_them_in_the_text():
-    from pagoda.engine.sampling_params import SamplingParams
+    from pagoda.engine.sampling.params import SamplingParams
 
     plain = SamplingParams()
     for family, kept in (("hermes", True), ("mistral", False), ("llama3_json", False)):

@@ -41,6 +41,9 @@ def error_of(response: httpx.Response, status: int) -> dict:
     ({"max_tokens": 0}, "max_tokens"),
     ({"presence_penalty": 5}, "presence_penalty"),
     ({"top_k": -7}, "top_k"),
+    ({"typical_p": 0}, "typical_p"),
+    ({"min_tokens": -1}, "min_tokens"),
+    ({"min_tokens": 5, "max_tokens": 4}, "min_tokens"),
     ({"seed": -1}, "seed"),
     ({"stop": [""]}, "stop"),
 ])
@@ -54,6 +57,7 @@ def test_out_of_range_sampling_value_is_a_400_naming_the_field(server, fields, p
 @pytest.mark.parametrize(("fields", "param"), [
     ({"temperature": "0.5"}, "temperature"),
     ({"max_tokens": 2.5}, "max_tokens"),
+    ({"min_tokens": 2.5}, "min_tokens"),
     ({"n": 0}, "n"),
     ({"n": 99}, "n"),
     ({"stream": "yes"}, "stream"),
@@ -158,13 +162,28 @@ def test_values_that_ask_for_nothing_are_served(client):
     assert reply.choices[0].message.content is not None
 
 
-@pytest.mark.parametrize("name", ["min_tokens", "prediction", "verbosity"])
+@pytest.mark.parametrize("name", ["dry_multiplier", "prediction", "verbosity"])
 def test_a_field_this_server_does_not_know_is_refused_in_words(client, name):
     with pytest.raises(BadRequestError) as caught:
         client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=2,
                                        extra_body={name: 1})
     assert caught.value.param == name
     assert caught.value.body["message"].startswith(f"Unrecognized request argument supplied: {name}")
+
+
+@pytest.mark.parametrize("mirostat", [1, 2])
+def test_mirostat_is_refused_with_its_reason(client, mirostat):
+    with pytest.raises(BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=2,
+                                       extra_body={"mirostat": mirostat, "mirostat_tau": 5.0})
+    assert caught.value.param == "mirostat"
+    assert "its sampler has no mirostat" in caught.value.message
+
+
+def test_mirostat_off_and_its_tuning_are_served(client):
+    reply = client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, extra_body={
+        "mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1})
+    assert reply.choices[0].text is not None
 
 
 def test_fields_that_change_nothing_here_are_served(client):

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 from tests.engine.server.conftest import ENGINE, MODEL
 
 CHAT = [{"role": "system", "content": "You are terse."},
@@ -198,6 +198,21 @@ def test_vllm_extras_are_applied(client):
                                       extra_body={"ignore_eos": True, "top_k": 1, "min_p": 0.1,
                                                   "repetition_penalty": 1.2})
     assert reply.usage.completion_tokens == 8
+
+
+def test_min_tokens_and_typical_p_are_honoured_as_the_engine_honours_them(client, llm):
+    short = client.chat.completions.create(model=MODEL, messages=CHAT, temperature=0,
+                                           max_tokens=200)
+    assert short.choices[0].finish_reason == "stop"
+    least = short.usage.completion_tokens + 6
+    longer = client.chat.completions.create(model=MODEL, messages=CHAT, temperature=0,
+                                            max_tokens=200, extra_body={"min_tokens": least})
+    assert longer.usage.completion_tokens >= least
+    typical = {"temperature": 1.0, "seed": 7, "max_tokens": 12}
+    reply = client.chat.completions.create(model=MODEL, messages=CHAT, **typical,
+                                           extra_body={"typical_p": 0.3})
+    expected = llm.chat(CHAT, SamplingParams(**typical, typical_p=0.3)).outputs[0]
+    assert reply.choices[0].message.content == expected.text
 
 
 def test_client_leaving_mid_stream_aborts_its_request_and_frees_its_blocks(server, async_engine):

@@ -114,6 +114,17 @@ def test_tool_results_reach_the_prompt(server):
     assert count(ASK) > without_tools + 50  # the tools' system message
 
 
+@pytest.mark.parametrize(("tools", "param"), [
+    (TOOLS + TOOLS[:1], "tools[2].function.name"),
+    ([{"type": "function", "function": {"name": ""}}], "tools[0].function.name"),
+])
+def test_tokenize_refuses_tools_a_chat_request_would_refuse(server, tools, param):
+    body = {"model": MODEL, "messages": ASK, "tools": tools}
+    reply = httpx.post(f"{server.url}/tokenize", json=body, timeout=60)
+    assert reply.status_code == 400
+    assert reply.json()["error"]["param"] == param
+
+
 @pytest.mark.parametrize(("fields", "param"), [
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
      "tool_choice.function.name"),

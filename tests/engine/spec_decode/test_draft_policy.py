@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from pagoda.engine.core.sequence import Sequence
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 from pagoda.engine.spec_decode.draft_policy import TREND_STEPS, DraftCandidate, DraftingTrend, plan_drafts
 from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
 from pagoda.engine.spec_decode.step_cost import FASTER_WEIGHT, SLOWER_WEIGHT, StepCost

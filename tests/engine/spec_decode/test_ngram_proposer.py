@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.core.sequence import Sequence
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 from pagoda.engine.spec_decode.ngram_proposer import DEFAULT_ACCEPTANCE, NgramProposer
 
 

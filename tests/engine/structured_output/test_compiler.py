@@ -6,7 +6,7 @@ import pytest
 import xgrammar as xgr
 
 from pagoda.engine.errors import StructuredOutputError
-from pagoda.engine.sampling_params import StructuredOutputsParams
+from pagoda.engine.sampling.params import StructuredOutputsParams
 from pagoda.engine.structured_output.compiler import StructuredOutputCompiler
 from pagoda.engine.structured_output.vocabulary import Vocabulary
 

@@ -8,7 +8,7 @@ import re
 import jsonschema
 import pytest
 
-from pagoda.engine.sampling_params import SamplingParams, StructuredOutputsParams
+from pagoda.engine.sampling.params import SamplingParams, StructuredOutputsParams
 from tests.engine.structured_output.schemas import SCHEMAS
 from tests.engine.test_batch_invariance import record_steps
 

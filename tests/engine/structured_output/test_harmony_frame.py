@@ -20,7 +20,7 @@ from pagoda.engine.outputs import CompletionOutput, RequestMetrics, RequestOutpu
 from pagoda.engine.parsers.harmony import HarmonyParser
 from pagoda.engine.parsers.harmony_frame import framed
 from pagoda.engine.parsers.tool_use import ToolUse
-from pagoda.engine.sampling_params import StructuredOutputsParams
+from pagoda.engine.sampling.params import StructuredOutputsParams
 from pagoda.engine.structured_output.compiler import StructuredOutputCompiler
 from pagoda.engine.structured_output.vocabulary import Vocabulary
 from tests.engine.harmony_chat import harmony_tokenizer, stop_token_ids

@@ -138,6 +138,16 @@ def test_stop_string_at_the_very_start_gives_empty_text(tokenizer, prompt_ids):
     assert updates[-1].stop_string == "STOP"
 
 
+def test_a_stop_string_before_min_tokens_is_text_and_the_next_one_ends_the_output(tokenizer,
+                                                                                  prompt_ids):
+    ids = encode(tokenizer, "STOP and then STOP again.")
+    detok = IncrementalDetokenizer(tokenizer, prompt_ids, stop=["STOP"],
+                                   min_tokens=len(encode(tokenizer, "STOP and")))
+    updates = stream(detok, ids)
+    assert detok.text == joined(updates) == "STOP and then "
+    assert updates[-1].stop_string == "STOP"
+
+
 def test_text_that_may_begin_a_stop_string_is_held_back(tokenizer, prompt_ids):
     detok = IncrementalDetokenizer(tokenizer, prompt_ids, stop=["\nUser:"])
     update = detok.update(encode(tokenizer, "Hi there\nUs"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 
 GREETING = [{"role": "user", "content": "Greet me with one word."}]
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 
 
 @pytest.fixture(scope="module")

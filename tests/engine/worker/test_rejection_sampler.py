@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 from pagoda.engine.worker.rejection_sampler import RejectionSampler
 from pagoda.engine.worker.sampler import Sampler, SamplingMetadata, SamplingRow
 

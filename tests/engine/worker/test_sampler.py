@@ -7,12 +7,13 @@ import math
 import pytest
 import torch
 
-from pagoda.engine.sampling_params import SamplingParams
+from pagoda.engine.sampling.params import SamplingParams
 from pagoda.engine.worker.sampler import (
     TOP_P_CANDIDATES,
     Sampler,
     SamplingMetadata,
     SamplingRow,
+    filter_logits,
     row_argmax,
 )
 
@@ -122,6 +123,78 @@ def test_min_p_drops_tokens_below_its_fraction_of_the_top_probability() -> None:
     # min_p 0.3 of the top 0.4 is 0.12: tokens 3 and 4 go.
     tokens = draws(logits, {"min_p": 0.3}, steps=20)
     assert set(tokens.tolist()) == {0, 1, 2}
+
+
+def typical_set(probs: list[float], mass: float) -> set[int]:
+    """Locally typical sampling written out: the tokens nearest the entropy in surprise, added
+    one by one until their probabilities reach `mass`."""
+    entropy = -sum(p * math.log(p) for p in probs if p > 0)
+    ranked = sorted((i for i, p in enumerate(probs) if p > 0),
+                    key=lambda i: abs(-math.log(probs[i]) - entropy))
+    kept, total = set(), 0.0
+    for i in ranked:
+        kept.add(i)
+        total += probs[i]
+        if total >= mass:
+            break
+    return kept
+
+
+def test_typical_p_can_leave_out_the_likeliest_token() -> None:
+    probs = [0.5, 0.25, 0.15, 0.1]
+    # The entropy is 1.21 nats: token 1's surprise (1.39) is nearest, then token 0's (0.69).
+    logits = probabilities_logits(probs)
+    tokens = draws(logits, {"typical_p": 0.2}, steps=10)
+    assert set(tokens.tolist()) == {1} == typical_set(probs, 0.2)
+    tokens = draws(logits, {"typical_p": 0.5}, steps=40)
+    assert set(tokens.tolist()) == {0, 1} == typical_set(probs, 0.5)
+    assert (tokens == 0).float().mean().item() == pytest.approx(0.5 / 0.75, abs=0.03)
+
+
+def test_typical_p_keeps_what_the_reference_computation_keeps() -> None:
+    logits = torch.randn(24, 300) * 2.0
+    masses = [0.05 + 0.04 * i for i in range(23)] + [1.0]
+    metadata = SamplingMetadata.build([row(typical_p=m) for m in masses], 300, CPU)
+    kept = filter_logits(logits.clone(), metadata.sampling).isfinite()
+    for i, mass in enumerate(masses):
+        probs = logits[i].double().softmax(dim=-1).tolist()
+        expected = typical_set(probs, mass) if mass < 1.0 else set(range(300))
+        assert set(kept[i].nonzero().squeeze(1).tolist()) == expected, f"row {i}"
+
+
+def test_typical_p_applies_to_what_top_k_leaves() -> None:
+    probs = [0.4, 0.3, 0.2, 0.1]
+    logits = probabilities_logits(probs)
+    # Top-k 2 leaves 4/7 and 3/7, whose entropy (0.68) is nearer token 0's surprise (0.56).
+    tokens = draws(logits, {"top_k": 2, "typical_p": 0.3}, steps=10)
+    assert set(tokens.tolist()) == {0} == typical_set([4 / 7, 3 / 7], 0.3)
+
+
+def ending_row(output: list[int], min_tokens: int, **params) -> SamplingRow:
+    """A greedy row whose model ends with token 2 (its EOS), stopping at token 3 too."""
+    params = SamplingParams(temperature=0.0, min_tokens=min_tokens, stop_token_ids=[3], **params)
+    return SamplingRow(params, [], output, eos_token_ids=frozenset({2}))
+
+
+def test_a_row_short_of_min_tokens_never_samples_its_end_or_stop_tokens() -> None:
+    logits = torch.tensor([[0.0, 1.0, 5.0, 4.0, 3.0]])  # EOS first, then the stop token
+    assert sample(logits, [ending_row([7, 7], min_tokens=3)]).item() == 4
+    assert sample(logits, [ending_row([7, 7, 7], min_tokens=3)]).item() == 2
+
+
+def test_min_tokens_leaves_eos_alone_when_the_row_ignores_it() -> None:
+    logits = torch.tensor([[0.0, 1.0, 5.0, 4.0, 3.0]])
+    row_ = ending_row([], min_tokens=2, ignore_eos=True)
+    assert sample(logits, [row_]).item() == 2
+    logits[0, 2] = -1.0
+    assert sample(logits, [row_]).item() == 4  # the stop token is still banned
+
+
+def test_min_tokens_outweighs_a_logit_bias_and_spares_other_rows() -> None:
+    logits = torch.tensor([[0.0, 1.0, 5.0, 4.0, 3.0]] * 2)
+    short = ending_row([], min_tokens=4, logit_bias={2: 100.0, 3: 100.0})
+    done = ending_row([7, 7, 7, 7], min_tokens=4)
+    assert sample(logits, [short, done]).tolist() == [4, 2]
 
 
 def test_repetition_penalty_divides_positive_and_multiplies_negative_seen_logits() -> None:

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from pagoda.app.backends import SAMPLING_FIELDS, SamplingField
 from pagoda.app.components.view_models import SamplingView, ToolServerView
 from pagoda.app.qt.widgets.fitted_tree import FittedTree
 
@@ -37,15 +38,11 @@ BUILT_IN_DONE = "This chat and new chats are back to Pagoda's built-in settings.
 UNDONE = "Reset undone: this chat's settings are as they were."
 MAX_TOKENS_CEILING = 32768
 SEED_MAX = 2**31 - 1
-TOP_K_MAX = 1_000_000
 
+# The sampling knobs' tooltips are the table's help (pagoda.engine.sampling.fields).
 TOOLTIPS = {
     "system_prompt": "Instructions the model sees before every message of this conversation.",
-    "temperature": "Randomness: 0 always picks the likeliest token, higher values vary more.",
-    "top_p": "Sample only from the likeliest tokens whose probabilities add up to this share.",
-    "top_k": "Sample only from this many likeliest tokens; 0 turns the limit off.",
-    "min_p": "Drop tokens less likely than this fraction of the likeliest token; 0 turns it off.",
-    "repetition_penalty": "Makes tokens that already appeared less likely; 1.0 turns it off.",
+    **{field.name: field.help for field in SAMPLING_FIELDS},
     "max_tokens": "The longest reply the model may write, in tokens.",
     "seed": "Fixes the random choices so a reply can be reproduced; empty picks a new one each time.",
     "enable_thinking": "Whether the model reasons before it answers, where its chat template "
@@ -78,6 +75,24 @@ def _int_spin(minimum: int, maximum: int) -> QSpinBox:
     box.lineEdit().setTextMargins(6, 0, 0, 0)
     box.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
     return box
+
+
+def _sampling_spin(field: SamplingField) -> QAbstractSpinBox:
+    """The spin box of a sampling knob, as its row of the table says."""
+    spin = field.spin
+    if field.kind is int:
+        box = _int_spin(int(spin.low), int(spin.high))
+        box.setSingleStep(int(spin.step))
+    else:
+        box = _double_spin(spin.low, spin.high, spin.step, spin.decimals)
+    if spin.off_text:
+        box.setSpecialValueText(spin.off_text)
+    return box
+
+
+def _spin_value(field: SamplingField, box: QAbstractSpinBox) -> int | float:
+    """What the box shows: a float rounded to the decimals it shows (no 0.7000000001)."""
+    return box.value() if field.kind is int else round(box.value(), field.spin.decimals)
 
 
 def _lines_high(box: QPlainTextEdit, lines: int) -> int:
@@ -129,12 +144,8 @@ class SettingsPanel(QWidget):
         self.system_prompt_edit.setPlaceholderText("You are a helpful assistant.")
         self.system_prompt_edit.setMinimumHeight(_lines_high(self.system_prompt_edit,
                                                              SYSTEM_PROMPT_MIN_LINES))
-        self.temperature_spin = _double_spin(0.0, 2.0, 0.05, 2)
-        self.top_p_spin = _double_spin(0.01, 1.0, 0.05, 2)
-        self.top_k_spin = _int_spin(0, TOP_K_MAX)
-        self.top_k_spin.setSpecialValueText("Off")
-        self.min_p_spin = _double_spin(0.0, 1.0, 0.01, 2)
-        self.repetition_penalty_spin = _double_spin(1.0, 2.0, 0.05, 2)
+        # A row per sampling knob of the table, by its name.
+        self.sampling_spins = {field.name: _sampling_spin(field) for field in SAMPLING_FIELDS}
         self.max_tokens_spin = _int_spin(1, MAX_TOKENS_CEILING)
         self.max_tokens_spin.setSingleStep(64)
         self.seed_edit = QLineEdit()
@@ -176,11 +187,8 @@ class SettingsPanel(QWidget):
     def _fields(self) -> list[tuple[str, str, QWidget]]:
         return [
             ("system_prompt", "System prompt", self.system_prompt_edit),
-            ("temperature", "Temperature", self.temperature_spin),
-            ("top_p", "Top P", self.top_p_spin),
-            ("top_k", "Top K", self.top_k_spin),
-            ("min_p", "Min P", self.min_p_spin),
-            ("repetition_penalty", "Repetition penalty", self.repetition_penalty_spin),
+            *((field.name, field.label, self.sampling_spins[field.name])
+              for field in SAMPLING_FIELDS),
             ("max_tokens", "Max tokens", self.max_tokens_spin),
             ("seed", "Seed", self.seed_edit),
             ("enable_thinking", "Thinking", self.thinking_combo),
@@ -223,14 +231,7 @@ class SettingsPanel(QWidget):
     def _connect_edits(self) -> None:
         self.system_prompt_edit.textChanged.connect(self._on_text_edited)
         self.seed_edit.textEdited.connect(self._on_text_edited)
-        for box in (
-            self.temperature_spin,
-            self.top_p_spin,
-            self.top_k_spin,
-            self.min_p_spin,
-            self.repetition_penalty_spin,
-            self.max_tokens_spin,
-        ):
+        for box in (*self.sampling_spins.values(), self.max_tokens_spin):
             box.valueChanged.connect(self._on_value_edited)
         self.thinking_combo.currentIndexChanged.connect(self._on_value_edited)
         self.tools_tree.itemChanged.connect(self._on_tool_checked)
@@ -346,11 +347,8 @@ class SettingsPanel(QWidget):
         self._check_tools(settings.tools)
         if self.system_prompt_edit.toPlainText() != settings.system_prompt:
             self.system_prompt_edit.setPlainText(settings.system_prompt)
-        self.temperature_spin.setValue(settings.temperature)
-        self.top_p_spin.setValue(settings.top_p)
-        self.top_k_spin.setValue(settings.top_k)
-        self.min_p_spin.setValue(settings.min_p)
-        self.repetition_penalty_spin.setValue(settings.repetition_penalty)
+        for name, box in self.sampling_spins.items():
+            box.setValue(getattr(settings, name))
         self.max_tokens_spin.setValue(settings.max_tokens)
         seed = None if settings.seed is None else min(max(settings.seed, 0), SEED_MAX)
         self.seed_edit.setText("" if seed is None else str(seed))
@@ -360,11 +358,8 @@ class SettingsPanel(QWidget):
         return replace(
             self._shown,
             system_prompt=self.system_prompt_edit.toPlainText(),
-            temperature=round(self.temperature_spin.value(), 2),
-            top_p=round(self.top_p_spin.value(), 2),
-            top_k=self.top_k_spin.value(),
-            min_p=round(self.min_p_spin.value(), 2),
-            repetition_penalty=round(self.repetition_penalty_spin.value(), 2),
+            **{field.name: _spin_value(field, self.sampling_spins[field.name])
+               for field in SAMPLING_FIELDS},
             max_tokens=self.max_tokens_spin.value(),
             seed=self._seed(),
             enable_thinking=self.thinking_combo.currentData(),

@@ -4,10 +4,10 @@ for a prompt read into one vector (an embedding)."""
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pagoda.engine.sampling.fields import SAMPLING_FIELDS, with_sampling_fields
 from pagoda.engine.text.unicode import lone_surrogate_at
 
 _GREEDY_EPS = 1e-5
@@ -24,8 +24,6 @@ MAX_TOKEN_LIST = 65536
 MAX_BAD_WORDS = 1024
 # OpenAI's range for a logit bias.
 _BIAS_LIMIT = 100.0
-_FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
-                 "frequency_penalty")
 
 
 _CONSTRAINT_KINDS = ("json", "regex", "grammar", "choice", "structural_tag")
@@ -121,19 +119,15 @@ def response_format_constraint(response_format: Mapping) -> StructuredOutputsPar
 
 
 @dataclass(slots=True)
+@with_sampling_fields()
 class SamplingParams:
     """How to pick each next token and when to stop, in vLLM's vocabulary.
 
-    temperature 0 means greedy. top_k -1 (or 0) disables top-k; top_p 1 and min_p 0 disable theirs.
+    The sampling knobs come first, one field per row of pagoda.engine.sampling.fields
+    (temperature, top_k, top_p, the penalties, ...), each with its default and its neutral
+    value there; temperature 0 means greedy.
     """
 
-    temperature: float = 1.0
-    top_k: int = -1
-    top_p: float = 1.0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
     seed: int | None = None
     max_tokens: int | None = 256
     stop: list[str] = field(default_factory=list)
@@ -177,23 +171,14 @@ class SamplingParams:
         self._validate_logits_controls()
 
     def _validate(self) -> None:
-        for name in _FLOAT_FIELDS:
-            value = getattr(self, name)
-            _check(_is_number(value) and math.isfinite(value), name, value,
-                   "must be a finite number")
-        _check(self.temperature >= 0.0, "temperature", self.temperature, "must be >= 0")
-        _check(_is_int(self.top_k) and self.top_k >= -1, "top_k", self.top_k,
-               "must be -1 (disabled) or a positive integer")
-        _check(0.0 < self.top_p <= 1.0, "top_p", self.top_p, "must be in (0, 1]")
-        _check(0.0 <= self.min_p <= 1.0, "min_p", self.min_p, "must be in [0, 1]")
-        _check(self.repetition_penalty > 0.0, "repetition_penalty", self.repetition_penalty,
-               "must be > 0 (1 disables it)")
-        _check(-2.0 <= self.presence_penalty <= 2.0, "presence_penalty", self.presence_penalty,
-               "must be in [-2, 2]")
-        _check(-2.0 <= self.frequency_penalty <= 2.0, "frequency_penalty",
-               self.frequency_penalty, "must be in [-2, 2]")
+        for sampling_field in SAMPLING_FIELDS:
+            value = getattr(self, sampling_field.name)
+            problem = sampling_field.problem(value)
+            _check(problem is None, sampling_field.name, value, problem or "")
         _check(self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1),
                "max_tokens", self.max_tokens, "must be a positive integer or None")
+        _check(self.max_tokens is None or self.min_tokens <= self.max_tokens, "min_tokens",
+               self.min_tokens, f"must be at most max_tokens ({self.max_tokens})")
         _check(self.seed is None or (_is_int(self.seed) and 0 <= self.seed < _SEED_LIMIT),
                "seed", self.seed, "must be None or an integer from 0 to 2**64 - 1")
         _check(all(isinstance(s, str) and s and lone_surrogate_at(s) is None for s in self.stop), "stop",
