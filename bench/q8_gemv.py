@@ -177,15 +177,15 @@ def bench_rows(base: str, rounds: int, threads: int) -> None:
 @contextmanager
 def _path(name: str):
     """q8_gemv as the engine loads it, or switched off (grouped int8 as int4 halves)."""
-    from pagoda.engine.worker import model_runner
+    from pagoda.engine.worker import kernel_placement
 
-    load = model_runner.load_q8_context
+    load = kernel_placement.load_q8_context
     if name == "halves":
-        model_runner.load_q8_context = lambda: None
+        kernel_placement.load_q8_context = lambda: None
     try:
         yield
     finally:
-        model_runner.load_q8_context = load
+        kernel_placement.load_q8_context = load
 
 
 @contextmanager
@@ -193,18 +193,18 @@ def _int4_policy_of(llms: dict):
     """The int4 layers' calibrated policy of the first engine built, for the later ones: so
     the engines differ only in how grouped int8 runs (a timing on a busy machine can choose
     another int4 path, whose replies would differ for that reason alone)."""
-    from pagoda.engine.worker.model_runner import ModelRunner
+    from pagoda.engine.worker import kernel_placement
 
     if not llms:
         yield
         return
     first = next(iter(llms.values())).engine.runner.model.layers[0].qkv_proj.method.policy
-    calibrate = ModelRunner._cpu_int4_policy
-    ModelRunner._cpu_int4_policy = lambda self, weights, q4: first
+    calibrate = kernel_placement.int4_policy
+    kernel_placement.int4_policy = lambda weights, q4, max_rows: first
     try:
         yield
     finally:
-        ModelRunner._cpu_int4_policy = calibrate
+        kernel_placement.int4_policy = calibrate
 
 
 def chat_rounds(llms: dict, params, rounds: int) -> tuple[dict[str, list[float]], dict]:

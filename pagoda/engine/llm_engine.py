@@ -21,20 +21,18 @@ from pagoda.engine.disk_cache.tier import DiskPrefixCache, model_fingerprint, op
 from pagoda.engine.errors import PromptTooLongError
 from pagoda.engine.loading.loader import LoadedModel, load_model
 from pagoda.engine.loading.model_info import check_model_fits
-from pagoda.engine.outputs import CompletionOutput, Logprob, PromptProgress, RequestOutput, TokenLogprobs
+from pagoda.engine.outputs import RequestOutput
+from pagoda.engine.processing.output_processor import OutputProcessor
 from pagoda.engine.sampling.params import PoolingParams, SamplingParams
 from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
 from pagoda.engine.spec_decode.step_cost import StepCost
 from pagoda.engine.structured_output.compiler import StructuredOutputCompiler
 from pagoda.engine.structured_output.matcher import GrammarState
 from pagoda.engine.structured_output.vocabulary import Vocabulary
-from pagoda.engine.text.detokenizer import IncrementalDetokenizer
 from pagoda.engine.text.unicode import check_encodable
 from pagoda.engine.worker.calibration import calibrate_step_cost
 from pagoda.engine.worker.logits_controls import bad_words_token_ids
-from pagoda.engine.worker.logprobs import SampledLogprobs
 from pagoda.engine.worker.model_runner import ModelRunner
-from pagoda.engine.worker.pooler import pooled_vector
 
 logger = logging.getLogger(__name__)
 
@@ -104,10 +102,8 @@ class LLMEngine:
         self.vocabulary = Vocabulary(self.tokenizer, self.runner.vocab_size, self.eos_token_ids)
         # Thread-safe: AsyncEngine compiles on a thread of its own, LLM on the caller's.
         self.grammar_compiler = StructuredOutputCompiler(self.vocabulary)
-        self._requests: dict[str, tuple[Sequence, IncrementalDetokenizer]] = {}
-        # The logprobs of each request that asked for them, so far, and its prompt's.
-        self._logprobs: dict[str, list[TokenLogprobs]] = {}
-        self._prompt_logprobs: dict[str, list[TokenLogprobs | None]] = {}
+        self.output_processor = OutputProcessor(self.tokenizer, self.vocabulary,
+                                                self.eos_token_ids, self.scheduler)
         self._token_times: deque[tuple[float, int]] = deque()
         self._window_tokens = 0  # the sum of _token_times' counts
         self._num_preemptions = 0
@@ -122,7 +118,7 @@ class LLMEngine:
         grammar: params.structured_outputs already compiled by `grammar_compiler` (off this
         thread); without it a constrained request is compiled here."""
         params = params or SamplingParams()
-        if request_id in self._requests:
+        if request_id in self.output_processor:
             raise ValueError(f"request_id {request_id!r} is already running")
         if cache_tag is not None:
             check_cache_tag(cache_tag)
@@ -135,14 +131,7 @@ class LLMEngine:
         else:
             seq = self._sampling_sequence(request_id, token_ids, params, prompt_text, cache_tag,
                                           grammar)
-        detok = IncrementalDetokenizer(self.tokenizer, token_ids, seq.params.stop,
-                                       seq.params.skip_special_tokens, self.eos_token_ids,
-                                       seq.params.min_tokens)
-        self._requests[request_id] = (seq, detok)
-        if seq.params.logprobs is not None:
-            self._logprobs[request_id] = []
-        if seq.params.prompt_logprobs is not None:
-            self._prompt_logprobs[request_id] = [None] * len(token_ids)
+        self.output_processor.add_request(seq)
         self.scheduler.add(seq)
 
     def _sampling_sequence(self, request_id: str, token_ids: list[int], params: SamplingParams,
@@ -170,21 +159,18 @@ class LLMEngine:
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
         """End a request now and free its blocks; returns its final output if it was live."""
-        entry = self._requests.get(request_id)
-        if entry is None:
+        seq = self.output_processor.sequence(request_id)
+        if seq is None:
             return None
-        self.scheduler.finish(entry[0], "abort")
-        out = self._output(self._requests[request_id][0], self._requests[request_id][1], [])
-        self._forget(request_id)
-        return out
+        self.scheduler.finish(seq, "abort")
+        return self.output_processor.final_output(request_id)
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self._requests)
+        return self.output_processor.has_unfinished_requests()
 
     def step(self) -> list[RequestOutput]:
         sched = self.scheduler.schedule()
         self._num_preemptions += len(sched.preempted)
-        advanced: list[Sequence] = []
         if not sched.is_empty:
             began = time.perf_counter()
             try:
@@ -197,12 +183,8 @@ class LLMEngine:
             self._observe_decode(sched, seconds)
             advanced = self.scheduler.update_from_output(sched, result.sampled)
             self._record_tokens(sum(n for _, n in advanced))
-            logprobs = {item.seq.request_id: entries
-                        for item, entries in zip(sched.scheduled, result.logprobs, strict=True)
-                        if entries is not None}
-            self._record_prompt_logprobs(sched, result.prompt_logprobs)
-            return self._collect_outputs(advanced, logprobs) + self._progress_outputs(sched)
-        return self._collect_outputs(advanced, {}) + self._progress_outputs(sched)
+            return self.output_processor.process_outputs(sched, advanced, result)
+        return self.output_processor.process_outputs(sched, [], None)
 
     def close(self, timeout: float = 10.0) -> None:
         """Write what the disk tier still has queued; the engine can still step afterwards, but
@@ -282,24 +264,6 @@ class LLMEngine:
             return "gpu_memory_utilization"
         return "kv_cache_memory"
 
-    def _collect_outputs(self, advanced: list[tuple[Sequence, int]],
-                         logprobs: dict[str, list[SampledLogprobs]]) -> list[RequestOutput]:
-        outputs = []
-        for seq, num_new in advanced:
-            seq_detok = self._requests[seq.request_id]
-            outputs.append(self._output(*seq_detok, seq.output_token_ids[-num_new:],
-                                        logprobs.get(seq.request_id)))
-        reported = {o.request_id for o in outputs}
-        for seq in self.scheduler.take_finished():
-            entry = self._requests.get(seq.request_id)
-            # By identity: an aborted request's id may already name a new request.
-            if seq.request_id not in reported and entry is not None and entry[0] is seq:
-                outputs.append(self._output(seq, entry[1], []))
-        for out in outputs:
-            if out.finished:
-                self._forget(out.request_id)
-        return outputs
-
     def _observe_prefill(self, sched: SchedulerOutput, seconds: float) -> None:
         """Tell the disk tier what computing prompt tokens costs here, from steps that are
         mostly prompt. On a GPU only a step that samples waits for its work (one that only reads
@@ -330,74 +294,6 @@ class LLMEngine:
                 return
         self.step_cost.observe(sched.num_batched_tokens, seconds)
 
-    def _progress_outputs(self, sched: SchedulerOutput) -> list[RequestOutput]:
-        """An output without tokens for each prompt this step read a chunk of but not to its end
-        (it sampled nothing yet), saying how much of it is read. A sequence recomputed after
-        preemption has output already and reports nothing: its reader is past the prompt."""
-        outputs = []
-        now = time.monotonic()
-        for item in sched.scheduled:
-            seq = item.seq
-            if seq.num_output_tokens or seq.is_finished:  # decoding (most rows), or done
-                continue
-            entry = self._requests.get(seq.request_id)
-            if entry is None or entry[0] is not seq:
-                continue
-            out = self._output(seq, entry[1], [])
-            started = seq.metrics.first_scheduled_time or seq.metrics.arrival_time
-            out.prompt_progress = PromptProgress(seq.num_prompt_tokens, seq.num_computed_tokens,
-                                                 seq.num_cached_tokens, now - started)
-            outputs.append(out)
-        return outputs
-
-    def _output(self, seq: Sequence, detok: IncrementalDetokenizer, new_tokens: list[int],
-                new_logprobs: list[SampledLogprobs] | None = None) -> RequestOutput:
-        if new_tokens and seq.metrics.first_token_time is None:
-            seq.metrics.first_token_time = time.monotonic()
-        delta_text, new_tokens = self._detokenize(seq, detok, new_tokens)
-        completion = CompletionOutput(0, detok.text, list(seq.output_token_ids),
-                                      seq.finish_reason, delta_text, list(new_tokens),
-                                      stop_string=detok.stop_string)
-        prompt_logprobs = self._prompt_logprobs.get(seq.request_id)
-        so_far = self._logprobs.get(seq.request_id)
-        if so_far is not None:
-            delta = [self._token_logprobs(x) for x in (new_logprobs or [])[:len(new_tokens)]]
-            so_far.extend(delta)
-            completion.logprobs, completion.delta_logprobs = list(so_far), delta
-        embedding = (pooled_vector(seq) if seq.is_pooling and seq.finish_reason == "stop"
-                     else None)
-        return RequestOutput(seq.request_id, seq.prompt, seq.prompt_token_ids, [completion],
-                             seq.is_finished, seq.num_cached_tokens, seq.metrics,
-                             prompt_logprobs=None if prompt_logprobs is None or not
-                             seq.num_output_tokens else list(prompt_logprobs),
-                             embedding=embedding)
-
-    def _forget(self, request_id: str) -> None:
-        self._requests.pop(request_id, None)
-        self._logprobs.pop(request_id, None)
-        self._prompt_logprobs.pop(request_id, None)
-
-    def _record_prompt_logprobs(self, sched: SchedulerOutput, scored) -> None:
-        """Each scored prompt token's logprobs, by position (a prompt read again after a
-        preemption writes the same ones again)."""
-        if scored is None:
-            return
-        for item, entry in zip(sched.scheduled, scored, strict=True):
-            kept = self._prompt_logprobs.get(item.seq.request_id)
-            if entry is None or kept is None:
-                continue
-            first, entries = entry
-            kept[first:first + len(entries)] = [self._token_logprobs(e) for e in entries]
-
-    def _token_logprobs(self, sampled: SampledLogprobs) -> TokenLogprobs:
-        top = tuple(self._logprob(t, v) for t, v in zip(sampled.top_ids, sampled.top_logprobs,
-                                                         strict=True))
-        return TokenLogprobs(self._logprob(sampled.token_id, sampled.logprob), sampled.rank, top)
-
-    def _logprob(self, token_id: int, logprob: float) -> Logprob:
-        raw = self.vocabulary.token_bytes(token_id)
-        return Logprob(token_id, raw.decode("utf-8", errors="replace"), raw, logprob)
-
     def _validate_token_ids(self, params: SamplingParams) -> None:
         """Token ids a request names must be in the model's vocabulary."""
         vocab = self.runner.vocab_size
@@ -408,40 +304,11 @@ class LLMEngine:
                 raise ValueError(f"SamplingParams.{name} names token {bad}, outside the "
                                  f"vocabulary [0, {vocab})")
 
-    def _detokenize(self, seq: Sequence, detok: IncrementalDetokenizer,
-                    new_tokens: list[int]) -> tuple[str, list[int]]:
-        """The new text and the new tokens that count, fed one token at a time as without
-        speculation: a stop string completed inside a run of kept drafts ends the output at the
-        token that completed it, and the tokens after it are dropped."""
-        if len(new_tokens) <= 1:
-            update = detok.update(new_tokens, finished=seq.is_finished)
-            if update.stop_string is not None:
-                self.scheduler.finish(seq, "stop")
-            return update.delta_text, new_tokens
-        deltas = []
-        for n, token in enumerate(new_tokens, 1):
-            update = detok.update([token], finished=seq.is_finished and n == len(new_tokens))
-            deltas.append(update.delta_text)
-            if update.stop_string is not None:
-                self._stop_at_string(seq, seq.num_output_tokens - len(new_tokens) + n)
-                return "".join(deltas), new_tokens[:n]
-        return "".join(deltas), new_tokens
-
-    def _stop_at_string(self, seq: Sequence, num_output_tokens: int) -> None:
-        if num_output_tokens < seq.num_output_tokens:
-            seq.truncate_output(num_output_tokens)
-            # It may have ended later for another reason (EOS, max_tokens) in the dropped part.
-            if seq.is_finished:
-                seq.finish_reason = "stop"
-        self.scheduler.finish(seq, "stop")
-
     def _fail(self, sched: SchedulerOutput, exc: Exception) -> list[RequestOutput]:
         outputs = []
         for item in sched.scheduled:
-            seq = item.seq
-            self.scheduler.finish(seq, "error")
-            out = self._output(seq, self._requests[seq.request_id][1], [])
-            self._forget(seq.request_id)
+            self.scheduler.finish(item.seq, "error")
+            out = self.output_processor.final_output(item.seq.request_id)
             out.outputs[0].error = f"{type(exc).__name__}: {exc}"
             outputs.append(out)
         return outputs

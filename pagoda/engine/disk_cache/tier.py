@@ -30,14 +30,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from hashlib import blake2b
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pagoda.engine.disk_cache.read_ahead import Block, ReadAhead
 from pagoda.engine.disk_cache.store import DiskBlockStore, DiskCacheStats
 from pagoda.engine.disk_cache.writer import DiskBlockWriter
-
-if TYPE_CHECKING:
-    from pagoda.engine.disk_cache.block_io import KVBlockIO
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +43,19 @@ FINGERPRINT_VERSION = 1
 _SMOOTHING = 0.3
 _SAMPLE_BYTES = 1 << 20  # read from the start, middle and end of each weight file
 _WEIGHT_FILES = (".safetensors", ".bin", ".gguf", ".pt", ".json")
+
+
+class BlockIO(Protocol):
+    """What the tier asks of a KV cache group's copies in and out (block_io.KVBlockIO's),
+    named here because block_io holds tensors and the prefix cache's bookkeeping, which holds
+    none, imports this module."""
+
+    @property
+    def block_shape(self) -> tuple[int, ...]: ...
+    @property
+    def bytes_per_block(self) -> int: ...
+    def copy_out(self, block_ids: list[int]) -> list[memoryview]: ...
+    def copy_in(self, block_ids: list[int], payloads: list[bytes | memoryview]) -> None: ...
 
 
 def group_block_key(block_hash: bytes, group: int) -> bytes:
@@ -78,9 +88,9 @@ class DiskPrefixCache:
     io (read_ahead): the first KV cache group's; windowed_ios: each further group's, in the KV
     cache manager's order. `group` arguments count the same way (0: the first group)."""
 
-    def __init__(self, store: DiskBlockStore, writer: DiskBlockWriter, io: KVBlockIO,
+    def __init__(self, store: DiskBlockStore, writer: DiskBlockWriter, io: BlockIO,
                  read_ahead: ReadAhead | None = None,
-                 windowed_ios: Sequence[KVBlockIO] = ()) -> None:
+                 windowed_ios: Sequence[BlockIO] = ()) -> None:
         self.store = store
         self.writer = writer
         self.ios = [io, *windowed_ios]
@@ -223,7 +233,7 @@ def model_fingerprint(model_path: Path, settings: Mapping[str, object]) -> str:
 
 
 def open_disk_prefix_cache(folder: Path, capacity_bytes: int, fingerprint: str,
-                           ios: Sequence[KVBlockIO]) -> DiskPrefixCache | None:
+                           ios: Sequence[BlockIO]) -> DiskPrefixCache | None:
     """The disk tier in `folder` for the KV cache groups whose blocks `ios` copy (the first
     group's first), or None (logged) when the folder cannot be used."""
     try:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -40,10 +41,11 @@ from pagoda.kernels.cpu.decode_layers import (
 from pagoda.kernels.cpu.decode_ops import CACHE_DTYPES, SCORINGS, as_int64, attention_threads
 
 if TYPE_CHECKING:
-    from pagoda.engine.layers.attention import StepRotary
+    from pagoda.engine.layers.attention import Attention, StepRotary
     from pagoda.engine.layers.linear import Linear
+    from pagoda.engine.layers.rotary import RotaryTables
     from pagoda.engine.models.architecture import DecoderArchitecture, ModelShape
-    from pagoda.engine.models.decoder import DecoderForCausalLM, DecoderLayer
+    from pagoda.kernels.kernel_ops import KernelOps
 
 logger = logging.getLogger(__name__)
 # Decode batches of up to this many rows run in one call (where every linear has a C kernel at
@@ -52,6 +54,48 @@ logger = logging.getLogger(__name__)
 # default model from a median 409 to 434 tok/s (one process, alternating rounds).
 MAX_ROWS = 256
 _ACTIVATIONS = {"silu": SILU, "gelu_tanh": GELU_TANH}
+
+
+class DecodedLayer(Protocol):
+    """What the call reads of a layer: decoder.DecoderLayer's, named here since the decoder
+    imports this module (its type would make a circle)."""
+
+    @property
+    def input_norm(self) -> torch.Tensor: ...
+    @property
+    def attention(self) -> Attention: ...
+    @property
+    def mlp_norm(self) -> torch.Tensor: ...
+    @property
+    def mlp(self) -> GatedMLP | SparseMoE: ...
+    @property
+    def attention_out_norm(self) -> torch.Tensor | None: ...
+    @property
+    def mlp_out_norm(self) -> torch.Tensor | None: ...
+    @property
+    def qkv_proj(self) -> Linear: ...
+    @property
+    def o_proj(self) -> Linear: ...
+
+
+class DecodedModel(Protocol):
+    """What the call reads of the model: decoder.DecoderForCausalLM's, named here as the
+    layer's."""
+
+    @property
+    def arch(self) -> DecoderArchitecture: ...
+    @property
+    def shape(self) -> ModelShape: ...
+    @property
+    def ops(self) -> KernelOps: ...
+    @property
+    def norm(self) -> torch.Tensor: ...
+    @property
+    def layers(self) -> Sequence[DecodedLayer]: ...
+    @property
+    def rotary(self) -> Mapping[str, RotaryTables]: ...
+    @property
+    def scale(self) -> float: ...
 
 
 def not_covered(arch: DecoderArchitecture) -> str | None:
@@ -106,7 +150,7 @@ class _Buffers:
 class NativeDecode:
     """`forward_layers` gives the last layer's hidden + residual, or None to run eager."""
 
-    def __init__(self, model: DecoderForCausalLM, lib: DecodeLayers) -> None:
+    def __init__(self, model: DecodedModel, lib: DecodeLayers) -> None:
         self._model = model
         self._lib = lib
         self._plans: dict[int, _Plan | None] = {}
@@ -117,7 +161,7 @@ class NativeDecode:
         self._rope_keys = list(model.rotary)
 
     @classmethod
-    def build(cls, model: DecoderForCausalLM) -> NativeDecode | None:
+    def build(cls, model: DecodedModel) -> NativeDecode | None:
         lib = model.ops.decode_layers
         if (not isinstance(lib, DecodeLayers) or model.norm.dtype != torch.float32
                 or not_covered(model.arch) is not None):
@@ -221,7 +265,7 @@ class NativeDecode:
             eps=s.rms_norm_eps, scale=self._model.scale)
         return _Plan(step, layers, ropes, out, k_cache.data_ptr(), moes)
 
-    def _fill_layer(self, layer: DecoderLayer, args: LayerArgs) -> bool:
+    def _fill_layer(self, layer: DecodedLayer, args: LayerArgs) -> bool:
         """The layer's norms, window, rotary table and activation into args; False where the
         call cannot run it as the eager path does."""
         s, attention = self._model.shape, layer.attention
@@ -276,13 +320,13 @@ class NativeDecode:
         return self._buffers
 
 
-def _dense_part(layer: DecoderLayer) -> GatedMLP | None:
+def _dense_part(layer: DecodedLayer) -> GatedMLP | None:
     """The gated MLP the call runs through the layer's gate_up and down: a dense layer's, or a
     sparse one's shared expert (None: it has none)."""
     return layer.mlp.shared if isinstance(layer.mlp, SparseMoE) else layer.mlp
 
 
-def _sparse_not_covered(layer: DecoderLayer) -> str | None:
+def _sparse_not_covered(layer: DecodedLayer) -> str | None:
     """What of this layer's sparse MLP the one-call step does not run, or None."""
     moe = layer.mlp
     if not isinstance(moe, SparseMoE):

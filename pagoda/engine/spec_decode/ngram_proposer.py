@@ -8,10 +8,9 @@ proposal costs a few dictionary lookups however long the context is.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from pagoda.engine.core.sequence import Sequence
+from pagoda.engine.outputs import RequestMetrics
 
 # Each sequence's acceptance (drafts kept over drafts tried) weighs recent trials most: every
 # verification or shadow check keeps this fraction of the weight of those before it...
@@ -21,6 +20,16 @@ PRIOR_TRIALS = 2.0
 # The overall rate before any draft was tried, and how slowly it moves.
 DEFAULT_ACCEPTANCE = 0.5
 OVERALL_DECAY = 0.99
+
+
+class DraftedSequence(Protocol):
+    """What the proposer reads of a sequence (core.sequence.Sequence, in the room above): its
+    tokens, and the metrics its drafts are counted in."""
+
+    @property
+    def all_token_ids(self) -> list[int]: ...
+    @property
+    def metrics(self) -> RequestMetrics: ...
 
 
 @dataclass(slots=True)
@@ -45,7 +54,7 @@ class NgramProposer:
         self.ngram_max = ngram_max
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
-        self._states: dict[Sequence, _SequenceState] = {}
+        self._states: dict[DraftedSequence, _SequenceState] = {}
         self._overall_kept = DEFAULT_ACCEPTANCE
         self._overall_tried = 1.0
 
@@ -55,7 +64,7 @@ class NgramProposer:
             return None
         return self.num_accepted_tokens / self.num_draft_tokens
 
-    def propose(self, seq: Sequence, max_drafts: int) -> list[int]:
+    def propose(self, seq: DraftedSequence, max_drafts: int) -> list[int]:
         """Drafts to follow `seq`'s tokens, at most `max_drafts` (which the caller bounds by
         max_tokens, the context length and the step's token budget)."""
         state = self._states.get(seq)
@@ -71,7 +80,7 @@ class NgramProposer:
             return []
         return _continuation(tokens, follower, limit)
 
-    def acceptance(self, seq: Sequence) -> float:
+    def acceptance(self, seq: DraftedSequence) -> float:
         """The estimated chance that each next draft of `seq` is kept."""
         overall = self._overall_kept / self._overall_tried
         state = self._states.get(seq)
@@ -79,7 +88,7 @@ class NgramProposer:
             return overall
         return (state.kept + PRIOR_TRIALS * overall) / (state.tried + PRIOR_TRIALS)
 
-    def record(self, seq: Sequence, num_drafted: int, num_accepted: int) -> None:
+    def record(self, seq: DraftedSequence, num_drafted: int, num_accepted: int) -> None:
         """What verification made of `seq`'s drafts this step. Drafts after the first rejected
         one were not tried."""
         self.num_draft_tokens += num_drafted
@@ -88,11 +97,11 @@ class NgramProposer:
         seq.metrics.num_accepted_tokens += num_accepted
         self._learn(seq, num_accepted, min(num_accepted + 1, num_drafted))
 
-    def record_shadow(self, seq: Sequence, kept: bool) -> None:
+    def record_shadow(self, seq: DraftedSequence, kept: bool) -> None:
         """A proposal's first draft was not verified; the step sampled it (kept) or not."""
         self._learn(seq, int(kept), 1)
 
-    def _learn(self, seq: Sequence, kept: int, tried: int) -> None:
+    def _learn(self, seq: DraftedSequence, kept: int, tried: int) -> None:
         self._overall_kept = OVERALL_DECAY * self._overall_kept + kept
         self._overall_tried = OVERALL_DECAY * self._overall_tried + tried
         state = self._states.get(seq)
@@ -100,7 +109,7 @@ class NgramProposer:
             state.kept = ACCEPTANCE_DECAY * state.kept + kept
             state.tried = ACCEPTANCE_DECAY * state.tried + tried
 
-    def forget(self, seq: Sequence) -> None:
+    def forget(self, seq: DraftedSequence) -> None:
         self._states.pop(seq, None)
 
     def _index(self, state: _SequenceState, tokens: list[int]) -> None:

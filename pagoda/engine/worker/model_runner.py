@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import torch
@@ -15,7 +13,6 @@ from pagoda.engine.core.kv_cache_manager import KVCacheGroup
 from pagoda.engine.core.scheduler import ScheduledSequence, SchedulerOutput
 from pagoda.engine.core.sequence import NULL_BLOCK, Sequence
 from pagoda.engine.errors import ModelLoadError
-from pagoda.engine.layers.linear import Placement, make_linear
 from pagoda.engine.loading.loader import LoadedModel
 from pagoda.engine.loading.model_info import available_memory
 from pagoda.engine.models.architecture import ModelShape
@@ -28,22 +25,8 @@ from pagoda.engine.models.kv_cache_sizing import (
 )
 from pagoda.engine.models.memory import release_freed_memory, zeroed_host_tensor
 from pagoda.engine.models.registry import architecture_of
-from pagoda.engine.quantization import cpu_paths
-from pagoda.engine.quantization.cpu_int4 import CpuInt4Method
-from pagoda.engine.quantization.cpu_paths import CpuPathPolicy
-from pagoda.engine.quantization.cpu_q4 import Q4Context, Q4Kernel, load_q4_context
-from pagoda.engine.quantization.cpu_q8 import CpuQ8Method, Q8Context, Q8Kernel, load_q8_context
-from pagoda.engine.quantization.dequantize_workspace import DequantWorkspace
-from pagoda.engine.quantization.native_kernels import load_native
-from pagoda.engine.quantization.tensors import (
-    BlockWeight,
-    Int4Weight,
-    Int8Weight,
-    Weight,
-    split_int8_into_int4,
-    widen_blocks,
-)
 from pagoda.engine.structured_output.matcher import GrammarRows, GrammarState
+from pagoda.engine.worker.kernel_placement import place_kernels
 from pagoda.engine.worker.logprobs import LogprobsRequest, SampledLogprobs, StepLogprobs
 from pagoda.engine.worker.pooler import PoolingChunk, pool_chunks
 from pagoda.engine.worker.rejection_sampler import RejectionSampler
@@ -55,7 +38,6 @@ from pagoda.kernels.attention_metadata import (
     TritonAttentionMetadata,
     choose_num_kv_splits,
 )
-from pagoda.kernels.ops import select_ops
 
 logger = logging.getLogger(__name__)
 
@@ -65,9 +47,6 @@ _MAX_DECODE_GROUPS = 4
 _GROUP_LENGTH_RATIO = 0.75
 # GPU memory kept out of the KV pool for cuBLAS workspaces, CUDA graphs and fragmentation.
 _GPU_RESERVE_BYTES = 512 << 20
-# Rows of the vocabulary's table its int8 pass is timed on at load (q8_gemv against q8_amx):
-# a few ms a call, where the whole table's would be ~50 ms at 64 rows.
-_VOCABULARY_PROBE_ROWS = 4096
 
 
 @dataclass(slots=True)
@@ -133,11 +112,8 @@ class ModelRunner:
         self.config = config
         self.device = torch.device(config.device)
         self.dtype = config.dtype
-        backend = None if config.kernel_backend == "auto" else config.kernel_backend
-        ops = select_ops(self.device, backend, load_native)
-        placement = Placement(self.device, self.dtype, ops)
-        if placement.uses_cpu_kernels:
-            placement = self._with_cpu_int4_policy(placement, loaded.weights)
+        placement = place_kernels(config, loaded.weights)
+        ops = placement.ops
         self.model = DecoderForCausalLM(architecture_of(loaded.config), loaded.config,
                                         loaded.weights, placement, release_weights)
         self.kv_dtype = self._kv_dtype(ops.name)
@@ -158,101 +134,6 @@ class ModelRunner:
         self.rejection_sampler = RejectionSampler(ops.row_argmax)
         self.vocab_size = self.model.shape.vocab_size
         self.graphs = self._capture_graphs() if self._uses_cuda_graphs() else None
-
-    def _with_cpu_int4_policy(self, placement: Placement,
-                              weights: Mapping[str, Weight]) -> Placement:
-        """The placement with its int4 path policy (`cpu_paths`) and, where the policy runs
-        it at all, our q4_gemv kernel (fp32 activations only, the compute dtype on a CPU)."""
-        fp32 = self.dtype == torch.float32
-        q4 = load_q4_context() if fp32 else None
-        policy = self._cpu_int4_policy(weights, q4)
-        placement = replace(placement, cpu_int4_policy=policy,
-                            q4=q4 if policy.native_below_rows else None)
-        q8 = load_q8_context() if fp32 else None
-        if q8 is None:
-            return placement
-        policy.int8_pass_amx_from_rows = self._vocabulary_amx_from_rows(weights, q8)
-        return replace(placement, q8=q8,
-                       q8_layers=self._int8_layers_run_q8(weights, placement, q8),
-                       cpu_blocks_policy=self._blocks_policy(weights, policy, q8))
-
-    def _blocks_policy(self, weights: Mapping[str, Weight], policy: CpuPathPolicy,
-                       q8: Q8Context) -> CpuPathPolicy | None:
-        """int4's policy with the step size from which GGUF blocks read in place dequantize
-        for a GEMM instead, timed on the first layer's largest block matrix (None: no blocks
-        in it)."""
-        layers = [weights[name] for name in weights if name.startswith("model.layers.0.")]
-        blocks = [w for w in layers if isinstance(w, BlockWeight)]
-        if not blocks:
-            return None
-        probe = max(blocks, key=lambda w: w.shape[0] * w.shape[1])
-        method = CpuQ8Method(probe, policy, q8.with_own_scratch(), precise=True,
-                             reuse_output=True)
-        rows = [m for m in cpu_paths.CALIBRATION_ROWS if m <= self.config.max_num_batched_tokens]
-        threshold = cpu_paths.choose_blocks_gemm_rows(method, probe.shape[1], rows,
-                                                      policy.gemm_dtype)[0]
-        return replace(policy, dequantize_from_rows=threshold)
-
-    def _vocabulary_amx_from_rows(self, weights: Mapping[str, Weight], q8: Q8Context) -> int:
-        """From how many rows the vocabulary's int8 pass runs q8_amx (sys.maxsize: never),
-        timed against q8_gemv on its first rows (the time per row does not depend on which)."""
-        vocab = weights.get("lm_head.weight", weights.get("model.embed_tokens.weight"))
-        if (q8.amx is None or not isinstance(vocab, Int8Weight) or vocab.group_size is None
-                or vocab.q.dim() != 2):
-            return sys.maxsize
-        rows = min(_VOCABULARY_PROBE_ROWS, vocab.shape[0])
-        probe = Int8Weight(vocab.q[:rows], vocab.scales[:rows], vocab.group_size,
-                           None if vocab.mins is None else vocab.mins[:rows])
-        kernel = Q8Kernel(probe, q8.with_own_scratch(), precise=False, reuse_output=False)
-        counts = [m for m in cpu_paths.CALIBRATION_ROWS if m <= self.config.max_num_batched_tokens]
-        from_rows, why = cpu_paths.choose_amx_rows(kernel, probe.shape[1], counts)
-        logger.info("CPU vocabulary projection's int8 pass: %s", why)
-        return from_rows
-
-    def _int8_layers_run_q8(self, weights: Mapping[str, Weight], placement: Placement,
-                            q8: Q8Context) -> bool:
-        """Whether grouped int8 layers run q8_gemv rather than int4 halves: timed on the first
-        layer's largest grouped int8 matrix at the step sizes that run a kernel."""
-        layers = [weights[name] for name in weights if name.startswith("model.layers.0.")]
-        int8 = [w for w in layers if isinstance(w, Int8Weight) and w.group_size is not None]
-        if not int8:
-            return False
-        probe = max(int8, key=lambda w: w.shape[0] * w.shape[1])
-        policy = placement.cpu_int4_policy
-        below = policy.dequantize_from_rows or sys.maxsize
-        rows = [m for m in cpu_paths.CALIBRATION_ROWS
-                if m <= self.config.max_num_batched_tokens and m < below] or [1]
-        # Their own scratch, as the int4 probe's: the model's stays decode-sized.
-        q4 = None if placement.q4 is None else placement.q4.with_own_scratch()
-        halves = make_linear(probe, None, replace(placement, q4=q4, q8=None)).method
-        native = CpuQ8Method(probe, policy, q8.with_own_scratch(), precise=True, reuse_output=True)
-        return cpu_paths.choose_int8_kernel(halves, native, probe.shape[1], rows)[0]
-
-    def _cpu_int4_policy(self, weights: Mapping[str, Weight],
-                         q4: Q4Context | None) -> CpuPathPolicy:
-        """Which int4 kernel runs each step size, and from how many rows a step dequantizes
-        int4 layers (and grouped int8 ones, which run on the int4 kernels) and runs one GEMM,
-        timed on the largest int4 matrix before any layer is built, so that layers keep only
-        the layouts their steps read. The probe is the first layer's largest matrix: the
-        vocabulary's is larger, but no step runs it on many rows."""
-        # The first layer only: weights may be decoded lazily, layer by layer.
-        layers = [weights[name] for name in weights if name.startswith("model.layers.0.")]
-        int4 = [w for w in layers if isinstance(w, Int4Weight)]
-        if not int4:
-            # Grouped int8 or GGUF blocks only: their exact int8, as int4 halves, stands in.
-            int4 = [split_int8_into_int4(widen_blocks(w) if isinstance(w, BlockWeight) else w)
-                    for w in layers if isinstance(w, BlockWeight)
-                    or (isinstance(w, Int8Weight) and w.group_size is not None)][:1]
-        if not int4:
-            return CpuPathPolicy()
-        probe = max(int4, key=lambda w: w.shape[0] * w.shape[1])
-        keeps_source = CpuPathPolicy(dequantize_from_rows=1,
-                                     workspace=DequantWorkspace.for_this_machine())
-        # Its own scratch: the probe's 256-row calls would leave the model's one that large.
-        native = None if q4 is None else Q4Kernel(probe, q4.with_own_scratch(), precise=True,
-                                                  reuse_output=True)
-        return cpu_paths.calibrate(CpuInt4Method(probe, keeps_source),
-                                   self.config.max_num_batched_tokens, native)
 
     def _kv_dtype(self, ops_name: str) -> torch.dtype:
         dtype = kv_cache_dtype(self.config)

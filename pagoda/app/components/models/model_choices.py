@@ -27,8 +27,7 @@ from pagoda.app.components.models.model_library import (
 )
 
 if TYPE_CHECKING:
-    from pagoda.engine.config import EngineConfig
-    from pagoda.engine.loading.model_info import ModelHeaders, ModelInfo
+    from pagoda.app.backends.model_files import EngineConfig, ModelHeaders, ModelInfo
 
 # What the open dialog lists: a .gguf file, or a model folder picked by its config.json.
 MODEL_FILE_FILTER = "Models (*.gguf config.json);;GGUF files (*.gguf);;Model folders (config.json)"

@@ -24,9 +24,7 @@ from pagoda.app.components.shared.connections import ConnectionKeys
 from pagoda.app.components.shared.tasks import TaskSet
 
 if TYPE_CHECKING:
-    from pagoda.engine.hub.download import DownloadProgress
-    from pagoda.engine.hub.fit import MemoryFit
-    from pagoda.engine.hub.search import HubModel, HubRepo
+    from pagoda.app.backends.hub import DownloadProgress, HubModel, HubRepo, MemoryFit
 
 logger = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from pagoda.app.backends import ModelLoadingError
+from pagoda.app.backends import ChatBackend, ModelLoadingError
 from pagoda.app.backends.services.local_engine import EngineError
 from pagoda.app.backends.services.openai_server import (
     PortUnavailableError,
@@ -22,15 +22,21 @@ from pagoda.app.components.server.api_key import ApiKeyError, ApiKeyFile
 from pagoda.app.components.shared.view_models import LocalServerView
 
 if TYPE_CHECKING:
-    from pagoda.app.qt.models.engine_host import EngineHost
-    from pagoda.engine.server.runner import ServerThread
-    from pagoda.engine.server.served import ServedModel
+    from pagoda.app.backends.services.openai_server import ServedModel, ServerThread
 
 logger = logging.getLogger(__name__)
 
 LOCAL_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 T = TypeVar("T")
+
+
+class EngineHost(Protocol):
+    """What the server asks of the window's engine host (qt.engine_host.EngineHost, in the
+    room above): the backend a request starts on now."""
+
+    def backend_for_new_request(self) -> ChatBackend:
+        """Raises ModelLoadingError while there is none."""
 
 
 class LocalServer:
