@@ -27,7 +27,7 @@ from pagoda.app.components.models.model_library import (
 )
 
 if TYPE_CHECKING:
-    from pagoda.app.backends.model_files import EngineConfig, ModelHeaders, ModelInfo
+    from pagoda.app.backends.services.model_files import EngineConfig, ModelHeaders, ModelInfo
 
 # What the open dialog lists: a .gguf file, or a model folder picked by its config.json.
 MODEL_FILE_FILTER = "Models (*.gguf config.json);;GGUF files (*.gguf);;Model folders (config.json)"

@@ -24,7 +24,7 @@ from pagoda.app.components.shared.connections import ConnectionKeys
 from pagoda.app.components.shared.tasks import TaskSet
 
 if TYPE_CHECKING:
-    from pagoda.app.backends.hub import DownloadProgress, HubModel, HubRepo, MemoryFit
+    from pagoda.app.backends.services.hub import DownloadProgress, HubModel, HubRepo, MemoryFit
 
 logger = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from pagoda.app.backends.services.model_files import (
 from pagoda.app.components.shared.view_models import EngineStatusView, LoadStepView
 
 if TYPE_CHECKING:
-    from pagoda.app.backends.local_engine import AsyncEngine
+    from pagoda.app.backends.services.local_engine import AsyncEngine
 
 logger = logging.getLogger(__name__)
 
