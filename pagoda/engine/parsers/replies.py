@@ -10,6 +10,7 @@ from pagoda.engine.parsers.harmony import REPLY_ENDS, HarmonyParser, is_harmony_
 from pagoda.engine.parsers.harmony_frame import framed
 from pagoda.engine.parsers.listed_calls import ListedCallsParser
 from pagoda.engine.parsers.reasoning import prompt_opens_reasoning, reasoning_parser_for_template
+from pagoda.engine.parsers.repeated_calls import RepeatedCallGuard
 from pagoda.engine.parsers.registry import tool_parser, tool_parser_for_template
 from pagoda.engine.parsers.reply import ReplyDelta, ReplyParser
 from pagoda.engine.parsers.tool_calls import ToolCall, ToolCallDelta, new_tool_call_id
@@ -47,8 +48,19 @@ class ReplyShape:
             return params
         return replace(params, skip_special_tokens=False)
 
+    def repeat_guard(self) -> RepeatedCallGuard | None:
+        """Under tool_choice "required" with parallel calls, a guard that ends the list of
+        calls where the model writes one of them again (pagoda/engine/parsers/repeated_calls.py);
+        None where the reply cannot repeat a call (one call at most, or the model's own frame)."""
+        if self.use.mode != "required" or not self.use.parallel:
+            return None
+        return None if isinstance(self.parser, HarmonyParser) else RepeatedCallGuard()
+
     def message(self, text: str) -> dict:
         """The whole reply's `message`."""
+        guard = self.repeat_guard()
+        if guard is not None:
+            text = guard.cut(text)
         if self.arguments_only:
             calls = [ToolCall(new_tool_call_id(), self.use.function or "", text)]
             return self._message(None, None, calls)
@@ -79,9 +91,17 @@ class ReplyStream:
         self._parsed = (None if shape.arguments_only else
                         shape.parser.streamer(starts_in_reasoning=shape.starts_in_reasoning))
         self._named_id: str | None = None
+        self._guard = shape.repeat_guard()
         self.called = False
 
+    @property
+    def repeated(self) -> bool:
+        """Whether the reply began a call it had written before: it is over."""
+        return self._guard is not None and self._guard.repeated
+
     def feed(self, text: str) -> dict:
+        if self._guard is not None:
+            text = self._guard.feed(text)
         if not text:
             return {}
         if self._shape.arguments_only:
@@ -91,6 +111,9 @@ class ReplyStream:
     def finish(self) -> dict:
         if self._parsed is None:
             return {}
+        if self._guard is not None:
+            held = self._fields(self._parsed.feed(self._guard.flush()))
+            return joined_deltas(held, self._fields(self._parsed.finish()))
         return self._fields(self._parsed.finish())
 
     def _named(self, text: str) -> dict:
@@ -170,3 +193,14 @@ def reply_shape(chat_template: str | None, use: ToolUse,
             tools = tool_parser("hermes")  # the fallback prompt asks for its syntax
     opens = reasoning is not None and prompt_opens_reasoning(prompt_tail(), reasoning)
     return ReplyShape(use, ReplyParser(reasoning, tools), opens)
+
+
+def joined_deltas(first: dict, second: dict) -> dict:
+    """Two deltas of one chunk as one: texts joined, tool call deltas in order."""
+    joined = dict(first)
+    for key, value in second.items():
+        if key == "tool_calls":
+            joined[key] = [*joined.get(key, []), *value]
+        else:
+            joined[key] = joined.get(key, "") + value
+    return joined

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from starlette.requests import Request
 
 from pagoda.engine.outputs import RequestOutput
-from pagoda.engine.parsers.replies import ReplyShape, reply_shape
+from pagoda.engine.parsers.replies import ReplyShape, joined_deltas, reply_shape
 from pagoda.engine.parsers.tool_use import ToolUse
 from pagoda.engine.requests.constraints import check_one_constraint
 from pagoda.engine.requests.tools import tool_use, tools_constraint
@@ -103,6 +103,7 @@ async def prepare_chat(body: ChatCompletionRequest, request: Request, served: Se
         choices = [Choice(prompt, shape.adjusted(_params(body, i, use)))
                    for i in range(body.n)]
     generation = Generation(served, metrics, budget, choices, request_id, "messages")
+    generation.end_when(shape.repeat_guard)  # a list of calls that starts over ends
     if encoded.constraint is not None:
         await generation.check_constraint(encoded.constraint, request)
     return PreparedChat(generation, shape)
@@ -186,7 +187,7 @@ async def _chunks(generation: Generation, shape: ReplyShape, include_usage: bool
         completion, stream = out.outputs[0], streams[index]
         delta = stream.feed(completion.delta_text)
         if reason is not None:
-            delta = _joined(delta, stream.finish())
+            delta = joined_deltas(delta, stream.finish())
             if stream.called and reason == "stop":
                 reason = "tool_calls"
         elif completion.delta_text and not delta and not completion.delta_logprobs:
@@ -200,14 +201,3 @@ async def _chunks(generation: Generation, shape: ReplyShape, include_usage: bool
     usage_chunk = (lambda counts: chunk([], usage=counts)) if include_usage else None
     async for event in sse_events(generation, choice_chunk, usage_chunk, return_progress):
         yield event
-
-
-def _joined(first: dict, second: dict) -> dict:
-    """Two deltas of one chunk as one: texts joined, tool call deltas in order."""
-    joined = dict(first)
-    for key, value in second.items():
-        if key == "tool_calls":
-            joined[key] = [*joined.get(key, []), *value]
-        else:
-            joined[key] = joined.get(key, "") + value
-    return joined

@@ -6,7 +6,8 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import Request
@@ -29,6 +30,15 @@ class Choice:
     prompt: list[int]  # encoded by the endpoint, so admission can count it
     params: SamplingParams
     prompt_index: int = 0  # which prompt of a batch (completions), for usage
+
+
+class ReplyEnd(Protocol):
+    """Reads a choice's text as it comes and says when the reply is over before the engine
+    would end it (pagoda/engine/parsers/repeated_calls.py)."""
+
+    repeated: bool
+
+    def feed(self, text: str) -> str: ...
 
 
 def new_id(prefix: str) -> str:
@@ -94,6 +104,13 @@ class Generation:
         self.created = int(time.time())
         self._prompt_field = prompt_field
         self._events: AsyncIterator[tuple[int, RequestOutput]] | None = None
+        self._ends: list[ReplyEnd | None] = [None] * len(choices)
+        self._ended_early: set[int] = set()
+
+    def end_when(self, make: Callable[[], ReplyEnd | None]) -> None:
+        """Watch each choice with its own `make()`: once it says the reply is over, the choice
+        is aborted on the engine and ends as stopped ("stop"), with what it wrote until then."""
+        self._ends = [make() for _ in self.choices]
 
     async def check_constraint(self, field: str, request: Request) -> None:
         """Compile the choices' constraint (they share one) before anything runs, so one that
@@ -127,10 +144,27 @@ class Generation:
         """Every output of every choice, as it comes; engine failures become APIError."""
         try:
             with as_api_errors(self._prompt_field):
-                async for item in self._events:
-                    yield item
+                async for index, out in self._events:
+                    yield index, self._watched(index, out)
         finally:
             await self._events.aclose()
+
+    def _watched(self, index: int, out: RequestOutput) -> RequestOutput:
+        """`out`, after its choice's watcher read it: the choice aborted where the watcher says
+        its reply is over, and the abort's last output reported as a stop."""
+        completion = out.outputs[0]
+        if index in self._ended_early:
+            if completion.finish_reason != "abort":
+                return out
+            return replace(out, outputs=[replace(completion, finish_reason="stop")])
+        end = self._ends[index]
+        if end is None or out.finished:
+            return out
+        end.feed(completion.delta_text)
+        if end.repeated:
+            self._ended_early.add(index)
+            self.served.backend.abort(f"{self.request_id}-{index}")
+        return out
 
     async def collect(self, request: Request) -> list[RequestOutput]:
         """The final output of each choice; the client leaving aborts them all."""

@@ -26,7 +26,8 @@ NAMED = {"type": "function", "function": {"name": "get_time"}}
 def _ask(client, **kw):
     kw.setdefault("temperature", 0)
     kw.setdefault("max_tokens", 60)
-    return client.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS, **kw)
+    kw.setdefault("tools", TOOLS)
+    return client.chat.completions.create(model=MODEL, messages=ASK, **kw)
 
 
 def test_a_named_function_is_called_with_arguments_that_fit_its_schema(client):
@@ -225,3 +226,22 @@ def test_a_call_of_a_type_openai_does_not_know_is_a_400_naming_it(client):
         client.chat.completions.create(model=MODEL, max_tokens=2, tools=TOOLS,
                                        messages=_with_call('{"city": "Paris"}', "bogus"))
     assert caught.value.param == "messages[1].tool_calls[0].type"
+
+
+def test_required_calls_end_where_the_model_writes_a_call_again(client):
+    """Offered one tool, the bundled model writes its call, then the same call again: the reply
+    ends after the first, rather than repeating it until max_tokens."""
+    reply = _ask(client, tools=TOOLS[:1], tool_choice="required", max_tokens=200)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
+
+
+def test_a_streamed_repeat_is_never_sent(client):
+    chunks = [c.choices[0] for c in _ask(client, tools=TOOLS[:1], tool_choice="required",
+                                         max_tokens=200, stream=True) if c.choices]
+    indexes = {call.index for c in chunks for call in c.delta.tool_calls or []}
+    assert indexes == {0}
+    assert chunks[-1].finish_reason == "tool_calls"
