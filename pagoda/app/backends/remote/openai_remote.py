@@ -7,12 +7,18 @@ import asyncio
 import itertools
 import time
 from collections.abc import AsyncIterator, Sequence
+from typing import Literal
 
 from pagoda.app.backends.chat.estimate import estimate_tokens
 from pagoda.app.backends.chat.meter import ThroughputMeter
 from pagoda.app.backends.chat.starting import StartingReplies
 from pagoda.app.backends.chat.tool_options import tool_use
-from pagoda.app.backends.errors import BackendError, BackendStoppedError, InvalidRequestError
+from pagoda.app.backends.errors import (
+    BackendError,
+    BackendStoppedError,
+    InvalidRequestError,
+    ModelNotFoundError,
+)
 from pagoda.app.backends.remote.endpoint import CONNECT_TIMEOUT_S, RESPONSE_TIMEOUT_S, Endpoint
 from pagoda.app.backends.remote.openai_request import (
     CONTINUING_FLAVORS,
@@ -21,6 +27,8 @@ from pagoda.app.backends.remote.openai_request import (
     chat_request,
 )
 from pagoda.app.backends.remote.openai_stream import ReplyReader
+from pagoda.app.backends.remote.responses_request import responses_request
+from pagoda.app.backends.remote.responses_stream import ResponsesReader
 from pagoda.app.backends.remote.server_info import fetch_server_info, tokenize_chat
 from pagoda.app.backends.types import (
     BackendStats,
@@ -37,6 +45,11 @@ DEFAULT_MAX_MODEL_LEN = 4096
 _ABORT = object()
 _END = object()
 
+
+# The API a chat is sent to: chat completions, or the Responses API of a server that offers
+# only that (POST /chat/completions a 404 where POST /responses is not).
+Api = Literal["chat", "responses"]
+APIS: tuple[Api, ...] = ("chat", "responses")
 
 # Servers with vLLM's POST /tokenize, which counts a chat in the model's own template.
 _COUNTING_FLAVORS = ("vllm", "pagoda")
@@ -85,16 +98,21 @@ class OpenAIBackend:
     server ("vllm", "sglang", "pagoda", "llama.cpp", "openai"), which decides the sampling
     fields sent beyond OpenAI's; None detects it from GET /models. max_model_len: the context
     length, when the server does not report it (else DEFAULT_MAX_MODEL_LEN, marked a guess).
+    api: "chat" (POST /chat/completions) or "responses" (POST /responses); None sends chats to
+    chat completions and turns to the Responses API for good where the server has only that.
 
     `connect()` asks the server about its model; the first stream or count does it otherwise.
     """
 
     def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None, *,
                  flavor: Flavor | None = None, max_model_len: int | None = None,
+                 api: Api | None = None,
                  connect_timeout: float = CONNECT_TIMEOUT_S,
                  response_timeout: float = RESPONSE_TIMEOUT_S) -> None:
         if flavor is not None and flavor not in FLAVORS:
             raise ValueError(f"flavor={flavor!r} must be one of {FLAVORS} or None")
+        if api is not None and api not in APIS:
+            raise ValueError(f"api={api!r} must be one of {APIS} or None")
         self.endpoint = Endpoint(base_url, api_key, connect_timeout=connect_timeout,
                                  response_timeout=response_timeout)
         self.location = self.endpoint.url
@@ -107,6 +125,8 @@ class OpenAIBackend:
         self.thinking_switch = False
         self._requested_model = model
         self._requested_flavor = flavor
+        self.api: Api = api or "chat"
+        self._api_known = api is not None
         self._connected = False
         self._stopped = False
         self._replies: dict[str, _Reply] = {}
@@ -140,15 +160,35 @@ class OpenAIBackend:
             return
         if request_id in self._replies:
             raise InvalidRequestError(f"a reply with the id {request_id!r} is already streaming")
-        if continue_final_message and self.flavor not in CONTINUING_FLAVORS:
-            raise InvalidRequestError(
-                f"{self.location} cannot continue a reply where it stopped (only vLLM, SGLang "
-                "and Pagoda can): regenerate it with a larger max tokens instead.")
         tool_use(options)  # checked here as the engine in this process checks it
-        body = chat_request(self.model_name, messages, options, self.flavor,
-                            continue_final_message)
-        reader = ReplyReader(self.endpoint.url, time.monotonic())
-        reply = _Reply(self.endpoint.stream_events("chat/completions", body))
+        reader = self._reader()
+        try:
+            async for chunk in self._reply(request_id, messages, options,
+                                           continue_final_message, reader):
+                yield chunk
+        except ModelNotFoundError:
+            if self._api_known or self.api != "chat" or reader.num_events:
+                raise
+            # No chat completions here: the Responses API, if the server has it, for good.
+            self.api = "responses"
+            try:
+                async for chunk in self._reply(request_id, messages, options,
+                                               continue_final_message, self._reader()):
+                    yield chunk
+            except ModelNotFoundError:
+                self.api = "chat"
+                raise
+            self._api_known = True
+
+    def _reader(self) -> ReplyReader:
+        kind = ResponsesReader if self.api == "responses" else ReplyReader
+        return kind(self.endpoint.url, time.monotonic())
+
+    async def _reply(self, request_id: str, messages: Sequence[ChatMessage],
+                     options: SamplingOptions, continue_final_message: bool,
+                     reader: ReplyReader) -> AsyncIterator[ReplyChunk]:
+        path, body = self._request(messages, options, continue_final_message)
+        reply = _Reply(self.endpoint.stream_events(path, body))
         self._replies[request_id] = reply
         try:
             async for chunk in self._chunks(reply, reader):
@@ -156,6 +196,20 @@ class OpenAIBackend:
         finally:
             reply.close()
             self._replies.pop(request_id, None)
+
+    def _request(self, messages: Sequence[ChatMessage], options: SamplingOptions,
+                 continue_final_message: bool) -> tuple[str, dict]:
+        """The path and body of the chat's request, in the API this server is sent chats in."""
+        continues = CONTINUING_FLAVORS if self.api == "chat" else ()
+        if continue_final_message and self.flavor not in continues:
+            raise InvalidRequestError(
+                f"{self.location} cannot continue a reply where it stopped (only vLLM, SGLang "
+                "and Pagoda can, through chat completions): regenerate it with a larger max "
+                "tokens instead.")
+        if self.api == "responses":
+            return "responses", responses_request(self.model_name, messages, options)
+        return "chat/completions", chat_request(self.model_name, messages, options, self.flavor,
+                                                continue_final_message)
 
     def abort(self, request_id: str) -> None:
         self._starting.abort(request_id)

@@ -150,9 +150,9 @@ class ReplyReader:
         if not isinstance(usage, dict):
             return
         details = usage.get("prompt_tokens_details")
-        self.usage = Usage(_count(usage.get("prompt_tokens")),
-                           _count(usage.get("completion_tokens")),
-                           _count(details.get("cached_tokens")) if isinstance(details, dict)
+        self.usage = Usage(count(usage.get("prompt_tokens")),
+                           count(usage.get("completion_tokens")),
+                           count(details.get("cached_tokens")) if isinstance(details, dict)
                            else None)
 
     def _malformed(self, what: str) -> MalformedStreamError:
@@ -166,11 +166,11 @@ def _prompt_progress(progress: object) -> PromptProgress | None:
     included) of the prompt's total; None when it is not that."""
     if not isinstance(progress, dict):
         return None
-    total, processed = _count(progress.get("total")), _count(progress.get("processed"))
+    total, processed = count(progress.get("total")), count(progress.get("processed"))
     if total is None or processed is None or total <= 0:
         return None
     return PromptProgress(min(max(processed, 0), total), total)
 
 
-def _count(value: object) -> int | None:
+def count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
