@@ -69,11 +69,21 @@ class ToolCallParam(ClosedModel):
 
 
 class ChatMessage(StrictModel):
+    """A message of the chat. Other fields are read in `_engine_message`: null ones (what the
+    SDKs send back of an assistant message: refusal, annotations, audio) are nothing to
+    honour; any other is a 400 naming it."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
     role: str
     content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_calls: list[ToolCallParam] | None = None
     tool_call_id: str | None = None
+    # An assistant's reasoning before its answer, under vLLM's name or the newer one: it
+    # reaches templates that read it (Qwen3's keeps the last turn's).
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
     def text(self, index: int) -> str:
         if isinstance(self.content, list):
@@ -105,8 +115,14 @@ def engine_chat(messages: list[ChatMessage]) -> list[dict[str, object]]:
 
 
 def _engine_message(m: ChatMessage, index: int) -> dict[str, object]:
+    _refuse_other_fields(m, index)
     message: dict[str, object] = {"role": _ROLE_NAMES.get(m.role, m.role),
                                   "content": m.text(index)}
+    reasoning = _reasoning(m, index)
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
+    if m.name is not None:
+        message["name"] = m.name
     if m.tool_calls:
         if m.role != "assistant":
             raise APIError(400, f"messages[{index}].tool_calls is only for assistant messages",
@@ -118,12 +134,33 @@ def _engine_message(m: ChatMessage, index: int) -> dict[str, object]:
             {"id": c.id, "type": "function",
              "function": {"name": c.function.name, "arguments": c.function.arguments}}
             for c in m.tool_calls]
-    if m.role == "tool":
-        if m.tool_call_id is not None:
-            message["tool_call_id"] = m.tool_call_id
-        if m.name is not None:
-            message["name"] = m.name
+    if m.role == "tool" and m.tool_call_id is not None:
+        message["tool_call_id"] = m.tool_call_id
     return message
+
+
+def _reasoning(m: ChatMessage, index: int) -> str | None:
+    given = {name: value for name, value in (("reasoning_content", m.reasoning_content),
+                                             ("reasoning", m.reasoning)) if value is not None}
+    if not given:
+        return None
+    path = f"messages[{index}].{next(iter(given))}"
+    if m.role != "assistant":
+        raise APIError(400, f"{path} is only for assistant messages: a model's reasoning is "
+                            "its own", param=path)
+    if len(set(given.values())) > 1:
+        raise APIError(400, f"messages[{index}] gives reasoning_content and reasoning that "
+                            "differ: give one", param=path)
+    return next(iter(given.values()))
+
+
+def _refuse_other_fields(m: ChatMessage, index: int) -> None:
+    for name, value in (m.model_extra or {}).items():
+        if value not in (None, "", [], {}):
+            path = f"messages[{index}].{name}"
+            raise APIError(400, f"{path} is not read by this server (a message takes role, "
+                                "content, name, tool_calls, tool_call_id and an assistant's "
+                                "reasoning_content): leave it out", param=path)
 
 
 def _check_depth(arguments: str, path: str) -> None:

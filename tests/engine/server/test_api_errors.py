@@ -78,6 +78,27 @@ def test_unknown_role_is_a_400_naming_the_message(server):
     assert "'wizard'" in error["message"]
 
 
+@pytest.mark.parametrize(("message", "param"), [
+    ({"role": "user", "content": "Hi", "audio": {"id": "a1"}}, "messages[1].audio"),
+    ({"role": "user", "content": "Hi", "reasoning_content": "hmm"},
+     "messages[1].reasoning_content"),
+])
+def test_a_message_field_this_server_does_not_read_is_a_400_naming_it(server, message, param):
+    body = chat(messages=[{"role": "system", "content": "Be brief."}, message])
+    error = error_of(post(server, "/v1/chat/completions", body), 400)
+    assert error["param"] == param
+
+
+def test_null_fields_the_sdks_send_back_with_an_assistant_message_are_accepted(server):
+    """An SDK's message.model_dump() carries refusal, annotations, audio and function_call as
+    null: nothing to honour, nothing refused."""
+    sent_back = {"role": "assistant", "content": "Hello!", "refusal": None, "annotations": None,
+                 "audio": None, "function_call": None, "tool_calls": None}
+    body = chat(messages=[{"role": "user", "content": "Hi"}, sent_back,
+                          {"role": "user", "content": "Again"}])
+    assert post(server, "/v1/chat/completions", body).status_code == 200
+
+
 def test_empty_messages_and_empty_prompt_are_400(server):
     assert error_of(post(server, "/v1/chat/completions", chat(messages=[])), 400)["param"] \
         == "messages"

@@ -105,6 +105,20 @@ def test_a_reasoning_effort_the_template_has_no_words_for_is_refused_naming_thos
     assert caught.value.status_code == 400
 
 
+def test_the_reasoning_of_a_call_sent_back_reaches_the_template(harmony):
+    """A client sends back the assistant's call with its reasoning_content (as vLLM's clients
+    do): the template writes it in the call's analysis channel."""
+    backend, client = harmony
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": ARGUMENTS}}
+    messages = [*USER, {"role": "assistant", "content": None, "tool_calls": [call],
+                        "reasoning_content": "Need the weather tool."},
+                {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}'}]
+    client.chat.completions.create(model="gpt-oss-test", messages=messages, tools=TOOLS)
+    prompt, _ = backend.requests[-1]
+    assert "<|channel|>analysis<|message|>Need the weather tool." in prompt
+
+
 def test_a_harmony_answer_comes_back_as_reasoning_content_and_content(harmony):
     backend, client = harmony
     backend.reply = ANSWER_REPLY
