@@ -52,8 +52,14 @@ class AgentRun:
     @property
     def passed(self) -> bool:
         routes = [e for e in self.log.exchanges if e.path.startswith("/v1/")]
-        finished = self.returncode == 0 or self.agent in ENDLESS_MODEL_AGENTS
-        return finished and bool(routes) and not self.log.refused()
+        return self.finished and bool(routes) and not self.log.refused()
+
+    @property
+    def finished(self) -> bool:
+        """The CLI ended its turn, or gave up at its own output cap (Claude Code's
+        `"api_error":"max_output_tokens"`: the model wrote on past it, and every reply was
+        streamed to its end)."""
+        return self.returncode == 0 or CLAUDE_OUTPUT_CAP in self.output
 
 
 def binary(prefix: Path, name: str) -> Path:
@@ -119,7 +125,7 @@ class Setup:
     server_url: str
     context: int  # the served model's
     claude_defaults: bool = False  # Claude Code's thinking, effort and betas left on
-    model_ends_replies: bool = True
+    prompt: str = PROMPT
 
 
 def codex_command(setup: Setup) -> tuple[list, dict]:
@@ -129,7 +135,7 @@ def codex_command(setup: Setup) -> tuple[list, dict]:
     (codex_home / "config.toml").write_text(codex_config(f"{setup.server_url}/v1", setup.context))
     env = quiet_env(home) | {"CODEX_HOME": str(codex_home), "PAGODA_BENCH_KEY": "unused"}
     command = [str(binary(prefix, "codex")), "exec", "--skip-git-repo-check", "--ephemeral",
-               "--strict-config", "--color", "never", "-C", str(work), PROMPT]
+               "--strict-config", "--color", "never", "-C", str(work), setup.prompt]
     return command, env
 
 
@@ -147,7 +153,7 @@ def claude_command(setup: Setup) -> tuple[list, dict]:
         "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1",
         "DISABLE_BUG_COMMAND": "1", "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
         "API_TIMEOUT_MS": "900000",
-        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(MAX_OUTPUT[setup.model_ends_replies])}
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(MAX_OUTPUT)}
     if not setup.claude_defaults:
         # For a model it does not know Claude Code assumes Claude's features: adaptive thinking
         # (display "omitted"), context_management's clear_thinking, output_config's effort
@@ -156,7 +162,7 @@ def claude_command(setup: Setup) -> tuple[list, dict]:
         # off; --claude-defaults leaves them on.
         env.update(CLAUDE_CODE_DISABLE_THINKING="1", CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS="1",
                    CLAUDE_CODE_EFFORT_LEVEL="unset")
-    command = [str(binary(setup.prefix, "claude")), "-p", PROMPT, "--model", SERVED_NAME,
+    command = [str(binary(setup.prefix, "claude")), "-p", setup.prompt, "--model", SERVED_NAME,
                "--output-format", "json", "--max-turns", "3", "--no-session-persistence",
                "--permission-mode", "default"]
     return command, env
@@ -173,18 +179,15 @@ COMMANDS = {"codex": codex_command, "claude": claude_small_command,
             "claude-full": claude_command}
 # Each agent's model. Codex's first request (~6.3k tokens) fits SmolLM2-135M-Instruct's 8k
 # context. Claude Code's whole system prompt and 21 tools (~20k tokens) do not: "claude-full"
-# gets the Gemma 3 270M (32k), a pretrained model that never ends a reply, so Claude Code stops
-# at its output cap (CLAUDE_CODE_MAX_OUTPUT_TOKENS) and exits 1: that run passes when every
-# request was answered; "claude" is the same CLI with one tool and a short system prompt on
-# SmolLM2, whose turn ends, and passes when the CLI does.
+# gets the Gemma 3 270M (32k), a pretrained model that never ends a reply; "claude" is the same
+# CLI with one tool and a short system prompt on SmolLM2.
 AGENT_MODELS = {"codex": "smollm2", "claude": "smollm2", "claude-full": "gemma"}
 SMALL_SYSTEM = "You are a coding assistant. Answer briefly."
-# Claude Code's max_tokens, by whether the model ends its replies. It sends no temperature, so
-# SmolLM2 samples at 1.0 and now and then writes on for hundreds of tokens: room to end. The
-# Gemma file never ends: a few hundred tokens show its stream works.
-MAX_OUTPUT = {True: 2048, False: 256}
-# Runs whose model never ends a reply: the CLI gives up at its output cap, after every request.
-ENDLESS_MODEL_AGENTS = {"claude-full"}
+# Claude Code's max_tokens. It sends no temperature, so SmolLM2 samples at 1.0 and now and then
+# writes on (the Gemma file always does): Claude Code asks it three times to go on, then gives
+# up at this cap, which a short one reaches soon.
+MAX_OUTPUT = 256
+CLAUDE_OUTPUT_CAP = '"api_error":"max_output_tokens"'
 
 
 def run_agent(agent: str, server_url: str, context: int, log: RequestLog,
@@ -192,7 +195,7 @@ def run_agent(agent: str, server_url: str, context: int, log: RequestLog,
     with tempfile.TemporaryDirectory(prefix=f"pagoda-{agent}-") as scratch:
         setup = Setup(args.npm_prefix, Path(scratch) / "home", Path(scratch) / "work",
                       server_url, context, args.claude_defaults,
-                      model_ends_replies=agent not in ENDLESS_MODEL_AGENTS)
+                      prompt=args.prompt)
         setup.home.mkdir()
         setup.work.mkdir()
         (setup.work / "notes.txt").write_text("The meeting is on Tuesday.\n")
@@ -273,6 +276,7 @@ def main() -> int:
                         help="a .gguf for every agent (default: each agent's in AGENT_MODELS)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per agent")
     parser.add_argument("--log-dir", type=Path, help="write each request's body under here")
+    parser.add_argument("--prompt", default=PROMPT, help=f"the task (default: {PROMPT!r})")
     parser.add_argument("--claude-defaults", action="store_true",
                         help="leave Claude Code's thinking, effort and beta switches as they are")
     args = parser.parse_args()
