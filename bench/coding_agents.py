@@ -56,10 +56,10 @@ class AgentRun:
 
     @property
     def finished(self) -> bool:
-        """The CLI ended its turn, or gave up at its own output cap (Claude Code's
-        `"api_error":"max_output_tokens"`: the model wrote on past it, and every reply was
-        streamed to its end)."""
-        return self.returncode == 0 or CLAUDE_OUTPUT_CAP in self.output
+        """The CLI ended its turn, or gave up because the model wrote on to the end of its
+        room: Claude Code at its own output cap, Codex (which sets no cap) at an `incomplete`
+        response when the context filled. Either way every reply was streamed to its end."""
+        return self.returncode == 0 or any(cap in self.output for cap in OUT_OF_ROOM)
 
 
 def binary(prefix: Path, name: str) -> Path:
@@ -178,7 +178,7 @@ def claude_small_command(setup: Setup) -> tuple[list, dict]:
 COMMANDS = {"codex": codex_command, "claude": claude_small_command,
             "claude-full": claude_command}
 # Each agent's model. Codex's first request (~6.3k tokens) fits SmolLM2-135M-Instruct's 8k
-# context. Claude Code's whole system prompt and 21 tools (~20k tokens) do not: "claude-full"
+# context (Codex sends no temperature: at 1.0 the model now and then writes to its end). Claude Code's whole system prompt and 21 tools (~20k tokens) do not: "claude-full"
 # gets the Gemma 3 270M (32k), a pretrained model that never ends a reply; "claude" is the same
 # CLI with one tool and a short system prompt on SmolLM2.
 AGENT_MODELS = {"codex": "smollm2", "claude": "smollm2", "claude-full": "gemma"}
@@ -187,7 +187,9 @@ SMALL_SYSTEM = "You are a coding assistant. Answer briefly."
 # writes on (the Gemma file always does): Claude Code asks it three times to go on, then gives
 # up at this cap, which a short one reaches soon.
 MAX_OUTPUT = 256
-CLAUDE_OUTPUT_CAP = '"api_error":"max_output_tokens"'
+# What each CLI prints when the model's reply ran out of room (its cap, or the context).
+OUT_OF_ROOM = ('"api_error":"max_output_tokens"',
+               "Incomplete response returned, reason: max_output_tokens")
 
 
 def run_agent(agent: str, server_url: str, context: int, log: RequestLog,
