@@ -15,6 +15,7 @@ from pagoda.engine.server.messages_input import chat_messages, system_messages
 from pagoda.engine.server.messages_protocol import (
     CountTokensRequest,
     MessagesRequest,
+    OutputConfig,
     ThinkingConfig,
     ToolChoice,
     ToolDefinition,
@@ -31,7 +32,10 @@ _FIELD_NAMES = (
     (re.compile(r"\btool_choice 'required'"), "tool_choice 'any'"),
     (re.compile(r"\bmax_(completion_)?tokens\b"), "max_tokens"),
     (re.compile(r"\bstop(?==)|^stop$"), "stop_sequences"),
+    (re.compile(r"\breasoning_effort\b"), "output_config.effort"),
 )
+# Anthropic's effort when none is given.
+DEFAULT_EFFORT = "high"
 # What a template reads to turn a model's thinking on or off (Qwen3's).
 _THINKING_SWITCH = "enable_thinking"
 
@@ -49,6 +53,7 @@ def chat_request(body: MessagesRequest | CountTokensRequest, messages: list[Chat
         "model": body.model, "messages": messages,
         "tools": _chat_tools(body.tools),
         "chat_template_kwargs": _thinking_kwargs(body.thinking, chat_template or ""),
+        **_effort(body.output_config, chat_template or ""),
         **_tool_choice(body.tool_choice),
         **_prefill(messages),
     }
@@ -117,10 +122,18 @@ def _thinking_kwargs(thinking: ThinkingConfig | None, template: str) -> dict | N
         return None
     reasons = is_harmony_template(template) or reasoning_parser_for_template(template) is not None
     switch = _THINKING_SWITCH in template
+    if reasons and thinking.display is not None:
+        raise APIError(400, "thinking.display is not supported for this model: this server "
+                            "returns its thinking itself, whole (leave display out)",
+                       param="thinking.display")
+    if thinking.type == "adaptive" and not reasons:
+        # Adaptive thinking leaves it to the model whether to think: this one cannot, so it
+        # answers without (Claude Code asks so of any model it does not know).
+        return None
     if thinking.type != "disabled":
         if not reasons:
             raise APIError(400, "thinking is not supported by this model: its chat template "
-                                "has no reasoning (leave thinking out or disabled)",
+                                "has no reasoning (leave thinking out, adaptive or disabled)",
                            param="thinking")
         return {_THINKING_SWITCH: True} if switch else None
     if reasons and not switch:
@@ -128,6 +141,20 @@ def _thinking_kwargs(thinking: ThinkingConfig | None, template: str) -> dict | N
                             "always reasons (leave thinking out; its reasoning comes back as "
                             "thinking blocks)", param="thinking")
     return {_THINKING_SWITCH: False} if switch else None
+
+
+def _effort(config: OutputConfig | None, template: str) -> dict:
+    """output_config.effort as the chat request's reasoning_effort where the template reads
+    one (gpt-oss); for another model only Anthropic's default, 'high', which asks for nothing
+    different (Claude Code sends it to a model it does not know)."""
+    effort = None if config is None else config.effort
+    if effort is None or (effort == DEFAULT_EFFORT and "reasoning_effort" not in template):
+        return {}
+    if "reasoning_effort" not in template:
+        raise APIError(400, f"output_config.effort={effort!r} is not supported by this model: "
+                            f"its chat template has no reasoning settings (leave it out or "
+                            f"{DEFAULT_EFFORT!r}, the default)", param="output_config.effort")
+    return {"reasoning_effort": effort}
 
 
 def messages_errors() -> AbstractContextManager[None]:

@@ -41,17 +41,26 @@ def chat_messages(messages: list[InputMessage]) -> list[ChatMessage]:
     names: dict[str, str] = {}
     for index, message in enumerate(messages):
         path = f"messages[{index}]"
-        if message.role not in _BLOCK_FIELDS:
-            raise APIError(400, f"{path}.role={message.role!r}: 'user' or 'assistant' (the "
-                                "system prompt is the top-level system field)",
-                           param=f"{path}.role")
-        if isinstance(message.content, str):
+        if message.role == "system":
+            chat.append(_system_message(message.content, path))
+        elif message.role not in _BLOCK_FIELDS:
+            raise APIError(400, f"{path}.role={message.role!r}: 'user', 'assistant' or "
+                                "'system'", param=f"{path}.role")
+        elif isinstance(message.content, str):
             chat.append(ChatMessage(role=message.role, content=message.content))
         elif message.role == "user":
             chat += _user_messages(message.content, path, names)
         else:
             chat.append(_assistant_message(message.content, path, names))
     return chat
+
+
+def _system_message(content: str | list[dict], path: str) -> ChatMessage:
+    """A system message within the conversation, where Claude Code puts its environment's
+    description (after the user's first message): a system message at that place in the chat,
+    which the model's template writes as it writes system messages."""
+    text = content if isinstance(content, str) else _texts(content, f"{path}.content")
+    return ChatMessage(role="system", content=text)
 
 
 def _user_messages(blocks: list[dict], path: str, names: dict[str, str]) -> list[ChatMessage]:

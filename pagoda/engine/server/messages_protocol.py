@@ -25,6 +25,10 @@ from pagoda.engine.server.protocol import (
 )
 from pagoda.engine.server.responses_protocol import MAX_INPUT_ITEMS
 
+# How Anthropic shows thinking: a summary, or nothing (the blocks' text left empty).
+THINKING_DISPLAYS = ("summarized", "omitted")
+# The prefix of Anthropic's edits that clear earlier thinking (clear_thinking_20251015).
+CLEAR_THINKING = "clear_thinking_"
 # Anthropic's floor for a thinking budget.
 MIN_THINKING_BUDGET = 1024
 
@@ -77,6 +81,39 @@ class ThinkingConfig(ClosedModel):
     display: str | None = None
 
 
+class OutputConfig(ClosedModel):
+    """`effort`: how much the model spends on its answer (messages_chat.py maps it)."""
+
+    effort: str | None = None
+
+
+class ContextManagement(ClosedModel):
+    """Edits that clear parts of the context. Of them only clearing earlier thinking is
+    honoured: this server leaves earlier thinking out of the prompt anyway (as chat templates
+    do), so such an edit holds where the conversation has no thinking it would keep."""
+
+    edits: list[dict] = Field(default_factory=list, max_length=8)
+
+    def check(self, messages: list[InputMessage]) -> None:
+        for i, edit in enumerate(self.edits):
+            kind = edit.get("type")
+            if not (isinstance(kind, str) and kind.startswith(CLEAR_THINKING)):
+                raise APIError(400, f"context_management.edits[{i}].type={kind!r}: only "
+                                    "clear_thinking edits (this server never compacts or "
+                                    "clears tool results)",
+                               param=f"context_management.edits[{i}].type")
+        if self.edits and any(_holds_thinking(m) for m in messages):
+            raise APIError(400, "context_management: this server leaves all earlier thinking "
+                                "out of the prompt, so it cannot keep any as an edit's keep "
+                                "asks (leave context_management out)",
+                           param="context_management")
+
+
+def _holds_thinking(message: InputMessage) -> bool:
+    return isinstance(message.content, list) and any(
+        block.get("type") in ("thinking", "redacted_thinking") for block in message.content)
+
+
 class Metadata(ClosedModel):
     # Anthropic's opaque identifier of the end user; it changes no reply.
     user_id: str | None = Field(default=None, max_length=MAX_USER_CHARS)
@@ -89,10 +126,6 @@ _MESSAGES_REFUSED: dict[str, Refusal] = {
     "container": (is_set, "it runs no code containers: the client runs its tools"),
     "mcp_servers": (is_set, "it connects to no MCP servers: give their tools as tools and "
                             "run them in the client"),
-    "context_management": (is_set, "it never edits or compacts the context"),
-    "output_config": (is_set, "it takes no output settings here (no effort, no output "
-                              "format): use /v1/chat/completions with response_format for "
-                              "JSON"),
     "inference_geo": (is_set, "it runs on this machine only"),
     "speed": (lambda v: v not in (None, "standard"), "it has one speed"),
     "diagnostics": (is_set, "it reports no prompt-cache diagnostics"),
@@ -113,6 +146,8 @@ class _MessagesBody(RefusingRequest):
     thinking: ThinkingConfig | None = None
     # Anthropic's automatic caching of the prompt's longest cached prefix.
     cache_control: CacheControl | None = None
+    output_config: OutputConfig | None = None
+    context_management: ContextManagement | None = None
 
     def check_supported(self) -> None:
         super().check_supported()
@@ -121,6 +156,8 @@ class _MessagesBody(RefusingRequest):
         if self.tool_choice is not None and self.tool_choice.type not in _TOOL_CHOICES:
             raise APIError(400, f"tool_choice.type={self.tool_choice.type!r}: one of "
                                 f"{', '.join(_TOOL_CHOICES)}", param="tool_choice.type")
+        if self.context_management is not None:
+            self.context_management.check(self.messages)
         if self.thinking is not None:
             self._check_thinking(self.thinking)
             self._check_thinking_with_tools(self.thinking, self.tool_choice)
@@ -130,10 +167,9 @@ class _MessagesBody(RefusingRequest):
             raise APIError(400, f"thinking.type={thinking.type!r}: 'enabled', 'adaptive' or "
                                 "'disabled' (the model thinks as its template has it, or not)",
                            param="thinking.type")
-        if thinking.display is not None:
-            raise APIError(400, "thinking.display is not supported by this server: it returns "
-                                "the model's thinking itself, whole (leave display out)",
-                           param="thinking.display")
+        if thinking.display not in (None, *THINKING_DISPLAYS):
+            raise APIError(400, f"thinking.display={thinking.display!r}: 'summarized' or "
+                                "'omitted'", param="thinking.display")
         if thinking.type == "enabled" and (thinking.budget_tokens is None
                                            or thinking.budget_tokens < MIN_THINKING_BUDGET):
             raise APIError(400, f"thinking.budget_tokens: at least {MIN_THINKING_BUDGET} with "

@@ -31,6 +31,12 @@ MAX_INPUT_ITEMS = 2048
 MAX_METADATA_PAIRS = 16
 MAX_METADATA_KEY = 64
 MAX_METADATA_VALUE = 512
+# Codex CLI's `client_metadata` (its turn's ids, one value a JSON object of ~750 characters).
+MAX_CLIENT_METADATA_VALUE = 4096
+# The one `include` answered. Codex CLI asks for it (with store false) so that it can send its
+# reasoning items back itself; ours carry the reasoning's own text, and earlier reasoning is
+# left out of the prompt, so no encrypted copy is needed: the items come back as they are.
+INCLUDE_ANSWERED = frozenset({"reasoning.encrypted_content"})
 
 
 class ContentPart(StrictModel):
@@ -100,10 +106,17 @@ class NamedFunctionChoice(ClosedModel):
     name: str | None = None
 
 
+def _only_answered(include: Any) -> bool:
+    return isinstance(include, list) and all(
+        isinstance(value, str) and value in INCLUDE_ANSWERED for value in include)
+
+
 # What Pagoda cannot do of the Responses API, each with why.
 _RESPONSES_REFUSED: dict[str, Refusal] = {
-    "include": (asks_for, "it returns no extra output data (no encrypted reasoning, no logprobs, "
-                       "no tool results): leave include out"),
+    "include": (lambda v: asks_for(v) and not _only_answered(v),
+                "it returns no extra output data (no logprobs, no tool results): leave include "
+                "out ('reasoning.encrypted_content' is answered: reasoning items hold their "
+                "text, which this server never needs back)"),
     "background": (is_given, "it runs every response while the request waits: leave background "
                            "out and keep the connection open (or stream)"),
     "conversation": (is_set, "it keeps no conversations: chain responses with "
@@ -152,10 +165,13 @@ class ResponsesRequest(RefusingRequest):
     safety_identifier: str | None = Field(default=None, max_length=MAX_USER_CHARS)
     # OpenAI's key to route repeats to one cache; ours finds a repeated prefix by its tokens.
     prompt_cache_key: str | None = Field(default=None, max_length=MAX_USER_CHARS)
+    # Codex CLI's labels of its turn (session, thread and turn ids): they change no reply.
+    client_metadata: dict[str, str] | None = None
 
     def check_supported(self) -> None:
         super().check_supported()
         _check_metadata(self.metadata)
+        _check_metadata(self.client_metadata, "client_metadata", MAX_CLIENT_METADATA_VALUE)
         if self.reasoning is not None:
             _check_reasoning(self.reasoning)
 
@@ -182,17 +198,18 @@ def _choice_echo(choice: str | NamedFunctionChoice | None) -> Any:
     return choice or "auto"
 
 
-def _check_metadata(metadata: dict[str, str] | None) -> None:
+def _check_metadata(metadata: dict[str, str] | None, field: str = "metadata",
+                    max_value: int = MAX_METADATA_VALUE) -> None:
     if metadata is None:
         return
     if len(metadata) > MAX_METADATA_PAIRS:
-        raise APIError(400, f"metadata has {len(metadata)} pairs: at most "
-                            f"{MAX_METADATA_PAIRS}", param="metadata")
+        raise APIError(400, f"{field} has {len(metadata)} pairs: at most "
+                            f"{MAX_METADATA_PAIRS}", param=field)
     for key, value in metadata.items():
-        if len(key) > MAX_METADATA_KEY or len(value) > MAX_METADATA_VALUE:
-            raise APIError(400, f"metadata[{key[:MAX_METADATA_KEY]!r}]: keys are at most "
+        if len(key) > MAX_METADATA_KEY or len(value) > max_value:
+            raise APIError(400, f"{field}[{key[:MAX_METADATA_KEY]!r}]: keys are at most "
                                 f"{MAX_METADATA_KEY} characters and values at most "
-                                f"{MAX_METADATA_VALUE}", param="metadata")
+                                f"{max_value}", param=field)
 
 
 def _check_reasoning(reasoning: Reasoning) -> None:

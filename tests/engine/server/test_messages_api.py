@@ -158,6 +158,20 @@ def test_an_unknown_model_is_a_not_found_error(claude):
      "tools[0].type"),
     ({"extra_body": {"top_logprobs": 2}}, "top_logprobs"),
     ({"thinking": {"type": "between_tools"}}, "thinking.type"),
+    ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+    ({"thinking": {"type": "adaptive", "display": "full"}}, "thinking.display"),
+    ({"extra_body": {"output_config": {"effort": "low"}}}, "output_config.effort"),
+    ({"extra_body": {"output_config": {"format": {"type": "json_schema"}}}},
+     "output_config.format"),
+    ({"extra_body": {"context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}}},
+     "context_management.edits[0].type"),
+    ({"messages": [ASK[0], {"role": "assistant", "content": [
+        {"type": "thinking", "thinking": "Hm.", "signature": ""},
+        {"type": "text", "text": "Red."}]}, ASK[0]],
+      "extra_body": {"context_management": {"edits": [
+          {"type": "clear_thinking_20251015", "keep": "all"}]}}}, "context_management"),
+    ({"messages": [ASK[0], {"role": "system", "content": [{"type": "image"}]}]},
+     "messages[1].content[0].type"),
     ({"stop_sequences": [""]}, "stop_sequences"),
     ({"messages": [{"role": "user", "content": [
         {"type": "text", "text": "Hi", "cache_control": {"type": "persistent"}}]}]},
@@ -183,6 +197,31 @@ def test_cache_control_and_earlier_thinking_are_read_and_the_reply_goes_on(claud
         system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
         **{**SHORT, "extra_body": {"temperature": 0, "cache_control": {"type": "ephemeral"}}})
     assert text_of(message)
+
+
+def test_a_system_message_within_the_conversation_reaches_the_prompt(claude):
+    """Claude Code (2.1.332) sends its environment as a system message after the user's."""
+    environment = {"role": "system", "content": [
+        {"type": "text", "text": "Primary working directory: /tmp/work. Platform: linux.",
+         "cache_control": {"type": "ephemeral"}}]}
+    with_it = [ASK[0], environment]
+    counted = claude.messages.count_tokens(model=MODEL, messages=with_it).input_tokens
+    assert counted > claude.messages.count_tokens(model=MODEL, messages=ASK).input_tokens + 10
+    assert text_of(claude.messages.create(messages=with_it, **SHORT))
+
+
+def test_claude_codes_default_request_is_answered_by_a_model_without_reasoning(claude):
+    """Claude Code (2.1.332) asks any model it does not know for adaptive thinking shown as
+    'omitted', to clear earlier thinking and for the default effort: a model that cannot think
+    answers without thinking, and there is no thinking to clear."""
+    message = claude.messages.create(
+        messages=ASK, thinking={"type": "adaptive", "display": "omitted"}, **{**SHORT,
+        "extra_body": {"temperature": 0, "output_config": {"effort": "high"},
+                       "context_management": {"edits": [
+                           {"type": "clear_thinking_20251015", "keep": "all"}]}}})
+    assert [block.type for block in message.content] == ["text"]
+    plain = claude.messages.create(messages=ASK, **SHORT)
+    assert text_of(message) == text_of(plain)
 
 
 def test_the_key_is_read_from_x_api_key_and_a_wrong_one_is_refused(start_server):

@@ -180,8 +180,20 @@ def test_an_unknown_previous_response_id_is_a_404_naming_it(client):
     assert caught.value.body["code"] == "response_not_found"
 
 
+def test_codex_clis_stateless_turn_is_answered(client):
+    """Codex CLI sends store false, asks for its reasoning items back to resend them itself
+    (include reasoning.encrypted_content) and labels its turn (client_metadata)."""
+    response = client.responses.create(
+        input="Hi", store=False, include=["reasoning.encrypted_content"],
+        extra_body={"client_metadata": {"session_id": "s1", "x-codex-turn-metadata": "{}"}},
+        **SHORT)
+    assert response.status == "completed" and response.output_text
+
+
 @pytest.mark.parametrize(("extra", "param"), [
-    ({"include": ["reasoning.encrypted_content"]}, "include"),
+    ({"include": ["message.output_text.logprobs"]}, "include"),
+    ({"include": ["reasoning.encrypted_content", "file_search_call.results"]}, "include"),
+    ({"client_metadata": {"turn": "x" * 5000}}, "client_metadata"),
     ({"truncation": "auto"}, "truncation"),
     ({"background": True}, "background"),
     ({"prompt": {"id": "pmpt_1"}}, "prompt"),
