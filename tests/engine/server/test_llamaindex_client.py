@@ -3,29 +3,42 @@ False) against the real server returns the pydantic object. It sends tool_choice
 no tools, which the server answers as a chat without tools (test_tools_api.py).
 
 LlamaIndex's OpenAI package needs openai<3 and the test extra's openai-agents needs openai>=3, so
-LlamaIndex lives in a Python of its own: PAGODA_LLAMAINDEX_PYTHON names it (a venv with
-`pip install llama-index-llms-openai-like>=0.8.1`), and llamaindex_client.py runs there."""
+LlamaIndex and its openai live in a folder of their own, put first on the path of the process
+llamaindex_client.py runs in: .venv/share/llamaindex, which `make install` fills (pip install
+--target), or the Python that PAGODA_LLAMAINDEX_PYTHON names (a venv of its own)."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.engine.server.conftest import MODEL
 
-PYTHON = os.environ.get("PAGODA_LLAMAINDEX_PYTHON")
 CLIENT = Path(__file__).with_name("llamaindex_client.py")
+FOLDER = Path(sys.prefix) / "share" / "llamaindex"  # the Makefile's LLAMAINDEX_DIR
 
 
-@pytest.mark.skipif(not PYTHON, reason="PAGODA_LLAMAINDEX_PYTHON is not set: a Python with "
-                    "llama-index-llms-openai-like (it needs openai<3, the test extra openai>=3)")
+def _python() -> tuple[str, str] | None:
+    """The Python to run the client with, and its PYTHONPATH."""
+    named = os.environ.get("PAGODA_LLAMAINDEX_PYTHON")
+    if named:
+        return named, ""
+    if (FOLDER / "llama_index").is_dir():
+        return sys.executable, str(FOLDER)
+    return None
+
+
+@pytest.mark.skipif(_python() is None, reason=f"no LlamaIndex: `make install` puts it in "
+                    f"{FOLDER} (it needs openai<3, the test extra openai>=3)")
 def test_structured_predict_returns_the_pydantic_object(server):
-    done = subprocess.run([PYTHON, str(CLIENT), f"{server.url}/v1", MODEL], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": ""})
+    python, path = _python()
+    done = subprocess.run([python, str(CLIENT), f"{server.url}/v1", MODEL], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": path})
     assert done.returncode == 0, done.stderr[-2000:]
     city = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(city) == {"name", "country"} and all(isinstance(v, str) for v in city.values())
