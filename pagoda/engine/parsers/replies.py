@@ -72,6 +72,31 @@ class ReplyShape:
     def streamer(self) -> ReplyStream:
         return ReplyStream(self)
 
+    def reasoning_tokens(self, token_ids: list[int],
+                         token_text: Callable[[list[int]], str]) -> int:
+        """How many of a reply's tokens it took to write its reasoning: those up to the last
+        that adds to it (its opening tags included, the closing ones not); 0 where the model
+        does not reason. Found by halving, so a reply is decoded about log2(length) times."""
+        if not self.has_reasoning or not token_ids:
+            return 0
+
+        def reasoned(length: int) -> int:
+            parts = self.parser.parse(token_text(token_ids[:length]),
+                                      starts_in_reasoning=self.starts_in_reasoning)
+            return len(parts.reasoning or "")
+
+        whole = reasoned(len(token_ids))
+        if whole == 0:
+            return 0
+        low, high = 0, len(token_ids)  # reasoned(high) holds it all, reasoned(low) does not
+        while high - low > 1:
+            middle = (low + high) // 2
+            if reasoned(middle) >= whole:
+                high = middle
+            else:
+                low = middle
+        return high
+
     def _message(self, reasoning: str | None, content: str | None,
                  calls: list[ToolCall]) -> dict:
         message: dict = {"role": "assistant", "content": content}

@@ -97,7 +97,7 @@ class _Finisher:
             "id": self.id, "object": "response", "created_at": generation.created,
             "status": status, "model": self.model, "output": output, "error": None,
             "incomplete_details": {"reason": "max_output_tokens"} if reason == "length" else None,
-            "usage": None if final is None else _usage(final, generation),
+            "usage": None if final is None else _usage(final, generation, self.prepared.shape),
             **self.body.echo(),
         }
         if status == "completed":
@@ -135,15 +135,17 @@ def _item_status(status: str) -> str:
     return "completed" if status == "completed" else "incomplete"
 
 
-def _usage(final: RequestOutput, generation: Generation) -> dict:
+def _usage(final: RequestOutput, generation: Generation, shape: ReplyShape) -> dict:
     counts = usage([final], generation.choices)
+    reasoning = shape.reasoning_tokens(final.outputs[0].token_ids,
+                                       generation.served.backend.token_text)
     cached = counts["prompt_tokens_details"]["cached_tokens"]
     # What the prompt computed goes into the prefix cache: the tokens it did not find there.
     written = counts["prompt_tokens"] - cached
     return {"input_tokens": counts["prompt_tokens"],
             "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": written},
             "output_tokens": counts["completion_tokens"],
-            "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": reasoning},
             "total_tokens": counts["total_tokens"]}
 
 

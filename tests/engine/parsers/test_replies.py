@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pagoda.engine.parsers.reasoning import ReasoningParser
 from pagoda.engine.parsers.registry import tool_parser
 from pagoda.engine.parsers.replies import ReplyShape, reply_shape
@@ -101,3 +103,27 @@ def test_a_parser_whose_tags_are_special_tokens_keeps_them_in_the_text():
         shape = ReplyShape(ToolUse("auto", TOOLS), ReplyParser(None, tool_parser(family)))
         assert shape.adjusted(plain).skip_special_tokens is kept
     assert _auto().adjusted(plain) is plain
+
+
+THINKING = "{% for m in messages %}{{ m.content }}{% endfor %}<think></think>"
+PIECES = ["<think>", "Two", " and", " two", ".", "</", "think>", "4", "."]
+
+
+def _text(token_ids: list[int]) -> str:
+    return "".join(PIECES[i] for i in token_ids)
+
+
+@pytest.mark.parametrize(("opened", "pieces", "expected"), [
+    (False, PIECES, 5),        # <think> and four pieces of reasoning; not its end tag
+    (True, PIECES[1:], 4),     # the prompt opened the reasoning
+    (False, ["4", "."], 0),    # no reasoning at all
+])
+def test_the_reasoning_tokens_are_those_that_wrote_the_reasoning(opened, pieces, expected):
+    shape = reply_shape(THINKING, ToolUse("none", None), lambda: "<think>" if opened else "")
+    ids = [PIECES.index(piece) for piece in pieces]
+    assert shape.reasoning_tokens(ids, _text) == expected
+
+
+def test_a_model_that_does_not_reason_has_no_reasoning_tokens():
+    shape = reply_shape(None, ToolUse("none", None), lambda: "")
+    assert shape.reasoning_tokens([0, 1, 2], _text) == 0

@@ -182,6 +182,20 @@ def test_a_harmony_answer_is_a_reasoning_item_then_a_message_in_responses(harmon
     assert message.type == "message" and message.content[0].text == "2 + 2 = 4."
 
 
+def test_a_responses_usage_counts_the_reasoning_tokens(harmony):
+    """The analysis channel's tokens, its header included, are the reasoning's."""
+    backend, client = harmony
+    backend.reply = ANSWER_REPLY
+    before_answer = ANSWER_REPLY[:ANSWER_REPLY.index("<|end|>")]
+    expected = len(backend.tokenizer.encode(before_answer, add_special_tokens=False))
+    usage = client.responses.create(model="gpt-oss-test", input="What is 2 + 2?").usage
+    assert usage.output_tokens_details.reasoning_tokens == expected
+    assert 0 < expected < usage.output_tokens
+    streamed = list(client.responses.create(model="gpt-oss-test", input="What is 2 + 2?",
+                                            stream=True))
+    assert streamed[-1].response.usage.output_tokens_details.reasoning_tokens == expected
+
+
 def test_a_streamed_harmony_call_is_reasoning_events_then_a_function_call_item(harmony):
     backend, client = harmony
     backend.reply = CALL_REPLY
