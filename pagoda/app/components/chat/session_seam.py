@@ -19,22 +19,22 @@ from pagoda.app.store import Conversation, Message
 
 
 class SessionState(Protocol):
-    """What every part reads of its chat: the conversation, its branch, where it is shown."""
+    """What every part reads of its chat: the conversation, its branch, where it is shown,
+    and whether the chat was closed."""
 
-    conversation_id: int
-    db: AsyncStore
-    source: BackendSource
     view: ChatView
     conversation: Conversation | None
     path: list[Message]
     closed: bool
 
-    def notify(self, text: str, error: bool = False) -> None: ...
-
 
 class FilesHost(SessionState, Protocol):
-    """What ChatFiles uses: it runs its work as the chat's and redraws the meter."""
+    """What ChatFiles uses: the chat's store, its notice, its tasks, and the meter it redraws."""
 
+    conversation_id: int
+    db: AsyncStore
+
+    def notify(self, text: str, error: bool = False) -> None: ...
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task: ...
     def action_failed(self, exc: BaseException) -> None: ...
     async def refresh_context_meter(self) -> None: ...
@@ -53,8 +53,10 @@ class OfferedTools(Protocol):
 
 
 class MeterHost(SessionState, Protocol):
-    """What ContextMeter counts: the draft, the files and tools the next prompt holds."""
+    """What ContextMeter counts: the draft, the files and tools the next prompt holds, with
+    the tokenizer of the backend in service."""
 
+    source: BackendSource
     draft: str
     files: ComposerFiles
     turn: OfferedTools
@@ -83,14 +85,19 @@ class StreamingTurn(Protocol):
 
 
 class StreamHost(SessionState, Protocol):
-    """What ReplyStream uses: the views it grows, the user's Stop, the parts a prompt needs."""
+    """What ReplyStream uses: the store it writes to, the views it grows, the user's Stop,
+    the parts a prompt needs."""
 
+    conversation_id: int
+    db: AsyncStore
+    source: BackendSource
     views: list[MessageView]
     stop_requested: bool
     files: PromptFiles
     meter: PromptMeter
     turn: StreamingTurn
 
+    def notify(self, text: str, error: bool = False) -> None: ...
     async def reload(self, *, streaming: int | None = None,
                      ending: int | None = None) -> None: ...
 
