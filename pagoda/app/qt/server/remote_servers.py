@@ -3,17 +3,13 @@ and removing one, and the status bar's figures for the current chat's server."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from PySide6.QtCore import QObject, Qt, QTimer
 from PySide6.QtWidgets import QMessageBox
 
 from pagoda.app.components.chat.chat_sources import RemoteSource
 from pagoda.app.components.shared.connections import AddServerFlow, ServerConnection
 from pagoda.app.qt.server.add_server import open_add_server_dialog
-
-if TYPE_CHECKING:
-    from pagoda.app.qt.main_window import MainWindow
+from pagoda.app.qt.shared.window_frame import WindowFrame
 
 REMOTE_STATS_INTERVAL_MS = 500
 
@@ -21,7 +17,7 @@ REMOTE_STATS_INTERVAL_MS = 500
 class RemoteServers(QObject):
     """Where the current chat's replies come from, as the user chooses it in the picker."""
 
-    def __init__(self, window: MainWindow) -> None:
+    def __init__(self, window: WindowFrame) -> None:
         super().__init__(window)
         self.window = window
         self.sources = window.sources
