@@ -110,9 +110,9 @@ class MainWindow(QMainWindow):
                                                   self.model_settings)
         self.local_models = self.models_controller.local_models
         self.model_library = self.models_controller.library
-        self.settings_dock = SettingsDock(self, self.settings_panel, self.appearance_panel,
-                                          [self.settings_panel, self.model_settings,
-                                           self.server_panel, self.appearance_panel])
+        self.settings_dock = SettingsDock(self, self.settings_panel,
+                                          [self.model_settings, self.server_panel],
+                                          self.appearance_panel)
         self._build()
         self._connect()
         if window_layout is not None:

@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QMessageBox
 from pagoda.app.components.chat.chat_sources import RemoteSource
 from pagoda.app.components.shared.connections import AddServerFlow, ServerConnection
 from pagoda.app.qt.server.add_server import open_add_server_dialog
+from pagoda.app.qt.server.add_server_dialog import AddServerDialog
 from pagoda.app.qt.shared.window_frame import WindowFrame
 
 REMOTE_STATS_INTERVAL_MS = 500
@@ -39,7 +40,7 @@ class RemoteServers(QObject):
         w.chat_tabs.show_thinking_switch()
         w.spawn(self.sources.choose(controller.conversation_id, source_id))
 
-    def open_add_server_dialog(self):
+    def open_add_server_dialog(self) -> AddServerDialog:
         """Non-blocking: the server's address, its key, and one of its models."""
         return open_add_server_dialog(self.window, AddServerFlow(self.sources.saved),
                                       self._server_added)

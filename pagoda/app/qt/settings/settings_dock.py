@@ -17,14 +17,15 @@ THEME_SETTING = "theme"
 
 
 class SettingsDock(QDockWidget):
-    """The dock of the window's settings panels (made by the window, shown here)."""
+    """The dock of the window's settings panels (made by the window, shown here): this chat's
+    `settings` first, then the panels every chat shares, the `appearance` last."""
 
-    def __init__(self, window: WindowFrame, settings: SettingsPanel, appearance: AppearancePanel,
-                 panels: list[QWidget]) -> None:
+    def __init__(self, window: WindowFrame, settings: SettingsPanel, shared: list[QWidget],
+                 appearance: AppearancePanel) -> None:
         super().__init__("Settings", window, objectName="settingsDock")
         self.frame = window
         self.chat_settings, self.appearance = settings, appearance
-        self.setWidget(_settings_column(panels, window))
+        self.setWidget(_settings_column([settings, *shared, appearance], window))
         settings.settings_changed.connect(lambda s: window.chat_tabs.edit_current_settings(s))
         settings.defaults_requested.connect(lambda s: window.spawn(self.use_as_defaults(s)))
         settings.built_in_defaults_requested.connect(

@@ -6,11 +6,11 @@ by the few methods the others call on it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from concurrent.futures import Executor
 from typing import Any, Protocol
 
-from PySide6.QtWidgets import QMessageBox, QTabWidget, QWidget
+from PySide6.QtWidgets import QDialog, QMessageBox, QTabWidget, QWidget
 
 from pagoda.app.backends import BackendStats
 from pagoda.app.components.chat.chat_session import ChatSession
@@ -58,7 +58,8 @@ class OpenChat(Protocol):
 class OpenTabs(Protocol):
     """The chat tabs (qt/chat's ChatTabs): `controllers` by conversation id."""
 
-    controllers: dict[int, Any]  # OpenChat values; dict is invariant, ChatTabs holds its own
+    @property
+    def controllers(self) -> Mapping[int, OpenChat]: ...
 
     def current_controller(self) -> OpenChat | None: ...
     def shown_conversation(self) -> int | None: ...
@@ -106,7 +107,7 @@ class ServerChoice(Protocol):
 
     def show_backend_status(self) -> None: ...
     def use_source_in_current_chat(self, source_id: str) -> None: ...
-    def open_add_server_dialog(self) -> object: ...
+    def open_add_server_dialog(self) -> QDialog: ...
     def confirm_remove_server(self) -> QMessageBox | None: ...
 
 
