@@ -104,13 +104,15 @@ class MainWindow(QMainWindow):
         # The controllers that run them.
         self.chat_tabs = ChatTabs(self)
         self.controllers = self.chat_tabs.controllers
-        self.chat_list = ChatList(self)
+        self.chat_list = ChatList(self, self.sidebar)
         self.remote_servers = RemoteServers(self)
-        self.models_controller = ModelsController(self)
+        self.models_controller = ModelsController(self, host, self.model_picker,
+                                                  self.model_settings)
         self.local_models = self.models_controller.local_models
         self.model_library = self.models_controller.library
-        self.settings_dock = SettingsDock(self, [self.settings_panel, self.model_settings,
-                                                 self.server_panel, self.appearance_panel])
+        self.settings_dock = SettingsDock(self, self.settings_panel,
+                                          [self.model_settings, self.server_panel],
+                                          self.appearance_panel)
         self._build()
         self._connect()
         if window_layout is not None:

@@ -4,16 +4,14 @@ each message, and the chat's folders, looked at again before each reply. No Qt."
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pagoda.app.backends import ChatBackend, ToolSpec
 from pagoda.app.components.chat.prompting import chat_messages
+from pagoda.app.components.chat.session_seam import FilesHost
 from pagoda.app.components.documents.chat_documents import ChatDocuments, DocumentPrompt
 from pagoda.app.components.documents.folder_index import ChatFolders, FolderError
 from pagoda.app.store import Message, StoreError
 
-if TYPE_CHECKING:
-    from pagoda.app.components.chat.chat_session import ChatSession
 
 READING_FOLDERS = "looking for changes in the chat's folders…"
 
@@ -21,7 +19,7 @@ READING_FOLDERS = "looking for changes in the chat's folders…"
 class ChatFiles:
     """`documents` (the composer's files and each message's) and `folders` of one session."""
 
-    def __init__(self, session: ChatSession) -> None:
+    def __init__(self, session: FilesHost) -> None:
         self.session = session
         self.documents = ChatDocuments(session.db)
         self.documents.on_pending_changed = lambda views: session.view.show_pending_attachments(

@@ -3,19 +3,15 @@ and the message being typed, counted with the backend's tokenizer off the loop. 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pagoda.app.backends import BackendError, ChatBackend, ChatMessage
 from pagoda.app.components.chat.prompting import FittedPrompt, chat_messages
-
-if TYPE_CHECKING:
-    from pagoda.app.components.chat.chat_session import ChatSession
+from pagoda.app.components.chat.session_seam import MeterHost
 
 
 class ContextMeter:
     """`usage`: (used, context, max_tokens) as last shown, or None before the first count."""
 
-    def __init__(self, session: ChatSession) -> None:
+    def __init__(self, session: MeterHost) -> None:
         self.session = session
         self.usage: tuple[int, int, int] | None = None
         self._counts = 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from pagoda.app.backends import (
     BackendError,
@@ -23,11 +22,10 @@ from pagoda.app.components.chat.prompting import (
     fit_to_context,
     sampling_options,
 )
+from pagoda.app.components.chat.session_seam import StreamHost
 from pagoda.app.components.chat.tool_turns import stored_calls
 from pagoda.app.store import GenerationStats, Message, StreamingWriter
 
-if TYPE_CHECKING:
-    from pagoda.app.components.chat.chat_session import ChatSession
 
 MODEL_SWITCHED = ("The model was switched while this reply was being written: what it had "
                   "written is kept, marked interrupted. Regenerate to answer with the new model.")
@@ -58,7 +56,7 @@ class Reply:
 class ReplyStream:
     """Writes a session's replies, one at a time; `reply` is the one streaming (None between)."""
 
-    def __init__(self, session: ChatSession, tool_specs: ToolSpecs) -> None:
+    def __init__(self, session: StreamHost, tool_specs: ToolSpecs) -> None:
         self.session = session
         self.tool_specs = tool_specs  # the chat's tools as the model is shown them
         self.reply: Reply | None = None

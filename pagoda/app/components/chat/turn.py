@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from pagoda.app.backends import ToolSpec
 from pagoda.app.components.chat.reply_stream import ReplyStream
+from pagoda.app.components.chat.session_seam import TurnHost
 from pagoda.app.components.chat.tool_turns import (
     DECISIONS,
     DENIED,
@@ -25,15 +25,12 @@ from pagoda.app.components.shared.tool_seam import ToolOutcome
 from pagoda.app.components.shared.view_models import MessageView, ToolCallState
 from pagoda.app.store import Message, ToolCall
 
-if TYPE_CHECKING:
-    from pagoda.app.components.chat.chat_session import ChatSession
-
 
 class ChatTurn:
     """The turns of one session, one at a time: its reply stream, the calls waiting for the
     user's Run or Deny, the one running, and the tools the last reply offered."""
 
-    def __init__(self, session: ChatSession) -> None:
+    def __init__(self, session: TurnHost) -> None:
         self.session = session
         self.stream = ReplyStream(session, self.tool_specs)
         self._call_states: dict[CallKey, ToolCallState] = {}

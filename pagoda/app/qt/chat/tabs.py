@@ -4,7 +4,6 @@ title, settings and source shown around it, and whether each tab's chat can send
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QIcon
@@ -13,16 +12,14 @@ from pagoda.app.components.chat.chat_session import ChatSession
 from pagoda.app.qt.chat.chat_tab import ChatTab
 from pagoda.app.qt.chat.controller import ChatController
 from pagoda.app.qt.shared.theme import icon
+from pagoda.app.qt.shared.window_frame import WindowFrame
 from pagoda.app.qt.status_bar import loading_text
-
-if TYPE_CHECKING:
-    from pagoda.app.qt.main_window import MainWindow
 
 
 class ChatTabs(QObject):
     """`controllers` by conversation id, one per open tab of the window's QTabWidget."""
 
-    def __init__(self, window: MainWindow) -> None:
+    def __init__(self, window: WindowFrame) -> None:
         super().__init__(window)
         self.window = window
         self.tabs = window.tabs

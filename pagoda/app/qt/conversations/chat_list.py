@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QPushButton
@@ -21,11 +20,9 @@ from pagoda.app.components.conversations.export_names import (
     export_file_name,
     with_suffix,
 )
-from pagoda.app.qt.conversations.sidebar import ConversationItem, SearchResultItem
+from pagoda.app.qt.conversations.sidebar import ConversationItem, SearchResultItem, Sidebar
+from pagoda.app.qt.shared.window_frame import WindowFrame
 from pagoda.app.store import SearchHit
-
-if TYPE_CHECKING:
-    from pagoda.app.qt.main_window import MainWindow
 
 UNDO_SECONDS = 10
 
@@ -34,10 +31,10 @@ class ChatList(QObject):
     """Joins the window's sidebar to the store and the open chats. A deleted chat can be
     brought back for UNDO_SECONDS (the newest delete only); then it is deleted for good."""
 
-    def __init__(self, window: MainWindow) -> None:
+    def __init__(self, window: WindowFrame, sidebar: Sidebar) -> None:
         super().__init__(window)
         self.window = window
-        self.sidebar = window.sidebar
+        self.sidebar = sidebar
         self.db = window.db
         self.undo_button = QPushButton("Undo", window, objectName="undoButton")
         self._undo_timer = QTimer(self, singleShot=True, interval=UNDO_SECONDS * 1000)

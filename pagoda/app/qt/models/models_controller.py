@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import gc
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QFileDialog, QMessageBox
@@ -25,12 +24,13 @@ from pagoda.app.components.models.model_choices import (
 from pagoda.app.components.models.model_library import DONE, Download, ModelLibrary, NullLibraryView
 from pagoda.app.components.models.opened_models import OpenedModels
 from pagoda.app.qt.models.disk_cache_settings import DiskCacheSettings
+from pagoda.app.qt.models.engine_host import EngineHost
 from pagoda.app.qt.models.model_library_dialog import ModelLibraryDialog
+from pagoda.app.qt.models.model_picker import ModelPicker
+from pagoda.app.qt.models.model_settings import ModelSettingsPanel
 from pagoda.app.qt.models.models_folder_settings import ModelsFolderSettings
+from pagoda.app.qt.shared.window_frame import WindowFrame
 from pagoda.app.qt.status_bar import picker_loading_mark
-
-if TYPE_CHECKING:
-    from pagoda.app.qt.main_window import MainWindow
 
 # Item data of the picker's last entry; a model's entry holds its path ("" for the default).
 OPEN_MODEL_ITEM = "open-model-file"
@@ -46,11 +46,13 @@ class ModelsController(QObject):
     """Joins the window's model picker and model settings to the engine host, the models
     folder (`local_models`) and the Hub (`model_library`)."""
 
-    def __init__(self, window: MainWindow) -> None:
+    def __init__(self, window: WindowFrame, host: EngineHost, picker: ModelPicker,
+                 settings: ModelSettingsPanel) -> None:
         super().__init__(window)
         self.window = window
-        self.host = host = window.host
-        self.picker = window.model_picker
+        self.host = host
+        self.picker = picker
+        self.model_settings = settings
         self.choices = ModelChoices(host.engine_config)
         self.library = ModelLibrary(keys=window.sources.saved.keys,
                                     quantization=lambda: host.quantization)
@@ -66,7 +68,7 @@ class ModelsController(QObject):
         self.render_picker([self.choices.known(None, host.quantization)])
 
     def connect(self) -> None:
-        w, settings = self.window, self.window.model_settings
+        w, settings = self.window, self.model_settings
         self.picker.activated.connect(self.picked)
         settings.quantization_changed.connect(self.set_quantization)
         self.disk_cache = DiskCacheSettings(settings, self.host, w.db, w.spawn, self._say)
@@ -222,7 +224,7 @@ class ModelsController(QObject):
         quantization = self.host.known_quantization(
             await self.window.db.get_setting(QUANTIZATION_SETTING, "auto"))
         self.host.quantization = quantization
-        self.window.model_settings.set_quantization(quantization)
+        self.model_settings.set_quantization(quantization)
         self.refresh_picker()
         await self.disk_cache.restore()
         await self.models_folder.restore()

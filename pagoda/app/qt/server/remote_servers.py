@@ -3,17 +3,14 @@ and removing one, and the status bar's figures for the current chat's server."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from PySide6.QtCore import QObject, Qt, QTimer
 from PySide6.QtWidgets import QMessageBox
 
 from pagoda.app.components.chat.chat_sources import RemoteSource
 from pagoda.app.components.shared.connections import AddServerFlow, ServerConnection
 from pagoda.app.qt.server.add_server import open_add_server_dialog
-
-if TYPE_CHECKING:
-    from pagoda.app.qt.main_window import MainWindow
+from pagoda.app.qt.server.add_server_dialog import AddServerDialog
+from pagoda.app.qt.shared.window_frame import WindowFrame
 
 REMOTE_STATS_INTERVAL_MS = 500
 
@@ -21,7 +18,7 @@ REMOTE_STATS_INTERVAL_MS = 500
 class RemoteServers(QObject):
     """Where the current chat's replies come from, as the user chooses it in the picker."""
 
-    def __init__(self, window: MainWindow) -> None:
+    def __init__(self, window: WindowFrame) -> None:
         super().__init__(window)
         self.window = window
         self.sources = window.sources
@@ -43,7 +40,7 @@ class RemoteServers(QObject):
         w.chat_tabs.show_thinking_switch()
         w.spawn(self.sources.choose(controller.conversation_id, source_id))
 
-    def open_add_server_dialog(self):
+    def open_add_server_dialog(self) -> AddServerDialog:
         """Non-blocking: the server's address, its key, and one of its models."""
         return open_add_server_dialog(self.window, AddServerFlow(self.sources.saved),
                                       self._server_added)

@@ -3,45 +3,45 @@ appearance, in one scrolling column; new chats' defaults and the theme kept in t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import QApplication, QDockWidget, QScrollArea, QVBoxLayout, QWidget
 
 from pagoda.app.components.settings.chat_defaults import load_chat_defaults, save_chat_defaults
 from pagoda.app.components.shared.view_models import SamplingView
+from pagoda.app.qt.settings.appearance_settings import AppearancePanel
+from pagoda.app.qt.settings.settings_panel import SettingsPanel
 from pagoda.app.qt.shared.theme import THEMES, apply_theme
-
-if TYPE_CHECKING:
-    from pagoda.app.qt.main_window import MainWindow
+from pagoda.app.qt.shared.window_frame import WindowFrame
 
 THEME_SETTING = "theme"
 
 
 class SettingsDock(QDockWidget):
-    """The dock of the window's settings panels (made by the window, shown here)."""
+    """The dock of the window's settings panels (made by the window, shown here): this chat's
+    `settings` first, then the panels every chat shares, the `appearance` last."""
 
-    def __init__(self, window: MainWindow, panels: list[QWidget]) -> None:
+    def __init__(self, window: WindowFrame, settings: SettingsPanel, shared: list[QWidget],
+                 appearance: AppearancePanel) -> None:
         super().__init__("Settings", window, objectName="settingsDock")
         self.frame = window
-        self.setWidget(_settings_column(panels, window))
-        panel = window.settings_panel
-        panel.settings_changed.connect(lambda s: window.chat_tabs.edit_current_settings(s))
-        panel.defaults_requested.connect(lambda s: window.spawn(self.use_as_defaults(s)))
-        panel.built_in_defaults_requested.connect(
+        self.chat_settings, self.appearance = settings, appearance
+        self.setWidget(_settings_column([settings, *shared, appearance], window))
+        settings.settings_changed.connect(lambda s: window.chat_tabs.edit_current_settings(s))
+        settings.defaults_requested.connect(lambda s: window.spawn(self.use_as_defaults(s)))
+        settings.built_in_defaults_requested.connect(
             lambda: window.spawn(save_chat_defaults(window.db, SamplingView())))
-        window.appearance_panel.theme_changed.connect(self.set_theme)
+        appearance.theme_changed.connect(self.set_theme)
 
     def toggle(self) -> None:
         self.setVisible(not self.isVisible())
 
     async def restore_defaults(self) -> None:
-        self.frame.settings_panel.set_defaults(await load_chat_defaults(self.frame.db))
+        self.chat_settings.set_defaults(await load_chat_defaults(self.frame.db))
 
     async def use_as_defaults(self, settings) -> None:
         """New chats start with these settings (the store keeps them); chats keep their own."""
         await save_chat_defaults(self.frame.db, settings)
-        self.frame.settings_panel.set_defaults(settings)
+        self.chat_settings.set_defaults(settings)
         self.frame.status.showMessage("New chats will start with these settings.", 5000)
 
     async def restore_appearance(self, for_this_run: str | None = None) -> None:
@@ -50,7 +50,7 @@ class SettingsDock(QDockWidget):
         stored = await self.frame.db.get_setting(THEME_SETTING, "system")
         mode = for_this_run or (stored if stored in THEMES else "system")
         apply_theme(QApplication.instance(), mode)
-        self.frame.appearance_panel.set_theme(mode)
+        self.appearance.set_theme(mode)
 
     def set_theme(self, mode: str) -> None:
         """The user's pick in Settings: applied at once and kept for the next start."""
