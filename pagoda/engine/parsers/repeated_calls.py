@@ -9,15 +9,15 @@ every earlier call, so a repeat is never sent, not even in part."""
 
 from __future__ import annotations
 
+from pagoda.engine.parsers.json_call import JsonValueScanner
+
 
 class RepeatedCallGuard:
     def __init__(self) -> None:
         self.repeated = False
-        self._depth = 0  # 1 inside the list, 2 and more inside a call
-        self._in_string = False
-        self._escaped = False
+        self._in_list = False
         self._calls: list[str] = []  # the complete calls so far, as written
-        self._call: list[str] = []  # the call being written
+        self._call: JsonValueScanner | None = None  # the call being written
         self._held = ""  # text not yet passed on: a separator and a call like an earlier one
         self._holding = False
 
@@ -40,25 +40,28 @@ class RepeatedCallGuard:
         return self.feed(text) + self.flush()
 
     def _step(self, char: str) -> str:
-        if self._depth <= 1:
+        if self._call is None:
             return self._between_calls(char)
-        self._call.append(char)
-        self._track(char)
+        self._call.consume(char)
+        if self._call.broken:  # not JSON after all: nothing to guard
+            self._call, self._in_list = None, False
+            return self._release(char)
         passed = self._in_call(char)
-        if self._depth == 1:
+        if self._call.done:
             return passed + self._call_written()
         return passed
 
     def _between_calls(self, char: str) -> str:
-        if self._depth == 0:
-            self._depth = int(char == "[")
+        if not self._in_list:
+            self._in_list = char == "["
             return char
         if char == "{":
-            self._depth, self._call = 2, [char]
+            self._call = JsonValueScanner()
+            self._call.consume(char)
             self._holding = bool(self._calls)
             return self._in_call(char)
         if char == "]":
-            self._depth = 0
+            self._in_list = False
             return self._release(char)
         if self._calls:  # the comma and white space after a call: held with what follows
             self._held += char
@@ -69,15 +72,14 @@ class RepeatedCallGuard:
         if not self._holding:
             return char
         self._held += char
-        written = "".join(self._call)
-        if any(call.startswith(written) for call in self._calls):
+        if any(call.startswith(self._call.raw) for call in self._calls):
             return ""
         self._holding = False
         return self._release("")
 
     def _call_written(self) -> str:
         """A call's last character read: held to here, it is an earlier call written again."""
-        written = "".join(self._call)
+        written, self._call = self._call.raw, None
         if self._holding and written in self._calls:
             self.repeated = True
             self._held = ""
@@ -88,19 +90,3 @@ class RepeatedCallGuard:
     def _release(self, char: str) -> str:
         held, self._held = self._held, ""
         return held + char
-
-    def _track(self, char: str) -> None:
-        """Strings and nesting inside a call, so that a brace in a string is not counted."""
-        if self._in_string:
-            if self._escaped:
-                self._escaped = False
-            elif char == "\\":
-                self._escaped = True
-            elif char == '"':
-                self._in_string = False
-        elif char == '"':
-            self._in_string = True
-        elif char in "{[":
-            self._depth += 1
-        elif char in "}]":
-            self._depth -= 1
