@@ -1,5 +1,5 @@
-"""What /v1/responses' typed events cost over /v1/chat/completions' chunks, streaming the same
-greedy reply from the same server.
+"""What /v1/responses' and /v1/messages' typed events cost over /v1/chat/completions' chunks,
+streaming the same greedy reply from the same server.
 
 Not a test: run `python bench/responses_stream.py` on a quiet machine. Each round streams one
 request to each endpoint (the order alternates, so drift falls on both) and reads the raw SSE
@@ -44,6 +44,9 @@ def bodies(model: str, tokens: int) -> dict[str, tuple[str, dict]]:
         "responses": ("/v1/responses", {
             "model": model, "input": PROMPT, "stream": True, "temperature": 0,
             "max_output_tokens": tokens, "store": False}),
+        "messages": ("/v1/messages", {
+            "model": model, "messages": [{"role": "user", "content": PROMPT}], "stream": True,
+            "temperature": 0, "max_tokens": tokens}),
     }
 
 
@@ -63,7 +66,8 @@ def main() -> None:
             for name, (path, body) in asks.items():  # warm both paths once
                 stream(client, path, body)
             for round_ in range(args.rounds):
-                order = list(asks) if round_ % 2 == 0 else list(reversed(asks))
+                shift = round_ % len(asks)  # each endpoint takes each place in turn
+                order = list(asks)[shift:] + list(asks)[:shift]
                 for name in order:
                     took, size, lines = stream(client, *asks[name])
                     seconds[name].append(took)
@@ -72,12 +76,13 @@ def main() -> None:
         server.stop()
         engine.shutdown()
     print(f"{cpu_name()}: {args.rounds} alternating rounds, {args.tokens} tokens a reply")
-    print("| endpoint | mean s | median s | bytes | data lines |")
-    print("|---|---|---|---|---|")
+    print("| endpoint | mean s | median s | tok/s vs chat (medians) | bytes | data lines |")
+    print("|---|---|---|---|---|---|")
+    chat = statistics.median(seconds["chat"])
     for name, times in seconds.items():
         size, lines = sizes[name]
         print(f"| {name} | {statistics.mean(times):.3f} | {statistics.median(times):.3f} | "
-              f"{size:,} | {lines} |")
+              f"{chat / statistics.median(times):.3f}x | {size:,} | {lines} |")
 
 
 if __name__ == "__main__":
