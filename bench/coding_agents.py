@@ -3,7 +3,7 @@ and Anthropic's Claude Code (`claude -p`, the Messages API), each run headless f
 
     npm install --prefix /work/agents-npm @openai/codex@0.171.0 @anthropic-ai/claude-code@2.1.332
     PYTHONPATH=.:bench .venv/bin/python bench/coding_agents.py --npm-prefix /work/agents-npm
-        [--agents codex claude claude-full] [--claude-defaults] [--log-dir DIR]
+        [--agents codex claude claude-full] [--claude-defaults] [--let-model-choose] [--log-dir DIR]
 
 Installs nothing: it takes the folder npm installed the CLIs under. For each agent it serves a
 model in this process (AGENT_MODELS: the bundled SmolLM2-135M, 8k context, where the request
@@ -12,8 +12,10 @@ every request (bench/request_log.py), runs the CLI in a temporary home (its conf
 nothing read from or written to the user's) with telemetry, update checks and other calls home
 switched off, and reports per agent: pass/fail, seconds, and each request with its status and
 fields (--log-dir keeps the bodies). A request the server answers with a 4xx or 5xx fails the
-run, whatever the CLI made of it. The models write poor answers: a pass proves the protocol
-carried the turn to its end, not the answer. tests/engine/server/test_coding_agents.py runs it.
+run, whatever the CLI made of it. The server forces the first tool call (`serve
+--force-tool-call`; --let-model-choose turns it off): a run passes only where the agent ran a
+tool and sent its result back, and the turn then ended. The models write poor answers: a pass
+proves the protocol carried the loop to its end, not the answer. tests/engine/server/test_coding_agents.py runs it.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 from cpu_info import cpu_name
 from request_log import RequestLog
 
-PROMPT = "Reply with the word hello and nothing else."
+PROMPT = "Read the file notes.txt and tell me on which day the meeting is."
 SERVED_NAME = "pagoda-local"
 # Gemma's turn markers; a system message is a user turn, as Gemma's own template folds it.
 GEMMA_TURNS = (
@@ -48,11 +50,15 @@ class AgentRun:
     seconds: float
     output: str
     log: RequestLog
+    # The server forced the first call (--force-tool-call): the run passes only where a call's
+    # result went back to the model, i.e. the agent ran the tool and went on.
+    needs_call: bool = True
 
     @property
     def passed(self) -> bool:
         routes = [e for e in self.log.exchanges if e.path.startswith("/v1/")]
-        return self.finished and bool(routes) and not self.log.refused()
+        called = self.log.tool_results() > 0 or not self.needs_call
+        return self.finished and bool(routes) and not self.log.refused() and called
 
     @property
     def finished(self) -> bool:
@@ -84,6 +90,14 @@ check_for_update_on_startup = false
 web_search = "disabled"
 
 [agents]
+enabled = false
+
+# A 135M model forced to call picks among every tool it is offered: only the shell is left.
+[features]
+view_image = false
+goals = false
+
+[tools.experimental_request_user_input]
 enabled = false
 
 [model_providers.pagoda]
@@ -211,15 +225,17 @@ def run_agent(agent: str, server_url: str, context: int, log: RequestLog,
             code = -1
             output = f"timed out after {args.timeout:.0f} s\n{_text(expired.stdout)}" \
                      f"{_text(expired.stderr)}"
-        return AgentRun(agent, code, time.perf_counter() - start, output, log)
+        return AgentRun(agent, code, time.perf_counter() - start, output, log,
+                        needs_call=not args.let_model_choose)
 
 
 def _text(output: bytes | str | None) -> str:
     return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
-def start_server(model: Path | None, log_dir: Path | None):
-    """Our server on `model` (None: the bundled SmolLM2-135M), in this process, behind a log."""
+def start_server(model: Path | None, log_dir: Path | None, force_tool_call: bool):
+    """Our server on `model` (None: the bundled SmolLM2-135M), in this process, behind a log;
+    force_tool_call as `serve --force-tool-call` sets it."""
     from pagoda.engine import AsyncEngine
     from pagoda.engine.config import EngineConfig
     from pagoda.engine.llm_engine import LLMEngine
@@ -234,7 +250,8 @@ def start_server(model: Path | None, log_dir: Path | None):
         # Gemma's turns, so that the agents' conversations can be written at all.
         loaded.tokenizer.chat_template = GEMMA_TURNS
     engine = AsyncEngine(engine=LLMEngine(config=EngineConfig(), loaded=loaded))
-    served = ServedModel(SERVED_NAME, engine, engine.max_model_len, created=engine.model_created)
+    served = ServedModel(SERVED_NAME, engine, engine.max_model_len, created=engine.model_created,
+                         force_tool_call=force_tool_call)
     log = RequestLog(build_app(lambda: served), log_dir)
     return engine, ServerThread(log).start(), log
 
@@ -248,6 +265,7 @@ def gemma_file() -> Path:
 def report(run: AgentRun, model: Path | None) -> None:
     print(f"\n## {run.agent}: {'PASS' if run.passed else 'FAIL'} in {run.seconds:.0f} s "
           f"(exit {run.returncode}; {model.name if model else 'SmolLM2-135M-Instruct'})")
+    print(f"  tool results sent back to the model: {run.log.tool_results()}")
     for exchange in run.log.exchanges:
         print(f"  {exchange.summary()}")
         if exchange.error_body:
@@ -261,7 +279,7 @@ def run_with_server(agent: str, model: Path | None, args: argparse.Namespace) ->
     log_dir = None if args.log_dir is None else args.log_dir / agent
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
-    engine, server, log = start_server(model, log_dir)
+    engine, server, log = start_server(model, log_dir, force_tool_call=not args.let_model_choose)
     try:
         return run_agent(agent, server.url, engine.max_model_len, log, args)
     finally:
@@ -279,6 +297,9 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600, help="seconds per agent")
     parser.add_argument("--log-dir", type=Path, help="write each request's body under here")
     parser.add_argument("--prompt", default=PROMPT, help=f"the task (default: {PROMPT!r})")
+    parser.add_argument("--let-model-choose", action="store_true",
+                        help="serve without --force-tool-call: the small models then answer "
+                             "without calling a tool, and a run passes without a call")
     parser.add_argument("--claude-defaults", action="store_true",
                         help="leave Claude Code's thinking, effort and beta switches as they are")
     args = parser.parse_args()

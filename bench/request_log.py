@@ -26,10 +26,38 @@ class Exchange:
     seconds: float = 0.0
     error_body: str = ""
 
+    def tool_results(self) -> int:
+        """How many tool results the request carries back to the model: the Responses API's
+        function_call_output items (Codex), the Messages API's tool_result blocks (Claude
+        Code), chat completions' tool messages. Compressed or unreadable bodies count none."""
+        body = _json_body(self.request_bytes, self.content_encoding)
+        if not isinstance(body, dict):
+            return 0
+        items = body.get("input") if isinstance(body.get("input"), list) else []
+        found = sum(1 for item in items
+                    if isinstance(item, dict) and item.get("type") == "function_call_output")
+        for message in body.get("messages") or []:
+            if not isinstance(message, dict):
+                continue
+            content = message.get("content")
+            blocks = content if isinstance(content, list) else []
+            found += sum(1 for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result")
+            found += message.get("role") == "tool"
+        return found
+
     def summary(self) -> str:
         """A line: status, route, seconds, and what the body asked for."""
         return (f"{self.status} {self.method} {self.path} {self.seconds:.1f}s "
                 f"{describe_body(self.request_bytes, self.content_encoding)}")
+
+
+def _json_body(raw: bytes, encoding: str) -> object:
+    if encoding or not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
 
 
 def describe_body(raw: bytes, encoding: str) -> str:
@@ -98,3 +126,8 @@ class RequestLog:
 
     def refused(self) -> list[Exchange]:
         return [e for e in self.exchanges if e.status >= 400]
+
+    def tool_results(self) -> int:
+        """The most tool results any one request carried back (each request holds the whole
+        conversation so far): 0 where no call's result ever reached the model."""
+        return max((e.tool_results() for e in self.exchanges), default=0)

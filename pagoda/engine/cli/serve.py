@@ -6,6 +6,10 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pagoda.engine.server.served import ServedModel
 
 API_KEY_ENV = "PAGODA_API_KEY"
 
@@ -27,6 +31,12 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                         help="host names a server on 127.0.0.1 answers to besides localhost, "
                              "127.0.0.1 and [::1]; '*' allows any (default: none; other names are "
                              "refused with 403, against DNS rebinding)")
+    server.add_argument("--force-tool-call", action="store_true",
+                        help="a request that offers tools and leaves the choice to the model "
+                             "(tool_choice auto or unset) must call one when the chat asks "
+                             "something new; once a call's result is back the model chooses "
+                             "again. For small models that answer an agent's task without "
+                             "looking (default: off)")
     # The defaults are pagoda.engine.server.connections' (not imported here: it loads uvicorn).
     server.add_argument("--header-timeout", type=_positive(float), default=10.0,
                         metavar="SECONDS",
@@ -55,7 +65,6 @@ def run_serve(args: argparse.Namespace,
     from pagoda.engine.server.api import ServerSettings, build_app
     from pagoda.engine.server.connections import ConnectionLimits
     from pagoda.engine.server.runner import bind, check_bind_address, serve_forever, settle_the_heap
-    from pagoda.engine.server.served import ServedModel
 
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     check_bind_address(args.host, api_key)
@@ -63,8 +72,7 @@ def run_serve(args: argparse.Namespace,
     engine = (make_engine or _load_engine)(args)
     settle_the_heap()
     try:
-        served = ServedModel(args.served_model_name or engine.model_name, engine,
-                             engine.max_model_len, created=engine.model_created)
+        served = served_model(args, engine)
         app = build_app(lambda: served, ServerSettings(
             api_key=api_key, allowed_origins=tuple(args.allowed_origins), listen_host=args.host,
             allowed_hosts=tuple(args.allowed_hosts)))
@@ -76,6 +84,15 @@ def run_serve(args: argparse.Namespace,
         engine.shutdown()
         sock.close()
     return 0
+
+
+def served_model(args: argparse.Namespace, engine) -> ServedModel:
+    """The model as the API shows it, with the server's options."""
+    from pagoda.engine.server.served import ServedModel
+
+    return ServedModel(args.served_model_name or engine.model_name, engine,
+                       engine.max_model_len, created=engine.model_created,
+                       force_tool_call=args.force_tool_call)
 
 
 def _load_engine(args: argparse.Namespace):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from pagoda.engine.errors import RequestFieldError, StructuredOutputError
 from pagoda.engine.parsers.tool_use import ToolUse
@@ -42,6 +43,24 @@ def tool_use(tools: Sequence[dict], tool_choice: str | Mapping | None,
         raise RequestFieldError("tool_choice", f"tool_choice={mode!r} is not one of 'none', "
                                                "'auto', 'required' or a named function")
     return ToolUse(mode, None if mode == "none" else tools, parallel=parallel)
+
+
+def forced_on_new_task(use: ToolUse, messages: Sequence[Mapping]) -> ToolUse:
+    """The server's --force-tool-call: tools offered under "auto" become "required" where the
+    chat asks something new, i.e. no tool's result came after the last assistant message (the
+    first turn, or the user's next question). Once a call's result is back the model chooses
+    again, so an agent's loop ends. Small local models often answer a task without looking at
+    it; an agent's first step is then a real call. "none" and a named function stay the
+    client's."""
+    if use.mode != "auto":
+        return use
+    for message in reversed(messages):
+        role = message.get("role")
+        if role == "tool":
+            return use
+        if role == "assistant":
+            break
+    return replace(use, mode="required")
 
 
 def tools_constraint(use: ToolUse) -> tuple[str, StructuredOutputsParams] | None:

@@ -11,7 +11,7 @@ from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.parsers.replies import ReplyShape, joined_deltas, reply_shape
 from pagoda.engine.parsers.tool_use import ToolUse
 from pagoda.engine.requests.constraints import check_one_constraint
-from pagoda.engine.requests.tools import tool_use, tools_constraint
+from pagoda.engine.requests.tools import forced_on_new_task, tool_use, tools_constraint
 from pagoda.engine.server.admission import WorkBudget
 from pagoda.engine.server.errors import APIError, as_api_errors, rule_errors
 from pagoda.engine.server.generation import (
@@ -75,6 +75,9 @@ async def encode_chat_request(body: ChatCompletionRequest, served: ServedModel) 
                        param="add_generation_prompt")
     with rule_errors():
         use = _tool_use(body)
+        if served.force_tool_call and body.constraint() is None:
+            # A reply held to the request's own format is not forced into a call as well.
+            use = forced_on_new_task(use, messages)
         constraint = _constraint(body, use)
     template_kwargs = _template_kwargs(body, served.backend.chat_template)
     with as_api_errors("messages"):

@@ -53,6 +53,9 @@ class ServedModel:
     max_model_len: int
     owned_by: str = "pagoda"
     created: int = 0  # its file's time (Unix seconds), as /v1/models shows it
+    # --force-tool-call: a request offering tools under "auto" must call one when the chat asks
+    # something new (pagoda/engine/requests/tools.py, forced_on_new_task).
+    force_tool_call: bool = False
 
     def card(self) -> dict:
         """Its entry in GET /v1/models, and the body of GET /v1/models/{id}."""

@@ -4,7 +4,12 @@ Pagoda's server and the app's backends both follow: each refusal names its field
 import pytest
 
 from pagoda.engine.errors import PagodaError, RequestFieldError
-from pagoda.engine.requests.tools import check_tools, tool_use, tools_constraint
+from pagoda.engine.requests.tools import (
+    check_tools,
+    forced_on_new_task,
+    tool_use,
+    tools_constraint,
+)
 
 CITY = {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}
 
@@ -114,3 +119,35 @@ def test_parameters_longer_than_a_constraint_may_be_are_refused_in_words(choice,
 def test_a_refusal_is_a_user_error_and_a_value_error():
     error = refusal(tool_use, TOOLS, "sometimes")
     assert isinstance(error, PagodaError) and isinstance(error, ValueError)
+
+
+USER = {"role": "user", "content": "What is the weather in Paris?"}
+CALL = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{}"}}]}
+RESULT = {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
+ANSWER = {"role": "assistant", "content": "It is sunny."}
+
+
+@pytest.mark.parametrize("chat", [
+    [USER],
+    [{"role": "system", "content": "Be brief."}, USER],
+    [USER, CALL, RESULT, ANSWER, {"role": "user", "content": "And in Rome?"}],
+], ids=["first question", "after a system message", "the next question"])
+def test_force_tool_call_turns_auto_into_required_on_a_new_task(chat):
+    use = forced_on_new_task(tool_use(TOOLS, "auto", parallel=False), chat)
+    assert (use.mode, use.tools, use.parallel) == ("required", TOOLS, False)
+
+
+@pytest.mark.parametrize("chat", [
+    [USER, CALL, RESULT],
+    # Anthropic's order: the tool results, then the user's words in the same message.
+    [USER, CALL, RESULT, {"role": "user", "content": "Now answer."}],
+], ids=["a result came back", "a result and the user's words"])
+def test_force_tool_call_lets_the_model_choose_once_a_result_is_back(chat):
+    assert forced_on_new_task(tool_use(TOOLS, None), chat).mode == "auto"
+
+
+@pytest.mark.parametrize("choice", ["none", named("get_time")])
+def test_force_tool_call_keeps_the_clients_none_and_named_choice(choice):
+    use = tool_use(TOOLS, choice)
+    assert forced_on_new_task(use, [USER]) == use

@@ -1,4 +1,5 @@
-"""The real coding agents complete a turn headless against the server, every request they send
+"""The real coding agents complete a turn headless against the server, a tool call and its result
+included (the server forces the first call: `--force-tool-call`), every request they send
 answered: OpenAI's Codex CLI (`codex exec`, the Responses API) and Anthropic's Claude Code
 (`claude -p`, the Messages API), each through bench/coding_agents.py on the bundled model.
 
@@ -36,7 +37,7 @@ def _cli_or_skip(name: str) -> None:
 
 
 @pytest.mark.parametrize(("agent", "cli"), [("codex", "codex"), ("claude", "claude")])
-def test_a_coding_agent_completes_a_turn_with_every_request_answered(agent, cli):
+def test_a_coding_agent_runs_a_tool_and_completes_its_turn(agent, cli):
     _cli_or_skip(cli)
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'bench'}"}
     done = subprocess.run(
@@ -45,3 +46,4 @@ def test_a_coding_agent_completes_a_turn_with_every_request_answered(agent, cli)
         capture_output=True, text=True, timeout=480, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert f"## {agent}: PASS" in done.stdout
+    assert "tool results sent back to the model: 0" not in done.stdout

@@ -42,3 +42,23 @@ def test_structured_predict_returns_the_pydantic_object(server):
     assert done.returncode == 0, done.stderr[-2000:]
     city = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(city) == {"name", "country"} and all(isinstance(v, str) for v in city.values())
+
+
+@pytest.mark.skipif(_python() is None, reason=f"no LlamaIndex: `make install` puts it in "
+                    f"{FOLDER} (it needs openai<3, the test extra openai>=3)")
+def test_structured_predict_with_every_default_fails_in_llamaindex_before_sending(start_server,
+                                                                                 served):
+    """OpenAILike's default is_chat_model=False takes LlamaIndex to the completions route, where it
+    passes structured_predict's tool_choice on to the openai SDK's completions.create, which has
+    no such argument: a TypeError in the client, before any request (llama-index-core 0.14.25,
+    llama-index-llms-openai 0.8.3, the newest on PyPI). No server can answer it. When LlamaIndex
+    mends it this test fails: then the default path must return the object, as above."""
+    asked = []  # the server looks its model up once per request
+    server = start_server(source=lambda: asked.append(1) or served)
+    python, path = _python()
+    done = subprocess.run([python, str(CLIENT), f"{server.url}/v1", MODEL, "--defaults"],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": path})
+    assert done.returncode != 0
+    assert "Completions.create() got an unexpected keyword argument 'tool_choice'" in done.stderr
+    assert asked == []

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from pagoda.engine.cli.main import main
-from pagoda.engine.cli.serve import run_serve
+from pagoda.engine.cli.serve import add_serve_options, run_serve, served_model
 from pagoda.engine.server import runner
 from tests.engine.structured_output.schemas import SLOW_REGEX
 
@@ -56,7 +56,7 @@ def test_serving_keeps_what_loaded_out_of_later_garbage_collections(monkeypatch)
                         lambda *args: frozen_when_serving.append(gc.get_freeze_count()))
     args = argparse.Namespace(host="127.0.0.1", port=0, api_key=None, served_model_name=None,
                               allowed_origins=[], allowed_hosts=[], header_timeout=10.0,
-                              max_connections=10)
+                              max_connections=10, force_tool_call=False)
     gc.unfreeze()
     loaded = _LoadedEngine()
     try:
@@ -65,6 +65,14 @@ def test_serving_keeps_what_loaded_out_of_later_garbage_collections(monkeypatch)
         gc.unfreeze()  # the rest of this test process collects as before
     assert frozen_when_serving[0] > len(loaded.weights)
     assert loaded.stopped
+
+
+def test_force_tool_call_reaches_the_served_model():
+    parser = argparse.ArgumentParser()
+    add_serve_options(parser)
+    for options, forced in (([], False), (["--force-tool-call"], True)):
+        served = served_model(parser.parse_args(options), _LoadedEngine())
+        assert (served.name, served.force_tool_call) == ("tiny", forced)
 
 
 def start_serving(*options: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
