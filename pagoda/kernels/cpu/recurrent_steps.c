@@ -1,0 +1,111 @@
+/* The one-token state updates of the recurrent layers, fused: Gated DeltaNet's delta rule and
+ * Mamba-2's selective state update. A decode step of a hybrid model reads and writes every
+ * sequence's state once per layer (Qwen3.5-9B's widths: 2 MB a Gated DeltaNet layer); torch's
+ * elementwise ops walk it six to eight times, these twice (the second walk from cache).
+ *
+ * Every state is float32, in a table of slots [num_slots, heads, rows, cols]; `slots` picks each
+ * batch row's. The work is split over (batch row, head) pairs, each pair's state its own.
+ * Returns 0, or -1 where a slot is outside the table (nothing is written then).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define LANES 8
+
+static int slots_in_range(const int64_t *slots, int64_t batch, int64_t num_slots) {
+    for (int64_t b = 0; b < batch; b++)
+        if (slots[b] < 0 || slots[b] >= num_slots) return 0;
+    return 1;
+}
+
+/* Gated DeltaNet, one token for each of `batch` sequences.
+ * state [num_slots, v_heads, k_dim, v_dim]; q, k [batch, k_heads, k_dim] (q already l2-normed
+ * and scaled, k l2-normed); v [batch, v_heads, v_dim]; g (log decay) and beta [batch, v_heads];
+ * out [batch, v_heads, v_dim]. Value head h reads key head h / (v_heads / k_heads).
+ *   S *= exp(g); delta = beta * (v - S^T k); S += k delta^T; out = S^T q            */
+int gdn_step(float *state, int64_t num_slots, const int64_t *slots, int64_t batch,
+             const float *q, const float *k, int64_t k_heads, int64_t k_dim,
+             const float *v, int64_t v_heads, int64_t v_dim,
+             const float *g, const float *beta, float *out) {
+    if (!slots_in_range(slots, batch, num_slots) || k_heads <= 0 || v_heads % k_heads) return -1;
+    const int64_t group = v_heads / k_heads, pairs = batch * v_heads;
+    #pragma omp parallel for schedule(static) if (pairs > 1)
+    for (int64_t pair = 0; pair < pairs; pair++) {
+        const int64_t b = pair / v_heads, h = pair % v_heads;
+        float *restrict s = state + (slots[b] * v_heads + h) * k_dim * v_dim;
+        const float *restrict qh = q + (b * k_heads + h / group) * k_dim;
+        const float *restrict kh = k + (b * k_heads + h / group) * k_dim;
+        const float *restrict vh = v + (b * v_heads + h) * v_dim;
+        float *restrict o = out + (b * v_heads + h) * v_dim;
+        const float decay = expf(g[b * v_heads + h]), bt = beta[b * v_heads + h];
+        float delta[v_dim];
+        memset(delta, 0, sizeof(float) * v_dim);
+        for (int64_t i = 0; i < k_dim; i++) {  /* decay, and S^T k into delta */
+            float *restrict row = s + i * v_dim;
+            const float ki = kh[i];
+            for (int64_t j = 0; j < v_dim; j++) {
+                row[j] *= decay;
+                delta[j] += row[j] * ki;
+            }
+        }
+        for (int64_t j = 0; j < v_dim; j++) {
+            delta[j] = bt * (vh[j] - delta[j]);
+            o[j] = 0.0f;
+        }
+        for (int64_t i = 0; i < k_dim; i++) {  /* the rank-one update, and S^T q */
+            float *restrict row = s + i * v_dim;
+            const float ki = kh[i], qi = qh[i];
+            for (int64_t j = 0; j < v_dim; j++) {
+                row[j] += ki * delta[j];
+                o[j] += row[j] * qi;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Mamba-2, one token for each of `batch` sequences.
+ * state [num_slots, heads, head_dim, state_size]; x [batch, heads, head_dim]; dt [batch, heads]
+ * (after its bias, softplus and limits); a [heads] (negative: -exp(A_log)); bm, cm [batch,
+ * groups, state_size] (head h reads group h / (heads / groups)); d [heads] or NULL;
+ * out [batch, heads, head_dim].
+ *   S = S exp(dt a) + dt x B^T; out = S C + d x                                       */
+int mamba2_step(float *state, int64_t num_slots, const int64_t *slots, int64_t batch,
+                const float *x, int64_t heads, int64_t head_dim, const float *dt,
+                const float *a, const float *bm, const float *cm, int64_t groups,
+                int64_t state_size, const float *d, float *out) {
+    if (!slots_in_range(slots, batch, num_slots) || groups <= 0 || heads % groups) return -1;
+    const int64_t per_group = heads / groups, pairs = batch * heads;
+    #pragma omp parallel for schedule(static) if (pairs > 1)
+    for (int64_t pair = 0; pair < pairs; pair++) {
+        const int64_t b = pair / heads, h = pair % heads;
+        float *restrict s = state + (slots[b] * heads + h) * head_dim * state_size;
+        const float *restrict xh = x + (b * heads + h) * head_dim;
+        const float *restrict bh = bm + (b * groups + h / per_group) * state_size;
+        const float *restrict ch = cm + (b * groups + h / per_group) * state_size;
+        float *restrict o = out + (b * heads + h) * head_dim;
+        const float step = dt[b * heads + h], decay = expf(step * a[h]);
+        const float skip = d ? d[h] : 0.0f;
+        for (int64_t p = 0; p < head_dim; p++) {
+            float *restrict row = s + p * state_size;
+            const float input = step * xh[p];
+            /* LANES partial sums: one running sum would keep the loop from vectorizing. */
+            float part[LANES] = {0};
+            int64_t n = 0;
+            for (; n + LANES <= state_size; n += LANES)
+                for (int l = 0; l < LANES; l++) {
+                    row[n + l] = row[n + l] * decay + input * bh[n + l];
+                    part[l] += row[n + l] * ch[n + l];
+                }
+            float acc = 0.0f;
+            for (; n < state_size; n++) {
+                row[n] = row[n] * decay + input * bh[n];
+                acc += row[n] * ch[n];
+            }
+            for (int l = 0; l < LANES; l++) acc += part[l];
+            o[p] = acc + skip * xh[p];
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,40 @@
+"""The one-token state updates of the recurrent layers in torch: Gated DeltaNet's delta rule and
+Mamba-2's selective state update, over a table of state slots. The reference the C kernels
+(pagoda/kernels/cpu/recurrent_steps.c) are tested against, and the path where they cannot run.
+
+Shapes as the C kernels take them: states float32 [num_slots, heads, rows, cols], each batch
+row's slot in `slots` (int64), advanced in place."""
+
+from __future__ import annotations
+
+import torch
+
+
+def gdn_step(state: torch.Tensor, slots: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+             v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """q, k [batch, k_heads, k_dim] (q l2-normed and scaled, k l2-normed); v [batch, v_heads,
+    v_dim]; g (log decay), beta [batch, v_heads]. Returns out [batch, v_heads, v_dim] float32:
+    S *= exp(g); S += k (beta (v - S^T k))^T; out = S^T q."""
+    group = v.shape[1] // k.shape[1]
+    q, k = (t.float().repeat_interleave(group, dim=1) for t in (q, k))
+    s = state[slots] * g.float().exp()[..., None, None]
+    delta = beta.float()[..., None] * (v.float() - torch.einsum("bhij,bhi->bhj", s, k))
+    s = s + k[..., :, None] * delta[..., None, :]
+    state[slots] = s
+    return torch.einsum("bhij,bhi->bhj", s, q)
+
+
+def mamba2_step(state: torch.Tensor, slots: torch.Tensor, x: torch.Tensor, dt: torch.Tensor,
+                a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+                d: torch.Tensor | None) -> torch.Tensor:
+    """x [batch, heads, head_dim]; dt [batch, heads] (after bias, softplus and limits); a [heads]
+    (negative); b, c [batch, groups, state_size]; d [heads] or None. Returns out [batch, heads,
+    head_dim] float32: S = S exp(dt a) + dt x b^T; out = S c + d x."""
+    per_group = x.shape[1] // b.shape[1]
+    b, c = (t.float().repeat_interleave(per_group, dim=1) for t in (b, c))
+    x, dt = x.float(), dt.float()
+    s = state[slots] * (dt * a.float()).exp()[..., None, None]
+    s = s + (dt[..., None] * x)[..., :, None] * b[:, :, None, :]
+    state[slots] = s
+    out = torch.einsum("bhpn,bhn->bhp", s, c)
+    return out if d is None else out + d.float()[:, None] * x
