@@ -11,12 +11,14 @@ import torch
 
 
 def gdn_step(state: torch.Tensor, slots: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
-             v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+             v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+             tiled: bool = False) -> torch.Tensor:
     """q, k [batch, k_heads, k_dim] (q l2-normed and scaled, k l2-normed); v [batch, v_heads,
     v_dim]; g (log decay), beta [batch, v_heads]. Returns out [batch, v_heads, v_dim] float32:
-    S *= exp(g); S += k (beta (v - S^T k))^T; out = S^T q."""
-    group = v.shape[1] // k.shape[1]
-    q, k = (t.float().repeat_interleave(group, dim=1) for t in (q, k))
+    S *= exp(g); S += k (beta (v - S^T k))^T; out = S^T q. Value head h reads key head
+    h // (v_heads / k_heads) (transformers' order), or h % k_heads where `tiled` (the order
+    llama.cpp's converter writes Qwen3-Next's and Qwen3.5's value heads in)."""
+    q, k = (value_heads(t.float(), v.shape[1], tiled) for t in (q, k))
     s = state[slots] * g.float().exp()[..., None, None]
     delta = beta.float()[..., None] * (v.float() - torch.einsum("bhij,bhi->bhj", s, k))
     s = s + k[..., :, None] * delta[..., None, :]
@@ -38,3 +40,9 @@ def mamba2_step(state: torch.Tensor, slots: torch.Tensor, x: torch.Tensor, dt: t
     state[slots] = s
     out = torch.einsum("bhpn,bhn->bhp", s, c)
     return out if d is None else out + d.float()[:, None] * x
+
+
+def value_heads(t: torch.Tensor, v_heads: int, tiled: bool) -> torch.Tensor:
+    """Key-head rows [..., k_heads, dim] repeated to one per value head (dim 1)."""
+    repeats = v_heads // t.shape[1]
+    return t.repeat(1, repeats, 1) if tiled else t.repeat_interleave(repeats, dim=1)

@@ -31,15 +31,16 @@ def gdn_inputs(batch, k_heads, v_heads, k_dim, v_dim, seed=0):
     return state, q, k, v, decay, beta
 
 
+@pytest.mark.parametrize("tiled", [False, True], ids=["grouped", "tiled"])
 @pytest.mark.parametrize(("batch", "k_heads", "v_heads", "k_dim", "v_dim"),
                          [(1, 1, 1, 8, 8), (3, 2, 4, 16, 24), (2, 4, 4, 128, 128)])
 def test_gdn_step_matches_torch_and_leaves_other_slots(steps, batch, k_heads, v_heads, k_dim,
-                                                       v_dim):
+                                                       v_dim, tiled):
     state, q, k, v, decay, beta = gdn_inputs(batch, k_heads, v_heads, k_dim, v_dim)
     slots = torch.tensor([4, 0, 2][:batch])
     want_state = state.clone()
-    want = ref.gdn_step(want_state, slots, q, k, v, decay, beta)
-    got = steps.gdn_step(state, slots, q, k, v, decay, beta)
+    want = ref.gdn_step(want_state, slots, q, k, v, decay, beta, tiled)
+    got = steps.gdn_step(state, slots, q, k, v, decay, beta, tiled)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(state, want_state, rtol=1e-5, atol=1e-5)
 
@@ -113,3 +114,18 @@ def test_a_slot_outside_the_table_is_refused_before_any_write(steps):
     with pytest.raises(ValueError, match="outside the 5 state slots"):
         steps.gdn_step(state, torch.tensor([1, SLOTS]), q, k, v, decay, beta)
     assert torch.equal(state, before)
+
+
+def test_tiled_heads_are_grouped_heads_in_llama_cpps_order():
+    """llama.cpp's converter moves value head kh * per_key + r to r * k_heads + kh: the tiled
+    step on the moved heads is the grouped step on the original ones, moved."""
+    k_heads, per_key = 2, 3
+    state, q, k, v, decay, beta = gdn_inputs(2, k_heads, k_heads * per_key, 8, 4)
+    order = torch.arange(k_heads * per_key).reshape(k_heads, per_key).t().reshape(-1)
+    slots = torch.tensor([1, 3])
+    tiled_state = state[:, order].clone()
+    grouped = ref.gdn_step(state, slots, q, k, v, decay, beta)
+    tiled = ref.gdn_step(tiled_state, slots, q, k, v[:, order], decay[:, order],
+                         beta[:, order], tiled=True)
+    torch.testing.assert_close(tiled, grouped[:, order])
+    torch.testing.assert_close(tiled_state, state[:, order])

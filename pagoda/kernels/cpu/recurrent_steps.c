@@ -22,20 +22,23 @@ static int slots_in_range(const int64_t *slots, int64_t batch, int64_t num_slots
 /* Gated DeltaNet, one token for each of `batch` sequences.
  * state [num_slots, v_heads, k_dim, v_dim]; q, k [batch, k_heads, k_dim] (q already l2-normed
  * and scaled, k l2-normed); v [batch, v_heads, v_dim]; g (log decay) and beta [batch, v_heads];
- * out [batch, v_heads, v_dim]. Value head h reads key head h / (v_heads / k_heads).
+ * out [batch, v_heads, v_dim]. Value head h reads key head h / (v_heads / k_heads), as
+ * transformers orders the heads, or h % k_heads where `tiled` (llama.cpp's converter writes
+ * Qwen3-Next's and Qwen3.5's value heads so, tiled over the key heads).
  *   S *= exp(g); delta = beta * (v - S^T k); S += k delta^T; out = S^T q            */
 int gdn_step(float *state, int64_t num_slots, const int64_t *slots, int64_t batch,
              const float *q, const float *k, int64_t k_heads, int64_t k_dim,
              const float *v, int64_t v_heads, int64_t v_dim,
-             const float *g, const float *beta, float *out) {
+             const float *g, const float *beta, int tiled, float *out) {
     if (!slots_in_range(slots, batch, num_slots) || k_heads <= 0 || v_heads % k_heads) return -1;
     const int64_t group = v_heads / k_heads, pairs = batch * v_heads;
     #pragma omp parallel for schedule(static) if (pairs > 1)
     for (int64_t pair = 0; pair < pairs; pair++) {
         const int64_t b = pair / v_heads, h = pair % v_heads;
         float *restrict s = state + (slots[b] * v_heads + h) * k_dim * v_dim;
-        const float *restrict qh = q + (b * k_heads + h / group) * k_dim;
-        const float *restrict kh = k + (b * k_heads + h / group) * k_dim;
+        const int64_t kh_index = tiled ? h % k_heads : h / group;
+        const float *restrict qh = q + (b * k_heads + kh_index) * k_dim;
+        const float *restrict kh = k + (b * k_heads + kh_index) * k_dim;
         const float *restrict vh = v + (b * v_heads + h) * v_dim;
         float *restrict o = out + (b * v_heads + h) * v_dim;
         const float decay = expf(g[b * v_heads + h]), bt = beta[b * v_heads + h];

@@ -18,7 +18,8 @@ class RecurrentSteps:
     def __init__(self, lib: ctypes.CDLL) -> None:
         ptr, i64 = ctypes.c_void_p, ctypes.c_int64
         self._gdn = lib.gdn_step
-        self._gdn.argtypes = [ptr, i64, ptr, i64, ptr, ptr, i64, i64, ptr, i64, i64, ptr, ptr, ptr]
+        self._gdn.argtypes = [ptr, i64, ptr, i64, ptr, ptr, i64, i64, ptr, i64, i64, ptr, ptr,
+                              ctypes.c_int, ptr]
         self._gdn.restype = ctypes.c_int
         self._mamba2 = lib.mamba2_step
         self._mamba2.argtypes = [ptr, i64, ptr, i64, ptr, i64, i64, ptr, ptr, ptr, ptr, i64, i64,
@@ -31,8 +32,8 @@ class RecurrentSteps:
         return cls(native.load(NAME, build_dir, compiler))
 
     def gdn_step(self, state: torch.Tensor, slots: torch.Tensor, q: torch.Tensor,
-                 k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
-                 beta: torch.Tensor) -> torch.Tensor:
+                 k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                 tiled: bool = False) -> torch.Tensor:
         _check_state(state, slots)
         q, k, v, g, beta = _float32(q, k, v, g, beta)
         batch, k_heads, k_dim = k.shape
@@ -43,7 +44,7 @@ class RecurrentSteps:
         out = torch.empty(batch, v_heads, v_dim)
         status = self._gdn(state.data_ptr(), state.shape[0], slots.data_ptr(), batch,
                            q.data_ptr(), k.data_ptr(), k_heads, k_dim, v.data_ptr(), v_heads,
-                           v_dim, g.data_ptr(), beta.data_ptr(), out.data_ptr())
+                           v_dim, g.data_ptr(), beta.data_ptr(), int(tiled), out.data_ptr())
         _check_status(status, state, slots)
         return out
 
