@@ -1,0 +1,163 @@
+"""Mamba-2's selective state space update (state space duality, SSD) on one sequence's run of
+tokens (chunked) and on one token for each of a batch of sequences (recurrent).
+
+Per head h the state S [head_dim, state_size] evolves, token by token, as
+    dt = clamp(softplus(dt_raw + dt_bias), dt_min, dt_max)
+    S  = exp(dt * A) * S + dt * outer(x, B)        y = S @ C + D * x
+with B and C shared by the heads of a group (head h reads group h // (heads / n_groups)).
+A run is cut into chunks of `chunk_size` tokens: within a chunk the outputs are a masked,
+decay-weighted attention of C against B (one matmul), and only the chunk's last state is carried
+to the next. Both forms compute in float32 (float64 where the inputs are) whatever the
+activations' dtype, since the state sums decays over the whole sequence.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(slots=True, frozen=True)
+class SsmParams:
+    """One layer's input-independent SSM parameters: A = -exp(A_log) [heads] (float32), the skip
+    D [heads], dt_bias [heads], the time step's limits (config.json's time_step_limit)."""
+
+    A: torch.Tensor
+    D: torch.Tensor
+    dt_bias: torch.Tensor
+    n_groups: int
+    chunk_size: int
+    dt_min: float = 0.0
+    dt_max: float = math.inf
+
+
+@dataclass(slots=True)
+class SsdRun:
+    """A run's outputs y [T, heads, head_dim] (the compute dtype), the state after its last token,
+    and the states after each of the offsets asked for (`states_at`), in their order."""
+
+    y: torch.Tensor
+    final_state: torch.Tensor
+    states_at: tuple[torch.Tensor, ...] = ()
+
+
+def time_steps(dt_raw: torch.Tensor, params: SsmParams, dtype: torch.dtype) -> torch.Tensor:
+    """The discretization's step per token and head, from in_proj's dt [..., heads]."""
+    dt = F.softplus(dt_raw.to(dtype) + params.dt_bias.to(dtype))
+    if params.dt_min > 0.0 or params.dt_max < math.inf:
+        dt = dt.clamp(params.dt_min, params.dt_max)
+    return dt
+
+
+def ssd_prefill(x: torch.Tensor, dt_raw: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                params: SsmParams, state: torch.Tensor | None,
+                states_at: tuple[int, ...] = ()) -> SsdRun:
+    """One sequence's run of T tokens: x [T, heads, head_dim], dt_raw [T, heads], B and C
+    [T, n_groups, state_size], after `state` [heads, head_dim, state_size] (None: zeros, the
+    sequence starts here). states_at: offsets 0..T; the state after that many of the run's
+    tokens is returned for each (0: the state it started from)."""
+    length, heads, head_dim = x.shape
+    for offset in states_at:
+        if not 0 <= offset <= length:
+            raise ValueError(f"states_at offset {offset} is outside the run of {length} tokens")
+    dtype = _compute_dtype(x)
+    dt = time_steps(dt_raw, params, dtype)
+    B, C = _per_head(B, heads, dtype), _per_head(C, heads, dtype)
+    if state is None:
+        state = x.new_zeros(heads, head_dim, B.shape[-1], dtype=dtype)
+    state = state.to(dtype)
+    wanted = {offset: None for offset in states_at}
+    if 0 in wanted:
+        wanted[0] = state.clone()
+    outputs = []
+    for start in range(0, length, params.chunk_size):
+        end = min(start + params.chunk_size, length)
+        chunk = _Chunk.of(x[start:end].to(dtype), dt[start:end], B[start:end], C[start:end],
+                          params.A.to(dtype))
+        outputs.append(chunk.outputs(state))
+        for offset in wanted:
+            if start < offset < end:
+                wanted[offset] = chunk.state_after(state, offset - start - 1)
+        state = chunk.state_after(state, end - start - 1)
+        if end in wanted:
+            wanted[end] = state
+    y = torch.cat(outputs) if outputs else x.new_zeros(0, heads, head_dim, dtype=dtype)
+    y = y + params.D.to(dtype)[:, None] * x.to(dtype)
+    return SsdRun(y, state, tuple(wanted[offset] for offset in states_at))
+
+
+def ssd_step(x: torch.Tensor, dt_raw: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+             params: SsmParams, states: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """One token for each of n sequences: x [n, heads, head_dim], dt_raw [n, heads], B and C
+    [n, n_groups, state_size]; states [num_slots, heads, head_dim, state_size] holds every
+    slot's state, and rows `slots` [n] are advanced in place. Returns y [n, heads, head_dim] in
+    the compute dtype."""
+    heads = x.shape[1]
+    dtype = torch.promote_types(_compute_dtype(x), states.dtype)
+    x = x.to(dtype)
+    dt = time_steps(dt_raw, params, dtype)  # [n, heads]
+    B, C = _per_head(B, heads, dtype), _per_head(C, heads, dtype)
+    decay = torch.exp(dt * params.A.to(dtype))
+    state = states[slots].to(dtype) * decay[..., None, None]
+    state += (dt[..., None] * x)[..., None] * B[:, :, None, :]
+    states[slots] = state.to(states.dtype)
+    y = torch.einsum("bhpn,bhn->bhp", state, C)
+    return y + params.D.to(dtype)[:, None] * x
+
+
+@dataclass(slots=True)
+class _Chunk:
+    """One chunk of q tokens, ready for the scan: x * dt [q, heads, head_dim], B and C
+    [q, heads, state_size], the running sum of dt * A from the chunk's start [q, heads], and
+    decay [heads, q, q]: exp of the sum of dt * A over tokens (s, l] where s <= l, else 0."""
+
+    x_dt: torch.Tensor
+    B: torch.Tensor
+    C: torch.Tensor
+    log_decay: torch.Tensor
+    decay: torch.Tensor
+
+    @classmethod
+    def of(cls, x: torch.Tensor, dt: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+           A: torch.Tensor) -> _Chunk:
+        dA = (dt * A).t()  # [heads, q]
+        return cls(x * dt[..., None], B, C, dA.cumsum(-1).t(), torch.exp(_segment_sums(dA)))
+
+    def outputs(self, state: torch.Tensor) -> torch.Tensor:
+        """y [q, heads, head_dim] without the D skip, the chunk entered with `state`."""
+        scores = torch.einsum("lhn,shn->hls", self.C, self.B) * self.decay
+        within = torch.einsum("hls,shp->lhp", scores, self.x_dt)
+        carried = torch.einsum("lhn,hpn->lhp", self.C, state)
+        return within + carried * torch.exp(self.log_decay)[..., None]
+
+    def state_after(self, state: torch.Tensor, last: int) -> torch.Tensor:
+        """The state after the chunk's token `last` (0-based), the chunk entered with `state`."""
+        weights = self.decay[:, last, :last + 1].t()  # [s, heads]: decay from token s to `last`
+        added = torch.einsum("shp,shn->hpn", self.x_dt[:last + 1] * weights[..., None],
+                             self.B[:last + 1])
+        return torch.exp(self.log_decay[last])[:, None, None] * state + added
+
+
+def _segment_sums(dA: torch.Tensor) -> torch.Tensor:
+    """[heads, q, q]: entry (l, s) the sum of dA over tokens s+1..l where s <= l, -inf above the
+    diagonal. Summed term by term rather than as a difference of running sums, whose rounding
+    grows with the sums' size over a long chunk."""
+    q = dA.shape[-1]
+    rows = torch.arange(q, device=dA.device)
+    after_s = rows[:, None] > rows[None, :]  # (j, s): token j lies after s
+    terms = torch.where(after_s, dA[:, :, None], 0.0)  # [heads, j, s]
+    sums = terms.cumsum(dim=1)
+    return sums.masked_fill(rows[:, None] < rows[None, :], -math.inf)
+
+
+def _per_head(groups: torch.Tensor, heads: int, dtype: torch.dtype) -> torch.Tensor:
+    """[..., n_groups, state_size] -> [..., heads, state_size]: each group's row for its heads."""
+    n_groups = groups.shape[-2]
+    return groups.to(dtype).repeat_interleave(heads // n_groups, dim=-2)
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    return torch.promote_types(x.dtype, torch.float32)
