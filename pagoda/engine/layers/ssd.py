@@ -65,7 +65,10 @@ def ssd_prefill(x: torch.Tensor, dt_raw: torch.Tensor, B: torch.Tensor, C: torch
             raise ValueError(f"states_at offset {offset} is outside the run of {length} tokens")
     dtype = _compute_dtype(x)
     dt = time_steps(dt_raw, params, dtype)
-    B, C = _per_head(B, heads, dtype), _per_head(C, heads, dtype)
+    # Heads (and groups) first, so that each chunk's products are batched matmuls.
+    x_dt = (x.to(dtype) * dt[..., None]).transpose(0, 1)
+    dA = (dt * params.A.to(dtype)).t()
+    B, C = B.to(dtype).transpose(0, 1), C.to(dtype).transpose(0, 1)
     if state is None:
         state = x.new_zeros(heads, head_dim, B.shape[-1], dtype=dtype)
     state = state.to(dtype)
@@ -75,8 +78,8 @@ def ssd_prefill(x: torch.Tensor, dt_raw: torch.Tensor, B: torch.Tensor, C: torch
     outputs = []
     for start in range(0, length, params.chunk_size):
         end = min(start + params.chunk_size, length)
-        chunk = _Chunk.of(x[start:end].to(dtype), dt[start:end], B[start:end], C[start:end],
-                          params.A.to(dtype))
+        chunk = _Chunk.of(x_dt[:, start:end], dA[:, start:end], B[:, start:end],
+                          C[:, start:end])
         outputs.append(chunk.outputs(state))
         for offset in wanted:
             if start < offset < end:
@@ -84,7 +87,8 @@ def ssd_prefill(x: torch.Tensor, dt_raw: torch.Tensor, B: torch.Tensor, C: torch
         state = chunk.state_after(state, end - start - 1)
         if end in wanted:
             wanted[end] = state
-    y = torch.cat(outputs) if outputs else x.new_zeros(0, heads, head_dim, dtype=dtype)
+    y = (torch.cat(outputs, dim=1).transpose(0, 1) if outputs
+         else x.new_zeros(0, heads, head_dim, dtype=dtype))
     y = y + params.D.to(dtype)[:, None] * x.to(dtype)
     return SsdRun(y, state, tuple(wanted[offset] for offset in states_at))
 
@@ -110,9 +114,10 @@ def ssd_step(x: torch.Tensor, dt_raw: torch.Tensor, B: torch.Tensor, C: torch.Te
 
 @dataclass(slots=True)
 class _Chunk:
-    """One chunk of q tokens, ready for the scan: x * dt [q, heads, head_dim], B and C
-    [q, heads, state_size], the running sum of dt * A from the chunk's start [q, heads], and
-    decay [heads, q, q]: exp of the sum of dt * A over tokens (s, l] where s <= l, else 0."""
+    """One chunk of q tokens, ready for the scan: x * dt [heads, q, head_dim], B and C
+    [n_groups, q, state_size], the running sum of dt * A from the chunk's start [heads, q], and
+    decay [heads, q, q]: exp of the sum of dt * A over tokens (s, l] where s <= l, else 0.
+    A group's heads share its C.B scores; the products run per group, its heads batched."""
 
     x_dt: torch.Tensor
     B: torch.Tensor
@@ -121,36 +126,39 @@ class _Chunk:
     decay: torch.Tensor
 
     @classmethod
-    def of(cls, x: torch.Tensor, dt: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-           A: torch.Tensor) -> _Chunk:
-        dA = (dt * A).t()  # [heads, q]
-        return cls(x * dt[..., None], B, C, dA.cumsum(-1).t(), torch.exp(_segment_sums(dA)))
+    def of(cls, x_dt: torch.Tensor, dA: torch.Tensor, B: torch.Tensor,
+           C: torch.Tensor) -> _Chunk:
+        log_decay = dA.cumsum(-1)
+        return cls(x_dt, B, C, log_decay, _decays(log_decay))
 
     def outputs(self, state: torch.Tensor) -> torch.Tensor:
-        """y [q, heads, head_dim] without the D skip, the chunk entered with `state`."""
-        scores = torch.einsum("lhn,shn->hls", self.C, self.B) * self.decay
-        within = torch.einsum("hls,shp->lhp", scores, self.x_dt)
-        carried = torch.einsum("lhn,hpn->lhp", self.C, state)
-        return within + carried * torch.exp(self.log_decay)[..., None]
+        """y [heads, q, head_dim] without the D skip, the chunk entered with `state`."""
+        scores = (self.C @ self.B.transpose(1, 2))[:, None] * self._by_group(self.decay)
+        within = scores @ self._by_group(self.x_dt)
+        carried = self.C[:, None] @ self._by_group(state).transpose(-1, -2)
+        decayed = carried * self._by_group(torch.exp(self.log_decay))[..., None]
+        return (within + decayed).flatten(0, 1)
 
     def state_after(self, state: torch.Tensor, last: int) -> torch.Tensor:
         """The state after the chunk's token `last` (0-based), the chunk entered with `state`."""
-        weights = self.decay[:, last, :last + 1].t()  # [s, heads]: decay from token s to `last`
-        added = torch.einsum("shp,shn->hpn", self.x_dt[:last + 1] * weights[..., None],
-                             self.B[:last + 1])
-        return torch.exp(self.log_decay[last])[:, None, None] * state + added
+        weights = self.decay[:, last, :last + 1]  # [heads, s]: decay from token s to `last`
+        weighted = (self.x_dt[:, :last + 1] * weights[..., None]).transpose(1, 2)
+        added = self._by_group(weighted) @ self.B[:, None, :last + 1]
+        return torch.exp(self.log_decay[:, last])[:, None, None] * state + added.flatten(0, 1)
+
+    def _by_group(self, per_head: torch.Tensor) -> torch.Tensor:
+        """[heads, ...] -> [n_groups, heads per group, ...] (a group's heads are adjacent)."""
+        return per_head.unflatten(0, (self.B.shape[0], -1))
 
 
-def _segment_sums(dA: torch.Tensor) -> torch.Tensor:
-    """[heads, q, q]: entry (l, s) the sum of dA over tokens s+1..l where s <= l, -inf above the
-    diagonal. Summed term by term rather than as a difference of running sums, whose rounding
-    grows with the sums' size over a long chunk."""
-    q = dA.shape[-1]
-    rows = torch.arange(q, device=dA.device)
-    after_s = rows[:, None] > rows[None, :]  # (j, s): token j lies after s
-    terms = torch.where(after_s, dA[:, :, None], 0.0)  # [heads, j, s]
-    sums = terms.cumsum(dim=1)
-    return sums.masked_fill(rows[:, None] < rows[None, :], -math.inf)
+def _decays(log_decay: torch.Tensor) -> torch.Tensor:
+    """[heads, q, q]: entry (l, s) exp(sum of dt * A over tokens s+1..l) where s <= l, else 0,
+    from the running sums (as mamba_ssm's kernels do: a chunk's sums stay small enough in float32
+    that their differences lose no more than rounding)."""
+    q = log_decay.shape[-1]
+    diff = log_decay[:, :, None] - log_decay[:, None, :]
+    future = torch.ones(q, q, dtype=torch.bool, device=log_decay.device).triu(1)
+    return torch.exp(diff.masked_fill_(future, -math.inf))
 
 
 def _per_head(groups: torch.Tensor, heads: int, dtype: torch.dtype) -> torch.Tensor:
