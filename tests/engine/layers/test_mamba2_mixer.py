@@ -125,3 +125,18 @@ def test_config_that_does_not_match_the_weights_is_refused(reference):
                          chunk_size=4, eps=1e-5)
     with pytest.raises(ModelLoadError, match="in_proj"):
         Mamba2Mixer.from_hf(dict(layer.state_dict()), wrong, CPU)
+
+
+def test_bf16_activations_keep_float32_states_and_track_float32(reference):
+    config, layer = reference
+    mixer = mixer_of(config, layer)
+    ours = Mamba2Mixer.from_hf(dict(layer.state_dict()), mixer.config,
+                               Placement(torch.device("cpu"), torch.bfloat16, TORCH_OPS))
+    x = prompt()
+    want = mixer.forward(x[:9], prefill(0, 9, 0, True), empty_states(mixer))
+    states = empty_states(ours)
+    got = ours.forward(x[:9].to(torch.bfloat16), prefill(0, 9, 0, True), states)
+    assert got.dtype == torch.bfloat16
+    assert all(s.dtype == torch.float32 for s in states)
+    # bf16 projections: a percent of the output's size, not fp32's 1e-6.
+    assert (got.float() - want).abs().max() < 0.02 * want.abs().max()
