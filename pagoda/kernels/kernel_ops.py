@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pagoda.kernels import torch_ref
+from pagoda.kernels import recurrent_steps, torch_ref
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +39,10 @@ class KernelOps:
     # A mixture-of-experts router on a float weight, and a shared expert's sigmoid gate.
     route: Callable[..., tuple[torch.Tensor, torch.Tensor]] = torch_ref.route
     add_sigmoid_gated: Callable[..., torch.Tensor] = torch_ref.add_sigmoid_gated
+    # The recurrent layers' one-token state updates over a table of state slots
+    # (pagoda/kernels/recurrent_steps.py; fused in C on CPU: pagoda/kernels/cpu/recurrent_steps.c).
+    gdn_step: Callable[..., torch.Tensor] = recurrent_steps.gdn_step
+    mamba2_step: Callable[..., torch.Tensor] = recurrent_steps.mamba2_step
 
 
 TORCH_OPS = KernelOps(

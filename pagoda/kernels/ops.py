@@ -11,6 +11,7 @@ TRITON_INTERPRET=1 for tests, or the torch path on CUDA for parity).
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 from collections.abc import Callable
 
@@ -39,12 +40,29 @@ def select_ops(device: torch.device, backend: str | None = None,
     if resolve_backend(device, backend) == "triton":
         return triton_ops()
     if device.type == "cpu" and load_native is not None:
-        from pagoda.kernels.cpu import decode_ops
-
-        lib = load_native(decode_ops.NAME)
-        if lib is not None:
-            return decode_ops.decode_kernel_ops(lib)
+        return with_recurrent_steps(_cpu_ops(load_native), load_native)
     return TORCH_OPS
+
+
+def _cpu_ops(load_native: Callable[[str], ctypes.CDLL | None]) -> KernelOps:
+    from pagoda.kernels.cpu import decode_ops
+
+    lib = load_native(decode_ops.NAME)
+    return TORCH_OPS if lib is None else decode_ops.decode_kernel_ops(lib)
+
+
+def with_recurrent_steps(ops: KernelOps,
+                         load_native: Callable[[str], ctypes.CDLL | None]) -> KernelOps:
+    """ops with the recurrent layers' state updates in C where their library loads; float32
+    states only (the torch versions take the rest, per call)."""
+    from pagoda.kernels.cpu import recurrent_steps as native_steps
+
+    lib = load_native(native_steps.NAME)
+    if lib is None:
+        return ops
+    steps = native_steps.RecurrentSteps(lib)
+    return dataclasses.replace(ops, gdn_step=steps.gdn_step_or_torch,
+                               mamba2_step=steps.mamba2_step_or_torch)
 
 
 def triton_ops() -> KernelOps:

@@ -21,6 +21,7 @@ from pagoda.engine.layers.causal_conv import causal_conv_prefill, causal_conv_st
 from pagoda.engine.layers.linear import Linear, Placement, make_linear
 from pagoda.engine.layers.ssd import SsmParams, ssd_prefill, ssd_step
 from pagoda.engine.quantization.tensors import Weight
+from pagoda.kernels.kernel_ops import TORCH_OPS, KernelOps
 from pagoda.kernels.recurrent_metadata import RecurrentMetadata, RecurrentSegment
 
 
@@ -100,9 +101,10 @@ class Mamba2Mixer:
         return ((c.conv_channels, c.conv_kernel - 1), (c.num_heads, c.head_dim, c.state_size))
 
     def forward(self, x: torch.Tensor, meta: RecurrentMetadata,
-                states: tuple[torch.Tensor, ...]) -> torch.Tensor:
+                states: tuple[torch.Tensor, ...], ops: KernelOps = TORCH_OPS) -> torch.Tensor:
         """x [num_tokens, hidden], decodes first then prefill segments (`meta`); states: the
-        layer's conv and SSM states [num_slots, *shape] (state_shapes), updated in place."""
+        layer's conv and SSM states [num_slots, *shape] (state_shapes), updated in place; ops:
+        the kernels a decode's state update runs on (pagoda/kernels/ops.py)."""
         assert x.shape[0] == meta.num_tokens, "the batch and its metadata disagree"
         c = self.config
         z, xbc, dt = self.in_proj(x).split(
@@ -110,19 +112,19 @@ class Mamba2Mixer:
         parts = []
         if meta.num_decodes:
             n = meta.num_decodes
-            parts.append(self._decode(xbc[:n], dt[:n], meta.decode_slots, states))
+            parts.append(self._decode(xbc[:n], dt[:n], meta.decode_slots, states, ops))
         parts.extend(self._prefill(xbc[s.start:s.end], dt[s.start:s.end], s, states)
                      for s in meta.prefills)
         y = torch.cat(parts).reshape(x.shape[0], c.inner_size)
         return self.out_proj(self._gated_norm(y, z).to(x.dtype))
 
     def _decode(self, xbc: torch.Tensor, dt: torch.Tensor, slots: torch.Tensor,
-                states: tuple[torch.Tensor, ...]) -> torch.Tensor:
+                states: tuple[torch.Tensor, ...], ops: KernelOps) -> torch.Tensor:
         conv_states, ssm_states = states
         xbc = causal_conv_step(xbc, conv_states, slots, self.conv_weight, self.conv_bias,
                                silu=True)
         x, B, C = self._split(xbc)
-        return ssd_step(x, dt, B, C, self.ssm, ssm_states, slots)
+        return ssd_step(x, dt, B, C, self.ssm, ssm_states, slots, ops)
 
     def _prefill(self, xbc: torch.Tensor, dt: torch.Tensor, segment: RecurrentSegment,
                  states: tuple[torch.Tensor, ...]) -> torch.Tensor:

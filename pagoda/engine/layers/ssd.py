@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from pagoda.kernels.kernel_ops import TORCH_OPS, KernelOps
+
 
 @dataclass(slots=True, frozen=True)
 class SsmParams:
@@ -94,22 +96,16 @@ def ssd_prefill(x: torch.Tensor, dt_raw: torch.Tensor, B: torch.Tensor, C: torch
 
 
 def ssd_step(x: torch.Tensor, dt_raw: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-             params: SsmParams, states: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+             params: SsmParams, states: torch.Tensor, slots: torch.Tensor,
+             ops: KernelOps = TORCH_OPS) -> torch.Tensor:
     """One token for each of n sequences: x [n, heads, head_dim], dt_raw [n, heads], B and C
     [n, n_groups, state_size]; states [num_slots, heads, head_dim, state_size] holds every
-    slot's state, and rows `slots` [n] are advanced in place. Returns y [n, heads, head_dim] in
-    the compute dtype."""
-    heads = x.shape[1]
+    slot's state, and rows `slots` [n] are advanced in place (ops.mamba2_step: in C on a CPU).
+    Returns y [n, heads, head_dim] in the compute dtype."""
     dtype = torch.promote_types(_compute_dtype(x), states.dtype)
-    x = x.to(dtype)
     dt = time_steps(dt_raw, params, dtype)  # [n, heads]
-    B, C = _per_head(B, heads, dtype), _per_head(C, heads, dtype)
-    decay = torch.exp(dt * params.A.to(dtype))
-    state = states[slots].to(dtype) * decay[..., None, None]
-    state += (dt[..., None] * x)[..., None] * B[:, :, None, :]
-    states[slots] = state.to(states.dtype)
-    y = torch.einsum("bhpn,bhn->bhp", state, C)
-    return y + params.D.to(dtype)[:, None] * x
+    y = ops.mamba2_step(states, slots, x, dt, params.A, B, C, params.D)
+    return y.to(dtype)
 
 
 @dataclass(slots=True)
@@ -159,12 +155,6 @@ def _decays(log_decay: torch.Tensor) -> torch.Tensor:
     diff = log_decay[:, :, None] - log_decay[:, None, :]
     future = torch.ones(q, q, dtype=torch.bool, device=log_decay.device).triu(1)
     return torch.exp(diff.masked_fill_(future, -math.inf))
-
-
-def _per_head(groups: torch.Tensor, heads: int, dtype: torch.dtype) -> torch.Tensor:
-    """[..., n_groups, state_size] -> [..., heads, state_size]: each group's row for its heads."""
-    n_groups = groups.shape[-2]
-    return groups.to(dtype).repeat_interleave(heads // n_groups, dim=-2)
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:

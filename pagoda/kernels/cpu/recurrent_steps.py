@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from pagoda.kernels import recurrent_steps as torch_steps
 from pagoda.kernels.cpu import native
 
 NAME = "recurrent_steps"
@@ -30,6 +31,17 @@ class RecurrentSteps:
     def load(cls, build_dir: Path | None, compiler: str | None = None) -> RecurrentSteps:
         """Raises native.NativeBuildError where the library can be neither found nor built."""
         return cls(native.load(NAME, build_dir, compiler))
+
+    def gdn_step_or_torch(self, state: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        """gdn_step in C on a float32 state table, in torch on any other (float64 in tests)."""
+        if state.dtype != torch.float32 or not state.is_contiguous():
+            return torch_steps.gdn_step(state, *args, **kwargs)
+        return self.gdn_step(state, *args, **kwargs)
+
+    def mamba2_step_or_torch(self, state: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        if state.dtype != torch.float32 or not state.is_contiguous():
+            return torch_steps.mamba2_step(state, *args, **kwargs)
+        return self.mamba2_step(state, *args, **kwargs)
 
     def gdn_step(self, state: torch.Tensor, slots: torch.Tensor, q: torch.Tensor,
                  k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,

@@ -140,3 +140,24 @@ def test_bf16_activations_keep_float32_states_and_track_float32(reference):
     assert all(s.dtype == torch.float32 for s in states)
     # bf16 projections: a percent of the output's size, not fp32's 1e-6.
     assert (got.float() - want).abs().max() < 0.02 * want.abs().max()
+
+
+@pytest.mark.parametrize("prompt_length", [1, 9])
+def test_decode_steps_on_the_cpu_kernels_equal_the_torch_ones(reference, prompt_length,
+                                                              tmp_path):
+    from pagoda.kernels.cpu import native
+    from pagoda.kernels.ops import with_recurrent_steps
+
+    if native.find_compiler() is None:
+        pytest.skip("no C compiler to build pagoda/kernels/cpu/recurrent_steps.c")
+    ops = with_recurrent_steps(TORCH_OPS, lambda name: native.load(name, tmp_path))
+    assert ops.mamba2_step is not TORCH_OPS.mamba2_step
+    mixer = mixer_of(*reference)
+    x = prompt()
+    runs = []
+    for kernels in (TORCH_OPS, ops):
+        states = empty_states(mixer)
+        mixer.forward(x[:prompt_length], prefill(0, prompt_length, 4, True), states)
+        runs.append([mixer.forward(x[t:t + 1], decode(4), states, kernels)
+                     for t in range(prompt_length, LENGTH)])
+    torch.testing.assert_close(torch.cat(runs[1]), torch.cat(runs[0]), rtol=1e-5, atol=1e-5)
