@@ -14,8 +14,10 @@ matrices are a fifth of the real ones' size), so llama.cpp and Pagoda read the s
     python bench/qwen35_file.py --llama-quantize PATH/llama-quantize [--dir DIR] [--layers N]
         [--type Q4_K_M] [--tiny]
 
-prints the quantized file's path; the float16 folder and file are deleted afterwards. --tiny
-writes a few-hundred-kilobyte model (hidden 64) to try the route in seconds.
+prints the quantized file's path; the float16 folder and file are deleted afterwards. At the
+default 4 layers the float16 file is 2.54 GB and the Q4_K_M 803 MB (6 minutes on the shared
+2-core AMD EPYC, niced); llama-server runs it (7 tokens/s decoding there, busy). --tiny writes
+a 7 MB model (hidden 64) to try the route in seconds.
 """
 
 from __future__ import annotations
