@@ -70,7 +70,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily("Qwen3-MoE", "qwen3_moe", ("qwen3_moe", "qwen2_moe"), ("qwen3moe", "qwen2moe"),
                 "Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen1.5-MoE, Qwen2-57B-A14B"),
     ModelFamily("Mixtral", "mixtral", ("mixtral",), (), "Mixtral 8x7B, 8x22B"),
-    ModelFamily("LFM2", "lfm2", ("lfm2",), (), "LFM2-350M, 700M, 1.2B, 2.6B folders"),
+    ModelFamily("LFM2", "lfm2", ("lfm2",), ("lfm2",), "LFM2-350M, 700M, 1.2B, 2.6B"),
 )
 
 # Known families the engine does not run yet: the reason shown in words.
@@ -85,8 +85,6 @@ NOT_YET: dict[str, str] = {
                      "granitemoehybrid", "granitehybrid", "mamba", "mamba2", "jamba",
                      "falcon_h1", "falcon-h1", "nemotron_h", "nemotron_h_moe", "rwkv6", "rwkv7"),
                     _HYBRID),
-    # Its folders run (the family above); llama.cpp's files of it are not read yet.
-    "lfm2": "LFM2 GGUF files: not yet (its model folders run)",
     **dict.fromkeys(("qwen2_vl", "qwen2vl", "qwen2_5_vl", "qwen25vl", "qwen3_vl", "qwen3vl",
                      "smolvlm", "idefics3", "mistral3", "llava", "mllama", "gemma3n", "gemma3",
                      "gemma4"),

@@ -1,23 +1,35 @@
-"""LFM2 (short convolutions beside attention) runs as transformers defines it, with each
-sequence's convolution state in a slot of its own beside the paged KV cache: whatever the
-chunking, the batch, preemption or a repeated prompt, a request gets the same greedy tokens.
+"""LFM2 (short convolutions beside attention) runs as transformers defines it, from a model
+folder and from the GGUF llama.cpp's converter writes of it, with each sequence's convolution
+state in a slot of its own beside the paged KV cache: whatever the chunking, the batch,
+preemption or a repeated prompt, a request gets the same greedy tokens.
 
 The tiny model (tests/engine/tiny_models.py) has 6 layers: 1 and 4 attend, the others are
 short convolutions of 3 taps.
 """
 
 import logging
+from dataclasses import replace
 
 import pytest
 import torch
 import transformers
 
 from pagoda.engine import LLM, SamplingParams
-from pagoda.engine.models.lfm2 import architecture, mlp_width
+from pagoda.engine.errors import ModelLoadError
+from pagoda.engine.loading.gguf import GGUFModelFile
+from pagoda.engine.models.lfm2 import architecture, config_from_gguf, mlp_width
 from pagoda.engine.models.native_decode import not_covered
 from pagoda.engine.models.registry import architecture_of
-from tests.engine.family_parity import assert_same_argmax, engine_logits, hf_logits
+from tests.engine.family_parity import (
+    FakeGGUFSettings,
+    assert_gguf_tokenizer_is_the_folders,
+    assert_same_argmax,
+    engine_logits,
+    hf_logits,
+    round_matrices_to_fp16,
+)
 from tests.engine.hf_reference import load_hf_model
+from tests.engine.llama_cpp_converter import convert_to_gguf, gguf_model_name
 from tests.engine.models.test_parity import NUM_THREADS, assert_greedy_parity, parity_prompts
 from tests.engine.test_batch_invariance import SENTENCES
 from tests.engine.tiny_models import save_tiny_model
@@ -25,10 +37,18 @@ from tests.engine.tiny_models import save_tiny_model
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
 ATTENTION_LAYERS = (1, 4)
 
+pytestmark = pytest.mark.usefixtures("fresh_gguf_metadata_cache")
+
 
 @pytest.fixture(scope="module")
 def lfm2(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("lfm2"), "lfm2")
+
+
+@pytest.fixture(scope="module")
+def lfm2_gguf(lfm2):
+    """llama.cpp's converter's f16 file of the tiny model."""
+    return convert_to_gguf(lfm2, lfm2.parent / "tiny-lfm2.f16.gguf", name=gguf_model_name("lfm2"))
 
 
 @pytest.fixture(scope="module")
@@ -220,3 +240,38 @@ def test_the_fit_check_counts_only_lfm2_attention_layers_kv(lfm2):
     config = EngineConfig(max_model_len=256, kv_cache_memory=None, num_threads=NUM_THREADS)
     per_token = 2 * len(ATTENTION_LAYERS) * shape.num_kv_heads * shape.head_dim * 4
     assert model_kv_cache_bytes(shape, config) == 2 * 256 * per_token
+
+
+def test_lfm2_gguf_gives_the_folders_logits_to_fp16_rounding(lfm2, lfm2_gguf, prompts):
+    """The converter writes the convolutions' taps [channels, kernel] (float32) and the MLP's
+    adjusted width; the attention layers are those with key-value heads."""
+    reference = round_matrices_to_fp16(load_hf_model(lfm2))
+    for ours, theirs in zip(engine_logits(lfm2_gguf, prompts), hf_logits(reference, prompts),
+                            strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+
+
+def test_lfm2_gguf_config_states_what_the_folders_does(lfm2, lfm2_gguf):
+    want = architecture(transformers.AutoConfig.from_pretrained(lfm2))
+    got = architecture(config_from_gguf(GGUFModelFile(lfm2_gguf)))
+    assert got.shape.rms_norm_eps == pytest.approx(want.shape.rms_norm_eps)  # a float32 key
+    assert replace(got.shape, rms_norm_eps=want.shape.rms_norm_eps) == want.shape
+    assert got.layers == want.layers
+    assert got.ropes == want.ropes
+    assert got.tied_embeddings == want.tied_embeddings
+
+
+def test_lfm2_gguf_chat_template_and_tokens_are_the_files(lfm2, lfm2_gguf, tmp_path):
+    assert_gguf_tokenizer_is_the_folders(lfm2_gguf, lfm2, tmp_path)
+
+
+_LFM2_KEYS = {"lfm2.embedding_length": 64, "lfm2.attention.head_count": 4,
+              "lfm2.block_count": 3, "lfm2.feed_forward_length": 160,
+              "lfm2.context_length": 4096, "lfm2.shortconv.l_cache": 3}
+
+
+@pytest.mark.parametrize("kv_heads", [2, [0, 2], [0, 2, 4], [0, 0, 0], [0, -1, 2], None])
+def test_an_lfm2_file_that_does_not_list_its_attention_layers_is_refused(kv_heads):
+    keys = _LFM2_KEYS | {"lfm2.attention.head_count_kv": kv_heads}
+    with pytest.raises(ModelLoadError, match="head_count_kv"):
+        config_from_gguf(FakeGGUFSettings("lfm2", keys, {}))
