@@ -145,6 +145,16 @@ def test_lfm2_runs_no_more_sequences_than_it_has_state_slots(lfm2, long_prompts,
     assert_all_slots_free(llm)
 
 
+def test_a_one_token_prompt_starts_from_no_state_in_a_slot_used_before(lfm2, long_prompts):
+    """A one-token prompt runs with the decodes, which read their slot: the slot another
+    sequence left must not leak into it."""
+    fresh = LLM(str(lfm2), num_threads=NUM_THREADS, num_kv_blocks=64)
+    want = tokens(fresh, [[long_prompts[0][0]]])
+    used = LLM(str(lfm2), num_threads=NUM_THREADS, num_kv_blocks=64)
+    tokens(used, [long_prompts[1]])
+    assert tokens(used, [[long_prompts[0][0]]]) == want
+
+
 def test_an_aborted_lfm2_request_gives_its_slot_back(lfm2, long_prompts):
     llm = LLM(str(lfm2), num_threads=NUM_THREADS, num_kv_blocks=64, max_num_batched_tokens=32)
     engine = llm.engine
