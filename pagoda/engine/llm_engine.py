@@ -15,6 +15,7 @@ from pagoda.engine.config import EngineConfig, SchedulerConfig
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
 from pagoda.engine.core.scheduler import Scheduler, SchedulerOutput
 from pagoda.engine.core.sequence import Sequence
+from pagoda.engine.core.state_pool import StatePool
 from pagoda.engine.disk_cache.block_io import group_block_ios
 from pagoda.engine.disk_cache.store import DiskCacheStats, check_cache_tag
 from pagoda.engine.disk_cache.tier import DiskPrefixCache, model_fingerprint, open_disk_prefix_cache
@@ -88,16 +89,22 @@ class LLMEngine:
         self.usable_context_len = min(self.max_model_len, self._kv_cache_capacity())
         # The width of a pooling request's vector.
         self.hidden_size = self.runner.model.shape.hidden_size
-        self.disk_cache = self._open_disk_cache()
+        recurrent = self.runner.model.arch.has_recurrent_layers
+        if recurrent:
+            self._log_what_recurrent_layers_turn_off()
+        self.disk_cache = None if recurrent else self._open_disk_cache()
         self.kv_cache = KVCacheManager(self.runner.kv_cache_groups, self.config.block_size,
-                                       self.config.enable_prefix_caching, self.disk_cache)
-        proposer = _proposer(self.config)
+                                       self.config.enable_prefix_caching, self.disk_cache,
+                                       recurrent=recurrent)
+        proposer = None if recurrent else _proposer(self.config)
         measure = proposer is not None and self.config.speculative_cost_model
         self.step_cost = self._calibrate() if measure else StepCost()
+        # Each running sequence's slot in the recurrent layers' states, where there are any.
+        self.state_pool = StatePool(self.runner.num_state_slots) if recurrent else None
         self.scheduler = Scheduler(
             SchedulerConfig(self.config.max_num_seqs, self.config.max_num_batched_tokens,
                             self.max_model_len, self.config.speculative_disable_by_batch_size),
-            self.kv_cache, proposer, self.step_cost)
+            self.kv_cache, proposer, self.step_cost, self.state_pool)
         self.eos_token_ids = _eos_token_ids(self.loaded)
         self.vocabulary = Vocabulary(self.tokenizer, self.runner.vocab_size, self.eos_token_ids)
         # Thread-safe: AsyncEngine compiles on a thread of its own, LLM on the caller's.
@@ -204,6 +211,20 @@ class LLMEngine:
                            disk_cache=self.disk_cache.stats() if self.disk_cache else None,
                            spec_status=drafting.headline(),
                            spec_reason=drafting.reason())
+
+    def _log_what_recurrent_layers_turn_off(self) -> None:
+        """A model with recurrent layers has no state to start from at a cached block, nor to
+        roll back to after rejected drafts (until states are checkpointed): what needs one is
+        off, said once here."""
+        family, c = self.runner.model.arch.family, self.config
+        off = [what for what, asked in (
+            ("the prefix cache (a repeated prompt is computed again)", c.enable_prefix_caching),
+            ("its disk tier", c.disk_cache_dir is not None and c.enable_prefix_caching),
+            ("speculative decoding", c.num_speculative_tokens > 0)) if asked]
+        if off:
+            logger.info("%s has recurrent layers, whose states Pagoda does not yet keep at "
+                        "cached blocks or roll back: %s off for this model", family,
+                        ", ".join(off))
 
     def _open_disk_cache(self) -> DiskPrefixCache | None:
         """The prefix cache's disk tier, when config.disk_cache_dir names a folder, for this

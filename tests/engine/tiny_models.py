@@ -29,7 +29,12 @@ FAMILY_VARIANTS = ("gemma2", "gemma3", "gemma3-query-scalar", "gemma4", "gemma4-
                    "smollm3", "gpt-oss", "qwen3moe", "qwen3moe-dense-layers", "qwen2moe",
                    "mixtral")
 
+# Hybrid families (issue 56): recurrent layers beside attention, built here for parity with
+# transformers only (no llama.cpp record yet).
+HYBRID_VARIANTS = ("lfm2",)
+
 _MODEL_CLASSES = {
+    "lfm2": transformers.Lfm2ForCausalLM,
     "llama": transformers.LlamaForCausalLM,
     "qwen2": transformers.Qwen2ForCausalLM,
     "mistral": transformers.MistralForCausalLM,
@@ -157,6 +162,15 @@ _VARIANTS = {
                  "num_experts_per_tok": 2, "moe_intermediate_size": 32,
                  "shared_expert_intermediate_size": 48, "tie_word_embeddings": False,
                  "rope_theta": 1000000.0},
+    # LFM2 as its 1.2B is built, smaller: short convolutions of 3 taps (conv_L_cache) in layers
+    # 0, 2, 3 and 5, attention (per-head q/k norms) in 1 and 4 (layer_types); the MLP width
+    # adjusted from intermediate_size (2/3 of 200, rounded up to 32: 160); a norm epsilon of its
+    # own name (norm_eps) unlike the rms_norm_eps every tiny config also states, so that reading
+    # the wrong one fails parity.
+    "lfm2": {"num_hidden_layers": 6, "intermediate_size": 200, "block_multiple_of": 32,
+             "conv_L_cache": 3, "norm_eps": 1e-3, "tie_word_embeddings": True,
+             "rope_theta": 1000000.0,
+             "layer_types": ["conv", "full_attention", "conv", "conv", "full_attention", "conv"]},
     # Mixtral's layout: 8 experts of width 64 (intermediate_size), top 2, renormalised.
     "mixtral": {"num_hidden_layers": 3, "num_local_experts": 8, "num_experts_per_tok": 2,
                 "intermediate_size": 64, "tie_word_embeddings": False, "sliding_window": None,

@@ -134,19 +134,26 @@ class KVCacheManager:
     keeps every block), or a number of blocks for a model whose layers all attend alike. With a
     disk tier (`disk`, holding each group's part of a block), blocks the memory cache lacks are
     looked up and loaded from disk (read ahead from when the sequence is added: `prefetch`),
-    and full blocks are saved to it."""
+    and full blocks are saved to it.
+
+    recurrent: the model also has recurrent layers (LFM2's short convolutions), whose state at
+    a cached block's end is nowhere kept: no sequence starts from cached blocks (every lookup
+    finds 0 tokens) and none are registered, until states are checkpointed at blocks."""
 
     def __init__(self, groups: int | tuple[KVCacheGroup, ...], block_size: int,
                  enable_prefix_caching: bool = True,
-                 disk: DiskPrefixCache | None = None) -> None:
+                 disk: DiskPrefixCache | None = None, recurrent: bool = False) -> None:
         specs = (KVCacheGroup(groups),) if isinstance(groups, int) else tuple(groups)
         if not specs or specs[0].window:
             raise ValueError("the first KV cache group keeps every block (window 0)")
+        if recurrent and disk is not None:
+            raise ValueError("a model with recurrent layers keeps no prefix cache, so no disk "
+                             "tier either")
         if disk is not None and len(disk.ios) != len(specs):
             raise ValueError(f"the disk prefix cache keeps blocks of {len(disk.ios)} KV cache "
                              f"groups, the KV cache has {len(specs)}")
         self.block_size = block_size
-        self.enable_prefix_caching = enable_prefix_caching
+        self.enable_prefix_caching = enable_prefix_caching and not recurrent
         self._groups = [_GroupTables(spec, block_size) for spec in specs]
         self.pool = self._groups[0].pool
         self.disk = disk if enable_prefix_caching else None

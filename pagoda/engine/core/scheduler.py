@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pagoda.engine.config import SchedulerConfig
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
 from pagoda.engine.core.sequence import Sequence, SequenceStatus
+from pagoda.engine.core.state_pool import StatePool
 from pagoda.engine.outputs import FinishReason
 from pagoda.engine.spec_decode.draft_policy import DraftCandidate, DraftingTrend, plan_drafts
 from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
@@ -57,11 +58,13 @@ class Scheduler:
 
     def __init__(self, config: SchedulerConfig, kv_cache: KVCacheManager,
                  proposer: NgramProposer | None = None,
-                 step_cost: StepCost | None = None) -> None:
+                 step_cost: StepCost | None = None, states: StatePool | None = None) -> None:
         """step_cost: what steps cost here by rows, which decides how many drafts pay (without
-        it, rows are taken as free: every draft found is verified)."""
+        it, rows are taken as free: every draft found is verified). states: the recurrent
+        layers' slots, for a model that has them: a sequence runs only while it holds one."""
         self.config = config
         self.kv_cache = kv_cache
+        self.states = states
         self.proposer = proposer
         self.step_cost = step_cost or StepCost()
         self.drafting = DraftingTrend()  # the latest step's drafting decision, and the trend
@@ -137,6 +140,8 @@ class Scheduler:
         seq.finish_reason = reason
         seq.metrics.finished_time = time.monotonic()
         self.kv_cache.free(seq)
+        if self.states is not None:
+            self.states.free(seq)
         if self.proposer is not None:
             self.proposer.forget(seq)
         self._finished.append(seq)
@@ -205,8 +210,11 @@ class Scheduler:
         return True
 
     def _preempt(self, seq: Sequence) -> None:
-        """Recompute later: free the blocks now; the prefix cache usually brings them back."""
+        """Recompute later: free the blocks now; the prefix cache usually brings them back. A
+        recurrent state is dropped with its slot: the sequence restarts from its first token."""
         self.kv_cache.free(seq)
+        if self.states is not None:
+            self.states.free(seq)
         seq.status = SequenceStatus.WAITING
         seq.num_computed_tokens = 0
         seq.num_preemptions += 1
@@ -214,6 +222,8 @@ class Scheduler:
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> int:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            if self.states is not None and not self.states.can_allocate():
+                break
             seq = self.waiting[0]
             computed = self.kv_cache.get_computed_blocks(seq)
             num_hit = computed.num_tokens
@@ -221,6 +231,8 @@ class Scheduler:
             if not self.kv_cache.allocate_slots(seq, n, computed):
                 break
             self.waiting.popleft()
+            if self.states is not None:
+                self.states.allocate(seq)
             seq.num_computed_tokens = num_hit
             if seq.num_preemptions == 0:
                 seq.num_cached_tokens = num_hit

@@ -41,6 +41,9 @@ class Sequence:
     # Hashes of the full blocks of all_token_ids, chained block to block.
     block_hashes: list[bytes] = field(default_factory=list)
     num_computed_tokens: int = 0
+    # Its slot in the recurrent layers' states (pagoda.engine.core.state_pool) while it runs on
+    # a model that has them; None otherwise.
+    state_slot: int | None = None
     num_cached_tokens: int = 0
     num_preemptions: int = 0
     # The worker's random generator for a seeded request (a torch.Generator), made when it first

@@ -41,6 +41,7 @@ from pagoda.engine.loading.gguf_header import check_gguf_header
 from pagoda.engine.loading.gguf_names import (
     NORMS_HOLD_ONE_PLUS_W,
     PERMUTED_QK,
+    final_norm_name,
     gguf_expert_slice,
     gguf_tensor_name,
     needed_layer_modules,
@@ -132,7 +133,7 @@ class GGUFModelFile:
             raise ModelLoadError(
                 f"{self.path} holds {len(self.tensors)} tensors, too few for the {layers} "
                 "layers its settings state. The file is incomplete: re-download it.")
-        return ["model.embed_tokens.weight", "model.norm.weight",
+        return ["model.embed_tokens.weight", final_norm_name(self.architecture),
                 *(f"model.layers.{i}.{module}.weight"
                   for i in range(layers) for module in modules)]
 
@@ -269,8 +270,10 @@ class GGUFModelFile:
             )
         got = tensor_shape(tensor)
         # llama.cpp's own writer (llama-quantize) keeps a [1, n] matrix as its n values: Qwen2-MoE's
-        # shared expert gate (ffn_gate_inp_shexp), which its converter wrote as [1, n].
-        if got != shape and not (len(shape) == 2 and shape[0] == 1 and got == shape[1:]):
+        # shared expert gate (ffn_gate_inp_shexp), which its converter wrote as [1, n]; its
+        # converter writes a depthwise convolution's [channels, 1, kernel] taps as
+        # [channels, kernel] (LFM2's shortconv.conv).
+        if got != shape and got != _squeezed(shape):
             raise ModelLoadError(
                 f"Tensor {name} ({hf_name}) in {self.path} has shape {got}, but the file's config "
                 f"implies {shape}. The file is damaged: re-download it."
@@ -292,6 +295,11 @@ class GGUFModelFile:
         else:
             return tensor.data
         return tensor.data[rotary_unpermutation(tensor.data.shape[0], heads).numpy()]
+
+
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape without its 1s but the last dimension: what llama.cpp's files hold of it."""
+    return tuple(d for d in shape[:-1] if d != 1) + shape[-1:]
 
 
 def tensor_shape(tensor: gguf.ReaderTensor) -> tuple[int, ...]:

@@ -14,7 +14,8 @@ _GLOBAL = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_
            # Gemma 4's per-layer embeddings (E2B, E4B)
            "model.embed_tokens_per_layer": "per_layer_token_embd",
            "model.per_layer_model_projection": "per_layer_model_proj",
-           "model.per_layer_projection_norm": "per_layer_proj_norm"}
+           "model.per_layer_projection_norm": "per_layer_proj_norm",
+           "model.embedding_norm": "token_embd_norm"}  # LFM2's last norm
 _LAYER = {
     "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
     "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
@@ -45,6 +46,13 @@ _LAYER_BY_ARCHITECTURE: dict[str, dict[str, str]] = {
     "phi3": {"self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"},
     # gpt-oss's norm before the MLP, and its attention sinks (a parameter without a suffix).
     "gpt-oss": {"post_attention_layernorm": "post_attention_norm", "self_attn.sinks": "attn_sinks"},
+    # LFM2's own names, and its short convolutions (the taps [channels, kernel], squeezed).
+    "lfm2": {"operator_norm": "attn_norm", "ffn_norm": "ffn_norm",
+             "feed_forward.w1": "ffn_gate", "feed_forward.w3": "ffn_up",
+             "feed_forward.w2": "ffn_down", "self_attn.out_proj": "attn_output",
+             "self_attn.q_layernorm": "attn_q_norm", "self_attn.k_layernorm": "attn_k_norm",
+             "conv.in_proj": "shortconv.in_proj", "conv.conv": "shortconv.conv",
+             "conv.out_proj": "shortconv.out_proj"},
 }
 # The layer modules every file of an architecture holds (biases and a separate output matrix
 # vary, and are checked against the config later).
@@ -84,7 +92,11 @@ _NEEDED_MODULES: dict[str, tuple[str, ...]] = {
     "qwen3moe": _sparse(_LLAMA_MODULES + _QK_NORMS),
     "qwen2moe": _sparse(_LLAMA_MODULES) + _SHARED_EXPERT,
     "gpt-oss": _sparse(_LLAMA_MODULES) + ("self_attn.sinks",),
+    # A layer's mixer (attention or short convolution) is the config's to say.
+    "lfm2": ("operator_norm", "ffn_norm", "feed_forward.w1", "feed_forward.w3", "feed_forward.w2"),
 }
+# The last norm, where an architecture's is not model.norm.
+_FINAL_NORMS = {"lfm2": "model.embedding_norm"}
 # llama.cpp's converter interleaves the rotary halves of each q and k head for these
 # architectures (Llama's own RoPE kernel pairs neighbours); the loader turns them back.
 # SmolLM3's converter derives from Llama's and permutes every layer's, its NoPE layers' too.
@@ -119,6 +131,11 @@ def gguf_expert_slice(hf_name: str, architecture: str = "llama") -> tuple[str, i
     layer, index, module, kind = expert.groups()
     stacked = f"model.layers.{layer}.mlp.experts.{module}.{kind}"
     return gguf_tensor_name(stacked, architecture), int(index)
+
+
+def final_norm_name(architecture: str) -> str:
+    """The Hugging Face name of the model's last norm weight."""
+    return f"{_FINAL_NORMS.get(architecture, 'model.norm')}.weight"
 
 
 def needed_layer_modules(architecture: str, experts: bool = False) -> tuple[str, ...]:

@@ -31,6 +31,22 @@ class AttentionKind:
 
 
 @dataclass(frozen=True, slots=True)
+class ShortConvKind:
+    """A recurrent layer in place of attention: LFM2's gated short convolution. `module` (within
+    model.layers.N.) holds in_proj (hidden -> B, C, x), conv (depthwise, `kernel` taps over the
+    sequence, no activation) and out_proj: out_proj(C * conv(B * x)). Each sequence carries the
+    last kernel-1 inputs of its convolution from step to step (a state slot, not KV blocks)."""
+
+    kernel: int
+    bias: bool = False
+    module: str = "conv"
+
+
+# What a layer mixes its tokens with: attention over the KV cache, or a recurrent mixer.
+LayerKind = AttentionKind | ShortConvKind
+
+
+@dataclass(frozen=True, slots=True)
 class LayerNames:
     """The Hugging Face module names (within model.layers.N.) that fill each role. A tuple of
     several names is concatenated into one matmul; a single fused name is read as it is (Phi-3's
@@ -83,11 +99,20 @@ class ModelShape:
     # Each layer's MLP width where layers differ (Gemma 4's double-wide MLPs); empty: all
     # intermediate_size.
     layer_intermediate: tuple[int, ...] = ()
+    # The layers that mix tokens with a recurrent state instead of attention (LFM2's short
+    # convolutions): they hold no KV cache, and their entry in layer_windows is not read.
+    recurrent_layers: frozenset[int] = frozenset()
 
     @property
     def windows(self) -> tuple[int, ...]:
-        """The distinct windows, FULL_ATTENTION first where a layer has it."""
-        return tuple(sorted(set(self.layer_windows)))
+        """The distinct windows of the attention layers, FULL_ATTENTION first where one has it."""
+        return tuple(sorted({w for i, w in enumerate(self.layer_windows)
+                             if i not in self.recurrent_layers}))
+
+    def holds_kv(self, layer: int) -> bool:
+        """Whether the layer keeps a KV cache of its own: an attention layer that does not read
+        an earlier layer's."""
+        return layer not in self.recurrent_layers and self.kv_owner(layer) == layer
 
     def kv_heads(self, layer: int) -> tuple[int, int]:
         """Layer `layer`'s (KV heads, head size): what its KV cache holds per token."""
@@ -158,7 +183,7 @@ def sparse_layers(num_layers: int, every: int = 1,
 class DecoderArchitecture:
     family: str  # the family module's name, as the load log and errors say it ("Gemma 3")
     shape: ModelShape
-    layers: tuple[AttentionKind, ...]
+    layers: tuple[LayerKind, ...]
     ropes: dict[str, RopeSpec]
     names: LayerNames = field(default_factory=LayerNames)
     attention_scale: float | None = None  # None: head_dim ** -0.5
@@ -175,11 +200,25 @@ class DecoderArchitecture:
     o_bias: bool = False
     mlp_bias: bool = False
     moe: MoESpec | None = None  # a mixture of experts: which layers are sparse, and how
+    final_norm: str = "model.norm"  # the last norm's module (LFM2: model.embedding_norm)
 
     def __post_init__(self) -> None:
         if len(self.layers) != self.shape.num_layers:
             raise ValueError(f"{len(self.layers)} attention kinds for "
                              f"{self.shape.num_layers} layers")
+        recurrent = frozenset(i for i, kind in enumerate(self.layers)
+                              if not isinstance(kind, AttentionKind))
+        if recurrent != self.shape.recurrent_layers:
+            raise ValueError(f"layers {sorted(recurrent)} are recurrent, the shape says "
+                             f"{sorted(self.shape.recurrent_layers)}")
+
+    def is_recurrent(self, layer: int) -> bool:
+        """Whether layer `layer` mixes tokens with a recurrent state instead of attention."""
+        return layer in self.shape.recurrent_layers
+
+    @property
+    def has_recurrent_layers(self) -> bool:
+        return bool(self.shape.recurrent_layers)
 
     def is_sparse(self, layer: int) -> bool:
         """Whether layer `layer`'s MLP is a mixture of experts."""

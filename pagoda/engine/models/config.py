@@ -20,6 +20,7 @@ from pagoda.engine.models.architecture import (
     DecoderArchitecture,
     ModelShape,
     MoESpec,
+    ShortConvKind,
 )
 
 # What a config may state per layer (transformers' per_layer_config: Gemma 4's global layers).
@@ -28,6 +29,9 @@ _PER_LAYER_ATTRIBUTES = frozenset({"head_dim", "num_key_value_heads"})
 # is three weights by name, named before any is read.
 MAX_EXPERTS = 1024
 MAX_EXPERT_MATRICES = 1 << 16  # layers x experts
+# The kinds of layer_types whose layers mix tokens with a recurrent state, not attention.
+RECURRENT_LAYER_TYPES = frozenset({"conv"})  # LFM2's short convolutions
+_ATTENTION_LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})
 
 
 def head_dim(config: transformers.PretrainedConfig) -> int:
@@ -96,7 +100,8 @@ def _first_layer(config: transformers.PretrainedConfig) -> transformers.Pretrain
 
 
 def layer_types(config: transformers.PretrainedConfig) -> list[str]:
-    """Each layer's kind as config.json names it: "full_attention" or "sliding_attention"."""
+    """Each layer's kind as config.json names it: "full_attention", "sliding_attention", or
+    a recurrent kind (RECURRENT_LAYER_TYPES)."""
     kinds = list(getattr(config, "layer_types", None) or [])
     if not kinds:
         return ["full_attention"] * config.num_hidden_layers
@@ -104,11 +109,18 @@ def layer_types(config: transformers.PretrainedConfig) -> list[str]:
         raise ModelLoadError(
             f"config.json names {len(kinds)} layer types (layer_types) for "
             f"{config.num_hidden_layers} layers. The model's settings are damaged.")
-    unknown = sorted(set(kinds) - {"full_attention", "sliding_attention"})
+    unknown = sorted(set(kinds) - _ATTENTION_LAYER_TYPES - RECURRENT_LAYER_TYPES)
     if unknown:
+        known = ", ".join(sorted(_ATTENTION_LAYER_TYPES | RECURRENT_LAYER_TYPES))
         raise ModelLoadError(f"config.json's layer_types include {', '.join(unknown)}, which "
-                             "Pagoda does not run (it runs full_attention and sliding_attention).")
+                             f"Pagoda does not run (it runs {known}).")
     return kinds
+
+
+def recurrent_layers(config: transformers.PretrainedConfig) -> frozenset[int]:
+    """The layers whose layer_types entry is a recurrent kind (LFM2's "conv")."""
+    return frozenset(i for i, kind in enumerate(layer_types(config))
+                     if kind in RECURRENT_LAYER_TYPES)
 
 
 def layer_windows(config: transformers.PretrainedConfig) -> tuple[int, ...]:
@@ -136,12 +148,18 @@ def model_shape(config: transformers.PretrainedConfig,
         num_layers=config.num_hidden_layers, hidden_size=config.hidden_size,
         num_heads=config.num_attention_heads, num_kv_heads=kv_heads(config),
         head_dim=head_dim(config), vocab_size=config.vocab_size,
-        rms_norm_eps=config.rms_norm_eps,
+        rms_norm_eps=_norm_eps(config),
         max_position_embeddings=config.max_position_embeddings,
         intermediate_size=config.intermediate_size,
         layer_windows=windows if windows is not None else layer_windows(config),
         layer_heads=layer_heads(config), layer_kv_from=layer_kv_from(config),
-        layer_intermediate=layer_intermediate(config))
+        layer_intermediate=layer_intermediate(config), recurrent_layers=recurrent_layers(config))
+
+
+def _norm_eps(config: transformers.PretrainedConfig) -> float:
+    """The RMSNorms' epsilon: rms_norm_eps, or norm_eps as LFM2 names it."""
+    eps = getattr(config, "rms_norm_eps", None)
+    return eps if eps is not None else config.norm_eps
 
 
 def routed_experts(config: transformers.PretrainedConfig, count_key: str) -> tuple[int, int]:
@@ -175,7 +193,7 @@ def weight_shapes(arch: DecoderArchitecture) -> dict[str, tuple[int, ...]]:
                                                                         s.hidden_size)}
     for i in range(s.num_layers):
         shapes |= _layer_weight_shapes(arch, i)
-    shapes["model.norm.weight"] = (s.hidden_size,)
+    shapes[f"{arch.final_norm}.weight"] = (s.hidden_size,)
     if not arch.tied_embeddings:
         shapes["lm_head.weight"] = (s.vocab_size, s.hidden_size)
     if arch.per_layer_input:
@@ -194,11 +212,17 @@ def _layer_weight_shapes(arch: DecoderArchitecture, index: int) -> dict[str, tup
     num_kv_heads, size = s.kv_heads(index)
     q, kv = s.num_heads * size, num_kv_heads * size
     intermediate = s.intermediate(index)
-    by_module: dict[str, tuple[tuple[int, ...], bool]] = {
-        names.o: ((s.hidden_size, q), arch.o_bias)}
-    qkv_rows = (q, kv, kv) if len(names.qkv) == 3 else (q + 2 * kv,)
-    for module, rows in list(zip(names.qkv, qkv_rows, strict=True))[:qkv_modules(arch, index)]:
-        by_module[module] = ((rows, s.hidden_size), arch.qkv_bias)
+    kind = arch.layers[index]
+    recurrent = isinstance(kind, ShortConvKind)
+    by_module: dict[str, tuple[tuple[int, ...], bool]] = {}
+    if recurrent:
+        by_module |= _short_conv_modules(kind, s.hidden_size)
+    else:
+        by_module[names.o] = ((s.hidden_size, q), arch.o_bias)
+        qkv_rows = (q, kv, kv) if len(names.qkv) == 3 else (q + 2 * kv,)
+        for module, rows in list(zip(names.qkv, qkv_rows, strict=True))[:qkv_modules(arch,
+                                                                                   index)]:
+            by_module[module] = ((rows, s.hidden_size), arch.qkv_bias)
     if arch.is_sparse(index):
         by_module |= _sparse_mlp_modules(arch.moe, s.hidden_size)
     else:
@@ -208,8 +232,9 @@ def _layer_weight_shapes(arch: DecoderArchitecture, index: int) -> dict[str, tup
             by_module[module] = ((rows, s.hidden_size), arch.mlp_bias)
     shares_kv = s.kv_owner(index) != index
     norms = {names.input_norm: s.hidden_size, names.mlp_norm: s.hidden_size,
-             names.attention_out_norm: s.hidden_size, names.mlp_out_norm: s.hidden_size,
-             names.q_norm: size, None if shares_kv else names.k_norm: size}
+             names.attention_out_norm: s.hidden_size, names.mlp_out_norm: s.hidden_size}
+    if not recurrent:
+        norms |= {names.q_norm: size, None if shares_kv else names.k_norm: size}
     if arch.per_layer_input:
         norms[names.per_layer_norm] = s.hidden_size
         by_module |= {names.per_layer_gate: ((arch.per_layer_input, s.hidden_size), False),
@@ -228,6 +253,15 @@ def _layer_weight_shapes(arch: DecoderArchitecture, index: int) -> dict[str, tup
     if names.sinks is not None:
         shapes[f"{layer}.{names.sinks}"] = (s.num_heads,)
     return shapes
+
+
+def _short_conv_modules(kind: ShortConvKind,
+                        hidden: int) -> dict[str, tuple[tuple[int, ...], bool]]:
+    """A short convolution's modules (shape, has a bias): in_proj to B, C and x, the depthwise
+    convolution's taps (Hugging Face's Conv1d weight, [channels, 1, kernel]), out_proj."""
+    return {f"{kind.module}.in_proj": ((3 * hidden, hidden), kind.bias),
+            f"{kind.module}.conv": ((hidden, 1, kind.kernel), kind.bias),
+            f"{kind.module}.out_proj": ((hidden, hidden), kind.bias)}
 
 
 def _sparse_mlp_modules(moe: MoESpec, hidden: int) -> dict[str, tuple[tuple[int, ...], bool]]:

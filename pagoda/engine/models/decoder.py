@@ -32,14 +32,18 @@ from pagoda.engine.layers.moe import (
     SparseMoE,
     experts_method_for,
 )
+from pagoda.engine.layers.recurrent_mixer import RecurrentMixer
 from pagoda.engine.layers.rotary import RotaryTables
+from pagoda.engine.layers.short_conv import ShortConv
 from pagoda.engine.models.architecture import (
     EXPERT_MODULES,
     EXPERTS,
     ROUTER,
     SHARED_EXPERT,
     SHARED_EXPERT_GATE,
+    AttentionKind,
     DecoderArchitecture,
+    ShortConvKind,
 )
 from pagoda.engine.models.config import qkv_modules
 from pagoda.engine.models.memory import release_freed_memory
@@ -47,6 +51,7 @@ from pagoda.engine.models.native_decode import NativeDecode, not_covered
 from pagoda.engine.quantization.dequantize_workspace import DequantWorkspace
 from pagoda.engine.quantization.tensors import Weight, concat
 from pagoda.kernels.kernel_ops import KernelOps
+from pagoda.kernels.recurrent_metadata import RecurrentMetadata
 
 logger = logging.getLogger(__name__)
 
@@ -94,9 +99,18 @@ class PerLayerEmbeddings:
 
 
 @dataclass(slots=True)
+class RecurrentStep:
+    """A step's inputs to the recurrent layers: each sequence's state slot, and per layer its
+    state tensors (None at attention layers), which the layers advance in place."""
+
+    meta: RecurrentMetadata
+    states: list[tuple[torch.Tensor, ...] | None]
+
+
+@dataclass(slots=True)
 class DecoderLayer:
     input_norm: torch.Tensor
-    attention: Attention
+    attention: Attention | None  # None where a recurrent mixer takes its place
     mlp_norm: torch.Tensor  # Llama's post_attention_layernorm, Gemma's pre_feedforward one
     mlp: GatedMLP | SparseMoE
     attention_out_norm: torch.Tensor | None = None  # Gemma's sandwich norms
@@ -104,6 +118,8 @@ class DecoderLayer:
     scalar: torch.Tensor | None = None  # Gemma 4: the layer's output times this
     per_layer: PerLayerInput | None = None  # Gemma 4's E2B/E4B
     kv_from: int | None = None  # the earlier layer whose KV cache this one reads (Gemma 4)
+    mixer: RecurrentMixer | None = None  # in place of attention (LFM2's short convolution)
+    mixer_projections: tuple[Linear, ...] = ()  # the mixer's linears, its input's first
 
     # The names the one-C-call decode step (native_decode.py) reads (dense layers only).
     @property
@@ -122,15 +138,21 @@ class DecoderLayer:
     def down_proj(self) -> Linear:
         return self.mlp.down_proj
 
+    def mixer_linears(self) -> list[Linear]:
+        """The linears that mix tokens: q/k/v and o, or the recurrent mixer's, input first."""
+        if self.mixer is not None:
+            return list(self.mixer_projections)
+        return [self.qkv_proj, self.o_proj]
+
     def linears(self) -> list[Linear]:
         """The layer's linears; a sparse layer's router and shared expert, not its routed
         experts (their `ExpertsMethod` keeps them)."""
         if isinstance(self.mlp, GatedMLP):
-            return [self.qkv_proj, self.o_proj, self.gate_up_proj, self.down_proj]
+            return [*self.mixer_linears(), self.gate_up_proj, self.down_proj]
         shared = [] if self.mlp.shared is None else [self.mlp.shared.gate_up_proj,
                                                      self.mlp.shared.down_proj]
         gate = [] if self.mlp.shared_gate is None else [self.mlp.shared_gate]
-        return [self.qkv_proj, self.o_proj, self.mlp.router.gate, *shared, *gate]
+        return [*self.mixer_linears(), self.mlp.router.gate, *shared, *gate]
 
 
 class DecoderForCausalLM:
@@ -152,7 +174,7 @@ class DecoderForCausalLM:
         widen = None if exact is None or device.type != "cpu" else DequantWorkspace.for_this_machine()
         self.lm_head = LMHead(make_linear(lm_head, None, placement, precise_int8=False), exact,
                               widen, placement.ops.top_k_indices)
-        self.norm = self._norm(weights["model.norm.weight"], placement)
+        self.norm = self._norm(weights[f"{arch.final_norm}.weight"], placement)
         self.per_layer_embeddings = self._per_layer_embeddings(weights, placement)
         # Layers whose keys and values later layers read in the same step (Gemma 4).
         self.kv_sources = {s.kv_owner(i) for i in range(s.num_layers) if s.kv_owner(i) != i}
@@ -177,17 +199,21 @@ class DecoderForCausalLM:
                         "not run %s)", arch.family, uncovered)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: Metadata,
-                kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
-                logits_indices: torch.Tensor) -> torch.Tensor:
+                kv_caches: list[tuple[torch.Tensor, torch.Tensor] | None],
+                logits_indices: torch.Tensor,
+                recurrent: RecurrentStep | None = None) -> torch.Tensor:
         """Flat tokens of a mixed batch -> logits [len(logits_indices), vocab]."""
-        hidden = self.hidden_states(input_ids, positions, meta, kv_caches)
+        hidden = self.hidden_states(input_ids, positions, meta, kv_caches, recurrent)
         # Only the rows that sample need the final norm and the (large) vocabulary projection.
         return self.compute_logits(hidden[logits_indices])
 
     def hidden_states(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: Metadata,
-                      kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+                      kv_caches: list[tuple[torch.Tensor, torch.Tensor] | None],
+                      recurrent: RecurrentStep | None = None) -> torch.Tensor:
         """Flat tokens of a mixed batch -> the last layer's output [tokens, hidden], before the
-        final norm (valid until the next call: a decode step's may be a reused buffer)."""
+        final norm (valid until the next call: a decode step's may be a reused buffer).
+        kv_caches: each attention layer's keys and values (None at a recurrent layer);
+        recurrent: the step's state slots and states, where the model has recurrent layers."""
         rotary = {key: tables.lookup(positions) for key, tables in self.rotary.items()}
         hidden = self.embed_tokens(input_ids)
         if self.embedding_scale is not None:
@@ -201,16 +227,21 @@ class DecoderForCausalLM:
         per_layer_inputs = (None if self.per_layer_embeddings is None
                             else self.per_layer_embeddings(input_ids, hidden, ops, eps))
         step_kv: dict[int, StepKV] = {}  # the keys and values later layers read (kv_from)
-        for i, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, kv_caches, strict=True)):
+        for i, (layer, kv_cache) in enumerate(zip(self.layers, kv_caches, strict=True)):
             if residual is None:
                 residual = hidden
                 x = ops.rms_norm(hidden, layer.input_norm, eps)
             else:
                 x, residual = ops.add_rms_norm(hidden, residual, layer.input_norm, eps)
-            hidden, kv = layer.attention(x, rotary, k_cache, v_cache, meta, ops,
-                                         None if layer.kv_from is None else step_kv[layer.kv_from])
-            if i in self.kv_sources:
-                step_kv[i] = kv
+            if layer.mixer is not None:
+                hidden = layer.mixer.forward(x, recurrent.meta, recurrent.states[i])
+            else:
+                k_cache, v_cache = kv_cache
+                hidden, kv = layer.attention(
+                    x, rotary, k_cache, v_cache, meta, ops,
+                    None if layer.kv_from is None else step_kv[layer.kv_from])
+                if i in self.kv_sources:
+                    step_kv[i] = kv
             if layer.attention_out_norm is not None:
                 hidden = ops.rms_norm(hidden, layer.attention_out_norm, eps)
             x, residual = ops.add_rms_norm(hidden, residual, layer.mlp_norm, eps)
@@ -291,21 +322,11 @@ class DecoderForCausalLM:
             return None if module is None else self._norm(w[f"{prefix}{module}.weight"],
                                                           placement)
 
-        num_kv_heads, head_dim = s.kv_heads(index)
-        # q alone where the layer reads another's KV cache; no v_proj where its values are its
-        # keys' projection.
-        qkv = names.qkv[:qkv_modules(arch, index)]
         kv_from = None if s.kv_owner(index) == index else s.kv_owner(index)
-        attention = Attention(
-            qkv_proj=linear(qkv), o_proj=linear((names.o,)),
-            heads=HeadShape(s.num_heads, num_kv_heads, head_dim), window=kind.window,
-            rope=kind.rope, scale=arch.scale, eps=s.rms_norm_eps,
-            q_norm=norm(names.q_norm), k_norm=None if kv_from is not None else norm(names.k_norm),
-            v_norm=(torch.ones(head_dim, dtype=placement.dtype, device=placement.device)
-                    if arch.value_norm else None),
-            values_from_keys=kind.values_from_keys, softcap=arch.attention_softcap,
-            sinks=(None if names.sinks is None else  # fp32 as the softmax that reads them
-                   w[prefix + names.sinks].to(device=placement.device, dtype=torch.float32)))
+        if isinstance(kind, ShortConvKind):
+            mixer, attention = self._short_conv(w, prefix, kind, linear, placement), None
+        else:
+            mixer, attention = None, self._attention(w, index, kind, linear, norm, placement)
         scalar = (None if names.layer_scalar is None else
                   w[prefix + names.layer_scalar].to(device=placement.device, dtype=placement.dtype))
         mlp = (self._sparse_mlp(w, prefix, linear, placement) if arch.is_sparse(index)
@@ -319,7 +340,43 @@ class DecoderForCausalLM:
                                      linear((names.per_layer_projection,)),
                                      norm(names.per_layer_norm), arch.activation)
                        if arch.per_layer_input else None),
-            kv_from=kv_from)
+            kv_from=kv_from, mixer=mixer,
+            mixer_projections=() if mixer is None else (mixer.in_proj, mixer.out_proj))
+
+    def _attention(self, w: MutableMapping[str, Weight], index: int, kind: AttentionKind,
+                   linear: Callable[[tuple[str, ...]], Linear],
+                   norm: Callable[[str | None], torch.Tensor | None],
+                   placement: Placement) -> Attention:
+        arch, s, names = self.arch, self.shape, self.arch.names
+        num_kv_heads, head_dim = s.kv_heads(index)
+        # q alone where the layer reads another's KV cache; no v_proj where its values are its
+        # keys' projection.
+        qkv = names.qkv[:qkv_modules(arch, index)]
+        reads_another = s.kv_owner(index) != index
+        return Attention(
+            qkv_proj=linear(qkv), o_proj=linear((names.o,)),
+            heads=HeadShape(s.num_heads, num_kv_heads, head_dim), window=kind.window,
+            rope=kind.rope, scale=arch.scale, eps=s.rms_norm_eps,
+            q_norm=norm(names.q_norm), k_norm=None if reads_another else norm(names.k_norm),
+            v_norm=(torch.ones(head_dim, dtype=placement.dtype, device=placement.device)
+                    if arch.value_norm else None),
+            values_from_keys=kind.values_from_keys, softcap=arch.attention_softcap,
+            sinks=(None if names.sinks is None else  # fp32 as the softmax that reads them
+                   w[f"model.layers.{index}.{names.sinks}"].to(device=placement.device,
+                                                                dtype=torch.float32)))
+
+    def _short_conv(self, w: MutableMapping[str, Weight], prefix: str, kind: ShortConvKind,
+                    linear: Callable[[tuple[str, ...]], Linear],
+                    placement: Placement) -> ShortConv:
+        conv = f"{prefix}{kind.module}.conv"
+        # Kept fp32, as the states are: the convolution casts them to the step's dtype.
+        weight = w[f"{conv}.weight"].to(device=placement.device, dtype=torch.float32)
+        bias = w.get(f"{conv}.bias") if kind.bias else None
+        return ShortConv(
+            in_proj=linear((f"{kind.module}.in_proj",)),
+            out_proj=linear((f"{kind.module}.out_proj",)),
+            weight=weight.reshape(weight.shape[0], -1),
+            bias=None if bias is None else bias.to(device=placement.device, dtype=torch.float32))
 
     def _sparse_mlp(self, w: MutableMapping[str, Weight], prefix: str,
                     linear: Callable[[tuple[str, ...]], Linear],

@@ -28,6 +28,13 @@ as the rule counts contexts, and a step's prefill chunk (`window_blocks_wanted`:
 estimate above counts), never more than the first group; the byte budget is split so that both
 fit in it (`group_num_blocks`). More sequences than that past their windows at once share the
 windowed pool, and the newest is preempted when it runs out, as when the first group does.
+
+A model with recurrent layers (LFM2's short convolutions) also keeps a state per running
+sequence in each of them: a slot (pagoda.engine.core.state_pool). The slots come out of the same
+budget, before the KV blocks are counted (`blocks_and_slots`): one per sequence the scheduler
+may run (max_num_seqs), as many as STATE_SHARE of the budget holds, at least one; the automatic
+budget grows by max_num_seqs slots' worth, within its bounds. With num_kv_blocks set, the blocks
+are what it says and the max_num_seqs slots come on top.
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ KV_CONTEXTS = 2
 WINDOWED_SEQUENCES = 8
 AUTO_KV_CACHE_LIMIT = 1 << 30
 AVAILABLE_FRACTION = 0.25
+# The most of the cache's budget that recurrent states take, so KV blocks always get the rest.
+STATE_SHARE = 0.5
 
 _KV_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -75,7 +84,7 @@ def model_kv_cache_bytes(shape: ModelShape | None, config: EngineConfig) -> int:
     # Each layer at its own KV heads and head size (Gemma 4's global layers have their own);
     # a layer that reads an earlier layer's KV cache holds none.
     bytes_per_block = [per_float * shape.kv_floats(
-        i for i, lw in enumerate(shape.layer_windows) if lw == w and shape.kv_owner(i) == i)
+        i for i, lw in enumerate(shape.layer_windows) if lw == w and shape.holds_kv(i))
         for w in windows]
     # The pools the engine will allocate (`group_num_blocks`), as it sizes them at load.
     counts = group_num_blocks(config, bytes_per_block, windows, context, None)
@@ -151,14 +160,55 @@ def group_num_blocks(config: EngineConfig, bytes_per_block: list[int], windows: 
     if config.kv_cache_memory is not None:
         budget = config.kv_cache_memory
     else:
-        per_token = bytes_per_block[0] // config.block_size
-        first = auto_kv_cache_bytes(per_token, max_model_len, config.max_num_seqs, available)
-        blocks = max(1, first // bytes_per_block[0])
-        budget = min(_auto_bound(available),
-                     first + sum(min(blocks, w) * b for w, b in
-                                 zip(wanted[1:], bytes_per_block[1:], strict=True)))
+        budget = _auto_budget(config, bytes_per_block, wanted, max_model_len, available)
+    return _blocks_within(budget, bytes_per_block, wanted)
+
+
+def _auto_budget(config: EngineConfig, bytes_per_block: list[int], wanted: list[int],
+                 max_model_len: int, available: int | None) -> int:
+    """The automatic rule's bytes for every group: the first's contexts, each windowed group's
+    wanted blocks (at most the first's), within the automatic bounds."""
+    per_token = bytes_per_block[0] // config.block_size
+    first = auto_kv_cache_bytes(per_token, max_model_len, config.max_num_seqs, available)
+    blocks = max(1, first // bytes_per_block[0])
+    return min(_auto_bound(available),
+               first + sum(min(blocks, w) * b for w, b in
+                           zip(wanted[1:], bytes_per_block[1:], strict=True)))
+
+
+def _blocks_within(budget: int, bytes_per_block: list[int], wanted: list[int]) -> list[int]:
     counts = split_kv_budget(budget, bytes_per_block, wanted)
     if counts[0] < 1:
         raise ValueError(f"EngineConfig.kv_cache_memory={budget} holds no block of "
-                         f"{bytes_per_block[0]} bytes beside the windowed layers'; raise it")
+                         f"{bytes_per_block[0]} bytes beside the windowed layers' and the "
+                         "recurrent states'; raise it")
     return counts
+
+
+def split_state_budget(budget: int, bytes_per_slot: int, max_num_seqs: int) -> tuple[int, int]:
+    """(state slots, bytes left for KV blocks) within `budget`: a slot per sequence the
+    scheduler may run, as many as STATE_SHARE of the budget holds, at least one."""
+    slots = max(1, min(max_num_seqs, int(budget * STATE_SHARE) // bytes_per_slot))
+    return slots, budget - slots * bytes_per_slot
+
+
+def blocks_and_slots(config: EngineConfig, bytes_per_block: list[int], windows: list[int],
+                     bytes_per_slot: int, max_model_len: int,
+                     available: int | None) -> tuple[list[int], int]:
+    """Blocks of each group's CPU pool and slots of the recurrent states (bytes_per_slot: one
+    slot over every recurrent layer; 0 without any, then no slot and `group_num_blocks`' blocks).
+    Raises ValueError when the bytes left hold no block of the first group."""
+    if not bytes_per_slot:
+        return group_num_blocks(config, bytes_per_block, windows, max_model_len, available), 0
+    if config.num_kv_blocks is not None:
+        return (group_num_blocks(config, bytes_per_block, windows, max_model_len, available),
+                config.max_num_seqs)
+    wanted = [0] + [window_blocks_wanted(w, config) for w in windows[1:]]
+    if config.kv_cache_memory is not None:
+        budget = config.kv_cache_memory
+    else:
+        budget = min(_auto_bound(available),
+                     _auto_budget(config, bytes_per_block, wanted, max_model_len, available)
+                     + config.max_num_seqs * bytes_per_slot)
+    slots, rest = split_state_budget(budget, bytes_per_slot, config.max_num_seqs)
+    return _blocks_within(rest, bytes_per_block, wanted), slots

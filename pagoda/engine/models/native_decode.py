@@ -101,6 +101,8 @@ class DecodedModel(Protocol):
 def not_covered(arch: DecoderArchitecture) -> str | None:
     """What of this architecture's layers the one-call step does not run (the load log says
     it), or None where it runs them all."""
+    if arch.has_recurrent_layers:  # its layers are all attention, each on a KV cache
+        return "recurrent layers (short convolutions, state-space or delta-rule layers)"
     if arch.attention_softcap is not None:
         return "attention logit softcapping"
     if (arch.names.q_norm is None) != (arch.names.k_norm is None):

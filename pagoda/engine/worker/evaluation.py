@@ -40,6 +40,8 @@ def prompt_logits(runner: ModelRunner, token_ids: list[int], chunk: int = 256) -
         raise ValueError(f"{len(token_ids)} tokens need {num_blocks} KV blocks; the runner has "
                          f"{runner.num_blocks}")
     seq = Sequence("evaluation", list(token_ids), SamplingParams(max_tokens=1), frozenset())
+    if runner.num_state_slots:
+        seq.state_slot = 0  # the recurrent layers' states: nothing else runs meanwhile
     # The engine's bookkeeping, so that windowed layers' blocks are released as in a chat.
     kv = KVCacheManager(runner.kv_cache_groups, runner.block_size, enable_prefix_caching=False)
     logits = []
@@ -52,7 +54,8 @@ def prompt_logits(runner: ModelRunner, token_ids: list[int], chunk: int = 256) -
         inputs = runner.prepare_inputs([ScheduledSequence(seq, start, n)])
         every_row = torch.arange(n, device=runner.device)
         logits.append(runner.model.forward(inputs.input_ids, inputs.positions, inputs.attn,
-                                           runner.kv_caches, every_row).float().cpu())
+                                           runner.kv_caches, every_row,
+                                           runner.recurrent_step(inputs)).float().cpu())
     return torch.cat(logits)
 
 

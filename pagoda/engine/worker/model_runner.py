@@ -13,14 +13,16 @@ from pagoda.engine.core.kv_cache_manager import KVCacheGroup
 from pagoda.engine.core.scheduler import ScheduledSequence, SchedulerOutput
 from pagoda.engine.core.sequence import NULL_BLOCK, Sequence
 from pagoda.engine.errors import ModelLoadError
+from pagoda.engine.layers.recurrent_mixer import STATE_DTYPE, state_bytes
 from pagoda.engine.loading.loader import LoadedModel
 from pagoda.engine.loading.model_info import available_memory
 from pagoda.engine.models.architecture import ModelShape
-from pagoda.engine.models.decoder import DecoderForCausalLM
+from pagoda.engine.models.decoder import DecoderForCausalLM, RecurrentStep
 from pagoda.engine.models.kv_cache_sizing import (
-    group_num_blocks,
+    blocks_and_slots,
     kv_cache_dtype,
     split_kv_budget,
+    split_state_budget,
     window_blocks_wanted,
 )
 from pagoda.engine.models.memory import release_freed_memory, zeroed_host_tensor
@@ -38,6 +40,7 @@ from pagoda.kernels.attention_metadata import (
     TritonAttentionMetadata,
     choose_num_kv_splits,
 )
+from pagoda.kernels.recurrent_metadata import RecurrentMetadata, RecurrentSegment
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +72,8 @@ class ModelInputs:
     prompt_targets: list[list[int]]
     # The chunks of pooling sequences, whose final hidden states are summed (pagoda.engine.worker.pooler).
     pooling_chunks: list[PoolingChunk]
+    # Each sequence's state slot, where the model has recurrent layers.
+    recurrent: RecurrentMetadata | None = None
 
 
 @dataclass(slots=True)
@@ -126,10 +131,14 @@ class ModelRunner:
         self.block_size = config.block_size
         # (attention window, layers) of each KV cache group, and each group's pool.
         self.kv_layout = kv_cache_layout(self.model.shape)
-        self.kv_cache_groups = self._kv_cache_groups()
+        # One slot of every recurrent layer's states (0 for a model of attention layers only).
+        self.bytes_per_state_slot = sum(state_bytes(layer.mixer) for layer in self.model.layers
+                                        if layer.mixer is not None)
+        self.kv_cache_groups, self.num_state_slots = self._kv_cache_groups()
         # The blocks of the group that keeps every block: the context the cache holds.
         self.num_blocks = self.kv_cache_groups[0].num_blocks
         self.kv_caches = self._allocate_kv_cache()
+        self.recurrent_states = self._allocate_recurrent_states()
         self.sampler = Sampler(ops.row_argmax)
         self.rejection_sampler = RejectionSampler(ops.row_argmax)
         self.vocab_size = self.model.shape.vocab_size
@@ -149,7 +158,7 @@ class ModelRunner:
         own KV heads and head size."""
         s = self.model.shape
         if layers is None:  # a layer that reads an earlier layer's cache holds none
-            layers = tuple(i for i in range(s.num_layers) if s.kv_owner(i) == i)
+            layers = tuple(i for i in range(s.num_layers) if s.holds_kv(i))
         floats = s.kv_floats(layers)
         return 2 * self.block_size * floats * self.kv_dtype.itemsize
 
@@ -182,9 +191,15 @@ class ModelRunner:
             return self.graphs.run(inputs.input_ids, inputs.positions, inputs.attn,
                                    inputs.logits_indices)
         hidden = self.model.hidden_states(inputs.input_ids, inputs.positions, inputs.attn,
-                                          self.kv_caches)
+                                          self.kv_caches, self.recurrent_step(inputs))
         pool_chunks(hidden, inputs.pooling_chunks, self.model.final_norm)
         return self.model.compute_logits(hidden[inputs.logits_indices])
+
+    def recurrent_step(self, inputs: ModelInputs) -> RecurrentStep | None:
+        """What the recurrent layers read this step: the slots and the states themselves."""
+        if inputs.recurrent is None:
+            return None
+        return RecurrentStep(inputs.recurrent, self.recurrent_states)
 
     def _prompt_logprobs(self, logits: torch.Tensor, inputs: ModelInputs, num_scheduled: int
                          ) -> list[tuple[int, list[SampledLogprobs]] | None]:
@@ -265,7 +280,31 @@ class ModelRunner:
         return ModelInputs(self._tensor(input_ids), self._tensor(positions), attn,
                            self._tensor(logits_indices + prompt_indices), rows, sampling_order,
                            drafts if speculates else None, grammar_entries, grammar_runs,
-                           logprobs_requests, prompt_requests, prompt_targets, pooling_chunks)
+                           logprobs_requests, prompt_requests, prompt_targets, pooling_chunks,
+                           self._recurrent_metadata(items, len(decode_idx)))
+
+    def _recurrent_metadata(self, items: list[ScheduledSequence],
+                            num_decodes: int) -> RecurrentMetadata | None:
+        """Each item's state slot, in the flat batch's order; a run that starts its sequence
+        (position 0: its first chunk, or its first after a preemption) starts from zeros."""
+        if not self.recurrent_states:
+            return None
+        decodes = [s.seq.state_slot for s in items[:num_decodes]]
+        assert None not in decodes, "a running sequence holds a state slot"
+        # A one-token prompt (or chunk) at position 0 rides with the decodes, which read their
+        # slot: it is zeroed here, so that it starts from nothing as a fresh segment does.
+        fresh = [s.seq.state_slot for s in items[:num_decodes] if s.num_computed_tokens == 0]
+        if fresh:
+            for states in self.recurrent_states:
+                for state in states or ():
+                    state[fresh] = 0
+        prefills, start = [], num_decodes
+        for s in items[num_decodes:]:
+            assert s.seq.state_slot is not None, "a running sequence holds a state slot"
+            prefills.append(RecurrentSegment(start, start + s.num_new_tokens, s.seq.state_slot,
+                                             s.num_computed_tokens == 0))
+            start += s.num_new_tokens
+        return RecurrentMetadata(num_decodes, self._tensor(decodes), prefills)
 
     def _grouped_metadata(self, items: list[ScheduledSequence], num_decodes: int,
                           slots: list[int]) -> AttentionMetadata:
@@ -408,46 +447,53 @@ class ModelRunner:
     def _int32(self, values: list) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.int32, device=self.device)
 
-    def _kv_cache_groups(self) -> tuple[KVCacheGroup, ...]:
-        """Each KV cache group's pool; the first keeps every block, the others (sliding-window
-        layers beside full-attention ones) only their windows'."""
+    def _kv_cache_groups(self) -> tuple[tuple[KVCacheGroup, ...], int]:
+        """Each KV cache group's pool, and the recurrent states' slots (0 without recurrent
+        layers), from one budget; the first group keeps every block, the others
+        (sliding-window layers beside full-attention ones) only their windows'."""
         windows = [window for window, _ in self.kv_layout]
         bytes_per_block = [self.bytes_per_block(layers) for _, layers in self.kv_layout]
         if self.device.type == "cuda" and self.config.num_kv_blocks is None:
-            counts = self._blocks_from_free_gpu_memory(bytes_per_block, windows)
+            counts, slots = self._blocks_from_free_gpu_memory(bytes_per_block, windows)
         else:
             # What the weights left, freed memory given back first so that it counts as available.
             release_freed_memory()
-            counts = group_num_blocks(self.config, bytes_per_block, windows, self.max_model_len,
-                                      available_memory())
-        return tuple(KVCacheGroup(n, window if g else 0, size) for g, (n, window, size)
-                     in enumerate(zip(counts, windows, bytes_per_block, strict=True)))
+            counts, slots = blocks_and_slots(self.config, bytes_per_block, windows,
+                                             self.bytes_per_state_slot, self.max_model_len,
+                                             available_memory())
+        groups = tuple(KVCacheGroup(n, window if g else 0, size) for g, (n, window, size)
+                       in enumerate(zip(counts, windows, bytes_per_block, strict=True)))
+        return groups, slots
 
     def _blocks_from_free_gpu_memory(self, bytes_per_block: list[int],
-                                     windows: list[int]) -> list[int]:
+                                     windows: list[int]) -> tuple[list[int], int]:
         """What is left of gpu_memory_utilization x total memory after the weights (already
-        loaded), a step's activations and a fixed reserve, split between the groups."""
+        loaded), a step's activations and a fixed reserve: the recurrent states' slots first,
+        the rest split between the groups."""
         free, total = torch.cuda.mem_get_info(self.device)
-        budget = (total * self.config.gpu_memory_utilization - (total - free)
-                  - self._peak_activation_bytes() - _GPU_RESERVE_BYTES)
+        budget = max(0, int(total * self.config.gpu_memory_utilization - (total - free)
+                            - self._peak_activation_bytes() - _GPU_RESERVE_BYTES))
+        slots = 0
+        if self.bytes_per_state_slot:
+            slots, budget = split_state_budget(budget, self.bytes_per_state_slot,
+                                               self.config.max_num_seqs)
         wanted = [0] + [window_blocks_wanted(w, self.config) for w in windows[1:]]
-        counts = split_kv_budget(max(0, int(budget)), bytes_per_block, wanted)
+        counts = split_kv_budget(max(0, budget), bytes_per_block, wanted)
         if counts[0] < 1:
             raise ValueError(
                 f"EngineConfig.gpu_memory_utilization={self.config.gpu_memory_utilization} leaves "
                 f"no room for the KV cache ({free / 2**30:.1f} of {total / 2**30:.1f} GiB free "
                 "after loading the weights): raise it, or free GPU memory")
-        return counts
+        return counts, slots
 
     def _peak_activation_bytes(self) -> int:
         """A bound on one step's live tensors: the widest layer intermediates for the token
         budget, and the fp32 logits and sampler copies for every sequence (for each of its
         positions when it speculates)."""
         s = self.model.shape
-        layer = self.model.layers[0]
+        mixer_width = max(layer.mixer_linears()[0].out_features for layer in self.model.layers)
         elem = torch.empty((), dtype=self.dtype).element_size()
-        width = (4 * s.hidden_size + layer.qkv_proj.out_features
-                 + self.model.mlp_floats_per_row())
+        width = 4 * s.hidden_size + mixer_width + self.model.mlp_floats_per_row()
         c = self.config
         rows = min(c.max_num_seqs * (1 + c.num_speculative_tokens),
                    max(c.max_num_seqs, c.max_num_batched_tokens))
@@ -457,8 +503,10 @@ class ModelRunner:
     def _uses_cuda_graphs(self) -> bool:
         # A sparse layer's experts run as many matmuls as the step routes rows to: no fixed
         # graph replays that.
+        # Nor does a graph carry recurrent states' slots.
         return (self.device.type == "cuda" and self.model.ops.name == "triton"
-                and not self.config.enforce_eager and self.model.arch.moe is None)
+                and not self.config.enforce_eager and self.model.arch.moe is None
+                and not self.model.arch.has_recurrent_layers)
 
     def _capture_graphs(self):
         from pagoda.engine.worker.cuda_graphs import DecodeGraphs
@@ -473,8 +521,28 @@ class ModelRunner:
     def _num_sms(self) -> int:
         return torch.cuda.get_device_properties(self.device).multi_processor_count
 
-    def _allocate_kv_cache(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Each layer's key and value blocks, in its KV cache group's pool."""
+    def _allocate_recurrent_states(self) -> list[tuple[torch.Tensor, ...] | None]:
+        """Each recurrent layer's state tensors, [slots, *shape] each (None at attention
+        layers). Zeros, though a sequence's first run never reads them."""
+        states: list[tuple[torch.Tensor, ...] | None] = []
+        for layer in self.model.layers:
+            if layer.mixer is None:
+                states.append(None)
+                continue
+            states.append(tuple(torch.zeros((self.num_state_slots, *shape), dtype=STATE_DTYPE,
+                                            device=self.device)
+                                for shape in layer.mixer.state_shapes()))
+        if self.num_state_slots:
+            logger.info("Recurrent states (%d layers): %d slots of %.1f KiB (%.1f MiB)",
+                        sum(1 for st in states if st is not None), self.num_state_slots,
+                        self.bytes_per_state_slot / 2**10,
+                        self.num_state_slots * self.bytes_per_state_slot / 2**20)
+            return states
+        return []
+
+    def _allocate_kv_cache(self) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
+        """Each attention layer's key and value blocks, in its KV cache group's pool (None at
+        a recurrent layer)."""
         s = self.model.shape
         caches: list[tuple[torch.Tensor, torch.Tensor]] = [None] * s.num_layers  # type: ignore
         for (window, layers), group in zip(self.kv_layout, self.kv_cache_groups, strict=True):
@@ -501,12 +569,12 @@ def kv_cache_layout(shape: ModelShape) -> list[tuple[int, tuple[int, ...]]]:
     one whose blocks are all kept (the full-attention layers; without any, the widest window's),
     then the other windows narrowest first. A group's layers share one KV shape, its pool's
     (Gemma 4's global layers, of their own head size, are its full-attention group)."""
-    distinct = set(shape.layer_windows)
+    distinct = set(shape.windows)
     first = 0 if 0 in distinct else max(distinct)
     windows = [first] + sorted(distinct - {first})
     # A layer that reads an earlier layer's KV cache (Gemma 4's shared ones) has none of its own.
     layout = [(w, tuple(i for i, lw in enumerate(shape.layer_windows)
-                        if lw == w and shape.kv_owner(i) == i)) for w in windows]
+                        if lw == w and shape.holds_kv(i))) for w in windows]
     for window, layers in layout:
         if len({shape.kv_heads(i) for i in layers}) > 1:
             raise ModelLoadError(

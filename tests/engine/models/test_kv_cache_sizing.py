@@ -124,3 +124,42 @@ def test_a_byte_budget_is_split_so_every_group_fits():
     blocks = group_num_blocks(config, [1000, 5000], [0, 32], 4096, None)
     assert blocks[1] == 8 * 3 + 4 + 1  # what the window wants: less than the first group gets
     assert blocks[0] == (300_000 - blocks[1] * 5000) // 1000
+
+
+def test_recurrent_states_take_a_slot_per_sequence_off_the_budget_before_the_blocks():
+    from pagoda.engine.models.kv_cache_sizing import blocks_and_slots
+
+    config = EngineConfig(kv_cache_memory=1_000_000, block_size=16, max_num_seqs=8)
+    blocks, slots = blocks_and_slots(config, [1000], [0], 10_000, 4096, None)
+    assert slots == 8
+    assert blocks == [(1_000_000 - 8 * 10_000) // 1000]
+
+
+def test_recurrent_states_take_at_most_half_the_budget_and_at_least_one_slot():
+    from pagoda.engine.models.kv_cache_sizing import STATE_SHARE, blocks_and_slots
+
+    config = EngineConfig(kv_cache_memory=1_000_000, block_size=16, max_num_seqs=64)
+    blocks, slots = blocks_and_slots(config, [1000], [0], 100_000, 4096, None)
+    assert slots == int(1_000_000 * STATE_SHARE) // 100_000
+    assert blocks == [(1_000_000 - slots * 100_000) // 1000]
+    _, slots = blocks_and_slots(config, [1000], [0], 900_000, 4096, None)
+    assert slots == 1
+    with pytest.raises(ValueError, match="recurrent states"):
+        blocks_and_slots(config, [1000], [0], 1_000_000, 4096, None)
+
+
+def test_the_automatic_budget_grows_by_the_states_of_every_sequence():
+    from pagoda.engine.models.kv_cache_sizing import blocks_and_slots, group_num_blocks
+
+    config = EngineConfig(max_model_len=1024, block_size=16, max_num_seqs=4)
+    without = group_num_blocks(config, [1000], [0], 1024, None)
+    blocks, slots = blocks_and_slots(config, [1000], [0], 5000, 1024, None)
+    assert (blocks, slots) == (without, 4)
+
+
+def test_num_kv_blocks_fixes_the_blocks_and_states_come_on_top():
+    from pagoda.engine.models.kv_cache_sizing import blocks_and_slots
+
+    config = EngineConfig(num_kv_blocks=40, max_num_seqs=6)
+    assert blocks_and_slots(config, [1000], [0], 5000, 1024, None) == ([40], 6)
+    assert blocks_and_slots(config, [1000], [0], 0, 1024, None) == ([40], 0)
