@@ -12,6 +12,7 @@ from typing import Protocol
 
 import torch
 
+from pagoda.kernels.kernel_ops import KernelOps
 from pagoda.kernels.recurrent_metadata import RecurrentMetadata
 
 STATE_DTYPE = torch.float32
@@ -23,9 +24,10 @@ class RecurrentMixer(Protocol):
         ...
 
     def forward(self, x: torch.Tensor, meta: RecurrentMetadata,
-                states: tuple[torch.Tensor, ...]) -> torch.Tensor:
+                states: tuple[torch.Tensor, ...], ops: KernelOps) -> torch.Tensor:
         """x [num_tokens, hidden] -> [num_tokens, hidden]; states[i] is
-        [num_slots, *state_shapes()[i]], float32, updated in place."""
+        [num_slots, *state_shapes()[i]], float32, updated in place; ops: the model's kernels
+        (the state updates' C versions on a CPU: pagoda/kernels/ops.py)."""
         ...
 
 

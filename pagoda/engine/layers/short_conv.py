@@ -11,6 +11,7 @@ import torch
 
 from pagoda.engine.layers.causal_conv import causal_conv_prefill, causal_conv_step
 from pagoda.engine.layers.linear import Linear
+from pagoda.kernels.kernel_ops import TORCH_OPS, KernelOps
 from pagoda.kernels.recurrent_metadata import RecurrentMetadata
 
 
@@ -26,7 +27,8 @@ class ShortConv:
         return ((channels, kernel - 1),)
 
     def forward(self, x: torch.Tensor, meta: RecurrentMetadata,
-                states: tuple[torch.Tensor, ...]) -> torch.Tensor:
+                states: tuple[torch.Tensor, ...], ops: KernelOps = TORCH_OPS) -> torch.Tensor:
+        """The convolution is a few taps: it runs in torch whatever `ops` holds."""
         b, c, h = self.in_proj(x).chunk(3, dim=-1)
         bx = b * h
         conv_state, = states

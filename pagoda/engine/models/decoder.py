@@ -234,7 +234,7 @@ class DecoderForCausalLM:
             else:
                 x, residual = ops.add_rms_norm(hidden, residual, layer.input_norm, eps)
             if layer.mixer is not None:
-                hidden = layer.mixer.forward(x, recurrent.meta, recurrent.states[i])
+                hidden = layer.mixer.forward(x, recurrent.meta, recurrent.states[i], ops)
             else:
                 k_cache, v_cache = kv_cache
                 hidden, kv = layer.attention(
