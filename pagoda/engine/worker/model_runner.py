@@ -517,14 +517,24 @@ def kv_cache_layout(shape: ModelShape) -> list[tuple[int, tuple[int, ...]]]:
 
 def _sampling_rows(seq: Sequence, drafts: list[int]) -> list[SamplingRow]:
     """One row per position that samples: after the last token, then after each draft, whose
-    penalties and min_tokens count the drafts before it as output."""
+    penalties and min_tokens count the drafts before it as output, and where the reasoning
+    budget writes the end of the reasoning, its token forced (a draft that differs is
+    rejected)."""
     params, prompt, output = seq.params, seq.prompt_token_ids, seq.output_token_ids
     generator, eos = _generator(seq), seq.eos_token_ids
     bad_words = seq.bad_words_token_ids
+    budget = seq.reasoning_budget
+    forced = [None] * (len(drafts) + 1) if budget is None else \
+        budget.forced_tokens(output, drafts)
     counts_output = params.uses_penalties or bad_words or len(output) < params.min_tokens
     if not drafts or not counts_output:
-        return [SamplingRow(params, prompt, output, generator, bad_words, eos)] * (len(drafts) + 1)
-    return [SamplingRow(params, prompt, output + drafts[:j], generator, bad_words, eos)
+        if budget is None:
+            return [SamplingRow(params, prompt, output, generator, bad_words, eos)] * \
+                (len(drafts) + 1)
+        return [SamplingRow(params, prompt, output, generator, bad_words, eos, token)
+                for token in forced]
+    return [SamplingRow(params, prompt, output + drafts[:j], generator, bad_words, eos,
+                        forced[j])
             for j in range(len(drafts) + 1)]
 
 
