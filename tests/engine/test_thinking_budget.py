@@ -64,6 +64,8 @@ def closing_ids(llm: LLM) -> list[int]:
 
 
 def test_a_reply_reasoning_past_its_budget_closes_after_exactly_n_tokens_then_answers(llm):
+    # Its decode steps run in the one-call C step, which computes the logits the controls cut.
+    assert llm.engine.runner.model.native_decode is not None
     free = greedy(llm, LONG, max_tokens=40)
     assert "</think>" not in free.text[:40]  # left alone, it reasons on past 10 tokens
     cut = greedy(llm, LONG, max_tokens=40, thinking_token_budget=10)
@@ -82,6 +84,17 @@ def test_a_reply_that_closes_its_reasoning_in_time_is_untouched(llm):
     for budget in (6, 7, 100):
         assert greedy(llm, BRIEF, max_tokens=20, thinking_token_budget=budget).token_ids == \
             free.token_ids
+
+
+def test_a_sampled_reply_is_cut_after_as_many_tokens(llm):
+    params = {"temperature": 0.8, "seed": 7, "max_tokens": 24}
+    free = llm.chat(LONG, SamplingParams(**params)).outputs[0]
+    cut = llm.chat(LONG, SamplingParams(**params, thinking_token_budget=8)).outputs[0]
+    reasoned = llm.tokenizer.decode(free.token_ids[:8])
+    assert "</" not in reasoned
+    assert cut.token_ids[:8] == free.token_ids[:8]  # the same draws until the budget ends
+    closing = closing_ids(llm)[1:] if reasoned.endswith("\n") else closing_ids(llm)
+    assert cut.token_ids[8:8 + len(closing)] == closing
 
 
 def test_a_budget_of_zero_answers_at_once(llm):
