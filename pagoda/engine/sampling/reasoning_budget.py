@@ -10,7 +10,8 @@ a model may spell `</think>` in other tokens than the tokenizer would. The token
 are not reasoning; every other token between the markers counts, so a reply reasons N tokens
 and then closes. The one exception: tokens whose text may begin the closing marker (`</`) are
 counted once they turn out not to, so where the budget runs out on such text the reasoning
-may run over by those few tokens, rather than a closing the model had begun being cut.
+may run over by those few tokens (fewer than the marker has characters), rather than a closing
+the model had begun being cut.
 
 Plain Python, no tensors: the worker asks which token, if any, each sampled position must be
 (`forced_tokens`), and allows only that one there (pagoda/engine/worker/logits_controls.py)."""
@@ -154,8 +155,9 @@ class ReasoningBudget:
         if closed:
             return self._closed(scan, after)
         tail = _tail(text, marker)
-        if _ends_with_start_of(tail, marker):
-            # Not counted yet: the model may be closing its reasoning, which no budget cuts.
+        if _ends_with_start_of(tail, marker) and scan.pending < len(marker) - 1:
+            # Not counted yet: the model may be closing its reasoning, which no budget cuts
+            # (for at most as many tokens as the marker could take: "<<<<" never ends).
             return replace(scan, text=tail, pending=scan.pending + 1)
         spent = scan.spent + scan.pending + 1
         if spent >= self.budget:

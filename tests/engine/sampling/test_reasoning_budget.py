@@ -76,6 +76,13 @@ def test_text_that_only_looked_like_the_marker_is_counted_once_it_is_not(pieces)
     assert run(budget_of(2, pieces), reply) == reply[:3] + CLOSING + reply[3:]
 
 
+def test_text_that_keeps_looking_like_the_marker_is_counted_all_the_same(pieces):
+    reply = pieces.ids(*"<" * 20)
+    cut = run(budget_of(3, pieces), reply)
+    # Seven held as a possible "</think>" (its 8 characters less one), then all eight counted.
+    assert cut[:8] == reply[:8] and cut[8:12] == CLOSING
+
+
 def test_reasoning_opened_by_the_reply_counts_from_after_its_tag(pieces):
     reply = pieces.ids(" ", "<th", "ink>", "a", "b", "c", "d")
     assert run(budget_of(2, pieces, opened=False), reply) == reply[:5] + CLOSING + reply[5:]
