@@ -165,10 +165,7 @@ class LLMEngine:
         closing = markers.closing_ids(
             lambda text: self.tokenizer.encode(text, add_special_tokens=False))
         return ReasoningBudget(budget, markers, closing, opened=markers.opened_by(tail),
-                               token_text=self._token_text)
-
-    def _token_text(self, token_id: int) -> str:
-        return self.vocabulary.token_bytes(token_id).decode("utf-8", errors="replace")
+                               token_bytes=self.vocabulary.token_bytes)
 
     def _pooling_sequence(self, request_id: str, token_ids: list[int], params: PoolingParams,
                           prompt_text: str | None, cache_tag: str | None) -> Sequence:

@@ -9,9 +9,10 @@ where the model writes the closing marker. Markers are found in the tokens' text
 a model may spell `</think>` in other tokens than the tokenizer would. The tokens of a marker
 are not reasoning; every other token between the markers counts, so a reply reasons N tokens
 and then closes. The one exception: tokens whose text may begin the closing marker (`</`) are
-counted once they turn out not to, so where the budget runs out on such text the reasoning
-may run over by those few tokens (fewer than the marker has characters), rather than a closing
-the model had begun being cut.
+counted once they turn out not to, and so are tokens that write part of a character (bytes of
+its UTF-8), once it is whole; where the budget runs out on such text the reasoning may run over
+by those few tokens (fewer than the marker has characters), rather than a closing the model had
+begun being cut or a character broken.
 
 Plain Python, no tensors: the worker asks which token, if any, each sampled position must be
 (`forced_tokens`), and allows only that one there (pagoda/engine/worker/logits_controls.py)."""
@@ -66,27 +67,29 @@ class _Phase(enum.Enum):
 class _Scan:
     """Where a reply stands after some tokens: `text` is what a marker may still complete,
     `spent` the reasoning tokens so far, `pending` those after them that may be the start of
-    the closing marker, `written` the closing tokens forced so far."""
+    the closing marker or write part of a character (`unfinished`, its bytes so far),
+    `written` the closing tokens forced so far."""
 
     phase: _Phase
     text: str = ""
     spent: int = 0
     pending: int = 0
+    unfinished: bytes = b""
     written: int = 0
 
 
 class ReasoningBudget:
     """One request's budget over its reply. `closing_ids`: `markers.closing` as the model's
-    tokenizer writes it after reasoning text; `token_text`: one token's text (markers are
-    ASCII, so a token's own text holds whatever part of a marker it writes)."""
+    tokenizer writes it after reasoning text; `token_bytes`: the bytes one token stands for
+    (markers are ASCII, so a token's own text holds whatever part of a marker it writes)."""
 
     def __init__(self, budget: int, markers: ReasoningMarkers, closing_ids: list[int], *,
-                 opened: bool, token_text: Callable[[int], str]) -> None:
+                 opened: bool, token_bytes: Callable[[int], bytes]) -> None:
         assert closing_ids, "the closing text has tokens"
         self.budget = budget
         self._markers = markers
         self._closing_ids = closing_ids
-        self._token_text = token_text
+        self._token_bytes = token_bytes
         self._first = self._open(_Scan(_Phase.REASONING), "") if opened else \
             _Scan(_Phase.OUTSIDE if markers.reopens else _Phase.AT_START)
         self._scan = self._first
@@ -118,12 +121,13 @@ class ReasoningBudget:
             if written < len(self._closing_ids):
                 return replace(scan, written=written)
             return self._closed(scan, "")
-        text = scan.text + self._token_text(token)
+        raw = self._token_bytes(token)
+        text = scan.text + _text(raw)
         if scan.phase is _Phase.AT_START:
             return self._at_start(scan, text)
         if scan.phase is _Phase.OUTSIDE:
             return self._outside(scan, text)
-        return self._reasoning(scan, text)
+        return self._reasoning(scan, text, _unfinished_char(scan.unfinished + raw))
 
     def _at_start(self, scan: _Scan, text: str) -> _Scan:
         opening = self._markers.opening
@@ -142,39 +146,59 @@ class ReasoningBudget:
 
     def _open(self, scan: _Scan, text: str) -> _Scan:
         """Reasoning opens with `text` written after its marker (by the same token)."""
-        opened = replace(scan, phase=_Phase.REASONING, text="", pending=0)
+        opened = replace(scan, phase=_Phase.REASONING, text="", pending=0, unfinished=b"")
         if self._markers.closing_marker in text:
-            return self._reasoning(opened, text)  # closed by the same token: nothing spent
+            return self._reasoning(opened, text, b"")  # closed by the same token
         if opened.spent >= self.budget:
             return self._forcing(opened, text)
         return replace(opened, text=text)
 
-    def _reasoning(self, scan: _Scan, text: str) -> _Scan:
+    def _reasoning(self, scan: _Scan, text: str, unfinished: bytes) -> _Scan:
+        """`unfinished`: the reasoning's last bytes where they begin a character that later
+        tokens finish."""
         marker = self._markers.closing_marker
         _, closed, after = text.partition(marker)
         if closed:
             return self._closed(scan, after)
         tail = _tail(text, marker)
-        if _ends_with_start_of(tail, marker) and scan.pending < len(marker) - 1:
-            # Not counted yet: the model may be closing its reasoning, which no budget cuts
-            # (for at most as many tokens as the marker could take: "<<<<" never ends).
-            return replace(scan, text=tail, pending=scan.pending + 1)
+        waits = _ends_with_start_of(tail, marker) or unfinished
+        if waits and scan.pending < len(marker) - 1:
+            # Not counted yet: the model may be closing its reasoning, which no budget cuts,
+            # or be halfway through a character, which the closing would break (for at most
+            # as many tokens as the marker could take: "<<<<" never ends).
+            return replace(scan, text=tail, pending=scan.pending + 1, unfinished=unfinished)
         spent = scan.spent + scan.pending + 1
         if spent >= self.budget:
             return self._forcing(replace(scan, spent=spent, pending=0), text)
-        return replace(scan, spent=spent, pending=0, text=tail)
+        return replace(scan, spent=spent, pending=0, text=tail, unfinished=unfinished)
 
     def _forcing(self, scan: _Scan, text: str) -> _Scan:
         """The budget is spent after `text`: the closing begins, without its leading line
         break where the reasoning has just written one."""
-        first = self._token_text(self._closing_ids[0])
+        first = _text(self._token_bytes(self._closing_ids[0]))
         skip = len(self._closing_ids) > 1 and first.isspace() and text.endswith(first)
-        return replace(scan, phase=_Phase.FORCING, text="", written=int(skip))
+        return replace(scan, phase=_Phase.FORCING, text="", unfinished=b"", written=int(skip))
 
     def _closed(self, scan: _Scan, after: str) -> _Scan:
         if not self._markers.reopens:
             return _Scan(_Phase.DONE)
         return self._outside(replace(scan, phase=_Phase.OUTSIDE, text="", written=0), after)
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
+
+
+def _unfinished_char(raw: bytes) -> bytes:
+    """The bytes at the end of `raw` that begin a UTF-8 character not yet complete."""
+    for back in range(1, min(len(raw), 4) + 1):
+        byte = raw[-back]
+        if byte & 0xC0 == 0x80:  # a continuation byte: its lead is further back
+            continue
+        length = 2 if 0xC0 <= byte < 0xE0 else 3 if 0xE0 <= byte < 0xF0 else \
+            4 if 0xF0 <= byte < 0xF8 else 1
+        return raw[-back:] if length > back else b""
+    return b""
 
 
 def _ends_with_start_of(text: str, marker: str) -> bool:

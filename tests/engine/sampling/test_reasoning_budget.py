@@ -14,17 +14,18 @@ CLOSING = [900, 901, 902, 903]  # "\n", "</", "think", ">" as a tokenizer might 
 
 
 class Pieces:
-    """Token ids for text pieces, one id per distinct piece."""
+    """Token ids for pieces of text (or of its UTF-8 bytes), one id per distinct piece."""
 
     def __init__(self) -> None:
-        self.text: dict[int, str] = {900: "\n", 901: "</", 902: "think", 903: ">"}
+        self.raw: dict[int, bytes] = {900: b"\n", 901: b"</", 902: b"think", 903: b">"}
 
-    def ids(self, *pieces: str) -> list[int]:
-        found = {text: token for token, text in self.text.items()}
-        for piece in pieces:
-            found.setdefault(piece, len(self.text))
-            self.text[found[piece]] = piece
-        return [found[piece] for piece in pieces]
+    def ids(self, *pieces: str | bytes) -> list[int]:
+        found = {raw: token for token, raw in self.raw.items()}
+        written = [piece.encode() if isinstance(piece, str) else piece for piece in pieces]
+        for raw in written:
+            found.setdefault(raw, len(self.raw))
+            self.raw[found[raw]] = raw
+        return [found[raw] for raw in written]
 
 
 @pytest.fixture
@@ -34,7 +35,7 @@ def pieces() -> Pieces:
 
 def budget_of(n: int, pieces: Pieces, *, opened: bool = True,
               markers: ReasoningMarkers = THINK) -> ReasoningBudget:
-    return ReasoningBudget(n, markers, CLOSING, opened=opened, token_text=pieces.text.__getitem__)
+    return ReasoningBudget(n, markers, CLOSING, opened=opened, token_bytes=pieces.raw.__getitem__)
 
 
 def run(budget: ReasoningBudget, model: list[int]) -> list[int]:
@@ -83,6 +84,11 @@ def test_text_that_keeps_looking_like_the_marker_is_counted_all_the_same(pieces)
     assert cut[:8] == reply[:8] and cut[8:12] == CLOSING
 
 
+def test_a_character_written_in_several_tokens_is_finished_before_the_closing(pieces):
+    reply = pieces.ids("a", b"\xe4\xbd", b"\xa0", "b")  # "你" in two tokens
+    assert run(budget_of(2, pieces), reply) == reply[:3] + CLOSING + reply[3:]
+
+
 def test_reasoning_opened_by_the_reply_counts_from_after_its_tag(pieces):
     reply = pieces.ids(" ", "<th", "ink>", "a", "b", "c", "d")
     assert run(budget_of(2, pieces, opened=False), reply) == reply[:5] + CLOSING + reply[5:]
@@ -115,8 +121,8 @@ def test_harmony_analysis_runs_into_the_final_channel_and_a_later_one_shares_the
     closing = markers.closing_ids(encode)
     assert tokenizer.decode(closing, skip_special_tokens=False) == \
         "<|end|><|start|>assistant<|channel|>final<|message|>"
-    budget = ReasoningBudget(6, markers, closing, opened=False, token_text=lambda t:
-                             tokenizer.decode([t], skip_special_tokens=False))
+    budget = ReasoningBudget(6, markers, closing, opened=False, token_bytes=lambda t:
+                             tokenizer.decode([t], skip_special_tokens=False).encode())
     first = encode("<|channel|>analysis<|message|>abcd<|end|><|start|>assistant"
                    "<|channel|>commentary<|message|>ok<|end|><|start|>assistant"
                    "<|channel|>analysis<|message|>")
