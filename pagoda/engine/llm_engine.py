@@ -23,8 +23,10 @@ from pagoda.engine.errors import PromptTooLongError
 from pagoda.engine.loading.loader import LoadedModel, load_model
 from pagoda.engine.loading.model_info import check_model_fits
 from pagoda.engine.outputs import RequestOutput
+from pagoda.engine.parsers.reasoning_markers import reasoning_markers
 from pagoda.engine.processing.output_processor import OutputProcessor
 from pagoda.engine.sampling.params import PoolingParams, SamplingParams
+from pagoda.engine.sampling.reasoning_budget import ReasoningBudget
 from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
 from pagoda.engine.spec_decode.step_cost import StepCost
 from pagoda.engine.structured_output.compiler import StructuredOutputCompiler
@@ -38,6 +40,8 @@ from pagoda.engine.worker.model_runner import ModelRunner
 logger = logging.getLogger(__name__)
 
 _THROUGHPUT_WINDOW_S = 10.0
+# Enough of a prompt's end to see whether it opens the reasoning ("<think>\n").
+_PROMPT_TAIL_TOKENS = 8
 
 
 @dataclass(slots=True, frozen=True)
@@ -153,7 +157,22 @@ class LLMEngine:
                 params.structured_outputs))
         if params.bad_words:
             seq.bad_words_token_ids = bad_words_token_ids(self.tokenizer, params.bad_words)
+        if params.thinking_token_budget is not None:
+            seq.reasoning_budget = self._reasoning_budget(token_ids, params.thinking_token_budget)
         return seq
+
+    def _reasoning_budget(self, prompt: list[int], budget: int) -> ReasoningBudget | None:
+        """The reply's budget; None where the model's template has no reasoning (a reply
+        without any keeps every budget)."""
+        template = getattr(self.tokenizer, "chat_template", None)
+        markers = reasoning_markers(template if isinstance(template, str) else None)
+        if markers is None:
+            return None
+        tail = self.tokenizer.decode(prompt[-_PROMPT_TAIL_TOKENS:], skip_special_tokens=False)
+        closing = markers.closing_ids(
+            lambda text: self.tokenizer.encode(text, add_special_tokens=False))
+        return ReasoningBudget(budget, markers, closing, opened=markers.opened_by(tail),
+                               token_bytes=self.vocabulary.token_bytes)
 
     def _pooling_sequence(self, request_id: str, token_ids: list[int], params: PoolingParams,
                           prompt_text: str | None, cache_tag: str | None) -> Sequence:

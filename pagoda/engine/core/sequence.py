@@ -54,6 +54,10 @@ class Sequence:
     grammar: object | None = None
     # SamplingParams.bad_words as token ids, tokenized once when the request is added.
     bad_words_token_ids: list[list[int]] | None = None
+    # The reply's reasoning budget (a pagoda.engine.sampling.reasoning_budget ReasoningBudget)
+    # where SamplingParams.thinking_token_budget is set and the model reasons; the worker asks
+    # it which tokens to force, bookkeeping here never touches it.
+    reasoning_budget: object | None = None
     # Set for a pooling request: its prompt is read into one vector and nothing is sampled
     # (`params` is then the defaults, never read for sampling).
     pooling: PoolingParams | None = None

@@ -154,6 +154,10 @@ class SamplingParams:
     # vLLM's: compute the whole prompt, not reusing a cached prefix (llama.cpp's
     # cache_prompt=false); the prompt's blocks are still cached for later requests.
     skip_reading_prefix_cache: bool = False
+    # vLLM's: at most this many tokens of reasoning, after which the engine closes the
+    # reasoning itself and the model answers (pagoda/engine/sampling/reasoning_budget.py); a
+    # model whose template has no reasoning writes none, so there is nothing to cut.
+    thinking_token_budget: int | None = None
 
     def __post_init__(self) -> None:
         # None means none, as in vLLM's and OpenAI's APIs.
@@ -197,6 +201,14 @@ class SamplingParams:
         _check(not (self.structured_outputs is not None and self.ignore_eos), "ignore_eos",
                self.ignore_eos, "cannot be combined with structured_outputs: the constraint "
                "decides where the reply ends")
+        _check(self.thinking_token_budget is None
+               or (_is_int(self.thinking_token_budget) and self.thinking_token_budget >= 0),
+               "thinking_token_budget", self.thinking_token_budget,
+               "must be None or a non-negative integer")
+        _check(self.thinking_token_budget is None or self.structured_outputs is None,
+               "thinking_token_budget", self.thinking_token_budget,
+               "cannot be combined with structured_outputs: the constraint shapes the whole "
+               "reply, so the budget could not write the end of its reasoning")
         for name in ("logprobs", "prompt_logprobs"):
             value = getattr(self, name)
             _check(value is None or (_is_int(value) and 0 <= value <= MAX_LOGPROBS), name, value,

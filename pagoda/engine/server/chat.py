@@ -79,6 +79,10 @@ async def encode_chat_request(body: ChatCompletionRequest, served: ServedModel) 
             # A reply held to the request's own format is not forced into a call as well.
             use = forced_on_new_task(use, messages)
         constraint = _constraint(body, use)
+    if constraint is not None and body.thinking_token_budget is not None:
+        raise APIError(400, f"thinking_token_budget cannot be combined with {constraint}: the "
+                            "constraint shapes the whole reply, leaving the budget no place to "
+                            "end its reasoning", param="thinking_token_budget")
     template_kwargs = _template_kwargs(body, served.backend.chat_template)
     with as_api_errors("messages"):
         # Encoded once for all n choices, and before admission, which counts its tokens. With

@@ -33,6 +33,7 @@ _FIELD_NAMES = (
     (re.compile(r"\bmax_(completion_)?tokens\b"), "max_tokens"),
     (re.compile(r"\bstop(?==)|^stop$"), "stop_sequences"),
     (re.compile(r"\breasoning_effort\b"), "output_config.effort"),
+    (re.compile(r"\bthinking_token_budget\b"), "thinking.budget_tokens"),
 )
 # Anthropic's effort when none is given.
 DEFAULT_EFFORT = "high"
@@ -60,7 +61,7 @@ def chat_request(body: MessagesRequest | CountTokensRequest, messages: list[Chat
     if isinstance(body, MessagesRequest):
         fields |= {"max_completion_tokens": body.max_tokens, "stop": body.stop_sequences,
                    "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k,
-                   "stream": body.stream}
+                   "stream": body.stream, "thinking_token_budget": _budget(body.thinking)}
     try:
         return ChatCompletionRequest.model_validate(
             {name: value for name, value in fields.items() if value is not None})
@@ -141,6 +142,14 @@ def _thinking_kwargs(thinking: ThinkingConfig | None, template: str) -> dict | N
                             "always reasons (leave thinking out; its reasoning comes back as "
                             "thinking blocks)", param="thinking")
     return {_THINKING_SWITCH: False} if switch else None
+
+
+def _budget(thinking: ThinkingConfig | None) -> int | None:
+    """Enabled thinking's budget_tokens, which the engine holds the reasoning to (a model
+    that cannot think was refused enabled thinking by `_thinking_kwargs`)."""
+    if thinking is None or thinking.type != "enabled":
+        return None
+    return thinking.budget_tokens
 
 
 def _effort(config: OutputConfig | None, template: str) -> dict:

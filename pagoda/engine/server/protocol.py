@@ -341,6 +341,9 @@ class _SamplingRequest(_SamplingFields):
     # (false computes the whole prompt).
     n_predict: int | None = None
     cache_prompt: bool = True
+    # vLLM's: at most this many tokens of reasoning, then the engine ends it and the model
+    # answers (pagoda/engine/sampling/reasoning_budget.py).
+    thinking_token_budget: int | None = None
 
     def aliased(self, name: str, *aliases: str):
         """The field's value, given under its own name or under one of llama.cpp's `aliases`
@@ -422,7 +425,8 @@ class _SamplingRequest(_SamplingFields):
                               bad_words=self.bad_words or None, logprobs=self._logprobs(),
                               prompt_logprobs=self._prompt_logprobs(),
                               skip_special_tokens=self.skip_special_tokens,
-                              skip_reading_prefix_cache=not self.cache_prompt)
+                              skip_reading_prefix_cache=not self.cache_prompt,
+                              thinking_token_budget=self.thinking_token_budget)
 
 
 def _constrains(value: Any) -> bool:

@@ -585,15 +585,30 @@ def kv_cache_layout(shape: ModelShape) -> list[tuple[int, tuple[int, ...]]]:
 
 def _sampling_rows(seq: Sequence, drafts: list[int]) -> list[SamplingRow]:
     """One row per position that samples: after the last token, then after each draft, whose
-    penalties and min_tokens count the drafts before it as output."""
+    penalties and min_tokens count the drafts before it as output, and where the reasoning
+    budget closes the reasoning, with the token it forces (a draft that differs is
+    rejected)."""
     params, prompt, output = seq.params, seq.prompt_token_ids, seq.output_token_ids
     generator, eos = _generator(seq), seq.eos_token_ids
     bad_words = seq.bad_words_token_ids
+    forced = _forced_tokens(seq, drafts)
     counts_output = params.uses_penalties or bad_words or len(output) < params.min_tokens
-    if not drafts or not counts_output:
-        return [SamplingRow(params, prompt, output, generator, bad_words, eos)] * (len(drafts) + 1)
-    return [SamplingRow(params, prompt, output + drafts[:j], generator, bad_words, eos)
-            for j in range(len(drafts) + 1)]
+    if drafts and counts_output:
+        outputs = [output + drafts[:j] for j in range(len(drafts) + 1)]
+    elif all(token is None for token in forced):
+        return [SamplingRow(params, prompt, output, generator, bad_words, eos)] * len(forced)
+    else:
+        outputs = [output] * len(forced)
+    return [SamplingRow(params, prompt, row_output, generator, bad_words, eos, token)
+            for row_output, token in zip(outputs, forced, strict=True)]
+
+
+def _forced_tokens(seq: Sequence, drafts: list[int]) -> list[int | None]:
+    """The token the reasoning budget writes at each position that samples; None where the
+    model picks (every position, without a budget)."""
+    if seq.reasoning_budget is None:
+        return [None] * (len(drafts) + 1)
+    return seq.reasoning_budget.forced_tokens(seq.output_token_ids, drafts)
 
 
 def _scored_prompt_positions(seq: Sequence, start: int, end: int) -> list[int]:

@@ -45,6 +45,9 @@ class SamplingRow:
     bad_words_token_ids: list[list[int]] | None = None
     # The model's end tokens, banned with the stop tokens until min_tokens are written.
     eos_token_ids: frozenset[int] = frozenset()
+    # The one token this position may be: the reasoning budget closing the reasoning
+    # (pagoda.engine.sampling.reasoning_budget); None where the model picks.
+    forced_token: int | None = None
 
 
 @dataclass(slots=True)
@@ -215,10 +218,17 @@ def _bool_column(values: list[bool], device: torch.device) -> torch.Tensor:
 
 def _build_controls(rows: list[SamplingRow], vocab_size: int,
                     device: torch.device) -> LogitsControls | None:
-    controlled = [RowControls(i, row.params.logit_bias, row.params.allowed_token_ids,
-                              row.bad_words_token_ids, row.output_token_ids)
-                  for i, row in enumerate(rows) if row.params.processes_logits]
+    controlled = [_row_controls(i, row) for i, row in enumerate(rows)
+                  if row.params.processes_logits or row.forced_token is not None]
     return LogitsControls.build(controlled, vocab_size, device) if controlled else None
+
+
+def _row_controls(index: int, row: SamplingRow) -> RowControls:
+    if row.forced_token is not None:
+        # The forced token alone: no bias or bad word of the request may take it away.
+        return RowControls(index, None, [row.forced_token], None, row.output_token_ids)
+    return RowControls(index, row.params.logit_bias, row.params.allowed_token_ids,
+                       row.bad_words_token_ids, row.output_token_ids)
 
 
 def _build_early_ends(rows: list[SamplingRow], vocab_size: int,

@@ -46,6 +46,7 @@ def error_of(response: httpx.Response, status: int) -> dict:
     ({"min_tokens": 5, "max_tokens": 4}, "min_tokens"),
     ({"seed": -1}, "seed"),
     ({"stop": [""]}, "stop"),
+    ({"thinking_token_budget": -1}, "thinking_token_budget"),
 ])
 def test_out_of_range_sampling_value_is_a_400_naming_the_field(server, fields, param):
     error = error_of(post(server, "/v1/chat/completions", chat(**fields)), 400)

@@ -230,6 +230,7 @@ def test_a_harmony_answer_is_a_thinking_block_then_a_text_block_in_messages(harm
         thinking={"type": "enabled", "budget_tokens": 1024}).content
     assert thinking.type == "thinking" and thinking.thinking == "Simple sum."
     assert text.type == "text" and text.text == "2 + 2 = 4."
+    assert backend.requests[-1][1].thinking_token_budget == 1024  # the engine holds it
 
 
 def test_a_streamed_harmony_call_is_thinking_deltas_then_a_tool_use_in_pieces(harmony, claude):
