@@ -44,6 +44,7 @@ def client(thinking_server) -> OpenAI:
                   timeout=300)
 
 
+@pytest.mark.slow  # Anthropic's least budget is 1,024 tokens: ~50 s of decoding on 2 cores
 def test_enabled_thinking_is_a_thinking_block_within_its_budget_then_a_text_block(
         thinking_server, default_model):
     claude = Anthropic(base_url=thinking_server.url, api_key="unused", max_retries=0,
