@@ -42,8 +42,43 @@ class ShortConvKind:
     module: str = "conv"
 
 
+@dataclass(frozen=True, slots=True)
+class Mamba2Kind:
+    """A recurrent layer in place of attention: a Mamba-2 mixer (Granite 4's "mamba" layers,
+    pagoda/engine/layers/mamba2.py). `module` (within model.layers.N.) holds in_proj (hidden ->
+    gate z, x|B|C, a time step per head), conv1d (depthwise over x|B|C, `conv_kernel` taps, then
+    SiLU), A_log, D, dt_bias, the gated norm (norm.weight) and out_proj. Each sequence carries the
+    convolution's last conv_kernel-1 inputs and a state of heads x head_dim x state_size.
+    chunk_size: config.json's scan chunk (a GPU kernel's tile; the decoder picks a CPU's own)."""
+
+    num_heads: int
+    head_dim: int
+    state_size: int
+    n_groups: int
+    conv_kernel: int
+    chunk_size: int
+    time_step_limit: tuple[float, float]
+    conv_bias: bool = True
+    proj_bias: bool = False
+    module: str = "mamba"
+
+    @property
+    def inner_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def conv_channels(self) -> int:
+        return self.inner_size + 2 * self.n_groups * self.state_size
+
+    @property
+    def state_floats(self) -> int:
+        """One sequence's state in this layer: the convolution's window and the SSM state."""
+        return (self.conv_channels * (self.conv_kernel - 1)
+                + self.num_heads * self.head_dim * self.state_size)
+
+
 # What a layer mixes its tokens with: attention over the KV cache, or a recurrent mixer.
-LayerKind = AttentionKind | ShortConvKind
+LayerKind = AttentionKind | ShortConvKind | Mamba2Kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +236,10 @@ class DecoderArchitecture:
     mlp_bias: bool = False
     moe: MoESpec | None = None  # a mixture of experts: which layers are sparse, and how
     final_norm: str = "model.norm"  # the last norm's module (LFM2: model.embedding_norm)
+    # Granite: each mixer's and MLP's output times this before it joins the residual stream
+    # (residual_multiplier), and the logits divided by logit_divisor (logits_scaling).
+    residual_scale: float | None = None
+    logit_divisor: float | None = None
 
     def __post_init__(self) -> None:
         if len(self.layers) != self.shape.num_layers:
