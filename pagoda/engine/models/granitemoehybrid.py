@@ -12,6 +12,14 @@ as an ungated shared expert. Granite's scalars: the embeddings times embedding_m
 attention scaled by attention_multiplier, each mixer's and MLP's output times
 residual_multiplier before the residual add, the logits divided by logits_scaling. hidden_act
 is the MLPs' activation and the convolution's, which the Mamba-2 mixer fixes to SiLU.
+
+llama.cpp's converter writes a granitehybrid GGUF file (`config_from_gguf`): its attention
+layers as those with key-value heads (attention.head_count_kv, 0 for a Mamba layer), the Mamba
+sizes under ssm.* (time_step_rank is the heads), the scalars as attention.scale,
+embedding_scale, residual_scale and logit_scale, and RoPE as on where rope.scaling.finetuned is
+true or absent, as llama.cpp reads it (the converter writes false for every hybrid: llama.cpp
+runs Granite 4 hybrids without RoPE, whatever position_embedding_type was). It writes neither
+time_step_limit nor the scan's chunk: llama.cpp limits no time step.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import re
 from dataclasses import replace
 
 import torch
-from transformers import PretrainedConfig
+from transformers import GraniteMoeHybridConfig, PretrainedConfig
 
 from pagoda.engine.errors import ModelLoadError
 from pagoda.engine.layers.rotary import rope_spec
@@ -35,6 +43,14 @@ from pagoda.engine.models.architecture import (
     MoESpec,
 )
 from pagoda.engine.models.config import head_dim, model_shape, routed_experts
+from pagoda.engine.models.gguf_config import (
+    GGUFSettings,
+    count,
+    hybrid_kv_heads,
+    llama_shape,
+    number,
+    rope_theta,
+)
 
 NAME = "Granite 4 hybrid"  # its entry in pagoda/engine/models/registry.py names the model types
 
@@ -180,3 +196,60 @@ def _experts(name: str, layer: str, part: str, tensor: torch.Tensor,
             named[f"{layer}{EXPERTS}.{e}.down_proj.weight"] = matrix
     return named
 
+
+def config_from_gguf(settings: GGUFSettings) -> PretrainedConfig:
+    """A granitehybrid file's config from its own keys, as llama.cpp reads them."""
+    kv_heads = hybrid_kv_heads(settings, "Mamba layer")
+    shape = llama_shape(settings, kv_heads=max(kv_heads))
+    shape.pop("head_dim")  # Granite's heads are hidden / heads wide (its converter says so)
+    attention = kv_heads.index(max(kv_heads))
+    mamba = kv_heads.index(0) if 0 in kv_heads else 0
+    return GraniteMoeHybridConfig(
+        **shape, **_mamba_from_gguf(settings, shape["hidden_size"], mamba),
+        **_mlp_from_gguf(settings),
+        layer_types=["attention" if n else "mamba" for n in kv_heads],
+        attention_bias=settings.tensor_dims(f"blk.{attention}.attn_q.bias") is not None,
+        attention_multiplier=number(settings, "attention.scale", 1.0),
+        embedding_multiplier=number(settings, "embedding_scale", 1.0),
+        residual_multiplier=number(settings, "residual_scale", 1.0),
+        logits_scaling=number(settings, "logit_scale", 1.0),
+        position_embedding_type=_positions_from_gguf(settings),
+        rope_parameters={"rope_type": "default", "rope_theta": rope_theta(settings)})
+
+
+def _positions_from_gguf(settings: GGUFSettings) -> str:
+    finetuned = settings.metadata(f"{settings.architecture}.rope.scaling.finetuned")
+    if finetuned not in (None, True, False):
+        raise ModelLoadError(
+            f"The file states {finetuned!r} for {settings.architecture}.rope.scaling.finetuned, "
+            "where true or false (whether its attention layers use RoPE) is needed. The file "
+            "is damaged: re-download it.")
+    return "nope" if finetuned is False else "rope"
+
+
+def _mamba_from_gguf(settings: GGUFSettings, hidden: int, layer: int) -> dict:
+    """The Mamba layers' sizes (ssm.*) and biases (those of layer `layer`'s tensors)."""
+    heads, inner = count(settings, "ssm.time_step_rank"), count(settings, "ssm.inner_size")
+    if inner % heads or inner % hidden:
+        raise ModelLoadError(
+            f"The file states a Mamba inner width of {inner} ({settings.architecture}."
+            f"ssm.inner_size) over {heads} heads (ssm.time_step_rank) for a width of {hidden}: "
+            "the heads must divide it, and it must be a multiple of the width. The file is "
+            "damaged: re-download it.")
+    return {"mamba_n_heads": heads, "mamba_d_head": inner // heads,
+            "mamba_expand": inner // hidden, "mamba_d_state": count(settings, "ssm.state_size"),
+            "mamba_n_groups": count(settings, "ssm.group_count"),
+            "mamba_d_conv": count(settings, "ssm.conv_kernel"),
+            "mamba_conv_bias": settings.tensor_dims(f"blk.{layer}.ssm_conv1d.bias") is not None,
+            "mamba_proj_bias": settings.tensor_dims(f"blk.{layer}.ssm_in.bias") is not None}
+
+
+def _mlp_from_gguf(settings: GGUFSettings) -> dict:
+    """The shared MLP's width (expert_shared_feed_forward_length), and the experts where the
+    file has them (expert_count 0: a dense model)."""
+    shared = count(settings, "expert_shared_feed_forward_length")
+    experts = settings.metadata(f"{settings.architecture}.expert_count")
+    if experts in (None, 0):
+        return {"shared_intermediate_size": shared, "num_local_experts": 0}
+    return {"shared_intermediate_size": shared, "num_local_experts": count(settings, "expert_count"),
+            "num_experts_per_tok": count(settings, "expert_used_count")}

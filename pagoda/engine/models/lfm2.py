@@ -26,7 +26,13 @@ from pagoda.engine.models.architecture import (
     ShortConvKind,
 )
 from pagoda.engine.models.config import head_dim, model_shape
-from pagoda.engine.models.gguf_config import GGUFSettings, count, llama_shape, rope_theta
+from pagoda.engine.models.gguf_config import (
+    GGUFSettings,
+    count,
+    hybrid_kv_heads,
+    llama_shape,
+    rope_theta,
+)
 
 NAME = "LFM2"  # its entry in pagoda/engine/models/registry.py names the model types it covers
 
@@ -74,16 +80,7 @@ def config_from_gguf(settings: GGUFSettings) -> PretrainedConfig:
     """An lfm2 file's config from its own keys, as llama.cpp reads them: a layer attends where
     attention.head_count_kv gives it key-value heads (one count for those), else it is a short
     convolution of shortconv.l_cache taps; feed_forward_length is the MLP's width as it is."""
-    layers = count(settings, "block_count")
-    kv_heads = settings.metadata(f"{settings.architecture}.attention.head_count_kv")
-    if (not isinstance(kv_heads, list) or len(kv_heads) != layers
-            or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in kv_heads)
-            or len(set(kv_heads) - {0}) != 1):
-        raise ModelLoadError(
-            f"The file states {kv_heads!r} for {settings.architecture}.attention.head_count_kv, "
-            f"where an lfm2 file lists each of its {layers} layers' key-value heads: 0 for a "
-            "convolution, one same count for every attention layer. The file is damaged: "
-            "re-download it.")
+    kv_heads = hybrid_kv_heads(settings, "convolution")
     shape = llama_shape(settings, kv_heads=max(kv_heads))
     eps = shape.pop("rms_norm_eps")
     shape.pop("head_dim")  # LFM2's heads are hidden / heads wide, as its config derives them

@@ -71,7 +71,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
                 "Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen1.5-MoE, Qwen2-57B-A14B"),
     ModelFamily("Mixtral", "mixtral", ("mixtral",), (), "Mixtral 8x7B, 8x22B"),
     ModelFamily("LFM2", "lfm2", ("lfm2",), ("lfm2",), "LFM2-350M, 700M, 1.2B, 2.6B"),
-    ModelFamily("Granite 4 hybrid", "granitemoehybrid", ("granitemoehybrid",), (),
+    ModelFamily("Granite 4 hybrid", "granitemoehybrid", ("granitemoehybrid",), ("granitehybrid",),
                 "Granite-4.0-H-Micro, H-Tiny, H-Small"),
 )
 
@@ -84,7 +84,7 @@ NOT_YET: dict[str, str] = {
                      "granitemoe", "phimoe", "llama4", "dbrx", "glm4_moe", "glm4moe"),
                     MIXTURE_OF_EXPERTS),
     **dict.fromkeys(("qwen3_next", "qwen3next", "qwen3_5", "qwen35", "qwen3_5_moe", "qwen35moe",
-                     "granitehybrid", "mamba", "mamba2", "jamba",
+                     "mamba", "mamba2", "jamba",
                      "falcon_h1", "falcon-h1", "nemotron_h", "nemotron_h_moe", "rwkv6", "rwkv7"),
                     _HYBRID),
     **dict.fromkeys(("qwen2_vl", "qwen2vl", "qwen2_5_vl", "qwen25vl", "qwen3_vl", "qwen3vl",

@@ -9,6 +9,7 @@ Mamba-2 layers; "granite-hybrid" has a dense MLP and NoPE attention (as Granite-
 """
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -19,9 +20,17 @@ from pagoda.engine.errors import ModelLoadError
 from pagoda.engine.layers.mamba2 import Mamba2Mixer
 from pagoda.engine.models.architecture import AttentionKind, Mamba2Kind
 from pagoda.engine.models.decoder import CPU_SCAN_CHUNK
-from pagoda.engine.models.granitemoehybrid import architecture
-from tests.engine.family_parity import assert_same_argmax, engine_logits, hf_logits
+from pagoda.engine.loading.gguf import GGUFModelFile
+from pagoda.engine.models.granitemoehybrid import architecture, config_from_gguf
+from tests.engine.family_parity import (
+    FakeGGUFSettings,
+    assert_gguf_tokenizer_is_the_folders,
+    assert_same_argmax,
+    engine_logits,
+    hf_logits,
+)
 from tests.engine.hf_reference import load_hf_model
+from tests.engine.llama_cpp_converter import convert_all, gguf_model_name
 from tests.engine.models.test_parity import NUM_THREADS, assert_greedy_parity, parity_prompts
 from tests.engine.test_batch_invariance import SENTENCES
 from tests.engine.tiny_models import save_tiny_model, tiny_config
@@ -42,6 +51,19 @@ def granite(request, tmp_path_factory):
 @pytest.fixture(scope="module")
 def dense(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("granite-hybrid"), "granite-hybrid")
+
+
+@pytest.fixture(scope="module")
+def ggufs(tmp_path_factory) -> dict[str, tuple]:
+    """{variant: (folder, llama.cpp's converter's f16 file of it)}, the NoPE variants: the
+    converter marks every Granite hybrid's attention unrotated (rope.scaling.finetuned false),
+    so a RoPE folder's file is another model."""
+    root = tmp_path_factory.mktemp("granite-gguf")
+    variants = ("granite-hybrid", "granite-hybrid-moe")
+    folders = {v: save_tiny_model(root / v, v) for v in variants}
+    files = convert_all([(folders[v], root / f"tiny-{v}.f16.gguf", gguf_model_name(v))
+                         for v in variants])
+    return {v: (folders[v], f) for v, f in zip(variants, files, strict=True)}
 
 
 @pytest.fixture(scope="module")
@@ -172,3 +194,80 @@ def test_a_granite_config_pagoda_would_run_otherwise_is_refused(settings, what):
     with pytest.raises(ModelLoadError, match=what):
         architecture(config)
 
+
+@pytest.mark.parametrize("variant", ["granite-hybrid", "granite-hybrid-moe"])
+def test_granite_gguf_gives_the_folders_logits_to_fp16_rounding(ggufs, variant):
+    """The converter writes A as -exp(A_log) ([heads, 1]), D [heads, 1], the gated norm
+    [groups, width / groups], the taps [channels, kernel], q and k permuted for its RoPE kernel
+    (NoPE layers too), a dense model's shared MLP as ffn_gate/up/down and a sparse one's as the
+    shared expert (ffn_*_shexp)."""
+    folder, gguf = ggufs[variant]
+    prompts = parity_prompts(transformers.AutoTokenizer.from_pretrained(folder))
+    reference = as_the_file_holds_it(load_hf_model(folder))
+    for ours, theirs in zip(engine_logits(gguf, prompts), hf_logits(reference, prompts),
+                            strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+
+
+@torch.no_grad()
+def as_the_file_holds_it(model):
+    """The folder's model with each matrix and 3-D expert tensor rounded as llama.cpp's f16
+    file holds it, but the routers and the convolutions' taps, which the converter keeps in
+    fp32 (as it does norms and vectors)."""
+    for name, parameter in model.named_parameters():
+        if parameter.ndim >= 2 and not name.endswith(("router.weight", "conv1d.weight")):
+            parameter.copy_(parameter.half().float())
+    return model
+
+
+@pytest.mark.parametrize("variant", ["granite-hybrid", "granite-hybrid-moe"])
+def test_granite_gguf_config_states_what_the_folders_does(ggufs, variant):
+    folder, gguf = ggufs[variant]
+    want = architecture(transformers.AutoConfig.from_pretrained(folder))
+    got = architecture(config_from_gguf(GGUFModelFile(gguf)))
+    # The file states no scan chunk (a GPU tile; on a CPU the decoder takes its own).
+    mamba = replace(want.layers[0], chunk_size=got.layers[0].chunk_size)
+    assert got.layers == tuple(mamba if isinstance(kind, Mamba2Kind) else kind
+                               for kind in want.layers)
+    assert got.ropes == want.ropes
+    assert got.moe == want.moe
+    for scalar in ("embedding_scale", "residual_scale", "logit_divisor", "attention_scale"):
+        assert getattr(got, scalar) == pytest.approx(getattr(want, scalar)), scalar  # float32
+    assert (got.tied_embeddings, got.qkv_bias) == (want.tied_embeddings, want.qkv_bias)
+    assert got.shape.recurrent_layers == want.shape.recurrent_layers
+    assert got.shape.intermediate_size == want.shape.intermediate_size
+
+
+def test_granite_gguf_chat_template_and_tokens_are_the_files(ggufs, tmp_path):
+    folder, gguf = ggufs["granite-hybrid"]
+    assert_gguf_tokenizer_is_the_folders(gguf, folder, tmp_path)
+
+
+_GRANITE_KEYS = {"granitehybrid.embedding_length": 64, "granitehybrid.attention.head_count": 4,
+                 "granitehybrid.block_count": 3, "granitehybrid.feed_forward_length": 32,
+                 "granitehybrid.context_length": 4096,
+                 "granitehybrid.attention.head_count_kv": [0, 2, 0],
+                 "granitehybrid.expert_shared_feed_forward_length": 96,
+                 "granitehybrid.ssm.conv_kernel": 4, "granitehybrid.ssm.state_size": 16,
+                 "granitehybrid.ssm.group_count": 2, "granitehybrid.ssm.inner_size": 128,
+                 "granitehybrid.ssm.time_step_rank": 8}
+
+
+@pytest.mark.parametrize(("keys", "what"), [
+    ({"granitehybrid.attention.head_count_kv": 2}, "head_count_kv"),
+    ({"granitehybrid.attention.head_count_kv": [0, 2, 4]}, "head_count_kv"),
+    ({"granitehybrid.ssm.time_step_rank": 6}, "ssm.inner_size"),
+    ({"granitehybrid.ssm.inner_size": 96}, "ssm.inner_size"),
+    ({"granitehybrid.rope.scaling.finetuned": "no"}, "finetuned"),
+])
+def test_a_granite_file_with_damaged_keys_is_refused(keys, what):
+    with pytest.raises(ModelLoadError, match=what):
+        config_from_gguf(FakeGGUFSettings("granitehybrid", _GRANITE_KEYS | keys, {}))
+
+
+def test_a_granite_file_that_does_not_say_rope_is_off_rotates(ggufs):
+    """llama.cpp's rule: a Granite file without rope.scaling.finetuned uses RoPE."""
+    config = config_from_gguf(FakeGGUFSettings("granitehybrid", _GRANITE_KEYS, {}))
+    assert config.position_embedding_type == "rope"
+    off = _GRANITE_KEYS | {"granitehybrid.rope.scaling.finetuned": False}
+    assert config_from_gguf(FakeGGUFSettings("granitehybrid", off, {})).position_embedding_type == "nope"
