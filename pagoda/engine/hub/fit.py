@@ -43,8 +43,8 @@ from pagoda.engine.loading.model_info import (
     total_memory,
 )
 from pagoda.engine.models.architecture import ModelShape
-from pagoda.engine.models.config import model_shape
 from pagoda.engine.models.kv_cache_sizing import model_kv_cache_bytes
+from pagoda.engine.models.registry import header_shape
 from pagoda.engine.quantization.expert_weights import IN_PLACE_EXPERT_TYPES
 from pagoda.engine.quantization.tensors import INT4_GROUP_SIZE
 
@@ -172,7 +172,7 @@ def _shape(config_json: dict | None) -> ModelShape | None:
         return None
     try:
         check_config_supported(config_json, Path("config.json"))
-        return model_shape(transformers.AutoConfig.for_model(**config_json))
+        return header_shape(transformers.AutoConfig.for_model(**config_json))
     except (ModelLoadError, ValueError, KeyError, TypeError, AttributeError):
         return None
 

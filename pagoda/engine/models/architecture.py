@@ -81,6 +81,18 @@ class Mamba2Kind:
 LayerKind = AttentionKind | ShortConvKind | Mamba2Kind
 
 
+def recurrent_state_floats(layers: Iterable[LayerKind], hidden: int) -> int:
+    """One sequence's states over these layers, in floats: a short convolution's last kernel-1
+    inputs, a Mamba-2 layer's window and SSM state (what the mixers' state_shapes() hold)."""
+    floats = 0
+    for kind in layers:
+        if isinstance(kind, ShortConvKind):
+            floats += hidden * (kind.kernel - 1)
+        elif isinstance(kind, Mamba2Kind):
+            floats += kind.state_floats
+    return floats
+
+
 @dataclass(frozen=True, slots=True)
 class LayerNames:
     """The Hugging Face module names (within model.layers.N.) that fill each role. A tuple of
@@ -137,6 +149,9 @@ class ModelShape:
     # The layers that mix tokens with a recurrent state instead of attention (LFM2's short
     # convolutions): they hold no KV cache, and their entry in layer_windows is not read.
     recurrent_layers: frozenset[int] = frozenset()
+    # One sequence's states over every recurrent layer, in floats (float32): what its slot
+    # takes (`recurrent_state_floats`); 0 without recurrent layers.
+    state_floats: int = 0
 
     @property
     def windows(self) -> tuple[int, ...]:
@@ -250,6 +265,10 @@ class DecoderArchitecture:
         if recurrent != self.shape.recurrent_layers:
             raise ValueError(f"layers {sorted(recurrent)} are recurrent, the shape says "
                              f"{sorted(self.shape.recurrent_layers)}")
+        floats = recurrent_state_floats(self.layers, self.shape.hidden_size)
+        if floats != self.shape.state_floats:
+            raise ValueError(f"the recurrent layers' states take {floats} floats a sequence, "
+                             f"the shape says {self.shape.state_floats}")
 
     def is_recurrent(self, layer: int) -> bool:
         """Whether layer `layer` mixes tokens with a recurrent state instead of attention."""

@@ -41,6 +41,7 @@ from pagoda.engine.models.architecture import (
     DecoderArchitecture,
     Mamba2Kind,
     MoESpec,
+    recurrent_state_floats,
 )
 from pagoda.engine.models.config import head_dim, model_shape, routed_experts
 from pagoda.engine.models.gguf_config import (
@@ -71,10 +72,12 @@ def architecture(config: PretrainedConfig) -> DecoderArchitecture:
     shape = replace(model_shape(config), intermediate_size=config.shared_intermediate_size)
     mamba = _mamba_kind(config)
     attention, ropes = _attention_kind(config)
+    layers = tuple(mamba if i in shape.recurrent_layers else attention
+                   for i in range(shape.num_layers))
     return DecoderArchitecture(
-        family=NAME, shape=shape,
-        layers=tuple(mamba if i in shape.recurrent_layers else attention
-                     for i in range(shape.num_layers)),
+        family=NAME, shape=replace(shape, state_floats=recurrent_state_floats(
+            layers, shape.hidden_size)),
+        layers=layers,
         ropes=ropes, attention_scale=_scalar(config, "attention_multiplier"),
         embedding_scale=_scalar(config, "embedding_multiplier"),
         residual_scale=_scalar(config, "residual_multiplier"),

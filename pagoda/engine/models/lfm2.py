@@ -24,6 +24,7 @@ from pagoda.engine.models.architecture import (
     DecoderArchitecture,
     LayerNames,
     ShortConvKind,
+    recurrent_state_floats,
 )
 from pagoda.engine.models.config import head_dim, model_shape
 from pagoda.engine.models.gguf_config import (
@@ -52,10 +53,12 @@ def architecture(config: PretrainedConfig) -> DecoderArchitecture:
         raise ModelLoadError(f"config.json's conv_L_cache is {kernel!r}: a short convolution "
                              "of at least 2 taps is needed. The model's settings are damaged.")
     conv = ShortConvKind(kernel, bias=bool(config.conv_bias))
+    layers = tuple(conv if i in shape.recurrent_layers else AttentionKind(window)
+                   for i, window in enumerate(shape.layer_windows))
     return DecoderArchitecture(
-        family=NAME, shape=shape,
-        layers=tuple(conv if i in shape.recurrent_layers else AttentionKind(window)
-                     for i, window in enumerate(shape.layer_windows)),
+        family=NAME, shape=replace(shape, state_floats=recurrent_state_floats(
+            layers, shape.hidden_size)),
+        layers=layers,
         ropes={"default": rope_spec(config, head_dim(config))},
         names=_NAMES, final_norm="model.embedding_norm",
         tied_embeddings=bool(config.tie_word_embeddings))

@@ -17,7 +17,7 @@ from pagoda.engine.errors import ModelLoadError
 if TYPE_CHECKING:  # the table itself imports neither torch nor transformers (the Hub search reads it)
     from transformers import PretrainedConfig
 
-    from pagoda.engine.models.architecture import DecoderArchitecture
+    from pagoda.engine.models.architecture import DecoderArchitecture, ModelShape
     from pagoda.engine.models.gguf_config import GGUFSettings
 
 
@@ -128,6 +128,16 @@ def architecture_of(config: PretrainedConfig) -> DecoderArchitecture:
     if family is None:
         raise ModelLoadError(unsupported_message(config.model_type, "config.json"))
     return family.architecture(config)
+
+
+def header_shape(config: PretrainedConfig) -> ModelShape:
+    """A model's shape as its config states it, for the checks made before a load: the family's
+    own where the model has recurrent layers (only the family knows their states' size), else
+    what every family reads alike."""
+    from pagoda.engine.models.config import model_shape
+
+    shape = model_shape(config)
+    return architecture_of(config).shape if shape.recurrent_layers else shape
 
 
 def expected_weight_shapes(config: PretrainedConfig) -> dict[str, tuple[int, ...]]:

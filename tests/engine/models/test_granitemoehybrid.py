@@ -164,6 +164,21 @@ def test_only_granite_attention_layers_hold_kv_blocks(dense):
     assert mixer.config.chunk_size == CPU_SCAN_CHUNK  # config.json's 8 is a GPU tile
 
 
+def test_the_fit_check_counts_the_mamba_states_the_engine_allocates(dense):
+    """What the memory check reads from config.json before loading is what the engine takes:
+    the attention layers' KV blocks and a slot of every Mamba layer's states per sequence."""
+    from pagoda.engine.loading.model_info import _folder_shape
+    from pagoda.engine.models.kv_cache_sizing import model_kv_cache_bytes
+
+    llm = LLM(str(dense), num_threads=NUM_THREADS, max_model_len=256)
+    runner = llm.engine.runner
+    allocated = (runner.num_blocks * runner.bytes_per_block()
+                 + runner.num_state_slots * runner.bytes_per_state_slot)
+    shape = _folder_shape(dense)
+    assert shape.state_floats * 4 == runner.bytes_per_state_slot
+    assert model_kv_cache_bytes(shape, llm.engine.config) == allocated
+
+
 def test_granite_architecture_reads_its_layers_and_scalars():
     arch = architecture(tiny_config("granite-hybrid-moe-rope", vocab_size=100))
     assert arch.shape.recurrent_layers == frozenset(MAMBA_LAYERS)
