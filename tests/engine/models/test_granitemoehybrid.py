@@ -179,6 +179,17 @@ def test_the_fit_check_counts_the_mamba_states_the_engine_allocates(dense):
     assert model_kv_cache_bytes(shape, llm.engine.config) == allocated
 
 
+def test_a_granite_folders_experts_count_as_routed(tmp_path):
+    """Its released names (block_sparse_moe.input_linear / output_linear, every expert in one
+    tensor each): 2 of 8 experts active per token."""
+    from pagoda.engine.loading.model_info import describe_model
+
+    folder = save_tiny_model(tmp_path / "moe", "granite-hybrid-moe")
+    info = describe_model(folder)
+    experts = 6 * 8 * 3 * 32 * 64  # layers x experts x (gate, up, down) x width x hidden
+    assert info.num_parameters - info.num_active_parameters == experts * 6 // 8
+
+
 def test_granite_architecture_reads_its_layers_and_scalars():
     arch = architecture(tiny_config("granite-hybrid-moe-rope", vocab_size=100))
     assert arch.shape.recurrent_layers == frozenset(MAMBA_LAYERS)
