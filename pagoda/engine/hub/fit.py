@@ -31,7 +31,11 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.errors import ModelLoadError
 from pagoda.engine.hub.search import HubFile, HubRepo, main_tensor_type
-from pagoda.engine.loading.expert_footprint import ExpertRouting, expert_parameters, routing_from_config
+from pagoda.engine.loading.expert_footprint import (
+    ExpertRouting,
+    expert_parameters,
+    routing_from_config,
+)
 from pagoda.engine.loading.model_check import check_config_supported
 from pagoda.engine.loading.model_info import (
     MEMORY_OVERHEAD_BYTES,

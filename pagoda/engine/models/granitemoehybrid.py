@@ -51,6 +51,7 @@ from pagoda.engine.models.gguf_config import (
     llama_shape,
     number,
     rope_theta,
+    rotary_dims,
 )
 
 NAME = "Granite 4 hybrid"  # its entry in pagoda/engine/models/registry.py names the model types
@@ -209,25 +210,37 @@ def config_from_gguf(settings: GGUFSettings) -> PretrainedConfig:
     mamba = kv_heads.index(0) if 0 in kv_heads else 0
     return GraniteMoeHybridConfig(
         **shape, **_mamba_from_gguf(settings, shape["hidden_size"], mamba),
-        **_mlp_from_gguf(settings),
+        **_mlp_from_gguf(settings, shape["intermediate_size"]),
         layer_types=["attention" if n else "mamba" for n in kv_heads],
         attention_bias=settings.tensor_dims(f"blk.{attention}.attn_q.bias") is not None,
         attention_multiplier=number(settings, "attention.scale", 1.0),
         embedding_multiplier=number(settings, "embedding_scale", 1.0),
         residual_multiplier=number(settings, "residual_scale", 1.0),
         logits_scaling=number(settings, "logit_scale", 1.0),
-        position_embedding_type=_positions_from_gguf(settings),
+        position_embedding_type=_positions_from_gguf(settings, shape["hidden_size"]
+                                                     // shape["num_attention_heads"]),
         rope_parameters={"rope_type": "default", "rope_theta": rope_theta(settings)})
 
 
-def _positions_from_gguf(settings: GGUFSettings) -> str:
+def _positions_from_gguf(settings: GGUFSettings, head_dim: int) -> str:
+    """"rope" unless rope.scaling.finetuned is false; a file that rotates part of each head
+    (rope.dimension_count: Bamba's, which the same converter writes as granitehybrid) is refused,
+    as Granite rotates whole heads."""
     finetuned = settings.metadata(f"{settings.architecture}.rope.scaling.finetuned")
     if finetuned not in (None, True, False):
         raise ModelLoadError(
             f"The file states {finetuned!r} for {settings.architecture}.rope.scaling.finetuned, "
             "where true or false (whether its attention layers use RoPE) is needed. The file "
             "is damaged: re-download it.")
-    return "nope" if finetuned is False else "rope"
+    if finetuned is False:
+        return "nope"
+    rotated = rotary_dims(settings, head_dim)
+    if rotated != head_dim:
+        raise ModelLoadError(
+            f"The file rotates {rotated} of each head's {head_dim} dimensions "
+            f"({settings.architecture}.rope.dimension_count), as Bamba does: Pagoda runs "
+            "Granite 4 hybrids, which rotate whole heads or none.")
+    return "rope"
 
 
 def _mamba_from_gguf(settings: GGUFSettings, hidden: int, layer: int) -> dict:
@@ -247,12 +260,14 @@ def _mamba_from_gguf(settings: GGUFSettings, hidden: int, layer: int) -> dict:
             "mamba_proj_bias": settings.tensor_dims(f"blk.{layer}.ssm_in.bias") is not None}
 
 
-def _mlp_from_gguf(settings: GGUFSettings) -> dict:
-    """The shared MLP's width (expert_shared_feed_forward_length), and the experts where the
-    file has them (expert_count 0: a dense model)."""
-    shared = count(settings, "expert_shared_feed_forward_length")
+def _mlp_from_gguf(settings: GGUFSettings, feed_forward: int) -> dict:
+    """The shared MLP's width (expert_shared_feed_forward_length; a dense file may state only
+    feed_forward_length, as llama.cpp reads it), and the experts where the file has them
+    (expert_count 0 or absent: a dense model)."""
     experts = settings.metadata(f"{settings.architecture}.expert_count")
     if experts in (None, 0):
+        shared = count(settings, "expert_shared_feed_forward_length", default=feed_forward)
         return {"shared_intermediate_size": shared, "num_local_experts": 0}
-    return {"shared_intermediate_size": shared, "num_local_experts": count(settings, "expert_count"),
+    return {"shared_intermediate_size": count(settings, "expert_shared_feed_forward_length"),
+            "num_local_experts": count(settings, "expert_count"),
             "num_experts_per_tok": count(settings, "expert_used_count")}

@@ -31,11 +31,11 @@ windowed pool, and the newest is preempted when it runs out, as when the first g
 
 A model with recurrent layers (LFM2's short convolutions, Granite's Mamba-2 layers) also keeps
 a state per running sequence in each of them: a slot (pagoda.engine.core.state_pool). The slots
-come out of the same budget, before the KV blocks are counted (`blocks_and_slots`): one per sequence the scheduler
-may run (max_num_seqs), as many as STATE_SHARE of the budget holds, at least one; the automatic
-budget grows by max_num_seqs slots' worth, within its bounds. With num_kv_blocks set, the blocks
-are what it says and the max_num_seqs slots come on top. The fit check counts the slots the
-same way (`model_kv_cache_bytes`, from ModelShape.state_floats).
+come out of the same budget, before the KV blocks are counted (`blocks_and_slots`): one per
+sequence the scheduler may run (max_num_seqs), as many as STATE_SHARE of the budget holds, at
+least one; the automatic budget grows by max_num_seqs slots' worth, within its bounds. With
+num_kv_blocks set, the blocks are what it says and the max_num_seqs slots come on top. The fit
+check counts the slots the same way (`model_kv_cache_bytes`, from ModelShape.state_floats).
 """
 
 from __future__ import annotations

@@ -18,9 +18,9 @@ import transformers
 from pagoda.engine import LLM, SamplingParams
 from pagoda.engine.errors import ModelLoadError
 from pagoda.engine.layers.mamba2 import Mamba2Mixer
+from pagoda.engine.loading.gguf import GGUFModelFile
 from pagoda.engine.models.architecture import AttentionKind, Mamba2Kind
 from pagoda.engine.models.decoder import CPU_SCAN_CHUNK
-from pagoda.engine.loading.gguf import GGUFModelFile
 from pagoda.engine.models.granitemoehybrid import architecture, config_from_gguf
 from tests.engine.family_parity import (
     FakeGGUFSettings,
@@ -285,15 +285,24 @@ _GRANITE_KEYS = {"granitehybrid.embedding_length": 64, "granitehybrid.attention.
     ({"granitehybrid.ssm.time_step_rank": 6}, "ssm.inner_size"),
     ({"granitehybrid.ssm.inner_size": 96}, "ssm.inner_size"),
     ({"granitehybrid.rope.scaling.finetuned": "no"}, "finetuned"),
+    ({"granitehybrid.rope.dimension_count": 8}, "Bamba"),  # 8 of 16: partial rotary
 ])
 def test_a_granite_file_with_damaged_keys_is_refused(keys, what):
     with pytest.raises(ModelLoadError, match=what):
         config_from_gguf(FakeGGUFSettings("granitehybrid", _GRANITE_KEYS | keys, {}))
 
 
-def test_a_granite_file_that_does_not_say_rope_is_off_rotates(ggufs):
+def test_a_dense_granite_file_without_a_shared_width_takes_the_mlps():
+    keys = dict(_GRANITE_KEYS)
+    del keys["granitehybrid.expert_shared_feed_forward_length"]
+    config = config_from_gguf(FakeGGUFSettings("granitehybrid", keys, {}))
+    assert config.shared_intermediate_size == 32
+
+
+def test_a_granite_file_that_does_not_say_rope_is_off_rotates():
     """llama.cpp's rule: a Granite file without rope.scaling.finetuned uses RoPE."""
     config = config_from_gguf(FakeGGUFSettings("granitehybrid", _GRANITE_KEYS, {}))
     assert config.position_embedding_type == "rope"
     off = _GRANITE_KEYS | {"granitehybrid.rope.scaling.finetuned": False}
-    assert config_from_gguf(FakeGGUFSettings("granitehybrid", off, {})).position_embedding_type == "nope"
+    config = config_from_gguf(FakeGGUFSettings("granitehybrid", off, {}))
+    assert config.position_embedding_type == "nope"
