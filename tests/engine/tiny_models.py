@@ -31,10 +31,11 @@ FAMILY_VARIANTS = ("gemma2", "gemma3", "gemma3-query-scalar", "gemma4", "gemma4-
 
 # Hybrid families (issue 56): recurrent layers beside attention, built here for parity with
 # transformers only (no llama.cpp record yet).
-HYBRID_VARIANTS = ("lfm2",)
+HYBRID_VARIANTS = ("lfm2", "granite-hybrid", "granite-hybrid-moe", "granite-hybrid-moe-rope")
 
 _MODEL_CLASSES = {
     "lfm2": transformers.Lfm2ForCausalLM,
+    "granitemoehybrid": transformers.GraniteMoeHybridForCausalLM,
     "llama": transformers.LlamaForCausalLM,
     "qwen2": transformers.Qwen2ForCausalLM,
     "mistral": transformers.MistralForCausalLM,
@@ -171,11 +172,44 @@ _VARIANTS = {
              "conv_L_cache": 3, "norm_eps": 1e-3, "tie_word_embeddings": True,
              "rope_theta": 1000000.0,
              "layer_types": ["conv", "full_attention", "conv", "conv", "full_attention", "conv"]},
+    # Granite 4.0-H as its Micro is built, smaller: Mamba-2 layers (8 heads of 16, 2 groups of
+    # state 16, 4 taps; scan chunks of 8 in transformers, so its prompts span several) in 0, 2,
+    # 3 and 5, NoPE attention in 1 and 4, a dense MLP (shared_mlp, 96 wide); Granite's scalars
+    # away from 1 as the released ones are (embeddings x 12, residual branches x 0.22, logits /
+    # 3, attention scaled by 0.2 rather than 1/sqrt(16)).
+    "granite-hybrid": {"model_type": "granitemoehybrid", "num_hidden_layers": 6,
+                       "layer_types": ["mamba", "attention", "mamba", "mamba", "attention",
+                                       "mamba"],
+                       "num_local_experts": 0, "shared_intermediate_size": 96,
+                       "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_d_state": 16,
+                       "mamba_n_groups": 2, "mamba_d_conv": 4, "mamba_expand": 2,
+                       "mamba_chunk_size": 8, "position_embedding_type": "nope",
+                       "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+                       "logits_scaling": 3.0, "attention_multiplier": 0.2,
+                       "tie_word_embeddings": True},
+    # ...and as its H-Tiny/H-Small are built: 8 experts of width 32, top 2, beside a shared
+    # expert 48 wide; untied.
+    "granite-hybrid-moe": {"based_on": "granite-hybrid", "num_local_experts": 8,
+                           "num_experts_per_tok": 2, "intermediate_size": 32,
+                           "shared_intermediate_size": 48, "tie_word_embeddings": False},
+    # ...the same rotated by RoPE (position_embedding_type "rope"; llama.cpp runs a Granite
+    # hybrid without RoPE, so this one is for transformers' parity only), with biases in its
+    # Mamba projections and attention.
+    "granite-hybrid-moe-rope": {"based_on": "granite-hybrid-moe",
+                                "position_embedding_type": "rope", "rope_theta": 10000.0,
+                                "mamba_proj_bias": True, "attention_bias": True},
     # Mixtral's layout: 8 experts of width 64 (intermediate_size), top 2, renormalised.
     "mixtral": {"num_hidden_layers": 3, "num_local_experts": 8, "num_experts_per_tok": 2,
                 "intermediate_size": 64, "tie_word_embeddings": False, "sliding_window": None,
                 "rope_theta": 1000000.0},
 }
+# Released Granite 4 hybrids name their layer types "mamba" and "attention" (transformers 5
+# renames them on load and saves its own names); llama.cpp's converter reads only the former.
+_LEGACY_LAYER_TYPES = frozenset({"granite-hybrid", "granite-hybrid-moe",
+                                 "granite-hybrid-moe-rope"})
+# Drawn from numpy's stream as FAMILY_VARIANTS are, not transformers' initialisation (whose
+# Mamba A_log, D and dt_bias are the same every layer).
+_NUMPY_WEIGHTS = frozenset(FAMILY_VARIANTS) | _LEGACY_LAYER_TYPES
 # Released checkpoints of these variants keep rope_theta and rope_scaling at the top level of
 # config.json (transformers 4.x's layout); the saved folder is rewritten that way.
 _LEGACY_ROPE_LAYOUT = frozenset({"llama3-rope"})
@@ -188,7 +222,10 @@ _GPT2_TOKENIZER_CLASS = frozenset({"phi3", "phi3-longrope"})
 _ZERO_CENTRED_NORMS = frozenset({"gemma2", "gemma3_text"})
 # Gemma scales its (tied) embeddings by sqrt(hidden) = 8: at the initializer's 0.2 a token's own
 # embedding dominates the residual and greedy output repeats one token; at 0.1 it varies.
-_EMBEDDING_STD = {"gemma2": 0.1, "gemma3_text": 0.1, "gemma4_text": 0.1}
+_EMBEDDING_STD = {"gemma2": 0.1, "gemma3_text": 0.1, "gemma4_text": 0.1,
+                  # Granite multiplies its (tied) embeddings by 12: at 0.2 its greedy output
+                  # echoes the input token.
+                  "granitemoehybrid": 0.05}
 
 
 # Gemma 4's converter reads only a sentencepiece-style BPE tokenizer (byte fallback, "▁" for a
@@ -213,7 +250,7 @@ _GEMMA_CHAT_TEMPLATE = (
 
 def tiny_config(variant: str, vocab_size: int) -> transformers.PretrainedConfig:
     settings = dict(_VARIANTS[variant])
-    if "based_on" in settings:
+    while "based_on" in settings:  # a variant of a variant of ...
         settings = _VARIANTS[settings.pop("based_on")] | settings
     model_type = settings.pop("model_type", variant)
     if settings.get("hidden_size_per_layer_input"):  # Gemma 4's per-layer embeddings
@@ -257,7 +294,7 @@ def save_tiny_model(
     config = tiny_config(variant, vocab_size=len(tokenizer))
     torch.manual_seed(seed)
     model = _MODEL_CLASSES[config.model_type](config).to(torch.float32)
-    if variant in FAMILY_VARIANTS:
+    if variant in _NUMPY_WEIGHTS:
         _draw_weights_with_numpy(
             model, seed, std=config.initializer_range,
             embedding_std=_EMBEDDING_STD.get(config.model_type, config.initializer_range),
@@ -271,6 +308,8 @@ def save_tiny_model(
     tokenizer.save_pretrained(path)
     if variant in _LEGACY_ROPE_LAYOUT:
         _move_rope_to_legacy_layout(path / "config.json")
+    if variant in _LEGACY_LAYER_TYPES:
+        _name_layer_types_as_released(path / "config.json")
     if variant in _GPT2_TOKENIZER_CLASS:
         _name_tokenizer_class(path / "tokenizer_config.json", "GPT2Tokenizer")
     if variant in _SENTENCEPIECE_FILE:
@@ -362,6 +401,13 @@ def _name_tokenizer_class(tokenizer_config: Path, name: str) -> None:
     config = json.loads(tokenizer_config.read_text())
     config["tokenizer_class"] = name
     tokenizer_config.write_text(json.dumps(config, indent=2))
+
+
+def _name_layer_types_as_released(config_file: Path) -> None:
+    config = json.loads(config_file.read_text())
+    released = {"linear_attention": "mamba", "full_attention": "attention"}
+    config["layer_types"] = [released[kind] for kind in config["layer_types"]]
+    config_file.write_text(json.dumps(config, indent=2))
 
 
 def _move_rope_to_legacy_layout(config_file: Path) -> None:

@@ -31,7 +31,11 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.errors import ModelLoadError
 from pagoda.engine.hub.search import HubFile, HubRepo, main_tensor_type
-from pagoda.engine.loading.expert_footprint import ExpertRouting, expert_parameters, routing_from_config
+from pagoda.engine.loading.expert_footprint import (
+    ExpertRouting,
+    expert_parameters,
+    routing_from_config,
+)
 from pagoda.engine.loading.model_check import check_config_supported
 from pagoda.engine.loading.model_info import (
     MEMORY_OVERHEAD_BYTES,
@@ -43,8 +47,8 @@ from pagoda.engine.loading.model_info import (
     total_memory,
 )
 from pagoda.engine.models.architecture import ModelShape
-from pagoda.engine.models.config import model_shape
 from pagoda.engine.models.kv_cache_sizing import model_kv_cache_bytes
+from pagoda.engine.models.registry import header_shape
 from pagoda.engine.quantization.expert_weights import IN_PLACE_EXPERT_TYPES
 from pagoda.engine.quantization.tensors import INT4_GROUP_SIZE
 
@@ -172,7 +176,7 @@ def _shape(config_json: dict | None) -> ModelShape | None:
         return None
     try:
         check_config_supported(config_json, Path("config.json"))
-        return model_shape(transformers.AutoConfig.for_model(**config_json))
+        return header_shape(transformers.AutoConfig.for_model(**config_json))
     except (ModelLoadError, ValueError, KeyError, TypeError, AttributeError):
         return None
 

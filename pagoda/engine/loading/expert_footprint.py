@@ -40,9 +40,13 @@ class ExpertRouting:
         return self.num_used / self.num_experts
 
 
+# Granite's released folders keep a layer's experts in two 3-D tensors of these names.
+_GRANITE_EXPERTS = (".block_sparse_moe.input_linear.", ".block_sparse_moe.output_linear.")
+
+
 def is_expert_tensor(name: str) -> bool:
     """Whether a tensor (a GGUF or a Hugging Face name) holds routed experts' weights."""
-    return "_exps." in name or ".experts." in name
+    return "_exps." in name or ".experts." in name or any(g in name for g in _GRANITE_EXPERTS)
 
 
 def routing_from_config(config: Mapping[str, object], where: str) -> ExpertRouting | None:

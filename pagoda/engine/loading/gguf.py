@@ -15,6 +15,7 @@ there afterwards.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 import struct
@@ -39,6 +40,7 @@ from pagoda.engine.loading.gguf_blocks import (
 )
 from pagoda.engine.loading.gguf_header import check_gguf_header
 from pagoda.engine.loading.gguf_names import (
+    A_LOG_HELD_AS_A,
     NORMS_HOLD_ONE_PLUS_W,
     PERMUTED_QK,
     final_norm_name,
@@ -244,12 +246,26 @@ class GGUFModelFile:
             rows = self._rows_in_hf_order(name, tensor, config)
             if self._holds_one_plus_w(name):
                 return _norm_less_one(rows, tensor.tensor_type, expected[name])
+            if self.architecture in A_LOG_HELD_AS_A and name.endswith(".A_log"):
+                return self._a_log(name, rows, tensor.tensor_type, expected[name])
             return _decode(rows, tensor.tensor_type, expected[name], quantization, dtype)
 
         return LazyWeights(tensors, decode)
 
     def _holds_one_plus_w(self, hf_name: str) -> bool:
         return self.architecture in NORMS_HOLD_ONE_PLUS_W and hf_name.endswith("norm.weight")
+
+    def _a_log(self, hf_name: str, data: np.ndarray, kind: QType,
+               shape: tuple[int, ...]) -> torch.Tensor:
+        """A Mamba-2 layer's A_log from the A = -exp(A_log) the file holds, in float64 (the
+        mixer's -exp of it gives the file's A back to within a float32 rounding)."""
+        a = dequantize_to_float(data, kind, shape).double()
+        if not (a < 0).all():
+            raise ModelLoadError(
+                f"Tensor {self.tensor_name(hf_name)} in {self.path} holds a value that is not "
+                "negative, where a Mamba layer's A = -exp(A_log) is. The file is damaged: "
+                "re-download it.")
+        return torch.log(-a)
 
     def tensor_name(self, hf_name: str) -> str:
         """The GGUF name of a Hugging Face parameter in this file's architecture."""
@@ -272,8 +288,9 @@ class GGUFModelFile:
         # llama.cpp's own writer (llama-quantize) keeps a [1, n] matrix as its n values: Qwen2-MoE's
         # shared expert gate (ffn_gate_inp_shexp), which its converter wrote as [1, n]; its
         # converter writes a depthwise convolution's [channels, 1, kernel] taps as
-        # [channels, kernel] (LFM2's shortconv.conv).
-        if got != shape and got != _squeezed(shape):
+        # [channels, kernel] (LFM2's shortconv.conv), and some of Mamba-2's vectors as matrices
+        # of their values in order (ssm_a and ssm_d [heads, 1], ssm_norm [groups, width]).
+        if got != shape and got != _squeezed(shape) and not _vector_as_matrix(got, shape):
             raise ModelLoadError(
                 f"Tensor {name} ({hf_name}) in {self.path} has shape {got}, but the file's config "
                 f"implies {shape}. The file is damaged: re-download it."
@@ -295,6 +312,10 @@ class GGUFModelFile:
         else:
             return tensor.data
         return tensor.data[rotary_unpermutation(tensor.data.shape[0], heads).numpy()]
+
+
+def _vector_as_matrix(got: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    return len(shape) == 1 and math.prod(got) == shape[0]
 
 
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:

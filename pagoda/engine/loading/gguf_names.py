@@ -53,6 +53,14 @@ _LAYER_BY_ARCHITECTURE: dict[str, dict[str, str]] = {
              "self_attn.q_layernorm": "attn_q_norm", "self_attn.k_layernorm": "attn_k_norm",
              "conv.in_proj": "shortconv.in_proj", "conv.conv": "shortconv.conv",
              "conv.out_proj": "shortconv.out_proj"},
+    # Granite 4 hybrids' Mamba-2 layers (their per-head parameters: _LAYER_PARAMETERS).
+    "granitehybrid": {"mamba.in_proj": "ssm_in", "mamba.conv1d": "ssm_conv1d",
+                      "mamba.norm": "ssm_norm", "mamba.out_proj": "ssm_out"},
+}
+# Layer parameters without a ".weight" or ".bias" suffix, by architecture: their whole GGUF
+# names within blk.N. (Granite's A_log, D and dt_bias; the converter renames dt_bias a bias).
+_LAYER_PARAMETERS: dict[str, dict[str, str]] = {
+    "granitehybrid": {"mamba.A_log": "ssm_a", "mamba.D": "ssm_d", "mamba.dt_bias": "ssm_dt.bias"},
 }
 # The layer modules every file of an architecture holds (biases and a separate output matrix
 # vary, and are checked against the config later).
@@ -94,17 +102,23 @@ _NEEDED_MODULES: dict[str, tuple[str, ...]] = {
     "gpt-oss": _sparse(_LLAMA_MODULES) + ("self_attn.sinks",),
     # A layer's mixer (attention or short convolution) is the config's to say.
     "lfm2": ("operator_norm", "ffn_norm", "feed_forward.w1", "feed_forward.w3", "feed_forward.w2"),
+    # Its mixer (attention or Mamba-2) and MLP (dense, or experts beside a shared expert) too.
+    "granitehybrid": ("input_layernorm", "post_attention_layernorm"),
 }
 # The last norm, where an architecture's is not model.norm.
 _FINAL_NORMS = {"lfm2": "model.embedding_norm"}
 # llama.cpp's converter interleaves the rotary halves of each q and k head for these
 # architectures (Llama's own RoPE kernel pairs neighbours); the loader turns them back.
 # SmolLM3's converter derives from Llama's and permutes every layer's, its NoPE layers' too.
-PERMUTED_QK = frozenset({"llama", "smollm3"})
+# Granite's hybrid converter derives from Llama's too (and permutes its NoPE layers').
+PERMUTED_QK = frozenset({"llama", "smollm3", "granitehybrid"})
 # llama.cpp's converter writes these architectures' norm weights as 1 + w (Gemma's RMSNorm
 # scales by 1 + w, llama.cpp's by the weight): every tensor whose Hugging Face name ends in
 # "norm.weight". The loader gives back w, so a file and a folder load the same model.
 NORMS_HOLD_ONE_PLUS_W = frozenset({"gemma2", "gemma3"})
+# llama.cpp's converter writes these architectures' Mamba-2 A_log as A = -exp(A_log) (ssm_a): the
+# loader gives back A_log.
+A_LOG_HELD_AS_A = frozenset({"granitehybrid"})
 
 _LAYER_PARAMETER = re.compile(r"model\.layers\.(\d+)\.(.+?)(?:\.(weight|bias))?")
 _EXPERT_PARAMETER = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(\w+)\.(weight|bias)")
@@ -116,6 +130,9 @@ def gguf_tensor_name(hf_name: str, architecture: str = "llama") -> str:
     layer = _LAYER_PARAMETER.fullmatch(hf_name)
     if layer is not None:
         index, module, kind = layer.groups()
+        whole = _LAYER_PARAMETERS.get(architecture, {}).get(module)
+        if kind is None and whole is not None:
+            return f"blk.{index}.{whole}"
         names = _LAYER_BY_ARCHITECTURE.get(architecture, {})
         return f"blk.{index}.{names.get(module) or _LAYER[module]}.{kind or 'weight'}"
     module, kind = _GLOBAL_PARAMETER.fullmatch(hf_name).groups()

@@ -54,7 +54,7 @@ from pagoda.engine.models.architecture import ModelShape
 from pagoda.engine.models.config import model_shape
 from pagoda.engine.models.gguf_config import llama_shape
 from pagoda.engine.models.kv_cache_sizing import model_kv_cache_bytes
-from pagoda.engine.models.registry import family_for_gguf
+from pagoda.engine.models.registry import family_for_gguf, header_shape
 from pagoda.engine.quantization.expert_weights import IN_PLACE_EXPERT_TYPES
 from pagoda.engine.quantization.tensors import INT4_GROUP_SIZE
 
@@ -248,12 +248,14 @@ def gguf_shape(model_file: GGUFModelFile) -> ModelShape:
     where it reads one (its windows and layer kinds), else the keys every Llama-shaped file
     states as transformers reads them."""
     config = family_for_gguf(model_file.architecture).config_from_gguf(model_file)
-    return model_shape(config or transformers.PretrainedConfig(**llama_shape(model_file)))
+    if config is None:
+        return model_shape(transformers.PretrainedConfig(**llama_shape(model_file)))
+    return header_shape(config)
 
 
 def _folder_shape(folder: Path) -> ModelShape:
     try:
-        return model_shape(transformers.AutoConfig.from_pretrained(folder))
+        return header_shape(transformers.AutoConfig.from_pretrained(folder))
     except (OSError, ValueError, KeyError) as error:
         raise ModelLoadError(f"{folder / 'config.json'} could not be read as a model config: "
                              f"{error}. Re-download the model.") from error

@@ -42,8 +42,55 @@ class ShortConvKind:
     module: str = "conv"
 
 
+@dataclass(frozen=True, slots=True)
+class Mamba2Kind:
+    """A recurrent layer in place of attention: a Mamba-2 mixer (Granite 4's "mamba" layers,
+    pagoda/engine/layers/mamba2.py). `module` (within model.layers.N.) holds in_proj (hidden ->
+    gate z, x|B|C, a time step per head), conv1d (depthwise over x|B|C, `conv_kernel` taps, then
+    SiLU), A_log, D, dt_bias, the gated norm (norm.weight) and out_proj. Each sequence carries the
+    convolution's last conv_kernel-1 inputs and a state of heads x head_dim x state_size.
+    chunk_size: config.json's scan chunk (a GPU kernel's tile; the decoder picks a CPU's own)."""
+
+    num_heads: int
+    head_dim: int
+    state_size: int
+    n_groups: int
+    conv_kernel: int
+    chunk_size: int
+    time_step_limit: tuple[float, float]
+    conv_bias: bool = True
+    proj_bias: bool = False
+    module: str = "mamba"
+
+    @property
+    def inner_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def conv_channels(self) -> int:
+        return self.inner_size + 2 * self.n_groups * self.state_size
+
+    @property
+    def state_floats(self) -> int:
+        """One sequence's state in this layer: the convolution's window and the SSM state."""
+        return (self.conv_channels * (self.conv_kernel - 1)
+                + self.num_heads * self.head_dim * self.state_size)
+
+
 # What a layer mixes its tokens with: attention over the KV cache, or a recurrent mixer.
-LayerKind = AttentionKind | ShortConvKind
+LayerKind = AttentionKind | ShortConvKind | Mamba2Kind
+
+
+def recurrent_state_floats(layers: Iterable[LayerKind], hidden: int) -> int:
+    """One sequence's states over these layers, in floats: a short convolution's last kernel-1
+    inputs, a Mamba-2 layer's window and SSM state (what the mixers' state_shapes() hold)."""
+    floats = 0
+    for kind in layers:
+        if isinstance(kind, ShortConvKind):
+            floats += hidden * (kind.kernel - 1)
+        elif isinstance(kind, Mamba2Kind):
+            floats += kind.state_floats
+    return floats
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +149,9 @@ class ModelShape:
     # The layers that mix tokens with a recurrent state instead of attention (LFM2's short
     # convolutions): they hold no KV cache, and their entry in layer_windows is not read.
     recurrent_layers: frozenset[int] = frozenset()
+    # One sequence's states over every recurrent layer, in floats (float32): what its slot
+    # takes (`recurrent_state_floats`); 0 without recurrent layers.
+    state_floats: int = 0
 
     @property
     def windows(self) -> tuple[int, ...]:
@@ -201,6 +251,10 @@ class DecoderArchitecture:
     mlp_bias: bool = False
     moe: MoESpec | None = None  # a mixture of experts: which layers are sparse, and how
     final_norm: str = "model.norm"  # the last norm's module (LFM2: model.embedding_norm)
+    # Granite: each mixer's and MLP's output times this before it joins the residual stream
+    # (residual_multiplier), and the logits divided by logit_divisor (logits_scaling).
+    residual_scale: float | None = None
+    logit_divisor: float | None = None
 
     def __post_init__(self) -> None:
         if len(self.layers) != self.shape.num_layers:
@@ -211,6 +265,10 @@ class DecoderArchitecture:
         if recurrent != self.shape.recurrent_layers:
             raise ValueError(f"layers {sorted(recurrent)} are recurrent, the shape says "
                              f"{sorted(self.shape.recurrent_layers)}")
+        floats = recurrent_state_floats(self.layers, self.shape.hidden_size)
+        if floats != self.shape.state_floats:
+            raise ValueError(f"the recurrent layers' states take {floats} floats a sequence, "
+                             f"the shape says {self.shape.state_floats}")
 
     def is_recurrent(self, layer: int) -> bool:
         """Whether layer `layer` mixes tokens with a recurrent state instead of attention."""

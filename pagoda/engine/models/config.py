@@ -17,7 +17,9 @@ from pagoda.engine.models.architecture import (
     ROUTER,
     SHARED_EXPERT,
     SHARED_EXPERT_GATE,
+    AttentionKind,
     DecoderArchitecture,
+    Mamba2Kind,
     ModelShape,
     MoESpec,
     ShortConvKind,
@@ -30,7 +32,9 @@ _PER_LAYER_ATTRIBUTES = frozenset({"head_dim", "num_key_value_heads"})
 MAX_EXPERTS = 1024
 MAX_EXPERT_MATRICES = 1 << 16  # layers x experts
 # The kinds of layer_types whose layers mix tokens with a recurrent state, not attention.
-RECURRENT_LAYER_TYPES = frozenset({"conv"})  # LFM2's short convolutions
+# LFM2's short convolutions; transformers 5's name for state-space and linear-attention layers
+# (Granite 4's "mamba", which it renames so on load).
+RECURRENT_LAYER_TYPES = frozenset({"conv", "linear_attention"})
 _ATTENTION_LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})
 
 
@@ -213,10 +217,12 @@ def _layer_weight_shapes(arch: DecoderArchitecture, index: int) -> dict[str, tup
     q, kv = s.num_heads * size, num_kv_heads * size
     intermediate = s.intermediate(index)
     kind = arch.layers[index]
-    recurrent = isinstance(kind, ShortConvKind)
+    recurrent = not isinstance(kind, AttentionKind)
     by_module: dict[str, tuple[tuple[int, ...], bool]] = {}
-    if recurrent:
+    if isinstance(kind, ShortConvKind):
         by_module |= _short_conv_modules(kind, s.hidden_size)
+    elif isinstance(kind, Mamba2Kind):
+        by_module |= _mamba2_modules(kind, s.hidden_size)
     else:
         by_module[names.o] = ((s.hidden_size, q), arch.o_bias)
         qkv_rows = (q, kv, kv) if len(names.qkv) == 3 else (q + 2 * kv,)
@@ -248,6 +254,8 @@ def _layer_weight_shapes(arch: DecoderArchitecture, index: int) -> dict[str, tup
     for module, width in norms.items():
         if module is not None:
             shapes[f"{layer}.{module}.weight"] = (width,)
+    if isinstance(kind, Mamba2Kind):
+        shapes |= {f"{layer}.{kind.module}.{p}": (kind.num_heads,) for p in MAMBA2_PER_HEAD}
     if names.layer_scalar is not None:
         shapes[f"{layer}.{names.layer_scalar}"] = (1,)
     if names.sinks is not None:
@@ -262,6 +270,20 @@ def _short_conv_modules(kind: ShortConvKind,
     return {f"{kind.module}.in_proj": ((3 * hidden, hidden), kind.bias),
             f"{kind.module}.conv": ((hidden, 1, kind.kernel), kind.bias),
             f"{kind.module}.out_proj": ((hidden, hidden), kind.bias)}
+
+
+# A Mamba-2 layer's parameters of one value per head (no ".weight" suffix).
+MAMBA2_PER_HEAD = ("A_log", "D", "dt_bias")
+
+
+def _mamba2_modules(kind: Mamba2Kind, hidden: int) -> dict[str, tuple[tuple[int, ...], bool]]:
+    """A Mamba-2 mixer's modules (shape, has a bias): in_proj to z, x|B|C and a time step per
+    head, the depthwise convolution's taps ([channels, 1, kernel]), the gated norm, out_proj."""
+    in_width = kind.inner_size + kind.conv_channels + kind.num_heads
+    return {f"{kind.module}.in_proj": ((in_width, hidden), kind.proj_bias),
+            f"{kind.module}.conv1d": ((kind.conv_channels, 1, kind.conv_kernel), kind.conv_bias),
+            f"{kind.module}.norm": ((kind.inner_size,), False),
+            f"{kind.module}.out_proj": ((hidden, kind.inner_size), kind.proj_bias)}
 
 
 def _sparse_mlp_modules(moe: MoESpec, hidden: int) -> dict[str, tuple[tuple[int, ...], bool]]:

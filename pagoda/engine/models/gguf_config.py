@@ -65,6 +65,23 @@ def layer_counts(settings: GGUFSettings, key: str, layers: int) -> list[int]:
     return values
 
 
+def hybrid_kv_heads(settings: GGUFSettings, recurrent: str) -> list[int]:
+    """A hybrid file's attention layers, as llama.cpp's converter states them: each layer's
+    key-value heads (attention.head_count_kv, a list), 0 for a `recurrent` layer (LFM2's
+    convolutions, Granite's Mamba layers), one same count for every attention layer."""
+    layers = count(settings, "block_count")
+    kv_heads = settings.metadata(f"{settings.architecture}.attention.head_count_kv")
+    if (not isinstance(kv_heads, list) or len(kv_heads) != layers
+            or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in kv_heads)
+            or len(set(kv_heads) - {0}) != 1):
+        raise ModelLoadError(
+            f"The file states {kv_heads!r} for {settings.architecture}.attention.head_count_kv, "
+            f"where a {settings.architecture} file lists each of its {layers} layers' key-value "
+            f"heads: 0 for a {recurrent}, one same count for every attention layer. The file "
+            "is damaged: re-download it.")
+    return kv_heads
+
+
 def llama_shape(settings: GGUFSettings, kv_heads: int | None = None,
                 intermediate: int | None = None) -> dict:
     """The config fields every Llama-shaped file states the same way: sizes, RoPE base, norm

@@ -29,12 +29,13 @@ estimate above counts), never more than the first group; the byte budget is spli
 fit in it (`group_num_blocks`). More sequences than that past their windows at once share the
 windowed pool, and the newest is preempted when it runs out, as when the first group does.
 
-A model with recurrent layers (LFM2's short convolutions) also keeps a state per running
-sequence in each of them: a slot (pagoda.engine.core.state_pool). The slots come out of the same
-budget, before the KV blocks are counted (`blocks_and_slots`): one per sequence the scheduler
-may run (max_num_seqs), as many as STATE_SHARE of the budget holds, at least one; the automatic
-budget grows by max_num_seqs slots' worth, within its bounds. With num_kv_blocks set, the blocks
-are what it says and the max_num_seqs slots come on top.
+A model with recurrent layers (LFM2's short convolutions, Granite's Mamba-2 layers) also keeps
+a state per running sequence in each of them: a slot (pagoda.engine.core.state_pool). The slots
+come out of the same budget, before the KV blocks are counted (`blocks_and_slots`): one per
+sequence the scheduler may run (max_num_seqs), as many as STATE_SHARE of the budget holds, at
+least one; the automatic budget grows by max_num_seqs slots' worth, within its bounds. With
+num_kv_blocks set, the blocks are what it says and the max_num_seqs slots come on top. The fit
+check counts the slots the same way (`model_kv_cache_bytes`, from ModelShape.state_floats).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from __future__ import annotations
 import torch
 
 from pagoda.engine.config import EngineConfig
+from pagoda.engine.layers.recurrent_mixer import STATE_DTYPE
 from pagoda.engine.models.architecture import ModelShape
 
 KV_CONTEXTS = 2
@@ -73,7 +75,8 @@ def kv_cache_memory_bound(config: EngineConfig) -> int:
 def model_kv_cache_bytes(shape: ModelShape | None, config: EngineConfig) -> int:
     """The KV pool's bytes for a model under config, known before it loads: kv_cache_memory when
     set, else the automatic rule's contexts at the context allowed (the setting, else the
-    model's own), each counting only what its layers hold, at most AUTO_KV_CACHE_LIMIT.
+    model's own), each counting only what its layers hold, at most AUTO_KV_CACHE_LIMIT; with
+    the recurrent layers' state slots (within those bytes, or beside num_kv_blocks' blocks).
     shape None (not known): kv_cache_memory_bound."""
     if shape is None or config.kv_cache_memory is not None:
         return kv_cache_memory_bound(config)
@@ -86,9 +89,13 @@ def model_kv_cache_bytes(shape: ModelShape | None, config: EngineConfig) -> int:
     bytes_per_block = [per_float * shape.kv_floats(
         i for i, lw in enumerate(shape.layer_windows) if lw == w and shape.holds_kv(i))
         for w in windows]
-    # The pools the engine will allocate (`group_num_blocks`), as it sizes them at load.
-    counts = group_num_blocks(config, bytes_per_block, windows, context, None)
-    return sum(n * size for n, size in zip(counts, bytes_per_block, strict=True))
+    # The pools and state slots the engine will allocate (`blocks_and_slots`), as it sizes them
+    # at load.
+    bytes_per_slot = shape.state_floats * STATE_DTYPE.itemsize
+    counts, slots = blocks_and_slots(config, bytes_per_block, windows, bytes_per_slot, context,
+                                     None)
+    return (sum(n * size for n, size in zip(counts, bytes_per_block, strict=True))
+            + slots * bytes_per_slot)
 
 
 def auto_kv_cache_bytes(bytes_per_token: int, max_model_len: int, max_num_seqs: int,

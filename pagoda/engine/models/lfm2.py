@@ -24,9 +24,16 @@ from pagoda.engine.models.architecture import (
     DecoderArchitecture,
     LayerNames,
     ShortConvKind,
+    recurrent_state_floats,
 )
 from pagoda.engine.models.config import head_dim, model_shape
-from pagoda.engine.models.gguf_config import GGUFSettings, count, llama_shape, rope_theta
+from pagoda.engine.models.gguf_config import (
+    GGUFSettings,
+    count,
+    hybrid_kv_heads,
+    llama_shape,
+    rope_theta,
+)
 
 NAME = "LFM2"  # its entry in pagoda/engine/models/registry.py names the model types it covers
 
@@ -46,10 +53,12 @@ def architecture(config: PretrainedConfig) -> DecoderArchitecture:
         raise ModelLoadError(f"config.json's conv_L_cache is {kernel!r}: a short convolution "
                              "of at least 2 taps is needed. The model's settings are damaged.")
     conv = ShortConvKind(kernel, bias=bool(config.conv_bias))
+    layers = tuple(conv if i in shape.recurrent_layers else AttentionKind(window)
+                   for i, window in enumerate(shape.layer_windows))
     return DecoderArchitecture(
-        family=NAME, shape=shape,
-        layers=tuple(conv if i in shape.recurrent_layers else AttentionKind(window)
-                     for i, window in enumerate(shape.layer_windows)),
+        family=NAME, shape=replace(shape, state_floats=recurrent_state_floats(
+            layers, shape.hidden_size)),
+        layers=layers,
         ropes={"default": rope_spec(config, head_dim(config))},
         names=_NAMES, final_norm="model.embedding_norm",
         tied_embeddings=bool(config.tie_word_embeddings))
@@ -74,16 +83,7 @@ def config_from_gguf(settings: GGUFSettings) -> PretrainedConfig:
     """An lfm2 file's config from its own keys, as llama.cpp reads them: a layer attends where
     attention.head_count_kv gives it key-value heads (one count for those), else it is a short
     convolution of shortconv.l_cache taps; feed_forward_length is the MLP's width as it is."""
-    layers = count(settings, "block_count")
-    kv_heads = settings.metadata(f"{settings.architecture}.attention.head_count_kv")
-    if (not isinstance(kv_heads, list) or len(kv_heads) != layers
-            or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in kv_heads)
-            or len(set(kv_heads) - {0}) != 1):
-        raise ModelLoadError(
-            f"The file states {kv_heads!r} for {settings.architecture}.attention.head_count_kv, "
-            f"where an lfm2 file lists each of its {layers} layers' key-value heads: 0 for a "
-            "convolution, one same count for every attention layer. The file is damaged: "
-            "re-download it.")
+    kv_heads = hybrid_kv_heads(settings, "convolution")
     shape = llama_shape(settings, kv_heads=max(kv_heads))
     eps = shape.pop("rms_norm_eps")
     shape.pop("head_dim")  # LFM2's heads are hidden / heads wide, as its config derives them

@@ -17,7 +17,7 @@ from pagoda.engine.errors import ModelLoadError
 if TYPE_CHECKING:  # the table itself imports neither torch nor transformers (the Hub search reads it)
     from transformers import PretrainedConfig
 
-    from pagoda.engine.models.architecture import DecoderArchitecture
+    from pagoda.engine.models.architecture import DecoderArchitecture, ModelShape
     from pagoda.engine.models.gguf_config import GGUFSettings
 
 
@@ -71,6 +71,8 @@ FAMILIES: tuple[ModelFamily, ...] = (
                 "Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen1.5-MoE, Qwen2-57B-A14B"),
     ModelFamily("Mixtral", "mixtral", ("mixtral",), (), "Mixtral 8x7B, 8x22B"),
     ModelFamily("LFM2", "lfm2", ("lfm2",), ("lfm2",), "LFM2-350M, 700M, 1.2B, 2.6B"),
+    ModelFamily("Granite 4 hybrid", "granitemoehybrid", ("granitemoehybrid",), ("granitehybrid",),
+                "Granite-4.0-H-Micro, H-Tiny, H-Small"),
 )
 
 # Known families the engine does not run yet: the reason shown in words.
@@ -82,7 +84,7 @@ NOT_YET: dict[str, str] = {
                      "granitemoe", "phimoe", "llama4", "dbrx", "glm4_moe", "glm4moe"),
                     MIXTURE_OF_EXPERTS),
     **dict.fromkeys(("qwen3_next", "qwen3next", "qwen3_5", "qwen35", "qwen3_5_moe", "qwen35moe",
-                     "granitemoehybrid", "granitehybrid", "mamba", "mamba2", "jamba",
+                     "mamba", "mamba2", "jamba",
                      "falcon_h1", "falcon-h1", "nemotron_h", "nemotron_h_moe", "rwkv6", "rwkv7"),
                     _HYBRID),
     **dict.fromkeys(("qwen2_vl", "qwen2vl", "qwen2_5_vl", "qwen25vl", "qwen3_vl", "qwen3vl",
@@ -126,6 +128,16 @@ def architecture_of(config: PretrainedConfig) -> DecoderArchitecture:
     if family is None:
         raise ModelLoadError(unsupported_message(config.model_type, "config.json"))
     return family.architecture(config)
+
+
+def header_shape(config: PretrainedConfig) -> ModelShape:
+    """A model's shape as its config states it, for the checks made before a load: the family's
+    own where the model has recurrent layers (only the family knows their states' size), else
+    what every family reads alike."""
+    from pagoda.engine.models.config import model_shape
+
+    shape = model_shape(config)
+    return architecture_of(config).shape if shape.recurrent_layers else shape
 
 
 def expected_weight_shapes(config: PretrainedConfig) -> dict[str, tuple[int, ...]]:

@@ -239,8 +239,9 @@ def test_lfm2_layers_follow_full_attn_idxs_when_layer_types_is_absent():
         "ShortConvKind", "ShortConvKind", "AttentionKind", "ShortConvKind", "AttentionKind"]
 
 
-def test_the_fit_check_counts_only_lfm2_attention_layers_kv(lfm2):
-    """What the memory check reads from config.json before loading is what the engine takes."""
+def test_the_fit_check_counts_lfm2_attention_layers_kv_and_the_states(lfm2):
+    """What the memory check reads from config.json before loading is what the engine takes:
+    the attention layers' KV and a state slot per sequence it may run."""
     from pagoda.engine.config import EngineConfig
     from pagoda.engine.loading.model_info import _folder_shape
     from pagoda.engine.models.kv_cache_sizing import model_kv_cache_bytes
@@ -249,7 +250,9 @@ def test_the_fit_check_counts_only_lfm2_attention_layers_kv(lfm2):
     assert shape.recurrent_layers == frozenset({0, 2, 3, 5})
     config = EngineConfig(max_model_len=256, kv_cache_memory=None, num_threads=NUM_THREADS)
     per_token = 2 * len(ATTENTION_LAYERS) * shape.num_kv_heads * shape.head_dim * 4
-    assert model_kv_cache_bytes(shape, config) == 2 * 256 * per_token
+    per_slot = 4 * 64 * 2 * 4  # 4 convolutions' last 2 inputs of 64 channels, fp32
+    assert model_kv_cache_bytes(shape, config) == (2 * 256 * per_token
+                                                   + config.max_num_seqs * per_slot)
 
 
 def test_lfm2_gguf_gives_the_folders_logits_to_fp16_rounding(lfm2, lfm2_gguf, prompts):
