@@ -25,6 +25,10 @@ LLAMA_CPP_VARIANTS = ("gemma2", "gemma3", "gemma4", "gemma4-e2b", "phi3", "phi3-
 # The mixtures of experts llama.cpp runs as transformers does (recorded apart, in tiny_moe.json).
 # Not "qwen3moe-dense-layers": llama.cpp's qwen3moe has a router in every layer.
 LLAMA_CPP_MOE_VARIANTS = ("qwen3moe", "qwen2moe", "mixtral")
+# The hybrids llama.cpp runs as transformers does (recorded apart, in tiny_hybrid.json). Not
+# "granite-hybrid-moe-rope": the converter marks every Granite hybrid's attention unrotated
+# (rope.scaling.finetuned false), so its file is another model than its folder.
+LLAMA_CPP_HYBRID_VARIANTS = ("lfm2", "granite-hybrid", "granite-hybrid-moe")
 
 CONVERTER_DIR = Path(sys.prefix, "share", "llama.cpp")
 CONVERTER = CONVERTER_DIR / "convert_hf_to_gguf.py"

