@@ -83,7 +83,7 @@ class GatedDeltaNet:
         conv_states, delta_states = states
         channels, z, b, a = self.in_proj(x).split(self.shape.projection_widths, dim=-1)
         q, k, v = self._queries_keys_values(self._convolve(channels, meta, conv_states))
-        beta = b.float().sigmoid()
+        beta = b.sigmoid().float()  # rounded at the compute dtype, as the reference
         g = -self.decay_rate * F.softplus(a.float() + self.dt_bias)
         mixed = _delta_rule(q, k, v, g, beta, meta, delta_states)
         return self.out_proj(self._gated_norm(mixed.to(x.dtype), z).flatten(1))

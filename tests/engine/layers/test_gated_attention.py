@@ -15,9 +15,9 @@ from pagoda.kernels.kernel_ops import TORCH_OPS
 
 CPU = Placement(torch.device("cpu"), torch.float32, TORCH_OPS)
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, LENGTH, BLOCK = 32, 4, 2, 8, 10, 16
-SIZES = dict(hidden_size=HIDDEN, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
-             head_dim=HEAD_DIM, num_hidden_layers=1, layer_types=["full_attention"],
-             rms_norm_eps=1e-6)
+SIZES = {"hidden_size": HIDDEN, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
+         "head_dim": HEAD_DIM, "num_hidden_layers": 1, "layer_types": ["full_attention"],
+         "rms_norm_eps": 1e-6}
 FAMILIES = {"qwen3_next": (Qwen3NextConfig, Qwen3NextAttention),
             "qwen3_5": (Qwen3_5TextConfig, Qwen3_5Attention)}
 

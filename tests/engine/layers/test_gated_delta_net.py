@@ -22,9 +22,9 @@ from pagoda.kernels.recurrent_metadata import RecurrentMetadata, RecurrentSegmen
 
 CPU = Placement(torch.device("cpu"), torch.float32, TORCH_OPS)
 HIDDEN, PROMPT = 32, 70  # longer than one internal chunk (64), ending inside the second
-SIZES = dict(hidden_size=HIDDEN, linear_num_key_heads=2, linear_num_value_heads=4,
-             linear_key_head_dim=8, linear_value_head_dim=6, linear_conv_kernel_dim=4,
-             num_hidden_layers=1, layer_types=["linear_attention"], rms_norm_eps=1e-6)
+SIZES = {"hidden_size": HIDDEN, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+         "linear_key_head_dim": 8, "linear_value_head_dim": 6, "linear_conv_kernel_dim": 4,
+         "num_hidden_layers": 1, "layer_types": ["linear_attention"], "rms_norm_eps": 1e-6}
 SHAPE = DeltaNetShape(num_k_heads=2, num_v_heads=4, k_dim=8, v_dim=6, conv_kernel=4)
 FAMILIES = {
     "qwen3_next": (Qwen3NextConfig, Qwen3NextGatedDeltaNet, qwen3_next_gated_delta_net),
@@ -32,15 +32,18 @@ FAMILIES = {
 }
 
 
-def reference_and_ours(family: str) -> tuple[torch.nn.Module, GatedDeltaNet]:
+def reference_and_ours(family: str, dtype: torch.dtype = torch.float32,
+                       ) -> tuple[torch.nn.Module, GatedDeltaNet]:
     config_class, module_class, build = FAMILIES[family]
     torch.manual_seed(0)
     reference = module_class(config_class(**SIZES), layer_idx=0).eval()
     with torch.no_grad():  # weights the defaults (ones) would hide
         reference.norm.weight.uniform_(0.5, 1.5)
         reference.dt_bias.normal_()
+    reference = reference.to(dtype)
     tensors = {name: t.detach().clone() for name, t in reference.state_dict().items()}
-    return reference, build(tensors, SHAPE, SIZES["rms_norm_eps"], CPU)
+    placement = Placement(torch.device("cpu"), dtype, TORCH_OPS)
+    return reference, build(tensors, SHAPE, SIZES["rms_norm_eps"], placement)
 
 
 def new_states(mixer: GatedDeltaNet, num_slots: int, fill: float = 0.0) -> tuple:
@@ -68,6 +71,18 @@ def test_whole_prompt_equals_transformers(family):
         want = reference(x.unsqueeze(0))[0]
     got = mixer.forward(x, prefill(0, PROMPT, 0, fresh=True), new_states(mixer, 1))
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_bfloat16_prompt_equals_transformers(family):
+    """Rounded to bfloat16 where the reference rounds, float32 state and delta rule (bit for
+    bit here; bfloat16's tolerance leaves room for another matmul order)."""
+    reference, mixer = reference_and_ours(family, torch.bfloat16)
+    x = prompt().bfloat16()
+    with torch.no_grad():
+        want = reference(x.unsqueeze(0))[0]
+    got = mixer.forward(x, prefill(0, PROMPT, 0, fresh=True), new_states(mixer, 1))
+    torch.testing.assert_close(got, want)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

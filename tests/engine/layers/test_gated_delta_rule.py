@@ -14,13 +14,13 @@ LENGTH, HEADS, K_DIM, V_DIM = 23, 3, 4, 5
 INTERNAL_CHUNK = 8  # small, so that a run spans several chunks and ends inside one
 
 
-def make_inputs(dtype=torch.float64, seed=0):
+def make_inputs(dtype=torch.float64, seed=0, length=LENGTH):
     g = torch.Generator().manual_seed(seed)
-    q = F.normalize(torch.randn(LENGTH, HEADS, K_DIM, generator=g), dim=-1) * K_DIM ** -0.5
-    k = F.normalize(torch.randn(LENGTH, HEADS, K_DIM, generator=g), dim=-1)
-    v = torch.randn(LENGTH, HEADS, V_DIM, generator=g)
-    log_decay = -F.softplus(torch.randn(LENGTH, HEADS, generator=g))
-    beta = torch.rand(LENGTH, HEADS, generator=g)
+    q = F.normalize(torch.randn(length, HEADS, K_DIM, generator=g), dim=-1) * K_DIM ** -0.5
+    k = F.normalize(torch.randn(length, HEADS, K_DIM, generator=g), dim=-1)
+    v = torch.randn(length, HEADS, V_DIM, generator=g)
+    log_decay = -F.softplus(torch.randn(length, HEADS, generator=g))
+    beta = torch.rand(length, HEADS, generator=g)
     state = torch.randn(HEADS, K_DIM, V_DIM, generator=g)
     return [t.to(dtype) for t in (q, k, v, log_decay, beta)], state.to(dtype)
 
@@ -31,7 +31,7 @@ def one_token_at_a_time(inputs, state):
     states[2] = state
     slots = torch.tensor([2])
     outputs, after = [], [state.clone()]
-    for t in range(LENGTH):
+    for t in range(inputs[0].shape[0]):
         outputs.append(gated_delta_rule_step(*(x[t:t + 1] for x in inputs), states, slots)[0])
         after.append(states[2].clone())
     return torch.stack(outputs), after
@@ -73,6 +73,15 @@ def test_states_at_are_the_states_after_those_tokens():
     run = chunked_gated_delta_rule(*inputs, state, states_at=counts, chunk=INTERNAL_CHUNK)
     for n, checkpoint in zip(counts, run.checkpoints, strict=True):
         torch.testing.assert_close(checkpoint, after[n])
+
+
+def test_runs_over_several_default_chunks_equal_one_token_at_a_time():
+    inputs, state = make_inputs(length=150)  # 64 + 64 + 22
+    want, after = one_token_at_a_time(inputs, state)
+    run = chunked_gated_delta_rule(*inputs, state, states_at=(64, 100))
+    torch.testing.assert_close(run.outputs, want)
+    torch.testing.assert_close(run.state, after[150])
+    torch.testing.assert_close(run.checkpoints, [after[64], after[100]])
 
 
 def test_states_at_outside_the_run_is_refused():
