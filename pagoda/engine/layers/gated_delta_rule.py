@@ -48,6 +48,9 @@ class _Chunks:
     values: torch.Tensor  # the corrected values if the incoming state were zero
     state_keys: torch.Tensor  # how much of the incoming state each correction removes
     attention: torch.Tensor  # q_i . k_j * exp(c_i - c_j), j <= i: reads inside the chunk
+    # What a whole chunk does to the state: S * exp(c_last) + decayed_k @ corrected values.
+    chunk_decay: torch.Tensor  # exp(c_last) [heads, N, 1, 1]
+    decayed_k: torch.Tensor  # (k_j * exp(c_last - c_j))^T [heads, N, k_dim, C]
 
 
 def chunked_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -69,12 +72,13 @@ def chunked_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     checkpoints = {0: state.clone()} if 0 in states_at else {}
     outputs = []
     for i in range(chunks.k.shape[1]):
-        corrected = chunks.values[:, i] - chunks.state_keys[:, i] @ state
-        outputs.append(chunks.decayed_q[:, i] @ state + chunks.attention[:, i] @ corrected)
+        corrected = torch.baddbmm(chunks.values[:, i], chunks.state_keys[:, i], state, alpha=-1)
+        outputs.append(torch.baddbmm(chunks.attention[:, i] @ corrected, chunks.decayed_q[:, i],
+                                     state))
         for n in states_at:
             if n > 0 and (n - 1) // chunk == i:
                 checkpoints[n] = _state_after(state, chunks, i, corrected, n - i * chunk)
-        state = _state_after(state, chunks, i, corrected, chunk)
+        state = torch.baddbmm(state * chunks.chunk_decay[:, i], chunks.decayed_k[:, i], corrected)
     out = torch.cat(outputs, dim=1)[:, :length].transpose(0, 1)
     return DeltaRuleRun(out.contiguous(), state, [checkpoints[n] for n in states_at])
 
@@ -114,7 +118,10 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
     values = system @ (v * beta.unsqueeze(-1))
     state_keys = system @ (k_beta * c.exp().unsqueeze(-1))
     attention = (q @ k.transpose(-1, -2)) * decay
-    return _Chunks(q * c.exp().unsqueeze(-1), k, c, values, state_keys, attention)
+    last = c[..., -1:]
+    decayed_k = (k * (last - c).exp().unsqueeze(-1)).transpose(-1, -2).contiguous()
+    return _Chunks(q * c.exp().unsqueeze(-1), k, c, values, state_keys, attention,
+                   last.exp().unsqueeze(-1), decayed_k)
 
 
 def _unit_lower_inverse(a: torch.Tensor) -> torch.Tensor:
@@ -151,7 +158,8 @@ def _to_chunks(x: torch.Tensor, chunk: int) -> torch.Tensor:
 
 def _state_after(state: torch.Tensor, chunks: _Chunks, i: int, corrected: torch.Tensor,
                  n: int) -> torch.Tensor:
-    """The state after the first n tokens of chunk i, from the state before it."""
+    """The state after the first n tokens of chunk i, from the state before it (a checkpoint
+    inside the chunk: the chunk's own end uses the terms _prepare computed)."""
     c = chunks.log_decay[:, i, :n]
     last = c[:, -1:]
     keys = chunks.k[:, i, :n] * (last - c).exp().unsqueeze(-1)
