@@ -39,18 +39,19 @@ class DeltaRuleRun:
 
 @dataclass(slots=True)
 class _Chunks:
-    """A run cut into N chunks of C tokens, heads first ([heads, N, C, ...]), with what the
-    sequential pass over chunks needs, solved for all chunks at once."""
+    """A run cut into N chunks of C tokens ([N, heads, C, ...], each chunk's rows contiguous
+    for the sequential pass's matmuls), with what that pass needs, solved for all chunks at
+    once."""
 
     decayed_q: torch.Tensor  # q_i * exp(c_i): the query reading the chunk's incoming state
     k: torch.Tensor
-    log_decay: torch.Tensor  # c: cumulative g inside each chunk [heads, N, C]
+    log_decay: torch.Tensor  # c: cumulative g inside each chunk [N, heads, C]
     values: torch.Tensor  # the corrected values if the incoming state were zero
     state_keys: torch.Tensor  # how much of the incoming state each correction removes
     attention: torch.Tensor  # q_i . k_j * exp(c_i - c_j), j <= i: reads inside the chunk
     # What a whole chunk does to the state: S * exp(c_last) + decayed_k @ corrected values.
-    chunk_decay: torch.Tensor  # exp(c_last) [heads, N, 1, 1]
-    decayed_k: torch.Tensor  # (k_j * exp(c_last - c_j))^T [heads, N, k_dim, C]
+    chunk_decay: torch.Tensor  # exp(c_last) [N, heads, 1, 1]
+    decayed_k: torch.Tensor  # (k_j * exp(c_last - c_j))^T [N, heads, k_dim, C]
 
 
 def chunked_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -71,16 +72,16 @@ def chunked_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     state = state.to(dtype)
     checkpoints = {0: state.clone()} if 0 in states_at else {}
     outputs = []
-    for i in range(chunks.k.shape[1]):
-        corrected = torch.baddbmm(chunks.values[:, i], chunks.state_keys[:, i], state, alpha=-1)
-        outputs.append(torch.baddbmm(chunks.attention[:, i] @ corrected, chunks.decayed_q[:, i],
+    for i in range(chunks.k.shape[0]):
+        corrected = torch.baddbmm(chunks.values[i], chunks.state_keys[i], state, alpha=-1)
+        outputs.append(torch.baddbmm(chunks.attention[i] @ corrected, chunks.decayed_q[i],
                                      state))
         for n in states_at:
             if n > 0 and (n - 1) // chunk == i:
                 checkpoints[n] = _state_after(state, chunks, i, corrected, n - i * chunk)
-        state = torch.baddbmm(state * chunks.chunk_decay[:, i], chunks.decayed_k[:, i], corrected)
-    out = torch.cat(outputs, dim=1)[:, :length].transpose(0, 1)
-    return DeltaRuleRun(out.contiguous(), state, [checkpoints[n] for n in states_at])
+        state = torch.baddbmm(state * chunks.chunk_decay[i], chunks.decayed_k[i], corrected)
+    out = torch.stack(outputs).transpose(1, 2).flatten(0, 1)[:length]  # [T, heads, v_dim]
+    return DeltaRuleRun(out, state, [checkpoints[n] for n in states_at])
 
 
 def gated_delta_rule_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
@@ -105,7 +106,8 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
     length = v.shape[0]
     pad = -length % chunk
     q, k, v = (_to_chunks(F.pad(t, (0, 0, 0, 0, 0, pad)), chunk) for t in (q, k, v))
-    g, beta = (F.pad(t, (0, 0, 0, pad)).t().unflatten(1, (-1, chunk)) for t in (g, beta))
+    g, beta = (F.pad(t, (0, 0, 0, pad)).unflatten(0, (-1, chunk)).transpose(1, 2).contiguous()
+               for t in (g, beta))
     c = g.cumsum(-1)
     causal = torch.ones(chunk, chunk, dtype=torch.bool, device=v.device).tril()
     # exp(c_i - c_j) for j <= i: the decay between two tokens of a chunk (0 above the diagonal,
@@ -152,15 +154,15 @@ def _diagonal_blocks(x: torch.Tensor, b: int) -> torch.Tensor:
 
 
 def _to_chunks(x: torch.Tensor, chunk: int) -> torch.Tensor:
-    """[T, heads, dim] -> [heads, T / chunk, chunk, dim]."""
-    return x.transpose(0, 1).unflatten(1, (-1, chunk))
+    """[T, heads, dim] -> [T / chunk, heads, chunk, dim]."""
+    return x.unflatten(0, (-1, chunk)).transpose(1, 2).contiguous()
 
 
 def _state_after(state: torch.Tensor, chunks: _Chunks, i: int, corrected: torch.Tensor,
                  n: int) -> torch.Tensor:
     """The state after the first n tokens of chunk i, from the state before it (a checkpoint
     inside the chunk: the chunk's own end uses the terms _prepare computed)."""
-    c = chunks.log_decay[:, i, :n]
+    c = chunks.log_decay[i, :, :n]
     last = c[:, -1:]
-    keys = chunks.k[:, i, :n] * (last - c).exp().unsqueeze(-1)
+    keys = chunks.k[i, :, :n] * (last - c).exp().unsqueeze(-1)
     return state * last.exp().unsqueeze(-1) + keys.transpose(-1, -2) @ corrected[:, :n]
