@@ -1,7 +1,8 @@
 """Self-attention over the paged KV cache, its kind set per layer: every key or a sliding window,
 rotated by one of the model's rotary tables or not at all (NoPE), with optional per-head query
 and key norms (Qwen3, Gemma 3), partial rotary (Phi-4-mini), Gemma 4's value norm and values
-taken from the keys' projection, attention logit softcapping, and attention sinks (gpt-oss)."""
+taken from the keys' projection, attention logit softcapping, attention sinks (gpt-oss), and an
+output gate (Qwen3-Next, Qwen3.5)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from pagoda.engine.layers.linear import Linear
+from pagoda.engine.quantization.tensors import Weight, select_rows
 from pagoda.kernels.attention_metadata import AttentionMetadata, TritonAttentionMetadata
 from pagoda.kernels.kernel_ops import KernelOps
 
@@ -43,6 +45,9 @@ class Attention:
     values_from_keys: bool = False
     softcap: float | None = None  # scores capped at softcap * tanh(scores / softcap) (Gemma 2)
     sinks: torch.Tensor | None = None  # [heads] fp32 logits in each softmax's denominator (gpt-oss)
+    # Qwen3-Next, Qwen3.5: qkv_proj also gives a gate per query channel, after everything else
+    # (split_gated_queries), and the output is o_proj(attention * sigmoid(gate)).
+    output_gate: bool = False
 
     def __call__(self, x: torch.Tensor, rotary: StepRotary, k_cache: torch.Tensor,
                  v_cache: torch.Tensor, meta: Metadata, ops: KernelOps,
@@ -51,12 +56,18 @@ class Attention:
         whose KV cache this one reads (Gemma 4's shared KV caches; qkv_proj then gives queries
         alone): they are written again to the same slots, then attended."""
         qkv = self.qkv_proj(x)
+        gate = None
+        if self.output_gate:
+            width = self.heads.num_heads * self.heads.head_dim
+            qkv, gate = qkv[:, :-width], qkv[:, -width:]
         if shared is None:
             q, k, v = self._queries_keys_values(qkv, rotary, ops)
         else:
             q, (k, v) = self._queries(qkv, rotary, ops), shared
         attn = ops.paged_attention(q, k, v, k_cache, v_cache, meta.for_window(self.window),
                                    self.scale, softcap=self.softcap, sinks=self.sinks)
+        if gate is not None:
+            attn = attn * torch.sigmoid(gate)
         return self.o_proj(attn), (k, v)
 
     def _queries_keys_values(self, qkv: torch.Tensor, rotary: StepRotary, ops: KernelOps,
@@ -107,6 +118,14 @@ class Attention:
         k = ops.rms_norm(k.reshape(-1, h.head_dim), self.k_norm, self.eps)
         n = q_and_k.shape[0]
         return torch.cat((q.view(n, -1, h.head_dim), k.view(n, -1, h.head_dim)), dim=1)
+
+
+def split_gated_queries(q_proj: Weight, num_heads: int, head_dim: int) -> tuple[Weight, Weight]:
+    """Hugging Face's gated q_proj [heads x 2 x head_dim, hidden] holds each head's query rows
+    then its gate rows: (the queries' rows, the gates' rows), each heads in order, in the
+    weight's own layout."""
+    rows = (torch.arange(num_heads).unsqueeze(1) * 2 * head_dim + torch.arange(head_dim))
+    return select_rows(q_proj, rows.flatten()), select_rows(q_proj, (rows + head_dim).flatten())
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
