@@ -24,10 +24,11 @@ from transformers.models.qwen3_5.modeling_qwen3_5 import (
 
 from pagoda.engine.layers.gated_delta_net import DeltaNetShape
 from pagoda.engine.layers.gated_delta_net_weights import qwen3_5_gated_delta_net
-from pagoda.engine.layers.gated_delta_rule import chunked_gated_delta_rule, gated_delta_rule_step
+from pagoda.engine.layers.gated_delta_rule import chunked_gated_delta_rule
 from pagoda.engine.layers.linear import Placement
 from pagoda.kernels.kernel_ops import TORCH_OPS
 from pagoda.kernels.recurrent_metadata import RecurrentMetadata, RecurrentSegment
+from pagoda.kernels.recurrent_steps import gdn_step
 
 HIDDEN, HEADS, DIM, KERNEL = 1024, 16, 128, 4
 
@@ -69,7 +70,7 @@ def main() -> None:
     states, slots = torch.zeros(4, HEADS, DIM, DIM), torch.tensor([1])
     one = [t[:1] for t in (q, k, v, g, beta)]
     report("delta rule, one decode step",
-           timed(lambda: gated_delta_rule_step(*one, states, slots), args.rounds * 20))
+           timed(lambda: gdn_step(states, slots, *one), args.rounds * 20))
 
     config = Qwen3_5TextConfig(hidden_size=HIDDEN, linear_num_key_heads=HEADS,
                                linear_num_value_heads=HEADS, linear_key_head_dim=DIM,

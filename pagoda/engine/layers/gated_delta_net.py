@@ -20,9 +20,11 @@ import torch.nn.functional as F
 
 from pagoda.engine.errors import ModelLoadError
 from pagoda.engine.layers.causal_conv import causal_conv_prefill, causal_conv_step
-from pagoda.engine.layers.gated_delta_rule import chunked_gated_delta_rule, gated_delta_rule_step
+from pagoda.engine.layers.gated_delta_rule import chunked_gated_delta_rule
 from pagoda.engine.layers.linear import Linear
+from pagoda.kernels.kernel_ops import TORCH_OPS, KernelOps
 from pagoda.kernels.recurrent_metadata import RecurrentMetadata
+from pagoda.kernels.recurrent_steps import value_heads
 
 L2_EPS = 1e-6  # inside the square root, as the reference's l2norm (FLA's) has it
 
@@ -34,6 +36,9 @@ class DeltaNetShape:
     k_dim: int
     v_dim: int
     conv_kernel: int
+    # Value head h reads key head h % num_k_heads (llama.cpp's converter writes Qwen3-Next's and
+    # Qwen3.5's value heads tiled over the key heads), not h // (num_v_heads / num_k_heads).
+    tiled: bool = False
 
     def __post_init__(self) -> None:
         if self.num_v_heads % self.num_k_heads:
@@ -77,15 +82,16 @@ class GatedDeltaNet:
         return (s.conv_channels, s.conv_kernel - 1), (s.num_v_heads, s.k_dim, s.v_dim)
 
     def forward(self, x: torch.Tensor, meta: RecurrentMetadata,
-                states: tuple[torch.Tensor, ...]) -> torch.Tensor:
+                states: tuple[torch.Tensor, ...], ops: KernelOps = TORCH_OPS) -> torch.Tensor:
         """x [num_tokens, hidden] laid out as `meta` says; states[i] [num_slots,
-        *state_shapes()[i]] float32, the batch's slots read and written in place."""
+        *state_shapes()[i]] float32, the batch's slots read and written in place; the decodes'
+        state updates run on ops.gdn_step (in C on a CPU)."""
         conv_states, delta_states = states
         channels, z, b, a = self.in_proj(x).split(self.shape.projection_widths, dim=-1)
         q, k, v = self._queries_keys_values(self._convolve(channels, meta, conv_states))
         beta = b.sigmoid().float()  # rounded at the compute dtype, as the reference
         g = -self.decay_rate * F.softplus(a.float() + self.dt_bias)
-        mixed = _delta_rule(q, k, v, g, beta, meta, delta_states)
+        mixed = _delta_rule(q, k, v, g, beta, meta, delta_states, self.shape.tiled, ops)
         return self.out_proj(self._gated_norm(mixed.to(x.dtype), z).flatten(1))
 
     def _convolve(self, channels: torch.Tensor, meta: RecurrentMetadata,
@@ -104,16 +110,13 @@ class GatedDeltaNet:
 
     def _queries_keys_values(self, mixed: torch.Tensor
                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """float32 [tokens, v_heads, dim] each: q and k l2-normed (q also scaled by
-        k_dim^-1/2) and repeated from the key heads to the value heads."""
+        """float32 [tokens, heads, dim] each: q and k per key head, l2-normed (q also scaled
+        by k_dim^-1/2); v per value head."""
         s = self.shape
         n = mixed.shape[0]
         q, k, v = mixed.float().split((s.key_width, s.key_width, s.value_width), dim=-1)
-        group = s.num_v_heads // s.num_k_heads
         q = _l2_norm(q.view(n, s.num_k_heads, s.k_dim)) * s.k_dim ** -0.5
         k = _l2_norm(k.view(n, s.num_k_heads, s.k_dim))
-        if group > 1:
-            q, k = q.repeat_interleave(group, dim=1), k.repeat_interleave(group, dim=1)
         return q, k, v.view(n, s.num_v_heads, s.v_dim)
 
     def _gated_norm(self, mixed: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -128,15 +131,18 @@ class GatedDeltaNet:
 
 
 def _delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
-                beta: torch.Tensor, meta: RecurrentMetadata,
-                delta_states: torch.Tensor) -> torch.Tensor:
-    """[tokens, v_heads, v_dim] float32: the decodes' steps, then each prefill segment's run
-    from its slot's state (zeros where fresh), its final state written back."""
+                beta: torch.Tensor, meta: RecurrentMetadata, delta_states: torch.Tensor,
+                tiled: bool, ops: KernelOps) -> torch.Tensor:
+    """[tokens, v_heads, v_dim] float32: the decodes' steps (q and k per key head), then each
+    prefill segment's run from its slot's state (zeros where fresh), its final state written
+    back (q and k repeated to the value heads)."""
     out = v.new_empty(v.shape)
     d = meta.num_decodes
     if d:
-        out[:d] = gated_delta_rule_step(q[:d], k[:d], v[:d], g[:d], beta[:d], delta_states,
-                                        meta.decode_slots)
+        out[:d] = ops.gdn_step(delta_states, meta.decode_slots, q[:d], k[:d], v[:d], g[:d],
+                               beta[:d], tiled)
+    if meta.prefills:
+        q, k = (value_heads(t, v.shape[1], tiled) for t in (q, k))
     for seg in meta.prefills:
         run_slice = slice(seg.start, seg.end)
         before = None if seg.fresh else delta_states[seg.slot]

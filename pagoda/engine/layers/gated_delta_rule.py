@@ -84,21 +84,6 @@ def chunked_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return DeltaRuleRun(out, state, [checkpoints[n] for n in states_at])
 
 
-def gated_delta_rule_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
-                          beta: torch.Tensor, states: torch.Tensor,
-                          slots: torch.Tensor) -> torch.Tensor:
-    """One token for each of B sequences ([B, heads, ...]); states [num_slots, heads, k_dim,
-    v_dim] float32, rows `slots` [B] advanced in place. Returns the outputs [B, heads, v_dim]
-    at the states' precision."""
-    q, k, v, g, beta = (t.to(states.dtype) for t in (q, k, v, g, beta))
-    state = states[slots] * g.exp()[..., None, None]
-    recalled = torch.einsum("bhkv,bhk->bhv", state, k)
-    correction = (v - recalled) * beta.unsqueeze(-1)
-    state += k.unsqueeze(-1) * correction.unsqueeze(-2)
-    states[slots] = state
-    return torch.einsum("bhkv,bhk->bhv", state, q)
-
-
 def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
              beta: torch.Tensor, chunk: int) -> _Chunks:
     """Heads first, padded to whole chunks with tokens that change nothing (g = 0: no decay,

@@ -152,3 +152,22 @@ def test_quantized_qwen3_next_projections_are_reordered_like_plain_ones():
     got = quantized.forward(x, meta, new_states(quantized, 1))
     want = plain.forward(x, meta, new_states(plain, 1))
     assert (got - want).norm() < 0.01 * want.norm()
+
+
+@pytest.mark.parametrize("family", ["qwen3_next", "qwen3_5"])
+def test_decode_steps_on_the_cpu_kernels_equal_the_torch_ones(family, tmp_path):
+    from pagoda.kernels.cpu import native
+    from pagoda.kernels.ops import with_recurrent_steps
+
+    if native.find_compiler() is None:
+        pytest.skip("no C compiler to build pagoda/kernels/cpu/recurrent_steps.c")
+    ops = with_recurrent_steps(TORCH_OPS, lambda name: native.load(name, tmp_path))
+    _, mixer = reference_and_ours(family)
+    x = prompt()
+    head, runs = 5, []
+    for kernels in (TORCH_OPS, ops):
+        states = new_states(mixer, 3)
+        mixer.forward(x[:head], prefill(0, head, 2, fresh=True), states)
+        runs.append([mixer.forward(x[t:t + 1], decode(2), states, kernels)
+                     for t in range(head, PROMPT)])
+    torch.testing.assert_close(torch.cat(runs[1]), torch.cat(runs[0]), rtol=1e-5, atol=1e-5)

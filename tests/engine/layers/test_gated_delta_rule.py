@@ -5,10 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pagoda.engine.layers.gated_delta_rule import (
-    chunked_gated_delta_rule,
-    gated_delta_rule_step,
-)
+from pagoda.engine.layers.gated_delta_rule import chunked_gated_delta_rule
+from pagoda.kernels.recurrent_steps import gdn_step
 
 LENGTH, HEADS, K_DIM, V_DIM = 23, 3, 4, 5
 INTERNAL_CHUNK = 8  # small, so that a run spans several chunks and ends inside one
@@ -32,7 +30,7 @@ def one_token_at_a_time(inputs, state):
     slots = torch.tensor([2])
     outputs, after = [], [state.clone()]
     for t in range(inputs[0].shape[0]):
-        outputs.append(gated_delta_rule_step(*(x[t:t + 1] for x in inputs), states, slots)[0])
+        outputs.append(gdn_step(states, slots, *(x[t:t + 1] for x in inputs))[0])
         after.append(states[2].clone())
     return torch.stack(outputs), after
 
