@@ -28,17 +28,22 @@ LLAMA_CPP_MOE_VARIANTS = ("qwen3moe", "qwen2moe", "mixtral")
 # The hybrids llama.cpp runs as transformers does (recorded apart, in tiny_hybrid.json). Not
 # "granite-hybrid-moe-rope": the converter marks every Granite hybrid's attention unrotated
 # (rope.scaling.finetuned false), so its file is another model than its folder.
-LLAMA_CPP_HYBRID_VARIANTS = ("lfm2", "granite-hybrid", "granite-hybrid-moe")
+LLAMA_CPP_HYBRID_VARIANTS = ("lfm2", "granite-hybrid", "granite-hybrid-moe", "qwen3.5")
 
 CONVERTER_DIR = Path(sys.prefix, "share", "llama.cpp")
 CONVERTER = CONVERTER_DIR / "convert_hf_to_gguf.py"
 # Each conversion of a tiny model takes about a second; importing torch and transformers
 # (the converter reads tokenizers through them) takes several, so one interpreter runs them all.
+# Qwen3.5's and Qwen3-Next's converters expect multi-token prediction weights unless told there
+# are none (--no-mtp): transformers' models have none.
 _RUN_EACH = """
-import runpy, sys
+import json, pathlib, runpy, sys
 script, outtype, *jobs = sys.argv[1:]
 for hf_folder, out_path, name in zip(jobs[::3], jobs[1::3], jobs[2::3]):
-    sys.argv = [script, hf_folder, "--outfile", out_path, "--outtype", outtype, "--model-name", name]
+    config = json.loads(pathlib.Path(hf_folder, "config.json").read_text())
+    no_mtp = ["--no-mtp"] if config.get("model_type") in ("qwen3_5_text", "qwen3_next") else []
+    sys.argv = [script, hf_folder, "--outfile", out_path, "--outtype", outtype, "--model-name",
+                name, *no_mtp]
     runpy.run_path(script, run_name="__main__")
 """
 _TIMEOUT_S = 600

@@ -31,11 +31,13 @@ FAMILY_VARIANTS = ("gemma2", "gemma3", "gemma3-query-scalar", "gemma4", "gemma4-
 
 # Hybrid families (issue 56): recurrent layers beside attention, built here for parity with
 # transformers only (no llama.cpp record yet).
-HYBRID_VARIANTS = ("lfm2", "granite-hybrid", "granite-hybrid-moe", "granite-hybrid-moe-rope")
+HYBRID_VARIANTS = ("lfm2", "granite-hybrid", "granite-hybrid-moe", "granite-hybrid-moe-rope",
+                   "qwen3.5")
 
 _MODEL_CLASSES = {
     "lfm2": transformers.Lfm2ForCausalLM,
     "granitemoehybrid": transformers.GraniteMoeHybridForCausalLM,
+    "qwen3_5_text": transformers.Qwen3_5ForCausalLM,
     "llama": transformers.LlamaForCausalLM,
     "qwen2": transformers.Qwen2ForCausalLM,
     "mistral": transformers.MistralForCausalLM,
@@ -203,6 +205,17 @@ _VARIANTS = {
     "granite-hybrid-moe-rope": {"based_on": "granite-hybrid-moe",
                                 "position_embedding_type": "rope", "rope_theta": 10000.0,
                                 "mamba_proj_bias": True, "attention_bias": True},
+    # Qwen3.5 as its 0.8B is built, smaller: 8 layers, a Gated DeltaNet (2 key heads of 16, 4
+    # value heads of 16, 4 taps) in three of every four, gated attention (4 heads of 16, 2 KV
+    # heads, q/k norms) in 3 and 7, rotating a quarter of each head; the rotary sections must
+    # fit its 2 rotated pairs (the converter writes [11, 11, 10] for none); untied.
+    "qwen3.5": {"model_type": "qwen3_5_text", "num_hidden_layers": 8, "head_dim": 16,
+                "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+                "linear_conv_kernel_dim": 4, "tie_word_embeddings": False,
+                "rope_theta": 10000.0,
+                "rope_parameters": {"partial_rotary_factor": 0.25, "mrope_section": [1, 1, 0],
+                                    "mrope_interleaved": True}},
     # Mixtral's layout: 8 experts of width 64 (intermediate_size), top 2, renormalised.
     "mixtral": {"num_hidden_layers": 3, "num_local_experts": 8, "num_experts_per_tok": 2,
                 "intermediate_size": 64, "tie_word_embeddings": False, "sliding_window": None,
@@ -215,7 +228,7 @@ _LEGACY_LAYER_TYPES = frozenset({"granite-hybrid", "granite-hybrid-moe",
 # Drawn from numpy's stream as FAMILY_VARIANTS are, not transformers' initialisation (whose
 # Mamba A_log, D and dt_bias are the same every layer): numpy's PCG64 gives every CPU the same
 # weights, so the converter's file hashes as the one llama.cpp's tokens were recorded on.
-_NUMPY_WEIGHTS = frozenset(FAMILY_VARIANTS) | _LEGACY_LAYER_TYPES | {"lfm2"}
+_NUMPY_WEIGHTS = frozenset(FAMILY_VARIANTS) | _LEGACY_LAYER_TYPES | {"lfm2", "qwen3.5"}
 # Released checkpoints of these variants keep rope_theta and rope_scaling at the top level of
 # config.json (transformers 4.x's layout); the saved folder is rewritten that way.
 _LEGACY_ROPE_LAYOUT = frozenset({"llama3-rope"})
@@ -225,7 +238,9 @@ _LEGACY_ROPE_LAYOUT = frozenset({"llama3-rope"})
 # "TokenizersBackend", so these folders name it as Phi-4 does.
 _GPT2_TOKENIZER_CLASS = frozenset({"phi3", "phi3-longrope"})
 # Gemma's norms hold w of the (1 + w) they scale by: centred on 0, not on 1.
-_ZERO_CENTRED_NORMS = frozenset({"gemma2", "gemma3_text"})
+_ZERO_CENTRED_NORMS = frozenset({"gemma2", "gemma3_text", "qwen3_5_text"})
+# ...except these, which scale by w: Qwen3.5's gated norm in its Gated DeltaNet.
+_NORMS_CENTRED_ON_ONE = ("linear_attn.norm.weight",)
 # Gemma scales its (tied) embeddings by sqrt(hidden) = 8: at the initializer's 0.2 a token's own
 # embedding dominates the residual and greedy output repeats one token; at 0.1 it varies.
 _EMBEDDING_STD = {"gemma2": 0.1, "gemma3_text": 0.1, "gemma4_text": 0.1,
@@ -436,7 +451,9 @@ def _draw_weights_with_numpy(model: torch.nn.Module, seed: int, std: float, embe
     so that an engine that ignores a norm or a bias fails parity."""
     rng = np.random.Generator(np.random.PCG64(seed))
     for name, w in model.named_parameters():
-        if "norm" in name:
+        if name.endswith(_NORMS_CENTRED_ON_ONE):
+            scale, centre = 0.2, 1.0
+        elif "norm" in name:
             scale, centre = 0.2, norms_centred_on
         elif name.endswith(".bias"):
             scale, centre = 0.5, 0.0

@@ -41,6 +41,7 @@ from pagoda.engine.loading.gguf_blocks import (
 from pagoda.engine.loading.gguf_header import check_gguf_header
 from pagoda.engine.loading.gguf_names import (
     A_LOG_HELD_AS_A,
+    NORMS_HELD_AS_W,
     NORMS_HOLD_ONE_PLUS_W,
     PERMUTED_QK,
     final_norm_name,
@@ -253,7 +254,8 @@ class GGUFModelFile:
         return LazyWeights(tensors, decode)
 
     def _holds_one_plus_w(self, hf_name: str) -> bool:
-        return self.architecture in NORMS_HOLD_ONE_PLUS_W and hf_name.endswith("norm.weight")
+        return (self.architecture in NORMS_HOLD_ONE_PLUS_W and hf_name.endswith("norm.weight")
+                and not hf_name.endswith(NORMS_HELD_AS_W))
 
     def _a_log(self, hf_name: str, data: np.ndarray, kind: QType,
                shape: tuple[int, ...]) -> torch.Tensor:
@@ -263,7 +265,7 @@ class GGUFModelFile:
         if not (a < 0).all():
             raise ModelLoadError(
                 f"Tensor {self.tensor_name(hf_name)} in {self.path} holds a value that is not "
-                "negative, where a Mamba layer's A = -exp(A_log) is. The file is damaged: "
+                "negative, where a recurrent layer's A = -exp(A_log) is. The file is damaged: "
                 "re-download it.")
         return torch.log(-a)
 

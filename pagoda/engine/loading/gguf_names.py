@@ -56,11 +56,19 @@ _LAYER_BY_ARCHITECTURE: dict[str, dict[str, str]] = {
     # Granite 4 hybrids' Mamba-2 layers (their per-head parameters: _LAYER_PARAMETERS).
     "granitehybrid": {"mamba.in_proj": "ssm_in", "mamba.conv1d": "ssm_conv1d",
                       "mamba.norm": "ssm_norm", "mamba.out_proj": "ssm_out"},
+    # Qwen3.5's norm before the MLP, and its Gated DeltaNets (value heads tiled by the
+    # converter: pagoda/engine/models/qwen3_5.py).
+    "qwen35": {"post_attention_layernorm": "post_attention_norm",
+               "linear_attn.in_proj_qkv": "attn_qkv", "linear_attn.in_proj_z": "attn_gate",
+               "linear_attn.in_proj_b": "ssm_beta", "linear_attn.in_proj_a": "ssm_alpha",
+               "linear_attn.conv1d": "ssm_conv1d", "linear_attn.norm": "ssm_norm",
+               "linear_attn.out_proj": "ssm_out"},
 }
 # Layer parameters without a ".weight" or ".bias" suffix, by architecture: their whole GGUF
 # names within blk.N. (Granite's A_log, D and dt_bias; the converter renames dt_bias a bias).
 _LAYER_PARAMETERS: dict[str, dict[str, str]] = {
     "granitehybrid": {"mamba.A_log": "ssm_a", "mamba.D": "ssm_d", "mamba.dt_bias": "ssm_dt.bias"},
+    "qwen35": {"linear_attn.A_log": "ssm_a", "linear_attn.dt_bias": "ssm_dt.bias"},
 }
 # The layer modules every file of an architecture holds (biases and a separate output matrix
 # vary, and are checked against the config later).
@@ -104,6 +112,7 @@ _NEEDED_MODULES: dict[str, tuple[str, ...]] = {
     "lfm2": ("operator_norm", "ffn_norm", "feed_forward.w1", "feed_forward.w3", "feed_forward.w2"),
     # Its mixer (attention or Mamba-2) and MLP (dense, or experts beside a shared expert) too.
     "granitehybrid": ("input_layernorm", "post_attention_layernorm"),
+    "qwen35": ("input_layernorm", "post_attention_layernorm", *_DENSE_MLP),
 }
 # The last norm, where an architecture's is not model.norm.
 _FINAL_NORMS = {"lfm2": "model.embedding_norm"}
@@ -114,11 +123,15 @@ _FINAL_NORMS = {"lfm2": "model.embedding_norm"}
 PERMUTED_QK = frozenset({"llama", "smollm3", "granitehybrid"})
 # llama.cpp's converter writes these architectures' norm weights as 1 + w (Gemma's RMSNorm
 # scales by 1 + w, llama.cpp's by the weight): every tensor whose Hugging Face name ends in
-# "norm.weight". The loader gives back w, so a file and a folder load the same model.
-NORMS_HOLD_ONE_PLUS_W = frozenset({"gemma2", "gemma3"})
-# llama.cpp's converter writes these architectures' Mamba-2 A_log as A = -exp(A_log) (ssm_a): the
-# loader gives back A_log.
-A_LOG_HELD_AS_A = frozenset({"granitehybrid"})
+# "norm.weight" but NORMS_HELD_AS_W. The loader gives back w, so a file and a folder load the
+# same model.
+NORMS_HOLD_ONE_PLUS_W = frozenset({"gemma2", "gemma3", "qwen35"})
+# Norms of those architectures that scale by w and are written as they are: Qwen3.5's gated
+# norm in its Gated DeltaNets.
+NORMS_HELD_AS_W = ("linear_attn.norm.weight",)
+# llama.cpp's converter writes these architectures' A_log (Mamba-2's, Gated DeltaNet's) as
+# A = -exp(A_log) (ssm_a): the loader gives back A_log.
+A_LOG_HELD_AS_A = frozenset({"granitehybrid", "qwen35"})
 
 _LAYER_PARAMETER = re.compile(r"model\.layers\.(\d+)\.(.+?)(?:\.(weight|bias))?")
 _EXPERT_PARAMETER = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(\w+)\.(weight|bias)")

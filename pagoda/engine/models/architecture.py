@@ -28,6 +28,9 @@ class AttentionKind:
     # Values are the keys' projection (Gemma 4's global layers: attention_k_eq_v), read before
     # the key norm and RoPE; the layer has no v_proj.
     values_from_keys: bool = False
+    # Qwen3-Next's and Qwen3.5's gated attention: q_proj holds each head's query rows then its
+    # gate rows, and the output is o_proj(attention * sigmoid(gate)).
+    output_gate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +80,39 @@ class Mamba2Kind:
                 + self.num_heads * self.head_dim * self.state_size)
 
 
+@dataclass(frozen=True, slots=True)
+class GatedDeltaNetKind:
+    """A recurrent layer in place of attention: Gated DeltaNet (Qwen3-Next's and Qwen3.5's
+    linear-attention layers, pagoda/engine/layers/gated_delta_net.py). `module` (within
+    model.layers.N.) holds the input projections (`layout`: "qwen3_5"'s in_proj_qkv, in_proj_z,
+    in_proj_b, in_proj_a, or "qwen3_next"'s in_proj_qkvz and in_proj_ba grouped by key head),
+    conv1d (depthwise over q|k|v, `conv_kernel` taps, then SiLU), A_log, dt_bias, the gated norm
+    and out_proj. Each sequence carries the convolution's last conv_kernel-1 inputs and a
+    [v_heads, k_dim, v_dim] state. tiled: value head h reads key head h % k_heads (llama.cpp's
+    converter's order) instead of h // (v_heads / k_heads)."""
+
+    num_k_heads: int
+    num_v_heads: int
+    k_dim: int
+    v_dim: int
+    conv_kernel: int
+    layout: str = "qwen3_5"
+    tiled: bool = False
+    module: str = "linear_attn"
+
+    @property
+    def conv_channels(self) -> int:
+        return 2 * self.num_k_heads * self.k_dim + self.num_v_heads * self.v_dim
+
+    @property
+    def state_floats(self) -> int:
+        """One sequence's state in this layer: the convolution's window and the delta rule's."""
+        return (self.conv_channels * (self.conv_kernel - 1)
+                + self.num_v_heads * self.k_dim * self.v_dim)
+
+
 # What a layer mixes its tokens with: attention over the KV cache, or a recurrent mixer.
-LayerKind = AttentionKind | ShortConvKind | Mamba2Kind
+LayerKind = AttentionKind | ShortConvKind | Mamba2Kind | GatedDeltaNetKind
 
 
 def recurrent_state_floats(layers: Iterable[LayerKind], hidden: int) -> int:
@@ -88,7 +122,7 @@ def recurrent_state_floats(layers: Iterable[LayerKind], hidden: int) -> int:
     for kind in layers:
         if isinstance(kind, ShortConvKind):
             floats += hidden * (kind.kernel - 1)
-        elif isinstance(kind, Mamba2Kind):
+        elif isinstance(kind, Mamba2Kind | GatedDeltaNetKind):
             floats += kind.state_floats
     return floats
 

@@ -19,6 +19,7 @@ from pagoda.engine.models.architecture import (
     SHARED_EXPERT_GATE,
     AttentionKind,
     DecoderArchitecture,
+    GatedDeltaNetKind,
     Mamba2Kind,
     ModelShape,
     MoESpec,
@@ -223,9 +224,12 @@ def _layer_weight_shapes(arch: DecoderArchitecture, index: int) -> dict[str, tup
         by_module |= _short_conv_modules(kind, s.hidden_size)
     elif isinstance(kind, Mamba2Kind):
         by_module |= _mamba2_modules(kind, s.hidden_size)
+    elif isinstance(kind, GatedDeltaNetKind):
+        by_module |= _gated_delta_net_modules(kind, s.hidden_size)
     else:
         by_module[names.o] = ((s.hidden_size, q), arch.o_bias)
-        qkv_rows = (q, kv, kv) if len(names.qkv) == 3 else (q + 2 * kv,)
+        q_rows = 2 * q if kind.output_gate else q  # each head's query rows, then its gate's
+        qkv_rows = (q_rows, kv, kv) if len(names.qkv) == 3 else (q_rows + 2 * kv,)
         for module, rows in list(zip(names.qkv, qkv_rows, strict=True))[:qkv_modules(arch,
                                                                                    index)]:
             by_module[module] = ((rows, s.hidden_size), arch.qkv_bias)
@@ -256,6 +260,8 @@ def _layer_weight_shapes(arch: DecoderArchitecture, index: int) -> dict[str, tup
             shapes[f"{layer}.{module}.weight"] = (width,)
     if isinstance(kind, Mamba2Kind):
         shapes |= {f"{layer}.{kind.module}.{p}": (kind.num_heads,) for p in MAMBA2_PER_HEAD}
+    if isinstance(kind, GatedDeltaNetKind):
+        shapes |= {f"{layer}.{kind.module}.{p}": (kind.num_v_heads,) for p in ("A_log", "dt_bias")}
     if names.layer_scalar is not None:
         shapes[f"{layer}.{names.layer_scalar}"] = (1,)
     if names.sinks is not None:
@@ -284,6 +290,26 @@ def _mamba2_modules(kind: Mamba2Kind, hidden: int) -> dict[str, tuple[tuple[int,
             f"{kind.module}.conv1d": ((kind.conv_channels, 1, kind.conv_kernel), kind.conv_bias),
             f"{kind.module}.norm": ((kind.inner_size,), False),
             f"{kind.module}.out_proj": ((hidden, kind.inner_size), kind.proj_bias)}
+
+
+def _gated_delta_net_modules(kind: GatedDeltaNetKind,
+                             hidden: int) -> dict[str, tuple[tuple[int, ...], bool]]:
+    """A Gated DeltaNet's modules (shape, has a bias): its input projections in the family's
+    layout, the depthwise convolution's taps ([channels, 1, kernel]), the gated norm (one
+    weight of v_dim for every value head), out_proj."""
+    value_width = kind.num_v_heads * kind.v_dim
+    if kind.layout == "qwen3_next":
+        projections = {"in_proj_qkvz": kind.conv_channels + value_width,
+                       "in_proj_ba": 2 * kind.num_v_heads}
+    else:
+        projections = {"in_proj_qkv": kind.conv_channels, "in_proj_z": value_width,
+                       "in_proj_b": kind.num_v_heads, "in_proj_a": kind.num_v_heads}
+    modules = {f"{kind.module}.{name}": ((rows, hidden), False)
+               for name, rows in projections.items()}
+    return modules | {
+        f"{kind.module}.conv1d": ((kind.conv_channels, 1, kind.conv_kernel), False),
+        f"{kind.module}.norm": ((kind.v_dim,), False),
+        f"{kind.module}.out_proj": ((hidden, value_width), False)}
 
 
 def _sparse_mlp_modules(moe: MoESpec, hidden: int) -> dict[str, tuple[tuple[int, ...], bool]]:

@@ -13,7 +13,18 @@ from dataclasses import dataclass
 import torch
 from transformers import PretrainedConfig
 
-from pagoda.engine.layers.attention import Attention, HeadShape, Metadata, StepKV
+from pagoda.engine.layers.attention import (
+    Attention,
+    HeadShape,
+    Metadata,
+    StepKV,
+    split_gated_queries,
+)
+from pagoda.engine.layers.gated_delta_net import DeltaNetShape, GatedDeltaNet
+from pagoda.engine.layers.gated_delta_net_weights import (
+    qwen3_5_gated_delta_net,
+    qwen3_next_gated_delta_net,
+)
 from pagoda.engine.layers.linear import (
     Embedding,
     Linear,
@@ -44,6 +55,7 @@ from pagoda.engine.models.architecture import (
     SHARED_EXPERT_GATE,
     AttentionKind,
     DecoderArchitecture,
+    GatedDeltaNetKind,
     Mamba2Kind,
     ShortConvKind,
 )
@@ -341,6 +353,8 @@ class DecoderForCausalLM:
             mixer, attention = self._short_conv(w, prefix, kind, linear, placement), None
         elif isinstance(kind, Mamba2Kind):
             mixer, attention = self._mamba2(w, prefix, kind, placement), None
+        elif isinstance(kind, GatedDeltaNetKind):
+            mixer, attention = self._gated_delta_net(w, prefix, kind, placement), None
         else:
             mixer, attention = None, self._attention(w, index, kind, linear, norm, placement)
         scalar = (None if names.layer_scalar is None else
@@ -370,7 +384,9 @@ class DecoderForCausalLM:
         qkv = names.qkv[:qkv_modules(arch, index)]
         reads_another = s.kv_owner(index) != index
         return Attention(
-            qkv_proj=linear(qkv), o_proj=linear((names.o,)),
+            qkv_proj=(self._gated_qkv(w, index, qkv, placement) if kind.output_gate
+                      else linear(qkv)),
+            o_proj=linear((names.o,)),
             heads=HeadShape(s.num_heads, num_kv_heads, head_dim), window=kind.window,
             rope=kind.rope, scale=arch.scale, eps=s.rms_norm_eps,
             q_norm=norm(names.q_norm), k_norm=None if reads_another else norm(names.k_norm),
@@ -379,7 +395,18 @@ class DecoderForCausalLM:
             values_from_keys=kind.values_from_keys, softcap=arch.attention_softcap,
             sinks=(None if names.sinks is None else  # fp32 as the softmax that reads them
                    w[f"model.layers.{index}.{names.sinks}"].to(device=placement.device,
-                                                                dtype=torch.float32)))
+                                                                dtype=torch.float32)),
+            output_gate=kind.output_gate)
+
+    def _gated_qkv(self, w: MutableMapping[str, Weight], index: int, qkv: tuple[str, ...],
+                   placement: Placement) -> Linear:
+        """q, k, v and the output gate in one matmul, the gate's rows last (what Attention
+        splits off), from a q_proj whose heads each hold their query rows then their gate's."""
+        num_kv_heads, head_dim = self.shape.kv_heads(index)
+        prefix = f"model.layers.{index}."
+        q_proj, *kv = (w[f"{prefix}{m}.weight"] for m in qkv)
+        queries, gates = split_gated_queries(q_proj, self.shape.num_heads, head_dim)
+        return make_fused_linear([queries, *kv, gates], None, placement)
 
     def _short_conv(self, w: MutableMapping[str, Weight], prefix: str, kind: ShortConvKind,
                     linear: Callable[[tuple[str, ...]], Linear],
@@ -408,6 +435,17 @@ class DecoderForCausalLM:
             n_groups=kind.n_groups, conv_kernel=kind.conv_kernel, chunk_size=chunk,
             eps=self.shape.rms_norm_eps, time_step_limit=kind.time_step_limit)
         return Mamba2Mixer.from_hf(tensors, config, placement)
+
+    def _gated_delta_net(self, w: MutableMapping[str, Weight], prefix: str,
+                         kind: GatedDeltaNetKind, placement: Placement) -> GatedDeltaNet:
+        module = f"{prefix}{kind.module}."
+        tensors = {name[len(module):]: tensor for name, tensor in w.items()
+                   if name.startswith(module)}
+        shape = DeltaNetShape(kind.num_k_heads, kind.num_v_heads, kind.k_dim, kind.v_dim,
+                              kind.conv_kernel, tiled=kind.tiled)
+        build = (qwen3_next_gated_delta_net if kind.layout == "qwen3_next"
+                 else qwen3_5_gated_delta_net)
+        return build(tensors, shape, self.shape.rms_norm_eps, placement)
 
     def _sparse_mlp(self, w: MutableMapping[str, Weight], prefix: str,
                     linear: Callable[[tuple[str, ...]], Linear],

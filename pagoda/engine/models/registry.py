@@ -73,6 +73,10 @@ FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily("LFM2", "lfm2", ("lfm2",), ("lfm2",), "LFM2-350M, 700M, 1.2B, 2.6B"),
     ModelFamily("Granite 4 hybrid", "granitemoehybrid", ("granitemoehybrid",), ("granitehybrid",),
                 "Granite-4.0-H-Micro, H-Tiny, H-Small"),
+    # Text folders (Qwen3_5ForCausalLM); the released checkpoints are the multimodal wrapper
+    # ("qwen3_5"), refused below.
+    ModelFamily("Qwen3.5", "qwen3_5", ("qwen3_5_text",), ("qwen35",),
+                "Qwen3.5 dense: text folders, every size as GGUF"),
 )
 
 # Known families the engine does not run yet: the reason shown in words.
@@ -83,13 +87,13 @@ NOT_YET: dict[str, str] = {
     **dict.fromkeys(("deepseek_v2", "deepseek2", "deepseek_v3", "olmoe",
                      "granitemoe", "phimoe", "llama4", "dbrx", "glm4_moe", "glm4moe"),
                     MIXTURE_OF_EXPERTS),
-    **dict.fromkeys(("qwen3_next", "qwen3next", "qwen3_5", "qwen35", "qwen3_5_moe", "qwen35moe",
+    **dict.fromkeys(("qwen3_next", "qwen3next", "qwen3_5_moe", "qwen35moe",
                      "mamba", "mamba2", "jamba",
                      "falcon_h1", "falcon-h1", "nemotron_h", "nemotron_h_moe", "rwkv6", "rwkv7"),
                     _HYBRID),
     **dict.fromkeys(("qwen2_vl", "qwen2vl", "qwen2_5_vl", "qwen25vl", "qwen3_vl", "qwen3vl",
                      "smolvlm", "idefics3", "mistral3", "llava", "mllama", "gemma3n", "gemma3",
-                     "gemma4"),
+                     "gemma4", "qwen3_5"),
                     _VISION),
 }
 
