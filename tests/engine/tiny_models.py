@@ -32,12 +32,13 @@ FAMILY_VARIANTS = ("gemma2", "gemma3", "gemma3-query-scalar", "gemma4", "gemma4-
 # Hybrid families (issue 56): recurrent layers beside attention, built here for parity with
 # transformers only (no llama.cpp record yet).
 HYBRID_VARIANTS = ("lfm2", "granite-hybrid", "granite-hybrid-moe", "granite-hybrid-moe-rope",
-                   "qwen3.5")
+                   "qwen3.5", "qwen3-next")
 
 _MODEL_CLASSES = {
     "lfm2": transformers.Lfm2ForCausalLM,
     "granitemoehybrid": transformers.GraniteMoeHybridForCausalLM,
     "qwen3_5_text": transformers.Qwen3_5ForCausalLM,
+    "qwen3_next": transformers.Qwen3NextForCausalLM,
     "llama": transformers.LlamaForCausalLM,
     "qwen2": transformers.Qwen2ForCausalLM,
     "mistral": transformers.MistralForCausalLM,
@@ -216,6 +217,14 @@ _VARIANTS = {
                 "rope_theta": 10000.0,
                 "rope_parameters": {"partial_rotary_factor": 0.25, "mrope_section": [1, 1, 0],
                                     "mrope_interleaved": True}},
+    # Qwen3-Next as its 80B-A3B is built, smaller: Qwen3.5's layers (its DeltaNets' projections
+    # grouped by key head: in_proj_qkvz, in_proj_ba), plain partial RoPE, and in every layer 8
+    # experts of width 32, top 2 renormalised, beside a shared expert 48 wide and its gate.
+    "qwen3-next": {"based_on": "qwen3.5", "model_type": "qwen3_next",
+                   "rope_parameters": {"partial_rotary_factor": 0.25},
+                   "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                   "shared_expert_intermediate_size": 48, "norm_topk_prob": True,
+                   "decoder_sparse_step": 1, "mlp_only_layers": []},
     # Mixtral's layout: 8 experts of width 64 (intermediate_size), top 2, renormalised.
     "mixtral": {"num_hidden_layers": 3, "num_local_experts": 8, "num_experts_per_tok": 2,
                 "intermediate_size": 64, "tie_word_embeddings": False, "sliding_window": None,
@@ -228,7 +237,8 @@ _LEGACY_LAYER_TYPES = frozenset({"granite-hybrid", "granite-hybrid-moe",
 # Drawn from numpy's stream as FAMILY_VARIANTS are, not transformers' initialisation (whose
 # Mamba A_log, D and dt_bias are the same every layer): numpy's PCG64 gives every CPU the same
 # weights, so the converter's file hashes as the one llama.cpp's tokens were recorded on.
-_NUMPY_WEIGHTS = frozenset(FAMILY_VARIANTS) | _LEGACY_LAYER_TYPES | {"lfm2", "qwen3.5"}
+_NUMPY_WEIGHTS = frozenset(FAMILY_VARIANTS) | _LEGACY_LAYER_TYPES | {"lfm2", "qwen3.5",
+                                                                     "qwen3-next"}
 # Released checkpoints of these variants keep rope_theta and rope_scaling at the top level of
 # config.json (transformers 4.x's layout); the saved folder is rewritten that way.
 _LEGACY_ROPE_LAYOUT = frozenset({"llama3-rope"})
@@ -238,8 +248,9 @@ _LEGACY_ROPE_LAYOUT = frozenset({"llama3-rope"})
 # "TokenizersBackend", so these folders name it as Phi-4 does.
 _GPT2_TOKENIZER_CLASS = frozenset({"phi3", "phi3-longrope"})
 # Gemma's norms hold w of the (1 + w) they scale by: centred on 0, not on 1.
-_ZERO_CENTRED_NORMS = frozenset({"gemma2", "gemma3_text", "qwen3_5_text"})
-# ...except these, which scale by w: Qwen3.5's gated norm in its Gated DeltaNet.
+_ZERO_CENTRED_NORMS = frozenset({"gemma2", "gemma3_text", "qwen3_5_text", "qwen3_next"})
+# ...except these, which scale by w: Qwen3.5's and Qwen3-Next's gated norm in their Gated
+# DeltaNets.
 _NORMS_CENTRED_ON_ONE = ("linear_attn.norm.weight",)
 # Gemma scales its (tied) embeddings by sqrt(hidden) = 8: at the initializer's 0.2 a token's own
 # embedding dominates the residual and greedy output repeats one token; at 0.1 it varies.

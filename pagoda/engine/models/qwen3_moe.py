@@ -26,7 +26,7 @@ FOLDER_TENSORS, folder_weights = moe_folders.FOLDER_TENSORS, moe_folders.folder_
 
 
 def architecture(config: PretrainedConfig) -> DecoderArchitecture:
-    return dataclasses.replace(llama.architecture(config), family=NAME, moe=_moe(config))
+    return dataclasses.replace(llama.architecture(config), family=NAME, moe=moe_spec(config))
 
 
 def config_from_gguf(settings: GGUFSettings) -> PretrainedConfig:
@@ -34,7 +34,8 @@ def config_from_gguf(settings: GGUFSettings) -> PretrainedConfig:
     return (qwen2moe_config if settings.architecture == "qwen2moe" else qwen3moe_config)(settings)
 
 
-def _moe(config: PretrainedConfig) -> MoESpec:
+def moe_spec(config: PretrainedConfig) -> MoESpec:
+    """The sparse MLPs of a Qwen2/3-MoE config (Qwen3-Next's too)."""
     layers = config.num_hidden_layers
     experts, top_k = routed_experts(config, "num_experts")
     every = config.decoder_sparse_step

@@ -77,6 +77,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
     # ("qwen3_5"), refused below.
     ModelFamily("Qwen3.5", "qwen3_5", ("qwen3_5_text",), ("qwen35",),
                 "Qwen3.5 dense: text folders, every size as GGUF"),
+    ModelFamily("Qwen3-Next", "qwen3_next", ("qwen3_next",), (), "Qwen3-Next-80B-A3B"),
 )
 
 # Known families the engine does not run yet: the reason shown in words.
@@ -87,7 +88,7 @@ NOT_YET: dict[str, str] = {
     **dict.fromkeys(("deepseek_v2", "deepseek2", "deepseek_v3", "olmoe",
                      "granitemoe", "phimoe", "llama4", "dbrx", "glm4_moe", "glm4moe"),
                     MIXTURE_OF_EXPERTS),
-    **dict.fromkeys(("qwen3_next", "qwen3next", "qwen3_5_moe", "qwen35moe",
+    **dict.fromkeys(("qwen3next", "qwen3_5_moe", "qwen35moe",
                      "mamba", "mamba2", "jamba",
                      "falcon_h1", "falcon-h1", "nemotron_h", "nemotron_h_moe", "rwkv6", "rwkv7"),
                     _HYBRID),
