@@ -28,7 +28,8 @@ LLAMA_CPP_MOE_VARIANTS = ("qwen3moe", "qwen2moe", "mixtral")
 # The hybrids llama.cpp runs as transformers does (recorded apart, in tiny_hybrid.json). Not
 # "granite-hybrid-moe-rope": the converter marks every Granite hybrid's attention unrotated
 # (rope.scaling.finetuned false), so its file is another model than its folder.
-LLAMA_CPP_HYBRID_VARIANTS = ("lfm2", "granite-hybrid", "granite-hybrid-moe", "qwen3.5")
+LLAMA_CPP_HYBRID_VARIANTS = ("lfm2", "granite-hybrid", "granite-hybrid-moe", "qwen3.5",
+                             "qwen3-next")
 
 CONVERTER_DIR = Path(sys.prefix, "share", "llama.cpp")
 CONVERTER = CONVERTER_DIR / "convert_hf_to_gguf.py"
@@ -41,7 +42,8 @@ import json, pathlib, runpy, sys
 script, outtype, *jobs = sys.argv[1:]
 for hf_folder, out_path, name in zip(jobs[::3], jobs[1::3], jobs[2::3]):
     config = json.loads(pathlib.Path(hf_folder, "config.json").read_text())
-    no_mtp = ["--no-mtp"] if config.get("model_type") in ("qwen3_5_text", "qwen3_next") else []
+    no_mtp = ["--no-mtp"] if config.get("model_type") in ("qwen3_5_text", "qwen3_5_moe_text",
+                                                  "qwen3_next") else []
     sys.argv = [script, hf_folder, "--outfile", out_path, "--outtype", outtype, "--model-name",
                 name, *no_mtp]
     runpy.run_path(script, run_name="__main__")

@@ -32,13 +32,14 @@ FAMILY_VARIANTS = ("gemma2", "gemma3", "gemma3-query-scalar", "gemma4", "gemma4-
 # Hybrid families (issue 56): recurrent layers beside attention, built here for parity with
 # transformers only (no llama.cpp record yet).
 HYBRID_VARIANTS = ("lfm2", "granite-hybrid", "granite-hybrid-moe", "granite-hybrid-moe-rope",
-                   "qwen3.5", "qwen3-next")
+                   "qwen3.5", "qwen3-next", "qwen3.5-moe")
 
 _MODEL_CLASSES = {
     "lfm2": transformers.Lfm2ForCausalLM,
     "granitemoehybrid": transformers.GraniteMoeHybridForCausalLM,
     "qwen3_5_text": transformers.Qwen3_5ForCausalLM,
     "qwen3_next": transformers.Qwen3NextForCausalLM,
+    "qwen3_5_moe_text": transformers.Qwen3_5MoeForCausalLM,
     "llama": transformers.LlamaForCausalLM,
     "qwen2": transformers.Qwen2ForCausalLM,
     "mistral": transformers.MistralForCausalLM,
@@ -225,6 +226,11 @@ _VARIANTS = {
                    "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
                    "shared_expert_intermediate_size": 48, "norm_topk_prob": True,
                    "decoder_sparse_step": 1, "mlp_only_layers": []},
+    # Qwen3.5-MoE as its 35B-A3B is built, smaller: the tiny Qwen3.5 with 8 experts of width
+    # 32 (top 2, always renormalised) beside a shared expert 48 wide and its gate.
+    "qwen3.5-moe": {"based_on": "qwen3.5", "model_type": "qwen3_5_moe_text", "num_experts": 8,
+                    "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                    "shared_expert_intermediate_size": 48},
     # Mixtral's layout: 8 experts of width 64 (intermediate_size), top 2, renormalised.
     "mixtral": {"num_hidden_layers": 3, "num_local_experts": 8, "num_experts_per_tok": 2,
                 "intermediate_size": 64, "tie_word_embeddings": False, "sliding_window": None,
@@ -237,8 +243,8 @@ _LEGACY_LAYER_TYPES = frozenset({"granite-hybrid", "granite-hybrid-moe",
 # Drawn from numpy's stream as FAMILY_VARIANTS are, not transformers' initialisation (whose
 # Mamba A_log, D and dt_bias are the same every layer): numpy's PCG64 gives every CPU the same
 # weights, so the converter's file hashes as the one llama.cpp's tokens were recorded on.
-_NUMPY_WEIGHTS = frozenset(FAMILY_VARIANTS) | _LEGACY_LAYER_TYPES | {"lfm2", "qwen3.5",
-                                                                     "qwen3-next"}
+_NUMPY_WEIGHTS = frozenset(FAMILY_VARIANTS) | _LEGACY_LAYER_TYPES | {
+    "lfm2", "qwen3.5", "qwen3-next", "qwen3.5-moe"}
 # Released checkpoints of these variants keep rope_theta and rope_scaling at the top level of
 # config.json (transformers 4.x's layout); the saved folder is rewritten that way.
 _LEGACY_ROPE_LAYOUT = frozenset({"llama3-rope"})
@@ -248,7 +254,8 @@ _LEGACY_ROPE_LAYOUT = frozenset({"llama3-rope"})
 # "TokenizersBackend", so these folders name it as Phi-4 does.
 _GPT2_TOKENIZER_CLASS = frozenset({"phi3", "phi3-longrope"})
 # Gemma's norms hold w of the (1 + w) they scale by: centred on 0, not on 1.
-_ZERO_CENTRED_NORMS = frozenset({"gemma2", "gemma3_text", "qwen3_5_text", "qwen3_next"})
+_ZERO_CENTRED_NORMS = frozenset({"gemma2", "gemma3_text", "qwen3_5_text", "qwen3_next",
+                                 "qwen3_5_moe_text"})
 # ...except these, which scale by w: Qwen3.5's and Qwen3-Next's gated norm in their Gated
 # DeltaNets.
 _NORMS_CENTRED_ON_ONE = ("linear_attn.norm.weight",)

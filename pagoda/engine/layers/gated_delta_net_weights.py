@@ -4,7 +4,9 @@
 
 - Qwen3.5: in_proj_qkv, in_proj_z, in_proj_b and in_proj_a, already in that order;
 - Qwen3-Next: in_proj_qkvz and in_proj_ba, grouped by key head (each group holds its head's q,
-  k, then its value heads' v and z; b and a alike), whose rows are reordered here.
+  k, then its value heads' v and z; b and a alike), whose rows are reordered here;
+- a qwen3next GGUF file: in_proj_qkv and in_proj_z (llama.cpp's converter splits in_proj_qkvz
+  so), and in_proj_ba as the folder has it.
 
 Both have conv1d.weight [channels, 1, kernel], A_log, dt_bias, norm.weight and out_proj.weight.
 """
@@ -22,6 +24,7 @@ from pagoda.engine.quantization.tensors import Weight, select_rows
 
 QWEN3_5_PROJECTIONS = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a")
 QWEN3_NEXT_PROJECTIONS = ("in_proj_qkvz", "in_proj_ba")
+QWEN3_NEXT_SPLIT_PROJECTIONS = ("in_proj_qkv", "in_proj_z", "in_proj_ba")
 _SHARED = ("conv1d.weight", "A_log", "dt_bias", "norm.weight", "out_proj.weight")
 
 
@@ -37,6 +40,15 @@ def qwen3_next_gated_delta_net(tensors: Mapping[str, Weight], shape: DeltaNetSha
     _require(tensors, [f"{p}.weight" for p in QWEN3_NEXT_PROJECTIONS])
     qkvz_order, ba_order = qwen3_next_row_orders(shape)
     parts = [select_rows(tensors["in_proj_qkvz.weight"], qkvz_order),
+             select_rows(tensors["in_proj_ba.weight"], ba_order)]
+    return _build(make_fused_linear(parts, None, placement), tensors, shape, eps, placement)
+
+
+def qwen3_next_split_gated_delta_net(tensors: Mapping[str, Weight], shape: DeltaNetShape,
+                                     eps: float, placement: Placement) -> GatedDeltaNet:
+    _require(tensors, [f"{p}.weight" for p in QWEN3_NEXT_SPLIT_PROJECTIONS])
+    _, ba_order = qwen3_next_row_orders(shape)
+    parts = [tensors["in_proj_qkv.weight"], tensors["in_proj_z.weight"],
              select_rows(tensors["in_proj_ba.weight"], ba_order)]
     return _build(make_fused_linear(parts, None, placement), tensors, shape, eps, placement)
 

@@ -33,6 +33,11 @@ _LAYER = {
 _GEMMA_NORMS = {"post_attention_layernorm": "post_attention_norm",
                 "pre_feedforward_layernorm": "ffn_norm",
                 "post_feedforward_layernorm": "post_ffw_norm"}
+_QWEN35_LAYERS = {"post_attention_layernorm": "post_attention_norm",
+                  "linear_attn.in_proj_qkv": "attn_qkv", "linear_attn.in_proj_z": "attn_gate",
+                  "linear_attn.in_proj_b": "ssm_beta", "linear_attn.in_proj_a": "ssm_alpha",
+                  "linear_attn.conv1d": "ssm_conv1d", "linear_attn.norm": "ssm_norm",
+                  "linear_attn.out_proj": "ssm_out"}
 _LAYER_BY_ARCHITECTURE: dict[str, dict[str, str]] = {
     "gemma2": _GEMMA_NORMS,
     "gemma3": _GEMMA_NORMS,
@@ -58,17 +63,17 @@ _LAYER_BY_ARCHITECTURE: dict[str, dict[str, str]] = {
                       "mamba.norm": "ssm_norm", "mamba.out_proj": "ssm_out"},
     # Qwen3.5's norm before the MLP, and its Gated DeltaNets (value heads tiled by the
     # converter: pagoda/engine/models/qwen3_5.py).
-    "qwen35": {"post_attention_layernorm": "post_attention_norm",
-               "linear_attn.in_proj_qkv": "attn_qkv", "linear_attn.in_proj_z": "attn_gate",
-               "linear_attn.in_proj_b": "ssm_beta", "linear_attn.in_proj_a": "ssm_alpha",
-               "linear_attn.conv1d": "ssm_conv1d", "linear_attn.norm": "ssm_norm",
-               "linear_attn.out_proj": "ssm_out"},
+    "qwen35": _QWEN35_LAYERS,
+    # Qwen3-Next's: its in_proj_qkvz split by the converter into attn_qkv and attn_gate (value
+    # heads not reordered), in_proj_ba as it is.
+    "qwen3next": _QWEN35_LAYERS | {"linear_attn.in_proj_ba": "ssm_ba"},
 }
 # Layer parameters without a ".weight" or ".bias" suffix, by architecture: their whole GGUF
 # names within blk.N. (Granite's A_log, D and dt_bias; the converter renames dt_bias a bias).
 _LAYER_PARAMETERS: dict[str, dict[str, str]] = {
     "granitehybrid": {"mamba.A_log": "ssm_a", "mamba.D": "ssm_d", "mamba.dt_bias": "ssm_dt.bias"},
     "qwen35": {"linear_attn.A_log": "ssm_a", "linear_attn.dt_bias": "ssm_dt.bias"},
+    "qwen3next": {"linear_attn.A_log": "ssm_a", "linear_attn.dt_bias": "ssm_dt.bias"},
 }
 # The layer modules every file of an architecture holds (biases and a separate output matrix
 # vary, and are checked against the config later).
@@ -113,6 +118,8 @@ _NEEDED_MODULES: dict[str, tuple[str, ...]] = {
     # Its mixer (attention or Mamba-2) and MLP (dense, or experts beside a shared expert) too.
     "granitehybrid": ("input_layernorm", "post_attention_layernorm"),
     "qwen35": ("input_layernorm", "post_attention_layernorm", *_DENSE_MLP),
+    # Its MLPs (experts, or dense where a layer has no router) are the config's to say.
+    "qwen3next": ("input_layernorm", "post_attention_layernorm"),
 }
 # The last norm, where an architecture's is not model.norm.
 _FINAL_NORMS = {"lfm2": "model.embedding_norm"}
@@ -125,13 +132,13 @@ PERMUTED_QK = frozenset({"llama", "smollm3", "granitehybrid"})
 # scales by 1 + w, llama.cpp's by the weight): every tensor whose Hugging Face name ends in
 # "norm.weight" but NORMS_HELD_AS_W. The loader gives back w, so a file and a folder load the
 # same model.
-NORMS_HOLD_ONE_PLUS_W = frozenset({"gemma2", "gemma3", "qwen35"})
-# Norms of those architectures that scale by w and are written as they are: Qwen3.5's gated
-# norm in its Gated DeltaNets.
+NORMS_HOLD_ONE_PLUS_W = frozenset({"gemma2", "gemma3", "qwen35", "qwen3next"})
+# Norms of those architectures that scale by w and are written as they are: Qwen3.5's and
+# Qwen3-Next's gated norm in their Gated DeltaNets.
 NORMS_HELD_AS_W = ("linear_attn.norm.weight",)
 # llama.cpp's converter writes these architectures' A_log (Mamba-2's, Gated DeltaNet's) as
 # A = -exp(A_log) (ssm_a): the loader gives back A_log.
-A_LOG_HELD_AS_A = frozenset({"granitehybrid", "qwen35"})
+A_LOG_HELD_AS_A = frozenset({"granitehybrid", "qwen35", "qwen3next"})
 
 _LAYER_PARAMETER = re.compile(r"model\.layers\.(\d+)\.(.+?)(?:\.(weight|bias))?")
 _EXPERT_PARAMETER = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(\w+)\.(weight|bias)")

@@ -85,7 +85,8 @@ class GatedDeltaNetKind:
     """A recurrent layer in place of attention: Gated DeltaNet (Qwen3-Next's and Qwen3.5's
     linear-attention layers, pagoda/engine/layers/gated_delta_net.py). `module` (within
     model.layers.N.) holds the input projections (`layout`: "qwen3_5"'s in_proj_qkv, in_proj_z,
-    in_proj_b, in_proj_a, or "qwen3_next"'s in_proj_qkvz and in_proj_ba grouped by key head),
+    in_proj_b, in_proj_a; "qwen3_next"'s in_proj_qkvz and in_proj_ba grouped by key head; or
+    "qwen3_next_split", a qwen3next GGUF file's in_proj_qkv, in_proj_z and in_proj_ba),
     conv1d (depthwise over q|k|v, `conv_kernel` taps, then SiLU), A_log, dt_bias, the gated norm
     and out_proj. Each sequence carries the convolution's last conv_kernel-1 inputs and a
     [v_heads, k_dim, v_dim] state. tiled: value head h reads key head h % k_heads (llama.cpp's

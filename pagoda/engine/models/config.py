@@ -301,6 +301,9 @@ def _gated_delta_net_modules(kind: GatedDeltaNetKind,
     if kind.layout == "qwen3_next":
         projections = {"in_proj_qkvz": kind.conv_channels + value_width,
                        "in_proj_ba": 2 * kind.num_v_heads}
+    elif kind.layout == "qwen3_next_split":
+        projections = {"in_proj_qkv": kind.conv_channels, "in_proj_z": value_width,
+                       "in_proj_ba": 2 * kind.num_v_heads}
     else:
         projections = {"in_proj_qkv": kind.conv_channels, "in_proj_z": value_width,
                        "in_proj_b": kind.num_v_heads, "in_proj_a": kind.num_v_heads}

@@ -24,6 +24,7 @@ from pagoda.engine.layers.gated_delta_net import DeltaNetShape, GatedDeltaNet
 from pagoda.engine.layers.gated_delta_net_weights import (
     qwen3_5_gated_delta_net,
     qwen3_next_gated_delta_net,
+    qwen3_next_split_gated_delta_net,
 )
 from pagoda.engine.layers.linear import (
     Embedding,
@@ -443,9 +444,8 @@ class DecoderForCausalLM:
                    if name.startswith(module)}
         shape = DeltaNetShape(kind.num_k_heads, kind.num_v_heads, kind.k_dim, kind.v_dim,
                               kind.conv_kernel, tiled=kind.tiled)
-        build = (qwen3_next_gated_delta_net if kind.layout == "qwen3_next"
-                 else qwen3_5_gated_delta_net)
-        return build(tensors, shape, self.shape.rms_norm_eps, placement)
+        return _DELTA_NET_LAYOUTS[kind.layout](tensors, shape, self.shape.rms_norm_eps,
+                                               placement)
 
     def _sparse_mlp(self, w: MutableMapping[str, Weight], prefix: str,
                     linear: Callable[[tuple[str, ...]], Linear],
@@ -467,6 +467,11 @@ class DecoderForCausalLM:
                   if moe.shared_expert_size else None)
         shared_gate = linear((SHARED_EXPERT_GATE,)) if moe.shared_expert_gate else None
         return SparseMoE(router, experts, shared, shared_gate)
+
+
+# GatedDeltaNetKind.layout -> its constructor from the layer's tensors.
+_DELTA_NET_LAYOUTS = {"qwen3_5": qwen3_5_gated_delta_net, "qwen3_next": qwen3_next_gated_delta_net,
+                      "qwen3_next_split": qwen3_next_split_gated_delta_net}
 
 
 def _fused(w: MutableMapping[str, Weight], names: list[str]) -> Weight | None:

@@ -102,14 +102,15 @@ def config_from_gguf(settings: GGUFSettings) -> PretrainedConfig:
     shape = llama_shape(settings)
     size = shape["head_dim"]
     return Qwen3_5TextConfig(
-        **shape, **delta_net_from_gguf(settings), hidden_act="silu",
+        **shape, **delta_net_from_gguf(settings, tiled=True), hidden_act="silu",
         layer_types=layer_types_from_gguf(settings, shape["num_hidden_layers"]),
         rope_parameters={"rope_type": "default", "rope_theta": rope_theta(settings),
                          "partial_rotary_factor": rotary_dims(settings, size) / size})
 
 
-def delta_net_from_gguf(settings: GGUFSettings) -> dict:
-    """The DeltaNets' sizes (ssm.*), their value heads tiled as the converter writes them."""
+def delta_net_from_gguf(settings: GGUFSettings, tiled: bool) -> dict:
+    """The DeltaNets' sizes (ssm.*); tiled: their value heads as the converter writes qwen35's
+    (not qwen3next's)."""
     k_heads, v_heads = count(settings, "ssm.group_count"), count(settings, "ssm.time_step_rank")
     inner = count(settings, "ssm.inner_size")
     if inner % v_heads or v_heads % k_heads:
@@ -122,7 +123,7 @@ def delta_net_from_gguf(settings: GGUFSettings) -> dict:
             "linear_key_head_dim": count(settings, "ssm.state_size"),
             "linear_value_head_dim": inner // v_heads,
             "linear_conv_kernel_dim": count(settings, "ssm.conv_kernel"),
-            TILED_VALUE_HEADS: True}
+            TILED_VALUE_HEADS: tiled}
 
 
 def layer_types_from_gguf(settings: GGUFSettings, layers: int) -> list[str]:

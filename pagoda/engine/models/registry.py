@@ -77,7 +77,11 @@ FAMILIES: tuple[ModelFamily, ...] = (
     # ("qwen3_5"), refused below.
     ModelFamily("Qwen3.5", "qwen3_5", ("qwen3_5_text",), ("qwen35",),
                 "Qwen3.5 dense: text folders, every size as GGUF"),
-    ModelFamily("Qwen3-Next", "qwen3_next", ("qwen3_next",), (), "Qwen3-Next-80B-A3B"),
+    ModelFamily("Qwen3-Next", "qwen3_next", ("qwen3_next",), ("qwen3next",),
+                "Qwen3-Next-80B-A3B"),
+    # Text folders; the released checkpoints are the multimodal wrapper ("qwen3_5_moe").
+    ModelFamily("Qwen3.5-MoE", "qwen3_5_moe", ("qwen3_5_moe_text",), (),
+                "Qwen3.5 mixture-of-experts: text folders"),
 )
 
 # Known families the engine does not run yet: the reason shown in words.
@@ -88,13 +92,12 @@ NOT_YET: dict[str, str] = {
     **dict.fromkeys(("deepseek_v2", "deepseek2", "deepseek_v3", "olmoe",
                      "granitemoe", "phimoe", "llama4", "dbrx", "glm4_moe", "glm4moe"),
                     MIXTURE_OF_EXPERTS),
-    **dict.fromkeys(("qwen3next", "qwen3_5_moe", "qwen35moe",
-                     "mamba", "mamba2", "jamba",
-                     "falcon_h1", "falcon-h1", "nemotron_h", "nemotron_h_moe", "rwkv6", "rwkv7"),
+    **dict.fromkeys(("qwen35moe", "mamba", "mamba2", "jamba", "falcon_h1", "falcon-h1",
+                     "nemotron_h", "nemotron_h_moe", "rwkv6", "rwkv7"),
                     _HYBRID),
     **dict.fromkeys(("qwen2_vl", "qwen2vl", "qwen2_5_vl", "qwen25vl", "qwen3_vl", "qwen3vl",
                      "smolvlm", "idefics3", "mistral3", "llava", "mllama", "gemma3n", "gemma3",
-                     "gemma4", "qwen3_5"),
+                     "gemma4", "qwen3_5", "qwen3_5_moe"),
                     _VISION),
 }
 

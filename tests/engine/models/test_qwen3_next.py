@@ -1,21 +1,36 @@
 """Qwen3-Next (Qwen3.5's Gated DeltaNets and gated attention, with Qwen3-MoE's experts beside a
-gated shared expert) runs as transformers defines it from a model folder, with each sequence's
-DeltaNet states in a slot of its own: whatever the chunking or the batch, a request gets the
-same greedy tokens.
+gated shared expert) runs as transformers defines it from a model folder and from the GGUF
+llama.cpp's converter writes of it, with each sequence's DeltaNet states in a slot of its own:
+whatever the chunking or the batch, a request gets the same greedy tokens.
 
 The tiny model (tests/engine/tiny_models.py) is the tiny Qwen3.5's 8 layers (3 and 7 attend)
 with in_proj_qkvz/in_proj_ba grouped by key head and 8 experts of 32 (top 2) in every layer.
 """
+
+from dataclasses import replace
 
 import pytest
 import torch
 import transformers
 
 from pagoda.engine import LLM, SamplingParams
+from pagoda.engine.loading.gguf import GGUFModelFile
 from pagoda.engine.models.architecture import AttentionKind, GatedDeltaNetKind
-from pagoda.engine.models.qwen3_next import architecture
-from tests.engine.family_parity import assert_same_argmax, engine_logits, hf_logits
+from pagoda.engine.models.qwen3_next import architecture, config_from_gguf
+from tests.engine.family_parity import (
+    LLAMA_CPP_QUANTIZED_NEAR_TIE,
+    assert_same_argmax,
+    engine_logits,
+    greedy_disagreements_with_llama_cpp,
+    hf_logits,
+)
 from tests.engine.hf_reference import load_hf_model
+from tests.engine.llama_cpp_converter import (
+    convert_to_gguf,
+    gguf_model_name,
+    quantize_with_llama_cpp,
+)
+from tests.engine.llama_cpp_references import llama_cpp_records
 from tests.engine.models.test_parity import NUM_THREADS, assert_greedy_parity, parity_prompts
 from tests.engine.test_batch_invariance import SENTENCES
 from tests.engine.tiny_models import save_tiny_model, tiny_config
@@ -26,6 +41,13 @@ GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
 @pytest.fixture(scope="module")
 def qwen3_next(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("qwen3_next"), "qwen3-next")
+
+
+@pytest.fixture(scope="module")
+def qwen3_next_gguf(qwen3_next):
+    """llama.cpp's converter's f16 file of the tiny model."""
+    return convert_to_gguf(qwen3_next, qwen3_next.parent / "tiny-qwen3-next.f16.gguf",
+                           name=gguf_model_name("qwen3-next"))
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +108,55 @@ def test_qwen3_next_layers_are_qwen3_5s_with_experts_in_every_layer():
     assert arch.moe.sparse_layers == frozenset(range(8))
     assert arch.moe.shared_expert_gate and arch.moe.renormalize
     assert arch.norm_offset == 1.0
+
+
+# What llama.cpp's f16 file keeps in float32: the routers, the shared experts' gates and the
+# DeltaNets' convolution taps (as it does norms).
+_KEPT_FLOAT32 = ("mlp.gate.weight", "shared_expert_gate.weight", "conv1d.weight")
+
+
+@torch.no_grad()
+def _as_the_file_holds_it(model):
+    for name, parameter in model.named_parameters():
+        if parameter.ndim >= 2 and not name.endswith(_KEPT_FLOAT32):
+            parameter.copy_(parameter.half().float())
+    return model
+
+
+def test_qwen3_next_gguf_gives_the_folders_logits_to_fp16_rounding(qwen3_next, qwen3_next_gguf,
+                                                                  prompts):
+    """The converter splits in_proj_qkvz into attn_qkv and attn_gate and keeps in_proj_ba whole
+    (ssm_ba, grouped by key head), the value heads in Hugging Face's order; within the
+    folder's own 3e-4 (above)."""
+    reference = _as_the_file_holds_it(load_hf_model(qwen3_next))
+    for ours, theirs in zip(engine_logits(qwen3_next_gguf, prompts),
+                            hf_logits(reference, prompts), strict=True):
+        torch.testing.assert_close(ours, theirs, atol=3e-4, rtol=1e-4)
+
+
+def test_qwen3_next_gguf_config_states_what_the_folders_does(qwen3_next, qwen3_next_gguf):
+    want = architecture(transformers.AutoConfig.from_pretrained(qwen3_next))
+    got = architecture(config_from_gguf(GGUFModelFile(qwen3_next_gguf)))
+    assert got.shape.rms_norm_eps == pytest.approx(want.shape.rms_norm_eps)  # a float32 key
+    assert replace(got.shape, rms_norm_eps=want.shape.rms_norm_eps) == want.shape
+    assert got.layers == tuple(replace(kind, layout="qwen3_next_split")
+                               if isinstance(kind, GatedDeltaNetKind) else kind
+                               for kind in want.layers)
+    assert got.moe == want.moe
+    assert got.ropes["default"].rotary_dim == want.ropes["default"].rotary_dim
+
+
+def test_qwen3_next_gguf_greedy_tokens_equal_llama_cpps(qwen3_next_gguf):
+    record, = llama_cpp_records("tiny_hybrid.json", family="qwen3-next", type="f16")
+    assert not greedy_disagreements_with_llama_cpp(qwen3_next_gguf, record)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "Not yet understood: on llama-quantize's Q4_K_M (Q5_0/Q8_0 rows) llama.cpp's first token of "
+    "prompt 2 (37 tokens) is 1.31 behind our best on the file's weights (0.47 ahead of its own "
+    "second), where prompts 0, 1 and 3 agree and the f16 file agrees; ours is the same whether "
+    "the file's blocks are kept or dequantized to fp32"))
+def test_qwen3_next_q4_k_m_greedy_tokens_equal_llama_cpps(qwen3_next_gguf, tmp_path):
+    q4 = quantize_with_llama_cpp(qwen3_next_gguf, tmp_path / "tiny-qwen3-next.Q4_K_M.gguf")
+    record, = llama_cpp_records("tiny_hybrid.json", family="qwen3-next", type="Q4_K_M")
+    assert not greedy_disagreements_with_llama_cpp(q4, record, LLAMA_CPP_QUANTIZED_NEAR_TIE)
