@@ -152,10 +152,11 @@ def test_qwen3_next_gguf_greedy_tokens_equal_llama_cpps(qwen3_next_gguf):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "Not yet understood: on llama-quantize's Q4_K_M (Q5_0/Q8_0 rows) llama.cpp's first token of "
-    "prompt 2 (37 tokens) is 1.31 behind our best on the file's weights (0.47 ahead of its own "
-    "second), where prompts 0, 1 and 3 agree and the f16 file agrees; ours is the same whether "
-    "the file's blocks are kept or dequantized to fp32"))
+    "The tiny Qwen3-Next is too sensitive for a quantized file's tokens to be compared: 0.4% "
+    "noise on its matrices moves transformers' last logits by up to 4.4 (the tiny Qwen3.5's by "
+    "up to 1.0), so llama.cpp's 8-bit activations alone can change a token. On Q4_K_M "
+    "llama.cpp's first token of prompt 2 is 1.31 behind our best on the file's weights; the "
+    "f16 file agrees, and ours is the same with blocks kept or dequantized"))
 def test_qwen3_next_q4_k_m_greedy_tokens_equal_llama_cpps(qwen3_next_gguf, tmp_path):
     q4 = quantize_with_llama_cpp(qwen3_next_gguf, tmp_path / "tiny-qwen3-next.Q4_K_M.gguf")
     record, = llama_cpp_records("tiny_hybrid.json", family="qwen3-next", type="Q4_K_M")
