@@ -1,6 +1,7 @@
 """Qwen3.5 (Gated DeltaNet beside gated attention) runs as transformers defines it, from a model
-folder and from the GGUF llama.cpp's converter writes of it (value heads tiled), with each sequence's DeltaNet states in a slot of its own beside the paged KV cache:
-whatever the chunking, the batch or preemption, a request gets the same greedy tokens.
+folder and from the GGUF llama.cpp's converter writes of it (value heads tiled), with each
+sequence's DeltaNet states in a slot of its own beside the paged KV cache: whatever the
+chunking, the batch or preemption, a request gets the same greedy tokens.
 
 The tiny model (tests/engine/tiny_models.py) has 8 layers: 3 and 7 attend (gated, a quarter of
 each head rotated), the others are Gated DeltaNets of 2 key heads and 4 value heads of 16.
