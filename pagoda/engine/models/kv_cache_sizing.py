@@ -35,6 +35,16 @@ budget, before the KV blocks are counted (`blocks_and_slots`): one per sequence 
 may run (max_num_seqs), as many as STATE_SHARE of the budget holds, at least one; the automatic
 budget grows by max_num_seqs slots' worth, within its bounds. With num_kv_blocks set, the blocks
 are what it says and the max_num_seqs slots come on top.
+
+With the prefix cache on, such a model also keeps checkpoints of those states at block
+boundaries (pagoda.engine.core.checkpoint_store), in slots of their own after the running ones:
+as many as CHECKPOINT_SHARE of the budget holds, at least MIN_CHECKPOINTS (a running sequence's
+latest boundary and a prompt's end) and no more than the first group's blocks (a checkpoint is
+found only through the cached blocks before it, at most one per block). They come out of the
+budget after the running slots, before the blocks; the automatic budget does not grow for them.
+A budget that holds no block beside MIN_CHECKPOINTS keeps none (the prefix cache is then off).
+With num_kv_blocks set they come on top: two per sequence the scheduler may run (its latest
+boundary, and as many kept for prompts and finished chats), at most one per block.
 """
 
 from __future__ import annotations
@@ -53,6 +63,11 @@ AUTO_KV_CACHE_LIMIT = 1 << 30
 AVAILABLE_FRACTION = 0.25
 # The most of the cache's budget that recurrent states take, so KV blocks always get the rest.
 STATE_SHARE = 0.5
+# The most of the budget that recurrent state checkpoints take: a prompt that finds its prefix
+# needs its blocks cached as much as a checkpoint, so the blocks keep most of it; a checkpoint of
+# LFM2-1.2B's states (160 KiB) weighs as much as 10 of its blocks of 16 tokens.
+CHECKPOINT_SHARE = 0.25
+MIN_CHECKPOINTS = 2
 
 _KV_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -192,17 +207,37 @@ def split_state_budget(budget: int, bytes_per_slot: int, max_num_seqs: int) -> t
     return slots, budget - slots * bytes_per_slot
 
 
+def split_checkpoint_budget(budget: int, rest: int, bytes_per_slot: int,
+                            bytes_per_block: list[int], wanted: list[int]) -> tuple[int, list[int]]:
+    """(checkpoint slots, blocks per group) from the `rest` of `budget` that the running
+    slots left: as many checkpoints as CHECKPOINT_SHARE of the budget holds, at least
+    MIN_CHECKPOINTS, no more than the first group's blocks; the blocks from what is left.
+    None when MIN_CHECKPOINTS leave no block (the prefix cache is then off)."""
+    least = rest - MIN_CHECKPOINTS * bytes_per_slot
+    if least < 0 or split_kv_budget(least, bytes_per_block, wanted)[0] < 1:
+        return 0, _blocks_within(rest, bytes_per_block, wanted)
+    most = max(MIN_CHECKPOINTS, int(budget * CHECKPOINT_SHARE) // bytes_per_slot)
+    fewest_blocks = split_kv_budget(max(0, rest - most * bytes_per_slot), bytes_per_block,
+                                    wanted)[0]
+    checkpoints = max(MIN_CHECKPOINTS, min(most, fewest_blocks))
+    return checkpoints, _blocks_within(rest - checkpoints * bytes_per_slot, bytes_per_block,
+                                       wanted)
+
+
 def blocks_and_slots(config: EngineConfig, bytes_per_block: list[int], windows: list[int],
-                     bytes_per_slot: int, max_model_len: int,
-                     available: int | None) -> tuple[list[int], int]:
-    """Blocks of each group's CPU pool and slots of the recurrent states (bytes_per_slot: one
-    slot over every recurrent layer; 0 without any, then no slot and `group_num_blocks`' blocks).
+                     bytes_per_slot: int, max_model_len: int, available: int | None,
+                     checkpoints: bool = False) -> tuple[list[int], int, int]:
+    """Blocks of each group's CPU pool, slots of the recurrent states, and slots of their
+    checkpoints (bytes_per_slot: one slot over every recurrent layer; 0 without any, then no
+    slot and `group_num_blocks`' blocks; checkpoints: the prefix cache keeps them).
     Raises ValueError when the bytes left hold no block of the first group."""
     if not bytes_per_slot:
-        return group_num_blocks(config, bytes_per_block, windows, max_model_len, available), 0
+        return group_num_blocks(config, bytes_per_block, windows, max_model_len, available), 0, 0
     if config.num_kv_blocks is not None:
+        n = config.num_kv_blocks
+        on_top = max(MIN_CHECKPOINTS, min(2 * config.max_num_seqs, n)) if checkpoints else 0
         return (group_num_blocks(config, bytes_per_block, windows, max_model_len, available),
-                config.max_num_seqs)
+                config.max_num_seqs, on_top)
     wanted = [0] + [window_blocks_wanted(w, config) for w in windows[1:]]
     if config.kv_cache_memory is not None:
         budget = config.kv_cache_memory
@@ -211,4 +246,8 @@ def blocks_and_slots(config: EngineConfig, bytes_per_block: list[int], windows: 
                      _auto_budget(config, bytes_per_block, wanted, max_model_len, available)
                      + config.max_num_seqs * bytes_per_slot)
     slots, rest = split_state_budget(budget, bytes_per_slot, config.max_num_seqs)
-    return _blocks_within(rest, bytes_per_block, wanted), slots
+    if not checkpoints:
+        return _blocks_within(rest, bytes_per_block, wanted), slots, 0
+    num_checkpoints, blocks = split_checkpoint_budget(budget, rest, bytes_per_slot,
+                                                      bytes_per_block, wanted)
+    return blocks, slots, num_checkpoints

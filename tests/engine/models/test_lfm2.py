@@ -169,26 +169,27 @@ def test_an_aborted_lfm2_request_gives_its_slot_back(lfm2, long_prompts):
     assert not engine.has_unfinished_requests()
 
 
-def test_a_repeated_lfm2_prompt_gets_no_prefix_hit_and_the_same_tokens(lfm2, long_prompts,
+def test_a_repeated_lfm2_prompt_starts_from_its_prompt_end_checkpoint(lfm2, long_prompts,
                                                                      alone):
-    """A cached block holds keys, not the convolutions' state at its end: until states are
-    checkpointed, a prompt seen before is computed again."""
+    """A cached block holds keys, not the convolutions' state at its end: a prompt seen before
+    starts at its last block boundary (300 tokens: 288), where its states were checkpointed."""
     llm = LLM(str(lfm2), num_threads=NUM_THREADS, num_kv_blocks=64)
     first = llm.generate([long_prompts[0]], GREEDY)[0]
     again = llm.generate([long_prompts[0]], GREEDY)[0]
     assert first.outputs[0].token_ids == again.outputs[0].token_ids == alone[0]
-    assert again.num_cached_tokens == 0
-    assert llm.stats().prefix_cache_hit_rate == 0
+    assert again.num_cached_tokens == 288
+    assert_all_slots_free(llm)
 
 
-def test_lfm2_turns_off_what_needs_a_state_at_a_block_and_says_so(lfm2, tmp_path, caplog):
+def test_lfm2_turns_off_what_needs_more_than_checkpoints_and_says_so(lfm2, tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="pagoda.engine.llm_engine"):
         llm = LLM(str(lfm2), num_threads=NUM_THREADS, num_kv_blocks=16,
                   num_speculative_tokens=3, disk_cache_dir=tmp_path / "disk")
     engine = llm.engine
     assert engine.disk_cache is None and engine.scheduler.proposer is None
+    assert engine.kv_cache.checkpoints is not None
     message = next(r.getMessage() for r in caplog.records if "recurrent layers" in r.getMessage())
-    for what in ("prefix cache", "disk tier", "speculative decoding"):
+    for what in ("disk tier", "speculative decoding"):
         assert what in message
     assert not list((tmp_path / "disk").glob("**/*.block"))
 
@@ -204,8 +205,9 @@ def test_only_lfm2_attention_layers_hold_kv_blocks(lfm2):
     assert conv == [0, 2, 3, 5]
     # Each convolution layer's state: its last 2 inputs of 64 channels, fp32.
     assert runner.bytes_per_state_slot == 4 * 64 * 2 * 4
+    # The running sequences' slots, then the checkpoints'.
     assert [states[0].shape for states in runner.recurrent_states if states is not None] == [
-        (runner.num_state_slots, 64, 2)] * 4
+        (runner.num_state_slots + runner.num_checkpoint_slots, 64, 2)] * 4
 
 
 def test_lfm2_decode_steps_run_layer_by_layer(lfm2):
