@@ -38,9 +38,10 @@ are what it says and the max_num_seqs slots come on top.
 
 With the prefix cache on, such a model also keeps checkpoints of those states at block
 boundaries (pagoda.engine.core.checkpoint_store), in slots of their own after the running ones:
-as many as CHECKPOINT_SHARE of the budget holds, at least MIN_CHECKPOINTS (a running sequence's
-latest boundary and a prompt's end) and no more than the first group's blocks (a checkpoint is
-found only through the cached blocks before it, at most one per block). They come out of the
+as many as CHECKPOINT_SHARE of the budget holds, at most one per BLOCKS_PER_CHECKPOINT blocks
+of the first group (a checkpoint is found only through the cached blocks before it: a chat of
+many blocks needs two), at least MIN_CHECKPOINTS (a running sequence's latest boundary and a
+prompt's end). They come out of the
 budget after the running slots, before the blocks; the automatic budget does not grow for them.
 A budget that holds no block beside MIN_CHECKPOINTS keeps none (the prefix cache is then off).
 With num_kv_blocks set they come on top: two per sequence the scheduler may run (its latest
@@ -63,10 +64,14 @@ AUTO_KV_CACHE_LIMIT = 1 << 30
 AVAILABLE_FRACTION = 0.25
 # The most of the cache's budget that recurrent states take, so KV blocks always get the rest.
 STATE_SHARE = 0.5
-# The most of the budget that recurrent state checkpoints take: a prompt that finds its prefix
-# needs its blocks cached as much as a checkpoint, so the blocks keep most of it; a checkpoint of
-# LFM2-1.2B's states (160 KiB) weighs as much as 10 of its blocks of 16 tokens.
+# The most of the budget that recurrent state checkpoints take, for models whose states are
+# large (Mamba-2's): a prefix is found through its cached blocks, so they keep most of it.
 CHECKPOINT_SHARE = 0.25
+# At most one checkpoint per this many blocks of the first group (256 tokens): a chat keeps two
+# (its prompt's end and its reply's latest boundary), so every chat of 512 tokens or more that
+# the blocks hold keeps both. LFM2-1.2B's states (160 KiB) weigh about one of its blocks (192
+# KiB in bf16), so its checkpoints take about 6% of what its blocks do.
+BLOCKS_PER_CHECKPOINT = 16
 MIN_CHECKPOINTS = 2
 
 _KV_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -210,8 +215,9 @@ def split_state_budget(budget: int, bytes_per_slot: int, max_num_seqs: int) -> t
 def split_checkpoint_budget(budget: int, rest: int, bytes_per_slot: int,
                             bytes_per_block: list[int], wanted: list[int]) -> tuple[int, list[int]]:
     """(checkpoint slots, blocks per group) from the `rest` of `budget` that the running
-    slots left: as many checkpoints as CHECKPOINT_SHARE of the budget holds, at least
-    MIN_CHECKPOINTS, no more than the first group's blocks; the blocks from what is left.
+    slots left: as many checkpoints as CHECKPOINT_SHARE of the budget holds, at most one per
+    BLOCKS_PER_CHECKPOINT of the first group's blocks, at least MIN_CHECKPOINTS; the blocks
+    from what is left.
     None when MIN_CHECKPOINTS leave no block (the prefix cache is then off)."""
     least = rest - MIN_CHECKPOINTS * bytes_per_slot
     if least < 0 or split_kv_budget(least, bytes_per_block, wanted)[0] < 1:
@@ -219,7 +225,7 @@ def split_checkpoint_budget(budget: int, rest: int, bytes_per_slot: int,
     most = max(MIN_CHECKPOINTS, int(budget * CHECKPOINT_SHARE) // bytes_per_slot)
     fewest_blocks = split_kv_budget(max(0, rest - most * bytes_per_slot), bytes_per_block,
                                     wanted)[0]
-    checkpoints = max(MIN_CHECKPOINTS, min(most, fewest_blocks))
+    checkpoints = max(MIN_CHECKPOINTS, min(most, fewest_blocks // BLOCKS_PER_CHECKPOINT))
     return checkpoints, _blocks_within(rest - checkpoints * bytes_per_slot, bytes_per_block,
                                        wanted)
 

@@ -176,18 +176,22 @@ def test_state_checkpoints_take_at_most_a_quarter_of_the_budget_after_the_runnin
     assert blocks == [(1_000_000 - (slots + checkpoints) * 10_000) // 1000]
 
 
-def test_state_checkpoints_are_at_least_two_at_most_one_per_block_or_none_without_room():
-    from pagoda.engine.models.kv_cache_sizing import blocks_and_slots
+def test_state_checkpoints_are_one_per_16_blocks_at_least_two_or_none_without_room():
+    from pagoda.engine.models.kv_cache_sizing import BLOCKS_PER_CHECKPOINT, blocks_and_slots
 
-    config = EngineConfig(kv_cache_memory=100_000, block_size=16, max_num_seqs=1)
-    blocks, _, checkpoints = blocks_and_slots(config, [10_000], [0], 100, 4096, None,
+    config = EngineConfig(kv_cache_memory=1_000_000, block_size=16, max_num_seqs=1)
+    blocks, _, checkpoints = blocks_and_slots(config, [1000], [0], 100, 4096, None,
                                               checkpoints=True)
-    # A quarter holds 250 checkpoints of 100 bytes, but the blocks beside them hold only 7.
-    assert checkpoints == 7
-    assert blocks == [(100_000 - 100 - checkpoints * 100) // 10_000]
+    # A quarter holds 2500 checkpoints of 100 bytes; the blocks beside them, 749.
+    assert checkpoints == 749 // BLOCKS_PER_CHECKPOINT
+    assert blocks == [(1_000_000 - 100 - checkpoints * 100) // 1000]
     _, _, checkpoints = blocks_and_slots(config, [1000], [0], 30_000, 4096, None,
                                          checkpoints=True)
-    assert checkpoints == 2  # a quarter holds none of 30 kB
+    assert checkpoints == 8  # the quarter's: 250 kB of 30 kB checkpoints
+    config = EngineConfig(kv_cache_memory=100_000, block_size=16, max_num_seqs=1)
+    _, _, checkpoints = blocks_and_slots(config, [10_000], [0], 100, 4096, None,
+                                         checkpoints=True)
+    assert checkpoints == 2  # 7 blocks: fewer than 16 a checkpoint
     blocks, _, checkpoints = blocks_and_slots(config, [1000], [0], 40_000, 4096, None,
                                               checkpoints=True)
     assert (blocks, checkpoints) == ([60], 0)  # two would leave no block
