@@ -213,21 +213,18 @@ def split_state_budget(budget: int, bytes_per_slot: int, max_num_seqs: int) -> t
 
 
 def split_checkpoint_budget(budget: int, rest: int, bytes_per_slot: int,
-                            bytes_per_block: list[int], wanted: list[int]) -> tuple[int, list[int]]:
-    """(checkpoint slots, blocks per group) from the `rest` of `budget` that the running
-    slots left: as many checkpoints as CHECKPOINT_SHARE of the budget holds, at most one per
-    BLOCKS_PER_CHECKPOINT of the first group's blocks, at least MIN_CHECKPOINTS; the blocks
-    from what is left.
-    None when MIN_CHECKPOINTS leave no block (the prefix cache is then off)."""
+                            bytes_per_block: list[int], wanted: list[int]) -> int:
+    """Checkpoint slots from the `rest` of `budget` that the running slots left: as many as
+    CHECKPOINT_SHARE of the budget holds, at most one per BLOCKS_PER_CHECKPOINT of the first
+    group's blocks beside them, at least MIN_CHECKPOINTS; none when MIN_CHECKPOINTS leave no
+    block (the prefix cache is then off)."""
     least = rest - MIN_CHECKPOINTS * bytes_per_slot
     if least < 0 or split_kv_budget(least, bytes_per_block, wanted)[0] < 1:
-        return 0, _blocks_within(rest, bytes_per_block, wanted)
+        return 0
     most = max(MIN_CHECKPOINTS, int(budget * CHECKPOINT_SHARE) // bytes_per_slot)
     fewest_blocks = split_kv_budget(max(0, rest - most * bytes_per_slot), bytes_per_block,
                                     wanted)[0]
-    checkpoints = max(MIN_CHECKPOINTS, min(most, fewest_blocks // BLOCKS_PER_CHECKPOINT))
-    return checkpoints, _blocks_within(rest - checkpoints * bytes_per_slot, bytes_per_block,
-                                       wanted)
+    return max(MIN_CHECKPOINTS, min(most, fewest_blocks // BLOCKS_PER_CHECKPOINT))
 
 
 def blocks_and_slots(config: EngineConfig, bytes_per_block: list[int], windows: list[int],
@@ -252,8 +249,7 @@ def blocks_and_slots(config: EngineConfig, bytes_per_block: list[int], windows: 
                      _auto_budget(config, bytes_per_block, wanted, max_model_len, available)
                      + config.max_num_seqs * bytes_per_slot)
     slots, rest = split_state_budget(budget, bytes_per_slot, config.max_num_seqs)
-    if not checkpoints:
-        return _blocks_within(rest, bytes_per_block, wanted), slots, 0
-    num_checkpoints, blocks = split_checkpoint_budget(budget, rest, bytes_per_slot,
-                                                      bytes_per_block, wanted)
+    num_checkpoints = (split_checkpoint_budget(budget, rest, bytes_per_slot, bytes_per_block,
+                                               wanted) if checkpoints else 0)
+    blocks = _blocks_within(rest - num_checkpoints * bytes_per_slot, bytes_per_block, wanted)
     return blocks, slots, num_checkpoints

@@ -491,7 +491,7 @@ class ModelRunner:
                                                self.config.max_num_seqs)
             if self.keeps_checkpoints:
                 checkpoints = split_checkpoint_budget(whole, budget, self.bytes_per_state_slot,
-                                                      bytes_per_block, wanted)[0]
+                                                      bytes_per_block, wanted)
                 budget -= checkpoints * self.bytes_per_state_slot
         counts = split_kv_budget(max(0, budget), bytes_per_block, wanted)
         if counts[0] < 1:
