@@ -72,8 +72,9 @@ def main() -> None:
                       f"({cached} tokens cached)", flush=True)
     print(cpu_name())
     for on in (True, False):
-        print(f"prefix cache {'on ' if on else 'off'}: mean {statistics.mean(seconds[on]) * 1000:.0f}"
-              f" ms, median {statistics.median(seconds[on]) * 1000:.0f} ms")
+        mean, median = statistics.mean(seconds[on]), statistics.median(seconds[on])
+        print(f"prefix cache {'on ' if on else 'off'}: mean {mean * 1000:.0f} ms, "
+              f"median {median * 1000:.0f} ms")
 
 
 if __name__ == "__main__":
