@@ -15,6 +15,7 @@ from pagoda.engine.config import EngineConfig, SchedulerConfig
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
 from pagoda.engine.core.scheduler import Scheduler, SchedulerOutput
 from pagoda.engine.core.sequence import Sequence
+from pagoda.engine.core.checkpoint_store import CheckpointStore
 from pagoda.engine.core.state_pool import StatePool
 from pagoda.engine.disk_cache.block_io import group_block_ios
 from pagoda.engine.disk_cache.store import DiskCacheStats, check_cache_tag
@@ -99,7 +100,7 @@ class LLMEngine:
         self.disk_cache = None if recurrent else self._open_disk_cache()
         self.kv_cache = KVCacheManager(self.runner.kv_cache_groups, self.config.block_size,
                                        self.config.enable_prefix_caching, self.disk_cache,
-                                       recurrent=recurrent)
+                                       recurrent=recurrent, checkpoints=self._checkpoint_store())
         proposer = None if recurrent else _proposer(self.config)
         measure = proposer is not None and self.config.speculative_cost_model
         self.step_cost = self._calibrate() if measure else StepCost()
@@ -231,19 +232,30 @@ class LLMEngine:
                            spec_status=drafting.headline(),
                            spec_reason=drafting.reason())
 
+    def _checkpoint_store(self) -> CheckpointStore | None:
+        """Where the prefix cache keeps the recurrent layers' states at block boundaries: the
+        runner's checkpoint slots, after the running sequences' (None without any)."""
+        runner = self.runner
+        if not runner.num_checkpoint_slots:
+            return None
+        first = runner.num_state_slots
+        return CheckpointStore(range(first, first + runner.num_checkpoint_slots))
+
     def _log_what_recurrent_layers_turn_off(self) -> None:
-        """A model with recurrent layers has no state to start from at a cached block, nor to
-        roll back to after rejected drafts (until states are checkpointed): what needs one is
-        off, said once here."""
+        """A model with recurrent layers keeps their states for the prefix cache only at block
+        boundaries (checkpoints, in memory), and none to roll back to after rejected drafts:
+        what needs more is off, said once here."""
         family, c = self.runner.model.arch.family, self.config
         off = [what for what, asked in (
-            ("the prefix cache (a repeated prompt is computed again)", c.enable_prefix_caching),
-            ("its disk tier", c.disk_cache_dir is not None and c.enable_prefix_caching),
+            ("the prefix cache (no room for checkpoints of the states)",
+             c.enable_prefix_caching and not self.runner.num_checkpoint_slots),
+            ("the prefix cache's disk tier", c.disk_cache_dir is not None
+             and c.enable_prefix_caching),
             ("speculative decoding", c.num_speculative_tokens > 0)) if asked]
         if off:
-            logger.info("%s has recurrent layers, whose states Pagoda does not yet keep at "
-                        "cached blocks or roll back: %s off for this model", family,
-                        ", ".join(off))
+            logger.info("%s has recurrent layers, whose states Pagoda keeps only at block "
+                        "boundaries in memory (the prefix cache restarts there) and does not "
+                        "roll back: %s off for this model", family, ", ".join(off))
 
     def _open_disk_cache(self) -> DiskPrefixCache | None:
         """The prefix cache's disk tier, when config.disk_cache_dir names a folder, for this

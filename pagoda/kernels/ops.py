@@ -68,7 +68,7 @@ def with_recurrent_steps(ops: KernelOps,
 def triton_ops() -> KernelOps:
     """The Triton kernels, imported only now: the engine runs without triton installed."""
     try:
-        from pagoda.kernels import triton_attention, triton_layers, triton_quant
+        from pagoda.kernels import triton_attention, triton_layers, triton_quant, triton_recurrent
     except ImportError as exc:
         raise ImportError(f"the Triton kernel backend needs triton ({exc}); install it with "
                           "`pip install triton`, or choose kernel_backend='torch'") from exc
@@ -83,4 +83,6 @@ def triton_ops() -> KernelOps:
         paged_attention=triton_attention.paged_attention,
         int4_linear=triton_quant.int4_linear,
         int8_linear=triton_quant.int8_linear,
+        gdn_step=triton_recurrent.gdn_step,
+        mamba2_step=triton_recurrent.mamba2_step,
     )

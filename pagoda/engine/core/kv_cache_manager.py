@@ -13,9 +13,10 @@ at the hit's end (pagoda.engine.disk_cache.tier).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pagoda.engine.core.block_pool import BlockPool, KVCacheBlock, hash_block_tokens
+from pagoda.engine.core.checkpoint_store import CheckpointStore
 from pagoda.engine.core.sequence import NULL_BLOCK, Sequence
 from pagoda.engine.disk_cache.tier import BlockRef, DiskPrefixCache
 
@@ -40,10 +41,13 @@ class KVCacheGroup:
 @dataclass(slots=True, frozen=True)
 class PrefixHit:
     """A new sequence's cached prefix: num_tokens, and per group the blocks that hold it (None
-    where a windowed group needs no block: behind the window at the prefix's end)."""
+    where a windowed group needs no block: behind the window at the prefix's end).
+    checkpoint_slot: on a model with recurrent layers, the checkpoint of their states at the
+    prefix's end, which the sequence's slot starts from."""
 
     num_tokens: int
     blocks: tuple[list[KVCacheBlock | None], ...]
+    checkpoint_slot: int | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -136,13 +140,15 @@ class KVCacheManager:
     looked up and loaded from disk (read ahead from when the sequence is added: `prefetch`),
     and full blocks are saved to it.
 
-    recurrent: the model also has recurrent layers (LFM2's short convolutions), whose state at
-    a cached block's end is nowhere kept: no sequence starts from cached blocks (every lookup
-    finds 0 tokens) and none are registered, until states are checkpointed at blocks."""
+    recurrent: the model also has recurrent layers (LFM2's short convolutions), whose states
+    a prefix hit must start from too: a hit ends at the deepest matched block boundary that
+    has a checkpoint of them in `checkpoints`. Without a store no sequence starts from cached
+    blocks (every lookup finds 0 tokens) and none are registered."""
 
     def __init__(self, groups: int | tuple[KVCacheGroup, ...], block_size: int,
                  enable_prefix_caching: bool = True,
-                 disk: DiskPrefixCache | None = None, recurrent: bool = False) -> None:
+                 disk: DiskPrefixCache | None = None, recurrent: bool = False,
+                 checkpoints: CheckpointStore | None = None) -> None:
         specs = (KVCacheGroup(groups),) if isinstance(groups, int) else tuple(groups)
         if not specs or specs[0].window:
             raise ValueError("the first KV cache group keeps every block (window 0)")
@@ -152,8 +158,12 @@ class KVCacheManager:
         if disk is not None and len(disk.ios) != len(specs):
             raise ValueError(f"the disk prefix cache keeps blocks of {len(disk.ios)} KV cache "
                              f"groups, the KV cache has {len(specs)}")
+        if checkpoints is not None and not recurrent:
+            raise ValueError("recurrent state checkpoints are for a model with recurrent layers")
         self.block_size = block_size
-        self.enable_prefix_caching = enable_prefix_caching and not recurrent
+        self.enable_prefix_caching = enable_prefix_caching and (
+            not recurrent or checkpoints is not None)
+        self.checkpoints = checkpoints if self.enable_prefix_caching else None
         self._groups = [_GroupTables(spec, block_size) for spec in specs]
         self.pool = self._groups[0].pool
         self.disk = disk if enable_prefix_caching else None
@@ -185,7 +195,28 @@ class KVCacheManager:
                 hits += self._read_into_pool(seq, 0, range(len(hits), end), hits)
             self._load_windows_from_disk(seq, len(hits))
             self.disk.discard(seq.block_hashes[:max_blocks])  # what it read ahead and not taken
+        if self.checkpoints is not None:
+            return self._at_checkpoint(seq, hits)
         return self._within_windows(seq, hits)
+
+    def _at_checkpoint(self, seq: Sequence, hits: list[KVCacheBlock]) -> PrefixHit:
+        """The hit cut back to the deepest of its block boundaries with a checkpoint of the
+        recurrent states (and, there, every windowed group's window); none: 0 tokens."""
+        for end in range(len(hits), 0, -1):
+            block_hash = seq.block_hashes[end - 1]
+            slot = self.checkpoints.find(block_hash)
+            if slot is None:
+                continue
+            hit = self._within_windows(seq, hits[:end])
+            if hit.num_tokens == end * self.block_size:
+                self.checkpoints.touch(block_hash)
+                return replace(hit, checkpoint_slot=slot)
+        return PrefixHit(0, tuple([] for _ in self._groups))
+
+    def block_hash(self, seq: Sequence, index: int) -> bytes:
+        """The chained hash of the sequence's full block `index`."""
+        self._update_block_hashes(seq)
+        return seq.block_hashes[index]
 
     def _within_windows(self, seq: Sequence, hits: list[KVCacheBlock]) -> PrefixHit:
         """The hit cut back to where every windowed group also has its window's blocks."""

@@ -7,6 +7,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from pagoda.engine.config import SchedulerConfig
+from pagoda.engine.core.checkpoint_store import Checkpoint
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
 from pagoda.engine.core.sequence import Sequence, SequenceStatus
 from pagoda.engine.core.state_pool import StatePool
@@ -41,8 +42,15 @@ class ScheduledSequence:
 
 @dataclass(slots=True)
 class SchedulerOutput:
+    """restore_states: (checkpoint slot, sequence's state slot) copies of the recurrent layers'
+    states to make before the step's forward (sequences starting from a cached prefix);
+    save_states: (sequence's state slot, checkpoint slot) copies to make after it (sequences
+    whose step ends at a block boundary worth a checkpoint)."""
+
     scheduled: list[ScheduledSequence] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    restore_states: list[tuple[int, int]] = field(default_factory=list)
+    save_states: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def num_batched_tokens(self) -> int:
@@ -109,6 +117,8 @@ class Scheduler:
             if item.spec_token_ids:
                 self.kv_cache.trim(seq)
             self.kv_cache.cache_full_blocks(seq)
+            if seq.pending_checkpoint is not None:
+                self._keep_checkpoint(seq)
             if num_appended:
                 advanced.append((seq, num_appended))
             if seq.is_pooling and item.reaches_end:
@@ -142,6 +152,7 @@ class Scheduler:
         self.kv_cache.free(seq)
         if self.states is not None:
             self.states.free(seq)
+        self._store_checkpoints(seq)
         if self.proposer is not None:
             self.proposer.forget(seq)
         self._finished.append(seq)
@@ -155,9 +166,11 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            n = self._chunk(seq, seq.num_computed_tokens,
+                            min(seq.num_tokens - seq.num_computed_tokens, budget))
             if not self._allocate_or_preempt(seq, n, out):
                 break  # seq itself left: everything after it already was preempted
+            self._plan_checkpoint(seq, seq.num_computed_tokens, n, out)
             out.scheduled.append(ScheduledSequence(seq, seq.num_computed_tokens, n))
             budget -= n
             i += 1
@@ -211,10 +224,13 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence) -> None:
         """Recompute later: free the blocks now; the prefix cache usually brings them back. A
-        recurrent state is dropped with its slot: the sequence restarts from its first token."""
+        recurrent state is dropped with its slot: the sequence restarts from its latest
+        checkpoint if the prefix cache still has it and its blocks, else from its first
+        token."""
         self.kv_cache.free(seq)
         if self.states is not None:
             self.states.free(seq)
+        self._store_checkpoints(seq)
         seq.status = SequenceStatus.WAITING
         seq.num_computed_tokens = 0
         seq.num_preemptions += 1
@@ -227,13 +243,16 @@ class Scheduler:
             seq = self.waiting[0]
             computed = self.kv_cache.get_computed_blocks(seq)
             num_hit = computed.num_tokens
-            n = min(seq.num_tokens - num_hit, budget)
+            n = self._chunk(seq, num_hit, min(seq.num_tokens - num_hit, budget))
             if not self.kv_cache.allocate_slots(seq, n, computed):
                 break
             self.waiting.popleft()
             if self.states is not None:
                 self.states.allocate(seq)
+            if computed.checkpoint_slot is not None:
+                out.restore_states.append((computed.checkpoint_slot, seq.state_slot))
             seq.num_computed_tokens = num_hit
+            self._plan_checkpoint(seq, num_hit, n, out)
             if seq.num_preemptions == 0:
                 seq.num_cached_tokens = num_hit
                 self.kv_cache.record_prefix_query(seq.num_tokens, num_hit)
@@ -244,3 +263,69 @@ class Scheduler:
             out.scheduled.append(ScheduledSequence(seq, num_hit, n))
             budget -= n
         return budget
+
+    # Recurrent state checkpoints (pagoda.engine.core.checkpoint_store): where a model has
+    # recurrent layers, a prompt's states are kept at its last block boundary, and a running
+    # sequence's at the latest boundary it reached, so a later prompt sharing the prefix (a
+    # chat's next turn, the same system prompt) starts there instead of at its first token.
+
+    def _checkpoints_wanted(self, seq: Sequence) -> bool:
+        return self.kv_cache.checkpoints is not None and not seq.is_pooling
+
+    def _last_boundary(self, seq: Sequence) -> int:
+        """The last block boundary at or before the sequence's end."""
+        return seq.num_tokens // self.kv_cache.block_size * self.kv_cache.block_size
+
+    def _chunk(self, seq: Sequence, start: int, n: int) -> int:
+        """n tokens from `start`, ended at the sequence's last block boundary when they would
+        pass it, so that the states there can be copied out after the step; the rest (less than
+        a block) comes in the next step."""
+        if not self._checkpoints_wanted(seq):
+            return n
+        boundary = self._last_boundary(seq)
+        return boundary - start if start < boundary < start + n else n
+
+    def _plan_checkpoint(self, seq: Sequence, start: int, n: int, out: SchedulerOutput) -> None:
+        """Order the copy of the sequence's states into a checkpoint slot after this step when
+        it ends at the sequence's last block boundary: the prompt's end, or a decode reaching a
+        new block. No slot to spare (all held by running sequences): no checkpoint."""
+        end = start + n
+        if (not self._checkpoints_wanted(seq) or end == start or end % self.kv_cache.block_size
+                or end != self._last_boundary(seq)):
+            return
+        store, index = self.kv_cache.checkpoints, end // self.kv_cache.block_size - 1
+        if index < len(seq.block_hashes) and store.find(seq.block_hashes[index]) is not None:
+            return  # the same prefix checkpointed already (a repeated prompt)
+        slot = store.allocate()
+        if slot is None:
+            return
+        seq.pending_checkpoint = Checkpoint(slot, end, prompt_end=not seq.num_output_tokens)
+        out.save_states.append((seq.state_slot, slot))
+
+    def _keep_checkpoint(self, seq: Sequence) -> None:
+        """After the step copied it: a prompt's checkpoint is findable at once (the blocks before
+        it are registered), a decode's replaces the sequence's latest, kept until it stops."""
+        new, seq.pending_checkpoint = seq.pending_checkpoint, None
+        store = self.kv_cache.checkpoints
+        if new.prompt_end:
+            store.commit(new.slot, self._boundary_hash(seq, new))
+            return
+        if seq.checkpoint is not None:
+            store.release(seq.checkpoint.slot)
+        seq.checkpoint = new
+
+    def _store_checkpoints(self, seq: Sequence) -> None:
+        """A sequence that stops (finish, abort, preemption) leaves its latest checkpoint in the
+        store; one whose copy a step still has to make is dropped."""
+        store = self.kv_cache.checkpoints
+        if store is None:
+            return
+        if seq.pending_checkpoint is not None:
+            store.release(seq.pending_checkpoint.slot)
+            seq.pending_checkpoint = None
+        if seq.checkpoint is not None:
+            store.commit(seq.checkpoint.slot, self._boundary_hash(seq, seq.checkpoint))
+            seq.checkpoint = None
+
+    def _boundary_hash(self, seq: Sequence, checkpoint: Checkpoint) -> bytes:
+        return self.kv_cache.block_hash(seq, checkpoint.num_tokens // self.kv_cache.block_size - 1)

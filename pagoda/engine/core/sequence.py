@@ -6,6 +6,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from pagoda.engine.core.checkpoint_store import Checkpoint
 from pagoda.engine.outputs import FinishReason, RequestMetrics
 from pagoda.engine.sampling.params import PoolingParams, SamplingParams
 
@@ -44,6 +45,11 @@ class Sequence:
     # Its slot in the recurrent layers' states (pagoda.engine.core.state_pool) while it runs on
     # a model that has them; None otherwise.
     state_slot: int | None = None
+    # Checkpoints of those states (pagoda.engine.core.checkpoint_store): the latest block
+    # boundary's, held while it runs and put in the store when it stops, and the one the
+    # current step copies its states into (kept when the step's results come back).
+    checkpoint: Checkpoint | None = None
+    pending_checkpoint: Checkpoint | None = None
     num_cached_tokens: int = 0
     num_preemptions: int = 0
     # The worker's random generator for a seeded request (a torch.Generator), made when it first

@@ -34,8 +34,20 @@ a state per running sequence in each of them: a slot (pagoda.engine.core.state_p
 come out of the same budget, before the KV blocks are counted (`blocks_and_slots`): one per
 sequence the scheduler may run (max_num_seqs), as many as STATE_SHARE of the budget holds, at
 least one; the automatic budget grows by max_num_seqs slots' worth, within its bounds. With
-num_kv_blocks set, the blocks are what it says and the max_num_seqs slots come on top. The fit
-check counts the slots the same way (`model_kv_cache_bytes`, from ModelShape.state_floats).
+num_kv_blocks set, the blocks are what it says and the max_num_seqs slots come on top.
+
+With the prefix cache on, such a model also keeps checkpoints of those states at block
+boundaries (pagoda.engine.core.checkpoint_store), in slots of their own after the running ones:
+as many as CHECKPOINT_SHARE of the budget holds, at most one per BLOCKS_PER_CHECKPOINT blocks
+of the first group (a checkpoint is found only through the cached blocks before it: a chat of
+many blocks needs two), at least MIN_CHECKPOINTS (a running sequence's latest boundary and a
+prompt's end). They come out of the
+budget after the running slots, before the blocks; the automatic budget does not grow for them.
+A budget that holds no block beside MIN_CHECKPOINTS keeps none (the prefix cache is then off).
+With num_kv_blocks set they come on top: two per sequence the scheduler may run (its latest
+boundary, and as many kept for prompts and finished chats), at most one per block. The fit
+check counts the slots and checkpoints the same way (`model_kv_cache_bytes`, from
+ModelShape.state_floats).
 """
 
 from __future__ import annotations
@@ -55,6 +67,15 @@ AUTO_KV_CACHE_LIMIT = 1 << 30
 AVAILABLE_FRACTION = 0.25
 # The most of the cache's budget that recurrent states take, so KV blocks always get the rest.
 STATE_SHARE = 0.5
+# The most of the budget that recurrent state checkpoints take, for models whose states are
+# large (Mamba-2's): a prefix is found through its cached blocks, so they keep most of it.
+CHECKPOINT_SHARE = 0.25
+# At most one checkpoint per this many blocks of the first group (256 tokens): a chat keeps two
+# (its prompt's end and its reply's latest boundary), so every chat of 512 tokens or more that
+# the blocks hold keeps both. LFM2-1.2B's states (160 KiB) weigh about one of its blocks (192
+# KiB in bf16), so its checkpoints take about 6% of what its blocks do.
+BLOCKS_PER_CHECKPOINT = 16
+MIN_CHECKPOINTS = 2
 
 _KV_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -92,10 +113,11 @@ def model_kv_cache_bytes(shape: ModelShape | None, config: EngineConfig) -> int:
     # The pools and state slots the engine will allocate (`blocks_and_slots`), as it sizes them
     # at load.
     bytes_per_slot = shape.state_floats * STATE_DTYPE.itemsize
-    counts, slots = blocks_and_slots(config, bytes_per_block, windows, bytes_per_slot, context,
-                                     None)
+    counts, slots, checkpoints = blocks_and_slots(config, bytes_per_block, windows,
+                                                  bytes_per_slot, context, None,
+                                                  checkpoints=config.enable_prefix_caching)
     return (sum(n * size for n, size in zip(counts, bytes_per_block, strict=True))
-            + slots * bytes_per_slot)
+            + (slots + checkpoints) * bytes_per_slot)
 
 
 def auto_kv_cache_bytes(bytes_per_token: int, max_model_len: int, max_num_seqs: int,
@@ -199,17 +221,35 @@ def split_state_budget(budget: int, bytes_per_slot: int, max_num_seqs: int) -> t
     return slots, budget - slots * bytes_per_slot
 
 
+def split_checkpoint_budget(budget: int, rest: int, bytes_per_slot: int,
+                            bytes_per_block: list[int], wanted: list[int]) -> int:
+    """Checkpoint slots from the `rest` of `budget` that the running slots left: as many as
+    CHECKPOINT_SHARE of the budget holds, at most one per BLOCKS_PER_CHECKPOINT of the first
+    group's blocks beside them, at least MIN_CHECKPOINTS; none when MIN_CHECKPOINTS leave no
+    block (the prefix cache is then off)."""
+    least = rest - MIN_CHECKPOINTS * bytes_per_slot
+    if least < 0 or split_kv_budget(least, bytes_per_block, wanted)[0] < 1:
+        return 0
+    most = max(MIN_CHECKPOINTS, int(budget * CHECKPOINT_SHARE) // bytes_per_slot)
+    fewest_blocks = split_kv_budget(max(0, rest - most * bytes_per_slot), bytes_per_block,
+                                    wanted)[0]
+    return max(MIN_CHECKPOINTS, min(most, fewest_blocks // BLOCKS_PER_CHECKPOINT))
+
+
 def blocks_and_slots(config: EngineConfig, bytes_per_block: list[int], windows: list[int],
-                     bytes_per_slot: int, max_model_len: int,
-                     available: int | None) -> tuple[list[int], int]:
-    """Blocks of each group's CPU pool and slots of the recurrent states (bytes_per_slot: one
-    slot over every recurrent layer; 0 without any, then no slot and `group_num_blocks`' blocks).
+                     bytes_per_slot: int, max_model_len: int, available: int | None,
+                     checkpoints: bool = False) -> tuple[list[int], int, int]:
+    """Blocks of each group's CPU pool, slots of the recurrent states, and slots of their
+    checkpoints (bytes_per_slot: one slot over every recurrent layer; 0 without any, then no
+    slot and `group_num_blocks`' blocks; checkpoints: the prefix cache keeps them).
     Raises ValueError when the bytes left hold no block of the first group."""
     if not bytes_per_slot:
-        return group_num_blocks(config, bytes_per_block, windows, max_model_len, available), 0
+        return group_num_blocks(config, bytes_per_block, windows, max_model_len, available), 0, 0
     if config.num_kv_blocks is not None:
+        n = config.num_kv_blocks
+        on_top = max(MIN_CHECKPOINTS, min(2 * config.max_num_seqs, n)) if checkpoints else 0
         return (group_num_blocks(config, bytes_per_block, windows, max_model_len, available),
-                config.max_num_seqs)
+                config.max_num_seqs, on_top)
     wanted = [0] + [window_blocks_wanted(w, config) for w in windows[1:]]
     if config.kv_cache_memory is not None:
         budget = config.kv_cache_memory
@@ -218,4 +258,7 @@ def blocks_and_slots(config: EngineConfig, bytes_per_block: list[int], windows: 
                      _auto_budget(config, bytes_per_block, wanted, max_model_len, available)
                      + config.max_num_seqs * bytes_per_slot)
     slots, rest = split_state_budget(budget, bytes_per_slot, config.max_num_seqs)
-    return _blocks_within(rest, bytes_per_block, wanted), slots
+    num_checkpoints = (split_checkpoint_budget(budget, rest, bytes_per_slot, bytes_per_block,
+                                               wanted) if checkpoints else 0)
+    blocks = _blocks_within(rest - num_checkpoints * bytes_per_slot, bytes_per_block, wanted)
+    return blocks, slots, num_checkpoints

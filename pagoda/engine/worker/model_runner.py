@@ -21,6 +21,7 @@ from pagoda.engine.models.decoder import DecoderForCausalLM, RecurrentStep
 from pagoda.engine.models.kv_cache_sizing import (
     blocks_and_slots,
     kv_cache_dtype,
+    split_checkpoint_budget,
     split_kv_budget,
     split_state_budget,
     window_blocks_wanted,
@@ -134,7 +135,10 @@ class ModelRunner:
         # One slot of every recurrent layer's states (0 for a model of attention layers only).
         self.bytes_per_state_slot = sum(state_bytes(layer.mixer) for layer in self.model.layers
                                         if layer.mixer is not None)
-        self.kv_cache_groups, self.num_state_slots = self._kv_cache_groups()
+        # Checkpoints of them at block boundaries, for the prefix cache (0 with it off).
+        self.keeps_checkpoints = bool(self.bytes_per_state_slot) and config.enable_prefix_caching
+        self.kv_cache_groups, self.num_state_slots, self.num_checkpoint_slots = (
+            self._kv_cache_groups())
         # The blocks of the group that keeps every block: the context the cache holds.
         self.num_blocks = self.kv_cache_groups[0].num_blocks
         self.kv_caches = self._allocate_kv_cache()
@@ -166,8 +170,12 @@ class ModelRunner:
     def execute(self, sched: SchedulerOutput) -> RunnerOutput:
         """Run one step: per scheduled sequence its new tokens (none mid-prefill, one sampled
         token, or after speculation the kept drafts and the model's next token)."""
+        # Restored before and saved after the forward, so a checkpoint slot that this step
+        # both reads (a prefix hit) and reuses (evicted for a new checkpoint) is read first.
+        self.copy_states(sched.restore_states)
         inputs = self.prepare_inputs(sched.scheduled)
         logits = self._forward(inputs)
+        self.copy_states(sched.save_states)
         sampled: list[list[int]] = [[] for _ in sched.scheduled]
         out = RunnerOutput(sampled, [None] * len(sched.scheduled))
         if inputs.prompt_requests:
@@ -447,44 +455,51 @@ class ModelRunner:
     def _int32(self, values: list) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.int32, device=self.device)
 
-    def _kv_cache_groups(self) -> tuple[tuple[KVCacheGroup, ...], int]:
-        """Each KV cache group's pool, and the recurrent states' slots (0 without recurrent
-        layers), from one budget; the first group keeps every block, the others
-        (sliding-window layers beside full-attention ones) only their windows'."""
+    def _kv_cache_groups(self) -> tuple[tuple[KVCacheGroup, ...], int, int]:
+        """Each KV cache group's pool, the recurrent states' slots for running sequences and
+        for checkpoints (0 without recurrent layers), from one budget; the first group keeps
+        every block, the others (sliding-window layers beside full-attention ones) only their
+        windows'."""
         windows = [window for window, _ in self.kv_layout]
         bytes_per_block = [self.bytes_per_block(layers) for _, layers in self.kv_layout]
         if self.device.type == "cuda" and self.config.num_kv_blocks is None:
-            counts, slots = self._blocks_from_free_gpu_memory(bytes_per_block, windows)
+            counts, slots, checkpoints = self._blocks_from_free_gpu_memory(bytes_per_block,
+                                                                           windows)
         else:
             # What the weights left, freed memory given back first so that it counts as available.
             release_freed_memory()
-            counts, slots = blocks_and_slots(self.config, bytes_per_block, windows,
-                                             self.bytes_per_state_slot, self.max_model_len,
-                                             available_memory())
+            counts, slots, checkpoints = blocks_and_slots(
+                self.config, bytes_per_block, windows, self.bytes_per_state_slot,
+                self.max_model_len, available_memory(), self.keeps_checkpoints)
         groups = tuple(KVCacheGroup(n, window if g else 0, size) for g, (n, window, size)
                        in enumerate(zip(counts, windows, bytes_per_block, strict=True)))
-        return groups, slots
+        return groups, slots, checkpoints
 
     def _blocks_from_free_gpu_memory(self, bytes_per_block: list[int],
-                                     windows: list[int]) -> tuple[list[int], int]:
+                                     windows: list[int]) -> tuple[list[int], int, int]:
         """What is left of gpu_memory_utilization x total memory after the weights (already
         loaded), a step's activations and a fixed reserve: the recurrent states' slots first,
         the rest split between the groups."""
         free, total = torch.cuda.mem_get_info(self.device)
         budget = max(0, int(total * self.config.gpu_memory_utilization - (total - free)
                             - self._peak_activation_bytes() - _GPU_RESERVE_BYTES))
-        slots = 0
+        slots = checkpoints = 0
+        wanted = [0] + [window_blocks_wanted(w, self.config) for w in windows[1:]]
         if self.bytes_per_state_slot:
+            whole = budget
             slots, budget = split_state_budget(budget, self.bytes_per_state_slot,
                                                self.config.max_num_seqs)
-        wanted = [0] + [window_blocks_wanted(w, self.config) for w in windows[1:]]
+            if self.keeps_checkpoints:
+                checkpoints = split_checkpoint_budget(whole, budget, self.bytes_per_state_slot,
+                                                      bytes_per_block, wanted)
+                budget -= checkpoints * self.bytes_per_state_slot
         counts = split_kv_budget(max(0, budget), bytes_per_block, wanted)
         if counts[0] < 1:
             raise ValueError(
                 f"EngineConfig.gpu_memory_utilization={self.config.gpu_memory_utilization} leaves "
                 f"no room for the KV cache ({free / 2**30:.1f} of {total / 2**30:.1f} GiB free "
                 "after loading the weights): raise it, or free GPU memory")
-        return counts, slots
+        return counts, slots, checkpoints
 
     def _peak_activation_bytes(self) -> int:
         """A bound on one step's live tensors: the widest layer intermediates for the token
@@ -523,22 +538,36 @@ class ModelRunner:
 
     def _allocate_recurrent_states(self) -> list[tuple[torch.Tensor, ...] | None]:
         """Each recurrent layer's state tensors, [slots, *shape] each (None at attention
-        layers). Zeros, though a sequence's first run never reads them."""
+        layers): the running sequences' slots, then the checkpoints'. Zeros, though a
+        sequence's first run never reads them."""
         states: list[tuple[torch.Tensor, ...] | None] = []
+        num_slots = self.num_state_slots + self.num_checkpoint_slots
         for layer in self.model.layers:
             if layer.mixer is None:
                 states.append(None)
                 continue
-            states.append(tuple(torch.zeros((self.num_state_slots, *shape), dtype=STATE_DTYPE,
+            states.append(tuple(torch.zeros((num_slots, *shape), dtype=STATE_DTYPE,
                                             device=self.device)
                                 for shape in layer.mixer.state_shapes()))
         if self.num_state_slots:
-            logger.info("Recurrent states (%d layers): %d slots of %.1f KiB (%.1f MiB)",
-                        sum(1 for st in states if st is not None), self.num_state_slots,
+            logger.info("Recurrent states (%d layers): %d slots and %d checkpoints of %.1f KiB "
+                        "(%.1f MiB)", sum(1 for st in states if st is not None),
+                        self.num_state_slots, self.num_checkpoint_slots,
                         self.bytes_per_state_slot / 2**10,
-                        self.num_state_slots * self.bytes_per_state_slot / 2**20)
+                        num_slots * self.bytes_per_state_slot / 2**20)
             return states
         return []
+
+    def copy_states(self, copies: list[tuple[int, int]]) -> None:
+        """Copy every recurrent layer's states from slot to slot ((source, destination) pairs):
+        checkpoints taken and restored."""
+        if not copies:
+            return
+        sources = self._tensor([src for src, _ in copies])
+        destinations = self._tensor([dst for _, dst in copies])
+        for states in self.recurrent_states:
+            for state in states or ():
+                state[destinations] = state[sources]
 
     def _allocate_kv_cache(self) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
         """Each attention layer's key and value blocks, in its KV cache group's pool (None at

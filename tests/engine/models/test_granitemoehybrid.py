@@ -169,14 +169,17 @@ def test_only_granite_attention_layers_hold_kv_blocks(dense):
 
 def test_the_fit_check_counts_the_mamba_states_the_engine_allocates(dense):
     """What the memory check reads from config.json before loading is what the engine takes:
-    the attention layers' KV blocks and a slot of every Mamba layer's states per sequence."""
+    the attention layers' KV blocks, a slot of every Mamba layer's states per sequence, and
+    the slots of their checkpoints."""
     from pagoda.engine.loading.model_info import _folder_shape
     from pagoda.engine.models.kv_cache_sizing import model_kv_cache_bytes
 
     llm = LLM(str(dense), num_threads=NUM_THREADS, max_model_len=256)
     runner = llm.engine.runner
     allocated = (runner.num_blocks * runner.bytes_per_block()
-                 + runner.num_state_slots * runner.bytes_per_state_slot)
+                 + (runner.num_state_slots + runner.num_checkpoint_slots)
+                 * runner.bytes_per_state_slot)
+    assert runner.num_checkpoint_slots >= 2
     shape = _folder_shape(dense)
     assert shape.state_floats * 4 == runner.bytes_per_state_slot
     assert model_kv_cache_bytes(shape, llm.engine.config) == allocated

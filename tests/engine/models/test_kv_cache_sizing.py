@@ -130,7 +130,7 @@ def test_recurrent_states_take_a_slot_per_sequence_off_the_budget_before_the_blo
     from pagoda.engine.models.kv_cache_sizing import blocks_and_slots
 
     config = EngineConfig(kv_cache_memory=1_000_000, block_size=16, max_num_seqs=8)
-    blocks, slots = blocks_and_slots(config, [1000], [0], 10_000, 4096, None)
+    blocks, slots, _ = blocks_and_slots(config, [1000], [0], 10_000, 4096, None)
     assert slots == 8
     assert blocks == [(1_000_000 - 8 * 10_000) // 1000]
 
@@ -139,10 +139,10 @@ def test_recurrent_states_take_at_most_half_the_budget_and_at_least_one_slot():
     from pagoda.engine.models.kv_cache_sizing import STATE_SHARE, blocks_and_slots
 
     config = EngineConfig(kv_cache_memory=1_000_000, block_size=16, max_num_seqs=64)
-    blocks, slots = blocks_and_slots(config, [1000], [0], 100_000, 4096, None)
+    blocks, slots, _ = blocks_and_slots(config, [1000], [0], 100_000, 4096, None)
     assert slots == int(1_000_000 * STATE_SHARE) // 100_000
     assert blocks == [(1_000_000 - slots * 100_000) // 1000]
-    _, slots = blocks_and_slots(config, [1000], [0], 900_000, 4096, None)
+    _, slots, _ = blocks_and_slots(config, [1000], [0], 900_000, 4096, None)
     assert slots == 1
     with pytest.raises(ValueError, match="recurrent states"):
         blocks_and_slots(config, [1000], [0], 1_000_000, 4096, None)
@@ -153,7 +153,7 @@ def test_the_automatic_budget_grows_by_the_states_of_every_sequence():
 
     config = EngineConfig(max_model_len=1024, block_size=16, max_num_seqs=4)
     without = group_num_blocks(config, [1000], [0], 1024, None)
-    blocks, slots = blocks_and_slots(config, [1000], [0], 5000, 1024, None)
+    blocks, slots, _ = blocks_and_slots(config, [1000], [0], 5000, 1024, None)
     assert (blocks, slots) == (without, 4)
 
 
@@ -161,5 +161,47 @@ def test_num_kv_blocks_fixes_the_blocks_and_states_come_on_top():
     from pagoda.engine.models.kv_cache_sizing import blocks_and_slots
 
     config = EngineConfig(num_kv_blocks=40, max_num_seqs=6)
-    assert blocks_and_slots(config, [1000], [0], 5000, 1024, None) == ([40], 6)
-    assert blocks_and_slots(config, [1000], [0], 0, 1024, None) == ([40], 0)
+    assert blocks_and_slots(config, [1000], [0], 5000, 1024, None) == ([40], 6, 0)
+    assert blocks_and_slots(config, [1000], [0], 0, 1024, None) == ([40], 0, 0)
+
+
+def test_state_checkpoints_take_at_most_a_quarter_of_the_budget_after_the_running_slots():
+    from pagoda.engine.models.kv_cache_sizing import CHECKPOINT_SHARE, blocks_and_slots
+
+    config = EngineConfig(kv_cache_memory=1_000_000, block_size=16, max_num_seqs=4)
+    blocks, slots, checkpoints = blocks_and_slots(config, [1000], [0], 10_000, 4096, None,
+                                                  checkpoints=True)
+    assert slots == 4
+    assert checkpoints == int(1_000_000 * CHECKPOINT_SHARE) // 10_000
+    assert blocks == [(1_000_000 - (slots + checkpoints) * 10_000) // 1000]
+
+
+def test_state_checkpoints_are_one_per_16_blocks_at_least_two_or_none_without_room():
+    from pagoda.engine.models.kv_cache_sizing import BLOCKS_PER_CHECKPOINT, blocks_and_slots
+
+    config = EngineConfig(kv_cache_memory=1_000_000, block_size=16, max_num_seqs=1)
+    blocks, _, checkpoints = blocks_and_slots(config, [1000], [0], 100, 4096, None,
+                                              checkpoints=True)
+    # A quarter holds 2500 checkpoints of 100 bytes; the blocks beside them, 749.
+    assert checkpoints == 749 // BLOCKS_PER_CHECKPOINT
+    assert blocks == [(1_000_000 - 100 - checkpoints * 100) // 1000]
+    _, _, checkpoints = blocks_and_slots(config, [1000], [0], 30_000, 4096, None,
+                                         checkpoints=True)
+    assert checkpoints == 8  # the quarter's: 250 kB of 30 kB checkpoints
+    config = EngineConfig(kv_cache_memory=100_000, block_size=16, max_num_seqs=1)
+    _, _, checkpoints = blocks_and_slots(config, [10_000], [0], 100, 4096, None,
+                                         checkpoints=True)
+    assert checkpoints == 2  # 7 blocks: fewer than 16 a checkpoint
+    blocks, _, checkpoints = blocks_and_slots(config, [1000], [0], 40_000, 4096, None,
+                                              checkpoints=True)
+    assert (blocks, checkpoints) == ([60], 0)  # two would leave no block
+
+
+def test_num_kv_blocks_fixes_the_blocks_and_checkpoints_come_on_top():
+    from pagoda.engine.models.kv_cache_sizing import blocks_and_slots
+
+    config = EngineConfig(num_kv_blocks=40, max_num_seqs=6)
+    assert blocks_and_slots(config, [1000], [0], 5000, 1024, None, checkpoints=True) == (
+        [40], 6, 12)
+    config = EngineConfig(num_kv_blocks=1, max_num_seqs=6)
+    assert blocks_and_slots(config, [1000], [0], 5000, 1024, None, checkpoints=True)[2] == 2

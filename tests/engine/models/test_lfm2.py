@@ -176,28 +176,29 @@ def test_an_aborted_lfm2_request_gives_its_slot_back(lfm2, long_prompts):
     assert not engine.has_unfinished_requests()
 
 
-def test_a_repeated_lfm2_prompt_gets_no_prefix_hit_and_the_same_tokens(lfm2, long_prompts,
+def test_a_repeated_lfm2_prompt_starts_from_its_prompt_end_checkpoint(lfm2, long_prompts,
                                                                      alone):
-    """A cached block holds keys, not the convolutions' state at its end: until states are
-    checkpointed, a prompt seen before is computed again."""
+    """A cached block holds keys, not the convolutions' state at its end: a prompt seen before
+    starts at its last block boundary (300 tokens: 288), where its states were checkpointed."""
     llm = LLM(str(lfm2), num_threads=NUM_THREADS, num_kv_blocks=64)
     first = llm.generate([long_prompts[0]], GREEDY)[0]
     again = llm.generate([long_prompts[0]], GREEDY)[0]
     assert first.outputs[0].token_ids == again.outputs[0].token_ids == alone[0]
-    assert again.num_cached_tokens == 0
-    assert llm.stats().prefix_cache_hit_rate == 0
+    assert again.num_cached_tokens == 288
+    assert_all_slots_free(llm)
 
 
-def test_lfm2_turns_off_what_needs_a_state_at_a_block_and_says_so(lfm2, tmp_path, caplog):
+def test_lfm2_turns_off_what_needs_more_than_checkpoints_and_says_so(lfm2, tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="pagoda.engine.llm_engine"):
         llm = LLM(str(lfm2), num_threads=NUM_THREADS, num_kv_blocks=16,
                   num_speculative_tokens=3, disk_cache_dir=tmp_path / "disk")
     engine = llm.engine
     assert engine.disk_cache is None and engine.scheduler.proposer is None
+    assert engine.kv_cache.checkpoints is not None
     # (not the native decode's line, which names recurrent layers too where its library loads)
     message = next(r.getMessage() for r in caplog.records
                    if "has recurrent layers" in r.getMessage())
-    for what in ("prefix cache", "disk tier", "speculative decoding"):
+    for what in ("disk tier", "speculative decoding"):
         assert what in message
     assert not list((tmp_path / "disk").glob("**/*.block"))
 
@@ -213,8 +214,9 @@ def test_only_lfm2_attention_layers_hold_kv_blocks(lfm2):
     assert conv == [0, 2, 3, 5]
     # Each convolution layer's state: its last 2 inputs of 64 channels, fp32.
     assert runner.bytes_per_state_slot == 4 * 64 * 2 * 4
+    # The running sequences' slots, then the checkpoints'.
     assert [states[0].shape for states in runner.recurrent_states if states is not None] == [
-        (runner.num_state_slots, 64, 2)] * 4
+        (runner.num_state_slots + runner.num_checkpoint_slots, 64, 2)] * 4
 
 
 def test_lfm2_decode_steps_run_layer_by_layer(lfm2):
@@ -250,7 +252,8 @@ def test_lfm2_layers_follow_full_attn_idxs_when_layer_types_is_absent():
 
 def test_the_fit_check_counts_lfm2_attention_layers_kv_and_the_states(lfm2):
     """What the memory check reads from config.json before loading is what the engine takes:
-    the attention layers' KV and a state slot per sequence it may run."""
+    the attention layers' KV, a state slot per sequence it may run, and the states'
+    checkpoints (which take a share of the same budget, in whole blocks' stead)."""
     from pagoda.engine.config import EngineConfig
     from pagoda.engine.loading.model_info import _folder_shape
     from pagoda.engine.models.kv_cache_sizing import model_kv_cache_bytes
@@ -260,8 +263,13 @@ def test_the_fit_check_counts_lfm2_attention_layers_kv_and_the_states(lfm2):
     config = EngineConfig(max_model_len=256, kv_cache_memory=None, num_threads=NUM_THREADS)
     per_token = 2 * len(ATTENTION_LAYERS) * shape.num_kv_heads * shape.head_dim * 4
     per_slot = 4 * 64 * 2 * 4  # 4 convolutions' last 2 inputs of 64 channels, fp32
-    assert model_kv_cache_bytes(shape, config) == (2 * 256 * per_token
-                                                   + config.max_num_seqs * per_slot)
+    budget = 2 * 256 * per_token + config.max_num_seqs * per_slot
+    runner = LLM(str(lfm2), max_model_len=256, num_threads=NUM_THREADS).engine.runner
+    taken = (sum(g.num_blocks * g.bytes_per_block for g in runner.kv_cache_groups)
+             + (runner.num_state_slots + runner.num_checkpoint_slots) * per_slot)
+    assert runner.num_checkpoint_slots >= 2
+    assert model_kv_cache_bytes(shape, config) == taken
+    assert budget - per_token * config.block_size < taken <= budget
 
 
 def test_lfm2_gguf_gives_the_folders_logits_to_fp16_rounding(lfm2, lfm2_gguf, prompts):

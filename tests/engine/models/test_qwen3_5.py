@@ -164,7 +164,8 @@ def test_only_qwen3_5_attention_layers_hold_kv_blocks(qwen35):
 
 def test_the_fit_check_counts_what_the_qwen3_5_engine_allocates(qwen35):
     """What the memory check reads from config.json before loading is what the engine takes:
-    the attention layers' KV blocks and a DeltaNet state slot per sequence it may run."""
+    the attention layers' KV blocks, a DeltaNet state slot per sequence it may run, and the
+    states' checkpoints."""
     from pagoda.engine.config import EngineConfig
     from pagoda.engine.loading.model_info import _folder_shape
     from pagoda.engine.models.kv_cache_sizing import model_kv_cache_bytes
@@ -174,9 +175,22 @@ def test_the_fit_check_counts_what_the_qwen3_5_engine_allocates(qwen35):
     assert shape.state_floats == 6 * DELTA_NET_FLOATS
     config = EngineConfig(max_model_len=256, kv_cache_memory=None, num_threads=NUM_THREADS)
     runner = LLM(str(qwen35), max_model_len=256, num_threads=NUM_THREADS).engine.runner
-    allocated = (runner.num_blocks * runner.bytes_per_block()
-                 + runner.num_state_slots * runner.bytes_per_state_slot)
+    allocated = (sum(g.num_blocks * g.bytes_per_block for g in runner.kv_cache_groups)
+                 + (runner.num_state_slots + runner.num_checkpoint_slots)
+                 * runner.bytes_per_state_slot)
     assert model_kv_cache_bytes(shape, config) == allocated
+
+
+def test_a_repeated_qwen3_5_prompt_starts_from_its_prompt_end_checkpoint(qwen35, long_prompts,
+                                                                        alone):
+    """A prompt seen before starts at its last block boundary (300 tokens: 288), where its
+    DeltaNets' states were checkpointed, and gets the tokens it got alone."""
+    llm = LLM(str(qwen35), num_threads=NUM_THREADS, num_kv_blocks=64)
+    first = llm.generate([long_prompts[0]], GREEDY)[0]
+    again = llm.generate([long_prompts[0]], GREEDY)[0]
+    assert first.outputs[0].token_ids == again.outputs[0].token_ids == alone[0]
+    assert again.num_cached_tokens == 288
+    assert_all_slots_free(llm)
 
 
 def test_qwen3_5_layers_are_gated_delta_nets_and_gated_attention():

@@ -1,0 +1,81 @@
+"""A hybrid model's second chat turn with the prefix cache (recurrent state checkpoints) and
+without: time to its first token, alternating, on a random model of LFM2-350M's shape.
+
+    PYTHONPATH=. python bench/hybrid_second_turn.py [--threads 2] [--rounds 4]
+
+Each round is a new chat (its first token differs): a 1501-token prompt, a 32-token reply, then
+the second turn (prompt + reply + a 50-token message) asks for one token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import transformers
+from cpu_info import cpu_name
+
+from pagoda.engine import LLM, SamplingParams
+from tests.engine.tiny_models import save_tiny_model
+
+# LFM2-350M: 16 layers, the attention ones at 2, 5, 8, 10, 12 and 14.
+LAYER_TYPES = ["full_attention" if i in (2, 5, 8, 10, 12, 14) else "conv" for i in range(16)]
+REPLY = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+FIRST_TOKEN = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+
+
+def save_model(root: Path) -> tuple[Path, list[int]]:
+    """The model folder and a run of token ids to make prompts of."""
+    tiny = save_tiny_model(root / "tiny", "lfm2")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny)
+    config = transformers.AutoConfig.from_pretrained(tiny)
+    config.update({"hidden_size": 1024, "num_hidden_layers": 16, "num_attention_heads": 16,
+                   "num_key_value_heads": 8, "intermediate_size": 6656,
+                   "layer_types": LAYER_TYPES, "max_position_embeddings": 4096,
+                   "initializer_range": 0.02})
+    torch.manual_seed(0)
+    folder = root / "lfm2-350m-shape"
+    transformers.Lfm2ForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    text = " ".join(f"Sentence {i} says something about the weather and the sea."
+                    for i in range(400))
+    return folder, tokenizer.encode(text)
+
+
+def second_turn_seconds(llm: LLM, prompt: list[int], message: list[int]) -> tuple[float, int]:
+    reply = llm.generate([prompt], REPLY)[0].outputs[0].token_ids
+    began = time.perf_counter()
+    out = llm.generate([prompt + list(reply) + message], FIRST_TOKEN)[0]
+    return time.perf_counter() - began, out.num_cached_tokens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=4)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder, ids = save_model(Path(tmp))
+        engines = {on: LLM(str(folder), num_threads=args.threads, enable_prefix_caching=on,
+                           max_model_len=4096) for on in (True, False)}
+        seconds: dict[bool, list[float]] = {True: [], False: []}
+        for r in range(args.rounds):
+            for on in (True, False) if r % 2 == 0 else (False, True):
+                took, cached = second_turn_seconds(engines[on], [r + 3] + ids[:1500],
+                                                   ids[1500:1550])
+                seconds[on].append(took)
+                print(f"round {r} prefix cache {'on ' if on else 'off'}: {took * 1000:.0f} ms "
+                      f"({cached} tokens cached)", flush=True)
+    print(cpu_name())
+    for on in (True, False):
+        mean, median = statistics.mean(seconds[on]), statistics.median(seconds[on])
+        print(f"prefix cache {'on ' if on else 'off'}: mean {mean * 1000:.0f} ms, "
+              f"median {median * 1000:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
