@@ -30,6 +30,7 @@ from pagoda.engine.models.registry import (
     expected_weight_shapes,
     family_for_model_type,
     supported_model_types,
+    text_model_config,
 )
 from pagoda.engine.quantization.tensors import Weight, weight_shape
 
@@ -183,7 +184,7 @@ def _read_config(folder: Path) -> transformers.PretrainedConfig:
         ) from error
     check_config_supported(raw, config_file)
     try:
-        return transformers.AutoConfig.from_pretrained(folder)
+        return text_model_config(transformers.AutoConfig.from_pretrained(folder))
     except Exception as error:
         raise ModelLoadError(
             f"{config_file} could not be read as a model config: {error}. Re-download the model."

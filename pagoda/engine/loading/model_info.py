@@ -54,7 +54,7 @@ from pagoda.engine.models.architecture import ModelShape
 from pagoda.engine.models.config import model_shape
 from pagoda.engine.models.gguf_config import llama_shape
 from pagoda.engine.models.kv_cache_sizing import model_kv_cache_bytes
-from pagoda.engine.models.registry import family_for_gguf, header_shape
+from pagoda.engine.models.registry import family_for_gguf, header_shape, text_model_config
 from pagoda.engine.quantization.expert_weights import IN_PLACE_EXPERT_TYPES
 from pagoda.engine.quantization.tensors import INT4_GROUP_SIZE
 
@@ -255,7 +255,7 @@ def gguf_shape(model_file: GGUFModelFile) -> ModelShape:
 
 def _folder_shape(folder: Path) -> ModelShape:
     try:
-        return header_shape(transformers.AutoConfig.from_pretrained(folder))
+        return header_shape(text_model_config(transformers.AutoConfig.from_pretrained(folder)))
     except (OSError, ValueError, KeyError) as error:
         raise ModelLoadError(f"{folder / 'config.json'} could not be read as a model config: "
                              f"{error}. Re-download the model.") from error

@@ -9,6 +9,11 @@ Attention rotates partial_rotary_factor of each head (a quarter). Its "mrope" se
 rotated pairs among three position streams (time, height, width) that are equal for text, so
 text rotates as plain RoPE over those dimensions.
 
+Qwen3.5 is released as a multimodal folder (model_type "qwen3_5"): its text model's config is
+text_config (registry.TEXT_MODEL_OF) and its weights are under model.language_model. (read
+under the text model's names: `folder_weights`); the vision encoder (model.visual.) and the
+multi-token prediction layers (mtp.) are not read, as Pagoda runs the text model alone.
+
 llama.cpp's converter writes a qwen35 GGUF file (`config_from_gguf`): the DeltaNet sizes under
 ssm.* (state_size is the key heads' width, group_count the key heads, time_step_rank the value
 heads, inner_size their width), its recurrent layers as attention.recurrent_layers (or every
@@ -19,8 +24,10 @@ TILED_VALUE_HEADS). The loader takes the tensors in that order, quantized or not
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
+import torch
 from transformers import PretrainedConfig, Qwen3_5TextConfig
 
 from pagoda.engine.errors import ModelLoadError
@@ -45,6 +52,16 @@ from pagoda.engine.models.gguf_config import (
 NAME = "Qwen3.5"  # its entry in pagoda/engine/models/registry.py names the model types it covers
 
 NAMES = LayerNames(q_norm="self_attn.q_norm", k_norm="self_attn.k_norm")
+# A multimodal folder's text model's tensors, which `folder_weights` names as a text folder's.
+FOLDER_TENSORS = re.compile(r"model\.language_model\..+")
+_TEXT_MODEL_PREFIX = "model.language_model."
+
+
+def folder_weights(config: PretrainedConfig,
+                   tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {"model." + name[len(_TEXT_MODEL_PREFIX):]: tensor for name, tensor in tensors.items()}
+
+
 # A config built from a GGUF file says so where its DeltaNets' value heads are tiled over the key
 # heads (llama.cpp's converter's order) rather than grouped by them (Hugging Face's).
 TILED_VALUE_HEADS = "linear_value_heads_tiled"

@@ -73,10 +73,10 @@ FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily("LFM2", "lfm2", ("lfm2",), ("lfm2",), "LFM2-350M, 700M, 1.2B, 2.6B"),
     ModelFamily("Granite 4 hybrid", "granitemoehybrid", ("granitemoehybrid",), ("granitehybrid",),
                 "Granite-4.0-H-Micro, H-Tiny, H-Small"),
-    # Text folders (Qwen3_5ForCausalLM); the released checkpoints are the multimodal wrapper
-    # ("qwen3_5"), refused below.
-    ModelFamily("Qwen3.5", "qwen3_5", ("qwen3_5_text",), ("qwen35",),
-                "Qwen3.5 dense: text folders, every size as GGUF"),
+    # Text folders (Qwen3_5ForCausalLM), and the multimodal folders Qwen3.5 is released as
+    # ("qwen3_5": their text model, TEXT_MODEL_OF).
+    ModelFamily("Qwen3.5", "qwen3_5", ("qwen3_5_text", "qwen3_5"), ("qwen35",),
+                "Qwen3.5 dense: folders (text), every size as GGUF"),
     ModelFamily("Qwen3-Next", "qwen3_next", ("qwen3_next",), ("qwen3next",),
                 "Qwen3-Next-80B-A3B"),
     # Text folders; the released checkpoints are the multimodal wrapper ("qwen3_5_moe").
@@ -97,9 +97,20 @@ NOT_YET: dict[str, str] = {
                     _HYBRID),
     **dict.fromkeys(("qwen2_vl", "qwen2vl", "qwen2_5_vl", "qwen25vl", "qwen3_vl", "qwen3vl",
                      "smolvlm", "idefics3", "mistral3", "llava", "mllama", "gemma3n", "gemma3",
-                     "gemma4", "qwen3_5", "qwen3_5_moe"),
+                     "gemma4", "qwen3_5_moe"),
                     _VISION),
 }
+
+
+# Multimodal folders whose text model Pagoda runs: model_type -> the config's attribute that holds
+# the text model's config (its weights: the family's FOLDER_TENSORS).
+TEXT_MODEL_OF = {"qwen3_5": "text_config"}
+
+
+def text_model_config(config: PretrainedConfig) -> PretrainedConfig:
+    """The config of the model Pagoda runs: a multimodal folder's text model's, else config."""
+    key = TEXT_MODEL_OF.get(config.model_type)
+    return config if key is None else getattr(config, key)
 
 
 def family_for_model_type(model_type: str | None) -> ModelFamily | None:

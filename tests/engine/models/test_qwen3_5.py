@@ -18,7 +18,6 @@ from pagoda.engine.errors import ModelLoadError
 from pagoda.engine.loading.gguf import GGUFModelFile
 from pagoda.engine.models.architecture import AttentionKind, GatedDeltaNetKind
 from pagoda.engine.models.qwen3_5 import architecture, config_from_gguf
-from pagoda.engine.models.registry import architecture_of
 from tests.engine.family_parity import (
     LLAMA_CPP_QUANTIZED_NEAR_TIE,
     FakeGGUFSettings,
@@ -202,10 +201,6 @@ def test_qwen3_5_layers_are_gated_delta_nets_and_gated_attention():
     assert arch.ropes["default"].rotary_dim == 4
 
 
-def test_a_qwen3_5_multimodal_folder_is_refused_in_words():
-    config = transformers.Qwen3_5Config(text_config=tiny_config("qwen3.5", 64).to_dict())
-    with pytest.raises(ModelLoadError, match="vision-language"):
-        architecture_of(config)
 
 
 @pytest.mark.parametrize(("settings", "words"), [
@@ -281,3 +276,35 @@ def test_a_qwen35_file_without_recurrent_layers_attends_every_fourth_layer():
 def test_a_qwen35_file_that_does_not_fit_its_layers_is_refused(keys, words):
     with pytest.raises(ModelLoadError, match=words):
         config_from_gguf(FakeGGUFSettings("qwen35", _QWEN35_KEYS | keys, _NO_VECTORS))
+
+
+@pytest.fixture(scope="module")
+def multimodal(qwen35, tmp_path_factory):
+    """The tiny Qwen3.5 as Qwen3.5 is released: Qwen3_5ForConditionalGeneration (a small vision
+    encoder beside it), the text model's weights the tiny folder's."""
+    text = transformers.AutoConfig.from_pretrained(qwen35)
+    vision = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
+              "out_hidden_size": text.hidden_size, "patch_size": 4,
+              "num_position_embeddings": 16}
+    config = transformers.Qwen3_5Config(text_config=text.to_dict(), vision_config=vision,
+                                        tie_word_embeddings=False)
+    model = transformers.Qwen3_5ForConditionalGeneration(config)
+    text_model = load_hf_model(qwen35)
+    missing, _ = model.model.language_model.load_state_dict(text_model.model.state_dict(),
+                                                            strict=False)
+    assert not missing
+    model.lm_head.load_state_dict(text_model.lm_head.state_dict())
+    folder = tmp_path_factory.mktemp("qwen35_multimodal")
+    model.save_pretrained(folder)
+    transformers.AutoTokenizer.from_pretrained(qwen35).save_pretrained(folder)
+    return folder
+
+
+def test_a_qwen3_5_multimodal_folder_runs_its_text_model(multimodal, hf_model, prompts):
+    """Its weights under model.language_model. read as the text folder's; the vision encoder
+    not read."""
+    saved = transformers.AutoConfig.from_pretrained(multimodal)
+    assert saved.model_type == "qwen3_5"
+    for ours, theirs in zip(engine_logits(multimodal, prompts), hf_logits(hf_model, prompts),
+                            strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
