@@ -29,8 +29,8 @@ FAMILY_VARIANTS = ("gemma2", "gemma3", "gemma3-query-scalar", "gemma4", "gemma4-
                    "smollm3", "gpt-oss", "qwen3moe", "qwen3moe-dense-layers", "qwen2moe",
                    "mixtral")
 
-# Hybrid families (issue 56): recurrent layers beside attention, built here for parity with
-# transformers only (no llama.cpp record yet).
+# Hybrid families (issue 56): recurrent layers beside attention; those llama.cpp runs as
+# transformers does are recorded too (llama_cpp_converter.LLAMA_CPP_HYBRID_VARIANTS).
 HYBRID_VARIANTS = ("lfm2", "granite-hybrid", "granite-hybrid-moe", "granite-hybrid-moe-rope",
                    "qwen3.5", "qwen3-next", "qwen3.5-moe")
 

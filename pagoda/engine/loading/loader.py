@@ -184,11 +184,17 @@ def _read_config(folder: Path) -> transformers.PretrainedConfig:
         ) from error
     check_config_supported(raw, config_file)
     try:
-        return text_model_config(transformers.AutoConfig.from_pretrained(folder))
+        config = transformers.AutoConfig.from_pretrained(folder)
+        text = text_model_config(config)
     except Exception as error:
         raise ModelLoadError(
             f"{config_file} could not be read as a model config: {error}. Re-download the model."
         ) from error
+    if text is not config:
+        logger.info("%s is a %s folder: Pagoda runs its text model; its vision encoder and any "
+                    "multi-token-prediction layers are not loaded (a chat with an image is "
+                    "refused in words)", folder.name, config.model_type)
+    return text
 
 
 def _read_tokenizer(
