@@ -1,10 +1,12 @@
-"""A mixture-of-experts GGUF file, our engine in-process against llama.cpp's server on the same
-file, alternating, three rounds: one stream's decode, eight concurrent streams' aggregate decode,
-a 1,000-token prefill, and each side's resident memory with the model loaded.
+"""A GGUF file (written for the mixtures of experts; any family runs), our engine in-process
+against llama.cpp's server on the same file, alternating, three rounds: one stream's decode,
+eight concurrent streams' aggregate decode, a 1,000-token prefill (--prefill-tokens), and each
+side's resident memory with the model loaded.
 
 Not a test: run on a quiet machine and copy the table into docs/BENCHMARKS.md.
 
     python bench/moe_vs_llama_cpp.py MODEL.gguf [--server LLAMA_SERVER] [--rounds 3] [--alone]
+        [--prefill-tokens N]
 
 --alone runs each side by itself, ours first, the server after ours has exited: for a file
 that fits this machine's memory once but not beside a second process's copy (llama.cpp repacks
@@ -143,12 +145,12 @@ class Ours:
         self.llm.generate([ids], self.params(temperature=0, max_tokens=1))
         return len(ids) / (time.perf_counter() - t)
 
-    def prompts_of_1000(self, rounds: int) -> list[list[int]]:
-        """Each round's own 1,000-token prompt by the file's tokenizer (both sides get ids): a
-        prompt seen in an earlier round would be a prefix-cache hit."""
+    def prompts(self, rounds: int, length: int) -> list[list[int]]:
+        """Each round's own prompt of `length` tokens by the file's tokenizer (both sides get
+        ids): a prompt seen in an earlier round would be a prefix-cache hit."""
         engine = self.llm.engine
         tokenizer = engine.tokenizer if hasattr(engine, "tokenizer") else self.llm.tokenizer
-        return [tokenizer.encode(text(100 + r, 1000))[:1000] for r in range(rounds)]
+        return [tokenizer.encode(text(100 + r, length))[:length] for r in range(rounds)]
 
     def resident(self) -> int:
         return resident_bytes()
@@ -170,6 +172,8 @@ def main() -> None:
     parser.add_argument("--server", default="/work/llama.cpp-build/build/bin/llama-server")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--alone", action="store_true")
+    parser.add_argument("--prefill-tokens", type=int, default=1000,
+                        help="the prefill prompt's length (default 1,000)")
     args = parser.parse_args()
     ids: list[list[int]] = []
     rows: dict[str, list[float]] = defaultdict(list)
@@ -178,7 +182,7 @@ def main() -> None:
     groups = [[make] for make in makers] if args.alone else [makers]
     for group in groups:
         sides = [make() for make in group]
-        ids = ids or sides[0].prompts_of_1000(args.rounds)  # ours is made first
+        ids = ids or sides[0].prompts(args.rounds, args.prefill_tokens)  # ours is made first
         for r in range(args.rounds):
             for side in sides:
                 measure(side, rows, r, ids[r])
