@@ -1,7 +1,9 @@
 """A hybrid model's second chat turn with the prefix cache (recurrent state checkpoints) and
-without: time to its first token, alternating, on a random model of LFM2-350M's shape.
+without: time to its first token, alternating, and the first turn's, on a random model of
+LFM2-350M's shape or the file --model names (bench/qwen35_file.py's, say).
 
-    PYTHONPATH=. python bench/hybrid_second_turn.py [--threads 2] [--rounds 4]
+    PYTHONPATH=. python bench/hybrid_second_turn.py [--threads 2] [--rounds 4] [--model FILE]
+        [--prompt-tokens 1500]
 
 Each round is a new chat (its first token differs): a 1501-token prompt, a 32-token reply, then
 the second turn (prompt + reply + a 50-token message) asks for one token.
@@ -46,31 +48,54 @@ def save_model(root: Path) -> tuple[Path, list[int]]:
     return folder, tokenizer.encode(text)
 
 
-def second_turn_seconds(llm: LLM, prompt: list[int], message: list[int]) -> tuple[float, int]:
+def second_turn_seconds(llm: LLM, prompt: list[int],
+                        message: list[int]) -> tuple[float, float, int]:
+    """The first turn's time to its first token (a prompt not seen before), then the second
+    turn's, and how many of the second turn's prompt tokens came from the cache."""
+    began = time.perf_counter()
+    llm.generate([prompt], FIRST_TOKEN)
+    first = time.perf_counter() - began
     reply = llm.generate([prompt], REPLY)[0].outputs[0].token_ids
     began = time.perf_counter()
     out = llm.generate([prompt + list(reply) + message], FIRST_TOKEN)[0]
-    return time.perf_counter() - began, out.num_cached_tokens
+    return first, time.perf_counter() - began, out.num_cached_tokens
+
+
+def file_prompt_ids(llm: LLM, length: int) -> list[int]:
+    """Token ids of a long text by the model's own tokenizer."""
+    text = " ".join(f"Sentence {i} says something about the weather and the sea."
+                    for i in range(length // 8))
+    return llm.engine.tokenizer.encode(text)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--model", type=Path,
+                        help="a model file or folder (default: random LFM2-350M-shaped weights)")
+    parser.add_argument("--prompt-tokens", type=int, default=1500)
     args = parser.parse_args()
+    n = args.prompt_tokens
     with tempfile.TemporaryDirectory() as tmp:
-        folder, ids = save_model(Path(tmp))
+        folder, ids = (args.model, None) if args.model else save_model(Path(tmp))
         engines = {on: LLM(str(folder), num_threads=args.threads, enable_prefix_caching=on,
                            max_model_len=4096) for on in (True, False)}
+        ids = ids or file_prompt_ids(engines[True], n + 50)
         seconds: dict[bool, list[float]] = {True: [], False: []}
+        firsts: list[float] = []
         for r in range(args.rounds):
             for on in (True, False) if r % 2 == 0 else (False, True):
-                took, cached = second_turn_seconds(engines[on], [r + 3] + ids[:1500],
-                                                   ids[1500:1550])
+                first, took, cached = second_turn_seconds(engines[on], [r + 3] + ids[:n],
+                                                          ids[n:n + 50])
                 seconds[on].append(took)
-                print(f"round {r} prefix cache {'on ' if on else 'off'}: {took * 1000:.0f} ms "
-                      f"({cached} tokens cached)", flush=True)
-    print(cpu_name())
+                if on:
+                    firsts.append(first)
+                print(f"round {r} prefix cache {'on ' if on else 'off'}: first turn "
+                      f"{first * 1000:.0f} ms, second {took * 1000:.0f} ms ({cached} tokens "
+                      "cached)", flush=True)
+    print(f"{cpu_name()}; {folder.name if args.model else 'LFM2-350M shape'}; {n}-token prompt")
+    print(f"first turn (prefix cache on): median {statistics.median(firsts) * 1000:.0f} ms")
     for on in (True, False):
         mean, median = statistics.mean(seconds[on]), statistics.median(seconds[on])
         print(f"prefix cache {'on ' if on else 'off'}: mean {mean * 1000:.0f} ms, "
