@@ -29,7 +29,7 @@ LLAMA_CPP_MOE_VARIANTS = ("qwen3moe", "qwen2moe", "mixtral")
 # "granite-hybrid-moe-rope": the converter marks every Granite hybrid's attention unrotated
 # (rope.scaling.finetuned false), so its file is another model than its folder.
 LLAMA_CPP_HYBRID_VARIANTS = ("lfm2", "granite-hybrid", "granite-hybrid-moe", "qwen3.5",
-                             "qwen3-next")
+                             "qwen3-next", "qwen3.5-moe")
 
 CONVERTER_DIR = Path(sys.prefix, "share", "llama.cpp")
 CONVERTER = CONVERTER_DIR / "convert_hf_to_gguf.py"
@@ -37,8 +37,16 @@ CONVERTER = CONVERTER_DIR / "convert_hf_to_gguf.py"
 # (the converter reads tokenizers through them) takes several, so one interpreter runs them all.
 # Qwen3.5's and Qwen3-Next's converters expect multi-token prediction weights unless told there
 # are none (--no-mtp): transformers' models have none.
+# transformers loads a qwen3_5_moe_text folder's tokenizer as Qwen3.5's own whatever the folder
+# names (MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS), which splits text by Qwen's pattern; the tiny
+# models carry the default model's tokenizer, whose hash under that pattern the converter does
+# not know (it refuses the file). Told to trust the folder as for qwen3_5_text, it writes the
+# tokenizer the folder holds.
 _RUN_EACH = """
 import json, pathlib, runpy, sys
+from transformers.models.auto import tokenization_auto
+tokenization_auto.MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS.discard("qwen3_5_moe_text")
+tokenization_auto.TOKENIZER_MAPPING_NAMES["qwen3_5_moe_text"] = "TokenizersBackend"
 script, outtype, *jobs = sys.argv[1:]
 for hf_folder, out_path, name in zip(jobs[::3], jobs[1::3], jobs[2::3]):
     config = json.loads(pathlib.Path(hf_folder, "config.json").read_text())

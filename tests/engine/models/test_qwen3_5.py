@@ -36,6 +36,7 @@ from tests.engine.llama_cpp_converter import (
 )
 from tests.engine.llama_cpp_references import llama_cpp_records
 from tests.engine.models.test_parity import NUM_THREADS, assert_greedy_parity, parity_prompts
+from tests.engine.multimodal_folders import save_as_multimodal
 from tests.engine.test_batch_invariance import SENTENCES
 from tests.engine.tiny_models import save_tiny_model, tiny_config
 
@@ -282,22 +283,8 @@ def test_a_qwen35_file_that_does_not_fit_its_layers_is_refused(keys, words):
 def multimodal(qwen35, tmp_path_factory):
     """The tiny Qwen3.5 as Qwen3.5 is released: Qwen3_5ForConditionalGeneration (a small vision
     encoder beside it), the text model's weights the tiny folder's."""
-    text = transformers.AutoConfig.from_pretrained(qwen35)
-    vision = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
-              "out_hidden_size": text.hidden_size, "patch_size": 4,
-              "num_position_embeddings": 16}
-    config = transformers.Qwen3_5Config(text_config=text.to_dict(), vision_config=vision,
-                                        tie_word_embeddings=False)
-    model = transformers.Qwen3_5ForConditionalGeneration(config)
-    text_model = load_hf_model(qwen35)
-    missing, _ = model.model.language_model.load_state_dict(text_model.model.state_dict(),
-                                                            strict=False)
-    assert not missing
-    model.lm_head.load_state_dict(text_model.lm_head.state_dict())
-    folder = tmp_path_factory.mktemp("qwen35_multimodal")
-    model.save_pretrained(folder)
-    transformers.AutoTokenizer.from_pretrained(qwen35).save_pretrained(folder)
-    return folder
+    return save_as_multimodal(qwen35, tmp_path_factory.mktemp("qwen35_multimodal"),
+                              transformers.Qwen3_5Config, transformers.Qwen3_5ForConditionalGeneration)
 
 
 def test_a_qwen3_5_multimodal_folder_runs_its_text_model(multimodal, hf_model, prompts):
