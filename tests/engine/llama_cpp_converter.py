@@ -91,16 +91,35 @@ def convert_all(jobs: Sequence[tuple[Path, Path, str]], outtype: str = "f16") ->
     refuses fails the test with the converter's own last words."""
     script = require_converter()
     pairs = [str(p) for job in jobs for p in job]
-    # The converter's own packages (gguf-py, and sentencepiece, which `make install` keeps out
-    # of the venv: importing it maps a second OpenMP runtime beside torch's into the process).
-    paths = [CONVERTER_DIR, CONVERTER_DIR / "gguf-py", CONVERTER_DIR / "deps"]
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(str(p) for p in paths)}
     done = subprocess.run([sys.executable, "-c", _RUN_EACH, str(script), outtype, *pairs],
-                          check=False, env=env, capture_output=True, text=True, timeout=_TIMEOUT_S)
+                          check=False, env=_converter_env(), capture_output=True, text=True,
+                          timeout=_TIMEOUT_S)
     if done.returncode != 0:
         pytest.fail(f"llama.cpp's converter failed (exit {done.returncode}) on "
                     f"{[str(hf) for hf, _, _ in jobs]}:\n{done.stderr[-3000:]}")
     return [Path(out) for _, out, _ in jobs]
+
+
+def _converter_env() -> dict[str, str]:
+    """The converter's own packages on the path (gguf-py, and sentencepiece, which `make
+    install` keeps out of the venv: importing it maps a second OpenMP runtime beside torch's
+    into the process)."""
+    paths = [CONVERTER_DIR, CONVERTER_DIR / "gguf-py", CONVERTER_DIR / "deps"]
+    return os.environ | {"PYTHONPATH": os.pathsep.join(str(p) for p in paths)}
+
+
+def convert_mmproj(hf_folder: Path, out_path: Path, outtype: str = "f16") -> Path:
+    """The converter's mmproj file (`--mmproj`: the vision tower and its projector) of a
+    multimodal folder; returns out_path."""
+    script = require_converter()
+    done = subprocess.run([sys.executable, str(script), str(hf_folder), "--mmproj", "--outfile",
+                           str(out_path), "--outtype", outtype], check=False,
+                          env=_converter_env(), capture_output=True, text=True,
+                          timeout=_TIMEOUT_S)
+    if done.returncode != 0:
+        pytest.fail(f"llama.cpp's converter failed (exit {done.returncode}) on {hf_folder} "
+                    f"--mmproj:\n{done.stderr[-3000:]}")
+    return out_path
 
 
 def convert_tiny_variants(root: Path, variants: Sequence[str] = LLAMA_CPP_VARIANTS) -> dict[str, tuple[Path, Path]]:
