@@ -6,6 +6,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
+from collections.abc import Sequence as Seq
 from pathlib import Path
 
 import torch
@@ -14,15 +15,19 @@ from transformers import GenerationConfig
 from pagoda.engine.config import EngineConfig, SchedulerConfig
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
 from pagoda.engine.core.scheduler import Scheduler, SchedulerOutput
+from pagoda.engine.core.image_spans import ImageSpan
 from pagoda.engine.core.sequence import Sequence
 from pagoda.engine.core.checkpoint_store import CheckpointStore
 from pagoda.engine.core.state_pool import StatePool
 from pagoda.engine.disk_cache.block_io import group_block_ios
 from pagoda.engine.disk_cache.store import DiskCacheStats, check_cache_tag
 from pagoda.engine.disk_cache.tier import DiskPrefixCache, model_fingerprint, open_disk_prefix_cache
-from pagoda.engine.errors import PromptTooLongError
+from pagoda.engine.errors import ImageInputError, PromptTooLongError
 from pagoda.engine.loading.loader import LoadedModel, load_model
 from pagoda.engine.loading.model_info import check_model_fits
+from pagoda.engine.multimodal.image_processing import image_processor
+from pagoda.engine.multimodal.images import DecodedImage
+from pagoda.engine.multimodal.placeholders import image_spans
 from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.parsers.reasoning_markers import reasoning_markers
 from pagoda.engine.processing.output_processor import OutputProcessor
@@ -122,9 +127,12 @@ class LLMEngine:
 
     def add_request(self, request_id: str, prompt: str | list[int],
                     params: SamplingParams | PoolingParams | None = None,
-                    cache_tag: str | None = None, grammar: object | None = None) -> None:
+                    cache_tag: str | None = None, grammar: object | None = None,
+                    images: Seq[DecodedImage] = ()) -> None:
         """params: SamplingParams for a reply, or PoolingParams to read the prompt into one
         vector (its final output's `embedding`; see PoolingParams).
+        images: the prompt's images in order, each filling a run of the model's image token
+        (pagoda.engine.multimodal.placeholders), for a model whose images Pagoda runs.
         cache_tag: a name for whatever this request belongs to (a chat); the blocks it uses
         on disk are listed under it, so pagoda.engine.disk_cache.store.forget_tag can remove them later.
         grammar: params.structured_outputs already compiled by `grammar_compiler` (off this
@@ -138,13 +146,26 @@ class LLMEngine:
         if prompt_text is not None:
             check_encodable(prompt_text, "the prompt")
         token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        spans = self._image_spans(token_ids, images) if images else ()
         if isinstance(params, PoolingParams):
             seq = self._pooling_sequence(request_id, token_ids, params, prompt_text, cache_tag)
         else:
             seq = self._sampling_sequence(request_id, token_ids, params, prompt_text, cache_tag,
                                           grammar)
+        seq.images = spans
         self.output_processor.add_request(seq)
         self.scheduler.add(seq)
+
+    def _image_spans(self, token_ids: list[int], images: Seq[DecodedImage]
+                     ) -> tuple[ImageSpan, ...]:
+        tower = self.runner.image_tower
+        if tower is None:
+            raise ImageInputError("this model takes text only: it reads no images")
+        if self.runner.model.ops.name == "triton":
+            raise ImageInputError("images run on the CPU path only so far: this engine runs "
+                                  "Triton kernels")
+        return image_spans(token_ids, images, tower.image_token_id, tower.tokens_per_image,
+                           image_processor(tower))
 
     def _sampling_sequence(self, request_id: str, token_ids: list[int], params: SamplingParams,
                            prompt_text: str | None, cache_tag: str | None,

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pagoda.engine.core.block_pool import BlockPool, KVCacheBlock, hash_block_tokens
+from pagoda.engine.core.image_spans import block_extra, hit_end
 from pagoda.engine.core.checkpoint_store import CheckpointStore
 from pagoda.engine.core.sequence import NULL_BLOCK, Sequence
 from pagoda.engine.disk_cache.tier import BlockRef, DiskPrefixCache
@@ -188,6 +189,9 @@ class KVCacheManager:
             return PrefixHit(0, tuple([] for _ in self._groups))
         self._update_block_hashes(seq)
         max_blocks = (seq.num_tokens - 1) // self.block_size
+        if seq.images:  # never ending inside an image
+            max_blocks = hit_end(seq.images, max_blocks * self.block_size,
+                                 self.block_size) // self.block_size
         hits = self._memory_hits(seq, max_blocks)
         if self.disk is not None:
             end = self._disk_hit_end(seq, len(hits), max_blocks)
@@ -433,10 +437,11 @@ class KVCacheManager:
         return tuple(seq.all_token_ids[i * self.block_size:(i + 1) * self.block_size])
 
     def _update_block_hashes(self, seq: Sequence) -> None:
-        hashes = seq.block_hashes
-        for i in range(len(hashes), seq.num_tokens // self.block_size):
+        hashes, size = seq.block_hashes, self.block_size
+        for i in range(len(hashes), seq.num_tokens // size):
             parent = hashes[-1] if hashes else None
-            hashes.append(hash_block_tokens(parent, self._block_tokens(seq, i)))
+            extra = block_extra(seq.images, i * size, (i + 1) * size) if seq.images else b""
+            hashes.append(hash_block_tokens(parent, self._block_tokens(seq, i), extra))
 
 
 def _runs(present: list[bool]) -> list[int]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from pagoda.engine.config import SchedulerConfig
 from pagoda.engine.core.checkpoint_store import Checkpoint
+from pagoda.engine.core.image_spans import chunk_end
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
 from pagoda.engine.core.sequence import Sequence, SequenceStatus
 from pagoda.engine.core.state_pool import StatePool
@@ -279,7 +280,9 @@ class Scheduler:
     def _chunk(self, seq: Sequence, start: int, n: int) -> int:
         """n tokens from `start`, ended at the sequence's last block boundary when they would
         pass it, so that the states there can be copied out after the step; the rest (less than
-        a block) comes in the next step."""
+        a block) comes in the next step. Never ending inside an image (image_spans.chunk_end)."""
+        if seq.images:
+            n = chunk_end(seq.images, start, n)
         if not self._checkpoints_wanted(seq):
             return n
         boundary = self._last_boundary(seq)

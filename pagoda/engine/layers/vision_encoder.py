@@ -75,6 +75,7 @@ class VisionEncoder:
         if tuple(pixels.shape[1:]) != (s.channels, s.image_size, s.image_size):
             raise ValueError(f"the encoder takes [images, {s.channels}, {s.image_size}, "
                              f"{s.image_size}] pixels, got {list(pixels.shape)}")
+        pixels = pixels.to(self.positions.dtype)
         x = self.patch_embedding(patches_of(pixels, s.patch_size).flatten(0, 1))
         x = x.view(images, s.num_patches, s.hidden_size) + self.positions
         for layer in self.layers:

@@ -56,10 +56,10 @@ FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily("Llama", "llama", ("llama", "mistral", "qwen2", "qwen3"),
                 ("llama", "qwen2", "qwen3"), "Llama 2/3, SmolLM/SmolLM2, Mistral, Qwen2/2.5, Qwen3"),
     ModelFamily("Gemma 2", "gemma2", ("gemma2",), ("gemma2",), "Gemma 2 2B, 9B, 27B"),
-    # A multimodal Gemma 3 folder (model_type "gemma3") is refused below; its GGUF files hold the
-    # text model alone under "gemma3".
-    ModelFamily("Gemma 3", "gemma3", ("gemma3_text",), ("gemma3",),
-                "Gemma 3 text models: 270M and 1B folders, every size as GGUF"),
+    # Text folders, and the multimodal folders Gemma 3 4B and larger are released as (its text
+    # model and its image tower); its GGUF files hold the text model alone under "gemma3".
+    ModelFamily("Gemma 3", "gemma3", ("gemma3_text", "gemma3"), ("gemma3",),
+                "Gemma 3: 270M and 1B text folders, 4B and larger with images, every size as GGUF"),
     # Dense Gemma 4 text models; a multimodal "gemma4" folder is refused below, and the family
     # refuses mixture-of-experts layers itself.
     ModelFamily("Gemma 4", "gemma4", ("gemma4_text",), ("gemma4",),
@@ -96,15 +96,14 @@ NOT_YET: dict[str, str] = {
                      "nemotron_h", "nemotron_h_moe", "rwkv6", "rwkv7"),
                     _HYBRID),
     **dict.fromkeys(("qwen2_vl", "qwen2vl", "qwen2_5_vl", "qwen25vl", "qwen3_vl", "qwen3vl",
-                     "smolvlm", "idefics3", "mistral3", "llava", "mllama", "gemma3n", "gemma3",
-                     "gemma4"),
+                     "smolvlm", "idefics3", "mistral3", "llava", "mllama", "gemma3n", "gemma4"),
                     _VISION),
 }
 
 
 # Multimodal folders whose text model Pagoda runs: model_type -> the config's attribute that holds
 # the text model's config (its weights: the family's FOLDER_TENSORS).
-TEXT_MODEL_OF = {"qwen3_5": "text_config", "qwen3_5_moe": "text_config"}
+TEXT_MODEL_OF = {"qwen3_5": "text_config", "qwen3_5_moe": "text_config", "gemma3": "text_config"}
 
 
 def text_model_config(config: PretrainedConfig) -> PretrainedConfig:

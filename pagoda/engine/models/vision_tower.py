@@ -1,10 +1,11 @@
 """A multimodal model's image side built from its weights: the SigLIP tower
 (pagoda/engine/layers/vision_encoder.py) and the family's projector
 (pagoda/engine/layers/vision_projector.py), under the names of transformers 5's own modules
-(a folder's other spellings are the loader's to map)."""
+(`vision_tensor_name` maps a folder's other spellings to them)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -24,14 +25,29 @@ from pagoda.engine.quantization.tensors import Weight
 
 TOWER = "model.vision_tower."
 PROJECTOR = "model.multi_modal_projector."
+# The multimodal model types whose image side Pagoda runs (config.model_type).
+IMAGE_TOWERS = ("gemma3",)
+# The tower's and projector's tensors as folders name them: released checkpoints
+# (vision_tower.vision_model.*, multi_modal_projector.*), transformers 5's saves (vision_tower.*)
+# and its modules (model.vision_tower.*).
+_FOLDER_NAMES = re.compile(r"(?:model\.)?(?:(vision_tower)\.(?:vision_model\.)?|"
+                           r"(multi_modal_projector)\.)(.+)")
 
 
 @dataclass(slots=True)
 class ImageTower:
-    """Pixels -> the language model's image token embeddings."""
+    """Pixels -> the language model's image token embeddings. bidirectional: the language
+    model's attention lets an image's tokens see each other (Gemma 3's), not only those before
+    them."""
 
     encoder: VisionEncoder
     projector: PooledProjector
+    image_token_id: int  # the placeholder each image embedding replaces
+    bidirectional: bool = False
+
+    @property
+    def image_size(self) -> int:
+        return self.encoder.shape.image_size
 
     @property
     def tokens_per_image(self) -> int:
@@ -40,6 +56,25 @@ class ImageTower:
     def __call__(self, pixels: torch.Tensor) -> torch.Tensor:
         """[images, 3, side, side] -> [images, tokens_per_image, text width]."""
         return self.projector(self.encoder(pixels))
+
+
+def vision_tensor_name(name: str) -> str | None:
+    """A folder's name of a tower or projector tensor under the names the builders read; None
+    for any other tensor."""
+    match = _FOLDER_NAMES.fullmatch(name)
+    if match is None:
+        return None
+    tower, projector, rest = match.groups()
+    return (TOWER if tower else PROJECTOR) + rest
+
+
+def image_tower(config: PretrainedConfig, weights: Mapping[str, Weight],
+                placement: Placement) -> ImageTower:
+    """The image side of a multimodal model of IMAGE_TOWERS (config: its whole config)."""
+    if config.model_type != "gemma3":
+        raise ModelLoadError(f"Pagoda does not run the image side of {config.model_type!r} "
+                             f"models yet (it runs {', '.join(IMAGE_TOWERS)}).")
+    return gemma3_image_tower(config, weights, placement)
 
 
 def vision_shape(vision: PretrainedConfig) -> VisionShape:
@@ -74,7 +109,8 @@ def gemma3_image_tower(config: PretrainedConfig, weights: Mapping[str, Weight],
         projection=make_linear(_tensor(weights, PROJECTOR + "mm_input_projection_weight").t()
                                .contiguous(), None, placement))
     return ImageTower(siglip_encoder(shape, config.vision_config.num_hidden_layers, weights,
-                                     TOWER, placement), projector)
+                                     TOWER, placement), projector, config.image_token_index,
+                      bidirectional=True)
 
 
 def siglip_encoder(shape: VisionShape, num_layers: int, weights: Mapping[str, Weight],

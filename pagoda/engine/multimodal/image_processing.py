@@ -7,11 +7,14 @@ mean and standard deviation (0.5 each: -1..1)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from PIL import Image
+
+from pagoda.engine.models.vision_tower import ImageTower
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,3 +29,8 @@ class SquareResize:
         pixels = torch.from_numpy(np.asarray(resized, dtype=np.float32) / np.float32(255.0))
         mean, std = torch.tensor(self.mean), torch.tensor(self.std)
         return ((pixels - mean) / std).permute(2, 0, 1).contiguous()
+
+
+def image_processor(tower: ImageTower) -> Callable[[Image.Image], torch.Tensor]:
+    """What makes a tower's pixels from an image: Gemma 3's SigLIP takes a square."""
+    return SquareResize(tower.image_size)
