@@ -74,9 +74,8 @@ class LocalBackend:
     def image_input(self) -> ImageInput:
         """Text only: the engine in this process has no vision encoder yet (issue 57's engine
         side). A model that gains one says so here, with what its images cost."""
-        return ImageInput(False, why=f"{self.model_name} on this computer takes text only: send "
-                                     "the message without its images, or use a server whose "
-                                     "model sees images")
+        return ImageInput(False, why=f"{self.model_name} on this computer takes text only: it "
+                                     "cannot see images (use a server whose model sees them)")
 
     @property
     def engine(self) -> AsyncEngine:

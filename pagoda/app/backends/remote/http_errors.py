@@ -33,8 +33,8 @@ _TOOLS_ADVICE = ("The server or its model may not take tools (vLLM needs "
 # A refusal of an image part: vLLM, llama.cpp and Pagoda name the part or say "image",
 # "vision", "multimodal" or "text only".
 _IMAGES = re.compile(r"image|vision|multimodal|multi-modal|text[ -]only|mmproj", re.IGNORECASE)
-_IMAGES_ADVICE = ("Its model may not take images: send the message without them (edit it), "
-                  "or use a server whose model sees images")
+_IMAGES_ADVICE = ("Its model may not take images: ask again in a message without them, or use "
+                  "a server whose model sees images")
 _FORMAT_ADVICE = ("The server may not follow a reply format, or not this schema: change this "
                   "chat's reply format or turn it off")
 _FIELDS = {

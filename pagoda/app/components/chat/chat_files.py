@@ -12,6 +12,7 @@ from pagoda.app.components.chat.session_seam import FilesHost
 from pagoda.app.components.documents.chat_documents import ChatDocuments, DocumentPrompt
 from pagoda.app.components.documents.folder_index import ChatFolders, FolderError
 from pagoda.app.components.images.pending_images import PendingImages
+from pagoda.app.components.shared.view_models import ImageView
 from pagoda.app.store import Message, StoreError
 
 
@@ -62,21 +63,25 @@ class ChatFiles:
         self.session.spawn(self.session.refresh_context_meter())
 
     def images_refused(self) -> bool:
-        """The composer holds images and the model takes text only: said in the notice, before
-        anything is sent (the text and the images stay in the composer)."""
+        """The composer, or the branch, holds images and the model takes text only: said in
+        the notice, before anything is sent (the text and the images stay in the composer)."""
         words = self._images_refusal()
-        if words is not None:
+        if words is not None and self.images.images:
             self.session.notify(f"{words}. Your message and its images stay in the box.",
                                 error=True)
-        return words is not None
+        elif words is not None and any(m.images for m in self.session.path):
+            self.session.notify(f"{words}, and this chat's earlier messages hold images: go on "
+                                "with it on a server whose model sees images, or start a new "
+                                "chat. Your message stays in the box.", error=True)
+        else:
+            return False
+        return True
 
     def _images_refusal(self) -> str | None:
         backend = self.session.source.backend
-        if not self.images.images or backend is None:
-            return None
-        return refusal(backend)
+        return None if backend is None else refusal(backend)
 
-    def _images_changed(self, views) -> None:
+    def _images_changed(self, views: list[ImageView]) -> None:
         self.session.view.show_pending_images(views)
         words = self._images_refusal()
         if words is not None and views:
@@ -149,3 +154,4 @@ class ChatFiles:
     def close(self) -> None:
         self.folders.close()
         self.documents.close()
+        self.images.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pagoda.app.backends import ChatImage
@@ -22,26 +23,34 @@ MAX_PENDING = 16
 
 class PendingImages:
     """`images` in the order given; `on_changed(views)` after each change, `on_refused(words)`
-    for an image that cannot be used (it is not added)."""
+    for an image that cannot be used (it is not added). Images are read on a thread of their
+    own (`pagoda-images`, made on the first, ended by `close`), not the loop's executor: the
+    window's loop (qasync) runs that on QThreads nobody stops at exit."""
 
     def __init__(self) -> None:
         self.images: list[ChatImage] = []
         self.on_changed: Callable[[list[ImageView]], None] = lambda _views: None
         self.on_refused: Callable[[str], None] = lambda _words: None
+        self._reader: ThreadPoolExecutor | None = None
 
     async def add_files(self, paths: list[str]) -> None:
         for path in paths:
-            try:
-                image = await asyncio.to_thread(_read_file, path)
-            except UnusableImageError as exc:
-                self.on_refused(str(exc))
-                continue
-            self._add(image)
+            await self._read(_read_file, path)
 
     async def add_pasted(self, data: bytes, mime_type: str = "image/png") -> None:
         """An image pasted from the clipboard, as the window encoded it (PNG)."""
+        await self._read(read_image, data, PASTED_NAME, mime_type)
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.shutdown(wait=False, cancel_futures=True)
+
+    async def _read(self, read: Callable[..., ChatImage], *args: object) -> None:
+        if self._reader is None:
+            self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagoda-images")
+        loop = asyncio.get_running_loop()
         try:
-            image = await asyncio.to_thread(read_image, data, PASTED_NAME, mime_type)
+            image = await loop.run_in_executor(self._reader, read, *args)
         except UnusableImageError as exc:
             self.on_refused(str(exc))
             return

@@ -118,3 +118,19 @@ async def test_a_sent_image_is_counted_in_the_branch(session, backend):
     await asyncio.wait_for(task, WAIT_S)
     await session.refresh_context_meter()
     assert session.context_usage[0] == 2 + ImageCost(exact=True).tokens(280, 140)
+
+
+async def test_a_text_only_model_refuses_a_chat_whose_branch_holds_images(session, backend,
+                                                                          store, view):
+    await session.files.paste_image(png())
+    task = session.spawn(session.send("What is this?"))
+    request = await backend.next_request()
+    await request.say("A red square.", "stop")
+    await asyncio.wait_for(task, WAIT_S)
+
+    backend.image_input = TEXT_ONLY  # the chat moved to a model that takes text only
+    await session.send("And now?")
+    assert len(backend.requests) == 1
+    assert "earlier messages hold images" in view.notices[-1]
+    assert view.drafts[-1] == "And now?"
+    assert len(store.current_path(session.conversation_id)) == 2
