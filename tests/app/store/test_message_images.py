@@ -7,6 +7,7 @@ import json
 import sqlite3
 
 import pytest
+from alembic import command
 from PIL import Image
 
 from pagoda.app.store import (
@@ -16,6 +17,13 @@ from pagoda.app.store import (
     ImportValidationError,
     NewImage,
     StoreError,
+)
+from pagoda.app.store.database.connection import create_store_engine
+from pagoda.app.store.database.migrate import (
+    alembic_config,
+    current_revision,
+    head_revision,
+    upgrade,
 )
 
 
@@ -132,3 +140,50 @@ def test_an_import_refuses_images_on_a_reply(store) -> None:
     document["conversations"][0]["messages"][1]["images"] = [image]
     with pytest.raises(ImportValidationError, match="come with a user's message"):
         store.import_json(json.dumps(document))
+
+
+def test_a_database_of_revision_0006_upgrades_and_its_chats_take_images(db_path) -> None:
+    db_path.parent.mkdir(parents=True)
+    upgrade(db_path, "0006")
+    with sqlite3.connect(db_path) as raw:
+        raw.executescript("""
+            INSERT INTO conversations (id, title, created_at, updated_at, sampling, pinned,
+                                       archived)
+                VALUES (1, 'old', '2026-01-01 00:00:00', '2026-01-01 00:00:00', '{}', 0, 0);
+            INSERT INTO messages (id, conversation_id, parent_id, role, content, created_at,
+                                  status)
+                VALUES (1, 1, NULL, 'user', 'an old question', '2026-01-01 00:00:00',
+                        'complete');
+            INSERT INTO conversation_leaves VALUES (1, 1);
+        """)
+    with ConversationStore.open(db_path) as store:
+        assert current_revision(db_path) == head_revision() == "0007"
+        (old,) = store.current_path(1)
+        assert (old.content, old.images) == ("an old question", ())
+        store.add_images(1, [png()])
+        assert [k.image for k in store.current_path(1)[0].images] == [png()]
+
+
+def _downgrade(path, revision: str) -> None:
+    """Alembic's downgrade, run as migrate.upgrade runs an upgrade (foreign keys off)."""
+    engine = create_store_engine(path, foreign_keys=False, pooled=False)
+    try:
+        with engine.begin() as connection:
+            config = alembic_config()
+            config.attributes["connection"] = connection
+            command.downgrade(config, revision)
+    finally:
+        engine.dispose()
+
+
+def test_going_back_to_0006_is_refused_while_a_message_holds_an_image(db_path) -> None:
+    with ConversationStore.open(db_path) as store:
+        cid = store.create_conversation().id
+        store.append_user_message(cid, "Look", [png()])
+    with pytest.raises(RuntimeError, match="delete their chats first"):
+        _downgrade(db_path, "0006")
+    assert _images_in_file(db_path) == 1
+    with ConversationStore.open(db_path) as store:
+        store.purge(cid)
+    _downgrade(db_path, "0006")
+    assert current_revision(db_path) == "0006"

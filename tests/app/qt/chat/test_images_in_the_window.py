@@ -7,9 +7,9 @@ The server is the fake one in vLLM's shape (it takes whatever it is sent, as a s
 model sees images does); the local engine is a fake, text-only as every model here is today."""
 
 import pytest
-from PySide6.QtCore import QMimeData, Qt
-from PySide6.QtGui import QColor, QGuiApplication, QImage
-from PySide6.QtWidgets import QFrame, QLabel, QPlainTextEdit
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtGui import QColor, QDragEnterEvent, QDropEvent, QGuiApplication, QImage
+from PySide6.QtWidgets import QApplication, QFrame, QLabel, QPlainTextEdit
 
 from pagoda.app.qt.chat.image_views import THUMBNAIL_SIDE
 from pagoda.app.qt.models.models_controller import SERVER_ITEM_PREFIX
@@ -106,3 +106,28 @@ def test_a_text_only_model_says_so_before_sending_and_keeps_text_and_image(windo
     assert controller.view.composer.text() == "What colour is this?"
     assert len(_waiting_tiles(controller)) == 1
     assert window.db.store.current_path(controller.conversation_id) == []
+
+
+def _drop_files(target, *paths) -> None:
+    """Drag files from a file manager over `target` and let go."""
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(path)) for path in paths])
+    point = target.rect().center()
+    QApplication.sendEvent(target, QDragEnterEvent(point, Qt.DropAction.CopyAction, mime,
+                                                   Qt.MouseButton.LeftButton,
+                                                   Qt.KeyboardModifier.NoModifier))
+    QApplication.sendEvent(target, QDropEvent(QPointF(point), Qt.DropAction.CopyAction, mime,
+                                              Qt.MouseButton.LeftButton,
+                                              Qt.KeyboardModifier.NoModifier))
+
+
+def test_an_image_file_dropped_on_the_chat_waits_as_a_thumbnail(window_on, qtbot, tmp_path):
+    window = window_on(tmp_path / "chats.db")
+    controller = window.chat_tabs.current_controller()
+    photo = tmp_path / "photo.jpg"
+    assert _photo().save(str(photo), "JPEG")
+    _drop_files(controller.view.transcript.drop_area(), photo)
+    qtbot.waitUntil(lambda: len(_waiting_tiles(controller)) == 1, timeout=WAIT_MS)
+    (waiting,) = controller.session.files.images.images
+    assert (waiting.name, waiting.mime_type, waiting.width, waiting.height) == (
+        "photo.jpg", "image/jpeg", *PHOTO)

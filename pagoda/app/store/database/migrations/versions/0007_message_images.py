@@ -32,5 +32,11 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    """Back to 0006, which has no images: refused while a message holds one, so no chat loses
+    its images by going back."""
+    held = op.get_bind().exec_driver_sql("SELECT count(*) FROM message_images").scalar()
+    if held:
+        raise RuntimeError(f"{held} images are kept with messages, which schema 0006 cannot "
+                           "keep: delete their chats first")
     op.drop_index("ix_message_images_message_id", "message_images")
     op.drop_table("message_images")
