@@ -3,8 +3,8 @@
 Imports no torch and no Qt. `ConversationStore` is the only code that opens a database session.
 """
 
-from .documents.images import MAX_IMAGE_BYTES, ImageRefusedError
 from .database.location import add_db_argument, default_db_path, resolve_db_path
+from .documents.images import MAX_IMAGE_BYTES, ImageRefusedError
 from .errors import (
     ConversationNotFound,
     DatabaseInUseError,

@@ -17,11 +17,11 @@ from pagoda.app.components.chat.reply_stream import Reply
 from pagoda.app.components.chat.seams import BackendSource, ChatView, NullView
 from pagoda.app.components.chat.tool_turns import turn_start
 from pagoda.app.components.chat.turn import ChatTurn
+from pagoda.app.components.images.stored_images import to_new_image
 from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.components.shared.tasks import TaskSet
 from pagoda.app.components.shared.tool_seam import ChatTools
 from pagoda.app.components.shared.view_models import MessageView, SamplingView
-from pagoda.app.components.images.stored_images import to_new_image
 from pagoda.app.store import Conversation, ImageRefusedError, Message
 
 logger = logging.getLogger(__name__)

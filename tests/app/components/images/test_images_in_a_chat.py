@@ -9,7 +9,7 @@ import io
 
 from PIL import Image
 
-from pagoda.app.backends import ImageCost, ImageInput
+from pagoda.app.backends import ChatImage, ImageCost, ImageInput
 from pagoda.app.backends.images import LIMITS
 from tests.app.components.fake_backend import WAIT_S
 
@@ -134,3 +134,16 @@ async def test_a_text_only_model_refuses_a_chat_whose_branch_holds_images(sessio
     assert "earlier messages hold images" in view.notices[-1]
     assert view.drafts[-1] == "And now?"
     assert len(store.current_path(session.conversation_id)) == 2
+
+
+async def test_an_image_the_store_refuses_stays_in_the_box_with_the_text(session, backend,
+                                                                         store, view):
+    """The store keeps PNG, JPEG, WebP and GIF; an image of another type (which the reader
+    never lets through) is refused there in words, and nothing is lost or sent."""
+    session.files.images.images.append(ChatImage("image/bmp", b"BM", 1, 1, "odd.bmp"))
+    await session.send("Look")
+    assert backend.requests == []
+    assert store.current_path(session.conversation_id) == []
+    assert view.drafts[-1] == "Look"
+    assert [i.name for i in session.files.images.images] == ["odd.bmp"]
+    assert "odd.bmp is image/bmp" in view.notices[-1]
