@@ -25,6 +25,8 @@ from typing import Self
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.errors import EngineDeadError, RequestAbortedError, RequestFailedError
 from pagoda.engine.llm_engine import EngineStats, LLMEngine
+from pagoda.engine.multimodal.images import DecodedImage
+from pagoda.engine.multimodal.placeholders import ImagePrompt
 from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.sampling.params import PoolingParams, SamplingParams
 from pagoda.engine.structured_output.compiler import grammar_source
@@ -43,6 +45,7 @@ class _Add:
     sink: _Sink
     cache_tag: str | None = None
     grammar: object | None = None  # params.structured_outputs, compiled
+    images: tuple[DecodedImage, ...] = ()  # the prompt's, in order (LLMEngine.add_request)
 
 
 @dataclass(slots=True)
@@ -240,6 +243,12 @@ class AsyncEngine:
         """The width of the vectors `embed` makes."""
         return self.engine.hidden_size
 
+    @property
+    def image_prompt(self) -> ImagePrompt | None:
+        """How a chat's images become the prompt's placeholders; None: the model takes text
+        only."""
+        return self.engine.image_prompt
+
     def clear_disk_cache(self) -> bool:
         """Drop the prefix cache's blocks on disk, and those queued for it; False when the engine
         keeps none (no folder configured). Any thread: the tier locks its own state."""
@@ -258,9 +267,11 @@ class AsyncEngine:
     async def stream(self, prompt: str | list[int] | Sequence[Message],
                      params: SamplingParams | None = None,
                      request_id: str | None = None,
-                     cache_tag: str | None = None) -> AsyncIterator[RequestOutput]:
+                     cache_tag: str | None = None,
+                     images: Sequence[DecodedImage] = ()) -> AsyncIterator[RequestOutput]:
         """Yield incremental outputs until the request finishes (the last has finished=True).
-        `cache_tag` names what the request belongs to (see LLMEngine.add_request).
+        `cache_tag` names what the request belongs to, `images` the prompt's images in the
+        order of their placeholders (see LLMEngine.add_request).
 
         Raises EngineDeadError at once when the engine has stopped or is stopping. The request
         belongs to the task reading the stream: it is aborted when that task ends, or the stream
@@ -272,7 +283,7 @@ class AsyncEngine:
         grammar = await self.compile_grammar(params)
         request_id = request_id or f"stream-{next(self._ids)}"
         sink = _Sink(asyncio.get_running_loop())
-        self._submit(_Add(request_id, prompt, params, sink, cache_tag, grammar))
+        self._submit(_Add(request_id, prompt, params, sink, cache_tag, grammar, tuple(images)))
         consumer = _Consumer(self, request_id)
         finished = False
         try:
@@ -442,7 +453,7 @@ class AsyncEngine:
     def _add(self, msg: _Add) -> None:
         try:
             self.engine.add_request(msg.request_id, msg.prompt, msg.params, msg.cache_tag,
-                                    msg.grammar)
+                                    msg.grammar, msg.images)
         except Exception as exc:  # noqa: BLE001 - a bad request fails its own stream only
             self._outbox.post(msg.sink, exc)
             return

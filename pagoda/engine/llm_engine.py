@@ -27,7 +27,7 @@ from pagoda.engine.loading.loader import LoadedModel, load_model
 from pagoda.engine.loading.model_info import check_model_fits
 from pagoda.engine.multimodal.image_processing import image_processor
 from pagoda.engine.multimodal.images import DecodedImage
-from pagoda.engine.multimodal.placeholders import image_spans
+from pagoda.engine.multimodal.placeholders import ImagePrompt, gemma3_image_prompt, image_spans
 from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.parsers.reasoning_markers import reasoning_markers
 from pagoda.engine.processing.output_processor import OutputProcessor
@@ -155,6 +155,17 @@ class LLMEngine:
         seq.images = spans
         self.output_processor.add_request(seq)
         self.scheduler.add(seq)
+
+    @property
+    def image_prompt(self) -> ImagePrompt | None:
+        """How a chat's image parts become the prompt's placeholders; None for a model that
+        takes text only."""
+        tower = self.runner.image_tower
+        if tower is None:
+            return None
+        start, image, end = self.tokenizer.convert_ids_to_tokens(
+            [tower.start_token_id, tower.image_token_id, tower.end_token_id])
+        return gemma3_image_prompt(start, image, end, tower.tokens_per_image)
 
     def _image_spans(self, token_ids: list[int], images: Seq[DecodedImage]
                      ) -> tuple[ImageSpan, ...]:

@@ -125,8 +125,13 @@ class ImageCost:
     max_pixels: int = 1280 * 28 * 28
     extra_tokens: int = 2
     exact: bool = False
+    # A model whose every image takes the same tokens whatever its size (Gemma 3: 256 and its
+    # markers); None: counted from its pixels as above.
+    fixed_tokens: int | None = None
 
     def tokens(self, width: int, height: int) -> int:
+        if self.fixed_tokens is not None:
+            return self.fixed_tokens
         pixels = width * height
         scale = 1.0
         if pixels > self.max_pixels:

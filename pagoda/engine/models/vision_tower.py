@@ -43,6 +43,9 @@ class ImageTower:
     encoder: VisionEncoder
     projector: PooledProjector
     image_token_id: int  # the placeholder each image embedding replaces
+    # The tokens around an image's placeholders (Gemma 3's start and end of image).
+    start_token_id: int
+    end_token_id: int
     bidirectional: bool = False
 
     @property
@@ -110,7 +113,7 @@ def gemma3_image_tower(config: PretrainedConfig, weights: Mapping[str, Weight],
                                .contiguous(), None, placement))
     return ImageTower(siglip_encoder(shape, config.vision_config.num_hidden_layers, weights,
                                      TOWER, placement), projector, config.image_token_index,
-                      bidirectional=True)
+                      config.boi_token_index, config.eoi_token_index, bidirectional=True)
 
 
 def siglip_encoder(shape: VisionShape, num_layers: int, weights: Mapping[str, Weight],

@@ -1,9 +1,15 @@
 """A prompt's images matched to their placeholders: each image is one run of the model's image
-token, as long as the model gives an image (Gemma 3: 256), in the order the images come."""
+token, as long as the model gives an image (Gemma 3: 256), in the order the images come.
+
+In a chat, an image part becomes the model's marker in the text the template renders
+(`ImagePrompt.marker`: Gemma 3's `<start_of_image>`, which its own template writes for an image
+part), and each marker becomes the whole run before the text is tokenized (`expand`), as the
+family's Hugging Face processor does."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from PIL import Image
@@ -43,3 +49,23 @@ def _runs(token_ids: Sequence[int], token: int) -> list[tuple[int, int]]:
         else:
             runs.append((i, 1))
     return runs
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePrompt:
+    """marker: what a chat's image part is in the template's text; expansion: what each marker
+    becomes before tokenizing (its image's placeholders between the model's own tokens)."""
+
+    marker: str
+    expansion: str
+    tokens_per_image: int  # the placeholders in an expansion
+
+    def expand(self, text: str) -> str:
+        return text.replace(self.marker, self.expansion)
+
+
+def gemma3_image_prompt(start: str, image: str, end: str, tokens_per_image: int) -> ImagePrompt:
+    """Gemma3Processor's: the start of the image, its tokens and its end, between blank
+    lines."""
+    return ImagePrompt(start, f"\n\n{start}{image * tokens_per_image}{end}\n\n",
+                       tokens_per_image)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 from starlette.requests import Request
 
+from pagoda.engine.multimodal.images import DecodedImage
 from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.parsers.replies import ReplyShape, joined_deltas, reply_shape
 from pagoda.engine.parsers.tool_use import ToolUse
@@ -24,6 +25,7 @@ from pagoda.engine.server.generation import (
     sse_events,
     usage,
 )
+from pagoda.engine.server.image_parts import ChatImages
 from pagoda.engine.server.logprobs import chat_logprobs
 from pagoda.engine.server.metrics import ServerMetrics
 from pagoda.engine.server.protocol import ChatCompletionRequest, NamedToolChoice, engine_chat
@@ -64,12 +66,15 @@ class EncodedChat:
     prompt: list[int]
     use: ToolUse
     constraint: str | None  # the field whose constraint the reply follows, if any
+    images: tuple[DecodedImage, ...] = ()  # the chat's, in the order of their placeholders
 
 
 async def encode_chat_request(body: ChatCompletionRequest, served: ServedModel) -> EncodedChat:
     """The request checked and its prompt encoded, tools and template settings included."""
     body.check_supported()
-    messages = engine_chat(body.messages)
+    image_prompt = served.backend.image_prompt
+    images = None if image_prompt is None else ChatImages(image_prompt)
+    messages = engine_chat(body.messages, images)
     if body.continue_final_message and body.add_generation_prompt:
         raise APIError(400, "continue_final_message needs add_generation_prompt=false",
                        param="add_generation_prompt")
@@ -89,8 +94,9 @@ async def encode_chat_request(body: ChatCompletionRequest, served: ServedModel) 
         # continue_final_message the prompt ends inside the last reply, to go on with it.
         prompt = await served.backend.chat_tokenizer.encode_chat(
             messages, continue_final_message=body.continue_final_message, tools=use.tools,
-            template_kwargs=template_kwargs)
-    return EncodedChat(prompt, use, constraint)
+            template_kwargs=template_kwargs,
+            expand=image_prompt.expand if images is not None and images.images else None)
+    return EncodedChat(prompt, use, constraint, tuple(images.images) if images else ())
 
 
 async def prepare_chat(body: ChatCompletionRequest, request: Request, served: ServedModel,
@@ -107,7 +113,7 @@ async def prepare_chat(body: ChatCompletionRequest, request: Request, served: Se
     except ValueError as exc:
         raise APIError(400, str(exc), param="tools") from exc
     with as_api_errors("messages"):
-        choices = [Choice(prompt, shape.adjusted(_params(body, i, use)))
+        choices = [Choice(prompt, shape.adjusted(_params(body, i, use)), images=encoded.images)
                    for i in range(body.n)]
     generation = Generation(served, metrics, budget, choices, request_id, "messages")
     generation.end_when(shape.repeat_guard)  # a list of calls that starts over ends

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import Request
 
 from pagoda.engine.errors import EngineDeadError
+from pagoda.engine.multimodal.images import DecodedImage
 from pagoda.engine.outputs import PromptProgress, RequestOutput
 from pagoda.engine.sampling.params import SamplingParams
 from pagoda.engine.server.admission import WorkBudget, choice_work
@@ -30,6 +31,7 @@ class Choice:
     prompt: list[int]  # encoded by the endpoint, so admission can count it
     params: SamplingParams
     prompt_index: int = 0  # which prompt of a batch (completions), for usage
+    images: tuple[DecodedImage, ...] = ()  # the chat's images, in the order of their placeholders
 
 
 class ReplyEnd(Protocol):
@@ -128,7 +130,8 @@ class Generation:
         """Submit every choice and wait for the first output, so a request the engine refuses
         becomes an error response rather than a broken stream."""
         streams = [
-            self.served.backend.stream(choice.prompt, choice.params, f"{self.request_id}-{i}")
+            self.served.backend.stream(choice.prompt, choice.params, f"{self.request_id}-{i}",
+                                       images=choice.images)
             for i, choice in enumerate(self.choices)
         ]
         # One choice (nearly every request) is read directly: no task or queue per token.

@@ -21,6 +21,7 @@ from pagoda.engine.sampling.params import (
 )
 from pagoda.engine.requests.constraints import one_constraint
 from pagoda.engine.server.errors import APIError, rule_errors
+from pagoda.engine.server.image_parts import ChatImages
 from pagoda.engine.text.bounded_json import MAX_JSON_DEPTH, nesting_depth
 
 MAX_N = 16
@@ -48,11 +49,18 @@ class ClosedModel(StrictModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
 
+class ImageURL(ClosedModel):
+    url: str
+    detail: str | None = None
+
+
 class ContentPart(StrictModel):
-    """A part of a message's content; only text parts are read (see `engine_chat`)."""
+    """A part of a message's content: text, or an image where the model takes them (see
+    `engine_chat`)."""
 
     type: str
     text: str | None = None
+    image_url: ImageURL | None = None
 
 
 class FunctionCall(ClosedModel):
@@ -85,39 +93,49 @@ class ChatMessage(StrictModel):
     reasoning_content: str | None = None
     reasoning: str | None = None
 
-    def text(self, index: int) -> str:
+    def text(self, index: int, images: ChatImages | None = None) -> str:
+        """The message's text; its image parts' markers in it where `images` reads them."""
         if isinstance(self.content, list):
-            return "".join(_part_text(part, f"messages[{index}].content[{j}]")
+            return "".join(_part_text(part, f"messages[{index}].content[{j}]", images)
                            for j, part in enumerate(self.content))
-        return self.content or ""
+        text = self.content or ""
+        return text if images is None else images.text(text, f"messages[{index}].content")
 
 
-def _part_text(part: ContentPart, path: str) -> str:
+def _part_text(part: ContentPart, path: str, images: ChatImages | None) -> str:
+    if part.type == "image_url" and images is not None:
+        if part.image_url is None:
+            raise APIError(400, f"{path}.image_url is missing: an image part needs its URL",
+                           param=f"{path}.image_url")
+        return images.image(part.image_url.url, part.image_url.detail, path)
     if part.type != "text":
         raise APIError(400, f"{path} is an {part.type!r} part: this model takes text only; "
                             "send the message as text", param=path)
     if part.text is None:
         raise APIError(400, f"{path}.text is missing: a text part needs its text",
                        param=f"{path}.text")
-    return part.text
+    return part.text if images is None else images.text(part.text, path)
 
 
 # OpenAI's newer name for the system role; every other role is the engine's to check.
 _ROLE_NAMES = {"developer": "system"}
 
 
-def engine_chat(messages: list[ChatMessage]) -> list[dict[str, object]]:
+def engine_chat(messages: list[ChatMessage],
+                images: ChatImages | None = None) -> list[dict[str, object]]:
     """The chat as the engine takes it; roles and contents are validated there. An assistant's
-    calls and a tool's result keep what the templates read of them."""
+    calls and a tool's result keep what the templates read of them. images: where the model
+    takes them, what reads the image parts (else an image part is refused)."""
     if not messages:
         raise APIError(400, "messages is empty: give at least one message", param="messages")
-    return [_engine_message(m, i) for i, m in enumerate(messages)]
+    return [_engine_message(m, i, images) for i, m in enumerate(messages)]
 
 
-def _engine_message(m: ChatMessage, index: int) -> dict[str, object]:
+def _engine_message(m: ChatMessage, index: int,
+                    images: ChatImages | None) -> dict[str, object]:
     _refuse_other_fields(m, index)
     message: dict[str, object] = {"role": _ROLE_NAMES.get(m.role, m.role),
-                                  "content": m.text(index)}
+                                  "content": m.text(index, images)}
     reasoning = _reasoning(m, index)
     if reasoning is not None:
         message["reasoning_content"] = reasoning

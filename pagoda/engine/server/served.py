@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from pagoda.engine.llm_engine import EngineStats
+from pagoda.engine.multimodal.images import DecodedImage
+from pagoda.engine.multimodal.placeholders import ImagePrompt
 from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.sampling.params import PoolingParams, SamplingParams
 from pagoda.engine.text.chat_template import Message
@@ -20,13 +22,15 @@ class EngineBackend(Protocol):
     chat_tokenizer: ChatTokenizer  # every prompt is encoded with it, off the server's loop
     chat_template: str | None  # the model's, to choose how its replies are read
     hidden_size: int  # the width of the vectors `embed` makes
+    image_prompt: ImagePrompt | None  # how a chat's images enter its prompt; None: text only
 
     def token_text(self, token_ids: list[int]) -> str:
         """The text of tokens, safe on the server's thread."""
 
     def stream(self, prompt: str | list[int] | Sequence[Message],
                params: SamplingParams | None = None,
-               request_id: str | None = None) -> AsyncIterator[RequestOutput]: ...
+               request_id: str | None = None,
+               images: Sequence[DecodedImage] = ()) -> AsyncIterator[RequestOutput]: ...
 
     def abort(self, request_id: str) -> None: ...
 

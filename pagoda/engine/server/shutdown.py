@@ -8,6 +8,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from pagoda.engine.multimodal.images import DecodedImage
 from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.sampling.params import PoolingParams, SamplingParams
 from pagoda.engine.server.errors import APIError
@@ -45,14 +46,15 @@ class LiveRequests:
         return served
 
     async def stream(self, backend: EngineBackend, prompt: str | list[int] | Sequence[Message],
-                     params: SamplingParams | None,
-                     request_id: str | None) -> AsyncIterator[RequestOutput]:
+                     params: SamplingParams | None, request_id: str | None,
+                     images: Sequence[DecodedImage] = ()) -> AsyncIterator[RequestOutput]:
         self._check_open()
         request_id = request_id or f"api-{uuid.uuid4().hex}"
         self._live[request_id] = backend
         aborted = False
         try:
-            async with contextlib.aclosing(backend.stream(prompt, params, request_id)) as outs:
+            async with contextlib.aclosing(backend.stream(prompt, params, request_id,
+                                                          images=images)) as outs:
                 async for out in outs:
                     # A request that reached the engine after end_all (it was still being
                     # tokenized) missed its abort: it gets it now.
@@ -92,9 +94,9 @@ class _TrackedBackend:
         self._live = live
 
     def stream(self, prompt: str | list[int] | Sequence[Message],
-               params: SamplingParams | None = None,
-               request_id: str | None = None) -> AsyncIterator[RequestOutput]:
-        return self._live.stream(self._backend, prompt, params, request_id)
+               params: SamplingParams | None = None, request_id: str | None = None,
+               images: Sequence[DecodedImage] = ()) -> AsyncIterator[RequestOutput]:
+        return self._live.stream(self._backend, prompt, params, request_id, images)
 
     async def embed(self, prompts: Sequence[list[int]], params: PoolingParams | None = None,
                     request_id: str | None = None) -> list[list[float]]:

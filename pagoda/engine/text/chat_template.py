@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import jinja2
 
@@ -42,13 +42,15 @@ def is_conversation(value: object) -> bool:
 
 def encode_chat(tokenizer, messages: Sequence[Message], *,
                 continue_final_message: bool = False, tools: Sequence[Mapping] | None = None,
-                template_kwargs: Mapping | None = None) -> list[int]:
+                template_kwargs: Mapping | None = None,
+                expand: Callable[[str], str] | None = None) -> list[int]:
     """Prompt tokens for the assistant's next reply; with `continue_final_message`, the last
     message is the assistant's reply so far and the prompt ends inside it, so generation goes on
     where it stopped (vLLM's parameter of that name). `tools` (OpenAI's function definitions)
     go through the template where it takes them, else into a system message
     (pagoda/engine/text/tool_prompt.py); `template_kwargs` are more variables for the template (say
-    Qwen3's enable_thinking)."""
+    Qwen3's enable_thinking). `expand` rewrites the rendered text before it is tokenized (a
+    chat's image markers into their placeholders: pagoda.engine.multimodal.placeholders)."""
     validate_messages(messages)
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("this model's tokenizer has no chat template: use generate() with a "
@@ -66,6 +68,8 @@ def encode_chat(tokenizer, messages: Sequence[Message], *,
     # prompt the reply was written after, with its text.
     text = render_chat(tokenizer, chat, add_generation_prompt=True, tools=tools,
                        template_kwargs=template_kwargs)
+    if expand is not None:
+        text = expand(text)
     return tokenizer.encode(text + partial, add_special_tokens=False)
 
 

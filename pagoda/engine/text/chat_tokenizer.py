@@ -69,11 +69,12 @@ class ChatTokenizer:
     async def encode_chat(self, messages: Sequence[Mapping[str, object]], *,
                           continue_final_message: bool = False,
                           tools: Sequence[Mapping] | None = None,
-                          template_kwargs: Mapping | None = None) -> list[int]:
+                          template_kwargs: Mapping | None = None,
+                          expand: Callable[[str], str] | None = None) -> list[int]:
         """The prompt for the assistant's next reply (or, with `continue_final_message`, for
-        the rest of the last, unfinished one), with `tools` and `template_kwargs` as
-        pagoda.engine.text.chat_template.encode_chat takes them; ValueError for a chat the template
-        refuses, PromptTooLongError for one far over the context (tools counted)."""
+        the rest of the last, unfinished one), with `tools`, `template_kwargs` and `expand`
+        as pagoda.engine.text.chat_template.encode_chat takes them; ValueError for a chat the
+        template refuses, PromptTooLongError for one far over the context (tools counted)."""
         chat = [dict(m) for m in messages]
         chars = sum(len(m["content"]) for m in chat if isinstance(m.get("content"), str))
         chars += sum(len(json.dumps(m["tool_calls"])) for m in chat if m.get("tool_calls"))
@@ -81,7 +82,7 @@ class ChatTokenizer:
         self._check_size(chars, "the chat's messages")
         return await self._run(chars, lambda tokenizer: encode_chat(
             tokenizer, chat, continue_final_message=continue_final_message, tools=tools,
-            template_kwargs=template_kwargs))
+            template_kwargs=template_kwargs, expand=expand))
 
     async def encode_text(self, text: str, what: str = "the prompt") -> list[int]:
         """The text's tokens (special tokens added as the tokenizer does); InvalidTextError

@@ -25,9 +25,9 @@ class RecordingEngine(FakeEngine):
         super().__init__("gpt-oss-test", HarmonyTokenizer())
         self.params = []
 
-    async def stream(self, prompt, params, request_id, cache_tag=None):
+    async def stream(self, prompt, params, request_id, cache_tag=None, images=()):
         self.params.append(params)
-        async for out in super().stream(prompt, params, request_id, cache_tag):
+        async for out in super().stream(prompt, params, request_id, cache_tag, images):
             yield out
 
 

@@ -32,9 +32,9 @@ class RecordingEngine(FakeEngine):
         super().__init__("switching-model", SwitchTokenizer())
         self.prompt_lengths: list[int] = []
 
-    async def stream(self, prompt, params, request_id, cache_tag=None):
+    async def stream(self, prompt, params, request_id, cache_tag=None, images=()):
         self.prompt_lengths.append(len(prompt))
-        async for out in super().stream(prompt, params, request_id, cache_tag):
+        async for out in super().stream(prompt, params, request_id, cache_tag, images):
             yield out
 
 

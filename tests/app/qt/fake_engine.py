@@ -62,6 +62,7 @@ class FakeEngine:
     def __init__(self, name: str, tokenizer: FakeTokenizer | None = None) -> None:
         self.model_name = name
         self.max_model_len = self.usable_context_len = 2048
+        self.image_prompt = None  # text only
         self.model_created = 0
         self.tokenizer = tokenizer or FakeTokenizer()
         self.chat_tokenizer = ChatTokenizer(self.tokenizer)
@@ -79,7 +80,7 @@ class FakeEngine:
     def token_text(self, token_ids: list[int]) -> str:
         return " ".join(str(t) for t in token_ids)
 
-    async def stream(self, prompt, params, request_id, cache_tag=None):
+    async def stream(self, prompt, params, request_id, cache_tag=None, images=()):
         if self.stopped:
             raise EngineDeadError("the engine was shut down")
         loop, queue = asyncio.get_running_loop(), asyncio.Queue()
@@ -141,6 +142,7 @@ class IdleEngine:
     def __init__(self, name: str) -> None:
         self.model_name = name
         self.max_model_len = self.usable_context_len = 2048
+        self.image_prompt = None  # text only
         self.model_created = 0
         self.stopped = False
 

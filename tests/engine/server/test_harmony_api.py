@@ -45,6 +45,7 @@ class HarmonyBackend:
 
     chat_template = HARMONY_TEMPLATE
     hidden_size = 8
+    image_prompt = None  # text only
 
     def __init__(self) -> None:
         self.tokenizer = harmony_tokenizer()
@@ -57,7 +58,8 @@ class HarmonyBackend:
     def token_text(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=False)
 
-    async def stream(self, prompt, params=None, request_id=None):
+    async def stream(self, prompt, params=None, request_id=None, images=()):
+        assert not images, "a text-only backend is never sent images"
         self.requests.append((self.token_text(prompt), params))
         tokens = self.tokenizer.encode(self.reply, add_special_tokens=False)
         for i, token in enumerate(tokens):

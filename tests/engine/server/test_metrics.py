@@ -64,8 +64,9 @@ class DiesMidReply:
     def __getattr__(self, name):
         return getattr(self._engine, name)
 
-    async def stream(self, prompt, params=None, request_id=None):
-        async with contextlib.aclosing(self._engine.stream(prompt, params, request_id)) as outs:
+    async def stream(self, prompt, params=None, request_id=None, images=()):
+        async with contextlib.aclosing(self._engine.stream(prompt, params, request_id,
+                                                           images=images)) as outs:
             count = 0
             async for out in outs:
                 self.last = out

@@ -7,6 +7,7 @@ import itertools
 import json
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 
 from pagoda.app.backends.chat.local_request import LocalRequest, local_request
 from pagoda.app.backends.chat.reply_parts import NOTHING, ReplyParts, Step
@@ -22,6 +23,7 @@ from pagoda.app.backends.errors import (
 from pagoda.app.backends.types import (
     BackendStats,
     ChatMessage,
+    ImageCost,
     ImageInput,
     PromptProgress,
     ReplyChunk,
@@ -31,7 +33,9 @@ from pagoda.app.backends.types import (
 )
 from pagoda.engine import AsyncEngine, EngineDeadError, RequestOutput
 from pagoda.engine import PromptTooLongError as EnginePromptTooLongError
-from pagoda.engine.errors import StructuredOutputError
+from pagoda.engine.errors import ImageInputError, StructuredOutputError
+from pagoda.engine.multimodal.images import DecodedImage, decode_image_bytes
+from pagoda.engine.multimodal.placeholders import ImagePrompt
 from pagoda.engine.outputs import RequestMetrics
 from pagoda.engine.parsers.replies import ReplyShape, ReplyStream, reply_shape
 
@@ -40,6 +44,9 @@ from pagoda.engine.parsers.replies import ReplyShape, ReplyStream, reply_shape
 ENCODED_CHATS_KEPT = 8
 # Enough of the prompt's end to see whether it opens the reasoning ("<think>\n").
 _PROMPT_TAIL_TOKENS = 8
+# An image's tokens beside its placeholders: its start and end markers, and about two for the
+# blank lines around them.
+_IMAGE_MARKER_TOKENS = 4
 
 
 class LocalBackend:
@@ -72,10 +79,16 @@ class LocalBackend:
 
     @property
     def image_input(self) -> ImageInput:
-        """Text only: the engine in this process has no vision encoder yet (issue 57's engine
-        side). A model that gains one says so here, with what its images cost."""
-        return ImageInput(False, why=f"{self.model_name} on this computer takes text only: it "
-                                     "cannot see images (use a server whose model sees them)")
+        """Whether the engine's model sees images (a multimodal Gemma 3 does) and what one
+        costs: its placeholders, with its markers and the blank lines around them (about: they
+        may merge with the text beside them)."""
+        prompt = self._engine.image_prompt
+        if prompt is None:
+            return ImageInput(False, why=f"{self.model_name} on this computer takes text only: "
+                                         "it cannot see images (use a server whose model sees "
+                                         "them)")
+        return ImageInput(True, ImageCost(fixed_tokens=prompt.tokens_per_image
+                                          + _IMAGE_MARKER_TOKENS))
 
     @property
     def engine(self) -> AsyncEngine:
@@ -85,8 +98,9 @@ class LocalBackend:
     async def stream(self, messages: Sequence[ChatMessage], options: SamplingOptions,
                      request_id: str | None = None, *, continue_final_message: bool = False,
                      cache_tag: str | None = None) -> AsyncIterator[ReplyChunk]:
-        if any(m.images for m in messages):
+        if any(m.images for m in messages) and self._engine.image_prompt is None:
             raise ImagesRefusedError(f"{self.image_input.why}.")
+        images = _decoded_images(messages)
         request = local_request(options)
         request_id = request_id or f"local-{next(self._ids)}"
         with self._starting.starting(request_id):
@@ -99,7 +113,7 @@ class LocalBackend:
         reading = shape.streamer()
         try:
             async for out in self._engine.stream(prompt, shape.adjusted(request.params),
-                                                 request_id, cache_tag):
+                                                 request_id, cache_tag, images):
                 yield self._chunk(out, reading, parts)
         except EngineDeadError as exc:
             raise _stopped(exc, parts.text) from exc
@@ -186,11 +200,14 @@ class LocalBackend:
                       continue_final_message: bool = False,
                       tools: list[dict] | None = None,
                       template_kwargs: dict | None = None) -> list[int]:
+        prompt = self._engine.image_prompt
+        with_images = prompt is not None and any(m.images for m in messages)
         try:
             return await self._engine.chat_tokenizer.encode_chat(
-                [m.template_dict() for m in messages],
+                [_template_dict(m, prompt) if with_images else m.template_dict()
+                 for m in messages],
                 continue_final_message=continue_final_message, tools=tools,
-                template_kwargs=template_kwargs)
+                template_kwargs=template_kwargs, expand=prompt.expand if with_images else None)
         except EngineDeadError as exc:  # the tokenizer's thread is gone: we were shut down
             raise _stopped(exc, "") from exc
         except ValueError as exc:
@@ -217,6 +234,26 @@ class LocalBackend:
                            num_cached_tokens=out.num_cached_tokens, num_output_tokens=num_output,
                            time_to_first_token=m.time_to_first_token,
                            tokens_per_s=_tokens_per_s(m, num_output))
+
+
+def _template_dict(message: ChatMessage, prompt: ImagePrompt) -> dict[str, object]:
+    """The message as the template reads it, its images as the model's markers after its text
+    (the order ChatMessage.as_dict sends them to a server in)."""
+    text_only = replace(message, images=())
+    out = text_only.template_dict()
+    if message.images:
+        out["content"] = message.content + prompt.marker * len(message.images)
+    return out
+
+
+def _decoded_images(messages: Sequence[ChatMessage]) -> list[DecodedImage]:
+    """The chat's images in order, decoded as the engine reads them (read_image checked them
+    when they were attached)."""
+    try:
+        return [decode_image_bytes(image.data, image.mime_type, image.name)
+                for m in messages for image in m.images]
+    except ImageInputError as exc:
+        raise ImagesRefusedError(f"{clause(exc)}.") from None
 
 
 def _chat_key(messages: Sequence[ChatMessage], tools: list[dict] | None) -> tuple:

@@ -1,0 +1,52 @@
+"""A chat's `image_url` parts read for a model that takes images: each decoded and bounded
+(pagoda/engine/multimodal/images.py), kept in the order it comes, and replaced in its message's
+text by the model's image marker, which the prompt's encoding turns into the image's
+placeholders (pagoda/engine/multimodal/placeholders.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pagoda.engine.errors import ImageInputError
+from pagoda.engine.multimodal.images import DecodedImage, ImageLimits, decode_image_url
+from pagoda.engine.multimodal.placeholders import ImagePrompt
+from pagoda.engine.server.errors import APIError
+
+# Images one request may carry: each is decoded, resized and encoded by the tower.
+MAX_IMAGES = 16
+# OpenAI's `detail`: "low" asks for a smaller image than the model's processor makes, which this
+# server does not make; "auto" and "high" get the processor's whole size.
+_DETAILS = (None, "auto", "high")
+
+
+@dataclass(slots=True)
+class ChatImages:
+    """The images of one chat as its parts are read."""
+
+    prompt: ImagePrompt
+    limits: ImageLimits = field(default_factory=ImageLimits)
+    images: list[DecodedImage] = field(default_factory=list)
+
+    def image(self, url: str, detail: str | None, path: str) -> str:
+        """The marker that stands for the part's image in its message's text."""
+        if detail not in _DETAILS:
+            raise APIError(400, f"{path}.image_url.detail is {detail!r}: this server gives an "
+                                "image the model's whole input size; send 'auto' or leave it "
+                                "out", param=f"{path}.image_url.detail")
+        if len(self.images) >= MAX_IMAGES:
+            raise APIError(400, f"{path} is image {len(self.images) + 1} of this chat: at most "
+                                f"{MAX_IMAGES} are read in one request", param=path)
+        try:
+            self.images.append(decode_image_url(url, f"{path}.image_url.url", self.limits))
+        except ImageInputError as error:
+            raise APIError(400, str(error), param=f"{path}.image_url.url") from None
+        return self.prompt.marker
+
+    def text(self, text: str, path: str) -> str:
+        """A text part's text, refused where it holds the marker (it would be taken for an
+        image)."""
+        if self.prompt.marker in text:
+            raise APIError(400, f"{path}.text holds {self.prompt.marker!r}, which this model "
+                                "reads as an image: send images as image_url parts",
+                           param=f"{path}.text")
+        return text

@@ -1,0 +1,157 @@
+"""A chat with an image through the real `openai` client, on a Gemma 3 that takes images: the
+server reads the image_url part, the prompt is transformers' processor's, and the reply is
+transformers' greedy one; the same image in the next turn comes from the prefix cache; a bad
+image is a 400 naming the part, never a crash."""
+
+import base64
+import copy
+import io
+
+import openai
+import pytest
+import torch
+import transformers
+from PIL import Image
+
+from pagoda.engine import LLM
+from pagoda.engine.async_engine import AsyncEngine
+from pagoda.engine.server.api import build_app
+from pagoda.engine.server.runner import ServerThread
+from pagoda.engine.server.served import ServedModel
+from tests.engine.tiny_vision import (
+    GEMMA3_IMAGE_TOKENS,
+    GEMMA3_TOKENS_PER_IMAGE,
+    gemma3_tokenizer,
+    save_gemma3_as_released,
+    tiny_gemma3_vision,
+)
+
+MODEL = "tiny-gemma3-vision"
+TOKENS = 6
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return save_gemma3_as_released(tiny_gemma3_vision(), tmp_path_factory.mktemp("gemma3"))
+
+
+@pytest.fixture(scope="module")
+def client(folder):
+    engine = AsyncEngine(engine=LLM(str(folder), num_threads=1, num_kv_blocks=64).engine)
+    served = ServedModel(MODEL, engine, engine.max_model_len)
+    server = ServerThread(build_app(lambda: served)).start()
+    yield openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0,
+                        timeout=60)
+    server.stop()
+    engine.shutdown()
+
+
+def photo(seed: int) -> Image.Image:
+    gen = torch.Generator().manual_seed(seed)
+    pixels = torch.randint(0, 256, (40, 50, 3), generator=gen, dtype=torch.uint8)
+    return Image.fromarray(pixels.numpy())
+
+
+def png_bytes(image: Image.Image) -> bytes:
+    png = io.BytesIO()
+    image.save(png, format="PNG")
+    return png.getvalue()
+
+
+def data_url(image: Image.Image) -> str:
+    return "data:image/png;base64," + base64.b64encode(png_bytes(image)).decode()
+
+
+def ask(client, image: Image.Image, text: str = "the cat sat on the mat", history=()):
+    content = [{"type": "image_url", "image_url": {"url": data_url(image)}},
+               {"type": "text", "text": text}]
+    return client.chat.completions.create(
+        model=MODEL, messages=[*history, {"role": "user", "content": content}],
+        max_tokens=TOKENS, temperature=0, logprobs=True)
+
+
+def token_bytes(token: str) -> bytes:
+    """A Gemma-style token's bytes: a byte of the fallback (<0xAB>), or text with "▁" spaces."""
+    if len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
+        return bytes([int(token[3:5], 16)])
+    return token.replace("▁", " ").encode()
+
+
+@torch.inference_mode()
+def transformers_reply(folder, image: Image.Image, text: str) -> tuple[int, list[bytes]]:
+    """transformers' own processor and greedy generation on the same chat: the prompt's length
+    and each reply token's bytes."""
+    tokenizer = copy.deepcopy(gemma3_tokenizer())
+    # Gemma's own tokenizer names its image tokens; the tiny one lists them only.
+    for name, token in zip(("boi_token", "image_token", "eoi_token"), GEMMA3_IMAGE_TOKENS,
+                           strict=True):
+        object.__setattr__(tokenizer, name, token)
+        object.__setattr__(tokenizer, f"{name}_id", tokenizer.convert_tokens_to_ids(token))
+    start = GEMMA3_IMAGE_TOKENS[0]
+    processor = transformers.Gemma3Processor(
+        transformers.Gemma3ImageProcessorPil(size={"height": 32, "width": 32}), tokenizer,
+        image_seq_length=GEMMA3_TOKENS_PER_IMAGE)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": start + text}], tokenize=False, add_generation_prompt=True)
+    inputs = processor(text=prompt, images=[image], return_tensors="pt",
+                       add_special_tokens=False)
+    model = transformers.Gemma3ForConditionalGeneration.from_pretrained(
+        folder, attn_implementation="eager").eval()
+    out = model.generate(**inputs, max_new_tokens=TOKENS, do_sample=False)
+    prompt_tokens = inputs["input_ids"].shape[1]
+    return prompt_tokens, [token_bytes(t) for t in
+                           tokenizer.convert_ids_to_tokens(out[0, prompt_tokens:].tolist())]
+
+
+def test_a_chat_with_an_image_gets_transformers_prompt_and_reply(client, folder):
+    """The random tiny model's reply is bytes that spell no text: its tokens are compared."""
+    reply = ask(client, photo(0))
+    prompt_tokens, tokens = transformers_reply(folder, photo(0), "the cat sat on the mat")
+    assert reply.usage.prompt_tokens == prompt_tokens
+    assert [bytes(t.bytes) for t in reply.choices[0].logprobs.content] == tokens
+
+
+def test_the_next_turn_about_the_same_image_comes_from_the_prefix_cache(client):
+    first = ask(client, photo(1), "what is in it")
+    history = [{"role": "user", "content": [
+                   {"type": "image_url", "image_url": {"url": data_url(photo(1))}},
+                   {"type": "text", "text": "what is in it"}]},
+               {"role": "assistant", "content": first.choices[0].message.content}]
+    follow_up = client.chat.completions.create(
+        model=MODEL, messages=[*history, {"role": "user", "content": "and its colour"}],
+        max_tokens=TOKENS, temperature=0)
+    assert follow_up.usage.prompt_tokens_details.cached_tokens > GEMMA3_TOKENS_PER_IMAGE
+
+
+@pytest.mark.parametrize(("url", "words"), [
+    ("data:image/png;base64," + base64.b64encode(png_bytes(photo(0))[:300]).decode(),
+     "not a whole PNG image"),
+    ("data:image/png;base64," + base64.b64encode(b"GIF89a....").decode(),
+     "declares image/png but its bytes are not a PNG"),
+    ("https://example.com/cat.png", "does not fetch remote images"),
+    ("data:text/plain;base64,aGVsbG8=", "declares 'text/plain'"),
+])
+def test_a_bad_image_is_a_400_naming_the_part(client, url, words):
+    with pytest.raises(openai.BadRequestError, match=words) as caught:
+        client.chat.completions.create(
+            model=MODEL, max_tokens=2,
+            messages=[{"role": "user", "content": [
+                {"type": "text", "text": "look"},
+                {"type": "image_url", "image_url": {"url": url}}]}])
+    assert caught.value.body["param"] == "messages[0].content[1].image_url.url"
+
+
+def test_text_holding_the_image_marker_is_refused(client):
+    with pytest.raises(openai.BadRequestError, match="reads as an image"):
+        client.chat.completions.create(
+            model=MODEL, max_tokens=2,
+            messages=[{"role": "user", "content": f"see {GEMMA3_IMAGE_TOKENS[0]} here"}])
+
+
+def test_a_detail_this_server_does_not_make_is_refused(client):
+    with pytest.raises(openai.BadRequestError, match="detail is 'low'"):
+        client.chat.completions.create(
+            model=MODEL, max_tokens=2,
+            messages=[{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": data_url(photo(0)),
+                                                    "detail": "low"}}]}])
