@@ -3,15 +3,22 @@ without: time to its first token, alternating, and the first turn's, on a random
 LFM2-350M's shape or the file --model names (bench/qwen35_file.py's, say).
 
     PYTHONPATH=. python bench/hybrid_second_turn.py [--threads 2] [--rounds 4] [--model FILE]
-        [--prompt-tokens 1500]
+        [--prompt-tokens 1500] [--restart]
 
 Each round is a new chat (its first token differs): a 1501-token prompt, a 32-token reply, then
 the second turn (prompt + reply + a 50-token message) asks for one token.
+
+--restart: the second turn after a restart instead of without the prefix cache. Each round's
+engine keeps its cache on disk too (a folder shared by the rounds); after the first turn and a
+second turn on the same engine (warm: checkpoints in memory) it is closed, and a new engine on
+the same folder answers the second turn with another message (its prefix found on disk; the
+files were just written, so the system's page cache likely holds them).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import tempfile
 import time
@@ -61,6 +68,55 @@ def second_turn_seconds(llm: LLM, prompt: list[int],
     return first, time.perf_counter() - began, out.num_cached_tokens
 
 
+def restart_round(open_engine, start: int, ids: list[int], n: int) -> tuple[float, float,
+                                                                          float, int, int]:
+    """A first turn and a warm second turn on one engine, then, on a new engine over the same
+    disk cache, the second turn with another message: the three times to the first token and
+    how many tokens each second turn found cached."""
+    llm = open_engine()
+    prompt, warm_message, restart_message = [start] + ids[:n], ids[n:n + 50], ids[n + 50:n + 100]
+    first, warm, warm_cached = second_turn_seconds(llm, prompt, warm_message)
+    reply = llm.generate([prompt], REPLY)[0].outputs[0].token_ids  # the same, from the cache
+    llm.engine.close()
+    del llm
+    gc.collect()
+    llm = open_engine()
+    began = time.perf_counter()
+    out = llm.generate([prompt + list(reply) + restart_message], FIRST_TOKEN)[0]
+    restarted = time.perf_counter() - began
+    llm.engine.close()
+    return first, warm, restarted, warm_cached, out.num_cached_tokens
+
+
+def restart_rounds(folder: Path, ids: list[int] | None, args: argparse.Namespace,
+                   disk: Path) -> None:
+    n = args.prompt_tokens
+
+    def open_engine() -> LLM:
+        return LLM(str(folder), num_threads=args.threads, max_model_len=4096,
+                   disk_cache_dir=disk)
+
+    if ids is None:
+        probe = open_engine()
+        ids = file_prompt_ids(probe, n + 100)
+        probe.engine.close()
+        del probe
+    times: dict[str, list[float]] = {"first turn": [], "second turn, warm": [],
+                                     "second turn after a restart": []}
+    for r in range(args.rounds):
+        first, warm, restarted, warm_cached, restart_cached = restart_round(open_engine, r + 3,
+                                                                            ids, n)
+        for name, took in zip(times, (first, warm, restarted), strict=True):
+            times[name].append(took)
+        print(f"round {r}: first turn {first * 1000:.0f} ms, second warm {warm * 1000:.0f} ms "
+              f"({warm_cached} cached), after a restart {restarted * 1000:.0f} ms "
+              f"({restart_cached} cached)", flush=True)
+    print(f"{cpu_name()}; {folder.name if args.model else 'LFM2-350M shape'}; {n}-token prompt")
+    for name, took in times.items():
+        print(f"{name}: mean {statistics.mean(took) * 1000:.0f} ms, "
+              f"median {statistics.median(took) * 1000:.0f} ms")
+
+
 def file_prompt_ids(llm: LLM, length: int) -> list[int]:
     """Token ids of a long text by the model's own tokenizer."""
     text = " ".join(f"Sentence {i} says something about the weather and the sea."
@@ -75,10 +131,16 @@ def main() -> None:
     parser.add_argument("--model", type=Path,
                         help="a model file or folder (default: random LFM2-350M-shaped weights)")
     parser.add_argument("--prompt-tokens", type=int, default=1500)
+    parser.add_argument("--restart", action="store_true",
+                        help="time the second turn after a restart (disk cache) instead of "
+                             "with the prefix cache off")
     args = parser.parse_args()
     n = args.prompt_tokens
     with tempfile.TemporaryDirectory() as tmp:
         folder, ids = (args.model, None) if args.model else save_model(Path(tmp))
+        if args.restart:
+            restart_rounds(folder, ids, args, Path(tmp) / "disk")
+            return
         engines = {on: LLM(str(folder), num_threads=args.threads, enable_prefix_caching=on,
                            max_model_len=4096) for on in (True, False)}
         ids = ids or file_prompt_ids(engines[True], n + 50)

@@ -21,6 +21,7 @@ import transformers
 
 from pagoda.engine import LLM, SamplingParams
 from pagoda.engine.core.block_pool import hash_block_tokens
+from pagoda.engine.disk_cache.store import forget_tag
 from pagoda.engine.disk_cache.tier import DiskPrefixCache, checkpoint_key
 from tests.engine.models.test_parity import NUM_THREADS
 from tests.engine.test_batch_invariance import SENTENCES
@@ -89,13 +90,17 @@ def first_turn_before_a_restart(model: Path, disk: Path) -> tuple[list[int], lis
     return turn, turn + texts[1][:20]
 
 
-def checkpoint_file(disk: Path, tokens: list[int], boundary: int) -> Path:
-    """The file of the checkpoint after tokens[:boundary]."""
+def checkpoint_files(disk: Path, tokens: list[int], boundary: int) -> list[Path]:
+    """The file of the checkpoint after tokens[:boundary], if on disk."""
     block_hash = None
     for start in range(0, boundary, BLOCK):
         block_hash = hash_block_tokens(block_hash, tokens[start:start + BLOCK])
     name = checkpoint_key(block_hash).hex()
-    file, = disk.glob(f"*/{name[:2]}/{name}.kv")
+    return list(disk.glob(f"*/{name[:2]}/{name}.kv"))
+
+
+def checkpoint_file(disk: Path, tokens: list[int], boundary: int) -> Path:
+    file, = checkpoint_files(disk, tokens, boundary)
     return file
 
 
@@ -227,3 +232,19 @@ def test_preempted_and_aborted_requests_with_a_disk_tier_leave_no_slot_held(lfm2
     again = reply(restarted, prompts[2])
     assert again.num_cached_tokens == 144
     assert_same_reply(again, want[2])
+
+
+def test_deleting_a_chat_removes_its_checkpoints_with_its_blocks(lfm2, tmp_path):
+    texts = texts_of(lfm2)
+    prompt = texts[0][:150]
+    llm = engine(lfm2, tmp_path)
+    llm.engine.add_request("r", prompt, GREEDY, cache_tag="chat-1")
+    while llm.engine.has_unfinished_requests():
+        outputs = llm.engine.step()
+    turn = prompt + list(outputs[0].outputs[0].token_ids)
+    llm.engine.close()
+    assert checkpoint_files(tmp_path, turn, 144) and checkpoint_files(tmp_path, turn, 160)
+
+    forget_tag(tmp_path, "chat-1")
+
+    assert not list(tmp_path.rglob("*.kv"))
