@@ -20,6 +20,7 @@ from pagoda.engine.core.sequence import Sequence
 from pagoda.engine.core.checkpoint_store import CheckpointStore
 from pagoda.engine.core.state_pool import StatePool
 from pagoda.engine.disk_cache.block_io import group_block_ios
+from pagoda.engine.disk_cache.state_io import RecurrentStateIO
 from pagoda.engine.disk_cache.store import DiskCacheStats, check_cache_tag
 from pagoda.engine.disk_cache.tier import DiskPrefixCache, model_fingerprint, open_disk_prefix_cache
 from pagoda.engine.errors import ImageInputError, PromptTooLongError
@@ -102,7 +103,9 @@ class LLMEngine:
         recurrent = self.runner.model.arch.has_recurrent_layers
         if recurrent:
             self._log_what_recurrent_layers_turn_off()
-        self.disk_cache = None if recurrent else self._open_disk_cache()
+        # A hybrid's blocks are of use only with checkpoints of its states: none, no disk tier.
+        keeps_disk = not recurrent or self.runner.num_checkpoint_slots > 0
+        self.disk_cache = self._open_disk_cache() if keeps_disk else None
         self.kv_cache = KVCacheManager(self.runner.kv_cache_groups, self.config.block_size,
                                        self.config.enable_prefix_caching, self.disk_cache,
                                        recurrent=recurrent, checkpoints=self._checkpoint_store())
@@ -275,19 +278,19 @@ class LLMEngine:
 
     def _log_what_recurrent_layers_turn_off(self) -> None:
         """A model with recurrent layers keeps their states for the prefix cache only at block
-        boundaries (checkpoints, in memory), and none to roll back to after rejected drafts:
-        what needs more is off, said once here."""
+        boundaries (checkpoints, in memory and in the disk tier), and none to roll back to
+        after rejected drafts: what needs more is off, said once here."""
         family, c = self.runner.model.arch.family, self.config
+        no_room = c.enable_prefix_caching and not self.runner.num_checkpoint_slots
         off = [what for what, asked in (
-            ("the prefix cache (no room for checkpoints of the states)",
-             c.enable_prefix_caching and not self.runner.num_checkpoint_slots),
-            ("the prefix cache's disk tier", c.disk_cache_dir is not None
-             and c.enable_prefix_caching),
+            ("the prefix cache and its disk tier (no room for checkpoints of the states)",
+             no_room),
             ("speculative decoding", c.num_speculative_tokens > 0)) if asked]
         if off:
             logger.info("%s has recurrent layers, whose states Pagoda keeps only at block "
-                        "boundaries in memory (the prefix cache restarts there) and does not "
-                        "roll back: %s off for this model", family, ", ".join(off))
+                        "boundaries (checkpoints, in memory and on disk: the prefix cache "
+                        "restarts there) and does not roll back: %s off for this model",
+                        family, ", ".join(off))
 
     def _open_disk_cache(self) -> DiskPrefixCache | None:
         """The prefix cache's disk tier, when config.disk_cache_dir names a folder, for this
@@ -312,9 +315,15 @@ class LLMEngine:
             settings["kv_groups"] = ";".join(
                 f"window {window}: layers {list(layers)} {list(io.block_shape)}"
                 for (window, layers), io in zip(layout, ios, strict=True))
+        state_io = None
+        if self.runner.recurrent_states:
+            # Only then: a model of attention layers keeps its files. The states' shapes, so
+            # that no checkpoint of another layout is read as this model's.
+            state_io = RecurrentStateIO(self.runner.recurrent_states)
+            settings["recurrent_states"] = state_io.layout()
         fingerprint = model_fingerprint(self.loaded.path, settings)
         return open_disk_prefix_cache(Path(c.disk_cache_dir), c.disk_cache_bytes, fingerprint,
-                                      ios)
+                                      ios, state_io)
 
     def _validate_prompt(self, token_ids: list[int], reply_tokens: int) -> None:
         """reply_tokens: the room the prompt must leave (1 for a reply's first token, 0 for a

@@ -309,12 +309,11 @@ class Scheduler:
         """After the step copied it: a prompt's checkpoint is findable at once (the blocks before
         it are registered), a decode's replaces the sequence's latest, kept until it stops."""
         new, seq.pending_checkpoint = seq.pending_checkpoint, None
-        store = self.kv_cache.checkpoints
         if new.prompt_end:
-            store.commit(new.slot, self._boundary_hash(seq, new))
+            self.kv_cache.commit_checkpoint(seq, new)
             return
         if seq.checkpoint is not None:
-            store.release(seq.checkpoint.slot)
+            self.kv_cache.checkpoints.release(seq.checkpoint.slot)
         seq.checkpoint = new
 
     def _store_checkpoints(self, seq: Sequence) -> None:
@@ -327,8 +326,5 @@ class Scheduler:
             store.release(seq.pending_checkpoint.slot)
             seq.pending_checkpoint = None
         if seq.checkpoint is not None:
-            store.commit(seq.checkpoint.slot, self._boundary_hash(seq, seq.checkpoint))
+            self.kv_cache.commit_checkpoint(seq, seq.checkpoint)
             seq.checkpoint = None
-
-    def _boundary_hash(self, seq: Sequence, checkpoint: Checkpoint) -> bytes:
-        return self.kv_cache.block_hash(seq, checkpoint.num_tokens // self.kv_cache.block_size - 1)
