@@ -81,6 +81,9 @@ class EngineConfig:
     quantization: str = "auto"
     disk_cache_dir: str | os.PathLike | None = None
     disk_cache_bytes: int = DEFAULT_DISK_CACHE_BYTES
+    # A GGUF model's vision tower: the `mmproj` file llama.cpp's converter writes beside it
+    # (pagoda/engine/loading/mmproj.py); None: the model reads text only (a folder brings its own).
+    mmproj: str | os.PathLike | None = None
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):

@@ -89,7 +89,8 @@ class LLMEngine:
         if loaded is None:
             check_model_fits(model, self.config)
         self.loaded = loaded or load_model(model, self.config.dtype,
-                                           quantization=self.config.quantization)
+                                           quantization=self.config.quantization,
+                                           mmproj=self.config.mmproj)
         self.tokenizer = self.loaded.tokenizer
         release = loaded is None if release_weights is None else release_weights
         self.runner = ModelRunner(self.loaded, self.config, release)

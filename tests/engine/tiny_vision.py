@@ -4,6 +4,8 @@ pooled to 4 x 4 image tokens."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 from pathlib import Path
 
@@ -11,22 +13,33 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
-from tests.engine.tiny_models import gemma_style_tokenizer
+from pagoda.engine.loading.loader import tokenizer_folder
 
 GEMMA3_VISION = {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
                  "num_attention_heads": 4, "image_size": 32, "patch_size": 4,
                  "layer_norm_eps": 1e-6, "vision_use_head": False}
 GEMMA3_TEXT = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-               "sliding_window": 8}
+               "sliding_window": 8,
+               # = head_dim, as in every released Gemma 3: llama.cpp scales by head_dim
+               "query_pre_attn_scalar": 16}
 GEMMA3_TOKENS_PER_IMAGE = 16
 # Gemma 3's image markers: the start and end of an image, and the token each image embedding
 # replaces.
 GEMMA3_IMAGE_TOKENS = ("<start_of_image>", "<image_soft_token>", "<end_of_image>")
 
 
+@functools.cache
+def _gemma3_tokenizer() -> transformers.PreTrainedTokenizerBase:
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_folder())
+    tokenizer.add_special_tokens({"additional_special_tokens": list(GEMMA3_IMAGE_TOKENS)})
+    return tokenizer
+
+
 def gemma3_tokenizer() -> transformers.PreTrainedTokenizerBase:
-    return gemma_style_tokenizer(GEMMA3_IMAGE_TOKENS)
+    """The default model's tokenizer (which llama.cpp's converter knows) with Gemma 3's image
+    tokens added; a copy each call."""
+    return copy.deepcopy(_gemma3_tokenizer())
 
 
 def tiny_gemma3_vision(seed: int = 0) -> transformers.Gemma3ForConditionalGeneration:

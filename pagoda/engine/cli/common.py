@@ -33,6 +33,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", metavar="PATH",
                         help="a Hugging Face model folder or a .gguf file "
                              "(default: the bundled SmolLM2-135M-Instruct)")
+    parser.add_argument("--mmproj", metavar="PATH",
+                        help="a .gguf model's vision tower (the mmproj-*.gguf file published "
+                             "beside it): its chats take images")
     engine = parser.add_argument_group("engine")
     engine.add_argument("--device", default=None, metavar="DEVICE",
                         help="cpu or cuda (default: cpu)")
@@ -80,6 +83,8 @@ def engine_options(args: argparse.Namespace) -> dict[str, int | str]:
         options["num_speculative_tokens"] = args.speculative_tokens
     if args.quantization is not None:
         options["quantization"] = args.quantization
+    if args.mmproj is not None:
+        options["mmproj"] = args.mmproj
     return options
 
 

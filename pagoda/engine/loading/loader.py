@@ -23,6 +23,7 @@ from safetensors import SafetensorError, safe_open
 from pagoda.engine.errors import ModelLoadError
 from pagoda.engine.folders import cache_dir
 from pagoda.engine.loading.gguf import GGUFModelFile
+from pagoda.engine.loading.mmproj import MMProjFile
 from pagoda.engine.loading.model_check import check_config_supported
 from pagoda.engine.loading.model_files import default_model_file, model_name
 from pagoda.engine.loading.on_load import apply_quantization
@@ -32,7 +33,11 @@ from pagoda.engine.models.registry import (
     supported_model_types,
     text_model_config,
 )
-from pagoda.engine.models.vision_tower import IMAGE_TOWERS, vision_tensor_name
+from pagoda.engine.models.vision_tower import (
+    GEMMA3_IMAGE_TOKENS,
+    IMAGE_TOWERS,
+    vision_tensor_name,
+)
 from pagoda.engine.quantization.tensors import Weight, weight_shape
 
 # step name, steps done, steps in all
@@ -66,19 +71,47 @@ class LoadedModel:
 def load_model(
     source: str | os.PathLike | None = None, dtype: torch.dtype = torch.float32,
     on_progress: ProgressCallback | None = None, quantization: str = "auto",
+    mmproj: str | os.PathLike | None = None,
 ) -> LoadedModel:
     """quantization (EngineConfig.quantization): "auto" keeps a GGUF file's quantized tensors
     in the engine's layouts and a folder's float weights as they are, "none" dequantizes
     everything to dtype, "int8"/"int4" quantize every matrix on load. on_progress(step, done,
-    total) reports a GGUF file's load steps."""
+    total) reports a GGUF file's load steps. mmproj: a GGUF model's vision tower
+    (EngineConfig.mmproj)."""
     _remove_old_conversions()
     path = _source_path(source)
     if path.is_dir():
+        if mmproj is not None:
+            raise ModelLoadError(f"{path} is a model folder, which holds its own vision tower "
+                                 "where it has one: an mmproj file goes with a .gguf model")
         loaded = _load_folder(path, model_name(path), dtype)
     else:
         loaded = _load_gguf(_gguf_path(path), dtype, quantization, on_progress)
+        if mmproj is not None:
+            _attach_mmproj(loaded, Path(mmproj), dtype)
     loaded.weights = apply_quantization(loaded.weights, quantization)
     return loaded
+
+
+def _attach_mmproj(loaded: LoadedModel, path: Path, dtype: torch.dtype) -> None:
+    """The vision tower of `path` (an mmproj GGUF) as the loaded model's image side, its image
+    tokens found in the model's vocabulary; ModelLoadError where the two do not belong
+    together."""
+    file = MMProjFile(path)
+    if loaded.config.model_type != "gemma3_text":
+        raise ModelLoadError(f"{path} is a Gemma 3 vision tower, and {loaded.path.name} is a "
+                             f"{loaded.config.model_type} model: an mmproj file goes with the "
+                             "model it was converted with")
+    vocab = loaded.tokenizer.get_vocab()
+    missing = [t for t in GEMMA3_IMAGE_TOKENS if t not in vocab]
+    if missing:
+        raise ModelLoadError(f"{loaded.path.name}'s vocabulary has no {missing[0]}, which "
+                             f"{path.name}'s images need: the two files are not one model's")
+    config = file.gemma3_config(loaded.config.hidden_size)
+    config.boi_token_index, config.image_token_index, config.eoi_token_index = (
+        vocab[t] for t in GEMMA3_IMAGE_TOKENS)
+    loaded.multimodal_config = config
+    loaded.vision_weights = {name: t.to(dtype) for name, t in file.weights(config).items()}
 
 
 def tokenizer_folder(source: str | os.PathLike | None = None) -> Path:

@@ -27,6 +27,8 @@ TOWER = "model.vision_tower."
 PROJECTOR = "model.multi_modal_projector."
 # The multimodal model types whose image side Pagoda runs (config.model_type).
 IMAGE_TOWERS = ("gemma3",)
+# Gemma 3's image tokens in its vocabulary: an image's start, each of its placeholders, its end.
+GEMMA3_IMAGE_TOKENS = ("<start_of_image>", "<image_soft_token>", "<end_of_image>")
 # The tower's and projector's tensors as folders name them: released checkpoints
 # (vision_tower.vision_model.*, multi_modal_projector.*), transformers 5's saves (vision_tower.*)
 # and its modules (model.vision_tower.*).

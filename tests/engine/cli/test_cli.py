@@ -82,3 +82,12 @@ def test_speculative_tokens_option_reaches_the_engine_config():
 
     args = build_parser().parse_args(["generate", "hi", "--speculative-tokens", "4"])
     assert engine_options(args) == {"num_speculative_tokens": 4}
+
+
+def test_a_gguf_models_vision_tower_reaches_the_engine_config():
+    from pagoda.engine.cli.common import engine_options
+    from pagoda.engine.cli.main import build_parser
+
+    args = build_parser().parse_args(["serve", "--model", "gemma-3-4b-it-Q4_K_M.gguf",
+                                      "--mmproj", "mmproj-gemma-3-4b-it-f16.gguf"])
+    assert engine_options(args) == {"mmproj": "mmproj-gemma-3-4b-it-f16.gguf"}

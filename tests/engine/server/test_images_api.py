@@ -12,6 +12,7 @@ import pytest
 import torch
 import transformers
 from PIL import Image
+from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from pagoda.engine import LLM
 from pagoda.engine.async_engine import AsyncEngine
@@ -70,11 +71,12 @@ def ask(client, image: Image.Image, text: str = "the cat sat on the mat", histor
         max_tokens=TOKENS, temperature=0, logprobs=True)
 
 
+# GPT-2's byte-level tokens spell each byte as a printable character.
+_BYTE_OF = {char: byte for byte, char in bytes_to_unicode().items()}
+
+
 def token_bytes(token: str) -> bytes:
-    """A Gemma-style token's bytes: a byte of the fallback (<0xAB>), or text with "▁" spaces."""
-    if len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
-        return bytes([int(token[3:5], 16)])
-    return token.replace("▁", " ").encode()
+    return bytes(_BYTE_OF[char] for char in token)
 
 
 @torch.inference_mode()
