@@ -1,12 +1,14 @@
 """Images in the window (issue 57): an image pasted with Ctrl+V waits as a thumbnail in the
-composer, goes to the server with the question, and after the app is closed and opened again
-is still on the message, where a click opens it full size; a chat on the model of this
-computer, which takes text only, says so before sending and keeps the text and the image.
+composer, goes to a model that sees it with the question, and after the app is closed and
+opened again is still on the message, where a click opens it full size; a chat on a model that
+takes text only says so before sending and keeps the text and the image.
 
-The server is the fake one in vLLM's shape (it takes whatever it is sent, as a server whose
-model sees images does); the local engine is a fake, text-only as every model here is today."""
+The model that sees images is a tiny multimodal Gemma 3 served by Pagoda's own server (random
+weights: its reply is no sentence, but the image goes through the tower); the window's local
+engine is a fake, text-only."""
 
 import pytest
+from fake_server import MODEL
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QColor, QDragEnterEvent, QDropEvent, QGuiApplication, QImage
 from PySide6.QtWidgets import QApplication, QFrame, QLabel, QPlainTextEdit
@@ -49,8 +51,29 @@ def _waiting_tiles(controller) -> list[QFrame]:
             if tile.isVisibleTo(controller.view.composer)]
 
 
+@pytest.fixture(scope="module")
+def seeing_server(tmp_path_factory):
+    """Pagoda's server over the tiny multimodal Gemma 3, and the images its tower encodes."""
+    from pagoda.engine import LLM
+    from pagoda.engine.async_engine import AsyncEngine
+    from pagoda.engine.server.api import build_app
+    from pagoda.engine.server.runner import ServerThread
+    from pagoda.engine.server.served import ServedModel
+    from tests.engine.multimodal.test_gemma3_images import CountingEncoder
+    from tests.engine.tiny_vision import save_gemma3_as_released, tiny_gemma3_vision
+
+    folder = save_gemma3_as_released(tiny_gemma3_vision(), tmp_path_factory.mktemp("gemma3"))
+    engine = AsyncEngine(engine=LLM(str(folder), num_threads=1, num_kv_blocks=64).engine)
+    tower, encoded = engine.engine.runner.image_tower, []
+    tower.encoder = CountingEncoder(tower.encoder, encoded)
+    served = ServedModel(MODEL, engine, engine.max_model_len)
+    server = ServerThread(build_app(lambda: served)).start()
+    yield server.url + "/v1", encoded
+    server.stop()
+    engine.shutdown()
+
+
 def _pick_server(window, run_async, url: str) -> None:
-    from fake_server import MODEL
     connection = run_async(window.sources.saved.add(url, MODEL, None))
     window.models_controller.refresh_picker()
     window.models_controller.picked(
@@ -58,8 +81,8 @@ def _pick_server(window, run_async, url: str) -> None:
 
 
 def test_paste_an_image_ask_reopen_the_app_and_the_image_is_still_on_the_message(
-        window_on, fake_vllm, qtbot, run_async, tmp_path, clipboard):
-    fake, url = fake_vllm
+        window_on, seeing_server, qtbot, run_async, tmp_path, clipboard):
+    url, encoded = seeing_server
     db_path = tmp_path / "chats.db"
     window = window_on(db_path)
     _pick_server(window, run_async, url)
@@ -72,11 +95,10 @@ def test_paste_an_image_ask_reopen_the_app_and_the_image_is_still_on_the_message
     controller.view.composer.send_requested.emit("What colour is this?")
     qtbot.waitUntil(lambda: controller.is_streaming, timeout=WAIT_MS)
     qtbot.waitUntil(lambda: not controller.is_streaming, timeout=WAIT_MS)
-    text, part = fake.requests[-1]["messages"][-1]["content"]
-    assert text["text"] == "What colour is this?"
-    assert part["image_url"]["url"].startswith("data:image/png;base64,")
+    assert encoded == [1]  # the model's tower saw the one image
     assert _waiting_tiles(controller) == []
-    asked = window.db.store.current_path(controller.conversation_id)[0]
+    asked, answered = window.db.store.current_path(controller.conversation_id)
+    assert asked.content == "What colour is this?" and answered.role == "assistant"
     window.close()
     window.db.close()  # as the app does at exit: the next start takes the database's lock
 
