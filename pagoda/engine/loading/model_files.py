@@ -69,3 +69,22 @@ def model_name(path: Path) -> str:
     if path.is_dir():
         return path.name
     return _QUANT_SUFFIX.sub("", path.stem)
+
+
+def is_mmproj_file(name: str) -> bool:
+    """Whether a file's name says it is a vision tower (llama.cpp's `mmproj-*.gguf`, as the Hub's
+    GGUF repositories publish one beside the model): loaded with a model, never as one."""
+    lower = PurePosixPath(name).name.lower()
+    return lower.endswith(".gguf") and lower.startswith("mmproj")
+
+
+def mmproj_beside(model: Path) -> Path | None:
+    """The vision tower published beside a GGUF model: the one mmproj file in its folder (as LM
+    Studio lays a model out); None where there is none, or more than one to choose from."""
+    if not model.name.lower().endswith(".gguf"):
+        return None
+    try:
+        found = [p for p in model.parent.iterdir() if is_mmproj_file(p.name) and p.is_file()]
+    except OSError:
+        return None
+    return found[0] if len(found) == 1 else None

@@ -40,7 +40,7 @@ class _Layers:
 def heard(monkeypatch) -> list[LoadProgress]:
     told: list[LoadProgress] = []
 
-    def load_model(model, dtype, on_progress, quantization):
+    def load_model(model, dtype, on_progress, quantization, mmproj=None):
         for done, words in enumerate(("reading the model file", "reading the tokenizer",
                                       "decoding the weights", "decoding the weights")):
             on_progress(words, done, 3)
@@ -70,3 +70,24 @@ def test_the_models_building_is_told_by_the_share_of_weights_taken(heard):
     assert shares == sorted(shares) and shares[-1] == (LAYERS - 1) / LAYERS
     assert len(shares) >= LAYERS  # one per weight here: each is a whole percent apart
     assert heard[-1] == LoadProgress(5)  # every weight taken: the engine is prepared next
+
+
+def test_a_ggufs_vision_tower_beside_it_is_loaded_with_it(monkeypatch, tmp_path):
+    """The one mmproj file in a GGUF model's folder, as LM Studio lays models out."""
+    model = tmp_path / "gemma-3-4b-it-Q4_K_M.gguf"
+    mmproj = tmp_path / "mmproj-gemma-3-4b-it-f16.gguf"
+    for path in (model, mmproj):
+        path.write_bytes(b"GGUF")
+    asked = []
+
+    def load_model(model, dtype, on_progress, quantization, mmproj=None):
+        asked.append(mmproj)
+        raise RuntimeError("stop here: only the files asked for are checked")
+
+    monkeypatch.setattr(pagoda.engine.loading.loader, "load_model", load_model)
+    monkeypatch.setattr(pagoda.engine.loading.model_info, "check_model_fits",
+                        lambda model, config: None)
+    monkeypatch.setattr(engine, "AsyncEngine", lambda build: build())
+    with pytest.raises(RuntimeError, match="stop here"):
+        make_local_engine(str(model), EngineConfig(device="cpu"), lambda progress: None)
+    assert asked == [mmproj]

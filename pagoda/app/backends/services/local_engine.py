@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pagoda.engine.config import DEFAULT_DISK_CACHE_BYTES, QUANTIZATIONS, EngineConfig
@@ -56,10 +57,13 @@ def make_local_engine(model: str | None, config: EngineConfig,
     model's building is, layer by layer."""
     from pagoda.engine import AsyncEngine, LLMEngine
     from pagoda.engine.loading.loader import load_model
+    from pagoda.engine.loading.model_files import mmproj_beside
     from pagoda.engine.loading.model_info import check_model_fits
 
     on_progress(LoadProgress(1))
     check_model_fits(model, config)
+    # A GGUF's vision tower, where the setting names none: the mmproj file beside it.
+    mmproj = config.mmproj or (None if model is None else mmproj_beside(Path(model)))
 
     def loader_step(_words: str, done: int, _total: int) -> None:
         # Its last report (all done) is the start of the model's building, told by _counted.
@@ -67,7 +71,8 @@ def make_local_engine(model: str | None, config: EngineConfig,
             on_progress(LoadProgress(2 + done))
 
     def build() -> LLMEngine:
-        loaded = load_model(model, config.dtype, loader_step, quantization=config.quantization)
+        loaded = load_model(model, config.dtype, loader_step, quantization=config.quantization,
+                            mmproj=mmproj)
         loaded.weights = _told_as_taken(loaded.weights, on_progress)
         return LLMEngine(config=config, loaded=loaded, release_weights=True)
 

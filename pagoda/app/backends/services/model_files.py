@@ -16,13 +16,18 @@ from pagoda.engine.config import EngineConfig
 from pagoda.engine.errors import ModelLoadError
 from pagoda.engine.errors import PagodaError as EngineError
 from pagoda.engine.folders import default_models_dir
-from pagoda.engine.loading.model_files import default_model_file, model_name, quantization_of
+from pagoda.engine.loading.model_files import (
+    default_model_file,
+    is_mmproj_file,
+    model_name,
+    quantization_of,
+)
 
 if TYPE_CHECKING:
     from pagoda.engine.loading.model_info import ModelHeaders, ModelInfo
 
 __all__ = ["EngineError", "ModelLoadError", "bundled_model_file", "default_model_file",
-           "default_models_dir", "describe_headers", "model_name",
+           "default_models_dir", "describe_headers", "is_mmproj_file", "model_name",
            "quantization_of", "read_model_headers", "refuse_unrunnable_model"]
 
 

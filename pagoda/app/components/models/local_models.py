@@ -34,7 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from pagoda.app.backends.services.model_files import default_models_dir, model_name, quantization_of
+from pagoda.app.backends.services.model_files import (
+    default_models_dir,
+    is_mmproj_file,
+    model_name,
+    quantization_of,
+)
 from pagoda.app.components.models.model_library import format_size
 from pagoda.app.components.models.opened_models import OpenedModels
 from pagoda.app.components.shared.tasks import TaskSet
@@ -312,7 +317,7 @@ def scan_models_folder(folder: Path) -> LocalListing:
             continue
         dirs.sort()
         for name in sorted(files):
-            if name.lower().endswith(".gguf"):
+            if name.lower().endswith(".gguf") and not is_mmproj_file(name):
                 entries.append(_gguf_entry(here / name,
                                            last_used.get(_key(folder, here / name) or "")))
             elif name.endswith(PARTIAL_SUFFIX):

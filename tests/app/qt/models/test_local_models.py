@@ -97,6 +97,14 @@ def test_the_folder_lists_its_models_and_unfinished_downloads_apart(folder, make
     assert library.listing.total_bytes == sum(row[3] for row in rows(library))
 
 
+def test_a_vision_tower_beside_its_model_is_not_listed_as_a_model(folder, make_library):
+    """An mmproj file is loaded with the model beside it (pagoda.engine.loading.model_files)."""
+    write(folder / "owner" / "tiny-GGUF" / "mmproj-tiny-f16.gguf", 600)
+    assert [row[:3] for row in rows(make_library(folder))][:2] == [("tiny", GGUF, "Q4_K_M"),
+                                                                   ("tiny", GGUF, "Q8_0")]
+    assert len(make_library(folder).listing.models) == 3
+
+
 def test_a_folder_not_made_yet_lists_nothing(tmp_path, make_library):
     library = make_library(tmp_path / "nowhere")
 
