@@ -63,6 +63,11 @@ class APIError(Exception):
                             status_code=self.status)
 
 
+class NamedAPIError(APIError):
+    """An error that already names the client's own request's fields (a Responses input part or a
+    Messages block, read by the chat endpoint's code): `renamed_fields` leaves it as it is."""
+
+
 def from_engine_error(exc: Exception, prompt_field: str) -> APIError:
     """The API error for what the engine raised about a request."""
     if isinstance(exc, EngineDeadError):
@@ -110,6 +115,8 @@ def renamed_fields(names: tuple[tuple[re.Pattern, str], ...]) -> Iterator[None]:
     is answered in its own fields' names."""
     try:
         yield
+    except NamedAPIError:
+        raise
     except APIError as exc:
         exc.message = _renamed(exc.message, names)
         exc.param = None if exc.param is None else _renamed(exc.param, names)

@@ -27,19 +27,22 @@ class ChatImages:
     limits: ImageLimits = field(default_factory=ImageLimits)
     images: list[DecodedImage] = field(default_factory=list)
 
-    def image(self, url: str, detail: str | None, path: str) -> str:
-        """The marker that stands for the part's image in its message's text."""
+    def image(self, url: str, detail: str | None, path: str, url_path: str,
+              error: type[APIError] = APIError) -> str:
+        """The marker that stands for the part's image in its message's text (path: the
+        part's place in the request, url_path: its URL's; error: what names them)."""
         if detail not in _DETAILS:
-            raise APIError(400, f"{path}.image_url.detail is {detail!r}: this server gives an "
-                                "image the model's whole input size; send 'auto' or leave it "
-                                "out", param=f"{path}.image_url.detail")
+            detail_path = url_path.rsplit(".", 1)[0] + ".detail"
+            raise error(400, f"{detail_path} is {detail!r}: this server gives an image the "
+                                "model's whole input size; send 'auto' or leave it out",
+                           param=detail_path)
         if len(self.images) >= MAX_IMAGES:
-            raise APIError(400, f"{path} is image {len(self.images) + 1} of this chat: at most "
-                                f"{MAX_IMAGES} are read in one request", param=path)
+            raise error(400, f"{path} is image {len(self.images) + 1} of this chat: at most "
+                             f"{MAX_IMAGES} are read in one request", param=path)
         try:
-            self.images.append(decode_image_url(url, f"{path}.image_url.url", self.limits))
-        except ImageInputError as error:
-            raise APIError(400, str(error), param=f"{path}.image_url.url") from None
+            self.images.append(decode_image_url(url, url_path, self.limits))
+        except ImageInputError as refused:
+            raise error(400, str(refused), param=url_path) from None
         return self.prompt.marker
 
     def text(self, text: str, path: str) -> str:

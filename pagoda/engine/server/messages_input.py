@@ -11,12 +11,19 @@ from pydantic import ValidationError
 
 from pagoda.engine.server.errors import APIError, validation_error
 from pagoda.engine.server.messages_protocol import CacheControl, InputMessage, TextBlock
-from pagoda.engine.server.protocol import ChatMessage, FunctionCall, ToolCallParam
+from pagoda.engine.server.protocol import (
+    ChatMessage,
+    ContentPart,
+    FunctionCall,
+    ImageURL,
+    ToolCallParam,
+)
 from pagoda.engine.server.responses_input import within
 
 # The fields each block may have, by the role whose message holds it (beside `type`).
 _BLOCK_FIELDS = {
     "user": {"text": {"text", "cache_control", "citations"},
+             "image": {"source", "cache_control"},
              "tool_result": {"tool_use_id", "content", "is_error", "cache_control"}},
     "assistant": {"text": {"text", "cache_control", "citations"},
                   "tool_use": {"id", "name", "input", "cache_control"},
@@ -64,17 +71,43 @@ def _system_message(content: str | list[dict], path: str) -> ChatMessage:
 
 
 def _user_messages(blocks: list[dict], path: str, names: dict[str, str]) -> list[ChatMessage]:
-    """Tool results first (Anthropic's order), each a tool message, then the user's text."""
-    results, texts = [], []
+    """Tool results first (Anthropic's order), each a tool message, then the user's text and
+    images, in their order."""
+    results, parts = [], []
     for j, block in enumerate(blocks):
         where = f"{path}.content[{j}]"
         kind = _checked_kind(block, "user", where)
         if kind == "text":
-            texts.append(_text(block, where))
+            parts.append(ContentPart(type="text", text=_text(block, where)))
+        elif kind == "image":
+            parts.append(_image(block, where))
         else:
             results.append(_tool_result(block, where, names))
-    user = [ChatMessage(role="user", content="".join(texts))] if texts else []
-    return results + user
+    if not parts:
+        return results
+    if all(part.type == "text" for part in parts):
+        return [*results, ChatMessage(role="user", content="".join(p.text for p in parts))]
+    return [*results, ChatMessage(role="user", content=parts)]
+
+
+def _image(block: dict, path: str) -> ContentPart:
+    """An image block as the chat endpoint's image part: a base64 source as a data: URL, a url
+    source as it is (which the server refuses in words); read where the model takes images."""
+    source = block.get("source")
+    kind = source.get("type") if isinstance(source, dict) else None
+    if kind == "base64":
+        media_type, data = source.get("media_type"), source.get("data")
+        if not isinstance(media_type, str) or not isinstance(data, str):
+            raise APIError(400, f"{path}.source: a base64 image gives its media_type and data",
+                           param=f"{path}.source")
+        url = f"data:{media_type};base64,{data}"
+    elif kind == "url" and isinstance(source.get("url"), str):
+        url = source["url"]
+    else:
+        raise APIError(400, f"{path}.source.type={kind!r}: an image here is 'base64' (or "
+                            "'url', which this server does not fetch)", param=f"{path}.source")
+    return ContentPart(type="image_url", image_url=ImageURL(url=url), source_path=path,
+                       source_url_path=f"{path}.source")
 
 
 def _assistant_message(blocks: list[dict], path: str, names: dict[str, str]) -> ChatMessage:

@@ -20,7 +20,7 @@ from pagoda.engine.sampling.params import (
     response_format_constraint,
 )
 from pagoda.engine.requests.constraints import one_constraint
-from pagoda.engine.server.errors import APIError, rule_errors
+from pagoda.engine.server.errors import APIError, NamedAPIError, rule_errors
 from pagoda.engine.server.image_parts import ChatImages
 from pagoda.engine.text.bounded_json import MAX_JSON_DEPTH, nesting_depth
 
@@ -61,6 +61,11 @@ class ContentPart(StrictModel):
     type: str
     text: str | None = None
     image_url: ImageURL | None = None
+    # Where the part and its image's URL came from in another API's request (the Responses
+    # API's input[0].content[1] and its image_url, a Messages block and its source), for its
+    # errors' names; None: this request's own messages.
+    source_path: str | None = None
+    source_url_path: str | None = None
 
 
 class FunctionCall(ClosedModel):
@@ -103,11 +108,20 @@ class ChatMessage(StrictModel):
 
 
 def _part_text(part: ContentPart, path: str, images: ChatImages | None) -> str:
+    # Another API's part is named as that request names it, and refused by its type as that
+    # API's other refusals are.
+    error = APIError if part.source_path is None else NamedAPIError
+    path = part.source_path or path
+    type_path = f"{path}.type"
     if part.type == "image_url" and images is not None:
         if part.image_url is None:
             raise APIError(400, f"{path}.image_url is missing: an image part needs its URL",
                            param=f"{path}.image_url")
-        return images.image(part.image_url.url, part.image_url.detail, path)
+        return images.image(part.image_url.url, part.image_url.detail, path,
+                            part.source_url_path or f"{path}.image_url.url", error)
+    if part.type != "text" and part.source_path is not None:
+        raise error(400, f"{type_path}: an image, and this model takes text only; send the "
+                         "message as text", param=type_path)
     if part.type != "text":
         raise APIError(400, f"{path} is an {part.type!r} part: this model takes text only; "
                             "send the message as text", param=path)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from pagoda.engine.server.errors import APIError, validation_error
-from pagoda.engine.server.protocol import ChatMessage, FunctionCall, ToolCallParam
+from pagoda.engine.server.protocol import ChatMessage, FunctionCall, ImageURL, ToolCallParam
+from pagoda.engine.server.protocol import ContentPart as ChatContentPart
 from pagoda.engine.server.responses_protocol import ContentPart, InputItem
 
 # The fields each type of input item may have (beside `type`, `id` and `status`).
@@ -82,7 +83,34 @@ def _message(item: InputItem, index: int) -> ChatMessage:
     if item.role not in _MESSAGE_ROLES:
         raise APIError(400, f"input[{index}].role={item.role!r}: a message's role is one of "
                             f"{', '.join(_MESSAGE_ROLES)}", param=f"input[{index}].role")
-    return ChatMessage(role=item.role, content=_text(item.content, f"input[{index}].content"))
+    path = f"input[{index}].content"
+    content = item.content
+    if isinstance(content, list) and any(part.type == "input_image" for part in content):
+        return ChatMessage(role=item.role, content=[_chat_part(part, f"{path}[{j}]")
+                                                    for j, part in enumerate(content)])
+    return ChatMessage(role=item.role, content=_text(content, path))
+
+
+def _chat_part(part: ContentPart, path: str) -> ChatContentPart:
+    """A part of a message with images as the chat endpoint reads it (an image there: read
+    where the model takes images, refused in words where not)."""
+    if part.type != "input_image":
+        return ChatContentPart(type="text", text=_part_text(part, path))
+    extra = dict(part.model_extra or {})
+    if extra.get("file_id") is not None:
+        raise APIError(400, f"{path}.file_id: this server keeps no files; send the image as "
+                            "image_url, a data: URL", param=f"{path}.file_id")
+    url, detail = extra.pop("image_url", None), extra.pop("detail", None)
+    unknown = sorted(name for name, value in extra.items()
+                     if name != "file_id" and value is not None)
+    if unknown:
+        raise APIError(400, f"Unrecognized request argument supplied: {path}.{unknown[0]} (an "
+                            "input_image part has no such field)", param=f"{path}.{unknown[0]}")
+    if not isinstance(url, str) or not isinstance(detail, str | None):
+        raise APIError(400, f"{path}.image_url must be a URL (a data: URL of the image)",
+                       param=f"{path}.image_url")
+    return ChatContentPart(type="image_url", image_url=ImageURL(url=url, detail=detail),
+                           source_path=path, source_url_path=f"{path}.image_url")
 
 
 def _text(content: str | list | None, path: str) -> str:
@@ -94,7 +122,8 @@ def _text(content: str | list | None, path: str) -> str:
 def _part_text(part: ContentPart, path: str) -> str:
     if part.type not in _TEXT_PARTS:
         raise APIError(400, f"{path} is an {part.type!r} part: this model takes text only "
-                            "(input_text, output_text)", param=f"{path}.type")
+                            "(input_text, output_text, and input_image where the model sees "
+                            "images)", param=f"{path}.type")
     if part.text is None:
         raise APIError(400, f"{path}.text is missing: a text part needs its text",
                        param=f"{path}.text")

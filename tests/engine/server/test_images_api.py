@@ -37,14 +37,19 @@ def folder(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def client(folder):
+def server(folder):
     engine = AsyncEngine(engine=LLM(str(folder), num_threads=1, num_kv_blocks=64).engine)
     served = ServedModel(MODEL, engine, engine.max_model_len)
-    server = ServerThread(build_app(lambda: served)).start()
-    yield openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0,
-                        timeout=60)
-    server.stop()
+    running = ServerThread(build_app(lambda: served)).start()
+    yield running
+    running.stop()
     engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0,
+                         timeout=60)
 
 
 def photo(seed: int) -> Image.Image:
@@ -157,3 +162,44 @@ def test_a_detail_this_server_does_not_make_is_refused(client):
             messages=[{"role": "user", "content": [
                 {"type": "image_url", "image_url": {"url": data_url(photo(0)),
                                                     "detail": "low"}}]}])
+
+
+def test_the_responses_api_takes_an_input_image_as_the_chat_takes_an_image_url(client):
+    chat = ask(client, photo(3), "what is this")
+    response = client.responses.create(
+        model=MODEL, max_output_tokens=TOKENS, temperature=0,
+        input=[{"role": "user", "content": [
+            {"type": "input_image", "image_url": data_url(photo(3))},
+            {"type": "input_text", "text": "what is this"}]}])
+    assert response.usage.input_tokens == chat.usage.prompt_tokens
+    assert response.output_text == chat.choices[0].message.content
+
+
+def test_a_bad_input_image_is_named_by_its_place_in_the_input(client):
+    with pytest.raises(openai.BadRequestError, match="not a whole PNG image") as caught:
+        client.responses.create(model=MODEL, max_output_tokens=2, input=[
+            {"role": "user", "content": [
+                {"type": "input_text", "text": "look"},
+                {"type": "input_image", "image_url": "data:image/png;base64,"
+                 + base64.b64encode(png_bytes(photo(0))[:300]).decode()}]}])
+    assert caught.value.body["param"] == "input[0].content[1].image_url"
+
+
+def test_the_messages_api_takes_a_base64_image_block(server, client):
+    anthropic = pytest.importorskip("anthropic")
+    chat = ask(client, photo(4), "what is this")
+    claude = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0,
+                                 timeout=60)
+    message = claude.messages.create(
+        model=MODEL, max_tokens=TOKENS,
+        messages=[{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": base64.b64encode(png_bytes(photo(4))).decode()}},
+            {"type": "text", "text": "what is this"}]}])
+    # Anthropic's input_tokens leave out what the cache read: the chat's same image.
+    usage = message.usage
+    assert usage.input_tokens + usage.cache_read_input_tokens == chat.usage.prompt_tokens
+    assert usage.cache_read_input_tokens > GEMMA3_TOKENS_PER_IMAGE
+    with pytest.raises(anthropic.BadRequestError, match="does not fetch remote images"):
+        claude.messages.create(model=MODEL, max_tokens=2, messages=[{"role": "user", "content": [
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}])
