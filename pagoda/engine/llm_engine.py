@@ -101,7 +101,7 @@ class LLMEngine:
         self.kv_cache = KVCacheManager(self.runner.kv_cache_groups, self.config.block_size,
                                        self.config.enable_prefix_caching, self.disk_cache,
                                        recurrent=recurrent, checkpoints=self._checkpoint_store())
-        proposer = None if recurrent else _proposer(self.config)
+        proposer = _proposer(self.config)
         measure = proposer is not None and self.config.speculative_cost_model
         self.step_cost = self._calibrate() if measure else StepCost()
         # Each running sequence's slot in the recurrent layers' states, where there are any.
@@ -243,19 +243,19 @@ class LLMEngine:
 
     def _log_what_recurrent_layers_turn_off(self) -> None:
         """A model with recurrent layers keeps their states for the prefix cache only at block
-        boundaries (checkpoints, in memory), and none to roll back to after rejected drafts:
-        what needs more is off, said once here."""
+        boundaries (checkpoints, in memory): what needs more is off, said once here.
+        (Speculative decoding runs: a verifying step keeps the states after each draft and
+        the runner keeps those after the accepted ones.)"""
         family, c = self.runner.model.arch.family, self.config
         off = [what for what, asked in (
             ("the prefix cache (no room for checkpoints of the states)",
              c.enable_prefix_caching and not self.runner.num_checkpoint_slots),
             ("the prefix cache's disk tier", c.disk_cache_dir is not None
-             and c.enable_prefix_caching),
-            ("speculative decoding", c.num_speculative_tokens > 0)) if asked]
+             and c.enable_prefix_caching)) if asked]
         if off:
             logger.info("%s has recurrent layers, whose states Pagoda keeps only at block "
-                        "boundaries in memory (the prefix cache restarts there) and does not "
-                        "roll back: %s off for this model", family, ", ".join(off))
+                        "boundaries in memory (the prefix cache restarts there): %s off for "
+                        "this model", family, ", ".join(off))
 
     def _open_disk_cache(self) -> DiskPrefixCache | None:
         """The prefix cache's disk tier, when config.disk_cache_dir names a folder, for this

@@ -184,7 +184,10 @@ class Scheduler:
         max_batch = self.config.speculative_disable_by_batch_size
         if budget <= 0 or (max_batch is not None and len(self.running) > max_batch):
             return
-        items = [item for item in out.scheduled if item.num_new_tokens == 1 and item.samples]
+        # A sequence whose states this step copies to a checkpoint reads no drafts: the copy
+        # must hold its states at the block boundary, not past tokens it has not accepted.
+        items = [item for item in out.scheduled if item.num_new_tokens == 1 and item.samples
+                 and item.seq.pending_checkpoint is None]
         proposals = [self._propose(item.seq, budget) for item in items]
         if not any(proposals):
             return

@@ -19,8 +19,12 @@ import torch
 import torch.nn.functional as F
 
 from pagoda.engine.errors import ModelLoadError
-from pagoda.engine.layers.causal_conv import causal_conv_prefill, causal_conv_step
-from pagoda.engine.layers.gated_delta_rule import chunked_gated_delta_rule
+from pagoda.engine.layers.causal_conv import (
+    causal_conv_prefill,
+    causal_conv_step,
+    conv_states_after_each,
+)
+from pagoda.engine.layers.gated_delta_rule import CHUNK, chunked_gated_delta_rule
 from pagoda.engine.layers.linear import Linear
 from pagoda.kernels.kernel_ops import TORCH_OPS, KernelOps
 from pagoda.kernels.recurrent_metadata import RecurrentMetadata
@@ -102,8 +106,11 @@ class GatedDeltaNet:
                                           meta.decode_slots, self.conv_weight, None, silu=True))
         for seg in meta.prefills:
             before = None if seg.fresh else conv_states[seg.slot]
-            y, after = causal_conv_prefill(channels[seg.start:seg.end], self.conv_weight, None,
-                                           before, silu=True)
+            run = channels[seg.start:seg.end]
+            if seg.verifies:
+                meta.kept.keep(conv_states, seg.slot, conv_states_after_each(
+                    run, before, self.shape.conv_kernel))
+            y, after = causal_conv_prefill(run, self.conv_weight, None, before, silu=True)
             conv_states[seg.slot] = after
             parts.append(y)
         return parts[0] if len(parts) == 1 else torch.cat(parts)
@@ -146,11 +153,21 @@ def _delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
     for seg in meta.prefills:
         run_slice = slice(seg.start, seg.end)
         before = None if seg.fresh else delta_states[seg.slot]
+        length = seg.end - seg.start
+        each = tuple(range(1, length + 1)) if seg.verifies else ()
         run = chunked_gated_delta_rule(q[run_slice], k[run_slice], v[run_slice], g[run_slice],
-                                       beta[run_slice], before)
+                                       beta[run_slice], before, each, _chunk_for(length))
         out[run_slice] = run.outputs
         delta_states[seg.slot] = run.state
+        if seg.verifies:
+            meta.kept.keep(delta_states, seg.slot, torch.stack(run.checkpoints))
     return out
+
+
+def _chunk_for(length: int) -> int:
+    """The delta rule's chunk for a run: CHUNK, or the power of two that holds a shorter run
+    (a verifying run of a few tokens, padded to 64, would solve 64 x 64 systems)."""
+    return min(CHUNK, 1 << max(length - 1, 0).bit_length())
 
 
 def _l2_norm(x: torch.Tensor) -> torch.Tensor:

@@ -175,7 +175,6 @@ class ModelRunner:
         self.copy_states(sched.restore_states)
         inputs = self.prepare_inputs(sched.scheduled)
         logits = self._forward(inputs)
-        self.copy_states(sched.save_states)
         sampled: list[list[int]] = [[] for _ in sched.scheduled]
         out = RunnerOutput(sampled, [None] * len(sched.scheduled))
         if inputs.prompt_requests:
@@ -183,13 +182,26 @@ class ModelRunner:
             out.prompt_logprobs = self._prompt_logprobs(logits[num_sampling:], inputs,
                                                         len(sched.scheduled))
             logits = logits[:num_sampling]
-        if not inputs.sampling_rows:
-            return out
-        runs, logprobs = self._sample(logits.float(), inputs)
-        for n, (idx, run) in enumerate(zip(inputs.sampling_order, runs, strict=True)):
-            sampled[idx] = run
-            out.logprobs[idx] = logprobs[n]
+        if inputs.sampling_rows:
+            runs, logprobs = self._sample(logits.float(), inputs)
+            for n, (idx, run) in enumerate(zip(inputs.sampling_order, runs, strict=True)):
+                sampled[idx] = run
+                out.logprobs[idx] = logprobs[n]
+        # Checkpoints are saved from settled states: never from one past a rejected draft.
+        self._settle_verified_states(inputs, sched.scheduled, sampled)
+        self.copy_states(sched.save_states)
         return out
+
+    def _settle_verified_states(self, inputs: ModelInputs, scheduled: list[ScheduledSequence],
+                                sampled: list[list[int]]) -> None:
+        """Leave each sequence that verified drafts with its recurrent states after its last
+        token and the drafts it kept (its run: those and one token more, whose own state the
+        next step computes), not after the rejected ones that its forward also read."""
+        if inputs.recurrent is None or not inputs.recurrent.kept:
+            return
+        inputs.recurrent.kept.settle({item.seq.state_slot: len(run) for item, run
+                                      in zip(scheduled, sampled, strict=True)
+                                      if item.spec_token_ids})
 
     def _forward(self, inputs: ModelInputs) -> torch.Tensor:
         """The step's logits (the rows of logits_indices); pooling chunks' hidden states are
@@ -310,7 +322,8 @@ class ModelRunner:
         for s in items[num_decodes:]:
             assert s.seq.state_slot is not None, "a running sequence holds a state slot"
             prefills.append(RecurrentSegment(start, start + s.num_new_tokens, s.seq.state_slot,
-                                             s.num_computed_tokens == 0))
+                                             s.num_computed_tokens == 0,
+                                             verifies=bool(s.spec_token_ids)))
             start += s.num_new_tokens
         return RecurrentMetadata(num_decodes, self._tensor(decodes), prefills)
 
