@@ -28,6 +28,7 @@ from pagoda.engine.parsers.reasoning_markers import reasoning_markers
 from pagoda.engine.processing.output_processor import OutputProcessor
 from pagoda.engine.sampling.params import PoolingParams, SamplingParams
 from pagoda.engine.sampling.reasoning_budget import ReasoningBudget
+from pagoda.engine.spec_decode.draft_sources import DraftSources, ModelDrafts
 from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
 from pagoda.engine.spec_decode.step_cost import StepCost
 from pagoda.engine.structured_output.compiler import StructuredOutputCompiler
@@ -101,7 +102,7 @@ class LLMEngine:
         self.kv_cache = KVCacheManager(self.runner.kv_cache_groups, self.config.block_size,
                                        self.config.enable_prefix_caching, self.disk_cache,
                                        recurrent=recurrent, checkpoints=self._checkpoint_store())
-        proposer = _proposer(self.config)
+        proposer = _proposer(self.config, drafts_itself=self.runner.mtp_kv is not None)
         measure = proposer is not None and self.config.speculative_cost_model
         self.step_cost = self._calibrate() if measure else StepCost()
         # Each running sequence's slot in the recurrent layers' states, where there are any.
@@ -209,6 +210,8 @@ class LLMEngine:
             self._observe_prefill(sched, seconds)
             self._observe_decode(sched, seconds)
             advanced = self.scheduler.update_from_output(sched, result.sampled)
+            if result.drafts is not None:
+                self.scheduler.offer_drafts(sched, result.drafts)
             self._record_tokens(sum(n for _, n in advanced))
             return self.output_processor.process_outputs(sched, advanced, result)
         return self.output_processor.process_outputs(sched, [], None)
@@ -380,10 +383,15 @@ class LLMEngine:
         return tokens / span if span > 0 else 0.0
 
 
-def _proposer(config: EngineConfig) -> NgramProposer | None:
+def _proposer(config: EngineConfig, drafts_itself: bool) -> NgramProposer | DraftSources | None:
+    """Prompt lookup; where the model drafts itself (a multi-token-prediction block), its
+    drafts with prompt lookup as the fallback."""
     if config.num_speculative_tokens == 0:
         return None
-    return NgramProposer(config.num_speculative_tokens, config.ngram_min, config.ngram_max)
+    lookup = NgramProposer(config.num_speculative_tokens, config.ngram_min, config.ngram_max)
+    if not drafts_itself:
+        return lookup
+    return DraftSources(ModelDrafts(config.num_speculative_tokens), lookup)
 
 
 def _eos_token_ids(loaded: LoadedModel) -> frozenset[int]:

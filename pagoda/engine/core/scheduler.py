@@ -13,6 +13,7 @@ from pagoda.engine.core.sequence import Sequence, SequenceStatus
 from pagoda.engine.core.state_pool import StatePool
 from pagoda.engine.outputs import FinishReason
 from pagoda.engine.spec_decode.draft_policy import DraftCandidate, DraftingTrend, plan_drafts
+from pagoda.engine.spec_decode.draft_sources import DraftSources
 from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
 from pagoda.engine.spec_decode.step_cost import StepCost
 
@@ -65,7 +66,7 @@ class Scheduler:
     """Running sequences first (decodes and unfinished prefills), then new prompts, in chunks."""
 
     def __init__(self, config: SchedulerConfig, kv_cache: KVCacheManager,
-                 proposer: NgramProposer | None = None,
+                 proposer: NgramProposer | DraftSources | None = None,
                  step_cost: StepCost | None = None, states: StatePool | None = None) -> None:
         """step_cost: what steps cost here by rows, which decides how many drafts pay (without
         it, rows are taken as free: every draft found is verified). states: the recurrent
@@ -127,6 +128,13 @@ class Scheduler:
                 self.finish(seq, reason)
         self.kv_cache.save_to_disk()
         return advanced
+
+    def offer_drafts(self, out: SchedulerOutput, drafts: list[list[int]]) -> None:
+        """The model's own drafts for each scheduled sequence's next step (a multi-token-
+        prediction block's), for the proposer to offer then."""
+        for item, proposed in zip(out.scheduled, drafts, strict=True):
+            if proposed and not item.seq.is_finished:
+                self.proposer.offer(item.seq, proposed)
 
     def _append_until_stop(self, seq: Sequence,
                            token_ids: list[int]) -> tuple[int, FinishReason | None]:

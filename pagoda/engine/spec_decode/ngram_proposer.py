@@ -67,9 +67,7 @@ class NgramProposer:
     def propose(self, seq: DraftedSequence, max_drafts: int) -> list[int]:
         """Drafts to follow `seq`'s tokens, at most `max_drafts` (which the caller bounds by
         max_tokens, the context length and the step's token budget)."""
-        state = self._states.get(seq)
-        if state is None:
-            state = self._states[seq] = _SequenceState()
+        state = self._track(seq)
         limit = min(max_drafts, self.num_speculative_tokens)
         if limit <= 0:
             return []
@@ -79,6 +77,14 @@ class NgramProposer:
         if follower is None:
             return []
         return _continuation(tokens, follower, limit)
+
+    def _track(self, seq: DraftedSequence) -> _SequenceState:
+        """The sequence's state, made at its first proposal: its acceptance is learnt from
+        then on."""
+        state = self._states.get(seq)
+        if state is None:
+            state = self._states[seq] = _SequenceState()
+        return state
 
     def acceptance(self, seq: DraftedSequence) -> float:
         """The estimated chance that each next draft of `seq` is kept."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -75,6 +75,8 @@ class ModelInputs:
     pooling_chunks: list[PoolingChunk]
     # Each sequence's state slot, where the model has recurrent layers.
     recurrent: RecurrentMetadata | None = None
+    # The scheduler index of each item, in the flat batch's order.
+    flat_order: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -87,6 +89,9 @@ class RunnerOutput:
     # Per scheduled sequence asking for prompt logprobs: the position of the first prompt token
     # this step scored, and each scored token's logprobs.
     prompt_logprobs: list[tuple[int, list[SampledLogprobs]] | None] | None = None
+    # Per scheduled sequence, where the model drafts with its multi-token-prediction block:
+    # the draft for its next step (none for a sequence that sampled nothing).
+    drafts: list[list[int]] | None = None
 
 
 def group_by_length(lengths: list[int]) -> list[tuple[int, int]]:
@@ -121,7 +126,8 @@ class ModelRunner:
         placement = place_kernels(config, loaded.weights)
         ops = placement.ops
         self.model = DecoderForCausalLM(architecture_of(loaded.config), loaded.config,
-                                        loaded.weights, placement, release_weights)
+                                        loaded.weights, placement, release_weights,
+                                        with_mtp=config.num_speculative_tokens > 0)
         self.kv_dtype = self._kv_dtype(ops.name)
         # The context this engine allows: the setting, within what the model was trained for.
         self.max_model_len = min(config.max_model_len or 1 << 62,
@@ -142,6 +148,8 @@ class ModelRunner:
         # The blocks of the group that keeps every block: the context the cache holds.
         self.num_blocks = self.kv_cache_groups[0].num_blocks
         self.kv_caches = self._allocate_kv_cache()
+        # The multi-token-prediction block's keys and values, in the first group's blocks.
+        self.mtp_kv = self._allocate_mtp_kv() if self.model.mtp is not None else None
         self.recurrent_states = self._allocate_recurrent_states()
         self.sampler = Sampler(ops.row_argmax)
         self.rejection_sampler = RejectionSampler(ops.row_argmax)
@@ -174,7 +182,7 @@ class ModelRunner:
         # both reads (a prefix hit) and reuses (evicted for a new checkpoint) is read first.
         self.copy_states(sched.restore_states)
         inputs = self.prepare_inputs(sched.scheduled)
-        logits = self._forward(inputs)
+        logits, hidden = self._forward(inputs)
         sampled: list[list[int]] = [[] for _ in sched.scheduled]
         out = RunnerOutput(sampled, [None] * len(sched.scheduled))
         if inputs.prompt_requests:
@@ -190,7 +198,38 @@ class ModelRunner:
         # Checkpoints are saved from settled states: never from one past a rejected draft.
         self._settle_verified_states(inputs, sched.scheduled, sampled)
         self.copy_states(sched.save_states)
+        if self.mtp_kv is not None and hidden is not None:
+            out.drafts = self._mtp_drafts(inputs, hidden, sched.scheduled, sampled)
         return out
+
+    def _mtp_drafts(self, inputs: ModelInputs, hidden: torch.Tensor,
+                    scheduled: list[ScheduledSequence],
+                    sampled: list[list[int]]) -> list[list[int]]:
+        """Run the multi-token-prediction block over the step's positions (each with the token
+        that follows it: the sequence's next one, or from its sampled run; 0 after a rejected
+        draft, whose keys the next step overwrites) and draft, for each sequence that sampled,
+        the token after its run from the position before the run's last token."""
+        next_ids, rows, flat = [], [], 0
+        for i in inputs.flat_order:
+            item, run = scheduled[i], sampled[i]
+            seq, start = item.seq, item.num_computed_tokens
+            last = seq.num_tokens - 1  # before this step's tokens are appended
+            for p in range(start, start + item.num_new_tokens):
+                j = p - last
+                next_ids.append(seq.all_token_ids[p + 1] if j < 0
+                                else run[j] if j < len(run) else 0)
+            if run:
+                rows.append((i, flat + last - start + len(run) - 1))
+            flat += item.num_new_tokens
+        mtp = self.model.mtp
+        normed = mtp.hidden_states(self.model, self._tensor(next_ids), inputs.positions, hidden,
+                                   inputs.attn, self.mtp_kv)
+        drafts: list[list[int]] = [[] for _ in scheduled]
+        if rows:
+            tokens = mtp.draft(self.model, normed[self._tensor([row for _, row in rows])])
+            for (i, _), token in zip(rows, tokens, strict=True):
+                drafts[i] = [token]
+        return drafts
 
     def _settle_verified_states(self, inputs: ModelInputs, scheduled: list[ScheduledSequence],
                                 sampled: list[list[int]]) -> None:
@@ -203,17 +242,18 @@ class ModelRunner:
                                       in zip(scheduled, sampled, strict=True)
                                       if item.spec_token_ids})
 
-    def _forward(self, inputs: ModelInputs) -> torch.Tensor:
-        """The step's logits (the rows of logits_indices); pooling chunks' hidden states are
-        summed on the way, so a step with any runs eagerly (a graph keeps only logits)."""
+    def _forward(self, inputs: ModelInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The step's logits (the rows of logits_indices), and the last layer's output at every
+        token (None from a CUDA graph, which keeps only logits); pooling chunks' hidden states
+        are summed on the way, so a step with any runs eagerly."""
         if (self.graphs is not None and not inputs.pooling_chunks
                 and self.graphs.can_run(inputs.attn)):
             return self.graphs.run(inputs.input_ids, inputs.positions, inputs.attn,
-                                   inputs.logits_indices)
+                                   inputs.logits_indices), None
         hidden = self.model.hidden_states(inputs.input_ids, inputs.positions, inputs.attn,
                                           self.kv_caches, self.recurrent_step(inputs))
         pool_chunks(hidden, inputs.pooling_chunks, self.model.final_norm)
-        return self.model.compute_logits(hidden[inputs.logits_indices])
+        return self.model.compute_logits(hidden[inputs.logits_indices]), hidden
 
     def recurrent_step(self, inputs: ModelInputs) -> RecurrentStep | None:
         """What the recurrent layers read this step: the slots and the states themselves."""
@@ -301,7 +341,7 @@ class ModelRunner:
                            self._tensor(logits_indices + prompt_indices), rows, sampling_order,
                            drafts if speculates else None, grammar_entries, grammar_runs,
                            logprobs_requests, prompt_requests, prompt_targets, pooling_chunks,
-                           self._recurrent_metadata(items, len(decode_idx)))
+                           self._recurrent_metadata(items, len(decode_idx)), order)
 
     def _recurrent_metadata(self, items: list[ScheduledSequence],
                             num_decodes: int) -> RecurrentMetadata | None:
@@ -475,6 +515,8 @@ class ModelRunner:
         windows'."""
         windows = [window for window, _ in self.kv_layout]
         bytes_per_block = [self.bytes_per_block(layers) for _, layers in self.kv_layout]
+        if self.model.mtp is not None:  # its keys live in the first group's blocks
+            bytes_per_block[0] += self.bytes_per_block((self.model.arch.mtp_like,))
         if self.device.type == "cuda" and self.config.num_kv_blocks is None:
             counts, slots, checkpoints = self._blocks_from_free_gpu_memory(bytes_per_block,
                                                                            windows)
@@ -581,6 +623,17 @@ class ModelRunner:
         for states in self.recurrent_states:
             for state in states or ():
                 state[destinations] = state[sources]
+
+    def _allocate_mtp_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The multi-token-prediction block's key and value blocks, numbered as the first
+        group's: a position's block holds its keys in both (counted in its bytes_per_block)."""
+        shape = (self.kv_cache_groups[0].num_blocks, self.block_size,
+                 *self.model.shape.kv_heads(self.model.arch.mtp_like))
+        if self.device.type == "cpu":
+            pool = zeroed_host_tensor((2, *shape), self.kv_dtype)
+            return pool[0], pool[1]
+        return (torch.zeros(shape, dtype=self.kv_dtype, device=self.device),
+                torch.zeros(shape, dtype=self.kv_dtype, device=self.device))
 
     def _allocate_kv_cache(self) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
         """Each attention layer's key and value blocks, in its KV cache group's pool (None at
