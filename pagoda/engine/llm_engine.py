@@ -28,7 +28,12 @@ from pagoda.engine.parsers.reasoning_markers import reasoning_markers
 from pagoda.engine.processing.output_processor import OutputProcessor
 from pagoda.engine.sampling.params import PoolingParams, SamplingParams
 from pagoda.engine.sampling.reasoning_budget import ReasoningBudget
-from pagoda.engine.spec_decode.draft_sources import DraftSources, ModelDrafts
+from pagoda.engine.spec_decode.draft_sources import (
+    MIN_BLOCK_CHECKS,
+    DraftSources,
+    ModelDrafts,
+    block_pays,
+)
 from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
 from pagoda.engine.spec_decode.step_cost import StepCost
 from pagoda.engine.structured_output.compiler import StructuredOutputCompiler
@@ -212,6 +217,7 @@ class LLMEngine:
             advanced = self.scheduler.update_from_output(sched, result.sampled)
             if result.drafts is not None:
                 self.scheduler.offer_drafts(sched, result.drafts)
+                self._judge_the_model_drafter()
             self._record_tokens(sum(n for _, n in advanced))
             return self.output_processor.process_outputs(sched, advanced, result)
         return self.output_processor.process_outputs(sched, [], None)
@@ -348,6 +354,25 @@ class LLMEngine:
             if not item.samples or item.num_computed_tokens < item.seq.num_tokens - 1:
                 return
         self.step_cost.observe(sched.num_batched_tokens, seconds)
+
+    def _judge_the_model_drafter(self) -> None:
+        """Stop running the multi-token-prediction block once its drafts, checked enough
+        times, do not pay for a step verifying one and for its own pass (draft_sources.
+        block_pays, by the step cost's one-stream rows); prompt lookup drafts alone then."""
+        sources, cost = self.scheduler.proposer, self.step_cost
+        block = sources.model
+        if not cost.is_known or block.num_checked < MIN_BLOCK_CHECKS:
+            return
+        share = self.runner.mtp_seconds.mean
+        verify, plain = cost.seconds(2), cost.seconds(1) - share
+        if plain <= 0 or block_pays(block.overall_acceptance, verify, plain):
+            return
+        self.runner.drafts_with_mtp = False
+        logger.info("The model's multi-token-prediction drafts were kept %.0f%% of the time; a "
+                    "step verifying one takes %.1f ms here and one without the block %.1f ms "
+                    "(the block itself %.1f ms a step): it does not pay, and stops; prompt "
+                    "lookup drafts alone", 100 * block.overall_acceptance, verify * 1e3,
+                    plain * 1e3, share * 1e3)
 
     def _validate_token_ids(self, params: SamplingParams) -> None:
         """Token ids a request names must be in the model's vocabulary."""

@@ -8,11 +8,21 @@ j-th draft of a source whose drafts are kept with probability a is kept with pro
 so the block's one draft is worth a, prompt lookup's n drafts a + a^2 + ... + a^n. How many of
 them to verify, if any, is then the cost model's choice (pagoda.engine.spec_decode.draft_policy)
 as for prompt lookup alone; a proposal not verified is shadow-checked against its source.
+
+The block runs every step whether its drafts are verified or not (its KV cache must follow each
+sequence), so it must pay for itself as a whole: `block_pays` weighs what its drafts have been
+worth against what a step that verifies one costs here (the block's pass included) and a plain
+step without the block; once it does not pay, the engine stops running it and prompt lookup drafts alone (for
+the engine's life: the block's keys of the running sequences would be missing).
 """
 
 from __future__ import annotations
 
+from pagoda.engine.spec_decode.draft_policy import SPEEDUP_MARGIN
 from pagoda.engine.spec_decode.ngram_proposer import DraftedSequence, NgramProposer
+
+# The block's drafts checked (verified or shadow-checked) before its worth is judged.
+MIN_BLOCK_CHECKS = 32
 
 
 class ModelDrafts(NgramProposer):
@@ -94,3 +104,10 @@ class DraftSources:
 def _expected_kept(acceptance: float, num_drafts: int) -> float:
     """The drafts expected to be kept of a proposal of num_drafts (0 for none)."""
     return sum(acceptance ** j for j in range(1, num_drafts + 1))
+
+
+def block_pays(acceptance: float, verify_seconds: float, plain_seconds: float) -> bool:
+    """Whether drafting with the block makes a stream faster: a step that verifies its draft
+    (verify_seconds, the block's pass included) yields 1 + acceptance tokens where a step
+    without the block (plain_seconds) yields one."""
+    return (1 + acceptance) * plain_seconds >= verify_seconds * (1 + SPEEDUP_MARGIN)

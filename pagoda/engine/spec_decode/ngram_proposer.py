@@ -57,6 +57,7 @@ class NgramProposer:
         self._states: dict[DraftedSequence, _SequenceState] = {}
         self._overall_kept = DEFAULT_ACCEPTANCE
         self._overall_tried = 1.0
+        self.num_checked = 0  # drafts verified or shadow-checked, in all
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -86,9 +87,14 @@ class NgramProposer:
             state = self._states[seq] = _SequenceState()
         return state
 
+    @property
+    def overall_acceptance(self) -> float:
+        """The engine-wide chance that a draft is kept, recent checks weighing most."""
+        return self._overall_kept / self._overall_tried
+
     def acceptance(self, seq: DraftedSequence) -> float:
         """The estimated chance that each next draft of `seq` is kept."""
-        overall = self._overall_kept / self._overall_tried
+        overall = self.overall_acceptance
         state = self._states.get(seq)
         if state is None:
             return overall
@@ -108,6 +114,7 @@ class NgramProposer:
         self._learn(seq, int(kept), 1)
 
     def _learn(self, seq: DraftedSequence, kept: int, tried: int) -> None:
+        self.num_checked += tried
         self._overall_kept = OVERALL_DECAY * self._overall_kept + kept
         self._overall_tried = OVERALL_DECAY * self._overall_tried + tried
         state = self._states.get(seq)

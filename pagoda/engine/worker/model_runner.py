@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -94,6 +95,18 @@ class RunnerOutput:
     drafts: list[list[int]] | None = None
 
 
+@dataclass(slots=True)
+class RecentSeconds:
+    """A recent average of some work's seconds a step (each new one weighs a tenth)."""
+
+    mean: float = 0.0
+    count: int = 0
+
+    def observe(self, seconds: float) -> None:
+        self.mean = seconds if not self.count else 0.9 * self.mean + 0.1 * seconds
+        self.count += 1
+
+
 def group_by_length(lengths: list[int]) -> list[tuple[int, int]]:
     """Split lengths sorted longest first into [start, end) runs that pad little."""
     groups: list[tuple[int, int]] = []
@@ -148,8 +161,11 @@ class ModelRunner:
         # The blocks of the group that keeps every block: the context the cache holds.
         self.num_blocks = self.kv_cache_groups[0].num_blocks
         self.kv_caches = self._allocate_kv_cache()
-        # The multi-token-prediction block's keys and values, in the first group's blocks.
+        # The multi-token-prediction block's keys and values, in the first group's blocks;
+        # whether it runs (the engine stops it where its drafts do not pay), and its time.
         self.mtp_kv = self._allocate_mtp_kv() if self.model.mtp is not None else None
+        self.drafts_with_mtp = self.mtp_kv is not None
+        self.mtp_seconds = RecentSeconds()
         self.recurrent_states = self._allocate_recurrent_states()
         self.sampler = Sampler(ops.row_argmax)
         self.rejection_sampler = RejectionSampler(ops.row_argmax)
@@ -198,8 +214,10 @@ class ModelRunner:
         # Checkpoints are saved from settled states: never from one past a rejected draft.
         self._settle_verified_states(inputs, sched.scheduled, sampled)
         self.copy_states(sched.save_states)
-        if self.mtp_kv is not None and hidden is not None:
+        if self.drafts_with_mtp and hidden is not None:
+            began = time.perf_counter()
             out.drafts = self._mtp_drafts(inputs, hidden, sched.scheduled, sampled)
+            self.mtp_seconds.observe(time.perf_counter() - began)
         return out
 
     def _mtp_drafts(self, inputs: ModelInputs, hidden: torch.Tensor,

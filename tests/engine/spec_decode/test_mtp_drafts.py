@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 from pagoda.engine import LLM, SamplingParams
 from pagoda.engine.errors import ModelLoadError
 from pagoda.engine.models.registry import optional_weight_shapes
-from pagoda.engine.spec_decode.draft_sources import DraftSources
+from pagoda.engine.spec_decode.draft_sources import DraftSources, block_pays
 from tests.engine.llama_cpp_converter import convert_to_gguf, gguf_model_name
 from tests.engine.models.test_parity import NUM_THREADS
 from tests.engine.test_batch_invariance import SENTENCES
@@ -190,3 +190,24 @@ def test_a_gguf_file_with_the_block_drafts_what_its_folder_drafts(qwen35_mtp, pr
     offers = [recording_offers(llm) for llm in (from_file, from_folder)]
     assert replies(from_file, prompts[:2]) == replies(from_folder, prompts[:2])
     assert offers[0] == offers[1] and offers[0]
+
+
+def test_the_block_pays_where_its_kept_drafts_outweigh_a_verifying_step():
+    # 60% kept: a step verifying one (block included) may cost up to 1.6 / 1.02 plain steps.
+    assert block_pays(0.6, verify_seconds=1.5, plain_seconds=1.0)
+    assert not block_pays(0.6, verify_seconds=1.6, plain_seconds=1.0)
+    assert not block_pays(0.0, verify_seconds=1.05, plain_seconds=1.0)
+
+
+def test_the_engine_stops_running_a_block_whose_drafts_do_not_pay(qwen35_mtp, prompts):
+    """A random block's drafts are seldom kept: after 32 checks (shadow checks, as the cost
+    model does not verify them) the engine stops it; the reply is the reply."""
+    params = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
+    off = LLM(str(qwen35_mtp), num_threads=NUM_THREADS, num_kv_blocks=64)
+    on = LLM(str(qwen35_mtp), num_speculative_tokens=2, num_threads=NUM_THREADS,
+             num_kv_blocks=64)
+    assert on.engine.runner.drafts_with_mtp
+    assert (on.generate([prompts[0]], params)[0].outputs[0].token_ids
+            == off.generate([prompts[0]], params)[0].outputs[0].token_ids)
+    assert not on.engine.runner.drafts_with_mtp
+    assert on.engine.scheduler.proposer.model.num_checked >= 32
