@@ -87,10 +87,11 @@ def main() -> None:
             best[name].append((len(tokens) - 1) / seconds)
             if block is not None:
                 stats = engine.stats()
-                print(f"{name}: block {block.seconds / block.calls * 1e3:.1f} ms a step "
-                      f"({block.calls} steps, {block.seconds / seconds:.0%} of the decode), "
-                      f"{stats.spec_accepted_tokens}/{stats.spec_draft_tokens} drafts kept; "
-                      f"{stats.spec_reason}")
+                made = (f"block {block.seconds / block.calls * 1e3:.1f} ms a step "
+                        f"({block.calls} steps, {block.seconds / seconds:.0%} of the decode)"
+                        if block.calls else "block stopped (its drafts do not pay)")
+                print(f"{name}: {made}, {stats.spec_accepted_tokens}/"
+                      f"{stats.spec_draft_tokens} drafts kept in all; {stats.spec_reason}")
     for name, rates in best.items():
         rates.sort()
         print(f"{name}: {rates[-1]:.2f} tok/s best, {rates[len(rates) // 2]:.2f} median "
