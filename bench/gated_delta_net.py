@@ -11,11 +11,10 @@ Not a test: run it on a quiet machine. Figures compare only within one run.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 from cpu_info import cpu_name
+from layer_timing import report, timed
 from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
 from transformers.models.qwen3_5.modeling_qwen3_5 import (
     Qwen3_5GatedDeltaNet,
@@ -31,21 +30,6 @@ from pagoda.kernels.recurrent_metadata import RecurrentMetadata, RecurrentSegmen
 from pagoda.kernels.recurrent_steps import gdn_step
 
 HIDDEN, HEADS, DIM, KERNEL = 1024, 16, 128, 4
-
-
-def timed(fn, rounds: int) -> list[float]:
-    fn()  # warm-up
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return times
-
-
-def report(name: str, times: list[float]) -> None:
-    print(f"{name:48s} min {min(times) * 1e3:8.2f}  median {statistics.median(times) * 1e3:8.2f}"
-          f"  mean {statistics.mean(times) * 1e3:8.2f} ms")
 
 
 def main() -> None:

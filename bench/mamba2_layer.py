@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import statistics
-import time
 
 import torch
+from layer_timing import report, timed
 from transformers import GraniteMoeHybridConfig
 from transformers.models.granitemoehybrid.modeling_granitemoehybrid import (
     GraniteMoeHybridMambaLayer,
@@ -27,21 +26,6 @@ from pagoda.kernels.recurrent_metadata import RecurrentMetadata, RecurrentSegmen
 
 # config.json of Granite-4.0-H-Micro and -Tiny: hidden, mamba heads x head_dim, d_state, groups.
 WIDTHS = {"H-Micro": (2048, 64, 64, 128, 1), "H-Tiny": (1536, 48, 64, 128, 1)}
-
-
-def timed(fn, rounds: int) -> list[float]:
-    fn()  # warm-up
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return times
-
-
-def report(label: str, times: list[float]) -> None:
-    print(f"  {label:<40} median {statistics.median(times) * 1e3:9.2f} ms  "
-          f"mean {statistics.mean(times) * 1e3:9.2f} ms  ({len(times)} runs)")
 
 
 def bench(name: str, widths: tuple[int, ...], tokens: int, rounds: int,

@@ -20,6 +20,7 @@ from cpu_info import cpu_name
 from pagoda.engine import EngineConfig, LLMEngine, SamplingParams
 from pagoda.engine.loading.loader import load_model
 from pagoda.engine.text.chat_template import encode_chat
+from pagoda.engine.worker.calibration import _scratch_step
 
 PROMPT = ("Answer by quoting the passage word for word.\n\nPassage: The lighthouse keeper "
           "climbed the spiral stairs every evening to light the lamp. Ships passing the rocky "
@@ -55,6 +56,26 @@ def decode(engine: LLMEngine, prompt: list[int], max_tokens: int) -> tuple[list[
     return tokens, time.perf_counter() - first
 
 
+def time_steps(engine: LLMEngine, repeats: int = 10) -> None:
+    """The runner's steps by shape, fastest of `repeats` (robust to a busy machine): a plain
+    decode, one verifying a draft, and the block's pass within them."""
+    runner = engine.runner
+    block = TimedBlock(runner)
+    for drafts in (0, 1):
+        step = _scratch_step(runner, [drafts])
+        runner.execute(step)
+        steps, passes = [], []
+        for _ in range(repeats):
+            block.seconds = 0.0
+            began = time.perf_counter()
+            runner.execute(step)
+            steps.append(time.perf_counter() - began)
+            passes.append(block.seconds)
+        print(f"{drafts + 1}-row step: {min(steps) * 1e3:.1f} ms, the block's pass in it "
+              f"{min(passes) * 1e3:.1f} ms (fastest of {repeats})")
+    runner._mtp_drafts = block._inner
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True)
@@ -71,6 +92,7 @@ def main() -> None:
                                                  num_speculative_tokens=1,
                                                  speculative_cost_model=False)}
     engines = {name: LLMEngine(config=config, loaded=loaded) for name, config in settings.items()}
+    time_steps(engines["mtp, every draft"])
     blocks = {name: TimedBlock(e.runner) for name, e in engines.items()
               if e.runner.mtp_kv is not None}
     print(f"{args.model}: {cpu_name()}, torch {torch.__version__}, {args.threads} threads, "

@@ -80,3 +80,8 @@ class RequestFieldError(PagodaError, ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
         self.field = field
+
+
+class ImageInputError(PagodaError, ValueError):
+    """An image handed to the engine cannot be used: not a data URL Pagoda reads, a type it does
+    not take, larger than its bounds, or not a whole image of the type it claims."""

@@ -6,6 +6,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
+from collections.abc import Sequence as Seq
 from pathlib import Path
 
 import torch
@@ -14,15 +15,20 @@ from transformers import GenerationConfig
 from pagoda.engine.config import EngineConfig, SchedulerConfig
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
 from pagoda.engine.core.scheduler import Scheduler, SchedulerOutput
+from pagoda.engine.core.image_spans import ImageSpan
 from pagoda.engine.core.sequence import Sequence
 from pagoda.engine.core.checkpoint_store import CheckpointStore
 from pagoda.engine.core.state_pool import StatePool
 from pagoda.engine.disk_cache.block_io import group_block_ios
+from pagoda.engine.disk_cache.state_io import RecurrentStateIO
 from pagoda.engine.disk_cache.store import DiskCacheStats, check_cache_tag
 from pagoda.engine.disk_cache.tier import DiskPrefixCache, model_fingerprint, open_disk_prefix_cache
-from pagoda.engine.errors import PromptTooLongError
+from pagoda.engine.errors import ImageInputError, PromptTooLongError
 from pagoda.engine.loading.loader import LoadedModel, load_model
 from pagoda.engine.loading.model_info import check_model_fits
+from pagoda.engine.multimodal.image_processing import image_processor
+from pagoda.engine.multimodal.images import DecodedImage
+from pagoda.engine.multimodal.placeholders import image_spans
 from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.parsers.reasoning_markers import reasoning_markers
 from pagoda.engine.processing.output_processor import OutputProcessor
@@ -103,7 +109,9 @@ class LLMEngine:
         recurrent = self.runner.model.arch.has_recurrent_layers
         if recurrent:
             self._log_what_recurrent_layers_turn_off()
-        self.disk_cache = None if recurrent else self._open_disk_cache()
+        # A hybrid's blocks are of use only with checkpoints of its states: none, no disk tier.
+        keeps_disk = not recurrent or self.runner.num_checkpoint_slots > 0
+        self.disk_cache = self._open_disk_cache() if keeps_disk else None
         self.kv_cache = KVCacheManager(self.runner.kv_cache_groups, self.config.block_size,
                                        self.config.enable_prefix_caching, self.disk_cache,
                                        recurrent=recurrent, checkpoints=self._checkpoint_store())
@@ -128,9 +136,12 @@ class LLMEngine:
 
     def add_request(self, request_id: str, prompt: str | list[int],
                     params: SamplingParams | PoolingParams | None = None,
-                    cache_tag: str | None = None, grammar: object | None = None) -> None:
+                    cache_tag: str | None = None, grammar: object | None = None,
+                    images: Seq[DecodedImage] = ()) -> None:
         """params: SamplingParams for a reply, or PoolingParams to read the prompt into one
         vector (its final output's `embedding`; see PoolingParams).
+        images: the prompt's images in order, each filling a run of the model's image token
+        (pagoda.engine.multimodal.placeholders), for a model whose images Pagoda runs.
         cache_tag: a name for whatever this request belongs to (a chat); the blocks it uses
         on disk are listed under it, so pagoda.engine.disk_cache.store.forget_tag can remove them later.
         grammar: params.structured_outputs already compiled by `grammar_compiler` (off this
@@ -144,13 +155,26 @@ class LLMEngine:
         if prompt_text is not None:
             check_encodable(prompt_text, "the prompt")
         token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        spans = self._image_spans(token_ids, images) if images else ()
         if isinstance(params, PoolingParams):
             seq = self._pooling_sequence(request_id, token_ids, params, prompt_text, cache_tag)
         else:
             seq = self._sampling_sequence(request_id, token_ids, params, prompt_text, cache_tag,
                                           grammar)
+        seq.images = spans
         self.output_processor.add_request(seq)
         self.scheduler.add(seq)
+
+    def _image_spans(self, token_ids: list[int], images: Seq[DecodedImage]
+                     ) -> tuple[ImageSpan, ...]:
+        tower = self.runner.image_tower
+        if tower is None:
+            raise ImageInputError("this model takes text only: it reads no images")
+        if self.runner.model.ops.name == "triton":
+            raise ImageInputError("images run on the CPU path only so far: this engine runs "
+                                  "Triton kernels")
+        return image_spans(token_ids, images, tower.image_token_id, tower.tokens_per_image,
+                           image_processor(tower))
 
     def _sampling_sequence(self, request_id: str, token_ids: list[int], params: SamplingParams,
                            prompt_text: str | None, cache_tag: str | None,
@@ -252,19 +276,16 @@ class LLMEngine:
 
     def _log_what_recurrent_layers_turn_off(self) -> None:
         """A model with recurrent layers keeps their states for the prefix cache only at block
-        boundaries (checkpoints, in memory): what needs more is off, said once here.
-        (Speculative decoding runs: a verifying step keeps the states after each draft and
-        the runner keeps those after the accepted ones.)"""
-        family, c = self.runner.model.arch.family, self.config
-        off = [what for what, asked in (
-            ("the prefix cache (no room for checkpoints of the states)",
-             c.enable_prefix_caching and not self.runner.num_checkpoint_slots),
-            ("the prefix cache's disk tier", c.disk_cache_dir is not None
-             and c.enable_prefix_caching)) if asked]
-        if off:
+        boundaries (checkpoints, in memory and in the disk tier): what needs more is off, said
+        once here. (Speculative decoding runs: a verifying step keeps the states after each
+        draft, and the runner keeps those after the accepted ones.)"""
+        c = self.config
+        if c.enable_prefix_caching and not self.runner.num_checkpoint_slots:
             logger.info("%s has recurrent layers, whose states Pagoda keeps only at block "
-                        "boundaries in memory (the prefix cache restarts there): %s off for "
-                        "this model", family, ", ".join(off))
+                        "boundaries (checkpoints, in memory and on disk: the prefix cache "
+                        "restarts there): the prefix cache and its disk tier (no room for "
+                        "checkpoints of the states) off for this model",
+                        self.runner.model.arch.family)
 
     def _open_disk_cache(self) -> DiskPrefixCache | None:
         """The prefix cache's disk tier, when config.disk_cache_dir names a folder, for this
@@ -289,9 +310,15 @@ class LLMEngine:
             settings["kv_groups"] = ";".join(
                 f"window {window}: layers {list(layers)} {list(io.block_shape)}"
                 for (window, layers), io in zip(layout, ios, strict=True))
+        state_io = None
+        if self.runner.recurrent_states:
+            # Only then: a model of attention layers keeps its files. The states' shapes, so
+            # that no checkpoint of another layout is read as this model's.
+            state_io = RecurrentStateIO(self.runner.recurrent_states)
+            settings["recurrent_states"] = state_io.layout()
         fingerprint = model_fingerprint(self.loaded.path, settings)
         return open_disk_prefix_cache(Path(c.disk_cache_dir), c.disk_cache_bytes, fingerprint,
-                                      ios)
+                                      ios, state_io)
 
     def _validate_prompt(self, token_ids: list[int], reply_tokens: int) -> None:
         """reply_tokens: the room the prompt must leave (1 for a reply's first token, 0 for a

@@ -57,6 +57,21 @@ def round_matrices_to_fp16(model):
     return model
 
 
+# What llama.cpp's f16 file of a hybrid mixture of experts keeps in float32: the routers, the
+# shared experts' gates and the DeltaNets' convolution taps (as it does norms).
+HYBRID_MOE_KEPT_FLOAT32 = ("mlp.gate.weight", "shared_expert_gate.weight", "conv1d.weight")
+
+
+@torch.no_grad()
+def round_as_the_f16_file(model, kept_float32: tuple[str, ...] = HYBRID_MOE_KEPT_FLOAT32):
+    """The model with each matrix and each layer's stacked experts as llama.cpp's f16 file holds
+    them, but the parameters named by kept_float32's endings."""
+    for name, parameter in model.named_parameters():
+        if parameter.ndim >= 2 and not name.endswith(kept_float32):
+            parameter.copy_(parameter.half().float())
+    return model
+
+
 def assert_gguf_tokenizer_is_the_folders(gguf_file: Path, folder: Path, cache: Path) -> None:
     """The chat template, special tokens and ids a GGUF file's own tokenizer gives are the
     folder's it was converted from."""

@@ -29,7 +29,7 @@ LLAMA_CPP_MOE_VARIANTS = ("qwen3moe", "qwen2moe", "mixtral")
 # "granite-hybrid-moe-rope": the converter marks every Granite hybrid's attention unrotated
 # (rope.scaling.finetuned false), so its file is another model than its folder.
 LLAMA_CPP_HYBRID_VARIANTS = ("lfm2", "granite-hybrid", "granite-hybrid-moe", "qwen3.5",
-                             "qwen3-next")
+                             "qwen3-next", "qwen3.5-moe")
 
 CONVERTER_DIR = Path(sys.prefix, "share", "llama.cpp")
 CONVERTER = CONVERTER_DIR / "convert_hf_to_gguf.py"
@@ -38,8 +38,16 @@ CONVERTER = CONVERTER_DIR / "convert_hf_to_gguf.py"
 # Qwen3.5's and Qwen3-Next's converters expect multi-token prediction weights unless told there
 # are none (--no-mtp): transformers' models have none, unless a test adds them (and says so in
 # config.json's mtp_num_hidden_layers, as the released folders do).
+# transformers loads a qwen3_5_moe_text folder's tokenizer as Qwen3.5's own whatever the folder
+# names (MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS), which splits text by Qwen's pattern; the tiny
+# models carry the default model's tokenizer, whose hash under that pattern the converter does
+# not know (it refuses the file). Told to trust the folder as for qwen3_5_text, it writes the
+# tokenizer the folder holds.
 _RUN_EACH = """
 import json, pathlib, runpy, sys
+from transformers.models.auto import tokenization_auto
+tokenization_auto.MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS.discard("qwen3_5_moe_text")
+tokenization_auto.TOKENIZER_MAPPING_NAMES["qwen3_5_moe_text"] = "TokenizersBackend"
 script, outtype, *jobs = sys.argv[1:]
 for hf_folder, out_path, name in zip(jobs[::3], jobs[1::3], jobs[2::3]):
     config = json.loads(pathlib.Path(hf_folder, "config.json").read_text())
@@ -85,16 +93,35 @@ def convert_all(jobs: Sequence[tuple[Path, Path, str]], outtype: str = "f16") ->
     refuses fails the test with the converter's own last words."""
     script = require_converter()
     pairs = [str(p) for job in jobs for p in job]
-    # The converter's own packages (gguf-py, and sentencepiece, which `make install` keeps out
-    # of the venv: importing it maps a second OpenMP runtime beside torch's into the process).
-    paths = [CONVERTER_DIR, CONVERTER_DIR / "gguf-py", CONVERTER_DIR / "deps"]
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(str(p) for p in paths)}
     done = subprocess.run([sys.executable, "-c", _RUN_EACH, str(script), outtype, *pairs],
-                          check=False, env=env, capture_output=True, text=True, timeout=_TIMEOUT_S)
+                          check=False, env=_converter_env(), capture_output=True, text=True,
+                          timeout=_TIMEOUT_S)
     if done.returncode != 0:
         pytest.fail(f"llama.cpp's converter failed (exit {done.returncode}) on "
                     f"{[str(hf) for hf, _, _ in jobs]}:\n{done.stderr[-3000:]}")
     return [Path(out) for _, out, _ in jobs]
+
+
+def _converter_env() -> dict[str, str]:
+    """The converter's own packages on the path (gguf-py, and sentencepiece, which `make
+    install` keeps out of the venv: importing it maps a second OpenMP runtime beside torch's
+    into the process)."""
+    paths = [CONVERTER_DIR, CONVERTER_DIR / "gguf-py", CONVERTER_DIR / "deps"]
+    return os.environ | {"PYTHONPATH": os.pathsep.join(str(p) for p in paths)}
+
+
+def convert_mmproj(hf_folder: Path, out_path: Path, outtype: str = "f16") -> Path:
+    """The converter's mmproj file (`--mmproj`: the vision tower and its projector) of a
+    multimodal folder; returns out_path."""
+    script = require_converter()
+    done = subprocess.run([sys.executable, str(script), str(hf_folder), "--mmproj", "--outfile",
+                           str(out_path), "--outtype", outtype], check=False,
+                          env=_converter_env(), capture_output=True, text=True,
+                          timeout=_TIMEOUT_S)
+    if done.returncode != 0:
+        pytest.fail(f"llama.cpp's converter failed (exit {done.returncode}) on {hf_folder} "
+                    f"--mmproj:\n{done.stderr[-3000:]}")
+    return out_path
 
 
 def convert_tiny_variants(root: Path, variants: Sequence[str] = LLAMA_CPP_VARIANTS) -> dict[str, tuple[Path, Path]]:

@@ -365,14 +365,22 @@ def _tokenizer(tokenizer_dir: Path | None) -> transformers.PreTrainedTokenizerBa
 
 
 @functools.cache
-def _gemma_style_tokenizer() -> transformers.PreTrainedTokenizerBase:
-    """Gemma's kind of tokenizer, small: its special tokens, a token per byte (the fallback), "▁"
-    and the printable ASCII characters, then `_GEMMA_MERGES`; with a Gemma-like chat template."""
-    pieces = [*_GEMMA_SPECIAL_TOKENS, *(f"<0x{b:02X}>" for b in range(256)), "▁",
+def _gemma_style_tokenizer(more_special: tuple[str, ...] = ()) -> transformers.PreTrainedTokenizerBase:
+    """Gemma's kind of tokenizer, small: its special tokens (and more_special), a token per byte
+    (the fallback), "▁" and the printable ASCII characters, then `_GEMMA_MERGES`; with a
+    Gemma-like chat template."""
+    special = (*_GEMMA_SPECIAL_TOKENS, *more_special)
+    pieces = [*special, *(f"<0x{b:02X}>" for b in range(256)), "▁",
               *(chr(c) for c in range(33, 127)), *(a + b for a, b in _GEMMA_MERGES)]
     return transformers.GemmaTokenizer(
         vocab={piece: i for i, piece in enumerate(pieces)}, merges=list(_GEMMA_MERGES),
-        extra_special_tokens=list(_GEMMA_SPECIAL_TOKENS[5:]), chat_template=_GEMMA_CHAT_TEMPLATE)
+        extra_special_tokens=list(special[5:]), chat_template=_GEMMA_CHAT_TEMPLATE)
+
+
+def gemma_style_tokenizer(more_special: tuple[str, ...] = ()) -> transformers.PreTrainedTokenizerBase:
+    """The small Gemma-style tokenizer of the Gemma variants, with more special tokens (a
+    multimodal model's image markers); shared: save it, never change it."""
+    return _gemma_style_tokenizer(more_special)
 
 
 def _sentencepiece_model() -> bytes:

@@ -48,6 +48,10 @@ class InvalidRequestError(BackendError):
     """The backend refused the request as given (HTTP 400): a sampling value out of range."""
 
 
+class ImagesRefusedError(InvalidRequestError):
+    """The model does not take the chat's images (a text-only model, or a server's refusal)."""
+
+
 class PromptTooLongError(InvalidRequestError):
     """The chat does not fit the model's context."""
 

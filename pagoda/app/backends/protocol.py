@@ -9,6 +9,7 @@ from typing import Protocol, runtime_checkable
 from pagoda.app.backends.types import (
     BackendStats,
     ChatMessage,
+    ImageInput,
     ReplyChunk,
     SamplingOptions,
     TokenCount,
@@ -35,6 +36,9 @@ class ChatBackend(Protocol):
     # Whether the model's chat template has a thinking switch (`enable_thinking`) that
     # SamplingOptions.enable_thinking turns; False where the backend cannot tell.
     thinking_switch: bool
+    # Whether the model takes images with a user's message, and what one costs (the meter);
+    # a message with images sent to a model that takes none is refused in words.
+    image_input: ImageInput
 
     def stream(self, messages: Sequence[ChatMessage], options: SamplingOptions,
                request_id: str | None = None, *, continue_final_message: bool = False,
@@ -62,7 +66,8 @@ class ChatBackend(Protocol):
                            tools: Sequence[ToolSpec] = ()) -> TokenCount:
         """The chat's length as a prompt (with the generation prompt, and the functions in
         `tools` as the model is shown them), exact where the backend can tokenize it, else an
-        estimate (`exact` False)."""
+        estimate (`exact` False). Its text only: images are counted by
+        pagoda.app.backends.images.count_chat, from `image_input`."""
 
     def shutdown(self) -> None:
         """Abort every reply in flight and release the backend; later streams raise

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -46,9 +48,29 @@ class ToolCallRecord:
 
 
 @dataclass(slots=True, frozen=True)
+class ChatImage:
+    """An image that goes with a user's message: its encoded bytes (PNG, JPEG, WebP or GIF, as
+    `mime_type` says, checked by pagoda.app.backends.images), its size in pixels, and a name to
+    show."""
+
+    mime_type: str
+    data: bytes = field(repr=False)
+    width: int
+    height: int
+    name: str = "image"
+
+    def data_url(self) -> str:
+        """The image inline, as OpenAI's image_url part takes it."""
+        return f"data:{self.mime_type};base64,{base64.b64encode(self.data).decode('ascii')}"
+
+    def part(self) -> dict[str, object]:
+        return {"type": "image_url", "image_url": {"url": self.data_url()}}
+
+
+@dataclass(slots=True, frozen=True)
 class ChatMessage:
     """One message of a chat. An assistant's message may carry the `tool_calls` it made; a
-    "tool" message is the result of the call whose id is `tool_call_id`."""
+    "tool" message is the result of the call whose id is `tool_call_id`; a user's, `images`."""
 
     role: Role
     content: str
@@ -58,6 +80,7 @@ class ChatMessage:
     # (`reasoning_content`, as Qwen3's does for the turn being answered, dropping earlier ones);
     # servers are sent the answer alone, as OpenAI's API takes it.
     reasoning: str | None = None
+    images: tuple[ChatImage, ...] = ()
 
     def __post_init__(self) -> None:
         if self.tool_calls and self.role != "assistant":
@@ -66,10 +89,16 @@ class ChatMessage:
         if (self.tool_call_id is not None) != (self.role == "tool"):
             raise ValueError("tool_call_id belongs to a tool message, and every tool message "
                              "names the call it answers")
+        if self.images and self.role != "user":
+            raise ValueError(f"a {self.role} message cannot carry images: only the user's can")
 
     def as_dict(self) -> dict[str, object]:
-        """OpenAI's message: {"role", "content"}, with the calls or the call id where given."""
+        """OpenAI's message: {"role", "content"}, with the calls or the call id where given; a
+        message with images has its text and then its images as content parts."""
         message: dict[str, object] = {"role": self.role, "content": self.content}
+        if self.images:
+            text = [{"type": "text", "text": self.content}] if self.content else []
+            message["content"] = text + [image.part() for image in self.images]
         if self.tool_calls:
             message["tool_calls"] = [call.as_dict() for call in self.tool_calls]
         if self.tool_call_id is not None:
@@ -82,6 +111,47 @@ class ChatMessage:
         if self.reasoning:
             message["reasoning_content"] = self.reasoning
         return message
+
+
+@dataclass(slots=True, frozen=True)
+class ImageCost:
+    """How many tokens an image takes in a prompt: scaled, its shape kept, to within
+    `min_pixels` and `max_pixels`, then one token for each `patch_side` x `patch_side` pixels,
+    plus `extra_tokens` (the markers around it). Qwen2-VL's processor counts so, 28 pixels a
+    side; `exact` is False where the numbers are a guess at what the model does."""
+
+    patch_side: int = 28
+    min_pixels: int = 4 * 28 * 28
+    max_pixels: int = 1280 * 28 * 28
+    extra_tokens: int = 2
+    exact: bool = False
+
+    def tokens(self, width: int, height: int) -> int:
+        pixels = width * height
+        scale = 1.0
+        if pixels > self.max_pixels:
+            scale = math.sqrt(self.max_pixels / pixels)
+        elif pixels < self.min_pixels:
+            scale = math.sqrt(self.min_pixels / pixels)
+        side = self.patch_side
+        across = max(1, round(width * scale / side))
+        down = max(1, round(height * scale / side))
+        return across * down + self.extra_tokens
+
+
+@dataclass(slots=True, frozen=True)
+class ImageInput:
+    """Whether the backend's model takes images, and what one costs in its prompt.
+
+    accepts: True (it does), False (text only: a chat says so before it sends an image), None
+    (the backend cannot tell before it asks: a server is sent the images, and its refusal is
+    said in words). cost: None where the backend does not say (the meter then guesses with
+    ImageCost's defaults, marked an estimate). why: a text-only model's reason, in words.
+    """
+
+    accepts: bool | None
+    cost: ImageCost | None = None
+    why: str = ""
 
 
 @dataclass(slots=True, frozen=True)

@@ -4,6 +4,7 @@ Imports no torch and no Qt. `ConversationStore` is the only code that opens a da
 """
 
 from .database.location import add_db_argument, default_db_path, resolve_db_path
+from .documents.images import MAX_IMAGE_BYTES, ImageRefusedError
 from .errors import (
     ConversationNotFound,
     DatabaseInUseError,
@@ -24,7 +25,9 @@ from .records import (
     FolderFile,
     GenerationStats,
     Message,
+    MessageImage,
     NewAttachment,
+    NewImage,
     ReplyParts,
     SamplingSettings,
     SearchHit,
@@ -48,10 +51,14 @@ __all__ = [
     "Folder",
     "FolderFile",
     "GenerationStats",
+    "ImageRefusedError",
     "ImportValidationError",
+    "MAX_IMAGE_BYTES",
     "Message",
+    "MessageImage",
     "MessageNotFound",
     "NewAttachment",
+    "NewImage",
     "NotAPagodaDatabaseError",
     "ReplyParts",
     "SamplingSettings",

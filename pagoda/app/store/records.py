@@ -101,6 +101,27 @@ class Attachment:
 
 
 @dataclass(slots=True, frozen=True)
+class NewImage:
+    """An image to keep with a user's message: a name to show ("photo.jpg", "pasted image"),
+    its type (image/png, image/jpeg, image/webp, image/gif), its size in pixels and its bytes."""
+
+    name: str
+    mime_type: str
+    width: int
+    height: int
+    data: bytes = field(repr=False)
+
+
+@dataclass(slots=True, frozen=True)
+class MessageImage:
+    """An image kept with a message, under its id."""
+
+    id: int
+    message_id: int
+    image: NewImage
+
+
+@dataclass(slots=True, frozen=True)
 class Folder:
     """A folder on this computer a chat answers from (`path`, absolute)."""
 
@@ -188,6 +209,9 @@ class Message:
     tool_name: str | None = None
     # The passages of the chat's documents a reply was given to answer from, as it cites them.
     sources: tuple[Citation, ...] = ()
+    # A user's images, in the order given: read with the branch (current_path) and an export,
+    # left empty elsewhere (a message just added has those it was given).
+    images: tuple[MessageImage, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
@@ -212,7 +236,8 @@ class AttachedDocument:
 
 @dataclass(slots=True, frozen=True)
 class Thread:
-    """A conversation, all its messages and its documents, as exported and imported."""
+    """A conversation, all its messages, its documents and its images, as exported and
+    imported (each image under its message, `Message.images`)."""
 
     conversation: Conversation
     messages: list[Message]

@@ -160,6 +160,27 @@ class AttachmentRow(Base):
     _clean_text = _text_columns("name", "kind", "text", "source_path")
 
 
+class MessageImageRow(Base):
+    """An image that came with a user's message: its encoded bytes as given (PNG, JPEG, WebP,
+    GIF), its size in pixels, and its place among the message's images."""
+
+    __tablename__ = "message_images"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    message_id: Mapped[int] = mapped_column(
+        ForeignKey("messages.id", ondelete="CASCADE"), index=True
+    )
+    position: Mapped[int]
+    name: Mapped[str] = mapped_column(Text)
+    mime_type: Mapped[str] = mapped_column(Text)
+    width: Mapped[int]
+    height: Mapped[int]
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+    _clean_text = _text_columns("name", "mime_type")
+
+
 class AttachmentChunkRow(Base):
     """A passage of an attached document; indexed for search by `attachment_chunks_fts`."""
 

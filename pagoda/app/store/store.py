@@ -20,7 +20,7 @@ from .database import migrate, recovery
 from .database.connection import create_store_engine, read_only
 from .database.location import prepare_location, resolve_db_path
 from .database.lock import DatabaseLock
-from .documents import attachments, folders
+from .documents import attachments, folders, images
 from .errors import (
     ConversationNotFound,
     DatabaseLocationError,
@@ -39,7 +39,9 @@ from .records import (
     FolderFile,
     GenerationStats,
     Message,
+    MessageImage,
     NewAttachment,
+    NewImage,
     ReplyParts,
     SamplingSettings,
     SearchHit,
@@ -279,19 +281,23 @@ class ConversationStore:
             return convert.to_message(_message_row(s, mid))
 
     def messages(self, cid: int) -> list[Message]:
-        """Every message of the conversation, all branches, oldest first."""
+        """Every message of the conversation, all branches, oldest first, with its images."""
         with self._reading() as s:
             _conversation_row(s, cid)
-            return [convert.to_message(row) for row in _all_message_rows(s, cid)]
+            return _with_images(s, [convert.to_message(row) for row in _all_message_rows(s, cid)])
 
-    def append_user_message(self, cid: int, content: str) -> Message:
-        """A child of the current leaf that becomes the leaf; titles an untitled conversation."""
+    def append_user_message(self, cid: int, content: str,
+                            new_images: Sequence[NewImage] = ()) -> Message:
+        """A child of the current leaf that becomes the leaf, with its images (all kept, or
+        none and nothing: ImageRefusedError names the one past a bound); titles an untitled
+        conversation."""
         with self._writing() as s:
             conversation = _conversation_row(s, cid)
             row = _add_message(s, conversation, _leaf_id(s, cid), "user", content)
+            kept = images.add(s, row, new_images) if new_images else []
             if conversation.title is None:
                 conversation.title = auto_title(content)
-            return convert.to_message(row)
+            return replace(convert.to_message(row), images=tuple(kept))
 
     def start_assistant_message(
         self, cid: int, parent_id: int | None = None, model: str | None = None
@@ -418,6 +424,12 @@ class ConversationStore:
         with self._writing() as s:
             return attachments.add(s, _message_row(s, message_id), document, _now())
 
+    def add_images(self, message_id: int, new_images: Sequence[NewImage]) -> list[MessageImage]:
+        """Keep `new_images` with the user message `message_id`, after those it has (all of
+        them, or none: ImageRefusedError names the one past a bound)."""
+        with self._writing() as s:
+            return images.add(s, _message_row(s, message_id), new_images)
+
     def attachments(self, cid: int) -> list[Attachment]:
         """The conversation's documents, on every branch, oldest first."""
         with self._reading() as s:
@@ -476,14 +488,16 @@ class ConversationStore:
             row.sources = attachments.sources_json(citations)
 
     def edit_user_message(self, mid: int, new_content: str) -> Message:
-        """A new sibling with the edited text becomes the leaf; the old branch stays as it was."""
+        """A new sibling with the edited text, and the original's images, becomes the leaf; the
+        old branch stays as it was."""
         with self._writing() as s:
             original = _message_row(s, mid)
             _check_role(original, "user")
             conversation = _conversation_row(s, original.conversation_id)
-            return convert.to_message(
-                _add_message(s, conversation, original.parent_id, "user", new_content)
-            )
+            row = _add_message(s, conversation, original.parent_id, "user", new_content)
+            kept = images.of_messages(s, [mid]).get(mid, ())
+            copied = images.add(s, row, [image.image for image in kept]) if kept else []
+            return replace(convert.to_message(row), images=tuple(copied))
 
     def regenerate(self, assistant_mid: int) -> Message:
         """A new streaming reply next to `assistant_mid`, under the same user message."""
@@ -521,7 +535,7 @@ class ConversationStore:
                 row = by_id[mid]
                 path.append(convert.to_message(row))
                 mid = row.parent_id
-            return path[::-1]
+            return _with_images(s, path[::-1])
 
     # -- search --------------------------------------------------------------------------
 
@@ -661,8 +675,8 @@ class ConversationStore:
     @staticmethod
     def _thread(s: Session, cid: int) -> Thread:
         conversation = convert.to_conversation(_conversation_row(s, cid), _leaf_id(s, cid))
-        return Thread(conversation, [convert.to_message(row) for row in _all_message_rows(s, cid)],
-                      attachments.exported(s, cid))
+        messages = [convert.to_message(row) for row in _all_message_rows(s, cid)]
+        return Thread(conversation, _with_images(s, messages), attachments.exported(s, cid))
 
     # -- app settings and open tabs ------------------------------------------------------
 
@@ -713,6 +727,12 @@ def _conversation_row(s: Session, cid: int) -> ConversationRow:
     if row is None:
         raise ConversationNotFound(cid)
     return row
+
+
+def _with_images(s: Session, messages: list[Message]) -> list[Message]:
+    """The messages with the images kept with them."""
+    found = images.of_messages(s, [m.id for m in messages])
+    return [replace(m, images=found[m.id]) if m.id in found else m for m in messages]
 
 
 def _message_row(s: Session, mid: int) -> MessageRow:
@@ -856,6 +876,10 @@ def _import_thread(s: Session, conversation: Conversation, thread: Thread) -> in
         if message.sources:
             s.get(MessageRow, new_ids[message.id]).sources = attachments.sources_json(
                 _cited_in(message.sources, document_ids))
+        if message.images:
+            images.add(s, s.get(MessageRow, new_ids[message.id]),
+                       [image.image for image in message.images],
+                       [image.id for image in message.images] if keep_ids else ())
     return row.id
 
 
@@ -929,4 +953,7 @@ def _ids_free(s: Session, thread: Thread) -> bool:
     taken = s.scalars(select(MessageRow.id).where(MessageRow.id.in_(ids)).limit(1)).first()
     taken_document = s.scalars(select(AttachmentRow.id).where(AttachmentRow.id.in_(document_ids))
                                .limit(1)).first()
-    return taken is None and taken_document is None
+    image_ids = [image.id for m in thread.messages for image in m.images]
+    if image_ids and max(image_ids) > KEEPABLE_ID_LIMIT:
+        return False
+    return taken is None and taken_document is None and not images.taken(s, image_ids)

@@ -12,11 +12,15 @@ from hashlib import blake2b
 _HASH_BYTES = 16
 
 
-def hash_block_tokens(parent_hash: bytes | None, token_ids: list[int] | tuple[int, ...]) -> bytes:
-    """Chained hash of one full block: it depends on every token before it too."""
+def hash_block_tokens(parent_hash: bytes | None, token_ids: list[int] | tuple[int, ...],
+                      extra: bytes = b"") -> bytes:
+    """Chained hash of one full block: it depends on every token before it too. extra: what
+    else the block holds that its tokens do not say (the images behind its placeholders)."""
     h = blake2b(digest_size=_HASH_BYTES)
     h.update(parent_hash or b"\0" * _HASH_BYTES)
     h.update(array("q", token_ids).tobytes())
+    if extra:
+        h.update(extra)
     return h.digest()
 
 

@@ -79,17 +79,18 @@ class CheckpointStore:
         self._held.add(slot)
         return slot
 
-    def commit(self, slot: int, block_hash: bytes) -> None:
+    def commit(self, slot: int, block_hash: bytes) -> bool:
         """Make a held slot's checkpoint findable by the hash of the block ending at its
         boundary; when one is cached under it already (the same prefix checkpointed twice),
-        that one stays and this slot is freed."""
+        that one stays and this slot is freed. Whether this slot's was kept."""
         assert slot in self._held, f"checkpoint slot {slot} is not held"
         self._held.remove(slot)
         if block_hash in self._cached:
             self._free.append(slot)
             self.touch(block_hash)
-            return
+            return False
         self._cached[block_hash] = slot
+        return True
 
     def release(self, slot: int) -> None:
         """Give a held slot back without keeping its checkpoint."""

@@ -8,7 +8,10 @@ the prefix cache until they are reused), and its table says NULL_BLOCK in their 
 
 With a disk tier, each group saves its part of every full block it holds and a hit loads what a
 hit in memory would take: the first group's blocks and each windowed group's within its window
-at the hit's end (pagoda.engine.disk_cache.tier).
+at the hit's end (pagoda.engine.disk_cache.tier). On a model with recurrent layers the
+checkpoints of their states are saved as they become findable, and a hit reads blocks from disk
+only up to the deepest boundary with a checkpoint in memory or on disk, whose states it reads
+into a checkpoint slot when memory lacks them.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pagoda.engine.core.block_pool import BlockPool, KVCacheBlock, hash_block_tokens
-from pagoda.engine.core.checkpoint_store import CheckpointStore
+from pagoda.engine.core.checkpoint_store import Checkpoint, CheckpointStore
+from pagoda.engine.core.image_spans import block_extra, hit_end
 from pagoda.engine.core.sequence import NULL_BLOCK, Sequence
-from pagoda.engine.disk_cache.tier import BlockRef, DiskPrefixCache
+from pagoda.engine.disk_cache.tier import BlockRef, CheckpointRef, DiskPrefixCache
 
 
 @dataclass(slots=True, frozen=True)
@@ -142,8 +146,9 @@ class KVCacheManager:
 
     recurrent: the model also has recurrent layers (LFM2's short convolutions), whose states
     a prefix hit must start from too: a hit ends at the deepest matched block boundary that
-    has a checkpoint of them in `checkpoints`. Without a store no sequence starts from cached
-    blocks (every lookup finds 0 tokens) and none are registered."""
+    has a checkpoint of them in `checkpoints` (or, with a disk tier, on disk). Without a store
+    no sequence starts from cached blocks (every lookup finds 0 tokens) and none are
+    registered."""
 
     def __init__(self, groups: int | tuple[KVCacheGroup, ...], block_size: int,
                  enable_prefix_caching: bool = True,
@@ -152,9 +157,10 @@ class KVCacheManager:
         specs = (KVCacheGroup(groups),) if isinstance(groups, int) else tuple(groups)
         if not specs or specs[0].window:
             raise ValueError("the first KV cache group keeps every block (window 0)")
-        if recurrent and disk is not None:
-            raise ValueError("a model with recurrent layers keeps no prefix cache, so no disk "
-                             "tier either")
+        if recurrent and disk is not None and (checkpoints is None or disk.state_io is None):
+            raise ValueError("a model with recurrent layers keeps blocks on disk only with the "
+                             "checkpoints of their states: give the disk tier the states "
+                             "(state_io) and the KV cache a checkpoint store")
         if disk is not None and len(disk.ios) != len(specs):
             raise ValueError(f"the disk prefix cache keeps blocks of {len(disk.ios)} KV cache "
                              f"groups, the KV cache has {len(specs)}")
@@ -188,30 +194,84 @@ class KVCacheManager:
             return PrefixHit(0, tuple([] for _ in self._groups))
         self._update_block_hashes(seq)
         max_blocks = (seq.num_tokens - 1) // self.block_size
+        if seq.images:  # never ending inside an image
+            max_blocks = hit_end(seq.images, max_blocks * self.block_size,
+                                 self.block_size) // self.block_size
         hits = self._memory_hits(seq, max_blocks)
         if self.disk is not None:
             end = self._disk_hit_end(seq, len(hits), max_blocks)
+            if self.checkpoints is not None:
+                end = self._checkpoint_end(seq, end)  # blocks past it would not be used
             if end > len(hits):
                 hits += self._read_into_pool(seq, 0, range(len(hits), end), hits)
             self._load_windows_from_disk(seq, len(hits))
-            self.disk.discard(seq.block_hashes[:max_blocks])  # what it read ahead and not taken
         if self.checkpoints is not None:
-            return self._at_checkpoint(seq, hits)
-        return self._within_windows(seq, hits)
+            hit = self._at_checkpoint(seq, hits)
+        else:
+            hit = self._within_windows(seq, hits)
+        if self.disk is not None:
+            self.disk.discard(seq.block_hashes[:max_blocks])  # what it read ahead and not taken
+        return hit
 
     def _at_checkpoint(self, seq: Sequence, hits: list[KVCacheBlock]) -> PrefixHit:
         """The hit cut back to the deepest of its block boundaries with a checkpoint of the
-        recurrent states (and, there, every windowed group's window); none: 0 tokens."""
+        recurrent states, in memory or read from disk (and, there, every windowed group's
+        window); none: 0 tokens."""
+        on_disk = self._checkpoints_on_disk(seq, len(hits))
         for end in range(len(hits), 0, -1):
             block_hash = seq.block_hashes[end - 1]
-            slot = self.checkpoints.find(block_hash)
-            if slot is None:
+            if self.checkpoints.find(block_hash) is None and not on_disk[end - 1]:
                 continue
             hit = self._within_windows(seq, hits[:end])
-            if hit.num_tokens == end * self.block_size:
-                self.checkpoints.touch(block_hash)
+            if hit.num_tokens != end * self.block_size:
+                continue
+            slot = self._checkpoint_slot(seq, end - 1)
+            if slot is not None:
                 return replace(hit, checkpoint_slot=slot)
         return PrefixHit(0, tuple([] for _ in self._groups))
+
+    def _checkpoints_on_disk(self, seq: Sequence, num_blocks: int) -> list[bool]:
+        """Per block of the first num_blocks, whether the checkpoint at its end is on disk."""
+        if self.disk is None:
+            return [False] * num_blocks
+        return self.disk.checkpoints_on_disk(seq.block_hashes[:num_blocks])
+
+    def _checkpoint_end(self, seq: Sequence, num_blocks: int) -> int:
+        """The deepest block boundary within the first num_blocks blocks with a checkpoint in
+        memory or on disk, in blocks (0: none)."""
+        on_disk = self._checkpoints_on_disk(seq, num_blocks)
+        for end in range(num_blocks, 0, -1):
+            if on_disk[end - 1] or self.checkpoints.find(seq.block_hashes[end - 1]) is not None:
+                return end
+        return 0
+
+    def _checkpoint_slot(self, seq: Sequence, index: int) -> int | None:
+        """The slot of the checkpoint at the end of block `index`: the cached one (touched),
+        else one read from disk into a slot that becomes cached; None when neither can be had
+        (not on disk, a file the store refused, every slot held)."""
+        block_hash = seq.block_hashes[index]
+        slot = self.checkpoints.find(block_hash)
+        if slot is not None:
+            self.checkpoints.touch(block_hash)
+            return slot
+        slot = self.checkpoints.allocate() if self.disk is not None else None
+        if slot is None:
+            return None
+        ref = CheckpointRef(slot, block_hash, self._block_tokens(seq, index))
+        if not self.disk.load_checkpoint(ref):
+            self.checkpoints.release(slot)
+            return None
+        self.checkpoints.commit(slot, block_hash)
+        return slot
+
+    def commit_checkpoint(self, seq: Sequence, checkpoint: Checkpoint) -> None:
+        """Make a held checkpoint of the sequence's states findable by the hash of the block
+        ending at its boundary; with a disk tier, have it saved too (copied out now)."""
+        index = checkpoint.num_tokens // self.block_size - 1
+        block_hash = self.block_hash(seq, index)
+        if self.checkpoints.commit(checkpoint.slot, block_hash) and self.disk is not None:
+            self.disk.save_checkpoint(CheckpointRef(checkpoint.slot, block_hash,
+                                                    self._block_tokens(seq, index)))
 
     def block_hash(self, seq: Sequence, index: int) -> bytes:
         """The chained hash of the sequence's full block `index`."""
@@ -303,12 +363,23 @@ class KVCacheManager:
         max_blocks = (seq.num_tokens - 1) // self.block_size
         start = len(self._memory_hits(seq, max_blocks))
         end = self._disk_hit_end(seq, start, max_blocks)
+        if self.checkpoints is not None:
+            end = self._prefetch_checkpoint(seq, end)
         self.disk.prefetch([(seq.block_hashes[i], self._block_tokens(seq, i))
                             for i in range(start, end)])
         for g, missing, _ in self._window_misses(seq, end):
             on_disk = self.disk.on_disk([seq.block_hashes[i] for i in missing], g)
             self.disk.prefetch([(seq.block_hashes[i], self._block_tokens(seq, i))
                                 for i, found in zip(missing, on_disk, strict=True) if found], g)
+
+    def _prefetch_checkpoint(self, seq: Sequence, num_blocks: int) -> int:
+        """Start reading the deepest checkpoint within the first num_blocks blocks if only the
+        disk has it; returns its boundary, in blocks (where a hit would end)."""
+        end = self._checkpoint_end(seq, num_blocks)
+        if end and self.checkpoints.find(seq.block_hashes[end - 1]) is None:
+            self.disk.prefetch_checkpoint(seq.block_hashes[end - 1],
+                                          self._block_tokens(seq, end - 1))
+        return end
 
     def _looks_up_prefix(self, seq: Sequence) -> bool:
         """Whether the sequence may start from cached blocks (see get_computed_blocks)."""
@@ -433,10 +504,11 @@ class KVCacheManager:
         return tuple(seq.all_token_ids[i * self.block_size:(i + 1) * self.block_size])
 
     def _update_block_hashes(self, seq: Sequence) -> None:
-        hashes = seq.block_hashes
-        for i in range(len(hashes), seq.num_tokens // self.block_size):
+        hashes, size = seq.block_hashes, self.block_size
+        for i in range(len(hashes), seq.num_tokens // size):
             parent = hashes[-1] if hashes else None
-            hashes.append(hash_block_tokens(parent, self._block_tokens(seq, i)))
+            extra = block_extra(seq.images, i * size, (i + 1) * size) if seq.images else b""
+            hashes.append(hash_block_tokens(parent, self._block_tokens(seq, i), extra))
 
 
 def _runs(present: list[bool]) -> list[int]:

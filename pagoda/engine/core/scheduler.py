@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from pagoda.engine.config import SchedulerConfig
 from pagoda.engine.core.checkpoint_store import Checkpoint
+from pagoda.engine.core.image_spans import chunk_end
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
 from pagoda.engine.core.sequence import Sequence, SequenceStatus
 from pagoda.engine.core.state_pool import StatePool
@@ -290,7 +291,9 @@ class Scheduler:
     def _chunk(self, seq: Sequence, start: int, n: int) -> int:
         """n tokens from `start`, ended at the sequence's last block boundary when they would
         pass it, so that the states there can be copied out after the step; the rest (less than
-        a block) comes in the next step."""
+        a block) comes in the next step. Never ending inside an image (image_spans.chunk_end)."""
+        if seq.images:
+            n = chunk_end(seq.images, start, n)
         if not self._checkpoints_wanted(seq):
             return n
         boundary = self._last_boundary(seq)
@@ -317,12 +320,11 @@ class Scheduler:
         """After the step copied it: a prompt's checkpoint is findable at once (the blocks before
         it are registered), a decode's replaces the sequence's latest, kept until it stops."""
         new, seq.pending_checkpoint = seq.pending_checkpoint, None
-        store = self.kv_cache.checkpoints
         if new.prompt_end:
-            store.commit(new.slot, self._boundary_hash(seq, new))
+            self.kv_cache.commit_checkpoint(seq, new)
             return
         if seq.checkpoint is not None:
-            store.release(seq.checkpoint.slot)
+            self.kv_cache.checkpoints.release(seq.checkpoint.slot)
         seq.checkpoint = new
 
     def _store_checkpoints(self, seq: Sequence) -> None:
@@ -335,8 +337,5 @@ class Scheduler:
             store.release(seq.pending_checkpoint.slot)
             seq.pending_checkpoint = None
         if seq.checkpoint is not None:
-            store.commit(seq.checkpoint.slot, self._boundary_hash(seq, seq.checkpoint))
+            self.kv_cache.commit_checkpoint(seq, seq.checkpoint)
             seq.checkpoint = None
-
-    def _boundary_hash(self, seq: Sequence, checkpoint: Checkpoint) -> bytes:
-        return self.kv_cache.block_hash(seq, checkpoint.num_tokens // self.kv_cache.block_size - 1)

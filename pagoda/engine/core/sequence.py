@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from pagoda.engine.core.checkpoint_store import Checkpoint
+from pagoda.engine.core.image_spans import ImageSpan
 from pagoda.engine.outputs import FinishReason, RequestMetrics
 from pagoda.engine.sampling.params import PoolingParams, SamplingParams
 
@@ -70,6 +71,9 @@ class Sequence:
     # A pooling request's running sum of hidden states (an pagoda.engine.worker.pooler MeanPooler),
     # made at its first chunk; the worker adds to it, bookkeeping here never touches it.
     pooler: object | None = None
+    # The prompt's images, in order, each with the placeholder tokens it fills
+    # (pagoda.engine.core.image_spans); empty for a prompt of text.
+    images: tuple[ImageSpan, ...] = ()
     metrics: RequestMetrics = field(default_factory=lambda: RequestMetrics(time.monotonic()))
     all_token_ids: list[int] = field(init=False)
 

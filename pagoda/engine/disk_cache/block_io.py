@@ -113,7 +113,7 @@ def group_block_ios(kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
     group's layer indices into `kv_caches`); on CUDA they share one staging buffer, as the
     engine thread copies one group at a time."""
     groups = [[kv_caches[layer] for layer in layers] for layers in layer_groups]
-    device = kv_caches[0][0].device
+    device = groups[0][0][0].device  # (a hybrid's first layer may be recurrent: no cache)
     staging = None
     if device.type == "cuda":
         largest = max(_bytes_per_block(caches) for caches in groups)

@@ -20,6 +20,14 @@ block, the others' under a hash of it and the group's number. Each part is saved
 still holds the block (a windowed group holds every block it computes until the block falls
 behind its window), and a hit reads what a hit in memory takes: the first group's part of every
 block, the other groups' parts of the blocks within their windows at the hit's end.
+
+A model with recurrent layers (issue 56) saves its checkpoints too: every recurrent layer's
+states at a block boundary, in a file named by `checkpoint_key` of the hash of the block ending
+there, checked as a block's part is (the fingerprint, which names the states' shapes, the block's
+token ids, the checksum, the size). A checkpoint is copied out when the prefix cache makes it
+findable and written with the step's blocks; a hit reads the deepest one at or before the end of
+the blocks found, into a checkpoint slot (pagoda.engine.core.kv_cache_manager). Files of
+checkpoints and of blocks share the store's budget and its least-recently-used order.
 """
 
 from __future__ import annotations
@@ -58,6 +66,16 @@ class BlockIO(Protocol):
     def copy_in(self, block_ids: list[int], payloads: list[bytes | memoryview]) -> None: ...
 
 
+class StateIO(Protocol):
+    """What the tier asks of the recurrent layers' states (state_io.RecurrentStateIO's): one
+    slot's states of every layer as bytes, out and in."""
+
+    @property
+    def bytes_per_slot(self) -> int: ...
+    def copy_out(self, slots: list[int]) -> list[memoryview]: ...
+    def copy_in(self, slots: list[int], payloads: list[bytes | memoryview]) -> None: ...
+
+
 def group_block_key(block_hash: bytes, group: int) -> bytes:
     """The name on disk of KV cache group `group`'s part of a block: the block's own hash for
     the first group (so a single-group model's files keep their names), a hash of it and the
@@ -65,6 +83,21 @@ def group_block_key(block_hash: bytes, group: int) -> bytes:
     if group == 0:
         return block_hash
     return blake2b(b"kv-group-%d:" % group + block_hash, digest_size=len(block_hash)).digest()
+
+
+def checkpoint_key(block_hash: bytes) -> bytes:
+    """The name on disk of the recurrent states' checkpoint at the end of this block."""
+    return blake2b(b"recurrent-states:" + block_hash, digest_size=len(block_hash)).digest()
+
+
+@dataclass(slots=True, frozen=True)
+class CheckpointRef:
+    """A checkpoint of the recurrent states: its slot, and the hash and tokens of the block
+    that ends at its boundary."""
+
+    slot: int
+    block_hash: bytes
+    token_ids: tuple[int, ...]
 
 
 @dataclass(slots=True, frozen=True)
@@ -86,17 +119,23 @@ class DiskPrefixCache:
     block of a hit reads its part, the others' parts are at most a window's per hit.
 
     io (read_ahead): the first KV cache group's; windowed_ios: each further group's, in the KV
-    cache manager's order. `group` arguments count the same way (0: the first group)."""
+    cache manager's order. `group` arguments count the same way (0: the first group).
+    state_io: a model with recurrent layers' states, whose checkpoints are kept too."""
 
     def __init__(self, store: DiskBlockStore, writer: DiskBlockWriter, io: BlockIO,
                  read_ahead: ReadAhead | None = None,
-                 windowed_ios: Sequence[BlockIO] = ()) -> None:
+                 windowed_ios: Sequence[BlockIO] = (), state_io: StateIO | None = None) -> None:
         self.store = store
         self.writer = writer
         self.ios = [io, *windowed_ios]
         self.read_aheads = [read_ahead if read_ahead is not None
                             else ReadAhead(store, io.bytes_per_block)]
         self.read_aheads += [ReadAhead(store, w.bytes_per_block) for w in windowed_ios]
+        self.state_io = state_io
+        self.state_read_ahead = (ReadAhead(store, state_io.bytes_per_slot)
+                                 if state_io is not None else None)
+        # Checkpoints copied out, written with the next `save` (engine thread only).
+        self._checkpoints: list[tuple[bytes, tuple[int, ...], memoryview]] = []
         self.io = io
         self.read_ahead = self.read_aheads[0]
         self.block_size = io.block_shape[2]
@@ -145,11 +184,47 @@ class DiskPrefixCache:
                                           for h, tokens in blocks])
 
     def discard(self, block_hashes: Sequence[bytes]) -> None:
-        """What was read ahead for these blocks (any group's part) will not be loaded: free
-        its memory."""
+        """What was read ahead for these blocks (any group's part, the checkpoint at their
+        end) will not be loaded: free its memory."""
         for group, read_ahead in enumerate(self.read_aheads):
             # Lazily: a read-ahead holding nothing returns before deriving any name.
             read_ahead.discard(group_block_key(h, group) for h in block_hashes)
+        if self.state_read_ahead is not None:
+            self.state_read_ahead.discard(checkpoint_key(h) for h in block_hashes)
+
+    def checkpoints_on_disk(self, block_hashes: Sequence[bytes]) -> list[bool]:
+        """Per block, whether the checkpoint at its end is on disk (index lookups, no I/O);
+        none while reading does not pay, or for a model without recurrent layers."""
+        if self.state_io is None or not self.pays:
+            return [False] * len(block_hashes)
+        return [self.store.contains(checkpoint_key(h)) for h in block_hashes]
+
+    def prefetch_checkpoint(self, block_hash: bytes, token_ids: tuple[int, ...]) -> None:
+        """Start reading the checkpoint at the end of this block in the background."""
+        if self.state_read_ahead is not None:
+            self.state_read_ahead.prefetch([(checkpoint_key(block_hash), token_ids)])
+
+    def load_checkpoint(self, ref: CheckpointRef) -> bool:
+        """Read the checkpoint at the end of ref's block into its slot; False (the slot
+        untouched) when it cannot be read: missing, or refused by the store (another model's,
+        other tokens, a damaged file) or for its size."""
+        if self.state_io is None:
+            return False
+        payload = self.state_read_ahead.load(checkpoint_key(ref.block_hash), ref.token_ids)
+        if payload is None or len(payload) != self.state_io.bytes_per_slot:
+            return False
+        self.state_io.copy_in([ref.slot], [payload])
+        return True
+
+    def save_checkpoint(self, ref: CheckpointRef) -> None:
+        """Copy the checkpoint in ref's slot out now (the slot may be reused the next step),
+        to be written with the next `save`'s blocks, unless it is on disk already."""
+        if self.state_io is None or not self.pays:
+            return
+        key = checkpoint_key(ref.block_hash)
+        if not self.store.contains(key):
+            payload, = self.state_io.copy_out([ref.slot])
+            self._checkpoints.append((key, ref.token_ids, payload))
 
     def load(self, blocks: Sequence[BlockRef], group: int = 0) -> int:
         """Read the blocks' `group` parts into their places in that group's cache, from the
@@ -176,8 +251,9 @@ class DiskPrefixCache:
 
     def save(self, blocks_by_group: Sequence[Sequence[BlockRef]]) -> None:
         """Copy the blocks out now (per KV cache group, the blocks it holds) and have them
-        written in the background (parts already on disk are skipped), with the blocks each
-        tag used since the last call (every group's part of them)."""
+        written in the background (parts already on disk are skipped), then the checkpoints
+        copied out since the last call, with the blocks each tag used since the last call
+        (every group's part of them and the checkpoints at their ends)."""
         written = []
         for group, blocks in enumerate(blocks_by_group if self.pays else ()):
             keys = [group_block_key(b.block_hash, group) for b in blocks]
@@ -187,12 +263,21 @@ class DiskPrefixCache:
                 payloads = self.ios[group].copy_out([b.block_id for _, b in new])
                 written += [(key, b.token_ids, payload)
                             for (key, b), payload in zip(new, payloads, strict=True)]
+        written += self._checkpoints
+        self._checkpoints = []
         tags, self._tagged = self._tagged, {}
         if not written and not tags:
             return
-        self.writer.submit(written, {tag: [group_block_key(h, g) for h in hashes
-                                           for g in range(len(self.ios))]
+        self.writer.submit(written, {tag: [key for h in hashes for key in self._keys(h)]
                                      for tag, hashes in tags.items()})
+
+    def _keys(self, block_hash: bytes) -> list[bytes]:
+        """The names on disk of everything saved for a block: each group's part, and the
+        checkpoint at its end."""
+        keys = [group_block_key(block_hash, g) for g in range(len(self.ios))]
+        if self.state_io is not None:
+            keys.append(checkpoint_key(block_hash))
+        return keys
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until what is queued is on disk; False if `timeout` ran out first. Any thread."""
@@ -204,15 +289,23 @@ class DiskPrefixCache:
     def clear(self) -> None:
         """Forget every block on disk, every model's, and those still queued (privacy: the
         keys and values are derived from the chats)."""
+        self._checkpoints = []
         self.writer.clear()
-        for read_ahead in self.read_aheads:
+        for read_ahead in self._all_read_aheads():
             read_ahead.clear()
 
     def close(self, timeout: float = 10.0) -> None:
-        """Write what is still queued, then stop the writer and the reads ahead."""
+        """Write what is still queued (checkpoints copied out since the last `save`
+        included), then stop the writer and the reads ahead."""
+        if self._checkpoints:
+            self.save([[] for _ in self.ios])
         self.writer.close(timeout)
-        for read_ahead in self.read_aheads:
+        for read_ahead in self._all_read_aheads():
             read_ahead.close(timeout)
+
+    def _all_read_aheads(self) -> list[ReadAhead]:
+        extra = [self.state_read_ahead] if self.state_read_ahead is not None else []
+        return [*self.read_aheads, *extra]
 
 
 def _smoothed(estimate: float | None, measured: float) -> float:
@@ -233,16 +326,19 @@ def model_fingerprint(model_path: Path, settings: Mapping[str, object]) -> str:
 
 
 def open_disk_prefix_cache(folder: Path, capacity_bytes: int, fingerprint: str,
-                           ios: Sequence[BlockIO]) -> DiskPrefixCache | None:
+                           ios: Sequence[BlockIO],
+                           state_io: StateIO | None = None) -> DiskPrefixCache | None:
     """The disk tier in `folder` for the KV cache groups whose blocks `ios` copy (the first
-    group's first), or None (logged) when the folder cannot be used."""
+    group's first) and the recurrent states' checkpoints that `state_io` copies, if any, or
+    None (logged) when the folder cannot be used."""
     try:
         store = DiskBlockStore(Path(folder), fingerprint, capacity_bytes)
     except OSError as error:
         logger.warning("The prefix cache stays in memory only: %s cannot be used (%s)",
                        folder, error)
         return None
-    return DiskPrefixCache(store, DiskBlockWriter(store), ios[0], windowed_ios=ios[1:])
+    return DiskPrefixCache(store, DiskBlockWriter(store), ios[0], windowed_ios=ios[1:],
+                           state_io=state_io)
 
 
 def _weight_files(path: Path) -> list[Path]:

@@ -68,6 +68,7 @@ _LAYER_BY_ARCHITECTURE: dict[str, dict[str, str]] = {
     # Qwen3.5's norm before the MLP, and its Gated DeltaNets (value heads tiled by the
     # converter: pagoda/engine/models/qwen3_5.py).
     "qwen35": _QWEN35_LAYERS,
+    "qwen35moe": _QWEN35_LAYERS,
     # Qwen3-Next's: its in_proj_qkvz split by the converter into attn_qkv and attn_gate (value
     # heads not reordered), in_proj_ba as it is.
     "qwen3next": _QWEN35_LAYERS | {"linear_attn.in_proj_ba": "ssm_ba"},
@@ -77,6 +78,7 @@ _LAYER_BY_ARCHITECTURE: dict[str, dict[str, str]] = {
 _LAYER_PARAMETERS: dict[str, dict[str, str]] = {
     "granitehybrid": {"mamba.A_log": "ssm_a", "mamba.D": "ssm_d", "mamba.dt_bias": "ssm_dt.bias"},
     "qwen35": {"linear_attn.A_log": "ssm_a", "linear_attn.dt_bias": "ssm_dt.bias"},
+    "qwen35moe": {"linear_attn.A_log": "ssm_a", "linear_attn.dt_bias": "ssm_dt.bias"},
     "qwen3next": {"linear_attn.A_log": "ssm_a", "linear_attn.dt_bias": "ssm_dt.bias"},
 }
 # The layer modules every file of an architecture holds (biases and a separate output matrix
@@ -124,6 +126,8 @@ _NEEDED_MODULES: dict[str, tuple[str, ...]] = {
     "qwen35": ("input_layernorm", "post_attention_layernorm", *_DENSE_MLP),
     # Its MLPs (experts, or dense where a layer has no router) are the config's to say.
     "qwen3next": ("input_layernorm", "post_attention_layernorm"),
+    # Experts in every layer, beside a gated shared expert.
+    "qwen35moe": ("input_layernorm", "post_attention_layernorm", *_SPARSE_MLP, *_SHARED_EXPERT),
 }
 # The last norm, where an architecture's is not model.norm.
 _FINAL_NORMS = {"lfm2": "model.embedding_norm"}
@@ -136,13 +140,13 @@ PERMUTED_QK = frozenset({"llama", "smollm3", "granitehybrid"})
 # scales by 1 + w, llama.cpp's by the weight): every tensor whose Hugging Face name ends in
 # "norm.weight" but NORMS_HELD_AS_W. The loader gives back w, so a file and a folder load the
 # same model.
-NORMS_HOLD_ONE_PLUS_W = frozenset({"gemma2", "gemma3", "qwen35", "qwen3next"})
+NORMS_HOLD_ONE_PLUS_W = frozenset({"gemma2", "gemma3", "qwen35", "qwen35moe", "qwen3next"})
 # Norms of those architectures that scale by w and are written as they are: Qwen3.5's and
 # Qwen3-Next's gated norm in their Gated DeltaNets.
 NORMS_HELD_AS_W = ("linear_attn.norm.weight",)
 # llama.cpp's converter writes these architectures' A_log (Mamba-2's, Gated DeltaNet's) as
 # A = -exp(A_log) (ssm_a): the loader gives back A_log.
-A_LOG_HELD_AS_A = frozenset({"granitehybrid", "qwen35", "qwen3next"})
+A_LOG_HELD_AS_A = frozenset({"granitehybrid", "qwen35", "qwen35moe", "qwen3next"})
 
 _LAYER_PARAMETER = re.compile(r"model\.layers\.(\d+)\.(.+?)(?:\.(weight|bias))?")
 _EXPERT_PARAMETER = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(\w+)\.(weight|bias)")

@@ -34,6 +34,7 @@ from pagoda.engine.models.registry import (
     supported_model_types,
     text_model_config,
 )
+from pagoda.engine.models.vision_tower import IMAGE_TOWERS, vision_tensor_name
 from pagoda.engine.quantization.tensors import Weight, weight_shape
 
 # step name, steps done, steps in all
@@ -58,6 +59,10 @@ class LoadedModel:
     config: transformers.PretrainedConfig
     tokenizer: transformers.PreTrainedTokenizerBase
     weights: MutableMapping[str, Weight]  # possibly decoded lazily (pagoda.engine.loading.lazy_weights)
+    # A multimodal model's whole config and its image side's tensors (under the names
+    # pagoda.engine.models.vision_tower reads), where Pagoda runs its images; None otherwise.
+    multimodal_config: transformers.PretrainedConfig | None = None
+    vision_weights: dict[str, torch.Tensor] | None = None
 
 
 def load_model(
@@ -168,13 +173,21 @@ def _source_path(source: str | os.PathLike | None) -> Path:
 
 
 def _load_folder(folder: Path, name: str, dtype: torch.dtype) -> LoadedModel:
-    config = _read_config(folder)
+    config, whole = _read_config(folder)
     weights = _read_weights(folder, config, dtype)
     tokenizer = _read_tokenizer(folder, config)
-    return LoadedModel(name=name, path=folder, config=config, tokenizer=tokenizer, weights=weights)
+    loaded = LoadedModel(name=name, path=folder, config=config, tokenizer=tokenizer,
+                         weights=weights)
+    if whole.model_type in IMAGE_TOWERS:
+        loaded.multimodal_config = whole
+        loaded.vision_weights = _read_vision_weights(folder, dtype)
+    return loaded
 
 
-def _read_config(folder: Path) -> transformers.PretrainedConfig:
+def _read_config(folder: Path) -> tuple[transformers.PretrainedConfig,
+                                         transformers.PretrainedConfig]:
+    """The config of the model Pagoda runs (a multimodal folder's text model's), and the
+    folder's own."""
     config_file = folder / "config.json"
     if not config_file.is_file():
         raise ModelLoadError(
@@ -195,11 +208,29 @@ def _read_config(folder: Path) -> transformers.PretrainedConfig:
         raise ModelLoadError(
             f"{config_file} could not be read as a model config: {error}. Re-download the model."
         ) from error
-    if text is not config:
+    if text is not config and config.model_type not in IMAGE_TOWERS:
         logger.info("%s is a %s folder: Pagoda runs its text model; its vision encoder and any "
                     "multi-token-prediction layers are not loaded (a chat with an image is "
                     "refused in words)", folder.name, config.model_type)
-    return text
+    return text, config
+
+
+def _read_vision_weights(folder: Path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The image tower's and projector's tensors under the names its builder reads (which
+    ones it needs, and their shapes, the builder checks)."""
+    weights: dict[str, torch.Tensor] = {}
+    for file in _weight_files(folder):
+        try:
+            with safe_open(file, framework="pt") as tensors:
+                for name in tensors.keys():
+                    ours = vision_tensor_name(name)
+                    if ours is not None:
+                        weights[ours] = tensors.get_tensor(name).to(dtype)
+        except (SafetensorError, OSError) as error:
+            raise ModelLoadError(
+                f"Weight file {file} is truncated or corrupt ({error}). Re-download it."
+            ) from error
+    return weights
 
 
 def _read_tokenizer(

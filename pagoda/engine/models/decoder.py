@@ -226,24 +226,30 @@ class DecoderForCausalLM:
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: Metadata,
                 kv_caches: list[tuple[torch.Tensor, torch.Tensor] | None],
-                logits_indices: torch.Tensor,
-                recurrent: RecurrentStep | None = None) -> torch.Tensor:
+                logits_indices: torch.Tensor, recurrent: RecurrentStep | None = None,
+                inserted: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """Flat tokens of a mixed batch -> logits [len(logits_indices), vocab]."""
-        hidden = self.hidden_states(input_ids, positions, meta, kv_caches, recurrent)
+        hidden = self.hidden_states(input_ids, positions, meta, kv_caches, recurrent, inserted)
         # Only the rows that sample need the final norm and the (large) vocabulary projection.
         return self.compute_logits(hidden[logits_indices])
 
     def hidden_states(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: Metadata,
                       kv_caches: list[tuple[torch.Tensor, torch.Tensor] | None],
-                      recurrent: RecurrentStep | None = None) -> torch.Tensor:
+                      recurrent: RecurrentStep | None = None,
+                      inserted: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """Flat tokens of a mixed batch -> the last layer's output [tokens, hidden], before the
         final norm (valid until the next call: a decode step's may be a reused buffer).
         kv_caches: each attention layer's keys and values (None at a recurrent layer);
-        recurrent: the step's state slots and states, where the model has recurrent layers."""
+        recurrent: the step's state slots and states, where the model has recurrent layers;
+        inserted: (rows, embeddings) that replace those rows' token embeddings (an image's
+        placeholders), after the embedding scale, which they do not take."""
         rotary = {key: tables.lookup(positions) for key, tables in self.rotary.items()}
         hidden = self.embed_tokens(input_ids)
         if self.embedding_scale is not None:
             hidden = hidden * self.embedding_scale
+        if inserted is not None:
+            rows, embeddings = inserted
+            hidden = hidden.index_copy(0, rows, embeddings.to(hidden.dtype))
         if self.native_decode is not None:
             out = self.native_decode.forward_layers(hidden, rotary, meta, kv_caches)
             if out is not None:

@@ -1,13 +1,21 @@
-"""The Gemma 3 family (text): five windowed layers to one global, each kind with its own RoPE
+"""The Gemma 3 family: five windowed layers to one global, each kind with its own RoPE
 base; per-head q/k norms; a norm on the attention's output and on the MLP's ("sandwich");
 every norm scales by (1 + w); GeGLU; embeddings times sqrt(hidden); the final logits softcapped.
 
 Decode steps run in the one-call C step on CPU (pagoda/engine/models/native_decode.py), which covers
 these layers too.
+
+Gemma 3 4B and larger are released as multimodal folders (model_type "gemma3"): the text model's
+config is text_config (registry.TEXT_MODEL_OF), its weights under language_model.model. (or
+model.language_model. as transformers 5 names its own modules: `folder_weights`), its SigLIP
+tower and projector beside them (pagoda/engine/models/vision_tower.py).
 """
 
 from __future__ import annotations
 
+import re
+
+import torch
 from transformers import Gemma3TextConfig, PretrainedConfig
 
 from pagoda.engine.errors import ModelLoadError
@@ -18,6 +26,16 @@ from pagoda.engine.models.config import head_dim, layer_types, model_shape
 from pagoda.engine.models.gguf_config import GGUFSettings, count, llama_shape, number, scaled_rope
 
 NAME = "Gemma 3"  # its entry in pagoda/engine/models/registry.py names the model types it covers
+
+# A multimodal folder's text model's tensors, which `folder_weights` names as a text folder's.
+FOLDER_TENSORS = re.compile(r"(?:language_model\.model|model\.language_model)\.(.+)")
+
+
+def folder_weights(config: PretrainedConfig,
+                   tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {"model." + FOLDER_TENSORS.fullmatch(name).group(1): tensor
+            for name, tensor in tensors.items()}
+
 
 GEMMA3_NAMES = LayerNames(
     attention_out_norm="post_attention_layernorm", mlp_norm="pre_feedforward_layernorm",

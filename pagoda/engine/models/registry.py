@@ -56,10 +56,10 @@ FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily("Llama", "llama", ("llama", "mistral", "qwen2", "qwen3"),
                 ("llama", "qwen2", "qwen3"), "Llama 2/3, SmolLM/SmolLM2, Mistral, Qwen2/2.5, Qwen3"),
     ModelFamily("Gemma 2", "gemma2", ("gemma2",), ("gemma2",), "Gemma 2 2B, 9B, 27B"),
-    # A multimodal Gemma 3 folder (model_type "gemma3") is refused below; its GGUF files hold the
-    # text model alone under "gemma3".
-    ModelFamily("Gemma 3", "gemma3", ("gemma3_text",), ("gemma3",),
-                "Gemma 3 text models: 270M and 1B folders, every size as GGUF"),
+    # Text folders, and the multimodal folders Gemma 3 4B and larger are released as (its text
+    # model and its image tower); its GGUF files hold the text model alone under "gemma3".
+    ModelFamily("Gemma 3", "gemma3", ("gemma3_text", "gemma3"), ("gemma3",),
+                "Gemma 3: 270M and 1B text folders, 4B and larger with images, every size as GGUF"),
     # Dense Gemma 4 text models; a multimodal "gemma4" folder is refused below, and the family
     # refuses mixture-of-experts layers itself.
     ModelFamily("Gemma 4", "gemma4", ("gemma4_text",), ("gemma4",),
@@ -79,9 +79,9 @@ FAMILIES: tuple[ModelFamily, ...] = (
                 "Qwen3.5 dense: folders (text), every size as GGUF"),
     ModelFamily("Qwen3-Next", "qwen3_next", ("qwen3_next",), ("qwen3next",),
                 "Qwen3-Next-80B-A3B"),
-    # Text folders; the released checkpoints are the multimodal wrapper ("qwen3_5_moe").
-    ModelFamily("Qwen3.5-MoE", "qwen3_5_moe", ("qwen3_5_moe_text",), (),
-                "Qwen3.5 mixture-of-experts: text folders"),
+    # Text folders, and the multimodal folders it is released as (their text model).
+    ModelFamily("Qwen3.5-MoE", "qwen3_5_moe", ("qwen3_5_moe_text", "qwen3_5_moe"), ("qwen35moe",),
+                "Qwen3.5 mixture-of-experts (35B-A3B and larger): text folders, GGUF"),
 )
 
 # Known families the engine does not run yet: the reason shown in words.
@@ -92,19 +92,18 @@ NOT_YET: dict[str, str] = {
     **dict.fromkeys(("deepseek_v2", "deepseek2", "deepseek_v3", "olmoe",
                      "granitemoe", "phimoe", "llama4", "dbrx", "glm4_moe", "glm4moe"),
                     MIXTURE_OF_EXPERTS),
-    **dict.fromkeys(("qwen35moe", "mamba", "mamba2", "jamba", "falcon_h1", "falcon-h1",
+    **dict.fromkeys(("mamba", "mamba2", "jamba", "falcon_h1", "falcon-h1",
                      "nemotron_h", "nemotron_h_moe", "rwkv6", "rwkv7"),
                     _HYBRID),
     **dict.fromkeys(("qwen2_vl", "qwen2vl", "qwen2_5_vl", "qwen25vl", "qwen3_vl", "qwen3vl",
-                     "smolvlm", "idefics3", "mistral3", "llava", "mllama", "gemma3n", "gemma3",
-                     "gemma4", "qwen3_5_moe"),
+                     "smolvlm", "idefics3", "mistral3", "llava", "mllama", "gemma3n", "gemma4"),
                     _VISION),
 }
 
 
 # Multimodal folders whose text model Pagoda runs: model_type -> the config's attribute that holds
 # the text model's config (its weights: the family's FOLDER_TENSORS).
-TEXT_MODEL_OF = {"qwen3_5": "text_config"}
+TEXT_MODEL_OF = {"qwen3_5": "text_config", "qwen3_5_moe": "text_config", "gemma3": "text_config"}
 
 
 def text_model_config(config: PretrainedConfig) -> PretrainedConfig:

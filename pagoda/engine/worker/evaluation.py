@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from pagoda.engine.core.image_spans import ImageSpan, chunk_end
 from pagoda.engine.core.kv_cache_manager import KVCacheManager
 from pagoda.engine.core.scheduler import ScheduledSequence
 from pagoda.engine.core.sequence import Sequence
@@ -32,21 +33,25 @@ class QualityReport:
 
 
 @torch.inference_mode()
-def prompt_logits(runner: ModelRunner, token_ids: list[int], chunk: int = 256) -> torch.Tensor:
+def prompt_logits(runner: ModelRunner, token_ids: list[int], chunk: int = 256,
+                  images: tuple[ImageSpan, ...] = ()) -> torch.Tensor:
     """Logits after every token of token_ids [len, vocab] (float32), prefilled in chunks into
-    the runner's KV cache, which must hold the whole text; nothing else may run meanwhile."""
+    the runner's KV cache, which must hold the whole text; nothing else may run meanwhile.
+    images: the prompt's images at their placeholders (a chunk never ends inside one)."""
     num_blocks = -(-len(token_ids) // runner.block_size)
     if num_blocks > runner.num_blocks:
         raise ValueError(f"{len(token_ids)} tokens need {num_blocks} KV blocks; the runner has "
                          f"{runner.num_blocks}")
-    seq = Sequence("evaluation", list(token_ids), SamplingParams(max_tokens=1), frozenset())
+    seq = Sequence("evaluation", list(token_ids), SamplingParams(max_tokens=1), frozenset(),
+                   images=images)
     if runner.num_state_slots:
         seq.state_slot = 0  # the recurrent layers' states: nothing else runs meanwhile
     # The engine's bookkeeping, so that windowed layers' blocks are released as in a chat.
     kv = KVCacheManager(runner.kv_cache_groups, runner.block_size, enable_prefix_caching=False)
     logits = []
-    for start in range(0, len(token_ids), chunk):
-        n = min(chunk, len(token_ids) - start)
+    start = 0
+    while start < len(token_ids):
+        n = chunk_end(images, start, min(chunk, len(token_ids) - start))
         seq.num_computed_tokens = start
         if not kv.allocate_slots(seq, n):
             raise ValueError(f"a chunk of {n} tokens finds no room in the runner's windowed "
@@ -55,7 +60,9 @@ def prompt_logits(runner: ModelRunner, token_ids: list[int], chunk: int = 256) -
         every_row = torch.arange(n, device=runner.device)
         logits.append(runner.model.forward(inputs.input_ids, inputs.positions, inputs.attn,
                                            runner.kv_caches, every_row,
-                                           runner.recurrent_step(inputs)).float().cpu())
+                                           runner.recurrent_step(inputs),
+                                           runner.image_embeddings(inputs)).float().cpu())
+        start += n
     return torch.cat(logits)
 
 

@@ -29,7 +29,9 @@ from pagoda.engine.models.kv_cache_sizing import (
 )
 from pagoda.engine.models.memory import release_freed_memory, zeroed_host_tensor
 from pagoda.engine.models.registry import architecture_of
+from pagoda.engine.models.vision_tower import image_tower
 from pagoda.engine.structured_output.matcher import GrammarRows, GrammarState
+from pagoda.engine.worker.image_inputs import ImageRows, embed_images, image_rows, within_images
 from pagoda.engine.worker.kernel_placement import place_kernels
 from pagoda.engine.worker.logprobs import LogprobsRequest, SampledLogprobs, StepLogprobs
 from pagoda.engine.worker.pooler import PoolingChunk, pool_chunks
@@ -76,6 +78,8 @@ class ModelInputs:
     pooling_chunks: list[PoolingChunk]
     # Each sequence's state slot, where the model has recurrent layers.
     recurrent: RecurrentMetadata | None = None
+    # The rows of the step's prompt chunks that are images' placeholders.
+    images: list[ImageRows] = field(default_factory=list)
     # The scheduler index of each item, in the flat batch's order.
     flat_order: list[int] = field(default_factory=list)
 
@@ -141,6 +145,9 @@ class ModelRunner:
         self.model = DecoderForCausalLM(architecture_of(loaded.config), loaded.config,
                                         loaded.weights, placement, release_weights,
                                         with_mtp=config.num_speculative_tokens > 0)
+        # A multimodal model's image side, where Pagoda runs its images (None: text only).
+        self.image_tower = (None if loaded.multimodal_config is None else
+                            image_tower(loaded.multimodal_config, loaded.vision_weights, placement))
         self.kv_dtype = self._kv_dtype(ops.name)
         # The context this engine allows: the setting, within what the model was trained for.
         self.max_model_len = min(config.max_model_len or 1 << 62,
@@ -264,14 +271,21 @@ class ModelRunner:
         """The step's logits (the rows of logits_indices), and the last layer's output at every
         token (None from a CUDA graph, which keeps only logits); pooling chunks' hidden states
         are summed on the way, so a step with any runs eagerly."""
-        if (self.graphs is not None and not inputs.pooling_chunks
+        if (self.graphs is not None and not inputs.pooling_chunks and not inputs.images
                 and self.graphs.can_run(inputs.attn)):
             return self.graphs.run(inputs.input_ids, inputs.positions, inputs.attn,
                                    inputs.logits_indices), None
         hidden = self.model.hidden_states(inputs.input_ids, inputs.positions, inputs.attn,
-                                          self.kv_caches, self.recurrent_step(inputs))
+                                          self.kv_caches, self.recurrent_step(inputs),
+                                          self.image_embeddings(inputs))
         pool_chunks(hidden, inputs.pooling_chunks, self.model.final_norm)
         return self.model.compute_logits(hidden[inputs.logits_indices]), hidden
+
+    def image_embeddings(self, inputs: ModelInputs) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The step's images encoded: (rows of the batch, their embeddings), or None."""
+        if not inputs.images:
+            return None
+        return embed_images(self.image_tower, inputs.images, self.device)
 
     def recurrent_step(self, inputs: ModelInputs) -> RecurrentStep | None:
         """What the recurrent layers read this step: the slots and the states themselves."""
@@ -323,7 +337,7 @@ class ModelRunner:
         logits_indices, rows, sampling_order, drafts = [], [], [], []
         grammar_entries, grammar_runs, logprobs_requests = [], [], []
         prompt_indices, prompt_requests, prompt_targets = [], [], []
-        pooling_chunks = []
+        pooling_chunks, images = [], []
         for i, s in zip(order, items, strict=True):
             start, end = s.num_computed_tokens, s.num_computed_tokens + s.num_new_tokens
             spec = s.spec_token_ids
@@ -331,6 +345,8 @@ class ModelRunner:
             input_ids.extend(spec)
             positions.extend(range(start, end))
             slots.extend(self._slots(s.seq.block_ids, start, end))
+            if s.seq.images:
+                images += image_rows(s.seq.images, start, end, len(input_ids) - (end - start))
             if s.seq.is_pooling:
                 pooling_chunks.append(PoolingChunk(s.seq, start, len(input_ids) - (end - start),
                                                    end - start))
@@ -359,7 +375,8 @@ class ModelRunner:
                            self._tensor(logits_indices + prompt_indices), rows, sampling_order,
                            drafts if speculates else None, grammar_entries, grammar_runs,
                            logprobs_requests, prompt_requests, prompt_targets, pooling_chunks,
-                           self._recurrent_metadata(items, len(decode_idx)), order)
+                           self._recurrent_metadata(items, len(decode_idx)), images,
+                           order)
 
     def _recurrent_metadata(self, items: list[ScheduledSequence],
                             num_decodes: int) -> RecurrentMetadata | None:
@@ -510,10 +527,19 @@ class ModelRunner:
             start, n = s.num_computed_tokens - skip, s.num_new_tokens
             context_len = start + n
             mask = None
-            if start > 0 or (window and context_len > window):
+            if start > 0 or (window and context_len > window) or s.seq.images:
                 q_pos = torch.arange(start, context_len, device=self.device).unsqueeze(1)
                 k_pos = torch.arange(context_len, device=self.device).unsqueeze(0)
-                mask = _causal_mask(q_pos, k_pos, window)
+                # An image's tokens also see those after them in the image (Gemma 3); a
+                # window still bounds how far back any token sees.
+                same = (within_images(s.seq.images, q_pos + skip, k_pos + skip)
+                        if self.image_tower is not None and self.image_tower.bidirectional
+                        else None)
+                mask = _causal_mask(q_pos, k_pos, 0) if same is None else (k_pos <= q_pos) | same
+                if window:
+                    mask &= k_pos > q_pos - window
+                if same is None and start == 0 and not (window and context_len > window):
+                    mask = None  # no image in this chunk: plain causal
             num_blocks = -(-context_len // self.block_size)
             table = self._tensor(block_ids[:num_blocks])
             segments.append(PrefillSegment(offset, offset + n, context_len, table, mask))

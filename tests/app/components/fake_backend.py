@@ -13,6 +13,8 @@ from pagoda.app.backends import (
     BackendStoppedError,
     ChatBackend,
     ChatMessage,
+    ImageCost,
+    ImageInput,
     ModelLoadingError,
     PromptProgress,
     ReplyChunk,
@@ -24,6 +26,7 @@ from pagoda.app.backends import (
 from pagoda.app.components.shared.view_models import (
     AttachmentView,
     FolderView,
+    ImageView,
     MessageView,
     PassageView,
     SamplingView,
@@ -151,6 +154,8 @@ class ScriptedBackend:
     location = "this test"
     max_model_len_known = True
     thinking_switch = False
+    # It sees images, each at ImageCost's exact count (a test sets it text-only).
+    image_input = ImageInput(True, ImageCost(exact=True))
 
     def __init__(self, model_name: str = "fake-model", max_model_len: int = 4096) -> None:
         self.model_name = model_name
@@ -299,6 +304,9 @@ class RecordingView:
 
     def show_pending_attachments(self, views: list[AttachmentView]) -> None:
         self._record("show_pending_attachments", views)
+
+    def show_pending_images(self, views: list[ImageView]) -> None:
+        self._record("show_pending_images", views)
 
     def show_folders(self, views: list[FolderView]) -> None:
         self._record("show_folders", views)

@@ -57,7 +57,7 @@ def test_a_gguf_pagoda_runs_passes(ggufs):
     ({"model_type": "gemma4_text", "enable_moe_block": True},
      "Gemma 4's mixture-of-experts model .*: mixture-of-experts: not yet"),
     ({"model_type": "jamba"}, "hybrid attention and state-space layers: not yet"),
-    ({"model_type": "qwen3_5_moe"}, "vision-language model: not yet"),
+    ({"model_type": "qwen2_5_vl"}, "vision-language model: not yet"),
     ({"model_type": ["llama"]}, "not a model family Pagoda knows"),
     ({"model_type": "llama", "quantization_config": {"quant_method": "gptq"}},
      "quantized checkpoint \\(gptq\\)"),

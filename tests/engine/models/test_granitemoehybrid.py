@@ -15,7 +15,7 @@ import pytest
 import torch
 import transformers
 
-from pagoda.engine import LLM, SamplingParams
+from pagoda.engine import LLM
 from pagoda.engine.errors import ModelLoadError
 from pagoda.engine.layers.mamba2 import Mamba2Mixer
 from pagoda.engine.loading.gguf import GGUFModelFile
@@ -31,14 +31,21 @@ from tests.engine.family_parity import (
     greedy_disagreements_with_llama_cpp,
     hf_logits,
 )
+from tests.engine import hybrid_checks
 from tests.engine.hf_reference import load_hf_model
+from tests.engine.hybrid_checks import (
+    assert_aborts_give_the_slots_back,
+    assert_all_slots_free,
+    assert_chunks_keep_the_tokens,
+    assert_preemption_keeps_the_tokens,
+    assert_the_batch_keeps_the_tokens,
+    tokens_alone,
+)
 from tests.engine.llama_cpp_converter import convert_all, gguf_model_name, quantize_with_llama_cpp
 from tests.engine.llama_cpp_references import llama_cpp_records
 from tests.engine.models.test_parity import NUM_THREADS, assert_greedy_parity, parity_prompts
-from tests.engine.test_batch_invariance import SENTENCES
 from tests.engine.tiny_models import save_tiny_model, tiny_config
 
-GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
 ATTENTION_LAYERS = (1, 4)
 MAMBA_LAYERS = (0, 2, 3, 5)
 VARIANTS = ("granite-hybrid", "granite-hybrid-moe-rope")
@@ -71,27 +78,12 @@ def ggufs(tmp_path_factory) -> dict[str, tuple]:
 
 @pytest.fixture(scope="module")
 def long_prompts(dense) -> list[list[int]]:
-    """Prompts of 20 to 300 tokens that share no prefix."""
-    tokenizer = transformers.AutoTokenizer.from_pretrained(dense)
-    ids = [tokenizer.encode(f"Note {i}. " + " ".join(SENTENCES[i:] + SENTENCES[:i]) * 2)
-           for i in range(5)]
-    return [p[:n] for p, n in zip(ids, (300, 20, 150, 64, 97), strict=True)]
+    return hybrid_checks.long_prompts(dense)
 
 
 @pytest.fixture(scope="module")
 def alone(dense, long_prompts) -> list[list[int]]:
-    """Each long prompt's greedy tokens, run alone in one prefill."""
-    llm = LLM(str(dense), num_threads=NUM_THREADS, num_kv_blocks=64)
-    return [tokens(llm, [p])[0] for p in long_prompts]
-
-
-def tokens(llm: LLM, prompts: list[list[int]]) -> list[list[int]]:
-    return [out.outputs[0].token_ids for out in llm.generate(prompts, GREEDY)]
-
-
-def assert_all_slots_free(llm: LLM) -> None:
-    pool = llm.engine.state_pool
-    assert pool.num_free_slots == pool.num_slots
+    return tokens_alone(dense, long_prompts)
 
 
 def test_granite_folder_predicts_transformers_next_token_at_every_position(granite):
@@ -117,14 +109,11 @@ def test_granite_greedy_through_the_scheduler_matches_transformers(granite):
 def test_granite_greedy_tokens_do_not_depend_on_the_prefill_chunk(dense, long_prompts, alone):
     """7-token chunks (prime, so chunks end anywhere in the convolution's window and the scan's
     chunks) and prompts batched with each other's chunks and decodes."""
-    llm = LLM(str(dense), num_threads=NUM_THREADS, num_kv_blocks=64, max_num_batched_tokens=7)
-    assert tokens(llm, long_prompts) == alone
+    assert_chunks_keep_the_tokens(dense, long_prompts, alone)
 
 
 def test_granite_greedy_tokens_do_not_depend_on_the_batch(dense, long_prompts, alone):
-    llm = LLM(str(dense), num_threads=NUM_THREADS, num_kv_blocks=64)
-    assert tokens(llm, long_prompts) == alone
-    assert_all_slots_free(llm)
+    assert_the_batch_keeps_the_tokens(dense, long_prompts, alone)
 
 
 def test_granite_preempted_requests_restart_and_get_the_tokens_they_get_alone(
@@ -132,24 +121,11 @@ def test_granite_preempted_requests_restart_and_get_the_tokens_they_get_alone(
     """22 blocks of 16 tokens hold the longest request (324 tokens) but not all of them: the
     newest are preempted, lose their states with their slot, and recompute from their first
     token."""
-    llm = LLM(str(dense), num_threads=NUM_THREADS, num_kv_blocks=22)
-    assert tokens(llm, long_prompts) == alone
-    assert llm.stats().num_preemptions > 0
-    assert_all_slots_free(llm)
+    assert_preemption_keeps_the_tokens(dense, long_prompts, alone)
 
 
 def test_an_aborted_granite_request_gives_its_slot_back(dense, long_prompts):
-    llm = LLM(str(dense), num_threads=NUM_THREADS, num_kv_blocks=64, max_num_batched_tokens=32)
-    engine = llm.engine
-    for i, prompt in enumerate(long_prompts[:3]):
-        engine.add_request(str(i), prompt, GREEDY)
-    engine.step()
-    engine.step()
-    assert engine.state_pool.num_free_slots < engine.state_pool.num_slots
-    for i in range(3):
-        engine.abort_request(str(i))
-    assert_all_slots_free(llm)
-    assert not engine.has_unfinished_requests()
+    assert_aborts_give_the_slots_back(dense, long_prompts)
 
 
 def test_only_granite_attention_layers_hold_kv_blocks(dense):

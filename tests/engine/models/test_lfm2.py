@@ -14,7 +14,7 @@ import pytest
 import torch
 import transformers
 
-from pagoda.engine import LLM, SamplingParams
+from pagoda.engine import LLM
 from pagoda.engine.errors import ModelLoadError
 from pagoda.engine.loading.gguf import GGUFModelFile
 from pagoda.engine.models.lfm2 import architecture, config_from_gguf, mlp_width
@@ -30,7 +30,18 @@ from tests.engine.family_parity import (
     hf_logits,
     round_matrices_to_fp16,
 )
+from tests.engine import hybrid_checks
 from tests.engine.hf_reference import load_hf_model
+from tests.engine.hybrid_checks import (
+    GREEDY,
+    assert_aborts_give_the_slots_back,
+    assert_all_slots_free,
+    assert_chunks_keep_the_tokens,
+    assert_preemption_keeps_the_tokens,
+    assert_the_batch_keeps_the_tokens,
+    greedy_tokens,
+    tokens_alone,
+)
 from tests.engine.llama_cpp_converter import (
     convert_to_gguf,
     gguf_model_name,
@@ -38,10 +49,8 @@ from tests.engine.llama_cpp_converter import (
 )
 from tests.engine.llama_cpp_references import llama_cpp_records
 from tests.engine.models.test_parity import NUM_THREADS, assert_greedy_parity, parity_prompts
-from tests.engine.test_batch_invariance import SENTENCES
 from tests.engine.tiny_models import save_tiny_model
 
-GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
 ATTENTION_LAYERS = (1, 4)
 
 pytestmark = pytest.mark.usefixtures("fresh_gguf_metadata_cache")
@@ -70,27 +79,12 @@ def hf_model(lfm2):
 
 @pytest.fixture(scope="module")
 def long_prompts(lfm2) -> list[list[int]]:
-    """Prompts of 20 to 300 tokens that share no prefix."""
-    tokenizer = transformers.AutoTokenizer.from_pretrained(lfm2)
-    ids = [tokenizer.encode(f"Note {i}. " + " ".join(SENTENCES[i:] + SENTENCES[:i]) * 2)
-           for i in range(5)]
-    return [p[:n] for p, n in zip(ids, (300, 20, 150, 64, 97), strict=True)]
+    return hybrid_checks.long_prompts(lfm2)
 
 
 @pytest.fixture(scope="module")
 def alone(lfm2, long_prompts) -> list[list[int]]:
-    """Each long prompt's greedy tokens, run alone in one prefill."""
-    llm = LLM(str(lfm2), num_threads=NUM_THREADS, num_kv_blocks=64)
-    return [tokens(llm, [p])[0] for p in long_prompts]
-
-
-def tokens(llm: LLM, prompts: list[list[int]]) -> list[list[int]]:
-    return [out.outputs[0].token_ids for out in llm.generate(prompts, GREEDY)]
-
-
-def assert_all_slots_free(llm: LLM) -> None:
-    pool = llm.engine.state_pool
-    assert pool.num_free_slots == pool.num_slots
+    return tokens_alone(lfm2, long_prompts)
 
 
 def test_lfm2_folder_predicts_transformers_next_token_at_every_position(lfm2, hf_model, prompts):
@@ -111,14 +105,11 @@ def test_lfm2_greedy_through_the_scheduler_matches_transformers(lfm2, hf_model, 
 def test_lfm2_greedy_tokens_do_not_depend_on_the_prefill_chunk(lfm2, long_prompts, alone):
     """7-token chunks (prime, so chunks end anywhere in the convolution's window) and prompts
     batched with each other's chunks and decodes."""
-    llm = LLM(str(lfm2), num_threads=NUM_THREADS, num_kv_blocks=64, max_num_batched_tokens=7)
-    assert tokens(llm, long_prompts) == alone
+    assert_chunks_keep_the_tokens(lfm2, long_prompts, alone)
 
 
 def test_lfm2_greedy_tokens_do_not_depend_on_the_batch(lfm2, long_prompts, alone):
-    llm = LLM(str(lfm2), num_threads=NUM_THREADS, num_kv_blocks=64)
-    assert tokens(llm, long_prompts) == alone
-    assert_all_slots_free(llm)
+    assert_the_batch_keeps_the_tokens(lfm2, long_prompts, alone)
 
 
 def test_lfm2_preempted_requests_restart_and_get_the_tokens_they_get_alone(
@@ -126,10 +117,7 @@ def test_lfm2_preempted_requests_restart_and_get_the_tokens_they_get_alone(
     """22 blocks of 16 tokens hold the longest request (324 tokens) but not all of them: the
     newest are preempted, lose their state with their slot, and recompute from their first
     token."""
-    llm = LLM(str(lfm2), num_threads=NUM_THREADS, num_kv_blocks=22)
-    assert tokens(llm, long_prompts) == alone
-    assert llm.stats().num_preemptions > 0
-    assert_all_slots_free(llm)
+    assert_preemption_keeps_the_tokens(lfm2, long_prompts, alone)
 
 
 def test_lfm2_runs_no_more_sequences_than_it_has_state_slots(lfm2, long_prompts, alone,
@@ -147,7 +135,7 @@ def test_lfm2_runs_no_more_sequences_than_it_has_state_slots(lfm2, long_prompts,
         return out
 
     monkeypatch.setattr(scheduler, "schedule", counting_schedule)
-    assert tokens(llm, long_prompts) == alone
+    assert greedy_tokens(llm, long_prompts) == alone
     assert max(most) == 2
     assert_all_slots_free(llm)
 
@@ -156,24 +144,14 @@ def test_a_one_token_prompt_starts_from_no_state_in_a_slot_used_before(lfm2, lon
     """A one-token prompt runs with the decodes, which read their slot: the slot another
     sequence left must not leak into it."""
     fresh = LLM(str(lfm2), num_threads=NUM_THREADS, num_kv_blocks=64)
-    want = tokens(fresh, [[long_prompts[0][0]]])
+    want = greedy_tokens(fresh, [[long_prompts[0][0]]])
     used = LLM(str(lfm2), num_threads=NUM_THREADS, num_kv_blocks=64)
-    tokens(used, [long_prompts[1]])
-    assert tokens(used, [[long_prompts[0][0]]]) == want
+    greedy_tokens(used, [long_prompts[1]])
+    assert greedy_tokens(used, [[long_prompts[0][0]]]) == want
 
 
 def test_an_aborted_lfm2_request_gives_its_slot_back(lfm2, long_prompts):
-    llm = LLM(str(lfm2), num_threads=NUM_THREADS, num_kv_blocks=64, max_num_batched_tokens=32)
-    engine = llm.engine
-    for i, prompt in enumerate(long_prompts[:3]):
-        engine.add_request(str(i), prompt, GREEDY)
-    engine.step()
-    engine.step()
-    assert engine.state_pool.num_free_slots < engine.state_pool.num_slots
-    for i in range(3):
-        engine.abort_request(str(i))
-    assert_all_slots_free(llm)
-    assert not engine.has_unfinished_requests()
+    assert_aborts_give_the_slots_back(lfm2, long_prompts)
 
 
 def test_a_repeated_lfm2_prompt_starts_from_its_prompt_end_checkpoint(lfm2, long_prompts,
@@ -188,20 +166,18 @@ def test_a_repeated_lfm2_prompt_starts_from_its_prompt_end_checkpoint(lfm2, long
     assert_all_slots_free(llm)
 
 
-def test_lfm2_turns_off_what_needs_more_than_checkpoints_and_says_so(lfm2, tmp_path, caplog):
+def test_lfm2_keeps_speculation_and_the_disk_tier_on(lfm2, tmp_path, caplog):
+    """Speculative decoding runs (the verifying step keeps the states after each draft:
+    tests/engine/spec_decode/test_hybrid_spec_decode.py); the disk tier keeps checkpoints beside
+    the blocks (tests/engine/disk_cache/test_disk_cache_checkpoints.py): nothing is off."""
     with caplog.at_level(logging.INFO, logger="pagoda.engine.llm_engine"):
         llm = LLM(str(lfm2), num_threads=NUM_THREADS, num_kv_blocks=16,
                   num_speculative_tokens=3, disk_cache_dir=tmp_path / "disk")
     engine = llm.engine
-    assert engine.disk_cache is None
+    assert engine.scheduler.proposer is not None
+    assert engine.disk_cache is not None and engine.disk_cache.state_io is not None
     assert engine.kv_cache.checkpoints is not None
-    # (not the native decode's line, which names recurrent layers too where its library loads)
-    message = next(r.getMessage() for r in caplog.records
-                   if "has recurrent layers" in r.getMessage())
-    assert "disk tier" in message
-    # Speculation runs (tests/engine/spec_decode/test_hybrid_spec_decode.py).
-    assert "speculative decoding" not in message and engine.scheduler.proposer is not None
-    assert not list((tmp_path / "disk").glob("**/*.block"))
+    assert not any("off for this model" in r.getMessage() for r in caplog.records)
 
 
 def test_only_lfm2_attention_layers_hold_kv_blocks(lfm2):

@@ -13,7 +13,7 @@ import pytest
 import torch
 import transformers
 
-from pagoda.engine import LLM, SamplingParams
+from pagoda.engine import LLM
 from pagoda.engine.errors import ModelLoadError
 from pagoda.engine.loading.gguf import GGUFModelFile
 from pagoda.engine.models.architecture import AttentionKind, GatedDeltaNetKind
@@ -28,7 +28,17 @@ from tests.engine.family_parity import (
     hf_logits,
     round_matrices_to_fp16,
 )
+from tests.engine import hybrid_checks
 from tests.engine.hf_reference import load_hf_model
+from tests.engine.hybrid_checks import (
+    GREEDY,
+    assert_aborts_give_the_slots_back,
+    assert_all_slots_free,
+    assert_chunks_keep_the_tokens,
+    assert_preemption_keeps_the_tokens,
+    assert_the_batch_keeps_the_tokens,
+    tokens_alone,
+)
 from tests.engine.llama_cpp_converter import (
     convert_to_gguf,
     gguf_model_name,
@@ -36,10 +46,9 @@ from tests.engine.llama_cpp_converter import (
 )
 from tests.engine.llama_cpp_references import llama_cpp_records
 from tests.engine.models.test_parity import NUM_THREADS, assert_greedy_parity, parity_prompts
-from tests.engine.test_batch_invariance import SENTENCES
+from tests.engine.multimodal_folders import save_as_multimodal
 from tests.engine.tiny_models import save_tiny_model, tiny_config
 
-GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
 ATTENTION_LAYERS = (3, 7)
 # A DeltaNet layer's state per slot, in floats: the convolution's last 3 inputs of its 128
 # channels (q and k: 2 heads of 16 each, v: 4 heads of 16), and 4 value heads' 16 x 16 matrices.
@@ -70,27 +79,12 @@ def hf_model(qwen35):
 
 @pytest.fixture(scope="module")
 def long_prompts(qwen35) -> list[list[int]]:
-    """Prompts of 20 to 300 tokens that share no prefix."""
-    tokenizer = transformers.AutoTokenizer.from_pretrained(qwen35)
-    ids = [tokenizer.encode(f"Note {i}. " + " ".join(SENTENCES[i:] + SENTENCES[:i]) * 2)
-           for i in range(5)]
-    return [p[:n] for p, n in zip(ids, (300, 20, 150, 64, 97), strict=True)]
+    return hybrid_checks.long_prompts(qwen35)
 
 
 @pytest.fixture(scope="module")
 def alone(qwen35, long_prompts) -> list[list[int]]:
-    """Each long prompt's greedy tokens, run alone in one prefill."""
-    llm = LLM(str(qwen35), num_threads=NUM_THREADS, num_kv_blocks=64)
-    return [tokens(llm, [p])[0] for p in long_prompts]
-
-
-def tokens(llm: LLM, prompts: list[list[int]]) -> list[list[int]]:
-    return [out.outputs[0].token_ids for out in llm.generate(prompts, GREEDY)]
-
-
-def assert_all_slots_free(llm: LLM) -> None:
-    pool = llm.engine.state_pool
-    assert pool.num_free_slots == pool.num_slots
+    return tokens_alone(qwen35, long_prompts)
 
 
 def test_qwen3_5_folder_predicts_transformers_next_token_at_every_position(qwen35, hf_model,
@@ -113,14 +107,11 @@ def test_qwen3_5_greedy_through_the_scheduler_matches_transformers(qwen35, hf_mo
 def test_qwen3_5_greedy_tokens_do_not_depend_on_the_prefill_chunk(qwen35, long_prompts, alone):
     """7-token chunks (prime, so chunks end anywhere in the convolution's window and the delta
     rule's chunks) and prompts batched with each other's chunks and decodes."""
-    llm = LLM(str(qwen35), num_threads=NUM_THREADS, num_kv_blocks=64, max_num_batched_tokens=7)
-    assert tokens(llm, long_prompts) == alone
+    assert_chunks_keep_the_tokens(qwen35, long_prompts, alone)
 
 
 def test_qwen3_5_greedy_tokens_do_not_depend_on_the_batch(qwen35, long_prompts, alone):
-    llm = LLM(str(qwen35), num_threads=NUM_THREADS, num_kv_blocks=64)
-    assert tokens(llm, long_prompts) == alone
-    assert_all_slots_free(llm)
+    assert_the_batch_keeps_the_tokens(qwen35, long_prompts, alone)
 
 
 def test_qwen3_5_preempted_requests_restart_and_get_the_tokens_they_get_alone(
@@ -128,24 +119,11 @@ def test_qwen3_5_preempted_requests_restart_and_get_the_tokens_they_get_alone(
     """22 blocks of 16 tokens hold the longest request (324 tokens) but not all of them: the
     newest are preempted, lose their states with their slot, and recompute from their first
     token."""
-    llm = LLM(str(qwen35), num_threads=NUM_THREADS, num_kv_blocks=22)
-    assert tokens(llm, long_prompts) == alone
-    assert llm.stats().num_preemptions > 0
-    assert_all_slots_free(llm)
+    assert_preemption_keeps_the_tokens(qwen35, long_prompts, alone)
 
 
 def test_an_aborted_qwen3_5_request_gives_its_slot_back(qwen35, long_prompts):
-    llm = LLM(str(qwen35), num_threads=NUM_THREADS, num_kv_blocks=64, max_num_batched_tokens=32)
-    engine = llm.engine
-    for i, prompt in enumerate(long_prompts[:3]):
-        engine.add_request(str(i), prompt, GREEDY)
-    engine.step()
-    engine.step()
-    assert engine.state_pool.num_free_slots < engine.state_pool.num_slots
-    for i in range(3):
-        engine.abort_request(str(i))
-    assert_all_slots_free(llm)
-    assert not engine.has_unfinished_requests()
+    assert_aborts_give_the_slots_back(qwen35, long_prompts)
 
 
 def test_only_qwen3_5_attention_layers_hold_kv_blocks(qwen35):
@@ -282,22 +260,8 @@ def test_a_qwen35_file_that_does_not_fit_its_layers_is_refused(keys, words):
 def multimodal(qwen35, tmp_path_factory):
     """The tiny Qwen3.5 as Qwen3.5 is released: Qwen3_5ForConditionalGeneration (a small vision
     encoder beside it), the text model's weights the tiny folder's."""
-    text = transformers.AutoConfig.from_pretrained(qwen35)
-    vision = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
-              "out_hidden_size": text.hidden_size, "patch_size": 4,
-              "num_position_embeddings": 16}
-    config = transformers.Qwen3_5Config(text_config=text.to_dict(), vision_config=vision,
-                                        tie_word_embeddings=False)
-    model = transformers.Qwen3_5ForConditionalGeneration(config)
-    text_model = load_hf_model(qwen35)
-    missing, _ = model.model.language_model.load_state_dict(text_model.model.state_dict(),
-                                                            strict=False)
-    assert not missing
-    model.lm_head.load_state_dict(text_model.lm_head.state_dict())
-    folder = tmp_path_factory.mktemp("qwen35_multimodal")
-    model.save_pretrained(folder)
-    transformers.AutoTokenizer.from_pretrained(qwen35).save_pretrained(folder)
-    return folder
+    return save_as_multimodal(qwen35, tmp_path_factory.mktemp("qwen35_multimodal"),
+                              transformers.Qwen3_5Config, transformers.Qwen3_5ForConditionalGeneration)
 
 
 def test_a_qwen3_5_multimodal_folder_runs_its_text_model(multimodal, hf_model, prompts):

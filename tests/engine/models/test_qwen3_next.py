@@ -23,6 +23,7 @@ from tests.engine.family_parity import (
     engine_logits,
     greedy_disagreements_with_llama_cpp,
     hf_logits,
+    round_as_the_f16_file,
 )
 from tests.engine.hf_reference import load_hf_model
 from tests.engine.llama_cpp_converter import (
@@ -110,25 +111,12 @@ def test_qwen3_next_layers_are_qwen3_5s_with_experts_in_every_layer():
     assert arch.norm_offset == 1.0
 
 
-# What llama.cpp's f16 file keeps in float32: the routers, the shared experts' gates and the
-# DeltaNets' convolution taps (as it does norms).
-_KEPT_FLOAT32 = ("mlp.gate.weight", "shared_expert_gate.weight", "conv1d.weight")
-
-
-@torch.no_grad()
-def _as_the_file_holds_it(model):
-    for name, parameter in model.named_parameters():
-        if parameter.ndim >= 2 and not name.endswith(_KEPT_FLOAT32):
-            parameter.copy_(parameter.half().float())
-    return model
-
-
 def test_qwen3_next_gguf_gives_the_folders_logits_to_fp16_rounding(qwen3_next, qwen3_next_gguf,
                                                                   prompts):
     """The converter splits in_proj_qkvz into attn_qkv and attn_gate and keeps in_proj_ba whole
     (ssm_ba, grouped by key head), the value heads in Hugging Face's order; within the
     folder's own 3e-4 (above)."""
-    reference = _as_the_file_holds_it(load_hf_model(qwen3_next))
+    reference = round_as_the_f16_file(load_hf_model(qwen3_next))
     for ours, theirs in zip(engine_logits(qwen3_next_gguf, prompts),
                             hf_logits(reference, prompts), strict=True):
         torch.testing.assert_close(ours, theirs, atol=3e-4, rtol=1e-4)

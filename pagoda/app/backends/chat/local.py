@@ -13,6 +13,7 @@ from pagoda.app.backends.chat.reply_parts import NOTHING, ReplyParts, Step
 from pagoda.app.backends.chat.starting import StartingReplies
 from pagoda.app.backends.errors import (
     BackendStoppedError,
+    ImagesRefusedError,
     InvalidRequestError,
     PromptTooLongError,
     ServerError,
@@ -21,6 +22,7 @@ from pagoda.app.backends.errors import (
 from pagoda.app.backends.types import (
     BackendStats,
     ChatMessage,
+    ImageInput,
     PromptProgress,
     ReplyChunk,
     SamplingOptions,
@@ -69,6 +71,13 @@ class LocalBackend:
         return "enable_thinking" in (self._engine.chat_template or "")
 
     @property
+    def image_input(self) -> ImageInput:
+        """Text only: the engine in this process has no vision encoder yet (issue 57's engine
+        side). A model that gains one says so here, with what its images cost."""
+        return ImageInput(False, why=f"{self.model_name} on this computer takes text only: it "
+                                     "cannot see images (use a server whose model sees them)")
+
+    @property
     def engine(self) -> AsyncEngine:
         """The engine behind this backend, for what serves it further (the local API server)."""
         return self._engine
@@ -76,6 +85,8 @@ class LocalBackend:
     async def stream(self, messages: Sequence[ChatMessage], options: SamplingOptions,
                      request_id: str | None = None, *, continue_final_message: bool = False,
                      cache_tag: str | None = None) -> AsyncIterator[ReplyChunk]:
+        if any(m.images for m in messages):
+            raise ImagesRefusedError(f"{self.image_input.why}.")
         request = local_request(options)
         request_id = request_id or f"local-{next(self._ids)}"
         with self._starting.starting(request_id):

@@ -12,6 +12,7 @@ from pagoda.app.backends.errors import (
     BackendNotAnsweringError,
     BackendUnreachableError,
     ConnectionDroppedError,
+    ImagesRefusedError,
     InvalidRequestError,
     ModelNotFoundError,
     PromptTooLongError,
@@ -29,6 +30,11 @@ _TIMEOUTS = (TimeoutError, httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTime
 _TOOLS_ADVICE = ("The server or its model may not take tools (vLLM needs "
                  "--enable-auto-tool-choice and --tool-call-parser, llama.cpp --jinja): turn "
                  "this chat's tools off, or use another server")
+# A refusal of an image part: vLLM, llama.cpp and Pagoda name the part or say "image",
+# "vision", "multimodal" or "text only".
+_IMAGES = re.compile(r"image|vision|multimodal|multi-modal|text[ -]only|mmproj", re.IGNORECASE)
+_IMAGES_ADVICE = ("Its model may not take images: ask again in a message without them, or use "
+                  "a server whose model sees images")
 _FORMAT_ADVICE = ("The server may not follow a reply format, or not this schema: change this "
                   "chat's reply format or turn it off")
 _FIELDS = {
@@ -121,6 +127,9 @@ def _refusal(status: int, message: str, code: str | None, url: str,
         return PromptTooLongError(
             f"The chat is too long for the model at {url}{said}. Start a new chat, or shorten "
             "the longest messages.")
+    if _IMAGES.search(message):
+        return ImagesRefusedError(f"{url} refused this chat's images (HTTP {status}{said}). "
+                                  f"{_IMAGES_ADVICE}.")
     field = _refused_field(message, param)
     if field is not None:
         return InvalidRequestError(f"{url} refused this chat's {field} (HTTP {status}{said}). "

@@ -33,6 +33,7 @@ from pagoda.app.backends.remote.server_info import fetch_server_info, tokenize_c
 from pagoda.app.backends.types import (
     BackendStats,
     ChatMessage,
+    ImageInput,
     ReplyChunk,
     SamplingOptions,
     TokenCount,
@@ -123,6 +124,9 @@ class OpenAIBackend:
         # A server does not say what its chat template can switch: the window offers no
         # thinking switch for it (a request may still carry one: openai_request says where).
         self.thinking_switch = False
+        # A server does not say whether its model sees images either: they are sent, and a
+        # refusal is said in words (http_errors).
+        self.image_input = ImageInput(None)
         self._requested_model = model
         self._requested_flavor = flavor
         self.api: Api = api or "chat"

@@ -57,11 +57,20 @@ def _items(message: ChatMessage) -> list[dict]:
         return [{"type": "function_call_output", "call_id": message.tool_call_id,
                  "output": message.content}]
     items = []
-    if message.content or not message.tool_calls:
+    if message.images:
+        items.append({"type": "message", "role": message.role, "content": _parts(message)})
+    elif message.content or not message.tool_calls:
         items.append({"type": "message", "role": message.role, "content": message.content})
     items.extend({"type": "function_call", "call_id": call.id, "name": call.name,
                   "arguments": call.arguments} for call in message.tool_calls)
     return items
+
+
+def _parts(message: ChatMessage) -> list[dict]:
+    """A user's text and images as the Responses API's input parts."""
+    text = [{"type": "input_text", "text": message.content}] if message.content else []
+    return text + [{"type": "input_image", "image_url": image.data_url()}
+                   for image in message.images]
 
 
 def _tool(tool: ToolSpec) -> dict:

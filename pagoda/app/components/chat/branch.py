@@ -1,5 +1,5 @@
 """A chat's branch, root to leaf, as the views a ChatView draws: each message with its place
-among its siblings, its documents and its cited sources."""
+among its siblings, its documents and images, and its cited sources."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from pagoda.app.components.chat.prompting import stats_text
 from pagoda.app.components.documents.chat_documents import attachment_views
+from pagoda.app.components.images.stored_images import kept_image_view
 from pagoda.app.components.shared.view_models import AttachmentView, MessageView, SourceView
 from pagoda.app.store import Conversation, ConversationStore, Message
 
@@ -20,6 +21,7 @@ def message_view(m: Message, sibling_index: int = 0, sibling_count: int = 1,
                        finish_reason=m.finish_reason, completion_tokens=m.completion_tokens,
                        reasoning=m.reasoning, reasoning_s=m.reasoning_s, tool_name=m.tool_name,
                        attachments=attachments,
+                       images=tuple(kept_image_view(kept) for kept in m.images),
                        sources=tuple(SourceView(c.number, c.name, c.page, c.heading, c.ordinal)
                                      for c in m.sources))
 

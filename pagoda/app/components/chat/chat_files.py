@@ -1,15 +1,18 @@
-"""A chat's files as its session uses them: the documents waiting in the composer and kept with
-each message, and the chat's folders, looked at again before each reply. No Qt."""
+"""A chat's files as its session uses them: the documents and images waiting in the composer
+and kept with each message, and the chat's folders, looked at again before each reply. No Qt."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from pagoda.app.backends import ChatBackend, ToolSpec
+from pagoda.app.backends.images import count_chat, is_image_name, refusal
 from pagoda.app.components.chat.prompting import chat_messages
 from pagoda.app.components.chat.session_seam import FilesHost
 from pagoda.app.components.documents.chat_documents import ChatDocuments, DocumentPrompt
 from pagoda.app.components.documents.folder_index import ChatFolders, FolderError
+from pagoda.app.components.images.pending_images import PendingImages
+from pagoda.app.components.shared.view_models import ImageView
 from pagoda.app.store import Message, StoreError
 
 
@@ -17,7 +20,8 @@ READING_FOLDERS = "looking for changes in the chat's folders…"
 
 
 class ChatFiles:
-    """`documents` (the composer's files and each message's) and `folders` of one session."""
+    """`documents` and `images` (the composer's files and each message's) and `folders` of one
+    session."""
 
     def __init__(self, session: FilesHost) -> None:
         self.session = session
@@ -29,6 +33,10 @@ class ChatFiles:
         self.folders.on_settled = lambda: session.spawn(session.refresh_context_meter())
         self.folders.on_error = session.action_failed
         self.documents.folder_files = self.folders.documents
+        self.images = PendingImages()
+        self.images.on_changed = self._images_changed
+        self.images.on_refused = lambda words: session.notify(
+            f"This image cannot be used: {words}.", error=True)
 
     async def attach(self, paths: list[str]) -> None:
         """Files for the next message: read off the loop, shown waiting in the composer. A
@@ -37,9 +45,48 @@ class ChatFiles:
         for folder in folders:
             await self.add_folder(folder)
         files = [path for path in paths if path not in folders]
-        if files:
-            await self.documents.attach(files)
+        images = [path for path in files if is_image_name(path)]
+        documents = [path for path in files if path not in images]
+        if images:
+            await self.images.add_files(images)
+        if documents:
+            await self.documents.attach(documents)
         await self.session.refresh_context_meter()
+
+    async def paste_image(self, data: bytes) -> None:
+        """An image pasted into the composer (the window's PNG of the clipboard's image)."""
+        await self.images.add_pasted(data)
+        await self.session.refresh_context_meter()
+
+    def remove_pending_image(self, index: int) -> None:
+        self.images.remove(index)
+        self.session.spawn(self.session.refresh_context_meter())
+
+    def images_refused(self) -> bool:
+        """The composer, or the branch, holds images and the model takes text only: said in
+        the notice, before anything is sent (the text and the images stay in the composer)."""
+        words = self._images_refusal()
+        if words is not None and self.images.images:
+            self.session.notify(f"{words}. Your message and its images stay in the box.",
+                                error=True)
+        elif words is not None and any(m.images for m in self.session.path):
+            self.session.notify(f"{words}, and this chat's earlier messages hold images: go on "
+                                "with it on a server whose model sees images, or start a new "
+                                "chat. Your message stays in the box.", error=True)
+        else:
+            return False
+        return True
+
+    def _images_refusal(self) -> str | None:
+        backend = self.session.source.backend
+        return None if backend is None else refusal(backend)
+
+    def _images_changed(self, views: list[ImageView]) -> None:
+        self.session.view.show_pending_images(views)
+        words = self._images_refusal()
+        if words is not None and views:
+            self.session.notify(f"{words}: this message cannot be sent with its images.",
+                                error=True)
 
     async def add_folder(self, path: str) -> None:
         """The chat answers from the folder's files too, indexed in the background; one that
@@ -82,7 +129,8 @@ class ChatFiles:
         await self._folders_ready(message_id)
         conversation = self.session.conversation
         messages = chat_messages(conversation.system_prompt, branch)
-        return await self.documents.prompt(messages, branch, backend.count_tokens, tools,
+        return await self.documents.prompt(messages, branch,
+                                           lambda kept, t: count_chat(backend, kept, t), tools,
                                            backend.max_model_len,
                                            conversation.sampling.max_tokens)
 
@@ -106,3 +154,4 @@ class ChatFiles:
     def close(self) -> None:
         self.folders.close()
         self.documents.close()
+        self.images.close()

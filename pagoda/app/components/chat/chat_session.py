@@ -17,11 +17,12 @@ from pagoda.app.components.chat.reply_stream import Reply
 from pagoda.app.components.chat.seams import BackendSource, ChatView, NullView
 from pagoda.app.components.chat.tool_turns import turn_start
 from pagoda.app.components.chat.turn import ChatTurn
+from pagoda.app.components.images.stored_images import to_new_image
 from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.components.shared.tasks import TaskSet
 from pagoda.app.components.shared.tool_seam import ChatTools
 from pagoda.app.components.shared.view_models import MessageView, SamplingView
-from pagoda.app.store import Conversation, Message
+from pagoda.app.store import Conversation, ImageRefusedError, Message
 
 logger = logging.getLogger(__name__)
 
@@ -157,12 +158,23 @@ class ChatSession:
     # -- the user's actions ----------------------------------------------------------------------
 
     async def send(self, text: str) -> None:
-        if self.is_streaming or not self._check_backend() or self.files.still_reading():
+        if (self.is_streaming or not self._check_backend() or self.files.still_reading()
+                or self.files.images_refused()):
             self.view.restore_draft(text)
             return
         self.draft = ""
+        images = self.files.images.take()
         async with self.turn.replying():
-            user = await self.db.append_user_message(self.conversation_id, text)
+            try:
+                user = await self.db.append_user_message(
+                    self.conversation_id, text, [to_new_image(image) for image in images])
+            except ImageRefusedError as exc:
+                self.files.images.give_back(images)
+                self.draft = text
+                self.view.restore_draft(text)
+                self.notify(f"This message was not sent: {exc}. Your message and its images "
+                            "stay in the box.", error=True)
+                return
             await self.files.documents.keep_with(user.id)
             self.on_conversation_changed(self.conversation_id)
             await self.turn.generate(user.id)

@@ -1,9 +1,11 @@
 """How much of the model's context a chat fills: its branch, its documents, the tools it offers
-and the message being typed, counted with the backend's tokenizer off the loop. No Qt."""
+and the message being typed with its images, counted with the backend's tokenizer off the loop
+(an image at the backend's cost). No Qt."""
 
 from __future__ import annotations
 
 from pagoda.app.backends import BackendError, ChatBackend, ChatMessage
+from pagoda.app.backends.images import count_chat
 from pagoda.app.components.chat.prompting import FittedPrompt, chat_messages
 from pagoda.app.components.chat.session_seam import MeterHost
 
@@ -26,14 +28,16 @@ class ContextMeter:
         self._counts += 1
         ticket = self._counts
         messages = chat_messages(s.conversation.system_prompt, s.path)
-        if s.draft.strip() and not s.is_streaming:
-            messages.append(ChatMessage("user", s.draft))
+        images = tuple(s.files.images.images)
+        if (s.draft.strip() or images) and not s.is_streaming:
+            messages.append(ChatMessage("user", s.draft, images=images))
         used, exact = 0, True
         documents = s.files.documents
         if messages or documents.views:
             try:
                 count = await documents.counted(
-                    messages, s.path, backend.count_tokens, s.turn.tools_in_prompt(),
+                    messages, s.path, lambda kept, tools: count_chat(backend, kept, tools),
+                    s.turn.tools_in_prompt(),
                     backend.max_model_len, s.conversation.sampling.max_tokens)
             except BackendError:
                 return  # the model is being switched: the new one's load refreshes the meter

@@ -13,6 +13,7 @@ from pagoda.app.backends import (
     sampling_values,
 )
 from pagoda.app.components.chat.tool_turns import answered_calls, call_outcomes
+from pagoda.app.components.images.stored_images import to_chat_image
 from pagoda.app.store import GenerationStats, Message, SamplingSettings
 
 TokenCounter = Callable[[list[ChatMessage]], Awaitable[TokenCount]]
@@ -34,7 +35,8 @@ class FittedPrompt:
 
 
 def chat_messages(system_prompt: str | None, path: Sequence[Message]) -> list[ChatMessage]:
-    """The branch as the model is given it: what the user saw, partial replies included, an
+    """The branch as the model is given it: what the user saw (a user's images with their
+    message), partial replies included, an
     assistant's reasoning beside its answer (the template decides what it keeps), its answered
     calls and their results."""
     messages = [ChatMessage("system", system_prompt)] if system_prompt else []
@@ -44,7 +46,8 @@ def chat_messages(system_prompt: str | None, path: Sequence[Message]) -> list[Ch
             messages.append(ChatMessage("tool", m.content, tool_call_id=m.tool_call_id))
             continue
         if m.role != "assistant":
-            messages.append(ChatMessage(m.role, m.content))
+            images = tuple(to_chat_image(kept) for kept in m.images)
+            messages.append(ChatMessage(m.role, m.content, images=images))
             continue
         calls = answered_calls(m, answered)
         if m.content or calls:  # else a reply that failed before its first token, or the new one

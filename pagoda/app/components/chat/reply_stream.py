@@ -15,6 +15,7 @@ from pagoda.app.backends import (
     ToolSpec,
     chat_cache_tag,
 )
+from pagoda.app.backends.images import count_chat
 from pagoda.app.components.chat.branch import message_view
 from pagoda.app.components.chat.prompting import (
     ContextOverflowError,
@@ -155,7 +156,7 @@ class ReplyStream:
         reply.documents = shaped.has_documents
         try:
             fitted = await fit_to_context(shaped.messages,
-                                          lambda kept: backend.count_tokens(kept, tools),
+                                          lambda kept: count_chat(backend, kept, tools),
                                           max_model_len, s.conversation.sampling.max_tokens)
         except ContextOverflowError as exc:
             await self._fail(str(exc))

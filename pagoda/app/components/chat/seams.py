@@ -10,6 +10,7 @@ from pagoda.app.backends import ChatBackend
 from pagoda.app.components.shared.view_models import (
     AttachmentView,
     FolderView,
+    ImageView,
     MessageView,
     PassageView,
     SamplingView,
@@ -44,6 +45,8 @@ class ChatView(Protocol):
     def end_stream(self, view: MessageView) -> None: ...
     def show_pending_attachments(self, views: list[AttachmentView]) -> None:
         """The files waiting in the composer: being read, ready, or failed and why."""
+    def show_pending_images(self, views: list[ImageView]) -> None:
+        """The images waiting in the composer for the next message."""
     def show_passage(self, view: PassageView) -> None:
         """A passage a reply cited, opened."""
     def show_folders(self, views: list[FolderView]) -> None:

@@ -12,6 +12,7 @@ from pagoda.app.backends import ChatBackend, ToolSpec
 from pagoda.app.components.chat.prompting import FittedPrompt
 from pagoda.app.components.chat.seams import BackendSource, ChatView
 from pagoda.app.components.documents.chat_documents import ChatDocuments, DocumentPrompt
+from pagoda.app.components.images.pending_images import PendingImages
 from pagoda.app.components.shared.async_store import AsyncStore
 from pagoda.app.components.shared.tool_seam import ChatTools
 from pagoda.app.components.shared.view_models import MessageView
@@ -29,10 +30,12 @@ class SessionState(Protocol):
 
 
 class FilesHost(SessionState, Protocol):
-    """What ChatFiles uses: the chat's store, its notice, its tasks, and the meter it redraws."""
+    """What ChatFiles uses: the chat's store, its notice, its tasks, the meter it redraws, and
+    the backend in service (whether it takes the composer's images)."""
 
     conversation_id: int
     db: AsyncStore
+    source: BackendSource
 
     def notify(self, text: str, error: bool = False) -> None: ...
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task: ...
@@ -41,9 +44,10 @@ class FilesHost(SessionState, Protocol):
 
 
 class ComposerFiles(Protocol):
-    """The files the meter counts: the documents waiting in the composer."""
+    """The files the meter counts: the documents and images waiting in the composer."""
 
     documents: ChatDocuments
+    images: PendingImages
 
 
 class OfferedTools(Protocol):

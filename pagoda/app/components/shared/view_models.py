@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Literal
 
@@ -52,6 +52,18 @@ class AttachmentView:
 
 
 FolderState = Literal["scanning", "indexing", "ready", "failed"]
+
+
+@dataclass(slots=True, frozen=True)
+class ImageView:
+    """An image on a user's message, or waiting in the composer: its name, type and size, and
+    its bytes (the widget makes its thumbnail and its full view from them)."""
+
+    name: str
+    mime_type: str
+    width: int
+    height: int
+    data: bytes = field(repr=False)
 
 
 @dataclass(slots=True, frozen=True)
@@ -122,6 +134,7 @@ class MessageView:
     # ("done", "denied" or "failed").
     tool_name: str | None = None
     attachments: tuple[AttachmentView, ...] = ()  # a user's message: the documents it brought
+    images: tuple[ImageView, ...] = ()  # a user's message: the images it brought
     sources: tuple[SourceView, ...] = ()  # a reply: the passages it was given to answer from
 
     @property

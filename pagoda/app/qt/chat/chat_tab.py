@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 from pagoda.app.components.shared.view_models import (
     AttachmentView,
     FolderView,
+    ImageView,
     LoadStepView,
     MessageView,
     PassageView,
@@ -186,6 +187,9 @@ class ChatTab(QWidget):
     def show_pending_attachments(self, views: list[AttachmentView]) -> None:
         """The documents waiting to go with the next message (reading, ready or failed)."""
         self.composer.show_attachments(views)
+
+    def show_pending_images(self, views: list[ImageView]) -> None:
+        self.composer.show_images(views)
 
     def show_folders(self, views: list[FolderView]) -> None:
         """The folders the chat answers from, and where their indexing stands."""

@@ -1,6 +1,7 @@
 """Where the user writes: Enter sends, Shift+Enter breaks the line, Esc stops or cancels an edit.
-Documents join the message by the paperclip, or pasted or dropped as files; they wait as chips
-above the box, and Send waits while one is still being read. The folder button beside the
+Documents and images join the message by the paperclip, or pasted or dropped as files (an image
+copied from elsewhere is pasted too); documents wait as chips above the box, images as
+thumbnails, and Send waits while a document is still being read. The folder button beside the
 paperclip adds a folder the chat answers from."""
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from pagoda.app.components.shared.view_models import AttachmentView
+from pagoda.app.components.shared.view_models import AttachmentView, ImageView
 from pagoda.app.qt.chat.file_drops import dropped_files
+from pagoda.app.qt.chat.image_views import PendingImages, png_bytes
 from pagoda.app.qt.documents.attachment_chips import AttachmentChips
 from pagoda.app.qt.documents.attachment_text import reading_reason
 from pagoda.app.qt.shared.theme import icon
@@ -34,19 +36,22 @@ PLACEHOLDER = "Message (Enter to send, Shift+Enter for a new line)"
 MIN_LINES = 2
 MAX_LINES = 8
 ENTER_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
-ATTACH_TIP = "Attach files (PDF, Word, PowerPoint, Excel, HTML, text, code)"
+ATTACH_TIP = "Attach files (PDF, Word, PowerPoint, Excel, HTML, text, code) or images"
 FOLDER_TIP = "Add a folder: this chat answers from its files, kept indexed as they change"
-ATTACH_FILTERS = ("All files (*)", "PDF (*.pdf)", "Word, PowerPoint, Excel (*.docx *.pptx *.xlsx)",
+ATTACH_FILTERS = ("All files (*)", "Images (*.png *.jpg *.jpeg *.webp *.gif)", "PDF (*.pdf)",
+                  "Word, PowerPoint, Excel (*.docx *.pptx *.xlsx)",
                   "Web pages (*.html *.htm)", "Text and Markdown (*.txt *.md)")
 
 
 class _InputBox(QPlainTextEdit):
     """A plain-text box that turns Enter into a signal instead of an editing key, Esc into a
-    call of `escape` (which says whether it used it), and files pasted or dropped into it into
-    `files_given` instead of their paths as text."""
+    call of `escape` (which says whether it used it), files pasted or dropped into it into
+    `files_given` instead of their paths as text, and an image pasted (a screenshot, an image
+    copied in a browser) into `image_given` as PNG bytes."""
 
     submitted = Signal()
     files_given = Signal(list)  # the files' paths
+    image_given = Signal(bytes)  # a pasted image, encoded as PNG
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -66,12 +71,17 @@ class _InputBox(QPlainTextEdit):
         super().keyPressEvent(event)
 
     def canInsertFromMimeData(self, source: QMimeData) -> bool:
-        return bool(dropped_files(source)) or super().canInsertFromMimeData(source)
+        return (bool(dropped_files(source)) or source.hasImage()
+                or super().canInsertFromMimeData(source))
 
     def insertFromMimeData(self, source: QMimeData) -> None:
         paths = dropped_files(source)
         if paths:
             self.files_given.emit(paths)
+        elif source.hasImage():
+            image = source.imageData()
+            if image is not None and not image.isNull():
+                self.image_given.emit(png_bytes(image))
         else:
             super().insertFromMimeData(source)
 
@@ -87,6 +97,8 @@ class Composer(QWidget):
     attach_requested = Signal(list)  # paths of files chosen, pasted or dropped into the box
     folder_requested = Signal(str)  # the path of a folder chosen for the chat to answer from
     pending_removed = Signal(int)  # the index of the waiting document the user took off
+    image_pasted = Signal(bytes)  # an image pasted into the box, as PNG
+    image_removed = Signal(int)  # the index of the waiting image the user took off
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -100,6 +112,8 @@ class Composer(QWidget):
         self._hint = self._build_note(STREAMING_HINT, "streamingHint")
         self._chips = AttachmentChips(self)
         self._chips.removed.connect(self.pending_removed)
+        self._images = PendingImages(self)
+        self._images.removed.connect(self.image_removed)
         self._input = self._build_input()
         self._attach = self._build_attach_button()
         self._folder = self._build_folder_button()
@@ -125,6 +139,10 @@ class Composer(QWidget):
         before = self._why_not_send()
         self._reading = reading_reason(views)
         self._blocking_changed(before)
+
+    def show_images(self, views: list[ImageView]) -> None:
+        """The images waiting to go with the next message."""
+        self._images.show_images(views)
 
     def choose_files(self) -> QFileDialog:
         """Non-blocking: the files chosen become `attach_requested`."""
@@ -277,6 +295,7 @@ class Composer(QWidget):
         box.document().contentsChanged.connect(self._fit_height)
         box.textChanged.connect(self._text_changed)
         box.files_given.connect(self.attach_requested)
+        box.image_given.connect(self.image_pasted)
         return box
 
     def _build_attach_button(self) -> QToolButton:
@@ -322,6 +341,7 @@ class Composer(QWidget):
         column.addWidget(self._banner)
         column.addWidget(self._hint)
         column.addWidget(self._chips)
+        column.addWidget(self._images)
         column.addLayout(row)
 
 

@@ -53,6 +53,8 @@ class ChatController(QObject):
         v.notice_dismissed.connect(s.clear_notice)
         v.attach_requested.connect(lambda paths: s.spawn(s.files.attach(paths)))
         v.composer.pending_removed.connect(lambda index: s.files.remove_pending(index))
+        v.composer.image_pasted.connect(lambda data: s.spawn(s.files.paste_image(data)))
+        v.composer.image_removed.connect(lambda index: s.files.remove_pending_image(index))
         v.folder_requested.connect(lambda path: s.spawn(s.files.add_folder(path)))
         v.folder_removed.connect(lambda folder_id: s.spawn(s.files.remove_folder(folder_id)))
         v.transcript.source_requested.connect(lambda mid, n: s.spawn(s.files.open_source(mid, n)))

@@ -8,7 +8,8 @@ frame alone.
 Above an answer, a reply's reasoning folds under one "Thought for 12 s" line; below it, each tool call
 the reply made, with Run / Always / Deny while it waits for the user, and the sources it was
 given as links that open the passage. A tool's result is a compact frame of its own, folded to its
-first line. A user's message lists the documents it brought under its text.
+first line. A user's message shows the images it brought as thumbnails under its text (a click
+opens one full size) and lists the documents it brought.
 """
 
 from __future__ import annotations
@@ -35,14 +36,17 @@ from PySide6.QtGui import (
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
+    QTextDocument,
     QTextFormat,
     QTextFrame,
     QTextFrameFormat,
+    QTextImageFormat,
 )
 from PySide6.QtWidgets import QTextBrowser, QToolButton, QVBoxLayout, QWidget
 
 from pagoda.app.components.shared.view_models import MessageView, Role, ToolCallView
 from pagoda.app.qt.chat.empty_hint import EmptyChatHint
+from pagoda.app.qt.chat.image_views import DAMAGED, ImageViewer, size_text, thumbnail
 from pagoda.app.qt.chat.markdown.markdown_render import (
     LINE_SEPARATOR,
     RenderStyle,
@@ -192,6 +196,7 @@ class TranscriptView(QWidget):
     tool_call_answered = Signal(int, int, str)
     source_requested = Signal(int, int)  # a reply's id, the number of the source clicked
     copied = Signal(str)
+    IMAGE_SCHEME = "pagoda-image"  # the document's own resources: thumbnails, never fetched
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -209,6 +214,8 @@ class TranscriptView(QWidget):
         # Messages whose reasoning, or tool result, the user opened (kept for the view's life).
         self._open_reasoning: set[int] = set()
         self._open_results: set[int] = set()
+        self._thumbnails: set[str] = set()  # the names of the thumbnails the document holds
+        self.viewer: ImageViewer | None = None
         self._colors = self._palette_colors()
         self._browser.quote_bar_color = self._colors.quote_bar
         layout = QVBoxLayout(self)
@@ -448,6 +455,7 @@ class TranscriptView(QWidget):
             message_id = block.view.id
             block.codes = insert_markdown(cursor, block.content(), self._render_style(),
                                           lambda n: self._href("copy-code", message_id, n))
+        self._insert_images(cursor, block.view)
         self._insert_attachments(cursor, block.view)
         self._insert_tool_calls(cursor, block.view)
         self._insert_sources(cursor, block.view)
@@ -592,6 +600,71 @@ class TranscriptView(QWidget):
         if len(shown) > ARGUMENTS_SHOWN:
             fmt.setToolTip(arguments_tooltip(arguments))
         cursor.insertText(f" {elide(shown, ARGUMENTS_SHOWN)}", fmt)
+
+    def _insert_images(self, cursor: QTextCursor, view: MessageView) -> None:
+        """A user's message: its images as thumbnails on a line, each a link to its full view;
+        one Qt cannot read (an imported chat's damaged bytes) is said in words."""
+        if not view.images:
+            return
+        line = QTextBlockFormat()
+        line.setTopMargin(6)
+        cursor.insertBlock(line, QTextCharFormat())
+        for index, image in enumerate(view.images):
+            if index:
+                cursor.insertText(" ", QTextCharFormat())
+            name = self._thumbnail_resource(view.id, index, image.data)
+            if name is None:
+                cursor.insertText(f"{image.name}: {DAMAGED}", self._muted_format())
+                continue
+            picture = QTextImageFormat()
+            picture.setName(name)
+            picture.setAnchor(True)
+            picture.setAnchorHref(self._href("image", view.id, index))
+            picture.setToolTip(size_text(image))
+            cursor.insertImage(picture)
+
+    def _thumbnail_resource(self, message_id: int, index: int, data: bytes) -> str | None:
+        """The name under which the document holds the image's thumbnail (made once: a sent
+        message's images never change)."""
+        name = f"{self.IMAGE_SCHEME}://{self._token}/{message_id}/{index}"
+        if name not in self._thumbnails:
+            image = thumbnail(data)
+            if image is None:
+                return None
+            self._document.addResource(QTextDocument.ResourceType.ImageResource.value,
+                                       QUrl(name), image)
+            self._thumbnails.add(name)
+        return name
+
+    def thumbnail_sizes(self, message_id: int) -> list[tuple[int, int]]:
+        """The thumbnails drawn in a message's frame, as (width, height) of their images."""
+        block = self._blocks.get(message_id)
+        if block is None:
+            return []
+        sizes = []
+        it = block.frame.begin()
+        while not it.atEnd():
+            text_block = it.currentBlock()
+            fragments = text_block.begin()
+            while not fragments.atEnd():
+                fmt = fragments.fragment().charFormat()
+                if fmt.isImageFormat():
+                    resource = self._document.resource(
+                        QTextDocument.ResourceType.ImageResource.value,
+                        QUrl(fmt.toImageFormat().name()))
+                    sizes.append((resource.width(), resource.height()))
+                fragments += 1
+            it += 1
+        return sizes
+
+    def open_image(self, message_id: int, index: int) -> None:
+        """Show a message's image at full size, beside the chat."""
+        block = self._blocks.get(message_id)
+        if block is None or not 0 <= index < len(block.view.images):
+            return
+        if self.viewer is None:
+            self.viewer = ImageViewer(self)
+        self.viewer.show_image(block.view.images[index])
 
     def _insert_attachments(self, cursor: QTextCursor, view: MessageView) -> None:
         """A user's message: a line per document it brought, "▤ report.pdf · 12 pages · 340 KB"."""
@@ -747,6 +820,8 @@ class TranscriptView(QWidget):
             self._toggle(self._open_results, block)
         elif action.startswith("call-"):
             self._answer_call(block, args[1], action.removeprefix("call-"))
+        elif action == "image":
+            self.open_image(block.view.id, args[1])
         elif action == "source" and any(s.number == args[1] for s in block.view.sources):
             self.source_requested.emit(block.view.id, args[1])
 

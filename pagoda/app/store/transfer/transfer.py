@@ -1,12 +1,13 @@
 """The JSON export format (lossless, versioned) and the Markdown export (current branch)."""
 
+import base64
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime
 from typing import Any
 
 from ..errors import ImportValidationError
-from ..records import Conversation, Message, Thread
+from ..records import Conversation, Message, MessageImage, Thread
 from . import validation
 
 FORMAT_NAME = "pagoda-conversations"
@@ -81,6 +82,10 @@ def _message_lines(message: Message) -> list[str]:
                                         message.reasoning.splitlines()), ""]
     if message.content:
         lines += [message.content, ""]
+    # The Markdown export is text: an image is named, its bytes are in the JSON export.
+    lines += [f"*Image: {kept.image.name} ({kept.image.width} x {kept.image.height})*"
+              for kept in message.images]
+    lines += [""] if message.images else []
     lines += [f"*Called `{call.name}` with* `{call.arguments}`" for call in message.tool_calls]
     return lines + ([""] if message.tool_calls else [])
 
@@ -97,10 +102,24 @@ def _status_note(message: Message) -> str | None:
 
 def _thread_to_dict(thread: Thread) -> dict[str, Any]:
     item = asdict(thread.conversation)
-    item["messages"] = [_encode_times(asdict(m)) for m in thread.messages]
+    item["messages"] = [_message_to_dict(m) for m in thread.messages]
     item["documents"] = [{"id": d.attachment_id, "message_id": d.message_id,
                           **asdict(d.document)} for d in thread.documents]
     return _encode_times(item)
+
+
+def _message_to_dict(message: Message) -> dict[str, Any]:
+    """A message as exported: its images' bytes as base64 text."""
+    item = asdict(replace(message, images=()))
+    item["images"] = [_image_to_dict(image) for image in message.images]
+    return _encode_times(item)
+
+
+def _image_to_dict(kept: MessageImage) -> dict[str, Any]:
+    image = kept.image
+    return {"id": kept.id, "name": image.name, "mime_type": image.mime_type,
+            "width": image.width, "height": image.height,
+            "data": base64.b64encode(image.data).decode("ascii")}
 
 
 TIME_KEYS = ("created_at", "updated_at", "deleted_at")

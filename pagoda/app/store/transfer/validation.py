@@ -6,6 +6,8 @@ library so the store depends on nothing more. Nothing recurses over the document
 fixed, and deeper nesting in a field is just a value of the wrong type.
 """
 
+import base64
+import binascii
 import math
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields, replace
@@ -14,6 +16,7 @@ from typing import Any
 
 from pagoda.engine.sampling.fields import SAMPLING_FIELDS, SamplingField
 
+from ..documents.images import IMAGE_TYPES, MAX_IMAGE_BYTES, MAX_IMAGES_PER_MESSAGE
 from ..errors import ImportValidationError
 from ..records import (
     ROLES,
@@ -24,7 +27,9 @@ from ..records import (
     Conversation,
     GenerationStats,
     Message,
+    MessageImage,
     NewAttachment,
+    NewImage,
     SamplingSettings,
     Thread,
     ToolCall,
@@ -255,6 +260,7 @@ MESSAGE = {
     "tool_call_id": maybe(NAME),
     "tool_name": maybe(NAME),
     "sources": Kind("an array", ARRAY.is_type, lambda value, where: _citations(value, where)),
+    "images": Kind("an array", ARRAY.is_type, lambda value, where: _images(value, where)),
 }
 TOOL_CALL = {"id": NAME, "name": NAME, "arguments": TEXT}
 CHUNK = {"ordinal": COUNT, "text": TEXT, "page": maybe(COUNT), "heading": maybe(TEXT),
@@ -277,6 +283,39 @@ CITATION = {"number": COUNT, "attachment_id": COUNT, "name": NAME, "ordinal": CO
 def _citations(items: list[Any], where: str) -> tuple[Citation, ...]:
     return tuple(_record(Citation, CITATION, OBJECT.check(item, f"{where}[{i}]"), f"{where}[{i}]")
                  for i, item in enumerate(items))
+
+
+def _image_data(value: Any, where: str) -> bytes:
+    """An image's base64 text, bounded before it is decoded (four characters hold three
+    bytes), decoded."""
+    if len(value) // 4 * 3 > MAX_IMAGE_BYTES + 3:
+        raise ImportValidationError(where, f"holds about {len(value) // 4 * 3:,} bytes, over the "
+                                           f"{MAX_IMAGE_BYTES:,} an image may be")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as error:
+        raise ImportValidationError(where, f"is not base64 ({error})") from None
+
+
+# A side in pixels: at least one, at most what SQLite's INTEGER holds (the app bounds it more).
+IMAGE = {"id": ID, "name": NAME, "mime_type": _one_of(IMAGE_TYPES), "width": ID, "height": ID,
+         "data": Kind("a base64 string", _is_text, _image_data)}
+
+
+def _images(items: list[Any], where: str) -> tuple[MessageImage, ...]:
+    """A message's images; their message_id is the message's, set by _message."""
+    if len(items) > MAX_IMAGES_PER_MESSAGE:
+        raise ImportValidationError(where, f"holds {len(items)} images, over the "
+                                           f"{MAX_IMAGES_PER_MESSAGE} a message may have")
+    images = []
+    for i, item in enumerate(items):
+        place = f"{where}[{i}]"
+        OBJECT.check(item, place)
+        values = {name: kind.check(required(item, name, place), f"{place}.{name}")
+                  for name, kind in IMAGE.items()}
+        image_id = values.pop("id")
+        images.append(MessageImage(image_id, 0, NewImage(**values)))
+    return tuple(images)
 
 
 def _names(items: list[Any], where: str) -> tuple[str, ...]:
@@ -319,6 +358,8 @@ def _thread(item: Any, where: str, claims: Claims) -> Thread:
     messages = [_message(one, place) for one, place in zip(items, places, strict=True)]
     for message, place in zip(messages, places, strict=True):
         _claim(claims, "message", message.id, place)
+        for j, image in enumerate(message.images):
+            _claim(claims, "image", image.id, f"{place}.images[{j}]")
     _check_tree(conversation, messages, places, where)
     documents = _documents(item, messages, where, claims)
     _check_citations(messages, places, documents)
@@ -398,6 +439,11 @@ def _check_citations(messages: list[Message], places: list[str],
 def _message(item: Any, where: str) -> Message:
     OBJECT.check(item, where)
     message: Message = _record(Message, MESSAGE, item, where)
+    if message.images and message.role != "user":
+        raise ImportValidationError(f"{where}.images",
+                                    f"come with a user's message, not a {message.role}'s")
+    message = replace(message, images=tuple(replace(image, message_id=message.id)
+                                            for image in message.images))
     if message.tool_calls and message.role != "assistant":
         raise ImportValidationError(f"{where}.tool_calls",
                                     f"belong to an assistant's message, not a {message.role}'s")

@@ -657,8 +657,10 @@ async def test_an_unexpected_failure_in_an_action_is_shown_in_the_chat(session, 
 
 def test_the_chat_logic_loads_without_qt_or_torch():
     """Of the engine, only the sampling fields' table (no torch), which the store and the
-    backends' options are built on."""
-    table = ("pagoda.engine", "pagoda.engine.sampling", "pagoda.engine.sampling.fields")
+    backends' options are built on, and the image decoder (Pillow, no torch) the composer's
+    images are checked with."""
+    table = ("pagoda.engine", "pagoda.engine.sampling", "pagoda.engine.sampling.fields",
+             "pagoda.engine.errors", "pagoda.engine.multimodal", "pagoda.engine.multimodal.images")
     code = ("import sys, pagoda.app.components.chat.chat_session, tests.app.components.fake_backend; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('PySide6', 'torch') "
             f"or (m.startswith('pagoda.engine') and m not in {table!r})))")

@@ -1,0 +1,39 @@
+"""What turns a vision tower's patch vectors into a language model's image tokens.
+
+Gemma 3's (`PooledProjector`): the patches' grid average-pooled to mm_tokens_per_image (a 64 x 64
+grid of an 896-pixel image into 16 x 16: 256 tokens), each RMS-normalised (Gemma's 1 + w) and
+projected to the language model's width."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from pagoda.engine.layers.linear import Linear
+
+
+@dataclass(slots=True)
+class PooledProjector:
+    patches_per_side: int
+    tokens_per_side: int
+    norm_weight: torch.Tensor  # w of the (1 + w) the norm scales by
+    eps: float
+    projection: Linear  # vision width -> text width
+
+    @property
+    def tokens_per_image(self) -> int:
+        return self.tokens_per_side ** 2
+
+    def __call__(self, patches: torch.Tensor) -> torch.Tensor:
+        """[images, patches, vision width] -> [images, tokens_per_image, text width]."""
+        images, _, width = patches.shape
+        side = self.patches_per_side
+        grid = patches.transpose(1, 2).reshape(images, width, side, side)
+        kernel = side // self.tokens_per_side
+        pooled = F.avg_pool2d(grid, kernel_size=kernel, stride=kernel).flatten(2).transpose(1, 2)
+        x = pooled.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.norm_weight)
+        out = self.projection(x.to(patches.dtype).flatten(0, 1))
+        return out.view(images, self.tokens_per_image, -1)

@@ -1,0 +1,158 @@
+"""A vision tower from an `mmproj` GGUF file, as llama.cpp's converter writes one beside a
+multimodal model's language model (`convert_hf_to_gguf.py --mmproj`): architecture "clip", the
+tower's sizes under clip.vision.*, its tensors under v.* and the projector's under mm.*.
+
+The tensors are read under the names of transformers' own modules
+(pagoda/engine/models/vision_tower.py builds the tower from them), in float32: the tower's
+matrices are few and its work is a prefill's (thousands of patches), where PyTorch's GEMMs are
+the fast path. Gemma 3's projector (clip.projector_type "gemma3") is the one read so far.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+import transformers
+
+from pagoda.engine.errors import ModelLoadError
+from pagoda.engine.loading.gguf import dequantize_to_float, open_gguf_reader, tensor_shape
+from pagoda.engine.models.vision_tower import PROJECTOR, TOWER
+
+PROJECTOR_TYPES = ("gemma3",)
+# Bounds on what the header may claim before a config is built from it: the largest released
+# towers (SigLIP-so400m: 27 layers of 1,152) are far inside them.
+MAX_LAYERS = 128
+MAX_WIDTH = 16_384
+
+_LAYER = re.compile(r"v\.blk\.(\d+)\.(\w+)\.(weight|bias)")
+_LAYER_NAMES = {"ln1": "layer_norm1", "ln2": "layer_norm2", "attn_q": "self_attn.q_proj",
+                "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+                "attn_out": "self_attn.out_proj", "ffn_up": "mlp.fc1", "ffn_down": "mlp.fc2"}
+_GLOBAL_NAMES = {
+    "v.patch_embd.weight": TOWER + "embeddings.patch_embedding.weight",
+    "v.patch_embd.bias": TOWER + "embeddings.patch_embedding.bias",
+    "v.position_embd.weight": TOWER + "embeddings.position_embedding.weight",
+    "v.post_ln.weight": TOWER + "post_layernorm.weight",
+    "v.post_ln.bias": TOWER + "post_layernorm.bias",
+    "mm.input_projection.weight": PROJECTOR + "mm_input_projection_weight",
+    "mm.soft_emb_norm.weight": PROJECTOR + "mm_soft_emb_norm.weight",
+}
+# The converter writes Gemma's (1 + w) norm as 1 + w.
+_HELD_AS_ONE_PLUS_W = ("mm.soft_emb_norm.weight",)
+
+
+class MMProjFile:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._reader = open_gguf_reader(path)
+        architecture = self._field("general.architecture")
+        if architecture != "clip":
+            raise ModelLoadError(f"{path} is a {architecture!r} file, not a vision tower "
+                                 "(an mmproj file's architecture is 'clip').")
+        if not self._field("clip.has_vision_encoder"):
+            raise ModelLoadError(f"{path} holds no vision encoder (an audio tower?): Pagoda "
+                                 "reads images only.")
+        self.projector_type = self._field("clip.projector_type")
+        if self.projector_type not in PROJECTOR_TYPES:
+            raise ModelLoadError(
+                f"{path}'s projector is {self.projector_type!r}; Pagoda reads "
+                f"{', '.join(PROJECTOR_TYPES)} mmproj files so far.")
+        self.tensors = {t.name: t for t in self._reader.tensors}
+
+    def _field(self, key: str) -> object:
+        field = self._reader.get_field(key)
+        return None if field is None else field.contents()
+
+    def _count(self, key: str, most: int) -> int:
+        value = self._field(key)
+        if not isinstance(value, int) or not 0 < value <= most:
+            raise ModelLoadError(f"{self.path} states {key} = {value!r}, where a whole number "
+                                 f"from 1 to {most} is needed. The file is damaged: "
+                                 "re-download it.")
+        return value
+
+    def gemma3_config(self, text_hidden_size: int) -> transformers.Gemma3Config:
+        """The Gemma3Config whose vision side this file holds (the text side: only its width,
+        for the projector)."""
+        image_size = self._count("clip.vision.image_size", MAX_WIDTH)
+        patch_size = self._count("clip.vision.patch_size", image_size)
+        scale = self._field("clip.vision.projector.scale_factor") or 4  # the converter's default
+        per_side = image_size // patch_size
+        if not isinstance(scale, int) or scale < 1 or per_side % scale:
+            raise ModelLoadError(f"{self.path}'s projector pools {scale!r} x {scale!r} patches "
+                                 f"of a {per_side} x {per_side} grid: it must divide it.")
+        eps = self._field("clip.vision.attention.layer_norm_epsilon")
+        vision = {"hidden_size": self._count("clip.vision.embedding_length", MAX_WIDTH),
+                  "intermediate_size": self._count("clip.vision.feed_forward_length",
+                                                   4 * MAX_WIDTH),
+                  "num_hidden_layers": self._count("clip.vision.block_count", MAX_LAYERS),
+                  "num_attention_heads": self._count("clip.vision.attention.head_count",
+                                                     MAX_WIDTH),
+                  "image_size": image_size, "patch_size": patch_size,
+                  "layer_norm_eps": 1e-6 if eps is None else float(eps)}
+        return transformers.Gemma3Config(
+            vision_config=vision, text_config={"hidden_size": text_hidden_size},
+            mm_tokens_per_image=(per_side // scale) ** 2)
+
+    def weights(self, config: transformers.Gemma3Config) -> dict[str, torch.Tensor]:
+        """Every tensor under its transformers name, float32, its shape checked against
+        config's (a damaged file is refused, never misread)."""
+        expected = _expected_shapes(config)
+        weights = {}
+        for name, tensor in self.tensors.items():
+            hf_name = _hf_name(name)
+            if hf_name is None:
+                continue
+            shape = tensor_shape(tensor)
+            want = expected.pop(hf_name, None)
+            if want is None or _squeezed(shape) != _squeezed(want):
+                raise ModelLoadError(f"{self.path}'s tensor {name} has shape {shape}, where "
+                                     f"{want} is expected. The file is damaged: re-download it.")
+            value = dequantize_to_float(tensor.data, tensor.tensor_type, shape).float()
+            if name in _HELD_AS_ONE_PLUS_W:
+                value = value - 1.0
+            weights[hf_name] = value.reshape(want)
+        if expected:
+            raise ModelLoadError(f"{self.path} has no tensor for {sorted(expected)[0]} (and "
+                                 f"{len(expected) - 1} more). The file is incomplete: "
+                                 "re-download it.")
+        return weights
+
+
+def _hf_name(name: str) -> str | None:
+    if name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[name]
+    layer = _LAYER.fullmatch(name)
+    if layer is None or layer.group(2) not in _LAYER_NAMES:
+        return None
+    index, part, suffix = layer.groups()
+    return f"{TOWER}encoder.layers.{index}.{_LAYER_NAMES[part]}.{suffix}"
+
+
+def _expected_shapes(config: transformers.Gemma3Config) -> dict[str, tuple[int, ...]]:
+    v = config.vision_config
+    hidden, inner = v.hidden_size, v.intermediate_size
+    shapes = {
+        TOWER + "embeddings.patch_embedding.weight": (hidden, 3, v.patch_size, v.patch_size),
+        TOWER + "embeddings.patch_embedding.bias": (hidden,),
+        TOWER + "embeddings.position_embedding.weight":
+            ((v.image_size // v.patch_size) ** 2, hidden),
+        TOWER + "post_layernorm.weight": (hidden,), TOWER + "post_layernorm.bias": (hidden,),
+        PROJECTOR + "mm_input_projection_weight": (hidden, config.text_config.hidden_size),
+        PROJECTOR + "mm_soft_emb_norm.weight": (hidden,),
+    }
+    parts = {"layer_norm1": ((hidden,), (hidden,)), "layer_norm2": ((hidden,), (hidden,)),
+             **{f"self_attn.{p}_proj": ((hidden, hidden), (hidden,)) for p in "qkv"},
+             "self_attn.out_proj": ((hidden, hidden), (hidden,)),
+             "mlp.fc1": ((inner, hidden), (inner,)), "mlp.fc2": ((hidden, inner), (hidden,))}
+    for i in range(v.num_hidden_layers):
+        for part, (weight, bias) in parts.items():
+            shapes[f"{TOWER}encoder.layers.{i}.{part}.weight"] = weight
+            shapes[f"{TOWER}encoder.layers.{i}.{part}.bias"] = bias
+    return shapes
+
+
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(d for d in shape if d != 1)
