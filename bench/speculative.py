@@ -214,13 +214,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--always", action="store_true",
                         help="also run each k with every draft verified (the cost model off)")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--model", help="a model folder or GGUF file (default: the bundled "
+                        "default model)")
     parser.add_argument("--quantization", default="auto",
                         choices=["auto", "none", "int8", "int4"],
                         help="how the default model's weights are kept (default: auto, its Q4_1)")
     args = parser.parse_args(argv)
-    loaded = load_model(None, torch.float32, quantization=args.quantization)
-    print(f"{cpu_name()}, torch {torch.__version__}, {args.threads} threads, quantization "
-          f"{args.quantization}, max_tokens {args.max_tokens}, best of {args.rounds}")
+    loaded = load_model(args.model, torch.float32, quantization=args.quantization)
+    print(f"{args.model or 'the default model'}: {cpu_name()}, torch {torch.__version__}, "
+          f"{args.threads} threads, quantization {args.quantization}, max_tokens "
+          f"{args.max_tokens}, best of {args.rounds}")
     print_calibration(loaded, args)
     workloads = {"grounded": grounded_messages, "open": open_messages}
     results = []

@@ -34,6 +34,12 @@ from pagoda.engine.parsers.reasoning_markers import reasoning_markers
 from pagoda.engine.processing.output_processor import OutputProcessor
 from pagoda.engine.sampling.params import PoolingParams, SamplingParams
 from pagoda.engine.sampling.reasoning_budget import ReasoningBudget
+from pagoda.engine.spec_decode.draft_sources import (
+    MIN_BLOCK_CHECKS,
+    DraftSources,
+    ModelDrafts,
+    block_pays,
+)
 from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
 from pagoda.engine.spec_decode.step_cost import StepCost
 from pagoda.engine.structured_output.compiler import StructuredOutputCompiler
@@ -110,7 +116,7 @@ class LLMEngine:
         self.kv_cache = KVCacheManager(self.runner.kv_cache_groups, self.config.block_size,
                                        self.config.enable_prefix_caching, self.disk_cache,
                                        recurrent=recurrent, checkpoints=self._checkpoint_store())
-        proposer = None if recurrent else _proposer(self.config)
+        proposer = _proposer(self.config, drafts_itself=self.runner.mtp_kv is not None)
         measure = proposer is not None and self.config.speculative_cost_model
         self.step_cost = self._calibrate() if measure else StepCost()
         # Each running sequence's slot in the recurrent layers' states, where there are any.
@@ -245,6 +251,9 @@ class LLMEngine:
             self._observe_prefill(sched, seconds)
             self._observe_decode(sched, seconds)
             advanced = self.scheduler.update_from_output(sched, result.sampled)
+            if result.drafts is not None:
+                self.scheduler.offer_drafts(sched, result.drafts)
+                self._judge_the_model_drafter()
             self._record_tokens(sum(n for _, n in advanced))
             return self.output_processor.process_outputs(sched, advanced, result)
         return self.output_processor.process_outputs(sched, [], None)
@@ -279,19 +288,16 @@ class LLMEngine:
 
     def _log_what_recurrent_layers_turn_off(self) -> None:
         """A model with recurrent layers keeps their states for the prefix cache only at block
-        boundaries (checkpoints, in memory and in the disk tier), and none to roll back to
-        after rejected drafts: what needs more is off, said once here."""
-        family, c = self.runner.model.arch.family, self.config
-        no_room = c.enable_prefix_caching and not self.runner.num_checkpoint_slots
-        off = [what for what, asked in (
-            ("the prefix cache and its disk tier (no room for checkpoints of the states)",
-             no_room),
-            ("speculative decoding", c.num_speculative_tokens > 0)) if asked]
-        if off:
+        boundaries (checkpoints, in memory and in the disk tier): what needs more is off, said
+        once here. (Speculative decoding runs: a verifying step keeps the states after each
+        draft, and the runner keeps those after the accepted ones.)"""
+        c = self.config
+        if c.enable_prefix_caching and not self.runner.num_checkpoint_slots:
             logger.info("%s has recurrent layers, whose states Pagoda keeps only at block "
                         "boundaries (checkpoints, in memory and on disk: the prefix cache "
-                        "restarts there) and does not roll back: %s off for this model",
-                        family, ", ".join(off))
+                        "restarts there): the prefix cache and its disk tier (no room for "
+                        "checkpoints of the states) off for this model",
+                        self.runner.model.arch.family)
 
     def _open_disk_cache(self) -> DiskPrefixCache | None:
         """The prefix cache's disk tier, when config.disk_cache_dir names a folder, for this
@@ -388,6 +394,25 @@ class LLMEngine:
                 return
         self.step_cost.observe(sched.num_batched_tokens, seconds)
 
+    def _judge_the_model_drafter(self) -> None:
+        """Stop running the multi-token-prediction block once its drafts, checked enough
+        times, do not pay for a step verifying one and for its own pass (draft_sources.
+        block_pays, by the step cost's one-stream rows); prompt lookup drafts alone then."""
+        sources, cost = self.scheduler.proposer, self.step_cost
+        block = sources.model
+        if not cost.is_known or block.num_checked < MIN_BLOCK_CHECKS:
+            return
+        share = self.runner.mtp_seconds.mean
+        verify, plain = cost.seconds(2), cost.seconds(1) - share
+        if plain <= 0 or block_pays(block.overall_acceptance, verify, plain):
+            return
+        self.runner.drafts_with_mtp = False
+        logger.info("The model's multi-token-prediction drafts were kept %.0f%% of the time; a "
+                    "step verifying one takes %.1f ms here and one without the block %.1f ms "
+                    "(the block itself %.1f ms a step): it does not pay, and stops; prompt "
+                    "lookup drafts alone", 100 * block.overall_acceptance, verify * 1e3,
+                    plain * 1e3, share * 1e3)
+
     def _validate_token_ids(self, params: SamplingParams) -> None:
         """Token ids a request names must be in the model's vocabulary."""
         vocab = self.runner.vocab_size
@@ -422,10 +447,15 @@ class LLMEngine:
         return tokens / span if span > 0 else 0.0
 
 
-def _proposer(config: EngineConfig) -> NgramProposer | None:
+def _proposer(config: EngineConfig, drafts_itself: bool) -> NgramProposer | DraftSources | None:
+    """Prompt lookup; where the model drafts itself (a multi-token-prediction block), its
+    drafts with prompt lookup as the fallback."""
     if config.num_speculative_tokens == 0:
         return None
-    return NgramProposer(config.num_speculative_tokens, config.ngram_min, config.ngram_max)
+    lookup = NgramProposer(config.num_speculative_tokens, config.ngram_min, config.ngram_max)
+    if not drafts_itself:
+        return lookup
+    return DraftSources(ModelDrafts(config.num_speculative_tokens), lookup)
 
 
 def _eos_token_ids(loaded: LoadedModel) -> frozenset[int]:

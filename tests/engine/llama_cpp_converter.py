@@ -36,7 +36,8 @@ CONVERTER = CONVERTER_DIR / "convert_hf_to_gguf.py"
 # Each conversion of a tiny model takes about a second; importing torch and transformers
 # (the converter reads tokenizers through them) takes several, so one interpreter runs them all.
 # Qwen3.5's and Qwen3-Next's converters expect multi-token prediction weights unless told there
-# are none (--no-mtp): transformers' models have none.
+# are none (--no-mtp): transformers' models have none, unless a test adds them (and says so in
+# config.json's mtp_num_hidden_layers, as the released folders do).
 # transformers loads a qwen3_5_moe_text folder's tokenizer as Qwen3.5's own whatever the folder
 # names (MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS), which splits text by Qwen's pattern; the tiny
 # models carry the default model's tokenizer, whose hash under that pattern the converter does
@@ -50,8 +51,9 @@ tokenization_auto.TOKENIZER_MAPPING_NAMES["qwen3_5_moe_text"] = "TokenizersBacke
 script, outtype, *jobs = sys.argv[1:]
 for hf_folder, out_path, name in zip(jobs[::3], jobs[1::3], jobs[2::3]):
     config = json.loads(pathlib.Path(hf_folder, "config.json").read_text())
-    no_mtp = ["--no-mtp"] if config.get("model_type") in ("qwen3_5_text", "qwen3_5_moe_text",
-                                                  "qwen3_next") else []
+    no_mtp = ["--no-mtp"] if (config.get("model_type") in ("qwen3_5_text", "qwen3_5_moe_text",
+                                                   "qwen3_next")
+                              and not config.get("mtp_num_hidden_layers")) else []
     sys.argv = [script, hf_folder, "--outfile", out_path, "--outtype", outtype, "--model-name",
                 name, *no_mtp]
     runpy.run_path(script, run_name="__main__")

@@ -14,6 +14,7 @@ from pagoda.engine.core.sequence import Sequence, SequenceStatus
 from pagoda.engine.core.state_pool import StatePool
 from pagoda.engine.outputs import FinishReason
 from pagoda.engine.spec_decode.draft_policy import DraftCandidate, DraftingTrend, plan_drafts
+from pagoda.engine.spec_decode.draft_sources import DraftSources
 from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
 from pagoda.engine.spec_decode.step_cost import StepCost
 
@@ -66,7 +67,7 @@ class Scheduler:
     """Running sequences first (decodes and unfinished prefills), then new prompts, in chunks."""
 
     def __init__(self, config: SchedulerConfig, kv_cache: KVCacheManager,
-                 proposer: NgramProposer | None = None,
+                 proposer: NgramProposer | DraftSources | None = None,
                  step_cost: StepCost | None = None, states: StatePool | None = None) -> None:
         """step_cost: what steps cost here by rows, which decides how many drafts pay (without
         it, rows are taken as free: every draft found is verified). states: the recurrent
@@ -129,6 +130,13 @@ class Scheduler:
         self.kv_cache.save_to_disk()
         return advanced
 
+    def offer_drafts(self, out: SchedulerOutput, drafts: list[list[int]]) -> None:
+        """The model's own drafts for each scheduled sequence's next step (a multi-token-
+        prediction block's), for the proposer to offer then."""
+        for item, proposed in zip(out.scheduled, drafts, strict=True):
+            if proposed and not item.seq.is_finished:
+                self.proposer.offer(item.seq, proposed)
+
     def _append_until_stop(self, seq: Sequence,
                            token_ids: list[int]) -> tuple[int, FinishReason | None]:
         """Append one token at a time; those after the first that ends the sequence are dropped."""
@@ -185,7 +193,10 @@ class Scheduler:
         max_batch = self.config.speculative_disable_by_batch_size
         if budget <= 0 or (max_batch is not None and len(self.running) > max_batch):
             return
-        items = [item for item in out.scheduled if item.num_new_tokens == 1 and item.samples]
+        # A sequence whose states this step copies to a checkpoint reads no drafts: the copy
+        # must hold its states at the block boundary, not past tokens it has not accepted.
+        items = [item for item in out.scheduled if item.num_new_tokens == 1 and item.samples
+                 and item.seq.pending_checkpoint is None]
         proposals = [self._propose(item.seq, budget) for item in items]
         if not any(proposals):
             return

@@ -36,3 +36,14 @@ def causal_conv_step(x: torch.Tensor, states: torch.Tensor, slots: torch.Tensor,
         y = y + bias.to(x.dtype)
     states[slots] = window[..., 1:].to(states.dtype)
     return F.silu(y) if silu else y
+
+
+def conv_states_after_each(x: torch.Tensor, state: torch.Tensor | None,
+                           kernel: int) -> torch.Tensor:
+    """The window a run of tokens x [T, channels] leaves after each of its tokens, after
+    `state` [channels, kernel-1] (None: zeros): [T, channels, kernel-1], row j the state after
+    j + 1 tokens (a verifying run's, pagoda.kernels.recurrent_metadata.KeptStates)."""
+    channels = x.shape[1]
+    history = x.new_zeros(channels, kernel - 1) if state is None else state.to(x.dtype)
+    padded = torch.cat([history, x.t()], dim=1)  # [channels, kernel-1 + T]
+    return padded.unfold(1, kernel - 1, 1)[:, 1:].permute(1, 0, 2)

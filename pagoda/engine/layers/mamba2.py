@@ -17,12 +17,16 @@ import torch
 import torch.nn.functional as F
 
 from pagoda.engine.errors import ModelLoadError
-from pagoda.engine.layers.causal_conv import causal_conv_prefill, causal_conv_step
+from pagoda.engine.layers.causal_conv import (
+    causal_conv_prefill,
+    causal_conv_step,
+    conv_states_after_each,
+)
 from pagoda.engine.layers.linear import Linear, Placement, make_linear
 from pagoda.engine.layers.ssd import SsmParams, ssd_prefill, ssd_step
 from pagoda.engine.quantization.tensors import Weight
 from pagoda.kernels.kernel_ops import TORCH_OPS, KernelOps
-from pagoda.kernels.recurrent_metadata import RecurrentMetadata, RecurrentSegment
+from pagoda.kernels.recurrent_metadata import KeptStates, RecurrentMetadata, RecurrentSegment
 
 
 @dataclass(slots=True, frozen=True)
@@ -113,8 +117,8 @@ class Mamba2Mixer:
         if meta.num_decodes:
             n = meta.num_decodes
             parts.append(self._decode(xbc[:n], dt[:n], meta.decode_slots, states, ops))
-        parts.extend(self._prefill(xbc[s.start:s.end], dt[s.start:s.end], s, states)
-                     for s in meta.prefills)
+        parts.extend(self._prefill(xbc[s.start:s.end], dt[s.start:s.end], s, states,
+                                   meta.kept) for s in meta.prefills)
         y = torch.cat(parts).reshape(x.shape[0], c.inner_size)
         return self.out_proj(self._gated_norm(y, z).to(x.dtype))
 
@@ -127,16 +131,23 @@ class Mamba2Mixer:
         return ssd_step(x, dt, B, C, self.ssm, ssm_states, slots, ops)
 
     def _prefill(self, xbc: torch.Tensor, dt: torch.Tensor, segment: RecurrentSegment,
-                 states: tuple[torch.Tensor, ...]) -> torch.Tensor:
+                 states: tuple[torch.Tensor, ...], kept: KeptStates) -> torch.Tensor:
         conv_states, ssm_states = states
         slot = segment.slot
-        xbc, conv_state = causal_conv_prefill(
-            xbc, self.conv_weight, self.conv_bias,
-            None if segment.fresh else conv_states[slot], silu=True)
+        before = None if segment.fresh else conv_states[slot]
+        if segment.verifies:
+            kept.keep(conv_states, slot, conv_states_after_each(xbc, before,
+                                                                self.config.conv_kernel))
+        xbc, conv_state = causal_conv_prefill(xbc, self.conv_weight, self.conv_bias, before,
+                                              silu=True)
         x, B, C = self._split(xbc)
-        run = ssd_prefill(x, dt, B, C, self.ssm, None if segment.fresh else ssm_states[slot])
+        each = tuple(range(1, x.shape[0] + 1)) if segment.verifies else ()
+        run = ssd_prefill(x, dt, B, C, self.ssm, None if segment.fresh else ssm_states[slot],
+                          each)
         conv_states[slot].copy_(conv_state)
         ssm_states[slot].copy_(run.final_state)
+        if segment.verifies:
+            kept.keep(ssm_states, slot, torch.stack(run.states_at))
         return run.y
 
     def _split(self, xbc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

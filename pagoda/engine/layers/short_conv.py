@@ -9,7 +9,11 @@ from dataclasses import dataclass
 
 import torch
 
-from pagoda.engine.layers.causal_conv import causal_conv_prefill, causal_conv_step
+from pagoda.engine.layers.causal_conv import (
+    causal_conv_prefill,
+    causal_conv_step,
+    conv_states_after_each,
+)
 from pagoda.engine.layers.linear import Linear
 from pagoda.kernels.kernel_ops import TORCH_OPS, KernelOps
 from pagoda.kernels.recurrent_metadata import RecurrentMetadata
@@ -37,8 +41,12 @@ class ShortConv:
         if n:
             out[:n] = causal_conv_step(bx[:n], conv_state, meta.decode_slots, self.weight,
                                        self.bias, silu=False)
+        kernel = self.weight.shape[1]
         for seg in meta.prefills:
             state = None if seg.fresh else conv_state[seg.slot]
+            if seg.verifies:
+                meta.kept.keep(conv_state, seg.slot, conv_states_after_each(
+                    bx[seg.start:seg.end], state, kernel))
             y, conv_state[seg.slot] = causal_conv_prefill(bx[seg.start:seg.end], self.weight,
                                                           self.bias, state, silu=False)
             out[seg.start:seg.end] = y

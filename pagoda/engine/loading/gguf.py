@@ -53,6 +53,7 @@ from pagoda.engine.loading.layouts import GGUF_FLOAT_TYPES, GGUF_INT4_TYPES, GGU
 from pagoda.engine.loading.lazy_weights import LazyWeights
 from pagoda.engine.loading.model_check import unreadable_type_message
 from pagoda.engine.loading.populate import populate_in_background
+from pagoda.engine.models import mtp
 from pagoda.engine.models.moe_gguf import has_experts
 from pagoda.engine.models.registry import (
     family_for_gguf,
@@ -226,7 +227,8 @@ class GGUFModelFile:
         if quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization={quantization!r} must be one of {QUANTIZATIONS}")
         slices = {name: where for name in expected
-                  if (where := gguf_expert_slice(name, self.architecture)) is not None}
+                  if (where := gguf_expert_slice(self._converter_side(name),
+                                                 self.architecture)) is not None}
         experts = Counter(stacked for stacked, _ in slices.values())
         tensors = {name: self._checked_tensor(name, shape, slices.get(name), experts)
                    for name, shape in expected.items()}
@@ -254,6 +256,7 @@ class GGUFModelFile:
         return LazyWeights(tensors, decode)
 
     def _holds_one_plus_w(self, hf_name: str) -> bool:
+        hf_name = self._converter_side(hf_name)  # a block's enorm and hnorm hold 1 + w
         return (self.architecture in NORMS_HOLD_ONE_PLUS_W and hf_name.endswith("norm.weight")
                 and not hf_name.endswith(NORMS_HELD_AS_W))
 
@@ -270,8 +273,30 @@ class GGUFModelFile:
         return torch.log(-a)
 
     def tensor_name(self, hf_name: str) -> str:
-        """The GGUF name of a Hugging Face parameter in this file's architecture."""
-        return gguf_tensor_name(hf_name, self.architecture)
+        """The GGUF name of a Hugging Face parameter in this file's architecture (a
+        multi-token-prediction block's: in the block after the model's layers)."""
+        return gguf_tensor_name(self._converter_side(hf_name), self.architecture)
+
+    def _converter_side(self, hf_name: str) -> str:
+        """The name the converter gave a parameter before its GGUF naming: a multi-token-
+        prediction block's as a layer after the model's (pagoda.engine.models.mtp)."""
+        if hf_name.startswith(mtp.PREFIX):
+            return mtp.converter_name(hf_name, self._model_layers())
+        return hf_name
+
+    def has_tensor(self, hf_name: str) -> bool:
+        """Whether the file holds the parameter (an expert's: its experts' 3-D tensor)."""
+        name = self._converter_side(hf_name)
+        expert = gguf_expert_slice(name, self.architecture)
+        return (gguf_tensor_name(name, self.architecture) if expert is None
+                else expert[0]) in self.tensors
+
+    def _model_layers(self) -> int:
+        """The blocks that are the model's layers: all but the multi-token-prediction ones
+        the converter writes after them."""
+        blocks = self._reader.get_field(f"{self.architecture}.block_count")
+        extra = self._reader.get_field(f"{self.architecture}.nextn_predict_layers")
+        return int(blocks.contents()) - (0 if extra is None else int(extra.contents()))
 
     def _checked_tensor(self, hf_name: str, shape: tuple[int, ...],
                         expert: tuple[str, int] | None, experts: Counter[str]) -> gguf.ReaderTensor:

@@ -22,6 +22,10 @@ _LAYER = {
     "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
     "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
     "post_attention_layernorm": "ffn_norm",
+    # A multi-token-prediction block's own tensors, in the block after the model's layers
+    # (pagoda.engine.models.mtp: its fc and norms, as the converter names them in that block).
+    "eh_proj": "nextn.eh_proj", "enorm": "nextn.enorm", "hnorm": "nextn.hnorm",
+    "shared_head.norm": "nextn.shared_head_norm",
     # A sparse MLP (pagoda/engine/models/architecture.py's names): the router, each of gate, up and down
     # as one 3-D tensor of every expert's matrix ([experts, rows, columns]), the shared expert.
     "mlp.gate": "ffn_gate_inp", "mlp.experts.gate_proj": "ffn_gate_exps",

@@ -27,9 +27,11 @@ from pagoda.engine.loading.mmproj import MMProjFile
 from pagoda.engine.loading.model_check import check_config_supported
 from pagoda.engine.loading.model_files import default_model_file, model_name
 from pagoda.engine.loading.on_load import apply_quantization
+from pagoda.engine.models.mtp import PREFIX as MTP_PREFIX
 from pagoda.engine.models.registry import (
     expected_weight_shapes,
     family_for_model_type,
+    optional_weight_shapes,
     supported_model_types,
     text_model_config,
 )
@@ -151,6 +153,9 @@ def _load_gguf(path: Path, dtype: torch.dtype, quantization: str,
     check_config_supported(config.to_dict(), path)
     step(2)
     expected = expected_weight_shapes(config)
+    optional = optional_weight_shapes(config)
+    if optional and all(gguf.has_tensor(name) for name in optional):
+        expected |= optional  # a multi-token-prediction block, read as the model's tensors
     weights = gguf.weights(expected, config, quantization, dtype)
     step(3)
     return LoadedModel(name=model_name(path), path=path, config=config, tokenizer=tokenizer,
@@ -316,10 +321,13 @@ def _read_weights(
     folder: Path, config: transformers.PretrainedConfig, dtype: torch.dtype
 ) -> dict[str, torch.Tensor]:
     expected = expected_weight_shapes(config)
+    optional = optional_weight_shapes(config)
     family = family_for_model_type(config.model_type)
     renamed = family.folder_tensor_pattern()  # names the family maps to the shared ones
     weights: dict[str, torch.Tensor] = {}
     own_names: dict[str, torch.Tensor] = {}
+    extra: dict[str, torch.Tensor] = {}
+    unread_mtp: list[str] = []
     for file in _weight_files(folder):
         try:
             with safe_open(file, framework="pt") as tensors:
@@ -327,6 +335,10 @@ def _read_weights(
                 for name in names:
                     if name in expected:
                         weights[name] = tensors.get_tensor(name).to(dtype)
+                    elif name in optional:
+                        extra[name] = tensors.get_tensor(name).to(dtype)
+                    elif name.startswith(MTP_PREFIX):
+                        unread_mtp.append(name)
                     elif renamed is not None and renamed.fullmatch(name):
                         own_names[name] = tensors.get_tensor(name).to(dtype)
         except (SafetensorError, OSError) as error:
@@ -336,7 +348,13 @@ def _read_weights(
     if own_names:
         weights |= family.folder_weights(config, own_names)
     _check_weights(weights, expected, folder)
-    return {name: weights[name] for name in expected}
+    if extra:  # a multi-token-prediction block: all of it, or the folder is damaged
+        _check_weights(extra, optional, folder)
+    elif unread_mtp:
+        logger.warning("%s has a multi-token-prediction block (%s, ...) in a layout Pagoda does "
+                       "not read: speculative decoding drafts by prompt lookup alone",
+                       folder.name, unread_mtp[0])
+    return {name: weights[name] for name in expected} | extra
 
 
 def _check_weights(

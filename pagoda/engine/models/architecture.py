@@ -290,6 +290,10 @@ class DecoderArchitecture:
     # (residual_multiplier), and the logits divided by logit_divisor (logits_scaling).
     residual_scale: float | None = None
     logit_divisor: float | None = None
+    # A family whose files may carry a multi-token-prediction block (Qwen3.5, Qwen3-Next:
+    # pagoda/engine/models/mtp.py): the main layer whose shape the block's decoder layer has
+    # (a full-attention one). None: the family has no such block.
+    mtp_like: int | None = None
 
     def __post_init__(self) -> None:
         if len(self.layers) != self.shape.num_layers:

@@ -25,6 +25,7 @@ from pagoda.engine.models.architecture import (
     MoESpec,
     ShortConvKind,
 )
+from pagoda.engine.models.mtp import mtp_weight_shapes
 
 # What a config may state per layer (transformers' per_layer_config: Gemma 4's global layers).
 _PER_LAYER_ATTRIBUTES = frozenset({"head_dim", "num_key_value_heads"})
@@ -207,6 +208,14 @@ def weight_shapes(arch: DecoderArchitecture) -> dict[str, tuple[int, ...]]:
                    "model.per_layer_model_projection.weight": (width, s.hidden_size),
                    "model.per_layer_projection_norm.weight": (arch.per_layer_input,)}
     return shapes
+
+
+def mtp_block_shapes(arch: DecoderArchitecture) -> dict[str, tuple[int, ...]]:
+    """A multi-token-prediction block's parameters (pagoda.engine.models.mtp), by Hugging Face
+    name, where the family's files may carry one; else none. A file need not."""
+    if arch.mtp_like is None:
+        return {}
+    return mtp_weight_shapes(arch, _layer_weight_shapes(arch, arch.mtp_like))
 
 
 def _layer_weight_shapes(arch: DecoderArchitecture, index: int) -> dict[str, tuple[int, ...]]:

@@ -61,7 +61,9 @@ from pagoda.engine.models.architecture import (
     ShortConvKind,
 )
 from pagoda.engine.models.config import qkv_modules
+from pagoda.engine.models import mtp
 from pagoda.engine.models.memory import release_freed_memory
+from pagoda.engine.models.mtp import MultiTokenPredictor
 from pagoda.engine.models.native_decode import NativeDecode, not_covered
 from pagoda.engine.quantization.dequantize_workspace import DequantWorkspace
 from pagoda.engine.quantization.tensors import Weight, concat
@@ -177,9 +179,11 @@ class DecoderLayer:
 class DecoderForCausalLM:
     def __init__(self, arch: DecoderArchitecture, config: PretrainedConfig,
                  weights: MutableMapping[str, Weight], placement: Placement,
-                 release_weights: bool = False) -> None:
+                 release_weights: bool = False, with_mtp: bool = False) -> None:
         """release_weights: empty `weights` as the layers take them, so the loader's layout and
-        the kernels' never both hold the whole model (a CPU int4 layer repacks its weight)."""
+        the kernels' never both hold the whole model (a CPU int4 layer repacks its weight).
+        with_mtp: build the multi-token-prediction block where the weights have one (`mtp`,
+        else None), for drafts."""
         self.arch = arch
         self.shape = s = arch.shape
         self.ops = placement.ops
@@ -205,6 +209,7 @@ class DecoderForCausalLM:
                 for name in [n for n in weights if n.startswith(prefix)]:
                     del weights[name]
                 release_freed_memory()
+        self.mtp = self._multi_token_predictor(weights, placement) if with_mtp else None
         if release_weights:
             weights.clear()
             release_freed_memory()
@@ -325,6 +330,16 @@ class DecoderForCausalLM:
         # gives back from it (pagoda.engine.loading.gguf).
         norm = weight.to(torch.float64) + self.arch.norm_offset  # on the loader's CPU
         return norm.to(device=placement.device, dtype=torch.float32).to(placement.dtype)
+
+    def _multi_token_predictor(self, w: MutableMapping[str, Weight],
+                               placement: Placement) -> MultiTokenPredictor | None:
+        like = self.arch.mtp_like
+        if like is None or mtp.FC not in w:
+            return None
+        norms = (self._norm(w[name], placement)
+                 for name in (mtp.EMBEDDING_NORM, mtp.HIDDEN_NORM, mtp.NORM))
+        return MultiTokenPredictor(make_linear(w[mtp.FC], None, placement), *norms,
+                                   self._load_layer(mtp.as_main_layer(w, like), like, placement))
 
     def _per_layer_embeddings(self, w: MutableMapping[str, Weight],
                               placement: Placement) -> PerLayerEmbeddings | None:

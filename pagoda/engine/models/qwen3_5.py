@@ -89,7 +89,9 @@ def hybrid_architecture(config: PretrainedConfig, family: str, layout: str,
         shape=replace(shape, state_floats=recurrent_state_floats(layers, shape.hidden_size)),
         layers=layers, ropes={"default": rope_spec(config, head_dim(config))}, names=NAMES,
         norm_offset=1.0, activation=activation_of(config.hidden_act, family),
-        tied_embeddings=bool(config.tie_word_embeddings))
+        tied_embeddings=bool(config.tie_word_embeddings),
+        mtp_like=max((i for i in range(shape.num_layers) if i not in shape.recurrent_layers),
+                     default=None))
 
 
 def delta_net_kind(config: PretrainedConfig, layout: str, tiled: bool) -> GatedDeltaNetKind:
@@ -116,13 +118,26 @@ def delta_net_kind(config: PretrainedConfig, layout: str, tiled: bool) -> GatedD
 
 def config_from_gguf(settings: GGUFSettings) -> PretrainedConfig:
     """A qwen35 file's config from its own keys, as llama.cpp reads them."""
-    shape = llama_shape(settings)
+    shape = llama_shape(settings) | {"num_hidden_layers": model_layers(settings)}
     size = shape["head_dim"]
     return Qwen3_5TextConfig(
         **shape, **delta_net_from_gguf(settings, tiled=True), hidden_act="silu",
         layer_types=layer_types_from_gguf(settings, shape["num_hidden_layers"]),
         rope_parameters={"rope_type": "default", "rope_theta": rope_theta(settings),
                          "partial_rotary_factor": rotary_dims(settings, size) / size})
+
+
+def model_layers(settings: GGUFSettings) -> int:
+    """The file's blocks less its multi-token-prediction blocks (nextn_predict_layers), which
+    the converter writes after the model's layers (pagoda.engine.models.mtp)."""
+    blocks = count(settings, "block_count")
+    extra = count(settings, "nextn_predict_layers", default=0)
+    if extra >= blocks:
+        raise ModelLoadError(
+            f"The file states {extra} multi-token-prediction blocks "
+            f"({settings.architecture}.nextn_predict_layers) of {blocks} blocks in all: "
+            "that leaves the model no layers. The file is damaged: re-download it.")
+    return blocks - extra
 
 
 def delta_net_from_gguf(settings: GGUFSettings, tiled: bool) -> dict:
@@ -151,6 +166,8 @@ def layer_types_from_gguf(settings: GGUFSettings, layers: int) -> list[str]:
     if flags is None:
         every = count(settings, "full_attention_interval", default=4)
         flags = [(i + 1) % every != 0 for i in range(layers)]
+    if isinstance(flags, list) and len(flags) == count(settings, "block_count"):
+        flags = flags[:layers]  # the multi-token-prediction blocks' flags follow the model's
     if not isinstance(flags, list) or len(flags) != layers:
         raise ModelLoadError(f"The file's {key} names {flags!r} for a model of {layers} "
                              "layers, where one flag per layer is needed. The file is damaged: "

@@ -32,6 +32,7 @@ from pagoda.engine.models.qwen3_5 import (
     delta_net_from_gguf,
     hybrid_architecture,
     layer_types_from_gguf,
+    model_layers,
 )
 from pagoda.engine.models.qwen3_moe import moe_spec
 
@@ -51,7 +52,7 @@ def architecture(config: PretrainedConfig) -> DecoderArchitecture:
 
 def config_from_gguf(settings: GGUFSettings) -> PretrainedConfig:
     """A qwen3next file's config from its own keys, as llama.cpp reads them."""
-    shape = llama_shape(settings)
+    shape = llama_shape(settings) | {"num_hidden_layers": model_layers(settings)}
     layers, size = shape["num_hidden_layers"], shape["head_dim"]
     experts = expert_settings(settings, renormalized=True)
     return Qwen3NextConfig(

@@ -158,6 +158,14 @@ def header_shape(config: PretrainedConfig) -> ModelShape:
     return architecture_of(config).shape if shape.recurrent_layers else shape
 
 
+def optional_weight_shapes(config: PretrainedConfig) -> dict[str, tuple[int, ...]]:
+    """Parameters a model's files may carry beside those it needs (a multi-token-prediction
+    block), by Hugging Face name, with their shapes: read where all are there."""
+    from pagoda.engine.models.config import mtp_block_shapes
+
+    return mtp_block_shapes(architecture_of(config))
+
+
 def expected_weight_shapes(config: PretrainedConfig) -> dict[str, tuple[int, ...]]:
     """Every parameter the model needs, by Hugging Face name, with its shape."""
     from pagoda.engine.models.config import weight_shapes

@@ -57,6 +57,7 @@ class NgramProposer:
         self._states: dict[DraftedSequence, _SequenceState] = {}
         self._overall_kept = DEFAULT_ACCEPTANCE
         self._overall_tried = 1.0
+        self.num_checked = 0  # drafts verified or shadow-checked, in all
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -67,9 +68,7 @@ class NgramProposer:
     def propose(self, seq: DraftedSequence, max_drafts: int) -> list[int]:
         """Drafts to follow `seq`'s tokens, at most `max_drafts` (which the caller bounds by
         max_tokens, the context length and the step's token budget)."""
-        state = self._states.get(seq)
-        if state is None:
-            state = self._states[seq] = _SequenceState()
+        state = self._track(seq)
         limit = min(max_drafts, self.num_speculative_tokens)
         if limit <= 0:
             return []
@@ -80,9 +79,22 @@ class NgramProposer:
             return []
         return _continuation(tokens, follower, limit)
 
+    def _track(self, seq: DraftedSequence) -> _SequenceState:
+        """The sequence's state, made at its first proposal: its acceptance is learnt from
+        then on."""
+        state = self._states.get(seq)
+        if state is None:
+            state = self._states[seq] = _SequenceState()
+        return state
+
+    @property
+    def overall_acceptance(self) -> float:
+        """The engine-wide chance that a draft is kept, recent checks weighing most."""
+        return self._overall_kept / self._overall_tried
+
     def acceptance(self, seq: DraftedSequence) -> float:
         """The estimated chance that each next draft of `seq` is kept."""
-        overall = self._overall_kept / self._overall_tried
+        overall = self.overall_acceptance
         state = self._states.get(seq)
         if state is None:
             return overall
@@ -102,6 +114,7 @@ class NgramProposer:
         self._learn(seq, int(kept), 1)
 
     def _learn(self, seq: DraftedSequence, kept: int, tried: int) -> None:
+        self.num_checked += tried
         self._overall_kept = OVERALL_DECAY * self._overall_kept + kept
         self._overall_tried = OVERALL_DECAY * self._overall_tried + tried
         state = self._states.get(seq)

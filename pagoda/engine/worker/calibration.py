@@ -76,11 +76,14 @@ def _timed(runner, sched: SchedulerOutput) -> float:
 
 def _scratch_step(runner, drafts_per_seq: list[int]) -> SchedulerOutput | None:
     """One step of len(drafts_per_seq) decoding sequences, each verifying that many drafts,
-    in KV blocks numbered from 0 (all free before the first request)."""
+    in KV blocks and recurrent state slots numbered from 0 (all free before the first
+    request)."""
     block_size = runner.block_size
     blocks_per_seq = -(-(CALIBRATION_CONTEXT + max(drafts_per_seq)) // block_size)
     if blocks_per_seq * len(drafts_per_seq) > min(g.num_blocks for g in runner.kv_cache_groups):
         return None  # a KV pool too small for this batch
+    if 0 < runner.num_state_slots < len(drafts_per_seq):
+        return None  # as few recurrent state slots
     out = SchedulerOutput()
     for i, num_drafts in enumerate(drafts_per_seq):
         token_ids = [(7 * i + t) % runner.vocab_size for t in range(CALIBRATION_CONTEXT)]
@@ -88,6 +91,8 @@ def _scratch_step(runner, drafts_per_seq: list[int]) -> SchedulerOutput | None:
                        frozenset())
         seq.block_ids = list(range(i * blocks_per_seq, (i + 1) * blocks_per_seq))
         seq.windowed_block_ids = [seq.block_ids] * (len(runner.kv_cache_groups) - 1)
+        if runner.num_state_slots:  # recurrent layers: slots no request holds yet either
+            seq.state_slot = i
         out.scheduled.append(ScheduledSequence(seq, CALIBRATION_CONTEXT - 1, 1 + num_drafts,
                                                token_ids[:num_drafts]))
     return out

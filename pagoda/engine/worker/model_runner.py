@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -79,6 +80,8 @@ class ModelInputs:
     recurrent: RecurrentMetadata | None = None
     # The rows of the step's prompt chunks that are images' placeholders.
     images: list[ImageRows] = field(default_factory=list)
+    # The scheduler index of each item, in the flat batch's order.
+    flat_order: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -91,6 +94,21 @@ class RunnerOutput:
     # Per scheduled sequence asking for prompt logprobs: the position of the first prompt token
     # this step scored, and each scored token's logprobs.
     prompt_logprobs: list[tuple[int, list[SampledLogprobs]] | None] | None = None
+    # Per scheduled sequence, where the model drafts with its multi-token-prediction block:
+    # the draft for its next step (none for a sequence that sampled nothing).
+    drafts: list[list[int]] | None = None
+
+
+@dataclass(slots=True)
+class RecentSeconds:
+    """A recent average of some work's seconds a step (each new one weighs a tenth)."""
+
+    mean: float = 0.0
+    count: int = 0
+
+    def observe(self, seconds: float) -> None:
+        self.mean = seconds if not self.count else 0.9 * self.mean + 0.1 * seconds
+        self.count += 1
 
 
 def group_by_length(lengths: list[int]) -> list[tuple[int, int]]:
@@ -125,7 +143,8 @@ class ModelRunner:
         placement = place_kernels(config, loaded.weights)
         ops = placement.ops
         self.model = DecoderForCausalLM(architecture_of(loaded.config), loaded.config,
-                                        loaded.weights, placement, release_weights)
+                                        loaded.weights, placement, release_weights,
+                                        with_mtp=config.num_speculative_tokens > 0)
         # A multimodal model's image side, where Pagoda runs its images (None: text only).
         self.image_tower = (None if loaded.multimodal_config is None else
                             image_tower(loaded.multimodal_config, loaded.vision_weights, placement))
@@ -149,6 +168,11 @@ class ModelRunner:
         # The blocks of the group that keeps every block: the context the cache holds.
         self.num_blocks = self.kv_cache_groups[0].num_blocks
         self.kv_caches = self._allocate_kv_cache()
+        # The multi-token-prediction block's keys and values, in the first group's blocks;
+        # whether it runs (the engine stops it where its drafts do not pay), and its time.
+        self.mtp_kv = self._allocate_mtp_kv() if self.model.mtp is not None else None
+        self.drafts_with_mtp = self.mtp_kv is not None
+        self.mtp_seconds = RecentSeconds()
         self.recurrent_states = self._allocate_recurrent_states()
         self.sampler = Sampler(ops.row_argmax)
         self.rejection_sampler = RejectionSampler(ops.row_argmax)
@@ -181,8 +205,7 @@ class ModelRunner:
         # both reads (a prefix hit) and reuses (evicted for a new checkpoint) is read first.
         self.copy_states(sched.restore_states)
         inputs = self.prepare_inputs(sched.scheduled)
-        logits = self._forward(inputs)
-        self.copy_states(sched.save_states)
+        logits, hidden = self._forward(inputs)
         sampled: list[list[int]] = [[] for _ in sched.scheduled]
         out = RunnerOutput(sampled, [None] * len(sched.scheduled))
         if inputs.prompt_requests:
@@ -190,26 +213,73 @@ class ModelRunner:
             out.prompt_logprobs = self._prompt_logprobs(logits[num_sampling:], inputs,
                                                         len(sched.scheduled))
             logits = logits[:num_sampling]
-        if not inputs.sampling_rows:
-            return out
-        runs, logprobs = self._sample(logits.float(), inputs)
-        for n, (idx, run) in enumerate(zip(inputs.sampling_order, runs, strict=True)):
-            sampled[idx] = run
-            out.logprobs[idx] = logprobs[n]
+        if inputs.sampling_rows:
+            runs, logprobs = self._sample(logits.float(), inputs)
+            for n, (idx, run) in enumerate(zip(inputs.sampling_order, runs, strict=True)):
+                sampled[idx] = run
+                out.logprobs[idx] = logprobs[n]
+        # Checkpoints are saved from settled states: never from one past a rejected draft.
+        self._settle_verified_states(inputs, sched.scheduled, sampled)
+        self.copy_states(sched.save_states)
+        if self.drafts_with_mtp and hidden is not None:
+            began = time.perf_counter()
+            out.drafts = self._mtp_drafts(inputs, hidden, sched.scheduled, sampled)
+            self.mtp_seconds.observe(time.perf_counter() - began)
         return out
 
-    def _forward(self, inputs: ModelInputs) -> torch.Tensor:
-        """The step's logits (the rows of logits_indices); pooling chunks' hidden states are
-        summed on the way, so a step with any runs eagerly (a graph keeps only logits)."""
+    def _mtp_drafts(self, inputs: ModelInputs, hidden: torch.Tensor,
+                    scheduled: list[ScheduledSequence],
+                    sampled: list[list[int]]) -> list[list[int]]:
+        """Run the multi-token-prediction block over the step's positions (each with the token
+        that follows it: the sequence's next one, or from its sampled run; 0 after a rejected
+        draft, whose keys the next step overwrites) and draft, for each sequence that sampled,
+        the token after its run from the position before the run's last token."""
+        next_ids, rows, flat = [], [], 0
+        for i in inputs.flat_order:
+            item, run = scheduled[i], sampled[i]
+            seq, start = item.seq, item.num_computed_tokens
+            last = seq.num_tokens - 1  # before this step's tokens are appended
+            for p in range(start, start + item.num_new_tokens):
+                j = p - last
+                next_ids.append(seq.all_token_ids[p + 1] if j < 0
+                                else run[j] if j < len(run) else 0)
+            if run:
+                rows.append((i, flat + last - start + len(run) - 1))
+            flat += item.num_new_tokens
+        mtp = self.model.mtp
+        normed = mtp.hidden_states(self.model, self._tensor(next_ids), inputs.positions, hidden,
+                                   inputs.attn, self.mtp_kv)
+        drafts: list[list[int]] = [[] for _ in scheduled]
+        if rows:
+            tokens = mtp.draft(self.model, normed[self._tensor([row for _, row in rows])])
+            for (i, _), token in zip(rows, tokens, strict=True):
+                drafts[i] = [token]
+        return drafts
+
+    def _settle_verified_states(self, inputs: ModelInputs, scheduled: list[ScheduledSequence],
+                                sampled: list[list[int]]) -> None:
+        """Leave each sequence that verified drafts with its recurrent states after its last
+        token and the drafts it kept (its run: those and one token more, whose own state the
+        next step computes), not after the rejected ones that its forward also read."""
+        if inputs.recurrent is None or not inputs.recurrent.kept:
+            return
+        inputs.recurrent.kept.settle({item.seq.state_slot: len(run) for item, run
+                                      in zip(scheduled, sampled, strict=True)
+                                      if item.spec_token_ids})
+
+    def _forward(self, inputs: ModelInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The step's logits (the rows of logits_indices), and the last layer's output at every
+        token (None from a CUDA graph, which keeps only logits); pooling chunks' hidden states
+        are summed on the way, so a step with any runs eagerly."""
         if (self.graphs is not None and not inputs.pooling_chunks and not inputs.images
                 and self.graphs.can_run(inputs.attn)):
             return self.graphs.run(inputs.input_ids, inputs.positions, inputs.attn,
-                                   inputs.logits_indices)
+                                   inputs.logits_indices), None
         hidden = self.model.hidden_states(inputs.input_ids, inputs.positions, inputs.attn,
                                           self.kv_caches, self.recurrent_step(inputs),
                                           self.image_embeddings(inputs))
         pool_chunks(hidden, inputs.pooling_chunks, self.model.final_norm)
-        return self.model.compute_logits(hidden[inputs.logits_indices])
+        return self.model.compute_logits(hidden[inputs.logits_indices]), hidden
 
     def image_embeddings(self, inputs: ModelInputs) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The step's images encoded: (rows of the batch, their embeddings), or None."""
@@ -305,7 +375,8 @@ class ModelRunner:
                            self._tensor(logits_indices + prompt_indices), rows, sampling_order,
                            drafts if speculates else None, grammar_entries, grammar_runs,
                            logprobs_requests, prompt_requests, prompt_targets, pooling_chunks,
-                           self._recurrent_metadata(items, len(decode_idx)), images)
+                           self._recurrent_metadata(items, len(decode_idx)), images,
+                           order)
 
     def _recurrent_metadata(self, items: list[ScheduledSequence],
                             num_decodes: int) -> RecurrentMetadata | None:
@@ -326,7 +397,8 @@ class ModelRunner:
         for s in items[num_decodes:]:
             assert s.seq.state_slot is not None, "a running sequence holds a state slot"
             prefills.append(RecurrentSegment(start, start + s.num_new_tokens, s.seq.state_slot,
-                                             s.num_computed_tokens == 0))
+                                             s.num_computed_tokens == 0,
+                                             verifies=bool(s.spec_token_ids)))
             start += s.num_new_tokens
         return RecurrentMetadata(num_decodes, self._tensor(decodes), prefills)
 
@@ -487,6 +559,8 @@ class ModelRunner:
         windows'."""
         windows = [window for window, _ in self.kv_layout]
         bytes_per_block = [self.bytes_per_block(layers) for _, layers in self.kv_layout]
+        if self.model.mtp is not None:  # its keys live in the first group's blocks
+            bytes_per_block[0] += self.bytes_per_block((self.model.arch.mtp_like,))
         if self.device.type == "cuda" and self.config.num_kv_blocks is None:
             counts, slots, checkpoints = self._blocks_from_free_gpu_memory(bytes_per_block,
                                                                            windows)
@@ -593,6 +667,17 @@ class ModelRunner:
         for states in self.recurrent_states:
             for state in states or ():
                 state[destinations] = state[sources]
+
+    def _allocate_mtp_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The multi-token-prediction block's key and value blocks, numbered as the first
+        group's: a position's block holds its keys in both (counted in its bytes_per_block)."""
+        shape = (self.kv_cache_groups[0].num_blocks, self.block_size,
+                 *self.model.shape.kv_heads(self.model.arch.mtp_like))
+        if self.device.type == "cpu":
+            pool = zeroed_host_tensor((2, *shape), self.kv_dtype)
+            return pool[0], pool[1]
+        return (torch.zeros(shape, dtype=self.kv_dtype, device=self.device),
+                torch.zeros(shape, dtype=self.kv_dtype, device=self.device))
 
     def _allocate_kv_cache(self) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
         """Each attention layer's key and value blocks, in its KV cache group's pool (None at
