@@ -84,10 +84,21 @@ class GatedDeltaNet:
     def forward(self, x: torch.Tensor, meta: RecurrentMetadata,
                 states: tuple[torch.Tensor, ...], ops: KernelOps = TORCH_OPS) -> torch.Tensor:
         """x [num_tokens, hidden] laid out as `meta` says; states[i] [num_slots,
-        *state_shapes()[i]] float32, the batch's slots read and written in place; the decodes'
-        state updates run on ops.gdn_step (in C on a CPU)."""
+        *state_shapes()[i]] float32, the batch's slots read and written in place. A step of
+        decodes alone runs between the two linears in one call where ops fuses it (C on a CPU:
+        the one-call decode step runs the same function); otherwise the decodes' state updates
+        run on ops.gdn_step (in C on a CPU) among torch's ops."""
+        projected = self.in_proj(x)
+        if not meta.prefills and ops.gated_delta_decode is not None:
+            s = self.shape
+            mixed = ops.gated_delta_decode(
+                projected, meta.decode_slots, states, self.conv_weight, self.decay_rate,
+                self.dt_bias, self.norm_weight, (s.num_k_heads, s.num_v_heads, s.k_dim, s.v_dim),
+                s.tiled, self.eps)
+            if mixed is not None:
+                return self.out_proj(mixed.to(x.dtype))
         conv_states, delta_states = states
-        channels, z, b, a = self.in_proj(x).split(self.shape.projection_widths, dim=-1)
+        channels, z, b, a = projected.split(self.shape.projection_widths, dim=-1)
         q, k, v = self._queries_keys_values(self._convolve(channels, meta, conv_states))
         beta = b.sigmoid().float()  # rounded at the compute dtype, as the reference
         g = -self.decay_rate * F.softplus(a.float() + self.dt_bias)

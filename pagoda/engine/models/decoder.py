@@ -140,7 +140,7 @@ class DecoderLayer:
     mixer: RecurrentMixer | None = None  # in place of attention (LFM2's short convolution)
     mixer_projections: tuple[Linear, ...] = ()  # the mixer's linears, its input's first
 
-    # The names the one-C-call decode step (native_decode.py) reads (dense layers only).
+    # The names the one-C-call decode step (native_decode.py) reads (attention layers only).
     @property
     def qkv_proj(self) -> Linear:
         return self.attention.qkv_proj
@@ -240,7 +240,7 @@ class DecoderForCausalLM:
         if self.embedding_scale is not None:
             hidden = hidden * self.embedding_scale
         if self.native_decode is not None:
-            out = self.native_decode.forward_layers(hidden, rotary, meta, kv_caches)
+            out = self.native_decode.forward_layers(hidden, rotary, meta, kv_caches, recurrent)
             if out is not None:
                 return out
         residual = None

@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "delta_rule.h"
+
 #define LANES 8
 
 static int slots_in_range(const int64_t *slots, int64_t batch, int64_t num_slots) {
@@ -25,7 +27,7 @@ static int slots_in_range(const int64_t *slots, int64_t batch, int64_t num_slots
  * out [batch, v_heads, v_dim]. Value head h reads key head h / (v_heads / k_heads), as
  * transformers orders the heads, or h % k_heads where `tiled` (llama.cpp's converter writes
  * Qwen3-Next's and Qwen3.5's value heads so, tiled over the key heads).
- *   S *= exp(g); delta = beta * (v - S^T k); S += k delta^T; out = S^T q            */
+ * The update itself is delta_rule.h's.                                                   */
 int gdn_step(float *state, int64_t num_slots, const int64_t *slots, int64_t batch,
              const float *q, const float *k, int64_t k_heads, int64_t k_dim,
              const float *v, int64_t v_heads, int64_t v_dim,
@@ -41,29 +43,9 @@ int gdn_step(float *state, int64_t num_slots, const int64_t *slots, int64_t batc
         const float *restrict kh = k + (b * k_heads + kh_index) * k_dim;
         const float *restrict vh = v + (b * v_heads + h) * v_dim;
         float *restrict o = out + (b * v_heads + h) * v_dim;
-        const float decay = expf(g[b * v_heads + h]), bt = beta[b * v_heads + h];
         float delta[v_dim];
-        memset(delta, 0, sizeof(float) * v_dim);
-        for (int64_t i = 0; i < k_dim; i++) {  /* decay, and S^T k into delta */
-            float *restrict row = s + i * v_dim;
-            const float ki = kh[i];
-            for (int64_t j = 0; j < v_dim; j++) {
-                row[j] *= decay;
-                delta[j] += row[j] * ki;
-            }
-        }
-        for (int64_t j = 0; j < v_dim; j++) {
-            delta[j] = bt * (vh[j] - delta[j]);
-            o[j] = 0.0f;
-        }
-        for (int64_t i = 0; i < k_dim; i++) {  /* the rank-one update, and S^T q */
-            float *restrict row = s + i * v_dim;
-            const float ki = kh[i], qi = qh[i];
-            for (int64_t j = 0; j < v_dim; j++) {
-                row[j] += ki * delta[j];
-                o[j] += row[j] * qi;
-            }
-        }
+        delta_rule_head(s, qh, kh, vh, k_dim, v_dim, expf(g[b * v_heads + h]),
+                        beta[b * v_heads + h], delta, o);
     }
     return 0;
 }

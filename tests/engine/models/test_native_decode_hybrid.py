@@ -1,0 +1,127 @@
+# ruff: noqa: F811 (the fixtures imported from test_cpu_q8 are test arguments)
+"""Qwen3.5's hybrid layers run in the one-call C decode step as the eager forward runs them,
+bit for bit: its Gated DeltaNets (each row's conv window and delta-rule state, at the row's own
+slot, advanced in place) and its gated attention; over steps with the states carried, rows of
+several slots, and a row that joins from a fresh state after its prefill.
+
+The tiny Qwen3.5 folder (tests/engine/tiny_models.py: 6 Gated DeltaNets, 2 gated attention
+layers) is quantized to int8 at load, so that every linear has a C kernel."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pagoda.engine import SamplingParams
+from pagoda.engine.config import EngineConfig
+from pagoda.engine.llm_engine import LLMEngine
+from pagoda.engine.models.native_decode import NativeDecode
+from tests.engine.models.test_native_decode import _counting, _decoding
+from tests.engine.quantization.test_cpu_q8 import q8, q8_chosen  # noqa: F401 (fixtures)
+from tests.engine.tiny_models import save_tiny_model
+
+PROMPTS = [list(range(100, 143)), list(range(200, 205)), list(range(10, 28))]
+GREEDY = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def qwen35(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("qwen35-native"), "qwen3.5")
+
+
+def _engine(path, **config) -> LLMEngine:
+    return LLMEngine(str(path), EngineConfig(**{"num_kv_blocks": 32, "num_threads": 1,
+                                                "quantization": "int8", **config}))
+
+
+def _states(engine: LLMEngine) -> list[torch.Tensor]:
+    return [t for states in engine.runner.recurrent_states if states is not None for t in states]
+
+
+def _forward(engine: LLMEngine, inputs, native: NativeDecode | None) -> torch.Tensor:
+    model, runner = engine.runner.model, engine.runner
+    model.native_decode = native
+    with torch.inference_mode():
+        return model.forward(inputs.input_ids, inputs.positions, inputs.attn, runner.kv_caches,
+                             inputs.logits_indices, runner.recurrent_step(inputs))
+
+
+def _fused_and_eager(engine: LLMEngine, inputs, native: NativeDecode):
+    """The step's logits and the states after it, through the call and eager, each from the
+    states before the step (left as the eager step leaves them)."""
+    before = [t.clone() for t in _states(engine)]
+    calls: list[bool] = []
+    fused = _forward(engine, inputs, _counting(native, calls))
+    assert calls == [True]
+    fused_states = [t.clone() for t in _states(engine)]
+    for state, saved in zip(_states(engine), before, strict=True):
+        state.copy_(saved)
+    eager = _forward(engine, inputs, None)
+    engine.runner.model.native_decode = native
+    return (fused, fused_states), (eager, _states(engine))
+
+
+def _assert_same(fused, eager) -> None:
+    (fused_logits, fused_states), (eager_logits, eager_states) = fused, eager
+    assert torch.equal(fused_logits, eager_logits)
+    assert all(torch.equal(a, b) for a, b in zip(fused_states, eager_states, strict=True))
+
+
+def test_hybrid_decode_steps_in_one_c_call_give_the_eager_logits_and_states_bit_for_bit(
+        q8, q8_chosen, qwen35):
+    engine = _engine(qwen35)
+    native = engine.runner.model.native_decode
+    assert native is not None
+    inputs = _decoding(engine, PROMPTS, steps=2)
+    for _ in range(4):  # the states carried from step to step
+        assert not inputs.attn.prefills and inputs.recurrent.num_decodes == len(PROMPTS)
+        assert len(set(inputs.recurrent.decode_slots.tolist())) == len(PROMPTS)
+        before = [t.clone() for t in _states(engine)]
+        fused, eager = _fused_and_eager(engine, inputs, native)
+        _assert_same(fused, eager)
+        assert not all(torch.equal(a, b) for a, b in zip(before, _states(engine), strict=True))
+        engine.step()
+        inputs = engine.runner.prepare_inputs(engine.scheduler.schedule().scheduled)
+
+
+def test_a_row_joining_from_a_fresh_state_decodes_in_the_c_call_as_eager(q8, q8_chosen, qwen35):
+    engine = _engine(qwen35, max_num_seqs=8)
+    native = engine.runner.model.native_decode
+    _decoding(engine, PROMPTS[:2], steps=3)
+    engine.add_request("late", list(range(300, 311)), GREEDY)
+    engine.step()  # its prefill, beside the others' decodes: eager
+    for _ in range(3):
+        inputs = engine.runner.prepare_inputs(engine.scheduler.schedule().scheduled)
+        assert inputs.recurrent.num_decodes == 3 and not inputs.recurrent.prefills
+        _assert_same(*_fused_and_eager(engine, inputs, native))
+        engine.step()
+
+
+def test_hybrid_greedy_tokens_with_and_without_the_c_call_are_the_same(q8, q8_chosen, qwen35):
+    """Requests arrive while others decode, so steps with prefills (eager) and without (the
+    call) alternate, each row's states carried through both."""
+
+    def greedy(fused: bool) -> list[list[int]]:
+        engine = _engine(qwen35, max_num_batched_tokens=24, max_num_seqs=8)
+        calls: list[bool] = []
+        model = engine.runner.model
+        model.native_decode = _counting(model.native_decode, calls) if fused else None
+        tokens: dict[str, list[int]] = {}
+        for i, prompt in enumerate(PROMPTS):
+            engine.add_request(f"r{i}", prompt, GREEDY)
+            for _ in range(3):
+                for out in engine.step():
+                    tokens[out.request_id] = out.outputs[0].token_ids
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                tokens[out.request_id] = out.outputs[0].token_ids
+        assert any(calls) == fused
+        return [tokens[f"r{i}"] for i in range(len(PROMPTS))]
+
+    assert greedy(True) == greedy(False)
+
+
+def test_a_bfloat16_hybrid_model_runs_layer_by_layer(q8, q8_chosen, qwen35):
+    """The call runs fp32 activations only (the layers' bf16 roundings are the eager path's)."""
+    engine = _engine(qwen35, dtype=torch.bfloat16)
+    assert engine.runner.model.native_decode is None
