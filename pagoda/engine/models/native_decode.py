@@ -52,7 +52,6 @@ if TYPE_CHECKING:
     from pagoda.engine.layers.linear import Linear
     from pagoda.engine.layers.rotary import RotaryTables
     from pagoda.engine.layers.recurrent_mixer import RecurrentMixer
-    from pagoda.engine.models.decoder import RecurrentStep
     from pagoda.engine.models.architecture import DecoderArchitecture, ModelShape
     from pagoda.kernels.recurrent_metadata import RecurrentMetadata
     from pagoda.kernels.kernel_ops import KernelOps
@@ -88,6 +87,16 @@ class DecodedLayer(Protocol):
     def qkv_proj(self) -> Linear: ...
     @property
     def o_proj(self) -> Linear: ...
+
+
+class RecurrentStep(Protocol):
+    """What the call reads of a step's recurrent inputs: decoder.RecurrentStep's, named here
+    as the layer's."""
+
+    @property
+    def meta(self) -> RecurrentMetadata: ...
+    @property
+    def states(self) -> list[tuple[torch.Tensor, ...] | None]: ...
 
 
 class DecodedModel(Protocol):
@@ -251,7 +260,7 @@ class NativeDecode:
             return None
         if recurrent is None:
             return False
-        rows: RecurrentMetadata = recurrent.meta
+        rows = recurrent.meta
         slots = rows.decode_slots
         if (rows.prefills or rows.num_decodes != m or slots.dtype is not torch.int64
                 or not slots.is_contiguous() or slots.shape != (m,)):

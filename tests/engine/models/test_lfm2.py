@@ -220,7 +220,7 @@ def test_only_lfm2_attention_layers_hold_kv_blocks(lfm2):
 
 
 def test_lfm2_decode_steps_run_layer_by_layer(lfm2):
-    """The one-call C decode step runs attention layers only."""
+    """The one-call C decode step runs attention and Gated DeltaNet layers only."""
     arch = architecture_of(transformers.AutoConfig.from_pretrained(lfm2))
     assert "recurrent layers" in not_covered(arch)
 

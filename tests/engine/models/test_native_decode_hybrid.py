@@ -1,11 +1,14 @@
 # ruff: noqa: F811 (the fixtures imported from test_cpu_q8 are test arguments)
-"""Qwen3.5's hybrid layers run in the one-call C decode step as the eager forward runs them,
-bit for bit: its Gated DeltaNets (each row's conv window and delta-rule state, at the row's own
-slot, advanced in place) and its gated attention; over steps with the states carried, rows of
-several slots, and a row that joins from a fresh state after its prefill.
+"""Qwen3.5's and Qwen3-Next's hybrid layers run in the one-call C decode step as the eager
+forward runs them, bit for bit: their Gated DeltaNets (each row's conv window and delta-rule
+state, at the row's own slot, advanced in place) and gated attention, and Qwen3-Next's experts;
+over steps with the states carried, rows of several slots, and a row that joins from a fresh
+state after its prefill.
 
-The tiny Qwen3.5 folder (tests/engine/tiny_models.py: 6 Gated DeltaNets, 2 gated attention
-layers) is quantized to int8 at load, so that every linear has a C kernel."""
+The tiny models (tests/engine/tiny_models.py: 6 Gated DeltaNets, 2 gated attention layers), so
+that every linear has a C kernel: Qwen3.5's folder quantized to int8 at load; Qwen3-Next's
+(its shared expert widened to 64, a whole number of Q8_0 blocks) as llama.cpp's converter
+writes it in Q8_0, its value heads tiled over the key heads."""
 
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from pagoda.engine import SamplingParams
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.llm_engine import LLMEngine
 from pagoda.engine.models.native_decode import NativeDecode
+from tests.engine import tiny_models
+from tests.engine.llama_cpp_converter import convert_to_gguf, gguf_model_name
 from tests.engine.models.test_native_decode import _counting, _decoding
 from tests.engine.quantization.test_cpu_q8 import q8, q8_chosen  # noqa: F401 (fixtures)
 from tests.engine.tiny_models import save_tiny_model
@@ -29,9 +34,29 @@ def qwen35(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("qwen35-native"), "qwen3.5")
 
 
-def _engine(path, **config) -> LLMEngine:
+@pytest.fixture(scope="module")
+def qwen3_next_q8_0(tmp_path_factory):
+    root = tmp_path_factory.mktemp("qwen3-next-native")
+    with pytest.MonkeyPatch.context() as patch:
+        wider = tiny_models._VARIANTS["qwen3-next"] | {"shared_expert_intermediate_size": 64}
+        patch.setitem(tiny_models._VARIANTS, "qwen3-next", wider)
+        folder = save_tiny_model(root / "folder", "qwen3-next")
+    return convert_to_gguf(folder, root / "tiny-qwen3-next.Q8_0.gguf", outtype="q8_0",
+                           name=gguf_model_name("qwen3-next"))
+
+
+@pytest.fixture(params=["qwen3.5", "qwen3-next"])
+def hybrid(request) -> tuple:
+    """The model's path and the engine settings it loads with."""
+    if request.param == "qwen3.5":
+        return request.getfixturevalue("qwen35"), {"quantization": "int8"}
+    return request.getfixturevalue("qwen3_next_q8_0"), {}
+
+
+def _engine(model: tuple, **config) -> LLMEngine:
+    path, settings = model
     return LLMEngine(str(path), EngineConfig(**{"num_kv_blocks": 32, "num_threads": 1,
-                                                "quantization": "int8", **config}))
+                                                **settings, **config}))
 
 
 def _states(engine: LLMEngine) -> list[torch.Tensor]:
@@ -68,8 +93,8 @@ def _assert_same(fused, eager) -> None:
 
 
 def test_hybrid_decode_steps_in_one_c_call_give_the_eager_logits_and_states_bit_for_bit(
-        q8, q8_chosen, qwen35):
-    engine = _engine(qwen35)
+        q8, q8_chosen, hybrid):
+    engine = _engine(hybrid)
     native = engine.runner.model.native_decode
     assert native is not None
     inputs = _decoding(engine, PROMPTS, steps=2)
@@ -84,8 +109,8 @@ def test_hybrid_decode_steps_in_one_c_call_give_the_eager_logits_and_states_bit_
         inputs = engine.runner.prepare_inputs(engine.scheduler.schedule().scheduled)
 
 
-def test_a_row_joining_from_a_fresh_state_decodes_in_the_c_call_as_eager(q8, q8_chosen, qwen35):
-    engine = _engine(qwen35, max_num_seqs=8)
+def test_a_row_joining_from_a_fresh_state_decodes_in_the_c_call_as_eager(q8, q8_chosen, hybrid):
+    engine = _engine(hybrid, max_num_seqs=8)
     native = engine.runner.model.native_decode
     _decoding(engine, PROMPTS[:2], steps=3)
     engine.add_request("late", list(range(300, 311)), GREEDY)
@@ -97,12 +122,12 @@ def test_a_row_joining_from_a_fresh_state_decodes_in_the_c_call_as_eager(q8, q8_
         engine.step()
 
 
-def test_hybrid_greedy_tokens_with_and_without_the_c_call_are_the_same(q8, q8_chosen, qwen35):
+def test_hybrid_greedy_tokens_with_and_without_the_c_call_are_the_same(q8, q8_chosen, hybrid):
     """Requests arrive while others decode, so steps with prefills (eager) and without (the
     call) alternate, each row's states carried through both."""
 
     def greedy(fused: bool) -> list[list[int]]:
-        engine = _engine(qwen35, max_num_batched_tokens=24, max_num_seqs=8)
+        engine = _engine(hybrid, max_num_batched_tokens=24, max_num_seqs=8)
         calls: list[bool] = []
         model = engine.runner.model
         model.native_decode = _counting(model.native_decode, calls) if fused else None
@@ -123,5 +148,5 @@ def test_hybrid_greedy_tokens_with_and_without_the_c_call_are_the_same(q8, q8_ch
 
 def test_a_bfloat16_hybrid_model_runs_layer_by_layer(q8, q8_chosen, qwen35):
     """The call runs fp32 activations only (the layers' bf16 roundings are the eager path's)."""
-    engine = _engine(qwen35, dtype=torch.bfloat16)
+    engine = _engine((qwen35, {"quantization": "int8"}), dtype=torch.bfloat16)
     assert engine.runner.model.native_decode is None
