@@ -45,6 +45,8 @@ class KernelOps:
     # them fused (decode_ops.c on CPU); None, or a call that returns None, runs the layer's
     # own torch path.
     gated_delta_decode: Callable[..., torch.Tensor | None] | None = None
+    # LFM2's short convolution's decode rows between its two linears, likewise.
+    short_conv_decode: Callable[..., torch.Tensor | None] | None = None
     # The recurrent layers' one-token state updates over a table of state slots
     # (pagoda/kernels/recurrent_steps.py; fused in C on CPU: pagoda/kernels/cpu/recurrent_steps.c).
     gdn_step: Callable[..., torch.Tensor] = recurrent_steps.gdn_step

@@ -28,10 +28,18 @@ class ShortConv:
 
     def forward(self, x: torch.Tensor, meta: RecurrentMetadata,
                 states: tuple[torch.Tensor, ...], ops: KernelOps = TORCH_OPS) -> torch.Tensor:
-        """The convolution is a few taps: it runs in torch whatever `ops` holds."""
-        b, c, h = self.in_proj(x).chunk(3, dim=-1)
-        bx = b * h
+        """A step of decodes alone runs between the two linears in one call where ops fuses
+        it (C on a CPU: the one-call decode step runs the same function); otherwise the
+        convolution, a few taps, runs in torch."""
+        projected = self.in_proj(x)
         conv_state, = states
+        if not meta.prefills and ops.short_conv_decode is not None:
+            mixed = ops.short_conv_decode(projected, meta.decode_slots, conv_state, self.weight,
+                                          self.bias)
+            if mixed is not None:
+                return self.out_proj(mixed.to(x.dtype))
+        b, c, h = projected.chunk(3, dim=-1)
+        bx = b * h
         out = torch.empty_like(bx)
         n = meta.num_decodes
         if n:

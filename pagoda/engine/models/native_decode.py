@@ -11,7 +11,7 @@ dense ones: the router dotted in C (the eager CPU path calls the same C router),
 experts through moe_experts.c's own entry point, a gated shared expert; and the hybrid layers
 of Qwen3.5 and Qwen3-Next: Gated DeltaNets (gated_delta_net.h, the function the eager layer
 calls for a step of decodes, each row's states at its slot advanced in place) and attention
-with an output gate. Anything else (prefill, bf16 activations, a linear on PyTorch's kernel or
+with an output gate; and LFM2's short convolutions (short_conv.h, likewise). Anything else (prefill, bf16 activations, a linear on PyTorch's kernel or
 a GEMM, experts moe_experts does not serve, a quantized router, a layer the call does not run:
 `not_covered`) stays eager.
 """
@@ -29,7 +29,8 @@ import torch
 from pagoda.engine.layers.gated_delta_net import GatedDeltaNet
 from pagoda.engine.layers.mlp import GatedMLP
 from pagoda.engine.layers.moe import SparseMoE, float_weight
-from pagoda.engine.models.architecture import GatedDeltaNetKind
+from pagoda.engine.layers.short_conv import ShortConv
+from pagoda.engine.models.architecture import Mamba2Kind
 from pagoda.kernels.attention_metadata import AttentionMetadata, DecodeGroup
 from pagoda.kernels.cpu.decode_layers import (
     GELU_TANH,
@@ -42,8 +43,10 @@ from pagoda.kernels.cpu.decode_layers import (
     LinearArgs,
     MoeArgs,
     RopeArgs,
+    ShortConvArgs,
     StepArgs,
     delta_net_args,
+    short_conv_args,
 )
 from pagoda.kernels.cpu.decode_ops import CACHE_DTYPES, SCORINGS, as_int64, attention_threads
 
@@ -122,9 +125,8 @@ class DecodedModel(Protocol):
 def not_covered(arch: DecoderArchitecture) -> str | None:
     """What of this architecture's layers the one-call step does not run (the load log says
     it), or None where it runs them all."""
-    if any(arch.is_recurrent(i) and not isinstance(kind, GatedDeltaNetKind)
-           for i, kind in enumerate(arch.layers)):
-        return "recurrent layers other than Gated DeltaNets (short convolutions, Mamba-2)"
+    if any(isinstance(kind, Mamba2Kind) for kind in arch.layers):
+        return "recurrent layers other than Gated DeltaNets and short convolutions (Mamba-2)"
     if arch.attention_softcap is not None:
         return "attention logit softcapping"
     if (arch.names.q_norm is None) != (arch.names.k_norm is None):
@@ -152,7 +154,7 @@ class _Plan:
     out: torch.Tensor
     tables: tuple[int, ...]  # where the KV caches and the recurrent states it points into are
     moes: list[MoeArgs]  # what the sparse layers' arguments point to
-    nets: list[DeltaNetArgs]  # what the Gated DeltaNet layers' arguments point to
+    nets: list[DeltaNetArgs | ShortConvArgs]  # what the recurrent layers' arguments point to
 
 
 @dataclass(slots=True, frozen=True)
@@ -292,7 +294,7 @@ class NativeDecode:
             return None
         layers = (LayerArgs * s.num_layers)()
         moes: list[MoeArgs] = []
-        nets: list[DeltaNetArgs] = []
+        nets: list[DeltaNetArgs | ShortConvArgs] = []
         work = 0
         for i, (args, layer, kv) in enumerate(zip(layers, self._model.layers, kv_caches,
                                                   strict=True)):
@@ -325,7 +327,7 @@ class NativeDecode:
             return None
         widths = _Widths(qkv=max(args.qkv.n for args in layers),
                          mixed=max(args.o.k for args in layers),
-                         recurrent=max((net.scratch_floats() for net in nets), default=0))
+                         recurrent=max((_recurrent_floats(net) for net in nets), default=0))
         buffers = self._reserve(m, work, intermediate, top_k, widths)
         out = buffers.out[:m]
         ropes = (RopeArgs * max(len(self._rope_keys), 1))()
@@ -341,15 +343,25 @@ class NativeDecode:
 
     @staticmethod
     def _mixer_linears(layer: DecodedLayer, args: LayerArgs,
-                       states: tuple[torch.Tensor, ...] | None, nets: list[DeltaNetArgs],
+                       states: tuple[torch.Tensor, ...] | None,
+                       nets: list[DeltaNetArgs | ShortConvArgs],
                        ) -> list[tuple[Linear, LinearArgs]] | None:
         """The layer's mixer's two linears and the fields they fill: q/k/v (and gate) and o, or
-        a Gated DeltaNet's in_proj and out_proj, its arguments (on its states) into args and
+        a recurrent mixer's in_proj and out_proj, its arguments (on its states) into args and
         nets; None where the call does not run the mixer."""
         mixer = layer.mixer
         if mixer is None:
             return [(layer.qkv_proj, args.qkv), (layer.o_proj, args.o)]
-        if not isinstance(mixer, GatedDeltaNet) or states is None:
+        if states is None:
+            return None
+        if isinstance(mixer, ShortConv):
+            conv = short_conv_args(mixer.weight, mixer.bias, *states)
+            if conv is None:
+                return None
+            nets.append(conv)
+            args.short_conv = ctypes.pointer(conv)
+            return [(mixer.in_proj, args.qkv), (mixer.out_proj, args.o)]
+        if not isinstance(mixer, GatedDeltaNet):
             return None
         shape = mixer.shape
         net = delta_net_args(mixer.conv_weight, mixer.decay_rate, mixer.dt_bias,
@@ -433,6 +445,12 @@ def _tables(kv_caches: list[tuple[torch.Tensor, torch.Tensor] | None],
     """Where the KV caches and recurrent states are: a plan points into them."""
     return tuple(t.data_ptr() for pair in [*kv_caches, *(states or ())] if pair is not None
                  for t in pair)
+
+
+def _recurrent_floats(net: DeltaNetArgs | ShortConvArgs) -> int:
+    """The scratch a recurrent layer takes per row: a short convolution's B * x, or the Gated
+    DeltaNet's."""
+    return net.channels if isinstance(net, ShortConvArgs) else net.scratch_floats()
 
 
 def _dense_part(layer: DecodedLayer) -> GatedMLP | None:
@@ -532,6 +550,9 @@ def _shapes_agree(layers: ctypes.Array, s: ModelShape) -> bool:
         if a.delta_net:
             net = a.delta_net.contents
             linears = ((net.in_width, s.hidden_size), (s.hidden_size, net.value_width))
+        elif a.short_conv:
+            channels = a.short_conv.contents.channels
+            linears = ((3 * channels, s.hidden_size), (s.hidden_size, channels))
         else:
             linears = ((q + 2 * kv + (q if a.output_gate else 0), s.hidden_size),
                        (s.hidden_size, q))

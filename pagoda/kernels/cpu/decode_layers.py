@@ -102,6 +102,29 @@ class DeltaNetArgs(ctypes.Structure):
         return self.v_heads * self.v_dim
 
 
+class ShortConvArgs(ctypes.Structure):
+    """LFM2's short convolution's decode rows (short_conv.h's struct pg_short_conv): its taps
+    [channels, kernel] and bias [channels] (None: none), fp32, and its state table
+    [num_slots, channels, kernel - 1]."""
+
+    _fields_ = [("weight", _ptr), ("bias", _ptr), ("states", _ptr),
+                ("num_slots", ctypes.c_int64), ("channels", _i32), ("kernel", _i32)]
+
+
+def short_conv_args(weight: torch.Tensor, bias: torch.Tensor | None,
+                    states: torch.Tensor) -> ShortConvArgs | None:
+    """A short convolution's arguments; None where a tensor is not the fp32 contiguous shape
+    the C code reads (the layer's torch path runs)."""
+    channels, kernel = weight.shape
+    shapes = [(weight, (channels, kernel)), (states, (states.shape[0], channels, kernel - 1))]
+    shapes += [] if bias is None else [(bias, (channels,))]
+    if any(t.dtype != torch.float32 or not t.is_contiguous() or tuple(t.shape) != shape
+           for t, shape in shapes):
+        return None
+    return ShortConvArgs(weight.data_ptr(), None if bias is None else bias.data_ptr(),
+                         states.data_ptr(), states.shape[0], channels, kernel)
+
+
 def delta_net_args(conv_weight: torch.Tensor, decay_rate: torch.Tensor, dt_bias: torch.Tensor,
                    norm: torch.Tensor, conv_states: torch.Tensor, delta_states: torch.Tensor,
                    heads: tuple[int, int, int, int], tiled: bool,
@@ -129,15 +152,16 @@ class LayerArgs(ctypes.Structure):
     a dense one); the window it attends (0: every key), the step's group set made for that
     window, its rotary table (an index into StepArgs.ropes, or NO_ROPE) rotating the first
     rotary_dim dims of each head, its MLP's activation, and whether qkv also gives the
-    attention output's gate (output_gate). A Gated DeltaNet layer (delta_net not None) has
-    its in_proj in qkv and its out_proj in o, and no attention fields."""
+    attention output's gate (output_gate). A recurrent layer (a Gated DeltaNet: delta_net not
+    None; LFM2's short convolution: short_conv not None) has its in_proj in qkv and its
+    out_proj in o, and no attention fields."""
 
     _fields_ = [("input_norm", _ptr), ("post_norm", _ptr), ("q_norm", _ptr), ("k_norm", _ptr),
                 ("attention_out_norm", _ptr), ("mlp_out_norm", _ptr), ("qkv", LinearArgs),
                 ("o", LinearArgs), ("gate_up", LinearArgs), ("down", LinearArgs),
                 ("k_cache", _ptr), ("v_cache", _ptr), ("sinks", _ptr),
                 ("moe", ctypes.POINTER(MoeArgs)), ("delta_net", ctypes.POINTER(DeltaNetArgs)),
-                ("window", _i32), ("group_set", _i32), ("rope", _i32), ("rotary_dim", _i32),
+                ("short_conv", ctypes.POINTER(ShortConvArgs)), ("window", _i32), ("group_set", _i32), ("rope", _i32), ("rotary_dim", _i32),
                 ("activation", _i32), ("output_gate", _i32), ("num_blocks", _i32)]
 
 

@@ -33,6 +33,7 @@
 #include "half_float.h"
 #include "vector_math.h"
 #include "gated_delta_net.h"
+#include "short_conv.h"
 
 enum { PG_F32 = 0, PG_BF16 = 1, PG_F16 = 2 };
 /* AVX512: attention's scores and value sums in 512-bit registers where head_dim is a multiple
@@ -690,6 +691,13 @@ long pg_gated_delta_scratch_floats(const struct pg_delta_net *net, int m)
     return (long)((size_t)m * delta_net_scratch_floats(net));
 }
 
+/* short_conv.h's decode rows for the eager layer; scratch: m * channels floats. */
+int pg_short_conv_decode(const struct pg_short_conv *conv, const float *proj, long proj_stride,
+                         int m, const int64_t *slots, float *scratch, float *out)
+{
+    return short_conv_decode(conv, proj, proj_stride, m, slots, scratch, out);
+}
+
 /* ---- KV-cache write ---- */
 
 /*
@@ -1316,9 +1324,9 @@ struct pg_moe {
  * norms before RoPE (Qwen3, Gemma 3), norms of the attention's and the MLP's outputs before
  * their residual adds (Gemma's "sandwich"), and the MLP's activation. Absent norms are NULL.
  * output_gate: qkv also gives a gate per query channel after q, k and v, and the attention's
- * output times sigmoid(gate) goes to o (Qwen3-Next, Qwen3.5). A Gated DeltaNet layer
- * (delta_net not NULL) mixes in its place: qkv is its in_proj, o its out_proj, and the
- * attention's fields go unread. */
+ * output times sigmoid(gate) goes to o (Qwen3-Next, Qwen3.5). A recurrent layer, a Gated
+ * DeltaNet (delta_net not NULL) or LFM2's short convolution (short_conv not NULL), mixes in
+ * its place: qkv is its in_proj, o its out_proj, and the attention's fields go unread. */
 struct pg_layer {
     const float *input_norm, *post_norm;
     const float *q_norm, *k_norm;                     /* [head_dim] */
@@ -1328,7 +1336,8 @@ struct pg_layer {
     void *k_cache, *v_cache;
     const float *sinks;                               /* [heads] (gpt-oss) or NULL */
     const struct pg_moe *moe;                         /* NULL: a dense MLP */
-    const struct pg_delta_net *delta_net;             /* NULL: an attention layer */
+    const struct pg_delta_net *delta_net;             /* NULL: not a Gated DeltaNet */
+    const struct pg_short_conv *short_conv;           /* NULL: not a short convolution */
     int window, group_set, rope, rotary_dim, activation, output_gate;
     int num_blocks; /* of its caches: a KV cache group's pool (windowed layers keep their own) */
 };
@@ -1563,6 +1572,22 @@ static int sparse_block(const struct pg_step *s, const struct pg_layer *layer, c
     return rc;
 }
 
+/* x (normed) -> out_proj of LFM2's short convolution, into y: in_proj into proj, the decode
+ * rows into mixed (short_conv.h), each row's window at its state slot. */
+static int short_conv_block(const struct pg_step *s, const struct pg_layer *layer,
+                            const float *x, float *proj, float *recurrent, float *mixed, float *y)
+{
+    const struct pg_short_conv *conv = layer->short_conv;
+    int ch = conv->channels;
+    if (!s->state_slots || layer->qkv.n != 3 * ch || 3 * ch > s->qkv_width
+        || ch > s->mixed_width || layer->o.k != ch || ch > s->recurrent_floats)
+        return 1;
+    int rc = run_linear(s, &layer->qkv, x, proj);
+    if (!rc)
+        rc = short_conv_decode(conv, proj, 3L * ch, s->m, s->state_slots, recurrent, mixed);
+    return rc ? rc : run_linear(s, &layer->o, mixed, y);
+}
+
 /* Whether every group set lists the step's m rows in order, each group at least one. */
 static int groups_cover_rows(const struct pg_step *s)
 {
@@ -1611,6 +1636,8 @@ int pg_decode_layers(const struct pg_step *s)
         }
         if (!rc && layer->delta_net)
             rc = delta_net_block(s, layer, x, qkv, recurrent, attn, hidden);
+        else if (!rc && layer->short_conv)
+            rc = short_conv_block(s, layer, x, qkv, recurrent, attn, hidden);
         else if (!rc)
             rc = attention_block(s, layer, x, qkv, qk, attn, hidden);
         if (!rc && layer->attention_out_norm)

@@ -19,7 +19,7 @@ import torch
 from pagoda.kernels import torch_ref
 from pagoda.kernels.attention_metadata import AttentionMetadata, DecodeGroup
 from pagoda.kernels.cpu import native
-from pagoda.kernels.cpu.decode_layers import DecodeLayers, delta_net_args
+from pagoda.kernels.cpu.decode_layers import DecodeLayers, delta_net_args, short_conv_args
 from pagoda.kernels.kernel_ops import TORCH_OPS, KernelOps
 
 NAME = "decode_ops"
@@ -63,6 +63,7 @@ _SIGNATURES = {
     "pg_add_sigmoid_gated": [_ptr, _ptr, _ptr, _i64, _ptr, _i32, _i32, _ptr],
     "pg_sigmoid_mul": [_ptr, _i64, _ptr, _i64, _i32, _i32, _ptr],
     "pg_gated_delta_decode": [_ptr, _ptr, _i64, _i32, _ptr, _ptr, _ptr, _i32],
+    "pg_short_conv_decode": [_ptr, _ptr, _i64, _i32, _ptr, _ptr, _ptr],
     "pg_write_kv": [_ptr, _i64, _ptr, _i64, _i32, _i32, _i32, _ptr, _ptr, _i32, _i64, _ptr],
     "pg_decode_attention": [_ptr, _i64, _i32, _i32, _i32, _i32, _ptr, _ptr, _i32, _i32, _i32,
                             _ptr, _i32, _ptr, _i32, _f32, _ptr, _ptr, _i32],
@@ -84,6 +85,7 @@ class DecodeOps:
         self._route, self._add_gated = lib.pg_route, lib.pg_add_sigmoid_gated
         self._write, self._attend = lib.pg_write_kv, lib.pg_decode_attention
         self._sigmoid_mul, self._delta_decode = lib.pg_sigmoid_mul, lib.pg_gated_delta_decode
+        self._short_conv = lib.pg_short_conv_decode
         self._delta_scratch = lib.pg_gated_delta_scratch_floats
         self._delta_scratch.argtypes, self._delta_scratch.restype = [_ptr, _i32], _i64
 
@@ -253,6 +255,24 @@ class DecodeOps:
                                   torch.get_num_threads()), "pg_gated_delta_decode")
         return out
 
+    def short_conv_decode(self, proj: torch.Tensor, slots: torch.Tensor, states: torch.Tensor,
+                          weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+        """LFM2's short convolution's decode rows from in_proj's output proj [d, 3 x channels]
+        to what its out_proj reads [d, channels] (decode_ops.c's pg_short_conv_decode), each
+        row's window at its slot advanced in place; None where a tensor is not one the C code
+        reads (the layer runs its torch path)."""
+        args = short_conv_args(weight, bias, states)
+        if (args is None or proj.dtype != _F32 or proj.dim() != 2 or proj.stride(1) != 1
+                or proj.shape[1] != 3 * args.channels or slots.dtype != torch.int64
+                or not slots.is_contiguous() or slots.shape != proj.shape[:1]):
+            return None
+        m = proj.shape[0]
+        scratch, out = torch.empty(m, args.channels), torch.empty(m, args.channels)
+        _check(self._short_conv(ctypes.byref(args), proj.data_ptr(), proj.stride(0), m,
+                                slots.data_ptr(), scratch.data_ptr(), out.data_ptr()),
+               "pg_short_conv_decode")
+        return out
+
     def write_kv_cache(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                        v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
         if not self._writes(k, v, k_cache, v_cache, slot_mapping):
@@ -372,6 +392,7 @@ def decode_kernel_ops(lib: ctypes.CDLL) -> KernelOps:
         add_sigmoid_gated=ops.add_sigmoid_gated,
         sigmoid_mul=ops.sigmoid_mul,
         gated_delta_decode=ops.gated_delta_decode,
+        short_conv_decode=ops.short_conv_decode,
         write_kv_cache=ops.write_kv_cache,
         paged_attention=ops.paged_attention,
         decode_layers=DecodeLayers(lib),

@@ -2,7 +2,7 @@
  * A Gated DeltaNet layer's decode rows between its two linears (pagoda/engine/layers/
  * gated_delta_net.py): from in_proj's output [q k v | z | b | a] to what out_proj reads. For each
  * row, in the eager layer's order: the short causal conv over q, k, v with the row's carried
- * window, SiLU, q and k l2-normed per head (q also scaled by k_dim^-1/2), beta = sigmoid(b) and
+ * window (causal_conv.h), SiLU, q and k l2-normed per head (q also scaled by k_dim^-1/2), beta = sigmoid(b) and
  * g = -exp(A_log) softplus(a + dt_bias), the delta rule on the row's state (delta_rule.h), then
  * each value head's output RMS-normed, times the norm's weight and SiLU(z).
  *
@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "causal_conv.h"
 #include "delta_rule.h"
 #include "vector_math.h"
 
@@ -61,25 +62,6 @@ static int delta_net_fits(const struct pg_delta_net *n)
 {
     return n->k_heads > 0 && n->v_heads % n->k_heads == 0 && n->k_dim > 0 && n->v_dim > 0
         && n->v_dim <= DELTA_NET_MAX_V_DIM && n->kernel >= 1;
-}
-
-/* One row's channels x through the depthwise conv after its window state [channels, kernel-1]
- * (oldest first), which then takes x in: y = the conv's output, before SiLU. */
-static void conv_step_row(const struct pg_delta_net *n, const float *x, float *state, float *y)
-{
-    int channels = delta_net_channels(n), w = n->kernel - 1;
-    for (int c = 0; c < channels; c++) {
-        float *window = state + (size_t)c * w;
-        const float *weight = n->conv_weight + (size_t)c * n->kernel;
-        float acc = 0.0f;
-        for (int j = 0; j < w; j++)
-            acc += window[j] * weight[j];
-        y[c] = acc + x[c] * weight[w];
-        for (int j = 0; j + 1 < w; j++)
-            window[j] = window[j + 1];
-        if (w > 0)
-            window[w - 1] = x[c];
-    }
 }
 
 __attribute__((target("avx2,fma"))) static void silu_avx2(float *x, int n)
@@ -230,7 +212,8 @@ static int delta_net_decode(const struct pg_delta_net *n, const float *proj, lon
     for (int t = 0; t < m; t++) {
         const float *x = proj + (size_t)t * proj_stride;
         float *y = conv + (size_t)t * channels, *g = gates + (size_t)t * 2 * n->v_heads;
-        conv_step_row(n, x, n->conv_states + (size_t)slots[t] * channels * w, y);
+        causal_conv_row(n->conv_weight, channels, n->kernel, x,
+                        n->conv_states + (size_t)slots[t] * channels * w, y);
         silu_in_place(y, channels, avx2);
         l2_norm_heads(y, n->k_heads, n->k_dim, q_scale);
         l2_norm_heads(y + key_width, n->k_heads, n->k_dim, 1.0f);

@@ -1,24 +1,26 @@
 # ruff: noqa: F811 (the fixtures imported from test_cpu_q8 are test arguments)
-"""Qwen3.5's and Qwen3-Next's hybrid layers run in the one-call C decode step as the eager
-forward runs them, bit for bit: their Gated DeltaNets (each row's conv window and delta-rule
-state, at the row's own slot, advanced in place) and gated attention, and Qwen3-Next's experts;
-over steps with the states carried, rows of several slots, and a row that joins from a fresh
-state after its prefill.
+"""The hybrid families' layers run in the one-call C decode step as the eager forward runs
+them, bit for bit: Qwen3.5's and Qwen3-Next's Gated DeltaNets (each row's conv window and
+delta-rule state, at the row's own slot, advanced in place), gated attention and Qwen3-Next's
+experts, and LFM2's short convolutions; over steps with the states carried, rows of several
+slots, and a row that joins from a fresh state after its prefill.
 
-The tiny models (tests/engine/tiny_models.py: 6 Gated DeltaNets, 2 gated attention layers), so
-that every linear has a C kernel: Qwen3.5's folder quantized to int8 at load; Qwen3-Next's
-(its shared expert widened to 64, a whole number of Q8_0 blocks) as llama.cpp's converter
-writes it in Q8_0, its value heads tiled over the key heads."""
+The tiny models (tests/engine/tiny_models.py; the Qwens: 6 Gated DeltaNets, 2 gated attention
+layers), so that every linear has a C kernel: Qwen3.5's and LFM2's folders quantized to int8 at
+load; Qwen3-Next's (its shared expert widened to 64, a whole number of Q8_0 blocks) as
+llama.cpp's converter writes it in Q8_0, its value heads tiled over the key heads."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from transformers import AutoConfig
 
 from pagoda.engine import SamplingParams
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.llm_engine import LLMEngine
-from pagoda.engine.models.native_decode import NativeDecode
+from pagoda.engine.models.native_decode import NativeDecode, not_covered
+from pagoda.engine.models.registry import architecture_of
 from tests.engine import tiny_models
 from tests.engine.llama_cpp_converter import convert_to_gguf, gguf_model_name
 from tests.engine.models.test_native_decode import _counting, _decoding
@@ -45,12 +47,17 @@ def qwen3_next_q8_0(tmp_path_factory):
                            name=gguf_model_name("qwen3-next"))
 
 
-@pytest.fixture(params=["qwen3.5", "qwen3-next"])
+@pytest.fixture(scope="module")
+def lfm2(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("lfm2-native"), "lfm2")
+
+
+@pytest.fixture(params=["qwen3.5", "qwen3-next", "lfm2"])
 def hybrid(request) -> tuple:
     """The model's path and the engine settings it loads with."""
-    if request.param == "qwen3.5":
-        return request.getfixturevalue("qwen35"), {"quantization": "int8"}
-    return request.getfixturevalue("qwen3_next_q8_0"), {}
+    if request.param == "qwen3-next":
+        return request.getfixturevalue("qwen3_next_q8_0"), {}
+    return request.getfixturevalue(request.param.replace(".", "")), {"quantization": "int8"}
 
 
 def _engine(model: tuple, **config) -> LLMEngine:
@@ -150,3 +157,8 @@ def test_a_bfloat16_hybrid_model_runs_layer_by_layer(q8, q8_chosen, qwen35):
     """The call runs fp32 activations only (the layers' bf16 roundings are the eager path's)."""
     engine = _engine((qwen35, {"quantization": "int8"}), dtype=torch.bfloat16)
     assert engine.runner.model.native_decode is None
+
+
+def test_granites_mamba2_layers_keep_its_decode_steps_layer_by_layer(tmp_path):
+    folder = save_tiny_model(tmp_path, "granite-hybrid")
+    assert "Mamba-2" in not_covered(architecture_of(AutoConfig.from_pretrained(folder)))
