@@ -47,6 +47,8 @@ class KernelOps:
     gated_delta_decode: Callable[..., torch.Tensor | None] | None = None
     # LFM2's short convolution's decode rows between its two linears, likewise.
     short_conv_decode: Callable[..., torch.Tensor | None] | None = None
+    # A Mamba-2's decode rows between its two linears, likewise.
+    mamba2_decode: Callable[..., torch.Tensor | None] | None = None
     # The recurrent layers' one-token state updates over a table of state slots
     # (pagoda/kernels/recurrent_steps.py; fused in C on CPU: pagoda/kernels/cpu/recurrent_steps.c).
     gdn_step: Callable[..., torch.Tensor] = recurrent_steps.gdn_step

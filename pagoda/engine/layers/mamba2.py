@@ -104,11 +104,17 @@ class Mamba2Mixer:
                 states: tuple[torch.Tensor, ...], ops: KernelOps = TORCH_OPS) -> torch.Tensor:
         """x [num_tokens, hidden], decodes first then prefill segments (`meta`); states: the
         layer's conv and SSM states [num_slots, *shape] (state_shapes), updated in place; ops:
-        the kernels a decode's state update runs on (pagoda/kernels/ops.py)."""
+        the kernels a decode's state update runs on (pagoda/kernels/ops.py). A step of decodes
+        alone runs between the two linears in one call where ops fuses it (C on a CPU: the
+        one-call decode step runs the same function)."""
         assert x.shape[0] == meta.num_tokens, "the batch and its metadata disagree"
         c = self.config
-        z, xbc, dt = self.in_proj(x).split(
-            (c.inner_size, c.conv_channels, c.num_heads), dim=-1)
+        projected = self.in_proj(x)
+        if not meta.prefills and ops.mamba2_decode is not None:
+            mixed = self.fused_decode(projected, meta.decode_slots, states, ops)
+            if mixed is not None:
+                return self.out_proj(mixed.to(x.dtype))
+        z, xbc, dt = projected.split((c.inner_size, c.conv_channels, c.num_heads), dim=-1)
         parts = []
         if meta.num_decodes:
             n = meta.num_decodes
@@ -117,6 +123,15 @@ class Mamba2Mixer:
                      for s in meta.prefills)
         y = torch.cat(parts).reshape(x.shape[0], c.inner_size)
         return self.out_proj(self._gated_norm(y, z).to(x.dtype))
+
+    def fused_decode(self, projected: torch.Tensor, slots: torch.Tensor,
+                     states: tuple[torch.Tensor, ...], ops: KernelOps) -> torch.Tensor | None:
+        """ops.mamba2_decode's rows (None where it does not take these tensors)."""
+        c, ssm = self.config, self.ssm
+        shape = (c.num_heads, c.head_dim, c.state_size, c.n_groups, c.norm_groups or c.n_groups)
+        return ops.mamba2_decode(projected, slots, states, self.conv_weight, self.conv_bias,
+                                 ssm.A, ssm.D, ssm.dt_bias, self.norm_weight, shape,
+                                 (ssm.dt_min, ssm.dt_max), c.eps)
 
     def _decode(self, xbc: torch.Tensor, dt: torch.Tensor, slots: torch.Tensor,
                 states: tuple[torch.Tensor, ...], ops: KernelOps) -> torch.Tensor:

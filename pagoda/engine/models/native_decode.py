@@ -11,7 +11,8 @@ dense ones: the router dotted in C (the eager CPU path calls the same C router),
 experts through moe_experts.c's own entry point, a gated shared expert; and the hybrid layers
 of Qwen3.5 and Qwen3-Next: Gated DeltaNets (gated_delta_net.h, the function the eager layer
 calls for a step of decodes, each row's states at its slot advanced in place) and attention
-with an output gate; and LFM2's short convolutions (short_conv.h, likewise). Anything else (prefill, bf16 activations, a linear on PyTorch's kernel or
+with an output gate; LFM2's short convolutions (short_conv.h, likewise) and Granite's Mamba-2
+layers (mamba2.h, likewise). Anything else (prefill, bf16 activations, a linear on PyTorch's kernel or
 a GEMM, experts moe_experts does not serve, a quantized router, a layer the call does not run:
 `not_covered`) stays eager.
 """
@@ -27,10 +28,10 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import torch
 
 from pagoda.engine.layers.gated_delta_net import GatedDeltaNet
+from pagoda.engine.layers.mamba2 import Mamba2Mixer
 from pagoda.engine.layers.mlp import GatedMLP
 from pagoda.engine.layers.moe import SparseMoE, float_weight
 from pagoda.engine.layers.short_conv import ShortConv
-from pagoda.engine.models.architecture import Mamba2Kind
 from pagoda.kernels.attention_metadata import AttentionMetadata, DecodeGroup
 from pagoda.kernels.cpu.decode_layers import (
     GELU_TANH,
@@ -41,11 +42,13 @@ from pagoda.kernels.cpu.decode_layers import (
     GroupArgs,
     LayerArgs,
     LinearArgs,
+    Mamba2Args,
     MoeArgs,
     RopeArgs,
     ShortConvArgs,
     StepArgs,
     delta_net_args,
+    mamba2_args,
     short_conv_args,
 )
 from pagoda.kernels.cpu.decode_ops import CACHE_DTYPES, SCORINGS, as_int64, attention_threads
@@ -120,13 +123,13 @@ class DecodedModel(Protocol):
     def rotary(self) -> Mapping[str, RotaryTables]: ...
     @property
     def scale(self) -> float: ...
+    @property
+    def residual_scale(self) -> float | None: ...
 
 
 def not_covered(arch: DecoderArchitecture) -> str | None:
     """What of this architecture's layers the one-call step does not run (the load log says
     it), or None where it runs them all."""
-    if any(isinstance(kind, Mamba2Kind) for kind in arch.layers):
-        return "recurrent layers other than Gated DeltaNets and short convolutions (Mamba-2)"
     if arch.attention_softcap is not None:
         return "attention logit softcapping"
     if (arch.names.q_norm is None) != (arch.names.k_norm is None):
@@ -154,7 +157,10 @@ class _Plan:
     out: torch.Tensor
     tables: tuple[int, ...]  # where the KV caches and the recurrent states it points into are
     moes: list[MoeArgs]  # what the sparse layers' arguments point to
-    nets: list[DeltaNetArgs | ShortConvArgs]  # what the recurrent layers' arguments point to
+    nets: list[_RecurrentArgs]  # what the recurrent layers' arguments point to
+
+
+_RecurrentArgs = DeltaNetArgs | ShortConvArgs | Mamba2Args
 
 
 @dataclass(slots=True, frozen=True)
@@ -294,7 +300,7 @@ class NativeDecode:
             return None
         layers = (LayerArgs * s.num_layers)()
         moes: list[MoeArgs] = []
-        nets: list[DeltaNetArgs | ShortConvArgs] = []
+        nets: list[_RecurrentArgs] = []
         work = 0
         for i, (args, layer, kv) in enumerate(zip(layers, self._model.layers, kv_caches,
                                                   strict=True)):
@@ -338,13 +344,15 @@ class NativeDecode:
             kv_heads=s.num_kv_heads, head_dim=s.head_dim, intermediate=intermediate,
             top_k=top_k, qkv_width=widths.qkv, mixed_width=widths.mixed,
             recurrent_floats=widths.recurrent, cache_dtype=CACHE_DTYPES[k_cache.dtype],
-            block_size=shape[0], eps=s.rms_norm_eps, scale=self._model.scale)
+            block_size=shape[0], eps=s.rms_norm_eps, scale=self._model.scale,
+            residual_scale=1.0 if self._model.residual_scale is None
+            else self._model.residual_scale)
         return _Plan(step, layers, ropes, out, _tables(kv_caches, states), moes, nets)
 
     @staticmethod
     def _mixer_linears(layer: DecodedLayer, args: LayerArgs,
                        states: tuple[torch.Tensor, ...] | None,
-                       nets: list[DeltaNetArgs | ShortConvArgs],
+                       nets: list[_RecurrentArgs],
                        ) -> list[tuple[Linear, LinearArgs]] | None:
         """The layer's mixer's two linears and the fields they fill: q/k/v (and gate) and o, or
         a recurrent mixer's in_proj and out_proj, its arguments (on its states) into args and
@@ -354,24 +362,12 @@ class NativeDecode:
             return [(layer.qkv_proj, args.qkv), (layer.o_proj, args.o)]
         if states is None:
             return None
-        if isinstance(mixer, ShortConv):
-            conv = short_conv_args(mixer.weight, mixer.bias, *states)
-            if conv is None:
-                return None
-            nets.append(conv)
-            args.short_conv = ctypes.pointer(conv)
-            return [(mixer.in_proj, args.qkv), (mixer.out_proj, args.o)]
-        if not isinstance(mixer, GatedDeltaNet):
-            return None
-        shape = mixer.shape
-        net = delta_net_args(mixer.conv_weight, mixer.decay_rate, mixer.dt_bias,
-                             mixer.norm_weight, *states,
-                             (shape.num_k_heads, shape.num_v_heads, shape.k_dim, shape.v_dim),
-                             shape.tiled, mixer.eps)
+        net = _recurrent_args(mixer, states)
         if net is None:
             return None
         nets.append(net)
-        args.delta_net = ctypes.pointer(net)
+        field = {ShortConvArgs: "short_conv", DeltaNetArgs: "delta_net", Mamba2Args: "mamba2"}
+        setattr(args, field[type(net)], ctypes.pointer(net))
         return [(mixer.in_proj, args.qkv), (mixer.out_proj, args.o)]
 
     def _fill_layer(self, layer: DecodedLayer, args: LayerArgs) -> bool:
@@ -447,9 +443,30 @@ def _tables(kv_caches: list[tuple[torch.Tensor, torch.Tensor] | None],
                  for t in pair)
 
 
-def _recurrent_floats(net: DeltaNetArgs | ShortConvArgs) -> int:
+def _recurrent_args(mixer: RecurrentMixer, states: tuple[torch.Tensor, ...],
+                    ) -> _RecurrentArgs | None:
+    """The C arguments of a recurrent mixer on its states, or None where the call does not run
+    it (a mixer of another kind, tensors not fp32 contiguous)."""
+    if isinstance(mixer, ShortConv):
+        return short_conv_args(mixer.weight, mixer.bias, *states)
+    if isinstance(mixer, GatedDeltaNet):
+        s = mixer.shape
+        return delta_net_args(mixer.conv_weight, mixer.decay_rate, mixer.dt_bias,
+                              mixer.norm_weight, *states,
+                              (s.num_k_heads, s.num_v_heads, s.k_dim, s.v_dim), s.tiled,
+                              mixer.eps)
+    if isinstance(mixer, Mamba2Mixer):
+        c, ssm = mixer.config, mixer.ssm
+        return mamba2_args(mixer.conv_weight, mixer.conv_bias, ssm.A, ssm.D, ssm.dt_bias,
+                           mixer.norm_weight, states,
+                           (c.num_heads, c.head_dim, c.state_size, c.n_groups,
+                            c.norm_groups or c.n_groups), (ssm.dt_min, ssm.dt_max), c.eps)
+    return None
+
+
+def _recurrent_floats(net: _RecurrentArgs) -> int:
     """The scratch a recurrent layer takes per row: a short convolution's B * x, or the Gated
-    DeltaNet's."""
+    DeltaNet's or Mamba-2's."""
     return net.channels if isinstance(net, ShortConvArgs) else net.scratch_floats()
 
 
@@ -553,6 +570,9 @@ def _shapes_agree(layers: ctypes.Array, s: ModelShape) -> bool:
         elif a.short_conv:
             channels = a.short_conv.contents.channels
             linears = ((3 * channels, s.hidden_size), (s.hidden_size, channels))
+        elif a.mamba2:
+            mamba = a.mamba2.contents
+            linears = ((mamba.in_width, s.hidden_size), (s.hidden_size, mamba.inner))
         else:
             linears = ((q + 2 * kv + (q if a.output_gate else 0), s.hidden_size),
                        (s.hidden_size, q))

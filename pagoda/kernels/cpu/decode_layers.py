@@ -111,6 +111,67 @@ class ShortConvArgs(ctypes.Structure):
                 ("num_slots", ctypes.c_int64), ("channels", _i32), ("kernel", _i32)]
 
 
+class Mamba2Args(ctypes.Structure):
+    """A Mamba-2 layer's decode rows (mamba2.h's struct pg_mamba2): its conv taps [channels,
+    kernel] and bias (None: none), A = -exp(A_log), D (None: none) and dt_bias [heads], its
+    norm's weight [heads * head_dim], all fp32; its state tables [num_slots, channels,
+    kernel - 1] and [num_slots, heads, head_dim, state_size]; dt clamped to [dt_min, dt_max]
+    where dt_limited."""
+
+    _fields_ = [("conv_weight", _ptr), ("conv_bias", _ptr), ("a", _ptr), ("d", _ptr),
+                ("dt_bias", _ptr), ("norm", _ptr), ("conv_states", _ptr), ("ssm_states", _ptr),
+                ("num_slots", ctypes.c_int64), ("heads", _i32), ("head_dim", _i32),
+                ("state_size", _i32), ("groups", _i32), ("norm_groups", _i32), ("kernel", _i32),
+                ("dt_limited", _i32), ("dt_min", _f32), ("dt_max", _f32), ("eps", _f32)]
+
+    @property
+    def inner(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def channels(self) -> int:
+        return self.inner + 2 * self.groups * self.state_size
+
+    @property
+    def in_width(self) -> int:
+        """in_proj's output: z, the conv's channels, dt."""
+        return self.inner + self.channels + self.heads
+
+    def scratch_floats(self) -> int:
+        """A row's scratch: the convolved channels, then dt."""
+        return self.channels + self.heads
+
+
+def mamba2_args(conv_weight: torch.Tensor, conv_bias: torch.Tensor | None, a: torch.Tensor,
+                d: torch.Tensor | None, dt_bias: torch.Tensor, norm: torch.Tensor,
+                states: tuple[torch.Tensor, torch.Tensor], shape: tuple[int, int, int, int, int],
+                dt_limits: tuple[float, float], eps: float) -> Mamba2Args | None:
+    """A Mamba-2's arguments, shape = (heads, head_dim, state_size, groups, norm_groups); None
+    where a tensor is not the fp32 contiguous shape the C code reads (the layer's torch path
+    runs)."""
+    conv_states, ssm_states = states
+    h, head_dim, state_size, groups, norm_groups = shape
+    inner = h * head_dim
+    channels, kernel = inner + 2 * groups * state_size, conv_weight.shape[-1]
+    num_slots = conv_states.shape[0]
+    shapes = [(conv_weight, (channels, kernel)), (a, (h,)), (dt_bias, (h,)), (norm, (inner,)),
+              (conv_states, (num_slots, channels, kernel - 1)),
+              (ssm_states, (num_slots, h, head_dim, state_size))]
+    shapes += [] if conv_bias is None else [(conv_bias, (channels,))]
+    shapes += [] if d is None else [(d, (h,))]
+    if any(t.dtype != torch.float32 or not t.is_contiguous() or tuple(t.shape) != want
+           for t, want in shapes):
+        return None
+    low, high = dt_limits
+    limited = low > 0.0 or high < float("inf")
+    return Mamba2Args(
+        conv_weight.data_ptr(), None if conv_bias is None else conv_bias.data_ptr(),
+        a.data_ptr(), None if d is None else d.data_ptr(), dt_bias.data_ptr(), norm.data_ptr(),
+        conv_states.data_ptr(), ssm_states.data_ptr(), num_slots, h, head_dim, state_size,
+        groups, norm_groups, kernel, int(limited),
+        low, high if limited else 0.0, eps)
+
+
 def short_conv_args(weight: torch.Tensor, bias: torch.Tensor | None,
                     states: torch.Tensor) -> ShortConvArgs | None:
     """A short convolution's arguments; None where a tensor is not the fp32 contiguous shape
@@ -153,15 +214,16 @@ class LayerArgs(ctypes.Structure):
     window, its rotary table (an index into StepArgs.ropes, or NO_ROPE) rotating the first
     rotary_dim dims of each head, its MLP's activation, and whether qkv also gives the
     attention output's gate (output_gate). A recurrent layer (a Gated DeltaNet: delta_net not
-    None; LFM2's short convolution: short_conv not None) has its in_proj in qkv and its
-    out_proj in o, and no attention fields."""
+    None; LFM2's short convolution: short_conv; a Mamba-2: mamba2) has its in_proj in qkv and
+    its out_proj in o, and no attention fields."""
 
     _fields_ = [("input_norm", _ptr), ("post_norm", _ptr), ("q_norm", _ptr), ("k_norm", _ptr),
                 ("attention_out_norm", _ptr), ("mlp_out_norm", _ptr), ("qkv", LinearArgs),
                 ("o", LinearArgs), ("gate_up", LinearArgs), ("down", LinearArgs),
                 ("k_cache", _ptr), ("v_cache", _ptr), ("sinks", _ptr),
                 ("moe", ctypes.POINTER(MoeArgs)), ("delta_net", ctypes.POINTER(DeltaNetArgs)),
-                ("short_conv", ctypes.POINTER(ShortConvArgs)), ("window", _i32), ("group_set", _i32), ("rope", _i32), ("rotary_dim", _i32),
+                ("short_conv", ctypes.POINTER(ShortConvArgs)),
+                ("mamba2", ctypes.POINTER(Mamba2Args)), ("window", _i32), ("group_set", _i32), ("rope", _i32), ("rotary_dim", _i32),
                 ("activation", _i32), ("output_gate", _i32), ("num_blocks", _i32)]
 
 
@@ -184,7 +246,8 @@ class StepArgs(ctypes.Structure):
     """state_slots: [m] int64, each row's slot of the recurrent layers' states (None where the
     model has none); qkv_width: the widest first linear of a layer's mixer (q, k, v and a gate,
     or a Gated DeltaNet's in_proj); mixed_width: the widest input of o (or out_proj);
-    recurrent_floats: the most scratch a recurrent layer takes per row."""
+    recurrent_floats: the most scratch a recurrent layer takes per row; residual_scale: what
+    each mixer's and MLP's output is multiplied by (Granite's residual multiplier; 1: none)."""
 
     _fields_ = [("layers", ctypes.POINTER(LayerArgs)), ("groups", ctypes.POINTER(GroupArgs)),
                 ("ropes", ctypes.POINTER(RopeArgs)), ("hidden_in", _ptr), ("slots", _ptr),
@@ -194,7 +257,8 @@ class StepArgs(ctypes.Structure):
                 ("kv_heads", _i32), ("head_dim", _i32), ("intermediate", _i32),
                 ("top_k", _i32), ("qkv_width", _i32), ("mixed_width", _i32),
                 ("recurrent_floats", _i32), ("cache_dtype", _i32), ("block_size", _i32),
-                ("linear_threads", _i32), ("eps", _f32), ("scale", _f32)]
+                ("linear_threads", _i32), ("eps", _f32), ("scale", _f32),
+                ("residual_scale", _f32)]
 
 
 class DecodeLayers:

@@ -33,6 +33,7 @@
 #include "half_float.h"
 #include "vector_math.h"
 #include "gated_delta_net.h"
+#include "mamba2.h"
 #include "short_conv.h"
 
 enum { PG_F32 = 0, PG_BF16 = 1, PG_F16 = 2 };
@@ -691,6 +692,18 @@ long pg_gated_delta_scratch_floats(const struct pg_delta_net *net, int m)
     return (long)((size_t)m * delta_net_scratch_floats(net));
 }
 
+/* mamba2.h's decode rows for the eager layer (pagoda/kernels/cpu/decode_ops.py). */
+int pg_mamba2_decode(const struct pg_mamba2 *net, const float *proj, long proj_stride, int m,
+                     const int64_t *slots, float *scratch, float *out, int threads)
+{
+    return mamba2_decode(net, proj, proj_stride, m, slots, scratch, out, threads, use_avx2(8));
+}
+
+long pg_mamba2_scratch_floats(const struct pg_mamba2 *net, int m)
+{
+    return (long)((size_t)m * mamba2_scratch_floats(net));
+}
+
 /* short_conv.h's decode rows for the eager layer; scratch: m * channels floats. */
 int pg_short_conv_decode(const struct pg_short_conv *conv, const float *proj, long proj_stride,
                          int m, const int64_t *slots, float *scratch, float *out)
@@ -1325,8 +1338,9 @@ struct pg_moe {
  * their residual adds (Gemma's "sandwich"), and the MLP's activation. Absent norms are NULL.
  * output_gate: qkv also gives a gate per query channel after q, k and v, and the attention's
  * output times sigmoid(gate) goes to o (Qwen3-Next, Qwen3.5). A recurrent layer, a Gated
- * DeltaNet (delta_net not NULL) or LFM2's short convolution (short_conv not NULL), mixes in
- * its place: qkv is its in_proj, o its out_proj, and the attention's fields go unread. */
+ * DeltaNet (delta_net not NULL), LFM2's short convolution (short_conv not NULL) or a Mamba-2
+ * (mamba2 not NULL), mixes in its place: qkv is its in_proj, o its out_proj, and the
+ * attention's fields go unread. */
 struct pg_layer {
     const float *input_norm, *post_norm;
     const float *q_norm, *k_norm;                     /* [head_dim] */
@@ -1338,6 +1352,7 @@ struct pg_layer {
     const struct pg_moe *moe;                         /* NULL: a dense MLP */
     const struct pg_delta_net *delta_net;             /* NULL: not a Gated DeltaNet */
     const struct pg_short_conv *short_conv;           /* NULL: not a short convolution */
+    const struct pg_mamba2 *mamba2;                   /* NULL: not a Mamba-2 */
     int window, group_set, rope, rotary_dim, activation, output_gate;
     int num_blocks; /* of its caches: a KV cache group's pool (windowed layers keep their own) */
 };
@@ -1373,6 +1388,7 @@ struct pg_step {
     int recurrent_floats; /* a row's scratch in the recurrent layers (0: none has any) */
     int cache_dtype, block_size, linear_threads;
     float eps, scale;
+    float residual_scale; /* each mixer's and MLP's output times this (Granite's; 1: none) */
 };
 
 /* Floats before the sparse layers' routing in the scratch, rounded up to whole int64s:
@@ -1588,6 +1604,34 @@ static int short_conv_block(const struct pg_step *s, const struct pg_layer *laye
     return rc ? rc : run_linear(s, &layer->o, mixed, y);
 }
 
+/* x (normed) -> out_proj of the Mamba-2, into y: in_proj into proj, the decode rows into
+ * mixed (mamba2.h), each row's states at its state slot. */
+static int mamba2_block(const struct pg_step *s, const struct pg_layer *layer, const float *x,
+                        float *proj, float *recurrent, float *mixed, float *y)
+{
+    const struct pg_mamba2 *net = layer->mamba2;
+    int in_width = mamba2_in_width(net), inner = mamba2_inner(net);
+    if (!s->state_slots || layer->qkv.n != in_width || in_width > s->qkv_width
+        || inner > s->mixed_width || layer->o.k != inner
+        || mamba2_scratch_floats(net) > (size_t)s->recurrent_floats)
+        return 1;
+    int rc = run_linear(s, &layer->qkv, x, proj);
+    if (!rc)
+        rc = mamba2_decode(net, proj, in_width, s->m, s->state_slots, recurrent, mixed,
+                           s->linear_threads, use_avx2(8));
+    return rc ? rc : run_linear(s, &layer->o, mixed, y);
+}
+
+/* A mixer's or MLP's output [m, hidden] times the model's residual scale, as the eager forward
+ * multiplies it (1: nothing to do). */
+static void scale_residual(const struct pg_step *s, float *y)
+{
+    if (s->residual_scale == 1.0f)
+        return;
+    for (size_t j = 0; j < (size_t)s->m * s->hidden; j++)
+        y[j] = y[j] * s->residual_scale;
+}
+
 /* Whether every group set lists the step's m rows in order, each group at least one. */
 static int groups_cover_rows(const struct pg_step *s)
 {
@@ -1638,8 +1682,12 @@ int pg_decode_layers(const struct pg_step *s)
             rc = delta_net_block(s, layer, x, qkv, recurrent, attn, hidden);
         else if (!rc && layer->short_conv)
             rc = short_conv_block(s, layer, x, qkv, recurrent, attn, hidden);
+        else if (!rc && layer->mamba2)
+            rc = mamba2_block(s, layer, x, qkv, recurrent, attn, hidden);
         else if (!rc)
             rc = attention_block(s, layer, x, qkv, qk, attn, hidden);
+        if (!rc)
+            scale_residual(s, hidden);
         if (!rc && layer->attention_out_norm)
             rc = pg_rms_norm(hidden, s->hidden, layer->attention_out_norm, s->m, s->hidden,
                              s->eps, hidden);
@@ -1652,6 +1700,8 @@ int pg_decode_layers(const struct pg_step *s)
             rc = sparse_block(s, layer, x, gate_up, act, ids, weights, routed, hidden);
         else if (!rc)
             rc = mlp_block(s, layer, x, gate_up, act, hidden);
+        if (!rc)
+            scale_residual(s, hidden);
         if (!rc && layer->mlp_out_norm)
             rc = pg_rms_norm(hidden, s->hidden, layer->mlp_out_norm, s->m, s->hidden, s->eps,
                              hidden);

@@ -19,7 +19,12 @@ import torch
 from pagoda.kernels import torch_ref
 from pagoda.kernels.attention_metadata import AttentionMetadata, DecodeGroup
 from pagoda.kernels.cpu import native
-from pagoda.kernels.cpu.decode_layers import DecodeLayers, delta_net_args, short_conv_args
+from pagoda.kernels.cpu.decode_layers import (
+    DecodeLayers,
+    delta_net_args,
+    mamba2_args,
+    short_conv_args,
+)
 from pagoda.kernels.kernel_ops import TORCH_OPS, KernelOps
 
 NAME = "decode_ops"
@@ -64,6 +69,7 @@ _SIGNATURES = {
     "pg_sigmoid_mul": [_ptr, _i64, _ptr, _i64, _i32, _i32, _ptr],
     "pg_gated_delta_decode": [_ptr, _ptr, _i64, _i32, _ptr, _ptr, _ptr, _i32],
     "pg_short_conv_decode": [_ptr, _ptr, _i64, _i32, _ptr, _ptr, _ptr],
+    "pg_mamba2_decode": [_ptr, _ptr, _i64, _i32, _ptr, _ptr, _ptr, _i32],
     "pg_write_kv": [_ptr, _i64, _ptr, _i64, _i32, _i32, _i32, _ptr, _ptr, _i32, _i64, _ptr],
     "pg_decode_attention": [_ptr, _i64, _i32, _i32, _i32, _i32, _ptr, _ptr, _i32, _i32, _i32,
                             _ptr, _i32, _ptr, _i32, _f32, _ptr, _ptr, _i32],
@@ -85,7 +91,9 @@ class DecodeOps:
         self._route, self._add_gated = lib.pg_route, lib.pg_add_sigmoid_gated
         self._write, self._attend = lib.pg_write_kv, lib.pg_decode_attention
         self._sigmoid_mul, self._delta_decode = lib.pg_sigmoid_mul, lib.pg_gated_delta_decode
-        self._short_conv = lib.pg_short_conv_decode
+        self._short_conv, self._mamba2 = lib.pg_short_conv_decode, lib.pg_mamba2_decode
+        self._mamba2_scratch = lib.pg_mamba2_scratch_floats
+        self._mamba2_scratch.argtypes, self._mamba2_scratch.restype = [_ptr, _i32], _i64
         self._delta_scratch = lib.pg_gated_delta_scratch_floats
         self._delta_scratch.argtypes, self._delta_scratch.restype = [_ptr, _i32], _i64
 
@@ -255,6 +263,30 @@ class DecodeOps:
                                   torch.get_num_threads()), "pg_gated_delta_decode")
         return out
 
+    def mamba2_decode(self, proj: torch.Tensor, slots: torch.Tensor,
+                      states: tuple[torch.Tensor, torch.Tensor], conv_weight: torch.Tensor,
+                      conv_bias: torch.Tensor | None, a: torch.Tensor, d: torch.Tensor | None,
+                      dt_bias: torch.Tensor, norm: torch.Tensor,
+                      shape: tuple[int, int, int, int, int],
+                      dt_limits: tuple[float, float], eps: float) -> torch.Tensor | None:
+        """A Mamba-2's decode rows from in_proj's output proj [d, width] to what its out_proj
+        reads [d, heads * head_dim] (decode_ops.c's pg_mamba2_decode), each row's states at its
+        slot advanced in place; shape = (heads, head_dim, state_size, groups, norm_groups). None where a tensor is not one the C code reads (the layer
+        runs its torch path)."""
+        args = mamba2_args(conv_weight, conv_bias, a, d, dt_bias, norm, states, shape,
+                           dt_limits, eps)
+        if (args is None or proj.dtype != _F32 or proj.dim() != 2 or proj.stride(1) != 1
+                or proj.shape[1] != args.in_width or slots.dtype != torch.int64
+                or not slots.is_contiguous() or slots.shape != proj.shape[:1]):
+            return None
+        m = proj.shape[0]
+        scratch = torch.empty(self._mamba2_scratch(ctypes.byref(args), m))
+        out = torch.empty(m, args.inner)
+        _check(self._mamba2(ctypes.byref(args), proj.data_ptr(), proj.stride(0), m,
+                            slots.data_ptr(), scratch.data_ptr(), out.data_ptr(),
+                            torch.get_num_threads()), "pg_mamba2_decode")
+        return out
+
     def short_conv_decode(self, proj: torch.Tensor, slots: torch.Tensor, states: torch.Tensor,
                           weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
         """LFM2's short convolution's decode rows from in_proj's output proj [d, 3 x channels]
@@ -393,6 +425,7 @@ def decode_kernel_ops(lib: ctypes.CDLL) -> KernelOps:
         sigmoid_mul=ops.sigmoid_mul,
         gated_delta_decode=ops.gated_delta_decode,
         short_conv_decode=ops.short_conv_decode,
+        mamba2_decode=ops.mamba2_decode,
         write_kv_cache=ops.write_kv_cache,
         paged_attention=ops.paged_attention,
         decode_layers=DecodeLayers(lib),

@@ -24,8 +24,6 @@
 
 /* Inside the square root of q's and k's l2 norm, as the reference's (FLA's) l2norm has it. */
 #define DELTA_NET_L2_EPS 1e-6f
-/* torch's softplus returns x itself above this. */
-#define SOFTPLUS_THRESHOLD 20.0f
 /* The widest value head the delta rule's scratch (on the stack) takes. */
 #define DELTA_NET_MAX_V_DIM 1024
 
@@ -64,48 +62,6 @@ static int delta_net_fits(const struct pg_delta_net *n)
         && n->v_dim <= DELTA_NET_MAX_V_DIM && n->kernel >= 1;
 }
 
-__attribute__((target("avx2,fma"))) static void silu_avx2(float *x, int n)
-{
-    __m256 one = _mm256_set1_ps(1.0f);
-    for (int i = 0; i < n; i += 8) {
-        __m256 v = _mm256_loadu_ps(x + i);
-        __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), v));
-        _mm256_storeu_ps(x + i, _mm256_div_ps(v, _mm256_add_ps(one, e)));
-    }
-}
-
-/* x *= SiLU(z), elementwise. */
-__attribute__((target("avx2,fma"))) static void mul_silu_avx2(const float *z, float *x, int n)
-{
-    __m256 one = _mm256_set1_ps(1.0f);
-    for (int i = 0; i < n; i += 8) {
-        __m256 v = _mm256_loadu_ps(z + i);
-        __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), v));
-        __m256 silu = _mm256_div_ps(v, _mm256_add_ps(one, e));
-        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), silu));
-    }
-}
-
-static void silu_in_place(float *x, int n, int avx2)
-{
-    if (avx2 && n % 8 == 0) {
-        silu_avx2(x, n);
-        return;
-    }
-    for (int i = 0; i < n; i++)
-        x[i] = x[i] / (1.0f + expf(-x[i]));
-}
-
-static void mul_silu(const float *z, float *x, int n, int avx2)
-{
-    if (avx2 && n % 8 == 0) {
-        mul_silu_avx2(z, x, n);
-        return;
-    }
-    for (int i = 0; i < n; i++)
-        x[i] = x[i] * (z[i] / (1.0f + expf(-z[i])));
-}
-
 /* Each of `heads` heads of x [heads, dim] times 1/sqrt(sum x^2 + eps), then times scale. */
 static void l2_norm_heads(float *x, int heads, int dim, float scale)
 {
@@ -126,8 +82,7 @@ static void gates_row(const struct pg_delta_net *n, const float *b, const float 
     for (int h = 0; h < n->v_heads; h++) {
         beta[h] = 1.0f / (1.0f + expf(-b[h]));
         float x = a[h] + n->dt_bias[h];
-        float softplus = x > SOFTPLUS_THRESHOLD ? x : log1pf(expf(x));
-        g[h] = -n->decay_rate[h] * softplus;
+        g[h] = -n->decay_rate[h] * softplus(x);
     }
 }
 

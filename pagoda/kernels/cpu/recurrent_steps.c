@@ -12,8 +12,7 @@
 #include <string.h>
 
 #include "delta_rule.h"
-
-#define LANES 8
+#include "selective_state.h"
 
 static int slots_in_range(const int64_t *slots, int64_t batch, int64_t num_slots) {
     for (int64_t b = 0; b < batch; b++)
@@ -55,7 +54,7 @@ int gdn_step(float *state, int64_t num_slots, const int64_t *slots, int64_t batc
  * (after its bias, softplus and limits); a [heads] (negative: -exp(A_log)); bm, cm [batch,
  * groups, state_size] (head h reads group h / (heads / groups)); d [heads] or NULL;
  * out [batch, heads, head_dim].
- *   S = S exp(dt a) + dt x B^T; out = S C + d x                                       */
+ * The update itself is selective_state.h's.                                          */
 int mamba2_step(float *state, int64_t num_slots, const int64_t *slots, int64_t batch,
                 const float *x, int64_t heads, int64_t head_dim, const float *dt,
                 const float *a, const float *bm, const float *cm, int64_t groups,
@@ -70,27 +69,9 @@ int mamba2_step(float *state, int64_t num_slots, const int64_t *slots, int64_t b
         const float *restrict bh = bm + (b * groups + h / per_group) * state_size;
         const float *restrict ch = cm + (b * groups + h / per_group) * state_size;
         float *restrict o = out + (b * heads + h) * head_dim;
-        const float step = dt[b * heads + h], decay = expf(step * a[h]);
-        const float skip = d ? d[h] : 0.0f;
-        for (int64_t p = 0; p < head_dim; p++) {
-            float *restrict row = s + p * state_size;
-            const float input = step * xh[p];
-            /* LANES partial sums: one running sum would keep the loop from vectorizing. */
-            float part[LANES] = {0};
-            int64_t n = 0;
-            for (; n + LANES <= state_size; n += LANES)
-                for (int l = 0; l < LANES; l++) {
-                    row[n + l] = row[n + l] * decay + input * bh[n + l];
-                    part[l] += row[n + l] * ch[n + l];
-                }
-            float acc = 0.0f;
-            for (; n < state_size; n++) {
-                row[n] = row[n] * decay + input * bh[n];
-                acc += row[n] * ch[n];
-            }
-            for (int l = 0; l < LANES; l++) acc += part[l];
-            o[p] = acc + skip * xh[p];
-        }
+        const float step = dt[b * heads + h];
+        selective_state_head(s, xh, bh, ch, head_dim, state_size, step, expf(step * a[h]),
+                             d ? d[h] : 0.0f, o);
     }
     return 0;
 }

@@ -1,12 +1,13 @@
 /*
- * AVX2 helpers the decode ops share with the recurrent layers' decode step (gated_delta_net.h):
- * one body each, so whichever file calls them rounds alike. pagoda/kernels/cpu/native.py keys a
+ * AVX2 helpers the decode ops share with the recurrent layers' decode steps (gated_delta_net.h,
+ * mamba2.h): one body each, so whichever file calls them rounds alike. pagoda/kernels/cpu/native.py keys a
  * build on these headers too.
  */
 #ifndef PAGODA_VECTOR_MATH_H
 #define PAGODA_VECTOR_MATH_H
 
 #include <immintrin.h>
+#include <math.h>
 
 __attribute__((target("avx2,fma"), always_inline)) static inline float hsum8(__m256 v)
 {
@@ -33,6 +34,55 @@ __attribute__((target("avx2,fma"), always_inline)) static inline __m256 exp8(__m
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* SiLU in place, and x *= SiLU(z): the AVX2 bodies where avx2 and n is a multiple of 8. */
+__attribute__((target("avx2,fma"))) static void silu_avx2(float *x, int n)
+{
+    __m256 one = _mm256_set1_ps(1.0f);
+    for (int i = 0; i < n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), v));
+        _mm256_storeu_ps(x + i, _mm256_div_ps(v, _mm256_add_ps(one, e)));
+    }
+}
+
+/* x *= SiLU(z), elementwise. */
+__attribute__((target("avx2,fma"))) static void mul_silu_avx2(const float *z, float *x, int n)
+{
+    __m256 one = _mm256_set1_ps(1.0f);
+    for (int i = 0; i < n; i += 8) {
+        __m256 v = _mm256_loadu_ps(z + i);
+        __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), v));
+        __m256 silu = _mm256_div_ps(v, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), silu));
+    }
+}
+
+static void silu_in_place(float *x, int n, int avx2)
+{
+    if (avx2 && n % 8 == 0) {
+        silu_avx2(x, n);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        x[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+static void mul_silu(const float *z, float *x, int n, int avx2)
+{
+    if (avx2 && n % 8 == 0) {
+        mul_silu_avx2(z, x, n);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        x[i] = x[i] * (z[i] / (1.0f + expf(-z[i])));
+}
+
+/* log(1 + e^x), x itself above 20 as torch's softplus. */
+static inline float softplus(float x)
+{
+    return x > 20.0f ? x : log1pf(expf(x));
 }
 
 #endif

@@ -17,10 +17,7 @@ from pagoda.engine.layers.gated_delta_net_weights import (
 )
 from pagoda.engine.layers.linear import Placement
 from pagoda.engine.quantization.tensors import dequantize, quantize_int8
-from pagoda.kernels.cpu import native
-from pagoda.kernels.cpu.decode_ops import AVX2, BEST_ISA, SCALAR, DecodeOps, decode_kernel_ops
-from pagoda.kernels.cpu.native import find_compiler
-from pagoda.kernels.kernel_ops import TORCH_OPS, KernelOps
+from pagoda.kernels.kernel_ops import TORCH_OPS
 from pagoda.kernels.recurrent_metadata import RecurrentMetadata, RecurrentSegment
 
 CPU = Placement(torch.device("cpu"), torch.float32, TORCH_OPS)
@@ -174,20 +171,6 @@ def test_decode_steps_on_the_cpu_kernels_equal_the_torch_ones(family, tmp_path):
         runs.append([mixer.forward(x[t:t + 1], decode(2), states, kernels)
                      for t in range(head, PROMPT)])
     torch.testing.assert_close(torch.cat(runs[1]), torch.cat(runs[0]), rtol=1e-5, atol=1e-5)
-
-
-@pytest.fixture(params=[SCALAR, AVX2], ids=["scalar", "avx2"])
-def c_ops(request, kernel_build_dir) -> KernelOps:
-    """The CPU's decode ops (decode_ops.c), its scalar or AVX2 bodies forced."""
-    if find_compiler() is None:
-        pytest.skip("no C compiler (gcc or $CC) to build pagoda/kernels/cpu/decode_ops.c")
-    lib = native.load("decode_ops", kernel_build_dir)
-    forcing = DecodeOps(lib)
-    if not forcing.isa_supported(request.param):
-        pytest.skip(f"this CPU cannot run instruction set {request.param}")
-    forcing.set_isa(request.param)
-    yield decode_kernel_ops(lib)
-    forcing.set_isa(BEST_ISA)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

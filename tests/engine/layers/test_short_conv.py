@@ -7,27 +7,11 @@ import torch
 
 from pagoda.engine.layers.linear import Placement, make_linear
 from pagoda.engine.layers.short_conv import ShortConv
-from pagoda.kernels.cpu import native
-from pagoda.kernels.cpu.decode_ops import AVX2, BEST_ISA, SCALAR, DecodeOps, decode_kernel_ops
-from pagoda.kernels.cpu.native import find_compiler
-from pagoda.kernels.kernel_ops import TORCH_OPS, KernelOps
+from pagoda.kernels.kernel_ops import TORCH_OPS
 from pagoda.kernels.recurrent_metadata import RecurrentMetadata
 
 CPU = Placement(torch.device("cpu"), torch.float32, TORCH_OPS)
 HIDDEN, KERNEL = 40, 3
-
-
-@pytest.fixture(params=[SCALAR, AVX2], ids=["scalar", "avx2"])
-def c_ops(request, kernel_build_dir) -> KernelOps:
-    if find_compiler() is None:
-        pytest.skip("no C compiler (gcc or $CC) to build pagoda/kernels/cpu/decode_ops.c")
-    lib = native.load("decode_ops", kernel_build_dir)
-    forcing = DecodeOps(lib)
-    if not forcing.isa_supported(request.param):
-        pytest.skip(f"this CPU cannot run instruction set {request.param}")
-    forcing.set_isa(request.param)
-    yield decode_kernel_ops(lib)
-    forcing.set_isa(BEST_ISA)
 
 
 def short_conv(bias: bool) -> ShortConv:

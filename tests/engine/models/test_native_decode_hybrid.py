@@ -2,12 +2,12 @@
 """The hybrid families' layers run in the one-call C decode step as the eager forward runs
 them, bit for bit: Qwen3.5's and Qwen3-Next's Gated DeltaNets (each row's conv window and
 delta-rule state, at the row's own slot, advanced in place), gated attention and Qwen3-Next's
-experts, and LFM2's short convolutions; over steps with the states carried, rows of several
-slots, and a row that joins from a fresh state after its prefill.
+experts, LFM2's short convolutions and Granite 4's Mamba-2 layers; over steps with the states
+carried, rows of several slots, and a row that joins from a fresh state after its prefill.
 
 The tiny models (tests/engine/tiny_models.py; the Qwens: 6 Gated DeltaNets, 2 gated attention
-layers), so that every linear has a C kernel: Qwen3.5's and LFM2's folders quantized to int8 at
-load; Qwen3-Next's (its shared expert widened to 64, a whole number of Q8_0 blocks) as
+layers), so that every linear has a C kernel: Qwen3.5's, LFM2's and Granite's folders quantized
+to int8 at load; Qwen3-Next's (its shared expert widened to 64, a whole number of Q8_0 blocks) as
 llama.cpp's converter writes it in Q8_0, its value heads tiled over the key heads."""
 
 from __future__ import annotations
@@ -52,7 +52,12 @@ def lfm2(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("lfm2-native"), "lfm2")
 
 
-@pytest.fixture(params=["qwen3.5", "qwen3-next", "lfm2"])
+@pytest.fixture(scope="module")
+def granite(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("granite-native"), "granite-hybrid")
+
+
+@pytest.fixture(params=["qwen3.5", "qwen3-next", "lfm2", "granite"])
 def hybrid(request) -> tuple:
     """The model's path and the engine settings it loads with."""
     if request.param == "qwen3-next":
@@ -159,6 +164,7 @@ def test_a_bfloat16_hybrid_model_runs_layer_by_layer(q8, q8_chosen, qwen35):
     assert engine.runner.model.native_decode is None
 
 
-def test_granites_mamba2_layers_keep_its_decode_steps_layer_by_layer(tmp_path):
-    folder = save_tiny_model(tmp_path, "granite-hybrid")
-    assert "Mamba-2" in not_covered(architecture_of(AutoConfig.from_pretrained(folder)))
+@pytest.mark.parametrize("variant", ["lfm2", "granite-hybrid", "qwen3.5"])
+def test_the_hybrid_families_layers_are_all_ones_the_call_runs(tmp_path, variant):
+    folder = save_tiny_model(tmp_path, variant)
+    assert not_covered(architecture_of(AutoConfig.from_pretrained(folder))) is None
