@@ -8,13 +8,13 @@ hidden states are the eager path's bit for bit. Its layers may differ as the fam
 window per layer, several rotary tables or none (NoPE), partial rotary, per-head q/k norms,
 sandwich norms, SiLU or GeGLU, attention sinks, and sparse MLPs (mixtures of experts) beside
 dense ones: the router dotted in C (the eager CPU path calls the same C router), the routed
-experts through moe_experts.c's own entry point, a gated shared expert; and the hybrid layers
-of Qwen3.5 and Qwen3-Next: Gated DeltaNets (gated_delta_net.h, the function the eager layer
-calls for a step of decodes, each row's states at its slot advanced in place) and attention
-with an output gate; LFM2's short convolutions (short_conv.h, likewise) and Granite's Mamba-2
-layers (mamba2.h, likewise). Anything else (prefill, bf16 activations, a linear on PyTorch's kernel or
-a GEMM, experts moe_experts does not serve, a quantized router, a layer the call does not run:
-`not_covered`) stays eager.
+experts through moe_experts.c's own entry point, a gated shared expert; and the hybrid
+families' layers: Qwen3.5's and Qwen3-Next's Gated DeltaNets (gated_delta_net.h, the function
+the eager layer calls for a step of decodes, each row's states at its slot advanced in place)
+and gated attention, LFM2's short convolutions (short_conv.h, likewise) and Granite 4's Mamba-2
+layers (mamba2.h, likewise). Anything else (prefill, bf16 activations, a linear on PyTorch's
+kernel or a GEMM, experts moe_experts does not serve, a quantized router, a layer the call does
+not run: `not_covered`) stays eager.
 """
 
 from __future__ import annotations
@@ -56,11 +56,11 @@ from pagoda.kernels.cpu.decode_ops import CACHE_DTYPES, SCORINGS, as_int64, atte
 if TYPE_CHECKING:
     from pagoda.engine.layers.attention import Attention, StepRotary
     from pagoda.engine.layers.linear import Linear
-    from pagoda.engine.layers.rotary import RotaryTables
     from pagoda.engine.layers.recurrent_mixer import RecurrentMixer
+    from pagoda.engine.layers.rotary import RotaryTables
     from pagoda.engine.models.architecture import DecoderArchitecture, ModelShape
-    from pagoda.kernels.recurrent_metadata import RecurrentMetadata
     from pagoda.kernels.kernel_ops import KernelOps
+    from pagoda.kernels.recurrent_metadata import RecurrentMetadata
 
 logger = logging.getLogger(__name__)
 # Decode batches of up to this many rows run in one call (where every linear has a C kernel at
@@ -261,7 +261,8 @@ class NativeDecode:
         self._lib.run(step)
         return plan.out
 
-    def _state_slots(self, m: int, recurrent: RecurrentStep | None) -> int | None | Literal[False]:
+    def _state_slots(self, m: int,
+                     recurrent: RecurrentStep | None) -> int | None | Literal[False]:
         """The address of the step's m state slots (None: the model has no recurrent layers),
         or False where the step's recurrent inputs are not m decodes the call can read."""
         if not self._recurrent:

@@ -223,8 +223,9 @@ class LayerArgs(ctypes.Structure):
                 ("k_cache", _ptr), ("v_cache", _ptr), ("sinks", _ptr),
                 ("moe", ctypes.POINTER(MoeArgs)), ("delta_net", ctypes.POINTER(DeltaNetArgs)),
                 ("short_conv", ctypes.POINTER(ShortConvArgs)),
-                ("mamba2", ctypes.POINTER(Mamba2Args)), ("window", _i32), ("group_set", _i32), ("rope", _i32), ("rotary_dim", _i32),
-                ("activation", _i32), ("output_gate", _i32), ("num_blocks", _i32)]
+                ("mamba2", ctypes.POINTER(Mamba2Args)), ("window", _i32), ("group_set", _i32),
+                ("rope", _i32), ("rotary_dim", _i32), ("activation", _i32),
+                ("output_gate", _i32), ("num_blocks", _i32)]
 
 
 class RopeArgs(ctypes.Structure):

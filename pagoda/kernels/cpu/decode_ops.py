@@ -271,8 +271,8 @@ class DecodeOps:
                       dt_limits: tuple[float, float], eps: float) -> torch.Tensor | None:
         """A Mamba-2's decode rows from in_proj's output proj [d, width] to what its out_proj
         reads [d, heads * head_dim] (decode_ops.c's pg_mamba2_decode), each row's states at its
-        slot advanced in place; shape = (heads, head_dim, state_size, groups, norm_groups). None where a tensor is not one the C code reads (the layer
-        runs its torch path)."""
+        slot advanced in place; shape = (heads, head_dim, state_size, groups, norm_groups).
+        None where a tensor is not one the C code reads (the layer runs its torch path)."""
         args = mamba2_args(conv_weight, conv_bias, a, d, dt_bias, norm, states, shape,
                            dt_limits, eps)
         if (args is None or proj.dtype != _F32 or proj.dim() != 2 or proj.stride(1) != 1
