@@ -11,6 +11,7 @@ import torch
 
 from pagoda.engine.layers.causal_conv import causal_conv_prefill, causal_conv_step
 from pagoda.engine.layers.linear import Linear
+from pagoda.engine.layers.recurrent_mixer import fused_decodes_then_rest
 from pagoda.kernels.kernel_ops import TORCH_OPS, KernelOps
 from pagoda.kernels.recurrent_metadata import RecurrentMetadata
 
@@ -28,16 +29,24 @@ class ShortConv:
 
     def forward(self, x: torch.Tensor, meta: RecurrentMetadata,
                 states: tuple[torch.Tensor, ...], ops: KernelOps = TORCH_OPS) -> torch.Tensor:
-        """A step of decodes alone runs between the two linears in one call where ops fuses
-        it (C on a CPU: the one-call decode step runs the same function); otherwise the
-        convolution, a few taps, runs in torch."""
-        projected = self.in_proj(x)
+        """The decodes run between the two linears in one call where ops fuses them (C on a
+        CPU: the one-call decode step runs the same function); otherwise, and for prefills,
+        the convolution, a few taps, runs in torch."""
         conv_state, = states
-        if not meta.prefills and ops.short_conv_decode is not None:
-            mixed = ops.short_conv_decode(projected, meta.decode_slots, conv_state, self.weight,
-                                          self.bias)
-            if mixed is not None:
-                return self.out_proj(mixed.to(x.dtype))
+
+        def fused(rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor | None:
+            if ops.short_conv_decode is None:
+                return None
+            return ops.short_conv_decode(rows, slots, conv_state, self.weight, self.bias)
+
+        mixed = fused_decodes_then_rest(
+            self.in_proj(x), meta, fused,
+            lambda rows, rows_meta: self._mix(rows, rows_meta, conv_state))
+        return self.out_proj(mixed.to(x.dtype))
+
+    def _mix(self, projected: torch.Tensor, meta: RecurrentMetadata,
+             conv_state: torch.Tensor) -> torch.Tensor:
+        """in_proj's output -> what out_proj reads, in torch's ops."""
         b, c, h = projected.chunk(3, dim=-1)
         bx = b * h
         out = torch.empty_like(bx)
@@ -50,4 +59,4 @@ class ShortConv:
             y, conv_state[seg.slot] = causal_conv_prefill(bx[seg.start:seg.end], self.weight,
                                                           self.bias, state, silu=False)
             out[seg.start:seg.end] = y
-        return self.out_proj(c * out)
+        return c * out
