@@ -39,6 +39,16 @@ class KernelOps:
     # A mixture-of-experts router on a float weight, and a shared expert's sigmoid gate.
     route: Callable[..., tuple[torch.Tensor, torch.Tensor]] = torch_ref.route
     add_sigmoid_gated: Callable[..., torch.Tensor] = torch_ref.add_sigmoid_gated
+    # A gated attention's output times sigmoid(gate).
+    sigmoid_mul: Callable[..., torch.Tensor] = torch_ref.sigmoid_mul
+    # A Gated DeltaNet's decode rows between its in_proj and out_proj, where the backend has
+    # them fused (decode_ops.c on CPU); None, or a call that returns None, runs the layer's
+    # own torch path.
+    gated_delta_decode: Callable[..., torch.Tensor | None] | None = None
+    # LFM2's short convolution's decode rows between its two linears, likewise.
+    short_conv_decode: Callable[..., torch.Tensor | None] | None = None
+    # A Mamba-2's decode rows between its two linears, likewise.
+    mamba2_decode: Callable[..., torch.Tensor | None] | None = None
     # The recurrent layers' one-token state updates over a table of state slots
     # (pagoda/kernels/recurrent_steps.py; fused in C on CPU: pagoda/kernels/cpu/recurrent_steps.c).
     gdn_step: Callable[..., torch.Tensor] = recurrent_steps.gdn_step

@@ -10,7 +10,7 @@ the decoding sequences' single tokens first, then the prefill segments.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -72,3 +72,11 @@ class RecurrentMetadata:
     @property
     def num_tokens(self) -> int:
         return self.prefills[-1].end if self.prefills else self.num_decodes
+
+    def prefills_only(self) -> RecurrentMetadata:
+        """The prefill segments alone, counted from the first prefill token: the rest of a
+        batch whose decodes ran apart."""
+        d = self.num_decodes
+        return RecurrentMetadata(0, self.decode_slots[:0],
+                                 [replace(s, start=s.start - d, end=s.end - d)
+                                  for s in self.prefills])

@@ -88,6 +88,11 @@ def add_sigmoid_gated(routed: torch.Tensor, shared: torch.Tensor, x: torch.Tenso
     return routed + shared * torch.sigmoid(F.linear(x, gate))
 
 
+def sigmoid_mul(x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """x * sigmoid(gate): a gated attention's output (Qwen3-Next, Qwen3.5)."""
+    return x * torch.sigmoid(gate)
+
+
 def write_kv_cache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                    v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     """Scatter new keys/values [tokens, kv_heads, head_dim] into [blocks, block_size, ...],

@@ -92,6 +92,17 @@ def test_silu_and_mul_matches_torch(ops, shape):
 
 
 @ISAS
+@pytest.mark.parametrize("width", [4096, 26])
+def test_sigmoid_mul_matches_torch_on_a_strided_gate(ops, width):
+    """A gated attention's output times sigmoid of the gate, which sits in qkv's rows."""
+    torch.manual_seed(3)
+    qkv = torch.randn(3, 2 * width + 8) * 4
+    qkv[0, -3:] = torch.tensor([-100.0, 90.0, 0.0])  # exp under- and overflow
+    x, gate = torch.randn(3, width), qkv[:, -width:]
+    torch.testing.assert_close(ops.sigmoid_mul(x, gate), torch_ref.sigmoid_mul(x, gate))
+
+
+@ISAS
 @pytest.mark.parametrize("shape", [(2, 2 * INTERMEDIATE), (3, 2 * INTERMEDIATE), (2, 26)])
 def test_gelu_tanh_and_mul_matches_torch_to_its_own_precision(ops, shape):
     """Gemma's GeGLU. Not torch's bits: its tanh is Sleef's, ours x / (1 + e^-2u) from exp

@@ -67,7 +67,7 @@ class Attention:
         attn = ops.paged_attention(q, k, v, k_cache, v_cache, meta.for_window(self.window),
                                    self.scale, softcap=self.softcap, sinks=self.sinks)
         if gate is not None:
-            attn = attn * torch.sigmoid(gate)
+            attn = ops.sigmoid_mul(attn, gate)
         return self.o_proj(attn), (k, v)
 
     def _queries_keys_values(self, qkv: torch.Tensor, rotary: StepRotary, ops: KernelOps,

@@ -26,6 +26,7 @@ from pagoda.engine.layers.causal_conv import (
 )
 from pagoda.engine.layers.gated_delta_rule import CHUNK, chunked_gated_delta_rule
 from pagoda.engine.layers.linear import Linear
+from pagoda.engine.layers.recurrent_mixer import fused_decodes_then_rest
 from pagoda.kernels.kernel_ops import TORCH_OPS, KernelOps
 from pagoda.kernels.recurrent_metadata import KeptStates, RecurrentMetadata, RecurrentSegment
 from pagoda.kernels.recurrent_steps import value_heads
@@ -88,15 +89,36 @@ class GatedDeltaNet:
     def forward(self, x: torch.Tensor, meta: RecurrentMetadata,
                 states: tuple[torch.Tensor, ...], ops: KernelOps = TORCH_OPS) -> torch.Tensor:
         """x [num_tokens, hidden] laid out as `meta` says; states[i] [num_slots,
-        *state_shapes()[i]] float32, the batch's slots read and written in place; the decodes'
-        state updates run on ops.gdn_step (in C on a CPU)."""
+        *state_shapes()[i]] float32, the batch's slots read and written in place. The decodes
+        run between the two linears in one call where ops fuses them (C on a CPU: the one-call
+        decode step runs the same function); otherwise their state updates run on ops.gdn_step
+        (in C on a CPU) among torch's ops, as the prefills' runs do."""
+        projected = self.in_proj(x)
+        mixed = fused_decodes_then_rest(
+            projected, meta, lambda rows, slots: self._fused_decodes(rows, slots, states, ops),
+            lambda rows, rows_meta: self._mix(rows, rows_meta, states, ops))
+        return self.out_proj(mixed.to(x.dtype))
+
+    def _fused_decodes(self, rows: torch.Tensor, slots: torch.Tensor,
+                       states: tuple[torch.Tensor, ...], ops: KernelOps) -> torch.Tensor | None:
+        if ops.gated_delta_decode is None:
+            return None
+        s = self.shape
+        return ops.gated_delta_decode(
+            rows, slots, states, self.conv_weight, self.decay_rate, self.dt_bias,
+            self.norm_weight, (s.num_k_heads, s.num_v_heads, s.k_dim, s.v_dim), s.tiled, self.eps)
+
+    def _mix(self, projected: torch.Tensor, meta: RecurrentMetadata,
+             states: tuple[torch.Tensor, ...], ops: KernelOps) -> torch.Tensor:
+        """in_proj's output -> what out_proj reads, in torch's ops (the decodes' state updates
+        on ops.gdn_step)."""
         conv_states, delta_states = states
-        channels, z, b, a = self.in_proj(x).split(self.shape.projection_widths, dim=-1)
+        channels, z, b, a = projected.split(self.shape.projection_widths, dim=-1)
         q, k, v = self._queries_keys_values(self._convolve(channels, meta, conv_states))
         beta = b.sigmoid().float()  # rounded at the compute dtype, as the reference
         g = -self.decay_rate * F.softplus(a.float() + self.dt_bias)
         mixed = _delta_rule(q, k, v, g, beta, meta, delta_states, self.shape.tiled, ops)
-        return self.out_proj(self._gated_norm(mixed.to(x.dtype), z).flatten(1))
+        return self._gated_norm(mixed.to(projected.dtype), z).flatten(1)
 
     def _convolve(self, channels: torch.Tensor, meta: RecurrentMetadata,
                   conv_states: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,7 @@ from pagoda.engine.layers.causal_conv import (
     conv_states_after_each,
 )
 from pagoda.engine.layers.linear import Linear, Placement, make_linear
+from pagoda.engine.layers.recurrent_mixer import fused_decodes_then_rest
 from pagoda.engine.layers.ssd import SsmParams, ssd_prefill, ssd_step
 from pagoda.engine.quantization.tensors import Weight
 from pagoda.kernels.kernel_ops import TORCH_OPS, KernelOps
@@ -108,19 +109,42 @@ class Mamba2Mixer:
                 states: tuple[torch.Tensor, ...], ops: KernelOps = TORCH_OPS) -> torch.Tensor:
         """x [num_tokens, hidden], decodes first then prefill segments (`meta`); states: the
         layer's conv and SSM states [num_slots, *shape] (state_shapes), updated in place; ops:
-        the kernels a decode's state update runs on (pagoda/kernels/ops.py)."""
+        the kernels a decode's state update runs on (pagoda/kernels/ops.py). The decodes run
+        between the two linears in one call where ops fuses them (C on a CPU: the one-call
+        decode step runs the same function)."""
         assert x.shape[0] == meta.num_tokens, "the batch and its metadata disagree"
+        mixed = fused_decodes_then_rest(
+            self.in_proj(x), meta,
+            lambda rows, slots: self._fused_decodes(rows, slots, states, ops),
+            lambda rows, rows_meta: self._mix(rows, rows_meta, states, ops))
+        return self.out_proj(mixed.to(x.dtype))
+
+    def _mix(self, projected: torch.Tensor, meta: RecurrentMetadata,
+             states: tuple[torch.Tensor, ...], ops: KernelOps) -> torch.Tensor:
+        """in_proj's output -> what out_proj reads, in torch's ops (the decodes' state updates
+        on ops.mamba2_step)."""
         c = self.config
-        z, xbc, dt = self.in_proj(x).split(
-            (c.inner_size, c.conv_channels, c.num_heads), dim=-1)
+        z, xbc, dt = projected.split((c.inner_size, c.conv_channels, c.num_heads), dim=-1)
         parts = []
         if meta.num_decodes:
             n = meta.num_decodes
             parts.append(self._decode(xbc[:n], dt[:n], meta.decode_slots, states, ops))
         parts.extend(self._prefill(xbc[s.start:s.end], dt[s.start:s.end], s, states,
                                    meta.kept) for s in meta.prefills)
-        y = torch.cat(parts).reshape(x.shape[0], c.inner_size)
-        return self.out_proj(self._gated_norm(y, z).to(x.dtype))
+        y = torch.cat(parts).reshape(projected.shape[0], c.inner_size)
+        return self._gated_norm(y, z)
+
+    def _fused_decodes(self, rows: torch.Tensor, slots: torch.Tensor,
+                       states: tuple[torch.Tensor, ...], ops: KernelOps) -> torch.Tensor | None:
+        """ops.mamba2_decode's rows (None where there is none or it does not take these
+        tensors)."""
+        if ops.mamba2_decode is None:
+            return None
+        c, ssm = self.config, self.ssm
+        shape = (c.num_heads, c.head_dim, c.state_size, c.n_groups, c.norm_groups or c.n_groups)
+        return ops.mamba2_decode(rows, slots, states, self.conv_weight, self.conv_bias,
+                                 ssm.A, ssm.D, ssm.dt_bias, self.norm_weight, shape,
+                                 (ssm.dt_min, ssm.dt_max), c.eps)
 
     def _decode(self, xbc: torch.Tensor, dt: torch.Tensor, slots: torch.Tensor,
                 states: tuple[torch.Tensor, ...], ops: KernelOps) -> torch.Tensor:

@@ -8,6 +8,7 @@ The runner allocates, per recurrent layer, one float32 tensor per entry of `stat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
@@ -29,6 +30,24 @@ class RecurrentMixer(Protocol):
         [num_slots, *state_shapes()[i]], float32, updated in place; ops: the model's kernels
         (the state updates' C versions on a CPU: pagoda/kernels/ops.py)."""
         ...
+
+
+def fused_decodes_then_rest(
+        projected: torch.Tensor, meta: RecurrentMetadata,
+        fused: Callable[[torch.Tensor, torch.Tensor], torch.Tensor | None],
+        rest: Callable[[torch.Tensor, RecurrentMetadata], torch.Tensor]) -> torch.Tensor:
+    """A mixer's rows between its two linears from in_proj's output: the decodes' rows through
+    `fused` (rows, slots: the backend's one call, C on a CPU, which the one-call decode step
+    runs too; None where it has none or does not take these tensors), so a decode rounds the
+    same whatever else is in the step; the prefill segments, or every row where `fused` gives
+    None, through `rest` (rows, their metadata: the mixer's torch ops)."""
+    d = meta.num_decodes
+    decoded = fused(projected[:d], meta.decode_slots) if d else None
+    if decoded is None:
+        return rest(projected, meta)
+    if not meta.prefills:
+        return decoded
+    return torch.cat([decoded, rest(projected[d:], meta.prefills_only())])
 
 
 def state_bytes(mixer: RecurrentMixer) -> int:

@@ -15,6 +15,7 @@ from pagoda.engine.layers.causal_conv import (
     conv_states_after_each,
 )
 from pagoda.engine.layers.linear import Linear
+from pagoda.engine.layers.recurrent_mixer import fused_decodes_then_rest
 from pagoda.kernels.kernel_ops import TORCH_OPS, KernelOps
 from pagoda.kernels.recurrent_metadata import RecurrentMetadata
 
@@ -32,10 +33,26 @@ class ShortConv:
 
     def forward(self, x: torch.Tensor, meta: RecurrentMetadata,
                 states: tuple[torch.Tensor, ...], ops: KernelOps = TORCH_OPS) -> torch.Tensor:
-        """The convolution is a few taps: it runs in torch whatever `ops` holds."""
-        b, c, h = self.in_proj(x).chunk(3, dim=-1)
-        bx = b * h
+        """The decodes run between the two linears in one call where ops fuses them (C on a
+        CPU: the one-call decode step runs the same function); otherwise, and for prefills,
+        the convolution, a few taps, runs in torch."""
         conv_state, = states
+
+        def fused(rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor | None:
+            if ops.short_conv_decode is None:
+                return None
+            return ops.short_conv_decode(rows, slots, conv_state, self.weight, self.bias)
+
+        mixed = fused_decodes_then_rest(
+            self.in_proj(x), meta, fused,
+            lambda rows, rows_meta: self._mix(rows, rows_meta, conv_state))
+        return self.out_proj(mixed.to(x.dtype))
+
+    def _mix(self, projected: torch.Tensor, meta: RecurrentMetadata,
+             conv_state: torch.Tensor) -> torch.Tensor:
+        """in_proj's output -> what out_proj reads, in torch's ops."""
+        b, c, h = projected.chunk(3, dim=-1)
+        bx = b * h
         out = torch.empty_like(bx)
         n = meta.num_decodes
         if n:
@@ -50,4 +67,4 @@ class ShortConv:
             y, conv_state[seg.slot] = causal_conv_prefill(bx[seg.start:seg.end], self.weight,
                                                           self.bias, state, silu=False)
             out[seg.start:seg.end] = y
-        return self.out_proj(c * out)
+        return c * out

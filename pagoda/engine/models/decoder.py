@@ -142,7 +142,7 @@ class DecoderLayer:
     mixer: RecurrentMixer | None = None  # in place of attention (LFM2's short convolution)
     mixer_projections: tuple[Linear, ...] = ()  # the mixer's linears, its input's first
 
-    # The names the one-C-call decode step (native_decode.py) reads (dense layers only).
+    # The names the one-C-call decode step (native_decode.py) reads (attention layers only).
     @property
     def qkv_proj(self) -> Linear:
         return self.attention.qkv_proj
@@ -251,7 +251,7 @@ class DecoderForCausalLM:
             rows, embeddings = inserted
             hidden = hidden.index_copy(0, rows, embeddings.to(hidden.dtype))
         if self.native_decode is not None:
-            out = self.native_decode.forward_layers(hidden, rotary, meta, kv_caches)
+            out = self.native_decode.forward_layers(hidden, rotary, meta, kv_caches, recurrent)
             if out is not None:
                 return out
         residual = None

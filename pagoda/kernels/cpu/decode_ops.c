@@ -31,6 +31,10 @@
 #include <string.h>
 
 #include "half_float.h"
+#include "vector_math.h"
+#include "gated_delta_net.h"
+#include "mamba2.h"
+#include "short_conv.h"
 
 enum { PG_F32 = 0, PG_BF16 = 1, PG_F16 = 2 };
 /* AVX512: attention's scores and value sums in 512-bit registers where head_dim is a multiple
@@ -121,33 +125,6 @@ static void narrow_row(const float *src, int dtype, int n, void *dst)
 }
 
 /* ---- AVX2 helpers ---- */
-
-__attribute__((target("avx2,fma"), always_inline)) static inline float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* e^x to ~2 ulp over fp32's range (Cephes' polynomial on x - n ln2, n = round(x / ln2)). */
-__attribute__((target("avx2,fma"), always_inline)) static inline __m256 exp8(__m256 x)
-{
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.37f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
 
 __attribute__((target("avx2,fma,f16c"))) static void widen_row_avx2(const void *src, int dtype,
                                                                     int n, float *dst)
@@ -280,6 +257,18 @@ __attribute__((target("avx2,fma"))) static void silu_mul_avx2(const float *g, co
         __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
         __m256 silu = _mm256_div_ps(x, _mm256_add_ps(one, e));
         _mm256_storeu_ps(o + i, _mm256_mul_ps(silu, _mm256_loadu_ps(u + i)));
+    }
+}
+
+/* o = x * sigmoid(g) = x * 1 / (1 + e^-g). */
+__attribute__((target("avx2,fma"))) static void sigmoid_mul_avx2(const float *x, const float *g,
+                                                                 int d, float *o)
+{
+    __m256 one = _mm256_set1_ps(1.0f);
+    for (int i = 0; i < d; i += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_loadu_ps(g + i)));
+        __m256 sigmoid = _mm256_div_ps(one, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), sigmoid));
     }
 }
 
@@ -666,6 +655,60 @@ int pg_add_sigmoid_gated(const float *routed, const float *shared, const float *
             out[at + j] = routed[at + j] + shared[at + j] * g;
     }
     return 0;
+}
+
+/* ---- Gated attention's output gate, and the Gated DeltaNet layer's decode rows ---- */
+
+/* out [n, d] = x * sigmoid(gate), x rows x_stride and gate rows gate_stride floats apart (out
+ * contiguous; it may be x where x is): Qwen3-Next's and Qwen3.5's attention output gated per
+ * channel. The eager layer and the one-call step both call it, so they round alike. */
+int pg_sigmoid_mul(const float *x, long x_stride, const float *gate, long gate_stride, int n,
+                   int d, float *out)
+{
+    if (n < 0 || d <= 0)
+        return 1;
+    for (int t = 0; t < n; t++) {
+        const float *xr = x + (size_t)t * x_stride, *g = gate + (size_t)t * gate_stride;
+        float *o = out + (size_t)t * d;
+        if (use_avx2(d))
+            sigmoid_mul_avx2(xr, g, d, o);
+        else
+            for (int i = 0; i < d; i++)
+                o[i] = xr[i] * (1.0f / (1.0f + expf(-g[i])));
+    }
+    return 0;
+}
+
+/* gated_delta_net.h's decode rows for the eager layer (pagoda/kernels/cpu/decode_ops.py). */
+int pg_gated_delta_decode(const struct pg_delta_net *net, const float *proj, long proj_stride,
+                          int m, const int64_t *slots, float *scratch, float *out, int threads)
+{
+    return delta_net_decode(net, proj, proj_stride, m, slots, scratch, out, threads,
+                            use_avx2(8));
+}
+
+long pg_gated_delta_scratch_floats(const struct pg_delta_net *net, int m)
+{
+    return (long)((size_t)m * delta_net_scratch_floats(net));
+}
+
+/* mamba2.h's decode rows for the eager layer (pagoda/kernels/cpu/decode_ops.py). */
+int pg_mamba2_decode(const struct pg_mamba2 *net, const float *proj, long proj_stride, int m,
+                     const int64_t *slots, float *scratch, float *out, int threads)
+{
+    return mamba2_decode(net, proj, proj_stride, m, slots, scratch, out, threads, use_avx2(8));
+}
+
+long pg_mamba2_scratch_floats(const struct pg_mamba2 *net, int m)
+{
+    return (long)((size_t)m * mamba2_scratch_floats(net));
+}
+
+/* short_conv.h's decode rows for the eager layer; scratch: m * channels floats. */
+int pg_short_conv_decode(const struct pg_short_conv *conv, const float *proj, long proj_stride,
+                         int m, const int64_t *slots, float *scratch, float *out)
+{
+    return short_conv_decode(conv, proj, proj_stride, m, slots, scratch, out);
 }
 
 /* ---- KV-cache write ---- */
@@ -1292,7 +1335,12 @@ struct pg_moe {
  * its window (0: every key) and the step's group set made for it, its rotary table (an index
  * into the step's, rotating the first rotary_dim dims of each head; -1: NoPE), per-head q and k
  * norms before RoPE (Qwen3, Gemma 3), norms of the attention's and the MLP's outputs before
- * their residual adds (Gemma's "sandwich"), and the MLP's activation. Absent norms are NULL. */
+ * their residual adds (Gemma's "sandwich"), and the MLP's activation. Absent norms are NULL.
+ * output_gate: qkv also gives a gate per query channel after q, k and v, and the attention's
+ * output times sigmoid(gate) goes to o (Qwen3-Next, Qwen3.5). A recurrent layer, a Gated
+ * DeltaNet (delta_net not NULL), LFM2's short convolution (short_conv not NULL) or a Mamba-2
+ * (mamba2 not NULL), mixes in its place: qkv is its in_proj, o its out_proj, and the
+ * attention's fields go unread. */
 struct pg_layer {
     const float *input_norm, *post_norm;
     const float *q_norm, *k_norm;                     /* [head_dim] */
@@ -1302,7 +1350,10 @@ struct pg_layer {
     void *k_cache, *v_cache;
     const float *sinks;                               /* [heads] (gpt-oss) or NULL */
     const struct pg_moe *moe;                         /* NULL: a dense MLP */
-    int window, group_set, rope, rotary_dim, activation;
+    const struct pg_delta_net *delta_net;             /* NULL: not a Gated DeltaNet */
+    const struct pg_short_conv *short_conv;           /* NULL: not a short convolution */
+    const struct pg_mamba2 *mamba2;                   /* NULL: not a Mamba-2 */
+    int window, group_set, rope, rotary_dim, activation, output_gate;
     int num_blocks; /* of its caches: a KV cache group's pool (windowed layers keep their own) */
 };
 
@@ -1325,32 +1376,43 @@ struct pg_step {
     const struct pg_rope *ropes;   /* num_ropes */
     const float *hidden_in;  /* [m, hidden]: the step's embeddings */
     const int64_t *const *slots; /* per group set: [m] cache slots in its layers' pool */
+    const int64_t *state_slots;  /* [m] each row's slot of the recurrent layers' states */
     float *out;              /* [m, hidden]: the last layer's hidden + residual */
     float *scratch;          /* pg_decode_scratch_floats(...) floats */
     void *linear_work;       /* the largest workspace the linears ask for */
     int num_layers, num_groups, num_group_sets, num_ropes, m, hidden, heads, kv_heads, head_dim;
     int intermediate; /* the widest MLP's: a dense layer's or a shared expert's */
     int top_k;        /* the most experts a sparse layer routes a row to (0: none is sparse) */
+    int qkv_width;    /* the widest first linear of a mixer: q, k, v (and a gate), or in_proj */
+    int mixed_width;  /* the widest input of o (or out_proj) */
+    int recurrent_floats; /* a row's scratch in the recurrent layers (0: none has any) */
     int cache_dtype, block_size, linear_threads;
     float eps, scale;
+    float residual_scale; /* each mixer's and MLP's output times this (Granite's; 1: none) */
 };
 
-/* Floats before the sparse layers' routing in the scratch, rounded up to whole int64s. */
+/* Floats before the sparse layers' routing in the scratch, rounded up to whole int64s:
+ * residual, hidden and x, the mixer's first linear's output (qkv_width), the rotated q and k,
+ * the mixer's output (mixed_width), gate_up and act, and the recurrent layers' own. */
 static size_t dense_scratch_floats(int m, int hidden, int heads, int kv_heads, int head_dim,
-                                   int intermediate)
+                                   int intermediate, int qkv_width, int mixed_width,
+                                   int recurrent_floats)
 {
-    size_t qkv = (size_t)(heads + 2 * kv_heads) * head_dim, qk = (size_t)(heads + kv_heads) * head_dim;
-    size_t floats = (size_t)m * (3 * (size_t)hidden + qkv + qk + (size_t)heads * head_dim
-                                 + 3 * (size_t)intermediate);
+    size_t qk = (size_t)(heads + kv_heads) * head_dim;
+    size_t floats = (size_t)m * (3 * (size_t)hidden + (size_t)qkv_width + qk
+                                 + (size_t)mixed_width + 3 * (size_t)intermediate
+                                 + (size_t)recurrent_floats);
     return (floats + 1) & ~(size_t)1;
 }
 
 /* Beside those, a sparse layer's routed experts' output [m, hidden], each row's expert ids
  * (int64) and weights [m, top_k]. */
 long pg_decode_scratch_floats(int m, int hidden, int heads, int kv_heads, int head_dim,
-                              int intermediate, int top_k)
+                              int intermediate, int top_k, int qkv_width, int mixed_width,
+                              int recurrent_floats)
 {
-    size_t dense = dense_scratch_floats(m, hidden, heads, kv_heads, head_dim, intermediate);
+    size_t dense = dense_scratch_floats(m, hidden, heads, kv_heads, head_dim, intermediate,
+                                        qkv_width, mixed_width, recurrent_floats);
     return (long)(dense + (top_k ? (size_t)m * (hidden + 3 * (size_t)top_k) : 0));
 }
 
@@ -1406,7 +1468,7 @@ static int queries_and_keys(const struct pg_step *s, const struct pg_layer *laye
                             float *qk)
 {
     int hd = s->head_dim, heads = s->heads + s->kv_heads, rd = layer->rotary_dim;
-    long qkv_stride = (s->heads + 2L * s->kv_heads) * hd, qk_stride = (long)heads * hd;
+    long qkv_stride = layer->qkv.n, qk_stride = (long)heads * hd;
     for (int t = 0; t < s->m; t++)
         for (int h = 0; h < heads; h++) {
             const float *w = h < s->heads ? layer->q_norm : layer->k_norm;
@@ -1431,13 +1493,17 @@ static int queries_and_keys(const struct pg_step *s, const struct pg_layer *laye
     return 0;
 }
 
-/* x (normed) -> o_proj of the attention, into y. */
+/* x (normed) -> o_proj of the attention (its output gated where the layer has a gate), into
+ * y. qkv's rows are q, k, v and the gate, layer->qkv.n floats apart. */
 static int attention_block(const struct pg_step *s, const struct pg_layer *layer, const float *x,
                            float *qkv, float *qk, float *attn, float *y)
 {
     int hd = s->head_dim, q_width = s->heads * hd, kv_width = s->kv_heads * hd;
-    long qkv_stride = q_width + 2L * kv_width, qk_stride = q_width + (long)kv_width;
-    if (layer->group_set < 0 || layer->group_set >= s->num_group_sets)
+    long qkv_stride = layer->qkv.n, qk_stride = q_width + (long)kv_width;
+    long gate_at = q_width + 2L * kv_width;
+    if (layer->group_set < 0 || layer->group_set >= s->num_group_sets
+        || qkv_stride != gate_at + (layer->output_gate ? q_width : 0)
+        || qkv_stride > s->qkv_width || q_width > s->mixed_width)
         return 1;
     const struct pg_group *groups = s->groups + (size_t)layer->group_set * s->num_groups;
     int rc = run_linear(s, &layer->qkv, x, qkv);
@@ -1455,7 +1521,27 @@ static int attention_block(const struct pg_step *s, const struct pg_layer *layer
                                  grp->context_lens, layer->window, s->scale, layer->sinks,
                                  attn + (size_t)grp->start * q_width, grp->threads);
     }
+    if (!rc && layer->output_gate)
+        rc = pg_sigmoid_mul(attn, q_width, qkv + gate_at, qkv_stride, s->m, q_width, attn);
     return rc ? rc : run_linear(s, &layer->o, attn, y);
+}
+
+/* x (normed) -> out_proj of the Gated DeltaNet, into y: in_proj into proj, the decode rows
+ * into mixed (gated_delta_net.h), each row's states at its state slot. */
+static int delta_net_block(const struct pg_step *s, const struct pg_layer *layer, const float *x,
+                           float *proj, float *recurrent, float *mixed, float *y)
+{
+    const struct pg_delta_net *net = layer->delta_net;
+    int in_width = delta_net_in_width(net), value_width = net->v_heads * net->v_dim;
+    if (!s->state_slots || layer->qkv.n != in_width || in_width > s->qkv_width
+        || value_width > s->mixed_width || layer->o.k != value_width
+        || delta_net_scratch_floats(net) > (size_t)s->recurrent_floats)
+        return 1;
+    int rc = run_linear(s, &layer->qkv, x, proj);
+    if (!rc)
+        rc = delta_net_decode(net, proj, in_width, s->m, s->state_slots, recurrent, mixed,
+                              s->linear_threads, use_avx2(8));
+    return rc ? rc : run_linear(s, &layer->o, mixed, y);
 }
 
 /* The gated MLP of x (normed) into y, with the activation between its two linears. */
@@ -1502,6 +1588,50 @@ static int sparse_block(const struct pg_step *s, const struct pg_layer *layer, c
     return rc;
 }
 
+/* x (normed) -> out_proj of LFM2's short convolution, into y: in_proj into proj, the decode
+ * rows into mixed (short_conv.h), each row's window at its state slot. */
+static int short_conv_block(const struct pg_step *s, const struct pg_layer *layer,
+                            const float *x, float *proj, float *recurrent, float *mixed, float *y)
+{
+    const struct pg_short_conv *conv = layer->short_conv;
+    int ch = conv->channels;
+    if (!s->state_slots || layer->qkv.n != 3 * ch || 3 * ch > s->qkv_width
+        || ch > s->mixed_width || layer->o.k != ch || ch > s->recurrent_floats)
+        return 1;
+    int rc = run_linear(s, &layer->qkv, x, proj);
+    if (!rc)
+        rc = short_conv_decode(conv, proj, 3L * ch, s->m, s->state_slots, recurrent, mixed);
+    return rc ? rc : run_linear(s, &layer->o, mixed, y);
+}
+
+/* x (normed) -> out_proj of the Mamba-2, into y: in_proj into proj, the decode rows into
+ * mixed (mamba2.h), each row's states at its state slot. */
+static int mamba2_block(const struct pg_step *s, const struct pg_layer *layer, const float *x,
+                        float *proj, float *recurrent, float *mixed, float *y)
+{
+    const struct pg_mamba2 *net = layer->mamba2;
+    int in_width = mamba2_in_width(net), inner = mamba2_inner(net);
+    if (!s->state_slots || layer->qkv.n != in_width || in_width > s->qkv_width
+        || inner > s->mixed_width || layer->o.k != inner
+        || mamba2_scratch_floats(net) > (size_t)s->recurrent_floats)
+        return 1;
+    int rc = run_linear(s, &layer->qkv, x, proj);
+    if (!rc)
+        rc = mamba2_decode(net, proj, in_width, s->m, s->state_slots, recurrent, mixed,
+                           s->linear_threads, use_avx2(8));
+    return rc ? rc : run_linear(s, &layer->o, mixed, y);
+}
+
+/* A mixer's or MLP's output [m, hidden] times the model's residual scale, as the eager forward
+ * multiplies it (1: nothing to do). */
+static void scale_residual(const struct pg_step *s, float *y)
+{
+    if (s->residual_scale == 1.0f)
+        return;
+    for (size_t j = 0; j < (size_t)s->m * s->hidden; j++)
+        y[j] = y[j] * s->residual_scale;
+}
+
 /* Whether every group set lists the step's m rows in order, each group at least one. */
 static int groups_cover_rows(const struct pg_step *s)
 {
@@ -1527,12 +1657,14 @@ int pg_decode_layers(const struct pg_step *s)
     size_t h = (size_t)s->m * s->hidden;
     int hd = s->head_dim;
     float *residual = s->scratch, *hidden = residual + h, *x = hidden + h;
-    float *qkv = x + h, *qk = qkv + (size_t)s->m * (s->heads + 2 * s->kv_heads) * hd;
+    float *qkv = x + h, *qk = qkv + (size_t)s->m * s->qkv_width;
     float *attn = qk + (size_t)s->m * (s->heads + s->kv_heads) * hd;
-    float *gate_up = attn + (size_t)s->m * s->heads * hd;
+    float *gate_up = attn + (size_t)s->m * s->mixed_width;
     float *act = gate_up + (size_t)s->m * 2 * s->intermediate;
-    int64_t *ids = (int64_t *)(s->scratch + dense_scratch_floats(s->m, s->hidden, s->heads,
-                                                                 s->kv_heads, hd, s->intermediate));
+    float *recurrent = act + (size_t)s->m * s->intermediate;
+    int64_t *ids = (int64_t *)(s->scratch + dense_scratch_floats(
+        s->m, s->hidden, s->heads, s->kv_heads, hd, s->intermediate, s->qkv_width,
+        s->mixed_width, s->recurrent_floats));
     float *weights = (float *)(ids + (size_t)s->m * s->top_k);
     float *routed = weights + (size_t)s->m * s->top_k;
     memcpy(residual, s->hidden_in, h * sizeof(float));
@@ -1546,8 +1678,16 @@ int pg_decode_layers(const struct pg_step *s)
                                  s->eps, x);
             swap = residual, residual = hidden, hidden = swap;
         }
-        if (!rc)
+        if (!rc && layer->delta_net)
+            rc = delta_net_block(s, layer, x, qkv, recurrent, attn, hidden);
+        else if (!rc && layer->short_conv)
+            rc = short_conv_block(s, layer, x, qkv, recurrent, attn, hidden);
+        else if (!rc && layer->mamba2)
+            rc = mamba2_block(s, layer, x, qkv, recurrent, attn, hidden);
+        else if (!rc)
             rc = attention_block(s, layer, x, qkv, qk, attn, hidden);
+        if (!rc)
+            scale_residual(s, hidden);
         if (!rc && layer->attention_out_norm)
             rc = pg_rms_norm(hidden, s->hidden, layer->attention_out_norm, s->m, s->hidden,
                              s->eps, hidden);
@@ -1560,6 +1700,8 @@ int pg_decode_layers(const struct pg_step *s)
             rc = sparse_block(s, layer, x, gate_up, act, ids, weights, routed, hidden);
         else if (!rc)
             rc = mlp_block(s, layer, x, gate_up, act, hidden);
+        if (!rc)
+            scale_residual(s, hidden);
         if (!rc && layer->mlp_out_norm)
             rc = pg_rms_norm(hidden, s->hidden, layer->mlp_out_norm, s->m, s->hidden, s->eps,
                              hidden);

@@ -19,7 +19,12 @@ import torch
 from pagoda.kernels import torch_ref
 from pagoda.kernels.attention_metadata import AttentionMetadata, DecodeGroup
 from pagoda.kernels.cpu import native
-from pagoda.kernels.cpu.decode_layers import DecodeLayers
+from pagoda.kernels.cpu.decode_layers import (
+    DecodeLayers,
+    delta_net_args,
+    mamba2_args,
+    short_conv_args,
+)
 from pagoda.kernels.kernel_ops import TORCH_OPS, KernelOps
 
 NAME = "decode_ops"
@@ -61,6 +66,10 @@ _SIGNATURES = {
     "pg_route": [_ptr, _i64, _i32, _i32, _ptr, _ptr, _i32, _i32, _i32, _i32, _i32, _ptr, _ptr,
                  _i32],
     "pg_add_sigmoid_gated": [_ptr, _ptr, _ptr, _i64, _ptr, _i32, _i32, _ptr],
+    "pg_sigmoid_mul": [_ptr, _i64, _ptr, _i64, _i32, _i32, _ptr],
+    "pg_gated_delta_decode": [_ptr, _ptr, _i64, _i32, _ptr, _ptr, _ptr, _i32],
+    "pg_short_conv_decode": [_ptr, _ptr, _i64, _i32, _ptr, _ptr, _ptr],
+    "pg_mamba2_decode": [_ptr, _ptr, _i64, _i32, _ptr, _ptr, _ptr, _i32],
     "pg_write_kv": [_ptr, _i64, _ptr, _i64, _i32, _i32, _i32, _ptr, _ptr, _i32, _i64, _ptr],
     "pg_decode_attention": [_ptr, _i64, _i32, _i32, _i32, _i32, _ptr, _ptr, _i32, _i32, _i32,
                             _ptr, _i32, _ptr, _i32, _f32, _ptr, _ptr, _i32],
@@ -81,6 +90,12 @@ class DecodeOps:
         self._top_k, self._argmax = lib.pg_top_k, lib.pg_argmax
         self._route, self._add_gated = lib.pg_route, lib.pg_add_sigmoid_gated
         self._write, self._attend = lib.pg_write_kv, lib.pg_decode_attention
+        self._sigmoid_mul, self._delta_decode = lib.pg_sigmoid_mul, lib.pg_gated_delta_decode
+        self._short_conv, self._mamba2 = lib.pg_short_conv_decode, lib.pg_mamba2_decode
+        self._mamba2_scratch = lib.pg_mamba2_scratch_floats
+        self._mamba2_scratch.argtypes, self._mamba2_scratch.restype = [_ptr, _i32], _i64
+        self._delta_scratch = lib.pg_gated_delta_scratch_floats
+        self._delta_scratch.argtypes, self._delta_scratch.restype = [_ptr, _i32], _i64
 
     @classmethod
     def load(cls, build_dir: Path | None, compiler: str | None = None) -> DecodeOps:
@@ -214,6 +229,82 @@ class DecodeOps:
                "pg_add_sigmoid_gated")
         return out
 
+    def sigmoid_mul(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        """torch_ref.sigmoid_mul's, in C: the one-call decode step gates a gated attention's
+        output with the same function, so the two agree bit for bit."""
+        if (x.dtype != _F32 or gate.dtype != _F32 or x.dim() != 2 or gate.shape != x.shape
+                or x.stride(1) != 1 or gate.stride(1) != 1):
+            return torch_ref.sigmoid_mul(x, gate)
+        n, d = x.shape
+        out = torch.empty(n, d)
+        _check(self._sigmoid_mul(x.data_ptr(), x.stride(0), gate.data_ptr(), gate.stride(0), n,
+                                 d, out.data_ptr()), "pg_sigmoid_mul")
+        return out
+
+    def gated_delta_decode(self, proj: torch.Tensor, slots: torch.Tensor,
+                           states: tuple[torch.Tensor, torch.Tensor], conv_weight: torch.Tensor,
+                           decay_rate: torch.Tensor, dt_bias: torch.Tensor, norm: torch.Tensor,
+                           heads: tuple[int, int, int, int], tiled: bool,
+                           eps: float) -> torch.Tensor | None:
+        """A Gated DeltaNet's decode rows from in_proj's output proj [d, width] to what its
+        out_proj reads [d, v_heads * v_dim] (decode_ops.c's pg_gated_delta_decode), each row's
+        states (conv window, delta rule) at its slot advanced in place; None where a tensor is
+        not one the C code reads (the layer runs its torch path)."""
+        args = delta_net_args(conv_weight, decay_rate, dt_bias, norm, *states, heads, tiled, eps)
+        if (args is None or proj.dtype != _F32 or proj.dim() != 2 or proj.stride(1) != 1
+                or proj.shape[1] != args.in_width or slots.dtype != torch.int64
+                or not slots.is_contiguous() or slots.shape != proj.shape[:1]):
+            return None
+        m = proj.shape[0]
+        scratch = torch.empty(self._delta_scratch(ctypes.byref(args), m))
+        out = torch.empty(m, args.value_width)
+        _check(self._delta_decode(ctypes.byref(args), proj.data_ptr(), proj.stride(0), m,
+                                  slots.data_ptr(), scratch.data_ptr(), out.data_ptr(),
+                                  torch.get_num_threads()), "pg_gated_delta_decode")
+        return out
+
+    def mamba2_decode(self, proj: torch.Tensor, slots: torch.Tensor,
+                      states: tuple[torch.Tensor, torch.Tensor], conv_weight: torch.Tensor,
+                      conv_bias: torch.Tensor | None, a: torch.Tensor, d: torch.Tensor | None,
+                      dt_bias: torch.Tensor, norm: torch.Tensor,
+                      shape: tuple[int, int, int, int, int],
+                      dt_limits: tuple[float, float], eps: float) -> torch.Tensor | None:
+        """A Mamba-2's decode rows from in_proj's output proj [d, width] to what its out_proj
+        reads [d, heads * head_dim] (decode_ops.c's pg_mamba2_decode), each row's states at its
+        slot advanced in place; shape = (heads, head_dim, state_size, groups, norm_groups).
+        None where a tensor is not one the C code reads (the layer runs its torch path)."""
+        args = mamba2_args(conv_weight, conv_bias, a, d, dt_bias, norm, states, shape,
+                           dt_limits, eps)
+        if (args is None or proj.dtype != _F32 or proj.dim() != 2 or proj.stride(1) != 1
+                or proj.shape[1] != args.in_width or slots.dtype != torch.int64
+                or not slots.is_contiguous() or slots.shape != proj.shape[:1]):
+            return None
+        m = proj.shape[0]
+        scratch = torch.empty(self._mamba2_scratch(ctypes.byref(args), m))
+        out = torch.empty(m, args.inner)
+        _check(self._mamba2(ctypes.byref(args), proj.data_ptr(), proj.stride(0), m,
+                            slots.data_ptr(), scratch.data_ptr(), out.data_ptr(),
+                            torch.get_num_threads()), "pg_mamba2_decode")
+        return out
+
+    def short_conv_decode(self, proj: torch.Tensor, slots: torch.Tensor, states: torch.Tensor,
+                          weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+        """LFM2's short convolution's decode rows from in_proj's output proj [d, 3 x channels]
+        to what its out_proj reads [d, channels] (decode_ops.c's pg_short_conv_decode), each
+        row's window at its slot advanced in place; None where a tensor is not one the C code
+        reads (the layer runs its torch path)."""
+        args = short_conv_args(weight, bias, states)
+        if (args is None or proj.dtype != _F32 or proj.dim() != 2 or proj.stride(1) != 1
+                or proj.shape[1] != 3 * args.channels or slots.dtype != torch.int64
+                or not slots.is_contiguous() or slots.shape != proj.shape[:1]):
+            return None
+        m = proj.shape[0]
+        scratch, out = torch.empty(m, args.channels), torch.empty(m, args.channels)
+        _check(self._short_conv(ctypes.byref(args), proj.data_ptr(), proj.stride(0), m,
+                                slots.data_ptr(), scratch.data_ptr(), out.data_ptr()),
+               "pg_short_conv_decode")
+        return out
+
     def write_kv_cache(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                        v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
         if not self._writes(k, v, k_cache, v_cache, slot_mapping):
@@ -331,6 +422,10 @@ def decode_kernel_ops(lib: ctypes.CDLL) -> KernelOps:
         row_argmax=ops.row_argmax,
         route=ops.route,
         add_sigmoid_gated=ops.add_sigmoid_gated,
+        sigmoid_mul=ops.sigmoid_mul,
+        gated_delta_decode=ops.gated_delta_decode,
+        short_conv_decode=ops.short_conv_decode,
+        mamba2_decode=ops.mamba2_decode,
         write_kv_cache=ops.write_kv_cache,
         paged_attention=ops.paged_attention,
         decode_layers=DecodeLayers(lib),

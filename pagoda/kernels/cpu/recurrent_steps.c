@@ -11,7 +11,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define LANES 8
+#include "delta_rule.h"
+#include "selective_state.h"
 
 static int slots_in_range(const int64_t *slots, int64_t batch, int64_t num_slots) {
     for (int64_t b = 0; b < batch; b++)
@@ -25,7 +26,7 @@ static int slots_in_range(const int64_t *slots, int64_t batch, int64_t num_slots
  * out [batch, v_heads, v_dim]. Value head h reads key head h / (v_heads / k_heads), as
  * transformers orders the heads, or h % k_heads where `tiled` (llama.cpp's converter writes
  * Qwen3-Next's and Qwen3.5's value heads so, tiled over the key heads).
- *   S *= exp(g); delta = beta * (v - S^T k); S += k delta^T; out = S^T q            */
+ * The update itself is delta_rule.h's.                                                   */
 int gdn_step(float *state, int64_t num_slots, const int64_t *slots, int64_t batch,
              const float *q, const float *k, int64_t k_heads, int64_t k_dim,
              const float *v, int64_t v_heads, int64_t v_dim,
@@ -41,29 +42,9 @@ int gdn_step(float *state, int64_t num_slots, const int64_t *slots, int64_t batc
         const float *restrict kh = k + (b * k_heads + kh_index) * k_dim;
         const float *restrict vh = v + (b * v_heads + h) * v_dim;
         float *restrict o = out + (b * v_heads + h) * v_dim;
-        const float decay = expf(g[b * v_heads + h]), bt = beta[b * v_heads + h];
         float delta[v_dim];
-        memset(delta, 0, sizeof(float) * v_dim);
-        for (int64_t i = 0; i < k_dim; i++) {  /* decay, and S^T k into delta */
-            float *restrict row = s + i * v_dim;
-            const float ki = kh[i];
-            for (int64_t j = 0; j < v_dim; j++) {
-                row[j] *= decay;
-                delta[j] += row[j] * ki;
-            }
-        }
-        for (int64_t j = 0; j < v_dim; j++) {
-            delta[j] = bt * (vh[j] - delta[j]);
-            o[j] = 0.0f;
-        }
-        for (int64_t i = 0; i < k_dim; i++) {  /* the rank-one update, and S^T q */
-            float *restrict row = s + i * v_dim;
-            const float ki = kh[i], qi = qh[i];
-            for (int64_t j = 0; j < v_dim; j++) {
-                row[j] += ki * delta[j];
-                o[j] += row[j] * qi;
-            }
-        }
+        delta_rule_head(s, qh, kh, vh, k_dim, v_dim, expf(g[b * v_heads + h]),
+                        beta[b * v_heads + h], delta, o);
     }
     return 0;
 }
@@ -73,7 +54,7 @@ int gdn_step(float *state, int64_t num_slots, const int64_t *slots, int64_t batc
  * (after its bias, softplus and limits); a [heads] (negative: -exp(A_log)); bm, cm [batch,
  * groups, state_size] (head h reads group h / (heads / groups)); d [heads] or NULL;
  * out [batch, heads, head_dim].
- *   S = S exp(dt a) + dt x B^T; out = S C + d x                                       */
+ * The update itself is selective_state.h's.                                          */
 int mamba2_step(float *state, int64_t num_slots, const int64_t *slots, int64_t batch,
                 const float *x, int64_t heads, int64_t head_dim, const float *dt,
                 const float *a, const float *bm, const float *cm, int64_t groups,
@@ -88,27 +69,9 @@ int mamba2_step(float *state, int64_t num_slots, const int64_t *slots, int64_t b
         const float *restrict bh = bm + (b * groups + h / per_group) * state_size;
         const float *restrict ch = cm + (b * groups + h / per_group) * state_size;
         float *restrict o = out + (b * heads + h) * head_dim;
-        const float step = dt[b * heads + h], decay = expf(step * a[h]);
-        const float skip = d ? d[h] : 0.0f;
-        for (int64_t p = 0; p < head_dim; p++) {
-            float *restrict row = s + p * state_size;
-            const float input = step * xh[p];
-            /* LANES partial sums: one running sum would keep the loop from vectorizing. */
-            float part[LANES] = {0};
-            int64_t n = 0;
-            for (; n + LANES <= state_size; n += LANES)
-                for (int l = 0; l < LANES; l++) {
-                    row[n + l] = row[n + l] * decay + input * bh[n + l];
-                    part[l] += row[n + l] * ch[n + l];
-                }
-            float acc = 0.0f;
-            for (; n < state_size; n++) {
-                row[n] = row[n] * decay + input * bh[n];
-                acc += row[n] * ch[n];
-            }
-            for (int l = 0; l < LANES; l++) acc += part[l];
-            o[p] = acc + skip * xh[p];
-        }
+        const float step = dt[b * heads + h];
+        selective_state_head(s, xh, bh, ch, head_dim, state_size, step, expf(step * a[h]),
+                             d ? d[h] : 0.0f, o);
     }
     return 0;
 }

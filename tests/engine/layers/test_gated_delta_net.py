@@ -16,6 +16,7 @@ from pagoda.engine.layers.gated_delta_net_weights import (
     qwen3_next_gated_delta_net,
 )
 from pagoda.engine.layers.linear import Placement
+from pagoda.engine.layers.recurrent_mixer import fused_decodes_then_rest
 from pagoda.engine.quantization.tensors import dequantize, quantize_int8
 from pagoda.kernels.kernel_ops import TORCH_OPS
 from pagoda.kernels.recurrent_metadata import RecurrentMetadata, RecurrentSegment
@@ -171,3 +172,43 @@ def test_decode_steps_on_the_cpu_kernels_equal_the_torch_ones(family, tmp_path):
         runs.append([mixer.forward(x[t:t + 1], decode(2), states, kernels)
                      for t in range(head, PROMPT)])
     torch.testing.assert_close(torch.cat(runs[1]), torch.cat(runs[0]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_decode_steps_fused_in_c_give_the_torch_paths_outputs_and_states(family, c_ops):
+    """decode_ops.c's rows between in_proj and out_proj (what the one-call decode step runs)
+    against the layer's torch ops, over steps whose states carry, three rows of four slots."""
+    _, mixer = reference_and_ours(family)
+    generator = torch.Generator().manual_seed(2)
+    torch_states = tuple(torch.randn(4, *shape, generator=generator) * 0.3
+                         for shape in mixer.state_shapes())
+    c_states = tuple(t.clone() for t in torch_states)
+    for step in range(3):
+        x, meta = prompt(3, seed=10 + step), decode(3, 0, 2)
+        want = mixer.forward(x, meta, torch_states, TORCH_OPS)
+        got = mixer.forward(x, meta, c_states, c_ops)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        for ours, theirs in zip(c_states, torch_states, strict=True):
+            torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    assert torch.equal(c_states[1][1], torch_states[1][1])  # a slot no row reads: untouched
+
+
+def test_a_steps_decodes_run_fused_beside_its_prefill_as_they_do_alone(c_ops):
+    """A decode rounds alike whatever else is in the step: beside a prefill segment its rows
+    still go through the fused C rows (and the segment through torch's ops)."""
+    _, mixer = reference_and_ours("qwen3_5")
+    projected = torch.randn(9, sum(SHAPE.projection_widths),
+                            generator=torch.Generator().manual_seed(3))
+    generator = torch.Generator().manual_seed(4)
+    mixed_states = tuple(torch.randn(3, *shape, generator=generator) * 0.3
+                         for shape in mixer.state_shapes())
+    alone_states = tuple(t.clone() for t in mixed_states)
+    meta = RecurrentMetadata(2, torch.tensor([0, 1]), [RecurrentSegment(2, 9, 2, True)])
+    mixed = fused_decodes_then_rest(
+        projected, meta, lambda rows, slots: mixer._fused_decodes(rows, slots, mixed_states,
+                                                                   c_ops),
+        lambda rows, rows_meta: mixer._mix(rows, rows_meta, mixed_states, c_ops))
+    decodes = mixer._fused_decodes(projected[:2], meta.decode_slots, alone_states, c_ops)
+    segment = mixer._mix(projected[2:], meta.prefills_only(), alone_states, c_ops)
+    assert torch.equal(mixed, torch.cat([decodes, segment]))
+    assert all(torch.equal(a, b) for a, b in zip(mixed_states, alone_states, strict=True))

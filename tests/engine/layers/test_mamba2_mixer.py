@@ -1,6 +1,8 @@
 """The Mamba-2 mixer: what transformers' Granite 4 mamba layer computes, whether a sequence comes
 as one prompt, as a prompt then single steps, or beside others in a mixed batch."""
 
+import dataclasses
+
 import pytest
 import torch
 from transformers import GraniteMoeHybridConfig
@@ -161,3 +163,26 @@ def test_decode_steps_on_the_cpu_kernels_equal_the_torch_ones(reference, prompt_
         runs.append([mixer.forward(x[t:t + 1], decode(4), states, kernels)
                      for t in range(prompt_length, LENGTH)])
     torch.testing.assert_close(torch.cat(runs[1]), torch.cat(runs[0]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dt_limits", [None, (0.05, 0.8)], ids=["no limits", "limits"])
+def test_decode_steps_fused_in_c_give_the_torch_paths_outputs_and_states(reference, dt_limits,
+                                                                        c_ops):
+    """decode_ops.c's rows between in_proj and out_proj (what the one-call decode step runs)
+    against the layer's torch ops, over steps whose states carry, three rows of six slots."""
+    mixer = mixer_of(*reference)
+    if dt_limits is not None:
+        mixer.ssm = dataclasses.replace(mixer.ssm, dt_min=dt_limits[0], dt_max=dt_limits[1])
+    generator = torch.Generator().manual_seed(2)
+    torch_states = tuple(torch.randn(NUM_SLOTS, *shape, generator=generator) * 0.3
+                         for shape in mixer.state_shapes())
+    c_states = tuple(t.clone() for t in torch_states)
+    for step in range(3):
+        x, meta = prompt(3, seed=10 + step), decode(5, 0, 2)
+        want = mixer.forward(x, meta, torch_states, TORCH_OPS)
+        got = mixer.forward(x, meta, c_states, c_ops)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        for ours, theirs in zip(c_states, torch_states, strict=True):
+            torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    assert all(torch.equal(ours[1], theirs[1])  # a slot no row reads: untouched
+               for ours, theirs in zip(c_states, torch_states, strict=True))
