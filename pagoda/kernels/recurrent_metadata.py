@@ -75,8 +75,9 @@ class RecurrentMetadata:
 
     def prefills_only(self) -> RecurrentMetadata:
         """The prefill segments alone, counted from the first prefill token: the rest of a
-        batch whose decodes ran apart."""
+        batch whose decodes ran apart. Their verifying segments' kept states go to this
+        step's `kept`, which the runner reads."""
         d = self.num_decodes
         return RecurrentMetadata(0, self.decode_slots[:0],
                                  [replace(s, start=s.start - d, end=s.end - d)
-                                  for s in self.prefills])
+                                  for s in self.prefills], kept=self.kept)
