@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import deque
@@ -166,10 +167,10 @@ class LLMEngine:
         self.output_processor.add_request(seq)
         self.scheduler.add(seq)
 
-    @property
+    @functools.cached_property
     def image_prompt(self) -> ImagePrompt | None:
-        """How a chat's image parts become the prompt's placeholders; None for a model that
-        takes text only."""
+        """How a chat's image parts become the prompt's placeholders (made once); None for a
+        model that takes text only."""
         tower = self.runner.image_tower
         if tower is None:
             return None

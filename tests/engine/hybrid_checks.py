@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 import transformers
 
 from pagoda.engine import LLM, SamplingParams
@@ -13,6 +14,8 @@ from tests.engine.models.test_parity import NUM_THREADS
 from tests.engine.test_batch_invariance import SENTENCES
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+# The same, with each token's logprob: a reply compared to fp32 rounding (`assert_same_reply`).
+GREEDY_LOGPROBS = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, logprobs=0)
 # The long prompts' lengths: 22 blocks of 16 tokens hold the longest with its reply (324 tokens)
 # but not all of them at once.
 LONG_PROMPT_TOKENS = (300, 20, 150, 64, 97)
@@ -79,3 +82,17 @@ def assert_aborts_give_the_slots_back(folder: Path, prompts: list[list[int]]) ->
         engine.abort_request(str(i))
     assert_all_slots_free(llm)
     assert not engine.has_unfinished_requests()
+
+
+def reply(llm: LLM, prompt: list[int]):
+    return llm.generate([prompt], GREEDY_LOGPROBS)[0]
+
+
+def assert_same_reply(got, want) -> None:
+    """The same greedy tokens, with the same logprobs to fp32 rounding."""
+    assert got.outputs[0].token_ids == want.outputs[0].token_ids
+    torch.testing.assert_close(_logprobs(got), _logprobs(want), atol=1e-4, rtol=0)
+
+
+def _logprobs(out) -> torch.Tensor:
+    return torch.tensor([entry.chosen.logprob for entry in out.outputs[0].logprobs])

@@ -10,14 +10,14 @@ import pytest
 import torch
 import transformers
 
-from pagoda.engine import LLM, SamplingParams
+from pagoda.engine import LLM
 from pagoda.engine.core.sequence import Sequence
+from tests.engine.hybrid_checks import GREEDY_LOGPROBS, assert_same_reply, reply
 from tests.engine.models.test_parity import NUM_THREADS
 from tests.engine.test_batch_invariance import SENTENCES
 from tests.engine.tiny_models import save_tiny_model
 
 # The sampled tokens' logprobs too: a reply's tokens can survive a slightly wrong state.
-GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, logprobs=0)
 BLOCK = 16
 
 
@@ -44,20 +44,6 @@ def cold(lfm2):
 
 def engine(lfm2, **settings) -> LLM:
     return LLM(str(lfm2), num_threads=NUM_THREADS, **({"num_kv_blocks": 64} | settings))
-
-
-def reply(llm: LLM, prompt: list[int]):
-    return llm.generate([prompt], GREEDY)[0]
-
-
-def assert_same_reply(got, want) -> None:
-    """The same greedy tokens, with the same logprobs to fp32 rounding."""
-    assert got.outputs[0].token_ids == want.outputs[0].token_ids
-    torch.testing.assert_close(logprobs(got), logprobs(want), atol=1e-4, rtol=0)
-
-
-def logprobs(out) -> torch.Tensor:
-    return torch.tensor([entry.chosen.logprob for entry in out.outputs[0].logprobs])
 
 
 def assert_nothing_held(llm: LLM) -> None:
@@ -126,7 +112,7 @@ def test_preempted_requests_resume_from_their_checkpoints_with_the_same_tokens(
         copy_states(copies)
 
     monkeypatch.setattr(runner, "copy_states", counting_copies)
-    for got, alone in zip(llm.generate(prompts, GREEDY), want, strict=True):
+    for got, alone in zip(llm.generate(prompts, GREEDY_LOGPROBS), want, strict=True):
         assert_same_reply(got, alone)
     assert llm.stats().num_preemptions > 0
     assert restores, "no preempted request resumed from a checkpoint"
@@ -137,7 +123,7 @@ def test_an_aborted_request_gives_its_slot_back_and_keeps_its_checkpoints(lfm2, 
     llm = engine(lfm2, max_num_batched_tokens=32)
     e = llm.engine
     for i, prompt in enumerate(texts[:3]):
-        e.add_request(str(i), prompt[:100], GREEDY)
+        e.add_request(str(i), prompt[:100], GREEDY_LOGPROBS)
     for _ in range(8):
         e.step()
     assert e.kv_cache.checkpoints.num_cached + e.kv_cache.checkpoints.num_held > 0
@@ -170,7 +156,7 @@ def test_a_chunked_prompt_is_checkpointed_at_the_same_boundary_with_the_same_sta
 
 def _prompt_end_slot(e, prompt: list[int]) -> int:
     """The checkpoint slot cached at the prompt's last boundary."""
-    seq = Sequence("probe", prompt, GREEDY, frozenset())
+    seq = Sequence("probe", prompt, GREEDY_LOGPROBS, frozenset())
     slot = e.kv_cache.checkpoints.find(e.kv_cache.block_hash(seq, len(prompt) // BLOCK - 1))
     assert slot is not None
     return slot

@@ -317,7 +317,7 @@ class GGUFModelFile:
         # converter writes a depthwise convolution's [channels, 1, kernel] taps as
         # [channels, kernel] (LFM2's shortconv.conv), and some of Mamba-2's vectors as matrices
         # of their values in order (ssm_a and ssm_d [heads, 1], ssm_norm [groups, width]).
-        if got != shape and got != _squeezed(shape) and not _vector_as_matrix(got, shape):
+        if got != shape and got != squeezed_shape(shape) and not _vector_as_matrix(got, shape):
             raise ModelLoadError(
                 f"Tensor {name} ({hf_name}) in {self.path} has shape {got}, but the file's config "
                 f"implies {shape}. The file is damaged: re-download it."
@@ -345,7 +345,7 @@ def _vector_as_matrix(got: tuple[int, ...], shape: tuple[int, ...]) -> bool:
     return len(shape) == 1 and math.prod(got) == shape[0]
 
 
-def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+def squeezed_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
     """The shape without its 1s but the last dimension: what llama.cpp's files hold of it."""
     return tuple(d for d in shape[:-1] if d != 1) + shape[-1:]
 

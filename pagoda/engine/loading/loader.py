@@ -7,12 +7,14 @@ A Hugging Face folder gives float tensors.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import logging
 import os
 import shutil
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -252,18 +254,35 @@ def _read_vision_weights(folder: Path, dtype: torch.dtype) -> dict[str, torch.Te
     """The image tower's and projector's tensors under the names its builder reads (which
     ones it needs, and their shapes, the builder checks)."""
     weights: dict[str, torch.Tensor] = {}
-    for file in _weight_files(folder):
-        try:
-            with safe_open(file, framework="pt") as tensors:
-                for name in tensors.keys():
-                    ours = vision_tensor_name(name)
-                    if ours is not None:
-                        weights[ours] = tensors.get_tensor(name).to(dtype)
-        except (SafetensorError, OSError) as error:
-            raise ModelLoadError(
-                f"Weight file {file} is truncated or corrupt ({error}). Re-download it."
-            ) from error
+    for name, tensor in _folder_tensors(folder):
+        ours = vision_tensor_name(name)
+        if ours is not None:
+            weights[ours] = tensor().to(dtype)
     return weights
+
+
+def _folder_tensors(folder: Path) -> Iterator[tuple[str, Callable[[], torch.Tensor]]]:
+    """Each tensor of the folder's weight files: its name, and what reads it (only what is
+    read is loaded); ModelLoadError, from either, for a file cut short or damaged."""
+    for file in _weight_files(folder):
+        with _damage_named(file), safe_open(file, framework="pt") as tensors:
+            for name in tensors.keys():
+                yield name, functools.partial(_read_tensor, tensors, name, file)
+
+
+def _read_tensor(tensors, name: str, file: Path) -> torch.Tensor:
+    with _damage_named(file):
+        return tensors.get_tensor(name)
+
+
+@contextlib.contextmanager
+def _damage_named(file: Path) -> Iterator[None]:
+    try:
+        yield
+    except (SafetensorError, OSError) as error:
+        raise ModelLoadError(
+            f"Weight file {file} is truncated or corrupt ({error}). Re-download it."
+        ) from error
 
 
 def _read_tokenizer(
@@ -328,23 +347,15 @@ def _read_weights(
     own_names: dict[str, torch.Tensor] = {}
     extra: dict[str, torch.Tensor] = {}
     unread_mtp: list[str] = []
-    for file in _weight_files(folder):
-        try:
-            with safe_open(file, framework="pt") as tensors:
-                names = tensors.keys()
-                for name in names:
-                    if name in expected:
-                        weights[name] = tensors.get_tensor(name).to(dtype)
-                    elif name in optional:
-                        extra[name] = tensors.get_tensor(name).to(dtype)
-                    elif name.startswith(MTP_PREFIX):
-                        unread_mtp.append(name)
-                    elif renamed is not None and renamed.fullmatch(name):
-                        own_names[name] = tensors.get_tensor(name).to(dtype)
-        except (SafetensorError, OSError) as error:
-            raise ModelLoadError(
-                f"Weight file {file} is truncated or corrupt ({error}). Re-download it."
-            ) from error
+    for name, tensor in _folder_tensors(folder):
+        if name in expected:
+            weights[name] = tensor().to(dtype)
+        elif name in optional:
+            extra[name] = tensor().to(dtype)
+        elif name.startswith(MTP_PREFIX):
+            unread_mtp.append(name)
+        elif renamed is not None and renamed.fullmatch(name):
+            own_names[name] = tensor().to(dtype)
     if own_names:
         weights |= family.folder_weights(config, own_names)
     _check_weights(weights, expected, folder)

@@ -17,7 +17,12 @@ import torch
 import transformers
 
 from pagoda.engine.errors import ModelLoadError
-from pagoda.engine.loading.gguf import dequantize_to_float, open_gguf_reader, tensor_shape
+from pagoda.engine.loading.gguf import (
+    dequantize_to_float,
+    open_gguf_reader,
+    squeezed_shape,
+    tensor_shape,
+)
 from pagoda.engine.models.vision_tower import PROJECTOR, TOWER
 
 PROJECTOR_TYPES = ("gemma3",)
@@ -107,7 +112,7 @@ class MMProjFile:
                 continue
             shape = tensor_shape(tensor)
             want = expected.pop(hf_name, None)
-            if want is None or _squeezed(shape) != _squeezed(want):
+            if want is None or squeezed_shape(shape) != squeezed_shape(want):
                 raise ModelLoadError(f"{self.path}'s tensor {name} has shape {shape}, where "
                                      f"{want} is expected. The file is damaged: re-download it.")
             value = dequantize_to_float(tensor.data, tensor.tensor_type, shape).float()
@@ -152,7 +157,3 @@ def _expected_shapes(config: transformers.Gemma3Config) -> dict[str, tuple[int, 
             shapes[f"{TOWER}encoder.layers.{i}.{part}.weight"] = weight
             shapes[f"{TOWER}encoder.layers.{i}.{part}.bias"] = bias
     return shapes
-
-
-def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(d for d in shape if d != 1)

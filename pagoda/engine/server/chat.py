@@ -72,8 +72,7 @@ class EncodedChat:
 async def encode_chat_request(body: ChatCompletionRequest, served: ServedModel) -> EncodedChat:
     """The request checked and its prompt encoded, tools and template settings included."""
     body.check_supported()
-    image_prompt = served.backend.image_prompt
-    images = None if image_prompt is None else ChatImages(image_prompt)
+    images = ChatImages.reader(served.backend.image_prompt)
     messages = engine_chat(body.messages, images)
     if body.continue_final_message and body.add_generation_prompt:
         raise APIError(400, "continue_final_message needs add_generation_prompt=false",
@@ -94,8 +93,7 @@ async def encode_chat_request(body: ChatCompletionRequest, served: ServedModel) 
         # continue_final_message the prompt ends inside the last reply, to go on with it.
         prompt = await served.backend.chat_tokenizer.encode_chat(
             messages, continue_final_message=body.continue_final_message, tools=use.tools,
-            template_kwargs=template_kwargs,
-            expand=image_prompt.expand if images is not None and images.images else None)
+            template_kwargs=template_kwargs, expand=None if images is None else images.expand())
     return EncodedChat(prompt, use, constraint, tuple(images.images) if images else ())
 
 

@@ -5,6 +5,7 @@ placeholders (pagoda/engine/multimodal/placeholders.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pagoda.engine.errors import ImageInputError
@@ -26,6 +27,16 @@ class ChatImages:
     prompt: ImagePrompt
     limits: ImageLimits = field(default_factory=ImageLimits)
     images: list[DecodedImage] = field(default_factory=list)
+
+    @classmethod
+    def reader(cls, prompt: ImagePrompt | None) -> ChatImages | None:
+        """What reads a chat's images for a model that takes them (prompt: its ImagePrompt);
+        None for one that takes text only (an image part is then refused in words)."""
+        return None if prompt is None else cls(prompt)
+
+    def expand(self) -> Callable[[str], str] | None:
+        """What turns the rendered chat's markers into placeholders, once images were read."""
+        return self.prompt.expand if self.images else None
 
     def image(self, url: str, detail: str | None, path: str, url_path: str,
               error: type[APIError] = APIError) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pagoda.engine.requests.tools import check_tools
 from pagoda.engine.server.errors import APIError, as_api_errors
+from pagoda.engine.server.image_parts import ChatImages
 from pagoda.engine.server.protocol import DetokenizeRequest, TokenizeRequest, engine_chat
 from pagoda.engine.server.served import ServedModel
 
@@ -21,8 +22,12 @@ async def tokenize(body: TokenizeRequest, served: ServedModel) -> dict:
                                param="add_generation_prompt")
             tools = [t.model_dump(exclude_none=True) for t in body.tools or []]
             check_tools(tools)  # as a chat request's, so the count is of a prompt it could send
-            tokens = await tokenizer.encode_chat(engine_chat(body.messages), tools=tools or None,
-                                                 template_kwargs=body.chat_template_kwargs)
+            # Images counted as a chat request would send them, on a model that takes them.
+            images = ChatImages.reader(served.backend.image_prompt)
+            tokens = await tokenizer.encode_chat(engine_chat(body.messages, images),
+                                                 tools=tools or None,
+                                                 template_kwargs=body.chat_template_kwargs,
+                                                 expand=None if images is None else images.expand())
         else:
             tokens = await tokenizer.encode_text(body.prompt, "prompt")
     return {"count": len(tokens), "max_model_len": served.max_model_len, "tokens": tokens}

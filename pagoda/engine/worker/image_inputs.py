@@ -48,16 +48,17 @@ def embed_images(tower: Callable[[torch.Tensor], torch.Tensor], rows: list[Image
     return index, values
 
 
+def images_among(spans: Sequence[ImageSpan], first: int, end: int) -> list[ImageSpan]:
+    """The images whose tokens meet the queries at prompt positions first .. end - 1."""
+    return [span for span in spans if span.offset < end and span.end > first]
+
+
 def within_images(spans: Sequence[ImageSpan], query_pos: torch.Tensor,
-                  key_pos: torch.Tensor) -> torch.Tensor | None:
-    """True where a query and a key are tokens of the same image (positions as the prompt's),
-    or None where no image meets the queries."""
-    mask = None
-    lo, hi = int(query_pos.min()), int(query_pos.max()) + 1
+                  key_pos: torch.Tensor) -> torch.Tensor:
+    """True where a query and a key are tokens of the same image (positions as the prompt's)."""
+    mask = torch.zeros(query_pos.shape[0], key_pos.shape[-1], dtype=torch.bool,
+                       device=query_pos.device)
     for span in spans:
-        if span.offset >= hi or span.end <= lo:
-            continue
-        same = (((query_pos >= span.offset) & (query_pos < span.end))
-                & ((key_pos >= span.offset) & (key_pos < span.end)))
-        mask = same if mask is None else mask | same
+        mask |= (((query_pos >= span.offset) & (query_pos < span.end))
+                 & ((key_pos >= span.offset) & (key_pos < span.end)))
     return mask

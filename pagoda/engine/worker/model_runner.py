@@ -31,7 +31,13 @@ from pagoda.engine.models.memory import release_freed_memory, zeroed_host_tensor
 from pagoda.engine.models.registry import architecture_of
 from pagoda.engine.models.vision_tower import image_tower
 from pagoda.engine.structured_output.matcher import GrammarRows, GrammarState
-from pagoda.engine.worker.image_inputs import ImageRows, embed_images, image_rows, within_images
+from pagoda.engine.worker.image_inputs import (
+    ImageRows,
+    embed_images,
+    image_rows,
+    images_among,
+    within_images,
+)
 from pagoda.engine.worker.kernel_placement import place_kernels
 from pagoda.engine.worker.logprobs import LogprobsRequest, SampledLogprobs, StepLogprobs
 from pagoda.engine.worker.pooler import PoolingChunk, pool_chunks
@@ -125,9 +131,13 @@ def group_by_length(lengths: list[int]) -> list[tuple[int, int]]:
     return groups
 
 
-def _causal_mask(query_pos: torch.Tensor, key_pos: torch.Tensor, window: int) -> torch.Tensor:
-    """True where a query attends a key: not after it, and inside the window (0: no window)."""
+def _causal_mask(query_pos: torch.Tensor, key_pos: torch.Tensor, window: int,
+                 also: torch.Tensor | None = None) -> torch.Tensor:
+    """True where a query attends a key: not after it (or where `also` says: an image's tokens
+    see each other), and inside the window (0: no window)."""
     mask = key_pos <= query_pos
+    if also is not None:
+        mask |= also
     if window:
         mask &= key_pos > query_pos - window
     return mask
@@ -527,19 +537,16 @@ class ModelRunner:
             start, n = s.num_computed_tokens - skip, s.num_new_tokens
             context_len = start + n
             mask = None
-            if start > 0 or (window and context_len > window) or s.seq.images:
+            # An image's tokens also see those after them in the image (Gemma 3); a window
+            # still bounds how far back any token sees.
+            images = (images_among(s.seq.images, start + skip, context_len + skip)
+                      if self.image_tower is not None and self.image_tower.bidirectional
+                      else [])
+            if start > 0 or (window and context_len > window) or images:
                 q_pos = torch.arange(start, context_len, device=self.device).unsqueeze(1)
                 k_pos = torch.arange(context_len, device=self.device).unsqueeze(0)
-                # An image's tokens also see those after them in the image (Gemma 3); a
-                # window still bounds how far back any token sees.
-                same = (within_images(s.seq.images, q_pos + skip, k_pos + skip)
-                        if self.image_tower is not None and self.image_tower.bidirectional
-                        else None)
-                mask = _causal_mask(q_pos, k_pos, 0) if same is None else (k_pos <= q_pos) | same
-                if window:
-                    mask &= k_pos > q_pos - window
-                if same is None and start == 0 and not (window and context_len > window):
-                    mask = None  # no image in this chunk: plain causal
+                same = within_images(images, q_pos + skip, k_pos + skip) if images else None
+                mask = _causal_mask(q_pos, k_pos, window, same)
             num_blocks = -(-context_len // self.block_size)
             table = self._tensor(block_ids[:num_blocks])
             segments.append(PrefillSegment(offset, offset + n, context_len, table, mask))

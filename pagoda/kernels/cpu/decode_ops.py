@@ -251,9 +251,7 @@ class DecodeOps:
         states (conv window, delta rule) at its slot advanced in place; None where a tensor is
         not one the C code reads (the layer runs its torch path)."""
         args = delta_net_args(conv_weight, decay_rate, dt_bias, norm, *states, heads, tiled, eps)
-        if (args is None or proj.dtype != _F32 or proj.dim() != 2 or proj.stride(1) != 1
-                or proj.shape[1] != args.in_width or slots.dtype != torch.int64
-                or not slots.is_contiguous() or slots.shape != proj.shape[:1]):
+        if args is None or not _decode_rows(proj, slots, args.in_width):
             return None
         m = proj.shape[0]
         scratch = torch.empty(self._delta_scratch(ctypes.byref(args), m))
@@ -275,9 +273,7 @@ class DecodeOps:
         None where a tensor is not one the C code reads (the layer runs its torch path)."""
         args = mamba2_args(conv_weight, conv_bias, a, d, dt_bias, norm, states, shape,
                            dt_limits, eps)
-        if (args is None or proj.dtype != _F32 or proj.dim() != 2 or proj.stride(1) != 1
-                or proj.shape[1] != args.in_width or slots.dtype != torch.int64
-                or not slots.is_contiguous() or slots.shape != proj.shape[:1]):
+        if args is None or not _decode_rows(proj, slots, args.in_width):
             return None
         m = proj.shape[0]
         scratch = torch.empty(self._mamba2_scratch(ctypes.byref(args), m))
@@ -294,9 +290,7 @@ class DecodeOps:
         row's window at its slot advanced in place; None where a tensor is not one the C code
         reads (the layer runs its torch path)."""
         args = short_conv_args(weight, bias, states)
-        if (args is None or proj.dtype != _F32 or proj.dim() != 2 or proj.stride(1) != 1
-                or proj.shape[1] != 3 * args.channels or slots.dtype != torch.int64
-                or not slots.is_contiguous() or slots.shape != proj.shape[:1]):
+        if args is None or not _decode_rows(proj, slots, 3 * args.channels):
             return None
         m = proj.shape[0]
         scratch, out = torch.empty(m, args.channels), torch.empty(m, args.channels)
@@ -386,6 +380,14 @@ def attention_threads(heads: int, block_size: int, groups: Sequence[DecodeGroup]
     the pool pays; each group then runs on them."""
     keys = sum((g.end - g.start) * g.block_tables.shape[-1] for g in groups) * block_size
     return torch.get_num_threads() if heads * keys >= PARALLEL_MIN_SCORES else 1
+
+
+def _decode_rows(proj: torch.Tensor, slots: torch.Tensor, width: int) -> bool:
+    """A recurrent layer's decode rows as its C row reads them: in_proj's output fp32 [d, width]
+    with unit column stride, and one int64 slot per row, contiguous."""
+    return (proj.dtype == _F32 and proj.dim() == 2 and proj.stride(1) == 1
+            and proj.shape[1] == width and slots.dtype == torch.int64
+            and slots.is_contiguous() and slots.shape == proj.shape[:1])
 
 
 def _fp32_vector(t: torch.Tensor, length: int) -> bool:

@@ -16,19 +16,18 @@ import logging
 from pathlib import Path
 
 import pytest
-import torch
 import transformers
 
-from pagoda.engine import LLM, SamplingParams
+from pagoda.engine import LLM
 from pagoda.engine.core.block_pool import hash_block_tokens
 from pagoda.engine.disk_cache.store import forget_tag
 from pagoda.engine.disk_cache.tier import DiskPrefixCache, checkpoint_key
+from tests.engine.hybrid_checks import GREEDY_LOGPROBS, assert_same_reply, reply
 from tests.engine.models.test_parity import NUM_THREADS
 from tests.engine.test_batch_invariance import SENTENCES
 from tests.engine.tiny_models import save_tiny_model
 
 # The sampled tokens' logprobs too: a reply's tokens can survive a slightly wrong state.
-GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, logprobs=0)
 BLOCK = 16
 ENGINE = {"num_threads": NUM_THREADS, "num_kv_blocks": 64}
 
@@ -56,20 +55,7 @@ def engine(model: Path, disk: Path | None, **settings) -> LLM:
 
 
 def cold_reply(model: Path, prompt: list[int]):
-    return engine(model, None, enable_prefix_caching=False).generate([prompt], GREEDY)[0]
-
-
-def reply(llm: LLM, prompt: list[int]):
-    return llm.generate([prompt], GREEDY)[0]
-
-
-def assert_same_reply(got, want) -> None:
-    assert got.outputs[0].token_ids == want.outputs[0].token_ids
-    torch.testing.assert_close(logprobs(got), logprobs(want), atol=1e-4, rtol=0)
-
-
-def logprobs(out) -> torch.Tensor:
-    return torch.tensor([entry.chosen.logprob for entry in out.outputs[0].logprobs])
+    return engine(model, None, enable_prefix_caching=False).generate([prompt], GREEDY_LOGPROBS)[0]
 
 
 def assert_nothing_held(llm: LLM) -> None:
@@ -212,14 +198,14 @@ def test_preempted_and_aborted_requests_with_a_disk_tier_leave_no_slot_held(lfm2
     prompts = [p[:n] for p, n in zip(texts, (300, 20, 150, 64, 97), strict=True)]
     want = [cold_reply(lfm2, p) for p in prompts]
     llm = engine(lfm2, tmp_path, num_kv_blocks=22)
-    for got, alone in zip(llm.generate(prompts, GREEDY), want, strict=True):
+    for got, alone in zip(llm.generate(prompts, GREEDY_LOGPROBS), want, strict=True):
         assert_same_reply(got, alone)
     assert llm.stats().num_preemptions > 0
     assert_nothing_held(llm)
 
     e = llm.engine
     for i, prompt in enumerate(texts[:3]):
-        e.add_request(str(i), prompt[:100] + [7], GREEDY)
+        e.add_request(str(i), prompt[:100] + [7], GREEDY_LOGPROBS)
     for _ in range(6):
         e.step()
     for i in range(3):
@@ -238,7 +224,7 @@ def test_deleting_a_chat_removes_its_checkpoints_with_its_blocks(lfm2, tmp_path)
     texts = texts_of(lfm2)
     prompt = texts[0][:150]
     llm = engine(lfm2, tmp_path)
-    llm.engine.add_request("r", prompt, GREEDY, cache_tag="chat-1")
+    llm.engine.add_request("r", prompt, GREEDY_LOGPROBS, cache_tag="chat-1")
     while llm.engine.has_unfinished_requests():
         outputs = llm.engine.step()
     turn = prompt + list(outputs[0].outputs[0].token_ids)

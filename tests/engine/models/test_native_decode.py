@@ -39,8 +39,8 @@ def _forward(engine: LLMEngine, inputs, native: NativeDecode | None) -> torch.Te
     model, runner = engine.runner.model, engine.runner
     model.native_decode = native
     with torch.inference_mode():
-        return model.forward(inputs.input_ids, inputs.positions, inputs.attn,
-                             runner.kv_caches, inputs.logits_indices)
+        return model.forward(inputs.input_ids, inputs.positions, inputs.attn, runner.kv_caches,
+                             inputs.logits_indices, runner.recurrent_step(inputs))
 
 
 def _counting(native: NativeDecode, calls: list[bool]) -> NativeDecode:

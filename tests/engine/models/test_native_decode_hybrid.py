@@ -23,7 +23,7 @@ from pagoda.engine.models.native_decode import NativeDecode, not_covered
 from pagoda.engine.models.registry import architecture_of
 from tests.engine import tiny_models
 from tests.engine.llama_cpp_converter import convert_to_gguf, gguf_model_name
-from tests.engine.models.test_native_decode import _counting, _decoding
+from tests.engine.models.test_native_decode import _counting, _decoding, _forward
 from tests.engine.quantization.test_cpu_q8 import q8, q8_chosen  # noqa: F401 (fixtures)
 from tests.engine.tiny_models import save_tiny_model
 
@@ -73,14 +73,6 @@ def _engine(model: tuple, **config) -> LLMEngine:
 
 def _states(engine: LLMEngine) -> list[torch.Tensor]:
     return [t for states in engine.runner.recurrent_states if states is not None for t in states]
-
-
-def _forward(engine: LLMEngine, inputs, native: NativeDecode | None) -> torch.Tensor:
-    model, runner = engine.runner.model, engine.runner
-    model.native_decode = native
-    with torch.inference_mode():
-        return model.forward(inputs.input_ids, inputs.positions, inputs.attn, runner.kv_caches,
-                             inputs.logits_indices, runner.recurrent_step(inputs))
 
 
 def _fused_and_eager(engine: LLMEngine, inputs, native: NativeDecode):

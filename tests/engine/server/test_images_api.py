@@ -7,6 +7,7 @@ import base64
 import copy
 import io
 
+import httpx
 import openai
 import pytest
 import torch
@@ -203,3 +204,12 @@ def test_the_messages_api_takes_a_base64_image_block(server, client):
     with pytest.raises(anthropic.BadRequestError, match="does not fetch remote images"):
         claude.messages.create(model=MODEL, max_tokens=2, messages=[{"role": "user", "content": [
             {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}])
+
+
+def test_tokenize_counts_a_chats_image_as_the_chat_sends_it(server, client):
+    chat = ask(client, photo(5), "what is this")
+    content = [{"type": "image_url", "image_url": {"url": data_url(photo(5))}},
+               {"type": "text", "text": "what is this"}]
+    counted = httpx.post(f"{server.url}/tokenize", timeout=60, json={
+        "model": MODEL, "messages": [{"role": "user", "content": content}]}).json()
+    assert counted["count"] == chat.usage.prompt_tokens
