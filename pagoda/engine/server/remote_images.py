@@ -107,7 +107,7 @@ async def _fetch_once(client: httpx.AsyncClient, url: httpx.URL, where: str,
             return await _read(response, url, where, max_bytes)
         finally:
             await response.aclose()
-    raise ImageInputError(f"{where}: {url.host} took no connection: {refused}")
+    raise ImageInputError(f"{where}: could not connect to {url.host}: {refused}")
 
 
 async def _addresses(url: httpx.URL, where: str, private_hosts: bool) -> list[str]:

@@ -3,13 +3,16 @@ an image part's http(s) URL (pagoda/engine/server/remote_images.py)."""
 
 from __future__ import annotations
 
+import datetime
 import gzip
 import http.server
+import ssl
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass
@@ -87,21 +90,28 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class _ImageServer(http.server.ThreadingHTTPServer):
     daemon_threads = True  # a slow route's thread does not hold up the test's end
 
-    def __init__(self, routes: dict[str, Route]) -> None:
+    def __init__(self, routes: dict[str, Route], tls: ssl.SSLContext | None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
+        if tls is not None:
+            self.socket = tls.wrap_socket(self.socket, server_side=True)
+        self.tls = tls
         self.routes = routes
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.sent: dict[str, int] = {}  # the body's bytes written, by path
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        """Its address: https://localhost:PORT under TLS (the name its certificate holds)."""
+        port = self.server_address[1]
+        return f"https://localhost:{port}" if self.tls else f"http://127.0.0.1:{port}"
 
 
 @contextmanager
-def image_host(png: bytes, jpeg: bytes) -> Iterator[_ImageServer]:
-    """The host, serving on an ephemeral port of 127.0.0.1 until the block ends."""
-    server = _ImageServer(routes(png, jpeg))
+def image_host(png: bytes, jpeg: bytes,
+               tls: ssl.SSLContext | None = None) -> Iterator[_ImageServer]:
+    """The host, serving on an ephemeral port of 127.0.0.1 (under TLS where `tls` is given)
+    until the block ends."""
+    server = _ImageServer(routes(png, jpeg), tls)
     thread = threading.Thread(target=server.serve_forever, name="image-host", daemon=True)
     thread.start()
     try:
@@ -109,3 +119,29 @@ def image_host(png: bytes, jpeg: bytes) -> Iterator[_ImageServer]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def localhost_certificate(folder: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for the name localhost, and its key, written to `folder`."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256()))
+    cert_path, key_path = folder / "localhost.pem", folder / "localhost.key"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path

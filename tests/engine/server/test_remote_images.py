@@ -6,15 +6,19 @@ was told to fetch from private addresses."""
 
 import asyncio
 import io
+import socket
+import ssl
 import time
 
+import httpx
 import pytest
 from PIL import Image
 
 from pagoda.engine.errors import ImageInputError
 from pagoda.engine.multimodal.images import decode_image_bytes
+from pagoda.engine.server import remote_images
 from pagoda.engine.server.remote_images import RemoteImages, fetch_image, is_public
-from tests.engine.server.image_host import image_host
+from tests.engine.server.image_host import image_host, localhost_certificate
 
 WHERE = "messages[0].content[1].image_url.url"
 # Tests serve from 127.0.0.1: a fetch from there is allowed only as a private host.
@@ -136,10 +140,59 @@ def test_localhost_is_checked_by_the_addresses_it_resolves_to(host):
     assert "an address on this machine or a private network" in message
 
 
+def test_a_host_is_tried_at_each_of_its_addresses_in_turn(host, monkeypatch):
+    """images.test resolves to 127.0.0.2 (where nothing listens) and then 127.0.0.1."""
+    port = int(host.url.rsplit(":", 1)[1])
+    resolve = socket.getaddrinfo
+
+    def two_addresses(name, *args, **kwargs):
+        if name != "images.test":
+            return resolve(name, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))
+                for address in ("127.0.0.2", "127.0.0.1")]
+
+    monkeypatch.setattr(socket, "getaddrinfo", two_addresses)
+    assert fetch(f"http://images.test:{port}/cat.png").data == PNG
+    assert host.requests[-1][1]["Host"] == f"images.test:{port}"
+
+
 @pytest.mark.parametrize(("url", "words"), [("ftp://example.com/cat.png", "only http and https"),
                                            ("http:///cat.png", "names no host")])
 def test_other_schemes_and_hostless_urls_are_refused(url, words):
     assert words in refusal(url)
+
+
+@pytest.fixture
+def tls_host(tmp_path):
+    """The host under TLS with a certificate for localhost, and a client context that trusts
+    that certificate."""
+    pytest.importorskip("cryptography")
+    cert, key = localhost_certificate(tmp_path)
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert, key)
+    names: list[str] = []
+    server.sni_callback = lambda _socket, name, _context: names.append(name)
+    with image_host(PNG, JPEG, tls=server) as host:
+        yield host, ssl.create_default_context(cafile=str(cert)), names
+
+
+def test_an_https_url_is_fetched_from_the_checked_address_under_its_own_name(tls_host,
+                                                                           monkeypatch):
+    """The connection goes to the address resolved and checked here (localhost's, ::1 first
+    where it has one, refused, then 127.0.0.1), while TLS and the Host header keep the URL's
+    name: the certificate for localhost is what is verified."""
+    host, trusting, names = tls_host
+    client = httpx.AsyncClient
+    monkeypatch.setattr(remote_images.httpx, "AsyncClient",
+                        lambda **options: client(verify=trusting, **options))
+    assert fetch(f"{host.url}/cat.png").data == PNG
+    assert names == ["localhost"]
+    assert host.requests[-1][1]["Host"] == host.url.removeprefix("https://")
+
+
+def test_an_https_host_whose_certificate_is_not_trusted_is_refused(tls_host):
+    host, _trusting, _names = tls_host
+    assert "certificate verify failed" in refusal(f"{host.url}/cat.png")
 
 
 @pytest.mark.parametrize(("address", "public"), [
