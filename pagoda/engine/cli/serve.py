@@ -41,7 +41,7 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     images.add_argument("--allow-remote-images", action="store_true",
                         help="fetch an image part's http(s) URL (default: off, such a part is a "
                              "400 and images come inline as data: URLs). Only from public "
-                             "addresses, within --remote-image-timeout, at most 20 MB")
+                             "addresses, within --remote-image-timeout, at most 20 MiB")
     images.add_argument("--allow-private-image-hosts", action="store_true",
                         help="with --allow-remote-images, fetch from loopback, private and "
                              "link-local addresses as well (this machine, its network, a "
