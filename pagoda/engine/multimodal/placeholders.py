@@ -90,6 +90,13 @@ class ImagePrompt:
         return first + "".join(self.layout(size) + piece
                                for size, piece in zip(sizes, rest, strict=True))
 
+    def placeholders(self, size: tuple[int, int]) -> int:
+        """The placeholders an image of size (width, height) takes: all its tiles' (a layout's
+        marker is the placeholder itself)."""
+        if self.layout is None:
+            return self.tokens_per_image
+        return self.layout(size).count(self.marker)
+
 
 def gemma3_image_prompt(start: str, image: str, end: str, tokens_per_image: int) -> ImagePrompt:
     """Gemma3Processor's: the start of the image, its tokens and its end, between blank

@@ -5,6 +5,7 @@ placeholders (pagoda/engine/multimodal/placeholders.py)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -35,8 +36,11 @@ class ChatImages:
         return None if prompt is None else cls(prompt)
 
     def expand(self) -> Callable[[str], str] | None:
-        """What turns the rendered chat's markers into placeholders, once images were read."""
-        return self.prompt.expand if self.images else None
+        """What turns the rendered chat's markers into placeholders, once images were read
+        (each image's for its size, where the model lays them out so: SmolVLM's tiles)."""
+        if not self.images:
+            return None
+        return functools.partial(self.prompt.expand, sizes=[i.size for i in self.images])
 
     def image(self, url: str, detail: str | None, path: str, url_path: str,
               error: type[APIError] = APIError) -> str:
