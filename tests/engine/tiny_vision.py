@@ -112,14 +112,20 @@ def smolvlm_tokenizer() -> transformers.PreTrainedTokenizerBase:
     return copy.deepcopy(_smolvlm_tokenizer())
 
 
-def tiny_smolvlm(seed: int = 0) -> transformers.SmolVLMForConditionalGeneration:
+def tiny_smolvlm(seed: int = 0, idefics3: bool = False
+                 ) -> transformers.SmolVLMForConditionalGeneration:
+    """idefics3: the first SmolVLMs' classes (Idefics3ForConditionalGeneration), the same
+    model under another name."""
     tokenizer = smolvlm_tokenizer()
     torch.manual_seed(seed)
-    config = transformers.SmolVLMConfig(
+    config_class, model_class = (
+        (transformers.Idefics3Config, transformers.Idefics3ForConditionalGeneration) if idefics3
+        else (transformers.SmolVLMConfig, transformers.SmolVLMForConditionalGeneration))
+    config = config_class(
         text_config=SMOLVLM_TEXT | {"vocab_size": len(tokenizer)},
         vision_config=SMOLVLM_VISION, scale_factor=2,
         image_token_id=tokenizer.convert_tokens_to_ids("<image>"))
-    model = transformers.SmolVLMForConditionalGeneration(config).eval()
+    model = model_class(config).eval()
     with torch.no_grad():  # the norms start at ones and zeros: draw them
         for name, parameter in model.named_parameters():
             if "norm" in name:

@@ -42,6 +42,7 @@ from pagoda.engine.models.vision_tower import (
     GEMMA3_IMAGE_TOKENS,
     IMAGE_TOWERS,
     SMOLVLM_IMAGE_TOKENS,
+    SMOLVLM_TYPES,
     vision_tensor_name,
 )
 from pagoda.engine.quantization.tensors import Weight, weight_shape
@@ -242,7 +243,7 @@ def _load_folder(folder: Path, name: str, dtype: torch.dtype) -> LoadedModel:
     if whole.model_type in IMAGE_TOWERS:
         loaded.multimodal_config = whole
         loaded.vision_weights = _read_vision_weights(folder, dtype)
-    if whole.model_type == "smolvlm":
+    if whole.model_type in SMOLVLM_TYPES:
         whole.image_tiles = folder_tile_settings(folder, whole.vision_config.image_size)
         _add_smolvlm_tokens(whole, tokenizer, f"{folder.name}'s vocabulary")
     return loaded

@@ -190,7 +190,7 @@ def _expected_shapes(config: transformers.PretrainedConfig) -> dict[str, tuple[i
 
 def _projector_shapes(config: transformers.PretrainedConfig) -> dict[str, tuple[int, ...]]:
     hidden, text = config.vision_config.hidden_size, config.text_config.hidden_size
-    if config.model_type == "smolvlm":
+    if config.model_type in ("smolvlm", "idefics3"):
         return {PROJECTOR + "modality_projection.proj.weight":
                 (text, hidden * config.scale_factor ** 2)}
     return {PROJECTOR + "mm_input_projection_weight": (hidden, text),

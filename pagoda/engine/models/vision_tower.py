@@ -29,7 +29,9 @@ from pagoda.engine.quantization.tensors import Weight
 TOWER = "model.vision_tower."
 PROJECTOR = "model.multi_modal_projector."
 # The multimodal model types whose image side Pagoda runs (config.model_type).
-IMAGE_TOWERS = ("gemma3", "smolvlm")
+IMAGE_TOWERS = ("gemma3", "smolvlm", "idefics3")
+# SmolVLM's: SmolVLM2 folders say "smolvlm", SmolVLM's first ones (Idefics3's classes) "idefics3".
+SMOLVLM_TYPES = ("smolvlm", "idefics3")
 # Gemma 3's image tokens in its vocabulary: an image's start, each of its placeholders, its end.
 GEMMA3_IMAGE_TOKENS = ("<start_of_image>", "<image_soft_token>", "<end_of_image>")
 # SmolVLM's, as its processor writes them: around each tile, the whole image's tag, each
@@ -103,7 +105,7 @@ def vision_tensor_name(name: str) -> str | None:
 def image_tower(config: PretrainedConfig, weights: Mapping[str, Weight],
                 placement: Placement) -> ImageTower:
     """The image side of a multimodal model of IMAGE_TOWERS (config: its whole config)."""
-    if config.model_type == "smolvlm":
+    if config.model_type in SMOLVLM_TYPES:
         return smolvlm_image_tower(config, weights, placement)
     if config.model_type != "gemma3":
         raise ModelLoadError(f"Pagoda does not run the image side of {config.model_type!r} "
@@ -149,7 +151,8 @@ def gemma3_image_tower(config: PretrainedConfig, weights: Mapping[str, Weight],
 
 def smolvlm_image_tower(config: PretrainedConfig, weights: Mapping[str, Weight],
                         placement: Placement) -> ImageTower:
-    """SmolVLM's SigLIP tower and pixel-shuffle connector (config: SmolVLMConfig, with the
+    """SmolVLM's SigLIP tower and pixel-shuffle connector (config: SmolVLMConfig or
+    Idefics3Config, with the
     processor's `image_tiles` and the vocabulary's `fake_image_token_id` the loader adds)."""
     shape = vision_shape(config.vision_config)
     scale = config.scale_factor

@@ -72,7 +72,7 @@ def prompt(images: list[DecodedImage], longest_edge: int = 64) -> list[int]:
 
 @torch.inference_mode()
 def hf_logits(folder, ids: list[int], images: list[DecodedImage]) -> torch.Tensor:
-    model = transformers.SmolVLMForConditionalGeneration.from_pretrained(
+    model = transformers.AutoModelForImageTextToText.from_pretrained(
         folder, attn_implementation="eager").eval()
     pixels = transformers.SmolVLMImageProcessorPil.from_pretrained(folder)(
         images=[[i.image for i in images]], return_tensors="pt")
@@ -95,6 +95,22 @@ def test_smolvlm_tiles_give_transformers_logits(folder, sizes):
     ours = prompt_logits(runner, ids, chunk=7, images=spans)
     theirs = hf_logits(folder, ids, images)
     assert_same_argmax(ours, theirs, str(sizes))
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
+def test_an_idefics3_folder_is_smolvlm_under_its_first_name(tmp_path):
+    """SmolVLM-256M/500M/2B-Instruct are released as Idefics3ForConditionalGeneration."""
+    folder = save_smolvlm(tiny_smolvlm(idefics3=True), tmp_path / "idefics3")
+    runner = ModelRunner(load_model(folder, quantization="none"),
+                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1))
+    tower = runner.image_tower
+    images = [photo(0, 50, 40)]
+    ids = prompt(images)
+    spans = image_spans(ids, images, tower.image_token_id, tower.tokens_per_image,
+                        image_processor(tower))
+    ours = prompt_logits(runner, ids, chunk=7, images=spans)
+    theirs = hf_logits(folder, ids, images)
+    assert_same_argmax(ours, theirs, "idefics3")
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
 
 
