@@ -133,16 +133,23 @@ _MMPROJ_TEXT_MODELS = {"gemma3": ("gemma3_text", "Gemma 3"), "idefics3": ("llama
 
 
 def _add_smolvlm_tokens(config: transformers.PretrainedConfig,
-                        tokenizer: transformers.PreTrainedTokenizerBase, where: str) -> None:
+                        tokenizer: transformers.PreTrainedTokenizerBase, where: str,
+                        stated: int | None = None) -> None:
     """SmolVLM's image tokens' ids on its config (the placeholder's and the one around each
-    tile); ModelLoadError where the vocabulary lacks one."""
+    tile); ModelLoadError where the vocabulary lacks one, or holds another placeholder than
+    the one config.json states (`stated`)."""
     vocab = tokenizer.get_vocab()
     missing = [t for t in SMOLVLM_IMAGE_TOKENS if t not in vocab]
     if missing:
         raise ModelLoadError(f"{where} has no {missing[0]}, which SmolVLM's images need: the "
                              "model's files are not one model's, or are damaged")
+    image = vocab[SMOLVLM_IMAGE_TOKENS[2]]
+    if stated is not None and stated != image:
+        raise ModelLoadError(f"config.json's image_token_id is {stated}, where {where} holds "
+                             f"{SMOLVLM_IMAGE_TOKENS[2]} as {image}: the model's files are not "
+                             "one model's, or are damaged")
     config.fake_image_token_id = vocab[SMOLVLM_IMAGE_TOKENS[0]]
-    config.image_token_id = vocab[SMOLVLM_IMAGE_TOKENS[2]]
+    config.image_token_id = image
 
 
 def tokenizer_folder(source: str | os.PathLike | None = None) -> Path:
@@ -245,7 +252,8 @@ def _load_folder(folder: Path, name: str, dtype: torch.dtype) -> LoadedModel:
         loaded.vision_weights = _read_vision_weights(folder, dtype)
     if whole.model_type in SMOLVLM_TYPES:
         whole.image_tiles = folder_tile_settings(folder, whole.vision_config.image_size)
-        _add_smolvlm_tokens(whole, tokenizer, f"{folder.name}'s vocabulary")
+        _add_smolvlm_tokens(whole, tokenizer, f"{folder.name}'s vocabulary",
+                            stated=whole.image_token_id)
     return loaded
 
 

@@ -1,7 +1,7 @@
 """SmolVLM's image processor settings (pagoda/engine/models/vision_tower.py's TileSettings), from
 a folder's preprocessor_config.json or an mmproj file's keys, bounded before any image is
-resized by them: a longest edge past transformers' own cap (4,096 pixels) would make an image
-of hundreds of tiles."""
+resized by them: a longest edge past transformers' own cap (4,096 pixels), or of more than 8
+tiles (the released models: 4), would make an image of hundreds of tiles."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from pagoda.engine.errors import ModelLoadError
 from pagoda.engine.models.vision_tower import MAX_LONGEST_EDGE, TileSettings
 
 PREPROCESSOR_CONFIG = "preprocessor_config.json"
+# The most tiles a longest edge may span: 8 x 8 and the whole image, 65 tiles an image at most.
+MAX_TILES_PER_EDGE = 8
 # PIL's filters by number (Image.Resampling), as processors store them.
 _PIL_FILTERS = range(6)
 
@@ -44,11 +46,13 @@ def folder_tile_settings(folder: Path, tile: int) -> TileSettings:
 def tile_settings(longest_edge: object, tile: int, where: str, split: bool = True,
                   mean: object = (0.5, 0.5, 0.5), std: object = (0.5, 0.5, 0.5),
                   resample: int = 1) -> TileSettings:
-    """The settings, checked: a longest edge of 1 to MAX_LONGEST_EDGE pixels, three means and
-    three standard deviations (none zero)."""
-    if not isinstance(longest_edge, int) or not 0 < longest_edge <= MAX_LONGEST_EDGE:
+    """The settings, checked: a longest edge of 1 to MAX_LONGEST_EDGE pixels and at most
+    MAX_TILES_PER_EDGE tiles, three means and three standard deviations (none zero)."""
+    most = min(MAX_LONGEST_EDGE, MAX_TILES_PER_EDGE * tile)
+    if not isinstance(longest_edge, int) or not 0 < longest_edge <= most:
         raise ModelLoadError(f"{where} resizes images to a longest edge of {longest_edge!r} "
-                             f"pixels, where 1 to {MAX_LONGEST_EDGE} is taken (tiles of {tile}).")
+                             f"pixels, where 1 to {most} is taken (at most "
+                             f"{MAX_TILES_PER_EDGE} tiles of {tile}, {MAX_LONGEST_EDGE} pixels).")
     if not (_three_numbers(mean) and _three_numbers(std) and all(s != 0 for s in std)):
         raise ModelLoadError(f"{where}'s image mean {mean!r} or standard deviation {std!r} is "
                              "not three numbers (the deviations not zero). Re-download the model.")

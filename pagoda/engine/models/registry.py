@@ -57,8 +57,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
     # "smolvlm", the first SmolVLMs' "idefics3"), whose GGUF files hold the text model alone
     # under "llama".
     ModelFamily("Llama", "llama", ("llama", "mistral", "qwen2", "qwen3", "smolvlm", "idefics3"),
-                ("llama", "qwen2", "qwen3"),
-                "Llama 2/3, SmolLM/SmolLM2, Mistral, Qwen2/2.5, Qwen3, SmolVLM (with images)"),
+                ("llama", "qwen2", "qwen3"), "Llama 2/3, SmolLM/SmolLM2, Mistral, Qwen2/2.5, Qwen3"),
     ModelFamily("Gemma 2", "gemma2", ("gemma2",), ("gemma2",), "Gemma 2 2B, 9B, 27B"),
     # Text folders, and the multimodal folders Gemma 3 4B and larger are released as (its text
     # model and its image tower); its GGUF files hold the text model alone under "gemma3".

@@ -173,12 +173,26 @@ def test_a_processor_that_would_make_hundreds_of_tiles_is_refused(folder, tmp_pa
     settings = json.loads((copy / "preprocessor_config.json").read_text())
     settings["size"] = {"longest_edge": 100_000}
     (copy / "preprocessor_config.json").write_text(json.dumps(settings))
-    with pytest.raises(ModelLoadError, match="longest edge of 100000 pixels, where 1 to 4096"):
+    with pytest.raises(ModelLoadError, match="longest edge of 100000 pixels, where 1 to 256"):
+        load_model(copy, quantization="none")
+    settings["size"] = {"longest_edge": 288}  # nine tiles of 32 a side
+    (copy / "preprocessor_config.json").write_text(json.dumps(settings))
+    with pytest.raises(ModelLoadError, match="at most 8 tiles of 32"):
         load_model(copy, quantization="none")
     settings["size"], settings["max_image_size"] = {"longest_edge": 64}, {"longest_edge": 48}
     (copy / "preprocessor_config.json").write_text(json.dumps(settings))
     with pytest.raises(ModelLoadError, match="max_image_size is 48 pixels, where the vision "
                                              "tower's tiles are 32"):
+        load_model(copy, quantization="none")
+
+
+def test_a_config_whose_placeholder_is_not_the_vocabularys_is_refused(folder, tmp_path):
+    copy = shutil.copytree(folder, tmp_path / "other")
+    config = json.loads((copy / "config.json").read_text())
+    config["image_token_id"] = 5
+    (copy / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="image_token_id is 5, where other's vocabulary "
+                                             "holds <image> as"):
         load_model(copy, quantization="none")
 
 
