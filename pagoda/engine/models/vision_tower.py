@@ -152,8 +152,8 @@ def gemma3_image_tower(config: PretrainedConfig, weights: Mapping[str, Weight],
 def smolvlm_image_tower(config: PretrainedConfig, weights: Mapping[str, Weight],
                         placement: Placement) -> ImageTower:
     """SmolVLM's SigLIP tower and pixel-shuffle connector (config: SmolVLMConfig or
-    Idefics3Config, with the
-    processor's `image_tiles` and the vocabulary's `fake_image_token_id` the loader adds)."""
+    Idefics3Config, with the processor's `image_tiles` and the vocabulary's
+    `fake_image_token_id`, which the loader adds)."""
     shape = vision_shape(config.vision_config)
     scale = config.scale_factor
     if not isinstance(scale, int) or scale < 1 or shape.patches_per_side % scale:

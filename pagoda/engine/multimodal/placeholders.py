@@ -32,11 +32,13 @@ def image_spans(token_ids: Sequence[int], images: Sequence[DecodedImage], image_
     tiles = [processor(image.image) for image in images]
     if len(runs) != sum(len(t) for t in tiles):
         raise ImageInputError(_count_mismatch(len(runs), [len(t) for t in tiles]))
+    tiled = any(len(t) > 1 for t in tiles)
     for i, (offset, length) in enumerate(runs):
         if length != tokens_per_image:
+            what = f"tile {i}'s" if tiled else f"image {i}'s"
             raise ImageInputError(
-                f"image {i}'s placeholders at token {offset} are {length} tokens, where this "
-                f"model gives each image {tokens_per_image}")
+                f"{what} placeholders at token {offset} are {length} tokens, where this "
+                f"model gives each {'tile' if tiled else 'image'} {tokens_per_image}")
     pieces = [(f"{image.content_hash}:{k}" if len(image_tiles) > 1 else image.content_hash,
                tile) for image, image_tiles in zip(images, tiles, strict=True)
               for k, tile in enumerate(image_tiles)]

@@ -203,4 +203,10 @@ def test_placeholders_for_fewer_tiles_than_the_image_has_are_refused(folder):
     with pytest.raises(ImageInputError, match=r"3 run\(s\) of image tokens but its 1 image\(s\) "
                                               r"are 5 tiles"):
         llm.engine.add_request("r", laid_out_for_one_row, greedy, images=[photo(0, 50, 40)])
+    image = llm.engine.runner.image_tower.image_token_id
+    ids = prompt([photo(0, 50, 40)])
+    del ids[ids.index(image)]  # the first tile's run one short
+    with pytest.raises(ImageInputError, match=r"tile 0's placeholders at token \d+ are 15 "
+                                              r"tokens, where this model gives each tile 16"):
+        llm.engine.add_request("short", ids, greedy, images=[photo(0, 50, 40)])
     assert not llm.engine.has_unfinished_requests()
