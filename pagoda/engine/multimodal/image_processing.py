@@ -37,7 +37,7 @@ class SquareResize:
     def __call__(self, image: Image.Image) -> torch.Tensor:
         """An RGB image -> [3, side, side] float32 pixels."""
         resized = image.convert("RGB").resize((self.side, self.side), Image.Resampling.BILINEAR)
-        return normalized(resized, self.mean, self.std)
+        return normalized([resized], self.mean, self.std)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +59,7 @@ class TiledResize:
             tiles = [refined.crop((c * side, r * side, (c + 1) * side, (r + 1) * side))
                      for r in range(rows) for c in range(cols)]
             tiles.append(self._resize(refined, (side, side)) if tiles else refined)
-        return torch.stack([normalized(tile, s.mean, s.std) for tile in tiles])
+        return normalized(tiles, s.mean, s.std)
 
     def _resize(self, image: Image.Image, size: tuple[int, int]) -> Image.Image:
         return image.resize(size, Image.Resampling(self.settings.resample))
@@ -99,11 +99,18 @@ def _even(n: int) -> int:
     return n + n % 2
 
 
-def normalized(image: Image.Image, mean: tuple[float, float, float],
+def normalized(images: list[Image.Image], mean: tuple[float, float, float],
                std: tuple[float, float, float]) -> torch.Tensor:
-    """An RGB image -> [3, H, W]: scaled to 0..1, less mean, over std."""
-    pixels = torch.from_numpy(np.asarray(image, dtype=np.float32) / np.float32(255.0))
-    return ((pixels - torch.tensor(mean)) / torch.tensor(std)).permute(2, 0, 1).contiguous()
+    """RGB images of one size -> [images, 3, H, W] float32: scaled to 0..1, less mean, over
+    std, as the processors compute it. In NumPy, channels first, into one array: PyTorch's
+    broadcasting over a last dimension of 3, and a fresh tensor per tile, made 13 tiles of 512
+    take 0.6 s against 0.05."""
+    channels = np.stack([np.asarray(image) for image in images]).transpose(0, 3, 1, 2)
+    pixels = channels.astype(np.float32, order="C")  # the copy lays the channels first
+    pixels /= np.float32(255.0)
+    pixels -= np.asarray(mean, dtype=np.float32)[:, None, None]
+    pixels /= np.asarray(std, dtype=np.float32)[:, None, None]
+    return torch.from_numpy(pixels)
 
 
 def image_processor(tower: ImageTower) -> Callable[[Image.Image], torch.Tensor]:
