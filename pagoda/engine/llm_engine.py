@@ -27,9 +27,15 @@ from pagoda.engine.disk_cache.tier import DiskPrefixCache, model_fingerprint, op
 from pagoda.engine.errors import ImageInputError, PromptTooLongError
 from pagoda.engine.loading.loader import LoadedModel, load_model
 from pagoda.engine.loading.model_info import check_model_fits
-from pagoda.engine.multimodal.image_processing import image_processor
+from pagoda.engine.multimodal.image_processing import image_processor, tile_grid
 from pagoda.engine.multimodal.images import DecodedImage
-from pagoda.engine.multimodal.placeholders import ImagePrompt, gemma3_image_prompt, image_spans
+from pagoda.engine.multimodal.placeholders import (
+    ImagePrompt,
+    SmolVLMTokens,
+    gemma3_image_prompt,
+    image_spans,
+    smolvlm_image_prompt,
+)
 from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.parsers.reasoning_markers import reasoning_markers
 from pagoda.engine.processing.output_processor import OutputProcessor
@@ -174,6 +180,11 @@ class LLMEngine:
         tower = self.runner.image_tower
         if tower is None:
             return None
+        if tower.tiles is not None:
+            tiles = tower.tiles
+            return smolvlm_image_prompt(
+                SmolVLMTokens(), tower.tokens_per_image,
+                lambda size: tile_grid(size, tower.image_size, tiles))
         start, image, end = self.tokenizer.convert_ids_to_tokens(
             [tower.start_token_id, tower.image_token_id, tower.end_token_id])
         return gemma3_image_prompt(start, image, end, tower.tokens_per_image)

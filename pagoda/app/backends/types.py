@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -128,8 +129,12 @@ class ImageCost:
     # A model whose every image takes the same tokens whatever its size (Gemma 3: 256 and its
     # markers); None: counted from its pixels as above.
     fixed_tokens: int | None = None
+    # A model that counts an image's tokens its own way from (width, height) (SmolVLM's tiles).
+    counted_by: Callable[[int, int], int] | None = None
 
     def tokens(self, width: int, height: int) -> int:
+        if self.counted_by is not None:
+            return self.counted_by(width, height)
         if self.fixed_tokens is not None:
             return self.fixed_tokens
         pixels = width * height

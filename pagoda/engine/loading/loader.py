@@ -29,6 +29,7 @@ from pagoda.engine.loading.mmproj import MMProjFile
 from pagoda.engine.loading.model_check import check_config_supported
 from pagoda.engine.loading.model_files import default_model_file, model_name
 from pagoda.engine.loading.on_load import apply_quantization
+from pagoda.engine.loading.tile_settings import folder_tile_settings
 from pagoda.engine.models.mtp import PREFIX as MTP_PREFIX
 from pagoda.engine.models.registry import (
     expected_weight_shapes,
@@ -40,6 +41,8 @@ from pagoda.engine.models.registry import (
 from pagoda.engine.models.vision_tower import (
     GEMMA3_IMAGE_TOKENS,
     IMAGE_TOWERS,
+    SMOLVLM_IMAGE_TOKENS,
+    SMOLVLM_TYPES,
     vision_tensor_name,
 )
 from pagoda.engine.quantization.tensors import Weight, weight_shape
@@ -102,10 +105,17 @@ def _attach_mmproj(loaded: LoadedModel, path: Path, dtype: torch.dtype) -> None:
     tokens found in the model's vocabulary; ModelLoadError where the two do not belong
     together."""
     file = MMProjFile(path)
-    if loaded.config.model_type != "gemma3_text":
-        raise ModelLoadError(f"{path} is a Gemma 3 vision tower, and {loaded.path.name} is a "
+    text_type, family = _MMPROJ_TEXT_MODELS[file.projector_type]
+    if loaded.config.model_type != text_type:
+        raise ModelLoadError(f"{path} is a {family} vision tower, and {loaded.path.name} is a "
                              f"{loaded.config.model_type} model: an mmproj file goes with the "
                              "model it was converted with")
+    if file.projector_type == "idefics3":
+        config = file.smolvlm_config(loaded.config.hidden_size)
+        _add_smolvlm_tokens(config, loaded.tokenizer, f"{loaded.path.name}'s vocabulary")
+        loaded.multimodal_config = config
+        loaded.vision_weights = {name: t.to(dtype) for name, t in file.weights(config).items()}
+        return
     vocab = loaded.tokenizer.get_vocab()
     missing = [t for t in GEMMA3_IMAGE_TOKENS if t not in vocab]
     if missing:
@@ -116,6 +126,30 @@ def _attach_mmproj(loaded: LoadedModel, path: Path, dtype: torch.dtype) -> None:
         vocab[t] for t in GEMMA3_IMAGE_TOKENS)
     loaded.multimodal_config = config
     loaded.vision_weights = {name: t.to(dtype) for name, t in file.weights(config).items()}
+
+
+# An mmproj's projector type: the text model's model_type it goes with, and the family, in words.
+_MMPROJ_TEXT_MODELS = {"gemma3": ("gemma3_text", "Gemma 3"), "idefics3": ("llama", "SmolVLM")}
+
+
+def _add_smolvlm_tokens(config: transformers.PretrainedConfig,
+                        tokenizer: transformers.PreTrainedTokenizerBase, where: str,
+                        stated: int | None = None) -> None:
+    """SmolVLM's image tokens' ids on its config (the placeholder's and the one around each
+    tile); ModelLoadError where the vocabulary lacks one, or holds another placeholder than
+    the one config.json states (`stated`)."""
+    vocab = tokenizer.get_vocab()
+    missing = [t for t in SMOLVLM_IMAGE_TOKENS if t not in vocab]
+    if missing:
+        raise ModelLoadError(f"{where} has no {missing[0]}, which SmolVLM's images need: the "
+                             "model's files are not one model's, or are damaged")
+    image = vocab[SMOLVLM_IMAGE_TOKENS[2]]
+    if stated is not None and stated != image:
+        raise ModelLoadError(f"config.json's image_token_id is {stated}, where {where} holds "
+                             f"{SMOLVLM_IMAGE_TOKENS[2]} as {image}: the model's files are not "
+                             "one model's, or are damaged")
+    config.fake_image_token_id = vocab[SMOLVLM_IMAGE_TOKENS[0]]
+    config.image_token_id = image
 
 
 def tokenizer_folder(source: str | os.PathLike | None = None) -> Path:
@@ -216,6 +250,10 @@ def _load_folder(folder: Path, name: str, dtype: torch.dtype) -> LoadedModel:
     if whole.model_type in IMAGE_TOWERS:
         loaded.multimodal_config = whole
         loaded.vision_weights = _read_vision_weights(folder, dtype)
+    if whole.model_type in SMOLVLM_TYPES:
+        whole.image_tiles = folder_tile_settings(folder, whole.vision_config.image_size)
+        _add_smolvlm_tokens(whole, tokenizer, f"{folder.name}'s vocabulary",
+                            stated=whole.image_token_id)
     return loaded
 
 

@@ -5,6 +5,9 @@ their attention from here."""
 
 from __future__ import annotations
 
+import re
+
+import torch
 from transformers import PretrainedConfig
 
 from pagoda.engine.layers.rotary import rope_spec
@@ -15,6 +18,15 @@ from pagoda.engine.models.moe_gguf import has_experts, mixtral_config
 
 NAME = "Llama"  # its entry in pagoda/engine/models/registry.py names the model types it covers
 _QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe"})
+# SmolVLM's text model's tensors (model.text_model.*), which `folder_weights` names as a text
+# folder's.
+FOLDER_TENSORS = re.compile(r"model\.text_model\.(.+)")
+
+
+def folder_weights(config: PretrainedConfig,
+                   tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {"model." + FOLDER_TENSORS.fullmatch(name).group(1): tensor
+            for name, tensor in tensors.items()}
 
 
 def architecture(config: PretrainedConfig) -> DecoderArchitecture:

@@ -8,6 +8,7 @@ image host nor a large decode holds up the server's other requests."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -70,8 +71,11 @@ class ChatImages:
         return await asyncio.to_thread(decode_image_url, part.url, part.path, self.limits)
 
     def expand(self) -> Callable[[str], str] | None:
-        """What turns the rendered chat's markers into placeholders, once images were read."""
-        return self.prompt.expand if self.images else None
+        """What turns the rendered chat's markers into placeholders, once images were read
+        (each image's for its size, where the model lays them out so: SmolVLM's tiles)."""
+        if not self.images:
+            return None
+        return functools.partial(self.prompt.expand, sizes=[i.size for i in self.images])
 
     def image(self, url: str, detail: str | None, path: str, url_path: str,
               error: type[APIError] = APIError) -> str:
