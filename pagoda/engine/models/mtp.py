@@ -14,10 +14,12 @@ earlier position, so it runs over every token the model computes (prompt chunks 
 where a draft is wanted.
 
 Further drafts chain the block on itself, as vLLM runs it for more than one speculative token:
-at position t + 1 its own output y stands in for h_{t+1} (the model has not computed it) and the
-draft for t + 2 for x, which drafts t + 3; and so on. Those keys are the block's guesses: the
-next step's pass over the positions the model computes writes over them. A folder keeps its tensors under mtp.* (`mtp_weight_shapes`);
-llama.cpp's converter writes them as one more block, blk.N.* and blk.N.nextn.*.
+at position t + 1 its own output norm(y) stands in for h_{t+1} (the model has not computed
+it) and the draft for t + 2 for x, which drafts t + 3; and so on. Those keys are the block's
+guesses: the next step's pass over the positions the model computes writes over them.
+
+A folder keeps its tensors under mtp.* (`mtp_weight_shapes`); llama.cpp's converter writes them
+as one more block, blk.N.* and blk.N.nextn.*.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Drafts from two sources, for a model whose file has a multi-token-prediction block
-(pagoda.engine.models.mtp): the block's draft, made by the runner at the end of each step for
+(pagoda.engine.models.mtp): the block's drafts, made by the runner at the end of each step for
 the step after, and prompt lookup's (pagoda.engine.spec_decode.ngram_proposer), the fallback.
 
 Each source keeps its own acceptance per sequence (verified drafts and shadow checks, as prompt
 lookup does). Each step a sequence gets the proposal that is expected to keep more tokens: the
 j-th draft of a source whose drafts are kept with probability a is kept with probability a^j,
-so the block's one draft is worth a, prompt lookup's n drafts a + a^2 + ... + a^n. How many of
-them to verify, if any, is then the cost model's choice (pagoda.engine.spec_decode.draft_policy)
-as for prompt lookup alone; a proposal not verified is shadow-checked against its source.
+so n drafts of either are worth a + a^2 + ... + a^n. How many of them to verify, if any, is
+then the cost model's choice (pagoda.engine.spec_decode.draft_policy) as for prompt lookup
+alone; a proposal not verified is shadow-checked against its source.
 
 The block runs every step whether its drafts are verified or not (its KV cache must follow each
 sequence), so it must pay for itself as a whole, and each draft it chains after its first must

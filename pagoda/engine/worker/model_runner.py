@@ -244,9 +244,9 @@ class ModelRunner:
             out.drafts, out.draft_seconds = self._mtp_drafts(inputs, hidden, sched.scheduled,
                                                              sampled)
             self.mtp_seconds.observe(time.perf_counter() - began - out.draft_seconds)
-            if out.draft_seconds:
-                passes = max(len(drafts) for drafts in out.drafts) - 1
-                self.mtp_chain_seconds.observe(out.draft_seconds / max(passes, 1))
+            passes = max(map(len, out.drafts)) - 1
+            if passes > 0:  # a step without chained passes says nothing of their cost
+                self.mtp_chain_seconds.observe(out.draft_seconds / passes)
         return out
 
     def _mtp_drafts(self, inputs: ModelInputs, hidden: torch.Tensor,

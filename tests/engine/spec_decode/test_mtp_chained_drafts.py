@@ -25,6 +25,7 @@ from pagoda.engine.loading.loader import load_model
 from pagoda.engine.loading.model_info import check_model_fits, read_model_headers
 from pagoda.engine.models.kv_cache_sizing import model_kv_cache_bytes
 from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
+from pagoda.engine.spec_decode.step_cost import StepCost
 from tests.engine.llama_cpp_converter import convert_to_gguf, gguf_model_name
 from tests.engine.models.test_parity import NUM_THREADS
 from tests.engine.spec_decode.test_mtp_drafts import add_mtp_block, mtp_tensors, one_layer_model
@@ -310,3 +311,23 @@ def test_the_fit_check_of_a_gguf_file_counts_its_extra_block_only_where_it_is_bu
     counted = [check_model_fits(gguf, EngineConfig(**ENGINE, num_speculative_tokens=k),
                                 available=unbounded).num_parameters for k in (0, K)]
     assert counted[1] - counted[0] == block
+
+
+def test_the_engine_chains_as_many_drafts_as_the_cost_model_says_pay(qwen35_mtp):
+    """With the step costs of test_the_block_makes_as_many_drafts_a_step_as_pay and the
+    block's passes timed at 0.1 s: once 32 drafts are checked, all kept, the block makes K a
+    step; once they are seldom kept, it stops."""
+    engine = LLM(str(qwen35_mtp), **SPEC).engine
+    runner, block = engine.runner, engine.scheduler.proposer.model
+    engine.step_cost = StepCost({1: 1.0, 2: 1.2, 3: 1.4, 4: 1.6})
+    runner.mtp_seconds.observe(0.1)
+    runner.mtp_chain_seconds.observe(0.1)
+    runner.num_mtp_drafts = 1
+    for _ in range(40):
+        block.record_shadow(object(), True)
+    engine._judge_the_model_drafter()
+    assert (runner.num_mtp_drafts, runner.drafts_with_mtp) == (K, True)
+    for _ in range(300):
+        block.record_shadow(object(), False)
+    engine._judge_the_model_drafter()
+    assert not runner.drafts_with_mtp
