@@ -78,20 +78,21 @@ class LoadedModel:
 def load_model(
     source: str | os.PathLike | None = None, dtype: torch.dtype = torch.float32,
     on_progress: ProgressCallback | None = None, quantization: str = "auto",
-    mmproj: str | os.PathLike | None = None,
+    mmproj: str | os.PathLike | None = None, mtp: bool = True,
 ) -> LoadedModel:
     """quantization (EngineConfig.quantization): "auto" keeps a GGUF file's quantized tensors
     in the engine's layouts and a folder's float weights as they are, "none" dequantizes
     everything to dtype, "int8"/"int4" quantize every matrix on load. on_progress(step, done,
     total) reports a GGUF file's load steps. mmproj: a GGUF model's vision tower
-    (EngineConfig.mmproj)."""
+    (EngineConfig.mmproj). mtp: read a multi-token-prediction block where the files carry one
+    (the engine builds it only to speculate; a GGUF file's tensors are read only when used)."""
     _remove_old_conversions()
     path = _source_path(source)
     if path.is_dir():
         if mmproj is not None:
             raise ModelLoadError(f"{path} is a model folder, which holds its own vision tower "
                                  "where it has one: an mmproj file goes with a .gguf model")
-        loaded = _load_folder(path, model_name(path), dtype)
+        loaded = _load_folder(path, model_name(path), dtype, mtp)
     else:
         loaded = _load_gguf(_gguf_path(path), dtype, quantization, on_progress)
         if mmproj is not None:
@@ -241,9 +242,9 @@ def _source_path(source: str | os.PathLike | None) -> Path:
     return path
 
 
-def _load_folder(folder: Path, name: str, dtype: torch.dtype) -> LoadedModel:
+def _load_folder(folder: Path, name: str, dtype: torch.dtype, mtp: bool) -> LoadedModel:
     config, whole = _read_config(folder)
-    weights = _read_weights(folder, config, dtype)
+    weights = _read_weights(folder, config, dtype, mtp)
     tokenizer = _read_tokenizer(folder, config)
     loaded = LoadedModel(name=name, path=folder, config=config, tokenizer=tokenizer,
                          weights=weights)
@@ -375,10 +376,11 @@ def _weight_files(folder: Path) -> list[Path]:
 
 
 def _read_weights(
-    folder: Path, config: transformers.PretrainedConfig, dtype: torch.dtype
+    folder: Path, config: transformers.PretrainedConfig, dtype: torch.dtype, mtp: bool
 ) -> dict[str, torch.Tensor]:
+    """mtp: read the multi-token-prediction block's tensors (the optional ones) too."""
     expected = expected_weight_shapes(config)
-    optional = optional_weight_shapes(config)
+    optional = optional_weight_shapes(config) if mtp else {}
     family = family_for_model_type(config.model_type)
     renamed = family.folder_tensor_pattern()  # names the family maps to the shared ones
     weights: dict[str, torch.Tensor] = {}
@@ -391,7 +393,8 @@ def _read_weights(
         elif name in optional:
             extra[name] = tensor().to(dtype)
         elif name.startswith(MTP_PREFIX):
-            unread_mtp.append(name)
+            if mtp:
+                unread_mtp.append(name)
         elif renamed is not None and renamed.fullmatch(name):
             own_names[name] = tensor().to(dtype)
     if own_names:
