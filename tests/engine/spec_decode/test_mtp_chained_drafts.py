@@ -28,9 +28,8 @@ from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
 from pagoda.engine.spec_decode.step_cost import StepCost
 from tests.engine.llama_cpp_converter import convert_to_gguf, gguf_model_name
 from tests.engine.models.test_parity import NUM_THREADS
-from tests.engine.spec_decode.test_mtp_drafts import add_mtp_block, mtp_tensors, one_layer_model
-from tests.engine.test_batch_invariance import SENTENCES
-from tests.engine.tiny_models import save_tiny_model
+from tests.engine.spec_decode.test_mtp_drafts import (mtp_tensors, note_prompts, one_layer_model,
+                                                      tiny_qwen35_with_mtp)
 
 K = 3
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
@@ -40,18 +39,12 @@ SPEC = ENGINE | {"num_speculative_tokens": K, "speculative_cost_model": False}
 
 @pytest.fixture(scope="module")
 def qwen35_mtp(tmp_path_factory):
-    folder = save_tiny_model(tmp_path_factory.mktemp("qwen35-mtp"), "qwen3.5")
-    add_mtp_block(folder)
-    return folder
+    return tiny_qwen35_with_mtp(tmp_path_factory.mktemp("qwen35-mtp"))
 
 
 @pytest.fixture(scope="module")
 def prompts(qwen35_mtp) -> list[list[int]]:
-    """Four prompts of 19 to 70 tokens that share no prefix."""
-    tokenizer = transformers.AutoTokenizer.from_pretrained(qwen35_mtp)
-    ids = [tokenizer.encode(f"Note {i}. " + " ".join(SENTENCES[i:] + SENTENCES[:i]))
-           for i in range(4)]
-    return [p[:n] for p, n in zip(ids, (70, 19, 40, 55), strict=True)]
+    return note_prompts(qwen35_mtp, (70, 19, 40, 55))
 
 
 @pytest.fixture(scope="module")
@@ -261,8 +254,7 @@ def copying_block(folder) -> None:
 
 
 def test_a_block_that_copies_the_models_prediction_has_every_draft_kept(tmp_path, prompts):
-    folder = save_tiny_model(tmp_path / "copying", "qwen3.5")
-    add_mtp_block(folder)
+    folder = tiny_qwen35_with_mtp(tmp_path / "copying")
     copying_block(folder)
     off = LLM(str(folder), **ENGINE)
     on = LLM(str(folder), **SPEC)

@@ -47,19 +47,29 @@ def add_mtp_block(folder, seed: int = 1) -> None:
     (folder / "config.json").write_text(json.dumps(settings | {"mtp_num_hidden_layers": 1}))
 
 
-@pytest.fixture(scope="module")
-def qwen35_mtp(tmp_path_factory):
-    folder = save_tiny_model(tmp_path_factory.mktemp("qwen35-mtp"), "qwen3.5")
+def tiny_qwen35_with_mtp(parent):
+    """The tiny Qwen3.5 with a random MTP block, saved under `parent`."""
+    folder = save_tiny_model(parent, "qwen3.5")
     add_mtp_block(folder)
     return folder
 
 
+def note_prompts(folder, lengths: tuple[int, ...]) -> list[list[int]]:
+    """Prompts of these lengths in the folder's tokens that share no prefix."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    ids = [tokenizer.encode(f"Note {i}. " + " ".join(SENTENCES[i:] + SENTENCES[:i]))
+           for i in range(len(lengths))]
+    return [p[:n] for p, n in zip(ids, lengths, strict=True)]
+
+
+@pytest.fixture(scope="module")
+def qwen35_mtp(tmp_path_factory):
+    return tiny_qwen35_with_mtp(tmp_path_factory.mktemp("qwen35-mtp"))
+
+
 @pytest.fixture(scope="module")
 def prompts(qwen35_mtp) -> list[list[int]]:
-    tokenizer = transformers.AutoTokenizer.from_pretrained(qwen35_mtp)
-    ids = [tokenizer.encode(f"Note {i}. " + " ".join(SENTENCES[i:] + SENTENCES[:i]))
-           for i in range(3)]
-    return [p[:n] for p, n in zip(ids, (70, 19, 40), strict=True)]
+    return note_prompts(qwen35_mtp, (70, 19, 40))
 
 
 def replies(llm: LLM, prompts: list[list[int]]) -> list[list[int]]:
