@@ -186,8 +186,8 @@ class LLMEngine:
         if self.runner.model.ops.name == "triton":
             raise ImageInputError("images run on the CPU path only so far: this engine runs "
                                   "Triton kernels")
-        return image_spans(token_ids, images, tower.image_token_id, tower.tokens_per_image,
-                           image_processor(tower))
+        return image_spans(token_ids, images, tower.image_token_id, image_processor(tower),
+                           whole=tower.bidirectional)
 
     def _sampling_sequence(self, request_id: str, token_ids: list[int], params: SamplingParams,
                            prompt_text: str | None, cache_tag: str | None,

@@ -2,7 +2,11 @@
 
 Gemma 3's (`PooledProjector`): the patches' grid average-pooled to mm_tokens_per_image (a 64 x 64
 grid of an 896-pixel image into 16 x 16: 256 tokens), each RMS-normalised (Gemma's 1 + w) and
-projected to the language model's width."""
+projected to the language model's width.
+
+Qwen2.5-VL's (`PatchMerger`): each merge unit's patches (2 x 2, consecutive in the processor's
+order) RMS-normalised one by one, side by side, through a GELU MLP to the language model's
+width: one image token per unit."""
 
 from __future__ import annotations
 
@@ -37,3 +41,19 @@ class PooledProjector:
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.norm_weight)
         out = self.projection(x.to(patches.dtype).flatten(0, 1))
         return out.view(images, self.tokens_per_image, -1)
+
+
+@dataclass(slots=True)
+class PatchMerger:
+    unit: int  # patches per merge unit
+    norm_weight: torch.Tensor
+    eps: float
+    fc1: Linear  # unit x vision width -> the same
+    fc2: Linear  # -> text width
+
+    def __call__(self, patches: torch.Tensor) -> torch.Tensor:
+        """[patches, vision width] in merge units -> [patches / unit, text width]."""
+        x = patches.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        x = self.norm_weight * x.to(patches.dtype)
+        return self.fc2(F.gelu(self.fc1(x.reshape(-1, self.unit * x.shape[-1]))))

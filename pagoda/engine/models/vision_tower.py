@@ -1,7 +1,10 @@
-"""A multimodal model's image side built from its weights: the SigLIP tower
-(pagoda/engine/layers/vision_encoder.py) and the family's projector
+"""A multimodal model's image side built from its weights: Gemma 3's SigLIP tower
+(pagoda/engine/layers/vision_encoder.py) or Qwen2.5-VL's windowed one
+(pagoda/engine/layers/grid_vision_encoder.py), and the family's projector
 (pagoda/engine/layers/vision_projector.py), under the names of transformers 5's own modules
-(`vision_tensor_name` maps a folder's other spellings to them)."""
+(`vision_tensor_name` maps a folder's other spellings to them).
+
+Both kinds of tower give `embed`: each image's pixels in, each image's token embeddings out."""
 
 from __future__ import annotations
 
@@ -13,6 +16,12 @@ import torch
 from transformers import PretrainedConfig
 
 from pagoda.engine.errors import ModelLoadError
+from pagoda.engine.layers.grid_vision_encoder import (
+    GridVisionEncoder,
+    GridVisionLayer,
+    GridVisionShape,
+    PatchGrid,
+)
 from pagoda.engine.layers.linear import Placement, make_fused_linear, make_linear
 from pagoda.engine.layers.vision_encoder import (
     Norm,
@@ -20,20 +29,28 @@ from pagoda.engine.layers.vision_encoder import (
     VisionEncoderLayer,
     VisionShape,
 )
-from pagoda.engine.layers.vision_projector import PooledProjector
+from pagoda.engine.layers.vision_projector import PatchMerger, PooledProjector
 from pagoda.engine.quantization.tensors import Weight
 
 TOWER = "model.vision_tower."
 PROJECTOR = "model.multi_modal_projector."
+VISUAL = "model.visual."  # Qwen2.5-VL's tower and its merger
 # The multimodal model types whose image side Pagoda runs (config.model_type).
-IMAGE_TOWERS = ("gemma3",)
+IMAGE_TOWERS = ("gemma3", "qwen2_5_vl")
 # Gemma 3's image tokens in its vocabulary: an image's start, each of its placeholders, its end.
 GEMMA3_IMAGE_TOKENS = ("<start_of_image>", "<image_soft_token>", "<end_of_image>")
+# Qwen2.5-VL's, as its chat template writes an image: <|vision_start|><|image_pad|><|vision_end|>.
+QWEN2_5_VL_IMAGE_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")
+# The pixels Qwen2.5-VL's processor brings an image's area within: its own least (4 tokens), and
+# at most 4,096 tokens' worth, as llama.cpp's mtmd bounds it (the released preprocessor allows
+# 16,384 tokens, 12.8 million pixels, an image: minutes of a CPU's prefill).
+QWEN2_5_VL_MIN_PIXELS = 56 * 56
+QWEN2_5_VL_MAX_PIXELS = 4096 * 28 * 28
 # The tower's and projector's tensors as folders name them: released checkpoints
-# (vision_tower.vision_model.*, multi_modal_projector.*), transformers 5's saves (vision_tower.*)
-# and its modules (model.vision_tower.*).
+# (vision_tower.vision_model.*, multi_modal_projector.*, Qwen's visual.*), transformers 5's
+# saves (vision_tower.*) and its modules (model.vision_tower.*, model.visual.*).
 _FOLDER_NAMES = re.compile(r"(?:model\.)?(?:(vision_tower)\.(?:vision_model\.)?|"
-                           r"(multi_modal_projector)\.)(.+)")
+                           r"(multi_modal_projector)\.|(visual)\.)(.+)")
 
 
 @dataclass(slots=True)
@@ -62,6 +79,32 @@ class ImageTower:
         """[images, 3, side, side] -> [images, tokens_per_image, text width]."""
         return self.projector(self.encoder(pixels))
 
+    def embed(self, pixels: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+        """Each image's [3, side, side] pixels -> its [tokens_per_image, text width], all in one
+        call of the encoder."""
+        return list(self(torch.stack(pixels).to(device)).unbind(0))
+
+
+@dataclass(slots=True)
+class GridImageTower:
+    """Qwen2.5-VL's image side: an image of its own proportions -> one token embedding per merge
+    unit of its patches, row by row. Its language model attends causally within an image."""
+
+    encoder: GridVisionEncoder
+    merger: PatchMerger
+    image_token_id: int
+    start_token_id: int  # <|vision_start|>
+    end_token_id: int  # <|vision_end|>
+    min_pixels: int = QWEN2_5_VL_MIN_PIXELS
+    max_pixels: int = QWEN2_5_VL_MAX_PIXELS
+    bidirectional: bool = False
+
+    def embed(self, grids: list[PatchGrid], device: torch.device) -> list[torch.Tensor]:
+        """Each image's patches -> its [merge units, text width], image by image (each attends
+        within itself only)."""
+        return [self.merger(self.encoder(PatchGrid(g.patches.to(device), g.rows, g.columns)))
+                for g in grids]
+
 
 def vision_tensor_name(name: str) -> str | None:
     """A folder's name of a tower or projector tensor under the names the builders read; None
@@ -69,17 +112,19 @@ def vision_tensor_name(name: str) -> str | None:
     match = _FOLDER_NAMES.fullmatch(name)
     if match is None:
         return None
-    tower, projector, rest = match.groups()
-    return (TOWER if tower else PROJECTOR) + rest
+    tower, projector, visual, rest = match.groups()
+    return (TOWER if tower else PROJECTOR if projector else VISUAL) + rest
 
 
 def image_tower(config: PretrainedConfig, weights: Mapping[str, Weight],
-                placement: Placement) -> ImageTower:
+                placement: Placement) -> ImageTower | GridImageTower:
     """The image side of a multimodal model of IMAGE_TOWERS (config: its whole config)."""
-    if config.model_type != "gemma3":
-        raise ModelLoadError(f"Pagoda does not run the image side of {config.model_type!r} "
-                             f"models yet (it runs {', '.join(IMAGE_TOWERS)}).")
-    return gemma3_image_tower(config, weights, placement)
+    if config.model_type == "gemma3":
+        return gemma3_image_tower(config, weights, placement)
+    if config.model_type == "qwen2_5_vl":
+        return qwen2_5_vl_image_tower(config, weights, placement)
+    raise ModelLoadError(f"Pagoda does not run the image side of {config.model_type!r} "
+                         f"models yet (it runs {', '.join(IMAGE_TOWERS)}).")
 
 
 def vision_shape(vision: PretrainedConfig) -> VisionShape:
@@ -116,6 +161,71 @@ def gemma3_image_tower(config: PretrainedConfig, weights: Mapping[str, Weight],
     return ImageTower(siglip_encoder(shape, config.vision_config.num_hidden_layers, weights,
                                      TOWER, placement), projector, config.image_token_index,
                       config.boi_token_index, config.eoi_token_index, bidirectional=True)
+
+
+def qwen2_5_vl_image_tower(config: PretrainedConfig, weights: Mapping[str, Weight],
+                           placement: Placement) -> GridImageTower:
+    """Qwen2.5-VL's windowed tower and its patch merger (config: Qwen2_5_VLConfig)."""
+    vision = config.vision_config
+    if vision.hidden_act != "silu":
+        raise ModelLoadError(f"The vision tower's MLP uses {vision.hidden_act!r}; Pagoda runs "
+                             "Qwen2.5-VL's towers with SiLU (SwiGLU) only.")
+    if vision.hidden_size % (4 * vision.num_heads) or vision.in_channels != 3:
+        raise ModelLoadError(
+            f"The vision tower's width {vision.hidden_size} is not a whole number of heads "
+            f"({vision.num_heads}) whose size divides by 4 (2-D RoPE), or it reads "
+            f"{vision.in_channels} channels. The model's settings are damaged.")
+    shape = GridVisionShape(
+        patch_size=vision.patch_size, temporal_patch_size=vision.temporal_patch_size,
+        merge_size=vision.spatial_merge_size, hidden_size=vision.hidden_size,
+        num_heads=vision.num_heads, window_size=vision.window_size,
+        full_attention_layers=frozenset(vision.fullatt_block_indexes),
+        norm_eps=getattr(vision, "rms_norm_eps", 1e-6))
+    merger = PatchMerger(unit=shape.merge_size ** 2,
+                         norm_weight=_vector(weights, VISUAL + "merger.ln_q.weight", placement),
+                         eps=shape.norm_eps, fc1=_biased(weights, VISUAL + "merger.mlp.0", placement),
+                         fc2=_biased(weights, VISUAL + "merger.mlp.2", placement))
+    rope_theta = float((getattr(vision, "rope_parameters", None) or {}).get("rope_theta", 1e4))
+    return GridImageTower(_grid_encoder(shape, vision.depth, rope_theta, weights, placement),
+                          merger,
+                          config.image_token_id, config.vision_start_token_id,
+                          config.vision_end_token_id)
+
+
+def _grid_encoder(shape: GridVisionShape, depth: int, rope_theta: float,
+                  weights: Mapping[str, Weight], placement: Placement) -> GridVisionEncoder:
+    layers = []
+    for i in range(depth):
+        at = f"{VISUAL}blocks.{i}."
+        mlp = at + "mlp."
+        layers.append(GridVisionLayer(
+            norm1=_vector(weights, at + "norm1.weight", placement),
+            qkv_proj=_biased(weights, at + "attn.qkv", placement),
+            out_proj=_biased(weights, at + "attn.proj", placement),
+            norm2=_vector(weights, at + "norm2.weight", placement),
+            gate_up_proj=make_fused_linear(
+                [weights[mlp + "gate_proj.weight"], weights[mlp + "up_proj.weight"]],
+                torch.cat([_vector(weights, mlp + f"{p}_proj.bias", placement)
+                           for p in ("gate", "up")]), placement),
+            down_proj=_biased(weights, mlp + "down_proj", placement)))
+    kernel = _tensor(weights, VISUAL + "patch_embed.proj.weight")
+    if tuple(kernel.shape[1:]) != (shape.channels, shape.temporal_patch_size, shape.patch_size,
+                                   shape.patch_size):
+        raise ModelLoadError(f"The vision tower's patch kernel is {list(kernel.shape)}, where "
+                             f"[{shape.hidden_size}, {shape.channels}, "
+                             f"{shape.temporal_patch_size}, {shape.patch_size}, "
+                             f"{shape.patch_size}] is expected. The model's files are damaged.")
+    # transformers' 2-D RoPE: a quarter of the head's pairs per axis, over half its width.
+    half = shape.head_dim // 2
+    frequencies = 1.0 / rope_theta ** (torch.arange(0, half, 2, dtype=torch.float) / half)
+    return GridVisionEncoder(shape, make_linear(kernel.reshape(kernel.shape[0], -1), None,
+                                                placement),
+                             layers, frequencies.to(placement.device))
+
+
+def _biased(weights: Mapping[str, Weight], name: str, placement: Placement):
+    return make_linear(weights[name + ".weight"],
+                       _vector(weights, name + ".bias", placement), placement)
 
 
 def siglip_encoder(shape: VisionShape, num_layers: int, weights: Mapping[str, Weight],

@@ -1,5 +1,6 @@
 """A prompt's images matched to their placeholders: each image is one run of the model's image
-token, as long as the model gives an image (Gemma 3: 256), in the order the images come.
+token, as long as the model gives that image (Gemma 3: 256 each; Qwen2.5-VL: one per merge unit
+of its patches, so as its size), in the order the images come.
 
 In a chat, an image part becomes the model's marker in the text the template renders
 (`ImagePrompt.marker`: Gemma 3's `<start_of_image>`, which its own template writes for an image
@@ -16,26 +17,33 @@ from PIL import Image
 
 from pagoda.engine.core.image_spans import ImageSpan
 from pagoda.engine.errors import ImageInputError
+from pagoda.engine.multimodal.image_processing import ProcessedImage
 from pagoda.engine.multimodal.images import DecodedImage
 
 
 def image_spans(token_ids: Sequence[int], images: Sequence[DecodedImage], image_token_id: int,
-                tokens_per_image: int,
-                processor: Callable[[Image.Image], torch.Tensor]) -> tuple[ImageSpan, ...]:
+                processor: Callable[[Image.Image], ProcessedImage],
+                whole: bool = True) -> tuple[ImageSpan, ...]:
     """Each image's span of placeholders with its processed pixels; ImageInputError where the
-    prompt's runs of the image token do not fit the images given."""
+    prompt's runs of the image token do not fit the images given. whole: each image's tokens
+    are prefilled in one chunk (the language model attends both ways within an image)."""
     runs = _runs(token_ids, image_token_id)
     if len(runs) != len(images):
         raise ImageInputError(
             f"the prompt holds placeholders for {len(runs)} image(s) but {len(images)} "
             "image(s) came with it: each image needs its own run of image tokens")
-    for i, (offset, length) in enumerate(runs):
-        if length != tokens_per_image:
+    spans = []
+    for i, ((offset, length), image) in enumerate(zip(runs, images, strict=True)):
+        processed = processor(image.image)
+        if length != processed.tokens:
+            each = ("each image" if processed.grid is None
+                    else f"this {image.size[0]} x {image.size[1]} image")
             raise ImageInputError(
                 f"image {i}'s placeholders at token {offset} are {length} tokens, where this "
-                f"model gives each image {tokens_per_image}")
-    return tuple(ImageSpan(offset, length, image.content_hash, processor(image.image))
-                 for (offset, length), image in zip(runs, images, strict=True))
+                f"model gives {each} {processed.tokens}")
+        spans.append(ImageSpan(offset, length, image.content_hash, processed.pixels,
+                               processed.grid, whole))
+    return tuple(spans)
 
 
 def _runs(token_ids: Sequence[int], token: int) -> list[tuple[int, int]]:
@@ -64,7 +72,8 @@ class ImagePrompt:
         return text.replace(self.marker, self.expansion)
 
 
-def gemma3_image_prompt(start: str, image: str, end: str, tokens_per_image: int) -> ImagePrompt:
+def gemma3_image_prompt(start: str, image: str, end: str,
+                        tokens_per_image: int) -> ImagePrompt:
     """Gemma3Processor's: the start of the image, its tokens and its end, between blank
     lines."""
     return ImagePrompt(start, f"\n\n{start}{image * tokens_per_image}{end}\n\n",

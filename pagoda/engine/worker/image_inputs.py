@@ -4,8 +4,9 @@ tower's embeddings for them, and the attention mask that lets an image's tokens 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -36,15 +37,20 @@ def image_rows(spans: Sequence[ImageSpan], start: int, end: int,
     return rows
 
 
-def embed_images(tower: Callable[[torch.Tensor], torch.Tensor], rows: list[ImageRows],
+class ImageEmbedder(Protocol):
+    def embed(self, pixels: list, device: torch.device) -> list[torch.Tensor]:
+        """Each image's pixels -> its [tokens, text width] embeddings."""
+
+
+def embed_images(tower: ImageEmbedder, rows: list[ImageRows],
                  device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """(batch rows, their embeddings): each image encoded once, all in one call of the tower."""
     spans = list(dict.fromkeys(r.span for r in rows))
-    embeds = tower(torch.stack([s.pixels for s in spans]).to(device))
+    embeds = tower.embed([s.pixels for s in spans], device)
     where = {span: i for i, span in enumerate(spans)}
     index = torch.cat([torch.arange(r.flat_start, r.flat_start + r.last - r.first)
                        for r in rows]).to(device)
-    values = torch.cat([embeds[where[r.span], r.first:r.last] for r in rows])
+    values = torch.cat([embeds[where[r.span]][r.first:r.last] for r in rows])
     return index, values
 
 
