@@ -25,7 +25,7 @@ from safetensors import SafetensorError, safe_open
 from pagoda.engine.errors import ModelLoadError
 from pagoda.engine.folders import cache_dir
 from pagoda.engine.loading.gguf import GGUFModelFile
-from pagoda.engine.loading.mmproj import MMProjFile
+from pagoda.engine.loading.mmproj import GEMMA3, QWEN2_5_VL, MMProjFile
 from pagoda.engine.loading.model_check import check_config_supported
 from pagoda.engine.loading.model_files import default_model_file, model_name
 from pagoda.engine.loading.on_load import apply_quantization
@@ -40,6 +40,7 @@ from pagoda.engine.models.registry import (
 from pagoda.engine.models.vision_tower import (
     GEMMA3_IMAGE_TOKENS,
     IMAGE_TOWERS,
+    QWEN2_5_VL_IMAGE_TOKENS,
     vision_tensor_name,
 )
 from pagoda.engine.quantization.tensors import Weight, weight_shape
@@ -55,6 +56,10 @@ SHARD_INDEX = "model.safetensors.index.json"
 # its own config from the file's keys), so no cache of an older build is read.
 METADATA_FORMAT = 2
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+# Per mmproj projector type: the family as users know it, the language model's model_type it
+# goes with, and the image's start, placeholder and end tokens in that model's vocabulary.
+_MMPROJ_MODELS = {GEMMA3: ("Gemma 3", "gemma3_text", GEMMA3_IMAGE_TOKENS),
+                  QWEN2_5_VL: ("Qwen2.5-VL", "qwen2_5_vl_text", QWEN2_5_VL_IMAGE_TOKENS)}
 
 
 @dataclass(slots=True)
@@ -102,18 +107,25 @@ def _attach_mmproj(loaded: LoadedModel, path: Path, dtype: torch.dtype) -> None:
     tokens found in the model's vocabulary; ModelLoadError where the two do not belong
     together."""
     file = MMProjFile(path)
-    if loaded.config.model_type != "gemma3_text":
-        raise ModelLoadError(f"{path} is a Gemma 3 vision tower, and {loaded.path.name} is a "
+    family, text_type, tokens = _MMPROJ_MODELS[file.projector_type]
+    if loaded.config.model_type != text_type:
+        raise ModelLoadError(f"{path} is a {family} vision tower, and {loaded.path.name} is a "
                              f"{loaded.config.model_type} model: an mmproj file goes with the "
                              "model it was converted with")
     vocab = loaded.tokenizer.get_vocab()
-    missing = [t for t in GEMMA3_IMAGE_TOKENS if t not in vocab]
+    missing = [t for t in tokens if t not in vocab]
     if missing:
         raise ModelLoadError(f"{loaded.path.name}'s vocabulary has no {missing[0]}, which "
                              f"{path.name}'s images need: the two files are not one model's")
-    config = file.gemma3_config(loaded.config.hidden_size)
-    config.boi_token_index, config.image_token_index, config.eoi_token_index = (
-        vocab[t] for t in GEMMA3_IMAGE_TOKENS)
+    start, image, end = (vocab[t] for t in tokens)
+    if file.projector_type == GEMMA3:
+        config = file.gemma3_config(loaded.config.hidden_size)
+        config.boi_token_index, config.image_token_index, config.eoi_token_index = (
+            start, image, end)
+    else:
+        config = file.qwen2_5_vl_config(loaded.config)
+        config.vision_start_token_id, config.image_token_id, config.vision_end_token_id = (
+            start, image, end)
     loaded.multimodal_config = config
     loaded.vision_weights = {name: t.to(dtype) for name, t in file.weights(config).items()}
 
