@@ -33,6 +33,7 @@ from pagoda.engine.models.vision_tower import image_tower
 from pagoda.engine.structured_output.matcher import GrammarRows, GrammarState
 from pagoda.engine.worker.image_inputs import (
     ImageRows,
+    KeptImages,
     embed_images,
     image_rows,
     images_among,
@@ -163,6 +164,8 @@ class ModelRunner:
         # then run behind its token indices (pagoda.engine.worker.mrope_positions).
         self.multimodal_rope = any(tables.position_rows is not None
                                    for tables in self.model.rotary.values())
+        # Images a prefill chunk ended inside, encoded once for all their chunks.
+        self.kept_images = KeptImages()
         self.kv_dtype = self._kv_dtype(ops.name)
         # The context this engine allows: the setting, within what the model was trained for.
         self.max_model_len = min(config.max_model_len or 1 << 62,
@@ -300,7 +303,7 @@ class ModelRunner:
         """The step's images encoded: (rows of the batch, their embeddings), or None."""
         if not inputs.images:
             return None
-        return embed_images(self.image_tower, inputs.images, self.device)
+        return embed_images(self.image_tower, inputs.images, self.device, self.kept_images)
 
     def recurrent_step(self, inputs: ModelInputs) -> RecurrentStep | None:
         """What the recurrent layers read this step: the slots and the states themselves."""

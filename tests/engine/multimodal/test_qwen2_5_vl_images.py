@@ -5,6 +5,7 @@ attend causally), its greedy tokens after an image, and the same image again hit
 cache and is not encoded again."""
 
 import io
+from dataclasses import replace
 
 import pytest
 import torch
@@ -146,3 +147,105 @@ def test_qwen2_5_vl_with_images_gives_transformers_logits(qwen, runner, hf_model
     theirs = hf_logits(hf_model, ids, spans)
     assert_same_argmax(ours, theirs, f"{num_images} image(s), chunks of {chunk}")
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
+def run(llm: LLM, ids: list[int], images: list[DecodedImage], request_id: str,
+        params: SamplingParams = GREEDY):
+    engine = llm.engine
+    engine.add_request(request_id, ids, params, images=images)
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.finished:
+                return out
+    raise AssertionError("the request did not finish")
+
+
+class CountingEncoder:
+    """The tower's encoder, counting the images it encodes."""
+
+    def __init__(self, encoder, calls: list[int]) -> None:
+        self.encoder, self.calls, self.shape = encoder, calls, encoder.shape
+
+    def __call__(self, grid):
+        self.calls.append(grid.rows * grid.columns)
+        return self.encoder(grid)
+
+
+def counting_encodes(llm: LLM) -> list[int]:
+    """Each image the tower encodes from now on, as its patches."""
+    tower, calls = llm.engine.runner.image_tower, []
+    tower.encoder = CountingEncoder(tower.encoder, calls)
+    return calls
+
+
+@torch.inference_mode()
+def hf_greedy(hf_model, ids: list[int], spans, max_tokens: int
+              ) -> tuple[list[int], list[float]]:
+    """transformers' greedy tokens and their log-probabilities."""
+    image_token = hf_model.config.image_token_id
+    out = hf_model.generate(
+        input_ids=torch.tensor([ids]), pixel_values=torch.cat([s.pixels.patches for s in spans]),
+        image_grid_thw=torch.tensor([[1, s.pixels.rows, s.pixels.columns] for s in spans]),
+        mm_token_type_ids=torch.tensor([[int(t == image_token) for t in ids]]),
+        max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False,
+        output_logits=True, return_dict_in_generate=True)
+    tokens = out.sequences[0, len(ids):].tolist()
+    return tokens, [torch.log_softmax(logits[0].float(), -1)[t].item()
+                    for logits, t in zip(out.logits, tokens, strict=True)]
+
+
+def test_decoding_after_images_gives_transformers_greedy_tokens(qwen, folder, runner, hf_model):
+    """Each decoded token's position runs behind its index by what the images' grids save
+    (98 here): its log-probability is transformers' too."""
+    images = photos(2)
+    ids = prompt(qwen, images)
+    ours = run(LLM(str(folder), num_threads=1, num_kv_blocks=64), ids, images, "greedy",
+               replace(GREEDY, logprobs=1)).outputs[0]
+    tokens, logprobs = hf_greedy(hf_model, ids, spans_of(runner, ids, images), GREEDY.max_tokens)
+    assert list(ours.token_ids) == tokens
+    torch.testing.assert_close(torch.tensor([lp.chosen.logprob for lp in ours.logprobs]),
+                               torch.tensor(logprobs), atol=1e-5, rtol=0)
+
+
+def test_the_same_image_again_hits_the_prefix_cache_and_is_not_encoded(qwen, folder):
+    llm = LLM(str(folder), num_threads=1, num_kv_blocks=64)
+    calls = counting_encodes(llm)
+    images = photos(1)
+    ids = prompt(qwen, images)
+    first = run(llm, ids, images, "first")
+    again = run(llm, ids + list(first.outputs[0].token_ids), images, "again")
+    assert len(calls) == 1  # the first request's only
+    assert again.num_cached_tokens > ids.index(qwen.config.vision_end_token_id)
+    cold = run(LLM(str(folder), num_threads=1, num_kv_blocks=64),
+               ids + list(first.outputs[0].token_ids), images, "cold")
+    assert again.outputs[0].token_ids == cold.outputs[0].token_ids
+
+
+def test_another_image_of_the_same_size_is_not_taken_from_the_cache(qwen, folder):
+    llm = LLM(str(folder), num_threads=1, num_kv_blocks=64)
+    calls = counting_encodes(llm)
+    ids = prompt(qwen, [photo(0)])
+    run(llm, ids, [photo(0)], "first")
+    other = run(llm, ids, [photo(5)], "other")
+    assert other.num_cached_tokens <= ids.index(qwen.config.image_token_id)
+    assert len(calls) == 2
+
+
+def test_chunked_prefill_inside_images_gives_the_tokens_of_one_prefill(qwen, folder):
+    """The scheduler's 13-token chunks end inside both images; each is encoded once."""
+    images = photos(2)
+    ids = prompt(qwen, images)
+    whole = run(LLM(str(folder), num_threads=1, num_kv_blocks=64), ids, images, "whole")
+    llm = LLM(str(folder), num_threads=1, num_kv_blocks=64, max_num_batched_tokens=13)
+    calls = counting_encodes(llm)
+    chunked = run(llm, ids, images, "chunked")
+    assert chunked.outputs[0].token_ids == whole.outputs[0].token_ids
+    assert len(calls) == 2
+
+
+def test_placeholders_that_do_not_fit_the_image_are_refused(qwen, folder):
+    llm = LLM(str(folder), num_threads=1, num_kv_blocks=64)
+    ids = prompt(qwen, [photo(0, SIZES[0])])
+    with pytest.raises(ImageInputError, match=r"are 63 tokens, where this model gives this "
+                                              r"150 x 300 image 55"):
+        llm.engine.add_request("other size", ids, GREEDY, images=[photo(0, SIZES[1])])
