@@ -82,6 +82,12 @@ class GridResize:
             h, w = math.ceil(height * scale / unit) * unit, math.ceil(width * scale / unit) * unit
         return w, h
 
+    def tokens(self, width: int, height: int) -> int:
+        """The image tokens of an image of this size (its merge units)."""
+        width, height = self.size(width, height)
+        unit = self.patch_size * self.merge_size
+        return (width // unit) * (height // unit)
+
     def __call__(self, image: Image.Image) -> PatchGrid:
         width, height = self.size(*image.size)
         resized = image.convert("RGB").resize((width, height), Image.Resampling.BICUBIC)
@@ -100,14 +106,18 @@ class GridResize:
                               (grid.rows // m, grid.columns // m))
 
 
+def grid_resize(tower: GridImageTower) -> GridResize:
+    s = tower.encoder.shape
+    return GridResize(s.patch_size, s.merge_size, s.temporal_patch_size, tower.min_pixels,
+                      tower.max_pixels)
+
+
 def image_processor(tower: ImageTower | GridImageTower) -> Callable[[Image.Image],
                                                                      ProcessedImage]:
     """What makes a tower's pixels from an image: Gemma 3's SigLIP takes a square, Qwen2.5-VL's
     tower a grid of the image's own proportions."""
     if isinstance(tower, GridImageTower):
-        s = tower.encoder.shape
-        return GridResize(s.patch_size, s.merge_size, s.temporal_patch_size, tower.min_pixels,
-                          tower.max_pixels).process
+        return grid_resize(tower).process
     square = SquareResize(tower.image_size)
     return lambda image: ProcessedImage(square(image), tower.tokens_per_image)
 

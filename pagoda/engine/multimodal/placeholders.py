@@ -61,20 +61,49 @@ def _runs(token_ids: Sequence[int], token: int) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True, slots=True)
 class ImagePrompt:
-    """marker: what a chat's image part is in the template's text; expansion: what each marker
-    becomes before tokenizing (its image's placeholders between the model's own tokens)."""
+    """marker: what a chat's image part is in the template's text; each marker becomes, before
+    tokenizing, its image's placeholders between the model's own text (`expand`): as many as
+    tokens_per_image, or where that is None (Qwen2.5-VL) as `tokens_of` the image's width and
+    height."""
 
     marker: str
-    expansion: str
-    tokens_per_image: int  # the placeholders in an expansion
+    before: str  # the text before an image's placeholders
+    placeholder: str
+    after: str
+    tokens_per_image: int | None
+    tokens_of: Callable[[int, int], int] | None = None
 
-    def expand(self, text: str) -> str:
-        return text.replace(self.marker, self.expansion)
+    def tokens(self, width: int, height: int) -> int:
+        """An image's placeholders."""
+        if self.tokens_per_image is not None:
+            return self.tokens_per_image
+        return self.tokens_of(width, height)
+
+    def expand(self, text: str, sizes: Sequence[tuple[int, int]] = ()) -> str:
+        """The text with each marker in turn replaced by the placeholders of the image of that
+        size (width, height), in order; ImageInputError where the markers and the sizes are not
+        as many."""
+        parts = text.split(self.marker)
+        if self.tokens_per_image is None and len(parts) - 1 != len(sizes):
+            raise ImageInputError(f"the chat's text holds {len(parts) - 1} image(s) but "
+                                  f"{len(sizes)} came with it")
+        sizes = sizes if self.tokens_per_image is None else [(0, 0)] * (len(parts) - 1)
+        return parts[0] + "".join(self._expansion(*size) + part
+                                  for size, part in zip(sizes, parts[1:], strict=True))
+
+    def _expansion(self, width: int, height: int) -> str:
+        return self.before + self.placeholder * self.tokens(width, height) + self.after
 
 
 def gemma3_image_prompt(start: str, image: str, end: str,
                         tokens_per_image: int) -> ImagePrompt:
     """Gemma3Processor's: the start of the image, its tokens and its end, between blank
     lines."""
-    return ImagePrompt(start, f"\n\n{start}{image * tokens_per_image}{end}\n\n",
-                       tokens_per_image)
+    return ImagePrompt(start, f"\n\n{start}", image, f"{end}\n\n", tokens_per_image)
+
+
+def qwen2_5_vl_image_prompt(start: str, image: str, end: str,
+                            tokens_of: Callable[[int, int], int]) -> ImagePrompt:
+    """Qwen's template writes an image part as its start, one placeholder and its end; its
+    processor repeats the placeholder once per token of the image."""
+    return ImagePrompt(start + image + end, start, image, end, None, tokens_of)

@@ -5,6 +5,7 @@ placeholders (pagoda/engine/multimodal/placeholders.py)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -36,7 +37,9 @@ class ChatImages:
 
     def expand(self) -> Callable[[str], str] | None:
         """What turns the rendered chat's markers into placeholders, once images were read."""
-        return self.prompt.expand if self.images else None
+        if not self.images:
+            return None
+        return functools.partial(self.prompt.expand, sizes=[i.size for i in self.images])
 
     def image(self, url: str, detail: str | None, path: str, url_path: str,
               error: type[APIError] = APIError) -> str:

@@ -3,10 +3,11 @@ through it (docs/APP.md lists the few files that build or serve the engine)."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 
 from pagoda.app.backends.chat.local_request import LocalRequest, local_request
@@ -87,6 +88,9 @@ class LocalBackend:
             return ImageInput(False, why=f"{self.model_name} on this computer takes text only: "
                                          "it cannot see images (use a server whose model sees "
                                          "them)")
+        if prompt.tokens_per_image is None:  # as many as the image's size gives
+            return ImageInput(True, ImageCost(exact=True,
+                                              count=functools.partial(_image_tokens, prompt)))
         return ImageInput(True, ImageCost(fixed_tokens=prompt.tokens_per_image
                                           + _IMAGE_MARKER_TOKENS))
 
@@ -207,7 +211,8 @@ class LocalBackend:
                 [_template_dict(m, prompt) if with_images else m.template_dict()
                  for m in messages],
                 continue_final_message=continue_final_message, tools=tools,
-                template_kwargs=template_kwargs, expand=prompt.expand if with_images else None)
+                template_kwargs=template_kwargs,
+                expand=_expansion(prompt, messages) if with_images else None)
         except EngineDeadError as exc:  # the tokenizer's thread is gone: we were shut down
             raise _stopped(exc, "") from exc
         except ValueError as exc:
@@ -234,6 +239,21 @@ class LocalBackend:
                            num_cached_tokens=out.num_cached_tokens, num_output_tokens=num_output,
                            time_to_first_token=m.time_to_first_token,
                            tokens_per_s=_tokens_per_s(m, num_output))
+
+
+def _expansion(prompt: ImagePrompt, messages: Sequence[ChatMessage]) -> Callable[[str], str]:
+    """What turns the rendered chat's image markers into each image's placeholders."""
+    sizes = [(image.width, image.height) for m in messages for image in m.images]
+    return functools.partial(prompt.expand, sizes=sizes)
+
+
+def _image_tokens(prompt: ImagePrompt, width: int, height: int) -> int:
+    """An image's placeholders and the two markers around them; 0 for one the model refuses
+    (its shape: refused in words when the chat is sent)."""
+    try:
+        return prompt.tokens(width, height) + 2
+    except ImageInputError:
+        return 0
 
 
 def _template_dict(message: ChatMessage, prompt: ImagePrompt) -> dict[str, object]:
