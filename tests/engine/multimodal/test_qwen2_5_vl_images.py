@@ -5,12 +5,16 @@ attend causally), its greedy tokens after an image, and the same image again hit
 cache and is not encoded again."""
 
 import io
+import json
+import shutil
+from pathlib import Path
 from dataclasses import replace
 
 import pytest
 import torch
 import transformers
 from PIL import Image
+from safetensors.torch import load_file, save_file
 
 from pagoda.engine import LLM, SamplingParams
 from pagoda.engine.config import EngineConfig
@@ -249,3 +253,29 @@ def test_placeholders_that_do_not_fit_the_image_are_refused(qwen, folder):
     with pytest.raises(ImageInputError, match=r"are 63 tokens, where this model gives this "
                                               r"150 x 300 image 55"):
         llm.engine.add_request("other size", ids, GREEDY, images=[photo(0, SIZES[1])])
+
+
+def test_a_folder_as_qwen_released_it_gives_the_same_logits(qwen, folder, runner, tmp_path):
+    """Qwen's own checkpoints name the text model model.* and the tower visual.* (transformers
+    5 saves them under model.language_model.* and model.visual.*), and their config.json holds
+    the text model's settings at its top, the sections as rope_scaling of type "mrope"."""
+    released = Path(shutil.copytree(folder, tmp_path / "released"))
+    path = released / "model.safetensors"
+    renamed = {name.replace("model.language_model.", "model.").replace("model.visual.",
+                                                                        "visual."): t
+               for name, t in load_file(path).items()}
+    save_file(renamed, path, metadata={"format": "pt"})
+    config = json.loads((released / "config.json").read_text())
+    text = config.pop("text_config")
+    rope = text.pop("rope_parameters")
+    config |= {k: v for k, v in text.items() if k not in ("model_type", "dtype")}
+    config |= {"rope_theta": rope["rope_theta"],
+               "rope_scaling": {"type": "mrope", "mrope_section": rope["mrope_section"]}}
+    (released / "config.json").write_text(json.dumps(config))
+    theirs = ModelRunner(load_model(released, quantization="none"),
+                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1))
+    images = photos(1)
+    ids = prompt(qwen, images)
+    torch.testing.assert_close(prompt_logits(theirs, ids, images=spans_of(theirs, ids, images)),
+                               prompt_logits(runner, ids, images=spans_of(runner, ids, images)),
+                               atol=0, rtol=0)
