@@ -27,7 +27,7 @@ from pagoda.engine.loading.gguf import (
     squeezed_shape,
     tensor_shape,
 )
-from pagoda.engine.models.vision_tower import PROJECTOR, TOWER, VISUAL
+from pagoda.engine.models.vision_tower import CLIP_MEAN, CLIP_STD, PROJECTOR, TOWER, VISUAL
 
 GEMMA3 = "gemma3"
 QWEN2_5_VL = "qwen2.5vl_merger"
@@ -132,6 +132,7 @@ class MMProjFile:
         period = self._count("clip.vision.n_wa_pattern", depth)
         merge = self._field("clip.vision.spatial_merge_size") or QWEN_MERGE_SIZE
         window = self._field("clip.vision.window_size") or QWEN_WINDOW_SIZE
+        self._check_clip_normalisation()
         width = self._count("clip.vision.projection_dim", MAX_WIDTH)
         if width != text.hidden_size:
             raise ModelLoadError(f"{self.path}'s tower gives {width}-wide image tokens to a "
@@ -149,6 +150,18 @@ class MMProjFile:
                   "out_hidden_size": width, "hidden_act": "silu",
                   "rms_norm_eps": 1e-6 if eps is None else float(eps)}
         return transformers.Qwen2_5_VLConfig(text_config=text.to_dict(), vision_config=vision)
+
+    def _check_clip_normalisation(self) -> None:
+        """Qwen2.5-VL's processor normalises by CLIP's mean and std, which Pagoda's makes; a
+        file stating others is refused rather than fed pixels it was not trained on."""
+        for key, ours in (("clip.vision.image_mean", CLIP_MEAN), ("clip.vision.image_std",
+                                                                 CLIP_STD)):
+            stated = self._field(key)
+            if stated is not None and (len(stated) != 3 or any(
+                    abs(a - b) > 1e-6 for a, b in zip(stated, ours, strict=False))):
+                raise ModelLoadError(f"{self.path} normalises images by {key} = {stated}, "
+                                     f"where Qwen2.5-VL's processor uses {list(ours)}: Pagoda "
+                                     "does not read this tower.")
 
     def weights(self, config: transformers.PretrainedConfig) -> dict[str, torch.Tensor]:
         """Every tensor under its transformers name, float32, its shape checked against

@@ -46,6 +46,9 @@ QWEN2_5_VL_IMAGE_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>"
 # 16,384 tokens, 12.8 million pixels, an image: minutes of a CPU's prefill).
 QWEN2_5_VL_MIN_PIXELS = 56 * 56
 QWEN2_5_VL_MAX_PIXELS = 4096 * 28 * 28
+# The mean and standard deviation Qwen2.5-VL's processor normalises pixels by (OpenAI CLIP's).
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 # The tower's and projector's tensors as folders name them: released checkpoints
 # (vision_tower.vision_model.*, multi_modal_projector.*, Qwen's visual.*), transformers 5's
 # saves (vision_tower.*) and its modules (model.vision_tower.*, model.visual.*).

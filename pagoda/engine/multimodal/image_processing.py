@@ -25,10 +25,8 @@ from PIL import Image
 
 from pagoda.engine.errors import ImageInputError
 from pagoda.engine.layers.grid_vision_encoder import PatchGrid
-from pagoda.engine.models.vision_tower import GridImageTower, ImageTower
+from pagoda.engine.models.vision_tower import CLIP_MEAN, CLIP_STD, GridImageTower, ImageTower
 
-CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 # Qwen's processor refuses images longer than this many times their width, or wider.
 MAX_ASPECT_RATIO = 200
 

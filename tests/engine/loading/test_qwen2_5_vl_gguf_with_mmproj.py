@@ -73,3 +73,12 @@ def test_a_qwen_mmproj_beside_another_family_is_refused(files, tmp_path):
     llama = write_tiny_gguf(tmp_path / "llama.gguf").path
     with pytest.raises(ModelLoadError, match="Qwen2.5-VL vision tower, and llama.gguf is a llama"):
         load_model(llama, mmproj=mmproj)
+
+
+def test_an_mmproj_that_normalises_otherwise_is_refused(files):
+    _, model_file, mmproj = files
+    file = MMProjFile(mmproj)
+    stated = file._field
+    file._field = lambda key: [0.5] * 3 if key == "clip.vision.image_mean" else stated(key)
+    with pytest.raises(ModelLoadError, match="normalises images by clip.vision.image_mean"):
+        file.qwen2_5_vl_config(load_model(model_file, quantization="none").config)
