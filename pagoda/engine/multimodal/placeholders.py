@@ -3,16 +3,16 @@ token, as long as the model gives that image (Gemma 3: 256 each; Qwen2.5-VL: one
 of its patches, so as its size), in the order the images come.
 
 In a chat, an image part becomes the model's marker in the text the template renders
-(`ImagePrompt.marker`: Gemma 3's `<start_of_image>`, which its own template writes for an image
-part), and each marker becomes the whole run before the text is tokenized (`expand`), as the
-family's Hugging Face processor does."""
+(`ImagePrompt.marker`: Gemma 3's `<start_of_image>`, Qwen2.5-VL's
+`<|vision_start|><|image_pad|><|vision_end|>`, what each one's own template writes for an image
+part), and each marker becomes its image's whole run before the text is tokenized (`expand`), as
+the family's Hugging Face processor does."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
 from PIL import Image
 
 from pagoda.engine.core.image_spans import ImageSpan

@@ -40,8 +40,8 @@ from pagoda.engine.worker.image_inputs import (
     within_images,
 )
 from pagoda.engine.worker.kernel_placement import place_kernels
-from pagoda.engine.worker.mrope_positions import chunk_positions, position_offset
 from pagoda.engine.worker.logprobs import LogprobsRequest, SampledLogprobs, StepLogprobs
+from pagoda.engine.worker.mrope_positions import chunk_positions, position_offset
 from pagoda.engine.worker.pooler import PoolingChunk, pool_chunks
 from pagoda.engine.worker.rejection_sampler import RejectionSampler
 from pagoda.engine.worker.sampler import Sampler, SamplingMetadata, SamplingRow
