@@ -138,8 +138,9 @@ def tiny_qwen2_5_vl(seed: int = 0) -> transformers.Qwen2_5_VLForConditionalGener
 
 def save_qwen2_5_vl(model: transformers.Qwen2_5_VLForConditionalGeneration,
                     folder: Path) -> Path:
-    """The folder as transformers 5 saves it (model.language_model.*, model.visual.*), with its
-    tokenizer and the processor's settings."""
+    """The folder as Qwen released it, which is how transformers 5 saves it too (the text model
+    under model.*, the tower under visual.*), with its tokenizer and the processor's
+    settings."""
     model.save_pretrained(folder)
     qwen2_5_vl_tokenizer().save_pretrained(folder)
     vision = model.config.vision_config

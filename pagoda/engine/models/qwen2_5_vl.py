@@ -4,10 +4,11 @@ row and column positions (pagoda/engine/layers/rotary.py). Text tokens hold thre
 positions, so text rotates as plain RoPE, and the one-C-call decode step runs the layers; an
 image's tokens lie on its grid of rows and columns (pagoda/engine/worker/mrope_positions.py).
 
-The released folders (model_type "qwen2_5_vl") hold the text model's config as text_config
-(registry.TEXT_MODEL_OF), its weights under model.language_model. as transformers 5 saves them
-(or model. as Qwen released them: the text model's own names), and the vision tower under
-visual. (pagoda/engine/models/vision_tower.py).
+The multimodal folders (model_type "qwen2_5_vl") hold the text model's config as text_config
+(registry.TEXT_MODEL_OF), or its settings at the config's top as Qwen released them; its
+weights under model. as Qwen released them and transformers 5 saves them (the text model's own
+names), or model.language_model. as transformers 5's modules name them (`folder_weights`); the
+vision tower under visual. or model.visual. (pagoda/engine/models/vision_tower.py).
 
 llama.cpp's converter writes the language model as a "qwen2vl" GGUF file, its sections as
 rope.dimension_sections (four counts, the fourth unused here), and the tower as an mmproj file.
@@ -28,7 +29,7 @@ from pagoda.engine.models.gguf_config import GGUFSettings, llama_shape, rope_the
 
 NAME = "Qwen2.5-VL"  # its entry in pagoda/engine/models/registry.py names the model types it covers
 
-# A multimodal folder's text model's tensors as transformers 5 saves them.
+# A multimodal folder's text model's tensors as transformers 5's modules name them.
 FOLDER_TENSORS = re.compile(r"model\.language_model\.(.+)")
 
 

@@ -186,12 +186,12 @@ def qwen2_5_vl_image_tower(config: PretrainedConfig, weights: Mapping[str, Weigh
         norm_eps=getattr(vision, "rms_norm_eps", 1e-6))
     merger = PatchMerger(unit=shape.merge_size ** 2,
                          norm_weight=_vector(weights, VISUAL + "merger.ln_q.weight", placement),
-                         eps=shape.norm_eps, fc1=_biased(weights, VISUAL + "merger.mlp.0", placement),
+                         eps=shape.norm_eps,
+                         fc1=_biased(weights, VISUAL + "merger.mlp.0", placement),
                          fc2=_biased(weights, VISUAL + "merger.mlp.2", placement))
     rope_theta = float((getattr(vision, "rope_parameters", None) or {}).get("rope_theta", 1e4))
     return GridImageTower(_grid_encoder(shape, vision.depth, rope_theta, weights, placement),
-                          merger,
-                          config.image_token_id, config.vision_start_token_id,
+                          merger, config.image_token_id, config.vision_start_token_id,
                           config.vision_end_token_id)
 
 
@@ -207,7 +207,8 @@ def _grid_encoder(shape: GridVisionShape, depth: int, rope_theta: float,
             out_proj=_biased(weights, at + "attn.proj", placement),
             norm2=_vector(weights, at + "norm2.weight", placement),
             gate_up_proj=make_fused_linear(
-                [weights[mlp + "gate_proj.weight"], weights[mlp + "up_proj.weight"]],
+                [_tensor(weights, mlp + "gate_proj.weight"),
+                 _tensor(weights, mlp + "up_proj.weight")],
                 torch.cat([_vector(weights, mlp + f"{p}_proj.bias", placement)
                            for p in ("gate", "up")]), placement),
             down_proj=_biased(weights, mlp + "down_proj", placement)))
@@ -227,7 +228,7 @@ def _grid_encoder(shape: GridVisionShape, depth: int, rope_theta: float,
 
 
 def _biased(weights: Mapping[str, Weight], name: str, placement: Placement):
-    return make_linear(weights[name + ".weight"],
+    return make_linear(_tensor(weights, name + ".weight"),
                        _vector(weights, name + ".bias", placement), placement)
 
 

@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from pagoda.engine import LLM, SamplingParams
 from pagoda.engine.config import EngineConfig
-from pagoda.engine.errors import ImageInputError
+from pagoda.engine.errors import ImageInputError, ModelLoadError
 from pagoda.engine.layers.grid_vision_encoder import window_order
 from pagoda.engine.loading.loader import load_model
 from pagoda.engine.multimodal.image_processing import GridResize, image_processor
@@ -255,27 +255,40 @@ def test_placeholders_that_do_not_fit_the_image_are_refused(qwen, folder):
         llm.engine.add_request("other size", ids, GREEDY, images=[photo(0, SIZES[1])])
 
 
-def test_a_folder_as_qwen_released_it_gives_the_same_logits(qwen, folder, runner, tmp_path):
-    """Qwen's own checkpoints name the text model model.* and the tower visual.* (transformers
-    5 saves them under model.language_model.* and model.visual.*), and their config.json holds
-    the text model's settings at its top, the sections as rope_scaling of type "mrope"."""
-    released = Path(shutil.copytree(folder, tmp_path / "released"))
-    path = released / "model.safetensors"
-    renamed = {name.replace("model.language_model.", "model.").replace("model.visual.",
-                                                                        "visual."): t
-               for name, t in load_file(path).items()}
-    save_file(renamed, path, metadata={"format": "pt"})
-    config = json.loads((released / "config.json").read_text())
+def test_a_folder_under_transformers_module_names_gives_the_same_logits(qwen, folder, runner,
+                                                                         tmp_path):
+    """transformers 5's own modules name the text model model.language_model.* and the tower
+    model.visual.* (its saves, as Qwen's checkpoints, model.* and visual.*); a config.json may
+    hold the text model's settings at its top, the sections as rope_scaling of type "mrope", as
+    Qwen's do."""
+    renamed = Path(shutil.copytree(folder, tmp_path / "renamed"))
+    path = renamed / "model.safetensors"
+    tensors = load_file(path)
+    assert "model.layers.0.mlp.up_proj.weight" in tensors and "visual.merger.ln_q.weight" in tensors
+    save_file({("model.language_model." + name[len("model."):] if name.startswith("model.")
+                else "model." + name if name.startswith("visual.") else name): t
+               for name, t in tensors.items()}, path, metadata={"format": "pt"})
+    config = json.loads((renamed / "config.json").read_text())
     text = config.pop("text_config")
     rope = text.pop("rope_parameters")
     config |= {k: v for k, v in text.items() if k not in ("model_type", "dtype")}
     config |= {"rope_theta": rope["rope_theta"],
                "rope_scaling": {"type": "mrope", "mrope_section": rope["mrope_section"]}}
-    (released / "config.json").write_text(json.dumps(config))
-    theirs = ModelRunner(load_model(released, quantization="none"),
+    (renamed / "config.json").write_text(json.dumps(config))
+    theirs = ModelRunner(load_model(renamed, quantization="none"),
                          EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1))
     images = photos(1)
     ids = prompt(qwen, images)
     torch.testing.assert_close(prompt_logits(theirs, ids, images=spans_of(theirs, ids, images)),
                                prompt_logits(runner, ids, images=spans_of(runner, ids, images)),
                                atol=0, rtol=0)
+
+
+def test_a_folder_missing_a_tower_tensor_is_refused_in_words(folder, tmp_path):
+    damaged = Path(shutil.copytree(folder, tmp_path / "damaged"))
+    path = damaged / "model.safetensors"
+    tensors = {name: t for name, t in load_file(path).items()
+               if name != "visual.blocks.1.mlp.up_proj.weight"}
+    save_file(tensors, path, metadata={"format": "pt"})
+    with pytest.raises(ModelLoadError, match="blocks.1.mlp.up_proj.weight is missing"):
+        LLM(str(damaged), num_threads=1, num_kv_blocks=16)
