@@ -123,7 +123,7 @@ async def documents_chat(window, folder: Path) -> None:
         title="Lighthouse log", sampling=SamplingSettings(temperature=0.0, max_tokens=60))
     tab = await window.chat_tabs.open_conversation(chat.id)
     session = window.controllers[chat.id].session
-    await session.attach([str(log)])
+    await session.files.attach([str(log)])
     tab.composer.send_requested.emit("According to the log, how many litres of oil did the lamp burn in "
                                      "September?")
     await asyncio.sleep(0.5)

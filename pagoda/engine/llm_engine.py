@@ -28,13 +28,15 @@ from pagoda.engine.errors import ImageInputError, PromptTooLongError
 from pagoda.engine.loading.loader import LoadedModel, load_model
 from pagoda.engine.loading.model_info import check_model_fits
 from pagoda.engine.models.vision_tower import GridImageTower
-from pagoda.engine.multimodal.image_processing import grid_resize, image_processor
+from pagoda.engine.multimodal.image_processing import grid_resize, image_processor, tile_grid
 from pagoda.engine.multimodal.images import DecodedImage
 from pagoda.engine.multimodal.placeholders import (
     ImagePrompt,
+    SmolVLMTokens,
     gemma3_image_prompt,
     image_spans,
     qwen2_5_vl_image_prompt,
+    smolvlm_image_prompt,
 )
 from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.parsers.reasoning_markers import reasoning_markers
@@ -45,7 +47,7 @@ from pagoda.engine.spec_decode.draft_sources import (
     MIN_BLOCK_CHECKS,
     DraftSources,
     ModelDrafts,
-    block_pays,
+    drafts_that_pay,
 )
 from pagoda.engine.spec_decode.ngram_proposer import NgramProposer
 from pagoda.engine.spec_decode.step_cost import StepCost
@@ -55,7 +57,7 @@ from pagoda.engine.structured_output.vocabulary import Vocabulary
 from pagoda.engine.text.unicode import check_encodable
 from pagoda.engine.worker.calibration import calibrate_step_cost
 from pagoda.engine.worker.logits_controls import bad_words_token_ids
-from pagoda.engine.worker.model_runner import ModelRunner
+from pagoda.engine.worker.model_runner import ModelRunner, RunnerOutput
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +105,8 @@ class LLMEngine:
             check_model_fits(model, self.config)
         self.loaded = loaded or load_model(model, self.config.dtype,
                                            quantization=self.config.quantization,
-                                           mmproj=self.config.mmproj)
+                                           mmproj=self.config.mmproj,
+                                           mtp=self.config.num_speculative_tokens > 0)
         self.tokenizer = self.loaded.tokenizer
         release = loaded is None if release_weights is None else release_weights
         self.runner = ModelRunner(self.loaded, self.config, release)
@@ -184,6 +187,11 @@ class LLMEngine:
             [tower.start_token_id, tower.image_token_id, tower.end_token_id])
         if isinstance(tower, GridImageTower):
             return qwen2_5_vl_image_prompt(start, image, end, grid_resize(tower).tokens)
+        if tower.tiles is not None:
+            tiles = tower.tiles
+            return smolvlm_image_prompt(
+                SmolVLMTokens(), tower.tokens_per_image,
+                lambda size: tile_grid(size, tower.image_size, tiles))
         return gemma3_image_prompt(start, image, end, tower.tokens_per_image)
 
     def _image_spans(self, token_ids: list[int], images: Seq[DecodedImage]
@@ -258,7 +266,7 @@ class LLMEngine:
                 return self._fail(sched, exc)
             seconds = time.perf_counter() - began
             self._observe_prefill(sched, seconds)
-            self._observe_decode(sched, seconds)
+            self._observe_decode(sched, self._decode_seconds(seconds, result))
             advanced = self.scheduler.update_from_output(sched, result.sampled)
             if result.drafts is not None:
                 self.scheduler.offer_drafts(sched, result.drafts)
@@ -324,7 +332,15 @@ class LLMEngine:
             # Only then: caches written before the KV dtype was a setting stay valid.
             settings["kv_cache_dtype"] = self.runner.kv_dtype
         layout = self.runner.kv_layout
-        ios = group_block_ios(self.runner.kv_caches, [layers for _, layers in layout])
+        caches, groups = self.runner.kv_caches, [layers for _, layers in layout]
+        if self.runner.mtp_kv is not None:
+            # The multi-token-prediction block's keys ride in the first group's blocks: saved
+            # and read with them, so a hit from disk restores them as one from memory does
+            # (its files are its own: the block's keys change the blocks' shape).
+            caches, groups = [*caches, self.runner.mtp_kv], [(*groups[0], len(caches)),
+                                                            *groups[1:]]
+            settings["mtp_kv"] = list(self.runner.mtp_kv[0].shape[1:])
+        ios = group_block_ios(caches, groups)
         if len(ios) > 1:
             # Only then, as the KV dtype: a model of one group keeps its files. Each group's
             # layers and block shape, so no file of another grouping is read as a group's part.
@@ -403,24 +419,32 @@ class LLMEngine:
                 return
         self.step_cost.observe(sched.num_batched_tokens, seconds)
 
+    def _decode_seconds(self, seconds: float, result: RunnerOutput) -> float:
+        """A step's time as the step cost counts it: without the multi-token-prediction
+        block's chained passes, whose number the engine chooses apart (_judge_the_model_drafter)."""
+        return seconds - result.draft_seconds
+
     def _judge_the_model_drafter(self) -> None:
-        """Stop running the multi-token-prediction block once its drafts, checked enough
-        times, do not pay for a step verifying one and for its own pass (draft_sources.
-        block_pays, by the step cost's one-stream rows); prompt lookup drafts alone then."""
-        sources, cost = self.scheduler.proposer, self.step_cost
-        block = sources.model
-        if not cost.is_known or block.num_checked < MIN_BLOCK_CHECKS:
+        """Once the block's drafts are checked enough times, have it make as many a step as
+        pay (draft_sources.drafts_that_pay, by the step cost's one-stream rows and the block's
+        measured passes), and stop running it where none does; prompt lookup drafts alone
+        then."""
+        cost, runner = self.step_cost, self.runner
+        if not cost.is_known or self.scheduler.proposer.model.num_checked < MIN_BLOCK_CHECKS:
             return
-        share = self.runner.mtp_seconds.mean
-        verify, plain = cost.seconds(2), cost.seconds(1) - share
-        if plain <= 0 or block_pays(block.overall_acceptance, verify, plain):
+        acceptance = self.scheduler.proposer.model.overall_acceptance
+        block = runner.mtp_seconds.mean
+        num = drafts_that_pay(acceptance, cost, block, runner.mtp_chain_seconds.mean,
+                              self.config.num_speculative_tokens)
+        if num:
+            runner.num_mtp_drafts = num
             return
-        self.runner.drafts_with_mtp = False
+        runner.drafts_with_mtp = False
         logger.info("The model's multi-token-prediction drafts were kept %.0f%% of the time; a "
                     "step verifying one takes %.1f ms here and one without the block %.1f ms "
                     "(the block itself %.1f ms a step): it does not pay, and stops; prompt "
-                    "lookup drafts alone", 100 * block.overall_acceptance, verify * 1e3,
-                    plain * 1e3, share * 1e3)
+                    "lookup drafts alone", 100 * acceptance, cost.seconds(2) * 1e3,
+                    (cost.seconds(1) - block) * 1e3, block * 1e3)
 
     def _validate_token_ids(self, params: SamplingParams) -> None:
         """Token ids a request names must be in the model's vocabulary."""

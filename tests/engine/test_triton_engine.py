@@ -128,3 +128,36 @@ def test_triton_runs_a_file_of_iq4_xs_q5_k_and_q3_k_blocks_as_its_dequantized_se
         return llm.generate([list(range(100, 106))], params)[0].outputs[0].token_ids
 
     assert greedy_tokens("triton", "auto") == greedy_tokens("torch", "none")
+
+
+def mtp_replies_and_drafts(folder, backend: str) -> tuple[list[list[int]], list[list[int]]]:
+    """The tiny Qwen3.5 with a multi-token-prediction block drafting 3 a step: the replies,
+    and every draft the block offers."""
+    llm = LLM(str(folder), num_kv_blocks=32, num_threads=1, kernel_backend=backend,
+              num_speculative_tokens=3, speculative_cost_model=False)
+    assert llm.engine.runner.model.ops.name == backend
+    offered: list[list[int]] = []
+    proposer = llm.engine.scheduler.proposer
+    offer = proposer.offer
+
+    def record(seq, drafts):
+        offered.append(list(drafts))
+        offer(seq, drafts)
+
+    proposer.offer = record
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    outs = llm.generate([SHARED_PREFIX[:37], list(range(300, 318))], params)
+    return [o.outputs[0].token_ids for o in outs], offered
+
+
+@pytest.mark.slow
+def test_triton_kernels_chain_mtp_drafts_as_the_torch_path(tmp_path):
+    """The block's chained passes attend through the Triton kernels' varlen metadata (one
+    query a sequence, in its blocks and its scratch blocks past them)."""
+    from tests.engine.spec_decode.test_mtp_drafts import add_mtp_block
+
+    folder = save_tiny_model(tmp_path / "qwen3.5", "qwen3.5")
+    add_mtp_block(folder)
+    triton = mtp_replies_and_drafts(folder, "triton")
+    assert triton == mtp_replies_and_drafts(folder, "torch")
+    assert {len(drafts) for drafts in triton[1]} == {3}

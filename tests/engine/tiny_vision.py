@@ -82,6 +82,72 @@ def _released(name: str) -> str:
     return f"{prefix}vision_model.{name[len(prefix):]}" if name.startswith(prefix) else name
 
 
+# SmolVLM: a SigLIP tower of 32-pixel tiles in 4-pixel patches (8 x 8), pixel-shuffled by 2 to
+# 16 tokens a tile; a Llama-shaped text model. Its processor resizes an image's longest edge to
+# 64 pixels and splits it into tiles of 32 (at most 2 x 2, and the whole image as a last tile).
+SMOLVLM_VISION = {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+                  "num_attention_heads": 4, "image_size": 32, "patch_size": 4,
+                  "layer_norm_eps": 1e-6}
+SMOLVLM_TEXT = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 96,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "head_dim": 16, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5,
+                "tie_word_embeddings": False, "architectures": ["LlamaForCausalLM"]}
+SMOLVLM_TOKENS_PER_TILE = 16
+SMOLVLM_LONGEST_EDGE = 64
+# SmolVLM's image tokens: around an image's tiles, the whole image's tag, the placeholder, and
+# each tile's place in the grid.
+SMOLVLM_IMAGE_TOKENS = ("<fake_token_around_image>", "<global-img>", "<image>",
+                        *(f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)))
+
+
+@functools.cache
+def _smolvlm_tokenizer() -> transformers.PreTrainedTokenizerBase:
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_folder())
+    tokenizer.add_special_tokens({"additional_special_tokens": list(SMOLVLM_IMAGE_TOKENS)})
+    return tokenizer
+
+
+def smolvlm_tokenizer() -> transformers.PreTrainedTokenizerBase:
+    """The default model's tokenizer with SmolVLM's image tokens added; a copy each call."""
+    return copy.deepcopy(_smolvlm_tokenizer())
+
+
+def tiny_smolvlm(seed: int = 0, idefics3: bool = False
+                 ) -> transformers.SmolVLMForConditionalGeneration:
+    """idefics3: the first SmolVLMs' classes (Idefics3ForConditionalGeneration), the same
+    model under another name."""
+    tokenizer = smolvlm_tokenizer()
+    torch.manual_seed(seed)
+    config_class, model_class = (
+        (transformers.Idefics3Config, transformers.Idefics3ForConditionalGeneration) if idefics3
+        else (transformers.SmolVLMConfig, transformers.SmolVLMForConditionalGeneration))
+    config = config_class(
+        text_config=SMOLVLM_TEXT | {"vocab_size": len(tokenizer)},
+        vision_config=SMOLVLM_VISION, scale_factor=2,
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"))
+    model = model_class(config).eval()
+    with torch.no_grad():  # the norms start at ones and zeros: draw them
+        for name, parameter in model.named_parameters():
+            if "norm" in name:
+                parameter.normal_(1.0 if name.endswith("weight") else 0.0, 0.2)
+    return model
+
+
+def save_smolvlm(model: transformers.SmolVLMForConditionalGeneration, folder: Path,
+                 longest_edge: int = SMOLVLM_LONGEST_EDGE, splitting: bool = True) -> Path:
+    """The folder as HuggingFaceTB's checkpoints lay it out, with its tokenizer and the
+    processor's settings (longest_edge: what an image's longest edge is resized to before it is
+    split into tiles)."""
+    model.save_pretrained(folder)
+    smolvlm_tokenizer().save_pretrained(folder)
+    tile = model.config.vision_config.image_size
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "SmolVLMImageProcessor", "do_image_splitting": splitting,
+        "size": {"longest_edge": longest_edge}, "max_image_size": {"longest_edge": tile},
+        "resample": 1, "image_mean": [0.5] * 3, "image_std": [0.5] * 3}))
+    return folder
+
+
 # Qwen2.5-VL: a tower of 14-pixel patches (two frames each: a still image is repeated), merged
 # 2 x 2 into one image token, attending within 112-pixel windows but in its full-attention layers
 # (every second, as llama.cpp's converter requires a period); its text model rotates each head's

@@ -129,15 +129,15 @@ class ImageCost:
     # A model whose every image takes the same tokens whatever its size (Gemma 3: 256 and its
     # markers); None: counted from its pixels as above.
     fixed_tokens: int | None = None
-    # The model's own count of an image of (width, height), markers included, where the
-    # backend has it (a local Qwen2.5-VL's processor); None: counted as above.
-    count: Callable[[int, int], int] | None = None
+    # A model that counts an image's tokens its own way from (width, height), markers included
+    # (a local SmolVLM's tiles, a local Qwen2.5-VL's merge units); None: counted as above.
+    counted_by: Callable[[int, int], int] | None = None
 
     def tokens(self, width: int, height: int) -> int:
+        if self.counted_by is not None:
+            return self.counted_by(width, height)
         if self.fixed_tokens is not None:
             return self.fixed_tokens
-        if self.count is not None:
-            return self.count(width, height)
         pixels = width * height
         scale = 1.0
         if pixels > self.max_pixels:

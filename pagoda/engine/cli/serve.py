@@ -37,6 +37,20 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                              "something new; once a call's result is back the model chooses "
                              "again. For small models that answer an agent's task without "
                              "looking (default: off)")
+    images = parser.add_argument_group("images in a chat")
+    images.add_argument("--allow-remote-images", action="store_true",
+                        help="fetch an image part's http(s) URL (default: off, such a part is a "
+                             "400 and images come inline as data: URLs). Only from public "
+                             "addresses, within --remote-image-timeout, at most 20 MiB")
+    images.add_argument("--allow-private-image-hosts", action="store_true",
+                        help="with --allow-remote-images, fetch from loopback, private and "
+                             "link-local addresses as well (this machine, its network, a "
+                             "cloud's metadata address): only where every client may reach "
+                             "them (default: off)")
+    images.add_argument("--remote-image-timeout", type=_positive(float), default=10.0,
+                        metavar="SECONDS",
+                        help="the most one remote image's fetch may take, redirects included "
+                             "(default: 10)")
     # The defaults are pagoda.engine.server.connections' (not imported here: it loads uvicorn).
     server.add_argument("--header-timeout", type=_positive(float), default=10.0,
                         metavar="SECONDS",
@@ -68,6 +82,7 @@ def run_serve(args: argparse.Namespace,
 
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     check_bind_address(args.host, api_key)
+    remote_images(args)  # options that disagree are refused before the model loads
     sock = bind(args.host, args.port)  # before loading: a taken port fails in a second
     engine = (make_engine or _load_engine)(args)
     settle_the_heap()
@@ -92,7 +107,18 @@ def served_model(args: argparse.Namespace, engine) -> ServedModel:
 
     return ServedModel(args.served_model_name or engine.model_name, engine,
                        engine.max_model_len, created=engine.model_created,
-                       force_tool_call=args.force_tool_call)
+                       force_tool_call=args.force_tool_call, remote_images=remote_images(args))
+
+
+def remote_images(args: argparse.Namespace):
+    """The image-fetching options as the server takes them (RemoteImages); ValueError where
+    they disagree."""
+    from pagoda.engine.server.remote_images import RemoteImages
+
+    if args.allow_private_image_hosts and not args.allow_remote_images:
+        raise ValueError("--allow-private-image-hosts widens --allow-remote-images: give both")
+    return RemoteImages(args.allow_remote_images, args.allow_private_image_hosts,
+                        args.remote_image_timeout)
 
 
 def _load_engine(args: argparse.Namespace):

@@ -7,8 +7,8 @@ Three rules follow from what an image is to a model:
   cache, another one does not, across restarts too (the disk tier keys blocks by hash);
 - Gemma 3 attends bidirectionally within an image, so a prefill chunk never ends inside one
   of its images (`chunk_end`; `ImageSpan.whole`): a chunk that would is cut before the image,
-  or, where it starts at the image, takes the whole of it (Qwen2.5-VL attends causally: its
-  chunks end anywhere);
+  or, where it starts at the image, takes the whole of it (SmolVLM and Qwen2.5-VL attend
+  causally: their chunks end anywhere);
 - a prefix hit never ends inside one either (`hit_end`): the rest of its tokens would need
   the image encoded again beside keys already cached.
 """
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class ImageSpan:
-    """An image's placeholders: tokens offset .. offset + length of the prompt.
+    """An image's (or one of its tiles') placeholders: tokens offset .. offset + length of the
+    prompt.
     pixels: the processor's output for the vision tower (bookkeeping never reads it).
     content_hash: the image's identity (pagoda.engine.multimodal.images). grid: (rows, columns)
     of its tokens where the language model places them on a grid (Qwen2.5-VL's M-RoPE), None

@@ -4,6 +4,10 @@ Gemma 3's (`PooledProjector`): the patches' grid average-pooled to mm_tokens_per
 grid of an 896-pixel image into 16 x 16: 256 tokens), each RMS-normalised (Gemma's 1 + w) and
 projected to the language model's width.
 
+SmolVLM's (`PixelShuffleProjector`): each square of scale x scale patches folded into one token
+(their vectors side by side, row by row: a 32 x 32 grid of a 512-pixel tile into 16 x 16 tokens
+four times as wide, at scale 4), projected to the language model's width by one matrix.
+
 Qwen2.5-VL's (`PatchMerger`): each merge unit's patches (2 x 2, consecutive in the processor's
 order) RMS-normalised one by one, side by side, through a GELU MLP to the language model's
 width: one image token per unit."""
@@ -41,6 +45,26 @@ class PooledProjector:
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.norm_weight)
         out = self.projection(x.to(patches.dtype).flatten(0, 1))
         return out.view(images, self.tokens_per_image, -1)
+
+
+@dataclass(slots=True)
+class PixelShuffleProjector:
+    patches_per_side: int
+    scale: int
+    projection: Linear  # vision width x scale^2 -> text width, no bias
+
+    @property
+    def tokens_per_image(self) -> int:
+        return (self.patches_per_side // self.scale) ** 2
+
+    def __call__(self, patches: torch.Tensor) -> torch.Tensor:
+        """[images, patches, vision width] -> [images, tokens_per_image, text width]."""
+        images, _, width = patches.shape
+        side, s = self.patches_per_side, self.scale
+        grid = patches.reshape(images, side // s, s, side // s, s, width)
+        # A token's vector: its square's patches row by row, each patch's vector whole.
+        folded = grid.permute(0, 1, 3, 2, 4, 5).reshape(-1, s * s * width)
+        return self.projection(folded.contiguous()).view(images, self.tokens_per_image, -1)
 
 
 @dataclass(slots=True)

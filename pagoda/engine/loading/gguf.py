@@ -379,7 +379,7 @@ def _decode(data: np.ndarray, kind: QType, shape: tuple[int, ...], quantization:
     if kind == QType.Q8_0:
         return decode_q8_0(data)
     if kind in BLOCK_WEIGHTS:  # read in place by our CPU kernel; widened where that does not run
-        return BLOCK_WEIGHTS[kind](torch.from_numpy(np.array(data, dtype=np.uint8)))
+        return BLOCK_WEIGHTS[kind](blocks_in_huge_pages(data))
     if kind in DECODED_TYPES:  # exactly, or in groups of 32 finer than their own steps
         return widen_to_int8(data, kind)
     return _float_tensor(data, kind, shape).to(dtype)
@@ -437,6 +437,14 @@ def decode_int4(data: np.ndarray, kind: QType) -> Int4Weight:
         mins=torch.from_numpy(mins.reshape(rows, -1)),
         group_size=INT4_GROUP_SIZE,
     )
+
+
+def blocks_in_huge_pages(data: np.ndarray) -> torch.Tensor:
+    """A tensor's rows of GGUF blocks, copied out of the file's mapping into huge pages: a
+    one-row step streams them from memory (pagoda/kernels/cpu/huge_pages.py)."""
+    out = huge_page_empty(data.shape, torch.uint8)
+    np.copyto(out.numpy(), np.asarray(data).view(np.uint8))
+    return out
 
 
 def decode_q8_0(data: np.ndarray) -> Int8Weight:

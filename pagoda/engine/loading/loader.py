@@ -25,10 +25,11 @@ from safetensors import SafetensorError, safe_open
 from pagoda.engine.errors import ModelLoadError
 from pagoda.engine.folders import cache_dir
 from pagoda.engine.loading.gguf import GGUFModelFile
-from pagoda.engine.loading.mmproj import GEMMA3, QWEN2_5_VL, MMProjFile
+from pagoda.engine.loading.mmproj import GEMMA3, IDEFICS3, QWEN2_5_VL, MMProjFile
 from pagoda.engine.loading.model_check import check_config_supported
 from pagoda.engine.loading.model_files import default_model_file, model_name
 from pagoda.engine.loading.on_load import apply_quantization
+from pagoda.engine.loading.tile_settings import folder_tile_settings
 from pagoda.engine.models.mtp import PREFIX as MTP_PREFIX
 from pagoda.engine.models.registry import (
     expected_weight_shapes,
@@ -41,6 +42,8 @@ from pagoda.engine.models.vision_tower import (
     GEMMA3_IMAGE_TOKENS,
     IMAGE_TOWERS,
     QWEN2_5_VL_IMAGE_TOKENS,
+    SMOLVLM_IMAGE_TOKENS,
+    SMOLVLM_TYPES,
     vision_tensor_name,
 )
 from pagoda.engine.quantization.tensors import Weight, weight_shape
@@ -56,10 +59,35 @@ SHARD_INDEX = "model.safetensors.index.json"
 # its own config from the file's keys), so no cache of an older build is read.
 METADATA_FORMAT = 2
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
-# Per mmproj projector type: the family as users know it, the language model's model_type it
-# goes with, and the image's start, placeholder and end tokens in that model's vocabulary.
-_MMPROJ_MODELS = {GEMMA3: ("Gemma 3", "gemma3_text", GEMMA3_IMAGE_TOKENS),
-                  QWEN2_5_VL: ("Qwen2.5-VL", "qwen2_5_vl_text", QWEN2_5_VL_IMAGE_TOKENS)}
+
+
+@dataclass(frozen=True, slots=True)
+class _ImageTokens:
+    """A family's image tokens in its vocabulary (what its processor writes around and for an
+    image), and the multimodal config's attributes that hold their ids (None: not one)."""
+
+    family: str  # as users know it
+    tokens: tuple[str, str, str]
+    attributes: tuple[str | None, str | None, str | None]
+    placeholder_at: int = 1  # which of the tokens each image embedding replaces
+
+    @property
+    def placeholder(self) -> str:
+        return self.tokens[self.placeholder_at]
+
+
+_GEMMA3_TOKENS = _ImageTokens("Gemma 3", GEMMA3_IMAGE_TOKENS,
+                              ("boi_token_index", "image_token_index", "eoi_token_index"))
+# Around each tile, the whole image's tag (a token of the layout, no config's), the placeholder.
+_SMOLVLM_TOKENS = _ImageTokens("SmolVLM", SMOLVLM_IMAGE_TOKENS,
+                               ("fake_image_token_id", None, "image_token_id"), placeholder_at=2)
+_QWEN2_5_VL_TOKENS = _ImageTokens("Qwen2.5-VL", QWEN2_5_VL_IMAGE_TOKENS,
+                                  ("vision_start_token_id", "image_token_id",
+                                   "vision_end_token_id"))
+# Per mmproj projector type: the language model's model_type it goes with, and its family's
+# image tokens.
+_MMPROJ_MODELS = {GEMMA3: ("gemma3_text", _GEMMA3_TOKENS), IDEFICS3: ("llama", _SMOLVLM_TOKENS),
+                  QWEN2_5_VL: ("qwen2_5_vl_text", _QWEN2_5_VL_TOKENS)}
 
 
 @dataclass(slots=True)
@@ -80,20 +108,21 @@ class LoadedModel:
 def load_model(
     source: str | os.PathLike | None = None, dtype: torch.dtype = torch.float32,
     on_progress: ProgressCallback | None = None, quantization: str = "auto",
-    mmproj: str | os.PathLike | None = None,
+    mmproj: str | os.PathLike | None = None, mtp: bool = True,
 ) -> LoadedModel:
     """quantization (EngineConfig.quantization): "auto" keeps a GGUF file's quantized tensors
     in the engine's layouts and a folder's float weights as they are, "none" dequantizes
     everything to dtype, "int8"/"int4" quantize every matrix on load. on_progress(step, done,
     total) reports a GGUF file's load steps. mmproj: a GGUF model's vision tower
-    (EngineConfig.mmproj)."""
+    (EngineConfig.mmproj). mtp: read a multi-token-prediction block where the files carry one
+    (the engine builds it only to speculate; a GGUF file's tensors are read only when used)."""
     _remove_old_conversions()
     path = _source_path(source)
     if path.is_dir():
         if mmproj is not None:
             raise ModelLoadError(f"{path} is a model folder, which holds its own vision tower "
                                  "where it has one: an mmproj file goes with a .gguf model")
-        loaded = _load_folder(path, model_name(path), dtype)
+        loaded = _load_folder(path, model_name(path), dtype, mtp)
     else:
         loaded = _load_gguf(_gguf_path(path), dtype, quantization, on_progress)
         if mmproj is not None:
@@ -107,27 +136,36 @@ def _attach_mmproj(loaded: LoadedModel, path: Path, dtype: torch.dtype) -> None:
     tokens found in the model's vocabulary; ModelLoadError where the two do not belong
     together."""
     file = MMProjFile(path)
-    family, text_type, tokens = _MMPROJ_MODELS[file.projector_type]
+    text_type, tokens = _MMPROJ_MODELS[file.projector_type]
     if loaded.config.model_type != text_type:
-        raise ModelLoadError(f"{path} is a {family} vision tower, and {loaded.path.name} is a "
-                             f"{loaded.config.model_type} model: an mmproj file goes with the "
-                             "model it was converted with")
-    vocab = loaded.tokenizer.get_vocab()
-    missing = [t for t in tokens if t not in vocab]
-    if missing:
-        raise ModelLoadError(f"{loaded.path.name}'s vocabulary has no {missing[0]}, which "
-                             f"{path.name}'s images need: the two files are not one model's")
-    start, image, end = (vocab[t] for t in tokens)
-    if file.projector_type == GEMMA3:
-        config = file.gemma3_config(loaded.config.hidden_size)
-        config.boi_token_index, config.image_token_index, config.eoi_token_index = (
-            start, image, end)
-    else:
-        config = file.qwen2_5_vl_config(loaded.config)
-        config.vision_start_token_id, config.image_token_id, config.vision_end_token_id = (
-            start, image, end)
+        raise ModelLoadError(f"{path} is a {tokens.family} vision tower, and {loaded.path.name} "
+                             f"is a {loaded.config.model_type} model: an mmproj file goes with "
+                             "the model it was converted with")
+    config = file.multimodal_config(loaded.config)
+    _add_image_tokens(config, loaded.tokenizer, tokens, f"{loaded.path.name}'s vocabulary")
     loaded.multimodal_config = config
     loaded.vision_weights = {name: t.to(dtype) for name, t in file.weights(config).items()}
+
+
+def _add_image_tokens(config: transformers.PretrainedConfig,
+                      tokenizer: transformers.PreTrainedTokenizerBase, tokens: _ImageTokens,
+                      where: str, stated: int | None = None) -> None:
+    """The family's image tokens' ids on its multimodal config; ModelLoadError where the
+    vocabulary lacks one, or holds another placeholder than the one config.json states
+    (`stated`)."""
+    vocab = tokenizer.get_vocab()
+    missing = [t for t in tokens.tokens if t not in vocab]
+    if missing:
+        raise ModelLoadError(f"{where} has no {missing[0]}, which {tokens.family}'s images "
+                             "need: the model's files are not one model's, or are damaged")
+    placeholder = vocab[tokens.placeholder]
+    if stated is not None and stated != placeholder:
+        raise ModelLoadError(f"config.json's image_token_id is {stated}, where {where} holds "
+                             f"{tokens.placeholder} as {placeholder}: the model's files are not "
+                             "one model's, or are damaged")
+    for token, attribute in zip(tokens.tokens, tokens.attributes, strict=True):
+        if attribute is not None:
+            setattr(config, attribute, vocab[token])
 
 
 def tokenizer_folder(source: str | os.PathLike | None = None) -> Path:
@@ -219,15 +257,19 @@ def _source_path(source: str | os.PathLike | None) -> Path:
     return path
 
 
-def _load_folder(folder: Path, name: str, dtype: torch.dtype) -> LoadedModel:
+def _load_folder(folder: Path, name: str, dtype: torch.dtype, mtp: bool) -> LoadedModel:
     config, whole = _read_config(folder)
-    weights = _read_weights(folder, config, dtype)
+    weights = _read_weights(folder, config, dtype, mtp)
     tokenizer = _read_tokenizer(folder, config)
     loaded = LoadedModel(name=name, path=folder, config=config, tokenizer=tokenizer,
                          weights=weights)
     if whole.model_type in IMAGE_TOWERS:
         loaded.multimodal_config = whole
         loaded.vision_weights = _read_vision_weights(folder, dtype)
+    if whole.model_type in SMOLVLM_TYPES:
+        whole.image_tiles = folder_tile_settings(folder, whole.vision_config.image_size)
+        _add_image_tokens(whole, tokenizer, _SMOLVLM_TOKENS, f"{folder.name}'s vocabulary",
+                          stated=whole.image_token_id)
     return loaded
 
 
@@ -349,10 +391,11 @@ def _weight_files(folder: Path) -> list[Path]:
 
 
 def _read_weights(
-    folder: Path, config: transformers.PretrainedConfig, dtype: torch.dtype
+    folder: Path, config: transformers.PretrainedConfig, dtype: torch.dtype, mtp: bool
 ) -> dict[str, torch.Tensor]:
+    """mtp: read the multi-token-prediction block's tensors (the optional ones) too."""
     expected = expected_weight_shapes(config)
-    optional = optional_weight_shapes(config)
+    optional = optional_weight_shapes(config) if mtp else {}
     family = family_for_model_type(config.model_type)
     renamed = family.folder_tensor_pattern()  # names the family maps to the shared ones
     weights: dict[str, torch.Tensor] = {}
@@ -365,7 +408,8 @@ def _read_weights(
         elif name in optional:
             extra[name] = tensor().to(dtype)
         elif name.startswith(MTP_PREFIX):
-            unread_mtp.append(name)
+            if mtp:
+                unread_mtp.append(name)
         elif renamed is not None and renamed.fullmatch(name):
             own_names[name] = tensor().to(dtype)
     if own_names:

@@ -5,11 +5,13 @@ tower's sizes under clip.vision.*, its tensors under v.* and the projector's und
 The tensors are read under the names of transformers' own modules
 (pagoda/engine/models/vision_tower.py builds the tower from them), in float32: the tower's
 matrices are few and its work is a prefill's (thousands of patches), where PyTorch's GEMMs are
-the fast path. Two projector types are read: Gemma 3's ("gemma3") and Qwen2.5-VL's
-("qwen2.5vl_merger"). The converter writes Qwen's tower with q, k and v apart (fused again
-here), its 3-D patch kernel as two 2-D ones, one a frame (stacked again), its full-attention
-layers as a period (clip.vision.n_wa_pattern: every n-th layer), and no window size, which
-llama.cpp's mtmd takes as 112 pixels, Qwen's own.
+the fast path. Three projector types are read (`MMProjFile.multimodal_config`): Gemma 3's
+("gemma3"), SmolVLM's ("idefics3": its pixel-shuffle connector, and its processor's longest
+edge, clip.vision.preproc_image_size) and Qwen2.5-VL's ("qwen2.5vl_merger"). The converter
+writes Qwen's tower with q, k and v apart (fused again here), its 3-D patch kernel as two 2-D
+ones, one a frame (stacked again), its full-attention layers as a period
+(clip.vision.n_wa_pattern: every n-th layer), and no window size, which llama.cpp's mtmd takes
+as 112 pixels, Qwen's own.
 """
 
 from __future__ import annotations
@@ -27,11 +29,16 @@ from pagoda.engine.loading.gguf import (
     squeezed_shape,
     tensor_shape,
 )
+from pagoda.engine.loading.tile_settings import tile_settings
 from pagoda.engine.models.vision_tower import CLIP_MEAN, CLIP_STD, PROJECTOR, TOWER, VISUAL
 
 GEMMA3 = "gemma3"
+IDEFICS3 = "idefics3"  # SmolVLM's
 QWEN2_5_VL = "qwen2.5vl_merger"
-PROJECTOR_TYPES = (GEMMA3, QWEN2_5_VL)
+PROJECTOR_TYPES = (GEMMA3, IDEFICS3, QWEN2_5_VL)
+# llama.cpp's older idefics3 files state no longest edge: transformers' SmolVLM processors
+# resize to four tiles' width (SmolVLM-256M: 2,048 for tiles of 512).
+_DEFAULT_TILES_PER_EDGE = 4
 # What the converter does not write of Qwen2.5-VL's tower, as llama.cpp's mtmd reads it.
 QWEN_WINDOW_SIZE = 112
 QWEN_MERGE_SIZE = 2
@@ -52,6 +59,7 @@ _GLOBAL_NAMES = {
     "v.post_ln.bias": TOWER + "post_layernorm.bias",
     "mm.input_projection.weight": PROJECTOR + "mm_input_projection_weight",
     "mm.soft_emb_norm.weight": PROJECTOR + "mm_soft_emb_norm.weight",
+    "mm.model.fc.weight": PROJECTOR + "modality_projection.proj.weight",
 }
 # The converter writes Gemma's (1 + w) norm as 1 + w.
 _HELD_AS_ONE_PLUS_W = ("mm.soft_emb_norm.weight",)
@@ -98,28 +106,63 @@ class MMProjFile:
                                  "re-download it.")
         return value
 
+    def multimodal_config(self, text: transformers.PretrainedConfig
+                          ) -> transformers.PretrainedConfig:
+        """The multimodal config whose vision side this file holds, by its projector type,
+        beside the language model's config `text` (its image token ids are the caller's to
+        set)."""
+        if self.projector_type == GEMMA3:
+            return self.gemma3_config(text.hidden_size)
+        if self.projector_type == IDEFICS3:
+            return self.smolvlm_config(text.hidden_size)
+        return self.qwen2_5_vl_config(text)
+
     def gemma3_config(self, text_hidden_size: int) -> transformers.Gemma3Config:
         """The Gemma3Config whose vision side this file holds (the text side: only its width,
         for the projector)."""
-        image_size = self._count("clip.vision.image_size", MAX_WIDTH)
-        patch_size = self._count("clip.vision.patch_size", image_size)
-        scale = self._field("clip.vision.projector.scale_factor") or 4  # the converter's default
-        per_side = image_size // patch_size
-        if not isinstance(scale, int) or scale < 1 or per_side % scale:
-            raise ModelLoadError(f"{self.path}'s projector pools {scale!r} x {scale!r} patches "
-                                 f"of a {per_side} x {per_side} grid: it must divide it.")
-        eps = self._field("clip.vision.attention.layer_norm_epsilon")
-        vision = {"hidden_size": self._count("clip.vision.embedding_length", MAX_WIDTH),
-                  "intermediate_size": self._count("clip.vision.feed_forward_length",
-                                                   4 * MAX_WIDTH),
-                  "num_hidden_layers": self._count("clip.vision.block_count", MAX_LAYERS),
-                  "num_attention_heads": self._count("clip.vision.attention.head_count",
-                                                     MAX_WIDTH),
-                  "image_size": image_size, "patch_size": patch_size,
-                  "layer_norm_eps": 1e-6 if eps is None else float(eps)}
+        vision = self._vision_config()
+        per_side = vision["image_size"] // vision["patch_size"]
+        scale = self._scale(per_side, default=4)  # the converter's default for Gemma 3
         return transformers.Gemma3Config(
             vision_config=vision, text_config={"hidden_size": text_hidden_size},
             mm_tokens_per_image=(per_side // scale) ** 2)
+
+    def smolvlm_config(self, text_hidden_size: int) -> transformers.SmolVLMConfig:
+        """The SmolVLMConfig whose vision side this file holds (the text side: only its width,
+        for the connector), with its processor's settings as `image_tiles`."""
+        vision = self._vision_config()
+        tile = vision["image_size"]
+        config = transformers.SmolVLMConfig(
+            vision_config=vision, text_config={"hidden_size": text_hidden_size},
+            scale_factor=self._scale(tile // vision["patch_size"], default=2))
+        longest = self._field("clip.vision.preproc_image_size")
+        config.image_tiles = tile_settings(
+            _DEFAULT_TILES_PER_EDGE * tile if longest is None else longest, tile,
+            str(self.path), mean=self._field("clip.vision.image_mean") or (0.5,) * 3,
+            std=self._field("clip.vision.image_std") or (0.5,) * 3)
+        return config
+
+    def _vision_config(self) -> dict[str, int | float]:
+        image_size = self._count("clip.vision.image_size", MAX_WIDTH)
+        eps = self._field("clip.vision.attention.layer_norm_epsilon")
+        return {"hidden_size": self._count("clip.vision.embedding_length", MAX_WIDTH),
+                "intermediate_size": self._count("clip.vision.feed_forward_length",
+                                                 4 * MAX_WIDTH),
+                "num_hidden_layers": self._count("clip.vision.block_count", MAX_LAYERS),
+                "num_attention_heads": self._count("clip.vision.attention.head_count",
+                                                   MAX_WIDTH),
+                "image_size": image_size,
+                "patch_size": self._count("clip.vision.patch_size", image_size),
+                "layer_norm_eps": 1e-6 if eps is None else float(eps)}
+
+    def _scale(self, per_side: int, default: int) -> int:
+        """The projector's clip.vision.projector.scale_factor, which must divide the tower's
+        per_side x per_side patches."""
+        scale = self._field("clip.vision.projector.scale_factor") or default
+        if not isinstance(scale, int) or scale < 1 or per_side % scale:
+            raise ModelLoadError(f"{self.path}'s projector merges {scale!r} x {scale!r} patches "
+                                 f"of a {per_side} x {per_side} grid: it must divide it.")
+        return scale
 
     def qwen2_5_vl_config(self, text: transformers.PretrainedConfig
                           ) -> transformers.Qwen2_5_VLConfig:
@@ -199,7 +242,7 @@ def _hf_name(name: str) -> str | None:
     return f"{TOWER}encoder.layers.{index}.{_LAYER_NAMES[part]}.{suffix}"
 
 
-def _expected_shapes(config: transformers.Gemma3Config) -> dict[str, tuple[int, ...]]:
+def _expected_shapes(config: transformers.PretrainedConfig) -> dict[str, tuple[int, ...]]:
     v = config.vision_config
     hidden, inner = v.hidden_size, v.intermediate_size
     shapes = {
@@ -208,9 +251,7 @@ def _expected_shapes(config: transformers.Gemma3Config) -> dict[str, tuple[int, 
         TOWER + "embeddings.position_embedding.weight":
             ((v.image_size // v.patch_size) ** 2, hidden),
         TOWER + "post_layernorm.weight": (hidden,), TOWER + "post_layernorm.bias": (hidden,),
-        PROJECTOR + "mm_input_projection_weight": (hidden, config.text_config.hidden_size),
-        PROJECTOR + "mm_soft_emb_norm.weight": (hidden,),
-    }
+    } | _projector_shapes(config)
     parts = {"layer_norm1": ((hidden,), (hidden,)), "layer_norm2": ((hidden,), (hidden,)),
              **{f"self_attn.{p}_proj": ((hidden, hidden), (hidden,)) for p in "qkv"},
              "self_attn.out_proj": ((hidden, hidden), (hidden,)),
@@ -220,6 +261,15 @@ def _expected_shapes(config: transformers.Gemma3Config) -> dict[str, tuple[int, 
             shapes[f"{TOWER}encoder.layers.{i}.{part}.weight"] = weight
             shapes[f"{TOWER}encoder.layers.{i}.{part}.bias"] = bias
     return shapes
+
+
+def _projector_shapes(config: transformers.PretrainedConfig) -> dict[str, tuple[int, ...]]:
+    hidden, text = config.vision_config.hidden_size, config.text_config.hidden_size
+    if config.model_type in ("smolvlm", "idefics3"):
+        return {PROJECTOR + "modality_projection.proj.weight":
+                (text, hidden * config.scale_factor ** 2)}
+    return {PROJECTOR + "mm_input_projection_weight": (hidden, text),
+            PROJECTOR + "mm_soft_emb_norm.weight": (hidden,)}
 
 
 def _qwen_name(name: str) -> str | None:

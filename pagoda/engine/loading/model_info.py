@@ -23,7 +23,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -54,7 +54,13 @@ from pagoda.engine.models.architecture import ModelShape
 from pagoda.engine.models.config import model_shape
 from pagoda.engine.models.gguf_config import llama_shape
 from pagoda.engine.models.kv_cache_sizing import model_kv_cache_bytes
-from pagoda.engine.models.registry import family_for_gguf, header_shape, text_model_config
+from pagoda.engine.models.mtp import PREFIX as MTP_PREFIX
+from pagoda.engine.models.registry import (
+    architecture_of,
+    family_for_gguf,
+    header_shape,
+    text_model_config,
+)
 from pagoda.engine.quantization.expert_weights import IN_PLACE_EXPERT_TYPES
 from pagoda.engine.quantization.tensors import INT4_GROUP_SIZE
 
@@ -136,6 +142,27 @@ class ModelHeaders:
     tensors: tuple[TensorHeader, ...]
     shape: ModelShape | None = None
     routing: ExpertRouting | None = None
+    # Where the files carry a multi-token-prediction block (pagoda.engine.models.mtp): the
+    # main layer its own is shaped like; None where they carry none.
+    mtp_like: int | None = None
+
+    def without_mtp(self) -> ModelHeaders:
+        """The headers less the block's tensors: what is loaded where it is not built."""
+        if self.mtp_like is None or self.shape is None:
+            return self
+        layers = self.shape.num_layers
+        return replace(self, tensors=tuple(t for t in self.tensors
+                                           if not is_mtp_tensor(t.name, layers)),
+                       mtp_like=None)
+
+
+def is_mtp_tensor(name: str, num_layers: int) -> bool:
+    """Whether a tensor is the multi-token-prediction block's: a folder's mtp.*, or a GGUF
+    file's block after the model's num_layers layers (blk.N.*, the converter's)."""
+    if name.startswith(MTP_PREFIX):
+        return True
+    parts = name.split(".")
+    return parts[0] == "blk" and parts[1].isdigit() and int(parts[1]) >= num_layers
 
 
 def describe_model(source: str | os.PathLike | None = None, quantization: str = "auto",
@@ -152,8 +179,10 @@ def read_model_headers(source: str | os.PathLike | None = None) -> ModelHeaders:
     path = _existing_path(source)
     refuse_unrunnable_model(path)
     if path.is_dir():
-        return ModelHeaders(path, "safetensors", tuple(read_safetensors_headers(path)),
-                            _folder_shape(path), _folder_routing(path))
+        tensors = tuple(read_safetensors_headers(path))
+        mtp = any(t.name.startswith(MTP_PREFIX) for t in tensors)
+        return ModelHeaders(path, "safetensors", tensors, _folder_shape(path),
+                            _folder_routing(path), _mtp_like(_folder_config(path)) if mtp else None)
     if path.suffix.lower() == ".gguf":
         return _read_gguf(path)
     raise ModelLoadError(
@@ -221,9 +250,13 @@ def _read_gguf(path: Path) -> ModelHeaders:
         reader = open_gguf_reader(path)
         return ModelHeaders(path, "gguf", _gguf_tensor_headers(reader.tensors),
                             routing=_gguf_routing(reader, path))
-    return ModelHeaders(path, "gguf", _gguf_tensor_headers(model_file.tensors.values()),
-                        gguf_shape(model_file),
-                        routing_from_gguf(model_file.metadata, model_file.architecture, str(path)))
+    tensors = _gguf_tensor_headers(model_file.tensors.values())
+    shape = gguf_shape(model_file)
+    mtp = any(is_mtp_tensor(t.name, shape.num_layers) for t in tensors)
+    config = family_for_gguf(model_file.architecture).config_from_gguf(model_file) if mtp else None
+    return ModelHeaders(path, "gguf", tensors, shape,
+                        routing_from_gguf(model_file.metadata, model_file.architecture, str(path)),
+                        None if config is None else _mtp_like(config))
 
 
 def _gguf_routing(reader: gguf.GGUFReader, path: Path) -> ExpertRouting | None:
@@ -255,15 +288,29 @@ def gguf_shape(model_file: GGUFModelFile) -> ModelShape:
 
 def _folder_shape(folder: Path) -> ModelShape:
     try:
-        return header_shape(text_model_config(transformers.AutoConfig.from_pretrained(folder)))
+        return header_shape(_folder_config(folder))
+    except (ValueError, KeyError) as error:
+        raise ModelLoadError(f"{folder / 'config.json'} could not be read as a model config: "
+                             f"{error}. Re-download the model.") from error
+
+
+def _folder_config(folder: Path) -> transformers.PretrainedConfig:
+    try:
+        return text_model_config(transformers.AutoConfig.from_pretrained(folder))
     except (OSError, ValueError, KeyError) as error:
         raise ModelLoadError(f"{folder / 'config.json'} could not be read as a model config: "
                              f"{error}. Re-download the model.") from error
 
 
+def _mtp_like(config: transformers.PretrainedConfig) -> int | None:
+    """The main layer a multi-token-prediction block is shaped like, for the family the config
+    is of (None for one that has no such block)."""
+    return architecture_of(config).mtp_like
+
+
 def _folder_routing(folder: Path) -> ExpertRouting | None:
     """config.json's experts, read as its raw keys (every family names them alike); the file
-    was read whole by _folder_shape already."""
+    was read whole by _folder_config already."""
     config_file = folder / "config.json"
     config = json.loads(config_file.read_text(encoding="utf-8"))
     return routing_from_config(config, str(config_file)) if isinstance(config, dict) else None
@@ -342,13 +389,18 @@ def check_model_fits(model: str | os.PathLike | None, config: EngineConfig,
                      available: int | None = None) -> ModelInfo:
     """Refuse, from its headers and before anything is loaded, a model whose weights and KV
     cache would not fit in the memory available (raises ModelLoadError saying what to do).
+    A multi-token-prediction block counts only where the engine builds it (when speculating):
+    its weights, and its keys in the KV cache.
 
     On CUDA the weights and the KV pool live on the GPU, which sizes its pool by itself.
     """
     headers = read_model_headers(model)
+    if not config.num_speculative_tokens:  # the block is built (and read) only to speculate
+        headers = headers.without_mtp()
     info = describe_headers(headers, config.quantization, config.dtype)
     if not config.device.startswith("cuda"):
-        check_fits_memory(info, model_kv_cache_bytes(headers.shape, config), available)
+        kv_cache_bytes = model_kv_cache_bytes(headers.shape, config, headers.mtp_like)
+        check_fits_memory(info, kv_cache_bytes, available)
     return info
 
 

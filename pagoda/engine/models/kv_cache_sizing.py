@@ -93,12 +93,22 @@ def kv_cache_memory_bound(config: EngineConfig) -> int:
     return config.kv_cache_memory if config.kv_cache_memory is not None else AUTO_KV_CACHE_LIMIT
 
 
-def model_kv_cache_bytes(shape: ModelShape | None, config: EngineConfig) -> int:
+def mtp_scratch_blocks_per_row(config: EngineConfig) -> int:
+    """The blocks each sequence of a step needs beyond its own for a multi-token-prediction
+    block's chained drafts (pagoda.engine.models.mtp): the keys of drafts after the first, at
+    most num_speculative_tokens - 1 positions past the sequence's last block."""
+    return -(-max(config.num_speculative_tokens - 1, 0) // config.block_size)
+
+
+def model_kv_cache_bytes(shape: ModelShape | None, config: EngineConfig,
+                         mtp_like: int | None = None) -> int:
     """The KV pool's bytes for a model under config, known before it loads: kv_cache_memory when
     set, else the automatic rule's contexts at the context allowed (the setting, else the
     model's own), each counting only what its layers hold, at most AUTO_KV_CACHE_LIMIT; with
     the recurrent layers' state slots (within those bytes, or beside num_kv_blocks' blocks).
-    shape None (not known): kv_cache_memory_bound."""
+    mtp_like: where the engine will build a multi-token-prediction block, the layer its own is
+    shaped like: its keys ride in the first group's blocks, and its chained drafts' scratch
+    blocks come on top. shape None (not known): kv_cache_memory_bound."""
     if shape is None or config.kv_cache_memory is not None:
         return kv_cache_memory_bound(config)
     context = min(config.max_model_len or shape.max_position_embeddings,
@@ -110,14 +120,17 @@ def model_kv_cache_bytes(shape: ModelShape | None, config: EngineConfig) -> int:
     bytes_per_block = [per_float * shape.kv_floats(
         i for i, lw in enumerate(shape.layer_windows) if lw == w and shape.holds_kv(i))
         for w in windows]
+    mtp_block = 0 if mtp_like is None else per_float * shape.kv_floats((mtp_like,))
+    bytes_per_block[0] += mtp_block
     # The pools and state slots the engine will allocate (`blocks_and_slots`), as it sizes them
     # at load.
     bytes_per_slot = shape.state_floats * STATE_DTYPE.itemsize
     counts, slots, checkpoints = blocks_and_slots(config, bytes_per_block, windows,
                                                   bytes_per_slot, context, None,
                                                   checkpoints=config.enable_prefix_caching)
+    scratch = config.max_num_seqs * mtp_scratch_blocks_per_row(config) * mtp_block
     return (sum(n * size for n, size in zip(counts, bytes_per_block, strict=True))
-            + (slots + checkpoints) * bytes_per_slot)
+            + (slots + checkpoints) * bytes_per_slot + scratch)
 
 
 def auto_kv_cache_bytes(bytes_per_token: int, max_model_len: int, max_num_seqs: int,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 from pagoda.engine.layers.rotary import rope_spec
+from pagoda.engine.models import text_model_folders
 from pagoda.engine.models.architecture import AttentionKind, DecoderArchitecture, LayerNames
 from pagoda.engine.models.config import head_dim, model_shape
 from pagoda.engine.models.gguf_config import GGUFSettings
@@ -15,6 +16,9 @@ from pagoda.engine.models.moe_gguf import has_experts, mixtral_config
 
 NAME = "Llama"  # its entry in pagoda/engine/models/registry.py names the model types it covers
 _QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe"})
+# A multimodal folder's text model's tensors (pagoda/engine/models/text_model_folders.py).
+FOLDER_TENSORS = text_model_folders.FOLDER_TENSORS
+folder_weights = text_model_folders.folder_weights
 
 
 def architecture(config: PretrainedConfig) -> DecoderArchitecture:

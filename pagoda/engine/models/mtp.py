@@ -11,8 +11,15 @@ t + 1 (the one the model predicted there):
 
 Its norms scale by (1 + w) as the model's do. The layer attends over the block's keys at every
 earlier position, so it runs over every token the model computes (prompt chunks too), not only
-where a draft is wanted. A folder keeps its tensors under mtp.* (`mtp_weight_shapes`);
-llama.cpp's converter writes them as one more block, blk.N.* and blk.N.nextn.*.
+where a draft is wanted.
+
+Further drafts chain the block on itself, as vLLM runs it for more than one speculative token:
+at position t + 1 its own output norm(y) stands in for h_{t+1} (the model has not computed
+it) and the draft for t + 2 for x, which drafts t + 3; and so on. Those keys are the block's
+guesses: the next step's pass over the positions the model computes writes over them.
+
+A folder keeps its tensors under mtp.* (`mtp_weight_shapes`); llama.cpp's converter writes them
+as one more block, blk.N.* and blk.N.nextn.*.
 """
 
 from __future__ import annotations
@@ -98,10 +105,18 @@ class MultiTokenPredictor:
         model's last layer output there (before its final norm), next_ids each position's next
         token, meta the step's attention metadata (its full-attention group's): the block's
         keys land in kv_cache at the model's slots."""
+        return self.chained(model, next_ids, positions, model.final_norm(hidden), meta,
+                            kv_cache)
+
+    def chained(self, model: _Model, next_ids: torch.Tensor, positions: torch.Tensor,
+                carried: torch.Tensor, meta,
+                kv_cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """The block's normed output where `carried` is what the model's normed hidden state
+        would be: that itself, or the block's own output at the position before (a chained
+        draft's)."""
         ops, eps = model.ops, model.shape.rms_norm_eps
         embedded = ops.rms_norm(model.embed_tokens(next_ids), self.embedding_norm, eps)
-        carried = ops.rms_norm(model.final_norm(hidden), self.hidden_norm, eps)
-        x = self.fc(torch.cat((embedded, carried), dim=-1))
+        x = self.fc(torch.cat((embedded, ops.rms_norm(carried, self.hidden_norm, eps)), dim=-1))
         rotary = {key: tables.lookup(positions) for key, tables in model.rotary.items()}
         layer = self.layer
         attended, _ = layer.attention(ops.rms_norm(x, layer.input_norm, eps), rotary,
@@ -109,6 +124,6 @@ class MultiTokenPredictor:
         h, residual = ops.add_rms_norm(attended, x, layer.mlp_norm, eps)
         return ops.rms_norm(layer.mlp(h, ops) + residual, self.norm, eps)
 
-    def draft(self, model: _Model, normed: torch.Tensor) -> list[int]:
-        """The greedy draft of each row of `hidden_states`' output."""
-        return model.lm_head(normed).argmax(dim=-1).tolist()
+    def draft(self, model: _Model, normed: torch.Tensor) -> torch.Tensor:
+        """The greedy draft of each row of `hidden_states`' (or `chained`'s) output."""
+        return model.lm_head(normed).argmax(dim=-1)

@@ -16,27 +16,20 @@ rope.dimension_sections (four counts, the fourth unused here), and the tower as 
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
-import torch
 from transformers import PretrainedConfig, Qwen2_5_VLTextConfig
 
 from pagoda.engine.errors import ModelLoadError
-from pagoda.engine.models import llama
+from pagoda.engine.models import llama, text_model_folders
 from pagoda.engine.models.architecture import DecoderArchitecture
 from pagoda.engine.models.gguf_config import GGUFSettings, llama_shape, rope_theta
 
 NAME = "Qwen2.5-VL"  # its entry in pagoda/engine/models/registry.py names the model types it covers
 
-# A multimodal folder's text model's tensors as transformers 5's modules name them.
-FOLDER_TENSORS = re.compile(r"model\.language_model\.(.+)")
-
-
-def folder_weights(config: PretrainedConfig,
-                   tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {"model." + FOLDER_TENSORS.fullmatch(name).group(1): tensor
-            for name, tensor in tensors.items()}
+# A multimodal folder's text model's tensors (pagoda/engine/models/text_model_folders.py).
+FOLDER_TENSORS = text_model_folders.FOLDER_TENSORS
+folder_weights = text_model_folders.folder_weights
 
 
 def architecture(config: PretrainedConfig) -> DecoderArchitecture:

@@ -53,7 +53,10 @@ class ModelFamily:
 
 FAMILIES: tuple[ModelFamily, ...] = (
     # Mistral's GGUF files say "llama".
-    ModelFamily("Llama", "llama", ("llama", "mistral", "qwen2", "qwen3"),
+    # And SmolVLM's multimodal folders (a Llama text model beside its image tower; SmolVLM2's
+    # "smolvlm", the first SmolVLMs' "idefics3"), whose GGUF files hold the text model alone
+    # under "llama".
+    ModelFamily("Llama", "llama", ("llama", "mistral", "qwen2", "qwen3", "smolvlm", "idefics3"),
                 ("llama", "qwen2", "qwen3"), "Llama 2/3, SmolLM/SmolLM2, Mistral, Qwen2/2.5, Qwen3"),
     ModelFamily("Gemma 2", "gemma2", ("gemma2",), ("gemma2",), "Gemma 2 2B, 9B, 27B"),
     # Text folders, and the multimodal folders Gemma 3 4B and larger are released as (its text
@@ -100,7 +103,7 @@ NOT_YET: dict[str, str] = {
                      "nemotron_h", "nemotron_h_moe", "rwkv6", "rwkv7"),
                     _HYBRID),
     **dict.fromkeys(("qwen2_vl", "qwen25vl", "qwen3_vl", "qwen3vl",
-                     "smolvlm", "idefics3", "mistral3", "llava", "mllama", "gemma3n", "gemma4"),
+                     "mistral3", "llava", "mllama", "gemma3n", "gemma4"),
                     _VISION),
 }
 
@@ -108,7 +111,7 @@ NOT_YET: dict[str, str] = {
 # Multimodal folders whose text model Pagoda runs: model_type -> the config's attribute that holds
 # the text model's config (its weights: the family's FOLDER_TENSORS).
 TEXT_MODEL_OF = {"qwen3_5": "text_config", "qwen3_5_moe": "text_config", "gemma3": "text_config",
-                 "qwen2_5_vl": "text_config"}
+                 "smolvlm": "text_config", "idefics3": "text_config", "qwen2_5_vl": "text_config"}
 
 
 def text_model_config(config: PretrainedConfig) -> PretrainedConfig:

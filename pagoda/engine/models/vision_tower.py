@@ -4,7 +4,10 @@
 (pagoda/engine/layers/vision_projector.py), under the names of transformers 5's own modules
 (`vision_tensor_name` maps a folder's other spellings to them).
 
-Both kinds of tower give `embed`: each image's pixels in, each image's token embeddings out."""
+Gemma 3 sees an image as one square; SmolVLM as tiles of its tower's side (`TileSettings`), each
+encoded and projected on its own, each its own run of placeholders; Qwen2.5-VL as a grid of its
+own proportions (`GridImageTower`). Both kinds of tower give `embed`: each piece's pixels in,
+each piece's token embeddings out."""
 
 from __future__ import annotations
 
@@ -29,16 +32,25 @@ from pagoda.engine.layers.vision_encoder import (
     VisionEncoderLayer,
     VisionShape,
 )
-from pagoda.engine.layers.vision_projector import PatchMerger, PooledProjector
+from pagoda.engine.layers.vision_projector import (
+    PatchMerger,
+    PixelShuffleProjector,
+    PooledProjector,
+)
 from pagoda.engine.quantization.tensors import Weight
 
 TOWER = "model.vision_tower."
 PROJECTOR = "model.multi_modal_projector."
 VISUAL = "model.visual."  # Qwen2.5-VL's tower and its merger
 # The multimodal model types whose image side Pagoda runs (config.model_type).
-IMAGE_TOWERS = ("gemma3", "qwen2_5_vl")
+IMAGE_TOWERS = ("gemma3", "smolvlm", "idefics3", "qwen2_5_vl")
+# SmolVLM's: SmolVLM2 folders say "smolvlm", SmolVLM's first ones (Idefics3's classes) "idefics3".
+SMOLVLM_TYPES = ("smolvlm", "idefics3")
 # Gemma 3's image tokens in its vocabulary: an image's start, each of its placeholders, its end.
 GEMMA3_IMAGE_TOKENS = ("<start_of_image>", "<image_soft_token>", "<end_of_image>")
+# SmolVLM's, as its processor writes them: around each tile, the whole image's tag, each
+# placeholder (a tile's place in the grid, <row_1_col_2>, is a token of its own as well).
+SMOLVLM_IMAGE_TOKENS = ("<fake_token_around_image>", "<global-img>", "<image>")
 # Qwen2.5-VL's, as its chat template writes an image: <|vision_start|><|image_pad|><|vision_end|>.
 QWEN2_5_VL_IMAGE_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")
 # The pixels Qwen2.5-VL's processor brings an image's area within: its own least (4 tokens), and
@@ -49,11 +61,30 @@ QWEN2_5_VL_MAX_PIXELS = 4096 * 28 * 28
 # The mean and standard deviation Qwen2.5-VL's processor normalises pixels by (OpenAI CLIP's).
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+# The most pixels SmolVLM's processor resizes an image's longest edge to (transformers'
+# MAX_IMAGE_SIZE): a folder's preprocessor_config.json asking for more is refused.
+MAX_LONGEST_EDGE = 4096
 # The tower's and projector's tensors as folders name them: released checkpoints
-# (vision_tower.vision_model.*, multi_modal_projector.*, Qwen's visual.*), transformers 5's
-# saves (vision_tower.*) and its modules (model.vision_tower.*, model.visual.*).
-_FOLDER_NAMES = re.compile(r"(?:model\.)?(?:(vision_tower)\.(?:vision_model\.)?|"
-                           r"(multi_modal_projector)\.|(visual)\.)(.+)")
+# (vision_tower.vision_model.*, multi_modal_projector.*), transformers 5's saves (vision_tower.*)
+# and its modules (model.vision_tower.*); SmolVLM's tower (model.vision_model.*) and connector
+# (model.connector.*); Qwen2.5-VL's tower and merger (visual.* as released, model.visual.* as
+# transformers 5's modules name them).
+_FOLDER_NAMES = re.compile(r"(?:model\.)?(?:(vision_tower\.(?:vision_model\.)?|vision_model\.)|"
+                           r"(multi_modal_projector\.|connector\.)|visual\.)(.+)")
+
+
+@dataclass(frozen=True, slots=True)
+class TileSettings:
+    """How SmolVLM's processor makes tiles of an image (its preprocessor_config.json): the
+    image's longest edge resized to longest_edge, aspect kept; then, with split, cut into tiles
+    of the tower's side, the whole image shrunk to one more tile after them; without, the whole
+    image alone, squashed to one tile. resample: PIL's filter (1: Lanczos)."""
+
+    longest_edge: int
+    split: bool = True
+    mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    resample: int = 1
 
 
 @dataclass(slots=True)
@@ -63,12 +94,15 @@ class ImageTower:
     them."""
 
     encoder: VisionEncoder
-    projector: PooledProjector
+    projector: PooledProjector | PixelShuffleProjector
     image_token_id: int  # the placeholder each image embedding replaces
-    # The tokens around an image's placeholders (Gemma 3's start and end of image).
+    # The tokens around an image's placeholders (Gemma 3's start and end of image; SmolVLM's
+    # <fake_token_around_image> both).
     start_token_id: int
     end_token_id: int
     bidirectional: bool = False
+    # SmolVLM's: an image is tiles, each tokens_per_image placeholders. None: one square image.
+    tiles: TileSettings | None = None
 
     @property
     def image_size(self) -> int:
@@ -79,12 +113,12 @@ class ImageTower:
         return self.projector.tokens_per_image
 
     def __call__(self, pixels: torch.Tensor) -> torch.Tensor:
-        """[images, 3, side, side] -> [images, tokens_per_image, text width]."""
+        """[images (or tiles), 3, side, side] -> [images, tokens_per_image, text width]."""
         return self.projector(self.encoder(pixels))
 
     def embed(self, pixels: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-        """Each image's [3, side, side] pixels -> its [tokens_per_image, text width], all in one
-        call of the encoder."""
+        """Each image's (or tile's) [3, side, side] pixels -> its [tokens_per_image, text width],
+        all in one call of the encoder."""
         return list(self(torch.stack(pixels).to(device)).unbind(0))
 
 
@@ -115,7 +149,7 @@ def vision_tensor_name(name: str) -> str | None:
     match = _FOLDER_NAMES.fullmatch(name)
     if match is None:
         return None
-    tower, projector, visual, rest = match.groups()
+    tower, projector, rest = match.groups()
     return (TOWER if tower else PROJECTOR if projector else VISUAL) + rest
 
 
@@ -124,6 +158,8 @@ def image_tower(config: PretrainedConfig, weights: Mapping[str, Weight],
     """The image side of a multimodal model of IMAGE_TOWERS (config: its whole config)."""
     if config.model_type == "gemma3":
         return gemma3_image_tower(config, weights, placement)
+    if config.model_type in SMOLVLM_TYPES:
+        return smolvlm_image_tower(config, weights, placement)
     if config.model_type == "qwen2_5_vl":
         return qwen2_5_vl_image_tower(config, weights, placement)
     raise ModelLoadError(f"Pagoda does not run the image side of {config.model_type!r} "
@@ -164,6 +200,29 @@ def gemma3_image_tower(config: PretrainedConfig, weights: Mapping[str, Weight],
     return ImageTower(siglip_encoder(shape, config.vision_config.num_hidden_layers, weights,
                                      TOWER, placement), projector, config.image_token_index,
                       config.boi_token_index, config.eoi_token_index, bidirectional=True)
+
+
+def smolvlm_image_tower(config: PretrainedConfig, weights: Mapping[str, Weight],
+                        placement: Placement) -> ImageTower:
+    """SmolVLM's SigLIP tower and pixel-shuffle connector (config: SmolVLMConfig or
+    Idefics3Config, with the processor's `image_tiles` and the vocabulary's
+    `fake_image_token_id`, which the loader adds)."""
+    shape = vision_shape(config.vision_config)
+    scale = config.scale_factor
+    if not isinstance(scale, int) or scale < 1 or shape.patches_per_side % scale:
+        raise ModelLoadError(
+            f"config.json's scale_factor {scale!r} does not divide the tower's "
+            f"{shape.patches_per_side} x {shape.patches_per_side} patches. The model's settings "
+            "are damaged.")
+    projector = PixelShuffleProjector(
+        patches_per_side=shape.patches_per_side, scale=scale,
+        projection=make_linear(_tensor(weights, PROJECTOR + "modality_projection.proj.weight"),
+                               None, placement))
+    encoder = siglip_encoder(shape, config.vision_config.num_hidden_layers, weights, TOWER,
+                             placement)
+    around = config.fake_image_token_id
+    return ImageTower(encoder, projector, config.image_token_id, around, around,
+                      tiles=config.image_tiles)
 
 
 def qwen2_5_vl_image_tower(config: PretrainedConfig, weights: Mapping[str, Weight],

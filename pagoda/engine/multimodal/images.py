@@ -62,15 +62,15 @@ class DecodedImage:
         return self.image.size
 
 
-def decode_image_url(url: str, where: str, limits: ImageLimits = ImageLimits(),
-                     allow_remote: bool = False) -> DecodedImage:
-    """The image a part's URL holds; ImageInputError naming `where` (the part's path in the
-    request) and the fault otherwise."""
+def decode_image_url(url: str, where: str, limits: ImageLimits = ImageLimits()) -> DecodedImage:
+    """The image a part's data: URL holds; ImageInputError naming `where` (the part's path in
+    the request) and the fault otherwise. An http(s) URL is the server's to fetch, when it was
+    started to (pagoda/engine/server/remote_images.py): here it is refused."""
     if url.startswith(("http://", "https://")):
-        hint = ("" if allow_remote else
-                ": this server does not fetch remote images; send the image inline as a "
-                "data: URL (data:image/png;base64,...)")
-        raise ImageInputError(f"{where} is a remote URL{hint}")
+        raise ImageInputError(f"{where} is a remote URL: this server does not fetch remote "
+                              "images; send the image inline as a data: URL "
+                              "(data:image/png;base64,...), or start the server with "
+                              "--allow-remote-images")
     mime_type, payload = _split_data_url(url, where)
     data = _decode_base64(payload, where, limits)
     return decode_image_bytes(data, mime_type, where, limits)
@@ -78,7 +78,8 @@ def decode_image_url(url: str, where: str, limits: ImageLimits = ImageLimits(),
 
 def decode_image_bytes(data: bytes, mime_type: str, where: str,
                        limits: ImageLimits = ImageLimits()) -> DecodedImage:
-    """Encoded image bytes of a declared type (a data URL's, or a file the window attaches)."""
+    """Encoded image bytes of a declared type (a data URL's, a fetched URL's by its
+    Content-Type, or a file the window attaches)."""
     if mime_type not in _SIGNATURES:
         raise ImageInputError(f"{where} declares {mime_type!r}: images are taken as "
                               f"{', '.join(ACCEPTED_TYPES)}")

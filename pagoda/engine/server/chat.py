@@ -72,7 +72,7 @@ class EncodedChat:
 async def encode_chat_request(body: ChatCompletionRequest, served: ServedModel) -> EncodedChat:
     """The request checked and its prompt encoded, tools and template settings included."""
     body.check_supported()
-    images = ChatImages.reader(served.backend.image_prompt)
+    images = ChatImages.reader(served.backend.image_prompt, served.remote_images)
     messages = engine_chat(body.messages, images)
     if body.continue_final_message and body.add_generation_prompt:
         raise APIError(400, "continue_final_message needs add_generation_prompt=false",
@@ -88,6 +88,8 @@ async def encode_chat_request(body: ChatCompletionRequest, served: ServedModel) 
                             "constraint shapes the whole reply, leaving the budget no place to "
                             "end its reasoning", param="thinking_token_budget")
     template_kwargs = _template_kwargs(body, served.backend.chat_template)
+    if images is not None:
+        await images.read()  # once the request's cheap checks have passed
     with as_api_errors("messages"):
         # Encoded once for all n choices, and before admission, which counts its tokens. With
         # continue_final_message the prompt ends inside the last reply, to go on with it.

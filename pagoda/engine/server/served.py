@@ -10,6 +10,7 @@ from pagoda.engine.llm_engine import EngineStats
 from pagoda.engine.multimodal.images import DecodedImage
 from pagoda.engine.multimodal.placeholders import ImagePrompt
 from pagoda.engine.outputs import RequestOutput
+from pagoda.engine.server.remote_images import RemoteImages
 from pagoda.engine.sampling.params import PoolingParams, SamplingParams
 from pagoda.engine.text.chat_template import Message
 from pagoda.engine.text.chat_tokenizer import ChatTokenizer
@@ -60,6 +61,9 @@ class ServedModel:
     # --force-tool-call: a request offering tools under "auto" must call one when the chat asks
     # something new (pagoda/engine/requests/tools.py, forced_on_new_task).
     force_tool_call: bool = False
+    # --allow-remote-images and its kin: whether an image part's http(s) URL is fetched, from
+    # which addresses and for how long (pagoda/engine/server/remote_images.py).
+    remote_images: RemoteImages = RemoteImages()
 
     def card(self) -> dict:
         """Its entry in GET /v1/models, and the body of GET /v1/models/{id}."""

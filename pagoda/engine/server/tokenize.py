@@ -23,8 +23,11 @@ async def tokenize(body: TokenizeRequest, served: ServedModel) -> dict:
             tools = [t.model_dump(exclude_none=True) for t in body.tools or []]
             check_tools(tools)  # as a chat request's, so the count is of a prompt it could send
             # Images counted as a chat request would send them, on a model that takes them.
-            images = ChatImages.reader(served.backend.image_prompt)
-            tokens = await tokenizer.encode_chat(engine_chat(body.messages, images),
+            images = ChatImages.reader(served.backend.image_prompt, served.remote_images)
+            messages = engine_chat(body.messages, images)
+            if images is not None:
+                await images.read()
+            tokens = await tokenizer.encode_chat(messages,
                                                  tools=tools or None,
                                                  template_kwargs=body.chat_template_kwargs,
                                                  expand=None if images is None else images.expand())

@@ -1,25 +1,29 @@
 """Drafts from two sources, for a model whose file has a multi-token-prediction block
-(pagoda.engine.models.mtp): the block's draft, made by the runner at the end of each step for
+(pagoda.engine.models.mtp): the block's drafts, made by the runner at the end of each step for
 the step after, and prompt lookup's (pagoda.engine.spec_decode.ngram_proposer), the fallback.
 
 Each source keeps its own acceptance per sequence (verified drafts and shadow checks, as prompt
 lookup does). Each step a sequence gets the proposal that is expected to keep more tokens: the
 j-th draft of a source whose drafts are kept with probability a is kept with probability a^j,
-so the block's one draft is worth a, prompt lookup's n drafts a + a^2 + ... + a^n. How many of
-them to verify, if any, is then the cost model's choice (pagoda.engine.spec_decode.draft_policy)
-as for prompt lookup alone; a proposal not verified is shadow-checked against its source.
+so n drafts of either are worth a + a^2 + ... + a^n. How many of them to verify, if any, is
+then the cost model's choice (pagoda.engine.spec_decode.draft_policy) as for prompt lookup
+alone; a proposal not verified is shadow-checked against its source.
 
 The block runs every step whether its drafts are verified or not (its KV cache must follow each
-sequence), so it must pay for itself as a whole: `block_pays` weighs what its drafts have been
-worth against what a step that verifies one costs here (the block's pass included) and a plain
-step without the block; once it does not pay, the engine stops running it and prompt lookup drafts alone (for
-the engine's life: the block's keys of the running sequences would be missing).
+sequence), so it must pay for itself as a whole, and each draft it chains after its first must
+pay for its own pass: `drafts_that_pay` weighs what n drafts are worth (1 + a + ... + a^n
+tokens a step) against a step verifying them here (the step cost's table, whose steps count the
+block's first pass) and the n - 1 chained passes, beside a plain step without the block. The
+engine asks the block for the best n, at most num_speculative_tokens; once none pays, it stops
+running the block and prompt lookup drafts alone (for the engine's life: the block's keys of
+the running sequences would be missing).
 """
 
 from __future__ import annotations
 
 from pagoda.engine.spec_decode.draft_policy import SPEEDUP_MARGIN
 from pagoda.engine.spec_decode.ngram_proposer import DraftedSequence, NgramProposer
+from pagoda.engine.spec_decode.step_cost import StepCost
 
 # The block's drafts checked (verified or shadow-checked) before its worth is judged.
 MIN_BLOCK_CHECKS = 32
@@ -106,8 +110,20 @@ def _expected_kept(acceptance: float, num_drafts: int) -> float:
     return sum(acceptance ** j for j in range(1, num_drafts + 1))
 
 
-def block_pays(acceptance: float, verify_seconds: float, plain_seconds: float) -> bool:
-    """Whether drafting with the block makes a stream faster: a step that verifies its draft
-    (verify_seconds, the block's pass included) yields 1 + acceptance tokens where a step
-    without the block (plain_seconds) yields one."""
-    return (1 + acceptance) * plain_seconds >= verify_seconds * (1 + SPEEDUP_MARGIN)
+def drafts_that_pay(acceptance: float, cost: StepCost, block_seconds: float,
+                    pass_seconds: float, max_drafts: int) -> int:
+    """How many drafts the block should make a step (0: none pays, stop it), for one stream
+    whose drafts are each kept with probability `acceptance`: n drafts yield 1 + a + ... + a^n
+    tokens in a step of 1 + n rows (`cost`, the block's first pass included) and n - 1 chained
+    passes of pass_seconds; a step without the block yields one in cost.seconds(1) less
+    block_seconds. The n with the most tokens per second, if it beats that by the margin."""
+    plain = cost.seconds(1) - block_seconds
+    if plain <= 0:
+        return max_drafts  # not measured yet
+    best, best_rate, tokens = 0, (1 + SPEEDUP_MARGIN) / plain, 1.0
+    for n in range(1, max_drafts + 1):
+        tokens += acceptance ** n
+        rate = tokens / (cost.seconds(1 + n) + (n - 1) * pass_seconds)
+        if rate >= best_rate:
+            best, best_rate = n, rate
+    return best

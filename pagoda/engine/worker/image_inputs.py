@@ -2,8 +2,8 @@
 tower's embeddings for them, and the attention mask that lets an image's tokens see each other
 (Gemma 3 attends bidirectionally within an image).
 
-A causal model's prefill chunk may end inside an image (Qwen2.5-VL's): the image's embeddings
-are kept (`KeptImages`) for the chunk that takes its other tokens, so that each image is
+A causal model's prefill chunk may end inside an image (a SmolVLM tile, a Qwen2.5-VL image): its
+embeddings are kept (`KeptImages`) for the chunk that takes its other tokens, so that each is
 encoded once."""
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from pagoda.engine.models.decoder import DecoderForCausalLM, RecurrentStep
 from pagoda.engine.models.kv_cache_sizing import (
     blocks_and_slots,
     kv_cache_dtype,
+    mtp_scratch_blocks_per_row,
     split_checkpoint_budget,
     split_kv_budget,
     split_state_budget,
@@ -103,8 +104,10 @@ class RunnerOutput:
     # this step scored, and each scored token's logprobs.
     prompt_logprobs: list[tuple[int, list[SampledLogprobs]] | None] | None = None
     # Per scheduled sequence, where the model drafts with its multi-token-prediction block:
-    # the draft for its next step (none for a sequence that sampled nothing).
+    # the drafts for its next step (none for a sequence that sampled nothing), and the seconds
+    # the block's chained passes took (those after its first draft).
     drafts: list[list[int]] | None = None
+    draft_seconds: float = 0.0
 
 
 @dataclass(slots=True)
@@ -186,11 +189,16 @@ class ModelRunner:
         # The blocks of the group that keeps every block: the context the cache holds.
         self.num_blocks = self.kv_cache_groups[0].num_blocks
         self.kv_caches = self._allocate_kv_cache()
-        # The multi-token-prediction block's keys and values, in the first group's blocks;
-        # whether it runs (the engine stops it where its drafts do not pay), and its time.
+        # The multi-token-prediction block's keys and values, in the first group's blocks and
+        # scratch blocks of its chained drafts' after them; whether it runs (the engine stops
+        # it where its drafts do not pay), how many drafts it makes a step (the engine's
+        # choice), and its time: its pass over the step's positions, and each chained pass.
+        self.mtp_scratch_blocks_per_row = mtp_scratch_blocks_per_row(config)
         self.mtp_kv = self._allocate_mtp_kv() if self.model.mtp is not None else None
         self.drafts_with_mtp = self.mtp_kv is not None
+        self.num_mtp_drafts = config.num_speculative_tokens
         self.mtp_seconds = RecentSeconds()
+        self.mtp_chain_seconds = RecentSeconds()
         self.recurrent_states = self._allocate_recurrent_states()
         self.sampler = Sampler(ops.row_argmax)
         self.rejection_sampler = RejectionSampler(ops.row_argmax)
@@ -241,17 +249,23 @@ class ModelRunner:
         self.copy_states(sched.save_states)
         if self.drafts_with_mtp and hidden is not None:
             began = time.perf_counter()
-            out.drafts = self._mtp_drafts(inputs, hidden, sched.scheduled, sampled)
-            self.mtp_seconds.observe(time.perf_counter() - began)
+            out.drafts, out.draft_seconds = self._mtp_drafts(inputs, hidden, sched.scheduled,
+                                                             sampled)
+            self.mtp_seconds.observe(time.perf_counter() - began - out.draft_seconds)
+            passes = max(map(len, out.drafts)) - 1
+            if passes > 0:  # a step without chained passes says nothing of their cost
+                self.mtp_chain_seconds.observe(out.draft_seconds / passes)
         return out
 
     def _mtp_drafts(self, inputs: ModelInputs, hidden: torch.Tensor,
                     scheduled: list[ScheduledSequence],
-                    sampled: list[list[int]]) -> list[list[int]]:
+                    sampled: list[list[int]]) -> tuple[list[list[int]], float]:
         """Run the multi-token-prediction block over the step's positions (each with the token
         that follows it: the sequence's next one, or from its sampled run; 0 after a rejected
         draft, whose keys the next step overwrites) and draft, for each sequence that sampled,
-        the token after its run from the position before the run's last token."""
+        the token after its run from the position before the run's last token, then chain the
+        block for the drafts after it (up to num_mtp_drafts in all). Returns the drafts, and
+        the seconds the chained passes took."""
         next_ids, rows, flat = [], [], 0
         for i in inputs.flat_order:
             item, run = scheduled[i], sampled[i]
@@ -268,11 +282,57 @@ class ModelRunner:
         normed = mtp.hidden_states(self.model, self._tensor(next_ids), inputs.positions, hidden,
                                    inputs.attn, self.mtp_kv)
         drafts: list[list[int]] = [[] for _ in scheduled]
-        if rows:
-            tokens = mtp.draft(self.model, normed[self._tensor([row for _, row in rows])])
-            for (i, _), token in zip(rows, tokens, strict=True):
-                drafts[i] = [token]
-        return drafts
+        if not rows:
+            return drafts, 0.0
+        carried = normed[self._tensor([row for _, row in rows])]
+        first = mtp.draft(self.model, carried)
+        for (i, _), token in zip(rows, first.tolist(), strict=True):
+            drafts[i] = [token]
+        began = time.perf_counter()
+        self._chain_drafts([(scheduled[i].seq, len(sampled[i])) for i, _ in rows], carried,
+                           first, [drafts[i] for i, _ in rows])
+        return drafts, time.perf_counter() - began
+
+    def _chain_drafts(self, rows: list[tuple[Sequence, int]], carried: torch.Tensor,
+                      tokens: torch.Tensor, drafts: list[list[int]]) -> None:
+        """Append to each row's drafts the block's chained ones. rows: each sequence and the
+        tokens its step appends (it is n tokens long after them, the first draft its token n);
+        pass j (from 2) runs at position n + j - 3 on the previous pass's output and draft,
+        its keys written there (past the sequence's blocks, into the row's scratch blocks); a
+        row stops at the context's end."""
+        scratch, first = self.mtp_scratch_blocks_per_row, self.num_blocks
+        tables = [seq.block_ids + list(range(first + r * scratch, first + (r + 1) * scratch))
+                  for r, (seq, _) in enumerate(rows)]
+        lengths = [seq.num_tokens + appended for seq, appended in rows]
+        active = list(range(len(rows)))
+        for j in range(2, self.num_mtp_drafts + 1):
+            keep = [a for a, r in enumerate(active) if lengths[r] + j - 3 < self.max_model_len]
+            if not keep:
+                return
+            if len(keep) < len(active):
+                index = self._tensor(keep)
+                carried, tokens, active = carried[index], tokens[index], [active[a] for a in keep]
+            queries = [ScheduledSequence(rows[r][0], lengths[r] + j - 3, 1) for r in active]
+            meta = self._chain_metadata(queries, [tables[r] for r in active])
+            positions = self._tensor([q.num_computed_tokens for q in queries])
+            carried = self.model.mtp.chained(self.model, tokens, positions, carried, meta,
+                                             self.mtp_kv)
+            tokens = self.model.mtp.draft(self.model, carried)
+            for r, token in zip(active, tokens.tolist(), strict=True):
+                drafts[r].append(token)
+
+    def _chain_metadata(self, queries: list[ScheduledSequence], tables: list[list[int]]
+                        ) -> AttentionMetadata | TritonAttentionMetadata:
+        """A chained pass's attention, full (the block's layer is): one query per sequence,
+        over the block's keys before it and its own, in `tables`."""
+        bs = self.block_size
+        slots = [table[q.num_computed_tokens // bs] * bs + q.num_computed_tokens % bs
+                 for q, table in zip(queries, tables, strict=True)]
+        if self.model.ops.name == "triton":
+            return self._triton_group_metadata(queries, slots, tables, 0)
+        spans = group_by_length([q.num_computed_tokens + 1 for q in queries])
+        return AttentionMetadata(self._tensor(slots), self._decode_groups(
+            queries, tables, [0] * len(queries), 0, spans))
 
     def _settle_verified_states(self, inputs: ModelInputs, scheduled: list[ScheduledSequence],
                                 sampled: list[list[int]]) -> None:
@@ -714,8 +774,10 @@ class ModelRunner:
 
     def _allocate_mtp_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The multi-token-prediction block's key and value blocks, numbered as the first
-        group's: a position's block holds its keys in both (counted in its bytes_per_block)."""
-        shape = (self.kv_cache_groups[0].num_blocks, self.block_size,
+        group's: a position's block holds its keys in both (counted in its bytes_per_block);
+        then each of max_num_seqs rows' scratch blocks for its chained drafts' keys."""
+        scratch = self.config.max_num_seqs * self.mtp_scratch_blocks_per_row
+        shape = (self.kv_cache_groups[0].num_blocks + scratch, self.block_size,
                  *self.model.shape.kv_heads(self.model.arch.mtp_like))
         if self.device.type == "cpu":
             pool = zeroed_host_tensor((2, *shape), self.kv_dtype)

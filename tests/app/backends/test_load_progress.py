@@ -40,7 +40,7 @@ class _Layers:
 def heard(monkeypatch) -> list[LoadProgress]:
     told: list[LoadProgress] = []
 
-    def load_model(model, dtype, on_progress, quantization, mmproj=None):
+    def load_model(model, dtype, on_progress, quantization, mmproj=None, mtp=True):
         for done, words in enumerate(("reading the model file", "reading the tokenizer",
                                       "decoding the weights", "decoding the weights")):
             on_progress(words, done, 3)
@@ -80,7 +80,7 @@ def test_a_ggufs_vision_tower_beside_it_is_loaded_with_it(monkeypatch, tmp_path)
         path.write_bytes(b"GGUF")
     asked = []
 
-    def load_model(model, dtype, on_progress, quantization, mmproj=None):
+    def load_model(model, dtype, on_progress, quantization, mmproj=None, mtp=True):
         asked.append(mmproj)
         raise RuntimeError("stop here: only the files asked for are checked")
 

@@ -4,8 +4,11 @@ transformers' greedy one; the same image in the next turn comes from the prefix 
 image is a 400 naming the part, never a crash."""
 
 import base64
+import concurrent.futures
 import copy
+import dataclasses
 import io
+import time
 
 import httpx
 import openai
@@ -18,8 +21,10 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 from pagoda.engine import LLM
 from pagoda.engine.async_engine import AsyncEngine
 from pagoda.engine.server.api import build_app
+from pagoda.engine.server.remote_images import RemoteImages
 from pagoda.engine.server.runner import ServerThread
 from pagoda.engine.server.served import ServedModel
+from tests.engine.server.image_host import image_host
 from tests.engine.tiny_vision import (
     GEMMA3_IMAGE_TOKENS,
     GEMMA3_TOKENS_PER_IMAGE,
@@ -38,13 +43,33 @@ def folder(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(folder):
+def serving(folder):
+    """The server, and the model it serves (a list of one, so a test can serve it with other
+    options: it is looked up per request)."""
     engine = AsyncEngine(engine=LLM(str(folder), num_threads=1, num_kv_blocks=64).engine)
-    served = ServedModel(MODEL, engine, engine.max_model_len)
-    running = ServerThread(build_app(lambda: served)).start()
-    yield running
+    served = [ServedModel(MODEL, engine, engine.max_model_len)]
+    running = ServerThread(build_app(lambda: served[0])).start()
+    yield running, served
     running.stop()
     engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+def server(serving):
+    return serving[0]
+
+
+@pytest.fixture
+def fetching(serving):
+    """Serve with a remote-image policy (RemoteImages) until the test ends."""
+    served = serving[1]
+    plain = served[0]
+
+    def serve_with(policy: RemoteImages) -> None:
+        served[0] = dataclasses.replace(plain, remote_images=policy)
+
+    yield serve_with
+    served[0] = plain
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +94,10 @@ def data_url(image: Image.Image) -> str:
     return "data:image/png;base64," + base64.b64encode(png_bytes(image)).decode()
 
 
-def ask(client, image: Image.Image, text: str = "the cat sat on the mat", history=()):
-    content = [{"type": "image_url", "image_url": {"url": data_url(image)}},
+def ask(client, image: Image.Image | str, text: str = "the cat sat on the mat", history=()):
+    """A chat about an image (or the image at a URL)."""
+    url = image if isinstance(image, str) else data_url(image)
+    content = [{"type": "image_url", "image_url": {"url": url}},
                {"type": "text", "text": text}]
     return client.chat.completions.create(
         model=MODEL, messages=[*history, {"role": "user", "content": content}],
@@ -213,3 +240,71 @@ def test_tokenize_counts_a_chats_image_as_the_chat_sends_it(server, client):
     counted = httpx.post(f"{server.url}/tokenize", timeout=60, json={
         "model": MODEL, "messages": [{"role": "user", "content": content}]}).json()
     assert counted["count"] == chat.usage.prompt_tokens
+
+
+# The tests' image host serves from 127.0.0.1: a server fetches from it only when told to fetch
+# from private addresses as well.
+FROM_HERE = RemoteImages(allowed=True, private_hosts=True, timeout=5.0)
+
+
+@pytest.fixture(scope="module")
+def host():
+    with image_host(png_bytes(photo(6)), b"") as server:
+        yield server
+
+
+def test_an_image_url_is_fetched_and_read_as_the_same_image_inline(client, host, fetching):
+    inline = ask(client, photo(6))
+    fetching(FROM_HERE)
+    fetched = ask(client, f"{host.url}/cat.png")
+    assert fetched.usage.prompt_tokens == inline.usage.prompt_tokens
+    assert fetched.choices[0].message.content == inline.choices[0].message.content
+
+
+def test_the_messages_api_fetches_a_url_image_source(server, client, host, fetching):
+    anthropic = pytest.importorskip("anthropic")
+    inline = ask(client, photo(6), "what is this")
+    fetching(FROM_HERE)
+    claude = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0,
+                                 timeout=60)
+    message = claude.messages.create(model=MODEL, max_tokens=TOKENS, messages=[
+        {"role": "user", "content": [
+            {"type": "image", "source": {"type": "url", "url": f"{host.url}/cat.png"}},
+            {"type": "text", "text": "what is this"}]}])
+    usage = message.usage
+    assert usage.input_tokens + usage.cache_read_input_tokens == inline.usage.prompt_tokens
+
+
+@pytest.mark.parametrize(("path", "words"), [
+    ("/missing.png", "answered 404 Not Found"),
+    ("/page.html", "is 'text/html' \\(its Content-Type\\)"),
+    ("/huge.png", "over the 20,971,520 an image may be"),
+    ("/slow.png", "sent no whole image within 1 s"),
+])
+def test_a_remote_image_that_cannot_be_had_is_a_400_naming_the_part(client, host, fetching,
+                                                                     path, words):
+    fetching(dataclasses.replace(FROM_HERE, timeout=1.0))
+    with pytest.raises(openai.BadRequestError, match=words) as caught:
+        ask(client, f"{host.url}{path}")
+    assert caught.value.body["param"] == "messages[0].content[0].image_url.url"
+
+
+def test_remote_images_are_fetched_from_public_addresses_unless_told(client, host, fetching):
+    fetching(RemoteImages(allowed=True))
+    before = len(host.requests)
+    with pytest.raises(openai.BadRequestError, match="is at 127.0.0.1, an address on this "
+                                                     "machine or a private network"):
+        ask(client, f"{host.url}/cat.png")
+    assert len(host.requests) == before
+
+
+def test_a_slow_image_host_holds_up_no_other_request(server, client, host, fetching):
+    fetching(dataclasses.replace(FROM_HERE, timeout=3.0))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(ask, client, f"{host.url}/slow.png")
+        time.sleep(0.3)  # the fetch is waiting on the host
+        started = time.monotonic()
+        assert httpx.get(f"{server.url}/v1/models", timeout=10).status_code == 200
+        assert time.monotonic() - started < 1.0
+        with pytest.raises(openai.BadRequestError, match="within 3 s"):
+            slow.result()

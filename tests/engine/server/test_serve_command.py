@@ -19,6 +19,7 @@ import pytest
 from pagoda.engine.cli.main import main
 from pagoda.engine.cli.serve import add_serve_options, run_serve, served_model
 from pagoda.engine.server import runner
+from pagoda.engine.server.remote_images import RemoteImages
 from tests.engine.structured_output.schemas import SLOW_REGEX
 
 
@@ -56,7 +57,9 @@ def test_serving_keeps_what_loaded_out_of_later_garbage_collections(monkeypatch)
                         lambda *args: frozen_when_serving.append(gc.get_freeze_count()))
     args = argparse.Namespace(host="127.0.0.1", port=0, api_key=None, served_model_name=None,
                               allowed_origins=[], allowed_hosts=[], header_timeout=10.0,
-                              max_connections=10, force_tool_call=False)
+                              max_connections=10, force_tool_call=False,
+                              allow_remote_images=False, allow_private_image_hosts=False,
+                              remote_image_timeout=10.0)
     gc.unfreeze()
     loaded = _LoadedEngine()
     try:
@@ -73,6 +76,20 @@ def test_force_tool_call_reaches_the_served_model():
     for options, forced in (([], False), (["--force-tool-call"], True)):
         served = served_model(parser.parse_args(options), _LoadedEngine())
         assert (served.name, served.force_tool_call) == ("tiny", forced)
+
+
+def test_remote_image_options_reach_the_served_model():
+    parser = argparse.ArgumentParser()
+    add_serve_options(parser)
+    for options, want in (
+            ([], RemoteImages()),
+            (["--allow-remote-images"], RemoteImages(allowed=True)),
+            (["--allow-remote-images", "--allow-private-image-hosts",
+              "--remote-image-timeout", "2.5"],
+             RemoteImages(allowed=True, private_hosts=True, timeout=2.5))):
+        assert served_model(parser.parse_args(options), _LoadedEngine()).remote_images == want
+    with pytest.raises(ValueError, match="give both"):
+        served_model(parser.parse_args(["--allow-private-image-hosts"]), _LoadedEngine())
 
 
 def start_serving(*options: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:

@@ -21,7 +21,8 @@ from safetensors.torch import load_file, save_file
 from pagoda.engine import LLM, SamplingParams
 from pagoda.engine.errors import ModelLoadError
 from pagoda.engine.models.registry import optional_weight_shapes
-from pagoda.engine.spec_decode.draft_sources import DraftSources, block_pays
+from pagoda.engine.spec_decode.draft_sources import DraftSources, drafts_that_pay
+from pagoda.engine.spec_decode.step_cost import StepCost
 from tests.engine.llama_cpp_converter import convert_to_gguf, gguf_model_name
 from tests.engine.models.test_parity import NUM_THREADS
 from tests.engine.test_batch_invariance import SENTENCES
@@ -192,11 +193,16 @@ def test_a_gguf_file_with_the_block_drafts_what_its_folder_drafts(qwen35_mtp, pr
     assert offers[0] == offers[1] and offers[0]
 
 
-def test_the_block_pays_where_its_kept_drafts_outweigh_a_verifying_step():
-    # 60% kept: a step verifying one (block included) may cost up to 1.6 / 1.02 plain steps.
-    assert block_pays(0.6, verify_seconds=1.5, plain_seconds=1.0)
-    assert not block_pays(0.6, verify_seconds=1.6, plain_seconds=1.0)
-    assert not block_pays(0.0, verify_seconds=1.05, plain_seconds=1.0)
+def test_the_block_makes_as_many_drafts_a_step_as_pay():
+    """A 1-row step takes 1.0 s, 0.1 s of it the block's first pass; each row more 0.2 s,
+    each chained pass 0.1 s: at 90% kept, 1 + .9 + .81 + .73 tokens in 1.6 + 0.2 s beat fewer
+    drafts; at 60%, one draft (1.6 tokens in 1.2 s) beats two (1.96 in 1.5 s); at 10%, a
+    plain step's 1 token in 0.9 s beats any."""
+    cost = StepCost({1: 1.0, 2: 1.2, 3: 1.4, 4: 1.6})
+    assert drafts_that_pay(0.9, cost, 0.1, 0.1, max_drafts=3) == 3
+    assert drafts_that_pay(0.9, cost, 0.1, 0.1, max_drafts=2) == 2
+    assert drafts_that_pay(0.6, cost, 0.1, 0.1, max_drafts=3) == 1
+    assert drafts_that_pay(0.1, cost, 0.1, 0.1, max_drafts=3) == 0
 
 
 def test_the_engine_stops_running_a_block_whose_drafts_do_not_pay(qwen35_mtp, prompts):

@@ -45,9 +45,6 @@ from pagoda.engine.parsers.replies import ReplyShape, ReplyStream, reply_shape
 ENCODED_CHATS_KEPT = 8
 # Enough of the prompt's end to see whether it opens the reasoning ("<think>\n").
 _PROMPT_TAIL_TOKENS = 8
-# An image's tokens beside its placeholders: its start and end markers, and about two for the
-# blank lines around them.
-_IMAGE_MARKER_TOKENS = 4
 
 
 class LocalBackend:
@@ -80,19 +77,18 @@ class LocalBackend:
 
     @property
     def image_input(self) -> ImageInput:
-        """Whether the engine's model sees images (a multimodal Gemma 3 does) and what one
-        costs: its placeholders, with its markers and the blank lines around them (about: they
-        may merge with the text beside them)."""
+        """Whether the engine's model sees images (a multimodal Gemma 3, SmolVLM or Qwen2.5-VL
+        does) and what one costs: its placeholders, with its markers and any blank lines around
+        them (about, where such lines may merge with the text beside them)."""
         prompt = self._engine.image_prompt
         if prompt is None:
             return ImageInput(False, why=f"{self.model_name} on this computer takes text only: "
                                          "it cannot see images (use a server whose model sees "
                                          "them)")
-        if prompt.tokens_per_image is None:  # as many as the image's size gives
-            return ImageInput(True, ImageCost(exact=True,
-                                              count=functools.partial(_image_tokens, prompt)))
-        return ImageInput(True, ImageCost(fixed_tokens=prompt.tokens_per_image
-                                          + _IMAGE_MARKER_TOKENS))
+        if prompt.tokens_per_image is not None:  # the same whatever the image's size
+            return ImageInput(True, ImageCost(fixed_tokens=prompt.tokens((0, 0))))
+        return ImageInput(True, ImageCost(exact=prompt.exact,
+                                          counted_by=functools.partial(_image_tokens, prompt)))
 
     @property
     def engine(self) -> AsyncEngine:
@@ -212,7 +208,7 @@ class LocalBackend:
                  for m in messages],
                 continue_final_message=continue_final_message, tools=tools,
                 template_kwargs=template_kwargs,
-                expand=_expansion(prompt, messages) if with_images else None)
+                expand=_expand(prompt, messages) if with_images else None)
         except EngineDeadError as exc:  # the tokenizer's thread is gone: we were shut down
             raise _stopped(exc, "") from exc
         except ValueError as exc:
@@ -241,19 +237,19 @@ class LocalBackend:
                            tokens_per_s=_tokens_per_s(m, num_output))
 
 
-def _expansion(prompt: ImagePrompt, messages: Sequence[ChatMessage]) -> Callable[[str], str]:
-    """What turns the rendered chat's image markers into each image's placeholders."""
-    sizes = [(image.width, image.height) for m in messages for image in m.images]
-    return functools.partial(prompt.expand, sizes=sizes)
-
-
 def _image_tokens(prompt: ImagePrompt, width: int, height: int) -> int:
-    """An image's placeholders and the two markers around them; 0 for one the model refuses
-    (its shape: refused in words when the chat is sent)."""
+    """An image's tokens where they follow its size (SmolVLM's tiles, Qwen2.5-VL's merge
+    units); 0 for one the model refuses (its shape: refused in words when the chat is sent)."""
     try:
-        return prompt.tokens(width, height) + 2
+        return prompt.tokens((width, height))
     except ImageInputError:
         return 0
+
+
+def _expand(prompt: ImagePrompt, messages: Sequence[ChatMessage]) -> Callable[[str], str]:
+    """What turns the rendered chat's markers into the placeholders of its images, in order."""
+    return functools.partial(prompt.expand,
+                             sizes=[(i.width, i.height) for m in messages for i in m.images])
 
 
 def _template_dict(message: ChatMessage, prompt: ImagePrompt) -> dict[str, object]:

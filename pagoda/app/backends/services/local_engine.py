@@ -72,7 +72,7 @@ def make_local_engine(model: str | None, config: EngineConfig,
 
     def build() -> LLMEngine:
         loaded = load_model(model, config.dtype, loader_step, quantization=config.quantization,
-                            mmproj=mmproj)
+                            mmproj=mmproj, mtp=config.num_speculative_tokens > 0)
         loaded.weights = _told_as_taken(loaded.weights, on_progress)
         return LLMEngine(config=config, loaded=loaded, release_weights=True)
 

@@ -49,9 +49,13 @@ def refuse_unrunnable_model(source: str | None) -> None:
 
 def describe_headers(headers: ModelHeaders, quantization: str, config: EngineConfig) -> ModelInfo:
     """What the model is and the memory it takes under `quantization`, computing in the dtype of
-    the engine `config` would build. Only after read_model_headers imported the reader."""
+    the engine `config` would build (a multi-token-prediction block counted only where it
+    speculates, as the engine builds it only then). Only after read_model_headers imported the
+    reader."""
     from pagoda.engine.loading.model_info import describe_headers as describe
 
+    if not config.num_speculative_tokens:
+        headers = headers.without_mtp()
     return describe(headers, quantization, config.dtype)
 
 

@@ -75,3 +75,21 @@ def test_a_dense_hub_file_shows_its_parameters_alone(hub):
 
 def test_an_unknown_count_shows_nothing():
     assert parameter_counts(None, None) == ""
+
+
+def test_a_models_picker_entry_counts_its_mtp_block_only_when_it_speculates(tmp_path):
+    """The engine builds a multi-token-prediction block only to speculate: the memory the
+    picker shows counts its weights only then."""
+    from pagoda.app.backends.services.model_files import describe_headers as picker_describe
+    from pagoda.engine.config import EngineConfig
+    from tests.engine.spec_decode.test_mtp_drafts import add_mtp_block, mtp_tensors
+    from tests.engine.tiny_models import save_tiny_model
+
+    folder = save_tiny_model(tmp_path / "qwen3.5", "qwen3.5")
+    add_mtp_block(folder)
+    headers = read_model_headers(folder)
+    off, on = (picker_describe(headers, "auto", EngineConfig(num_speculative_tokens=k))
+               for k in (0, 2))
+    block = sum(t.numel() for t in mtp_tensors(folder).values())
+    assert on.num_parameters - off.num_parameters == block
+    assert on.weight_bytes - off.weight_bytes == 4 * block  # fp32 on the CPU
