@@ -27,13 +27,15 @@ from pagoda.engine.disk_cache.tier import DiskPrefixCache, model_fingerprint, op
 from pagoda.engine.errors import ImageInputError, PromptTooLongError
 from pagoda.engine.loading.loader import LoadedModel, load_model
 from pagoda.engine.loading.model_info import check_model_fits
-from pagoda.engine.multimodal.image_processing import image_processor, tile_grid
+from pagoda.engine.models.vision_tower import GridImageTower
+from pagoda.engine.multimodal.image_processing import grid_resize, image_processor, tile_grid
 from pagoda.engine.multimodal.images import DecodedImage
 from pagoda.engine.multimodal.placeholders import (
     ImagePrompt,
     SmolVLMTokens,
     gemma3_image_prompt,
     image_spans,
+    qwen2_5_vl_image_prompt,
     smolvlm_image_prompt,
 )
 from pagoda.engine.outputs import RequestOutput
@@ -181,13 +183,15 @@ class LLMEngine:
         tower = self.runner.image_tower
         if tower is None:
             return None
+        start, image, end = self.tokenizer.convert_ids_to_tokens(
+            [tower.start_token_id, tower.image_token_id, tower.end_token_id])
+        if isinstance(tower, GridImageTower):
+            return qwen2_5_vl_image_prompt(start, image, end, grid_resize(tower).tokens)
         if tower.tiles is not None:
             tiles = tower.tiles
             return smolvlm_image_prompt(
                 SmolVLMTokens(), tower.tokens_per_image,
                 lambda size: tile_grid(size, tower.image_size, tiles))
-        start, image, end = self.tokenizer.convert_ids_to_tokens(
-            [tower.start_token_id, tower.image_token_id, tower.end_token_id])
         return gemma3_image_prompt(start, image, end, tower.tokens_per_image)
 
     def _image_spans(self, token_ids: list[int], images: Seq[DecodedImage]
@@ -198,8 +202,8 @@ class LLMEngine:
         if self.runner.model.ops.name == "triton":
             raise ImageInputError("images run on the CPU path only so far: this engine runs "
                                   "Triton kernels")
-        return image_spans(token_ids, images, tower.image_token_id, tower.tokens_per_image,
-                           image_processor(tower))
+        return image_spans(token_ids, images, tower.image_token_id, image_processor(tower),
+                           whole=tower.bidirectional)
 
     def _sampling_sequence(self, request_id: str, token_ids: list[int], params: SamplingParams,
                            prompt_text: str | None, cache_tag: str | None,

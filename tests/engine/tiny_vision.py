@@ -146,3 +146,75 @@ def save_smolvlm(model: transformers.SmolVLMForConditionalGeneration, folder: Pa
         "size": {"longest_edge": longest_edge}, "max_image_size": {"longest_edge": tile},
         "resample": 1, "image_mean": [0.5] * 3, "image_std": [0.5] * 3}))
     return folder
+
+
+# Qwen2.5-VL: a tower of 14-pixel patches (two frames each: a still image is repeated), merged
+# 2 x 2 into one image token, attending within 112-pixel windows but in its full-attention layers
+# (every second, as llama.cpp's converter requires a period); its text model rotates each head's
+# 16 dimensions in sections of 2, 3 and 3 pairs over (time, row, column) positions.
+QWEN2_5_VL_VISION = {"depth": 4, "hidden_size": 32, "intermediate_size": 48, "num_heads": 4,
+                     "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
+                     "window_size": 112, "fullatt_block_indexes": [1, 3], "out_hidden_size": 64,
+                     "hidden_act": "silu"}
+QWEN2_5_VL_TEXT = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6,
+                   "rope_parameters": {"rope_type": "default", "rope_theta": 1e6,
+                                       "mrope_section": [2, 3, 3]}}
+# Qwen2.5-VL's image and video tokens: an image's start, each of its placeholders, its end (a
+# video's placeholder, which no test sends, has its own).
+QWEN2_5_VL_IMAGE_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")
+QWEN2_5_VL_VIDEO_TOKEN = "<|video_pad|>"
+# The processor's bounds, in pixels (those of the released preprocessor_config.json, scaled down).
+QWEN2_5_VL_MIN_PIXELS = 56 * 56
+QWEN2_5_VL_MAX_PIXELS = 28 * 28 * 128
+
+
+@functools.cache
+def _qwen2_5_vl_tokenizer() -> transformers.PreTrainedTokenizerBase:
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_folder())
+    tokenizer.add_special_tokens({"additional_special_tokens": [*QWEN2_5_VL_IMAGE_TOKENS,
+                                                                QWEN2_5_VL_VIDEO_TOKEN]})
+    return tokenizer
+
+
+def qwen2_5_vl_tokenizer() -> transformers.PreTrainedTokenizerBase:
+    """The default model's tokenizer with Qwen2.5-VL's vision tokens added; a copy each call."""
+    return copy.deepcopy(_qwen2_5_vl_tokenizer())
+
+
+def tiny_qwen2_5_vl(seed: int = 0) -> transformers.Qwen2_5_VLForConditionalGeneration:
+    tokenizer = qwen2_5_vl_tokenizer()
+    start, image, end, video = tokenizer.convert_tokens_to_ids(
+        [*QWEN2_5_VL_IMAGE_TOKENS, QWEN2_5_VL_VIDEO_TOKEN])
+    torch.manual_seed(seed)
+    config = transformers.Qwen2_5_VLConfig(
+        text_config=QWEN2_5_VL_TEXT | {"vocab_size": len(tokenizer),
+                                       "bos_token_id": tokenizer.bos_token_id,
+                                       "eos_token_id": tokenizer.eos_token_id},
+        vision_config=QWEN2_5_VL_VISION, image_token_id=image, video_token_id=video,
+        vision_start_token_id=start, vision_end_token_id=end)
+    model = transformers.Qwen2_5_VLForConditionalGeneration(config).eval()
+    with torch.no_grad():  # the norms start at ones and the biases at zeros: draw them
+        for name, parameter in model.named_parameters():
+            if "norm" in name or "ln_q" in name or name.endswith("bias"):
+                parameter.normal_(0, 0.2).add_(1.0 if parameter.ndim == 1 and "bias" not in name
+                                               else 0.0)
+    return model
+
+
+def save_qwen2_5_vl(model: transformers.Qwen2_5_VLForConditionalGeneration,
+                    folder: Path) -> Path:
+    """The folder as Qwen released it, which is how transformers 5 saves it too (the text model
+    under model.*, the tower under visual.*), with its tokenizer and the processor's
+    settings."""
+    model.save_pretrained(folder)
+    qwen2_5_vl_tokenizer().save_pretrained(folder)
+    vision = model.config.vision_config
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Qwen2VLImageProcessor", "patch_size": vision.patch_size,
+        "temporal_patch_size": vision.temporal_patch_size,
+        "merge_size": vision.spatial_merge_size, "min_pixels": QWEN2_5_VL_MIN_PIXELS,
+        "max_pixels": QWEN2_5_VL_MAX_PIXELS,
+        "image_mean": [0.48145466, 0.4578275, 0.40821073],
+        "image_std": [0.26862954, 0.26130258, 0.27577711]}))
+    return folder

@@ -129,7 +129,8 @@ class ImageCost:
     # A model whose every image takes the same tokens whatever its size (Gemma 3: 256 and its
     # markers); None: counted from its pixels as above.
     fixed_tokens: int | None = None
-    # A model that counts an image's tokens its own way from (width, height) (SmolVLM's tiles).
+    # A model that counts an image's tokens its own way from (width, height), markers included
+    # (a local SmolVLM's tiles, a local Qwen2.5-VL's merge units); None: counted as above.
     counted_by: Callable[[int, int], int] | None = None
 
     def tokens(self, width: int, height: int) -> int:

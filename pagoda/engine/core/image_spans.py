@@ -6,8 +6,9 @@ Three rules follow from what an image is to a model:
   content hash of each image overlapping it (`block_extra`): the same picture hits the prefix
   cache, another one does not, across restarts too (the disk tier keys blocks by hash);
 - Gemma 3 attends bidirectionally within an image, so a prefill chunk never ends inside one
-  (`chunk_end`): a chunk that would is cut before the image, or, where it starts at the image,
-  takes the whole of it;
+  of its images (`chunk_end`; `ImageSpan.whole`): a chunk that would is cut before the image,
+  or, where it starts at the image, takes the whole of it (SmolVLM and Qwen2.5-VL attend
+  causally: their chunks end anywhere);
 - a prefix hit never ends inside one either (`hit_end`): the rest of its tokens would need
   the image encoded again beside keys already cached.
 """
@@ -20,14 +21,19 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class ImageSpan:
-    """An image's placeholders: tokens offset .. offset + length of the prompt.
-    pixels: the processor's output for the vision tower (a tensor; bookkeeping never reads
-    it). content_hash: the image's identity (pagoda.engine.multimodal.images)."""
+    """An image's (or one of its tiles') placeholders: tokens offset .. offset + length of the
+    prompt.
+    pixels: the processor's output for the vision tower (bookkeeping never reads it).
+    content_hash: the image's identity (pagoda.engine.multimodal.images). grid: (rows, columns)
+    of its tokens where the language model places them on a grid (Qwen2.5-VL's M-RoPE), None
+    where they follow one another. whole: its tokens are prefilled in one chunk."""
 
     offset: int
     length: int
     content_hash: str
     pixels: object
+    grid: tuple[int, int] | None = None
+    whole: bool = True
 
     @property
     def end(self) -> int:
@@ -40,7 +46,7 @@ def chunk_end(spans: Seq[ImageSpan], start: int, n: int) -> int:
     within (possibly more than n: an image's tokens come whole)."""
     end = start + n
     for span in spans:
-        if span.offset < end < span.end:
+        if span.whole and span.offset < end < span.end:
             end = span.offset if span.offset > start else span.end
     return end - start
 

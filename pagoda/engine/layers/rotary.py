@@ -3,6 +3,11 @@
 A model may hold several tables: Gemma 3's windowed layers rotate with a base of 10,000 and its
 global layers with 1,000,000. `RopeSpec` names one table's parameters; a layer without RoPE
 (SmolLM3's every fourth, "NoPE") reads none.
+
+Multimodal RoPE (Qwen2.5-VL's M-RoPE, `mrope_section`): each rotated pair takes its angle from
+one of three positions of the token, its time, row or column, in sections of pairs. A text
+token's three are equal, and then the rotation is plain RoPE at that position: only a step
+whose tokens include an image's passes [3, tokens] positions.
 """
 
 from __future__ import annotations
@@ -36,6 +41,15 @@ class RopeSpec:
         theta = dict(self.parameters).get("rope_theta")
         return float(theta) if theta is not None else 10000.0
 
+    @property
+    def mrope_section(self) -> tuple[int, ...] | None:
+        """Multimodal RoPE's pairs per position (time, row, column); None for plain RoPE, and
+        for Qwen3.5's interleaved sections, whose text rotates as plain RoPE and whose images
+        Pagoda does not read."""
+        params = dict(self.parameters)
+        section = params.get("mrope_section")
+        return None if section is None or params.get("mrope_interleaved") else tuple(section)
+
 
 def rope_parameters(config: PretrainedConfig, layer_type: str | None = None) -> dict:
     """config.json's rope settings (transformers 5.x's rope_parameters, or 4.x's rope_scaling
@@ -62,8 +76,21 @@ def rope_spec(config: PretrainedConfig, head_dim: int,
         raise ModelLoadError(f"config.json rotates {rotary_dim} of each head's {head_dim} "
                              "dimensions (partial_rotary_factor): an even count up to head_dim "
                              "is needed.")
+    section = params.get("mrope_section")
+    if section is not None:
+        params["mrope_section"] = _checked_mrope_section(section, rotary_dim)
     return RopeSpec(tuple(sorted(params.items(), key=lambda item: item[0])), layer_type,
                     rotary_dim)
+
+
+def _checked_mrope_section(section: object, rotary_dim: int) -> tuple[int, ...]:
+    if (not isinstance(section, (list, tuple)) or len(section) != 3
+            or not all(isinstance(n, int) and n >= 0 for n in section)
+            or sum(section) != rotary_dim // 2):
+        raise ModelLoadError(f"config.json's mrope_section {section!r} does not split each "
+                             f"head's {rotary_dim // 2} rotated pairs between time, rows and "
+                             "columns. The model's settings are damaged.")
+    return tuple(section)
 
 
 def inverse_frequencies(config: PretrainedConfig, spec: RopeSpec,
@@ -105,10 +132,30 @@ class RotaryTables:
         half = spec.rotary_dim // 2
         self.sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), -1).to(dtype=dtype,
                                                                             device=device)
+        # M-RoPE: which of a token's three positions each rotated dimension reads.
+        self.position_rows = (None if spec.mrope_section is None
+                              else _position_rows(spec.mrope_section, device))
 
     def lookup(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[tokens] -> cos, sin_signed each [tokens, 1, rotary_dim]."""
+        """[tokens], or [3, tokens] (time, row, column: M-RoPE) -> cos, sin_signed each
+        [tokens, 1, rotary_dim]."""
+        if positions.dim() == 2:
+            return self._lookup_sections(positions)
         return self.cos[positions].unsqueeze(1), self.sin_signed[positions].unsqueeze(1)
+
+    def _lookup_sections(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.position_rows is None:
+            raise ValueError("positions of three rows (M-RoPE) for a model that rotates by one")
+        rows = positions[self.position_rows].t()  # [tokens, rotary_dim]
+        dims = torch.arange(self.rotary_dim, device=positions.device)
+        return self.cos[rows, dims].unsqueeze(1), self.sin_signed[rows, dims].unsqueeze(1)
+
+
+def _position_rows(section: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """Per rotated dimension, the row of [3, tokens] positions it rotates by: the pairs in
+    sections of time, row and column, the same for both halves (cos and sin repeat them)."""
+    pairs = torch.repeat_interleave(torch.arange(3), torch.tensor(section))
+    return torch.cat((pairs, pairs)).to(device)
 
 
 def _cos_sin(config: PretrainedConfig, spec: RopeSpec, positions: torch.Tensor,

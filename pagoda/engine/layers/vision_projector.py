@@ -6,7 +6,11 @@ projected to the language model's width.
 
 SmolVLM's (`PixelShuffleProjector`): each square of scale x scale patches folded into one token
 (their vectors side by side, row by row: a 32 x 32 grid of a 512-pixel tile into 16 x 16 tokens
-four times as wide, at scale 4), projected to the language model's width by one matrix."""
+four times as wide, at scale 4), projected to the language model's width by one matrix.
+
+Qwen2.5-VL's (`PatchMerger`): each merge unit's patches (2 x 2, consecutive in the processor's
+order) RMS-normalised one by one, side by side, through a GELU MLP to the language model's
+width: one image token per unit."""
 
 from __future__ import annotations
 
@@ -61,3 +65,19 @@ class PixelShuffleProjector:
         # A token's vector: its square's patches row by row, each patch's vector whole.
         folded = grid.permute(0, 1, 3, 2, 4, 5).reshape(-1, s * s * width)
         return self.projection(folded.contiguous()).view(images, self.tokens_per_image, -1)
+
+
+@dataclass(slots=True)
+class PatchMerger:
+    unit: int  # patches per merge unit
+    norm_weight: torch.Tensor
+    eps: float
+    fc1: Linear  # unit x vision width -> the same
+    fc2: Linear  # -> text width
+
+    def __call__(self, patches: torch.Tensor) -> torch.Tensor:
+        """[patches, vision width] in merge units -> [patches / unit, text width]."""
+        x = patches.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        x = self.norm_weight * x.to(patches.dtype)
+        return self.fc2(F.gelu(self.fc1(x.reshape(-1, self.unit * x.shape[-1]))))

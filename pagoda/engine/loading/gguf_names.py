@@ -104,6 +104,7 @@ def _sparse(modules: tuple[str, ...]) -> tuple[str, ...]:
 _NEEDED_MODULES: dict[str, tuple[str, ...]] = {
     "llama": _LLAMA_MODULES,
     "qwen2": _LLAMA_MODULES,
+    "qwen2vl": _LLAMA_MODULES,  # Qwen2-VL's and Qwen2.5-VL's language models
     "qwen3": _LLAMA_MODULES + _QK_NORMS,
     "gemma2": tuple(m for m in _GEMMA_MODULES if m not in _QK_NORMS),
     "gemma3": _GEMMA_MODULES,

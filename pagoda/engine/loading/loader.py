@@ -25,7 +25,7 @@ from safetensors import SafetensorError, safe_open
 from pagoda.engine.errors import ModelLoadError
 from pagoda.engine.folders import cache_dir
 from pagoda.engine.loading.gguf import GGUFModelFile
-from pagoda.engine.loading.mmproj import MMProjFile
+from pagoda.engine.loading.mmproj import GEMMA3, IDEFICS3, QWEN2_5_VL, MMProjFile
 from pagoda.engine.loading.model_check import check_config_supported
 from pagoda.engine.loading.model_files import default_model_file, model_name
 from pagoda.engine.loading.on_load import apply_quantization
@@ -41,6 +41,7 @@ from pagoda.engine.models.registry import (
 from pagoda.engine.models.vision_tower import (
     GEMMA3_IMAGE_TOKENS,
     IMAGE_TOWERS,
+    QWEN2_5_VL_IMAGE_TOKENS,
     SMOLVLM_IMAGE_TOKENS,
     SMOLVLM_TYPES,
     vision_tensor_name,
@@ -58,6 +59,35 @@ SHARD_INDEX = "model.safetensors.index.json"
 # its own config from the file's keys), so no cache of an older build is read.
 METADATA_FORMAT = 2
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+
+
+@dataclass(frozen=True, slots=True)
+class _ImageTokens:
+    """A family's image tokens in its vocabulary (what its processor writes around and for an
+    image), and the multimodal config's attributes that hold their ids (None: not one)."""
+
+    family: str  # as users know it
+    tokens: tuple[str, str, str]
+    attributes: tuple[str | None, str | None, str | None]
+    placeholder_at: int = 1  # which of the tokens each image embedding replaces
+
+    @property
+    def placeholder(self) -> str:
+        return self.tokens[self.placeholder_at]
+
+
+_GEMMA3_TOKENS = _ImageTokens("Gemma 3", GEMMA3_IMAGE_TOKENS,
+                              ("boi_token_index", "image_token_index", "eoi_token_index"))
+# Around each tile, the whole image's tag (a token of the layout, no config's), the placeholder.
+_SMOLVLM_TOKENS = _ImageTokens("SmolVLM", SMOLVLM_IMAGE_TOKENS,
+                               ("fake_image_token_id", None, "image_token_id"), placeholder_at=2)
+_QWEN2_5_VL_TOKENS = _ImageTokens("Qwen2.5-VL", QWEN2_5_VL_IMAGE_TOKENS,
+                                  ("vision_start_token_id", "image_token_id",
+                                   "vision_end_token_id"))
+# Per mmproj projector type: the language model's model_type it goes with, and its family's
+# image tokens.
+_MMPROJ_MODELS = {GEMMA3: ("gemma3_text", _GEMMA3_TOKENS), IDEFICS3: ("llama", _SMOLVLM_TOKENS),
+                  QWEN2_5_VL: ("qwen2_5_vl_text", _QWEN2_5_VL_TOKENS)}
 
 
 @dataclass(slots=True)
@@ -106,51 +136,36 @@ def _attach_mmproj(loaded: LoadedModel, path: Path, dtype: torch.dtype) -> None:
     tokens found in the model's vocabulary; ModelLoadError where the two do not belong
     together."""
     file = MMProjFile(path)
-    text_type, family = _MMPROJ_TEXT_MODELS[file.projector_type]
+    text_type, tokens = _MMPROJ_MODELS[file.projector_type]
     if loaded.config.model_type != text_type:
-        raise ModelLoadError(f"{path} is a {family} vision tower, and {loaded.path.name} is a "
-                             f"{loaded.config.model_type} model: an mmproj file goes with the "
-                             "model it was converted with")
-    if file.projector_type == "idefics3":
-        config = file.smolvlm_config(loaded.config.hidden_size)
-        _add_smolvlm_tokens(config, loaded.tokenizer, f"{loaded.path.name}'s vocabulary")
-        loaded.multimodal_config = config
-        loaded.vision_weights = {name: t.to(dtype) for name, t in file.weights(config).items()}
-        return
-    vocab = loaded.tokenizer.get_vocab()
-    missing = [t for t in GEMMA3_IMAGE_TOKENS if t not in vocab]
-    if missing:
-        raise ModelLoadError(f"{loaded.path.name}'s vocabulary has no {missing[0]}, which "
-                             f"{path.name}'s images need: the two files are not one model's")
-    config = file.gemma3_config(loaded.config.hidden_size)
-    config.boi_token_index, config.image_token_index, config.eoi_token_index = (
-        vocab[t] for t in GEMMA3_IMAGE_TOKENS)
+        raise ModelLoadError(f"{path} is a {tokens.family} vision tower, and {loaded.path.name} "
+                             f"is a {loaded.config.model_type} model: an mmproj file goes with "
+                             "the model it was converted with")
+    config = file.multimodal_config(loaded.config)
+    _add_image_tokens(config, loaded.tokenizer, tokens, f"{loaded.path.name}'s vocabulary")
     loaded.multimodal_config = config
     loaded.vision_weights = {name: t.to(dtype) for name, t in file.weights(config).items()}
 
 
-# An mmproj's projector type: the text model's model_type it goes with, and the family, in words.
-_MMPROJ_TEXT_MODELS = {"gemma3": ("gemma3_text", "Gemma 3"), "idefics3": ("llama", "SmolVLM")}
-
-
-def _add_smolvlm_tokens(config: transformers.PretrainedConfig,
-                        tokenizer: transformers.PreTrainedTokenizerBase, where: str,
-                        stated: int | None = None) -> None:
-    """SmolVLM's image tokens' ids on its config (the placeholder's and the one around each
-    tile); ModelLoadError where the vocabulary lacks one, or holds another placeholder than
-    the one config.json states (`stated`)."""
+def _add_image_tokens(config: transformers.PretrainedConfig,
+                      tokenizer: transformers.PreTrainedTokenizerBase, tokens: _ImageTokens,
+                      where: str, stated: int | None = None) -> None:
+    """The family's image tokens' ids on its multimodal config; ModelLoadError where the
+    vocabulary lacks one, or holds another placeholder than the one config.json states
+    (`stated`)."""
     vocab = tokenizer.get_vocab()
-    missing = [t for t in SMOLVLM_IMAGE_TOKENS if t not in vocab]
+    missing = [t for t in tokens.tokens if t not in vocab]
     if missing:
-        raise ModelLoadError(f"{where} has no {missing[0]}, which SmolVLM's images need: the "
-                             "model's files are not one model's, or are damaged")
-    image = vocab[SMOLVLM_IMAGE_TOKENS[2]]
-    if stated is not None and stated != image:
+        raise ModelLoadError(f"{where} has no {missing[0]}, which {tokens.family}'s images "
+                             "need: the model's files are not one model's, or are damaged")
+    placeholder = vocab[tokens.placeholder]
+    if stated is not None and stated != placeholder:
         raise ModelLoadError(f"config.json's image_token_id is {stated}, where {where} holds "
-                             f"{SMOLVLM_IMAGE_TOKENS[2]} as {image}: the model's files are not "
+                             f"{tokens.placeholder} as {placeholder}: the model's files are not "
                              "one model's, or are damaged")
-    config.fake_image_token_id = vocab[SMOLVLM_IMAGE_TOKENS[0]]
-    config.image_token_id = image
+    for token, attribute in zip(tokens.tokens, tokens.attributes, strict=True):
+        if attribute is not None:
+            setattr(config, attribute, vocab[token])
 
 
 def tokenizer_folder(source: str | os.PathLike | None = None) -> Path:
@@ -253,8 +268,8 @@ def _load_folder(folder: Path, name: str, dtype: torch.dtype, mtp: bool) -> Load
         loaded.vision_weights = _read_vision_weights(folder, dtype)
     if whole.model_type in SMOLVLM_TYPES:
         whole.image_tiles = folder_tile_settings(folder, whole.vision_config.image_size)
-        _add_smolvlm_tokens(whole, tokenizer, f"{folder.name}'s vocabulary",
-                            stated=whole.image_token_id)
+        _add_image_tokens(whole, tokenizer, _SMOLVLM_TOKENS, f"{folder.name}'s vocabulary",
+                          stated=whole.image_token_id)
     return loaded
 
 

@@ -5,9 +5,13 @@ tower's sizes under clip.vision.*, its tensors under v.* and the projector's und
 The tensors are read under the names of transformers' own modules
 (pagoda/engine/models/vision_tower.py builds the tower from them), in float32: the tower's
 matrices are few and its work is a prefill's (thousands of patches), where PyTorch's GEMMs are
-the fast path. Gemma 3's projector (clip.projector_type "gemma3") and SmolVLM's ("idefics3":
-its pixel-shuffle connector, and its processor's longest edge, clip.vision.preproc_image_size)
-are read.
+the fast path. Three projector types are read (`MMProjFile.multimodal_config`): Gemma 3's
+("gemma3"), SmolVLM's ("idefics3": its pixel-shuffle connector, and its processor's longest
+edge, clip.vision.preproc_image_size) and Qwen2.5-VL's ("qwen2.5vl_merger"). The converter
+writes Qwen's tower with q, k and v apart (fused again here), its 3-D patch kernel as two 2-D
+ones, one a frame (stacked again), its full-attention layers as a period
+(clip.vision.n_wa_pattern: every n-th layer), and no window size, which llama.cpp's mtmd takes
+as 112 pixels, Qwen's own.
 """
 
 from __future__ import annotations
@@ -26,12 +30,18 @@ from pagoda.engine.loading.gguf import (
     tensor_shape,
 )
 from pagoda.engine.loading.tile_settings import tile_settings
-from pagoda.engine.models.vision_tower import PROJECTOR, TOWER
+from pagoda.engine.models.vision_tower import CLIP_MEAN, CLIP_STD, PROJECTOR, TOWER, VISUAL
 
-PROJECTOR_TYPES = ("gemma3", "idefics3")
+GEMMA3 = "gemma3"
+IDEFICS3 = "idefics3"  # SmolVLM's
+QWEN2_5_VL = "qwen2.5vl_merger"
+PROJECTOR_TYPES = (GEMMA3, IDEFICS3, QWEN2_5_VL)
 # llama.cpp's older idefics3 files state no longest edge: transformers' SmolVLM processors
 # resize to four tiles' width (SmolVLM-256M: 2,048 for tiles of 512).
 _DEFAULT_TILES_PER_EDGE = 4
+# What the converter does not write of Qwen2.5-VL's tower, as llama.cpp's mtmd reads it.
+QWEN_WINDOW_SIZE = 112
+QWEN_MERGE_SIZE = 2
 # Bounds on what the header may claim before a config is built from it: the largest released
 # towers (SigLIP-so400m: 27 layers of 1,152) are far inside them.
 MAX_LAYERS = 128
@@ -53,6 +63,17 @@ _GLOBAL_NAMES = {
 }
 # The converter writes Gemma's (1 + w) norm as 1 + w.
 _HELD_AS_ONE_PLUS_W = ("mm.soft_emb_norm.weight",)
+# Qwen2.5-VL's: q, k, v and each frame's patch kernel under names of their own until fused.
+_QWEN_LAYER_NAMES = {"ln1": "norm1", "ln2": "norm2", "attn_q": "attn.q", "attn_k": "attn.k",
+                     "attn_v": "attn.v", "attn_out": "attn.proj", "ffn_gate": "mlp.gate_proj",
+                     "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+_QWEN_GLOBAL_NAMES = {
+    "v.patch_embd.weight": VISUAL + "patch_embed.proj.weight.0",
+    "v.patch_embd.weight.1": VISUAL + "patch_embed.proj.weight.1",
+    "v.post_ln.weight": VISUAL + "merger.ln_q.weight",
+    "mm.0.weight": VISUAL + "merger.mlp.0.weight", "mm.0.bias": VISUAL + "merger.mlp.0.bias",
+    "mm.2.weight": VISUAL + "merger.mlp.2.weight", "mm.2.bias": VISUAL + "merger.mlp.2.bias",
+}
 
 
 class MMProjFile:
@@ -84,6 +105,17 @@ class MMProjFile:
                                  f"from 1 to {most} is needed. The file is damaged: "
                                  "re-download it.")
         return value
+
+    def multimodal_config(self, text: transformers.PretrainedConfig
+                          ) -> transformers.PretrainedConfig:
+        """The multimodal config whose vision side this file holds, by its projector type,
+        beside the language model's config `text` (its image token ids are the caller's to
+        set)."""
+        if self.projector_type == GEMMA3:
+            return self.gemma3_config(text.hidden_size)
+        if self.projector_type == IDEFICS3:
+            return self.smolvlm_config(text.hidden_size)
+        return self.qwen2_5_vl_config(text)
 
     def gemma3_config(self, text_hidden_size: int) -> transformers.Gemma3Config:
         """The Gemma3Config whose vision side this file holds (the text side: only its width,
@@ -132,13 +164,56 @@ class MMProjFile:
                                  f"of a {per_side} x {per_side} grid: it must divide it.")
         return scale
 
+    def qwen2_5_vl_config(self, text: transformers.PretrainedConfig
+                          ) -> transformers.Qwen2_5_VLConfig:
+        """The Qwen2_5_VLConfig whose vision side this file holds, around the language model's
+        config `text` (its image token ids are the caller's to set)."""
+        if not self._field("clip.use_silu"):
+            raise ModelLoadError(f"{self.path}'s tower does not use SiLU, as Qwen2.5-VL's do: "
+                                 "the file is not one Pagoda reads.")
+        depth = self._count("clip.vision.block_count", MAX_LAYERS)
+        period = self._count("clip.vision.n_wa_pattern", depth)
+        merge = self._field("clip.vision.spatial_merge_size") or QWEN_MERGE_SIZE
+        window = self._field("clip.vision.window_size") or QWEN_WINDOW_SIZE
+        self._check_clip_normalisation()
+        width = self._count("clip.vision.projection_dim", MAX_WIDTH)
+        if width != text.hidden_size:
+            raise ModelLoadError(f"{self.path}'s tower gives {width}-wide image tokens to a "
+                                 f"language model {text.hidden_size} wide: the two files are "
+                                 "not one model's.")
+        eps = self._field("clip.vision.attention.layer_norm_epsilon")
+        vision = {"depth": depth, "hidden_size": self._count("clip.vision.embedding_length",
+                                                            MAX_WIDTH),
+                  "intermediate_size": self._count("clip.vision.feed_forward_length",
+                                                   4 * MAX_WIDTH),
+                  "num_heads": self._count("clip.vision.attention.head_count", MAX_WIDTH),
+                  "patch_size": self._count("clip.vision.patch_size", MAX_WIDTH),
+                  "spatial_merge_size": merge, "window_size": window, "temporal_patch_size": 2,
+                  "fullatt_block_indexes": [i for i in range(depth) if (i + 1) % period == 0],
+                  "out_hidden_size": width, "hidden_act": "silu",
+                  "rms_norm_eps": 1e-6 if eps is None else float(eps)}
+        return transformers.Qwen2_5_VLConfig(text_config=text.to_dict(), vision_config=vision)
+
+    def _check_clip_normalisation(self) -> None:
+        """Qwen2.5-VL's processor normalises by CLIP's mean and std, which Pagoda's makes; a
+        file stating others is refused rather than fed pixels it was not trained on."""
+        for key, ours in (("clip.vision.image_mean", CLIP_MEAN), ("clip.vision.image_std",
+                                                                 CLIP_STD)):
+            stated = self._field(key)
+            if stated is not None and (len(stated) != 3 or any(
+                    abs(a - b) > 1e-6 for a, b in zip(stated, ours, strict=False))):
+                raise ModelLoadError(f"{self.path} normalises images by {key} = {stated}, "
+                                     f"where Qwen2.5-VL's processor uses {list(ours)}: Pagoda "
+                                     "does not read this tower.")
+
     def weights(self, config: transformers.PretrainedConfig) -> dict[str, torch.Tensor]:
         """Every tensor under its transformers name, float32, its shape checked against
         config's (a damaged file is refused, never misread)."""
-        expected = _expected_shapes(config)
+        qwen = self.projector_type == QWEN2_5_VL
+        expected = _qwen_expected_shapes(config) if qwen else _expected_shapes(config)
         weights = {}
         for name, tensor in self.tensors.items():
-            hf_name = _hf_name(name)
+            hf_name = _qwen_name(name) if qwen else _hf_name(name)
             if hf_name is None:
                 continue
             shape = tensor_shape(tensor)
@@ -154,7 +229,7 @@ class MMProjFile:
             raise ModelLoadError(f"{self.path} has no tensor for {sorted(expected)[0]} (and "
                                  f"{len(expected) - 1} more). The file is incomplete: "
                                  "re-download it.")
-        return weights
+        return _qwen_fused(weights, config.vision_config.depth) if qwen else weights
 
 
 def _hf_name(name: str) -> str | None:
@@ -195,3 +270,51 @@ def _projector_shapes(config: transformers.PretrainedConfig) -> dict[str, tuple[
                 (text, hidden * config.scale_factor ** 2)}
     return {PROJECTOR + "mm_input_projection_weight": (hidden, text),
             PROJECTOR + "mm_soft_emb_norm.weight": (hidden,)}
+
+
+def _qwen_name(name: str) -> str | None:
+    if name in _QWEN_GLOBAL_NAMES:
+        return _QWEN_GLOBAL_NAMES[name]
+    layer = _LAYER.fullmatch(name)
+    if layer is None or layer.group(2) not in _QWEN_LAYER_NAMES:
+        return None
+    index, part, suffix = layer.groups()
+    return f"{VISUAL}blocks.{index}.{_QWEN_LAYER_NAMES[part]}.{suffix}"
+
+
+def _qwen_fused(weights: dict[str, torch.Tensor], depth: int) -> dict[str, torch.Tensor]:
+    """q, k and v as one qkv projection, and the frames' patch kernels as one 3-D kernel, as
+    transformers' modules hold them."""
+    kernel = VISUAL + "patch_embed.proj.weight"
+    weights[kernel] = torch.stack([weights.pop(f"{kernel}.{t}") for t in range(2)], dim=2)
+    for i in range(depth):
+        attn = f"{VISUAL}blocks.{i}.attn."
+        for suffix in ("weight", "bias"):
+            weights[f"{attn}qkv.{suffix}"] = torch.cat(
+                [weights.pop(f"{attn}{p}.{suffix}") for p in "qkv"])
+    return weights
+
+
+def _qwen_expected_shapes(config: transformers.PretrainedConfig) -> dict[str, tuple[int, ...]]:
+    v = config.vision_config
+    hidden, inner, patch = v.hidden_size, v.intermediate_size, v.patch_size
+    merged = hidden * v.spatial_merge_size ** 2
+    shapes = {
+        VISUAL + "patch_embed.proj.weight.0": (hidden, 3, patch, patch),
+        VISUAL + "patch_embed.proj.weight.1": (hidden, 3, patch, patch),
+        VISUAL + "merger.ln_q.weight": (hidden,),
+        VISUAL + "merger.mlp.0.weight": (merged, merged), VISUAL + "merger.mlp.0.bias": (merged,),
+        VISUAL + "merger.mlp.2.weight": (v.out_hidden_size, merged),
+        VISUAL + "merger.mlp.2.bias": (v.out_hidden_size,),
+    }
+    parts = {**{f"attn.{p}": ((hidden, hidden), (hidden,)) for p in "qkv"},
+             "attn.proj": ((hidden, hidden), (hidden,)),
+             "mlp.gate_proj": ((inner, hidden), (inner,)), "mlp.up_proj": ((inner, hidden), (inner,)),
+             "mlp.down_proj": ((hidden, inner), (hidden,))}
+    for i in range(v.depth):
+        at = f"{VISUAL}blocks.{i}."
+        shapes[at + "norm1.weight"] = shapes[at + "norm2.weight"] = (hidden,)
+        for part, (weight, bias) in parts.items():
+            shapes[f"{at}{part}.weight"] = weight
+            shapes[f"{at}{part}.bias"] = bias
+    return shapes

@@ -13,28 +13,21 @@ tower and projector beside them (pagoda/engine/models/vision_tower.py).
 
 from __future__ import annotations
 
-import re
-
-import torch
 from transformers import Gemma3TextConfig, PretrainedConfig
 
 from pagoda.engine.errors import ModelLoadError
 from pagoda.engine.layers.mlp import activation_of
 from pagoda.engine.layers.rotary import rope_spec
+from pagoda.engine.models import text_model_folders
 from pagoda.engine.models.architecture import AttentionKind, DecoderArchitecture, LayerNames
 from pagoda.engine.models.config import head_dim, layer_types, model_shape
 from pagoda.engine.models.gguf_config import GGUFSettings, count, llama_shape, number, scaled_rope
 
 NAME = "Gemma 3"  # its entry in pagoda/engine/models/registry.py names the model types it covers
 
-# A multimodal folder's text model's tensors, which `folder_weights` names as a text folder's.
-FOLDER_TENSORS = re.compile(r"(?:language_model\.model|model\.language_model)\.(.+)")
-
-
-def folder_weights(config: PretrainedConfig,
-                   tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {"model." + FOLDER_TENSORS.fullmatch(name).group(1): tensor
-            for name, tensor in tensors.items()}
+# A multimodal folder's text model's tensors (pagoda/engine/models/text_model_folders.py).
+FOLDER_TENSORS = text_model_folders.FOLDER_TENSORS
+folder_weights = text_model_folders.folder_weights
 
 
 GEMMA3_NAMES = LayerNames(

@@ -5,12 +5,10 @@ their attention from here."""
 
 from __future__ import annotations
 
-import re
-
-import torch
 from transformers import PretrainedConfig
 
 from pagoda.engine.layers.rotary import rope_spec
+from pagoda.engine.models import text_model_folders
 from pagoda.engine.models.architecture import AttentionKind, DecoderArchitecture, LayerNames
 from pagoda.engine.models.config import head_dim, model_shape
 from pagoda.engine.models.gguf_config import GGUFSettings
@@ -18,15 +16,9 @@ from pagoda.engine.models.moe_gguf import has_experts, mixtral_config
 
 NAME = "Llama"  # its entry in pagoda/engine/models/registry.py names the model types it covers
 _QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe"})
-# SmolVLM's text model's tensors (model.text_model.*), which `folder_weights` names as a text
-# folder's.
-FOLDER_TENSORS = re.compile(r"model\.text_model\.(.+)")
-
-
-def folder_weights(config: PretrainedConfig,
-                   tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {"model." + FOLDER_TENSORS.fullmatch(name).group(1): tensor
-            for name, tensor in tensors.items()}
+# A multimodal folder's text model's tensors (pagoda/engine/models/text_model_folders.py).
+FOLDER_TENSORS = text_model_folders.FOLDER_TENSORS
+folder_weights = text_model_folders.folder_weights
 
 
 def architecture(config: PretrainedConfig) -> DecoderArchitecture:

@@ -85,6 +85,10 @@ FAMILIES: tuple[ModelFamily, ...] = (
     # Text folders, and the multimodal folders it is released as (their text model).
     ModelFamily("Qwen3.5-MoE", "qwen3_5_moe", ("qwen3_5_moe_text", "qwen3_5_moe"), ("qwen35moe",),
                 "Qwen3.5 mixture-of-experts (35B-A3B and larger): text folders, GGUF"),
+    # Its multimodal folders (their text model and image tower), and llama.cpp's qwen2vl files
+    # (the text model; the tower is the mmproj file beside them).
+    ModelFamily("Qwen2.5-VL", "qwen2_5_vl", ("qwen2_5_vl_text", "qwen2_5_vl"), ("qwen2vl",),
+                "Qwen2.5-VL 3B, 7B, 32B, 72B with images: folders, and GGUF with its mmproj"),
 )
 
 # Known families the engine does not run yet: the reason shown in words.
@@ -98,7 +102,7 @@ NOT_YET: dict[str, str] = {
     **dict.fromkeys(("mamba", "mamba2", "jamba", "falcon_h1", "falcon-h1",
                      "nemotron_h", "nemotron_h_moe", "rwkv6", "rwkv7"),
                     _HYBRID),
-    **dict.fromkeys(("qwen2_vl", "qwen2vl", "qwen2_5_vl", "qwen25vl", "qwen3_vl", "qwen3vl",
+    **dict.fromkeys(("qwen2_vl", "qwen25vl", "qwen3_vl", "qwen3vl",
                      "mistral3", "llava", "mllama", "gemma3n", "gemma4"),
                     _VISION),
 }
@@ -107,13 +111,19 @@ NOT_YET: dict[str, str] = {
 # Multimodal folders whose text model Pagoda runs: model_type -> the config's attribute that holds
 # the text model's config (its weights: the family's FOLDER_TENSORS).
 TEXT_MODEL_OF = {"qwen3_5": "text_config", "qwen3_5_moe": "text_config", "gemma3": "text_config",
-                 "smolvlm": "text_config", "idefics3": "text_config"}
+                 "smolvlm": "text_config", "idefics3": "text_config", "qwen2_5_vl": "text_config"}
 
 
 def text_model_config(config: PretrainedConfig) -> PretrainedConfig:
     """The config of the model Pagoda runs: a multimodal folder's text model's, else config."""
     key = TEXT_MODEL_OF.get(config.model_type)
-    return config if key is None else getattr(config, key)
+    if key is None:
+        return config
+    text = getattr(config, key)
+    if not hasattr(text, "tie_word_embeddings"):
+        # transformers 5 keeps it on the whole config only (Qwen2.5-VL's).
+        text.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
+    return text
 
 
 def family_for_model_type(model_type: str | None) -> ModelFamily | None:

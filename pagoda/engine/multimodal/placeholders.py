@@ -1,57 +1,76 @@
 """A prompt's images matched to their placeholders: each image is one run of the model's image
-token per tile (Gemma 3: one, SmolVLM: its grid's and the whole image's), each as long as the
-model gives a tile (Gemma 3: 256), in the order the images and their tiles come. Each tile is
-an ImageSpan of its own: encoded on its own, and the prefix cache may end between two.
+token per piece the processor makes of it (Gemma 3 and Qwen2.5-VL: one, SmolVLM: a tile each of
+its grid and the whole image), each as long as the model gives that piece (Gemma 3: 256; SmolVLM:
+its tile's; Qwen2.5-VL: one per merge unit of its patches, so as its size), in the order the
+images and their pieces come. Each piece is an ImageSpan of its own: encoded on its own, and the
+prefix cache may end between two.
 
 In a chat, an image part becomes the model's marker in the text the template renders
-(`ImagePrompt.marker`: Gemma 3's `<start_of_image>`, which its own template writes for an image
-part), and each marker becomes the whole run before the text is tokenized (`expand`), as the
-family's Hugging Face processor does. SmolVLM's runs depend on the image's size (its tile
-grid), so its expansion is made per image (`ImagePrompt.layout`)."""
+(`ImagePrompt.marker`: what each family's own template writes for an image part: Gemma 3's
+`<start_of_image>`, SmolVLM's `<image>`, Qwen2.5-VL's
+`<|vision_start|><|image_pad|><|vision_end|>`), and each marker becomes its image's whole layout
+before the text is tokenized (`ImagePrompt.expand`, from each image's size), as the family's
+Hugging Face processor does."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
 from PIL import Image
 
 from pagoda.engine.core.image_spans import ImageSpan
 from pagoda.engine.errors import ImageInputError
+from pagoda.engine.multimodal.image_processing import ProcessedImage
 from pagoda.engine.multimodal.images import DecodedImage
+
+# A token of the model's own vocabulary in a layout's text (<image>, <row_1_col_2>,
+# <|vision_end|>): one token each.
+_MODEL_TOKEN = re.compile(r"<[^<>\s]+>")
 
 
 def image_spans(token_ids: Sequence[int], images: Sequence[DecodedImage], image_token_id: int,
-                tokens_per_image: int,
-                processor: Callable[[Image.Image], torch.Tensor]) -> tuple[ImageSpan, ...]:
-    """Each tile's span of placeholders with its processed pixels (processor: an image ->
-    [tiles, 3, side, side]); ImageInputError where the prompt's runs of the image token do not
-    fit the images given."""
+                processor: Callable[[Image.Image], ProcessedImage],
+                whole: bool = True) -> tuple[ImageSpan, ...]:
+    """Each piece's span of placeholders with its processed pixels; ImageInputError where the
+    prompt's runs of the image token do not fit the images given. whole: each piece's tokens
+    are prefilled in one chunk (the language model attends both ways within an image)."""
     runs = _runs(token_ids, image_token_id)
-    tiles = [processor(image.image) for image in images]
-    if len(runs) != sum(len(t) for t in tiles):
-        raise ImageInputError(_count_mismatch(len(runs), [len(t) for t in tiles]))
-    tiled = any(len(t) > 1 for t in tiles)
-    for i, (offset, length) in enumerate(runs):
-        if length != tokens_per_image:
-            what = f"tile {i}'s" if tiled else f"image {i}'s"
+    processed = [processor(image.image) for image in images]
+    counts = [len(p.pixels) for p in processed]
+    if len(runs) != sum(counts):
+        raise ImageInputError(_count_mismatch(len(runs), counts))
+    tiled = any(n > 1 for n in counts)
+    pieces = [(f"{image.content_hash}:{k}" if len(p.pixels) > 1 else image.content_hash,
+               pixels, p, image)
+              for image, p in zip(images, processed, strict=True)
+              for k, pixels in enumerate(p.pixels)]
+    spans = []
+    for i, ((offset, length), (content_hash, pixels, p, image)) in enumerate(
+            zip(runs, pieces, strict=True)):
+        if length != p.tokens:
             raise ImageInputError(
-                f"{what} placeholders at token {offset} are {length} tokens, where this "
-                f"model gives each {'tile' if tiled else 'image'} {tokens_per_image}")
-    pieces = [(f"{image.content_hash}:{k}" if len(image_tiles) > 1 else image.content_hash,
-               tile) for image, image_tiles in zip(images, tiles, strict=True)
-              for k, tile in enumerate(image_tiles)]
-    return tuple(ImageSpan(offset, length, content_hash, pixels)
-                 for (offset, length), (content_hash, pixels) in zip(runs, pieces, strict=True))
+                f"{'tile' if tiled else 'image'} {i}'s placeholders at token {offset} are "
+                f"{length} tokens, where this model gives {_each(tiled, p, image)} {p.tokens}")
+        spans.append(ImageSpan(offset, length, content_hash, pixels, p.grid, whole))
+    return tuple(spans)
 
 
-def _count_mismatch(runs: int, tiles: list[int]) -> str:
-    if all(n == 1 for n in tiles):
-        return (f"the prompt holds placeholders for {runs} image(s) but {len(tiles)} image(s) "
+def _each(tiled: bool, processed: ProcessedImage, image: DecodedImage) -> str:
+    if tiled:
+        return "each tile"
+    if processed.grid is None:
+        return "each image"
+    return f"this {image.size[0]} x {image.size[1]} image"
+
+
+def _count_mismatch(runs: int, pieces: list[int]) -> str:
+    if all(n == 1 for n in pieces):
+        return (f"the prompt holds placeholders for {runs} image(s) but {len(pieces)} image(s) "
                 "came with it: each image needs its own run of image tokens")
-    return (f"the prompt holds {runs} run(s) of image tokens but its {len(tiles)} image(s) "
-            f"are {sum(tiles)} tiles ({', '.join(map(str, tiles))}): each tile needs its own "
+    return (f"the prompt holds {runs} run(s) of image tokens but its {len(pieces)} image(s) "
+            f"are {sum(pieces)} tiles ({', '.join(map(str, pieces))}): each tile needs its own "
             "run, as the model's processor lays an image out for its size")
 
 
@@ -70,21 +89,23 @@ def _runs(token_ids: Sequence[int], token: int) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True, slots=True)
 class ImagePrompt:
-    """marker: what a chat's image part is in the template's text; expansion: what each marker
-    becomes before tokenizing (its image's placeholders between the model's own tokens);
-    layout: where that depends on the image's (width, height), what it becomes for one
-    (SmolVLM's tile grid), expansion then being the image's smallest."""
+    """marker: what a chat's image part is in the template's text; layout: what a marker becomes
+    before tokenizing for an image of (width, height): its placeholders between the model's own
+    text (Gemma 3: the same for every image; SmolVLM: its tile grid's; Qwen2.5-VL: as many as
+    its merge units). tokens_per_image: every image's placeholders where the same whatever its
+    size. exact: the layout is of the model's own tokens alone, so `tokens` is the tokenizer's
+    count (where it holds text, such as blank lines, that may merge with its neighbours: about
+    it)."""
 
     marker: str
-    expansion: str
-    tokens_per_image: int  # the placeholders in an expansion (SmolVLM: in a tile's run)
-    layout: Callable[[tuple[int, int]], str] | None = None
+    placeholder: str  # the image token
+    layout: Callable[[tuple[int, int]], str]
+    tokens_per_image: int | None = None
+    exact: bool = False
 
-    def expand(self, text: str, sizes: Sequence[tuple[int, int]] = ()) -> str:
-        """text's markers as their images' placeholders (sizes: the images', in order; only a
-        layout reads them)."""
-        if self.layout is None:
-            return text.replace(self.marker, self.expansion)
+    def expand(self, text: str, sizes: Sequence[tuple[int, int]]) -> str:
+        """text's markers as the layouts of their images (sizes: the images' (width, height),
+        in order); ImageInputError where the markers and the images are not as many."""
         first, *rest = text.split(self.marker)
         if len(rest) != len(sizes):
             raise ImageInputError(f"the prompt holds {len(rest)} image marker(s) "
@@ -92,19 +113,28 @@ class ImagePrompt:
         return first + "".join(self.layout(size) + piece
                                for size, piece in zip(sizes, rest, strict=True))
 
-    def placeholders(self, size: tuple[int, int]) -> int:
-        """The placeholders an image of size (width, height) takes: all its tiles' (a layout's
-        marker is the placeholder itself)."""
-        if self.layout is None:
-            return self.tokens_per_image
-        return self.layout(size).count(self.marker)
+    def tokens(self, size: tuple[int, int]) -> int:
+        """The tokens an image of size (width, height) takes in the prompt: its placeholders and
+        the model's tokens around them, and one for each run of line breaks among them."""
+        layout = self.layout(size)
+        return len(_MODEL_TOKEN.findall(layout)) + len(re.findall(r"\n+", layout))
 
 
-def gemma3_image_prompt(start: str, image: str, end: str, tokens_per_image: int) -> ImagePrompt:
+def gemma3_image_prompt(start: str, image: str, end: str,
+                        tokens_per_image: int) -> ImagePrompt:
     """Gemma3Processor's: the start of the image, its tokens and its end, between blank
     lines."""
-    return ImagePrompt(start, f"\n\n{start}{image * tokens_per_image}{end}\n\n",
-                       tokens_per_image)
+    expansion = f"\n\n{start}{image * tokens_per_image}{end}\n\n"
+    return ImagePrompt(start, image, lambda _size: expansion, tokens_per_image)
+
+
+def qwen2_5_vl_image_prompt(start: str, image: str, end: str,
+                            tokens_of: Callable[[int, int], int]) -> ImagePrompt:
+    """Qwen's template writes an image part as its start, one placeholder and its end; its
+    processor repeats the placeholder once per token of the image (tokens_of its width and
+    height)."""
+    return ImagePrompt(start + image + end, image,
+                       lambda size: start + image * tokens_of(*size) + end, exact=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,4 +165,4 @@ def smolvlm_image_prompt(tokens: SmolVLMTokens, tokens_per_tile: int,
                         for r in range(1, rows + 1))
         return f"{lines}\n{single}"
 
-    return ImagePrompt(tokens.image, single, tokens_per_tile, layout)
+    return ImagePrompt(tokens.image, tokens.image, layout)

@@ -72,7 +72,7 @@ class ChatImages:
 
     def expand(self) -> Callable[[str], str] | None:
         """What turns the rendered chat's markers into placeholders, once images were read
-        (each image's for its size, where the model lays them out so: SmolVLM's tiles)."""
+        (each image's for its size: SmolVLM's tiles, Qwen2.5-VL's merge units)."""
         if not self.images:
             return None
         return functools.partial(self.prompt.expand, sizes=[i.size for i in self.images])

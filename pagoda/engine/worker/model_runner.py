@@ -34,6 +34,7 @@ from pagoda.engine.models.vision_tower import image_tower
 from pagoda.engine.structured_output.matcher import GrammarRows, GrammarState
 from pagoda.engine.worker.image_inputs import (
     ImageRows,
+    KeptImages,
     embed_images,
     image_rows,
     images_among,
@@ -41,6 +42,7 @@ from pagoda.engine.worker.image_inputs import (
 )
 from pagoda.engine.worker.kernel_placement import place_kernels
 from pagoda.engine.worker.logprobs import LogprobsRequest, SampledLogprobs, StepLogprobs
+from pagoda.engine.worker.mrope_positions import chunk_positions, position_offset
 from pagoda.engine.worker.pooler import PoolingChunk, pool_chunks
 from pagoda.engine.worker.rejection_sampler import RejectionSampler
 from pagoda.engine.worker.sampler import Sampler, SamplingMetadata, SamplingRow
@@ -161,6 +163,12 @@ class ModelRunner:
         # A multimodal model's image side, where Pagoda runs its images (None: text only).
         self.image_tower = (None if loaded.multimodal_config is None else
                             image_tower(loaded.multimodal_config, loaded.vision_weights, placement))
+        # Whether positions are multimodal RoPE's (Qwen2.5-VL): those of a sequence with images
+        # then run behind its token indices (pagoda.engine.worker.mrope_positions).
+        self.multimodal_rope = any(tables.position_rows is not None
+                                   for tables in self.model.rotary.values())
+        # Images a prefill chunk ended inside, encoded once for all their chunks.
+        self.kept_images = KeptImages()
         self.kv_dtype = self._kv_dtype(ops.name)
         # The context this engine allows: the setting, within what the model was trained for.
         self.max_model_len = min(config.max_model_len or 1 << 62,
@@ -355,7 +363,7 @@ class ModelRunner:
         """The step's images encoded: (rows of the batch, their embeddings), or None."""
         if not inputs.images:
             return None
-        return embed_images(self.image_tower, inputs.images, self.device)
+        return embed_images(self.image_tower, inputs.images, self.device, self.kept_images)
 
     def recurrent_step(self, inputs: ModelInputs) -> RecurrentStep | None:
         """What the recurrent layers read this step: the slots and the states themselves."""
@@ -407,13 +415,16 @@ class ModelRunner:
         logits_indices, rows, sampling_order, drafts = [], [], [], []
         grammar_entries, grammar_runs, logprobs_requests = [], [], []
         prompt_indices, prompt_requests, prompt_targets = [], [], []
-        pooling_chunks, images = [], []
+        pooling_chunks, images, grid_positions = [], [], []
         for i, s in zip(order, items, strict=True):
             start, end = s.num_computed_tokens, s.num_computed_tokens + s.num_new_tokens
             spec = s.spec_token_ids
             input_ids.extend(s.seq.all_token_ids[start:end - len(spec)])
             input_ids.extend(spec)
-            positions.extend(range(start, end))
+            if self.multimodal_rope and s.seq.images:
+                grid_positions += self._image_positions(s.seq, start, end, positions)
+            else:
+                positions.extend(range(start, end))
             slots.extend(self._slots(s.seq.block_ids, start, end))
             if s.seq.images:
                 images += image_rows(s.seq.images, start, end, len(input_ids) - (end - start))
@@ -441,12 +452,38 @@ class ModelRunner:
                 drafts.append(spec)
         attn = self._attention_metadata(items, len(decode_idx), slots)
         speculates = any(drafts)
-        return ModelInputs(self._tensor(input_ids), self._tensor(positions), attn,
+        return ModelInputs(self._tensor(input_ids),
+                           self._positions_tensor(positions, grid_positions), attn,
                            self._tensor(logits_indices + prompt_indices), rows, sampling_order,
                            drafts if speculates else None, grammar_entries, grammar_runs,
                            logprobs_requests, prompt_requests, prompt_targets, pooling_chunks,
                            self._recurrent_metadata(items, len(decode_idx)), images,
                            order)
+
+    @staticmethod
+    def _image_positions(seq: Sequence, start: int, end: int,
+                         positions: list[int]) -> list[tuple[int, torch.Tensor]]:
+        """Multimodal RoPE: tokens start..end of a sequence with images at their positions
+        (pagoda.engine.worker.mrope_positions), appended to `positions` (the time row); where
+        the chunk holds an image's tokens, its three rows at its first row of the batch."""
+        rows = chunk_positions(seq.images, start, end)
+        if rows is None:
+            offset = position_offset(seq.images, start)
+            positions.extend(range(start + offset, end + offset))
+            return []
+        positions.extend(rows[0].tolist())
+        return [(len(positions) - (end - start), rows)]
+
+    def _positions_tensor(self, positions: list[int],
+                          grids: list[tuple[int, torch.Tensor]]) -> torch.Tensor:
+        """The step's positions: one row, or three (time, row, column) where an image's tokens
+        are among them, every other token's three equal."""
+        if not grids:
+            return self._tensor(positions)
+        rows = torch.tensor(positions, dtype=torch.long).repeat(3, 1)
+        for first, grid in grids:
+            rows[:, first:first + grid.shape[1]] = grid
+        return rows.to(self.device)
 
     def _recurrent_metadata(self, items: list[ScheduledSequence],
                             num_decodes: int) -> RecurrentMetadata | None:

@@ -63,7 +63,7 @@ def fake_hub(gguf_bytes):
                      architecture="deepseek2"))
     hub.add(FakeRepo("pagoda-test/tiny-olmoe-GGUF", ["gguf", "olmoe"], {"o-Q4_K_M.gguf": b"GGUF"},
                      downloads=1))  # the Hub did not read its header: only the tag tells
-    hub.add(FakeRepo("pagoda-test/tiny-vl", ["safetensors", "qwen2_5_vl"],
+    hub.add(FakeRepo("pagoda-test/tiny-vl", ["safetensors", "qwen3_vl"],
                      {"model.safetensors": b"\0" * 64}, downloads=20_000))
     hub.add(FakeRepo("pagoda-test/tiny-llama", ["safetensors", "llama", "text-generation"],
                      {"model.safetensors": b"\0" * 64, "config.json": b"{}"}, downloads=900))
@@ -110,7 +110,7 @@ def test_search_lists_what_the_engine_does_not_run_after_what_it_runs_with_the_r
                        "pagoda-test/tiny-bert": "not a model family Pagoda knows",
                        MOE_REPO: "mixture-of-experts: not yet",
                        "pagoda-test/tiny-olmoe-GGUF": "mixture-of-experts: not yet"}
-    assert [m.architecture for m in found[3:]] == ["qwen2_5_vl", None, "deepseek2", "olmoe"]
+    assert [m.architecture for m in found[3:]] == ["qwen3_vl", None, "deepseek2", "olmoe"]
 
 
 def test_gemma3_gguf_files_and_multimodal_folders_both_run(hub):

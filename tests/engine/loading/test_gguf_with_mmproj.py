@@ -49,7 +49,7 @@ def test_a_gguf_and_its_mmproj_give_transformers_next_tokens_with_images(gemma3,
     tower = runner.image_tower
     ids = prompt(gemma3, 2)
     spans = image_spans(ids, [photo(0), photo(1)], tower.image_token_id,
-                        tower.tokens_per_image, image_processor(tower))
+                        image_processor(tower))
     ours = prompt_logits(runner, ids, chunk=7, images=spans)
     reference = as_the_files_hold_it(transformers.Gemma3ForConditionalGeneration.from_pretrained(
         folder, attn_implementation="eager").eval())

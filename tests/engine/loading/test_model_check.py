@@ -21,7 +21,7 @@ def ggufs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("check")
     return {
         "deepseek2": write_tiny_gguf(folder / "moe.gguf", architecture="deepseek2").path,
-        "qwen2vl": write_tiny_gguf(folder / "vl.gguf", architecture="qwen2vl").path,
+        "qwen3vl": write_tiny_gguf(folder / "vl.gguf", architecture="qwen3vl").path,
         "bert": write_tiny_gguf(folder / "bert.gguf", architecture="bert").path,
         "TQ2_0": write_tiny_gguf(folder / "tq.gguf", matrix_type=QType.TQ2_0).path,
         "llama": write_tiny_gguf(folder / "llama.gguf").path,
@@ -31,7 +31,7 @@ def ggufs(tmp_path_factory):
 @pytest.mark.parametrize(("file", "reason"), [
     ("deepseek2", "Unsupported architecture 'deepseek2'"),
     ("deepseek2", "mixture-of-experts: not yet"),
-    ("qwen2vl", "vision-language model: not yet"),
+    ("qwen3vl", "vision-language model: not yet"),
     ("bert", "not a model family Pagoda knows"),
     ("TQ2_0", "is stored as TQ2_0, which Pagoda cannot read"),
 ])
@@ -57,7 +57,7 @@ def test_a_gguf_pagoda_runs_passes(ggufs):
     ({"model_type": "gemma4_text", "enable_moe_block": True},
      "Gemma 4's mixture-of-experts model .*: mixture-of-experts: not yet"),
     ({"model_type": "jamba"}, "hybrid attention and state-space layers: not yet"),
-    ({"model_type": "qwen2_5_vl"}, "vision-language model: not yet"),
+    ({"model_type": "qwen3_vl"}, "vision-language model: not yet"),
     ({"model_type": ["llama"]}, "not a model family Pagoda knows"),
     ({"model_type": "llama", "quantization_config": {"quant_method": "gptq"}},
      "quantized checkpoint \\(gptq\\)"),

@@ -56,8 +56,7 @@ def test_a_gguf_and_its_mmproj_give_transformers_next_tokens_with_images(files, 
     assert tower.tiles.longest_edge == longest_edge
     images = [photo(0, 50, 40), photo(1, 90, 30)]
     ids = prompt(images, longest_edge)
-    spans = image_spans(ids, images, tower.image_token_id, tower.tokens_per_image,
-                        image_processor(tower))
+    spans = image_spans(ids, images, tower.image_token_id, image_processor(tower))
     assert len(spans) == (8 if cut else 2)
     ours = prompt_logits(runner, ids, chunk=7, images=spans)
     theirs = hf_logits(folder, ids, images, longest_edge)

@@ -84,7 +84,7 @@ def test_gemma3_with_images_gives_transformers_logits(gemma3, folder, hf_model, 
     tower = runner.image_tower
     ids = prompt(gemma3, num_images)
     spans = image_spans(ids, [photo(i) for i in range(num_images)], tower.image_token_id,
-                        tower.tokens_per_image, image_processor(tower))
+                        image_processor(tower))
     ours = prompt_logits(runner, ids, chunk=chunk, images=spans)
     theirs = hf_logits(hf_model, ids, [s.pixels for s in spans])
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)

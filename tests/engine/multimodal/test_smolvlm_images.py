@@ -89,8 +89,7 @@ def test_smolvlm_tiles_give_transformers_logits(folder, sizes):
     tower = runner.image_tower
     images = [photo(i, *size) for i, size in enumerate(sizes)]
     ids = prompt(images)
-    spans = image_spans(ids, images, tower.image_token_id, tower.tokens_per_image,
-                        image_processor(tower))
+    spans = image_spans(ids, images, tower.image_token_id, image_processor(tower))
     assert len(spans) == {1: 5, 2: 6}[len(images)]
     ours = prompt_logits(runner, ids, chunk=7, images=spans)
     theirs = hf_logits(folder, ids, images)
@@ -106,8 +105,7 @@ def test_an_idefics3_folder_is_smolvlm_under_its_first_name(tmp_path):
     tower = runner.image_tower
     images = [photo(0, 50, 40)]
     ids = prompt(images)
-    spans = image_spans(ids, images, tower.image_token_id, tower.tokens_per_image,
-                        image_processor(tower))
+    spans = image_spans(ids, images, tower.image_token_id, image_processor(tower))
     ours = prompt_logits(runner, ids, chunk=7, images=spans)
     theirs = hf_logits(folder, ids, images)
     assert_same_argmax(ours, theirs, "idefics3")
@@ -120,8 +118,7 @@ def test_smolvlm_image_of_one_tile_gives_transformers_logits(whole_folder):
     tower = runner.image_tower
     images = [photo(0, 50, 40)]
     ids = prompt(images, longest_edge=TILE)
-    spans = image_spans(ids, images, tower.image_token_id, tower.tokens_per_image,
-                        image_processor(tower))
+    spans = image_spans(ids, images, tower.image_token_id, image_processor(tower))
     assert len(spans) == 1
     ours = prompt_logits(runner, ids, chunk=7, images=spans)
     theirs = hf_logits(whole_folder, ids, images)

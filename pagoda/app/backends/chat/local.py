@@ -45,9 +45,6 @@ from pagoda.engine.parsers.replies import ReplyShape, ReplyStream, reply_shape
 ENCODED_CHATS_KEPT = 8
 # Enough of the prompt's end to see whether it opens the reasoning ("<think>\n").
 _PROMPT_TAIL_TOKENS = 8
-# An image's tokens beside its placeholders: its start and end markers, and about two for the
-# blank lines around them.
-_IMAGE_MARKER_TOKENS = 4
 
 
 class LocalBackend:
@@ -80,19 +77,18 @@ class LocalBackend:
 
     @property
     def image_input(self) -> ImageInput:
-        """Whether the engine's model sees images (a multimodal Gemma 3 does) and what one
-        costs: its placeholders, with its markers and the blank lines around them (about: they
-        may merge with the text beside them)."""
+        """Whether the engine's model sees images (a multimodal Gemma 3, SmolVLM or Qwen2.5-VL
+        does) and what one costs: its placeholders, with its markers and any blank lines around
+        them (about, where such lines may merge with the text beside them)."""
         prompt = self._engine.image_prompt
         if prompt is None:
             return ImageInput(False, why=f"{self.model_name} on this computer takes text only: "
                                          "it cannot see images (use a server whose model sees "
                                          "them)")
-        if prompt.layout is not None:  # SmolVLM: its tiles' placeholders and their markers
-            return ImageInput(True, ImageCost(counted_by=functools.partial(_laid_out_tokens,
-                                                                           prompt)))
-        return ImageInput(True, ImageCost(fixed_tokens=prompt.tokens_per_image
-                                          + _IMAGE_MARKER_TOKENS))
+        if prompt.tokens_per_image is not None:  # the same whatever the image's size
+            return ImageInput(True, ImageCost(fixed_tokens=prompt.tokens((0, 0))))
+        return ImageInput(True, ImageCost(exact=prompt.exact,
+                                          counted_by=functools.partial(_image_tokens, prompt)))
 
     @property
     def engine(self) -> AsyncEngine:
@@ -241,11 +237,13 @@ class LocalBackend:
                            tokens_per_s=_tokens_per_s(m, num_output))
 
 
-def _laid_out_tokens(prompt: ImagePrompt, width: int, height: int) -> int:
-    """About an image's tokens where it is tiles (SmolVLM's): each tile's placeholders, its
-    grid place and the token around it, and the whole image's markers and blank lines."""
-    placeholders = prompt.placeholders((width, height))
-    return placeholders + 2 * (placeholders // prompt.tokens_per_image) + _IMAGE_MARKER_TOKENS
+def _image_tokens(prompt: ImagePrompt, width: int, height: int) -> int:
+    """An image's tokens where they follow its size (SmolVLM's tiles, Qwen2.5-VL's merge
+    units); 0 for one the model refuses (its shape: refused in words when the chat is sent)."""
+    try:
+        return prompt.tokens((width, height))
+    except ImageInputError:
+        return 0
 
 
 def _expand(prompt: ImagePrompt, messages: Sequence[ChatMessage]) -> Callable[[str], str]:
