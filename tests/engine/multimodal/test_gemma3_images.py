@@ -80,7 +80,8 @@ def test_gemma3_with_images_gives_transformers_logits(gemma3, folder, hf_model, 
     The tiny model's windows (8 tokens) are shorter than an image (16): a token sees the
     image's later tokens, and its earlier ones only within the window."""
     runner = ModelRunner(load_model(folder, quantization="none"),
-                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1))
+                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1,
+                                      vision_dtype="float32"))
     tower = runner.image_tower
     ids = prompt(gemma3, num_images)
     spans = image_spans(ids, [photo(i) for i in range(num_images)], tower.image_token_id,
