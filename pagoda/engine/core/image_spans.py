@@ -21,8 +21,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class ImageSpan:
     """An image's placeholders: tokens offset .. offset + length of the prompt.
-    pixels: the processor's output for the vision tower (a tensor; bookkeeping never reads
-    it). content_hash: the image's identity (pagoda.engine.multimodal.images)."""
+    pixels: what gives the vision tower its input, processed when first asked for
+    (pagoda.engine.multimodal.placeholders.PendingPixels; bookkeeping never reads it).
+    content_hash: the image's identity (pagoda.engine.multimodal.images)."""
 
     offset: int
     length: int

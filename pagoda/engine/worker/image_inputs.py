@@ -40,7 +40,7 @@ def embed_images(tower: Callable[[torch.Tensor], torch.Tensor], rows: list[Image
                  device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """(batch rows, their embeddings): each image encoded once, all in one call of the tower."""
     spans = list(dict.fromkeys(r.span for r in rows))
-    embeds = tower(torch.stack([s.pixels for s in spans]).to(device))
+    embeds = tower(torch.stack([s.pixels.tensor() for s in spans]).to(device))
     where = {span: i for i, span in enumerate(spans)}
     index = torch.cat([torch.arange(r.flat_start, r.flat_start + r.last - r.first)
                        for r in rows]).to(device)

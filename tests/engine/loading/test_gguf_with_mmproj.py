@@ -54,7 +54,7 @@ def test_a_gguf_and_its_mmproj_give_transformers_next_tokens_with_images(gemma3,
     ours = prompt_logits(runner, ids, chunk=7, images=spans)
     reference = as_the_files_hold_it(transformers.Gemma3ForConditionalGeneration.from_pretrained(
         folder, attn_implementation="eager").eval())
-    theirs = hf_logits(reference, ids, [s.pixels for s in spans])
+    theirs = hf_logits(reference, ids, [s.pixels.tensor() for s in spans])
     assert_same_argmax(ours, theirs, "two images")
     torch.testing.assert_close(ours, theirs, atol=2e-3, rtol=1e-3)
 

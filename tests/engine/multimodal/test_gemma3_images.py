@@ -87,7 +87,7 @@ def test_gemma3_with_images_gives_transformers_logits(gemma3, folder, hf_model, 
     spans = image_spans(ids, [photo(i) for i in range(num_images)], tower.image_token_id,
                         tower.tokens_per_image, image_processor(tower))
     ours = prompt_logits(runner, ids, chunk=chunk, images=spans)
-    theirs = hf_logits(hf_model, ids, [s.pixels for s in spans])
+    theirs = hf_logits(hf_model, ids, [s.pixels.tensor() for s in spans])
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
 
 
@@ -170,3 +170,22 @@ def test_chunked_prefill_of_an_image_gives_the_tokens_of_one_prefill(gemma3, fol
     chunked = run(LLM(str(folder), num_threads=1, num_kv_blocks=64, max_num_batched_tokens=7),
                   ids, [photo(0), photo(1)], "chunked")
     assert chunked.outputs[0].token_ids == whole.outputs[0].token_ids
+
+
+def test_a_follow_up_whose_image_is_cached_does_not_resize_it(gemma3, folder, monkeypatch):
+    """The image's pixels are made when the tower needs them: a follow-up question about an
+    image the prefix cache holds neither encodes nor resizes it."""
+    import pagoda.engine.llm_engine as llm_engine
+
+    resized = []
+
+    def counting_processor(tower):
+        resize = image_processor(tower)
+        return lambda image: resized.append(image.size) or resize(image)
+
+    monkeypatch.setattr(llm_engine, "image_processor", counting_processor)
+    llm = LLM(str(folder), num_threads=1, num_kv_blocks=64)
+    ids = prompt(gemma3)
+    first = run(llm, ids, [photo(0)], "first")
+    run(llm, ids + first.outputs[0].token_ids, [photo(0)], "follow-up")
+    assert resized == [(50, 40)]  # the first question's only
