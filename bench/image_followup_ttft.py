@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import gc
 import io
+import os
 import statistics
 import tempfile
 import time
@@ -212,7 +213,8 @@ def play(chat: Chat, rounds: int, times: dict[str, list[float]]) -> None:
         print(f"round {r + 1}: first question {first * 1e3:.0f} ms ({len(question)} tokens), "
               f"follow-up {follow * 1e3:.0f} ms ({cached} cached), after a restart "
               f"{restarted * 1e3:.0f} ms ({restart_cached} cached); per turn the image's "
-              f"decode {decode_ms:.1f} ms, resize {resize_ms:.1f} ms", flush=True)
+              f"decode {decode_ms:.1f} ms, resize {resize_ms:.1f} ms (load average "
+              f"{os.getloadavg()[0]:.2f})", flush=True)
 
 
 def main() -> None:
