@@ -51,6 +51,11 @@ class ImageTower:
     bidirectional: bool = False
 
     @property
+    def dtype(self) -> torch.dtype:
+        """What the tower computes in (EngineConfig.vision_dtype)."""
+        return self.encoder.positions.dtype
+
+    @property
     def image_size(self) -> int:
         return self.encoder.shape.image_size
 

@@ -5,6 +5,7 @@ chat's next tokens stay those of a float32 tower."""
 import pytest
 import torch
 
+from pagoda.engine import LLM
 from pagoda.engine.config import EngineConfig
 from pagoda.engine.loading.loader import load_model
 from pagoda.engine.models import vision_dtype as vision_dtype_module
@@ -72,6 +73,14 @@ def test_the_tower_is_built_in_the_vision_dtype_and_the_language_model_in_its_ow
     assert tower.encoder.positions.dtype == torch.bfloat16
     assert tower.encoder.layers[0].fc1.method.weight.dtype == torch.bfloat16
     assert runner.model.layers[0].qkv_proj.method.weight.dtype == torch.float32
+
+
+def test_a_disk_cache_written_by_a_tower_of_another_dtype_is_not_read(folder, tmp_path):
+    """An image's blocks hold what the tower computed: each vision dtype keeps its own."""
+    for setting in ("float32", "bfloat16", "float32"):
+        LLM(str(folder), num_threads=1, num_kv_blocks=64, disk_cache_dir=tmp_path,
+            vision_dtype=setting).engine.close()
+    assert len([d for d in tmp_path.iterdir() if d.is_dir()]) == 2  # one folder per fingerprint
 
 
 def test_a_bf16_towers_output_is_within_bf16s_rounding_of_fp32s(folder):
