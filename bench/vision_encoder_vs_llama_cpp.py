@@ -6,12 +6,12 @@ The tower is written as Gemma 3 is released (a folder), converted by llama.cpp's
 (`--mmproj`, f16), and read by both sides from that file: ours by pagoda/engine/loading/mmproj.py
 (float32 matrices, computed in each --vision-dtypes: EngineConfig.vision_dtype's choices,
 pagoda/engine/models/vision_dtype.py), llama.cpp's server by `--mmproj` beside the real Gemma 3
-270M (the projector's width is the 270M's 640, so llama.cpp takes the pair). Each round encodes a new
-image on both sides (a repeated one could be served from a cache). llama.cpp's figure is its own
-log line ("mtmd batch encoding done in N ms": the tower and projector, not the language model); ours
-is the tower and projector's wall time on the processed pixels. llama.cpp's runs through
-its mtmd CLI (bench/build_llama_cpp.sh builds it), a process per image, beside the 270M (a base
-model: told to use Gemma's chat template).
+270M (the projector's width is the 270M's 640, so llama.cpp takes the pair). Each round encodes
+a new image on both sides (a repeated one could be served from a cache). llama.cpp's figure is
+its own log line ("mtmd batch encoding done in N ms": the tower and projector, not the language
+model); ours is the tower and projector's wall time on the processed pixels. llama.cpp's runs
+through its mtmd CLI (bench/build_llama_cpp.sh builds it), a process per image, beside the 270M
+(a base model: told to use Gemma's chat template).
 
 Not a test: run on a quiet machine and copy the table into docs/BENCHMARKS.md.
 
