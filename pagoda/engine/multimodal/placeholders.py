@@ -23,8 +23,8 @@ from pagoda.engine.multimodal.images import DecodedImage
 class PendingPixels:
     """An image's pixels for the vision tower, made when the tower first asks for them: a turn
     whose prefix cache already holds the image's blocks (a follow-up question about it) never
-    encodes it, so it never pays for the resize either (a 1280 x 720 photo to 896 x 896: ~20
-    ms quiet, ~70 ms on a busy 2-core machine, bench/image_followup_ttft.py)."""
+    encodes it, so it never pays for the resize either (a 1280 x 720 photo to 896 x 896: 8 ms
+    on a quiet 2-core Zen 5, 25-71 ms on a busy one; bench/image_followup_ttft.py)."""
 
     image: Image.Image
     processor: Callable[[Image.Image], torch.Tensor]
