@@ -4,22 +4,24 @@ random weights, ours against llama.cpp's mtmd on the same mmproj file, alternati
 
 The tower is written as Gemma 3 is released (a folder), converted by llama.cpp's own converter
 (`--mmproj`, f16), and read by both sides from that file: ours by pagoda/engine/loading/mmproj.py
-(float32 matrices), llama.cpp's server by `--mmproj` beside the real Gemma 3 270M (the
-projector's width is the 270M's 640, so llama.cpp takes the pair). Each round encodes a new
-image on both sides (a repeated one could be served from a cache). llama.cpp's figure is its own
-log line ("mtmd batch encoding done in N ms": the tower and projector, not the language model); ours
-is the tower and projector's wall time on the processed pixels. llama.cpp's runs through
-its mtmd CLI (bench/build_llama_cpp.sh builds it), a process per image, beside the 270M (a base
-model: told to use Gemma's chat template).
+(float32 matrices, computed in each --vision-dtypes: EngineConfig.vision_dtype's choices,
+pagoda/engine/models/vision_dtype.py), llama.cpp's server by `--mmproj` beside the real Gemma 3
+270M (the projector's width is the 270M's 640, so llama.cpp takes the pair). Each round encodes
+a new image on both sides (a repeated one could be served from a cache). llama.cpp's figure is
+its own log line ("mtmd batch encoding done in N ms": the tower and projector, not the language
+model); ours is the tower and projector's wall time on the processed pixels. llama.cpp's runs
+through its mtmd CLI (bench/build_llama_cpp.sh builds it), a process per image, beside the 270M
+(a base model: told to use Gemma's chat template).
 
 Not a test: run on a quiet machine and copy the table into docs/BENCHMARKS.md.
 
     python bench/vision_encoder_vs_llama_cpp.py --mtmd-cli PATH/llama-mtmd-cli [--rounds 3]
-        [--dir /tmp/pagoda-siglip] [--layers 27]
+        [--dir /tmp/pagoda-siglip] [--layers 27] [--vision-dtypes auto,float32]
 """
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import subprocess
@@ -34,6 +36,7 @@ from PIL import Image
 
 from pagoda.engine.layers.linear import Placement
 from pagoda.engine.loading.mmproj import MMProjFile
+from pagoda.engine.models.vision_dtype import vision_dtype
 from pagoda.engine.models.vision_tower import gemma3_image_tower
 from pagoda.engine.multimodal.image_processing import SquareResize
 from pagoda.kernels.kernel_ops import TORCH_OPS
@@ -79,14 +82,15 @@ def photo(seed: int) -> Image.Image:
 
 
 class Ours:
-    name = "Pagoda"
-
-    def __init__(self, mmproj: Path) -> None:
+    def __init__(self, mmproj: Path, setting: str) -> None:
         torch.set_num_threads(2)
         file = MMProjFile(mmproj)
         config = file.gemma3_config(TEXT_WIDTH)
+        cpu = torch.device("cpu")
+        dtype = vision_dtype(setting, cpu, torch.float32)
+        self.name = f"Pagoda ({setting}: {str(dtype).removeprefix('torch.')})"
         self.tower = gemma3_image_tower(config, file.weights(config),
-                                        Placement(torch.device("cpu"), torch.float32, TORCH_OPS))
+                                        Placement(cpu, dtype, TORCH_OPS))
         self.resize = SquareResize(config.vision_config.image_size)
 
     def encode_ms(self, image: Image.Image) -> float:
@@ -135,28 +139,31 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--layers", type=int, default=27)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/pagoda-siglip"))
+    parser.add_argument("--vision-dtypes", default="auto",
+                        help="our towers, one per EngineConfig.vision_dtype named (comma list)")
     args = parser.parse_args()
     mmproj = write_mmproj(args.dir, args.layers)
-    sides = [Ours(mmproj), LlamaCpp(args.mtmd_cli, gemma3_270m(), mmproj)]
+    theirs = LlamaCpp(args.mtmd_cli, gemma3_270m(), mmproj)
+    sides = [*(Ours(mmproj, s) for s in args.vision_dtypes.split(",")), theirs]
     rows: dict[str, list[float]] = {side.name: [] for side in sides}
     try:
         for r in range(args.rounds):
             for side in sides if r % 2 == 0 else sides[::-1]:
                 ms = side.encode_ms(photo(100 + r))
                 rows[side.name].append(ms)
-                print(f"round {r + 1}: {side.name} {ms:.0f} ms", flush=True)
+                print(f"round {r + 1}: {side.name} {ms:.0f} ms (load average "
+                      f"{os.getloadavg()[0]:.2f})", flush=True)
     finally:
-        sides[1].close()
+        theirs.close()
     print(f"\nCPU: {cpu_name()}; torch threads 2, llama.cpp -t 2; {args.layers} layers, "
           f"{args.rounds} rounds")
-    ours, theirs = (statistics.mean(rows[s.name]) for s in sides)
-    print("| side | mean ms | median ms | rounds |")
-    print("| --- | --- | --- | --- |")
+    print("| side | mean ms | median ms | llama.cpp's mean / ours | rounds |")
+    print("| --- | --- | --- | --- | --- |")
     for side in sides:
         times = rows[side.name]
         print(f"| {side.name} | {statistics.mean(times):.0f} | {statistics.median(times):.0f} | "
+              f"{statistics.mean(rows[theirs.name]) / statistics.mean(times):.2f}x | "
               f"{', '.join(f'{t:.0f}' for t in times)} |")
-    print(f"\nours / llama.cpp's speed (ratio of mean times): {theirs / ours:.2f}x")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 QUANTIZATIONS = ("auto", "none", "int8", "int4")
 # "auto": the compute dtype (pagoda.engine.models.kv_cache_sizing).
 KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+# "auto": pagoda.engine.models.vision_dtype decides by the device and what its CPU multiplies.
+VISION_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass(slots=True, frozen=True)
@@ -57,6 +59,10 @@ class EngineConfig:
     disk_cache_dir: a folder where full prefix-cache blocks are kept across restarts (None, the
     default, keeps the prefix cache in memory only); disk_cache_bytes caps what it holds, least
     recently used blocks going first.
+    vision_dtype: what a multimodal model's vision tower computes in: "auto" (bfloat16 on a CPU
+    that multiplies it natively, AVX512-BF16 or AMX, float32 on other CPUs; on CUDA the compute
+    dtype where it is 16-bit, else bfloat16), "float32", "bfloat16" or "float16". Its output
+    joins the language model in the compute dtype whatever this is.
     """
 
     block_size: int = 16
@@ -84,6 +90,7 @@ class EngineConfig:
     # A GGUF model's vision tower: the `mmproj` file llama.cpp's converter writes beside it
     # (pagoda/engine/loading/mmproj.py); None: the model reads text only (a folder brings its own).
     mmproj: str | os.PathLike | None = None
+    vision_dtype: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
@@ -118,6 +125,9 @@ class EngineConfig:
         if self.disk_cache_bytes < 0:
             raise ValueError(f"EngineConfig.disk_cache_bytes={self.disk_cache_bytes!r} must be "
                              ">= 0 (0 keeps nothing on disk)")
+        if self.vision_dtype not in VISION_DTYPES:
+            raise ValueError(f"EngineConfig.vision_dtype={self.vision_dtype!r} must be one of "
+                             f"{', '.join(VISION_DTYPES)}")
         if self.quantization not in QUANTIZATIONS:
             raise ValueError(f"EngineConfig.quantization={self.quantization!r} must be one of "
                              f"{', '.join(QUANTIZATIONS)}")

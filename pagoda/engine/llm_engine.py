@@ -331,6 +331,11 @@ class LLMEngine:
         if self.runner.kv_dtype != self.runner.dtype:
             # Only then: caches written before the KV dtype was a setting stay valid.
             settings["kv_cache_dtype"] = self.runner.kv_dtype
+        tower = self.runner.image_tower
+        if tower is not None and tower.dtype != self.runner.dtype:
+            # Only then, as the KV dtype: an image's blocks hold what a tower of this dtype
+            # made of it, and caches written before the tower had its own dtype stay valid.
+            settings["vision_dtype"] = tower.dtype
         layout = self.runner.kv_layout
         caches, groups = self.runner.kv_caches, [layers for _, layers in layout]
         if self.runner.mtp_kv is not None:

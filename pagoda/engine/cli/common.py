@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pagoda.engine.config import KV_CACHE_DTYPES, QUANTIZATIONS
+from pagoda.engine.config import KV_CACHE_DTYPES, QUANTIZATIONS, VISION_DTYPES
 from pagoda.engine.sampling.fields import SAMPLING_FIELDS, sampling_values
 from pagoda.engine.sampling.params import SamplingParams
 
@@ -53,6 +53,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                         help="how weights are kept: auto (a .gguf keeps its own quantization, a "
                              "folder loads as stored), none (all float), int8 or int4 "
                              "(quantized on load) (default: auto)")
+    engine.add_argument("--vision-dtype", choices=VISION_DTYPES,
+                        help="what the vision tower (--mmproj, or a folder's own) computes in "
+                             "(default: auto, bfloat16 on a CPU with AVX512-BF16 or AMX, "
+                             "float32 on other CPUs)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log progress (model conversion, loading)")
 
@@ -85,6 +89,8 @@ def engine_options(args: argparse.Namespace) -> dict[str, int | str]:
         options["quantization"] = args.quantization
     if args.mmproj is not None:
         options["mmproj"] = args.mmproj
+    if args.vision_dtype is not None:
+        options["vision_dtype"] = args.vision_dtype
     return options
 
 

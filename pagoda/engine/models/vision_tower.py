@@ -105,6 +105,11 @@ class ImageTower:
     tiles: TileSettings | None = None
 
     @property
+    def dtype(self) -> torch.dtype:
+        """What the tower computes in (EngineConfig.vision_dtype)."""
+        return self.encoder.positions.dtype
+
+    @property
     def image_size(self) -> int:
         return self.encoder.shape.image_size
 
@@ -135,6 +140,11 @@ class GridImageTower:
     min_pixels: int = QWEN2_5_VL_MIN_PIXELS
     max_pixels: int = QWEN2_5_VL_MAX_PIXELS
     bidirectional: bool = False
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """What the tower computes in (EngineConfig.vision_dtype)."""
+        return self.encoder.layers[0].norm1.dtype
 
     def embed(self, grids: list[PatchGrid], device: torch.device) -> list[torch.Tensor]:
         """Each image's patches -> its [merge units, text width], image by image (each attends

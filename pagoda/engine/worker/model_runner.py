@@ -30,6 +30,7 @@ from pagoda.engine.models.kv_cache_sizing import (
 )
 from pagoda.engine.models.memory import release_freed_memory, zeroed_host_tensor
 from pagoda.engine.models.registry import architecture_of
+from pagoda.engine.models.vision_dtype import vision_dtype
 from pagoda.engine.models.vision_tower import image_tower
 from pagoda.engine.structured_output.matcher import GrammarRows, GrammarState
 from pagoda.engine.worker.image_inputs import (
@@ -160,9 +161,11 @@ class ModelRunner:
         self.model = DecoderForCausalLM(architecture_of(loaded.config), loaded.config,
                                         loaded.weights, placement, release_weights,
                                         with_mtp=config.num_speculative_tokens > 0)
-        # A multimodal model's image side, where Pagoda runs its images (None: text only).
-        self.image_tower = (None if loaded.multimodal_config is None else
-                            image_tower(loaded.multimodal_config, loaded.vision_weights, placement))
+        # A multimodal model's image side, where Pagoda runs its images (None: text only), in
+        # its own dtype: its output joins the language model's in the compute dtype.
+        self.image_tower = (None if loaded.multimodal_config is None else image_tower(
+            loaded.multimodal_config, loaded.vision_weights,
+            replace(placement, dtype=vision_dtype(config.vision_dtype, self.device, self.dtype))))
         # Whether positions are multimodal RoPE's (Qwen2.5-VL): those of a sequence with images
         # then run behind its token indices (pagoda.engine.worker.mrope_positions).
         self.multimodal_rope = any(tables.position_rows is not None

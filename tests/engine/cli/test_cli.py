@@ -91,3 +91,19 @@ def test_a_gguf_models_vision_tower_reaches_the_engine_config():
     args = build_parser().parse_args(["serve", "--model", "gemma-3-4b-it-Q4_K_M.gguf",
                                       "--mmproj", "mmproj-gemma-3-4b-it-f16.gguf"])
     assert engine_options(args) == {"mmproj": "mmproj-gemma-3-4b-it-f16.gguf"}
+
+
+def test_the_vision_towers_dtype_reaches_the_engine_config():
+    from pagoda.engine.cli.common import engine_options
+    from pagoda.engine.cli.main import build_parser
+
+    args = build_parser().parse_args(["serve", "--model", "gemma-3-4b-it-Q4_K_M.gguf",
+                                      "--vision-dtype", "float32"])
+    assert engine_options(args) == {"vision_dtype": "float32"}
+
+
+def test_a_vision_dtype_not_among_the_choices_is_refused():
+    from pagoda.engine.cli.main import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--vision-dtype", "int8"])

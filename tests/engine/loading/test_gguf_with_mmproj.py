@@ -45,7 +45,8 @@ def as_the_files_hold_it(model):
 def test_a_gguf_and_its_mmproj_give_transformers_next_tokens_with_images(gemma3, files):
     folder, model_file, mmproj = files
     runner = ModelRunner(load_model(model_file, quantization="none", mmproj=mmproj),
-                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1))
+                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1,
+                                      vision_dtype="float32"))
     tower = runner.image_tower
     ids = prompt(gemma3, 2)
     spans = image_spans(ids, [photo(0), photo(1)], tower.image_token_id,

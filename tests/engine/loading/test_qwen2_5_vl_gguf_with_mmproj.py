@@ -55,7 +55,8 @@ def test_the_mmproj_states_the_folders_tower(qwen, files):
 def test_a_gguf_and_its_mmproj_give_transformers_next_tokens_with_images(qwen, files):
     folder, model_file, mmproj = files
     runner = ModelRunner(load_model(model_file, quantization="none", mmproj=mmproj),
-                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1))
+                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1,
+                                      vision_dtype="float32"))
     images = photos(2)
     ids = prompt(qwen, images)
     spans = spans_of(runner, ids, images)

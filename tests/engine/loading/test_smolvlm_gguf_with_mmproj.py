@@ -50,7 +50,8 @@ def test_a_gguf_and_its_mmproj_give_transformers_next_tokens_with_images(files, 
     folder, model_file, mmproj, whole_mmproj = files
     runner = ModelRunner(load_model(model_file, quantization="none",
                                     mmproj=mmproj if cut else whole_mmproj),
-                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1))
+                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1,
+                                      vision_dtype="float32"))
     tower = runner.image_tower
     longest_edge = 64 if cut else TILE
     assert tower.tiles.longest_edge == longest_edge

@@ -80,7 +80,8 @@ def test_gemma3_with_images_gives_transformers_logits(gemma3, folder, hf_model, 
     The tiny model's windows (8 tokens) are shorter than an image (16): a token sees the
     image's later tokens, and its earlier ones only within the window."""
     runner = ModelRunner(load_model(folder, quantization="none"),
-                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1))
+                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1,
+                                      vision_dtype="float32"))
     tower = runner.image_tower
     ids = prompt(gemma3, num_images)
     spans = image_spans(ids, [photo(i) for i in range(num_images)], tower.image_token_id,
@@ -169,3 +170,4 @@ def test_chunked_prefill_of_an_image_gives_the_tokens_of_one_prefill(gemma3, fol
     chunked = run(LLM(str(folder), num_threads=1, num_kv_blocks=64, max_num_batched_tokens=7),
                   ids, [photo(0), photo(1)], "chunked")
     assert chunked.outputs[0].token_ids == whole.outputs[0].token_ids
+

@@ -59,7 +59,8 @@ def hf_model(folder):
 @pytest.fixture(scope="module")
 def runner(folder):
     return ModelRunner(load_model(folder, quantization="none"),
-                       EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1))
+                       EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1,
+                                      vision_dtype="float32"))
 
 
 def photo(seed: int, size: tuple[int, int] = SIZES[0]) -> DecodedImage:
@@ -203,8 +204,8 @@ def test_decoding_after_images_gives_transformers_greedy_tokens(qwen, folder, ru
     (98 here): its log-probability is transformers' too."""
     images = photos(2)
     ids = prompt(qwen, images)
-    ours = run(LLM(str(folder), num_threads=1, num_kv_blocks=64), ids, images, "greedy",
-               replace(GREEDY, logprobs=1)).outputs[0]
+    ours = run(LLM(str(folder), num_threads=1, num_kv_blocks=64, vision_dtype="float32"), ids,
+               images, "greedy", replace(GREEDY, logprobs=1)).outputs[0]
     tokens, logprobs = hf_greedy(hf_model, ids, spans_of(runner, ids, images), GREEDY.max_tokens)
     assert list(ours.token_ids) == tokens
     torch.testing.assert_close(torch.tensor([lp.chosen.logprob for lp in ours.logprobs]),
@@ -276,7 +277,8 @@ def test_a_folder_under_transformers_module_names_gives_the_same_logits(qwen, fo
                "rope_scaling": {"type": "mrope", "mrope_section": rope["mrope_section"]}}
     (renamed / "config.json").write_text(json.dumps(config))
     theirs = ModelRunner(load_model(renamed, quantization="none"),
-                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1))
+                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1,
+                                      vision_dtype="float32"))
     images = photos(1)
     ids = prompt(qwen, images)
     torch.testing.assert_close(prompt_logits(theirs, ids, images=spans_of(theirs, ids, images)),

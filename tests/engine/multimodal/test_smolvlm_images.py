@@ -85,7 +85,8 @@ def test_smolvlm_tiles_give_transformers_logits(folder, sizes):
     """An image of 50 x 40 becomes 64 x 52, 2 x 2 tiles and the whole; 90 x 30 one row of
     two; 20 x 70 two rows of one. 7-token chunks cut between the tiles."""
     runner = ModelRunner(load_model(folder, quantization="none"),
-                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1))
+                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1,
+                                      vision_dtype="float32"))
     tower = runner.image_tower
     images = [photo(i, *size) for i, size in enumerate(sizes)]
     ids = prompt(images)
@@ -101,7 +102,8 @@ def test_an_idefics3_folder_is_smolvlm_under_its_first_name(tmp_path):
     """SmolVLM-256M/500M/2B-Instruct are released as Idefics3ForConditionalGeneration."""
     folder = save_smolvlm(tiny_smolvlm(idefics3=True), tmp_path / "idefics3")
     runner = ModelRunner(load_model(folder, quantization="none"),
-                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1))
+                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1,
+                                      vision_dtype="float32"))
     tower = runner.image_tower
     images = [photo(0, 50, 40)]
     ids = prompt(images)
@@ -114,7 +116,8 @@ def test_an_idefics3_folder_is_smolvlm_under_its_first_name(tmp_path):
 
 def test_smolvlm_image_of_one_tile_gives_transformers_logits(whole_folder):
     runner = ModelRunner(load_model(whole_folder, quantization="none"),
-                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1))
+                         EngineConfig(num_kv_blocks=64, dtype=torch.float32, num_threads=1,
+                                      vision_dtype="float32"))
     tower = runner.image_tower
     images = [photo(0, 50, 40)]
     ids = prompt(images, longest_edge=TILE)

@@ -35,7 +35,8 @@ def folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(folder):
-    engine = AsyncEngine(engine=LLM(str(folder), num_threads=1, num_kv_blocks=64).engine)
+    engine = AsyncEngine(engine=LLM(str(folder), num_threads=1, num_kv_blocks=64,
+                                    vision_dtype="float32").engine)
     served = ServedModel(MODEL, engine, engine.max_model_len)
     running = ServerThread(build_app(lambda: served)).start()
     yield openai.OpenAI(base_url=f"{running.url}/v1", api_key="unused", max_retries=0,
