@@ -130,6 +130,25 @@ def test_the_same_image_again_hits_the_prefix_cache_and_is_not_encoded(gemma3, f
     assert again.num_cached_tokens > image_end
 
 
+def test_after_a_restart_the_same_image_comes_from_the_disk_tier_and_is_not_encoded(
+        gemma3, folder, tmp_path):
+    """The disk tier keeps an image's blocks under its content hash: a new engine on the same
+    folder answers a follow-up about it without the tower, as the cold engine answers it."""
+    ids = prompt(gemma3)
+    before = LLM(str(folder), num_threads=1, num_kv_blocks=64, disk_cache_dir=tmp_path)
+    first = run(before, ids, [photo(0)], "first")
+    before.engine.close()
+    follow_up = ids + first.outputs[0].token_ids
+    restarted = LLM(str(folder), num_threads=1, num_kv_blocks=64, disk_cache_dir=tmp_path)
+    calls = counting_encodes(restarted)
+    again = run(restarted, follow_up, [photo(0)], "again")
+    assert calls == []
+    assert again.num_cached_tokens > ids.index(gemma3.config.eoi_token_index)
+    assert restarted.engine.stats().disk_cache.hits > 0
+    cold = run(LLM(str(folder), num_threads=1, num_kv_blocks=64), follow_up, [photo(0)], "cold")
+    assert again.outputs[0].token_ids == cold.outputs[0].token_ids
+
+
 def test_another_image_behind_the_same_placeholders_is_not_taken_from_the_cache(gemma3, folder):
     llm = LLM(str(folder), num_threads=1, num_kv_blocks=64)
     calls = counting_encodes(llm)
