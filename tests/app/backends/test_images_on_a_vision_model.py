@@ -43,9 +43,9 @@ def server(local):
     running.stop()
 
 
-def photo(seed: int):
+def photo(seed: int, width: int = 40, height: int = 30):
     gen = torch.Generator().manual_seed(seed)
-    pixels = torch.randint(0, 256, (30, 40, 3), generator=gen, dtype=torch.uint8)
+    pixels = torch.randint(0, 256, (height, width, 3), generator=gen, dtype=torch.uint8)
     buffer = io.BytesIO()
     Image.fromarray(pixels.numpy()).save(buffer, format="PNG")
     return read_image(buffer.getvalue(), f"photo-{seed}.png")

@@ -1,21 +1,16 @@
 """A chat's images reach a local Qwen2.5-VL: each image costs the tokens its size gives, which
 the meter knows exactly, and the next turn about the same image comes from the prefix cache."""
 
-import io
-
 import pytest
-import torch
 from conftest import run
-from PIL import Image
 
-from pagoda.app.backends import ChatMessage, SamplingOptions
+from pagoda.app.backends import ChatMessage
 from pagoda.app.backends.chat.local import LocalBackend
-from pagoda.app.backends.images import count_chat, read_image
+from pagoda.app.backends.images import count_chat
 from pagoda.engine import LLM
 from pagoda.engine.async_engine import AsyncEngine
+from tests.app.backends.test_images_on_a_vision_model import final_chunk, photo
 from tests.engine.tiny_vision import save_qwen2_5_vl, tiny_qwen2_5_vl
-
-OPTIONS = SamplingOptions(temperature=0, max_tokens=4)
 
 
 @pytest.fixture(scope="module")
@@ -25,21 +20,6 @@ def local(tmp_path_factory):
                                                   num_kv_blocks=64).engine))
     yield backend
     backend.shutdown()
-
-
-def photo(seed: int, width: int, height: int):
-    gen = torch.Generator().manual_seed(seed)
-    pixels = torch.randint(0, 256, (height, width, 3), generator=gen, dtype=torch.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels.numpy()).save(buffer, format="PNG")
-    return read_image(buffer.getvalue(), f"photo-{seed}.png")
-
-
-async def final_chunk(backend, messages):
-    last = None
-    async for chunk in backend.stream(messages, OPTIONS):
-        last = chunk
-    return last
 
 
 def test_each_image_costs_what_its_size_gives_and_the_meter_counts_it_exactly(local):

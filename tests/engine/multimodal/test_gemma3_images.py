@@ -91,9 +91,11 @@ def test_gemma3_with_images_gives_transformers_logits(gemma3, folder, hf_model, 
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
 
 
-def run(llm: LLM, ids: list[int], images: list[DecodedImage], request_id: str):
+def run(llm: LLM, ids: list[int], images: list[DecodedImage], request_id: str,
+        params: SamplingParams = GREEDY):
+    """The request's finished output, stepped through the engine."""
     engine = llm.engine
-    engine.add_request(request_id, ids, GREEDY, images=images)
+    engine.add_request(request_id, ids, params, images=images)
     while engine.has_unfinished_requests():
         for out in engine.step():
             if out.finished:

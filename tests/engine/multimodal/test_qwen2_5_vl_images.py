@@ -27,6 +27,7 @@ from pagoda.engine.multimodal.placeholders import image_spans
 from pagoda.engine.worker.evaluation import prompt_logits
 from pagoda.engine.worker.model_runner import ModelRunner
 from tests.engine.family_parity import assert_same_argmax
+from tests.engine.multimodal.test_gemma3_images import run
 from tests.engine.tiny_vision import (
     QWEN2_5_VL_MAX_PIXELS,
     QWEN2_5_VL_MIN_PIXELS,
@@ -152,17 +153,6 @@ def test_qwen2_5_vl_with_images_gives_transformers_logits(qwen, runner, hf_model
     theirs = hf_logits(hf_model, ids, spans)
     assert_same_argmax(ours, theirs, f"{num_images} image(s), chunks of {chunk}")
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
-
-
-def run(llm: LLM, ids: list[int], images: list[DecodedImage], request_id: str,
-        params: SamplingParams = GREEDY):
-    engine = llm.engine
-    engine.add_request(request_id, ids, params, images=images)
-    while engine.has_unfinished_requests():
-        for out in engine.step():
-            if out.finished:
-                return out
-    raise AssertionError("the request did not finish")
 
 
 class CountingEncoder:
