@@ -233,13 +233,20 @@ class MMProjFile:
 
 
 def _hf_name(name: str) -> str | None:
-    if name in _GLOBAL_NAMES:
-        return _GLOBAL_NAMES[name]
+    return _renamed(name, _GLOBAL_NAMES, _LAYER_NAMES, f"{TOWER}encoder.layers")
+
+
+def _renamed(name: str, global_names: dict[str, str], layer_names: dict[str, str],
+             layers: str) -> str | None:
+    """The file's tensor name as the builders read it (a layer's under `layers`.N); None for a
+    name they do not read."""
+    if name in global_names:
+        return global_names[name]
     layer = _LAYER.fullmatch(name)
-    if layer is None or layer.group(2) not in _LAYER_NAMES:
+    if layer is None or layer.group(2) not in layer_names:
         return None
     index, part, suffix = layer.groups()
-    return f"{TOWER}encoder.layers.{index}.{_LAYER_NAMES[part]}.{suffix}"
+    return f"{layers}.{index}.{layer_names[part]}.{suffix}"
 
 
 def _expected_shapes(config: transformers.PretrainedConfig) -> dict[str, tuple[int, ...]]:
@@ -273,13 +280,7 @@ def _projector_shapes(config: transformers.PretrainedConfig) -> dict[str, tuple[
 
 
 def _qwen_name(name: str) -> str | None:
-    if name in _QWEN_GLOBAL_NAMES:
-        return _QWEN_GLOBAL_NAMES[name]
-    layer = _LAYER.fullmatch(name)
-    if layer is None or layer.group(2) not in _QWEN_LAYER_NAMES:
-        return None
-    index, part, suffix = layer.groups()
-    return f"{VISUAL}blocks.{index}.{_QWEN_LAYER_NAMES[part]}.{suffix}"
+    return _renamed(name, _QWEN_GLOBAL_NAMES, _QWEN_LAYER_NAMES, f"{VISUAL}blocks")
 
 
 def _qwen_fused(weights: dict[str, torch.Tensor], depth: int) -> dict[str, torch.Tensor]:
