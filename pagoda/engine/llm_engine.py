@@ -27,17 +27,9 @@ from pagoda.engine.disk_cache.tier import DiskPrefixCache, model_fingerprint, op
 from pagoda.engine.errors import ImageInputError, PromptTooLongError
 from pagoda.engine.loading.loader import LoadedModel, load_model
 from pagoda.engine.loading.model_info import check_model_fits
-from pagoda.engine.models.vision_tower import GridImageTower
-from pagoda.engine.multimodal.image_processing import grid_resize, image_processor, tile_grid
+from pagoda.engine.multimodal.image_processing import image_processor
 from pagoda.engine.multimodal.images import DecodedImage
-from pagoda.engine.multimodal.placeholders import (
-    ImagePrompt,
-    SmolVLMTokens,
-    gemma3_image_prompt,
-    image_spans,
-    qwen2_5_vl_image_prompt,
-    smolvlm_image_prompt,
-)
+from pagoda.engine.multimodal.placeholders import ImagePrompt, image_spans, tower_image_prompt
 from pagoda.engine.outputs import RequestOutput
 from pagoda.engine.parsers.reasoning_markers import reasoning_markers
 from pagoda.engine.processing.output_processor import OutputProcessor
@@ -183,16 +175,8 @@ class LLMEngine:
         tower = self.runner.image_tower
         if tower is None:
             return None
-        start, image, end = self.tokenizer.convert_ids_to_tokens(
-            [tower.start_token_id, tower.image_token_id, tower.end_token_id])
-        if isinstance(tower, GridImageTower):
-            return qwen2_5_vl_image_prompt(start, image, end, grid_resize(tower).tokens)
-        if tower.tiles is not None:
-            tiles = tower.tiles
-            return smolvlm_image_prompt(
-                SmolVLMTokens(), tower.tokens_per_image,
-                lambda size: tile_grid(size, tower.image_size, tiles))
-        return gemma3_image_prompt(start, image, end, tower.tokens_per_image)
+        return tower_image_prompt(tower, *self.tokenizer.convert_ids_to_tokens(
+            [tower.start_token_id, tower.image_token_id, tower.end_token_id]))
 
     def _image_spans(self, token_ids: list[int], images: Seq[DecodedImage]
                      ) -> tuple[ImageSpan, ...]:

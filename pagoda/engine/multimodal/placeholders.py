@@ -22,7 +22,8 @@ from PIL import Image
 
 from pagoda.engine.core.image_spans import ImageSpan
 from pagoda.engine.errors import ImageInputError
-from pagoda.engine.multimodal.image_processing import ProcessedImage
+from pagoda.engine.models.vision_tower import GridImageTower, ImageTower
+from pagoda.engine.multimodal.image_processing import ProcessedImage, grid_resize, tile_grid
 from pagoda.engine.multimodal.images import DecodedImage
 
 # A token of the model's own vocabulary in a layout's text (<image>, <row_1_col_2>,
@@ -118,6 +119,19 @@ class ImagePrompt:
         the model's tokens around them, and one for each run of line breaks among them."""
         layout = self.layout(size)
         return len(_MODEL_TOKEN.findall(layout)) + len(re.findall(r"\n+", layout))
+
+
+def tower_image_prompt(tower: ImageTower | GridImageTower, start: str, image: str,
+                       end: str) -> ImagePrompt:
+    """The family's ImagePrompt for its tower (start, image, end: the tower's image tokens as
+    the vocabulary spells them), as `image_processor` picks its pixels."""
+    if isinstance(tower, GridImageTower):
+        return qwen2_5_vl_image_prompt(start, image, end, grid_resize(tower).tokens)
+    if tower.tiles is not None:
+        tiles = tower.tiles
+        return smolvlm_image_prompt(SmolVLMTokens(), tower.tokens_per_image,
+                                    lambda size: tile_grid(size, tower.image_size, tiles))
+    return gemma3_image_prompt(start, image, end, tower.tokens_per_image)
 
 
 def gemma3_image_prompt(start: str, image: str, end: str,

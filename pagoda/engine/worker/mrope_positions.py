@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import torch
 
 from pagoda.engine.core.image_spans import ImageSpan
+from pagoda.engine.worker.image_inputs import images_among
 
 
 def position_offset(spans: Sequence[ImageSpan], index: int) -> int:
@@ -29,8 +30,7 @@ def chunk_positions(spans: Sequence[ImageSpan], start: int, end: int) -> torch.T
     """[3, end - start] time, row and column positions of tokens start .. end - 1 where the
     chunk holds an image's tokens; None where it holds text only (its positions: the indices
     plus `position_offset(spans, start)`)."""
-    among = [span for span in spans if span.offset < end and span.end > start]
-    if not among:
+    if not images_among(spans, start, end):
         return None
     positions = torch.arange(start, end).repeat(3, 1)
     for span in spans:
